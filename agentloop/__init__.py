@@ -1,0 +1,40 @@
+"""agentloop: an LLM tool-calling loop as an explicit finite-state machine.
+
+The model is a callback over a copy of the history that answers with a tool
+call or a final answer. The engine validates the reply, dispatches an
+accepted call, feeds the result back, and stops in a named terminal state.
+Everything in ``__all__`` is the public API; the modules behind it are private.
+"""
+
+from __future__ import annotations
+
+from agentloop._driver import Loop, Model, Run
+from agentloop._engine import AgentloopError, Engine, InvalidStateError, Listener
+from agentloop._machine import ROWS, TERMINAL, Guard, State, Trigger, build_machine
+from agentloop._messages import RESULT_STATUSES, JSONError
+from agentloop._tools import Dispatcher, ToolMap
+from agentloop._values import Budget, CancelToken, RunResult, Transition
+
+__all__ = [
+    "RESULT_STATUSES",
+    "ROWS",
+    "TERMINAL",
+    "AgentloopError",
+    "Budget",
+    "CancelToken",
+    "Dispatcher",
+    "Engine",
+    "Guard",
+    "InvalidStateError",
+    "JSONError",
+    "Listener",
+    "Loop",
+    "Model",
+    "Run",
+    "RunResult",
+    "State",
+    "ToolMap",
+    "Transition",
+    "Trigger",
+    "build_machine",
+]

@@ -1,0 +1,388 @@
+"""Step-by-step scenarios: status, counters, transcript and handler effects together."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import agentloop
+from agentloop import CancelToken, Loop, State
+
+from .helpers import Recorder, Script, call, drive, final, kinds
+
+A, V, D = "awaiting_model", "validating", "dispatching"
+
+
+def test_tool_then_final() -> None:
+    """A call is dispatched, its result fed back, and the final answer ends the run."""
+    add = Recorder()
+    model = Script([call("c1", a=2, b=2), final("4")])
+    run = Loop(model, tools={"add": add}, max_steps=3, max_calls=1).start("What is 2+2?")
+
+    assert run.state == "awaiting_model"
+    assert (run.steps, run.calls, run.done) == (0, 0, False)
+
+    t = run.step()
+    assert (t.source, t.dest, t.trigger, t.steps, t.calls) == (A, V, "model_replied", 1, 0)
+    t = run.step()
+    assert (t.source, t.dest, t.call_id, t.tool, t.steps, t.calls) == (V, D, "c1", "add", 1, 1)
+    assert add.calls == []  # reserved and counted, not yet run
+    assert kinds(run.transcript) == ["user"]
+    t = run.step()
+    assert (t.source, t.dest, t.status, t.call_id) == (D, A, "ok", "c1")
+    assert add.calls == [{"a": 2, "b": 2}]
+    assert kinds(run.transcript) == ["user", "call", "tool_result:ok"]
+    assert run.transcript[2] == {
+        "kind": "tool_result",
+        "id": "c1",
+        "name": "add",
+        "status": "ok",
+        "content": 4,
+    }
+    # The model saw the result of its call on its next step.
+    run.step()
+    assert model.seen[1][-1]["content"] == 4
+    t = run.step()
+    assert (t.source, t.dest, t.guard) == (V, "finished", "reply_is_final")
+    assert run.done
+
+    result = run.result()
+    assert result.status == "finished"
+    assert result.status is State.FINISHED
+    assert (result.output, result.steps, result.calls) == ("4", 2, 1)
+    assert (result.reason, result.error, result.rejected) == (None, None, None)
+    assert kinds(result.transcript) == ["user", "call", "tool_result:ok", "final"]
+    assert [e.dest for e in result.events] == [V, D, A, V, "finished"]
+
+
+def test_call_beyond_budget_is_exhausted() -> None:
+    """A new call after the last permitted one stops the run; nothing runs."""
+    add = Recorder()
+    model = Script([call("c1", a=1, b=1), call("c2", a=2, b=2)])
+    result = Loop(model, tools={"add": add}, max_steps=5, max_calls=1).run("go")
+
+    assert result.status == "exhausted"
+    assert result.reason == "max_calls"
+    assert (result.steps, result.calls) == (2, 1)
+    assert add.calls == [{"a": 1, "b": 1}]
+    assert kinds(result.transcript) == ["user", "call", "tool_result:ok"]
+    assert result.rejected == call("c2", a=2, b=2)
+    assert result.events[-1].guard == "calls_exhausted"
+    assert result.events[-1].call_id == "c2"
+
+
+def test_final_after_last_call_is_accepted() -> None:
+    """Final is checked before the call budget: a conclusion at the cap is kept."""
+    model = Script([call("c1", a=1, b=2), final("3")])
+    result = Loop(model, tools={"add": Recorder()}, max_steps=2, max_calls=1).run("go")
+
+    assert result.status == "finished"
+    assert (result.output, result.steps, result.calls) == ("3", 2, 1)
+
+
+def test_final_needs_a_step_left() -> None:
+    """With no model step left the run is exhausted before the model is asked."""
+    model = Script([call("c1", a=1, b=2), final("3")])
+    run = Loop(model, tools={"add": Recorder()}, max_steps=1, max_calls=1).start("go")
+
+    assert drive(run) == [(A, V), (V, D), (D, A), (A, "exhausted")]
+    result = run.result()
+    assert (result.reason, result.steps, result.calls) == ("max_steps", 1, 1)
+    assert len(model.seen) == 1  # the model was not asked a second time
+
+
+def test_repeated_id_stops_and_nothing_runs_twice() -> None:
+    """Reusing a call id ends the run with repeated_call; the tool ran once."""
+    add = Recorder()
+    model = Script([call("c1", a=1, b=1), call("c1", a=1, b=1)])
+    result = Loop(model, tools={"add": add}, max_steps=5, max_calls=5).run("go")
+
+    assert result.status == "repeated_call"
+    assert (result.steps, result.calls) == (2, 1)
+    assert add.calls == [{"a": 1, "b": 1}]
+    assert kinds(result.transcript) == ["user", "call", "tool_result:ok"]
+    assert result.error is not None
+    assert "'c1'" in result.error
+    assert result.rejected == call("c1", a=1, b=1)
+
+
+def test_repeated_id_from_the_input_history() -> None:
+    """An id already present in the input history is reserved too."""
+    history = [
+        {"kind": "user", "text": "hi"},
+        call("old", a=1, b=1),
+        {"kind": "tool_result", "id": "old", "name": "add", "status": "ok", "content": 2},
+    ]
+    add = Recorder()
+    result = Loop(Script([call("old", a=5, b=5)]), tools={"add": add}).run(history)
+
+    assert result.status == "repeated_call"
+    assert (result.steps, result.calls, add.calls) == (1, 0, [])
+    assert result.transcript == history
+
+
+def test_repeated_id_is_checked_before_the_call_budget() -> None:
+    """Table order: repeated_call wins over exhausted when both hold."""
+    model = Script([call("c1", a=1, b=1), call("c1", a=1, b=1)])
+    result = Loop(model, tools={"add": Recorder()}, max_steps=5, max_calls=1).run("go")
+
+    assert result.status == "repeated_call"
+
+
+def test_cancel_from_inside_the_model() -> None:
+    """The model cancels while working: its reply is dropped and no tool runs."""
+    token = CancelToken()
+    add = Recorder()
+
+    def cancelling(history: list[dict[str, Any]]) -> dict[str, Any]:
+        token.cancel()
+        return call("c1", a=1, b=1)
+
+    model = Script([cancelling])
+    run = Loop(model, tools={"add": add}).start("go", cancel=token)
+    t = run.step()
+
+    assert (t.source, t.dest, t.trigger, t.guard) == (
+        A,
+        "cancelled",
+        "model_replied",
+        "cancel_requested",
+    )
+    assert run.done
+    result = run.result()
+    assert result.status == "cancelled"
+    assert (result.steps, result.calls, add.calls) == (1, 0, [])
+    assert kinds(result.transcript) == ["user"]
+    assert result.rejected == call("c1", a=1, b=1)
+
+
+def test_cancel_while_the_model_raises() -> None:
+    """A cancellation seen after the model raised wins over failed."""
+    token = CancelToken()
+
+    def cancel_then_raise(history: list[dict[str, Any]]) -> object:
+        token.cancel()
+        raise ValueError("boom")
+
+    result = Loop(Script([cancel_then_raise])).run("go", cancel=token)
+    assert result.status == "cancelled"
+    assert (result.steps, result.error) == (1, None)
+
+
+def test_cancel_before_asking_the_model() -> None:
+    """A token cancelled up front stops the run without calling the model."""
+    token = CancelToken()
+    token.cancel()
+    model = Script([final()])
+    run = Loop(model).start("go", cancel=token)
+
+    assert drive(run) == [(A, "cancelled")]
+    assert (run.steps, model.seen) == (0, [])
+
+
+def test_cancel_between_validating_and_the_tool() -> None:
+    """Cancelled after validation accepted the call: the tool still does not run."""
+    token = CancelToken()
+    add = Recorder()
+    run = Loop(Script([call("c1", a=1, b=1)]), tools={"add": add}).start("go", cancel=token)
+    run.step()
+    run.step()
+    assert run.state == "dispatching"
+    token.cancel()
+    t = run.step()
+
+    assert (t.source, t.dest, t.trigger, t.call_id) == (D, "cancelled", "start_tool", "c1")
+    assert add.calls == []
+    result = run.result()
+    assert kinds(result.transcript) == ["user"]  # no call without its result
+    assert result.calls == 1  # it was accepted and counted before the cancellation
+
+
+def test_cancel_seen_at_validation() -> None:
+    """Cancelled after the reply was accepted but before validation: nothing counted."""
+    token = CancelToken()
+    add = Recorder()
+    run = Loop(Script([call("c1", a=1, b=1)]), tools={"add": add}).start("go", cancel=token)
+    run.step()
+    token.cancel()
+    t = run.step()
+
+    assert (t.source, t.dest, t.guard) == (V, "cancelled", "cancel_requested")
+    assert (run.calls, add.calls) == (0, [])
+
+
+def test_final_wins_over_cancel_at_validation() -> None:
+    """Table order: a final answer is accepted even when cancel arrives during validation."""
+    token = CancelToken()
+    run = Loop(Script([final("ok")])).start("go", cancel=token)
+    run.step()
+    token.cancel()
+    assert run.step().dest == "finished"
+
+
+@pytest.mark.parametrize(
+    ("reply", "fragment"),
+    [
+        ("just text", "expected the reply to be a dict, got str"),
+        ({"kind": "answer", "text": "x"}, "expected 'kind' to be 'call' or 'final', got 'answer'"),
+        ({"kind": "final"}, "missing ['text']"),
+        ({"kind": "final", "text": 3}, "expected 'text' to be a str, got int"),
+        ({"kind": "final", "text": "x", "extra": 1}, "unexpected ['extra']"),
+        ({"kind": "call", "id": "", "name": "add", "arguments": {}}, "'id' to be a non-empty str"),
+        ({"kind": "call", "id": "c", "name": 7, "arguments": {}}, "'name' to be a non-empty str"),
+        ({"kind": "call", "id": "c", "name": "add", "arguments": []}, "'arguments' to be a dict"),
+        (
+            {"kind": "call", "id": "c", "name": "add", "arguments": {"a": {1, 2}}},
+            "reply.arguments.a",
+        ),
+        ({"kind": "final", "text": float("nan")}, "expected a finite number"),
+        (None, "got NoneType"),
+    ],
+)
+def test_malformed_output(reply: object, fragment: str) -> None:
+    """A reply that is neither a call nor a final ends the run; the step counts."""
+    add = Recorder()
+    result = Loop(Script([reply]), tools={"add": add}).run("go")
+
+    assert result.status == "malformed"
+    assert (result.steps, result.calls, add.calls) == (1, 0, [])
+    assert kinds(result.transcript) == ["user"]
+    assert result.error is not None
+    assert fragment in result.error
+    assert result.events[-1].guard == "reply_malformed"
+
+
+def test_malformed_reply_is_kept_for_review() -> None:
+    """The rejected reply is a copy: changing the original afterwards changes nothing."""
+    reply: dict[str, Any] = {"kind": "call", "id": "c", "name": "add", "arguments": {"a": {1}}}
+    result = Loop(Script([reply])).run("go")
+    reply["arguments"]["a"].add(2)
+    assert result.rejected == {"kind": "call", "id": "c", "name": "add", "arguments": {"a": {1}}}
+
+
+def test_model_exception() -> None:
+    """A model that raises ends the run failed; the step counts and the error says what."""
+    error = RuntimeError("provider down")
+    run = Loop(Script([error])).start("go")
+    t = run.step()
+
+    assert (t.source, t.dest, t.trigger) == (A, "failed", "model_raised")
+    assert t.exception is error
+    result = run.result()
+    assert result.status == "failed"
+    assert (result.steps, result.calls) == (1, 0)
+    assert result.error == "the model raised RuntimeError: provider down"
+    assert kinds(result.transcript) == ["user"]
+
+
+def test_keyboard_interrupt_in_the_model_propagates() -> None:
+    """A non-Exception propagates unchanged; the step counted and the run can go on."""
+    interrupt = KeyboardInterrupt()
+    model = Script([interrupt, final("after")])
+    run = Loop(model).start("go")
+    with pytest.raises(KeyboardInterrupt) as caught:
+        run.step()
+
+    assert caught.value is interrupt
+    assert (run.state, run.steps, run.done) == (A, 1, False)
+    assert kinds(run.transcript) == ["user"]
+    drive(run)
+    assert (run.result().output, run.steps) == ("after", 2)
+
+
+def test_keyboard_interrupt_in_a_tool_pairs_the_call() -> None:
+    """A tool interrupted by a non-Exception still gets a result; it never runs twice."""
+    runs = []
+
+    def slow(**kwargs: Any) -> int:
+        runs.append(kwargs)
+        raise KeyboardInterrupt
+
+    model = Script([call("c1", name="slow"), final()])
+    run = Loop(model, tools={"slow": slow}).start("go")
+    run.step()
+    run.step()
+    with pytest.raises(KeyboardInterrupt):
+        run.step()
+
+    assert (run.state, run.calls, len(runs)) == (A, 1, 1)
+    assert kinds(run.transcript) == ["user", "call", "tool_result:error"]
+    assert run.transcript[-1]["content"]["type"] == "KeyboardInterrupt"
+    drive(run)
+    assert (run.result().status, len(runs)) == ("finished", 1)
+
+
+def test_steps_budget_counts_every_invocation() -> None:
+    """Failed outcomes still spend model steps; the run stops at max_steps."""
+    model = Script([call(f"c{i}", name="nope") for i in range(5)])
+    result = Loop(model, max_steps=3, max_calls=10).run("go")
+
+    assert result.status == "exhausted"
+    assert result.reason == "max_steps"
+    assert (result.steps, result.calls) == (3, 3)
+    assert kinds(result.transcript) == ["user"] + ["call", "tool_result:unknown_tool"] * 3
+
+
+def test_zero_budgets() -> None:
+    """max_steps=0 never calls the model; max_calls=0 still allows a final."""
+    model = Script([final()])
+    assert Loop(model, max_steps=0).run("go").status == "exhausted"
+    assert model.seen == []
+    assert Loop(Script([final("x")]), max_calls=0).run("go").output == "x"
+
+
+def test_loop_is_reusable_and_runs_are_independent() -> None:
+    """Each run has its own counters, reserved ids and history."""
+    add = Recorder()
+
+    def model(history: list[dict[str, Any]]) -> dict[str, Any]:
+        if history[-1]["kind"] == "user":
+            return call("same-id", a=1, b=1)
+        return final(history[0]["text"])
+
+    loop = Loop(model, tools={"add": add}, max_calls=1)
+    first, second = loop.run("one"), loop.run("two")
+
+    assert (first.status, first.output, first.calls) == ("finished", "one", 1)
+    assert (second.status, second.output, second.calls) == ("finished", "two", 1)
+    assert len(add.calls) == 2
+
+
+def test_listeners_see_every_transition_in_order() -> None:
+    """Subscribed listeners receive each transition as it happens; the transcript follows them."""
+    seen: list[agentloop.Transition] = []
+    loop = Loop(Script([call("c1", a=1, b=1), final()]), tools={"add": Recorder()})
+    run = loop.start("go")
+    run.subscribe(seen.append)
+    drive(run)
+    result = run.result()
+
+    assert tuple(seen) == result.events
+    rebuilt = [{"kind": "user", "text": "go"}]
+    for event in seen:
+        rebuilt.extend(event.appended)
+    assert rebuilt == result.transcript
+
+
+def test_loop_level_listeners() -> None:
+    """Listeners given to Loop are subscribed to every run it starts."""
+    seen: list[str] = []
+    loop = Loop(Script([final(), final()]), listeners=(lambda t: seen.append(t.dest),))
+    loop.run("a")
+    loop.run("b")
+    assert seen == ["validating", "finished"] * 2
+
+
+def test_events_are_a_budget_ledger() -> None:
+    """Counters on events never decrease and end at the result's counters."""
+    model = Script([call("c1", name="nope"), call("c2", a=1, b=2), final()])
+    result = Loop(model, tools={"add": Recorder()}).run("go")
+    steps = [e.steps for e in result.events]
+    calls = [e.calls for e in result.events]
+
+    assert steps == sorted(steps)
+    assert calls == sorted(calls)
+    assert (steps[-1], calls[-1]) == (result.steps, result.calls) == (3, 2)
+    statuses = [(e.call_id, e.status) for e in result.events if e.trigger == "tool_returned"]
+    assert statuses == [("c1", "unknown_tool"), ("c2", "ok")]
