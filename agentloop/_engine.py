@@ -168,6 +168,8 @@ class Engine:
         """The dispatcher returned ``outcome`` (``{'status': ..., 'content': ...}``)."""
         self._require(State.DISPATCHING, "accept a tool outcome")
         self._outcome = _checked_outcome(outcome)
+        if isinstance(outcome, dict) and isinstance(outcome.get("exception"), BaseException):
+            self._exception = outcome["exception"]
         return self._fire_to_state(Trigger.TOOL_RETURNED)
 
     def tool_raised(self, exc: BaseException) -> Transition:
@@ -330,12 +332,13 @@ def _checked_outcome(outcome: object) -> tuple[str, bytes]:
     """A dispatcher's outcome as (status, content JSON); a bad one becomes ``error``."""
     if not (
         isinstance(outcome, dict)
-        and outcome.keys() == {"status", "content"}
+        and {"status", "content"} <= outcome.keys() <= {"status", "content", "exception"}
         and outcome["status"] in RESULT_STATUSES
     ):
         problem = (
             "the dispatcher's outcome was not valid: expected {'status': one of "
-            f"{sorted(RESULT_STATUSES)}, 'content': JSON}}, got {outcome!r:.200}"
+            f"{sorted(RESULT_STATUSES)}, 'content': JSON, optionally 'exception': "
+            f"the exception behind an error}}, got {outcome!r:.200}"
         )
         return "error", orjson.dumps(problem)
     try:

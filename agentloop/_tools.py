@@ -19,7 +19,12 @@ __all__ = ["Dispatcher", "ToolMap", "as_dispatcher"]
 
 @runtime_checkable
 class Dispatcher(Protocol):
-    """Anything that can run a call: ``dispatch(call) -> {'status', 'content'}``."""
+    """Anything that can run a call: ``dispatch(call) -> {'status', 'content'}``.
+
+    The outcome may also carry ``'exception'``, the exception behind an
+    ``error``: it is kept on the transition event for the caller and never
+    enters the history.
+    """
 
     def dispatch(self, call: dict[str, Any]) -> dict[str, Any]:
         """Run ``call`` (a fresh copy) and return its outcome."""
@@ -140,7 +145,11 @@ class ToolMap:
         try:
             value = tool.handler(**call["arguments"])
         except Exception as exc:  # noqa: BLE001 - a failing tool is an outcome
-            return {"status": "error", "content": {"type": type(exc).__name__, "message": str(exc)}}
+            return {
+                "status": "error",
+                "content": {"type": type(exc).__name__, "message": str(exc)},
+                "exception": exc,  # kept on the transition event, never sent to the model
+            }
         return {"status": "ok", "content": value}
 
 
