@@ -263,7 +263,8 @@ class Engine:
 
     # -- the one place a row is chosen and applied --------------------------
 
-    def _fire(self, trigger: Trigger) -> Transition | None:
+    def _choose(self, trigger: Trigger) -> _Row:
+        """The first row for (state, trigger) whose guard holds."""
         rows = _TABLE.get((self.state, trigger))
         if rows is None:
             raise InvalidStateError(
@@ -273,7 +274,11 @@ class Engine:
             )
         for row in rows:
             if row.check is None or row.check(self):
-                break
+                return row
+        raise AssertionError("unreachable: _compile checks the last row is unconditional")
+
+    def _fire(self, trigger: Trigger) -> Transition | None:
+        row = self._choose(trigger)
         # Past awaiting_model, every event names the call being handled.
         fields: dict[str, Any] = {}
         if self.state is not State.AWAITING_MODEL:

@@ -1,0 +1,151 @@
+"""Bad input raises early, with a message naming what was expected and what was given."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import agentloop
+from agentloop import InvalidStateError, Loop
+
+from .helpers import Script, call, drive, final
+
+
+@pytest.mark.parametrize(
+    ("budgets", "error", "message"),
+    [
+        ({"max_steps": True}, TypeError, "max_steps must be a non-negative int, got bool True"),
+        ({"max_calls": 2.0}, TypeError, "max_calls must be a non-negative int, got float 2.0"),
+        ({"max_steps": "3"}, TypeError, "got str '3'"),
+        ({"max_steps": None}, TypeError, "got NoneType None"),
+        ({"max_calls": -1}, ValueError, "max_calls must be a non-negative int, got -1"),
+    ],
+)
+def test_budgets_are_checked_when_the_loop_is_built(
+    budgets: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    """Budgets that are not non-negative ints fail at Loop(...)."""
+    with pytest.raises(error, match=message):
+        Loop(Script([]), **budgets)
+
+
+@pytest.mark.parametrize(
+    ("messages", "error", "message"),
+    [
+        (42, TypeError, "expected the input to be a str or a list of message dicts, got int"),
+        ({"kind": "user"}, TypeError, "got dict"),
+        (["hello"], TypeError, r"messages\[0\]: expected a dict with a str 'kind', got 'hello'"),
+        ([{"text": "no kind"}], TypeError, r"messages\[0\]: expected a dict with a str 'kind'"),
+        ([{"kind": 1}], TypeError, "expected a dict with a str 'kind'"),
+        ([{"kind": "user", "when": object()}], TypeError, r"messages\[0\]\.when: expected a JSON"),
+        ([{"kind": "user", "score": float("inf")}], TypeError, "expected a finite number"),
+        ([{"kind": "user", "tags": ("a",)}], TypeError, r"messages\[0\]\.tags: .*got tuple"),
+        ([{"kind": "user", "map": {1: "a"}}], TypeError, "keys to be str, got int 1"),
+        ([call("c1")], ValueError, "got call 'c1' without one"),
+        ([{"kind": "call", "id": 3}], ValueError, "a call's 'id' to be a non-empty str, got 3"),
+    ],
+)
+def test_bad_input_raises_before_the_model_is_called(
+    messages: object, error: type[Exception], message: str
+) -> None:
+    """Input that is not a str or a list of JSON dicts with a str kind fails at start()."""
+    model = Script([final()])
+    with pytest.raises(error, match=message):
+        Loop(model).start(messages)  # type: ignore[arg-type]
+    assert model.seen == []
+
+
+def test_call_result_must_follow_the_call() -> None:
+    """A tool_result before its call does not pair it."""
+    messages = [
+        {"kind": "tool_result", "id": "c1", "name": "add", "status": "ok", "content": 1},
+        call("c1"),
+    ]
+    with pytest.raises(ValueError, match="without one"):
+        Loop(Script([])).start(messages)
+
+
+def test_empty_input_list_is_accepted() -> None:
+    """An empty history is valid input; the model sees an empty list."""
+    model = Script([final()])
+    assert Loop(model).run([]).status == "finished"
+    assert model.seen == [[]]
+
+
+def test_step_after_the_end_raises_naming_the_state() -> None:
+    """step() on a finished run raises InvalidStateError, a RuntimeError."""
+    run = Loop(Script([final()])).start("go")
+    drive(run)
+    with pytest.raises(InvalidStateError, match="ended in state 'finished'") as caught:
+        run.step()
+    assert isinstance(caught.value, RuntimeError)
+    assert caught.value.state == "finished"
+    assert run.state == "finished"
+
+
+def test_result_before_the_end_raises_naming_the_state() -> None:
+    """result() on an unfinished run raises InvalidStateError naming the state."""
+    run = Loop(Script([final()])).start("go")
+    with pytest.raises(InvalidStateError, match="still in state 'awaiting_model'"):
+        run.result()
+    run.step()
+    with pytest.raises(InvalidStateError, match="still in state 'validating'"):
+        run.result()
+
+
+def test_engine_refuses_out_of_order_reports() -> None:
+    """Reporting a tool outcome while awaiting the model is the driver's error."""
+    run = Loop(Script([final()])).start("go")
+    engine = run._engine
+    with pytest.raises(InvalidStateError, match="expected 'dispatching'"):
+        engine.tool_returned({"status": "ok", "content": 1})
+    with pytest.raises(InvalidStateError, match="cannot validate in state 'awaiting_model'"):
+        engine.validate()
+    assert (run.state, run.steps) == ("awaiting_model", 0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tools": ["add"]}, "expected tools to be a mapping of name -> callable"),
+        ({"tools": {"add": 3}}, "tool 'add': expected a callable handler, got int"),
+        ({"tools": {"": len}}, "expected tool names to be non-empty str"),
+    ],
+)
+def test_bad_tools_fail_when_the_loop_is_built(kwargs: dict[str, Any], message: str) -> None:
+    """Tools that are not handlers or a dispatcher are refused at Loop(...)."""
+    with pytest.raises(TypeError, match=message):
+        Loop(Script([]), **kwargs)
+
+
+def test_unresolvable_annotation_fails_when_the_loop_is_built() -> None:
+    """A handler whose string annotations cannot be resolved is refused up front."""
+
+    def handler(x: NoSuchType) -> int:  # type: ignore[name-defined] # noqa: F821
+        return 0
+
+    with pytest.raises(TypeError, match="tool 'h'"):
+        Loop(Script([]), tools={"h": handler})
+
+
+def test_model_must_be_callable() -> None:
+    """A model that is not callable is refused."""
+    with pytest.raises(TypeError, match=r"expected model to be a callable.*got str"):
+        Loop("gpt")  # type: ignore[arg-type]
+
+
+def test_cancel_must_be_a_token() -> None:
+    """cancel= takes a CancelToken."""
+    with pytest.raises(TypeError, match="expected cancel to be a CancelToken or None, got bool"):
+        Loop(Script([])).start("go", cancel=True)  # type: ignore[arg-type]
+
+
+def test_cancel_token_is_idempotent_and_visible() -> None:
+    """cancel() can be called twice; cancelled reflects it."""
+    token = agentloop.CancelToken()
+    assert not token.cancelled
+    token.cancel()
+    token.cancel()
+    assert token.cancelled
+    assert repr(token) == "CancelToken(cancelled=True)"

@@ -1,0 +1,52 @@
+"""The committed diagrams are generated from the table the engine runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentloop import ROWS, TERMINAL, State, build_machine
+from agentloop._diagram import to_dot, to_mermaid
+from agentloop._machine import rows_of
+
+DIAGRAMS = Path(__file__).parent.parent / "diagrams"
+README = Path(__file__).parent.parent / "README.md"
+
+
+@pytest.mark.parametrize(
+    ("name", "render"), [("agentloop.mmd", to_mermaid), ("agentloop.dot", to_dot)]
+)
+def test_committed_diagrams_are_fresh(name: str, render: object) -> None:
+    """diagrams/ matches freshly generated output; run `make diagrams` if this fails."""
+    assert callable(render)
+    assert (DIAGRAMS / name).read_text() == render(), f"diagrams/{name} is stale: run make diagrams"
+
+
+def test_readme_embeds_the_current_mermaid_diagram() -> None:
+    """The README shows the same Mermaid diagram the table produces."""
+    assert f"```mermaid\n{to_mermaid()}```" in README.read_text()
+
+
+def test_mermaid_draws_every_row_with_its_guard() -> None:
+    """Each row is an edge labelled with its trigger and guard; terminal states end."""
+    mermaid = to_mermaid()
+    assert mermaid.startswith("---\ntitle: agentloop\n---\nstateDiagram-v2\n")
+    for row in rows_of(build_machine()):
+        guard = f" [{row.guard}]" if row.guard else ""
+        assert f"    {row.source} --> {row.dest or row.source}: {row.trigger}{guard}" in mermaid
+    for state in TERMINAL:
+        assert f"    {state.value} --> [*]\n" in mermaid
+    assert "    [*] --> awaiting_model\n" in mermaid
+    assert not any(line != line.rstrip() for line in mermaid.splitlines())
+
+
+def test_dot_marks_terminal_states_and_internal_rows() -> None:
+    """DOT draws terminal states as double circles and internal rows dashed."""
+    dot = to_dot()
+    for state in State:
+        shape = "doublecircle" if state in TERMINAL else "box"
+        assert f'"{state.value}" [shape="{shape}"];' in dot
+    dashed = [line for line in dot.splitlines() if 'style="dashed"' in line]
+    assert len(dashed) == sum(row.dest is None for row in rows_of(build_machine())) == 2
+    assert len([line for line in dot.splitlines() if " -> " in line]) == len(ROWS) + 1

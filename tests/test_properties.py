@@ -1,0 +1,235 @@
+"""Hypothesis properties over random scripted models, budgets and cancellation points."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import agentloop
+from agentloop import CancelToken, InvalidStateError, Loop, State
+from agentloop._driver import Run
+from agentloop._engine import Engine, _Row
+from agentloop._messages import input_messages
+
+from .test_machine import Reference
+
+Message = dict[str, Any]
+
+IDS = st.sampled_from(["c1", "c2", "c3", "c4", "c5", "c6"])  # few ids, so repeats happen
+ARGS = st.fixed_dictionaries(
+    {}, optional={"a": st.integers(-5, 5) | st.text(max_size=2), "b": st.integers(0, 3)}
+)
+CALLS = st.builds(
+    lambda i, n, a: {"kind": "call", "id": i, "name": n, "arguments": a},
+    IDS,
+    st.sampled_from(["add", "boom", "missing"]),
+    ARGS,
+)
+FINALS = st.builds(lambda t: {"kind": "final", "text": t}, st.text(max_size=5))
+GARBAGE: st.SearchStrategy[object] = st.sampled_from(
+    [None, "text", {"kind": "call"}, {"kind": "final", "text": 1}, []]
+)
+ERRORS = st.builds(ValueError, st.text(max_size=5))
+REPLIES = st.one_of(CALLS, CALLS, CALLS, FINALS, GARBAGE, ERRORS)
+
+
+@attrs.define
+class World:
+    """A scripted model and tools that log what ran, and when cancellation was requested."""
+
+    replies: list[object]
+    cancel_at: int | None  # cancel from inside the model on this invocation
+    token: CancelToken = attrs.field(factory=CancelToken)
+    invocations: int = 0
+    handler_runs: list[tuple[str, bool]] = attrs.field(factory=list)  # (tool, cancelled then?)
+
+    def model(self, history: list[Message]) -> object:
+        self.invocations += 1
+        if self.invocations == self.cancel_at:
+            self.token.cancel()
+        reply = self.replies.pop(0) if self.replies else {"kind": "final", "text": "end"}
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def tools(self) -> dict[str, Any]:
+        def add(a: int = 0, b: int = 0) -> int:
+            self.handler_runs.append(("add", self.token.cancelled))
+            return a + b
+
+        def boom(**kwargs: Any) -> None:
+            self.handler_runs.append(("boom", self.token.cancelled))
+            raise RuntimeError("boom")
+
+        return {"add": add, "boom": boom}
+
+
+worlds = st.builds(
+    World,
+    replies=st.lists(REPLIES, max_size=12),
+    cancel_at=st.none() | st.integers(1, 8),
+)
+budgets = st.tuples(st.integers(0, 8), st.integers(0, 5))
+
+
+def check_invariants(
+    result: agentloop.RunResult, world: World, max_steps: int, max_calls: int
+) -> None:
+    """The contract's invariants for one finished run."""
+    transcript = result.transcript
+    # Counters never exceed budgets; steps are exactly the model invocations.
+    assert result.steps <= max_steps
+    assert result.calls <= max_calls
+    assert result.steps == world.invocations
+    # Every call is immediately followed by its result.
+    for index, message in enumerate(transcript):
+        if message["kind"] == "call":
+            following = transcript[index + 1]
+            assert following["kind"] == "tool_result"
+            assert (following["id"], following["name"]) == (message["id"], message["name"])
+    # No call id appears twice; no handler ran after cancellation was requested.
+    ids = [m["id"] for m in transcript if m["kind"] == "call"]
+    assert len(ids) == len(set(ids))
+    assert not any(cancelled for _, cancelled in world.handler_runs)
+    # The ledger: counters are monotone and end at the result's; the transcript is
+    # the input plus every transition's appended messages.
+    assert [e.steps for e in result.events] == sorted(e.steps for e in result.events)
+    assert [e.calls for e in result.events] == sorted(e.calls for e in result.events)
+    if result.events:
+        assert (result.events[-1].steps, result.events[-1].calls) == (result.steps, result.calls)
+    rebuilt = [{"kind": "user", "text": "go"}]
+    for event in result.events:
+        rebuilt.extend(event.appended)
+    assert rebuilt == transcript
+    # Each accepted call is one dispatching entry; only terminal at the end.
+    assert result.calls == sum(e.dest == State.DISPATCHING for e in result.events)
+    assert [e.dest in agentloop.TERMINAL for e in result.events] == [False] * (
+        len(result.events) - 1
+    ) + [True]
+    # The status-specific fields.
+    assert (result.output is not None) == (result.status == "finished")
+    assert (result.reason is not None) == (result.status == "exhausted")
+    assert (result.error is not None) == (result.status in {"failed", "malformed", "repeated_call"})
+
+
+@settings(max_examples=300, deadline=None)
+@given(world=worlds, budget=budgets)
+def test_random_runs_keep_the_contract(world: World, budget: tuple[int, int]) -> None:
+    """Whatever the model does, the invariants hold and the run ends in a terminal state."""
+    max_steps, max_calls = budget
+    loop = Loop(world.model, tools=world.tools(), max_steps=max_steps, max_calls=max_calls)
+    run = loop.start("go", cancel=world.token)
+    for _ in range(4 * max_steps + 2):  # each model step is at most 3 transitions, then 1
+        if run.done:
+            break
+        run.step()
+    assert run.done
+    result = run.result()
+    check_invariants(result, world, max_steps, max_calls)
+    # Terminal states absorb: stepping again raises and changes nothing.
+    try:
+        run.step()
+    except InvalidStateError:
+        pass
+    else:
+        raise AssertionError("step() after the end did not raise")
+    assert (run.state, run.steps, run.calls) == (result.status, result.steps, result.calls)
+
+
+class ReferenceEngine(Engine):
+    """The engine with row choice delegated to ``transitions`` (the reference backend)."""
+
+    def _choose(self, trigger: agentloop.Trigger) -> _Row:
+        dest = Reference(self).choose(trigger)
+        rows = agentloop._engine._TABLE[self.state, trigger]
+        return next(row for row in rows if row.dest == dest)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), budget=budgets)
+def test_compiled_engine_matches_transitions_on_random_runs(
+    data: st.DataObject, budget: tuple[int, int]
+) -> None:
+    """The compiled table and transitions produce identical events on the same script."""
+    replies = data.draw(st.lists(REPLIES, max_size=10))
+    cancel_at = data.draw(st.none() | st.integers(1, 8))
+    outcomes = []
+    for engine_class in (Engine, ReferenceEngine):
+        world = World(list(replies), cancel_at)
+        loop = Loop(world.model, tools=world.tools(), max_steps=budget[0], max_calls=budget[1])
+        engine = engine_class.start(input_messages("go"), loop.budget, world.token)
+        run = Run(engine, loop.model, loop.dispatcher)
+        outcomes.append(
+            ([(e.source, e.dest, e.guard, e.steps, e.calls) for e in run], world.handler_runs)
+        )
+    assert outcomes[0] == outcomes[1]
+
+
+class SteppedRun(RuleBasedStateMachine):
+    """Stateful test: interleave steps and outside cancellation at random."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.world = World([], None)
+        self.loop: Loop | None = None
+        self.run: Run | None = None
+        self.cancelled_before: int | None = None
+
+    @precondition(lambda self: self.run is None)
+    @rule(replies=st.lists(REPLIES, max_size=10), budget=budgets)
+    def start(self, replies: list[object], budget: tuple[int, int]) -> None:
+        self.world = World(replies, None)
+        self.budget = budget
+        self.loop = Loop(
+            self.world.model, tools=self.world.tools(), max_steps=budget[0], max_calls=budget[1]
+        )
+        self.run = self.loop.start("go", cancel=self.world.token)
+
+    @precondition(lambda self: self.run is not None and not self.run.done)
+    @rule()
+    def step(self) -> None:
+        assert self.run is not None
+        before = self.run.state
+        transition = self.run.step()
+        assert transition.source == before
+        assert transition.dest == self.run.state
+
+    @precondition(lambda self: self.run is not None)
+    @rule()
+    def cancel(self) -> None:
+        self.world.token.cancel()
+
+    @precondition(lambda self: self.run is not None and self.run.done)
+    @rule()
+    def step_after_the_end(self) -> None:
+        assert self.run is not None
+        state = self.run.state
+        try:
+            self.run.step()
+        except InvalidStateError:
+            pass
+        else:
+            raise AssertionError("a terminal state did not absorb")
+        assert self.run.state == state
+
+    @invariant()
+    def counters_within_budget_and_calls_paired(self) -> None:
+        if self.run is None:
+            return
+        assert self.run.steps <= self.budget[0]
+        assert self.run.calls <= self.budget[1]
+        transcript = self.run.transcript
+        for index, message in enumerate(transcript):
+            if message["kind"] == "call":
+                assert transcript[index + 1]["kind"] == "tool_result"
+        assert not any(cancelled for _, cancelled in self.world.handler_runs)
+        if self.run.done:
+            check_invariants(self.run.result(), self.world, *self.budget)
+
+
+TestSteppedRun = SteppedRun.TestCase
+TestSteppedRun.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
