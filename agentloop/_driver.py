@@ -18,6 +18,12 @@ from agentloop._values import Budget, CancelToken, RunResult, Transition
 
 __all__ = ["Loop", "Model", "Run"]
 
+_AWAITING_MODEL, _VALIDATING, _DISPATCHING = (
+    State.AWAITING_MODEL,
+    State.VALIDATING,
+    State.DISPATCHING,
+)
+
 #: A model: given a copy of the history, return a call or a final answer.
 Model = Callable[[list[dict[str, Any]]], object]
 
@@ -135,7 +141,8 @@ class Run:
     def step(self) -> Transition:
         """Perform exactly one transition and return it."""
         engine = self._engine
-        if engine.state is State.AWAITING_MODEL:
+        state = engine.state
+        if state is _AWAITING_MODEL:
             stopped = engine.ask_model()
             if stopped is not None:
                 return stopped
@@ -144,9 +151,9 @@ class Run:
             except Exception as exc:  # noqa: BLE001 - a failing model is a state
                 return engine.model_raised(exc)
             return engine.model_replied(reply)
-        if engine.state is State.VALIDATING:
+        if state is _VALIDATING:
             return engine.validate()
-        if engine.state is State.DISPATCHING:
+        if state is _DISPATCHING:
             stopped = engine.start_tool()
             if stopped is not None:
                 return stopped

@@ -32,6 +32,7 @@ __all__ = ["Engine", "InvalidStateError", "Listener"]
 
 Listener = Callable[[Transition], object]
 _NO_REPLY: Final = object()
+_AWAITING_MODEL: Final = State.AWAITING_MODEL
 
 
 class AgentloopError(Exception):
@@ -67,7 +68,7 @@ class Engine:
     _reply: Any = _NO_REPLY
     _reply_json: bytes = b""
     _problem: str | None = None
-    _call_fields: dict[str, str] = attrs.field(factory=dict)
+    _call_fields: dict[str, Any] = attrs.field(factory=dict)
     # What the model raised, or the tool's outcome (status, content JSON).
     _exception: BaseException | None = None
     _outcome: tuple[str, bytes] = ("error", b"null")
@@ -280,29 +281,32 @@ class Engine:
     def _fire(self, trigger: Trigger) -> Transition | None:
         row = self._choose(trigger)
         # Past awaiting_model, every event names the call being handled.
-        fields: dict[str, Any] = {}
-        if self.state is not State.AWAITING_MODEL:
-            fields.update(self._call_fields)
-        for effect in row.effects:
-            fields.update(effect(self) or ())
-        if row.dest is None:
+        fields = self._call_fields if self.state is not _AWAITING_MODEL else {}
+        if row.effects:
+            fields = dict(fields)
+            for effect in row.effects:
+                extra = effect(self)
+                if extra:
+                    fields.update(extra)
+        dest = row.dest
+        if dest is None:
             return None
         transition = Transition(
             source=self.state,
-            dest=row.dest,
+            dest=dest,
             trigger=trigger,
             guard=row.guard,
             steps=self.steps,
             calls=self.calls,
             **fields,
         )
-        self.state = row.dest
+        self.state = dest
         for message in transition.appended_json:
             self._history.append(message)
         self._events.append(transition)
-        if row.dest is State.AWAITING_MODEL:
+        if row.starts_over:
             self._reply, self._exception, self._call_fields = _NO_REPLY, None, {}
-        elif row.dest in TERMINAL and row.dest is not State.FINISHED:
+        elif row.rejects:
             self._rejected = None if self._reply is _NO_REPLY else self._reply
         for listener in self._listeners:
             listener(transition)
@@ -358,6 +362,13 @@ class _Row:
     guard: Guard | None
     dest: State | None
     effects: tuple[Callable[[Engine], dict[str, Any] | None], ...]
+    # Derived from dest once, to keep enum look-ups off the hot path:
+    starts_over: bool = attrs.field(init=False)  # back to awaiting_model: forget the reply
+    rejects: bool = attrs.field(init=False)  # a terminal state a reply can be rejected in
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "starts_over", self.dest is State.AWAITING_MODEL)
+        object.__setattr__(self, "rejects", self.dest in TERMINAL - {State.FINISHED})
 
 
 def _compile() -> dict[tuple[State, Trigger], tuple[_Row, ...]]:
