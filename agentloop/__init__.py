@@ -12,6 +12,7 @@ from agentloop._driver import Loop, Model, Run
 from agentloop._engine import AgentloopError, Engine, InvalidStateError, Listener
 from agentloop._machine import ROWS, TERMINAL, Guard, State, Trigger, build_machine
 from agentloop._messages import RESULT_STATUSES, JSONError
+from agentloop._runfile import NotJSON, RecordedException, RunFileError
 from agentloop._tools import Dispatcher, ToolMap
 from agentloop._values import Budget, CancelToken, RunResult, Transition
 
@@ -30,7 +31,10 @@ __all__ = [
     "Listener",
     "Loop",
     "Model",
+    "NotJSON",
+    "RecordedException",
     "Run",
+    "RunFileError",
     "RunResult",
     "State",
     "ToolMap",

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import orjson
 
 from agentloop._machine import Guard, State, Trigger
+
+if TYPE_CHECKING:
+    import os
 
 __all__ = ["Budget", "CancelToken", "RunResult", "Transition"]
 
@@ -134,3 +138,29 @@ class RunResult:
     def rejected(self) -> Any:
         """A copy of the reply that ended the run, if one did; never in the transcript."""
         return copy.deepcopy(self.rejected_value)
+
+    # Saved runs: the format and its checks live in _runfile.py.
+
+    def to_json(self) -> str:
+        """The result as a run file: versioned JSON text (``RunResult.from_json`` reads it)."""
+        from agentloop._runfile import dump
+
+        return dump(self)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> RunResult:
+        """A result from run file text; ``RunFileError`` if it is not a valid one."""
+        from agentloop._runfile import load
+
+        return load(text)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write this result to ``path`` as a run file."""
+        Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> RunResult:
+        """Read a run file; ``OSError`` if unreadable, ``RunFileError`` if invalid."""
+        from agentloop._runfile import load
+
+        return load(Path(path).read_bytes(), source=str(path))

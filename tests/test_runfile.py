@@ -1,0 +1,420 @@
+"""Saved runs: the version 1 document, exact round trips, and refusing damaged files."""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+import agentloop
+from agentloop import CancelToken, Loop, NotJSON, RecordedException, RunFileError, RunResult
+from agentloop._demo import demo_loop
+from agentloop._messages import JSONError, to_json
+
+from .helpers import Script, call, final
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+Doc = dict[str, Any]
+
+# -- random runs -----------------------------------------------------------------
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+CALLS = st.builds(
+    lambda i, n, a: {"kind": "call", "id": i, "name": n, "arguments": a},
+    st.sampled_from(["c1", "c2", "c3"]),  # few ids, so repeats happen
+    st.sampled_from(["add", "echo", "boom", "missing"]),
+    st.dictionaries(st.sampled_from(["a", "b", "value"]), JSON_VALUES, max_size=2),
+)
+FINALS = st.builds(final, st.text(max_size=8))
+GARBAGE: st.SearchStrategy[object] = st.sampled_from(
+    [
+        None,
+        42,
+        "text",
+        {"kind": "call"},
+        {"kind": "final", "text": "x", "extra": 1},
+        {"kind": "final", "text": float("nan")},  # not JSON: rejected is kept by repr
+        {"kind": "call", "id": "s", "name": "add", "arguments": {"a": {1, 2}}},  # a set
+        ("final", "tuple"),
+    ]
+)
+ERRORS = st.builds(ValueError, st.text(max_size=5)) | st.just(KeyError("k"))
+REPLIES = st.one_of(CALLS, CALLS, FINALS, GARBAGE, ERRORS)
+
+
+def tools() -> dict[str, Callable[..., Any]]:
+    """A tool that adds, one that echoes its arguments, and one that raises."""
+
+    def add(a: int = 0, b: int = 0) -> int:
+        return a + b
+
+    def echo(**arguments: Any) -> Any:
+        return arguments
+
+    def boom(**arguments: Any) -> None:
+        raise RuntimeError("tool broke")
+
+    return {"add": add, "echo": echo, "boom": boom}
+
+
+def random_run(
+    replies: list[object], max_steps: int, max_calls: int, cancel_after: int | None
+) -> RunResult:
+    """Drive a scripted run step by step, cancelling after ``cancel_after`` transitions."""
+    script = Script([*replies, *[final("end")] * 10])
+    token = CancelToken()
+    run = Loop(script, tools=tools(), max_steps=max_steps, max_calls=max_calls).start(
+        "go", cancel=token
+    )
+    while not run.done:
+        if len(run.events) == cancel_after:
+            token.cancel()
+        run.step()
+    return run.result()
+
+
+def is_json(value: object) -> bool:
+    try:
+        to_json(value)
+    except JSONError:
+        return False
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    replies=st.lists(REPLIES, max_size=10),
+    max_steps=st.integers(0, 7),
+    max_calls=st.integers(0, 4),
+    cancel_after=st.none() | st.integers(0, 12),
+)
+def test_random_runs_round_trip(
+    replies: list[object], max_steps: int, max_calls: int, cancel_after: int | None
+) -> None:
+    """Every run loads back equal to itself (a non-JSON rejected reply as its repr)."""
+    result = random_run(replies, max_steps, max_calls, cancel_after)
+    event(f"status={result.status.value}")
+    text = result.to_json()
+    loaded = RunResult.from_json(text)
+
+    if is_json(result.rejected_value):
+        assert loaded == result
+    else:
+        assert isinstance(loaded.rejected_value, NotJSON)
+        assert repr(loaded.rejected) == repr(result.rejected)
+        assert loaded.to_json() == text
+    assert loaded.transcript == result.transcript
+    assert [e.appended for e in loaded.events] == [e.appended for e in result.events]
+    # Saving what was loaded writes the same document, exception records included.
+    assert loaded.to_json() == text
+    for saved, live in zip(loaded.events, result.events, strict=True):
+        assert (saved.exception is None) == (live.exception is None)
+        if live.exception is not None:
+            assert isinstance(saved.exception, RecordedException)
+            assert saved.exception.type_name == type(live.exception).__name__
+            assert saved.exception.message == str(live.exception)
+
+
+# -- the document ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo() -> RunResult:
+    """The demo's run: two calls and a final answer."""
+    return demo_loop().run("What's the weather in Lisbon, in Fahrenheit?")
+
+
+@pytest.fixture
+def doc(demo: RunResult) -> Doc:
+    """The demo run as a parsed document, fresh for each test to damage."""
+    return orjson.loads(demo.to_json())  # type: ignore[no-any-return]
+
+
+def test_document_has_every_version_1_field(demo: RunResult, doc: Doc) -> None:
+    """The document carries the header, summary, budget, transcript and every event field."""
+    assert list(doc) == [
+        "format",
+        "version",
+        "status",
+        "output",
+        "reason",
+        "error",
+        "steps",
+        "calls",
+        "budget",
+        "transcript",
+        "events",
+        "rejected",
+    ]
+    assert (doc["format"], doc["version"], doc["status"]) == ("agentloop.run", 1, "finished")
+    assert (doc["steps"], doc["calls"]) == (3, 2)
+    assert doc["budget"] == {"max_steps": 5, "max_calls": 2}
+    assert doc["transcript"] == demo.transcript
+    assert doc["rejected"] is None
+    assert len(doc["events"]) == len(demo.events) == 8
+    assert doc["events"][2] == {
+        "source": "dispatching",
+        "dest": "awaiting_model",
+        "trigger": "tool_returned",
+        "guard": None,
+        "steps": 1,
+        "calls": 1,
+        "call_id": "c1",
+        "tool": "weather",
+        "status": "ok",
+        "reason": None,
+        "error": None,
+        "exception": None,
+        "appended": demo.events[2].appended,
+    }
+
+
+def test_exception_is_saved_as_type_and_message() -> None:
+    """A model's exception is stored as {type, message} and loads as a RecordedException."""
+    result = Loop(Script([ValueError("model broke")])).run("go")
+    doc = orjson.loads(result.to_json())
+
+    assert doc["events"][-1]["exception"] == {"type": "ValueError", "message": "model broke"}
+    assert doc["error"] == "the model raised ValueError: model broke"
+    loaded = RunResult.from_json(result.to_json())
+    exc = loaded.events[-1].exception
+    assert isinstance(exc, RecordedException)
+    assert (exc.type_name, exc.message, str(exc)) == ("ValueError", "model broke", "model broke")
+    assert repr(exc) == "RecordedException('ValueError', 'model broke')"
+    assert loaded == result
+
+
+def test_json_rejected_reply_is_saved_as_json() -> None:
+    """A rejected reply that is JSON is stored under "json" and loads equal."""
+    reply = {"kind": "final", "text": "x", "extra": [1, 2.5]}
+    result = Loop(Script([reply])).run("go")
+    doc = orjson.loads(result.to_json())
+
+    assert doc["rejected"] == {"json": reply}
+    assert RunResult.from_json(result.to_json()).rejected == reply
+
+
+def test_non_json_rejected_reply_is_saved_as_its_repr() -> None:
+    """A rejected reply that is not JSON is stored as {"repr": ...} and loads as NotJSON."""
+    reply = {"kind": "final", "text": {1, 2}}
+    result = Loop(Script([reply])).run("go")
+    doc = orjson.loads(result.to_json())
+
+    assert result.status == "malformed"
+    assert doc["rejected"] == {"repr": "{'kind': 'final', 'text': {1, 2}}"}
+    loaded = RunResult.from_json(result.to_json())
+    assert loaded.rejected == NotJSON("{'kind': 'final', 'text': {1, 2}}")
+    assert repr(loaded.rejected) == repr(reply)
+    assert loaded.to_json() == result.to_json()
+
+
+def test_unprintable_rejected_reply_is_saved_with_a_placeholder() -> None:
+    """A reply whose repr raises still saves; the placeholder names the failure."""
+
+    class Broken:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    result = Loop(Script([{"kind": "final", "text": Broken()}])).run("go")
+
+    assert orjson.loads(result.to_json())["rejected"] == {"repr": "<unprintable: RuntimeError>"}
+
+
+def test_save_and_load_a_file(demo: RunResult, tmp_path: Path) -> None:
+    """save() writes the document (with a final newline) and load() reads it back equal."""
+    path = tmp_path / "run.json"
+    demo.save(path)
+
+    assert path.read_text(encoding="utf-8") == demo.to_json() + "\n"
+    assert RunResult.load(path) == demo
+    assert RunResult.load(str(path)) == demo
+
+
+def test_load_names_the_file_in_errors(tmp_path: Path) -> None:
+    """A damaged file's error starts with its path; a missing one is an OSError."""
+    path = tmp_path / "run.json"
+    path.write_text('{"format": "agentloop.run", "version": 1}')
+
+    with pytest.raises(RunFileError, match=r"^.*run\.json: \$: expected the field 'status'"):
+        RunResult.load(path)
+    with pytest.raises(FileNotFoundError):
+        RunResult.load(tmp_path / "absent.json")
+
+
+def test_run_file_error_is_a_value_error_with_its_parts(doc: Doc) -> None:
+    """RunFileError is a ValueError and an AgentloopError, and carries where/expected/found."""
+    doc["version"] = 2
+    with pytest.raises(RunFileError) as caught:
+        RunResult.from_json(orjson.dumps(doc))
+
+    error = caught.value
+    assert isinstance(error, ValueError)
+    assert isinstance(error, agentloop.AgentloopError)
+    assert error.where == "run file: $.version"
+    assert error.expected == "version 1 (the only one this agentloop reads)"
+    assert error.found == "integer 2"
+    assert str(error) == f"{error.where}: expected {error.expected}, got {error.found}"
+
+
+# -- damaged documents ---------------------------------------------------------------
+
+
+def _set(path: str, value: object) -> Callable[[Doc], None]:
+    """A mutation that sets a field, found by a dotted path with list indexes."""
+
+    def mutate(doc: Doc) -> None:
+        *parents, last = path.split(".")
+        target: Any = doc
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        target[int(last) if last.isdigit() else last] = value
+
+    return mutate
+
+
+def _drop(path: str) -> Callable[[Doc], None]:
+    def mutate(doc: Doc) -> None:
+        *parents, last = path.split(".")
+        target: Any = doc
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        del target[int(last) if last.isdigit() else last]
+
+    return mutate
+
+
+DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
+    # (what, mutation, where, a piece of the message)
+    ("wrong format", _set("format", "other"), "$.format", "expected format 'agentloop.run'"),
+    ("no format", _drop("format"), "$.format", "got no format field"),
+    ("newer version", _set("version", 2), "$.version", "got integer 2"),
+    ("version as text", _set("version", "1"), "$.version", "got string '1'"),
+    ("version true", _set("version", True), "$.version", "got boolean True"),
+    ("no version", _drop("version"), "$.version", "got no version field"),
+    ("missing field", _drop("steps"), "$", "expected the field 'steps'"),
+    ("extra field", _set("note", "hi"), "$", "an extra field 'note'"),
+    ("text counter", _set("steps", "3"), "$.steps", "expected integer, got string '3'"),
+    ("float counter", _set("events.2.steps", 1.0), "$.events[2].steps", "got number 1.0"),
+    ("bool counter", _set("calls", True), "$.calls", "expected integer, got boolean True"),
+    ("negative", _set("budget.max_calls", -1), "$.budget.max_calls", "a number >= 0"),
+    ("unknown state", _set("status", "done"), "$.status", "got string 'done'"),
+    ("unknown trigger", _set("events.0.trigger", "poke"), "$.events[0].trigger", "'poke'"),
+    ("unknown guard", _set("events.0.guard", "maybe"), "$.events[0].guard", "'maybe'"),
+    ("event field gone", _drop("events.1.tool"), "$.events[1]", "the field 'tool'"),
+    ("no events", _set("events", []), "$.events", "at least 1 item"),
+    ("message kind", _set("transcript.0", {"text": "hi"}), "$.transcript[0]", "'kind'"),
+    ("not a list", _set("transcript", {}), "$.transcript", "expected array, got object"),
+    ("exception", _set("events.0.exception", "boom"), "$.events[0].exception", '{"type"'),
+    ("rejected", _set("rejected", {"json": 1, "repr": "1"}), "$.rejected", '{"repr": str}'),
+    (
+        "row not in the table",
+        _set("events.7.dest", "failed"),
+        "$.events[7]",
+        "validating --validate [reply_is_final]--> failed, which the table has not",
+    ),
+    ("broken chain", _drop("events.2"), "$.events[2].source", "expected 'dispatching'"),
+    ("counters fall", _set("events.4.calls", 0), "$.events[4]", "never go down"),
+    ("steps disagree", _set("steps", 2), "$.steps", "expected 3, as the last event says"),
+    ("status disagrees", _set("status", "failed"), "$.status", "expected 'finished'"),
+    ("reason disagrees", _set("reason", "max_steps"), "$.reason", "expected None"),
+    ("over budget", _set("budget.max_steps", 2), "$.budget", "max_steps 2"),
+    (
+        "transcript edited",
+        _set("transcript.2.content", "tampered"),
+        "$.transcript",
+        "does not end with them",
+    ),
+    (
+        "unfinished run",
+        lambda doc: doc["events"].pop(),
+        "$.events[6].dest",
+        "a terminal state (a saved run is over), got string 'validating'",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "where", "message"),
+    [pytest.param(m, w, s, id=name) for name, m, w, s in DAMAGE],
+)
+def test_damaged_documents_are_refused(
+    doc: Doc, mutate: Callable[[Doc], None], where: str, message: str
+) -> None:
+    """Each kind of damage raises RunFileError at the right place, saying what was expected."""
+    mutate(doc)
+    with pytest.raises(RunFileError) as caught:
+        RunResult.from_json(orjson.dumps(doc))
+
+    assert caught.value.where == f"run file: {where}"
+    assert message in str(caught.value)
+    assert " expected " in str(caught.value)
+    assert ", got " in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        pytest.param("", "invalid JSON", id="empty"),
+        pytest.param('{"format": "agentloop.run", "ver', "invalid JSON", id="truncated"),
+        pytest.param('{"steps": NaN}', "invalid JSON", id="nan"),
+        pytest.param("[1, 2]", "array [1, 2]", id="array"),
+        pytest.param("null", "null", id="null"),
+    ],
+)
+def test_text_that_is_not_a_run_file_is_refused(text: str, found: str) -> None:
+    """Bad JSON, or JSON that is not an object, fails before any field is looked at."""
+    with pytest.raises(RunFileError, match=r"^run file: expected ") as caught:
+        RunResult.from_json(text)
+
+    assert found in caught.value.found
+
+
+def test_a_damaged_copy_does_not_touch_the_original(demo: RunResult, doc: Doc) -> None:
+    """Refusing a document leaves nothing behind: the good one still loads equal."""
+    bad = copy.deepcopy(doc)
+    bad["events"][3]["steps"] = "many"
+    with pytest.raises(RunFileError):
+        RunResult.from_json(orjson.dumps(bad))
+
+    assert RunResult.from_json(orjson.dumps(doc)) == demo
+
+
+def test_huge_numbers_in_the_file_are_refused(doc: Doc) -> None:
+    """A counter beyond 64 bits (read as a float by the parser) is not an integer."""
+    text = orjson.dumps(doc).replace(
+        b'"steps":3,"calls":2,"budget"', b'"steps":1' + b"0" * 30 + b',"calls":2,"budget"'
+    )
+    with pytest.raises(RunFileError, match=r"\$\.steps: expected integer, got number"):
+        RunResult.from_json(text)
+
+
+def test_calls_and_final_round_trip_exactly() -> None:
+    """A run with tool results of every status loads back equal, field by field."""
+    model = Script(
+        [call("c1", a=1, b=2), call("c2", name="boom"), call("c3", name="nope"), final("ok")]
+    )
+    result = Loop(model, tools=tools(), max_steps=5, max_calls=3).run("go")
+    loaded = RunResult.from_json(result.to_json())
+
+    assert result.status == "finished"
+    assert loaded == result
+    assert [e.status for e in loaded.events if e.status] == ["ok", "error", "unknown_tool"]
+    assert loaded.events[5].exception is not None
+    assert str(loaded.events[5].exception) == "tool broke"
