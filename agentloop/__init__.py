@@ -12,8 +12,9 @@ from agentloop._driver import Loop, Model, Run
 from agentloop._engine import AgentloopError, Engine, InvalidStateError, Listener
 from agentloop._machine import ROWS, TERMINAL, Guard, State, Trigger, build_machine
 from agentloop._messages import RESULT_STATUSES, JSONError
+from agentloop._registry import Decision, Policy, SpecFormat, Tool, ToolRegistry, allow, deny
 from agentloop._runfile import NotJSON, RecordedException, RunFileError
-from agentloop._tools import Dispatcher, ToolMap
+from agentloop._tools import Dispatcher
 from agentloop._values import Budget, CancelToken, RunResult, Transition
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "AgentloopError",
     "Budget",
     "CancelToken",
+    "Decision",
     "Dispatcher",
     "Engine",
     "Guard",
@@ -32,13 +34,18 @@ __all__ = [
     "Loop",
     "Model",
     "NotJSON",
+    "Policy",
     "RecordedException",
     "Run",
     "RunFileError",
     "RunResult",
+    "SpecFormat",
     "State",
-    "ToolMap",
+    "Tool",
+    "ToolRegistry",
     "Transition",
     "Trigger",
+    "allow",
     "build_machine",
+    "deny",
 ]

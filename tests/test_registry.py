@@ -1,0 +1,922 @@
+"""The tool registry: derived schemas, validation, conversion, policies and outcomes."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import math
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, NotRequired, Optional, TypedDict
+
+import attrs
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import agentloop
+from agentloop import Decision, Loop, Tool, ToolRegistry, allow, deny
+
+from .helpers import Recorder, Script, call, final, kinds
+
+Call = dict[str, Any]
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+@attrs.frozen
+class Point:
+    """A point on the plane."""
+
+    x: int
+    y: int = 0
+
+
+@attrs.frozen
+class Line:
+    start: Point
+    end: Point
+    color: Color = Color.RED
+    tags: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class Node:
+    value: int
+    children: list[Node] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class Positive:
+    n: int = attrs.field(validator=attrs.validators.gt(0))
+
+
+class Options(TypedDict):
+    depth: int
+    color: NotRequired[Color]
+
+
+@dataclasses.dataclass
+class Report:
+    level: Level
+    points: tuple[Point, ...]
+
+
+def dispatch(registry: ToolRegistry, name: str, **arguments: Any) -> dict[str, Any]:
+    """Dispatch one call the way the engine would."""
+    return registry.dispatch({"kind": "call", "id": "c1", "name": name, "arguments": arguments})
+
+
+def tool_for(annotation: object) -> tuple[Tool, list[Any]]:
+    """A tool with one parameter ``value: annotation`` that records what it receives."""
+    received: list[Any] = []
+
+    def handler(value):  # type: ignore[no-untyped-def] # annotated below, as real objects
+        received.append(value)
+
+    handler.__annotations__ = {"value": annotation}
+    return Tool(handler), received
+
+
+# -- schema derivation, one annotation at a time --------------------------------------
+
+REF = {"$ref": "#/$defs/Point"}
+POINT_DEF = {
+    "type": "object",
+    "description": "A point on the plane.",
+    "properties": {"x": {"type": "integer"}, "y": {"type": "integer", "default": 0}},
+    "required": ["x"],
+    "additionalProperties": False,
+}
+
+# annotation, its derived schema, a valid value, what the handler receives, an invalid value
+CASES: list[tuple[object, dict[str, Any], Any, Any, Any]] = [
+    (int, {"type": "integer"}, 3, 3, "3"),
+    (float, {"type": "number"}, 2.5, 2.5, "2.5"),
+    (str, {"type": "string"}, "a", "a", 1),
+    (bool, {"type": "boolean"}, True, True, 1),
+    (None, {"type": "null"}, None, None, 0),
+    (list[int], {"type": "array", "items": {"type": "integer"}}, [1, 2], [1, 2], [1, "2"]),
+    (list, {"type": "array"}, [1, "a"], [1, "a"], {"a": 1}),
+    (
+        dict[str, float],
+        {"type": "object", "additionalProperties": {"type": "number"}},
+        {"a": 1.5},
+        {"a": 1.5},
+        {"a": "x"},
+    ),
+    (dict, {"type": "object"}, {"a": [1]}, {"a": [1]}, [1]),
+    (
+        tuple[int, str],
+        {
+            "type": "array",
+            "minItems": 2,
+            "maxItems": 2,
+            "prefixItems": [{"type": "integer"}, {"type": "string"}],
+        },
+        [1, "a"],
+        (1, "a"),
+        [1, "a", 2],
+    ),
+    (tuple[int, ...], {"type": "array", "items": {"type": "integer"}}, [1, 2], (1, 2), ["a"]),
+    (tuple, {"type": "array"}, [1, "a"], (1, "a"), "ab"),
+    (int | None, {"type": ["integer", "null"]}, None, None, "1"),
+    (Optional[str], {"type": ["string", "null"]}, "a", "a", 1),  # noqa: UP045
+    (int | str, {"type": ["integer", "string"]}, "a", "a", 1.5),
+    (Literal["a", "b"], {"type": "string", "enum": ["a", "b"]}, "b", "b", "c"),
+    (Literal[1, "x"], {"enum": [1, "x"]}, "x", "x", 2),
+    (Color, {"type": "string", "enum": ["red", "blue"]}, "blue", Color.BLUE, "green"),
+    (Level, {"type": "integer", "enum": [1, 2]}, 2, Level.HIGH, 3),
+    (
+        Annotated[int, "how many"],
+        {"type": "integer", "description": "how many"},
+        4,
+        4,
+        "four",
+    ),
+    (Point, REF, {"x": 1}, Point(1), {"x": 1, "z": 2}),
+    (Point | None, {"anyOf": [REF, {"type": "null"}]}, {"x": 1, "y": 2}, Point(1, 2), {"y": 2}),
+    (list[Point], {"type": "array", "items": REF}, [{"x": 1}], [Point(1)], [{"x": "1"}]),
+    (
+        Options,
+        {"$ref": "#/$defs/Options"},
+        {"depth": 1, "color": "red"},
+        {"depth": 1, "color": Color.RED},
+        {"color": "red"},
+    ),
+    (Any, {}, {"any": ["json"]}, {"any": ["json"]}, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("annotation", "schema", "valid", "received", "invalid"),
+    CASES,
+    ids=[repr(case[0]).replace("typing.", "") for case in CASES],
+)
+def test_each_annotation(
+    annotation: object, schema: dict[str, Any], valid: Any, received: Any, invalid: Any
+) -> None:
+    """The derived schema, a value that passes (converted for the handler) and one that fails."""
+    tool, seen = tool_for(annotation)
+    registry = ToolRegistry([tool])
+
+    assert tool.parameters["properties"]["value"] == schema
+    assert tool.parameters["required"] == ["value"]
+    jsonschema.Draft202012Validator.check_schema(tool.parameters)
+
+    assert dispatch(registry, "handler", value=valid) == {"status": "ok", "content": None}
+    assert seen == [received]
+    assert type(seen[0]) is type(received)
+    if invalid is not None:
+        outcome = dispatch(registry, "handler", value=invalid)
+        assert outcome["status"] == "invalid_arguments"
+        assert outcome["content"][0]["path"].startswith("value")
+        assert len(seen) == 1  # the handler did not run
+
+
+def test_nested_classes_go_to_defs_once() -> None:
+    """attrs classes and TypedDicts are described once under $defs and referenced."""
+
+    def draw(line: Line, more: list[Line], options: Options) -> None:
+        """Draw lines."""
+
+    parameters = Tool(draw).parameters
+    assert parameters["properties"]["line"] == {"$ref": "#/$defs/Line"}
+    assert parameters["properties"]["more"] == {
+        "type": "array",
+        "items": {"$ref": "#/$defs/Line"},
+    }
+    assert set(parameters["$defs"]) == {"Line", "Point", "Options"}
+    assert parameters["$defs"]["Point"] == POINT_DEF
+    assert parameters["$defs"]["Line"] == {
+        "type": "object",
+        "properties": {
+            "start": REF,
+            "end": REF,
+            "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
+            "tags": {"type": "array", "items": {"type": "string"}, "default": []},
+        },
+        "required": ["start", "end"],
+        "additionalProperties": False,
+    }
+    assert parameters["$defs"]["Options"]["required"] == ["depth"]  # NotRequired is honoured
+
+
+def test_recursive_class() -> None:
+    """A recursive attrs class refers to itself; nested values are converted all the way down."""
+    seen: list[Node] = []
+
+    def walk(tree: Node) -> int:
+        seen.append(tree)
+        return tree.value
+
+    registry = ToolRegistry([walk])
+    tree = {"value": 1, "children": [{"value": 2, "children": [{"value": 3}]}]}
+    assert registry["walk"].parameters["$defs"]["Node"]["properties"]["children"] == {
+        "type": "array",
+        "items": {"$ref": "#/$defs/Node"},
+    }
+    assert dispatch(registry, "walk", tree=tree)["status"] == "ok"
+    assert seen == [Node(1, [Node(2, [Node(3)])])]
+    bad = dispatch(registry, "walk", tree={"value": 1, "children": [{"value": "2"}]})
+    assert bad["content"] == [
+        {"path": "tree.children[0].value", "message": "'2' is not of type 'integer'"}
+    ]
+
+
+def test_nested_conversion() -> None:
+    """An attrs parameter receives an instance, with enum members and tuples inside."""
+    seen: list[Any] = []
+
+    def draw(line: Line, palette: dict[str, Color], pair: tuple[Point, Level]) -> None:
+        seen.extend([line, palette, pair])
+
+    registry = ToolRegistry([draw])
+    outcome = dispatch(
+        registry,
+        "draw",
+        line={"start": {"x": 1}, "end": {"x": 2, "y": 3}, "color": "blue", "tags": ["a"]},
+        palette={"sky": "blue"},
+        pair=[{"x": 0}, 1],
+    )
+    assert outcome == {"status": "ok", "content": None}
+    assert seen == [
+        Line(Point(1), Point(2, 3), Color.BLUE, ("a",)),
+        {"sky": Color.BLUE},
+        (Point(0), Level.LOW),
+    ]
+
+
+def test_union_of_classes_picks_the_matching_member() -> None:
+    """With several converting members, a value is converted by the first it is valid for."""
+    seen: list[Any] = []
+
+    def pick(shape: Point | Line | Color) -> None:
+        seen.append(shape)
+
+    registry = ToolRegistry([pick])
+    line = {"start": {"x": 1}, "end": {"x": 2}}
+    for value in ({"x": 5}, line, "red"):
+        assert dispatch(registry, "pick", shape=value)["status"] == "ok"
+    assert seen == [Point(5), Line(Point(1), Point(2)), Color.RED]
+
+
+def test_integral_float_becomes_an_int() -> None:
+    """JSON Schema counts 2.0 as an integer; the handler still gets an int."""
+    seen: list[Any] = []
+
+    def count(n: int, where: Point) -> None:
+        seen.extend([n, where.x])
+
+    assert dispatch(ToolRegistry([count]), "count", n=2.0, where={"x": 3.0})["status"] == "ok"
+    assert seen == [2, 3]
+    assert [type(v) for v in seen] == [int, int]
+
+
+def test_defaults_are_not_required_and_shown_when_json() -> None:
+    """A parameter with a default is optional; its default appears when it has a JSON form."""
+    marker = object()
+    seen: list[Any] = []
+
+    def search(
+        query: str,
+        limit: int = 10,
+        color: Color = Color.BLUE,
+        at: tuple[int, int] = (0, 0),
+        opaque: Any = marker,
+        maybe: str | None = None,
+    ) -> None:
+        seen.append((query, limit, color, at, opaque, maybe))
+
+    tool = Tool(search, parameters=None)
+    properties = tool.parameters["properties"]
+    assert tool.parameters["required"] == ["query"]
+    assert properties["limit"] == {"type": "integer", "default": 10}
+    assert properties["color"]["default"] == "blue"
+    assert properties["at"]["default"] == [0, 0]
+    assert "default" not in properties["opaque"]
+    assert properties["maybe"] == {"type": ["string", "null"], "default": None}
+    assert dispatch(ToolRegistry([tool]), "search", query="q")["status"] == "ok"
+    assert seen == [("q", 10, Color.BLUE, (0, 0), marker, None)]
+
+
+def test_unannotated_and_kwargs() -> None:
+    """An unannotated parameter takes any JSON; **kwargs: T admits extra names of type T."""
+    seen: list[Any] = []
+
+    def loose(a, **extra: int) -> None:  # type: ignore[no-untyped-def]
+        seen.append((a, extra))
+
+    tool = Tool(loose)
+    assert tool.parameters == {
+        "type": "object",
+        "properties": {"a": {}},
+        "required": ["a"],
+        "additionalProperties": {"type": "integer"},
+    }
+    registry = ToolRegistry([tool])
+    assert dispatch(registry, "loose", a=[1], b=2, c=3.0)["status"] == "ok"
+    assert seen == [([1], {"b": 2, "c": 3})]
+    outcome = dispatch(registry, "loose", a=1, b="x")
+    assert outcome["content"] == [{"path": "b", "message": "'x' is not of type 'integer'"}]
+
+
+def test_additional_properties_are_refused_by_default() -> None:
+    """A name the signature does not have is a violation, not silently dropped."""
+    outcome = dispatch(ToolRegistry([Tool(lambda a: a, name="f")]), "f", a=1, b=2)
+    assert outcome["status"] == "invalid_arguments"
+    assert "'b' was unexpected" in outcome["content"][0]["message"]
+
+
+def test_description_defaults_to_the_docstring_summary() -> None:
+    """The description is the docstring's first paragraph on one line, or as given."""
+
+    def documented() -> None:
+        """Look something up
+        in a table.
+
+        Details the model does not need.
+        """
+
+    def bare() -> None:
+        pass
+
+    assert Tool(documented).description == "Look something up in a table."
+    assert Tool(bare).description == ""
+    assert Tool(bare, description="Does nothing.").description == "Does nothing."
+
+
+def test_explicit_parameters_take_over() -> None:
+    """A given schema is used as is; the handler receives plain JSON."""
+    seen: list[Any] = []
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 1}},
+        "required": ["n"],
+    }
+
+    def handler(**kwargs: Any) -> None:
+        seen.append(kwargs)
+
+    registry = ToolRegistry([Tool(handler, name="h", parameters=schema)])
+    assert registry["h"].parameters == schema
+    assert dispatch(registry, "h", n=2, extra=[1])["status"] == "ok"
+    assert seen == [{"n": 2, "extra": [1]}]
+    assert dispatch(registry, "h", n=0)["content"] == [
+        {"path": "n", "message": "0 is less than the minimum of 1"}
+    ]
+
+
+# -- definition-time errors -----------------------------------------------------------
+
+
+@attrs.frozen
+class HasSet:
+    tags: set[str]
+
+
+class Shape(enum.Enum):
+    SQUARE = (1, 1)
+
+
+def test_unsupported_annotations_fail_at_definition() -> None:
+    """An unsupported annotation fails at definition, naming the tool, parameter and type."""
+    cases: list[tuple[object, str]] = [
+        (set[int], "unsupported annotation set[int]"),
+        (datetime.datetime, "unsupported annotation datetime"),
+        (object, "unsupported annotation object"),
+        (dict[int, str], "dict[int, str]: JSON object keys are str"),
+        (list[HasSet], "set[str] (at HasSet.tags)"),
+        (Literal[Color.RED], "Literal values must be str, int, bool or None"),
+        (Shape, "Enum values must be str, int, float, bool or None"),
+        (Callable[[int], int], "unsupported annotation"),
+    ]
+    for annotation, message in cases:
+        with pytest.raises(TypeError, match=r"tool 'handler': parameter 'value': ") as caught:
+            tool_for(annotation)
+        assert message in str(caught.value)
+        assert "supported: int, float, str" in str(caught.value)
+
+
+def test_positional_only_and_star_args_fail_at_definition() -> None:
+    """Arguments arrive by name, so *args and positional-only parameters are refused."""
+
+    def star(*numbers: int) -> None:
+        pass
+
+    def slashed(a: int, /) -> None:
+        pass
+
+    with pytest.raises(TypeError, match=r"tool 'star': parameter 'numbers' is positional-only"):
+        Tool(star)
+    with pytest.raises(TypeError, match=r"tool 'slashed': parameter 'a' is positional-only"):
+        Tool(slashed)
+
+
+def test_bad_definitions() -> None:
+    """Names, handlers, schemas and policies are checked when the tool is defined."""
+
+    def f(a: int) -> int:
+        return a
+
+    with pytest.raises(TypeError, match="expected tool names to be non-empty str, got ''"):
+        Tool(f, name="")
+    with pytest.raises(TypeError, match="tool 'x': expected a callable handler, got int"):
+        Tool(3, name="x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="expected name= for a handler without a __name__"):
+        Tool(Recorder())
+    with pytest.raises(TypeError, match="tool 'f': expected parameters to be a Draft 2020-12"):
+        Tool(f, parameters={"type": "object", "properties": 3})
+    with pytest.raises(TypeError, match="expected parameters to describe an object"):
+        Tool(f, parameters={"type": "array"})
+    with pytest.raises(TypeError, match="tool 'f': expected policy to be callable, got str"):
+        Tool(f, policy="deny")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="expected unique tool names, got 'f' twice"):
+        ToolRegistry([f, Tool(f)])
+    with pytest.raises(TypeError, match="expected deny\\(\\)'s reason to be a non-empty str"):
+        deny("")
+
+
+# -- outcomes -------------------------------------------------------------------------
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def test_ok() -> None:
+    """A valid call runs the handler; its return value is the content."""
+    assert dispatch(ToolRegistry([add]), "add", a=2, b=3) == {"status": "ok", "content": 5}
+
+
+def test_unknown_tool_names_the_available_ones() -> None:
+    """An unknown name gives unknown_tool, listing the tools there are."""
+    outcome = dispatch(ToolRegistry([add]), "sub", a=1)
+    assert outcome == {"status": "unknown_tool", "content": "no tool named 'sub'; available: add"}
+    assert dispatch(ToolRegistry(), "sub")["content"] == "no tool named 'sub'; available: none"
+
+
+def test_invalid_arguments_lists_every_violation() -> None:
+    """Every violation is listed with its path, so a model can fix them all at once."""
+    recorder = Recorder()
+
+    def place(point: Point, level: Level, names: list[str]) -> None:
+        recorder(point=point)
+
+    outcome = dispatch(
+        ToolRegistry([place]),
+        "place",
+        point={"x": "1", "w": 0},
+        names=["a", 2],
+        extra=True,
+    )
+    assert outcome["status"] == "invalid_arguments"
+    assert sorted(outcome["content"], key=lambda p: (p["path"], p["message"])) == [
+        {"path": "", "message": "'level' is a required property"},
+        {"path": "", "message": "Additional properties are not allowed ('extra' was unexpected)"},
+        {"path": "names[1]", "message": "2 is not of type 'string'"},
+        {"path": "point", "message": "Additional properties are not allowed ('w' was unexpected)"},
+        {"path": "point.x", "message": "'1' is not of type 'integer'"},
+    ]
+    assert recorder.calls == []
+
+
+def test_a_refusing_attrs_validator_gives_invalid_arguments() -> None:
+    """Valid JSON that an attrs validator refuses is invalid_arguments; the handler does not run."""
+    recorder = Recorder()
+
+    def take(p: Positive) -> None:
+        recorder(p=p)
+
+    outcome = dispatch(ToolRegistry([take]), "take", p={"n": 0})
+    assert outcome["status"] == "invalid_arguments"
+    assert outcome["content"][0]["message"].startswith("ValueError: 'n' must be > 0: 0")
+    assert recorder.calls == []
+
+
+def test_handler_exception_gives_error_with_type_and_message() -> None:
+    """A raising handler gives error {type, message}; the exception rides along, no traceback."""
+    boom = ZeroDivisionError("division by zero")
+
+    def divide(a: int, b: int) -> float:
+        raise boom
+
+    outcome = dispatch(ToolRegistry([divide]), "divide", a=1, b=0)
+    assert outcome == {
+        "status": "error",
+        "content": {"type": "ZeroDivisionError", "message": "division by zero"},
+        "exception": boom,
+    }
+
+
+def test_results_become_json() -> None:
+    """attrs instances and dataclasses via asdict, enums by value, tuples as lists, nested."""
+
+    def report() -> Any:
+        return {
+            "line": Line(Point(1), Point(2), Color.BLUE, ("t",)),
+            "report": Report(Level.HIGH, (Point(3, 4),)),
+            "pair": (Color.RED, [Level.LOW]),
+            "plain": [1, 2.5, "s", None, True],
+        }
+
+    assert dispatch(ToolRegistry([report]), "report")["content"] == {
+        "line": {
+            "start": {"x": 1, "y": 0},
+            "end": {"x": 2, "y": 0},
+            "color": "blue",
+            "tags": ["t"],
+        },
+        "report": {"level": 2, "points": [{"x": 3, "y": 4}]},
+        "pair": ["red", [1]],
+        "plain": [1, 2.5, "s", None, True],
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            {1, 2},
+            "result: expected JSON, an attrs instance, a dataclass, an Enum or a tuple, got set",
+        ),
+        ({"a": [object()]}, "result.a[0]: expected JSON"),
+        ({1: "a"}, "result: expected str keys, got int key 1"),
+        (math.nan, "result: expected a finite number, got nan"),
+        (HasSet(tags={"a"}), "result.tags: expected JSON, an attrs instance"),
+        (datetime.date(2024, 1, 1), "got date"),
+    ],
+)
+def test_results_without_json_form_give_error(value: object, message: str) -> None:
+    """A return value with no JSON form gives error naming its type and where it is."""
+    outcome = dispatch(ToolRegistry([Tool(lambda: value, name="f")]), "f")
+    assert outcome["status"] == "error"
+    assert outcome["content"]["type"] == "TypeError"
+    assert outcome["content"]["message"].startswith("tool 'f' returned a value with no JSON form")
+    assert message in outcome["content"]["message"]
+    assert isinstance(outcome["exception"], TypeError)
+
+
+# -- policies -------------------------------------------------------------------------
+
+
+def test_policy_allows_and_denies() -> None:
+    """A registry policy sees each call and allows it or denies it with a reason."""
+    seen: list[Call] = []
+
+    def no_negatives(call: Call) -> Decision:
+        seen.append(call)
+        if min(call["arguments"].values()) < 0:
+            return deny("negative numbers are not allowed")
+        return allow()
+
+    registry = ToolRegistry([add], policy=no_negatives)
+    assert dispatch(registry, "add", a=1, b=2) == {"status": "ok", "content": 3}
+    assert dispatch(registry, "add", a=-1, b=2) == {
+        "status": "denied",
+        "content": "negative numbers are not allowed",
+    }
+    assert seen[0] == {"kind": "call", "id": "c1", "name": "add", "arguments": {"a": 1, "b": 2}}
+
+
+def test_per_tool_policy_runs_after_the_registry_policy() -> None:
+    """Both policies must allow; the registry's is asked first and its denial wins."""
+    order: list[str] = []
+
+    def registry_policy(call: Call) -> Decision:
+        order.append("registry")
+        return deny("read-only mode") if call["arguments"].get("b") == 99 else allow()
+
+    def tool_policy(call: Call) -> Decision:
+        order.append("tool")
+        return deny("a must be small") if call["arguments"]["a"] > 10 else allow()
+
+    recorder = Recorder()
+    registry = ToolRegistry(
+        [Tool(recorder, name="add", policy=tool_policy)], policy=registry_policy
+    )
+    registry.add(Tool(add, name="plain"))
+
+    assert dispatch(registry, "add", a=1, b=1)["status"] == "ok"
+    assert dispatch(registry, "add", a=11, b=1)["content"] == "a must be small"
+    assert dispatch(registry, "add", a=11, b=99)["content"] == "read-only mode"
+    assert order == ["registry", "tool", "registry", "tool", "registry"]
+    assert dispatch(registry, "plain", a=11, b=1)["status"] == "ok"  # no tool policy there
+    assert recorder.calls == [{"a": 1, "b": 1}]
+
+
+def test_policy_runs_after_validation() -> None:
+    """Invalid arguments are reported first; a policy only judges well-formed calls."""
+    asked: list[Call] = []
+
+    def deny_all(call: Call) -> Decision:
+        asked.append(call)
+        return deny("never")
+
+    registry = ToolRegistry([add], policy=deny_all)
+    assert dispatch(registry, "add", a="x", b=1)["status"] == "invalid_arguments"
+    assert dispatch(registry, "nope")["status"] == "unknown_tool"
+    assert asked == []
+    assert dispatch(registry, "add", a=1, b=1)["status"] == "denied"
+
+
+def test_policy_gets_a_copy_of_the_call() -> None:
+    """A policy that mutates the call it sees changes nothing the handler receives."""
+    seen: list[list[int]] = []
+
+    def meddle(call: Call) -> Decision:
+        call["arguments"]["items"].append(666)
+        return allow()
+
+    def total(items: list[int]) -> int:
+        seen.append(items)
+        return sum(items)
+
+    assert dispatch(ToolRegistry([total], policy=meddle), "total", items=[1, 2])["content"] == 3
+    assert seen == [[1, 2]]
+
+
+def test_a_broken_policy_fails_closed() -> None:
+    """A policy that raises or answers with anything else gives error; the handler does not run."""
+    recorder = Recorder()
+    problem = RuntimeError("policy store down")
+
+    def raising(call: Call) -> Decision:
+        raise problem
+
+    def forgetful(call: Call) -> Decision:
+        return None  # type: ignore[return-value]
+
+    outcome = dispatch(ToolRegistry([Tool(recorder, name="r")], policy=raising), "r")
+    assert outcome["status"] == "error"
+    assert outcome["exception"] is problem
+    outcome = dispatch(ToolRegistry([Tool(recorder, name="r", policy=forgetful)]), "r")
+    assert outcome["status"] == "error"
+    assert outcome["content"]["message"] == (
+        "the policy for tool 'r' returned None; expected agentloop.allow() or "
+        "agentloop.deny(reason)"
+    )
+    assert recorder.calls == []
+
+
+# -- the registry as a container and a decorator --------------------------------------
+
+
+def test_decorator_with_and_without_arguments() -> None:
+    """@registry.tool registers the function and returns it unchanged."""
+    registry = ToolRegistry()
+
+    @registry.tool
+    def double(n: int) -> int:
+        """Double a number."""
+        return 2 * n
+
+    @registry.tool(name="half", description="Halve a number.", policy=lambda c: deny("no"))
+    def halve(n: int) -> float:
+        return n / 2
+
+    assert double(4) == 8  # still the plain function
+    assert list(registry) == [registry["double"], registry["half"]]
+    assert (len(registry), "half" in registry, "halve" in registry) == (2, True, False)
+    assert registry["half"].description == "Halve a number."
+    assert repr(registry) == "ToolRegistry(['double', 'half'])"
+    assert repr(registry["double"]) == "Tool('double')"
+    assert dispatch(registry, "double", n=3)["content"] == 6
+    assert dispatch(registry, "half", n=3)["status"] == "denied"
+
+
+def test_mapping_form_builds_a_registry() -> None:
+    """A mapping given to Loop (or ToolRegistry) becomes a registry keyed by the mapping's names."""
+    loop = Loop(Script([]), tools={"plus": add})
+    assert isinstance(loop.dispatcher, ToolRegistry)
+    assert loop.dispatcher["plus"].handler is add
+    registry = ToolRegistry([add])
+    assert Loop(Script([]), tools=registry).dispatcher is registry
+
+
+def test_parameters_are_a_fresh_copy() -> None:
+    """Changing a tool's parameters dict changes neither its schema nor its validation."""
+    tool = Tool(add)
+    tool.parameters["properties"]["a"]["type"] = "string"
+    assert tool.parameters["properties"]["a"] == {"type": "integer"}
+
+
+# -- through the loop -----------------------------------------------------------------
+
+
+def test_every_outcome_counts_against_the_call_budget() -> None:
+    """denied, invalid_arguments, unknown_tool and error all spend a call, like ok."""
+
+    def fail() -> None:
+        raise ValueError("nope")
+
+    registry = ToolRegistry(
+        [add, fail], policy=lambda c: deny("no") if c["id"] == "c1" else allow()
+    )
+    model = Script(
+        [
+            call("c1", a=1, b=1),  # denied
+            call("c2", a="x", b=1),  # invalid_arguments
+            call("c3", name="sub"),  # unknown_tool
+            call("c4", name="fail"),  # error
+            call("c5", a=1, b=1),  # over budget
+        ]
+    )
+    result = Loop(model, tools=registry, max_steps=10, max_calls=4).run("go")
+
+    assert (result.status, result.reason, result.calls, result.steps) == (
+        "exhausted",
+        "max_calls",
+        4,
+        5,
+    )
+    assert kinds(result.transcript) == [
+        "user",
+        "call",
+        "tool_result:denied",
+        "call",
+        "tool_result:invalid_arguments",
+        "call",
+        "tool_result:unknown_tool",
+        "call",
+        "tool_result:error",
+    ]
+    assert [e.calls for e in result.events if e.trigger == "tool_returned"] == [1, 2, 3, 4]
+
+
+def test_handler_exception_is_on_the_event_not_in_the_history() -> None:
+    """The exception behind an error is on the event; the history has its type and message."""
+    problem = KeyError("missing")
+
+    def lookup(key: str) -> str:
+        raise problem
+
+    model = Script([call("c1", name="lookup", key="k"), final()])
+    result = Loop(model, tools={"lookup": lookup}).run("go")
+    event = next(e for e in result.events if e.trigger == "tool_returned")
+    assert event.exception is problem
+    assert result.transcript[2]["content"] == {"type": "KeyError", "message": "'missing'"}
+    assert "Traceback" not in str(result.transcript)
+
+
+def test_mapping_form_validates_plain_annotations_through_the_loop() -> None:
+    """tools={'add': add}: wrong types and missing names are invalid_arguments, as before."""
+    model = Script([call("c1", a="2", b=2), call("c2", a=2), call("c3", a=2, b=2), final()])
+    result = Loop(model, tools={"add": add}).run("go")
+
+    assert [m["status"] for m in result.transcript if m["kind"] == "tool_result"] == [
+        "invalid_arguments",
+        "invalid_arguments",
+        "ok",
+    ]
+    assert result.transcript[2]["content"] == [
+        {"path": "a", "message": "'2' is not of type 'integer'"}
+    ]
+    assert result.transcript[4]["content"] == [
+        {"path": "", "message": "'b' is a required property"}
+    ]
+
+
+# -- property: what the schema admits reaches the handler, nothing else does ----------
+
+
+def from_schema(schema: Any, defs: dict[str, Any]) -> st.SearchStrategy[Any]:
+    """Values valid for the JSON Schema subset the registry derives (written from the schema)."""
+    if "$ref" in schema:
+        return st.deferred(lambda: from_schema(defs[schema["$ref"].split("/")[-1]], defs))
+    if "anyOf" in schema:
+        return st.one_of([from_schema(s, defs) for s in schema["anyOf"]])
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    kinds = schema.get("type")
+    if kinds is None:
+        return JSON
+    if isinstance(kinds, list):
+        return st.one_of([from_schema({**schema, "type": k}, defs) for k in kinds])
+    simple = {
+        "null": st.none(),
+        "boolean": st.booleans(),
+        "integer": st.integers(-(2**53), 2**53) | st.integers(-5, 5).map(float),
+        "number": st.integers(-10, 10) | st.floats(allow_nan=False, allow_infinity=False),
+        "string": st.text(max_size=5),
+    }
+    if kinds in simple:
+        return simple[kinds]
+    if kinds == "array":
+        if "prefixItems" in schema:
+            return st.tuples(*(from_schema(s, defs) for s in schema["prefixItems"])).map(list)
+        if schema.get("maxItems") == 0:
+            return st.just([])
+        return st.lists(from_schema(schema.get("items", {}), defs), max_size=2)
+    assert kinds == "object"
+    properties = schema.get("properties", {})
+    required = set(schema.get("required", ()))
+    fixed = st.fixed_dictionaries(
+        {k: from_schema(s, defs) for k, s in properties.items() if k in required},
+        optional={k: from_schema(s, defs) for k, s in properties.items() if k not in required},
+    )
+    extra = schema.get("additionalProperties", True)
+    if extra is False:
+        return fixed
+    names = st.text(max_size=4).filter(lambda k: k not in properties)
+    values = JSON if extra is True else from_schema(extra, defs)
+    return st.tuples(fixed, st.dictionaries(names, values, max_size=2)).map(
+        lambda pair: {**pair[1], **pair[0]}
+    )
+
+
+JSON: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | st.integers(-100, 100) | st.floats(-1e6, 1e6) | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def wide(
+    line: Line,
+    nodes: list[Node],
+    mode: Literal["fast", "slow"],
+    level: Level | None,
+    options: Options,
+    span: tuple[int, float],
+    note: Annotated[str, "free text"] = "",
+    scale: float = 1.0,
+    **tags: Color,
+) -> None:
+    """A tool with most of the supported annotations at once."""
+    RECEIVED.append({"line": line, "nodes": nodes, "level": level, "options": options})
+    RECEIVED[-1].update(mode=mode, span=span, tags=tags)
+
+
+RECEIVED: list[dict[str, Any]] = []
+WIDE = Tool(wide)
+WIDE_SCHEMA = WIDE.parameters
+VALIDATOR = jsonschema.Draft202012Validator(WIDE_SCHEMA)
+VALID_ARGUMENTS = from_schema(WIDE_SCHEMA, WIDE_SCHEMA["$defs"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(VALID_ARGUMENTS)
+def test_arguments_drawn_from_the_schema_validate_and_convert(arguments: dict[str, Any]) -> None:
+    """Every value the derived schema admits passes, and the handler gets the annotated types."""
+    RECEIVED.clear()
+    assert VALIDATOR.is_valid(arguments)
+    assert dispatch(ToolRegistry([WIDE]), "wide", **arguments) == {"status": "ok", "content": None}
+    (got,) = RECEIVED
+    assert isinstance(got["line"], Line)
+    assert isinstance(got["line"].start, Point)
+    assert isinstance(got["line"].color, Color)
+    assert isinstance(got["line"].tags, tuple)
+    assert all(isinstance(node, Node) for node in got["nodes"])
+    assert got["level"] is None or isinstance(got["level"], Level)
+    assert isinstance(got["span"], tuple)
+    assert type(got["span"][0]) is int
+    assert all(isinstance(color, Color) for color in got["tags"].values())
+    if "color" in got["options"]:
+        assert isinstance(got["options"]["color"], Color)
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> dict[str, Any]:
+    """Valid arguments with one key replaced by any JSON, dropped, or added."""
+    arguments = dict(draw(VALID_ARGUMENTS))
+    key = draw(st.sampled_from([*sorted(arguments), "line", "extra"]))
+    action = draw(st.sampled_from(["replace", "drop"]))
+    if action == "drop":
+        arguments.pop(key, None)
+    else:
+        arguments[key] = draw(JSON)
+    return arguments
+
+
+@settings(max_examples=200, deadline=None)
+@given(mutated())
+def test_values_violating_the_schema_never_reach_the_handler(arguments: dict[str, Any]) -> None:
+    """invalid_arguments exactly when the schema says no; then the handler does not run."""
+    RECEIVED.clear()
+    outcome = dispatch(ToolRegistry([WIDE]), "wide", **arguments)
+    if VALIDATOR.is_valid(arguments):
+        assert outcome["status"] == "ok"
+        assert len(RECEIVED) == 1
+    else:
+        assert outcome["status"] == "invalid_arguments"
+        assert outcome["content"]
+        assert RECEIVED == []
+
+
+def test_exports() -> None:
+    """The registry's names are public."""
+    for name in ("Tool", "ToolRegistry", "Decision", "Policy", "SpecFormat", "allow", "deny"):
+        assert name in agentloop.__all__
