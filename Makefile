@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
-	$(BIN)/python -m pip install --quiet -e ".[cli]" --group dev
+	$(BIN)/python -m pip install --quiet --only-binary=pygraphviz -e ".[cli,svg]" --group dev
 	touch $(STAMP)
 
 .PHONY: help

@@ -1,15 +1,44 @@
-"""Mermaid and DOT text for the state machine, generated from the table.
+"""Mermaid, DOT and SVG for the state machine, generated from the table.
 
 The edges are read from the same ``transitions`` machine the engine compiles,
 so a diagram cannot show a row the engine does not run. Internal rows (which
 keep the state) are drawn as self-loops, dashed in DOT.
+
+Given a run (live or loaded from a run file), the same diagram marks its path:
+visited states are filled, and each row's label ends with how many times the
+run took it. Rows that leave an event are counted from ``result.events``.
+Internal rows leave none, so their counts come from what they do: the
+``ask_model`` self-loop is the only thing that counts a step (so it ran
+``result.steps`` times), and the ``start_tool`` self-loop precedes every tool
+outcome (so it ran once per event that leaves ``dispatching`` by any trigger
+but ``start_tool``).
+
+Mermaid's state diagrams can style states (``classDef``/``class``) but not
+transitions (``linkStyle`` is for flowcharts), so there the count in the
+label is the only mark on an edge; DOT also draws taken edges bold and the
+others faint.
 """
 
 from __future__ import annotations
 
-from agentloop._machine import TERMINAL, Row, State, build_machine, rows_of
+import importlib
+from collections import Counter
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["edges", "to_dot", "to_mermaid"]
+from agentloop._engine import AgentloopError
+from agentloop._machine import TERMINAL, Row, State, Trigger, build_machine, rows_of
+
+if TYPE_CHECKING:
+    from agentloop._values import RunResult
+
+__all__ = ["SVGUnavailableError", "edges", "taken", "to_dot", "to_mermaid", "to_svg", "visited"]
+
+# Colours for a traced diagram: the path in blue, everything else faint grey.
+_PATH, _PATH_FILL, _FAINT, _FAINT_TEXT = "#1d4ed8", "#dbeafe", "#cbd5e1", "#94a3b8"
+
+
+class SVGUnavailableError(AgentloopError, RuntimeError):
+    """No SVG renderer is installed; the message says what to install."""
 
 
 def edges() -> list[Row]:
@@ -17,18 +46,73 @@ def edges() -> list[Row]:
     return list(rows_of(build_machine()))
 
 
-def to_mermaid() -> str:
-    """A Mermaid ``stateDiagram-v2`` of the machine."""
-    lines = ["---", "title: agentloop", "---", "stateDiagram-v2"]
+def taken(result: RunResult) -> dict[Row, int]:
+    """How many times ``result`` took each row of the table (0 for rows not taken)."""
+    by_event = Counter(
+        (e.source.value, e.trigger.value, e.guard.value if e.guard else None, e.dest.value)
+        for e in result.events
+    )
+    internal = {
+        Trigger.ASK_MODEL.value: result.steps,
+        Trigger.START_TOOL.value: sum(
+            e.source is State.DISPATCHING and e.trigger is not Trigger.START_TOOL
+            for e in result.events
+        ),
+    }
+    return {
+        row: internal[row.trigger]
+        if row.dest is None
+        else by_event[(row.source, row.trigger, row.guard, row.dest)]
+        for row in edges()
+    }
+
+
+def visited(result: RunResult) -> set[State]:
+    """The states ``result`` was in: the initial one and every event's destination."""
+    return {State.AWAITING_MODEL} | {event.dest for event in result.events}
+
+
+def _title(result: RunResult) -> str:
+    budget = result.budget
+    return (
+        f"agentloop run: {result.status.value} "
+        f"(steps {result.steps}/{budget.max_steps}, calls {result.calls}/{budget.max_calls})"
+    )
+
+
+def _counted(label: str, count: int) -> str:
+    return f"{label} ({count}x)" if count else label
+
+
+def to_mermaid(run: RunResult | None = None) -> str:
+    """A Mermaid ``stateDiagram-v2`` of the machine, with ``run``'s path marked if given."""
+    counts = taken(run) if run is not None else {}
+    # The run's title has a colon in it, so it is quoted for the YAML front matter.
+    title = f'"{_title(run)}"' if run is not None else "agentloop"
+    lines = ["---", f"title: {title}", "---", "stateDiagram-v2"]
     lines.append(f"    [*] --> {State.AWAITING_MODEL.value}")
     for edge in edges():
-        lines.append(f"    {edge.source} --> {edge.dest or edge.source}: {edge.label}")
+        label = _counted(edge.label, counts.get(edge, 0))
+        lines.append(f"    {edge.source} --> {edge.dest or edge.source}: {label}")
     lines.extend(f"    {state.value} --> [*]" for state in State if state in TERMINAL)
+    if run is not None:
+        seen = visited(run)
+        lines.append(f"    classDef visited fill:{_PATH_FILL},stroke:{_PATH},stroke-width:3px")
+        lines.append(f"    classDef unvisited fill:#f8fafc,stroke:{_FAINT},color:{_FAINT_TEXT}")
+        for name, states in (("visited", seen), ("unvisited", set(State) - seen)):
+            if states:
+                ordered = [state.value for state in State if state in states]
+                lines.append(f"    class {', '.join(ordered)} {name}")
     return "\n".join(lines) + "\n"
 
 
-def to_dot() -> str:
-    """A Graphviz DOT digraph of the machine; terminal states are double circles."""
+def to_dot(run: RunResult | None = None) -> str:
+    """A Graphviz DOT digraph of the machine; terminal states are double circles.
+
+    With ``run``, its path is drawn bold and blue with counts, the rest faint.
+    """
+    counts = taken(run) if run is not None else {}
+    seen = visited(run) if run is not None else set()
     lines = [
         "digraph agentloop {",
         '    rankdir="TB";',
@@ -37,11 +121,47 @@ def to_dot() -> str:
     ]
     for state in State:
         shape = "doublecircle" if state in TERMINAL else "box"
-        lines.append(f'    "{state.value}" [shape="{shape}"];')
+        mark = ""
+        # Traced nodes name themselves: with a graph label, Graphviz blanks the default one.
+        if run is not None and state in seen:
+            mark = (
+                f', label="{state.value}", style="rounded,filled,bold", '
+                f'fillcolor="{_PATH_FILL}", color="{_PATH}"'
+            )
+        elif run is not None:
+            mark = f', label="{state.value}", color="{_FAINT}", fontcolor="{_FAINT_TEXT}"'
+        lines.append(f'    "{state.value}" [shape="{shape}"{mark}];')
     lines.append(f'    "__start__" -> "{State.AWAITING_MODEL.value}";')
     for edge in edges():
         dest = edge.dest if edge.dest is not None else edge.source
         style = ', style="dashed"' if edge.dest is None else ""
-        lines.append(f'    "{edge.source}" -> "{dest}" [label="{edge.label}"{style}];')
+        count = counts.get(edge, 0)
+        mark = ""
+        if count:
+            mark = f', color="{_PATH}", fontcolor="{_PATH}", penwidth="2.5"'
+        elif run is not None:
+            mark = f', color="{_FAINT}", fontcolor="{_FAINT_TEXT}"'
+        label = _counted(edge.label, count)
+        lines.append(f'    "{edge.source}" -> "{dest}" [label="{label}"{style}{mark}];')
+    if run is not None:
+        lines.append(f'    label="{_title(run)}"; labelloc="t";')
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def to_svg(run: RunResult | None = None) -> str:
+    """The DOT diagram rendered to SVG in-process by Graphviz (the ``svg`` extra).
+
+    Raises ``SVGUnavailableError`` when ``pygraphviz`` is not installed.
+    """
+    try:
+        # Imported by name: pygraphviz ships no type hints, and it is optional.
+        pygraphviz: Any = importlib.import_module("pygraphviz")
+    except ImportError as exc:
+        raise SVGUnavailableError(
+            "rendering SVG needs pygraphviz (its wheels bundle Graphviz): "
+            "pip install 'agentloop[svg]'; or render the DOT text with Graphviz's "
+            "`dot -Tsvg`, or use --format mermaid"
+        ) from exc
+    svg: bytes = pygraphviz.AGraph(string=to_dot(run)).draw(format="svg", prog="dot")
+    return svg.decode()
