@@ -46,6 +46,7 @@ diagrams: $(STAMP) ## Regenerate diagrams/ from the state table
 .PHONY: bench
 bench: $(STAMP) ## Benchmarks: engine vs hand-written loop, copier, memory
 	$(BIN)/python bench/bench_core.py
+	$(BIN)/python bench/bench_tools.py
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches

@@ -435,7 +435,9 @@ class Tool:
             self._schema = self._derive()
         else:
             self._schema = _checked_schema(name, parameters)
-        self._validator = jsonschema.Draft202012Validator(self._schema)
+        # Derived schemas validate faster with their $defs inlined (same errors, same paths).
+        compiled = self._schema if parameters is not None else _inlined(self._schema)
+        self._validator = jsonschema.Draft202012Validator(compiled)
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
@@ -509,6 +511,37 @@ class Tool:
             convert = converters.get(key, extra)
             out[key] = value if convert is None else convert(value)
         return out
+
+
+def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """A derived schema with every non-recursive ``$ref`` replaced by its definition.
+
+    ``jsonschema`` resolves a ``$ref`` on every validation, which costs more
+    than checking the referenced schema itself. A class that contains itself
+    keeps its ``$ref`` (and ``$defs`` stays for it).
+    """
+    defs = schema.get("$defs", {})
+
+    def walk(node: Any, seen: tuple[str, ...]) -> Any:
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:
+            name = node["$ref"].rsplit("/", 1)[-1]
+            if name not in seen:
+                siblings = {k: v for k, v in node.items() if k != "$ref"}
+                return {**walk(defs[name], (*seen, name)), **siblings}
+        out = dict(node)
+        for key in ("items", "additionalProperties"):
+            if isinstance(node.get(key), dict):
+                out[key] = walk(node[key], seen)
+        for key in ("anyOf", "prefixItems"):
+            if key in node:
+                out[key] = [walk(item, seen) for item in node[key]]
+        if "properties" in node:
+            out["properties"] = {k: walk(v, seen) for k, v in node["properties"].items()}
+        return out
+
+    return {**walk(schema, ()), "$defs": defs} if defs else schema
 
 
 def _path(parts: Iterable[str | int]) -> str:
