@@ -20,8 +20,8 @@ help: ## Show this help
 install: $(STAMP) ## Create .venv and install agentloop with its test and lint tools
 
 .PHONY: demo
-demo: $(STAMP) ## Run the built-in scripted scenario, one transition per row
-	$(BIN)/python -m agentloop demo
+demo: $(STAMP) ## Run the built-in scenario; save its run, trace diagram and report in demo-output/
+	$(BIN)/python -m agentloop demo --out demo-output
 
 .PHONY: test
 test: $(STAMP) ## Run the test suite

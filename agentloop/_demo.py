@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from agentloop._driver import Loop
 
 if TYPE_CHECKING:
-    from agentloop._values import RunResult, Transition
+    from agentloop._values import RunResult
 
 __all__ = ["demo_loop", "scripted"]
 
@@ -54,42 +54,31 @@ def demo_loop() -> Loop:
     return Loop(model, tools={"weather": weather, "convert": convert}, max_steps=5, max_calls=2)
 
 
-def describe(transition: Transition) -> tuple[str, ...]:
-    """One transition as table cells: from, to, trigger [guard], steps/calls, call, outcome."""
-    call = f"{transition.tool}#{transition.call_id}" if transition.call_id else ""
-    outcome = transition.status or transition.reason or transition.error or ""
-    if not outcome and transition.appended_json:
-        outcome = transition.appended[-1].get("text", "")
-    guard = f" [{transition.guard.value}]" if transition.guard else ""
-    return (
-        transition.source.value,
-        transition.dest.value,
-        transition.trigger.value + guard,
-        f"{transition.steps}/{transition.calls}",
-        call,
-        str(outcome),
-    )
-
-
 def run_demo() -> RunResult:
     """Run the scenario, printing each transition as it happens, then the result."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from agentloop._report import HEADERS, describe
 
     console = Console()
     if not console.is_terminal:
         console.width = 140  # keep piped output (CI logs, files) unwrapped
-    run = demo_loop().start("What's the weather in Lisbon, in Fahrenheit?")
+    loop = demo_loop()
+    run = loop.start("What's the weather in Lisbon, in Fahrenheit?")
     table = Table(title="agentloop demo: one transition per step")
-    for header in ("#", "from", "to", "trigger [guard]", "steps/calls", "call", "outcome"):
-        table.add_column(header)
+    for header in HEADERS:
+        table.add_column(Text(header))  # Text: not markup
     for number, transition in enumerate(run, 1):
-        table.add_row(str(number), *describe(transition))
+        table.add_row(*(Text(cell) for cell in describe(number, transition, loop.budget)))
     console.print(table)
     result = run.result()
     console.print(
-        f"status={result.status.value} output={result.output!r} "
-        f"steps={result.steps}/{result.budget.max_steps} "
-        f"calls={result.calls}/{result.budget.max_calls}"
+        Text(
+            f"status={result.status.value} output={result.output!r} "
+            f"steps={result.steps}/{result.budget.max_steps} "
+            f"calls={result.calls}/{result.budget.max_calls}"
+        )
     )
     return result

@@ -106,16 +106,17 @@ def to_mermaid(run: RunResult | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_dot(run: RunResult | None = None) -> str:
+def to_dot(run: RunResult | None = None, *, rankdir: str = "TB") -> str:
     """A Graphviz DOT digraph of the machine; terminal states are double circles.
 
     With ``run``, its path is drawn bold and blue with counts, the rest faint.
+    ``rankdir="LR"`` lays it out left to right (the report does: wide pages).
     """
     counts = taken(run) if run is not None else {}
     seen = visited(run) if run is not None else set()
     lines = [
         "digraph agentloop {",
-        '    rankdir="TB";',
+        f'    rankdir="{rankdir}";',
         '    node [shape="box", style="rounded"];',
         '    "__start__" [shape="point", label=""];',
     ]
@@ -149,7 +150,7 @@ def to_dot(run: RunResult | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_svg(run: RunResult | None = None) -> str:
+def to_svg(run: RunResult | None = None, *, rankdir: str = "TB") -> str:
     """The DOT diagram rendered to SVG in-process by Graphviz (the ``svg`` extra).
 
     Raises ``SVGUnavailableError`` when ``pygraphviz`` is not installed.
@@ -163,5 +164,6 @@ def to_svg(run: RunResult | None = None) -> str:
             "pip install 'agentloop[svg]'; or render the DOT text with Graphviz's "
             "`dot -Tsvg`, or use --format mermaid"
         ) from exc
-    svg: bytes = pygraphviz.AGraph(string=to_dot(run)).draw(format="svg", prog="dot")
+    graph = pygraphviz.AGraph(string=to_dot(run, rankdir=rankdir))
+    svg: bytes = graph.draw(format="svg", prog="dot")
     return svg.decode()

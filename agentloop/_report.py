@@ -1,0 +1,272 @@
+"""Reading a run: one transition as table cells, and the run report as one HTML page.
+
+The report is self-contained: inline CSS, no scripts, no fonts, no links out,
+and a Content-Security-Policy that would refuse any load a future edit added.
+Every piece of the run (messages, errors, the rejected reply) goes through
+``html.escape``; the only markup not written here is the SVG Graphviz renders
+from the table's own names.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from agentloop._diagram import SVGUnavailableError, to_mermaid, to_svg
+from agentloop._machine import State
+from agentloop._messages import JSONError, to_json
+from agentloop._runfile import FORMAT, VERSION, NotJSON
+
+if TYPE_CHECKING:
+    from agentloop._values import Budget, RunResult, Transition
+
+__all__ = ["HEADERS", "describe", "rejected_text", "report_html"]
+
+#: Column headers for ``describe``'s cells.
+HEADERS = ("step", "from → to", "trigger [guard]", "steps", "calls", "call", "outcome")
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe(number: int, transition: Transition, budget: Budget) -> tuple[str, ...]:
+    """One transition as cells under ``HEADERS``: what moved, why, and what came of it."""
+    guard = f" [{transition.guard.value}]" if transition.guard else ""
+    call = f"{transition.tool}#{transition.call_id}" if transition.call_id else ""
+    appended = transition.appended
+    if transition.error:
+        outcome = transition.error
+    elif transition.reason:
+        outcome = f"budget spent: {transition.reason}"
+    elif transition.status and appended:
+        content = orjson.dumps(appended[-1].get("content")).decode()
+        outcome = f"{transition.status}: {_short(content)}"
+    elif appended and appended[-1].get("kind") == "final":
+        outcome = f"final: {_short(str(appended[-1].get('text')))}"
+    elif transition.dest is State.CANCELLED:
+        outcome = "cancelled"
+    else:
+        outcome = transition.status or ""
+    return (
+        str(number),
+        f"{transition.source.value} → {transition.dest.value}",
+        transition.trigger.value + guard,
+        f"{transition.steps}/{budget.max_steps}",
+        f"{transition.calls}/{budget.max_calls}",
+        call,
+        outcome,
+    )
+
+
+# -- the HTML report -------------------------------------------------------------
+
+_CSS = """
+:root { --ink: #1f2937; --mute: #6b7280; --line: #e5e7eb; --blue: #1d4ed8; }
+* { box-sizing: border-box; }
+body { margin: 0 auto; max-width: 72rem; padding: 1.5rem; color: var(--ink);
+       font: 15px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; }
+h1 { font-size: 1.5rem; margin: 0 0 .75rem; }
+h2 { font-size: 1.15rem; margin: 2rem 0 .75rem; border-bottom: 1px solid var(--line); }
+pre, code { font: 13px/1.4 ui-monospace, "DejaVu Sans Mono", monospace; }
+pre { margin: .25rem 0 0; padding: .5rem .6rem; background: #f8fafc; border-radius: 6px;
+      white-space: pre-wrap; overflow-wrap: anywhere; }
+.status { display: inline-block; padding: .1rem .6rem; border-radius: 999px; color: #fff;
+          background: #b91c1c; }
+.status.finished { background: #15803d; }
+.status.cancelled, .status.exhausted { background: #b45309; }
+dl.summary { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; }
+dl.summary dt { color: var(--mute); }
+dl.summary dd { margin: 0; overflow-wrap: anywhere; }
+figure { margin: 0; overflow-x: auto; border: 1px solid var(--line); border-radius: 6px; }
+figure svg { width: 100%; min-width: 1500px; height: auto; }  /* readable; scrolls sideways */
+.note { color: var(--mute); font-size: .9rem; }
+ol.timeline { list-style: none; padding: 0; margin: 0; }
+ol.timeline > li { margin: 0 0 .75rem; }
+.pair { display: grid; grid-template-columns: 1fr 1fr; gap: .75rem; }
+.entry { border: 1px solid var(--line); border-left: 4px solid var(--mute); border-radius: 6px;
+         padding: .5rem .75rem; min-width: 0; }
+.entry .who { font-size: .85rem; color: var(--mute); }
+.entry .text { margin: .25rem 0 0; white-space: pre-wrap; overflow-wrap: anywhere; }
+.entry.user { border-left-color: #7c3aed; }
+.entry.call { border-left-color: var(--blue); }
+.entry.tool_result { border-left-color: #15803d; }
+.entry.tool_result.failed { border-left-color: #b91c1c; }
+.entry.final { border-left-color: #0f766e; }
+.entry.input { background: #fafafa; }
+table { border-collapse: collapse; width: 100%; font-size: .9rem; }
+th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid var(--line);
+         vertical-align: top; overflow-wrap: anywhere; }
+th { color: var(--mute); font-weight: 600; }
+"""
+
+# No script, font, image or stylesheet may load: the page needs nothing from outside.
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _pretty(value: object) -> str:
+    """JSON, indented, escaped for a ``<pre>``."""
+    return _e(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
+
+
+def report_html(result: RunResult, *, svg: bool | None = None) -> str:
+    """The run as one self-contained HTML page.
+
+    ``svg=None`` inlines the trace diagram as SVG when pygraphviz is installed
+    and falls back to its Mermaid source; ``True`` requires SVG, ``False``
+    always shows the Mermaid source.
+    """
+    status = result.status.value
+    budget = result.budget
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>agentloop run: {_e(status)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head>",
+        "<body>",
+        f'<h1>agentloop run <span id="status" class="status {_e(status)}">{_e(status)}</span></h1>',
+        '<dl class="summary">',
+    ]
+    summary: list[tuple[str, object]] = [
+        ("status", status),
+        ("output", result.output),
+        ("reason", result.reason),
+        ("error", result.error),
+        ("steps", f"{result.steps} of {budget.max_steps}"),
+        ("calls", f"{result.calls} of {budget.max_calls}"),
+        ("transitions", len(result.events)),
+    ]
+    for name, value in summary:
+        if value is not None:
+            parts.append(f'<dt>{name}</dt><dd id="summary-{name}">{_e(value)}</dd>')
+    parts.append("</dl>")
+    parts.extend(_diagram(result, svg))
+    parts.extend(_timeline(result))
+    parts.extend(_rejected(result))
+    parts.extend(_transitions(result))
+    parts.append(
+        f'<p class="note">Run file format {_e(FORMAT)} version {VERSION}. '
+        "Made by agentloop; this page loads nothing from anywhere.</p>"
+    )
+    parts.extend(["</body>", "</html>"])
+    return "\n".join(parts) + "\n"
+
+
+def _diagram(result: RunResult, svg: bool | None) -> list[str]:
+    parts = ['<h2 id="path">Path</h2>']
+    rendered = None
+    if svg is not False:
+        try:
+            rendered = to_svg(result, rankdir="LR")
+        except SVGUnavailableError:
+            if svg:
+                raise
+    if rendered is not None:
+        # Graphviz's SVG from the table's own names: inlined as markup, minus the
+        # XML prolog and doctype that only a standalone file needs.
+        parts.append(f'<figure id="diagram">{rendered[rendered.index("<svg") :]}</figure>')
+    else:
+        parts.append(
+            '<p class="note">The trace diagram in Mermaid (install agentloop[svg] '
+            "to see it drawn here; any Mermaid viewer draws this text):</p>"
+        )
+        parts.append(f'<pre id="diagram" class="mermaid-source">{_e(to_mermaid(result))}</pre>')
+    return parts
+
+
+def _timeline(result: RunResult) -> list[str]:
+    """The transcript in order; each call sits beside the result that follows it."""
+    transcript = result.transcript
+    appended = sum(len(event.appended_json) for event in result.events)
+    first_of_run = len(transcript) - appended
+    parts = ['<h2 id="transcript">Transcript</h2>', '<ol class="timeline">']
+    index = 0
+    while index < len(transcript):
+        message = transcript[index]
+        after = transcript[index + 1] if index + 1 < len(transcript) else None
+        if (
+            message.get("kind") == "call"
+            and isinstance(after, dict)
+            and after.get("kind") == "tool_result"
+            and after.get("id") == message.get("id")
+        ):
+            parts.append('<li class="pair">')
+            parts.append(_entry(index, message, input_=index < first_of_run))
+            parts.append(_entry(index + 1, after, input_=index + 1 < first_of_run))
+            parts.append("</li>")
+            index += 2
+        else:
+            parts.append(f"<li>{_entry(index, message, input_=index < first_of_run)}</li>")
+            index += 1
+    parts.append("</ol>")
+    return parts
+
+
+def _entry(index: int, message: dict[str, Any], *, input_: bool) -> str:
+    kind = str(message.get("kind"))
+    origin = " · input" if input_ else ""
+    classes = f"entry {_e(kind)}" + (" input" if input_ else "")
+    if kind == "call":
+        who = f"call {_e(message.get('name'))} · id {_e(message.get('id'))}"
+        body = f"<pre>{_pretty(message.get('arguments'))}</pre>"
+    elif kind == "tool_result":
+        status = str(message.get("status"))
+        classes += "" if status == "ok" else " failed"
+        who = f"result of {_e(message.get('name'))} · id {_e(message.get('id'))} · {_e(status)}"
+        body = f"<pre>{_pretty(message.get('content'))}</pre>"
+    elif set(message) == {"kind", "text"} and isinstance(message["text"], str):
+        who = _e(kind)
+        body = f'<p class="text">{_e(message["text"])}</p>'
+    else:
+        who = _e(kind)
+        body = f"<pre>{_pretty(message)}</pre>"
+    return (
+        f'<div class="{classes}" data-entry="{index}">'
+        f'<div class="who">#{index} {who}{origin}</div>{body}</div>'
+    )
+
+
+def rejected_text(value: object, *, indent: bool = True) -> tuple[str, str]:
+    """A rejected reply as text, and a note when it is not JSON (shown by its repr)."""
+    if isinstance(value, NotJSON):
+        return value.text, "not JSON; its repr was saved"
+    try:  # strictly: orjson alone would quietly print NaN as null
+        checked = orjson.loads(to_json(value, "rejected"))
+    except JSONError:
+        return repr(value), "not JSON; shown by its repr"
+    return orjson.dumps(checked, option=orjson.OPT_INDENT_2 if indent else 0).decode(), ""
+
+
+def _rejected(result: RunResult) -> list[str]:
+    if result.rejected_value is None:
+        return []
+    shown, note = rejected_text(result.rejected_value)
+    return [
+        '<h2 id="rejected">Rejected reply</h2>',
+        '<p class="note">The reply that ended the run; it never entered the transcript.'
+        + (f" ({_e(note)})" if note else "")
+        + "</p>",
+        f'<pre id="rejected-reply">{_e(shown)}</pre>',
+    ]
+
+
+def _transitions(result: RunResult) -> list[str]:
+    parts = ['<h2 id="transitions">Transitions</h2>', "<table>", "<thead><tr>"]
+    parts.extend(f"<th>{_e(header)}</th>" for header in HEADERS)
+    parts.append("</tr></thead><tbody>")
+    for number, event in enumerate(result.events, 1):
+        cells = describe(number, event, result.budget)
+        parts.append("<tr>" + "".join(f"<td>{_e(cell)}</td>" for cell in cells) + "</tr>")
+    parts.append("</tbody></table>")
+    return parts

@@ -1,0 +1,329 @@
+"""The run report: one self-contained, escaped HTML page, checked in a real headless browser."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from agentloop import Loop, NotJSON, RunResult
+from agentloop._demo import demo_loop
+from agentloop._diagram import SVGUnavailableError, to_mermaid
+from agentloop._report import describe, report_html
+
+from .helpers import Script, call, final
+from .test_trace import renderer  # noqa: F401 - a fixture
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, Request
+
+SCRIPT = "<script>alert('boom')</script>"
+
+
+def hostile_run() -> RunResult:
+    """A run whose tool result, user text and answer are full of markup."""
+
+    def fetch(url: str) -> str:
+        return SCRIPT + ' & "quotes" <b>bold</b>'
+
+    model = Script(
+        [call("c1", name="fetch", url="<img src=x onerror=alert(1)>"), final("</pre>ok")]
+    )
+    return Loop(model, tools={"fetch": fetch}).run("Is <this> & that </p> safe?")
+
+
+def test_report_is_self_contained() -> None:
+    """No scripts, stylesheets, fonts or links to load; a CSP forbids any that slip in."""
+    page = report_html(demo_loop().run("go"))
+
+    assert "<script" not in page
+    assert "<link" not in page
+    assert "@import" not in page
+    assert "url(" not in page
+    assert not re.search(r"\b(src|href)\s*=", page)
+    # The only URLs are SVG namespace names, which are never fetched.
+    for match in re.finditer(r"https?://[^\s\"'<>]+", page):
+        assert match.group() in {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+    assert (
+        '<meta http-equiv="Content-Security-Policy" '
+        "content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">"
+    ) in page
+
+
+def test_report_escapes_every_part_of_the_run() -> None:
+    """Markup in the input, arguments, tool results and answer is text, never tags."""
+    page = report_html(hostile_run(), svg=False)
+
+    assert "<script" not in page
+    assert "<img" not in page
+    assert "<b>" not in page
+    assert "&lt;script&gt;alert(&#x27;boom&#x27;)&lt;/script&gt;" in page
+    assert "Is &lt;this&gt; &amp; that &lt;/p&gt; safe?" in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "&lt;/pre&gt;ok" in page
+
+
+def test_each_call_sits_beside_its_result() -> None:
+    """A call and the result that answers it share one row of the timeline."""
+    page = report_html(demo_loop().run("go"), svg=False)
+    pairs = re.findall(r'<li class="pair">(.*?)</li>', page, re.DOTALL)
+
+    assert len(pairs) == 2
+    assert 'data-entry="1"' in pairs[0]
+    assert 'data-entry="2"' in pairs[0]
+    assert "call weather · id c1" in pairs[0]
+    assert "result of weather · id c1 · ok" in pairs[0]
+    assert "result of convert · id c2 · ok" in pairs[1]
+
+
+def test_input_history_is_marked_as_input() -> None:
+    """Messages given as input are marked so; those the run appended are not."""
+    history = [
+        {"kind": "user", "text": "hi"},
+        call("old", a=1, b=1),
+        {"kind": "tool_result", "id": "old", "name": "add", "status": "ok", "content": 2},
+        {"kind": "user", "text": "again"},
+    ]
+    result = Loop(Script([final("done")])).run(history)
+    page = report_html(result, svg=False)
+
+    for index in range(4):
+        assert re.search(rf'data-entry="{index}"><div class="who">#{index} [^<]* · input<', page)
+    assert re.search(r'data-entry="4"><div class="who">#4 final</div>', page)
+
+
+def test_rejected_reply_is_shown() -> None:
+    """A malformed reply is shown in its own section, escaped, as JSON."""
+    reply = {"kind": "final", "text": "<i>x</i>", "extra": 1}
+    page = report_html(Loop(Script([reply])).run("go"), svg=False)
+
+    assert '<h2 id="rejected">Rejected reply</h2>' in page
+    assert "&quot;text&quot;: &quot;&lt;i&gt;x&lt;/i&gt;&quot;" in page
+    assert "not JSON" not in page
+
+
+def test_non_json_rejected_reply_is_shown_by_repr() -> None:
+    """A rejected reply that was not JSON shows its repr, live or loaded from a file."""
+    result = Loop(Script([{"kind": "final", "text": {1, 2}}])).run("go")
+    loaded = RunResult.from_json(result.to_json())
+    assert isinstance(loaded.rejected_value, NotJSON)
+
+    for run in (result, loaded):
+        page = report_html(run, svg=False)
+        assert "{&#x27;kind&#x27;: &#x27;final&#x27;, &#x27;text&#x27;: {1, 2}}" in page
+        assert "not JSON" in page
+
+
+def test_a_finished_run_has_no_rejected_section() -> None:
+    """Nothing was rejected in a finished run, so there is no such section."""
+    assert 'id="rejected"' not in report_html(demo_loop().run("go"), svg=False)
+
+
+def test_without_svg_the_mermaid_source_is_shown() -> None:
+    """svg=False puts the traced Mermaid source in a readable <pre> block, escaped."""
+    result = demo_loop().run("go")
+    page = report_html(result, svg=False)
+
+    block = re.search(r'<pre id="diagram" class="mermaid-source">(.*?)</pre>', page, re.DOTALL)
+    assert block is not None
+    assert "awaiting_model --&gt; validating: model_replied (3x)" in block.group(1)
+    assert block.group(1).count("\n") == to_mermaid(result).count("\n")
+    assert "<svg" not in page
+
+
+@pytest.mark.usefixtures("renderer")
+def test_with_svg_the_diagram_is_inline() -> None:
+    """With pygraphviz the trace is inline SVG, without the standalone file's prolog."""
+    page = report_html(demo_loop().run("go"))
+
+    assert '<figure id="diagram"><svg' in page
+    assert "<?xml" not in page
+    assert "<!DOCTYPE svg" not in page
+    assert ">model_replied (3x)</text>" in page
+
+
+def test_svg_required_but_missing_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """svg=True insists on SVG: without a renderer it raises instead of falling back."""
+    import importlib
+
+    real = importlib.import_module
+
+    def no_pygraphviz(name: str, package: str | None = None) -> object:
+        if name == "pygraphviz":
+            raise ModuleNotFoundError(name)
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", no_pygraphviz)
+    result = demo_loop().run("go")
+    with pytest.raises(SVGUnavailableError):
+        report_html(result, svg=True)
+    assert 'class="mermaid-source"' in report_html(result)  # svg=None falls back
+
+
+@pytest.mark.parametrize(
+    ("replies", "budget", "cells"),
+    [
+        pytest.param(
+            [ValueError("x")],
+            (3, 3),
+            (
+                "1",
+                "awaiting_model → failed",
+                "model_raised",
+                "1/3",
+                "0/3",
+                "",
+                "the model raised ValueError: x",
+            ),
+            id="error",
+        ),
+        pytest.param(
+            [call("c1", a=1, b=2)],
+            (3, 0),
+            (
+                "2",
+                "validating → exhausted",
+                "validate [calls_exhausted]",
+                "1/3",
+                "0/0",
+                "add#c1",
+                "budget spent: max_calls",
+            ),
+            id="reason",
+        ),
+        pytest.param(
+            [final("fine")],
+            (3, 3),
+            (
+                "2",
+                "validating → finished",
+                "validate [reply_is_final]",
+                "1/3",
+                "0/3",
+                "",
+                "final: fine",
+            ),
+            id="final",
+        ),
+    ],
+)
+def test_describe_says_what_came_of_a_transition(
+    replies: list[object], budget: tuple[int, int], cells: tuple[str, ...]
+) -> None:
+    """The last transition's cells: number, path, trigger [guard], counters, call, outcome."""
+    result = Loop(
+        Script(replies), tools={"add": lambda a, b: a + b}, max_steps=budget[0], max_calls=budget[1]
+    ).run("go")
+    assert describe(len(result.events), result.events[-1], result.budget) == cells
+
+
+def test_describe_shortens_long_content() -> None:
+    """A long tool result is cut to a readable length in the outcome cell."""
+    result = Loop(
+        Script([call("c1", n=1), final()]), tools={"add": lambda n: "x" * 500}, max_calls=1
+    ).run("go")
+    outcome = describe(3, result.events[2], result.budget)[-1]
+    assert outcome.startswith('ok: "xxx')
+    assert len(outcome) == len("ok: ") + 80
+    assert outcome.endswith("…")
+
+
+# -- in a real browser -------------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+# As root in a sandboxed machine with no network: no sandbox, no GPU, no background traffic.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's chromium driven by Playwright; skipped only where it is not installed."""
+    if not shutil.which(CHROMIUM):
+        message = f"{CHROMIUM} is not installed (apt-get install chromium; .ci/run does)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the browser test: {message}")
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def open_report(browser: Browser, path: Path) -> tuple[Page, list[str]]:
+    """Load ``path`` via file://; return the page and every problem the browser reported."""
+    page = browser.new_page()
+    problems: list[str] = []
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type in {"error", "warning"}:
+            problems.append(f"console {message.type}: {message.text}")
+
+    def on_dialog(dialog: Dialog) -> None:
+        problems.append(f"a script opened a dialog: {dialog.message}")
+        dialog.dismiss()
+
+    def on_request(request: Request) -> None:
+        if not request.url.startswith(("file://", "data:")):
+            problems.append(f"request to {request.url}")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    page.on("dialog", on_dialog)
+    page.on("request", on_request)
+    page.goto(path.as_uri(), wait_until="load")
+    return page, problems
+
+
+@pytest.mark.parametrize("svg", [None, False], ids=["svg-if-available", "mermaid-source"])
+def test_report_in_headless_chromium(browser: Browser, tmp_path: Path, svg: bool | None) -> None:
+    """The page loads with no console errors or requests; the status and every entry show."""
+    result = hostile_run()
+    path = tmp_path / "run.html"
+    path.write_text(report_html(result, svg=svg), encoding="utf-8")
+
+    started = time.perf_counter()
+    page, problems = open_report(browser, path)
+
+    status = page.locator("#status")
+    assert status.is_visible()
+    assert status.inner_text() == "finished"
+    assert page.locator("#diagram").is_visible()
+    assert page.locator("script").count() == 0
+    transcript = result.transcript
+    assert page.locator("[data-entry]").count() == len(transcript)
+    for index, message in enumerate(transcript):
+        entry = page.locator(f'[data-entry="{index}"]')
+        assert entry.is_visible(), index
+        assert entry.bounding_box() is not None
+        text = entry.inner_text()
+        for expected in {
+            "user": [message.get("text")],
+            "call": [message.get("name"), message.get("id")],
+            "tool_result": [message.get("name"), message.get("status")],
+            "final": [message.get("text")],
+        }[message["kind"]]:
+            assert str(expected) in text, (index, expected, text)
+    # The script in the tool result is shown as text, and never ran.
+    assert SCRIPT in page.locator('[data-entry="2"]').inner_text()
+    assert "<img src=x onerror=alert(1)>" in page.locator('[data-entry="1"]').inner_text()
+    assert problems == []
+    page.close()
+    print(f"browser check took {time.perf_counter() - started:.2f} s")
