@@ -24,6 +24,7 @@ reveals nothing a denial would hide.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
 import inspect
@@ -572,6 +573,13 @@ def _checked_schema(name: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
 # -- the registry -------------------------------------------------------------
 
 
+def _result(tool: Tool, value: object) -> dict[str, Any]:
+    try:
+        return {"status": "ok", "content": to_json_value(value)}
+    except TypeError as exc:
+        return _error(TypeError(f"tool {tool.name!r} returned a value with no JSON form: {exc}"))
+
+
 def _error(exc: BaseException) -> dict[str, Any]:
     return {
         "status": "error",
@@ -586,7 +594,9 @@ class ToolRegistry:
     ``tools`` is an iterable of ``Tool``s or plain handlers, or a mapping of name
     to handler. ``policy`` sees a copy of every call whose arguments are valid
     and answers ``allow()`` or ``deny(reason)``; a tool's own policy is asked
-    next. See the module docstring for the order of outcomes.
+    next. See the module docstring for the order of outcomes. ``dispatch``
+    runs plain handlers; ``adispatch`` (for the async driver) also awaits
+    ``async def`` ones.
     """
 
     def __init__(
@@ -668,6 +678,47 @@ class ToolRegistry:
 
     def dispatch(self, call: dict[str, Any]) -> dict[str, Any]:
         """Run ``call`` and return its outcome; never raises for an ``Exception``."""
+        prepared = self._prepare(call)
+        if isinstance(prepared, dict):
+            return prepared
+        tool, kwargs = prepared
+        try:
+            value = tool.handler(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - a failing tool is an outcome
+            return _error(exc)
+        if inspect.isawaitable(value):
+            getattr(value, "close", lambda: None)()  # never awaited: say so, without a warning
+            return _error(
+                TypeError(
+                    f"tool {tool.name!r} is async; run the loop with the async driver "
+                    "(loop.arun or loop.astart), which awaits it"
+                )
+            )
+        return _result(tool, value)
+
+    async def adispatch(self, call: dict[str, Any], *, to_thread: bool = False) -> dict[str, Any]:
+        """``dispatch`` for the async driver: an ``async def`` handler is awaited.
+
+        A plain handler is called in the event loop's thread, or with
+        ``to_thread=True`` in a worker thread (``asyncio.to_thread``).
+        """
+        prepared = self._prepare(call)
+        if isinstance(prepared, dict):
+            return prepared
+        tool, kwargs = prepared
+        try:
+            if to_thread and not inspect.iscoroutinefunction(tool.handler):
+                value = await asyncio.to_thread(tool.handler, **kwargs)
+            else:
+                value = tool.handler(**kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as exc:  # noqa: BLE001 - a failing tool is an outcome
+            return _error(exc)
+        return _result(tool, value)
+
+    def _prepare(self, call: dict[str, Any]) -> dict[str, Any] | tuple[Tool, dict[str, Any]]:
+        """The tool and its converted arguments, or the outcome that stops the call first."""
         tool = self._tools.get(call["name"])
         if tool is None:
             available = ", ".join(sorted(self._tools)) or "none"
@@ -703,16 +754,7 @@ class ToolRegistry:
                 return _error(exc)
             if not decision.allowed:
                 return {"status": "denied", "content": decision.reason}
-        try:
-            value = tool.handler(**kwargs)
-        except Exception as exc:  # noqa: BLE001 - a failing tool is an outcome
-            return _error(exc)
-        try:
-            return {"status": "ok", "content": to_json_value(value)}
-        except TypeError as exc:
-            return _error(
-                TypeError(f"tool {tool.name!r} returned a value with no JSON form: {exc}")
-            )
+        return tool, kwargs
 
     def specs(self, format: SpecFormat = "json-schema") -> list[dict[str, Any]]:
         """The tools described for a provider request (fresh JSON on every call).
