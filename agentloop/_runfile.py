@@ -75,6 +75,10 @@ class RecordedException(Exception):
     def __repr__(self) -> str:
         return f"RecordedException({self.type_name!r}, {self.message!r})"
 
+    def __reduce__(self) -> tuple[type[RecordedException], tuple[str, str]]:
+        # Exception pickles and copies by ``args``, which holds the message alone.
+        return RecordedException, (self.type_name, self.message)
+
 
 @attrs.frozen(repr=False)
 class NotJSON:

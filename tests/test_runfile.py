@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import pickle
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -199,6 +200,18 @@ def test_exception_is_saved_as_type_and_message() -> None:
     assert (exc.type_name, exc.message, str(exc)) == ("ValueError", "model broke", "model broke")
     assert repr(exc) == "RecordedException('ValueError', 'model broke')"
     assert loaded == result
+
+
+def test_a_loaded_run_copies_and_pickles() -> None:
+    """A loaded run (recorded exceptions and NotJSON included) survives deepcopy and pickle."""
+    failed = RunResult.from_json(Loop(Script([ValueError("broke")])).run("go").to_json())
+    odd = RunResult.from_json(Loop(Script([{"kind": "final", "text": {1}}])).run("go").to_json())
+
+    for loaded in (failed, odd):
+        for again in (copy.deepcopy(loaded), pickle.loads(pickle.dumps(loaded))):
+            assert again == loaded
+            assert again.to_json() == loaded.to_json()
+    assert repr(copy.deepcopy(failed.events[-1].exception)) == repr(failed.events[-1].exception)
 
 
 def test_json_rejected_reply_is_saved_as_json() -> None:
