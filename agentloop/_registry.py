@@ -87,19 +87,35 @@ def deny(reason: str) -> Decision:
 # -- results ------------------------------------------------------------------
 
 
+class _NoJSONForm(TypeError):
+    """Raised from deep inside a value; each container on the way out adds its key."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.keys: list[str] = []  # innermost first
+
+
 def to_json_value(value: object, where: str = "result") -> Any:
-    """``value`` as plain JSON, or ``TypeError`` naming what has no JSON form.
+    """``value`` as plain JSON, or ``TypeError`` naming what has no JSON form, and where.
 
     attrs instances and dataclasses go through their own ``asdict``, enums by
     value, tuples become lists.
     """
+    try:
+        return _json_form(value)
+    except _NoJSONForm as exc:
+        raise TypeError(f"{where}{''.join(reversed(exc.keys))}: {exc.problem}") from None
+
+
+def _json_form(value: object) -> Any:
     if value is None or type(value) in (str, int, bool):
         return value
     if isinstance(value, enum.Enum):
-        return to_json_value(value.value, where)
+        return _json_form(value.value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise TypeError(f"{where}: expected a finite number, got {value!r}")
+            raise _NoJSONForm(f"expected a finite number, got {value!r}")
         return value
     if isinstance(value, str | int):
         return value
@@ -107,19 +123,29 @@ def to_json_value(value: object, where: str = "result") -> Any:
         out = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise TypeError(f"{where}: expected str keys, got {type(key).__name__} key {key!r}")
-            out[key] = to_json_value(item, f"{where}.{key}")
+                raise _NoJSONForm(f"expected str keys, got {type(key).__name__} key {key!r}")
+            try:
+                out[key] = _json_form(item)
+            except _NoJSONForm as exc:  # the path is only spelled out on failure
+                exc.keys.append(f".{key}")
+                raise
         return out
     if isinstance(value, list | tuple):
-        return [to_json_value(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        items = []
+        for index, item in enumerate(value):
+            try:
+                items.append(_json_form(item))
+            except _NoJSONForm as exc:
+                exc.keys.append(f"[{index}]")
+                raise
+        return items
     if attrs.has(type(value)):
-        # attrs.asdict keeps tuples and sets as they are, for the walk below to judge.
-        fields = attrs.asdict(typing.cast("attrs.AttrsInstance", value))
-        return to_json_value(fields, where)
+        # attrs.asdict keeps tuples and sets as they are, for this walk to judge.
+        return _json_form(attrs.asdict(typing.cast("attrs.AttrsInstance", value)))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return to_json_value(dataclasses.asdict(value), where)
-    raise TypeError(
-        f"{where}: expected JSON, an attrs instance, a dataclass, an Enum or a tuple, "
+        return _json_form(dataclasses.asdict(value))
+    raise _NoJSONForm(
+        "expected JSON, an attrs instance, a dataclass, an Enum or a tuple, "
         f"got {type(value).__qualname__}"
     )
 
