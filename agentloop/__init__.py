@@ -8,11 +8,12 @@ Everything in ``__all__`` is the public API; the modules behind it are private.
 
 from __future__ import annotations
 
+from agentloop._async_driver import AsyncRun
 from agentloop._diagram import SVGUnavailableError, to_dot, to_mermaid, to_svg
 from agentloop._driver import Loop, Model, Run
 from agentloop._engine import AgentloopError, Engine, InvalidStateError, Listener
 from agentloop._machine import ROWS, TERMINAL, Guard, State, Trigger, build_machine
-from agentloop._messages import RESULT_STATUSES, JSONError
+from agentloop._messages import DISPATCH_STATUSES, RESULT_STATUSES, JSONError
 from agentloop._registry import Decision, Policy, SpecFormat, Tool, ToolRegistry, allow, deny
 from agentloop._report import report_html
 from agentloop._runfile import NotJSON, RecordedException, RunFileError
@@ -20,10 +21,12 @@ from agentloop._tools import Dispatcher
 from agentloop._values import Budget, CancelToken, RunResult, Transition
 
 __all__ = [
+    "DISPATCH_STATUSES",
     "RESULT_STATUSES",
     "ROWS",
     "TERMINAL",
     "AgentloopError",
+    "AsyncRun",
     "Budget",
     "CancelToken",
     "Decision",

@@ -1,8 +1,9 @@
-"""The synchronous driver: ``Loop`` (configuration) and ``Run`` (one run).
+"""``Loop`` (configuration) and ``Run``, the synchronous driver.
 
-The driver is the only place that calls the model and the tools. Each
+A driver is the only place that calls the model and the tools. Each
 ``Run.step()`` reports to the engine what happened at one checkpoint and
-returns the single transition that followed.
+returns the single transition that followed. ``Loop.astart``/``arun`` hand
+the same engine to the asyncio driver in ``_async_driver.py``.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from agentloop._engine import Engine, InvalidStateError, Listener
+from agentloop._async_driver import AsyncRun
+from agentloop._engine import Engine, Listener
 from agentloop._machine import State
 from agentloop._messages import input_messages
+from agentloop._run import RunView
 from agentloop._tools import Dispatcher, as_dispatcher
 from agentloop._values import Budget, CancelToken, RunResult, Transition
 
@@ -33,8 +36,10 @@ class Loop:
 
     ``tools`` is a mapping of name to handler, or any object with
     ``dispatch(call) -> {'status': ..., 'content': ...}``. Every ``run`` or
-    ``start`` is an independent run with its own counters, reserved ids and
-    history.
+    ``start`` (``arun``/``astart`` under asyncio) is an independent run with
+    its own counters, reserved ids and history. ``model_timeout``,
+    ``tool_timeout`` (seconds) and ``to_thread`` (run plain callables in a
+    worker thread) apply to the asyncio driver.
     """
 
     def __init__(
@@ -45,6 +50,9 @@ class Loop:
         max_steps: int = 8,
         max_calls: int = 4,
         listeners: tuple[Listener, ...] = (),
+        model_timeout: float | None = None,
+        tool_timeout: float | None = None,
+        to_thread: bool = False,
     ) -> None:
         if not callable(model):
             raise TypeError(
@@ -54,6 +62,9 @@ class Loop:
         self.dispatcher: Dispatcher = as_dispatcher(tools)
         self.budget = Budget(max_steps=max_steps, max_calls=max_calls)
         self.listeners = tuple(listeners)
+        self.model_timeout = _timeout("model_timeout", model_timeout)
+        self.tool_timeout = _timeout("tool_timeout", tool_timeout)
+        self.to_thread = bool(to_thread)
 
     def __repr__(self) -> str:
         return (
@@ -65,14 +76,10 @@ class Loop:
         self, messages: str | list[dict[str, Any]], *, cancel: CancelToken | None = None
     ) -> Run:
         """Begin a run driven by ``step()``; bad input raises here, before any model call."""
-        if cancel is not None and not isinstance(cancel, CancelToken):
-            raise TypeError(
-                f"expected cancel to be a CancelToken or None, got {type(cancel).__name__}"
-            )
-        engine = Engine.start(input_messages(messages), self.budget, cancel)
+        run = Run(self._engine(messages, cancel), self.model, self.dispatcher)
         for listener in self.listeners:
-            engine.subscribe(listener)
-        return Run(engine, self.model, self.dispatcher)
+            run.subscribe(listener)
+        return run
 
     def run(
         self, messages: str | list[dict[str, Any]], *, cancel: CancelToken | None = None
@@ -83,55 +90,58 @@ class Loop:
             pass
         return run.result()
 
+    def astart(
+        self, messages: str | list[dict[str, Any]], *, cancel: CancelToken | None = None
+    ) -> AsyncRun:
+        """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
+        run = AsyncRun(
+            self._engine(messages, cancel),
+            self.model,
+            self.dispatcher,
+            model_timeout=self.model_timeout,
+            tool_timeout=self.tool_timeout,
+            to_thread=self.to_thread,
+        )
+        for listener in self.listeners:
+            run.subscribe(listener)
+        return run
 
-class Run:
-    """One run, driven one transition at a time."""
+    async def arun(
+        self, messages: str | list[dict[str, Any]], *, cancel: CancelToken | None = None
+    ) -> RunResult:
+        """Run to a terminal state under asyncio and return the result."""
+        run = self.astart(messages, cancel=cancel)
+        async for _ in run:
+            pass
+        return run.result()
+
+    def _engine(self, messages: object, cancel: CancelToken | None) -> Engine:
+        if cancel is not None and not isinstance(cancel, CancelToken):
+            raise TypeError(
+                f"expected cancel to be a CancelToken or None, got {type(cancel).__name__}"
+            )
+        return Engine.start(input_messages(messages), self.budget, cancel)
+
+
+def _timeout(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
+    return float(value)
+
+
+class Run(RunView):
+    """One run, driven one transition at a time by ``step()``."""
 
     def __init__(self, engine: Engine, model: Model, dispatcher: Dispatcher) -> None:
-        self._engine = engine
+        super().__init__(engine)
         self._model = model
         self._dispatcher = dispatcher
 
-    def __repr__(self) -> str:
-        return f"<Run state={self.state.value!r} steps={self.steps} calls={self.calls}>"
-
-    @property
-    def state(self) -> State:
-        """The current state (a ``str`` enum)."""
-        return self._engine.state
-
-    @property
-    def done(self) -> bool:
-        """Whether the run has reached a terminal state."""
-        return self._engine.done
-
-    @property
-    def steps(self) -> int:
-        """Model callback invocations so far."""
-        return self._engine.steps
-
-    @property
-    def calls(self) -> int:
-        """Accepted tool attempts so far."""
-        return self._engine.calls
-
-    @property
-    def transcript(self) -> list[dict[str, Any]]:
-        """The history so far (a fresh copy on each access)."""
-        return self._engine.history()
-
-    @property
-    def events(self) -> tuple[Transition, ...]:
-        """Every transition so far, in order."""
-        return self._engine.events()
-
     def subscribe(self, listener: Callable[[Transition], object]) -> None:
         """Call ``listener(transition)`` after every state change from now on."""
-        self._engine.subscribe(listener)
-
-    def result(self) -> RunResult:
-        """The result; raises ``InvalidStateError`` until the run is done."""
-        return self._engine.result()
+        self._subscribe_sync(listener)
 
     def __iter__(self) -> Iterator[Transition]:
         """Step until done, yielding each transition."""
@@ -150,6 +160,11 @@ class Run:
                 reply = self._model(engine.history())
             except Exception as exc:  # noqa: BLE001 - a failing model is a state
                 return engine.model_raised(exc)
+            except BaseException as exc:
+                # KeyboardInterrupt and the like: the run ends cancelled first.
+                engine.interrupt()
+                engine.model_raised(exc)
+                raise
             return engine.model_replied(reply)
         if state is _VALIDATING:
             return engine.validate()
@@ -159,16 +174,11 @@ class Run:
                 return stopped
             try:
                 outcome = self._dispatcher.dispatch(engine.pending_call())
+            except Exception as exc:  # noqa: BLE001 - a failing dispatcher is an outcome
+                return engine.tool_raised(exc)
             except BaseException as exc:
-                # Record the call with an error result before anything
-                # propagates, so it is paired and never run again.
-                transition = engine.tool_raised(exc)
-                if not isinstance(exc, Exception):
-                    raise
-                return transition
+                # The call is paired with a cancelled result before this propagates.
+                engine.tool_interrupted(exc)
+                raise
             return engine.tool_returned(outcome)
-        raise InvalidStateError(
-            f"step() needs a run that is not over, but it ended in state "
-            f"{engine.state.value!r}; read run.result()",
-            state=engine.state,
-        )
+        raise self._over()

@@ -20,7 +20,7 @@ import orjson
 
 from agentloop._machine import TERMINAL, Guard, State, Trigger, build_machine, rows_of
 from agentloop._messages import (
-    RESULT_STATUSES,
+    DISPATCH_STATUSES,
     History,
     JSONError,
     reply_problem,
@@ -68,6 +68,7 @@ class Engine:
     _reply: Any = _NO_REPLY
     _reply_json: bytes = b""
     _problem: str | None = None
+    _interrupted: bool = False
     _call_fields: dict[str, Any] = attrs.field(factory=dict)
     # What the model raised, or the tool's outcome (status, content JSON).
     _exception: BaseException | None = None
@@ -151,8 +152,8 @@ class Engine:
             self._call_fields = {"call_id": self._reply["id"], "tool": self._reply["name"]}
         return self._fire_to_state(Trigger.MODEL_REPLIED)
 
-    def model_raised(self, exc: Exception) -> Transition:
-        """The model raised ``exc``."""
+    def model_raised(self, exc: BaseException) -> Transition:
+        """The model raised ``exc`` (after ``interrupt()``, any ``BaseException``)."""
         self._require(State.AWAITING_MODEL, "accept a model error")
         self._exception = exc
         return self._fire_to_state(Trigger.MODEL_RAISED)
@@ -173,17 +174,34 @@ class Engine:
             self._exception = outcome["exception"]
         return self._fire_to_state(Trigger.TOOL_RETURNED)
 
-    def tool_raised(self, exc: BaseException) -> Transition:
-        """The dispatcher raised (or was interrupted); the call gets an ``error`` result."""
+    def tool_raised(self, exc: Exception) -> Transition:
+        """The dispatcher raised ``exc``; the call gets an ``error`` result."""
         self._require(State.DISPATCHING, "accept a tool error")
         self._outcome = ("error", _exception_content(exc))
         self._exception = exc
         return self._fire_to_state(Trigger.TOOL_RETURNED)
 
+    def interrupt(self) -> None:
+        """Mark the run cancelled from inside: the driver itself was interrupted.
+
+        Used when a ``BaseException`` (``KeyboardInterrupt``, a cancelled
+        asyncio task) stops the driver mid-step: from now on every
+        ``cancel_requested`` guard holds, whatever the token says.
+        """
+        self._interrupted = True
+
+    def tool_interrupted(self, exc: BaseException) -> Transition:
+        """The run was interrupted while the tool ran: pair the call with ``cancelled``."""
+        self._require(State.DISPATCHING, "record an interrupted tool")
+        self._interrupted = True
+        self._outcome = ("cancelled", _exception_content(exc))
+        self._exception = exc
+        return self._fire_to_state(Trigger.TOOL_INTERRUPTED)
+
     # -- guards (named in the table) ----------------------------------------
 
     def cancel_requested(self) -> bool:
-        return self.cancel is not None and self.cancel.cancelled
+        return self._interrupted or (self.cancel is not None and self.cancel.cancelled)
 
     def steps_exhausted(self) -> bool:
         return self.steps >= self.budget.max_steps
@@ -342,11 +360,11 @@ def _checked_outcome(outcome: object) -> tuple[str, bytes]:
     if not (
         isinstance(outcome, dict)
         and {"status", "content"} <= outcome.keys() <= {"status", "content", "exception"}
-        and outcome["status"] in RESULT_STATUSES
+        and outcome["status"] in DISPATCH_STATUSES
     ):
         problem = (
             "the dispatcher's outcome was not valid: expected {'status': one of "
-            f"{sorted(RESULT_STATUSES)}, 'content': JSON, optionally 'exception': "
+            f"{sorted(DISPATCH_STATUSES)}, 'content': JSON, optionally 'exception': "
             f"the exception behind an error}}, got {outcome!r:.200}"
         )
         return "error", orjson.dumps(problem)

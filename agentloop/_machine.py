@@ -23,6 +23,13 @@ The driver fires *triggers*, which state facts:
   cancellation seen here still wins: the tool does not run.
 * ``tool_returned`` - the tool's outcome arrived; the call and its result
   are appended to the history together, so no call is ever left unpaired.
+* ``tool_interrupted`` - the run itself was interrupted while the tool ran
+  (``KeyboardInterrupt``, or the asyncio task was cancelled): the call is
+  recorded with a ``cancelled`` result and the run ends ``cancelled``.
+
+An interruption while the model works is reported as ``model_raised`` after
+the driver has marked the run cancelled, so the ``cancel_requested`` row
+ends it: the step counts and nothing is appended.
 
 For each (state, trigger) the rows below are tried top to bottom; the first
 whose guards all hold wins (this is how ``transitions`` resolves them too, and
@@ -87,6 +94,8 @@ class Trigger(enum.StrEnum):
     START_TOOL = "start_tool"
     #: The tool's outcome arrived.
     TOOL_RETURNED = "tool_returned"
+    #: The run was interrupted while the tool ran.
+    TOOL_INTERRUPTED = "tool_interrupted"
 
 
 class Guard(enum.StrEnum):
@@ -147,6 +156,8 @@ ROWS: Final[Sequence[TransitionConfigDict]] = (
     {"trigger": "start_tool", "source": "dispatching", "dest": None},
     # -- the call and its result enter the history together
     {"trigger": "tool_returned", "source": "dispatching", "dest": "awaiting_model",
+     "after": ["append_call_and_result"]},
+    {"trigger": "tool_interrupted", "source": "dispatching", "dest": "cancelled",
      "after": ["append_call_and_result"]},
 )  # fmt: skip
 

@@ -16,6 +16,7 @@ from typing import Any, Final
 import orjson
 
 __all__ = [
+    "DISPATCH_STATUSES",
     "RESULT_STATUSES",
     "History",
     "JSONError",
@@ -25,8 +26,11 @@ __all__ = [
     "to_json",
 ]
 
-#: The statuses a tool result can carry.
-RESULT_STATUSES: Final = frozenset({"ok", "error", "denied", "invalid_arguments", "unknown_tool"})
+#: The statuses a dispatcher can give a call.
+DISPATCH_STATUSES: Final = frozenset({"ok", "error", "denied", "invalid_arguments", "unknown_tool"})
+#: The statuses a tool result can carry: a driver adds ``cancelled`` when the
+#: run is interrupted while the tool runs, so the call is still paired.
+RESULT_STATUSES: Final = DISPATCH_STATUSES | {"cancelled"}
 
 JSON = Any  # a dict, list, str, int, finite float, bool or None, nested
 

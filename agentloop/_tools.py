@@ -24,7 +24,10 @@ class Dispatcher(Protocol):
 
     The outcome may also carry ``'exception'``, the exception behind an
     ``error``: it is kept on the transition event for the caller and never
-    enters the history.
+    enters the history. A dispatcher may also offer
+    ``async adispatch(call, *, to_thread: bool)``, which the asyncio driver
+    prefers; ``to_thread`` passes on ``Loop(to_thread=...)``: whether plain
+    (non-async) handlers should run in a worker thread.
     """
 
     def dispatch(self, call: dict[str, Any]) -> dict[str, Any]:

@@ -1,14 +1,15 @@
-"""Test helpers: a scripted model, a recording tool, and a path recorder."""
+"""Test helpers: a scripted model, a recording tool, a path recorder, and the two drivers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import asyncio
+import atexit
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import attrs
 
-if TYPE_CHECKING:
-    import agentloop
+import agentloop
 
 Message = dict[str, Any]
 
@@ -69,3 +70,74 @@ def kinds(transcript: list[Message]) -> list[str]:
         f"tool_result:{m['status']}" if m["kind"] == "tool_result" else m["kind"]
         for m in transcript
     ]
+
+
+class SyncDriver:
+    """The synchronous driver, as the tests drive it."""
+
+    name = "sync"
+
+    def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None) -> Any:
+        return loop.start(messages, cancel=cancel)
+
+    def run(self, loop: agentloop.Loop, messages: Any, cancel: Any = None) -> agentloop.RunResult:
+        return loop.run(messages, cancel=cancel)
+
+
+class SteppedAsync:
+    """A synchronous face over an ``AsyncRun``: each ``step()`` awaits one ``astep()``."""
+
+    def __init__(self, run: agentloop.AsyncRun, runner: asyncio.Runner) -> None:
+        self.run = run
+        self.runner = runner
+
+    def step(self) -> agentloop.Transition:
+        return self.runner.run(self.run.astep())
+
+    def __iter__(self) -> Iterator[agentloop.Transition]:
+        while not self.run.done:
+            yield self.step()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.run, name)
+
+
+class AsyncDriver:
+    """The asyncio driver, with the model made ``async def``: same contract, awaited."""
+
+    name = "async"
+    _runner: asyncio.Runner | None = None
+
+    @property
+    def runner(self) -> asyncio.Runner:
+        if AsyncDriver._runner is None:
+            AsyncDriver._runner = asyncio.Runner()
+            atexit.register(AsyncDriver._runner.close)
+        return AsyncDriver._runner
+
+    @staticmethod
+    def as_async(loop: agentloop.Loop) -> agentloop.Loop:
+        """The same loop with its model wrapped in ``async def``."""
+        model = loop.model
+
+        async def amodel(history: list[Message]) -> object:
+            await asyncio.sleep(0)
+            return model(history)
+
+        return agentloop.Loop(
+            amodel,
+            tools=loop.dispatcher,
+            max_steps=loop.budget.max_steps,
+            max_calls=loop.budget.max_calls,
+            listeners=loop.listeners,
+        )
+
+    def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None) -> Any:
+        return SteppedAsync(self.as_async(loop).astart(messages, cancel=cancel), self.runner)
+
+    def run(self, loop: agentloop.Loop, messages: Any, cancel: Any = None) -> agentloop.RunResult:
+        return self.runner.run(self.as_async(loop).arun(messages, cancel=cancel))
+
+
+Driver = SyncDriver | AsyncDriver
+DRIVERS: list[Driver] = [SyncDriver(), AsyncDriver()]

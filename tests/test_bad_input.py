@@ -9,7 +9,7 @@ import pytest
 import agentloop
 from agentloop import InvalidStateError, Loop
 
-from .helpers import Script, call, drive, final
+from .helpers import Driver, Script, call, drive, final
 
 
 @pytest.mark.parametrize(
@@ -47,35 +47,35 @@ def test_budgets_are_checked_when_the_loop_is_built(
     ],
 )
 def test_bad_input_raises_before_the_model_is_called(
-    messages: object, error: type[Exception], message: str
+    driver: Driver, messages: object, error: type[Exception], message: str
 ) -> None:
     """Input that is not a str or a list of JSON dicts with a str kind fails at start()."""
     model = Script([final()])
     with pytest.raises(error, match=message):
-        Loop(model).start(messages)  # type: ignore[arg-type]
+        driver.start(Loop(model), messages)
     assert model.seen == []
 
 
-def test_call_result_must_follow_the_call() -> None:
+def test_call_result_must_follow_the_call(driver: Driver) -> None:
     """A tool_result before its call does not pair it."""
     messages = [
         {"kind": "tool_result", "id": "c1", "name": "add", "status": "ok", "content": 1},
         call("c1"),
     ]
     with pytest.raises(ValueError, match="without one"):
-        Loop(Script([])).start(messages)
+        driver.start(Loop(Script([])), messages)
 
 
-def test_empty_input_list_is_accepted() -> None:
+def test_empty_input_list_is_accepted(driver: Driver) -> None:
     """An empty history is valid input; the model sees an empty list."""
     model = Script([final()])
-    assert Loop(model).run([]).status == "finished"
+    assert driver.run(Loop(model), []).status == "finished"
     assert model.seen == [[]]
 
 
-def test_step_after_the_end_raises_naming_the_state() -> None:
+def test_step_after_the_end_raises_naming_the_state(driver: Driver) -> None:
     """step() on a finished run raises InvalidStateError, a RuntimeError."""
-    run = Loop(Script([final()])).start("go")
+    run = driver.start(Loop(Script([final()])), "go")
     drive(run)
     with pytest.raises(InvalidStateError, match="ended in state 'finished'") as caught:
         run.step()
@@ -84,9 +84,9 @@ def test_step_after_the_end_raises_naming_the_state() -> None:
     assert run.state == "finished"
 
 
-def test_result_before_the_end_raises_naming_the_state() -> None:
+def test_result_before_the_end_raises_naming_the_state(driver: Driver) -> None:
     """result() on an unfinished run raises InvalidStateError naming the state."""
-    run = Loop(Script([final()])).start("go")
+    run = driver.start(Loop(Script([final()])), "go")
     with pytest.raises(InvalidStateError, match="still in state 'awaiting_model'"):
         run.result()
     run.step()
@@ -94,9 +94,9 @@ def test_result_before_the_end_raises_naming_the_state() -> None:
         run.result()
 
 
-def test_engine_refuses_out_of_order_reports() -> None:
+def test_engine_refuses_out_of_order_reports(driver: Driver) -> None:
     """Reporting a tool outcome while awaiting the model is the driver's error."""
-    run = Loop(Script([final()])).start("go")
+    run = driver.start(Loop(Script([final()])), "go")
     engine = run._engine
     with pytest.raises(InvalidStateError, match="expected 'dispatching'"):
         engine.tool_returned({"status": "ok", "content": 1})
@@ -135,10 +135,10 @@ def test_model_must_be_callable() -> None:
         Loop("gpt")  # type: ignore[arg-type]
 
 
-def test_cancel_must_be_a_token() -> None:
+def test_cancel_must_be_a_token(driver: Driver) -> None:
     """cancel= takes a CancelToken."""
     with pytest.raises(TypeError, match="expected cancel to be a CancelToken or None, got bool"):
-        Loop(Script([])).start("go", cancel=True)  # type: ignore[arg-type]
+        driver.start(Loop(Script([])), "go", cancel=True)
 
 
 def test_cancel_token_is_idempotent_and_visible() -> None:

@@ -9,16 +9,16 @@ import pytest
 import agentloop
 from agentloop import CancelToken, Loop, State
 
-from .helpers import Recorder, Script, call, drive, final, kinds
+from .helpers import Driver, Recorder, Script, call, drive, final, kinds
 
 A, V, D = "awaiting_model", "validating", "dispatching"
 
 
-def test_tool_then_final() -> None:
+def test_tool_then_final(driver: Driver) -> None:
     """A call is dispatched, its result fed back, and the final answer ends the run."""
     add = Recorder()
     model = Script([call("c1", a=2, b=2), final("4")])
-    run = Loop(model, tools={"add": add}, max_steps=3, max_calls=1).start("What is 2+2?")
+    run = driver.start(Loop(model, tools={"add": add}, max_steps=3, max_calls=1), "What is 2+2?")
 
     assert run.state == "awaiting_model"
     assert (run.steps, run.calls, run.done) == (0, 0, False)
@@ -56,11 +56,11 @@ def test_tool_then_final() -> None:
     assert [e.dest for e in result.events] == [V, D, A, V, "finished"]
 
 
-def test_call_beyond_budget_is_exhausted() -> None:
+def test_call_beyond_budget_is_exhausted(driver: Driver) -> None:
     """A new call after the last permitted one stops the run; nothing runs."""
     add = Recorder()
     model = Script([call("c1", a=1, b=1), call("c2", a=2, b=2)])
-    result = Loop(model, tools={"add": add}, max_steps=5, max_calls=1).run("go")
+    result = driver.run(Loop(model, tools={"add": add}, max_steps=5, max_calls=1), "go")
 
     assert result.status == "exhausted"
     assert result.reason == "max_calls"
@@ -72,19 +72,19 @@ def test_call_beyond_budget_is_exhausted() -> None:
     assert result.events[-1].call_id == "c2"
 
 
-def test_final_after_last_call_is_accepted() -> None:
+def test_final_after_last_call_is_accepted(driver: Driver) -> None:
     """Final is checked before the call budget: a conclusion at the cap is kept."""
     model = Script([call("c1", a=1, b=2), final("3")])
-    result = Loop(model, tools={"add": Recorder()}, max_steps=2, max_calls=1).run("go")
+    result = driver.run(Loop(model, tools={"add": Recorder()}, max_steps=2, max_calls=1), "go")
 
     assert result.status == "finished"
     assert (result.output, result.steps, result.calls) == ("3", 2, 1)
 
 
-def test_final_needs_a_step_left() -> None:
+def test_final_needs_a_step_left(driver: Driver) -> None:
     """With no model step left the run is exhausted before the model is asked."""
     model = Script([call("c1", a=1, b=2), final("3")])
-    run = Loop(model, tools={"add": Recorder()}, max_steps=1, max_calls=1).start("go")
+    run = driver.start(Loop(model, tools={"add": Recorder()}, max_steps=1, max_calls=1), "go")
 
     assert drive(run) == [(A, V), (V, D), (D, A), (A, "exhausted")]
     result = run.result()
@@ -92,11 +92,11 @@ def test_final_needs_a_step_left() -> None:
     assert len(model.seen) == 1  # the model was not asked a second time
 
 
-def test_repeated_id_stops_and_nothing_runs_twice() -> None:
+def test_repeated_id_stops_and_nothing_runs_twice(driver: Driver) -> None:
     """Reusing a call id ends the run with repeated_call; the tool ran once."""
     add = Recorder()
     model = Script([call("c1", a=1, b=1), call("c1", a=1, b=1)])
-    result = Loop(model, tools={"add": add}, max_steps=5, max_calls=5).run("go")
+    result = driver.run(Loop(model, tools={"add": add}, max_steps=5, max_calls=5), "go")
 
     assert result.status == "repeated_call"
     assert (result.steps, result.calls) == (2, 1)
@@ -107,7 +107,7 @@ def test_repeated_id_stops_and_nothing_runs_twice() -> None:
     assert result.rejected == call("c1", a=1, b=1)
 
 
-def test_repeated_id_from_the_input_history() -> None:
+def test_repeated_id_from_the_input_history(driver: Driver) -> None:
     """An id already present in the input history is reserved too."""
     history = [
         {"kind": "user", "text": "hi"},
@@ -115,22 +115,22 @@ def test_repeated_id_from_the_input_history() -> None:
         {"kind": "tool_result", "id": "old", "name": "add", "status": "ok", "content": 2},
     ]
     add = Recorder()
-    result = Loop(Script([call("old", a=5, b=5)]), tools={"add": add}).run(history)
+    result = driver.run(Loop(Script([call("old", a=5, b=5)]), tools={"add": add}), history)
 
     assert result.status == "repeated_call"
     assert (result.steps, result.calls, add.calls) == (1, 0, [])
     assert result.transcript == history
 
 
-def test_repeated_id_is_checked_before_the_call_budget() -> None:
+def test_repeated_id_is_checked_before_the_call_budget(driver: Driver) -> None:
     """Table order: repeated_call wins over exhausted when both hold."""
     model = Script([call("c1", a=1, b=1), call("c1", a=1, b=1)])
-    result = Loop(model, tools={"add": Recorder()}, max_steps=5, max_calls=1).run("go")
+    result = driver.run(Loop(model, tools={"add": Recorder()}, max_steps=5, max_calls=1), "go")
 
     assert result.status == "repeated_call"
 
 
-def test_cancel_from_inside_the_model() -> None:
+def test_cancel_from_inside_the_model(driver: Driver) -> None:
     """The model cancels while working: its reply is dropped and no tool runs."""
     token = CancelToken()
     add = Recorder()
@@ -140,7 +140,7 @@ def test_cancel_from_inside_the_model() -> None:
         return call("c1", a=1, b=1)
 
     model = Script([cancelling])
-    run = Loop(model, tools={"add": add}).start("go", cancel=token)
+    run = driver.start(Loop(model, tools={"add": add}), "go", cancel=token)
     t = run.step()
 
     assert (t.source, t.dest, t.trigger, t.guard) == (
@@ -157,7 +157,7 @@ def test_cancel_from_inside_the_model() -> None:
     assert result.rejected == call("c1", a=1, b=1)
 
 
-def test_cancel_while_the_model_raises() -> None:
+def test_cancel_while_the_model_raises(driver: Driver) -> None:
     """A cancellation seen after the model raised wins over failed."""
     token = CancelToken()
 
@@ -165,27 +165,27 @@ def test_cancel_while_the_model_raises() -> None:
         token.cancel()
         raise ValueError("boom")
 
-    result = Loop(Script([cancel_then_raise])).run("go", cancel=token)
+    result = driver.run(Loop(Script([cancel_then_raise])), "go", cancel=token)
     assert result.status == "cancelled"
     assert (result.steps, result.error) == (1, None)
 
 
-def test_cancel_before_asking_the_model() -> None:
+def test_cancel_before_asking_the_model(driver: Driver) -> None:
     """A token cancelled up front stops the run without calling the model."""
     token = CancelToken()
     token.cancel()
     model = Script([final()])
-    run = Loop(model).start("go", cancel=token)
+    run = driver.start(Loop(model), "go", cancel=token)
 
     assert drive(run) == [(A, "cancelled")]
     assert (run.steps, model.seen) == (0, [])
 
 
-def test_cancel_between_validating_and_the_tool() -> None:
+def test_cancel_between_validating_and_the_tool(driver: Driver) -> None:
     """Cancelled after validation accepted the call: the tool still does not run."""
     token = CancelToken()
     add = Recorder()
-    run = Loop(Script([call("c1", a=1, b=1)]), tools={"add": add}).start("go", cancel=token)
+    run = driver.start(Loop(Script([call("c1", a=1, b=1)]), tools={"add": add}), "go", cancel=token)
     run.step()
     run.step()
     assert run.state == "dispatching"
@@ -199,11 +199,11 @@ def test_cancel_between_validating_and_the_tool() -> None:
     assert result.calls == 1  # it was accepted and counted before the cancellation
 
 
-def test_cancel_seen_at_validation() -> None:
+def test_cancel_seen_at_validation(driver: Driver) -> None:
     """Cancelled after the reply was accepted but before validation: nothing counted."""
     token = CancelToken()
     add = Recorder()
-    run = Loop(Script([call("c1", a=1, b=1)]), tools={"add": add}).start("go", cancel=token)
+    run = driver.start(Loop(Script([call("c1", a=1, b=1)]), tools={"add": add}), "go", cancel=token)
     run.step()
     token.cancel()
     t = run.step()
@@ -212,10 +212,10 @@ def test_cancel_seen_at_validation() -> None:
     assert (run.calls, add.calls) == (0, [])
 
 
-def test_final_wins_over_cancel_at_validation() -> None:
+def test_final_wins_over_cancel_at_validation(driver: Driver) -> None:
     """Table order: a final answer is accepted even when cancel arrives during validation."""
     token = CancelToken()
-    run = Loop(Script([final("ok")])).start("go", cancel=token)
+    run = driver.start(Loop(Script([final("ok")])), "go", cancel=token)
     run.step()
     token.cancel()
     assert run.step().dest == "finished"
@@ -240,10 +240,10 @@ def test_final_wins_over_cancel_at_validation() -> None:
         (None, "got NoneType"),
     ],
 )
-def test_malformed_output(reply: object, fragment: str) -> None:
+def test_malformed_output(driver: Driver, reply: object, fragment: str) -> None:
     """A reply that is neither a call nor a final ends the run; the step counts."""
     add = Recorder()
-    result = Loop(Script([reply]), tools={"add": add}).run("go")
+    result = driver.run(Loop(Script([reply]), tools={"add": add}), "go")
 
     assert result.status == "malformed"
     assert (result.steps, result.calls, add.calls) == (1, 0, [])
@@ -253,18 +253,18 @@ def test_malformed_output(reply: object, fragment: str) -> None:
     assert result.events[-1].guard == "reply_malformed"
 
 
-def test_malformed_reply_is_kept_for_review() -> None:
+def test_malformed_reply_is_kept_for_review(driver: Driver) -> None:
     """The rejected reply is a copy: changing the original afterwards changes nothing."""
     reply: dict[str, Any] = {"kind": "call", "id": "c", "name": "add", "arguments": {"a": {1}}}
-    result = Loop(Script([reply])).run("go")
+    result = driver.run(Loop(Script([reply])), "go")
     reply["arguments"]["a"].add(2)
     assert result.rejected == {"kind": "call", "id": "c", "name": "add", "arguments": {"a": {1}}}
 
 
-def test_model_exception() -> None:
+def test_model_exception(driver: Driver) -> None:
     """A model that raises ends the run failed; the step counts and the error says what."""
     error = RuntimeError("provider down")
-    run = Loop(Script([error])).start("go")
+    run = driver.start(Loop(Script([error])), "go")
     t = run.step()
 
     assert (t.source, t.dest, t.trigger) == (A, "failed", "model_raised")
@@ -276,23 +276,23 @@ def test_model_exception() -> None:
     assert kinds(result.transcript) == ["user"]
 
 
-def test_keyboard_interrupt_in_the_model_propagates() -> None:
-    """A non-Exception propagates unchanged; the step counted and the run can go on."""
+def test_keyboard_interrupt_in_the_model_propagates(driver: Driver) -> None:
+    """A non-Exception propagates unchanged; the run ends cancelled, the step counted."""
     interrupt = KeyboardInterrupt()
-    model = Script([interrupt, final("after")])
-    run = Loop(model).start("go")
+    run = driver.start(Loop(Script([interrupt, final("after")])), "go")
     with pytest.raises(KeyboardInterrupt) as caught:
         run.step()
 
     assert caught.value is interrupt
-    assert (run.state, run.steps, run.done) == (A, 1, False)
+    assert (run.state, run.steps, run.calls, run.done) == ("cancelled", 1, 0, True)
     assert kinds(run.transcript) == ["user"]
-    drive(run)
-    assert (run.result().output, run.steps) == ("after", 2)
+    event = run.events[-1]
+    assert (event.source, event.trigger, event.guard) == (A, "model_raised", "cancel_requested")
+    assert run.result().status == "cancelled"
 
 
-def test_keyboard_interrupt_in_a_tool_pairs_the_call() -> None:
-    """A tool interrupted by a non-Exception still gets a result; it never runs twice."""
+def test_keyboard_interrupt_in_a_tool_pairs_the_call(driver: Driver) -> None:
+    """A tool interrupted by a non-Exception: the call gets a cancelled result, never re-runs."""
     runs = []
 
     def slow(**kwargs: Any) -> int:
@@ -300,23 +300,39 @@ def test_keyboard_interrupt_in_a_tool_pairs_the_call() -> None:
         raise KeyboardInterrupt
 
     model = Script([call("c1", name="slow"), final()])
-    run = Loop(model, tools={"slow": slow}).start("go")
+    run = driver.start(Loop(model, tools={"slow": slow}), "go")
     run.step()
     run.step()
     with pytest.raises(KeyboardInterrupt):
         run.step()
 
-    assert (run.state, run.calls, len(runs)) == (A, 1, 1)
-    assert kinds(run.transcript) == ["user", "call", "tool_result:error"]
-    assert run.transcript[-1]["content"]["type"] == "KeyboardInterrupt"
-    drive(run)
-    assert (run.result().status, len(runs)) == ("finished", 1)
+    assert (run.state, run.steps, run.calls, len(runs)) == ("cancelled", 1, 1, 1)
+    assert kinds(run.transcript) == ["user", "call", "tool_result:cancelled"]
+    assert run.transcript[-1]["content"] == {"type": "KeyboardInterrupt", "message": ""}
+    event = run.events[-1]
+    assert (event.trigger, event.status, event.call_id) == ("tool_interrupted", "cancelled", "c1")
+    assert isinstance(event.exception, KeyboardInterrupt)
+    with pytest.raises(agentloop.InvalidStateError):
+        run.step()
+    assert len(runs) == 1
 
 
-def test_steps_budget_counts_every_invocation() -> None:
+def test_dispatcher_may_not_claim_cancelled(driver: Driver) -> None:
+    """Only a driver records 'cancelled'; a dispatcher answering it gets an error result."""
+
+    class Liar:
+        def dispatch(self, call: dict[str, Any]) -> dict[str, Any]:
+            return {"status": "cancelled", "content": None}
+
+    result = driver.run(Loop(Script([call("c1"), final()]), tools=Liar()), "go")
+    assert kinds(result.transcript) == ["user", "call", "tool_result:error", "final"]
+    assert "the dispatcher's outcome was not valid" in result.transcript[2]["content"]
+
+
+def test_steps_budget_counts_every_invocation(driver: Driver) -> None:
     """Failed outcomes still spend model steps; the run stops at max_steps."""
     model = Script([call(f"c{i}", name="nope") for i in range(5)])
-    result = Loop(model, max_steps=3, max_calls=10).run("go")
+    result = driver.run(Loop(model, max_steps=3, max_calls=10), "go")
 
     assert result.status == "exhausted"
     assert result.reason == "max_steps"
@@ -324,15 +340,15 @@ def test_steps_budget_counts_every_invocation() -> None:
     assert kinds(result.transcript) == ["user"] + ["call", "tool_result:unknown_tool"] * 3
 
 
-def test_zero_budgets() -> None:
+def test_zero_budgets(driver: Driver) -> None:
     """max_steps=0 never calls the model; max_calls=0 still allows a final."""
     model = Script([final()])
-    assert Loop(model, max_steps=0).run("go").status == "exhausted"
+    assert driver.run(Loop(model, max_steps=0), "go").status == "exhausted"
     assert model.seen == []
-    assert Loop(Script([final("x")]), max_calls=0).run("go").output == "x"
+    assert driver.run(Loop(Script([final("x")]), max_calls=0), "go").output == "x"
 
 
-def test_loop_is_reusable_and_runs_are_independent() -> None:
+def test_loop_is_reusable_and_runs_are_independent(driver: Driver) -> None:
     """Each run has its own counters, reserved ids and history."""
     add = Recorder()
 
@@ -342,18 +358,18 @@ def test_loop_is_reusable_and_runs_are_independent() -> None:
         return final(history[0]["text"])
 
     loop = Loop(model, tools={"add": add}, max_calls=1)
-    first, second = loop.run("one"), loop.run("two")
+    first, second = driver.run(loop, "one"), driver.run(loop, "two")
 
     assert (first.status, first.output, first.calls) == ("finished", "one", 1)
     assert (second.status, second.output, second.calls) == ("finished", "two", 1)
     assert len(add.calls) == 2
 
 
-def test_listeners_see_every_transition_in_order() -> None:
+def test_listeners_see_every_transition_in_order(driver: Driver) -> None:
     """Subscribed listeners receive each transition as it happens; the transcript follows them."""
     seen: list[agentloop.Transition] = []
     loop = Loop(Script([call("c1", a=1, b=1), final()]), tools={"add": Recorder()})
-    run = loop.start("go")
+    run = driver.start(loop, "go")
     run.subscribe(seen.append)
     drive(run)
     result = run.result()
@@ -365,19 +381,19 @@ def test_listeners_see_every_transition_in_order() -> None:
     assert rebuilt == result.transcript
 
 
-def test_loop_level_listeners() -> None:
+def test_loop_level_listeners(driver: Driver) -> None:
     """Listeners given to Loop are subscribed to every run it starts."""
     seen: list[str] = []
     loop = Loop(Script([final(), final()]), listeners=(lambda t: seen.append(t.dest),))
-    loop.run("a")
-    loop.run("b")
+    driver.run(loop, "a")
+    driver.run(loop, "b")
     assert seen == ["validating", "finished"] * 2
 
 
-def test_events_are_a_budget_ledger() -> None:
+def test_events_are_a_budget_ledger(driver: Driver) -> None:
     """Counters on events never decrease and end at the result's counters."""
     model = Script([call("c1", name="nope"), call("c2", a=1, b=2), final()])
-    result = Loop(model, tools={"add": Recorder()}).run("go")
+    result = driver.run(Loop(model, tools={"add": Recorder()}), "go")
     steps = [e.steps for e in result.events]
     calls = [e.calls for e in result.events]
 

@@ -6,12 +6,12 @@ from typing import Any
 
 from agentloop import Loop
 
-from .helpers import Recorder, Script, call, drive, final, kinds
+from .helpers import Driver, Recorder, Script, call, drive, final, kinds
 
 Message = dict[str, Any]
 
 
-def test_model_rewriting_its_history_changes_nothing() -> None:
+def test_model_rewriting_its_history_changes_nothing(driver: Driver) -> None:
     """A model that clears or rewrites the history it was given leaves the record intact."""
 
     def vandal(history: list[Message]) -> Message:
@@ -23,7 +23,7 @@ def test_model_rewriting_its_history_changes_nothing() -> None:
         return final("ok")
 
     model = Script([call("c1", a=1, b=2), vandal])
-    run = Loop(model, tools={"add": Recorder()}).start("go")
+    run = driver.start(Loop(model, tools={"add": Recorder()}), "go")
     drive(run)
     transcript = run.result().transcript
 
@@ -31,7 +31,7 @@ def test_model_rewriting_its_history_changes_nothing() -> None:
     assert kinds(transcript) == ["user", "call", "tool_result:ok", "final"]
 
 
-def test_each_step_gets_a_fresh_history() -> None:
+def test_each_step_gets_a_fresh_history(driver: Driver) -> None:
     """What the model did to one step's copy is not seen on the next step."""
 
     def scribble(history: list[Message]) -> Message:
@@ -40,13 +40,13 @@ def test_each_step_gets_a_fresh_history() -> None:
         return call("c1", a=1, b=1)
 
     model = Script([scribble, final()])
-    Loop(model, tools={"add": Recorder()}).run("original")
+    driver.run(Loop(model, tools={"add": Recorder()}), "original")
 
     assert model.seen[1][0] == {"kind": "user", "text": "original"}
     assert kinds(model.seen[1]) == ["user", "call", "tool_result:ok"]
 
 
-def test_reply_is_copied_on_intake() -> None:
+def test_reply_is_copied_on_intake(driver: Driver) -> None:
     """A model that mutates its reply after returning it cannot change the recorded call."""
     kept: list[Message] = []
 
@@ -55,7 +55,7 @@ def test_reply_is_copied_on_intake() -> None:
         kept.append(reply)
         return reply
 
-    run = Loop(Script([sneaky, final()]), tools={"add": Recorder()}).start("go")
+    run = driver.start(Loop(Script([sneaky, final()]), tools={"add": Recorder()}), "go")
     run.step()
     kept[0]["arguments"]["a"] = 100
     kept[0]["id"] = "other"
@@ -64,7 +64,7 @@ def test_reply_is_copied_on_intake() -> None:
     assert run.result().transcript[1] == call("c1", a=1, b=1)
 
 
-def test_handler_gets_a_copy_of_the_arguments() -> None:
+def test_handler_gets_a_copy_of_the_arguments(driver: Driver) -> None:
     """A handler mutating its arguments does not change the recorded call."""
 
     def mutate(items: list[int]) -> int:
@@ -72,13 +72,13 @@ def test_handler_gets_a_copy_of_the_arguments() -> None:
         return len(items)
 
     model = Script([call("c1", name="mutate", items=[1, 2, 3]), final()])
-    result = Loop(model, tools={"mutate": mutate}).run("go")
+    result = driver.run(Loop(model, tools={"mutate": mutate}), "go")
 
     assert result.transcript[1]["arguments"] == {"items": [1, 2, 3]}
     assert result.transcript[2]["content"] == 4
 
 
-def test_result_content_is_copied_on_intake() -> None:
+def test_result_content_is_copied_on_intake(driver: Driver) -> None:
     """A tool that keeps and later mutates what it returned cannot change the record."""
     returned: list[list[int]] = []
 
@@ -88,17 +88,17 @@ def test_result_content_is_copied_on_intake() -> None:
         return value
 
     model = Script([call("c1", name="leaky"), final()])
-    run = Loop(model, tools={"leaky": leaky}).start("go")
+    run = driver.start(Loop(model, tools={"leaky": leaky}), "go")
     drive(run)
     returned[0].append(3)
 
     assert run.result().transcript[2]["content"] == [1, 2]
 
 
-def test_input_is_copied_at_start() -> None:
+def test_input_is_copied_at_start(driver: Driver) -> None:
     """Mutating the caller's input list after start changes nothing recorded."""
     messages: list[Message] = [{"kind": "user", "text": "hi", "meta": {"tag": "a"}}]
-    run = Loop(Script([final()])).start(messages)
+    run = driver.start(Loop(Script([final()])), messages)
     messages[0]["meta"]["tag"] = "b"
     messages.append({"kind": "user", "text": "late"})
     drive(run)
@@ -107,11 +107,11 @@ def test_input_is_copied_at_start() -> None:
     assert len(run.result().transcript) == 2
 
 
-def test_every_transcript_handed_out_is_a_fresh_copy() -> None:
+def test_every_transcript_handed_out_is_a_fresh_copy(driver: Driver) -> None:
     """run.transcript, result.transcript, transition.appended and rejected are all copies."""
-    run = Loop(
-        Script([call("c1", a=1, b=1), call("c1", a=1, b=1)]), tools={"add": Recorder()}
-    ).start("go")
+    run = driver.start(
+        Loop(Script([call("c1", a=1, b=1), call("c1", a=1, b=1)]), tools={"add": Recorder()}), "go"
+    )
     drive(run)
     result = run.result()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -15,6 +16,7 @@ from agentloop._driver import Run
 from agentloop._engine import Engine, _Row
 from agentloop._messages import input_messages
 
+from .helpers import DRIVERS, Driver
 from .test_machine import Reference
 
 Message = dict[str, Any]
@@ -116,13 +118,16 @@ def check_invariants(
     assert (result.error is not None) == (result.status in {"failed", "malformed", "repeated_call"})
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
+@settings(max_examples=200, deadline=None)
 @given(world=worlds, budget=budgets)
-def test_random_runs_keep_the_contract(world: World, budget: tuple[int, int]) -> None:
+def test_random_runs_keep_the_contract(
+    driver: Driver, world: World, budget: tuple[int, int]
+) -> None:
     """Whatever the model does, the invariants hold and the run ends in a terminal state."""
     max_steps, max_calls = budget
     loop = Loop(world.model, tools=world.tools(), max_steps=max_steps, max_calls=max_calls)
-    run = loop.start("go", cancel=world.token)
+    run = driver.start(loop, "go", cancel=world.token)
     for _ in range(4 * max_steps + 2):  # each model step is at most 3 transitions, then 1
         if run.done:
             break
@@ -149,7 +154,7 @@ class ReferenceEngine(Engine):
         return next(row for row in rows if row.dest == dest)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(data=st.data(), budget=budgets)
 def test_compiled_engine_matches_transitions_on_random_runs(
     data: st.DataObject, budget: tuple[int, int]
@@ -169,14 +174,31 @@ def test_compiled_engine_matches_transitions_on_random_runs(
     assert outcomes[0] == outcomes[1]
 
 
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), budget=budgets)
+def test_sync_and_async_drivers_agree(data: st.DataObject, budget: tuple[int, int]) -> None:
+    """On the same script, both drivers make the same transitions and the same transcript."""
+    replies = data.draw(st.lists(REPLIES, max_size=10))
+    cancel_at = data.draw(st.none() | st.integers(1, 8))
+    outcomes = []
+    for driver in DRIVERS:
+        world = World(list(replies), cancel_at)
+        loop = Loop(world.model, tools=world.tools(), max_steps=budget[0], max_calls=budget[1])
+        result = driver.run(loop, "go", cancel=world.token)
+        outcomes.append((result.events, result.transcript, result.rejected, world.handler_runs))
+    assert outcomes[0] == outcomes[1]
+
+
 class SteppedRun(RuleBasedStateMachine):
     """Stateful test: interleave steps and outside cancellation at random."""
+
+    driver: Driver = DRIVERS[0]
 
     def __init__(self) -> None:
         super().__init__()
         self.world = World([], None)
         self.loop: Loop | None = None
-        self.run: Run | None = None
+        self.run: Any = None
         self.cancelled_before: int | None = None
 
     @precondition(lambda self: self.run is None)
@@ -187,7 +209,7 @@ class SteppedRun(RuleBasedStateMachine):
         self.loop = Loop(
             self.world.model, tools=self.world.tools(), max_steps=budget[0], max_calls=budget[1]
         )
-        self.run = self.loop.start("go", cancel=self.world.token)
+        self.run = self.driver.start(self.loop, "go", cancel=self.world.token)
 
     @precondition(lambda self: self.run is not None and not self.run.done)
     @rule()
@@ -231,5 +253,13 @@ class SteppedRun(RuleBasedStateMachine):
             check_invariants(self.run.result(), self.world, *self.budget)
 
 
+class AsyncSteppedRun(SteppedRun):
+    """The same stateful test through the asyncio driver."""
+
+    driver = DRIVERS[1]
+
+
 TestSteppedRun = SteppedRun.TestCase
-TestSteppedRun.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+TestSteppedRun.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
+TestAsyncSteppedRun = AsyncSteppedRun.TestCase
+TestAsyncSteppedRun.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)

@@ -1,0 +1,325 @@
+"""What only the asyncio driver has: awaits, task cancellation, timeouts, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from agentloop import CancelToken, Loop, Transition
+
+from .helpers import Script, call, final, kinds
+
+Message = dict[str, Any]
+
+
+class AsyncTools:
+    """An async dispatcher whose tool waits on an event, and logs what happened to it."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.log: list[str] = []
+
+    async def adispatch(self, call: Message, *, to_thread: bool = False) -> Message:
+        self.log.append("started")
+        self.started.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.log.append("cancelled")
+            raise
+        self.log.append("finished")
+        return {"status": "ok", "content": call["arguments"]}
+
+    def dispatch(self, call: Message) -> Message:
+        raise AssertionError("the async driver prefers adispatch")
+
+
+class WaitingModel:
+    """An async model that waits for a release before answering with its script."""
+
+    def __init__(self, *replies: Message) -> None:
+        self.replies = list(replies)
+        self.asked = asyncio.Event()
+        self.release = asyncio.Event()
+        self.calls = 0
+
+    async def __call__(self, history: list[Message]) -> Message:
+        self.calls += 1
+        self.asked.set()
+        await self.release.wait()
+        self.release.clear()
+        return self.replies.pop(0)
+
+
+async def test_async_model_and_async_tool() -> None:
+    """An async model and an async dispatcher run to a final answer."""
+    tools = AsyncTools()
+    tools.release.set()
+
+    async def model(history: list[Message]) -> Message:
+        await asyncio.sleep(0)
+        return final("done") if len(history) > 1 else call("c1", x=1)
+
+    result = await Loop(model, tools=tools).arun("go")
+    assert (result.status, result.steps, result.calls) == ("finished", 2, 1)
+    assert kinds(result.transcript) == ["user", "call", "tool_result:ok", "final"]
+    assert tools.log == ["started", "finished"]
+
+
+async def test_async_for_yields_each_transition() -> None:
+    """``async for`` over a run yields every transition until it is done."""
+    run = Loop(
+        Script([call("c1", name="add", a=1, b=2), final()]), tools={"add": lambda a, b: a + b}
+    ).astart("go")
+    seen = [t.dest async for t in run]
+    assert seen == ["validating", "dispatching", "awaiting_model", "validating", "finished"]
+    assert run.done
+
+
+async def test_token_cancelled_from_another_task_before_the_request() -> None:
+    """A token cancelled before the step stops the run without asking the model."""
+    model = WaitingModel(final())
+    token = CancelToken()
+    run = Loop(model).astart("go", cancel=token)
+    await asyncio.create_task(asyncio.to_thread(token.cancel))
+    t = await run.astep()
+    assert (t.dest, t.trigger, run.steps, model.calls) == ("cancelled", "ask_model", 0, 0)
+
+
+async def test_token_cancelled_during_the_model_call() -> None:
+    """Cancelled while the model works: the reply is dropped, the step counts."""
+    model = WaitingModel(call("c1", x=1))
+    token = CancelToken()
+    run = Loop(model, tools=AsyncTools()).astart("go", cancel=token)
+    step = asyncio.create_task(run.astep())
+    await model.asked.wait()
+    token.cancel()
+    model.release.set()
+    t = await step
+    assert (t.source, t.dest, t.trigger, t.guard) == (
+        "awaiting_model",
+        "cancelled",
+        "model_replied",
+        "cancel_requested",
+    )
+    assert (run.steps, run.calls, kinds(run.transcript)) == (1, 0, ["user"])
+    assert run.result().rejected == call("c1", x=1)
+
+
+async def test_token_cancelled_right_after_the_reply() -> None:
+    """Cancelled between the reply and validation: nothing runs, nothing counted."""
+    tools = AsyncTools()
+    token = CancelToken()
+    run = Loop(Script([call("c1", x=1)]), tools=tools).astart("go", cancel=token)
+    await run.astep()
+    token.cancel()
+    t = await run.astep()
+    assert (t.source, t.dest, run.calls, tools.log) == ("validating", "cancelled", 0, [])
+
+
+async def test_token_cancelled_during_a_tool() -> None:
+    """Cancelled while a tool runs: it finishes and is paired; the next checkpoint stops the run."""
+    tools = AsyncTools()
+    token = CancelToken()
+    run = Loop(Script([call("c1", x=1), final()]), tools=tools).astart("go", cancel=token)
+    await run.astep()
+    await run.astep()
+    step = asyncio.create_task(run.astep())
+    await tools.started.wait()
+    token.cancel()
+    tools.release.set()
+    t = await step
+    assert (t.dest, t.status) == ("awaiting_model", "ok")
+    t = await run.astep()
+    assert (t.dest, t.trigger) == ("cancelled", "ask_model")
+    assert kinds(run.transcript) == ["user", "call", "tool_result:ok"]
+    assert (run.steps, run.calls) == (1, 1)
+
+
+async def test_task_cancelled_while_awaiting_the_model() -> None:
+    """Cancelling the task ends the run cancelled (step counted) and CancelledError propagates."""
+    model = WaitingModel(final())
+    run = Loop(model).astart("go")
+    step = asyncio.create_task(run.astep())
+    await model.asked.wait()
+    step.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await step
+    assert (run.state, run.steps, run.calls, run.done) == ("cancelled", 1, 0, True)
+    assert kinds(run.transcript) == ["user"]
+    event = run.events[-1]
+    assert (event.trigger, event.guard) == ("model_raised", "cancel_requested")
+    assert run.result().status == "cancelled"
+
+
+async def test_task_cancelled_while_awaiting_a_tool() -> None:
+    """The tool is cancelled too; the call is recorded with a cancelled result; no call unpaired."""
+    tools = AsyncTools()
+    run = Loop(Script([call("c1", x=1), final()]), tools=tools).astart("go")
+    await run.astep()
+    await run.astep()
+    step = asyncio.create_task(run.astep())
+    await tools.started.wait()
+    step.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await step
+    assert tools.log == ["started", "cancelled"]
+    assert (run.state, run.steps, run.calls) == ("cancelled", 1, 1)
+    assert kinds(run.transcript) == ["user", "call", "tool_result:cancelled"]
+    assert run.transcript[-1]["content"]["type"] == "CancelledError"
+    event = run.events[-1]
+    assert (event.trigger, event.status, event.call_id) == ("tool_interrupted", "cancelled", "c1")
+
+
+async def test_model_timeout_is_a_failed_step() -> None:
+    """A model that does not answer in time fails the run; the error says it timed out."""
+    model = WaitingModel(final())
+    result = await Loop(model, model_timeout=0.01).arun("go")
+    assert (result.status, result.steps) == ("failed", 1)
+    assert result.error == "the model raised TimeoutError: no reply within model_timeout=0.01 s"
+
+
+async def test_tool_timeout_is_an_error_result_and_the_loop_goes_on() -> None:
+    """A tool that does not finish in time gets an error result; the model sees it and answers."""
+    tools = AsyncTools()
+    result = await Loop(
+        Script([call("c1", x=1), final("gave up")]), tools=tools, tool_timeout=0.01
+    ).arun("go")
+    assert (result.status, result.output, result.calls) == ("finished", "gave up", 1)
+    assert kinds(result.transcript) == ["user", "call", "tool_result:error", "final"]
+    assert result.transcript[2]["content"] == {
+        "type": "TimeoutError",
+        "message": "the tool did not finish within tool_timeout=0.01 s",
+    }
+    assert tools.log == ["started", "cancelled"]
+
+
+async def test_plain_callables_can_run_in_a_worker_thread() -> None:
+    """With to_thread=True a blocking model runs off the event loop, which stays responsive."""
+    threads: list[threading.Thread] = []
+
+    def blocking(history: list[Message]) -> Message:
+        threads.append(threading.current_thread())
+        time.sleep(0.05)
+        return final()
+
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.005)
+
+    background = asyncio.create_task(ticker())
+    result = await Loop(blocking, to_thread=True).arun("go")
+    background.cancel()
+    assert result.status == "finished"
+    assert threads[0] is not threading.current_thread()
+    assert ticks >= 3  # the loop kept running while the model blocked its thread
+
+
+async def test_plain_callables_run_on_the_loop_by_default() -> None:
+    """Without to_thread, a plain model is called directly, in the event loop's thread."""
+    threads: list[threading.Thread] = []
+
+    def plain(history: list[Message]) -> Message:
+        threads.append(threading.current_thread())
+        return final()
+
+    await Loop(plain).arun("go")
+    assert threads == [threading.current_thread()]
+
+
+async def test_sync_and_async_listeners_both_see_every_transition() -> None:
+    """A plain and an async listener are called, in order, for each transition."""
+    seen: list[tuple[str, str]] = []
+
+    async def async_listener(t: Transition) -> None:
+        await asyncio.sleep(0)
+        seen.append(("async", t.dest))
+
+    loop = Loop(Script([final()]), listeners=(lambda t: seen.append(("sync", t.dest)),))
+    run = loop.astart("go")
+    run.subscribe(async_listener)
+    async for _ in run:
+        pass
+    assert seen == [
+        ("sync", "validating"),
+        ("async", "validating"),
+        ("sync", "finished"),
+        ("async", "finished"),
+    ]
+
+
+def test_async_listener_is_refused_by_the_sync_driver() -> None:
+    """A synchronous run cannot await a listener; it says to use astart."""
+
+    async def listener(t: Transition) -> None:
+        return None
+
+    with pytest.raises(TypeError, match=r"async listeners need loop.astart\(\) or loop.arun\(\)"):
+        Loop(Script([]), listeners=(listener,)).start("go")
+
+
+@pytest.mark.parametrize("value", [0, -1, "1", True])
+def test_timeouts_must_be_positive_numbers(value: object) -> None:
+    """A timeout that is not a positive number of seconds is refused when the Loop is built."""
+    with pytest.raises(
+        ValueError,
+        match=f"model_timeout must be a positive number of seconds or None, got {value!r}",
+    ):
+        Loop(Script([]), model_timeout=value)  # type: ignore[arg-type]
+
+
+async def test_a_thousand_concurrent_runs() -> None:
+    """1,000 runs on one event loop all end correctly, each with its own transcript."""
+
+    async def model(history: list[Message]) -> Message:
+        await asyncio.sleep(0)
+        name = history[0]["text"]
+        results = [m for m in history if m["kind"] == "tool_result"]
+        if len(results) < 2:
+            return call(f"{name}-{len(results)}", name="echo", value=f"{name}:{len(results)}")
+        return final(",".join(r["content"] for r in results))
+
+    async def echo(value: str) -> str:
+        await asyncio.sleep(0)
+        return value
+
+    loop = Loop(model, tools={"echo": echo}, max_steps=3, max_calls=2)
+    results = await asyncio.gather(*(loop.arun(f"run{i}") for i in range(1000)))
+    assert all(r.status == "finished" for r in results)
+    assert [r.output for r in results] == [f"run{i}:0,run{i}:1" for i in range(1000)]
+    assert all(r.transcript[1]["id"] == f"run{i}-0" for i, r in enumerate(results))
+    assert {(r.steps, r.calls) for r in results} == {(3, 2)}
+
+
+async def test_plain_tools_run_in_a_worker_thread_with_to_thread() -> None:
+    """to_thread=True reaches the registry: a plain handler runs off the event loop's thread."""
+    threads: list[threading.Thread] = []
+
+    def where(x: int) -> int:
+        threads.append(threading.current_thread())
+        return x
+
+    model = Script([call("c1", name="where", x=1), final()])
+    result = await Loop(model, tools={"where": where}, to_thread=True).arun("go")
+    assert (result.status, result.transcript[2]["content"]) == ("finished", 1)
+    assert threads[0] is not threading.current_thread()
+
+
+async def test_async_handler_in_the_sync_driver_is_an_error_result() -> None:
+    """The sync driver cannot await an async handler: the call gets an error saying so."""
+
+    async def slow(x: int) -> int:
+        return x
+
+    result = Loop(Script([call("c1", name="slow", x=1), final()]), tools={"slow": slow}).run("go")
+    assert result.transcript[2]["status"] == "error"
+    assert "run the loop with the async driver" in result.transcript[2]["content"]["message"]
