@@ -25,6 +25,7 @@ from agentloop._messages import (
     JSONError,
     reply_problem,
     to_json,
+    tool_result_json,
 )
 from agentloop._values import Budget, CancelToken, RunResult, Transition
 
@@ -259,19 +260,7 @@ class Engine:
     def append_call_and_result(self) -> dict[str, Any]:
         status, content_json = self._outcome
         call = self._reply
-        result_json = b"".join(
-            (
-                b'{"kind":"tool_result","id":',
-                orjson.dumps(call["id"]),
-                b',"name":',
-                orjson.dumps(call["name"]),
-                b',"status":',
-                orjson.dumps(status),
-                b',"content":',
-                content_json,
-                b"}",
-            )
-        )
+        result_json = tool_result_json(call["id"], call["name"], status, content_json)
         fields: dict[str, Any] = {
             "status": status,
             "appended_json": (self._reply_json, result_json),

@@ -24,6 +24,7 @@ __all__ = [
     "input_messages",
     "reply_problem",
     "to_json",
+    "tool_result_json",
 ]
 
 #: The statuses a dispatcher can give a call.
@@ -123,6 +124,23 @@ def _fields_problem(reply: dict[str, Any], fields: set[str]) -> str | None:
     if extra:
         return f"a {reply['kind']!r} reply has exactly {sorted(fields)}; unexpected {sorted(extra)}"
     return None
+
+
+def tool_result_json(call_id: str, name: str, status: str, content_json: bytes) -> bytes:
+    """A tool_result message's JSON, around content already checked by ``to_json``."""
+    return b"".join(
+        (
+            b'{"kind":"tool_result","id":',
+            orjson.dumps(call_id),
+            b',"name":',
+            orjson.dumps(name),
+            b',"status":',
+            orjson.dumps(status),
+            b',"content":',
+            content_json,
+            b"}",
+        )
+    )
 
 
 def input_messages(messages: object) -> list[bytes]:

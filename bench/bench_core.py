@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentloop import Budget, CancelToken, Guard, Loop, State, Transition, Trigger
-from agentloop._messages import History, input_messages, reply_problem, to_json
+from agentloop._messages import (
+    History,
+    input_messages,
+    reply_problem,
+    to_json,
+    tool_result_json,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -216,19 +222,7 @@ def hand_written(
             return events
         outcome = dispatcher.dispatch(orjson.loads(reply_json))
         content = to_json(outcome["content"], "content")
-        result_json = b"".join(
-            (
-                b'{"kind":"tool_result","id":',
-                orjson.dumps(reply["id"]),
-                b',"name":',
-                orjson.dumps(reply["name"]),
-                b',"status":',
-                orjson.dumps(outcome["status"]),
-                b',"content":',
-                content,
-                b"}",
-            )
-        )
+        result_json = tool_result_json(reply["id"], reply["name"], outcome["status"], content)
         events.append(
             Transition(
                 source=State.DISPATCHING,

@@ -90,19 +90,9 @@ def test_diagram_renders_svg(saved: tuple[RunResult, Path], tmp_path: Path) -> N
 
 
 def test_diagram_svg_without_renderer_exits_2(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    no_pygraphviz: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Without pygraphviz, --format svg says what to install, in one line, exit 2."""
-    import importlib
-
-    real = importlib.import_module
-
-    def no_pygraphviz(name: str, package: str | None = None) -> object:
-        if name == "pygraphviz":
-            raise ModuleNotFoundError(name)
-        return real(name, package)
-
-    monkeypatch.setattr(importlib, "import_module", no_pygraphviz)
     assert main(["diagram", "--format", "svg"]) == 2
 
     captured = capsys.readouterr()

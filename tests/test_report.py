@@ -149,18 +149,8 @@ def test_with_svg_the_diagram_is_inline() -> None:
     assert ">model_replied (3x)</text>" in page
 
 
-def test_svg_required_but_missing_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_svg_required_but_missing_raises(no_pygraphviz: None) -> None:
     """svg=True insists on SVG: without a renderer it raises instead of falling back."""
-    import importlib
-
-    real = importlib.import_module
-
-    def no_pygraphviz(name: str, package: str | None = None) -> object:
-        if name == "pygraphviz":
-            raise ModuleNotFoundError(name)
-        return real(name, package)
-
-    monkeypatch.setattr(importlib, "import_module", no_pygraphviz)
     result = demo_loop().run("go")
     with pytest.raises(SVGUnavailableError):
         report_html(result, svg=True)

@@ -190,18 +190,8 @@ def test_svg_renders_the_plain_machine() -> None:
     assert "x)</text>" not in svg
 
 
-def test_missing_renderer_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_renderer_says_what_to_install(no_pygraphviz: None) -> None:
     """Without pygraphviz, to_svg raises SVGUnavailableError naming the extra to install."""
-    import importlib
-
-    real = importlib.import_module
-
-    def no_pygraphviz(name: str, package: str | None = None) -> object:
-        if name == "pygraphviz":
-            raise ModuleNotFoundError("No module named 'pygraphviz'")
-        return real(name, package)
-
-    monkeypatch.setattr(importlib, "import_module", no_pygraphviz)
     with pytest.raises(SVGUnavailableError, match=r"pip install 'agentloop\[svg\]'") as caught:
         to_svg()
 
