@@ -113,8 +113,7 @@ class AsyncRun(RunView):
             return engine.model_raised(exc)
         except BaseException as exc:
             # The task was cancelled (or interrupted): the run ends cancelled first.
-            engine.interrupt()
-            engine.model_raised(exc)
+            engine.model_interrupted(exc)
             raise
         return engine.model_replied(reply)
 

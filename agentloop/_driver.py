@@ -162,8 +162,7 @@ class Run(RunView):
                 return engine.model_raised(exc)
             except BaseException as exc:
                 # KeyboardInterrupt and the like: the run ends cancelled first.
-                engine.interrupt()
-                engine.model_raised(exc)
+                engine.model_interrupted(exc)
                 raise
             return engine.model_replied(reply)
         if state is _VALIDATING:

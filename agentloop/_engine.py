@@ -154,7 +154,7 @@ class Engine:
         return self._fire_to_state(Trigger.MODEL_REPLIED)
 
     def model_raised(self, exc: BaseException) -> Transition:
-        """The model raised ``exc`` (after ``interrupt()``, any ``BaseException``)."""
+        """The model raised ``exc``."""
         self._require(State.AWAITING_MODEL, "accept a model error")
         self._exception = exc
         return self._fire_to_state(Trigger.MODEL_RAISED)
@@ -182,14 +182,15 @@ class Engine:
         self._exception = exc
         return self._fire_to_state(Trigger.TOOL_RETURNED)
 
-    def interrupt(self) -> None:
-        """Mark the run cancelled from inside: the driver itself was interrupted.
+    def model_interrupted(self, exc: BaseException) -> Transition:
+        """The driver was interrupted while the model worked: the run ends cancelled.
 
-        Used when a ``BaseException`` (``KeyboardInterrupt``, a cancelled
-        asyncio task) stops the driver mid-step: from now on every
-        ``cancel_requested`` guard holds, whatever the token says.
+        For a ``BaseException`` (``KeyboardInterrupt``, a cancelled asyncio
+        task): from now on every ``cancel_requested`` guard holds, whatever the
+        token says, so the ``model_raised`` row that follows is the cancelled one.
         """
         self._interrupted = True
+        return self.model_raised(exc)
 
     def tool_interrupted(self, exc: BaseException) -> Transition:
         """The run was interrupted while the tool ran: pair the call with ``cancelled``."""
