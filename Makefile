@@ -44,7 +44,7 @@ diagrams: $(STAMP) ## Regenerate diagrams/ from the state table
 	$(BIN)/python -m agentloop diagram --format dot > diagrams/agentloop.dot
 
 .PHONY: bench
-bench: $(STAMP) ## Benchmarks: engine vs hand-written loop, copier, memory, async driver
+bench: $(STAMP) ## Benchmarks: engine vs hand-written loop, copier, memory, tool registry, async driver
 	$(BIN)/python bench/bench_core.py
 	$(BIN)/python bench/bench_tools.py
 	$(BIN)/python bench/bench_async.py
