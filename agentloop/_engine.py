@@ -54,7 +54,14 @@ def _error_text(exc: BaseException) -> str:
 
 @attrs.define(eq=False)
 class Engine:
-    """One run's state. Drivers call one trigger method per checkpoint."""
+    """One run's state, with no I/O: the core a driver wraps.
+
+    A driver calls one trigger method per checkpoint (``ask_model``, then the
+    model, then ``model_replied``; ``validate``; ``start_tool``, then the tool,
+    then ``tool_returned``) and gets back the transition made, or ``None``
+    when it should now call the model or the tool. The guard and effect
+    methods below are named in the table and called only through it.
+    """
 
     budget: Budget
     cancel: CancelToken | None
