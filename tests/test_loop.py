@@ -402,3 +402,55 @@ def test_events_are_a_budget_ledger(driver: Driver) -> None:
     assert (steps[-1], calls[-1]) == (result.steps, result.calls) == (3, 2)
     statuses = [(e.call_id, e.status) for e in result.events if e.trigger == "tool_returned"]
     assert statuses == [("c1", "unknown_tool"), ("c2", "ok")]
+
+
+CANCEL_INSIDE = "<the model cancels the run, then answers>"
+
+
+@pytest.mark.parametrize(
+    ("replies", "budgets", "path"),
+    [
+        pytest.param(
+            [call("c1", a=1, b=1), final()],
+            (3, 3),
+            [(A, V), (V, D), (D, A), (A, V), (V, "finished")],
+            id="finished",
+        ),
+        pytest.param([CANCEL_INSIDE], (3, 3), [(A, "cancelled")], id="cancelled"),
+        pytest.param(
+            [call("c1", a=1, b=1)],
+            (1, 3),
+            [(A, V), (V, D), (D, A), (A, "exhausted")],
+            id="exhausted-steps",
+        ),
+        pytest.param(
+            [call("c1", a=1, b=1), call("c2", a=1, b=1)],
+            (3, 1),
+            [(A, V), (V, D), (D, A), (A, V), (V, "exhausted")],
+            id="exhausted-calls",
+        ),
+        pytest.param(
+            [call("c1", a=1, b=1), call("c1", a=1, b=1)],
+            (3, 3),
+            [(A, V), (V, D), (D, A), (A, V), (V, "repeated_call")],
+            id="repeated_call",
+        ),
+        pytest.param(["garbage"], (3, 3), [(A, V), (V, "malformed")], id="malformed"),
+        pytest.param([ValueError("x")], (3, 3), [(A, "failed")], id="failed"),
+    ],
+)
+def test_path_to_each_terminal_state(
+    driver: Driver, replies: list[object], budgets: tuple[int, int], path: list[tuple[str, str]]
+) -> None:
+    """Each terminal state is reached by exactly the expected sequence of transitions."""
+    token = CancelToken()
+
+    def cancel_inside(history: list[dict[str, Any]]) -> dict[str, Any]:
+        token.cancel()
+        return final()
+
+    script = Script([cancel_inside if r == CANCEL_INSIDE else r for r in replies])
+    loop = Loop(script, tools={"add": Recorder()}, max_steps=budgets[0], max_calls=budgets[1])
+    run = driver.start(loop, "go", cancel=token)
+    assert drive(run) == path
+    assert run.result().status == path[-1][1]
