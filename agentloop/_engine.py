@@ -18,7 +18,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from agentloop._machine import TERMINAL, Guard, State, Trigger, build_machine, rows_of
+from agentloop._machine import COMPLETES, TERMINAL, Guard, State, Trigger, build_machine, rows_of
 from agentloop._messages import (
     DISPATCH_STATUSES,
     History,
@@ -34,6 +34,18 @@ __all__ = ["Engine", "InvalidStateError", "Listener"]
 Listener = Callable[[Transition], object]
 _NO_REPLY: Final = object()
 _AWAITING_MODEL: Final = State.AWAITING_MODEL
+# Module constants: an enum attribute look-up costs ~50 ns, on every transition.
+_ASK_MODEL, _MODEL_REPLIED, _MODEL_RAISED, _VALIDATE = (
+    Trigger.ASK_MODEL,
+    Trigger.MODEL_REPLIED,
+    Trigger.MODEL_RAISED,
+    Trigger.VALIDATE,
+)
+_START_TOOL, _TOOL_RETURNED, _TOOL_INTERRUPTED = (
+    Trigger.START_TOOL,
+    Trigger.TOOL_RETURNED,
+    Trigger.TOOL_INTERRUPTED,
+)
 
 
 class AgentloopError(Exception):
@@ -77,6 +89,8 @@ class Engine:
     _reply_json: bytes = b""
     _problem: str | None = None
     _interrupted: bool = False
+    # The internal row whose I/O the driver has yet to report (see COMPLETES).
+    _outstanding: Trigger | None = None
     _call_fields: dict[str, Any] = attrs.field(factory=dict)
     # What the model raised, or the tool's outcome (status, content JSON).
     _exception: BaseException | None = None
@@ -109,7 +123,11 @@ class Engine:
 
     def pending_call(self) -> dict[str, Any]:
         """A fresh copy of the accepted call (what the tool is given)."""
-        self._require(State.DISPATCHING, "read the pending call")
+        if self.state is not State.DISPATCHING:
+            raise InvalidStateError(
+                f"there is a pending call only in state 'dispatching', not {self.state.value!r}",
+                state=self.state,
+            )
         return orjson.loads(self._reply_json)  # type: ignore[no-any-return]
 
     def events(self) -> tuple[Transition, ...]:
@@ -145,11 +163,11 @@ class Engine:
 
     def ask_model(self) -> Transition | None:
         """About to call the model: a transition if the run stops, else None."""
-        return self._fire(Trigger.ASK_MODEL)
+        return self._fire(_ASK_MODEL, self._rows(_ASK_MODEL))
 
     def model_replied(self, reply: object) -> Transition:
         """The model returned ``reply``; it is copied in before anything else."""
-        self._require(State.AWAITING_MODEL, "accept a reply")
+        rows = self._rows(_MODEL_REPLIED)
         try:
             self._reply_json = to_json(reply, "reply")
             self._reply = orjson.loads(self._reply_json)
@@ -158,36 +176,13 @@ class Engine:
             self._reply, self._problem = _copy_anything(reply), str(exc)
         if self._problem is None and self._reply["kind"] == "call":
             self._call_fields = {"call_id": self._reply["id"], "tool": self._reply["name"]}
-        return self._fire_to_state(Trigger.MODEL_REPLIED)
+        return self._fire_to_state(_MODEL_REPLIED, rows)
 
     def model_raised(self, exc: BaseException) -> Transition:
         """The model raised ``exc``."""
-        self._require(State.AWAITING_MODEL, "accept a model error")
+        rows = self._rows(_MODEL_RAISED)
         self._exception = exc
-        return self._fire_to_state(Trigger.MODEL_RAISED)
-
-    def validate(self) -> Transition:
-        """Check the reply copied in by ``model_replied``."""
-        return self._fire_to_state(Trigger.VALIDATE)
-
-    def start_tool(self) -> Transition | None:
-        """About to run the accepted call: a transition if the run stops, else None."""
-        return self._fire(Trigger.START_TOOL)
-
-    def tool_returned(self, outcome: object) -> Transition:
-        """The dispatcher returned ``outcome`` (``{'status': ..., 'content': ...}``)."""
-        self._require(State.DISPATCHING, "accept a tool outcome")
-        self._outcome = _checked_outcome(outcome)
-        if isinstance(outcome, dict) and isinstance(outcome.get("exception"), BaseException):
-            self._exception = outcome["exception"]
-        return self._fire_to_state(Trigger.TOOL_RETURNED)
-
-    def tool_raised(self, exc: Exception) -> Transition:
-        """The dispatcher raised ``exc``; the call gets an ``error`` result."""
-        self._require(State.DISPATCHING, "accept a tool error")
-        self._outcome = ("error", _exception_content(exc))
-        self._exception = exc
-        return self._fire_to_state(Trigger.TOOL_RETURNED)
+        return self._fire_to_state(_MODEL_RAISED, rows)
 
     def model_interrupted(self, exc: BaseException) -> Transition:
         """The driver was interrupted while the model worked: the run ends cancelled.
@@ -196,16 +191,41 @@ class Engine:
         task): from now on every ``cancel_requested`` guard holds, whatever the
         token says, so the ``model_raised`` row that follows is the cancelled one.
         """
+        rows = self._rows(_MODEL_RAISED)
         self._interrupted = True
-        return self.model_raised(exc)
+        self._exception = exc
+        return self._fire_to_state(_MODEL_RAISED, rows)
+
+    def validate(self) -> Transition:
+        """Check the reply copied in by ``model_replied``."""
+        return self._fire_to_state(_VALIDATE, self._rows(_VALIDATE))
+
+    def start_tool(self) -> Transition | None:
+        """About to run the accepted call: a transition if the run stops, else None."""
+        return self._fire(_START_TOOL, self._rows(_START_TOOL))
+
+    def tool_returned(self, outcome: object) -> Transition:
+        """The dispatcher returned ``outcome`` (``{'status': ..., 'content': ...}``)."""
+        rows = self._rows(_TOOL_RETURNED)
+        self._outcome = _checked_outcome(outcome)
+        if isinstance(outcome, dict) and isinstance(outcome.get("exception"), BaseException):
+            self._exception = outcome["exception"]
+        return self._fire_to_state(_TOOL_RETURNED, rows)
+
+    def tool_raised(self, exc: Exception) -> Transition:
+        """The dispatcher raised ``exc``; the call gets an ``error`` result."""
+        rows = self._rows(_TOOL_RETURNED)
+        self._outcome = ("error", _exception_content(exc))
+        self._exception = exc
+        return self._fire_to_state(_TOOL_RETURNED, rows)
 
     def tool_interrupted(self, exc: BaseException) -> Transition:
         """The run was interrupted while the tool ran: pair the call with ``cancelled``."""
-        self._require(State.DISPATCHING, "record an interrupted tool")
+        rows = self._rows(_TOOL_INTERRUPTED)
         self._interrupted = True
         self._outcome = ("cancelled", _exception_content(exc))
         self._exception = exc
-        return self._fire_to_state(Trigger.TOOL_INTERRUPTED)
+        return self._fire_to_state(_TOOL_INTERRUPTED, rows)
 
     # -- guards (named in the table) ----------------------------------------
 
@@ -279,8 +299,11 @@ class Engine:
 
     # -- the one place a row is chosen and applied --------------------------
 
-    def _choose(self, trigger: Trigger) -> _Row:
-        """The first row for (state, trigger) whose guard holds."""
+    def _rows(self, trigger: Trigger) -> tuple[_Row, ...]:
+        """The rows for ``trigger`` here; refuses what the state or the driver's order forbid.
+
+        Called before any intake, so a refused report changes nothing.
+        """
         rows = _TABLE.get((self.state, trigger))
         if rows is None:
             raise InvalidStateError(
@@ -288,13 +311,26 @@ class Engine:
                 f"allowed here: {_allowed(self.state) or 'nothing (the run is over)'}",
                 state=self.state,
             )
+        outstanding = self._outstanding
+        if COMPLETES.get(trigger) is not outstanding:
+            if outstanding is None:
+                why = f"nothing is outstanding ({trigger.value} answers {COMPLETES[trigger].value})"
+            else:
+                expected = [t.value for t, begun in COMPLETES.items() if begun is outstanding]
+                why = f"{outstanding.value} is outstanding, expected one of {expected}"
+            raise InvalidStateError(f"cannot {trigger.value} now: {why}", state=self.state)
+        return rows
+
+    def _choose(self, trigger: Trigger, rows: tuple[_Row, ...]) -> _Row:
+        """The first of ``trigger``'s rows whose guard holds."""
         for row in rows:
             if row.check is None or row.check(self):
                 return row
         raise AssertionError("unreachable: _compile checks the last row is unconditional")
 
-    def _fire(self, trigger: Trigger) -> Transition | None:
-        row = self._choose(trigger)
+    def _fire(self, trigger: Trigger, rows: tuple[_Row, ...]) -> Transition | None:
+        """Choose a row from ``rows`` (from ``_rows``) and apply it."""
+        row = self._choose(trigger, rows)
         # Past awaiting_model, every event names the call being handled.
         fields = self._call_fields if self.state is not _AWAITING_MODEL else {}
         if row.effects:
@@ -304,6 +340,7 @@ class Engine:
                 if extra:
                     fields.update(extra)
         dest = row.dest
+        self._outstanding = trigger if dest is None else None
         if dest is None:
             return None
         transition = Transition(
@@ -327,17 +364,10 @@ class Engine:
             listener(transition)
         return transition
 
-    def _fire_to_state(self, trigger: Trigger) -> Transition:
-        transition = self._fire(trigger)
+    def _fire_to_state(self, trigger: Trigger, rows: tuple[_Row, ...]) -> Transition:
+        transition = self._fire(trigger, rows)
         assert transition is not None, f"{trigger} has an internal row"
         return transition
-
-    def _require(self, state: State, action: str) -> None:
-        if self.state is not state:
-            raise InvalidStateError(
-                f"cannot {action} in state {self.state.value!r}; expected {state.value!r}",
-                state=self.state,
-            )
 
 
 def _copy_anything(value: object) -> object:

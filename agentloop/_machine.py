@@ -49,11 +49,21 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 from transitions import Machine
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
     from transitions.core import TransitionConfigDict
 
-__all__ = ["ROWS", "TERMINAL", "Guard", "Row", "State", "Trigger", "build_machine", "rows_of"]
+__all__ = [
+    "COMPLETES",
+    "ROWS",
+    "TERMINAL",
+    "Guard",
+    "Row",
+    "State",
+    "Trigger",
+    "build_machine",
+    "rows_of",
+]
 
 
 class State(enum.StrEnum):
@@ -119,6 +129,19 @@ TERMINAL: Final = frozenset(
         State.FAILED,
     }
 )
+
+# The driver's side of the protocol. An internal ``ask_model`` row means "the
+# model is out": only ``model_replied`` or ``model_raised`` may follow, and
+# likewise only a tool outcome may follow an internal ``start_tool``. Every
+# other trigger needs nothing outstanding. The engine refuses anything else,
+# so a second ``step()`` started while one is still waiting (re-entrantly, or
+# from a concurrent task) cannot ask the model twice.
+COMPLETES: Final[Mapping[Trigger, Trigger]] = {
+    Trigger.MODEL_REPLIED: Trigger.ASK_MODEL,
+    Trigger.MODEL_RAISED: Trigger.ASK_MODEL,
+    Trigger.TOOL_RETURNED: Trigger.START_TOOL,
+    Trigger.TOOL_INTERRUPTED: Trigger.START_TOOL,
+}
 
 # The table. Order within a (source, trigger) group is priority order.
 ROWS: Final[Sequence[TransitionConfigDict]] = (

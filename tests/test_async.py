@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentloop import CancelToken, Loop, Transition
+from agentloop import CancelToken, InvalidStateError, Loop, Transition
 
 from .helpers import Script, call, final, kinds
 
@@ -323,3 +323,16 @@ async def test_async_handler_in_the_sync_driver_is_an_error_result() -> None:
     result = Loop(Script([call("c1", name="slow", x=1), final()]), tools={"slow": slow}).run("go")
     assert result.transcript[2]["status"] == "error"
     assert "run the loop with the async driver" in result.transcript[2]["content"]["message"]
+
+
+async def test_a_second_concurrent_astep_is_refused() -> None:
+    """While one astep() awaits the model, another on the same run raises; the first goes on."""
+    model = WaitingModel(final("once"))
+    run = Loop(model).astart("go")
+    first = asyncio.create_task(run.astep())
+    await model.asked.wait()
+    with pytest.raises(InvalidStateError, match="ask_model is outstanding"):
+        await run.astep()
+    model.release.set()
+    assert (await first).dest == "validating"
+    assert (model.calls, run.steps) == (1, 1)

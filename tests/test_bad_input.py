@@ -98,7 +98,7 @@ def test_engine_refuses_out_of_order_reports(driver: Driver) -> None:
     """Reporting a tool outcome while awaiting the model is the driver's error."""
     run = driver.start(Loop(Script([final()])), "go")
     engine = run._engine
-    with pytest.raises(InvalidStateError, match="expected 'dispatching'"):
+    with pytest.raises(InvalidStateError, match="cannot tool_returned in state 'awaiting_model'"):
         engine.tool_returned({"status": "ok", "content": 1})
     with pytest.raises(InvalidStateError, match="cannot validate in state 'awaiting_model'"):
         engine.validate()

@@ -454,3 +454,23 @@ def test_path_to_each_terminal_state(
     run = driver.start(loop, "go", cancel=token)
     assert drive(run) == path
     assert run.result().status == path[-1][1]
+
+
+def test_a_model_that_steps_its_own_run_is_refused() -> None:
+    """Re-entrant step() from inside the model cannot ask the model a second time."""
+    holder: list[Any] = []
+    errors: list[Exception] = []
+
+    def reentrant(history: list[dict[str, Any]]) -> dict[str, Any]:
+        try:
+            holder[0].step()
+        except agentloop.InvalidStateError as exc:
+            errors.append(exc)
+        return final("once")
+
+    model = Script([reentrant])
+    run = Loop(model).start("go")
+    holder.append(run)
+    drive(run)
+    assert (run.result().output, run.steps, len(model.seen)) == ("once", 1, 1)
+    assert "ask_model is outstanding" in str(errors[0])

@@ -76,11 +76,11 @@ def test_compiled_table_agrees_with_transitions(state: State, trigger: Trigger) 
         engine = make_engine(state, holding)
         if (state, trigger) not in _TABLE:
             with pytest.raises(agentloop.InvalidStateError):
-                engine._choose(trigger)
+                engine._rows(trigger)
             with pytest.raises(Exception, match="Can't trigger event"):
                 Reference(make_engine(state, holding)).choose(trigger)
             continue
-        row: _Row = engine._choose(trigger)
+        row: _Row = engine._choose(trigger, _TABLE[state, trigger])
         assert row.dest == Reference(make_engine(state, holding)).choose(trigger), holding
 
 
@@ -90,7 +90,7 @@ def test_terminal_states_accept_nothing(state: State, trigger: Trigger) -> None:
     """Every trigger in a terminal state is an InvalidStateError naming the state."""
     engine = make_engine(state, frozenset())
     with pytest.raises(agentloop.InvalidStateError, match=f"in state '{state.value}'") as caught:
-        engine._choose(trigger)
+        engine._rows(trigger)
     assert caught.value.state is state
     assert "the run is over" in str(caught.value)
 
@@ -151,3 +151,24 @@ def test_machine_is_plain_transitions() -> None:
     machine = build_machine()
     assert isinstance(machine, Machine)
     assert set(machine.events) == {t.value for t in Trigger}
+
+
+def test_the_model_is_asked_once_until_it_answers() -> None:
+    """After ask_model hands the model out, only its answer may follow: not a second ask."""
+    engine = make_engine(State.AWAITING_MODEL, frozenset())
+    assert engine.ask_model() is None
+    with pytest.raises(agentloop.InvalidStateError, match="ask_model is outstanding"):
+        engine.ask_model()
+    assert engine.steps == 1
+    assert engine.model_replied(final()).dest == State.VALIDATING
+
+
+def test_a_tool_outcome_needs_start_tool_first() -> None:
+    """tool_returned without start_tool is refused, and so is a second start_tool."""
+    engine = make_engine(State.DISPATCHING, frozenset())
+    with pytest.raises(agentloop.InvalidStateError, match="nothing is outstanding"):
+        engine.tool_returned({"status": "ok", "content": 1})
+    assert engine.start_tool() is None
+    with pytest.raises(agentloop.InvalidStateError, match="start_tool is outstanding"):
+        engine.start_tool()
+    assert engine.tool_returned({"status": "ok", "content": 1}).dest == State.AWAITING_MODEL

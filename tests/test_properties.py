@@ -148,9 +148,8 @@ def test_random_runs_keep_the_contract(
 class ReferenceEngine(Engine):
     """The engine with row choice delegated to ``transitions`` (the reference backend)."""
 
-    def _choose(self, trigger: agentloop.Trigger) -> _Row:
+    def _choose(self, trigger: agentloop.Trigger, rows: tuple[_Row, ...]) -> _Row:
         dest = Reference(self).choose(trigger)
-        rows = agentloop._engine._TABLE[self.state, trigger]
         return next(row for row in rows if row.dest == dest)
 
 
