@@ -27,8 +27,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import functools
 import inspect
-import math
 import re
 import types
 import typing
@@ -39,7 +39,7 @@ import attrs
 import jsonschema
 import orjson
 
-from agentloop._messages import JSONError, to_json
+from agentloop._messages import JSONError, copy_json, to_json
 
 __all__ = ["Decision", "Policy", "SpecFormat", "Tool", "ToolRegistry", "allow", "deny"]
 
@@ -65,6 +65,15 @@ class Decision:
     allowed: bool
     reason: str = ""
 
+    def __attrs_post_init__(self) -> None:
+        # Checked here, so that a policy cannot answer with a truthy "no" or an empty denial.
+        if type(self.allowed) is not bool:
+            raise TypeError(f"expected Decision.allowed to be a bool, got {self.allowed!r:.80}")
+        if not isinstance(self.reason, str) or not (self.allowed or self.reason):
+            what = "Decision.reason" if self.allowed else "a denial's reason"
+            empty = "" if self.allowed else "non-empty "
+            raise TypeError(f"expected {what} to be a {empty}str, got {self.reason!r:.80}")
+
 
 _ALLOW: Final = Decision(allowed=True)
 
@@ -79,75 +88,44 @@ def allow() -> Decision:
 
 def deny(reason: str) -> Decision:
     """The policy answer that refuses a call; ``reason`` becomes the ``denied`` content."""
-    if not isinstance(reason, str) or not reason:
-        raise TypeError(f"expected deny()'s reason to be a non-empty str, got {reason!r}")
     return Decision(allowed=False, reason=reason)
 
 
 # -- results ------------------------------------------------------------------
 
 
-class _NoJSONForm(TypeError):
-    """Raised from deep inside a value; each container on the way out adds its key."""
+def _plain(value: object) -> Any:
+    """``value`` with its Python-only parts made JSON types, the rest left for ``to_json``.
 
-    def __init__(self, problem: str) -> None:
-        super().__init__(problem)
-        self.problem = problem
-        self.keys: list[str] = []  # innermost first
-
-
-def to_json_value(value: object, where: str = "result") -> Any:
-    """``value`` as plain JSON, or ``TypeError`` naming what has no JSON form, and where.
-
-    attrs instances and dataclasses go through their own ``asdict``, enums by
-    value, tuples become lists.
+    attrs instances and dataclasses become dicts of their fields, enums their
+    values, tuples lists, nested.
     """
-    try:
-        return _json_form(value)
-    except _NoJSONForm as exc:
-        raise TypeError(f"{where}{''.join(reversed(exc.keys))}: {exc.problem}") from None
-
-
-def _json_form(value: object) -> Any:
-    if value is None or type(value) in (str, int, bool):
+    if value is None or type(value) in (str, int, float, bool):
         return value
     if isinstance(value, enum.Enum):
-        return _json_form(value.value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise _NoJSONForm(f"expected a finite number, got {value!r}")
-        return value
-    if isinstance(value, str | int):
-        return value
+        return _plain(value.value)
     if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise _NoJSONForm(f"expected str keys, got {type(key).__name__} key {key!r}")
-            try:
-                out[key] = _json_form(item)
-            except _NoJSONForm as exc:  # the path is only spelled out on failure
-                exc.keys.append(f".{key}")
-                raise
-        return out
+        return {key: _plain(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        items = []
-        for index, item in enumerate(value):
-            try:
-                items.append(_json_form(item))
-            except _NoJSONForm as exc:
-                exc.keys.append(f"[{index}]")
-                raise
-        return items
+        return [_plain(item) for item in value]
     if attrs.has(type(value)):
-        # attrs.asdict keeps tuples and sets as they are, for this walk to judge.
-        return _json_form(attrs.asdict(typing.cast("attrs.AttrsInstance", value)))
+        return _plain(attrs.asdict(typing.cast("attrs.AttrsInstance", value), recurse=False))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _json_form(dataclasses.asdict(value))
-    raise _NoJSONForm(
-        "expected JSON, an attrs instance, a dataclass, an Enum or a tuple, "
-        f"got {type(value).__qualname__}"
-    )
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return value
+
+
+def _json_form(value: object, where: str) -> Any:
+    """``value`` as plain JSON (see ``_plain``), or ``JSONError`` naming what is not, and where."""
+    try:
+        converted = _plain(value)
+        to_json(converted, where)
+    except RecursionError:
+        raise JSONError(
+            f"{where}: expected JSON nested less deeply, got a value that contains itself "
+            "or nests past Python's recursion limit"
+        ) from None
+    return converted
 
 
 # -- schema derivation --------------------------------------------------------
@@ -182,11 +160,9 @@ def _to_int(value: Any) -> Any:
 def _json_default(value: object) -> tuple[bool, Any]:
     """(True, JSON form) when a default has one, else (False, None)."""
     try:
-        converted = to_json_value(value)
-        to_json(converted)
-    except (TypeError, JSONError):
+        return True, _json_form(value, "default")
+    except JSONError:
         return False, None
-    return True, converted
 
 
 class _Unsupported(TypeError):
@@ -229,7 +205,8 @@ class _Deriver:
         if origin is Literal:
             if not all(arg is None or type(arg) in (str, int, bool) for arg in args):
                 raise _Unsupported(ann, where, "Literal values must be str, int, bool or None")
-            return _enum_schema(list(args)), None
+            # A valid float equals one of the ints (JSON Schema's enum compares numbers by value).
+            return _enum_schema(list(args)), (_to_int if int in map(type, args) else None)
         if isinstance(ann, type) and issubclass(ann, enum.Enum):
             values = [member.value for member in ann]
             if not all(v is None or type(v) in (str, int, float, bool) for v in values):
@@ -388,16 +365,42 @@ class _Deriver:
 # -- tools --------------------------------------------------------------------
 
 
-def _hint_source(handler: Callable[..., Any]) -> object:
+def _hint_source(handler: Callable[..., Any]) -> Any:
     """Where a handler's annotations live."""
     if inspect.isroutine(handler):
         return handler
     if isinstance(handler, type):
         return handler.__init__  # type: ignore[misc]
-    func = getattr(handler, "func", None)  # functools.partial
-    if func is not None and callable(func):
-        return func
+    if isinstance(handler, functools.partial):
+        return _hint_source(handler.func)
     return type(handler).__call__
+
+
+def _parameter_hints(
+    name: str, handler: Callable[..., Any], signature: inspect.Signature
+) -> dict[str, Any]:
+    """The parameters' annotations, resolved one by one.
+
+    The return annotation is not needed, so it is not evaluated: it may name a
+    type imported under ``TYPE_CHECKING``.
+    """
+    source = _hint_source(handler)
+    annotations = getattr(source, "__annotations__", None) or {}
+    globalns = getattr(inspect.unwrap(source), "__globals__", {})
+    hints = {}
+    for param in signature.parameters:
+        if param not in annotations:
+            continue
+        # get_type_hints on an object holding this one annotation: the same evaluation.
+        holder = types.SimpleNamespace(__annotations__={param: annotations[param]})
+        try:
+            hints[param] = typing.get_type_hints(holder, globalns, include_extras=True)[param]
+        except Exception as exc:
+            raise TypeError(
+                f"tool {name!r}: parameter {param!r}: cannot resolve its annotation "
+                f"{annotations[param]!r}: {exc}"
+            ) from exc
+    return hints
 
 
 class Tool:
@@ -430,6 +433,9 @@ class Tool:
         parameters: Mapping[str, Any] | None = None,
         policy: Policy | None = None,
     ) -> None:
+        if not callable(handler):
+            named = "" if name is None else f"tool {name!r}: "
+            raise TypeError(f"{named}expected a callable handler, got {type(handler).__name__}")
         if name is None:
             name = getattr(handler, "__name__", None)
             if not isinstance(name, str):
@@ -438,10 +444,6 @@ class Tool:
                 )
         if not isinstance(name, str) or not name:
             raise TypeError(f"expected tool names to be non-empty str, got {name!r}")
-        if not callable(handler):
-            raise TypeError(
-                f"tool {name!r}: expected a callable handler, got {type(handler).__name__}"
-            )
         if description is not None and not isinstance(description, str):
             raise TypeError(
                 f"tool {name!r}: expected description to be a str, got {type(description).__name__}"
@@ -452,9 +454,10 @@ class Tool:
             )
         self.name: str = name
         self.handler = handler
-        self.description: str = (
-            description if description is not None else _summary(inspect.getdoc(handler))
-        )
+        if description is None:  # a partial's own docstring is functools'
+            described = handler.func if isinstance(handler, functools.partial) else handler
+            description = _summary(inspect.getdoc(described))
+        self.description: str = description
         self.policy = policy
         self._converters: dict[str, Converter | None] = {}
         self._extra: Converter | None = None
@@ -479,11 +482,9 @@ class Tool:
         name, handler = self.name, self.handler
         try:
             signature = inspect.signature(handler)
-            hints = typing.get_type_hints(_hint_source(handler), include_extras=True)
-        except Exception as exc:
-            raise TypeError(
-                f"tool {name!r}: cannot resolve the handler's annotations: {exc}"
-            ) from exc
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"tool {name!r}: expected a handler with a signature: {exc}") from exc
+        hints = _parameter_hints(name, handler, signature)
         deriver = _Deriver()
         properties: dict[str, Any] = {}
         required: list[str] = []
@@ -581,7 +582,7 @@ def _path(parts: Iterable[str | int]) -> str:
 
 def _checked_schema(name: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
     try:
-        schema = orjson.loads(to_json(dict(parameters), "parameters"))
+        schema = copy_json(dict(parameters), "parameters")
         jsonschema.Draft202012Validator.check_schema(schema)
     except (TypeError, JSONError, jsonschema.SchemaError) as exc:
         message = exc.message if isinstance(exc, jsonschema.SchemaError) else str(exc)
@@ -601,8 +602,8 @@ def _checked_schema(name: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
 
 def _result(tool: Tool, value: object) -> dict[str, Any]:
     try:
-        return {"status": "ok", "content": to_json_value(value)}
-    except TypeError as exc:
+        return {"status": "ok", "content": _json_form(value, "result")}
+    except JSONError as exc:
         return _error(TypeError(f"tool {tool.name!r} returned a value with no JSON form: {exc}"))
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import datetime
 import enum
+import functools
 import math
 import threading
 from collections.abc import Callable
@@ -284,6 +286,14 @@ def test_integral_float_becomes_an_int() -> None:
     assert [type(v) for v in seen] == [int, int]
 
 
+def test_integral_float_for_an_int_literal_becomes_an_int() -> None:
+    """Literal[1, 2] admits 2.0 (JSON Schema compares numbers by value); the handler gets 2."""
+    tool, seen = tool_for(Literal[1, 2, "x"] | None)
+    assert dispatch(ToolRegistry([tool]), "handler", value=2.0)["status"] == "ok"
+    assert seen == [2]
+    assert type(seen[0]) is int
+
+
 def test_defaults_are_not_required_and_shown_when_json() -> None:
     """A parameter with a default is optional; its default appears when it has a JSON form."""
     marker = object()
@@ -409,6 +419,51 @@ def test_unsupported_annotations_fail_at_definition() -> None:
         assert "supported: int, float, str" in str(caught.value)
 
 
+def test_annotations_are_resolved_per_parameter() -> None:
+    """Only parameters' annotations matter: an unresolvable return annotation (say, a type
+    imported under TYPE_CHECKING) is fine; an unresolvable parameter's is named at definition."""
+
+    def handler(a, b=1):  # type: ignore[no-untyped-def] # annotated below, as strings
+        return a
+
+    handler.__annotations__ = {"a": "int", "return": "NotImported"}
+    assert Tool(handler).parameters["properties"] == {"a": {"type": "integer"}, "b": {"default": 1}}
+    handler.__annotations__ = {"a": "int", "b": "list[NotImported]"}
+    with pytest.raises(
+        TypeError,
+        match=r"tool 'handler': parameter 'b': cannot resolve its annotation "
+        r"'list\[NotImported\]': name 'NotImported' is not defined",
+    ):
+        Tool(handler)
+
+
+def test_partials_and_callable_objects() -> None:
+    """A partial is described by its function; a callable object by its own __call__."""
+
+    def scale(value: float, factor: int) -> float:
+        """Scale a value."""
+        return value * factor
+
+    class Wrapper:
+        """Wraps a function (its ``func`` attribute is no partial's)."""
+
+        def __init__(self, func: Callable[..., Any]) -> None:
+            self.func = func
+
+        def __call__(self, text: str) -> str:
+            return text
+
+    doubled = Tool(functools.partial(scale, factor=2), name="double")
+    assert doubled.description == "Scale a value."
+    assert doubled.parameters["properties"] == {
+        "value": {"type": "number"},
+        "factor": {"type": "integer", "default": 2},
+    }
+    wrapped = Tool(Wrapper(scale), name="wrapped")
+    assert wrapped.parameters["properties"] == {"text": {"type": "string"}}
+    assert wrapped.description == "Wraps a function (its ``func`` attribute is no partial's)."
+
+
 def test_positional_only_and_star_args_fail_at_definition() -> None:
     """Arguments arrive by name, so *args and positional-only parameters are refused."""
 
@@ -434,6 +489,8 @@ def test_bad_definitions() -> None:
         Tool(f, name="")
     with pytest.raises(TypeError, match="tool 'x': expected a callable handler, got int"):
         Tool(3, name="x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="expected a callable handler, got int"):
+        ToolRegistry([3])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="expected name= for a handler without a __name__"):
         Tool(Recorder())
     with pytest.raises(TypeError, match="tool 'f': expected parameters to be a Draft 2020-12"):
@@ -444,8 +501,14 @@ def test_bad_definitions() -> None:
         Tool(f, policy="deny")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="expected unique tool names, got 'f' twice"):
         ToolRegistry([f, Tool(f)])
-    with pytest.raises(TypeError, match="expected deny\\(\\)'s reason to be a non-empty str"):
+    with pytest.raises(TypeError, match="expected a denial's reason to be a non-empty str, got ''"):
         deny("")
+    with pytest.raises(TypeError, match="expected a denial's reason to be a non-empty str, got ''"):
+        Decision(allowed=False)
+    with pytest.raises(TypeError, match=r"expected Decision\.allowed to be a bool, got 'no'"):
+        Decision(allowed="no")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"expected Decision\.reason to be a str, got None"):
+        Decision(allowed=True, reason=None)  # type: ignore[arg-type]
 
 
 # -- outcomes -------------------------------------------------------------------------
@@ -545,18 +608,37 @@ def test_results_become_json() -> None:
     }
 
 
+@dataclasses.dataclass
+class Held:
+    thing: Any
+
+
+CYCLIC: list[Any] = []
+CYCLIC.append(CYCLIC)
+
+
+def test_dataclass_results_are_converted_field_by_field() -> None:
+    """A dataclass holding a dict subclass converts (dataclasses.asdict fails on 3.11)."""
+    counts = collections.defaultdict(list, {"a": [Point(1)]})
+    outcome = dispatch(ToolRegistry([Tool(lambda: Held(counts), name="f")]), "f")
+    assert outcome == {"status": "ok", "content": {"thing": {"a": [{"x": 1, "y": 0}]}}}
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
         (
             {1, 2},
-            "result: expected JSON, an attrs instance, a dataclass, an Enum or a tuple, got set",
+            "result: expected a JSON value (dict, list, str, int, float, bool or None), got set",
         ),
-        ({"a": [object()]}, "result.a[0]: expected JSON"),
-        ({1: "a"}, "result: expected str keys, got int key 1"),
+        ({"a": [object()]}, "result.a[0]: expected a JSON value"),
+        ({1: "a"}, "result: expected JSON object keys to be str, got int 1"),
         (math.nan, "result: expected a finite number, got nan"),
-        (HasSet(tags={"a"}), "result.tags: expected JSON, an attrs instance"),
+        (HasSet(tags={"a"}), "result.tags: expected a JSON value"),
         (datetime.date(2024, 1, 1), "got date"),
+        (2**70, "result: expected an integer within 64 bits, got 1180591620717411303424"),
+        (Held(threading.Lock()), "result.thing: expected a JSON value"),
+        (CYCLIC, "result: expected JSON nested less deeply, got a value that contains itself"),
     ],
 )
 def test_results_without_json_form_give_error(value: object, message: str) -> None:
