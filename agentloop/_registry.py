@@ -152,6 +152,37 @@ def _enum_schema(values: list[Any]) -> dict[str, Any]:
     return {"type": next(iter(kinds)), "enum": values} if len(kinds) == 1 else {"enum": values}
 
 
+# The JSON Schema types a value of each JSON Python type may satisfy (2.0 is an integer).
+_JSON_TYPES: Final = {
+    type(None): {"null"},
+    bool: {"boolean"},
+    int: {"integer", "number"},
+    float: {"integer", "number"},
+    str: {"string"},
+    list: {"array"},
+    dict: {"object"},
+}
+
+
+def _kinds(schema: dict[str, Any]) -> set[str] | None:
+    """The JSON types a derived schema admits, or None for any."""
+    if "$ref" in schema:
+        return {"object"}  # every entry under $defs describes a class
+    if "type" in schema:
+        return {schema["type"]} if isinstance(schema["type"], str) else set(schema["type"])
+    if "enum" in schema:
+        return {_json_type(value) for value in schema["enum"]}
+    if "anyOf" in schema:  # a union inside Annotated
+        kinds: set[str] = set()
+        for member in schema["anyOf"]:
+            member_kinds = _kinds(member)
+            if member_kinds is None:
+                return None
+            kinds |= member_kinds
+        return kinds
+    return None
+
+
 def _to_int(value: Any) -> Any:
     # JSON Schema counts 2.0 as an integer; the handler asked for an int.
     return int(value) if isinstance(value, float) else value
@@ -231,22 +262,25 @@ class _Deriver:
             schema = {"anyOf": schemas}
         if all(convert is None for _, convert in members):
             return schema, None
-        others = [(s, c) for s, c in members if s != {"type": "null"}]
-        if len(others) == 1:  # X | None: no need to ask which member a value is
-            convert = others[0][1]
-            assert convert is not None
-            return schema, lambda value: None if value is None else convert(value)
-        # Several members: convert with the first one the value is valid for.
+        # Convert with the first member the (valid) value is valid for. Only members
+        # whose JSON types admit the value can be; the last of those needs no check.
         checks = [
-            (jsonschema.Draft202012Validator({"$defs": self.defs, **s}).is_valid, c)
+            (jsonschema.Draft202012Validator({"$defs": self.defs, **s}).is_valid, c, _kinds(s))
             for s, c in members
         ]
+        candidates = {
+            python: [(v, c) for v, c, kinds in checks if kinds is None or kinds & json_types]
+            for python, json_types in _JSON_TYPES.items()
+        }
+        everyone = [(v, c) for v, c, _ in checks]
 
         def convert_union(value: Any) -> Any:
-            for is_valid, convert in checks:
+            *earlier, (_, convert) = candidates.get(type(value)) or everyone
+            for is_valid, maybe in earlier:
                 if is_valid(value):
-                    return value if convert is None else convert(value)
-            return value
+                    convert = maybe
+                    break
+            return value if convert is None else convert(value)
 
         return schema, convert_union
 

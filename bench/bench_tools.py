@@ -11,7 +11,9 @@ the median per call:
   conversion to attrs instances, the handler, the result made JSON);
 - validation alone and conversion alone, for the breakdown;
 - an invalid call (four violations), which never reaches the handler;
-- for scale, a two-int tool ``add(a, b)`` through the registry.
+- for scale, a two-int tool ``add(a, b)`` through the registry;
+- a union of classes, ``shape: Point | Box``, given a ``Box``: validation,
+  then conversion picks the member the value is valid for.
 
 Run with ``make bench``. Ratios are what count; absolute times vary.
 """
@@ -71,6 +73,11 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+def outline(shape: Point | Box) -> str:
+    """Name the shape."""
+    return type(shape).__name__
+
+
 def by_hand(arguments: dict[str, Any]) -> Any:
     """What the registry replaces, minus every check: build the attrs values, call."""
     box = arguments["box"]
@@ -82,12 +89,19 @@ READY: tuple[Any, ...] = (Box(Point(0.0, 0.0), Point(2.0, 3.5), "a"), 1.5, "cm",
 
 
 def main() -> None:
-    registry = ToolRegistry([area, add])
+    registry = ToolRegistry([area, add, outline])
     add_call = {"kind": "call", "id": "c2", "name": "add", "arguments": {"a": 2, "b": 3}}
+    box_call = {
+        "kind": "call",
+        "id": "c3",
+        "name": "outline",
+        "arguments": {"shape": ARGUMENTS["box"]},
+    }
     tool = registry["area"]
     assert registry.dispatch(CALL)["status"] == "ok"
     assert registry.dispatch(BAD_CALL)["status"] == "invalid_arguments"
     assert len(registry.dispatch(BAD_CALL)["content"]) == 4
+    assert registry.dispatch(box_call)["content"] == "Box"
 
     variants: dict[str, Callable[[], object]] = {
         "direct: area(*ready)": lambda: area(*READY),
@@ -97,6 +111,7 @@ def main() -> None:
         "  of which: conversion": lambda: tool.convert(ARGUMENTS),
         "registry.dispatch (4 violations)": lambda: registry.dispatch(BAD_CALL),
         "registry.dispatch, add(a: int, b: int)": lambda: registry.dispatch(add_call),
+        "registry.dispatch, shape: Point | Box": lambda: registry.dispatch(box_call),
     }
     samples: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(REPEATS):

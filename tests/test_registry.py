@@ -274,6 +274,23 @@ def test_union_of_classes_picks_the_matching_member() -> None:
     assert seen == [Point(5), Line(Point(1), Point(2)), Color.RED]
 
 
+def test_union_members_of_one_json_type_are_told_apart() -> None:
+    """Members are skipped by JSON type, yet the first valid one still converts the value."""
+    seen: list[Any] = []
+
+    def pick(
+        value: Level | int | float | list[Point] | Point | Annotated[Color | None, "a colour"],
+    ) -> None:
+        seen.append(value)
+
+    registry = ToolRegistry([pick])
+    values = [2, 3, 2.0, 2.5, [{"x": 1}], {"x": 5}, "red", None]
+    for value in values:
+        assert dispatch(registry, "pick", value=value)["status"] == "ok"
+    assert seen == [Level.HIGH, 3, Level.HIGH, 2.5, [Point(1)], Point(5), Color.RED, None]
+    assert [type(v) for v in seen[1:4]] == [int, Level, float]
+
+
 def test_integral_float_becomes_an_int() -> None:
     """JSON Schema counts 2.0 as an integer; the handler still gets an int."""
     seen: list[Any] = []
