@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import anthropic.types
 import attrs
@@ -13,7 +13,7 @@ import openai.types.responses
 import pydantic
 import pytest
 
-from agentloop import Tool, ToolRegistry
+from agentloop import SpecFormat, Tool, ToolRegistry
 
 
 class Unit(enum.Enum):
@@ -166,7 +166,7 @@ def test_specs_are_fresh_copies() -> None:
 
 
 @pytest.mark.parametrize("format", ["openai", "openai-responses", "anthropic"])
-def test_provider_formats_check_tool_names(format: Literal["openai", "anthropic"]) -> None:
+def test_provider_formats_check_tool_names(format: SpecFormat) -> None:
     """A name a provider would refuse is reported when its specs are built, naming the tool."""
     tools = ToolRegistry([Tool(ping, name="ping me")])
     with pytest.raises(ValueError, match=r"tool 'ping me': .* names must match \[A-Za-z0-9_-\]"):
