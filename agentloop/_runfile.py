@@ -18,15 +18,21 @@ needs instead: a transition's live ``exception`` becomes ``{"type", "message"}``
 JSON becomes its ``repr`` (loaded back as ``NotJSON``). Everything else
 round-trips exactly: ``RunResult.from_json(r.to_json()) == r``.
 
-Loading checks the document twice: its shape against a JSON Schema (fields,
-types, state and trigger names), then its story (each event is a row of the
-table, events chain from the initial state, the counters and the outcome agree
-with the last event, the transcript ends with what the events appended). Any
-failure raises ``RunFileError``; nothing is half-loaded.
+Loading checks the document in three passes. Its shape: a JSON Schema (fields,
+types, state and trigger names), no field twice in an object, and no deeper
+nesting than a run makes. Its chain: each event is a row of the table, taken
+where the last one left the run, ending in a terminal state. Its story: what
+came from outside (input messages, replies, what was raised, tool results,
+cancellations) is replayed through a fresh engine, and everything else (rows,
+counters, every event field, the outcome, the transcript) must come out as
+the engine records it. Any failure raises ``RunFileError``; nothing is
+half-loaded.
 """
 
 from __future__ import annotations
 
+import json
+import reprlib
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -35,10 +41,10 @@ import jsonschema.exceptions
 import jsonschema.validators
 import orjson
 
-from agentloop._engine import AgentloopError
+from agentloop._engine import AgentloopError, Engine
 from agentloop._machine import TERMINAL, Guard, State, Trigger, build_machine, rows_of
-from agentloop._messages import JSONError, to_json
-from agentloop._values import Budget, RunResult, Transition
+from agentloop._messages import JSONError, input_messages, to_json
+from agentloop._values import Budget, CancelToken, RunResult, Transition
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -185,7 +191,11 @@ _ROWS: Final = frozenset(
 
 def dump(result: RunResult) -> str:
     """``result`` as a version 1 run file (indented JSON text)."""
-    document = {
+    return _dumps(_document(result), orjson.OPT_INDENT_2).decode()
+
+
+def _document(result: RunResult) -> dict[str, Any]:
+    return {
         "format": FORMAT,
         "version": VERSION,
         "status": result.status.value,
@@ -197,9 +207,8 @@ def dump(result: RunResult) -> str:
         "budget": {"max_steps": result.budget.max_steps, "max_calls": result.budget.max_calls},
         "transcript": orjson.loads(result.transcript_json),
         "events": [_event(event) for event in result.events],
-        "rejected": _rejected(result.rejected_value),
+        "rejected": rejected_record(result.rejected_value),
     }
-    return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
 
 
 def _event(event: Transition) -> dict[str, Any]:
@@ -228,7 +237,8 @@ def _exception(exc: BaseException | None) -> dict[str, str] | None:
     return {"type": type(exc).__name__, "message": _safely(lambda: str(exc))}
 
 
-def _rejected(value: object) -> dict[str, Any] | None:
+def rejected_record(value: object) -> dict[str, Any] | None:
+    """A rejected reply as the run file keeps it: ``{"json": ...}``, ``{"repr": ...}`` or None."""
     if value is None:
         return None
     if isinstance(value, NotJSON):
@@ -247,7 +257,33 @@ def _safely(text: Callable[[], str]) -> str:
         return f"<unprintable: {type(exc).__name__}>"
 
 
+def _dumps(value: object, option: int = 0) -> bytes:
+    """``orjson.dumps`` past its depth limit: what it cannot reach goes in as fragments.
+
+    A run holds messages as deep as orjson writes them, and the document puts
+    them a few levels further down (``$.events[i].appended[j]``).
+    """
+    try:
+        return orjson.dumps(value, option=option)
+    except orjson.JSONEncodeError:
+        if isinstance(value, dict):
+            value = {key: orjson.Fragment(_dumps(item)) for key, item in value.items()}
+        elif isinstance(value, list):
+            value = [orjson.Fragment(_dumps(item)) for item in value]
+        else:
+            raise
+        return orjson.dumps(value, option=option)
+
+
 # -- loading -------------------------------------------------------------------
+
+# The deepest a run file nests: orjson writes values up to 254 levels deep, a
+# tool result wraps its content in one more, and ``$.events[i].appended[j]`` is 4 down.
+_MAX_DEPTH: Final = 254 + 1 + 4
+
+# Short reprs for messages, safe on any nesting.
+_REPR: Final = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 100, 100
 
 
 def load(text: str | bytes, *, source: str = "run file") -> RunResult:
@@ -257,6 +293,11 @@ def load(text: str | bytes, *, source: str = "run file") -> RunResult:
     except orjson.JSONDecodeError as exc:
         raise RunFileError(source, "a JSON document", f"invalid JSON ({exc})") from None
     _check_header(document, source)
+    if _too_deep(document):
+        raise RunFileError(
+            source, f"JSON nested at most {_MAX_DEPTH} levels deep", "a document nested deeper"
+        )
+    _check_unique_fields(text, source)
     error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(document))
     if error is not None:
         raise RunFileError(f"{source}: {error.json_path}", *_explain(error))
@@ -273,12 +314,37 @@ def _check_header(document: object, source: str) -> None:
         found = _found(document["format"]) if "format" in document else "no format field"
         raise RunFileError(f"{source}: $.format", f"format {FORMAT!r}", found)
     version = document.get("version")
-    if version != VERSION or isinstance(version, bool):
+    if type(version) is not int or version != VERSION:
         raise RunFileError(
             f"{source}: $.version",
             f"version {VERSION} (the only one this agentloop reads)",
             _found(version) if "version" in document else "no version field",
         )
+
+
+def _too_deep(document: dict[str, Any]) -> bool:
+    """Whether ``document`` nests deeper than ``_MAX_DEPTH`` (checked without recursion)."""
+    stack: list[tuple[dict[str, Any] | list[Any], int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value
+        if depth > _MAX_DEPTH:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def _check_unique_fields(text: str | bytes, source: str) -> None:
+    """Refuse a field given twice in one object: which one counts is up to the parser."""
+
+    def unique(pairs: list[tuple[str, object]]) -> None:
+        names = [name for name, _ in pairs]
+        if len(set(names)) < len(names):
+            twice = next(name for name in names if names.count(name) > 1)
+            raise RunFileError(source, "each field once in an object", f"{twice!r} twice")
+
+    # orjson keeps the last of duplicates silently; the standard parser can tell.
+    json.loads(text, object_pairs_hook=unique)
 
 
 def _explain(error: jsonschema.exceptions.ValidationError) -> tuple[str, str]:
@@ -324,8 +390,13 @@ def _found(value: object) -> str:
         (list, "array"),
     )
     kind = next((name for cls, name in kinds if isinstance(value, cls)), type(value).__name__)
-    shown = repr(value.value if isinstance(value, State) else value)
-    return f"{kind} {shown[:60]}{'...' if len(shown) > 60 else ''}"
+    return f"{kind} {_shown(value)}"
+
+
+def _shown(value: object) -> str:
+    """A short repr (``null`` for None), safe on any nesting."""
+    shown = "null" if value is None else _REPR.repr(value)
+    return f"{shown[:100]}{'...' if len(shown) > 100 else ''}"
 
 
 def _build(document: dict[str, Any]) -> RunResult:
@@ -340,7 +411,7 @@ def _build(document: dict[str, Any]) -> RunResult:
         reason=document["reason"],
         error=document["error"],
         events=tuple(_load_event(event) for event in document["events"]),
-        transcript_json=_encode(document["transcript"]),
+        transcript_json=_dumps(document["transcript"]),
         rejected_value=(
             None
             if rejected is None
@@ -366,27 +437,31 @@ def _load_event(event: dict[str, Any]) -> Transition:
         reason=event["reason"],
         error=event["error"],
         exception=RecordedException(exception["type"], exception["message"]) if exception else None,
-        appended_json=tuple(_encode(message) for message in event["appended"]),
+        appended_json=tuple(_dumps(message) for message in event["appended"]),
     )
 
 
-def _encode(value: object) -> bytes:
-    """The bytes the engine kept (``orjson``'s compact form of parsed JSON is canonical)."""
-    return orjson.dumps(value)
+# -- the story: replayed through the engine ---------------------------------------
 
 
 def _check_story(result: RunResult, source: str) -> None:
-    """The events must be a run this table can make, and the summary must agree."""
-    state, steps, calls = State.AWAITING_MODEL, 0, 0
-    for index, event in enumerate(result.events):
+    """The events must chain through the table, and replaying them must give the document."""
+    _check_chain(result.events, source)
+    _replay(result, source)
+
+
+def _check_chain(events: tuple[Transition, ...], source: str) -> None:
+    """Each event is a row of the table, from where the last one left the run, to one end."""
+    state = State.AWAITING_MODEL
+    last = len(events) - 1
+    for index, event in enumerate(events):
         where = f"{source}: $.events[{index}]"
         row = (event.source.value, event.trigger.value, event.guard, event.dest.value)
         if row not in _ROWS:
             raise RunFileError(
                 where,
                 "a row of the state table (source, trigger, guard, dest)",
-                f"{row[0]} --{row[1]}{f' [{row[2]}]' if row[2] else ''}--> {row[3]}, "
-                "which the table has not",
+                f"{_row_text(event)}, which the table has not",
             )
         if event.source is not state:
             raise RunFileError(
@@ -394,49 +469,162 @@ def _check_story(result: RunResult, source: str) -> None:
                 f"{state.value!r} (where the run was)",
                 _found(event.source.value),
             )
-        if event.steps < steps or event.calls < calls:
-            raise RunFileError(
-                where,
-                f"counters that never go down (steps >= {steps}, calls >= {calls})",
-                f"steps {event.steps}, calls {event.calls}",
-            )
-        if event.dest in TERMINAL and index != len(result.events) - 1:
+        if event.dest in TERMINAL and index != last:
             raise RunFileError(where, "a terminal state only at the last event", event.dest.value)
-        state, steps, calls = event.dest, event.steps, event.calls
-    last = result.events[-1]
-    if last.dest not in TERMINAL:
+        state = event.dest
+    if state not in TERMINAL:
         raise RunFileError(
-            f"{source}: $.events[{len(result.events) - 1}].dest",
+            f"{source}: $.events[{last}].dest",
             "a terminal state (a saved run is over)",
-            _found(last.dest.value),
+            _found(state.value),
         )
-    for name, want in (
-        ("status", last.dest),
-        ("steps", last.steps),
-        ("calls", last.calls),
-        ("reason", last.reason),
-        ("error", last.error),
-    ):
-        if getattr(result, name) != want:
-            shown = want.value if isinstance(want, State) else want
-            raise RunFileError(
-                f"{source}: $.{name}",
-                f"{shown!r}, as the last event says",
-                _found(getattr(result, name)),
-            )
-    budget = result.budget
-    if result.steps > budget.max_steps or result.calls > budget.max_calls:
-        raise RunFileError(
-            f"{source}: $.budget",
-            f"limits the counters never exceed (steps {result.steps}, calls {result.calls})",
-            f"max_steps {budget.max_steps}, max_calls {budget.max_calls}",
-        )
-    appended = [message for event in result.events for message in event.appended_json]
-    transcript = orjson.loads(result.transcript_json)
-    tail = transcript[len(transcript) - len(appended) :] if appended else []
-    if len(appended) > len(transcript) or tail != [orjson.loads(m) for m in appended]:
+
+
+def _replay(result: RunResult, source: str) -> None:
+    """Replay the run: the document must be what the engine records, given its inputs.
+
+    The inputs are what came from outside, as the document says: the input
+    messages (the transcript before what the events appended), each reply (the
+    first message appended after it, else the rejected reply), what the model
+    raised, each tool's result, and where cancellation came. Everything else
+    (which row fired, the counters, every event field, the outcome) must come
+    out as the engine makes it. One thing is taken as saved: the error of a
+    malformed reply that was not JSON, whose problem was not kept (only its repr).
+    """
+    events, transcript = result.events, result.transcript
+    appended = sum(len(event.appended_json) for event in events)
+    if appended > len(transcript):
+        raise _transcript_error(source, appended, len(transcript))
+    try:
+        encoded = input_messages(transcript[: len(transcript) - appended])
+    except (TypeError, ValueError) as exc:
         raise RunFileError(
             f"{source}: $.transcript",
-            f"the input followed by the {len(appended)} messages the events appended",
-            f"a transcript of {len(transcript)} messages that does not end with them",
-        )
+            "input messages a run accepts, then what was appended",
+            str(exc),
+        ) from None
+    token = CancelToken()
+    engine = Engine.start(encoded, result.budget, token)
+    not_json = error_as_saved = False
+    for index, event in enumerate(events):
+        where = f"{source}: $.events[{index}]"
+        reply = None
+        if event.trigger is Trigger.MODEL_REPLIED:
+            reply = _reply(events, index, result.rejected_value)
+            not_json = isinstance(reply, NotJSON)
+        replayed = _fire(engine, event, reply, token)
+        if replayed is None or _row_text(replayed) != _row_text(event):
+            row = (
+                _row_text(replayed)
+                if replayed is not None
+                else f"no event (the internal row {event.source.value} --{event.trigger.value}"
+                f"--> {event.source.value})"
+            )
+            raise RunFileError(
+                where,
+                f"{row}, which the table takes here (at steps {engine.steps} of "
+                f"{result.budget.max_steps}, calls {engine.calls} of {result.budget.max_calls})",
+                _row_text(event),
+            )
+        if isinstance(replayed.exception, _Unsaved):
+            raise RunFileError(f"{where}.exception", "the exception raised here", "null")
+        want, got = _event(replayed), _event(event)
+        error_as_saved = not_json and replayed.guard is Guard.REPLY_MALFORMED
+        if error_as_saved:
+            want["error"] = got["error"]
+        _compare(want, got, where)
+    replayed_result = engine.result()
+    if replayed_result.transcript_json != result.transcript_json:
+        raise _transcript_error(source, appended, len(transcript))
+    want, got = _document(replayed_result), _document(result)
+    del want["events"], got["events"]  # compared one by one above
+    if error_as_saved:
+        want["error"] = events[-1].error
+    _compare(want, got, f"{source}: $")
+
+
+def _transcript_error(source: str, appended: int, length: int) -> RunFileError:
+    return RunFileError(
+        f"{source}: $.transcript",
+        f"the input followed by the {appended} messages the events appended",
+        f"a transcript of {length} messages that does not end with them",
+    )
+
+
+def _row_text(event: Transition) -> str:
+    guard = f" [{event.guard.value}]" if event.guard else ""
+    return f"{event.source.value} --{event.trigger.value}{guard}--> {event.dest.value}"
+
+
+def _compare(want: dict[str, Any], got: dict[str, Any], where: str) -> None:
+    """Raise at the first field of ``got`` that differs from ``want``, compared as JSON text.
+
+    As text, ``1``, ``1.0`` and ``true`` differ (Python's ``==`` would take them as equal).
+    """
+    if _dumps(want) == _dumps(got):
+        return
+    for name, value in want.items():
+        if _dumps(value) != _dumps(got[name]):
+            raise RunFileError(
+                f"{where}.{name}", f"{_shown(value)}, as replaying the run gives", _found(got[name])
+            )
+
+
+# The internal row of each state that has one: it leaves no event, and the
+# driver fires its trigger first there (ask_model counts the step; start_tool).
+_INTERNAL: Final = {
+    State(row.source): row.trigger for row in rows_of(build_machine()) if row.dest is None
+}
+
+
+class _Unsaved(RecordedException):
+    """Stands in for an exception the document did not record (the engine may need one)."""
+
+
+def _fire(
+    engine: Engine, event: Transition, reply: object, token: CancelToken
+) -> Transition | None:
+    """Make the engine take ``event``'s step, with the inputs the document gives."""
+    internal = _INTERNAL.get(event.source)
+    if internal is not None and internal != event.trigger:
+        stopped: Transition | None = getattr(engine, internal)()
+        if stopped is not None:
+            return stopped
+    if event.guard is Guard.CANCEL_REQUESTED:
+        token.cancel()
+    fire = getattr(engine, event.trigger.value)  # the engine's triggers are named so
+    if event.trigger is Trigger.MODEL_REPLIED:
+        return fire(reply)  # type: ignore[no-any-return]
+    if event.trigger in (Trigger.MODEL_RAISED, Trigger.TOOL_INTERRUPTED):
+        return fire(_raised(event.exception))  # type: ignore[no-any-return]
+    if event.trigger is Trigger.TOOL_RETURNED:
+        return fire(_outcome(event))  # type: ignore[no-any-return]
+    return fire()  # type: ignore[no-any-return]
+
+
+def _reply(events: tuple[Transition, ...], index: int, rejected: object) -> object:
+    """The reply a ``model_replied`` event received: what it appended, else what was rejected."""
+    for later in events[index + 1 :]:
+        if later.appended_json:
+            return later.appended[0]
+        if later.source is State.AWAITING_MODEL:
+            break
+    return rejected
+
+
+def _raised(record: BaseException | None) -> BaseException:
+    """An exception the engine describes as the recorded one (it reads the type's name)."""
+    if not isinstance(record, RecordedException):
+        return _Unsaved("", "")
+    kind: type[RecordedException] = type(record.type_name, (RecordedException,), {})
+    return kind(record.type_name, record.message)
+
+
+def _outcome(event: Transition) -> dict[str, Any]:
+    """The dispatcher's outcome, from the tool_result the event appended."""
+    appended = event.appended
+    result = appended[-1] if appended else {}
+    outcome = {"status": result.get("status"), "content": result.get("content")}
+    if event.exception is not None:
+        outcome["exception"] = event.exception
+    return outcome

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import pickle
 from typing import TYPE_CHECKING, Any
@@ -40,7 +42,7 @@ JSON_VALUES = st.recursive(
 CALLS = st.builds(
     lambda i, n, a: {"kind": "call", "id": i, "name": n, "arguments": a},
     st.sampled_from(["c1", "c2", "c3"]),  # few ids, so repeats happen
-    st.sampled_from(["add", "echo", "boom", "missing"]),
+    st.sampled_from(["add", "echo", "boom", "halt", "missing"]),
     st.dictionaries(st.sampled_from(["a", "b", "value"]), JSON_VALUES, max_size=2),
 )
 FINALS = st.builds(final, st.text(max_size=8))
@@ -56,12 +58,16 @@ GARBAGE: st.SearchStrategy[object] = st.sampled_from(
         ("final", "tuple"),
     ]
 )
-ERRORS = st.builds(ValueError, st.text(max_size=5)) | st.just(KeyError("k"))
+ERRORS = (
+    st.builds(ValueError, st.text(max_size=5))
+    | st.just(KeyError("k"))
+    | st.just(KeyboardInterrupt())  # the model is interrupted: the run ends cancelled
+)
 REPLIES = st.one_of(CALLS, CALLS, FINALS, GARBAGE, ERRORS)
 
 
 def tools() -> dict[str, Callable[..., Any]]:
-    """A tool that adds, one that echoes its arguments, and one that raises."""
+    """Tools that add, echo their arguments, raise, and are interrupted (Ctrl-C)."""
 
     def add(a: int = 0, b: int = 0) -> int:
         return a + b
@@ -72,7 +78,10 @@ def tools() -> dict[str, Callable[..., Any]]:
     def boom(**arguments: Any) -> None:
         raise RuntimeError("tool broke")
 
-    return {"add": add, "echo": echo, "boom": boom}
+    def halt(**arguments: Any) -> None:
+        raise KeyboardInterrupt
+
+    return {"add": add, "echo": echo, "boom": boom, "halt": halt}
 
 
 def random_run(
@@ -87,7 +96,8 @@ def random_run(
     while not run.done:
         if len(run.events) == cancel_after:
             token.cancel()
-        run.step()
+        with contextlib.suppress(KeyboardInterrupt):  # the run records it, then re-raises
+            run.step()
     return run.result()
 
 
@@ -313,6 +323,14 @@ def _drop(path: str) -> Callable[[Doc], None]:
     return mutate
 
 
+def _all(*mutations: Callable[[Doc], object]) -> Callable[[Doc], None]:
+    def mutate(doc: Doc) -> None:
+        for mutation in mutations:
+            mutation(doc)
+
+    return mutate
+
+
 DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
     # (what, mutation, where, a piece of the message)
     ("wrong format", _set("format", "other"), "$.format", "expected format 'agentloop.run'"),
@@ -343,11 +361,50 @@ DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
         "validating --validate [reply_is_final]--> failed, which the table has not",
     ),
     ("broken chain", _drop("events.2"), "$.events[2].source", "expected 'dispatching'"),
-    ("counters fall", _set("events.4.calls", 0), "$.events[4]", "never go down"),
-    ("steps disagree", _set("steps", 2), "$.steps", "expected 3, as the last event says"),
+    ("counters fall", _set("events.4.calls", 0), "$.events[4].calls", "expected 2"),
+    ("steps disagree", _set("steps", 2), "$.steps", "expected 3, as replaying the run gives"),
     ("status disagrees", _set("status", "failed"), "$.status", "expected 'finished'"),
-    ("reason disagrees", _set("reason", "max_steps"), "$.reason", "expected None"),
-    ("over budget", _set("budget.max_steps", 2), "$.budget", "max_steps 2"),
+    ("reason disagrees", _set("reason", "max_steps"), "$.reason", "expected null"),
+    (
+        "over budget",
+        _set("budget.max_steps", 2),
+        "$.events[6]",
+        "expected awaiting_model --ask_model [steps_exhausted]--> exhausted, which the table "
+        "takes here (at steps 2 of 2, calls 2 of 2), got awaiting_model --model_replied-->",
+    ),
+    (
+        "steps jump",
+        _all(_set("steps", 4), _set("events.7.steps", 4)),
+        "$.events[7].steps",
+        "expected 3, as replaying the run gives, got integer 4",
+    ),
+    ("calls jump", _set("events.1.calls", 2), "$.events[1].calls", "expected 1"),
+    ("output edited", _set("output", "sunny"), "$.output", "expected 'Lisbon is clear"),
+    ("rejected invented", _set("rejected", {"json": 1}), "$.rejected", "expected null"),
+    ("call id edited", _set("events.1.call_id", "c9"), "$.events[1].call_id", "expected 'c1'"),
+    ("result status edited", _set("events.2.status", "denied"), "$.events[2].status", "'ok'"),
+    (
+        "exception invented",
+        _set("events.0.exception", {"type": "ValueError", "message": "x"}),
+        "$.events[0].exception",
+        "expected null",
+    ),
+    (
+        "appended invented",
+        _all(
+            _set("events.0.appended", [{"kind": "user", "text": "psst"}]),
+            lambda doc: doc["transcript"].insert(1, {"kind": "user", "text": "psst"}),
+        ),
+        "$.events[0].appended",
+        "expected [], as replaying the run gives",
+    ),
+    (
+        "input a run refuses",
+        _set("transcript.0", {"kind": "call", "id": "x", "name": "f", "arguments": {}}),
+        "$.transcript",
+        "got messages[0]: expected every call in the input to be followed by its tool_result",
+    ),
+    ("version 1.0", _set("version", 1.0), "$.version", "got number 1.0"),
     (
         "transcript edited",
         _set("transcript.2.content", "tampered"),
@@ -431,3 +488,168 @@ def test_calls_and_final_round_trip_exactly() -> None:
     assert [e.status for e in loaded.events if e.status] == ["ok", "error", "unknown_tool"]
     assert loaded.events[5].exception is not None
     assert str(loaded.events[5].exception) == "tool broke"
+
+
+def test_duplicate_fields_are_refused(demo: RunResult) -> None:
+    """A field given twice is ambiguous (parsers keep either one): refused, naming it."""
+    text = demo.to_json().replace(
+        '"status": "finished"', '"status": "failed", "status": "finished"'
+    )
+    with pytest.raises(RunFileError) as caught:
+        RunResult.from_json(text)
+
+    assert str(caught.value) == (
+        "run file: expected each field once in an object, got 'status' twice"
+    )
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "0" + "]" * depth
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where"),
+    [
+        pytest.param('"status": "finished"', f'"status": {_nested(1000)}', "", id="status"),
+        pytest.param('"rejected": null', f'"rejected": {{"json": {_nested(1000)}}}', "", id="json"),
+        pytest.param(
+            '"text": "What', f'"deep": {_nested(300)}, "text": "What', "", id="transcript"
+        ),
+        pytest.param('"content": 70.7', f'"content": {_nested(256)}', "", id="appended"),
+    ],
+)
+def test_too_deep_nesting_is_refused(demo: RunResult, old: str, new: str, where: str) -> None:
+    """JSON nested deeper than a run can hold is a RunFileError, never a RecursionError."""
+    text = demo.to_json()
+    assert old in text
+    with pytest.raises(RunFileError) as caught:
+        RunResult.from_json(text.replace(old, new))
+
+    assert caught.value.where == f"run file{where}"
+    assert "levels deep" in str(caught.value)
+
+
+def test_deepest_messages_a_run_holds_save_and_load() -> None:
+    """A call whose arguments are as deep as the engine accepts is saved and loaded back."""
+    deep: Any = 0
+    for _ in range(252):  # with the call and its arguments: 254 levels, the most JSON allows
+        deep = [deep]
+    result = Loop(
+        Script([call("c1", name="echo", a=deep), final("x")]), tools=tools(), max_calls=1
+    ).run("go")
+    assert result.status == "finished"
+
+    assert RunResult.from_json(result.to_json()) == result
+
+
+async def test_cancelled_asyncio_tasks_round_trip() -> None:
+    """Runs ended by a cancelled task (model or tool awaited) load back equal."""
+    started = asyncio.Event()
+
+    async def slow(**arguments: Any) -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    async def thinking(history: list[Any]) -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    for model in (Script([call("c1", name="slow")]), thinking):
+        started.clear()
+        run = Loop(model, tools={"slow": slow}).astart("go")
+
+        async def drive(run: agentloop.AsyncRun = run) -> None:
+            async for _ in run:
+                pass
+
+        task = asyncio.create_task(drive())
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        result = run.result()
+        assert result.status == "cancelled"
+
+        loaded = RunResult.from_json(result.to_json())
+        assert loaded == result
+        assert loaded.to_json() == result.to_json()
+    assert result.events[-1].guard == "cancel_requested"  # the model was interrupted
+
+
+def _interrupted_tool() -> RunResult:
+    def halt(**arguments: Any) -> None:
+        raise KeyboardInterrupt("stop")
+
+    run = Loop(Script([call("c1", name="halt")]), tools={"halt": halt}).start("go")
+    with pytest.raises(KeyboardInterrupt):
+        run.step(), run.step(), run.step()
+    return run.result()
+
+
+RUNS: dict[str, Callable[[], RunResult]] = {
+    "failed": lambda: Loop(Script([ValueError("model broke")])).run("go"),
+    "not JSON": lambda: Loop(Script([{"kind": "final", "text": {1}}])).run("go"),
+    "interrupted tool": _interrupted_tool,
+}
+
+
+@pytest.mark.parametrize(
+    ("run", "mutate", "where", "message"),
+    [
+        pytest.param(
+            "failed",
+            _set("events.0.exception", None),
+            "$.events[0].exception",
+            "expected the exception raised here, got null",
+            id="failed without its exception",
+        ),
+        pytest.param(
+            "failed",
+            _set("events.0.exception.type", "KeyError"),
+            "$.events[0].error",
+            "expected 'the model raised KeyError: model broke'",
+            id="exception type edited",
+        ),
+        pytest.param(
+            "not JSON",
+            _set("error", "malformed reply: made up"),
+            "$.error",
+            "expected 'malformed reply: reply.text",
+            id="not JSON, summary error edited",
+        ),
+        pytest.param(
+            "not JSON",
+            _set("rejected", None),
+            "$.events[1].error",
+            "expected 'malformed reply: expected the reply to be a dict, got NoneType'",
+            id="not JSON, rejected dropped",
+        ),
+        pytest.param(
+            "interrupted tool",
+            _set("events.2.exception", None),
+            "$.events[2].exception",
+            "expected the exception raised here, got null",
+            id="interrupted without its exception",
+        ),
+        pytest.param(
+            "interrupted tool",
+            _set("events.2.status", "ok"),
+            "$.events[2].status",
+            "expected 'cancelled'",
+            id="interrupted tool said ok",
+        ),
+    ],
+)
+def test_damaged_documents_of_other_runs_are_refused(
+    run: str, mutate: Callable[[Doc], None], where: str, message: str
+) -> None:
+    """Failed, non-JSON and interrupted runs load back, and damage to them is refused."""
+    result = RUNS[run]()
+    doc = orjson.loads(result.to_json())
+    assert RunResult.from_json(orjson.dumps(doc)).to_json() == result.to_json()
+    mutate(doc)
+    with pytest.raises(RunFileError) as caught:
+        RunResult.from_json(orjson.dumps(doc))
+
+    assert caught.value.where == f"run file: {where}"
+    assert message in str(caught.value)
