@@ -11,6 +11,7 @@ A missing or damaged file is reported in one line on stderr, with exit code 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +20,8 @@ from agentloop._diagram import SVGUnavailableError
 from agentloop._runfile import RunFileError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from rich.console import Console
 
     from agentloop._values import RunResult
@@ -66,6 +69,21 @@ def main(argv: list[str] | None = None) -> int:
     except CommandError as exc:
         print(f"agentloop: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader stopped early (``| head``): no traceback. As rich does, exit 1,
+        # with stdout pointed at devnull so the interpreter's last flush cannot fail.
+        _discard_stdout()
+        return 1
+
+
+def _discard_stdout() -> None:
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (captured, replaced)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def _load(path: str) -> RunResult:
@@ -82,6 +100,7 @@ def _load(path: str) -> RunResult:
 def _write(text: str, output: str | None) -> None:
     if output is None or output == "-":
         sys.stdout.write(text)
+        sys.stdout.flush()  # a closed pipe shows here, inside main()
         return
     try:
         Path(output).write_text(text, encoding="utf-8")
@@ -104,10 +123,15 @@ def _console() -> Console:
 
 
 def _demo(out: str | None) -> int:
-    from agentloop._demo import run_demo
+    from agentloop._demo import QUESTION, demo_loop
+    from agentloop._report import describe
 
-    _console()  # fail early, in one line, without rich
-    result = run_demo()
+    console = _console()  # fail early, in one line, without rich
+    loop = demo_loop()
+    run = loop.start(QUESTION)
+    rows = [describe(number, transition, loop.budget) for number, transition in enumerate(run, 1)]
+    result = run.result()
+    _print_run(console, "agentloop demo: one transition per step", rows, result)
     if out is not None:
         from agentloop._diagram import to_mermaid
         from agentloop._report import report_html
@@ -142,19 +166,41 @@ def _diagram(format_: str, run_path: str | None, output: str | None) -> int:
 
 
 def _show(result: RunResult) -> int:
+    from agentloop._report import describe
+
+    console = _console()
+    rows = [describe(number, event, result.budget) for number, event in enumerate(result.events, 1)]
+    _print_run(console, f"agentloop run: {result.status.value}", rows, result)
+    return 0
+
+
+# C0 and C1 control characters but newline, shown escaped: a run file must not
+# drive the terminal (rich drops some, but passes ESC through).
+_CONTROLS = {
+    code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0)) if code != ord("\n")
+}
+
+
+def _plain(text: str) -> str:
+    return text.translate(_CONTROLS)
+
+
+def _print_run(
+    console: Console, title: str, rows: Iterable[tuple[str, ...]], result: RunResult
+) -> None:
+    """A table of transitions under ``HEADERS``, then the run's outcome, as plain text."""
     from rich.table import Table
     from rich.text import Text
 
-    from agentloop._report import HEADERS, describe, rejected_text
+    from agentloop._report import HEADERS, rejected_text
 
-    console = _console()
-    budget = result.budget
     # Text() everywhere: run content is printed as is, never read as rich markup.
-    table = Table(title=Text(f"agentloop run: {result.status.value}"))
+    table = Table(title=Text(_plain(title)))
     for header in HEADERS:
-        table.add_column(Text(header))  # Text: not markup
-    for number, event in enumerate(result.events, 1):
-        table.add_row(*(Text(cell) for cell in describe(number, event, budget)))
+        table.add_column(Text(header))
+    for cells in rows:
+        table.add_row(*(Text(_plain(cell)) for cell in cells))
+    budget = result.budget
     lines = [
         f"status   {result.status.value}",
         f"steps    {result.steps} of {budget.max_steps}",
@@ -168,8 +214,7 @@ def _show(result: RunResult) -> int:
         shown, note = rejected_text(result.rejected_value, indent=False)
         lines.append(f"rejected {shown}" + (f"  ({note})" if note else ""))
     console.print(table)
-    console.print(Text("\n".join(lines)))
-    return 0
+    console.print(Text(_plain("\n".join(lines))))
 
 
 def _report(result: RunResult, output: str | None) -> int:

@@ -16,8 +16,7 @@ import orjson
 
 from agentloop._diagram import SVGUnavailableError, to_mermaid, to_svg
 from agentloop._machine import State
-from agentloop._messages import JSONError, to_json
-from agentloop._runfile import FORMAT, VERSION, NotJSON
+from agentloop._runfile import FORMAT, VERSION, NotJSON, rejected_record
 
 if TYPE_CHECKING:
     from agentloop._values import Budget, RunResult, Transition
@@ -238,14 +237,15 @@ def _entry(index: int, message: dict[str, Any], *, input_: bool) -> str:
 
 
 def rejected_text(value: object, *, indent: bool = True) -> tuple[str, str]:
-    """A rejected reply as text, and a note when it is not JSON (shown by its repr)."""
+    """A rejected reply as the run file keeps it, and a note when that is its repr."""
+    record = rejected_record(value)
+    assert record is not None, "only called for a reply"
+    if "json" in record:
+        option = orjson.OPT_INDENT_2 if indent else 0
+        return orjson.dumps(record["json"], option=option).decode(), ""
     if isinstance(value, NotJSON):
-        return value.text, "not JSON; its repr was saved"
-    try:  # strictly: orjson alone would quietly print NaN as null
-        checked = orjson.loads(to_json(value, "rejected"))
-    except JSONError:
-        return repr(value), "not JSON; shown by its repr"
-    return orjson.dumps(checked, option=orjson.OPT_INDENT_2 if indent else 0).decode(), ""
+        return record["repr"], "not JSON; its repr was saved"
+    return record["repr"], "not JSON; shown by its repr"
 
 
 def _rejected(result: RunResult) -> list[str]:
@@ -254,7 +254,7 @@ def _rejected(result: RunResult) -> list[str]:
     shown, note = rejected_text(result.rejected_value)
     return [
         '<h2 id="rejected">Rejected reply</h2>',
-        '<p class="note">The reply that ended the run; it never entered the transcript.'
+        '<p class="note">The reply the run was handling when it ended.'
         + (f" ({_e(note)})" if note else "")
         + "</p>",
         f'<pre id="rejected-reply">{_e(shown)}</pre>',

@@ -272,3 +272,55 @@ def test_final_only_run_shows_its_answer(
 
     assert main(["show", str(path)]) == 0
     assert "final: 42" in capsys.readouterr().out
+
+
+def test_show_without_rich_says_what_to_install(
+    saved: tuple[RunResult, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without the cli extra, show says what to install in one line, exit 2."""
+    _, path = saved
+    for name in ("rich", "rich.console", "rich.table", "rich.text"):
+        monkeypatch.setitem(sys.modules, name, None)  # import fails, as when not installed
+
+    assert main(["show", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        "agentloop: error: this command prints tables with rich: pip install 'agentloop[cli]'\n"
+    )
+
+
+@pytest.mark.parametrize("command", ["report", "diagram --run", "show"])
+def test_a_closed_pipe_is_not_an_error(saved: tuple[RunResult, Path], command: str) -> None:
+    """Output piped into a reader that stops early (| head): no traceback, exit 1 as rich does."""
+    _, path = saved
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentloop", *command.split(), str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    process.stdout.close()  # the reader is gone before anything is written
+    err = process.stderr.read().decode()
+    process.stderr.close()
+
+    assert process.wait(timeout=60) == 1
+    assert "Traceback" not in err
+    assert "BrokenPipeError" not in err
+
+
+def test_show_does_not_pass_terminal_escapes_through(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Control characters from a run file are shown escaped, never sent to the terminal."""
+    result = Loop(Script([final("\x1b[2J\x1b]0;owned\x07gone")])).run("go")
+    path = tmp_path / "run.json"
+    result.save(path)
+
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "\x07" not in out
+    assert "final: \\x1b[2J\\x1b]0;owned\\x07gone" in out
+    assert "output   \\x1b[2J" in out

@@ -6,7 +6,7 @@ import os
 import re
 import shutil
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -317,3 +317,34 @@ def test_report_in_headless_chromium(browser: Browser, tmp_path: Path, svg: bool
     assert problems == []
     page.close()
     print(f"browser check took {time.perf_counter() - started:.2f} s")
+
+
+def test_unprintable_rejected_reply_does_not_break_the_report() -> None:
+    """A live run's rejected reply whose repr raises is shown by the run file's placeholder."""
+
+    class Broken:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    result = Loop(Script([{"kind": "final", "text": Broken()}])).run("go")
+    page = report_html(result, svg=False)
+
+    assert "&lt;unprintable: RuntimeError&gt;" in page
+
+
+def test_an_interrupted_call_is_not_said_to_be_outside_the_transcript() -> None:
+    """The call an interruption stopped is in the transcript (with a cancelled result)."""
+
+    def halt(**arguments: Any) -> None:
+        raise KeyboardInterrupt
+
+    run = Loop(Script([call("c1", name="halt")]), tools={"halt": halt}).start("go")
+    with pytest.raises(KeyboardInterrupt):
+        for _ in run:
+            pass
+    result = run.result()
+    assert result.rejected == result.transcript[1]
+    page = report_html(result, svg=False)
+
+    assert "never entered the transcript" not in page
+    assert "result of halt · id c1 · cancelled" in page
