@@ -624,7 +624,12 @@ def _outcome(event: Transition) -> dict[str, Any]:
     """The dispatcher's outcome, from the tool_result the event appended."""
     appended = event.appended
     result = appended[-1] if appended else {}
-    outcome = {"status": result.get("status"), "content": result.get("content")}
+    status = result.get("status")
+    outcome = {
+        # A status that is not a string is not one a tool can give (nor one to look up).
+        "status": status if isinstance(status, str) else None,
+        "content": result.get("content"),
+    }
     if event.exception is not None:
         outcome["exception"] = event.exception
     return outcome

@@ -21,7 +21,7 @@ from agentloop._messages import JSONError, to_json
 from .helpers import Script, call, final
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 Doc = dict[str, Any]
@@ -653,3 +653,44 @@ def test_damaged_documents_of_other_runs_are_refused(
 
     assert caught.value.where == f"run file: {where}"
     assert message in str(caught.value)
+
+
+def _paths(value: object, prefix: tuple[str | int, ...] = ()) -> Iterator[tuple[str | int, ...]]:
+    """Every path into a parsed document, the root's children first."""
+    children: Any = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, child in children:
+        yield (*prefix, key)
+        yield from _paths(child, (*prefix, key))
+
+
+WRONG: list[object] = [None, 1, -1, 2.5, True, "x", [], [1], {}, {"kind": "user"}]
+
+
+@pytest.mark.parametrize("run", [*RUNS, "demo"])
+def test_any_value_anywhere_is_refused_or_loads_stably(run: str) -> None:
+    """Each value replaced by one of every JSON type (or removed): RunFileError, or a run."""
+    result = demo_loop().run("go") if run == "demo" else RUNS[run]()
+    base = orjson.loads(result.to_json())
+    for path in _paths(base):
+        for value in [*WRONG, _drop]:
+            doc = copy.deepcopy(base)
+            *parents, last = path
+            target: Any = doc
+            for part in parents:
+                target = target[part]
+            if value is _drop:
+                del target[last]
+            else:
+                target[last] = value
+            try:
+                loaded = RunResult.from_json(orjson.dumps(doc))
+            except RunFileError:
+                continue
+            # Accepted: a run the engine makes from these inputs, saved as it was read.
+            assert loaded.to_json() == orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
