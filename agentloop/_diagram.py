@@ -7,11 +7,11 @@ keep the state) are drawn as self-loops, dashed in DOT.
 Given a run (live or loaded from a run file), the same diagram marks its path:
 visited states are filled, and each row's label ends with how many times the
 run took it. Rows that leave an event are counted from ``result.events``.
-Internal rows leave none, so their counts come from what they do: the
-``ask_model`` self-loop is the only thing that counts a step (so it ran
-``result.steps`` times), and the ``start_tool`` self-loop precedes every tool
-outcome (so it ran once per event that leaves ``dispatching`` by any trigger
-but ``start_tool``).
+Internal rows leave none, but a driver fires an internal row's trigger first
+in its state, so it ran once before each event that leaves that state by
+another trigger: the ``ask_model`` self-loop once per model reply or error
+(``result.steps`` times: it is what counts a step), the ``start_tool``
+self-loop once per tool outcome.
 
 Mermaid's state diagrams can style states (``classDef``/``class``) but not
 transitions (``linkStyle`` is for flowcharts), so there the count in the
@@ -26,7 +26,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from agentloop._engine import AgentloopError
-from agentloop._machine import TERMINAL, Row, State, Trigger, build_machine, rows_of
+from agentloop._machine import TERMINAL, Row, State, build_machine, rows_of
 
 if TYPE_CHECKING:
     from agentloop._values import RunResult
@@ -52,15 +52,11 @@ def taken(result: RunResult) -> dict[Row, int]:
         (e.source.value, e.trigger.value, e.guard.value if e.guard else None, e.dest.value)
         for e in result.events
     )
-    internal = {
-        Trigger.ASK_MODEL.value: result.steps,
-        Trigger.START_TOOL.value: sum(
-            e.source is State.DISPATCHING and e.trigger is not Trigger.START_TOOL
-            for e in result.events
-        ),
-    }
+    # An internal row runs once before each event that leaves its state by another trigger.
+    leaving = Counter(e.source.value for e in result.events)
+    by_trigger = Counter((e.source.value, e.trigger.value) for e in result.events)
     return {
-        row: internal[row.trigger]
+        row: leaving[row.source] - by_trigger[(row.source, row.trigger)]
         if row.dest is None
         else by_event[(row.source, row.trigger, row.guard, row.dest)]
         for row in edges()
