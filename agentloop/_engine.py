@@ -387,6 +387,7 @@ def _checked_outcome(outcome: object) -> tuple[str, bytes]:
     if not (
         isinstance(outcome, dict)
         and {"status", "content"} <= outcome.keys() <= {"status", "content", "exception"}
+        and isinstance(outcome["status"], str)
         and outcome["status"] in DISPATCH_STATUSES
     ):
         problem = (
@@ -409,11 +410,14 @@ class _Row:
     effects: tuple[Callable[[Engine], dict[str, Any] | None], ...]
     # Derived from dest once, to keep enum look-ups off the hot path:
     starts_over: bool = attrs.field(init=False)  # back to awaiting_model: forget the reply
-    rejects: bool = attrs.field(init=False)  # a terminal state a reply can be rejected in
+    rejects: bool = attrs.field(init=False)  # ends the run with the reply unrecorded
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "starts_over", self.dest is State.AWAITING_MODEL)
-        object.__setattr__(self, "rejects", self.dest in TERMINAL - {State.FINISHED})
+        # A reply that ended the run is kept as rejected, unless the row recorded it.
+        recorded = Engine.append_call_and_result in self.effects
+        ends = self.dest in TERMINAL - {State.FINISHED}
+        object.__setattr__(self, "rejects", ends and not recorded)
 
 
 def _compile() -> dict[tuple[State, Trigger], tuple[_Row, ...]]:

@@ -33,6 +33,9 @@ DISPATCH_STATUSES: Final = frozenset({"ok", "error", "denied", "invalid_argument
 #: run is interrupted while the tool runs, so the call is still paired.
 RESULT_STATUSES: Final = DISPATCH_STATUSES | {"cancelled"}
 
+#: How deep ``orjson`` (and so a run's record) nests JSON.
+MAX_DEPTH: Final = 255
+
 JSON = Any  # a dict, list, str, int, finite float, bool or None, nested
 
 
@@ -51,8 +54,11 @@ def to_json(value: object, where: str = "value") -> bytes:
         data = orjson.dumps(value)
         if orjson.loads(data) == value:
             return data
-    except (TypeError, orjson.JSONEncodeError):
-        pass
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        if "Recursion limit" in str(exc):
+            raise JSONError(
+                f"{where}: expected JSON nested at most {MAX_DEPTH} levels deep, got deeper"
+            ) from None
     raise JSONError(
         _find_non_json(value, where) or f"{where}: expected plain JSON, got {type(value).__name__}"
     )

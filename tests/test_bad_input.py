@@ -30,6 +30,11 @@ def test_budgets_are_checked_when_the_loop_is_built(
         Loop(Script([]), **budgets)
 
 
+DEEP: list[Any] = []
+for _ in range(300):
+    DEEP = [DEEP]
+
+
 @pytest.mark.parametrize(
     ("messages", "error", "message"),
     [
@@ -43,6 +48,7 @@ def test_budgets_are_checked_when_the_loop_is_built(
         ([{"kind": "user", "tags": ("a",)}], TypeError, r"messages\[0\]\.tags: .*got tuple"),
         ([{"kind": "user", "map": {1: "a"}}], TypeError, "keys to be str, got int 1"),
         ([call("c1")], ValueError, "got call 'c1' without one"),
+        ([{"kind": "user", "deep": DEEP}], TypeError, "nested at most 255 levels deep"),
         ([{"kind": "call", "id": 3}], ValueError, "a call's 'id' to be a non-empty str, got 3"),
     ],
 )

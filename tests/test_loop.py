@@ -312,9 +312,23 @@ def test_keyboard_interrupt_in_a_tool_pairs_the_call(driver: Driver) -> None:
     event = run.events[-1]
     assert (event.trigger, event.status, event.call_id) == ("tool_interrupted", "cancelled", "c1")
     assert isinstance(event.exception, KeyboardInterrupt)
+    assert run.result().rejected is None  # the call is in the transcript, not rejected
     with pytest.raises(agentloop.InvalidStateError):
         run.step()
     assert len(runs) == 1
+
+
+@pytest.mark.parametrize("status", [["ok"], {"s": 1}, None, 3])
+def test_dispatcher_with_a_status_that_is_not_a_string(driver: Driver, status: object) -> None:
+    """An unhashable or non-str status is an error result, not a crash."""
+
+    class Odd:
+        def dispatch(self, call: dict[str, Any]) -> dict[str, Any]:
+            return {"status": status, "content": None}
+
+    result = driver.run(Loop(Script([call("c1"), final()]), tools=Odd()), "go")
+    assert kinds(result.transcript) == ["user", "call", "tool_result:error", "final"]
+    assert "the dispatcher's outcome was not valid" in result.transcript[2]["content"]
 
 
 def test_dispatcher_may_not_claim_cancelled(driver: Driver) -> None:
