@@ -22,22 +22,22 @@ word. What only asyncio has:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._machine import State
 from agentloop._run import RunView, is_async
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
-    from contextlib import AbstractAsyncContextManager
 
     from agentloop._engine import Engine
     from agentloop._tools import Dispatcher
     from agentloop._values import Transition
 
 __all__ = ["AsyncRun"]
+
+_T = TypeVar("_T")
 
 _AWAITING_MODEL, _VALIDATING, _DISPATCHING = (
     State.AWAITING_MODEL,
@@ -46,9 +46,22 @@ _AWAITING_MODEL, _VALIDATING, _DISPATCHING = (
 )
 
 
-def _deadline(seconds: float | None) -> AbstractAsyncContextManager[asyncio.Timeout | None]:
-    # No Timeout object at all when none is set: it is most of the driver's own cost.
-    return asyncio.timeout(seconds) if seconds is not None else contextlib.nullcontext()
+async def _within(seconds: float | None, expired: str, awaitable: Awaitable[_T]) -> _T:
+    """Await, within ``seconds`` if set; our own deadline raises ``TimeoutError(expired)``.
+
+    A ``TimeoutError`` the awaited code raises itself passes through unchanged.
+    No ``Timeout`` object is made when none is set: it is most of the driver's own cost.
+    """
+    if seconds is None:
+        return await awaitable
+    deadline = asyncio.timeout(seconds)
+    try:
+        async with deadline:
+            return await awaitable
+    except TimeoutError:
+        if deadline.expired():
+            raise TimeoutError(expired) from None
+        raise
 
 
 class AsyncRun(RunView):
@@ -103,12 +116,11 @@ class AsyncRun(RunView):
     async def _ask_model(self) -> Transition:
         engine = self._engine
         try:
-            async with _deadline(self._model_timeout) as deadline:
-                reply = await self._call(self._model, engine.history())
-        except TimeoutError:
-            if deadline is not None and deadline.expired():
-                exc = TimeoutError(f"no reply within model_timeout={self._model_timeout} s")
-            return engine.model_raised(exc)
+            reply = await _within(
+                self._model_timeout,
+                f"no reply within model_timeout={self._model_timeout} s",
+                self._call(self._model, engine.history()),
+            )
         except Exception as exc:  # noqa: BLE001 - a failing model is a state
             return engine.model_raised(exc)
         except BaseException as exc:
@@ -122,17 +134,13 @@ class AsyncRun(RunView):
         call = engine.pending_call()
         adispatch = getattr(self._dispatcher, "adispatch", None)
         try:
-            async with _deadline(self._tool_timeout) as deadline:
-                if adispatch is not None:
-                    outcome = await adispatch(call, to_thread=self._to_thread)
-                else:
-                    outcome = await self._call(self._dispatcher.dispatch, call)
-        except TimeoutError:
-            if deadline is not None and deadline.expired():
-                exc = TimeoutError(
-                    f"the tool did not finish within tool_timeout={self._tool_timeout} s"
-                )
-            return engine.tool_raised(exc)
+            outcome = await _within(
+                self._tool_timeout,
+                f"the tool did not finish within tool_timeout={self._tool_timeout} s",
+                adispatch(call, to_thread=self._to_thread)
+                if adispatch is not None
+                else self._call(self._dispatcher.dispatch, call),
+            )
         except Exception as exc:  # noqa: BLE001 - a failing dispatcher is an outcome
             return engine.tool_raised(exc)
         except BaseException as exc:

@@ -336,3 +336,34 @@ async def test_a_second_concurrent_astep_is_refused() -> None:
     model.release.set()
     assert (await first).dest == "validating"
     assert (model.calls, run.steps) == (1, 1)
+
+
+async def test_a_models_own_timeout_error_is_a_failed_step() -> None:
+    """A TimeoutError the model raises itself (no model_timeout set) fails the run, as raised."""
+
+    async def model(history: list[Message]) -> Message:
+        raise TimeoutError("provider slow")
+
+    result = await Loop(model, tool_timeout=5).arun("go")
+    assert (result.status, result.error) == (
+        "failed",
+        "the model raised TimeoutError: provider slow",
+    )
+
+
+async def test_a_tools_own_timeout_error_is_an_error_result() -> None:
+    assert (result.status, result.error) == (
+        "failed",
+        "the model raised TimeoutError: provider slow",
+    )
+
+    class Slow:
+        async def adispatch(self, call: Message, *, to_thread: bool = False) -> Message:
+            raise TimeoutError("upstream slow")
+
+        def dispatch(self, call: Message) -> Message:
+            raise AssertionError("the async driver prefers adispatch")
+
+    model = Script([call("c1", name="slow", x=1), final()])
+    result = await Loop(model, tools=Slow(), tool_timeout=5).arun("go")
+    assert result.transcript[2]["content"] == {"type": "TimeoutError", "message": "upstream slow"}
