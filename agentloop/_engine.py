@@ -23,6 +23,7 @@ from agentloop._messages import (
     DISPATCH_STATUSES,
     History,
     JSONError,
+    exception_content,
     reply_problem,
     to_json,
     tool_result_json,
@@ -61,7 +62,8 @@ class InvalidStateError(AgentloopError, RuntimeError):
 
 
 def _error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    content = exception_content(exc)
+    return f"{content['type']}: {content['message']}" if content["message"] else content["type"]
 
 
 @attrs.define(eq=False)
@@ -379,7 +381,7 @@ def _copy_anything(value: object) -> object:
 
 
 def _exception_content(exc: BaseException) -> bytes:
-    return orjson.dumps({"type": type(exc).__name__, "message": str(exc)})
+    return orjson.dumps(exception_content(exc))
 
 
 def _checked_outcome(outcome: object) -> tuple[str, bytes]:

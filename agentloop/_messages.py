@@ -21,6 +21,7 @@ __all__ = [
     "History",
     "JSONError",
     "copy_json",
+    "exception_content",
     "input_messages",
     "reply_problem",
     "to_json",
@@ -147,6 +148,19 @@ def tool_result_json(call_id: str, name: str, status: str, content_json: bytes) 
             b"}",
         )
     )
+
+
+def exception_content(exc: BaseException) -> dict[str, str]:
+    """An exception as results and run files show it: its type's name and its message.
+
+    A message that cannot be read (``__str__`` raises) is shown as a placeholder,
+    so a broken exception never breaks the run that records it.
+    """
+    try:
+        message = str(exc)
+    except Exception as problem:  # noqa: BLE001 - any failure of a user's __str__
+        message = f"<unprintable: {type(problem).__name__}>"
+    return {"type": type(exc).__name__, "message": message}
 
 
 def input_messages(messages: object) -> list[bytes]:

@@ -39,7 +39,7 @@ import attrs
 import jsonschema
 import orjson
 
-from agentloop._messages import JSONError, copy_json, to_json
+from agentloop._messages import JSONError, copy_json, exception_content, to_json
 
 __all__ = ["Decision", "Policy", "SpecFormat", "Tool", "ToolRegistry", "allow", "deny"]
 
@@ -644,7 +644,7 @@ def _result(tool: Tool, value: object) -> dict[str, Any]:
 def _error(exc: BaseException) -> dict[str, Any]:
     return {
         "status": "error",
-        "content": {"type": type(exc).__name__, "message": str(exc)},
+        "content": exception_content(exc),
         "exception": exc,  # kept on the transition event, never sent to the model
     }
 

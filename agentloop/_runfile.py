@@ -43,7 +43,7 @@ import orjson
 
 from agentloop._engine import AgentloopError, Engine
 from agentloop._machine import TERMINAL, Guard, State, Trigger, build_machine, rows_of
-from agentloop._messages import JSONError, input_messages, to_json
+from agentloop._messages import JSONError, exception_content, input_messages, to_json
 from agentloop._values import Budget, CancelToken, RunResult, Transition
 
 if TYPE_CHECKING:
@@ -234,7 +234,7 @@ def _exception(exc: BaseException | None) -> dict[str, str] | None:
         return None
     if isinstance(exc, RecordedException):
         return {"type": exc.type_name, "message": exc.message}
-    return {"type": type(exc).__name__, "message": _safely(lambda: str(exc))}
+    return exception_content(exc)
 
 
 def rejected_record(value: object) -> dict[str, Any] | None:

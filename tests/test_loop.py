@@ -488,3 +488,32 @@ def test_a_model_that_steps_its_own_run_is_refused() -> None:
     drive(run)
     assert (run.result().output, run.steps, len(model.seen)) == ("once", 1, 1)
     assert "ask_model is outstanding" in str(errors[0])
+
+
+class Unprintable(Exception):
+    """An exception whose message cannot be read."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message for you")
+
+
+def test_a_model_error_with_a_broken_message(driver: Driver) -> None:
+    """An exception whose __str__ raises still fails the run cleanly, with its type named."""
+    result = driver.run(Loop(Script([Unprintable()])), "go")
+    assert (result.status, result.steps) == ("failed", 1)
+    assert result.error == "the model raised Unprintable: <unprintable: RuntimeError>"
+
+
+def test_a_tool_error_with_a_broken_message(driver: Driver) -> None:
+    """A handler raising such an exception gives an error result; the loop goes on."""
+
+    def broken() -> None:
+        raise Unprintable
+
+    model = Script([call("c1", name="broken"), final()])
+    result = driver.run(Loop(model, tools={"broken": broken}), "go")
+    assert result.status == "finished"
+    assert result.transcript[2]["content"] == {
+        "type": "Unprintable",
+        "message": "<unprintable: RuntimeError>",
+    }
