@@ -8,8 +8,8 @@ from pathlib import Path
 import agentloop
 
 
-def test_all_names_exist_and_are_sorted() -> None:
-    """Every name in __all__ is importable from agentloop."""
+def test_all_names_exist_once() -> None:
+    """Every name in __all__ is importable from agentloop, and listed once."""
     for name in agentloop.__all__:
         assert hasattr(agentloop, name), name
     assert len(set(agentloop.__all__)) == len(agentloop.__all__)
