@@ -8,29 +8,54 @@ Everything in ``__all__`` is the public API; the modules behind it are private.
 
 from __future__ import annotations
 
-from agentloop._async_driver import AsyncRun
-from agentloop._diagram import SVGUnavailableError, to_dot, to_mermaid, to_svg
-from agentloop._driver import Loop, Model, Run
-from agentloop._engine import AgentloopError, Engine, InvalidStateError, Listener
-from agentloop._machine import ROWS, TERMINAL, Guard, State, Trigger, build_machine
-from agentloop._messages import DISPATCH_STATUSES, RESULT_STATUSES, JSONError
-from agentloop._registry import Decision, Policy, SpecFormat, Tool, ToolRegistry, allow, deny
-from agentloop._report import report_html
-from agentloop._runfile import NotJSON, RecordedException, RunFileError
-from agentloop._tools import Dispatcher
-from agentloop._values import Budget, CancelToken, RunResult, Transition
+from agentloop._async import AsyncRun
+from agentloop._callbacks import Dispatcher, Listener, Model
+from agentloop._core._engine import Engine
+from agentloop._core._table import ROWS, TERMINAL, Effect, Guard, Row, State, Trigger
+from agentloop._core._values import (
+    AskModel,
+    Budget,
+    CancelToken,
+    NotJSON,
+    RecordedException,
+    RunResult,
+    RunTool,
+    Transition,
+)
+from agentloop._errors import (
+    AgentloopError,
+    InvalidStateError,
+    JSONError,
+    RunFileError,
+    SVGUnavailableError,
+    TableError,
+)
+from agentloop._loop import Loop
+from agentloop._review._diagram import to_dot, to_mermaid, to_svg
+from agentloop._review._report import report_html
+from agentloop._review._runfile import load_run, run_from_json, run_to_json, save_run
+from agentloop._sync import Run
+from agentloop._tools._registry import (
+    Decision,
+    Policy,
+    SpecFormat,
+    Tool,
+    ToolRegistry,
+    allow,
+    deny,
+)
 
 __all__ = [
-    "DISPATCH_STATUSES",
-    "RESULT_STATUSES",
     "ROWS",
     "TERMINAL",
     "AgentloopError",
+    "AskModel",
     "AsyncRun",
     "Budget",
     "CancelToken",
     "Decision",
     "Dispatcher",
+    "Effect",
     "Engine",
     "Guard",
     "InvalidStateError",
@@ -41,20 +66,26 @@ __all__ = [
     "NotJSON",
     "Policy",
     "RecordedException",
+    "Row",
     "Run",
     "RunFileError",
     "RunResult",
+    "RunTool",
     "SVGUnavailableError",
     "SpecFormat",
     "State",
+    "TableError",
     "Tool",
     "ToolRegistry",
     "Transition",
     "Trigger",
     "allow",
-    "build_machine",
     "deny",
+    "load_run",
     "report_html",
+    "run_from_json",
+    "run_to_json",
+    "save_run",
     "to_dot",
     "to_mermaid",
     "to_svg",

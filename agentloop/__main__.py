@@ -16,15 +16,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agentloop._diagram import SVGUnavailableError
-from agentloop._runfile import RunFileError
+from agentloop._errors import RunFileError, SVGUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from rich.console import Console
 
-    from agentloop._values import RunResult
+    from agentloop._core._values import RunResult
 
 __all__ = ["main"]
 
@@ -87,10 +86,10 @@ def _discard_stdout() -> None:
 
 
 def _load(path: str) -> RunResult:
-    from agentloop._values import RunResult
+    from agentloop._review._runfile import load_run
 
     try:
-        return RunResult.load(path)
+        return load_run(path)
     except OSError as exc:
         raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
     except RunFileError as exc:
@@ -124,7 +123,7 @@ def _console() -> Console:
 
 def _demo(out: str | None) -> int:
     from agentloop._demo import QUESTION, demo_loop
-    from agentloop._report import describe
+    from agentloop._review._report import describe
 
     console = _console()  # fail early, in one line, without rich
     loop = demo_loop()
@@ -133,13 +132,14 @@ def _demo(out: str | None) -> int:
     result = run.result()
     _print_run(console, "agentloop demo: one transition per step", rows, result)
     if out is not None:
-        from agentloop._diagram import to_mermaid
-        from agentloop._report import report_html
+        from agentloop._review._diagram import to_mermaid
+        from agentloop._review._report import report_html
+        from agentloop._review._runfile import save_run
 
         folder = Path(out)
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            result.save(folder / "run.json")
+            save_run(result, folder / "run.json")
             (folder / "trace.mmd").write_text(to_mermaid(result), encoding="utf-8")
             (folder / "report.html").write_text(report_html(result), encoding="utf-8")
         except OSError as exc:
@@ -153,7 +153,7 @@ def _demo(out: str | None) -> int:
 
 
 def _diagram(format_: str, run_path: str | None, output: str | None) -> int:
-    from agentloop._diagram import to_dot, to_mermaid, to_svg
+    from agentloop._review._diagram import to_dot, to_mermaid, to_svg
 
     run = _load(run_path) if run_path is not None else None
     render = {"mermaid": to_mermaid, "dot": to_dot, "svg": to_svg}[format_]
@@ -166,7 +166,7 @@ def _diagram(format_: str, run_path: str | None, output: str | None) -> int:
 
 
 def _show(result: RunResult) -> int:
-    from agentloop._report import describe
+    from agentloop._review._report import describe
 
     console = _console()
     rows = [describe(number, event, result.budget) for number, event in enumerate(result.events, 1)]
@@ -192,7 +192,7 @@ def _print_run(
     from rich.table import Table
     from rich.text import Text
 
-    from agentloop._report import HEADERS, rejected_text
+    from agentloop._review._report import HEADERS, rejected_text
 
     # Text() everywhere: run content is printed as is, never read as rich markup.
     table = Table(title=Text(_plain(title)))
@@ -218,7 +218,7 @@ def _print_run(
 
 
 def _report(result: RunResult, output: str | None) -> int:
-    from agentloop._report import report_html
+    from agentloop._review._report import report_html
 
     _write(report_html(result), output)
     return 0

@@ -1,26 +1,18 @@
-"""What the two drivers share: the read-only view of a run and small helpers."""
+"""What the two drivers share: the read-only view of a run, and one step at a time."""
 
 from __future__ import annotations
 
-import inspect
+import threading
 from typing import TYPE_CHECKING, Any
 
-from agentloop._engine import Engine, InvalidStateError
+from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from agentloop._core._engine import Engine
+    from agentloop._core._table import State
+    from agentloop._core._values import RunResult, Transition
 
-    from agentloop._machine import State
-    from agentloop._values import RunResult, Transition
-
-__all__ = ["RunView", "is_async"]
-
-
-def is_async(fn: object) -> bool:
-    """Whether calling ``fn`` gives a coroutine (an ``async def`` function or ``__call__``)."""
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - a callable object's own __call__
-    )
+__all__ = ["RunView"]
 
 
 class RunView:
@@ -28,6 +20,9 @@ class RunView:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        # One step at a time: a step started while another is under way (from the
+        # model, a tool or a listener, another thread or another task) is refused.
+        self._busy = threading.Lock()
 
     def __repr__(self) -> str:
         name = type(self).__name__
@@ -67,17 +62,10 @@ class RunView:
         """The result; raises ``InvalidStateError`` until the run is done."""
         return self._engine.result()
 
-    def _subscribe_sync(self, listener: Callable[[Transition], object]) -> None:
-        if is_async(listener):
-            raise TypeError(
-                f"expected a plain function as a listener of a synchronous run, got the async "
-                f"{listener!r}; async listeners need loop.astart() or loop.arun()"
+    def _enter(self) -> None:
+        if not self._busy.acquire(blocking=False):
+            raise InvalidStateError(
+                f"another step of this run is under way (state {self.state.value!r}); "
+                "step a run from one place at a time",
+                state=self.state,
             )
-        self._engine.subscribe(listener)
-
-    def _over(self) -> InvalidStateError:
-        return InvalidStateError(
-            f"step() needs a run that is not over, but it ended in state "
-            f"{self.state.value!r}; read run.result()",
-            state=self.state,
-        )

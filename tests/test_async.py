@@ -134,7 +134,7 @@ async def test_token_cancelled_during_a_tool() -> None:
     token.cancel()
     tools.release.set()
     t = await step
-    assert (t.dest, t.status) == ("awaiting_model", "ok")
+    assert (t.dest, t.result_status) == ("awaiting_model", "ok")
     t = await run.astep()
     assert (t.dest, t.trigger) == ("cancelled", "ask_model")
     assert kinds(run.transcript) == ["user", "call", "tool_result:ok"]
@@ -173,7 +173,7 @@ async def test_task_cancelled_while_awaiting_a_tool() -> None:
     assert kinds(run.transcript) == ["user", "call", "tool_result:cancelled"]
     assert run.transcript[-1]["content"]["type"] == "CancelledError"
     event = run.events[-1]
-    assert (event.trigger, event.status, event.call_id) == ("tool_interrupted", "cancelled", "c1")
+    assert (event.trigger, event.result_status, event.call_id) == ("tool_interrupted", "cancelled", "c1")
 
 
 async def test_model_timeout_is_a_failed_step() -> None:

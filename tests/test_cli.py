@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import agentloop
+
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +13,7 @@ import pytest
 from agentloop import Loop, RunResult, State
 from agentloop.__main__ import main
 from agentloop._demo import demo_loop
-from agentloop._diagram import to_dot, to_mermaid
+from agentloop import to_dot, to_mermaid
 
 from .helpers import Script, final
 from .test_trace import renderer  # noqa: F401 - a fixture
@@ -24,7 +26,7 @@ def saved(tmp_path: Path) -> tuple[RunResult, Path]:
     """The demo's run, saved as tmp_path/run.json."""
     result = demo_loop().run("What's the weather in Lisbon, in Fahrenheit?")
     path = tmp_path / "run.json"
-    result.save(path)
+    agentloop.save_run(result, path)
     return result, path
 
 
@@ -36,7 +38,7 @@ def test_demo_saves_its_run_trace_and_report(
     assert main(["demo", "--out", str(out)]) == 0
 
     printed = capsys.readouterr().out
-    loaded = RunResult.load(out / "run.json")
+    loaded = agentloop.load_run(out / "run.json")
     assert loaded.status == "finished"
     assert loaded.output == "Lisbon is clear, 21.5 °C (70.7 °F)."
     assert (out / "trace.mmd").read_text(encoding="utf-8") == to_mermaid(loaded)
@@ -128,7 +130,7 @@ def test_show_prints_run_text_literally(tmp_path: Path, capsys: pytest.CaptureFi
     reply = {"kind": "final", "text": "[bold]no[/bold]", "extra": "[red]x"}
     result = Loop(Script([reply])).run("go")
     path = tmp_path / "run.json"
-    result.save(path)
+    agentloop.save_run(result, path)
 
     assert main(["show", str(path)]) == 0
     out = capsys.readouterr().out
@@ -268,7 +270,7 @@ def test_final_only_run_shows_its_answer(
     """A one-step run: show prints the final answer as the last outcome."""
     result = Loop(Script([final("42")])).run("question")
     path = tmp_path / "run.json"
-    result.save(path)
+    agentloop.save_run(result, path)
 
     assert main(["show", str(path)]) == 0
     assert "final: 42" in capsys.readouterr().out
@@ -316,7 +318,7 @@ def test_show_does_not_pass_terminal_escapes_through(
     """Control characters from a run file are shown escaped, never sent to the terminal."""
     result = Loop(Script([final("\x1b[2J\x1b]0;owned\x07gone")])).run("go")
     path = tmp_path / "run.json"
-    result.save(path)
+    agentloop.save_run(result, path)
 
     assert main(["show", str(path)]) == 0
     out = capsys.readouterr().out

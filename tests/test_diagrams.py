@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentloop import ROWS, TERMINAL, State, build_machine
-from agentloop._diagram import to_dot, to_mermaid
-from agentloop._machine import rows_of
+from agentloop import ROWS, TERMINAL, State, to_dot, to_mermaid
 
 DIAGRAMS = Path(__file__).parent.parent / "diagrams"
 README = Path(__file__).parent.parent / "README.md"
@@ -32,9 +30,10 @@ def test_mermaid_draws_every_row_with_its_guard() -> None:
     """Each row is an edge labelled with its trigger and guard; terminal states end."""
     mermaid = to_mermaid()
     assert mermaid.startswith("---\ntitle: agentloop\n---\nstateDiagram-v2\n")
-    for row in rows_of(build_machine()):
-        guard = f" [{row.guard}]" if row.guard else ""
-        assert f"    {row.source} --> {row.dest or row.source}: {row.trigger}{guard}" in mermaid
+    for row in ROWS:
+        guard = f" [{row.guard.value}]" if row.guard else ""
+        edge = f"{row.source.value} --> {(row.dest or row.source).value}"
+        assert f"    {edge}: {row.trigger.value}{guard}" in mermaid
     for state in TERMINAL:
         assert f"    {state.value} --> [*]\n" in mermaid
     assert "    [*] --> awaiting_model\n" in mermaid
@@ -48,5 +47,5 @@ def test_dot_marks_terminal_states_and_internal_rows() -> None:
         shape = "doublecircle" if state in TERMINAL else "box"
         assert f'"{state.value}" [shape="{shape}"];' in dot
     dashed = [line for line in dot.splitlines() if 'style="dashed"' in line]
-    assert len(dashed) == sum(row.dest is None for row in rows_of(build_machine())) == 2
+    assert len(dashed) == sum(row.dest is None for row in ROWS) == 2
     assert len([line for line in dot.splitlines() if " -> " in line]) == len(ROWS) + 1

@@ -30,7 +30,7 @@ def test_tool_then_final(driver: Driver) -> None:
     assert add.calls == []  # reserved and counted, not yet run
     assert kinds(run.transcript) == ["user"]
     t = run.step()
-    assert (t.source, t.dest, t.status, t.call_id) == (D, A, "ok", "c1")
+    assert (t.source, t.dest, t.result_status, t.call_id) == (D, A, "ok", "c1")
     assert add.calls == [{"a": 2, "b": 2}]
     assert kinds(run.transcript) == ["user", "call", "tool_result:ok"]
     assert run.transcript[2] == {
@@ -310,7 +310,7 @@ def test_keyboard_interrupt_in_a_tool_pairs_the_call(driver: Driver) -> None:
     assert kinds(run.transcript) == ["user", "call", "tool_result:cancelled"]
     assert run.transcript[-1]["content"] == {"type": "KeyboardInterrupt", "message": ""}
     event = run.events[-1]
-    assert (event.trigger, event.status, event.call_id) == ("tool_interrupted", "cancelled", "c1")
+    assert (event.trigger, event.result_status, event.call_id) == ("tool_interrupted", "cancelled", "c1")
     assert isinstance(event.exception, KeyboardInterrupt)
     assert run.result().rejected is None  # the call is in the transcript, not rejected
     with pytest.raises(agentloop.InvalidStateError):
@@ -414,7 +414,7 @@ def test_events_are_a_budget_ledger(driver: Driver) -> None:
     assert steps == sorted(steps)
     assert calls == sorted(calls)
     assert (steps[-1], calls[-1]) == (result.steps, result.calls) == (3, 2)
-    statuses = [(e.call_id, e.status) for e in result.events if e.trigger == "tool_returned"]
+    statuses = [(e.call_id, e.result_status) for e in result.events if e.trigger == "tool_returned"]
     assert statuses == [("c1", "unknown_tool"), ("c2", "ok")]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import agentloop
+
 import os
 import re
 import shutil
@@ -12,8 +14,8 @@ import pytest
 
 from agentloop import Loop, NotJSON, RunResult
 from agentloop._demo import demo_loop
-from agentloop._diagram import SVGUnavailableError, to_mermaid
-from agentloop._report import describe, report_html
+from agentloop import SVGUnavailableError, to_mermaid
+from agentloop._review._report import describe, report_html
 
 from .helpers import Script, call, final
 from .test_trace import renderer  # noqa: F401 - a fixture
@@ -112,7 +114,7 @@ def test_rejected_reply_is_shown() -> None:
 def test_non_json_rejected_reply_is_shown_by_repr() -> None:
     """A rejected reply that was not JSON shows its repr, live or loaded from a file."""
     result = Loop(Script([{"kind": "final", "text": {1, 2}}])).run("go")
-    loaded = RunResult.from_json(result.to_json())
+    loaded = agentloop.run_from_json(agentloop.run_to_json(result))
     assert isinstance(loaded.rejected_value, NotJSON)
 
     for run in (result, loaded):

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 import agentloop
 from agentloop import CancelToken, Loop, NotJSON, RecordedException, RunFileError, RunResult
 from agentloop._demo import demo_loop
-from agentloop._messages import JSONError, to_json
+from agentloop import JSONError
+from agentloop._core._json import to_json
 
 from .helpers import Script, call, final
 
@@ -123,19 +124,19 @@ def test_random_runs_round_trip(
     result = random_run(replies, max_steps, max_calls, cancel_after)
     event(f"status={result.status.value}")
     event(f"last={result.events[-1].trigger.value}")
-    text = result.to_json()
-    loaded = RunResult.from_json(text)
+    text = agentloop.run_to_json(result)
+    loaded = agentloop.run_from_json(text)
 
     if is_json(result.rejected_value):
         assert loaded == result
     else:
         assert isinstance(loaded.rejected_value, NotJSON)
         assert repr(loaded.rejected) == repr(result.rejected)
-        assert loaded.to_json() == text
+        assert agentloop.run_to_json(loaded) == text
     assert loaded.transcript == result.transcript
     assert [e.appended for e in loaded.events] == [e.appended for e in result.events]
     # Saving what was loaded writes the same document, exception records included.
-    assert loaded.to_json() == text
+    assert agentloop.run_to_json(loaded) == text
     for saved, live in zip(loaded.events, result.events, strict=True):
         assert (saved.exception is None) == (live.exception is None)
         if live.exception is not None:
@@ -156,7 +157,7 @@ def demo() -> RunResult:
 @pytest.fixture
 def doc(demo: RunResult) -> Doc:
     """The demo run as a parsed document, fresh for each test to damage."""
-    return orjson.loads(demo.to_json())  # type: ignore[no-any-return]
+    return orjson.loads(agentloop.run_to_json(demo))  # type: ignore[no-any-return]
 
 
 def test_document_has_every_version_1_field(demo: RunResult, doc: Doc) -> None:
@@ -201,11 +202,11 @@ def test_document_has_every_version_1_field(demo: RunResult, doc: Doc) -> None:
 def test_exception_is_saved_as_type_and_message() -> None:
     """A model's exception is stored as {type, message} and loads as a RecordedException."""
     result = Loop(Script([ValueError("model broke")])).run("go")
-    doc = orjson.loads(result.to_json())
+    doc = orjson.loads(agentloop.run_to_json(result))
 
     assert doc["events"][-1]["exception"] == {"type": "ValueError", "message": "model broke"}
     assert doc["error"] == "the model raised ValueError: model broke"
-    loaded = RunResult.from_json(result.to_json())
+    loaded = agentloop.run_from_json(agentloop.run_to_json(result))
     exc = loaded.events[-1].exception
     assert isinstance(exc, RecordedException)
     assert (exc.type_name, exc.message, str(exc)) == ("ValueError", "model broke", "model broke")
@@ -215,13 +216,13 @@ def test_exception_is_saved_as_type_and_message() -> None:
 
 def test_a_loaded_run_copies_and_pickles() -> None:
     """A loaded run (recorded exceptions and NotJSON included) survives deepcopy and pickle."""
-    failed = RunResult.from_json(Loop(Script([ValueError("broke")])).run("go").to_json())
-    odd = RunResult.from_json(Loop(Script([{"kind": "final", "text": {1}}])).run("go").to_json())
+    failed = agentloop.run_from_json(Loop(Script([ValueError("broke")])).agentloop.run_to_json(run("go")))
+    odd = agentloop.run_from_json(Loop(Script([{"kind": "final", "text": {1}}])).agentloop.run_to_json(run("go")))
 
     for loaded in (failed, odd):
         for again in (copy.deepcopy(loaded), pickle.loads(pickle.dumps(loaded))):
             assert again == loaded
-            assert again.to_json() == loaded.to_json()
+            assert agentloop.run_to_json(again) == agentloop.run_to_json(loaded)
     assert repr(copy.deepcopy(failed.events[-1].exception)) == repr(failed.events[-1].exception)
 
 
@@ -229,24 +230,24 @@ def test_json_rejected_reply_is_saved_as_json() -> None:
     """A rejected reply that is JSON is stored under "json" and loads equal."""
     reply = {"kind": "final", "text": "x", "extra": [1, 2.5]}
     result = Loop(Script([reply])).run("go")
-    doc = orjson.loads(result.to_json())
+    doc = orjson.loads(agentloop.run_to_json(result))
 
     assert doc["rejected"] == {"json": reply}
-    assert RunResult.from_json(result.to_json()).rejected == reply
+    assert agentloop.run_from_json(agentloop.run_to_json(result)).rejected == reply
 
 
 def test_non_json_rejected_reply_is_saved_as_its_repr() -> None:
     """A rejected reply that is not JSON is stored as {"repr": ...} and loads as NotJSON."""
     reply = {"kind": "final", "text": {1, 2}}
     result = Loop(Script([reply])).run("go")
-    doc = orjson.loads(result.to_json())
+    doc = orjson.loads(agentloop.run_to_json(result))
 
     assert result.status == "malformed"
     assert doc["rejected"] == {"repr": "{'kind': 'final', 'text': {1, 2}}"}
-    loaded = RunResult.from_json(result.to_json())
+    loaded = agentloop.run_from_json(agentloop.run_to_json(result))
     assert loaded.rejected == NotJSON("{'kind': 'final', 'text': {1, 2}}")
     assert repr(loaded.rejected) == repr(reply)
-    assert loaded.to_json() == result.to_json()
+    assert agentloop.run_to_json(loaded) == agentloop.run_to_json(result)
 
 
 def test_unprintable_rejected_reply_is_saved_with_a_placeholder() -> None:
@@ -258,17 +259,17 @@ def test_unprintable_rejected_reply_is_saved_with_a_placeholder() -> None:
 
     result = Loop(Script([{"kind": "final", "text": Broken()}])).run("go")
 
-    assert orjson.loads(result.to_json())["rejected"] == {"repr": "<unprintable: RuntimeError>"}
+    assert orjson.loads(agentloop.run_to_json(result))["rejected"] == {"repr": "<unprintable: RuntimeError>"}
 
 
 def test_save_and_load_a_file(demo: RunResult, tmp_path: Path) -> None:
     """save() writes the document (with a final newline) and load() reads it back equal."""
     path = tmp_path / "run.json"
-    demo.save(path)
+    agentloop.save_run(demo, path)
 
-    assert path.read_text(encoding="utf-8") == demo.to_json() + "\n"
-    assert RunResult.load(path) == demo
-    assert RunResult.load(str(path)) == demo
+    assert path.read_text(encoding="utf-8") == agentloop.run_to_json(demo) + "\n"
+    assert agentloop.load_run(path) == demo
+    assert agentloop.load_run(str(path)) == demo
 
 
 def test_load_names_the_file_in_errors(tmp_path: Path) -> None:
@@ -277,16 +278,16 @@ def test_load_names_the_file_in_errors(tmp_path: Path) -> None:
     path.write_text('{"format": "agentloop.run", "version": 1}')
 
     with pytest.raises(RunFileError, match=r"^.*run\.json: \$: expected the field 'status'"):
-        RunResult.load(path)
+        agentloop.load_run(path)
     with pytest.raises(FileNotFoundError):
-        RunResult.load(tmp_path / "absent.json")
+        agentloop.load_run(tmp_path / "absent.json")
 
 
 def test_run_file_error_is_a_value_error_with_its_parts(doc: Doc) -> None:
     """RunFileError is a ValueError and an AgentloopError, and carries where/expected/found."""
     doc["version"] = 2
     with pytest.raises(RunFileError) as caught:
-        RunResult.from_json(orjson.dumps(doc))
+        agentloop.run_from_json(orjson.dumps(doc))
 
     error = caught.value
     assert isinstance(error, ValueError)
@@ -431,7 +432,7 @@ def test_damaged_documents_are_refused(
     """Each kind of damage raises RunFileError at the right place, saying what was expected."""
     mutate(doc)
     with pytest.raises(RunFileError) as caught:
-        RunResult.from_json(orjson.dumps(doc))
+        agentloop.run_from_json(orjson.dumps(doc))
 
     assert caught.value.where == f"run file: {where}"
     assert message in str(caught.value)
@@ -452,7 +453,7 @@ def test_damaged_documents_are_refused(
 def test_text_that_is_not_a_run_file_is_refused(text: str, found: str) -> None:
     """Bad JSON, or JSON that is not an object, fails before any field is looked at."""
     with pytest.raises(RunFileError, match=r"^run file: expected ") as caught:
-        RunResult.from_json(text)
+        agentloop.run_from_json(text)
 
     assert found in caught.value.found
 
@@ -462,9 +463,9 @@ def test_a_damaged_copy_does_not_touch_the_original(demo: RunResult, doc: Doc) -
     bad = copy.deepcopy(doc)
     bad["events"][3]["steps"] = "many"
     with pytest.raises(RunFileError):
-        RunResult.from_json(orjson.dumps(bad))
+        agentloop.run_from_json(orjson.dumps(bad))
 
-    assert RunResult.from_json(orjson.dumps(doc)) == demo
+    assert agentloop.run_from_json(orjson.dumps(doc)) == demo
 
 
 def test_huge_numbers_in_the_file_are_refused(doc: Doc) -> None:
@@ -473,7 +474,7 @@ def test_huge_numbers_in_the_file_are_refused(doc: Doc) -> None:
         b'"steps":3,"calls":2,"budget"', b'"steps":1' + b"0" * 30 + b',"calls":2,"budget"'
     )
     with pytest.raises(RunFileError, match=r"\$\.steps: expected integer, got number"):
-        RunResult.from_json(text)
+        agentloop.run_from_json(text)
 
 
 def test_calls_and_final_round_trip_exactly() -> None:
@@ -482,22 +483,22 @@ def test_calls_and_final_round_trip_exactly() -> None:
         [call("c1", a=1, b=2), call("c2", name="boom"), call("c3", name="nope"), final("ok")]
     )
     result = Loop(model, tools=tools(), max_steps=5, max_calls=3).run("go")
-    loaded = RunResult.from_json(result.to_json())
+    loaded = agentloop.run_from_json(agentloop.run_to_json(result))
 
     assert result.status == "finished"
     assert loaded == result
-    assert [e.status for e in loaded.events if e.status] == ["ok", "error", "unknown_tool"]
+    assert [e.result_status for e in loaded.events if e.result_status] == ["ok", "error", "unknown_tool"]
     assert loaded.events[5].exception is not None
     assert str(loaded.events[5].exception) == "tool broke"
 
 
 def test_duplicate_fields_are_refused(demo: RunResult) -> None:
     """A field given twice is ambiguous (parsers keep either one): refused, naming it."""
-    text = demo.to_json().replace(
+    text = agentloop.run_to_json(demo).replace(
         '"status": "finished"', '"status": "failed", "status": "finished"'
     )
     with pytest.raises(RunFileError) as caught:
-        RunResult.from_json(text)
+        agentloop.run_from_json(text)
 
     assert str(caught.value) == (
         "run file: expected each field once in an object, got 'status' twice"
@@ -520,10 +521,10 @@ def _nested(depth: int) -> str:
 )
 def test_too_deep_nesting_is_refused(demo: RunResult, old: str, new: str) -> None:
     """JSON nested deeper than a run can hold is a RunFileError, never a RecursionError."""
-    text = demo.to_json()
+    text = agentloop.run_to_json(demo)
     assert old in text
     with pytest.raises(RunFileError) as caught:
-        RunResult.from_json(text.replace(old, new))
+        agentloop.run_from_json(text.replace(old, new))
 
     assert str(caught.value) == (
         "run file: expected JSON nested at most 259 levels deep, got a document nested deeper"
@@ -540,7 +541,7 @@ def test_deepest_messages_a_run_holds_save_and_load() -> None:
     ).run("go")
     assert result.status == "finished"
 
-    assert RunResult.from_json(result.to_json()) == result
+    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
 
 
 async def test_cancelled_asyncio_tasks_round_trip() -> None:
@@ -571,9 +572,9 @@ async def test_cancelled_asyncio_tasks_round_trip() -> None:
         result = run.result()
         assert result.status == "cancelled"
 
-        loaded = RunResult.from_json(result.to_json())
+        loaded = agentloop.run_from_json(agentloop.run_to_json(result))
         assert loaded == result
-        assert loaded.to_json() == result.to_json()
+        assert agentloop.run_to_json(loaded) == agentloop.run_to_json(result)
     assert result.events[-1].guard == "cancel_requested"  # the model was interrupted
 
 
@@ -646,11 +647,11 @@ def test_damaged_documents_of_other_runs_are_refused(
 ) -> None:
     """Failed, non-JSON and interrupted runs load back, and damage to them is refused."""
     result = RUNS[run]()
-    doc = orjson.loads(result.to_json())
-    assert RunResult.from_json(orjson.dumps(doc)).to_json() == result.to_json()
+    doc = orjson.loads(agentloop.run_to_json(result))
+    assert agentloop.run_to_json(agentloop.run_from_json(orjson.dumps(doc))) == agentloop.run_to_json(result)
     mutate(doc)
     with pytest.raises(RunFileError) as caught:
-        RunResult.from_json(orjson.dumps(doc))
+        agentloop.run_from_json(orjson.dumps(doc))
 
     assert caught.value.where == f"run file: {where}"
     assert message in str(caught.value)
@@ -677,7 +678,7 @@ WRONG: list[object] = [None, 1, -1, 2.5, True, "x", [], [1], {}, {"kind": "user"
 def test_any_value_anywhere_is_refused_or_loads_stably(run: str) -> None:
     """Each value replaced by one of every JSON type (or removed): RunFileError, or a run."""
     result = demo_loop().run("go") if run == "demo" else RUNS[run]()
-    base = orjson.loads(result.to_json())
+    base = orjson.loads(agentloop.run_to_json(result))
     for path in _paths(base):
         for value in [*WRONG, _drop]:
             doc = copy.deepcopy(base)
@@ -690,8 +691,8 @@ def test_any_value_anywhere_is_refused_or_loads_stably(run: str) -> None:
             else:
                 target[last] = value
             try:
-                loaded = RunResult.from_json(orjson.dumps(doc))
+                loaded = agentloop.run_from_json(orjson.dumps(doc))
             except RunFileError:
                 continue
             # Accepted: a run the engine makes from these inputs, saved as it was read.
-            assert loaded.to_json() == orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
+            assert agentloop.run_to_json(loaded) == orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()

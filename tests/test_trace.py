@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import agentloop
+
 import os
 import re
 from collections import Counter
@@ -12,7 +14,8 @@ from hypothesis import strategies as st
 
 from agentloop import Loop, RunResult, State, Trigger
 from agentloop._demo import demo_loop
-from agentloop._diagram import SVGUnavailableError, edges, taken, to_dot, to_mermaid, to_svg
+from agentloop import SVGUnavailableError, to_dot, to_mermaid, to_svg
+from agentloop._review._diagram import edges, taken
 
 from .helpers import Script
 from .test_runfile import REPLIES, random_run
@@ -143,7 +146,7 @@ def test_a_failed_run_marks_its_own_path() -> None:
 
 def test_a_saved_run_draws_the_same_trace(demo: RunResult) -> None:
     """A run loaded from its file gives the same diagrams as the live result."""
-    loaded = RunResult.from_json(demo.to_json())
+    loaded = agentloop.run_from_json(agentloop.run_to_json(demo))
 
     assert to_mermaid(loaded) == to_mermaid(demo)
     assert to_dot(loaded) == to_dot(demo)

@@ -39,7 +39,8 @@ import attrs
 import jsonschema
 import orjson
 
-from agentloop._messages import JSONError, copy_json, exception_content, to_json
+from agentloop._core._json import copy_json, exception_content, to_json
+from agentloop._errors import JSONError
 
 __all__ = ["Decision", "Policy", "SpecFormat", "Tool", "ToolRegistry", "allow", "deny"]
 

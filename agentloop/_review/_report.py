@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentloop._diagram import SVGUnavailableError, to_mermaid, to_svg
-from agentloop._machine import State
-from agentloop._runfile import FORMAT, VERSION, NotJSON, rejected_record
+from agentloop._core._table import State
+from agentloop._core._values import NotJSON
+from agentloop._errors import SVGUnavailableError
+from agentloop._review._diagram import to_mermaid, to_svg
+from agentloop._review._runfile import FORMAT, VERSION, rejected_record
 
 if TYPE_CHECKING:
-    from agentloop._values import Budget, RunResult, Transition
+    from agentloop._core._values import Budget, RunResult, Transition
 
 __all__ = ["HEADERS", "describe", "rejected_text", "report_html"]
 
@@ -40,15 +42,15 @@ def describe(number: int, transition: Transition, budget: Budget) -> tuple[str, 
         outcome = transition.error
     elif transition.reason:
         outcome = f"budget spent: {transition.reason}"
-    elif transition.status and appended:
+    elif transition.result_status and appended:
         content = orjson.dumps(appended[-1].get("content")).decode()
-        outcome = f"{transition.status}: {_short(content)}"
+        outcome = f"{transition.result_status}: {_short(content)}"
     elif appended and appended[-1].get("kind") == "final":
         outcome = f"final: {_short(str(appended[-1].get('text')))}"
     elif transition.dest is State.CANCELLED:
         outcome = "cancelled"
     else:
-        outcome = transition.status or ""
+        outcome = transition.result_status or ""
     return (
         str(number),
         f"{transition.source.value} → {transition.dest.value}",
@@ -243,8 +245,6 @@ def rejected_text(value: object, *, indent: bool = True) -> tuple[str, str]:
     if "json" in record:
         option = orjson.OPT_INDENT_2 if indent else 0
         return orjson.dumps(record["json"], option=option).decode(), ""
-    if isinstance(value, NotJSON):
-        return record["repr"], "not JSON; its repr was saved"
     return record["repr"], "not JSON; shown by its repr"
 
 

@@ -25,40 +25,32 @@ import importlib
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from agentloop._engine import AgentloopError
-from agentloop._machine import TERMINAL, Row, State, build_machine, rows_of
+from agentloop._core._table import ANSWERS, ROWS, TERMINAL, Row, State
+from agentloop._errors import SVGUnavailableError
 
 if TYPE_CHECKING:
-    from agentloop._values import RunResult
+    from agentloop._core._values import RunResult
 
-__all__ = ["SVGUnavailableError", "edges", "taken", "to_dot", "to_mermaid", "to_svg", "visited"]
+__all__ = ["edges", "taken", "to_dot", "to_mermaid", "to_svg", "visited"]
 
 # Colours for a traced diagram: the path in blue, everything else faint grey.
 _PATH, _PATH_FILL, _FAINT, _FAINT_TEXT = "#1d4ed8", "#dbeafe", "#cbd5e1", "#94a3b8"
 
 
-class SVGUnavailableError(AgentloopError, RuntimeError):
-    """No SVG renderer is installed; the message says what to install."""
-
-
-def edges() -> list[Row]:
+def edges() -> tuple[Row, ...]:
     """Every row of the table, in table order."""
-    return list(rows_of(build_machine()))
+    return ROWS
 
 
 def taken(result: RunResult) -> dict[Row, int]:
     """How many times ``result`` took each row of the table (0 for rows not taken)."""
-    by_event = Counter(
-        (e.source.value, e.trigger.value, e.guard.value if e.guard else None, e.dest.value)
-        for e in result.events
-    )
-    # An internal row runs once before each event that leaves its state by another trigger.
-    leaving = Counter(e.source.value for e in result.events)
-    by_trigger = Counter((e.source.value, e.trigger.value) for e in result.events)
+    by_event = Counter((e.source, e.trigger, e.guard, e.dest) for e in result.events)
+    # An internal row ran once for each event that answers the request it handed out.
+    answered = Counter((e.source, ANSWERS.get(e.trigger)) for e in result.events)
     return {
-        row: leaving[row.source] - by_trigger[(row.source, row.trigger)]
+        row: answered[row.source, row.trigger]
         if row.dest is None
-        else by_event[(row.source, row.trigger, row.guard, row.dest)]
+        else by_event[row.source, row.trigger, row.guard, row.dest]
         for row in edges()
     }
 
@@ -89,7 +81,7 @@ def to_mermaid(run: RunResult | None = None) -> str:
     lines.append(f"    [*] --> {State.AWAITING_MODEL.value}")
     for edge in edges():
         label = _counted(edge.label, counts.get(edge, 0))
-        lines.append(f"    {edge.source} --> {edge.dest or edge.source}: {label}")
+        lines.append(f"    {edge.source.value} --> {(edge.dest or edge.source).value}: {label}")
     lines.extend(f"    {state.value} --> [*]" for state in State if state in TERMINAL)
     if run is not None:
         seen = visited(run)
@@ -139,7 +131,7 @@ def to_dot(run: RunResult | None = None, *, rankdir: str = "TB") -> str:
         elif run is not None:
             mark = f', color="{_FAINT}", fontcolor="{_FAINT_TEXT}"'
         label = _counted(edge.label, count)
-        lines.append(f'    "{edge.source}" -> "{dest}" [label="{label}"{style}{mark}];')
+        lines.append(f'    "{edge.source.value}" -> "{dest.value}" [label="{label}"{style}{mark}];')
     if run is not None:
         lines.append(f'    label="{_title(run)}"; labelloc="t";')
     lines.append("}")

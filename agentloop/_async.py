@@ -1,0 +1,213 @@
+"""``AsyncRun``, the asyncio driver: the same protocol over the same engine, with awaits.
+
+``astep()`` is ``Run.step()`` with awaits, so every rule of the contract
+holds word for word. What only asyncio has:
+
+* A plain (non-``async``) model or tool is called directly on the event loop:
+  it blocks the loop while it runs. ``Loop(..., to_thread=True)`` runs plain
+  callables in a worker thread instead (``asyncio.to_thread``).
+* Cancelling the task that awaits ``astep()`` ends the run ``cancelled`` and
+  lets ``CancelledError`` propagate; ``token.cancel()`` interrupts an awaited
+  model or tool the same way, without cancelling the task. While the model is
+  awaited, the step counts and nothing is appended; while a tool is awaited,
+  its coroutine is cancelled too and the call is recorded with a
+  ``cancelled`` result, so no call is left unpaired. (A plain tool in a
+  worker thread cannot be stopped: its thread finishes, and its result is
+  discarded.)
+* Timeouts: a model that does not answer within ``model_timeout`` seconds is a
+  failed step; a tool that does not finish within ``tool_timeout`` gets an
+  ``error`` result and the loop goes on. They can only interrupt an await, so
+  they bite on async callables and on ``to_thread`` ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agentloop._callbacks import is_async
+from agentloop._core._values import AskModel, RunTool
+from agentloop._run import RunView
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    from agentloop._callbacks import Listener, Model
+    from agentloop._core._engine import Engine
+    from agentloop._core._values import CancelToken, Transition
+
+__all__ = ["AsyncRun"]
+
+_T = TypeVar("_T")
+
+
+async def _within(seconds: float | None, expired: str, awaitable: Awaitable[_T]) -> _T:
+    """Await, within ``seconds`` if set; our own deadline raises ``TimeoutError(expired)``.
+
+    A ``TimeoutError`` the awaited code raises itself passes through unchanged.
+    No ``Timeout`` object is made when none is set: it is most of the driver's own cost.
+    """
+    if seconds is None:
+        return await awaitable
+    deadline = asyncio.timeout(seconds)
+    try:
+        async with deadline:
+            return await awaitable
+    except TimeoutError:
+        if deadline.expired():
+            raise TimeoutError(expired) from None
+        raise
+
+
+class TokenCancelled(asyncio.CancelledError):
+    """The run's ``CancelToken`` interrupted an awaited model or tool (the task goes on)."""
+
+
+async def _unless_cancelled(token: CancelToken | None, awaitable: Awaitable[_T]) -> _T:
+    """Await, but raise ``TokenCancelled`` as soon as ``token`` is cancelled, from any thread."""
+    if token is None:
+        return await awaitable
+    task = asyncio.current_task()
+    assert task is not None, "astep() runs in a task"
+    loop = asyncio.get_running_loop()
+    awaiting, hit = True, False
+
+    def cancel_if_awaiting() -> None:  # runs in the loop's thread
+        nonlocal hit
+        if awaiting and not hit:
+            hit = True
+            task.cancel()
+
+    undo = token.on_cancel(lambda: loop.call_soon_threadsafe(cancel_if_awaiting))
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        # Ours only if nobody else cancelled the task too: then the task goes on.
+        if hit and task.uncancel() == 0:
+            raise TokenCancelled("cancelled by the run's CancelToken") from None
+        raise
+    finally:
+        awaiting = False
+        undo()
+
+
+class AsyncRun(RunView):
+    """One run under asyncio, driven one transition at a time by ``astep()``."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        model: Model,
+        dispatch: Callable[[dict[str, Any]], Awaitable[object]],
+        *,
+        cancel: CancelToken | None,
+        model_timeout: float | None,
+        to_thread: bool,
+        listeners: tuple[Listener, ...] = (),
+    ) -> None:
+        super().__init__(engine)
+        self._model = model
+        self._dispatch = dispatch
+        self._cancel = cancel
+        self._model_timeout = model_timeout
+        self._to_thread = to_thread
+        self._listeners: list[tuple[Listener, bool]] = []
+        for listener in listeners:
+            self.subscribe(listener)
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener(transition)`` after every transition; it may be ``async``."""
+        if not callable(listener):
+            raise TypeError(f"expected a callable listener, got {type(listener).__name__}")
+        self._listeners.append((listener, is_async(listener)))
+
+    async def __aiter__(self) -> AsyncIterator[Transition]:
+        """Step until done, yielding each transition."""
+        while not self.done:
+            yield await self.astep()
+
+    async def astep(self) -> Transition:
+        """Perform exactly one transition and return it."""
+        engine = self._engine
+        self._enter()
+        try:
+            need = engine.next()
+            if type(need) is AskModel:
+                try:
+                    reply = await _unless_cancelled(self._cancel, self._ask(need.history))
+                except TokenCancelled as exc:
+                    transition = engine.interrupted(exc)
+                except Exception as exc:  # noqa: BLE001 - the engine says what it means
+                    transition = engine.raised(exc)
+                else:
+                    transition = engine.replied(reply)
+            elif type(need) is RunTool:
+                try:
+                    outcome = await _unless_cancelled(self._cancel, self._dispatch(need.call))
+                except TokenCancelled as exc:
+                    transition = engine.interrupted(exc)
+                except Exception as exc:  # noqa: BLE001 - the engine says what it means
+                    transition = engine.raised(exc)
+                else:
+                    transition = engine.returned(outcome)
+            else:
+                transition = need
+            for listener, awaited in self._listeners:
+                if awaited:
+                    await listener(transition)  # type: ignore[misc]
+                else:
+                    listener(transition)
+            return transition  # type: ignore[return-value]
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                engine.interrupted(exc)  # a cancelled task, KeyboardInterrupt: the run ends
+            raise
+        finally:
+            self._busy.release()
+
+    async def _ask(self, history: list[dict[str, Any]]) -> object:
+        """Call the model, plain or async, the way the loop was configured."""
+        model = self._model
+        if self._to_thread and not is_async(model):
+            call = asyncio.to_thread(model, history)
+        else:
+            reply = model(history)
+            if not inspect.isawaitable(reply):
+                return reply
+            call = reply
+        return await _within(
+            self._model_timeout, f"no reply within model_timeout={self._model_timeout} s", call
+        )
+
+
+def async_dispatch(
+    dispatcher: object, *, to_thread: bool, tool_timeout: float | None
+) -> Callable[[dict[str, Any]], Awaitable[object]]:
+    """The dispatcher as the asyncio driver calls it: ``adispatch`` if it has one.
+
+    Looked up once, here: a dispatcher whose ``adispatch`` cannot even be read
+    is refused when the loop is built, not in the middle of a run.
+    """
+    try:
+        adispatch = getattr(dispatcher, "adispatch", None)
+        dispatch = dispatcher.dispatch  # type: ignore[attr-defined]
+    except Exception as exc:
+        raise TypeError(
+            f"expected tools to offer dispatch (and optionally adispatch), but reading them "
+            f"raised {type(exc).__name__}"
+        ) from exc
+    expired = f"the tool did not finish within tool_timeout={tool_timeout} s"
+
+    async def run(call: dict[str, Any]) -> object:
+        if adispatch is not None:
+            pending = adispatch(call, to_thread=to_thread)
+        elif to_thread:
+            pending = asyncio.to_thread(dispatch, call)
+        else:
+            pending = dispatch(call)
+            if not inspect.isawaitable(pending):
+                return pending
+        return await _within(tool_timeout, expired, pending)
+
+    return run

@@ -1,0 +1,514 @@
+"""The engine: one run's counters, reserved ids and record, with no I/O.
+
+A driver asks ``next()`` what the run needs and gets one of three answers:
+``AskModel(history)`` (call the model with this fresh copy of the history),
+``RunTool(call)`` (run this fresh copy of the accepted call), or the
+``Transition`` the engine just made by itself. It then reports what happened
+to the request: ``replied(reply)``, ``returned(outcome)``, ``raised(exc)``;
+and ``interrupted(exc)`` when a ``BaseException`` stops it anywhere in a step.
+Every report returns the transition it made. Which row fires, and what it
+does, is decided only by the table in ``_table.py``.
+
+A transition is committed by appending its event to the log; everything else
+it changes (the state, the history, the counters) is derived from that log
+again if an interruption lands half-way, so a run is never half-changed.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from agentloop._core._json import exception_content, to_json
+from agentloop._core._messages import (
+    DISPATCH_STATUSES,
+    History,
+    input_messages,
+    reply_problem,
+    tool_result_json,
+)
+from agentloop._core._table import (
+    ANSWERS,
+    NEXT,
+    REPORTS,
+    TABLE,
+    TERMINAL,
+    Effect,
+    Guard,
+    Report,
+    Row,
+    State,
+    Trigger,
+)
+from agentloop._core._values import (
+    AskModel,
+    Budget,
+    CancelToken,
+    NotJSON,
+    RunResult,
+    RunTool,
+    Transition,
+)
+from agentloop._errors import InvalidStateError, JSONError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["Engine"]
+
+_NO_REPLY: Final = object()
+_DEFAULT_BUDGET: Final = Budget(max_steps=8, max_calls=4)
+_ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
+_MODEL_REPLIED, _TOOL_RETURNED = Trigger.MODEL_REPLIED, Trigger.TOOL_RETURNED
+
+
+class Engine:
+    """One run's state machine, with no I/O: the core every driver wraps.
+
+    ``Engine(messages, budget=..., cancel=...)`` checks and copies the input
+    (a ``str`` or a list of message dicts) and starts in ``awaiting_model``.
+    Then, until ``done``::
+
+        need = engine.next()
+        if isinstance(need, AskModel):
+            transition = engine.replied(model(need.history))   # or raised(exc)
+        elif isinstance(need, RunTool):
+            transition = engine.returned(tool(need.call))      # or raised(exc)
+        else:
+            transition = need                                  # made by the engine
+
+    A report out of order (a second ``next()`` while a request is
+    outstanding, a reply nobody asked for) raises ``InvalidStateError`` and
+    changes nothing. See the README's "Writing a driver".
+    """
+
+    __slots__ = (
+        "_applied",
+        "_budget",
+        "_call_id",
+        "_cancel",
+        "_events",
+        "_ev_appended",
+        "_ev_call",
+        "_ev_error",
+        "_ev_exception",
+        "_ev_reason",
+        "_history",
+        "_input",
+        "_outcome",
+        "_outstanding",
+        "_problem",
+        "_rejected",
+        "_reply",
+        "_reply_json",
+        "_reserved",
+        "_state",
+        "_tool",
+        "calls",
+        "steps",
+    )
+
+    def __init__(
+        self,
+        messages: str | list[dict[str, Any]],
+        *,
+        budget: Budget = _DEFAULT_BUDGET,
+        cancel: CancelToken | None = None,
+    ) -> None:
+        if type(budget) is not Budget:
+            raise TypeError(f"expected budget to be a Budget, got {type(budget).__name__}")
+        if cancel is not None and type(cancel) is not CancelToken:
+            raise TypeError(
+                f"expected cancel to be a CancelToken or None, got {type(cancel).__name__}"
+            )
+        encoded = input_messages(messages)
+        self._input = tuple(encoded)
+        self._history = History(encoded)
+        self._reserved = self._history.call_ids()
+        self._budget = budget
+        self._cancel = cancel
+        self._state = State.AWAITING_MODEL
+        #: Model callback invocations so far.
+        self.steps = 0
+        #: Accepted tool attempts so far.
+        self.calls = 0
+        self._events: list[Transition] = []
+        self._applied = 0
+        self._outstanding: Trigger | None = None
+        self._rejected: object = None
+        self._forget()
+        self._clear_event()
+
+    def __repr__(self) -> str:
+        return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
+
+    # -- what drivers and callers read ----------------------------------------
+
+    @property
+    def state(self) -> State:
+        """The current state."""
+        return self._state
+
+    @property
+    def done(self) -> bool:
+        """Whether the run is in a terminal state."""
+        return self._state in TERMINAL
+
+    @property
+    def budget(self) -> Budget:
+        """The run's budget."""
+        return self._budget
+
+    @property
+    def outstanding(self) -> Trigger | None:
+        """The request handed out and not yet answered (``ask_model``, ``start_tool``), if any."""
+        return self._outstanding
+
+    def history(self) -> list[dict[str, Any]]:
+        """A fresh copy of the history."""
+        return self._history.copy()
+
+    def events(self) -> tuple[Transition, ...]:
+        """Every transition so far, in order."""
+        return tuple(self._events)
+
+    def result(self) -> RunResult:
+        """The run's result; only once it is done."""
+        if self._state not in TERMINAL:
+            raise InvalidStateError(
+                f"result() needs a finished run, but the run is still in state "
+                f"{self._state.value!r}; step it until it is done",
+                state=self._state,
+            )
+        last = self._events[-1]
+        output = None
+        if last.dest is State.FINISHED:
+            output = orjson.loads(last.appended_json[-1])["text"]
+        return RunResult(
+            status=self._state,
+            output=output,
+            steps=self.steps,
+            calls=self.calls,
+            budget=self._budget,
+            reason=last.reason,
+            error=last.error,
+            events=tuple(self._events),
+            transcript_json=self._history.to_json(),
+            rejected_value=self._rejected,
+        )
+
+    # -- the driver protocol --------------------------------------------------
+
+    def next(self) -> AskModel | RunTool | Transition:
+        """What the run needs now: the model's reply, a tool's outcome, or nothing.
+
+        Nothing means the engine made a transition by itself; it is returned.
+        """
+        state = self._state
+        trigger = NEXT.get(state)
+        if trigger is None:
+            raise InvalidStateError(
+                f"the run is over (state {state.value!r}): there is nothing next; "
+                "read its result()",
+                state=state,
+            )
+        if self._outstanding is not None:
+            raise InvalidStateError(
+                f"cannot go on in state {state.value!r}: the answer to "
+                f"{self._outstanding.value} is outstanding (one step at a time)",
+                state=state,
+            )
+        row = self._choose(trigger)
+        if row.dest is not None:
+            return self._record(row)
+        self._outstanding = trigger
+        if trigger is _ASK_MODEL:
+            return AskModel(self._history.copy())
+        return RunTool(orjson.loads(self._reply_json))
+
+    def replied(self, reply: object) -> Transition:
+        """The model returned ``reply``; it is copied in before anything else."""
+        self._expect(_MODEL_REPLIED, "a model reply")
+        self._take_reply(reply)
+        return self._fire(_MODEL_REPLIED)
+
+    def returned(self, outcome: object) -> Transition:
+        """The dispatcher returned ``outcome``: ``{'status', 'content'}`` (and ``'exception'``)."""
+        self._expect(_TOOL_RETURNED, "a tool outcome")
+        self._outcome = _checked_outcome(outcome)
+        if type(outcome) is dict:
+            exception = outcome.get("exception")
+            if isinstance(exception, BaseException):
+                self._ev_exception = exception
+        return self._fire(_TOOL_RETURNED)
+
+    def raised(self, exc: Exception) -> Transition:
+        """The model or the tool raised ``exc``: what that means is the table's."""
+        if not isinstance(exc, Exception):
+            raise TypeError(
+                f"raised() takes an Exception, got {type(exc).__name__}; "
+                "report an interruption with interrupted()"
+            )
+        trigger = REPORTS.get((self._outstanding, Report.EXCEPTION))
+        if trigger is None:
+            raise InvalidStateError(
+                f"cannot report an exception in state {self._state.value!r}: "
+                "neither the model nor a tool is outstanding",
+                state=self._state,
+            )
+        if trigger is _TOOL_RETURNED:
+            self._outcome = ("error", orjson.dumps(exception_content(exc)))
+        self._ev_exception = exc
+        return self._fire(trigger)
+
+    def interrupted(self, exc: BaseException) -> Transition | None:
+        """The driver was interrupted (``KeyboardInterrupt``, a cancelled task): end cancelled.
+
+        Safe at any point of a step: a transition the interruption cut short is
+        completed from the log first. If a tool was running, its call is
+        recorded with a ``cancelled`` result. Returns the transition, or None
+        when the run was already over.
+        """
+        self._settle()
+        if self._state in TERMINAL:
+            return None
+        trigger = REPORTS[self._outstanding, Report.INTERRUPTION]
+        if trigger is Trigger.TOOL_INTERRUPTED:
+            self._outcome = ("cancelled", orjson.dumps(exception_content(exc)))
+        self._ev_exception = exc
+        return self._fire(trigger)
+
+    # -- guards (named in the table) ---------------------------------------------
+
+    def _cancel_requested(self) -> bool:
+        return self._cancel is not None and self._cancel.cancelled
+
+    def _steps_exhausted(self) -> bool:
+        return self.steps >= self._budget.max_steps
+
+    def _reply_malformed(self) -> bool:
+        return self._problem is not None
+
+    def _reply_is_final(self) -> bool:
+        return self._reply["kind"] == "final"  # type: ignore[no-any-return]
+
+    def _call_id_reserved(self) -> bool:
+        return self._call_id in self._reserved
+
+    def _calls_exhausted(self) -> bool:
+        return self.calls >= self._budget.max_calls
+
+    # -- effects (named in the table) -------------------------------------------
+
+    def _count_step(self) -> None:
+        self.steps += 1
+
+    def _name_call(self) -> None:
+        if self._call_id is not None:
+            self._ev_call = (self._call_id, self._tool)
+
+    def _reserve_call(self) -> None:
+        self._reserved.add(self._call_id)  # type: ignore[arg-type]
+        self.calls += 1
+
+    def _append_final(self) -> None:
+        self._ev_appended = (self._reply_json,)
+
+    def _append_call_and_result(self) -> None:
+        status, content_json = self._outcome
+        result = tool_result_json(self._call_id, self._tool, status, content_json)  # type: ignore[arg-type]
+        self._ev_appended = (self._reply_json, result)
+
+    def _reject_reply(self) -> None:
+        if self._reply is not _NO_REPLY:
+            self._rejected = self._reply
+
+    def _note_max_steps(self) -> None:
+        self._ev_reason = "max_steps"
+
+    def _note_max_calls(self) -> None:
+        self._ev_reason = "max_calls"
+
+    def _note_model_error(self) -> None:
+        content = exception_content(self._ev_exception)  # type: ignore[arg-type]
+        said = f"{content['type']}: {content['message']}" if content["message"] else content["type"]
+        self._ev_error = f"the model raised {said}"
+
+    def _note_malformed(self) -> None:
+        self._ev_error = f"malformed reply: {self._problem}"
+
+    def _note_repeated_call(self) -> None:
+        self._ev_error = (
+            f"call id {self._call_id!r} was already used in this run; the call was not run again"
+        )
+
+    # -- the one place a row is chosen and applied ----------------------------------
+
+    def _expect(self, trigger: Trigger, what: str) -> None:
+        """Refuse a report that answers nothing outstanding, before any intake."""
+        if self._outstanding is not ANSWERS[trigger]:
+            asked = self._outstanding.value if self._outstanding else "nothing"
+            raise InvalidStateError(
+                f"cannot take {what} in state {self._state.value!r}: "
+                f"the outstanding request is {asked}",
+                state=self._state,
+            )
+
+    def _choose(self, trigger: Trigger) -> _Compiled:
+        """The first of ``trigger``'s rows here whose guard holds; its effects applied."""
+        for compiled in _COMPILED[self._state, trigger]:
+            check = compiled.check
+            if check is None or check(self):
+                for effect in compiled.effects:
+                    effect(self)
+                return compiled
+        raise AssertionError("unreachable: build_table checks the last row of a group")
+
+    def _fire(self, trigger: Trigger) -> Transition:
+        return self._record(self._choose(trigger))
+
+    def _record(self, compiled: _Compiled) -> Transition:
+        """Commit the chosen row: its event first, then what follows from it."""
+        call = self._ev_call
+        transition = Transition(
+            compiled.source,
+            compiled.dest,  # type: ignore[arg-type]
+            compiled.trigger,
+            compiled.guard,
+            self.steps,
+            self.calls,
+            call[0] if call else None,
+            call[1] if call else None,
+            self._outcome[0] if compiled.appends_result else None,
+            self._ev_reason,
+            self._ev_error,
+            self._ev_exception,
+            self._ev_appended,
+        )
+        self._events.append(transition)  # the commit: _settle() redoes the rest
+        self._apply(transition)
+        self._clear_event()
+        return transition
+
+    def _apply(self, transition: Transition) -> None:
+        self._history.extend(transition.appended_json)
+        self._state = transition.dest
+        self._outstanding = None
+        self._applied += 1
+
+    def _settle(self) -> None:
+        """Make the state, counters, ids and history what the log of events says.
+
+        Only an interruption needs this: it may have landed between an
+        effect and the commit (undone here) or after the commit (completed).
+        """
+        events = self._events
+        committed = self._applied != len(events)
+        if not committed and self._ev_appended == () and self._ev_call is None:
+            return
+        history = History(list(self._input))
+        reserved = History(list(self._input)).call_ids()
+        for event in events:
+            history.extend(event.appended_json)
+            if event.dest is State.DISPATCHING and event.trigger is Trigger.VALIDATE:
+                reserved.add(event.call_id)  # type: ignore[arg-type]
+        self._history, self._reserved, self._applied = history, reserved, len(events)
+        if events:
+            last = events[-1]
+            self._state = last.dest
+            self.calls = last.calls
+            self.steps = max(self.steps, last.steps)
+        if committed:  # the request the last event answered is no longer outstanding
+            self._outstanding = None
+        self._clear_event()
+
+    # -- intake ---------------------------------------------------------------------
+
+    def _take_reply(self, reply: object) -> None:
+        """Copy ``reply`` in; note what is wrong with it, if anything."""
+        if type(reply) is NotJSON:  # replayed: a reply that was not JSON when it came
+            self._reply, self._problem = reply, reply.problem
+            return
+        try:
+            self._reply_json = to_json(reply, "reply")
+        except JSONError as exc:
+            self._reply = _not_json(reply, str(exc))
+            self._problem = self._reply.problem
+            return
+        self._reply = plain = orjson.loads(self._reply_json)
+        self._problem = problem = reply_problem(plain)
+        if problem is None and plain["kind"] == "call":
+            self._call_id, self._tool = plain["id"], plain["name"]
+
+    def _forget(self) -> None:
+        self._reply, self._reply_json, self._problem = _NO_REPLY, b"", None
+        self._call_id = self._tool = None
+        self._outcome: tuple[str, bytes] = ("error", b"null")
+
+    def _clear_event(self) -> None:
+        self._ev_call: tuple[str, str | None] | None = None
+        self._ev_reason: str | None = None
+        self._ev_error: str | None = None
+        self._ev_exception: BaseException | None = None
+        self._ev_appended: tuple[bytes, ...] = ()
+
+
+def _not_json(reply: object, problem: str = "") -> NotJSON:
+    """A reply that is not JSON, kept for review as text that cannot fail to save."""
+    if inspect.iscoroutine(reply):
+        reply.close()  # an async model under the sync driver: never awaited, say so once
+    try:
+        text = repr(reply)
+        if type(text) is not str:
+            raise TypeError("__repr__ returned a non-str")
+        text.encode()
+    except Exception:  # noqa: BLE001 - any failure of a user's __repr__
+        text = f"<{type(reply).__name__} object with a broken __repr__>"
+    return NotJSON(text[:2000], problem)
+
+
+def _checked_outcome(outcome: object) -> tuple[str, bytes]:
+    """A dispatcher's outcome as (status, content JSON); a bad one becomes ``error``."""
+    if type(outcome) is dict:
+        status = outcome.get("status")
+        keys = outcome.keys()
+        if (
+            type(status) is str
+            and status in DISPATCH_STATUSES
+            and {"status", "content"} <= keys <= {"status", "content", "exception"}
+        ):
+            try:
+                return status, to_json(outcome["content"], "content")
+            except JSONError as exc:
+                return "error", orjson.dumps(f"the tool returned a value that is not JSON: {exc}")
+    problem = (
+        "the dispatcher's outcome was not valid: expected {'status': one of "
+        f"{sorted(DISPATCH_STATUSES)}, 'content': JSON, optionally 'exception': "
+        f"the exception behind an error}}, got {_not_json(outcome).text:.200}"
+    )
+    return "error", orjson.dumps(problem)
+
+
+class _Compiled:
+    """A row with its guard and effects bound to engine methods, for the fast path."""
+
+    __slots__ = ("appends_result", "check", "dest", "effects", "guard", "source", "trigger")
+
+    def __init__(self, row: Row) -> None:
+        self.source, self.trigger, self.guard, self.dest = row.source, row.trigger, row.guard, row.dest
+        self.check: Callable[[Engine], bool] | None = (
+            getattr(Engine, f"_{row.guard.value}") if row.guard else None
+        )
+        self.effects: tuple[Callable[[Engine], None], ...] = tuple(
+            getattr(Engine, f"_{effect.value}") for effect in row.effects
+        )
+        self.appends_result = Effect.APPEND_CALL_AND_RESULT in row.effects
+
+
+_COMPILED: Final = {
+    key: tuple(_Compiled(row) for row in rows) for key, rows in TABLE.groups.items()
+}
+# Every guard and effect the table names is an engine method (checked at import).
+assert all(hasattr(Engine, f"_{name.value}") for name in (*Guard, *Effect))

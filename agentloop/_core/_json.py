@@ -1,0 +1,134 @@
+"""Strict JSON intake: one check that a value is plain JSON, at C speed.
+
+Everything that enters a run (the caller's input, the model's reply, a tool's
+outcome, a tool's schema) passes ``to_json``, which both checks the value and
+produces the bytes the record keeps. ``orjson`` quietly turns NaN into
+``null`` and tuples into lists, so the bytes are decoded again and compared
+with the original; only plain ``dict``/``list``/``str`` values take part in
+that comparison, so a subclass's ``__eq__`` cannot vouch for itself.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+import orjson
+
+from agentloop._errors import JSONError
+
+__all__ = ["MAX_DEPTH", "copy_json", "exception_content", "to_json"]
+
+#: How deep ``orjson`` (and so a run's record) nests JSON.
+MAX_DEPTH: Final = 255
+
+JSON = Any  # a dict, list, str, int, finite float, bool or None, nested
+
+
+# Subclasses of str/int/dict/list, dataclasses and datetimes are refused by orjson
+# itself (their methods are user code that could answer differently later), so the
+# comparison below only ever runs the built-in types' own ``__eq__``.
+_STRICT: Final = (
+    orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+)
+
+
+def to_json(value: object, where: str = "value") -> bytes:
+    """Serialize a plain JSON value, refusing anything JSON would change.
+
+    Decoding the bytes again and comparing with the original catches what
+    ``orjson`` would silently change (NaN to ``null``, a tuple to a list) at C
+    speed; ``_find_non_json`` explains a failure only on that slow path.
+    """
+    try:
+        data = orjson.dumps(value, option=_STRICT)
+        if orjson.loads(data) == value:
+            return data
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        if "Recursion limit" in str(exc):
+            raise JSONError(
+                f"{where}: expected JSON nested at most {MAX_DEPTH} levels deep, got deeper"
+            ) from None
+    except Exception:  # noqa: BLE001, S110 - an enum's own __eq__ raised: explained below
+        pass
+    raise JSONError(_find_non_json(value, where) or f"{where}: expected plain JSON")
+
+
+def copy_json(value: JSON, where: str = "value") -> JSON:
+    """Return an independent copy of a plain JSON value (checked as ``to_json``)."""
+    return orjson.loads(to_json(value, where))
+
+
+def _find_non_json(value: object, where: str) -> str:
+    """Say where ``value`` stops being plain JSON (iterative: any nesting is safe)."""
+    stack: list[tuple[object, str]] = [(value, where)]
+    while stack:
+        item, at = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            for key in item:  # type: ignore[attr-defined]
+                if type(key) is not str:
+                    return f"{at}: expected JSON object keys to be str, got {_kind(key)}"
+            stack.extend(
+                (child, f"{at}.{key}")
+                for key, child in reversed(list(item.items()))  # type: ignore[attr-defined]
+            )
+        elif kind is list:
+            stack.extend(
+                (child, f"{at}[{index}]")
+                for index, child in reversed(list(enumerate(item)))  # type: ignore[arg-type]
+            )
+        elif kind is float and not math.isfinite(item):  # type: ignore[arg-type]
+            return f"{at}: expected a finite number, got {item!r}"
+        elif kind is int and not -(2**63) <= item < 2**64:  # type: ignore[operator]
+            return f"{at}: expected an integer within 64 bits, got an integer of {len(str(item))} digits"
+        elif kind is str:
+            try:
+                item.encode()  # type: ignore[attr-defined]
+            except UnicodeEncodeError as exc:
+                return f"{at}: expected text that is valid Unicode, got a lone surrogate at index {exc.start}"
+        elif not (item is None or kind in (str, int, float, bool, dict, list)):
+            return (
+                f"{at}: expected a JSON value (dict, list, str, int, float, bool "
+                f"or None), got {_kind(item)}"
+            )
+    return ""
+
+
+def _kind(value: object) -> str:
+    """A type's name, never the value's own ``repr`` (which is user code)."""
+    kind = type(value)
+    if kind in (str, int, float, bool) or value is None:
+        return f"{kind.__name__} {value!r:.60}"
+    return kind.__name__
+
+
+def exception_content(exc: BaseException) -> dict[str, str]:
+    """An exception as results and run files show it: its type's name and its message.
+
+    A message that cannot be read (``__str__`` raises) or recorded (it holds a
+    lone surrogate) is replaced, so a broken exception never breaks the run
+    that records it. A recorded exception (from a run file) keeps its type name.
+    """
+    type_name = getattr(exc, "type_name", None)
+    if not isinstance(type_name, str) or not _is_text(type_name):
+        type_name = type(exc).__name__
+    try:
+        message = str(exc)
+        if type(message) is not str:
+            message = str.__str__(message)
+    except Exception as problem:  # noqa: BLE001 - any failure of a user's __str__
+        message = f"<unprintable: {type(problem).__name__}>"
+    if not _is_text(message):
+        message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"type": type_name, "message": message}
+
+
+def _is_text(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -1,0 +1,408 @@
+"""The agent loop's state table: everything that can happen to a run, in one file.
+
+Rule 1 (after h11): everything that decides a run's states and transitions
+lives here. The rows below say which trigger, in which state, under which
+guard, leads where and with which effects; the few rules that are not rows
+(what the engine fires itself, which reports answer which request, what a
+driver's report means) are small tables at the end of this file.
+
+Theory of operation
+===================
+
+A run is a finite-state machine over three working states and six terminal
+ones. The engine (``_engine.py``) holds the counters and the record and does
+no I/O; a driver asks it what it needs next and reports what happened:
+
+* In each working state the engine fires one trigger itself (``NEXT``):
+  ``ask_model`` in ``awaiting_model``, ``validate`` in ``validating``,
+  ``start_tool`` in ``dispatching``. Cancellation and the budgets are checked
+  by the guards of those rows.
+* When the row it takes is *internal* (``dest`` is ``None``: the state stays),
+  the engine hands the driver a request (``REQUESTS``): ``ask_model``'s
+  internal row counts the step (``steps += 1`` happens before the call, so a
+  model that raises, hangs or is interrupted has still spent its step) and
+  asks for the model's reply; ``start_tool``'s asks for the tool's outcome.
+* The driver then reports exactly one answer to that request (``ANSWERS``):
+  the model replied, raised or was interrupted; the tool returned (a tool
+  that raised returns an ``error`` outcome) or was interrupted. ``REPORTS``
+  says which trigger each kind of report is; the engine alone decides.
+* An interruption (``KeyboardInterrupt``, a cancelled asyncio task) that
+  lands while nothing is outstanding (in a listener, say) is ``interrupted``.
+  Every interruption ends the run ``cancelled``, and a call whose tool was
+  running is recorded with a ``cancelled`` result, so it is paired and never
+  run again.
+
+For each (state, trigger) the rows are tried top to bottom; the first whose
+guard holds wins (``transitions`` resolves them the same way, and a property
+test runs both side by side). The last row of each group has no guard, so a
+report is never dropped. Effects run in the order listed, *before* the state
+changes; the event is then recorded, its messages appended to the history
+together, and the state changed. An event keeps the exception its report
+carried.
+
+Terminal states have no rows, so they absorb: asking anything of a finished
+run raises ``InvalidStateError``, never a silent no-op.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+
+from transitions import Machine
+
+from agentloop._errors import TableError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from transitions.core import TransitionConfigDict
+
+__all__ = [
+    "ANSWERS",
+    "DEFINITION",
+    "NEXT",
+    "REPORTS",
+    "REQUESTS",
+    "ROWS",
+    "TABLE",
+    "TERMINAL",
+    "Effect",
+    "Guard",
+    "Report",
+    "Row",
+    "State",
+    "Table",
+    "Trigger",
+    "build_table",
+    "reference_machine",
+]
+
+
+class State(enum.StrEnum):
+    """Where a run is. Working states are gerunds or ``awaiting_x``; outcomes are participles."""
+
+    #: Waiting to ask the model for its next reply (the initial state).
+    AWAITING_MODEL = "awaiting_model"
+    #: A reply has been copied in and is about to be checked.
+    VALIDATING = "validating"
+    #: An accepted call is reserved and counted, and its tool is about to run.
+    DISPATCHING = "dispatching"
+    #: The model gave a final answer; it is the run's output.
+    FINISHED = "finished"
+    #: Cancellation was requested (or the run interrupted) and seen at a checkpoint.
+    CANCELLED = "cancelled"
+    #: A budget ran out (``RunResult.reason`` says which).
+    EXHAUSTED = "exhausted"
+    #: The model reused a call id; nothing ran a second time.
+    REPEATED_CALL = "repeated_call"
+    #: The reply was neither a well-formed call nor a final answer.
+    MALFORMED = "malformed"
+    #: The model callback raised an exception.
+    FAILED = "failed"
+
+
+class Trigger(enum.StrEnum):
+    """What happened: fired by the engine itself, or reported by the driver."""
+
+    #: (engine) The model is to be asked; the internal row counts the step.
+    ASK_MODEL = "ask_model"
+    #: (driver) The model returned a reply.
+    MODEL_REPLIED = "model_replied"
+    #: (driver) The model raised an ``Exception``.
+    MODEL_RAISED = "model_raised"
+    #: (driver) The run was interrupted while the model worked.
+    MODEL_INTERRUPTED = "model_interrupted"
+    #: (engine) The copied reply is to be checked.
+    VALIDATE = "validate"
+    #: (engine) The accepted call's tool is to run.
+    START_TOOL = "start_tool"
+    #: (driver) The tool's outcome arrived (a tool that raised has an ``error`` outcome).
+    TOOL_RETURNED = "tool_returned"
+    #: (driver) The run was interrupted while the tool ran.
+    TOOL_INTERRUPTED = "tool_interrupted"
+    #: (driver) The run was interrupted while nothing was outstanding.
+    INTERRUPTED = "interrupted"
+
+
+class Guard(enum.StrEnum):
+    """Conditions a row can require; each is an engine method of that name."""
+
+    #: The cancel token is set.
+    CANCEL_REQUESTED = "cancel_requested"
+    #: ``steps >= max_steps``.
+    STEPS_EXHAUSTED = "steps_exhausted"
+    #: The reply is not plain JSON, or not a well-formed call or final.
+    REPLY_MALFORMED = "reply_malformed"
+    #: The reply is a final answer.
+    REPLY_IS_FINAL = "reply_is_final"
+    #: The call's id is already reserved (in this run or in the input history).
+    CALL_ID_RESERVED = "call_id_reserved"
+    #: ``calls >= max_calls``.
+    CALLS_EXHAUSTED = "calls_exhausted"
+
+
+class Effect(enum.StrEnum):
+    """What a row does besides moving; each is an engine method of that name."""
+
+    #: ``steps += 1``, before the model is called.
+    COUNT_STEP = "count_step"
+    #: The event names the call in hand (its id and tool), if the reply is a call.
+    NAME_CALL = "name_call"
+    #: Reserve the call's id and ``calls += 1``.
+    RESERVE_CALL = "reserve_call"
+    #: Append the final answer; it is the run's output.
+    APPEND_FINAL = "append_final"
+    #: Append the call and its result together (status from the report).
+    APPEND_CALL_AND_RESULT = "append_call_and_result"
+    #: The reply ended the run unrecorded: keep it as ``rejected`` for review.
+    REJECT_REPLY = "reject_reply"
+    #: ``reason = 'max_steps'``.
+    NOTE_MAX_STEPS = "note_max_steps"
+    #: ``reason = 'max_calls'``.
+    NOTE_MAX_CALLS = "note_max_calls"
+    #: ``error`` says what the model raised.
+    NOTE_MODEL_ERROR = "note_model_error"
+    #: ``error`` says what is wrong with the reply.
+    NOTE_MALFORMED = "note_malformed"
+    #: ``error`` names the reused id.
+    NOTE_REPEATED_CALL = "note_repeated_call"
+
+
+TERMINAL: Final = frozenset(
+    {
+        State.FINISHED,
+        State.CANCELLED,
+        State.EXHAUSTED,
+        State.REPEATED_CALL,
+        State.MALFORMED,
+        State.FAILED,
+    }
+)
+
+S, T, G, E = State, Trigger, Guard, Effect
+
+# The table, as a ``transitions`` machine definition: ``conditions`` are guards,
+# ``before`` the effects (they run before the state changes). Order within a
+# (source, trigger) group is priority order.
+DEFINITION: Final[Sequence[TransitionConfigDict]] = (
+    # -- before the model is asked: the first two rows spend nothing
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.CANCEL_REQUESTED],
+     "dest": S.CANCELLED},
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.STEPS_EXHAUSTED],
+     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_STEPS]},
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL,
+     "dest": None, "before": [E.COUNT_STEP]},
+    # -- the model answered, raised or was interrupted; the step was spent
+    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_REPLIED, "conditions": [G.CANCEL_REQUESTED],
+     "dest": S.CANCELLED, "before": [E.REJECT_REPLY]},
+    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_REPLIED,
+     "dest": S.VALIDATING},
+    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [G.CANCEL_REQUESTED],
+     "dest": S.CANCELLED},
+    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED,
+     "dest": S.FAILED, "before": [E.NOTE_MODEL_ERROR]},
+    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_INTERRUPTED,
+     "dest": S.CANCELLED},
+    # -- the reply is checked: a final is tried before any budget
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.REPLY_MALFORMED],
+     "dest": S.MALFORMED, "before": [E.NOTE_MALFORMED, E.REJECT_REPLY]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.REPLY_IS_FINAL],
+     "dest": S.FINISHED, "before": [E.APPEND_FINAL]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALL_ID_RESERVED],
+     "dest": S.REPEATED_CALL, "before": [E.NAME_CALL, E.NOTE_REPEATED_CALL, E.REJECT_REPLY]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALLS_EXHAUSTED],
+     "dest": S.EXHAUSTED, "before": [E.NAME_CALL, E.NOTE_MAX_CALLS, E.REJECT_REPLY]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CANCEL_REQUESTED],
+     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE,
+     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.RESERVE_CALL]},
+    # -- the last checkpoint before a tool runs; the call stays counted
+    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.CANCEL_REQUESTED],
+     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
+    {"source": S.DISPATCHING, "trigger": T.START_TOOL,
+     "dest": None},
+    # -- the call and its result enter the history together
+    {"source": S.DISPATCHING, "trigger": T.TOOL_RETURNED,
+     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.APPEND_CALL_AND_RESULT]},
+    {"source": S.DISPATCHING, "trigger": T.TOOL_INTERRUPTED,
+     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.APPEND_CALL_AND_RESULT]},
+    # -- interrupted between checkpoints: the run ends, nothing is half-recorded
+    {"source": S.AWAITING_MODEL, "trigger": T.INTERRUPTED,
+     "dest": S.CANCELLED},
+    {"source": S.VALIDATING, "trigger": T.INTERRUPTED,
+     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
+    {"source": S.DISPATCHING, "trigger": T.INTERRUPTED,
+     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
+)  # fmt: skip
+
+#: The trigger the engine fires itself in each working state.
+NEXT: Final[Mapping[State, Trigger]] = {
+    S.AWAITING_MODEL: T.ASK_MODEL,
+    S.VALIDATING: T.VALIDATE,
+    S.DISPATCHING: T.START_TOOL,
+}
+
+
+class Report(enum.Enum):
+    """What a driver can report about the request it was handed."""
+
+    #: The model replied, or the tool returned an outcome.
+    ANSWER = "answer"
+    #: The model or the tool raised an ``Exception``.
+    EXCEPTION = "exception"
+    #: The driver was interrupted (a ``BaseException`` that is not an ``Exception``).
+    INTERRUPTION = "interruption"
+
+
+#: What an internal row hands the driver: the model's reply or the tool's outcome.
+REQUESTS: Final[Mapping[Trigger, str]] = {T.ASK_MODEL: "model", T.START_TOOL: "tool"}
+
+#: What each report means, given the request outstanding (None: nothing is).
+#: A tool that raised is answered like one that returned an ``error`` outcome.
+REPORTS: Final[Mapping[tuple[Trigger | None, Report], Trigger]] = {
+    (T.ASK_MODEL, Report.ANSWER): T.MODEL_REPLIED,
+    (T.ASK_MODEL, Report.EXCEPTION): T.MODEL_RAISED,
+    (T.ASK_MODEL, Report.INTERRUPTION): T.MODEL_INTERRUPTED,
+    (T.START_TOOL, Report.ANSWER): T.TOOL_RETURNED,
+    (T.START_TOOL, Report.EXCEPTION): T.TOOL_RETURNED,
+    (T.START_TOOL, Report.INTERRUPTION): T.TOOL_INTERRUPTED,
+    (None, Report.INTERRUPTION): T.INTERRUPTED,
+}
+
+#: The request each reported trigger answers.
+ANSWERS: Final[Mapping[Trigger, Trigger | None]] = {
+    trigger: request for (request, _), trigger in REPORTS.items()
+}
+
+
+class Row(NamedTuple):
+    """One row of the table."""
+
+    source: State
+    trigger: Trigger
+    guard: Guard | None
+    #: None for an internal row: its effects run and the state stays.
+    dest: State | None
+    effects: tuple[Effect, ...]
+
+    @property
+    def label(self) -> str:
+        """``trigger [guard] / effects``, as in UML."""
+        text = self.trigger.value
+        if self.guard:
+            text += f" [{self.guard.value}]"
+        if self.effects:
+            text += " / " + ", ".join(effect.value for effect in self.effects)
+        return text
+
+
+class Table(NamedTuple):
+    """A checked table: its rows in order, and the rows of each (state, trigger)."""
+
+    rows: tuple[Row, ...]
+    groups: Mapping[tuple[State, Trigger], tuple[Row, ...]]
+
+
+def build_table(definition: Iterable[Mapping[str, Any]]) -> Table:
+    """Check a machine definition and return it as a ``Table``.
+
+    Refuses, with a ``TableError`` naming the row: an unknown state, trigger,
+    guard or effect; a row that can never fire (one after its group's
+    unguarded row, or whose guard an earlier row of its group already took);
+    and a group whose last row is guarded (a report it could drop). The
+    definition is also built into a ``transitions`` machine, so it is one
+    ``transitions`` accepts.
+    """
+    rows: list[Row] = []
+    groups: dict[tuple[State, Trigger], list[Row]] = {}
+    for index, entry in enumerate(definition):
+        row = _row(index, entry)
+        group = groups.setdefault((row.source, row.trigger), [])
+        if group and (group[-1].guard is None or row.guard in {r.guard for r in group}):
+            shadow = group[-1] if group[-1].guard is None else next(
+                r for r in group if r.guard is row.guard
+            )
+            raise TableError(
+                f"row {index} ({_show(entry)}) can never fire: "
+                f"the earlier row {rows.index(shadow)} ({shadow.label}) always wins"
+            )
+        group.append(row)
+        rows.append(row)
+    for (source, trigger), group in groups.items():
+        if group[-1].guard is not None:
+            raise TableError(
+                f"row {rows.index(group[-1])} ({group[-1].label} from {source.value}): the "
+                f"last row for {trigger.value} in {source.value} must have no guard, "
+                "so that no report is dropped"
+            )
+    table = Table(tuple(rows), {key: tuple(group) for key, group in groups.items()})
+    reference_machine(table, model=None)  # transitions accepts it too
+    return table
+
+
+def _row(index: int, entry: Mapping[str, Any]) -> Row:
+    """One definition entry as a ``Row``, or ``TableError`` naming what is unknown."""
+    unknown = set(entry) - {"source", "trigger", "dest", "conditions", "before"}
+    if unknown:
+        raise TableError(f"row {index} ({_show(entry)}): unknown keys {sorted(unknown)}")
+    conditions = list(entry.get("conditions") or ())
+    if len(conditions) > 1:
+        raise TableError(f"row {index} ({_show(entry)}): at most one guard a row")
+
+    def known(kind: type[enum.StrEnum], value: object, what: str) -> Any:
+        try:
+            return kind(value)
+        except ValueError:
+            names = ", ".join(member.value for member in kind)
+            raise TableError(
+                f"row {index} ({_show(entry)}): unknown {what} {value!r}; known: {names}"
+            ) from None
+
+    dest = entry.get("dest")
+    return Row(
+        source=known(State, entry.get("source"), "source state"),
+        trigger=known(Trigger, entry.get("trigger"), "trigger"),
+        guard=known(Guard, conditions[0], "guard") if conditions else None,
+        dest=None if dest is None else known(State, dest, "dest state"),
+        effects=tuple(known(Effect, name, "effect") for name in entry.get("before") or ()),
+    )
+
+
+def _show(entry: Mapping[str, Any]) -> str:
+    guard = entry.get("conditions") or ()
+    text = f"{entry.get('source')} --{entry.get('trigger')}"
+    text += f" [{', '.join(map(str, guard))}]" if guard else ""
+    return text + f"--> {entry.get('dest')}"
+
+
+def reference_machine(table: Table, model: object) -> Machine:
+    """``table`` as a ``transitions`` machine: the reference interpreter.
+
+    Its conditions and ``before`` callbacks are the names of guards and
+    effects, resolved on ``model`` (an engine, in the tests); ``model=None``
+    only checks that ``transitions`` accepts the definition.
+    """
+    return Machine(
+        model=model,
+        states=[state.value for state in State],
+        transitions=[
+            {
+                "trigger": row.trigger.value,
+                "source": row.source.value,
+                "dest": row.dest.value if row.dest is not None else None,
+                "conditions": [row.guard.value] if row.guard else [],
+                "before": [effect.value for effect in row.effects],
+            }
+            for row in table.rows
+        ],
+        initial=State.AWAITING_MODEL.value,
+        auto_transitions=False,
+        send_event=False,
+    )
+
+
+#: The table the engine, the run-file replay and the diagrams read, checked once.
+TABLE: Final = build_table(DEFINITION)
+#: Its rows, in order.
+ROWS: Final = TABLE.rows

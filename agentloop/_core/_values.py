@@ -1,0 +1,240 @@
+"""Small values: budgets, the cancel token, the engine's requests, transitions and results.
+
+Transitions and results are immutable, and what they hold of the record is
+kept as JSON bytes: every access to ``transcript``, ``appended`` or
+``rejected`` decodes a fresh copy, so nobody holding one can rewrite it for
+anyone else. This module is data only: saving and loading runs lives in
+``agentloop._review``, above the engine.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any, Final, NamedTuple
+
+import attrs
+import orjson
+
+from agentloop._core._table import Guard, State, Trigger
+
+__all__ = [
+    "AskModel",
+    "Budget",
+    "CancelToken",
+    "NotJSON",
+    "RecordedException",
+    "RunResult",
+    "RunTool",
+    "Transition",
+]
+
+#: The largest budget a run file can record (JSON integers are kept within 64 bits).
+MAX_BUDGET: Final = 2**63 - 1
+
+
+def _budget(_: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if type(value) is not int:
+        raise TypeError(
+            f"{attribute.name} must be a non-negative int, got {type(value).__name__} {value!r:.40}"
+        )
+    if not 0 <= value <= MAX_BUDGET:
+        raise ValueError(
+            f"{attribute.name} must be a non-negative int of at most 2**63 - 1, got {value!r:.40}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class Budget:
+    """The two limits of a run.
+
+    ``max_steps`` bounds model callback invocations, failed and malformed ones
+    included; ``max_calls`` bounds accepted tool attempts, whatever their
+    outcome. Each is an ``int`` from 0 to ``2**63 - 1``, so that a run file can
+    record it.
+    """
+
+    max_steps: int = attrs.field(validator=_budget)
+    max_calls: int = attrs.field(validator=_budget)
+
+
+class CancelToken:
+    """A flag a caller sets to stop a run at its next checkpoint.
+
+    ``cancel()`` is safe from any thread; the run checks ``cancelled`` before
+    asking the model, right after its reply, and right before a tool runs.
+    The asyncio driver also interrupts an awaited model or tool as soon as
+    ``cancel()`` is called (``wait()`` is what it awaits).
+    """
+
+    __slots__ = ("_event", "_waiters")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._waiters: list[Any] = []
+
+    def cancel(self) -> None:
+        """Request cancellation. Idempotent."""
+        self._event.set()
+        for wake in list(self._waiters):
+            wake()
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether cancellation has been requested."""
+        return self._event.is_set()
+
+    def on_cancel(self, wake: Any) -> Any:
+        """Call ``wake()`` (from the cancelling thread) once cancelled; returns an undo."""
+        self._waiters.append(wake)
+        if self._event.is_set():
+            wake()
+        return lambda: self._waiters.remove(wake) if wake in self._waiters else None
+
+    def __repr__(self) -> str:
+        return f"CancelToken(cancelled={self.cancelled})"
+
+
+class AskModel(NamedTuple):
+    """The engine's request: call the model with ``history`` (a fresh copy), report the reply."""
+
+    history: list[dict[str, Any]]
+
+
+class RunTool(NamedTuple):
+    """The engine's request: run ``call`` (a fresh copy), report the outcome."""
+
+    call: dict[str, Any]
+
+
+class RecordedException(Exception):
+    """An exception as a run file keeps it: only its type name and message survive.
+
+    ``Transition.exception`` on a loaded run is one of these; the engine
+    describes it by ``type_name``, so replaying a run gives back its errors.
+    """
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(message)
+        self.type_name, self.message = type_name, message
+
+    def __repr__(self) -> str:
+        return f"RecordedException({self.type_name!r}, {self.message!r})"
+
+    def __reduce__(self) -> tuple[type[RecordedException], tuple[str, str]]:
+        # Exception pickles and copies by ``args``, which holds the message alone.
+        return RecordedException, (self.type_name, self.message)
+
+
+@attrs.frozen(repr=False)
+class NotJSON:
+    """A rejected reply that was not JSON: its ``repr`` and what was wrong with it.
+
+    The engine never keeps a user's object: its ``repr`` (or a placeholder,
+    when ``__repr__`` fails) is all that is recorded, so a run can always be saved.
+    """
+
+    text: str
+    problem: str = ""
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class Transition(NamedTuple):
+    """One state change of a run, with the budget ledger after it.
+
+    An immutable record (a ``NamedTuple``: cheap to make, as the engine makes
+    one per transition). ``appended`` holds the messages this transition
+    added to the history (a fresh copy on each access); the transcript is
+    exactly the input followed by the ``appended`` of every transition, in
+    order. ``exception`` is left out of comparisons.
+    """
+
+    #: The state before and after.
+    source: State
+    dest: State
+    #: What happened, and the guard that chose this row (if any).
+    trigger: Trigger
+    guard: Guard | None
+    #: The counters after the transition.
+    steps: int
+    calls: int
+    #: The call involved, if any: its id and tool name.
+    call_id: str | None = None
+    tool: str | None = None
+    #: The status of the tool result this transition recorded, if it recorded one.
+    result_status: str | None = None
+    #: ``'max_steps'`` / ``'max_calls'`` on exhaustion; a description on errors.
+    reason: str | None = None
+    error: str | None = None
+    #: The exception behind ``error`` (or the interruption), kept for the caller.
+    exception: BaseException | None = None
+    #: The appended messages' JSON; ``appended`` decodes a fresh copy.
+    appended_json: tuple[bytes, ...] = ()
+
+    @property
+    def appended(self) -> list[dict[str, Any]]:
+        """The messages this transition appended (a fresh copy)."""
+        return [orjson.loads(data) for data in self.appended_json]
+
+    def _compared(self) -> tuple[object, ...]:
+        return (*self[:11], self.appended_json)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Transition:
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{name}={value!r}"
+            for name, value in zip(self._fields[:11], self[:11], strict=True)
+            if value is not None or name in ("source", "dest", "trigger", "steps", "calls")
+        )
+        return f"Transition({fields})"
+
+
+@attrs.frozen(kw_only=True)
+class RunResult:
+    """How a run ended. Every collection it hands out is a fresh copy.
+
+    Save and open it with ``agentloop.save_run`` / ``agentloop.load_run``
+    (``run_to_json`` / ``run_from_json`` for text).
+    """
+
+    #: The terminal state (a ``str`` enum: ``result.status == 'finished'``).
+    status: State
+    #: The final answer's text, when the run finished.
+    output: str | None = None
+    steps: int
+    calls: int
+    budget: Budget
+    #: ``'max_steps'`` or ``'max_calls'`` when exhausted.
+    reason: str | None = None
+    #: A human-readable description for failed, malformed and repeated_call.
+    error: str | None = None
+    #: Every transition, in order: the complete budget ledger.
+    events: tuple[Transition, ...]
+    transcript_json: bytes = attrs.field(repr=False)
+    rejected_value: object = attrs.field(default=None, repr=False)
+
+    @property
+    def transcript(self) -> list[dict[str, Any]]:
+        """Input and every appended message, in order (a fresh copy)."""
+        return orjson.loads(self.transcript_json)  # type: ignore[no-any-return]
+
+    @property
+    def rejected(self) -> Any:
+        """A copy of the reply that ended the run, if one did; never in the transcript."""
+        value = self.rejected_value
+        if value is None or isinstance(value, NotJSON):
+            return value
+        return copy.deepcopy(value)

@@ -1,0 +1,63 @@
+"""Every error agentloop raises on purpose, in one place.
+
+A misbehaving model or tool never raises: it becomes a state or a result.
+These are for the caller: a setup mistake (``TableError``, bad configuration),
+a call the run's state does not allow (``InvalidStateError``), a value that is
+not plain JSON (``JSONError``), a run file that cannot be loaded
+(``RunFileError``), or an optional part that is not installed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentloop._core._table import State
+
+__all__ = [
+    "AgentloopError",
+    "InvalidStateError",
+    "JSONError",
+    "RunFileError",
+    "SVGUnavailableError",
+    "TableError",
+]
+
+
+class AgentloopError(Exception):
+    """Base class of every error agentloop raises for a caller's mistake."""
+
+
+class InvalidStateError(AgentloopError, RuntimeError):
+    """An operation was asked of a run in a state that does not allow it.
+
+    ``state`` is the run's state when it was refused; the run is unchanged.
+    """
+
+    def __init__(self, message: str, *, state: State) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+class JSONError(AgentloopError, TypeError):
+    """A value is not plain JSON; the message names the path and the type."""
+
+
+class TableError(AgentloopError, ValueError):
+    """A state table definition is inconsistent; the message names the row."""
+
+
+class RunFileError(AgentloopError, ValueError):
+    """A run file could not be loaded: not JSON, an unknown version, too big, or damaged.
+
+    ``where`` locates the problem (a JSON path such as ``$.events[2].steps``);
+    ``expected`` and ``found`` say what should have been there and what was.
+    """
+
+    def __init__(self, where: str, expected: str, found: str) -> None:
+        super().__init__(f"{where}: expected {expected}, got {found}")
+        self.where, self.expected, self.found = where, expected, found
+
+
+class SVGUnavailableError(AgentloopError, RuntimeError):
+    """No SVG renderer is installed; the message says what to install."""

@@ -1,0 +1,138 @@
+"""Replaying a saved run through the engine: a third driver, fed from the document.
+
+What came from outside (the input messages, each reply, what the model
+raised, each tool's outcome, where cancellation came and where the run was
+interrupted) is fed to a fresh engine, and everything else (which row fired,
+the counters, every event field, the outcome, the transcript) must come out
+as the engine records it. So a document that is not a run this engine makes,
+with this budget, is refused.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from agentloop._core._engine import Engine
+from agentloop._core._table import Guard, State, Trigger
+from agentloop._core._values import AskModel, CancelToken, RecordedException, Transition
+from agentloop._errors import InvalidStateError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agentloop._core._values import RunResult
+
+__all__ = ["Mismatch", "replay"]
+
+_INTERRUPTIONS = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
+
+
+class Mismatch(Exception):  # noqa: N818 - a finding, not an error of this module
+    """The document says ``found`` at ``where``; replaying the run gives ``expected``."""
+
+    def __init__(self, where: str, expected: str, found: str) -> None:
+        super().__init__(where, expected, found)
+        self.where, self.expected, self.found = where, expected, found
+
+
+def replay(result: RunResult, input_count: int, compare: Callable[[Transition, Transition, str], None]) -> Engine:
+    """Drive a fresh engine with ``result``'s inputs; ``compare`` each event it makes.
+
+    ``input_count`` messages of the transcript are the input. Raises
+    ``Mismatch`` where the engine takes another row than the document says.
+    """
+    transcript = orjson.loads(result.transcript_json)
+    token = CancelToken()
+    engine = Engine(transcript[:input_count], budget=result.budget, cancel=token)
+    events = result.events
+    index = 0
+    while not engine.done:
+        if index >= len(events):
+            raise Mismatch(
+                f"$.events[{index}]", "another event (the run is not over here)", "the end"
+            )
+        event = events[index]
+        where = f"$.events[{index}]"
+        if event.guard is Guard.CANCEL_REQUESTED:
+            token.cancel()  # cancellation came before this event's checkpoint
+        try:
+            made = _step(engine, event, events, index, result.rejected_value)
+        except InvalidStateError:
+            raise Mismatch(
+                where,
+                f"a report the engine can take in state {engine.state.value!r}",
+                _row(event),
+            ) from None
+        if _row(made) != _row(event):
+            raise Mismatch(
+                where,
+                f"{_row(made)}, which the table takes here (at steps {made.steps} of "
+                f"{result.budget.max_steps}, calls {made.calls} of {result.budget.max_calls})",
+                _row(event),
+            )
+        compare(made, event, where)
+        index += 1
+    if index != len(events):
+        raise Mismatch(f"$.events[{index}]", "no more events (the run is over)", "more")
+    return engine
+
+
+def _step(
+    engine: Engine, event: Transition, events: tuple[Transition, ...], index: int, rejected: object
+) -> Transition:
+    """One step of the run, fed what the document says came from outside."""
+    if event.trigger is Trigger.INTERRUPTED:  # between checkpoints: nothing was asked
+        return _interrupt(engine, event)
+    need = engine.next()
+    if type(need) is Transition:
+        return need
+    if event.trigger in _INTERRUPTIONS:
+        return _interrupt(engine, event)
+    if type(need) is AskModel:
+        if event.trigger is Trigger.MODEL_REPLIED:
+            return engine.replied(_reply(events, index, rejected))
+        return engine.raised(_exception(event))
+    return engine.returned(_outcome(event))
+
+
+def _interrupt(engine: Engine, event: Transition) -> Transition:
+    made = engine.interrupted(_exception(event))
+    assert made is not None, "replay() steps only a run that is not over"
+    return made
+
+
+def _reply(events: tuple[Transition, ...], index: int, rejected: object) -> object:
+    """The reply a ``model_replied`` event received: what it appended, else what was rejected."""
+    for later in events[index + 1 :]:
+        if later.appended_json:
+            return orjson.loads(later.appended_json[0])
+        if later.source is State.AWAITING_MODEL:
+            break
+    return rejected
+
+
+def _exception(event: Transition) -> RecordedException:
+    exc = event.exception
+    if isinstance(exc, RecordedException):
+        return exc
+    return RecordedException("", "")  # the document recorded none; the comparison says so
+
+
+def _outcome(event: Transition) -> dict[str, Any]:
+    """The dispatcher's outcome, from the tool_result the event appended."""
+    appended = event.appended
+    message = appended[-1] if appended else {}
+    outcome: dict[str, Any] = {
+        "status": message.get("status") if type(message) is dict else None,
+        "content": message.get("content") if type(message) is dict else None,
+    }
+    if event.exception is not None:
+        outcome["exception"] = event.exception
+    return outcome
+
+
+def _row(event: Transition) -> str:
+    guard = f" [{event.guard.value}]" if event.guard else ""
+    return f"{event.source.value} --{event.trigger.value}{guard}--> {event.dest.value}"

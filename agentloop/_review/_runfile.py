@@ -1,0 +1,449 @@
+"""Saved runs: a ``RunResult`` as a versioned JSON document, and back.
+
+A run file is one JSON object (format ``agentloop.run``, version 2)::
+
+    {"format": "agentloop.run", "version": 2,
+     "status": "finished", "output": "...", "reason": null, "error": null,
+     "steps": 3, "calls": 2, "budget": {"max_steps": 5, "max_calls": 2},
+     "transcript": [{"kind": "user", ...}, ...],
+     "events": [{"source": "awaiting_model", "dest": "validating",
+                 "trigger": "model_replied", "guard": null, "steps": 1, "calls": 0,
+                 "call_id": null, "tool": null, "result_status": null, "reason": null,
+                 "error": null, "exception": null, "appended": []}, ...],
+     "rejected": null | {"json": <the reply>} | {"repr": "...", "problem": "..."}}
+
+A transition's live ``exception`` is saved as ``{"type", "message"}`` (loaded
+back as a ``RecordedException``); a rejected reply that was not JSON is kept
+by the engine as its ``repr`` and what was wrong with it (``NotJSON``).
+Everything else round-trips exactly: ``run_from_json(run_to_json(r)) == r``.
+
+Loading is linear in the file's size and stops at the first problem: the
+size limit (before anything is parsed), the JSON, no field twice in an
+object, the shape (a JSON Schema, checked by ``jsonschema-rs``), then the
+story: the run is replayed through a fresh engine (``_replay.py``) and must
+come out as the document says. Any failure raises ``RunFileError``; nothing
+is ever half-loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import reprlib
+from pathlib import Path
+from typing import Any, Final
+
+import jsonschema_rs
+import orjson
+
+from agentloop._core._json import exception_content
+from agentloop._core._table import Guard, State, Trigger
+from agentloop._core._values import (
+    Budget,
+    NotJSON,
+    RecordedException,
+    RunResult,
+    Transition,
+)
+from agentloop._errors import RunFileError
+from agentloop._review._replay import Mismatch, replay
+
+__all__ = [
+    "FORMAT",
+    "MAX_BYTES",
+    "SCHEMA",
+    "VERSION",
+    "load_run",
+    "rejected_record",
+    "run_from_json",
+    "run_to_json",
+    "save_run",
+]
+
+FORMAT: Final = "agentloop.run"
+VERSION: Final = 2
+#: The largest run file loaded unless asked for more (``max_bytes=``, ``--max-size``).
+MAX_BYTES: Final = 256 * 2**20
+
+
+# -- the shape -----------------------------------------------------------------
+
+_STR_OR_NULL: Final = {"type": ["string", "null"]}
+_COUNT: Final = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+_MESSAGE: Final = {
+    "type": "object",
+    "required": ["kind"],
+    "properties": {"kind": {"type": "string"}},
+}
+
+
+def _enum(values: type[State] | type[Trigger] | type[Guard], *, null: bool = False) -> Any:
+    names: list[str | None] = [member.value for member in values]
+    return {"enum": [*names, None] if null else names}
+
+
+def _record(**properties: object) -> dict[str, Any]:
+    """An object with exactly these fields, all required."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+#: The JSON Schema (Draft 2020-12) of a version 2 run file.
+SCHEMA: Final = _record(
+    format={"const": FORMAT},
+    version={"const": VERSION},
+    status=_enum(State),
+    output=_STR_OR_NULL,
+    reason=_STR_OR_NULL,
+    error=_STR_OR_NULL,
+    steps=_COUNT,
+    calls=_COUNT,
+    budget=_record(max_steps=_COUNT, max_calls=_COUNT),
+    transcript={"type": "array", "items": _MESSAGE},
+    events={
+        "type": "array",
+        "minItems": 1,
+        "items": _record(
+            source=_enum(State),
+            dest=_enum(State),
+            trigger=_enum(Trigger),
+            guard=_enum(Guard, null=True),
+            steps=_COUNT,
+            calls=_COUNT,
+            call_id=_STR_OR_NULL,
+            tool=_STR_OR_NULL,
+            result_status=_STR_OR_NULL,
+            reason=_STR_OR_NULL,
+            error=_STR_OR_NULL,
+            exception={
+                "description": 'null or {"type": str, "message": str}',
+                "oneOf": [
+                    {"type": "null"},
+                    _record(type={"type": "string"}, message={"type": "string"}),
+                ],
+            },
+            appended={"type": "array", "items": _MESSAGE},
+        ),
+    },
+    rejected={
+        "description": 'null, {"json": the reply} or {"repr": str, "problem": str}',
+        "oneOf": [
+            {"type": "null"},
+            _record(json={}),
+            _record(repr={"type": "string"}, problem={"type": "string"}),
+        ],
+    },
+)
+
+_VALIDATOR: Final = jsonschema_rs.Draft202012Validator(SCHEMA)
+
+
+# -- saving --------------------------------------------------------------------
+
+
+def run_to_json(result: RunResult) -> str:
+    """``result`` as run file text (indented JSON); ``run_from_json`` reads it back."""
+    return _dumps(_document(result), orjson.OPT_INDENT_2).decode()
+
+
+def save_run(result: RunResult, path: str | os.PathLike[str]) -> None:
+    """Write ``result`` to ``path`` as a run file."""
+    Path(path).write_text(run_to_json(result) + "\n", encoding="utf-8")
+
+
+def _document(result: RunResult) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "status": result.status.value,
+        "output": result.output,
+        "reason": result.reason,
+        "error": result.error,
+        "steps": result.steps,
+        "calls": result.calls,
+        "budget": {"max_steps": result.budget.max_steps, "max_calls": result.budget.max_calls},
+        "transcript": orjson.Fragment(result.transcript_json),
+        "events": [_event(event) for event in result.events],
+        "rejected": rejected_record(result.rejected_value),
+    }
+
+
+def _event(event: Transition) -> dict[str, Any]:
+    return {
+        "source": event.source.value,
+        "dest": event.dest.value,
+        "trigger": event.trigger.value,
+        "guard": event.guard.value if event.guard else None,
+        "steps": event.steps,
+        "calls": event.calls,
+        "call_id": event.call_id,
+        "tool": event.tool,
+        "result_status": event.result_status,
+        "reason": event.reason,
+        "error": event.error,
+        "exception": None if event.exception is None else exception_content(event.exception),
+        "appended": [orjson.Fragment(message) for message in event.appended_json],
+    }
+
+
+def rejected_record(value: object) -> dict[str, Any] | None:
+    """A rejected reply as the run file keeps it: ``{"json": ...}``, ``{"repr", "problem"}``."""
+    if value is None:
+        return None
+    if isinstance(value, NotJSON):
+        return {"repr": value.text, "problem": value.problem}
+    return {"json": value}  # the engine keeps only its own decoded copy of a JSON reply
+
+
+def _dumps(value: object, option: int = 0) -> bytes:
+    """``orjson.dumps`` past its depth limit: what it cannot reach goes in as fragments.
+
+    A run holds messages as deep as orjson writes them, and the document puts
+    them a few levels further down (``$.events[i].appended[j]``).
+    """
+    try:
+        return orjson.dumps(value, option=option)
+    except orjson.JSONEncodeError:
+        if isinstance(value, dict):
+            value = {key: orjson.Fragment(_dumps(item)) for key, item in value.items()}
+        elif isinstance(value, list):
+            value = [orjson.Fragment(_dumps(item)) for item in value]
+        else:
+            raise
+        return orjson.dumps(value, option=option)
+
+
+# -- loading -------------------------------------------------------------------
+
+# Short reprs for messages, safe on any nesting.
+_REPR: Final = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 100, 100
+
+
+def load_run(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> RunResult:
+    """Read a run file; ``OSError`` if unreadable, ``RunFileError`` if invalid or too big.
+
+    A file larger than ``max_bytes`` is refused before it is parsed (also a
+    device or pipe that never ends: at most ``max_bytes + 1`` bytes are read).
+    """
+    with open(path, "rb") as file:
+        data = file.read(max_bytes + 1)
+    return run_from_json(data, source=str(path), max_bytes=max_bytes)
+
+
+def run_from_json(
+    text: str | bytes, *, source: str = "run file", max_bytes: int = MAX_BYTES
+) -> RunResult:
+    """A result from run file text; raises ``RunFileError`` naming the first problem."""
+    if len(text) > max_bytes:
+        raise RunFileError(
+            source,
+            f"a run file of at most {max_bytes} bytes (raise the limit with max_bytes=, "
+            "or --max-size on the command line)",
+            f"more than {max_bytes} bytes",
+        )
+    try:
+        document = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise RunFileError(source, "a JSON document", f"invalid JSON ({exc})") from None
+    _check_header(document, source)
+    _check_unique_fields(text, source)
+    error = next(iter(_VALIDATOR.iter_errors(document)), None)
+    if error is not None:
+        raise RunFileError(f"{source}: {_json_path(error.instance_path)}", *_explain(error))
+    try:
+        result = _build(document)
+        _check_story(result, source)
+    except Mismatch as found:
+        raise RunFileError(f"{source}: {found.where}", found.expected, found.found) from None
+    return result
+
+
+def _check_header(document: object, source: str) -> None:
+    """Say "not a run file" or "unknown version" before any field-level complaint."""
+    if type(document) is not dict:
+        raise RunFileError(source, "a JSON object (a run file)", _found(document))
+    if document.get("format") != FORMAT:
+        found = _found(document["format"]) if "format" in document else "no format field"
+        raise RunFileError(f"{source}: $.format", f"format {FORMAT!r}", found)
+    version = document.get("version")
+    if type(version) is not int or version != VERSION:
+        raise RunFileError(
+            f"{source}: $.version",
+            f"version {VERSION} (the only one this agentloop reads)",
+            _found(version) if "version" in document else "no version field",
+        )
+
+
+def _check_unique_fields(text: str | bytes, source: str) -> None:
+    """Refuse a field given twice in one object: which one counts is up to the parser."""
+
+    def unique(pairs: list[tuple[str, object]]) -> None:
+        names: set[str] = set()
+        for name, _ in pairs:
+            if name in names:
+                raise RunFileError(source, "each field once in an object", f"{name!r} twice")
+            names.add(name)
+
+    # orjson keeps the last of duplicates silently; the standard parser can tell.
+    try:
+        json.loads(text, object_pairs_hook=unique)
+    except RecursionError:
+        raise RunFileError(source, "JSON nested less deeply", "deeper nesting") from None
+
+
+def _json_path(parts: list[str | int]) -> str:
+    return "$" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in parts)
+
+
+def _explain(error: jsonschema_rs.ValidationError) -> tuple[str, str]:
+    """(expected, found) for a schema error, in the words of this format."""
+    kind, value = error.kind, error.instance
+    name = kind.name
+    if name == "required":
+        return f"the field {kind.property!r}", "an object without it"
+    if name == "additionalProperties":
+        return "only the fields of this format", f"an extra field {kind.unexpected[0]!r}"
+    if name == "type":
+        return " or ".join(kind.types), _found(value)
+    if name == "enum":
+        return f"one of {', '.join(repr(v) for v in kind.options)}", _found(value)
+    if name == "const":
+        return repr(kind.expected_value), _found(value)
+    if name in ("minimum", "maximum"):
+        return f"a count from 0 to 2**63 - 1", _found(value)
+    if name == "minItems":
+        return f"at least {kind.limit} item", "an empty list"
+    if name == "oneOf":
+        return _ONE_OF[error.instance_path[-1]], _found(value)
+    return error.message, _found(value)  # pragma: no cover - the schema uses no other
+
+
+_ONE_OF: Final = {
+    "exception": 'null or {"type": str, "message": str}',
+    "rejected": 'null, {"json": the reply} or {"repr": str, "problem": str}',
+}
+
+
+def _found(value: object) -> str:
+    """A value as "<JSON type> <short repr>", for messages."""
+    if value is None:
+        return "null"
+    kinds: tuple[tuple[type, str], ...] = (
+        (bool, "boolean"),
+        (int, "integer"),
+        (float, "number"),
+        (str, "string"),
+        (dict, "object"),
+        (list, "array"),
+    )
+    kind = next((name for cls, name in kinds if isinstance(value, cls)), type(value).__name__)
+    return f"{kind} {_shown(value)}"
+
+
+def _shown(value: object) -> str:
+    """A short repr (``null`` for None), safe on any nesting."""
+    shown = "null" if value is None else _REPR.repr(value)
+    return f"{shown[:100]}{'...' if len(shown) > 100 else ''}"
+
+
+def _build(document: dict[str, Any]) -> RunResult:
+    """The result, from a document whose shape has been checked."""
+    rejected = document["rejected"]
+    try:
+        budget = Budget(**document["budget"])
+    except (TypeError, ValueError) as exc:
+        raise Mismatch("$.budget", "a budget of two int counts", str(exc)) from None
+    return RunResult(
+        status=State(document["status"]),
+        output=document["output"],
+        steps=document["steps"],
+        calls=document["calls"],
+        budget=budget,
+        reason=document["reason"],
+        error=document["error"],
+        events=tuple(_load_event(event) for event in document["events"]),
+        transcript_json=_dumps(document["transcript"]),
+        rejected_value=(
+            None
+            if rejected is None
+            else NotJSON(rejected["repr"], rejected["problem"])
+            if "repr" in rejected
+            else rejected["json"]
+        ),
+    )
+
+
+def _load_event(event: dict[str, Any]) -> Transition:
+    exception = event["exception"]
+    return Transition(
+        State(event["source"]),
+        State(event["dest"]),
+        Trigger(event["trigger"]),
+        Guard(event["guard"]) if event["guard"] else None,
+        event["steps"],
+        event["calls"],
+        event["call_id"],
+        event["tool"],
+        event["result_status"],
+        event["reason"],
+        event["error"],
+        RecordedException(exception["type"], exception["message"]) if exception else None,
+        tuple(_dumps(message) for message in event["appended"]),
+    )
+
+
+# -- the story: replayed through the engine ---------------------------------------
+
+
+def _check_story(result: RunResult, source: str) -> None:
+    """Replaying the run must give the document: each event, then the outcome."""
+    appended = sum(len(event.appended_json) for event in result.events)
+    transcript = orjson.loads(result.transcript_json)
+    if appended > len(transcript):
+        raise _transcript_mismatch(appended, len(transcript))
+    try:
+        engine = replay(result, len(transcript) - appended, _compare_events)
+    except (TypeError, ValueError) as exc:  # the input part is not one a run accepts
+        raise Mismatch(
+            "$.transcript", "input messages a run accepts, then what was appended", str(exc)
+        ) from None
+    replayed = engine.result()
+    if replayed.transcript_json != result.transcript_json:
+        raise _transcript_mismatch(appended, len(transcript))
+    want, got = _document(replayed), _document(result)
+    del want["events"], got["events"]  # compared one by one during the replay
+    _compare(want, got, "$")
+
+
+def _transcript_mismatch(appended: int, length: int) -> Mismatch:
+    return Mismatch(
+        "$.transcript",
+        f"the input followed by the {appended} messages the events appended",
+        f"a transcript of {length} messages that does not end with them",
+    )
+
+
+def _compare_events(made: Transition, saved: Transition, where: str) -> None:
+    _compare(_event(made), _event(saved), where)
+
+
+def _compare(want: dict[str, Any], got: dict[str, Any], where: str) -> None:
+    """Raise at the first field of ``got`` that differs from ``want``, compared as JSON text.
+
+    As text, ``1``, ``1.0`` and ``true`` differ (Python's ``==`` would take them as equal).
+    """
+    if _dumps(want) == _dumps(got):
+        return
+    for name, value in want.items():
+        if _dumps(value) != _dumps(got[name]):
+            shown = orjson.loads(_dumps(value)) if isinstance(value, orjson.Fragment) else value
+            found = got[name]
+            found = orjson.loads(_dumps(found)) if isinstance(found, orjson.Fragment) else found
+            raise Mismatch(
+                f"{where}.{name}", f"{_shown(shown)}, as replaying the run gives", _found(found)
+            )

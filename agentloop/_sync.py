@@ -1,0 +1,90 @@
+"""``Run``, the synchronous driver: a short loop over the engine's protocol.
+
+It is one of the places that call the model and the tools. Each ``step()``
+asks the engine what it needs, does it, reports what happened, and returns
+the one transition that followed. A ``BaseException`` that is not an
+``Exception`` (``KeyboardInterrupt``) anywhere in a step ends the run
+``cancelled`` before it propagates.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentloop._callbacks import is_async
+from agentloop._core._values import AskModel, RunTool
+from agentloop._run import RunView
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any
+
+    from agentloop._callbacks import Listener, Model
+    from agentloop._core._engine import Engine
+    from agentloop._core._values import Transition
+
+__all__ = ["Run"]
+
+
+class Run(RunView):
+    """One run, driven one transition at a time by ``step()``."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        model: Model,
+        dispatch: Callable[[dict[str, Any]], object],
+        listeners: tuple[Listener, ...] = (),
+    ) -> None:
+        super().__init__(engine)
+        self._model = model
+        self._dispatch = dispatch
+        self._listeners: list[Listener] = []
+        for listener in listeners:
+            self.subscribe(listener)
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener(transition)`` after every transition from now on."""
+        if not callable(listener) or is_async(listener):
+            raise TypeError(
+                f"expected a plain function as a listener of a synchronous run, got "
+                f"{type(listener).__name__}; async listeners need loop.astart() or loop.arun()"
+            )
+        self._listeners.append(listener)
+
+    def __iter__(self) -> Iterator[Transition]:
+        """Step until done, yielding each transition."""
+        while not self.done:
+            yield self.step()
+
+    def step(self) -> Transition:
+        """Perform exactly one transition and return it."""
+        engine = self._engine
+        self._enter()
+        try:
+            need = engine.next()
+            if type(need) is AskModel:
+                try:
+                    reply = self._model(need.history)
+                except Exception as exc:  # noqa: BLE001 - the engine says what it means
+                    transition = engine.raised(exc)
+                else:
+                    transition = engine.replied(reply)
+            elif type(need) is RunTool:
+                try:
+                    outcome = self._dispatch(need.call)
+                except Exception as exc:  # noqa: BLE001 - the engine says what it means
+                    transition = engine.raised(exc)
+                else:
+                    transition = engine.returned(outcome)
+            else:
+                transition = need
+            for listener in self._listeners:
+                listener(transition)
+            return transition
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                engine.interrupted(exc)  # KeyboardInterrupt and the like end the run
+            raise
+        finally:
+            self._busy.release()
