@@ -2,22 +2,39 @@
 
 from __future__ import annotations
 
-import agentloop
-
 import os
 import re
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentloop import Loop, RunResult, State, Trigger
+import agentloop
+from agentloop import (
+    CancelToken,
+    Loop,
+    RunResult,
+    State,
+    SVGUnavailableError,
+    Trigger,
+    to_dot,
+    to_mermaid,
+    to_svg,
+)
 from agentloop._demo import demo_loop
-from agentloop import SVGUnavailableError, to_dot, to_mermaid, to_svg
-from agentloop._review._diagram import edges, taken
+from agentloop._review._diagram import (
+    edges,
+    path_dot,
+    path_svg,
+    taken,
+    untaken,
+    visited,
+)
 
-from .helpers import Script
+from .helpers import Script, call
 from .test_runfile import REPLIES, random_run
 
 
@@ -62,8 +79,16 @@ def test_trace_counts_exactly_the_events(
     )
     # Every row taken is labelled with its count in both formats; no other row is.
     mermaid, dot = to_mermaid(result), to_dot(result)
-    assert len(re.findall(r" \(\d+x\)$", mermaid, re.MULTILINE)) == sum(map(bool, counts.values()))
+    assert len(re.findall(r" \(\d+x\)(?:<br>|$)", mermaid, re.MULTILINE)) == sum(
+        map(bool, counts.values())
+    )
     assert dot.count('penwidth="2.5"') == sum(map(bool, counts.values()))
+    # The report's path diagram: the same counts, on the states the run was in.
+    path = path_dot(result)
+    labels = re.findall(r'label="([^"\\]+) \((\d+)x\)', path)
+    assert sorted((name, int(n)) for name, n in labels) == sorted(
+        (row.trigger.value, count) for row, count in counts.items() if count
+    )
 
 
 def test_untraced_diagrams_have_no_marks() -> None:
@@ -76,34 +101,47 @@ def test_untraced_diagrams_have_no_marks() -> None:
 
 
 def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
-    """Visited states get the visited class, taken edges their count, others stay plain."""
+    """Visited states get the visited class, taken rows their count, others stay plain."""
     mermaid = to_mermaid(demo)
 
     assert mermaid.startswith(
         '---\ntitle: "agentloop run: finished (steps 3/5, calls 2/2)"\n---\nstateDiagram-v2\n'
     )
     assert "    awaiting_model --> validating: model_replied (3x)\n" in mermaid
-    assert "    awaiting_model --> awaiting_model: ask_model / count_step (3x)\n" in mermaid
-    assert "    validating --> dispatching: validate / reserve_call (2x)\n" in mermaid
+    assert "    awaiting_model --> awaiting_model: ask_model (3x)\n" in mermaid
+    assert "    validating --> dispatching: validate (2x)\n" in mermaid
     assert "    dispatching --> dispatching: start_tool (2x)\n" in mermaid
-    assert (
-        "    dispatching --> awaiting_model: tool_returned / append_call_and_result (2x)\n"
-        in mermaid
-    )
-    assert "    validating --> finished: validate [reply_is_final] / append_final (1x)\n" in mermaid
-    assert "    awaiting_model --> failed: model_raised / note_model_error\n" in mermaid
+    assert "    dispatching --> awaiting_model: tool_returned (2x)\n" in mermaid
+    assert "    validating --> finished: validate [reply_is_final] (1x)\n" in mermaid
+    assert "    awaiting_model --> failed: model_raised\n" in mermaid
     assert "    class awaiting_model, validating, dispatching, finished visited\n" in mermaid
     assert "    class cancelled, exhausted, repeated_call, malformed, failed unvisited\n" in mermaid
     assert not any(line != line.rstrip() for line in mermaid.splitlines())
 
 
 def test_mermaid_keeps_every_plain_line(demo: RunResult) -> None:
-    """The traced Mermaid is the plain one with counts appended and classes added."""
+    """The traced Mermaid is the plain one with counts added and classes appended."""
     plain = to_mermaid().splitlines()[4:]
-    traced = [re.sub(r" \(\d+x\)$", "", line) for line in to_mermaid(demo).splitlines()[4:]]
+    traced = [re.sub(r" \(\d+x\)", "", line) for line in to_mermaid(demo).splitlines()[4:]]
 
     assert traced[: len(plain)] == plain
     assert all(line.startswith(("    classDef ", "    class ")) for line in traced[len(plain) :])
+
+
+def test_mermaid_counts_each_row_of_a_shared_arrow() -> None:
+    """Rows between the same two states share an arrow; the count follows the row taken."""
+    token = CancelToken()
+
+    def model(history: list[dict[str, object]]) -> dict[str, object]:
+        token.cancel()  # while the model works: model_replied [cancel_requested]
+        return {"kind": "final", "text": "late"}
+
+    mermaid = to_mermaid(Loop(model).run("go", cancel=token))
+    assert (
+        "    awaiting_model --> cancelled: ask_model [cancel_requested]"
+        "<br>model_replied [cancel_requested] (1x)<br>model_raised [cancel_requested]"
+        "<br>model_interrupted<br>interrupted\n"
+    ) in mermaid
 
 
 def test_dot_draws_the_path_bold_and_the_rest_faint(demo: RunResult) -> None:
@@ -138,10 +176,85 @@ def test_a_failed_run_marks_its_own_path() -> None:
     result = Loop(Script([ValueError("no")])).run("go")
     mermaid = to_mermaid(result)
 
-    assert "    awaiting_model --> failed: model_raised / note_model_error (1x)\n" in mermaid
-    assert "    awaiting_model --> awaiting_model: ask_model / count_step (1x)\n" in mermaid
+    assert "    awaiting_model --> failed: model_raised (1x)\n" in mermaid
+    assert "    awaiting_model --> awaiting_model: ask_model (1x)\n" in mermaid
     assert "    class awaiting_model, failed visited\n" in mermaid
     assert "validating" in mermaid.splitlines()[-1]  # among the unvisited
+
+
+# -- the report's path diagram -------------------------------------------------------
+
+
+def test_path_diagram_draws_only_where_the_run_was(demo: RunResult) -> None:
+    """Only visited states are nodes; the rows taken are bold and counted, guard below."""
+    dot = path_dot(demo)
+    nodes = set(re.findall(r'^    "(\w+)" \[label="\1"', dot, re.MULTILINE))
+
+    assert nodes == {state.value for state in visited(demo)}
+    assert '"finished" [label="finished", peripheries="2"];' in dot  # a terminal state
+    assert (
+        '    "validating" -> "finished" [label="validate (1x)\\n[reply_is_final]", penwidth="2"];\n'
+    ) in dot
+    assert '    "awaiting_model" -> "validating" [label="model_replied (3x)", penwidth="2"];' in dot
+    assert 'label="", width="0.12"' in dot  # the start point
+    assert 'rankdir="TB"' in dot  # tall, not wide: it sits in a page column
+
+
+def test_path_diagram_lists_where_else_each_state_leads(demo: RunResult) -> None:
+    """Untaken rows are faint: to visited states as arrows, to the others as one list each."""
+    dot = path_dot(demo)
+    lists = dict(re.findall(r'^    "(\w+) elsewhere" \[.*label="([^"]*)"', dot, re.MULTILINE))
+
+    assert lists == {
+        "awaiting_model": "cancelled\\nexhausted\\nfailed",
+        "validating": "malformed\\nrepeated_call\\nexhausted\\ncancelled",
+        "dispatching": "cancelled",
+    }
+    # Each list is what the table allows and the run did not do, from a visited state.
+    for source, names in lists.items():
+        expected = {
+            (row.dest or row.source).value
+            for row, count in taken(demo).items()
+            if row.source.value == source and not count
+        }
+        assert set(names.split("\\n")) == expected - {s.value for s in visited(demo)}
+
+
+def test_path_diagram_draws_untaken_rows_between_visited_states_faint() -> None:
+    """Cancelled at validation: awaiting_model -> cancelled was possible, and is a faint arrow."""
+    result = random_run([call("c1", a=1, b=2)], max_steps=3, max_calls=3, cancel_after=1)
+    assert [event.trigger for event in result.events] == [Trigger.MODEL_REPLIED, Trigger.VALIDATE]
+    dot = path_dot(result)
+
+    assert '    "awaiting_model" -> "cancelled" [color="#cbd5e1", arrowsize="0.5"];\n' in dot
+    assert '    "validating" -> "cancelled" [label="validate (1x)\\n[cancel_requested]"' in dot
+    assert "cancelled\\n" not in dot  # a visited state is a node, never in a list
+
+
+def test_untaken_groups_the_rows_a_run_skipped(demo: RunResult) -> None:
+    """untaken() maps each pair of states to the rows between them the run did not take."""
+    pairs = untaken(demo)
+
+    assert sum(map(len, pairs.values())) == sum(not count for count in taken(demo).values())
+    assert [row.trigger for row in pairs[State.AWAITING_MODEL, State.CANCELLED]] == [
+        Trigger.ASK_MODEL,
+        Trigger.MODEL_REPLIED,
+        Trigger.MODEL_RAISED,
+        Trigger.MODEL_INTERRUPTED,
+        Trigger.INTERRUPTED,
+    ]
+    assert (State.AWAITING_MODEL, State.VALIDATING) not in pairs  # taken 3 times
+
+
+@pytest.mark.usefixtures("renderer")
+def test_path_svg_renders_it(demo: RunResult) -> None:
+    """path_svg is path_dot drawn by Graphviz: visited states and counted rows."""
+    svg = path_svg(demo)
+
+    for state in visited(demo):
+        assert f">{state.value}</text>" in svg
+    assert ">failed</text>" in svg  # in awaiting_model's list
+    assert ">model_replied (3x)</text>" in svg
 
 
 def test_a_saved_run_draws_the_same_trace(demo: RunResult) -> None:
@@ -164,7 +277,7 @@ def _has_pygraphviz() -> bool:
 def renderer() -> None:
     """Skip when pygraphviz is genuinely absent, except in CI, which installs it."""
     if not _has_pygraphviz():
-        message = "pygraphviz is not installed (pip install 'agentloop[svg]'; make install does)"
+        message = "pygraphviz is not installed (pip install 'agentloop-fsm[svg]'; make does)"
         if os.environ.get("CI"):
             pytest.fail(f"CI must render SVG: {message}")
         pytest.skip(message)
@@ -195,8 +308,67 @@ def test_svg_renders_the_plain_machine() -> None:
 
 def test_missing_renderer_says_what_to_install(no_pygraphviz: None) -> None:
     """Without pygraphviz, to_svg raises SVGUnavailableError naming the extra to install."""
-    with pytest.raises(SVGUnavailableError, match=r"pip install 'agentloop\[svg\]'") as caught:
+    with pytest.raises(SVGUnavailableError, match=r"pip install 'agentloop-fsm\[svg\]'") as caught:
         to_svg()
 
     assert isinstance(caught.value, RuntimeError)
     assert isinstance(caught.value.__cause__, ModuleNotFoundError)
+
+
+# -- rendering writes nothing to stderr ----------------------------------------------------
+
+
+@pytest.mark.usefixtures("renderer")
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import agentloop; agentloop.to_svg()",
+        "from agentloop._review._diagram import path_svg; from agentloop._demo import demo_loop; "
+        "path_svg(demo_loop().run('go'))",
+        "import agentloop; from agentloop._demo import demo_loop; "
+        "agentloop.report_html(demo_loop().run('go'), svg=True)",
+    ],
+    ids=["to_svg", "path_svg", "report"],
+)
+def test_the_first_render_in_a_process_is_silent(code: str) -> None:
+    """Graphviz's bundled fontconfig warns on its first render (Debian 12); none of it shows."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+
+
+@pytest.mark.usefixtures("renderer")
+def test_rendering_writes_nothing_to_stderr(
+    demo: RunResult, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """In this process too: an SVG render leaves file descriptor 2 untouched."""
+    to_svg(demo)
+    path_svg(demo)
+
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.usefixtures("renderer")
+def test_only_fontconfig_warnings_are_dropped(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Whatever else the render writes to stderr is passed on, in order, after it."""
+    import pygraphviz
+
+    real_draw = pygraphviz.AGraph.draw
+
+    def noisy_draw(self: object, *args: object, **kwargs: object) -> object:
+        os.write(2, b'Fontconfig warning: "/etc/fonts/x.conf", line 6: unknown element "a"\n')
+        os.write(2, b"Error: something Graphviz wants you to see\n")
+        os.write(2, b"Fontconfig warning: another\nand a last line\n")
+        return real_draw(self, *args, **kwargs)
+
+    monkeypatch.setattr(pygraphviz.AGraph, "draw", noisy_draw)
+    svg = to_svg()
+
+    assert "<svg" in svg
+    assert capfd.readouterr().err == (
+        "Error: something Graphviz wants you to see\nand a last line\n"
+    )

@@ -16,12 +16,22 @@ self-loop once per tool outcome.
 Mermaid's state diagrams can style states (``classDef``/``class``) but not
 transitions (``linkStyle`` is for flowcharts), so there the count in the
 label is the only mark on an edge; DOT also draws taken edges bold and the
-others faint.
+others faint. ``path_dot`` is the compact drawing of one run the report
+shows: only the states it was in, the rows it took, and where else it could
+have gone.
+
+Every render goes through ``_render``, which keeps the warnings of the
+fontconfig bundled in pygraphviz's wheels off stderr.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import sys
+import tempfile
+import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +39,21 @@ from agentloop._core._table import ANSWERS, ROWS, TERMINAL, Row, State
 from agentloop._errors import SVGUnavailableError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from agentloop._core._values import RunResult
 
-__all__ = ["edges", "taken", "to_dot", "to_mermaid", "to_svg", "visited"]
+__all__ = [
+    "edges",
+    "path_dot",
+    "path_svg",
+    "taken",
+    "to_dot",
+    "to_mermaid",
+    "to_svg",
+    "untaken",
+    "visited",
+]
 
 # Colours for a traced diagram: the path in blue, everything else faint grey.
 _PATH, _PATH_FILL, _FAINT, _FAINT_TEXT = "#1d4ed8", "#dbeafe", "#cbd5e1", "#94a3b8"
@@ -72,16 +94,29 @@ def _counted(label: str, count: int) -> str:
     return f"{label} ({count}x)" if count else label
 
 
+def _trigger_guard(row: Row) -> str:
+    return row.trigger.value + (f" [{row.guard.value}]" if row.guard else "")
+
+
 def to_mermaid(run: RunResult | None = None) -> str:
-    """A Mermaid ``stateDiagram-v2`` of the machine, with ``run``'s path marked if given."""
+    """A Mermaid ``stateDiagram-v2`` of the machine, with ``run``'s path marked if given.
+
+    Laid out left to right, with one arrow per pair of states: the rows
+    between them are its label, one ``trigger [guard]`` a line in table order
+    (effects are left out: Mermaid's layout puts long labels over each other;
+    DOT shows them).
+    """
     counts = taken(run) if run is not None else {}
     # The run's title has a colon in it, so it is quoted for the YAML front matter.
     title = f'"{_title(run)}"' if run is not None else "agentloop"
-    lines = ["---", f"title: {title}", "---", "stateDiagram-v2"]
+    lines = ["---", f"title: {title}", "---", "stateDiagram-v2", "    direction LR"]
     lines.append(f"    [*] --> {State.AWAITING_MODEL.value}")
+    pairs: dict[tuple[State, State], list[str]] = {}
     for edge in edges():
-        label = _counted(edge.label, counts.get(edge, 0))
-        lines.append(f"    {edge.source.value} --> {(edge.dest or edge.source).value}: {label}")
+        label = _counted(_trigger_guard(edge), counts.get(edge, 0))
+        pairs.setdefault((edge.source, edge.dest or edge.source), []).append(label)
+    for (source, dest), labels in pairs.items():
+        lines.append(f"    {source.value} --> {dest.value}: {'<br>'.join(labels)}")
     lines.extend(f"    {state.value} --> [*]" for state in State if state in TERMINAL)
     if run is not None:
         seen = visited(run)
@@ -138,20 +173,135 @@ def to_dot(run: RunResult | None = None, *, rankdir: str = "TB") -> str:
     return "\n".join(lines) + "\n"
 
 
+def untaken(result: RunResult) -> dict[tuple[State, State], list[Row]]:
+    """The rows ``result`` never took, by the pair of states each would have joined."""
+    pairs: dict[tuple[State, State], list[Row]] = {}
+    for row, count in taken(result).items():
+        if not count:
+            pairs.setdefault((row.source, row.dest or row.source), []).append(row)
+    return pairs
+
+
+def path_dot(result: RunResult) -> str:
+    """A compact DOT digraph of ``result``'s path, for a page column (the report's).
+
+    Only the states the run was in are drawn, top to bottom, so that it is tall
+    rather than wide. The rows it took are bold, labelled ``trigger [guard]
+    (Nx)`` (effects left out: the full diagram has them). The rows it did not
+    take are faint and unlabelled: one arrow per pair of visited states, and,
+    beside each state, one arrow to the list of the states it could also have
+    gone to. Rows out of states the run was never in are left out.
+    """
+    seen = visited(result)
+    lines = [
+        "digraph agentloop {",
+        '    rankdir="TB"; nodesep="0.2"; ranksep="0.35";',
+        f'    node [shape="box", style="rounded,filled,bold", fillcolor="{_PATH_FILL}", '
+        f'color="{_PATH}", fontname="Helvetica,Arial,sans-serif", fontsize="13", height="0.35"];',
+        f'    edge [color="{_PATH}", fontcolor="{_PATH}", fontname="Helvetica,Arial,sans-serif", '
+        'fontsize="11", arrowsize="0.7"];',
+        f'    "__start__" [shape="point", label="", width="0.12", color="{_PATH}"];',
+    ]
+    for state in State:
+        if state in seen:
+            double = ', peripheries="2"' if state in TERMINAL else ""
+            lines.append(f'    "{state.value}" [label="{state.value}"{double}];')
+    lines.append(f'    "__start__" -> "{State.AWAITING_MODEL.value}";')
+    for row, count in taken(result).items():
+        if count:
+            # A guard on a line of its own keeps the label, and so the diagram, narrow.
+            guard = f"\\n[{row.guard.value}]" if row.guard else ""
+            dest = row.dest or row.source
+            lines.append(
+                f'    "{row.source.value}" -> "{dest.value}" '
+                f'[label="{row.trigger.value} ({count}x){guard}", penwidth="2"];'
+            )
+    faint = f'color="{_FAINT}", arrowsize="0.5"'
+    elsewhere: dict[State, list[State]] = {}
+    for source, dest in untaken(result):
+        if source not in seen:
+            continue
+        if dest in seen:
+            lines.append(f'    "{source.value}" -> "{dest.value}" [{faint}];')
+        elif dest not in elsewhere.setdefault(source, []):
+            elsewhere[source].append(dest)
+    for source, dests in elsewhere.items():
+        names = "\\n".join(dest.value for dest in dests)
+        lines.append(
+            f'    "{source.value} elsewhere" [shape="none", style="", label="{names}", '
+            f'fontsize="10", fontcolor="{_FAINT_TEXT}", height="0"];'
+        )
+        lines.append(
+            f'    "{source.value}" -> "{source.value} elsewhere" [{faint}, style="dashed"];'
+        )
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def path_svg(result: RunResult) -> str:
+    """``path_dot`` rendered to SVG (the ``svg`` extra); ``SVGUnavailableError`` without it."""
+    return _render(path_dot(result))
+
+
 def to_svg(run: RunResult | None = None, *, rankdir: str = "TB") -> str:
     """The DOT diagram rendered to SVG in-process by Graphviz (the ``svg`` extra).
 
     Raises ``SVGUnavailableError`` when ``pygraphviz`` is not installed.
     """
+    return _render(to_dot(run, rankdir=rankdir))
+
+
+def _render(dot: str) -> str:
     try:
         # Imported by name: pygraphviz ships no type hints, and it is optional.
         pygraphviz: Any = importlib.import_module("pygraphviz")
     except ImportError as exc:
         raise SVGUnavailableError(
             "rendering SVG needs pygraphviz (its wheels bundle Graphviz): "
-            "pip install 'agentloop[svg]'; or render the DOT text with Graphviz's "
+            "pip install 'agentloop-fsm[svg]'; or render the DOT text with Graphviz's "
             "`dot -Tsvg`, or use --format mermaid"
         ) from exc
-    graph = pygraphviz.AGraph(string=to_dot(run, rankdir=rankdir))
-    svg: bytes = graph.draw(format="svg", prog="dot")
+    with _RENDERING, _fontconfig_warnings_dropped():
+        svg: bytes = pygraphviz.AGraph(string=dot).draw(format="svg", prog="dot")
     return svg.decode()
+
+
+# Graphviz is not thread-safe, and the stderr redirection below is process-wide.
+_RENDERING = threading.Lock()
+
+
+@contextlib.contextmanager
+def _fontconfig_warnings_dropped() -> Iterator[None]:
+    """Drop the ``Fontconfig warning:`` lines the render writes to stderr; keep the rest.
+
+    pygraphviz's wheels bundle fontconfig 2.13, which reads the system's font
+    configuration when the first render starts and warns, on the C-level
+    stderr, about every element a newer system uses (Debian 12:
+    ``unknown element "reset-dirs"``). Nothing in them concerns agentloop's
+    caller, and no setting avoids them: 2.13 also reads the system's
+    ``conf.avail`` folder, whatever ``FONTCONFIG_FILE`` says. So file
+    descriptor 2 points at a temporary file while Graphviz runs, and what was
+    written there is passed on afterwards, less those lines.
+    """
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no stderr to guard
+        yield
+        return
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [
+                line
+                for line in caught.read().splitlines(keepends=True)
+                if not line.startswith(b"Fontconfig warning: ")
+            ]
+            if kept:
+                with open(2, "wb", closefd=False) as stderr:
+                    stderr.write(b"".join(kept))
