@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import agentloop
-
 import os
 import re
 import shutil
@@ -12,16 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agentloop import Loop, NotJSON, RunResult
+import agentloop
+from agentloop import Loop, NotJSON, RunResult, SVGUnavailableError, to_mermaid
 from agentloop._demo import demo_loop
-from agentloop import SVGUnavailableError, to_mermaid
-from agentloop._review._report import describe, report_html
+from agentloop._review._diagram import visited
+from agentloop._review._report import HEADERS, describe, report_html
 
 from .helpers import Script, call, final
 from .test_trace import renderer  # noqa: F401 - a fixture
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
     from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, Request
@@ -331,7 +330,7 @@ def test_unprintable_rejected_reply_does_not_break_the_report() -> None:
     result = Loop(Script([{"kind": "final", "text": Broken()}])).run("go")
     page = report_html(result, svg=False)
 
-    assert "&lt;unprintable: RuntimeError&gt;" in page
+    assert "&lt;dict object with a broken __repr__&gt;" in page
 
 
 def test_an_interrupted_call_is_not_said_to_be_outside_the_transcript() -> None:
@@ -350,3 +349,134 @@ def test_an_interrupted_call_is_not_said_to_be_outside_the_transcript() -> None:
 
     assert "never entered the transcript" not in page
     assert "result of halt · id c1 · cancelled" in page
+
+
+# -- layout: everything fits its column, on a desktop and on a phone ---------------------
+
+# Every element of the page that lies outside the body's content box (the column),
+# and whether the page scrolls sideways.
+OUTSIDE_THE_COLUMN = """() => {
+  const style = getComputedStyle(document.body);
+  const box = document.body.getBoundingClientRect();
+  const left = box.left + parseFloat(style.paddingLeft);
+  const right = box.right - parseFloat(style.paddingRight);
+  const outside = [];
+  for (const element of document.body.querySelectorAll("*")) {
+    const rect = element.getBoundingClientRect();
+    if (rect.width === 0 && rect.height === 0) continue;
+    if (rect.left < left - 0.5 || rect.right > right + 0.5) {
+      outside.push(`${element.tagName} ${Math.round(rect.left)}..${Math.round(rect.right)}`);
+    }
+    // Content wider than its own box (a long word that does not wrap) spills out too.
+    const html = element instanceof HTMLElement;
+    if (html && element.scrollWidth > element.clientWidth + 1 && element.clientWidth > 0) {
+      outside.push(`${element.tagName} holds ${element.scrollWidth} px in ${element.clientWidth}`);
+    }
+  }
+  const root = document.documentElement;
+  return {outside, scrolls: root.scrollWidth > root.clientWidth, column: right - left};
+}"""
+
+# The diagram's box, and every drawn text in it that is not wholly inside that box.
+DIAGRAM = """() => {
+  const figure = document.querySelector("#diagram").getBoundingClientRect();
+  const svg = document.querySelector("#diagram svg").getBoundingClientRect();
+  const cut = [];
+  for (const text of document.querySelectorAll("#diagram svg text")) {
+    const rect = text.getBoundingClientRect();
+    if (rect.left < figure.left || rect.right > figure.right) cut.push(text.textContent);
+  }
+  const natural = document.querySelector("#diagram svg").width.baseVal.value;
+  return {figure: figure.width, svg: svg.width, natural, cut};
+}"""
+
+# Headers whose text takes more than one line.
+BROKEN_HEADERS = """() => [...document.querySelectorAll("th")].filter(th => {
+  const range = document.createRange();
+  range.selectNodeContents(th);
+  return new Set([...range.getClientRects()].map(rect => Math.round(rect.top))).size > 1;
+}).map(th => th.textContent)"""
+
+
+def long_run() -> RunResult:
+    """A run with long unbreakable values, long names and ids, and many transitions."""
+    word = "x" * 300
+    replies: list[object] = [
+        call(f"call-{i}-{word[:40]}", name="echo", text=word) for i in range(4)
+    ]
+    model = Script([*replies, final(word)])
+    return Loop(model, tools={"echo": lambda text: text}, max_calls=4).run(word)
+
+
+def cancelled_run() -> RunResult:
+    """A run cancelled while the model worked: the cancelled state is on the path."""
+    token = agentloop.CancelToken()
+
+    def model(history: list[dict[str, Any]]) -> dict[str, Any]:
+        token.cancel()
+        return final("late")
+
+    return Loop(model).run("go", cancel=token)
+
+
+LAYOUT_RUNS: dict[str, Callable[[], RunResult]] = {
+    "demo": lambda: demo_loop().run("What's the weather in Lisbon, in Fahrenheit?"),
+    "hostile": hostile_run,
+    "long": long_run,
+    "cancelled": cancelled_run,
+    "failed": lambda: Loop(Script([ValueError("no")])).run("go"),
+}
+
+
+@pytest.mark.usefixtures("renderer")
+@pytest.mark.parametrize("width", [1400, 390], ids=["desktop", "phone"])
+@pytest.mark.parametrize("name", list(LAYOUT_RUNS))
+def test_report_fits_its_column(browser: Browser, tmp_path: Path, name: str, width: int) -> None:
+    """At 1400 and 390 px: nothing overflows the column, the diagram fits it, labels whole."""
+    result = LAYOUT_RUNS[name]()
+    path = tmp_path / "run.html"
+    path.write_text(report_html(result, svg=True), encoding="utf-8")
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.goto(path.as_uri(), wait_until="load")
+
+    layout = page.evaluate(OUTSIDE_THE_COLUMN)
+    assert layout["outside"] == []
+    assert not layout["scrolls"]
+    diagram = page.evaluate(DIAGRAM)
+    assert diagram["cut"] == []
+    assert diagram["svg"] <= diagram["figure"]
+    if diagram["natural"] <= layout["column"]:
+        assert diagram["svg"] == pytest.approx(diagram["natural"], abs=1)  # never blown up
+    else:
+        assert diagram["svg"] >= 0.5 * diagram["natural"]  # shrunk, but still legible
+    for state in visited(result):
+        assert page.locator("#diagram svg text", has_text=state.value).first.is_visible()
+    assert page.evaluate(BROKEN_HEADERS) == []
+    # Every transition's cells can be read, as a table row or as a card.
+    for cell in page.locator("td").all():
+        if cell.inner_text():
+            assert cell.is_visible()
+    page.close()
+
+
+def test_a_phone_shows_each_transition_as_a_card(browser: Browser, tmp_path: Path) -> None:
+    """At 390 px the table's rows become cards: each cell under its header's name."""
+    result = demo_loop().run("go")
+    path = tmp_path / "run.html"
+    path.write_text(report_html(result, svg=False), encoding="utf-8")
+    page = browser.new_page(viewport={"width": 390, "height": 900})
+    page.goto(path.as_uri(), wait_until="load")
+
+    assert not page.locator("thead").is_visible()
+    cards = page.locator("tbody tr")
+    assert cards.count() == len(result.events)
+    last = cards.last.locator("td")
+    displays = last.evaluate_all("cells => cells.map(c => getComputedStyle(c).display)")
+    assert displays == ["grid"] * 5 + ["none", "grid"]  # no call: that cell takes no line
+    # Each cell is labelled with its header's name (a ::before, so not in inner_text).
+    labels = last.evaluate_all(
+        "cells => cells.map(c => getComputedStyle(c, '::before').content.slice(1, -1))"
+    )
+    assert labels == list(HEADERS)
+    assert last.nth(1).inner_text() == "validating → finished"
+    page.close()

@@ -1,4 +1,8 @@
-"""Reading a run: one transition as table cells, and the run report as one HTML page.
+"""Reading a run: as lines of plain text for a terminal, and as one HTML page.
+
+The text (``run_lines``, what ``agentloop show`` and the demo print) is safe
+to send to a terminal: every piece of the run goes through ``printable``, so a
+run file cannot move the cursor, start a line of its own or reorder text.
 
 The report is self-contained: inline CSS, no scripts, no fonts, no links out,
 and a Content-Security-Policy that would refuse any load a future edit added.
@@ -10,43 +14,102 @@ from the table's own names.
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Any
+import unicodedata
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
 from agentloop._core._table import State
-from agentloop._core._values import NotJSON
 from agentloop._errors import SVGUnavailableError
-from agentloop._review._diagram import to_mermaid, to_svg
+from agentloop._review._diagram import path_svg, to_mermaid
 from agentloop._review._runfile import FORMAT, VERSION, rejected_record
 
 if TYPE_CHECKING:
     from agentloop._core._values import Budget, RunResult, Transition
 
-__all__ = ["HEADERS", "describe", "rejected_text", "report_html"]
+__all__ = [
+    "HEADERS",
+    "LIMIT",
+    "describe",
+    "input_messages",
+    "printable",
+    "rejected_text",
+    "report_html",
+    "run_lines",
+]
 
 #: Column headers for ``describe``'s cells.
 HEADERS = ("step", "from → to", "trigger [guard]", "steps", "calls", "call", "outcome")
 
+#: How many characters of a value ``describe`` and ``run_lines`` show by default.
+LIMIT: Final = 80
 
-def _short(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+# -- text for a terminal -----------------------------------------------------------
+
+# Characters that would act on a terminal instead of being shown: controls (C0,
+# DEL, C1: cursor moves, colours, titles), format characters (bidi overrides and
+# isolates, zero-width joiners, soft hyphen), line and paragraph separators,
+# and lone surrogates. Python's str.isprintable() is False for every one of them.
+_UNSAFE: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_NAMED: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def describe(number: int, transition: Transition, budget: Budget) -> tuple[str, ...]:
-    """One transition as cells under ``HEADERS``: what moved, why, and what came of it."""
+def _escaped(char: str) -> str:
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def printable(text: str) -> str:
+    r"""``text`` as it can be shown on one terminal line, as Python escapes a string.
+
+    Newlines, tabs and carriage returns become ``\n``, ``\t``, ``\r``; other
+    controls ``\x1b``; bidi and other format characters and line separators
+    ``\u202e``. Everything else, backslashes included, is left as it is.
+    """
+    if text.isprintable():  # the common case: nothing to escape
+        return text
+    return "".join(
+        _escaped(char) if unicodedata.category(char) in _UNSAFE else char for char in text
+    )
+
+
+def _short(text: str, limit: int | None) -> str:
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _compact(value: object) -> str:
+    return orjson.dumps(value).decode()
+
+
+def describe(
+    number: int, transition: Transition, budget: Budget, *, limit: int | None = LIMIT
+) -> tuple[str, ...]:
+    """One transition as cells under ``HEADERS``: what moved, why, and what came of it.
+
+    An error, a tool result's content, a final answer and the call are cut to ``limit``
+    characters (``None``: whole). The cells hold the run's text as it is: ``run_lines``
+    escapes them for a terminal, the report for HTML.
+    """
     guard = f" [{transition.guard.value}]" if transition.guard else ""
     call = f"{transition.tool}#{transition.call_id}" if transition.call_id else ""
     appended = transition.appended
     if transition.error:
-        outcome = transition.error
+        outcome = _short(transition.error, limit)
     elif transition.reason:
         outcome = f"budget spent: {transition.reason}"
     elif transition.result_status and appended:
-        content = orjson.dumps(appended[-1].get("content")).decode()
-        outcome = f"{transition.result_status}: {_short(content)}"
+        outcome = (
+            f"{transition.result_status}: {_short(_compact(appended[-1].get('content')), limit)}"
+        )
     elif appended and appended[-1].get("kind") == "final":
-        outcome = f"final: {_short(str(appended[-1].get('text')))}"
+        outcome = f"final: {_short(str(appended[-1].get('text')), limit)}"
     elif transition.dest is State.CANCELLED:
         outcome = "cancelled"
     else:
@@ -57,9 +120,89 @@ def describe(number: int, transition: Transition, budget: Budget) -> tuple[str, 
         transition.trigger.value + guard,
         f"{transition.steps}/{budget.max_steps}",
         f"{transition.calls}/{budget.max_calls}",
-        call,
+        _short(call, limit),
         outcome,
     )
+
+
+def input_messages(result: RunResult) -> list[dict[str, Any]]:
+    """The messages the run was given: the transcript before anything it appended."""
+    transcript = result.transcript
+    appended = sum(len(event.appended_json) for event in result.events)
+    return transcript[: len(transcript) - appended]
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    """A message on one line: a text message's text, or the other fields as JSON."""
+    if set(message) == {"kind", "text"} and isinstance(message["text"], str):
+        return str(message["text"])
+    return _compact({key: value for key, value in message.items() if key != "kind"})
+
+
+def _width(text: str) -> int:
+    """Terminal columns ``text`` takes: wide East Asian characters take two, combining none."""
+    return sum(
+        0 if unicodedata.combining(char) else 2 if unicodedata.east_asian_width(char) in "WF" else 1
+        for char in text
+    )
+
+
+def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows aligned in columns two spaces apart; no padding after a row's last cell."""
+    widths = [max(_width(row[column]) for row in rows) for column in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        last = max((column for column, cell in enumerate(row) if cell), default=0)
+        padded = [cell + " " * (widths[column] - _width(cell)) for column, cell in enumerate(row)]
+        lines.append("  ".join([*padded[:last], row[last]]))
+    return lines
+
+
+def run_lines(
+    result: RunResult,
+    *,
+    title: str,
+    rows: list[tuple[str, ...]] | None = None,
+    limit: int | None = LIMIT,
+) -> list[str]:
+    """The run as lines of text: the input, one row per transition, then how it ended.
+
+    ``rows`` are the ``describe`` cells (made from ``result.events`` when not
+    given). Input messages and cells are cut to ``limit`` characters (``None``:
+    whole); the closing lines are always whole. Every line is ``printable``.
+    """
+    if rows is None:
+        rows = [
+            describe(number, event, result.budget, limit=limit)
+            for number, event in enumerate(result.events, 1)
+        ]
+    lines = [title, ""]
+    given = input_messages(result)
+    if given:
+        lines.append("input")
+        lines.extend(
+            f"  #{index}  {message.get('kind')}  {_short(_message_text(message), limit)}"
+            for index, message in enumerate(given)
+        )
+        lines.append("")
+    lines.extend(_columns([tuple(map(printable, row)) for row in [HEADERS, *rows]]))
+    lines.append("")
+    budget = result.budget
+    lines.extend(
+        [
+            f"status   {result.status.value}",
+            f"steps    {result.steps} of {budget.max_steps}",
+            f"calls    {result.calls} of {budget.max_calls}",
+        ]
+    )
+    for name in ("output", "reason", "error"):
+        value = getattr(result, name)
+        if value is not None:
+            lines.append(f"{name:<8} {value}")
+    if result.rejected_value is not None:
+        shown, note = rejected_text(result.rejected_value, indent=False)
+        lines.append(f"rejected {shown}" + (f"  ({note})" if note else ""))
+    return [printable(line) for line in lines]
 
 
 # -- the HTML report -------------------------------------------------------------
@@ -81,15 +224,23 @@ pre { margin: .25rem 0 0; padding: .5rem .6rem; background: #f8fafc; border-radi
 dl.summary { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; }
 dl.summary dt { color: var(--mute); }
 dl.summary dd { margin: 0; overflow-wrap: anywhere; }
-figure { margin: 0; overflow-x: auto; border: 1px solid var(--line); border-radius: 6px; }
-figure svg { width: 100%; min-width: 1500px; height: auto; }  /* readable; scrolls sideways */
+figure { margin: 0; padding: .5rem; border: 1px solid var(--line); border-radius: 6px; }
+/* Drawn at its own size, and shrunk to fit a narrow column (the width and
+   height Graphviz writes would hold it at its full size). */
+figure svg { display: block; margin: 0 auto; max-width: 100%; height: auto; }
+figcaption { margin-top: .5rem; }
+.key { display: inline-block; width: 1.5rem; margin: 0 .35rem .2rem 0; vertical-align: middle;
+       border-top: 3px solid #1d4ed8; }
+.key.other { border-top: 2px dashed #cbd5e1; margin-left: .35rem; }
 .note { color: var(--mute); font-size: .9rem; }
 ol.timeline { list-style: none; padding: 0; margin: 0; }
 ol.timeline > li { margin: 0 0 .75rem; }
 .pair { display: grid; grid-template-columns: 1fr 1fr; gap: .75rem; }
+/* On a phone a call and its result go one above the other. */
+@media (max-width: 40rem) { .pair { grid-template-columns: 1fr; } }
 .entry { border: 1px solid var(--line); border-left: 4px solid var(--mute); border-radius: 6px;
          padding: .5rem .75rem; min-width: 0; }
-.entry .who { font-size: .85rem; color: var(--mute); }
+.entry .who { font-size: .85rem; color: var(--mute); overflow-wrap: anywhere; }
 .entry .text { margin: .25rem 0 0; white-space: pre-wrap; overflow-wrap: anywhere; }
 .entry.user { border-left-color: #7c3aed; }
 .entry.call { border-left-color: var(--blue); }
@@ -99,8 +250,24 @@ ol.timeline > li { margin: 0 0 .75rem; }
 .entry.input { background: #fafafa; }
 table { border-collapse: collapse; width: 100%; font-size: .9rem; }
 th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid var(--line);
-         vertical-align: top; overflow-wrap: anywhere; }
+         vertical-align: top; }
+/* Headers and the table's own names stay whole ("ste|p" is no header); the
+   run's content (the call, the outcome) breaks anywhere to fit what is left. */
+th, td:nth-child(-n+5) { white-space: nowrap; }
+td { overflow-wrap: anywhere; }
+td:nth-child(6) { min-width: 8rem; }  /* room for tool#id before the outcome takes the rest */
 th { color: var(--mute); font-weight: 600; }
+/* Below about 900px there is no room for seven columns: each transition becomes
+   a small card, its cells one per line under their headers' names. */
+@media (max-width: 60rem) {
+  table, tbody, tr, td { display: block; }
+  thead { display: none; }
+  tr { padding: .4rem 0; border-bottom: 1px solid var(--line); }
+  td, td:nth-child(-n+5) { display: grid; grid-template-columns: 7.5rem 1fr; gap: .5rem;
+                           padding: .05rem 0; border: 0; white-space: normal; }
+  td::before { content: attr(data-label); color: var(--mute); }
+  td:empty { display: none; }
+}
 """
 
 # No script, font, image or stylesheet may load: the page needs nothing from outside.
@@ -169,17 +336,25 @@ def _diagram(result: RunResult, svg: bool | None) -> list[str]:
     rendered = None
     if svg is not False:
         try:
-            rendered = to_svg(result, rankdir="LR")
+            rendered = path_svg(result)
         except SVGUnavailableError:
             if svg:
                 raise
     if rendered is not None:
         # Graphviz's SVG from the table's own names: inlined as markup, minus the
         # XML prolog and doctype that only a standalone file needs.
-        parts.append(f'<figure id="diagram">{rendered[rendered.index("<svg") :]}</figure>')
+        parts.append(
+            f'<figure id="diagram">{rendered[rendered.index("<svg") :]}'
+            '<figcaption class="note"><span class="key taken"></span>'
+            "what the run did: each row of the state table it took, as "
+            "<code>trigger (times taken) [guard]</code>; "
+            '<span class="key other"></span>'
+            "where else it could have gone from the states it was in. "
+            "<code>agentloop diagram --run</code> draws every row, labelled.</figcaption></figure>"
+        )
     else:
         parts.append(
-            '<p class="note">The trace diagram in Mermaid (install agentloop[svg] '
+            '<p class="note">The trace diagram in Mermaid (install agentloop-fsm[svg] '
             "to see it drawn here; any Mermaid viewer draws this text):</p>"
         )
         parts.append(f'<pre id="diagram" class="mermaid-source">{_e(to_mermaid(result))}</pre>')
@@ -267,6 +442,13 @@ def _transitions(result: RunResult) -> list[str]:
     parts.append("</tr></thead><tbody>")
     for number, event in enumerate(result.events, 1):
         cells = describe(number, event, result.budget)
-        parts.append("<tr>" + "".join(f"<td>{_e(cell)}</td>" for cell in cells) + "</tr>")
+        parts.append(
+            "<tr>"
+            + "".join(
+                f'<td data-label="{_e(header)}">{_e(cell)}</td>'
+                for header, cell in zip(HEADERS, cells, strict=True)
+            )
+            + "</tr>"
+        )
     parts.append("</tbody></table>")
     return parts
