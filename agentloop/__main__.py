@@ -2,55 +2,176 @@
 
   agentloop demo [--out DIR]                 the scripted scenario, step by step
   agentloop diagram [--format mermaid|dot|svg] [--run RUN.json] [-o FILE]
-  agentloop show RUN.json                    a saved run as a table of transitions
+  agentloop show RUN.json [--full | --width N]   a saved run as text
   agentloop report RUN.json [-o run.html]    a saved run as one self-contained page
 
-A missing or damaged file is reported in one line on stderr, with exit code 2.
+Everything is plain text written by this module, with nothing to install
+beyond agentloop itself (SVG needs the ``svg`` extra). A missing, damaged or
+too big file is reported in one line on stderr, with exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import shutil
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentloop._errors import RunFileError, SVGUnavailableError
+from agentloop._review._runfile import MAX_BYTES
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
-    from rich.console import Console
-
     from agentloop._core._values import RunResult
 
-__all__ = ["main"]
+__all__ = ["DISTRIBUTION", "main"]
+
+#: The name agentloop is installed under (``agentloop`` on PyPI is another project).
+DISTRIBUTION = "agentloop-fsm"
 
 
 class CommandError(Exception):
     """A problem to report in one line, exit code 2 (no traceback)."""
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the examples' line breaks; wraps the option help as usual."""
+
+
+def _version() -> str:
+    try:
+        return f"{DISTRIBUTION} {metadata.version(DISTRIBUTION)}"
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return f"{DISTRIBUTION} (not installed, version unknown)"
+
+
+def _bytes(text: str) -> int:
+    """An argparse type: a positive whole number of bytes."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of bytes, got {text!r}")
+    return value
+
+
+def _width(text: str) -> int:
+    """An argparse type: how many characters of a value to show, at least 2."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"expected a number of characters >= 2, got {text!r}")
+    return value
+
+
+def _command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    summary: str,
+    examples: str,
+) -> argparse.ArgumentParser:
+    return commands.add_parser(
+        name,
+        help=summary,
+        description=summary[0].upper() + summary[1:] + ".",
+        epilog="examples:\n" + examples,
+        formatter_class=_Formatter,
+    )
+
+
+_RUN_HELP = "a saved run (agentloop.save_run, or demo --out)"
+
+
+def _max_size(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--max-size",
+        metavar="BYTES",
+        type=_bytes,
+        default=MAX_BYTES,
+        help="refuse a run file larger than this "
+        f"(default: %(default)s, {MAX_BYTES / 2**20:g} MiB)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentloop",
-        description="An LLM tool-calling loop as an explicit finite-state machine.",
+        description="An LLM tool-calling loop as an explicit finite-state machine: "
+        "run the demo, draw the machine, review saved runs.",
+        epilog="examples:\n"
+        "  agentloop demo --out demo-output\n"
+        "  agentloop show demo-output/run.json\n"
+        "  agentloop COMMAND --help",
+        formatter_class=_Formatter,
     )
+    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    demo = commands.add_parser("demo", help="run the built-in scripted scenario step by step")
+
+    demo = _command(
+        commands,
+        "demo",
+        "run the built-in scripted scenario and print each transition",
+        "  agentloop demo                   # print the run\n"
+        "  agentloop demo --out demo-output # also save run.json, trace.mmd, report.html",
+    )
     demo.add_argument(
         "--out", metavar="DIR", help="also save run.json, trace.mmd and report.html in DIR"
     )
-    diagram = commands.add_parser("diagram", help="the state machine as a diagram")
-    diagram.add_argument("--format", choices=("mermaid", "dot", "svg"), default="mermaid")
+
+    diagram = _command(
+        commands,
+        "diagram",
+        "draw the state machine, or the path a saved run took on it",
+        "  agentloop diagram                                 # the machine, Mermaid\n"
+        "  agentloop diagram --format dot -o machine.dot\n"
+        "  agentloop diagram --run run.json --format svg -o trace.svg",
+    )
+    diagram.add_argument(
+        "--format",
+        choices=("mermaid", "dot", "svg"),
+        default="mermaid",
+        help="mermaid (stateDiagram-v2), dot (Graphviz) or svg (needs the svg extra); "
+        "default: %(default)s",
+    )
     diagram.add_argument("--run", metavar="RUN.json", help="mark the path this saved run took")
     diagram.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
-    show = commands.add_parser("show", help="a saved run, one transition per row")
-    show.add_argument("run", metavar="RUN.json")
-    report = commands.add_parser("report", help="a saved run as one self-contained HTML page")
-    report.add_argument("run", metavar="RUN.json")
+    _max_size(diagram)
+
+    show = _command(
+        commands,
+        "show",
+        "print a saved run: its input, each transition, how it ended",
+        "  agentloop show run.json\n"
+        "  agentloop show run.json --full       # values whole, not cut\n"
+        "  agentloop show run.json --width 200",
+    )
+    show.add_argument("run", metavar="RUN.json", help=_RUN_HELP)
+    cut = show.add_mutually_exclusive_group()
+    cut.add_argument("--full", action="store_true", help="show every value whole")
+    cut.add_argument(
+        "--width",
+        metavar="N",
+        type=_width,
+        default=80,
+        help="cut input messages, calls and outcomes to N characters (default: %(default)s)",
+    )
+    _max_size(show)
+
+    report = _command(
+        commands,
+        "report",
+        "write a saved run as one self-contained HTML page",
+        "  agentloop report run.json -o run.html\n  agentloop report run.json > run.html",
+    )
+    report.add_argument("run", metavar="RUN.json", help=_RUN_HELP)
     report.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+    _max_size(report)
     return parser
 
 
@@ -61,16 +182,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             return _demo(args.out)
         if args.command == "diagram":
-            return _diagram(args.format, args.run, args.output)
+            run = None if args.run is None else _load(args.run, args.max_size)
+            return _diagram(args.format, run, args.output)
         if args.command == "show":
-            return _show(_load(args.run))
-        return _report(_load(args.run), args.output)
+            return _show(_load(args.run, args.max_size), None if args.full else args.width)
+        return _report(_load(args.run, args.max_size), args.output)
     except CommandError as exc:
-        print(f"agentloop: error: {exc}", file=sys.stderr)
+        from agentloop._review._report import printable
+
+        # One line, whatever the message quotes (a path, a value from the file).
+        print(f"agentloop: error: {printable(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        # The reader stopped early (``| head``): no traceback. As rich does, exit 1,
-        # with stdout pointed at devnull so the interpreter's last flush cannot fail.
+        # The reader stopped early (``| head``): no traceback, exit 1, with stdout
+        # pointed at devnull so the interpreter's last flush cannot fail.
         _discard_stdout()
         return 1
 
@@ -85,11 +210,11 @@ def _discard_stdout() -> None:
     os.close(devnull)
 
 
-def _load(path: str) -> RunResult:
+def _load(path: str, max_bytes: int) -> RunResult:
     from agentloop._review._runfile import load_run
 
     try:
-        return load_run(path)
+        return load_run(path, max_bytes=max_bytes)
     except OSError as exc:
         raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
     except RunFileError as exc:
@@ -108,29 +233,39 @@ def _write(text: str, output: str | None) -> None:
     print(f"wrote {output}")
 
 
-def _console() -> Console:
+def _print_lines(lines: list[str]) -> None:
+    _write("".join(line + "\n" for line in lines), None)
+
+
+def _shell_path(path: Path) -> str:
+    """``path`` as typed from here: relative when under the current folder, quoted if need be."""
     try:
-        from rich.console import Console
-    except ImportError:
-        raise CommandError(
-            "this command prints tables with rich: pip install 'agentloop[cli]'"
-        ) from None
-    console = Console()
-    if not console.is_terminal:
-        console.width = 140  # keep piped output (CI logs, files) unwrapped
-    return console
+        shown = str(path.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        shown = str(path)
+    return shlex.quote(shown)
+
+
+def _self_command() -> str:
+    """The command that runs this agentloop again from the current folder, as it can be typed."""
+    script = Path(sys.argv[0])
+    if script.name == "agentloop":  # the console script
+        on_path = shutil.which("agentloop")
+        if on_path is not None and Path(on_path).resolve() == script.resolve():
+            return "agentloop"
+        return _shell_path(script)
+    return f"{_shell_path(Path(sys.executable))} -m agentloop"
 
 
 def _demo(out: str | None) -> int:
     from agentloop._demo import QUESTION, demo_loop
-    from agentloop._review._report import describe
+    from agentloop._review._report import describe, run_lines
 
-    console = _console()  # fail early, in one line, without rich
     loop = demo_loop()
     run = loop.start(QUESTION)
     rows = [describe(number, transition, loop.budget) for number, transition in enumerate(run, 1)]
     result = run.result()
-    _print_run(console, "agentloop demo: one transition per step", rows, result)
+    _print_lines(run_lines(result, title="agentloop demo: one transition per step", rows=rows))
     if out is not None:
         from agentloop._review._diagram import to_mermaid
         from agentloop._review._report import report_html
@@ -145,17 +280,16 @@ def _demo(out: str | None) -> int:
         except OSError as exc:
             raise CommandError(f"cannot save the demo in {out}: {exc.strerror or exc}") from None
         print(
-            f"saved the run to {folder / 'run.json'}, its trace diagram to "
+            f"\nsaved the run to {folder / 'run.json'}, its trace diagram to "
             f"{folder / 'trace.mmd'} and a report to {folder / 'report.html'}\n"
-            f"next: python -m agentloop show {folder / 'run.json'}"
+            f"next: {_self_command()} show {_shell_path(folder / 'run.json')}"
         )
     return 0 if result.status == "finished" else 1
 
 
-def _diagram(format_: str, run_path: str | None, output: str | None) -> int:
+def _diagram(format_: str, run: RunResult | None, output: str | None) -> int:
     from agentloop._review._diagram import to_dot, to_mermaid, to_svg
 
-    run = _load(run_path) if run_path is not None else None
     render = {"mermaid": to_mermaid, "dot": to_dot, "svg": to_svg}[format_]
     try:
         text = render(run)
@@ -165,56 +299,11 @@ def _diagram(format_: str, run_path: str | None, output: str | None) -> int:
     return 0
 
 
-def _show(result: RunResult) -> int:
-    from agentloop._review._report import describe
+def _show(result: RunResult, limit: int | None) -> int:
+    from agentloop._review._report import run_lines
 
-    console = _console()
-    rows = [describe(number, event, result.budget) for number, event in enumerate(result.events, 1)]
-    _print_run(console, f"agentloop run: {result.status.value}", rows, result)
+    _print_lines(run_lines(result, title=f"agentloop run: {result.status.value}", limit=limit))
     return 0
-
-
-# C0 and C1 control characters but newline, shown escaped: a run file must not
-# drive the terminal (rich drops some, but passes ESC through).
-_CONTROLS = {
-    code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0)) if code != ord("\n")
-}
-
-
-def _plain(text: str) -> str:
-    return text.translate(_CONTROLS)
-
-
-def _print_run(
-    console: Console, title: str, rows: Iterable[tuple[str, ...]], result: RunResult
-) -> None:
-    """A table of transitions under ``HEADERS``, then the run's outcome, as plain text."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from agentloop._review._report import HEADERS, rejected_text
-
-    # Text() everywhere: run content is printed as is, never read as rich markup.
-    table = Table(title=Text(_plain(title)))
-    for header in HEADERS:
-        table.add_column(Text(header))
-    for cells in rows:
-        table.add_row(*(Text(_plain(cell)) for cell in cells))
-    budget = result.budget
-    lines = [
-        f"status   {result.status.value}",
-        f"steps    {result.steps} of {budget.max_steps}",
-        f"calls    {result.calls} of {budget.max_calls}",
-    ]
-    for name in ("output", "reason", "error"):
-        value = getattr(result, name)
-        if value is not None:
-            lines.append(f"{name:<8} {value}")
-    if result.rejected_value is not None:
-        shown, note = rejected_text(result.rejected_value, indent=False)
-        lines.append(f"rejected {shown}" + (f"  ({note})" if note else ""))
-    console.print(table)
-    console.print(Text(_plain("\n".join(lines))))
 
 
 def _report(result: RunResult, output: str | None) -> int:

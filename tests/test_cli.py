@@ -1,33 +1,70 @@
-"""The command line: demo, diagram, show and report, on saved runs; errors exit 2 in one line."""
+"""The command line: demo, diagram, show and report; errors exit 2 in one line."""
 
 from __future__ import annotations
 
-import agentloop
-
+import contextlib
+import io
+import os
+import re
+import shlex
 import subprocess
 import sys
+import tempfile
+import unicodedata
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agentloop import Loop, RunResult, State
+import agentloop
+from agentloop import Loop, RunResult, State, to_dot, to_mermaid
 from agentloop.__main__ import main
-from agentloop._demo import demo_loop
-from agentloop import to_dot, to_mermaid
+from agentloop._demo import QUESTION, demo_loop
+from agentloop._review._report import input_messages
+from agentloop._review._runfile import MAX_BYTES
 
-from .helpers import Script, final
+from .helpers import Script, call, final
 from .test_trace import renderer  # noqa: F401 - a fixture
 
-ROOT = Path(__file__).parent.parent
+SCRIPT = Path(sys.executable).parent / "agentloop"
+# What a terminal would act on instead of showing: controls, format characters
+# (bidi among them), line and paragraph separators, surrogates.
+UNSAFE = {"Cc", "Cf", "Zl", "Zp", "Cs"}
 
 
 @pytest.fixture
 def saved(tmp_path: Path) -> tuple[RunResult, Path]:
     """The demo's run, saved as tmp_path/run.json."""
-    result = demo_loop().run("What's the weather in Lisbon, in Fahrenheit?")
+    result = demo_loop().run(QUESTION)
     path = tmp_path / "run.json"
     agentloop.save_run(result, path)
     return result, path
+
+
+def save(result: RunResult, folder: Path) -> Path:
+    path = folder / "run.json"
+    agentloop.save_run(result, path)
+    return path
+
+
+def show(path: Path, *options: str) -> str:
+    """What ``agentloop show`` prints for ``path``; it must succeed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["show", str(path), *options]) == 0
+    return out.getvalue()
+
+
+def run(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(argv), capture_output=True, text=True, check=False, timeout=60, cwd=cwd
+    )
+
+
+# -- demo --------------------------------------------------------------------------
 
 
 def test_demo_saves_its_run_trace_and_report(
@@ -45,7 +82,95 @@ def test_demo_saves_its_run_trace_and_report(
     assert 'id="status" class="status finished"' in (out / "report.html").read_text("utf-8")
     assert f"saved the run to {out / 'run.json'}" in printed
     assert str(out / "trace.mmd") in printed
-    assert "validating → finished" in printed  # the live table
+    assert re.search(r"^8 +validating → finished ", printed, re.MULTILINE)  # the live table
+
+
+@pytest.mark.parametrize(
+    "command", [[str(SCRIPT)], [sys.executable, "-m", "agentloop"]], ids=["script", "python-m"]
+)
+def test_demo_hint_works_as_printed(tmp_path: Path, command: list[str]) -> None:
+    """The demo's last line is a command that works when typed where the demo ran."""
+    demo = run(*command, "demo", "--out", "demo-output", cwd=tmp_path)
+    assert demo.returncode == 0, demo.stderr
+    assert demo.stderr == ""
+    last = demo.stdout.splitlines()[-1]
+    assert last.startswith("next: ")
+
+    hint = shlex.split(last.removeprefix("next: "))
+    assert hint[-2:] == ["show", "demo-output/run.json"]
+    # Run as printed: relative paths resolve against the demo's folder, not the venv's PATH.
+    shown = subprocess.run(
+        hint, capture_output=True, text=True, check=False, timeout=60, cwd=tmp_path,
+        env={**os.environ, "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("agentloop run: finished\n")
+
+
+def test_demo_hint_from_the_makefiles_venv() -> None:
+    """make demo runs .venv/bin/agentloop from the repo root, so that is what it suggests."""
+    root = Path(__file__).parent.parent
+    if not (root / ".venv" / "bin" / "agentloop").exists():
+        pytest.skip("no .venv/bin/agentloop here (make demo creates it)")
+    with tempfile.TemporaryDirectory() as out:
+        demo = run(".venv/bin/agentloop", "demo", "--out", out, cwd=root)
+    assert demo.returncode == 0, demo.stderr
+    assert demo.stdout.splitlines()[-1] == f"next: .venv/bin/agentloop show {out}/run.json"
+
+
+# -- conventions ---------------------------------------------------------------------
+
+
+def test_version_names_the_distribution(capsys: pytest.CaptureFixture[str]) -> None:
+    """--version prints the name agentloop is installed under, and its version."""
+    with pytest.raises(SystemExit) as caught:
+        main(["--version"])
+
+    assert caught.value.code == 0
+    assert capsys.readouterr().out == f"agentloop-fsm {metadata.version('agentloop-fsm')}\n"
+
+
+@pytest.mark.parametrize("command", ["demo", "diagram", "show", "report"])
+def test_each_command_describes_itself_with_examples(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """COMMAND --help: a one-line description, then examples that use the command."""
+    with pytest.raises(SystemExit) as caught:
+        main([command, "--help"])
+
+    assert caught.value.code == 0
+    text = capsys.readouterr().out
+    description = text.split("\n\n")[1]
+    assert "\n" not in description
+    assert description.endswith(".")
+    examples = text.split("examples:\n")[1].splitlines()
+    assert examples
+    assert all(line.startswith(f"  agentloop {command}") for line in examples)
+
+
+def test_the_command_list_has_a_line_per_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """agentloop --help lists every command with its one-line description."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+
+    text = capsys.readouterr().out
+    for command in ("demo", "diagram", "show", "report"):
+        assert re.search(rf"^    {command} +\w", text, re.MULTILINE), command
+
+
+def test_format_help_says_what_each_format_is_and_the_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """diagram --help explains --format and shows its default."""
+    with pytest.raises(SystemExit):
+        main(["diagram", "--help"])
+
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--format {mermaid,dot,svg} mermaid (stateDiagram-v2), dot (Graphviz)" in text
+    assert "default: mermaid" in text
+
+
+# -- diagram -------------------------------------------------------------------------
 
 
 def test_diagram_prints_the_machine(capsys: pytest.CaptureFixture[str]) -> None:
@@ -100,43 +225,274 @@ def test_diagram_svg_without_renderer_exits_2(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith("agentloop: error: rendering SVG needs pygraphviz")
-    assert "pip install 'agentloop[svg]'" in captured.err
+    assert "pip install 'agentloop-fsm[svg]'" in captured.err
     assert captured.err.count("\n") == 1
 
 
-def test_show_prints_each_transition(
+# -- show ----------------------------------------------------------------------------
+
+
+def test_show_prints_the_input_each_transition_and_the_end(
+    saved: tuple[RunResult, Path],
+) -> None:
+    """show: the title, the input, a header and one row per transition, then the outcome."""
+    result, path = saved
+    lines = show(path).splitlines()
+
+    assert lines[:5] == [
+        "agentloop run: finished",
+        "",
+        "input",
+        f"  #0  user  {QUESTION}",
+        "",
+    ]
+    assert lines[5].split() == [
+        "step", "from", "→", "to", "trigger", "[guard]", "steps", "calls", "call", "outcome"
+    ]  # fmt: skip
+    rows = lines[6 : 6 + len(result.events)]
+    for number, (line, event) in enumerate(zip(rows, result.events, strict=True), 1):
+        assert line.startswith(f"{number:<4}  {event.source.value} → {event.dest.value} "), line
+    assert "weather#c1  ok: {" in rows[2]
+    assert rows[-1].split("  ")[-1] == "final: Lisbon is clear, 21.5 °C (70.7 °F)."
+    assert lines[6 + len(result.events) :] == [
+        "",
+        "status   finished",
+        "steps    3 of 5",
+        "calls    2 of 2",
+        "output   Lisbon is clear, 21.5 °C (70.7 °F).",
+    ]
+
+
+def test_show_aligns_the_columns(saved: tuple[RunResult, Path]) -> None:
+    """Every row's cells start where the header's do."""
+    result, path = saved
+    lines = show(path).splitlines()
+    header = lines[5]
+    starts = [header.index(name) for name in ("from", "trigger", "steps", "calls")]
+    for line in lines[6 : 6 + len(result.events)]:
+        for start in starts:
+            assert line[start - 2 : start] == "  ", (line, start)
+            # A row without a call ends before that column (no trailing spaces).
+            assert line[start] != " " or start + 1 == len(line.rstrip()), (line, start)
+        assert line == line.rstrip()
+
+
+def test_show_prints_input_history_as_given(tmp_path: Path) -> None:
+    """Every input message is shown: a text message's text, any other as its JSON."""
+    history = [
+        {"kind": "system", "text": "be brief"},
+        call("old", a=1, b=1),
+        {"kind": "tool_result", "id": "old", "name": "add", "status": "ok", "content": 2},
+        {"kind": "user", "text": "again"},
+    ]
+    path = save(Loop(Script([final("done")])).run(history), tmp_path)
+    lines = show(path).splitlines()
+
+    assert lines[2:8] == [
+        "input",
+        "  #0  system  be brief",
+        '  #1  call  {"id":"old","name":"add","arguments":{"a":1,"b":1}}',
+        '  #2  tool_result  {"id":"old","name":"add","status":"ok","content":2}',
+        "  #3  user  again",
+        "",
+    ]
+
+
+def test_show_cuts_long_values_unless_asked(tmp_path: Path) -> None:
+    """Outcomes and input are cut to 80 characters; --width N cuts at N, --full not at all."""
+    long = "word " * 60
+    model = Script([call("c1", name="echo", text=long), final(long)])
+    result = Loop(model, tools={"echo": lambda text: text}).run(long)
+    path = save(result, tmp_path)
+
+    cut = show(path)
+    assert f"  #0  user  {long[:79]}…\n" in cut
+    assert f'ok: "{long[:78]}…\n' in cut
+    assert f"final: {long[:79]}…\n" in cut
+    assert f"output   {long}\n" in cut  # how the run ended is never cut
+
+    narrow = show(path, "--width", "20")
+    assert f"  #0  user  {long[:19]}…\n" in narrow
+    assert f"final: {long[:19]}…\n" in narrow
+
+    whole = show(path, "--full")
+    assert "…" not in whole
+    assert f"  #0  user  {long}\n" in whole
+    assert f'ok: "{long}"\n' in whole
+    assert f"final: {long}\n" in whole
+
+
+def test_full_and_width_exclude_each_other(
     saved: tuple[RunResult, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """show prints a row per transition (from → to, trigger [guard], counters, call, outcome)."""
-    result, path = saved
-    assert main(["show", str(path)]) == 0
-
-    out = capsys.readouterr().out
-    assert "agentloop run: finished" in out
-    for header in ("step", "from → to", "trigger [guard]", "steps", "calls", "call", "outcome"):
-        assert header in out
-    for event in result.events:
-        assert f"{event.source.value} → {event.dest.value}" in out
-    assert "validate [reply_is_final]" in out
-    assert "weather#c1" in out
-    assert "ok: 70.7" in out
-    assert "status   finished" in out
-    assert "steps    3 of 5" in out
-    assert "output   Lisbon is clear, 21.5 °C (70.7 °F)." in out
+    """--full and --width N say opposite things: a usage error, exit 2."""
+    _, path = saved
+    with pytest.raises(SystemExit) as caught:
+        main(["show", str(path), "--full", "--width", "40"])
+    assert caught.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
-def test_show_prints_run_text_literally(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Text from the run that looks like rich markup is printed as is, rejected reply too."""
+@pytest.mark.parametrize("width", ["1", "0", "-5", "wide"])
+def test_width_must_leave_room(
+    saved: tuple[RunResult, Path], width: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--width below 2 (or not a number) is a usage error that says what it expected."""
+    _, path = saved
+    with pytest.raises(SystemExit) as caught:
+        main(["show", str(path), "--width", width])
+    assert caught.value.code == 2
+    assert f"expected a number of characters >= 2, got '{width}'" in capsys.readouterr().err
+
+
+def test_show_prints_run_text_literally(tmp_path: Path) -> None:
+    """Text from the run that looks like markup is printed as is, rejected reply too."""
     reply = {"kind": "final", "text": "[bold]no[/bold]", "extra": "[red]x"}
-    result = Loop(Script([reply])).run("go")
-    path = tmp_path / "run.json"
-    agentloop.save_run(result, path)
+    out = show(save(Loop(Script([reply])).run("go"), tmp_path))
 
-    assert main(["show", str(path)]) == 0
-    out = capsys.readouterr().out
-    assert '"text":"[bold]no[/bold]"' in out
-    assert "[red]x" in out
-    assert "status   malformed" in out
+    assert 'rejected {"kind":"final","text":"[bold]no[/bold]","extra":"[red]x"}\n' in out
+    assert "status   malformed\n" in out
+
+
+def test_final_only_run_shows_its_answer(tmp_path: Path) -> None:
+    """A one-step run: show prints the final answer as the last outcome."""
+    out = show(save(Loop(Script([final("42")])).run("question"), tmp_path))
+    assert re.search(r"^2 .* final: 42$", out, re.MULTILINE)
+
+
+def test_show_and_demo_need_nothing_but_agentloop(
+    saved: tuple[RunResult, Path], tmp_path: Path
+) -> None:
+    """The installed command works without optional packages: rich is not used at all."""
+    _, path = saved
+    code = (
+        "import sys\n"
+        "sys.modules['rich'] = None  # as if it were not installed\n"
+        "from agentloop.__main__ import main\n"
+        f"assert main(['show', {str(path)!r}]) == 0\n"
+        f"assert main(['demo', '--out', {str(tmp_path / 'demo')!r}]) == 0\n"
+    )
+    done = run(sys.executable, "-c", code)
+    assert done.returncode == 0, done.stderr
+    assert "agentloop run: finished" in done.stdout
+    assert "agentloop demo: one transition per step" in done.stdout
+
+
+# -- what a terminal shows cannot be forged ----------------------------------------------
+
+
+def test_an_error_message_cannot_print_a_fake_line(tmp_path: Path) -> None:
+    """Newlines and bidi controls in a failed run's error are shown escaped, on its own line."""
+    message = "boom\nstatus   finished\r\x1b[2K\u202eevil\u2066x\u2069\u200f\u061c\u2028end"
+    path = save(Loop(Script([ValueError(message)])).run("go"), tmp_path)
+    out = show(path)
+
+    lines = out.splitlines()
+    assert [line for line in lines if line.startswith("status")] == ["status   failed"]
+    escaped = (
+        "boom\\nstatus   finished\\r\\x1b[2K\\u202eevil\\u2066x\\u2069\\u200f\\u061c\\u2028end"
+    )
+    assert lines[-1] == f"error    the model raised ValueError: {escaped}"
+    assert lines[6].endswith(f"the model raised ValueError: {escaped}")  # the row, too
+    assert not any(unicodedata.category(char) in UNSAFE for char in out.replace("\n", ""))
+
+
+def test_input_and_tool_output_are_escaped_too(tmp_path: Path) -> None:
+    """Escaping covers every field: input text, call ids, tool results, finals, rejected."""
+    evil = "a\u202eb\nc\x9bd\u200de\ufefff\U000e0041g"
+    shown = "a\\u202eb\\nc\\x9bd\\u200de\\ufefff\\U000e0041g"
+    model = Script(
+        [call(f"id{evil}", name="echo", text=evil), {"kind": "final", "text": evil, "x": 1}]
+    )
+    path = save(Loop(model, tools={"echo": lambda text: text}).run(evil), tmp_path)  # fmt: skip
+    out = show(path, "--full")
+
+    assert f"  #0  user  {shown}\n" in out
+    assert f"echo#id{shown}" in out
+    assert f'ok: "{shown}"\n' in out
+    assert f'"text":"{shown}"' in out  # the rejected reply
+    assert not any(unicodedata.category(char) in UNSAFE for char in out.replace("\n", ""))
+
+
+# Text that mixes everything a terminal might act on with anything else.
+DANGEROUS = "\n\r\t\x00\x07\x08\x1b\x7f\x85\x9b\xad\u061c\u200b\u200d\u200e\u200f\u2028\u2029"
+DANGEROUS += "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff\U000e0001"
+TEXT = st.text(st.one_of(st.characters(exclude_categories=["Cs"]), st.sampled_from(DANGEROUS)))
+KEYS = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=5)
+
+
+def _reply(draw: st.DrawFn) -> object:
+    kind = draw(st.sampled_from(["call", "call", "final", "raise", "malformed"]))
+    if kind == "call":
+        name = draw(st.sampled_from(["echo", "boom"]) | TEXT)
+        return call(draw(TEXT), name=name, text=draw(TEXT))
+    if kind == "final":
+        return final(draw(TEXT))
+    if kind == "raise":
+        return ValueError(draw(TEXT))
+    return {"kind": draw(TEXT), draw(KEYS): draw(TEXT)}
+
+
+@st.composite
+def runs_full_of_text(draw: st.DrawFn) -> RunResult:
+    """A run whose every field that holds text holds arbitrary text."""
+    replies = [_reply(draw) for _ in range(draw(st.integers(0, 4)))]
+
+    def boom(text: str) -> None:
+        raise RuntimeError(text)
+
+    tools: dict[str, Any] = {"echo": lambda text: text, "boom": boom}
+    given_input = draw(
+        TEXT | st.lists(st.fixed_dictionaries({"kind": TEXT, "text": TEXT}), min_size=1, max_size=3)
+    )
+    return Loop(Script([*replies, final("end")]), tools=tools, max_steps=4).run(given_input)
+
+
+@settings(max_examples=150, deadline=None)
+@given(result=runs_full_of_text(), full=st.booleans())
+def test_show_prints_exactly_the_lines_of_its_format(result: RunResult, full: bool) -> None:
+    """For any text in a run: one line per thing shown, and nothing a terminal would act on."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = show(save(result, Path(folder)), *(["--full"] if full else []))
+
+    assert out.endswith("\n")
+    lines = out[:-1].split("\n")
+    given_count = len(input_messages(result))
+    closing = [
+        "status",
+        "steps",
+        "calls",
+        *(name for name in ("output", "reason", "error") if getattr(result, name) is not None),
+        *(["rejected"] if result.rejected_value is not None else []),
+    ]
+    expected = [
+        "title",
+        "",
+        *(["input", *["message"] * given_count, ""] if given_count else []),
+        "header",
+        *["row"] * len(result.events),
+        "",
+        *closing,
+    ]
+    assert len(lines) == len(expected)
+    for line, kind in zip(lines, expected, strict=True):
+        assert not any(unicodedata.category(char) in UNSAFE for char in line), line
+        if kind == "":
+            assert line == ""
+        elif kind == "title":
+            assert line == f"agentloop run: {result.status.value}"
+        elif kind == "message":
+            assert line.startswith("  #")
+        elif kind in closing:
+            assert line.startswith(f"{kind:<8} ")
+        elif kind == "header":
+            assert line.startswith("step  ")
+    rows = lines[len(expected) - len(closing) - 1 - len(result.events) : -len(closing) - 1]
+    for number, (line, event) in enumerate(zip(rows, result.events, strict=True), 1):
+        assert re.match(rf"{number} +{event.source.value} → {event.dest.value} ", line), line
+
+
+# -- report --------------------------------------------------------------------------
 
 
 def test_report_writes_html(
@@ -163,6 +519,9 @@ def test_report_to_stdout(
     assert capsys.readouterr().out.rstrip().endswith("</html>")
 
 
+# -- files that cannot be used ---------------------------------------------------------
+
+
 @pytest.mark.parametrize("command", ["show", "report", "diagram --run"])
 def test_missing_file_exits_2_in_one_line(
     command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -179,9 +538,9 @@ def test_missing_file_exits_2_in_one_line(
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
-        ('{"format": "agentloop.run", "version": 9}', "$.version: expected version 1"),
+        ('{"format": "agentloop.run", "version": 9}', "$.version: expected version 2"),
         ("{not json", "expected a JSON document, got invalid JSON"),
-        ('{"format": "agentloop.run", "version": 1}', "$: expected the field 'status'"),
+        ('{"format": "agentloop.run", "version": 2}', "$: expected the field 'status'"),
     ],
 )
 def test_damaged_file_exits_2_in_one_line(
@@ -196,6 +555,76 @@ def test_damaged_file_exits_2_in_one_line(
     assert err.startswith(f"agentloop: error: not a valid run file: {path}: ")
     assert problem in err
     assert err.count("\n") == 1
+
+
+def test_an_error_quoting_the_file_stays_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Whatever the error quotes from the file or its name is escaped: one line on stderr."""
+    path = tmp_path / "run\n\u202e.json"
+    path.write_text('{"format": "agentloop.run", "version": "\\u001b[2J\\nstatus finished"}')
+    assert main(["show", str(path)]) == 2
+
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.endswith("\n")
+    assert "run\\n\\u202e.json" in err
+    assert not any(unicodedata.category(char) in UNSAFE for char in err[:-1])
+
+
+@pytest.mark.parametrize("command", ["show", "report", "diagram --run"])
+def test_max_size_is_passed_to_the_loader(
+    saved: tuple[RunResult, Path], command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--max-size BYTES: a file of exactly that size loads, one byte more is refused, exit 2."""
+    _, path = saved
+    size = path.stat().st_size
+    assert main([*command.split(), str(path), "--max-size", str(size)]) == 0
+    capsys.readouterr()
+
+    assert main([*command.split(), str(path), "--max-size", str(size - 1)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"agentloop: error: not a valid run file: {path}: expected a run file of at most "
+        f"{size - 1} bytes (raise the limit with max_bytes=, or --max-size on the command "
+        f"line), got more than {size - 1} bytes\n"
+    )
+
+
+@pytest.mark.parametrize("limit", [[], ["--max-size", "1000"]], ids=["default", "1000"])
+def test_an_endless_file_is_refused_in_one_line(
+    limit: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """/dev/zero never ends: it is read up to the limit and refused, exit 2."""
+    assert main(["show", "/dev/zero", *limit]) == 2
+
+    bytes_ = limit[1] if limit else str(MAX_BYTES)
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "agentloop: error: not a valid run file: /dev/zero: "
+        f"expected a run file of at most {bytes_} bytes"
+    )
+    assert err.count("\n") == 1
+
+
+def test_max_size_default_is_the_loaders(capsys: pytest.CaptureFixture[str]) -> None:
+    """The default --max-size is load_run's own limit, and --help says so."""
+    with pytest.raises(SystemExit):
+        main(["show", "--help"])
+    assert f"(default: {MAX_BYTES}, 256 MiB)" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("size", ["0", "-1", "1e6", "lots"])
+def test_max_size_must_be_a_positive_count(
+    saved: tuple[RunResult, Path], size: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--max-size that is not a positive whole number is a usage error, exit 2."""
+    _, path = saved
+    with pytest.raises(SystemExit) as caught:
+        main(["show", str(path), "--max-size", size])
+    assert caught.value.code == 2
+    assert f"expected a positive number of bytes, got '{size}'" in capsys.readouterr().err
 
 
 def test_unwritable_output_exits_2(
@@ -219,27 +648,18 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
 
 
+# -- real processes ----------------------------------------------------------------------
+
+
 def test_python_dash_m_runs_in_a_real_process(saved: tuple[RunResult, Path]) -> None:
     """python -m agentloop: show succeeds; a damaged file exits 2 with no traceback."""
     _, path = saved
-    ok = subprocess.run(
-        [sys.executable, "-m", "agentloop", "show", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    ok = run(sys.executable, "-m", "agentloop", "show", str(path))
     assert ok.returncode == 0, ok.stderr
     assert "dispatching → awaiting_model" in ok.stdout
 
     path.write_text("[]")
-    bad = subprocess.run(
-        [sys.executable, "-m", "agentloop", "show", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    bad = run(sys.executable, "-m", "agentloop", "show", str(path))
     assert bad.returncode == 2
     assert bad.stdout == ""
     assert bad.stderr == (
@@ -250,51 +670,17 @@ def test_python_dash_m_runs_in_a_real_process(saved: tuple[RunResult, Path]) -> 
 
 def test_console_script_is_installed() -> None:
     """The agentloop console script (declared in pyproject) runs the same main()."""
-    script = Path(sys.executable).parent / "agentloop"
-    assert script.exists(), "install the package (make install) to get the console script"
-    done = subprocess.run(
-        [str(script), "diagram", "--format", "dot"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
+    assert SCRIPT.exists(), "install the package (make install) to get the console script"
+    done = run(str(SCRIPT), "diagram", "--format", "dot")
+    assert done.returncode == 0, done.stderr
     # Not compared with to_dot(): the script runs whichever agentloop is installed.
     assert done.stdout.startswith("digraph agentloop {\n")
     assert all(f'"{state.value}" [shape=' in done.stdout for state in State)
 
 
-def test_final_only_run_shows_its_answer(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A one-step run: show prints the final answer as the last outcome."""
-    result = Loop(Script([final("42")])).run("question")
-    path = tmp_path / "run.json"
-    agentloop.save_run(result, path)
-
-    assert main(["show", str(path)]) == 0
-    assert "final: 42" in capsys.readouterr().out
-
-
-def test_show_without_rich_says_what_to_install(
-    saved: tuple[RunResult, Path],
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """Without the cli extra, show says what to install in one line, exit 2."""
-    _, path = saved
-    for name in ("rich", "rich.console", "rich.table", "rich.text"):
-        monkeypatch.setitem(sys.modules, name, None)  # import fails, as when not installed
-
-    assert main(["show", str(path)]) == 2
-    assert capsys.readouterr().err == (
-        "agentloop: error: this command prints tables with rich: pip install 'agentloop[cli]'\n"
-    )
-
-
 @pytest.mark.parametrize("command", ["report", "diagram --run", "show"])
 def test_a_closed_pipe_is_not_an_error(saved: tuple[RunResult, Path], command: str) -> None:
-    """Output piped into a reader that stops early (| head): no traceback, exit 1 as rich does."""
+    """Output piped into a reader that stops early (| head): no traceback, exit 1."""
     _, path = saved
     process = subprocess.Popen(
         [sys.executable, "-m", "agentloop", *command.split(), str(path)],
@@ -312,17 +698,11 @@ def test_a_closed_pipe_is_not_an_error(saved: tuple[RunResult, Path], command: s
     assert "BrokenPipeError" not in err
 
 
-def test_show_does_not_pass_terminal_escapes_through(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_show_does_not_pass_terminal_escapes_through(tmp_path: Path) -> None:
     """Control characters from a run file are shown escaped, never sent to the terminal."""
-    result = Loop(Script([final("\x1b[2J\x1b]0;owned\x07gone")])).run("go")
-    path = tmp_path / "run.json"
-    agentloop.save_run(result, path)
+    out = show(save(Loop(Script([final("\x1b[2J\x1b]0;owned\x07gone")])).run("go"), tmp_path))
 
-    assert main(["show", str(path)]) == 0
-    out = capsys.readouterr().out
     assert "\x1b" not in out
     assert "\x07" not in out
-    assert "final: \\x1b[2J\\x1b]0;owned\\x07gone" in out
-    assert "output   \\x1b[2J" in out
+    assert "final: \\x1b[2J\\x1b]0;owned\\x07gone\n" in out
+    assert "output   \\x1b[2J\\x1b]0;owned\\x07gone\n" in out
