@@ -85,12 +85,19 @@ def test_demo_saves_its_run_trace_and_report(
     assert re.search(r"^8 +validating → finished ", printed, re.MULTILINE)  # the live table
 
 
+@pytest.mark.parametrize("on_path", [False, True], ids=["bare-path", "venv-on-path"])
 @pytest.mark.parametrize(
     "command", [[str(SCRIPT)], [sys.executable, "-m", "agentloop"]], ids=["script", "python-m"]
 )
-def test_demo_hint_works_as_printed(tmp_path: Path, command: list[str]) -> None:
+def test_demo_hint_works_as_printed(tmp_path: Path, command: list[str], on_path: bool) -> None:
     """The demo's last line is a command that works when typed where the demo ran."""
-    demo = run(*command, "demo", "--out", "demo-output", cwd=tmp_path)
+    # The same shell for both: with or without the venv's bin folder on PATH.
+    path = f"{SCRIPT.parent}:/usr/bin:/bin" if on_path else "/usr/bin:/bin"
+    env = {**os.environ, "PATH": path}
+    demo = subprocess.run(
+        [*command, "demo", "--out", "demo-output"],
+        capture_output=True, text=True, check=False, timeout=60, cwd=tmp_path, env=env,
+    )  # fmt: skip
     assert demo.returncode == 0, demo.stderr
     assert demo.stderr == ""
     last = demo.stdout.splitlines()[-1]
@@ -98,11 +105,11 @@ def test_demo_hint_works_as_printed(tmp_path: Path, command: list[str]) -> None:
 
     hint = shlex.split(last.removeprefix("next: "))
     assert hint[-2:] == ["show", "demo-output/run.json"]
-    # Run as printed: relative paths resolve against the demo's folder, not the venv's PATH.
+    if on_path and command == [str(SCRIPT)]:
+        assert hint[0] == "agentloop"  # the script the shell finds is the one that ran
     shown = subprocess.run(
-        hint, capture_output=True, text=True, check=False, timeout=60, cwd=tmp_path,
-        env={**os.environ, "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+        hint, capture_output=True, text=True, check=False, timeout=60, cwd=tmp_path, env=env
+    )
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith("agentloop run: finished\n")
 
