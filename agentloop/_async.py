@@ -92,6 +92,13 @@ async def _unless_cancelled(token: CancelToken | None, awaitable: Awaitable[_T])
         undo()
 
 
+def _ended(engine: Engine, exc: TokenCancelled) -> Transition:
+    """The run, interrupted by its token while a request was out, ends cancelled."""
+    transition = engine.interrupted(exc)
+    assert transition is not None, "a request was outstanding, so the run was not over"
+    return transition
+
+
 class AsyncRun(RunView):
     """One run under asyncio, driven one transition at a time by ``astep()``."""
 
@@ -133,20 +140,20 @@ class AsyncRun(RunView):
         self._enter()
         try:
             need = engine.next()
-            if type(need) is AskModel:
+            if isinstance(need, AskModel):
                 try:
                     reply = await _unless_cancelled(self._cancel, self._ask(need.history))
                 except TokenCancelled as exc:
-                    transition = engine.interrupted(exc)
+                    transition = _ended(engine, exc)
                 except Exception as exc:  # noqa: BLE001 - the engine says what it means
                     transition = engine.raised(exc)
                 else:
                     transition = engine.replied(reply)
-            elif type(need) is RunTool:
+            elif isinstance(need, RunTool):
                 try:
                     outcome = await _unless_cancelled(self._cancel, self._dispatch(need.call))
                 except TokenCancelled as exc:
-                    transition = engine.interrupted(exc)
+                    transition = _ended(engine, exc)
                 except Exception as exc:  # noqa: BLE001 - the engine says what it means
                     transition = engine.raised(exc)
                 else:
@@ -155,10 +162,10 @@ class AsyncRun(RunView):
                 transition = need
             for listener, awaited in self._listeners:
                 if awaited:
-                    await listener(transition)  # type: ignore[misc]
+                    await listener(transition)  # type: ignore[misc]  # is_async said so
                 else:
                     listener(transition)
-            return transition  # type: ignore[return-value]
+            return transition
         except BaseException as exc:
             if not isinstance(exc, Exception):
                 engine.interrupted(exc)  # a cancelled task, KeyboardInterrupt: the run ends
@@ -169,6 +176,7 @@ class AsyncRun(RunView):
     async def _ask(self, history: list[dict[str, Any]]) -> object:
         """Call the model, plain or async, the way the loop was configured."""
         model = self._model
+        call: Awaitable[object]
         if self._to_thread and not is_async(model):
             call = asyncio.to_thread(model, history)
         else:

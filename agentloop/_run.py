@@ -64,8 +64,10 @@ class RunView:
 
     def _enter(self) -> None:
         if not self._busy.acquire(blocking=False):
+            outstanding = self._engine.outstanding
+            doing = f"{outstanding.value} is outstanding" if outstanding else "it is finishing"
             raise InvalidStateError(
-                f"another step of this run is under way (state {self.state.value!r}); "
-                "step a run from one place at a time",
+                f"cannot step now: another step of this run is under way ({doing}, in state "
+                f"{self.state.value!r}); step a run from one place at a time",
                 state=self.state,
             )

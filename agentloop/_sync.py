@@ -63,14 +63,14 @@ class Run(RunView):
         self._enter()
         try:
             need = engine.next()
-            if type(need) is AskModel:
+            if isinstance(need, AskModel):
                 try:
                     reply = self._model(need.history)
                 except Exception as exc:  # noqa: BLE001 - the engine says what it means
                     transition = engine.raised(exc)
                 else:
                     transition = engine.replied(reply)
-            elif type(need) is RunTool:
+            elif isinstance(need, RunTool):
                 try:
                     outcome = self._dispatch(need.call)
                 except Exception as exc:  # noqa: BLE001 - the engine says what it means

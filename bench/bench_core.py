@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-
-from agentloop import Budget, CancelToken, Guard, Loop, State, Transition, Trigger
 from agentloop._messages import (
     History,
     input_messages,
@@ -32,6 +30,8 @@ from agentloop._messages import (
     to_json,
     tool_result_json,
 )
+
+from agentloop import Budget, CancelToken, Guard, Loop, State, Transition, Trigger
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import agentloop
-
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from agentloop import Loop, RunResult, State
+import agentloop
+from agentloop import Loop, RunResult, State, to_dot, to_mermaid
 from agentloop.__main__ import main
 from agentloop._demo import demo_loop
-from agentloop import to_dot, to_mermaid
 
 from .helpers import Script, final
 from .test_trace import renderer  # noqa: F401 - a fixture
@@ -179,9 +177,9 @@ def test_missing_file_exits_2_in_one_line(
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
-        ('{"format": "agentloop.run", "version": 9}', "$.version: expected version 1"),
+        ('{"format": "agentloop.run", "version": 9}', "$.version: expected version 2"),
         ("{not json", "expected a JSON document, got invalid JSON"),
-        ('{"format": "agentloop.run", "version": 1}', "$: expected the field 'status'"),
+        ('{"format": "agentloop.run", "version": 2}', "$: expected the field 'status'"),
     ],
 )
 def test_damaged_file_exits_2_in_one_line(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import agentloop
-
 import os
 import re
 import shutil
@@ -12,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agentloop import Loop, NotJSON, RunResult
+import agentloop
+from agentloop import Loop, NotJSON, RunResult, SVGUnavailableError, to_mermaid
 from agentloop._demo import demo_loop
-from agentloop import SVGUnavailableError, to_mermaid
 from agentloop._review._report import describe, report_html
 
 from .helpers import Script, call, final

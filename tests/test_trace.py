@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import agentloop
-
 import os
 import re
 from collections import Counter
@@ -12,9 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentloop import Loop, RunResult, State, Trigger
+import agentloop
+from agentloop import (
+    Loop,
+    RunResult,
+    State,
+    SVGUnavailableError,
+    Trigger,
+    to_dot,
+    to_mermaid,
+    to_svg,
+)
 from agentloop._demo import demo_loop
-from agentloop import SVGUnavailableError, to_dot, to_mermaid, to_svg
 from agentloop._review._diagram import edges, taken
 
 from .helpers import Script

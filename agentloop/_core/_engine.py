@@ -89,12 +89,12 @@ class Engine:
         "_budget",
         "_call_id",
         "_cancel",
-        "_events",
         "_ev_appended",
         "_ev_call",
         "_ev_error",
         "_ev_exception",
         "_ev_reason",
+        "_events",
         "_history",
         "_input",
         "_outcome",
@@ -109,6 +109,18 @@ class Engine:
         "calls",
         "steps",
     )
+    # What the engine holds between reports, and the fields of the event being made.
+    _reply: Any
+    _reply_json: bytes
+    _problem: str | None
+    _call_id: str | None
+    _tool: str | None
+    _outcome: tuple[str, bytes]
+    _ev_call: tuple[str, str | None] | None
+    _ev_reason: str | None
+    _ev_error: str | None
+    _ev_exception: BaseException | None
+    _ev_appended: tuple[bytes, ...]
 
     def __init__(
         self,
@@ -210,8 +222,7 @@ class Engine:
         trigger = NEXT.get(state)
         if trigger is None:
             raise InvalidStateError(
-                f"the run is over (state {state.value!r}): there is nothing next; "
-                "read its result()",
+                f"the run ended in state {state.value!r}: there is nothing next; read its result()",
                 state=state,
             )
         if self._outstanding is not None:
@@ -445,14 +456,14 @@ class Engine:
     def _forget(self) -> None:
         self._reply, self._reply_json, self._problem = _NO_REPLY, b"", None
         self._call_id = self._tool = None
-        self._outcome: tuple[str, bytes] = ("error", b"null")
+        self._outcome = ("error", b"null")
 
     def _clear_event(self) -> None:
-        self._ev_call: tuple[str, str | None] | None = None
-        self._ev_reason: str | None = None
-        self._ev_error: str | None = None
-        self._ev_exception: BaseException | None = None
-        self._ev_appended: tuple[bytes, ...] = ()
+        self._ev_call = None
+        self._ev_reason = None
+        self._ev_error = None
+        self._ev_exception = None
+        self._ev_appended = ()
 
 
 def _not_json(reply: object, problem: str = "") -> NotJSON:
@@ -464,8 +475,8 @@ def _not_json(reply: object, problem: str = "") -> NotJSON:
         if type(text) is not str:
             raise TypeError("__repr__ returned a non-str")
         text.encode()
-    except Exception:  # noqa: BLE001 - any failure of a user's __repr__
-        text = f"<{type(reply).__name__} object with a broken __repr__>"
+    except Exception as exc:  # noqa: BLE001 - any failure of a user's __repr__
+        text = f"<unprintable: {type(exc).__name__}>"
     return NotJSON(text[:2000], problem)
 
 
@@ -497,7 +508,12 @@ class _Compiled:
     __slots__ = ("appends_result", "check", "dest", "effects", "guard", "source", "trigger")
 
     def __init__(self, row: Row) -> None:
-        self.source, self.trigger, self.guard, self.dest = row.source, row.trigger, row.guard, row.dest
+        self.source, self.trigger, self.guard, self.dest = (
+            row.source,
+            row.trigger,
+            row.guard,
+            row.dest,
+        )
         self.check: Callable[[Engine], bool] | None = (
             getattr(Engine, f"_{row.guard.value}") if row.guard else None
         )

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import orjson
 
-from agentloop._core._json import JSON, to_json
+from agentloop._core._json import JSON, describe, to_json
 
 __all__ = [
     "DISPATCH_STATUSES",
@@ -95,9 +95,7 @@ def input_messages(messages: object) -> list[bytes]:
     for index, message in enumerate(messages):
         where = f"messages[{index}]"
         if type(message) is not dict or type(message.get("kind")) is not str:
-            raise TypeError(
-                f"{where}: expected a dict with a str 'kind', got {type(message).__name__}"
-            )
+            raise TypeError(f"{where}: expected a dict with a str 'kind', got {describe(message)}")
         data = to_json(message, where)
         encoded.append(data)
         plain = orjson.loads(data)  # from here on, only our own copy is read

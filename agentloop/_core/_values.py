@@ -16,6 +16,7 @@ from typing import Any, Final, NamedTuple
 import attrs
 import orjson
 
+from agentloop._core._json import describe
 from agentloop._core._table import Guard, State, Trigger
 
 __all__ = [
@@ -35,12 +36,13 @@ MAX_BUDGET: Final = 2**63 - 1
 
 def _budget(_: object, attribute: attrs.Attribute[int], value: object) -> None:
     if type(value) is not int:
-        raise TypeError(
-            f"{attribute.name} must be a non-negative int, got {type(value).__name__} {value!r:.40}"
-        )
-    if not 0 <= value <= MAX_BUDGET:
+        raise TypeError(f"{attribute.name} must be a non-negative int, got {describe(value)}")
+    if value < 0:
+        raise ValueError(f"{attribute.name} must be a non-negative int, got {value}")
+    if value > MAX_BUDGET:
         raise ValueError(
-            f"{attribute.name} must be a non-negative int of at most 2**63 - 1, got {value!r:.40}"
+            f"{attribute.name} must be at most 2**63 - 1 (a run file records 64-bit "
+            f"integers), got an int of {len(str(value))} digits"
         )
 
 

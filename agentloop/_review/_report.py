@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentloop._core._table import State
-from agentloop._core._values import NotJSON
 from agentloop._errors import SVGUnavailableError
 from agentloop._review._diagram import to_mermaid, to_svg
 from agentloop._review._runfile import FORMAT, VERSION, rejected_record
