@@ -137,10 +137,11 @@ class AsyncRun(RunView):
     async def astep(self) -> Transition:
         """Perform exactly one transition and return it."""
         engine = self._engine
-        self._enter()
+        if not self._busy.acquire(False):  # non-blocking
+            raise self._refused()
         try:
             need = engine.next()
-            if isinstance(need, AskModel):
+            if type(need) is AskModel:
                 try:
                     reply = await _unless_cancelled(self._cancel, self._ask(need.history))
                 except TokenCancelled as exc:
@@ -149,7 +150,7 @@ class AsyncRun(RunView):
                     transition = engine.raised(exc)
                 else:
                     transition = engine.replied(reply)
-            elif isinstance(need, RunTool):
+            elif type(need) is RunTool:
                 try:
                     outcome = await _unless_cancelled(self._cancel, self._dispatch(need.call))
                 except TokenCancelled as exc:
@@ -158,8 +159,8 @@ class AsyncRun(RunView):
                     transition = engine.raised(exc)
                 else:
                     transition = engine.returned(outcome)
-            else:
-                transition = need
+            else:  # the engine made a transition by itself
+                transition = need  # type: ignore[assignment]
             for listener, awaited in self._listeners:
                 if awaited:
                     await listener(transition)  # type: ignore[misc]  # is_async said so

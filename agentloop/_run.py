@@ -62,12 +62,12 @@ class RunView:
         """The result; raises ``InvalidStateError`` until the run is done."""
         return self._engine.result()
 
-    def _enter(self) -> None:
-        if not self._busy.acquire(blocking=False):
-            outstanding = self._engine.outstanding
-            doing = f"{outstanding.value} is outstanding" if outstanding else "it is finishing"
-            raise InvalidStateError(
-                f"cannot step now: another step of this run is under way ({doing}, in state "
-                f"{self.state.value!r}); step a run from one place at a time",
-                state=self.state,
-            )
+    def _refused(self) -> InvalidStateError:
+        """A step started while another is under way is refused, changing nothing."""
+        outstanding = self._engine.outstanding
+        doing = f"{outstanding.value} is outstanding" if outstanding else "it is finishing"
+        return InvalidStateError(
+            f"cannot step now: another step of this run is under way ({doing}, in state "
+            f"{self.state.value!r}); step a run from one place at a time",
+            state=self.state,
+        )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentloop._callbacks import is_async
+from agentloop._core._table import TERMINAL
 from agentloop._core._values import AskModel, RunTool
 from agentloop._run import RunView
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
     from agentloop._callbacks import Listener, Model
     from agentloop._core._engine import Engine
-    from agentloop._core._values import Transition
+    from agentloop._core._values import RunResult, Transition
 
 __all__ = ["Run"]
 
@@ -57,30 +58,40 @@ class Run(RunView):
         while not self.done:
             yield self.step()
 
+    def finish(self) -> RunResult:
+        """Step until done and return the result."""
+        step, engine = self.step, self._engine
+        if not engine.done:
+            while step().dest not in TERMINAL:
+                pass
+        return engine.result()
+
     def step(self) -> Transition:
         """Perform exactly one transition and return it."""
         engine = self._engine
-        self._enter()
+        if not self._busy.acquire(False):  # non-blocking
+            raise self._refused()
         try:
             need = engine.next()
-            if isinstance(need, AskModel):
+            if type(need) is AskModel:
                 try:
                     reply = self._model(need.history)
                 except Exception as exc:  # noqa: BLE001 - the engine says what it means
                     transition = engine.raised(exc)
                 else:
                     transition = engine.replied(reply)
-            elif isinstance(need, RunTool):
+            elif type(need) is RunTool:
                 try:
                     outcome = self._dispatch(need.call)
                 except Exception as exc:  # noqa: BLE001 - the engine says what it means
                     transition = engine.raised(exc)
                 else:
                     transition = engine.returned(outcome)
-            else:
-                transition = need
-            for listener in self._listeners:
-                listener(transition)
+            else:  # the engine made a transition by itself
+                transition = need  # type: ignore[assignment]
+            if self._listeners:
+                for listener in self._listeners:
+                    listener(transition)
             return transition
         except BaseException as exc:
             if not isinstance(exc, Exception):

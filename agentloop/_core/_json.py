@@ -17,7 +17,7 @@ import orjson
 
 from agentloop._errors import JSONError
 
-__all__ = ["MAX_DEPTH", "copy_json", "describe", "exception_content", "to_json"]
+__all__ = ["MAX_DEPTH", "copy_json", "describe", "exception_content", "intake", "to_json"]
 
 #: How deep ``orjson`` (and so a run's record) nests JSON.
 MAX_DEPTH: Final = 255
@@ -36,16 +36,23 @@ _STRICT: Final = (
 
 
 def to_json(value: object, where: str = "value") -> bytes:
-    """Serialize a plain JSON value, refusing anything JSON would change.
+    """Serialize a plain JSON value, refusing anything JSON would change."""
+    return intake(value, where)[0]
+
+
+def intake(value: object, where: str = "value") -> tuple[bytes, Any]:
+    """A plain JSON value's bytes and an independent copy; ``JSONError`` if it is not one.
 
     Decoding the bytes again and comparing with the original catches what
     ``orjson`` would silently change (NaN to ``null``, a tuple to a list) at C
-    speed; ``_find_non_json`` explains a failure only on that slow path.
+    speed; the decoded value is the copy. ``_find_non_json`` explains a
+    failure only on that slow path.
     """
     try:
         data = orjson.dumps(value, option=_STRICT)
-        if orjson.loads(data) == value:
-            return data
+        copy = orjson.loads(data)
+        if copy == value:
+            return data, copy
     except (TypeError, orjson.JSONEncodeError) as exc:
         if "Recursion limit" in str(exc):
             raise JSONError(
@@ -58,7 +65,7 @@ def to_json(value: object, where: str = "value") -> bytes:
 
 def copy_json(value: JSON, where: str = "value") -> JSON:
     """Return an independent copy of a plain JSON value (checked as ``to_json``)."""
-    return orjson.loads(to_json(value, where))
+    return intake(value, where)[1]
 
 
 def _find_non_json(value: object, where: str) -> str:
