@@ -32,6 +32,7 @@ check: $(STAMP) ## ruff and mypy --strict
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 .PHONY: format
 format: $(STAMP) ## Apply ruff's fixes and formatting

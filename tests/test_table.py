@@ -174,7 +174,7 @@ def test_first_holding_guard_wins_as_in_transitions(source: State, trigger: Trig
 
 def readme_table() -> list[tuple[str, ...]]:
     """The README's state table: its first five columns, row by row."""
-    section = README.split("<!-- state table -->")[1]
+    section = README.split("<!-- state table -->\n")[1].split("\n\n")[0]
     lines = [line for line in section.splitlines() if line.startswith("| `")]
     return [tuple(cell.strip().strip("`") for cell in line.split("|")[1:6]) for line in lines]
 
