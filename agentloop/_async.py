@@ -129,6 +129,10 @@ class AsyncRun(RunView):
             raise TypeError(f"expected a callable listener, got {type(listener).__name__}")
         self._listeners.append((listener, is_async(listener)))
 
+    def _plain_listeners(self) -> list[Listener]:
+        # An interrupted task cannot be relied on to await anything more.
+        return [listener for listener, awaited in self._listeners if not awaited]
+
     async def __aiter__(self) -> AsyncIterator[Transition]:
         """Step until done, yielding each transition."""
         while not self.done:
@@ -137,9 +141,12 @@ class AsyncRun(RunView):
     async def astep(self) -> Transition:
         """Perform exactly one transition and return it."""
         engine = self._engine
-        if not self._busy.acquire(False):  # non-blocking
-            raise self._refused()
+        refused = False
         try:
+            # Taken inside the try: an interrupt right after it still reaches the finally.
+            if not self._busy.acquire(False):
+                refused = True
+                raise self._refused()
             need = engine.next()
             if type(need) is AskModel:
                 try:
@@ -168,11 +175,17 @@ class AsyncRun(RunView):
                     listener(transition)
             return transition
         except BaseException as exc:
-            if not isinstance(exc, Exception):
-                engine.interrupted(exc)  # a cancelled task, KeyboardInterrupt: the run ends
+            if not (refused or isinstance(exc, Exception)):
+                # A cancelled task, KeyboardInterrupt: the run ends.
+                self._notify_interrupted(engine.interrupted(exc))
             raise
         finally:
-            self._busy.release()
+            if not refused:
+                # Inline, no call: an interrupt cannot land before the release itself.
+                try:
+                    self._busy.release()
+                except RuntimeError:  # pragma: no cover - never taken: interrupted at once
+                    pass
 
     async def _ask(self, history: list[dict[str, Any]]) -> object:
         """Call the model, plain or async, the way the loop was configured."""

@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, Any
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agentloop._core._engine import Engine
     from agentloop._core._table import State
-    from agentloop._core._values import RunResult, Transition
+    from agentloop._core._values import Budget, RunResult, Transition
 
 __all__ = ["RunView"]
 
@@ -61,6 +63,24 @@ class RunView:
     def result(self) -> RunResult:
         """The result; raises ``InvalidStateError`` until the run is done."""
         return self._engine.result()
+
+    @property
+    def budget(self) -> Budget:
+        """The run's budget."""
+        return self._engine.budget
+
+    def _notify_interrupted(self, transition: Transition | None) -> None:
+        """Tell plain listeners how an interrupted step ended; nothing of theirs may mask it."""
+        if transition is None:
+            return
+        for listener in self._plain_listeners():
+            try:
+                listener(transition)
+            except Exception:  # noqa: BLE001, S112 - the interruption propagates, not this
+                continue
+
+    def _plain_listeners(self) -> list[Callable[[Transition], object]]:
+        raise NotImplementedError
 
     def _refused(self) -> InvalidStateError:
         """A step started while another is under way is refused, changing nothing."""

@@ -53,6 +53,9 @@ class Run(RunView):
             )
         self._listeners.append(listener)
 
+    def _plain_listeners(self) -> list[Listener]:
+        return self._listeners
+
     def __iter__(self) -> Iterator[Transition]:
         """Step until done, yielding each transition."""
         while not self.done:
@@ -69,9 +72,12 @@ class Run(RunView):
     def step(self) -> Transition:
         """Perform exactly one transition and return it."""
         engine = self._engine
-        if not self._busy.acquire(False):  # non-blocking
-            raise self._refused()
+        refused = False
         try:
+            # Taken inside the try: an interrupt right after it still reaches the finally.
+            if not self._busy.acquire(False):
+                refused = True
+                raise self._refused()
             need = engine.next()
             if type(need) is AskModel:
                 try:
@@ -94,8 +100,13 @@ class Run(RunView):
                     listener(transition)
             return transition
         except BaseException as exc:
-            if not isinstance(exc, Exception):
-                engine.interrupted(exc)  # KeyboardInterrupt and the like end the run
+            if not (refused or isinstance(exc, Exception)):
+                self._notify_interrupted(engine.interrupted(exc))  # a KeyboardInterrupt ends it
             raise
         finally:
-            self._busy.release()
+            if not refused:
+                # Inline, no call: an interrupt cannot land before the release itself.
+                try:
+                    self._busy.release()
+                except RuntimeError:  # pragma: no cover - never taken: interrupted at once
+                    pass

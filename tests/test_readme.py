@@ -28,4 +28,4 @@ def test_every_python_block_runs_in_order(capsys: object) -> None:
 def run(example: CodeExample, namespace: dict[str, object]) -> None:
     """Run one block; a failure names its line in the README."""
     code = compile(example.source, f"{README.name}:{example.start_line}", "exec")
-    exec(code, namespace)  # noqa: S102 - the README's own examples
+    exec(code, namespace)

@@ -427,15 +427,16 @@ class Engine:
         return transition
 
     def _settle(self) -> None:
-        """Make the state, counters, ids and history what the log of events says.
+        """Make the state, counters, ids and history again from the log of events.
 
-        Only an interruption needs this: it may have landed between an
-        effect and the commit (undone here) or after the commit (completed).
+        Only an interruption needs this (and pays for it): it may have landed
+        between an effect and the commit (undone here) or after the commit
+        (completed here). Steps are the last event's, plus the one an
+        outstanding model request has spent.
         """
         events = self._events
-        committed = self._applied != len(events)
-        if not committed and self._ev_appended == () and self._ev_call is _NO_CALL:
-            return
+        if self._applied != len(events):  # the last event was committed: its request is answered
+            self._outstanding = None
         history = History(list(self._input))
         reserved = history.call_ids()
         for event in events:
@@ -443,13 +444,11 @@ class Engine:
             if event.dest is State.DISPATCHING and event.trigger is Trigger.VALIDATE:
                 reserved.add(event.call_id)  # type: ignore[arg-type]
         self._history, self._reserved, self._applied = history, reserved, len(events)
-        if events:
-            last = events[-1]
-            self._state = last.dest
-            self.calls = last.calls
-            self.steps = max(self.steps, last.steps)
-        if committed:  # the request the last event answered is no longer outstanding
-            self._outstanding = None
+        last = events[-1] if events else None
+        self._state = last.dest if last else State.AWAITING_MODEL
+        self.calls = last.calls if last else 0
+        self.steps = (last.steps if last else 0) + (self._outstanding is _ASK_MODEL)
+        self._rejected = None  # only a terminal row rejects a reply
         self._ev_call = _NO_CALL
         self._ev_status = self._ev_reason = self._ev_error = self._ev_exception = None
         self._ev_appended = ()
