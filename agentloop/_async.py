@@ -182,7 +182,7 @@ class AsyncRun(RunView):
         finally:
             if not refused:
                 # Inline, no call: an interrupt cannot land before the release itself.
-                try:
+                try:  # noqa: SIM105 - suppress() is a call, where an interrupt could land
                     self._busy.release()
                 except RuntimeError:  # pragma: no cover - never taken: interrupted at once
                     pass

@@ -70,7 +70,7 @@ class Lenient(dict):  # type: ignore[type-arg]
     def __eq__(self, other: object) -> bool:
         return True
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
 
 class Shifty(dict):  # type: ignore[type-arg]
@@ -142,7 +142,8 @@ def test_an_async_model_under_the_sync_driver_is_malformed_without_a_warning() -
         warnings.simplefilter("error")
         result = Loop(model).run("go")
     assert result.status == "malformed"
-    assert result.error is not None and "got coroutine" in result.error
+    assert result.error is not None
+    assert "got coroutine" in result.error
     assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
 
 
@@ -270,7 +271,8 @@ def test_a_listener_that_steps_the_run_is_refused() -> None:
 
     run = Loop(Script([final()]), listeners=[listener]).start("go")
     run.step()
-    assert seen == ["validating"] and run.state == "validating"
+    assert seen == ["validating"]
+    assert run.state == "validating"
     assert "another step of this run is under way" in str(errors[0])
 
 
@@ -288,7 +290,8 @@ async def test_an_async_listener_that_steps_the_run_is_refused() -> None:
 
     run = Loop(Script([final()]), listeners=[listener]).astart("go")
     await run.astep()
-    assert seen == ["validating"] and run.state == "validating"
+    assert seen == ["validating"]
+    assert run.state == "validating"
     assert "another step of this run is under way" in str(errors[0])
 
 
@@ -300,14 +303,14 @@ def test_concurrent_steps_from_threads_are_refused() -> None:
     for _ in range(50 * SCALE):
         release = threading.Event()
 
-        def slow(history: list[dict[str, Any]]) -> dict[str, Any]:
+        def slow(history: list[dict[str, Any]], release: threading.Event = release) -> Any:
             release.wait(5)
             return final()
 
         run = Loop(slow).start("go")
         outcomes: list[object] = []
 
-        def step() -> None:
+        def step(run: Any = run, outcomes: list[object] = outcomes) -> None:
             try:
                 outcomes.append(run.step())
             except InvalidStateError as exc:
@@ -322,7 +325,9 @@ def test_concurrent_steps_from_threads_are_refused() -> None:
         for thread in threads:
             thread.join()
         made = [o for o in outcomes if isinstance(o, agentloop.Transition)]
-        assert len(made) == 1 and run.steps == 1 and run.state == "validating"
+        assert len(made) == 1
+        assert run.steps == 1
+        assert run.state == "validating"
 
 
 # -- defect 12: input messages -------------------------------------------------------------
@@ -413,7 +418,8 @@ def test_hostile_code_never_wedges_a_run(
             assert run.done  # an interruption ends the run
         assert len(run.events) == before + 1 or run.done
         assert paired(run.transcript)
-    assert run.done and run.state in TERMINAL
+    assert run.done
+    assert run.state in TERMINAL
     result = run.result()
     assert rebuilt(run, [{"kind": "user", "text": "go"}]) == result.transcript
     assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
@@ -439,7 +445,7 @@ def test_a_keyboard_interrupt_at_a_random_moment_never_half_records() -> None:
     gc.disable()  # an alarm inside a gc callback is not the run's to handle
     try:
         for _ in range(1500 * SCALE):
-            replies: list[object] = [call(f"c{i}", a=1, b=2) for i in range(3)] + [final()]
+            replies: list[object] = [*(call(f"c{i}", a=1, b=2) for i in range(3)), final()]
             loop = Loop(Script(replies), tools={"add": lambda a, b: a + b}, max_calls=3)
             run = loop.start("go")
             try:
@@ -458,7 +464,8 @@ def test_a_keyboard_interrupt_at_a_random_moment_never_half_records() -> None:
                 while not run.done:
                     run.step()
             result = run.result()
-            assert result.steps <= 8 and result.calls <= 3
+            assert result.steps <= 8
+            assert result.calls <= 3
             assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
     finally:
         signal.signal(signal.SIGALRM, previous)
@@ -467,6 +474,15 @@ def test_a_keyboard_interrupt_at_a_random_moment_never_half_records() -> None:
 
 
 # -- principle 3 under asyncio: a task cancelled at any await, listeners included -----------
+
+
+def _counting_add(ran: list[str]) -> Any:
+    async def add(a: int, b: int) -> int:
+        await asyncio.sleep(0)
+        ran.append("add")
+        return a + b
+
+    return add
 
 
 async def test_a_task_cancelled_at_a_random_await_always_ends_the_run() -> None:
@@ -487,10 +503,7 @@ async def test_a_task_cancelled_at_a_random_await_always_ends_the_run() -> None:
             done = sum(m["kind"] == "tool_result" for m in history)
             return call(f"c{done}", a=1, b=2) if done < 3 else final()
 
-        async def add(a: int, b: int) -> int:
-            await asyncio.sleep(0)
-            ran.append("add")
-            return a + b
+        add = _counting_add(ran)
 
         async def listener(transition: agentloop.Transition) -> None:
             await asyncio.sleep(0)
@@ -520,4 +533,5 @@ async def test_a_task_cancelled_at_a_random_await_always_ends_the_run() -> None:
         assert len(ran) == results.count("ok")  # a tool ran exactly when its ok result is there
         assert len(results) <= run.calls  # a counted call cancelled before it ran has none
         assert agentloop.run_from_json(agentloop.run_to_json(run.result())) == run.result()
-    assert ended.get("cancelled", 0) > 0 and ended.get("finished", 0) > 0
+    assert ended.get("cancelled", 0) > 0
+    assert ended.get("finished", 0) > 0
