@@ -634,7 +634,7 @@ def _breakable(generator: _Generator, kinds: tuple[Break, ...]) -> bool:
 def invalid_arguments(
     tool: Tool | Mapping[str, Any], kinds: Iterable[Break] = BREAKS
 ) -> SearchStrategy[dict[str, Any]]:
-    """Arguments that break the tool's schema in exactly one of ``kinds`` of way.
+    """Arguments that break the tool's schema in one place, in one of the ways in ``kinds``.
 
     A valid value is drawn, then one place in it is broken: a wrong type
     (never at the top level: arguments that are not an object make the reply
