@@ -145,8 +145,8 @@ class OtelListener:
     in a context variable, so concurrent ``arun`` tasks (or threads) each get
     their own trace. A run stepped from one task (or thread) at a time is
     followed; one whose steps hop between tasks is not. A run whose last
-    transition the listener never heard (the drivers do not call listeners
-    for the transition an interruption such as ``KeyboardInterrupt`` makes) is
+    transition the listener never heard (one abandoned part-way, or ended by
+    an interruption under asyncio, when only plain listeners are told) is
     ended when the next run begins in the same context, at the last moment it
     was seen, with ``agentloop.end_unseen`` set.
     """

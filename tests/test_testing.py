@@ -305,13 +305,13 @@ def good() -> RunResult:
 
 
 def with_transcript(result: RunResult, transcript: list[dict[str, Any]]) -> RunResult:
-    return attrs.evolve(result, transcript_json=orjson.dumps(transcript))
+    return result._replace(transcript_json=orjson.dumps(transcript))
 
 
 def with_event(result: RunResult, index: int, **changes: Any) -> RunResult:
     events = list(result.events)
     events[index] = events[index]._replace(**changes)
-    return attrs.evolve(result, events=tuple(events))
+    return result._replace(events=tuple(events))
 
 
 def violation(check: Any, *args: Any) -> str:
@@ -377,11 +377,11 @@ def test_assert_paired_finds_a_call_appended_alone(good: RunResult) -> None:
 def test_assert_within_budget_finds_counters_beyond_the_budget(good: RunResult) -> None:
     """The run's counters, then an event's, above the budget."""
     assert (good.steps, good.calls) == (2, 1)
-    tight = attrs.evolve(good, budget=Budget(max_steps=1, max_calls=4))
+    tight = good._replace(budget=Budget(max_steps=1, max_calls=4))
     assert violation(assert_within_budget, tight) == (
         "the run: expected steps <= max_steps=1, got steps=2"
     )
-    no_calls = attrs.evolve(good, budget=Budget(max_steps=8, max_calls=0), calls=0)
+    no_calls = good._replace(budget=Budget(max_steps=8, max_calls=0), calls=0)
     assert violation(assert_within_budget, no_calls) == (
         "events[1] (validating -> dispatching on validate): expected calls <= max_calls=0, "
         "got calls=1"
@@ -398,7 +398,7 @@ def test_assert_within_budget_finds_a_ledger_that_does_not_add_up(good: RunResul
         "events[2] (dispatching -> awaiting_model on tool_returned): expected calls to stay "
         "at 1 or grow by one (one call a transition at most), got calls=0"
     )
-    assert violation(assert_within_budget, attrs.evolve(good, steps=1)) == (
+    assert violation(assert_within_budget, good._replace(steps=1)) == (
         "the run: expected its counters to be its last event's (steps=2, calls=1), "
         "got steps=1, calls=1"
     )
@@ -446,12 +446,12 @@ def test_assert_chained_finds_a_broken_path(good: RunResult) -> None:
         "events[1] (dispatching -> dispatching on validate): expected to start in validating, "
         "got dispatching"
     )
-    after = attrs.evolve(good, events=(*good.events, good.events[0]))
+    after = good._replace(events=(*good.events, good.events[0]))
     assert violation(assert_chained, after) == (
         "events[5] (awaiting_model -> validating on model_replied): expected no transition "
         "after the terminal state finished, got one"
     )
-    assert violation(assert_chained, attrs.evolve(good, status=agentloop.State.FAILED)) == (
+    assert violation(assert_chained, good._replace(status=agentloop.State.FAILED)) == (
         "the run: expected its state to be where the events end (finished), got failed"
     )
 

@@ -212,8 +212,7 @@ def _record(run: object) -> _Record:
                 events=run.events,
                 steps=run.steps,
                 calls=run.calls,
-                # A run in progress has no public budget yet; its engine has it.
-                budget=run._engine.budget,
+                budget=run.budget,
                 status=run.state,
             )
     if not isinstance(run, RunResult):
