@@ -60,6 +60,7 @@ check: $(LINT) ## ruff and mypy --strict
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 .PHONY: format
 format: $(LINT) ## Apply ruff's fixes and formatting

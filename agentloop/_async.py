@@ -92,6 +92,13 @@ async def _unless_cancelled(token: CancelToken | None, awaitable: Awaitable[_T])
         undo()
 
 
+def _ended(engine: Engine, exc: TokenCancelled) -> Transition:
+    """The run, interrupted by its token while a request was out, ends cancelled."""
+    transition = engine.interrupted(exc)
+    assert transition is not None, "a request was outstanding, so the run was not over"
+    return transition
+
+
 class AsyncRun(RunView):
     """One run under asyncio, driven one transition at a time by ``astep()``."""
 
@@ -122,6 +129,10 @@ class AsyncRun(RunView):
             raise TypeError(f"expected a callable listener, got {type(listener).__name__}")
         self._listeners.append((listener, is_async(listener)))
 
+    def _plain_listeners(self) -> list[Listener]:
+        # An interrupted task cannot be relied on to await anything more.
+        return [listener for listener, awaited in self._listeners if not awaited]
+
     async def __aiter__(self) -> AsyncIterator[Transition]:
         """Step until done, yielding each transition."""
         while not self.done:
@@ -130,14 +141,18 @@ class AsyncRun(RunView):
     async def astep(self) -> Transition:
         """Perform exactly one transition and return it."""
         engine = self._engine
-        self._enter()
+        refused = False
         try:
+            # Taken inside the try: an interrupt right after it still reaches the finally.
+            if not self._busy.acquire(False):
+                refused = True
+                raise self._refused()
             need = engine.next()
             if type(need) is AskModel:
                 try:
                     reply = await _unless_cancelled(self._cancel, self._ask(need.history))
                 except TokenCancelled as exc:
-                    transition = engine.interrupted(exc)
+                    transition = _ended(engine, exc)
                 except Exception as exc:  # noqa: BLE001 - the engine says what it means
                     transition = engine.raised(exc)
                 else:
@@ -146,29 +161,36 @@ class AsyncRun(RunView):
                 try:
                     outcome = await _unless_cancelled(self._cancel, self._dispatch(need.call))
                 except TokenCancelled as exc:
-                    transition = engine.interrupted(exc)
+                    transition = _ended(engine, exc)
                 except Exception as exc:  # noqa: BLE001 - the engine says what it means
                     transition = engine.raised(exc)
                 else:
                     transition = engine.returned(outcome)
-            else:
-                transition = need
+            else:  # the engine made a transition by itself
+                transition = need  # type: ignore[assignment]
             for listener, awaited in self._listeners:
                 if awaited:
-                    await listener(transition)  # type: ignore[misc]
+                    await listener(transition)  # type: ignore[misc]  # is_async said so
                 else:
                     listener(transition)
-            return transition  # type: ignore[return-value]
+            return transition
         except BaseException as exc:
-            if not isinstance(exc, Exception):
-                engine.interrupted(exc)  # a cancelled task, KeyboardInterrupt: the run ends
+            if not (refused or isinstance(exc, Exception)):
+                # A cancelled task, KeyboardInterrupt: the run ends.
+                self._notify_interrupted(engine.interrupted(exc))
             raise
         finally:
-            self._busy.release()
+            if not refused:
+                # Inline, no call: an interrupt cannot land before the release itself.
+                try:  # noqa: SIM105 - suppress() is a call, where an interrupt could land
+                    self._busy.release()
+                except RuntimeError:  # pragma: no cover - never taken: interrupted at once
+                    pass
 
     async def _ask(self, history: list[dict[str, Any]]) -> object:
         """Call the model, plain or async, the way the loop was configured."""
         model = self._model
+        call: Awaitable[object]
         if self._to_thread and not is_async(model):
             call = asyncio.to_thread(model, history)
         else:

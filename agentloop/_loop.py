@@ -64,6 +64,15 @@ class Loop:
         if type(to_thread) is not bool:
             raise TypeError(f"expected to_thread to be a bool, got {type(to_thread).__name__}")
         self.to_thread = to_thread
+        self._asyncio_only = [
+            name
+            for name, value in (
+                ("model_timeout", self.model_timeout),
+                ("tool_timeout", self.tool_timeout),
+                ("to_thread", self.to_thread or None),
+            )
+            if value is not None
+        ]
         self._adispatch = async_dispatch(
             self.dispatcher, to_thread=to_thread, tool_timeout=self.tool_timeout
         )
@@ -78,18 +87,9 @@ class Loop:
         self, messages: str | list[dict[str, Any]], *, cancel: CancelToken | None = None
     ) -> Run:
         """Begin a run driven by ``step()``; bad input raises here, before any model call."""
-        asyncio_only = [
-            name
-            for name, value in (
-                ("model_timeout", self.model_timeout),
-                ("tool_timeout", self.tool_timeout),
-                ("to_thread", self.to_thread or None),
-            )
-            if value is not None
-        ]
-        if asyncio_only:
+        if self._asyncio_only:
             raise ValueError(
-                f"{' and '.join(asyncio_only)} need the asyncio driver (loop.arun or "
+                f"{' and '.join(self._asyncio_only)} need the asyncio driver (loop.arun or "
                 "loop.astart): a synchronous run cannot interrupt a plain function, "
                 "and would silently ignore them"
             )
@@ -100,10 +100,7 @@ class Loop:
         self, messages: str | list[dict[str, Any]], *, cancel: CancelToken | None = None
     ) -> RunResult:
         """Run to a terminal state and return the result."""
-        run = self.start(messages, cancel=cancel)
-        for _ in run:
-            pass
-        return run.result()
+        return self.start(messages, cancel=cancel).finish()
 
     def astart(
         self, messages: str | list[dict[str, Any]], *, cancel: CancelToken | None = None

@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, Any
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agentloop._core._engine import Engine
     from agentloop._core._table import State
-    from agentloop._core._values import RunResult, Transition
+    from agentloop._core._values import Budget, RunResult, Transition
 
 __all__ = ["RunView"]
 
@@ -62,10 +64,30 @@ class RunView:
         """The result; raises ``InvalidStateError`` until the run is done."""
         return self._engine.result()
 
-    def _enter(self) -> None:
-        if not self._busy.acquire(blocking=False):
-            raise InvalidStateError(
-                f"another step of this run is under way (state {self.state.value!r}); "
-                "step a run from one place at a time",
-                state=self.state,
-            )
+    @property
+    def budget(self) -> Budget:
+        """The run's budget."""
+        return self._engine.budget
+
+    def _notify_interrupted(self, transition: Transition | None) -> None:
+        """Tell plain listeners how an interrupted step ended; nothing of theirs may mask it."""
+        if transition is None:
+            return
+        for listener in self._plain_listeners():
+            try:
+                listener(transition)
+            except Exception:  # noqa: BLE001, S112 - the interruption propagates, not this
+                continue
+
+    def _plain_listeners(self) -> list[Callable[[Transition], object]]:
+        raise NotImplementedError
+
+    def _refused(self) -> InvalidStateError:
+        """A step started while another is under way is refused, changing nothing."""
+        outstanding = self._engine.outstanding
+        doing = f"{outstanding.value} is outstanding" if outstanding else "it is finishing"
+        return InvalidStateError(
+            f"cannot step now: another step of this run is under way ({doing}, in state "
+            f"{self.state.value!r}); step a run from one place at a time",
+            state=self.state,
+        )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentloop._callbacks import is_async
+from agentloop._core._table import TERMINAL
 from agentloop._core._values import AskModel, RunTool
 from agentloop._run import RunView
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
     from agentloop._callbacks import Listener, Model
     from agentloop._core._engine import Engine
-    from agentloop._core._values import Transition
+    from agentloop._core._values import RunResult, Transition
 
 __all__ = ["Run"]
 
@@ -52,16 +53,31 @@ class Run(RunView):
             )
         self._listeners.append(listener)
 
+    def _plain_listeners(self) -> list[Listener]:
+        return self._listeners
+
     def __iter__(self) -> Iterator[Transition]:
         """Step until done, yielding each transition."""
         while not self.done:
             yield self.step()
 
+    def finish(self) -> RunResult:
+        """Step until done and return the result."""
+        step, engine = self.step, self._engine
+        if not engine.done:
+            while step().dest not in TERMINAL:
+                pass
+        return engine.result()
+
     def step(self) -> Transition:
         """Perform exactly one transition and return it."""
         engine = self._engine
-        self._enter()
+        refused = False
         try:
+            # Taken inside the try: an interrupt right after it still reaches the finally.
+            if not self._busy.acquire(False):
+                refused = True
+                raise self._refused()
             need = engine.next()
             if type(need) is AskModel:
                 try:
@@ -77,14 +93,20 @@ class Run(RunView):
                     transition = engine.raised(exc)
                 else:
                     transition = engine.returned(outcome)
-            else:
-                transition = need
-            for listener in self._listeners:
-                listener(transition)
+            else:  # the engine made a transition by itself
+                transition = need  # type: ignore[assignment]
+            if self._listeners:
+                for listener in self._listeners:
+                    listener(transition)
             return transition
         except BaseException as exc:
-            if not isinstance(exc, Exception):
-                engine.interrupted(exc)  # KeyboardInterrupt and the like end the run
+            if not (refused or isinstance(exc, Exception)):
+                self._notify_interrupted(engine.interrupted(exc))  # a KeyboardInterrupt ends it
             raise
         finally:
-            self._busy.release()
+            if not refused:
+                # Inline, no call: an interrupt cannot land before the release itself.
+                try:  # noqa: SIM105 - suppress() is a call, where an interrupt could land
+                    self._busy.release()
+                except RuntimeError:  # pragma: no cover - never taken: interrupted at once
+                    pass

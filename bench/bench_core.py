@@ -1,11 +1,17 @@
 """Core benchmarks, measured side by side in one run (the machine is shared and noisy).
 
 1. Engine cost per model step beside a hand-written loop that keeps the same
-   contract with the same copier and the same event values (target: ratio
-   <= 1.5 at K = 10 and K = 100).
-2. The history copier beside ``copy.deepcopy`` on the K = 100 history
+   promises (target: ratio <= 1.5 at K = 1, 10 and 100 tool calls per run).
+   The hand-written loop keeps the history as one orjson buffer and decodes a
+   fresh copy for every model call; copies the reply on intake (an orjson
+   round trip) and checks its shape; checks argument types against the
+   handler's annotations; records each transition as a tuple (source, dest,
+   trigger, steps, calls); appends a call and its result together. Both use
+   the same tool, and the engine's dispatcher does the same annotation check.
+2. The async driver beside the sync one (target: within 1.25x).
+3. The history copier beside ``copy.deepcopy`` on the K = 100 history
    (target: at least 5x faster).
-3. Memory over 100,000 short runs in one process (target: no growth after
+4. Memory over 100,000 short runs in one process (target: no growth after
    warm-up).
 
 Run with ``make bench``. Ratios are what count; absolute times vary.
@@ -13,8 +19,10 @@ Run with ``make bench``. Ratios are what count; absolute times vary.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import gc
+import inspect
 import statistics
 import sys
 import time
@@ -24,14 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentloop import Budget, CancelToken, Guard, Loop, State, Transition, Trigger
-from agentloop._messages import (
-    History,
-    input_messages,
-    reply_problem,
-    to_json,
-    tool_result_json,
-)
+from agentloop import CancelToken, Loop, ToolRegistry
+from agentloop._core._messages import History, input_messages, reply_problem, tool_result_json
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,11 +41,28 @@ if TYPE_CHECKING:
 Message = dict[str, Any]
 
 
-class Echo:
-    """The cheapest dispatcher, so the bench measures the loop, not a tool."""
+def echo(n: int) -> int:
+    """The tool: as cheap as a tool can be, so the bench measures the loop."""
+    return n
+
+
+class Typed:
+    """A dispatcher that checks argument types against the handler's annotations, as the
+    hand-written loop does: the cheapest dispatcher that keeps the tool's promise."""
+
+    def __init__(self, handler: Callable[..., Any]) -> None:
+        self.handler = handler
+        self.types = {
+            name: {"int": int, "str": str, "float": float}[p.annotation]
+            for name, p in inspect.signature(handler).parameters.items()
+        }
 
     def dispatch(self, call: Message) -> Message:
-        return {"status": "ok", "content": call["arguments"]}
+        arguments = call["arguments"]
+        for name, kind in self.types.items():
+            if type(arguments.get(name)) is not kind:
+                return {"status": "invalid_arguments", "content": name}
+        return {"status": "ok", "content": self.handler(**arguments)}
 
 
 def scripted(k: int) -> Any:
@@ -59,205 +78,97 @@ def scripted(k: int) -> Any:
 
 
 def hand_written(
-    model: Any, dispatcher: Echo, text: str, budget: Budget, cancel: CancelToken
-) -> Any:
-    """The same contract as the engine, written as one if/elif loop."""
-    history = History(input_messages(text))
+    model: Any, tool: Typed, text: str, max_steps: int, max_calls: int, cancel: CancelToken
+) -> list[tuple[str, str, str, int, int]]:
+    """The same promises as the engine, written as one loop with tuple events."""
+    history = History(input_messages(text)[0])
     steps = calls = 0
     reserved: set[str] = set()
-    events: list[Transition] = []
+    events: list[tuple[str, str, str, int, int]] = []
     while True:
         if cancel.cancelled:
-            dest = State.CANCELLED
-            events.append(
-                Transition(
-                    source=State.AWAITING_MODEL,
-                    dest=dest,
-                    trigger=Trigger.ASK_MODEL,
-                    guard=Guard.CANCEL_REQUESTED,
-                    steps=steps,
-                    calls=calls,
-                )
-            )
+            events.append(("awaiting_model", "cancelled", "ask_model", steps, calls))
             return events
-        if steps >= budget.max_steps:
-            events.append(
-                Transition(
-                    source=State.AWAITING_MODEL,
-                    dest=State.EXHAUSTED,
-                    trigger=Trigger.ASK_MODEL,
-                    guard=Guard.STEPS_EXHAUSTED,
-                    steps=steps,
-                    calls=calls,
-                    reason="max_steps",
-                )
-            )
+        if steps >= max_steps:
+            events.append(("awaiting_model", "exhausted", "ask_model", steps, calls))
             return events
         steps += 1
         try:
             raw = model(history.copy())
-        except Exception as exc:  # noqa: BLE001 - a failing model is a state
-            events.append(
-                Transition(
-                    source=State.AWAITING_MODEL,
-                    dest=State.FAILED,
-                    trigger=Trigger.MODEL_RAISED,
-                    steps=steps,
-                    calls=calls,
-                    error=str(exc),
-                )
-            )
+        except Exception:  # noqa: BLE001 - a failing model is a state
+            events.append(("awaiting_model", "failed", "model_raised", steps, calls))
             return events
         if cancel.cancelled:
-            events.append(
-                Transition(
-                    source=State.AWAITING_MODEL,
-                    dest=State.CANCELLED,
-                    trigger=Trigger.MODEL_REPLIED,
-                    guard=Guard.CANCEL_REQUESTED,
-                    steps=steps,
-                    calls=calls,
-                )
-            )
+            events.append(("awaiting_model", "cancelled", "model_replied", steps, calls))
             return events
-        reply_json = to_json(raw, "reply")
+        reply_json = orjson.dumps(raw)
         reply = orjson.loads(reply_json)
-        problem = reply_problem(reply)
-        events.append(
-            Transition(
-                source=State.AWAITING_MODEL,
-                dest=State.VALIDATING,
-                trigger=Trigger.MODEL_REPLIED,
-                steps=steps,
-                calls=calls,
-            )
-        )
-        if problem:
-            events.append(
-                Transition(
-                    source=State.VALIDATING,
-                    dest=State.MALFORMED,
-                    trigger=Trigger.VALIDATE,
-                    steps=steps,
-                    calls=calls,
-                    error=problem,
-                )
-            )
+        if reply != raw:
+            events.append(("validating", "malformed", "validate", steps, calls))
+            return events
+        events.append(("awaiting_model", "validating", "model_replied", steps, calls))
+        if reply_problem(reply):
+            events.append(("validating", "malformed", "validate", steps, calls))
             return events
         if reply["kind"] == "final":
-            events.append(
-                Transition(
-                    source=State.VALIDATING,
-                    dest=State.FINISHED,
-                    trigger=Trigger.VALIDATE,
-                    guard=Guard.REPLY_IS_FINAL,
-                    steps=steps,
-                    calls=calls,
-                    appended_json=(reply_json,),
-                )
-            )
-            history.append(reply_json)
+            events.append(("validating", "finished", "validate", steps, calls))
+            history.extend((reply_json,))
             return events
-        call_fields = {"call_id": reply["id"], "tool": reply["name"]}
         if reply["id"] in reserved:
-            events.append(
-                Transition(
-                    source=State.VALIDATING,
-                    dest=State.REPEATED_CALL,
-                    trigger=Trigger.VALIDATE,
-                    steps=steps,
-                    calls=calls,
-                    **call_fields,
-                )
-            )
+            events.append(("validating", "repeated_call", "validate", steps, calls))
             return events
-        if calls >= budget.max_calls:
-            events.append(
-                Transition(
-                    source=State.VALIDATING,
-                    dest=State.EXHAUSTED,
-                    trigger=Trigger.VALIDATE,
-                    steps=steps,
-                    calls=calls,
-                    reason="max_calls",
-                    **call_fields,
-                )
-            )
+        if calls >= max_calls:
+            events.append(("validating", "exhausted", "validate", steps, calls))
             return events
         if cancel.cancelled:
-            events.append(
-                Transition(
-                    source=State.VALIDATING,
-                    dest=State.CANCELLED,
-                    trigger=Trigger.VALIDATE,
-                    steps=steps,
-                    calls=calls,
-                    **call_fields,
-                )
-            )
+            events.append(("validating", "cancelled", "validate", steps, calls))
             return events
         reserved.add(reply["id"])
         calls += 1
-        events.append(
-            Transition(
-                source=State.VALIDATING,
-                dest=State.DISPATCHING,
-                trigger=Trigger.VALIDATE,
-                steps=steps,
-                calls=calls,
-                **call_fields,
-            )
-        )
+        events.append(("validating", "dispatching", "validate", steps, calls))
         if cancel.cancelled:
-            events.append(
-                Transition(
-                    source=State.DISPATCHING,
-                    dest=State.CANCELLED,
-                    trigger=Trigger.START_TOOL,
-                    steps=steps,
-                    calls=calls,
-                    **call_fields,
-                )
-            )
+            events.append(("dispatching", "cancelled", "start_tool", steps, calls))
             return events
-        outcome = dispatcher.dispatch(orjson.loads(reply_json))
-        content = to_json(outcome["content"], "content")
+        outcome = tool.dispatch(orjson.loads(reply_json))
+        content = orjson.dumps(outcome["content"])
         result_json = tool_result_json(reply["id"], reply["name"], outcome["status"], content)
-        events.append(
-            Transition(
-                source=State.DISPATCHING,
-                dest=State.AWAITING_MODEL,
-                trigger=Trigger.TOOL_RETURNED,
-                steps=steps,
-                calls=calls,
-                status=outcome["status"],
-                appended_json=(reply_json, result_json),
-                **call_fields,
-            )
-        )
-        history.append(reply_json)
-        history.append(result_json)
+        events.append(("dispatching", "awaiting_model", "tool_returned", steps, calls))
+        history.extend((reply_json, result_json))
 
 
-def time_per_step(k: int, repeats: int) -> tuple[float, float]:
-    """Median µs per model step: (engine, hand-written), interleaved run by run."""
-    budget = Budget(max_steps=k + 1, max_calls=k)
-    loop = Loop(scripted(k), tools=Echo(), max_steps=k + 1, max_calls=k)
+def time_per_step(k: int, repeats: int, tools: object) -> tuple[float, float, float]:
+    """Median µs per model step: (engine sync, engine async, hand-written), interleaved."""
+    loop = Loop(scripted(k), tools=tools, max_steps=k + 1, max_calls=k)
+    typed = Typed(echo)
     runs = max(1, 2000 // (k + 1))
-    engine_times, hand_times = [], []
+    sync_times, async_times, hand_times = [], [], []
+
+    async def async_runs() -> None:
+        for _ in range(runs):
+            await loop.arun("go")
+
+    runner = asyncio.Runner()
     for _ in range(repeats):
         start = time.perf_counter_ns()
         for _ in range(runs):
             result = loop.run("go")
-        engine_times.append(time.perf_counter_ns() - start)
-        assert result.status == "finished"
+        sync_times.append(time.perf_counter_ns() - start)
+        assert result.status == "finished", result
+        start = time.perf_counter_ns()
+        runner.run(async_runs())
+        async_times.append(time.perf_counter_ns() - start)
         start = time.perf_counter_ns()
         for _ in range(runs):
-            events = hand_written(scripted(k), Echo(), "go", budget, CancelToken())
+            events = hand_written(scripted(k), typed, "go", k + 1, k, CancelToken())
         hand_times.append(time.perf_counter_ns() - start)
-        assert events[-1].dest == "finished"
+        assert events[-1][1] == "finished"
+    runner.close()
     per_step = runs * (k + 1) * 1000
-    return statistics.median(engine_times) / per_step, statistics.median(hand_times) / per_step
+    return (
+        statistics.median(sync_times) / per_step,
+        statistics.median(async_times) / per_step,
+        statistics.median(hand_times) / per_step,
+    )
 
 
 def python_copier(value: Any) -> Any:
@@ -271,7 +182,7 @@ def python_copier(value: Any) -> Any:
 
 def copier(repeats: int = 200) -> dict[str, float]:
     """µs per copy of the K = 100 history, for each copier."""
-    result = Loop(scripted(100), tools=Echo(), max_steps=101, max_calls=100).run("go")
+    result = Loop(scripted(100), tools=Typed(echo), max_steps=101, max_calls=100).run("go")
     messages = result.transcript
     history = History([orjson.dumps(m) for m in messages])
     assert history.copy() == messages
@@ -301,7 +212,7 @@ def rss_kib() -> int:
 
 def memory(total: int = 100_000, warm_up: int = 10_000) -> tuple[int, int, int]:
     """Run ``total`` short runs; tracemalloc and RSS growth after ``warm_up`` of them."""
-    loop = Loop(scripted(1), tools=Echo(), max_steps=2, max_calls=1)
+    loop = Loop(scripted(1), tools=Typed(echo), max_steps=2, max_calls=1)
     for _ in range(warm_up):
         loop.run("go")
     gc.collect()
@@ -317,25 +228,44 @@ def memory(total: int = 100_000, warm_up: int = 10_000) -> tuple[int, int, int]:
 
 
 def main() -> int:
-    """Print the three tables; exit 1 if a target is missed."""
+    """Print the tables; exit 1 if a target is missed."""
     quick = "--quick" in sys.argv
     repeats = 3 if quick else 9
-    print("engine vs a hand-written loop (same contract, copier and events), µs per model step")
-    print(f"  {'K':>5} {'engine':>10} {'hand':>10} {'ratio':>7}  target")
     misses = []
-    for k in (1, 10, 100, 1000):
-        engine, hand = time_per_step(k, repeats if k < 1000 else max(3, repeats // 3))
-        target = "<= 1.5" if k in (10, 100) else ""
-        if target and engine / hand > 1.5:
-            misses.append(f"K={k} ratio {engine / hand:.2f}")
-        print(f"  {k:>5} {engine:>10.2f} {hand:>10.2f} {engine / hand:>7.2f}  {target}")
+    for label, tools in (
+        ("a dispatcher that checks annotations, as the hand-written loop does", Typed(echo)),
+        ("the ToolRegistry (JSON Schema validation, conversion, results as JSON)", None),
+    ):
+        targeted = tools is not None
+        dispatcher = tools if tools is not None else ToolRegistry([echo])
+        print(f"engine vs the hand-written loop, µs per model step; engine with {label}")
+        print(
+            f"  {'K':>5} {'engine':>8} {'hand':>8} {'ratio':>6} {'target':>7}   {'async':>8} "
+            f"{'async/sync':>10} {'target':>7}"
+        )
+        for k in (1, 10, 100, 1000):
+            engine, engine_async, hand = time_per_step(
+                k, repeats if k < 1000 else max(3, repeats // 3), dispatcher
+            )
+            ratio, async_ratio = engine / hand, engine_async / engine
+            target = "<= 1.5" if targeted and k <= 100 else ""
+            async_target = "<= 1.25" if targeted and k <= 100 else ""
+            if target and ratio > 1.5:
+                misses.append(f"K={k} engine/hand {ratio:.2f}")
+            if async_target and async_ratio > 1.25:
+                misses.append(f"K={k} async/sync {async_ratio:.2f}")
+            print(
+                f"  {k:>5} {engine:>8.2f} {hand:>8.2f} {ratio:>6.2f} {target:>7}   "
+                f"{engine_async:>8.2f} {async_ratio:>10.2f} {async_target:>7}"
+            )
+        print()
     medians = copier(50 if quick else 200)
     speedup = medians["copy.deepcopy"] / medians["History.copy (orjson)"]
     print(f"  History.copy is {speedup:.1f}x faster than copy.deepcopy (target >= 5x)")
     if speedup < 5:
         misses.append(f"copier only {speedup:.1f}x")
     runs, traced, rss = memory(20_000 if quick else 100_000, 2_000 if quick else 10_000)
-    print(f"\nmemory over {runs:,} short runs, after warm-up")
+    print(f"\nmemory over {runs:,} short runs, after warm-up (target: no growth)")
     print(f"  tracemalloc growth: {traced:+,} bytes   RSS growth: {rss:+,} KiB")
     if traced > 64 * 1024:
         misses.append(f"memory grew {traced:,} bytes")

@@ -40,7 +40,11 @@ for _ in range(300):
     [
         (42, TypeError, "expected the input to be a str or a list of message dicts, got int"),
         ({"kind": "user"}, TypeError, "got dict"),
-        (["hello"], TypeError, r"messages\[0\]: expected a dict with a str 'kind', got 'hello'"),
+        (
+            ["hello"],
+            TypeError,
+            r"messages\[0\]: expected a dict with a str 'kind', got str 'hello'",
+        ),
         ([{"text": "no kind"}], TypeError, r"messages\[0\]: expected a dict with a str 'kind'"),
         ([{"kind": 1}], TypeError, "expected a dict with a str 'kind'"),
         ([{"kind": "user", "when": object()}], TypeError, r"messages\[0\]\.when: expected a JSON"),
@@ -100,15 +104,22 @@ def test_result_before_the_end_raises_naming_the_state(driver: Driver) -> None:
         run.result()
 
 
-def test_engine_refuses_out_of_order_reports(driver: Driver) -> None:
-    """Reporting a tool outcome while awaiting the model is the driver's error."""
-    run = driver.start(Loop(Script([final()])), "go")
-    engine = run._engine
-    with pytest.raises(InvalidStateError, match="cannot tool_returned in state 'awaiting_model'"):
-        engine.tool_returned({"status": "ok", "content": 1})
-    with pytest.raises(InvalidStateError, match="cannot validate in state 'awaiting_model'"):
-        engine.validate()
-    assert (run.state, run.steps) == ("awaiting_model", 0)
+def test_engine_refuses_out_of_order_reports() -> None:
+    """Reporting what nobody asked for is the driver's error, and changes nothing."""
+    engine = agentloop.Engine("go")
+    with pytest.raises(InvalidStateError, match="cannot take a tool outcome in state 'awaiting"):
+        engine.returned({"status": "ok", "content": 1})
+    with pytest.raises(InvalidStateError, match="cannot take a model reply in state 'awaiting"):
+        engine.replied(final())
+    with pytest.raises(InvalidStateError, match="neither the model nor a tool is outstanding"):
+        engine.raised(ValueError("x"))
+    assert (engine.state, engine.steps, engine.events()) == ("awaiting_model", 0, ())
+    assert isinstance(engine.next(), agentloop.AskModel)
+    with pytest.raises(InvalidStateError, match=r"cannot take a tool outcome .* is ask_model"):
+        engine.returned({"status": "ok", "content": 1})
+    with pytest.raises(InvalidStateError, match="the answer to ask_model is outstanding"):
+        engine.next()
+    assert (engine.steps, engine.events()) == (1, ())
 
 
 @pytest.mark.parametrize(

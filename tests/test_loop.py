@@ -254,11 +254,15 @@ def test_malformed_output(driver: Driver, reply: object, fragment: str) -> None:
 
 
 def test_malformed_reply_is_kept_for_review(driver: Driver) -> None:
-    """The rejected reply is a copy: changing the original afterwards changes nothing."""
+    """A reply that is not JSON is kept as its repr, taken on intake: later changes miss it."""
     reply: dict[str, Any] = {"kind": "call", "id": "c", "name": "add", "arguments": {"a": {1}}}
     result = driver.run(Loop(Script([reply])), "go")
     reply["arguments"]["a"].add(2)
-    assert result.rejected == {"kind": "call", "id": "c", "name": "add", "arguments": {"a": {1}}}
+    assert result.rejected == agentloop.NotJSON(
+        "{'kind': 'call', 'id': 'c', 'name': 'add', 'arguments': {'a': {1}}}",
+        "reply.arguments.a: expected a JSON value (dict, list, str, int, float, bool or None), "
+        "got set",
+    )
 
 
 def test_model_exception(driver: Driver) -> None:
@@ -287,7 +291,8 @@ def test_keyboard_interrupt_in_the_model_propagates(driver: Driver) -> None:
     assert (run.state, run.steps, run.calls, run.done) == ("cancelled", 1, 0, True)
     assert kinds(run.transcript) == ["user"]
     event = run.events[-1]
-    assert (event.source, event.trigger, event.guard) == (A, "model_raised", "cancel_requested")
+    assert (event.source, event.trigger, event.guard) == (A, "model_interrupted", None)
+    assert event.exception is interrupt
     assert run.result().status == "cancelled"
 
 
@@ -310,7 +315,11 @@ def test_keyboard_interrupt_in_a_tool_pairs_the_call(driver: Driver) -> None:
     assert kinds(run.transcript) == ["user", "call", "tool_result:cancelled"]
     assert run.transcript[-1]["content"] == {"type": "KeyboardInterrupt", "message": ""}
     event = run.events[-1]
-    assert (event.trigger, event.result_status, event.call_id) == ("tool_interrupted", "cancelled", "c1")
+    assert (event.trigger, event.result_status, event.call_id) == (
+        "tool_interrupted",
+        "cancelled",
+        "c1",
+    )
     assert isinstance(event.exception, KeyboardInterrupt)
     assert run.result().rejected is None  # the call is in the transcript, not rejected
     with pytest.raises(agentloop.InvalidStateError):

@@ -11,13 +11,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import agentloop
-from agentloop import CancelToken, InvalidStateError, Loop, State
-from agentloop._driver import Run
-from agentloop._engine import Engine, _Row
-from agentloop._messages import input_messages
+from agentloop import CancelToken, Engine, InvalidStateError, Loop, State
+from agentloop._core._engine import _COMPILED, _Compiled
+from agentloop._core._table import TABLE, Row, Trigger, reference_machine
 
 from .helpers import DRIVERS, Driver
-from .test_machine import Reference
 
 Message = dict[str, Any]
 
@@ -145,12 +143,55 @@ def test_random_runs_keep_the_contract(
     assert (run.state, run.steps, run.calls) == (result.status, result.steps, result.calls)
 
 
-class ReferenceEngine(Engine):
-    """The engine with row choice delegated to ``transitions`` (the reference backend)."""
+class _Model:
+    """transitions' model: every guard and effect it names is the engine's own method."""
 
-    def _choose(self, trigger: agentloop.Trigger, rows: tuple[_Row, ...]) -> _Row:
-        dest = Reference(self).choose(trigger)
-        return next(row for row in rows if row.dest == dest)
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, f"_{name}")
+
+
+class ReferenceEngine(Engine):
+    """The engine with each row chosen, and its effects run, by ``transitions``.
+
+    It overrides the private ``_choose``: that is the one seam between the
+    fast path and the table, and nothing public can swap it.
+    """
+
+    __slots__ = ("_machine", "_model", "_taken")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._model = _Model(self)
+        self._taken: list[Row] = []
+        self._machine = reference_machine(TABLE, self._model, on_row=self._taken.append)
+
+    def _choose(self, trigger: Trigger) -> _Compiled:
+        self._machine.set_state(self.state.value, self._model)
+        self._taken.clear()
+        assert self._model.trigger(trigger.value)
+        (row,) = self._taken
+        return next(
+            c
+            for c in _COMPILED[self.state, trigger]
+            if c.source is row.source and c.guard is row.guard and c.trigger is row.trigger
+        )
+
+
+def drive_engine(engine: Engine, world: World) -> None:
+    """A custom driver over the public protocol: the README's, with the world's tools."""
+    tools = agentloop.ToolRegistry(world.tools())
+    while not engine.done:
+        need = engine.next()
+        if isinstance(need, agentloop.AskModel):
+            try:
+                engine.replied(world.model(need.history))
+            except Exception as exc:  # noqa: BLE001 - the engine says what it means
+                engine.raised(exc)
+        elif isinstance(need, agentloop.RunTool):
+            engine.returned(tools.dispatch(need.call))
 
 
 @settings(max_examples=1000, deadline=None)
@@ -158,17 +199,26 @@ class ReferenceEngine(Engine):
 def test_compiled_engine_matches_transitions_on_random_runs(
     data: st.DataObject, budget: tuple[int, int]
 ) -> None:
-    """The compiled table and transitions produce identical events on the same script."""
+    """transitions, running the engine's real guards and effects, makes the same run."""
     replies = data.draw(st.lists(REPLIES, max_size=10))
     cancel_at = data.draw(st.none() | st.integers(1, 8))
     outcomes = []
     for engine_class in (Engine, ReferenceEngine):
         world = World(list(replies), cancel_at)
-        loop = Loop(world.model, tools=world.tools(), max_steps=budget[0], max_calls=budget[1])
-        engine = engine_class.start(input_messages("go"), loop.budget, world.token)
-        run = Run(engine, loop.model, loop.dispatcher)
+        budget_ = agentloop.Budget(max_steps=budget[0], max_calls=budget[1])
+        engine = engine_class("go", budget=budget_, cancel=world.token)
+        drive_engine(engine, world)
+        result = engine.result()
         outcomes.append(
-            ([(e.source, e.dest, e.guard, e.steps, e.calls) for e in run], world.handler_runs)
+            (
+                result.events,
+                result.steps,
+                result.calls,
+                result.transcript,
+                result.rejected,
+                result.error,
+                world.handler_runs,
+            )
         )
     assert outcomes[0] == outcomes[1]
 

@@ -330,7 +330,7 @@ def test_unprintable_rejected_reply_does_not_break_the_report() -> None:
     result = Loop(Script([{"kind": "final", "text": Broken()}])).run("go")
     page = report_html(result, svg=False)
 
-    assert "&lt;dict object with a broken __repr__&gt;" in page
+    assert "&lt;unprintable: RuntimeError&gt;" in page
 
 
 def test_an_interrupted_call_is_not_said_to_be_outside_the_transcript() -> None:

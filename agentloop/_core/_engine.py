@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core._json import exception_content, to_json
+from agentloop._core._json import exception_content, intake, to_json
 from agentloop._core._messages import (
     DISPATCH_STATUSES,
     History,
@@ -30,7 +30,6 @@ from agentloop._core._messages import (
     tool_result_json,
 )
 from agentloop._core._table import (
-    ANSWERS,
     NEXT,
     REPORTS,
     TABLE,
@@ -59,9 +58,13 @@ if TYPE_CHECKING:
 __all__ = ["Engine"]
 
 _NO_REPLY: Final = object()
+# tuple.__new__ makes a NamedTuple from its fields without the Python-level __new__.
+_new: Final = tuple.__new__
+_NO_CALL: Final = (None, None)
 _DEFAULT_BUDGET: Final = Budget(max_steps=8, max_calls=4)
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _MODEL_REPLIED, _TOOL_RETURNED = Trigger.MODEL_REPLIED, Trigger.TOOL_RETURNED
+_TERMINAL: Final = TERMINAL
 
 
 class Engine:
@@ -88,13 +91,14 @@ class Engine:
         "_applied",
         "_budget",
         "_call_id",
-        "_cancel",
-        "_events",
+        "_cancelled",
         "_ev_appended",
         "_ev_call",
         "_ev_error",
         "_ev_exception",
         "_ev_reason",
+        "_ev_status",
+        "_events",
         "_history",
         "_input",
         "_outcome",
@@ -109,6 +113,19 @@ class Engine:
         "calls",
         "steps",
     )
+    # What the engine holds between reports, and the fields of the event being made.
+    _reply: Any
+    _reply_json: bytes
+    _problem: str | None
+    _call_id: str | None
+    _tool: str | None
+    _outcome: tuple[str, bytes]
+    _ev_call: tuple[str | None, str | None]
+    _ev_status: str | None
+    _ev_reason: str | None
+    _ev_error: str | None
+    _ev_exception: BaseException | None
+    _ev_appended: tuple[bytes, ...]
 
     def __init__(
         self,
@@ -123,12 +140,12 @@ class Engine:
             raise TypeError(
                 f"expected cancel to be a CancelToken or None, got {type(cancel).__name__}"
             )
-        encoded = input_messages(messages)
+        encoded, self._reserved = input_messages(messages)
         self._input = tuple(encoded)
         self._history = History(encoded)
-        self._reserved = self._history.call_ids()
         self._budget = budget
-        self._cancel = cancel
+        # Without a token, nothing can cancel: ``bool()`` is False, and a C call.
+        self._cancelled = bool if cancel is None else cancel.check()
         self._state = State.AWAITING_MODEL
         #: Model callback invocations so far.
         self.steps = 0
@@ -138,8 +155,12 @@ class Engine:
         self._applied = 0
         self._outstanding: Trigger | None = None
         self._rejected: object = None
-        self._forget()
-        self._clear_event()
+        self._reply, self._reply_json, self._problem = _NO_REPLY, b"", None
+        self._call_id = self._tool = None
+        self._outcome = ("error", b"null")
+        self._ev_call = _NO_CALL
+        self._ev_status = self._ev_reason = self._ev_error = self._ev_exception = None
+        self._ev_appended = ()
 
     def __repr__(self) -> str:
         return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
@@ -186,17 +207,20 @@ class Engine:
         output = None
         if last.dest is State.FINISHED:
             output = orjson.loads(last.appended_json[-1])["text"]
-        return RunResult(
-            status=self._state,
-            output=output,
-            steps=self.steps,
-            calls=self.calls,
-            budget=self._budget,
-            reason=last.reason,
-            error=last.error,
-            events=tuple(self._events),
-            transcript_json=self._history.to_json(),
-            rejected_value=self._rejected,
+        return _new(
+            RunResult,
+            (
+                self._state,
+                output,
+                self.steps,
+                self.calls,
+                self._budget,
+                last.reason,
+                last.error,
+                tuple(self._events),
+                self._history.to_json(),
+                self._rejected,
+            ),
         )
 
     # -- the driver protocol --------------------------------------------------
@@ -210,8 +234,7 @@ class Engine:
         trigger = NEXT.get(state)
         if trigger is None:
             raise InvalidStateError(
-                f"the run is over (state {state.value!r}): there is nothing next; "
-                "read its result()",
+                f"the run ended in state {state.value!r}: there is nothing next; read its result()",
                 state=state,
             )
         if self._outstanding is not None:
@@ -225,24 +248,26 @@ class Engine:
             return self._record(row)
         self._outstanding = trigger
         if trigger is _ASK_MODEL:
-            return AskModel(self._history.copy())
-        return RunTool(orjson.loads(self._reply_json))
+            return _new(AskModel, (self._history.copy(),))
+        return _new(RunTool, (orjson.loads(self._reply_json),))
 
     def replied(self, reply: object) -> Transition:
         """The model returned ``reply``; it is copied in before anything else."""
-        self._expect(_MODEL_REPLIED, "a model reply")
+        if self._outstanding is not _ASK_MODEL:
+            raise self._refused("a model reply")
         self._take_reply(reply)
-        return self._fire(_MODEL_REPLIED)
+        return self._record(self._choose(_MODEL_REPLIED))
 
     def returned(self, outcome: object) -> Transition:
         """The dispatcher returned ``outcome``: ``{'status', 'content'}`` (and ``'exception'``)."""
-        self._expect(_TOOL_RETURNED, "a tool outcome")
+        if self._outstanding is not _START_TOOL:
+            raise self._refused("a tool outcome")
         self._outcome = _checked_outcome(outcome)
-        if type(outcome) is dict:
-            exception = outcome.get("exception")
+        if type(outcome) is dict and "exception" in outcome:
+            exception = outcome["exception"]
             if isinstance(exception, BaseException):
                 self._ev_exception = exception
-        return self._fire(_TOOL_RETURNED)
+        return self._record(self._choose(_TOOL_RETURNED))
 
     def raised(self, exc: Exception) -> Transition:
         """The model or the tool raised ``exc``: what that means is the table's."""
@@ -283,7 +308,7 @@ class Engine:
     # -- guards (named in the table) ---------------------------------------------
 
     def _cancel_requested(self) -> bool:
-        return self._cancel is not None and self._cancel.cancelled
+        return self._cancelled()
 
     def _steps_exhausted(self) -> bool:
         return self.steps >= self._budget.max_steps
@@ -318,6 +343,7 @@ class Engine:
 
     def _append_call_and_result(self) -> None:
         status, content_json = self._outcome
+        self._ev_status = status
         result = tool_result_json(self._call_id, self._tool, status, content_json)  # type: ignore[arg-type]
         self._ev_appended = (self._reply_json, result)
 
@@ -346,15 +372,14 @@ class Engine:
 
     # -- the one place a row is chosen and applied ----------------------------------
 
-    def _expect(self, trigger: Trigger, what: str) -> None:
-        """Refuse a report that answers nothing outstanding, before any intake."""
-        if self._outstanding is not ANSWERS[trigger]:
-            asked = self._outstanding.value if self._outstanding else "nothing"
-            raise InvalidStateError(
-                f"cannot take {what} in state {self._state.value!r}: "
-                f"the outstanding request is {asked}",
-                state=self._state,
-            )
+    def _refused(self, what: str) -> InvalidStateError:
+        """A report that answers nothing outstanding is refused, before any intake."""
+        asked = self._outstanding.value if self._outstanding else "nothing"
+        return InvalidStateError(
+            f"cannot take {what} in state {self._state.value!r}: "
+            f"the outstanding request is {asked}",
+            state=self._state,
+        )
 
     def _choose(self, trigger: Trigger) -> _Compiled:
         """The first of ``trigger``'s rows here whose guard holds; its effects applied."""
@@ -371,58 +396,62 @@ class Engine:
 
     def _record(self, compiled: _Compiled) -> Transition:
         """Commit the chosen row: its event first, then what follows from it."""
-        call = self._ev_call
-        transition = Transition(
-            compiled.source,
-            compiled.dest,  # type: ignore[arg-type]
-            compiled.trigger,
-            compiled.guard,
-            self.steps,
-            self.calls,
-            call[0] if call else None,
-            call[1] if call else None,
-            self._outcome[0] if compiled.appends_result else None,
-            self._ev_reason,
-            self._ev_error,
-            self._ev_exception,
-            self._ev_appended,
+        call, appended = self._ev_call, self._ev_appended
+        transition = _new(
+            Transition,
+            (
+                compiled.source,
+                compiled.dest,
+                compiled.trigger,
+                compiled.guard,
+                self.steps,
+                self.calls,
+                call[0],
+                call[1],
+                self._ev_status,
+                self._ev_reason,
+                self._ev_error,
+                self._ev_exception,
+                appended,
+            ),
         )
         self._events.append(transition)  # the commit: _settle() redoes the rest
-        self._apply(transition)
-        self._clear_event()
-        return transition
-
-    def _apply(self, transition: Transition) -> None:
-        self._history.extend(transition.appended_json)
-        self._state = transition.dest
+        if appended:
+            self._history.extend(appended)
+        self._state = compiled.dest  # type: ignore[assignment]
         self._outstanding = None
         self._applied += 1
+        self._ev_call = _NO_CALL
+        self._ev_status = self._ev_reason = self._ev_error = self._ev_exception = None
+        self._ev_appended = ()
+        return transition
 
     def _settle(self) -> None:
-        """Make the state, counters, ids and history what the log of events says.
+        """Make the state, counters, ids and history again from the log of events.
 
-        Only an interruption needs this: it may have landed between an
-        effect and the commit (undone here) or after the commit (completed).
+        Only an interruption needs this (and pays for it): it may have landed
+        between an effect and the commit (undone here) or after the commit
+        (completed here). Steps are the last event's, plus the one an
+        outstanding model request has spent.
         """
         events = self._events
-        committed = self._applied != len(events)
-        if not committed and self._ev_appended == () and self._ev_call is None:
-            return
+        if self._applied != len(events):  # the last event was committed: its request is answered
+            self._outstanding = None
         history = History(list(self._input))
-        reserved = History(list(self._input)).call_ids()
+        reserved = history.call_ids()
         for event in events:
             history.extend(event.appended_json)
             if event.dest is State.DISPATCHING and event.trigger is Trigger.VALIDATE:
                 reserved.add(event.call_id)  # type: ignore[arg-type]
         self._history, self._reserved, self._applied = history, reserved, len(events)
-        if events:
-            last = events[-1]
-            self._state = last.dest
-            self.calls = last.calls
-            self.steps = max(self.steps, last.steps)
-        if committed:  # the request the last event answered is no longer outstanding
-            self._outstanding = None
-        self._clear_event()
+        last = events[-1] if events else None
+        self._state = last.dest if last else State.AWAITING_MODEL
+        self.calls = last.calls if last else 0
+        self.steps = (last.steps if last else 0) + (self._outstanding is _ASK_MODEL)
+        self._rejected = None  # only a terminal row rejects a reply
+        self._ev_call = _NO_CALL
+        self._ev_status = self._ev_reason = self._ev_error = self._ev_exception = None
+        self._ev_appended = ()
 
     # -- intake ---------------------------------------------------------------------
 
@@ -432,27 +461,15 @@ class Engine:
             self._reply, self._problem = reply, reply.problem
             return
         try:
-            self._reply_json = to_json(reply, "reply")
+            self._reply_json, plain = intake(reply, "reply")
         except JSONError as exc:
             self._reply = _not_json(reply, str(exc))
             self._problem = self._reply.problem
             return
-        self._reply = plain = orjson.loads(self._reply_json)
+        self._reply = plain
         self._problem = problem = reply_problem(plain)
         if problem is None and plain["kind"] == "call":
             self._call_id, self._tool = plain["id"], plain["name"]
-
-    def _forget(self) -> None:
-        self._reply, self._reply_json, self._problem = _NO_REPLY, b"", None
-        self._call_id = self._tool = None
-        self._outcome: tuple[str, bytes] = ("error", b"null")
-
-    def _clear_event(self) -> None:
-        self._ev_call: tuple[str, str | None] | None = None
-        self._ev_reason: str | None = None
-        self._ev_error: str | None = None
-        self._ev_exception: BaseException | None = None
-        self._ev_appended: tuple[bytes, ...] = ()
 
 
 def _not_json(reply: object, problem: str = "") -> NotJSON:
@@ -464,8 +481,8 @@ def _not_json(reply: object, problem: str = "") -> NotJSON:
         if type(text) is not str:
             raise TypeError("__repr__ returned a non-str")
         text.encode()
-    except Exception:  # noqa: BLE001 - any failure of a user's __repr__
-        text = f"<{type(reply).__name__} object with a broken __repr__>"
+    except Exception as exc:  # noqa: BLE001 - any failure of a user's __repr__
+        text = f"<unprintable: {type(exc).__name__}>"
     return NotJSON(text[:2000], problem)
 
 
@@ -494,17 +511,21 @@ def _checked_outcome(outcome: object) -> tuple[str, bytes]:
 class _Compiled:
     """A row with its guard and effects bound to engine methods, for the fast path."""
 
-    __slots__ = ("appends_result", "check", "dest", "effects", "guard", "source", "trigger")
+    __slots__ = ("check", "dest", "effects", "guard", "source", "trigger")
 
     def __init__(self, row: Row) -> None:
-        self.source, self.trigger, self.guard, self.dest = row.source, row.trigger, row.guard, row.dest
+        self.source, self.trigger, self.guard, self.dest = (
+            row.source,
+            row.trigger,
+            row.guard,
+            row.dest,
+        )
         self.check: Callable[[Engine], bool] | None = (
             getattr(Engine, f"_{row.guard.value}") if row.guard else None
         )
         self.effects: tuple[Callable[[Engine], None], ...] = tuple(
             getattr(Engine, f"_{effect.value}") for effect in row.effects
         )
-        self.appends_result = Effect.APPEND_CALL_AND_RESULT in row.effects
 
 
 _COMPILED: Final = {

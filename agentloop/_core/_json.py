@@ -17,7 +17,7 @@ import orjson
 
 from agentloop._errors import JSONError
 
-__all__ = ["MAX_DEPTH", "copy_json", "exception_content", "to_json"]
+__all__ = ["MAX_DEPTH", "copy_json", "describe", "exception_content", "intake", "to_json"]
 
 #: How deep ``orjson`` (and so a run's record) nests JSON.
 MAX_DEPTH: Final = 255
@@ -36,16 +36,23 @@ _STRICT: Final = (
 
 
 def to_json(value: object, where: str = "value") -> bytes:
-    """Serialize a plain JSON value, refusing anything JSON would change.
+    """Serialize a plain JSON value, refusing anything JSON would change."""
+    return intake(value, where)[0]
+
+
+def intake(value: object, where: str = "value") -> tuple[bytes, Any]:
+    """A plain JSON value's bytes and an independent copy; ``JSONError`` if it is not one.
 
     Decoding the bytes again and comparing with the original catches what
     ``orjson`` would silently change (NaN to ``null``, a tuple to a list) at C
-    speed; ``_find_non_json`` explains a failure only on that slow path.
+    speed; the decoded value is the copy. ``_find_non_json`` explains a
+    failure only on that slow path.
     """
     try:
         data = orjson.dumps(value, option=_STRICT)
-        if orjson.loads(data) == value:
-            return data
+        copy = orjson.loads(data)
+        if copy == value:
+            return data, copy
     except (TypeError, orjson.JSONEncodeError) as exc:
         if "Recursion limit" in str(exc):
             raise JSONError(
@@ -58,50 +65,58 @@ def to_json(value: object, where: str = "value") -> bytes:
 
 def copy_json(value: JSON, where: str = "value") -> JSON:
     """Return an independent copy of a plain JSON value (checked as ``to_json``)."""
-    return orjson.loads(to_json(value, where))
+    return intake(value, where)[1]
 
 
 def _find_non_json(value: object, where: str) -> str:
     """Say where ``value`` stops being plain JSON (iterative: any nesting is safe)."""
-    stack: list[tuple[object, str]] = [(value, where)]
+    stack: list[tuple[Any, str]] = [(value, where)]
     while stack:
         item, at = stack.pop()
         kind = type(item)
         if kind is dict:
-            for key in item:  # type: ignore[attr-defined]
+            for key in item:
                 if type(key) is not str:
-                    return f"{at}: expected JSON object keys to be str, got {_kind(key)}"
-            stack.extend(
-                (child, f"{at}.{key}")
-                for key, child in reversed(list(item.items()))  # type: ignore[attr-defined]
-            )
+                    return f"{at}: expected JSON object keys to be str, got {describe(key)}"
+            stack.extend((child, f"{at}.{key}") for key, child in reversed(item.items()))
         elif kind is list:
             stack.extend(
-                (child, f"{at}[{index}]")
-                for index, child in reversed(list(enumerate(item)))  # type: ignore[arg-type]
+                (child, f"{at}[{index}]") for index, child in reversed(list(enumerate(item)))
             )
-        elif kind is float and not math.isfinite(item):  # type: ignore[arg-type]
+        elif kind is float and not math.isfinite(item):
             return f"{at}: expected a finite number, got {item!r}"
-        elif kind is int and not -(2**63) <= item < 2**64:  # type: ignore[operator]
-            return f"{at}: expected an integer within 64 bits, got an integer of {len(str(item))} digits"
+        elif kind is int and not -(2**63) <= item < 2**64:
+            # str() of a huge int raises past 4,300 digits: say its size instead
+            size = item.bit_length()
+            shown = str(item) if size < 1000 else f"an integer of {size} bits"
+            return f"{at}: expected an integer within 64 bits, got {shown}"
         elif kind is str:
             try:
-                item.encode()  # type: ignore[attr-defined]
+                item.encode()
             except UnicodeEncodeError as exc:
-                return f"{at}: expected text that is valid Unicode, got a lone surrogate at index {exc.start}"
+                return (
+                    f"{at}: expected text that is valid Unicode, "
+                    f"got a lone surrogate at index {exc.start}"
+                )
         elif not (item is None or kind in (str, int, float, bool, dict, list)):
             return (
                 f"{at}: expected a JSON value (dict, list, str, int, float, bool "
-                f"or None), got {_kind(item)}"
+                f"or None), got {describe(item)}"
             )
     return ""
 
 
-def _kind(value: object) -> str:
-    """A type's name, never the value's own ``repr`` (which is user code)."""
+def describe(value: object) -> str:
+    """A value for an error message: the ``repr`` of a plain scalar, else its type's name.
+
+    A user object's own ``repr`` is never called: it is user code, which may
+    raise, hang or lie.
+    """
     kind = type(value)
-    if kind in (str, int, float, bool) or value is None:
+    if value is None or kind in (bool, int, float):
         return f"{kind.__name__} {value!r:.60}"
+    if kind is str:
+        return f"str {value!r:.60}"
     return kind.__name__
 
 

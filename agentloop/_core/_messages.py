@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import orjson
 
-from agentloop._core._json import JSON, to_json
+from agentloop._core._json import JSON, describe, to_json
 
 __all__ = [
     "DISPATCH_STATUSES",
@@ -78,14 +78,15 @@ def tool_result_json(call_id: str, name: str, status: str, content_json: bytes) 
     )
 
 
-def input_messages(messages: object) -> list[bytes]:
-    """Check and serialize the caller's input history (raises on bad input).
+def input_messages(messages: object) -> tuple[list[bytes], set[str]]:
+    """Check and serialize the caller's input history, and collect its call ids.
 
     Each message is a dict with a str ``kind``; each call has a non-empty str
     ``id`` used once, and is answered by a ``tool_result`` with that id later on.
+    Raises ``TypeError``/``ValueError`` naming the message at fault.
     """
     if type(messages) is str:
-        return [to_json({"kind": "user", "text": messages}, "messages")]
+        return [to_json({"kind": "user", "text": messages}, "messages")], set()
     if type(messages) is not list:
         raise TypeError(
             "expected the input to be a str or a list of message dicts, "
@@ -95,9 +96,7 @@ def input_messages(messages: object) -> list[bytes]:
     for index, message in enumerate(messages):
         where = f"messages[{index}]"
         if type(message) is not dict or type(message.get("kind")) is not str:
-            raise TypeError(
-                f"{where}: expected a dict with a str 'kind', got {type(message).__name__}"
-            )
+            raise TypeError(f"{where}: expected a dict with a str 'kind', got {describe(message)}")
         data = to_json(message, where)
         encoded.append(data)
         plain = orjson.loads(data)  # from here on, only our own copy is read
@@ -123,7 +122,7 @@ def input_messages(messages: object) -> list[bytes]:
             f"{where}: expected every call in the input to be followed by its "
             f"tool_result, got call {call_id!r} without one"
         )
-    return encoded
+    return encoded, seen
 
 
 class History:

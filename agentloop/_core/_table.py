@@ -54,7 +54,7 @@ from transitions import Machine
 from agentloop._errors import TableError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from transitions.core import TransitionConfigDict
 
@@ -320,8 +320,10 @@ def build_table(definition: Iterable[Mapping[str, Any]]) -> Table:
         row = _row(index, entry)
         group = groups.setdefault((row.source, row.trigger), [])
         if group and (group[-1].guard is None or row.guard in {r.guard for r in group}):
-            shadow = group[-1] if group[-1].guard is None else next(
-                r for r in group if r.guard is row.guard
+            shadow = (
+                group[-1]
+                if group[-1].guard is None
+                else next(r for r in group if r.guard is row.guard)
             )
             raise TableError(
                 f"row {index} ({_show(entry)}) can never fire: "
@@ -352,7 +354,7 @@ def _row(index: int, entry: Mapping[str, Any]) -> Row:
 
     def known(kind: type[enum.StrEnum], value: object, what: str) -> Any:
         try:
-            return kind(value)
+            return kind(value)  # type: ignore[arg-type]  # anything may be tried
         except ValueError:
             names = ", ".join(member.value for member in kind)
             raise TableError(
@@ -376,13 +378,21 @@ def _show(entry: Mapping[str, Any]) -> str:
     return text + f"--> {entry.get('dest')}"
 
 
-def reference_machine(table: Table, model: object) -> Machine:
+def reference_machine(
+    table: Table, model: object, on_row: Callable[[Row], object] | None = None
+) -> Machine:
     """``table`` as a ``transitions`` machine: the reference interpreter.
 
     Its conditions and ``before`` callbacks are the names of guards and
-    effects, resolved on ``model`` (an engine, in the tests); ``model=None``
-    only checks that ``transitions`` accepts the definition.
+    effects, resolved on ``model`` (whose attributes are an engine's own, in
+    the tests); ``on_row(row)`` runs first when a row is taken, so the caller
+    knows which. ``model=None`` only checks that ``transitions`` accepts the
+    definition.
     """
+
+    def taken(row: Row) -> list[Callable[[], object]]:
+        return [] if on_row is None else [lambda: on_row(row)]
+
     return Machine(
         model=model,
         states=[state.value for state in State],
@@ -392,7 +402,7 @@ def reference_machine(table: Table, model: object) -> Machine:
                 "source": row.source.value,
                 "dest": row.dest.value if row.dest is not None else None,
                 "conditions": [row.guard.value] if row.guard else [],
-                "before": [effect.value for effect in row.effects],
+                "before": [*taken(row), *(effect.value for effect in row.effects)],
             }
             for row in table.rows
         ],

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import attrs
 import orjson
 
-from agentloop._core._table import Guard, State, Trigger
+from agentloop._core._json import describe
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agentloop._core._table import Guard, State, Trigger
 
 __all__ = [
     "AskModel",
@@ -35,12 +40,13 @@ MAX_BUDGET: Final = 2**63 - 1
 
 def _budget(_: object, attribute: attrs.Attribute[int], value: object) -> None:
     if type(value) is not int:
-        raise TypeError(
-            f"{attribute.name} must be a non-negative int, got {type(value).__name__} {value!r:.40}"
-        )
-    if not 0 <= value <= MAX_BUDGET:
+        raise TypeError(f"{attribute.name} must be a non-negative int, got {describe(value)}")
+    if value < 0:
+        raise ValueError(f"{attribute.name} must be a non-negative int, got {value}")
+    if value > MAX_BUDGET:
         raise ValueError(
-            f"{attribute.name} must be a non-negative int of at most 2**63 - 1, got {value!r:.40}"
+            f"{attribute.name} must be at most 2**63 - 1 (a run file records 64-bit "
+            f"integers), got an int of {len(str(value))} digits"
         )
 
 
@@ -83,6 +89,10 @@ class CancelToken:
     def cancelled(self) -> bool:
         """Whether cancellation has been requested."""
         return self._event.is_set()
+
+    def check(self) -> Callable[[], bool]:
+        """A function answering ``cancelled``: what the engine calls at each checkpoint."""
+        return self._event.is_set
 
     def on_cancel(self, wake: Any) -> Any:
         """Call ``wake()`` (from the cancelling thread) once cancelled; returns an undo."""
@@ -202,9 +212,8 @@ class Transition(NamedTuple):
         return f"Transition({fields})"
 
 
-@attrs.frozen(kw_only=True)
-class RunResult:
-    """How a run ended. Every collection it hands out is a fresh copy.
+class RunResult(NamedTuple):
+    """How a run ended: an immutable record. Every collection it hands out is a fresh copy.
 
     Save and open it with ``agentloop.save_run`` / ``agentloop.load_run``
     (``run_to_json`` / ``run_from_json`` for text).
@@ -213,18 +222,27 @@ class RunResult:
     #: The terminal state (a ``str`` enum: ``result.status == 'finished'``).
     status: State
     #: The final answer's text, when the run finished.
-    output: str | None = None
+    output: str | None
     steps: int
     calls: int
     budget: Budget
     #: ``'max_steps'`` or ``'max_calls'`` when exhausted.
-    reason: str | None = None
+    reason: str | None
     #: A human-readable description for failed, malformed and repeated_call.
-    error: str | None = None
+    error: str | None
     #: Every transition, in order: the complete budget ledger.
     events: tuple[Transition, ...]
-    transcript_json: bytes = attrs.field(repr=False)
-    rejected_value: object = attrs.field(default=None, repr=False)
+    #: The transcript's JSON; ``transcript`` decodes a fresh copy.
+    transcript_json: bytes
+    #: The reply that ended the run unrecorded (its decoded copy, or ``NotJSON``).
+    rejected_value: object = None
+
+    def __repr__(self) -> str:
+        return (
+            f"RunResult(status={self.status!r}, output={self.output!r}, steps={self.steps}, "
+            f"calls={self.calls}, reason={self.reason!r}, error={self.error!r}, "
+            f"events=<{len(self.events)} transitions>)"
+        )
 
     @property
     def transcript(self) -> list[dict[str, Any]]:

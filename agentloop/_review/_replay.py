@@ -29,7 +29,7 @@ __all__ = ["Mismatch", "replay"]
 _INTERRUPTIONS = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
 
 
-class Mismatch(Exception):  # noqa: N818 - a finding, not an error of this module
+class Mismatch(Exception):
     """The document says ``found`` at ``where``; replaying the run gives ``expected``."""
 
     def __init__(self, where: str, expected: str, found: str) -> None:
@@ -37,7 +37,9 @@ class Mismatch(Exception):  # noqa: N818 - a finding, not an error of this modul
         self.where, self.expected, self.found = where, expected, found
 
 
-def replay(result: RunResult, input_count: int, compare: Callable[[Transition, Transition, str], None]) -> Engine:
+def replay(
+    result: RunResult, input_count: int, compare: Callable[[Transition, Transition, str], None]
+) -> Engine:
     """Drive a fresh engine with ``result``'s inputs; ``compare`` each event it makes.
 
     ``input_count`` messages of the transcript are the input. Raises
@@ -84,21 +86,21 @@ def _step(
 ) -> Transition:
     """One step of the run, fed what the document says came from outside."""
     if event.trigger is Trigger.INTERRUPTED:  # between checkpoints: nothing was asked
-        return _interrupt(engine, event)
+        return _interrupt(engine, event, index)
     need = engine.next()
     if type(need) is Transition:
         return need
     if event.trigger in _INTERRUPTIONS:
-        return _interrupt(engine, event)
+        return _interrupt(engine, event, index)
     if type(need) is AskModel:
         if event.trigger is Trigger.MODEL_REPLIED:
             return engine.replied(_reply(events, index, rejected))
-        return engine.raised(_exception(event))
+        return engine.raised(_exception(event, index))
     return engine.returned(_outcome(event))
 
 
-def _interrupt(engine: Engine, event: Transition) -> Transition:
-    made = engine.interrupted(_exception(event))
+def _interrupt(engine: Engine, event: Transition, index: int) -> Transition:
+    made = engine.interrupted(_exception(event, index))
     assert made is not None, "replay() steps only a run that is not over"
     return made
 
@@ -113,11 +115,11 @@ def _reply(events: tuple[Transition, ...], index: int, rejected: object) -> obje
     return rejected
 
 
-def _exception(event: Transition) -> RecordedException:
+def _exception(event: Transition, index: int) -> RecordedException:
     exc = event.exception
-    if isinstance(exc, RecordedException):
-        return exc
-    return RecordedException("", "")  # the document recorded none; the comparison says so
+    if not isinstance(exc, RecordedException):
+        raise Mismatch(f"$.events[{index}].exception", "the exception raised here", "null")
+    return exc
 
 
 def _outcome(event: Transition) -> dict[str, Any]:

@@ -28,16 +28,15 @@ is ever half-loaded.
 from __future__ import annotations
 
 import json
-import os
 import reprlib
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import jsonschema_rs
 import orjson
 
 from agentloop._core._json import exception_content
-from agentloop._core._table import Guard, State, Trigger
+from agentloop._core._table import ROWS, TERMINAL, Guard, State, Trigger
 from agentloop._core._values import (
     Budget,
     NotJSON,
@@ -47,6 +46,9 @@ from agentloop._core._values import (
 )
 from agentloop._errors import RunFileError
 from agentloop._review._replay import Mismatch, replay
+
+if TYPE_CHECKING:
+    import os
 
 __all__ = [
     "FORMAT",
@@ -166,7 +168,7 @@ def _document(result: RunResult) -> dict[str, Any]:
         "steps": result.steps,
         "calls": result.calls,
         "budget": {"max_steps": result.budget.max_steps, "max_calls": result.budget.max_calls},
-        "transcript": orjson.Fragment(result.transcript_json),
+        "transcript": orjson.loads(result.transcript_json),
         "events": [_event(event) for event in result.events],
         "rejected": rejected_record(result.rejected_value),
     }
@@ -186,7 +188,7 @@ def _event(event: Transition) -> dict[str, Any]:
         "reason": event.reason,
         "error": event.error,
         "exception": None if event.exception is None else exception_content(event.exception),
-        "appended": [orjson.Fragment(message) for message in event.appended_json],
+        "appended": event.appended,
     }
 
 
@@ -218,6 +220,10 @@ def _dumps(value: object, option: int = 0) -> bytes:
 
 
 # -- loading -------------------------------------------------------------------
+
+# The deepest a run file nests: orjson writes values up to 254 levels deep, a
+# tool result wraps its content in one more, and ``$.events[i].appended[j]`` is 4 down.
+_MAX_DEPTH: Final = 254 + 1 + 4
 
 # Short reprs for messages, safe on any nesting.
 _REPR: Final = reprlib.Repr()
@@ -251,6 +257,10 @@ def run_from_json(
     except orjson.JSONDecodeError as exc:
         raise RunFileError(source, "a JSON document", f"invalid JSON ({exc})") from None
     _check_header(document, source)
+    if _too_deep(document):
+        raise RunFileError(
+            source, f"JSON nested at most {_MAX_DEPTH} levels deep", "a document nested deeper"
+        )
     _check_unique_fields(text, source)
     error = next(iter(_VALIDATOR.iter_errors(document)), None)
     if error is not None:
@@ -279,6 +289,18 @@ def _check_header(document: object, source: str) -> None:
         )
 
 
+def _too_deep(document: dict[str, Any]) -> bool:
+    """Whether ``document`` nests deeper than ``_MAX_DEPTH`` (checked without recursion)."""
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            return True
+        children = value.values() if type(value) is dict else value
+        stack.extend((child, depth + 1) for child in children if type(child) in (dict, list))
+    return False
+
+
 def _check_unique_fields(text: str | bytes, source: str) -> None:
     """Refuse a field given twice in one object: which one counts is up to the parser."""
 
@@ -302,24 +324,26 @@ def _json_path(parts: list[str | int]) -> str:
 
 def _explain(error: jsonschema_rs.ValidationError) -> tuple[str, str]:
     """(expected, found) for a schema error, in the words of this format."""
-    kind, value = error.kind, error.instance
-    name = kind.name
+    value: Any = error.instance
+    name: str = error.kind.name
+    rule: Any = error.kind.value  # what the schema asked for
     if name == "required":
-        return f"the field {kind.property!r}", "an object without it"
+        return f"the field {rule!r}", "an object without it"
     if name == "additionalProperties":
-        return "only the fields of this format", f"an extra field {kind.unexpected[0]!r}"
+        return "only the fields of this format", f"an extra field {rule[0]!r}"
     if name == "type":
-        return " or ".join(kind.types), _found(value)
+        return " or ".join(rule), _found(value)
     if name == "enum":
-        return f"one of {', '.join(repr(v) for v in kind.options)}", _found(value)
+        return f"one of {', '.join(repr(v) for v in rule)}", _found(value)
     if name == "const":
-        return repr(kind.expected_value), _found(value)
+        return repr(rule), _found(value)
     if name in ("minimum", "maximum"):
-        return f"a count from 0 to 2**63 - 1", _found(value)
+        expected = "a count from 0 to 2**63 - 1" if type(value) is int else "integer"
+        return expected, _found(value)
     if name == "minItems":
-        return f"at least {kind.limit} item", "an empty list"
+        return f"at least {rule} item", "an empty list"
     if name == "oneOf":
-        return _ONE_OF[error.instance_path[-1]], _found(value)
+        return _ONE_OF[str(error.instance_path[-1])], _found(value)
     return error.message, _found(value)  # pragma: no cover - the schema uses no other
 
 
@@ -400,8 +424,46 @@ def _load_event(event: dict[str, Any]) -> Transition:
 # -- the story: replayed through the engine ---------------------------------------
 
 
+def _check_chain(events: tuple[Transition, ...]) -> None:
+    """Each event is a row of the table, from where the last one left the run, to one end."""
+    state = State.AWAITING_MODEL
+    last = len(events) - 1
+    for index, event in enumerate(events):
+        where = f"$.events[{index}]"
+        if (event.source, event.trigger, event.guard, event.dest) not in _ROWS:
+            raise Mismatch(
+                where,
+                "a row of the state table (source, trigger, guard, dest)",
+                f"{_row_text(event)}, which the table has not",
+            )
+        if event.source is not state:
+            raise Mismatch(
+                f"{where}.source",
+                f"{state.value!r} (where the run was)",
+                _found(event.source.value),
+            )
+        if event.dest in TERMINAL and index != last:
+            raise Mismatch(where, "a terminal state only at the last event", event.dest.value)
+        state = event.dest
+    if state not in TERMINAL:
+        raise Mismatch(
+            f"$.events[{last}].dest", "a terminal state (a saved run is over)", _found(state.value)
+        )
+
+
+_ROWS: Final = frozenset(
+    (row.source, row.trigger, row.guard, row.dest) for row in ROWS if row.dest is not None
+)
+
+
+def _row_text(event: Transition) -> str:
+    guard = f" [{event.guard.value}]" if event.guard else ""
+    return f"{event.source.value} --{event.trigger.value}{guard}--> {event.dest.value}"
+
+
 def _check_story(result: RunResult, source: str) -> None:
     """Replaying the run must give the document: each event, then the outcome."""
+    _check_chain(result.events)
     appended = sum(len(event.appended_json) for event in result.events)
     transcript = orjson.loads(result.transcript_json)
     if appended > len(transcript):
@@ -441,9 +503,6 @@ def _compare(want: dict[str, Any], got: dict[str, Any], where: str) -> None:
         return
     for name, value in want.items():
         if _dumps(value) != _dumps(got[name]):
-            shown = orjson.loads(_dumps(value)) if isinstance(value, orjson.Fragment) else value
-            found = got[name]
-            found = orjson.loads(_dumps(found)) if isinstance(found, orjson.Fragment) else found
             raise Mismatch(
-                f"{where}.{name}", f"{_shown(shown)}, as replaying the run gives", _found(found)
+                f"{where}.{name}", f"{_shown(value)}, as replaying the run gives", _found(got[name])
             )

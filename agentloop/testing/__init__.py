@@ -1,0 +1,457 @@
+"""agentloop.testing: a scripted model and the contract's invariants as assertions.
+
+``ScriptedModel`` (and ``AsyncScriptedModel`` for the asyncio driver) replays
+a script of replies; ``call``, ``final`` and ``cancel`` build its entries. The
+``assert_*`` functions check a ``RunResult`` (or a ``Run``/``AsyncRun``)
+against the contract and fail with ``ContractViolation``, an
+``AssertionError`` that says where, what was expected and what was found.
+Hypothesis strategies that play a misbehaving model live in
+``agentloop.testing.strategies`` (it needs ``hypothesis``; this module does not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from agentloop._async import AsyncRun
+from agentloop._core._table import TERMINAL, State
+from agentloop._core._values import Budget, CancelToken, RunResult, Transition
+from agentloop._sync import Run
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+__all__ = [
+    "AsyncScriptedModel",
+    "Cancel",
+    "ContractViolation",
+    "ScriptExhausted",
+    "ScriptedModel",
+    "assert_chained",
+    "assert_contract",
+    "assert_paired",
+    "assert_transcript_is_input_plus_appended",
+    "assert_within_budget",
+    "call",
+    "cancel",
+    "final",
+]
+
+Message = dict[str, Any]
+
+# -- building replies -----------------------------------------------------------
+
+
+def call(call_id: str, name: str, /, **arguments: Any) -> Message:
+    """A call reply: ``{'kind': 'call', 'id', 'name', 'arguments'}``.
+
+    ``call_id`` and ``name`` are positional-only, so a tool may have parameters
+    called ``id`` or ``name``: ``call('c1', 'greet', name='Ada')``.
+    """
+    return {"kind": "call", "id": call_id, "name": name, "arguments": arguments}
+
+
+def final(text: str) -> Message:
+    """A final reply: ``{'kind': 'final', 'text': text}``."""
+    return {"kind": "final", "text": text}
+
+
+@attrs.frozen
+class Cancel:
+    """A script marker: cancel ``token``, then answer with the script's next entry.
+
+    Made by ``cancel(token)``. The cancellation lands while the model works,
+    so the engine sees it right after the reply (or the exception) the next
+    entry gives: the run ends ``cancelled`` with that reply as ``rejected``.
+    """
+
+    token: CancelToken
+
+
+def cancel(token: CancelToken) -> Cancel:
+    """A script entry that cancels ``token`` and then gives the next entry's reply."""
+    if not isinstance(token, CancelToken):
+        raise TypeError(f"expected a CancelToken, got {type(token).__name__}")
+    return Cancel(token)
+
+
+# -- the scripted model ---------------------------------------------------------
+
+
+class ScriptExhausted(BaseException):
+    """The scripted model was asked for a reply after its script ran out.
+
+    A ``BaseException`` (as pytest's own ``Failed`` is) on purpose: an
+    ``Exception`` from the model is a legitimate outcome (the run ends
+    ``failed``), which a test that accepts any ending would not notice. This
+    one is an interruption instead: the run ends ``cancelled`` and the
+    exception propagates out of ``run()``/``arun()``/``step()``, failing the test.
+    """
+
+
+class _Script:
+    """What both scripted models share: the entries, the cursor and ``seen``."""
+
+    def __init__(self, replies: Iterable[object]) -> None:
+        entries = list(replies)
+        for index, entry in enumerate(entries):
+            if isinstance(entry, Cancel) and (
+                index + 1 == len(entries) or isinstance(entries[index + 1], Cancel)
+            ):
+                found = "the end of the script" if index + 1 == len(entries) else "another cancel"
+                raise ValueError(
+                    f"replies[{index}]: expected cancel(token) to be followed by the reply to "
+                    f"give once cancelled, got {found}"
+                )
+        self._entries = entries
+        self._next = 0
+        #: How many replies the script holds (``cancel`` markers are not replies).
+        self.size: int = sum(not isinstance(entry, Cancel) for entry in entries)
+        #: Every history the model was given, in order (each a fresh copy from the engine).
+        self.seen: list[list[Message]] = []
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(<{self.size} replies, {self.remaining} left>)"
+
+    @property
+    def remaining(self) -> int:
+        """Replies not given yet."""
+        return sum(not isinstance(entry, Cancel) for entry in self._entries[self._next :])
+
+    def _take(self, history: list[Message]) -> object:
+        """Record ``history``; the next entry, after cancelling for a marker."""
+        self.seen.append(history)
+        if self._next >= len(self._entries):
+            raise ScriptExhausted(
+                f"expected at most {self.size} model calls (the script has {self.size} "
+                f"replies), got call {len(self.seen)}; end the script with final(...) "
+                "or add the replies this run needs"
+            )
+        entry = self._entries[self._next]
+        self._next += 1
+        if isinstance(entry, Cancel):
+            entry.token.cancel()
+            entry = self._entries[self._next]  # the constructor checked there is one
+            self._next += 1
+        if isinstance(entry, BaseException):
+            raise entry
+        return entry
+
+
+class ScriptedModel(_Script):
+    """A deterministic model for the synchronous driver: replays ``replies`` in order.
+
+    Each entry is a reply (any object: a well-formed dict from ``call`` or
+    ``final``, or something malformed on purpose), an exception instance to
+    raise, a callable that gets the history and returns the reply, or a
+    ``cancel(token)`` marker. ``seen`` holds every history it was given. Asked
+    once more than it has replies, it raises ``ScriptExhausted``.
+    """
+
+    def __call__(self, history: list[Message]) -> object:
+        entry = self._take(history)
+        return entry(history) if callable(entry) else entry
+
+
+class AsyncScriptedModel(_Script):
+    """``ScriptedModel`` as an ``async def`` model, for ``loop.arun``/``loop.astart``.
+
+    It yields to the event loop once before each reply, as a provider call
+    would; a callable entry may be ``async`` too. It makes the same
+    transitions as ``ScriptedModel`` on the same script.
+    """
+
+    async def __call__(self, history: list[Message]) -> object:
+        # Yield before taking the entry, never after a cancel: the token is then
+        # seen after the reply in both drivers, rather than interrupting this await.
+        await asyncio.sleep(0)
+        entry = self._take(history)
+        if not callable(entry):
+            return entry
+        reply = entry(history)
+        return await reply if inspect.isawaitable(reply) else reply
+
+
+# -- assertions -----------------------------------------------------------------
+
+
+class ContractViolation(AssertionError):
+    """A run broke the contract: ``where`` it did, what was ``expected`` and what was ``found``."""
+
+    def __init__(self, where: str, expected: str, found: str) -> None:
+        super().__init__(f"{where}: expected {expected}, got {found}")
+        self.where, self.expected, self.found = where, expected, found
+
+
+@attrs.frozen
+class _Record:
+    """What the assertions read, from a result or a run in progress."""
+
+    transcript: list[Message]
+    events: tuple[Transition, ...]
+    steps: int
+    calls: int
+    budget: Budget
+    status: State
+
+
+RunLike = RunResult | Run | AsyncRun
+
+
+def _record(run: object) -> _Record:
+    if isinstance(run, (Run, AsyncRun)):
+        if run.done:
+            run = run.result()
+        else:
+            return _Record(
+                transcript=run.transcript,
+                events=run.events,
+                steps=run.steps,
+                calls=run.calls,
+                budget=run.budget,
+                status=run.state,
+            )
+    if not isinstance(run, RunResult):
+        raise TypeError(f"expected a RunResult, Run or AsyncRun, got {type(run).__name__}")
+    return _Record(
+        transcript=run.transcript,
+        events=run.events,
+        steps=run.steps,
+        calls=run.calls,
+        budget=run.budget,
+        status=run.status,
+    )
+
+
+_SHOWN: Final = 120
+
+
+def _show(value: object) -> str:
+    """A value for a failure message, cut to a readable length."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+def _describe(message: object) -> str:
+    if not isinstance(message, dict):
+        return f"a {type(message).__name__} {_show(message)}"
+    kind = message.get("kind")
+    if kind in ("call", "tool_result"):
+        return f"a {kind} with id {message.get('id')!r}"
+    return f"a {kind!r} message" if isinstance(kind, str) else f"a message {_show(message)}"
+
+
+def _event(index: int, event: Transition) -> str:
+    return f"events[{index}] ({event.source.value} -> {event.dest.value} on {event.trigger.value})"
+
+
+def assert_paired(run: RunLike) -> None:
+    """Every call in the transcript is answered by its tool_result, and appended with it.
+
+    In the transcript: call ids are unique; each ``tool_result`` answers an
+    earlier unanswered call with the same id and tool name; no call is still
+    unanswered at a ``final`` or at the end. (The input may hold several calls
+    before their results, as parallel tool calls do.) In the events: a
+    transition that appends a call appends its ``tool_result`` right after it,
+    so no call ever enters the history alone.
+    """
+    record = _record(run)
+    unanswered: dict[object, tuple[int, object]] = {}
+    first_seen: dict[object, int] = {}
+    for index, message in enumerate(record.transcript):
+        where = f"transcript[{index}]"
+        kind = message.get("kind") if isinstance(message, dict) else None
+        call_id = message.get("id") if isinstance(message, dict) else None
+        if kind == "call":
+            if call_id in first_seen:
+                raise ContractViolation(
+                    where,
+                    "each call id once",
+                    f"call id {call_id!r} again (first at transcript[{first_seen[call_id]}])",
+                )
+            first_seen[call_id] = index
+            unanswered[call_id] = (index, message.get("name"))
+        elif kind == "tool_result":
+            if call_id not in unanswered:
+                why = "already answered" if call_id in first_seen else "no call has that id"
+                raise ContractViolation(
+                    where,
+                    "a tool_result to answer an earlier unanswered call",
+                    f"one for {call_id!r} ({why})",
+                )
+            at, name = unanswered.pop(call_id)
+            if message.get("name") != name:
+                raise ContractViolation(
+                    where,
+                    f"the tool_result of call {call_id!r} (transcript[{at}]) to name its "
+                    f"tool {name!r}",
+                    f"{message.get('name')!r}",
+                )
+        elif kind == "final" and unanswered:
+            call_id, (at, _) = next(iter(unanswered.items()))
+            raise ContractViolation(
+                f"transcript[{at}]",
+                f"call {call_id!r} to be answered before the final at {where}",
+                "no tool_result for it",
+            )
+    if unanswered:
+        call_id, (at, _) = next(iter(unanswered.items()))
+        raise ContractViolation(
+            f"transcript[{at}]",
+            f"call {call_id!r} to be answered by a tool_result",
+            f"none before the end of the transcript ({len(record.transcript)} messages)",
+        )
+    for index, event in enumerate(record.events):
+        appended = event.appended
+        for at, message in enumerate(appended):
+            if not (isinstance(message, dict) and message.get("kind") == "call"):
+                continue
+            after = appended[at + 1] if at + 1 < len(appended) else None
+            if not (
+                isinstance(after, dict)
+                and after.get("kind") == "tool_result"
+                and after.get("id") == message.get("id")
+            ):
+                found = "nothing after it" if after is None else _describe(after)
+                raise ContractViolation(
+                    f"{_event(index, event)}.appended[{at}]",
+                    f"call {message.get('id')!r} to be appended together with its tool_result",
+                    found,
+                )
+
+
+def assert_within_budget(run: RunLike) -> None:
+    """``steps <= max_steps`` and ``calls <= max_calls``, at the end and after every event.
+
+    Also what makes the events a ledger: the counters never go down, each
+    transition adds at most one step (one model call) and one call, and the
+    run's counters are its last event's.
+    """
+    record = _record(run)
+    budget = record.budget
+    limits = (("steps", budget.max_steps), ("calls", budget.max_calls))
+    for name, limit in limits:
+        value = getattr(record, name)
+        if value > limit:
+            raise ContractViolation("the run", f"{name} <= max_{name}={limit}", f"{name}={value}")
+    before = {"steps": 0, "calls": 0}
+    for index, event in enumerate(record.events):
+        where = _event(index, event)
+        for name, limit in limits:
+            value = getattr(event, name)
+            if value > limit:
+                raise ContractViolation(where, f"{name} <= max_{name}={limit}", f"{name}={value}")
+            if not before[name] <= value <= before[name] + 1:
+                raise ContractViolation(
+                    where,
+                    f"{name} to stay at {before[name]} or grow by one (one {name[:-1]} "
+                    "a transition at most)",
+                    f"{name}={value}",
+                )
+            before[name] = value
+    if record.events and (record.steps, record.calls) != (before["steps"], before["calls"]):
+        raise ContractViolation(
+            "the run",
+            f"its counters to be its last event's (steps={before['steps']}, "
+            f"calls={before['calls']})",
+            f"steps={record.steps}, calls={record.calls}",
+        )
+
+
+def _same_json(a: object, b: object) -> bool:
+    """JSON equality that tells ``1`` from ``1.0`` and ``True`` (Python's ``==`` does not)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        assert isinstance(b, dict)
+        return a.keys() == b.keys() and all(_same_json(a[key], b[key]) for key in a)
+    if isinstance(a, list):
+        assert isinstance(b, list)
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def _input(messages: object) -> list[Message]:
+    if isinstance(messages, str):
+        return [{"kind": "user", "text": messages}]
+    if isinstance(messages, (list, tuple)):
+        return list(messages)
+    raise TypeError(
+        f"expected the run's input as given to run/start (a str or a list of messages), "
+        f"got {type(messages).__name__}"
+    )
+
+
+def assert_transcript_is_input_plus_appended(
+    run: RunLike, input_messages: str | Sequence[Message]
+) -> None:
+    """The transcript is the input followed by every transition's ``appended``, in order.
+
+    ``input_messages`` is what was passed to ``run``/``start`` (a ``str``
+    stands for ``{'kind': 'user', 'text': ...}``). Values compare as JSON, so
+    ``1`` and ``1.0`` differ; the first difference is reported with where the
+    expected message came from.
+    """
+    record = _record(run)
+    given = _input(input_messages)
+    expected: list[tuple[Message, str]] = [
+        (message, f"the input's messages[{index}]") for index, message in enumerate(given)
+    ]
+    for index, event in enumerate(record.events):
+        expected += [
+            (message, f"{_event(index, event)}.appended[{at}]")
+            for at, message in enumerate(event.appended)
+        ]
+    transcript = record.transcript
+    for index, ((message, origin), found) in enumerate(zip(expected, transcript, strict=False)):
+        if not _same_json(message, found):
+            raise ContractViolation(
+                f"transcript[{index}]", f"{_show(message)} (from {origin})", _show(found)
+            )
+    if len(transcript) != len(expected):
+        counted = f"{len(given)} input + {len(expected) - len(given)} appended by the events"
+        if len(transcript) > len(expected):
+            extra = f"transcript[{len(expected)}] = {_show(transcript[len(expected)])} is extra"
+        else:
+            message, origin = expected[len(transcript)]
+            extra = f"{_show(message)} (from {origin}) is missing"
+        raise ContractViolation(
+            "the transcript",
+            f"{len(expected)} messages ({counted})",
+            f"{len(transcript)}: {extra}",
+        )
+
+
+def assert_chained(run: RunLike) -> None:
+    """The events form one path: from ``awaiting_model``, each starting where the last ended.
+
+    Only the last event may enter a terminal state, and a finished record's
+    last event enters its status.
+    """
+    record = _record(run)
+    state = State.AWAITING_MODEL
+    for index, event in enumerate(record.events):
+        where = _event(index, event)
+        if state in TERMINAL:
+            raise ContractViolation(
+                where, f"no transition after the terminal state {state.value}", "one"
+            )
+        if event.source is not state:
+            raise ContractViolation(where, f"to start in {state.value}", event.source.value)
+        state = event.dest
+    if record.status is not state:
+        raise ContractViolation(
+            "the run", f"its state to be where the events end ({state.value})", record.status.value
+        )
+
+
+def assert_contract(run: RunLike, input_messages: str | Sequence[Message]) -> None:
+    """Every invariant: chained events, transcript = input + appended, paired calls, budgets."""
+    assert_chained(run)
+    assert_transcript_is_input_plus_appended(run, input_messages)
+    assert_paired(run)
+    assert_within_budget(run)
