@@ -23,6 +23,8 @@ from agentloop import (
     RunFileError,
     RunResult,
 )
+
+# Private: the JSON intake check itself (public only through a run) and the demo's scenario.
 from agentloop._core._json import to_json
 from agentloop._demo import demo_loop
 

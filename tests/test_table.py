@@ -14,6 +14,9 @@ from transitions import Machine
 
 import agentloop
 from agentloop import ROWS, TERMINAL, Effect, Guard, State, TableError, Trigger
+
+# Private: the definition, its builder and its transitions form are what these tests
+# check; only the built rows are public.
 from agentloop._core._table import (
     ANSWERS,
     DEFINITION,

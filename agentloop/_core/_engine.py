@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core._json import exception_content, intake, to_json
+from agentloop._core._json import exception_content, intake
 from agentloop._core._messages import (
     DISPATCH_STATUSES,
     History,
@@ -53,7 +53,7 @@ from agentloop._core._values import (
 from agentloop._errors import InvalidStateError, JSONError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
 __all__ = ["Engine"]
 
@@ -61,6 +61,8 @@ _NO_REPLY: Final = object()
 # tuple.__new__ makes a NamedTuple from its fields without the Python-level __new__.
 _new: Final = tuple.__new__
 _NO_CALL: Final = (None, None)
+_OUTCOME_KEYS: Final = frozenset({"status", "content"})
+_OUTCOME_KEYS_AT_MOST: Final = frozenset({"status", "content", "exception"})
 _DEFAULT_BUDGET: Final = Budget(max_steps=8, max_calls=4)
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _MODEL_REPLIED, _TOOL_RETURNED = Trigger.MODEL_REPLIED, Trigger.TOOL_RETURNED
@@ -92,6 +94,7 @@ class Engine:
         "_budget",
         "_call_id",
         "_cancelled",
+        "_choosers",
         "_ev_appended",
         "_ev_call",
         "_ev_error",
@@ -144,6 +147,9 @@ class Engine:
         self._input = tuple(encoded)
         self._history = History(encoded)
         self._budget = budget
+        # For each (state, trigger): take the first row whose guard holds, run its
+        # effects, return it. The one seam between the engine and its table.
+        self._choosers: Mapping[tuple[State, Trigger], Callable[[Engine], _Compiled]] = _CHOOSE
         # Without a token, nothing can cancel: ``bool()`` is False, and a C call.
         self._cancelled = bool if cancel is None else cancel.check()
         self._state = State.AWAITING_MODEL
@@ -243,7 +249,7 @@ class Engine:
                 f"{self._outstanding.value} is outstanding (one step at a time)",
                 state=state,
             )
-        row = self._choose(trigger)
+        row = self._choosers[state, trigger](self)
         if row.dest is not None:
             return self._record(row)
         self._outstanding = trigger
@@ -256,7 +262,7 @@ class Engine:
         if self._outstanding is not _ASK_MODEL:
             raise self._refused("a model reply")
         self._take_reply(reply)
-        return self._record(self._choose(_MODEL_REPLIED))
+        return self._record(self._choosers[self._state, _MODEL_REPLIED](self))
 
     def returned(self, outcome: object) -> Transition:
         """The dispatcher returned ``outcome``: ``{'status', 'content'}`` (and ``'exception'``)."""
@@ -267,7 +273,7 @@ class Engine:
             exception = outcome["exception"]
             if isinstance(exception, BaseException):
                 self._ev_exception = exception
-        return self._record(self._choose(_TOOL_RETURNED))
+        return self._record(self._choosers[self._state, _TOOL_RETURNED](self))
 
     def raised(self, exc: Exception) -> Transition:
         """The model or the tool raised ``exc``: what that means is the table's."""
@@ -381,18 +387,8 @@ class Engine:
             state=self._state,
         )
 
-    def _choose(self, trigger: Trigger) -> _Compiled:
-        """The first of ``trigger``'s rows here whose guard holds; its effects applied."""
-        for compiled in _COMPILED[self._state, trigger]:
-            check = compiled.check
-            if check is None or check(self):
-                for effect in compiled.effects:
-                    effect(self)
-                return compiled
-        raise AssertionError("unreachable: build_table checks the last row of a group")
-
     def _fire(self, trigger: Trigger) -> Transition:
-        return self._record(self._choose(trigger))
+        return self._record(self._choosers[self._state, trigger](self))
 
     def _record(self, compiled: _Compiled) -> Transition:
         """Commit the chosen row: its event first, then what follows from it."""
@@ -490,14 +486,13 @@ def _checked_outcome(outcome: object) -> tuple[str, bytes]:
     """A dispatcher's outcome as (status, content JSON); a bad one becomes ``error``."""
     if type(outcome) is dict:
         status = outcome.get("status")
-        keys = outcome.keys()
         if (
             type(status) is str
             and status in DISPATCH_STATUSES
-            and {"status", "content"} <= keys <= {"status", "content", "exception"}
+            and _OUTCOME_KEYS <= outcome.keys() <= _OUTCOME_KEYS_AT_MOST
         ):
             try:
-                return status, to_json(outcome["content"], "content")
+                return status, intake(outcome["content"], "content")[0]
             except JSONError as exc:
                 return "error", orjson.dumps(f"the tool returned a value that is not JSON: {exc}")
     problem = (
@@ -509,9 +504,9 @@ def _checked_outcome(outcome: object) -> tuple[str, bytes]:
 
 
 class _Compiled:
-    """A row with its guard and effects bound to engine methods, for the fast path."""
+    """A row's fields, as the engine records them on its events."""
 
-    __slots__ = ("check", "dest", "effects", "guard", "source", "trigger")
+    __slots__ = ("dest", "guard", "source", "trigger")
 
     def __init__(self, row: Row) -> None:
         self.source, self.trigger, self.guard, self.dest = (
@@ -520,16 +515,33 @@ class _Compiled:
             row.guard,
             row.dest,
         )
-        self.check: Callable[[Engine], bool] | None = (
-            getattr(Engine, f"_{row.guard.value}") if row.guard else None
-        )
-        self.effects: tuple[Callable[[Engine], None], ...] = tuple(
-            getattr(Engine, f"_{effect.value}") for effect in row.effects
-        )
 
 
-_COMPILED: Final = {
-    key: tuple(_Compiled(row) for row in rows) for key, rows in TABLE.groups.items()
-}
+def _chooser(rows: tuple[Row, ...]) -> Callable[[Engine], _Compiled]:
+    """One (state, trigger) group as straight-line code: the fast path.
+
+    Like attrs writing ``__init__``, the table is compiled at import into
+    what a hand-written loop would say: try each row's guard in order, run
+    the first match's effects, return its row. The source is made only from
+    the table's enum values (identifiers), so it says exactly what the rows
+    say; ``transitions`` runs the same rows in a property test.
+    """
+    lines = ["def choose(engine):"]
+    for index, row in enumerate(rows):
+        body = [f"engine._{effect.value}()" for effect in row.effects]
+        body.append(f"return compiled[{index}]")
+        if row.guard is None:
+            lines.extend(f"    {line}" for line in body)
+            break  # build_table checked that an unguarded row ends its group
+        lines.append(f"    if engine._{row.guard.value}():")
+        lines.extend(f"        {line}" for line in body)
+    namespace: dict[str, Any] = {"compiled": tuple(_Compiled(row) for row in rows)}
+    exec("\n".join(lines), namespace)  # noqa: S102 - source made of the table's identifiers
+    return namespace["choose"]  # type: ignore[no-any-return]
+
+
 # Every guard and effect the table names is an engine method (checked at import).
-assert all(hasattr(Engine, f"_{name.value}") for name in (*Guard, *Effect))
+assert all(
+    name.value.isidentifier() and hasattr(Engine, f"_{name.value}") for name in (*Guard, *Effect)
+)
+_CHOOSE: Final = {key: _chooser(rows) for key, rows in TABLE.groups.items()}
