@@ -1,7 +1,7 @@
 """The engine: one run's counters, reserved ids and record, with no I/O.
 
 A driver asks ``next()`` what the run needs and gets one of three answers:
-``AskModel(history)`` (call the model with this fresh copy of the history),
+``AskModel`` (call the model with ``need.history``, a fresh copy of the history),
 ``RunTool(call)`` (run this fresh copy of the accepted call), or the
 ``Transition`` the engine just made by itself. It then reports what happened
 to the request: ``replied(reply)``, ``returned(outcome)``, ``raised(exc)``;
@@ -254,7 +254,7 @@ class Engine:
             return self._record(row)
         self._outstanding = trigger
         if trigger is _ASK_MODEL:
-            return _new(AskModel, (self._history.copy(),))
+            return AskModel(*self._history.request())
         return _new(RunTool, (orjson.loads(self._reply_json),))
 
     def replied(self, reply: object) -> Transition:

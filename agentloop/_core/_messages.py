@@ -144,6 +144,10 @@ class History:
             joined = b",".join(encoded)
             self._buffer[-1:] = (b"," + joined if len(self._buffer) > 2 else joined) + b"]"
 
+    def request(self) -> tuple[bytearray, int]:
+        """The buffer and its length now: what ``AskModel`` decodes when asked."""
+        return self._buffer, len(self._buffer)
+
     def copy(self) -> list[dict[str, JSON]]:
         """Return a fresh copy of every message."""
         return orjson.loads(self._buffer)  # type: ignore[no-any-return]

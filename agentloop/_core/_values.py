@@ -105,10 +105,32 @@ class CancelToken:
         return f"CancelToken(cancelled={self.cancelled})"
 
 
-class AskModel(NamedTuple):
-    """The engine's request: call the model with ``history`` (a fresh copy), report the reply."""
+class AskModel:
+    """The engine's request: call the model with ``history``, then report its reply.
 
-    history: list[dict[str, Any]]
+    ``history`` decodes a fresh copy on each access, and ``history_json`` is
+    the same as one JSON array: a driver pays only for the form it uses (the
+    run-file replay uses neither).
+    """
+
+    __slots__ = ("_buffer", "_size")
+
+    def __init__(self, buffer: bytearray, size: int) -> None:
+        # The history is append-only: its first ``size`` bytes stay what they were.
+        self._buffer, self._size = buffer, size
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """A fresh copy of the history, as the model is to see it."""
+        return orjson.loads(self._buffer[: self._size])  # type: ignore[no-any-return]
+
+    @property
+    def history_json(self) -> bytes:
+        """The history as one JSON array."""
+        return bytes(self._buffer[: self._size])
+
+    def __repr__(self) -> str:
+        return f"AskModel(<history of {self._size} bytes>)"
 
 
 class RunTool(NamedTuple):

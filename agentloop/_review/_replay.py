@@ -10,6 +10,7 @@ with this budget, is refused.
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -67,7 +68,7 @@ def replay(
                 f"a report the engine can take in state {engine.state.value!r}",
                 _row(event),
             ) from None
-        if _row(made) != _row(event):
+        if made[:4] != event[:4]:  # source, dest, trigger, guard: another row
             raise Mismatch(
                 where,
                 f"{_row(made)}, which the table takes here (at steps {made.steps} of "
@@ -107,7 +108,7 @@ def _interrupt(engine: Engine, event: Transition, index: int) -> Transition:
 
 def _reply(events: tuple[Transition, ...], index: int, rejected: object) -> object:
     """The reply a ``model_replied`` event received: what it appended, else what was rejected."""
-    for later in events[index + 1 :]:
+    for later in itertools.islice(events, index + 1, None):  # no copy of the rest
         if later.appended_json:
             return orjson.loads(later.appended_json[0])
         if later.source is State.AWAITING_MODEL:
@@ -124,8 +125,8 @@ def _exception(event: Transition, index: int) -> RecordedException:
 
 def _outcome(event: Transition) -> dict[str, Any]:
     """The dispatcher's outcome, from the tool_result the event appended."""
-    appended = event.appended
-    message = appended[-1] if appended else {}
+    appended = event.appended_json
+    message = orjson.loads(appended[-1]) if appended else {}
     outcome: dict[str, Any] = {
         "status": message.get("status") if type(message) is dict else None,
         "content": message.get("content") if type(message) is dict else None,
