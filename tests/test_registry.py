@@ -233,7 +233,7 @@ def test_recursive_class() -> None:
     assert seen == [Node(1, [Node(2, [Node(3)])])]
     bad = dispatch(registry, "walk", tree={"value": 1, "children": [{"value": "2"}]})
     assert bad["content"] == [
-        {"path": "tree.children[0].value", "message": "'2' is not of type 'integer'"}
+        {"path": "tree.children[0].value", "message": '"2" is not of type "integer"'}
     ]
 
 
@@ -356,7 +356,7 @@ def test_unannotated_and_kwargs() -> None:
     assert dispatch(registry, "loose", a=[1], b=2, c=3.0)["status"] == "ok"
     assert seen == [([1], {"b": 2, "c": 3})]
     outcome = dispatch(registry, "loose", a=1, b="x")
-    assert outcome["content"] == [{"path": "b", "message": "'x' is not of type 'integer'"}]
+    assert outcome["content"] == [{"path": "b", "message": '"x" is not of type "integer"'}]
 
 
 def test_additional_properties_are_refused_by_default() -> None:
@@ -528,6 +528,31 @@ def test_bad_definitions() -> None:
         Decision(allowed=True, reason=None)  # type: ignore[arg-type]
 
 
+Café = attrs.make_class("Café", {"x": attrs.field(type=int)}, frozen=True)
+Slashed = attrs.make_class("a/b", {"y": attrs.field(type=str)}, frozen=True)
+
+
+def test_class_names_are_made_safe_for_refs() -> None:
+    """A class whose name a $ref cannot hold as is ('Café', 'a/b') is described under a
+    safe name, and its values are still checked and converted."""
+    seen: list[Any] = []
+
+    def place(here: Café, there: Slashed) -> None:  # type: ignore[valid-type]
+        seen.append((here, there))
+
+    tool = Tool(place)
+    assert tool.parameters["properties"] == {
+        "here": {"$ref": "#/$defs/Caf_"},
+        "there": {"$ref": "#/$defs/a_b"},
+    }
+    registry = ToolRegistry([tool])
+    assert dispatch(registry, "place", here={"x": 1}, there={"y": "a"})["status"] == "ok"
+    assert seen == [(Café(x=1), Slashed(y="a"))]
+    assert dispatch(registry, "place", here={"x": "1"}, there={"y": "a"})["content"] == [
+        {"path": "here.x", "message": '"1" is not of type "integer"'}
+    ]
+
+
 # -- outcomes -------------------------------------------------------------------------
 
 
@@ -564,11 +589,11 @@ def test_invalid_arguments_lists_every_violation() -> None:
     )
     assert outcome["status"] == "invalid_arguments"
     assert sorted(outcome["content"], key=lambda p: (p["path"], p["message"])) == [
-        {"path": "", "message": "'level' is a required property"},
+        {"path": "", "message": '"level" is a required property'},
         {"path": "", "message": "Additional properties are not allowed ('extra' was unexpected)"},
-        {"path": "names[1]", "message": "2 is not of type 'string'"},
+        {"path": "names[1]", "message": '2 is not of type "string"'},
         {"path": "point", "message": "Additional properties are not allowed ('w' was unexpected)"},
-        {"path": "point.x", "message": "'1' is not of type 'integer'"},
+        {"path": "point.x", "message": '"1" is not of type "integer"'},
     ]
     assert recorder.calls == []
 
@@ -941,10 +966,10 @@ def test_mapping_form_validates_plain_annotations_through_the_loop() -> None:
         "ok",
     ]
     assert result.transcript[2]["content"] == [
-        {"path": "a", "message": "'2' is not of type 'integer'"}
+        {"path": "a", "message": '"2" is not of type "integer"'}
     ]
     assert result.transcript[4]["content"] == [
-        {"path": "", "message": "'b' is a required property"}
+        {"path": "", "message": '"b" is a required property'}
     ]
 
 

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import enum
 import inspect
+import re
 import types
 import typing
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
 import attrs
-import jsonschema
 
 from agentloop._errors import JSONError
 from agentloop._tools._results import json_form
+from agentloop._tools._validation import ArgumentsValidator
 
 __all__ = [
     "SUPPORTED",
@@ -40,6 +41,10 @@ SUPPORTED: Final = (
     "int, float, str, bool, None, list[T], dict[str, T], tuple[...], X | Y, Literal[...], "
     "Enum, Annotated[T, 'description'], attrs classes, TypedDict, Any"
 )
+
+# Characters a $defs name may keep: a $ref is a URI fragment and a JSON pointer, so
+# anything else (a '/', '~', space or 'é' in a class's name) would break it.
+_UNSAFE_NAME: Final = re.compile(r"[^A-Za-z0-9_.-]")
 
 # The JSON Schema types a value of each JSON Python type may satisfy (2.0 is an integer).
 _JSON_TYPES: Final = {
@@ -116,12 +121,23 @@ def json_default(value: object) -> tuple[bool, Any]:
 
 
 class Deriver:
-    """Derives schemas and argument converters for one tool, sharing ``$defs``."""
+    """Derives schemas and argument converters for one tool, sharing ``$defs``.
+
+    Call ``finish()`` once every parameter is derived: union conversions check
+    values against their members, whose ``$ref``s need the finished ``$defs``.
+    """
 
     def __init__(self) -> None:
         self.defs: dict[str, dict[str, Any]] = {}
         self._names: dict[type, str] = {}
         self._converters: dict[type, Converter | None] = {}
+        self._pending: list[Callable[[], None]] = []
+
+    def finish(self) -> None:
+        """Compile what needed the finished ``$defs`` (the union members' checks)."""
+        for compile_now in self._pending:
+            compile_now()
+        self._pending.clear()
 
     def derive(self, ann: Any, where: str) -> tuple[dict[str, Any], Converter | None]:
         """The schema for ``ann`` and the converter from JSON to it (None: keep as is)."""
@@ -175,15 +191,23 @@ class Deriver:
             return schema, None
         # Convert with the first member the (valid) value is valid for. Only members
         # whose JSON types admit the value can be; the last of those needs no check.
-        checks = [
-            (jsonschema.Draft202012Validator({"$defs": self.defs, **s}).is_valid, c, _kinds(s))
-            for s, c in members
-        ]
-        candidates = {
-            python: [(v, c) for v, c, kinds in checks if kinds is None or kinds & json_types]
-            for python, json_types in _JSON_TYPES.items()
-        }
-        everyone = [(v, c) for v, c, _ in checks]
+        Checks = list[tuple[Callable[[Any], bool], Converter | None]]
+        candidates: dict[type, Checks] = {}
+        everyone: Checks = []
+
+        def compile_checks() -> None:
+            defs = self.defs
+            checks = [
+                (ArgumentsValidator({"$defs": defs, **s}).is_valid, c, _kinds(s))
+                for s, c in members
+            ]
+            everyone.extend((v, c) for v, c, _ in checks)
+            for python, json_types in _JSON_TYPES.items():
+                candidates[python] = [
+                    (v, c) for v, c, kinds in checks if kinds is None or kinds & json_types
+                ]
+
+        self._pending.append(compile_checks)
 
         def convert_union(value: Any) -> Any:
             *earlier, (_, convert) = candidates.get(type(value)) or everyone
@@ -238,7 +262,7 @@ class Deriver:
     def _class(self, cls: type) -> tuple[dict[str, Any], Converter | None]:
         """An attrs class or TypedDict: described once under ``$defs``, then referenced."""
         if cls not in self._names:
-            name = cls.__name__
+            name = _UNSAFE_NAME.sub("_", cls.__name__)
             while name in self.defs:  # two classes with one name: number the later one
                 name += "_"
             self._names[cls] = name

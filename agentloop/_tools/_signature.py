@@ -63,6 +63,7 @@ def derive_parameters(
             has_default, default = json_default(param.default)
             schema = {**schema, "default": default} if has_default else schema
         properties[param.name] = schema
+    deriver.finish()
     out: dict[str, Any] = {
         "type": "object",
         "properties": properties,

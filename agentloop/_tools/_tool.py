@@ -86,7 +86,7 @@ class Tool:
             self._schema, self._convert = derive_parameters(name, handler)
         else:
             self._schema = checked_schema(name, parameters)
-        self._validator = ArgumentsValidator(self._schema, derived=parameters is None)
+        self._validator = ArgumentsValidator(self._schema)
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"

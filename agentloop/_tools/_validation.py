@@ -1,6 +1,7 @@
-"""Tool arguments checked against their Draft 2020-12 schema with ``jsonschema``.
+"""Tool arguments checked against their Draft 2020-12 schema with ``jsonschema-rs``.
 
-A tool's validator is compiled once, when the tool is defined. Every
+A tool's validator is compiled once, when the tool is defined, from the very
+schema the model is shown (``$ref`` and ``$defs`` as they are). Every
 violation is reported, each as ``{'path', 'message'}`` with the path written
 ``place.city``, ``tags[2]``, or ``''`` for the top level.
 """
@@ -9,10 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
+import jsonschema_rs
 
 from agentloop._core._json import copy_json
-from agentloop._errors import JSONError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -21,57 +21,24 @@ __all__ = ["ArgumentsValidator", "checked_schema"]
 
 
 class ArgumentsValidator:
-    """A compiled Draft 2020-12 validator for one tool's arguments.
-
-    A schema derived from annotations (``derived=True``) is compiled with its
-    ``$defs`` inlined, which validates faster with the same errors and paths.
-    """
+    """A compiled Draft 2020-12 validator for one tool's arguments."""
 
     __slots__ = ("_validator", "is_valid")
 
-    def __init__(self, schema: dict[str, Any], *, derived: bool) -> None:
-        compiled = _inlined(schema) if derived else schema
-        self._validator = jsonschema.Draft202012Validator(compiled)
-        #: True when the value breaks no rule.
+    def __init__(self, schema: dict[str, Any]) -> None:
+        # offline: a $ref to a URL is refused when compiled, never fetched at call time.
+        self._validator = jsonschema_rs.Draft202012Validator(schema, offline=True)
+        #: True when the value breaks no rule; stops at the first violation.
         self.is_valid = self._validator.is_valid
 
     def problems(self, instance: Any) -> list[dict[str, str]]:
         """Every way ``instance`` breaks the schema, as ``{'path', 'message'}`` (``[]``: none)."""
+        if self.is_valid(instance):
+            return []
         return [
-            {"path": _path(error.absolute_path), "message": error.message}
+            {"path": _path(error.instance_path), "message": error.message}
             for error in self._validator.iter_errors(instance)
         ]
-
-
-def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
-    """A derived schema with every non-recursive ``$ref`` replaced by its definition.
-
-    ``jsonschema`` resolves a ``$ref`` on every validation, which costs more
-    than checking the referenced schema itself. A class that contains itself
-    keeps its ``$ref`` (and ``$defs`` stays for it).
-    """
-    defs = schema.get("$defs", {})
-
-    def walk(node: Any, seen: tuple[str, ...]) -> Any:
-        if not isinstance(node, dict):
-            return node
-        if "$ref" in node:
-            name = node["$ref"].rsplit("/", 1)[-1]
-            if name not in seen:
-                siblings = {k: v for k, v in node.items() if k != "$ref"}
-                return {**walk(defs[name], (*seen, name)), **siblings}
-        out = dict(node)
-        for key in ("items", "additionalProperties"):
-            if isinstance(node.get(key), dict):
-                out[key] = walk(node[key], seen)
-        for key in ("anyOf", "prefixItems"):
-            if key in node:
-                out[key] = [walk(item, seen) for item in node[key]]
-        if "properties" in node:
-            out["properties"] = {k: walk(v, seen) for k, v in node["properties"].items()}
-        return out
-
-    return {**walk(schema, ()), "$defs": defs} if defs else schema
 
 
 def _path(parts: Iterable[str | int]) -> str:
@@ -85,13 +52,14 @@ def _path(parts: Iterable[str | int]) -> str:
 def checked_schema(name: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a given ``parameters`` schema, or ``TypeError`` saying what is wrong with it.
 
-    It must be plain JSON, a valid Draft 2020-12 schema, and describe an object.
+    It must be plain JSON, a valid Draft 2020-12 schema whose every ``$ref``
+    resolves inside it, and describe an object.
     """
     try:
         schema = copy_json(dict(parameters), "parameters")
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except (TypeError, JSONError, jsonschema.SchemaError) as exc:
-        message = exc.message if isinstance(exc, jsonschema.SchemaError) else str(exc)
+        jsonschema_rs.Draft202012Validator(schema, offline=True)
+    except (TypeError, ValueError) as exc:  # JSONError, or jsonschema_rs.ValidationError
+        message = str(getattr(exc, "message", exc)).split("\n", 1)[0]
         raise TypeError(
             f"tool {name!r}: expected parameters to be a Draft 2020-12 JSON Schema, but {message}"
         ) from None
