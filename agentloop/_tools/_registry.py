@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar, overload
+from typing import Any, Final, TypeVar, overload
 
 import orjson
 
@@ -38,6 +38,9 @@ from agentloop._tools._tool import Tool
 __all__ = ["Decision", "Policy", "SpecFormat", "Tool", "ToolRegistry", "allow", "deny"]
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+# Return values that cannot be awaitables: the common case skips the awaitable check.
+_PLAIN: Final = frozenset({str, int, float, bool, type(None), dict, list, tuple})
 
 
 class ToolRegistry:
@@ -138,7 +141,7 @@ class ToolRegistry:
             value = tool.handler(**kwargs)
         except Exception as exc:  # noqa: BLE001 - a failing tool is an outcome
             return failed(exc)
-        if inspect.isawaitable(value):
+        if type(value) not in _PLAIN and inspect.isawaitable(value):
             getattr(value, "close", lambda: None)()  # never awaited: say so, without a warning
             return failed(
                 TypeError(
@@ -179,11 +182,10 @@ class ToolRegistry:
                 "content": f"no tool named {call['name']!r}; available: {available}",
             }
         arguments = call["arguments"]
-        problems = tool.problems(arguments)
-        if problems:
-            return {"status": "invalid_arguments", "content": problems}
+        if not tool._is_valid(arguments):  # one compiled check; the list only when it fails
+            return {"status": "invalid_arguments", "content": tool.problems(arguments)}
         try:
-            kwargs = tool.convert(arguments)
+            kwargs = arguments if tool._convert is None else tool._convert(arguments)
         except (TypeError, ValueError) as exc:  # e.g. an attrs validator said no
             return {
                 "status": "invalid_arguments",
@@ -191,6 +193,8 @@ class ToolRegistry:
             }
         except Exception as exc:  # noqa: BLE001 - a failing conversion is an outcome
             return failed(exc)
+        if self.policy is None and tool.policy is None:
+            return tool, kwargs
         for policy in (self.policy, tool.policy):
             if policy is None:
                 continue

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import typing
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
 from agentloop._core._json import exception_content, to_json
 from agentloop._errors import JSONError
 
-__all__ = ["failed", "json_form", "returned"]
+__all__ = ["INT_MAX", "INT_MIN", "failed", "json_form", "returned"]
+
+#: The integers orjson writes (and so ``to_json`` accepts): 64 bits, signed or not.
+INT_MIN: Final = -(2**63)
+INT_MAX: Final = 2**64 - 1
 
 
 def _plain(value: object) -> Any:
@@ -40,6 +45,21 @@ def _plain(value: object) -> Any:
 
 def json_form(value: object, where: str) -> Any:
     """``value`` as plain JSON (see the module), or ``JSONError`` naming what is not, and where."""
+    # The common scalars, judged here as to_json would: a handler's result is often one.
+    if (
+        value is None
+        or type(value) is bool
+        or (type(value) is int and INT_MIN <= value <= INT_MAX)
+        or (type(value) is str and value.isascii())
+        or (type(value) is float and math.isfinite(value))
+    ):
+        return value
+    try:
+        to_json(value, where)
+    except JSONError:
+        pass  # Python-only parts (attrs instances, enums, tuples) are made plain below
+    else:
+        return value  # plain JSON already: no walk needed
     try:
         converted = _plain(value)
         to_json(converted, where)

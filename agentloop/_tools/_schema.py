@@ -28,6 +28,7 @@ __all__ = [
     "Converter",
     "Deriver",
     "Unsupported",
+    "fields_converter",
     "json_default",
     "show",
     "summary",
@@ -109,7 +110,7 @@ def _kinds(schema: dict[str, Any]) -> set[str] | None:
 
 def to_int(value: Any) -> Any:
     """An integral float as the ``int`` it equals (JSON Schema counts ``2.0`` as an integer)."""
-    return int(value) if isinstance(value, float) else value
+    return int(value) if type(value) is float else value
 
 
 def json_default(value: object) -> tuple[bool, Any]:
@@ -190,27 +191,26 @@ class Deriver:
         if all(convert is None for _, convert in members):
             return schema, None
         # Convert with the first member the (valid) value is valid for. Only members
-        # whose JSON types admit the value can be; the last of those needs no check.
-        Checks = list[tuple[Callable[[Any], bool], Converter | None]]
-        candidates: dict[type, Checks] = {}
-        everyone: Checks = []
+        # whose JSON types admit the value can be, and the last of those needs no check.
+        # For each Python type a valid value may have: the members to check in order,
+        # and the converter of the last one, which needs no check. (``object``: any other.)
+        plans: dict[type, tuple[list[tuple[Callable[[Any], bool], Converter | None]], Any]] = {}
 
         def compile_checks() -> None:
-            defs = self.defs
-            checks = [
-                (ArgumentsValidator({"$defs": defs, **s}).is_valid, c, _kinds(s))
-                for s, c in members
-            ]
-            everyone.extend((v, c) for v, c, _ in checks)
-            for python, json_types in _JSON_TYPES.items():
-                candidates[python] = [
-                    (v, c) for v, c, kinds in checks if kinds is None or kinds & json_types
+            checks = [(self._member_check(s), c, _kinds(s)) for s, c in members]
+            for python, json_types in [*_JSON_TYPES.items(), (object, None)]:
+                admitting = [
+                    (is_valid, c)
+                    for is_valid, c, kinds in checks
+                    if json_types is None or kinds is None or kinds & json_types
                 ]
+                if admitting:
+                    plans[python] = (admitting[:-1], admitting[-1][1])
 
         self._pending.append(compile_checks)
 
         def convert_union(value: Any) -> Any:
-            *earlier, (_, convert) = candidates.get(type(value)) or everyone
+            earlier, convert = plans.get(type(value)) or plans[object]
             for is_valid, maybe in earlier:
                 if is_valid(value):
                     convert = maybe
@@ -219,6 +219,22 @@ class Deriver:
 
         return schema, convert_union
 
+    def _member_check(self, schema: dict[str, Any]) -> Callable[[Any], bool]:
+        """Whether a value is valid for one union member (called after ``$defs`` is finished)."""
+        is_valid = ArgumentsValidator({"$defs": self.defs, **schema}).is_valid
+        target = self.defs.get(schema.get("$ref", "").rsplit("/", 1)[-1])
+        if target is None:
+            return is_valid
+        # A class takes an object with its required keys and no others: a set test
+        # rules most values out before the validator is asked.
+        required, known = frozenset(target["required"]), frozenset(target["properties"])
+
+        def check_class(value: Any) -> bool:
+            keys = value.keys()
+            return keys >= required and keys <= known and is_valid(value)
+
+        return check_class
+
     def _array(
         self, item: Any, where: str, kind: type[list[Any]] | type[tuple[Any, ...]]
     ) -> tuple[dict[str, Any], Converter | None]:
@@ -226,7 +242,9 @@ class Deriver:
         schema = {"type": "array", "items": items} if items else {"type": "array"}
         if convert is None:
             return schema, (None if kind is list else tuple)
-        return schema, lambda value: kind(convert(x) for x in value)
+        if kind is list:
+            return schema, lambda value: [convert(x) for x in value]
+        return schema, lambda value: tuple([convert(x) for x in value])
 
     def _tuple(
         self, ann: Any, args: tuple[Any, ...], where: str
@@ -241,7 +259,7 @@ class Deriver:
             schema["prefixItems"] = [s for s, _ in members]
         converters = [c for _, c in members]
         return schema, lambda value: tuple(
-            x if c is None else c(x) for c, x in zip(converters, value, strict=True)
+            [x if c is None else c(x) for c, x in zip(converters, value, strict=True)]
         )
 
     def _object(
@@ -269,8 +287,8 @@ class Deriver:
             self.defs[name] = {}  # a placeholder, so that a recursive class refers to it
             self.defs[name], self._converters[cls] = self._describe(cls)
         ref = {"$ref": f"#/$defs/{self._names[cls]}"}
-        if self._converters.get(cls, True) is None:
-            return ref, None
+        if cls in self._converters:
+            return ref, self._converters[cls]
         converters = self._converters
 
         def convert_late(value: Any) -> Any:
@@ -293,9 +311,8 @@ class Deriver:
                 if not field.init:
                     continue
                 key = field.alias or field.name
-                schema, converters[key] = self.derive(
-                    hints.get(field.name, Any), f"{cls.__name__}.{key}"
-                )
+                where = f"{cls.__name__}.{key}"
+                schema, converters[key] = self.derive(hints.get(field.name, Any), where)
                 if field.default is attrs.NOTHING:
                     required.append(key)
                 elif not isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
@@ -305,6 +322,7 @@ class Deriver:
         else:
             total_keys = cls.__required_keys__  # type: ignore[attr-defined]
             for key, hint in hints.items():
+                where = f"{cls.__name__}.{key}"
                 # Python 3.11 cannot see Required/NotRequired in string annotations,
                 # so __required_keys__ is trusted only for keys without them.
                 origin = typing.get_origin(hint)
@@ -314,18 +332,53 @@ class Deriver:
                     required.append(key)
                 while typing.get_origin(hint) in (typing.Required, typing.NotRequired):
                     hint = typing.get_args(hint)[0]
-                properties[key], converters[key] = self.derive(hint, f"{cls.__name__}.{key}")
+                properties[key], converters[key] = self.derive(hint, where)
         out: dict[str, Any] = {"type": "object"}
         if description := summary(cls.__doc__):
             out["description"] = description
         out.update(properties=properties, required=required, additionalProperties=False)
-        active = {key: c for key, c in converters.items() if c is not None}
-        if attrs.has(cls):
-            return out, lambda value: cls(
-                **{k: (active[k](v) if k in active else v) for k, v in value.items()}
-            )
-        if not active:
-            return out, None
-        return out, lambda value: {
-            k: (active[k](v) if k in active else v) for k, v in value.items()
-        }
+        return out, _class_converter(cls, converters)
+
+
+def _class_converter(cls: type, converters: dict[str, Converter | None]) -> Converter | None:
+    """An attrs instance (or a TypedDict's dict) from a valid object, its fields converted."""
+    convert = fields_converter(converters)
+    if not attrs.has(cls):
+        return convert
+    if convert is None:
+        return lambda value: cls(**value)
+    return lambda value: cls(**convert(value))
+
+
+def fields_converter(
+    converters: dict[str, Converter | None],
+) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+    """Converts the named values of a valid object; None when none needs it.
+
+    The object itself is returned when nothing changed (the caller unpacks it
+    anyway). ``int`` fields, the commonest, are converted inline: a function
+    call per field would cost more than the rest of the conversion.
+    """
+    ints = tuple(key for key, convert in converters.items() if convert is to_int)
+    others = tuple(
+        (key, convert)
+        for key, convert in converters.items()
+        if convert is not None and convert is not to_int
+    )
+    if not (ints or others):
+        return None
+
+    def convert_fields(value: dict[str, Any]) -> dict[str, Any]:
+        out = value
+        for key in ints:
+            if type(value.get(key)) is float:
+                out = dict(value) if out is value else out
+                out[key] = int(value[key])
+        if others:
+            out = dict(value) if out is value else out
+            for key, convert in others:
+                if key in out:
+                    out[key] = convert(out[key])
+        return out
+
+    return convert_fields

@@ -16,7 +16,15 @@ import types
 import typing
 from typing import TYPE_CHECKING, Any
 
-from agentloop._tools._schema import SUPPORTED, Converter, Deriver, Unsupported, json_default, show
+from agentloop._tools._schema import (
+    SUPPORTED,
+    Converter,
+    Deriver,
+    Unsupported,
+    fields_converter,
+    json_default,
+    show,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -26,8 +34,10 @@ __all__ = ["derive_parameters"]
 
 def derive_parameters(
     name: str, handler: Callable[..., Any]
-) -> tuple[dict[str, Any], Callable[[dict[str, Any]], dict[str, Any]]]:
+) -> tuple[dict[str, Any], Callable[[dict[str, Any]], dict[str, Any]] | None]:
     """The schema of ``handler``'s parameters, and the converter of valid arguments for it.
+
+    The converter is None when the JSON is what the handler asked for.
 
     Raises ``TypeError`` naming the tool and the parameter when one cannot be
     described as JSON Schema.
@@ -86,17 +96,19 @@ def _refusal(tool: str, parameter: str, exc: Unsupported) -> str:
 
 def _arguments_converter(
     converters: dict[str, Converter | None], extra: Converter | None
-) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """Valid arguments as the handler's keyword arguments, each converted where needed."""
+) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+    """Valid arguments as the handler's keyword arguments; None when they are that already."""
+    if extra is None:
+        return fields_converter(converters)
 
-    def convert(arguments: dict[str, Any]) -> dict[str, Any]:
+    def convert_all(arguments: dict[str, Any]) -> dict[str, Any]:
         out = {}
         for key, value in arguments.items():
             convert = converters.get(key, extra)
             out[key] = value if convert is None else convert(value)
         return out
 
-    return convert
+    return convert_all
 
 
 def _hint_source(handler: Callable[..., Any]) -> Any:

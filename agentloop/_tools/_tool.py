@@ -38,6 +38,7 @@ class Tool:
 
     __slots__ = (
         "_convert",
+        "_is_valid",
         "_schema",
         "_validator",
         "description",
@@ -81,12 +82,12 @@ class Tool:
         self.handler = handler
         self.description: str = description
         self.policy = policy
-        self._convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         if parameters is None:
             self._schema, self._convert = derive_parameters(name, handler)
         else:
-            self._schema = checked_schema(name, parameters)
+            self._schema, self._convert = checked_schema(name, parameters), None
         self._validator = ArgumentsValidator(self._schema)
+        self._is_valid = self._validator.is_valid  # the registry's fast path asks it directly
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
@@ -101,5 +102,8 @@ class Tool:
         return self._validator.problems(arguments)
 
     def convert(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Valid arguments as the handler's types (attrs instances, enum members, tuples)."""
+        """Valid arguments as the handler's types (attrs instances, enum members, tuples).
+
+        The result may be ``arguments`` itself, when nothing needed converting.
+        """
         return arguments if self._convert is None else self._convert(arguments)
