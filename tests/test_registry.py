@@ -528,6 +528,102 @@ def test_bad_definitions() -> None:
         Decision(allowed=True, reason=None)  # type: ignore[arg-type]
 
 
+class Huge(enum.Enum):
+    BIG = 2**70
+
+
+class NotANumber(enum.Enum):
+    NAN = math.nan
+
+
+class Infinite(enum.Enum):
+    INF = -math.inf
+
+
+@attrs.frozen
+class Surrogate:
+    x: int
+
+
+Surrogate.__doc__ = "A docstring with a lone \ud800 surrogate."
+
+
+ODD_KEY = TypedDict("ODD_KEY", {"\udfff": int})  # a key no JSON can hold
+
+
+@pytest.mark.parametrize(
+    ("annotation", "message"),
+    [
+        (
+            Literal[2**64],
+            "Literal[18446744073709551616] cannot be published as JSON: its value "
+            "18446744073709551616: expected an integer within 64 bits, got an integer of 20 digits",
+        ),
+        (
+            Huge,
+            "Huge cannot be published as JSON: its value 1180591620717411303424: "
+            "expected an integer within 64 bits, got an integer of 22 digits",
+        ),
+        (
+            Annotated[int, "\ud800"],
+            "cannot be published as JSON: its description: expected text that is valid "
+            "Unicode, got a lone surrogate at index 0",
+        ),
+        (
+            NotANumber,
+            "NotANumber cannot be published as JSON: its value nan: expected a finite number, "
+            "got nan",
+        ),
+        (
+            list[Infinite],
+            "Infinite cannot be published as JSON: its value -inf: expected a finite number, "
+            "got -inf",
+        ),
+        (
+            Literal["ok", "\udc00"],
+            "its value '\\udc00': expected text that is valid Unicode, got a lone surrogate",
+        ),
+        (
+            Surrogate | None,
+            "Surrogate cannot be published as JSON: its docstring: expected text "
+            "that is valid Unicode, got a lone surrogate at index 24",
+        ),
+        (
+            ODD_KEY,
+            "cannot be published as JSON: its key: expected text that is valid Unicode",
+        ),
+    ],
+    ids=[
+        "Literal[2**64]",
+        "Enum 2**70",
+        "surrogate description",
+        "Enum NaN",
+        "Enum -inf",
+        "surrogate Literal",
+        "surrogate docstring",
+        "surrogate key",
+    ],
+)
+def test_values_with_no_json_form_are_refused_at_definition(
+    annotation: object, message: str
+) -> None:
+    """A schema that could not be published (orjson would raise, or NaN would become null)
+    fails when the tool is defined, naming the tool, the parameter and what is wrong."""
+    with pytest.raises(TypeError, match=r"^tool 'handler': parameter 'value': ") as caught:
+        tool_for(annotation)
+    assert message in str(caught.value)
+
+
+def test_names_and_descriptions_with_no_json_form_are_refused() -> None:
+    """A tool's own name and description go into every spec, so they must be valid text."""
+    with pytest.raises(TypeError, match=r"its name: expected text that is valid Unicode"):
+        Tool(add, name="add\ud800")
+    with pytest.raises(
+        TypeError, match=r"^tool 'add': its description: expected text that is valid Unicode"
+    ):
+        Tool(add, description="\udcff")
+
+
 Café = attrs.make_class("Café", {"x": attrs.field(type=int)}, frozen=True)
 Slashed = attrs.make_class("a/b", {"y": attrs.field(type=str)}, frozen=True)
 

@@ -4,7 +4,10 @@
 scalars, ``list``, ``dict[str, T]``, ``tuple``, unions, ``Literal``, enums,
 ``Annotated[T, 'description']``, attrs classes, ``TypedDict`` and ``Any``.
 Classes are described once under ``$defs`` and referenced with ``$ref``;
-recursive ones work.
+recursive ones work. Everything a schema would carry from the user's code
+(``Literal`` and enum values, descriptions, field names) must have a JSON
+form, or the annotation is refused when the tool is defined: a tool whose
+schema could not be sent to a provider is no tool.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from agentloop._core._json import to_json
 from agentloop._errors import JSONError
 from agentloop._tools._results import json_form
 from agentloop._tools._validation import ArgumentsValidator
@@ -27,6 +31,7 @@ __all__ = [
     "SUPPORTED",
     "Converter",
     "Deriver",
+    "Unpublishable",
     "Unsupported",
     "fields_converter",
     "json_default",
@@ -65,6 +70,10 @@ class Unsupported(TypeError):
     def __init__(self, annotation: object, where: str, why: str = "") -> None:
         super().__init__(why)
         self.annotation, self.where = annotation, where
+
+
+class Unpublishable(Unsupported):
+    """A supported annotation carrying a value with no JSON form (``Literal[2**64]``)."""
 
 
 def show(annotation: object) -> str:
@@ -121,6 +130,14 @@ def json_default(value: object) -> tuple[bool, Any]:
         return False, None
 
 
+def _published(value: object, what: str, annotation: object, where: str) -> None:
+    """Refuse a value the schema would carry when it has no JSON form (NaN, 2**64, a surrogate)."""
+    try:
+        to_json(value, what)
+    except JSONError as exc:
+        raise Unpublishable(annotation, where, str(exc)) from None
+
+
 class Deriver:
     """Derives schemas and argument converters for one tool, sharing ``$defs``.
 
@@ -148,7 +165,10 @@ class Deriver:
         if origin is typing.Annotated:
             schema, convert = self.derive(args[0], where)
             notes = [note for note in ann.__metadata__ if isinstance(note, str)]
-            return ({**schema, "description": notes[0]} if notes else schema), convert
+            if not notes:
+                return schema, convert
+            _published(notes[0], "its description", ann, where)
+            return {**schema, "description": notes[0]}, convert
         if ann is None or ann is type(None):
             return {"type": "null"}, None
         if ann is bool:
@@ -164,12 +184,16 @@ class Deriver:
         if origin is Literal:
             if not all(arg is None or type(arg) in (str, int, bool) for arg in args):
                 raise Unsupported(ann, where, "Literal values must be str, int, bool or None")
+            for arg in args:
+                _published(arg, f"its value {arg!r:.40}", ann, where)
             # A valid float equals one of the ints (JSON Schema's enum compares numbers by value).
             return _enum_schema(list(args)), (to_int if int in map(type, args) else None)
         if isinstance(ann, type) and issubclass(ann, enum.Enum):
             values = [member.value for member in ann]
             if not all(v is None or type(v) in (str, int, float, bool) for v in values):
                 raise Unsupported(ann, where, "Enum values must be str, int, float, bool or None")
+            for value in values:
+                _published(value, f"its value {value!r:.40}", ann, where)
             return _enum_schema(values), ann
         if ann is list or origin is list:
             return self._array(args[0] if args else Any, where, list)
@@ -312,6 +336,7 @@ class Deriver:
                     continue
                 key = field.alias or field.name
                 where = f"{cls.__name__}.{key}"
+                _published(key, "its field name", cls, where)
                 schema, converters[key] = self.derive(hints.get(field.name, Any), where)
                 if field.default is attrs.NOTHING:
                     required.append(key)
@@ -323,6 +348,7 @@ class Deriver:
             total_keys = cls.__required_keys__  # type: ignore[attr-defined]
             for key, hint in hints.items():
                 where = f"{cls.__name__}.{key}"
+                _published(key, "its key", cls, where)
                 # Python 3.11 cannot see Required/NotRequired in string annotations,
                 # so __required_keys__ is trusted only for keys without them.
                 origin = typing.get_origin(hint)
@@ -335,6 +361,7 @@ class Deriver:
                 properties[key], converters[key] = self.derive(hint, where)
         out: dict[str, Any] = {"type": "object"}
         if description := summary(cls.__doc__):
+            _published(description, "its docstring", cls, "")
             out["description"] = description
         out.update(properties=properties, required=required, additionalProperties=False)
         return out, _class_converter(cls, converters)

@@ -20,6 +20,7 @@ from agentloop._tools._schema import (
     SUPPORTED,
     Converter,
     Deriver,
+    Unpublishable,
     Unsupported,
     fields_converter,
     json_default,
@@ -40,7 +41,7 @@ def derive_parameters(
     The converter is None when the JSON is what the handler asked for.
 
     Raises ``TypeError`` naming the tool and the parameter when one cannot be
-    described as JSON Schema.
+    described (or published) as JSON Schema.
     """
     try:
         signature = inspect.signature(handler)
@@ -87,6 +88,11 @@ def derive_parameters(
 
 def _refusal(tool: str, parameter: str, exc: Unsupported) -> str:
     at = f" (at {exc.where})" if exc.where else ""
+    if isinstance(exc, Unpublishable):
+        return (
+            f"tool {tool!r}: parameter {parameter!r}: {show(exc.annotation)}{at} "
+            f"cannot be published as JSON: {exc}"
+        )
     why = f": {exc}" if str(exc) else ""
     return (
         f"tool {tool!r}: parameter {parameter!r}: unsupported annotation "

@@ -1,9 +1,9 @@
 """``Tool``: a handler with its name, description, ``parameters`` schema and validator.
 
 Everything is worked out once, when the tool is defined: the schema (derived
-from the signature, or given), the compiled validator and the arguments
-converter. A tool that could not be described or validated fails right there,
-with a ``TypeError`` naming it, never at call time.
+from the signature, or given), its JSON form, the compiled validator and the
+arguments converter. A tool that could not be described, published or
+validated fails right there, with a ``TypeError`` naming it, never at call time.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from agentloop._core._json import to_json
+from agentloop._errors import JSONError
 from agentloop._tools._schema import summary
 from agentloop._tools._signature import derive_parameters
 from agentloop._tools._validation import ArgumentsValidator, checked_schema
@@ -39,7 +41,7 @@ class Tool:
     __slots__ = (
         "_convert",
         "_is_valid",
-        "_schema",
+        "_published",
         "_validator",
         "description",
         "handler",
@@ -78,15 +80,25 @@ class Tool:
         if description is None:  # a partial's own docstring is functools'
             described = handler.func if isinstance(handler, functools.partial) else handler
             description = summary(inspect.getdoc(described))
+        for what, text in (("its name", name), ("its description", description)):
+            try:
+                to_json(text, what)  # a lone surrogate would break every spec
+            except JSONError as exc:
+                raise TypeError(f"tool {name!r}: {exc}") from None
         self.name: str = name
         self.handler = handler
         self.description: str = description
         self.policy = policy
         if parameters is None:
-            self._schema, self._convert = derive_parameters(name, handler)
+            schema, self._convert = derive_parameters(name, handler)
         else:
-            self._schema, self._convert = checked_schema(name, parameters), None
-        self._validator = ArgumentsValidator(self._schema)
+            schema, self._convert = checked_schema(name, parameters), None
+        try:
+            # Published as these bytes: every spec and every parameters copy come from them.
+            self._published = to_json(schema, "parameters")
+        except JSONError as exc:  # a case the derivation's own checks missed
+            raise TypeError(f"tool {name!r}: {exc}") from None
+        self._validator = ArgumentsValidator(schema)
         self._is_valid = self._validator.is_valid  # the registry's fast path asks it directly
 
     def __repr__(self) -> str:
@@ -95,7 +107,7 @@ class Tool:
     @property
     def parameters(self) -> dict[str, Any]:
         """The arguments' JSON Schema (a fresh copy)."""
-        return orjson.loads(orjson.dumps(self._schema))  # type: ignore[no-any-return]
+        return orjson.loads(self._published)  # type: ignore[no-any-return]
 
     def problems(self, arguments: dict[str, Any]) -> list[dict[str, str]]:
         """Every way ``arguments`` break the schema, as ``{'path', 'message'}``; ``[]`` if none."""
