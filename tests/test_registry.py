@@ -694,6 +694,67 @@ def test_invalid_arguments_lists_every_violation() -> None:
     assert recorder.calls == []
 
 
+INT_RANGE = "expected an integer within 64 bits (-9223372036854775808 to 18446744073709551615)"
+
+
+def test_integers_beyond_64_bits_are_invalid_arguments() -> None:
+    """JSON Schema counts 1e300 as an integer; an int parameter takes whole numbers within
+    64 bits (what a run's record holds), wherever the int is, every violation listed."""
+    seen: list[Any] = []
+
+    def count(n: int, points: list[Point], by: dict[str, int] | None = None) -> None:
+        seen.append((n, points, by))
+
+    registry = ToolRegistry([count])
+    outcome = dispatch(
+        registry, "count", n=1e300, points=[{"x": -1e19}, {"x": 2**64}], by={"a": "x"}
+    )
+    assert outcome["status"] == "invalid_arguments"
+    assert outcome["content"] == [
+        {"path": "n", "message": f"{INT_RANGE}, got 1e+300"},
+        {"path": "points[0].x", "message": f"{INT_RANGE}, got -1e+19"},
+        {"path": "points[1].x", "message": f"{INT_RANGE}, got an integer of 20 digits"},
+        {
+            "path": "by",
+            "message": '{"a":"x"} is not valid under any of the schemas listed in '
+            "the 'anyOf' keyword",
+        },
+    ]
+    assert seen == []
+    # The bounds themselves, and a whole float within them, are integers.
+    edges = {"n": 2**64 - 1, "points": [{"x": -(2**63)}, {"x": 1e19}], "by": {"a": 2.0}}
+    assert dispatch(registry, "count", **edges)["status"] == "ok"
+    assert seen == [(2**64 - 1, [Point(-(2**63)), Point(10**19)], {"a": 2})]
+    assert type(seen[0][2]["a"]) is int
+
+
+def test_a_float_too_big_for_an_int_goes_to_a_float_member() -> None:
+    """In int | float, a whole number beyond 64 bits is valid for the float member only."""
+    seen: list[Any] = []
+
+    def scale(factor: int | float) -> None:
+        seen.append(factor)
+
+    registry = ToolRegistry([scale])
+    for value in (3, 3.0, 1e300):
+        assert dispatch(registry, "scale", factor=value)["status"] == "ok"
+    assert seen == [3, 3, 1e300]
+    assert [type(v) for v in seen] == [int, int, float]
+
+
+def test_given_schemas_get_no_integer_bounds() -> None:
+    """The 64-bit rule protects int conversion; a given schema's handler gets the JSON as is."""
+    seen: list[Any] = []
+
+    def handler(**kwargs: Any) -> None:
+        seen.append(kwargs)
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    registry = ToolRegistry([Tool(handler, name="h", parameters=schema)])
+    assert dispatch(registry, "h", n=1e300)["status"] == "ok"
+    assert seen == [{"n": 1e300}]
+
+
 def test_a_refusing_attrs_validator_gives_invalid_arguments() -> None:
     """Valid JSON that an attrs validator refuses is invalid_arguments; the handler does not run."""
     recorder = Recorder()

@@ -245,7 +245,7 @@ class Deriver:
 
     def _member_check(self, schema: dict[str, Any]) -> Callable[[Any], bool]:
         """Whether a value is valid for one union member (called after ``$defs`` is finished)."""
-        is_valid = ArgumentsValidator({"$defs": self.defs, **schema}).is_valid
+        is_valid = ArgumentsValidator({"$defs": self.defs, **schema}, derived=True).is_valid
         target = self.defs.get(schema.get("$ref", "").rsplit("/", 1)[-1])
         if target is None:
             return is_valid

@@ -98,7 +98,7 @@ class Tool:
             self._published = to_json(schema, "parameters")
         except JSONError as exc:  # a case the derivation's own checks missed
             raise TypeError(f"tool {name!r}: {exc}") from None
-        self._validator = ArgumentsValidator(schema)
+        self._validator = ArgumentsValidator(schema, derived=parameters is None)
         self._is_valid = self._validator.is_valid  # the registry's fast path asks it directly
 
     def __repr__(self) -> str:
