@@ -8,13 +8,16 @@ import dataclasses
 import datetime
 import enum
 import functools
+import itertools
 import math
 import threading
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal, NotRequired, Optional, TypedDict
 
 import attrs
 import jsonschema
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -1257,6 +1260,170 @@ def test_values_violating_the_schema_never_reach_the_handler(arguments: dict[str
         assert outcome["status"] == "invalid_arguments"
         assert outcome["content"]
         assert RECEIVED == []
+
+
+# -- property: derived tools always publish, and accepted values arrive typed ---------
+
+NAMES = st.sampled_from(["C", "Café", "a/b", "a~b"])
+# Lone surrogates (a quarter of the time): valid Python text that no JSON document can hold.
+TEXT = st.one_of(*[st.text(max_size=4)] * 3, st.sampled_from(["\ud800", "a\udfff"]))
+ONE_LINE = TEXT.filter(lambda text: "\n" not in text)  # a docstring's whole first paragraph
+INTEGERS = st.integers() | st.sampled_from([2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1])
+LITERALS = st.none() | st.booleans() | INTEGERS | TEXT
+ENUM_VALUES = LITERALS | st.floats()  # NaN and infinities included
+ENUMS = itertools.count()
+make_typed_dict: Any = TypedDict  # called with data, which mypy cannot check
+
+
+def make_enum(values: list[Any]) -> type[enum.Enum]:
+    members = {f"M{i}": value for i, value in enumerate(values)}
+    return typing.cast("type[enum.Enum]", enum.Enum(f"E{next(ENUMS)}", members))
+
+
+def make_attrs(spec: tuple[list[Any], str, str]) -> type:
+    types, doc, name = spec
+    cls = attrs.make_class(
+        name, {f"f{i}": attrs.field(type=t) for i, t in enumerate(types)}, frozen=True
+    )
+    cls.__doc__ = doc
+    return cls
+
+
+def grow(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(
+        inner.map(lambda t: list[t]),  # type: ignore[valid-type]
+        inner.map(lambda t: dict[str, t]),  # type: ignore[valid-type]
+        inner.map(lambda t: tuple[t, ...]),  # type: ignore[valid-type]
+        st.lists(inner, max_size=3).map(lambda ts: tuple[tuple(ts)]),  # type: ignore[misc]
+        st.tuples(inner, inner).map(lambda pair: typing.Union[pair]),  # noqa: UP007
+        st.tuples(inner, TEXT).map(lambda pair: Annotated[pair[0], pair[1]]),
+        st.tuples(st.lists(inner, min_size=1, max_size=3), ONE_LINE, NAMES).map(make_attrs),
+        st.builds(
+            make_typed_dict, NAMES, st.dictionaries(TEXT, inner, max_size=3), total=st.booleans()
+        ),
+    )
+
+
+ANNOTATIONS = st.recursive(
+    st.sampled_from([int, float, str, bool, None, Any, list, dict, tuple])
+    | st.lists(LITERALS, min_size=1, max_size=3).map(lambda values: Literal[tuple(values)])
+    | st.lists(ENUM_VALUES, min_size=1, max_size=3).map(make_enum),
+    grow,
+    max_leaves=6,
+)
+
+
+def published(annotation: Any) -> Iterator[object]:
+    """The values of an annotation that its schema carries (the README's table says which)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:
+        yield from [note for note in annotation.__metadata__ if isinstance(note, str)][:1]
+        yield from published(args[0])
+    elif origin is Literal:
+        yield from args
+    elif isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        yield from (member.value for member in annotation)
+    elif isinstance(annotation, type) and attrs.has(annotation):
+        yield annotation.__doc__
+        for field in attrs.fields(annotation):
+            yield from published(field.type)
+    elif typing.is_typeddict(annotation):
+        for key, hint in typing.get_type_hints(annotation).items():
+            yield key
+            yield from published(hint)
+    else:
+        for arg in args:
+            yield from published(arg)
+
+
+def has_json_form(value: object) -> bool:
+    """What orjson writes without raising, and without turning NaN or infinity into null."""
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return False
+    return not (isinstance(value, float) and not math.isfinite(value))
+
+
+def conforms(value: Any, annotation: Any) -> bool:
+    """Whether a handler asking for ``annotation`` got a value of that type."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is Any:
+        return True
+    if origin is Annotated:
+        return conforms(value, args[0])
+    if annotation is None or annotation is type(None):
+        return value is None
+    if annotation is float:
+        return type(value) in (int, float)  # an int is a float to a type checker
+    if annotation is int:
+        return type(value) is int and -(2**63) <= value < 2**64
+    if annotation in (str, bool):
+        return type(value) is annotation
+    if origin is typing.Union:
+        return any(conforms(value, arg) for arg in args)
+    if origin is Literal:
+        return any(type(value) is type(arg) and value == arg for arg in args)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return isinstance(value, annotation)
+    if annotation is list or origin is list:
+        return type(value) is list and all(conforms(v, args[0] if args else Any) for v in value)
+    if annotation is dict or origin is dict:
+        item = args[1] if args else Any
+        return type(value) is dict and all(
+            type(k) is str and conforms(v, item) for k, v in value.items()
+        )
+    if annotation is tuple or origin is tuple:
+        if type(value) is not tuple:
+            return False
+        if annotation is tuple or (len(args) == 2 and args[1] is Ellipsis):
+            return all(conforms(v, args[0] if args else Any) for v in value)
+        return len(value) == len(args) and all(map(conforms, value, args))
+    if attrs.has(annotation):
+        return isinstance(value, annotation) and all(
+            conforms(getattr(value, f.name), f.type) for f in attrs.fields(annotation)
+        )
+    assert typing.is_typeddict(annotation)
+    hints = typing.get_type_hints(annotation)
+    return (
+        type(value) is dict
+        and annotation.__required_keys__ <= value.keys() <= hints.keys()
+        and all(conforms(v, hints[k]) for k, v in value.items())
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(ANNOTATIONS, TEXT, st.data())
+def test_derived_tools_publish_and_accepted_values_arrive_typed(
+    annotation: Any, description: str, data: st.DataObject
+) -> None:
+    """For any supported annotation: the tool is refused at definition exactly when its schema
+    would carry a value with no JSON form; otherwise its parameters and every spec format
+    serialize, a value drawn from the schema is accepted, and what the handler receives
+    (from that value or from any JSON that is accepted) has the annotated type."""
+    received: list[Any] = []
+
+    def handler(value):  # type: ignore[no-untyped-def] # annotated below, as a real object
+        received.append(value)
+
+    handler.__annotations__ = {"value": annotation}
+    if not all(map(has_json_form, [description, *published(annotation)])):
+        with pytest.raises(TypeError, match=r"cannot be published as JSON|its description"):
+            Tool(handler, description=description)
+        return
+    tool = Tool(handler, description=description)
+    registry = ToolRegistry([tool])
+    orjson.dumps(tool.parameters)
+    for format in typing.get_args(agentloop.SpecFormat):
+        orjson.dumps(registry.specs(format))
+
+    schema = tool.parameters
+    valid = data.draw(from_schema(schema["properties"]["value"], schema.get("$defs", {})))
+    assert dispatch(registry, "handler", value=valid) == {"status": "ok", "content": None}
+    anything = data.draw(JSON | st.sampled_from([1e300, -1e19, 1e19, 2.0**64]))
+    if dispatch(registry, "handler", value=anything)["status"] == "ok":
+        assert len(received) == 2
+    assert all(conforms(value, annotation) for value in received), received
 
 
 def test_exports() -> None:
