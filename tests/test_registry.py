@@ -1282,9 +1282,11 @@ def make_enum(values: list[Any]) -> type[enum.Enum]:
 
 def make_attrs(spec: tuple[list[Any], str, str]) -> type:
     types, doc, name = spec
-    cls = attrs.make_class(
-        name, {f"f{i}": attrs.field(type=t) for i, t in enumerate(types)}, frozen=True
-    )
+    # attrs reads type=None as "not annotated": None is spelled NoneType here
+    fields = {
+        f"f{i}": attrs.field(type=type(None) if t is None else t) for i, t in enumerate(types)
+    }
+    cls = attrs.make_class(name, fields, frozen=True)
     cls.__doc__ = doc
     return cls
 
