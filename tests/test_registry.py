@@ -560,12 +560,12 @@ ODD_KEY = TypedDict("ODD_KEY", {"\udfff": int})  # a key no JSON can hold
         (
             Literal[2**64],
             "Literal[18446744073709551616] cannot be published as JSON: its value "
-            "18446744073709551616: expected an integer within 64 bits, got an integer of 20 digits",
+            "18446744073709551616: expected an integer within 64 bits, got ",  # the core's wording
         ),
         (
             Huge,
             "Huge cannot be published as JSON: its value 1180591620717411303424: "
-            "expected an integer within 64 bits, got an integer of 22 digits",
+            "expected an integer within 64 bits, got ",
         ),
         (
             Annotated[int, "\ud800"],
@@ -838,7 +838,7 @@ def test_dataclass_results_are_converted_field_by_field() -> None:
         (math.nan, "result: expected a finite number, got nan"),
         (HasSet(tags={"a"}), "result.tags: expected a JSON value"),
         (datetime.date(2024, 1, 1), "got date"),
-        (2**70, "result: expected an integer within 64 bits, got an integer of 22 digits"),
+        (2**70, "result: expected an integer within 64 bits, got "),  # then the core's wording
         (Held(threading.Lock()), "result.thing: expected a JSON value"),
         (CYCLIC, "result: expected JSON nested less deeply, got a value that contains itself"),
     ],
