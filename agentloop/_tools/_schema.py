@@ -24,8 +24,8 @@ import attrs
 
 from agentloop._core._json import to_json
 from agentloop._errors import JSONError
-from agentloop._tools._results import json_form
-from agentloop._tools._validation import ArgumentsValidator
+from agentloop._tools._results import INT_MAX, INT_MIN, json_form
+from agentloop._tools._validation import ArgumentsValidator, out_of_range
 
 __all__ = [
     "SUPPORTED",
@@ -118,8 +118,17 @@ def _kinds(schema: dict[str, Any]) -> set[str] | None:
 
 
 def to_int(value: Any) -> Any:
-    """An integral float as the ``int`` it equals (JSON Schema counts ``2.0`` as an integer)."""
-    return int(value) if type(value) is float else value
+    """An integral float as the ``int`` it equals (JSON Schema counts ``2.0`` as an integer).
+
+    ``ValueError`` for an ``int`` beyond 64 bits: the validator's bounds catch
+    them, except one past 4,300 digits, which jsonschema-rs lets through (only
+    a direct ``dispatch`` can pass one: the loop's intake refuses them).
+    """
+    if type(value) is float:
+        return int(value)
+    if type(value) is int and not INT_MIN <= value <= INT_MAX:
+        raise ValueError(out_of_range(value))
+    return value
 
 
 def json_default(value: object) -> tuple[bool, Any]:
@@ -397,10 +406,14 @@ def fields_converter(
 
     def convert_fields(value: dict[str, Any]) -> dict[str, Any]:
         out = value
-        for key in ints:
-            if type(value.get(key)) is float:
+        for key in ints:  # to_int, inline
+            number = value.get(key)
+            if type(number) is int:
+                if not INT_MIN <= number <= INT_MAX:
+                    raise ValueError(out_of_range(number))
+            elif type(number) is float:
                 out = dict(value) if out is value else out
-                out[key] = int(value[key])
+                out[key] = int(number)
         if others:
             out = dict(value) if out is value else out
             for key, convert in others:

@@ -25,7 +25,7 @@ from agentloop._tools._results import INT_MAX, INT_MIN
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-__all__ = ["ArgumentsValidator", "checked_schema"]
+__all__ = ["ArgumentsValidator", "checked_schema", "out_of_range"]
 
 _BOUNDS: Final = {"minimum": INT_MIN, "maximum": INT_MAX}
 # Keywords of a derived schema that hold schemas (the others hold data: enum, default).
@@ -63,14 +63,15 @@ class ArgumentsValidator:
     def _message(self, error: jsonschema_rs.ValidationError) -> str:
         # Derived schemas have no minimum or maximum of their own: these are the 64-bit bounds.
         if self._derived and error.schema_path[-1] in ("minimum", "maximum"):
-            value = error.instance
-            shown = (
-                f"an integer of {len(str(abs(value)))} digits"
-                if isinstance(value, int)
-                else f"{value!r:.40}"
-            )
-            return f"expected an integer within 64 bits ({INT_MIN} to {INT_MAX}), got {shown}"
+            return out_of_range(error.instance)  # type: ignore[arg-type]
         return error.message
+
+
+def out_of_range(value: float) -> str:
+    """What is wrong with a number given for an ``int`` outside the 64-bit range."""
+    # An int's size in bits: str() of one past 4,300 digits raises.
+    shown = f"an integer of {value.bit_length()} bits" if type(value) is int else f"{value!r:.40}"
+    return f"expected an integer within 64 bits ({INT_MIN} to {INT_MAX}), got {shown}"
 
 
 def _bounded(node: Any) -> Any:
