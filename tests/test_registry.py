@@ -294,6 +294,17 @@ def test_union_members_of_one_json_type_are_told_apart() -> None:
     assert [type(v) for v in seen[1:4]] == [int, Level, float]
 
 
+def test_union_value_of_a_type_json_lacks_is_checked_against_every_member() -> None:
+    """A direct dispatch may pass a tuple where JSON has arrays: still converted, no crash."""
+    seen: list[Any] = []
+
+    def pick(value: Point | Line | list[Level]) -> None:
+        seen.append(value)
+
+    assert dispatch(ToolRegistry([pick]), "pick", value=(1, 2))["status"] == "ok"
+    assert seen == [[Level.LOW, Level.HIGH]]
+
+
 def test_integral_float_becomes_an_int() -> None:
     """JSON Schema counts 2.0 as an integer; the handler still gets an int."""
     seen: list[Any] = []

@@ -224,21 +224,22 @@ class Deriver:
         if all(convert is None for _, convert in members):
             return schema, None
         # Convert with the first member the (valid) value is valid for. Only members
-        # whose JSON types admit the value can be, and the last of those needs no check.
-        # For each Python type a valid value may have: the members to check in order,
-        # and the converter of the last one, which needs no check. (``object``: any other.)
+        # whose JSON types admit the value can be, and the last of those needs no check:
+        # for each Python type a valid value may have, the members to check in order and
+        # the last one's converter. (``object``: a value of any other type, checked plainly.)
         plans: dict[type, tuple[list[tuple[Callable[[Any], bool], Converter | None]], Any]] = {}
 
         def compile_checks() -> None:
-            checks = [(self._member_check(s), c, _kinds(s)) for s, c in members]
-            for python, json_types in [*_JSON_TYPES.items(), (object, None)]:
+            checks = [(*self._member_checks(s), c, _kinds(s)) for s, c in members]
+            for python, json_types in _JSON_TYPES.items():
                 admitting = [
-                    (is_valid, c)
-                    for is_valid, c, kinds in checks
-                    if json_types is None or kinds is None or kinds & json_types
+                    (check, c)
+                    for check, _, c, kinds in checks
+                    if kinds is None or kinds & json_types
                 ]
                 if admitting:
                     plans[python] = (admitting[:-1], admitting[-1][1])
+            plans[object] = ([(is_valid, c) for _, is_valid, c, _ in checks[:-1]], checks[-1][2])
 
         self._pending.append(compile_checks)
 
@@ -252,21 +253,26 @@ class Deriver:
 
         return schema, convert_union
 
-    def _member_check(self, schema: dict[str, Any]) -> Callable[[Any], bool]:
-        """Whether a value is valid for one union member (called after ``$defs`` is finished)."""
+    def _member_checks(
+        self, schema: dict[str, Any]
+    ) -> tuple[Callable[[Any], bool], Callable[[Any], bool]]:
+        """Two checks that a value is valid for one union member: for a dict, and for any.
+
+        Made once the ``$defs`` are finished. They differ for a class only.
+        """
         is_valid = ArgumentsValidator({"$defs": self.defs, **schema}, derived=True).is_valid
         target = self.defs.get(schema.get("$ref", "").rsplit("/", 1)[-1])
         if target is None:
-            return is_valid
+            return is_valid, is_valid
         # A class takes an object with its required keys and no others: a set test
-        # rules most values out before the validator is asked.
+        # rules most dicts out before the validator is asked.
         required, known = frozenset(target["required"]), frozenset(target["properties"])
 
-        def check_class(value: Any) -> bool:
+        def check_dict(value: dict[str, Any]) -> bool:
             keys = value.keys()
             return keys >= required and keys <= known and is_valid(value)
 
-        return check_class
+        return check_dict, is_valid
 
     def _array(
         self, item: Any, where: str, kind: type[list[Any]] | type[tuple[Any, ...]]
