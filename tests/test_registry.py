@@ -8,13 +8,16 @@ import dataclasses
 import datetime
 import enum
 import functools
+import itertools
 import math
 import threading
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal, NotRequired, Optional, TypedDict
 
 import attrs
 import jsonschema
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -233,7 +236,7 @@ def test_recursive_class() -> None:
     assert seen == [Node(1, [Node(2, [Node(3)])])]
     bad = dispatch(registry, "walk", tree={"value": 1, "children": [{"value": "2"}]})
     assert bad["content"] == [
-        {"path": "tree.children[0].value", "message": "'2' is not of type 'integer'"}
+        {"path": "tree.children[0].value", "message": '"2" is not of type "integer"'}
     ]
 
 
@@ -289,6 +292,17 @@ def test_union_members_of_one_json_type_are_told_apart() -> None:
         assert dispatch(registry, "pick", value=value)["status"] == "ok"
     assert seen == [Level.HIGH, 3, Level.HIGH, 2.5, [Point(1)], Point(5), Color.RED, None]
     assert [type(v) for v in seen[1:4]] == [int, Level, float]
+
+
+def test_union_value_of_a_type_json_lacks_is_checked_against_every_member() -> None:
+    """A direct dispatch may pass a tuple where JSON has arrays: still converted, no crash."""
+    seen: list[Any] = []
+
+    def pick(value: Point | Line | list[Level]) -> None:
+        seen.append(value)
+
+    assert dispatch(ToolRegistry([pick]), "pick", value=(1, 2))["status"] == "ok"
+    assert seen == [[Level.LOW, Level.HIGH]]
 
 
 def test_integral_float_becomes_an_int() -> None:
@@ -356,7 +370,7 @@ def test_unannotated_and_kwargs() -> None:
     assert dispatch(registry, "loose", a=[1], b=2, c=3.0)["status"] == "ok"
     assert seen == [([1], {"b": 2, "c": 3})]
     outcome = dispatch(registry, "loose", a=1, b="x")
-    assert outcome["content"] == [{"path": "b", "message": "'x' is not of type 'integer'"}]
+    assert outcome["content"] == [{"path": "b", "message": '"x" is not of type "integer"'}]
 
 
 def test_additional_properties_are_refused_by_default() -> None:
@@ -528,6 +542,127 @@ def test_bad_definitions() -> None:
         Decision(allowed=True, reason=None)  # type: ignore[arg-type]
 
 
+class Huge(enum.Enum):
+    BIG = 2**70
+
+
+class NotANumber(enum.Enum):
+    NAN = math.nan
+
+
+class Infinite(enum.Enum):
+    INF = -math.inf
+
+
+@attrs.frozen
+class Surrogate:
+    x: int
+
+
+Surrogate.__doc__ = "A docstring with a lone \ud800 surrogate."
+
+
+ODD_KEY = TypedDict("ODD_KEY", {"\udfff": int})  # a key no JSON can hold
+
+
+@pytest.mark.parametrize(
+    ("annotation", "message"),
+    [
+        (
+            Literal[2**64],
+            "Literal[18446744073709551616] cannot be published as JSON: its value "
+            "18446744073709551616: expected an integer within 64 bits, got ",  # the core's wording
+        ),
+        (
+            Huge,
+            "Huge cannot be published as JSON: its value 1180591620717411303424: "
+            "expected an integer within 64 bits, got ",
+        ),
+        (
+            Annotated[int, "\ud800"],
+            "cannot be published as JSON: its description: expected text that is valid "
+            "Unicode, got a lone surrogate at index 0",
+        ),
+        (
+            NotANumber,
+            "NotANumber cannot be published as JSON: its value nan: expected a finite number, "
+            "got nan",
+        ),
+        (
+            list[Infinite],
+            "Infinite cannot be published as JSON: its value -inf: expected a finite number, "
+            "got -inf",
+        ),
+        (
+            Literal["ok", "\udc00"],
+            "its value '\\udc00': expected text that is valid Unicode, got a lone surrogate",
+        ),
+        (
+            Surrogate | None,
+            "Surrogate cannot be published as JSON: its docstring: expected text "
+            "that is valid Unicode, got a lone surrogate at index 24",
+        ),
+        (
+            ODD_KEY,
+            "cannot be published as JSON: its key: expected text that is valid Unicode",
+        ),
+    ],
+    ids=[
+        "Literal[2**64]",
+        "Enum 2**70",
+        "surrogate description",
+        "Enum NaN",
+        "Enum -inf",
+        "surrogate Literal",
+        "surrogate docstring",
+        "surrogate key",
+    ],
+)
+def test_values_with_no_json_form_are_refused_at_definition(
+    annotation: object, message: str
+) -> None:
+    """A schema that could not be published (orjson would raise, or NaN would become null)
+    fails when the tool is defined, naming the tool, the parameter and what is wrong."""
+    with pytest.raises(TypeError, match=r"^tool 'handler': parameter 'value': ") as caught:
+        tool_for(annotation)
+    assert message in str(caught.value)
+
+
+def test_names_and_descriptions_with_no_json_form_are_refused() -> None:
+    """A tool's own name and description go into every spec, so they must be valid text."""
+    with pytest.raises(TypeError, match=r"its name: expected text that is valid Unicode"):
+        Tool(add, name="add\ud800")
+    with pytest.raises(
+        TypeError, match=r"^tool 'add': its description: expected text that is valid Unicode"
+    ):
+        Tool(add, description="\udcff")
+
+
+Café = attrs.make_class("Café", {"x": attrs.field(type=int)}, frozen=True)
+Slashed = attrs.make_class("a/b", {"y": attrs.field(type=str)}, frozen=True)
+
+
+def test_class_names_are_made_safe_for_refs() -> None:
+    """A class whose name a $ref cannot hold as is ('Café', 'a/b') is described under a
+    safe name, and its values are still checked and converted."""
+    seen: list[Any] = []
+
+    def place(here: Café, there: Slashed) -> None:  # type: ignore[valid-type]
+        seen.append((here, there))
+
+    tool = Tool(place)
+    assert tool.parameters["properties"] == {
+        "here": {"$ref": "#/$defs/Caf_"},
+        "there": {"$ref": "#/$defs/a_b"},
+    }
+    registry = ToolRegistry([tool])
+    assert dispatch(registry, "place", here={"x": 1}, there={"y": "a"})["status"] == "ok"
+    assert seen == [(Café(x=1), Slashed(y="a"))]
+    assert dispatch(registry, "place", here={"x": "1"}, there={"y": "a"})["content"] == [
+        {"path": "here.x", "message": '"1" is not of type "integer"'}
+    ]
+
+
 # -- outcomes -------------------------------------------------------------------------
 
 
@@ -564,13 +699,83 @@ def test_invalid_arguments_lists_every_violation() -> None:
     )
     assert outcome["status"] == "invalid_arguments"
     assert sorted(outcome["content"], key=lambda p: (p["path"], p["message"])) == [
-        {"path": "", "message": "'level' is a required property"},
+        {"path": "", "message": '"level" is a required property'},
         {"path": "", "message": "Additional properties are not allowed ('extra' was unexpected)"},
-        {"path": "names[1]", "message": "2 is not of type 'string'"},
+        {"path": "names[1]", "message": '2 is not of type "string"'},
         {"path": "point", "message": "Additional properties are not allowed ('w' was unexpected)"},
-        {"path": "point.x", "message": "'1' is not of type 'integer'"},
+        {"path": "point.x", "message": '"1" is not of type "integer"'},
     ]
     assert recorder.calls == []
+
+
+INT_RANGE = "expected an integer within 64 bits (-9223372036854775808 to 18446744073709551615)"
+
+
+def test_integers_beyond_64_bits_are_invalid_arguments() -> None:
+    """JSON Schema counts 1e300 as an integer; an int parameter takes whole numbers within
+    64 bits (what a run's record holds), wherever the int is, every violation listed."""
+    seen: list[Any] = []
+
+    def count(n: int, points: list[Point], by: dict[str, int] | None = None) -> None:
+        seen.append((n, points, by))
+
+    registry = ToolRegistry([count])
+    outcome = dispatch(
+        registry, "count", n=1e300, points=[{"x": -1e19}, {"x": 2**64}], by={"a": "x"}
+    )
+    assert outcome["status"] == "invalid_arguments"
+    assert outcome["content"] == [
+        {"path": "n", "message": f"{INT_RANGE}, got 1e+300"},
+        {"path": "points[0].x", "message": f"{INT_RANGE}, got -1e+19"},
+        {"path": "points[1].x", "message": f"{INT_RANGE}, got an integer of 65 bits"},
+        {
+            "path": "by",
+            "message": '{"a":"x"} is not valid under any of the schemas listed in '
+            "the 'anyOf' keyword",
+        },
+    ]
+    assert seen == []
+    # jsonschema-rs lets an int past 4,300 digits through its bounds; conversion stops it.
+    for huge in (10**5000, -(10**5000)):
+        for arguments in ({"n": huge, "points": []}, {"n": 1, "points": [{"x": huge}]}):
+            outcome = dispatch(registry, "count", **arguments)
+            assert outcome["status"] == "invalid_arguments"
+            assert outcome["content"] == [
+                {"path": "", "message": f"ValueError: {INT_RANGE}, got an integer of 16610 bits"}
+            ]
+    assert seen == []
+    # The bounds themselves, and a whole float within them, are integers.
+    edges = {"n": 2**64 - 1, "points": [{"x": -(2**63)}, {"x": 1e19}], "by": {"a": 2.0}}
+    assert dispatch(registry, "count", **edges)["status"] == "ok"
+    assert seen == [(2**64 - 1, [Point(-(2**63)), Point(10**19)], {"a": 2})]
+    assert type(seen[0][2]["a"]) is int
+
+
+def test_a_float_too_big_for_an_int_goes_to_a_float_member() -> None:
+    """In int | float, a whole number beyond 64 bits is valid for the float member only."""
+    seen: list[Any] = []
+
+    def scale(factor: int | float) -> None:
+        seen.append(factor)
+
+    registry = ToolRegistry([scale])
+    for value in (3, 3.0, 1e300):
+        assert dispatch(registry, "scale", factor=value)["status"] == "ok"
+    assert seen == [3, 3, 1e300]
+    assert [type(v) for v in seen] == [int, int, float]
+
+
+def test_given_schemas_get_no_integer_bounds() -> None:
+    """The 64-bit rule protects int conversion; a given schema's handler gets the JSON as is."""
+    seen: list[Any] = []
+
+    def handler(**kwargs: Any) -> None:
+        seen.append(kwargs)
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    registry = ToolRegistry([Tool(handler, name="h", parameters=schema)])
+    assert dispatch(registry, "h", n=1e300)["status"] == "ok"
+    assert seen == [{"n": 1e300}]
 
 
 def test_a_refusing_attrs_validator_gives_invalid_arguments() -> None:
@@ -653,7 +858,7 @@ def test_dataclass_results_are_converted_field_by_field() -> None:
         (math.nan, "result: expected a finite number, got nan"),
         (HasSet(tags={"a"}), "result.tags: expected a JSON value"),
         (datetime.date(2024, 1, 1), "got date"),
-        (2**70, "result: expected an integer within 64 bits, got 1180591620717411303424"),
+        (2**70, "result: expected an integer within 64 bits, got "),  # then the core's wording
         (Held(threading.Lock()), "result.thing: expected a JSON value"),
         (CYCLIC, "result: expected JSON nested less deeply, got a value that contains itself"),
     ],
@@ -941,10 +1146,10 @@ def test_mapping_form_validates_plain_annotations_through_the_loop() -> None:
         "ok",
     ]
     assert result.transcript[2]["content"] == [
-        {"path": "a", "message": "'2' is not of type 'integer'"}
+        {"path": "a", "message": '"2" is not of type "integer"'}
     ]
     assert result.transcript[4]["content"] == [
-        {"path": "", "message": "'b' is a required property"}
+        {"path": "", "message": '"b" is a required property'}
     ]
 
 
@@ -1075,6 +1280,172 @@ def test_values_violating_the_schema_never_reach_the_handler(arguments: dict[str
         assert outcome["status"] == "invalid_arguments"
         assert outcome["content"]
         assert RECEIVED == []
+
+
+# -- property: derived tools always publish, and accepted values arrive typed ---------
+
+NAMES = st.sampled_from(["C", "Café", "a/b", "a~b"])
+# Lone surrogates (a quarter of the time): valid Python text that no JSON document can hold.
+TEXT = st.one_of(*[st.text(max_size=4)] * 3, st.sampled_from(["\ud800", "a\udfff"]))
+ONE_LINE = TEXT.filter(lambda text: "\n" not in text)  # a docstring's whole first paragraph
+INTEGERS = st.integers() | st.sampled_from([2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1])
+LITERALS = st.none() | st.booleans() | INTEGERS | TEXT
+ENUM_VALUES = LITERALS | st.floats()  # NaN and infinities included
+ENUMS = itertools.count()
+make_typed_dict: Any = TypedDict  # called with data, which mypy cannot check
+
+
+def make_enum(values: list[Any]) -> type[enum.Enum]:
+    members = {f"M{i}": value for i, value in enumerate(values)}
+    return typing.cast("type[enum.Enum]", enum.Enum(f"E{next(ENUMS)}", members))
+
+
+def make_attrs(spec: tuple[list[Any], str, str]) -> type:
+    types, doc, name = spec
+    # attrs reads type=None as "not annotated": None is spelled NoneType here
+    fields = {
+        f"f{i}": attrs.field(type=type(None) if t is None else t) for i, t in enumerate(types)
+    }
+    cls = attrs.make_class(name, fields, frozen=True)
+    cls.__doc__ = doc
+    return cls
+
+
+def grow(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(
+        inner.map(lambda t: list[t]),  # type: ignore[valid-type]
+        inner.map(lambda t: dict[str, t]),  # type: ignore[valid-type]
+        inner.map(lambda t: tuple[t, ...]),  # type: ignore[valid-type]
+        st.lists(inner, max_size=3).map(lambda ts: tuple[tuple(ts)]),  # type: ignore[misc]
+        st.tuples(inner, inner).map(lambda pair: typing.Union[pair]),  # noqa: UP007
+        st.tuples(inner, TEXT).map(lambda pair: Annotated[pair[0], pair[1]]),
+        st.tuples(st.lists(inner, min_size=1, max_size=3), ONE_LINE, NAMES).map(make_attrs),
+        st.builds(
+            make_typed_dict, NAMES, st.dictionaries(TEXT, inner, max_size=3), total=st.booleans()
+        ),
+    )
+
+
+ANNOTATIONS = st.recursive(
+    st.sampled_from([int, float, str, bool, None, Any, list, dict, tuple])
+    | st.lists(LITERALS, min_size=1, max_size=3).map(lambda values: Literal[tuple(values)])
+    | st.lists(ENUM_VALUES, min_size=1, max_size=3).map(make_enum),
+    grow,
+    max_leaves=6,
+)
+
+
+def published(annotation: Any) -> Iterator[object]:
+    """The values of an annotation that its schema carries (the README's table says which)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:
+        yield from [note for note in annotation.__metadata__ if isinstance(note, str)][:1]
+        yield from published(args[0])
+    elif origin is Literal:
+        yield from args
+    elif isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        yield from (member.value for member in annotation)
+    elif isinstance(annotation, type) and attrs.has(annotation):
+        yield annotation.__doc__
+        for field in attrs.fields(annotation):
+            yield from published(field.type)
+    elif typing.is_typeddict(annotation):
+        for key, hint in typing.get_type_hints(annotation).items():
+            yield key
+            yield from published(hint)
+    else:
+        for arg in args:
+            yield from published(arg)
+
+
+def has_json_form(value: object) -> bool:
+    """What orjson writes without raising, and without turning NaN or infinity into null."""
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return False
+    return not (isinstance(value, float) and not math.isfinite(value))
+
+
+def conforms(value: Any, annotation: Any) -> bool:
+    """Whether a handler asking for ``annotation`` got a value of that type."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is Any:
+        return True
+    if origin is Annotated:
+        return conforms(value, args[0])
+    if annotation is None or annotation is type(None):
+        return value is None
+    if annotation is float:
+        return type(value) in (int, float)  # an int is a float to a type checker
+    if annotation is int:
+        return type(value) is int and -(2**63) <= value < 2**64
+    if annotation in (str, bool):
+        return type(value) is annotation
+    if origin is typing.Union:
+        return any(conforms(value, arg) for arg in args)
+    if origin is Literal:
+        return any(type(value) is type(arg) and value == arg for arg in args)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return isinstance(value, annotation)
+    if annotation is list or origin is list:
+        return type(value) is list and all(conforms(v, args[0] if args else Any) for v in value)
+    if annotation is dict or origin is dict:
+        item = args[1] if args else Any
+        return type(value) is dict and all(
+            type(k) is str and conforms(v, item) for k, v in value.items()
+        )
+    if annotation is tuple or origin is tuple:
+        if type(value) is not tuple:
+            return False
+        if annotation is tuple or (len(args) == 2 and args[1] is Ellipsis):
+            return all(conforms(v, args[0] if args else Any) for v in value)
+        return len(value) == len(args) and all(map(conforms, value, args))
+    if attrs.has(annotation):
+        return isinstance(value, annotation) and all(
+            conforms(getattr(value, f.name), f.type) for f in attrs.fields(annotation)
+        )
+    assert typing.is_typeddict(annotation)
+    hints = typing.get_type_hints(annotation)
+    return (
+        type(value) is dict
+        and annotation.__required_keys__ <= value.keys() <= hints.keys()
+        and all(conforms(v, hints[k]) for k, v in value.items())
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(ANNOTATIONS, TEXT, st.data())
+def test_derived_tools_publish_and_accepted_values_arrive_typed(
+    annotation: Any, description: str, data: st.DataObject
+) -> None:
+    """For any supported annotation: the tool is refused at definition exactly when its schema
+    would carry a value with no JSON form; otherwise its parameters and every spec format
+    serialize, a value drawn from the schema is accepted, and what the handler receives
+    (from that value or from any JSON that is accepted) has the annotated type."""
+    received: list[Any] = []
+
+    def handler(value):  # type: ignore[no-untyped-def] # annotated below, as a real object
+        received.append(value)
+
+    handler.__annotations__ = {"value": annotation}
+    if not all(map(has_json_form, [description, *published(annotation)])):
+        with pytest.raises(TypeError, match=r"cannot be published as JSON|its description"):
+            Tool(handler, description=description)
+        return
+    tool = Tool(handler, description=description)
+    registry = ToolRegistry([tool])
+    orjson.dumps(tool.parameters)
+    for format in typing.get_args(agentloop.SpecFormat):
+        orjson.dumps(registry.specs(format))
+
+    schema = tool.parameters
+    valid = data.draw(from_schema(schema["properties"]["value"], schema.get("$defs", {})))
+    assert dispatch(registry, "handler", value=valid) == {"status": "ok", "content": None}
+    anything = data.draw(JSON | st.sampled_from([1e300, -1e19, 1e19, 2.0**64]))
+    if dispatch(registry, "handler", value=anything)["status"] == "ok":
+        assert len(received) == 2
+    assert all(conforms(value, annotation) for value in received), received
 
 
 def test_exports() -> None:

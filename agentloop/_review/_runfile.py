@@ -313,13 +313,13 @@ _WHITESPACE: Final = b" \t\r\n"
 
 
 def _check_unique_fields(text: str | bytes, written: bytes, source: str) -> None:
-    """Refuse a field given twice in one object: which one counts is up to the parser.
+    r"""Refuse a field given twice in one object: which one counts is up to the parser.
 
     orjson keeps the last of duplicates silently. The fast path, in C: a key
     ends in ``":`` (whitespace aside), and a string can hold ``":`` only as
-    ``\\":``, which writing it again keeps; so the text has more of them than
+    ``\":``, which writing it again keeps; so the text has more of them than
     the parsed document written again only if a key was dropped. Any doubt
-    (a count that differs, or ``\\u`` escapes, which writing again can change)
+    (a count that differs, or ``\u`` escapes, which writing again can change)
     goes to the standard parser, which can tell exactly.
     """
     raw = text.encode() if isinstance(text, str) else bytes(text)

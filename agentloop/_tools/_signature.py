@@ -1,0 +1,151 @@
+"""A handler's signature as its tool's ``parameters`` schema and arguments converter.
+
+Each parameter becomes a property (see ``_schema`` for the annotations); one
+with a default is not ``required``; ``**kwargs: T`` admits other names of
+type ``T``; ``*args`` and positional-only parameters are refused, since
+arguments arrive by name. Only the parameters' annotations are resolved, one
+by one, so the return annotation may name a type imported under
+``TYPE_CHECKING``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+import typing
+from typing import TYPE_CHECKING, Any
+
+from agentloop._tools._schema import (
+    SUPPORTED,
+    Converter,
+    Deriver,
+    Unpublishable,
+    Unsupported,
+    fields_converter,
+    json_default,
+    show,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["derive_parameters"]
+
+
+def derive_parameters(
+    name: str, handler: Callable[..., Any]
+) -> tuple[dict[str, Any], Callable[[dict[str, Any]], dict[str, Any]] | None]:
+    """The schema of ``handler``'s parameters, and the converter of valid arguments for it.
+
+    The converter is None when the JSON is what the handler asked for.
+
+    Raises ``TypeError`` naming the tool and the parameter when one cannot be
+    described (or published) as JSON Schema.
+    """
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"tool {name!r}: expected a handler with a signature: {exc}") from exc
+    hints = _parameter_hints(name, handler, signature)
+    deriver = Deriver()
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    extra: dict[str, Any] | bool = False
+    converters: dict[str, Converter | None] = {}
+    extra_converter: Converter | None = None
+    for param in signature.parameters.values():
+        if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL):
+            raise TypeError(
+                f"tool {name!r}: parameter {param.name!r} is positional-only "
+                f"({param}); arguments arrive by name, so every parameter needs one"
+            )
+        try:
+            schema, convert = deriver.derive(hints.get(param.name, Any), "")
+        except Unsupported as exc:
+            raise TypeError(_refusal(name, param.name, exc)) from None
+        if param.kind is param.VAR_KEYWORD:
+            extra, extra_converter = (schema or True), convert
+            continue
+        converters[param.name] = convert
+        if param.default is param.empty:
+            required.append(param.name)
+        else:
+            has_default, default = json_default(param.default)
+            schema = {**schema, "default": default} if has_default else schema
+        properties[param.name] = schema
+    deriver.finish()
+    out: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": extra,
+    }
+    if deriver.defs:
+        out["$defs"] = deriver.defs
+    return out, _arguments_converter(converters, extra_converter)
+
+
+def _refusal(tool: str, parameter: str, exc: Unsupported) -> str:
+    at = f" (at {exc.where})" if exc.where else ""
+    if isinstance(exc, Unpublishable):
+        return (
+            f"tool {tool!r}: parameter {parameter!r}: {show(exc.annotation)}{at} "
+            f"cannot be published as JSON: {exc}"
+        )
+    why = f": {exc}" if str(exc) else ""
+    return (
+        f"tool {tool!r}: parameter {parameter!r}: unsupported annotation "
+        f"{show(exc.annotation)}{at}{why}; supported: {SUPPORTED}"
+    )
+
+
+def _arguments_converter(
+    converters: dict[str, Converter | None], extra: Converter | None
+) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+    """Valid arguments as the handler's keyword arguments; None when they are that already."""
+    if extra is None:
+        return fields_converter(converters)
+
+    def convert_all(arguments: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for key, value in arguments.items():
+            convert = converters.get(key, extra)
+            out[key] = value if convert is None else convert(value)
+        return out
+
+    return convert_all
+
+
+def _hint_source(handler: Callable[..., Any]) -> Any:
+    """Where a handler's annotations live."""
+    if inspect.isroutine(handler):
+        return handler
+    if isinstance(handler, type):
+        return handler.__init__  # type: ignore[misc]
+    if isinstance(handler, functools.partial):
+        return _hint_source(handler.func)
+    return type(handler).__call__
+
+
+def _parameter_hints(
+    name: str, handler: Callable[..., Any], signature: inspect.Signature
+) -> dict[str, Any]:
+    """The parameters' annotations, resolved one by one (the return annotation is not)."""
+    source = _hint_source(handler)
+    annotations = getattr(source, "__annotations__", None) or {}
+    globalns = getattr(inspect.unwrap(source), "__globals__", {})
+    hints = {}
+    for param in signature.parameters:
+        if param not in annotations:
+            continue
+        # get_type_hints on an object holding this one annotation: the same evaluation.
+        holder = types.SimpleNamespace(__annotations__={param: annotations[param]})
+        try:
+            hints[param] = typing.get_type_hints(holder, globalns, include_extras=True)[param]
+        except Exception as exc:
+            raise TypeError(
+                f"tool {name!r}: parameter {param!r}: cannot resolve its annotation "
+                f"{annotations[param]!r}: {exc}"
+            ) from exc
+    return hints
