@@ -508,15 +508,15 @@ def test_invalid_calls_are_invalid_arguments(driver: Driver, reply: dict[str, An
 SAYS = {
     "wrong_type": (
         "is not of type",
-        "is not valid under any of the given schemas",
+        "is not valid under any of the schemas listed in the 'anyOf' keyword",
         "is not one of",
     ),
     "missing_required": ("is a required property",),
     "extra_property": ("Additional properties are not allowed",),
     "outside_enum": ("is not one of",),
     "wrong_length": (
-        "is too short",
-        "is too long",
+        "has less than",
+        "has more than",
         "should be non-empty",
         "is expected to be empty",
     ),
