@@ -73,10 +73,10 @@ diagrams: $(RUN) ## Regenerate diagrams/ from the state table
 	$(BIN)/agentloop diagram --format dot > diagrams/agentloop.dot
 
 .PHONY: bench
-bench: $(RUN) ## Benchmarks: engine vs hand-written loop, copier, memory, tool registry, async driver
-	$(BIN)/python bench/bench_core.py
-	$(BIN)/python bench/bench_tools.py
-	$(BIN)/python bench/bench_async.py
+bench: $(TEST) ## Benchmarks: engine vs hand-written loop, async driver, copier, memory, tool registry, run files
+	@status=0; for bench in core tools async runfile; do \
+		echo "== bench/bench_$$bench.py"; $(BIN)/python bench/bench_$$bench.py || status=1; \
+	done; exit $$status
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches

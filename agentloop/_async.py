@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from logging import DEBUG
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._callbacks import is_async
 from agentloop._core._values import AskModel, RunTool
-from agentloop._run import RunView
+from agentloop._run import LOG, RunView, log
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -150,7 +151,10 @@ class AsyncRun(RunView):
             need = engine.next()
             if type(need) is AskModel:
                 try:
-                    reply = await _unless_cancelled(self._cancel, self._ask(need.history))
+                    asked = self._ask(need.history)
+                    reply = await (
+                        asked if self._cancel is None else _unless_cancelled(self._cancel, asked)
+                    )
                 except TokenCancelled as exc:
                     transition = _ended(engine, exc)
                 except Exception as exc:  # noqa: BLE001 - the engine says what it means
@@ -159,7 +163,12 @@ class AsyncRun(RunView):
                     transition = engine.replied(reply)
             elif type(need) is RunTool:
                 try:
-                    outcome = await _unless_cancelled(self._cancel, self._dispatch(need.call))
+                    running = self._dispatch(need.call)
+                    outcome = await (
+                        running
+                        if self._cancel is None
+                        else _unless_cancelled(self._cancel, running)
+                    )
                 except TokenCancelled as exc:
                     transition = _ended(engine, exc)
                 except Exception as exc:  # noqa: BLE001 - the engine says what it means
@@ -168,6 +177,8 @@ class AsyncRun(RunView):
                     transition = engine.returned(outcome)
             else:  # the engine made a transition by itself
                 transition = need  # type: ignore[assignment]
+            if LOG.isEnabledFor(DEBUG):
+                log(transition)
             for listener, awaited in self._listeners:
                 if awaited:
                     await listener(transition)  # type: ignore[misc]  # is_async said so
@@ -198,6 +209,8 @@ class AsyncRun(RunView):
             if not inspect.isawaitable(reply):
                 return reply
             call = reply
+        if self._model_timeout is None:
+            return await call
         return await _within(
             self._model_timeout, f"no reply within model_timeout={self._model_timeout} s", call
         )
@@ -230,6 +243,8 @@ def async_dispatch(
             pending = dispatch(call)
             if not inspect.isawaitable(pending):
                 return pending
+        if tool_timeout is None:
+            return await pending
         return await _within(tool_timeout, expired, pending)
 
     return run

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from agentloop._errors import InvalidStateError
 
@@ -14,7 +15,31 @@ if TYPE_CHECKING:
     from agentloop._core._table import State
     from agentloop._core._values import Budget, RunResult, Transition
 
-__all__ = ["RunView"]
+__all__ = ["LOG", "RunView", "log"]
+
+#: The library's logger: one DEBUG record per transition, silent unless configured.
+LOG: Final = logging.getLogger("agentloop")
+LOG.addHandler(logging.NullHandler())
+_DEBUG: Final = logging.DEBUG
+
+
+def log(transition: Transition) -> None:
+    """One DEBUG line per transition (the drivers call this when DEBUG is enabled)."""
+    guard = f" [{transition.guard.value}]" if transition.guard else ""
+    call = f" call={transition.call_id}" if transition.call_id else ""
+    status = f" result={transition.result_status}" if transition.result_status else ""
+    LOG.debug(
+        "%s --%s%s--> %s steps=%d calls=%d%s%s",
+        transition.source.value,
+        transition.trigger.value,
+        guard,
+        transition.dest.value,
+        transition.steps,
+        transition.calls,
+        call,
+        status,
+        extra={"agentloop_transition": transition},
+    )
 
 
 class RunView:

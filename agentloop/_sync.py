@@ -9,12 +9,13 @@ the one transition that followed. A ``BaseException`` that is not an
 
 from __future__ import annotations
 
+from logging import DEBUG
 from typing import TYPE_CHECKING
 
 from agentloop._callbacks import is_async
 from agentloop._core._table import TERMINAL
 from agentloop._core._values import AskModel, RunTool
-from agentloop._run import RunView
+from agentloop._run import LOG, RunView, log
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -95,6 +96,8 @@ class Run(RunView):
                     transition = engine.returned(outcome)
             else:  # the engine made a transition by itself
                 transition = need  # type: ignore[assignment]
+            if LOG.isEnabledFor(DEBUG):
+                log(transition)
             if self._listeners:
                 for listener in self._listeners:
                     listener(transition)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -526,3 +528,37 @@ def test_a_tool_error_with_a_broken_message(driver: Driver) -> None:
         "type": "Unprintable",
         "message": "<unprintable: RuntimeError>",
     }
+
+
+def test_each_transition_is_logged_at_debug(
+    driver: Driver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The 'agentloop' logger gets one DEBUG record per transition, and nothing by default."""
+    loop = Loop(Script([call("c1", a=1, b=2), final()]), tools={"add": Recorder()})
+    with caplog.at_level(logging.WARNING, logger="agentloop"):
+        driver.run(loop, "go")
+    assert caplog.records == []
+    loop = Loop(Script([call("c1", a=1, b=2), final()]), tools={"add": Recorder()})
+    with caplog.at_level(logging.DEBUG, logger="agentloop"):
+        result = driver.run(loop, "go")
+    records = [r for r in caplog.records if r.name == "agentloop"]
+    assert [r.levelno for r in records] == [logging.DEBUG] * len(result.events)
+    assert [r.agentloop_transition for r in records] == list(result.events)  # type: ignore[attr-defined]
+    assert records[2].getMessage() == (
+        "dispatching --tool_returned--> awaiting_model steps=1 calls=1 call=c1 result=ok"
+    )
+
+
+def test_the_sync_driver_refuses_timeouts_it_cannot_honour() -> None:
+    """model_timeout, tool_timeout and to_thread need asyncio: start() says so, never ignores."""
+    for kwargs in ({"model_timeout": 0.2}, {"tool_timeout": 0.2}, {"to_thread": True}):
+        loop = Loop(Script([final()]), **kwargs)
+        with pytest.raises(ValueError, match=r"need the asyncio driver \(loop.arun or loop"):
+            loop.run("go")
+        assert asyncio.run(loop.arun("go")).status == "finished"
+
+
+def test_listeners_are_checked_when_the_loop_is_built() -> None:
+    """A listener that is not callable is refused by Loop(...), naming its position."""
+    with pytest.raises(TypeError, match=r"expected listeners\[1\] to be callable, got int"):
+        Loop(Script([]), listeners=[print, 3])  # type: ignore[list-item]
