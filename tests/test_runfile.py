@@ -728,3 +728,22 @@ def test_any_value_anywhere_is_refused_or_loads_stably(run: str) -> None:
                 agentloop.run_to_json(loaded)
                 == orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
             )
+
+
+def test_a_nul_in_a_recorded_exception_type_loads() -> None:
+    """A type name with a NUL (a hand-edited file) is only text: it loads, and saves the same."""
+    result = Loop(Script([ValueError("broke")])).run("go")
+    text = agentloop.run_to_json(result).replace('"ValueError"', '"Value\\u0000Error"')
+    text = text.replace("raised ValueError", "raised Value\\u0000Error")
+    loaded = agentloop.run_from_json(text)
+    assert loaded.error == "the model raised Value\x00Error: broke"
+    assert agentloop.run_from_json(agentloop.run_to_json(loaded)) == loaded
+
+
+def test_many_fields_with_one_duplicate_are_refused(demo: RunResult) -> None:
+    """40,000 fields and one given twice: refused, naming it (linear: make bench times it)."""
+    doc = orjson.loads(agentloop.run_to_json(demo))
+    doc["transcript"][0]["meta"] = {f"k{i}": i for i in range(40_000)}
+    text = orjson.dumps(doc).replace(b'"k0":0', b'"k0":0,"k0":1', 1)
+    with pytest.raises(RunFileError, match="expected each field once in an object, got 'k0' twice"):
+        agentloop.run_from_json(text)
