@@ -203,19 +203,11 @@ RunLike = RunResult | Run | AsyncRun
 
 
 def _record(run: object) -> _Record:
-    if isinstance(run, (Run, AsyncRun)):
-        if run.done:
-            run = run.result()
-        else:
-            return _Record(
-                transcript=run.transcript,
-                events=run.events,
-                steps=run.steps,
-                calls=run.calls,
-                budget=run.budget,
-                status=run.state,
-            )
-    if not isinstance(run, RunResult):
+    if isinstance(run, Run | AsyncRun):
+        status = run.state  # a run in progress has no result yet, but the same record
+    elif isinstance(run, RunResult):
+        status = run.status
+    else:
         raise TypeError(f"expected a RunResult, Run or AsyncRun, got {type(run).__name__}")
     return _Record(
         transcript=run.transcript,
@@ -223,7 +215,7 @@ def _record(run: object) -> _Record:
         steps=run.steps,
         calls=run.calls,
         budget=run.budget,
-        status=run.status,
+        status=status,
     )
 
 
