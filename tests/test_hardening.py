@@ -23,27 +23,23 @@ from hypothesis import strategies as st
 
 import agentloop
 from agentloop import TERMINAL, InvalidStateError, Loop, NotJSON
+from agentloop.testing import (
+    assert_paired,
+    assert_transcript_is_input_plus_appended,
+    assert_within_budget,
+)
 
 from .helpers import DRIVERS, Driver, Script, call, final, kinds
 
 SCALE = int(os.environ.get("AGENTLOOP_FUZZ", "1"))
 
 
-def paired(transcript: list[dict[str, Any]]) -> bool:
-    """Every call is followed at once by its result."""
-    return all(
-        transcript[i + 1]["kind"] == "tool_result" and transcript[i + 1]["id"] == m["id"]
-        for i, m in enumerate(transcript)
-        if m["kind"] == "call"
-    )
-
-
-def rebuilt(run: Any, first: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The input followed by every transition's appended messages."""
-    messages = list(first)
-    for event in run.events:
-        messages.extend(event.appended)
-    return messages
+def check(run: Any) -> None:
+    """The contract's invariants, with the testing kit's assertions (they name what broke)."""
+    run = getattr(run, "run", run)  # the stepped async wrapper of tests/helpers.py
+    assert_paired(run)
+    assert_within_budget(run)
+    assert_transcript_is_input_plus_appended(run, "go")
 
 
 # -- objects whose dunders misbehave --------------------------------------------------
@@ -417,11 +413,11 @@ def test_hostile_code_never_wedges_a_run(
         except KeyboardInterrupt:
             assert run.done  # an interruption ends the run
         assert len(run.events) == before + 1 or run.done
-        assert paired(run.transcript)
+        check(run)
     assert run.done
     assert run.state in TERMINAL
     result = run.result()
-    assert rebuilt(run, [{"kind": "user", "text": "go"}]) == result.transcript
+    check(result)
     assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
 
 
@@ -458,8 +454,7 @@ def test_a_keyboard_interrupt_at_a_random_moment_never_half_records() -> None:
             except KeyboardInterrupt:
                 stopped += 1
             # Whatever was interrupted, the run is consistent and can go on or is over.
-            assert paired(run.transcript)
-            assert rebuilt(run, [{"kind": "user", "text": "go"}]) == run.transcript
+            check(run)
             if not run.done:
                 while not run.done:
                     run.step()
@@ -523,12 +518,11 @@ async def test_a_task_cancelled_at_a_random_await_always_ends_the_run() -> None:
             await task
         # Cancelled between two steps (or before the first), the run stopped between
         # transitions: it is consistent and goes on when stepped again.
-        assert paired(run.transcript)
+        check(run)
         while not run.done:
             await run.astep()
         ended[run.state.value] = ended.get(run.state.value, 0) + 1
-        assert paired(run.transcript)
-        assert rebuilt(run, [{"kind": "user", "text": "go"}]) == run.transcript
+        check(run)
         results = [m["status"] for m in run.transcript if m["kind"] == "tool_result"]
         assert len(ran) == results.count("ok")  # a tool ran exactly when its ok result is there
         assert len(results) <= run.calls  # a counted call cancelled before it ran has none
