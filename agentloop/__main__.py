@@ -278,7 +278,10 @@ def _demo(out: str | None) -> int:
             (folder / "trace.mmd").write_text(to_mermaid(result), encoding="utf-8")
             (folder / "report.html").write_text(report_html(result), encoding="utf-8")
         except OSError as exc:
-            raise CommandError(f"cannot save the demo in {out}: {exc.strerror or exc}") from None
+            expected = " (expected a directory)" if folder.exists() and not folder.is_dir() else ""
+            raise CommandError(
+                f"cannot save the demo in {out}{expected}: {exc.strerror or exc}"
+            ) from None
         print(
             f"\nsaved the run to {folder / 'run.json'}, its trace diagram to "
             f"{folder / 'trace.mmd'} and a report to {folder / 'report.html'}\n"
@@ -309,6 +312,11 @@ def _show(result: RunResult, limit: int | None) -> int:
 def _report(result: RunResult, output: str | None) -> int:
     from agentloop._review._report import report_html
 
+    if output in (None, "-") and sys.stdout.isatty():
+        # HTML holds the run's text as it is; a terminal would act on its control characters.
+        raise CommandError(
+            "the report is an HTML page: write it to a file with -o FILE, or pipe it"
+        )
     _write(report_html(result), output)
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentloop._async import AsyncRun, async_dispatch
+from agentloop._callbacks import is_async
 from agentloop._core._engine import Engine
 from agentloop._core._values import Budget, CancelToken, RunResult
 from agentloop._sync import Run
@@ -53,6 +54,11 @@ class Loop:
         self.model = model
         self.dispatcher: Dispatcher = as_dispatcher(tools)
         self.budget = Budget(max_steps=max_steps, max_calls=max_calls)
+        if callable(listeners) or isinstance(listeners, str | bytes):
+            raise TypeError(
+                "expected listeners to be an iterable of callables (say [listener]), "
+                f"got {type(listeners).__name__}"
+            )
         self.listeners = tuple(listeners)
         for index, listener in enumerate(self.listeners):
             if not callable(listener):
@@ -67,6 +73,7 @@ class Loop:
         self._asyncio_only = [
             name
             for name, value in (
+                ("an async model", is_async(model) or None),
                 ("model_timeout", self.model_timeout),
                 ("tool_timeout", self.tool_timeout),
                 ("to_thread", self.to_thread or None),
@@ -88,10 +95,11 @@ class Loop:
     ) -> Run:
         """Begin a run driven by ``step()``; bad input raises here, before any model call."""
         if self._asyncio_only:
+            needs = "needs" if len(self._asyncio_only) == 1 else "need"
             raise ValueError(
-                f"{' and '.join(self._asyncio_only)} need the asyncio driver (loop.arun or "
-                "loop.astart): a synchronous run cannot interrupt a plain function, "
-                "and would silently ignore them"
+                f"{' and '.join(self._asyncio_only)} {needs} the asyncio driver (loop.arun or "
+                "loop.astart): a synchronous run can neither await a model nor interrupt a "
+                "plain function, and would silently ignore a timeout"
             )
         engine = Engine(messages, budget=self.budget, cancel=cancel)
         return Run(engine, self.model, self.dispatcher.dispatch, self.listeners)
@@ -129,6 +137,10 @@ class Loop:
 def _timeout(name: str, value: object) -> float | None:
     if value is None:
         return None
-    if type(value) not in (int, float) or not 0 < value < float("inf"):  # type: ignore[operator]
+    if type(value) not in (int, float):
+        raise TypeError(
+            f"{name} must be a positive number of seconds or None, got {type(value).__name__}"
+        )
+    if not 0 < value < float("inf"):  # type: ignore[operator]
         raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r:.40}")
     return float(value)  # type: ignore[arg-type]

@@ -48,9 +48,10 @@ class Run(RunView):
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(transition)`` after every transition from now on."""
         if not callable(listener) or is_async(listener):
+            got = "an async function" if callable(listener) else type(listener).__name__
             raise TypeError(
-                f"expected a plain function as a listener of a synchronous run, got "
-                f"{type(listener).__name__}; async listeners need loop.astart() or loop.arun()"
+                f"expected a plain function as a listener of a synchronous run, got {got}; "
+                "async listeners need loop.astart() or loop.arun()"
             )
         self._listeners.append(listener)
 

@@ -270,12 +270,21 @@ def test_async_listener_is_refused_by_the_sync_driver() -> None:
         Loop(Script([]), listeners=(listener,)).start("go")
 
 
-@pytest.mark.parametrize("value", [0, -1, "1", True])
-def test_timeouts_must_be_positive_numbers(value: object) -> None:
+@pytest.mark.parametrize(
+    ("value", "error", "given"),
+    [
+        (0, ValueError, "0"),
+        (-1, ValueError, "-1"),
+        ("1", TypeError, "str"),
+        (True, TypeError, "bool"),
+    ],
+)
+def test_timeouts_must_be_positive_numbers(
+    value: object, error: type[Exception], given: str
+) -> None:
     """A timeout that is not a positive number of seconds is refused when the Loop is built."""
     with pytest.raises(
-        ValueError,
-        match=f"model_timeout must be a positive number of seconds or None, got {value!r}",
+        error, match=f"model_timeout must be a positive number of seconds or None, got {given}"
     ):
         Loop(Script([]), model_timeout=value)  # type: ignore[arg-type]
 

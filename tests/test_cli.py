@@ -713,3 +713,23 @@ def test_show_does_not_pass_terminal_escapes_through(tmp_path: Path) -> None:
     assert "\x07" not in out
     assert "final: \\x1b[2J\\x1b]0;owned\\x07gone\n" in out
     assert "output   \\x1b[2J\\x1b]0;owned\\x07gone\n" in out
+
+
+def test_report_refuses_to_write_html_to_a_terminal(tmp_path: Path) -> None:
+    """On a terminal, report asks for -o or a pipe: the page's text would reach the terminal."""
+    import pty
+
+    result = Loop(Script([final("hi \x1b[31m red")])).run("go")
+    path = tmp_path / "run.json"
+    agentloop.save_run(result, path)
+    leader, follower = pty.openpty()
+    process = subprocess.run(
+        [sys.executable, "-m", "agentloop", "report", str(path)],
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        check=False,
+    )
+    os.close(follower)
+    os.close(leader)
+    assert process.returncode == 2
+    assert b"the report is an HTML page: write it to a file with -o FILE" in process.stderr

@@ -128,18 +128,30 @@ def test_a_reply_that_is_not_plain_json_is_malformed_and_saves(driver: Driver, r
     assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
 
 
-def test_an_async_model_under_the_sync_driver_is_malformed_without_a_warning() -> None:
-    """The coroutine is closed (no 'never awaited' warning) and the error says why."""
+def test_an_async_model_is_refused_by_the_sync_driver() -> None:
+    """An async def model needs the asyncio driver: start() says so before any step."""
 
     async def model(history: list[dict[str, Any]]) -> dict[str, Any]:
         return final()
 
+    with pytest.raises(ValueError, match=r"an async model needs the asyncio driver \(loop.arun"):
+        Loop(model).run("go")
+
+
+def test_a_coroutine_returned_by_a_plain_model_is_malformed_without_a_warning() -> None:
+    """The coroutine is closed (no 'never awaited' warning) and the error says why."""
+
+    async def reply() -> dict[str, Any]:
+        return final()
+
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        result = Loop(model).run("go")
+        result = Loop(lambda history: reply()).run("go")
     assert result.status == "malformed"
-    assert result.error is not None
-    assert "got coroutine" in result.error
+    assert result.error == (
+        "malformed reply: the model returned a coroutine: an async model needs the asyncio "
+        "driver (loop.arun or loop.astart)"
+    )
     assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
 
 

@@ -553,7 +553,7 @@ def test_the_sync_driver_refuses_timeouts_it_cannot_honour() -> None:
     """model_timeout, tool_timeout and to_thread need asyncio: start() says so, never ignores."""
     for kwargs in ({"model_timeout": 0.2}, {"tool_timeout": 0.2}, {"to_thread": True}):
         loop = Loop(Script([final()]), **kwargs)
-        with pytest.raises(ValueError, match=r"need the asyncio driver \(loop.arun or loop"):
+        with pytest.raises(ValueError, match=r"needs the asyncio driver \(loop.arun or loop"):
             loop.run("go")
         assert asyncio.run(loop.arun("go")).status == "finished"
 
@@ -562,3 +562,18 @@ def test_listeners_are_checked_when_the_loop_is_built() -> None:
     """A listener that is not callable is refused by Loop(...), naming its position."""
     with pytest.raises(TypeError, match=r"expected listeners\[1\] to be callable, got int"):
         Loop(Script([]), listeners=[print, 3])  # type: ignore[list-item]
+
+
+def test_a_single_listener_not_in_a_list_is_refused() -> None:
+    """listeners=fn (not [fn]) says what was expected, rather than 'not iterable'."""
+    with pytest.raises(TypeError, match=r"expected listeners to be an iterable of callables"):
+        Loop(Script([]), listeners=print)  # type: ignore[arg-type]
+
+
+def test_review_functions_refuse_a_run_in_place_of_its_result() -> None:
+    """save_run, to_mermaid and report_html take a RunResult, and say how to get one."""
+    run = Loop(Script([final()])).start("go")
+    run.finish()
+    for review in (agentloop.run_to_json, agentloop.to_mermaid, agentloop.report_html):
+        with pytest.raises(TypeError, match=r"expected a RunResult .*got Run; call run.result"):
+            review(run)  # type: ignore[arg-type]

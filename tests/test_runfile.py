@@ -433,8 +433,8 @@ DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
     (
         "transcript edited",
         _set("transcript.2.content", "tampered"),
-        "$.transcript",
-        "does not end with them",
+        "$.transcript[2]",
+        "as the events appended it, got object",
     ),
     (
         "unfinished run",

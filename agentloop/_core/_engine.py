@@ -471,7 +471,11 @@ class Engine:
 def _not_json(reply: object, problem: str = "") -> NotJSON:
     """A reply that is not JSON, kept for review as text that cannot fail to save."""
     if inspect.iscoroutine(reply):
-        reply.close()  # an async model under the sync driver: never awaited, say so once
+        reply.close()  # never awaited: say so once, here
+        problem = (
+            "the model returned a coroutine: an async model needs the asyncio driver "
+            "(loop.arun or loop.astart)"
+        )
     try:
         text = repr(reply)
         if type(text) is not str:

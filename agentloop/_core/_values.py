@@ -278,3 +278,18 @@ class RunResult(NamedTuple):
         if value is None or isinstance(value, NotJSON):
             return value
         return copy.deepcopy(value)
+
+
+def require_result(value: object, where: str) -> RunResult:
+    """``value`` if it is a ``RunResult``; else a ``TypeError`` that says how to get one."""
+    if type(value) is not RunResult:
+        hint = (
+            "; call run.result() (or run.finish()) first"
+            if hasattr(value, "step") or hasattr(value, "astep")
+            else ""
+        )
+        raise TypeError(
+            f"{where} expected a RunResult (a finished run's result(), or load_run(path)), "
+            f"got {type(value).__name__}{hint}"
+        )
+    return value

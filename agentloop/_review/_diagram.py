@@ -36,6 +36,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from agentloop._core._table import ANSWERS, ROWS, TERMINAL, Row, State
+from agentloop._core._values import require_result
 from agentloop._errors import SVGUnavailableError
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def to_mermaid(run: RunResult | None = None) -> str:
     (effects are left out: Mermaid's layout puts long labels over each other;
     DOT shows them).
     """
-    counts = taken(run) if run is not None else {}
+    counts = taken(require_result(run, "to_mermaid()")) if run is not None else {}
     # The run's title has a colon in it, so it is quoted for the YAML front matter.
     title = f'"{_title(run)}"' if run is not None else "agentloop"
     lines = ["---", f"title: {title}", "---", "stateDiagram-v2", "    direction LR"]
@@ -135,7 +136,7 @@ def to_dot(run: RunResult | None = None, *, rankdir: str = "TB") -> str:
     With ``run``, its path is drawn bold and blue with counts, the rest faint.
     ``rankdir="LR"`` lays it out left to right (the report does: wide pages).
     """
-    counts = taken(run) if run is not None else {}
+    counts = taken(require_result(run, "to_dot()")) if run is not None else {}
     seen = visited(run) if run is not None else set()
     lines = [
         "digraph agentloop {",

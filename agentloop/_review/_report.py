@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from agentloop._core._table import State
+from agentloop._core._values import require_result
 from agentloop._errors import SVGUnavailableError
 from agentloop._review._diagram import path_svg, to_mermaid
 from agentloop._review._runfile import FORMAT, VERSION, rejected_record
@@ -290,7 +291,7 @@ def report_html(result: RunResult, *, svg: bool | None = None) -> str:
     and falls back to its Mermaid source; ``True`` requires SVG, ``False``
     always shows the Mermaid source.
     """
-    status = result.status.value
+    status = require_result(result, "report_html()").status.value
     budget = result.budget
     parts = [
         "<!DOCTYPE html>",

@@ -43,6 +43,7 @@ from agentloop._core._values import (
     RecordedException,
     RunResult,
     Transition,
+    require_result,
 )
 from agentloop._errors import RunFileError
 from agentloop._review._replay import Mismatch, replay
@@ -149,7 +150,7 @@ _VALIDATOR: Final = jsonschema_rs.Draft202012Validator(SCHEMA)
 
 def run_to_json(result: RunResult) -> str:
     """``result`` as run file text (indented JSON); ``run_from_json`` reads it back."""
-    return _dumps(_document(result), orjson.OPT_INDENT_2).decode()
+    return _dumps(_document(require_result(result, "run_to_json()")), orjson.OPT_INDENT_2).decode()
 
 
 def save_run(result: RunResult, path: str | os.PathLike[str]) -> None:
@@ -508,6 +509,14 @@ def _check_story(result: RunResult, source: str) -> None:
         ) from None
     replayed = engine.result()
     if replayed.transcript_json != result.transcript_json:
+        made = orjson.loads(replayed.transcript_json)
+        for index, (want, got) in enumerate(zip(made, transcript, strict=False)):
+            if _dumps(want) != _dumps(got):
+                raise Mismatch(
+                    f"$.transcript[{index}]",
+                    f"{_shown(want)}, as the events appended it",
+                    _found(got),
+                )
         raise _transcript_mismatch(appended, len(transcript))
     # The events were compared one by one during the replay.
     want, got = _document(replayed, events=False), _document(result, events=False)
