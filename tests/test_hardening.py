@@ -541,3 +541,27 @@ async def test_a_task_cancelled_at_a_random_await_always_ends_the_run() -> None:
         assert agentloop.run_from_json(agentloop.run_to_json(run.result())) == run.result()
     assert ended.get("cancelled", 0) > 0
     assert ended.get("finished", 0) > 0
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        pytest.param({"kind": "final", "text": {"a\nb": float("nan")}},
+                     "reply.text['a\\nb']: expected a finite number, got nan", id="path"),
+        pytest.param({"kind": "final", "text": {"\ud800": 1}},
+                     "reply.text: expected object keys that are valid Unicode, got '\\ud800'",
+                     id="nested key"),
+        pytest.param({"kind": "final", "\ud800": 1, "text": "x"},
+                     "reply: expected object keys that are valid Unicode, got '\\ud800'", id="key"),
+        pytest.param({"kind": "call", "id": "\ud800", "name": "x", "arguments": {}},
+                     "reply.id: expected text that is valid Unicode, got a lone surrogate at index 0",
+                     id="value"),
+    ],
+)  # fmt: skip
+def test_a_lone_surrogate_anywhere_in_a_reply_is_named_and_the_run_saves(
+    reply: dict[str, Any], error: str
+) -> None:
+    """The error names where the surrogate is, escaped, so the run's record can be saved."""
+    result = Loop(Script([reply])).run("go")
+    assert (result.status, result.error) == ("malformed", f"malformed reply: {error}")
+    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result

@@ -78,7 +78,9 @@ def _find_non_json(value: object, where: str) -> str:
             for key in item:
                 if type(key) is not str:
                     return f"{at}: expected JSON object keys to be str, got {describe(key)}"
-            stack.extend((child, f"{at}.{key}") for key, child in reversed(item.items()))
+                if not _is_text(key):
+                    return f"{at}: expected object keys that are valid Unicode, got {key!r}"
+            stack.extend((child, at + _step(key)) for key, child in reversed(item.items()))
         elif kind is list:
             stack.extend(
                 (child, f"{at}[{index}]") for index, child in reversed(list(enumerate(item)))
@@ -106,6 +108,11 @@ def _find_non_json(value: object, where: str) -> str:
     return ""
 
 
+def _step(key: str) -> str:
+    """A path step: ``.name``, or ``['a key']`` (its repr: quotes, odd or lone characters escaped)."""
+    return f".{key}" if key.isidentifier() and key.isascii() else f"[{key!r}]"
+
+
 def describe(value: object) -> str:
     """A value for an error message: the ``repr`` of a plain scalar, else its type's name.
 
@@ -128,8 +135,10 @@ def exception_content(exc: BaseException) -> dict[str, str]:
     that records it. A recorded exception (from a run file) keeps its type name.
     """
     type_name = getattr(exc, "type_name", None)
-    if not isinstance(type_name, str) or not _is_text(type_name):
+    if type(type_name) is not str:
         type_name = type(exc).__name__
+    if not _is_text(type_name):
+        type_name = type_name.encode("utf-8", "backslashreplace").decode("utf-8")
     try:
         message = str(exc)
         if type(message) is not str:
