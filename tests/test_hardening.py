@@ -554,8 +554,8 @@ async def test_a_task_cancelled_at_a_random_await_always_ends_the_run() -> None:
         pytest.param({"kind": "final", "\ud800": 1, "text": "x"},
                      "reply: expected object keys that are valid Unicode, got '\\ud800'", id="key"),
         pytest.param({"kind": "call", "id": "\ud800", "name": "x", "arguments": {}},
-                     "reply.id: expected text that is valid Unicode, got a lone surrogate at index 0",
-                     id="value"),
+                     "reply.id: expected text that is valid Unicode, got a lone surrogate at "
+                     "index 0", id="value"),
     ],
 )  # fmt: skip
 def test_a_lone_surrogate_anywhere_in_a_reply_is_named_and_the_run_saves(

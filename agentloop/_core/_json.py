@@ -109,7 +109,7 @@ def _find_non_json(value: object, where: str) -> str:
 
 
 def _step(key: str) -> str:
-    """A path step: ``.name``, or ``['a key']`` (its repr: quotes, odd or lone characters escaped)."""
+    """A path step: ``.name``, or ``['a key']`` (its repr, odd characters escaped)."""
     return f".{key}" if key.isidentifier() and key.isascii() else f"[{key!r}]"
 
 
