@@ -376,6 +376,8 @@ ODD: list[object] = [
     Unrepresentable(),
     {"kind": "call", "id": "c1", "name": "add", "arguments": {"a": float("inf")}},
     {"kind": "call", "id": BadStr("c1"), "name": "add", "arguments": {}},
+    {"kind": "final", "text": {"\ud800": 1}},
+    {"kind": "call", "id": "c9", "name": "add\ud800", "arguments": {"\udfff": 1}},
 ]
 REPLIES = st.one_of(
     st.sampled_from(ODD),
@@ -387,6 +389,8 @@ OUTCOMES = st.sampled_from(
     [
         {"status": "ok", "content": 1},
         {"status": "ok", "content": BadStr("x")},
+        {"status": "ok", "content": {"\ud800": [1]}},
+        {"status": "error", "content": "bad \udcff"},
         Shifty(),
         {"status": LiarStr("x"), "content": 1},
         None,
