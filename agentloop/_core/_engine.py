@@ -66,7 +66,6 @@ _OUTCOME_KEYS_AT_MOST: Final = frozenset({"status", "content", "exception"})
 _DEFAULT_BUDGET: Final = Budget(max_steps=8, max_calls=4)
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _MODEL_REPLIED, _TOOL_RETURNED = Trigger.MODEL_REPLIED, Trigger.TOOL_RETURNED
-_TERMINAL: Final = TERMINAL
 
 
 class Engine:
