@@ -747,3 +747,27 @@ def test_many_fields_with_one_duplicate_are_refused(demo: RunResult) -> None:
     text = orjson.dumps(doc).replace(b'"k0":0', b'"k0":0,"k0":1', 1)
     with pytest.raises(RunFileError, match="expected each field once in an object, got 'k0' twice"):
         agentloop.run_from_json(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_any_byte_level_damage_is_a_run_file_error_or_a_run(
+    demo: RunResult, data: st.DataObject
+) -> None:
+    """Bytes flipped, cut or inserted anywhere: the loader refuses with RunFileError or loads a
+    run that saves back to the text it was read from (never another exception)."""
+    text = bytearray(agentloop.run_to_json(demo).encode())
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(text) - 1))
+        how = data.draw(st.sampled_from(["flip", "cut", "insert"]))
+        if how == "flip":
+            text[at] = data.draw(st.integers(0, 255))
+        elif how == "cut":
+            del text[at : at + data.draw(st.integers(1, 64))]
+        else:
+            text[at:at] = data.draw(st.binary(min_size=1, max_size=8))
+    try:
+        loaded = agentloop.run_from_json(bytes(text))
+    except RunFileError:
+        return
+    assert agentloop.run_from_json(agentloop.run_to_json(loaded)) == loaded
