@@ -23,6 +23,7 @@ holds word for word. What only asyncio has:
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -233,6 +234,9 @@ def async_dispatch(
             f"raised {type(exc).__name__}"
         ) from exc
     expired = f"the tool did not finish within tool_timeout={tool_timeout} s"
+    if adispatch is not None and tool_timeout is None:
+        # Awaited as it is: no wrapper coroutine on the common path.
+        return functools.partial(adispatch, to_thread=to_thread)
 
     async def run(call: dict[str, Any]) -> object:
         if adispatch is not None:
