@@ -150,34 +150,32 @@ class AsyncRun(RunView):
                 refused = True
                 raise self._refused()
             need = engine.next()
+            # Await the model or the tool, then report: the engine says what it meant.
+            do: Callable[[Any], Awaitable[object]] | None
+            argument: Any
+            report: Callable[[object], Transition]
+            transition: Transition
             if type(need) is AskModel:
-                try:
-                    asked = self._ask(need.history)
-                    reply = await (
-                        asked if self._cancel is None else _unless_cancelled(self._cancel, asked)
-                    )
-                except TokenCancelled as exc:
-                    transition = _ended(engine, exc)
-                except Exception as exc:  # noqa: BLE001 - the engine says what it means
-                    transition = engine.raised(exc)
-                else:
-                    transition = engine.replied(reply)
+                do, argument, report = self._ask, need.history, engine.replied
             elif type(need) is RunTool:
+                do, argument, report = self._dispatch, need.call, engine.returned
+            else:  # the engine made a transition by itself
+                do = None
+                transition = need  # type: ignore[assignment]  # neither request: a transition
+            if do is not None:
                 try:
-                    running = self._dispatch(need.call)
-                    outcome = await (
-                        running
+                    pending = do(argument)
+                    answer = await (
+                        pending
                         if self._cancel is None
-                        else _unless_cancelled(self._cancel, running)
+                        else _unless_cancelled(self._cancel, pending)
                     )
                 except TokenCancelled as exc:
                     transition = _ended(engine, exc)
                 except Exception as exc:  # noqa: BLE001 - the engine says what it means
                     transition = engine.raised(exc)
                 else:
-                    transition = engine.returned(outcome)
-            else:  # the engine made a transition by itself
-                transition = need  # type: ignore[assignment]
+                    transition = report(answer)
             if LOG.isEnabledFor(DEBUG):
                 log(transition)
             for listener, awaited in self._listeners:

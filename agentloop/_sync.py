@@ -81,22 +81,25 @@ class Run(RunView):
                 refused = True
                 raise self._refused()
             need = engine.next()
+            # Call the model or run the tool, then report: the engine says what it meant.
+            do: Callable[[Any], object] | None
+            argument: Any
+            report: Callable[[object], Transition]
+            transition: Transition
             if type(need) is AskModel:
-                try:
-                    reply = self._model(need.history)
-                except Exception as exc:  # noqa: BLE001 - the engine says what it means
-                    transition = engine.raised(exc)
-                else:
-                    transition = engine.replied(reply)
+                do, argument, report = self._model, need.history, engine.replied
             elif type(need) is RunTool:
+                do, argument, report = self._dispatch, need.call, engine.returned
+            else:  # the engine made a transition by itself
+                do = None
+                transition = need  # type: ignore[assignment]  # neither request: a transition
+            if do is not None:
                 try:
-                    outcome = self._dispatch(need.call)
+                    answer = do(argument)
                 except Exception as exc:  # noqa: BLE001 - the engine says what it means
                     transition = engine.raised(exc)
                 else:
-                    transition = engine.returned(outcome)
-            else:  # the engine made a transition by itself
-                transition = need  # type: ignore[assignment]
+                    transition = report(answer)
             if LOG.isEnabledFor(DEBUG):
                 log(transition)
             if self._listeners:
