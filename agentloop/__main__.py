@@ -25,6 +25,8 @@ from agentloop._errors import RunFileError, SVGUnavailableError
 from agentloop._review._runfile import MAX_BYTES
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agentloop._core._values import RunResult
 
 __all__ = ["DISTRIBUTION", "main"]
@@ -48,26 +50,23 @@ def _version() -> str:
         return f"{DISTRIBUTION} (not installed, version unknown)"
 
 
-def _bytes(text: str) -> int:
-    """An argparse type: a positive whole number of bytes."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of bytes, got {text!r}")
-    return value
+def _whole(least: int, expected: str) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``least``, else "expected ..., got ..."."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _width(text: str) -> int:
-    """An argparse type: how many characters of a value to show, at least 2."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"expected a number of characters >= 2, got {text!r}")
-    return value
+_bytes = _whole(1, "a positive number of bytes")
+_width = _whole(2, "a number of characters >= 2")
 
 
 def _command(

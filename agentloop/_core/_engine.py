@@ -103,6 +103,7 @@ class Engine:
         "_events",
         "_history",
         "_input",
+        "_input_ids",
         "_outcome",
         "_outstanding",
         "_problem",
@@ -142,7 +143,9 @@ class Engine:
             raise TypeError(
                 f"expected cancel to be a CancelToken or None, got {type(cancel).__name__}"
             )
-        encoded, self._reserved = input_messages(messages)
+        encoded, input_ids = input_messages(messages)
+        self._input_ids = frozenset(input_ids)
+        self._reserved = input_ids
         self._input = tuple(encoded)
         self._history = History(encoded)
         self._budget = budget
@@ -433,10 +436,10 @@ class Engine:
         if self._applied != len(events):  # the last event was committed: its request is answered
             self._outstanding = None
         history = History(list(self._input))
-        reserved = history.call_ids()
+        reserved = set(self._input_ids)
         for event in events:
             history.extend(event.appended_json)
-            if event.dest is State.DISPATCHING and event.trigger is Trigger.VALIDATE:
+            if (event.source, event.trigger, event.guard) in _RESERVING:
                 reserved.add(event.call_id)  # type: ignore[arg-type]
         self._history, self._reserved, self._applied = history, reserved, len(events)
         last = events[-1] if events else None
@@ -548,3 +551,7 @@ assert all(
     name.value.isidentifier() and hasattr(Engine, f"_{name.value}") for name in (*Guard, *Effect)
 )
 _CHOOSE: Final = {key: _chooser(rows) for key, rows in TABLE.groups.items()}
+# The rows whose event reserved a call id: what _settle() reserves again from the log.
+_RESERVING: Final = frozenset(
+    (row.source, row.trigger, row.guard) for row in TABLE.rows if Effect.RESERVE_CALL in row.effects
+)

@@ -155,7 +155,3 @@ class History:
     def to_json(self) -> bytes:
         """The whole history as one JSON array."""
         return bytes(self._buffer)
-
-    def call_ids(self) -> set[str]:
-        """The ids of every call recorded so far."""
-        return {m["id"] for m in self.copy() if m["kind"] == "call"}

@@ -18,7 +18,7 @@ no I/O; a driver asks it what it needs next and reports what happened:
   ``start_tool`` in ``dispatching``. Cancellation and the budgets are checked
   by the guards of those rows.
 * When the row it takes is *internal* (``dest`` is ``None``: the state stays),
-  the engine hands the driver a request (``REQUESTS``): ``ask_model``'s
+  the engine hands the driver a request: ``ask_model``'s
   internal row counts the step (``steps += 1`` happens before the call, so a
   model that raises, hangs or is interrupted has still spent its step) and
   asks for the model's reply; ``start_tool``'s asks for the tool's outcome.
@@ -63,7 +63,6 @@ __all__ = [
     "DEFINITION",
     "NEXT",
     "REPORTS",
-    "REQUESTS",
     "ROWS",
     "TABLE",
     "TERMINAL",
@@ -254,9 +253,6 @@ class Report(enum.Enum):
     #: The driver was interrupted (a ``BaseException`` that is not an ``Exception``).
     INTERRUPTION = "interruption"
 
-
-#: What an internal row hands the driver: the model's reply or the tool's outcome.
-REQUESTS: Final[Mapping[Trigger, str]] = {T.ASK_MODEL: "model", T.START_TOOL: "tool"}
 
 #: What each report means, given the request outstanding (None: nothing is).
 #: A tool that raised is answered like one that returned an ``error`` outcome.
