@@ -1,17 +1,16 @@
 """Mermaid, DOT and SVG for the state machine, generated from the table.
 
-The edges are read from the same ``transitions`` machine the engine compiles,
-so a diagram cannot show a row the engine does not run. Internal rows (which
+The edges are the table's own ``ROWS``, the ones the engine compiles, so a
+diagram cannot show a row the engine does not run. Internal rows (which
 keep the state) are drawn as self-loops, dashed in DOT.
 
 Given a run (live or loaded from a run file), the same diagram marks its path:
 visited states are filled, and each row's label ends with how many times the
 run took it. Rows that leave an event are counted from ``result.events``.
-Internal rows leave none, but a driver fires an internal row's trigger first
-in its state, so it ran once before each event that leaves that state by
-another trigger: the ``ask_model`` self-loop once per model reply or error
-(``result.steps`` times: it is what counts a step), the ``start_tool``
-self-loop once per tool outcome.
+Internal rows leave none, but each hands out a request that exactly one later
+event answers (``ANSWERS`` in the table): the ``ask_model`` self-loop ran once
+per model reply, error or interruption (``result.steps`` times: it is what
+counts a step), the ``start_tool`` self-loop once per tool outcome.
 
 Mermaid's state diagrams can style states (``classDef``/``class``) but not
 transitions (``linkStyle`` is for flowcharts), so there the count in the
