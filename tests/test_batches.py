@@ -7,6 +7,9 @@ counters, transcript and handler effects together.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import random
 from typing import Any
 
 import pytest
@@ -15,10 +18,12 @@ import agentloop
 from agentloop import CancelToken, Engine, InvalidStateError, Loop, RunTool
 
 from .helpers import Driver, Recorder, Script, call, final, kinds
+from .test_properties import check_paired
 
 A, V, D = "awaiting_model", "validating", "dispatching"
 NOT_STARTED = "never started: the run was cancelled before this call could run"
 SIZES = pytest.mark.parametrize("n", [1, 2, 5])
+FUZZ = int(os.environ.get("AGENTLOOP_FUZZ", "1"))
 
 
 def element(call_id: str, name: str = "add", **arguments: Any) -> dict[str, Any]:
@@ -522,3 +527,55 @@ async def test_a_batch_of_ten_sleeping_calls_overlaps() -> None:
     assert result.status == "finished"
     assert clock.most == 10
     assert [what for what, _ in clock.log[:10]] == ["start"] * 10
+
+
+async def test_cancelling_concurrent_batches_at_random_points_answers_every_call() -> None:
+    """Thousands of runs, the task cancelled at a random await: no call is ever unanswered."""
+    rng = random.Random(20261130)
+    outcomes: set[str] = set()
+    for _ in range(2000 * FUZZ):
+        n = rng.randint(1, 6)
+        delays = [rng.randint(0, 4) for _ in range(n)]
+        done: list[int] = []
+
+        async def add(a: int, b: int, delays: list[int] = delays, done: list[int] = done) -> int:
+            for _ in range(delays[a - 1]):
+                await asyncio.sleep(0)
+            done.append(a)
+            return a
+
+        model = Script([batch(n), final()])
+        run = Loop(model, tools={"add": add}, max_calls=n, max_concurrency=4).astart("go")
+
+        async def drive(run: agentloop.AsyncRun = run) -> None:
+            async for _ in run:
+                pass
+
+        task = asyncio.ensure_future(drive())
+        for _ in range(rng.randint(0, 14)):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        finished = len(done)
+        for _ in range(6):  # a dropped call's task never finishes later
+            await asyncio.sleep(0)
+        assert len(done) == finished
+        if not run.done:  # cancelled before the task ever ran: nothing happened
+            assert (run.state, run.steps, run.transcript) == (
+                A,
+                0,
+                [{"kind": "user", "text": "go"}],
+            )
+            outcomes.add("never started")
+            continue
+        result = run.result()
+        outcomes.add(result.status)
+        transcript = result.transcript
+        check_paired(transcript)
+        answered = results_of(transcript)
+        if answered:  # the whole batch, in emission order; each finished call kept its result
+            assert [call_id for call_id, _, _ in answered] == [f"c{i}" for i in range(1, n + 1)]
+            assert {int(i[1:]) for i, status, _ in answered if status == "ok"} <= set(done)
+        assert result.status in {"finished", "cancelled"}
+    assert outcomes == {"never started", "finished", "cancelled"}
