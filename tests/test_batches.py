@@ -246,7 +246,7 @@ def test_one_malformed_element(driver: Driver, n: int) -> None:
     ],
 )
 def test_malformed_batches_say_what_is_wrong(reply: dict[str, Any], problem: str) -> None:
-    """Strict shape: the list is non-empty, and the reply and each element have exactly their keys."""
+    """Strict shape: a non-empty list; the reply and each element have exactly their keys."""
     result = Loop(Script([reply]), tools={"add": Recorder()}).run("go")
 
     assert (result.status, result.error) == ("malformed", f"malformed reply: {problem}")
@@ -386,7 +386,8 @@ def test_the_engine_protocol_for_batches() -> None:
     assert (engine.state, engine.unstarted, engine.running) == (D, 3, ())
     first = engine.next()
     second = engine.next()  # a driver may run calls of a batch at once
-    assert isinstance(first, RunTool) and isinstance(second, RunTool)
+    assert isinstance(first, RunTool)
+    assert isinstance(second, RunTool)
     assert (first.call["id"], second.call["id"], engine.running, engine.unstarted) == (
         "c1",
         "c2",
