@@ -163,7 +163,7 @@ def test_cancellation_from_a_tool_in_the_middle_of_a_batch(driver: Driver, n: in
     assert result.status == "cancelled"
     assert (result.steps, result.calls) == (1, n)
     assert ran == list(range(1, middle + 1))  # nothing ran after the cancel was seen
-    expected = [(f"c{i}", "ok", i) for i in range(1, middle + 1)]
+    expected: list[tuple[str, str, object]] = [(f"c{i}", "ok", i) for i in range(1, middle + 1)]
     expected += [(f"c{i}", "cancelled", NOT_STARTED) for i in range(middle + 1, n + 1)]
     assert results_of(result.transcript) == expected
     assert kinds(result.transcript)[:2] == ["user", "calls"]
@@ -344,7 +344,7 @@ def test_an_interrupt_between_calls_answers_every_call() -> None:
 
 def test_batches_in_the_input_history() -> None:
     """Input 'calls' messages are checked, answered, and their ids reserved."""
-    history = [
+    history: list[dict[str, Any]] = [
         {"kind": "user", "text": "hi"},
         {"kind": "calls", "calls": [element("old1"), element("old2")], "text": "two"},
         {"kind": "tool_result", "id": "old1", "name": "add", "status": "ok", "content": 0},
