@@ -387,6 +387,9 @@ class Engine:
         return self._reply["kind"] == "final"  # type: ignore[no-any-return]
 
     def _call_id_reserved(self) -> bool:
+        batch = self._batch
+        if len(batch) == 1:
+            return batch[0][0] in self._reserved
         return self._repeated_id() is not None
 
     def _calls_exhausted(self) -> bool:
@@ -501,6 +504,8 @@ class Engine:
         """Put the running call a tool report answers in hand, or refuse the report."""
         running = self._running
         if call_id is None:
+            if len(running) == 1 and self._call_id in running:
+                return  # one call at a time: the one in hand is the one running
             if len(running) != 1:
                 raise InvalidStateError(
                     f"calls {list(running)} are running: say which one this report answers "
