@@ -56,7 +56,7 @@ def per_call(repeats: int) -> tuple[float, float]:
             for _ in range(runs):
                 result = loop.run("go")
             times[name].append(time.perf_counter_ns() - start)
-            assert result.status == "finished" and result.calls == N
+            assert (result.status, result.calls) == ("finished", N)
     calls = runs * N * 1000
     return min(times["batch"]) / calls, min(times["single"]) / calls
 
