@@ -165,7 +165,7 @@ def doc(demo: RunResult) -> Doc:
     return orjson.loads(agentloop.run_to_json(demo))  # type: ignore[no-any-return]
 
 
-def test_document_has_every_version_2_field(demo: RunResult, doc: Doc) -> None:
+def test_document_has_every_version_3_field(demo: RunResult, doc: Doc) -> None:
     """The document carries the header, summary, budget, transcript and every event field."""
     assert list(doc) == [
         "format",
@@ -177,13 +177,22 @@ def test_document_has_every_version_2_field(demo: RunResult, doc: Doc) -> None:
         "steps",
         "calls",
         "budget",
+        "usage",
         "transcript",
         "events",
         "rejected",
     ]
-    assert (doc["format"], doc["version"], doc["status"]) == ("agentloop.run", 2, "finished")
+    assert (doc["format"], doc["version"], doc["status"]) == ("agentloop.run", 3, "finished")
     assert (doc["steps"], doc["calls"]) == (3, 2)
-    assert doc["budget"] == {"max_steps": 5, "max_calls": 2}
+    assert doc["budget"] == {"max_steps": 5, "max_calls": 2, "max_total_tokens": None}
+    assert doc["usage"] == {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0}
+    event = doc["events"][2]
+    at, took = event.pop("at"), event.pop("took")
+    assert at == demo.events[2].at
+    assert took == demo.events[2].took
+    assert isinstance(at, float)
+    assert isinstance(took, float)
+    assert took >= 0
     assert doc["transcript"] == demo.transcript
     assert doc["rejected"] is None
     assert len(doc["events"]) == len(demo.events) == 8
@@ -201,6 +210,7 @@ def test_document_has_every_version_2_field(demo: RunResult, doc: Doc) -> None:
         "error": None,
         "exception": None,
         "appended": demo.events[2].appended,
+        "usage": None,
     }
 
 
@@ -311,7 +321,7 @@ def test_run_file_error_is_a_value_error_with_its_parts(doc: Doc) -> None:
     assert isinstance(error, ValueError)
     assert isinstance(error, agentloop.AgentloopError)
     assert error.where == "run file: $.version"
-    assert error.expected == "version 2 (the only one this agentloop reads)"
+    assert error.expected == "version 2 or 3 (the ones this agentloop reads)"
     assert error.found == "integer 1"
     assert str(error) == f"{error.where}: expected {error.expected}, got {error.found}"
 
@@ -355,7 +365,7 @@ DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
     # (what, mutation, where, a piece of the message)
     ("wrong format", _set("format", "other"), "$.format", "expected format 'agentloop.run'"),
     ("no format", _drop("format"), "$.format", "got no format field"),
-    ("newer version", _set("version", 3), "$.version", "got integer 3"),
+    ("newer version", _set("version", 4), "$.version", "got integer 4"),
     ("version as text", _set("version", "2"), "$.version", "got string '2'"),
     ("version true", _set("version", True), "$.version", "got boolean True"),
     ("no version", _drop("version"), "$.version", "got no version field"),

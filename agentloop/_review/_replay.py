@@ -104,7 +104,10 @@ def _step(
         return _interrupt(engine, event, index)
     if type(need) is AskModel:
         if event.trigger is Trigger.MODEL_REPLIED:
-            return engine.replied(_reply(events, index, rejected))
+            reply = _reply(events, index, rejected)
+            if event.usage is not None and type(reply) is dict:
+                reply = {**reply, "usage": event.usage._asdict()}  # what the reply reported
+            return engine.replied(reply)
         return engine.raised(_exception(event, index))
     return engine.returned(_outcome(event, events, index))
 
