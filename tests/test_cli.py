@@ -26,7 +26,7 @@ from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._report import input_messages
 from agentloop._review._runfile import MAX_BYTES
 
-from .helpers import Script, call, final
+from .helpers import Script, call, calls, final
 from .test_trace import renderer  # noqa: F401 - a fixture
 
 SCRIPT = Path(sys.executable).parent / "agentloop"
@@ -303,6 +303,20 @@ def test_show_prints_input_history_as_given(tmp_path: Path) -> None:
         "  #3  user  again",
         "",
     ]
+
+
+def test_show_gives_each_call_of_a_batch_its_result(tmp_path: Path) -> None:
+    """The row of every call of a batch shows that call's result, read from the saved run."""
+    reply = calls(call("c1", name="echo", text="one"), call("c2", name="echo", text="two"))
+    result = Loop(Script([reply, final()]), tools={"echo": lambda text: text.upper()}).run("go")
+    rows = show(save(result, tmp_path)).splitlines()[6:10]
+
+    assert [row.split("  ")[-2:] for row in rows[2:]] == [
+        ["echo#c1", 'ok: "ONE"'],
+        ["echo#c2", 'ok: "TWO"'],
+    ]
+    assert "tool_returned [batch_open]" in rows[2]
+    assert "dispatching → awaiting_model" in rows[3]
 
 
 def test_show_cuts_long_values_unless_asked(tmp_path: Path) -> None:

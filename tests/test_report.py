@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -16,7 +17,7 @@ from agentloop._demo import demo_loop
 from agentloop._review._diagram import visited
 from agentloop._review._report import HEADERS, describe, report_html
 
-from .helpers import Script, call, final
+from .helpers import Script, call, calls, final
 from .test_trace import renderer  # noqa: F401 - a fixture
 
 if TYPE_CHECKING:
@@ -212,7 +213,7 @@ def test_describe_says_what_came_of_a_transition(
     result = Loop(
         Script(replies), tools={"add": lambda a, b: a + b}, max_steps=budget[0], max_calls=budget[1]
     ).run("go")
-    assert describe(len(result.events), result.events[-1], result.budget) == cells
+    assert describe(result, len(result.events) - 1) == cells
 
 
 def test_describe_shortens_long_content() -> None:
@@ -220,10 +221,70 @@ def test_describe_shortens_long_content() -> None:
     result = Loop(
         Script([call("c1", n=1), final()]), tools={"add": lambda n: "x" * 500}, max_calls=1
     ).run("go")
-    outcome = describe(3, result.events[2], result.budget)[-1]
+    outcome = describe(result, 2)[-1]
     assert outcome.startswith('ok: "xxx')
     assert len(outcome) == len("ok: ") + 80
     assert outcome.endswith("…")
+
+
+def outcomes(result: RunResult) -> list[tuple[str, str, str]]:
+    """(trigger [guard], call, outcome) of each event that names a call's result."""
+    rows = [describe(result, index) for index, e in enumerate(result.events) if e.result_status]
+    return [(row[2], row[5], row[6]) for row in rows]
+
+
+def test_each_call_of_a_batch_shows_its_own_result() -> None:
+    """Events before a batch's last call append nothing; their rows show each call's result."""
+    reply = calls(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0))
+    result = Loop(Script([reply, final()]), tools={"add": lambda a, b: f"sum {a + b}"}).run("go")
+
+    assert outcomes(result) == [
+        ("tool_returned [batch_open]", "add#c1", 'ok: "sum 1"'),
+        ("tool_returned [batch_open]", "add#c2", 'ok: "sum 2"'),
+        ("tool_returned", "add#c3", 'ok: "sum 3"'),
+    ]
+
+
+async def test_calls_run_at_once_show_their_results_in_completion_order() -> None:
+    """Completion order: the batch closes on c1, whose result is not the last appended."""
+
+    async def add(a: int, b: int) -> str:
+        await asyncio.sleep({1: 0.03, 2: 0.0, 3: 0.01}[a])
+        return f"sum {a + b}"
+
+    reply = calls(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0))
+    loop = Loop(Script([reply, final()]), tools={"add": add}, max_concurrency=3)
+    result = await loop.arun("go")
+
+    assert outcomes(result) == [
+        ("tool_returned [batch_open]", "add#c2", 'ok: "sum 2"'),
+        ("tool_returned [batch_open]", "add#c3", 'ok: "sum 3"'),
+        ("tool_returned", "add#c1", 'ok: "sum 1"'),
+    ]
+    page = report_html(result, svg=False)
+    assert (
+        '<td data-label="call">add#c1</td><td data-label="outcome">ok: &quot;sum 1&quot;</td>'
+        in page
+    )
+
+
+def test_an_interrupted_batch_shows_the_result_of_the_call_each_row_names() -> None:
+    """Interrupted in c2 of three: its row shows c2's cancelled result, not c3's."""
+
+    def add(a: int, b: int) -> int:
+        if a == 2:
+            raise KeyboardInterrupt
+        return a
+
+    reply = calls(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0))
+    run = Loop(Script([reply]), tools={"add": add}).start("go")
+    with pytest.raises(KeyboardInterrupt):
+        run.finish()
+
+    assert outcomes(run.result()) == [
+        ("tool_returned [batch_open]", "add#c1", "ok: 1"),
+        ("tool_interrupted", "add#c2", 'cancelled: {"type":"KeyboardInterrupt","message":""}'),
+    ]
 
 
 # -- in a real browser -------------------------------------------------------------

@@ -23,10 +23,11 @@ from agentloop._core._table import State
 from agentloop._core._values import require_result
 from agentloop._errors import SVGUnavailableError
 from agentloop._review._diagram import path_svg, to_mermaid
+from agentloop._review._replay import result_of
 from agentloop._review._runfile import FORMAT, VERSION, rejected_record
 
 if TYPE_CHECKING:
-    from agentloop._core._values import Budget, RunResult, Transition
+    from agentloop._core._values import RunResult
 
 __all__ = [
     "HEADERS",
@@ -89,34 +90,35 @@ def _compact(value: object) -> str:
     return orjson.dumps(value).decode()
 
 
-def describe(
-    number: int, transition: Transition, budget: Budget, *, limit: int | None = LIMIT
-) -> tuple[str, ...]:
-    """One transition as cells under ``HEADERS``: what moved, why, and what came of it.
+def describe(result: RunResult, index: int, *, limit: int | None = LIMIT) -> tuple[str, ...]:
+    """Event ``index`` of ``result`` as cells under ``HEADERS``: what moved, why, what came of it.
 
-    An error, a tool result's content, a final answer and the call are cut to ``limit``
-    characters (``None``: whole). The cells hold the run's text as it is: ``run_lines``
-    escapes them for a terminal, the report for HTML.
+    A call's outcome is its tool_result, which the batch's closing event
+    appended (``result_of``). An error, a tool result's content, a final
+    answer and the call are cut to ``limit`` characters (``None``: whole). The
+    cells hold the run's text as it is: ``run_lines`` escapes them for a
+    terminal, the report for HTML.
     """
+    transition = result.events[index]
     guard = f" [{transition.guard.value}]" if transition.guard else ""
     call = f"{transition.tool}#{transition.call_id}" if transition.call_id else ""
     appended = transition.appended
+    answer = result_of(result.events, index) if transition.result_status else None
     if transition.error:
         outcome = _short(transition.error, limit)
     elif transition.reason:
         outcome = f"budget spent: {transition.reason}"
-    elif transition.result_status and appended:
-        outcome = (
-            f"{transition.result_status}: {_short(_compact(appended[-1].get('content')), limit)}"
-        )
+    elif answer is not None:
+        outcome = f"{transition.result_status}: {_short(_compact(answer.get('content')), limit)}"
     elif appended and appended[-1].get("kind") == "final":
         outcome = f"final: {_short(str(appended[-1].get('text')), limit)}"
     elif transition.dest is State.CANCELLED:
         outcome = "cancelled"
     else:
         outcome = transition.result_status or ""
+    budget = result.budget
     return (
-        str(number),
+        str(index + 1),
         f"{transition.source.value} → {transition.dest.value}",
         transition.trigger.value + guard,
         f"{transition.steps}/{budget.max_steps}",
@@ -163,20 +165,14 @@ def run_lines(
     result: RunResult,
     *,
     title: str,
-    rows: list[tuple[str, ...]] | None = None,
     limit: int | None = LIMIT,
 ) -> list[str]:
     """The run as lines of text: the input, one row per transition, then how it ended.
 
-    ``rows`` are the ``describe`` cells (made from ``result.events`` when not
-    given). Input messages and cells are cut to ``limit`` characters (``None``:
-    whole); the closing lines are always whole. Every line is ``printable``.
+    Input messages and cells are cut to ``limit`` characters (``None``: whole);
+    the closing lines are always whole. Every line is ``printable``.
     """
-    if rows is None:
-        rows = [
-            describe(number, event, result.budget, limit=limit)
-            for number, event in enumerate(result.events, 1)
-        ]
+    rows = [describe(result, index, limit=limit) for index in range(len(result.events))]
     lines = [title, ""]
     given = input_messages(result)
     if given:
@@ -441,8 +437,8 @@ def _transitions(result: RunResult) -> list[str]:
     parts = ['<h2 id="transitions">Transitions</h2>', "<table>", "<thead><tr>"]
     parts.extend(f"<th>{_e(header)}</th>" for header in HEADERS)
     parts.append("</tr></thead><tbody>")
-    for number, event in enumerate(result.events, 1):
-        cells = describe(number, event, result.budget)
+    for index in range(len(result.events)):
+        cells = describe(result, index)
         parts.append(
             "<tr>"
             + "".join(
