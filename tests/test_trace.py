@@ -34,7 +34,7 @@ from agentloop._review._diagram import (
     visited,
 )
 
-from .helpers import Script, call
+from .helpers import Script, call, calls, final
 from .test_runfile import REPLIES, random_run
 
 
@@ -85,7 +85,7 @@ def test_trace_counts_exactly_the_events(
     assert dot.count('penwidth="2.5"') == sum(map(bool, counts.values()))
     # The report's path diagram: the same counts, on the states the run was in.
     path = path_dot(result)
-    labels = re.findall(r'label="([^"\\]+) \((\d+)x\)', path)
+    labels = re.findall(r'(?:label="|\\n)(\w+) \((\d+)x\)', path)  # rows may share an arrow
     assert sorted((name, int(n)) for name, n in labels) == sorted(
         (row.trigger.value, count) for row, count in counts.items() if count
     )
@@ -201,6 +201,17 @@ def test_path_diagram_draws_only_where_the_run_was(demo: RunResult) -> None:
     assert '    "awaiting_model" -> "validating" [label="model_replied (3x)", penwidth="2"];' in dot
     assert 'label="", width="0.12"' in dot  # the start point
     assert 'rankdir="TB"' in dot  # tall, not wide: it sits in a page column
+
+
+def test_path_diagram_draws_rows_between_two_states_as_one_arrow() -> None:
+    """A batch takes both self-loops on dispatching: one arrow, a row a line (not two loops)."""
+    reply = calls(call("c1", a=1, b=2), call("c2", a=3, b=4))
+    dot = path_dot(Loop(Script([reply, final()]), tools={"add": lambda a, b: a + b}).run("go"))
+
+    assert re.findall(r'^    "dispatching" -> "dispatching" \[label=.*$', dot, re.MULTILINE) == [
+        '    "dispatching" -> "dispatching" '
+        '[label="start_tool (2x)\\ntool_returned (1x)\\n[batch_open]", penwidth="2"];'
+    ]
 
 
 def test_path_diagram_lists_where_else_each_state_leads(demo: RunResult) -> None:
