@@ -285,24 +285,41 @@ def test_show_aligns_the_columns(saved: tuple[RunResult, Path]) -> None:
 
 
 def test_show_prints_input_history_as_given(tmp_path: Path) -> None:
-    """Every input message is shown: a text message's text, any other as its JSON."""
+    """Every input message is shown: a text message's text, any other as its JSON; a call,
+    and each call of a batch, beside the result that follows it (one answered later is not)."""
     history = [
         {"kind": "system", "text": "be brief"},
         call("old", a=1, b=1),
         {"kind": "tool_result", "id": "old", "name": "add", "status": "ok", "content": 2},
-        {"kind": "user", "text": "again"},
+        calls(call("b1", a=2, b=2), call("b2", a=3, b=3), text="two at once"),
+        {"kind": "tool_result", "id": "b2", "name": "add", "status": "ok", "content": 6},
+        {"kind": "tool_result", "id": "b1", "name": "add", "status": "error", "content": "no"},
+        call("late", a=0, b=0),
+        {"kind": "user", "text": "in between"},
+        {"kind": "tool_result", "id": "late", "name": "add", "status": "ok", "content": 0},
+        calls(call("b3", a=4, b=4)),
+        {"kind": "tool_result", "id": "b3", "name": "add", "status": "ok", "content": 8},
     ]
     path = save(Loop(Script([final("done")])).run(history), tmp_path)
     lines = show(path).splitlines()
 
-    assert lines[2:8] == [
+    assert lines[2:14] == [
         "input",
         "  #0  system  be brief",
-        '  #1  call  {"id":"old","name":"add","arguments":{"a":1,"b":1}}',
-        '  #2  tool_result  {"id":"old","name":"add","status":"ok","content":2}',
-        "  #3  user  again",
+        '  #1  call  add#old {"a":1,"b":1}  →  #2 ok: 2',
+        "  #3  calls  two at once",
+        '        add#b1 {"a":2,"b":2}  →  #5 error: "no"',
+        '        add#b2 {"a":3,"b":3}  →  #4 ok: 6',
+        '  #6  call  add#late {"a":0,"b":0}',
+        "  #7  user  in between",
+        '  #8  tool_result  {"id":"late","name":"add","status":"ok","content":0}',
+        "  #9  calls",
+        '        add#b3 {"a":4,"b":4}  →  #10 ok: 8',
         "",
     ]
+    assert lines[14].startswith("step  ")
+    # --width cuts the call and the result's content each, so the result always shows.
+    assert '        add#b1 {"…  →  #5 error: "no"' in show(path, "--width", "10").splitlines()
 
 
 def test_show_gives_each_call_of_a_batch_its_result(tmp_path: Path) -> None:

@@ -85,6 +85,58 @@ def test_each_call_sits_beside_its_result() -> None:
     assert "result of convert · id c2 · ok" in pairs[1]
 
 
+def batch_run() -> RunResult:
+    """A reply of two calls with text beside them, markup in every part, then a final."""
+    reply = calls(
+        call("c1", name="fetch", url="a"),
+        call("c2", name="fetch", url="<b>x</b>"),
+        text="Fetching <both> & more",
+    )
+    return Loop(Script([reply, final()]), tools={"fetch": lambda url: f"page {url}"}).run("go")
+
+
+def test_a_batch_is_one_group_with_each_call_beside_its_result() -> None:
+    """The reply's text heads the group; each call of it sits beside its own result."""
+    page = report_html(batch_run(), svg=False)
+    groups = re.findall(r'<li class="batch">(.*?)</li>', page, re.DOTALL)
+
+    assert len(groups) == 1
+    head, *pairs = groups[0].split('<div class="pair">')
+    assert head.strip() == (
+        '<div class="entry calls" data-entry="1"><div class="who">#1 batch of 2 calls</div>'
+        '<p class="text">Fetching &lt;both&gt; &amp; more</p></div>'
+    )
+    assert len(pairs) == 2
+    for number, pair in enumerate(pairs, 1):
+        assert pair.startswith(f'<div class="entry call" data-call="c{number}">')
+        assert f'data-entry="{number + 1}"><div class="who">#{number + 1} result of fetch' in pair
+        assert f"· id c{number} · ok" in pair
+    assert "&lt;b&gt;x&lt;/b&gt;" in pairs[1]  # the arguments, escaped
+    assert "page &lt;b&gt;x&lt;/b&gt;" in pairs[1]  # the result, escaped
+    assert '<li class="pair">' not in page
+    assert page.count("data-entry=") == 5  # user, the batch, two results, final
+
+
+def test_a_batch_without_text_and_a_result_given_later() -> None:
+    """No text: the group has no commentary. A result further on stays on its own."""
+    history = [
+        calls(call("a1", a=1, b=1), call("a2", a=2, b=2)),
+        {"kind": "tool_result", "id": "a1", "name": "add", "status": "ok", "content": 2},
+        {"kind": "user", "text": "meanwhile"},
+        {"kind": "tool_result", "id": "a2", "name": "add", "status": "ok", "content": 4},
+    ]
+    page = report_html(Loop(Script([final()])).run(history), svg=False)
+    group = re.findall(r'<li class="batch">(.*?)</li>', page, re.DOTALL)
+
+    assert len(group) == 1
+    assert '<div class="who">#0 batch of 2 calls · input</div></div>' in group[0]
+    assert 'data-call="a1"' in group[0]
+    assert 'data-entry="1"' in group[0]
+    assert 'data-call="a2"' in group[0]
+    assert 'data-entry="3"' not in group[0]
+    assert re.search(r'<li><div class="entry tool_result input" data-entry="3">', page)
+
+
 def test_input_history_is_marked_as_input() -> None:
     """Messages given as input are marked so; those the run appended are not."""
     history = [
@@ -483,6 +535,7 @@ def cancelled_run() -> RunResult:
 LAYOUT_RUNS: dict[str, Callable[[], RunResult]] = {
     "demo": lambda: demo_loop().run("What's the weather in Lisbon, in Fahrenheit?"),
     "hostile": hostile_run,
+    "batch": batch_run,
     "long": long_run,
     "cancelled": cancelled_run,
     "failed": lambda: Loop(Script([ValueError("no")])).run("go"),
@@ -517,6 +570,37 @@ def test_report_fits_its_column(browser: Browser, tmp_path: Path, name: str, wid
     for cell in page.locator("td").all():
         if cell.inner_text():
             assert cell.is_visible()
+    page.close()
+
+
+# Where each call of a batch and its result are drawn: (call box, result box) per pair.
+BATCH_BOXES = """() => [...document.querySelectorAll("li.batch .pair")].map(pair => {
+  const [call, result] = pair.children;
+  return [call.getBoundingClientRect().toJSON(), result.getBoundingClientRect().toJSON()];
+})"""
+
+
+@pytest.mark.parametrize("width", [1400, 390], ids=["desktop", "phone"])
+def test_a_batchs_calls_sit_beside_their_results(
+    browser: Browser, tmp_path: Path, width: int
+) -> None:
+    """On a desktop each call is to the left of its result; on a phone, right above it."""
+    path = tmp_path / "run.html"
+    path.write_text(report_html(batch_run(), svg=False), encoding="utf-8")
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.goto(path.as_uri(), wait_until="load")
+
+    assert page.locator('[data-entry="1"]').inner_text().endswith("Fetching <both> & more")
+    boxes = page.evaluate(BATCH_BOXES)
+    assert len(boxes) == 2
+    for call_box, result_box in boxes:
+        if width == 1400:
+            assert call_box["top"] == result_box["top"]
+            assert call_box["right"] < result_box["left"]
+        else:
+            assert call_box["left"] == result_box["left"]
+            assert call_box["bottom"] < result_box["top"]
+    assert boxes[0][1]["bottom"] < boxes[1][0]["top"]  # the calls in emission order
     page.close()
 
 
