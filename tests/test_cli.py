@@ -77,12 +77,15 @@ def test_demo_saves_its_run_trace_and_report(
     printed = capsys.readouterr().out
     loaded = agentloop.load_run(out / "run.json")
     assert loaded.status == "finished"
-    assert loaded.output == "Lisbon is clear, 21.5 °C (70.7 °F)."
+    assert (
+        loaded.output
+        == "Lisbon is warmer: 21.5 °C (70.7 °F) and clear; Porto is 18.0 °C and cloudy."
+    )
     assert (out / "trace.mmd").read_text(encoding="utf-8") == to_mermaid(loaded)
     assert 'id="status" class="status finished"' in (out / "report.html").read_text("utf-8")
     assert f"saved the run to {out / 'run.json'}" in printed
     assert str(out / "trace.mmd") in printed
-    assert re.search(r"^8 +validating → finished ", printed, re.MULTILINE)  # the live table
+    assert re.search(r"^9 +validating → finished ", printed, re.MULTILINE)  # the table
 
 
 @pytest.mark.parametrize("on_path", [False, True], ids=["bare-path", "venv-on-path"])
@@ -259,14 +262,18 @@ def test_show_prints_the_input_each_transition_and_the_end(
     rows = lines[6 : 6 + len(result.events)]
     for number, (line, event) in enumerate(zip(rows, result.events, strict=True), 1):
         assert line.startswith(f"{number:<4}  {event.source.value} → {event.dest.value} "), line
-    assert "weather#c1  ok: {" in rows[2]
-    assert rows[-1].split("  ")[-1] == "final: Lisbon is clear, 21.5 °C (70.7 °F)."
+    # The batch: each call's row shows its own result, the first while the batch is open.
+    assert rows[2].endswith('weather#c1  ok: {"city":"Lisbon","celsius":21.5,"sky":"clear"}')
+    assert rows[3].endswith('weather#c2  ok: {"city":"Porto","celsius":18.0,"sky":"cloudy"}')
+    assert rows[6].endswith("convert#c3  ok: 70.7")
+    output = "Lisbon is warmer: 21.5 °C (70.7 °F) and clear; Porto is 18.0 °C and cloudy."
+    assert rows[-1].split("  ")[-1] == f"final: {output}"
     assert lines[6 + len(result.events) :] == [
         "",
         "status   finished",
         "steps    3 of 5",
-        "calls    2 of 2",
-        "output   Lisbon is clear, 21.5 °C (70.7 °F).",
+        "calls    3 of 3",
+        f"output   {output}",
     ]
 
 
@@ -544,7 +551,7 @@ def test_report_writes_html(
     page = out.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>")
     assert '<span id="status" class="status finished">finished</span>' in page
-    assert "What&#x27;s the weather in Lisbon, in Fahrenheit?" in page
+    assert "Which is warmer today, Lisbon or Porto? In Fahrenheit, please." in page
     assert capsys.readouterr().out == f"wrote {out}\n"
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import agentloop
 from agentloop import Loop, NotJSON, RunResult, SVGUnavailableError, to_mermaid
-from agentloop._demo import demo_loop
+from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._diagram import visited
 from agentloop._review._report import HEADERS, describe, report_html
 
@@ -73,16 +73,23 @@ def test_report_escapes_every_part_of_the_run() -> None:
 
 
 def test_each_call_sits_beside_its_result() -> None:
-    """A call and the result that answers it share one row of the timeline."""
+    """A lone call and its result share one row of the timeline; so does each call of a batch."""
     page = report_html(demo_loop().run("go"), svg=False)
     pairs = re.findall(r'<li class="pair">(.*?)</li>', page, re.DOTALL)
+    batches = re.findall(r'<li class="batch">(.*?)</li>', page, re.DOTALL)
 
-    assert len(pairs) == 2
-    assert 'data-entry="1"' in pairs[0]
-    assert 'data-entry="2"' in pairs[0]
-    assert "call weather · id c1" in pairs[0]
-    assert "result of weather · id c1 · ok" in pairs[0]
-    assert "result of convert · id c2 · ok" in pairs[1]
+    assert len(pairs) == len(batches) == 1
+    assert 'data-entry="4"' in pairs[0]
+    assert 'data-entry="5"' in pairs[0]
+    assert "#4 call convert · id c3" in pairs[0]
+    assert "#5 result of convert · id c3 · ok" in pairs[0]
+    head, lisbon, porto = batches[0].split('<div class="pair">')
+    assert "#1 batch of 2 calls" in head
+    assert "Looking up both cities at once." in head
+    assert "call weather · id c1" in lisbon
+    assert "#2 result of weather · id c1 · ok" in lisbon
+    assert "call weather · id c2" in porto
+    assert "#3 result of weather · id c2 · ok" in porto
 
 
 def batch_run() -> RunResult:
@@ -533,7 +540,7 @@ def cancelled_run() -> RunResult:
 
 
 LAYOUT_RUNS: dict[str, Callable[[], RunResult]] = {
-    "demo": lambda: demo_loop().run("What's the weather in Lisbon, in Fahrenheit?"),
+    "demo": lambda: demo_loop().run(QUESTION),
     "hostile": hostile_run,
     "batch": batch_run,
     "long": long_run,

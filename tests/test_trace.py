@@ -24,7 +24,7 @@ from agentloop import (
     to_mermaid,
     to_svg,
 )
-from agentloop._demo import demo_loop
+from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._diagram import (
     edges,
     path_dot,
@@ -40,8 +40,8 @@ from .test_runfile import REPLIES, random_run
 
 @pytest.fixture(scope="module")
 def demo() -> RunResult:
-    """The demo's run: ask, call weather, ask, call convert, ask, finish."""
-    return demo_loop().run("What's the weather in Lisbon, in Fahrenheit?")
+    """The demo's run: ask, call weather twice in one reply, ask, call convert, ask, finish."""
+    return demo_loop().run(QUESTION)
 
 
 def event_key(result: RunResult) -> Counter[tuple[str, str, str | None, str]]:
@@ -105,13 +105,13 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
     mermaid = to_mermaid(demo)
 
     assert mermaid.startswith(
-        '---\ntitle: "agentloop run: finished (steps 3/5, calls 2/2)"\n---\nstateDiagram-v2\n'
+        '---\ntitle: "agentloop run: finished (steps 3/5, calls 3/3)"\n---\nstateDiagram-v2\n'
     )
     assert "    awaiting_model --> validating: model_replied (3x)\n" in mermaid
     assert "    awaiting_model --> awaiting_model: ask_model (3x)\n" in mermaid
     assert "    validating --> dispatching: validate (2x)\n" in mermaid
     assert (
-        "    dispatching --> dispatching: start_tool (2x)<br>tool_returned [batch_open]\n"
+        "    dispatching --> dispatching: start_tool (3x)<br>tool_returned [batch_open] (1x)\n"
         in mermaid
     )
     assert "    dispatching --> awaiting_model: tool_returned (2x)\n" in mermaid
@@ -151,7 +151,7 @@ def test_dot_draws_the_path_bold_and_the_rest_faint(demo: RunResult) -> None:
     """Visited nodes are filled, taken edges bold with counts, the rest grey."""
     dot = to_dot(demo)
 
-    assert '    label="agentloop run: finished (steps 3/5, calls 2/2)"; labelloc="t";\n' in dot
+    assert '    label="agentloop run: finished (steps 3/5, calls 3/3)"; labelloc="t";\n' in dot
     assert (
         '    "finished" [shape="doublecircle", label="finished", style="rounded,filled,bold", '
         'fillcolor="#dbeafe", color="#1d4ed8"];\n'
@@ -165,7 +165,7 @@ def test_dot_draws_the_path_bold_and_the_rest_faint(demo: RunResult) -> None:
         'color="#1d4ed8", fontcolor="#1d4ed8", penwidth="2.5"];\n'
     ) in dot
     assert (
-        '    "dispatching" -> "dispatching" [label="start_tool / start_call (2x)", style="dashed", '
+        '    "dispatching" -> "dispatching" [label="start_tool / start_call (3x)", style="dashed", '
         'color="#1d4ed8", fontcolor="#1d4ed8", penwidth="2.5"];\n'
     ) in dot
     assert (
@@ -308,7 +308,7 @@ def test_svg_renders_the_traced_diagram(demo: RunResult) -> None:
     for state in State:
         assert f">{state.value}</text>" in svg
     assert ">model_replied (3x)</text>" in svg
-    assert "agentloop run: finished (steps 3/5, calls 2/2)" in svg
+    assert "agentloop run: finished (steps 3/5, calls 3/3)" in svg
 
 
 @pytest.mark.usefixtures("renderer")
