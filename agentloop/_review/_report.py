@@ -311,9 +311,9 @@ ol.timeline > li { margin: 0 0 .75rem; }
 .pair { display: grid; grid-template-columns: 1fr 1fr; gap: .75rem; }
 /* A batch: the reply (its text, the model's commentary) over its calls, each beside its result. */
 ol.timeline > li.batch { padding: .5rem; border: 1px dashed var(--blue); border-radius: 6px; }
-.batch > .pair { margin-top: .5rem; }
-/* On a phone a call and its result go one above the other. */
-@media (max-width: 40rem) { .pair { grid-template-columns: 1fr; } }
+.batch > .pair { margin-top: .75rem; }
+/* On a phone a call and its result go one above the other, closer than to the next pair. */
+@media (max-width: 40rem) { .pair { grid-template-columns: 1fr; gap: .3rem; } }
 .entry { border: 1px solid var(--line); border-left: 4px solid var(--mute); border-radius: 6px;
          padding: .5rem .75rem; min-width: 0; }
 .entry .who { font-size: .85rem; color: var(--mute); overflow-wrap: anywhere; }
