@@ -9,15 +9,20 @@ import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agentloop
 from agentloop import Loop, NotJSON, RunResult, SVGUnavailableError, to_mermaid
 from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._diagram import visited
+from agentloop._review._replay import result_of
 from agentloop._review._report import HEADERS, describe, report_html
 
 from .helpers import Script, call, calls, final
+from .test_runfile import REPLIES, random_run
 from .test_trace import renderer  # noqa: F401 - a fixture
 
 if TYPE_CHECKING:
@@ -325,6 +330,28 @@ async def test_calls_run_at_once_show_their_results_in_completion_order() -> Non
         '<td data-label="call">add#c1</td><td data-label="outcome">ok: &quot;sum 1&quot;</td>'
         in page
     )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    replies=st.lists(REPLIES, max_size=10),
+    max_calls=st.integers(0, 4),
+    cancel_after=st.none() | st.integers(0, 12),
+)
+def test_every_row_naming_a_result_shows_that_result(
+    replies: list[object], max_calls: int, cancel_after: int | None
+) -> None:
+    """Random runs with batches, cancels and interruptions: each call's row has its answer."""
+    result = random_run(replies, 7, max_calls, cancel_after)
+    answers = {m["id"]: m for m in result.transcript[1:] if m["kind"] == "tool_result"}
+
+    for index, event in enumerate(result.events):
+        if event.result_status:
+            answer = answers[event.call_id]
+            assert result_of(result.events, index) == answer
+            assert answer["status"] == event.result_status
+            content = orjson.dumps(answer["content"]).decode()
+            assert describe(result, index, limit=None)[-1] == f"{event.result_status}: {content}"
 
 
 def test_an_interrupted_batch_shows_the_result_of_the_call_each_row_names() -> None:

@@ -28,7 +28,7 @@ from agentloop import (
 from agentloop._core._json import to_json
 from agentloop._demo import QUESTION, demo_loop
 
-from .helpers import Script, call, final
+from .helpers import Script, call, calls, final
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -55,6 +55,11 @@ CALLS = st.builds(
     st.sampled_from(["add", "echo", "boom", "halt", "missing"]),
     st.dictionaries(st.sampled_from(["a", "b", "value"]), JSON_VALUES, max_size=2),
 )
+BATCHES = st.builds(
+    lambda made, text: calls(*made, text=text),
+    st.lists(CALLS, min_size=1, max_size=3),
+    st.none() | st.text(max_size=8),
+)
 FINALS = st.builds(final, st.text(max_size=8))
 GARBAGE: st.SearchStrategy[object] = st.sampled_from(
     [
@@ -73,7 +78,7 @@ ERRORS = (
     | st.just(KeyError("k"))
     | st.just(KeyboardInterrupt())  # the model is interrupted: the run ends cancelled
 )
-REPLIES = st.one_of(CALLS, CALLS, FINALS, GARBAGE, ERRORS)
+REPLIES = st.one_of(CALLS, CALLS, BATCHES, BATCHES, FINALS, GARBAGE, ERRORS)
 
 
 def tools() -> dict[str, Callable[..., Any]]:
