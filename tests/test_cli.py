@@ -459,6 +459,26 @@ def test_input_and_tool_output_are_escaped_too(tmp_path: Path) -> None:
     assert not any(unicodedata.category(char) in UNSAFE for char in out.replace("\n", ""))
 
 
+def test_an_input_batch_is_escaped_line_by_line(tmp_path: Path) -> None:
+    """A batch in the input: its text, each call and each result, escaped, one line each."""
+    evil = "a\u202eb\nc\x1b[2Kd"
+    shown = "a\\u202eb\\nc\\x1b[2Kd"
+    in_json = "a\\u202eb\\nc\\u001b[2Kd"  # JSON escapes the controls itself
+    history = [
+        calls(call(f"b{evil}", name=evil, text=evil), text=evil),
+        {"kind": "tool_result", "id": f"b{evil}", "name": evil, "status": "ok", "content": evil},
+    ]
+    out = show(save(Loop(Script([final()])).run(history), tmp_path), "--full")
+
+    assert out.splitlines()[2:6] == [
+        "input",
+        f"  #0  calls  {shown}",
+        f'        {shown}#b{shown} {{"text":"{in_json}"}}  →  #1 ok: "{in_json}"',
+        "",
+    ]
+    assert not any(unicodedata.category(char) in UNSAFE for char in out.replace("\n", ""))
+
+
 # Text that mixes everything a terminal might act on with anything else.
 DANGEROUS = "\n\r\t\x00\x07\x08\x1b\x7f\x85\x9b\xad\u061c\u200b\u200d\u200e\u200f\u2028\u2029"
 DANGEROUS += "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff\U000e0001"
@@ -467,10 +487,16 @@ KEYS = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=5)
 
 
 def _reply(draw: st.DrawFn) -> object:
-    kind = draw(st.sampled_from(["call", "call", "final", "raise", "malformed"]))
+    kind = draw(st.sampled_from(["call", "call", "calls", "final", "raise", "malformed"]))
     if kind == "call":
         name = draw(st.sampled_from(["echo", "boom"]) | TEXT)
         return call(draw(TEXT), name=name, text=draw(TEXT))
+    if kind == "calls":
+        made = [
+            call(draw(TEXT), name=draw(st.sampled_from(["echo", "boom"]) | TEXT), text=draw(TEXT))
+            for _ in range(draw(st.integers(1, 3)))
+        ]
+        return calls(*made, text=draw(TEXT))
     if kind == "final":
         return final(draw(TEXT))
     if kind == "raise":
