@@ -19,17 +19,6 @@ def call(call_id: str, name: str = "add", **arguments: Any) -> Message:
     return {"kind": "call", "id": call_id, "name": name, "arguments": arguments}
 
 
-def calls(*made: Message, text: str | None = None) -> Message:
-    """A batch reply of calls made with ``call`` (their 'kind' dropped), with ``text`` if given."""
-    reply: Message = {
-        "kind": "calls",
-        "calls": [{key: value for key, value in one.items() if key != "kind"} for one in made],
-    }
-    if text is not None:
-        reply["text"] = text
-    return reply
-
-
 def final(text: str = "done") -> Message:
     """A well-formed final reply."""
     return {"kind": "final", "text": text}

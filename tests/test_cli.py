@@ -25,8 +25,9 @@ from agentloop.__main__ import main
 from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._report import input_messages
 from agentloop._review._runfile import MAX_BYTES
+from agentloop.testing import batch
 
-from .helpers import Script, call, calls, final
+from .helpers import Script, call, final
 from .test_trace import renderer  # noqa: F401 - a fixture
 
 SCRIPT = Path(sys.executable).parent / "agentloop"
@@ -298,13 +299,13 @@ def test_show_prints_input_history_as_given(tmp_path: Path) -> None:
         {"kind": "system", "text": "be brief"},
         call("old", a=1, b=1),
         {"kind": "tool_result", "id": "old", "name": "add", "status": "ok", "content": 2},
-        calls(call("b1", a=2, b=2), call("b2", a=3, b=3), text="two at once"),
+        batch(call("b1", a=2, b=2), call("b2", a=3, b=3), text="two at once"),
         {"kind": "tool_result", "id": "b2", "name": "add", "status": "ok", "content": 6},
         {"kind": "tool_result", "id": "b1", "name": "add", "status": "error", "content": "no"},
         call("late", a=0, b=0),
         {"kind": "user", "text": "in between"},
         {"kind": "tool_result", "id": "late", "name": "add", "status": "ok", "content": 0},
-        calls(call("b3", a=4, b=4)),
+        batch(call("b3", a=4, b=4)),
         {"kind": "tool_result", "id": "b3", "name": "add", "status": "ok", "content": 8},
     ]
     path = save(Loop(Script([final("done")])).run(history), tmp_path)
@@ -331,7 +332,7 @@ def test_show_prints_input_history_as_given(tmp_path: Path) -> None:
 
 def test_show_gives_each_call_of_a_batch_its_result(tmp_path: Path) -> None:
     """The row of every call of a batch shows that call's result, read from the saved run."""
-    reply = calls(call("c1", name="echo", text="one"), call("c2", name="echo", text="two"))
+    reply = batch(call("c1", name="echo", text="one"), call("c2", name="echo", text="two"))
     result = Loop(Script([reply, final()]), tools={"echo": lambda text: text.upper()}).run("go")
     rows = show(save(result, tmp_path)).splitlines()[6:10]
 
@@ -465,7 +466,7 @@ def test_an_input_batch_is_escaped_line_by_line(tmp_path: Path) -> None:
     shown = "a\\u202eb\\nc\\x1b[2Kd"
     in_json = "a\\u202eb\\nc\\u001b[2Kd"  # JSON escapes the controls itself
     history = [
-        calls(call(f"b{evil}", name=evil, text=evil), text=evil),
+        batch(call(f"b{evil}", name=evil, text=evil), text=evil),
         {"kind": "tool_result", "id": f"b{evil}", "name": evil, "status": "ok", "content": evil},
     ]
     out = show(save(Loop(Script([final()])).run(history), tmp_path), "--full")
@@ -496,7 +497,7 @@ def _reply(draw: st.DrawFn) -> object:
             call(draw(TEXT), name=draw(st.sampled_from(["echo", "boom"]) | TEXT), text=draw(TEXT))
             for _ in range(draw(st.integers(1, 3)))
         ]
-        return calls(*made, text=draw(TEXT))
+        return batch(*made, text=draw(TEXT))
     if kind == "final":
         return final(draw(TEXT))
     if kind == "raise":

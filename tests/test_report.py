@@ -20,8 +20,9 @@ from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._diagram import visited
 from agentloop._review._replay import result_of
 from agentloop._review._report import HEADERS, describe, report_html
+from agentloop.testing import batch
 
-from .helpers import Script, call, calls, final
+from .helpers import Script, call, final
 from .test_runfile import REPLIES, random_run
 from .test_trace import renderer  # noqa: F401 - a fixture
 
@@ -99,7 +100,7 @@ def test_each_call_sits_beside_its_result() -> None:
 
 def batch_run() -> RunResult:
     """A reply of two calls with text beside them, markup in every part, then a final."""
-    reply = calls(
+    reply = batch(
         call("c1", name="fetch", url="a"),
         call("c2", name="fetch", url="<b>x</b>"),
         text="Fetching <both> & more",
@@ -132,7 +133,7 @@ def test_a_batch_is_one_group_with_each_call_beside_its_result() -> None:
 def test_a_batch_without_text_and_a_result_given_later() -> None:
     """No text: the group has no commentary. A result further on stays on its own."""
     history = [
-        calls(call("a1", a=1, b=1), call("a2", a=2, b=2)),
+        batch(call("a1", a=1, b=1), call("a2", a=2, b=2)),
         {"kind": "tool_result", "id": "a1", "name": "add", "status": "ok", "content": 2},
         {"kind": "user", "text": "meanwhile"},
         {"kind": "tool_result", "id": "a2", "name": "add", "status": "ok", "content": 4},
@@ -299,7 +300,7 @@ def outcomes(result: RunResult) -> list[tuple[str, str, str]]:
 
 def test_each_call_of_a_batch_shows_its_own_result() -> None:
     """Events before a batch's last call append nothing; their rows show each call's result."""
-    reply = calls(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0))
+    reply = batch(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0))
     result = Loop(Script([reply, final()]), tools={"add": lambda a, b: f"sum {a + b}"}).run("go")
 
     assert outcomes(result) == [
@@ -316,7 +317,7 @@ async def test_calls_run_at_once_show_their_results_in_completion_order() -> Non
         await asyncio.sleep({1: 0.03, 2: 0.0, 3: 0.01}[a])
         return f"sum {a + b}"
 
-    reply = calls(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0))
+    reply = batch(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0))
     loop = Loop(Script([reply, final()]), tools={"add": add}, max_concurrency=3)
     result = await loop.arun("go")
 
@@ -362,7 +363,7 @@ def test_an_interrupted_batch_shows_the_result_of_the_call_each_row_names() -> N
             raise KeyboardInterrupt
         return a
 
-    reply = calls(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0))
+    reply = batch(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0))
     run = Loop(Script([reply]), tools={"add": add}).start("go")
     with pytest.raises(KeyboardInterrupt):
         run.finish()

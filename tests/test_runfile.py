@@ -27,8 +27,9 @@ from agentloop import (
 # Private: the JSON intake check itself (public only through a run) and the demo's scenario.
 from agentloop._core._json import to_json
 from agentloop._demo import QUESTION, demo_loop
+from agentloop.testing import batch
 
-from .helpers import Script, call, calls, final
+from .helpers import Script, call, final
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -56,7 +57,7 @@ CALLS = st.builds(
     st.dictionaries(st.sampled_from(["a", "b", "value"]), JSON_VALUES, max_size=2),
 )
 BATCHES = st.builds(
-    lambda made, text: calls(*made, text=text),
+    lambda made, text: batch(*made, text=text),
     st.lists(CALLS, min_size=1, max_size=3),
     st.none() | st.text(max_size=8),
 )

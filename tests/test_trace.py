@@ -33,8 +33,9 @@ from agentloop._review._diagram import (
     untaken,
     visited,
 )
+from agentloop.testing import batch
 
-from .helpers import Script, call, calls, final
+from .helpers import Script, call, final
 from .test_runfile import REPLIES, random_run
 
 
@@ -205,7 +206,7 @@ def test_path_diagram_draws_only_where_the_run_was(demo: RunResult) -> None:
 
 def test_path_diagram_draws_rows_between_two_states_as_one_arrow() -> None:
     """A batch takes both self-loops on dispatching: one arrow, a row a line (not two loops)."""
-    reply = calls(call("c1", a=1, b=2), call("c2", a=3, b=4))
+    reply = batch(call("c1", a=1, b=2), call("c2", a=3, b=4))
     dot = path_dot(Loop(Script([reply, final()]), tools={"add": lambda a, b: a + b}).run("go"))
 
     assert re.findall(r'^    "dispatching" -> "dispatching" \[label=.*$', dot, re.MULTILINE) == [
