@@ -21,6 +21,7 @@ from agentloop._core._values import (
     RunResult,
     RunTool,
     Transition,
+    Usage,
 )
 from agentloop._errors import (
     AgentloopError,
@@ -79,6 +80,7 @@ __all__ = [
     "ToolRegistry",
     "Transition",
     "Trigger",
+    "Usage",
     "allow",
     "deny",
     "load_run",

@@ -135,12 +135,11 @@ class OtelListener:
     ``gen_ai.request.model`` and ``gen_ai.provider.name`` (and the span names
     ``invoke_agent {agent_name}``, ``chat {model_name}``) when given.
 
-    ``usage`` is the hook for token counts, which the engine does not carry:
-    a callable that gets each model call's transition and returns
-    ``{'input_tokens': n, 'output_tokens': m}`` (either may be left out) or
-    None; the counts go on that call's span as ``gen_ai.usage.*`` and, summed,
-    on the run's span. A model that knows its usage can keep it where this
-    callable finds it (by ``transition.steps``, say).
+    Token counts come from each reply's ``usage`` (``transition.usage``): they
+    go on that call's span as ``gen_ai.usage.*`` and, summed, on the run's
+    span. ``usage``, when given, replaces that: a callable that gets each model
+    call's transition and returns ``{'input_tokens': n, 'output_tokens': m}``
+    (either may be left out) or None.
 
     One listener can serve many runs, even at once: each run's spans are kept
     in a context variable, so concurrent ``arun`` tasks (or threads) each get
@@ -234,8 +233,15 @@ class OtelListener:
             AGENTLOOP_STEPS: transition.steps,
             AGENTLOOP_CALLS: transition.calls,
         }
-        if self._usage is not None:
-            for key, count in (self._usage(transition) or {}).items():
+        reported = (
+            self._usage(transition)
+            if self._usage is not None
+            else None
+            if transition.usage is None
+            else transition.usage._asdict()
+        )
+        if reported:
+            for key, count in reported.items():
                 if key in _TOKENS and type(count) is int:
                     attributes[_TOKENS[key]] = count
                     run.tokens[key] = run.tokens.get(key, 0) + count

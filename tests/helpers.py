@@ -129,6 +129,8 @@ class AsyncDriver:
             tools=loop.dispatcher,
             max_steps=loop.budget.max_steps,
             max_calls=loop.budget.max_calls,
+            max_total_tokens=loop.budget.max_total_tokens,
+            max_concurrency=loop.max_concurrency,
             listeners=loop.listeners,
         )
 

@@ -258,7 +258,8 @@ def test_show_prints_the_input_each_transition_and_the_end(
         "",
     ]
     assert lines[5].split() == [
-        "step", "from", "→", "to", "trigger", "[guard]", "steps", "calls", "call", "outcome"
+        "step", "from", "→", "to", "trigger", "[guard]", "steps", "calls", "took", "call",
+        "outcome",
     ]  # fmt: skip
     rows = lines[6 : 6 + len(result.events)]
     for number, (line, event) in enumerate(zip(rows, result.events, strict=True), 1):
@@ -268,7 +269,8 @@ def test_show_prints_the_input_each_transition_and_the_end(
     assert rows[3].endswith('weather#c2  ok: {"city":"Porto","celsius":18.0,"sky":"cloudy"}')
     assert rows[6].endswith("convert#c3  ok: 70.7")
     output = "Lisbon is warmer: 21.5 °C (70.7 °F) and clear; Porto is 18.0 °C and cloudy."
-    assert rows[-1].split("  ")[-1] == f"final: {output}"
+    assert rows[-1].endswith(f"  final: {output}")
+    assert re.search(r"  \d+ (µs|ms)  ", rows[2])  # the took column: how long c1 ran
     assert lines[6 + len(result.events) :] == [
         "",
         "status   finished",

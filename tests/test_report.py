@@ -278,7 +278,9 @@ def test_describe_says_what_came_of_a_transition(
     result = Loop(
         Script(replies), tools={"add": lambda a, b: a + b}, max_steps=budget[0], max_calls=budget[1]
     ).run("go")
-    assert describe(result, len(result.events) - 1) == cells
+    made = describe(result, len(result.events) - 1)
+    assert (*made[:5], *made[6:]) == cells
+    assert re.fullmatch(r"|\d+ µs", made[5])  # took: the model's step, when the row answers it
 
 
 def test_describe_shortens_long_content() -> None:
@@ -295,7 +297,7 @@ def test_describe_shortens_long_content() -> None:
 def outcomes(result: RunResult) -> list[tuple[str, str, str]]:
     """(trigger [guard], call, outcome) of each event that names a call's result."""
     rows = [describe(result, index) for index, e in enumerate(result.events) if e.result_status]
-    return [(row[2], row[5], row[6]) for row in rows]
+    return [(row[2], row[6], row[7]) for row in rows]
 
 
 def test_each_call_of_a_batch_shows_its_own_result() -> None:
@@ -652,7 +654,8 @@ def test_a_phone_shows_each_transition_as_a_card(browser: Browser, tmp_path: Pat
     assert cards.count() == len(result.events)
     last = cards.last.locator("td")
     displays = last.evaluate_all("cells => cells.map(c => getComputedStyle(c).display)")
-    assert displays == ["grid"] * 5 + ["none", "grid"]  # no call: that cell takes no line
+    # Neither a duration nor a call: those cells take no line.
+    assert displays == ["grid"] * 5 + ["none", "none", "grid"]
     # Each cell is labelled with its header's name (a ::before, so not in inner_text).
     labels = last.evaluate_all(
         "cells => cells.map(c => getComputedStyle(c, '::before').content.slice(1, -1))"

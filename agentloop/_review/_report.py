@@ -29,7 +29,7 @@ from agentloop._review._runfile import FORMAT, VERSION, rejected_record
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from agentloop._core._values import RunResult
+    from agentloop._core._values import RunResult, Usage
 
 __all__ = [
     "HEADERS",
@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 #: Column headers for ``describe``'s cells.
-HEADERS = ("step", "from → to", "trigger [guard]", "steps", "calls", "call", "outcome")
+HEADERS = ("step", "from → to", "trigger [guard]", "steps", "calls", "took", "call", "outcome")
 
 #: How many characters of a value ``describe`` and ``run_lines`` show by default.
 LIMIT: Final = 80
@@ -116,6 +116,8 @@ def describe(result: RunResult, index: int, *, limit: int | None = LIMIT) -> tup
         outcome = f"final: {_short(str(appended[-1].get('text')), limit)}"
     elif transition.dest is State.CANCELLED:
         outcome = "cancelled"
+    elif transition.usage is not None:
+        outcome = f"tokens: {_tokens(transition.usage)}"
     else:
         outcome = transition.result_status or ""
     budget = result.budget
@@ -125,9 +127,32 @@ def describe(result: RunResult, index: int, *, limit: int | None = LIMIT) -> tup
         transition.trigger.value + guard,
         f"{transition.steps}/{budget.max_steps}",
         f"{transition.calls}/{budget.max_calls}",
+        _seconds(transition.took),
         _short(call, limit),
         outcome,
     )
+
+
+def _seconds(took: float | None) -> str:
+    """How long a model call or a tool took: ``850 µs``, ``12 ms``, ``3.4 s``."""
+    if took is None:
+        return ""
+    if took < 0.001:
+        return f"{took * 1e6:.0f} µs"
+    return f"{took * 1000:.0f} ms" if took < 1 else f"{took:.1f} s"
+
+
+def _spent(result: RunResult) -> str | None:
+    """The tokens a run's replies reported, against its token budget; None if neither."""
+    budget, usage = result.budget.max_total_tokens, result.usage
+    if not usage.total and budget is None:
+        return None
+    of = "" if budget is None else f" of {budget}"
+    return f"{usage.total}{of}: {_tokens(usage)}"
+
+
+def _tokens(usage: Usage) -> str:
+    return f"{usage.input_tokens} in ({usage.cached_tokens} cached), {usage.output_tokens} out"
 
 
 def input_messages(result: RunResult) -> list[dict[str, Any]]:
@@ -243,6 +268,9 @@ def run_lines(
             f"calls    {result.calls} of {budget.max_calls}",
         ]
     )
+    spent = _spent(result)
+    if spent is not None:
+        lines.append(f"tokens   {spent}")
     for name in ("output", "reason", "error"):
         value = getattr(result, name)
         if value is not None:
@@ -329,17 +357,17 @@ th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid var(--
          vertical-align: top; }
 /* Headers and the table's own names stay whole ("ste|p" is no header); the
    run's content (the call, the outcome) breaks anywhere to fit what is left. */
-th, td:nth-child(-n+5) { white-space: nowrap; }
+th, td:nth-child(-n+6) { white-space: nowrap; }
 td { overflow-wrap: anywhere; }
-td:nth-child(6) { min-width: 8rem; }  /* room for tool#id before the outcome takes the rest */
+td:nth-child(7) { min-width: 8rem; }  /* room for tool#id before the outcome takes the rest */
 th { color: var(--mute); font-weight: 600; }
-/* Below about 900px there is no room for seven columns: each transition becomes
+/* Below about 900px there is no room for eight columns: each transition becomes
    a small card, its cells one per line under their headers' names. */
 @media (max-width: 60rem) {
   table, tbody, tr, td { display: block; }
   thead { display: none; }
   tr { padding: .4rem 0; border-bottom: 1px solid var(--line); }
-  td, td:nth-child(-n+5) { display: grid; grid-template-columns: 7.5rem 1fr; gap: .5rem;
+  td, td:nth-child(-n+6) { display: grid; grid-template-columns: 7.5rem 1fr; gap: .5rem;
                            padding: .05rem 0; border: 0; white-space: normal; }
   td::before { content: attr(data-label); color: var(--mute); }
   td:empty { display: none; }
@@ -389,6 +417,7 @@ def report_html(result: RunResult, *, svg: bool | None = None) -> str:
         ("error", result.error),
         ("steps", f"{result.steps} of {budget.max_steps}"),
         ("calls", f"{result.calls} of {budget.max_calls}"),
+        ("tokens", _spent(result)),
         ("transitions", len(result.events)),
     ]
     for name, value in summary:

@@ -1,7 +1,8 @@
 """agentloop.testing: a scripted model and the contract's invariants as assertions.
 
 ``ScriptedModel`` (and ``AsyncScriptedModel`` for the asyncio driver) replays
-a script of replies; ``call``, ``batch``, ``final`` and ``cancel`` build its entries. The
+a script of replies; ``call``, ``batch``, ``final``, ``with_usage`` and
+``cancel`` build its entries. The
 ``assert_*`` functions check a ``RunResult`` (or a ``Run``/``AsyncRun``)
 against the contract and fail with ``ContractViolation``, an
 ``AssertionError`` that says where, what was expected and what was found.
@@ -40,6 +41,7 @@ __all__ = [
     "call",
     "cancel",
     "final",
+    "with_usage",
 ]
 
 Message = dict[str, Any]
@@ -74,6 +76,22 @@ def batch(*calls: Message, text: str | None = None) -> Message:
     if text is not None:
         reply["text"] = text
     return reply
+
+
+def with_usage(
+    reply: Message, input_tokens: int, output_tokens: int, cached_tokens: int = 0
+) -> Message:
+    """``reply`` reporting token usage, as a provider adapter's replies do.
+
+    ``with_usage(final('ok'), 120, 8)`` makes ``max_total_tokens`` testable
+    with no provider; the usage goes on the reply's event, not the transcript.
+    """
+    usage = {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cached_tokens": cached_tokens,
+    }
+    return {**reply, "usage": usage}
 
 
 def final(text: str) -> Message:
