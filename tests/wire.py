@@ -1,0 +1,97 @@
+"""A provider on the wire, with no network: the SDKs' own clients over an ``httpx2.MockTransport``.
+
+The SDKs build, send, retry and parse for real; ``Wire`` answers each request
+with the next canned ``(status, JSON body)`` and keeps every request body.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import httpx2
+
+if TYPE_CHECKING:
+    import pydantic
+
+    import agentloop
+
+Message = dict[str, Any]
+FLAVOURS = ("sync", "async")
+
+
+@attrs.define
+class Wire:
+    """Canned answers, in order, and every request the SDK sent (path and JSON body)."""
+
+    answers: list[tuple[int, Message]]
+    requests: list[Message] = attrs.field(factory=list)
+    paths: list[str] = attrs.field(factory=list)
+
+    def handle(self, request: httpx2.Request) -> httpx2.Response:
+        self.paths.append(request.url.path)
+        self.requests.append(json.loads(request.content))
+        if not self.answers:
+            raise AssertionError("the wire ran out of answers")
+        status, body = self.answers.pop(0)
+        # retry-after-ms: the SDK's retries run, without its half-second backoff.
+        return httpx2.Response(status, json=body, headers={"retry-after-ms": "1"})
+
+    def sync_client(self) -> httpx2.Client:
+        return httpx2.Client(transport=httpx2.MockTransport(self.handle))
+
+    def async_client(self) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(transport=httpx2.MockTransport(self.handle))
+
+
+async def ask(model: Callable[[list[Message]], Any], history: list[Message]) -> Message:
+    """One model step, awaited when the model is async (as the loop's drivers do)."""
+    reply = model(history)
+    if inspect.isawaitable(reply):
+        reply = await reply
+    return reply  # type: ignore[no-any-return]
+
+
+async def run(loop: agentloop.Loop, flavour: str, messages: Any) -> agentloop.RunResult:
+    """``loop.run`` or ``await loop.arun``, by flavour."""
+    return loop.run(messages) if flavour == "sync" else await loop.arun(messages)
+
+
+def without_usage(model: Any) -> Any:
+    """The model with ``usage`` dropped from its replies, for an engine that predates it."""
+    if inspect.iscoroutinefunction(model):
+
+        async def amodel(history: list[Message]) -> Message:
+            reply = await model(history)
+            reply.pop("usage", None)
+            return reply  # type: ignore[no-any-return]
+
+        return amodel
+
+    def smodel(history: list[Message]) -> Message:
+        reply = model(history)
+        reply.pop("usage", None)
+        return reply  # type: ignore[no-any-return]
+
+    return smodel
+
+
+def _drained(value: Any) -> Any:
+    # pydantic checks an Iterable[...] field lazily, as it is iterated.
+    if isinstance(value, Iterator | list):
+        return [_drained(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _drained(item) for key, item in value.items()}
+    return value
+
+
+def conforms(body: Message, params: pydantic.TypeAdapter[Any]) -> None:
+    """``body`` is valid as the SDK's own request params, strictly, with no key they lack.
+
+    A TypedDict drops keys it does not declare, so the validated copy equals
+    the body only when every key is one the SDK knows.
+    """
+    assert _drained(params.validate_python(body, strict=True)) == body
