@@ -25,7 +25,7 @@ from agentloop import Loop, SpecFormat, ToolRegistry
 from agentloop.providers import IncompleteReply
 from agentloop.providers.openai import openai_chat, openai_responses
 
-from .wire import FLAVOURS, Wire, ask, conforms, run, without_usage
+from .wire import FLAVOURS, HISTORY, Wire, ask, conforms, run, without_usage
 
 Message = dict[str, Any]
 Call = tuple[str, str, str]  # id, name, the arguments as the model wrote them
@@ -489,51 +489,6 @@ async def test_a_system_message(api: Api, flavour: str) -> None:
     assert user == {"role": "user", "content": "Hello"}
 
 
-#: Every kind, every status, a parallel call with text, a call whose arguments were raw text.
-HISTORY: list[Message] = [
-    {"kind": "system", "text": "Use the tools."},
-    {"kind": "user", "text": "2+3, 2*3?"},
-    {
-        "kind": "calls",
-        "text": "Both at once.",
-        "calls": [
-            {"id": "call_1", "name": "add", "arguments": {"a": 2, "b": 3}},
-            {"id": "call_2", "name": "mul", "arguments": {"a": 2, "b": 3}},
-        ],
-    },
-    {"kind": "tool_result", "id": "call_1", "name": "add", "status": "ok", "content": 5},
-    {"kind": "tool_result", "id": "call_2", "name": "mul", "status": "denied", "content": "no"},
-    {"kind": "call", "id": "call_3", "name": "mul", "arguments": '{"a": 2,'},
-    {
-        "kind": "tool_result",
-        "id": "call_3",
-        "name": "mul",
-        "status": "invalid_arguments",
-        "content": [{"path": "", "message": "not JSON"}],
-    },
-    {"kind": "calls", "calls": [{"id": "call_4", "name": "nope", "arguments": {}}]},
-    {
-        "kind": "tool_result",
-        "id": "call_4",
-        "name": "nope",
-        "status": "unknown_tool",
-        "content": "x",
-    },
-    {"kind": "call", "id": "call_5", "name": "add", "arguments": {"a": 1, "b": 1}},
-    {
-        "kind": "tool_result",
-        "id": "call_5",
-        "name": "add",
-        "status": "error",
-        "content": {"type": "ValueError", "message": "bad"},
-    },
-    {"kind": "call", "id": "call_6", "name": "add", "arguments": {"a": 1, "b": 1}},
-    {"kind": "tool_result", "id": "call_6", "name": "add", "status": "cancelled", "content": "c"},
-    {"kind": "final", "text": "5, and 6 was denied."},
-    {"kind": "user", "text": "Thanks. Once more?"},
-]
-
-
 def chat_call(call_id: str, name: str, arguments: str) -> Message:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
@@ -648,6 +603,11 @@ def test_the_adapter_refuses_what_it_sets_itself(api: Api) -> None:
         api.adapter(client(Wire([]), "sync"), "gpt-4.1", **{key: []})
     with pytest.raises(TypeError, match="sets 'stream' itself"):
         api.adapter(client(Wire([]), "sync"), "gpt-4.1", stream=True)
+
+
+def test_a_parameter_the_sdk_lacks_fails_when_the_adapter_is_made(api: Api) -> None:
+    with pytest.raises(TypeError, match=f"openai_{api.name}\\(\\): .*'temprature'"):
+        api.adapter(client(Wire([]), "sync"), "gpt-4.1", temprature=0)
 
 
 def test_a_tool_name_openai_refuses_fails_when_the_adapter_is_made(api: Api) -> None:

@@ -22,6 +22,50 @@ if TYPE_CHECKING:
 Message = dict[str, Any]
 FLAVOURS = ("sync", "async")
 
+#: Every kind, every status, a parallel call with text, a call whose arguments were raw text.
+HISTORY: list[Message] = [
+    {"kind": "system", "text": "Use the tools."},
+    {"kind": "user", "text": "2+3, 2*3?"},
+    {
+        "kind": "calls",
+        "text": "Both at once.",
+        "calls": [
+            {"id": "call_1", "name": "add", "arguments": {"a": 2, "b": 3}},
+            {"id": "call_2", "name": "mul", "arguments": {"a": 2, "b": 3}},
+        ],
+    },
+    {"kind": "tool_result", "id": "call_1", "name": "add", "status": "ok", "content": 5},
+    {"kind": "tool_result", "id": "call_2", "name": "mul", "status": "denied", "content": "no"},
+    {"kind": "call", "id": "call_3", "name": "mul", "arguments": '{"a": 2,'},
+    {
+        "kind": "tool_result",
+        "id": "call_3",
+        "name": "mul",
+        "status": "invalid_arguments",
+        "content": [{"path": "", "message": "not JSON"}],
+    },
+    {"kind": "calls", "calls": [{"id": "call_4", "name": "nope", "arguments": {}}]},
+    {
+        "kind": "tool_result",
+        "id": "call_4",
+        "name": "nope",
+        "status": "unknown_tool",
+        "content": "x",
+    },
+    {"kind": "call", "id": "call_5", "name": "add", "arguments": {"a": 1, "b": 1}},
+    {
+        "kind": "tool_result",
+        "id": "call_5",
+        "name": "add",
+        "status": "error",
+        "content": {"type": "ValueError", "message": "bad"},
+    },
+    {"kind": "call", "id": "call_6", "name": "add", "arguments": {"a": 1, "b": 1}},
+    {"kind": "tool_result", "id": "call_6", "name": "add", "status": "cancelled", "content": "c"},
+    {"kind": "final", "text": "5, and 6 was denied."},
+    {"kind": "user", "text": "Thanks. Once more?"},
+]
+
 
 @attrs.define
 class Wire:

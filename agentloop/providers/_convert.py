@@ -117,11 +117,20 @@ def reply(text: str, calls: list[Message], used: Message | None) -> Message:
     return out
 
 
-def checked_params(adapter: str, params: dict[str, Any], reserved: dict[str, str]) -> None:
-    """Refuse request parameters the adapter sets itself (``reserved`` says what to do instead)."""
+def checked_params(
+    adapter: str, create: Callable[..., Any], params: dict[str, Any], reserved: dict[str, str]
+) -> None:
+    """Refuse request parameters that ``create`` lacks or that the adapter sets itself.
+
+    Now, rather than at the first step; ``reserved`` says what to do instead.
+    """
     for name, instead in reserved.items():
         if name in params:
             raise TypeError(f"{adapter}() sets {name!r} itself; {instead}")
+    try:
+        inspect.signature(create).bind_partial(**params)
+    except TypeError as exc:
+        raise TypeError(f"{adapter}(): {exc}") from None
 
 
 def tool_specs(tools: ToolRegistry | None, format: SpecFormat) -> Callable[[], dict[str, Any]]:

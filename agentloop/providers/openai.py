@@ -92,18 +92,18 @@ def openai_chat(
     ``tools`` is the loop's registry: the request's ``tools`` are its
     ``specs('openai')``, made for every request. ``params`` go into every
     request as they are (``temperature=0``, ``max_completion_tokens=...``,
-    ``parallel_tool_calls=False``, ...); ``model``, ``messages``, ``tools``
-    and ``stream`` are the adapter's own (a ``TypeError`` if given). The reply
+    ``parallel_tool_calls=False``, ...); ``model``, ``messages`` and
+    ``stream`` are the adapter's own (a ``TypeError`` if given). The reply
     carries ``usage`` when the response does. A reply cut off
     (``finish_reason`` ``length``), filtered, refused or empty raises
     ``IncompleteReply``; SDK errors that outlast its retries propagate.
     """
     checked_params(
         "openai_chat",
+        client.chat.completions.create,
         params,
         {
             "messages": "it is the history",
-            "tools": "pass the registry as tools=",
             "stream": "the adapter needs the whole reply",
         },
     )
@@ -136,16 +136,16 @@ def openai_responses(
     ``previous_response_id``); ``tools`` are the registry's
     ``specs('openai-responses')``. ``params`` pass through as for
     ``openai_chat`` (``max_output_tokens=...``, ``reasoning=...``); ``model``,
-    ``input``, ``tools`` and ``stream`` are the adapter's own. A response that
+    ``input`` and ``stream`` are the adapter's own. A response that
     is ``incomplete`` (``max_output_tokens``, content filter) or not
     ``completed``, a refusal or an empty reply raises ``IncompleteReply``.
     """
     checked_params(
         "openai_responses",
+        client.responses.create,
         params,
         {
             "input": "it is the history",
-            "tools": "pass the registry as tools=",
             "stream": "the adapter needs the whole reply",
         },
     )
