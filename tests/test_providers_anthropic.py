@@ -374,7 +374,7 @@ async def test_a_multi_turn_history_passed_back_in(flavour: str) -> None:
 async def test_results_come_first_in_their_user_turn(flavour: str) -> None:
     """Results and the user text next to them are one turn, results first, even when the
     text came before a result; empty text is left out."""
-    history = [
+    history: list[Message] = [
         *USER,
         {
             "kind": "calls",
@@ -428,8 +428,9 @@ async def test_parameters_pass_through_and_tools_come_from_the_registry(flavour:
 
 @pytest.mark.parametrize("key", ["messages", "system", "stream"])
 def test_the_adapter_refuses_what_it_sets_itself(key: str) -> None:
+    params: dict[str, Any] = {key: None}
     with pytest.raises(TypeError, match=f"anthropic_messages\\(\\) sets '{key}' itself"):
-        anthropic_messages(client(Wire([]), "sync"), MODEL, **{key: None})
+        anthropic_messages(client(Wire([]), "sync"), MODEL, **params)
 
 
 def test_a_parameter_the_sdk_lacks_fails_when_the_adapter_is_made() -> None:
