@@ -18,6 +18,11 @@ holds word for word. What only asyncio has:
   failed step; a tool that does not finish within ``tool_timeout`` gets an
   ``error`` result and the loop goes on. They can only interrupt an await, so
   they bite on async callables and on ``to_thread`` ones.
+* ``max_concurrency`` > 1 runs up to that many calls of a batch at once, each
+  in its own task. Calls start in emission order (each passing the cancel
+  checkpoint), each completion is one ``astep()``, in completion order, and
+  the engine still records the batch in emission order. Whatever ends the run
+  early (the token, a cancelled task) cancels every running call's task.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from logging import DEBUG
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._callbacks import is_async
+from agentloop._core._table import State
 from agentloop._core._values import AskModel, RunTool
 from agentloop._run import LOG, RunView, log
 
@@ -113,6 +119,7 @@ class AsyncRun(RunView):
         cancel: CancelToken | None,
         model_timeout: float | None,
         to_thread: bool,
+        max_concurrency: int = 1,
         listeners: tuple[Listener, ...] = (),
     ) -> None:
         super().__init__(engine)
@@ -121,6 +128,9 @@ class AsyncRun(RunView):
         self._cancel = cancel
         self._model_timeout = model_timeout
         self._to_thread = to_thread
+        self._max_concurrency = max_concurrency
+        # The running calls of a batch (max_concurrency > 1), by id, in start order.
+        self._tasks: dict[str, asyncio.Task[object]] = {}
         self._listeners: list[tuple[Listener, bool]] = []
         for listener in listeners:
             self.subscribe(listener)
@@ -149,12 +159,15 @@ class AsyncRun(RunView):
             if not self._busy.acquire(False):
                 refused = True
                 raise self._refused()
-            need = engine.next()
-            # Await the model or the tool, then report: the engine says what it meant.
             do: Callable[[Any], Awaitable[object]] | None
             argument: Any
             report: Callable[[object], Transition]
             transition: Transition
+            if self._max_concurrency > 1 and engine.state is State.DISPATCHING:
+                need = await self._batch_step()
+            else:
+                need = engine.next()
+            # Await the model or the tool, then report: the engine says what it meant.
             if type(need) is AskModel:
                 do, argument, report = self._ask, need.history, engine.replied
             elif type(need) is RunTool:
@@ -188,6 +201,7 @@ class AsyncRun(RunView):
             if not (refused or isinstance(exc, Exception)):
                 # A cancelled task, KeyboardInterrupt: the run ends.
                 self._notify_interrupted(engine.interrupted(exc))
+                self._drop_tasks()
             raise
         finally:
             if not refused:
@@ -196,6 +210,44 @@ class AsyncRun(RunView):
                     self._busy.release()
                 except RuntimeError:  # pragma: no cover - never taken: interrupted at once
                     pass
+
+    async def _batch_step(self) -> Transition:
+        """Start calls up to ``max_concurrency``, then report the first to complete."""
+        engine, tasks = self._engine, self._tasks
+        while engine.unstarted and len(tasks) < self._max_concurrency:
+            need = engine.next()  # the cancel checkpoint before each call
+            if type(need) is not RunTool:
+                self._drop_tasks()  # cancelled: the running calls were answered cancelled
+                return need  # type: ignore[return-value]  # neither request: a transition
+            task = asyncio.ensure_future(self._dispatch(need.call))
+            task.add_done_callback(_observed)
+            tasks[need.call["id"]] = task
+        waiting = asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
+        try:
+            if self._cancel is None:
+                await waiting
+            else:
+                await _unless_cancelled(self._cancel, waiting)
+        except TokenCancelled as exc:
+            self._drop_tasks()
+            return _ended(engine, exc)
+        # Of the calls done by now, the first in emission order is reported first.
+        call_id = next(call_id for call_id, task in tasks.items() if task.done())
+        task = tasks.pop(call_id)
+        if task.cancelled():  # the tool cancelled itself: an interruption, as when awaited
+            raise asyncio.CancelledError(f"the tool of call {call_id!r} was cancelled")
+        exc = task.exception()
+        if exc is None:
+            return engine.returned(task.result(), call_id)
+        if isinstance(exc, Exception):
+            return engine.raised(exc, call_id)
+        raise exc  # KeyboardInterrupt and the like end the run
+
+    def _drop_tasks(self) -> None:
+        """Cancel every running call's task: the engine has answered them ``cancelled``."""
+        for task in self._tasks.values():
+            task.cancel()
+        self._tasks.clear()
 
     async def _ask(self, history: list[dict[str, Any]]) -> object:
         """Call the model, plain or async, the way the loop was configured."""
@@ -213,6 +265,12 @@ class AsyncRun(RunView):
         return await _within(
             self._model_timeout, f"no reply within model_timeout={self._model_timeout} s", call
         )
+
+
+def _observed(task: asyncio.Task[object]) -> None:
+    """Retrieve a dropped task's exception, so asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def async_dispatch(

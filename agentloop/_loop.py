@@ -30,9 +30,11 @@ class Loop:
     ``tools`` is a mapping of name to handler (it becomes a ``ToolRegistry``),
     a ``ToolRegistry``, or any object with ``dispatch(call) -> {'status': ...,
     'content': ...}``. ``listeners`` are called with each transition of every
-    run. ``model_timeout``, ``tool_timeout`` (seconds) and ``to_thread`` (run
-    plain callables in a worker thread) need the asyncio driver: a synchronous
-    run cannot interrupt a plain function, so ``start``/``run`` refuse them.
+    run. ``model_timeout``, ``tool_timeout`` (seconds), ``to_thread`` (run
+    plain callables in a worker thread) and ``max_concurrency`` (run up to that
+    many calls of a batch at once; 1 runs them one at a time) need the asyncio
+    driver: a synchronous run can neither interrupt a plain function nor run
+    two at once, so ``start``/``run`` refuse them.
     """
 
     def __init__(
@@ -46,6 +48,7 @@ class Loop:
         model_timeout: float | None = None,
         tool_timeout: float | None = None,
         to_thread: bool = False,
+        max_concurrency: int = 1,
     ) -> None:
         if not callable(model):
             raise TypeError(
@@ -70,6 +73,16 @@ class Loop:
         if type(to_thread) is not bool:
             raise TypeError(f"expected to_thread to be a bool, got {type(to_thread).__name__}")
         self.to_thread = to_thread
+        if type(max_concurrency) is not int:
+            raise TypeError(
+                f"expected max_concurrency to be an int of 1 or more, got "
+                f"{type(max_concurrency).__name__}"
+            )
+        if max_concurrency < 1:
+            raise ValueError(
+                f"expected max_concurrency to be an int of 1 or more, got {max_concurrency}"
+            )
+        self.max_concurrency = max_concurrency
         self._asyncio_only = [
             name
             for name, value in (
@@ -77,6 +90,7 @@ class Loop:
                 ("model_timeout", self.model_timeout),
                 ("tool_timeout", self.tool_timeout),
                 ("to_thread", self.to_thread or None),
+                ("max_concurrency > 1", max_concurrency if max_concurrency > 1 else None),
             )
             if value is not None
         ]
@@ -99,7 +113,7 @@ class Loop:
             raise ValueError(
                 f"{' and '.join(self._asyncio_only)} {needs} the asyncio driver (loop.arun or "
                 "loop.astart): a synchronous run can neither await a model nor interrupt a "
-                "plain function, and would silently ignore a timeout"
+                "plain function nor run two calls at once, and would silently ignore them"
             )
         engine = Engine(messages, budget=self.budget, cancel=cancel)
         return Run(engine, self.model, self.dispatcher.dispatch, self.listeners)
@@ -121,6 +135,7 @@ class Loop:
             cancel=cancel,
             model_timeout=self.model_timeout,
             to_thread=self.to_thread,
+            max_concurrency=self.max_concurrency,
             listeners=self.listeners,
         )
 

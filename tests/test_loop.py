@@ -227,7 +227,10 @@ def test_final_wins_over_cancel_at_validation(driver: Driver) -> None:
     ("reply", "fragment"),
     [
         ("just text", "expected the reply to be a dict, got str"),
-        ({"kind": "answer", "text": "x"}, "expected 'kind' to be 'call' or 'final', got 'answer'"),
+        (
+            {"kind": "answer", "text": "x"},
+            "expected 'kind' to be 'call', 'calls' or 'final', got 'answer'",
+        ),
         ({"kind": "final"}, "missing ['text']"),
         ({"kind": "final", "text": 3}, "expected 'text' to be a str, got int"),
         ({"kind": "final", "text": "x", "extra": 1}, "unexpected ['extra']"),

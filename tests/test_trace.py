@@ -110,7 +110,10 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
     assert "    awaiting_model --> validating: model_replied (3x)\n" in mermaid
     assert "    awaiting_model --> awaiting_model: ask_model (3x)\n" in mermaid
     assert "    validating --> dispatching: validate (2x)\n" in mermaid
-    assert "    dispatching --> dispatching: start_tool (2x)\n" in mermaid
+    assert (
+        "    dispatching --> dispatching: start_tool (2x)<br>tool_returned [batch_open]\n"
+        in mermaid
+    )
     assert "    dispatching --> awaiting_model: tool_returned (2x)\n" in mermaid
     assert "    validating --> finished: validate [reply_is_final] (1x)\n" in mermaid
     assert "    awaiting_model --> failed: model_raised\n" in mermaid
@@ -162,7 +165,7 @@ def test_dot_draws_the_path_bold_and_the_rest_faint(demo: RunResult) -> None:
         'color="#1d4ed8", fontcolor="#1d4ed8", penwidth="2.5"];\n'
     ) in dot
     assert (
-        '    "dispatching" -> "dispatching" [label="start_tool (2x)", style="dashed", '
+        '    "dispatching" -> "dispatching" [label="start_tool / start_call (2x)", style="dashed", '
         'color="#1d4ed8", fontcolor="#1d4ed8", penwidth="2.5"];\n'
     ) in dot
     assert (

@@ -23,8 +23,11 @@ import orjson
 
 from agentloop._core._json import exception_content, intake
 from agentloop._core._messages import (
+    CUT_OFF,
     DISPATCH_STATUSES,
+    NOT_STARTED,
     History,
+    batch_of,
     input_messages,
     reply_problem,
     tool_result_json,
@@ -64,6 +67,8 @@ _NO_CALL: Final = (None, None)
 _OUTCOME_KEYS: Final = frozenset({"status", "content"})
 _OUTCOME_KEYS_AT_MOST: Final = frozenset({"status", "content", "exception"})
 _DEFAULT_BUDGET: Final = Budget(max_steps=8, max_calls=4)
+_NOT_STARTED: Final = orjson.dumps(NOT_STARTED)
+_CUT_OFF: Final = orjson.dumps(CUT_OFF)
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _MODEL_REPLIED, _TOOL_RETURNED = Trigger.MODEL_REPLIED, Trigger.TOOL_RETURNED
 
@@ -90,10 +95,12 @@ class Engine:
 
     __slots__ = (
         "_applied",
+        "_batch",
         "_budget",
         "_call_id",
         "_cancelled",
         "_choosers",
+        "_cut",
         "_ev_appended",
         "_ev_call",
         "_ev_error",
@@ -111,6 +118,9 @@ class Engine:
         "_reply",
         "_reply_json",
         "_reserved",
+        "_results",
+        "_running",
+        "_started",
         "_state",
         "_tool",
         "calls",
@@ -120,6 +130,15 @@ class Engine:
     _reply: Any
     _reply_json: bytes
     _problem: str | None
+    # The batch in hand: each call's (id, name) in emission order, the results kept so
+    # far (by index), the calls handed out and not yet answered (id -> index), how many
+    # were handed out, and the content for calls an interruption cuts off.
+    _batch: tuple[tuple[str, str], ...]
+    _results: dict[int, bytes]
+    _running: dict[str, int]
+    _started: int
+    _cut: bytes
+    # The call in hand: the one being checked, started, or reported.
     _call_id: str | None
     _tool: str | None
     _outcome: tuple[str, bytes]
@@ -165,6 +184,8 @@ class Engine:
         self._rejected: object = None
         self._reply, self._reply_json, self._problem = _NO_REPLY, b"", None
         self._call_id = self._tool = None
+        self._batch, self._results, self._running, self._started = (), {}, {}, 0
+        self._cut = _CUT_OFF
         self._outcome = ("error", b"null")
         self._ev_call = _NO_CALL
         self._ev_status = self._ev_reason = self._ev_error = self._ev_exception = None
@@ -194,6 +215,18 @@ class Engine:
     def outstanding(self) -> Trigger | None:
         """The request handed out and not yet answered (``ask_model``, ``start_tool``), if any."""
         return self._outstanding
+
+    @property
+    def running(self) -> tuple[str, ...]:
+        """The ids of the batch's calls handed out to run and not yet answered."""
+        return tuple(self._running)
+
+    @property
+    def unstarted(self) -> int:
+        """How many calls of the accepted batch are still to be handed out."""
+        if self._state is not State.DISPATCHING:
+            return 0
+        return len(self._batch) - self._started
 
     def history(self) -> list[dict[str, Any]]:
         """A fresh copy of the history."""
@@ -245,7 +278,16 @@ class Engine:
                 f"the run ended in state {state.value!r}: there is nothing next; read its result()",
                 state=state,
             )
-        if self._outstanding is not None:
+        if trigger is _START_TOOL:
+            batch, started = self._batch, self._started
+            if started == len(batch):
+                raise InvalidStateError(
+                    f"cannot go on in state {state.value!r}: every call of the batch was "
+                    f"handed out, and the answers for {list(self._running)} are outstanding",
+                    state=state,
+                )
+            self._call_id, self._tool = batch[started]
+        elif self._outstanding is not None:
             raise InvalidStateError(
                 f"cannot go on in state {state.value!r}: the answer to "
                 f"{self._outstanding.value} is outstanding (one step at a time)",
@@ -257,7 +299,10 @@ class Engine:
         self._outstanding = trigger
         if trigger is _ASK_MODEL:
             return AskModel(*self._history.request())
-        return _new(RunTool, (orjson.loads(self._reply_json),))
+        if len(self._batch) == 1 and self._reply["kind"] == "call":
+            return _new(RunTool, (orjson.loads(self._reply_json),))
+        element = self._reply["calls"][self._started - 1]
+        return _new(RunTool, ({"kind": "call", **orjson.loads(orjson.dumps(element))},))
 
     def replied(self, reply: object) -> Transition:
         """The model returned ``reply``; it is copied in before anything else."""
@@ -266,10 +311,15 @@ class Engine:
         self._take_reply(reply)
         return self._record(self._choosers[self._state, _MODEL_REPLIED](self))
 
-    def returned(self, outcome: object) -> Transition:
-        """The dispatcher returned ``outcome``: ``{'status', 'content'}`` (and ``'exception'``)."""
+    def returned(self, outcome: object, call_id: str | None = None) -> Transition:
+        """The dispatcher returned ``outcome``: ``{'status', 'content'}`` (and ``'exception'``).
+
+        ``call_id`` says which running call it answers; it may be left out
+        while only one is running.
+        """
         if self._outstanding is not _START_TOOL:
             raise self._refused("a tool outcome")
+        self._answering(call_id)
         self._outcome = _checked_outcome(outcome)
         if type(outcome) is dict and "exception" in outcome:
             exception = outcome["exception"]
@@ -277,8 +327,12 @@ class Engine:
                 self._ev_exception = exception
         return self._record(self._choosers[self._state, _TOOL_RETURNED](self))
 
-    def raised(self, exc: Exception) -> Transition:
-        """The model or the tool raised ``exc``: what that means is the table's."""
+    def raised(self, exc: Exception, call_id: str | None = None) -> Transition:
+        """The model or the tool raised ``exc``: what that means is the table's.
+
+        For a tool, ``call_id`` says which running call raised; it may be left
+        out while only one is running.
+        """
         if not isinstance(exc, Exception):
             raise TypeError(
                 f"raised() takes an Exception, got {type(exc).__name__}; "
@@ -292,6 +346,7 @@ class Engine:
                 state=self._state,
             )
         if trigger is _TOOL_RETURNED:
+            self._answering(call_id)
             self._outcome = ("error", orjson.dumps(exception_content(exc)))
         self._ev_exception = exc
         return self._fire(trigger)
@@ -309,7 +364,11 @@ class Engine:
             return None
         trigger = REPORTS[self._outstanding, Report.INTERRUPTION]
         if trigger is Trigger.TOOL_INTERRUPTED:
-            self._outcome = ("cancelled", orjson.dumps(exception_content(exc)))
+            # The running calls are cut off by this interruption; the first is in hand.
+            self._cut = orjson.dumps(exception_content(exc))
+            self._call_id, self._tool = self._batch[min(self._running.values())]
+        else:
+            self._call_id = self._tool = None
         self._ev_exception = exc
         return self._fire(trigger)
 
@@ -328,10 +387,19 @@ class Engine:
         return self._reply["kind"] == "final"  # type: ignore[no-any-return]
 
     def _call_id_reserved(self) -> bool:
-        return self._call_id in self._reserved
+        return self._repeated_id() is not None
 
     def _calls_exhausted(self) -> bool:
-        return self.calls >= self._budget.max_calls
+        return self.calls + len(self._batch) > self._budget.max_calls
+
+    def _cancel_requested_mid_batch(self) -> bool:
+        return bool(self._results or self._running) and self._cancelled()
+
+    def _batch_underway(self) -> bool:
+        return bool(self._results or self._running)
+
+    def _batch_open(self) -> bool:
+        return len(self._results) + 1 < len(self._batch)
 
     # -- effects (named in the table) -------------------------------------------
 
@@ -342,18 +410,40 @@ class Engine:
         if self._call_id is not None:
             self._ev_call = (self._call_id, self._tool)
 
-    def _reserve_call(self) -> None:
-        self._reserved.add(self._call_id)  # type: ignore[arg-type]
-        self.calls += 1
+    def _reserve_calls(self) -> None:
+        batch = self._batch
+        if len(batch) == 1:
+            self._reserved.add(batch[0][0])
+        else:
+            self._reserved.update(call_id for call_id, _ in batch)
+        self.calls += len(batch)
+
+    def _start_call(self) -> None:
+        self._running[self._call_id] = self._started  # type: ignore[index]
+        self._started += 1
+
+    def _keep_result(self) -> None:
+        status, content_json = self._outcome
+        self._ev_status = status
+        index = self._running.pop(self._call_id)  # type: ignore[arg-type]
+        self._results[index] = tool_result_json(self._call_id, self._tool, status, content_json)  # type: ignore[arg-type]
+
+    def _answer_rest(self) -> None:
+        results, running = self._results, self._running
+        for index, (call_id, name) in enumerate(self._batch):
+            if index not in results:
+                content = self._cut if call_id in running else _NOT_STARTED
+                results[index] = tool_result_json(call_id, name, "cancelled", content)
+                if call_id == self._call_id:
+                    self._ev_status = "cancelled"
+        running.clear()
+
+    def _append_batch(self) -> None:
+        results = self._results
+        self._ev_appended = (self._reply_json, *(results[i] for i in range(len(self._batch))))
 
     def _append_final(self) -> None:
         self._ev_appended = (self._reply_json,)
-
-    def _append_call_and_result(self) -> None:
-        status, content_json = self._outcome
-        self._ev_status = status
-        result = tool_result_json(self._call_id, self._tool, status, content_json)  # type: ignore[arg-type]
-        self._ev_appended = (self._reply_json, result)
 
     def _reject_reply(self) -> None:
         if self._reply is not _NO_REPLY:
@@ -374,9 +464,27 @@ class Engine:
         self._ev_error = f"malformed reply: {self._problem}"
 
     def _note_repeated_call(self) -> None:
-        self._ev_error = (
-            f"call id {self._call_id!r} was already used in this run; the call was not run again"
-        )
+        call_id = self._repeated_id()
+        if len(self._batch) > 1 and call_id not in self._reserved:
+            self._ev_error = (
+                f"call id {call_id!r} appears twice in the batch; no call of it was run"
+            )
+        else:
+            self._ev_error = (
+                f"call id {call_id!r} was already used in this run; the call was not run again"
+            )
+
+    def _repeated_id(self) -> str | None:
+        """The first id of the batch that is reserved already or used twice in it."""
+        batch, reserved = self._batch, self._reserved
+        if len(batch) == 1:
+            return batch[0][0] if batch[0][0] in reserved else None
+        seen: set[str] = set()
+        for call_id, _ in batch:
+            if call_id in reserved or call_id in seen:
+                return call_id
+            seen.add(call_id)
+        return None
 
     # -- the one place a row is chosen and applied ----------------------------------
 
@@ -388,6 +496,25 @@ class Engine:
             f"the outstanding request is {asked}",
             state=self._state,
         )
+
+    def _answering(self, call_id: str | None) -> None:
+        """Put the running call a tool report answers in hand, or refuse the report."""
+        running = self._running
+        if call_id is None:
+            if len(running) != 1:
+                raise InvalidStateError(
+                    f"calls {list(running)} are running: say which one this report answers "
+                    "(call_id=)",
+                    state=self._state,
+                )
+            call_id = next(iter(running))
+        elif call_id not in running:
+            raise InvalidStateError(
+                f"cannot take a report for call {call_id!r}: it is not running "
+                f"(running: {list(running)})",
+                state=self._state,
+            )
+        self._call_id, self._tool = call_id, self._batch[running[call_id]][1]
 
     def _fire(self, trigger: Trigger) -> Transition:
         return self._record(self._choosers[self._state, trigger](self))
@@ -417,7 +544,7 @@ class Engine:
         if appended:
             self._history.extend(appended)
         self._state = compiled.dest  # type: ignore[assignment]
-        self._outstanding = None
+        self._outstanding = _START_TOOL if self._running else None
         self._applied += 1
         self._ev_call = _NO_CALL
         self._ev_status = self._ev_reason = self._ev_error = self._ev_exception = None
@@ -425,7 +552,7 @@ class Engine:
         return transition
 
     def _settle(self) -> None:
-        """Make the state, counters, ids and history again from the log of events.
+        """Make the state, counters, ids, history and batch again from the log of events.
 
         Only an interruption needs this (and pays for it): it may have landed
         between an effect and the commit (undone here) or after the commit
@@ -436,15 +563,22 @@ class Engine:
         if self._applied != len(events):  # the last event was committed: its request is answered
             self._outstanding = None
         history = History(list(self._input))
-        reserved = set(self._input_ids)
         for event in events:
             history.extend(event.appended_json)
-            if (event.source, event.trigger, event.guard) in _RESERVING:
-                reserved.add(event.call_id)  # type: ignore[arg-type]
-        self._history, self._reserved, self._applied = history, reserved, len(events)
+        self._history, self._applied = history, len(events)
         last = events[-1] if events else None
         self._state = last.dest if last else State.AWAITING_MODEL
         self.calls = last.calls if last else 0
+        self._reserved = set(self._input_ids) | _appended_ids(events)
+        if self._state is State.DISPATCHING:
+            # The batch in hand was accepted: keep only the results its events committed.
+            self._reserved.update(call_id for call_id, _ in self._batch)
+            accepted = max(i for i, event in enumerate(events) if event.source is State.VALIDATING)
+            answered = {event.call_id for event in events[accepted + 1 :]}
+            ids = [call_id for call_id, _ in self._batch]
+            self._results = {i: r for i, r in self._results.items() if ids[i] in answered}
+            self._running = {ids[i]: i for i in range(self._started) if ids[i] not in answered}
+            self._outstanding = _START_TOOL if self._running else None
         self.steps = (last.steps if last else 0) + (self._outstanding is _ASK_MODEL)
         self._rejected = None  # only a terminal row rejects a reply
         self._ev_call = _NO_CALL
@@ -457,17 +591,25 @@ class Engine:
         """Copy ``reply`` in; note what is wrong with it, if anything."""
         if type(reply) is NotJSON:  # replayed: a reply that was not JSON when it came
             self._reply, self._problem = reply, reply.problem
+            self._batch, self._call_id, self._tool = (), None, None
             return
         try:
             self._reply_json, plain = intake(reply, "reply")
         except JSONError as exc:
             self._reply = _not_json(reply, str(exc))
             self._problem = self._reply.problem
+            self._batch, self._call_id, self._tool = (), None, None
             return
         self._reply = plain
         self._problem = problem = reply_problem(plain)
-        if problem is None and plain["kind"] == "call":
-            self._call_id, self._tool = plain["id"], plain["name"]
+        if problem is None and plain["kind"] != "final":
+            self._batch = batch = batch_of(plain)
+            # A batch of one names its call from the start; a longer one, call by call.
+            self._call_id, self._tool = batch[0] if len(batch) == 1 else (None, None)
+            self._results, self._running, self._started = {}, {}, 0
+            self._cut = _CUT_OFF
+        else:
+            self._batch, self._call_id, self._tool = (), None, None
 
 
 def _not_json(reply: object, problem: str = "") -> NotJSON:
@@ -551,7 +693,16 @@ assert all(
     name.value.isidentifier() and hasattr(Engine, f"_{name.value}") for name in (*Guard, *Effect)
 )
 _CHOOSE: Final = {key: _chooser(rows) for key, rows in TABLE.groups.items()}
-# The rows whose event reserved a call id: what _settle() reserves again from the log.
-_RESERVING: Final = frozenset(
-    (row.source, row.trigger, row.guard) for row in TABLE.rows if Effect.RESERVE_CALL in row.effects
-)
+
+
+def _appended_ids(events: list[Transition]) -> set[str]:
+    """The ids of every call the events appended: what _settle() reserves again."""
+    ids = set()
+    for event in events:
+        for data in event.appended_json:
+            message = orjson.loads(data)
+            if message["kind"] == "call":
+                ids.add(message["id"])
+            elif message["kind"] == "calls":
+                ids.update(call["id"] for call in message["calls"])
+    return ids

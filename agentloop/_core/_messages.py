@@ -15,8 +15,11 @@ import orjson
 from agentloop._core._json import JSON, describe, to_json
 
 __all__ = [
+    "CUT_OFF",
     "DISPATCH_STATUSES",
+    "NOT_STARTED",
     "History",
+    "batch_of",
     "input_messages",
     "reply_problem",
     "tool_result_json",
@@ -27,38 +30,82 @@ __all__ = [
 DISPATCH_STATUSES: Final = frozenset({"ok", "error", "denied", "invalid_arguments", "unknown_tool"})
 
 _CALL_FIELDS: Final = frozenset({"kind", "id", "name", "arguments"})
+_ELEMENT_FIELDS: Final = frozenset({"id", "name", "arguments"})
+_CALLS_FIELDS: Final = frozenset({"kind", "calls", "text"})
 _FINAL_FIELDS: Final = frozenset({"kind", "text"})
+
+#: The content of a result for a call that never started because the run was cancelled first.
+NOT_STARTED: Final = "never started: the run was cancelled before this call could run"
+#: The content of a result for a call still running when cancellation was seen at another
+#: call's checkpoint (the asyncio driver with ``max_concurrency`` > 1): its outcome is dropped.
+CUT_OFF: Final = "cancelled while it ran: the run was cancelled, and its outcome was dropped"
 
 
 def reply_problem(reply: dict[str, Any] | object) -> str | None:
-    """Say why ``reply`` (a decoded copy) is not a well-formed call or final, or None."""
+    """Say why ``reply`` (a decoded copy) is not a well-formed call, batch or final, or None."""
     if type(reply) is not dict:
         return f"expected the reply to be a dict, got {type(reply).__name__}"
     kind = reply.get("kind")
     if kind == "call":
-        if reply.keys() != _CALL_FIELDS:
-            return _fields_problem(reply, _CALL_FIELDS)
-        for field in ("id", "name"):
-            value = reply[field]
-            if type(value) is not str or not value:
-                return f"expected {field!r} to be a non-empty str, got {value!r:.80}"
-        if type(reply["arguments"]) is not dict:
-            return f"expected 'arguments' to be a dict, got {type(reply['arguments']).__name__}"
+        return _call_problem(reply, _CALL_FIELDS, "a 'call' reply")
+    if kind == "calls":
+        if not reply.keys() <= _CALLS_FIELDS or "calls" not in reply:
+            return _fields_problem(reply, _CALLS_FIELDS, "a 'calls' reply", optional={"text"})
+        if "text" in reply and type(reply["text"]) is not str:
+            return f"expected 'text' to be a str, got {type(reply['text']).__name__}"
+        calls = reply["calls"]
+        if type(calls) is not list or not calls:
+            got = "an empty list" if calls == [] else type(calls).__name__
+            return f"expected 'calls' to be a list of one or more calls, got {got}"
+        for index, call in enumerate(calls):
+            if type(call) is not dict:
+                return f"calls[{index}]: expected a dict, got {type(call).__name__}"
+            problem = _call_problem(call, _ELEMENT_FIELDS, "each element of 'calls'")
+            if problem is not None:
+                return f"calls[{index}]: {problem}"
         return None
     if kind == "final":
         if reply.keys() != _FINAL_FIELDS:
-            return _fields_problem(reply, _FINAL_FIELDS)
+            return _fields_problem(reply, _FINAL_FIELDS, "a 'final' reply")
         if type(reply["text"]) is not str:
             return f"expected 'text' to be a str, got {type(reply['text']).__name__}"
         return None
-    return f"expected 'kind' to be 'call' or 'final', got {kind!r:.80}"
+    return f"expected 'kind' to be 'call', 'calls' or 'final', got {kind!r:.80}"
 
 
-def _fields_problem(reply: dict[str, Any], fields: frozenset[str]) -> str:
-    missing, extra = fields - reply.keys(), reply.keys() - fields
+def _call_problem(call: dict[str, Any], fields: frozenset[str], what: str) -> str | None:
+    if call.keys() != fields:
+        return _fields_problem(call, fields, what)
+    for field in ("id", "name"):
+        value = call[field]
+        if type(value) is not str or not value:
+            return f"expected {field!r} to be a non-empty str, got {value!r:.80}"
+    arguments = call["arguments"]
+    if type(arguments) is not dict and type(arguments) is not str:
+        # A str is the provider's raw text that did not parse: the call is still
+        # accepted and answered invalid_arguments, so the model can correct itself.
+        return (
+            "expected 'arguments' to be a dict (or the raw text of arguments that did "
+            f"not parse, a str), got {type(arguments).__name__}"
+        )
+    return None
+
+
+def _fields_problem(
+    value: dict[str, Any], fields: frozenset[str], what: str, optional: set[str] | None = None
+) -> str:
+    required = fields - (optional or set())
+    missing, extra = required - value.keys(), value.keys() - fields
     if missing:
-        return f"a {reply['kind']!r} reply needs {sorted(fields)}; missing {sorted(missing)}"
-    return f"a {reply['kind']!r} reply has exactly {sorted(fields)}; unexpected {sorted(extra)}"
+        return f"{what} needs {sorted(required)}; missing {sorted(missing)}"
+    return f"{what} has exactly {sorted(fields)}; unexpected {sorted(extra)}"
+
+
+def batch_of(reply: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The (id, name) of each call in a well-formed call or calls ``reply``, in order."""
+    if reply["kind"] == "call":
+        return ((reply["id"], reply["name"]),)
+    return tuple((call["id"], call["name"]) for call in reply["calls"])
 
 
 def tool_result_json(call_id: str, name: str, status: str, content_json: bytes) -> bytes:
@@ -92,7 +139,9 @@ def input_messages(messages: object) -> tuple[list[bytes], set[str]]:
             "expected the input to be a str or a list of message dicts, "
             f"got {type(messages).__name__}"
         )
-    encoded, open_calls, seen = [], {}, set()
+    encoded: list[bytes] = []
+    open_calls: dict[str, str] = {}
+    seen: set[str] = set()
     for index, message in enumerate(messages):
         where = f"messages[{index}]"
         if type(message) is not dict or type(message.get("kind")) is not str:
@@ -102,14 +151,19 @@ def input_messages(messages: object) -> tuple[list[bytes], set[str]]:
         plain = orjson.loads(data)  # from here on, only our own copy is read
         kind, call_id = plain["kind"], plain.get("id")
         if kind == "call":
-            if type(call_id) is not str or not call_id:
+            _open_call(call_id, where, seen, open_calls)
+        elif kind == "calls":
+            calls = plain.get("calls")
+            if type(calls) is not list or not calls:
                 raise ValueError(
-                    f"{where}: expected a call's 'id' to be a non-empty str, got {call_id!r:.80}"
+                    f"{where}: expected a 'calls' message's 'calls' to be a non-empty list, "
+                    f"got {describe(calls)}"
                 )
-            if call_id in seen:
-                raise ValueError(f"{where}: expected each call id once, got {call_id!r} again")
-            seen.add(call_id)
-            open_calls[call_id] = where
+            for number, call in enumerate(calls):
+                inner = f"{where}.calls[{number}]"
+                if type(call) is not dict:
+                    raise TypeError(f"{inner}: expected a dict, got {describe(call)}")
+                _open_call(call.get("id"), inner, seen, open_calls)
         elif kind == "tool_result":
             if type(call_id) is not str:
                 raise ValueError(
@@ -123,6 +177,18 @@ def input_messages(messages: object) -> tuple[list[bytes], set[str]]:
             f"tool_result, got call {call_id!r} without one"
         )
     return encoded, seen
+
+
+def _open_call(call_id: object, where: str, seen: set[str], open_calls: dict[str, str]) -> None:
+    """Note an input call: its id must be new, and answered later in the input."""
+    if type(call_id) is not str or not call_id:
+        raise ValueError(
+            f"{where}: expected a call's 'id' to be a non-empty str, got {call_id!r:.80}"
+        )
+    if call_id in seen:
+        raise ValueError(f"{where}: expected each call id once, got {call_id!r} again")
+    seen.add(call_id)
+    open_calls[call_id] = where
 
 
 class History:

@@ -21,7 +21,16 @@ no I/O; a driver asks it what it needs next and reports what happened:
   the engine hands the driver a request: ``ask_model``'s
   internal row counts the step (``steps += 1`` happens before the call, so a
   model that raises, hangs or is interrupted has still spent its step) and
-  asks for the model's reply; ``start_tool``'s asks for the tool's outcome.
+  asks for the model's reply; ``start_tool``'s hands out the batch's next call
+  and asks for its tool's outcome.
+* A reply is a final answer, or a batch of one or more calls (a single
+  ``call`` is a batch of one). The whole batch is checked before anything is
+  reserved; once accepted, its calls run one at a time in emission order (or
+  several at once, under the asyncio driver's ``max_concurrency``), each
+  result is kept, and the step that answers the last one appends the batch
+  and every result together. Cancellation seen after a call of the batch
+  started still answers every call, so the history never holds a call
+  without its result.
 * The driver then reports exactly one answer to that request (``ANSWERS``):
   the model replied, raised or was interrupted; the tool returned (a tool
   that raised returns an ``error`` outcome) or was interrupted. ``REPORTS``
@@ -85,7 +94,7 @@ class State(enum.StrEnum):
     AWAITING_MODEL = "awaiting_model"
     #: A reply has been copied in and is about to be checked.
     VALIDATING = "validating"
-    #: An accepted call is reserved and counted, and its tool is about to run.
+    #: An accepted batch of calls (one or more) is reserved and counted; its tools run.
     DISPATCHING = "dispatching"
     #: The model gave a final answer; it is the run's output.
     FINISHED = "finished"
@@ -135,10 +144,17 @@ class Guard(enum.StrEnum):
     REPLY_MALFORMED = "reply_malformed"
     #: The reply is a final answer.
     REPLY_IS_FINAL = "reply_is_final"
-    #: The call's id is already reserved (in this run or in the input history).
+    #: A call's id is already reserved (in this run or in the input history), or two
+    #: calls of the batch share one.
     CALL_ID_RESERVED = "call_id_reserved"
-    #: ``calls >= max_calls``.
+    #: ``calls + n > max_calls``, for a batch of ``n`` calls (1 for a single call).
     CALLS_EXHAUSTED = "calls_exhausted"
+    #: The cancel token is set, and a call of the batch has already started.
+    CANCEL_REQUESTED_MID_BATCH = "cancel_requested_mid_batch"
+    #: A call of the batch has started.
+    BATCH_UNDERWAY = "batch_underway"
+    #: A call of the batch besides the one reported is still to start or to finish.
+    BATCH_OPEN = "batch_open"
 
 
 class Effect(enum.StrEnum):
@@ -146,14 +162,21 @@ class Effect(enum.StrEnum):
 
     #: ``steps += 1``, before the model is called.
     COUNT_STEP = "count_step"
-    #: The event names the call in hand (its id and tool), if the reply is a call.
+    #: The event names the call in hand (its id and tool), if there is one.
     NAME_CALL = "name_call"
-    #: Reserve the call's id and ``calls += 1``.
-    RESERVE_CALL = "reserve_call"
+    #: Reserve every id of the batch and ``calls += n``.
+    RESERVE_CALLS = "reserve_calls"
+    #: The next call of the batch (in emission order) is handed to the driver to run.
+    START_CALL = "start_call"
+    #: Keep the reported call's result for the batch (status from the report).
+    KEEP_RESULT = "keep_result"
+    #: Answer every call of the batch still without a result ``cancelled``: a running
+    #: call with the interruption, one that never started with ``NOT_STARTED``.
+    ANSWER_REST = "answer_rest"
+    #: Append the batch's message, then its results in emission order, together.
+    APPEND_BATCH = "append_batch"
     #: Append the final answer; it is the run's output.
     APPEND_FINAL = "append_final"
-    #: Append the call and its result together (status from the report).
-    APPEND_CALL_AND_RESULT = "append_call_and_result"
     #: The reply ended the run unrecorded: keep it as ``rejected`` for review.
     REJECT_REPLY = "reject_reply"
     #: ``reason = 'max_steps'``.
@@ -215,22 +238,30 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
     {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CANCEL_REQUESTED],
      "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
     {"source": S.VALIDATING, "trigger": T.VALIDATE,
-     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.RESERVE_CALL]},
-    # -- the last checkpoint before a tool runs; the call stays counted
+     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.RESERVE_CALLS]},
+    # -- the last checkpoint before each tool runs; the calls stay counted. Once a call
+    #    of the batch has started, every call is answered, so the batch is appended.
+    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.CANCEL_REQUESTED_MID_BATCH],
+     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
     {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.CANCEL_REQUESTED],
      "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
     {"source": S.DISPATCHING, "trigger": T.START_TOOL,
-     "dest": None},
-    # -- the call and its result enter the history together
+     "dest": None, "before": [E.START_CALL]},
+    # -- a call's result is kept until the batch is done; then the calls and their
+    #    results enter the history together
+    {"source": S.DISPATCHING, "trigger": T.TOOL_RETURNED, "conditions": [G.BATCH_OPEN],
+     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.KEEP_RESULT]},
     {"source": S.DISPATCHING, "trigger": T.TOOL_RETURNED,
-     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.APPEND_CALL_AND_RESULT]},
+     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.KEEP_RESULT, E.APPEND_BATCH]},
     {"source": S.DISPATCHING, "trigger": T.TOOL_INTERRUPTED,
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.APPEND_CALL_AND_RESULT]},
+     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
     # -- interrupted between checkpoints: the run ends, nothing is half-recorded
     {"source": S.AWAITING_MODEL, "trigger": T.INTERRUPTED,
      "dest": S.CANCELLED},
     {"source": S.VALIDATING, "trigger": T.INTERRUPTED,
      "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
+    {"source": S.DISPATCHING, "trigger": T.INTERRUPTED, "conditions": [G.BATCH_UNDERWAY],
+     "dest": S.CANCELLED, "before": [E.ANSWER_REST, E.APPEND_BATCH]},
     {"source": S.DISPATCHING, "trigger": T.INTERRUPTED,
      "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
 )  # fmt: skip

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentloop._core._engine import Engine
+from agentloop._core._messages import NOT_STARTED
 from agentloop._core._table import Guard, State, Trigger
-from agentloop._core._values import AskModel, CancelToken, RecordedException, Transition
+from agentloop._core._values import AskModel, CancelToken, RecordedException, RunTool, Transition
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["Mismatch", "replay"]
 
 _INTERRUPTIONS = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
+_CANCELS = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 
 
 class Mismatch(Exception):
@@ -58,9 +60,11 @@ def replay(
             )
         event = events[index]
         where = f"$.events[{index}]"
-        if event.guard is Guard.CANCEL_REQUESTED:
-            token.cancel()  # cancellation came before this event's checkpoint
         try:
+            if engine.state is State.DISPATCHING:
+                _start_calls(engine, event, where)
+            if event.guard in _CANCELS:
+                token.cancel()  # cancellation came before this event's checkpoint
             made = _step(engine, event, events, index, result.rejected_value)
         except InvalidStateError:
             raise Mismatch(
@@ -88,6 +92,11 @@ def _step(
     """One step of the run, fed what the document says came from outside."""
     if event.trigger is Trigger.INTERRUPTED:  # between checkpoints: nothing was asked
         return _interrupt(engine, event, index)
+    if engine.state is State.DISPATCHING:  # the calls it needs were started already
+        if event.trigger is Trigger.TOOL_RETURNED:
+            return engine.returned(_outcome(event, events, index), event.call_id)
+        if event.trigger is Trigger.TOOL_INTERRUPTED:
+            return _interrupt(engine, event, index)
     need = engine.next()
     if type(need) is Transition:
         return need
@@ -97,7 +106,36 @@ def _step(
         if event.trigger is Trigger.MODEL_REPLIED:
             return engine.replied(_reply(events, index, rejected))
         return engine.raised(_exception(event, index))
-    return engine.returned(_outcome(event))
+    return engine.returned(_outcome(event, events, index))
+
+
+def _start_calls(engine: Engine, event: Transition, where: str) -> None:
+    """Hand out the calls that were running when ``event`` happened, in emission order.
+
+    Starting is no event: which calls had started shows in what the event
+    reports (the call that returned) or answers (a call cut off while it ran
+    gets ``cancelled`` with content other than ``NOT_STARTED``).
+    """
+    needed = {event.call_id} if event.trigger is Trigger.TOOL_RETURNED else set()
+    for data in event.appended_json[1:]:
+        message = orjson.loads(data)
+        if message.get("status") == "cancelled" and message.get("content") != NOT_STARTED:
+            needed.add(message.get("id"))
+    while not needed <= {*engine.running, *_answered(engine)}:
+        if not engine.unstarted:
+            raise Mismatch(where, "a call of the batch that is running", _row(event))
+        if type(engine.next()) is not RunTool:
+            raise Mismatch(where, "a call the engine starts here", _row(event))
+
+
+def _answered(engine: Engine) -> set[str | None]:
+    """The calls of the batch in hand that earlier events answered."""
+    answered = set()
+    for event in reversed(engine.events()):
+        if event.source is not State.DISPATCHING:
+            break
+        answered.add(event.call_id)
+    return answered
 
 
 def _interrupt(engine: Engine, event: Transition, index: int) -> Transition:
@@ -123,10 +161,17 @@ def _exception(event: Transition, index: int) -> RecordedException:
     return exc
 
 
-def _outcome(event: Transition) -> dict[str, Any]:
-    """The dispatcher's outcome, from the tool_result the event appended."""
-    appended = event.appended_json
-    message = orjson.loads(appended[-1]) if appended else {}
+def _outcome(event: Transition, events: tuple[Transition, ...], index: int) -> dict[str, Any]:
+    """The dispatcher's outcome, from the call's tool_result: appended by the batch's last event."""
+    message: Any = {}
+    for later in itertools.islice(events, index, None):
+        if later.appended_json:
+            for data in later.appended_json[1:]:
+                found = orjson.loads(data)
+                if type(found) is dict and found.get("id") == event.call_id:
+                    message = found
+                    break
+            break
     outcome: dict[str, Any] = {
         "status": message.get("status") if type(message) is dict else None,
         "content": message.get("content") if type(message) is dict else None,
