@@ -18,6 +18,7 @@ import pytest
 from anthropic.types import Message as AnthropicMessage
 from anthropic.types import message_create_params
 
+import agentloop
 from agentloop import Loop, ToolRegistry
 from agentloop.providers import IncompleteReply
 from agentloop.providers.anthropic import DEFAULT_MAX_TOKENS, anthropic_messages
@@ -494,3 +495,62 @@ async def test_a_401_fails_the_run(flavour: str) -> None:
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.startswith("the model raised AuthenticationError: Error code: 401")
+
+
+async def test_parallel_calls_with_text_through_the_loop(flavour: str) -> None:
+    """A batch with text runs both calls; the batch and both results are in the transcript,
+    and the next request answers both in one user turn, results first, in order."""
+    registry = tools()
+    calls = [("toolu_1", "add", {"a": 2, "b": 3}), ("toolu_2", "mul", {"a": 2, "b": 3})]
+    wire = Wire([(200, message(text="Both at once.", calls=calls)), (200, message(text="5, 6."))])
+    loop = Loop(without_usage(model_for(flavour, wire, registry)), tools=registry)
+    result = await run(loop, flavour, "2+3, 2*3?")
+    assert (result.status, result.output, result.steps, result.calls) == ("finished", "5, 6.", 2, 2)
+    assert result.transcript == [
+        {"kind": "user", "text": "2+3, 2*3?"},
+        {
+            "kind": "calls",
+            "calls": [
+                {"id": "toolu_1", "name": "add", "arguments": {"a": 2, "b": 3}},
+                {"id": "toolu_2", "name": "mul", "arguments": {"a": 2, "b": 3}},
+            ],
+            "text": "Both at once.",
+        },
+        {"kind": "tool_result", "id": "toolu_1", "name": "add", "status": "ok", "content": 5},
+        {"kind": "tool_result", "id": "toolu_2", "name": "mul", "status": "ok", "content": 6},
+        {"kind": "final", "text": "5, 6."},
+    ]
+    _, last = sent(wire, registry)
+    assert last["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": [
+                text("Both at once."),
+                tool_use("toolu_1", "add", {"a": 2, "b": 3}),
+                tool_use("toolu_2", "mul", {"a": 2, "b": 3}),
+            ],
+        },
+        {"role": "user", "content": [tool_result("toolu_1", "5"), tool_result("toolu_2", "6")]},
+    ]
+
+
+async def test_a_denied_call_in_a_batch_through_the_loop(flavour: str) -> None:
+    """One call of a batch denied by a policy: both are answered, the denial as an error."""
+    registry = ToolRegistry(
+        [add, mul],
+        policy=lambda call: agentloop.deny("no") if call["name"] == "mul" else agentloop.allow(),
+    )
+    calls = [("toolu_1", "add", {"a": 2, "b": 3}), ("toolu_2", "mul", {"a": 2, "b": 3})]
+    wire = Wire([(200, message(calls=calls)), (200, message(text="5; mul was denied."))])
+    loop = Loop(without_usage(model_for(flavour, wire, registry)), tools=registry)
+    result = await run(loop, flavour, "2+3, 2*3?")
+    assert (result.status, result.steps, result.calls) == ("finished", 2, 2)
+    assert [m.get("status") for m in result.transcript[2:4]] == ["ok", "denied"]
+    _, last = sent(wire, registry)
+    assert last["messages"][-1] == {
+        "role": "user",
+        "content": [
+            tool_result("toolu_1", "5"),
+            tool_result("toolu_2", "status: denied\nno", error=True),
+        ],
+    }

@@ -682,3 +682,72 @@ async def test_a_500_after_retries_fails_the_run(api: Api, flavour: str) -> None
     assert result.error is not None
     assert result.error.startswith("the model raised InternalServerError: Error code: 500")
     assert len(wire.requests) == 2
+
+
+async def test_parallel_calls_with_text_through_the_loop(api: Api, flavour: str) -> None:
+    """A batch with text runs both calls; the batch and both results are in the transcript,
+    and the next request answers both calls, in order, before anything else."""
+    registry = tools()
+    calls = [("call_1", "add", '{"a": 2, "b": 3}'), ("call_2", "mul", '{"a": 2, "b": 3}')]
+    wire = Wire(
+        [(200, api.answer(text="Both at once.", calls=calls)), (200, api.answer(text="5, 6."))]
+    )
+    loop = Loop(without_usage(model_for(api, flavour, wire, registry)), tools=registry)
+    result = await run(loop, flavour, "2+3, 2*3?")
+    assert (result.status, result.output, result.steps, result.calls) == ("finished", "5, 6.", 2, 2)
+    assert result.transcript == [
+        {"kind": "user", "text": "2+3, 2*3?"},
+        {
+            "kind": "calls",
+            "calls": [
+                {"id": "call_1", "name": "add", "arguments": {"a": 2, "b": 3}},
+                {"id": "call_2", "name": "mul", "arguments": {"a": 2, "b": 3}},
+            ],
+            "text": "Both at once.",
+        },
+        {"kind": "tool_result", "id": "call_1", "name": "add", "status": "ok", "content": 5},
+        {"kind": "tool_result", "id": "call_2", "name": "mul", "status": "ok", "content": 6},
+        {"kind": "final", "text": "5, 6."},
+    ]
+    _, turns = sent(api, wire, registry)
+    if api is CHAT:
+        assert [t.get("tool_call_id") for t in turns[2:]] == ["call_1", "call_2"]
+    else:
+        assert [t.get("call_id") for t in turns[4:]] == ["call_1", "call_2"]
+        assert [t["type"] for t in turns[4:]] == ["function_call_output"] * 2
+
+
+async def test_invalid_arguments_then_the_corrected_call_through_the_loop(
+    api: Api, flavour: str
+) -> None:
+    """Truncated argument JSON is an accepted, counted call answered invalid_arguments; the
+    model sees why and corrects itself; the run finishes."""
+    registry = tools()
+    wire = Wire(
+        [
+            (200, api.answer(calls=[("call_1", "add", '{"a": 2, "b":')])),
+            (200, api.answer(calls=[("call_2", "add", '{"a": 2, "b": 3}')])),
+            (200, api.answer(text="5.")),
+        ]
+    )
+    loop = Loop(without_usage(model_for(api, flavour, wire, registry)), tools=registry)
+    result = await run(loop, flavour, "2+3?")
+    assert (result.status, result.steps, result.calls) == ("finished", 3, 2)
+    assert [m["kind"] for m in result.transcript] == [
+        "user",
+        "call",
+        "tool_result",
+        "call",
+        "tool_result",
+        "final",
+    ]
+    assert result.transcript[1]["arguments"] == '{"a": 2, "b":'
+    assert result.transcript[2]["status"] == "invalid_arguments"
+    assert result.transcript[4] == {
+        "kind": "tool_result",
+        "id": "call_2",
+        "name": "add",
+        "status": "ok",
+        "content": 5,
+    }
+    sent(api, wire, registry)
