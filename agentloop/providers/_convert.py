@@ -8,7 +8,7 @@ the three formats differ only where their wire formats do.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -26,11 +26,11 @@ __all__ = [
     "assistant_turn",
     "checked_params",
     "make_model",
-    "messages",
     "parsed_arguments",
     "reply",
     "result_text",
     "tool_specs",
+    "unknown_kind",
     "usage",
 ]
 
@@ -42,15 +42,11 @@ AsyncModel = Callable[[list[Message]], Coroutine[Any, Any, Message]]
 KINDS: Final = ("system", "user", "call", "calls", "tool_result", "final")
 
 
-def messages(history: list[Message]) -> Iterator[tuple[str, Message]]:
-    """Each message with its kind; a kind no adapter knows is a ``ValueError`` naming it."""
-    for index, message in enumerate(history):
-        kind = message.get("kind")
-        if kind not in KINDS:
-            raise ValueError(
-                f"history[{index}]: expected kind to be one of {', '.join(KINDS)}; got {kind!r}"
-            )
-        yield kind, message
+def unknown_kind(index: int, kind: object) -> ValueError:
+    """The error for a message of a kind no adapter knows, naming where it is."""
+    return ValueError(
+        f"history[{index}]: expected kind to be one of {', '.join(KINDS)}; got {kind!r}"
+    )
 
 
 def assistant_turn(message: Message) -> tuple[str, list[Message]]:

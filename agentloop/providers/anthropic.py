@@ -48,10 +48,10 @@ from agentloop.providers._convert import (
     assistant_turn,
     checked_params,
     make_model,
-    messages,
     reply,
     result_text,
     tool_specs,
+    unknown_kind,
     usage,
 )
 
@@ -136,24 +136,9 @@ def messages_request(history: list[Message]) -> dict[str, Any]:
     """The history as the Messages API's ``messages``, and ``system`` if there is one."""
     system: list[str] = []
     turns: list[dict[str, Any]] = []
-
-    def turn(role: str) -> list[dict[str, Any]]:
-        if not turns or turns[-1]["role"] != role:
-            turns.append({"role": role, "content": []})
-        return turns[-1]["content"]  # type: ignore[no-any-return]
-
-    def add_text(role: str, said: str) -> None:
-        if said:
-            turn(role).append({"type": "text", "text": said})
-
-    for kind, message in messages(history):
-        if kind == "system":
-            system.append(message["text"])
-        elif kind == "user":
-            add_text("user", message["text"])
-        elif kind == "final":
-            add_text("assistant", message["text"])
-        elif kind == "tool_result":
+    for index, message in enumerate(history):  # the commonest kinds first
+        kind = message.get("kind")
+        if kind == "tool_result":
             block: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": message["id"],
@@ -161,26 +146,48 @@ def messages_request(history: list[Message]) -> dict[str, Any]:
             }
             if message["status"] != "ok":
                 block["is_error"] = True
-            content = turn("user")
-            # After the turn's other results, before any text already in it.
-            at = next((i for i, b in enumerate(content) if b["type"] != "tool_result"), None)
-            content.insert(len(content) if at is None else at, block)
+            content = _turn(turns, "user")
+            if content and content[-1]["type"] != "tool_result":
+                # Before the text already in the turn, after its other results.
+                at = next(i for i, b in enumerate(content) if b["type"] != "tool_result")
+                content.insert(at, block)
+            else:
+                content.append(block)
+        elif kind == "call" or kind == "calls":
+            text, calls = assistant_turn(message)
+            content = _turn(turns, "assistant")
+            if text:
+                content.append({"type": "text", "text": text})
+            for call in calls:
+                arguments = call["arguments"]
+                content.append(
+                    {
+                        "type": "tool_use",
+                        "id": call["id"],
+                        "name": call["name"],
+                        "input": arguments if isinstance(arguments, dict) else {},
+                    }
+                )
+        elif kind == "system":
+            system.append(message["text"])
+        elif kind == "user" or kind == "final":
+            if message["text"]:
+                _turn(turns, "user" if kind == "user" else "assistant").append(
+                    {"type": "text", "text": message["text"]}
+                )
         else:
-            said, calls = assistant_turn(message)
-            add_text("assistant", said)
-            turn("assistant").extend(
-                {
-                    "type": "tool_use",
-                    "id": call["id"],
-                    "name": call["name"],
-                    "input": call["arguments"] if isinstance(call["arguments"], dict) else {},
-                }
-                for call in calls
-            )
+            raise unknown_kind(index, kind)
     out: dict[str, Any] = {"messages": turns}
     if system:
         out["system"] = "\n\n".join(system)
     return out
+
+
+def _turn(turns: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    """The content of the last turn if it is ``role``'s, else of a new one (roles alternate)."""
+    if not turns or turns[-1]["role"] != role:
+        turns.append({"role": role, "content": []})
+    return turns[-1]["content"]  # type: ignore[no-any-return]
 
 
 def messages_reply(message: AnthropicMessage) -> Message:

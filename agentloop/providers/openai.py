@@ -42,11 +42,11 @@ from agentloop.providers._convert import (
     assistant_turn,
     checked_params,
     make_model,
-    messages,
     parsed_arguments,
     reply,
     result_text,
     tool_specs,
+    unknown_kind,
     usage,
 )
 
@@ -160,16 +160,13 @@ def openai_responses(
 def chat_messages(history: list[Message]) -> list[dict[str, Any]]:
     """The history as Chat Completions ``messages``."""
     out: list[dict[str, Any]] = []
-    for kind, message in messages(history):
-        if kind in ("system", "user"):
-            out.append({"role": kind, "content": message["text"]})
-        elif kind == "final":
-            out.append({"role": "assistant", "content": message["text"]})
-        elif kind == "tool_result":
+    for index, message in enumerate(history):  # the commonest kinds first
+        kind = message.get("kind")
+        if kind == "tool_result":
             out.append(
                 {"role": "tool", "tool_call_id": message["id"], "content": result_text(message)}
             )
-        else:
+        elif kind == "call" or kind == "calls":
             text, calls = assistant_turn(message)
             turn: dict[str, Any] = {"role": "assistant"}
             if text:
@@ -186,6 +183,12 @@ def chat_messages(history: list[Message]) -> list[dict[str, Any]]:
                 for call in calls
             ]
             out.append(turn)
+        elif kind == "user" or kind == "system":
+            out.append({"role": kind, "content": message["text"]})
+        elif kind == "final":
+            out.append({"role": "assistant", "content": message["text"]})
+        else:
+            raise unknown_kind(index, kind)
     return out
 
 
@@ -225,12 +228,9 @@ def chat_reply(completion: ChatCompletion) -> Message:
 def responses_input(history: list[Message]) -> list[dict[str, Any]]:
     """The history as Responses API ``input`` items."""
     out: list[dict[str, Any]] = []
-    for kind, message in messages(history):
-        if kind in ("system", "user"):
-            out.append({"role": kind, "content": message["text"]})
-        elif kind == "final":
-            out.append({"role": "assistant", "content": message["text"]})
-        elif kind == "tool_result":
+    for index, message in enumerate(history):  # the commonest kinds first
+        kind = message.get("kind")
+        if kind == "tool_result":
             out.append(
                 {
                     "type": "function_call_output",
@@ -238,19 +238,25 @@ def responses_input(history: list[Message]) -> list[dict[str, Any]]:
                     "output": result_text(message),
                 }
             )
-        else:
+        elif kind == "call" or kind == "calls":
             text, calls = assistant_turn(message)
             if text:
                 out.append({"role": "assistant", "content": text})
-            out.extend(
-                {
-                    "type": "function_call",
-                    "call_id": call["id"],
-                    "name": call["name"],
-                    "arguments": arguments_text(call["arguments"]),
-                }
-                for call in calls
-            )
+            for call in calls:
+                out.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call["id"],
+                        "name": call["name"],
+                        "arguments": arguments_text(call["arguments"]),
+                    }
+                )
+        elif kind == "user" or kind == "system":
+            out.append({"role": kind, "content": message["text"]})
+        elif kind == "final":
+            out.append({"role": "assistant", "content": message["text"]})
+        else:
+            raise unknown_kind(index, kind)
     return out
 
 
