@@ -163,6 +163,7 @@ class AsyncRun(RunView):
             argument: Any
             report: Callable[[object], Transition]
             transition: Transition
+            need: AskModel | RunTool | Transition
             if self._max_concurrency > 1 and engine.state is State.DISPATCHING:
                 need = await self._batch_step()
             else:
@@ -236,12 +237,12 @@ class AsyncRun(RunView):
         task = tasks.pop(call_id)
         if task.cancelled():  # the tool cancelled itself: an interruption, as when awaited
             raise asyncio.CancelledError(f"the tool of call {call_id!r} was cancelled")
-        exc = task.exception()
-        if exc is None:
+        error = task.exception()
+        if error is None:
             return engine.returned(task.result(), call_id)
-        if isinstance(exc, Exception):
-            return engine.raised(exc, call_id)
-        raise exc  # KeyboardInterrupt and the like end the run
+        if isinstance(error, Exception):
+            return engine.raised(error, call_id)
+        raise error  # KeyboardInterrupt and the like end the run
 
     def _drop_tasks(self) -> None:
         """Cancel every running call's task: the engine has answered them ``cancelled``."""

@@ -38,6 +38,7 @@ except ImportError as exc:
 
 import attrs
 
+from agentloop._core._json import exception_content
 from agentloop._core._table import TERMINAL, State, Trigger
 from agentloop._core._values import RecordedException
 
@@ -304,11 +305,17 @@ class OtelListener:
 
 
 def _result_message(transition: Transition) -> str:
-    """``Type: message`` from an ``error`` result's content, as the model was told."""
+    """``Type: message`` from an ``error`` result's content, as the model was told.
+
+    Mid-batch, the result is not appended yet: the exception behind it says the same.
+    """
     for message in transition.appended:
-        if message.get("kind") == "tool_result":
+        if message.get("kind") == "tool_result" and message.get("id") == transition.call_id:
             content = message.get("content")
             if isinstance(content, dict):
                 return f"{content.get('type')}: {content.get('message')}"
             return str(content)
+    if transition.exception is not None:
+        content = exception_content(transition.exception)
+        return f"{content['type']}: {content['message']}"
     return "the tool failed"

@@ -7,6 +7,9 @@ counters, transcript and handler effects together.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import random
 from typing import Any
 
 import pytest
@@ -15,10 +18,12 @@ import agentloop
 from agentloop import CancelToken, Engine, InvalidStateError, Loop, RunTool
 
 from .helpers import Driver, Recorder, Script, call, final, kinds
+from .test_properties import check_paired
 
 A, V, D = "awaiting_model", "validating", "dispatching"
 NOT_STARTED = "never started: the run was cancelled before this call could run"
 SIZES = pytest.mark.parametrize("n", [1, 2, 5])
+FUZZ = int(os.environ.get("AGENTLOOP_FUZZ", "1"))
 
 
 def element(call_id: str, name: str = "add", **arguments: Any) -> dict[str, Any]:
@@ -158,7 +163,7 @@ def test_cancellation_from_a_tool_in_the_middle_of_a_batch(driver: Driver, n: in
     assert result.status == "cancelled"
     assert (result.steps, result.calls) == (1, n)
     assert ran == list(range(1, middle + 1))  # nothing ran after the cancel was seen
-    expected = [(f"c{i}", "ok", i) for i in range(1, middle + 1)]
+    expected: list[tuple[str, str, object]] = [(f"c{i}", "ok", i) for i in range(1, middle + 1)]
     expected += [(f"c{i}", "cancelled", NOT_STARTED) for i in range(middle + 1, n + 1)]
     assert results_of(result.transcript) == expected
     assert kinds(result.transcript)[:2] == ["user", "calls"]
@@ -241,7 +246,7 @@ def test_one_malformed_element(driver: Driver, n: int) -> None:
     ],
 )
 def test_malformed_batches_say_what_is_wrong(reply: dict[str, Any], problem: str) -> None:
-    """Strict shape: the list is non-empty, and the reply and each element have exactly their keys."""
+    """Strict shape: a non-empty list; the reply and each element have exactly their keys."""
     result = Loop(Script([reply]), tools={"add": Recorder()}).run("go")
 
     assert (result.status, result.error) == ("malformed", f"malformed reply: {problem}")
@@ -339,7 +344,7 @@ def test_an_interrupt_between_calls_answers_every_call() -> None:
 
 def test_batches_in_the_input_history() -> None:
     """Input 'calls' messages are checked, answered, and their ids reserved."""
-    history = [
+    history: list[dict[str, Any]] = [
         {"kind": "user", "text": "hi"},
         {"kind": "calls", "calls": [element("old1"), element("old2")], "text": "two"},
         {"kind": "tool_result", "id": "old1", "name": "add", "status": "ok", "content": 0},
@@ -381,7 +386,8 @@ def test_the_engine_protocol_for_batches() -> None:
     assert (engine.state, engine.unstarted, engine.running) == (D, 3, ())
     first = engine.next()
     second = engine.next()  # a driver may run calls of a batch at once
-    assert isinstance(first, RunTool) and isinstance(second, RunTool)
+    assert isinstance(first, RunTool)
+    assert isinstance(second, RunTool)
     assert (first.call["id"], second.call["id"], engine.running, engine.unstarted) == (
         "c1",
         "c2",
@@ -522,3 +528,55 @@ async def test_a_batch_of_ten_sleeping_calls_overlaps() -> None:
     assert result.status == "finished"
     assert clock.most == 10
     assert [what for what, _ in clock.log[:10]] == ["start"] * 10
+
+
+async def test_cancelling_concurrent_batches_at_random_points_answers_every_call() -> None:
+    """Thousands of runs, the task cancelled at a random await: no call is ever unanswered."""
+    rng = random.Random(20261130)
+    outcomes: set[str] = set()
+    for _ in range(2000 * FUZZ):
+        n = rng.randint(1, 6)
+        delays = [rng.randint(0, 4) for _ in range(n)]
+        done: list[int] = []
+
+        async def add(a: int, b: int, delays: list[int] = delays, done: list[int] = done) -> int:
+            for _ in range(delays[a - 1]):
+                await asyncio.sleep(0)
+            done.append(a)
+            return a
+
+        model = Script([batch(n), final()])
+        run = Loop(model, tools={"add": add}, max_calls=n, max_concurrency=4).astart("go")
+
+        async def drive(run: agentloop.AsyncRun = run) -> None:
+            async for _ in run:
+                pass
+
+        task = asyncio.ensure_future(drive())
+        for _ in range(rng.randint(0, 14)):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        finished = len(done)
+        for _ in range(6):  # a dropped call's task never finishes later
+            await asyncio.sleep(0)
+        assert len(done) == finished
+        if not run.done:  # cancelled before the task ever ran: nothing happened
+            assert (run.state, run.steps, run.transcript) == (
+                A,
+                0,
+                [{"kind": "user", "text": "go"}],
+            )
+            outcomes.add("never started")
+            continue
+        result = run.result()
+        outcomes.add(result.status)
+        transcript = result.transcript
+        check_paired(transcript)
+        answered = results_of(transcript)
+        if answered:  # the whole batch, in emission order; each finished call kept its result
+            assert [call_id for call_id, _, _ in answered] == [f"c{i}" for i in range(1, n + 1)]
+            assert {int(i[1:]) for i, status, _ in answered if status == "ok"} <= set(done)
+        assert result.status in {"finished", "cancelled"}
+    assert outcomes == {"never started", "finished", "cancelled"}

@@ -23,6 +23,7 @@ from agentloop.testing import (
     AsyncScriptedModel,
     ScriptedModel,
     assert_contract,
+    batch,
     call,
     cancel,
     final,
@@ -265,6 +266,24 @@ def test_a_tool_that_raises_is_an_error_span(otel: Exported) -> None:
     assert attrs_of(tool)["agentloop.result_status"] == "error"
     assert [e.name for e in tool.events] == ["exception"]
     assert run.status.status_code is StatusCode.UNSET
+
+
+@both
+def test_a_batch_gives_one_tool_span_per_call(otel: Exported, driver: str) -> None:
+    """Three calls in one reply: three tool spans under the run, the failing one an error."""
+    reply = batch(
+        call("c1", "add", a=1, b=2), call("c2", "boom", text="y"), call("c3", "add", a=0, b=0)
+    )
+    result = run_both(otel, [reply, final("ok")], driver=driver)
+    assert result.status == "finished"
+    spans = otel.spans()
+    tools = [span for span in spans if span.name.startswith("execute_tool")]
+    assert [attrs_of(span)["gen_ai.tool.call.id"] for span in tools] == ["c1", "c2", "c3"]
+    assert [attrs_of(span)["agentloop.result_status"] for span in tools] == ["ok", "error", "ok"]
+    assert tools[1].status.description == "ValueError: bad y"  # before the batch is appended
+    assert {parent for name, parent in tree(spans) if name.startswith("execute_tool")} == {
+        "invoke_agent"
+    }
 
 
 def test_refusals_are_recorded_but_not_errors(otel: Exported) -> None:

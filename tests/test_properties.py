@@ -29,18 +29,25 @@ IDS = st.sampled_from(["c1", "c2", "c3", "c4", "c5", "c6"])  # few ids, so repea
 ARGS = st.fixed_dictionaries(
     {}, optional={"a": st.integers(-5, 5) | st.text(max_size=2), "b": st.integers(0, 3)}
 )
+TOOL_NAMES = st.sampled_from(["add", "add", "boom", "missing", "stop"])
 CALLS = st.builds(
     lambda i, n, a: {"kind": "call", "id": i, "name": n, "arguments": a},
     IDS,
-    st.sampled_from(["add", "boom", "missing"]),
+    TOOL_NAMES,
     ARGS,
+)
+ELEMENTS = st.builds(lambda i, n, a: {"id": i, "name": n, "arguments": a}, IDS, TOOL_NAMES, ARGS)
+BATCHES = st.builds(
+    lambda calls, text: {"kind": "calls", "calls": calls, **text},
+    st.lists(ELEMENTS, min_size=1, max_size=5),
+    st.fixed_dictionaries({}, optional={"text": st.text(max_size=3)}),
 )
 FINALS = st.builds(lambda t: {"kind": "final", "text": t}, st.text(max_size=5))
 GARBAGE: st.SearchStrategy[object] = st.sampled_from(
     [None, "text", {"kind": "call"}, {"kind": "final", "text": 1}, []]
 )
 ERRORS = st.builds(ValueError, st.text(max_size=5))
-REPLIES = st.one_of(CALLS, CALLS, CALLS, FINALS, GARBAGE, ERRORS)
+REPLIES = st.one_of(CALLS, CALLS, BATCHES, BATCHES, FINALS, GARBAGE, ERRORS)
 
 
 @attrs.define
@@ -71,7 +78,13 @@ class World:
             self.handler_runs.append(("boom", self.token.cancelled))
             raise RuntimeError("boom")
 
-        return {"add": add, "boom": boom}
+        def stop(**kwargs: Any) -> str:
+            """Cancel the run from inside a tool (a batch's later calls must not run)."""
+            self.handler_runs.append(("stop", self.token.cancelled))
+            self.token.cancel()
+            return "stopped"
+
+        return {"add": add, "boom": boom, "stop": stop}
 
 
 worlds = st.builds(
@@ -91,16 +104,14 @@ def check_invariants(
     assert result.steps <= max_steps
     assert result.calls <= max_calls
     assert result.steps == world.invocations
-    # Every call is immediately followed by its result.
-    for index, message in enumerate(transcript):
-        if message["kind"] == "call":
-            following = transcript[index + 1]
-            assert following["kind"] == "tool_result"
-            assert (following["id"], following["name"]) == (message["id"], message["name"])
+    check_paired(transcript)
     # No call id appears twice; no handler ran after cancellation was requested.
-    ids = [m["id"] for m in transcript if m["kind"] == "call"]
+    ids = [call["id"] for m in transcript for call in calls_of(m)]
     assert len(ids) == len(set(ids))
     assert not any(cancelled for _, cancelled in world.handler_runs)
+    # Every handler that ran has its result in the transcript (a batch cut short keeps them).
+    ran = [m for m in transcript if m["kind"] == "tool_result" and m["status"] in {"ok", "error"}]
+    assert len(ran) == len(world.handler_runs)
     # The ledger: counters are monotone and end at the result's; the transcript is
     # the input plus every transition's appended messages.
     assert [e.steps for e in result.events] == sorted(e.steps for e in result.events)
@@ -111,8 +122,10 @@ def check_invariants(
     for event in result.events:
         rebuilt.extend(event.appended)
     assert rebuilt == transcript
-    # Each accepted call is one dispatching entry; only terminal at the end.
-    assert result.calls == sum(e.dest == State.DISPATCHING for e in result.events)
+    # Every accepted call was answered in the transcript, or dropped whole, with its batch,
+    # by a cancellation before the batch's first call started; only terminal at the end.
+    dropped = result.events[-1].source == State.DISPATCHING and not result.events[-1].appended_json
+    assert result.calls == len(ids) + (len(calls_of(result.rejected)) if dropped else 0)
     assert [e.dest in agentloop.TERMINAL for e in result.events] == [False] * (
         len(result.events) - 1
     ) + [True]
@@ -120,6 +133,25 @@ def check_invariants(
     assert (result.output is not None) == (result.status == "finished")
     assert (result.reason is not None) == (result.status == "exhausted")
     assert (result.error is not None) == (result.status in {"failed", "malformed", "repeated_call"})
+
+
+def calls_of(message: Any) -> list[Message]:
+    """The calls a call or calls message makes, in order."""
+    if type(message) is not dict:
+        return []
+    if message.get("kind") == "call":
+        return [message]
+    return list(message["calls"]) if message.get("kind") == "calls" else []
+
+
+def check_paired(transcript: list[Message]) -> None:
+    """Every call (alone or in a batch) is followed at once by its results, in emission order."""
+    for index, message in enumerate(transcript):
+        calls = calls_of(message)
+        following = transcript[index + 1 : index + 1 + len(calls)]
+        assert [(m["kind"], m["id"], m["name"]) for m in following] == [
+            ("tool_result", c["id"], c["name"]) for c in calls
+        ]
 
 
 @pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
@@ -132,10 +164,11 @@ def test_random_runs_keep_the_contract(
     max_steps, max_calls = budget
     loop = Loop(world.model, tools=world.tools(), max_steps=max_steps, max_calls=max_calls)
     run = driver.start(loop, "go", cancel=world.token)
-    for _ in range(4 * max_steps + 2):  # each model step is at most 3 transitions, then 1
+    for _ in range(8 * max_steps + 2):  # a step is at most 2 + 5 transitions, then 1
         if run.done:
             break
         run.step()
+        check_paired(run.transcript)  # after every step
     assert run.done
     result = run.result()
     check_invariants(result, world, max_steps, max_calls)
@@ -299,10 +332,7 @@ class SteppedRun(RuleBasedStateMachine):
             return
         assert self.run.steps <= self.budget[0]
         assert self.run.calls <= self.budget[1]
-        transcript = self.run.transcript
-        for index, message in enumerate(transcript):
-            if message["kind"] == "call":
-                assert transcript[index + 1]["kind"] == "tool_result"
+        check_paired(self.run.transcript)
         assert not any(cancelled for _, cancelled in self.world.handler_runs)
         if self.run.done:
             check_invariants(self.run.result(), self.world, *self.budget)

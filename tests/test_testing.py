@@ -29,6 +29,7 @@ from agentloop.testing import (
     assert_paired,
     assert_transcript_is_input_plus_appended,
     assert_within_budget,
+    batch,
     call,
     cancel,
     final,
@@ -305,6 +306,47 @@ def good() -> RunResult:
     return result
 
 
+def test_batch_builds_a_calls_reply_and_the_assertions_take_batches() -> None:
+    """batch(call(...), ...) is a 'calls' reply; a run of batches passes every assertion."""
+    two = batch(call("c1", "add", a=1, b=2), call("c2", "add", a=3, b=4), text="both")
+    assert two == {
+        "kind": "calls",
+        "calls": [
+            {"id": "c1", "name": "add", "arguments": {"a": 1, "b": 2}},
+            {"id": "c2", "name": "add", "arguments": {"a": 3, "b": 4}},
+        ],
+        "text": "both",
+    }
+    assert "text" not in batch(call("c1", "add"))
+    with pytest.raises(TypeError, match="batch\\(\\) takes replies made by call\\(\\); argument 1"):
+        batch(call("c1", "add"), final("x"))
+
+    result = Loop(ScriptedModel([two, final("10")]), tools=TOOLS, max_calls=2).run("hi")
+    assert (result.status, result.calls) == ("finished", 2)
+    assert_contract(result, "hi")
+    # Results swapped within the batch's transition: the pairing check sees it.
+    closing = next(i for i, e in enumerate(result.events) if len(e.appended_json) == 3)
+    event = result.events[closing]
+    swapped = (event.appended_json[0], event.appended_json[2], event.appended_json[1])
+    broken = with_event(result, closing, appended_json=swapped)
+    assert violation(
+        assert_paired,
+        broken._replace(
+            transcript_json=orjson.dumps(
+                [
+                    {"kind": "user", "text": "hi"},
+                    *[orjson.loads(m) for m in swapped],
+                    result.transcript[-1],
+                ]
+            )
+        ),
+    ) == (
+        f"events[{closing}] (dispatching -> awaiting_model on tool_returned).appended[0]: "
+        "expected call 'c1' to be appended together with its tool_result, got a tool_result "
+        "with id 'c2'"
+    )
+
+
 def with_transcript(result: RunResult, transcript: list[dict[str, Any]]) -> RunResult:
     return result._replace(transcript_json=orjson.dumps(transcript))
 
@@ -393,11 +435,15 @@ def test_assert_within_budget_finds_a_ledger_that_does_not_add_up(good: RunResul
     """A counter that jumps, one that goes down, and a result that is not its last event."""
     assert violation(assert_within_budget, with_event(good, 0, steps=2)) == (
         "events[0] (awaiting_model -> validating on model_replied): expected steps to stay "
-        "at 0 or grow by one (one step a transition at most), got steps=2"
+        "at 0 or grow by one (one model call a transition at most), got steps=2"
     )
     assert violation(assert_within_budget, with_event(good, 2, calls=0)) == (
         "events[2] (dispatching -> awaiting_model on tool_returned): expected calls to stay "
-        "at 1 or grow by one (one call a transition at most), got calls=0"
+        "at 1 (calls grow only when validate accepts a batch), got calls=0"
+    )
+    assert violation(assert_within_budget, with_event(good, 2, calls=2)) == (
+        "events[2] (dispatching -> awaiting_model on tool_returned): expected calls to stay "
+        "at 1 (calls grow only when validate accepts a batch), got calls=2"
     )
     assert violation(assert_within_budget, good._replace(steps=1)) == (
         "the run: expected its counters to be its last event's (steps=2, calls=1), "
@@ -592,12 +638,17 @@ def test_scripts_reach_every_ending() -> None:
 
 
 def test_scripts_number_call_ids_and_repeat_only_when_asked() -> None:
-    """call-1, call-2, ... in order; with repeats=False no id comes twice."""
+    """call-1, call-2, ... in order, alone or in batches; with repeats=False no id comes twice."""
 
     @PROPERTY
     @given(als.scripts(TOOLS, repeats=False))
     def check(script: list[object]) -> None:
-        ids = [r["id"] for r in script if isinstance(r, dict) and r.get("kind") == "call"]
+        ids = [
+            made["id"]
+            for r in script
+            if isinstance(r, dict)
+            for made in ([r] if r.get("kind") == "call" else r.get("calls", []))
+        ]
         assert ids == [f"call-{n}" for n in range(1, len(ids) + 1)]
 
     check()

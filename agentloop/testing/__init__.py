@@ -1,7 +1,7 @@
 """agentloop.testing: a scripted model and the contract's invariants as assertions.
 
 ``ScriptedModel`` (and ``AsyncScriptedModel`` for the asyncio driver) replays
-a script of replies; ``call``, ``final`` and ``cancel`` build its entries. The
+a script of replies; ``call``, ``batch``, ``final`` and ``cancel`` build its entries. The
 ``assert_*`` functions check a ``RunResult`` (or a ``Run``/``AsyncRun``)
 against the contract and fail with ``ContractViolation``, an
 ``AssertionError`` that says where, what was expected and what was found.
@@ -36,12 +36,14 @@ __all__ = [
     "assert_paired",
     "assert_transcript_is_input_plus_appended",
     "assert_within_budget",
+    "batch",
     "call",
     "cancel",
     "final",
 ]
 
 Message = dict[str, Any]
+_ACCEPT: Final = (State.VALIDATING, State.DISPATCHING)
 
 # -- building replies -----------------------------------------------------------
 
@@ -53,6 +55,25 @@ def call(call_id: str, name: str, /, **arguments: Any) -> Message:
     called ``id`` or ``name``: ``call('c1', 'greet', name='Ada')``.
     """
     return {"kind": "call", "id": call_id, "name": name, "arguments": arguments}
+
+
+def batch(*calls: Message, text: str | None = None) -> Message:
+    """A batch reply: ``{'kind': 'calls', 'calls': [...], 'text': text}`` from ``call(...)`` s.
+
+    ``batch(call('c1', 'add', a=1), call('c2', 'add', a=2), text='both')``;
+    ``text`` (the model's commentary beside the calls) is left out when None.
+    """
+    elements = []
+    for index, made in enumerate(calls):
+        if not (isinstance(made, dict) and made.get("kind") == "call"):
+            raise TypeError(
+                f"batch() takes replies made by call(); argument {index} is {made!r:.80}"
+            )
+        elements.append({key: made[key] for key in ("id", "name", "arguments") if key in made})
+    reply: Message = {"kind": "calls", "calls": elements}
+    if text is not None:
+        reply["text"] = text
+    return reply
 
 
 def final(text: str) -> Message:
@@ -244,12 +265,13 @@ def _event(index: int, event: Transition) -> str:
 def assert_paired(run: RunLike) -> None:
     """Every call in the transcript is answered by its tool_result, and appended with it.
 
-    In the transcript: call ids are unique; each ``tool_result`` answers an
-    earlier unanswered call with the same id and tool name; no call is still
-    unanswered at a ``final`` or at the end. (The input may hold several calls
-    before their results, as parallel tool calls do.) In the events: a
-    transition that appends a call appends its ``tool_result`` right after it,
-    so no call ever enters the history alone.
+    In the transcript: call ids are unique (across ``call`` and ``calls``
+    messages); each ``tool_result`` answers an earlier unanswered call with the
+    same id and tool name; no call is still unanswered at a ``final`` or at the
+    end. (The input may hold several calls before their results, as parallel
+    tool calls do.) In the events: a transition that appends a call or a batch
+    appends their ``tool_result`` s right after it, in emission order, so no
+    call ever enters the history alone.
     """
     record = _record(run)
     unanswered: dict[object, tuple[int, object]] = {}
@@ -258,15 +280,17 @@ def assert_paired(run: RunLike) -> None:
         where = f"transcript[{index}]"
         kind = message.get("kind") if isinstance(message, dict) else None
         call_id = message.get("id") if isinstance(message, dict) else None
-        if kind == "call":
-            if call_id in first_seen:
-                raise ContractViolation(
-                    where,
-                    "each call id once",
-                    f"call id {call_id!r} again (first at transcript[{first_seen[call_id]}])",
-                )
-            first_seen[call_id] = index
-            unanswered[call_id] = (index, message.get("name"))
+        if kind in ("call", "calls"):
+            for made in _calls_in(message):
+                call_id = made.get("id")
+                if call_id in first_seen:
+                    raise ContractViolation(
+                        where,
+                        "each call id once",
+                        f"call id {call_id!r} again (first at transcript[{first_seen[call_id]}])",
+                    )
+                first_seen[call_id] = index
+                unanswered[call_id] = (index, made.get("name"))
         elif kind == "tool_result":
             if call_id not in unanswered:
                 why = "already answered" if call_id in first_seen else "no call has that id"
@@ -300,28 +324,42 @@ def assert_paired(run: RunLike) -> None:
     for index, event in enumerate(record.events):
         appended = event.appended
         for at, message in enumerate(appended):
-            if not (isinstance(message, dict) and message.get("kind") == "call"):
-                continue
-            after = appended[at + 1] if at + 1 < len(appended) else None
-            if not (
-                isinstance(after, dict)
-                and after.get("kind") == "tool_result"
-                and after.get("id") == message.get("id")
-            ):
-                found = "nothing after it" if after is None else _describe(after)
-                raise ContractViolation(
-                    f"{_event(index, event)}.appended[{at}]",
-                    f"call {message.get('id')!r} to be appended together with its tool_result",
-                    found,
-                )
+            for offset, made in enumerate(_calls_in(message), start=1):
+                after = appended[at + offset] if at + offset < len(appended) else None
+                if not (
+                    isinstance(after, dict)
+                    and after.get("kind") == "tool_result"
+                    and after.get("id") == made.get("id")
+                ):
+                    found = "nothing after it" if after is None else _describe(after)
+                    order = (
+                        " (after the results of its batch's earlier calls)" if offset > 1 else ""
+                    )
+                    raise ContractViolation(
+                        f"{_event(index, event)}.appended[{at}]",
+                        f"call {made.get('id')!r} to be appended together with its "
+                        f"tool_result{order}",
+                        found,
+                    )
+
+
+def _calls_in(message: object) -> list[dict[str, Any]]:
+    """The calls a ``call`` or ``calls`` message makes, in emission order (else none)."""
+    if not isinstance(message, dict):
+        return []
+    if message.get("kind") == "call":
+        return [message]
+    calls = message.get("calls") if message.get("kind") == "calls" else None
+    return [made for made in calls if isinstance(made, dict)] if isinstance(calls, list) else []
 
 
 def assert_within_budget(run: RunLike) -> None:
     """``steps <= max_steps`` and ``calls <= max_calls``, at the end and after every event.
 
     Also what makes the events a ledger: the counters never go down, each
-    transition adds at most one step (one model call) and one call, and the
-    run's counters are its last event's.
+    transition adds at most one step (one model call), calls grow only when
+    ``validate`` accepts a batch (by its size), and the run's counters are its
+    last event's.
     """
     record = _record(run)
     budget = record.budget
@@ -337,11 +375,18 @@ def assert_within_budget(run: RunLike) -> None:
             value = getattr(event, name)
             if value > limit:
                 raise ContractViolation(where, f"{name} <= max_{name}={limit}", f"{name}={value}")
-            if not before[name] <= value <= before[name] + 1:
+            # A step is one model call; calls grow only when a batch is accepted, by its size.
+            accepts = name == "calls" and (event.source, event.dest) == _ACCEPT
+            most = value if accepts else before[name] + (name == "steps")
+            if not before[name] <= value <= most:
                 raise ContractViolation(
                     where,
-                    f"{name} to stay at {before[name]} or grow by one (one {name[:-1]} "
-                    "a transition at most)",
+                    f"{name} to stay at {before[name]}"
+                    + (
+                        " or grow by one (one model call a transition at most)"
+                        if name == "steps"
+                        else " (calls grow only when validate accepts a batch)"
+                    ),
                     f"{name}={value}",
                 )
             before[name] = value

@@ -38,7 +38,7 @@ except ImportError as exc:  # pragma: no cover - exercised with hypothesis hidde
     ) from exc
 
 from agentloop._tools._registry import Tool, ToolRegistry
-from agentloop.testing import call, final
+from agentloop.testing import batch, call, final
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -802,10 +802,12 @@ def scripts(
     repeats: bool = True,
     malformed: bool = False,
     exceptions: bool = False,
+    batches: bool = True,
 ) -> SearchStrategy[list[object]]:
     """Scripts for ``ScriptedModel``: up to ``max_size`` replies, the last a final.
 
-    Before the final: valid, invalid and unknown calls (and, if asked,
+    Before the final: valid, invalid and unknown calls, alone and, with
+    ``batches``, two to four in one ``calls`` reply (and, if asked,
     ``malformed`` replies and ``exceptions``, a ``RuntimeError`` for the model
     to raise: the run ends ``failed``). Calls get the ids ``call-1``,
     ``call-2``, ... in order; with ``repeats``, a call now and then reuses an
@@ -814,7 +816,16 @@ def scripts(
     """
     if type(max_size) is not int or max_size < 1:
         raise ValueError(f"expected max_size to be an int >= 1, got {max_size!r}")
-    calls = [option.map(_numbered) for option in _misbehaving(registry, malformed=False)]
+    one = st.one_of(_misbehaving(registry, malformed=False))
+    calls = [one.map(_numbered)]
+    if batches:
+        calls.append(
+            st.builds(
+                lambda made, text: _numbered(batch(*made, text=text)),
+                st.lists(one, min_size=2, max_size=4),
+                st.none() | _text(),
+            )
+        )
     others: list[SearchStrategy[object]] = []
     if malformed:
         others.append(malformed_replies())
@@ -832,6 +843,16 @@ def _as_is(reply: object) -> tuple[bool, object]:
     return False, reply
 
 
+def _renamed(draw: DrawFn, made: Message, used: list[str], repeats: bool) -> Message:
+    """``made`` with the next id ``call-N``, or now and then (``repeats``) an earlier one."""
+    if repeats and used and draw(st.integers(0, 7)) == 0:
+        call_id = draw(st.sampled_from(used))
+    else:
+        call_id = f"call-{len(used) + 1}"
+        used.append(call_id)
+    return {**made, "id": call_id}
+
+
 @st.composite
 def _scripts(
     draw: DrawFn, entry: SearchStrategy[tuple[bool, object]], size: int, repeats: bool
@@ -841,12 +862,11 @@ def _scripts(
     for numbered, reply in draw(st.lists(entry, max_size=size)):
         if numbered:
             assert isinstance(reply, dict)
-            if repeats and used and draw(st.integers(0, 7)) == 0:
-                call_id = draw(st.sampled_from(used))
+            if reply["kind"] == "calls":
+                made = [_renamed(draw, element, used, repeats) for element in reply["calls"]]
+                reply = {**reply, "calls": made}
             else:
-                call_id = f"call-{len(used) + 1}"
-                used.append(call_id)
-            reply = {**reply, "id": call_id}
+                reply = _renamed(draw, reply, used, repeats)
         out.append(reply)
     out.append(draw(finals()))
     return out
