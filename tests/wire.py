@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import httpx2
 
+from agentloop.testing import assert_contract
+
 if TYPE_CHECKING:
     import pydantic
 
@@ -100,8 +102,10 @@ async def ask(model: Callable[[list[Message]], Any], history: list[Message]) -> 
 
 
 async def run(loop: agentloop.Loop, flavour: str, messages: Any) -> agentloop.RunResult:
-    """``loop.run`` or ``await loop.arun``, by flavour."""
-    return loop.run(messages) if flavour == "sync" else await loop.arun(messages)
+    """``loop.run`` or ``await loop.arun``, by flavour; the result keeps the contract."""
+    result = loop.run(messages) if flavour == "sync" else await loop.arun(messages)
+    assert_contract(result, messages)
+    return result
 
 
 def without_usage(model: Any) -> Any:
