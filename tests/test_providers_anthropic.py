@@ -554,3 +554,10 @@ async def test_a_denied_call_in_a_batch_through_the_loop(flavour: str) -> None:
             tool_result("toolu_2", "status: denied\nno", error=True),
         ],
     }
+
+
+def test_the_public_names_are_documented() -> None:
+    import agentloop.providers.anthropic
+
+    assert inspect.getdoc(agentloop.providers.anthropic.anthropic_messages)
+    assert agentloop.providers.anthropic.__all__ == ["DEFAULT_MAX_TOKENS", "anthropic_messages"]

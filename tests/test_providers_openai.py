@@ -751,3 +751,14 @@ async def test_invalid_arguments_then_the_corrected_call_through_the_loop(
         "content": 5,
     }
     sent(api, wire, registry)
+
+
+def test_the_public_names_are_documented() -> None:
+    """What ``agentloop.providers`` and its OpenAI module export exists and has a docstring."""
+    import agentloop.providers
+    import agentloop.providers.openai
+
+    for module in (agentloop.providers, agentloop.providers.openai):
+        for name in module.__all__:
+            assert inspect.getdoc(getattr(module, name)), name
+    assert issubclass(IncompleteReply, agentloop.AgentloopError)

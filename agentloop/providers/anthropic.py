@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
     from agentloop._tools._registry import ToolRegistry
 
-__all__ = ["DEFAULT_MAX_TOKENS", "anthropic_messages", "messages_reply", "messages_request"]
+__all__ = ["DEFAULT_MAX_TOKENS", "anthropic_messages"]
 
 #: The output limit when none is given: one that every Claude model accepts.
 DEFAULT_MAX_TOKENS = 4096
@@ -126,13 +126,13 @@ def anthropic_messages(
     specs = tool_specs(tools, "anthropic")
 
     def request(history: list[Message]) -> dict[str, Any]:
-        body = {"model": model, "max_tokens": max_tokens, **messages_request(history)}
+        body = {"model": model, "max_tokens": max_tokens, **_messages_request(history)}
         return {**body, **specs(), **params}
 
-    return make_model(client.messages.create, request, messages_reply)
+    return make_model(client.messages.create, request, _messages_reply)
 
 
-def messages_request(history: list[Message]) -> dict[str, Any]:
+def _messages_request(history: list[Message]) -> dict[str, Any]:
     """The history as the Messages API's ``messages``, and ``system`` if there is one."""
     system: list[str] = []
     turns: list[dict[str, Any]] = []
@@ -190,7 +190,7 @@ def _turn(turns: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
     return turns[-1]["content"]  # type: ignore[no-any-return]
 
 
-def messages_reply(message: AnthropicMessage) -> Message:
+def _messages_reply(message: AnthropicMessage) -> Message:
     """The reply for a Messages API response: its text blocks and its ``tool_use`` blocks."""
     stopped = _STOPPED.get(message.stop_reason or "")
     if stopped:

@@ -56,14 +56,7 @@ if TYPE_CHECKING:
 
     from agentloop._tools._registry import ToolRegistry
 
-__all__ = [
-    "chat_messages",
-    "chat_reply",
-    "openai_chat",
-    "openai_responses",
-    "responses_input",
-    "responses_reply",
-]
+__all__ = ["openai_chat", "openai_responses"]
 
 # Why a Responses API reply is incomplete, said as Chat Completions' are.
 _INCOMPLETE = {
@@ -110,9 +103,9 @@ def openai_chat(
     specs = tool_specs(tools, "openai")
 
     def request(history: list[Message]) -> dict[str, Any]:
-        return {"model": model, "messages": chat_messages(history), **specs(), **params}
+        return {"model": model, "messages": _chat_messages(history), **specs(), **params}
 
-    return make_model(client.chat.completions.create, request, chat_reply)
+    return make_model(client.chat.completions.create, request, _chat_reply)
 
 
 @overload
@@ -152,12 +145,12 @@ def openai_responses(
     specs = tool_specs(tools, "openai-responses")
 
     def request(history: list[Message]) -> dict[str, Any]:
-        return {"model": model, "input": responses_input(history), **specs(), **params}
+        return {"model": model, "input": _responses_input(history), **specs(), **params}
 
-    return make_model(client.responses.create, request, responses_reply)
+    return make_model(client.responses.create, request, _responses_reply)
 
 
-def chat_messages(history: list[Message]) -> list[dict[str, Any]]:
+def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:
     """The history as Chat Completions ``messages``."""
     out: list[dict[str, Any]] = []
     for index, message in enumerate(history):  # the commonest kinds first
@@ -192,7 +185,7 @@ def chat_messages(history: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def chat_reply(completion: ChatCompletion) -> Message:
+def _chat_reply(completion: ChatCompletion) -> Message:
     """The reply for a chat completion (its first choice), with its usage."""
     if not completion.choices:
         raise IncompleteReply("the reply was empty: the response has no choices")
@@ -225,7 +218,7 @@ def chat_reply(completion: ChatCompletion) -> Message:
     return reply(message.content or "", calls, tokens)
 
 
-def responses_input(history: list[Message]) -> list[dict[str, Any]]:
+def _responses_input(history: list[Message]) -> list[dict[str, Any]]:
     """The history as Responses API ``input`` items."""
     out: list[dict[str, Any]] = []
     for index, message in enumerate(history):  # the commonest kinds first
@@ -260,7 +253,7 @@ def responses_input(history: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def responses_reply(response: Response) -> Message:
+def _responses_reply(response: Response) -> Message:
     """The reply for a Responses API response: its messages' text and its function calls."""
     if response.status == "incomplete":
         reason = response.incomplete_details and response.incomplete_details.reason
