@@ -258,13 +258,10 @@ def _self_command() -> str:
 
 def _demo(out: str | None) -> int:
     from agentloop._demo import QUESTION, demo_loop
-    from agentloop._review._report import describe, run_lines
+    from agentloop._review._report import run_lines
 
-    loop = demo_loop()
-    run = loop.start(QUESTION)
-    rows = [describe(number, transition, loop.budget) for number, transition in enumerate(run, 1)]
-    result = run.result()
-    _print_lines(run_lines(result, title="agentloop demo: one transition per step", rows=rows))
+    result = demo_loop().run(QUESTION)
+    _print_lines(run_lines(result, title="agentloop demo: one transition per step"))
     if out is not None:
         from agentloop._review._diagram import to_mermaid
         from agentloop._review._report import report_html

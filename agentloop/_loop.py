@@ -27,6 +27,8 @@ __all__ = ["Loop"]
 class Loop:
     """Configuration for runs: a model, its tools and its budgets. Reusable.
 
+    ``max_total_tokens`` (optional) ends a run ``exhausted`` before a model call
+    once the tokens its replies reported (``usage``) reach it.
     ``tools`` is a mapping of name to handler (it becomes a ``ToolRegistry``),
     a ``ToolRegistry``, or any object with ``dispatch(call) -> {'status': ...,
     'content': ...}``. ``listeners`` are called with each transition of every
@@ -44,6 +46,7 @@ class Loop:
         tools: object = None,
         max_steps: int = 8,
         max_calls: int = 4,
+        max_total_tokens: int | None = None,
         listeners: Iterable[Listener] = (),
         model_timeout: float | None = None,
         tool_timeout: float | None = None,
@@ -56,7 +59,9 @@ class Loop:
             )
         self.model = model
         self.dispatcher: Dispatcher = as_dispatcher(tools)
-        self.budget = Budget(max_steps=max_steps, max_calls=max_calls)
+        self.budget = Budget(
+            max_steps=max_steps, max_calls=max_calls, max_total_tokens=max_total_tokens
+        )
         if callable(listeners) or isinstance(listeners, str | bytes):
             raise TypeError(
                 "expected listeners to be an iterable of callables (say [listener]), "

@@ -64,51 +64,48 @@ class Run(RunView):
             yield self.step()
 
     def finish(self) -> RunResult:
-        """Step until done and return the result."""
-        step, engine = self.step, self._engine
+        """Step until done and return the result.
+
+        One step after another, as ``step()`` makes them (listeners and the
+        DEBUG log see each), while holding the run for the whole loop.
+        """
+        engine = self._engine
         if not engine.done:
-            while step().dest not in TERMINAL:
-                pass
+            self._hold(self._until_done)
         return engine.result()
 
     def step(self) -> Transition:
         """Perform exactly one transition and return it."""
-        engine = self._engine
+        return self._hold(self._one_step)
+
+    def _until_done(self) -> Transition:
+        advance, tell = self._advance, self._tell
+        transition = advance()
+        tell(transition)
+        while transition.dest not in TERMINAL:
+            transition = advance()
+            tell(transition)
+        return transition
+
+    def _one_step(self) -> Transition:
+        transition = self._advance()
+        self._tell(transition)
+        return transition
+
+    def _hold(self, steps: Callable[[], Transition]) -> Transition:
+        """Run ``steps`` as the only step under way; an interruption ends the run."""
         refused = False
         try:
             # Taken inside the try: an interrupt right after it still reaches the finally.
             if not self._busy.acquire(False):
                 refused = True
                 raise self._refused()
-            need = engine.next()
-            # Call the model or run the tool, then report: the engine says what it meant.
-            do: Callable[[Any], object] | None
-            argument: Any
-            report: Callable[[object], Transition]
-            transition: Transition
-            if type(need) is AskModel:
-                do, argument, report = self._model, need.history, engine.replied
-            elif type(need) is RunTool:
-                do, argument, report = self._dispatch, need.call, engine.returned
-            else:  # the engine made a transition by itself
-                do = None
-                transition = need  # type: ignore[assignment]  # neither request: a transition
-            if do is not None:
-                try:
-                    answer = do(argument)
-                except Exception as exc:  # noqa: BLE001 - the engine says what it means
-                    transition = engine.raised(exc)
-                else:
-                    transition = report(answer)
-            if LOG.isEnabledFor(DEBUG):
-                log(transition)
-            if self._listeners:
-                for listener in self._listeners:
-                    listener(transition)
-            return transition
+            return steps()
         except BaseException as exc:
             if not (refused or isinstance(exc, Exception)):
-                self._notify_interrupted(engine.interrupted(exc))  # a KeyboardInterrupt ends it
+                self._notify_interrupted(
+                    self._engine.interrupted(exc)
+                )  # a KeyboardInterrupt ends it
             raise
         finally:
             if not refused:
@@ -117,3 +114,29 @@ class Run(RunView):
                     self._busy.release()
                 except RuntimeError:  # pragma: no cover - never taken: interrupted at once
                     pass
+
+    def _advance(self) -> Transition:
+        """One transition: call the model or run the tool, then report what happened."""
+        engine = self._engine
+        need = engine.next()
+        # The engine says what the answer, or the exception, means.
+        if type(need) is AskModel:
+            try:
+                reply = self._model(need.history)
+            except Exception as exc:  # noqa: BLE001 - the engine says what it means
+                return engine.raised(exc)
+            return engine.replied(reply)
+        if type(need) is RunTool:
+            try:
+                outcome = self._dispatch(need.call)
+            except Exception as exc:  # noqa: BLE001 - the engine says what it means
+                return engine.raised(exc)
+            return engine.returned(outcome)
+        return need  # type: ignore[return-value]  # neither request: the engine's transition
+
+    def _tell(self, transition: Transition) -> None:
+        """Log the transition and call the listeners with it."""
+        if LOG.isEnabledFor(DEBUG):
+            log(transition)
+        for listener in self._listeners:
+            listener(transition)

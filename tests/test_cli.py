@@ -25,6 +25,7 @@ from agentloop.__main__ import main
 from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._report import input_messages
 from agentloop._review._runfile import MAX_BYTES
+from agentloop.testing import batch
 
 from .helpers import Script, call, final
 from .test_trace import renderer  # noqa: F401 - a fixture
@@ -77,12 +78,15 @@ def test_demo_saves_its_run_trace_and_report(
     printed = capsys.readouterr().out
     loaded = agentloop.load_run(out / "run.json")
     assert loaded.status == "finished"
-    assert loaded.output == "Lisbon is clear, 21.5 °C (70.7 °F)."
+    assert (
+        loaded.output
+        == "Lisbon is warmer: 21.5 °C (70.7 °F) and clear; Porto is 18.0 °C and cloudy."
+    )
     assert (out / "trace.mmd").read_text(encoding="utf-8") == to_mermaid(loaded)
     assert 'id="status" class="status finished"' in (out / "report.html").read_text("utf-8")
     assert f"saved the run to {out / 'run.json'}" in printed
     assert str(out / "trace.mmd") in printed
-    assert re.search(r"^8 +validating → finished ", printed, re.MULTILINE)  # the live table
+    assert re.search(r"^9 +validating → finished ", printed, re.MULTILINE)  # the table
 
 
 @pytest.mark.parametrize("on_path", [False, True], ids=["bare-path", "venv-on-path"])
@@ -259,14 +263,18 @@ def test_show_prints_the_input_each_transition_and_the_end(
     rows = lines[6 : 6 + len(result.events)]
     for number, (line, event) in enumerate(zip(rows, result.events, strict=True), 1):
         assert line.startswith(f"{number:<4}  {event.source.value} → {event.dest.value} "), line
-    assert "weather#c1  ok: {" in rows[2]
-    assert rows[-1].split("  ")[-1] == "final: Lisbon is clear, 21.5 °C (70.7 °F)."
+    # The batch: each call's row shows its own result, the first while the batch is open.
+    assert rows[2].endswith('weather#c1  ok: {"city":"Lisbon","celsius":21.5,"sky":"clear"}')
+    assert rows[3].endswith('weather#c2  ok: {"city":"Porto","celsius":18.0,"sky":"cloudy"}')
+    assert rows[6].endswith("convert#c3  ok: 70.7")
+    output = "Lisbon is warmer: 21.5 °C (70.7 °F) and clear; Porto is 18.0 °C and cloudy."
+    assert rows[-1].split("  ")[-1] == f"final: {output}"
     assert lines[6 + len(result.events) :] == [
         "",
         "status   finished",
         "steps    3 of 5",
-        "calls    2 of 2",
-        "output   Lisbon is clear, 21.5 °C (70.7 °F).",
+        "calls    3 of 3",
+        f"output   {output}",
     ]
 
 
@@ -285,24 +293,55 @@ def test_show_aligns_the_columns(saved: tuple[RunResult, Path]) -> None:
 
 
 def test_show_prints_input_history_as_given(tmp_path: Path) -> None:
-    """Every input message is shown: a text message's text, any other as its JSON."""
+    """Every input message is shown: a text message's text, any other as its JSON; a call,
+    and each call of a batch, beside the result that follows it (one answered later is not)."""
     history = [
         {"kind": "system", "text": "be brief"},
         call("old", a=1, b=1),
         {"kind": "tool_result", "id": "old", "name": "add", "status": "ok", "content": 2},
-        {"kind": "user", "text": "again"},
+        batch(call("b1", a=2, b=2), call("b2", a=3, b=3), text="two at once"),
+        {"kind": "tool_result", "id": "b2", "name": "add", "status": "ok", "content": 6},
+        {"kind": "tool_result", "id": "b1", "name": "add", "status": "error", "content": "no"},
+        call("late", a=0, b=0),
+        {"kind": "user", "text": "in between"},
+        {"kind": "tool_result", "id": "late", "name": "add", "status": "ok", "content": 0},
+        batch(call("b3", a=4, b=4)),
+        {"kind": "tool_result", "id": "b3", "name": "add", "status": "ok", "content": 8},
     ]
     path = save(Loop(Script([final("done")])).run(history), tmp_path)
     lines = show(path).splitlines()
 
-    assert lines[2:8] == [
+    assert lines[2:14] == [
         "input",
         "  #0  system  be brief",
-        '  #1  call  {"id":"old","name":"add","arguments":{"a":1,"b":1}}',
-        '  #2  tool_result  {"id":"old","name":"add","status":"ok","content":2}',
-        "  #3  user  again",
+        '  #1  call  add#old {"a":1,"b":1}  →  #2 ok: 2',
+        "  #3  calls  two at once",
+        '        add#b1 {"a":2,"b":2}  →  #5 error: "no"',
+        '        add#b2 {"a":3,"b":3}  →  #4 ok: 6',
+        '  #6  call  add#late {"a":0,"b":0}',
+        "  #7  user  in between",
+        '  #8  tool_result  {"id":"late","name":"add","status":"ok","content":0}',
+        "  #9  calls",
+        '        add#b3 {"a":4,"b":4}  →  #10 ok: 8',
         "",
     ]
+    assert lines[14].startswith("step  ")
+    # --width cuts the call and the result's content each, so the result always shows.
+    assert '        add#b1 {"…  →  #5 error: "no"' in show(path, "--width", "10").splitlines()
+
+
+def test_show_gives_each_call_of_a_batch_its_result(tmp_path: Path) -> None:
+    """The row of every call of a batch shows that call's result, read from the saved run."""
+    reply = batch(call("c1", name="echo", text="one"), call("c2", name="echo", text="two"))
+    result = Loop(Script([reply, final()]), tools={"echo": lambda text: text.upper()}).run("go")
+    rows = show(save(result, tmp_path)).splitlines()[6:10]
+
+    assert [row.split("  ")[-2:] for row in rows[2:]] == [
+        ["echo#c1", 'ok: "ONE"'],
+        ["echo#c2", 'ok: "TWO"'],
+    ]
+    assert "tool_returned [batch_open]" in rows[2]
+    assert "dispatching → awaiting_model" in rows[3]
 
 
 def test_show_cuts_long_values_unless_asked(tmp_path: Path) -> None:
@@ -421,6 +460,26 @@ def test_input_and_tool_output_are_escaped_too(tmp_path: Path) -> None:
     assert not any(unicodedata.category(char) in UNSAFE for char in out.replace("\n", ""))
 
 
+def test_an_input_batch_is_escaped_line_by_line(tmp_path: Path) -> None:
+    """A batch in the input: its text, each call and each result, escaped, one line each."""
+    evil = "a\u202eb\nc\x1b[2Kd"
+    shown = "a\\u202eb\\nc\\x1b[2Kd"
+    in_json = "a\\u202eb\\nc\\u001b[2Kd"  # JSON escapes the controls itself
+    history = [
+        batch(call(f"b{evil}", name=evil, text=evil), text=evil),
+        {"kind": "tool_result", "id": f"b{evil}", "name": evil, "status": "ok", "content": evil},
+    ]
+    out = show(save(Loop(Script([final()])).run(history), tmp_path), "--full")
+
+    assert out.splitlines()[2:6] == [
+        "input",
+        f"  #0  calls  {shown}",
+        f'        {shown}#b{shown} {{"text":"{in_json}"}}  →  #1 ok: "{in_json}"',
+        "",
+    ]
+    assert not any(unicodedata.category(char) in UNSAFE for char in out.replace("\n", ""))
+
+
 # Text that mixes everything a terminal might act on with anything else.
 DANGEROUS = "\n\r\t\x00\x07\x08\x1b\x7f\x85\x9b\xad\u061c\u200b\u200d\u200e\u200f\u2028\u2029"
 DANGEROUS += "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff\U000e0001"
@@ -429,10 +488,16 @@ KEYS = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=5)
 
 
 def _reply(draw: st.DrawFn) -> object:
-    kind = draw(st.sampled_from(["call", "call", "final", "raise", "malformed"]))
+    kind = draw(st.sampled_from(["call", "call", "calls", "final", "raise", "malformed"]))
     if kind == "call":
         name = draw(st.sampled_from(["echo", "boom"]) | TEXT)
         return call(draw(TEXT), name=name, text=draw(TEXT))
+    if kind == "calls":
+        made = [
+            call(draw(TEXT), name=draw(st.sampled_from(["echo", "boom"]) | TEXT), text=draw(TEXT))
+            for _ in range(draw(st.integers(1, 3)))
+        ]
+        return batch(*made, text=draw(TEXT))
     if kind == "final":
         return final(draw(TEXT))
     if kind == "raise":
@@ -513,7 +578,7 @@ def test_report_writes_html(
     page = out.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>")
     assert '<span id="status" class="status finished">finished</span>' in page
-    assert "What&#x27;s the weather in Lisbon, in Fahrenheit?" in page
+    assert "Which is warmer today, Lisbon or Porto? In Fahrenheit, please." in page
     assert capsys.readouterr().out == f"wrote {out}\n"
 
 

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agentloop
 from agentloop import Loop, NotJSON, RunResult, SVGUnavailableError, to_mermaid
-from agentloop._demo import demo_loop
+from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._diagram import visited
+from agentloop._review._replay import result_of
 from agentloop._review._report import HEADERS, describe, report_html
+from agentloop.testing import batch
 
 from .helpers import Script, call, final
+from .test_runfile import REPLIES, random_run
 from .test_trace import renderer  # noqa: F401 - a fixture
 
 if TYPE_CHECKING:
@@ -72,16 +79,75 @@ def test_report_escapes_every_part_of_the_run() -> None:
 
 
 def test_each_call_sits_beside_its_result() -> None:
-    """A call and the result that answers it share one row of the timeline."""
+    """A lone call and its result share one row of the timeline; so does each call of a batch."""
     page = report_html(demo_loop().run("go"), svg=False)
     pairs = re.findall(r'<li class="pair">(.*?)</li>', page, re.DOTALL)
+    batches = re.findall(r'<li class="batch">(.*?)</li>', page, re.DOTALL)
 
+    assert len(pairs) == len(batches) == 1
+    assert 'data-entry="4"' in pairs[0]
+    assert 'data-entry="5"' in pairs[0]
+    assert "#4 call convert · id c3" in pairs[0]
+    assert "#5 result of convert · id c3 · ok" in pairs[0]
+    head, lisbon, porto = batches[0].split('<div class="pair">')
+    assert "#1 batch of 2 calls" in head
+    assert "Looking up both cities at once." in head
+    assert "call weather · id c1" in lisbon
+    assert "#2 result of weather · id c1 · ok" in lisbon
+    assert "call weather · id c2" in porto
+    assert "#3 result of weather · id c2 · ok" in porto
+
+
+def batch_run() -> RunResult:
+    """A reply of two calls with text beside them, markup in every part, then a final."""
+    reply = batch(
+        call("c1", name="fetch", url="a"),
+        call("c2", name="fetch", url="<b>x</b>"),
+        text="Fetching <both> & more",
+    )
+    return Loop(Script([reply, final()]), tools={"fetch": lambda url: f"page {url}"}).run("go")
+
+
+def test_a_batch_is_one_group_with_each_call_beside_its_result() -> None:
+    """The reply's text heads the group; each call of it sits beside its own result."""
+    page = report_html(batch_run(), svg=False)
+    groups = re.findall(r'<li class="batch">(.*?)</li>', page, re.DOTALL)
+
+    assert len(groups) == 1
+    head, *pairs = groups[0].split('<div class="pair">')
+    assert head.strip() == (
+        '<div class="entry calls" data-entry="1"><div class="who">#1 batch of 2 calls</div>'
+        '<p class="text">Fetching &lt;both&gt; &amp; more</p></div>'
+    )
     assert len(pairs) == 2
-    assert 'data-entry="1"' in pairs[0]
-    assert 'data-entry="2"' in pairs[0]
-    assert "call weather · id c1" in pairs[0]
-    assert "result of weather · id c1 · ok" in pairs[0]
-    assert "result of convert · id c2 · ok" in pairs[1]
+    for number, pair in enumerate(pairs, 1):
+        assert pair.startswith(f'<div class="entry call" data-call="c{number}">')
+        assert f'data-entry="{number + 1}"><div class="who">#{number + 1} result of fetch' in pair
+        assert f"· id c{number} · ok" in pair
+    assert "&lt;b&gt;x&lt;/b&gt;" in pairs[1]  # the arguments, escaped
+    assert "page &lt;b&gt;x&lt;/b&gt;" in pairs[1]  # the result, escaped
+    assert '<li class="pair">' not in page
+    assert page.count("data-entry=") == 5  # user, the batch, two results, final
+
+
+def test_a_batch_without_text_and_a_result_given_later() -> None:
+    """No text: the group has no commentary. A result further on stays on its own."""
+    history = [
+        batch(call("a1", a=1, b=1), call("a2", a=2, b=2)),
+        {"kind": "tool_result", "id": "a1", "name": "add", "status": "ok", "content": 2},
+        {"kind": "user", "text": "meanwhile"},
+        {"kind": "tool_result", "id": "a2", "name": "add", "status": "ok", "content": 4},
+    ]
+    page = report_html(Loop(Script([final()])).run(history), svg=False)
+    group = re.findall(r'<li class="batch">(.*?)</li>', page, re.DOTALL)
+
+    assert len(group) == 1
+    assert '<div class="who">#0 batch of 2 calls · input</div></div>' in group[0]
+    assert 'data-call="a1"' in group[0]
+    assert 'data-entry="1"' in group[0]
+    assert 'data-call="a2"' in group[0]
+    assert 'data-entry="3"' not in group[0]
+    assert re.search(r'<li><div class="entry tool_result input" data-entry="3">', page)
 
 
 def test_input_history_is_marked_as_input() -> None:
@@ -212,7 +278,7 @@ def test_describe_says_what_came_of_a_transition(
     result = Loop(
         Script(replies), tools={"add": lambda a, b: a + b}, max_steps=budget[0], max_calls=budget[1]
     ).run("go")
-    assert describe(len(result.events), result.events[-1], result.budget) == cells
+    assert describe(result, len(result.events) - 1) == cells
 
 
 def test_describe_shortens_long_content() -> None:
@@ -220,10 +286,92 @@ def test_describe_shortens_long_content() -> None:
     result = Loop(
         Script([call("c1", n=1), final()]), tools={"add": lambda n: "x" * 500}, max_calls=1
     ).run("go")
-    outcome = describe(3, result.events[2], result.budget)[-1]
+    outcome = describe(result, 2)[-1]
     assert outcome.startswith('ok: "xxx')
     assert len(outcome) == len("ok: ") + 80
     assert outcome.endswith("…")
+
+
+def outcomes(result: RunResult) -> list[tuple[str, str, str]]:
+    """(trigger [guard], call, outcome) of each event that names a call's result."""
+    rows = [describe(result, index) for index, e in enumerate(result.events) if e.result_status]
+    return [(row[2], row[5], row[6]) for row in rows]
+
+
+def test_each_call_of_a_batch_shows_its_own_result() -> None:
+    """Events before a batch's last call append nothing; their rows show each call's result."""
+    reply = batch(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0))
+    result = Loop(Script([reply, final()]), tools={"add": lambda a, b: f"sum {a + b}"}).run("go")
+
+    assert outcomes(result) == [
+        ("tool_returned [batch_open]", "add#c1", 'ok: "sum 1"'),
+        ("tool_returned [batch_open]", "add#c2", 'ok: "sum 2"'),
+        ("tool_returned", "add#c3", 'ok: "sum 3"'),
+    ]
+
+
+async def test_calls_run_at_once_show_their_results_in_completion_order() -> None:
+    """Completion order: the batch closes on c1, whose result is not the last appended."""
+
+    async def add(a: int, b: int) -> str:
+        await asyncio.sleep({1: 0.03, 2: 0.0, 3: 0.01}[a])
+        return f"sum {a + b}"
+
+    reply = batch(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0))
+    loop = Loop(Script([reply, final()]), tools={"add": add}, max_concurrency=3)
+    result = await loop.arun("go")
+
+    assert outcomes(result) == [
+        ("tool_returned [batch_open]", "add#c2", 'ok: "sum 2"'),
+        ("tool_returned [batch_open]", "add#c3", 'ok: "sum 3"'),
+        ("tool_returned", "add#c1", 'ok: "sum 1"'),
+    ]
+    page = report_html(result, svg=False)
+    assert (
+        '<td data-label="call">add#c1</td><td data-label="outcome">ok: &quot;sum 1&quot;</td>'
+        in page
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    replies=st.lists(REPLIES, max_size=10),
+    max_calls=st.integers(0, 4),
+    cancel_after=st.none() | st.integers(0, 12),
+)
+def test_every_row_naming_a_result_shows_that_result(
+    replies: list[object], max_calls: int, cancel_after: int | None
+) -> None:
+    """Random runs with batches, cancels and interruptions: each call's row has its answer."""
+    result = random_run(replies, 7, max_calls, cancel_after)
+    answers = {m["id"]: m for m in result.transcript[1:] if m["kind"] == "tool_result"}
+
+    for index, event in enumerate(result.events):
+        if event.result_status:
+            answer = answers[event.call_id]
+            assert result_of(result.events, index) == answer
+            assert answer["status"] == event.result_status
+            content = orjson.dumps(answer["content"]).decode()
+            assert describe(result, index, limit=None)[-1] == f"{event.result_status}: {content}"
+
+
+def test_an_interrupted_batch_shows_the_result_of_the_call_each_row_names() -> None:
+    """Interrupted in c2 of three: its row shows c2's cancelled result, not c3's."""
+
+    def add(a: int, b: int) -> int:
+        if a == 2:
+            raise KeyboardInterrupt
+        return a
+
+    reply = batch(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0))
+    run = Loop(Script([reply]), tools={"add": add}).start("go")
+    with pytest.raises(KeyboardInterrupt):
+        run.finish()
+
+    assert outcomes(run.result()) == [
+        ("tool_returned [batch_open]", "add#c1", "ok: 1"),
+        ("tool_interrupted", "add#c2", 'cancelled: {"type":"KeyboardInterrupt","message":""}'),
+    ]
 
 
 # -- in a real browser -------------------------------------------------------------
@@ -420,8 +568,9 @@ def cancelled_run() -> RunResult:
 
 
 LAYOUT_RUNS: dict[str, Callable[[], RunResult]] = {
-    "demo": lambda: demo_loop().run("What's the weather in Lisbon, in Fahrenheit?"),
+    "demo": lambda: demo_loop().run(QUESTION),
     "hostile": hostile_run,
+    "batch": batch_run,
     "long": long_run,
     "cancelled": cancelled_run,
     "failed": lambda: Loop(Script([ValueError("no")])).run("go"),
@@ -456,6 +605,37 @@ def test_report_fits_its_column(browser: Browser, tmp_path: Path, name: str, wid
     for cell in page.locator("td").all():
         if cell.inner_text():
             assert cell.is_visible()
+    page.close()
+
+
+# Where each call of a batch and its result are drawn: (call box, result box) per pair.
+BATCH_BOXES = """() => [...document.querySelectorAll("li.batch .pair")].map(pair => {
+  const [call, result] = pair.children;
+  return [call.getBoundingClientRect().toJSON(), result.getBoundingClientRect().toJSON()];
+})"""
+
+
+@pytest.mark.parametrize("width", [1400, 390], ids=["desktop", "phone"])
+def test_a_batchs_calls_sit_beside_their_results(
+    browser: Browser, tmp_path: Path, width: int
+) -> None:
+    """On a desktop each call is to the left of its result; on a phone, right above it."""
+    path = tmp_path / "run.html"
+    path.write_text(report_html(batch_run(), svg=False), encoding="utf-8")
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.goto(path.as_uri(), wait_until="load")
+
+    assert page.locator('[data-entry="1"]').inner_text().endswith("Fetching <both> & more")
+    boxes = page.evaluate(BATCH_BOXES)
+    assert len(boxes) == 2
+    for call_box, result_box in boxes:
+        if width == 1400:
+            assert call_box["top"] == result_box["top"]
+            assert call_box["right"] < result_box["left"]
+        else:
+            assert call_box["left"] == result_box["left"]
+            assert call_box["bottom"] < result_box["top"]
+    assert boxes[0][1]["bottom"] < boxes[1][0]["top"]  # the calls in emission order
     page.close()
 
 

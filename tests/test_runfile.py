@@ -26,7 +26,8 @@ from agentloop import (
 
 # Private: the JSON intake check itself (public only through a run) and the demo's scenario.
 from agentloop._core._json import to_json
-from agentloop._demo import demo_loop
+from agentloop._demo import QUESTION, demo_loop
+from agentloop.testing import batch
 
 from .helpers import Script, call, final
 
@@ -55,6 +56,11 @@ CALLS = st.builds(
     st.sampled_from(["add", "echo", "boom", "halt", "missing"]),
     st.dictionaries(st.sampled_from(["a", "b", "value"]), JSON_VALUES, max_size=2),
 )
+BATCHES = st.builds(
+    lambda made, text: batch(*made, text=text),
+    st.lists(CALLS, min_size=1, max_size=3),
+    st.none() | st.text(max_size=8),
+)
 FINALS = st.builds(final, st.text(max_size=8))
 GARBAGE: st.SearchStrategy[object] = st.sampled_from(
     [
@@ -73,7 +79,7 @@ ERRORS = (
     | st.just(KeyError("k"))
     | st.just(KeyboardInterrupt())  # the model is interrupted: the run ends cancelled
 )
-REPLIES = st.one_of(CALLS, CALLS, FINALS, GARBAGE, ERRORS)
+REPLIES = st.one_of(CALLS, CALLS, BATCHES, BATCHES, FINALS, GARBAGE, ERRORS)
 
 
 def tools() -> dict[str, Callable[..., Any]]:
@@ -155,8 +161,8 @@ def test_random_runs_round_trip(
 
 @pytest.fixture(scope="module")
 def demo() -> RunResult:
-    """The demo's run: two calls and a final answer."""
-    return demo_loop().run("What's the weather in Lisbon, in Fahrenheit?")
+    """The demo's run: a batch of two calls, a call, and a final answer."""
+    return demo_loop().run(QUESTION)
 
 
 @pytest.fixture
@@ -165,7 +171,7 @@ def doc(demo: RunResult) -> Doc:
     return orjson.loads(agentloop.run_to_json(demo))  # type: ignore[no-any-return]
 
 
-def test_document_has_every_version_2_field(demo: RunResult, doc: Doc) -> None:
+def test_document_has_every_version_3_field(demo: RunResult, doc: Doc) -> None:
     """The document carries the header, summary, budget, transcript and every event field."""
     assert list(doc) == [
         "format",
@@ -177,31 +183,47 @@ def test_document_has_every_version_2_field(demo: RunResult, doc: Doc) -> None:
         "steps",
         "calls",
         "budget",
+        "usage",
         "transcript",
         "events",
         "rejected",
     ]
-    assert (doc["format"], doc["version"], doc["status"]) == ("agentloop.run", 2, "finished")
-    assert (doc["steps"], doc["calls"]) == (3, 2)
-    assert doc["budget"] == {"max_steps": 5, "max_calls": 2}
+    assert (doc["format"], doc["version"], doc["status"]) == ("agentloop.run", 3, "finished")
+    assert (doc["steps"], doc["calls"]) == (3, 3)
+    assert doc["budget"] == {"max_steps": 5, "max_calls": 3, "max_total_tokens": None}
+    assert doc["usage"] == {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0}
+    event = doc["events"][2]
+    at, took = event.pop("at"), event.pop("took")
+    assert at == demo.events[2].at
+    assert took == demo.events[2].took
+    assert isinstance(at, float)
+    assert isinstance(took, float)
+    assert took >= 0
     assert doc["transcript"] == demo.transcript
     assert doc["rejected"] is None
-    assert len(doc["events"]) == len(demo.events) == 8
+    assert len(doc["events"]) == len(demo.events) == 9
     assert doc["events"][2] == {
         "source": "dispatching",
-        "dest": "awaiting_model",
+        "dest": "dispatching",
         "trigger": "tool_returned",
-        "guard": None,
+        "guard": "batch_open",
         "steps": 1,
-        "calls": 1,
+        "calls": 2,
         "call_id": "c1",
         "tool": "weather",
         "result_status": "ok",
         "reason": None,
         "error": None,
         "exception": None,
-        "appended": demo.events[2].appended,
+        "appended": [],
+        "usage": None,
     }
+    # The batch and both its results, appended by the event that answered its last call.
+    assert [message["kind"] for message in doc["events"][3]["appended"]] == [
+        "calls",
+        "tool_result",
+        "tool_result",
+    ]
 
 
 def test_exception_is_saved_as_type_and_message() -> None:
@@ -311,7 +333,7 @@ def test_run_file_error_is_a_value_error_with_its_parts(doc: Doc) -> None:
     assert isinstance(error, ValueError)
     assert isinstance(error, agentloop.AgentloopError)
     assert error.where == "run file: $.version"
-    assert error.expected == "version 2 (the only one this agentloop reads)"
+    assert error.expected == "version 2 or 3 (the ones this agentloop reads)"
     assert error.found == "integer 1"
     assert str(error) == f"{error.where}: expected {error.expected}, got {error.found}"
 
@@ -355,7 +377,7 @@ DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
     # (what, mutation, where, a piece of the message)
     ("wrong format", _set("format", "other"), "$.format", "expected format 'agentloop.run'"),
     ("no format", _drop("format"), "$.format", "got no format field"),
-    ("newer version", _set("version", 3), "$.version", "got integer 3"),
+    ("newer version", _set("version", 4), "$.version", "got integer 4"),
     ("version as text", _set("version", "2"), "$.version", "got string '2'"),
     ("version true", _set("version", True), "$.version", "got boolean True"),
     ("no version", _drop("version"), "$.version", "got no version field"),
@@ -376,11 +398,11 @@ DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
     ("rejected", _set("rejected", {"json": 1, "repr": "1"}), "$.rejected", '{"repr": str,'),
     (
         "row not in the table",
-        _set("events.7.dest", "failed"),
-        "$.events[7]",
+        _set("events.8.dest", "failed"),
+        "$.events[8]",
         "validating --validate [reply_is_final]--> failed, which the table has not",
     ),
-    ("broken chain", _drop("events.2"), "$.events[2].source", "expected 'dispatching'"),
+    ("broken chain", _drop("events.3"), "$.events[3].source", "expected 'dispatching'"),
     ("counters fall", _set("events.4.calls", 0), "$.events[4].calls", "expected 2"),
     ("steps disagree", _set("steps", 2), "$.steps", "expected 3, as replaying the run gives"),
     ("status disagrees", _set("status", "failed"), "$.status", "expected 'finished'"),
@@ -388,9 +410,9 @@ DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
     (
         "over budget",
         _set("budget.max_steps", 2),
-        "$.events[6]",
+        "$.events[7]",
         "expected awaiting_model --ask_model [steps_exhausted]--> exhausted, which the table "
-        "takes here (at steps 2 of 2, calls 2 of 2), got awaiting_model --model_replied-->",
+        "takes here (at steps 2 of 2, calls 3 of 3), got awaiting_model --model_replied-->",
     ),
     (
         "steps jump",
@@ -398,10 +420,10 @@ DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
         "$.events[7].steps",
         "expected 3, as replaying the run gives, got integer 4",
     ),
-    ("calls jump", _set("events.1.calls", 2), "$.events[1].calls", "expected 1"),
-    ("output edited", _set("output", "sunny"), "$.output", "expected 'Lisbon is clear"),
+    ("calls jump", _set("events.1.calls", 3), "$.events[1].calls", "expected 2"),
+    ("output edited", _set("output", "sunny"), "$.output", "expected 'Lisbon is warmer"),
     ("rejected invented", _set("rejected", {"json": 1}), "$.rejected", "expected null"),
-    ("call id edited", _set("events.1.call_id", "c9"), "$.events[1].call_id", "expected 'c1'"),
+    ("call id edited", _set("events.5.call_id", "c9"), "$.events[5].call_id", "expected 'c3'"),
     (
         "result status edited",
         _set("events.2.result_status", "denied"),
@@ -437,9 +459,24 @@ DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
         "as the events appended it, got object",
     ),
     (
+        "batch call invented",
+        _set("events.2.call_id", "c9"),
+        "$.events[2]",
+        "expected a call of the batch that is running, got dispatching --tool_returned",
+    ),
+    (
+        "batch results reordered",
+        _all(
+            lambda doc: doc["events"][3]["appended"].insert(1, doc["events"][3]["appended"].pop()),
+            lambda doc: doc["transcript"].insert(2, doc["transcript"].pop(3)),
+        ),
+        "$.events[3].appended",
+        "as replaying the run gives",
+    ),
+    (
         "unfinished run",
         lambda doc: doc["events"].pop(),
-        "$.events[6].dest",
+        "$.events[7].dest",
         "a terminal state (a saved run is over), got string 'validating'",
     ),
 ]
@@ -494,7 +531,7 @@ def test_a_damaged_copy_does_not_touch_the_original(demo: RunResult, doc: Doc) -
 def test_huge_numbers_in_the_file_are_refused(doc: Doc) -> None:
     """A counter beyond 64 bits (read as a float by the parser) is not an integer."""
     text = orjson.dumps(doc).replace(
-        b'"steps":3,"calls":2,"budget"', b'"steps":1' + b"0" * 30 + b',"calls":2,"budget"'
+        b'"steps":3,"calls":3,"budget"', b'"steps":1' + b"0" * 30 + b',"calls":3,"budget"'
     )
     with pytest.raises(RunFileError, match=r"\$\.steps: expected integer, got number"):
         agentloop.run_from_json(text)
@@ -541,7 +578,7 @@ def _nested(depth: int) -> str:
     [
         pytest.param('"status": "finished"', f'"status": {_nested(1000)}', id="status"),
         pytest.param('"rejected": null', f'"rejected": {{"json": {_nested(1000)}}}', id="json"),
-        pytest.param('"text": "What', f'"deep": {_nested(300)}, "text": "What', id="transcript"),
+        pytest.param('"text": "Which', f'"deep": {_nested(300)}, "text": "Which', id="transcript"),
         # 259 levels in the transcript, within the limit; 261 in the event that appended it
         pytest.param('"content": 70.7', f'"content": {_nested(256)}', id="appended"),
     ],

@@ -57,11 +57,11 @@ def broken(index: int, **changes: Any) -> list[dict[str, Any]]:
         pytest.param(broken(1, conditions=["cancel_requested"]),
                      r"row 1 .*can never fire: the earlier row 0 .*always wins",
                      id="guard already taken"),
-        pytest.param([*DEFINITION[:3], DEFINITION[0], *DEFINITION[3:]],
-                     r"row 3 .*can never fire: the earlier row 2 \(ask_model / count_step\)",
+        pytest.param([*DEFINITION[:4], DEFINITION[0], *DEFINITION[4:]],
+                     r"row 4 .*can never fire: the earlier row 3 \(ask_model / count_step\)",
                      id="after the unguarded row"),
-        pytest.param(broken(7, conditions=["cancel_requested"]),
-                     r"row 7 .*the last row for model_interrupted in awaiting_model must have no",
+        pytest.param(broken(8, conditions=["cancel_requested"]),
+                     r"row 8 .*the last row for model_interrupted in awaiting_model must have no",
                      id="last row guarded"),
         pytest.param(broken(3, conditions=["cancel_requested", "steps_exhausted"]),
                      r"row 3 .*at most one guard a row", id="two guards"),
@@ -80,9 +80,10 @@ def test_the_definition_builds_the_table_the_engine_runs() -> None:
     assert build_table(DEFINITION) == TABLE
     assert TABLE.rows == ROWS
     assert len(ROWS) == len(DEFINITION)
-    assert [row.label for row in ROWS][:3] == [
+    assert [row.label for row in ROWS][:4] == [
         "ask_model [cancel_requested]",
         "ask_model [steps_exhausted] / note_max_steps",
+        "ask_model [tokens_exhausted] / note_max_total_tokens",
         "ask_model / count_step",
     ]
 
@@ -119,7 +120,7 @@ def test_validation_tries_the_contract_order() -> None:
         None,
     ]
     asks = [row.guard for row in TABLE.groups[State.AWAITING_MODEL, Trigger.ASK_MODEL]]
-    assert asks == [Guard.CANCEL_REQUESTED, Guard.STEPS_EXHAUSTED, None]
+    assert asks == [Guard.CANCEL_REQUESTED, Guard.STEPS_EXHAUSTED, Guard.TOKENS_EXHAUSTED, None]
 
 
 def test_every_report_has_rows_where_its_request_is_handed_out() -> None:

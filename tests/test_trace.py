@@ -24,7 +24,7 @@ from agentloop import (
     to_mermaid,
     to_svg,
 )
-from agentloop._demo import demo_loop
+from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._diagram import (
     edges,
     path_dot,
@@ -33,15 +33,16 @@ from agentloop._review._diagram import (
     untaken,
     visited,
 )
+from agentloop.testing import batch
 
-from .helpers import Script, call
+from .helpers import Script, call, final
 from .test_runfile import REPLIES, random_run
 
 
 @pytest.fixture(scope="module")
 def demo() -> RunResult:
-    """The demo's run: ask, call weather, ask, call convert, ask, finish."""
-    return demo_loop().run("What's the weather in Lisbon, in Fahrenheit?")
+    """The demo's run: ask, call weather twice in one reply, ask, call convert, ask, finish."""
+    return demo_loop().run(QUESTION)
 
 
 def event_key(result: RunResult) -> Counter[tuple[str, str, str | None, str]]:
@@ -85,7 +86,7 @@ def test_trace_counts_exactly_the_events(
     assert dot.count('penwidth="2.5"') == sum(map(bool, counts.values()))
     # The report's path diagram: the same counts, on the states the run was in.
     path = path_dot(result)
-    labels = re.findall(r'label="([^"\\]+) \((\d+)x\)', path)
+    labels = re.findall(r'(?:label="|\\n)(\w+) \((\d+)x\)', path)  # rows may share an arrow
     assert sorted((name, int(n)) for name, n in labels) == sorted(
         (row.trigger.value, count) for row, count in counts.items() if count
     )
@@ -105,13 +106,13 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
     mermaid = to_mermaid(demo)
 
     assert mermaid.startswith(
-        '---\ntitle: "agentloop run: finished (steps 3/5, calls 2/2)"\n---\nstateDiagram-v2\n'
+        '---\ntitle: "agentloop run: finished (steps 3/5, calls 3/3)"\n---\nstateDiagram-v2\n'
     )
     assert "    awaiting_model --> validating: model_replied (3x)\n" in mermaid
     assert "    awaiting_model --> awaiting_model: ask_model (3x)\n" in mermaid
     assert "    validating --> dispatching: validate (2x)\n" in mermaid
     assert (
-        "    dispatching --> dispatching: start_tool (2x)<br>tool_returned [batch_open]\n"
+        "    dispatching --> dispatching: start_tool (3x)<br>tool_returned [batch_open] (1x)\n"
         in mermaid
     )
     assert "    dispatching --> awaiting_model: tool_returned (2x)\n" in mermaid
@@ -151,7 +152,7 @@ def test_dot_draws_the_path_bold_and_the_rest_faint(demo: RunResult) -> None:
     """Visited nodes are filled, taken edges bold with counts, the rest grey."""
     dot = to_dot(demo)
 
-    assert '    label="agentloop run: finished (steps 3/5, calls 2/2)"; labelloc="t";\n' in dot
+    assert '    label="agentloop run: finished (steps 3/5, calls 3/3)"; labelloc="t";\n' in dot
     assert (
         '    "finished" [shape="doublecircle", label="finished", style="rounded,filled,bold", '
         'fillcolor="#dbeafe", color="#1d4ed8"];\n'
@@ -165,7 +166,7 @@ def test_dot_draws_the_path_bold_and_the_rest_faint(demo: RunResult) -> None:
         'color="#1d4ed8", fontcolor="#1d4ed8", penwidth="2.5"];\n'
     ) in dot
     assert (
-        '    "dispatching" -> "dispatching" [label="start_tool / start_call (2x)", style="dashed", '
+        '    "dispatching" -> "dispatching" [label="start_tool / start_call (3x)", style="dashed", '
         'color="#1d4ed8", fontcolor="#1d4ed8", penwidth="2.5"];\n'
     ) in dot
     assert (
@@ -201,6 +202,17 @@ def test_path_diagram_draws_only_where_the_run_was(demo: RunResult) -> None:
     assert '    "awaiting_model" -> "validating" [label="model_replied (3x)", penwidth="2"];' in dot
     assert 'label="", width="0.12"' in dot  # the start point
     assert 'rankdir="TB"' in dot  # tall, not wide: it sits in a page column
+
+
+def test_path_diagram_draws_rows_between_two_states_as_one_arrow() -> None:
+    """A batch takes both self-loops on dispatching: one arrow, a row a line (not two loops)."""
+    reply = batch(call("c1", a=1, b=2), call("c2", a=3, b=4))
+    dot = path_dot(Loop(Script([reply, final()]), tools={"add": lambda a, b: a + b}).run("go"))
+
+    assert re.findall(r'^    "dispatching" -> "dispatching" \[label=.*$', dot, re.MULTILINE) == [
+        '    "dispatching" -> "dispatching" '
+        '[label="start_tool (2x)\\ntool_returned (1x)\\n[batch_open]", penwidth="2"];'
+    ]
 
 
 def test_path_diagram_lists_where_else_each_state_leads(demo: RunResult) -> None:
@@ -297,7 +309,7 @@ def test_svg_renders_the_traced_diagram(demo: RunResult) -> None:
     for state in State:
         assert f">{state.value}</text>" in svg
     assert ">model_replied (3x)</text>" in svg
-    assert "agentloop run: finished (steps 3/5, calls 2/2)" in svg
+    assert "agentloop run: finished (steps 3/5, calls 3/3)" in svg
 
 
 @pytest.mark.usefixtures("renderer")

@@ -17,6 +17,7 @@ again if an interruption lands half-way, so a run is never half-changed.
 from __future__ import annotations
 
 import inspect
+import time
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -52,6 +53,7 @@ from agentloop._core._values import (
     RunResult,
     RunTool,
     Transition,
+    Usage,
 )
 from agentloop._errors import InvalidStateError, JSONError
 
@@ -100,13 +102,16 @@ class Engine:
         "_call_id",
         "_cancelled",
         "_choosers",
+        "_clock",
         "_cut",
         "_ev_appended",
         "_ev_call",
         "_ev_error",
         "_ev_exception",
         "_ev_reason",
+        "_ev_since",
         "_ev_status",
+        "_ev_usage",
         "_events",
         "_history",
         "_input",
@@ -120,11 +125,13 @@ class Engine:
         "_reserved",
         "_results",
         "_running",
+        "_since",
         "_started",
         "_state",
         "_tool",
         "calls",
         "steps",
+        "tokens",
     )
     # What the engine holds between reports, and the fields of the event being made.
     _reply: Any
@@ -148,6 +155,8 @@ class Engine:
     _ev_error: str | None
     _ev_exception: BaseException | None
     _ev_appended: tuple[bytes, ...]
+    _ev_usage: Usage | None
+    _ev_since: float | None
 
     def __init__(
         self,
@@ -155,6 +164,7 @@ class Engine:
         *,
         budget: Budget = _DEFAULT_BUDGET,
         cancel: CancelToken | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if type(budget) is not Budget:
             raise TypeError(f"expected budget to be a Budget, got {type(budget).__name__}")
@@ -178,6 +188,12 @@ class Engine:
         self.steps = 0
         #: Accepted tool attempts so far.
         self.calls = 0
+        #: Tokens the model's replies reported so far (input plus output).
+        self.tokens = 0
+        # Times are read, never slept on: a clock is the only outside thing the engine reads.
+        self._clock = clock
+        # When the model was asked, and when each running call was handed out.
+        self._since: dict[str | None, float] = {}
         self._events: list[Transition] = []
         self._applied = 0
         self._outstanding: Trigger | None = None
@@ -190,6 +206,7 @@ class Engine:
         self._ev_call = _NO_CALL
         self._ev_status = self._ev_reason = self._ev_error = self._ev_exception = None
         self._ev_appended = ()
+        self._ev_usage = self._ev_since = None
 
     def __repr__(self) -> str:
         return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
@@ -261,8 +278,18 @@ class Engine:
                 tuple(self._events),
                 self._history.to_json(),
                 self._rejected,
+                self._usage(),
             ),
         )
+
+    def _usage(self) -> Usage:
+        """The usage every reply reported, summed from the log."""
+        totals = [0, 0, 0]
+        for event in self._events:
+            if event.usage is not None:
+                for index, count in enumerate(event.usage):
+                    totals[index] += count
+        return Usage(*totals)
 
     # -- the driver protocol --------------------------------------------------
 
@@ -297,6 +324,7 @@ class Engine:
         if row.dest is not None:
             return self._record(row)
         self._outstanding = trigger
+        self._since[self._call_id if trigger is _START_TOOL else None] = self._clock()
         if trigger is _ASK_MODEL:
             return AskModel(*self._history.request())
         if len(self._batch) == 1 and self._reply["kind"] == "call":
@@ -309,6 +337,7 @@ class Engine:
         if self._outstanding is not _ASK_MODEL:
             raise self._refused("a model reply")
         self._take_reply(reply)
+        self._ev_since = self._since.get(None)
         return self._record(self._choosers[self._state, _MODEL_REPLIED](self))
 
     def returned(self, outcome: object, call_id: str | None = None) -> Transition:
@@ -320,6 +349,7 @@ class Engine:
         if self._outstanding is not _START_TOOL:
             raise self._refused("a tool outcome")
         self._answering(call_id)
+        self._ev_since = self._since.pop(self._call_id, None)
         self._outcome = _checked_outcome(outcome)
         if type(outcome) is dict and "exception" in outcome:
             exception = outcome["exception"]
@@ -347,7 +377,10 @@ class Engine:
             )
         if trigger is _TOOL_RETURNED:
             self._answering(call_id)
+            self._ev_since = self._since.pop(self._call_id, None)
             self._outcome = ("error", orjson.dumps(exception_content(exc)))
+        else:
+            self._ev_since = self._since.get(None)
         self._ev_exception = exc
         return self._fire(trigger)
 
@@ -367,8 +400,11 @@ class Engine:
             # The running calls are cut off by this interruption; the first is in hand.
             self._cut = orjson.dumps(exception_content(exc))
             self._call_id, self._tool = self._batch[min(self._running.values())]
+            self._ev_since = self._since.get(self._call_id)
         else:
             self._call_id = self._tool = None
+            if trigger is Trigger.MODEL_INTERRUPTED:
+                self._ev_since = self._since.get(None)
         self._ev_exception = exc
         return self._fire(trigger)
 
@@ -380,6 +416,10 @@ class Engine:
     def _steps_exhausted(self) -> bool:
         return self.steps >= self._budget.max_steps
 
+    def _tokens_exhausted(self) -> bool:
+        limit = self._budget.max_total_tokens
+        return limit is not None and self.tokens >= limit
+
     def _reply_malformed(self) -> bool:
         return self._problem is not None
 
@@ -387,6 +427,9 @@ class Engine:
         return self._reply["kind"] == "final"  # type: ignore[no-any-return]
 
     def _call_id_reserved(self) -> bool:
+        batch = self._batch
+        if len(batch) == 1:
+            return batch[0][0] in self._reserved
         return self._repeated_id() is not None
 
     def _calls_exhausted(self) -> bool:
@@ -455,6 +498,9 @@ class Engine:
     def _note_max_calls(self) -> None:
         self._ev_reason = "max_calls"
 
+    def _note_max_total_tokens(self) -> None:
+        self._ev_reason = "max_total_tokens"
+
     def _note_model_error(self) -> None:
         content = exception_content(self._ev_exception)  # type: ignore[arg-type]
         said = f"{content['type']}: {content['message']}" if content["message"] else content["type"]
@@ -501,6 +547,8 @@ class Engine:
         """Put the running call a tool report answers in hand, or refuse the report."""
         running = self._running
         if call_id is None:
+            if len(running) == 1 and self._call_id in running:
+                return  # one call at a time: the one in hand is the one running
             if len(running) != 1:
                 raise InvalidStateError(
                     f"calls {list(running)} are running: say which one this report answers "
@@ -521,7 +569,9 @@ class Engine:
 
     def _record(self, compiled: _Compiled) -> Transition:
         """Commit the chosen row: its event first, then what follows from it."""
-        call, appended = self._ev_call, self._ev_appended
+        call, appended, usage = self._ev_call, self._ev_appended, self._ev_usage
+        at = self._clock()
+        since = self._ev_since
         transition = _new(
             Transition,
             (
@@ -538,17 +588,23 @@ class Engine:
                 self._ev_error,
                 self._ev_exception,
                 appended,
+                usage,
+                at,
+                None if since is None else at - since,
             ),
         )
         self._events.append(transition)  # the commit: _settle() redoes the rest
         if appended:
             self._history.extend(appended)
+        if usage is not None:
+            self.tokens += usage[0] + usage[1]
         self._state = compiled.dest  # type: ignore[assignment]
         self._outstanding = _START_TOOL if self._running else None
         self._applied += 1
         self._ev_call = _NO_CALL
         self._ev_status = self._ev_reason = self._ev_error = self._ev_exception = None
         self._ev_appended = ()
+        self._ev_usage = self._ev_since = None
         return transition
 
     def _settle(self) -> None:
@@ -569,6 +625,7 @@ class Engine:
         last = events[-1] if events else None
         self._state = last.dest if last else State.AWAITING_MODEL
         self.calls = last.calls if last else 0
+        self.tokens = self._usage().total
         self._reserved = set(self._input_ids) | _appended_ids(events)
         if self._state is State.DISPATCHING:
             # The batch in hand was accepted: keep only the results its events committed.
@@ -584,11 +641,24 @@ class Engine:
         self._ev_call = _NO_CALL
         self._ev_status = self._ev_reason = self._ev_error = self._ev_exception = None
         self._ev_appended = ()
+        self._ev_usage = self._ev_since = None
 
     # -- intake ---------------------------------------------------------------------
 
     def _take_reply(self, reply: object) -> None:
-        """Copy ``reply`` in; note what is wrong with it, if anything."""
+        """Copy ``reply`` in; note what is wrong with it, if anything.
+
+        A ``usage`` key is the provider's bill for the step, not part of the
+        reply: it goes on the event, never into the history.
+        """
+        usage_problem: str | None = None
+        if type(reply) is dict and "usage" in reply:
+            usage = _checked_usage(reply["usage"])
+            if isinstance(usage, Usage):
+                self._ev_usage = usage
+                reply = {key: value for key, value in reply.items() if key != "usage"}
+            else:  # kept in the reply, which is malformed: a reviewer sees what came
+                usage_problem = usage
         if type(reply) is NotJSON:  # replayed: a reply that was not JSON when it came
             self._reply, self._problem = reply, reply.problem
             self._batch, self._call_id, self._tool = (), None, None
@@ -601,7 +671,7 @@ class Engine:
             self._batch, self._call_id, self._tool = (), None, None
             return
         self._reply = plain
-        self._problem = problem = reply_problem(plain)
+        self._problem = problem = usage_problem or reply_problem(plain)
         if problem is None and plain["kind"] != "final":
             self._batch = batch = batch_of(plain)
             # A batch of one names its call from the start; a longer one, call by call.
@@ -628,6 +698,21 @@ def _not_json(reply: object, problem: str = "") -> NotJSON:
     except Exception as exc:  # noqa: BLE001 - any failure of a user's __repr__
         text = f"<unprintable: {type(exc).__name__}>"
     return NotJSON(text[:2000], problem)
+
+
+_USAGE_KEYS: Final = frozenset(Usage._fields)
+
+
+def _checked_usage(usage: object) -> Usage | str:
+    """A reply's ``usage`` as a ``Usage``, or what is wrong with it."""
+    if type(usage) is dict and usage.keys() == _USAGE_KEYS:
+        counts = [usage[name] for name in Usage._fields]
+        if all(type(count) is int and 0 <= count <= 2**63 - 1 for count in counts):
+            return Usage(*counts)
+    return (
+        "expected 'usage' to be {'input_tokens', 'output_tokens', 'cached_tokens'}, each a "
+        f"non-negative int, got {_not_json(usage).text:.200}"
+    )
 
 
 def _checked_outcome(outcome: object) -> tuple[str, bytes]:

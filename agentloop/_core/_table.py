@@ -140,6 +140,8 @@ class Guard(enum.StrEnum):
     CANCEL_REQUESTED = "cancel_requested"
     #: ``steps >= max_steps``.
     STEPS_EXHAUSTED = "steps_exhausted"
+    #: The tokens the replies reported reach ``max_total_tokens`` (when set).
+    TOKENS_EXHAUSTED = "tokens_exhausted"
     #: The reply is not plain JSON, or not a well-formed call or final.
     REPLY_MALFORMED = "reply_malformed"
     #: The reply is a final answer.
@@ -183,6 +185,8 @@ class Effect(enum.StrEnum):
     NOTE_MAX_STEPS = "note_max_steps"
     #: ``reason = 'max_calls'``.
     NOTE_MAX_CALLS = "note_max_calls"
+    #: ``reason = 'max_total_tokens'``.
+    NOTE_MAX_TOTAL_TOKENS = "note_max_total_tokens"
     #: ``error`` says what the model raised.
     NOTE_MODEL_ERROR = "note_model_error"
     #: ``error`` says what is wrong with the reply.
@@ -208,11 +212,13 @@ S, T, G, E = State, Trigger, Guard, Effect
 # ``before`` the effects (they run before the state changes). Order within a
 # (source, trigger) group is priority order.
 DEFINITION: Final[Sequence[TransitionConfigDict]] = (
-    # -- before the model is asked: the first two rows spend nothing
+    # -- before the model is asked: the first three rows spend nothing
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.CANCEL_REQUESTED],
      "dest": S.CANCELLED},
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.STEPS_EXHAUSTED],
      "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_STEPS]},
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.TOKENS_EXHAUSTED],
+     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_TOTAL_TOKENS]},
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL,
      "dest": None, "before": [E.COUNT_STEP]},
     # -- the model answered, raised or was interrupted; the step was spent

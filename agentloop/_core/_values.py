@@ -32,6 +32,7 @@ __all__ = [
     "RunResult",
     "RunTool",
     "Transition",
+    "Usage",
 ]
 
 #: The largest budget a run file can record (JSON integers are kept within 64 bits).
@@ -50,18 +51,48 @@ def _budget(_: object, attribute: attrs.Attribute[int], value: object) -> None:
         )
 
 
+def _token_budget(instance: object, attribute: attrs.Attribute[int | None], value: object) -> None:
+    if value is None:
+        return
+    if type(value) is not int:
+        raise TypeError(
+            f"{attribute.name} must be a non-negative int or None, got {describe(value)}"
+        )
+    _budget(instance, attribute, value)  # type: ignore[arg-type]
+
+
 @attrs.frozen(kw_only=True)
 class Budget:
-    """The two limits of a run.
+    """The limits of a run.
 
     ``max_steps`` bounds model callback invocations, failed and malformed ones
     included; ``max_calls`` bounds accepted tool attempts, whatever their
-    outcome. Each is an ``int`` from 0 to ``2**63 - 1``, so that a run file can
-    record it.
+    outcome; ``max_total_tokens`` (optional) bounds the tokens the model's
+    replies report (input plus output), checked before each model call. Each is
+    an ``int`` from 0 to ``2**63 - 1``, so that a run file can record it.
     """
 
     max_steps: int = attrs.field(validator=_budget)
     max_calls: int = attrs.field(validator=_budget)
+    max_total_tokens: int | None = attrs.field(default=None, validator=_token_budget)
+
+
+class Usage(NamedTuple):
+    """Tokens a model reply reports: what the provider billed for that step.
+
+    ``input_tokens`` counts every input token, ``cached_tokens`` the part of
+    them served from the provider's cache. A run's ``total`` is input plus
+    output, what ``max_total_tokens`` bounds.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        """``input_tokens + output_tokens``."""
+        return self.input_tokens + self.output_tokens
 
 
 class CancelToken:
@@ -204,6 +235,12 @@ class Transition(NamedTuple):
     exception: BaseException | None = None
     #: The appended messages' JSON; ``appended`` decodes a fresh copy.
     appended_json: tuple[bytes, ...] = ()
+    #: The tokens the model's reply reported (on ``model_replied`` only).
+    usage: Usage | None = None
+    #: When the transition was made, in seconds of the run's monotonic clock.
+    at: float | None = None
+    #: How long the model call or the tool this transition answers took, in seconds.
+    took: float | None = None
 
     @property
     def appended(self) -> list[dict[str, Any]]:
@@ -211,7 +248,8 @@ class Transition(NamedTuple):
         return [orjson.loads(data) for data in self.appended_json]
 
     def _compared(self) -> tuple[object, ...]:
-        return (*self[:11], self.appended_json)
+        # Times are left out too: two runs of the same story are equal whenever they ran.
+        return (*self[:11], self.appended_json, self.usage)
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not Transition:
@@ -226,9 +264,10 @@ class Transition(NamedTuple):
         return hash(self._compared())
 
     def __repr__(self) -> str:
+        shown = (*self._fields[:11], "usage")
         fields = ", ".join(
             f"{name}={value!r}"
-            for name, value in zip(self._fields[:11], self[:11], strict=True)
+            for name, value in zip(shown, (*self[:11], self.usage), strict=True)
             if value is not None or name in ("source", "dest", "trigger", "steps", "calls")
         )
         return f"Transition({fields})"
@@ -258,12 +297,14 @@ class RunResult(NamedTuple):
     transcript_json: bytes
     #: The reply that ended the run unrecorded (its decoded copy, or ``NotJSON``).
     rejected_value: object = None
+    #: The tokens every model reply reported, summed.
+    usage: Usage = Usage()
 
     def __repr__(self) -> str:
         return (
             f"RunResult(status={self.status!r}, output={self.output!r}, steps={self.steps}, "
             f"calls={self.calls}, reason={self.reason!r}, error={self.error!r}, "
-            f"events=<{len(self.events)} transitions>)"
+            f"usage={self.usage!r}, events=<{len(self.events)} transitions>)"
         )
 
     @property

@@ -186,11 +186,12 @@ def path_dot(result: RunResult) -> str:
     """A compact DOT digraph of ``result``'s path, for a page column (the report's).
 
     Only the states the run was in are drawn, top to bottom, so that it is tall
-    rather than wide. The rows it took are bold, labelled ``trigger [guard]
-    (Nx)`` (effects left out: the full diagram has them). The rows it did not
-    take are faint and unlabelled: one arrow per pair of visited states, and,
-    beside each state, one arrow to the list of the states it could also have
-    gone to. Rows out of states the run was never in are left out.
+    rather than wide. The rows it took are bold, labelled ``trigger (Nx)
+    [guard]`` (effects left out: the full diagram has them), one arrow per pair
+    of states. The rows it did not take are faint and unlabelled: one arrow per
+    pair of visited states, and, beside each state, one arrow to the list of the
+    states it could also have gone to. Rows out of states the run was never in
+    are left out.
     """
     seen = visited(result)
     lines = [
@@ -207,15 +208,18 @@ def path_dot(result: RunResult) -> str:
             double = ', peripheries="2"' if state in TERMINAL else ""
             lines.append(f'    "{state.value}" [label="{state.value}"{double}];')
     lines.append(f'    "__start__" -> "{State.AWAITING_MODEL.value}";')
+    # Rows between the same two states share one arrow, a row under another, and a
+    # guard goes on a line of its own: this keeps the labels, and so the diagram, narrow
+    # (a batch's two self-loops on dispatching, side by side, doubled its width).
+    labels: dict[tuple[State, State], list[str]] = {}
     for row, count in taken(result).items():
         if count:
-            # A guard on a line of its own keeps the label, and so the diagram, narrow.
             guard = f"\\n[{row.guard.value}]" if row.guard else ""
-            dest = row.dest or row.source
-            lines.append(
-                f'    "{row.source.value}" -> "{dest.value}" '
-                f'[label="{row.trigger.value} ({count}x){guard}", penwidth="2"];'
-            )
+            pair = (row.source, row.dest or row.source)
+            labels.setdefault(pair, []).append(f"{row.trigger.value} ({count}x){guard}")
+    for (source, dest), texts in labels.items():
+        label = "\\n".join(texts)
+        lines.append(f'    "{source.value}" -> "{dest.value}" [label="{label}", penwidth="2"];')
     faint = f'color="{_FAINT}", arrowsize="0.5"'
     elsewhere: dict[State, list[State]] = {}
     for source, dest in untaken(result):

@@ -22,11 +22,11 @@ from agentloop._core._values import AskModel, CancelToken, RecordedException, Ru
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from agentloop._core._values import RunResult
 
-__all__ = ["Mismatch", "replay"]
+__all__ = ["Mismatch", "replay", "result_of"]
 
 _INTERRUPTIONS = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
 _CANCELS = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
@@ -104,7 +104,10 @@ def _step(
         return _interrupt(engine, event, index)
     if type(need) is AskModel:
         if event.trigger is Trigger.MODEL_REPLIED:
-            return engine.replied(_reply(events, index, rejected))
+            reply = _reply(events, index, rejected)
+            if event.usage is not None and type(reply) is dict:
+                reply = {**reply, "usage": event.usage._asdict()}  # what the reply reported
+            return engine.replied(reply)
         return engine.raised(_exception(event, index))
     return engine.returned(_outcome(event, events, index))
 
@@ -161,21 +164,28 @@ def _exception(event: Transition, index: int) -> RecordedException:
     return exc
 
 
-def _outcome(event: Transition, events: tuple[Transition, ...], index: int) -> dict[str, Any]:
-    """The dispatcher's outcome, from the call's tool_result: appended by the batch's last event."""
-    message: Any = {}
-    for later in itertools.islice(events, index, None):
+def result_of(events: Sequence[Transition], index: int) -> dict[str, Any] | None:
+    """The tool_result answering the call ``events[index]`` names, or ``None``.
+
+    A batch's results are appended together, after its message, by the event
+    that closes it: this one or the first later one that appends anything (a
+    call's own event appends nothing while calls of its batch remain).
+    """
+    call_id = events[index].call_id
+    for later in itertools.islice(events, index, None):  # no copy of the rest
         if later.appended_json:
             for data in later.appended_json[1:]:
                 found = orjson.loads(data)
-                if type(found) is dict and found.get("id") == event.call_id:
-                    message = found
-                    break
-            break
-    outcome: dict[str, Any] = {
-        "status": message.get("status") if type(message) is dict else None,
-        "content": message.get("content") if type(message) is dict else None,
-    }
+                if type(found) is dict and found.get("id") == call_id:
+                    return found
+            return None
+    return None
+
+
+def _outcome(event: Transition, events: tuple[Transition, ...], index: int) -> dict[str, Any]:
+    """The dispatcher's outcome, from the call's tool_result."""
+    message = result_of(events, index) or {}
+    outcome: dict[str, Any] = {"status": message.get("status"), "content": message.get("content")}
     if event.exception is not None:
         outcome["exception"] = event.exception
     return outcome

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import html
 import unicodedata
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import orjson
 
@@ -23,10 +23,13 @@ from agentloop._core._table import State
 from agentloop._core._values import require_result
 from agentloop._errors import SVGUnavailableError
 from agentloop._review._diagram import path_svg, to_mermaid
+from agentloop._review._replay import result_of
 from agentloop._review._runfile import FORMAT, VERSION, rejected_record
 
 if TYPE_CHECKING:
-    from agentloop._core._values import Budget, RunResult, Transition
+    from collections.abc import Iterator
+
+    from agentloop._core._values import RunResult
 
 __all__ = [
     "HEADERS",
@@ -89,34 +92,35 @@ def _compact(value: object) -> str:
     return orjson.dumps(value).decode()
 
 
-def describe(
-    number: int, transition: Transition, budget: Budget, *, limit: int | None = LIMIT
-) -> tuple[str, ...]:
-    """One transition as cells under ``HEADERS``: what moved, why, and what came of it.
+def describe(result: RunResult, index: int, *, limit: int | None = LIMIT) -> tuple[str, ...]:
+    """Event ``index`` of ``result`` as cells under ``HEADERS``: what moved, why, what came of it.
 
-    An error, a tool result's content, a final answer and the call are cut to ``limit``
-    characters (``None``: whole). The cells hold the run's text as it is: ``run_lines``
-    escapes them for a terminal, the report for HTML.
+    A call's outcome is its tool_result, which the batch's closing event
+    appended (``result_of``). An error, a tool result's content, a final
+    answer and the call are cut to ``limit`` characters (``None``: whole). The
+    cells hold the run's text as it is: ``run_lines`` escapes them for a
+    terminal, the report for HTML.
     """
+    transition = result.events[index]
     guard = f" [{transition.guard.value}]" if transition.guard else ""
     call = f"{transition.tool}#{transition.call_id}" if transition.call_id else ""
     appended = transition.appended
+    answer = result_of(result.events, index) if transition.result_status else None
     if transition.error:
         outcome = _short(transition.error, limit)
     elif transition.reason:
         outcome = f"budget spent: {transition.reason}"
-    elif transition.result_status and appended:
-        outcome = (
-            f"{transition.result_status}: {_short(_compact(appended[-1].get('content')), limit)}"
-        )
+    elif answer is not None:
+        outcome = _answer(answer, limit)
     elif appended and appended[-1].get("kind") == "final":
         outcome = f"final: {_short(str(appended[-1].get('text')), limit)}"
     elif transition.dest is State.CANCELLED:
         outcome = "cancelled"
     else:
         outcome = transition.result_status or ""
+    budget = result.budget
     return (
-        str(number),
+        str(index + 1),
         f"{transition.source.value} → {transition.dest.value}",
         transition.trigger.value + guard,
         f"{transition.steps}/{budget.max_steps}",
@@ -138,6 +142,60 @@ def _message_text(message: dict[str, Any]) -> str:
     if set(message) == {"kind", "text"} and isinstance(message["text"], str):
         return str(message["text"])
     return _compact({key: value for key, value in message.items() if key != "kind"})
+
+
+def _answer(result: dict[str, Any], limit: int | None) -> str:
+    """A tool_result on one line: its status and its content, cut to ``limit``."""
+    return f"{result.get('status')}: {_short(_compact(result.get('content')), limit)}"
+
+
+class _Group(NamedTuple):
+    """A message of the transcript (at ``at``) and, for a call or a batch, each call's result."""
+
+    at: int
+    message: dict[str, Any]
+    #: Each call the message made (a lone call is the message itself), with the
+    #: index of its tool_result when that follows the message (else ``None``).
+    answered: list[tuple[dict[str, Any], int | None]]
+
+
+def _groups(messages: list[dict[str, Any]]) -> Iterator[_Group]:
+    """The messages in order; a call or a batch takes the results that follow it at once.
+
+    A run appends a batch and its results together. Input history may answer
+    a call further on: that result stays a message of its own.
+    """
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        made = _calls(message)
+        waiting = {call.get("id") for call in made}
+        found: dict[object, int] = {}
+        after = index + 1
+        while (
+            after < len(messages)
+            and messages[after].get("kind") == "tool_result"
+            and messages[after].get("id") in waiting
+        ):
+            waiting.remove(messages[after]["id"])
+            found[messages[after]["id"]] = after
+            after += 1
+        yield _Group(index, message, [(call, found.get(call.get("id"))) for call in made])
+        index = after
+
+
+def _calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The calls a message made, each as a ``call`` message: none, itself, or a batch's."""
+    if message.get("kind") == "call":
+        return [message]
+    batch = message.get("calls") if message.get("kind") == "calls" else None
+    return [{"kind": "call", **call} for call in batch] if isinstance(batch, list) else []
+
+
+def _commentary(batch: dict[str, Any]) -> str:
+    """A batch's text (the model's commentary), or its other fields as JSON; '' if none."""
+    rest = {key: value for key, value in batch.items() if key != "calls"}
+    return _message_text(rest) if len(rest) > 1 else ""
 
 
 def _width(text: str) -> int:
@@ -163,29 +221,18 @@ def run_lines(
     result: RunResult,
     *,
     title: str,
-    rows: list[tuple[str, ...]] | None = None,
     limit: int | None = LIMIT,
 ) -> list[str]:
     """The run as lines of text: the input, one row per transition, then how it ended.
 
-    ``rows`` are the ``describe`` cells (made from ``result.events`` when not
-    given). Input messages and cells are cut to ``limit`` characters (``None``:
-    whole); the closing lines are always whole. Every line is ``printable``.
+    Input messages and cells are cut to ``limit`` characters (``None``: whole);
+    the closing lines are always whole. Every line is ``printable``.
     """
-    if rows is None:
-        rows = [
-            describe(number, event, result.budget, limit=limit)
-            for number, event in enumerate(result.events, 1)
-        ]
+    rows = [describe(result, index, limit=limit) for index in range(len(result.events))]
     lines = [title, ""]
     given = input_messages(result)
     if given:
-        lines.append("input")
-        lines.extend(
-            f"  #{index}  {message.get('kind')}  {_short(_message_text(message), limit)}"
-            for index, message in enumerate(given)
-        )
-        lines.append("")
+        lines.extend(["input", *_input_lines(given, limit), ""])
     lines.extend(_columns([tuple(map(printable, row)) for row in [HEADERS, *rows]]))
     lines.append("")
     budget = result.budget
@@ -204,6 +251,31 @@ def run_lines(
         shown, note = rejected_text(result.rejected_value, indent=False)
         lines.append(f"rejected {shown}" + (f"  ({note})" if note else ""))
     return [printable(line) for line in lines]
+
+
+def _input_lines(given: list[dict[str, Any]], limit: int | None) -> list[str]:
+    """One line per input message; a call, or each call of a batch, beside its result."""
+    lines = []
+    for index, message, answered in _groups(given):
+        kind = message.get("kind")
+        made = [_call_text(call, at, given, limit) for call, at in answered]
+        if kind == "calls":
+            note = _commentary(message)
+            lines.append(f"  #{index}  calls" + (f"  {_short(note, limit)}" if note else ""))
+            lines.extend(f"        {text}" for text in made)
+        elif kind == "call":
+            lines.append(f"  #{index}  call  {made[0]}")
+        else:
+            lines.append(f"  #{index}  {kind}  {_short(_message_text(message), limit)}")
+    return lines
+
+
+def _call_text(
+    call: dict[str, Any], at: int | None, messages: list[dict[str, Any]], limit: int | None
+) -> str:
+    """``tool#id arguments``, then ``→ #n status: content`` when its result is message n."""
+    made = _short(f"{call.get('name')}#{call.get('id')} {_compact(call.get('arguments'))}", limit)
+    return made if at is None else f"{made}  →  #{at} {_answer(messages[at], limit)}"
 
 
 # -- the HTML report -------------------------------------------------------------
@@ -237,14 +309,17 @@ figcaption { margin-top: .5rem; }
 ol.timeline { list-style: none; padding: 0; margin: 0; }
 ol.timeline > li { margin: 0 0 .75rem; }
 .pair { display: grid; grid-template-columns: 1fr 1fr; gap: .75rem; }
-/* On a phone a call and its result go one above the other. */
-@media (max-width: 40rem) { .pair { grid-template-columns: 1fr; } }
+/* A batch: the reply (its text, the model's commentary) over its calls, each beside its result. */
+ol.timeline > li.batch { padding: .5rem; border: 1px dashed var(--blue); border-radius: 6px; }
+.batch > .pair { margin-top: .75rem; }
+/* On a phone a call and its result go one above the other, closer than to the next pair. */
+@media (max-width: 40rem) { .pair { grid-template-columns: 1fr; gap: .3rem; } }
 .entry { border: 1px solid var(--line); border-left: 4px solid var(--mute); border-radius: 6px;
          padding: .5rem .75rem; min-width: 0; }
 .entry .who { font-size: .85rem; color: var(--mute); overflow-wrap: anywhere; }
 .entry .text { margin: .25rem 0 0; white-space: pre-wrap; overflow-wrap: anywhere; }
 .entry.user { border-left-color: #7c3aed; }
-.entry.call { border-left-color: var(--blue); }
+.entry.call, .entry.calls { border-left-color: var(--blue); }
 .entry.tool_result { border-left-color: #15803d; }
 .entry.tool_result.failed { border-left-color: #b91c1c; }
 .entry.final { border-left-color: #0f766e; }
@@ -363,40 +438,42 @@ def _diagram(result: RunResult, svg: bool | None) -> list[str]:
 
 
 def _timeline(result: RunResult) -> list[str]:
-    """The transcript in order; each call sits beside the result that follows it."""
+    """The transcript in order; each call sits beside its result, a batch's calls in one group."""
     transcript = result.transcript
     appended = sum(len(event.appended_json) for event in result.events)
     first_of_run = len(transcript) - appended
+
+    def entry(index: int) -> str:
+        return _entry(index, transcript[index], input_=index < first_of_run)
+
     parts = ['<h2 id="transcript">Transcript</h2>', '<ol class="timeline">']
-    index = 0
-    while index < len(transcript):
-        message = transcript[index]
-        after = transcript[index + 1] if index + 1 < len(transcript) else None
-        if (
-            message.get("kind") == "call"
-            and isinstance(after, dict)
-            and after.get("kind") == "tool_result"
-            and after.get("id") == message.get("id")
-        ):
-            parts.append('<li class="pair">')
-            parts.append(_entry(index, message, input_=index < first_of_run))
-            parts.append(_entry(index + 1, after, input_=index + 1 < first_of_run))
+    for index, message, answered in _groups(transcript):
+        if message.get("kind") == "calls":
+            parts.append(f'<li class="batch">{entry(index)}')
+            for call, at in answered:
+                element = _entry(None, call, input_=index < first_of_run)
+                parts.append(f'<div class="pair">{element}{"" if at is None else entry(at)}</div>')
             parts.append("</li>")
-            index += 2
+        elif answered and answered[0][1] is not None:  # a lone call and its result
+            parts.append(f'<li class="pair">{entry(index)}{entry(answered[0][1])}</li>')
         else:
-            parts.append(f"<li>{_entry(index, message, input_=index < first_of_run)}</li>")
-            index += 1
+            parts.append(f"<li>{entry(index)}</li>")
     parts.append("</ol>")
     return parts
 
 
-def _entry(index: int, message: dict[str, Any], *, input_: bool) -> str:
+def _entry(index: int | None, message: dict[str, Any], *, input_: bool) -> str:
+    """A message of the transcript at ``index``, or (``None``) one call of a batch."""
     kind = str(message.get("kind"))
     origin = " · input" if input_ else ""
     classes = f"entry {_e(kind)}" + (" input" if input_ else "")
     if kind == "call":
         who = f"call {_e(message.get('name'))} · id {_e(message.get('id'))}"
         body = f"<pre>{_pretty(message.get('arguments'))}</pre>"
+    elif kind == "calls":
+        who = f"batch of {len(message['calls'])} calls"
+        note = _commentary(message)
+        body = f'<p class="text">{_e(note)}</p>' if note else ""
     elif kind == "tool_result":
         status = str(message.get("status"))
         classes += "" if status == "ok" else " failed"
@@ -408,10 +485,12 @@ def _entry(index: int, message: dict[str, Any], *, input_: bool) -> str:
     else:
         who = _e(kind)
         body = f"<pre>{_pretty(message)}</pre>"
-    return (
-        f'<div class="{classes}" data-entry="{index}">'
-        f'<div class="who">#{index} {who}{origin}</div>{body}</div>'
+    mark, number = (
+        (f'data-call="{_e(message.get("id"))}"', "")
+        if index is None
+        else (f'data-entry="{index}"', f"#{index} ")
     )
+    return f'<div class="{classes}" {mark}><div class="who">{number}{who}{origin}</div>{body}</div>'
 
 
 def rejected_text(value: object, *, indent: bool = True) -> tuple[str, str]:
@@ -441,8 +520,8 @@ def _transitions(result: RunResult) -> list[str]:
     parts = ['<h2 id="transitions">Transitions</h2>', "<table>", "<thead><tr>"]
     parts.extend(f"<th>{_e(header)}</th>" for header in HEADERS)
     parts.append("</tr></thead><tbody>")
-    for number, event in enumerate(result.events, 1):
-        cells = describe(number, event, result.budget)
+    for index in range(len(result.events)):
+        cells = describe(result, index)
         parts.append(
             "<tr>"
             + "".join(

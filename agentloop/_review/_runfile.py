@@ -1,16 +1,24 @@
 """Saved runs: a ``RunResult`` as a versioned JSON document, and back.
 
-A run file is one JSON object (format ``agentloop.run``, version 2)::
+A run file is one JSON object (format ``agentloop.run``, version 3)::
 
-    {"format": "agentloop.run", "version": 2,
+    {"format": "agentloop.run", "version": 3,
      "status": "finished", "output": "...", "reason": null, "error": null,
-     "steps": 3, "calls": 2, "budget": {"max_steps": 5, "max_calls": 2},
+     "steps": 3, "calls": 2,
+     "budget": {"max_steps": 5, "max_calls": 2, "max_total_tokens": null},
+     "usage": {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0},
      "transcript": [{"kind": "user", ...}, ...],
      "events": [{"source": "awaiting_model", "dest": "validating",
                  "trigger": "model_replied", "guard": null, "steps": 1, "calls": 0,
                  "call_id": null, "tool": null, "result_status": null, "reason": null,
-                 "error": null, "exception": null, "appended": []}, ...],
+                 "error": null, "exception": null, "appended": [],
+                 "usage": null | {"input_tokens", "output_tokens", "cached_tokens"},
+                 "at": 12.5, "took": 0.8}, ...],
      "rejected": null | {"json": <the reply>} | {"repr": "...", "problem": "..."}}
+
+``at`` and ``took`` are seconds of the run's monotonic clock (or null); replay
+and comparisons ignore them. A version 2 file (before usage and times) is read
+as version 3 with no usage, no token budget and no times.
 
 A transition's live ``exception`` is saved as ``{"type", "message"}`` (loaded
 back as a ``RecordedException``); a rejected reply that was not JSON is kept
@@ -43,6 +51,7 @@ from agentloop._core._values import (
     RecordedException,
     RunResult,
     Transition,
+    Usage,
     require_result,
 )
 from agentloop._errors import RunFileError
@@ -64,7 +73,9 @@ __all__ = [
 ]
 
 FORMAT: Final = "agentloop.run"
-VERSION: Final = 2
+VERSION: Final = 3
+#: Older versions this agentloop still reads (upgraded on load).
+_READS: Final = (2, 3)
 #: The largest run file loaded unless asked for more (``max_bytes=``, ``--max-size``).
 MAX_BYTES: Final = 256 * 2**20
 
@@ -73,6 +84,7 @@ MAX_BYTES: Final = 256 * 2**20
 
 _STR_OR_NULL: Final = {"type": ["string", "null"]}
 _COUNT: Final = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+_SECONDS: Final = {"type": ["number", "null"]}
 _MESSAGE: Final = {
     "type": "object",
     "required": ["kind"],
@@ -95,7 +107,9 @@ def _record(**properties: object) -> dict[str, Any]:
     }
 
 
-#: The JSON Schema (Draft 2020-12) of a version 2 run file.
+_USAGE: Final = _record(input_tokens=_COUNT, output_tokens=_COUNT, cached_tokens=_COUNT)
+
+#: The JSON Schema (Draft 2020-12) of a version 3 run file.
 SCHEMA: Final = _record(
     format={"const": FORMAT},
     version={"const": VERSION},
@@ -105,7 +119,10 @@ SCHEMA: Final = _record(
     error=_STR_OR_NULL,
     steps=_COUNT,
     calls=_COUNT,
-    budget=_record(max_steps=_COUNT, max_calls=_COUNT),
+    budget=_record(
+        max_steps=_COUNT, max_calls=_COUNT, max_total_tokens={"oneOf": [{"type": "null"}, _COUNT]}
+    ),
+    usage=_USAGE,
     transcript={"type": "array", "items": _MESSAGE},
     events={
         "type": "array",
@@ -130,6 +147,9 @@ SCHEMA: Final = _record(
                 ],
             },
             appended={"type": "array", "items": _MESSAGE},
+            usage={"oneOf": [{"type": "null"}, _USAGE]},
+            at=_SECONDS,
+            took=_SECONDS,
         ),
     },
     rejected={
@@ -168,7 +188,12 @@ def _document(result: RunResult, *, events: bool = True) -> dict[str, Any]:
         "error": result.error,
         "steps": result.steps,
         "calls": result.calls,
-        "budget": {"max_steps": result.budget.max_steps, "max_calls": result.budget.max_calls},
+        "budget": {
+            "max_steps": result.budget.max_steps,
+            "max_calls": result.budget.max_calls,
+            "max_total_tokens": result.budget.max_total_tokens,
+        },
+        "usage": result.usage._asdict(),
         "transcript": orjson.loads(result.transcript_json),
         "events": [_event(event) for event in result.events] if events else None,
         "rejected": rejected_record(result.rejected_value),
@@ -193,6 +218,9 @@ def _event(event: Transition) -> dict[str, Any]:
         "error": event.error,
         "exception": _exception_record(event.exception),
         "appended": event.appended,
+        "usage": None if event.usage is None else event.usage._asdict(),
+        "at": event.at,
+        "took": event.took,
     }
 
 
@@ -271,6 +299,8 @@ def run_from_json(
             ) from None
         written = _dumps(document)
     _check_unique_fields(text, written, source)
+    if document["version"] == 2:
+        _upgrade_from_2(document)
     error = next(iter(_VALIDATOR.iter_errors(document)), None)
     if error is not None:
         raise RunFileError(f"{source}: {_json_path(error.instance_path)}", *_explain(error))
@@ -290,12 +320,28 @@ def _check_header(document: object, source: str) -> None:
         found = _found(document["format"]) if "format" in document else "no format field"
         raise RunFileError(f"{source}: $.format", f"format {FORMAT!r}", found)
     version = document.get("version")
-    if type(version) is not int or version != VERSION:
+    if type(version) is not int or version not in _READS:
         raise RunFileError(
             f"{source}: $.version",
-            f"version {VERSION} (the only one this agentloop reads)",
+            f"version {' or '.join(map(str, _READS))} (the ones this agentloop reads)",
             _found(version) if "version" in document else "no version field",
         )
+
+
+def _upgrade_from_2(document: dict[str, Any]) -> None:
+    """A version 2 document as version 3: no token budget, no usage, no times.
+
+    Only fields that are missing are added, so a v2 document with a stray v3
+    field still fails the schema as it should.
+    """
+    document["version"] = VERSION
+    if type(document.get("budget")) is dict:
+        document["budget"].setdefault("max_total_tokens", None)
+    document.setdefault("usage", {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0})
+    for event in document.get("events") or ():
+        if type(event) is dict:
+            for name in ("usage", "at", "took"):
+                event.setdefault(name, None)
 
 
 def _too_deep(document: dict[str, Any]) -> bool:
@@ -377,6 +423,8 @@ def _explain(error: jsonschema_rs.ValidationError) -> tuple[str, str]:
 _ONE_OF: Final = {
     "exception": 'null or {"type": str, "message": str}',
     "rejected": 'null, {"json": the reply} or {"repr": str, "problem": str}',
+    "max_total_tokens": "null or an int from 0 to 2**63 - 1",
+    "usage": 'null or {"input_tokens", "output_tokens", "cached_tokens"}, each an int count',
 }
 
 
@@ -408,7 +456,7 @@ def _build(document: dict[str, Any]) -> RunResult:
     try:
         budget = Budget(**document["budget"])
     except (TypeError, ValueError) as exc:
-        raise Mismatch("$.budget", "a budget of two int counts", str(exc)) from None
+        raise Mismatch("$.budget", "a budget of int counts", str(exc)) from None
     return RunResult(
         status=State(document["status"]),
         output=document["output"],
@@ -426,6 +474,7 @@ def _build(document: dict[str, Any]) -> RunResult:
             if "repr" in rejected
             else rejected["json"]
         ),
+        usage=Usage(**document["usage"]),
     )
 
 
@@ -451,6 +500,9 @@ def _load_event(event: dict[str, Any]) -> Transition:
         event["error"],
         RecordedException(exception["type"], exception["message"]) if exception else None,
         tuple(_dumps(message) for message in event["appended"]),
+        None if event["usage"] is None else Usage(**event["usage"]),
+        event["at"],
+        event["took"],
     )
 
 
@@ -535,14 +587,22 @@ def _compare_events(made: Transition, saved: Transition, where: str) -> None:
     # The fast path: equal as values, counters that are ints (not 1.0 or true), the same
     # message bytes and the same exception record. Anything else is compared field by field.
     if (
-        made[:11] == saved[:11]  # every field but the exception and the messages
+        made[:11] == saved[:11]  # every field but the exception, messages, usage and times
         and made.appended_json == saved.appended_json
+        and made.usage == saved.usage
         and type(saved.steps) is int
         and type(saved.calls) is int
         and _exception_record(made.exception) == _exception_record(saved.exception)
     ):
         return
-    _compare(_event(made), _event(saved), where)
+    _compare(_timeless(made), _timeless(saved), where)
+
+
+def _timeless(event: Transition) -> dict[str, Any]:
+    """An event's record without its times, which replay does not reproduce."""
+    record = _event(event)
+    del record["at"], record["took"]
+    return record
 
 
 def _exception_record(exc: BaseException | None) -> dict[str, str] | None:
