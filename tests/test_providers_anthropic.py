@@ -23,7 +23,7 @@ from agentloop import Loop, ToolRegistry
 from agentloop.providers import IncompleteReply
 from agentloop.providers.anthropic import DEFAULT_MAX_TOKENS, anthropic_messages
 
-from .wire import FLAVOURS, HISTORY, Wire, ask, conforms, run, without_usage
+from .wire import FLAVOURS, HISTORY, Wire, ask, assert_usage, conforms, run
 
 Message = dict[str, Any]
 Call = tuple[str, str, Message]  # id, name, input
@@ -464,7 +464,7 @@ async def test_a_call_then_a_final_through_the_loop(flavour: str) -> None:
             (200, message(text="2+3 is 5.")),
         ]
     )
-    loop = Loop(without_usage(model_for(flavour, wire, registry)), tools=registry)
+    loop = Loop(model_for(flavour, wire, registry), tools=registry)
     result = await run(loop, flavour, "What is 2+3?")
     assert (result.status, result.output, result.steps, result.calls) == (
         "finished",
@@ -478,20 +478,24 @@ async def test_a_call_then_a_final_through_the_loop(flavour: str) -> None:
         {"kind": "tool_result", "id": "toolu_1", "name": "add", "status": "ok", "content": 5},
         {"kind": "final", "text": "2+3 is 5."},
     ]
+    assert_usage(result, 2)
     _, last = sent(wire, registry)
     assert last["messages"][-1] == {"role": "user", "content": [tool_result("toolu_1", "5")]}
 
 
 async def test_a_cut_off_reply_fails_the_run(flavour: str) -> None:
+    registry = tools()
     wire = Wire([(200, message(text="The answer", stop="max_tokens"))])
-    result = await run(Loop(model_for(flavour, wire, tools()), tools=tools()), flavour, "2+3?")
+    result = await run(Loop(model_for(flavour, wire, registry), tools=registry), flavour, "2+3?")
     assert (result.status, result.steps, result.calls) == ("failed", 1, 0)
     assert result.error == "the model raised IncompleteReply: the reply was cut off at max_tokens"
+    assert_usage(result, 0)
 
 
 async def test_a_401_fails_the_run(flavour: str) -> None:
+    registry = tools()
     wire = Wire([(401, error("authentication_error", "invalid x-api-key"))])
-    result = await run(Loop(model_for(flavour, wire, tools()), tools=tools()), flavour, "2+3?")
+    result = await run(Loop(model_for(flavour, wire, registry), tools=registry), flavour, "2+3?")
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.startswith("the model raised AuthenticationError: Error code: 401")
@@ -503,7 +507,7 @@ async def test_parallel_calls_with_text_through_the_loop(flavour: str) -> None:
     registry = tools()
     calls = [("toolu_1", "add", {"a": 2, "b": 3}), ("toolu_2", "mul", {"a": 2, "b": 3})]
     wire = Wire([(200, message(text="Both at once.", calls=calls)), (200, message(text="5, 6."))])
-    loop = Loop(without_usage(model_for(flavour, wire, registry)), tools=registry)
+    loop = Loop(model_for(flavour, wire, registry), tools=registry)
     result = await run(loop, flavour, "2+3, 2*3?")
     assert (result.status, result.output, result.steps, result.calls) == ("finished", "5, 6.", 2, 2)
     assert result.transcript == [
@@ -520,6 +524,7 @@ async def test_parallel_calls_with_text_through_the_loop(flavour: str) -> None:
         {"kind": "tool_result", "id": "toolu_2", "name": "mul", "status": "ok", "content": 6},
         {"kind": "final", "text": "5, 6."},
     ]
+    assert_usage(result, 2)
     _, last = sent(wire, registry)
     assert last["messages"][1:] == [
         {
@@ -542,10 +547,11 @@ async def test_a_denied_call_in_a_batch_through_the_loop(flavour: str) -> None:
     )
     calls = [("toolu_1", "add", {"a": 2, "b": 3}), ("toolu_2", "mul", {"a": 2, "b": 3})]
     wire = Wire([(200, message(calls=calls)), (200, message(text="5; mul was denied."))])
-    loop = Loop(without_usage(model_for(flavour, wire, registry)), tools=registry)
+    loop = Loop(model_for(flavour, wire, registry), tools=registry)
     result = await run(loop, flavour, "2+3, 2*3?")
     assert (result.status, result.steps, result.calls) == ("finished", 2, 2)
     assert [m.get("status") for m in result.transcript[2:4]] == ["ok", "denied"]
+    assert_usage(result, 2)
     _, last = sent(wire, registry)
     assert last["messages"][-1] == {
         "role": "user",
@@ -554,6 +560,29 @@ async def test_a_denied_call_in_a_batch_through_the_loop(flavour: str) -> None:
             tool_result("toolu_2", "status: denied\nno", error=True),
         ],
     }
+
+
+async def test_usage_reaching_max_total_tokens_through_the_loop(flavour: str) -> None:
+    """Each reply reports 150 tokens (cache reads included); at 300 the run ends exhausted
+    before a third request."""
+    registry = tools()
+    wire = Wire(
+        [
+            (200, message(calls=[("toolu_1", "add", {"a": 1, "b": 1})])),
+            (200, message(calls=[("toolu_2", "add", {"a": 2, "b": 2})])),
+        ]
+    )
+    loop = Loop(model_for(flavour, wire, registry), tools=registry, max_total_tokens=300)
+    result = await run(loop, flavour, "Count.")
+    assert (result.status, result.reason, result.steps, result.calls) == (
+        "exhausted",
+        "max_total_tokens",
+        2,
+        2,
+    )
+    assert [m["kind"] for m in result.transcript] == ["user", *["call", "tool_result"] * 2]
+    assert_usage(result, 2)
+    assert len(sent(wire, registry)) == 2
 
 
 def test_the_public_names_are_documented() -> None:

@@ -25,7 +25,7 @@ from agentloop import Loop, SpecFormat, ToolRegistry
 from agentloop.providers import IncompleteReply
 from agentloop.providers.openai import openai_chat, openai_responses
 
-from .wire import FLAVOURS, HISTORY, Wire, ask, conforms, run, without_usage
+from .wire import FLAVOURS, HISTORY, Wire, ask, assert_usage, conforms, run
 
 Message = dict[str, Any]
 Call = tuple[str, str, str]  # id, name, the arguments as the model wrote them
@@ -643,7 +643,7 @@ async def test_a_call_then_a_final_through_the_loop(api: Api, flavour: str) -> N
             (200, api.answer(text="2+3 is 5.")),
         ]
     )
-    loop = Loop(without_usage(model_for(api, flavour, wire, registry)), tools=registry)
+    loop = Loop(model_for(api, flavour, wire, registry), tools=registry)
     result = await run(loop, flavour, "What is 2+3?")
     assert (result.status, result.output, result.steps, result.calls) == (
         "finished",
@@ -657,6 +657,7 @@ async def test_a_call_then_a_final_through_the_loop(api: Api, flavour: str) -> N
         {"kind": "tool_result", "id": "call_1", "name": "add", "status": "ok", "content": 5},
         {"kind": "final", "text": "2+3 is 5."},
     ]
+    assert_usage(result, 2)
     _, turns = sent(api, wire, registry)
     assert turns[-1] == (
         {"role": "tool", "tool_call_id": "call_1", "content": "5"}
@@ -666,17 +667,20 @@ async def test_a_call_then_a_final_through_the_loop(api: Api, flavour: str) -> N
 
 
 async def test_a_cut_off_reply_fails_the_run(api: Api, flavour: str) -> None:
+    registry = tools()
     wire = Wire([(200, api.answer(text="The answer", finish=api.cut_off))])
-    loop = Loop(model_for(api, flavour, wire, tools()), tools=tools())
+    loop = Loop(model_for(api, flavour, wire, registry), tools=registry)
     result = await run(loop, flavour, "What is 2+3?")
     assert (result.status, result.steps, result.calls) == ("failed", 1, 0)
     assert result.error == f"the model raised IncompleteReply: {api.cut_off_error}"
     assert result.transcript == [{"kind": "user", "text": "What is 2+3?"}]
+    assert_usage(result, 0)
 
 
 async def test_a_500_after_retries_fails_the_run(api: Api, flavour: str) -> None:
+    registry = tools()
     wire = Wire([(500, ERROR)] * 2)
-    loop = Loop(model_for(api, flavour, wire, tools(), max_retries=1), tools=tools())
+    loop = Loop(model_for(api, flavour, wire, registry, max_retries=1), tools=registry)
     result = await run(loop, flavour, "What is 2+3?")
     assert result.status == "failed"
     assert result.error is not None
@@ -692,7 +696,7 @@ async def test_parallel_calls_with_text_through_the_loop(api: Api, flavour: str)
     wire = Wire(
         [(200, api.answer(text="Both at once.", calls=calls)), (200, api.answer(text="5, 6."))]
     )
-    loop = Loop(without_usage(model_for(api, flavour, wire, registry)), tools=registry)
+    loop = Loop(model_for(api, flavour, wire, registry), tools=registry)
     result = await run(loop, flavour, "2+3, 2*3?")
     assert (result.status, result.output, result.steps, result.calls) == ("finished", "5, 6.", 2, 2)
     assert result.transcript == [
@@ -709,6 +713,7 @@ async def test_parallel_calls_with_text_through_the_loop(api: Api, flavour: str)
         {"kind": "tool_result", "id": "call_2", "name": "mul", "status": "ok", "content": 6},
         {"kind": "final", "text": "5, 6."},
     ]
+    assert_usage(result, 2)
     _, turns = sent(api, wire, registry)
     if api is CHAT:
         assert [t.get("tool_call_id") for t in turns[2:]] == ["call_1", "call_2"]
@@ -730,7 +735,7 @@ async def test_invalid_arguments_then_the_corrected_call_through_the_loop(
             (200, api.answer(text="5.")),
         ]
     )
-    loop = Loop(without_usage(model_for(api, flavour, wire, registry)), tools=registry)
+    loop = Loop(model_for(api, flavour, wire, registry), tools=registry)
     result = await run(loop, flavour, "2+3?")
     assert (result.status, result.steps, result.calls) == ("finished", 3, 2)
     assert [m["kind"] for m in result.transcript] == [
@@ -750,7 +755,30 @@ async def test_invalid_arguments_then_the_corrected_call_through_the_loop(
         "status": "ok",
         "content": 5,
     }
+    assert_usage(result, 3)
     sent(api, wire, registry)
+
+
+async def test_usage_reaching_max_total_tokens_through_the_loop(api: Api, flavour: str) -> None:
+    """Each reply reports 150 tokens; at 300 the run ends exhausted before a third request."""
+    registry = tools()
+    wire = Wire(
+        [
+            (200, api.answer(calls=[("call_1", "add", '{"a": 1, "b": 1}')])),
+            (200, api.answer(calls=[("call_2", "add", '{"a": 2, "b": 2}')])),
+        ]
+    )
+    loop = Loop(model_for(api, flavour, wire, registry), tools=registry, max_total_tokens=300)
+    result = await run(loop, flavour, "Count.")
+    assert (result.status, result.reason, result.steps, result.calls) == (
+        "exhausted",
+        "max_total_tokens",
+        2,
+        2,
+    )
+    assert [m["kind"] for m in result.transcript] == ["user", *["call", "tool_result"] * 2]
+    assert_usage(result, 2)
+    assert len(sent(api, wire, registry)) == 2
 
 
 def test_the_public_names_are_documented() -> None:

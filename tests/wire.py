@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import httpx2
 
+from agentloop._core._values import Usage
 from agentloop.testing import assert_contract
 
 if TYPE_CHECKING:
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
 Message = dict[str, Any]
 FLAVOURS = ("sync", "async")
+#: What every canned response reports: 120 prompt tokens (100 of them cached), 30 output.
+STEP_USAGE = Usage(input_tokens=120, output_tokens=30, cached_tokens=100)
 
 #: Every kind, every status, a parallel call with text, a call whose arguments were raw text.
 HISTORY: list[Message] = [
@@ -108,23 +111,11 @@ async def run(loop: agentloop.Loop, flavour: str, messages: Any) -> agentloop.Ru
     return result
 
 
-def without_usage(model: Any) -> Any:
-    """The model with ``usage`` dropped from its replies, for an engine that predates it."""
-    if inspect.iscoroutinefunction(model):
-
-        async def amodel(history: list[Message]) -> Message:
-            reply = await model(history)
-            reply.pop("usage", None)
-            return reply  # type: ignore[no-any-return]
-
-        return amodel
-
-    def smodel(history: list[Message]) -> Message:
-        reply = model(history)
-        reply.pop("usage", None)
-        return reply  # type: ignore[no-any-return]
-
-    return smodel
+def assert_usage(result: agentloop.RunResult, replies: int) -> None:
+    """Each of ``replies`` model replies recorded the canned usage on its event; the run sums it."""
+    recorded = [t.usage for t in result.events if t.trigger == "model_replied"]
+    assert recorded == [STEP_USAGE] * replies
+    assert result.usage == Usage(*(count * replies for count in STEP_USAGE))
 
 
 def _drained(value: Any) -> Any:
