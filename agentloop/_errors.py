@@ -4,7 +4,9 @@ A misbehaving model or tool never raises: it becomes a state or a result.
 These are for the caller: a setup mistake (``TableError``, bad configuration),
 a call the run's state does not allow (``InvalidStateError``), a value that is
 not plain JSON (``JSONError``), a run file that cannot be loaded
-(``RunFileError``), or an optional part that is not installed.
+(``RunFileError``), or an optional part that is not installed. One is raised
+by a model callback rather than for a caller: ``IncompleteReply``, by the
+provider adapters, which the engine records as the run's ``failed`` error.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentloopError",
+    "IncompleteReply",
     "InvalidStateError",
     "JSONError",
     "RunFileError",
@@ -26,6 +29,14 @@ __all__ = [
 
 class AgentloopError(Exception):
     """Base class of every error agentloop raises for a caller's mistake."""
+
+
+class IncompleteReply(AgentloopError):
+    """A provider's reply was cut off, refused or empty: never taken as a final answer.
+
+    Raised by the ``agentloop.providers`` adapters; the run ends ``failed`` with
+    this message as its ``error`` (for example "the reply was cut off at max_tokens").
+    """
 
 
 class InvalidStateError(AgentloopError, RuntimeError):

@@ -1452,3 +1452,45 @@ def test_exports() -> None:
     """The registry's names are public."""
     for name in ("Tool", "ToolRegistry", "Decision", "Policy", "SpecFormat", "allow", "deny"):
         assert name in agentloop.__all__
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        ('{"a": 1,', "they are not valid JSON (unexpected end of data"),
+        ("[1, 2]", "they are a JSON array"),
+        ('"two"', "they are a JSON string"),
+        ("null", "they are a JSON null"),
+        ('{"a": 1, "b": 2}', "they arrived as text, not as an object"),
+    ],
+)
+async def test_text_arguments_are_invalid_arguments(raw: str, why: str) -> None:
+    """A str is a provider's raw arguments that were not a JSON object: invalid_arguments
+    saying why and what was received, from dispatch and adispatch alike; no handler runs."""
+    handler = Recorder()
+    registry = ToolRegistry({"add": handler})
+    text_call = {"kind": "call", "id": "c1", "name": "add", "arguments": raw}
+    for outcome in (registry.dispatch(text_call), await registry.adispatch(text_call)):
+        assert outcome["status"] == "invalid_arguments"
+        (problem,) = outcome["content"]
+        assert problem["path"] == ""
+        assert problem["message"].startswith(
+            f"expected the arguments to be a JSON object, but {why}"
+        )
+        assert problem["message"].endswith(f"; received {orjson.dumps(raw).decode()}")
+    assert handler.calls == []
+
+
+def test_text_arguments_are_checked_after_the_tool_name_and_shown_cut_short() -> None:
+    """An unknown name wins over text arguments; long text is cut at 200 characters, and a
+    lone surrogate is escaped so that the outcome stays JSON."""
+    registry = ToolRegistry({"add": Recorder()})
+    unknown = registry.dispatch({"kind": "call", "id": "c1", "name": "nope", "arguments": "{"})
+    assert unknown["status"] == "unknown_tool"
+    long = registry.dispatch({"kind": "call", "id": "c2", "name": "add", "arguments": "x" * 300})
+    message = long["content"][0]["message"]
+    assert message.endswith(f'; received "{"x" * 200}" (cut at 200 characters)')
+    odd = registry.dispatch({"kind": "call", "id": "c3", "name": "add", "arguments": "\ud800"})
+    assert odd["status"] == "invalid_arguments"
+    assert odd["content"][0]["message"].endswith('; received "\\ud800"')
+    orjson.dumps(odd)

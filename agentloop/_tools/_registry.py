@@ -4,9 +4,10 @@ A registry is a dispatcher in the core's sense; for each call it answers, in
 this order:
 
 1. ``unknown_tool``: no tool has the call's name.
-2. ``invalid_arguments``: the arguments break the schema (every violation is
-   listed as ``{'path', 'message'}``) or cannot be converted for the handler
-   (an attrs validator refused them).
+2. ``invalid_arguments``: the arguments are a ``str`` (a provider's raw text
+   that was not a JSON object: the message says why, so the model can retry),
+   break the schema (every violation is listed as ``{'path', 'message'}``) or
+   cannot be converted for the handler (an attrs validator refused them).
 3. ``denied``: the registry's policy, then the tool's, said no.
 4. ``error``: a policy or the handler raised, or the handler returned a value
    with no JSON form. Content ``{'type', 'message'}``; the exception itself
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, TypeVar, overload
 
@@ -182,6 +184,8 @@ class ToolRegistry:
                 "content": f"no tool named {call['name']!r}; available: {available}",
             }
         arguments = call["arguments"]
+        if type(arguments) is str:
+            return {"status": "invalid_arguments", "content": [_not_an_object(arguments)]}
         if not tool._is_valid(arguments):  # one compiled check; the list only when it fails
             return {"status": "invalid_arguments", "content": tool.problems(arguments)}
         try:
@@ -225,3 +229,32 @@ class ToolRegistry:
             ((tool.name, tool.description, tool.parameters) for tool in self._tools.values()),
             format,
         )
+
+
+def _not_an_object(raw: str) -> dict[str, str]:
+    """The problem with arguments that arrived as text: why they are not a JSON object."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        why = f"they are not valid JSON ({exc})"
+    else:
+        kind = _JSON_TYPES.get(type(value), "object")
+        # A str that holds an object is a caller's slip, not the model's: name it so.
+        why = "they arrived as text, not as an object" if kind == "object" else f"they are a {kind}"
+    # JSON-quoted and cut short: the model sees what it sent (Anthropic's history cannot
+    # carry the text itself), with any lone surrogate escaped rather than unencodable.
+    shown = json.dumps(raw[:200]) + (" (cut at 200 characters)" if len(raw) > 200 else "")
+    return {
+        "path": "",
+        "message": f"expected the arguments to be a JSON object, but {why}; received {shown}",
+    }
+
+
+_JSON_TYPES: Final = {
+    list: "JSON array",
+    str: "JSON string",
+    int: "JSON number",
+    float: "JSON number",
+    bool: "JSON boolean",
+    type(None): "JSON null",
+}

@@ -1,0 +1,19 @@
+"""agentloop.providers: model callbacks for real LLM APIs, one module per provider.
+
+- ``agentloop.providers.openai``: ``openai_chat`` (Chat Completions) and
+  ``openai_responses`` (the Responses API); needs the ``openai`` extra.
+- ``agentloop.providers.anthropic``: ``anthropic_messages`` (the Messages API);
+  needs the ``anthropic`` extra.
+
+Each takes a client, a model name, the loop's ``ToolRegistry`` and request
+parameters, and returns the model callback for ``Loop``: a plain function for a
+sync client, an ``async def`` one for an async client. This package itself
+imports no SDK; ``IncompleteReply`` is what the adapters raise for a reply cut
+off, refused or empty.
+"""
+
+from __future__ import annotations
+
+from agentloop._errors import IncompleteReply
+
+__all__ = ["IncompleteReply"]

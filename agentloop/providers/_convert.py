@@ -1,0 +1,165 @@
+"""What the provider adapters share: the contract's messages taken apart, replies put together.
+
+Each adapter converts the history to its provider's request and the response
+back to a reply; the pieces both directions have in common live here, so that
+the three formats differ only where their wire formats do.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from agentloop._errors import IncompleteReply
+
+if TYPE_CHECKING:
+    from agentloop._tools._registry import SpecFormat, ToolRegistry
+
+__all__ = [
+    "AsyncModel",
+    "Message",
+    "SyncModel",
+    "arguments_text",
+    "assistant_turn",
+    "checked_params",
+    "make_model",
+    "parsed_arguments",
+    "reply",
+    "result_text",
+    "tool_specs",
+    "unknown_kind",
+    "usage",
+]
+
+Message = dict[str, Any]
+#: The model callback for a sync client, and for an async one.
+SyncModel = Callable[[list[Message]], Message]
+AsyncModel = Callable[[list[Message]], Coroutine[Any, Any, Message]]
+
+KINDS: Final = ("system", "user", "call", "calls", "tool_result", "final")
+
+
+def unknown_kind(index: int, kind: object) -> ValueError:
+    """The error for a message of a kind no adapter knows, naming where it is."""
+    return ValueError(
+        f"history[{index}]: expected kind to be one of {', '.join(KINDS)}; got {kind!r}"
+    )
+
+
+def assistant_turn(message: Message) -> tuple[str, list[Message]]:
+    """A ``call`` or ``calls`` message as one assistant turn: its text and its calls, in order."""
+    if message["kind"] == "call":
+        return "", [message]
+    return message.get("text", ""), message["calls"]
+
+
+def arguments_text(arguments: Any) -> str:
+    """Arguments as the JSON text OpenAI carries; a ``str`` is the model's raw text, unchanged."""
+    return arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
+
+
+def parsed_arguments(raw: str) -> Any:
+    """The provider's argument text as a dict, or the text itself when it is not a JSON object.
+
+    The registry answers a ``str`` with ``invalid_arguments`` and the parse
+    error, so the model can correct itself. Empty text is no arguments: some
+    OpenAI-compatible servers send ``""`` for a tool without parameters.
+    """
+    if not raw.strip():
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw
+    return value if type(value) is dict else raw
+
+
+def result_text(message: Message) -> str:
+    """A tool result's content as text (JSON unless a ``str``), its status first unless ``ok``."""
+    content = message["content"]
+    text = content if isinstance(content, str) else orjson.dumps(content).decode()
+    return text if message["status"] == "ok" else f"status: {message['status']}\n{text}"
+
+
+def usage(input_tokens: int, output_tokens: int, cached_tokens: int) -> Message:
+    """A reply's ``usage``: prompt tokens (cached ones included), output tokens, cached ones."""
+    return {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cached_tokens": cached_tokens,
+    }
+
+
+def reply(text: str, calls: list[Message], used: Message | None) -> Message:
+    """The reply for a response's text and tool calls (``{'id', 'name', 'arguments'}`` each).
+
+    One call alone is a ``call``; several, or text beside them, a ``calls``
+    batch; text alone a ``final``. Nothing at all is an ``IncompleteReply``,
+    never an empty final.
+    """
+    if len(calls) == 1 and not text:
+        out: Message = {"kind": "call", **calls[0]}
+    elif calls:
+        out = {"kind": "calls", "calls": calls, **({"text": text} if text else {})}
+    elif text:
+        out = {"kind": "final", "text": text}
+    else:
+        raise IncompleteReply("the reply was empty: no text and no tool calls")
+    if used is not None:
+        out["usage"] = used
+    return out
+
+
+def checked_params(
+    adapter: str, create: Callable[..., Any], params: dict[str, Any], reserved: dict[str, str]
+) -> None:
+    """Refuse request parameters that ``create`` lacks or that the adapter sets itself.
+
+    Now, rather than at the first step; ``reserved`` says what to do instead.
+    """
+    for name, instead in reserved.items():
+        if name in params:
+            raise TypeError(f"{adapter}() sets {name!r} itself; {instead}")
+    try:
+        inspect.signature(create).bind_partial(**params)
+    except TypeError as exc:
+        raise TypeError(f"{adapter}(): {exc}") from None
+
+
+def tool_specs(tools: ToolRegistry | None, format: SpecFormat) -> Callable[[], dict[str, Any]]:
+    """The request's ``tools`` entry, made from the registry for every request.
+
+    From the loop's own registry, every time, so the model is offered exactly
+    what the loop dispatches (a tool added later included). Built once now, so
+    that a name the provider would refuse fails here rather than at the first
+    step. No tools, no entry: the APIs refuse an empty list.
+    """
+    if tools is None:
+        return dict
+    tools.specs(format)
+    return lambda: {"tools": tools.specs(format)} if len(tools) else {}
+
+
+def make_model(
+    create: Callable[..., Any],
+    request: Callable[[list[Message]], dict[str, Any]],
+    parse: Callable[[Any], Message],
+) -> SyncModel | AsyncModel:
+    """The model callback: ``parse(create(**request(history)))``, awaited when ``create`` is async.
+
+    The SDKs wrap their async methods in plain decorators, hence ``unwrap``.
+    """
+    if inspect.iscoroutinefunction(inspect.unwrap(create)):
+
+        async def amodel(history: list[Message]) -> Message:
+            return parse(await create(**request(history)))
+
+        return amodel
+
+    def model(history: list[Message]) -> Message:
+        return parse(create(**request(history)))
+
+    return model

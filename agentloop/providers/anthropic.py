@@ -1,0 +1,209 @@
+"""Anthropic adapter: ``anthropic_messages`` (the Messages API).
+
+``Loop(anthropic_messages(client, "claude-sonnet-4-5", tools=registry), tools=registry)``.
+With ``anthropic.Anthropic`` the model callback is a plain function, with
+``anthropic.AsyncAnthropic`` an ``async def`` one (for ``arun``/``astart``).
+
+History to request:
+
+- ``system``: the top-level ``system``, several joined by blank lines (the
+  Messages API has no system turn, so their place in the history is lost);
+- ``user``: a text block in a user turn;
+- ``call``/``calls``: one assistant turn, a text block for its text and a
+  ``tool_use`` block per call. ``input`` must be an object, so arguments that
+  arrived as text (another provider's invalid JSON) are sent as ``{}``; the
+  ``invalid_arguments`` result that answered them quotes the text;
+- ``tool_result``: a ``tool_result`` block in a user turn, content as text
+  (JSON unless a ``str``); unless ``ok``, ``is_error: true`` and the content
+  led by ``status: <status>`` on its own line;
+- ``final``: a text block in an assistant turn.
+
+Adjacent messages of one role share a turn (the API wants the roles to
+alternate): a parallel call's results are one user turn, and a user message
+right after them joins it. Within a user turn the ``tool_result`` blocks come
+first, as the API requires. Empty text is left out (the API refuses empty
+text blocks).
+
+Needs the ``anthropic`` extra; importing this module without it raises an
+``ImportError`` that says so.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, overload
+
+try:
+    import anthropic  # noqa: TC002 - at run time, so that a missing SDK fails here
+except ImportError as exc:
+    raise ImportError(
+        "agentloop.providers.anthropic needs the Anthropic SDK: "
+        "pip install 'agentloop-fsm[anthropic]'"
+    ) from exc
+
+from agentloop._errors import IncompleteReply
+from agentloop.providers._convert import (
+    AsyncModel,
+    Message,
+    SyncModel,
+    assistant_turn,
+    checked_params,
+    make_model,
+    reply,
+    result_text,
+    tool_specs,
+    unknown_kind,
+    usage,
+)
+
+if TYPE_CHECKING:
+    from anthropic.types import Message as AnthropicMessage
+
+    from agentloop._tools._registry import ToolRegistry
+
+__all__ = ["DEFAULT_MAX_TOKENS", "anthropic_messages"]
+
+#: The output limit when none is given: one that every Claude model accepts.
+DEFAULT_MAX_TOKENS = 4096
+
+# Why a reply stopped, when it cannot be taken as it is.
+_STOPPED = {
+    "max_tokens": "the reply was cut off at max_tokens",
+    "model_context_window_exceeded": "the reply was cut off: the context window is full",
+    "refusal": "the model refused (stop_reason 'refusal')",
+    "pause_turn": "the model paused its turn (stop_reason 'pause_turn'), which agentloop "
+    "does not resume",
+}
+
+
+@overload
+def anthropic_messages(
+    client: anthropic.Anthropic,
+    model: str,
+    *,
+    tools: ToolRegistry | None = None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    **params: Any,
+) -> SyncModel: ...
+@overload
+def anthropic_messages(
+    client: anthropic.AsyncAnthropic,
+    model: str,
+    *,
+    tools: ToolRegistry | None = None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    **params: Any,
+) -> AsyncModel: ...
+def anthropic_messages(
+    client: anthropic.Anthropic | anthropic.AsyncAnthropic,
+    model: str,
+    *,
+    tools: ToolRegistry | None = None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    **params: Any,
+) -> SyncModel | AsyncModel:
+    """A model callback over the Messages API (``client.messages.create``).
+
+    ``tools`` is the loop's registry: the request's ``tools`` are its
+    ``specs('anthropic')``, made for every request. ``max_tokens``, which the
+    API requires, caps each reply (4096 unless given). ``params`` go into
+    every request as they are (``tool_choice=...``, ``stop_sequences=...``);
+    ``messages``, ``system`` and ``stream`` are the adapter's own (a
+    ``TypeError`` if given). The reply carries ``usage``. A reply cut off
+    (``max_tokens``), refused or empty raises ``IncompleteReply``; SDK errors
+    that outlast its retries propagate.
+    """
+    checked_params(
+        "anthropic_messages",
+        client.messages.create,
+        params,
+        {
+            "messages": "it is the history",
+            "system": "put it in the history as {'kind': 'system', 'text': ...}, "
+            "where the run records it",
+            "stream": "the adapter needs the whole reply",
+        },
+    )
+    specs = tool_specs(tools, "anthropic")
+
+    def request(history: list[Message]) -> dict[str, Any]:
+        body = {"model": model, "max_tokens": max_tokens, **_messages_request(history)}
+        return {**body, **specs(), **params}
+
+    return make_model(client.messages.create, request, _messages_reply)
+
+
+def _messages_request(history: list[Message]) -> dict[str, Any]:
+    """The history as the Messages API's ``messages``, and ``system`` if there is one."""
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+    for index, message in enumerate(history):  # the commonest kinds first
+        kind = message.get("kind")
+        if kind == "tool_result":
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": message["id"],
+                "content": result_text(message),
+            }
+            if message["status"] != "ok":
+                block["is_error"] = True
+            content = _turn(turns, "user")
+            if content and content[-1]["type"] != "tool_result":
+                # Before the text already in the turn, after its other results.
+                at = next(i for i, b in enumerate(content) if b["type"] != "tool_result")
+                content.insert(at, block)
+            else:
+                content.append(block)
+        elif kind == "call" or kind == "calls":
+            text, calls = assistant_turn(message)
+            content = _turn(turns, "assistant")
+            if text:
+                content.append({"type": "text", "text": text})
+            for call in calls:
+                arguments = call["arguments"]
+                content.append(
+                    {
+                        "type": "tool_use",
+                        "id": call["id"],
+                        "name": call["name"],
+                        "input": arguments if isinstance(arguments, dict) else {},
+                    }
+                )
+        elif kind == "system":
+            system.append(message["text"])
+        elif kind == "user" or kind == "final":
+            if message["text"]:
+                _turn(turns, "user" if kind == "user" else "assistant").append(
+                    {"type": "text", "text": message["text"]}
+                )
+        else:
+            raise unknown_kind(index, kind)
+    out: dict[str, Any] = {"messages": turns}
+    if system:
+        out["system"] = "\n\n".join(system)
+    return out
+
+
+def _turn(turns: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    """The content of the last turn if it is ``role``'s, else of a new one (roles alternate)."""
+    if not turns or turns[-1]["role"] != role:
+        turns.append({"role": role, "content": []})
+    return turns[-1]["content"]  # type: ignore[no-any-return]
+
+
+def _messages_reply(message: AnthropicMessage) -> Message:
+    """The reply for a Messages API response: its text blocks and its ``tool_use`` blocks."""
+    stopped = _STOPPED.get(message.stop_reason or "")
+    if stopped:
+        raise IncompleteReply(stopped)
+    texts, calls = [], []
+    for block in message.content:
+        if block.type == "text":
+            texts.append(block.text)
+        elif block.type == "tool_use":  # the API parses the input: always an object
+            calls.append({"id": block.id, "name": block.name, "arguments": block.input})
+        # Thinking and server-tool blocks have no message in the contract.
+    used = message.usage
+    # input_tokens counts only what was neither read from nor written to the cache.
+    read = used.cache_read_input_tokens or 0
+    prompt = used.input_tokens + read + (used.cache_creation_input_tokens or 0)
+    return reply("".join(texts), calls, usage(prompt, used.output_tokens, read))

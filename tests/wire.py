@@ -1,0 +1,136 @@
+"""A provider on the wire, with no network: the SDKs' own clients over an ``httpx2.MockTransport``.
+
+The SDKs build, send, retry and parse for real; ``Wire`` answers each request
+with the next canned ``(status, JSON body)`` and keeps every request body.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import httpx2
+
+from agentloop._core._values import Usage
+from agentloop.testing import assert_contract
+
+if TYPE_CHECKING:
+    import pydantic
+
+    import agentloop
+
+Message = dict[str, Any]
+FLAVOURS = ("sync", "async")
+#: What every canned response reports: 120 prompt tokens (100 of them cached), 30 output.
+STEP_USAGE = Usage(input_tokens=120, output_tokens=30, cached_tokens=100)
+
+#: Every kind, every status, a parallel call with text, a call whose arguments were raw text.
+HISTORY: list[Message] = [
+    {"kind": "system", "text": "Use the tools."},
+    {"kind": "user", "text": "2+3, 2*3?"},
+    {
+        "kind": "calls",
+        "text": "Both at once.",
+        "calls": [
+            {"id": "call_1", "name": "add", "arguments": {"a": 2, "b": 3}},
+            {"id": "call_2", "name": "mul", "arguments": {"a": 2, "b": 3}},
+        ],
+    },
+    {"kind": "tool_result", "id": "call_1", "name": "add", "status": "ok", "content": 5},
+    {"kind": "tool_result", "id": "call_2", "name": "mul", "status": "denied", "content": "no"},
+    {"kind": "call", "id": "call_3", "name": "mul", "arguments": '{"a": 2,'},
+    {
+        "kind": "tool_result",
+        "id": "call_3",
+        "name": "mul",
+        "status": "invalid_arguments",
+        "content": [{"path": "", "message": "not JSON"}],
+    },
+    {"kind": "calls", "calls": [{"id": "call_4", "name": "nope", "arguments": {}}]},
+    {
+        "kind": "tool_result",
+        "id": "call_4",
+        "name": "nope",
+        "status": "unknown_tool",
+        "content": "x",
+    },
+    {"kind": "call", "id": "call_5", "name": "add", "arguments": {"a": 1, "b": 1}},
+    {
+        "kind": "tool_result",
+        "id": "call_5",
+        "name": "add",
+        "status": "error",
+        "content": {"type": "ValueError", "message": "bad"},
+    },
+    {"kind": "call", "id": "call_6", "name": "add", "arguments": {"a": 1, "b": 1}},
+    {"kind": "tool_result", "id": "call_6", "name": "add", "status": "cancelled", "content": "c"},
+    {"kind": "final", "text": "5, and 6 was denied."},
+    {"kind": "user", "text": "Thanks. Once more?"},
+]
+
+
+@attrs.define
+class Wire:
+    """Canned answers, in order, and every request the SDK sent (path and JSON body)."""
+
+    answers: list[tuple[int, Message]]
+    requests: list[Message] = attrs.field(factory=list)
+    paths: list[str] = attrs.field(factory=list)
+
+    def handle(self, request: httpx2.Request) -> httpx2.Response:
+        self.paths.append(request.url.path)
+        self.requests.append(json.loads(request.content))
+        if not self.answers:
+            raise AssertionError("the wire ran out of answers")
+        status, body = self.answers.pop(0)
+        # retry-after-ms: the SDK's retries run, without its half-second backoff.
+        return httpx2.Response(status, json=body, headers={"retry-after-ms": "1"})
+
+    def sync_client(self) -> httpx2.Client:
+        return httpx2.Client(transport=httpx2.MockTransport(self.handle))
+
+    def async_client(self) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(transport=httpx2.MockTransport(self.handle))
+
+
+async def ask(model: Callable[[list[Message]], Any], history: list[Message]) -> Message:
+    """One model step, awaited when the model is async (as the loop's drivers do)."""
+    reply = model(history)
+    if inspect.isawaitable(reply):
+        reply = await reply
+    return reply  # type: ignore[no-any-return]
+
+
+async def run(loop: agentloop.Loop, flavour: str, messages: Any) -> agentloop.RunResult:
+    """``loop.run`` or ``await loop.arun``, by flavour; the result keeps the contract."""
+    result = loop.run(messages) if flavour == "sync" else await loop.arun(messages)
+    assert_contract(result, messages)
+    return result
+
+
+def assert_usage(result: agentloop.RunResult, replies: int) -> None:
+    """Each of ``replies`` model replies recorded the canned usage on its event; the run sums it."""
+    recorded = [t.usage for t in result.events if t.trigger == "model_replied"]
+    assert recorded == [STEP_USAGE] * replies
+    assert result.usage == Usage(*(count * replies for count in STEP_USAGE))
+
+
+def _drained(value: Any) -> Any:
+    # pydantic checks an Iterable[...] field lazily, as it is iterated.
+    if isinstance(value, Iterator | list):
+        return [_drained(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _drained(item) for key, item in value.items()}
+    return value
+
+
+def conforms(body: Message, params: pydantic.TypeAdapter[Any]) -> None:
+    """``body`` is valid as the SDK's own request params, strictly, with no key they lack.
+
+    A TypedDict drops keys it does not declare, so the validated copy equals
+    the body only when every key is one the SDK knows.
+    """
+    assert _drained(params.validate_python(body, strict=True)) == body
