@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from agentloop._callbacks import Listener, Model
     from agentloop._core._engine import Engine
-    from agentloop._core._values import CancelToken, Transition
+    from agentloop._core._values import CancelToken, RunResult, Transition
 
 __all__ = ["AsyncRun"]
 
@@ -149,6 +149,12 @@ class AsyncRun(RunView):
         """Step until done, yielding each transition."""
         while not self.done:
             yield await self.astep()
+
+    async def afinish(self) -> RunResult:
+        """Step until done and return the result: ``finish()`` under asyncio."""
+        while not self.done:
+            await self.astep()
+        return self._engine.result()
 
     async def astep(self) -> Transition:
         """Perform exactly one transition and return it."""

@@ -36,7 +36,13 @@ class IncompleteReply(AgentloopError):
 
     Raised by the ``agentloop.providers`` adapters; the run ends ``failed`` with
     this message as its ``error`` (for example "the reply was cut off at max_tokens").
+    ``usage`` is what the call still cost (a reply's ``usage`` dict, or None):
+    the engine records it on the ``model_raised`` event and counts it.
     """
+
+    def __init__(self, message: str, usage: dict[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.usage = usage
 
 
 class InvalidStateError(AgentloopError, RuntimeError):

@@ -148,10 +148,7 @@ class Loop:
         self, messages: str | list[dict[str, Any]], *, cancel: CancelToken | None = None
     ) -> RunResult:
         """Run to a terminal state under asyncio and return the result."""
-        run = self.astart(messages, cancel=cancel)
-        async for _ in run:
-            pass
-        return run.result()
+        return await self.astart(messages, cancel=cancel).afinish()
 
 
 def _timeout(name: str, value: object) -> float | None:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from agentloop._core._engine import Engine
     from agentloop._core._table import State
-    from agentloop._core._values import Budget, RunResult, Transition
+    from agentloop._core._values import Budget, RunResult, Transition, Usage
 
 __all__ = ["LOG", "RunView", "log"]
 
@@ -74,6 +74,11 @@ class RunView:
     def calls(self) -> int:
         """Accepted tool attempts so far."""
         return self._engine.calls
+
+    @property
+    def usage(self) -> Usage:
+        """The tokens the model's replies reported so far, summed."""
+        return self._engine.usage
 
     @property
     def transcript(self) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ import pytest
 
 from agentloop import CancelToken, InvalidStateError, Loop, Transition
 
-from .helpers import Script, call, final, kinds
+from .helpers import Recorder, Script, call, final, kinds
 
 Message = dict[str, Any]
 
@@ -376,3 +376,12 @@ async def test_a_tools_own_timeout_error_is_an_error_result() -> None:
     model = Script([call("c1", name="slow", x=1), final()])
     result = await Loop(model, tools=Slow(), tool_timeout=5).arun("go")
     assert result.transcript[2]["content"] == {"type": "TimeoutError", "message": "upstream slow"}
+
+
+async def test_afinish_steps_to_the_end_like_finish() -> None:
+    """AsyncRun.afinish(): the sync driver's finish(), awaited."""
+    run = Loop(Script([call("c1", a=1, b=2), final("3")]), tools={"add": Recorder()}).astart("go")
+    await run.astep()
+    result = await run.afinish()
+    assert (result.status, result.output, result.steps, result.calls) == ("finished", "3", 2, 1)
+    assert await run.afinish() == result  # done: the same result again

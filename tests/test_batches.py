@@ -124,6 +124,7 @@ def test_a_duplicate_id_inside_a_batch(driver: Driver, n: int) -> None:
     assert kinds(result.transcript) == ["user"]
     assert result.error == "call id 'c1' appears twice in the batch; no call of it was run"
     assert result.rejected == reply
+    assert (result.events[-1].call_id, result.events[-1].tool) == ("c1", "add")  # named
 
 
 @SIZES

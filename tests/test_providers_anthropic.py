@@ -489,7 +489,7 @@ async def test_a_cut_off_reply_fails_the_run(flavour: str) -> None:
     result = await run(Loop(model_for(flavour, wire, registry), tools=registry), flavour, "2+3?")
     assert (result.status, result.steps, result.calls) == ("failed", 1, 0)
     assert result.error == "the model raised IncompleteReply: the reply was cut off at max_tokens"
-    assert_usage(result, 0)
+    assert_usage(result, 0, failed=1)  # the cut-off reply was billed
 
 
 async def test_a_401_fails_the_run(flavour: str) -> None:

@@ -603,6 +603,18 @@ def test_the_adapter_refuses_what_it_sets_itself(api: Api) -> None:
         api.adapter(client(Wire([]), "sync"), "gpt-4.1", **{key: []})
     with pytest.raises(TypeError, match="sets 'stream' itself"):
         api.adapter(client(Wire([]), "sync"), "gpt-4.1", stream=True)
+    if api is not CHAT:  # server-side state would repeat the history the adapter sends
+        for name in ("previous_response_id", "conversation", "instructions"):
+            with pytest.raises(TypeError, match=f"sets '{name}' itself; "):
+                api.adapter(client(Wire([]), "sync"), "gpt-4.1", **{name: "x"})
+
+
+def test_tools_must_be_the_loops_registry(api: Api) -> None:
+    """A mapping (what Loop also takes) is refused with what to pass instead."""
+    with pytest.raises(
+        TypeError, match=r"expected tools to be the loop's ToolRegistry .* got dict"
+    ):
+        api.adapter(client(Wire([]), "sync"), "gpt-4.1", tools={"add": add})
 
 
 def test_a_parameter_the_sdk_lacks_fails_when_the_adapter_is_made(api: Api) -> None:
@@ -674,7 +686,7 @@ async def test_a_cut_off_reply_fails_the_run(api: Api, flavour: str) -> None:
     assert (result.status, result.steps, result.calls) == ("failed", 1, 0)
     assert result.error == f"the model raised IncompleteReply: {api.cut_off_error}"
     assert result.transcript == [{"kind": "user", "text": "What is 2+3?"}]
-    assert_usage(result, 0)
+    assert_usage(result, 0, failed=1)  # the cut-off reply was billed
 
 
 async def test_a_500_after_retries_fails_the_run(api: Api, flavour: str) -> None:

@@ -1457,11 +1457,14 @@ def test_exports() -> None:
 @pytest.mark.parametrize(
     ("raw", "why"),
     [
-        ('{"a": 1,', "they are not valid JSON (unexpected end of data"),
+        ('{"a": 1,', "they are not valid JSON (Expecting property name"),
         ("[1, 2]", "they are a JSON array"),
         ('"two"', "they are a JSON string"),
-        ("null", "they are a JSON null"),
+        ("null", "they are JSON null"),
         ('{"a": 1, "b": 2}', "they arrived as text, not as an object"),
+        ('{"a": 1e999999}', "they are not valid JSON (1e999999 is beyond a float's range"),
+        ('{"a": NaN}', "they are not valid JSON (NaN is not JSON"),
+        ('{"a": 99999999999999999999999}', "they are not JSON a run can record (Integer exceeds"),
     ],
 )
 async def test_text_arguments_are_invalid_arguments(raw: str, why: str) -> None:

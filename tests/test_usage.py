@@ -96,6 +96,7 @@ def test_usage_of_a_reply_that_ends_the_run_still_counts() -> None:
         {"input_tokens": 1, "output_tokens": -1, "cached_tokens": 0},
         {"input_tokens": True, "output_tokens": 1, "cached_tokens": 0},
         {"input_tokens": 1.0, "output_tokens": 1, "cached_tokens": 0},
+        {"input_tokens": 1, "output_tokens": 2, "cached_tokens": 5},
         [1, 2, 3],
     ],
 )
@@ -108,7 +109,7 @@ def test_a_usage_of_the_wrong_shape_makes_the_reply_malformed(usage: object) -> 
     assert result.error is not None
     assert result.error.startswith(
         "malformed reply: expected 'usage' to be {'input_tokens', 'output_tokens', "
-        "'cached_tokens'}, each a non-negative int, got "
+        "'cached_tokens'}, each a non-negative int, cached_tokens at most input_tokens, got "
     )
     assert result.usage == Usage()
     assert result.rejected == reply
@@ -193,3 +194,43 @@ def test_show_and_the_report_give_tokens_and_times(tmp_path: Any) -> None:
     assert '<dd id="summary-tokens">120 of 5000: 100 in (60 cached), 20 out</dd>' in report_html(
         result, svg=False
     )
+
+
+def test_a_refused_reply_still_counts_what_it_cost(tmp_path: Any) -> None:
+    """IncompleteReply carries usage: on the model_raised event, in the totals, through a save."""
+    from agentloop.providers import IncompleteReply
+
+    cut = IncompleteReply(
+        "the reply was cut off at max_tokens",
+        {"input_tokens": 50, "output_tokens": 400, "cached_tokens": 0},
+    )
+    result = Loop(
+        ScriptedModel([with_usage(call("c1", "add", a=1, b=1), 10, 2), cut]),
+        tools={"add": Recorder()},
+    ).run("go")
+
+    assert (result.status, result.usage) == ("failed", Usage(60, 402, 0))
+    assert result.events[-1].usage == Usage(50, 400, 0)
+    path = tmp_path / "run.json"
+    agentloop.save_run(result, path)
+    assert agentloop.load_run(path) == result
+
+
+def test_a_run_in_progress_shows_its_usage() -> None:
+    """run.usage sums what the replies so far reported, before the run is over."""
+    run = Loop(
+        ScriptedModel([with_usage(call("c1", "add", a=1, b=1), 10, 2), final("2")]),
+        tools={"add": Recorder()},
+    ).start("go")
+    assert run.usage == Usage()
+    run.step()
+    assert run.usage == Usage(10, 2, 0)
+
+
+def test_a_negative_duration_in_a_run_file_is_refused() -> None:
+    """took is a duration: a hand-edited negative one is named, not loaded."""
+    result = Loop(ScriptedModel([final("x")])).run("go")
+    document = orjson.loads(agentloop.run_to_json(result))
+    document["events"][0]["took"] = -5
+    with pytest.raises(agentloop.RunFileError, match=r"\$\.events\[0\]\.took"):
+        agentloop.run_from_json(orjson.dumps(document))

@@ -111,11 +111,14 @@ async def run(loop: agentloop.Loop, flavour: str, messages: Any) -> agentloop.Ru
     return result
 
 
-def assert_usage(result: agentloop.RunResult, replies: int) -> None:
-    """Each of ``replies`` model replies recorded the canned usage on its event; the run sums it."""
+def assert_usage(result: agentloop.RunResult, replies: int, failed: int = 0) -> None:
+    """Each of ``replies`` model replies, and ``failed`` replies the adapter refused (cut off,
+    refused, empty), recorded the canned usage on its event; the run sums them all."""
     recorded = [t.usage for t in result.events if t.trigger == "model_replied"]
     assert recorded == [STEP_USAGE] * replies
-    assert result.usage == Usage(*(count * replies for count in STEP_USAGE))
+    refused = [t.usage for t in result.events if t.trigger == "model_raised" and t.usage]
+    assert refused == [STEP_USAGE] * failed
+    assert result.usage == Usage(*(count * (replies + failed) for count in STEP_USAGE))
 
 
 def _drained(value: Any) -> Any:

@@ -245,6 +245,11 @@ class Engine:
             return 0
         return len(self._batch) - self._started
 
+    @property
+    def usage(self) -> Usage:
+        """The tokens the model's replies reported so far, summed."""
+        return self._usage()
+
     def history(self) -> list[dict[str, Any]]:
         """A fresh copy of the history."""
         return self._history.copy()
@@ -381,6 +386,11 @@ class Engine:
             self._outcome = ("error", orjson.dumps(exception_content(exc)))
         else:
             self._ev_since = self._since.get(None)
+            # A failed call can still have cost tokens (IncompleteReply says how many);
+            # only the instance's own dict is read, so no user code runs.
+            spent = _checked_usage(vars(exc).get("usage"))
+            if isinstance(spent, Usage):
+                self._ev_usage = spent
         self._ev_exception = exc
         return self._fire(trigger)
 
@@ -511,6 +521,8 @@ class Engine:
 
     def _note_repeated_call(self) -> None:
         call_id = self._repeated_id()
+        # The event names the reused id, in a batch too (name_call names only a lone call).
+        self._ev_call = (call_id, dict(self._batch)[call_id])  # type: ignore[index]
         if len(self._batch) > 1 and call_id not in self._reserved:
             self._ev_error = (
                 f"call id {call_id!r} appears twice in the batch; no call of it was run"
@@ -707,11 +719,12 @@ def _checked_usage(usage: object) -> Usage | str:
     """A reply's ``usage`` as a ``Usage``, or what is wrong with it."""
     if type(usage) is dict and usage.keys() == _USAGE_KEYS:
         counts = [usage[name] for name in Usage._fields]
-        if all(type(count) is int and 0 <= count <= 2**63 - 1 for count in counts):
+        # Cached tokens are part of the input tokens.
+        if all(type(n) is int and 0 <= n <= 2**63 - 1 for n in counts) and counts[2] <= counts[0]:
             return Usage(*counts)
     return (
         "expected 'usage' to be {'input_tokens', 'output_tokens', 'cached_tokens'}, each a "
-        f"non-negative int, got {_not_json(usage).text:.200}"
+        f"non-negative int, cached_tokens at most input_tokens, got {_not_json(usage).text:.200}"
     )
 
 

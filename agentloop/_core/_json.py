@@ -10,6 +10,7 @@ that comparison, so a subclass's ``__eq__`` cannot vouch for itself.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Final
 
@@ -17,7 +18,15 @@ import orjson
 
 from agentloop._errors import JSONError
 
-__all__ = ["MAX_DEPTH", "copy_json", "describe", "exception_content", "intake", "to_json"]
+__all__ = [
+    "MAX_DEPTH",
+    "copy_json",
+    "describe",
+    "exception_content",
+    "intake",
+    "json_object",
+    "to_json",
+]
 
 #: How deep ``orjson`` (and so a run's record) nests JSON.
 MAX_DEPTH: Final = 255
@@ -33,6 +42,47 @@ _STRICT: Final = (
     | orjson.OPT_PASSTHROUGH_DATACLASS
     | orjson.OPT_PASSTHROUGH_DATETIME
 )
+
+
+_JSON_TYPES: Final = {
+    list: "a JSON array",
+    str: "a JSON string",
+    int: "a JSON number",
+    float: "a JSON number",
+    bool: "a JSON boolean",
+    type(None): "JSON null",
+}
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is beyond a float's range")
+    return number
+
+
+def json_object(raw: str) -> tuple[dict[str, Any] | None, str]:
+    """Text as a JSON object a run can record, or None and why it is not one.
+
+    The whole check, once for everyone who reads a model's argument text:
+    invalid JSON, ``NaN``, an integer beyond 64 bits (``orjson`` would read it
+    as a float, silently changing it), nesting too deep, or another type.
+    """
+    try:
+        value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, RecursionError) as exc:
+        return None, f"not valid JSON ({exc})"
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        return None, f"not JSON a run can record ({exc})"
+    if type(value) is not dict:
+        return None, _JSON_TYPES.get(type(value), "not a JSON object")
+    return value, ""
 
 
 def to_json(value: object, where: str = "value") -> bytes:

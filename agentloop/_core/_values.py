@@ -177,6 +177,9 @@ class RecordedException(Exception):
     describes it by ``type_name``, so replaying a run gives back its errors.
     """
 
+    #: What the failed model call cost, when the run recorded it (replay sets it).
+    usage: dict[str, int] | None = None
+
     def __init__(self, type_name: str, message: str) -> None:
         super().__init__(message)
         self.type_name, self.message = type_name, message

@@ -108,7 +108,10 @@ def _step(
             if event.usage is not None and type(reply) is dict:
                 reply = {**reply, "usage": event.usage._asdict()}  # what the reply reported
             return engine.replied(reply)
-        return engine.raised(_exception(event, index))
+        exc = _exception(event, index)
+        if event.usage is not None:
+            exc.usage = event.usage._asdict()  # what the failed call still cost
+        return engine.raised(exc)
     return engine.returned(_outcome(event, events, index))
 
 

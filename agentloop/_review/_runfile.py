@@ -149,7 +149,7 @@ SCHEMA: Final = _record(
             appended={"type": "array", "items": _MESSAGE},
             usage={"oneOf": [{"type": "null"}, _USAGE]},
             at=_SECONDS,
-            took=_SECONDS,
+            took={"type": ["number", "null"], "minimum": 0},
         ),
     },
     rejected={

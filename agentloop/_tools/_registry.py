@@ -32,6 +32,7 @@ from typing import Any, Final, TypeVar, overload
 
 import orjson
 
+from agentloop._core._json import json_object
 from agentloop._tools._policy import Decision, Policy, allow, deny
 from agentloop._tools._results import failed, returned
 from agentloop._tools._specs import SpecFormat, build_specs
@@ -233,14 +234,9 @@ class ToolRegistry:
 
 def _not_an_object(raw: str) -> dict[str, str]:
     """The problem with arguments that arrived as text: why they are not a JSON object."""
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        why = f"they are not valid JSON ({exc})"
-    else:
-        kind = _JSON_TYPES.get(type(value), "object")
-        # A str that holds an object is a caller's slip, not the model's: name it so.
-        why = "they arrived as text, not as an object" if kind == "object" else f"they are a {kind}"
+    value, why = json_object(raw)
+    # A str that holds an object is a caller's slip, not the model's: name it so.
+    why = "they arrived as text, not as an object" if value is not None else f"they are {why}"
     # JSON-quoted and cut short: the model sees what it sent (Anthropic's history cannot
     # carry the text itself), with any lone surrogate escaped rather than unencodable.
     shown = json.dumps(raw[:200]) + (" (cut at 200 characters)" if len(raw) > 200 else "")
@@ -248,13 +244,3 @@ def _not_an_object(raw: str) -> dict[str, str]:
         "path": "",
         "message": f"expected the arguments to be a JSON object, but {why}; received {shown}",
     }
-
-
-_JSON_TYPES: Final = {
-    list: "JSON array",
-    str: "JSON string",
-    int: "JSON number",
-    float: "JSON number",
-    bool: "JSON boolean",
-    type(None): "JSON null",
-}

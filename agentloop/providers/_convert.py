@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from agentloop._core._json import json_object
 from agentloop._errors import IncompleteReply
+from agentloop._tools._registry import ToolRegistry
 
 if TYPE_CHECKING:
-    from agentloop._tools._registry import SpecFormat, ToolRegistry
+    from agentloop._tools._registry import SpecFormat
 
 __all__ = [
     "AsyncModel",
@@ -70,11 +72,8 @@ def parsed_arguments(raw: str) -> Any:
     """
     if not raw.strip():
         return {}
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return raw
-    return value if type(value) is dict else raw
+    value, _ = json_object(raw)  # an int beyond 64 bits stays text, never a float
+    return raw if value is None else value
 
 
 def result_text(message: Message) -> str:
@@ -107,7 +106,7 @@ def reply(text: str, calls: list[Message], used: Message | None) -> Message:
     elif text:
         out = {"kind": "final", "text": text}
     else:
-        raise IncompleteReply("the reply was empty: no text and no tool calls")
+        raise IncompleteReply("the reply was empty: no text and no tool calls", used)
     if used is not None:
         out["usage"] = used
     return out
@@ -139,6 +138,12 @@ def tool_specs(tools: ToolRegistry | None, format: SpecFormat) -> Callable[[], d
     """
     if tools is None:
         return dict
+    if not isinstance(tools, ToolRegistry):
+        raise TypeError(
+            "expected tools to be the loop's ToolRegistry (pass the same registry to the "
+            f"adapter and to Loop(tools=...)), got {type(tools).__name__}; a mapping "
+            "becomes one with agentloop.ToolRegistry(mapping)"
+        )
     tools.specs(format)
     return lambda: {"tools": tools.specs(format)} if len(tools) else {}
 

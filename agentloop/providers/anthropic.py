@@ -192,9 +192,14 @@ def _turn(turns: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
 
 def _messages_reply(message: AnthropicMessage) -> Message:
     """The reply for a Messages API response: its text blocks and its ``tool_use`` blocks."""
+    used = message.usage
+    # input_tokens counts only what was neither read from nor written to the cache.
+    read = used.cache_read_input_tokens or 0
+    prompt = used.input_tokens + read + (used.cache_creation_input_tokens or 0)
+    tokens = usage(prompt, used.output_tokens, read)
     stopped = _STOPPED.get(message.stop_reason or "")
     if stopped:
-        raise IncompleteReply(stopped)
+        raise IncompleteReply(stopped, tokens)
     texts, calls = [], []
     for block in message.content:
         if block.type == "text":
@@ -202,8 +207,4 @@ def _messages_reply(message: AnthropicMessage) -> Message:
         elif block.type == "tool_use":  # the API parses the input: always an object
             calls.append({"id": block.id, "name": block.name, "arguments": block.input})
         # Thinking and server-tool blocks have no message in the contract.
-    used = message.usage
-    # input_tokens counts only what was neither read from nor written to the cache.
-    read = used.cache_read_input_tokens or 0
-    prompt = used.input_tokens + read + (used.cache_creation_input_tokens or 0)
-    return reply("".join(texts), calls, usage(prompt, used.output_tokens, read))
+    return reply("".join(texts), calls, tokens)

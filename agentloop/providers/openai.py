@@ -140,6 +140,12 @@ def openai_responses(
         {
             "input": "it is the history",
             "stream": "the adapter needs the whole reply",
+            "instructions": "put them in the history as {'kind': 'system', 'text': ...}, "
+            "where the run records them",
+            "previous_response_id": "the adapter sends the whole history every time "
+            "(the run is the record), so the server would see it twice",
+            "conversation": "the adapter sends the whole history every time "
+            "(the run is the record), so the server would see it twice",
         },
     )
     specs = tool_specs(tools, "openai-responses")
@@ -187,21 +193,27 @@ def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:
 
 def _chat_reply(completion: ChatCompletion) -> Message:
     """The reply for a chat completion (its first choice), with its usage."""
+    used = completion.usage
+    details = used.prompt_tokens_details if used else None
+    cached = (details.cached_tokens if details else None) or 0
+    tokens = None if used is None else usage(used.prompt_tokens, used.completion_tokens, cached)
     if not completion.choices:
-        raise IncompleteReply("the reply was empty: the response has no choices")
+        raise IncompleteReply("the reply was empty: the response has no choices", tokens)
     choice = completion.choices[0]
     message = choice.message
     if message.refusal:
-        raise IncompleteReply(f"the model refused: {message.refusal}")
+        raise IncompleteReply(f"the model refused: {message.refusal}", tokens)
     if choice.finish_reason == "length":
-        raise IncompleteReply("the reply was cut off at the output limit (finish_reason 'length')")
+        raise IncompleteReply(
+            "the reply was cut off at the output limit (finish_reason 'length')", tokens
+        )
     if choice.finish_reason == "content_filter":
-        raise IncompleteReply("the reply was withheld by the content filter")
+        raise IncompleteReply("the reply was withheld by the content filter", tokens)
     calls = []
     for call in message.tool_calls or ():
         if call.type != "function":
             raise IncompleteReply(
-                f"the model made a {call.type!r} tool call, which agentloop lacks"
+                f"the model made a {call.type!r} tool call, which agentloop lacks", tokens
             )
         function = call.function
         calls.append(
@@ -211,10 +223,6 @@ def _chat_reply(completion: ChatCompletion) -> Message:
                 "arguments": parsed_arguments(function.arguments),
             }
         )
-    used = completion.usage
-    details = used.prompt_tokens_details if used else None
-    cached = (details.cached_tokens if details else None) or 0
-    tokens = None if used is None else usage(used.prompt_tokens, used.completion_tokens, cached)
     return reply(message.content or "", calls, tokens)
 
 
@@ -255,19 +263,26 @@ def _responses_input(history: list[Message]) -> list[dict[str, Any]]:
 
 def _responses_reply(response: Response) -> Message:
     """The reply for a Responses API response: its messages' text and its function calls."""
+    used = response.usage
+    tokens = (
+        None
+        if used is None
+        else usage(used.input_tokens, used.output_tokens, used.input_tokens_details.cached_tokens)
+    )
     if response.status == "incomplete":
         reason = response.incomplete_details and response.incomplete_details.reason
-        raise IncompleteReply(_INCOMPLETE.get(reason or "", f"the reply is incomplete ({reason})"))
+        why = _INCOMPLETE.get(reason or "", f"the reply is incomplete ({reason})")
+        raise IncompleteReply(why, tokens)
     if response.status not in (None, "completed"):
         error = response.error
         said = f": {error.code}: {error.message}" if error else ""
-        raise IncompleteReply(f"the response is {response.status}{said}")
+        raise IncompleteReply(f"the response is {response.status}{said}", tokens)
     texts, calls = [], []
     for item in response.output:
         if item.type == "message":
             for part in item.content:
                 if part.type == "refusal":
-                    raise IncompleteReply(f"the model refused: {part.refusal}")
+                    raise IncompleteReply(f"the model refused: {part.refusal}", tokens)
                 texts.append(part.text)
         elif item.type == "function_call":
             calls.append(
@@ -278,10 +293,4 @@ def _responses_reply(response: Response) -> Message:
                 }
             )
         # Reasoning and the built-in tools' items have no message in the contract.
-    used = response.usage
-    tokens = (
-        None
-        if used is None
-        else usage(used.input_tokens, used.output_tokens, used.input_tokens_details.cached_tokens)
-    )
     return reply("".join(texts), calls, tokens)
