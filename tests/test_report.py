@@ -358,7 +358,7 @@ def test_every_row_naming_a_result_shows_that_result(
 
 
 def test_an_interrupted_batch_shows_the_result_of_the_call_each_row_names() -> None:
-    """Interrupted in c2 of three: its row shows c2's cancelled result, not c3's."""
+    """Interrupted in c2 of three: its row shows c2's cancelled result first, then c3's."""
 
     def add(a: int, b: int) -> int:
         if a == 2:
@@ -372,8 +372,30 @@ def test_an_interrupted_batch_shows_the_result_of_the_call_each_row_names() -> N
 
     assert outcomes(run.result()) == [
         ("tool_returned [batch_open]", "add#c1", "ok: 1"),
-        ("tool_interrupted", "add#c2", 'cancelled: {"type":"KeyboardInterrupt","message":""}'),
+        (
+            "tool_interrupted",
+            "add#c2",
+            'cancelled: {"type":"KeyboardInterrupt","message":""}; also add#c3 never started',
+        ),
     ]
+
+
+def test_a_cancelled_batch_row_lists_every_call_it_answered() -> None:
+    """Cancelled at c2's checkpoint: the row names c2 and lists c3; the accept row, the text."""
+    token = agentloop.CancelToken()
+
+    def add(a: int, b: int) -> int:
+        token.cancel()
+        return a
+
+    reply = batch(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0), text="three")
+    result = Loop(Script([reply]), tools={"add": add}).run("go", cancel=token)
+
+    assert describe(result, 1)[-1] == "batch of 3: three"
+    assert describe(result, len(result.events) - 1)[-1] == (
+        'cancelled: "never started: the run was cancelled before this call could run"; '
+        "also add#c3 never started"
+    )
 
 
 # -- in a real browser -------------------------------------------------------------

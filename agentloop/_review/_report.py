@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import orjson
 
+from agentloop._core._messages import NOT_STARTED
 from agentloop._core._table import State
 from agentloop._core._values import require_result
 from agentloop._errors import SVGUnavailableError
@@ -106,16 +107,30 @@ def describe(result: RunResult, index: int, *, limit: int | None = LIMIT) -> tup
     call = f"{transition.tool}#{transition.call_id}" if transition.call_id else ""
     appended = transition.appended
     answer = result_of(result.events, index) if transition.result_status else None
+    # A cancellation answers every call it cut off or that never started, not only the one
+    # it names: the others are listed after it.
+    cut = [
+        f"{m.get('name')}#{m.get('id')} "
+        + ("never started" if m.get("content") == NOT_STARTED else "cancelled")
+        for m in appended
+        if m.get("kind") == "tool_result"
+        and m.get("status") == "cancelled"
+        and m.get("id") != transition.call_id
+    ]
     if transition.error:
         outcome = _short(transition.error, limit)
     elif transition.reason:
         outcome = f"budget spent: {transition.reason}"
+    elif transition.source is State.VALIDATING and transition.dest is State.DISPATCHING:
+        outcome = _accepted(result, index, limit)
     elif answer is not None:
         outcome = _answer(answer, limit)
+        if cut:
+            outcome += "; also " + _short(", ".join(cut), limit)
     elif appended and appended[-1].get("kind") == "final":
         outcome = f"final: {_short(str(appended[-1].get('text')), limit)}"
     elif transition.dest is State.CANCELLED:
-        outcome = "cancelled"
+        outcome = "cancelled" + (f": {_short(', '.join(cut), limit)}" if cut else "")
     elif transition.usage is not None:
         outcome = f"tokens: {_tokens(transition.usage)}"
     else:
@@ -131,6 +146,16 @@ def describe(result: RunResult, index: int, *, limit: int | None = LIMIT) -> tup
         _short(call, limit),
         outcome,
     )
+
+
+def _accepted(result: RunResult, index: int, limit: int | None) -> str:
+    """What a batch's accepting row says: how many calls, and the model's text beside them."""
+    batch = next((e.appended[0] for e in result.events[index:] if e.appended_json), None)
+    if batch is None or batch.get("kind") != "calls":
+        return ""  # a lone call: the call cell names it
+    text = batch.get("text")
+    said = f": {_short(str(text), limit)}" if text else ""
+    return f"batch of {len(batch.get('calls') or ())}{said}"
 
 
 def _seconds(took: float | None) -> str:
