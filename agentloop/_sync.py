@@ -79,13 +79,16 @@ class Run(RunView):
         return self._hold(self._one_step)
 
     def _until_done(self) -> Transition:
-        advance, tell = self._advance, self._tell
-        transition = advance()
-        tell(transition)
-        while transition.dest not in TERMINAL:
+        advance, listeners = self._advance, self._listeners
+        debug = LOG.isEnabledFor(DEBUG)  # once a loop: logging is not reconfigured mid-run
+        while True:
             transition = advance()
-            tell(transition)
-        return transition
+            if debug:
+                log(transition)
+            for listener in listeners:
+                listener(transition)
+            if transition.dest in TERMINAL:
+                return transition
 
     def _one_step(self) -> Transition:
         transition = self._advance()

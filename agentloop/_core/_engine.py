@@ -492,8 +492,11 @@ class Engine:
         running.clear()
 
     def _append_batch(self) -> None:
-        results = self._results
-        self._ev_appended = (self._reply_json, *(results[i] for i in range(len(self._batch))))
+        results, n = self._results, len(self._batch)
+        if n == 1:
+            self._ev_appended = (self._reply_json, results[0])
+        else:
+            self._ev_appended = (self._reply_json, *map(results.__getitem__, range(n)))
 
     def _append_final(self) -> None:
         self._ev_appended = (self._reply_json,)
@@ -685,7 +688,9 @@ class Engine:
         self._reply = plain
         self._problem = problem = usage_problem or reply_problem(plain)
         if problem is None and plain["kind"] != "final":
-            self._batch = batch = batch_of(plain)
+            self._batch = batch = (
+                ((plain["id"], plain["name"]),) if plain["kind"] == "call" else batch_of(plain)
+            )
             # A batch of one names its call from the start; a longer one, call by call.
             self._call_id, self._tool = batch[0] if len(batch) == 1 else (None, None)
             self._results, self._running, self._started = {}, {}, 0
