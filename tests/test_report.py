@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import agentloop
 from agentloop import Loop, NotJSON, RunResult, SVGUnavailableError, to_mermaid
+from agentloop._core._messages import NOT_STARTED
 from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._diagram import visited
 from agentloop._review._replay import result_of
@@ -354,7 +355,19 @@ def test_every_row_naming_a_result_shows_that_result(
             assert result_of(result.events, index) == answer
             assert answer["status"] == event.result_status
             content = orjson.dumps(answer["content"]).decode()
-            assert describe(result, index, limit=None)[-1] == f"{event.result_status}: {content}"
+            outcome = describe(result, index, limit=None)[-1]
+            shown, _, also = outcome.partition("; also ")
+            assert shown == f"{event.result_status}: {content}"
+            # A cancellation's row lists the other calls it answered, each cancelled.
+            others = [
+                f"{m['name']}#{m['id']} "
+                + ("never started" if m["content"] == NOT_STARTED else "cancelled")
+                for m in event.appended
+                if m["kind"] == "tool_result"
+                and m["status"] == "cancelled"
+                and m["id"] != event.call_id
+            ]
+            assert also == ", ".join(others)
 
 
 def test_an_interrupted_batch_shows_the_result_of_the_call_each_row_names() -> None:
