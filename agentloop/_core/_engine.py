@@ -2,12 +2,15 @@
 
 A driver asks ``next()`` what the run needs and gets one of three answers:
 ``AskModel`` (call the model with ``need.history``, a fresh copy of the history),
-``RunTool(call)`` (run this fresh copy of the accepted call), or the
-``Transition`` the engine just made by itself. It then reports what happened
-to the request: ``replied(reply)``, ``returned(outcome)``, ``raised(exc)``;
-and ``interrupted(exc)`` when a ``BaseException`` stops it anywhere in a step.
-Every report returns the transition it made. Which row fires, and what it
-does, is decided only by the table in ``_table.py``.
+``RunTool(call)`` (run this fresh copy of the accepted batch's next call), or
+the ``Transition`` the engine just made by itself. It then reports what
+happened to the request: ``replied(reply)``, ``returned(outcome, call_id)``,
+``raised(exc, call_id)`` (the id may be left out while one call runs); and
+``interrupted(exc)`` when a ``BaseException`` stops it anywhere in a step.
+Every report returns the transition it made. In ``dispatching``, ``next()``
+may hand out a batch's next call while others run: a driver that runs calls
+at once asks again. Which row fires, and what it does, is decided only by the
+table in ``_table.py``.
 
 A transition is committed by appending its event to the log; everything else
 it changes (the state, the history, the counters) is derived from that log
