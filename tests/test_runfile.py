@@ -808,3 +808,60 @@ def test_any_byte_level_damage_is_a_run_file_error_or_a_run(
     except RunFileError:
         return
     assert agentloop.run_from_json(agentloop.run_to_json(loaded)) == loaded
+
+
+def _cancelled_at(row: str) -> RunResult:
+    """A run cancelled at ``row``'s checkpoint: before asking, while the model worked, ..."""
+    token = agentloop.CancelToken()
+
+    def cancelling(reply: object) -> Any:
+        def model(history: list[dict[str, Any]]) -> object:
+            token.cancel()
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+
+        return model
+
+    two = batch(call("c1", a=1, b=1), call("c2", a=2, b=2))
+
+    def add(a: int, b: int) -> int:
+        if row == "start_tool [cancel_requested_mid_batch]":
+            token.cancel()
+        return a + b
+
+    replies: dict[str, list[object]] = {
+        "model_replied [cancel_requested]": [cancelling(final("x"))],
+        "model_raised [cancel_requested]": [cancelling(ValueError("x"))],
+        "ask_model [cancel_requested]": [call("c1", a=1, b=1), final("x")],
+        "start_tool [cancel_requested_mid_batch]": [two],
+    }
+    if row == "ask_model [cancel_requested]":
+
+        def cancel_after(a: int, b: int) -> int:
+            token.cancel()
+            return a + b
+
+        tools: dict[str, Any] = {"add": cancel_after}
+    else:
+        tools = {"add": add}
+    result = Loop(Script(replies[row]), tools=tools).run("go", cancel=token)
+    last = result.events[-1]
+    assert f"{last.trigger.value} [{last.guard.value if last.guard else ''}]" == row
+    return result
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        "model_replied [cancel_requested]",
+        "model_raised [cancel_requested]",
+        "ask_model [cancel_requested]",
+        "start_tool [cancel_requested_mid_batch]",
+    ],
+)
+def test_a_run_cancelled_at_each_checkpoint_reopens(row: str) -> None:
+    """The replay cancels where the run was cancelled: before a checkpoint the engine fires,
+    or while the model worked (seen right after its answer)."""
+    result = _cancelled_at(row)
+    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result

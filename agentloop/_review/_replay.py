@@ -17,7 +17,7 @@ import orjson
 
 from agentloop._core._engine import Engine
 from agentloop._core._messages import NOT_STARTED
-from agentloop._core._table import Guard, State, Trigger
+from agentloop._core._table import NEXT, Guard, State, Trigger
 from agentloop._core._values import AskModel, CancelToken, RecordedException, RunTool, Transition
 from agentloop._errors import InvalidStateError
 
@@ -30,6 +30,8 @@ __all__ = ["Mismatch", "replay", "result_of"]
 
 _INTERRUPTIONS = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
 _CANCELS = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
+# The triggers the engine fires itself; a cancel on any other row came while the model worked.
+_CHECKPOINTS = frozenset(NEXT.values())
 
 
 class Mismatch(Exception):
@@ -63,9 +65,9 @@ def replay(
         try:
             if engine.state is State.DISPATCHING:
                 _start_calls(engine, event, where)
-            if event.guard in _CANCELS:
-                token.cancel()  # cancellation came before this event's checkpoint
-            made = _step(engine, event, events, index, result.rejected_value)
+            if event.guard in _CANCELS and event.trigger in _CHECKPOINTS:
+                token.cancel()  # cancellation came before this checkpoint the engine fires
+            made = _step(engine, event, events, index, result.rejected_value, token)
         except InvalidStateError:
             raise Mismatch(
                 where,
@@ -87,7 +89,12 @@ def replay(
 
 
 def _step(
-    engine: Engine, event: Transition, events: tuple[Transition, ...], index: int, rejected: object
+    engine: Engine,
+    event: Transition,
+    events: tuple[Transition, ...],
+    index: int,
+    rejected: object,
+    token: CancelToken,
 ) -> Transition:
     """One step of the run, fed what the document says came from outside."""
     if event.trigger is Trigger.INTERRUPTED:  # between checkpoints: nothing was asked
@@ -103,6 +110,8 @@ def _step(
     if event.trigger in _INTERRUPTIONS:
         return _interrupt(engine, event, index)
     if type(need) is AskModel:
+        if event.guard in _CANCELS:
+            token.cancel()  # cancelled while the model worked: seen right after it answered
         if event.trigger is Trigger.MODEL_REPLIED:
             reply = _reply(events, index, rejected)
             if event.usage is not None and type(reply) is dict:
