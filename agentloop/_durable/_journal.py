@@ -131,12 +131,16 @@ class Journal:
             unlink()
         self._writer.release()
 
-    def _append(self, kind: str, key: str, body: bytes) -> None:
+    def check(self) -> None:
+        """Raise ``LedgerError`` if a write failed: the run cannot go on in this process."""
         if self._broken is not None:
             raise LedgerError(
                 f"run {self.run_id!r}: the ledger failed earlier ({self._broken}); nothing more "
                 "is recorded here: continue the run with loop.resume(run_id)"
             )
+
+    def _append(self, kind: str, key: str, body: bytes) -> None:
+        self.check()
         try:
             self._writer.append(LedgerRecord(kind, key, body))
         except Exception as exc:
@@ -270,6 +274,7 @@ class DurableEngine(Engine):
         return f"<DurableEngine run_id={self.journal.run_id!r} {super().__repr__()[8:]}"
 
     def next(self) -> Any:
+        self.journal.check()
         need = super().next()
         if type(need) is Transition and need.dest in TERMINAL:
             self._ended(need)

@@ -108,18 +108,16 @@ def resume(
     if type(run_id) is not str or not run_id:
         raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
     writer: LedgerWriter | None
+    busy: RunBusyError | None = None
     try:
         writer = ledger.claim(run_id)
-    except RunBusyError:
-        writer = None  # unless it has ended: then there is nothing to write
+    except RunBusyError as exc:
+        writer, busy = None, exc  # unless it has ended: then there is nothing to write
     try:
         head, records = ledger.read(run_id)
         recorded = _Recorded(run_id, head, records)
-        if writer is None and recorded.end is None:
-            raise RunBusyError(
-                f"run {run_id!r} is being driven by another writer; a run has one writer "
-                "at a time (resume it once that one has stopped)"
-            )
+        if busy is not None and recorded.end is None:
+            raise busy
         differences = _differences(recorded.fingerprint, fingerprint(budget, dispatcher))
         if differences:
             raise ConfigurationMismatchError(
@@ -356,7 +354,10 @@ def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> N
             if state is State.AWAITING_MODEL:
                 answer = replies.get(engine.steps + 1)
                 if answer is None:
-                    break
+                    if end is None:
+                        break  # the model is asked live
+                    made += type(Engine.next(engine)) is Transition  # the run ran out of steps
+                    continue
                 if type(Engine.next(engine)) is not AskModel:
                     raise _diverged(recorded, f"a reply is recorded for step {engine.steps + 1}")
                 kind, value = answer

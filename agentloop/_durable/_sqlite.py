@@ -378,7 +378,9 @@ class _LockFile:
         self.path = path
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._held: set[int] = set()
-        self._guard = threading.Lock()
+        # Reentrant: a run dropped mid-way is released by the garbage collector, which
+        # may run anywhere, in this very thread too.
+        self._guard = threading.RLock()
 
     def acquire(self, row: int, run_id: str, ledger: Path) -> None:
         import fcntl
