@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import agentloop
 from agentloop import LedgerError, SQLiteLedger
+from agentloop.providers import IncompleteReply
 from agentloop.testing import batch, call, final
 
 from .ledgers import Crash, CrashingLedger, MemoryLedger, unknown_ids
@@ -480,6 +481,29 @@ def test_resume_of_runs_cancelled_and_interrupted_anywhere(db: Path) -> None:
         result = loop_of(ScriptedModel(script), **options).run("go", cancel=token, run_id="r1")
         assert result.status != "finished", name
         ended_the_same(loop_of(ScriptedModel([]), **options), result, "sync")
+
+
+def test_usage_is_recorded_with_the_reply_and_with_a_failed_call(db: Path) -> None:
+    """A reply's usage, and what a failed model call still cost, come back on resume."""
+    used = {"input_tokens": 50, "output_tokens": 10, "cached_tokens": 0}
+    script: list[object] = [
+        call("c1", "effect", n=1) | {"usage": used},
+        IncompleteReply("the reply was cut off at max_tokens", usage=used),
+    ]
+    result = make_loop(script, World(), SQLiteLedger(db)).run("go", run_id="r1")
+    assert result.status == "failed"
+    assert result.usage.total == 120
+    assert make_loop(script, World(), SQLiteLedger(db)).resume("r1") == result
+    # Out of tokens: the third step is never asked for, on resume either.
+    db.unlink()
+    script = [call(f"c{i}", "effect", n=i) | {"usage": used} for i in range(1, 4)]
+    result = make_loop(script, World(), SQLiteLedger(db), max_total_tokens=100).run(
+        "go", run_id="r2"
+    )
+    assert result.reason == "max_total_tokens"
+    again = make_loop(script, World(), SQLiteLedger(db), max_total_tokens=100).resume("r2")
+    assert again == result
+    assert again.usage == result.usage
 
 
 def test_resume_of_a_run_cancelled_mid_batch(db: Path) -> None:

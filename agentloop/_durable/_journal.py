@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import orjson
 
-from agentloop._core._engine import Engine, _checked_outcome, _not_json
+from agentloop._core._engine import Engine, _checked_outcome, _checked_usage, _not_json
 from agentloop._core._json import exception_content, intake
 from agentloop._core._table import TERMINAL, Trigger
-from agentloop._core._values import NotJSON, Transition
+from agentloop._core._values import NotJSON, Transition, Usage
 from agentloop._durable._key import KEY
 from agentloop._durable._ledger import END, FINISHED, REPLY, STARTED, LedgerRecord
 from agentloop._errors import JSONError, LedgerError
@@ -166,8 +166,12 @@ class Journal:
         return taken
 
     def model_raised(self, step: int, exc: Exception) -> None:
-        """Record that the model raised ``exc`` at ``step``."""
-        self._append(REPLY, str(step), orjson.dumps({"raised": exception_content(exc)}))
+        """Record that the model raised ``exc`` at ``step`` (and what it cost, if it says)."""
+        raised: dict[str, Any] = {"raised": exception_content(exc)}
+        spent = _checked_usage(vars(exc).get("usage"))  # as the engine reads it: no user code
+        if isinstance(spent, Usage):
+            raised["usage"] = spent._asdict()
+        self._append(REPLY, str(step), orjson.dumps(raised))
 
     def before_call(self, call: dict[str, Any]) -> dict[str, Any] | None:
         """Record ``tool_started``, or the outcome this call gets without running.
@@ -250,6 +254,7 @@ def end_body(transition: Transition, at: int) -> bytes:
             None if transition.exception is None else exception_content(transition.exception)
         ),
         "appended": [orjson.Fragment(data) for data in transition.appended_json],
+        "usage": None if transition.usage is None else transition.usage._asdict(),
     }
     return orjson.dumps({"at": at, "event": event})
 

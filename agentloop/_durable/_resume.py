@@ -38,6 +38,7 @@ from agentloop._core._values import (
     RecordedException,
     RunTool,
     Transition,
+    Usage,
 )
 from agentloop._durable._journal import (
     FORMAT,
@@ -239,11 +240,10 @@ class _Recorded:
             answer: tuple[str, Any] = ("reply", body["reply"])
         elif body.keys() == {"not_json"} and _texts(body["not_json"], "repr", "problem"):
             answer = ("reply", NotJSON(body["not_json"]["repr"], body["not_json"]["problem"]))
-        elif body.keys() == {"raised"} and _texts(body["raised"], "type", "message"):
-            answer = (
-                "raised",
-                RecordedException(body["raised"]["type"], body["raised"]["message"]),
-            )
+        elif body.keys() - {"usage"} == {"raised"} and _texts(body["raised"], "type", "message"):
+            raised = RecordedException(body["raised"]["type"], body["raised"]["message"])
+            raised.usage = body.get("usage")  # what the failed call still cost, if it said
+            answer = ("raised", raised)
         else:
             raise self._bad(where, "one of 'reply', 'not_json', 'raised'", body)
         self.replies[int(key)] = answer
@@ -266,8 +266,7 @@ class _Recorded:
         try:
             if type(at) is not int or type(event) is not dict:
                 raise TypeError("no 'at' or 'event'")
-            exception = event["exception"]
-            guard = event["guard"]
+            exception, guard, usage = event["exception"], event["guard"], event["usage"]
             transition = Transition(
                 source=State(event["source"]),
                 dest=State(event["dest"]),
@@ -286,6 +285,7 @@ class _Recorded:
                     else RecordedException(exception["type"], exception["message"])
                 ),
                 appended_json=tuple(orjson.dumps(message) for message in event["appended"]),
+                usage=None if usage is None else Usage(**usage),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise self._bad(where, f"the run's terminal transition ({exc})", body) from None
