@@ -98,13 +98,24 @@ def header(run_id: str, messages: list[dict[str, Any]], configuration: dict[str,
 class Journal:
     """One run's writer, and what the ledger holds of it that the live run needs.
 
-    ``started`` and ``finished`` are the calls recorded so far (``finished``
-    maps each to the outcome the engine is given for it). A write that fails
+    ``started`` and ``answered`` are the calls whose ``tool_started`` and
+    ``tool_finished`` are recorded; ``finished`` maps those recorded by an
+    earlier process to their outcome, which a call gets instead of running
+    (only an outcome recorded before a resume can be asked for). A write that fails
     breaks the journal: the claim is released (another process, or a later
     ``resume``, can take over) and every later write raises.
     """
 
-    __slots__ = ("_broken", "_idempotent", "_unlink", "_writer", "finished", "run_id", "started")
+    __slots__ = (
+        "_broken",
+        "_idempotent",
+        "_unlink",
+        "_writer",
+        "answered",
+        "finished",
+        "run_id",
+        "started",
+    )
 
     def __init__(
         self,
@@ -117,6 +128,7 @@ class Journal:
         self._writer, self.run_id, self._idempotent = writer, run_id, idempotent
         self.started = set() if started is None else started
         self.finished = {} if finished is None else finished
+        self.answered = set(self.finished)
         self._broken: str | None = None
         self._unlink: Callable[[], object] | None = None
 
@@ -192,7 +204,7 @@ class Journal:
 
     def tool_finished(self, call_id: str, outcome: object) -> object:
         """Record the call's outcome; return what the engine is to take."""
-        if call_id in self.finished:
+        if call_id in self.answered:
             return outcome  # answered from the ledger: recorded already
         status, content = _checked_outcome(outcome)
         exception = outcome.get("exception") if type(outcome) is dict else None
@@ -200,17 +212,17 @@ class Journal:
             exception = None
         recorded = None if exception is None else exception_content(exception)
         self._append(FINISHED, call_id, _outcome_body(status, content, recorded))
+        self.answered.add(call_id)
         taken = {"status": status, "content": orjson.loads(content)}
         if exception is not None:
             taken["exception"] = exception
-        self.finished[call_id] = taken
         return taken
 
     def tool_raised(self, call_id: str, exc: Exception) -> None:
         """Record that the call's dispatcher raised ``exc`` (an ``error`` result)."""
         content = exception_content(exc)
         self._append(FINISHED, call_id, _outcome_body("error", orjson.dumps(content), content))
-        self.finished[call_id] = {"status": "error", "content": content}
+        self.answered.add(call_id)
 
     def end(self, transition: Transition, at: int) -> None:
         """Record the run's terminal transition (the ``at``-th event), then release the run."""
