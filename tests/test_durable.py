@@ -821,6 +821,17 @@ def test_a_truncated_file(db: Path) -> None:
             SQLiteLedger(db)
 
 
+def test_a_write_ahead_log_of_garbage(db: Path) -> None:
+    """Records committed in the WAL would silently vanish if SQLite took garbage for no WAL."""
+    ledger = SQLiteLedger(db)
+    make_loop(SCRIPT, World(), ledger).run("go", run_id="r1")
+    wal = Path(f"{db}-wal")
+    assert wal.stat().st_size > 0  # still open: the records are in the WAL
+    wal.write_bytes(b"garbage!" * 1000)
+    with pytest.raises(LedgerError, match=r"the ledger's write-ahead log is damaged"):
+        SQLiteLedger(db)
+
+
 def test_a_future_format_version(db: Path) -> None:
     finished_ledger(db)
     with sqlite3.connect(db) as raw:

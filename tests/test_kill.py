@@ -314,3 +314,17 @@ def test_two_processes_race_to_resume_one_run(server: Server, tmp_path: Path) ->
         assert said[1].get("error") == "RunBusyError", said
         assert "is being driven by another process" in said[1]["message"]
         check(job, said[0]["result"], Baseline(job))
+
+
+def test_processes_share_one_ledger_file(server: Server, tmp_path: Path) -> None:
+    """Runs of different ids, each in its own process, on one file at once: all are kept."""
+    jobs = [
+        job_for(tmp_path, "sync", CHECKPOINT_SCRIPT, run_id=f"r{index}", mode="start")
+        | {"out": str(tmp_path / f"out{index}.json"), "effects": str(tmp_path / f"e{index}")}
+        for index in range(4)
+    ]
+    results = server.race(jobs)
+    assert all("result" in answer for answer in results), results
+    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    assert sorted(ledger.run_ids(finished=True)) == ["r0", "r1", "r2", "r3"]
+    ledger.close()

@@ -357,6 +357,17 @@ def _check_file(path: Path) -> None:
     # With frames in the WAL, a checkpoint cut short may leave the file shorter than
     # its first page says, legitimately: SQLite reads those pages from the WAL.
     wal_empty = not wal.exists() or wal.stat().st_size == 0
+    if not wal_empty:
+        # SQLite takes a WAL whose header it does not know for no WAL at all, and would
+        # show the records committed in it as never written. Its header is written whole
+        # (or not yet: zeros), so anything else there is damage.
+        with wal.open("rb") as file:
+            magic = file.read(4)
+        if magic not in (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83", b"\0" * len(magic)):
+            raise LedgerError(
+                f"{wal}: the ledger's write-ahead log is damaged (it starts with {magic!r}, "
+                "not SQLite's WAL header): the records committed in it cannot be read"
+            )
     if header_size_valid and wal_empty and size < page_size * pages:
         raise LedgerError(
             f"{path}: the file is truncated: {size} bytes, where its header says "
