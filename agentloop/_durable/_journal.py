@@ -21,7 +21,7 @@ import orjson
 from agentloop._core._engine import Engine, _checked_outcome, _checked_usage, _not_json
 from agentloop._core._json import exception_content, intake
 from agentloop._core._table import TERMINAL, Trigger
-from agentloop._core._values import NotJSON, Transition, Usage
+from agentloop._core._values import AskModel, NotJSON, RunTool, Transition, Usage
 from agentloop._durable._key import KEY
 from agentloop._durable._ledger import END, FINISHED, REPLY, STARTED, LedgerRecord
 from agentloop._errors import JSONError, LedgerError
@@ -290,7 +290,7 @@ class DurableEngine(Engine):
     def __repr__(self) -> str:
         return f"<DurableEngine run_id={self.journal.run_id!r} {super().__repr__()[8:]}"
 
-    def next(self) -> Any:
+    def next(self) -> AskModel | RunTool | Transition:
         self.journal.check()
         need = super().next()
         if type(need) is Transition and need.dest in TERMINAL:
