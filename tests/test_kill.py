@@ -265,10 +265,13 @@ def test_sigkill_at_random_points(server: Server, tmp_path: Path, driver: str) -
     """Random scripts killed at random points: a checkpoint, or a random moment (mid-commit too)."""
     rng = random.Random(f"kill-{driver}-{FUZZ}")
     runs = 60 * FUZZ
-    probe = job_for(tmp_path, driver, CHECKPOINT_SCRIPT)
-    began = time.perf_counter()
-    run_with_kills(server, probe | {"db": str(tmp_path / "probe.db")}, [])
-    span_ms = (time.perf_counter() - began) * 1000
+    spans = []  # how long a run takes, so that a random moment falls inside one
+    for index in range(3):  # the first fork of a server pays for what is imported lazily
+        probe = job_for(tmp_path, driver, CHECKPOINT_SCRIPT, db=str(tmp_path / f"probe{index}.db"))
+        began = time.perf_counter()
+        run_with_kills(server, probe, [])
+        spans.append((time.perf_counter() - began) * 1000)
+    span_ms = min(spans)
     for index in range(runs):
         case = tmp_path / f"r{index}"
         case.mkdir()
