@@ -4,7 +4,8 @@ A misbehaving model or tool never raises: it becomes a state or a result.
 These are for the caller: a setup mistake (``TableError``, bad configuration),
 a call the run's state does not allow (``InvalidStateError``), a value that is
 not plain JSON (``JSONError``), a run file that cannot be loaded
-(``RunFileError``), or an optional part that is not installed. One is raised
+(``RunFileError``), a ledger that cannot be used (``LedgerError`` and its
+kinds), or an optional part that is not installed. One is raised
 by a model callback rather than for a caller: ``IncompleteReply``, by the
 provider adapters, which the engine records as the run's ``failed`` error.
 """
@@ -18,10 +19,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentloopError",
+    "ConfigurationMismatchError",
     "IncompleteReply",
     "InvalidStateError",
     "JSONError",
+    "LedgerError",
+    "RunBusyError",
+    "RunExistsError",
     "RunFileError",
+    "RunNotFoundError",
     "SVGUnavailableError",
     "TableError",
 ]
@@ -78,3 +84,34 @@ class RunFileError(AgentloopError, ValueError):
 
 class SVGUnavailableError(AgentloopError, RuntimeError):
     """No SVG renderer is installed; the message says what to install."""
+
+
+class LedgerError(AgentloopError, RuntimeError):
+    """A ledger could not be read or written: damaged, from another version, or failing.
+
+    The message names the ledger and what was found. Nothing recorded is
+    ever changed or dropped on the way to this error.
+    """
+
+
+class RunNotFoundError(LedgerError, LookupError):
+    """``resume`` was asked for a run id the ledger has never recorded."""
+
+
+class RunExistsError(LedgerError, ValueError):
+    """``start`` or ``run`` was given a run id the ledger has already recorded."""
+
+
+class RunBusyError(LedgerError):
+    """Another writer (another process, or another open run in this one) drives the run."""
+
+
+class ConfigurationMismatchError(LedgerError, ValueError):
+    """The ``Loop`` that would resume a run is not configured as the run was recorded.
+
+    ``differences`` lists each one as text (``'max_steps: recorded 8, this Loop has 10'``).
+    """
+
+    def __init__(self, message: str, differences: list[str]) -> None:
+        super().__init__(message)
+        self.differences = differences

@@ -2,7 +2,9 @@
 
 ``start``/``run`` hand a fresh engine to the synchronous driver,
 ``astart``/``arun`` to the asyncio one. A ``Loop`` is reusable: every run has
-its own counters, reserved ids and history.
+its own counters, reserved ids and history. With a ``ledger``, each run is
+durable (``agentloop._durable``): the engine records as it goes, and
+``resume``/``aresume`` continue a run from its records.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from agentloop._async import AsyncRun, async_dispatch
 from agentloop._callbacks import is_async
 from agentloop._core._engine import Engine
 from agentloop._core._values import Budget, CancelToken, RunResult
+from agentloop._durable import _journal, _resume
+from agentloop._durable._ledger import Ledger
 from agentloop._sync import Run
 from agentloop._tools._dispatcher import as_dispatcher
 
@@ -36,7 +40,9 @@ class Loop:
     plain callables in a worker thread) and ``max_concurrency`` (run up to that
     many calls of a batch at once; 1 runs them one at a time) need the asyncio
     driver: a synchronous run can neither interrupt a plain function nor run
-    two at once, so ``start``/``run`` refuse them.
+    two at once, so ``start``/``run`` refuse them. ``ledger`` (an
+    ``agentloop.SQLiteLedger``, or any ``Ledger``) makes every run durable:
+    recorded as it goes, and continued after a crash by ``resume(run_id)``.
     """
 
     def __init__(
@@ -52,6 +58,7 @@ class Loop:
         tool_timeout: float | None = None,
         to_thread: bool = False,
         max_concurrency: int = 1,
+        ledger: Ledger | None = None,
     ) -> None:
         if not callable(model):
             raise TypeError(
@@ -102,6 +109,12 @@ class Loop:
         self._adispatch = async_dispatch(
             self.dispatcher, to_thread=to_thread, tool_timeout=self.tool_timeout
         )
+        if ledger is not None and not isinstance(ledger, Ledger):
+            raise TypeError(
+                "expected ledger to be a Ledger (say agentloop.SQLiteLedger('runs.db')), "
+                f"got {type(ledger).__name__}"
+            )
+        self.ledger = ledger
 
     def __repr__(self) -> str:
         return (
@@ -110,33 +123,134 @@ class Loop:
         )
 
     def start(
-        self, messages: str | list[dict[str, Any]], *, cancel: CancelToken | None = None
+        self,
+        messages: str | list[dict[str, Any]],
+        *,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
     ) -> Run:
-        """Begin a run driven by ``step()``; bad input raises here, before any model call."""
+        """Begin a run driven by ``step()``; bad input raises here, before any model call.
+
+        With a ledger, the run is recorded under ``run_id`` (a fresh one when
+        not given: ``run.run_id``); ``RunExistsError`` if it is taken.
+        """
+        self._sync_driver("loop.arun or loop.astart")
+        if self.ledger is None:
+            _no_ledger(run_id)
+            engine = Engine(messages, budget=self.budget, cancel=cancel)
+            return Run(engine, self.model, self.dispatcher.dispatch, self.listeners)
+        durable = _resume.begin(
+            self.ledger,
+            run_id,
+            messages,
+            budget=self.budget,
+            dispatcher=self.dispatcher,
+            cancel=cancel,
+        )
+        return self._run(durable)
+
+    def run(
+        self,
+        messages: str | list[dict[str, Any]],
+        *,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+    ) -> RunResult:
+        """Run to a terminal state and return the result."""
+        return self.start(messages, cancel=cancel, run_id=run_id).finish()
+
+    def resume(self, run_id: str, *, cancel: CancelToken | None = None) -> RunResult:
+        """Continue the recorded run ``run_id`` to its end (or read it, if it ended).
+
+        Recorded replies and outcomes are fed to a fresh engine, never asked
+        for or run again; the run then goes on with this Loop's model and
+        tools. See the README's "Durable runs".
+        """
+        self._sync_driver("loop.aresume")
+        engine, _ = _resume.resume(
+            self._ledger("resume"),
+            run_id,
+            budget=self.budget,
+            dispatcher=self.dispatcher,
+            cancel=cancel,
+        )
+        if engine.done:
+            return engine.result()
+        return self._run(engine).finish()
+
+    def astart(
+        self,
+        messages: str | list[dict[str, Any]],
+        *,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+    ) -> AsyncRun:
+        """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
+        if self.ledger is None:
+            _no_ledger(run_id)
+            return self._arun(Engine(messages, budget=self.budget, cancel=cancel), cancel)
+        durable = _resume.begin(
+            self.ledger,
+            run_id,
+            messages,
+            budget=self.budget,
+            dispatcher=self.dispatcher,
+            cancel=cancel,
+        )
+        return self._arun(durable, cancel)
+
+    async def arun(
+        self,
+        messages: str | list[dict[str, Any]],
+        *,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+    ) -> RunResult:
+        """Run to a terminal state under asyncio and return the result."""
+        return await self.astart(messages, cancel=cancel, run_id=run_id).afinish()
+
+    async def aresume(self, run_id: str, *, cancel: CancelToken | None = None) -> RunResult:
+        """``resume`` under asyncio: the run goes on with the asyncio driver."""
+        engine, token = _resume.resume(
+            self._ledger("aresume"),
+            run_id,
+            budget=self.budget,
+            dispatcher=self.dispatcher,
+            cancel=cancel,
+        )
+        if engine.done:
+            return engine.result()
+        return await self._arun(engine, token).afinish()
+
+    def _sync_driver(self, instead: str) -> None:
         if self._asyncio_only:
             needs = "needs" if len(self._asyncio_only) == 1 else "need"
             raise ValueError(
-                f"{' and '.join(self._asyncio_only)} {needs} the asyncio driver (loop.arun or "
-                "loop.astart): a synchronous run can neither await a model nor interrupt a "
+                f"{' and '.join(self._asyncio_only)} {needs} the asyncio driver ({instead}): "
+                "a synchronous run can neither await a model nor interrupt a "
                 "plain function nor run two calls at once, and would silently ignore them"
             )
-        engine = Engine(messages, budget=self.budget, cancel=cancel)
-        return Run(engine, self.model, self.dispatcher.dispatch, self.listeners)
 
-    def run(
-        self, messages: str | list[dict[str, Any]], *, cancel: CancelToken | None = None
-    ) -> RunResult:
-        """Run to a terminal state and return the result."""
-        return self.start(messages, cancel=cancel).finish()
+    def _ledger(self, what: str) -> Ledger:
+        if self.ledger is None:
+            raise ValueError(
+                f"{what} needs a ledger: make the Loop with "
+                "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger)"
+            )
+        return self.ledger
 
-    def astart(
-        self, messages: str | list[dict[str, Any]], *, cancel: CancelToken | None = None
-    ) -> AsyncRun:
-        """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
+    def _run(self, engine: _journal.DurableEngine) -> Run:
+        dispatch = _journal.sync_dispatch(engine, self.dispatcher.dispatch)
+        return Run(engine, self.model, dispatch, self.listeners)
+
+    def _arun(self, engine: Engine, cancel: CancelToken | None) -> AsyncRun:
+        dispatch = self._adispatch
+        if isinstance(engine, _journal.DurableEngine):
+            dispatch = _journal.async_dispatch(engine, dispatch)
         return AsyncRun(
-            Engine(messages, budget=self.budget, cancel=cancel),
+            engine,
             self.model,
-            self._adispatch,
+            dispatch,
             cancel=cancel,
             model_timeout=self.model_timeout,
             to_thread=self.to_thread,
@@ -144,11 +258,13 @@ class Loop:
             listeners=self.listeners,
         )
 
-    async def arun(
-        self, messages: str | list[dict[str, Any]], *, cancel: CancelToken | None = None
-    ) -> RunResult:
-        """Run to a terminal state under asyncio and return the result."""
-        return await self.astart(messages, cancel=cancel).afinish()
+
+def _no_ledger(run_id: object) -> None:
+    if run_id is not None:
+        raise ValueError(
+            "run_id= names a run in a ledger, and this Loop has none: make it with "
+            "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger)"
+        )
 
 
 def _timeout(name: str, value: object) -> float | None:

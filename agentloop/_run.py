@@ -81,6 +81,11 @@ class RunView:
         return self._engine.usage
 
     @property
+    def run_id(self) -> str | None:
+        """The run's id in its ledger (``Loop(..., ledger=...)``); ``None`` without one."""
+        return getattr(self._engine, "run_id", None)
+
+    @property
     def transcript(self) -> list[dict[str, Any]]:
         """The history so far (a fresh copy on each access)."""
         return self._engine.history()

@@ -36,3 +36,30 @@ def test_nothing_public_is_left_out() -> None:
 def test_package_is_typed() -> None:
     """py.typed ships with the package."""
     assert (Path(agentloop.__file__).parent / "py.typed").exists()
+
+
+def test_durable_runs_are_public() -> None:
+    """The ledger protocol, its SQLite store, the key and the errors are exported."""
+    durable = {
+        "Ledger",
+        "LedgerWriter",
+        "LedgerRecord",
+        "SQLiteLedger",
+        "idempotency_key",
+        "LedgerError",
+        "RunNotFoundError",
+        "RunExistsError",
+        "RunBusyError",
+        "ConfigurationMismatchError",
+    }
+    assert durable <= set(agentloop.__all__)
+    for name in durable - {"LedgerRecord"}:
+        assert inspect.getdoc(getattr(agentloop, name))
+    for error in ("RunNotFoundError", "RunExistsError", "RunBusyError"):
+        assert issubclass(getattr(agentloop, error), agentloop.LedgerError)
+    assert issubclass(agentloop.LedgerError, agentloop.AgentloopError)
+    for method in ("resume", "aresume"):
+        assert inspect.getdoc(getattr(agentloop.Loop, method))
+    assert "run_id" in inspect.signature(agentloop.Loop.start).parameters
+    assert "ledger" in inspect.signature(agentloop.Loop).parameters
+    assert "idempotent" in inspect.signature(agentloop.Tool).parameters

@@ -110,6 +110,7 @@ class ToolRegistry:
         description: str | None = None,
         parameters: Mapping[str, Any] | None = None,
         policy: Policy | None = None,
+        idempotent: bool = False,
     ) -> Callable[[Handler], Handler]: ...
     def tool(
         self,
@@ -120,6 +121,7 @@ class ToolRegistry:
         description: str | None = None,
         parameters: Mapping[str, Any] | None = None,
         policy: Policy | None = None,
+        idempotent: bool = False,
     ) -> Handler | Callable[[Handler], Handler]:
         """Decorator: ``@registry.tool`` or ``@registry.tool(name=..., policy=...)``.
 
@@ -128,7 +130,14 @@ class ToolRegistry:
 
         def register(fn: Handler) -> Handler:
             self.add(
-                Tool(fn, name=name, description=description, parameters=parameters, policy=policy)
+                Tool(
+                    fn,
+                    name=name,
+                    description=description,
+                    parameters=parameters,
+                    policy=policy,
+                    idempotent=idempotent,
+                )
             )
             return fn
 

@@ -35,7 +35,11 @@ class Tool:
     first paragraph of its docstring; ``parameters`` to the schema derived from
     its signature (pass your own to take over: it is checked as Draft 2020-12
     and the handler then receives the arguments as plain JSON). ``policy``
-    gates this tool alone, after the registry's policy.
+    gates this tool alone, after the registry's policy. ``idempotent=True``
+    says running a call twice has the effect of running it once (its handler
+    passes ``agentloop.idempotency_key()`` on to a system that deduplicates):
+    a durable run re-runs such a call when a crash left its outcome unknown,
+    where any other call gets an ``error`` result instead.
     """
 
     __slots__ = (
@@ -45,6 +49,7 @@ class Tool:
         "_validator",
         "description",
         "handler",
+        "idempotent",
         "name",
         "policy",
     )
@@ -57,6 +62,7 @@ class Tool:
         description: str | None = None,
         parameters: Mapping[str, Any] | None = None,
         policy: Policy | None = None,
+        idempotent: bool = False,
     ) -> None:
         if not callable(handler):
             named = "" if name is None else f"tool {name!r}: "
@@ -77,6 +83,10 @@ class Tool:
             raise TypeError(
                 f"tool {name!r}: expected policy to be callable, got {type(policy).__name__}"
             )
+        if type(idempotent) is not bool:
+            raise TypeError(
+                f"tool {name!r}: expected idempotent to be a bool, got {type(idempotent).__name__}"
+            )
         if description is None:  # a partial's own docstring is functools'
             described = handler.func if isinstance(handler, functools.partial) else handler
             description = summary(inspect.getdoc(described))
@@ -89,6 +99,8 @@ class Tool:
         self.handler = handler
         self.description: str = description
         self.policy = policy
+        #: Whether a call may run again when a crash left its outcome unknown (durable runs).
+        self.idempotent: bool = idempotent
         if parameters is None:
             schema, self._convert = derive_parameters(name, handler)
         else:

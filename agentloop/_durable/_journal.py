@@ -1,0 +1,385 @@
+"""Recording a run as it is driven: every report committed before the engine takes it.
+
+``DurableEngine`` is the engine with its driver protocol wrapped, nothing
+else: ``replied`` commits the reply (``reply``, keyed by the step) before
+the engine copies it in; ``returned``/``raised`` commit the call's outcome
+(``tool_finished``, keyed by the call id) before the engine keeps it; a
+transition into a terminal state commits ``end``. The dispatch wrappers
+commit ``tool_started`` before the dispatcher (and so the handler) is
+called, set the idempotency key around it, and answer a call the ledger
+already settled without running it. The drivers are the usual ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import orjson
+
+from agentloop._core._engine import Engine, _checked_outcome, _checked_usage, _not_json
+from agentloop._core._json import exception_content, intake
+from agentloop._core._table import TERMINAL, Trigger
+from agentloop._core._values import AskModel, NotJSON, RunTool, Transition, Usage
+from agentloop._durable._key import KEY
+from agentloop._durable._ledger import END, FINISHED, REPLY, STARTED, LedgerRecord
+from agentloop._errors import JSONError, LedgerError
+from agentloop._tools._registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from agentloop._core._values import Budget
+    from agentloop._durable._ledger import LedgerWriter
+
+__all__ = [
+    "FORMAT",
+    "OUTCOME_UNKNOWN",
+    "VERSION",
+    "DurableEngine",
+    "Journal",
+    "async_dispatch",
+    "end_body",
+    "fingerprint",
+    "header",
+    "idempotent_tools",
+    "sync_dispatch",
+]
+
+FORMAT: Final = "agentloop.ledger"
+#: The version of the header's and the records' JSON (a store keeps its own too).
+VERSION: Final = 1
+#: What a call gets when its ``tool_started`` is recorded and its ``tool_finished`` is not.
+OUTCOME_UNKNOWN: Final = {
+    "type": "OutcomeUnknown",
+    "message": (
+        "the process stopped while this call ran, so whether it took effect is unknown; "
+        "it was not run again"
+    ),
+}
+_ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
+
+
+def fingerprint(budget: Budget, dispatcher: object) -> dict[str, Any]:
+    """What a run's record depends on: the budget, and each tool's name and schema."""
+    found: dict[str, Any] = {"budget": attrs.asdict(budget)}
+    if isinstance(dispatcher, ToolRegistry):
+        found["tools"] = {
+            tool.name: {"parameters": tool.parameters, "idempotent": tool.idempotent}
+            for tool in dispatcher
+        }
+    else:
+        kind = type(dispatcher)
+        found["dispatcher"] = f"{kind.__module__}.{kind.__qualname__}"
+    return found
+
+
+def idempotent_tools(dispatcher: object) -> frozenset[str]:
+    """The names of the tools a crash may run again (only a ``ToolRegistry`` declares any)."""
+    if isinstance(dispatcher, ToolRegistry):
+        return frozenset(tool.name for tool in dispatcher if tool.idempotent)
+    return frozenset()
+
+
+def header(run_id: str, messages: list[dict[str, Any]], configuration: dict[str, Any]) -> bytes:
+    """A run's header: its input and the configuration it was started with."""
+    return orjson.dumps(
+        {
+            "format": FORMAT,
+            "version": VERSION,
+            "run_id": run_id,
+            "input": messages,
+            "fingerprint": configuration,
+        }
+    )
+
+
+class Journal:
+    """One run's writer, and what the ledger holds of it that the live run needs.
+
+    ``started`` and ``answered`` are the calls whose ``tool_started`` and
+    ``tool_finished`` are recorded; ``finished`` maps those recorded by an
+    earlier process to their outcome, which a call gets instead of running
+    (only an outcome recorded before a resume can be asked for). A write that fails
+    breaks the journal: the claim is released (another process, or a later
+    ``resume``, can take over) and every later write raises.
+    """
+
+    __slots__ = (
+        "_broken",
+        "_idempotent",
+        "_unlink",
+        "_writer",
+        "answered",
+        "finished",
+        "run_id",
+        "started",
+    )
+
+    def __init__(
+        self,
+        writer: LedgerWriter,
+        run_id: str,
+        idempotent: frozenset[str],
+        started: set[str] | None = None,
+        finished: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        self._writer, self.run_id, self._idempotent = writer, run_id, idempotent
+        self.started = set() if started is None else started
+        self.finished = {} if finished is None else finished
+        self.answered = set(self.finished)
+        self._broken: str | None = None
+        self._unlink: Callable[[], object] | None = None
+
+    def link(self, unlink: Callable[[], object]) -> None:
+        """Call ``unlink`` when the run ends (a cancel token's forwarding, say)."""
+        self._unlink = unlink
+
+    def release(self) -> None:
+        """Give up the run's claim (idempotent)."""
+        unlink, self._unlink = self._unlink, None
+        if unlink is not None:
+            unlink()
+        self._writer.release()
+
+    def check(self) -> None:
+        """Raise ``LedgerError`` if a write failed: the run cannot go on in this process."""
+        if self._broken is not None:
+            raise LedgerError(
+                f"run {self.run_id!r}: the ledger failed earlier ({self._broken}); nothing more "
+                "is recorded here: continue the run with loop.resume(run_id)"
+            )
+
+    def _append(self, kind: str, key: str, body: bytes) -> None:
+        self.check()
+        try:
+            self._writer.append(LedgerRecord(kind, key, body))
+        except Exception as exc:
+            self._broken = f"{type(exc).__name__}: {exc}"
+            self.release()
+            raise
+
+    # -- what the engine is told, recorded first --------------------------------------
+
+    def reply(self, step: int, reply: object) -> object:
+        """Record the model's reply for ``step``; return what the engine is to take."""
+        if type(reply) is NotJSON:
+            body, taken = _not_json_body(reply), reply
+        else:
+            try:
+                data, taken = intake(reply, "reply")
+            except JSONError as exc:
+                taken = _not_json(reply, str(exc))
+                body = _not_json_body(taken)
+            else:
+                body = b'{"reply":' + data + b"}"
+        self._append(REPLY, str(step), body)
+        return taken
+
+    def model_raised(self, step: int, exc: Exception) -> None:
+        """Record that the model raised ``exc`` at ``step`` (and what it cost, if it says)."""
+        raised: dict[str, Any] = {"raised": exception_content(exc)}
+        spent = _checked_usage(vars(exc).get("usage"))  # as the engine reads it: no user code
+        if isinstance(spent, Usage):
+            raised["usage"] = spent._asdict()
+        self._append(REPLY, str(step), orjson.dumps(raised))
+
+    def before_call(self, call: dict[str, Any]) -> dict[str, Any] | None:
+        """Record ``tool_started``, or the outcome this call gets without running.
+
+        ``None``: run the call (first time, or again for an idempotent tool).
+        """
+        call_id = call["id"]
+        settled = self.finished.get(call_id)
+        if settled is not None:
+            return settled
+        if call_id in self.started:
+            if call["name"] in self._idempotent:
+                return None  # run again, under the same idempotency key
+            return {"status": "error", "content": dict(OUTCOME_UNKNOWN)}
+        self._append(STARTED, call_id, orjson.dumps({"name": call["name"]}))
+        self.started.add(call_id)
+        return None
+
+    def tool_finished(self, call_id: str, outcome: object) -> object:
+        """Record the call's outcome; return what the engine is to take."""
+        if call_id in self.answered:
+            return outcome  # answered from the ledger: recorded already
+        status, content = _checked_outcome(outcome)
+        exception = outcome.get("exception") if type(outcome) is dict else None
+        if not isinstance(exception, BaseException):
+            exception = None
+        recorded = None if exception is None else exception_content(exception)
+        self._append(FINISHED, call_id, _outcome_body(status, content, recorded))
+        self.answered.add(call_id)
+        taken = {"status": status, "content": orjson.loads(content)}
+        if exception is not None:
+            taken["exception"] = exception
+        return taken
+
+    def tool_raised(self, call_id: str, exc: Exception) -> None:
+        """Record that the call's dispatcher raised ``exc`` (an ``error`` result)."""
+        content = exception_content(exc)
+        self._append(FINISHED, call_id, _outcome_body("error", orjson.dumps(content), content))
+        self.answered.add(call_id)
+
+    def end(self, transition: Transition, at: int) -> None:
+        """Record the run's terminal transition (the ``at``-th event), then release the run."""
+        try:
+            self._append(END, "", end_body(transition, at))
+        finally:
+            self.release()
+
+
+def _not_json_body(reply: NotJSON) -> bytes:
+    return orjson.dumps({"not_json": {"repr": reply.text, "problem": reply.problem}})
+
+
+def _outcome_body(status: str, content: bytes, exception: dict[str, str] | None) -> bytes:
+    return (
+        b'{"status":'
+        + orjson.dumps(status)
+        + b',"content":'
+        + content
+        + b',"exception":'
+        + orjson.dumps(exception)
+        + b"}"
+    )
+
+
+def end_body(transition: Transition, at: int) -> bytes:
+    """The ``end`` record: the terminal transition, every field, and its place in the log."""
+    event = {
+        "source": transition.source.value,
+        "dest": transition.dest.value,
+        "trigger": transition.trigger.value,
+        "guard": None if transition.guard is None else transition.guard.value,
+        "steps": transition.steps,
+        "calls": transition.calls,
+        "call_id": transition.call_id,
+        "tool": transition.tool,
+        "result_status": transition.result_status,
+        "reason": transition.reason,
+        "error": transition.error,
+        "exception": (
+            None if transition.exception is None else exception_content(transition.exception)
+        ),
+        "appended": [orjson.Fragment(data) for data in transition.appended_json],
+        "usage": None if transition.usage is None else transition.usage._asdict(),
+    }
+    return orjson.dumps({"at": at, "event": event})
+
+
+class DurableEngine(Engine):
+    """The engine, with each report committed to the run's ledger before it is taken.
+
+    Only the protocol's methods are wrapped; the state machine is the
+    engine's own. During a resume the records are fed to ``Engine``'s own
+    methods (nothing is recorded twice); the drivers then call these.
+    """
+
+    __slots__ = ("__weakref__", "journal")
+    journal: Journal
+
+    @property
+    def run_id(self) -> str:
+        """The run's id in its ledger."""
+        return self.journal.run_id
+
+    def __repr__(self) -> str:
+        return f"<DurableEngine run_id={self.journal.run_id!r} {super().__repr__()[8:]}"
+
+    def next(self) -> AskModel | RunTool | Transition:
+        self.journal.check()
+        need = super().next()
+        if type(need) is Transition and need.dest in TERMINAL:
+            self._ended(need)
+        return need
+
+    def replied(self, reply: object) -> Transition:
+        if self.outstanding is _ASK_MODEL:
+            reply = self.journal.reply(self.steps, reply)
+        return self._after(super().replied(reply))
+
+    def returned(self, outcome: object, call_id: str | None = None) -> Transition:
+        answering = self._answering_id(call_id)
+        if answering is not None:
+            outcome = self.journal.tool_finished(answering, outcome)
+        return self._after(super().returned(outcome, call_id))
+
+    def raised(self, exc: Exception, call_id: str | None = None) -> Transition:
+        if isinstance(exc, Exception):
+            if self.outstanding is _ASK_MODEL:
+                self.journal.model_raised(self.steps, exc)
+            else:
+                answering = self._answering_id(call_id)
+                if answering is not None:
+                    self.journal.tool_raised(answering, exc)
+        return self._after(super().raised(exc, call_id))
+
+    def interrupted(self, exc: BaseException) -> Transition | None:
+        made = super().interrupted(exc)
+        if made is not None:
+            # The interruption propagates, not a failed write (the journal is broken then,
+            # and a resume goes on from the last record).
+            with contextlib.suppress(Exception):
+                self._ended(made)
+        return made
+
+    def _after(self, transition: Transition) -> Transition:
+        if transition.dest in TERMINAL:
+            self._ended(transition)
+        return transition
+
+    def _ended(self, transition: Transition) -> None:
+        self.journal.end(transition, len(self.events()) - 1)
+
+    def _answering_id(self, call_id: str | None) -> str | None:
+        """The running call a tool report answers, or ``None`` when the engine will refuse it."""
+        if self.outstanding is not _START_TOOL:
+            return None
+        running = self.running
+        if call_id is None:
+            return running[0] if len(running) == 1 else None
+        return call_id if call_id in running else None
+
+
+def sync_dispatch(
+    engine: DurableEngine, dispatch: Callable[[dict[str, Any]], object]
+) -> Callable[[dict[str, Any]], object]:
+    """``dispatch`` with ``tool_started`` recorded first and the idempotency key set."""
+    journal = engine.journal
+    prefix = f"{journal.run_id}:"
+
+    def durable(call: dict[str, Any]) -> object:
+        settled = journal.before_call(call)
+        if settled is not None:
+            return settled
+        token = KEY.set(prefix + call["id"])
+        try:
+            return dispatch(call)
+        finally:
+            KEY.reset(token)
+
+    return durable
+
+
+def async_dispatch(
+    engine: DurableEngine, dispatch: Callable[[dict[str, Any]], Awaitable[object]]
+) -> Callable[[dict[str, Any]], Awaitable[object]]:
+    """The asyncio driver's dispatch, recorded as ``sync_dispatch`` records."""
+    journal = engine.journal
+    prefix = f"{journal.run_id}:"
+
+    async def durable(call: dict[str, Any]) -> object:
+        settled = journal.before_call(call)
+        if settled is not None:
+            return settled
+        token = KEY.set(prefix + call["id"])  # a task of its own, or this one: reset below
+        try:
+            return await dispatch(call)
+        finally:
+            KEY.reset(token)
+
+    return durable

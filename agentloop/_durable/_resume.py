@@ -1,0 +1,474 @@
+"""Starting a durable run, and resuming one: a fresh engine fed the ledger's records.
+
+Resume is the run-file replay's idea (``_review/_replay.py``) turned around:
+that driver feeds a saved run's *events* to a fresh engine and checks what
+comes out; this one feeds a run's recorded *inputs* (each reply by step,
+each call's outcome by call id) and lets the engine make the events, then
+hands the engine, part-way, to the usual driver with the usual model and
+tools. So a recorded reply is never asked for again, and a finished call is
+never run again. Where the run was cut short, the driver goes on live:
+
+* a step with no reply recorded asks the model;
+* a call with no ``tool_started`` runs;
+* a call with ``tool_started`` and no ``tool_finished`` gets an ``error``
+  result saying its outcome is unknown, or runs again if its tool is
+  idempotent (under the same idempotency key).
+
+A batch's finished calls are reported in the order they were recorded, up
+to the first one that would need a call handed out that never finished;
+the rest of the batch goes live (a call finished after that one is answered
+from its record). A run that ended is replayed to its recorded ``end``, and
+the transition the engine makes there must be the one recorded.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, Final
+from uuid import uuid4
+
+import orjson
+
+from agentloop._core._engine import Engine
+from agentloop._core._table import Guard, State, Trigger
+from agentloop._core._values import (
+    AskModel,
+    CancelToken,
+    NotJSON,
+    RecordedException,
+    RunTool,
+    Transition,
+    Usage,
+)
+from agentloop._durable._journal import (
+    FORMAT,
+    VERSION,
+    DurableEngine,
+    Journal,
+    fingerprint,
+    header,
+    idempotent_tools,
+)
+from agentloop._durable._ledger import END, FINISHED, REPLY, STARTED
+from agentloop._errors import (
+    ConfigurationMismatchError,
+    InvalidStateError,
+    LedgerError,
+    RunBusyError,
+)
+from agentloop._review._replay import Mismatch, _start_calls
+
+if TYPE_CHECKING:
+    from agentloop._core._values import Budget
+    from agentloop._durable._ledger import Ledger, LedgerRecord, LedgerWriter
+
+__all__ = ["begin", "resume"]
+
+_CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
+_INTERRUPTIONS: Final = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
+_WHILE_THE_MODEL_WORKED: Final = (Trigger.MODEL_REPLIED, Trigger.MODEL_RAISED)
+
+
+def begin(
+    ledger: Ledger,
+    run_id: str | None,
+    messages: str | list[dict[str, Any]],
+    *,
+    budget: Budget,
+    dispatcher: object,
+    cancel: CancelToken | None,
+) -> DurableEngine:
+    """A new durable run: the input checked, then its header recorded and the run claimed."""
+    if run_id is None:
+        run_id = uuid4().hex
+    elif type(run_id) is not str or not run_id:
+        raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
+    engine = DurableEngine(messages, budget=budget, cancel=cancel)  # bad input raises first
+    writer = ledger.create(
+        run_id, header(run_id, engine.history(), fingerprint(budget, dispatcher))
+    )
+    engine.journal = Journal(writer, run_id, idempotent_tools(dispatcher))
+    weakref.finalize(engine, writer.release)  # an abandoned run frees its claim
+    return engine
+
+
+def resume(
+    ledger: Ledger,
+    run_id: str,
+    *,
+    budget: Budget,
+    dispatcher: object,
+    cancel: CancelToken | None,
+) -> tuple[DurableEngine, CancelToken | None]:
+    """The run, replayed from its records: done, or ready for a driver to go on live.
+
+    Also returns the token the driver is to watch (``None`` without ``cancel``).
+    A finished run is only read; any other is claimed first, so its records
+    cannot change while they are replayed.
+    """
+    if type(run_id) is not str or not run_id:
+        raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
+    writer: LedgerWriter | None
+    busy: RunBusyError | None = None
+    try:
+        writer = ledger.claim(run_id)
+    except RunBusyError as exc:
+        writer, busy = None, exc  # unless it has ended: then there is nothing to write
+    try:
+        head, records = ledger.read(run_id)
+        recorded = _Recorded(run_id, head, records)
+        if busy is not None and recorded.end is None:
+            raise busy
+        differences = _differences(recorded.fingerprint, fingerprint(budget, dispatcher))
+        if differences:
+            raise ConfigurationMismatchError(
+                f"run {run_id!r} was recorded with another configuration than this Loop's: "
+                + "; ".join(differences),
+                differences,
+            )
+        token = CancelToken()  # cancellation comes from the record until the run goes live
+        try:
+            engine = DurableEngine(recorded.input, budget=budget, cancel=token)
+        except (TypeError, ValueError) as exc:
+            raise LedgerError(f"run {run_id!r}: the recorded input is not valid: {exc}") from None
+        engine.journal = Journal(
+            writer or _NoWriter(run_id),
+            run_id,
+            idempotent_tools(dispatcher),
+            started=set(recorded.started),
+            finished=dict(recorded.finished),
+        )
+        _replay(engine, recorded, token)
+    except BaseException:
+        if writer is not None:
+            writer.release()
+        raise
+    if engine.done:
+        if recorded.end is None:  # it ended before its end was written: write it now
+            engine.journal.end(engine.events()[-1], len(engine.events()) - 1)
+        engine.journal.release()
+        return engine, None
+    assert writer is not None, "a run that has not ended was claimed"
+    weakref.finalize(engine, writer.release)
+    if cancel is None:
+        return engine, None
+    engine.journal.link(cancel.on_cancel(token.cancel))  # the caller's token, from now on
+    return engine, token
+
+
+class _NoWriter:
+    """The writer of a run only read (it has ended): writing to it is a bug."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    def append(self, record: LedgerRecord) -> None:
+        raise LedgerError(f"run {self.run_id!r} has ended; nothing more is recorded")
+
+    def release(self) -> None:
+        pass
+
+
+# -- reading the records ----------------------------------------------------------------
+
+
+class _Recorded:
+    """A run's header and records, checked and decoded; ``LedgerError`` on anything else."""
+
+    def __init__(self, run_id: str, head: bytes, records: list[LedgerRecord]) -> None:
+        self.run_id = run_id
+        document = self._json(head, "its header")
+        if type(document) is not dict or document.get("format") != FORMAT:
+            raise self._bad("its header", "an agentloop ledger header", document)
+        version = document.get("version")
+        if version != VERSION:
+            newer = type(version) is int and version > VERSION
+            raise LedgerError(
+                f"run {run_id!r} was recorded in ledger format version {version!r}, but this "
+                f"agentloop reads version {VERSION}"
+                + ("; upgrade agentloop to resume it" if newer else "")
+            )
+        if document.get("run_id") != run_id:
+            raise self._bad("its header", f"the run id {run_id!r}", document.get("run_id"))
+        messages, configuration = document.get("input"), document.get("fingerprint")
+        if type(messages) is not list:
+            raise self._bad("its header's input", "a list of messages", messages)
+        if type(configuration) is not dict:
+            raise self._bad("its header's fingerprint", "an object", configuration)
+        self.input: list[dict[str, Any]] = messages
+        self.fingerprint: dict[str, Any] = configuration
+        self.replies: dict[int, tuple[str, Any]] = {}
+        self.started: set[str] = set()
+        self.finished: dict[str, dict[str, Any]] = {}
+        self.order: dict[str, int] = {}  # each finished call's place among the records
+        self.end: tuple[int, Transition] | None = None
+        for index, record in enumerate(records):
+            where = f"record {index} ({record.kind} {record.key!r})"
+            if self.end is not None:
+                raise LedgerError(f"run {run_id!r}: {where} comes after the run's end")
+            body = self._json(record.body, where)
+            if type(body) is not dict:
+                raise self._bad(where, "an object", body)
+            if record.kind == REPLY:
+                self._reply(record.key, body, where)
+            elif record.kind == STARTED:
+                self.started.add(record.key)
+            elif record.kind == FINISHED:
+                self._finished(record.key, body, where)
+                self.order[record.key] = index
+            elif record.kind == END:
+                self.end = self._end(body, where)
+            else:
+                raise LedgerError(
+                    f"run {run_id!r}: {where}: unknown record kind {record.kind!r} "
+                    "(written by a newer agentloop?)"
+                )
+
+    def _json(self, data: bytes, where: str) -> Any:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise LedgerError(f"run {self.run_id!r}: {where} is not JSON: {exc}") from None
+
+    def _bad(self, where: str, expected: str, found: object) -> LedgerError:
+        return LedgerError(f"run {self.run_id!r}: {where}: expected {expected}, got {found!r:.80}")
+
+    def _reply(self, key: str, body: dict[str, Any], where: str) -> None:
+        if not key.isdigit() or key != str(int(key)) or int(key) < 1:
+            raise self._bad(where, "a step number as its key", key)
+        if body.keys() == {"reply"}:
+            answer: tuple[str, Any] = ("reply", body["reply"])
+        elif body.keys() == {"not_json"} and _texts(body["not_json"], "repr", "problem"):
+            answer = ("reply", NotJSON(body["not_json"]["repr"], body["not_json"]["problem"]))
+        elif body.keys() - {"usage"} == {"raised"} and _texts(body["raised"], "type", "message"):
+            raised = RecordedException(body["raised"]["type"], body["raised"]["message"])
+            raised.usage = body.get("usage")  # what the failed call still cost, if it said
+            answer = ("raised", raised)
+        else:
+            raise self._bad(where, "one of 'reply', 'not_json', 'raised'", body)
+        self.replies[int(key)] = answer
+
+    def _finished(self, key: str, body: dict[str, Any], where: str) -> None:
+        exception = body.get("exception")
+        if (
+            body.keys() != {"status", "content", "exception"}
+            or type(body["status"]) is not str
+            or not (exception is None or _texts(exception, "type", "message"))
+        ):
+            raise self._bad(where, "an outcome {'status', 'content', 'exception'}", body)
+        outcome = {"status": body["status"], "content": body["content"]}
+        if exception is not None:
+            outcome["exception"] = RecordedException(exception["type"], exception["message"])
+        self.finished[key] = outcome
+
+    def _end(self, body: dict[str, Any], where: str) -> tuple[int, Transition]:
+        at, event = body.get("at"), body.get("event")
+        try:
+            if type(at) is not int or type(event) is not dict:
+                raise TypeError("no 'at' or 'event'")
+            exception, guard, usage = event["exception"], event["guard"], event["usage"]
+            transition = Transition(
+                source=State(event["source"]),
+                dest=State(event["dest"]),
+                trigger=Trigger(event["trigger"]),
+                guard=None if guard is None else Guard(guard),
+                steps=event["steps"],
+                calls=event["calls"],
+                call_id=event["call_id"],
+                tool=event["tool"],
+                result_status=event["result_status"],
+                reason=event["reason"],
+                error=event["error"],
+                exception=(
+                    None
+                    if exception is None
+                    else RecordedException(exception["type"], exception["message"])
+                ),
+                appended_json=tuple(orjson.dumps(message) for message in event["appended"]),
+                usage=None if usage is None else Usage(**usage),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._bad(where, f"the run's terminal transition ({exc})", body) from None
+        return at, transition
+
+
+def _texts(value: object, *keys: str) -> bool:
+    return (
+        type(value) is dict
+        and value.keys() == set(keys)
+        and all(type(value[key]) is str for key in keys)
+    )
+
+
+def _differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """What differs between two fingerprints, one line each."""
+    found = []
+    was, now = recorded.get("budget") or {}, current["budget"]
+    for name in sorted(was.keys() | now.keys()):
+        if was.get(name) != now.get(name):
+            found.append(f"{name}: recorded {was.get(name)!r}, this Loop has {now.get(name)!r}")
+    if ("tools" in recorded) != ("tools" in current) or recorded.get("dispatcher") != current.get(
+        "dispatcher"
+    ):
+        found.append(f"tools: recorded {_tools(recorded)}, this Loop has {_tools(current)}")
+        return found
+    was, now = recorded.get("tools") or {}, current.get("tools") or {}
+    for name in sorted(was.keys() | now.keys()):
+        if name not in now:
+            found.append(f"tool {name!r}: recorded, and missing from this Loop")
+        elif name not in was:
+            found.append(f"tool {name!r}: new in this Loop, not recorded")
+        else:
+            if was[name].get("parameters") != now[name]["parameters"]:
+                found.append(f"tool {name!r}: its parameters schema differs from the recorded one")
+            if was[name].get("idempotent") != now[name]["idempotent"]:
+                found.append(
+                    f"tool {name!r}: recorded idempotent={was[name].get('idempotent')!r}, "
+                    f"this Loop has idempotent={now[name]['idempotent']!r}"
+                )
+    return found
+
+
+def _tools(configuration: dict[str, Any]) -> str:
+    if "tools" in configuration:
+        return f"a ToolRegistry of {sorted(configuration['tools'])}"
+    return f"a dispatcher of type {configuration.get('dispatcher')}"
+
+
+# -- feeding them to the engine ---------------------------------------------------------------
+
+
+def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> None:
+    """Feed the records to ``engine`` until the run ends or the next need is not recorded."""
+    replies, finished, end = recorded.replies, recorded.finished, recorded.end
+    made = 0  # events so far
+    batch: tuple[str, ...] = ()
+    order: list[tuple[str, int]] = []  # the batch's reports: (call id, calls to hand out first)
+    position = 0
+    try:
+        while not engine.done:
+            if end is not None and made == end[0] and _end(engine, end[1], token, replies):
+                made += 1
+                break
+            state = engine.state
+            if state is State.AWAITING_MODEL:
+                answer = replies.get(engine.steps + 1)
+                if answer is None:
+                    if end is None:
+                        break  # the model is asked live
+                    made += type(Engine.next(engine)) is Transition  # the run ran out of steps
+                    continue
+                if type(Engine.next(engine)) is not AskModel:
+                    raise _diverged(recorded, f"a reply is recorded for step {engine.steps + 1}")
+                kind, value = answer
+                if kind == "raised":
+                    Engine.raised(engine, value)
+                else:
+                    Engine.replied(engine, value)
+                    batch = _ids(value)
+                made += 1
+            elif state is State.VALIDATING:
+                Engine.next(engine)
+                made += 1
+                if engine.state is State.DISPATCHING:
+                    order, position = _reports(batch, finished, recorded.order), 0
+            else:
+                if position == len(order):
+                    break
+                call_id, hand_out = order[position]
+                position += 1
+                for _ in range(hand_out):
+                    if type(Engine.next(engine)) is not RunTool:
+                        raise _diverged(recorded, f"call {call_id!r} is recorded as finished")
+                Engine.returned(engine, finished[call_id], call_id)
+                made += 1
+    except (InvalidStateError, Mismatch) as exc:
+        raise _diverged(recorded, str(exc)) from None
+    if end is None:
+        return
+    at, event = end
+    events = engine.events()
+    if not engine.done or made != at + 1 or events[-1] != event:
+        found = "no end" if not engine.done else f"{_row(events[-1])} as event {len(events) - 1}"
+        raise _diverged(recorded, f"its end is {_row(event)} as event {at}; replayed, {found}")
+
+
+def _end(
+    engine: Engine, event: Transition, token: CancelToken, replies: dict[int, tuple[str, Any]]
+) -> bool:
+    """Make the recorded terminal transition where no record says what came from outside.
+
+    Cancellation and interruptions are not inputs the records hold: the end
+    says where they came. Any other end follows from the records: ``False``.
+    """
+    trigger, guard = event.trigger, event.guard
+    if trigger not in _INTERRUPTIONS and guard not in _CANCELS:
+        return False
+    exception = event.exception or RecordedException("BaseException", "")
+    if engine.state is State.DISPATCHING:
+        _start_calls(engine, event, "the run's end")  # the calls that were running
+    if trigger is Trigger.MODEL_INTERRUPTED:
+        Engine.next(engine)
+        Engine.interrupted(engine, exception)
+    elif trigger in _INTERRUPTIONS:
+        Engine.interrupted(engine, exception)
+    elif trigger in _WHILE_THE_MODEL_WORKED:
+        Engine.next(engine)
+        token.cancel()
+        kind, value = replies.get(engine.steps) or ("raised", RecordedException("Missing", ""))
+        if kind == "raised":
+            Engine.raised(engine, value)
+        else:
+            Engine.replied(engine, value)
+    else:
+        token.cancel()
+        Engine.next(engine)
+    return True
+
+
+def _ids(reply: object) -> tuple[str, ...]:
+    """The call ids of a reply's batch, in emission order (none for anything else)."""
+    if type(reply) is not dict:
+        return ()
+    if reply.get("kind") == "call":
+        return (reply.get("id"),)  # type: ignore[return-value]
+    calls = reply.get("calls")
+    if reply.get("kind") == "calls" and type(calls) is list:
+        return tuple(str(call.get("id")) for call in calls if type(call) is dict)
+    return ()
+
+
+def _reports(
+    batch: tuple[str, ...], finished: dict[str, dict[str, Any]], order: dict[str, int]
+) -> list[tuple[str, int]]:
+    """The batch's recorded outcomes in recorded order, each with the calls to hand out first.
+
+    Calls are handed out in emission order; a report that would need a call
+    handed out that never finished is left to the live driver, and so is
+    every report after it that is not of a call handed out already.
+    """
+    ranked = sorted((order[call_id], call_id) for call_id in batch if call_id in finished)
+    place = {call_id: index for index, call_id in enumerate(batch)}
+    reports, handed_out, blocked = [], 0, False
+    for _, call_id in ranked:
+        index = place[call_id]
+        if index < handed_out:
+            reports.append((call_id, 0))
+        elif not blocked and all(batch[i] in finished for i in range(handed_out, index)):
+            reports.append((call_id, index + 1 - handed_out))
+            handed_out = index + 1
+        else:
+            blocked = True
+    return reports
+
+
+def _diverged(recorded: _Recorded, detail: str) -> LedgerError:
+    return LedgerError(
+        f"run {recorded.run_id!r}: its records do not replay through this engine ({detail}); "
+        "the ledger was changed, or written by another agentloop"
+    )
+
+
+def _row(event: Transition) -> str:
+    guard = f" [{event.guard.value}]" if event.guard else ""
+    return f"{event.source.value} --{event.trigger.value}{guard}--> {event.dest.value}"

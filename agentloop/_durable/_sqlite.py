@@ -1,0 +1,462 @@
+"""``SQLiteLedger``: the ledger in one SQLite file, through the standard library.
+
+Two tables: ``runs`` (a row per run: its id and header) and ``records`` (a
+row per record, in append order, unique by ``(run, kind, key)``). Every
+append is one ``INSERT`` in autocommit mode, so it is committed when it
+returns. The file is in WAL mode: a commit appends to the ``-wal`` file,
+readers never block the writer, and a commit torn by a crash is discarded
+whole when the file is next opened (each WAL frame carries a checksum).
+``synchronous=FULL`` (the default) syncs the WAL on every commit, so a
+record survives a power cut; ``NORMAL`` syncs only at checkpoints: a
+record survives a killed process but not a power cut.
+
+One writer per run: a claim is a POSIX lock (``fcntl.lockf``) on one byte
+of a sidecar file (``<path>-lock``), at the run's row number. The kernel
+drops it when its process dies, however it dies, so a crashed run can be
+resumed at once, and never while its process lives. Within one process,
+claims are also kept in a table (POSIX locks do not exclude their own process).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Final, Literal
+
+from agentloop._durable._ledger import END, LedgerRecord
+from agentloop._errors import LedgerError, RunBusyError, RunExistsError, RunNotFoundError
+
+__all__ = ["APPLICATION_ID", "VERSION", "SQLiteLedger"]
+
+#: ``PRAGMA application_id`` of an agentloop ledger ("AGLL").
+APPLICATION_ID: Final = 0x41474C4C
+#: ``PRAGMA user_version``: the layout of the tables, and of the records' bodies.
+VERSION: Final = 1
+_MAGIC: Final = b"SQLite format 3\x00"
+_SCHEMA: Final = (
+    "CREATE TABLE runs ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " run_id TEXT NOT NULL UNIQUE,"
+    " header BLOB NOT NULL)",
+    "CREATE TABLE records ("
+    " seq INTEGER PRIMARY KEY,"
+    " run INTEGER NOT NULL REFERENCES runs (id),"
+    " kind TEXT NOT NULL,"
+    " key TEXT NOT NULL,"
+    " body BLOB NOT NULL,"
+    " UNIQUE (run, kind, key))",
+)
+
+
+class SQLiteLedger:
+    """A ledger in one SQLite file (stdlib ``sqlite3``, WAL mode): ``Loop(..., ledger=...)``.
+
+    ``SQLiteLedger("runs.db")`` creates the file, or opens one it made before.
+    A file that is not a ledger, is cut short, or was written by a newer
+    agentloop is refused right here with a ``LedgerError`` saying which.
+    ``synchronous`` is ``"FULL"`` (every record synced to disk before the run
+    acts on it: it survives a power cut) or ``"NORMAL"`` (synced at
+    checkpoints: it survives a killed process, not a power cut; faster).
+    Many processes may share one file; each run has one writer at a time.
+    One object serves any number of threads; make a new one after ``fork()``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        timeout: float = 30.0,
+    ) -> None:
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(
+                f"expected synchronous to be 'FULL' or 'NORMAL', got {synchronous!r}: "
+                "with less, a committed record could be lost and a call run twice"
+            )
+        self.path = Path(path)
+        self.synchronous = synchronous
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        _check_file(self.path)
+        self._locks = _lock_file(self.path)
+        try:
+            self._db = sqlite3.connect(
+                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise LedgerError(f"{self.path}: cannot open the ledger: {exc}") from None
+        try:
+            with self._using("open"):
+                self._setup()
+        except BaseException:
+            self._db.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"SQLiteLedger({str(self.path)!r}, synchronous={self.synchronous!r})"
+
+    def __enter__(self) -> SQLiteLedger:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the file; runs still claimed through this object can no longer record."""
+        with self._lock:
+            self._db.close()
+
+    # -- the protocol ---------------------------------------------------------------
+
+    def create(self, run_id: str, header: bytes) -> _Writer:
+        """Record a new run's header and claim it; ``RunExistsError`` if the id is taken."""
+        with self._using(f"run {run_id!r}"):
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                try:
+                    row = db.execute(
+                        "INSERT INTO runs (run_id, header) VALUES (?, ?)", (run_id, header)
+                    ).lastrowid
+                except sqlite3.IntegrityError:
+                    raise RunExistsError(
+                        f"{self.path}: run {run_id!r} is already recorded; continue it with "
+                        "loop.resume(run_id), or start a new run under another id"
+                    ) from None
+                assert row is not None, "an INSERT has a row id"
+                # Claimed before anyone else can see the run: nobody can resume it first.
+                self._locks.acquire(row, run_id, self.path)
+                try:
+                    db.execute("COMMIT")
+                except BaseException:
+                    self._locks.release(row)
+                    raise
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        return _Writer(self, row, run_id)
+
+    def claim(self, run_id: str) -> _Writer:
+        """Claim a recorded run; ``RunBusyError`` if held, ``RunNotFoundError`` if unknown."""
+        with self._using(f"run {run_id!r}"):
+            row = self._row(run_id)
+            self._locks.acquire(row, run_id, self.path)
+        return _Writer(self, row, run_id)
+
+    def read(self, run_id: str) -> tuple[bytes, list[LedgerRecord]]:
+        """The run's header and its records, in the order they were appended."""
+        with self._using(f"run {run_id!r}"):
+            db = self._db
+            db.execute("BEGIN")  # one snapshot for both reads
+            try:
+                row = self._row(run_id)
+                (header,) = db.execute("SELECT header FROM runs WHERE id = ?", (row,)).fetchone()
+                records = [
+                    LedgerRecord(kind, key, body)
+                    for kind, key, body in db.execute(
+                        "SELECT kind, key, body FROM records WHERE run = ? ORDER BY seq", (row,)
+                    )
+                ]
+            finally:
+                db.execute("COMMIT")
+        for record in records:
+            if not (type(record.kind) is str and type(record.key) is str):
+                raise LedgerError(f"{self.path}: run {run_id!r}: a record's kind or key is damaged")
+            if type(record.body) is not bytes or type(header) is not bytes:
+                raise LedgerError(f"{self.path}: run {run_id!r}: a record is not stored as bytes")
+        return header, records
+
+    # -- beyond the protocol -----------------------------------------------------------
+
+    def run_ids(self, *, finished: bool | None = None) -> list[str]:
+        """Every run id recorded, oldest first; ``finished=False`` only those not yet ended.
+
+        After a restart, ``for run_id in ledger.run_ids(finished=False):
+        loop.resume(run_id)`` continues every run the crash interrupted.
+        """
+        query = "SELECT run_id FROM runs"
+        if finished is not None:
+            has_end = "EXISTS (SELECT 1 FROM records WHERE run = runs.id AND kind = ?)"
+            query += f" WHERE {'' if finished else 'NOT '}{has_end}"
+        query += " ORDER BY id"
+        with self._using("listing runs"):
+            rows = self._db.execute(query, () if finished is None else (END,)).fetchall()
+        return [run_id for (run_id,) in rows]
+
+    def check(self) -> None:
+        """Read the whole file (``PRAGMA quick_check``); ``LedgerError`` listing what is damaged."""
+        with self._using("check"):
+            problems = [row[0] for row in self._db.execute("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            raise LedgerError(f"{self.path}: the file is damaged: {'; '.join(problems[:5])}")
+
+    # -- inside -----------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        """WAL mode, the sync level, and the tables (made once; checked every time)."""
+        db = self._db
+        (mode,) = db.execute("PRAGMA journal_mode = WAL").fetchone()
+        if mode != "wal":
+            raise LedgerError(
+                f"{self.path}: SQLite would not use WAL mode here (it said {mode!r}): "
+                "a ledger needs a file on a local disk"
+            )
+        db.execute(f"PRAGMA synchronous = {self.synchronous}")
+        if self._version() == (0, 0):
+            db.execute(
+                "BEGIN IMMEDIATE"
+            )  # one process makes the tables; others wait, then see them
+            try:
+                if self._version() == (0, 0):
+                    tables = [name for (name,) in db.execute("SELECT name FROM sqlite_master")]
+                    if tables:
+                        raise LedgerError(
+                            f"{self.path}: not an agentloop ledger: an SQLite database of "
+                            f"other tables ({', '.join(sorted(tables)[:5])})"
+                        )
+                    for statement in _SCHEMA:
+                        db.execute(statement)
+                    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                    db.execute(f"PRAGMA user_version = {VERSION}")
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        application_id, version = self._version()
+        if application_id != APPLICATION_ID:
+            raise LedgerError(
+                f"{self.path}: not an agentloop ledger: an SQLite database with "
+                f"application_id {application_id:#x}"
+            )
+        if version != VERSION:
+            newer = "a newer agentloop; upgrade to read it" if version > VERSION else "unknown"
+            raise LedgerError(
+                f"{self.path}: ledger format version {version}, but this agentloop reads "
+                f"version {VERSION} ({newer})"
+            )
+
+    def _version(self) -> tuple[int, int]:
+        (application_id,) = self._db.execute("PRAGMA application_id").fetchone()
+        (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        return application_id, version
+
+    def _row(self, run_id: str) -> int:
+        if type(run_id) is not str:
+            raise TypeError(f"expected run_id to be a str, got {type(run_id).__name__}")
+        found = self._db.execute("SELECT id FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if found is None:
+            raise RunNotFoundError(f"{self.path}: no run {run_id!r} is recorded here")
+        return found[0]  # type: ignore[no-any-return]
+
+    def _using(self, what: str) -> _Using:
+        if os.getpid() != self._pid:
+            raise LedgerError(
+                f"{self.path}: this SQLiteLedger was opened in process {self._pid}; "
+                "an SQLite connection cannot cross fork(): open a new SQLiteLedger here"
+            )
+        return _Using(self, what)
+
+
+class _Using:
+    """Hold the connection for one operation; an SQLite failure becomes a ``LedgerError``."""
+
+    __slots__ = ("_ledger", "_what")
+
+    def __init__(self, ledger: SQLiteLedger, what: str) -> None:
+        self._ledger, self._what = ledger, what
+
+    def __enter__(self) -> None:
+        self._ledger._lock.acquire()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, _: object
+    ) -> None:
+        self._ledger._lock.release()
+        if isinstance(exc, sqlite3.Error):
+            damaged = isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+                exc, sqlite3.OperationalError | sqlite3.IntegrityError
+            )
+            problem = "the file is damaged: " if damaged else ""
+            raise LedgerError(f"{self._ledger.path}: {self._what}: {problem}{exc}") from exc
+
+
+class _Writer:
+    """The claim on one run of an ``SQLiteLedger``, and the one way to append to it."""
+
+    __slots__ = ("_ledger", "_released", "_row", "run_id")
+
+    def __init__(self, ledger: SQLiteLedger, row: int, run_id: str) -> None:
+        self._ledger, self._row, self.run_id = ledger, row, run_id
+        self._released = False
+
+    def __repr__(self) -> str:
+        return f"<SQLiteLedger writer of run {self.run_id!r}>"
+
+    def append(self, record: LedgerRecord) -> None:
+        """Commit ``record``; it is on disk (per ``synchronous``) when this returns."""
+        ledger = self._ledger
+        if self._released:
+            raise LedgerError(
+                f"{ledger.path}: run {self.run_id!r}: this writer released its claim; "
+                "nothing more can be recorded through it"
+            )
+        with ledger._using(f"run {self.run_id!r}"):
+            try:
+                ledger._db.execute(
+                    "INSERT INTO records (run, kind, key, body) VALUES (?, ?, ?, ?)",
+                    (self._row, record.kind, record.key, record.body),
+                )
+            except sqlite3.IntegrityError:
+                raise LedgerError(
+                    f"{ledger.path}: run {self.run_id!r} already holds a {record.kind} record "
+                    f"for {record.key!r}; nothing is recorded twice"
+                ) from None
+
+    def release(self) -> None:
+        """Give up the claim (idempotent)."""
+        if not self._released:
+            self._released = True
+            self._ledger._locks.release(self._row)
+
+
+# -- fail fast on a file that is not a ledger ------------------------------------------
+
+
+def _check_file(path: Path) -> None:
+    """Refuse a file that is not SQLite, or is shorter than its own header says."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return  # a new ledger
+    except OSError as exc:
+        raise LedgerError(f"{path}: cannot open the ledger: {exc.strerror or exc}") from None
+    if path.is_dir():
+        raise LedgerError(f"{path}: expected a ledger file, got a directory")
+    if size == 0:
+        return  # made empty: SQLite takes it as a new database
+    try:
+        with path.open("rb") as file:
+            head = file.read(100)
+    except OSError as exc:
+        raise LedgerError(f"{path}: cannot read the ledger: {exc.strerror or exc}") from None
+    if not head.startswith(_MAGIC[: len(head)]) or not head:
+        raise LedgerError(
+            f"{path}: not a ledger: an SQLite file starts with {_MAGIC!r}, this one with "
+            f"{head[:16]!r}"
+        )
+    if len(head) < 100:
+        raise LedgerError(f"{path}: the file is truncated: {size} bytes, not even a header")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    header_size_valid = head[24:28] == head[92:96]
+    wal = path.with_name(path.name + "-wal")
+    # With frames in the WAL, a checkpoint cut short may leave the file shorter than
+    # its first page says, legitimately: SQLite reads those pages from the WAL.
+    wal_empty = not wal.exists() or wal.stat().st_size == 0
+    if not wal_empty:
+        # SQLite takes a WAL whose header it does not know for no WAL at all, and would
+        # show the records committed in it as never written. Its header is written whole
+        # (or not yet: zeros), so anything else there is damage.
+        with wal.open("rb") as file:
+            magic = file.read(4)
+        if magic not in (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83", b"\0" * len(magic)):
+            raise LedgerError(
+                f"{wal}: the ledger's write-ahead log is damaged (it starts with {magic!r}, "
+                "not SQLite's WAL header): the records committed in it cannot be read"
+            )
+    if header_size_valid and wal_empty and size < page_size * pages:
+        raise LedgerError(
+            f"{path}: the file is truncated: {size} bytes, where its header says "
+            f"{pages} pages of {page_size} bytes ({pages * page_size} bytes)"
+        )
+
+
+# -- one writer per run: POSIX byte-range locks on a sidecar file -------------------------
+
+
+class _LockFile:
+    """One process's claims on the runs of one ledger file, as locks on ``<path>-lock``.
+
+    The descriptor stays open for the process's life: closing any descriptor
+    of a file drops every POSIX lock the process holds on it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._held: set[int] = set()
+        # Reentrant: a run dropped mid-way is released by the garbage collector, which
+        # may run anywhere, in this very thread too.
+        self._guard = threading.RLock()
+
+    def acquire(self, row: int, run_id: str, ledger: Path) -> None:
+        import fcntl
+
+        with self._guard:
+            if row in self._held:
+                raise RunBusyError(
+                    f"{ledger}: run {run_id!r} is being driven in this process already, by "
+                    "another run object that has not finished; finish it (or drop it) first"
+                )
+            try:
+                fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, row, os.SEEK_SET)
+            except OSError:
+                raise RunBusyError(
+                    f"{ledger}: run {run_id!r} is being driven by another process; a run has "
+                    "one writer at a time (resume it once that process has stopped)"
+                ) from None
+            self._held.add(row)
+
+    def release(self, row: int) -> None:
+        import fcntl
+
+        with self._guard:
+            if row in self._held:
+                self._held.discard(row)
+                fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, row, os.SEEK_SET)
+
+    def close_in_child(self) -> None:
+        # A forked child holds none of its parent's POSIX locks: forget them.
+        os.close(self._fd)
+
+
+_LOCK_FILES: dict[str, _LockFile] = {}
+_LOCK_FILES_GUARD = threading.Lock()
+
+
+def _lock_file(path: Path) -> _LockFile:
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:  # pragma: no cover - Windows
+        raise LedgerError(
+            f"{path}: SQLiteLedger claims runs with POSIX file locks (fcntl), "
+            "which this platform does not have"
+        ) from None
+    lock_path = path.with_name(path.name + "-lock")
+    key = os.path.realpath(lock_path)
+    with _LOCK_FILES_GUARD:
+        found = _LOCK_FILES.get(key)
+        if found is None:
+            try:
+                found = _LOCK_FILES[key] = _LockFile(lock_path)
+            except OSError as exc:
+                raise LedgerError(
+                    f"{lock_path}: cannot open the ledger's lock file: {exc.strerror or exc}"
+                ) from None
+        return found
+
+
+def _forget_locks_in_child() -> None:
+    global _LOCK_FILES_GUARD
+    _LOCK_FILES_GUARD = threading.Lock()
+    for lock_file in _LOCK_FILES.values():
+        lock_file.close_in_child()
+    _LOCK_FILES.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks_in_child)

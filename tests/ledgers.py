@@ -1,0 +1,150 @@
+"""Ledgers for the tests: one in memory (the protocol, implemented again), and one that crashes.
+
+``MemoryLedger`` is a second implementation of the ``Ledger`` protocol, so
+the durable driver is tested against the protocol and not against SQLite's
+quirks. ``CrashingLedger`` simulates a process dying at one append, in
+process: it raises ``Crash`` (a ``BaseException``, as a signal would stop
+everything) around that append, and refuses every later one, so nothing the
+"dead" process does afterwards reaches the ledger.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Literal
+
+import agentloop
+from agentloop import LedgerRecord
+
+
+class Crash(BaseException):
+    """The simulated death of the process."""
+
+
+class MemoryLedger:
+    """The ``Ledger`` protocol over dicts: one writer per run, unique ``(kind, key)``."""
+
+    def __init__(self) -> None:
+        self.headers: dict[str, bytes] = {}
+        self.records: dict[str, list[LedgerRecord]] = {}
+        self.claimed: set[str] = set()
+        self.appends = 0
+        self._lock = threading.RLock()  # the garbage collector may release a claim anywhere
+
+    def create(self, run_id: str, header: bytes) -> MemoryWriter:
+        with self._lock:
+            if run_id in self.headers:
+                raise agentloop.RunExistsError(f"run {run_id!r} exists")
+            self.headers[run_id], self.records[run_id] = header, []
+            self.claimed.add(run_id)
+        return MemoryWriter(self, run_id)
+
+    def claim(self, run_id: str) -> MemoryWriter:
+        with self._lock:
+            if run_id not in self.headers:
+                raise agentloop.RunNotFoundError(f"no run {run_id!r}")
+            if run_id in self.claimed:
+                raise agentloop.RunBusyError(f"run {run_id!r} is claimed")
+            self.claimed.add(run_id)
+        return MemoryWriter(self, run_id)
+
+    def read(self, run_id: str) -> tuple[bytes, list[LedgerRecord]]:
+        with self._lock:
+            if run_id not in self.headers:
+                raise agentloop.RunNotFoundError(f"no run {run_id!r}")
+            return self.headers[run_id], list(self.records[run_id])
+
+
+class MemoryWriter:
+    """The claim on one run of a ``MemoryLedger``."""
+
+    def __init__(self, ledger: MemoryLedger, run_id: str) -> None:
+        self.ledger, self.run_id, self.released = ledger, run_id, False
+
+    def append(self, record: LedgerRecord) -> None:
+        ledger = self.ledger
+        with ledger._lock:
+            if self.released:
+                raise agentloop.LedgerError("released")
+            records = ledger.records[self.run_id]
+            if any((r.kind, r.key) == (record.kind, record.key) for r in records):
+                raise agentloop.LedgerError(f"{record.kind} {record.key!r} twice")
+            records.append(record)
+            ledger.appends += 1
+
+    def release(self) -> None:
+        with self.ledger._lock:
+            if not self.released:
+                self.released = True
+                self.ledger.claimed.discard(self.run_id)
+
+
+class CrashingLedger:
+    """Wraps a ledger; at its ``at``-th append (counted from 1) the process "dies"."""
+
+    def __init__(
+        self, inner: agentloop.Ledger, at: int, when: Literal["before", "after"] = "before"
+    ) -> None:
+        self.inner, self.at, self.when = inner, at, when
+        self.appends = 0
+        self.dead = False
+
+    def die(self) -> None:
+        """Die now (a tool calls this right after its effect)."""
+        self.dead = True
+        raise Crash("the process died")
+
+    def create(self, run_id: str, header: bytes) -> CrashingWriter:
+        return CrashingWriter(self, self.inner.create(run_id, header))
+
+    def claim(self, run_id: str) -> CrashingWriter:
+        return CrashingWriter(self, self.inner.claim(run_id))
+
+    def read(self, run_id: str) -> tuple[bytes, list[LedgerRecord]]:
+        return self.inner.read(run_id)
+
+
+class CrashingWriter:
+    """A writer that crashes at its ledger's chosen append, then records nothing more."""
+
+    def __init__(self, ledger: CrashingLedger, inner: agentloop.LedgerWriter) -> None:
+        self.ledger, self.inner = ledger, inner
+
+    def append(self, record: LedgerRecord) -> None:
+        ledger = self.ledger
+        if ledger.dead:
+            raise agentloop.LedgerError("the process is dead")
+        ledger.appends += 1
+        if ledger.appends == ledger.at and ledger.when == "before":
+            ledger.die()
+        self.inner.append(record)
+        if ledger.appends == ledger.at and ledger.when == "after":
+            ledger.die()
+
+    def release(self) -> None:
+        # A dead process's claim goes with it (the OS drops its locks).
+        self.inner.release()
+
+
+def unknown_ids(
+    transcript: list[dict[str, object]], baseline: list[dict[str, object]], idempotent: set[str]
+) -> set[str]:
+    """Check ``transcript`` equals ``baseline`` but for outcome-unknown results; their ids.
+
+    A result may differ only by being the documented ``error`` with content
+    type ``OutcomeUnknown``, and only for a tool that is not idempotent.
+    """
+    assert len(transcript) == len(baseline), (transcript, baseline)
+    unknown = set()
+    for got, want in zip(transcript, baseline, strict=True):
+        if got == want:
+            continue
+        content = got.get("content")
+        assert got["kind"] == want["kind"] == "tool_result", (got, want)
+        assert (got["id"], got["name"]) == (want["id"], want["name"]), (got, want)
+        assert got["status"] == "error", got
+        assert isinstance(content, dict), got
+        assert content["type"] == "OutcomeUnknown", got
+        assert got["name"] not in idempotent, f"an idempotent call got an unknown outcome: {got}"
+        unknown.add(str(got["id"]))
+    return unknown
