@@ -21,7 +21,7 @@ from agentloop._sync import Run
 from agentloop._tools._dispatcher import as_dispatcher
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from agentloop._callbacks import Dispatcher, Listener, Model
 
@@ -135,19 +135,7 @@ class Loop:
         not given: ``run.run_id``); ``RunExistsError`` if it is taken.
         """
         self._sync_driver("loop.arun or loop.astart")
-        if self.ledger is None:
-            _no_ledger(run_id)
-            engine = Engine(messages, budget=self.budget, cancel=cancel)
-            return Run(engine, self.model, self.dispatcher.dispatch, self.listeners)
-        durable = _resume.begin(
-            self.ledger,
-            run_id,
-            messages,
-            budget=self.budget,
-            dispatcher=self.dispatcher,
-            cancel=cancel,
-        )
-        return self._run(durable)
+        return self._run(self._engine(messages, cancel, run_id))
 
     def run(
         self,
@@ -167,16 +155,8 @@ class Loop:
         tools. See the README's "Durable runs".
         """
         self._sync_driver("loop.aresume")
-        engine, _ = _resume.resume(
-            self._ledger("resume"),
-            run_id,
-            budget=self.budget,
-            dispatcher=self.dispatcher,
-            cancel=cancel,
-        )
-        if engine.done:
-            return engine.result()
-        return self._run(engine).finish()
+        engine, _ = self._resumed("resume", run_id, cancel)
+        return engine.result() if engine.done else self._run(engine).finish()
 
     def astart(
         self,
@@ -186,18 +166,7 @@ class Loop:
         run_id: str | None = None,
     ) -> AsyncRun:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
-        if self.ledger is None:
-            _no_ledger(run_id)
-            return self._arun(Engine(messages, budget=self.budget, cancel=cancel), cancel)
-        durable = _resume.begin(
-            self.ledger,
-            run_id,
-            messages,
-            budget=self.budget,
-            dispatcher=self.dispatcher,
-            cancel=cancel,
-        )
-        return self._arun(durable, cancel)
+        return self._arun(self._engine(messages, cancel, run_id), cancel)
 
     async def arun(
         self,
@@ -211,16 +180,8 @@ class Loop:
 
     async def aresume(self, run_id: str, *, cancel: CancelToken | None = None) -> RunResult:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
-        engine, token = _resume.resume(
-            self._ledger("aresume"),
-            run_id,
-            budget=self.budget,
-            dispatcher=self.dispatcher,
-            cancel=cancel,
-        )
-        if engine.done:
-            return engine.result()
-        return await self._arun(engine, token).afinish()
+        engine, token = self._resumed("aresume", run_id, cancel)
+        return engine.result() if engine.done else await self._arun(engine, token).afinish()
 
     def _sync_driver(self, instead: str) -> None:
         if self._asyncio_only:
@@ -231,16 +192,39 @@ class Loop:
                 "plain function nor run two calls at once, and would silently ignore them"
             )
 
-    def _ledger(self, what: str) -> Ledger:
+    def _engine(
+        self, messages: str | list[dict[str, Any]], cancel: CancelToken | None, run_id: str | None
+    ) -> Engine:
+        """A fresh engine for a new run: a recording one when the Loop has a ledger."""
+        if self.ledger is None:
+            _no_ledger(run_id)
+            return Engine(messages, budget=self.budget, cancel=cancel)
+        return _resume.begin(
+            self.ledger,
+            run_id,
+            messages,
+            budget=self.budget,
+            dispatcher=self.dispatcher,
+            cancel=cancel,
+        )
+
+    def _resumed(
+        self, what: str, run_id: str, cancel: CancelToken | None
+    ) -> tuple[_journal.DurableEngine, CancelToken | None]:
+        """The recorded run, fed to a fresh engine, and the token its driver is to watch."""
         if self.ledger is None:
             raise ValueError(
                 f"{what} needs a ledger: make the Loop with "
                 "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger)"
             )
-        return self.ledger
+        return _resume.resume(
+            self.ledger, run_id, budget=self.budget, dispatcher=self.dispatcher, cancel=cancel
+        )
 
-    def _run(self, engine: _journal.DurableEngine) -> Run:
-        dispatch = _journal.sync_dispatch(engine, self.dispatcher.dispatch)
+    def _run(self, engine: Engine) -> Run:
+        dispatch: Callable[[dict[str, Any]], object] = self.dispatcher.dispatch
+        if isinstance(engine, _journal.DurableEngine):
+            dispatch = _journal.sync_dispatch(engine, dispatch)
         return Run(engine, self.model, dispatch, self.listeners)
 
     def _arun(self, engine: Engine, cancel: CancelToken | None) -> AsyncRun:
