@@ -106,9 +106,8 @@ class Run(RunView):
             return steps()
         except BaseException as exc:
             if not (refused or isinstance(exc, Exception)):
-                self._notify_interrupted(
-                    self._engine.interrupted(exc)
-                )  # a KeyboardInterrupt ends it
+                # A KeyboardInterrupt ends the run, then propagates.
+                self._notify_interrupted(self._engine.interrupted(exc))
             raise
         finally:
             if not refused:
