@@ -56,7 +56,7 @@ from agentloop._errors import (
     LedgerError,
     RunBusyError,
 )
-from agentloop._review._replay import Mismatch, _start_calls
+from agentloop._review._replay import Mismatch, row_text, start_calls
 
 if TYPE_CHECKING:
     from agentloop._core._values import Budget
@@ -389,8 +389,10 @@ def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> N
     at, event = end
     events = engine.events()
     if not engine.done or made != at + 1 or events[-1] != event:
-        found = "no end" if not engine.done else f"{_row(events[-1])} as event {len(events) - 1}"
-        raise _diverged(recorded, f"its end is {_row(event)} as event {at}; replayed, {found}")
+        found = (
+            "no end" if not engine.done else f"{row_text(events[-1])} as event {len(events) - 1}"
+        )
+        raise _diverged(recorded, f"its end is {row_text(event)} as event {at}; replayed, {found}")
 
 
 def _end(
@@ -406,7 +408,7 @@ def _end(
         return False
     exception = event.exception or RecordedException("BaseException", "")
     if engine.state is State.DISPATCHING:
-        _start_calls(engine, event, "the run's end")  # the calls that were running
+        start_calls(engine, event, "the run's end")  # the calls that were running
     if trigger is Trigger.MODEL_INTERRUPTED:
         Engine.next(engine)
         Engine.interrupted(engine, exception)
@@ -467,8 +469,3 @@ def _diverged(recorded: _Recorded, detail: str) -> LedgerError:
         f"run {recorded.run_id!r}: its records do not replay through this engine ({detail}); "
         "the ledger was changed, or written by another agentloop"
     )
-
-
-def _row(event: Transition) -> str:
-    guard = f" [{event.guard.value}]" if event.guard else ""
-    return f"{event.source.value} --{event.trigger.value}{guard}--> {event.dest.value}"

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from agentloop._core._values import RunResult
 
-__all__ = ["Mismatch", "replay", "result_of"]
+__all__ = ["Mismatch", "replay", "result_of", "row_text", "start_calls"]
 
 _INTERRUPTIONS = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
 _CANCELS = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
@@ -64,7 +64,7 @@ def replay(
         where = f"$.events[{index}]"
         try:
             if engine.state is State.DISPATCHING:
-                _start_calls(engine, event, where)
+                start_calls(engine, event, where)
             if event.guard in _CANCELS and event.trigger in _CHECKPOINTS:
                 token.cancel()  # cancellation came before this checkpoint the engine fires
             made = _step(engine, event, events, index, result.rejected_value, token)
@@ -72,14 +72,14 @@ def replay(
             raise Mismatch(
                 where,
                 f"a report the engine can take in state {engine.state.value!r}",
-                _row(event),
+                row_text(event),
             ) from None
         if made[:4] != event[:4]:  # source, dest, trigger, guard: another row
             raise Mismatch(
                 where,
-                f"{_row(made)}, which the table takes here (at steps {made.steps} of "
+                f"{row_text(made)}, which the table takes here (at steps {made.steps} of "
                 f"{result.budget.max_steps}, calls {made.calls} of {result.budget.max_calls})",
-                _row(event),
+                row_text(event),
             )
         compare(made, event, where)
         index += 1
@@ -124,7 +124,7 @@ def _step(
     return engine.returned(_outcome(event, events, index))
 
 
-def _start_calls(engine: Engine, event: Transition, where: str) -> None:
+def start_calls(engine: Engine, event: Transition, where: str) -> None:
     """Hand out the calls that were running when ``event`` happened, in emission order.
 
     Starting is no event: which calls had started shows in what the event
@@ -140,9 +140,9 @@ def _start_calls(engine: Engine, event: Transition, where: str) -> None:
     # reported once, and one cut off was running when the cut came).
     while not needed <= set(engine.running):
         if not engine.unstarted:
-            raise Mismatch(where, "a call of the batch that is running", _row(event))
+            raise Mismatch(where, "a call of the batch that is running", row_text(event))
         if type(engine.next()) is not RunTool:
-            raise Mismatch(where, "a call the engine starts here", _row(event))
+            raise Mismatch(where, "a call the engine starts here", row_text(event))
 
 
 def _interrupt(engine: Engine, event: Transition, index: int) -> Transition:
@@ -195,6 +195,7 @@ def _outcome(event: Transition, events: tuple[Transition, ...], index: int) -> d
     return outcome
 
 
-def _row(event: Transition) -> str:
+def row_text(event: Transition) -> str:
+    """``source --trigger [guard]--> dest``: the row an event took, for messages."""
     guard = f" [{event.guard.value}]" if event.guard else ""
     return f"{event.source.value} --{event.trigger.value}{guard}--> {event.dest.value}"

@@ -55,7 +55,7 @@ from agentloop._core._values import (
     require_result,
 )
 from agentloop._errors import RunFileError
-from agentloop._review._replay import Mismatch, replay
+from agentloop._review._replay import Mismatch, replay, row_text
 
 if TYPE_CHECKING:
     import os
@@ -519,7 +519,7 @@ def _check_chain(events: tuple[Transition, ...]) -> None:
             raise Mismatch(
                 where,
                 "a row of the state table (source, trigger, guard, dest)",
-                f"{_row_text(event)}, which the table has not",
+                f"{row_text(event)}, which the table has not",
             )
         if event.source is not state:
             raise Mismatch(
@@ -539,11 +539,6 @@ def _check_chain(events: tuple[Transition, ...]) -> None:
 _ROWS: Final = frozenset(
     (row.source, row.trigger, row.guard, row.dest) for row in ROWS if row.dest is not None
 )
-
-
-def _row_text(event: Transition) -> str:
-    guard = f" [{event.guard.value}]" if event.guard else ""
-    return f"{event.source.value} --{event.trigger.value}{guard}--> {event.dest.value}"
 
 
 def _check_story(result: RunResult, source: str) -> None:
