@@ -63,7 +63,7 @@ from agentloop._errors import InvalidStateError, JSONError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "checked_outcome", "checked_usage", "not_json"]
 
 _NO_REPLY: Final = object()
 # tuple.__new__ makes a NamedTuple from its fields without the Python-level __new__.
@@ -358,7 +358,7 @@ class Engine:
             raise self._refused("a tool outcome")
         self._answering(call_id)
         self._ev_since = self._since.pop(self._call_id, None)
-        self._outcome = _checked_outcome(outcome)
+        self._outcome = checked_outcome(outcome)
         if type(outcome) is dict and "exception" in outcome:
             exception = outcome["exception"]
             if isinstance(exception, BaseException):
@@ -391,7 +391,7 @@ class Engine:
             self._ev_since = self._since.get(None)
             # A failed call can still have cost tokens (IncompleteReply says how many);
             # only the instance's own dict is read, so no user code runs.
-            spent = _checked_usage(vars(exc).get("usage"))
+            spent = checked_usage(vars(exc).get("usage"))
             if isinstance(spent, Usage):
                 self._ev_usage = spent
         self._ev_exception = exc
@@ -671,7 +671,7 @@ class Engine:
         """
         usage_problem: str | None = None
         if type(reply) is dict and "usage" in reply:
-            usage = _checked_usage(reply["usage"])
+            usage = checked_usage(reply["usage"])
             if isinstance(usage, Usage):
                 self._ev_usage = usage
                 reply = {key: value for key, value in reply.items() if key != "usage"}
@@ -684,7 +684,7 @@ class Engine:
         try:
             self._reply_json, plain = intake(reply, "reply")
         except JSONError as exc:
-            self._reply = _not_json(reply, str(exc))
+            self._reply = not_json(reply, str(exc))
             self._problem = self._reply.problem
             self._batch, self._call_id, self._tool = (), None, None
             return
@@ -702,7 +702,7 @@ class Engine:
             self._batch, self._call_id, self._tool = (), None, None
 
 
-def _not_json(reply: object, problem: str = "") -> NotJSON:
+def not_json(reply: object, problem: str = "") -> NotJSON:
     """A reply that is not JSON, kept for review as text that cannot fail to save."""
     if inspect.iscoroutine(reply):
         reply.close()  # never awaited: say so once, here
@@ -723,7 +723,7 @@ def _not_json(reply: object, problem: str = "") -> NotJSON:
 _USAGE_KEYS: Final = frozenset(Usage._fields)
 
 
-def _checked_usage(usage: object) -> Usage | str:
+def checked_usage(usage: object) -> Usage | str:
     """A reply's ``usage`` as a ``Usage``, or what is wrong with it."""
     if type(usage) is dict and usage.keys() == _USAGE_KEYS:
         counts = [usage[name] for name in Usage._fields]
@@ -732,11 +732,11 @@ def _checked_usage(usage: object) -> Usage | str:
             return Usage(*counts)
     return (
         "expected 'usage' to be {'input_tokens', 'output_tokens', 'cached_tokens'}, each a "
-        f"non-negative int, cached_tokens at most input_tokens, got {_not_json(usage).text:.200}"
+        f"non-negative int, cached_tokens at most input_tokens, got {not_json(usage).text:.200}"
     )
 
 
-def _checked_outcome(outcome: object) -> tuple[str, bytes]:
+def checked_outcome(outcome: object) -> tuple[str, bytes]:
     """A dispatcher's outcome as (status, content JSON); a bad one becomes ``error``."""
     if type(outcome) is dict:
         status = outcome.get("status")
@@ -752,7 +752,7 @@ def _checked_outcome(outcome: object) -> tuple[str, bytes]:
     problem = (
         "the dispatcher's outcome was not valid: expected {'status': one of "
         f"{sorted(DISPATCH_STATUSES)}, 'content': JSON, optionally 'exception': "
-        f"the exception behind an error}}, got {_not_json(outcome).text:.200}"
+        f"the exception behind an error}}, got {not_json(outcome).text:.200}"
     )
     return "error", orjson.dumps(problem)
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import orjson
 
-from agentloop._core._engine import Engine, _checked_outcome, _checked_usage, _not_json
+from agentloop._core._engine import Engine, checked_outcome, checked_usage, not_json
 from agentloop._core._json import exception_content, intake
 from agentloop._core._table import TERMINAL, Trigger
 from agentloop._core._values import AskModel, NotJSON, RunTool, Transition, Usage
@@ -170,7 +170,7 @@ class Journal:
             try:
                 data, taken = intake(reply, "reply")
             except JSONError as exc:
-                taken = _not_json(reply, str(exc))
+                taken = not_json(reply, str(exc))
                 body = _not_json_body(taken)
             else:
                 body = b'{"reply":' + data + b"}"
@@ -180,7 +180,7 @@ class Journal:
     def model_raised(self, step: int, exc: Exception) -> None:
         """Record that the model raised ``exc`` at ``step`` (and what it cost, if it says)."""
         raised: dict[str, Any] = {"raised": exception_content(exc)}
-        spent = _checked_usage(vars(exc).get("usage"))  # as the engine reads it: no user code
+        spent = checked_usage(vars(exc).get("usage"))  # as the engine reads it: no user code
         if isinstance(spent, Usage):
             raised["usage"] = spent._asdict()
         self._append(REPLY, str(step), orjson.dumps(raised))
@@ -206,7 +206,7 @@ class Journal:
         """Record the call's outcome; return what the engine is to take."""
         if call_id in self.answered:
             return outcome  # answered from the ledger: recorded already
-        status, content = _checked_outcome(outcome)
+        status, content = checked_outcome(outcome)
         exception = outcome.get("exception") if type(outcome) is dict else None
         if not isinstance(exception, BaseException):
             exception = None
