@@ -138,6 +138,7 @@ def test_every_report_has_rows_where_its_request_is_handed_out() -> None:
     assert internal == {
         (State.AWAITING_MODEL, Trigger.ASK_MODEL),
         (State.DISPATCHING, Trigger.START_TOOL),
+        (State.AWAITING_APPROVAL, Trigger.AWAIT_APPROVAL),
     }
 
 

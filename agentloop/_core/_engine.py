@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from agentloop._core._approval import Decision, PendingCall, call_fingerprint
 from agentloop._core._json import exception_content, intake
 from agentloop._core._messages import (
     CUT_OFF,
@@ -50,6 +51,7 @@ from agentloop._core._table import (
 )
 from agentloop._core._values import (
     AskModel,
+    AwaitApproval,
     Budget,
     CancelToken,
     NotJSON,
@@ -76,6 +78,7 @@ _NOT_STARTED: Final = orjson.dumps(NOT_STARTED)
 _CUT_OFF: Final = orjson.dumps(CUT_OFF)
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _MODEL_REPLIED, _TOOL_RETURNED = Trigger.MODEL_REPLIED, Trigger.TOOL_RETURNED
+_AWAIT_APPROVAL = Trigger.AWAIT_APPROVAL
 
 
 class Engine:
@@ -107,10 +110,14 @@ class Engine:
         "_choosers",
         "_clock",
         "_cut",
+        "_decided",
+        "_decisions_in",
         "_ev_appended",
         "_ev_call",
+        "_ev_decisions",
         "_ev_error",
         "_ev_exception",
+        "_ev_pending",
         "_ev_reason",
         "_ev_since",
         "_ev_status",
@@ -121,6 +128,7 @@ class Engine:
         "_input_ids",
         "_outcome",
         "_outstanding",
+        "_pending",
         "_problem",
         "_rejected",
         "_reply",
@@ -148,6 +156,11 @@ class Engine:
     _running: dict[str, int]
     _started: int
     _cut: bytes
+    # Approval: the calls of the batch waiting for a person, and each decision taken
+    # (by id), and the decisions of the report in hand.
+    _pending: tuple[PendingCall, ...]
+    _decided: dict[str, Decision]
+    _decisions_in: tuple[tuple[str, Decision], ...]
     # The call in hand: the one being checked, started, or reported.
     _call_id: str | None
     _tool: str | None
@@ -160,6 +173,8 @@ class Engine:
     _ev_appended: tuple[bytes, ...]
     _ev_usage: Usage | None
     _ev_since: float | None
+    _ev_pending: tuple[PendingCall, ...]
+    _ev_decisions: tuple[tuple[str, Decision], ...]
 
     def __init__(
         self,
@@ -205,10 +220,11 @@ class Engine:
         self._call_id = self._tool = None
         self._batch, self._results, self._running, self._started = (), {}, {}, 0
         self._cut = _CUT_OFF
+        self._pending, self._decided, self._decisions_in = (), {}, ()
         self._outcome = ("error", b"null")
         self._ev_call = _NO_CALL
         self._ev_status = self._ev_reason = self._ev_error = self._ev_exception = None
-        self._ev_appended = ()
+        self._ev_appended = self._ev_pending = self._ev_decisions = ()
         self._ev_usage = self._ev_since = None
 
     def __repr__(self) -> str:
@@ -253,6 +269,25 @@ class Engine:
         """The tokens the model's replies reported so far, summed."""
         return self._usage()
 
+    @property
+    def pending(self) -> tuple[PendingCall, ...]:
+        """The calls waiting for a person's decision (in ``awaiting_approval``)."""
+        return self._pending if self._state is State.AWAITING_APPROVAL else ()
+
+    @property
+    def decisions(self) -> dict[str, Decision]:
+        """A person's decisions about calls of the batch in hand, by call id (a copy)."""
+        return dict(self._decided) if self._state is State.DISPATCHING else {}
+
+    def unstarted_calls(self) -> list[dict[str, Any]]:
+        """Fresh copies of the accepted batch's calls still to be handed out, in order.
+
+        What a driver shows its policies before the batch's first call starts.
+        """
+        if self._state is not State.DISPATCHING:
+            return []
+        return [self._call_at(index) for index in range(self._started, len(self._batch))]
+
     def history(self) -> list[dict[str, Any]]:
         """A fresh copy of the history."""
         return self._history.copy()
@@ -262,8 +297,8 @@ class Engine:
         return tuple(self._events)
 
     def result(self) -> RunResult:
-        """The run's result; only once it is done."""
-        if self._state not in TERMINAL:
+        """The run's result: once it is done, or while it waits for a person's decisions."""
+        if self._state not in TERMINAL and self._state is not State.AWAITING_APPROVAL:
             raise InvalidStateError(
                 f"result() needs a finished run, but the run is still in state "
                 f"{self._state.value!r}; step it until it is done",
@@ -331,14 +366,13 @@ class Engine:
         row = self._choosers[state, trigger](self)
         if row.dest is not None:
             return self._record(row)
+        if trigger is _AWAIT_APPROVAL:
+            return _new(AwaitApproval, (self._pending,))
         self._outstanding = trigger
         self._since[self._call_id if trigger is _START_TOOL else None] = self._clock()
         if trigger is _ASK_MODEL:
             return AskModel(*self._history.request())
-        if len(self._batch) == 1 and self._reply["kind"] == "call":
-            return _new(RunTool, (orjson.loads(self._reply_json),))
-        element = self._reply["calls"][self._started - 1]
-        return _new(RunTool, ({"kind": "call", **orjson.loads(orjson.dumps(element))},))
+        return _new(RunTool, (self._call_at(self._started - 1),))
 
     def replied(self, reply: object) -> Transition:
         """The model returned ``reply``; it is copied in before anything else."""
@@ -396,6 +430,66 @@ class Engine:
                 self._ev_usage = spent
         self._ev_exception = exc
         return self._fire(trigger)
+
+    def asked_approval(self, reasons: Mapping[str, str]) -> Transition:
+        """A policy asked a person about these calls of the batch: ``{call_id: reason}``.
+
+        Only before the batch's first call starts. The run waits in
+        ``awaiting_approval`` until ``decided``; a bad report raises and changes nothing.
+        """
+        if self._state is not State.DISPATCHING or self._started:
+            raise InvalidStateError(
+                f"cannot ask for approval in state {self._state.value!r}: only an accepted "
+                "batch none of whose calls has started can wait for a person",
+                state=self._state,
+            )
+        if not isinstance(reasons, dict) or not reasons:
+            raise TypeError(
+                "expected reasons to be a non-empty dict of call id -> reason, "
+                f"got {not_json(reasons).text:.80}"
+            )
+        ids = [call_id for call_id, _ in self._batch]
+        for call_id, reason in reasons.items():
+            if call_id not in ids or call_id in self._decided:
+                where = "was decided already" if call_id in self._decided else "is not"
+                raise ValueError(
+                    f"call {call_id!r} {where} in the batch that waits (its calls: {ids})"
+                )
+            if type(reason) is not str or not reason:
+                raise TypeError(
+                    f"expected the reason for call {call_id!r} to be a non-empty str, "
+                    f"got {not_json(reason).text:.80}"
+                )
+        pending = []
+        for index, (call_id, name) in enumerate(self._batch):
+            if call_id in reasons:
+                arguments = self._call_at(index)["arguments"]
+                pending.append(
+                    PendingCall(
+                        call_id,
+                        name,
+                        orjson.dumps(arguments),
+                        reasons[call_id],
+                        call_fingerprint(name, arguments),
+                    )
+                )
+        self._pending = tuple(pending)
+        return self._fire(Trigger.APPROVAL_ASKED)
+
+    def decided(self, decisions: Mapping[str, Decision]) -> Transition:
+        """A person decided every pending call: ``{call_id: approve() | deny(reason)}``.
+
+        A missing or extra id, a decision bound to another fingerprint, or
+        anything that is not an ``approve``/``deny`` raises and changes nothing.
+        """
+        if self._state is not State.AWAITING_APPROVAL:
+            raise InvalidStateError(
+                f"cannot take decisions in state {self._state.value!r}: "
+                "the run is not awaiting approval",
+                state=self._state,
+            )
+        self._decisions_in = checked_decisions(self._pending, decisions)
+        return self._fire(Trigger.APPROVAL_DECIDED)
 
     def interrupted(self, exc: BaseException) -> Transition | None:
         """The driver was interrupted (``KeyboardInterrupt``, a cancelled task): end cancelled.
@@ -501,6 +595,13 @@ class Engine:
         else:
             self._ev_appended = (self._reply_json, *map(results.__getitem__, range(n)))
 
+    def _hold_calls(self) -> None:
+        self._ev_pending = self._pending
+
+    def _keep_decisions(self) -> None:
+        self._ev_decisions = self._decisions_in
+        self._decided.update(self._decisions_in)
+
     def _append_final(self) -> None:
         self._ev_appended = (self._reply_json,)
 
@@ -551,6 +652,13 @@ class Engine:
         return None
 
     # -- the one place a row is chosen and applied ----------------------------------
+
+    def _call_at(self, index: int) -> dict[str, Any]:
+        """A fresh copy of the batch's call ``index``, as a ``call`` message."""
+        if len(self._batch) == 1 and self._reply["kind"] == "call":
+            return orjson.loads(self._reply_json)  # type: ignore[no-any-return]
+        element = self._reply["calls"][index]
+        return {"kind": "call", **orjson.loads(orjson.dumps(element))}
 
     def _refused(self, what: str) -> InvalidStateError:
         """A report that answers nothing outstanding is refused, before any intake."""
@@ -609,6 +717,8 @@ class Engine:
                 usage,
                 at,
                 None if since is None else at - since,
+                self._ev_pending,
+                self._ev_decisions,
             ),
         )
         self._events.append(transition)  # the commit: _settle() redoes the rest
@@ -621,7 +731,7 @@ class Engine:
         self._applied += 1
         self._ev_call = _NO_CALL
         self._ev_status = self._ev_reason = self._ev_error = self._ev_exception = None
-        self._ev_appended = ()
+        self._ev_appended = self._ev_pending = self._ev_decisions = ()
         self._ev_usage = self._ev_since = None
         return transition
 
@@ -654,11 +764,13 @@ class Engine:
             self._results = {i: r for i, r in self._results.items() if ids[i] in answered}
             self._running = {ids[i]: i for i in range(self._started) if ids[i] not in answered}
             self._outstanding = _START_TOOL if self._running else None
+        if self._state in (State.DISPATCHING, State.AWAITING_APPROVAL):
+            self._pending, self._decided = _approvals(events)
         self.steps = (last.steps if last else 0) + (self._outstanding is _ASK_MODEL)
         self._rejected = None  # only a terminal row rejects a reply
         self._ev_call = _NO_CALL
         self._ev_status = self._ev_reason = self._ev_error = self._ev_exception = None
-        self._ev_appended = ()
+        self._ev_appended = self._ev_pending = self._ev_decisions = ()
         self._ev_usage = self._ev_since = None
 
     # -- intake ---------------------------------------------------------------------
@@ -698,8 +810,44 @@ class Engine:
             self._call_id, self._tool = batch[0] if len(batch) == 1 else (None, None)
             self._results, self._running, self._started = {}, {}, 0
             self._cut = _CUT_OFF
+            self._pending, self._decided = (), {}
         else:
             self._batch, self._call_id, self._tool = (), None, None
+
+
+def checked_decisions(
+    pending: tuple[PendingCall, ...], decisions: object
+) -> tuple[tuple[str, Decision], ...]:
+    """A person's decisions, one per pending call in its order; else what is wrong, raised."""
+    ids = [call.call_id for call in pending]
+    if not isinstance(decisions, dict):
+        raise TypeError(
+            "expected decisions to be a dict of call id -> approve() or deny(reason), "
+            f"got {not_json(decisions).text:.80}"
+        )
+    missing = [call_id for call_id in ids if call_id not in decisions]
+    extra = [call_id for call_id in decisions if call_id not in ids]
+    if missing or extra:
+        raise ValueError(
+            f"expected a decision for each pending call {ids}, and for no other"
+            + (f"; missing: {missing}" if missing else "")
+            + (f"; not pending: {extra}" if extra else "")
+        )
+    for call in pending:
+        decision = decisions[call.call_id]
+        if type(decision) is not Decision or decision.asks:
+            raise TypeError(
+                f"expected the decision for call {call.call_id!r} to be approve() or "
+                f"deny(reason), got {not_json(decision).text:.80}"
+            )
+        if decision.fingerprint not in (None, call.fingerprint):
+            raise ValueError(
+                f"the decision for call {call.call_id!r} was made about another call "
+                f"(fingerprint {decision.fingerprint!r:.20}...); the pending call is "
+                f"{call.name}({call.arguments_json.decode()[:80]}) with fingerprint "
+                f"{call.fingerprint!r:.20}..."
+            )
+    return tuple((call.call_id, decisions[call.call_id]) for call in pending)
 
 
 def not_json(reply: object, problem: str = "") -> NotJSON:
@@ -799,6 +947,19 @@ assert all(
     name.value.isidentifier() and hasattr(Engine, f"_{name.value}") for name in (*Guard, *Effect)
 )
 _CHOOSE: Final = {key: _chooser(rows) for key, rows in TABLE.groups.items()}
+
+
+def _approvals(events: list[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:
+    """The batch in hand's pending calls and decisions, from the events since it was accepted."""
+    pending: tuple[PendingCall, ...] = ()
+    decided: dict[str, Decision] = {}
+    for event in reversed(events):
+        if event.source is State.VALIDATING:
+            break
+        if event.pending and not pending:
+            pending = event.pending
+        decided.update(event.decisions)
+    return pending, decided
 
 
 def _appended_ids(events: list[Transition]) -> set[str]:

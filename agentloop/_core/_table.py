@@ -9,14 +9,15 @@ driver's report means) are small tables at the end of this file.
 Theory of operation
 ===================
 
-A run is a finite-state machine over three working states and six terminal
+A run is a finite-state machine over four working states and six terminal
 ones. The engine (``_engine.py``) holds the counters and the record and does
 no I/O; a driver asks it what it needs next and reports what happened:
 
 * In each working state the engine fires one trigger itself (``NEXT``):
   ``ask_model`` in ``awaiting_model``, ``validate`` in ``validating``,
-  ``start_tool`` in ``dispatching``. Cancellation and the budgets are checked
-  by the guards of those rows.
+  ``start_tool`` in ``dispatching``, ``await_approval`` in
+  ``awaiting_approval``. Cancellation and the budgets are checked by the
+  guards of those rows.
 * When the row it takes is *internal* (``dest`` is ``None``: the state stays),
   the engine hands the driver a request: ``ask_model``'s
   internal row counts the step (``steps += 1`` happens before the call, so a
@@ -35,6 +36,12 @@ no I/O; a driver asks it what it needs next and reports what happened:
   the model replied, raised or was interrupted; the tool returned (a tool
   that raised returns an ``error`` outcome) or was interrupted. ``REPORTS``
   says which trigger each kind of report is; the engine alone decides.
+* Before a batch's first call starts, a driver whose tools have policies asks
+  them about every call; if any answers ``ask``, it reports
+  ``approval_asked`` and the run waits in ``awaiting_approval`` (not a
+  terminal state: it is where the run stops until a person decides). There
+  ``await_approval``'s internal row hands out the pending calls, and
+  ``approval_decided`` (a decision for each) lets the batch run as usual.
 * An interruption (``KeyboardInterrupt``, a cancelled asyncio task) that
   lands while nothing is outstanding (in a listener, say) is ``interrupted``.
   Every interruption ends the run ``cancelled``, and a call whose tool was
@@ -96,6 +103,8 @@ class State(enum.StrEnum):
     VALIDATING = "validating"
     #: An accepted batch of calls (one or more) is reserved and counted; its tools run.
     DISPATCHING = "dispatching"
+    #: A policy asked a person about a call of the accepted batch; none of it has run.
+    AWAITING_APPROVAL = "awaiting_approval"
     #: The model gave a final answer; it is the run's output.
     FINISHED = "finished"
     #: Cancellation was requested (or the run interrupted) and seen at a checkpoint.
@@ -131,6 +140,12 @@ class Trigger(enum.StrEnum):
     TOOL_INTERRUPTED = "tool_interrupted"
     #: (driver) The run was interrupted while nothing was outstanding.
     INTERRUPTED = "interrupted"
+    #: (driver) A policy asked a person about calls of the batch, before any of it ran.
+    APPROVAL_ASKED = "approval_asked"
+    #: (engine) The batch waits for a person's decisions; cancellation is checked.
+    AWAIT_APPROVAL = "await_approval"
+    #: (driver) A person decided every pending call.
+    APPROVAL_DECIDED = "approval_decided"
 
 
 class Guard(enum.StrEnum):
@@ -193,6 +208,10 @@ class Effect(enum.StrEnum):
     NOTE_MALFORMED = "note_malformed"
     #: ``error`` names the reused id.
     NOTE_REPEATED_CALL = "note_repeated_call"
+    #: The event lists the calls a policy asked about (``pending``), each with its reason.
+    HOLD_CALLS = "hold_calls"
+    #: The event keeps a person's decision for every pending call (``decisions``).
+    KEEP_DECISIONS = "keep_decisions"
 
 
 TERMINAL: Final = frozenset(
@@ -261,6 +280,16 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
      "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.KEEP_RESULT, E.APPEND_BATCH]},
     {"source": S.DISPATCHING, "trigger": T.TOOL_INTERRUPTED,
      "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
+    # -- a policy asked: the batch waits, reserved and counted, until a person decides;
+    #    cancelled meanwhile, every call is answered and none runs
+    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED,
+     "dest": S.AWAITING_APPROVAL, "before": [E.NAME_CALL, E.HOLD_CALLS]},
+    {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL, "conditions": [G.CANCEL_REQUESTED],
+     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
+    {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL,
+     "dest": None},
+    {"source": S.AWAITING_APPROVAL, "trigger": T.APPROVAL_DECIDED,
+     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.KEEP_DECISIONS]},
     # -- interrupted between checkpoints: the run ends, nothing is half-recorded
     {"source": S.AWAITING_MODEL, "trigger": T.INTERRUPTED,
      "dest": S.CANCELLED},
@@ -270,6 +299,8 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
      "dest": S.CANCELLED, "before": [E.ANSWER_REST, E.APPEND_BATCH]},
     {"source": S.DISPATCHING, "trigger": T.INTERRUPTED,
      "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
+    {"source": S.AWAITING_APPROVAL, "trigger": T.INTERRUPTED,
+     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
 )  # fmt: skip
 
 #: The trigger the engine fires itself in each working state.
@@ -277,13 +308,14 @@ NEXT: Final[Mapping[State, Trigger]] = {
     S.AWAITING_MODEL: T.ASK_MODEL,
     S.VALIDATING: T.VALIDATE,
     S.DISPATCHING: T.START_TOOL,
+    S.AWAITING_APPROVAL: T.AWAIT_APPROVAL,
 }
 
 
 class Report(enum.Enum):
     """What a driver can report about the request it was handed."""
 
-    #: The model replied, or the tool returned an outcome.
+    #: The model replied, the tool returned an outcome, or a person decided.
     ANSWER = "answer"
     #: The model or the tool raised an ``Exception``.
     EXCEPTION = "exception"
@@ -300,6 +332,7 @@ REPORTS: Final[Mapping[tuple[Trigger | None, Report], Trigger]] = {
     (T.START_TOOL, Report.ANSWER): T.TOOL_RETURNED,
     (T.START_TOOL, Report.EXCEPTION): T.TOOL_RETURNED,
     (T.START_TOOL, Report.INTERRUPTION): T.TOOL_INTERRUPTED,
+    (T.AWAIT_APPROVAL, Report.ANSWER): T.APPROVAL_DECIDED,
     (None, Report.INTERRUPTION): T.INTERRUPTED,
 }
 

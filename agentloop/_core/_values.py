@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import attrs
 import orjson
 
+from agentloop._core._approval import Decision, PendingCall
 from agentloop._core._json import describe
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AskModel",
+    "AwaitApproval",
     "Budget",
     "CancelToken",
     "NotJSON",
@@ -170,6 +172,17 @@ class RunTool(NamedTuple):
     call: dict[str, Any]
 
 
+class AwaitApproval(NamedTuple):
+    """The engine's answer in ``awaiting_approval``: a person must decide these calls.
+
+    Nothing is outstanding: report ``decided({call_id: approve() | deny(reason)})``
+    when the decisions come (``next()`` may be asked again meanwhile; it
+    checks cancellation each time).
+    """
+
+    pending: tuple[PendingCall, ...]
+
+
 class RecordedException(Exception):
     """An exception as a run file keeps it: only its type name and message survive.
 
@@ -244,6 +257,10 @@ class Transition(NamedTuple):
     at: float | None = None
     #: How long the model call or the tool this transition answers took, in seconds.
     took: float | None = None
+    #: The calls a policy asked about (on ``approval_asked`` only).
+    pending: tuple[PendingCall, ...] = ()
+    #: A person's decision for each of them, by call id (on ``approval_decided`` only).
+    decisions: tuple[tuple[str, Decision], ...] = ()
 
     @property
     def appended(self) -> list[dict[str, Any]]:
@@ -252,7 +269,7 @@ class Transition(NamedTuple):
 
     def _compared(self) -> tuple[object, ...]:
         # Times are left out too: two runs of the same story are equal whenever they ran.
-        return (*self[:11], self.appended_json, self.usage)
+        return (*self[:11], self.appended_json, self.usage, self.pending, self.decisions)
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not Transition:
@@ -267,10 +284,11 @@ class Transition(NamedTuple):
         return hash(self._compared())
 
     def __repr__(self) -> str:
-        shown = (*self._fields[:11], "usage")
+        shown = (*self._fields[:11], "usage", "pending", "decisions")
+        values = (*self[:11], self.usage, self.pending or None, self.decisions or None)
         fields = ", ".join(
             f"{name}={value!r}"
-            for name, value in zip(shown, (*self[:11], self.usage), strict=True)
+            for name, value in zip(shown, values, strict=True)
             if value is not None or name in ("source", "dest", "trigger", "steps", "calls")
         )
         return f"Transition({fields})"
@@ -283,7 +301,8 @@ class RunResult(NamedTuple):
     (``run_to_json`` / ``run_from_json`` for text).
     """
 
-    #: The terminal state (a ``str`` enum: ``result.status == 'finished'``).
+    #: The terminal state (a ``str`` enum: ``result.status == 'finished'``), or
+    #: ``awaiting_approval`` for a run that waits for a person (see ``pending``).
     status: State
     #: The final answer's text, when the run finished.
     output: str | None
@@ -314,6 +333,13 @@ class RunResult(NamedTuple):
     def transcript(self) -> list[dict[str, Any]]:
         """Input and every appended message, in order (a fresh copy)."""
         return orjson.loads(self.transcript_json)  # type: ignore[no-any-return]
+
+    @property
+    def pending(self) -> tuple[PendingCall, ...]:
+        """The calls a person is to decide, when the run is ``awaiting_approval``."""
+        if self.status != "awaiting_approval" or not self.events:
+            return ()
+        return self.events[-1].pending
 
     @property
     def rejected(self) -> Any:

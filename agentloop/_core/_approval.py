@@ -1,0 +1,117 @@
+"""Decisions about calls: a policy's ``allow``/``deny``/``ask``, and a person's ``approve``/``deny``.
+
+A policy answers every valid call with a ``Decision``. ``ask(reason)`` is the
+one that stops the run: the batch waits in ``awaiting_approval`` until a
+person decides each call it asked about. A ``PendingCall`` is what that person
+sees; its ``fingerprint`` (a hash of the tool's name and its canonical
+arguments) ties a decision to exactly the call that was shown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Final, NamedTuple
+
+import attrs
+import orjson
+
+__all__ = ["Decision", "PendingCall", "allow", "approve", "ask", "call_fingerprint", "deny"]
+
+
+@attrs.frozen
+class Decision:
+    """A policy's or a person's answer about one call.
+
+    ``allow()``/``approve()`` let it run; ``deny(reason)`` refuses it (the
+    reason is the ``denied`` result the model reads); ``ask(reason)``, from a
+    policy only, waits for a person. ``fingerprint``, when set, is the
+    ``PendingCall.fingerprint`` the decision was made about: ``run.decide``
+    refuses it for any other call.
+    """
+
+    allowed: bool
+    reason: str = ""
+    asks: bool = False
+    fingerprint: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        # Checked here, so that a policy cannot answer with a truthy "no" or an empty denial.
+        if type(self.allowed) is not bool:
+            raise TypeError(f"expected Decision.allowed to be a bool, got {self.allowed!r:.80}")
+        if type(self.asks) is not bool or (self.asks and self.allowed):
+            raise TypeError(
+                f"expected Decision.asks to be a bool, and False when allowed, got {self.asks!r:.80}"
+            )
+        if not isinstance(self.reason, str) or not (self.allowed or self.reason):
+            what = "Decision.reason" if self.allowed else "a denial's or an ask's reason"
+            empty = "" if self.allowed else "non-empty "
+            raise TypeError(f"expected {what} to be a {empty}str, got {self.reason!r:.80}")
+        if self.fingerprint is not None and type(self.fingerprint) is not str:
+            raise TypeError(
+                f"expected Decision.fingerprint to be a str or None, got {self.fingerprint!r:.80}"
+            )
+
+
+_ALLOW: Final = Decision(allowed=True)
+
+
+def allow() -> Decision:
+    """The policy answer that lets a call run."""
+    return _ALLOW
+
+
+def deny(reason: str, *, fingerprint: str | None = None) -> Decision:
+    """The answer that refuses a call; ``reason`` becomes the ``denied`` content.
+
+    A policy's answer, or a person's decision about a pending call (bound to
+    its ``fingerprint`` when given).
+    """
+    return Decision(allowed=False, reason=reason, fingerprint=fingerprint)
+
+
+def ask(reason: str) -> Decision:
+    """The policy answer that stops the batch until a person decides; ``reason`` says why."""
+    return Decision(allowed=False, reason=reason, asks=True)
+
+
+def approve(*, fingerprint: str | None = None) -> Decision:
+    """A person's decision that lets a pending call run (bound to ``fingerprint`` when given)."""
+    return _ALLOW if fingerprint is None else Decision(allowed=True, fingerprint=fingerprint)
+
+
+def call_fingerprint(name: str, arguments: object) -> str:
+    """A hash of a call's tool name and canonical arguments (sorted keys, compact JSON)."""
+    canonical = orjson.dumps([name, arguments], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()
+
+
+class PendingCall(NamedTuple):
+    """A call that waits for a person's decision, as ``run.pending`` lists it."""
+
+    call_id: str
+    name: str
+    #: The arguments' JSON; ``arguments`` decodes a fresh copy.
+    arguments_json: bytes
+    #: Why the policy asked.
+    reason: str
+    #: ``call_fingerprint(name, arguments)``: what a bound decision must match.
+    fingerprint: str
+
+    @property
+    def arguments(self) -> Any:
+        """The call's arguments (a fresh copy)."""
+        return orjson.loads(self.arguments_json)
+
+    def approve(self) -> Decision:
+        """``approve()`` bound to this call's fingerprint."""
+        return approve(fingerprint=self.fingerprint)
+
+    def deny(self, reason: str) -> Decision:
+        """``deny(reason)`` bound to this call's fingerprint."""
+        return deny(reason, fingerprint=self.fingerprint)
+
+    def __repr__(self) -> str:
+        return (
+            f"PendingCall(call_id={self.call_id!r}, name={self.name!r}, "
+            f"arguments={self.arguments!r}, reason={self.reason!r})"
+        )
