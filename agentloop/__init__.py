@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from agentloop._async import AsyncRun
 from agentloop._callbacks import Dispatcher, Listener, Model
+from agentloop._core._approval import PendingCall, approve, ask
 from agentloop._core._engine import Engine
 from agentloop._core._table import ROWS, TERMINAL, Effect, Guard, Row, State, Trigger
 from agentloop._core._values import (
     AskModel,
+    AwaitApproval,
     Budget,
     CancelToken,
     NotJSON,
@@ -60,6 +62,7 @@ __all__ = [
     "AgentloopError",
     "AskModel",
     "AsyncRun",
+    "AwaitApproval",
     "Budget",
     "CancelToken",
     "ConfigurationMismatchError",
@@ -78,6 +81,7 @@ __all__ = [
     "Loop",
     "Model",
     "NotJSON",
+    "PendingCall",
     "Policy",
     "RecordedException",
     "Row",
@@ -99,6 +103,8 @@ __all__ = [
     "Trigger",
     "Usage",
     "allow",
+    "approve",
+    "ask",
     "deny",
     "idempotency_key",
     "load_run",

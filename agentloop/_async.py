@@ -23,6 +23,9 @@ holds word for word. What only asyncio has:
   checkpoint), each completion is one ``astep()``, in completion order, and
   the engine still records the batch in emission order. Whatever ends the run
   early (the token, a cancelled task) cancels every running call's task.
+* Policies may be ``async def``: each batch is reviewed (awaited) before its
+  first call starts, and a run whose policy asks stops in
+  ``awaiting_approval`` until ``adecide``.
 """
 
 from __future__ import annotations
@@ -35,13 +38,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._callbacks import is_async
 from agentloop._core._table import State
-from agentloop._core._values import AskModel, RunTool
-from agentloop._run import LOG, RunView, log
+from agentloop._core._values import AskModel, AwaitApproval, RunTool
+from agentloop._run import LOG, RunView, Verdicts, log
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
     from agentloop._callbacks import Listener, Model
+    from agentloop._core._approval import Decision
     from agentloop._core._engine import Engine
     from agentloop._core._values import CancelToken, RunResult, Transition
 
@@ -114,17 +118,21 @@ class AsyncRun(RunView):
         self,
         engine: Engine,
         model: Model,
-        dispatch: Callable[[dict[str, Any]], Awaitable[object]],
+        dispatch: Callable[..., Awaitable[object]],
         *,
         cancel: CancelToken | None,
         model_timeout: float | None,
         to_thread: bool,
         max_concurrency: int = 1,
         listeners: tuple[Listener, ...] = (),
+        review: Callable[[dict[str, Any]], Awaitable[Decision | None]] | None = None,
     ) -> None:
         super().__init__(engine)
         self._model = model
         self._dispatch = dispatch
+        # ``review(call)`` asks the policies; ``dispatch(call, decision=...)`` takes the answer.
+        self._review = review
+        self._verdicts = Verdicts()
         self._cancel = cancel
         self._model_timeout = model_timeout
         self._to_thread = to_thread
@@ -146,18 +154,34 @@ class AsyncRun(RunView):
         return [listener for listener, awaited in self._listeners if not awaited]
 
     async def __aiter__(self) -> AsyncIterator[Transition]:
-        """Step until done, yielding each transition."""
+        """Step until done (or awaiting approval), yielding each transition."""
         while not self.done:
-            yield await self.astep()
+            transition = await self._astep()
+            if transition is None:
+                return
+            yield transition
 
     async def afinish(self) -> RunResult:
-        """Step until done and return the result: ``finish()`` under asyncio."""
-        while not self.done:
-            await self.astep()
+        """Step until done (or awaiting approval) and return the result: ``finish()`` under asyncio."""
+        while not self.done and await self._astep() is not None:
+            pass
         return self._engine.result()
 
     async def astep(self) -> Transition:
         """Perform exactly one transition and return it."""
+        transition = await self._astep()
+        if transition is None:
+            raise self._awaiting()
+        return transition
+
+    async def adecide(self, decisions: dict[str, Decision]) -> Transition:
+        """``Run.decide`` under asyncio: decide every pending call, then ``afinish()`` goes on."""
+        transition = await self._astep(decisions)
+        assert transition is not None, "a decision is a transition"
+        return transition
+
+    async def _astep(self, decisions: dict[str, Decision] | None = None) -> Transition | None:
+        """One transition (or, with ``decisions``, the decision); ``None`` while awaiting approval."""
         engine = self._engine
         refused = False
         try:
@@ -169,8 +193,14 @@ class AsyncRun(RunView):
             argument: Any
             report: Callable[[object], Transition]
             transition: Transition
-            need: AskModel | RunTool | Transition
-            if self._max_concurrency > 1 and engine.state is State.DISPATCHING:
+            need: AskModel | RunTool | AwaitApproval | Transition | None = None
+            if decisions is not None:
+                need = engine.decided(decisions)
+            elif self._review is not None and self._verdicts.due(engine):
+                need = await self._verdicts.areview(engine, self._review)
+            if need is not None:
+                pass  # a decision, or the batch now waits for one
+            elif self._max_concurrency > 1 and engine.state is State.DISPATCHING:
                 need = await self._batch_step()
             else:
                 need = engine.next()
@@ -178,7 +208,9 @@ class AsyncRun(RunView):
             if type(need) is AskModel:
                 do, argument, report = self._ask, need.history, engine.replied
             elif type(need) is RunTool:
-                do, argument, report = self._dispatch, need.call, engine.returned
+                do, argument, report = self._tool(need.call), need.call, engine.returned
+            elif type(need) is AwaitApproval:
+                return None
             else:  # the engine made a transition by itself
                 do = None
                 transition = need  # type: ignore[assignment]  # neither request: a transition
@@ -226,7 +258,7 @@ class AsyncRun(RunView):
             if type(need) is not RunTool:
                 self._drop_tasks()  # cancelled: the running calls were answered cancelled
                 return need  # type: ignore[return-value]  # neither request: a transition
-            task = asyncio.ensure_future(self._dispatch(need.call))
+            task = asyncio.ensure_future(self._tool(need.call)(need.call))
             task.add_done_callback(_observed)
             tasks[need.call["id"]] = task
         waiting = asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
@@ -249,6 +281,13 @@ class AsyncRun(RunView):
         if isinstance(error, Exception):
             return engine.raised(error, call_id)
         raise error  # KeyboardInterrupt and the like end the run
+
+    def _tool(self, call: dict[str, Any]) -> Callable[[Any], Awaitable[object]]:
+        """The dispatch for ``call``: with the policies' (or a person's) answer, when reviewed."""
+        if self._review is None:
+            return self._dispatch
+        decision = self._verdicts.of(self._engine, call["id"])
+        return functools.partial(self._dispatch, decision=decision)
 
     def _drop_tasks(self) -> None:
         """Cancel every running call's task: the engine has answered them ``cancelled``."""
@@ -282,7 +321,7 @@ def _observed(task: asyncio.Task[object]) -> None:
 
 def async_dispatch(
     dispatcher: object, *, to_thread: bool, tool_timeout: float | None
-) -> Callable[[dict[str, Any]], Awaitable[object]]:
+) -> Callable[..., Awaitable[object]]:
     """The dispatcher as the asyncio driver calls it: ``adispatch`` if it has one.
 
     Looked up once, here: a dispatcher whose ``adispatch`` cannot even be read
@@ -301,9 +340,9 @@ def async_dispatch(
         # Awaited as it is: no wrapper coroutine on the common path.
         return functools.partial(adispatch, to_thread=to_thread)
 
-    async def run(call: dict[str, Any]) -> object:
+    async def run(call: dict[str, Any], **decision: object) -> object:
         if adispatch is not None:
-            pending = adispatch(call, to_thread=to_thread)
+            pending = adispatch(call, to_thread=to_thread, **decision)
         elif to_thread:
             pending = asyncio.to_thread(dispatch, call)
         else:

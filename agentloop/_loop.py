@@ -17,13 +17,16 @@ from agentloop._core._engine import Engine
 from agentloop._core._values import Budget, CancelToken, RunResult
 from agentloop._durable import _journal, _resume
 from agentloop._durable._ledger import Ledger
+from agentloop._errors import InvalidStateError
 from agentloop._sync import Run
 from agentloop._tools._dispatcher import as_dispatcher
+from agentloop._tools._registry import ToolRegistry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from agentloop._callbacks import Dispatcher, Listener, Model
+    from agentloop._core._approval import Decision
 
 __all__ = ["Loop"]
 
@@ -147,16 +150,29 @@ class Loop:
         """Run to a terminal state and return the result."""
         return self.start(messages, cancel=cancel, run_id=run_id).finish()
 
-    def resume(self, run_id: str, *, cancel: CancelToken | None = None) -> RunResult:
+    def resume(
+        self,
+        run_id: str,
+        *,
+        cancel: CancelToken | None = None,
+        decisions: dict[str, Decision] | None = None,
+    ) -> RunResult:
         """Continue the recorded run ``run_id`` to its end (or read it, if it ended).
 
         Recorded replies and outcomes are fed to a fresh engine, never asked
         for or run again; the run then goes on with this Loop's model and
-        tools. See the README's "Durable runs".
+        tools. A run awaiting approval takes ``decisions`` (as ``run.decide``)
+        and goes on; without them it stays paused, and its result says so.
+        See the README's "Durable runs".
         """
         self._sync_driver("loop.aresume")
         engine, _ = self._resumed("resume", run_id, cancel)
-        return engine.result() if engine.done else self._run(engine).finish()
+        if engine.done:
+            return _ended(engine, decisions)
+        run = self._run(engine)
+        if decisions is not None:
+            run.decide(decisions)
+        return run.finish()
 
     def astart(
         self,
@@ -178,10 +194,21 @@ class Loop:
         """Run to a terminal state under asyncio and return the result."""
         return await self.astart(messages, cancel=cancel, run_id=run_id).afinish()
 
-    async def aresume(self, run_id: str, *, cancel: CancelToken | None = None) -> RunResult:
+    async def aresume(
+        self,
+        run_id: str,
+        *,
+        cancel: CancelToken | None = None,
+        decisions: dict[str, Decision] | None = None,
+    ) -> RunResult:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
         engine, token = self._resumed("aresume", run_id, cancel)
-        return engine.result() if engine.done else await self._arun(engine, token).afinish()
+        if engine.done:
+            return _ended(engine, decisions)
+        run = self._arun(engine, token)
+        if decisions is not None:
+            await run.adecide(decisions)
+        return await run.afinish()
 
     def _sync_driver(self, instead: str) -> None:
         if self._asyncio_only:
@@ -225,10 +252,13 @@ class Loop:
         dispatch: Callable[[dict[str, Any]], object] = self.dispatcher.dispatch
         if isinstance(engine, _journal.DurableEngine):
             dispatch = _journal.sync_dispatch(engine, dispatch)
-        return Run(engine, self.model, dispatch, self.listeners)
+        registry = self._registry()
+        review = None if registry is None else registry.review
+        return Run(engine, self.model, dispatch, self.listeners, review)
 
     def _arun(self, engine: Engine, cancel: CancelToken | None) -> AsyncRun:
         dispatch = self._adispatch
+        registry = self._registry()
         if isinstance(engine, _journal.DurableEngine):
             dispatch = _journal.async_dispatch(engine, dispatch)
         return AsyncRun(
@@ -240,7 +270,26 @@ class Loop:
             to_thread=self.to_thread,
             max_concurrency=self.max_concurrency,
             listeners=self.listeners,
+            review=None if registry is None else registry.areview,
         )
+
+    def _registry(self) -> ToolRegistry | None:
+        """The registry whose policies review each batch, if the tools have any policy."""
+        dispatcher = self.dispatcher
+        return (
+            dispatcher if isinstance(dispatcher, ToolRegistry) and dispatcher.has_policies else None
+        )
+
+
+def _ended(engine: Engine, decisions: object) -> RunResult:
+    """A resumed run that had ended: its result, unless decisions came for it."""
+    if decisions is not None:
+        raise InvalidStateError(
+            f"run {getattr(engine, 'run_id', '')!r} ended {engine.state.value!r}: it awaits no "
+            "decisions (were they taken already?); resume it without decisions= to read it",
+            state=engine.state,
+        )
+    return engine.result()
 
 
 def _no_ledger(run_id: object) -> None:

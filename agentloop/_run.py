@@ -1,4 +1,4 @@
-"""What the two drivers share: the read-only view of a run, and one step at a time."""
+"""What the two drivers share: the read-only view of a run, one step at a time, and reviews."""
 
 from __future__ import annotations
 
@@ -6,16 +6,17 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Final
 
+from agentloop._core._table import State
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
+    from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._engine import Engine
-    from agentloop._core._table import State
     from agentloop._core._values import Budget, RunResult, Transition, Usage
 
-__all__ = ["LOG", "RunView", "log"]
+__all__ = ["LOG", "RunView", "Verdicts", "log"]
 
 #: The library's logger: one DEBUG record per transition, silent unless configured.
 LOG: Final = logging.getLogger("agentloop")
@@ -86,6 +87,11 @@ class RunView:
         return getattr(self._engine, "run_id", None)
 
     @property
+    def pending(self) -> tuple[PendingCall, ...]:
+        """The calls waiting for a person's decision (in ``awaiting_approval``): see ``decide``."""
+        return self._engine.pending
+
+    @property
     def transcript(self) -> list[dict[str, Any]]:
         """The history so far (a fresh copy on each access)."""
         return self._engine.history()
@@ -117,6 +123,15 @@ class RunView:
     def _plain_listeners(self) -> list[Callable[[Transition], object]]:
         raise NotImplementedError
 
+    def _awaiting(self) -> InvalidStateError:
+        """A step of a run that waits for a person is refused: it needs ``decide`` first."""
+        ids = [call.call_id for call in self._engine.pending]
+        return InvalidStateError(
+            f"the run is awaiting approval of calls {ids}: call decide({{call_id: "
+            "approve() | deny(reason)}) first (run.pending lists them)",
+            state=self.state,
+        )
+
     def _refused(self) -> InvalidStateError:
         """A step started while another is under way is refused, changing nothing."""
         outstanding = self._engine.outstanding
@@ -126,3 +141,57 @@ class RunView:
             f"{self.state.value!r}); step a run from one place at a time",
             state=self.state,
         )
+
+
+class Verdicts:
+    """The policies' answers about the batch in hand, asked once, before its first call.
+
+    An ``ask`` among them stops the batch (``asked_approval``); every other
+    answer is handed to the dispatcher with its call, so no policy is asked twice.
+    """
+
+    __slots__ = ("_answers", "_at")
+
+    def __init__(self) -> None:
+        self._at = -1  # the run's call count when the batch in hand was reviewed
+        self._answers: dict[str, Decision] = {}
+
+    def due(self, engine: Engine) -> bool:
+        """Whether the batch in hand is still to be reviewed."""
+        return engine.state is State.DISPATCHING and self._at != engine.calls
+
+    def review(
+        self, engine: Engine, review: Callable[[dict[str, Any]], Decision | None]
+    ) -> Transition | None:
+        """Ask about each call of the batch; the ``approval_asked`` transition, if any asked."""
+        reasons: dict[str, str] = {}
+        for call in self._begin(engine):
+            self._take(call["id"], review(call), reasons)
+        return engine.asked_approval(reasons) if reasons else None
+
+    async def areview(
+        self, engine: Engine, review: Callable[[dict[str, Any]], Awaitable[Decision | None]]
+    ) -> Transition | None:
+        """``review``, awaiting each answer."""
+        reasons: dict[str, str] = {}
+        for call in self._begin(engine):
+            self._take(call["id"], await review(call), reasons)
+        return engine.asked_approval(reasons) if reasons else None
+
+    def of(self, engine: Engine, call_id: str) -> Decision | None:
+        """The answer about ``call_id``: its policies', or a person's."""
+        return self._answers.get(call_id) or engine.decisions.get(call_id)
+
+    def _begin(self, engine: Engine) -> list[dict[str, Any]]:
+        """The calls to ask about: none once a call of the batch started, none decided."""
+        self._at, self._answers = engine.calls, {}
+        decided = engine.decisions
+        return [call for call in engine.unstarted_batch() if call["id"] not in decided]
+
+    def _take(self, call_id: str, answer: Decision | None, reasons: dict[str, str]) -> None:
+        if answer is None:
+            return
+        if answer.asks:
+            reasons[call_id] = answer.reason
+        else:
+            self._answers[call_id] = answer

@@ -4,7 +4,9 @@ It is one of the places that call the model and the tools. Each ``step()``
 asks the engine what it needs, does it, reports what happened, and returns
 the one transition that followed. A ``BaseException`` that is not an
 ``Exception`` (``KeyboardInterrupt``) anywhere in a step ends the run
-``cancelled`` before it propagates.
+``cancelled`` before it propagates. With a ``review`` (the tools' policies),
+each batch is reviewed before its first call starts, and a run whose policy
+asks stops in ``awaiting_approval`` until ``decide``.
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ from logging import DEBUG
 from typing import TYPE_CHECKING
 
 from agentloop._callbacks import is_async
-from agentloop._core._table import TERMINAL
-from agentloop._core._values import AskModel, RunTool
-from agentloop._run import LOG, RunView, log
+from agentloop._core._table import TERMINAL, State
+from agentloop._core._values import AskModel, AwaitApproval, RunTool
+from agentloop._run import LOG, RunView, Verdicts, log
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from typing import Any
 
     from agentloop._callbacks import Listener, Model
+    from agentloop._core._approval import Decision
     from agentloop._core._engine import Engine
     from agentloop._core._values import RunResult, Transition
 
@@ -35,12 +38,16 @@ class Run(RunView):
         self,
         engine: Engine,
         model: Model,
-        dispatch: Callable[[dict[str, Any]], object],
+        dispatch: Callable[..., object],
         listeners: tuple[Listener, ...] = (),
+        review: Callable[[dict[str, Any]], Decision | None] | None = None,
     ) -> None:
         super().__init__(engine)
         self._model = model
         self._dispatch = dispatch
+        # ``review(call)`` asks the policies; ``dispatch(call, decision=...)`` takes the answer.
+        self._review = review
+        self._verdicts = Verdicts()
         self._listeners: list[Listener] = []
         for listener in listeners:
             self.subscribe(listener)
@@ -59,15 +66,17 @@ class Run(RunView):
         return self._listeners
 
     def __iter__(self) -> Iterator[Transition]:
-        """Step until done, yielding each transition."""
-        while not self.done:
+        """Step until done (or awaiting approval), yielding each transition."""
+        while not self.done and self.state is not State.AWAITING_APPROVAL:
             yield self.step()
 
     def finish(self) -> RunResult:
-        """Step until done and return the result.
+        """Step until done (or awaiting approval) and return the result.
 
         One step after another, as ``step()`` makes them (listeners and the
-        DEBUG log see each), while holding the run for the whole loop.
+        DEBUG log see each), while holding the run for the whole loop. A run
+        that waits for a person returns its result with status
+        ``awaiting_approval``; ``decide`` and ``finish`` again to go on.
         """
         engine = self._engine
         if not engine.done:
@@ -76,13 +85,24 @@ class Run(RunView):
 
     def step(self) -> Transition:
         """Perform exactly one transition and return it."""
-        return self._hold(self._one_step)
+        return self._hold(self._one_step)  # type: ignore[return-value]  # never None
 
-    def _until_done(self) -> Transition:
+    def decide(self, decisions: dict[str, Decision]) -> Transition:
+        """Decide every pending call: ``{call_id: approve() | deny(reason)}``; see ``pending``.
+
+        A missing or extra id, a decision bound to another call's fingerprint,
+        or anything that is not a decision raises and changes nothing. Then
+        ``step()`` or ``finish()`` runs the batch.
+        """
+        return self._hold(lambda: self._told(self._engine.decided(decisions)))  # type: ignore[return-value]
+
+    def _until_done(self) -> Transition | None:
         advance, listeners = self._advance, self._listeners
         debug = LOG.isEnabledFor(DEBUG)  # once a loop: logging is not reconfigured mid-run
         while True:
             transition = advance()
+            if transition is None:  # waiting for a person
+                return None
             if debug:
                 log(transition)
             for listener in listeners:
@@ -92,10 +112,15 @@ class Run(RunView):
 
     def _one_step(self) -> Transition:
         transition = self._advance()
+        if transition is None:
+            raise self._awaiting()
+        return self._told(transition)
+
+    def _told(self, transition: Transition) -> Transition:
         self._tell(transition)
         return transition
 
-    def _hold(self, steps: Callable[[], Transition]) -> Transition:
+    def _hold(self, steps: Callable[[], Transition | None]) -> Transition | None:
         """Run ``steps`` as the only step under way; an interruption ends the run."""
         refused = False
         try:
@@ -117,9 +142,16 @@ class Run(RunView):
                 except RuntimeError:  # pragma: no cover - never taken: interrupted at once
                     pass
 
-    def _advance(self) -> Transition:
-        """One transition: call the model or run the tool, then report what happened."""
+    def _advance(self) -> Transition | None:
+        """One transition: call the model or run the tool, then report what happened.
+
+        ``None``: the run waits for a person's decisions, and nothing happened.
+        """
         engine = self._engine
+        if self._review is not None and self._verdicts.due(engine):
+            asked = self._verdicts.review(engine, self._review)
+            if asked is not None:
+                return asked
         need = engine.next()
         # The engine says what the answer, or the exception, means.
         if type(need) is AskModel:
@@ -130,10 +162,16 @@ class Run(RunView):
             return engine.replied(reply)
         if type(need) is RunTool:
             try:
-                outcome = self._dispatch(need.call)
+                if self._review is None:
+                    outcome = self._dispatch(need.call)
+                else:
+                    decision = self._verdicts.of(engine, need.call["id"])
+                    outcome = self._dispatch(need.call, decision=decision)
             except Exception as exc:  # noqa: BLE001 - the engine says what it means
                 return engine.raised(exc)
             return engine.returned(outcome)
+        if type(need) is AwaitApproval:
+            return None
         return need  # type: ignore[return-value]  # neither request: the engine's transition
 
     def _tell(self, transition: Transition) -> None:

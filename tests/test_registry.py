@@ -969,8 +969,8 @@ def test_a_broken_policy_fails_closed() -> None:
     outcome = dispatch(ToolRegistry([Tool(recorder, name="r", policy=forgetful)]), "r")
     assert outcome["status"] == "error"
     assert outcome["content"]["message"] == (
-        "the policy for tool 'r' returned None; expected agentloop.allow() or "
-        "agentloop.deny(reason)"
+        "the policy for tool 'r' returned None; expected agentloop.allow(), "
+        "agentloop.deny(reason) or agentloop.ask(reason)"
     )
     assert recorder.calls == []
 

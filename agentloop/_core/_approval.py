@@ -43,7 +43,10 @@ class Decision:
                 f"expected Decision.asks to be a bool, and False when allowed, got {self.asks!r:.80}"
             )
         if not isinstance(self.reason, str) or not (self.allowed or self.reason):
-            what = "Decision.reason" if self.allowed else "a denial's or an ask's reason"
+            what = (
+                "Decision.reason" if self.allowed else ("an ask's" if self.asks else "a denial's")
+            )
+            what += "" if self.allowed else " reason"
             empty = "" if self.allowed else "non-empty "
             raise TypeError(f"expected {what} to be a {empty}str, got {self.reason!r:.80}")
         if self.fingerprint is not None and type(self.fingerprint) is not str:

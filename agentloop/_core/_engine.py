@@ -279,14 +279,14 @@ class Engine:
         """A person's decisions about calls of the batch in hand, by call id (a copy)."""
         return dict(self._decided) if self._state is State.DISPATCHING else {}
 
-    def unstarted_calls(self) -> list[dict[str, Any]]:
-        """Fresh copies of the accepted batch's calls still to be handed out, in order.
+    def unstarted_batch(self) -> list[dict[str, Any]]:
+        """Fresh copies of the accepted batch's calls while none has started (else none).
 
         What a driver shows its policies before the batch's first call starts.
         """
-        if self._state is not State.DISPATCHING:
+        if self._state is not State.DISPATCHING or self._started:
             return []
-        return [self._call_at(index) for index in range(self._started, len(self._batch))]
+        return [self._call_at(index) for index in range(len(self._batch))]
 
     def history(self) -> list[dict[str, Any]]:
         """A fresh copy of the history."""
@@ -336,7 +336,7 @@ class Engine:
 
     # -- the driver protocol --------------------------------------------------
 
-    def next(self) -> AskModel | RunTool | Transition:
+    def next(self) -> AskModel | RunTool | AwaitApproval | Transition:
         """What the run needs now: the model's reply, a tool's outcome, or nothing.
 
         Nothing means the engine made a transition by itself; it is returned.
@@ -437,6 +437,11 @@ class Engine:
         Only before the batch's first call starts. The run waits in
         ``awaiting_approval`` until ``decided``; a bad report raises and changes nothing.
         """
+        self._pending = self.checked_reasons(reasons)
+        return self._fire(Trigger.APPROVAL_ASKED)
+
+    def checked_reasons(self, reasons: object) -> tuple[PendingCall, ...]:
+        """The pending calls ``asked_approval(reasons)`` would hold; raises if it would refuse."""
         if self._state is not State.DISPATCHING or self._started:
             raise InvalidStateError(
                 f"cannot ask for approval in state {self._state.value!r}: only an accepted "
@@ -460,7 +465,7 @@ class Engine:
                     f"expected the reason for call {call_id!r} to be a non-empty str, "
                     f"got {not_json(reason).text:.80}"
                 )
-        pending = []
+        pending: list[PendingCall] = []
         for index, (call_id, name) in enumerate(self._batch):
             if call_id in reasons:
                 arguments = self._call_at(index)["arguments"]
@@ -473,8 +478,7 @@ class Engine:
                         call_fingerprint(name, arguments),
                     )
                 )
-        self._pending = tuple(pending)
-        return self._fire(Trigger.APPROVAL_ASKED)
+        return tuple(pending)
 
     def decided(self, decisions: Mapping[str, Decision]) -> Transition:
         """A person decided every pending call: ``{call_id: approve() | deny(reason)}``.
@@ -482,14 +486,18 @@ class Engine:
         A missing or extra id, a decision bound to another fingerprint, or
         anything that is not an ``approve``/``deny`` raises and changes nothing.
         """
+        self._decisions_in = self.checked_decisions(decisions)
+        return self._fire(Trigger.APPROVAL_DECIDED)
+
+    def checked_decisions(self, decisions: object) -> tuple[tuple[str, Decision], ...]:
+        """The decisions ``decided`` would keep, in pending order; raises if it would refuse."""
         if self._state is not State.AWAITING_APPROVAL:
             raise InvalidStateError(
                 f"cannot take decisions in state {self._state.value!r}: "
                 "the run is not awaiting approval",
                 state=self._state,
             )
-        self._decisions_in = checked_decisions(self._pending, decisions)
-        return self._fire(Trigger.APPROVAL_DECIDED)
+        return _checked_decisions(self._pending, decisions)
 
     def interrupted(self, exc: BaseException) -> Transition | None:
         """The driver was interrupted (``KeyboardInterrupt``, a cancelled task): end cancelled.
@@ -815,7 +823,7 @@ class Engine:
             self._batch, self._call_id, self._tool = (), None, None
 
 
-def checked_decisions(
+def _checked_decisions(
     pending: tuple[PendingCall, ...], decisions: object
 ) -> tuple[tuple[str, Decision], ...]:
     """A person's decisions, one per pending call in its order; else what is wrong, raised."""

@@ -21,14 +21,16 @@ import orjson
 from agentloop._core._engine import Engine, checked_outcome, checked_usage, not_json
 from agentloop._core._json import exception_content, intake
 from agentloop._core._table import TERMINAL, Trigger
-from agentloop._core._values import AskModel, NotJSON, RunTool, Transition, Usage
+from agentloop._core._values import AskModel, AwaitApproval, NotJSON, RunTool, Transition, Usage
 from agentloop._durable._key import KEY
-from agentloop._durable._ledger import END, FINISHED, REPLY, STARTED, LedgerRecord
+from agentloop._durable._ledger import ASKED, DECISION, END, FINISHED, REPLY, STARTED, LedgerRecord
 from agentloop._errors import JSONError, LedgerError
 from agentloop._tools._registry import ToolRegistry
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Mapping
+
+    from agentloop._core._approval import Decision
 
     from agentloop._core._values import Budget
     from agentloop._durable._ledger import LedgerWriter
@@ -177,6 +179,15 @@ class Journal:
         self._append(REPLY, str(step), body)
         return taken
 
+    def asked(self, call_id: str, reason: str) -> None:
+        """Record that a policy asked a person about ``call_id``, and why."""
+        self._append(ASKED, call_id, orjson.dumps({"reason": reason}))
+
+    def decision(self, call_id: str, decision: Decision) -> None:
+        """Record a person's decision about ``call_id``."""
+        body = {"allowed": decision.allowed, "reason": decision.reason}
+        self._append(DECISION, call_id, orjson.dumps(body))
+
     def model_raised(self, step: int, exc: Exception) -> None:
         """Record that the model raised ``exc`` at ``step`` (and what it cost, if it says)."""
         raised: dict[str, Any] = {"raised": exception_content(exc)}
@@ -290,7 +301,7 @@ class DurableEngine(Engine):
     def __repr__(self) -> str:
         return f"<DurableEngine run_id={self.journal.run_id!r} {super().__repr__()[8:]}"
 
-    def next(self) -> AskModel | RunTool | Transition:
+    def next(self) -> AskModel | RunTool | AwaitApproval | Transition:
         self.journal.check()
         need = super().next()
         if type(need) is Transition and need.dest in TERMINAL:
@@ -317,6 +328,16 @@ class DurableEngine(Engine):
                 if answering is not None:
                     self.journal.tool_raised(answering, exc)
         return self._after(super().raised(exc, call_id))
+
+    def asked_approval(self, reasons: Mapping[str, str]) -> Transition:
+        for call in self.checked_reasons(reasons):
+            self.journal.asked(call.call_id, call.reason)
+        return super().asked_approval(reasons)
+
+    def decided(self, decisions: Mapping[str, Decision]) -> Transition:
+        for call_id, decision in self.checked_decisions(decisions):
+            self.journal.decision(call_id, decision)
+        return super().decided(decisions)
 
     def interrupted(self, exc: BaseException) -> Transition | None:
         made = super().interrupted(exc)
@@ -345,20 +366,18 @@ class DurableEngine(Engine):
         return call_id if call_id in running else None
 
 
-def sync_dispatch(
-    engine: DurableEngine, dispatch: Callable[[dict[str, Any]], object]
-) -> Callable[[dict[str, Any]], object]:
+def sync_dispatch(engine: DurableEngine, dispatch: Callable[..., object]) -> Callable[..., object]:
     """``dispatch`` with ``tool_started`` recorded first and the idempotency key set."""
     journal = engine.journal
     prefix = f"{journal.run_id}:"
 
-    def durable(call: dict[str, Any]) -> object:
+    def durable(call: dict[str, Any], **decision: Decision | None) -> object:
         settled = journal.before_call(call)
         if settled is not None:
             return settled
         token = KEY.set(prefix + call["id"])
         try:
-            return dispatch(call)
+            return dispatch(call, **decision)
         finally:
             KEY.reset(token)
 
@@ -366,19 +385,19 @@ def sync_dispatch(
 
 
 def async_dispatch(
-    engine: DurableEngine, dispatch: Callable[[dict[str, Any]], Awaitable[object]]
-) -> Callable[[dict[str, Any]], Awaitable[object]]:
+    engine: DurableEngine, dispatch: Callable[..., Awaitable[object]]
+) -> Callable[..., Awaitable[object]]:
     """The asyncio driver's dispatch, recorded as ``sync_dispatch`` records."""
     journal = engine.journal
     prefix = f"{journal.run_id}:"
 
-    async def durable(call: dict[str, Any]) -> object:
+    async def durable(call: dict[str, Any], **decision: Decision | None) -> object:
         settled = journal.before_call(call)
         if settled is not None:
             return settled
         token = KEY.set(prefix + call["id"])  # a task of its own, or this one: reset below
         try:
-            return await dispatch(call)
+            return await dispatch(call, **decision)
         finally:
             KEY.reset(token)
 

@@ -22,7 +22,18 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol, runtime_checkable
 
-__all__ = ["END", "FINISHED", "KINDS", "REPLY", "STARTED", "Ledger", "LedgerRecord", "LedgerWriter"]
+__all__ = [
+    "ASKED",
+    "DECISION",
+    "END",
+    "FINISHED",
+    "KINDS",
+    "REPLY",
+    "STARTED",
+    "Ledger",
+    "LedgerRecord",
+    "LedgerWriter",
+]
 
 #: A model step's reply (or what the model raised), keyed by the step's number.
 REPLY = "reply"
@@ -30,9 +41,13 @@ REPLY = "reply"
 STARTED = "tool_started"
 #: A call's outcome, keyed by its call id.
 FINISHED = "tool_finished"
+#: A policy asked a person about a call (its reason), keyed by its call id.
+ASKED = "approval_asked"
+#: A person's decision about a pending call, keyed by its call id.
+DECISION = "decision"
 #: The run's terminal transition, keyed by ``""``.
 END = "end"
-KINDS = (REPLY, STARTED, FINISHED, END)
+KINDS = (REPLY, STARTED, FINISHED, ASKED, DECISION, END)
 
 
 class LedgerRecord(NamedTuple):

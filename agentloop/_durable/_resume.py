@@ -49,7 +49,8 @@ from agentloop._durable._journal import (
     header,
     idempotent_tools,
 )
-from agentloop._durable._ledger import END, FINISHED, REPLY, STARTED
+from agentloop._core._approval import Decision
+from agentloop._durable._ledger import ASKED, DECISION, END, FINISHED, REPLY, STARTED
 from agentloop._errors import (
     ConfigurationMismatchError,
     InvalidStateError,
@@ -201,6 +202,8 @@ class _Recorded:
         self.started: set[str] = set()
         self.finished: dict[str, dict[str, Any]] = {}
         self.order: dict[str, int] = {}  # each finished call's place among the records
+        self.asked: dict[str, str] = {}  # call id -> why a policy asked a person
+        self.decisions: dict[str, Decision] = {}
         self.end: tuple[int, Transition] | None = None
         for index, record in enumerate(records):
             where = f"record {index} ({record.kind} {record.key!r})"
@@ -216,6 +219,12 @@ class _Recorded:
             elif record.kind == FINISHED:
                 self._finished(record.key, body, where)
                 self.order[record.key] = index
+            elif record.kind == ASKED:
+                if body.keys() != {"reason"} or type(body["reason"]) is not str:
+                    raise self._bad(where, "{'reason': str}", body)
+                self.asked[record.key] = body["reason"]
+            elif record.kind == DECISION:
+                self.decisions[record.key] = self._decision(body, where)
             elif record.kind == END:
                 self.end = self._end(body, where)
             else:
@@ -247,6 +256,14 @@ class _Recorded:
         else:
             raise self._bad(where, "one of 'reply', 'not_json', 'raised'", body)
         self.replies[int(key)] = answer
+
+    def _decision(self, body: dict[str, Any], where: str) -> Decision:
+        try:
+            if body.keys() != {"allowed", "reason"}:
+                raise TypeError("other keys")
+            return Decision(allowed=body["allowed"], reason=body["reason"])
+        except TypeError:
+            raise self._bad(where, "a decision {'allowed': bool, 'reason': str}", body) from None
 
     def _finished(self, key: str, body: dict[str, Any], where: str) -> None:
         exception = body.get("exception")
@@ -372,6 +389,16 @@ def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> N
                 made += 1
                 if engine.state is State.DISPATCHING:
                     order, position = _reports(batch, finished, recorded.order), 0
+                    asked = {i: recorded.asked[i] for i in batch if i in recorded.asked}
+                    if asked:  # the batch waited for a person before any of it ran
+                        Engine.asked_approval(engine, asked)
+                        made += 1
+            elif state is State.AWAITING_APPROVAL:
+                ids = [call.call_id for call in engine.pending]
+                if not all(call_id in recorded.decisions for call_id in ids):
+                    break  # still waiting: decisions come live
+                Engine.decided(engine, {i: recorded.decisions[i] for i in ids})
+                made += 1
             else:
                 if position == len(order):
                     break

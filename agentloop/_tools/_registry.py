@@ -8,7 +8,8 @@ this order:
    that was not a JSON object: the message says why, so the model can retry),
    break the schema (every violation is listed as ``{'path', 'message'}``) or
    cannot be converted for the handler (an attrs validator refused them).
-3. ``denied``: the registry's policy, then the tool's, said no.
+3. ``denied``: the registry's policy, then the tool's, said no (or a person
+   did, about a call a policy asked about: ``ask(reason)``).
 4. ``error``: a policy or the handler raised, or the handler returned a value
    with no JSON form. Content ``{'type', 'message'}``; the exception itself
    rides on the outcome's ``'exception'`` key to the transition event.
@@ -18,6 +19,12 @@ Policies run after validation so that they judge arguments known to be
 well-formed (a policy reading ``call['arguments']['path']`` needs no defensive
 code); the schema is published to the model anyway, so validating first
 reveals nothing a denial would hide.
+
+A run asks the policies about every call of a batch before any of it runs
+(``review``), so that an ``ask`` can stop the batch whole; it then hands each
+call's answer to ``dispatch(call, decision=...)``, and no policy is asked
+twice. A registry dispatched on its own (no run to wait in) answers an
+``ask`` ``denied``, saying a person's approval was needed.
 
 The public names of ``agentloop._tools`` are importable from here.
 """
@@ -33,12 +40,12 @@ from typing import Any, Final, TypeVar, overload
 import orjson
 
 from agentloop._core._json import json_object
-from agentloop._tools._policy import Decision, Policy, allow, deny
+from agentloop._tools._policy import Decision, Policy, allow, ask, deny
 from agentloop._tools._results import failed, returned
 from agentloop._tools._specs import SpecFormat, build_specs
 from agentloop._tools._tool import Tool
 
-__all__ = ["Decision", "Policy", "SpecFormat", "Tool", "ToolRegistry", "allow", "deny"]
+__all__ = ["Decision", "Policy", "SpecFormat", "Tool", "ToolRegistry", "allow", "ask", "deny"]
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
@@ -51,8 +58,8 @@ class ToolRegistry:
 
     ``tools`` is an iterable of ``Tool``s or plain handlers, or a mapping of name
     to handler. ``policy`` sees a copy of every call whose arguments are valid
-    and answers ``allow()`` or ``deny(reason)``; a tool's own policy is asked
-    next. See the module docstring for the order of outcomes. ``dispatch``
+    and answers ``allow()``, ``deny(reason)`` or ``ask(reason)`` (or, under
+    the asyncio driver, awaits one); a tool's own policy is asked next. See the module docstring for the order of outcomes. ``dispatch``
     runs plain handlers; ``adispatch`` (for the async driver) also awaits
     ``async def`` ones.
     """
@@ -143,9 +150,44 @@ class ToolRegistry:
 
         return register if handler is None else register(handler)
 
-    def dispatch(self, call: dict[str, Any]) -> dict[str, Any]:
-        """Run ``call`` and return its outcome; never raises for an ``Exception``."""
-        prepared = self._prepare(call)
+    @property
+    def has_policies(self) -> bool:
+        """Whether any policy (the registry's, or a tool's) can be asked about a call."""
+        return self.policy is not None or any(tool.policy is not None for tool in self)
+
+    def review(self, call: dict[str, Any]) -> Decision | None:
+        """What the policies answer about ``call``, asked before its batch runs.
+
+        ``None`` when no policy will be asked (no tool of that name, arguments
+        that fail, no policy) or one raised: ``dispatch`` then answers as it
+        always does. Pass the answer on with ``dispatch(call, decision=...)``.
+        """
+        tool = self._reviewable(call)
+        answer = None if tool is None else self._ask_policies(tool, call)
+        return answer if isinstance(answer, Decision) else None
+
+    async def areview(self, call: dict[str, Any]) -> Decision | None:
+        """``review`` for the async driver: an ``async def`` policy is awaited."""
+        answer = await self._areview(call)
+        return answer if isinstance(answer, Decision) else None
+
+    async def _areview(self, call: dict[str, Any]) -> Decision | dict[str, Any] | None:
+        tool = self._reviewable(call)
+        return None if tool is None else await self._aask_policies(tool, call)
+
+    def _reviewable(self, call: dict[str, Any]) -> Tool | None:
+        """The call's tool, if the call gets as far as its policies."""
+        # allow(): stop where the policies would be asked.
+        prepared = self._prepare(call, allow())
+        return None if isinstance(prepared, dict) else prepared[0]
+
+    def dispatch(self, call: dict[str, Any], *, decision: Decision | None = None) -> dict[str, Any]:
+        """Run ``call`` and return its outcome; never raises for an ``Exception``.
+
+        ``decision``: the answer already given about this call (by ``review``,
+        or by a person), used instead of asking the policies.
+        """
+        prepared = self._prepare(call, decision)
         if isinstance(prepared, dict):
             return prepared
         tool, kwargs = prepared
@@ -163,13 +205,20 @@ class ToolRegistry:
             )
         return returned(tool.name, value)
 
-    async def adispatch(self, call: dict[str, Any], *, to_thread: bool = False) -> dict[str, Any]:
-        """``dispatch`` for the async driver: an ``async def`` handler is awaited.
+    async def adispatch(
+        self, call: dict[str, Any], *, to_thread: bool = False, decision: Decision | None = None
+    ) -> dict[str, Any]:
+        """``dispatch`` for the async driver: ``async def`` handlers and policies are awaited.
 
         A plain handler is called in the event loop's thread, or with
         ``to_thread=True`` in a worker thread (``asyncio.to_thread``).
         """
-        prepared = self._prepare(call)
+        if decision is None and self.has_policies:
+            answer = await self._areview(call)
+            if isinstance(answer, dict):
+                return answer  # a policy raised: the call fails closed
+            decision = answer
+        prepared = self._prepare(call, decision)
         if isinstance(prepared, dict):
             return prepared
         tool, kwargs = prepared
@@ -184,8 +233,13 @@ class ToolRegistry:
             return failed(exc)
         return returned(tool.name, value)
 
-    def _prepare(self, call: dict[str, Any]) -> dict[str, Any] | tuple[Tool, dict[str, Any]]:
-        """The tool and its converted arguments, or the outcome that stops the call first."""
+    def _prepare(
+        self, call: dict[str, Any], decision: Decision | None
+    ) -> dict[str, Any] | tuple[Tool, dict[str, Any]]:
+        """The tool and its converted arguments, or the outcome that stops the call first.
+
+        The policies are asked only when no ``decision`` is given.
+        """
         tool = self._tools.get(call["name"])
         if tool is None:
             available = ", ".join(sorted(self._tools)) or "none"
@@ -207,24 +261,47 @@ class ToolRegistry:
             }
         except Exception as exc:  # noqa: BLE001 - a failing conversion is an outcome
             return failed(exc)
-        if self.policy is None and tool.policy is None:
+        if decision is None:
+            if self.policy is None and tool.policy is None:
+                return tool, kwargs
+            answer = self._ask_policies(tool, call)
+            if not isinstance(answer, Decision):
+                return answer
+            decision = answer
+        if decision.allowed:
             return tool, kwargs
+        if decision.asks:  # no run to wait in: fail closed, and say what was needed
+            return {
+                "status": "denied",
+                "content": f"this call needs a person's approval, which was not given: "
+                f"{decision.reason}",
+            }
+        return {"status": "denied", "content": decision.reason}
+
+    def _ask_policies(self, tool: Tool, call: dict[str, Any]) -> Decision | dict[str, Any]:
+        """The first answer that is not ``allow()``, or ``allow()``; an ``error`` if one raised."""
         for policy in (self.policy, tool.policy):
-            if policy is None:
-                continue
-            try:
+            if policy is not None:
                 # A copy: a policy must not be able to change what the handler gets.
-                decision = policy(orjson.loads(orjson.dumps(call)))
-                if not isinstance(decision, Decision):
-                    raise TypeError(
-                        f"the policy for tool {tool.name!r} returned {decision!r:.80}; "
-                        "expected agentloop.allow() or agentloop.deny(reason)"
-                    )
-            except Exception as exc:  # noqa: BLE001 - fail closed: the handler does not run
-                return failed(exc)
-            if not decision.allowed:
-                return {"status": "denied", "content": decision.reason}
-        return tool, kwargs
+                answer = _checked(tool, _call_policy(policy, call))
+                if not (isinstance(answer, Decision) and answer.allowed):
+                    return answer
+        return allow()
+
+    async def _aask_policies(self, tool: Tool, call: dict[str, Any]) -> Decision | dict[str, Any]:
+        """``_ask_policies``, awaiting an ``async def`` policy."""
+        for policy in (self.policy, tool.policy):
+            if policy is not None:
+                answer = _call_policy(policy, call)
+                if inspect.isawaitable(answer):
+                    try:
+                        answer = await answer
+                    except Exception as exc:  # noqa: BLE001 - fail closed
+                        answer = exc
+                answer = _checked(tool, answer)
+                if not (isinstance(answer, Decision) and answer.allowed):
+                    return answer
+        return allow()
 
     def specs(self, format: SpecFormat = "json-schema") -> list[dict[str, Any]]:
         """The tools described for a provider request (fresh JSON on every call).
@@ -239,6 +316,36 @@ class ToolRegistry:
             ((tool.name, tool.description, tool.parameters) for tool in self._tools.values()),
             format,
         )
+
+
+def _call_policy(policy: Policy, call: dict[str, Any]) -> object:
+    """What ``policy`` answers about a copy of ``call``: a value, an awaitable, or what it raised."""
+    try:
+        return policy(orjson.loads(orjson.dumps(call)))
+    except Exception as exc:  # noqa: BLE001 - fail closed: the handler does not run
+        return exc
+
+
+def _checked(tool: Tool, answer: object) -> Decision | dict[str, Any]:
+    """A policy's answer as a ``Decision``, or the ``error`` outcome that fails the call closed."""
+    if isinstance(answer, Decision):
+        return answer
+    if isinstance(answer, Exception):
+        return failed(answer)
+    if inspect.isawaitable(answer):
+        getattr(answer, "close", lambda: None)()  # never awaited: say so, without a warning
+        return failed(
+            TypeError(
+                f"the policy for tool {tool.name!r} is async; run the loop with the async "
+                "driver (loop.arun or loop.astart), which awaits it"
+            )
+        )
+    return failed(
+        TypeError(
+            f"the policy for tool {tool.name!r} returned {answer!r:.80}; "
+            "expected agentloop.allow(), agentloop.deny(reason) or agentloop.ask(reason)"
+        )
+    )
 
 
 def _not_an_object(raw: str) -> dict[str, str]:
