@@ -162,7 +162,7 @@ class AsyncRun(RunView):
             yield transition
 
     async def afinish(self) -> RunResult:
-        """Step until done (or awaiting approval) and return the result: ``finish()`` under asyncio."""
+        """``finish()`` under asyncio: step until done (or awaiting approval), return the result."""
         while not self.done and await self._astep() is not None:
             pass
         return self._engine.result()
@@ -181,7 +181,7 @@ class AsyncRun(RunView):
         return transition
 
     async def _astep(self, decisions: dict[str, Decision] | None = None) -> Transition | None:
-        """One transition (or, with ``decisions``, the decision); ``None`` while awaiting approval."""
+        """One transition (or, with ``decisions``, the decision); ``None`` while awaiting one."""
         engine = self._engine
         refused = False
         try:

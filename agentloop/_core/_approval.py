@@ -1,4 +1,4 @@
-"""Decisions about calls: a policy's ``allow``/``deny``/``ask``, and a person's ``approve``/``deny``.
+"""Decisions about calls: a policy's ``allow``/``deny``/``ask``; a person's ``approve``/``deny``.
 
 A policy answers every valid call with a ``Decision``. ``ask(reason)`` is the
 one that stops the run: the batch waits in ``awaiting_approval`` until a
@@ -40,7 +40,8 @@ class Decision:
             raise TypeError(f"expected Decision.allowed to be a bool, got {self.allowed!r:.80}")
         if type(self.asks) is not bool or (self.asks and self.allowed):
             raise TypeError(
-                f"expected Decision.asks to be a bool, and False when allowed, got {self.asks!r:.80}"
+                "expected Decision.asks to be a bool, and False when allowed, "
+                f"got {self.asks!r:.80}"
             )
         if not isinstance(self.reason, str) or not (self.allowed or self.reason):
             what = (

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import attrs
 import orjson
 
-from agentloop._core._approval import Decision, PendingCall
 from agentloop._core._json import describe
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._table import Guard, State, Trigger
 
 __all__ = [

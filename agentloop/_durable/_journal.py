@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from agentloop._core._approval import Decision
-
     from agentloop._core._values import Budget
     from agentloop._durable._ledger import LedgerWriter
 

@@ -29,6 +29,7 @@ from uuid import uuid4
 
 import orjson
 
+from agentloop._core._approval import Decision
 from agentloop._core._engine import Engine
 from agentloop._core._table import Guard, State, Trigger
 from agentloop._core._values import (
@@ -49,7 +50,6 @@ from agentloop._durable._journal import (
     header,
     idempotent_tools,
 )
-from agentloop._core._approval import Decision
 from agentloop._durable._ledger import ASKED, DECISION, END, FINISHED, REPLY, STARTED
 from agentloop._errors import (
     ConfigurationMismatchError,

@@ -59,9 +59,9 @@ class ToolRegistry:
     ``tools`` is an iterable of ``Tool``s or plain handlers, or a mapping of name
     to handler. ``policy`` sees a copy of every call whose arguments are valid
     and answers ``allow()``, ``deny(reason)`` or ``ask(reason)`` (or, under
-    the asyncio driver, awaits one); a tool's own policy is asked next. See the module docstring for the order of outcomes. ``dispatch``
-    runs plain handlers; ``adispatch`` (for the async driver) also awaits
-    ``async def`` ones.
+    the asyncio driver, awaits one); a tool's own policy is asked next. See
+    the module docstring for the order of outcomes. ``dispatch`` runs plain
+    handlers; ``adispatch`` (for the async driver) also awaits ``async def`` ones.
     """
 
     def __init__(
@@ -319,7 +319,7 @@ class ToolRegistry:
 
 
 def _call_policy(policy: Policy, call: dict[str, Any]) -> object:
-    """What ``policy`` answers about a copy of ``call``: a value, an awaitable, or what it raised."""
+    """What ``policy`` answers about a copy of ``call``: a value, an awaitable, or its raise."""
     try:
         return policy(orjson.loads(orjson.dumps(call)))
     except Exception as exc:  # noqa: BLE001 - fail closed: the handler does not run
