@@ -18,6 +18,7 @@ from agentloop._core._values import Budget, CancelToken, RunResult
 from agentloop._durable import _journal, _resume
 from agentloop._durable._ledger import Ledger
 from agentloop._errors import InvalidStateError
+from agentloop._review._runfile import reopen
 from agentloop._sync import Run
 from agentloop._tools._dispatcher import as_dispatcher
 from agentloop._tools._registry import ToolRegistry
@@ -152,27 +153,30 @@ class Loop:
 
     def resume(
         self,
-        run_id: str,
+        run: str | RunResult,
         *,
         cancel: CancelToken | None = None,
         decisions: dict[str, Decision] | None = None,
     ) -> RunResult:
-        """Continue the recorded run ``run_id`` to its end (or read it, if it ended).
+        """Continue a run to its end: the recorded run ``run`` (an id), or a saved result.
 
-        Recorded replies and outcomes are fed to a fresh engine, never asked
-        for or run again; the run then goes on with this Loop's model and
-        tools. A run awaiting approval takes ``decisions`` (as ``run.decide``)
-        and goes on; without them it stays paused, and its result says so.
-        See the README's "Durable runs".
+        By id (a Loop with a ledger): recorded replies and outcomes are fed to
+        a fresh engine, never asked for or run again, and a run that ended is
+        only read. By ``RunResult`` (``load_run(path)``, a Loop without a
+        ledger): a run awaiting approval is replayed from its events. Either
+        way the run goes on with this Loop's model and tools; a run awaiting
+        approval takes ``decisions`` (as ``run.decide``), and without them
+        stays paused, which its result says. See the README's "Durable runs"
+        and "Human approval".
         """
         self._sync_driver("loop.aresume")
-        engine, _ = self._resumed("resume", run_id, cancel)
+        engine, _ = self._resumed("resume", run, cancel)
         if engine.done:
             return _ended(engine, decisions)
-        run = self._run(engine)
+        live = self._run(engine)
         if decisions is not None:
-            run.decide(decisions)
-        return run.finish()
+            live.decide(decisions)
+        return live.finish()
 
     def astart(
         self,
@@ -196,19 +200,19 @@ class Loop:
 
     async def aresume(
         self,
-        run_id: str,
+        run: str | RunResult,
         *,
         cancel: CancelToken | None = None,
         decisions: dict[str, Decision] | None = None,
     ) -> RunResult:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
-        engine, token = self._resumed("aresume", run_id, cancel)
+        engine, token = self._resumed("aresume", run, cancel)
         if engine.done:
             return _ended(engine, decisions)
-        run = self._arun(engine, token)
+        live = self._arun(engine, token)
         if decisions is not None:
-            await run.adecide(decisions)
-        return await run.afinish()
+            await live.adecide(decisions)
+        return await live.afinish()
 
     def _sync_driver(self, instead: str) -> None:
         if self._asyncio_only:
@@ -236,16 +240,28 @@ class Loop:
         )
 
     def _resumed(
-        self, what: str, run_id: str, cancel: CancelToken | None
-    ) -> tuple[_journal.DurableEngine, CancelToken | None]:
-        """The recorded run, fed to a fresh engine, and the token its driver is to watch."""
+        self, what: str, run: str | RunResult, cancel: CancelToken | None
+    ) -> tuple[Engine, CancelToken | None]:
+        """The run, fed to a fresh engine, and the token its driver is to watch."""
+        if isinstance(run, RunResult):
+            if self.ledger is not None:
+                raise ValueError(
+                    f"{what}(result) continues a saved run outside any ledger, and this Loop "
+                    f"has one: {what}(run_id) continues its recorded runs"
+                )
+            token = CancelToken()  # the engine's; the caller's cancels it from now on
+            engine = reopen(run, token)
+            if cancel is not None:
+                cancel.on_cancel(token.cancel)
+            return engine, token
         if self.ledger is None:
             raise ValueError(
                 f"{what} needs a ledger: make the Loop with "
-                "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger)"
+                "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger); a saved "
+                f"run awaiting approval goes on with {what}(load_run(path))"
             )
         return _resume.resume(
-            self.ledger, run_id, budget=self.budget, dispatcher=self.dispatcher, cancel=cancel
+            self.ledger, run, budget=self.budget, dispatcher=self.dispatcher, cancel=cancel
         )
 
     def _run(self, engine: Engine) -> Run:

@@ -322,6 +322,7 @@ class Engine:
                 self._history.to_json(),
                 self._rejected,
                 self._usage(),
+                self._reply_json if self._state is State.AWAITING_APPROVAL else None,
             ),
         )
 

@@ -321,6 +321,9 @@ class RunResult(NamedTuple):
     rejected_value: object = None
     #: The tokens every model reply reported, summed.
     usage: Usage = Usage()
+    #: The batch that waits for a person (its JSON), when ``awaiting_approval``: not yet
+    #: in the transcript, which gets it with every result once the batch has run.
+    held_json: bytes | None = None
 
     def __repr__(self) -> str:
         return (
@@ -333,6 +336,11 @@ class RunResult(NamedTuple):
     def transcript(self) -> list[dict[str, Any]]:
         """Input and every appended message, in order (a fresh copy)."""
         return orjson.loads(self.transcript_json)  # type: ignore[no-any-return]
+
+    @property
+    def held(self) -> Any:
+        """A copy of the batch that waits for a person (``None`` unless awaiting approval)."""
+        return None if self.held_json is None else orjson.loads(self.held_json)
 
     @property
     def pending(self) -> tuple[PendingCall, ...]:

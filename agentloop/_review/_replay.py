@@ -43,20 +43,29 @@ class Mismatch(Exception):
 
 
 def replay(
-    result: RunResult, input_count: int, compare: Callable[[Transition, Transition, str], None]
+    result: RunResult,
+    input_count: int,
+    compare: Callable[[Transition, Transition, str], None],
+    token: CancelToken | None = None,
 ) -> Engine:
     """Drive a fresh engine with ``result``'s inputs; ``compare`` each event it makes.
 
     ``input_count`` messages of the transcript are the input. Raises
     ``Mismatch`` where the engine takes another row than the document says.
+    A run that waits for a person ends the replay in ``awaiting_approval``;
+    ``token`` (a fresh one by default) is the engine's, to go on with.
     """
     transcript = orjson.loads(result.transcript_json)
-    token = CancelToken()
+    token = CancelToken() if token is None else token
     engine = Engine(transcript[:input_count], budget=result.budget, cancel=token)
     events = result.events
+    # The last reply, when no event appended it: rejected, or held for a person.
+    unrecorded = result.rejected_value if result.held_json is None else result.held
     index = 0
     while not engine.done:
         if index >= len(events):
+            if engine.state is State.AWAITING_APPROVAL:
+                break  # a paused run: its record ends here
             raise Mismatch(
                 f"$.events[{index}]", "another event (the run is not over here)", "the end"
             )
@@ -67,7 +76,7 @@ def replay(
                 start_calls(engine, event, where)
             if event.guard in _CANCELS and event.trigger in _CHECKPOINTS:
                 token.cancel()  # cancellation came before this checkpoint the engine fires
-            made = _step(engine, event, events, index, result.rejected_value, token)
+            made = _step(engine, event, events, index, unrecorded, token)
         except InvalidStateError:
             raise Mismatch(
                 where,
@@ -99,6 +108,13 @@ def _step(
     """One step of the run, fed what the document says came from outside."""
     if event.trigger is Trigger.INTERRUPTED:  # between checkpoints: nothing was asked
         return _interrupt(engine, event, index)
+    try:
+        if event.trigger is Trigger.APPROVAL_ASKED:
+            return engine.asked_approval({call.call_id: call.reason for call in event.pending})
+        if event.trigger is Trigger.APPROVAL_DECIDED:
+            return engine.decided(dict(event.decisions))
+    except (TypeError, ValueError) as refused:
+        raise Mismatch(f"$.events[{index}]", "a report the engine takes", str(refused)) from None
     if engine.state is State.DISPATCHING:  # the calls it needs were started already
         if event.trigger is Trigger.TOOL_RETURNED:
             return engine.returned(_outcome(event, events, index), event.call_id)

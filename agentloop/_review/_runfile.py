@@ -1,8 +1,8 @@
 """Saved runs: a ``RunResult`` as a versioned JSON document, and back.
 
-A run file is one JSON object (format ``agentloop.run``, version 3)::
+A run file is one JSON object (format ``agentloop.run``, version 4)::
 
-    {"format": "agentloop.run", "version": 3,
+    {"format": "agentloop.run", "version": 4,
      "status": "finished", "output": "...", "reason": null, "error": null,
      "steps": 3, "calls": 2,
      "budget": {"max_steps": 5, "max_calls": 2, "max_total_tokens": null},
@@ -13,12 +13,20 @@ A run file is one JSON object (format ``agentloop.run``, version 3)::
                  "call_id": null, "tool": null, "result_status": null, "reason": null,
                  "error": null, "exception": null, "appended": [],
                  "usage": null | {"input_tokens", "output_tokens", "cached_tokens"},
-                 "at": 12.5, "took": 0.8}, ...],
-     "rejected": null | {"json": <the reply>} | {"repr": "...", "problem": "..."}}
+                 "at": 12.5, "took": 0.8,
+                 "pending": [{"call_id", "name", "arguments", "reason", "fingerprint"}, ...],
+                 "decisions": [{"call_id", "allowed", "reason", "fingerprint"}, ...]}, ...],
+     "rejected": null | {"json": <the reply>} | {"repr": "...", "problem": "..."},
+     "held": null | <the batch that waits for a person>}
 
 ``at`` and ``took`` are seconds of the run's monotonic clock (or null); replay
-and comparisons ignore them. A version 2 file (before usage and times) is read
-as version 3 with no usage, no token budget and no times.
+and comparisons ignore them. ``pending`` and ``decisions`` are empty but on
+the events of a batch that waited for a person. A run awaiting approval can be
+saved too: its last event leaves it ``awaiting_approval``, and
+``Loop.resume(result, decisions=...)`` goes on from it. A version 3 file
+(before approvals) is read as version 4 with empty ``pending`` and
+``decisions``; a version 2 file (before usage and times) also with no usage,
+no token budget and no times.
 
 A transition's live ``exception`` is saved as ``{"type", "message"}`` (loaded
 back as a ``RecordedException``); a rejected reply that was not JSON is kept
@@ -35,6 +43,7 @@ is ever half-loaded.
 
 from __future__ import annotations
 
+import itertools
 import json
 import reprlib
 from pathlib import Path
@@ -43,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Final
 import jsonschema_rs
 import orjson
 
+from agentloop._core._approval import Decision, PendingCall
 from agentloop._core._json import exception_content
 from agentloop._core._table import ROWS, TERMINAL, Guard, State, Trigger
 from agentloop._core._values import (
@@ -60,6 +70,9 @@ from agentloop._review._replay import Mismatch, replay, row_text
 if TYPE_CHECKING:
     import os
 
+    from agentloop._core._engine import Engine
+    from agentloop._core._values import CancelToken
+
 __all__ = [
     "FORMAT",
     "MAX_BYTES",
@@ -67,21 +80,23 @@ __all__ = [
     "VERSION",
     "load_run",
     "rejected_record",
+    "reopen",
     "run_from_json",
     "run_to_json",
     "save_run",
 ]
 
 FORMAT: Final = "agentloop.run"
-VERSION: Final = 3
+VERSION: Final = 4
 #: Older versions this agentloop still reads (upgraded on load).
-_READS: Final = (2, 3)
+_READS: Final = (2, 3, 4)
 #: The largest run file loaded unless asked for more (``max_bytes=``, ``--max-size``).
 MAX_BYTES: Final = 256 * 2**20
 
 
 # -- the shape -----------------------------------------------------------------
 
+_STR: Final = {"type": "string"}
 _STR_OR_NULL: Final = {"type": ["string", "null"]}
 _COUNT: Final = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
 _SECONDS: Final = {"type": ["number", "null"]}
@@ -150,6 +165,25 @@ SCHEMA: Final = _record(
             usage={"oneOf": [{"type": "null"}, _USAGE]},
             at=_SECONDS,
             took={"type": ["number", "null"], "minimum": 0},
+            pending={
+                "type": "array",
+                "items": _record(
+                    call_id=_STR,
+                    name=_STR,
+                    arguments={},
+                    reason=_STR,
+                    fingerprint=_STR,
+                ),
+            },
+            decisions={
+                "type": "array",
+                "items": _record(
+                    call_id=_STR,
+                    allowed={"type": "boolean"},
+                    reason={"type": "string"},
+                    fingerprint=_STR_OR_NULL,
+                ),
+            },
         ),
     },
     rejected={
@@ -160,6 +194,7 @@ SCHEMA: Final = _record(
             _record(repr={"type": "string"}, problem={"type": "string"}),
         ],
     },
+    held={"description": "null, or the batch a run awaiting approval holds"},
 )
 
 _VALIDATOR: Final = jsonschema_rs.Draft202012Validator(SCHEMA)
@@ -197,6 +232,7 @@ def _document(result: RunResult, *, events: bool = True) -> dict[str, Any]:
         "transcript": orjson.loads(result.transcript_json),
         "events": [_event(event) for event in result.events] if events else None,
         "rejected": rejected_record(result.rejected_value),
+        "held": result.held,
     }
     if not events:
         del document["events"]
@@ -221,6 +257,25 @@ def _event(event: Transition) -> dict[str, Any]:
         "usage": None if event.usage is None else event.usage._asdict(),
         "at": event.at,
         "took": event.took,
+        "pending": [
+            {
+                "call_id": call.call_id,
+                "name": call.name,
+                "arguments": call.arguments,
+                "reason": call.reason,
+                "fingerprint": call.fingerprint,
+            }
+            for call in event.pending
+        ],
+        "decisions": [
+            {
+                "call_id": call_id,
+                "allowed": decision.allowed,
+                "reason": decision.reason,
+                "fingerprint": decision.fingerprint,
+            }
+            for call_id, decision in event.decisions
+        ],
     }
 
 
@@ -301,6 +356,8 @@ def run_from_json(
     _check_unique_fields(text, written, source)
     if document["version"] == 2:
         _upgrade_from_2(document)
+    if document["version"] == 3:
+        _upgrade_from_3(document)
     error = next(iter(_VALIDATOR.iter_errors(document)), None)
     if error is not None:
         raise RunFileError(f"{source}: {_json_path(error.instance_path)}", *_explain(error))
@@ -334,7 +391,7 @@ def _upgrade_from_2(document: dict[str, Any]) -> None:
     Only fields that are missing are added, so a v2 document with a stray v3
     field still fails the schema as it should.
     """
-    document["version"] = VERSION
+    document["version"] = 3
     if type(document.get("budget")) is dict:
         document["budget"].setdefault("max_total_tokens", None)
     document.setdefault("usage", {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0})
@@ -342,6 +399,16 @@ def _upgrade_from_2(document: dict[str, Any]) -> None:
         if type(event) is dict:
             for name in ("usage", "at", "took"):
                 event.setdefault(name, None)
+
+
+def _upgrade_from_3(document: dict[str, Any]) -> None:
+    """A version 3 document as version 4: no batch waited for a person."""
+    document["version"] = VERSION
+    document.setdefault("held", None)
+    for event in document.get("events") or ():
+        if type(event) is dict:
+            for name in ("pending", "decisions"):
+                event.setdefault(name, [])
 
 
 def _too_deep(document: dict[str, Any]) -> bool:
@@ -465,7 +532,7 @@ def _build(document: dict[str, Any]) -> RunResult:
         budget=budget,
         reason=document["reason"],
         error=document["error"],
-        events=tuple(_load_event(event) for event in document["events"]),
+        events=tuple(itertools.starmap(_load_event, enumerate(document["events"]))),
         transcript_json=_dumps(document["transcript"]),
         rejected_value=(
             None
@@ -475,6 +542,7 @@ def _build(document: dict[str, Any]) -> RunResult:
             else rejected["json"]
         ),
         usage=Usage(**document["usage"]),
+        held_json=None if document["held"] is None else _dumps(document["held"]),
     )
 
 
@@ -484,7 +552,18 @@ _TRIGGERS: Final = {trigger.value: trigger for trigger in Trigger}
 _GUARDS: Final[dict[str | None, Guard | None]] = {None: None, **{g.value: g for g in Guard}}
 
 
-def _load_event(event: dict[str, Any]) -> Transition:
+def _decision(record: dict[str, Any], index: int) -> Decision:
+    try:
+        return Decision(
+            allowed=record["allowed"], reason=record["reason"], fingerprint=record["fingerprint"]
+        )
+    except TypeError as exc:  # a denial with no reason
+        raise Mismatch(
+            f"$.events[{index}].decisions", "approve() or deny(reason), as decisions", str(exc)
+        ) from None
+
+
+def _load_event(index: int, event: dict[str, Any]) -> Transition:
     exception = event["exception"]
     return Transition(
         _STATES[event["source"]],
@@ -503,6 +582,17 @@ def _load_event(event: dict[str, Any]) -> Transition:
         None if event["usage"] is None else Usage(**event["usage"]),
         event["at"],
         event["took"],
+        tuple(
+            PendingCall(
+                call["call_id"],
+                call["name"],
+                _dumps(call["arguments"]),
+                call["reason"],
+                call["fingerprint"],
+            )
+            for call in event["pending"]
+        ),
+        tuple((call["call_id"], _decision(call, index)) for call in event["decisions"]),
     )
 
 
@@ -530,9 +620,11 @@ def _check_chain(events: tuple[Transition, ...]) -> None:
         if event.dest in TERMINAL and index != last:
             raise Mismatch(where, "a terminal state only at the last event", event.dest.value)
         state = event.dest
-    if state not in TERMINAL:
+    if state not in TERMINAL and state is not State.AWAITING_APPROVAL:
         raise Mismatch(
-            f"$.events[{last}].dest", "a terminal state (a saved run is over)", _found(state.value)
+            f"$.events[{last}].dest",
+            "a terminal state or awaiting_approval (where a saved run can stop)",
+            _found(state.value),
         )
 
 
@@ -570,6 +662,27 @@ def _check_story(result: RunResult, source: str) -> None:
     _compare(want, got, "$")
 
 
+def reopen(result: RunResult, token: CancelToken) -> Engine:
+    """A saved run that waits for a person, replayed into an engine that can go on.
+
+    ``token`` is the engine's cancel token. Anything else than a run
+    awaiting approval, or a result whose events do not replay, is refused.
+    """
+    result = require_result(result, "resume()")
+    if result.status is not State.AWAITING_APPROVAL:
+        raise ValueError(
+            "expected a run awaiting approval (only such a run goes on from its result), "
+            f"got one that ended {result.status.value!r}"
+        )
+    try:
+        _check_chain(result.events)
+        appended = sum(len(event.appended_json) for event in result.events)
+        length = len(orjson.loads(result.transcript_json))
+        return replay(result, length - appended, _compare_events, token)
+    except Mismatch as found:
+        raise RunFileError(f"result: {found.where}", found.expected, found.found) from None
+
+
 def _transcript_mismatch(appended: int, length: int) -> Mismatch:
     return Mismatch(
         "$.transcript",
@@ -585,6 +698,8 @@ def _compare_events(made: Transition, saved: Transition, where: str) -> None:
         made[:11] == saved[:11]  # every field but the exception, messages, usage and times
         and made.appended_json == saved.appended_json
         and made.usage == saved.usage
+        and made.pending == saved.pending
+        and made.decisions == saved.decisions
         and type(saved.steps) is int
         and type(saved.calls) is int
         and _exception_record(made.exception) == _exception_record(saved.exception)
