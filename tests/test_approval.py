@@ -1,0 +1,445 @@
+"""Human approval: a policy asks, the batch waits whole, a person decides, the batch runs.
+
+Step by step on both drivers (status, counters, transcript and handler
+effects together), the refusals of ``decide``, cancellation while waiting,
+async policies, saving a paused run and going on from it in another process,
+a paused durable run going on after its process is gone, and a Hypothesis
+property over random batches, policy answers and decisions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import subprocess
+import sys
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import agentloop
+from agentloop import (
+    CancelToken,
+    Decision,
+    InvalidStateError,
+    Loop,
+    State,
+    Tool,
+    ToolRegistry,
+    Trigger,
+    allow,
+    approve,
+    ask,
+    deny,
+)
+from agentloop.testing import batch, call, final
+from tests.helpers import Script
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+Message = dict[str, Any]
+
+
+class Desk:
+    """Tools that record what ran, and a policy that asks about ``pay`` and counts its calls."""
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[str, Any]] = []
+        self.asked: list[str] = []
+        self.registry = ToolRegistry(policy=self.policy)
+        self.registry.add(Tool(self.pay, name="pay"))
+        self.registry.add(Tool(self.look, name="look"))
+
+    def policy(self, call: Message) -> Decision:
+        self.asked.append(call["id"])
+        if call["name"] == "pay":
+            return ask(f"sends {call['arguments']['amount']} EUR")
+        return allow()
+
+    def pay(self, amount: int) -> str:
+        self.ran.append(("pay", amount))
+        return f"paid {amount}"
+
+    def look(self, q: str) -> str:
+        self.ran.append(("look", q))
+        return f"saw {q}"
+
+
+def three() -> Message:
+    return batch(
+        call("a", "look", q="rates"),
+        call("b", "pay", amount=5),
+        call("c", "pay", amount=7),
+        text="checking, then paying",
+    )
+
+
+def test_a_batch_waits_whole_until_a_person_decides_each_pending_call() -> None:
+    desk = Desk()
+    run = Loop(Script([three(), final("ok")]), tools=desk.registry).start("go")
+    assert run.step().dest is State.VALIDATING
+    assert run.step().dest is State.DISPATCHING
+    asked = run.step()
+    # Before any call of the batch ran: all three reserved and counted, nothing appended.
+    assert (asked.source, asked.trigger, asked.dest) == (
+        State.DISPATCHING,
+        Trigger.APPROVAL_ASKED,
+        State.AWAITING_APPROVAL,
+    )
+    assert (run.state, run.steps, run.calls) == (State.AWAITING_APPROVAL, 1, 3)
+    assert desk.ran == []
+    assert desk.asked == ["a", "b", "c"]
+    assert run.transcript == [{"kind": "user", "text": "go"}]
+    pending = run.pending
+    assert [(p.call_id, p.name, p.arguments, p.reason) for p in pending] == [
+        ("b", "pay", {"amount": 5}, "sends 5 EUR"),
+        ("c", "pay", {"amount": 7}, "sends 7 EUR"),
+    ]
+    assert asked.pending == pending
+    canonical = orjson.dumps(["pay", {"amount": 5}], option=orjson.OPT_SORT_KEYS)
+    assert pending[0].fingerprint == hashlib.sha256(canonical).hexdigest()
+    assert pending[0].fingerprint != pending[1].fingerprint
+    # The run stops here: a step is refused, finish() returns the paused result.
+    with pytest.raises(InvalidStateError, match=r"awaiting approval of calls \['b', 'c'\]"):
+        run.step()
+    paused = run.finish()
+    assert paused.status == "awaiting_approval"
+    assert paused.pending == pending
+    assert paused.held == three()
+    assert paused.output is None
+    decided = run.decide({"b": pending[0].approve(), "c": pending[1].deny("over the limit")})
+    assert (decided.trigger, decided.dest) == (Trigger.APPROVAL_DECIDED, State.DISPATCHING)
+    assert [call_id for call_id, _ in decided.decisions] == ["b", "c"]
+    assert desk.ran == []
+    result = run.finish()
+    # Each policy was asked once per call; the denied call never ran.
+    assert desk.asked == ["a", "b", "c"]
+    assert desk.ran == [("look", "rates"), ("pay", 5)]
+    assert (result.status, result.output, result.steps, result.calls) == ("finished", "ok", 2, 3)
+    assert [(m["id"], m["status"], m["content"]) for m in result.transcript[2:5]] == [
+        ("a", "ok", "saw rates"),
+        ("b", "ok", "paid 5"),
+        ("c", "denied", "over the limit"),
+    ]
+    dispatched = [e for e in result.events if e.trigger is Trigger.TOOL_RETURNED]
+    assert [(e.call_id, e.result_status) for e in dispatched] == [
+        ("a", "ok"),
+        ("b", "ok"),
+        ("c", "denied"),
+    ]
+    assert result.pending == ()
+    assert result.held is None
+
+
+def bad_decisions(pending: tuple[agentloop.PendingCall, ...]) -> list[tuple[object, str]]:
+    _b, c = pending
+    return [
+        ({"b": approve()}, r"missing: \['c'\]"),
+        ({"b": approve(), "c": approve(), "a": approve()}, r"not pending: \['a'\]"),
+        ({"b": c.approve(), "c": approve()}, "was made about another call"),
+        ({"b": approve(), "c": ask("again")}, "approve\\(\\) or deny\\(reason\\)"),
+        ({"b": True, "c": approve()}, "approve\\(\\) or deny\\(reason\\)"),
+        ([("b", approve())], "a dict of call id"),
+    ]
+
+
+def test_decide_refuses_anything_but_one_decision_per_pending_call_and_changes_nothing() -> None:
+    desk = Desk()
+    run = Loop(Script([three(), final("done")]), tools=desk.registry).start("go")
+    paused = run.finish()
+    for decisions, message in bad_decisions(paused.pending):
+        with pytest.raises((TypeError, ValueError), match=message):
+            run.decide(decisions)  # type: ignore[arg-type]
+        assert run.state is State.AWAITING_APPROVAL
+        assert run.events == paused.events
+        assert run.pending == paused.pending
+    assert desk.ran == []
+    with pytest.raises(TypeError, match="non-empty str"):
+        deny("")
+    run.decide({"b": approve(), "c": approve()})
+    with pytest.raises(InvalidStateError, match="not awaiting approval"):
+        run.decide({"b": approve(), "c": approve()})
+    assert run.finish().calls == 3
+    assert len(desk.ran) == 3
+
+
+@pytest.mark.parametrize("how", ["token", "interrupt"])
+def test_cancelled_while_waiting_every_call_is_answered_and_none_runs(how: str) -> None:
+    desk = Desk()
+    token = CancelToken()
+    run = Loop(Script([three()]), tools=desk.registry).start("go", cancel=token)
+    assert run.finish().status == "awaiting_approval"
+    if how == "token":
+        token.cancel()
+        result = run.finish()
+        assert result.events[-1].trigger is Trigger.AWAIT_APPROVAL
+    else:
+        assert run._engine.interrupted(KeyboardInterrupt()) is not None
+        result = run.result()
+        assert result.events[-1].trigger is Trigger.INTERRUPTED
+    assert (result.status, result.steps, result.calls) == ("cancelled", 1, 3)
+    assert desk.ran == []
+    answered = result.transcript[2:]
+    assert [(m["id"], m["status"]) for m in answered] == [
+        ("a", "cancelled"),
+        ("b", "cancelled"),
+        ("c", "cancelled"),
+    ]
+    assert result.transcript[1] == three()
+
+
+async def test_async_policies_are_awaited_and_adecide_goes_on() -> None:
+    ran: list[int] = []
+
+    async def careful(call: Message) -> Decision:
+        await asyncio.sleep(0)
+        return ask("big") if call["arguments"]["amount"] > 10 else allow()
+
+    async def pay(amount: int) -> int:
+        ran.append(amount)
+        return amount
+
+    tools = ToolRegistry([Tool(pay, policy=careful)])
+    replies = batch(
+        call("x", "pay", amount=3), call("y", "pay", amount=30), call("z", "pay", amount=4)
+    )
+    loop = Loop(Script([replies, final("done")]), tools=tools, max_concurrency=2)
+    run = loop.astart("go")
+    paused = await run.afinish()
+    assert paused.status == "awaiting_approval"
+    assert ran == []
+    assert [p.call_id for p in run.pending] == ["y"]
+    with pytest.raises(InvalidStateError, match="awaiting approval"):
+        await run.astep()
+    await run.adecide({"y": approve()})
+    result = await run.afinish()
+    assert sorted(ran) == [3, 4, 30]
+    assert result.status == "finished"
+    assert result.calls == 3
+
+
+def test_a_sync_run_with_an_async_policy_says_so_instead_of_running() -> None:
+    async def careful(call: Message) -> Decision:
+        return allow()
+
+    ran: list[int] = []
+    tools = ToolRegistry([Tool(lambda n: ran.append(n), name="f", policy=careful)])
+    result = Loop(Script([call("c", "f", n=1), final("done")]), tools=tools).run("go")
+    content = result.transcript[2]["content"]
+    assert result.transcript[2]["status"] == "error"
+    assert ran == []
+    assert "is async; run the loop with the async driver" in content["message"]
+    assert "0x" not in content["message"]  # no memory address reaches the model
+
+
+def test_a_registry_on_its_own_answers_an_ask_denied() -> None:
+    desk = Desk()
+    outcome = desk.registry.dispatch(call("p", "pay", amount=9))
+    assert outcome == {
+        "status": "denied",
+        "content": "this call needs a person's approval, which was not given: sends 9 EUR",
+    }
+    assert desk.ran == []
+    assert desk.registry.review(call("p", "pay", amount=9)) == ask("sends 9 EUR")
+    assert desk.registry.review(call("p", "nope")) is None  # dispatch will say unknown_tool
+
+
+def test_without_asks_each_policy_is_asked_once_and_nothing_waits() -> None:
+    desk = Desk()
+    replies = batch(call("a", "look", q="x"), call("b", "look", q="y"))
+    result = Loop(Script([replies, final("done")]), tools=desk.registry).run("go")
+    assert result.status == "finished"
+    assert desk.asked == ["a", "b"]
+    assert not any(e.trigger is Trigger.APPROVAL_ASKED for e in result.events)
+
+
+# -- saved, and going on elsewhere ---------------------------------------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    import agentloop
+    from agentloop import Loop, Tool, ToolRegistry, allow, ask
+
+    effects = Path(sys.argv[1])
+
+    def pay(amount: int) -> str:
+        with effects.open("a") as f:
+            f.write(f"pay {amount}\\n")
+        return "paid"
+
+    def policy(call):
+        return ask("money") if call["arguments"]["amount"] > 5 else allow()
+
+    def model(history):
+        if history[-1]["kind"] == "user":
+            return {"kind": "calls", "calls": [
+                {"id": "s", "name": "pay", "arguments": {"amount": 1}},
+                {"id": "l", "name": "pay", "arguments": {"amount": 50}},
+            ]}
+        return {"kind": "final", "text": "done"}
+
+    tools = ToolRegistry([Tool(pay)], policy=policy)
+    """
+)
+
+
+def child(tmp_path: Path, body: str) -> str:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD + textwrap.dedent(body))
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "effects")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_paused_run_saved_to_a_file_goes_on_in_another_process(tmp_path: Path) -> None:
+    child(
+        tmp_path,
+        f"""
+        result = Loop(model, tools=tools).run("go")
+        assert result.status == "awaiting_approval"
+        agentloop.save_run(result, {str(tmp_path / "run.json")!r})
+        """,
+    )
+    assert not (tmp_path / "effects").exists()  # nothing of the batch ran
+    saved = agentloop.load_run(tmp_path / "run.json")
+    assert [p.call_id for p in saved.pending] == ["l"]
+    fingerprint = saved.pending[0].fingerprint
+    out = child(
+        tmp_path,
+        f"""
+        saved = agentloop.load_run({str(tmp_path / "run.json")!r})
+        result = Loop(model, tools=tools).resume(
+            saved, decisions={{"l": agentloop.approve(fingerprint={fingerprint!r})}}
+        )
+        print(result.status, result.calls, [m.get("status") for m in result.transcript[2:4]])
+        """,
+    )
+    assert out.split("\n")[0] == "finished 2 ['ok', 'ok']"
+    assert (tmp_path / "effects").read_text() == "pay 1\npay 50\n"
+
+
+def test_a_paused_durable_run_goes_on_after_its_process_is_gone(tmp_path: Path) -> None:
+    ledger = tmp_path / "runs.db"
+    child(
+        tmp_path,
+        f"""
+        loop = Loop(model, tools=tools, ledger=agentloop.SQLiteLedger({str(ledger)!r}))
+        assert loop.run("go", run_id="r1").status == "awaiting_approval"
+        """,
+    )
+    assert not (tmp_path / "effects").exists()
+    out = child(
+        tmp_path,
+        f"""
+        loop = Loop(model, tools=tools, ledger=agentloop.SQLiteLedger({str(ledger)!r}))
+        paused = loop.resume("r1")
+        print(paused.status, [p.call_id for p in paused.pending])
+        result = loop.resume("r1", decisions={{"l": agentloop.deny("too much")}})
+        print(result.status, result.transcript[3]["status"], result.transcript[3]["content"])
+        print(loop.resume("r1").status)
+        """,
+    )
+    assert out.splitlines() == [
+        "awaiting_approval ['l']",
+        "finished denied too much",
+        "finished",
+    ]
+    assert (tmp_path / "effects").read_text() == "pay 1\n"
+    records = agentloop.SQLiteLedger(ledger).read("r1")[1]
+    kinds = [(r.kind, r.key) for r in records]
+    assert ("approval_asked", "l") in kinds
+    assert ("decision", "l") in kinds
+    assert kinds.index(("decision", "l")) < kinds.index(("tool_started", "s"))
+    assert orjson.loads(records[kinds.index(("decision", "l"))].body) == {
+        "allowed": False,
+        "reason": "too much",
+    }
+
+
+# -- the property --------------------------------------------------------------------------
+
+ANSWERS = st.sampled_from(["allow", "deny", "ask"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    answers=st.lists(ANSWERS, min_size=1, max_size=4),
+    approvals=st.lists(st.booleans(), min_size=4, max_size=4),
+    driver=st.sampled_from(["sync", "async"]),
+    concurrency=st.sampled_from([1, 3]),
+)
+def test_no_call_runs_before_it_is_approved_and_every_call_is_answered_once(
+    answers: list[str], approvals: list[bool], driver: str, concurrency: int
+) -> None:
+    ran: list[str] = []
+    ids = [f"c{i}" for i in range(len(answers))]
+    said = dict(zip(ids, answers, strict=True))
+
+    def policy(call: Message) -> Decision:
+        answer = said[call["id"]]
+        return allow() if answer == "allow" else deny("policy") if answer == "deny" else ask("?")
+
+    def work(n: int) -> int:
+        ran.append(f"c{n}")
+        return n
+
+    tools = ToolRegistry([Tool(work)], policy=policy)
+    reply = batch(*(call(i, "work", n=n) for n, i in enumerate(ids)))
+    loop = Loop(
+        Script([reply, final("done")]),
+        tools=tools,
+        max_concurrency=concurrency if driver == "async" else 1,
+    )
+    asks = [i for i in ids if said[i] == "ask"]
+    decisions = {i: approve() if approvals[n] else deny("person") for n, i in enumerate(asks)}
+
+    async def drive() -> agentloop.RunResult:
+        run = loop.astart("go")
+        first = await run.afinish()
+        if asks:
+            assert first.status == "awaiting_approval"
+            assert ran == []
+            await run.adecide(decisions)
+        return await run.afinish()
+
+    if driver == "sync":
+        run = loop.start("go")
+        first = run.finish()
+        if asks:
+            assert first.status == "awaiting_approval"
+            assert ran == []
+            assert [p.call_id for p in run.pending] == asks
+            run.decide(decisions)
+        result = run.finish()
+    else:
+        result = asyncio.run(drive())
+    assert result.status == "finished"
+    assert result.calls == len(ids)
+    expected_to_run = [
+        i for i in ids if said[i] == "allow" or (said[i] == "ask" and decisions[i].allowed)
+    ]
+    assert sorted(ran) == sorted(expected_to_run)
+    results = [m for m in result.transcript if m["kind"] == "tool_result"]
+    assert [m["id"] for m in results] == ids  # each answered once, in emission order
+    for message in results:
+        call_id = message["id"]
+        if call_id in expected_to_run:
+            assert message["status"] == "ok"
+        else:
+            reason = "policy" if said[call_id] == "deny" else "person"
+            assert (message["status"], message["content"]) == ("denied", reason)
+    # Saved and loaded, the run replays to itself.
+    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
