@@ -443,3 +443,27 @@ def test_no_call_runs_before_it_is_approved_and_every_call_is_answered_once(
             assert (message["status"], message["content"]) == ("denied", reason)
     # Saved and loaded, the run replays to itself.
     assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+
+
+def test_show_and_the_report_list_pending_calls_and_decisions(tmp_path: Path) -> None:
+    desk = Desk()
+    run = Loop(Script([three(), final("done")]), tools=desk.registry).start("go")
+    paused = run.finish()
+    agentloop.save_run(paused, tmp_path / "paused.json")
+    shown = subprocess.run(
+        [sys.executable, "-m", "agentloop", "show", str(tmp_path / "paused.json")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "batch of 3: checking, then paying" in shown
+    assert "asks a person: pay#b (sends 5 EUR); pay#c (sends 7 EUR)" in shown
+    assert 'pending  pay#b {"amount":5}: sends 5 EUR' in shown
+    page = agentloop.report_html(paused, svg=False)
+    assert '<h2 id="pending">Pending approval</h2>' in page
+    assert page.count('<tr class="pending">') == 2
+    run.decide({"b": approve(), "c": deny("over the limit")})
+    finished = run.finish()
+    page = agentloop.report_html(finished, svg=False)
+    assert 'id="pending"' not in page
+    assert "approved pay#b; denied pay#c: over the limit" in page

@@ -119,7 +119,10 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
     assert "    validating --> finished: validate [reply_is_final] (1x)\n" in mermaid
     assert "    awaiting_model --> failed: model_raised\n" in mermaid
     assert "    class awaiting_model, validating, dispatching, finished visited\n" in mermaid
-    assert "    class cancelled, exhausted, repeated_call, malformed, failed unvisited\n" in mermaid
+    assert (
+        "    class awaiting_approval, cancelled, exhausted, repeated_call, malformed, failed "
+        "unvisited\n" in mermaid
+    )
     assert not any(line != line.rstrip() for line in mermaid.splitlines())
 
 
@@ -223,7 +226,7 @@ def test_path_diagram_lists_where_else_each_state_leads(demo: RunResult) -> None
     assert lists == {
         "awaiting_model": "cancelled\\nexhausted\\nfailed",
         "validating": "malformed\\nrepeated_call\\nexhausted\\ncancelled",
-        "dispatching": "cancelled",
+        "dispatching": "cancelled\\nawaiting_approval",
     }
     # Each list is what the table allows and the run did not do, from a visited state.
     for source, names in lists.items():

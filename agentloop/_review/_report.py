@@ -123,6 +123,12 @@ def describe(result: RunResult, index: int, *, limit: int | None = LIMIT) -> tup
         outcome = f"budget spent: {transition.reason}"
     elif transition.source is State.VALIDATING and transition.dest is State.DISPATCHING:
         outcome = _accepted(result, index, limit)
+    elif transition.pending:
+        outcome = "asks a person: " + _short(
+            "; ".join(f"{c.name}#{c.call_id} ({c.reason})" for c in transition.pending), limit
+        )
+    elif transition.decisions:
+        outcome = _short(_decided(result, index), limit)
     elif answer is not None:
         outcome = _answer(answer, limit)
         if cut:
@@ -148,9 +154,19 @@ def describe(result: RunResult, index: int, *, limit: int | None = LIMIT) -> tup
     )
 
 
+def _decided(result: RunResult, index: int) -> str:
+    """What a person decided, call by call: ``approved pay#b; denied pay#c: too much``."""
+    names = {call.call_id: call.name for event in result.events[:index] for call in event.pending}
+    return "; ".join(
+        f"{'approved' if d.allowed else 'denied'} {names.get(call_id, '?')}#{call_id}"
+        + ("" if d.allowed else f": {d.reason}")
+        for call_id, d in result.events[index].decisions
+    )
+
+
 def _accepted(result: RunResult, index: int, limit: int | None) -> str:
     """What a batch's accepting row says: how many calls, and the model's text beside them."""
-    batch = next((e.appended[0] for e in result.events[index:] if e.appended_json), None)
+    batch = next((e.appended[0] for e in result.events[index:] if e.appended_json), result.held)
     if batch is None or batch.get("kind") != "calls":
         return ""  # a lone call: the call cell names it
     text = batch.get("text")
@@ -303,6 +319,9 @@ def run_lines(
     if result.rejected_value is not None:
         shown, note = rejected_text(result.rejected_value, indent=False)
         lines.append(f"rejected {shown}" + (f"  ({note})" if note else ""))
+    for call in result.pending:
+        arguments = _short(call.arguments_json.decode(), limit)
+        lines.append(f"pending  {call.name}#{call.call_id} {arguments}: {call.reason}")
     return [printable(line) for line in lines]
 
 
@@ -452,6 +471,7 @@ def report_html(result: RunResult, *, svg: bool | None = None) -> str:
     parts.extend(_diagram(result, svg))
     parts.extend(_timeline(result))
     parts.extend(_rejected(result))
+    parts.extend(_pending(result))
     parts.extend(_transitions(result))
     parts.append(
         f'<p class="note">Run file format {_e(FORMAT)} version {VERSION}. '
@@ -568,6 +588,27 @@ def _rejected(result: RunResult) -> list[str]:
         + "</p>",
         f'<pre id="rejected-reply">{_e(shown)}</pre>',
     ]
+
+
+def _pending(result: RunResult) -> list[str]:
+    if not result.pending:
+        return []
+    parts = [
+        '<h2 id="pending">Pending approval</h2>',
+        '<p class="note">The run waits for a person to decide each of these calls '
+        "(<code>loop.resume(result, decisions=...)</code>); no call of the batch has run.</p>",
+        "<table><thead><tr><th>call</th><th>tool</th><th>arguments</th><th>reason</th>"
+        "<th>fingerprint</th></tr></thead><tbody>",
+    ]
+    for call in result.pending:
+        cells = (call.call_id, call.name, call.arguments_json.decode(), call.reason)
+        parts.append(
+            '<tr class="pending">'
+            + "".join(f"<td>{_e(cell)}</td>" for cell in cells)
+            + f"<td><code>{_e(call.fingerprint[:16])}…</code></td></tr>"
+        )
+    parts.append("</tbody></table>")
+    return parts
 
 
 def _transitions(result: RunResult) -> list[str]:
