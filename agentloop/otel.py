@@ -190,8 +190,8 @@ class OtelListener:
         trigger = transition.trigger
         if trigger in _MODEL_ANSWERS:
             self._model_call(run, transition, now)
-        elif trigger is Trigger.VALIDATE and transition.dest is State.DISPATCHING:
-            run.tool_start = now
+        elif transition.dest is State.DISPATCHING and trigger is not Trigger.TOOL_RETURNED:
+            run.tool_start = now  # accepted, or decided: the batch's tools start now
         elif trigger in _TOOL_ANSWERS:
             self._tool_call(run, transition, now)
         run.state, run.steps, run.calls, run.mark = (
@@ -200,7 +200,9 @@ class OtelListener:
             transition.calls,
             now,
         )
-        if transition.dest in TERMINAL:
+        if transition.dest in TERMINAL or transition.dest is State.AWAITING_APPROVAL:
+            # A run waiting for a person may wait for days, or go on in another process:
+            # its span ends here, and the run's continuation is a span of its own.
             self._end(run, transition, now)
             self._current.set(None)
 

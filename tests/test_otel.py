@@ -6,6 +6,7 @@ import asyncio
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -466,4 +467,30 @@ def test_the_readme_example_traces_a_run(otel: Exported, monkeypatch: pytest.Mon
         ("chat", "invoke_agent adder"),
         ("execute_tool add", "invoke_agent adder"),
         ("chat", "invoke_agent adder"),
+    ]
+
+
+def test_a_run_waiting_for_a_person_ends_its_span_and_goes_on_in_another(otel: Exported) -> None:
+    """awaiting_approval ends the run's span; the decided batch's tools are a new run span."""
+    tools = agentloop.ToolRegistry({"add": add}, policy=lambda call: agentloop.ask("check the sum"))
+    loop = Loop(
+        ScriptedModel([call("c1", "add", a=1, b=2), final("ok")]),
+        tools=tools,
+        listeners=[otel.listener()],
+    )
+    run = loop.start("hi")
+    assert run.finish().status == "awaiting_approval"
+    (paused,) = [s for s in otel.spans() if s.name == "invoke_agent"]
+    assert attrs_of(paused)["agentloop.status"] == "awaiting_approval"
+    assert paused.status.status_code is StatusCode.UNSET
+    decided_at = time.time_ns()
+    run.decide({"c1": agentloop.approve()})
+    assert run.finish().status == "finished"
+    runs = [s for s in otel.spans() if s.name == "invoke_agent"]
+    assert [attrs_of(s)["agentloop.status"] for s in runs] == ["awaiting_approval", "finished"]
+    (tool,) = [s for s in otel.spans() if s.name == "execute_tool add"]
+    assert times(tool)[0] >= decided_at  # the wait is not the tool's time
+    assert tree(otel.spans())[-2:] == [
+        ("execute_tool add", "invoke_agent"),
+        ("chat", "invoke_agent"),
     ]
