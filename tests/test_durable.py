@@ -617,6 +617,127 @@ def test_concurrent_calls_replay_in_the_order_they_finished(db: Path) -> None:
     assert one_by_one.resume("r1").events == result.events
 
 
+def _slow_registry(
+    idempotent: bool, *, sync: bool = False, turns: dict[int, int] | None = None
+) -> agentloop.ToolRegistry:
+    """One tool, ``slow(n)``: ``turns[n]`` (default ``n``) turns of the event loop, then ``n``.
+
+    With ``sync``, a plain function that returns at once.
+    """
+
+    async def slow(n: int) -> int:
+        for _ in range((turns or {}).get(n, n)):
+            await asyncio.sleep(0)
+        return n
+
+    def quick(n: int) -> int:
+        return n
+
+    return agentloop.ToolRegistry(
+        [agentloop.Tool(quick if sync else slow, name="slow", idempotent=idempotent)]
+    )
+
+
+# b finishes first, then c, then a; the crash comes right after b's tool_finished, the fifth
+# append (reply, three tool_started, then b's), while a and c still run.
+MID_BATCH = [
+    batch(call("a", "slow", n=6), call("b", "slow", n=1), call("c", "slow", n=3)),
+    final("x"),
+]
+
+
+@pytest.mark.parametrize("resumer", ["async, 3 at once", "async, 1 at once", "sync"])
+@pytest.mark.parametrize("idempotent", [False, True], ids=["at most once", "idempotent"])
+def test_a_crash_while_an_earlier_call_ran_resumes_as_the_ended_run_reads_back(
+    idempotent: bool, resumer: str
+) -> None:
+    memory = MemoryLedger()
+    crashing = CrashingLedger(memory, 5, "after")
+    first = agentloop.Loop(
+        by_history(MID_BATCH), tools=_slow_registry(idempotent), ledger=crashing, max_concurrency=3
+    )
+    with pytest.raises((Crash, LedgerError)):
+        asyncio.run(first.arun("go", run_id="r1"))
+    assert [(r.kind, r.key) for r in memory.records["r1"]][-1] == ("tool_finished", "b")
+
+    def again() -> agentloop.RunResult:
+        if resumer == "sync":
+            loop = agentloop.Loop(
+                by_history(MID_BATCH), tools=_slow_registry(idempotent, sync=True), ledger=memory
+            )
+            return loop.resume("r1")
+        loop = agentloop.Loop(
+            by_history(MID_BATCH),
+            tools=_slow_registry(idempotent),
+            ledger=memory,
+            max_concurrency=3 if resumer.startswith("async, 3") else 1,
+        )
+        return asyncio.run(loop.aresume("r1"))
+
+    live = again()
+    assert live.status == "finished"
+    read_back = again()
+    assert read_back.events == live.events
+    assert read_back == live
+    # b was reported before the crash, so it comes first, as in the run that was cut short;
+    # then a and c as this process reported them, in the order it recorded them.
+    reported = [t.call_id for t in live.events if t.call_id]
+    recorded = [r.key for r in memory.records["r1"] if r.kind == "tool_finished"]
+    assert reported == recorded
+    assert reported[0] == "b"
+    expected = ["b", "c", "a"] if idempotent and resumer.startswith("async, 3") else ["b", "a", "c"]
+    assert reported == expected
+    # An uninterrupted run whose calls finish in that order is the same run, but for the
+    # outcomes left unknown.
+    n = {"a": 6, "b": 1, "c": 3}
+    turns = {n[call_id]: 1 + 4 * place for place, call_id in enumerate(expected)}
+    baseline = asyncio.run(
+        agentloop.Loop(
+            by_history(MID_BATCH),
+            tools=_slow_registry(idempotent, turns=turns),
+            max_concurrency=3,
+        ).arun("go")
+    )
+    assert [t.call_id for t in baseline.events if t.call_id] == expected
+    rows = [
+        (t.source, t.trigger, t.guard, t.dest, t.call_id, t.steps, t.calls) for t in live.events
+    ]
+    assert rows == [
+        (t.source, t.trigger, t.guard, t.dest, t.call_id, t.steps, t.calls) for t in baseline.events
+    ]
+    unknown = unknown_ids(live.transcript, baseline.transcript, {"slow"} if idempotent else set())
+    assert unknown == (set() if idempotent else {"a", "c"})
+
+
+def test_a_run_cancelled_while_an_earlier_call_ran_reads_back(db: Path) -> None:
+    """b is reported, then the token cancels the run while a and c run: resume reads it."""
+    token = agentloop.CancelToken()
+
+    async def slow(n: int) -> int:
+        if n != 2:
+            await asyncio.sleep(10)
+        return n
+
+    script = [batch(*(call(f"c{i}", "slow", n=i) for i in range(1, 4))), final("x")]
+
+    def loop_of() -> agentloop.Loop:
+        return agentloop.Loop(
+            by_history(script), tools={"slow": slow}, ledger=SQLiteLedger(db), max_concurrency=3
+        )
+
+    async def main() -> agentloop.RunResult:
+        run = loop_of().astart("go", cancel=token, run_id="r1")
+        async for transition in run:
+            if transition.call_id == "c2":
+                token.cancel()
+        return run.result()
+
+    result = asyncio.run(main())
+    assert result.status == "cancelled"
+    assert [t.call_id for t in result.events if t.call_id] == ["c2", "c1"]
+    assert asyncio.run(loop_of().aresume("r1")) == result
+
+
 # -- the idempotency key --------------------------------------------------------------------------
 
 

@@ -14,11 +14,14 @@ never run again. Where the run was cut short, the driver goes on live:
   result saying its outcome is unknown, or runs again if its tool is
   idempotent (under the same idempotency key).
 
-A batch's finished calls are reported in the order they were recorded, up
-to the first one that would need a call handed out that never finished;
-the rest of the batch goes live (a call finished after that one is answered
-from its record). A run that ended is replayed to its recorded ``end``, and
-the transition the engine makes there must be the one recorded.
+A batch's finished calls are all reported, in the order they were recorded
+(the order the run reported them), before anything goes live: calls are
+handed out in emission order, so a call that finished while an earlier one
+still ran needs that one handed out first, unfinished. The driver is given
+those first (``DurableEngine.handed``), so every live report comes after
+every recorded one, as its record does: reading the ended run back gives
+the events the live run made. A run that ended is replayed to its recorded
+``end``, and the transition the engine makes there must be the one recorded.
 """
 
 from __future__ import annotations
@@ -345,6 +348,7 @@ def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> N
     batch: tuple[str, ...] = ()
     order: list[tuple[str, int]] = []  # the batch's reports: (call id, calls to hand out first)
     position = 0
+    handed: list[RunTool] = []
     try:
         while not engine.done:
             if end is not None and made == end[0] and _end(engine, end[1], token, replies):
@@ -371,20 +375,24 @@ def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> N
                 Engine.next(engine)
                 made += 1
                 if engine.state is State.DISPATCHING:
-                    order, position = _reports(batch, finished, recorded.order), 0
+                    order, position, handed = _reports(batch, finished, recorded.order), 0, []
             else:
                 if position == len(order):
                     break
                 call_id, hand_out = order[position]
                 position += 1
                 for _ in range(hand_out):
-                    if type(Engine.next(engine)) is not RunTool:
+                    need = Engine.next(engine)
+                    if type(need) is not RunTool:
                         raise _diverged(recorded, f"call {call_id!r} is recorded as finished")
+                    handed.append(need)
                 Engine.returned(engine, finished[call_id], call_id)
                 made += 1
     except (InvalidStateError, Mismatch) as exc:
         raise _diverged(recorded, str(exc)) from None
     if end is None:
+        if not engine.done:  # the calls handed out here that no process finished
+            engine.handed = [need for need in handed if need.call["id"] in engine.running]
         return
     at, event = end
     events = engine.events()
@@ -445,22 +453,16 @@ def _reports(
 ) -> list[tuple[str, int]]:
     """The batch's recorded outcomes in recorded order, each with the calls to hand out first.
 
-    Calls are handed out in emission order; a report that would need a call
-    handed out that never finished is left to the live driver, and so is
-    every report after it that is not of a call handed out already.
+    Calls are handed out in emission order, so a report may need calls handed
+    out before it that finish later, or never (the live driver runs those).
     """
     ranked = sorted((order[call_id], call_id) for call_id in batch if call_id in finished)
     place = {call_id: index for index, call_id in enumerate(batch)}
-    reports, handed_out, blocked = [], 0, False
+    reports, handed_out = [], 0
     for _, call_id in ranked:
         index = place[call_id]
-        if index < handed_out:
-            reports.append((call_id, 0))
-        elif not blocked and all(batch[i] in finished for i in range(handed_out, index)):
-            reports.append((call_id, index + 1 - handed_out))
-            handed_out = index + 1
-        else:
-            blocked = True
+        reports.append((call_id, max(0, index + 1 - handed_out)))
+        handed_out = max(handed_out, index + 1)
     return reports
 
 
