@@ -244,10 +244,17 @@ def test_run_ids_and_ledgers_are_checked(db: Path) -> None:
         loop.run("go", run_id="taken")
     with pytest.raises(agentloop.RunNotFoundError, match=r"no run 'nope' is recorded"):
         loop.resume("nope")
-    with pytest.raises(TypeError, match=r"run_id to be a non-empty str"):
+    # A run id is any non-empty text: the wrong type is a TypeError, the wrong str a ValueError.
+    empty = r"^expected run_id to be a non-empty str \(say 'order-42'\), got '': leave run_id out"
+    with pytest.raises(ValueError, match=empty):
         loop.start("go", run_id="")
-    with pytest.raises(TypeError, match=r"run_id to be a non-empty str"):
+    with pytest.raises(ValueError, match=empty):
+        loop.resume("")
+    with pytest.raises(ValueError, match=r"run_id to be text .*got '\\ud800'"):
+        loop.start("go", run_id="\ud800")
+    with pytest.raises(TypeError, match=r"run_id to be a non-empty str .*, got int$"):
         loop.resume(3)  # type: ignore[arg-type]
+    assert loop.run("go", run_id=" ").status == "finished"  # odd, and still text
     plain = make_loop(SCRIPT, World(), None)
     with pytest.raises(
         ValueError, match=r"run_id= names a run in a ledger, and this Loop has none"

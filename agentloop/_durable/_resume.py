@@ -82,10 +82,7 @@ def begin(
     cancel: CancelToken | None,
 ) -> DurableEngine:
     """A new durable run: the input checked, then its header recorded and the run claimed."""
-    if run_id is None:
-        run_id = uuid4().hex
-    elif type(run_id) is not str or not run_id:
-        raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
+    run_id = uuid4().hex if run_id is None else _checked_run_id(run_id)
     engine = DurableEngine(messages, budget=budget, cancel=cancel)  # bad input raises first
     writer = ledger.create(
         run_id, header(run_id, engine.history(), fingerprint(budget, dispatcher))
@@ -109,8 +106,7 @@ def resume(
     A finished run is only read; any other is claimed first, so its records
     cannot change while they are replayed.
     """
-    if type(run_id) is not str or not run_id:
-        raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
+    run_id = _checked_run_id(run_id)
     writer: LedgerWriter | None
     busy: RunBusyError | None = None
     try:
@@ -157,6 +153,26 @@ def resume(
         return engine, None
     engine.journal.link(cancel.on_cancel(token.cancel))  # the caller's token, from now on
     return engine, token
+
+
+def _checked_run_id(run_id: object) -> str:
+    """``run_id`` if it is a run id: any non-empty str of text (``'order-42'``, a uuid)."""
+    if type(run_id) is not str:
+        raise TypeError(
+            f"expected run_id to be a non-empty str (say 'order-42'), got {type(run_id).__name__}"
+        )
+    if not run_id:
+        raise ValueError(
+            "expected run_id to be a non-empty str (say 'order-42'), got '': leave run_id out "
+            "for a fresh one"
+        )
+    try:
+        run_id.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"expected run_id to be text (it is stored as UTF-8), got {run_id!r:.80}: {exc.reason}"
+        ) from None
+    return run_id
 
 
 class _NoWriter:
