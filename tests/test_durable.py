@@ -980,6 +980,33 @@ def test_another_sqlite_database_and_a_directory(db: Path, tmp_path: Path) -> No
         SQLiteLedger(tmp_path)
 
 
+def test_a_ledger_in_memory_is_refused_and_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for path in (":memory:", Path(":memory:"), ""):
+        with pytest.raises(
+            ValueError,
+            match=r"^expected the path of a ledger file, got '(:memory:)?': a ledger outside a "
+            r"file survives no crash and cannot be shared between processes",
+        ):
+            SQLiteLedger(path)
+    with pytest.raises(TypeError, match=r"expected path to be a str or a Path, got bytes"):
+        SQLiteLedger(b"runs.db")  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []  # no ':memory:-lock', no ':memory:' file
+
+
+def test_run_ids_checks_finished(db: Path) -> None:
+    ledger = SQLiteLedger(db)
+    for wrong in ("no", 0, 1, [True]):
+        with pytest.raises(
+            TypeError,
+            match=rf"^expected finished to be a bool or None, got {type(wrong).__name__}$",
+        ):
+            ledger.run_ids(finished=wrong)  # type: ignore[arg-type]
+    assert ledger.run_ids(finished=True) == ledger.run_ids(finished=None) == []
+
+
 def test_damaged_records_are_named(db: Path) -> None:
     finished_ledger(db)
 
