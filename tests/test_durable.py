@@ -821,34 +821,44 @@ def test_resume_refuses_another_configuration_saying_what_differs(db: Path) -> N
     registry = World().registry()
     with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
         other(max_steps=5, tools=registry).resume("r1")
-    assert caught.value.differences == ["max_steps: recorded 2, this Loop has 5"]
+    assert caught.value.differences == ["budget.max_steps: recorded 2, now 5"]
+    with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
+        other(max_total_tokens=100, tools=registry).resume("r1")
+    assert caught.value.differences == ["budget.max_total_tokens: recorded None, now 100"]
+
+    def effect(n: str) -> str:
+        return n
 
     changed = agentloop.ToolRegistry(
         [
-            agentloop.Tool(lambda n: n, name="effect", parameters={"type": "object"}),
+            agentloop.Tool(effect, name="effect"),  # n is a str now
             agentloop.Tool(lambda n: n, name="idem"),  # no longer idempotent; no annotation
-            agentloop.Tool(lambda: 1, name="new"),
+            agentloop.Tool(lambda: 1, name="new.one"),
         ]
     )
     with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
         other(tools=changed).resume("r1")
     assert caught.value.differences == [
-        "tool 'effect': its parameters schema differs from the recorded one",
-        "tool 'fail': recorded, and missing from this Loop",
-        "tool 'idem': its parameters schema differs from the recorded one",
-        "tool 'idem': recorded idempotent=True, this Loop has idempotent=False",
-        "tool 'new': new in this Loop, not recorded",
+        "tools.effect.parameters.properties.n.type: recorded 'integer', now 'string'",
+        "tools.fail: recorded, missing now",
+        "tools.idem.idempotent: recorded True, now False",
+        "tools.idem.parameters.properties.n.type: recorded 'integer', missing now",
+        "tools['new.one']: not recorded, present now",
     ]
-    assert "was recorded with another configuration than this Loop's: tool 'effect'" in str(
-        caught.value
-    )
+    assert (
+        "was recorded with another configuration than this Loop's: "
+        "tools.effect.parameters.properties.n.type: recorded 'integer', now 'string'; "
+        "tools.fail: recorded, missing now; "
+    ) in str(caught.value)
 
     class Custom:
         def dispatch(self, call: Message) -> Message:
             return {"status": "ok", "content": None}
 
     with pytest.raises(
-        agentloop.ConfigurationMismatchError, match=r"tools: recorded a ToolRegistry"
+        agentloop.ConfigurationMismatchError,
+        match=r"dispatcher: not recorded, now 'tests.test_durable.[^']*Custom'; "
+        r"tools: recorded, missing now$",
     ):
         other(tools=Custom()).resume("r1")
     assert other(tools=World().registry()).resume("r1").status == "exhausted"

@@ -26,6 +26,7 @@ the events the live run made. A run that ended is replayed to its recorded
 
 from __future__ import annotations
 
+import re
 import weakref
 from typing import TYPE_CHECKING, Any, Final
 from uuid import uuid4
@@ -70,6 +71,8 @@ __all__ = ["begin", "resume"]
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 _INTERRUPTIONS: Final = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
 _WHILE_THE_MODEL_WORKED: Final = (Trigger.MODEL_REPLIED, Trigger.MODEL_RAISED)
+_ABSENT: Final = object()  # a fingerprint's field that one side does not have
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # a key shown as .key, not ['key']
 
 
 def begin(
@@ -320,38 +323,38 @@ def _texts(value: object, *keys: str) -> bool:
 
 
 def _differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """What differs between two fingerprints, one line each."""
-    found = []
-    was, now = recorded.get("budget") or {}, current["budget"]
-    for name in sorted(was.keys() | now.keys()):
-        if was.get(name) != now.get(name):
-            found.append(f"{name}: recorded {was.get(name)!r}, this Loop has {now.get(name)!r}")
-    if ("tools" in recorded) != ("tools" in current) or recorded.get("dispatcher") != current.get(
-        "dispatcher"
-    ):
-        found.append(f"tools: recorded {_tools(recorded)}, this Loop has {_tools(current)}")
-        return found
-    was, now = recorded.get("tools") or {}, current.get("tools") or {}
-    for name in sorted(was.keys() | now.keys()):
-        if name not in now:
-            found.append(f"tool {name!r}: recorded, and missing from this Loop")
-        elif name not in was:
-            found.append(f"tool {name!r}: new in this Loop, not recorded")
-        else:
-            if was[name].get("parameters") != now[name]["parameters"]:
-                found.append(f"tool {name!r}: its parameters schema differs from the recorded one")
-            if was[name].get("idempotent") != now[name]["idempotent"]:
-                found.append(
-                    f"tool {name!r}: recorded idempotent={was[name].get('idempotent')!r}, "
-                    f"this Loop has idempotent={now[name]['idempotent']!r}"
-                )
+    """What differs between two fingerprints: each field by its path, recorded and now.
+
+    ``tools.add.parameters.properties.b.type: recorded 'integer', now 'string'``.
+    """
+    found: list[str] = []
+    _compare("", recorded, orjson.loads(orjson.dumps(current)), found)  # both as JSON reads
     return found
 
 
-def _tools(configuration: dict[str, Any]) -> str:
-    if "tools" in configuration:
-        return f"a ToolRegistry of {sorted(configuration['tools'])}"
-    return f"a dispatcher of type {configuration.get('dispatcher')}"
+def _compare(path: str, was: object, now: object, found: list[str]) -> None:
+    if was == now:
+        return
+    if type(was) is dict and type(now) is dict:
+        for key in sorted(was.keys() | now.keys()):
+            step = f"{path}.{key}" if _NAME.fullmatch(key) else f"{path}[{key!r}]"
+            _compare(step.lstrip("."), was.get(key, _ABSENT), now.get(key, _ABSENT), found)
+        return
+    if was is _ABSENT:
+        before = "not recorded"
+    else:
+        before = "recorded" if type(was) is dict else f"recorded {_shown(was)}"
+    if now is _ABSENT:
+        after = "missing now"
+    else:
+        after = "present now" if type(now) is dict else f"now {_shown(now)}"
+    found.append(f"{path}: {before}, {after}")
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``; a long list or number cut short (a str, a type's name, is kept whole)."""
+    text = repr(value)
+    return text if len(text) <= 100 or type(value) is str else text[:97] + "..."
 
 
 # -- feeding them to the engine ---------------------------------------------------------------
