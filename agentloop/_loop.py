@@ -144,7 +144,11 @@ class Loop:
         cancel: CancelToken | None = None,
         run_id: str | None = None,
     ) -> RunResult:
-        """Run to a terminal state and return the result."""
+        """Run to a terminal state and return the result.
+
+        The result does not hold the run's id: with a ledger, pass ``run_id=``,
+        or use ``start()`` and read ``run.run_id`` (known before the first step).
+        """
         return self.start(messages, cancel=cancel, run_id=run_id).finish()
 
     def resume(self, run_id: str, *, cancel: CancelToken | None = None) -> RunResult:
@@ -175,7 +179,7 @@ class Loop:
         cancel: CancelToken | None = None,
         run_id: str | None = None,
     ) -> RunResult:
-        """Run to a terminal state under asyncio and return the result."""
+        """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
         return await self.astart(messages, cancel=cancel, run_id=run_id).afinish()
 
     async def aresume(self, run_id: str, *, cancel: CancelToken | None = None) -> RunResult:

@@ -237,6 +237,28 @@ def test_a_run_id_is_made_when_none_is_given(db: Path) -> None:
     assert SQLiteLedger(db).run_ids(finished=True) == [first.run_id]
 
 
+def test_the_id_of_a_run_is_known_before_it_runs(db: Path) -> None:
+    """RunResult has no run_id: start/astart give it, recorded before the model is asked."""
+    ledger = SQLiteLedger(db)
+    assert "run_id" not in agentloop.RunResult._fields
+    seen: list[list[str]] = []
+
+    def model(history: list[Message]) -> Message:
+        seen.append(ledger.run_ids(finished=False))
+        return final("ok")
+
+    loop = agentloop.Loop(model, ledger=ledger)
+    run = loop.start("go")
+    assert run.run_id is not None
+    assert ledger.run_ids(finished=False) == [run.run_id]
+    assert run.finish() == loop.resume(run.run_id)
+    arun = loop.astart("go")
+    assert arun.run_id is not None
+    asyncio.run(arun.afinish())
+    assert seen == [[run.run_id], [arun.run_id]]
+    assert ledger.run_ids(finished=True) == [run.run_id, arun.run_id]
+
+
 def test_run_ids_and_ledgers_are_checked(db: Path) -> None:
     loop = make_loop(SCRIPT, World(), SQLiteLedger(db))
     loop.run("go", run_id="taken")
