@@ -109,7 +109,9 @@ class RunBusyError(LedgerError):
 class ConfigurationMismatchError(LedgerError, ValueError):
     """The ``Loop`` that would resume a run is not configured as the run was recorded.
 
-    ``differences`` lists each one as text (``'max_steps: recorded 8, this Loop has 10'``).
+    ``differences`` lists each field that differs, by its path in the fingerprint
+    (``'budget.max_steps: recorded 8, now 10'``,
+    ``"tools.add.parameters.properties.b.type: recorded 'integer', now 'string'"``).
     """
 
     def __init__(self, message: str, differences: list[str]) -> None:

@@ -37,12 +37,13 @@ class Loop:
 
     ``max_total_tokens`` (optional) ends a run ``exhausted`` before a model call
     once the tokens its replies reported (``usage``) reach it.
-    ``tools`` is a mapping of name to handler (it becomes a ``ToolRegistry``),
-    a ``ToolRegistry``, or any object with ``dispatch(call) -> {'status': ...,
-    'content': ...}``. ``listeners`` are called with each transition of every
-    run. ``model_timeout``, ``tool_timeout`` (seconds), ``to_thread`` (run
-    plain callables in a worker thread) and ``max_concurrency`` (run up to that
-    many calls of a batch at once; 1 runs them one at a time) need the asyncio
+    ``tools`` is a mapping of name to handler or a list of ``Tool`` objects and
+    handlers (either becomes a ``ToolRegistry``), a ``ToolRegistry``, or any
+    object with ``dispatch(call) -> {'status': ..., 'content': ...}``.
+    ``listeners`` are called with each transition of every run.
+    ``model_timeout``, ``tool_timeout`` (seconds), ``to_thread`` (run plain
+    callables in a worker thread) and ``max_concurrency`` (run up to that many
+    calls of a batch at once; 1 runs them one at a time) need the asyncio
     driver: a synchronous run can neither interrupt a plain function nor run
     two at once, so ``start``/``run`` refuse them. ``ledger`` (an
     ``agentloop.SQLiteLedger``, or any ``Ledger``) makes every run durable:
@@ -148,7 +149,11 @@ class Loop:
         cancel: CancelToken | None = None,
         run_id: str | None = None,
     ) -> RunResult:
-        """Run to a terminal state and return the result."""
+        """Run to a terminal state and return the result.
+
+        The result does not hold the run's id: with a ledger, pass ``run_id=``,
+        or use ``start()`` and read ``run.run_id`` (known before the first step).
+        """
         return self.start(messages, cancel=cancel, run_id=run_id).finish()
 
     def resume(
@@ -195,7 +200,7 @@ class Loop:
         cancel: CancelToken | None = None,
         run_id: str | None = None,
     ) -> RunResult:
-        """Run to a terminal state under asyncio and return the result."""
+        """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
         return await self.astart(messages, cancel=cancel, run_id=run_id).afinish()
 
     async def aresume(

@@ -125,7 +125,13 @@ def test_engine_refuses_out_of_order_reports() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"tools": ["add"]}, "expected tools to be a mapping of name -> callable"),
+        ({"tools": ["add"]}, r"^expected tools\[0\] to be a Tool or a callable handler, got str$"),
+        ({"tools": 3}, r"^expected tools to be a list of Tools \(or handlers\), a mapping of name"),
+        (
+            {"tools": {"add": agentloop.Tool(lambda: 1, name="add")}},
+            r"^tool 'add': expected a callable handler, got a Tool, which names itself: pass "
+            r"Tools as a list, tools=\[Tool\(...\), ...\]$",
+        ),
         ({"tools": {"add": 3}}, "tool 'add': expected a callable handler, got int"),
         ({"tools": {"": len}}, "expected tool names to be non-empty str"),
     ],

@@ -237,6 +237,28 @@ def test_a_run_id_is_made_when_none_is_given(db: Path) -> None:
     assert SQLiteLedger(db).run_ids(finished=True) == [first.run_id]
 
 
+def test_the_id_of_a_run_is_known_before_it_runs(db: Path) -> None:
+    """RunResult has no run_id: start/astart give it, recorded before the model is asked."""
+    ledger = SQLiteLedger(db)
+    assert "run_id" not in agentloop.RunResult._fields
+    seen: list[list[str]] = []
+
+    def model(history: list[Message]) -> Message:
+        seen.append(ledger.run_ids(finished=False))
+        return final("ok")
+
+    loop = agentloop.Loop(model, ledger=ledger)
+    run = loop.start("go")
+    assert run.run_id is not None
+    assert ledger.run_ids(finished=False) == [run.run_id]
+    assert run.finish() == loop.resume(run.run_id)
+    arun = loop.astart("go")
+    assert arun.run_id is not None
+    asyncio.run(arun.afinish())
+    assert seen == [[run.run_id], [arun.run_id]]
+    assert ledger.run_ids(finished=True) == [run.run_id, arun.run_id]
+
+
 def test_run_ids_and_ledgers_are_checked(db: Path) -> None:
     loop = make_loop(SCRIPT, World(), SQLiteLedger(db))
     loop.run("go", run_id="taken")
@@ -244,10 +266,17 @@ def test_run_ids_and_ledgers_are_checked(db: Path) -> None:
         loop.run("go", run_id="taken")
     with pytest.raises(agentloop.RunNotFoundError, match=r"no run 'nope' is recorded"):
         loop.resume("nope")
-    with pytest.raises(TypeError, match=r"run_id to be a non-empty str"):
+    # A run id is any non-empty text: the wrong type is a TypeError, the wrong str a ValueError.
+    empty = r"^expected run_id to be a non-empty str \(say 'order-42'\), got '': leave run_id out"
+    with pytest.raises(ValueError, match=empty):
         loop.start("go", run_id="")
-    with pytest.raises(TypeError, match=r"run_id to be a non-empty str"):
+    with pytest.raises(ValueError, match=empty):
+        loop.resume("")
+    with pytest.raises(ValueError, match=r"run_id to be text .*got '\\ud800'"):
+        loop.start("go", run_id="\ud800")
+    with pytest.raises(TypeError, match=r"run_id to be a non-empty str .*, got int$"):
         loop.resume(3)  # type: ignore[arg-type]
+    assert loop.run("go", run_id=" ").status == "finished"  # odd, and still text
     plain = make_loop(SCRIPT, World(), None)
     with pytest.raises(
         ValueError, match=r"run_id= names a run in a ledger, and this Loop has none"
@@ -617,6 +646,127 @@ def test_concurrent_calls_replay_in_the_order_they_finished(db: Path) -> None:
     assert one_by_one.resume("r1").events == result.events
 
 
+def _slow_registry(
+    idempotent: bool, *, sync: bool = False, turns: dict[int, int] | None = None
+) -> agentloop.ToolRegistry:
+    """One tool, ``slow(n)``: ``turns[n]`` (default ``n``) turns of the event loop, then ``n``.
+
+    With ``sync``, a plain function that returns at once.
+    """
+
+    async def slow(n: int) -> int:
+        for _ in range((turns or {}).get(n, n)):
+            await asyncio.sleep(0)
+        return n
+
+    def quick(n: int) -> int:
+        return n
+
+    return agentloop.ToolRegistry(
+        [agentloop.Tool(quick if sync else slow, name="slow", idempotent=idempotent)]
+    )
+
+
+# b finishes first, then c, then a; the crash comes right after b's tool_finished, the fifth
+# append (reply, three tool_started, then b's), while a and c still run.
+MID_BATCH = [
+    batch(call("a", "slow", n=6), call("b", "slow", n=1), call("c", "slow", n=3)),
+    final("x"),
+]
+
+
+@pytest.mark.parametrize("resumer", ["async, 3 at once", "async, 1 at once", "sync"])
+@pytest.mark.parametrize("idempotent", [False, True], ids=["at most once", "idempotent"])
+def test_a_crash_while_an_earlier_call_ran_resumes_as_the_ended_run_reads_back(
+    idempotent: bool, resumer: str
+) -> None:
+    memory = MemoryLedger()
+    crashing = CrashingLedger(memory, 5, "after")
+    first = agentloop.Loop(
+        by_history(MID_BATCH), tools=_slow_registry(idempotent), ledger=crashing, max_concurrency=3
+    )
+    with pytest.raises((Crash, LedgerError)):
+        asyncio.run(first.arun("go", run_id="r1"))
+    assert [(r.kind, r.key) for r in memory.records["r1"]][-1] == ("tool_finished", "b")
+
+    def again() -> agentloop.RunResult:
+        if resumer == "sync":
+            loop = agentloop.Loop(
+                by_history(MID_BATCH), tools=_slow_registry(idempotent, sync=True), ledger=memory
+            )
+            return loop.resume("r1")
+        loop = agentloop.Loop(
+            by_history(MID_BATCH),
+            tools=_slow_registry(idempotent),
+            ledger=memory,
+            max_concurrency=3 if resumer.startswith("async, 3") else 1,
+        )
+        return asyncio.run(loop.aresume("r1"))
+
+    live = again()
+    assert live.status == "finished"
+    read_back = again()
+    assert read_back.events == live.events
+    assert read_back == live
+    # b was reported before the crash, so it comes first, as in the run that was cut short;
+    # then a and c as this process reported them, in the order it recorded them.
+    reported = [t.call_id for t in live.events if t.call_id]
+    recorded = [r.key for r in memory.records["r1"] if r.kind == "tool_finished"]
+    assert reported == recorded
+    assert reported[0] == "b"
+    expected = ["b", "c", "a"] if idempotent and resumer.startswith("async, 3") else ["b", "a", "c"]
+    assert reported == expected
+    # An uninterrupted run whose calls finish in that order is the same run, but for the
+    # outcomes left unknown.
+    n = {"a": 6, "b": 1, "c": 3}
+    turns = {n[call_id]: 1 + 4 * place for place, call_id in enumerate(expected)}
+    baseline = asyncio.run(
+        agentloop.Loop(
+            by_history(MID_BATCH),
+            tools=_slow_registry(idempotent, turns=turns),
+            max_concurrency=3,
+        ).arun("go")
+    )
+    assert [t.call_id for t in baseline.events if t.call_id] == expected
+    rows = [
+        (t.source, t.trigger, t.guard, t.dest, t.call_id, t.steps, t.calls) for t in live.events
+    ]
+    assert rows == [
+        (t.source, t.trigger, t.guard, t.dest, t.call_id, t.steps, t.calls) for t in baseline.events
+    ]
+    unknown = unknown_ids(live.transcript, baseline.transcript, {"slow"} if idempotent else set())
+    assert unknown == (set() if idempotent else {"a", "c"})
+
+
+def test_a_run_cancelled_while_an_earlier_call_ran_reads_back(db: Path) -> None:
+    """b is reported, then the token cancels the run while a and c run: resume reads it."""
+    token = agentloop.CancelToken()
+
+    async def slow(n: int) -> int:
+        if n != 2:
+            await asyncio.sleep(10)
+        return n
+
+    script = [batch(*(call(f"c{i}", "slow", n=i) for i in range(1, 4))), final("x")]
+
+    def loop_of() -> agentloop.Loop:
+        return agentloop.Loop(
+            by_history(script), tools={"slow": slow}, ledger=SQLiteLedger(db), max_concurrency=3
+        )
+
+    async def main() -> agentloop.RunResult:
+        run = loop_of().astart("go", cancel=token, run_id="r1")
+        async for transition in run:
+            if transition.call_id == "c2":
+                token.cancel()
+        return run.result()
+
+    result = asyncio.run(main())
+    assert result.status == "cancelled"
+    assert [t.call_id for t in result.events if t.call_id] == ["c2", "c1"]
+    assert asyncio.run(loop_of().aresume("r1")) == result
+
+
 # -- the idempotency key --------------------------------------------------------------------------
 
 
@@ -693,34 +843,44 @@ def test_resume_refuses_another_configuration_saying_what_differs(db: Path) -> N
     registry = World().registry()
     with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
         other(max_steps=5, tools=registry).resume("r1")
-    assert caught.value.differences == ["max_steps: recorded 2, this Loop has 5"]
+    assert caught.value.differences == ["budget.max_steps: recorded 2, now 5"]
+    with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
+        other(max_total_tokens=100, tools=registry).resume("r1")
+    assert caught.value.differences == ["budget.max_total_tokens: recorded None, now 100"]
+
+    def effect(n: str) -> str:
+        return n
 
     changed = agentloop.ToolRegistry(
         [
-            agentloop.Tool(lambda n: n, name="effect", parameters={"type": "object"}),
+            agentloop.Tool(effect, name="effect"),  # n is a str now
             agentloop.Tool(lambda n: n, name="idem"),  # no longer idempotent; no annotation
-            agentloop.Tool(lambda: 1, name="new"),
+            agentloop.Tool(lambda: 1, name="new.one"),
         ]
     )
     with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
         other(tools=changed).resume("r1")
     assert caught.value.differences == [
-        "tool 'effect': its parameters schema differs from the recorded one",
-        "tool 'fail': recorded, and missing from this Loop",
-        "tool 'idem': its parameters schema differs from the recorded one",
-        "tool 'idem': recorded idempotent=True, this Loop has idempotent=False",
-        "tool 'new': new in this Loop, not recorded",
+        "tools.effect.parameters.properties.n.type: recorded 'integer', now 'string'",
+        "tools.fail: recorded, missing now",
+        "tools.idem.idempotent: recorded True, now False",
+        "tools.idem.parameters.properties.n.type: recorded 'integer', missing now",
+        "tools['new.one']: not recorded, present now",
     ]
-    assert "was recorded with another configuration than this Loop's: tool 'effect'" in str(
-        caught.value
-    )
+    assert (
+        "was recorded with another configuration than this Loop's: "
+        "tools.effect.parameters.properties.n.type: recorded 'integer', now 'string'; "
+        "tools.fail: recorded, missing now; "
+    ) in str(caught.value)
 
     class Custom:
         def dispatch(self, call: Message) -> Message:
             return {"status": "ok", "content": None}
 
     with pytest.raises(
-        agentloop.ConfigurationMismatchError, match=r"tools: recorded a ToolRegistry"
+        agentloop.ConfigurationMismatchError,
+        match=r"dispatcher: not recorded, now 'tests.test_durable.[^']*Custom'; "
+        r"tools: recorded, missing now$",
     ):
         other(tools=Custom()).resume("r1")
     assert other(tools=World().registry()).resume("r1").status == "exhausted"
@@ -850,6 +1010,33 @@ def test_another_sqlite_database_and_a_directory(db: Path, tmp_path: Path) -> No
         SQLiteLedger(db)
     with pytest.raises(LedgerError, match=r"expected a ledger file, got a directory"):
         SQLiteLedger(tmp_path)
+
+
+def test_a_ledger_in_memory_is_refused_and_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for path in (":memory:", Path(":memory:"), ""):
+        with pytest.raises(
+            ValueError,
+            match=r"^expected the path of a ledger file, got '(:memory:)?': a ledger outside a "
+            r"file survives no crash and cannot be shared between processes",
+        ):
+            SQLiteLedger(path)
+    with pytest.raises(TypeError, match=r"expected path to be a str or a Path, got bytes"):
+        SQLiteLedger(b"runs.db")  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []  # no ':memory:-lock', no ':memory:' file
+
+
+def test_run_ids_checks_finished(db: Path) -> None:
+    ledger = SQLiteLedger(db)
+    for wrong in ("no", 0, 1, [True]):
+        with pytest.raises(
+            TypeError,
+            match=rf"^expected finished to be a bool or None, got {type(wrong).__name__}$",
+        ):
+            ledger.run_ids(finished=wrong)  # type: ignore[arg-type]
+    assert ledger.run_ids(finished=True) == ledger.run_ids(finished=None) == []
 
 
 def test_damaged_records_are_named(db: Path) -> None:

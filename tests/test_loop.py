@@ -58,6 +58,37 @@ def test_tool_then_final(driver: Driver) -> None:
     assert [e.dest for e in result.events] == [V, D, A, V, "finished"]
 
 
+def test_tools_may_be_a_list_of_tools_and_handlers(driver: Driver) -> None:
+    """tools=[Tool(...), handler] becomes a registry, as ToolRegistry([...]) does."""
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    def sub(a: int, b: int) -> int:
+        return a - b
+
+    loop = Loop(
+        Script(
+            [
+                call("c1", a=2, b=2),
+                call("c2", "minus", a=5, b=3),
+                call("c3", "sub", a=5, b=3),
+                final("ok"),
+            ]
+        ),
+        tools=[sub, agentloop.Tool(add, idempotent=True)],
+        max_calls=3,
+    )
+    assert isinstance(loop.dispatcher, agentloop.ToolRegistry)
+    assert [tool.name for tool in loop.dispatcher] == ["sub", "add"]
+    assert loop.dispatcher["add"].idempotent is True
+    result = driver.run(loop, "go")
+    results = [m for m in result.transcript if m["kind"] == "tool_result"]
+    assert [(m["status"], m["content"]) for m in results[:1]] == [("ok", 4)]
+    assert results[1]["status"] == "unknown_tool"  # the function's name is the tool's: "sub"
+    assert (results[2]["status"], results[2]["content"]) == ("ok", 2)
+
+
 def test_call_beyond_budget_is_exhausted(driver: Driver) -> None:
     """A new call after the last permitted one stops the run; nothing runs."""
     add = Recorder()

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from agentloop._core._approval import Decision
-    from agentloop._core._values import Budget
+    from agentloop._core._values import Budget, CancelToken
     from agentloop._durable._ledger import LedgerWriter
 
 __all__ = [
@@ -287,10 +287,25 @@ class DurableEngine(Engine):
     Only the protocol's methods are wrapped; the state machine is the
     engine's own. During a resume the records are fed to ``Engine``'s own
     methods (nothing is recorded twice); the drivers then call these.
+
+    ``handed`` holds the calls a resume handed out (so that the outcomes
+    recorded after them could be reported) and no driver has run yet:
+    ``next()`` hands them to the driver first, and ``unstarted`` counts them.
     """
 
-    __slots__ = ("__weakref__", "journal")
+    __slots__ = ("__weakref__", "_given", "handed", "journal")
     journal: Journal
+
+    def __init__(
+        self,
+        messages: str | list[dict[str, Any]],
+        *,
+        budget: Budget,
+        cancel: CancelToken | None,
+    ) -> None:
+        super().__init__(messages, budget=budget, cancel=cancel)
+        self.handed: list[RunTool] = []
+        self._given: str | None = None  # the handed call last given to the driver
 
     @property
     def run_id(self) -> str:
@@ -300,8 +315,18 @@ class DurableEngine(Engine):
     def __repr__(self) -> str:
         return f"<DurableEngine run_id={self.journal.run_id!r} {super().__repr__()[8:]}"
 
+    @property
+    def unstarted(self) -> int:
+        return super().unstarted + len(self.handed)
+
     def next(self) -> AskModel | RunTool | AwaitApproval | Transition:
         self.journal.check()
+        if self.handed and not self.done:
+            # Handed out by the resume: its cancel checkpoint was passed then.
+            handed = self.handed.pop(0)
+            self._given = handed.call["id"]
+            return handed
+        self._given = None
         need = super().next()
         if type(need) is Transition and need.dest in TERMINAL:
             self._ended(need)
@@ -313,12 +338,16 @@ class DurableEngine(Engine):
         return self._after(super().replied(reply))
 
     def returned(self, outcome: object, call_id: str | None = None) -> Transition:
+        if call_id is None:  # a one-at-a-time driver reports on the call it was given last
+            call_id = self._given
         answering = self._answering_id(call_id)
         if answering is not None:
             outcome = self.journal.tool_finished(answering, outcome)
         return self._after(super().returned(outcome, call_id))
 
     def raised(self, exc: Exception, call_id: str | None = None) -> Transition:
+        if call_id is None:
+            call_id = self._given
         if isinstance(exc, Exception):
             if self.outstanding is _ASK_MODEL:
                 self.journal.model_raised(self.steps, exc)

@@ -14,15 +14,19 @@ never run again. Where the run was cut short, the driver goes on live:
   result saying its outcome is unknown, or runs again if its tool is
   idempotent (under the same idempotency key).
 
-A batch's finished calls are reported in the order they were recorded, up
-to the first one that would need a call handed out that never finished;
-the rest of the batch goes live (a call finished after that one is answered
-from its record). A run that ended is replayed to its recorded ``end``, and
-the transition the engine makes there must be the one recorded.
+A batch's finished calls are all reported, in the order they were recorded
+(the order the run reported them), before anything goes live: calls are
+handed out in emission order, so a call that finished while an earlier one
+still ran needs that one handed out first, unfinished. The driver is given
+those first (``DurableEngine.handed``), so every live report comes after
+every recorded one, as its record does: reading the ended run back gives
+the events the live run made. A run that ended is replayed to its recorded
+``end``, and the transition the engine makes there must be the one recorded.
 """
 
 from __future__ import annotations
 
+import re
 import weakref
 from typing import TYPE_CHECKING, Any, Final
 from uuid import uuid4
@@ -68,6 +72,8 @@ __all__ = ["begin", "resume"]
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 _INTERRUPTIONS: Final = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
 _WHILE_THE_MODEL_WORKED: Final = (Trigger.MODEL_REPLIED, Trigger.MODEL_RAISED)
+_ABSENT: Final = object()  # a fingerprint's field that one side does not have
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # a key shown as .key, not ['key']
 
 
 def begin(
@@ -80,10 +86,7 @@ def begin(
     cancel: CancelToken | None,
 ) -> DurableEngine:
     """A new durable run: the input checked, then its header recorded and the run claimed."""
-    if run_id is None:
-        run_id = uuid4().hex
-    elif type(run_id) is not str or not run_id:
-        raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
+    run_id = uuid4().hex if run_id is None else _checked_run_id(run_id)
     engine = DurableEngine(messages, budget=budget, cancel=cancel)  # bad input raises first
     writer = ledger.create(
         run_id, header(run_id, engine.history(), fingerprint(budget, dispatcher))
@@ -107,8 +110,7 @@ def resume(
     A finished run is only read; any other is claimed first, so its records
     cannot change while they are replayed.
     """
-    if type(run_id) is not str or not run_id:
-        raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
+    run_id = _checked_run_id(run_id)
     writer: LedgerWriter | None
     busy: RunBusyError | None = None
     try:
@@ -155,6 +157,26 @@ def resume(
         return engine, None
     engine.journal.link(cancel.on_cancel(token.cancel))  # the caller's token, from now on
     return engine, token
+
+
+def _checked_run_id(run_id: object) -> str:
+    """``run_id`` if it is a run id: any non-empty str of text (``'order-42'``, a uuid)."""
+    if type(run_id) is not str:
+        raise TypeError(
+            f"expected run_id to be a non-empty str (say 'order-42'), got {type(run_id).__name__}"
+        )
+    if not run_id:
+        raise ValueError(
+            "expected run_id to be a non-empty str (say 'order-42'), got '': leave run_id out "
+            "for a fresh one"
+        )
+    try:
+        run_id.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"expected run_id to be text (it is stored as UTF-8), got {run_id!r:.80}: {exc.reason}"
+        ) from None
+    return run_id
 
 
 class _NoWriter:
@@ -318,38 +340,38 @@ def _texts(value: object, *keys: str) -> bool:
 
 
 def _differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """What differs between two fingerprints, one line each."""
-    found = []
-    was, now = recorded.get("budget") or {}, current["budget"]
-    for name in sorted(was.keys() | now.keys()):
-        if was.get(name) != now.get(name):
-            found.append(f"{name}: recorded {was.get(name)!r}, this Loop has {now.get(name)!r}")
-    if ("tools" in recorded) != ("tools" in current) or recorded.get("dispatcher") != current.get(
-        "dispatcher"
-    ):
-        found.append(f"tools: recorded {_tools(recorded)}, this Loop has {_tools(current)}")
-        return found
-    was, now = recorded.get("tools") or {}, current.get("tools") or {}
-    for name in sorted(was.keys() | now.keys()):
-        if name not in now:
-            found.append(f"tool {name!r}: recorded, and missing from this Loop")
-        elif name not in was:
-            found.append(f"tool {name!r}: new in this Loop, not recorded")
-        else:
-            if was[name].get("parameters") != now[name]["parameters"]:
-                found.append(f"tool {name!r}: its parameters schema differs from the recorded one")
-            if was[name].get("idempotent") != now[name]["idempotent"]:
-                found.append(
-                    f"tool {name!r}: recorded idempotent={was[name].get('idempotent')!r}, "
-                    f"this Loop has idempotent={now[name]['idempotent']!r}"
-                )
+    """What differs between two fingerprints: each field by its path, recorded and now.
+
+    ``tools.add.parameters.properties.b.type: recorded 'integer', now 'string'``.
+    """
+    found: list[str] = []
+    _compare("", recorded, orjson.loads(orjson.dumps(current)), found)  # both as JSON reads
     return found
 
 
-def _tools(configuration: dict[str, Any]) -> str:
-    if "tools" in configuration:
-        return f"a ToolRegistry of {sorted(configuration['tools'])}"
-    return f"a dispatcher of type {configuration.get('dispatcher')}"
+def _compare(path: str, was: object, now: object, found: list[str]) -> None:
+    if was == now:
+        return
+    if type(was) is dict and type(now) is dict:
+        for key in sorted(was.keys() | now.keys()):
+            step = f"{path}.{key}" if _NAME.fullmatch(key) else f"{path}[{key!r}]"
+            _compare(step.lstrip("."), was.get(key, _ABSENT), now.get(key, _ABSENT), found)
+        return
+    if was is _ABSENT:
+        before = "not recorded"
+    else:
+        before = "recorded" if type(was) is dict else f"recorded {_shown(was)}"
+    if now is _ABSENT:
+        after = "missing now"
+    else:
+        after = "present now" if type(now) is dict else f"now {_shown(now)}"
+    found.append(f"{path}: {before}, {after}")
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``; a long list or number cut short (a str, a type's name, is kept whole)."""
+    text = repr(value)
+    return text if len(text) <= 100 or type(value) is str else text[:97] + "..."
 
 
 # -- feeding them to the engine ---------------------------------------------------------------
@@ -362,6 +384,7 @@ def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> N
     batch: tuple[str, ...] = ()
     order: list[tuple[str, int]] = []  # the batch's reports: (call id, calls to hand out first)
     position = 0
+    handed: list[RunTool] = []
     try:
         while not engine.done:
             if end is not None and made == end[0] and _end(engine, end[1], token, replies):
@@ -388,7 +411,7 @@ def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> N
                 Engine.next(engine)
                 made += 1
                 if engine.state is State.DISPATCHING:
-                    order, position = _reports(batch, finished, recorded.order), 0
+                    order, position, handed = _reports(batch, finished, recorded.order), 0, []
                     asked = {i: recorded.asked[i] for i in batch if i in recorded.asked}
                     if asked:  # the batch waited for a person before any of it ran
                         Engine.asked_approval(engine, asked)
@@ -405,13 +428,17 @@ def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> N
                 call_id, hand_out = order[position]
                 position += 1
                 for _ in range(hand_out):
-                    if type(Engine.next(engine)) is not RunTool:
+                    need = Engine.next(engine)
+                    if type(need) is not RunTool:
                         raise _diverged(recorded, f"call {call_id!r} is recorded as finished")
+                    handed.append(need)
                 Engine.returned(engine, finished[call_id], call_id)
                 made += 1
     except (InvalidStateError, Mismatch) as exc:
         raise _diverged(recorded, str(exc)) from None
     if end is None:
+        if not engine.done:  # the calls handed out here that no process finished
+            engine.handed = [need for need in handed if need.call["id"] in engine.running]
         return
     at, event = end
     events = engine.events()
@@ -472,22 +499,16 @@ def _reports(
 ) -> list[tuple[str, int]]:
     """The batch's recorded outcomes in recorded order, each with the calls to hand out first.
 
-    Calls are handed out in emission order; a report that would need a call
-    handed out that never finished is left to the live driver, and so is
-    every report after it that is not of a call handed out already.
+    Calls are handed out in emission order, so a report may need calls handed
+    out before it that finish later, or never (the live driver runs those).
     """
     ranked = sorted((order[call_id], call_id) for call_id in batch if call_id in finished)
     place = {call_id: index for index, call_id in enumerate(batch)}
-    reports, handed_out, blocked = [], 0, False
+    reports, handed_out = [], 0
     for _, call_id in ranked:
         index = place[call_id]
-        if index < handed_out:
-            reports.append((call_id, 0))
-        elif not blocked and all(batch[i] in finished for i in range(handed_out, index)):
-            reports.append((call_id, index + 1 - handed_out))
-            handed_out = index + 1
-        else:
-            blocked = True
+        reports.append((call_id, max(0, index + 1 - handed_out)))
+        handed_out = max(handed_out, index + 1)
     return reports
 
 

@@ -53,7 +53,8 @@ _SCHEMA: Final = (
 class SQLiteLedger:
     """A ledger in one SQLite file (stdlib ``sqlite3``, WAL mode): ``Loop(..., ledger=...)``.
 
-    ``SQLiteLedger("runs.db")`` creates the file, or opens one it made before.
+    ``SQLiteLedger("runs.db")`` creates the file, or opens one it made before;
+    ``":memory:"`` is refused (``ValueError``): a ledger must outlive its process.
     A file that is not a ledger, is cut short, or was written by a newer
     agentloop is refused right here with a ``LedgerError`` saying which.
     ``synchronous`` is ``"FULL"`` (every record synced to disk before the run
@@ -74,6 +75,14 @@ class SQLiteLedger:
             raise ValueError(
                 f"expected synchronous to be 'FULL' or 'NORMAL', got {synchronous!r}: "
                 "with less, a committed record could be lost and a call run twice"
+            )
+        if not isinstance(path, str | os.PathLike):
+            raise TypeError(f"expected path to be a str or a Path, got {type(path).__name__}")
+        if os.fspath(path) in (":memory:", ""):
+            raise ValueError(
+                f"expected the path of a ledger file, got {os.fspath(path)!r}: a ledger "
+                "outside a file survives no crash and cannot be shared between processes "
+                "(for tests, use a file in a temporary directory)"
             )
         self.path = Path(path)
         self.synchronous = synchronous
@@ -177,6 +186,10 @@ class SQLiteLedger:
         After a restart, ``for run_id in ledger.run_ids(finished=False):
         loop.resume(run_id)`` continues every run the crash interrupted.
         """
+        if finished is not None and type(finished) is not bool:
+            raise TypeError(
+                f"expected finished to be a bool or None, got {type(finished).__name__}"
+            )
         query = "SELECT run_id FROM runs"
         if finished is not None:
             has_end = "EXISTS (SELECT 1 FROM records WHERE run = runs.id AND kind = ?)"

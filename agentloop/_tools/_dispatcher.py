@@ -1,4 +1,4 @@
-"""What ``Loop(tools=...)`` accepts: a mapping of handlers, a registry, or a dispatcher."""
+"""What ``Loop(tools=...)`` accepts: handlers, ``Tool`` objects, a registry, a dispatcher."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import typing
 from collections.abc import Mapping
 
 from agentloop._tools._registry import ToolRegistry
+from agentloop._tools._tool import Tool
 
 if typing.TYPE_CHECKING:
     from agentloop._callbacks import Dispatcher
@@ -14,10 +15,19 @@ __all__ = ["as_dispatcher"]
 
 
 def as_dispatcher(tools: object) -> Dispatcher:
-    """Accept a mapping of handlers (made a ``ToolRegistry``), a dispatcher, or None."""
+    """A ``ToolRegistry`` of handlers by name, or of a list of ``Tool`` objects and handlers.
+
+    A dispatcher is taken as it is; ``None`` is no tools.
+    """
     if tools is None:
         return ToolRegistry()
     if isinstance(tools, Mapping):
+        for name, handler in tools.items():
+            if isinstance(handler, Tool):
+                raise TypeError(
+                    f"tool {name!r}: expected a callable handler, got a Tool, which names "
+                    "itself: pass Tools as a list, tools=[Tool(...), ...]"
+                )
         return ToolRegistry(tools)
     try:
         dispatch = getattr(tools, "dispatch", None)
@@ -25,7 +35,15 @@ def as_dispatcher(tools: object) -> Dispatcher:
         dispatch = None
     if callable(dispatch):
         return typing.cast("Dispatcher", tools)
+    if isinstance(tools, list | tuple):
+        for index, tool in enumerate(tools):
+            if not (isinstance(tool, Tool) or callable(tool)):
+                raise TypeError(
+                    f"expected tools[{index}] to be a Tool or a callable handler, "
+                    f"got {type(tool).__name__}"
+                )
+        return ToolRegistry(tools)
     raise TypeError(
-        "expected tools to be a mapping of name -> callable or an object with "
-        f"dispatch(call) -> dict, got {type(tools).__name__}"
+        "expected tools to be a list of Tools (or handlers), a mapping of name -> handler, "
+        f"a ToolRegistry, or an object with dispatch(call) -> dict, got {type(tools).__name__}"
     )
