@@ -10,6 +10,7 @@ property over random batches, policy answers and decisions.
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import subprocess
 import sys
@@ -363,9 +364,11 @@ def test_a_paused_durable_run_goes_on_after_its_process_is_gone(tmp_path: Path) 
     assert ("approval_asked", "l") in kinds
     assert ("decision", "l") in kinds
     assert kinds.index(("decision", "l")) < kinds.index(("tool_started", "s"))
+    assert orjson.loads(records[kinds.index(("approval_asked", "l"))].body) == {
+        "reasons": {"l": "money"}
+    }
     assert orjson.loads(records[kinds.index(("decision", "l"))].body) == {
-        "allowed": False,
-        "reason": "too much",
+        "decisions": {"l": {"allowed": False, "reason": "too much"}}
     }
 
 
@@ -467,3 +470,56 @@ def test_show_and_the_report_list_pending_calls_and_decisions(tmp_path: Path) ->
     page = agentloop.report_html(finished, svg=False)
     assert 'id="pending"' not in page
     assert "approved pay#b; denied pay#c: over the limit" in page
+
+
+# -- crashes at every record of a run that waits for a person ------------------------------
+
+
+def banker(history: list[Message]) -> Message:
+    """A model by history: the same replies in every "process"."""
+    return three() if history[-1]["kind"] == "user" else final("done")
+
+
+def until_done(loop: Loop) -> agentloop.RunResult:
+    """Go on with the recorded run "r", deciding when it waits: approve b, deny c."""
+    result = loop.resume("r")
+    if result.status == "awaiting_approval":
+        result = loop.resume("r", decisions={"b": approve(), "c": deny("no")})
+    return result
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_crash_at_any_record_of_an_approval_resumes_to_the_same_run(when: str) -> None:
+    from tests.ledgers import Crash, CrashingLedger, MemoryLedger
+
+    baseline_desk = Desk()
+    baseline_memory = MemoryLedger()
+    first = Loop(banker, tools=baseline_desk.registry, ledger=baseline_memory)
+    assert first.run("go", run_id="r").status == "awaiting_approval"
+    baseline = until_done(first)
+    assert baseline_desk.ran == [("look", "rates"), ("pay", 5)]
+    appends = baseline_memory.appends
+    assert appends >= 8
+    for at in range(1, appends + 1):
+        memory, desk = MemoryLedger(), Desk()
+        crashing = CrashingLedger(memory, at, when)  # type: ignore[arg-type]
+        try:
+            dying = Loop(banker, tools=desk.registry, ledger=crashing)
+            if dying.run("go", run_id="r").status == "awaiting_approval":
+                dying.resume("r", decisions={"b": approve(), "c": deny("no")})
+        except (Crash, agentloop.LedgerError):
+            assert crashing.dead
+        del dying
+        gc.collect()  # the dead process's claim goes with it
+        result = until_done(Loop(banker, tools=desk.registry, ledger=memory))
+        kinds = [r.kind for r in memory.records["r"]]
+        assert kinds.count("approval_asked") == 1  # asked once, recorded once
+        assert kinds.count("decision") == 1
+        assert result.status == "finished"
+        assert result.calls == baseline.calls == 3
+        for got, want in zip(result.transcript, baseline.transcript, strict=True):
+            if got != want:  # only a call cut off by the crash: outcome unknown, never run twice
+                assert got["content"]["type"] == "OutcomeUnknown", (at, got)
+        assert desk.ran.count(("look", "rates")) <= 1
+        assert desk.ran.count(("pay", 5)) <= 1
+        assert ("pay", 7) not in desk.ran

@@ -30,7 +30,7 @@ from agentloop._tools._registry import ToolRegistry
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
-    from agentloop._core._approval import Decision
+    from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._values import Budget, CancelToken
     from agentloop._durable._ledger import LedgerWriter
 
@@ -178,14 +178,18 @@ class Journal:
         self._append(REPLY, str(step), body)
         return taken
 
-    def asked(self, call_id: str, reason: str) -> None:
-        """Record that a policy asked a person about ``call_id``, and why."""
-        self._append(ASKED, call_id, orjson.dumps({"reason": reason}))
+    def asked(self, pending: tuple[PendingCall, ...]) -> None:
+        """Record what the policies asked a person, and why: one record, so all or nothing."""
+        reasons = {call.call_id: call.reason for call in pending}
+        self._append(ASKED, pending[0].call_id, orjson.dumps({"reasons": reasons}))
 
-    def decision(self, call_id: str, decision: Decision) -> None:
-        """Record a person's decision about ``call_id``."""
-        body = {"allowed": decision.allowed, "reason": decision.reason}
-        self._append(DECISION, call_id, orjson.dumps(body))
+    def decided(self, decisions: tuple[tuple[str, Decision], ...]) -> None:
+        """Record a person's decisions: one record, so all or nothing."""
+        body = {
+            call_id: {"allowed": decision.allowed, "reason": decision.reason}
+            for call_id, decision in decisions
+        }
+        self._append(DECISION, decisions[0][0], orjson.dumps({"decisions": body}))
 
     def model_raised(self, step: int, exc: Exception) -> None:
         """Record that the model raised ``exc`` at ``step`` (and what it cost, if it says)."""
@@ -358,13 +362,11 @@ class DurableEngine(Engine):
         return self._after(super().raised(exc, call_id))
 
     def asked_approval(self, reasons: Mapping[str, str]) -> Transition:
-        for call in self.checked_reasons(reasons):
-            self.journal.asked(call.call_id, call.reason)
+        self.journal.asked(self.checked_reasons(reasons))
         return super().asked_approval(reasons)
 
     def decided(self, decisions: Mapping[str, Decision]) -> Transition:
-        for call_id, decision in self.checked_decisions(decisions):
-            self.journal.decision(call_id, decision)
+        self.journal.decided(self.checked_decisions(decisions))
         return super().decided(decisions)
 
     def interrupted(self, exc: BaseException) -> Transition | None:

@@ -41,9 +41,9 @@ REPLY = "reply"
 STARTED = "tool_started"
 #: A call's outcome, keyed by its call id.
 FINISHED = "tool_finished"
-#: A policy asked a person about a call (its reason), keyed by its call id.
+#: The policies asked a person about calls of a batch (each reason), keyed by the first's id.
 ASKED = "approval_asked"
-#: A person's decision about a pending call, keyed by its call id.
+#: A person's decisions about those calls, keyed by the first's id.
 DECISION = "decision"
 #: The run's terminal transition, keyed by ``""``.
 END = "end"

@@ -242,11 +242,20 @@ class _Recorded:
                 self._finished(record.key, body, where)
                 self.order[record.key] = index
             elif record.kind == ASKED:
-                if body.keys() != {"reason"} or type(body["reason"]) is not str:
-                    raise self._bad(where, "{'reason': str}", body)
-                self.asked[record.key] = body["reason"]
+                reasons = body.get("reasons")
+                if (
+                    body.keys() != {"reasons"}
+                    or type(reasons) is not dict
+                    or not all(type(reason) is str for reason in reasons.values())
+                ):
+                    raise self._bad(where, "{'reasons': {call id: str}}", body)
+                self.asked.update(reasons)
             elif record.kind == DECISION:
-                self.decisions[record.key] = self._decision(body, where)
+                decisions = body.get("decisions")
+                if body.keys() != {"decisions"} or type(decisions) is not dict:
+                    raise self._bad(where, "{'decisions': {call id: decision}}", body)
+                for call_id, decision in decisions.items():
+                    self.decisions[call_id] = self._decision(decision, where)
             elif record.kind == END:
                 self.end = self._end(body, where)
             else:
@@ -279,9 +288,9 @@ class _Recorded:
             raise self._bad(where, "one of 'reply', 'not_json', 'raised'", body)
         self.replies[int(key)] = answer
 
-    def _decision(self, body: dict[str, Any], where: str) -> Decision:
+    def _decision(self, body: object, where: str) -> Decision:
         try:
-            if body.keys() != {"allowed", "reason"}:
+            if type(body) is not dict or body.keys() != {"allowed", "reason"}:
                 raise TypeError("other keys")
             return Decision(allowed=body["allowed"], reason=body["reason"])
         except TypeError:
