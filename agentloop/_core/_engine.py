@@ -7,7 +7,9 @@ the ``Transition`` the engine just made by itself. It then reports what
 happened to the request: ``replied(reply)``, ``returned(outcome, call_id)``,
 ``raised(exc, call_id)`` (the id may be left out while one call runs); and
 ``interrupted(exc)`` when a ``BaseException`` stops it anywhere in a step.
-Every report returns the transition it made. In ``dispatching``, ``next()``
+Every report returns the transition it made. A driver whose tools have
+policies may also report ``asked_approval(reasons)`` before a batch's first
+call; ``next()`` then answers ``AwaitApproval`` until ``decided(decisions)``. In ``dispatching``, ``next()``
 may hand out a batch's next call while others run: a driver that runs calls
 at once asks again. Which row fires, and what it does, is decided only by the
 table in ``_table.py``.
