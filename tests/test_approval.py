@@ -523,3 +523,27 @@ def test_a_crash_at_any_record_of_an_approval_resumes_to_the_same_run(when: str)
         assert desk.ran.count(("look", "rates")) <= 1
         assert desk.ran.count(("pay", 5)) <= 1
         assert ("pay", 7) not in desk.ran
+
+
+def test_a_version_3_run_file_still_reads_and_a_paused_one_is_checked() -> None:
+    """Before approvals: read with no pending calls, no decisions and nothing held."""
+    desk = Desk()
+    plain = batch(call("a", "look", q="x"))
+    result = Loop(Script([plain, final("done")]), tools=desk.registry).run("go")
+    document = orjson.loads(agentloop.run_to_json(result))
+    document["version"] = 3
+    del document["held"]
+    for event in document["events"]:
+        del event["pending"], event["decisions"]
+    assert agentloop.run_from_json(orjson.dumps(document)) == result
+    # A paused run's file is replayed like any other: pending calls it does not hold are refused.
+    paused = Loop(Script([three()]), tools=desk.registry).run("go")
+    document = orjson.loads(agentloop.run_to_json(paused))
+    assert document["held"] == three()
+    document["events"][-1]["pending"][0]["arguments"] = {"amount": 5000}
+    with pytest.raises(agentloop.RunFileError, match=r"\$\.events\[2\]\.pending"):
+        agentloop.run_from_json(orjson.dumps(document))
+    document = orjson.loads(agentloop.run_to_json(paused))
+    document["held"] = None  # the batch that waits must be there
+    with pytest.raises(agentloop.RunFileError, match=r"\$\.events\[1\]"):
+        agentloop.run_from_json(orjson.dumps(document))

@@ -171,7 +171,7 @@ def doc(demo: RunResult) -> Doc:
     return orjson.loads(agentloop.run_to_json(demo))  # type: ignore[no-any-return]
 
 
-def test_document_has_every_version_3_field(demo: RunResult, doc: Doc) -> None:
+def test_document_has_every_version_4_field(demo: RunResult, doc: Doc) -> None:
     """The document carries the header, summary, budget, transcript and every event field."""
     assert list(doc) == [
         "format",
@@ -187,8 +187,10 @@ def test_document_has_every_version_3_field(demo: RunResult, doc: Doc) -> None:
         "transcript",
         "events",
         "rejected",
+        "held",
     ]
-    assert (doc["format"], doc["version"], doc["status"]) == ("agentloop.run", 3, "finished")
+    assert (doc["format"], doc["version"], doc["status"]) == ("agentloop.run", 4, "finished")
+    assert doc["held"] is None
     assert (doc["steps"], doc["calls"]) == (3, 3)
     assert doc["budget"] == {"max_steps": 5, "max_calls": 3, "max_total_tokens": None}
     assert doc["usage"] == {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0}
@@ -217,6 +219,8 @@ def test_document_has_every_version_3_field(demo: RunResult, doc: Doc) -> None:
         "exception": None,
         "appended": [],
         "usage": None,
+        "pending": [],
+        "decisions": [],
     }
     # The batch and both its results, appended by the event that answered its last call.
     assert [message["kind"] for message in doc["events"][3]["appended"]] == [
@@ -333,7 +337,7 @@ def test_run_file_error_is_a_value_error_with_its_parts(doc: Doc) -> None:
     assert isinstance(error, ValueError)
     assert isinstance(error, agentloop.AgentloopError)
     assert error.where == "run file: $.version"
-    assert error.expected == "version 2 or 3 (the ones this agentloop reads)"
+    assert error.expected == "version 2, 3 or 4 (the ones this agentloop reads)"
     assert error.found == "integer 1"
     assert str(error) == f"{error.where}: expected {error.expected}, got {error.found}"
 
@@ -377,7 +381,7 @@ DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
     # (what, mutation, where, a piece of the message)
     ("wrong format", _set("format", "other"), "$.format", "expected format 'agentloop.run'"),
     ("no format", _drop("format"), "$.format", "got no format field"),
-    ("newer version", _set("version", 4), "$.version", "got integer 4"),
+    ("newer version", _set("version", 5), "$.version", "got integer 5"),
     ("version as text", _set("version", "2"), "$.version", "got string '2'"),
     ("version true", _set("version", True), "$.version", "got boolean True"),
     ("no version", _drop("version"), "$.version", "got no version field"),
@@ -477,7 +481,8 @@ DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
         "unfinished run",
         lambda doc: doc["events"].pop(),
         "$.events[7].dest",
-        "a terminal state (a saved run is over), got string 'validating'",
+        "a terminal state or awaiting_approval (where a saved run can stop), got string "
+        "'validating'",
     ),
 ]
 

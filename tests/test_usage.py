@@ -166,9 +166,9 @@ def test_a_version_2_run_file_still_reads() -> None:
     ).run("go")
     document = orjson.loads(agentloop.run_to_json(result))
     document["version"] = 2
-    del document["usage"], document["budget"]["max_total_tokens"]
+    del document["usage"], document["budget"]["max_total_tokens"], document["held"]
     for event in document["events"]:
-        del event["usage"], event["at"], event["took"]
+        del event["usage"], event["at"], event["took"], event["pending"], event["decisions"]
     loaded = agentloop.run_from_json(orjson.dumps(document))
 
     assert loaded == result

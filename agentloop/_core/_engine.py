@@ -9,10 +9,10 @@ happened to the request: ``replied(reply)``, ``returned(outcome, call_id)``,
 ``interrupted(exc)`` when a ``BaseException`` stops it anywhere in a step.
 Every report returns the transition it made. A driver whose tools have
 policies may also report ``asked_approval(reasons)`` before a batch's first
-call; ``next()`` then answers ``AwaitApproval`` until ``decided(decisions)``. In ``dispatching``, ``next()``
-may hand out a batch's next call while others run: a driver that runs calls
-at once asks again. Which row fires, and what it does, is decided only by the
-table in ``_table.py``.
+call; ``next()`` then answers ``AwaitApproval`` until ``decided(decisions)``.
+In ``dispatching``, ``next()`` may hand out a batch's next call while others
+run: a driver that runs calls at once asks again. Which row fires, and what
+it does, is decided only by the table in ``_table.py``.
 
 A transition is committed by appending its event to the log; everything else
 it changes (the state, the history, the counters) is derived from that log

@@ -380,7 +380,8 @@ def _check_header(document: object, source: str) -> None:
     if type(version) is not int or version not in _READS:
         raise RunFileError(
             f"{source}: $.version",
-            f"version {' or '.join(map(str, _READS))} (the ones this agentloop reads)",
+            f"version {', '.join(map(str, _READS[:-1]))} or {_READS[-1]} "
+            "(the ones this agentloop reads)",
             _found(version) if "version" in document else "no version field",
         )
 
