@@ -368,7 +368,7 @@ def test_a_paused_durable_run_goes_on_after_its_process_is_gone(tmp_path: Path) 
         "reasons": {"l": "money"}
     }
     assert orjson.loads(records[kinds.index(("decision", "l"))].body) == {
-        "decisions": {"l": {"allowed": False, "reason": "too much"}}
+        "decisions": {"l": {"allowed": False, "reason": "too much", "fingerprint": None}}
     }
 
 
@@ -484,7 +484,10 @@ def until_done(loop: Loop) -> agentloop.RunResult:
     """Go on with the recorded run "r", deciding when it waits: approve b, deny c."""
     result = loop.resume("r")
     if result.status == "awaiting_approval":
-        result = loop.resume("r", decisions={"b": approve(), "c": deny("no")})
+        pending = {call.call_id: call for call in result.pending}
+        decisions = {"b": pending["b"].approve(), "c": pending["c"].deny("no")}
+        result = loop.resume("r", decisions=decisions)
+        assert loop.resume("r") == result  # read back, bound decisions and all
     return result
 
 
@@ -506,7 +509,7 @@ def test_a_crash_at_any_record_of_an_approval_resumes_to_the_same_run(when: str)
         try:
             dying = Loop(banker, tools=desk.registry, ledger=crashing)
             if dying.run("go", run_id="r").status == "awaiting_approval":
-                dying.resume("r", decisions={"b": approve(), "c": deny("no")})
+                until_done(dying)
         except (Crash, agentloop.LedgerError):
             assert crashing.dead
         del dying

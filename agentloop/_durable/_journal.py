@@ -186,7 +186,11 @@ class Journal:
     def decided(self, decisions: tuple[tuple[str, Decision], ...]) -> None:
         """Record a person's decisions: one record, so all or nothing."""
         body = {
-            call_id: {"allowed": decision.allowed, "reason": decision.reason}
+            call_id: {
+                "allowed": decision.allowed,
+                "reason": decision.reason,
+                "fingerprint": decision.fingerprint,
+            }
             for call_id, decision in decisions
         }
         self._append(DECISION, decisions[0][0], orjson.dumps({"decisions": body}))

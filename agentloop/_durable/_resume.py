@@ -290,11 +290,14 @@ class _Recorded:
 
     def _decision(self, body: object, where: str) -> Decision:
         try:
-            if type(body) is not dict or body.keys() != {"allowed", "reason"}:
+            if type(body) is not dict or body.keys() != {"allowed", "reason", "fingerprint"}:
                 raise TypeError("other keys")
-            return Decision(allowed=body["allowed"], reason=body["reason"])
+            return Decision(
+                allowed=body["allowed"], reason=body["reason"], fingerprint=body["fingerprint"]
+            )
         except TypeError:
-            raise self._bad(where, "a decision {'allowed': bool, 'reason': str}", body) from None
+            expected = "a decision {'allowed': bool, 'reason': str, 'fingerprint': str | None}"
+            raise self._bad(where, expected, body) from None
 
     def _finished(self, key: str, body: dict[str, Any], where: str) -> None:
         exception = body.get("exception")
