@@ -74,7 +74,7 @@ from agentloop._errors import AgentloopError, JSONError
 from agentloop._loop import Loop
 
 if TYPE_CHECKING:
-    from dbos import Queue, WorkflowHandle
+    from dbos import DBOSClient, EnqueueOptions, Queue, WorkflowHandle
 
 __all__ = ["APPROVAL_TOPIC", "STEPS", "DBOSLoop", "cancel", "cancel_requested"]
 
@@ -160,11 +160,31 @@ class DBOSLoop:
         with SetWorkflowID(run_id):
             return queue.enqueue(_run, self.name, history, self._fingerprint)
 
+    def client_enqueue(
+        self,
+        client: DBOSClient,
+        queue_name: str,
+        messages: str | list[dict[str, Any]],
+        *,
+        run_id: str | None = None,
+    ) -> WorkflowHandle[RunResult]:
+        """Enqueue a run through a ``DBOSClient``: from a process that does not launch DBOS."""
+        run_id, history = self._checked(messages, run_id)
+        options: EnqueueOptions = {
+            "workflow_name": "agentloop.run",
+            "queue_name": queue_name,
+            "workflow_id": run_id,
+        }
+        return client.enqueue(options, self.name, history, self._fingerprint)
+
     @staticmethod
-    def result(run_id: str) -> RunResult:
-        """Wait for run ``run_id`` (started in any process) to end; its result."""
+    def result(run_id: str, *, polling_interval_sec: float = 1.0) -> RunResult:
+        """Wait for run ``run_id`` (started in any process) to end; its result.
+
+        The run's status is read every ``polling_interval_sec`` seconds until then.
+        """
         handle: WorkflowHandle[RunResult] = DBOS.retrieve_workflow(run_id)
-        return handle.get_result()
+        return handle.get_result(polling_interval_sec=polling_interval_sec)
 
     def _checked(
         self, messages: str | list[dict[str, Any]], run_id: str | None
