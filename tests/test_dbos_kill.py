@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pytest
 
+import agentloop
+
 pytest.importorskip("dbos")
 
 from . import dbos_worker
@@ -47,6 +49,11 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the kill tests fork")
 
 FUZZ = int(os.environ.get("AGENTLOOP_FUZZ", "1"))
+_AFTER_A_STEP = (
+    agentloop.Trigger.MODEL_REPLIED,
+    agentloop.Trigger.MODEL_RAISED,
+    agentloop.Trigger.TOOL_RETURNED,
+)
 POSTGRES = os.environ.get("AGENTLOOP_TEST_POSTGRES")
 Message = dict[str, Any]
 
@@ -108,14 +115,22 @@ class Baseline:
 
     def __init__(self, script: list[Message]) -> None:
         before = dict(dbos_worker._STATE["counts"])
-        self.result = dbos_worker.result_json(dbos_worker.loop().run(as_input(script)))
+        result = dbos_worker.loop().run(as_input(script))
+        self.result = dbos_worker.result_json(result)
         after = dbos_worker._STATE["counts"]
         self.counts = {point: after.get(point, 0) - before.get(point, 0) for point in after}
+        # The transitions right after a step was recorded (a reply, a call's outcome), and
+        # the last: between the others no step is recorded, so a kill there is one of these.
+        self.after_steps = [
+            index
+            for index, event in enumerate(result.events, 1)
+            if event.trigger in _AFTER_A_STEP or index == len(result.events)
+        ]
 
     def kill_points(self) -> list[dict[str, int]]:
-        return [
+        return [{"transition": n} for n in self.after_steps] + [
             {point: k}
-            for point in ("model", "transition", "handler", "effect")
+            for point in ("model", "handler", "effect")
             for k in range(1, self.counts.get(point, 0) + 1)
         ]
 
@@ -161,7 +176,8 @@ def test_sigkill_at_each_checkpoint_then_dbos_recovers(server: Server, tmp_path:
     after its effect: the next process's DBOS recovers the run, which ends as uninterrupted."""
     baseline = Baseline(CHECKPOINT_SCRIPT)
     points = baseline.kill_points()
-    assert len(points) == 3 + baseline.counts["transition"] + 4 + 4
+    assert len(points) == len(baseline.after_steps) + 3 + 4 + 4
+    assert len(baseline.after_steps) == 3 + 4 + 1  # three replies, four outcomes, the end
     unknown_seen: set[str] = set()
     for index, kill in enumerate(points):
         run_id = f"r{index}"
