@@ -117,3 +117,7 @@ class ConfigurationMismatchError(LedgerError, ValueError):
     def __init__(self, message: str, differences: list[str]) -> None:
         super().__init__(message)
         self.differences = differences
+
+    def __reduce__(self) -> tuple[type[ConfigurationMismatchError], tuple[str, list[str]]]:
+        # Exception pickles by ``args``, the message alone (a DBOS workflow's error is pickled).
+        return type(self), (str(self), self.differences)

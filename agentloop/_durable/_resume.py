@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from agentloop._core._values import Budget
     from agentloop._durable._ledger import Ledger, LedgerRecord, LedgerWriter
 
-__all__ = ["begin", "resume"]
+__all__ = ["begin", "differences", "mismatch", "resume"]
 
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 _INTERRUPTIONS: Final = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
@@ -122,13 +122,9 @@ def resume(
         recorded = _Recorded(run_id, head, records)
         if busy is not None and recorded.end is None:
             raise busy
-        differences = _differences(recorded.fingerprint, fingerprint(budget, dispatcher))
-        if differences:
-            raise ConfigurationMismatchError(
-                f"run {run_id!r} was recorded with another configuration than this Loop's: "
-                + "; ".join(differences),
-                differences,
-            )
+        differences_found = differences(recorded.fingerprint, fingerprint(budget, dispatcher))
+        if differences_found:
+            raise mismatch(run_id, differences_found)
         token = CancelToken()  # cancellation comes from the record until the run goes live
         try:
             engine = DurableEngine(recorded.input, budget=budget, cancel=token)
@@ -351,7 +347,16 @@ def _texts(value: object, *keys: str) -> bool:
     )
 
 
-def _differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+def mismatch(run_id: str, found: list[str]) -> ConfigurationMismatchError:
+    """The error refusing to go on with run ``run_id`` under another configuration."""
+    return ConfigurationMismatchError(
+        f"run {run_id!r} was recorded with another configuration than this Loop's: "
+        + "; ".join(found),
+        found,
+    )
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """What differs between two fingerprints: each field by its path, recorded and now.
 
     ``tools.add.parameters.properties.b.type: recorded 'integer', now 'string'``.

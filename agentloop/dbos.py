@@ -1,0 +1,360 @@
+"""agentloop.dbos: durable runs as DBOS workflows, served by any number of worker processes.
+
+A run is a DBOS workflow whose workflow id is the run id. The workflow is a
+driver like ``Run``: a short loop over the engine's protocol (``next()``,
+then ``replied``/``raised``/``returned``), where what comes from outside is
+a DBOS step, so DBOS records it before the engine takes it:
+
+* ``agentloop.begin``: once, before the first model ask (whether the run was
+  cancelled before it started);
+* ``agentloop.model``: each model call, with its reply (or what the model
+  raised) as the step's output: recovery never asks the model again;
+* ``agentloop.tool_started``, then ``agentloop.tool``: each call, its start,
+  then its outcome (the dispatcher, so the handler, runs inside the second).
+
+After a crash, DBOS runs the workflow again from the top in a worker; every
+step it recorded returns its recorded output instead of running, so a fresh
+engine is fed the same inputs and makes the same transitions (the engine
+reads nothing else from outside, bar a clock for durations). The first step
+that was not recorded runs live.
+
+DBOS records a step only once it has completed, so a crash after a tool's
+effect and before its step was recorded would run it again. Each
+``tool_started`` step is handed a fresh random nonce and returns it: when it
+returns another one, DBOS replayed the step from an earlier execution, so
+this call was started by a process that died. If its ``tool`` step was
+recorded too, DBOS returns that outcome. If not, the ``tool`` step runs, sees
+that the call had been started, and does not call the handler: the result is
+the SQLite ledger's outcome-unknown ``error`` (``OUTCOME_UNKNOWN``), unless
+the tool is idempotent (``Tool(..., idempotent=True)``), which is run again
+under the same idempotency key (``agentloop.idempotency_key()``).
+
+Cancellation (``cancel(run_id)``, from any process) is a marker: a tiny
+workflow whose id is derived from the run id. Each step reads whether it
+exists once its work is done, and returns that with its output, so the
+decision is recorded with the step and a recovery replays it at the same
+checkpoint: before a model ask (from the ``begin`` or the previous step),
+right after a reply, and before each tool (from the previous step).
+
+Needs the ``dbos`` extra; importing this module without it raises an
+``ImportError`` that says so. Import it before ``DBOS.launch()``: it
+registers its two workflows (``agentloop.run`` and ``agentloop.cancel``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+from uuid import uuid4
+
+try:
+    from dbos import DBOS, SetWorkflowID
+except ImportError as exc:
+    raise ImportError(
+        "agentloop.dbos needs DBOS Transact: pip install 'agentloop-fsm[dbos]'"
+    ) from exc
+
+import orjson
+
+from agentloop._core._engine import Engine, checked_outcome, checked_usage, not_json
+from agentloop._core._json import exception_content, intake
+from agentloop._core._values import (
+    AskModel,
+    CancelToken,
+    NotJSON,
+    RecordedException,
+    RunResult,
+    RunTool,
+    Transition,
+    Usage,
+)
+from agentloop._durable._journal import OUTCOME_UNKNOWN, fingerprint, idempotent_tools
+from agentloop._durable._key import KEY
+from agentloop._durable._resume import differences, mismatch
+from agentloop._errors import AgentloopError, JSONError
+from agentloop._loop import Loop
+
+if TYPE_CHECKING:
+    from dbos import DBOSClient, EnqueueOptions, Queue, WorkflowHandle
+
+__all__ = ["APPROVAL_TOPIC", "STEPS", "DBOSLoop", "cancel", "cancel_requested"]
+
+#: The names of the DBOS steps a run records, in the order a tool call records its two.
+STEPS: Final = ("agentloop.begin", "agentloop.model", "agentloop.tool_started", "agentloop.tool")
+_BEGIN: Final[Any] = {"name": STEPS[0]}
+_MODEL: Final[Any] = {"name": STEPS[1]}
+_STARTED: Final[Any] = {"name": STEPS[2]}
+_TOOL: Final[Any] = {"name": STEPS[3]}
+#: Reserved for human approval (not built yet): the ``DBOS.recv`` topic decisions will come on.
+APPROVAL_TOPIC: Final = "agentloop.approval"
+_CANCEL_PREFIX: Final = "agentloop.cancel:"
+
+#: The DBOSLoops of this process, by name: what a run's workflow is driven with.
+_LOOPS: dict[str, DBOSLoop] = {}
+
+
+class DBOSLoop:
+    """A ``Loop`` whose runs are DBOS workflows: durable, queueable, recovered by any worker.
+
+    ``name`` identifies the loop across processes: every worker that may
+    serve its runs (or recover them) makes a ``DBOSLoop`` of that name with
+    the same configuration. A run records the loop's fingerprint (budgets,
+    tool names and schemas, as the SQLite ledger does); a worker whose loop
+    differs refuses to drive it (``ConfigurationMismatchError``). The
+    ``Loop`` must have no ledger (DBOS is the ledger here) and must not need
+    the asyncio driver: the workflow drives the engine synchronously.
+
+    Listeners (``Loop(listeners=...)``) hear each transition as the workflow
+    makes it, in whichever process drives it: after a recovery, the
+    replayed transitions too.
+    """
+
+    def __init__(self, loop: Loop, *, name: str) -> None:
+        if not isinstance(loop, Loop):
+            raise TypeError(f"expected loop to be an agentloop.Loop, got {type(loop).__name__}")
+        if type(name) is not str or not name:
+            raise TypeError(f"expected name to be a non-empty str, got {name!r:.80}")
+        if loop.ledger is not None:
+            raise ValueError(
+                "a DBOSLoop's runs are recorded by DBOS: make its Loop without a ledger"
+            )
+        loop._sync_driver("a DBOSLoop drives its runs synchronously, inside a DBOS workflow")
+        if name in _LOOPS:
+            raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
+        self.loop, self.name = loop, name
+        self._fingerprint = fingerprint(loop.budget, loop.dispatcher)
+        self._idempotent = idempotent_tools(loop.dispatcher)
+        _LOOPS[name] = self
+
+    def __repr__(self) -> str:
+        return f"DBOSLoop({self.loop!r}, name={self.name!r})"
+
+    def close(self) -> None:
+        """Forget this loop in this process: its name can be used again."""
+        if _LOOPS.get(self.name) is self:
+            del _LOOPS[self.name]
+
+    # -- starting runs ------------------------------------------------------------------
+
+    def start(
+        self, messages: str | list[dict[str, Any]], *, run_id: str | None = None
+    ) -> WorkflowHandle[RunResult]:
+        """Start a run in this process (a DBOS workflow with id ``run_id``); its handle.
+
+        Bad input raises here, before anything is recorded. ``run_id`` is made
+        when not given (``handle.workflow_id``). Starting an id that exists
+        returns the existing run's handle (DBOS starts a workflow id once).
+        """
+        run_id, history = self._checked(messages, run_id)
+        with SetWorkflowID(run_id):
+            return DBOS.start_workflow(_run, self.name, history, self._fingerprint)
+
+    def run(self, messages: str | list[dict[str, Any]], *, run_id: str | None = None) -> RunResult:
+        """Start a run and wait for its result."""
+        return self.start(messages, run_id=run_id).get_result()
+
+    def enqueue(
+        self, queue: Queue, messages: str | list[dict[str, Any]], *, run_id: str | None = None
+    ) -> WorkflowHandle[RunResult]:
+        """Put a run on a DBOS ``Queue``: a worker process serving that queue drives it."""
+        run_id, history = self._checked(messages, run_id)
+        with SetWorkflowID(run_id):
+            return queue.enqueue(_run, self.name, history, self._fingerprint)
+
+    def client_enqueue(
+        self,
+        client: DBOSClient,
+        queue_name: str,
+        messages: str | list[dict[str, Any]],
+        *,
+        run_id: str | None = None,
+    ) -> WorkflowHandle[RunResult]:
+        """Enqueue a run through a ``DBOSClient``: from a process that does not launch DBOS."""
+        run_id, history = self._checked(messages, run_id)
+        options: EnqueueOptions = {
+            "workflow_name": "agentloop.run",
+            "queue_name": queue_name,
+            "workflow_id": run_id,
+        }
+        return client.enqueue(options, self.name, history, self._fingerprint)
+
+    @staticmethod
+    def result(run_id: str, *, polling_interval_sec: float = 1.0) -> RunResult:
+        """Wait for run ``run_id`` (started in any process) to end; its result.
+
+        The run's status is read every ``polling_interval_sec`` seconds until then.
+        """
+        handle: WorkflowHandle[RunResult] = DBOS.retrieve_workflow(run_id)
+        return handle.get_result(polling_interval_sec=polling_interval_sec)
+
+    def _checked(
+        self, messages: str | list[dict[str, Any]], run_id: str | None
+    ) -> tuple[str, list[dict[str, Any]]]:
+        if run_id is None:
+            run_id = uuid4().hex
+        elif type(run_id) is not str or not run_id:
+            raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
+        if _LOOPS.get(self.name) is not self:
+            raise ValueError(f"this DBOSLoop ({self.name!r}) was closed")
+        history = Engine(messages, budget=self.loop.budget).history()  # bad input raises
+        return run_id, history
+
+    # -- the workflow's body: the driver ------------------------------------------------
+
+    def _drive(self, history: list[dict[str, Any]], recorded: dict[str, Any]) -> RunResult:
+        run_id = DBOS.workflow_id
+        assert run_id is not None, "a run is driven inside its workflow"
+        found = differences(recorded, self._fingerprint)
+        if found:
+            raise mismatch(run_id, found)
+        token = CancelToken()
+        engine = Engine(history, budget=self.loop.budget, cancel=token)
+        if DBOS.run_step(_BEGIN, cancel_requested, run_id):
+            token.cancel()
+        listeners = self.loop.listeners
+        while not engine.done:
+            need = engine.next()
+            if type(need) is AskModel:
+                answer = DBOS.run_step(_MODEL, self._ask, run_id, need.history)
+                if answer["cancel"]:
+                    token.cancel()  # the checkpoint right after the reply
+                if "raised" in answer:
+                    transition = engine.raised(_exception(answer["raised"], answer.get("usage")))
+                elif "not_json" in answer:
+                    transition = engine.replied(NotJSON(*answer["not_json"]))
+                else:
+                    transition = engine.replied(answer["reply"])
+            elif type(need) is RunTool:
+                call = need.call
+                nonce = uuid4().hex
+                again = DBOS.run_step(_STARTED, _started, call["id"], nonce) != nonce
+                outcome = DBOS.run_step(_TOOL, self._call, run_id, call, again)
+                if outcome.pop("cancel"):
+                    token.cancel()  # the checkpoint before the next tool or model ask
+                if "raised" in outcome:
+                    transition = engine.raised(_exception(outcome["raised"]))
+                else:
+                    if outcome["exception"] is None:
+                        del outcome["exception"]
+                    else:
+                        outcome["exception"] = _exception(outcome["exception"])
+                    transition = engine.returned(outcome)
+            else:
+                # A transition the engine made alone. Human approval (not built yet) goes
+                # here: a run paused in awaiting_approval waits in DBOS.recv(APPROVAL_TOPIC)
+                # for the decisions another process sends (DBOS.send(run_id, ...,
+                # APPROVAL_TOPIC)), and reports them to the engine: recv is recorded, so a
+                # recovery replays the decisions.
+                assert isinstance(need, Transition), need
+                transition = need
+            for listener in listeners:
+                listener(transition)
+        return engine.result()
+
+    def _ask(self, run_id: str, history: list[dict[str, Any]]) -> dict[str, Any]:
+        """The ``agentloop.model`` step: the model's reply (or what it raised), as data."""
+        answer: dict[str, Any]
+        try:
+            reply = self.loop.model(history)
+        except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
+            answer = {"raised": exception_content(exc)}
+            spent = checked_usage(vars(exc).get("usage"))  # as the engine reads it
+            if isinstance(spent, Usage):
+                answer["usage"] = spent._asdict()
+        else:
+            if type(reply) is NotJSON:
+                answer = {"not_json": [reply.text, reply.problem]}
+            else:
+                try:
+                    answer = {"reply": intake(reply, "reply")[1]}
+                except JSONError as exc:
+                    taken = not_json(reply, str(exc))
+                    answer = {"not_json": [taken.text, taken.problem]}
+        answer["cancel"] = cancel_requested(run_id)
+        return answer
+
+    def _call(self, run_id: str, call: dict[str, Any], again: bool) -> dict[str, Any]:
+        """The ``agentloop.tool`` step: the call's outcome, as data.
+
+        ``again``: the call's ``tool_started`` was recorded by a process that
+        died before this step was: its handler may have run. Only an
+        idempotent tool runs then.
+        """
+        outcome: dict[str, Any]
+        if again and call["name"] not in self._idempotent:
+            outcome = {"status": "error", "content": dict(OUTCOME_UNKNOWN), "exception": None}
+        else:
+            key = KEY.set(f"{run_id}:{call['id']}")
+            try:
+                got = self.loop.dispatcher.dispatch(call)
+            except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
+                outcome = {"raised": exception_content(exc)}
+            else:
+                status, content = checked_outcome(got)
+                exception = got.get("exception") if type(got) is dict else None
+                outcome = {
+                    "status": status,
+                    "content": orjson.loads(content),
+                    "exception": (
+                        exception_content(exception)
+                        if isinstance(exception, BaseException)
+                        else None
+                    ),
+                }
+            finally:
+                KEY.reset(key)
+        outcome["cancel"] = cancel_requested(run_id)
+        return outcome
+
+
+def _started(call_id: str, nonce: str) -> str:
+    """The ``agentloop.tool_started`` step: returns the nonce it was given.
+
+    Recorded before the dispatcher is called. A recovery gets back the
+    recorded nonce, not the one it passed: the call started in a process that died.
+    """
+    return nonce
+
+
+def _exception(content: dict[str, str], usage: dict[str, int] | None = None) -> RecordedException:
+    exc = RecordedException(content["type"], content["message"])
+    exc.usage = usage
+    return exc
+
+
+@DBOS.workflow(name="agentloop.run")
+def _run(name: str, history: list[dict[str, Any]], recorded: dict[str, Any]) -> RunResult:
+    """A run of the DBOSLoop ``name``: its workflow id is the run id."""
+    loop = _LOOPS.get(name)
+    if loop is None:
+        raise AgentloopError(
+            f"run {DBOS.workflow_id!r} belongs to the DBOSLoop {name!r}, and this process has "
+            f"none of that name (it has {sorted(_LOOPS)}): make it before DBOS.launch() in "
+            "every worker process"
+        )
+    return loop._drive(history, recorded)
+
+
+@DBOS.workflow(name="agentloop.cancel")
+def _cancel_marker(run_id: str) -> str:
+    """The marker that cancels run ``run_id``: that it exists is the request."""
+    return run_id
+
+
+def cancel(run_id: str) -> None:
+    """Cancel run ``run_id`` from any process with DBOS launched; idempotent.
+
+    The run ends ``cancelled`` at its next checkpoint: before its next model
+    ask (or its first), right after a reply, or before its next tool, with
+    every call of its batch answered. A run that ended already is unchanged.
+    (``DBOS.cancel_workflow`` stops a workflow where it is instead: the run
+    then has no result, and a call cut off has no answer.)
+    """
+    if type(run_id) is not str or not run_id:
+        raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
+    with SetWorkflowID(_CANCEL_PREFIX + run_id):
+        DBOS.start_workflow(_cancel_marker, run_id)
+
+
+def cancel_requested(run_id: str) -> bool:
+    """Whether ``cancel(run_id)`` was called (read live, where a step records it)."""
+    return DBOS.get_workflow_status(_CANCEL_PREFIX + run_id) is not None

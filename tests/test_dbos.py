@@ -1,0 +1,402 @@
+"""agentloop.dbos in one process: runs as DBOS workflows, on SQLite and (given a URL) Postgres.
+
+Every test runs on a SQLite system database; with ``AGENTLOOP_TEST_POSTGRES``
+(a URL) each runs on Postgres too, and is skipped there without one. The
+crash and recovery tests are in ``tests/test_dbos_kill.py``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+pytest.importorskip("dbos")
+
+from dbos import DBOS, SetWorkflowID
+
+import agentloop
+import agentloop.dbos
+from agentloop.dbos import DBOSLoop
+
+from . import dbos_worker
+from .test_kill import CHECKPOINT_SCRIPT, FINAL, batch, call
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+Message = dict[str, Any]
+POSTGRES = os.environ.get("AGENTLOOP_TEST_POSTGRES")
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def system_db(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """DBOS launched in this process on a fresh system database, for the module."""
+    config: dict[str, Any] = {
+        "name": "agentloop-tests",
+        "log_level": "WARNING",
+        "notification_listener_polling_interval_sec": 0.01,
+    }
+    schema = None
+    if request.param == "sqlite":
+        config["system_database_url"] = f"sqlite:///{tmp_path_factory.mktemp('dbos')}/sys.sqlite"
+    else:
+        if not POSTGRES:
+            pytest.skip("no Postgres: set AGENTLOOP_TEST_POSTGRES to a URL (the README says how)")
+        schema = f"agentloop_test_{uuid.uuid4().hex[:12]}"
+        config |= {"system_database_url": POSTGRES, "dbos_system_schema": schema}
+    DBOS(config=config)  # type: ignore[arg-type]
+    DBOS.launch()
+    yield request.param
+    DBOS.destroy(workflow_completion_timeout_sec=0)
+    if schema is not None:
+        import psycopg
+
+        with psycopg.connect(POSTGRES, autocommit=True) as connection:  # type: ignore[arg-type]
+            connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.fixture
+def make(system_db: str) -> Iterator[Any]:
+    """Make DBOSLoops under fresh names; forgotten after the test."""
+    made: list[DBOSLoop] = []
+
+    def make_one(loop: agentloop.Loop) -> DBOSLoop:
+        made.append(DBOSLoop(loop, name=f"t-{uuid.uuid4().hex[:8]}"))
+        return made[-1]
+
+    yield make_one
+    for runs in made:
+        runs.close()
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def scripted(script: list[Message], asked: list[int] | None = None) -> Any:
+    def model(history: list[Message]) -> Message:
+        done = sum(1 for message in history if message["kind"] in ("call", "calls"))
+        if asked is not None:
+            asked.append(done)
+        reply: Message = script[done]
+        return reply
+
+    return model
+
+
+class World:
+    """Tools whose effects are counted, by idempotency key."""
+
+    def __init__(self) -> None:
+        self.effects: list[tuple[str, str | None]] = []
+
+    def registry(self, hook: Any = None) -> agentloop.ToolRegistry:
+        def effect(n: int) -> int:
+            self.effects.append(("effect", agentloop.idempotency_key()))
+            if hook is not None:
+                hook(n)
+            return 2 * n
+
+        def idem(n: int) -> int:
+            self.effects.append(("idem", agentloop.idempotency_key()))
+            return 3 * n
+
+        def fail(n: int) -> int:
+            self.effects.append(("fail", agentloop.idempotency_key()))
+            raise ValueError(f"failed on {n}")
+
+        return agentloop.ToolRegistry(
+            [
+                agentloop.Tool(effect, name="effect"),
+                agentloop.Tool(idem, name="idem", idempotent=True),
+                agentloop.Tool(fail, name="fail"),
+            ]
+        )
+
+
+SCRIPTS = [
+    CHECKPOINT_SCRIPT,
+    [FINAL],
+    [call("c1", "nope", 1), FINAL],  # an unknown tool
+    [call("c1", "effect", 1) | {"arguments": {"n": "x"}}, FINAL],  # bad arguments
+    [{"kind": "nonsense"}],  # malformed
+    [call("c1", "effect", 1), call("c1", "effect", 2), FINAL],  # a repeated id
+    [call(f"c{n}", "effect", n) for n in range(1, 9)],  # out of steps
+]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=range(len(SCRIPTS)))
+def test_a_dbos_run_is_the_run_without_dbos(make: Any, script: list[Message]) -> None:
+    """Status, counters, transcript and usage: the same as the plain Loop's run."""
+    plain_world, world = World(), World()
+    plain = agentloop.Loop(scripted(script), tools=plain_world.registry()).run("go")
+    runs = make(agentloop.Loop(scripted(script), tools=world.registry()))
+    run_id = new_id()
+    result = runs.run("go", run_id=run_id)
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert (result.usage, result.reason, result.error) == (plain.usage, plain.reason, plain.error)
+    assert [(t.source, t.dest, t.trigger) for t in result.events] == [
+        (t.source, t.dest, t.trigger) for t in plain.events
+    ]
+    assert [kind for kind, _ in world.effects] == [kind for kind, _ in plain_world.effects]
+    assert all(key is not None and key.startswith(f"{run_id}:") for _, key in world.effects)
+
+
+def test_each_reply_and_call_is_a_step_in_order(make: Any) -> None:
+    """begin, then a model step per reply, tool_started then tool per call."""
+    runs = make(agentloop.Loop(scripted(CHECKPOINT_SCRIPT), tools=World().registry()))
+    run_id = new_id()
+    runs.run("go", run_id=run_id)
+    steps = DBOS.list_workflow_steps(run_id)
+    begin, model, started, tool = agentloop.dbos.STEPS
+    assert [step["function_name"] for step in steps] == [
+        begin,
+        *(model, started, tool),  # c1
+        *(model, started, tool, started, tool, started, tool),  # c2, c3, c4
+        model,
+    ]
+    assert steps[1]["output"] == {"reply": CHECKPOINT_SCRIPT[0], "cancel": False}
+    assert steps[3]["output"] == {"status": "ok", "content": 2, "exception": None, "cancel": False}
+    failed = steps[10]["output"]
+    assert failed is not None
+    assert failed["status"] == "error"
+    assert failed["exception"] == {"type": "ValueError", "message": "failed on 4"}
+
+
+def test_a_run_id_runs_once(make: Any) -> None:
+    """Starting an id again gives its result; neither model nor tools run again."""
+    asked: list[int] = []
+    world = World()
+    runs = make(agentloop.Loop(scripted(CHECKPOINT_SCRIPT, asked), tools=world.registry()))
+    run_id = new_id()
+    first = runs.run("go", run_id=run_id)
+    assert len(asked) == 3
+    assert len(world.effects) == 4
+    again = runs.run("go", run_id=run_id)
+    assert runs.result(run_id).transcript == again.transcript == first.transcript
+    assert (len(asked), len(world.effects)) == (3, 4)
+
+
+def test_a_run_id_is_made_when_none_is_given(make: Any) -> None:
+    runs = make(agentloop.Loop(scripted([FINAL])))
+    handle = runs.start("go")
+    assert len(handle.workflow_id) == 32
+    assert handle.get_result().output == "done"
+
+
+def test_bad_input_is_refused_before_anything_is_recorded(make: Any) -> None:
+    runs = make(agentloop.Loop(scripted([FINAL])))
+    run_id = new_id()
+    with pytest.raises(TypeError, match="expected the input"):
+        runs.start(5, run_id=run_id)
+    with pytest.raises(TypeError, match="run_id"):
+        runs.start("go", run_id="")
+    assert DBOS.get_workflow_status(run_id) is None
+
+
+def test_a_dbos_loop_is_checked(system_db: str, tmp_path: Path) -> None:
+    """No ledger, no asyncio-only settings, one loop per name, a closed loop starts nothing."""
+    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    with pytest.raises(ValueError, match="without a ledger"):
+        DBOSLoop(agentloop.Loop(scripted([FINAL]), ledger=ledger), name="a")
+    ledger.close()
+
+    async def amodel(history: list[Message]) -> Message:
+        return FINAL
+
+    with pytest.raises(ValueError, match="asyncio driver"):
+        DBOSLoop(agentloop.Loop(amodel), name="a")
+    with pytest.raises(TypeError, match=r"agentloop\.Loop"):
+        DBOSLoop(scripted([FINAL]), name="a")
+    runs = DBOSLoop(agentloop.Loop(scripted([FINAL])), name="same")
+    with pytest.raises(ValueError, match="exists"):
+        DBOSLoop(agentloop.Loop(scripted([FINAL])), name="same")
+    runs.close()
+    with pytest.raises(ValueError, match="closed"):
+        runs.start("go")
+    assert repr(runs).startswith("DBOSLoop(Loop(")
+
+
+def test_a_run_recorded_under_another_configuration_is_refused(make: Any) -> None:
+    """The worker's loop must have the fingerprint the run was started with."""
+    runs = make(agentloop.Loop(scripted([FINAL]), tools=World().registry(), max_steps=8))
+    recorded = agentloop._durable._journal.fingerprint(
+        agentloop.Budget(max_steps=9, max_calls=4), runs.loop.dispatcher
+    )
+    run_id = new_id()
+    with SetWorkflowID(run_id):
+        handle = DBOS.start_workflow(
+            agentloop.dbos._run, runs.name, [{"kind": "user", "text": "go"}], recorded
+        )
+    with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
+        handle.get_result()
+    assert caught.value.differences == ["max_steps: recorded 9, this Loop has 8"]
+
+
+def test_a_run_of_a_loop_this_process_lacks_fails_saying_so(system_db: str) -> None:
+    run_id = new_id()
+    with SetWorkflowID(run_id):
+        handle = DBOS.start_workflow(agentloop.dbos._run, "missing", [], {})
+    with pytest.raises(agentloop.AgentloopError, match="none of that name"):
+        handle.get_result()
+
+
+def test_what_the_model_raises_is_recorded_as_the_engine_reports_it(make: Any) -> None:
+    class Broke(Exception):
+        def __init__(self, message: str) -> None:
+            super().__init__(message)
+            self.usage = {"input_tokens": 5, "output_tokens": 1, "cached_tokens": 0}
+
+    def model(history: list[Message]) -> Message:
+        raise Broke("no")
+
+    plain = agentloop.Loop(model).run("go")
+    result = make(agentloop.Loop(model)).run("go")
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert result.usage == plain.usage
+    assert result.error == plain.error
+
+
+# -- cancellation: at the next checkpoint, every call answered ------------------------------------
+
+
+def cancelled_like_the_engine(
+    make: Any, script: list[Message], *, in_model: int | None = None, in_tool: int | None = None
+) -> agentloop.RunResult:
+    """The DBOS run cancelled with ``cancel(run_id)`` against the plain run's token."""
+    run_id = new_id()
+    token = agentloop.CancelToken()
+    plain_world, world = World(), World()
+    asks = {"plain": 0, "dbos": 0}
+
+    def model_of(which: str, stop: Any) -> Any:
+        inner = scripted(script)
+
+        def model(history: list[Message]) -> Message:
+            asks[which] += 1
+            if asks[which] == in_model:
+                stop()
+            reply: Message = inner(history)
+            return reply
+
+        return model
+
+    def hook_of(stop: Any) -> Any:
+        def hook(n: int) -> None:
+            if n == in_tool:
+                stop()
+
+        return hook
+
+    plain = agentloop.Loop(
+        model_of("plain", token.cancel), tools=plain_world.registry(hook_of(token.cancel))
+    ).run("go", cancel=token)
+
+    def stop() -> None:  # from another thread, as from another process
+        thread = threading.Thread(target=agentloop.dbos.cancel, args=(run_id,))
+        thread.start()
+        thread.join()
+
+    runs = make(agentloop.Loop(model_of("dbos", stop), tools=world.registry(hook_of(stop))))
+    result: agentloop.RunResult = runs.run("go", run_id=run_id)
+    assert result.status is agentloop.State.CANCELLED
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert len(world.effects) == len(plain_world.effects)
+    return result
+
+
+def test_cancel_before_the_run_starts(make: Any) -> None:
+    runs = make(agentloop.Loop(scripted([FINAL])))
+    run_id = new_id()
+    agentloop.dbos.cancel(run_id)
+    agentloop.dbos.cancel(run_id)  # idempotent
+    assert agentloop.dbos.cancel_requested(run_id)
+    result = runs.run("go", run_id=run_id)
+    assert (result.status, result.steps) == (agentloop.State.CANCELLED, 0)
+
+
+def test_cancel_while_the_model_works_ends_the_run_after_its_reply(make: Any) -> None:
+    """The reply is not taken (the engine rejects it, unrecorded); no tool runs."""
+    script = [batch(call("c1", "effect", 1), call("c2", "effect", 2)), FINAL]
+    result = cancelled_like_the_engine(make, script, in_model=1)
+    assert result.rejected == script[0]
+    assert [m["kind"] for m in result.transcript] == ["user"]
+
+
+def test_cancel_while_a_tool_runs_ends_the_run_before_the_next(make: Any) -> None:
+    script = [batch(call("c1", "effect", 1), call("c2", "effect", 2), call("c3", "idem", 3)), FINAL]
+    result = cancelled_like_the_engine(make, script, in_tool=1)
+    assert [m["status"] for m in result.transcript if m["kind"] == "tool_result"] == [
+        "ok",
+        "cancelled",
+        "cancelled",
+    ]
+
+
+def test_cancel_after_the_last_call_ends_the_run_before_the_model_is_asked(make: Any) -> None:
+    script = [call("c1", "effect", 1), FINAL]
+    result = cancelled_like_the_engine(make, script, in_tool=1)
+    assert result.steps == 1
+
+
+def test_cancel_of_a_finished_run_changes_nothing(make: Any) -> None:
+    runs = make(agentloop.Loop(scripted([FINAL])))
+    run_id = new_id()
+    runs.run("go", run_id=run_id)
+    agentloop.dbos.cancel(run_id)
+    assert runs.result(run_id).status is agentloop.State.FINISHED
+
+
+# -- queues ---------------------------------------------------------------------------------------
+
+
+def test_enqueued_runs_respect_the_queue_concurrency(make: Any) -> None:
+    """Ten runs on a queue of worker concurrency 2: never more than two at once, all finish."""
+    lock, running, most = threading.Lock(), [0], [0]
+    inner = scripted([call("c1", "effect", 1), FINAL])
+
+    def model(history: list[Message]) -> Message:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            reply: Message = inner(history)
+            return reply
+        finally:
+            with lock:
+                running[0] -= 1
+
+    runs = make(agentloop.Loop(model, tools=World().registry()))
+    queue = DBOS.register_queue(
+        f"q-{uuid.uuid4().hex[:8]}", worker_concurrency=2, polling_interval_sec=0.02
+    )
+    handles = [runs.enqueue(queue, "go", run_id=new_id()) for _ in range(10)]
+    results = [handle.get_result(polling_interval_sec=0.02) for handle in handles]
+    assert {result.output for result in results} == {"done"}
+    assert 1 <= most[0] <= 2
+
+
+# -- the public names -----------------------------------------------------------------------------
+
+
+def test_the_module_exports_documented_names() -> None:
+    for name in agentloop.dbos.__all__:
+        value = getattr(agentloop.dbos, name)
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert inspect.getdoc(value), name
+    defined_here = {
+        name
+        for name, value in vars(agentloop.dbos).items()
+        if not name.startswith("_")
+        and (inspect.isclass(value) or inspect.isfunction(value))
+        and value.__module__ == "agentloop.dbos"
+    }
+    assert defined_here <= set(agentloop.dbos.__all__)

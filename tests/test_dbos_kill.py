@@ -1,0 +1,280 @@
+"""DBOS kill tests on real processes: SIGKILL a worker, let DBOS recover its runs.
+
+The durable-runs guarantees, as ``tests/test_kill.py`` states them, for runs
+that are DBOS workflows: the scripts, the uninterrupted baseline and the
+comparison are that file's. A fork server (``tests/dbos_worker.py``) runs
+each DBOS process in a forked child.
+
+* On a SQLite system database (always): one process is killed at each
+  checkpoint of the checkpoint script (inside the model, around each step,
+  inside each tool before and after its effect); a new process with the same
+  executor id launches DBOS, which recovers the run, and finishes it.
+* On Postgres (``AGENTLOOP_TEST_POSTGRES``, a URL; skipped without one): two
+  worker processes serve one queue; 200 runs of random scripts are enqueued
+  from this process (a ``DBOSClient``), and one worker is SIGKILLed at random
+  moments, several times, and restarted, recovering its pending runs.
+
+Each run ends as its uninterrupted run does, but for the documented
+outcome-unknown results; no effect (kept outside DBOS) happened twice, and
+each idempotent call's at least once; every call is answered.
+``AGENTLOOP_FUZZ=N`` multiplies the Postgres runs and kills.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pytest
+
+import agentloop
+
+pytest.importorskip("dbos")
+
+from . import dbos_worker
+from .ledgers import unknown_ids
+from .test_kill import CHECKPOINT_SCRIPT, ROOT, random_script
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the kill tests fork")
+
+FUZZ = int(os.environ.get("AGENTLOOP_FUZZ", "1"))
+_AFTER_A_STEP = (
+    agentloop.Trigger.MODEL_REPLIED,
+    agentloop.Trigger.MODEL_RAISED,
+    agentloop.Trigger.TOOL_RETURNED,
+)
+POSTGRES = os.environ.get("AGENTLOOP_TEST_POSTGRES")
+Message = dict[str, Any]
+
+
+class Server:
+    """The fork server, started once for the module."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.dbos_worker"],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.process.stdin.write(orjson.dumps(request) + b"\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, "the fork server died"
+        answer: dict[str, Any] = orjson.loads(line)
+        assert "crash" not in answer, answer["crash"]
+        return answer
+
+    def job(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Run one job in a child; how it ended, and what it said if it finished."""
+        Path(job["out"]).unlink(missing_ok=True)
+        ended = self.ask({"job": job})
+        if ended.get("code") is None:
+            return ended
+        said: dict[str, Any] = orjson.loads(Path(job["out"]).read_bytes())
+        assert "crash" not in said, said["crash"]
+        return ended | said
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+        self.process.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    started = Server()
+    yield started
+    started.close()
+
+
+def as_input(script: list[Message]) -> str:
+    """A run's input: its script, which the model reads back."""
+    return orjson.dumps(script).decode()
+
+
+class Baseline:
+    """The uninterrupted run, in this process and without DBOS: result and kill points."""
+
+    def __init__(self, script: list[Message]) -> None:
+        before = dict(dbos_worker._STATE["counts"])
+        result = dbos_worker.loop().run(as_input(script))
+        self.result = dbos_worker.result_json(result)
+        after = dbos_worker._STATE["counts"]
+        self.counts = {point: after.get(point, 0) - before.get(point, 0) for point in after}
+        # The transitions right after a step was recorded (a reply, a call's outcome), and
+        # the last: between the others no step is recorded, so a kill there is one of these.
+        self.after_steps = [
+            index
+            for index, event in enumerate(result.events, 1)
+            if event.trigger in _AFTER_A_STEP or index == len(result.events)
+        ]
+
+    def kill_points(self) -> list[dict[str, int]]:
+        return [{"transition": n} for n in self.after_steps] + [
+            {point: k}
+            for point in ("model", "handler", "effect")
+            for k in range(1, self.counts.get(point, 0) + 1)
+        ]
+
+
+def effects_of(lines: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    counted: dict[tuple[str, str], int] = {}
+    for kind, key in lines:
+        counted[kind, key] = counted.get((kind, key), 0) + 1
+    return counted
+
+
+def check(
+    run_id: str, got: dict[str, Any], baseline: Baseline, effects: dict[tuple[str, str], int]
+) -> set[str]:
+    """The recovered run against the uninterrupted one, and its effects; its unknown ids."""
+    want = baseline.result
+    assert (got["status"], got["steps"], got["calls"]) == (
+        want["status"],
+        want["steps"],
+        want["calls"],
+    ), (run_id, got, want)
+    # Equal but for outcome-unknown results of tools that are not idempotent: every call
+    # of the transcript is answered as in the uninterrupted run.
+    unknown = unknown_ids(got["transcript"], want["transcript"], {"idem"})
+    for message in got["transcript"]:
+        if message["kind"] != "tool_result":
+            continue
+        ran = effects.get((message["name"], f"{run_id}:{message['id']}"), 0)
+        if message["name"] == "idem":
+            assert ran >= 1, f"{run_id}: idempotent call {message['id']} never took effect"
+        else:
+            assert ran <= 1, f"{run_id}: call {message['id']} took effect {ran} times"
+            if message["id"] not in unknown:
+                assert ran == 1, f"{run_id}: call {message['id']} has a result, never ran"
+    return unknown
+
+
+# -- SQLite system database: one process killed at each checkpoint ---------------------------------
+
+
+def test_sigkill_at_each_checkpoint_then_dbos_recovers(server: Server, tmp_path: Path) -> None:
+    """Inside the model, after each transition (its step recorded), inside each tool before and
+    after its effect: the next process's DBOS recovers the run, which ends as uninterrupted."""
+    baseline = Baseline(CHECKPOINT_SCRIPT)
+    points = baseline.kill_points()
+    assert len(points) == len(baseline.after_steps) + 3 + 4 + 4
+    assert len(baseline.after_steps) == 3 + 4 + 1  # three replies, four outcomes, the end
+    unknown_seen: set[str] = set()
+    for index, kill in enumerate(points):
+        run_id = f"r{index}"
+        job = {
+            # One system database for all (DBOS makes its tables once): each run its own id.
+            "db": f"sqlite:///{tmp_path / 'dbos.sqlite'}",
+            "sink": {"file": str(tmp_path / "effects")},
+            "out": str(tmp_path / "out.json"),
+            "run_id": run_id,
+            "input": as_input(CHECKPOINT_SCRIPT),
+        }
+        ended = server.job(job | {"mode": "start", "kill": kill})
+        assert ended.get("signal") == signal.SIGKILL, (kill, ended)
+        ended = server.job(job | {"mode": "recover"})
+        assert "result" in ended, (kill, ended)
+        lines = (tmp_path / "effects").read_text().splitlines()
+        effects = effects_of([tuple(line.split(" ")) for line in lines])  # type: ignore[misc]
+        unknown_seen |= check(run_id, ended["result"], baseline, effects)
+    # Killed after c1's, c3's or c4's effect (or before it, once tool_started is recorded),
+    # the call is answered outcome-unknown; the idempotent c2 is run again instead.
+    assert unknown_seen == {"c1", "c3", "c4"}
+
+
+# -- Postgres: two workers, 200 runs, one worker killed at random moments -------------------------
+
+
+@pytest.fixture
+def postgres() -> Iterator[tuple[str, str, str]]:
+    """The URL, a fresh DBOS system schema, and an effects table, dropped afterwards."""
+    if not POSTGRES:
+        pytest.skip("no Postgres: set AGENTLOOP_TEST_POSTGRES to a URL (the README says how)")
+    import psycopg
+
+    suffix = uuid.uuid4().hex[:12]
+    schema, table = f"agentloop_kill_{suffix}", f"agentloop_effects_{suffix}"
+    with psycopg.connect(POSTGRES, autocommit=True) as connection:
+        connection.execute(f"CREATE TABLE {table} (kind text NOT NULL, key text NOT NULL)")
+    yield POSTGRES, schema, table
+    with psycopg.connect(POSTGRES, autocommit=True) as connection:
+        connection.execute(f"DROP TABLE IF EXISTS {table}")
+        connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_two_workers_200_runs_one_worker_killed_again_and_again(
+    server: Server, postgres: tuple[str, str, str]
+) -> None:
+    """Runs on a queue served by two workers; one is SIGKILLed and restarted several times."""
+    import psycopg
+    from dbos import DBOSClient
+
+    from agentloop.dbos import DBOSLoop
+
+    url, schema, table = postgres
+    rng = random.Random(f"dbos-kill-{FUZZ}")
+    runs, kills = 200 * FUZZ, 4 * FUZZ
+    worker = {
+        "db": url,
+        "schema": schema,
+        "sink": {"postgres": url, "table": table},
+        "concurrency": 8,
+    }
+    workers = {
+        name: server.ask({"serve": worker | {"executor": name}})["pid"] for name in ("a", "b")
+    }
+    client = DBOSClient(system_database_url=url, dbos_system_schema=schema)
+    enqueuer = DBOSLoop(dbos_worker.loop(listen=False), name="scripted")
+    try:
+        scripts = {f"run{index}": random_script(rng) for index in range(runs)}
+        for run_id, script in scripts.items():
+            enqueuer.client_enqueue(client, dbos_worker.QUEUE, as_input(script), run_id=run_id)
+        for _ in range(kills):  # a random moment while runs are in flight, then a restart
+            time.sleep(rng.uniform(0.1, 0.6))
+            os.kill(workers["a"], signal.SIGKILL)
+            server.ask({"reap": workers["a"]})
+            workers["a"] = server.ask({"serve": worker | {"executor": "a"}})["pid"]
+        results = {
+            run_id: dbos_worker.result_json(
+                client.retrieve_workflow(run_id).get_result(polling_interval_sec=0.05)
+            )
+            for run_id in scripts
+        }
+        recovered = [
+            status.workflow_id
+            for status in client.list_workflows(queue_name=None)
+            if status.workflow_id in scripts and (status.recovery_attempts or 0) > 1
+        ]
+    finally:
+        for pid in workers.values():
+            os.kill(pid, signal.SIGKILL)
+            server.ask({"reap": pid})
+        client.destroy()
+        enqueuer.close()
+    with psycopg.connect(url) as connection:
+        rows = connection.execute(f"SELECT kind, key FROM {table}").fetchall()
+    effects = effects_of(rows)
+    unknown = 0
+    for run_id, script in scripts.items():
+        unknown += len(check(run_id, results[run_id], Baseline(script), effects))
+    assert recovered, "no kill landed on a run in flight: nothing was recovered"
+    print(f"{len(recovered)} runs recovered, {unknown} outcome-unknown results")
