@@ -238,7 +238,7 @@ def test_a_run_recorded_under_another_configuration_is_refused(make: Any) -> Non
         )
     with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
         handle.get_result()
-    assert caught.value.differences == ["max_steps: recorded 9, this Loop has 8"]
+    assert caught.value.differences == ["budget.max_steps: recorded 9, now 8"]
 
 
 def test_a_run_of_a_loop_this_process_lacks_fails_saying_so(system_db: str) -> None:
