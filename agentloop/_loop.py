@@ -21,7 +21,7 @@ from agentloop._errors import InvalidStateError
 from agentloop._review._runfile import reopen
 from agentloop._sync import Run
 from agentloop._tools._dispatcher import as_dispatcher
-from agentloop._tools._registry import ToolRegistry
+from agentloop._tools._registry import reviewing
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -273,13 +273,13 @@ class Loop:
         dispatch: Callable[[dict[str, Any]], object] = self.dispatcher.dispatch
         if isinstance(engine, _journal.DurableEngine):
             dispatch = _journal.sync_dispatch(engine, dispatch)
-        registry = self._registry()
+        registry = reviewing(self.dispatcher)
         review = None if registry is None else registry.review
         return Run(engine, self.model, dispatch, self.listeners, review)
 
     def _arun(self, engine: Engine, cancel: CancelToken | None) -> AsyncRun:
         dispatch = self._adispatch
-        registry = self._registry()
+        registry = reviewing(self.dispatcher)
         if isinstance(engine, _journal.DurableEngine):
             dispatch = _journal.async_dispatch(engine, dispatch)
         return AsyncRun(
@@ -292,13 +292,6 @@ class Loop:
             max_concurrency=self.max_concurrency,
             listeners=self.listeners,
             review=None if registry is None else registry.areview,
-        )
-
-    def _registry(self) -> ToolRegistry | None:
-        """The registry whose policies review each batch, if the tools have any policy."""
-        dispatcher = self.dispatcher
-        return (
-            dispatcher if isinstance(dispatcher, ToolRegistry) and dispatcher.has_policies else None
         )
 
 

@@ -67,7 +67,7 @@ from agentloop._errors import InvalidStateError, JSONError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-__all__ = ["Engine", "checked_outcome", "checked_usage", "not_json"]
+__all__ = ["Engine", "check_decisions", "checked_outcome", "checked_usage", "not_json"]
 
 _NO_REPLY: Final = object()
 # tuple.__new__ makes a NamedTuple from its fields without the Python-level __new__.
@@ -500,7 +500,7 @@ class Engine:
                 "the run is not awaiting approval",
                 state=self._state,
             )
-        return _checked_decisions(self._pending, decisions)
+        return check_decisions(self._pending, decisions)
 
     def interrupted(self, exc: BaseException) -> Transition | None:
         """The driver was interrupted (``KeyboardInterrupt``, a cancelled task): end cancelled.
@@ -826,7 +826,7 @@ class Engine:
             self._batch, self._call_id, self._tool = (), None, None
 
 
-def _checked_decisions(
+def check_decisions(
     pending: tuple[PendingCall, ...], decisions: object
 ) -> tuple[tuple[str, Decision], ...]:
     """A person's decisions, one per pending call in its order; else what is wrong, raised."""

@@ -45,7 +45,17 @@ from agentloop._tools._results import failed, returned
 from agentloop._tools._specs import SpecFormat, build_specs
 from agentloop._tools._tool import Tool
 
-__all__ = ["Decision", "Policy", "SpecFormat", "Tool", "ToolRegistry", "allow", "ask", "deny"]
+__all__ = [
+    "Decision",
+    "Policy",
+    "SpecFormat",
+    "Tool",
+    "ToolRegistry",
+    "allow",
+    "ask",
+    "deny",
+    "reviewing",
+]
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
@@ -316,6 +326,13 @@ class ToolRegistry:
             ((tool.name, tool.description, tool.parameters) for tool in self._tools.values()),
             format,
         )
+
+
+def reviewing(dispatcher: object) -> ToolRegistry | None:
+    """The registry whose policies review each batch before it runs, if it has any policy."""
+    if isinstance(dispatcher, ToolRegistry) and dispatcher.has_policies:
+        return dispatcher
+    return None
 
 
 def _call_policy(policy: Policy, call: dict[str, Any]) -> object:
