@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agentloop._callbacks import is_async
 from agentloop._core._table import State
 from agentloop._core._values import AskModel, AwaitApproval, RunTool
-from agentloop._run import LOG, RunView, Verdicts, log
+from agentloop._run import LOG, Outcome, RunView, Verdicts, log
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -125,7 +125,7 @@ class AsyncRun(RunView):
         to_thread: bool,
         max_concurrency: int = 1,
         listeners: tuple[Listener, ...] = (),
-        review: Callable[[dict[str, Any]], Awaitable[Decision | None]] | None = None,
+        review: Callable[[dict[str, Any]], Awaitable[Decision | Outcome | None]] | None = None,
     ) -> None:
         super().__init__(engine)
         self._model = model
@@ -286,8 +286,10 @@ class AsyncRun(RunView):
         """The dispatch for ``call``: with the policies' (or a person's) answer, when reviewed."""
         if self._review is None:
             return self._dispatch
-        decision = self._verdicts.of(self._engine, call["id"])
-        return functools.partial(self._dispatch, decision=decision)
+        verdict = self._verdicts.of(self._engine, call["id"])
+        if isinstance(verdict, dict):  # a policy that failed: the call fails closed, unrun
+            return functools.partial(_ready, verdict)
+        return functools.partial(self._dispatch, decision=verdict)
 
     def _drop_tasks(self) -> None:
         """Cancel every running call's task: the engine has answered them ``cancelled``."""
@@ -311,6 +313,11 @@ class AsyncRun(RunView):
         return await _within(
             self._model_timeout, f"no reply within model_timeout={self._model_timeout} s", call
         )
+
+
+async def _ready(outcome: object, call: object) -> object:
+    """An outcome known before the call would run, awaited as a dispatch is."""
+    return outcome
 
 
 def _observed(task: asyncio.Task[object]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from typing import TYPE_CHECKING, Any, Final
@@ -17,6 +18,9 @@ if TYPE_CHECKING:
     from agentloop._core._values import Budget, RunResult, Transition, Usage
 
 __all__ = ["LOG", "RunView", "Verdicts", "log"]
+
+#: A tool's outcome, as a dispatcher answers: ``{'status', 'content'}``.
+Outcome = dict[str, Any]
 
 #: The library's logger: one DEBUG record per transition, silent unless configured.
 LOG: Final = logging.getLogger("agentloop")
@@ -154,14 +158,14 @@ class Verdicts:
 
     def __init__(self) -> None:
         self._at = -1  # the run's call count when the batch in hand was reviewed
-        self._answers: dict[str, Decision] = {}
+        self._answers: dict[str, Decision | Outcome] = {}
 
     def due(self, engine: Engine) -> bool:
         """Whether the batch in hand is still to be reviewed."""
         return engine.state is State.DISPATCHING and self._at != engine.calls
 
     def review(
-        self, engine: Engine, review: Callable[[dict[str, Any]], Decision | None]
+        self, engine: Engine, review: Callable[[dict[str, Any]], Decision | Outcome | None]
     ) -> Transition | None:
         """Ask about each call of the batch; the ``approval_asked`` transition, if any asked."""
         reasons: dict[str, str] = {}
@@ -170,16 +174,20 @@ class Verdicts:
         return engine.asked_approval(reasons) if reasons else None
 
     async def areview(
-        self, engine: Engine, review: Callable[[dict[str, Any]], Awaitable[Decision | None]]
+        self,
+        engine: Engine,
+        review: Callable[[dict[str, Any]], Awaitable[Decision | Outcome | None]],
     ) -> Transition | None:
-        """``review``, awaiting each answer."""
+        """``review``, awaiting the answers about the batch's calls together."""
+        calls = self._begin(engine)
+        answers = await asyncio.gather(*map(review, calls))
         reasons: dict[str, str] = {}
-        for call in self._begin(engine):
-            self._take(call["id"], await review(call), reasons)
+        for call, answer in zip(calls, answers, strict=True):
+            self._take(call["id"], answer, reasons)
         return engine.asked_approval(reasons) if reasons else None
 
-    def of(self, engine: Engine, call_id: str) -> Decision | None:
-        """The answer about ``call_id``: its policies', or a person's."""
+    def of(self, engine: Engine, call_id: str) -> Decision | Outcome | None:
+        """The answer about ``call_id``: its policies' or a person's (or its failed outcome)."""
         return self._answers.get(call_id) or engine.decisions.get(call_id)
 
     def _begin(self, engine: Engine) -> list[dict[str, Any]]:
@@ -188,10 +196,12 @@ class Verdicts:
         decided = engine.decisions
         return [call for call in engine.unstarted_batch() if call["id"] not in decided]
 
-    def _take(self, call_id: str, answer: Decision | None, reasons: dict[str, str]) -> None:
+    def _take(
+        self, call_id: str, answer: Decision | Outcome | None, reasons: dict[str, str]
+    ) -> None:
         if answer is None:
             return
-        if answer.asks:
+        if not isinstance(answer, dict) and answer.asks:
             reasons[call_id] = answer.reason
         else:
             self._answers[call_id] = answer

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from agentloop._callbacks import is_async
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, AwaitApproval, RunTool
-from agentloop._run import LOG, RunView, Verdicts, log
+from agentloop._run import LOG, Outcome, RunView, Verdicts, log
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -40,7 +40,7 @@ class Run(RunView):
         model: Model,
         dispatch: Callable[..., object],
         listeners: tuple[Listener, ...] = (),
-        review: Callable[[dict[str, Any]], Decision | None] | None = None,
+        review: Callable[[dict[str, Any]], Decision | Outcome | None] | None = None,
     ) -> None:
         super().__init__(engine)
         self._model = model
@@ -165,8 +165,12 @@ class Run(RunView):
                 if self._review is None:
                     outcome = self._dispatch(need.call)
                 else:
-                    decision = self._verdicts.of(engine, need.call["id"])
-                    outcome = self._dispatch(need.call, decision=decision)
+                    verdict = self._verdicts.of(engine, need.call["id"])
+                    outcome = (  # a policy that failed: the call fails closed, unrun
+                        verdict
+                        if isinstance(verdict, dict)
+                        else self._dispatch(need.call, decision=verdict)
+                    )
             except Exception as exc:  # noqa: BLE001 - the engine says what it means
                 return engine.raised(exc)
             return engine.returned(outcome)

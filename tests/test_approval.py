@@ -127,12 +127,9 @@ def test_a_batch_waits_whole_until_a_person_decides_each_pending_call() -> None:
         ("b", "ok", "paid 5"),
         ("c", "denied", "over the limit"),
     ]
+    # The denied call was answered by the engine at the decision, never handed out.
     dispatched = [e for e in result.events if e.trigger is Trigger.TOOL_RETURNED]
-    assert [(e.call_id, e.result_status) for e in dispatched] == [
-        ("a", "ok"),
-        ("b", "ok"),
-        ("c", "denied"),
-    ]
+    assert [(e.call_id, e.result_status) for e in dispatched] == [("a", "ok"), ("b", "ok")]
     assert result.pending == ()
     assert result.held is None
 
@@ -550,3 +547,142 @@ def test_a_version_3_run_file_still_reads_and_a_paused_one_is_checked() -> None:
     document["held"] = None  # the batch that waits must be there
     with pytest.raises(agentloop.RunFileError, match=r"\$\.events\[1\]"):
         agentloop.run_from_json(orjson.dumps(document))
+
+
+def test_a_denied_call_never_runs_whatever_goes_on_with_the_run(tmp_path: Path) -> None:
+    """The engine answers a denial itself: a Loop with no policy (or a custom driver) going on
+    from the paused run is never handed the denied call."""
+    paused = Loop(Script([three()]), tools=Desk().registry).run("go")
+    ran: list[tuple[str, int]] = []
+
+    def pay(amount: int) -> str:
+        ran.append(("pay", amount))
+        return "paid"
+
+    careless = Loop(Script([final("done")]), tools={"pay": pay, "look": lambda q: q})
+    result = careless.resume(paused, decisions={"b": deny("no"), "c": deny("no")})
+    assert ran == []
+    assert [(m["id"], m["status"]) for m in result.transcript[2:5]] == [
+        ("a", "ok"),
+        ("b", "denied"),
+        ("c", "denied"),
+    ]
+    # The engine, driven by hand: the denied call is never a RunTool.
+    engine = agentloop.Engine("go")
+    engine.next()
+    engine.replied(three())
+    engine.next()
+    engine.asked_approval({"a": "?", "c": "?"})
+    engine.decided({"a": deny("no"), "c": approve()})
+    handed = []
+    while not engine.done:
+        need = engine.next()
+        if isinstance(need, agentloop.RunTool):
+            handed.append(need.call["id"])
+            engine.returned({"status": "ok", "content": need.call["id"]})
+        elif isinstance(need, agentloop.AskModel):
+            engine.replied(final("done"))
+    assert handed == ["b", "c"]
+    assert [m["status"] for m in engine.result().transcript[2:5]] == ["denied", "ok", "ok"]
+
+
+def test_when_every_call_is_denied_the_model_is_asked_next() -> None:
+    desk = Desk()
+    only_payments = batch(call("b", "pay", amount=5), call("c", "pay", amount=7))
+    run = Loop(Script([only_payments, final("ok")]), tools=desk.registry).start("go")
+    run.finish()
+    decided = run.decide({"b": deny("no"), "c": deny("not either")})
+    assert (decided.guard, decided.dest) == (
+        agentloop.Guard.DENIALS_ANSWER_BATCH,
+        State.AWAITING_MODEL,
+    )
+    assert [m["content"] for m in decided.appended[1:]] == ["no", "not either"]
+    result = run.finish()
+    assert (result.status, result.steps, result.calls, desk.ran) == ("finished", 2, 2, [])
+    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+
+
+def test_a_paused_durable_run_holds_no_claim(tmp_path: Path) -> None:
+    """A Run that waits for a person frees the run: another process (or Loop) may decide;
+    the Run that paused then refuses to go on, since the run went on elsewhere."""
+    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    first = Loop(banker, tools=Desk().registry, ledger=ledger)
+    run = first.start("go", run_id="r")
+    assert run.finish().status == "awaiting_approval"
+    elsewhere = Desk()
+    second = Loop(banker, tools=elsewhere.registry, ledger=agentloop.SQLiteLedger(ledger.path))
+    result = second.resume("r", decisions={"b": approve(), "c": deny("no")})
+    assert result.status == "finished"
+    assert elsewhere.ran == [("look", "rates"), ("pay", 5)]
+    with pytest.raises(agentloop.RunBusyError, match="went on in another process"):
+        run.decide({"b": approve(), "c": approve()})
+    assert run.state is State.AWAITING_APPROVAL  # nothing changed here
+    # Paused again, the same Run goes on once decided, claiming the run back.
+    again = first.start("go", run_id="r2")
+    assert again.finish().status == "awaiting_approval"
+    again.decide({"b": deny("no"), "c": deny("no")})
+    assert again.finish().status == "finished"
+    assert second.resume("r2") == again.result()
+
+
+def test_a_tool_policy_that_denies_wins_over_a_registry_policy_that_asks() -> None:
+    ran: list[int] = []
+    registry = ToolRegistry(policy=lambda call: ask("every call needs a person"))
+
+    @registry.tool(
+        policy=lambda call: deny("over the limit") if call["arguments"]["n"] > 9 else allow()
+    )
+    def spend(n: int) -> int:
+        ran.append(n)
+        return n
+
+    run = Loop(
+        Script([batch(call("s", "spend", n=99), call("t", "spend", n=1)), final("x")]),
+        tools=registry,
+    ).start("go")
+    paused = run.finish()
+    assert [p.call_id for p in paused.pending] == ["t"]  # the denied call is not put to a person
+    run.decide({"t": approve()})
+    result = run.finish()
+    assert ran == [1]
+    assert [(m["id"], m["status"], m["content"]) for m in result.transcript[2:4]] == [
+        ("s", "denied", "over the limit"),
+        ("t", "ok", 1),
+    ]
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_policy_that_raises_is_asked_once_and_the_call_fails_closed(driver: str) -> None:
+    asked: list[str] = []
+    ran: list[int] = []
+
+    def flaky(call: Message) -> Decision:
+        asked.append(call["id"])
+        if len(asked) == 1:
+            raise RuntimeError("policy store down")
+        return allow()
+
+    tools = ToolRegistry([Tool(lambda n: ran.append(n), name="f", policy=flaky)])
+    loop = Loop(Script([call("c", "f", n=1), final("x")]), tools=tools)
+    result = loop.run("go") if driver == "sync" else asyncio.run(loop.arun("go"))
+    assert asked == ["c"]
+    assert ran == []
+    answer = result.transcript[2]
+    assert (answer["status"], answer["content"]["type"]) == ("error", "RuntimeError")
+
+
+async def test_async_policies_about_a_batch_are_awaited_together() -> None:
+    """Each policy waits until all three are asked: asked one after another, they would not."""
+    arrived, everyone = [0], asyncio.Event()
+
+    async def together(call: Message) -> Decision:
+        arrived[0] += 1
+        if arrived[0] == 3:
+            everyone.set()
+        await asyncio.wait_for(everyone.wait(), timeout=10)
+        return allow()
+
+    tools = ToolRegistry([Tool(lambda n: n, name="f", policy=together)])
+    replies = batch(call("a", "f", n=1), call("b", "f", n=2), call("c", "f", n=3))
+    result = await Loop(Script([replies, final("x")]), tools=tools).arun("go")
+    assert [m["status"] for m in result.transcript[2:5]] == ["ok", "ok", "ok"]

@@ -125,6 +125,7 @@ class Engine:
         "_ev_status",
         "_ev_usage",
         "_events",
+        "_handed",
         "_history",
         "_input",
         "_input_ids",
@@ -151,12 +152,14 @@ class Engine:
     _reply_json: bytes
     _problem: str | None
     # The batch in hand: each call's (id, name) in emission order, the results kept so
-    # far (by index), the calls handed out and not yet answered (id -> index), how many
-    # were handed out, and the content for calls an interruption cuts off.
+    # far (by index), the calls handed out and not yet answered (id -> index), how far
+    # the calls were handed out or answered by a person's denial, how many were handed
+    # out, and the content for calls an interruption cuts off.
     _batch: tuple[tuple[str, str], ...]
     _results: dict[int, bytes]
     _running: dict[str, int]
     _started: int
+    _handed: int
     _cut: bytes
     # Approval: the calls of the batch waiting for a person, and each decision taken
     # (by id), and the decisions of the report in hand.
@@ -220,7 +223,7 @@ class Engine:
         self._rejected: object = None
         self._reply, self._reply_json, self._problem = _NO_REPLY, b"", None
         self._call_id = self._tool = None
-        self._batch, self._results, self._running, self._started = (), {}, {}, 0
+        self._batch, self._results, self._running, self._started, self._handed = (), {}, {}, 0, 0
         self._cut = _CUT_OFF
         self._pending, self._decided, self._decisions_in = (), {}, ()
         self._outcome = ("error", b"null")
@@ -264,7 +267,8 @@ class Engine:
         """How many calls of the accepted batch are still to be handed out."""
         if self._state is not State.DISPATCHING:
             return 0
-        return len(self._batch) - self._started
+        results = self._results
+        return sum(i not in results for i in range(self._started, len(self._batch)))
 
     @property
     def usage(self) -> Usage:
@@ -286,7 +290,7 @@ class Engine:
 
         What a driver shows its policies before the batch's first call starts.
         """
-        if self._state is not State.DISPATCHING or self._started:
+        if self._state is not State.DISPATCHING or self._handed:
             return []
         return [self._call_at(index) for index in range(len(self._batch))]
 
@@ -352,7 +356,10 @@ class Engine:
                 state=state,
             )
         if trigger is _START_TOOL:
-            batch, started = self._batch, self._started
+            batch, started, results = self._batch, self._started, self._results
+            while started in results:  # answered by a person's denial: never handed out
+                started += 1
+            self._started = started
             if started == len(batch):
                 raise InvalidStateError(
                     f"cannot go on in state {state.value!r}: every call of the batch was "
@@ -445,7 +452,7 @@ class Engine:
 
     def checked_reasons(self, reasons: object) -> tuple[PendingCall, ...]:
         """The pending calls ``asked_approval(reasons)`` would hold; raises if it would refuse."""
-        if self._state is not State.DISPATCHING or self._started:
+        if self._state is not State.DISPATCHING or self._handed:
             raise InvalidStateError(
                 f"cannot ask for approval in state {self._state.value!r}: only an accepted "
                 "batch none of whose calls has started can wait for a person",
@@ -562,6 +569,13 @@ class Engine:
     def _batch_open(self) -> bool:
         return len(self._results) + 1 < len(self._batch)
 
+    def _denials_answer_batch(self) -> bool:
+        denied = {call_id for call_id, decision in self._decisions_in if not decision.allowed}
+        results = self._results
+        return all(
+            index in results or call_id in denied for index, (call_id, _) in enumerate(self._batch)
+        )
+
     # -- effects (named in the table) -------------------------------------------
 
     def _count_step(self) -> None:
@@ -582,6 +596,7 @@ class Engine:
     def _start_call(self) -> None:
         self._running[self._call_id] = self._started  # type: ignore[index]
         self._started += 1
+        self._handed += 1
 
     def _keep_result(self) -> None:
         status, content_json = self._outcome
@@ -610,8 +625,19 @@ class Engine:
         self._ev_pending = self._pending
 
     def _keep_decisions(self) -> None:
-        self._ev_decisions = self._decisions_in
-        self._decided.update(self._decisions_in)
+        self._ev_decisions = decisions = self._decisions_in
+        self._decided.update(decisions)
+        # A denied call is answered here, by the engine: no driver is handed it to run.
+        place = {call_id: index for index, (call_id, _) in enumerate(self._batch)}
+        for call_id, decision in decisions:
+            if not decision.allowed:
+                index = place[call_id]
+                reason = orjson.dumps(decision.reason)
+                self._results[index] = tool_result_json(
+                    call_id, self._batch[index][1], "denied", reason
+                )
+                if call_id == self._call_id:
+                    self._ev_status = "denied"
 
     def _append_final(self) -> None:
         self._ev_appended = (self._reply_json,)
@@ -770,7 +796,12 @@ class Engine:
             # The batch in hand was accepted: keep only the results its events committed.
             self._reserved.update(call_id for call_id, _ in self._batch)
             accepted = max(i for i, event in enumerate(events) if event.source is State.VALIDATING)
-            answered = {event.call_id for event in events[accepted + 1 :]}
+            answered = {event.call_id for event in events[accepted + 1 :]} | {
+                call_id
+                for event in events[accepted + 1 :]
+                for call_id, decision in event.decisions
+                if not decision.allowed
+            }
             ids = [call_id for call_id, _ in self._batch]
             self._results = {i: r for i, r in self._results.items() if ids[i] in answered}
             self._running = {ids[i]: i for i in range(self._started) if ids[i] not in answered}
@@ -819,7 +850,7 @@ class Engine:
             )
             # A batch of one names its call from the start; a longer one, call by call.
             self._call_id, self._tool = batch[0] if len(batch) == 1 else (None, None)
-            self._results, self._running, self._started = {}, {}, 0
+            self._results, self._running, self._started, self._handed = {}, {}, 0, 0
             self._cut = _CUT_OFF
             self._pending, self._decided = (), {}
         else:

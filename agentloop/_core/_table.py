@@ -172,6 +172,8 @@ class Guard(enum.StrEnum):
     BATCH_UNDERWAY = "batch_underway"
     #: A call of the batch besides the one reported is still to start or to finish.
     BATCH_OPEN = "batch_open"
+    #: The person denied every call of the batch that has no result yet.
+    DENIALS_ANSWER_BATCH = "denials_answer_batch"
 
 
 class Effect(enum.StrEnum):
@@ -210,7 +212,8 @@ class Effect(enum.StrEnum):
     NOTE_REPEATED_CALL = "note_repeated_call"
     #: The event lists the calls a policy asked about (``pending``), each with its reason.
     HOLD_CALLS = "hold_calls"
-    #: The event keeps a person's decision for every pending call (``decisions``).
+    #: The event keeps a person's decision for every pending call (``decisions``); a
+    #: denied call is answered ``denied`` with the person's reason, and never handed out.
     KEEP_DECISIONS = "keep_decisions"
 
 
@@ -288,6 +291,9 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
      "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
     {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL,
      "dest": None},
+    {"source": S.AWAITING_APPROVAL, "trigger": T.APPROVAL_DECIDED,
+     "conditions": [G.DENIALS_ANSWER_BATCH],
+     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.KEEP_DECISIONS, E.APPEND_BATCH]},
     {"source": S.AWAITING_APPROVAL, "trigger": T.APPROVAL_DECIDED,
      "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.KEEP_DECISIONS]},
     # -- interrupted between checkpoints: the run ends, nothing is half-recorded

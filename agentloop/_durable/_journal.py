@@ -24,7 +24,7 @@ from agentloop._core._table import TERMINAL, Trigger
 from agentloop._core._values import AskModel, AwaitApproval, NotJSON, RunTool, Transition, Usage
 from agentloop._durable._key import KEY
 from agentloop._durable._ledger import ASKED, DECISION, END, FINISHED, REPLY, STARTED, LedgerRecord
-from agentloop._errors import JSONError, LedgerError
+from agentloop._errors import JSONError, LedgerError, RunBusyError
 from agentloop._tools._registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._values import Budget, CancelToken
-    from agentloop._durable._ledger import LedgerWriter
+    from agentloop._durable._ledger import Ledger, LedgerWriter
 
 __all__ = [
     "FORMAT",
@@ -104,12 +104,17 @@ class Journal:
     earlier process to their outcome, which a call gets instead of running
     (only an outcome recorded before a resume can be asked for). A write that fails
     breaks the journal: the claim is released (another process, or a later
-    ``resume``, can take over) and every later write raises.
+    ``resume``, can take over) and every later write raises. While the run
+    waits for a person (``pause``) it holds no claim either: the next write
+    claims the run again, if no other process went on with it meanwhile.
     """
 
     __slots__ = (
         "_broken",
         "_idempotent",
+        "_ledger",
+        "_paused",
+        "_records",
         "_unlink",
         "_writer",
         "answered",
@@ -125,8 +130,13 @@ class Journal:
         idempotent: frozenset[str],
         started: set[str] | None = None,
         finished: dict[str, dict[str, Any]] | None = None,
+        *,
+        ledger: Ledger | None = None,
+        records: int = 0,
     ) -> None:
         self._writer, self.run_id, self._idempotent = writer, run_id, idempotent
+        # The store, to claim the run again after a pause, and how many records it holds.
+        self._ledger, self._records, self._paused = ledger, records, False
         self.started = set() if started is None else started
         self.finished = {} if finished is None else finished
         self.answered = set(self.finished)
@@ -152,14 +162,34 @@ class Journal:
                 "is recorded here: continue the run with loop.resume(run_id)"
             )
 
+    def pause(self) -> None:
+        """Give up the claim while the run waits for a person: any process may go on with it."""
+        self._writer.release()
+        self._paused = True
+
+    def _reclaim(self) -> None:
+        """Claim the paused run again, unless another process went on with it meanwhile."""
+        assert self._ledger is not None, "a journal that pauses knows its ledger"
+        writer = self._ledger.claim(self.run_id)  # RunBusyError while another holds it
+        if len(self._ledger.read(self.run_id)[1]) != self._records:
+            writer.release()
+            raise RunBusyError(
+                f"run {self.run_id!r} went on in another process while it waited for a person "
+                "here; continue it with loop.resume(run_id)"
+            )
+        self._writer, self._paused = writer, False
+
     def _append(self, kind: str, key: str, body: bytes) -> None:
         self.check()
+        if self._paused:
+            self._reclaim()
         try:
             self._writer.append(LedgerRecord(kind, key, body))
         except Exception as exc:
             self._broken = f"{type(exc).__name__}: {exc}"
             self.release()
             raise
+        self._records += 1
 
     # -- what the engine is told, recorded first --------------------------------------
 
@@ -367,7 +397,9 @@ class DurableEngine(Engine):
 
     def asked_approval(self, reasons: Mapping[str, str]) -> Transition:
         self.journal.asked(self.checked_reasons(reasons))
-        return super().asked_approval(reasons)
+        transition = super().asked_approval(reasons)
+        self.journal.pause()  # a person may decide in any process
+        return transition
 
     def decided(self, decisions: Mapping[str, Decision]) -> Transition:
         self.journal.decided(self.checked_decisions(decisions))

@@ -33,7 +33,7 @@ from uuid import uuid4
 
 import orjson
 
-from agentloop._core._approval import Decision
+from agentloop._core._approval import Decision, approve
 from agentloop._core._engine import Engine
 from agentloop._core._table import Guard, State, Trigger
 from agentloop._core._values import (
@@ -70,6 +70,7 @@ if TYPE_CHECKING:
 __all__ = ["begin", "differences", "mismatch", "resume"]
 
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
+_APPROVED: Final = approve()
 _INTERRUPTIONS: Final = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
 _WHILE_THE_MODEL_WORKED: Final = (Trigger.MODEL_REPLIED, Trigger.MODEL_RAISED)
 _ABSENT: Final = object()  # a fingerprint's field that one side does not have
@@ -91,8 +92,8 @@ def begin(
     writer = ledger.create(
         run_id, header(run_id, engine.history(), fingerprint(budget, dispatcher))
     )
-    engine.journal = Journal(writer, run_id, idempotent_tools(dispatcher))
-    weakref.finalize(engine, writer.release)  # an abandoned run frees its claim
+    engine.journal = Journal(writer, run_id, idempotent_tools(dispatcher), ledger=ledger)
+    weakref.finalize(engine, engine.journal.release)  # an abandoned run frees its claim
     return engine
 
 
@@ -136,6 +137,8 @@ def resume(
             idempotent_tools(dispatcher),
             started=set(recorded.started),
             finished=dict(recorded.finished),
+            ledger=ledger,
+            records=len(records),
         )
         _replay(engine, recorded, token)
     except BaseException:
@@ -148,7 +151,9 @@ def resume(
         engine.journal.release()
         return engine, None
     assert writer is not None, "a run that has not ended was claimed"
-    weakref.finalize(engine, writer.release)
+    weakref.finalize(engine, engine.journal.release)
+    if engine.state is State.AWAITING_APPROVAL:
+        engine.journal.pause()  # a person may decide in any process
     if cancel is None:
         return engine, None
     engine.journal.link(cancel.on_cancel(token.cancel))  # the caller's token, from now on
@@ -428,7 +433,10 @@ def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> N
                 Engine.next(engine)
                 made += 1
                 if engine.state is State.DISPATCHING:
-                    order, position, handed = _reports(batch, finished, recorded.order), 0, []
+                    # A call a person denied is answered by the engine, never handed out.
+                    denied = recorded.decisions
+                    handed_out = tuple(i for i in batch if denied.get(i, _APPROVED).allowed)
+                    order, position, handed = _reports(handed_out, finished, recorded.order), 0, []
                     asked = {i: recorded.asked[i] for i in batch if i in recorded.asked}
                     if asked:  # the batch waited for a person before any of it ran
                         Engine.asked_approval(engine, asked)

@@ -165,23 +165,20 @@ class ToolRegistry:
         """Whether any policy (the registry's, or a tool's) can be asked about a call."""
         return self.policy is not None or any(tool.policy is not None for tool in self)
 
-    def review(self, call: dict[str, Any]) -> Decision | None:
-        """What the policies answer about ``call``, asked before its batch runs.
+    def review(self, call: dict[str, Any]) -> Decision | dict[str, Any] | None:
+        """What the policies answer about ``call``, asked once, before its batch runs.
 
+        A ``Decision`` (pass it on with ``dispatch(call, decision=...)``);
         ``None`` when no policy will be asked (no tool of that name, arguments
-        that fail, no policy) or one raised: ``dispatch`` then answers as it
-        always does. Pass the answer on with ``dispatch(call, decision=...)``.
+        that fail, no policy: ``dispatch`` answers as it always does); or, when
+        a policy raised or answered something else, the ``error`` outcome the
+        call gets without running (it fails closed, and no policy is asked again).
         """
         tool = self._reviewable(call)
-        answer = None if tool is None else self._ask_policies(tool, call)
-        return answer if isinstance(answer, Decision) else None
+        return None if tool is None else self._ask_policies(tool, call)
 
-    async def areview(self, call: dict[str, Any]) -> Decision | None:
+    async def areview(self, call: dict[str, Any]) -> Decision | dict[str, Any] | None:
         """``review`` for the async driver: an ``async def`` policy is awaited."""
-        answer = await self._areview(call)
-        return answer if isinstance(answer, Decision) else None
-
-    async def _areview(self, call: dict[str, Any]) -> Decision | dict[str, Any] | None:
         tool = self._reviewable(call)
         return None if tool is None else await self._aask_policies(tool, call)
 
@@ -224,7 +221,7 @@ class ToolRegistry:
         ``to_thread=True`` in a worker thread (``asyncio.to_thread``).
         """
         if decision is None and self.has_policies:
-            answer = await self._areview(call)
+            answer = await self.areview(call)
             if isinstance(answer, dict):
                 return answer  # a policy raised: the call fails closed
             decision = answer
@@ -289,17 +286,16 @@ class ToolRegistry:
         return {"status": "denied", "content": decision.reason}
 
     def _ask_policies(self, tool: Tool, call: dict[str, Any]) -> Decision | dict[str, Any]:
-        """The first answer that is not ``allow()``, or ``allow()``; an ``error`` if one raised."""
-        for policy in (self.policy, tool.policy):
-            if policy is not None:
-                # A copy: a policy must not be able to change what the handler gets.
-                answer = _checked(tool, _call_policy(policy, call))
-                if not (isinstance(answer, Decision) and answer.allowed):
-                    return answer
-        return allow()
+        """The policies' answer together: see ``_strictest``."""
+        return _strictest(
+            _checked(tool, _call_policy(policy, call))
+            for policy in (self.policy, tool.policy)
+            if policy is not None
+        )
 
     async def _aask_policies(self, tool: Tool, call: dict[str, Any]) -> Decision | dict[str, Any]:
         """``_ask_policies``, awaiting an ``async def`` policy."""
+        answers = []
         for policy in (self.policy, tool.policy):
             if policy is not None:
                 answer = _call_policy(policy, call)
@@ -308,10 +304,8 @@ class ToolRegistry:
                         answer = await answer
                     except Exception as exc:  # noqa: BLE001 - fail closed
                         answer = exc
-                answer = _checked(tool, answer)
-                if not (isinstance(answer, Decision) and answer.allowed):
-                    return answer
-        return allow()
+                answers.append(_checked(tool, answer))
+        return _strictest(answers)
 
     def specs(self, format: SpecFormat = "json-schema") -> list[dict[str, Any]]:
         """The tools described for a provider request (fresh JSON on every call).
@@ -333,6 +327,21 @@ def reviewing(dispatcher: object) -> ToolRegistry | None:
     if isinstance(dispatcher, ToolRegistry) and dispatcher.has_policies:
         return dispatcher
     return None
+
+
+def _strictest(answers: Iterable[Decision | dict[str, Any]]) -> Decision | dict[str, Any]:
+    """A failure (an ``error`` outcome) or a denial wins, then an ``ask``, then ``allow()``.
+
+    Every policy is asked, so that a registry's ``ask`` cannot hide a tool's
+    ``deny`` from the person who would approve.
+    """
+    asked: Decision | None = None
+    for answer in answers:
+        if isinstance(answer, dict) or not (answer.allowed or answer.asks):
+            return answer
+        if answer.asks and asked is None:
+            asked = answer
+    return asked or allow()
 
 
 def _call_policy(policy: Policy, call: dict[str, Any]) -> object:
