@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from agentloop._async import AsyncRun, async_dispatch
 from agentloop._callbacks import is_async
 from agentloop._core._engine import Engine
 from agentloop._core._values import Budget, CancelToken, RunResult
 from agentloop._durable import _journal, _resume
 from agentloop._durable._ledger import Ledger
-from agentloop._errors import InvalidStateError
+from agentloop._errors import ConfigurationMismatchError, InvalidStateError
 from agentloop._review._runfile import reopen
 from agentloop._sync import Run
 from agentloop._tools._dispatcher import as_dispatcher
@@ -220,10 +222,15 @@ class Loop:
         return await live.afinish()
 
     def _sync_driver(self, instead: str) -> None:
-        if self._asyncio_only:
-            needs = "needs" if len(self._asyncio_only) == 1 else "need"
+        registry = reviewing(self.dispatcher)  # tools may be added after the Loop is made
+        policies = [] if registry is None else [registry.policy, *(t.policy for t in registry)]
+        asyncio_only = self._asyncio_only + (
+            ["an async policy"] if any(is_async(policy) for policy in policies) else []
+        )
+        if asyncio_only:
+            needs = "needs" if len(asyncio_only) == 1 else "need"
             raise ValueError(
-                f"{' and '.join(self._asyncio_only)} {needs} the asyncio driver ({instead}): "
+                f"{' and '.join(asyncio_only)} {needs} the asyncio driver ({instead}): "
                 "a synchronous run can neither await a model nor interrupt a "
                 "plain function nor run two calls at once, and would silently ignore them"
             )
@@ -253,6 +260,15 @@ class Loop:
                 raise ValueError(
                     f"{what}(result) continues a saved run outside any ledger, and this Loop "
                     f"has one: {what}(run_id) continues its recorded runs"
+                )
+            found = _resume.differences(
+                {"budget": attrs.asdict(run.budget)}, {"budget": attrs.asdict(self.budget)}
+            )
+            if found:
+                raise ConfigurationMismatchError(
+                    "the saved run was made with another budget than this Loop's: "
+                    + "; ".join(found),
+                    found,
                 )
             token = CancelToken()  # the engine's; the caller's cancels it from now on
             engine = reopen(run, token)

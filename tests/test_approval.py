@@ -139,7 +139,7 @@ def bad_decisions(pending: tuple[agentloop.PendingCall, ...]) -> list[tuple[obje
     return [
         ({"b": approve()}, r"missing: \['c'\]"),
         ({"b": approve(), "c": approve(), "a": approve()}, r"not pending: \['a'\]"),
-        ({"b": c.approve(), "c": approve()}, "was made about another call"),
+        ({"b": c.approve(), "c": approve()}, "is bound to fingerprint .*, not to the pending"),
         ({"b": approve(), "c": ask("again")}, "approve\\(\\) or deny\\(reason\\)"),
         ({"b": True, "c": approve()}, "approve\\(\\) or deny\\(reason\\)"),
         ([("b", approve())], "a dict of call id"),
@@ -221,18 +221,19 @@ async def test_async_policies_are_awaited_and_adecide_goes_on() -> None:
     assert result.calls == 3
 
 
-def test_a_sync_run_with_an_async_policy_says_so_instead_of_running() -> None:
+def test_a_sync_dispatch_with_an_async_policy_says_so_instead_of_running() -> None:
+    """The registry on its own answers error, naming the driver (a Loop refuses at start)."""
+
     async def careful(call: Message) -> Decision:
         return allow()
 
     ran: list[int] = []
     tools = ToolRegistry([Tool(lambda n: ran.append(n), name="f", policy=careful)])
-    result = Loop(Script([call("c", "f", n=1), final("done")]), tools=tools).run("go")
-    content = result.transcript[2]["content"]
-    assert result.transcript[2]["status"] == "error"
+    outcome = tools.dispatch(call("c", "f", n=1))
+    assert outcome["status"] == "error"
     assert ran == []
-    assert "is async; run the loop with the async driver" in content["message"]
-    assert "0x" not in content["message"]  # no memory address reaches the model
+    assert "is async; run the loop with the async driver" in outcome["content"]["message"]
+    assert "0x" not in outcome["content"]["message"]  # no memory address reaches the model
 
 
 def test_a_registry_on_its_own_answers_an_ask_denied() -> None:
@@ -459,6 +460,7 @@ def test_show_and_the_report_list_pending_calls_and_decisions(tmp_path: Path) ->
     assert "batch of 3: checking, then paying" in shown
     assert "asks a person: pay#b (sends 5 EUR); pay#c (sends 7 EUR)" in shown
     assert 'pending  pay#b {"amount":5}: sends 5 EUR' in shown
+    assert 'held     look#a {"q":"rates"}  (no person needed)' in shown  # the whole batch
     page = agentloop.report_html(paused, svg=False)
     assert '<h2 id="pending">Pending approval</h2>' in page
     assert page.count('<tr class="pending">') == 2
@@ -686,3 +688,41 @@ async def test_async_policies_about_a_batch_are_awaited_together() -> None:
     replies = batch(call("a", "f", n=1), call("b", "f", n=2), call("c", "f", n=3))
     result = await Loop(Script([replies, final("x")]), tools=tools).arun("go")
     assert [m["status"] for m in result.transcript[2:5]] == ["ok", "ok", "ok"]
+
+
+def test_messages_say_what_to_do(tmp_path: Path) -> None:
+    """An async run names adecide; deciding twice says so; a sync run refuses async policies;
+    a saved run resumed under another budget is refused, naming the field."""
+
+    async def careful(call: Message) -> Decision:
+        return ask("?")
+
+    tools = ToolRegistry([Tool(lambda n: n, name="f", policy=careful)])
+    with pytest.raises(ValueError, match="an async policy needs the asyncio driver"):
+        Loop(Script([]), tools=tools).start("go")
+
+    async def paused_async() -> None:
+        run = Loop(Script([call("c", "f", n=1)]), tools=tools).astart("go")
+        await run.afinish()
+        with pytest.raises(InvalidStateError, match=r"call await run\.adecide\("):
+            await run.astep()
+
+    asyncio.run(paused_async())
+    desk = Desk()
+    run = Loop(Script([three(), final("x")]), tools=desk.registry).start("go")
+    paused = run.finish()
+    run.decide({"b": approve(), "c": approve()})
+    with pytest.raises(InvalidStateError, match="decisions were taken already"):
+        run.decide({"b": approve(), "c": approve()})
+    tighter = Loop(Script([final("x")]), tools=desk.registry, max_calls=1)
+    with pytest.raises(
+        agentloop.ConfigurationMismatchError, match=r"budget\.max_calls: recorded 4, now 1"
+    ):
+        tighter.resume(paused, decisions={"b": approve(), "c": approve()})
+
+
+def test_a_ledger_given_as_a_run_file_is_named(tmp_path: Path) -> None:
+    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    Loop(Script([final("x")]), ledger=ledger).run("go")
+    with pytest.raises(agentloop.RunFileError, match="a SQLite database \\(a ledger\\?"):
+        agentloop.load_run(tmp_path / "runs.db")

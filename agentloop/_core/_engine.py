@@ -502,9 +502,10 @@ class Engine:
     def checked_decisions(self, decisions: object) -> tuple[tuple[str, Decision], ...]:
         """The decisions ``decided`` would keep, in pending order; raises if it would refuse."""
         if self._state is not State.AWAITING_APPROVAL:
+            taken = "; this batch's decisions were taken already" if self._decided else ""
             raise InvalidStateError(
                 f"cannot take decisions in state {self._state.value!r}: "
-                "the run is not awaiting approval",
+                f"the run is not awaiting approval{taken}",
                 state=self._state,
             )
         return check_decisions(self._pending, decisions)
@@ -884,10 +885,9 @@ def check_decisions(
             )
         if decision.fingerprint not in (None, call.fingerprint):
             raise ValueError(
-                f"the decision for call {call.call_id!r} was made about another call "
-                f"(fingerprint {decision.fingerprint!r:.20}...); the pending call is "
-                f"{call.name}({call.arguments_json.decode()[:80]}) with fingerprint "
-                f"{call.fingerprint!r:.20}..."
+                f"the decision for call {call.call_id!r} is bound to fingerprint "
+                f"{decision.fingerprint[:80]!r}, not to the pending call's "
+                f"{call.fingerprint!r}: {call.name}({call.arguments_json.decode()[:80]})"
             )
     return tuple((call.call_id, decisions[call.call_id]) for call in pending)
 

@@ -319,9 +319,14 @@ def run_lines(
     if result.rejected_value is not None:
         shown, note = rejected_text(result.rejected_value, indent=False)
         lines.append(f"rejected {shown}" + (f"  ({note})" if note else ""))
-    for call in result.pending:
-        arguments = _short(call.arguments_json.decode(), limit)
-        lines.append(f"pending  {call.name}#{call.call_id} {arguments}: {call.reason}")
+    asked = {call.call_id: call for call in result.pending}
+    held = result.held or {}
+    for call in held.get("calls") or ([held] if held.get("kind") == "call" else []):
+        arguments = _short(orjson.dumps(call.get("arguments")).decode(), limit)
+        pending = asked.get(call.get("id"))
+        waits = f": {pending.reason}" if pending else "  (no person needed)"
+        what = "pending " if pending else "held    "
+        lines.append(f"{what} {call.get('name')}#{call.get('id')} {arguments}{waits}")
     return [printable(line) for line in lines]
 
 

@@ -339,6 +339,12 @@ def run_from_json(
             "or --max-size on the command line)",
             f"more than {max_bytes} bytes",
         )
+    if isinstance(text, bytes) and text.startswith(b"SQLite format 3\x00"):
+        raise RunFileError(
+            source,
+            "a run file (JSON)",
+            "a SQLite database (a ledger? go on with its runs with loop.resume(run_id))",
+        )
     try:
         document = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
