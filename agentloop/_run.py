@@ -191,11 +191,15 @@ class Verdicts:
         """The answer about ``call_id``: its policies' or a person's (or its failed outcome)."""
         return self._answers.get(call_id) or engine.decisions.get(call_id)
 
-    def _begin(self, engine: Engine) -> list[dict[str, Any]]:
+    @staticmethod
+    def to_review(engine: Engine) -> list[dict[str, Any]]:
         """The calls to ask about: none once a call of the batch started, none decided."""
-        self._at, self._answers = engine.calls, {}
         decided = engine.decisions
         return [call for call in engine.unstarted_batch() if call["id"] not in decided]
+
+    def _begin(self, engine: Engine) -> list[dict[str, Any]]:
+        self._at, self._answers = engine.calls, {}
+        return self.to_review(engine)
 
     def _take(
         self, call_id: str, answer: Decision | Outcome | None, reasons: dict[str, str]

@@ -34,7 +34,17 @@ workflow whose id is derived from the run id. Each step reads whether it
 exists once its work is done, and returns that with its output, so the
 decision is recorded with the step and a recovery replays it at the same
 checkpoint: before a model ask (from the ``begin`` or the previous step),
-right after a reply, and before each tool (from the previous step).
+right after a reply, and before each tool (from the previous step). A run
+waiting for a person also gets it as a message.
+
+Human approval: when the loop's tools have policies, an ``agentloop.review``
+step asks them about each batch before its first call (each policy once).
+If one asks, the run waits in ``awaiting_approval``: it publishes its
+pending calls as a DBOS event (``pending(run_id)`` reads them from any
+process) and waits in ``DBOS.recv`` for the decisions ``decide(run_id,
+...)`` sends from any process. Both are durable: a worker that dies while
+the run waits leaves it waiting, and the worker that recovers it takes the
+decisions.
 
 Needs the ``dbos`` extra; importing this module without it raises an
 ``ImportError`` that says so. Import it before ``DBOS.launch()``: it
@@ -43,11 +53,14 @@ registers its two workflows (``agentloop.run`` and ``agentloop.cancel``).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import TYPE_CHECKING, Any, Final
 from uuid import uuid4
 
 try:
     from dbos import DBOS, SetWorkflowID
+    from dbos._error import DBOSNonExistentWorkflowError
 except ImportError as exc:
     raise ImportError(
         "agentloop.dbos needs DBOS Transact: pip install 'agentloop-fsm[dbos]'"
@@ -55,10 +68,19 @@ except ImportError as exc:
 
 import orjson
 
-from agentloop._core._engine import Engine, checked_outcome, checked_usage, not_json
+from agentloop._core._approval import Decision, PendingCall
+from agentloop._core._engine import (
+    Engine,
+    check_decisions,
+    checked_outcome,
+    checked_usage,
+    not_json,
+)
 from agentloop._core._json import exception_content, intake
+from agentloop._core._table import State
 from agentloop._core._values import (
     AskModel,
+    AwaitApproval,
     CancelToken,
     NotJSON,
     RecordedException,
@@ -70,22 +92,45 @@ from agentloop._core._values import (
 from agentloop._durable._journal import OUTCOME_UNKNOWN, fingerprint, idempotent_tools
 from agentloop._durable._key import KEY
 from agentloop._durable._resume import differences, mismatch
-from agentloop._errors import AgentloopError, JSONError
+from agentloop._errors import AgentloopError, InvalidStateError, JSONError
 from agentloop._loop import Loop
+from agentloop._run import Verdicts
+from agentloop._tools._registry import reviewing
 
 if TYPE_CHECKING:
     from dbos import DBOSClient, EnqueueOptions, Queue, WorkflowHandle
 
-__all__ = ["APPROVAL_TOPIC", "STEPS", "DBOSLoop", "cancel", "cancel_requested"]
+__all__ = [
+    "APPROVAL_TOPIC",
+    "PENDING_EVENT",
+    "STEPS",
+    "DBOSLoop",
+    "cancel",
+    "cancel_requested",
+    "decide",
+    "pending",
+]
 
-#: The names of the DBOS steps a run records, in the order a tool call records its two.
-STEPS: Final = ("agentloop.begin", "agentloop.model", "agentloop.tool_started", "agentloop.tool")
+#: The names of the DBOS steps a run records: once, per reply, per call (two), per batch
+#: whose tools have policies.
+STEPS: Final = (
+    "agentloop.begin",
+    "agentloop.model",
+    "agentloop.tool_started",
+    "agentloop.tool",
+    "agentloop.review",
+)
 _BEGIN: Final[Any] = {"name": STEPS[0]}
 _MODEL: Final[Any] = {"name": STEPS[1]}
 _STARTED: Final[Any] = {"name": STEPS[2]}
 _TOOL: Final[Any] = {"name": STEPS[3]}
-#: Reserved for human approval (not built yet): the ``DBOS.recv`` topic decisions will come on.
+_REVIEW: Final[Any] = {"name": STEPS[4]}
+#: The ``DBOS.recv`` topic a waiting run takes its decisions (and cancellation) on.
 APPROVAL_TOPIC: Final = "agentloop.approval"
+#: The DBOS event a waiting run publishes its pending calls on (empty once decided).
+PENDING_EVENT: Final = "agentloop.pending"
+# How long one wait for decisions lasts before it is begun again (each is recorded).
+_WAIT_SECONDS: Final = 3600.0
 _CANCEL_PREFIX: Final = "agentloop.cancel:"
 
 #: The DBOSLoops of this process, by name: what a run's workflow is driven with.
@@ -211,7 +256,17 @@ class DBOSLoop:
         if DBOS.run_step(_BEGIN, cancel_requested, run_id):
             token.cancel()
         listeners = self.loop.listeners
+        verdicts = None if reviewing(self.loop.dispatcher) is None else Verdicts()
         while not engine.done:
+            if verdicts is not None and verdicts.due(engine):
+                answer = DBOS.run_step(_REVIEW, self._review, run_id, verdicts.to_review(engine))
+                if answer.pop("cancel"):
+                    token.cancel()  # the checkpoint before the batch's first call
+                asked = verdicts.review(engine, functools.partial(_recorded, answer))
+                if asked is not None:
+                    for listener in listeners:
+                        listener(asked)
+                    continue
             need = engine.next()
             if type(need) is AskModel:
                 answer = DBOS.run_step(_MODEL, self._ask, run_id, need.history)
@@ -225,9 +280,16 @@ class DBOSLoop:
                     transition = engine.replied(answer["reply"])
             elif type(need) is RunTool:
                 call = need.call
+                verdict = None if verdicts is None else verdicts.of(engine, call["id"])
+                if isinstance(verdict, dict):  # a policy failed: the review recorded the outcome
+                    transition = engine.returned(verdict)
+                    for listener in listeners:
+                        listener(transition)
+                    continue
                 nonce = uuid4().hex
                 again = DBOS.run_step(_STARTED, _started, call["id"], nonce) != nonce
-                outcome = DBOS.run_step(_TOOL, self._call, run_id, call, again)
+                decision = None if verdict is None else _decision_data(verdict)
+                outcome = DBOS.run_step(_TOOL, self._call, run_id, call, again, decision)
                 if outcome.pop("cancel"):
                     token.cancel()  # the checkpoint before the next tool or model ask
                 if "raised" in outcome:
@@ -238,12 +300,9 @@ class DBOSLoop:
                     else:
                         outcome["exception"] = _exception(outcome["exception"])
                     transition = engine.returned(outcome)
-            else:
-                # A transition the engine made alone. Human approval (not built yet) goes
-                # here: a run paused in awaiting_approval waits in DBOS.recv(APPROVAL_TOPIC)
-                # for the decisions another process sends (DBOS.send(run_id, ...,
-                # APPROVAL_TOPIC)), and reports them to the engine: recv is recorded, so a
-                # recovery replays the decisions.
+            elif type(need) is AwaitApproval:
+                transition = _wait(engine, token, need.pending)
+            else:  # a transition the engine made alone
                 assert isinstance(need, Transition), need
                 transition = need
             for listener in listeners:
@@ -272,12 +331,25 @@ class DBOSLoop:
         answer["cancel"] = cancel_requested(run_id)
         return answer
 
-    def _call(self, run_id: str, call: dict[str, Any], again: bool) -> dict[str, Any]:
+    def _review(self, run_id: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
+        """The ``agentloop.review`` step: what the policies answer about each call, as data."""
+        registry = reviewing(self.loop.dispatcher)
+        assert registry is not None, "a batch is reviewed only when the tools have policies"
+        answer: dict[str, Any] = {
+            call["id"]: _verdict_data(registry.review(call)) for call in calls
+        }
+        answer["cancel"] = cancel_requested(run_id)
+        return answer
+
+    def _call(
+        self, run_id: str, call: dict[str, Any], again: bool, decision: dict[str, Any] | None
+    ) -> dict[str, Any]:
         """The ``agentloop.tool`` step: the call's outcome, as data.
 
         ``again``: the call's ``tool_started`` was recorded by a process that
         died before this step was: its handler may have run. Only an
-        idempotent tool runs then.
+        idempotent tool runs then. ``decision``: what the policies or a person
+        answered about the call at its review, if it had one.
         """
         outcome: dict[str, Any]
         if again and call["name"] not in self._idempotent:
@@ -285,7 +357,10 @@ class DBOSLoop:
         else:
             key = KEY.set(f"{run_id}:{call['id']}")
             try:
-                got = self.loop.dispatcher.dispatch(call)
+                if decision is None:
+                    got = self.loop.dispatcher.dispatch(call)
+                else:  # only a registry's calls are reviewed
+                    got = self.loop.dispatcher.dispatch(call, decision=Decision(**decision))  # type: ignore[call-arg]
             except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
                 outcome = {"raised": exception_content(exc)}
             else:
@@ -304,6 +379,136 @@ class DBOSLoop:
                 KEY.reset(key)
         outcome["cancel"] = cancel_requested(run_id)
         return outcome
+
+
+def _wait(engine: Engine, token: CancelToken, waiting: tuple[PendingCall, ...]) -> Transition:
+    """Wait (durably) for a person's decisions, or for cancellation; the transition they make.
+
+    A message that is not a valid decision for every pending call is dropped
+    (``decide`` checks them before it sends): the run waits on.
+    """
+    DBOS.set_event(PENDING_EVENT, [_pending_data(call) for call in waiting])
+    while True:
+        message = DBOS.recv(APPROVAL_TOPIC, timeout_seconds=_WAIT_SECONDS)
+        if type(message) is not dict:
+            continue  # the wait timed out (None), or not a message of ours
+        if message.get("cancel"):
+            token.cancel()
+            transition = engine.next()  # the cancel row: every call answered, none run
+            assert isinstance(transition, Transition), transition
+            break
+        try:
+            decisions = {
+                call_id: Decision(**data) for call_id, data in message["decisions"].items()
+            }
+            transition = engine.decided(decisions)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+        break
+    DBOS.set_event(PENDING_EVENT, [])
+    return transition
+
+
+def pending(
+    run_id: str, *, timeout_seconds: float = 0.0, client: DBOSClient | None = None
+) -> tuple[PendingCall, ...]:
+    """The calls run ``run_id`` waits for a person to decide (none when it does not wait).
+
+    From any process with DBOS launched, or through ``client`` (a
+    ``DBOSClient``). ``timeout_seconds``: how long to wait for a run that has
+    not published them yet.
+    """
+    via: Any = DBOS if client is None else client
+    found = via.get_event(run_id, PENDING_EVENT, timeout_seconds)
+    return tuple(_pending_call(data) for data in found or ())
+
+
+def decide(
+    run_id: str, decisions: dict[str, Decision], *, client: DBOSClient | None = None
+) -> None:
+    """Send a person's decisions to run ``run_id``, waiting in ``awaiting_approval``.
+
+    ``{call_id: approve() | deny(reason)}`` for every pending call, checked
+    here as ``run.decide`` checks them (a missing or extra id, another call's
+    fingerprint, anything but a decision raises, and nothing is sent);
+    ``InvalidStateError`` when the run waits for nothing. From any process
+    with DBOS launched, or through ``client``; the worker holding the run
+    goes on with it.
+    """
+    waiting = pending(run_id, client=client)
+    if not waiting:
+        raise InvalidStateError(
+            f"run {run_id!r} is not awaiting approval: no call of it waits for a decision "
+            "(were they taken already?)",
+            state=State.AWAITING_APPROVAL,
+        )
+    checked = check_decisions(waiting, decisions)
+    via: Any = DBOS if client is None else client
+    message = {"decisions": {call_id: _decision_data(d) for call_id, d in checked}}
+    via.send(run_id, message, APPROVAL_TOPIC)
+
+
+def _pending_data(call: PendingCall) -> dict[str, Any]:
+    return {
+        "call_id": call.call_id,
+        "name": call.name,
+        "arguments": orjson.loads(call.arguments_json),
+        "reason": call.reason,
+        "fingerprint": call.fingerprint,
+    }
+
+
+def _pending_call(data: dict[str, Any]) -> PendingCall:
+    return PendingCall(
+        data["call_id"],
+        data["name"],
+        orjson.dumps(data["arguments"]),
+        data["reason"],
+        data["fingerprint"],
+    )
+
+
+def _decision_data(decision: Decision) -> dict[str, Any]:
+    return {
+        "allowed": decision.allowed,
+        "reason": decision.reason,
+        "asks": decision.asks,
+        "fingerprint": decision.fingerprint,
+    }
+
+
+def _verdict_data(answer: Decision | dict[str, Any] | None) -> dict[str, Any] | None:
+    """A policy's answer as a step records it: a decision, or the outcome of a failed one."""
+    if answer is None:
+        return None
+    if isinstance(answer, Decision):
+        return {"decision": _decision_data(answer)}
+    exception = answer.get("exception")
+    return {
+        "outcome": {
+            "status": answer["status"],
+            "content": answer["content"],
+            "exception": exception_content(exception) if exception is not None else None,
+        }
+    }
+
+
+def _recorded(answer: dict[str, Any], call: dict[str, Any]) -> Decision | dict[str, Any] | None:
+    """The recorded review's answer about ``call``."""
+    return _verdict(answer[call["id"]])
+
+
+def _verdict(data: dict[str, Any] | None) -> Decision | dict[str, Any] | None:
+    if data is None:
+        return None
+    if "decision" in data:
+        return Decision(**data["decision"])
+    outcome = dict(data["outcome"])
+    if outcome["exception"] is None:
+        del outcome["exception"]
+    else:
+        outcome["exception"] = _exception(outcome["exception"])
+    return outcome
 
 
 def _started(call_id: str, nonce: str) -> str:
@@ -353,6 +558,9 @@ def cancel(run_id: str) -> None:
         raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
     with SetWorkflowID(_CANCEL_PREFIX + run_id):
         DBOS.start_workflow(_cancel_marker, run_id)
+    # A run waiting for a person waits in recv, where no step reads the marker.
+    with contextlib.suppress(DBOSNonExistentWorkflowError):  # not started yet: the marker does
+        DBOS.send(run_id, {"cancel": True}, APPROVAL_TOPIC)
 
 
 def cancel_requested(run_id: str) -> bool:

@@ -156,7 +156,7 @@ def test_each_reply_and_call_is_a_step_in_order(make: Any) -> None:
     run_id = new_id()
     runs.run("go", run_id=run_id)
     steps = DBOS.list_workflow_steps(run_id)
-    begin, model, started, tool = agentloop.dbos.STEPS
+    begin, model, started, tool, _ = agentloop.dbos.STEPS
     assert [step["function_name"] for step in steps] == [
         begin,
         *(model, started, tool),  # c1
@@ -400,3 +400,87 @@ def test_the_module_exports_documented_names() -> None:
         and value.__module__ == "agentloop.dbos"
     }
     assert defined_here <= set(agentloop.dbos.__all__)
+
+
+# -- human approval: a durable wait, decisions from anywhere ---------------------------------------
+
+
+def asks_over_4(call: Message) -> agentloop.Decision:
+    """Asks a person about any call whose n is 5 or more."""
+    return agentloop.ask("a big one") if call["arguments"].get("n", 0) >= 5 else agentloop.allow()
+
+
+APPROVAL_SCRIPT = [
+    batch(call("c1", "effect", 1), call("c2", "effect", 5), call("c3", "idem", 7)),
+    FINAL,
+]
+
+
+def approving(world: World, script: list[Message] = APPROVAL_SCRIPT) -> agentloop.Loop:
+    registry = world.registry()
+    registry.policy = asks_over_4
+    return agentloop.Loop(scripted(script), tools=registry)
+
+
+def test_a_run_waits_durably_and_goes_on_when_a_person_decides(make: Any) -> None:
+    """The run publishes its pending calls and waits; decisions sent from another thread
+    (as from another process) let it finish as the plain run with the same decisions does."""
+    world = World()
+    runs = make(approving(world))
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    waiting = agentloop.dbos.pending(run_id, timeout_seconds=30)
+    assert [(p.call_id, p.arguments, p.reason) for p in waiting] == [
+        ("c2", {"n": 5}, "a big one"),
+        ("c3", {"n": 7}, "a big one"),
+    ]
+    assert world.effects == []  # nothing of the batch ran
+    decisions = {"c2": waiting[0].deny("too big"), "c3": waiting[1].approve()}
+    sender = threading.Thread(target=agentloop.dbos.decide, args=(run_id, decisions))
+    sender.start()
+    sender.join()
+    result = handle.get_result()
+    plain_world = World()
+    plain = approving(plain_world).start("go")
+    plain.finish()
+    plain.decide({"c2": agentloop.deny("too big"), "c3": agentloop.approve()})
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain.finish())
+    assert [kind for kind, _ in world.effects] == ["effect", "idem"]  # c2 never ran
+    assert agentloop.dbos.pending(run_id) == ()
+    names = [step["function_name"] for step in DBOS.list_workflow_steps(run_id)]
+    assert names.count("agentloop.review") == 1
+    assert names.index("agentloop.review") < names.index("agentloop.tool_started")
+
+
+def test_decide_is_checked_where_it_is_sent(make: Any) -> None:
+    runs = make(approving(World()))
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    waiting = agentloop.dbos.pending(run_id, timeout_seconds=30)
+    with pytest.raises(ValueError, match=r"missing: \['c3'\]"):
+        agentloop.dbos.decide(run_id, {"c2": agentloop.approve()})
+    with pytest.raises(ValueError, match="is bound to fingerprint"):
+        agentloop.dbos.decide(run_id, {"c2": waiting[1].approve(), "c3": waiting[1].approve()})
+    with pytest.raises(agentloop.InvalidStateError, match="not awaiting approval"):
+        agentloop.dbos.decide(new_id(), {"c2": agentloop.approve()})
+    assert agentloop.dbos.pending(run_id) == waiting  # still waiting, nothing was sent
+    agentloop.dbos.decide(run_id, {"c2": agentloop.approve(), "c3": agentloop.approve()})
+    assert handle.get_result().status is agentloop.State.FINISHED
+
+
+def test_cancel_while_waiting_answers_every_call_and_runs_none(make: Any) -> None:
+    world = World()
+    runs = make(approving(world))
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    assert agentloop.dbos.pending(run_id, timeout_seconds=30)
+    agentloop.dbos.cancel(run_id)
+    result = handle.get_result()
+    assert result.status is agentloop.State.CANCELLED
+    assert world.effects == []
+    assert [(m["id"], m["status"]) for m in result.transcript if m["kind"] == "tool_result"] == [
+        ("c1", "cancelled"),
+        ("c2", "cancelled"),
+        ("c3", "cancelled"),
+    ]
+    assert result.events[-1].trigger is agentloop.Trigger.AWAIT_APPROVAL
