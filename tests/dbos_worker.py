@@ -115,18 +115,27 @@ def model(history: list[Message]) -> Message:
     return reply
 
 
+def asks_big(call: Message) -> agentloop.Decision:
+    """The approving loop's policy: a person decides any call whose n is 100 or more."""
+    return agentloop.ask("a big one") if call["arguments"].get("n", 0) >= 100 else agentloop.allow()
+
+
 def _listener(transition: agentloop.Transition) -> None:
     _reached("transition")
 
 
-def loop(*, listen: bool = True) -> agentloop.Loop:
-    """The scripted loop (the same in every process; ``listen`` only adds the kill hook)."""
+def loop(*, listen: bool = True, policy: bool = False) -> agentloop.Loop:
+    """The scripted loop (the same in every process; ``listen`` only adds the kill hook).
+
+    ``policy``: the approving loop's, whose runs wait for a person about big calls.
+    """
     tools = agentloop.ToolRegistry(
         [
             agentloop.Tool(effect, name="effect"),
             agentloop.Tool(idem, name="idem", idempotent=True),
             agentloop.Tool(fail, name="fail"),
-        ]
+        ],
+        policy=asks_big if policy else None,
     )
     return agentloop.Loop(
         model,
@@ -166,6 +175,7 @@ def _launch(job: dict[str, Any]) -> DBOSLoop:
 
     _STATE["sink"], _STATE["kill"] = job.get("sink"), job.get("kill")
     runs = DBOSLoop(loop(), name="scripted")
+    DBOSLoop(loop(policy=True), name="approving")
     from dbos._dbos import _get_or_create_dbos_registry
 
     DBOS(config=config(job))

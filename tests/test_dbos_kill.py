@@ -278,3 +278,101 @@ def test_two_workers_200_runs_one_worker_killed_again_and_again(
         unknown += len(check(run_id, results[run_id], Baseline(script), effects))
     assert recovered, "no kill landed on a run in flight: nothing was recovered"
     print(f"{len(recovered)} runs recovered, {unknown} outcome-unknown results")
+
+
+# -- approvals: runs wait on the workers, a worker is killed, decisions come from a third process -
+
+
+APPROVAL_SCRIPT: list[Message] = [
+    {
+        "kind": "calls",
+        "calls": [
+            {"id": "c1", "name": "effect", "arguments": {"n": 1}},
+            {"id": "c2", "name": "effect", "arguments": {"n": 100}},
+            {"id": "c3", "name": "idem", "arguments": {"n": 200}},
+        ],
+    },
+    {"kind": "final", "text": "done"},
+]
+
+
+def approved(index: int) -> dict[str, agentloop.Decision]:
+    """Every other run's person denies c2."""
+    deny = index % 2 == 1
+    return {"c2": agentloop.deny("no") if deny else agentloop.approve(), "c3": agentloop.approve()}
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_runs_wait_for_a_person_across_a_killed_worker(
+    server: Server, tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    """Runs pause on the workers; a worker is killed and restarted while they wait; decisions
+    sent from this (a third) process let every run finish on the workers."""
+    from dbos import DBOSClient
+
+    from agentloop.dbos import DBOSLoop, decide, pending
+
+    if store == "postgres":
+        url, schema, table = request.getfixturevalue("postgres")
+        worker: dict[str, Any] = {
+            "db": url,
+            "schema": schema,
+            "sink": {"postgres": url, "table": table},
+        }
+        client = DBOSClient(system_database_url=url, dbos_system_schema=schema)
+        # A waiting run holds its place in the queue's concurrency (8 a worker): 16 at most.
+        names: tuple[str, ...] = ("a", "b")
+        count = 16
+    else:
+        url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+        worker = {"db": url, "sink": {"file": str(tmp_path / "effects")}}
+        names, count = ("a",), 8
+    workers = {name: server.ask({"serve": worker | {"executor": name}})["pid"] for name in names}
+    if store == "sqlite":
+        client = DBOSClient(system_database_url=url)
+    enqueuer = DBOSLoop(dbos_worker.loop(listen=False, policy=True), name="approving")
+    run_ids = [f"ask{index}" for index in range(count)]
+    try:
+        for run_id in run_ids:
+            enqueuer.client_enqueue(
+                client, dbos_worker.QUEUE, as_input(APPROVAL_SCRIPT), run_id=run_id
+            )
+        for run_id in run_ids:  # every run waits, none of its batch ran
+            assert [p.call_id for p in pending(run_id, timeout_seconds=60, client=client)] == [
+                "c2",
+                "c3",
+            ]
+        os.kill(workers["a"], signal.SIGKILL)
+        server.ask({"reap": workers["a"]})
+        workers["a"] = server.ask({"serve": worker | {"executor": "a"}})["pid"]
+        for index, run_id in enumerate(run_ids):
+            decide(run_id, approved(index), client=client)
+        results = {
+            run_id: dbos_worker.result_json(
+                client.retrieve_workflow(run_id).get_result(polling_interval_sec=0.05)
+            )
+            for run_id in run_ids
+        }
+    finally:
+        for pid in workers.values():
+            os.kill(pid, signal.SIGKILL)
+            server.ask({"reap": pid})
+        client.destroy()
+        enqueuer.close()
+    if store == "postgres":
+        import psycopg
+
+        with psycopg.connect(url) as connection:
+            rows = connection.execute(f"SELECT kind, key FROM {table}").fetchall()
+    else:
+        rows = [tuple(line.split(" ")) for line in (tmp_path / "effects").read_text().splitlines()]
+    effects = effects_of(rows)
+    for index, run_id in enumerate(run_ids):
+        plain = dbos_worker.loop(listen=False, policy=True).start(as_input(APPROVAL_SCRIPT))
+        plain.finish()
+        plain.decide(approved(index))
+        assert results[run_id] == dbos_worker.result_json(plain.finish()), run_id
+        denied = index % 2 == 1
+        assert effects.get(("effect", f"{run_id}:c1")) == 1
+        assert effects.get(("effect", f"{run_id}:c2"), 0) == (0 if denied else 1)
+        assert effects.get(("idem", f"{run_id}:c3")) == 1
