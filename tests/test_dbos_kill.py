@@ -25,11 +25,8 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -41,10 +38,11 @@ pytest.importorskip("dbos")
 
 from . import dbos_worker
 from .ledgers import unknown_ids
-from .test_kill import CHECKPOINT_SCRIPT, ROOT, random_script
+from .test_kill import CHECKPOINT_SCRIPT, Server, random_script
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the kill tests fork")
 
@@ -58,49 +56,9 @@ POSTGRES = os.environ.get("AGENTLOOP_TEST_POSTGRES")
 Message = dict[str, Any]
 
 
-class Server:
-    """The fork server, started once for the module."""
-
-    def __init__(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.dbos_worker"],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-
-    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        assert self.process.stdout is not None
-        self.process.stdin.write(orjson.dumps(request) + b"\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        assert line, "the fork server died"
-        answer: dict[str, Any] = orjson.loads(line)
-        assert "crash" not in answer, answer["crash"]
-        return answer
-
-    def job(self, job: dict[str, Any]) -> dict[str, Any]:
-        """Run one job in a child; how it ended, and what it said if it finished."""
-        Path(job["out"]).unlink(missing_ok=True)
-        ended = self.ask({"job": job})
-        if ended.get("code") is None:
-            return ended
-        said: dict[str, Any] = orjson.loads(Path(job["out"]).read_bytes())
-        assert "crash" not in said, said["crash"]
-        return ended | said
-
-    def close(self) -> None:
-        assert self.process.stdin is not None
-        assert self.process.stdout is not None
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
-        self.process.stdout.close()
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    started = Server()
+    started = Server("tests.dbos_worker")
     yield started
     started.close()
 

@@ -48,36 +48,39 @@ Message = dict[str, Any]
 
 
 class Server:
-    """The fork server, started once for the module."""
+    """A fork server (``module``, run with ``-m``), started once for the module."""
 
-    def __init__(self) -> None:
+    def __init__(self, module: str = "tests.durable_child") -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.durable_child"],
+            [sys.executable, "-m", module],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
 
-    def _ask(self, request: dict[str, Any]) -> Any:
+    def ask(self, request: dict[str, Any]) -> Any:
+        """One request, one answer line; a child's crash (its traceback) fails the test."""
         assert self.process.stdin is not None
         assert self.process.stdout is not None
         self.process.stdin.write(orjson.dumps(request) + b"\n")
         self.process.stdin.flush()
         line = self.process.stdout.readline()
         assert line, "the fork server died"
-        return orjson.loads(line)
+        answer = orjson.loads(line)
+        assert not (isinstance(answer, dict) and "crash" in answer), answer["crash"]
+        return answer
 
     def job(self, job: dict[str, Any]) -> dict[str, Any]:
         """Run one job; how its child ended, and what it said if it finished."""
         Path(job["out"]).unlink(missing_ok=True)
-        ended: dict[str, Any] = self._ask({"job": job})
+        ended: dict[str, Any] = self.ask({"job": job})
         return ended | self._said(job, ended)
 
     def race(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Run jobs at once, each in its own child."""
         for job in jobs:
             Path(job["out"]).unlink(missing_ok=True)
-        ended = self._ask({"race": jobs})
+        ended = self.ask({"race": jobs})
         return [end | self._said(job, end) for job, end in zip(jobs, ended, strict=True)]
 
     @staticmethod
@@ -92,7 +95,7 @@ class Server:
         assert self.process.stdin is not None
         assert self.process.stdout is not None
         self.process.stdin.close()
-        self.process.wait(timeout=30)
+        self.process.wait(timeout=60)
         self.process.stdout.close()
 
 
