@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -205,26 +204,30 @@ async def test_tool_timeout_is_an_error_result_and_the_loop_goes_on() -> None:
 async def test_plain_callables_can_run_in_a_worker_thread() -> None:
     """With to_thread=True a blocking model runs off the event loop, which stays responsive."""
     threads: list[threading.Thread] = []
+    ticked = threading.Event()
+    seen: list[bool] = []
 
     def blocking(history: list[Message]) -> Message:
         threads.append(threading.current_thread())
-        time.sleep(0.05)
+        # Blocks until the event loop has ticked three times: it never would, were the
+        # model blocking the loop's own thread (then the wait times out, and says so).
+        seen.append(ticked.wait(timeout=10))
         return final()
 
-    ticks = 0
-
     async def ticker() -> None:
-        nonlocal ticks
+        ticks = 0
         while True:
             ticks += 1
-            await asyncio.sleep(0.005)
+            if ticks == 3:
+                ticked.set()
+            await asyncio.sleep(0.001)
 
     background = asyncio.create_task(ticker())
     result = await Loop(blocking, to_thread=True).arun("go")
     background.cancel()
     assert result.status == "finished"
     assert threads[0] is not threading.current_thread()
-    assert ticks >= 3  # the loop kept running while the model blocked its thread
+    assert seen == [True]  # the loop kept running while the model blocked its thread
 
 
 async def test_plain_callables_run_on_the_loop_by_default() -> None:

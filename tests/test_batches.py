@@ -478,19 +478,48 @@ class Clock:
 
 
 async def test_concurrent_calls_complete_in_any_order_and_record_in_emission_order() -> None:
-    """max_concurrency=4: up to 4 at once; one transition per completion; record in order."""
-    clock = Clock({1: 0.04, 2: 0.01, 3: 0.03, 4: 0.0, 5: 0.0, 6: 0.02})
+    """max_concurrency=4: up to 4 at once; one transition per completion; record in order.
+
+    Each call finishes only when the one before it in ``order`` has been reported
+    (no timing: the order is the test's, whatever the machine's load).
+    """
+    order = [4, 2, 6, 3, 1, 5]  # 5 and 6 start only as slots free up
+    gates = {a: asyncio.Event() for a in order}
+    log: list[tuple[str, int]] = []
+    running, most = [0], [0]
+
+    async def add(a: int, b: int) -> int:
+        log.append(("start", a))
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        await gates[a].wait()
+        running[0] -= 1
+        log.append(("end", a))
+        return a + b
+
+    def release_the_next(transition: agentloop.Transition) -> None:
+        if transition.trigger == "tool_returned":
+            done = int(transition.call_id[1:])  # type: ignore[index]
+            if order.index(done) + 1 < len(order):
+                gates[order[order.index(done) + 1]].set()
+
+    gates[order[0]].set()
     loop = Loop(
-        Script([batch(6), final()]), tools={"add": clock.add}, max_calls=6, max_concurrency=4
+        Script([batch(6), final()]),
+        tools={"add": add},
+        max_calls=6,
+        max_concurrency=4,
+        listeners=[release_the_next],
     )
     run = loop.astart("go")
     events = [t async for t in run]
 
-    ends = [a for what, a in clock.log if what == "end"]
+    ends = [a for what, a in log if what == "end"]
     dispatched = [e for e in events if e.trigger == "tool_returned"]
+    assert ends == order
     assert [e.call_id for e in dispatched] == [f"c{a}" for a in ends]  # completion order
-    assert ends != sorted(ends)
-    assert clock.most == 4
+    assert [a for what, a in log if what == "start"] == [1, 2, 3, 4, 5, 6]  # emission order
+    assert most[0] == 4
     result = run.result()
     assert result.status == "finished"
     assert results_of(result.transcript) == [(f"c{i}", "ok", i) for i in range(1, 7)]
