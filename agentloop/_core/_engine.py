@@ -19,8 +19,11 @@ again if an interruption lands half-way, so a run is never half-changed.
 
 from __future__ import annotations
 
+import ast
 import inspect
+import textwrap
 import time
+import types
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -441,9 +444,7 @@ class Engine:
 
     def _call_id_reserved(self) -> bool:
         batch = self._batch
-        if len(batch) == 1:
-            return batch[0][0] in self._reserved
-        return self._repeated_id() is not None
+        return batch[0][0] in self._reserved if len(batch) == 1 else self._repeated_id() is not None
 
     def _calls_exhausted(self) -> bool:
         return self.calls + len(self._batch) > self._budget.max_calls
@@ -777,21 +778,68 @@ def _chooser(rows: tuple[Row, ...]) -> Callable[[Engine], _Compiled]:
     Like attrs writing ``__init__``, the table is compiled at import into
     what a hand-written loop would say: try each row's guard in order, run
     the first match's effects, return its row. The source is made only from
-    the table's enum values (identifiers), so it says exactly what the rows
-    say; ``transitions`` runs the same rows in a property test.
+    the table's enum values (identifiers) and the bodies of the engine methods
+    they name, so it says exactly what the rows say; ``transitions`` runs the
+    same rows, calling those methods, in a property test.
     """
-    lines = ["def choose(engine):"]
+    lines = []
     for index, row in enumerate(rows):
-        body = [f"engine._{effect.value}()" for effect in row.effects]
+        body = []
+        for effect in row.effects:
+            body.extend(_inlined(effect, index)[0])
         body.append(f"return compiled[{index}]")
         if row.guard is None:
-            lines.extend(f"    {line}" for line in body)
+            lines.extend(body)
             break  # build_table checked that an unguarded row ends its group
-        lines.append(f"    if engine._{row.guard.value}():")
-        lines.extend(f"        {line}" for line in body)
-    namespace: dict[str, Any] = {"compiled": tuple(_Compiled(row) for row in rows)}
-    exec("\n".join(lines), namespace)  # noqa: S102 - source made of the table's identifiers
-    return namespace["choose"]  # type: ignore[no-any-return]
+        before, condition = _inlined(row.guard, index)
+        lines.extend(before)
+        lines.append(f"if {condition}:")
+        lines.extend(f"    {line}" for line in body)
+    source = "def make(compiled):\n def choose(engine):\n"
+    source += "".join(f"  {line}\n" for line in lines) + " return choose\n"
+    key = f"{rows[0].source.value}, {rows[0].trigger.value}"
+    code = compile(source, f"<chooser for {key}>", "exec")  # the table's, as above
+    (factory,) = (const for const in code.co_consts if isinstance(const, types.CodeType))
+    make = types.FunctionType(factory, globals())  # the module's names, as the methods see them
+    return make(tuple(_Compiled(row) for row in rows))  # type: ignore[no-any-return]
+
+
+def _inlined(name: Guard | Effect, row: int) -> tuple[list[str], str]:
+    """``Engine._<name>`` for a chooser: lines to run, then (for a guard) the condition.
+
+    A call costs more than most guards and effects do, so a method whose body
+    is plain statements (then, for a guard, one ``return``) is pasted in,
+    ``self`` read as ``engine`` and its locals renamed apart; any other is
+    called. Either way what runs is the engine's own method body.
+    """
+    call = f"engine._{name.value}()"
+    as_call = ([call] if isinstance(name, Effect) else []), call
+    try:
+        module = ast.parse(textwrap.dedent(inspect.getsource(getattr(Engine, f"_{name.value}"))))
+    except (OSError, TypeError):  # no source to read (a frozen build)
+        return as_call
+    function = module.body[0]
+    assert isinstance(function, ast.FunctionDef)
+    local = {
+        node.id
+        for node in ast.walk(function)
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load)
+    }
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and node.id == "self":
+            node.id = "engine"
+        elif isinstance(node, ast.Name) and node.id in local:
+            node.id = f"_{row}_{name.value}_{node.id}"
+    body, condition = function.body, call
+    if isinstance(name, Guard):
+        result = body.pop()
+        if not isinstance(result, ast.Return) or result.value is None:
+            return as_call
+        condition = f"({ast.unparse(result.value)})"
+    jumps = ast.Return | ast.Yield | ast.Global | ast.Nonlocal | ast.Lambda
+    if any(isinstance(node, jumps) for statement in body for node in ast.walk(statement)):
+        return as_call
+    return [line for statement in body for line in ast.unparse(statement).splitlines()], condition
 
 
 # Every guard and effect the table names is an engine method (checked at import).
