@@ -79,6 +79,10 @@ _NOT_STARTED: Final = orjson.dumps(NOT_STARTED)
 _CUT_OFF: Final = orjson.dumps(CUT_OFF)
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _MODEL_REPLIED, _TOOL_RETURNED = Trigger.MODEL_REPLIED, Trigger.TOOL_RETURNED
+# An enum member read off its class costs about as much as a call: read once, here.
+_AWAITING_MODEL, _FINISHED = State.AWAITING_MODEL, State.FINISHED
+_NO_IDS: Final[frozenset[str]] = frozenset()
+_NO_USAGE: Final = Usage()
 
 
 class Engine:
@@ -179,7 +183,7 @@ class Engine:
                 f"expected cancel to be a CancelToken or None, got {type(cancel).__name__}"
             )
         encoded, input_ids = input_messages(messages)
-        self._input_ids = frozenset(input_ids)
+        self._input_ids = frozenset(input_ids) if input_ids else _NO_IDS
         self._reserved = input_ids
         self._input = tuple(encoded)
         self._history = History(encoded)
@@ -189,7 +193,7 @@ class Engine:
         self._choosers: Mapping[tuple[State, Trigger], Callable[[Engine], _Compiled]] = _CHOOSE
         # Without a token, nothing can cancel: ``bool()`` is False, and a C call.
         self._cancelled = bool if cancel is None else cancel.check()
-        self._state = State.AWAITING_MODEL
+        self._state = _AWAITING_MODEL
         #: Model callback invocations so far.
         self.steps = 0
         #: Accepted tool attempts so far.
@@ -274,8 +278,10 @@ class Engine:
             )
         last = self._events[-1]
         output = None
-        if last.dest is State.FINISHED:
-            output = orjson.loads(last.appended_json[-1])["text"]
+        if last.dest is _FINISHED:
+            final = last.appended_json[-1]
+            # The reply in hand is the decoded copy of the final it appended: no decoding again.
+            output = (self._reply if final is self._reply_json else orjson.loads(final))["text"]
         return _new(
             RunResult,
             (
@@ -295,12 +301,8 @@ class Engine:
 
     def _usage(self) -> Usage:
         """The usage every reply reported, summed from the log."""
-        totals = [0, 0, 0]
-        for event in self._events:
-            if event.usage is not None:
-                for index, count in enumerate(event.usage):
-                    totals[index] += count
-        return Usage(*totals)
+        reported = [event.usage for event in self._events if event.usage is not None]
+        return Usage(*map(sum, zip(*reported, strict=True))) if reported else _NO_USAGE
 
     # -- the driver protocol --------------------------------------------------
 
