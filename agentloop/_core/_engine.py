@@ -361,7 +361,9 @@ class Engine:
         """
         if self._outstanding is not _START_TOOL:
             raise self._refused("a tool outcome")
-        self._answering(call_id)
+        running = self._running
+        if call_id is not None or len(running) != 1 or self._call_id not in running:
+            self._answering(call_id)  # else the one call running is the one in hand
         self._ev_since = self._since.pop(self._call_id, None)
         self._outcome = checked_outcome(outcome)
         if type(outcome) is dict and "exception" in outcome:
