@@ -71,29 +71,50 @@ class Run(RunView):
         """
         engine = self._engine
         if not engine.done:
-            self._hold(self._until_done)
+            self._hold(self._steps)
         return engine.result()
 
     def step(self) -> Transition:
         """Perform exactly one transition and return it."""
         return self._hold(self._one_step)
 
-    def _until_done(self) -> Transition:
-        advance, listeners = self._advance, self._listeners
+    def _one_step(self) -> Transition:
+        return self._steps(until_done=False)
+
+    def _steps(self, until_done: bool = True) -> Transition:
+        """Transitions until the run is done, or one: each asks, reports, logs, tells listeners.
+
+        One loop with no call of its own per transition: at a few tool calls a
+        run, calls are most of what a driver costs.
+        """
+        engine, model, dispatch = self._engine, self._model, self._dispatch
+        listeners = self._listeners
         debug = LOG.isEnabledFor(DEBUG)  # once a loop: logging is not reconfigured mid-run
         while True:
-            transition = advance()
+            need = engine.next()
+            # The engine says what the answer, or the exception, means.
+            if type(need) is AskModel:
+                try:
+                    reply = model(need.history)
+                except Exception as exc:  # noqa: BLE001 - the engine says what it means
+                    transition = engine.raised(exc)
+                else:
+                    transition = engine.replied(reply)
+            elif type(need) is RunTool:
+                try:
+                    outcome = dispatch(need.call)
+                except Exception as exc:  # noqa: BLE001 - the engine says what it means
+                    transition = engine.raised(exc)
+                else:
+                    transition = engine.returned(outcome)
+            else:
+                transition = need  # type: ignore[assignment]  # neither request: the engine's
             if debug:
                 log(transition)
             for listener in listeners:
                 listener(transition)
-            if transition.dest in TERMINAL:
+            if not until_done or transition.dest in TERMINAL:
                 return transition
-
-    def _one_step(self) -> Transition:
-        transition = self._advance()
-        self._tell(transition)
-        return transition
 
     def _hold(self, steps: Callable[[], Transition]) -> Transition:
         """Run ``steps`` as the only step under way; an interruption ends the run."""
@@ -116,29 +137,3 @@ class Run(RunView):
                     self._busy.release()
                 except RuntimeError:  # pragma: no cover - never taken: interrupted at once
                     pass
-
-    def _advance(self) -> Transition:
-        """One transition: call the model or run the tool, then report what happened."""
-        engine = self._engine
-        need = engine.next()
-        # The engine says what the answer, or the exception, means.
-        if type(need) is AskModel:
-            try:
-                reply = self._model(need.history)
-            except Exception as exc:  # noqa: BLE001 - the engine says what it means
-                return engine.raised(exc)
-            return engine.replied(reply)
-        if type(need) is RunTool:
-            try:
-                outcome = self._dispatch(need.call)
-            except Exception as exc:  # noqa: BLE001 - the engine says what it means
-                return engine.raised(exc)
-            return engine.returned(outcome)
-        return need  # type: ignore[return-value]  # neither request: the engine's transition
-
-    def _tell(self, transition: Transition) -> None:
-        """Log the transition and call the listeners with it."""
-        if LOG.isEnabledFor(DEBUG):
-            log(transition)
-        for listener in self._listeners:
-            listener(transition)
