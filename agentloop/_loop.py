@@ -134,7 +134,8 @@ class Loop:
         With a ledger, the run is recorded under ``run_id`` (a fresh one when
         not given: ``run.run_id``); ``RunExistsError`` if it is taken.
         """
-        self._sync_driver("loop.arun or loop.astart")
+        if self._asyncio_only:
+            self._sync_driver("loop.arun or loop.astart")
         return self._run(self._engine(messages, cancel, run_id))
 
     def run(
@@ -145,7 +146,9 @@ class Loop:
         run_id: str | None = None,
     ) -> RunResult:
         """Run to a terminal state and return the result."""
-        return self.start(messages, cancel=cancel, run_id=run_id).finish()
+        if self._asyncio_only:  # start()'s body: at one tool call, a call more shows
+            self._sync_driver("loop.arun or loop.astart")
+        return self._run(self._engine(messages, cancel, run_id)).finish()
 
     def resume(self, run_id: str, *, cancel: CancelToken | None = None) -> RunResult:
         """Continue the recorded run ``run_id`` to its end (or read it, if it ended).
@@ -197,7 +200,8 @@ class Loop:
     ) -> Engine:
         """A fresh engine for a new run: a recording one when the Loop has a ledger."""
         if self.ledger is None:
-            _no_ledger(run_id)
+            if run_id is not None:
+                _no_ledger(run_id)
             return Engine(messages, budget=self.budget, cancel=cancel)
         return _resume.begin(
             self.ledger,
