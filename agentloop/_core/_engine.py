@@ -72,7 +72,6 @@ _NO_REPLY: Final = object()
 # tuple.__new__ makes a NamedTuple from its fields without the Python-level __new__.
 _new: Final = tuple.__new__
 _NO_CALL: Final = (None, None)
-_OUTCOME_KEYS: Final = frozenset({"status", "content"})
 _OUTCOME_KEYS_AT_MOST: Final = frozenset({"status", "content", "exception"})
 _DEFAULT_BUDGET: Final = Budget(max_steps=8, max_calls=4)
 _NOT_STARTED: Final = orjson.dumps(NOT_STARTED)
@@ -258,7 +257,7 @@ class Engine:
     @property
     def usage(self) -> Usage:
         """The tokens the model's replies reported so far, summed."""
-        return self._usage()
+        return self._usage() if self.tokens else _NO_USAGE
 
     def history(self) -> list[dict[str, Any]]:
         """A fresh copy of the history."""
@@ -295,12 +294,16 @@ class Engine:
                 tuple(self._events),
                 self._history.to_json(),
                 self._rejected,
-                self._usage(),
+                self._usage() if self.tokens else _NO_USAGE,
             ),
         )
 
     def _usage(self) -> Usage:
-        """The usage every reply reported, summed from the log."""
+        """The usage every reply reported, summed from the log.
+
+        Where ``tokens`` is settled, none counted means every usage reported was
+        zero (cached tokens are part of the input): callers skip the sum then.
+        """
         reported = [event.usage for event in self._events if event.usage is not None]
         return Usage(*map(sum, zip(*reported, strict=True))) if reported else _NO_USAGE
 
@@ -312,12 +315,13 @@ class Engine:
         Nothing means the engine made a transition by itself; it is returned.
         """
         state = self._state
-        trigger = NEXT.get(state)
-        if trigger is None:
+        key = _NEXT_KEYS.get(state)
+        if key is None:
             raise InvalidStateError(
                 f"the run ended in state {state.value!r}: there is nothing next; read its result()",
                 state=state,
             )
+        trigger = key[1]
         if trigger is _START_TOOL:
             batch, started = self._batch, self._started
             if started == len(batch):
@@ -333,7 +337,7 @@ class Engine:
                 f"{self._outstanding.value} is outstanding (one step at a time)",
                 state=state,
             )
-        row = self._choosers[state, trigger](self)
+        row = self._choosers[key](self)
         if row.dest is not None:
             return self._record(row)
         self._outstanding = trigger
@@ -748,7 +752,8 @@ def checked_outcome(outcome: object) -> tuple[str, bytes]:
         if (
             type(status) is str
             and status in DISPATCH_STATUSES
-            and _OUTCOME_KEYS <= outcome.keys() <= _OUTCOME_KEYS_AT_MOST
+            and "content" in outcome
+            and (len(outcome) == 2 or outcome.keys() <= _OUTCOME_KEYS_AT_MOST)
         ):
             try:
                 return status, intake(outcome["content"], "content")[0]
@@ -851,6 +856,9 @@ assert all(
     name.value.isidentifier() and hasattr(Engine, f"_{name.value}") for name in (*Guard, *Effect)
 )
 _CHOOSE: Final = {key: _chooser(rows) for key, rows in TABLE.groups.items()}
+# Each working state's (state, trigger) key of the trigger it fires itself: the very
+# tuple the choosers are keyed by, so next() neither builds nor compares one.
+_NEXT_KEYS: Final = {key[0]: key for key in TABLE.groups if NEXT.get(key[0]) is key[1]}
 
 
 def _appended_ids(events: list[Transition]) -> set[str]:
