@@ -350,12 +350,46 @@ class Engine:
         return _new(RunTool, ({"kind": "call", **orjson.loads(orjson.dumps(element))},))
 
     def replied(self, reply: object) -> Transition:
-        """The model returned ``reply``; it is copied in before anything else."""
+        """The model returned ``reply``; it is copied in before anything else.
+
+        What is wrong with it, if anything, is noted for the guards. A ``usage``
+        key is the provider's bill for the step, not part of the reply: it goes
+        on the event, never into the history.
+        """
         if self._outstanding is not _ASK_MODEL:
             raise self._refused("a model reply")
-        self._take_reply(reply)
+        problem: str | None = None
+        if type(reply) is dict and "usage" in reply:
+            usage = checked_usage(reply["usage"])
+            if isinstance(usage, Usage):
+                self._ev_usage = usage
+                reply = {key: value for key, value in reply.items() if key != "usage"}
+            else:  # kept in the reply, which is malformed: a reviewer sees what came
+                problem = usage
+        plain: Any
+        if type(reply) is NotJSON:  # replayed: a reply that was not JSON when it came
+            plain, problem = reply, reply.problem
+        else:
+            try:
+                self._reply_json, plain = intake(reply, "reply")
+            except JSONError as exc:
+                plain = not_json(reply, str(exc))
+                problem = plain.problem
+            else:
+                problem = problem or reply_problem(plain)
+        self._reply, self._problem = plain, problem
+        if problem is None and plain["kind"] != "final":
+            self._batch = batch = (
+                ((plain["id"], plain["name"]),) if plain["kind"] == "call" else batch_of(plain)
+            )
+            # A batch of one names its call from the start; a longer one, call by call.
+            self._call_id, self._tool = batch[0] if len(batch) == 1 else (None, None)
+            self._results, self._running, self._started = {}, {}, 0
+            self._cut = _CUT_OFF
+        else:
+            self._batch, self._call_id, self._tool = (), None, None
         self._ev_since = self._since.get(None)
-        return self._record(self._choosers[self._state, _MODEL_REPLIED](self))
+        return self._record(self._choosers[_REPLIED_KEYS[self._state]](self))
 
     def returned(self, outcome: object, call_id: str | None = None) -> Transition:
         """The dispatcher returned ``outcome``: ``{'status', 'content'}`` (and ``'exception'``).
@@ -374,7 +408,7 @@ class Engine:
             exception = outcome["exception"]
             if isinstance(exception, BaseException):
                 self._ev_exception = exception
-        return self._record(self._choosers[self._state, _TOOL_RETURNED](self))
+        return self._record(self._choosers[_RETURNED_KEYS[self._state]](self))
 
     def raised(self, exc: Exception, call_id: str | None = None) -> Transition:
         """The model or the tool raised ``exc``: what that means is the table's.
@@ -670,46 +704,6 @@ class Engine:
         self._ev_appended = ()
         self._ev_usage = self._ev_since = None
 
-    # -- intake ---------------------------------------------------------------------
-
-    def _take_reply(self, reply: object) -> None:
-        """Copy ``reply`` in; note what is wrong with it, if anything.
-
-        A ``usage`` key is the provider's bill for the step, not part of the
-        reply: it goes on the event, never into the history.
-        """
-        usage_problem: str | None = None
-        if type(reply) is dict and "usage" in reply:
-            usage = checked_usage(reply["usage"])
-            if isinstance(usage, Usage):
-                self._ev_usage = usage
-                reply = {key: value for key, value in reply.items() if key != "usage"}
-            else:  # kept in the reply, which is malformed: a reviewer sees what came
-                usage_problem = usage
-        if type(reply) is NotJSON:  # replayed: a reply that was not JSON when it came
-            self._reply, self._problem = reply, reply.problem
-            self._batch, self._call_id, self._tool = (), None, None
-            return
-        try:
-            self._reply_json, plain = intake(reply, "reply")
-        except JSONError as exc:
-            self._reply = not_json(reply, str(exc))
-            self._problem = self._reply.problem
-            self._batch, self._call_id, self._tool = (), None, None
-            return
-        self._reply = plain
-        self._problem = problem = usage_problem or reply_problem(plain)
-        if problem is None and plain["kind"] != "final":
-            self._batch = batch = (
-                ((plain["id"], plain["name"]),) if plain["kind"] == "call" else batch_of(plain)
-            )
-            # A batch of one names its call from the start; a longer one, call by call.
-            self._call_id, self._tool = batch[0] if len(batch) == 1 else (None, None)
-            self._results, self._running, self._started = {}, {}, 0
-            self._cut = _CUT_OFF
-        else:
-            self._batch, self._call_id, self._tool = (), None, None
-
 
 def not_json(reply: object, problem: str = "") -> NotJSON:
     """A reply that is not JSON, kept for review as text that cannot fail to save."""
@@ -859,6 +853,9 @@ _CHOOSE: Final = {key: _chooser(rows) for key, rows in TABLE.groups.items()}
 # Each working state's (state, trigger) key of the trigger it fires itself: the very
 # tuple the choosers are keyed by, so next() neither builds nor compares one.
 _NEXT_KEYS: Final = {key[0]: key for key in TABLE.groups if NEXT.get(key[0]) is key[1]}
+# The same for the reports a driver makes on every step.
+_REPLIED_KEYS: Final = {key[0]: key for key in TABLE.groups if key[1] is _MODEL_REPLIED}
+_RETURNED_KEYS: Final = {key[0]: key for key in TABLE.groups if key[1] is _TOOL_RETURNED}
 
 
 def _appended_ids(events: list[Transition]) -> set[str]:
