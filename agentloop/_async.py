@@ -34,7 +34,7 @@ from logging import DEBUG
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._callbacks import is_async
-from agentloop._core._table import State
+from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, RunTool
 from agentloop._run import LOG, RunView, log
 
@@ -152,9 +152,12 @@ class AsyncRun(RunView):
 
     async def afinish(self) -> RunResult:
         """Step until done and return the result: ``finish()`` under asyncio."""
-        while not self.done:
-            await self.astep()
-        return self._engine.result()
+        engine = self._engine
+        if not engine.done:
+            # Each step says where it went: no property reads per step to learn it.
+            while (await self.astep()).dest not in TERMINAL:
+                pass
+        return engine.result()
 
     async def astep(self) -> Transition:
         """Perform exactly one transition and return it."""
