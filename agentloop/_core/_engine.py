@@ -20,7 +20,9 @@ again if an interruption lands half-way, so a run is never half-changed.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
+import sys
 import textwrap
 import time
 import types
@@ -785,16 +787,16 @@ def _chooser(rows: tuple[Row, ...]) -> Callable[[Engine], _Compiled]:
     they name, so it says exactly what the rows say; ``transitions`` runs the
     same rows, calling those methods, in a property test.
     """
-    lines = []
+    lines: list[str] = []
     for index, row in enumerate(rows):
-        body = []
+        body: list[str] = []
         for effect in row.effects:
-            body.extend(_inlined(effect, index)[0])
+            body.extend(_inlined(effect)[0])
         body.append(f"return compiled[{index}]")
         if row.guard is None:
             lines.extend(body)
             break  # build_table checked that an unguarded row ends its group
-        before, condition = _inlined(row.guard, index)
+        before, condition = _inlined(row.guard)
         lines.extend(before)
         lines.append(f"if {condition}:")
         lines.extend(f"    {line}" for line in body)
@@ -807,21 +809,42 @@ def _chooser(rows: tuple[Row, ...]) -> Callable[[Engine], _Compiled]:
     return make(tuple(_Compiled(row) for row in rows))  # type: ignore[no-any-return]
 
 
-def _inlined(name: Guard | Effect, row: int) -> tuple[list[str], str]:
+@functools.cache
+def _method_sources() -> dict[str, str]:
+    """The source of each of the engine's methods, by name; the module is parsed once."""
+    try:
+        source = inspect.getsource(sys.modules[__name__])
+    except (OSError, TypeError):
+        return {}
+    (engine,) = (
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.ClassDef) and node.name == Engine.__name__
+    )
+    lines = source.splitlines(keepends=True)
+    return {
+        node.name: textwrap.dedent("".join(lines[node.lineno - 1 : node.end_lineno]))
+        for node in engine.body
+        if isinstance(node, ast.FunctionDef)
+    }
+
+
+@functools.cache
+def _inlined(name: Guard | Effect) -> tuple[tuple[str, ...], str]:
     """``Engine._<name>`` for a chooser: lines to run, then (for a guard) the condition.
 
     A call costs more than most guards and effects do, so a method whose body
     is plain statements (then, for a guard, one ``return``) is pasted in,
-    ``self`` read as ``engine`` and its locals renamed apart; any other is
-    called. Either way what runs is the engine's own method body.
+    ``self`` read as ``engine`` and each local prefixed with the method's name
+    (a local is always set before it is read, so a body pasted twice is safe);
+    any other is called. Either way what runs is the engine's own method body.
     """
     call = f"engine._{name.value}()"
-    as_call = ([call] if isinstance(name, Effect) else []), call
-    try:
-        module = ast.parse(textwrap.dedent(inspect.getsource(getattr(Engine, f"_{name.value}"))))
-    except (OSError, TypeError):  # no source to read (a frozen build)
+    as_call = ((call,) if isinstance(name, Effect) else ()), call
+    source = _method_sources().get(f"_{name.value}")
+    if source is None:  # no source to read (a frozen build)
         return as_call
-    function = module.body[0]
+    function = ast.parse(source).body[0]  # parsed afresh: the renaming below changes it
     assert isinstance(function, ast.FunctionDef)
     local = {
         node.id
@@ -832,7 +855,7 @@ def _inlined(name: Guard | Effect, row: int) -> tuple[list[str], str]:
         if isinstance(node, ast.Name) and node.id == "self":
             node.id = "engine"
         elif isinstance(node, ast.Name) and node.id in local:
-            node.id = f"_{row}_{name.value}_{node.id}"
+            node.id = f"_{name.value}_{node.id}"
     body, condition = function.body, call
     if isinstance(name, Guard):
         result = body.pop()
@@ -842,7 +865,8 @@ def _inlined(name: Guard | Effect, row: int) -> tuple[list[str], str]:
     jumps = ast.Return | ast.Yield | ast.Global | ast.Nonlocal | ast.Lambda
     if any(isinstance(node, jumps) for statement in body for node in ast.walk(statement)):
         return as_call
-    return [line for statement in body for line in ast.unparse(statement).splitlines()], condition
+    lines = (line for statement in body for line in ast.unparse(statement).splitlines())
+    return tuple(lines), condition
 
 
 # Every guard and effect the table names is an engine method (checked at import).
