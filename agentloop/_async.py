@@ -267,7 +267,8 @@ class AsyncRun(RunView):
             call = asyncio.to_thread(model, history)
         else:
             reply = model(history)
-            if not inspect.isawaitable(reply):
+            # A dict (any reply that is JSON) is never awaitable: no protocol check for it.
+            if type(reply) is dict or not inspect.isawaitable(reply):
                 return reply
             call = reply
         if self._model_timeout is None:
@@ -311,7 +312,7 @@ def async_dispatch(
             pending = asyncio.to_thread(dispatch, call)
         else:
             pending = dispatch(call)
-            if not inspect.isawaitable(pending):
+            if type(pending) is dict or not inspect.isawaitable(pending):
                 return pending
         if tool_timeout is None:
             return await pending
