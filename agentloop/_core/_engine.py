@@ -22,7 +22,6 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
-import sys
 import textwrap
 import time
 import types
@@ -809,24 +808,12 @@ def _chooser(rows: tuple[Row, ...]) -> Callable[[Engine], _Compiled]:
     return make(tuple(_Compiled(row) for row in rows))  # type: ignore[no-any-return]
 
 
-@functools.cache
-def _method_sources() -> dict[str, str]:
-    """The source of each of the engine's methods, by name; the module is parsed once."""
+def _method_source(name: str) -> str | None:
+    """The source of the engine's method ``name`` (only its own lines are read)."""
     try:
-        source = inspect.getsource(sys.modules[__name__])
-    except (OSError, TypeError):
-        return {}
-    (engine,) = (
-        node
-        for node in ast.parse(source).body
-        if isinstance(node, ast.ClassDef) and node.name == Engine.__name__
-    )
-    lines = source.splitlines(keepends=True)
-    return {
-        node.name: textwrap.dedent("".join(lines[node.lineno - 1 : node.end_lineno]))
-        for node in engine.body
-        if isinstance(node, ast.FunctionDef)
-    }
+        return textwrap.dedent(inspect.getsource(getattr(Engine, name)))
+    except (OSError, TypeError):  # no source to read (a frozen build)
+        return None
 
 
 @functools.cache
@@ -841,8 +828,8 @@ def _inlined(name: Guard | Effect) -> tuple[tuple[str, ...], str]:
     """
     call = f"engine._{name.value}()"
     as_call = ((call,) if isinstance(name, Effect) else ()), call
-    source = _method_sources().get(f"_{name.value}")
-    if source is None:  # no source to read (a frozen build)
+    source = _method_source(f"_{name.value}")
+    if source is None:
         return as_call
     function = ast.parse(source).body[0]  # parsed afresh: the renaming below changes it
     assert isinstance(function, ast.FunctionDef)
