@@ -824,7 +824,8 @@ def _inlined(name: Guard | Effect) -> tuple[tuple[str, ...], str]:
     is plain statements (then, for a guard, one ``return``) is pasted in,
     ``self`` read as ``engine`` and each local prefixed with the method's name
     (a local is always set before it is read, so a body pasted twice is safe);
-    any other is called. Either way what runs is the engine's own method body.
+    any other is called. Either way what runs is ``Engine``'s own method body: a
+    subclass that overrides a guard or effect replaces ``_choosers`` too.
     """
     call = f"engine._{name.value}()"
     as_call = ((call,) if isinstance(name, Effect) else ()), call

@@ -99,8 +99,8 @@ def intake(value: object, where: str = "value") -> tuple[bytes, Any]:
 
     Decoding the bytes again and comparing with the original catches what
     ``orjson`` would silently change (NaN to ``null``, a tuple to a list) at C
-    speed; the decoded value is the copy. ``_find_non_json`` explains a
-    failure only on that slow path.
+    speed; the decoded value is the copy (a str, int, bool or None is its own:
+    immutable). ``_find_non_json`` explains a failure only on that slow path.
     """
     try:
         data = orjson.dumps(value, option=_STRICT)
