@@ -37,7 +37,7 @@ from logging import DEBUG
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._callbacks import is_async
-from agentloop._core._table import State
+from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, AwaitApproval, RunTool
 from agentloop._run import LOG, Outcome, RunView, Verdicts, log
 
@@ -163,9 +163,14 @@ class AsyncRun(RunView):
 
     async def afinish(self) -> RunResult:
         """``finish()`` under asyncio: step until done (or awaiting approval), return the result."""
-        while not self.done and await self._astep() is not None:
-            pass
-        return self._engine.result()
+        engine = self._engine
+        if not engine.done:
+            # Each step says where it went: no property reads per step to learn it.
+            while True:
+                transition = await self._astep()
+                if transition is None or transition.dest in TERMINAL:
+                    break
+        return engine.result()
 
     async def astep(self) -> Transition:
         """Perform exactly one transition and return it."""
@@ -305,7 +310,8 @@ class AsyncRun(RunView):
             call = asyncio.to_thread(model, history)
         else:
             reply = model(history)
-            if not inspect.isawaitable(reply):
+            # A dict (any reply that is JSON) is never awaitable: no protocol check for it.
+            if type(reply) is dict or not inspect.isawaitable(reply):
                 return reply
             call = reply
         if self._model_timeout is None:
@@ -354,7 +360,7 @@ def async_dispatch(
             pending = asyncio.to_thread(dispatch, call)
         else:
             pending = dispatch(call)
-            if not inspect.isawaitable(pending):
+            if type(pending) is dict or not inspect.isawaitable(pending):
                 return pending
         if tool_timeout is None:
             return await pending

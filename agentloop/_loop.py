@@ -141,7 +141,8 @@ class Loop:
         With a ledger, the run is recorded under ``run_id`` (a fresh one when
         not given: ``run.run_id``); ``RunExistsError`` if it is taken.
         """
-        self._sync_driver("loop.arun or loop.astart")
+        if self._asyncio_only:
+            self._sync_driver("loop.arun or loop.astart")
         return self._run(self._engine(messages, cancel, run_id))
 
     def run(
@@ -156,7 +157,8 @@ class Loop:
         The result does not hold the run's id: with a ledger, pass ``run_id=``,
         or use ``start()`` and read ``run.run_id`` (known before the first step).
         """
-        return self.start(messages, cancel=cancel, run_id=run_id).finish()
+        self._sync_driver("loop.arun or loop.astart")  # start()'s body, one call fewer
+        return self._run(self._engine(messages, cancel, run_id)).finish()
 
     def resume(
         self,
@@ -240,7 +242,8 @@ class Loop:
     ) -> Engine:
         """A fresh engine for a new run: a recording one when the Loop has a ledger."""
         if self.ledger is None:
-            _no_ledger(run_id)
+            if run_id is not None:
+                _no_ledger(run_id)
             return Engine(messages, budget=self.budget, cancel=cancel)
         return _resume.begin(
             self.ledger,

@@ -80,7 +80,7 @@ class Run(RunView):
         """
         engine = self._engine
         if not engine.done:
-            self._hold(self._until_done)
+            self._hold(self._steps)
         return engine.result()
 
     def step(self) -> Transition:
@@ -96,28 +96,69 @@ class Run(RunView):
         """
         return self._hold(lambda: self._told(self._engine.decided(decisions)))  # type: ignore[return-value]
 
-    def _until_done(self) -> Transition | None:
-        advance, listeners = self._advance, self._listeners
+    def _one_step(self) -> Transition:
+        transition = self._steps(until_done=False)
+        if transition is None:
+            raise self._awaiting()
+        return transition
+
+    def _steps(self, until_done: bool = True) -> Transition | None:
+        """Transitions until the run is done, or one: each asks, reports, logs, tells listeners.
+
+        One loop with no call of its own per transition: at a few tool calls a
+        run, calls are most of what a driver costs. ``None``: the run waits for
+        a person's decisions, and nothing happened.
+        """
+        engine, model, dispatch, review = self._engine, self._model, self._dispatch, self._review
+        listeners, verdicts = self._listeners, self._verdicts
         debug = LOG.isEnabledFor(DEBUG)  # once a loop: logging is not reconfigured mid-run
         while True:
-            transition = advance()
-            if transition is None:  # waiting for a person
-                return None
+            # Before a batch's first call, its policies are asked (once): an ask stops it.
+            asked = verdicts.review(engine, review) if review and verdicts.due(engine) else None
+            if asked is not None:
+                transition = asked
+            else:
+                need = engine.next()
+                # The engine says what the answer, or the exception, means.
+                if type(need) is AskModel:
+                    try:
+                        reply = model(need.history)
+                    except Exception as exc:  # noqa: BLE001 - the engine says what it means
+                        transition = engine.raised(exc)
+                    else:
+                        transition = engine.replied(reply)
+                elif type(need) is RunTool:
+                    try:
+                        if review is None:
+                            outcome = dispatch(need.call)
+                        else:
+                            verdict = verdicts.of(engine, need.call["id"])
+                            outcome = (  # a policy that failed: the call fails closed, unrun
+                                verdict
+                                if isinstance(verdict, dict)
+                                else dispatch(need.call, decision=verdict)
+                            )
+                    except Exception as exc:  # noqa: BLE001 - the engine says what it means
+                        transition = engine.raised(exc)
+                    else:
+                        transition = engine.returned(outcome)
+                elif type(need) is AwaitApproval:
+                    return None
+                else:
+                    transition = need  # type: ignore[assignment]  # neither request: the engine's
             if debug:
                 log(transition)
             for listener in listeners:
                 listener(transition)
-            if transition.dest in TERMINAL:
+            if not until_done or transition.dest in TERMINAL:
                 return transition
 
-    def _one_step(self) -> Transition:
-        transition = self._advance()
-        if transition is None:
-            raise self._awaiting()
-        return self._told(transition)
-
     def _told(self, transition: Transition) -> Transition:
-        self._tell(transition)
+        """Log ``transition`` and tell the listeners (a report made outside ``_steps``)."""
+        if LOG.isEnabledFor(DEBUG):
+            log(transition)
+        for listener in self._listeners:
+            listener(transition)
         return transition
 
     def _hold(self, steps: Callable[[], Transition | None]) -> Transition | None:
@@ -141,46 +182,3 @@ class Run(RunView):
                     self._busy.release()
                 except RuntimeError:  # pragma: no cover - never taken: interrupted at once
                     pass
-
-    def _advance(self) -> Transition | None:
-        """One transition: call the model or run the tool, then report what happened.
-
-        ``None``: the run waits for a person's decisions, and nothing happened.
-        """
-        engine = self._engine
-        if self._review is not None and self._verdicts.due(engine):
-            asked = self._verdicts.review(engine, self._review)
-            if asked is not None:
-                return asked
-        need = engine.next()
-        # The engine says what the answer, or the exception, means.
-        if type(need) is AskModel:
-            try:
-                reply = self._model(need.history)
-            except Exception as exc:  # noqa: BLE001 - the engine says what it means
-                return engine.raised(exc)
-            return engine.replied(reply)
-        if type(need) is RunTool:
-            try:
-                if self._review is None:
-                    outcome = self._dispatch(need.call)
-                else:
-                    verdict = self._verdicts.of(engine, need.call["id"])
-                    outcome = (  # a policy that failed: the call fails closed, unrun
-                        verdict
-                        if isinstance(verdict, dict)
-                        else self._dispatch(need.call, decision=verdict)
-                    )
-            except Exception as exc:  # noqa: BLE001 - the engine says what it means
-                return engine.raised(exc)
-            return engine.returned(outcome)
-        if type(need) is AwaitApproval:
-            return None
-        return need  # type: ignore[return-value]  # neither request: the engine's transition
-
-    def _tell(self, transition: Transition) -> None:
-        """Log the transition and call the listeners with it."""
-        if LOG.isEnabledFor(DEBUG):
-            log(transition)
-        for listener in self._listeners:
-            listener(transition)

@@ -21,8 +21,12 @@ again if an interruption lands half-way, so a run is never half-changed.
 
 from __future__ import annotations
 
+import ast
+import functools
 import inspect
+import textwrap
 import time
+import types
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -73,7 +77,6 @@ _NO_REPLY: Final = object()
 # tuple.__new__ makes a NamedTuple from its fields without the Python-level __new__.
 _new: Final = tuple.__new__
 _NO_CALL: Final = (None, None)
-_OUTCOME_KEYS: Final = frozenset({"status", "content"})
 _OUTCOME_KEYS_AT_MOST: Final = frozenset({"status", "content", "exception"})
 _DEFAULT_BUDGET: Final = Budget(max_steps=8, max_calls=4)
 _NOT_STARTED: Final = orjson.dumps(NOT_STARTED)
@@ -81,6 +84,10 @@ _CUT_OFF: Final = orjson.dumps(CUT_OFF)
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _MODEL_REPLIED, _TOOL_RETURNED = Trigger.MODEL_REPLIED, Trigger.TOOL_RETURNED
 _AWAIT_APPROVAL = Trigger.AWAIT_APPROVAL
+# An enum member read off its class costs about as much as a call: read once, here.
+_AWAITING_MODEL, _FINISHED = State.AWAITING_MODEL, State.FINISHED
+_NO_IDS: Final[frozenset[str]] = frozenset()
+_NO_USAGE: Final = Usage()
 
 
 class Engine:
@@ -196,7 +203,7 @@ class Engine:
                 f"expected cancel to be a CancelToken or None, got {type(cancel).__name__}"
             )
         encoded, input_ids = input_messages(messages)
-        self._input_ids = frozenset(input_ids)
+        self._input_ids = frozenset(input_ids) if input_ids else _NO_IDS
         self._reserved = input_ids
         self._input = tuple(encoded)
         self._history = History(encoded)
@@ -206,7 +213,7 @@ class Engine:
         self._choosers: Mapping[tuple[State, Trigger], Callable[[Engine], _Compiled]] = _CHOOSE
         # Without a token, nothing can cancel: ``bool()`` is False, and a C call.
         self._cancelled = bool if cancel is None else cancel.check()
-        self._state = State.AWAITING_MODEL
+        self._state = _AWAITING_MODEL
         #: Model callback invocations so far.
         self.steps = 0
         #: Accepted tool attempts so far.
@@ -273,7 +280,7 @@ class Engine:
     @property
     def usage(self) -> Usage:
         """The tokens the model's replies reported so far, summed."""
-        return self._usage()
+        return self._usage() if self.tokens else _NO_USAGE
 
     @property
     def pending(self) -> tuple[PendingCall, ...]:
@@ -312,8 +319,10 @@ class Engine:
             )
         last = self._events[-1]
         output = None
-        if last.dest is State.FINISHED:
-            output = orjson.loads(last.appended_json[-1])["text"]
+        if last.dest is _FINISHED:
+            final = last.appended_json[-1]
+            # The reply in hand is the decoded copy of the final it appended: no decoding again.
+            output = (self._reply if final is self._reply_json else orjson.loads(final))["text"]
         return _new(
             RunResult,
             (
@@ -327,19 +336,19 @@ class Engine:
                 tuple(self._events),
                 self._history.to_json(),
                 self._rejected,
-                self._usage(),
+                self._usage() if self.tokens else _NO_USAGE,
                 self._reply_json if self._state is State.AWAITING_APPROVAL else None,
             ),
         )
 
     def _usage(self) -> Usage:
-        """The usage every reply reported, summed from the log."""
-        totals = [0, 0, 0]
-        for event in self._events:
-            if event.usage is not None:
-                for index, count in enumerate(event.usage):
-                    totals[index] += count
-        return Usage(*totals)
+        """The usage every reply reported, summed from the log.
+
+        Where ``tokens`` is settled, none counted means every usage reported was
+        zero (cached tokens are part of the input): callers skip the sum then.
+        """
+        reported = [event.usage for event in self._events if event.usage is not None]
+        return Usage(*map(sum, zip(*reported, strict=True))) if reported else _NO_USAGE
 
     # -- the driver protocol --------------------------------------------------
 
@@ -349,12 +358,13 @@ class Engine:
         Nothing means the engine made a transition by itself; it is returned.
         """
         state = self._state
-        trigger = NEXT.get(state)
-        if trigger is None:
+        key = _NEXT_KEYS.get(state)
+        if key is None:
             raise InvalidStateError(
                 f"the run ended in state {state.value!r}: there is nothing next; read its result()",
                 state=state,
             )
+        trigger = key[1]
         if trigger is _START_TOOL:
             batch, started, results = self._batch, self._started, self._results
             while started in results:  # answered by a person's denial: never handed out
@@ -373,7 +383,7 @@ class Engine:
                 f"{self._outstanding.value} is outstanding (one step at a time)",
                 state=state,
             )
-        row = self._choosers[state, trigger](self)
+        row = self._choosers[key](self)
         if row.dest is not None:
             return self._record(row)
         if trigger is _AWAIT_APPROVAL:
@@ -385,12 +395,47 @@ class Engine:
         return _new(RunTool, (self._call_at(self._started - 1),))
 
     def replied(self, reply: object) -> Transition:
-        """The model returned ``reply``; it is copied in before anything else."""
+        """The model returned ``reply``; it is copied in before anything else.
+
+        What is wrong with it, if anything, is noted for the guards. A ``usage``
+        key is the provider's bill for the step, not part of the reply: it goes
+        on the event, never into the history.
+        """
         if self._outstanding is not _ASK_MODEL:
             raise self._refused("a model reply")
-        self._take_reply(reply)
+        problem: str | None = None
+        if type(reply) is dict and "usage" in reply:
+            usage = checked_usage(reply["usage"])
+            if isinstance(usage, Usage):
+                self._ev_usage = usage
+                reply = {key: value for key, value in reply.items() if key != "usage"}
+            else:  # kept in the reply, which is malformed: a reviewer sees what came
+                problem = usage
+        plain: Any
+        if type(reply) is NotJSON:  # replayed: a reply that was not JSON when it came
+            plain, problem = reply, reply.problem
+        else:
+            try:
+                self._reply_json, plain = intake(reply, "reply")
+            except JSONError as exc:
+                plain = not_json(reply, str(exc))
+                problem = plain.problem
+            else:
+                problem = problem or reply_problem(plain)
+        self._reply, self._problem = plain, problem
+        if problem is None and plain["kind"] != "final":
+            self._batch = batch = (
+                ((plain["id"], plain["name"]),) if plain["kind"] == "call" else batch_of(plain)
+            )
+            # A batch of one names its call from the start; a longer one, call by call.
+            self._call_id, self._tool = batch[0] if len(batch) == 1 else (None, None)
+            self._results, self._running, self._started, self._handed = {}, {}, 0, 0
+            self._cut = _CUT_OFF
+            self._pending, self._decided = (), {}
+        else:
+            self._batch, self._call_id, self._tool = (), None, None
         self._ev_since = self._since.get(None)
-        return self._record(self._choosers[self._state, _MODEL_REPLIED](self))
+        return self._record(self._choosers[_REPLIED_KEYS[self._state]](self))
 
     def returned(self, outcome: object, call_id: str | None = None) -> Transition:
         """The dispatcher returned ``outcome``: ``{'status', 'content'}`` (and ``'exception'``).
@@ -400,14 +445,16 @@ class Engine:
         """
         if self._outstanding is not _START_TOOL:
             raise self._refused("a tool outcome")
-        self._answering(call_id)
+        running = self._running
+        if call_id is not None or len(running) != 1 or self._call_id not in running:
+            self._answering(call_id)  # else the one call running is the one in hand
         self._ev_since = self._since.pop(self._call_id, None)
         self._outcome = checked_outcome(outcome)
         if type(outcome) is dict and "exception" in outcome:
             exception = outcome["exception"]
             if isinstance(exception, BaseException):
                 self._ev_exception = exception
-        return self._record(self._choosers[self._state, _TOOL_RETURNED](self))
+        return self._record(self._choosers[_RETURNED_KEYS[self._state]](self))
 
     def raised(self, exc: Exception, call_id: str | None = None) -> Transition:
         """The model or the tool raised ``exc``: what that means is the table's.
@@ -554,9 +601,7 @@ class Engine:
 
     def _call_id_reserved(self) -> bool:
         batch = self._batch
-        if len(batch) == 1:
-            return batch[0][0] in self._reserved
-        return self._repeated_id() is not None
+        return batch[0][0] in self._reserved if len(batch) == 1 else self._repeated_id() is not None
 
     def _calls_exhausted(self) -> bool:
         return self.calls + len(self._batch) > self._budget.max_calls
@@ -816,47 +861,6 @@ class Engine:
         self._ev_appended = self._ev_pending = self._ev_decisions = ()
         self._ev_usage = self._ev_since = None
 
-    # -- intake ---------------------------------------------------------------------
-
-    def _take_reply(self, reply: object) -> None:
-        """Copy ``reply`` in; note what is wrong with it, if anything.
-
-        A ``usage`` key is the provider's bill for the step, not part of the
-        reply: it goes on the event, never into the history.
-        """
-        usage_problem: str | None = None
-        if type(reply) is dict and "usage" in reply:
-            usage = checked_usage(reply["usage"])
-            if isinstance(usage, Usage):
-                self._ev_usage = usage
-                reply = {key: value for key, value in reply.items() if key != "usage"}
-            else:  # kept in the reply, which is malformed: a reviewer sees what came
-                usage_problem = usage
-        if type(reply) is NotJSON:  # replayed: a reply that was not JSON when it came
-            self._reply, self._problem = reply, reply.problem
-            self._batch, self._call_id, self._tool = (), None, None
-            return
-        try:
-            self._reply_json, plain = intake(reply, "reply")
-        except JSONError as exc:
-            self._reply = not_json(reply, str(exc))
-            self._problem = self._reply.problem
-            self._batch, self._call_id, self._tool = (), None, None
-            return
-        self._reply = plain
-        self._problem = problem = usage_problem or reply_problem(plain)
-        if problem is None and plain["kind"] != "final":
-            self._batch = batch = (
-                ((plain["id"], plain["name"]),) if plain["kind"] == "call" else batch_of(plain)
-            )
-            # A batch of one names its call from the start; a longer one, call by call.
-            self._call_id, self._tool = batch[0] if len(batch) == 1 else (None, None)
-            self._results, self._running, self._started, self._handed = {}, {}, 0, 0
-            self._cut = _CUT_OFF
-            self._pending, self._decided = (), {}
-        else:
-            self._batch, self._call_id, self._tool = (), None, None
-
 
 def check_decisions(
     pending: tuple[PendingCall, ...], decisions: object
@@ -933,7 +937,8 @@ def checked_outcome(outcome: object) -> tuple[str, bytes]:
         if (
             type(status) is str
             and status in DISPATCH_STATUSES
-            and _OUTCOME_KEYS <= outcome.keys() <= _OUTCOME_KEYS_AT_MOST
+            and "content" in outcome
+            and (len(outcome) == 2 or outcome.keys() <= _OUTCOME_KEYS_AT_MOST)
         ):
             try:
                 return status, intake(outcome["content"], "content")[0]
@@ -967,21 +972,79 @@ def _chooser(rows: tuple[Row, ...]) -> Callable[[Engine], _Compiled]:
     Like attrs writing ``__init__``, the table is compiled at import into
     what a hand-written loop would say: try each row's guard in order, run
     the first match's effects, return its row. The source is made only from
-    the table's enum values (identifiers), so it says exactly what the rows
-    say; ``transitions`` runs the same rows in a property test.
+    the table's enum values (identifiers) and the bodies of the engine methods
+    they name, so it says exactly what the rows say; ``transitions`` runs the
+    same rows, calling those methods, in a property test.
     """
-    lines = ["def choose(engine):"]
+    lines: list[str] = []
     for index, row in enumerate(rows):
-        body = [f"engine._{effect.value}()" for effect in row.effects]
+        body: list[str] = []
+        for effect in row.effects:
+            body.extend(_inlined(effect)[0])
         body.append(f"return compiled[{index}]")
         if row.guard is None:
-            lines.extend(f"    {line}" for line in body)
+            lines.extend(body)
             break  # build_table checked that an unguarded row ends its group
-        lines.append(f"    if engine._{row.guard.value}():")
-        lines.extend(f"        {line}" for line in body)
-    namespace: dict[str, Any] = {"compiled": tuple(_Compiled(row) for row in rows)}
-    exec("\n".join(lines), namespace)  # noqa: S102 - source made of the table's identifiers
-    return namespace["choose"]  # type: ignore[no-any-return]
+        before, condition = _inlined(row.guard)
+        lines.extend(before)
+        lines.append(f"if {condition}:")
+        lines.extend(f"    {line}" for line in body)
+    source = "def make(compiled):\n def choose(engine):\n"
+    source += "".join(f"  {line}\n" for line in lines) + " return choose\n"
+    key = f"{rows[0].source.value}, {rows[0].trigger.value}"
+    code = compile(source, f"<chooser for {key}>", "exec")  # the table's, as above
+    (factory,) = (const for const in code.co_consts if isinstance(const, types.CodeType))
+    make = types.FunctionType(factory, globals())  # the module's names, as the methods see them
+    return make(tuple(_Compiled(row) for row in rows))  # type: ignore[no-any-return]
+
+
+def _method_source(name: str) -> str | None:
+    """The source of the engine's method ``name`` (only its own lines are read)."""
+    try:
+        return textwrap.dedent(inspect.getsource(getattr(Engine, name)))
+    except (OSError, TypeError):  # no source to read (a frozen build)
+        return None
+
+
+@functools.cache
+def _inlined(name: Guard | Effect) -> tuple[tuple[str, ...], str]:
+    """``Engine._<name>`` for a chooser: lines to run, then (for a guard) the condition.
+
+    A call costs more than most guards and effects do, so a method whose body
+    is plain statements (then, for a guard, one ``return``) is pasted in,
+    ``self`` read as ``engine`` and each local prefixed with the method's name
+    (a local is always set before it is read, so a body pasted twice is safe);
+    any other is called. Either way what runs is ``Engine``'s own method body: a
+    subclass that overrides a guard or effect replaces ``_choosers`` too.
+    """
+    call = f"engine._{name.value}()"
+    as_call = ((call,) if isinstance(name, Effect) else ()), call
+    source = _method_source(f"_{name.value}")
+    if source is None:
+        return as_call
+    function = ast.parse(source).body[0]  # parsed afresh: the renaming below changes it
+    assert isinstance(function, ast.FunctionDef)
+    local = {
+        node.id
+        for node in ast.walk(function)
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load)
+    }
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and node.id == "self":
+            node.id = "engine"
+        elif isinstance(node, ast.Name) and node.id in local:
+            node.id = f"_{name.value}_{node.id}"
+    body, condition = function.body, call
+    if isinstance(name, Guard):
+        result = body.pop()
+        if not isinstance(result, ast.Return) or result.value is None:
+            return as_call
+        condition = f"({ast.unparse(result.value)})"
+    jumps = ast.Return | ast.Yield | ast.Global | ast.Nonlocal | ast.Lambda
+    if any(isinstance(node, jumps) for statement in body for node in ast.walk(statement)):
+        return as_call
+    lines = (line for statement in body for line in ast.unparse(statement).splitlines())
+    return tuple(lines), condition
 
 
 # Every guard and effect the table names is an engine method (checked at import).
@@ -989,6 +1052,12 @@ assert all(
     name.value.isidentifier() and hasattr(Engine, f"_{name.value}") for name in (*Guard, *Effect)
 )
 _CHOOSE: Final = {key: _chooser(rows) for key, rows in TABLE.groups.items()}
+# Each working state's (state, trigger) key of the trigger it fires itself: the very
+# tuple the choosers are keyed by, so next() neither builds nor compares one.
+_NEXT_KEYS: Final = {key[0]: key for key in TABLE.groups if NEXT.get(key[0]) is key[1]}
+# The same for the reports a driver makes on every step.
+_REPLIED_KEYS: Final = {key[0]: key for key in TABLE.groups if key[1] is _MODEL_REPLIED}
+_RETURNED_KEYS: Final = {key[0]: key for key in TABLE.groups if key[1] is _TOOL_RETURNED}
 
 
 def _approvals(events: list[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:

@@ -44,6 +44,10 @@ _STRICT: Final = (
 )
 
 
+# Scalars orjson writes exactly or refuses (a lone surrogate, an int beyond 64
+# bits): no round trip needed. A float is not one of them (NaN becomes null).
+_EXACT: Final = frozenset({str, int, bool, type(None)})
+
 _JSON_TYPES: Final = {
     list: "a JSON array",
     str: "a JSON string",
@@ -95,11 +99,13 @@ def intake(value: object, where: str = "value") -> tuple[bytes, Any]:
 
     Decoding the bytes again and comparing with the original catches what
     ``orjson`` would silently change (NaN to ``null``, a tuple to a list) at C
-    speed; the decoded value is the copy. ``_find_non_json`` explains a
-    failure only on that slow path.
+    speed; the decoded value is the copy (a str, int, bool or None is its own:
+    immutable). ``_find_non_json`` explains a failure only on that slow path.
     """
     try:
         data = orjson.dumps(value, option=_STRICT)
+        if type(value) in _EXACT:
+            return data, value  # immutable, and orjson writes it as it is or raises
         copy = orjson.loads(data)
         if copy == value:
             return data, copy

@@ -155,7 +155,10 @@ class AskModel:
     @property
     def history(self) -> list[dict[str, Any]]:
         """A fresh copy of the history, as the model is to see it."""
-        return orjson.loads(self._buffer[: self._size])  # type: ignore[no-any-return]
+        buffer = self._buffer
+        if len(buffer) == self._size:  # nothing appended since: no slice to copy
+            return orjson.loads(buffer)  # type: ignore[no-any-return]
+        return orjson.loads(buffer[: self._size])  # type: ignore[no-any-return]
 
     @property
     def history_json(self) -> bytes:
