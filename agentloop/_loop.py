@@ -141,8 +141,7 @@ class Loop:
         With a ledger, the run is recorded under ``run_id`` (a fresh one when
         not given: ``run.run_id``); ``RunExistsError`` if it is taken.
         """
-        if self._asyncio_only:
-            self._sync_driver("loop.arun or loop.astart")
+        self._sync_driver("loop.arun or loop.astart")
         return self._run(self._engine(messages, cancel, run_id))
 
     def run(
