@@ -34,7 +34,7 @@ import asyncio
 import functools
 import inspect
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from agentloop._callbacks import is_async
 from agentloop._core._table import TERMINAL, State
@@ -50,6 +50,9 @@ if TYPE_CHECKING:
     from agentloop._core._values import CancelToken, RunResult, Transition
 
 __all__ = ["AsyncRun"]
+
+# A run whose tools have no policies reviews nothing (and makes no Verdicts of its own).
+_NO_REVIEW: Final = Verdicts()
 
 _T = TypeVar("_T")
 
@@ -132,7 +135,7 @@ class AsyncRun(RunView):
         self._dispatch = dispatch
         # ``review(call)`` asks the policies; ``dispatch(call, decision=...)`` takes the answer.
         self._review = review
-        self._verdicts = Verdicts()
+        self._verdicts = Verdicts() if review is not None else _NO_REVIEW
         self._cancel = cancel
         self._model_timeout = model_timeout
         self._to_thread = to_thread

@@ -223,11 +223,12 @@ class Loop:
         return await live.afinish()
 
     def _sync_driver(self, instead: str) -> None:
+        asyncio_only = self._asyncio_only
         registry = reviewing(self.dispatcher)  # tools may be added after the Loop is made
-        policies = [] if registry is None else [registry.policy, *(t.policy for t in registry)]
-        asyncio_only = self._asyncio_only + (
-            ["an async policy"] if any(is_async(policy) for policy in policies) else []
-        )
+        if registry is not None and any(
+            is_async(policy) for policy in (registry.policy, *(tool.policy for tool in registry))
+        ):
+            asyncio_only = [*asyncio_only, "an async policy"]
         if asyncio_only:
             needs = "needs" if len(asyncio_only) == 1 else "need"
             raise ValueError(

@@ -12,7 +12,7 @@ asks stops in ``awaiting_approval`` until ``decide``.
 from __future__ import annotations
 
 from logging import DEBUG
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from agentloop._callbacks import is_async
 from agentloop._core._table import TERMINAL, State
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from agentloop._core._values import RunResult, Transition
 
 __all__ = ["Run"]
+
+# A run whose tools have no policies reviews nothing (and makes no Verdicts of its own).
+_NO_REVIEW: Final = Verdicts()
 
 
 class Run(RunView):
@@ -47,7 +50,7 @@ class Run(RunView):
         self._dispatch = dispatch
         # ``review(call)`` asks the policies; ``dispatch(call, decision=...)`` takes the answer.
         self._review = review
-        self._verdicts = Verdicts()
+        self._verdicts = Verdicts() if review is not None else _NO_REVIEW
         self._listeners: list[Listener] = []
         for listener in listeners:
             self.subscribe(listener)

@@ -7,7 +7,9 @@
    round trip) and checks its shape; checks argument types against the
    handler's annotations; records each transition as a tuple (source, dest,
    trigger, steps, calls); appends a call and its result together. Both use
-   the same tool, and the engine's dispatcher does the same annotation check.
+   the same tool, and the engine's dispatcher does the same annotation check;
+   both runs get a fresh ``CancelToken`` (the hand loop checks its token, so
+   the engine's runs have one to check too: a run without one skips the checks).
 2. The async driver beside the sync one (target: within 1.25x).
 3. The history copier beside ``copy.deepcopy`` on the K = 100 history
    (target: at least 5x faster).
@@ -145,13 +147,13 @@ def time_per_step(k: int, repeats: int, tools: object) -> tuple[float, float, fl
 
     async def async_runs() -> None:
         for _ in range(runs):
-            await loop.arun("go")
+            await loop.arun("go", cancel=CancelToken())
 
     runner = asyncio.Runner()
     for _ in range(repeats):
         start = time.perf_counter_ns()
         for _ in range(runs):
-            result = loop.run("go")
+            result = loop.run("go", cancel=CancelToken())
         sync_times.append(time.perf_counter_ns() - start)
         assert result.status == "finished", result
         start = time.perf_counter_ns()

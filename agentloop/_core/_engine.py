@@ -83,7 +83,7 @@ _NOT_STARTED: Final = orjson.dumps(NOT_STARTED)
 _CUT_OFF: Final = orjson.dumps(CUT_OFF)
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _MODEL_REPLIED, _TOOL_RETURNED = Trigger.MODEL_REPLIED, Trigger.TOOL_RETURNED
-_AWAIT_APPROVAL = Trigger.AWAIT_APPROVAL
+_AWAIT_APPROVAL, _AWAITING_APPROVAL = Trigger.AWAIT_APPROVAL, State.AWAITING_APPROVAL
 # An enum member read off its class costs about as much as a call: read once, here.
 _AWAITING_MODEL, _FINISHED = State.AWAITING_MODEL, State.FINISHED
 _NO_IDS: Final[frozenset[str]] = frozenset()
@@ -337,7 +337,7 @@ class Engine:
                 self._history.to_json(),
                 self._rejected,
                 self._usage() if self.tokens else _NO_USAGE,
-                self._reply_json if self._state is State.AWAITING_APPROVAL else None,
+                self._reply_json if self._state is _AWAITING_APPROVAL else None,
             ),
         )
 
@@ -392,6 +392,8 @@ class Engine:
         self._since[self._call_id if trigger is _START_TOOL else None] = self._clock()
         if trigger is _ASK_MODEL:
             return AskModel(*self._history.request())
+        if len(self._batch) == 1 and self._reply["kind"] == "call":  # the common case, inline
+            return _new(RunTool, (orjson.loads(self._reply_json),))
         return _new(RunTool, (self._call_at(self._started - 1),))
 
     def replied(self, reply: object) -> Transition:
