@@ -10,7 +10,9 @@
    the same tool, and the engine's dispatcher does the same annotation check;
    both runs get a fresh ``CancelToken`` (the hand loop checks its token, so
    the engine's runs have one to check too: a run without one skips the checks).
-2. The async driver beside the sync one (target: within 1.25x).
+2. The async driver beside the sync one, both without a token (target: within
+   1.25x). With a token the async driver also makes each await interruptible,
+   work the sync driver has no way to do.
 3. The history copier beside ``copy.deepcopy`` on the K = 100 history
    (target: at least 5x faster).
 4. Memory over 100,000 short runs in one process (target: no growth after
@@ -138,16 +140,17 @@ def hand_written(
         history.extend((reply_json, result_json))
 
 
-def time_per_step(k: int, repeats: int, tools: object) -> tuple[float, float, float]:
-    """Best µs per model step: (engine sync, engine async, hand-written), interleaved."""
+def time_per_step(k: int, repeats: int, tools: object) -> tuple[float, float, float, float]:
+    """Best µs per model step, interleaved: (engine sync with a token, engine async,
+    hand-written with a token, engine sync), the last two without a token."""
     loop = Loop(scripted(k), tools=tools, max_steps=k + 1, max_calls=k)
     typed = Typed(echo)
     runs = max(1, 2000 // (k + 1))
-    sync_times, async_times, hand_times = [], [], []
+    sync_times, async_times, hand_times, plain_times = [], [], [], []
 
     async def async_runs() -> None:
         for _ in range(runs):
-            await loop.arun("go", cancel=CancelToken())
+            await loop.arun("go")
 
     runner = asyncio.Runner()
     for _ in range(repeats):
@@ -156,6 +159,10 @@ def time_per_step(k: int, repeats: int, tools: object) -> tuple[float, float, fl
             result = loop.run("go", cancel=CancelToken())
         sync_times.append(time.perf_counter_ns() - start)
         assert result.status == "finished", result
+        start = time.perf_counter_ns()
+        for _ in range(runs):
+            loop.run("go")
+        plain_times.append(time.perf_counter_ns() - start)
         start = time.perf_counter_ns()
         runner.run(async_runs())
         async_times.append(time.perf_counter_ns() - start)
@@ -172,6 +179,7 @@ def time_per_step(k: int, repeats: int, tools: object) -> tuple[float, float, fl
         min(sync_times) / per_step,
         min(async_times) / per_step,
         min(hand_times) / per_step,
+        min(plain_times) / per_step,
     )
 
 
@@ -248,10 +256,10 @@ def main() -> int:
             f"{'async/sync':>10} {'target':>7}"
         )
         for k in (1, 10, 100, 1000):
-            engine, engine_async, hand = time_per_step(
+            engine, engine_async, hand, plain = time_per_step(
                 k, repeats if k < 1000 else max(3, repeats // 3), dispatcher
             )
-            ratio, async_ratio = engine / hand, engine_async / engine
+            ratio, async_ratio = engine / hand, engine_async / plain
             target = "<= 1.5" if targeted and k <= 100 else ""
             async_target = "<= 1.25" if targeted and k <= 100 else ""
             if target and ratio > 1.5:
