@@ -58,6 +58,8 @@ import functools
 from typing import TYPE_CHECKING, Any, Final
 from uuid import uuid4
 
+import attrs
+
 try:
     from dbos import DBOS, SetWorkflowID
     from dbos._error import DBOSNonExistentWorkflowError
@@ -288,7 +290,7 @@ class DBOSLoop:
                     continue
                 nonce = uuid4().hex
                 again = DBOS.run_step(_STARTED, _started, call["id"], nonce) != nonce
-                decision = None if verdict is None else _decision_data(verdict)
+                decision = None if verdict is None else verdict.record()
                 outcome = DBOS.run_step(_TOOL, self._call, run_id, call, again, decision)
                 if outcome.pop("cancel"):
                     token.cancel()  # the checkpoint before the next tool or model ask
@@ -387,7 +389,7 @@ def _wait(engine: Engine, token: CancelToken, waiting: tuple[PendingCall, ...]) 
     A message that is not a valid decision for every pending call is dropped
     (``decide`` checks them before it sends): the run waits on.
     """
-    DBOS.set_event(PENDING_EVENT, [_pending_data(call) for call in waiting])
+    DBOS.set_event(PENDING_EVENT, [call.record() for call in waiting])
     while True:
         message = DBOS.recv(APPROVAL_TOPIC, timeout_seconds=_WAIT_SECONDS)
         if type(message) is not dict:
@@ -420,7 +422,7 @@ def pending(
     """
     via: Any = DBOS if client is None else client
     found = via.get_event(run_id, PENDING_EVENT, timeout_seconds)
-    return tuple(_pending_call(data) for data in found or ())
+    return tuple(PendingCall.from_record(data) for data in found or ())
 
 
 def decide(
@@ -444,37 +446,8 @@ def decide(
         )
     checked = check_decisions(waiting, decisions)
     via: Any = DBOS if client is None else client
-    message = {"decisions": {call_id: _decision_data(d) for call_id, d in checked}}
+    message = {"decisions": {call_id: d.record() for call_id, d in checked}}
     via.send(run_id, message, APPROVAL_TOPIC)
-
-
-def _pending_data(call: PendingCall) -> dict[str, Any]:
-    return {
-        "call_id": call.call_id,
-        "name": call.name,
-        "arguments": orjson.loads(call.arguments_json),
-        "reason": call.reason,
-        "fingerprint": call.fingerprint,
-    }
-
-
-def _pending_call(data: dict[str, Any]) -> PendingCall:
-    return PendingCall(
-        data["call_id"],
-        data["name"],
-        orjson.dumps(data["arguments"]),
-        data["reason"],
-        data["fingerprint"],
-    )
-
-
-def _decision_data(decision: Decision) -> dict[str, Any]:
-    return {
-        "allowed": decision.allowed,
-        "reason": decision.reason,
-        "asks": decision.asks,
-        "fingerprint": decision.fingerprint,
-    }
 
 
 def _verdict_data(answer: Decision | dict[str, Any] | None) -> dict[str, Any] | None:
@@ -482,7 +455,7 @@ def _verdict_data(answer: Decision | dict[str, Any] | None) -> dict[str, Any] | 
     if answer is None:
         return None
     if isinstance(answer, Decision):
-        return {"decision": _decision_data(answer)}
+        return {"decision": attrs.asdict(answer)}  # an ask too: its asks field is kept
     exception = answer.get("exception")
     return {
         "outcome": {

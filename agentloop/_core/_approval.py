@@ -55,6 +55,10 @@ class Decision:
                 f"expected Decision.fingerprint to be a str or None, got {self.fingerprint!r:.80}"
             )
 
+    def record(self) -> dict[str, Any]:
+        """A person's decision as run files and ledgers keep it; ``Decision(**record)`` again."""
+        return {"allowed": self.allowed, "reason": self.reason, "fingerprint": self.fingerprint}
+
 
 _ALLOW: Final = Decision(allowed=True)
 
@@ -105,6 +109,27 @@ class PendingCall(NamedTuple):
     def arguments(self) -> Any:
         """The call's arguments (a fresh copy)."""
         return orjson.loads(self.arguments_json)
+
+    def record(self) -> dict[str, Any]:
+        """The pending call as run files and DBOS keep it: ``from_record`` reads it back."""
+        return {
+            "call_id": self.call_id,
+            "name": self.name,
+            "arguments": self.arguments,
+            "reason": self.reason,
+            "fingerprint": self.fingerprint,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> PendingCall:
+        """The pending call a ``record()`` holds."""
+        return cls(
+            record["call_id"],
+            record["name"],
+            orjson.dumps(record["arguments"]),
+            record["reason"],
+            record["fingerprint"],
+        )
 
     def approve(self) -> Decision:
         """``approve()`` bound to this call's fingerprint."""

@@ -215,14 +215,7 @@ class Journal:
 
     def decided(self, decisions: tuple[tuple[str, Decision], ...]) -> None:
         """Record a person's decisions: one record, so all or nothing."""
-        body = {
-            call_id: {
-                "allowed": decision.allowed,
-                "reason": decision.reason,
-                "fingerprint": decision.fingerprint,
-            }
-            for call_id, decision in decisions
-        }
+        body = {call_id: decision.record() for call_id, decision in decisions}
         self._append(DECISION, decisions[0][0], orjson.dumps({"decisions": body}))
 
     def model_raised(self, step: int, exc: Exception) -> None:

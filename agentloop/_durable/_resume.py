@@ -293,9 +293,7 @@ class _Recorded:
         try:
             if type(body) is not dict or body.keys() != {"allowed", "reason", "fingerprint"}:
                 raise TypeError("other keys")
-            return Decision(
-                allowed=body["allowed"], reason=body["reason"], fingerprint=body["fingerprint"]
-            )
+            return Decision(**body)
         except TypeError:
             expected = "a decision {'allowed': bool, 'reason': str, 'fingerprint': str | None}"
             raise self._bad(where, expected, body) from None

@@ -257,24 +257,9 @@ def _event(event: Transition) -> dict[str, Any]:
         "usage": None if event.usage is None else event.usage._asdict(),
         "at": event.at,
         "took": event.took,
-        "pending": [
-            {
-                "call_id": call.call_id,
-                "name": call.name,
-                "arguments": call.arguments,
-                "reason": call.reason,
-                "fingerprint": call.fingerprint,
-            }
-            for call in event.pending
-        ],
+        "pending": [call.record() for call in event.pending],
         "decisions": [
-            {
-                "call_id": call_id,
-                "allowed": decision.allowed,
-                "reason": decision.reason,
-                "fingerprint": decision.fingerprint,
-            }
-            for call_id, decision in event.decisions
+            {"call_id": call_id, **decision.record()} for call_id, decision in event.decisions
         ],
     }
 
@@ -561,9 +546,7 @@ _GUARDS: Final[dict[str | None, Guard | None]] = {None: None, **{g.value: g for 
 
 def _decision(record: dict[str, Any], index: int) -> Decision:
     try:
-        return Decision(
-            allowed=record["allowed"], reason=record["reason"], fingerprint=record["fingerprint"]
-        )
+        return Decision(**{key: value for key, value in record.items() if key != "call_id"})
     except TypeError as exc:  # a denial with no reason
         raise Mismatch(
             f"$.events[{index}].decisions", "approve() or deny(reason), as decisions", str(exc)
@@ -589,16 +572,8 @@ def _load_event(index: int, event: dict[str, Any]) -> Transition:
         None if event["usage"] is None else Usage(**event["usage"]),
         event["at"],
         event["took"],
-        tuple(
-            PendingCall(
-                call["call_id"],
-                call["name"],
-                _dumps(call["arguments"]),
-                call["reason"],
-                call["fingerprint"],
-            )
-            for call in event["pending"]
-        ),
+        # The schema's depth limit leaves arguments shallow enough for orjson to write.
+        tuple(PendingCall.from_record(call) for call in event["pending"]),
         tuple((call["call_id"], _decision(call, index)) for call in event["decisions"]),
     )
 
