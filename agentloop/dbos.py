@@ -68,33 +68,34 @@ except ImportError as exc:
         "agentloop.dbos needs DBOS Transact: pip install 'agentloop-fsm[dbos]'"
     ) from exc
 
-import orjson
 
 from agentloop._core._approval import Decision, PendingCall
 from agentloop._core._engine import (
     Engine,
     check_decisions,
-    checked_outcome,
-    checked_usage,
-    not_json,
 )
-from agentloop._core._json import exception_content, intake
+from agentloop._core._json import exception_content
 from agentloop._core._table import State
 from agentloop._core._values import (
     AskModel,
     AwaitApproval,
     CancelToken,
-    NotJSON,
     RecordedException,
     RunResult,
     RunTool,
     Transition,
-    Usage,
 )
-from agentloop._durable._journal import OUTCOME_UNKNOWN, fingerprint, idempotent_tools
+from agentloop._durable._journal import (
+    OUTCOME_UNKNOWN,
+    fingerprint,
+    idempotent_tools,
+    outcome_record,
+    raised_record,
+    reply_record,
+)
 from agentloop._durable._key import KEY
-from agentloop._durable._resume import differences, mismatch
-from agentloop._errors import AgentloopError, InvalidStateError, JSONError
+from agentloop._durable._resume import differences, mismatch, recorded_answer, recorded_outcome
+from agentloop._errors import AgentloopError, InvalidStateError
 from agentloop._loop import Loop
 from agentloop._run import Verdicts
 from agentloop._tools._registry import reviewing
@@ -272,14 +273,10 @@ class DBOSLoop:
             need = engine.next()
             if type(need) is AskModel:
                 answer = DBOS.run_step(_MODEL, self._ask, run_id, need.history)
-                if answer["cancel"]:
+                if answer.pop("cancel"):
                     token.cancel()  # the checkpoint right after the reply
-                if "raised" in answer:
-                    transition = engine.raised(_exception(answer["raised"], answer.get("usage")))
-                elif "not_json" in answer:
-                    transition = engine.replied(NotJSON(*answer["not_json"]))
-                else:
-                    transition = engine.replied(answer["reply"])
+                kind, value = recorded_answer(answer) or ("raised", _MISSING)
+                transition = engine.raised(value) if kind == "raised" else engine.replied(value)
             elif type(need) is RunTool:
                 call = need.call
                 verdict = None if verdicts is None else verdicts.of(engine, call["id"])
@@ -297,11 +294,7 @@ class DBOSLoop:
                 if "raised" in outcome:
                     transition = engine.raised(_exception(outcome["raised"]))
                 else:
-                    if outcome["exception"] is None:
-                        del outcome["exception"]
-                    else:
-                        outcome["exception"] = _exception(outcome["exception"])
-                    transition = engine.returned(outcome)
+                    transition = engine.returned(recorded_outcome(outcome))
             elif type(need) is AwaitApproval:
                 transition = _wait(engine, token, need.pending)
             else:  # a transition the engine made alone
@@ -317,19 +310,9 @@ class DBOSLoop:
         try:
             reply = self.loop.model(history)
         except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
-            answer = {"raised": exception_content(exc)}
-            spent = checked_usage(vars(exc).get("usage"))  # as the engine reads it
-            if isinstance(spent, Usage):
-                answer["usage"] = spent._asdict()
+            answer = raised_record(exc)
         else:
-            if type(reply) is NotJSON:
-                answer = {"not_json": [reply.text, reply.problem]}
-            else:
-                try:
-                    answer = {"reply": intake(reply, "reply")[1]}
-                except JSONError as exc:
-                    taken = not_json(reply, str(exc))
-                    answer = {"not_json": [taken.text, taken.problem]}
+            answer = reply_record(reply)[0]
         answer["cancel"] = cancel_requested(run_id)
         return answer
 
@@ -366,17 +349,7 @@ class DBOSLoop:
             except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
                 outcome = {"raised": exception_content(exc)}
             else:
-                status, content = checked_outcome(got)
-                exception = got.get("exception") if type(got) is dict else None
-                outcome = {
-                    "status": status,
-                    "content": orjson.loads(content),
-                    "exception": (
-                        exception_content(exception)
-                        if isinstance(exception, BaseException)
-                        else None
-                    ),
-                }
+                outcome = outcome_record(got)[0]
             finally:
                 KEY.reset(key)
         outcome["cancel"] = cancel_requested(run_id)
@@ -456,14 +429,7 @@ def _verdict_data(answer: Decision | dict[str, Any] | None) -> dict[str, Any] | 
         return None
     if isinstance(answer, Decision):
         return {"decision": attrs.asdict(answer)}  # an ask too: its asks field is kept
-    exception = answer.get("exception")
-    return {
-        "outcome": {
-            "status": answer["status"],
-            "content": answer["content"],
-            "exception": exception_content(exception) if exception is not None else None,
-        }
-    }
+    return {"outcome": outcome_record(answer)[0]}
 
 
 def _recorded(answer: dict[str, Any], call: dict[str, Any]) -> Decision | dict[str, Any] | None:
@@ -476,12 +442,7 @@ def _verdict(data: dict[str, Any] | None) -> Decision | dict[str, Any] | None:
         return None
     if "decision" in data:
         return Decision(**data["decision"])
-    outcome = dict(data["outcome"])
-    if outcome["exception"] is None:
-        del outcome["exception"]
-    else:
-        outcome["exception"] = _exception(outcome["exception"])
-    return outcome
+    return recorded_outcome(data["outcome"])
 
 
 def _started(call_id: str, nonce: str) -> str:
@@ -493,10 +454,12 @@ def _started(call_id: str, nonce: str) -> str:
     return nonce
 
 
-def _exception(content: dict[str, str], usage: dict[str, int] | None = None) -> RecordedException:
-    exc = RecordedException(content["type"], content["message"])
-    exc.usage = usage
-    return exc
+def _exception(content: dict[str, str]) -> RecordedException:
+    return RecordedException(content["type"], content["message"])
+
+
+# What a model step gets if its recorded answer were not one (it always is: we wrote it).
+_MISSING: Final = RecordedException("Missing", "no answer was recorded for this step")
 
 
 @DBOS.workflow(name="agentloop.run")

@@ -45,6 +45,9 @@ __all__ = [
     "fingerprint",
     "header",
     "idempotent_tools",
+    "outcome_record",
+    "raised_record",
+    "reply_record",
     "sync_dispatch",
 ]
 
@@ -195,17 +198,8 @@ class Journal:
 
     def reply(self, step: int, reply: object) -> object:
         """Record the model's reply for ``step``; return what the engine is to take."""
-        if type(reply) is NotJSON:
-            body, taken = _not_json_body(reply), reply
-        else:
-            try:
-                data, taken = intake(reply, "reply")
-            except JSONError as exc:
-                taken = not_json(reply, str(exc))
-                body = _not_json_body(taken)
-            else:
-                body = b'{"reply":' + data + b"}"
-        self._append(REPLY, str(step), body)
+        record, taken = reply_record(reply)
+        self._append(REPLY, str(step), orjson.dumps(record))
         return taken
 
     def asked(self, pending: tuple[PendingCall, ...]) -> None:
@@ -220,11 +214,7 @@ class Journal:
 
     def model_raised(self, step: int, exc: Exception) -> None:
         """Record that the model raised ``exc`` at ``step`` (and what it cost, if it says)."""
-        raised: dict[str, Any] = {"raised": exception_content(exc)}
-        spent = checked_usage(vars(exc).get("usage"))  # as the engine reads it: no user code
-        if isinstance(spent, Usage):
-            raised["usage"] = spent._asdict()
-        self._append(REPLY, str(step), orjson.dumps(raised))
+        self._append(REPLY, str(step), orjson.dumps(raised_record(exc)))
 
     def before_call(self, call: dict[str, Any]) -> dict[str, Any] | None:
         """Record ``tool_started``, or the outcome this call gets without running.
@@ -247,22 +237,16 @@ class Journal:
         """Record the call's outcome; return what the engine is to take."""
         if call_id in self.answered:
             return outcome  # answered from the ledger: recorded already
-        status, content = checked_outcome(outcome)
-        exception = outcome.get("exception") if type(outcome) is dict else None
-        if not isinstance(exception, BaseException):
-            exception = None
-        recorded = None if exception is None else exception_content(exception)
-        self._append(FINISHED, call_id, _outcome_body(status, content, recorded))
+        record, taken = outcome_record(outcome)
+        self._append(FINISHED, call_id, orjson.dumps(record))
         self.answered.add(call_id)
-        taken = {"status": status, "content": orjson.loads(content)}
-        if exception is not None:
-            taken["exception"] = exception
         return taken
 
     def tool_raised(self, call_id: str, exc: Exception) -> None:
         """Record that the call's dispatcher raised ``exc`` (an ``error`` result)."""
         content = exception_content(exc)
-        self._append(FINISHED, call_id, _outcome_body("error", orjson.dumps(content), content))
+        record = {"status": "error", "content": content, "exception": content}
+        self._append(FINISHED, call_id, orjson.dumps(record))
         self.answered.add(call_id)
 
     def end(self, transition: Transition, at: int) -> None:
@@ -273,20 +257,43 @@ class Journal:
             self.release()
 
 
-def _not_json_body(reply: NotJSON) -> bytes:
-    return orjson.dumps({"not_json": {"repr": reply.text, "problem": reply.problem}})
+def reply_record(reply: object) -> tuple[dict[str, Any], object]:
+    """A model's reply as recorded, and what the engine is to take (the ledger's and DBOS's).
+
+    ``{'reply': ...}``, or ``{'not_json': {'repr', 'problem'}}`` for one that is not JSON.
+    """
+    if type(reply) is not NotJSON:
+        try:
+            taken = intake(reply, "reply")[1]
+        except JSONError as exc:
+            reply = not_json(reply, str(exc))
+        else:
+            return {"reply": taken}, taken
+    return {"not_json": {"repr": reply.text, "problem": reply.problem}}, reply
 
 
-def _outcome_body(status: str, content: bytes, exception: dict[str, str] | None) -> bytes:
-    return (
-        b'{"status":'
-        + orjson.dumps(status)
-        + b',"content":'
-        + content
-        + b',"exception":'
-        + orjson.dumps(exception)
-        + b"}"
-    )
+def raised_record(exc: Exception) -> dict[str, Any]:
+    """What a model raised, as recorded: ``{'raised'}``, and ``'usage'`` if it cost any."""
+    raised: dict[str, Any] = {"raised": exception_content(exc)}
+    spent = checked_usage(vars(exc).get("usage"))  # as the engine reads it: no user code
+    if isinstance(spent, Usage):
+        raised["usage"] = spent._asdict()
+    return raised
+
+
+def outcome_record(outcome: object) -> tuple[dict[str, Any], object]:
+    """A dispatcher's outcome as recorded, and what the engine is to take.
+
+    ``{'status', 'content', 'exception'}``; the engine's copy keeps the live exception.
+    """
+    status, content = checked_outcome(outcome)
+    exception = outcome.get("exception") if type(outcome) is dict else None
+    plain = orjson.loads(content)
+    taken: dict[str, Any] = {"status": status, "content": plain}
+    recorded = None
+    if isinstance(exception, BaseException):
+        taken["exception"], recorded = exception, exception_content(exception)
+    return {"status": status, "content": plain, "exception": recorded}, taken
 
 
 def end_body(transition: Transition, at: int) -> bytes:

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from agentloop._core._values import Budget
     from agentloop._durable._ledger import Ledger, LedgerRecord, LedgerWriter
 
-__all__ = ["begin", "differences", "mismatch", "resume"]
+__all__ = ["begin", "differences", "mismatch", "recorded_answer", "recorded_outcome", "resume"]
 
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 _APPROVED: Final = approve()
@@ -277,15 +277,8 @@ class _Recorded:
     def _reply(self, key: str, body: dict[str, Any], where: str) -> None:
         if not key.isdigit() or key != str(int(key)) or int(key) < 1:
             raise self._bad(where, "a step number as its key", key)
-        if body.keys() == {"reply"}:
-            answer: tuple[str, Any] = ("reply", body["reply"])
-        elif body.keys() == {"not_json"} and _texts(body["not_json"], "repr", "problem"):
-            answer = ("reply", NotJSON(body["not_json"]["repr"], body["not_json"]["problem"]))
-        elif body.keys() - {"usage"} == {"raised"} and _texts(body["raised"], "type", "message"):
-            raised = RecordedException(body["raised"]["type"], body["raised"]["message"])
-            raised.usage = body.get("usage")  # what the failed call still cost, if it said
-            answer = ("raised", raised)
-        else:
+        answer = recorded_answer(body)
+        if answer is None:
             raise self._bad(where, "one of 'reply', 'not_json', 'raised'", body)
         self.replies[int(key)] = answer
 
@@ -299,16 +292,9 @@ class _Recorded:
             raise self._bad(where, expected, body) from None
 
     def _finished(self, key: str, body: dict[str, Any], where: str) -> None:
-        exception = body.get("exception")
-        if (
-            body.keys() != {"status", "content", "exception"}
-            or type(body["status"]) is not str
-            or not (exception is None or _texts(exception, "type", "message"))
-        ):
+        outcome = recorded_outcome(body)
+        if outcome is None:
             raise self._bad(where, "an outcome {'status', 'content', 'exception'}", body)
-        outcome = {"status": body["status"], "content": body["content"]}
-        if exception is not None:
-            outcome["exception"] = RecordedException(exception["type"], exception["message"])
         self.finished[key] = outcome
 
     def _end(self, body: dict[str, Any], where: str) -> tuple[int, Transition]:
@@ -340,6 +326,37 @@ class _Recorded:
         except (KeyError, TypeError, ValueError) as exc:
             raise self._bad(where, f"the run's terminal transition ({exc})", body) from None
         return at, transition
+
+
+def recorded_answer(body: dict[str, Any]) -> tuple[str, Any] | None:
+    """A recorded model answer as the report to make: ``('reply', r)``, ``('raised', e)``.
+
+    ``None`` if ``body`` is not what ``reply_record`` or ``raised_record`` makes.
+    """
+    if body.keys() == {"reply"}:
+        return "reply", body["reply"]
+    if body.keys() == {"not_json"} and _texts(body["not_json"], "repr", "problem"):
+        return "reply", NotJSON(body["not_json"]["repr"], body["not_json"]["problem"])
+    if body.keys() - {"usage"} == {"raised"} and _texts(body["raised"], "type", "message"):
+        raised = RecordedException(body["raised"]["type"], body["raised"]["message"])
+        raised.usage = body.get("usage")  # what the failed call still cost, if it said
+        return "raised", raised
+    return None
+
+
+def recorded_outcome(body: dict[str, Any]) -> dict[str, Any] | None:
+    """A recorded outcome (``outcome_record``) as the engine takes it; ``None`` if it is not one."""
+    exception = body.get("exception")
+    if (
+        body.keys() != {"status", "content", "exception"}
+        or type(body["status"]) is not str
+        or not (exception is None or _texts(exception, "type", "message"))
+    ):
+        return None
+    outcome = {"status": body["status"], "content": body["content"]}
+    if exception is not None:
+        outcome["exception"] = RecordedException(exception["type"], exception["message"])
+    return outcome
 
 
 def _texts(value: object, *keys: str) -> bool:
