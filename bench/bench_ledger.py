@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_core import scripted  # the same model as the core bench: k calls, then a final
+
 from agentloop import LedgerError, LedgerRecord, LedgerWriter, Loop, SQLiteLedger
 
 Message = dict[str, Any]
@@ -39,23 +41,13 @@ class Echo:
         return {"status": "ok", "content": call["arguments"]}
 
 
-def model_of(k: int) -> Any:
-    def model(history: list[Message]) -> Message:
-        done = (len(history) - 1) // 2
-        if done < k:
-            return {"kind": "call", "id": f"c{done}", "name": "echo", "arguments": {"n": done}}
-        return {"kind": "final", "text": "ok"}
-
-    return model
-
-
 def per_step(k: int, repeats: int, directory: Path) -> dict[str, float]:
     """Best µs per model step: in memory, NORMAL, FULL."""
     loops = {
-        "memory": Loop(model_of(k), tools=Echo(), max_steps=k + 1, max_calls=k),
+        "memory": Loop(scripted(k), tools=Echo(), max_steps=k + 1, max_calls=k),
         **{
             sync: Loop(
-                model_of(k),
+                scripted(k),
                 tools=Echo(),
                 max_steps=k + 1,
                 max_calls=k,
@@ -81,14 +73,14 @@ def per_step(k: int, repeats: int, directory: Path) -> dict[str, float]:
 def resume_times(calls: int, repeats: int, directory: Path) -> tuple[float, float, int]:
     """Median ms to resume a ``calls``-call run: (ended, cut off before its last reply)."""
     ledger = SQLiteLedger(directory / "resume.db")
-    loop = Loop(model_of(calls), tools=Echo(), max_steps=calls + 1, max_calls=calls, ledger=ledger)
+    loop = Loop(scripted(calls), tools=Echo(), max_steps=calls + 1, max_calls=calls, ledger=ledger)
     ended = loop.run("go", run_id="ended")
     assert ended.calls == calls
 
     def stop_at_the_end(history: list[Message]) -> Message:
         if (len(history) - 1) // 2 == calls:
             raise KeyboardInterrupt  # a crash, as far as the ledger can tell: no reply recorded
-        return model_of(calls)(history)  # type: ignore[no-any-return]
+        return scripted(calls)(history)  # type: ignore[no-any-return]
 
     cut = Loop(
         stop_at_the_end,

@@ -31,6 +31,7 @@ import httpx2
 import openai
 import orjson
 from anthropic.types import Message as AnthropicMessage
+from bench_core import scripted  # the same model as the core bench: k calls, then a final
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
@@ -163,18 +164,6 @@ ADAPTERS = [
         ),
     ),
 ]
-
-
-def scripted(k: int) -> Callable[[list[Message]], Message]:
-    """The engine-alone model: ``k`` calls, then a final, as cheap as a model can be."""
-
-    def model(history: list[Message]) -> Message:
-        done = (len(history) - 1) // 2
-        if done < k:
-            return {"kind": "call", "id": f"c{done}", "name": "echo", "arguments": {"n": done}}
-        return {"kind": "final", "text": "ok"}
-
-    return model
 
 
 def best(fn: Callable[[], object], number: int, repeats: int) -> float:
