@@ -1350,7 +1350,8 @@ def published(annotation: Any) -> Iterator[object]:
         for field in attrs.fields(annotation):
             yield from published(field.type)
     elif typing.is_typeddict(annotation):
-        for key, hint in typing.get_type_hints(annotation).items():
+        # include_extras: a key's Annotated description is published too
+        for key, hint in typing.get_type_hints(annotation, include_extras=True).items():
             yield key
             yield from published(hint)
     else:
