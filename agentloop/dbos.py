@@ -94,7 +94,13 @@ from agentloop._durable._journal import (
     reply_record,
 )
 from agentloop._durable._key import KEY
-from agentloop._durable._resume import differences, mismatch, recorded_answer, recorded_outcome
+from agentloop._durable._resume import (
+    checked_run_id,
+    differences,
+    mismatch,
+    recorded_answer,
+    recorded_outcome,
+)
 from agentloop._errors import AgentloopError, InvalidStateError
 from agentloop._loop import Loop
 from agentloop._run import Verdicts
@@ -241,6 +247,8 @@ class DBOSLoop:
             run_id = uuid4().hex
         elif type(run_id) is not str or not run_id:
             raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
+        else:
+            checked_run_id(run_id, new=True)  # text, and no ':' (the idempotency key's)
         if _LOOPS.get(self.name) is not self:
             raise ValueError(f"this DBOSLoop ({self.name!r}) was closed")
         history = Engine(messages, budget=self.loop.budget).history()  # bad input raises

@@ -202,6 +202,15 @@ def test_bad_input_is_refused_before_anything_is_recorded(make: Any) -> None:
     assert DBOS.get_workflow_status(run_id) is None
 
 
+def test_a_new_run_id_has_no_colon(make: Any) -> None:
+    """As with the SQLite ledger: a ':' in a run id would let idempotency keys collide."""
+    runs = make(agentloop.Loop(scripted([FINAL])))
+    run_id = f"{new_id()}:1"
+    with pytest.raises(ValueError, match=r"^expected a new run's id without ':'"):
+        runs.start("go", run_id=run_id)
+    assert DBOS.get_workflow_status(run_id) is None
+
+
 def test_a_dbos_loop_is_checked(system_db: str, tmp_path: Path) -> None:
     """No ledger, no asyncio-only settings, one loop per name, a closed loop starts nothing."""
     ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")

@@ -290,6 +290,21 @@ def test_run_ids_and_ledgers_are_checked(db: Path) -> None:
         SQLiteLedger(db, synchronous="OFF")  # type: ignore[arg-type]
 
 
+def test_a_new_run_id_has_no_colon_so_idempotency_keys_never_collide(db: Path) -> None:
+    """Run 'a:b' with call 'c' and run 'a' with call 'b:c' would share the key 'a:b:c'."""
+    ledger = SQLiteLedger(db)
+    loop = make_loop(SCRIPT, World(), ledger)
+    with pytest.raises(ValueError, match=r"^expected a new run's id without ':', got 'a:b'"):
+        loop.start("go", run_id="a:b")
+    with pytest.raises(ValueError, match="without ':'"):
+        loop.run("go", run_id="order:42")
+    assert ledger.run_ids() == []
+    # A recorded run is looked up by any id: one with a ':' is simply not there.
+    with pytest.raises(agentloop.RunNotFoundError, match=r"no run 'a:b' is recorded"):
+        loop.resume("a:b")
+    assert loop.run("go", run_id="order-42").status == "finished"
+
+
 def test_bad_input_is_refused_before_anything_is_recorded(db: Path) -> None:
     ledger = SQLiteLedger(db)
     with pytest.raises(TypeError):

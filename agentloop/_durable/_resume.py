@@ -67,7 +67,15 @@ if TYPE_CHECKING:
     from agentloop._core._values import Budget
     from agentloop._durable._ledger import Ledger, LedgerRecord, LedgerWriter
 
-__all__ = ["begin", "differences", "mismatch", "recorded_answer", "recorded_outcome", "resume"]
+__all__ = [
+    "begin",
+    "checked_run_id",
+    "differences",
+    "mismatch",
+    "recorded_answer",
+    "recorded_outcome",
+    "resume",
+]
 
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 _APPROVED: Final = approve()
@@ -87,7 +95,7 @@ def begin(
     cancel: CancelToken | None,
 ) -> DurableEngine:
     """A new durable run: the input checked, then its header recorded and the run claimed."""
-    run_id = uuid4().hex if run_id is None else _checked_run_id(run_id)
+    run_id = uuid4().hex if run_id is None else checked_run_id(run_id, new=True)
     engine = DurableEngine(messages, budget=budget, cancel=cancel)  # bad input raises first
     writer = ledger.create(
         run_id, header(run_id, engine.history(), fingerprint(budget, dispatcher))
@@ -111,7 +119,7 @@ def resume(
     A finished run is only read; any other is claimed first, so its records
     cannot change while they are replayed.
     """
-    run_id = _checked_run_id(run_id)
+    run_id = checked_run_id(run_id)
     writer: LedgerWriter | None
     busy: RunBusyError | None = None
     try:
@@ -160,8 +168,13 @@ def resume(
     return engine, token
 
 
-def _checked_run_id(run_id: object) -> str:
-    """``run_id`` if it is a run id: any non-empty str of text (``'order-42'``, a uuid)."""
+def checked_run_id(run_id: object, *, new: bool = False) -> str:
+    """``run_id`` if it is a run id: any non-empty str of text (``'order-42'``, a uuid).
+
+    A ``new`` run's id has no ``':'``: the idempotency key ``f"{run_id}:{call_id}"``
+    then names one call of one run (``'a:b'`` + ``'c'`` and ``'a'`` + ``'b:c'`` would
+    share a key). Runs recorded before this rule still resume.
+    """
     if type(run_id) is not str:
         raise TypeError(
             f"expected run_id to be a non-empty str (say 'order-42'), got {type(run_id).__name__}"
@@ -177,6 +190,12 @@ def _checked_run_id(run_id: object) -> str:
         raise ValueError(
             f"expected run_id to be text (it is stored as UTF-8), got {run_id!r:.80}: {exc.reason}"
         ) from None
+    if new and ":" in run_id:
+        raise ValueError(
+            f"expected a new run's id without ':', got {run_id!r:.80}: a call's idempotency "
+            "key is f'{run_id}:{call_id}', and a ':' in the run id would let calls of two "
+            "runs share one"
+        )
     return run_id
 
 
