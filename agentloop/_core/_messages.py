@@ -133,7 +133,12 @@ def input_messages(messages: object) -> tuple[list[bytes], set[str]]:
     Raises ``TypeError``/``ValueError`` naming the message at fault.
     """
     if type(messages) is str:
-        return [to_json({"kind": "user", "text": messages}, "messages")], set()
+        try:
+            # Our own dict of one exact str: orjson writes it as it is or raises (a lone
+            # surrogate), so the round trip ``to_json`` makes to check it is not needed.
+            return [orjson.dumps({"kind": "user", "text": messages})], set()
+        except orjson.JSONEncodeError:
+            return [to_json({"kind": "user", "text": messages}, "messages")], set()  # explains
     if type(messages) is not list:
         raise TypeError(
             "expected the input to be a str or a list of message dicts, "
