@@ -23,7 +23,7 @@ from agentloop._errors import ConfigurationMismatchError, InvalidStateError
 from agentloop._review._runfile import reopen
 from agentloop._sync import Run
 from agentloop._tools._dispatcher import as_dispatcher
-from agentloop._tools._registry import reviewing
+from agentloop._tools._registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -141,8 +141,8 @@ class Loop:
         With a ledger, the run is recorded under ``run_id`` (a fresh one when
         not given: ``run.run_id``); ``RunExistsError`` if it is taken.
         """
-        self._sync_driver("loop.arun or loop.astart")
-        return self._run(self._engine(messages, cancel, run_id))
+        registry = self._sync_driver("loop.arun or loop.astart")
+        return self._run(self._engine(messages, cancel, run_id), registry)
 
     def run(
         self,
@@ -156,8 +156,8 @@ class Loop:
         The result does not hold the run's id: with a ledger, pass ``run_id=``,
         or use ``start()`` and read ``run.run_id`` (known before the first step).
         """
-        self._sync_driver("loop.arun or loop.astart")  # start()'s body, one call fewer
-        return self._run(self._engine(messages, cancel, run_id)).finish()
+        registry = self._sync_driver("loop.arun or loop.astart")  # start()'s body, one call fewer
+        return self._run(self._engine(messages, cancel, run_id), registry).finish()
 
     def resume(
         self,
@@ -177,11 +177,11 @@ class Loop:
         stays paused, which its result says. See the README's "Durable runs"
         and "Human approval".
         """
-        self._sync_driver("loop.aresume")
+        registry = self._sync_driver("loop.aresume")
         engine, _ = self._resumed("resume", run, cancel)
         if engine.done:
             return _ended(engine, decisions)
-        live = self._run(engine)
+        live = self._run(engine, registry)
         if decisions is not None:
             live.decide(decisions)
         return live.finish()
@@ -222,9 +222,14 @@ class Loop:
             await live.adecide(decisions)
         return await live.afinish()
 
-    def _sync_driver(self, instead: str) -> None:
+    def _sync_driver(self, instead: str) -> ToolRegistry | None:
+        """Refuse what needs the asyncio driver; the registry whose policies review, if any.
+
+        Read on every run, not when the Loop is made: tools may be added to its
+        registry since. The run made next takes this answer (``_run``).
+        """
         asyncio_only = self._asyncio_only
-        registry = reviewing(self.dispatcher)  # tools may be added after the Loop is made
+        registry = reviewing(self.dispatcher)
         if registry is not None and any(
             is_async(policy) for policy in (registry.policy, *(tool.policy for tool in registry))
         ):
@@ -236,6 +241,7 @@ class Loop:
                 "a synchronous run can neither await a model nor interrupt a "
                 "plain function nor run two calls at once, and would silently ignore them"
             )
+        return registry
 
     def _engine(
         self, messages: str | list[dict[str, Any]], cancel: CancelToken | None, run_id: str | None
@@ -288,11 +294,11 @@ class Loop:
             self.ledger, run, budget=self.budget, dispatcher=self.dispatcher, cancel=cancel
         )
 
-    def _run(self, engine: Engine) -> Run:
+    def _run(self, engine: Engine, registry: ToolRegistry | None) -> Run:
+        """A synchronous run of ``engine``, reviewed by ``registry`` (``_sync_driver``'s answer)."""
         dispatch: Callable[[dict[str, Any]], object] = self.dispatcher.dispatch
         if isinstance(engine, _journal.DurableEngine):
             dispatch = _journal.sync_dispatch(engine, dispatch)
-        registry = reviewing(self.dispatcher)
         review = None if registry is None else registry.review
         return Run(engine, self.model, dispatch, self.listeners, review)
 
