@@ -45,7 +45,7 @@ class Run(RunView):
         listeners: tuple[Listener, ...] = (),
         review: Callable[[dict[str, Any]], Decision | Outcome | None] | None = None,
     ) -> None:
-        super().__init__(engine)
+        RunView.__init__(self, engine)  # not super(): one object fewer for every run
         self._model = model
         self._dispatch = dispatch
         # ``review(call)`` asks the policies; ``dispatch(call, decision=...)`` takes the answer.
