@@ -106,31 +106,35 @@ class CancelToken:
     ``cancel()`` is called (``wait()`` is what it awaits).
     """
 
-    __slots__ = ("_event", "_waiters")
+    __slots__ = ("_flag", "_waiters")
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        # The flag is a lock, held once cancelled: ``acquire(False)`` sets it from any
+        # thread (again is a no-op) and ``locked()`` reads it, both C calls. Nothing ever
+        # waits on it; a threading.Event (a Condition around a lock) costs far more to make,
+        # and most runs make a token.
+        self._flag = threading.Lock()
         self._waiters: list[Any] = []
 
     def cancel(self) -> None:
         """Request cancellation. Idempotent."""
-        self._event.set()
+        self._flag.acquire(False)
         for wake in list(self._waiters):
             wake()
 
     @property
     def cancelled(self) -> bool:
         """Whether cancellation has been requested."""
-        return self._event.is_set()
+        return self._flag.locked()
 
     def check(self) -> Callable[[], bool]:
         """A function answering ``cancelled``: what the engine calls at each checkpoint."""
-        return self._event.is_set
+        return self._flag.locked
 
     def on_cancel(self, wake: Any) -> Any:
         """Call ``wake()`` (from the cancelling thread) once cancelled; returns an undo."""
         self._waiters.append(wake)
-        if self._event.is_set():
+        if self._flag.locked():
             wake()
         return lambda: self._waiters.remove(wake) if wake in self._waiters else None
 
