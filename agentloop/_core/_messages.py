@@ -207,7 +207,8 @@ class History:
     __slots__ = ("_buffer",)
 
     def __init__(self, encoded: list[bytes]) -> None:
-        self._buffer = bytearray(b"[" + b",".join(encoded) + b"]")
+        # One bytes copy fewer than b"[" + joined + b"]".
+        self._buffer = bytearray(b"[%b]" % b",".join(encoded))
 
     def extend(self, encoded: tuple[bytes, ...]) -> None:
         """Append messages, given as their JSON bytes, in one step."""
