@@ -103,7 +103,7 @@ class CancelToken:
     ``cancel()`` is safe from any thread; the run checks ``cancelled`` before
     asking the model, right after its reply, and right before a tool runs.
     The asyncio driver also interrupts an awaited model or tool as soon as
-    ``cancel()`` is called (``wait()`` is what it awaits).
+    ``cancel()`` is called (it is woken through ``on_cancel``).
     """
 
     __slots__ = ("_flag", "_waiters")
