@@ -11,10 +11,13 @@ everything) around that append, and refuses every later one, so nothing the
 from __future__ import annotations
 
 import threading
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import agentloop
 from agentloop import LedgerRecord
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class Crash(BaseException):
@@ -148,3 +151,24 @@ def unknown_ids(
         assert got["name"] not in idempotent, f"an idempotent call got an unknown outcome: {got}"
         unknown.add(str(got["id"]))
     return unknown
+
+
+def check_effects(
+    transcript: list[dict[str, Any]],
+    unknown: set[str],
+    ran: Callable[[dict[str, Any]], int],
+    run: str = "",
+) -> None:
+    """Each answered call took effect ``ran(result)`` times: at least once for the
+    idempotent tool, at most once for any other, and once if its outcome is known."""
+    where = f"{run}: " if run else ""
+    for message in transcript:
+        if message["kind"] != "tool_result":
+            continue
+        times = ran(message)
+        if message["name"] == "idem":
+            assert times >= 1, f"{where}idempotent call {message['id']} never took effect"
+        else:
+            assert times <= 1, f"{where}call {message['id']} took effect {times} times"
+            if message["id"] not in unknown:
+                assert times == 1, f"{where}call {message['id']} has a result, never ran"

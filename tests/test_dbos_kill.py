@@ -37,7 +37,7 @@ import agentloop
 pytest.importorskip("dbos")
 
 from . import dbos_worker
-from .ledgers import unknown_ids
+from .ledgers import check_effects, unknown_ids
 from .test_kill import CHECKPOINT_SCRIPT, Server, random_script
 
 if TYPE_CHECKING:
@@ -93,6 +93,15 @@ class Baseline:
         ]
 
 
+def stop(server: Server, workers: dict[str, int], client: Any, enqueuer: Any) -> None:
+    """Kill and reap every worker, then close this process's client and its DBOS."""
+    for pid in workers.values():
+        os.kill(pid, signal.SIGKILL)
+        server.ask({"reap": pid})
+    client.destroy()
+    enqueuer.close()
+
+
 def effects_of(lines: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
     counted: dict[tuple[str, str], int] = {}
     for kind, key in lines:
@@ -113,16 +122,12 @@ def check(
     # Equal but for outcome-unknown results of tools that are not idempotent: every call
     # of the transcript is answered as in the uninterrupted run.
     unknown = unknown_ids(got["transcript"], want["transcript"], {"idem"})
-    for message in got["transcript"]:
-        if message["kind"] != "tool_result":
-            continue
-        ran = effects.get((message["name"], f"{run_id}:{message['id']}"), 0)
-        if message["name"] == "idem":
-            assert ran >= 1, f"{run_id}: idempotent call {message['id']} never took effect"
-        else:
-            assert ran <= 1, f"{run_id}: call {message['id']} took effect {ran} times"
-            if message["id"] not in unknown:
-                assert ran == 1, f"{run_id}: call {message['id']} has a result, never ran"
+    check_effects(
+        got["transcript"],
+        unknown,
+        lambda result: effects.get((result["name"], f"{run_id}:{result['id']}"), 0),
+        run_id,
+    )
     return unknown
 
 
@@ -223,11 +228,7 @@ def test_two_workers_200_runs_one_worker_killed_again_and_again(
             if status.workflow_id in scripts and (status.recovery_attempts or 0) > 1
         ]
     finally:
-        for pid in workers.values():
-            os.kill(pid, signal.SIGKILL)
-            server.ask({"reap": pid})
-        client.destroy()
-        enqueuer.close()
+        stop(server, workers, client, enqueuer)
     with psycopg.connect(url) as connection:
         rows = connection.execute(f"SELECT kind, key FROM {table}").fetchall()
     effects = effects_of(rows)
@@ -312,11 +313,7 @@ def test_runs_wait_for_a_person_across_a_killed_worker(
             for run_id in run_ids
         }
     finally:
-        for pid in workers.values():
-            os.kill(pid, signal.SIGKILL)
-            server.ask({"reap": pid})
-        client.destroy()
-        enqueuer.close()
+        stop(server, workers, client, enqueuer)
     if store == "postgres":
         import psycopg
 

@@ -35,7 +35,7 @@ import pytest
 import agentloop
 
 from . import durable_child
-from .ledgers import MemoryLedger, unknown_ids
+from .ledgers import MemoryLedger, check_effects, unknown_ids
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -196,16 +196,11 @@ def check(job: dict[str, Any], got: dict[str, Any], baseline: Baseline) -> set[s
     path = Path(job["effects"])
     for line in path.read_text().splitlines() if path.exists() else []:
         effects[line] = effects.get(line, 0) + 1
-    for message in got["transcript"]:
-        if message["kind"] != "tool_result":
-            continue
-        ran = effects.get(f"{message['name']} r1:{message['id']}", 0)
-        if message["name"] == "idem":
-            assert ran >= 1, f"idempotent call {message['id']} never took effect"
-        else:
-            assert ran <= 1, f"call {message['id']} took effect {ran} times"
-            if message["id"] not in unknown:
-                assert ran == 1, f"call {message['id']} has a result, but never took effect"
+    check_effects(
+        got["transcript"],
+        unknown,
+        lambda result: effects.get(f"{result['name']} r1:{result['id']}", 0),
+    )
     with sqlite3.connect(job["db"]) as raw:
         twice = raw.execute(
             "SELECT kind, key FROM records GROUP BY run, kind, key HAVING count(*) > 1"
