@@ -159,70 +159,142 @@ def hand_written(
 _new = tuple.__new__
 _NO_USAGE = Usage()
 _AM, _VA, _DI, _FI = State.AWAITING_MODEL, State.VALIDATING, State.DISPATCHING, State.FINISHED
+_REPLIED, _VALIDATE, _RETURNED = T.MODEL_REPLIED, T.VALIDATE, T.TOOL_RETURNED
+_IS_FINAL = Guard.REPLY_IS_FINAL
+_NONE_4, _NONE_6 = (None,) * 4, (None,) * 6
 
 
 def hand_written_record(
-    model: Any, tool: Typed, text: str, max_steps: int, max_calls: int, cancel: CancelToken
+    model: Any, tool: Typed, text: str, budget: Budget, cancel: CancelToken
 ) -> RunResult:
     """The loop above, recording each transition as the engine does (a ``Transition``
-    with its time, its call, what it appended and how long the model or tool took) and
-    ending with the engine's ``RunResult``. Only the paths the bench takes are written
-    out; the others end the run as the tuple loop does."""
+    with its time, its call, what it appended and how long the model or tool took),
+    written out inline, and ending with the engine's ``RunResult``. Only the paths the
+    bench takes record their events; the others end the run ``failed``."""
     history = History(input_messages(text)[0])
     steps = calls = 0
     reserved: set[str] = set()
     events: list[Transition] = []
-    clock = time.monotonic
-
-    def record(
-        source: State,
-        dest: State,
-        trigger: T,
-        call: tuple[str, str] | tuple[None, None] = (None, None),
-        status: str | None = None,
-        appended: tuple[bytes, ...] = (),
-        took: float | None = None,
-        guard: Guard | None = None,
-    ) -> None:
-        fields = (*call, status, None, None, None, appended, None, clock(), took, (), ())
-        events.append(_new(Transition, (source, dest, trigger, guard, steps, calls, *fields)))
-
-    def ended(state: State, output: str | None = None) -> RunResult:
-        budget = Budget(max_steps=max_steps, max_calls=max_calls)
-        record = (state, output, steps, calls, budget, None, None, tuple(events))
-        return _new(RunResult, (*record, history.to_json(), None, _NO_USAGE, None))
-
-    while not cancel.cancelled and steps < max_steps:
+    clock, append = time.monotonic, events.append
+    while not cancel.cancelled and steps < budget.max_steps:
         steps += 1
         since = clock()
         raw = model(history.copy())
-        took = clock() - since
+        at = clock()
         reply_json = orjson.dumps(raw)
         reply = orjson.loads(reply_json)
         if cancel.cancelled or reply != raw or reply_problem(reply):
             break
-        record(_AM, _VA, T.MODEL_REPLIED, took=took)
+        # source, dest, trigger, guard, steps, calls, call_id, tool, result_status, reason,
+        # error, exception, appended, usage, at, took, pending, decisions
+        append(
+            _new(
+                Transition,
+                (
+                    _AM,
+                    _VA,
+                    _REPLIED,
+                    None,
+                    steps,
+                    calls,
+                    *_NONE_6,
+                    (),
+                    None,
+                    at,
+                    at - since,
+                    (),
+                    (),
+                ),
+            )
+        )
         if reply["kind"] == "final":
-            record(_VA, _FI, T.VALIDATE, appended=(reply_json,), guard=Guard.REPLY_IS_FINAL)
-            history.extend((reply_json,))
-            return ended(_FI, reply["text"])
-        if reply["id"] in reserved or calls >= max_calls or cancel.cancelled:
+            appended: tuple[bytes, ...] = (reply_json,)
+            append(
+                _new(
+                    Transition,
+                    (
+                        _VA,
+                        _FI,
+                        _VALIDATE,
+                        _IS_FINAL,
+                        steps,
+                        calls,
+                        *_NONE_6,
+                        appended,
+                        None,
+                        clock(),
+                        None,
+                        (),
+                        (),
+                    ),
+                )
+            )
+            history.extend(appended)
+            final = (_FI, reply["text"], steps, calls, budget, None, None, tuple(events))
+            return _new(RunResult, (*final, history.to_json(), None, _NO_USAGE, None))
+        call_id, name = reply["id"], reply["name"]
+        if call_id in reserved or calls >= budget.max_calls or cancel.cancelled:
             break
-        reserved.add(reply["id"])
+        reserved.add(call_id)
         calls += 1
-        call = (reply["id"], reply["name"])
-        record(_VA, _DI, T.VALIDATE, call)
+        append(
+            _new(
+                Transition,
+                (
+                    _VA,
+                    _DI,
+                    _VALIDATE,
+                    None,
+                    steps,
+                    calls,
+                    call_id,
+                    name,
+                    *_NONE_4,
+                    (),
+                    None,
+                    clock(),
+                    None,
+                    (),
+                    (),
+                ),
+            )
+        )
         if cancel.cancelled:
             break
         since = clock()
         outcome = tool.dispatch(orjson.loads(reply_json))
-        took = clock() - since
-        content = orjson.dumps(outcome["content"])
-        result_json = tool_result_json(reply["id"], reply["name"], outcome["status"], content)
+        at = clock()
+        status = outcome["status"]
+        result_json = tool_result_json(call_id, name, status, orjson.dumps(outcome["content"]))
         appended = (reply_json, result_json)
-        record(_DI, _AM, T.TOOL_RETURNED, call, outcome["status"], appended, took)
+        append(
+            _new(
+                Transition,
+                (
+                    _DI,
+                    _AM,
+                    _RETURNED,
+                    None,
+                    steps,
+                    calls,
+                    call_id,
+                    name,
+                    status,
+                    None,
+                    None,
+                    None,
+                    appended,
+                    None,
+                    at,
+                    at - since,
+                    (),
+                    (),
+                ),
+            )
+        )
         history.extend(appended)
-    return ended(State.FAILED)
+    failed = (State.FAILED, None, steps, calls, budget, None, None, tuple(events))
+    return _new(RunResult, (*failed, history.to_json(), None, _NO_USAGE, None))
 
 
 def time_per_step(k: int, repeats: int, tools: object) -> tuple[float, ...]:
@@ -233,7 +305,8 @@ def time_per_step(k: int, repeats: int, tools: object) -> tuple[float, ...]:
     typed = Typed(echo)
     runs = max(1, 2000 // (k + 1))
     sync_times, async_times, hand_times, plain_times, record_times = [], [], [], [], []
-    kept = hand_written_record(scripted(k), typed, "go", k + 1, k, CancelToken())
+    budget = Budget(max_steps=k + 1, max_calls=k)  # made once, as a Loop makes it
+    kept = hand_written_record(scripted(k), typed, "go", budget, CancelToken())
     if isinstance(tools, Typed):  # the same record, when the engine has the same tool
         assert kept == loop.run("go", cancel=CancelToken()), "the hand loop's record differs"
 
@@ -262,7 +335,7 @@ def time_per_step(k: int, repeats: int, tools: object) -> tuple[float, ...]:
         assert events[-1][1] == "finished"
         start = time.perf_counter_ns()
         for _ in range(runs):
-            kept = hand_written_record(scripted(k), typed, "go", k + 1, k, CancelToken())
+            kept = hand_written_record(scripted(k), typed, "go", budget, CancelToken())
         record_times.append(time.perf_counter_ns() - start)
         assert kept.status == "finished"
     runner.close()

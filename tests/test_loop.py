@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -12,6 +12,9 @@ import agentloop
 from agentloop import CancelToken, Loop, State
 
 from .helpers import Driver, Recorder, Script, call, drive, final, kinds
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 A, V, D = "awaiting_model", "validating", "dispatching"
 
@@ -611,3 +614,24 @@ def test_review_functions_refuse_a_run_in_place_of_its_result() -> None:
     for review in (agentloop.run_to_json, agentloop.to_mermaid, agentloop.report_html):
         with pytest.raises(TypeError, match=r"expected a RunResult .*got Run; call run.result"):
             review(run)  # type: ignore[arg-type]
+    # Each names itself, not the function it calls.
+    for name in ("to_dot", "to_svg", "save_run"):
+        with pytest.raises(TypeError, match=rf"^{name}\(\) expected a RunResult .*got Run"):
+            getattr(agentloop, name)(run, *(["run.json"] if name == "save_run" else []))
+
+
+def test_run_file_functions_name_what_they_expect(tmp_path: Path) -> None:
+    """Arguments swapped or of the wrong kind: each says which function, what, and what came."""
+    result = Loop(Script([final()])).run("go")
+    path = tmp_path / "run.json"
+    with pytest.raises(TypeError, match=r"^save_run\(\) expected a RunResult .*got PosixPath"):
+        agentloop.save_run(path, result)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^save_run\(\) expected a path .*got int"):
+        agentloop.save_run(result, 3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^load_run\(\) expected a path .*got RunResult"):
+        agentloop.load_run(result)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^run_from_json\(\) expected .*text .*got dict"):
+        agentloop.run_from_json({"format": "agentloop-run"})  # type: ignore[arg-type]
+    assert not path.exists()  # nothing was written by the refused call
+    agentloop.save_run(result, path)
+    assert agentloop.load_run(path) == result

@@ -157,6 +157,19 @@ def test_scripted_model_raises_entries_and_calls_callables() -> None:
     assert failing.error == "the model raised ValueError: no provider"
 
 
+def test_a_scripted_model_takes_a_list_of_replies_not_one_reply() -> None:
+    """One reply where a list belongs is refused when the model is made, not replayed
+    key by key; the repr counts replies in the singular too."""
+    for one in (final("hello"), "hello"):
+        for kind in (ScriptedModel, AsyncScriptedModel):
+            with pytest.raises(TypeError, match=r"expected replies to be a list of replies"):
+                kind(one)  # type: ignore[arg-type]
+    assert repr(ScriptedModel([final("hello")])) == "ScriptedModel(<1 reply, 1 left>)"
+    assert repr(ScriptedModel(final(str(n)) for n in range(2))) == (
+        "ScriptedModel(<2 replies, 2 left>)"
+    )
+
+
 def test_running_out_of_replies_raises_script_exhausted() -> None:
     """Asked once more than it has replies, the model stops the test, and names the size."""
     model = ScriptedModel([call("c1", "add", a=1, b=1)])

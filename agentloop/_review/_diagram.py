@@ -252,6 +252,8 @@ def to_svg(run: RunResult | None = None, *, rankdir: str = "TB") -> str:
 
     Raises ``SVGUnavailableError`` when ``pygraphviz`` is not installed.
     """
+    if run is not None:
+        require_result(run, "to_svg()")
     return _render(to_dot(run, rankdir=rankdir))
 
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import reprlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -68,8 +69,6 @@ from agentloop._errors import RunFileError
 from agentloop._review._replay import Mismatch, replay, row_text
 
 if TYPE_CHECKING:
-    import os
-
     from agentloop._core._engine import Engine
     from agentloop._core._values import CancelToken
 
@@ -205,12 +204,24 @@ _VALIDATOR: Final = jsonschema_rs.Draft202012Validator(SCHEMA)
 
 def run_to_json(result: RunResult) -> str:
     """``result`` as run file text (indented JSON); ``run_from_json`` reads it back."""
-    return _dumps(_document(require_result(result, "run_to_json()")), orjson.OPT_INDENT_2).decode()
+    return _run_text(result, "run_to_json()")
 
 
 def save_run(result: RunResult, path: str | os.PathLike[str]) -> None:
     """Write ``result`` to ``path`` as a run file."""
-    Path(path).write_text(run_to_json(result) + "\n", encoding="utf-8")
+    text = _run_text(result, "save_run()")
+    Path(_checked_path(path, "save_run()")).write_text(text + "\n", encoding="utf-8")
+
+
+def _run_text(result: object, where: str) -> str:
+    return _dumps(_document(require_result(result, where)), orjson.OPT_INDENT_2).decode()
+
+
+def _checked_path(path: object, where: str) -> str | os.PathLike[str]:
+    """``path`` if it is a ``str`` or path-like; else a ``TypeError`` naming ``where``."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"{where} expected a path (str or os.PathLike), got {type(path).__name__}")
+    return path
 
 
 def _document(result: RunResult, *, events: bool = True) -> dict[str, Any]:
@@ -308,7 +319,7 @@ def load_run(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> Run
     A file larger than ``max_bytes`` is refused before it is parsed (also a
     device or pipe that never ends: at most ``max_bytes + 1`` bytes are read).
     """
-    with open(path, "rb") as file:
+    with open(_checked_path(path, "load_run()"), "rb") as file:
         data = file.read(max_bytes + 1)
     return run_from_json(data, source=str(path), max_bytes=max_bytes)
 
@@ -317,6 +328,10 @@ def run_from_json(
     text: str | bytes, *, source: str = "run file", max_bytes: int = MAX_BYTES
 ) -> RunResult:
     """A result from run file text; raises ``RunFileError`` naming the first problem."""
+    if not isinstance(text, str | bytes):
+        raise TypeError(
+            f"run_from_json() expected a run file's text (str or bytes), got {type(text).__name__}"
+        )
     if len(text) > max_bytes:
         raise RunFileError(
             source,

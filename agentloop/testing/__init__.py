@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -24,7 +25,7 @@ from agentloop._core._values import Budget, CancelToken, RunResult, Transition
 from agentloop._sync import Run
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Sequence
 
 __all__ = [
     "AsyncScriptedModel",
@@ -136,6 +137,12 @@ class _Script:
     """What both scripted models share: the entries, the cursor and ``seen``."""
 
     def __init__(self, replies: Iterable[object]) -> None:
+        # One reply is a dict (or a str): iterating it would make its keys the replies.
+        if isinstance(replies, dict | str | bytes) or not isinstance(replies, Iterable):
+            raise TypeError(
+                f"expected replies to be a list of replies (e.g. [final('done')]), "
+                f"got {type(replies).__name__}"
+            )
         entries = list(replies)
         for index, entry in enumerate(entries):
             if isinstance(entry, Cancel) and (
@@ -154,7 +161,8 @@ class _Script:
         self.seen: list[list[Message]] = []
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(<{self.size} replies, {self.remaining} left>)"
+        replies = "reply" if self.size == 1 else "replies"
+        return f"{type(self).__name__}(<{self.size} {replies}, {self.remaining} left>)"
 
     @property
     def remaining(self) -> int:
