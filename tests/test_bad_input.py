@@ -8,6 +8,7 @@ import pytest
 
 import agentloop
 from agentloop import InvalidStateError, Loop
+from agentloop.testing import assert_contract
 
 from .helpers import Driver, Script, call, drive, final
 
@@ -67,13 +68,74 @@ def test_bad_input_raises_before_the_model_is_called(
 
 
 def test_call_result_must_follow_the_call(driver: Driver) -> None:
-    """A tool_result before its call does not pair it."""
+    """A tool_result before its call does not pair it: it is refused where it stands."""
     messages = [
         {"kind": "tool_result", "id": "c1", "name": "add", "status": "ok", "content": 1},
         call("c1"),
     ]
-    with pytest.raises(ValueError, match="without one"):
+    with pytest.raises(ValueError, match=r"messages\[0\]: .*got one for 'c1' \(no earlier call"):
         driver.start(Loop(Script([])), messages)
+
+
+def _result(call_id: str = "c1", **fields: object) -> dict[str, object]:
+    return {
+        "kind": "tool_result",
+        "id": call_id,
+        "name": "add",
+        "status": "ok",
+        "content": 1,
+    } | fields
+
+
+@pytest.mark.parametrize(
+    ("messages", "message"),
+    [
+        ([_result("z")], r"messages\[0\]: .*answer an earlier unanswered call, got one for 'z'"),
+        ([call("c1"), _result(), _result()], r"messages\[2\]: .*'c1' \(it was answered already"),
+        (
+            [call("c1"), _result(name="sub")],
+            r"messages\[1\]: expected the tool_result of call 'c1' \(messages\[0\]\) to name "
+            r"its tool 'add', got 'sub'",
+        ),
+        (
+            [call("c1"), _result(status="great")],
+            r"messages\[1\]: .*'status' of .*got status 'great'",
+        ),
+        (
+            [call("c1"), {k: v for k, v in _result().items() if k != "content"}],
+            r"messages\[1\]: .*and a 'content', got status 'ok' and no content",
+        ),
+        ([{"kind": "call", "id": "c1", "arguments": {}}], r"a call's 'name' to be a non-empty str"),
+        ([{"kind": "call", "id": "c1", "name": "add"}], r"a call's 'arguments' to be a dict"),
+        ([{"kind": "user"}], r"messages\[0\]: expected a 'user' message's 'text' to be a str"),
+        ([{"kind": "system", "text": 5}], r"'system' message's 'text' to be a str, got int 5"),
+    ],
+)
+def test_input_is_refused_where_the_contract_would_call_it_broken(
+    driver: Driver, messages: list[dict[str, object]], message: str
+) -> None:
+    """What ``assert_contract`` would reject in a transcript is refused in the input, by
+    start(), naming the message: a result with no unanswered call before it, or naming
+    another tool, or with a status no tool gives; a call with no name or arguments; a user
+    or system message with no text. Nothing is asked of the model."""
+    model = Script([final()])
+    with pytest.raises(ValueError, match=message):
+        driver.start(Loop(model), messages)
+    assert model.seen == []
+
+
+def test_other_kinds_and_extra_keys_in_the_input_pass_as_they_are(driver: Driver) -> None:
+    """A kind of the caller's own, or an extra key, is kept for a model that reads it."""
+    messages = [
+        {"kind": "note", "by": "ops"},
+        {"kind": "user", "text": "hi", "lang": "en"},
+        call("c1"),
+        _result(),
+    ]
+    model = Script([final()])
+    result = driver.run(Loop(model), messages)
+    assert (result.status, model.seen) == ("finished", [messages])
+    assert_contract(result, messages)
 
 
 def test_empty_input_list_is_accepted(driver: Driver) -> None:

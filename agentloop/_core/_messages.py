@@ -28,6 +28,8 @@ __all__ = [
 #: The statuses a dispatcher can give a call. A driver adds ``cancelled`` when
 #: the run is interrupted while the tool runs, so the call is still paired.
 DISPATCH_STATUSES: Final = frozenset({"ok", "error", "denied", "invalid_arguments", "unknown_tool"})
+#: The statuses a tool result can have.
+RESULT_STATUSES: Final = DISPATCH_STATUSES | {"cancelled"}
 
 _CALL_FIELDS: Final = frozenset({"kind", "id", "name", "arguments"})
 _ELEMENT_FIELDS: Final = frozenset({"id", "name", "arguments"})
@@ -145,7 +147,7 @@ def input_messages(messages: object) -> tuple[list[bytes], set[str]]:
             f"got {type(messages).__name__}"
         )
     encoded: list[bytes] = []
-    open_calls: dict[str, str] = {}
+    open_calls: dict[str, tuple[str, str]] = {}  # id -> (where, tool name), until answered
     seen: set[str] = set()
     for index, message in enumerate(messages):
         where = f"messages[{index}]"
@@ -156,7 +158,7 @@ def input_messages(messages: object) -> tuple[list[bytes], set[str]]:
         plain = orjson.loads(data)  # from here on, only our own copy is read
         kind, call_id = plain["kind"], plain.get("id")
         if kind == "call":
-            _open_call(call_id, where, seen, open_calls)
+            _open_call(plain, where, seen, open_calls)
         elif kind == "calls":
             calls = plain.get("calls")
             if type(calls) is not list or not calls:
@@ -168,15 +170,16 @@ def input_messages(messages: object) -> tuple[list[bytes], set[str]]:
                 inner = f"{where}.calls[{number}]"
                 if type(call) is not dict:
                     raise TypeError(f"{inner}: expected a dict, got {describe(call)}")
-                _open_call(call.get("id"), inner, seen, open_calls)
+                _open_call(call, inner, seen, open_calls)
         elif kind == "tool_result":
-            if type(call_id) is not str:
-                raise ValueError(
-                    f"{where}: expected a tool_result's 'id' to be a str, got {call_id!r:.80}"
-                )
-            open_calls.pop(call_id, None)
+            _close_call(plain, where, seen, open_calls)
+        elif kind in ("user", "system", "final") and type(plain.get("text")) is not str:
+            raise ValueError(
+                f"{where}: expected a {kind!r} message's 'text' to be a str, "
+                f"got {describe(plain.get('text'))}"
+            )
     if open_calls:
-        call_id, where = next(iter(open_calls.items()))
+        call_id, (where, _) = next(iter(open_calls.items()))
         raise ValueError(
             f"{where}: expected every call in the input to be followed by its "
             f"tool_result, got call {call_id!r} without one"
@@ -184,16 +187,55 @@ def input_messages(messages: object) -> tuple[list[bytes], set[str]]:
     return encoded, seen
 
 
-def _open_call(call_id: object, where: str, seen: set[str], open_calls: dict[str, str]) -> None:
+def _open_call(
+    call: dict[str, Any], where: str, seen: set[str], open_calls: dict[str, tuple[str, str]]
+) -> None:
     """Note an input call: its id must be new, and answered later in the input."""
+    call_id, name, arguments = call.get("id"), call.get("name"), call.get("arguments")
     if type(call_id) is not str or not call_id:
         raise ValueError(
             f"{where}: expected a call's 'id' to be a non-empty str, got {call_id!r:.80}"
         )
+    if type(name) is not str or not name:
+        raise ValueError(
+            f"{where}: expected a call's 'name' to be a non-empty str, got {name!r:.80}"
+        )
+    if type(arguments) is not dict and type(arguments) is not str:
+        raise ValueError(
+            f"{where}: expected a call's 'arguments' to be a dict (or the raw text of "
+            f"arguments that did not parse, a str), got {describe(arguments)}"
+        )
     if call_id in seen:
         raise ValueError(f"{where}: expected each call id once, got {call_id!r} again")
     seen.add(call_id)
-    open_calls[call_id] = where
+    open_calls[call_id] = (where, name)
+
+
+def _close_call(
+    result: dict[str, Any], where: str, seen: set[str], open_calls: dict[str, tuple[str, str]]
+) -> None:
+    """Note an input tool_result: it answers an earlier unanswered call, naming its tool."""
+    call_id, status = result.get("id"), result.get("status")
+    if type(call_id) is not str:
+        raise ValueError(f"{where}: expected a tool_result's 'id' to be a str, got {call_id!r:.80}")
+    if call_id not in open_calls:
+        why = "it was answered already" if call_id in seen else "no earlier call has that id"
+        raise ValueError(
+            f"{where}: expected a tool_result to answer an earlier unanswered call, "
+            f"got one for {call_id!r:.80} ({why})"
+        )
+    at, name = open_calls.pop(call_id)
+    if result.get("name") != name:
+        raise ValueError(
+            f"{where}: expected the tool_result of call {call_id!r} ({at}) to name its tool "
+            f"{name!r}, got {result.get('name')!r:.80}"
+        )
+    if status not in RESULT_STATUSES or "content" not in result:
+        raise ValueError(
+            f"{where}: expected a tool_result with a 'status' of {sorted(RESULT_STATUSES)} "
+            f"and a 'content', got status {status!r:.80}"
+            + ("" if "content" in result else " and no content")
+        )
 
 
 class History:
