@@ -692,7 +692,8 @@ RUNS: dict[str, Callable[[], RunResult]] = {
             "not JSON",
             _set("rejected", None),
             "$.events[1].error",
-            "expected 'malformed reply: expected the reply to be a dict, got NoneType'",
+            "expected 'malformed reply: expected the reply to be a dict, got NoneType "
+            "(no return?)'",
             id="not JSON, rejected dropped",
         ),
         pytest.param(
