@@ -1043,6 +1043,14 @@ def test_a_ledger_in_memory_is_refused_and_leaves_no_file(
     assert list(tmp_path.iterdir()) == []  # no ':memory:-lock', no ':memory:' file
 
 
+def test_a_ledger_in_a_missing_directory_names_the_directory(tmp_path: Path) -> None:
+    """The caller named a file in a directory that is not there: that is what is said."""
+    path = tmp_path / "missing" / "runs.db"
+    with pytest.raises(LedgerError, match=r"expected the ledger's directory '.*missing' to exist"):
+        SQLiteLedger(path)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_run_ids_checks_finished(db: Path) -> None:
     ledger = SQLiteLedger(db)
     for wrong in ("no", 0, 1, [True]):

@@ -504,7 +504,7 @@ def test_positional_only_and_star_args_fail_at_definition() -> None:
     def slashed(a: int, /) -> None:
         pass
 
-    with pytest.raises(TypeError, match=r"tool 'star': parameter 'numbers' is positional-only"):
+    with pytest.raises(TypeError, match=r"tool 'star': parameter 'numbers' is \*args"):
         Tool(star)
     with pytest.raises(TypeError, match=r"tool 'slashed': parameter 'a' is positional-only"):
         Tool(slashed)
@@ -526,6 +526,10 @@ def test_bad_definitions() -> None:
         Tool(Recorder())
     with pytest.raises(TypeError, match="tool 'f': expected parameters to be a Draft 2020-12"):
         Tool(f, parameters={"type": "object", "properties": 3})
+    with pytest.raises(
+        TypeError, match="tool 'f': expected parameters to be a JSON Schema as a dict"
+    ):
+        Tool(f, parameters='{"type": "object"}')  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="expected parameters to describe an object"):
         Tool(f, parameters={"type": "array"})
     with pytest.raises(TypeError, match="tool 'f': expected policy to be callable, got str"):

@@ -457,6 +457,11 @@ def _lock_file(path: Path) -> _LockFile:
             try:
                 found = _LOCK_FILES[key] = _LockFile(lock_path)
             except OSError as exc:
+                if not path.parent.is_dir():  # what the caller named, not the lock beside it
+                    raise LedgerError(
+                        f"{path}: expected the ledger's directory {str(path.parent)!r} to "
+                        "exist, got no such directory"
+                    ) from None
                 raise LedgerError(
                     f"{lock_path}: cannot open the ledger's lock file: {exc.strerror or exc}"
                 ) from None

@@ -56,8 +56,9 @@ def derive_parameters(
     extra_converter: Converter | None = None
     for param in signature.parameters.values():
         if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL):
+            kind = "positional-only" if param.kind is param.POSITIONAL_ONLY else "*args"
             raise TypeError(
-                f"tool {name!r}: parameter {param.name!r} is positional-only "
+                f"tool {name!r}: parameter {param.name!r} is {kind} "
                 f"({param}); arguments arrive by name, so every parameter needs one"
             )
         try:

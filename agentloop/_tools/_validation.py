@@ -15,6 +15,7 @@ written ``place.city``, ``tags[2]``, or ``''`` for the top level.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import jsonschema_rs
@@ -23,7 +24,7 @@ from agentloop._core._json import copy_json
 from agentloop._tools._results import INT_MAX, INT_MIN
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
 
 __all__ = ["ArgumentsValidator", "checked_schema", "out_of_range"]
 
@@ -111,6 +112,11 @@ def checked_schema(name: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
     It must be plain JSON, a valid Draft 2020-12 schema whose every ``$ref``
     resolves inside it, and describe an object.
     """
+    if not isinstance(parameters, Mapping):
+        raise TypeError(
+            f"tool {name!r}: expected parameters to be a JSON Schema as a dict, "
+            f"got {type(parameters).__name__}"
+        )
     try:
         schema = copy_json(dict(parameters), "parameters")
         jsonschema_rs.Draft202012Validator(schema, offline=True)
