@@ -102,14 +102,21 @@ class Loop:
                 f"expected max_concurrency to be an int of 1 or more, got {max_concurrency}"
             )
         self.max_concurrency = max_concurrency
+        # What only the asyncio driver can do, and why a synchronous run cannot.
+        cannot_await = "a synchronous run cannot await it"
+        cannot_interrupt = "a synchronous run cannot interrupt a plain function"
         self._asyncio_only = [
-            name
-            for name, value in (
-                ("an async model", is_async(model) or None),
-                ("model_timeout", self.model_timeout),
-                ("tool_timeout", self.tool_timeout),
-                ("to_thread", self.to_thread or None),
-                ("max_concurrency > 1", max_concurrency if max_concurrency > 1 else None),
+            (name, why)
+            for name, value, why in (
+                ("an async model", is_async(model) or None, cannot_await),
+                ("model_timeout", self.model_timeout, cannot_interrupt),
+                ("tool_timeout", self.tool_timeout, cannot_interrupt),
+                ("to_thread", self.to_thread or None, "a synchronous run runs tools in place"),
+                (
+                    "max_concurrency > 1",
+                    max_concurrency if max_concurrency > 1 else None,
+                    "a synchronous run runs one call at a time",
+                ),
             )
             if value is not None
         ]
@@ -230,17 +237,19 @@ class Loop:
         """
         asyncio_only = self._asyncio_only
         registry = reviewing(self.dispatcher)
+        why = "a synchronous run cannot await it"
         if registry is not None and any(
             is_async(policy) for policy in (registry.policy, *(tool.policy for tool in registry))
         ):
-            asyncio_only = [*asyncio_only, "an async policy"]
+            asyncio_only = [*asyncio_only, ("an async policy", why)]
+        if isinstance(self.dispatcher, ToolRegistry) and self.dispatcher.async_tools:
+            tools = self.dispatcher.async_tools
+            asyncio_only = [*asyncio_only, *((f"the async tool {name!r}", why) for name in tools)]
         if asyncio_only:
             needs = "needs" if len(asyncio_only) == 1 else "need"
-            raise ValueError(
-                f"{' and '.join(asyncio_only)} {needs} the asyncio driver ({instead}): "
-                "a synchronous run can neither await a model nor interrupt a "
-                "plain function nor run two calls at once, and would silently ignore them"
-            )
+            names = " and ".join(name for name, _ in asyncio_only)
+            reasons = "; ".join(dict.fromkeys(why for _, why in asyncio_only))
+            raise ValueError(f"{names} {needs} the asyncio driver ({instead}): {reasons}")
         return registry
 
     def _engine(

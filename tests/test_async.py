@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentloop import CancelToken, InvalidStateError, Loop, Transition
+from agentloop import CancelToken, InvalidStateError, Loop, ToolRegistry, Transition
 
 from .helpers import Recorder, Script, call, final, kinds
 
@@ -329,15 +329,33 @@ async def test_plain_tools_run_in_a_worker_thread_with_to_thread() -> None:
     assert threads[0] is not threading.current_thread()
 
 
-async def test_async_handler_in_the_sync_driver_is_an_error_result() -> None:
-    """The sync driver cannot await an async handler: the call gets an error saying so."""
+async def test_an_async_tool_refuses_the_sync_driver_at_start() -> None:
+    """The sync driver cannot await an async handler: the run is refused before any step (as
+    an async model is), also for a tool added to the registry after the Loop was made;
+    registry.dispatch called by hand answers an error saying so."""
 
     async def slow(x: int) -> int:
         return x
 
-    result = Loop(Script([call("c1", name="slow", x=1), final()]), tools={"slow": slow}).run("go")
-    assert result.transcript[2]["status"] == "error"
-    assert "run the loop with the async driver" in result.transcript[2]["content"]["message"]
+    async def slower(x: int) -> int:
+        return x
+
+    model = Script([call("c1", name="slow", x=1), final()])
+    loop = Loop(model, tools={"slow": slow})
+    refusal = r"^the async tool 'slow' needs the asyncio driver \(loop.arun or loop.astart\)"
+    with pytest.raises(ValueError, match=refusal + ": a synchronous run cannot await it$"):
+        loop.run("go")
+    assert model.seen == []
+    assert isinstance(loop.dispatcher, ToolRegistry)
+    loop.dispatcher.add(slower)
+    with pytest.raises(
+        ValueError, match=r"^the async tool 'slow' and the async tool 'slower' need the asyncio"
+    ):
+        loop.start("go")
+    assert (await loop.arun("go")).output == "done"  # the asyncio driver awaits them
+    outcome = loop.dispatcher.dispatch({"id": "c2", "name": "slow", "arguments": {"x": 1}})
+    assert outcome["status"] == "error"
+    assert "run the loop with the async driver" in outcome["content"]["message"]
 
 
 async def test_a_second_concurrent_astep_is_refused() -> None:

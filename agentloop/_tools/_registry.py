@@ -39,6 +39,7 @@ from typing import Any, Final, TypeVar, overload
 
 import orjson
 
+from agentloop._callbacks import is_async
 from agentloop._core._json import json_object
 from agentloop._tools._policy import Decision, Policy, allow, ask, deny
 from agentloop._tools._results import failed, returned
@@ -84,6 +85,7 @@ class ToolRegistry:
             raise TypeError(f"expected policy to be callable, got {type(policy).__name__}")
         self.policy = policy
         self._tools: dict[str, Tool] = {}
+        self._async_tools: list[str] = []
         if isinstance(tools, Mapping):
             for name, handler in tools.items():
                 self.add(Tool(handler, name=name))
@@ -113,7 +115,14 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ValueError(f"expected unique tool names, got {tool.name!r} twice")
         self._tools[tool.name] = tool
+        if is_async(tool.handler):
+            self._async_tools.append(tool.name)
         return tool
+
+    @property
+    def async_tools(self) -> tuple[str, ...]:
+        """The names of the tools whose handlers are ``async def``: the asyncio driver's."""
+        return tuple(self._async_tools)
 
     @overload
     def tool(self, handler: Handler, /) -> Handler: ...
