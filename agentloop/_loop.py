@@ -9,6 +9,7 @@ durable (``agentloop._durable``): the engine records as it goes, and
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -21,6 +22,7 @@ from agentloop._durable import _journal, _resume
 from agentloop._durable._ledger import Ledger
 from agentloop._errors import ConfigurationMismatchError, InvalidStateError
 from agentloop._review._runfile import reopen
+from agentloop._run import RunView
 from agentloop._sync import Run
 from agentloop._tools._dispatcher import as_dispatcher
 from agentloop._tools._registry import ToolRegistry, reviewing
@@ -273,6 +275,18 @@ class Loop:
         self, what: str, run: str | RunResult, cancel: CancelToken | None
     ) -> tuple[Engine, CancelToken | None]:
         """The run, fed to a fresh engine, and the token its driver is to watch."""
+        if not isinstance(run, str | RunResult):
+            hint = (
+                f": open the run file with {what}(agentloop.load_run(path))"
+                if isinstance(run, os.PathLike)
+                else ": a live run goes on with its own step() or finish()"
+                if isinstance(run, RunView)
+                else ""
+            )
+            raise TypeError(
+                f"{what}() expected a run id (a str) or a saved run's RunResult, "
+                f"got {type(run).__name__}{hint}"
+            )
         if isinstance(run, RunResult):
             if self.ledger is not None:
                 raise ValueError(
