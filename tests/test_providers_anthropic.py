@@ -434,6 +434,20 @@ def test_the_adapter_refuses_what_it_sets_itself(key: str) -> None:
         anthropic_messages(client(Wire([]), "sync"), MODEL, **params)
 
 
+def test_the_adapter_checks_its_client_and_model_name() -> None:
+    """Another SDK's client, or no model name, fails when the adapter is made."""
+    openai_client = pytest.importorskip("openai").OpenAI(api_key="x")
+    for wrong in ("not a client", openai_client):
+        with pytest.raises(
+            TypeError,
+            match=r"^anthropic_messages\(\) expected client to be an anthropic.Anthropic or "
+            rf"anthropic.AsyncAnthropic, got {type(wrong).__name__}$",
+        ):
+            anthropic_messages(wrong, MODEL)
+    with pytest.raises(TypeError, match=r"expected model to be the provider's model name"):
+        anthropic_messages(client(Wire([]), "sync"), None)  # type: ignore[arg-type]
+
+
 def test_a_parameter_the_sdk_lacks_fails_when_the_adapter_is_made() -> None:
     with pytest.raises(TypeError, match=r"anthropic_messages\(\): .*'temprature'"):
         anthropic_messages(client(Wire([]), "sync"), MODEL, temprature=0)

@@ -609,6 +609,22 @@ def test_the_adapter_refuses_what_it_sets_itself(api: Api) -> None:
                 api.adapter(client(Wire([]), "sync"), "gpt-4.1", **{name: "x"})
 
 
+def test_the_adapter_checks_its_client_and_model_name(api: Api) -> None:
+    """Another SDK's client, or no model name, fails when the adapter is made."""
+    name = f"openai_{api.name}"
+    anthropic_client = pytest.importorskip("anthropic").Anthropic(api_key="x")
+    for wrong in ("not a client", anthropic_client):
+        with pytest.raises(
+            TypeError,
+            match=rf"^{name}\(\) expected client to be an openai.OpenAI or openai.AsyncOpenAI, "
+            f"got {type(wrong).__name__}$",
+        ):
+            api.adapter(wrong, "gpt-4.1")
+    for model in (None, ""):
+        with pytest.raises(TypeError, match=rf"^{name}\(\) expected model to be the provider's"):
+            api.adapter(client(Wire([]), "sync"), model)  # type: ignore[arg-type]
+
+
 def test_tools_must_be_the_loops_registry(api: Api) -> None:
     """A mapping (what Loop also takes) is refused with what to pass instead."""
     with pytest.raises(

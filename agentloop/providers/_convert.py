@@ -26,6 +26,7 @@ __all__ = [
     "SyncModel",
     "arguments_text",
     "assistant_turn",
+    "checked_client",
     "checked_params",
     "make_model",
     "parsed_arguments",
@@ -110,6 +111,20 @@ def reply(text: str, calls: list[Message], used: Message | None) -> Message:
     if used is not None:
         out["usage"] = used
     return out
+
+
+def checked_client(adapter: str, client: object, model: object, kinds: tuple[type, ...]) -> None:
+    """Refuse a client of another SDK (or none) and a model name that is not one, now."""
+    if not isinstance(client, kinds):
+        names = " or ".join(f"{kind.__module__.split('.')[0]}.{kind.__name__}" for kind in kinds)
+        raise TypeError(
+            f"{adapter}() expected client to be an {names}, got {type(client).__name__}"
+        )
+    if type(model) is not str or not model:
+        raise TypeError(
+            f"{adapter}() expected model to be the provider's model name (a non-empty str), "
+            f"got {model!r:.80}"
+        )
 
 
 def checked_params(

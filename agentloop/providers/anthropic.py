@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, overload
 
 try:
-    import anthropic  # noqa: TC002 - at run time, so that a missing SDK fails here
+    import anthropic  # at run time: a missing SDK fails here, and clients are checked
 except ImportError as exc:
     raise ImportError(
         "agentloop.providers.anthropic needs the Anthropic SDK: "
@@ -46,6 +46,7 @@ from agentloop.providers._convert import (
     Message,
     SyncModel,
     assistant_turn,
+    checked_client,
     checked_params,
     make_model,
     reply,
@@ -112,6 +113,9 @@ def anthropic_messages(
     (``max_tokens``), refused or empty raises ``IncompleteReply``; SDK errors
     that outlast its retries propagate.
     """
+    checked_client(
+        "anthropic_messages", client, model, (anthropic.Anthropic, anthropic.AsyncAnthropic)
+    )
     checked_params(
         "anthropic_messages",
         client.messages.create,

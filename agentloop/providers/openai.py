@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, overload
 
 try:
-    import openai  # noqa: TC002 - at run time, so that a missing SDK fails here
+    import openai  # at run time: a missing SDK fails here, and clients are checked
 except ImportError as exc:
     raise ImportError(
         "agentloop.providers.openai needs the OpenAI SDK: pip install 'agentloop-fsm[openai]'"
@@ -40,6 +40,7 @@ from agentloop.providers._convert import (
     SyncModel,
     arguments_text,
     assistant_turn,
+    checked_client,
     checked_params,
     make_model,
     parsed_arguments,
@@ -91,6 +92,7 @@ def openai_chat(
     (``finish_reason`` ``length``), filtered, refused or empty raises
     ``IncompleteReply``; SDK errors that outlast its retries propagate.
     """
+    checked_client("openai_chat", client, model, (openai.OpenAI, openai.AsyncOpenAI))
     checked_params(
         "openai_chat",
         client.chat.completions.create,
@@ -133,6 +135,7 @@ def openai_responses(
     is ``incomplete`` (``max_output_tokens``, content filter) or not
     ``completed``, a refusal or an empty reply raises ``IncompleteReply``.
     """
+    checked_client("openai_responses", client, model, (openai.OpenAI, openai.AsyncOpenAI))
     checked_params(
         "openai_responses",
         client.responses.create,
