@@ -437,7 +437,8 @@ def test_the_adapter_refuses_what_it_sets_itself(key: str) -> None:
 def test_the_adapter_checks_its_client_and_model_name() -> None:
     """Another SDK's client, or no model name, fails when the adapter is made."""
     openai_client = pytest.importorskip("openai").OpenAI(api_key="x")
-    for wrong in ("not a client", openai_client):
+    wrongs: list[Any] = ["not a client", openai_client]
+    for wrong in wrongs:
         with pytest.raises(
             TypeError,
             match=r"^anthropic_messages\(\) expected client to be an anthropic.Anthropic or "
@@ -445,7 +446,7 @@ def test_the_adapter_checks_its_client_and_model_name() -> None:
         ):
             anthropic_messages(wrong, MODEL)
     with pytest.raises(TypeError, match=r"expected model to be the provider's model name"):
-        anthropic_messages(client(Wire([]), "sync"), None)  # type: ignore[arg-type]
+        anthropic_messages(client(Wire([]), "sync"), None)  # type: ignore[call-overload]
 
 
 def test_a_parameter_the_sdk_lacks_fails_when_the_adapter_is_made() -> None:

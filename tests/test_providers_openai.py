@@ -622,7 +622,7 @@ def test_the_adapter_checks_its_client_and_model_name(api: Api) -> None:
             api.adapter(wrong, "gpt-4.1")
     for model in (None, ""):
         with pytest.raises(TypeError, match=rf"^{name}\(\) expected model to be the provider's"):
-            api.adapter(client(Wire([]), "sync"), model)  # type: ignore[arg-type]
+            api.adapter(client(Wire([]), "sync"), model)
 
 
 def test_tools_must_be_the_loops_registry(api: Api) -> None:
