@@ -39,8 +39,11 @@ __all__ = ["Loop"]
 class Loop:
     """Configuration for runs: a model, its tools and its budgets. Reusable.
 
-    ``max_total_tokens`` (optional) ends a run ``exhausted`` before a model call
-    once the tokens its replies reported (``usage``) reach it.
+    ``max_steps`` bounds the model calls of a run (failed and malformed ones
+    included), ``max_calls`` its accepted tool calls (whatever their outcome);
+    a run that would pass either ends ``exhausted``. ``max_total_tokens``
+    (optional) ends a run ``exhausted`` before a model call once the tokens
+    its replies reported (``usage``) reach it.
     ``tools`` is a mapping of name to handler or a list of ``Tool`` objects and
     handlers (either becomes a ``ToolRegistry``), a ``ToolRegistry``, or any
     object with ``dispatch(call) -> {'status': ..., 'content': ...}``.

@@ -31,6 +31,15 @@ def test_budgets_are_checked_when_the_loop_is_built(
         Loop(Script([]), **budgets)
 
 
+def test_a_budget_defaults_to_the_loops_limits() -> None:
+    """Budget(), Loop() and Engine() agree: 8 model steps, 4 tool calls, no token limit."""
+    default = agentloop.Budget(max_steps=8, max_calls=4, max_total_tokens=None)
+    assert agentloop.Budget() == default
+    assert agentloop.Budget(max_steps=3) == agentloop.Budget(max_steps=3, max_calls=4)
+    assert Loop(Script([])).budget == default
+    assert agentloop.Engine("go").budget == default
+
+
 DEEP: list[Any] = []
 for _ in range(300):
     DEEP = [DEEP]

@@ -78,7 +78,7 @@ _NO_REPLY: Final = object()
 _new: Final = tuple.__new__
 _NO_CALL: Final = (None, None)
 _OUTCOME_KEYS_AT_MOST: Final = frozenset({"status", "content", "exception"})
-_DEFAULT_BUDGET: Final = Budget(max_steps=8, max_calls=4)
+_DEFAULT_BUDGET: Final = Budget()
 _NOT_STARTED: Final = orjson.dumps(NOT_STARTED)
 _CUT_OFF: Final = orjson.dumps(CUT_OFF)
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL

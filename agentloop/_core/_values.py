@@ -72,10 +72,11 @@ class Budget:
     outcome; ``max_total_tokens`` (optional) bounds the tokens the model's
     replies report (input plus output), checked before each model call. Each is
     an ``int`` from 0 to ``2**63 - 1``, so that a run file can record it.
+    The defaults, 8 steps and 4 calls, are ``Loop``'s and ``Engine``'s.
     """
 
-    max_steps: int = attrs.field(validator=_budget)
-    max_calls: int = attrs.field(validator=_budget)
+    max_steps: int = attrs.field(default=8, validator=_budget)
+    max_calls: int = attrs.field(default=4, validator=_budget)
     max_total_tokens: int | None = attrs.field(default=None, validator=_token_budget)
 
 
