@@ -17,6 +17,7 @@ import attrs
 from agentloop._async import AsyncRun, async_dispatch
 from agentloop._callbacks import is_async
 from agentloop._core._engine import Engine
+from agentloop._core._messages import check_new_input
 from agentloop._core._values import Budget, CancelToken, RunResult
 from agentloop._durable import _journal, _resume
 from agentloop._durable._ledger import Ledger
@@ -261,6 +262,7 @@ class Loop:
         self, messages: str | list[dict[str, Any]], cancel: CancelToken | None, run_id: str | None
     ) -> Engine:
         """A fresh engine for a new run: a recording one when the Loop has a ledger."""
+        check_new_input(messages)
         if self.ledger is None:
             if run_id is not None:
                 _no_ledger(run_id)

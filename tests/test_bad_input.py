@@ -104,19 +104,27 @@ def _result(call_id: str = "c1", **fields: object) -> dict[str, object]:
         (
             [call("c1"), _result(name="sub")],
             r"messages\[1\]: expected the tool_result of call 'c1' \(messages\[0\]\) to name "
-            r"its tool 'add', got 'sub'",
+            r"its tool 'add', got str 'sub'",
         ),
         (
             [call("c1"), _result(status="great")],
-            r"messages\[1\]: .*'status' of .*got status 'great'",
+            r"messages\[1\]: .*'status' of .*got status str 'great'",
         ),
         (
             [call("c1"), {k: v for k, v in _result().items() if k != "content"}],
-            r"messages\[1\]: .*and a 'content', got status 'ok' and no content",
+            r"messages\[1\]: .*and a 'content', got status str 'ok' and no content",
         ),
         ([{"kind": "call", "id": "c1", "arguments": {}}], r"a call's 'name' to be a non-empty str"),
         ([{"kind": "call", "id": "c1", "name": "add"}], r"a call's 'arguments' to be a dict"),
         ([{"kind": "user"}], r"messages\[0\]: expected a 'user' message's 'text' to be a str"),
+        (
+            [call("c1"), final(), _result()],
+            r"messages\[1\]: expected call 'c1' \(messages\[0\]\) to be answered before a final",
+        ),
+        (
+            [{"kind": "calls", "calls": [{"id": "c1", "name": "add", "arguments": {}}], "text": 5}],
+            r"messages\[0\]: expected a 'calls' message's 'text', if any, to be a str, got int 5",
+        ),
         ([{"kind": "system", "text": 5}], r"'system' message's 'text' to be a str, got int 5"),
     ],
 )
@@ -131,6 +139,26 @@ def test_input_is_refused_where_the_contract_would_call_it_broken(
     with pytest.raises(ValueError, match=message):
         driver.start(Loop(model), messages)
     assert model.seen == []
+
+
+def test_parallel_calls_answered_in_any_order_and_cancelled_results_pass(driver: Driver) -> None:
+    """What a real transcript holds is accepted: a batch answered out of order, after a user
+    message, and a result a cancellation recorded."""
+    batch = {
+        "kind": "calls",
+        "calls": [{k: v for k, v in call(c).items() if k != "kind"} for c in ("a", "b")],
+    }
+    messages = [
+        {"kind": "user", "text": "hi"},
+        batch,
+        {"kind": "user", "text": "and?"},
+        _result("b"),
+        _result("a", status="cancelled", content="never started"),
+    ]
+    model = Script([final()])
+    result = driver.run(Loop(model), messages)
+    assert (result.status, model.seen) == ("finished", [messages])
+    assert_contract(result, messages)
 
 
 def test_other_kinds_and_extra_keys_in_the_input_pass_as_they_are(driver: Driver) -> None:
@@ -243,3 +271,19 @@ def test_cancel_token_is_idempotent_and_visible() -> None:
     token.cancel()
     assert token.cancelled
     assert repr(token) == "CancelToken(cancelled=True)"
+
+
+def test_a_run_recorded_before_the_input_checks_still_reopens() -> None:
+    """Only a new run's input is held to the contract: an engine checks what it needs, so a
+    run file (or ledger) whose input an older version accepted replays and loads."""
+    older = [{"kind": "tool_result", "id": "z", "name": "add", "status": "ok", "content": 1}]
+    with pytest.raises(ValueError, match=r"answer an earlier unanswered call, got one for 'z'"):
+        Loop(Script([final()])).start(older)
+    engine = agentloop.Engine(older)  # as the older version's start() made it
+    need = engine.next()
+    assert isinstance(need, agentloop.AskModel)
+    engine.replied(final("ok"))
+    engine.next()
+    result = engine.result()
+    assert (result.status, result.transcript) == ("finished", [*older, final("ok")])
+    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result

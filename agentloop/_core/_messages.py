@@ -20,6 +20,7 @@ __all__ = [
     "NOT_STARTED",
     "History",
     "batch_of",
+    "check_new_input",
     "input_messages",
     "reply_problem",
     "tool_result_json",
@@ -127,11 +128,16 @@ def tool_result_json(call_id: str, name: str, status: str, content_json: bytes) 
     )
 
 
-def input_messages(messages: object) -> tuple[list[bytes], set[str]]:
+def input_messages(messages: object, *, strict: bool = False) -> tuple[list[bytes], set[str]]:
     """Check and serialize the caller's input history, and collect its call ids.
 
     Each message is a dict with a str ``kind``; each call has a non-empty str
     ``id`` used once, and is answered by a ``tool_result`` with that id later on.
+    ``strict`` (a new run's input) also holds it to what ``assert_contract``
+    asks of a transcript: a call has a name and arguments, and is answered before
+    any ``final``, by a result naming its tool, with a known status and a
+    content; a result answers an earlier unanswered call; user, system and final
+    messages have text. Not strict, a run recorded before these checks reopens.
     Raises ``TypeError``/``ValueError`` naming the message at fault.
     """
     if type(messages) is str:
@@ -158,7 +164,7 @@ def input_messages(messages: object) -> tuple[list[bytes], set[str]]:
         plain = orjson.loads(data)  # from here on, only our own copy is read
         kind, call_id = plain["kind"], plain.get("id")
         if kind == "call":
-            _open_call(plain, where, seen, open_calls)
+            _open_call(plain, where, seen, open_calls, strict)
         elif kind == "calls":
             calls = plain.get("calls")
             if type(calls) is not list or not calls:
@@ -170,14 +176,22 @@ def input_messages(messages: object) -> tuple[list[bytes], set[str]]:
                 inner = f"{where}.calls[{number}]"
                 if type(call) is not dict:
                     raise TypeError(f"{inner}: expected a dict, got {describe(call)}")
-                _open_call(call, inner, seen, open_calls)
+                _open_call(call, inner, seen, open_calls, strict)
+            if strict and type(plain.get("text", "")) is not str:
+                raise ValueError(
+                    f"{where}: expected a 'calls' message's 'text', if any, to be a str, "
+                    f"got {describe(plain['text'])}"
+                )
         elif kind == "tool_result":
-            _close_call(plain, where, seen, open_calls)
-        elif kind in ("user", "system", "final") and type(plain.get("text")) is not str:
-            raise ValueError(
-                f"{where}: expected a {kind!r} message's 'text' to be a str, "
-                f"got {describe(plain.get('text'))}"
-            )
+            if type(call_id) is not str:
+                raise ValueError(
+                    f"{where}: expected a tool_result's 'id' to be a str, got {call_id!r:.80}"
+                )
+            answered = open_calls.pop(call_id, None)
+            if strict:
+                _check_result(plain, where, answered, call_id in seen)
+        elif strict:
+            _check_other(plain, where, open_calls)
     if open_calls:
         call_id, (where, _) = next(iter(open_calls.items()))
         raise ValueError(
@@ -188,19 +202,24 @@ def input_messages(messages: object) -> tuple[list[bytes], set[str]]:
 
 
 def _open_call(
-    call: dict[str, Any], where: str, seen: set[str], open_calls: dict[str, tuple[str, str]]
+    call: dict[str, Any],
+    where: str,
+    seen: set[str],
+    open_calls: dict[str, tuple[str, str]],
+    strict: bool,
 ) -> None:
     """Note an input call: its id must be new, and answered later in the input."""
-    call_id, name, arguments = call.get("id"), call.get("name"), call.get("arguments")
+    call_id, name = call.get("id"), call.get("name")
     if type(call_id) is not str or not call_id:
         raise ValueError(
             f"{where}: expected a call's 'id' to be a non-empty str, got {call_id!r:.80}"
         )
-    if type(name) is not str or not name:
+    if strict and (type(name) is not str or not name):
         raise ValueError(
-            f"{where}: expected a call's 'name' to be a non-empty str, got {name!r:.80}"
+            f"{where}: expected a call's 'name' to be a non-empty str, got {describe(name)}"
         )
-    if type(arguments) is not dict and type(arguments) is not str:
+    arguments = call.get("arguments")
+    if strict and type(arguments) is not dict and type(arguments) is not str:
         raise ValueError(
             f"{where}: expected a call's 'arguments' to be a dict (or the raw text of "
             f"arguments that did not parse, a str), got {describe(arguments)}"
@@ -208,34 +227,60 @@ def _open_call(
     if call_id in seen:
         raise ValueError(f"{where}: expected each call id once, got {call_id!r} again")
     seen.add(call_id)
-    open_calls[call_id] = (where, name)
+    open_calls[call_id] = (where, str(name))
 
 
-def _close_call(
-    result: dict[str, Any], where: str, seen: set[str], open_calls: dict[str, tuple[str, str]]
+def _check_result(
+    result: dict[str, Any], where: str, answered: tuple[str, str] | None, seen: bool
 ) -> None:
-    """Note an input tool_result: it answers an earlier unanswered call, naming its tool."""
-    call_id, status = result.get("id"), result.get("status")
-    if type(call_id) is not str:
-        raise ValueError(f"{where}: expected a tool_result's 'id' to be a str, got {call_id!r:.80}")
-    if call_id not in open_calls:
-        why = "it was answered already" if call_id in seen else "no earlier call has that id"
+    """A new run's input tool_result answers an earlier unanswered call, naming its tool."""
+    call_id, status = result["id"], result.get("status")
+    if answered is None:
+        why = "it was answered already" if seen else "no earlier call has that id"
         raise ValueError(
             f"{where}: expected a tool_result to answer an earlier unanswered call, "
             f"got one for {call_id!r:.80} ({why})"
         )
-    at, name = open_calls.pop(call_id)
+    at, name = answered
     if result.get("name") != name:
         raise ValueError(
             f"{where}: expected the tool_result of call {call_id!r} ({at}) to name its tool "
-            f"{name!r}, got {result.get('name')!r:.80}"
+            f"{name!r}, got {describe(result.get('name'))}"
         )
     if status not in RESULT_STATUSES or "content" not in result:
         raise ValueError(
             f"{where}: expected a tool_result with a 'status' of {sorted(RESULT_STATUSES)} "
-            f"and a 'content', got status {status!r:.80}"
+            f"and a 'content', got status {describe(status)}"
             + ("" if "content" in result else " and no content")
         )
+
+
+def _check_other(
+    message: dict[str, Any], where: str, open_calls: dict[str, tuple[str, str]]
+) -> None:
+    """A new run's input user, system or final message has text; no final leaves a call open."""
+    kind = message["kind"]
+    if kind in ("user", "system", "final") and type(message.get("text")) is not str:
+        raise ValueError(
+            f"{where}: expected a {kind!r} message's 'text' to be a str, "
+            f"got {describe(message.get('text'))}"
+        )
+    if kind == "final" and open_calls:
+        call_id, (at, _) = next(iter(open_calls.items()))
+        raise ValueError(
+            f"{where}: expected call {call_id!r} ({at}) to be answered before a final, "
+            "got the final first"
+        )
+
+
+def check_new_input(messages: object) -> None:
+    """A new run's input history, held to the contract (``input_messages(strict=True)``).
+
+    A ``str`` is one user message: nothing to check. Called where a run starts,
+    before anything is made or recorded; an engine checks only what it needs.
+    """
+    if type(messages) is list:
+        input_messages(messages, strict=True)
 
 
 class History:
