@@ -6,7 +6,6 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import pytest
 
 import agentloop
@@ -636,23 +635,3 @@ def test_run_file_functions_name_what_they_expect(tmp_path: Path) -> None:
     assert not path.exists()  # nothing was written by the refused call
     agentloop.save_run(result, path)
     assert agentloop.load_run(path) == result
-
-
-def test_a_model_that_returns_none_leaves_a_trace() -> None:
-    """A None reply (a model that forgot to return) ends the run malformed, and is kept as
-    a rejected reply that is not None, in the result and in its run file."""
-    result = Loop(Script([None])).run("go")
-    assert (result.status, result.steps, result.transcript) == (
-        "malformed",
-        1,
-        [{"kind": "user", "text": "go"}],
-    )
-    assert (
-        result.error
-        == "malformed reply: expected the reply to be a dict, got NoneType (no return?)"
-    )
-    assert isinstance(result.rejected, agentloop.NotJSON)
-    assert (repr(result.rejected), result.rejected.problem) == ("None", result.error[17:])
-    document = orjson.loads(agentloop.run_to_json(result))
-    assert document["rejected"] == {"repr": "None", "problem": result.rejected.problem}
-    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result

@@ -692,8 +692,7 @@ RUNS: dict[str, Callable[[], RunResult]] = {
             "not JSON",
             _set("rejected", None),
             "$.events[1].error",
-            "expected 'malformed reply: expected the reply to be a dict, got NoneType "
-            "(no return?)'",
+            "expected 'malformed reply: expected the reply to be a dict, got NoneType'",
             id="not JSON, rejected dropped",
         ),
         pytest.param(

@@ -416,9 +416,6 @@ class Engine:
         plain: Any
         if type(reply) is NotJSON:  # replayed: a reply that was not JSON when it came
             plain, problem = reply, reply.problem
-        elif reply is None:  # kept as its repr: a rejected None would read as "none rejected"
-            plain = not_json(reply, "expected the reply to be a dict, got NoneType (no return?)")
-            problem = plain.problem
         else:
             try:
                 self._reply_json, plain = intake(reply, "reply")

@@ -215,7 +215,7 @@ class RecordedException(Exception):
 
 @attrs.frozen(repr=False)
 class NotJSON:
-    """A rejected reply that was not JSON (or was ``None``): its ``repr`` and what was wrong.
+    """A rejected reply that was not JSON: its ``repr`` and what was wrong with it.
 
     The engine never keeps a user's object: its ``repr`` (or a placeholder,
     when ``__repr__`` fails) is all that is recorded, so a run can always be saved.
