@@ -8,6 +8,7 @@ request the SDK sends is kept and checked against its own request types.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import sys
 from typing import Any
@@ -435,18 +436,25 @@ def test_the_adapter_refuses_what_it_sets_itself(key: str) -> None:
 
 
 def test_the_adapter_checks_its_client_and_model_name() -> None:
-    """Another SDK's client, or no model name, fails when the adapter is made."""
-    openai_client = pytest.importorskip("openai").OpenAI(api_key="x")
-    wrongs: list[Any] = ["not a client", openai_client]
+    """A client without messages.create (another SDK's), or no model name, fails when the
+    adapter is made; Bedrock's and Vertex's clients, which have it, are taken."""
+    wrongs: list[Any] = ["not a client"]
+    if importlib.util.find_spec("openai") is not None:
+        wrongs.append(importlib.import_module("openai").OpenAI(api_key="x"))
     for wrong in wrongs:
         with pytest.raises(
             TypeError,
-            match=r"^anthropic_messages\(\) expected client to be an anthropic.Anthropic or "
-            rf"anthropic.AsyncAnthropic, got {type(wrong).__name__}$",
+            match=r"^anthropic_messages\(\) expected client to be an Anthropic client "
+            rf"\(with client.messages.create\), got {type(wrong).__name__}$",
         ):
             anthropic_messages(wrong, MODEL)
     with pytest.raises(TypeError, match=r"expected model to be the provider's model name"):
         anthropic_messages(client(Wire([]), "sync"), None)  # type: ignore[call-overload]
+    for other in (
+        anthropic.AnthropicBedrock(aws_region="us-east-1", aws_access_key="a", aws_secret_key="b"),
+        anthropic.AnthropicVertex(region="us-east5", project_id="p", access_token="t"),
+    ):
+        assert callable(anthropic_messages(other, MODEL))  # type: ignore[call-overload]
 
 
 def test_a_parameter_the_sdk_lacks_fails_when_the_adapter_is_made() -> None:

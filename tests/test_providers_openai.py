@@ -610,19 +610,25 @@ def test_the_adapter_refuses_what_it_sets_itself(api: Api) -> None:
 
 
 def test_the_adapter_checks_its_client_and_model_name(api: Api) -> None:
-    """Another SDK's client, or no model name, fails when the adapter is made."""
+    """A client without the method the adapter calls (another SDK's), or no model name,
+    fails when the adapter is made; Azure's client, which has the method, is taken."""
     name = f"openai_{api.name}"
-    anthropic_client = pytest.importorskip("anthropic").Anthropic(api_key="x")
-    for wrong in ("not a client", anthropic_client):
+    create = "chat.completions.create" if api is CHAT else "responses.create"
+    wrongs: list[Any] = ["not a client", pytest.importorskip("anthropic").Anthropic(api_key="x")]
+    for wrong in wrongs:
         with pytest.raises(
             TypeError,
-            match=rf"^{name}\(\) expected client to be an openai.OpenAI or openai.AsyncOpenAI, "
+            match=rf"^{name}\(\) expected client to be an OpenAI client \(with client.{create}\), "
             f"got {type(wrong).__name__}$",
         ):
             api.adapter(wrong, "gpt-4.1")
     for model in (None, ""):
         with pytest.raises(TypeError, match=rf"^{name}\(\) expected model to be the provider's"):
             api.adapter(client(Wire([]), "sync"), model)
+    azure = openai.AzureOpenAI(
+        api_key="x", api_version="2024-06-01", azure_endpoint="https://x.openai.azure.com"
+    )
+    assert callable(api.adapter(azure, "gpt-4.1"))
 
 
 def test_tools_must_be_the_loops_registry(api: Api) -> None:

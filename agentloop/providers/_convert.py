@@ -113,12 +113,19 @@ def reply(text: str, calls: list[Message], used: Message | None) -> Message:
     return out
 
 
-def checked_client(adapter: str, client: object, model: object, kinds: tuple[type, ...]) -> None:
-    """Refuse a client of another SDK (or none) and a model name that is not one, now."""
-    if not isinstance(client, kinds):
-        names = " or ".join(f"{kind.__module__.split('.')[0]}.{kind.__name__}" for kind in kinds)
+def checked_client(adapter: str, client: object, model: object, create: str, sdk: str) -> None:
+    """Refuse, now, a client without the method the adapter calls, or no model name.
+
+    By the method (``create``, a dotted path), not the class: Azure's, Bedrock's
+    and Vertex's clients have it without being the SDK's main class.
+    """
+    method: object = client
+    for name in create.split("."):
+        method = getattr(method, name, None)
+    if not callable(method):
         raise TypeError(
-            f"{adapter}() expected client to be an {names}, got {type(client).__name__}"
+            f"{adapter}() expected client to be {sdk} client (with client.{create}), "
+            f"got {type(client).__name__}"
         )
     if type(model) is not str or not model:
         raise TypeError(

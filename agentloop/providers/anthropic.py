@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, overload
 
 try:
-    import anthropic  # at run time: a missing SDK fails here, and clients are checked
+    import anthropic  # noqa: TC002 - at run time, so that a missing SDK fails here
 except ImportError as exc:
     raise ImportError(
         "agentloop.providers.anthropic needs the Anthropic SDK: "
@@ -113,9 +113,7 @@ def anthropic_messages(
     (``max_tokens``), refused or empty raises ``IncompleteReply``; SDK errors
     that outlast its retries propagate.
     """
-    checked_client(
-        "anthropic_messages", client, model, (anthropic.Anthropic, anthropic.AsyncAnthropic)
-    )
+    checked_client("anthropic_messages", client, model, "messages.create", "an Anthropic")
     checked_params(
         "anthropic_messages",
         client.messages.create,

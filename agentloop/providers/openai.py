@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, overload
 
 try:
-    import openai  # at run time: a missing SDK fails here, and clients are checked
+    import openai  # noqa: TC002 - at run time, so that a missing SDK fails here
 except ImportError as exc:
     raise ImportError(
         "agentloop.providers.openai needs the OpenAI SDK: pip install 'agentloop-fsm[openai]'"
@@ -92,7 +92,7 @@ def openai_chat(
     (``finish_reason`` ``length``), filtered, refused or empty raises
     ``IncompleteReply``; SDK errors that outlast its retries propagate.
     """
-    checked_client("openai_chat", client, model, (openai.OpenAI, openai.AsyncOpenAI))
+    checked_client("openai_chat", client, model, "chat.completions.create", "an OpenAI")
     checked_params(
         "openai_chat",
         client.chat.completions.create,
@@ -135,7 +135,7 @@ def openai_responses(
     is ``incomplete`` (``max_output_tokens``, content filter) or not
     ``completed``, a refusal or an empty reply raises ``IncompleteReply``.
     """
-    checked_client("openai_responses", client, model, (openai.OpenAI, openai.AsyncOpenAI))
+    checked_client("openai_responses", client, model, "responses.create", "an OpenAI")
     checked_params(
         "openai_responses",
         client.responses.create,
