@@ -282,10 +282,12 @@ class Loop:
         """The run, fed to a fresh engine, and the token its driver is to watch."""
         if not isinstance(run, str | RunResult):
             hint = (
-                f": open the run file with {what}(agentloop.load_run(path))"
-                if isinstance(run, os.PathLike)
-                else ": a live run goes on with its own step() or finish()"
+                ": a live run goes on with its own step() or finish()"
                 if isinstance(run, RunView)
+                else f": {what}(agentloop.load_run(path)) continues a saved run file"
+                if isinstance(run, os.PathLike) and self.ledger is None
+                else f": {what}(run_id) continues a run of this Loop's ledger"
+                if isinstance(run, os.PathLike)
                 else ""
             )
             raise TypeError(
