@@ -248,8 +248,8 @@ class Loop:
             is_async(policy) for policy in (registry.policy, *(tool.policy for tool in registry))
         ):
             asyncio_only = [*asyncio_only, ("an async policy", why)]
-        if isinstance(self.dispatcher, ToolRegistry) and self.dispatcher.async_tools:
-            tools = self.dispatcher.async_tools
+        tools = self.dispatcher.async_tools if isinstance(self.dispatcher, ToolRegistry) else ()
+        if tools:
             asyncio_only = [*asyncio_only, *((f"the async tool {name!r}", why) for name in tools)]
         if asyncio_only:
             needs = "needs" if len(asyncio_only) == 1 else "need"

@@ -635,3 +635,7 @@ def test_run_file_functions_name_what_they_expect(tmp_path: Path) -> None:
     assert not path.exists()  # nothing was written by the refused call
     agentloop.save_run(result, path)
     assert agentloop.load_run(path) == result
+    assert agentloop.load_run(bytes(path)) == result  # what open() takes, load_run takes
+    text = agentloop.run_to_json(result).encode()
+    assert agentloop.run_from_json(bytearray(text)) == result
+    assert agentloop.run_from_json(memoryview(text)) == result  # type: ignore[arg-type]

@@ -210,18 +210,15 @@ def run_to_json(result: RunResult) -> str:
 def save_run(result: RunResult, path: str | os.PathLike[str]) -> None:
     """Write ``result`` to ``path`` as a run file."""
     text = _run_text(result, "save_run()")
-    Path(_checked_path(path, "save_run()")).write_text(text + "\n", encoding="utf-8")
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(
+            f"save_run() expected a path (str or os.PathLike), got {type(path).__name__}"
+        )
+    Path(path).write_text(text + "\n", encoding="utf-8")
 
 
 def _run_text(result: object, where: str) -> str:
     return _dumps(_document(require_result(result, where)), orjson.OPT_INDENT_2).decode()
-
-
-def _checked_path(path: object, where: str) -> str | os.PathLike[str]:
-    """``path`` if it is a ``str`` or path-like; else a ``TypeError`` naming ``where``."""
-    if not isinstance(path, str | os.PathLike):
-        raise TypeError(f"{where} expected a path (str or os.PathLike), got {type(path).__name__}")
-    return path
 
 
 def _document(result: RunResult, *, events: bool = True) -> dict[str, Any]:
@@ -313,22 +310,26 @@ _REPR: Final = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 100, 100
 
 
-def load_run(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> RunResult:
+def load_run(path: str | bytes | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> RunResult:
     """Read a run file; ``OSError`` if unreadable, ``RunFileError`` if invalid or too big.
 
     A file larger than ``max_bytes`` is refused before it is parsed (also a
     device or pipe that never ends: at most ``max_bytes + 1`` bytes are read).
     """
-    with open(_checked_path(path, "load_run()"), "rb") as file:
+    if not isinstance(path, str | bytes | os.PathLike):
+        raise TypeError(
+            f"load_run() expected a path (str or os.PathLike), got {type(path).__name__}"
+        )
+    with open(path, "rb") as file:
         data = file.read(max_bytes + 1)
     return run_from_json(data, source=str(path), max_bytes=max_bytes)
 
 
 def run_from_json(
-    text: str | bytes, *, source: str = "run file", max_bytes: int = MAX_BYTES
+    text: str | bytes | bytearray, *, source: str = "run file", max_bytes: int = MAX_BYTES
 ) -> RunResult:
     """A result from run file text; raises ``RunFileError`` naming the first problem."""
-    if not isinstance(text, str | bytes):
+    if not isinstance(text, str | bytes | bytearray | memoryview):
         raise TypeError(
             f"run_from_json() expected a run file's text (str or bytes), got {type(text).__name__}"
         )
@@ -433,7 +434,7 @@ def _too_deep(document: dict[str, Any]) -> bool:
 _WHITESPACE: Final = b" \t\r\n"
 
 
-def _check_unique_fields(text: str | bytes, written: bytes, source: str) -> None:
+def _check_unique_fields(text: str | bytes | bytearray, written: bytes, source: str) -> None:
     r"""Refuse a field given twice in one object: which one counts is up to the parser.
 
     orjson keeps the last of duplicates silently. The fast path, in C: a key

@@ -56,10 +56,14 @@ def derive_parameters(
     extra_converter: Converter | None = None
     for param in signature.parameters.values():
         if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL):
-            kind = "positional-only" if param.kind is param.POSITIONAL_ONLY else "*args"
+            kind, why = (
+                ("positional-only", "so every parameter needs one")
+                if param.kind is param.POSITIONAL_ONLY
+                else ("*args", "and *args takes none of them")
+            )
             raise TypeError(
-                f"tool {name!r}: parameter {param.name!r} is {kind} "
-                f"({param}); arguments arrive by name, so every parameter needs one"
+                f"tool {name!r}: parameter {param.name!r} is {kind} ({param}); "
+                f"arguments arrive by name, {why}"
             )
         try:
             schema, convert = deriver.derive(hints.get(param.name, Any), "")

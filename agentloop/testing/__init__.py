@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -138,7 +138,7 @@ class _Script:
 
     def __init__(self, replies: Iterable[object]) -> None:
         # One reply is a dict (or a str): iterating it would make its keys the replies.
-        if isinstance(replies, dict | str | bytes) or not isinstance(replies, Iterable):
+        if isinstance(replies, Mapping | str | bytes) or not isinstance(replies, Iterable):
             raise TypeError(
                 f"expected replies to be a list of replies (e.g. [final('done')]), "
                 f"got {type(replies).__name__}"
