@@ -148,7 +148,7 @@ def test_parallel_calls_answered_in_any_order_and_cancelled_results_pass(driver:
         "kind": "calls",
         "calls": [{k: v for k, v in call(c).items() if k != "kind"} for c in ("a", "b")],
     }
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"kind": "user", "text": "hi"},
         batch,
         {"kind": "user", "text": "and?"},
