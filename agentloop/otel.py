@@ -10,12 +10,12 @@ attributes for what they do not cover (the counters, the result status, the
 terminal state).
 
 A listener hears of a transition only after it happened, so spans are made
-with explicit timestamps (``time.time_ns()`` when the listener is called): a
-model call runs from the previous transition to the one that reports its
-reply (``model_replied``/``model_raised``/``model_interrupted``), a tool from
-``validate`` into ``dispatching`` to ``tool_returned``/``tool_interrupted``.
-The first model call of a run is heard of only when it has answered, so the
-run span and that call's span start then (that span has no duration).
+with explicit timestamps: a span ends when the listener hears the transition
+that answers its model call (``model_replied``/``model_raised``/
+``model_interrupted``) or tool (``tool_returned``/``tool_interrupted``), and
+starts that transition's ``took`` earlier (the engine's measure of the call),
+so calls run at once each keep their own time. Without a ``took``, it starts
+at the transition before (for a tool, the one into ``dispatching``).
 
 Needs the ``otel`` extra (``opentelemetry-api``); importing this module
 without it raises an ``ImportError`` that says so.
@@ -185,7 +185,7 @@ class OtelListener:
             self._end_unseen(run)
             run = None
         if run is None:
-            run = self._begin(now)
+            run = self._begin(_began(transition, now, now))
             self._current.set(run)
         trigger = transition.trigger
         if trigger in _MODEL_ANSWERS:
@@ -251,7 +251,7 @@ class OtelListener:
             name,
             context=run.context,
             kind=SpanKind.CLIENT,
-            start_time=run.mark,
+            start_time=_began(transition, now, run.mark),
             attributes=attributes,
         )
         if transition.trigger is Trigger.MODEL_RAISED:
@@ -279,7 +279,9 @@ class OtelListener:
             f"execute_tool {tool}",
             context=run.context,
             kind=SpanKind.INTERNAL,
-            start_time=run.tool_start if run.tool_start is not None else run.mark,
+            start_time=_began(
+                transition, now, run.tool_start if run.tool_start is not None else run.mark
+            ),
             attributes=attributes,
         )
         run.tool_start = None
@@ -327,3 +329,16 @@ def _result_message(transition: Transition) -> str:
         content = exception_content(transition.exception)
         return f"{content['type']}: {content['message']}"
     return "the tool failed"
+
+
+def _began(transition: Transition, now: int, otherwise: int) -> int:
+    """When the model call or tool that ``transition`` answers began, in ``time_ns``.
+
+    ``took`` is the engine's measure of it: each of several calls run at once
+    gets its own start, and a run's first model call its duration. Without
+    one (an interruption, a clock of the caller's own), the transition before.
+    """
+    took = transition.took
+    if took is None or not 0 <= took < 1e9:
+        return otherwise
+    return min(now - int(took * 1e9), now)

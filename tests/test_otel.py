@@ -494,3 +494,30 @@ def test_a_run_waiting_for_a_person_ends_its_span_and_goes_on_in_another(otel: E
         ("execute_tool add", "invoke_agent"),
         ("chat", "invoke_agent"),
     ]
+
+
+def test_calls_run_at_once_each_keep_their_own_time(otel: Exported) -> None:
+    """Spans start ``took`` before the transition that answers them: three tools run
+    together under max_concurrency each span the time their own sleep took, and the first
+    model call of a run has its duration (the run span starts with it)."""
+
+    async def nap(seconds: float) -> float:
+        await asyncio.sleep(seconds)
+        return seconds
+
+    async def model(history: list[dict[str, Any]]) -> dict[str, Any]:
+        await asyncio.sleep(0.05)
+        if len(history) == 1:
+            return batch(call("c1", "nap", seconds=0.1), call("c2", "nap", seconds=0.2))
+        return final("rested")
+
+    loop = Loop(model, tools={"nap": nap}, listeners=[otel.listener()], max_concurrency=2)
+    assert asyncio.run(loop.arun("hi")).status == "finished"
+    spans = {s.name + str(attrs_of(s).get("gen_ai.tool.call.id", "")): s for s in otel.spans()}
+    took = {name: (end - start) / 1e9 for name, (start, end) in
+            ((name, times(span)) for name, span in spans.items())}  # fmt: skip
+    assert 0.1 <= took["execute_tool napc1"] < took["execute_tool napc2"]
+    assert took["execute_tool napc2"] >= 0.2
+    chats = sorted((s for s in otel.spans() if s.name == "chat"), key=lambda s: times(s)[0])
+    assert all(times(chat)[1] - times(chat)[0] >= 0.05e9 for chat in chats)
+    assert times(spans["invoke_agent"])[0] == times(chats[0])[0]
