@@ -199,6 +199,24 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _to_stdout(text: str) -> None:
+    """Write ``text`` whole, or raise ``BrokenPipeError`` (the reader left: ``| head``).
+
+    Through the file descriptor: a reader that leaves during one big write cuts
+    it short, and ``sys.stdout`` would drop the rest without a word (exit 0).
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (captured, replaced)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    sys.stdout.flush()
+    data = memoryview(text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict"))
+    while data:
+        data = data[os.write(fd, data) :]  # a short write goes on: a closed pipe raises here
+
+
 def _discard_stdout() -> None:
     try:
         fd = sys.stdout.fileno()
@@ -222,8 +240,7 @@ def _load(path: str, max_bytes: int) -> RunResult:
 
 def _write(text: str, output: str | None) -> None:
     if output is None or output == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()  # a closed pipe shows here, inside main()
+        _to_stdout(text)
         return
     try:
         Path(output).write_text(text, encoding="utf-8")

@@ -773,6 +773,29 @@ def test_a_closed_pipe_is_not_an_error(saved: tuple[RunResult, Path], command: s
     assert "BrokenPipeError" not in err
 
 
+@pytest.mark.parametrize("command", ["report", "show --full"])
+def test_a_pipe_closed_in_the_middle_of_a_long_output_is_exit_1(
+    tmp_path: Path, command: str
+) -> None:
+    """A reader that leaves after the first bytes of megabytes of output (| head -c 100):
+    still exit 1, not a silent 0 with the rest dropped."""
+    path = save(Loop(Script([final("x" * 2_000_000)])).run("go"), tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentloop", *command.split(), str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    assert len(process.stdout.read(100)) == 100
+    process.stdout.close()
+    err = process.stderr.read().decode()
+    process.stderr.close()
+
+    assert process.wait(timeout=60) == 1
+    assert "Traceback" not in err
+
+
 def test_show_does_not_pass_terminal_escapes_through(tmp_path: Path) -> None:
     """Control characters from a run file are shown escaped, never sent to the terminal."""
     out = show(save(Loop(Script([final("\x1b[2J\x1b]0;owned\x07gone")])).run("go"), tmp_path))
