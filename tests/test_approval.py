@@ -464,6 +464,11 @@ def test_show_and_the_report_list_pending_calls_and_decisions(tmp_path: Path) ->
     page = agentloop.report_html(paused, svg=False)
     assert '<h2 id="pending">Pending approval</h2>' in page
     assert page.count('<tr class="pending">') == 2
+    # The whole batch, as show lists it: the call that needs no person runs with them.
+    (held,) = [row for row in page.split("<tr") if row.startswith(' class="held"')]
+    assert "<td>a</td><td>look</td>" in held
+    assert "no person needed" in held
+    assert "<td>pending: sends 5 EUR</td>" in page
     run.decide({"b": approve(), "c": deny("over the limit")})
     finished = run.finish()
     page = agentloop.report_html(finished, svg=False)

@@ -30,6 +30,7 @@ from agentloop._review._runfile import FORMAT, VERSION, rejected_record
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from agentloop._core._approval import PendingCall
     from agentloop._core._values import RunResult, Usage
 
 __all__ = [
@@ -319,11 +320,8 @@ def run_lines(
     if result.rejected_value is not None:
         shown, note = rejected_text(result.rejected_value, indent=False)
         lines.append(f"rejected {shown}" + (f"  ({note})" if note else ""))
-    asked = {call.call_id: call for call in result.pending}
-    held = result.held or {}
-    for call in held.get("calls") or ([held] if held.get("kind") == "call" else []):
+    for call, pending in _held_calls(result):
         arguments = _short(orjson.dumps(call.get("arguments")).decode(), limit)
-        pending = asked.get(call.get("id"))
         waits = f": {pending.reason}" if pending else "  (no person needed)"
         what = "pending " if pending else "held    "
         lines.append(f"{what} {call.get('name')}#{call.get('id')} {arguments}{waits}")
@@ -595,22 +593,37 @@ def _rejected(result: RunResult) -> list[str]:
     ]
 
 
+def _held_calls(result: RunResult) -> list[tuple[dict[str, Any], PendingCall | None]]:
+    """Each call of the batch a paused run holds, with its pending entry if a person decides it."""
+    asked = {call.call_id: call for call in result.pending}
+    held = result.held or {}
+    calls = held.get("calls") or ([held] if held.get("kind") == "call" else [])
+    return [(call, asked.get(call.get("id"))) for call in calls]
+
+
 def _pending(result: RunResult) -> list[str]:
     if not result.pending:
         return []
     parts = [
         '<h2 id="pending">Pending approval</h2>',
-        '<p class="note">The run waits for a person to decide each of these calls '
-        "(<code>loop.resume(result, decisions=...)</code>); no call of the batch has run.</p>",
-        "<table><thead><tr><th>call</th><th>tool</th><th>arguments</th><th>reason</th>"
+        '<p class="note">The run waits for a person to decide the calls marked pending '
+        "(<code>loop.resume(result, decisions=...)</code>); the others of the batch need no "
+        "person and run with them. No call of the batch has run.</p>",
+        "<table><thead><tr><th>call</th><th>tool</th><th>arguments</th><th>waits for</th>"
         "<th>fingerprint</th></tr></thead><tbody>",
     ]
-    for call in result.pending:
-        cells = (call.call_id, call.name, call.arguments_json.decode(), call.reason)
+    for call, pending in _held_calls(result):
+        if pending is None:
+            arguments = orjson.dumps(call.get("arguments")).decode()
+            cells = (str(call.get("id")), str(call.get("name")), arguments)
+            waits, fingerprint = "no person needed", ""
+        else:
+            cells = (pending.call_id, pending.name, pending.arguments_json.decode())
+            waits, fingerprint = f"pending: {pending.reason}", f"{pending.fingerprint[:16]}…"
         parts.append(
-            '<tr class="pending">'
-            + "".join(f"<td>{_e(cell)}</td>" for cell in cells)
-            + f"<td><code>{_e(call.fingerprint[:16])}…</code></td></tr>"
+            f'<tr class="{"held" if pending is None else "pending"}">'
+            + "".join(f"<td>{_e(cell)}</td>" for cell in (*cells, waits))
+            + f"<td><code>{_e(fingerprint)}</code></td></tr>"
         )
     parts.append("</tbody></table>")
     return parts
