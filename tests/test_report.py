@@ -699,3 +699,15 @@ def test_a_phone_shows_each_transition_as_a_card(browser: Browser, tmp_path: Pat
     assert labels == list(HEADERS)
     assert last.nth(1).inner_text() == "validating → finished"
     page.close()
+
+
+def test_the_report_shows_controls_and_bidi_characters_escaped() -> None:
+    """A run's text cannot reorder (U+202E, U+2066) or hide (ESC, BEL) what the page shows:
+    they appear as escapes, as in `agentloop show`; newlines and tabs are kept."""
+    text = "paid\u202e01$ \u2066x\u2069 \x1b[2J\x07 line\nnext\tcell"
+    result = Loop(Script([final(text)])).run("go\u202ein")
+    page = report_html(result, svg=False)
+    for char in ("\u202e", "\u2066", "\u2069", "\x1b", "\x07"):
+        assert char not in page
+    assert "paid\\u202e01$ \\u2066x\\u2069 \\x1b[2J\\x07 line\nnext\tcell" in page
+    assert "go\\u202ein" in page

@@ -426,7 +426,18 @@ _CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 
 def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    r"""``value`` as HTML text, with controls and bidi or format characters escaped.
+
+    They show as ``\u202e``, so no run's text can reorder or hide what the page
+    shows; newlines and tabs stay, for the ``<pre>`` blocks.
+    """
+    text = str(value)
+    if not text.isprintable():
+        text = "".join(
+            _escaped(char) if char not in "\n\t" and unicodedata.category(char) in _UNSAFE else char
+            for char in text
+        )
+    return html.escape(text, quote=True)
 
 
 def _pretty(value: object) -> str:
