@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import Budget, CancelToken, Loop, RunResult
+from agentloop import Budget, CancelToken, Loop, RunResult, Usage
 from agentloop.testing import (
     AsyncScriptedModel,
     ContractViolation,
@@ -33,6 +33,7 @@ from agentloop.testing import (
     call,
     cancel,
     final,
+    with_usage,
 )
 from agentloop.testing import strategies as als
 
@@ -788,3 +789,39 @@ def test_the_readme_property_test_catches_a_missing_policy() -> None:
     test = settings(COVERAGE)(namespace["test_no_model_can_send_more_than_100"])
     with pytest.raises(AssertionError):
         test()
+
+
+def test_assert_paired_finds_bad_messages(good: RunResult) -> None:
+    """A status no tool gives, an entry that is not a message, and an id that is not a str
+    are violations named where they are (not a TypeError from inside the check)."""
+    user, c1, r1, end = good.transcript
+    bogus = with_transcript(good, [user, c1, {**r1, "status": "bogus"}, end])
+    assert violation(assert_paired, bogus).startswith(
+        "transcript[2]: expected a tool_result status of ['cancelled', 'denied', "
+    )
+    junk = with_transcript(good, [user, c1, r1, end, "junk"])  # type: ignore[list-item]
+    assert violation(assert_paired, junk) == (
+        "transcript[4]: expected a message: a dict with a str 'kind', got 'junk'"
+    )
+    listed = with_transcript(good, [user, {**c1, "id": ["x"]}, r1, end])
+    assert violation(assert_paired, listed) == "transcript[1]: expected a str call id, got ['x']"
+
+
+def test_assert_contract_checks_the_output_and_the_token_ledger(good: RunResult) -> None:
+    """The result's output is its final's text; its usage is what its events report; no
+    model call is made once max_total_tokens are spent."""
+    assert violation(assert_contract, good._replace(output="else"), "hi") == (
+        "the result's output: expected the final's text '4', got 'else'"
+    )
+    assert violation(assert_contract, good._replace(usage=Usage(10, 0, 0)), "hi") == (
+        "the result's usage: expected the sum its events report, Usage(input_tokens=0, "
+        "output_tokens=0, cached_tokens=0), got Usage(input_tokens=10, output_tokens=0, "
+        "cached_tokens=0)"
+    )
+    model = ScriptedModel([with_usage(call("c1", "add", a=1, b=3), 50, 10), final("4")])
+    spent = Loop(model, tools=TOOLS, max_total_tokens=100).run("hi")
+    assert_contract(spent, "hi")  # 60 spent, under 100: the second call was allowed
+    over = with_event(spent, 0, usage=Usage(90, 10, 0))._replace(usage=Usage(90, 10, 0))
+    assert violation(assert_contract, over, "hi").endswith(
+        "expected no model call once max_total_tokens=100 were spent, got a model call after 100"
+    )

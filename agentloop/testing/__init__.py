@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from agentloop._async import AsyncRun
+from agentloop._core._messages import RESULT_STATUSES
 from agentloop._core._table import TERMINAL, State
-from agentloop._core._values import Budget, CancelToken, RunResult, Transition
+from agentloop._core._values import Budget, CancelToken, RunResult, Transition, Usage
 from agentloop._sync import Run
 
 if TYPE_CHECKING:
@@ -247,6 +248,7 @@ class _Record:
 
 
 RunLike = RunResult | Run | AsyncRun
+_MODEL_ANSWERS: Final = frozenset({"model_replied", "model_raised"})
 
 
 def _record(run: object) -> _Record:
@@ -304,8 +306,18 @@ def assert_paired(run: RunLike) -> None:
     first_seen: dict[object, int] = {}
     for index, message in enumerate(record.transcript):
         where = f"transcript[{index}]"
-        kind = message.get("kind") if isinstance(message, dict) else None
-        call_id = message.get("id") if isinstance(message, dict) else None
+        if not isinstance(message, dict) or type(message.get("kind")) is not str:
+            raise ContractViolation(where, "a message: a dict with a str 'kind'", _show(message))
+        kind, call_id = message["kind"], message.get("id")
+        for made in _calls_in(message) if kind in ("call", "calls") else [message]:
+            if kind in ("call", "calls", "tool_result") and type(made.get("id")) is not str:
+                raise ContractViolation(where, "a str call id", _show(made.get("id")))
+        if kind == "tool_result" and message.get("status") not in RESULT_STATUSES:
+            raise ContractViolation(
+                where,
+                f"a tool_result status of {sorted(RESULT_STATUSES)}",
+                _show(message.get("status")),
+            )
         if kind in ("call", "calls"):
             for made in _calls_in(message):
                 call_id = made.get("id")
@@ -518,3 +530,35 @@ def assert_contract(run: RunLike, input_messages: str | Sequence[Message]) -> No
     assert_transcript_is_input_plus_appended(run, input_messages)
     assert_paired(run)
     assert_within_budget(run)
+    if isinstance(run, RunResult):
+        _assert_result_is_its_record(run)
+
+
+def _assert_result_is_its_record(result: RunResult) -> None:
+    """A result's output is its final's text, and its usage the sum its events report."""
+    transcript = result.transcript
+    final = transcript[-1] if transcript and result.status == State.FINISHED else None
+    expected = final.get("text") if isinstance(final, dict) else None
+    if result.output != expected:
+        raise ContractViolation(
+            "the result's output",
+            f"the final's text {_show(expected)}" if final else "None (the run did not finish)",
+            _show(result.output),
+        )
+    reported = [event.usage for event in result.events if event.usage is not None]
+    total = Usage(*map(sum, zip(*reported, strict=True))) if reported else Usage()
+    if result.usage != total:
+        raise ContractViolation(
+            "the result's usage", f"the sum its events report, {total}", _show(result.usage)
+        )
+    limit, spent = result.budget.max_total_tokens, 0
+    for index, event in enumerate(result.events):
+        # A model call is made only while the tokens spent are under the budget.
+        if limit is not None and event.trigger in _MODEL_ANSWERS and spent >= limit:
+            raise ContractViolation(
+                _event(index, event),
+                f"no model call once max_total_tokens={limit} were spent",
+                f"a model call after {spent}",
+            )
+        if event.usage is not None:
+            spent += event.usage.total
