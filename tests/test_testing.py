@@ -166,6 +166,8 @@ def test_a_scripted_model_takes_a_list_of_replies_not_one_reply() -> None:
             with pytest.raises(TypeError, match=r"expected replies to be a list of replies"):
                 kind(one)  # an Iterable to the type checker: caught at run time
     assert repr(ScriptedModel([final("hello")])) == "ScriptedModel(<1 reply, 1 left>)"
+    with pytest.raises(TypeError, match=r"^replies\[1\]: expected an exception to raise as an "):
+        ScriptedModel([final("a"), RuntimeError])
     assert repr(ScriptedModel(final(str(n)) for n in range(2))) == (
         "ScriptedModel(<2 replies, 2 left>)"
     )
@@ -177,7 +179,7 @@ def test_running_out_of_replies_raises_script_exhausted() -> None:
     run = Loop(model, tools=TOOLS).start("hi")
     with pytest.raises(
         ScriptExhausted,
-        match=r"expected at most 1 model calls \(the script has 1 replies\), got call 2",
+        match=r"expected at most 1 model call \(the script has 1 reply\), got call 2",
     ):
         for _ in run:
             pass

@@ -146,6 +146,11 @@ class _Script:
             )
         entries = list(replies)
         for index, entry in enumerate(entries):
+            if isinstance(entry, type) and issubclass(entry, BaseException):
+                raise TypeError(
+                    f"replies[{index}]: expected an exception to raise as an instance "
+                    f"({entry.__name__}('...')), got the class {entry.__name__}"
+                )
             if isinstance(entry, Cancel) and (
                 index + 1 == len(entries) or isinstance(entries[index + 1], Cancel)
             ):
@@ -174,9 +179,10 @@ class _Script:
         """Record ``history``; the next entry, after cancelling for a marker."""
         self.seen.append(history)
         if self._next >= len(self._entries):
+            calls, replies = ("call", "reply") if self.size == 1 else ("calls", "replies")
             raise ScriptExhausted(
-                f"expected at most {self.size} model calls (the script has {self.size} "
-                f"replies), got call {len(self.seen)}; end the script with final(...) "
+                f"expected at most {self.size} model {calls} (the script has {self.size} "
+                f"{replies}), got call {len(self.seen)}; end the script with final(...) "
                 "or add the replies this run needs"
             )
         entry = self._entries[self._next]
