@@ -615,6 +615,10 @@ def test_missing_file_exits_2_in_one_line(
     [
         ('{"format": "agentloop.run", "version": 9}', "$.version: expected version 2"),
         ("{not json", "expected a JSON document, got invalid JSON"),
+        (
+            "\udcff\udcfe{}",  # written back as the bytes ff fe: not UTF-8 at all
+            "expected a JSON document in UTF-8, got bytes that are not UTF-8 text (from byte 0)",
+        ),
         ('{"format": "agentloop.run", "version": 2}', "$: expected the field 'status'"),
     ],
 )
@@ -623,7 +627,7 @@ def test_damaged_file_exits_2_in_one_line(
 ) -> None:
     """A damaged run file: one line naming the file and the problem, exit 2."""
     path = tmp_path / "run.json"
-    path.write_text(content)
+    path.write_bytes(content.encode(errors="surrogateescape"))
     assert main(["show", str(path)]) == 2
 
     err = capsys.readouterr().err

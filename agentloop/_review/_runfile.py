@@ -349,6 +349,12 @@ def run_from_json(
     try:
         document = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
+        if not isinstance(text, str):  # orjson says "surrogates" of bytes that are not UTF-8
+            try:
+                bytes(text).decode()
+            except UnicodeDecodeError as bad:
+                found = f"bytes that are not UTF-8 text (from byte {bad.start})"
+                raise RunFileError(source, "a JSON document in UTF-8", found) from None
         raise RunFileError(source, "a JSON document", f"invalid JSON ({exc})") from None
     _check_header(document, source)
     try:
