@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import multiprocessing
 import re
 import sqlite3
 from pathlib import Path
@@ -1123,3 +1124,31 @@ def test_resume_names_what_it_takes(db: Path, tmp_path: Path) -> None:
             loop.resume(live)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match=rf"got PosixPath: {instead}$"):
             asyncio.run(loop.aresume(tmp_path / "run.json"))  # type: ignore[arg-type]
+
+
+def _open_at_once(path: str, barrier: Any, answers: Any) -> None:
+    barrier.wait()
+    try:
+        SQLiteLedger(path).close()
+        answers.put("ok")
+    except Exception as exc:  # noqa: BLE001 - the parent reports what each process met
+        answers.put(repr(exc))
+
+
+def test_processes_opening_a_new_ledger_at_once_all_open_it(tmp_path: Path) -> None:
+    """Six processes open one new ledger file at the same moment, twenty times: each opens
+    it (SQLite refuses a switch to WAL mode at once while another makes it; it is retried
+    within the timeout, where it failed about one round in three)."""
+    context = multiprocessing.get_context("fork")
+    for round_ in range(20):
+        path = str(tmp_path / f"runs-{round_}.db")
+        barrier, answers = context.Barrier(6), context.Queue()
+        workers = [
+            context.Process(target=_open_at_once, args=(path, barrier, answers)) for _ in range(6)
+        ]
+        for worker in workers:
+            worker.start()
+        got = [answers.get(timeout=60) for _ in workers]
+        for worker in workers:
+            worker.join(timeout=60)
+        assert got == ["ok"] * 6, (round_, got)

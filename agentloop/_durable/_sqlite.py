@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Final, Literal
 
@@ -98,7 +99,7 @@ class SQLiteLedger:
             raise LedgerError(f"{self.path}: cannot open the ledger: {exc}") from None
         try:
             with self._using("open"):
-                self._setup()
+                self._setup(timeout)
         except BaseException:
             self._db.close()
             raise
@@ -208,10 +209,10 @@ class SQLiteLedger:
 
     # -- inside -----------------------------------------------------------------------
 
-    def _setup(self) -> None:
+    def _setup(self, timeout: float) -> None:
         """WAL mode, the sync level, and the tables (made once; checked every time)."""
         db = self._db
-        (mode,) = db.execute("PRAGMA journal_mode = WAL").fetchone()
+        mode = _wal_mode(db, timeout)
         if mode != "wal":
             raise LedgerError(
                 f"{self.path}: SQLite would not use WAL mode here (it said {mode!r}): "
@@ -478,3 +479,21 @@ def _forget_locks_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_locks_in_child)
+
+
+def _wal_mode(db: sqlite3.Connection, timeout: float) -> str:
+    """``PRAGMA journal_mode = WAL``, tried again while another process opens the file.
+
+    SQLite answers "database is locked" at once, without waiting out the busy
+    timeout, when several connections switch a new file to WAL together.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            (mode,) = db.execute("PRAGMA journal_mode = WAL").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+        else:
+            return str(mode)
