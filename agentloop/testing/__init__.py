@@ -315,9 +315,10 @@ def assert_paired(run: RunLike) -> None:
         if not isinstance(message, dict) or type(message.get("kind")) is not str:
             raise ContractViolation(where, "a message: a dict with a str 'kind'", _show(message))
         kind, call_id = message["kind"], message.get("id")
-        for made in _calls_in(message) if kind in ("call", "calls") else [message]:
-            if kind in ("call", "calls", "tool_result") and type(made.get("id")) is not str:
-                raise ContractViolation(where, "a str call id", _show(made.get("id")))
+        ids = [call_id] if kind == "tool_result" else [m.get("id") for m in _calls_in(message)]
+        for made_id in ids:
+            if type(made_id) is not str:
+                raise ContractViolation(where, "a str call id", _show(made_id))
         if kind == "tool_result" and message.get("status") not in RESULT_STATUSES:
             raise ContractViolation(
                 where,
