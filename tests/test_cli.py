@@ -757,10 +757,9 @@ def test_console_script_is_installed() -> None:
     assert all(f'"{state.value}" [shape=' in done.stdout for state in State)
 
 
-@pytest.mark.parametrize("command", ["report", "diagram --run", "show"])
-def test_a_closed_pipe_is_not_an_error(saved: tuple[RunResult, Path], command: str) -> None:
-    """Output piped into a reader that stops early (| head): no traceback, exit 1."""
-    _, path = saved
+def read_then_close(command: str, path: Path, read: int) -> tuple[int, str]:
+    """Run ``agentloop command path``, read ``read`` bytes of its output, close the pipe:
+    its exit code and stderr (a reader such as ``| head``)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "agentloop", *command.split(), str(path)],
         stdout=subprocess.PIPE,
@@ -768,11 +767,18 @@ def test_a_closed_pipe_is_not_an_error(saved: tuple[RunResult, Path], command: s
     )
     assert process.stdout is not None
     assert process.stderr is not None
-    process.stdout.close()  # the reader is gone before anything is written
+    assert len(process.stdout.read(read)) == read
+    process.stdout.close()
     err = process.stderr.read().decode()
     process.stderr.close()
+    return process.wait(timeout=60), err
 
-    assert process.wait(timeout=60) == 1
+
+@pytest.mark.parametrize("command", ["report", "diagram --run", "show"])
+def test_a_closed_pipe_is_not_an_error(saved: tuple[RunResult, Path], command: str) -> None:
+    """Output piped into a reader that stops early (| head): no traceback, exit 1."""
+    code, err = read_then_close(command, saved[1], 0)  # gone before anything is written
+    assert code == 1
     assert "Traceback" not in err
     assert "BrokenPipeError" not in err
 
@@ -784,19 +790,8 @@ def test_a_pipe_closed_in_the_middle_of_a_long_output_is_exit_1(
     """A reader that leaves after the first bytes of megabytes of output (| head -c 100):
     still exit 1, not a silent 0 with the rest dropped."""
     path = save(Loop(Script([final("x" * 2_000_000)])).run("go"), tmp_path)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "agentloop", *command.split(), str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert process.stdout is not None
-    assert process.stderr is not None
-    assert len(process.stdout.read(100)) == 100
-    process.stdout.close()
-    err = process.stderr.read().decode()
-    process.stderr.close()
-
-    assert process.wait(timeout=60) == 1
+    code, err = read_then_close(command, path, 100)
+    assert code == 1
     assert "Traceback" not in err
 
 
