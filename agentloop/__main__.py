@@ -205,9 +205,8 @@ def _to_stdout(text: str) -> None:
     Through the file descriptor: a reader that leaves during one big write cuts
     it short, and ``sys.stdout`` would drop the rest without a word (exit 0).
     """
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # not a real file (captured, replaced)
+    fd = _stdout_fd()
+    if fd is None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
@@ -217,10 +216,16 @@ def _to_stdout(text: str) -> None:
         data = data[os.write(fd, data) :]  # a short write goes on: a closed pipe raises here
 
 
-def _discard_stdout() -> None:
+def _stdout_fd() -> int | None:
     try:
-        fd = sys.stdout.fileno()
+        return sys.stdout.fileno()
     except (AttributeError, OSError, ValueError):  # not a real file (captured, replaced)
+        return None
+
+
+def _discard_stdout() -> None:
+    fd = _stdout_fd()
+    if fd is None:
         return
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, fd)

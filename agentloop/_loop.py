@@ -10,7 +10,7 @@ durable (``agentloop._durable``): the engine records as it goes, and
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from agentloop._core._approval import Decision
 
 __all__ = ["Loop"]
+
+_CANNOT_AWAIT: Final = "a synchronous run cannot await it"
 
 
 class Loop:
@@ -109,12 +111,11 @@ class Loop:
             )
         self.max_concurrency = max_concurrency
         # What only the asyncio driver can do, and why a synchronous run cannot.
-        cannot_await = "a synchronous run cannot await it"
         cannot_interrupt = "a synchronous run cannot interrupt a plain function"
         self._asyncio_only = [
             (name, why)
             for name, value, why in (
-                ("an async model", is_async(model) or None, cannot_await),
+                ("an async model", is_async(model) or None, _CANNOT_AWAIT),
                 ("model_timeout", self.model_timeout, cannot_interrupt),
                 ("tool_timeout", self.tool_timeout, cannot_interrupt),
                 ("to_thread", self.to_thread or None, "a synchronous run runs tools in place"),
@@ -243,14 +244,16 @@ class Loop:
         """
         asyncio_only = self._asyncio_only
         registry = reviewing(self.dispatcher)
-        why = "a synchronous run cannot await it"
         if registry is not None and any(
             is_async(policy) for policy in (registry.policy, *(tool.policy for tool in registry))
         ):
-            asyncio_only = [*asyncio_only, ("an async policy", why)]
+            asyncio_only = [*asyncio_only, ("an async policy", _CANNOT_AWAIT)]
         tools = self.dispatcher.async_tools if isinstance(self.dispatcher, ToolRegistry) else ()
         if tools:
-            asyncio_only = [*asyncio_only, *((f"the async tool {name!r}", why) for name in tools)]
+            asyncio_only = [
+                *asyncio_only,
+                *((f"the async tool {n!r}", _CANNOT_AWAIT) for n in tools),
+            ]
         if asyncio_only:
             needs = "needs" if len(asyncio_only) == 1 else "need"
             names = " and ".join(name for name, _ in asyncio_only)

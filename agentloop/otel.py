@@ -341,4 +341,4 @@ def _began(transition: Transition, now: int, otherwise: int) -> int:
     took = transition.took
     if took is None or not 0 <= took < 1e9:
         return otherwise
-    return min(now - int(took * 1e9), now)
+    return now - int(took * 1e9)

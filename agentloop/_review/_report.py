@@ -72,17 +72,19 @@ def _escaped(char: str) -> str:
     return f"\\U{code:08x}"
 
 
-def printable(text: str) -> str:
+def printable(text: str, keep: str = "") -> str:
     r"""``text`` as it can be shown on one terminal line, as Python escapes a string.
 
     Newlines, tabs and carriage returns become ``\n``, ``\t``, ``\r``; other
     controls ``\x1b``; bidi and other format characters and line separators
-    ``\u202e``. Everything else, backslashes included, is left as it is.
+    ``\u202e``. Everything else, backslashes included, is left as it is, and so
+    are the characters in ``keep``.
     """
     if text.isprintable():  # the common case: nothing to escape
         return text
     return "".join(
-        _escaped(char) if unicodedata.category(char) in _UNSAFE else char for char in text
+        _escaped(char) if char not in keep and unicodedata.category(char) in _UNSAFE else char
+        for char in text
     )
 
 
@@ -431,13 +433,7 @@ def _e(value: object) -> str:
     They show as ``\u202e``, so no run's text can reorder or hide what the page
     shows; newlines and tabs stay, for the ``<pre>`` blocks.
     """
-    text = str(value)
-    if not text.isprintable():
-        text = "".join(
-            _escaped(char) if char not in "\n\t" and unicodedata.category(char) in _UNSAFE else char
-            for char in text
-        )
-    return html.escape(text, quote=True)
+    return html.escape(printable(str(value), keep="\n\t"), quote=True)
 
 
 def _pretty(value: object) -> str:
