@@ -1001,6 +1001,16 @@ def test_a_truncated_file(db: Path) -> None:
             SQLiteLedger(db)
 
 
+def test_a_damaged_name_in_the_schema(db: Path) -> None:
+    """SQLite's error quotes the damaged name, as bytes Python cannot decode."""
+    SQLiteLedger(db).close()
+    data = bytearray(db.read_bytes())
+    data[data.index(b"tablerunsruns") + 5] = 0xFF  # the runs table's name in sqlite_master
+    db.write_bytes(bytes(data))
+    with pytest.raises(LedgerError, match=r"open: the file is damaged: SQLite's message"):
+        SQLiteLedger(db)
+
+
 def test_a_write_ahead_log_of_garbage(db: Path) -> None:
     """Records committed in the WAL would silently vanish if SQLite took garbage for no WAL."""
     ledger = SQLiteLedger(db)

@@ -295,6 +295,13 @@ class _Using:
             )
             problem = "the file is damaged: " if damaged else ""
             raise LedgerError(f"{self._ledger.path}: {self._what}: {problem}{exc}") from exc
+        if isinstance(exc, UnicodeDecodeError):
+            # SQLite's message quotes a damaged name from the schema, which Python
+            # fails to decode: the message is lost, the damage is not.
+            raise LedgerError(
+                f"{self._ledger.path}: {self._what}: the file is damaged: SQLite's message "
+                f"about it is not UTF-8 ({exc.object[:80]!r})"
+            ) from exc
 
 
 class _Writer:
