@@ -532,6 +532,27 @@ def test_a_crash_at_any_record_of_an_approval_resumes_to_the_same_run(when: str)
         assert ("pay", 7) not in desk.ran
 
 
+def test_a_damaged_approval_record_is_a_ledger_error() -> None:
+    """A record the engine refuses is the ledger's damage, not a decision the caller passed."""
+    from tests.ledgers import MemoryLedger
+
+    memory = MemoryLedger()
+    loop = Loop(banker, tools=Desk().registry, ledger=memory)
+    loop.run("go", run_id="r")
+    until_done(loop)
+    records = memory.records["r"]
+    for kind, body in [
+        ("decision", {"decisions": {"b": approve(fingerprint="0" * 64).record()}}),
+        ("approval_asked", {"reasons": {"b": "", "c": "sends 7 EUR"}}),
+    ]:
+        kept = list(records)
+        at = next(i for i, r in enumerate(records) if r.kind == kind)
+        records[at] = agentloop.LedgerRecord(kind, records[at].key, orjson.dumps(body))
+        with pytest.raises(agentloop.LedgerError, match=r"its records do not replay"):
+            loop.resume("r")
+        records[:] = kept
+
+
 def test_a_version_3_run_file_still_reads_and_a_paused_one_is_checked() -> None:
     """Before approvals: read with no pending calls, no decisions and nothing held."""
     desk = Desk()

@@ -64,6 +64,8 @@ from agentloop._errors import (
 from agentloop._review._replay import Mismatch, row_text, start_calls
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agentloop._core._values import Budget
     from agentloop._durable._ledger import Ledger, LedgerRecord, LedgerWriter
 
@@ -473,13 +475,14 @@ def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> N
                     order, position, handed = _reports(handed_out, finished, recorded.order), 0, []
                     asked = {i: recorded.asked[i] for i in batch if i in recorded.asked}
                     if asked:  # the batch waited for a person before any of it ran
-                        Engine.asked_approval(engine, asked)
+                        _approval(recorded, Engine.asked_approval, engine, asked)
                         made += 1
             elif state is State.AWAITING_APPROVAL:
                 ids = [call.call_id for call in engine.pending]
                 if not all(call_id in recorded.decisions for call_id in ids):
                     break  # still waiting: decisions come live
-                Engine.decided(engine, {i: recorded.decisions[i] for i in ids})
+                decided = {i: recorded.decisions[i] for i in ids}
+                _approval(recorded, Engine.decided, engine, decided)
                 made += 1
             else:
                 if position == len(order):
@@ -506,6 +509,16 @@ def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> N
             "no end" if not engine.done else f"{row_text(events[-1])} as event {len(events) - 1}"
         )
         raise _diverged(recorded, f"its end is {row_text(event)} as event {at}; replayed, {found}")
+
+
+def _approval(
+    recorded: _Recorded, report: Callable[[Engine, Any], object], engine: Engine, value: object
+) -> None:
+    """Feed an approval record to the engine: one it refuses is damage, not the caller's mistake."""
+    try:
+        report(engine, value)
+    except (TypeError, ValueError) as exc:  # an empty reason, a decision of another fingerprint
+        raise _diverged(recorded, str(exc)) from None
 
 
 def _end(
