@@ -185,8 +185,9 @@ class Loop:
         By id (a Loop with a ledger): recorded replies and outcomes are fed to
         a fresh engine, never asked for or run again, and a run that ended is
         only read. By ``RunResult`` (``load_run(path)``, a Loop without a
-        ledger): a run awaiting approval is replayed from its events. Either
-        way the run goes on with this Loop's model and tools; a run awaiting
+        ledger): its events are replayed into a fresh engine, and a result
+        that ended is returned as it is. Either way a run that has not ended
+        goes on with this Loop's model and tools; a run awaiting
         approval takes ``decisions`` (as ``run.decide``), and without them
         stays paused, which its result says. See the README's "Durable runs"
         and "Human approval".
@@ -356,9 +357,11 @@ class Loop:
 def _ended(engine: Engine, decisions: object) -> RunResult:
     """A resumed run that had ended: its result, unless decisions came for it."""
     if decisions is not None:
+        run_id = getattr(engine, "run_id", None)  # a saved run's engine has none
+        which = "the saved run" if run_id is None else f"run {run_id!r}"
         raise InvalidStateError(
-            f"run {getattr(engine, 'run_id', '')!r} ended {engine.state.value!r}: it awaits no "
-            "decisions (were they taken already?); resume it without decisions= to read it",
+            f"{which} ended {engine.state.value!r}: it awaits no decisions (were they "
+            "taken already?); resume it without decisions= to read it",
             state=engine.state,
         )
     return engine.result()

@@ -747,6 +747,34 @@ def test_messages_say_what_to_do(tmp_path: Path) -> None:
         tighter.resume(paused, decisions={"b": approve(), "c": approve()})
 
 
+def test_a_saved_result_that_ended_resumes_to_itself(tmp_path: Path) -> None:
+    """As a durable run that ended is only read: nothing runs, and decisions for it raise."""
+    desk = Desk()
+    run = Loop(Script([three(), final("x")]), tools=desk.registry).start("go")
+    run.finish()
+    run.decide({"b": approve(), "c": approve()})
+    ended = run.finish()
+    agentloop.save_run(ended, tmp_path / "run.json")
+    token = agentloop.CancelToken()
+    token.cancel()
+    cancelled = Loop(Script([])).run("go", cancel=token)
+    ran = list(desk.ran)
+    again = Loop(Script([]), tools=desk.registry)  # a model that would fail if asked
+    for saved in [agentloop.load_run(tmp_path / "run.json"), cancelled]:
+        resumed = again.resume(saved)
+        assert resumed == saved
+        assert (resumed.status, resumed.steps, resumed.calls) == (
+            saved.status,
+            saved.steps,
+            saved.calls,
+        )
+        assert resumed.transcript == saved.transcript
+    assert ended.status == "finished"
+    assert desk.ran == ran  # no tool ran again
+    with pytest.raises(InvalidStateError, match="the saved run ended 'finished': it awaits no"):
+        again.resume(ended, decisions={"b": approve(), "c": approve()})
+
+
 def test_a_ledger_given_as_a_run_file_is_named(tmp_path: Path) -> None:
     ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
     Loop(Script([final("x")]), ledger=ledger).run("go")

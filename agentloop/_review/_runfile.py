@@ -667,17 +667,13 @@ def _check_story(result: RunResult, source: str) -> None:
 
 
 def reopen(result: RunResult, token: CancelToken) -> Engine:
-    """A saved run that waits for a person, replayed into an engine that can go on.
+    """A saved run replayed into an engine, which goes on if the run has not ended.
 
-    ``token`` is the engine's cancel token. Anything else than a run
-    awaiting approval, or a result whose events do not replay, is refused.
+    A run that ended gives an engine that is done, as a durable run that
+    ended is only read. ``token`` is the engine's cancel token. A result whose events do not
+    replay is refused.
     """
     result = require_result(result, "resume()")
-    if result.status is not State.AWAITING_APPROVAL:
-        raise ValueError(
-            "expected a run awaiting approval (only such a run goes on from its result), "
-            f"got one that ended {result.status.value!r}"
-        )
     try:
         _check_chain(result.events)
         appended = sum(len(event.appended_json) for event in result.events)
