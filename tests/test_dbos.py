@@ -357,6 +357,35 @@ def test_cancel_after_the_last_call_ends_the_run_before_the_model_is_asked(make:
     assert result.steps == 1
 
 
+def test_cancel_while_the_policies_review_a_batch_runs_none_of_it(make: Any) -> None:
+    """The review is a checkpoint: cancelled while the policies answer, the batch stops
+    before its first call, as with a CancelToken."""
+    script = [batch(call("c1", "effect", 1), call("c2", "effect", 2)), FINAL]
+    run_id = new_id()
+    token = agentloop.CancelToken()
+
+    def reviewed(world: World, stop: Any) -> agentloop.Loop:
+        def policy(call: Message) -> agentloop.Decision:
+            stop()
+            return agentloop.allow()
+
+        registry = world.registry()
+        registry.policy = policy
+        return agentloop.Loop(scripted(script), tools=registry)
+
+    def stop() -> None:  # from another thread, as from another process
+        thread = threading.Thread(target=agentloop.dbos.cancel, args=(run_id,))
+        thread.start()
+        thread.join()
+
+    plain_world, world = World(), World()
+    plain = reviewed(plain_world, token.cancel).run("go", cancel=token)
+    result = make(reviewed(world, stop)).run("go", run_id=run_id)
+    assert result.status is agentloop.State.CANCELLED
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert world.effects == plain_world.effects == []
+
+
 def test_cancel_of_a_finished_run_changes_nothing(make: Any) -> None:
     runs = make(agentloop.Loop(scripted([FINAL])))
     run_id = new_id()
