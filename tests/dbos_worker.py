@@ -197,7 +197,11 @@ def _job(job: dict[str, Any]) -> None:
             result = runs.run(job["input"], run_id=job["run_id"])
         else:
             result = runs.result(job["run_id"], polling_interval_sec=0.02)
-        answer: dict[str, Any] = {"result": result_json(result)}
+        # How often this process asked the model: a recovery asks only for unrecorded replies.
+        answer: dict[str, Any] = {
+            "result": result_json(result),
+            "asked": _STATE["counts"].get("model", 0),
+        }
         # Everything is committed: exit without DBOS.destroy(), which takes a second.
     except BaseException:  # noqa: BLE001 - reported to the test, which fails on it
         answer = {"crash": traceback.format_exc()}

@@ -84,6 +84,23 @@ class Baseline:
             for index, event in enumerate(result.events, 1)
             if event.trigger in _AFTER_A_STEP or index == len(result.events)
         ]
+        self.triggers = [event.trigger for event in result.events]
+
+    def replies_before(self, kill: dict[str, int]) -> int:
+        """The replies a run killed at ``kill`` got: recorded, so never asked for again."""
+        ((point, k),) = kill.items()
+        if point == "model":
+            return k - 1
+        replies = tools = 0
+        for index, trigger in enumerate(self.triggers, 1):
+            if point == "transition" and index > k:
+                break
+            if trigger is agentloop.Trigger.TOOL_RETURNED:
+                tools += 1
+                if tools == k and point in ("handler", "effect"):
+                    break
+            replies += trigger in (agentloop.Trigger.MODEL_REPLIED, agentloop.Trigger.MODEL_RAISED)
+        return replies
 
     def kill_points(self) -> list[dict[str, int]]:
         return [{"transition": n} for n in self.after_steps] + [
@@ -156,6 +173,8 @@ def test_sigkill_at_each_checkpoint_then_dbos_recovers(server: Server, tmp_path:
         assert ended.get("signal") == signal.SIGKILL, (kill, ended)
         ended = server.job(job | {"mode": "recover"})
         assert "result" in ended, (kill, ended)
+        # Recovery asks the model only for the replies the killed process had not got.
+        assert ended["asked"] == baseline.counts["model"] - baseline.replies_before(kill), kill
         lines = (tmp_path / "effects").read_text().splitlines()
         effects = effects_of([tuple(line.split(" ")) for line in lines])  # type: ignore[misc]
         unknown_seen |= check(run_id, ended["result"], baseline, effects)
