@@ -15,6 +15,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("dbos")
 
@@ -524,3 +526,75 @@ def test_cancel_while_waiting_answers_every_call_and_runs_none(make: Any) -> Non
         ("c3", "cancelled"),
     ]
     assert result.events[-1].trigger is agentloop.Trigger.AWAIT_APPROVAL
+
+
+ANSWERS = st.sampled_from(["allow", "deny", "ask", "raise"])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    answers=st.lists(ANSWERS, min_size=1, max_size=4),
+    approvals=st.lists(st.booleans(), min_size=4, max_size=4),
+)
+def test_no_call_runs_before_it_is_approved_and_every_call_is_answered_once(
+    system_db: str, answers: list[str], approvals: list[bool]
+) -> None:
+    """test_approval.py's property, on DBOS: random policy answers (a failing policy too)
+    and decisions; the run ends as the plain run with the same decisions does."""
+    ids = [f"c{n}" for n in range(len(answers))]
+    said = dict(zip(ids, answers, strict=True))
+    asks = [i for i in ids if said[i] == "ask"]
+    decisions = {
+        i: agentloop.approve() if approvals[n] else agentloop.deny("person")
+        for n, i in enumerate(asks)
+    }
+
+    def looping(ran: list[str], asked: list[str]) -> agentloop.Loop:
+        def policy(call: Message) -> agentloop.Decision:
+            asked.append(call["id"])
+            answer = said[call["id"]]
+            if answer == "raise":
+                raise RuntimeError("policy store down")
+            if answer == "ask":
+                return agentloop.ask("?")
+            return agentloop.allow() if answer == "allow" else agentloop.deny("policy")
+
+        def work(n: int) -> int:
+            ran.append(f"c{n}")
+            return n
+
+        tools = agentloop.ToolRegistry([agentloop.Tool(work)], policy=policy)
+        script = [batch(*(call(i, "work", n) for n, i in enumerate(ids))), FINAL]
+        return agentloop.Loop(scripted(script), tools=tools)
+
+    plain_ran: list[str] = []
+    plain = looping(plain_ran, []).start("go")
+    plain.finish()
+    if asks:
+        plain.decide(decisions)
+    ran: list[str] = []
+    asked: list[str] = []
+    runs = DBOSLoop(looping(ran, asked), name=f"p-{uuid.uuid4().hex[:8]}")
+    try:
+        run_id = new_id()
+        handle = runs.start("go", run_id=run_id)
+        if asks:
+            waiting = agentloop.dbos.pending(run_id, timeout_seconds=30)
+            assert [p.call_id for p in waiting] == asks
+            assert ran == []  # nothing of the batch ran
+            sender = threading.Thread(target=agentloop.dbos.decide, args=(run_id, decisions))
+            sender.start()
+            sender.join()
+        result = handle.get_result()
+    finally:
+        runs.close()
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain.finish())
+    approved = [i for i in asks if decisions[i].allowed]
+    assert (
+        sorted(ran)
+        == sorted(plain_ran)
+        == sorted(i for i in ids if said[i] == "allow" or i in approved)
+    )
+    assert asked == ids  # each policy once
+    answered = [m["id"] for m in result.transcript if m["kind"] == "tool_result"]
+    assert answered == ids
