@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from logging import DEBUG
 from typing import TYPE_CHECKING, Any, Final
 from uuid import uuid4
 
@@ -104,11 +105,13 @@ from agentloop._durable._resume import (
 )
 from agentloop._errors import AgentloopError, InvalidStateError
 from agentloop._loop import Loop
-from agentloop._run import Verdicts
+from agentloop._run import LOG, Verdicts, log
 from agentloop._tools._registry import reviewing
 
 if TYPE_CHECKING:
     from dbos import DBOSClient, EnqueueOptions, Queue, WorkflowHandle
+
+    from agentloop._callbacks import Listener
 
 __all__ = [
     "APPROVAL_TOPIC",
@@ -159,8 +162,8 @@ class DBOSLoop:
     the asyncio driver: the workflow drives the engine synchronously.
 
     Listeners (``Loop(listeners=...)``) hear each transition as the workflow
-    makes it, in whichever process drives it: after a recovery, the
-    replayed transitions too.
+    makes it, in whichever process drives it (which logs it at DEBUG, as a
+    ``Run`` does): after a recovery, the replayed transitions too.
     """
 
     def __init__(self, loop: Loop, *, name: str) -> None:
@@ -277,8 +280,7 @@ class DBOSLoop:
                     token.cancel()  # the checkpoint before the batch's first call
                 asked = verdicts.review(engine, functools.partial(_recorded, answer))
                 if asked is not None:
-                    for listener in listeners:
-                        listener(asked)
+                    _tell(listeners, asked)
                     continue
             need = engine.next()
             if type(need) is AskModel:
@@ -291,9 +293,7 @@ class DBOSLoop:
                 call = need.call
                 verdict = None if verdicts is None else verdicts.of(engine, call["id"])
                 if isinstance(verdict, dict):  # a policy failed: the review recorded the outcome
-                    transition = engine.returned(verdict)
-                    for listener in listeners:
-                        listener(transition)
+                    _tell(listeners, engine.returned(verdict))
                     continue
                 nonce = uuid4().hex
                 again = DBOS.run_step(_STARTED, _started, call["id"], nonce) != nonce
@@ -310,8 +310,7 @@ class DBOSLoop:
             else:  # a transition the engine made alone
                 assert isinstance(need, Transition), need
                 transition = need
-            for listener in listeners:
-                listener(transition)
+            _tell(listeners, transition)
         return engine.result()
 
     def _ask(self, run_id: str, history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -364,6 +363,14 @@ class DBOSLoop:
                 KEY.reset(key)
         outcome["cancel"] = cancel_requested(run_id)
         return outcome
+
+
+def _tell(listeners: tuple[Listener, ...], transition: Transition) -> None:
+    """Log ``transition`` at DEBUG and tell the listeners, as ``Run`` does."""
+    if LOG.isEnabledFor(DEBUG):
+        log(transition)
+    for listener in listeners:
+        listener(transition)
 
 
 def _wait(engine: Engine, token: CancelToken, waiting: tuple[PendingCall, ...]) -> Transition:

@@ -8,6 +8,7 @@ crash and recovery tests are in ``tests/test_dbos_kill.py``.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import threading
 import time
@@ -172,6 +173,21 @@ def test_each_reply_and_call_is_a_step_in_order(make: Any) -> None:
     assert failed is not None
     assert failed["status"] == "error"
     assert failed["exception"] == {"type": "ValueError", "message": "failed on 4"}
+
+
+def test_each_transition_is_logged_at_debug_as_a_run_logs_it(
+    make: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The README's DEBUG line per transition, on the agentloop logger, from the workflow."""
+    caplog.set_level(logging.DEBUG, logger="agentloop")
+    agentloop.Loop(scripted(CHECKPOINT_SCRIPT), tools=World().registry()).run("go")
+    logged = [r.getMessage() for r in caplog.records if r.name == "agentloop"]
+    caplog.clear()
+    runs = make(agentloop.Loop(scripted(CHECKPOINT_SCRIPT), tools=World().registry()))
+    result = runs.run("go", run_id=new_id())
+    ours = [r for r in caplog.records if r.name == "agentloop"]
+    assert [getattr(r, "agentloop_transition", None) for r in ours] == list(result.events)
+    assert [r.getMessage() for r in ours] == logged
 
 
 def test_a_run_id_runs_once(make: Any) -> None:
