@@ -111,12 +111,13 @@ class Baseline:
 
 
 def stop(server: Server, workers: dict[str, int], client: Any, enqueuer: Any) -> None:
-    """Kill and reap every worker, then close this process's client and its DBOS."""
+    """Kill and reap every worker, then close this process's client and its DBOSLoop."""
     for pid in workers.values():
         os.kill(pid, signal.SIGKILL)
         server.ask({"reap": pid})
     client.destroy()
-    enqueuer.close()
+    if enqueuer is not None:
+        enqueuer.close()
 
 
 def effects_of(lines: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
@@ -181,6 +182,35 @@ def test_sigkill_at_each_checkpoint_then_dbos_recovers(server: Server, tmp_path:
     # Killed after c1's, c3's or c4's effect (or before it, once tool_started is recorded),
     # the call is answered outcome-unknown; the idempotent c2 is run again instead.
     assert unknown_seen == {"c1", "c3", "c4"}
+
+
+def test_two_processes_recover_one_run_at_once(server: Server, tmp_path: Path) -> None:
+    """Two processes launched with the killed one's executor id both recover its run: DBOS
+    lets one own it (the other stops at its next step and waits for the result); no call
+    ran twice, every call is answered, and the run ends as uninterrupted but for
+    outcome-unknown results."""
+    from dbos import DBOSClient, WorkflowHandle
+
+    baseline = Baseline(CHECKPOINT_SCRIPT)
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    worker = {"db": url, "sink": {"file": str(tmp_path / "effects")}, "executor": "job"}
+    kills = [{"transition": 1}, {"handler": 1}, {"effect": 1}, {"model": 2}, {"handler": 3}]
+    for index, kill in enumerate(kills * FUZZ):
+        run_id = f"race{index}"
+        job = worker | {"out": str(tmp_path / "out.json"), "run_id": run_id}
+        ended = server.job(
+            job | {"input": as_input(CHECKPOINT_SCRIPT), "mode": "start", "kill": kill}
+        )
+        assert ended.get("signal") == signal.SIGKILL, (kill, ended)
+        workers = {name: server.ask({"serve": worker})["pid"] for name in ("a", "b")}
+        client = DBOSClient(system_database_url=url)
+        try:
+            handle: WorkflowHandle[agentloop.RunResult] = client.retrieve_workflow(run_id)
+            got = dbos_worker.result_json(handle.get_result(polling_interval_sec=0.02))
+        finally:
+            stop(server, workers, client, None)
+        lines = (tmp_path / "effects").read_text().splitlines()
+        check(run_id, got, baseline, effects_of([tuple(line.split(" ")) for line in lines]))  # type: ignore[misc]
 
 
 # -- Postgres: two workers, 200 runs, one worker killed at random moments -------------------------
