@@ -64,6 +64,7 @@ import attrs
 try:
     from dbos import DBOS, SetWorkflowID
     from dbos._error import DBOSNonExistentWorkflowError
+    from dbos._utils import INTERNAL_QUEUE_NAME
 except ImportError as exc:
     raise ImportError(
         "agentloop.dbos needs DBOS Transact: pip install 'agentloop-fsm[dbos]'"
@@ -236,12 +237,16 @@ class DBOSLoop:
         return client.enqueue(options, self.name, history, self._fingerprint)
 
     @staticmethod
-    def result(run_id: str, *, polling_interval_sec: float = 1.0) -> RunResult:
+    def result(
+        run_id: str, *, polling_interval_sec: float = 1.0, client: DBOSClient | None = None
+    ) -> RunResult:
         """Wait for run ``run_id`` (started in any process) to end; its result.
 
-        The run's status is read every ``polling_interval_sec`` seconds until then.
+        The run's status is read every ``polling_interval_sec`` seconds until
+        then. From any process with DBOS launched, or through ``client``.
         """
-        handle: WorkflowHandle[RunResult] = DBOS.retrieve_workflow(run_id)
+        via: Any = DBOS if client is None else client
+        handle: WorkflowHandle[RunResult] = via.retrieve_workflow(run_id)
         return handle.get_result(polling_interval_sec=polling_interval_sec)
 
     def _checked(
@@ -498,24 +503,48 @@ def _cancel_marker(run_id: str) -> str:
     return run_id
 
 
-def cancel(run_id: str) -> None:
-    """Cancel run ``run_id`` from any process with DBOS launched; idempotent.
+def cancel(run_id: str, *, client: DBOSClient | None = None) -> None:
+    """Cancel run ``run_id``; idempotent.
 
-    The run ends ``cancelled`` at its next checkpoint: before its next model
-    ask (or its first), right after a reply, or before its next tool, with
-    every call of its batch answered. A run that ended already is unchanged.
-    (``DBOS.cancel_workflow`` stops a workflow where it is instead: the run
-    then has no result, and a call cut off has no answer.)
+    From any process with DBOS launched, or through ``client`` (a
+    ``DBOSClient``). The request is kept in the database: it outlives a
+    crash of the run's worker. The run ends ``cancelled`` at its next
+    checkpoint: before its next model ask (or its first), right after a
+    reply, or before its next tool, with every call of its batch answered.
+    A run that ended already is unchanged. (``DBOS.cancel_workflow`` stops
+    a workflow where it is instead: the run then has no result, and a call
+    cut off has no answer.)
     """
     if type(run_id) is not str or not run_id:
         raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
-    with SetWorkflowID(_CANCEL_PREFIX + run_id):
-        DBOS.start_workflow(_cancel_marker, run_id)
+    marker = _CANCEL_PREFIX + run_id
+    if client is None:
+        with SetWorkflowID(marker):
+            DBOS.start_workflow(_cancel_marker, run_id)
+    else:
+        # The marker's row exists (and cancels) once enqueued; any worker runs it to its end
+        # from DBOS's own queue, which every launched process serves.
+        options: EnqueueOptions = {
+            "workflow_name": "agentloop.cancel",
+            "queue_name": INTERNAL_QUEUE_NAME,
+            "workflow_id": marker,
+        }
+        client.enqueue(options, run_id)
     # A run waiting for a person waits in recv, where no step reads the marker.
+    via: Any = DBOS if client is None else client
     with contextlib.suppress(DBOSNonExistentWorkflowError):  # not started yet: the marker does
-        DBOS.send(run_id, {"cancel": True}, APPROVAL_TOPIC)
+        via.send(run_id, {"cancel": True}, APPROVAL_TOPIC)
 
 
-def cancel_requested(run_id: str) -> bool:
-    """Whether ``cancel(run_id)`` was called (read live, where a step records it)."""
-    return DBOS.get_workflow_status(_CANCEL_PREFIX + run_id) is not None
+def cancel_requested(run_id: str, *, client: DBOSClient | None = None) -> bool:
+    """Whether ``cancel(run_id)`` was called (read live, where a step records it).
+
+    Through ``client`` in a process that does not launch DBOS.
+    """
+    if client is None:
+        return DBOS.get_workflow_status(_CANCEL_PREFIX + run_id) is not None
+    try:
+        client.retrieve_workflow(_CANCEL_PREFIX + run_id)
+    except DBOSNonExistentWorkflowError:
+        return False
+    return True

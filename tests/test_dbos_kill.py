@@ -184,6 +184,36 @@ def test_sigkill_at_each_checkpoint_then_dbos_recovers(server: Server, tmp_path:
     assert unknown_seen == {"c1", "c3", "c4"}
 
 
+def test_a_cancellation_outlives_the_worker(server: Server, tmp_path: Path) -> None:
+    """Cancelled from this process (a client) while its worker lies dead inside the model:
+    the recovery takes the reply and, at the checkpoint right after it, ends cancelled."""
+    from dbos import DBOSClient
+
+    from agentloop.dbos import cancel
+
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    job = {
+        "db": url,
+        "sink": {"file": str(tmp_path / "effects")},
+        "out": str(tmp_path / "out.json"),
+        "run_id": "doomed",
+        "input": as_input(CHECKPOINT_SCRIPT),
+    }
+    ended = server.job(job | {"mode": "start", "kill": {"model": 1}})
+    assert ended.get("signal") == signal.SIGKILL, ended
+    client = DBOSClient(system_database_url=url)
+    try:
+        cancel("doomed", client=client)
+    finally:
+        client.destroy()
+    ended = server.job(job | {"mode": "recover"})
+    got = ended["result"]
+    assert (got["status"], got["steps"], got["calls"]) == ("cancelled", 1, 0)
+    assert [m["kind"] for m in got["transcript"]] == ["user"]  # the reply was not taken
+    assert ended["asked"] == 1
+    assert not (tmp_path / "effects").exists()  # no tool ran
+
+
 def test_two_processes_recover_one_run_at_once(server: Server, tmp_path: Path) -> None:
     """Two processes launched with the killed one's executor id both recover its run: DBOS
     lets one own it (the other stops at its next step and waits for the result); no call
@@ -315,10 +345,11 @@ def test_runs_wait_for_a_person_across_a_killed_worker(
     server: Server, tmp_path: Path, store: str, request: pytest.FixtureRequest
 ) -> None:
     """Runs pause on the workers; a worker is killed and restarted while they wait; decisions
-    sent from this (a third) process let every run finish on the workers."""
-    from dbos import DBOSClient
+    sent from this (a third) process let every run finish on the workers. This process, which
+    does not launch DBOS, also cancels a waiting run and a run not started yet."""
+    from dbos import DBOSClient, WorkflowHandle
 
-    from agentloop.dbos import DBOSLoop, decide, pending
+    from agentloop.dbos import DBOSLoop, cancel, cancel_requested, decide, pending
 
     if store == "postgres":
         url, schema, table = request.getfixturevalue("postgres")
@@ -353,14 +384,23 @@ def test_runs_wait_for_a_person_across_a_killed_worker(
         os.kill(workers["a"], signal.SIGKILL)
         server.ask({"reap": workers["a"]})
         workers["a"] = server.ask({"serve": worker | {"executor": "a"}})["pid"]
+        waiting, early = run_ids.pop(), "early"
+        assert not cancel_requested(waiting, client=client)
+        cancel(waiting, client=client)
+        cancel(early, client=client)  # before it is enqueued: it ends before its first step
+        assert cancel_requested(waiting, client=client)
+        enqueuer.client_enqueue(client, dbos_worker.QUEUE, as_input(APPROVAL_SCRIPT), run_id=early)
         for index, run_id in enumerate(run_ids):
             decide(run_id, approved(index), client=client)
         results = {
             run_id: dbos_worker.result_json(
-                client.retrieve_workflow(run_id).get_result(polling_interval_sec=0.05)
+                DBOSLoop.result(run_id, polling_interval_sec=0.05, client=client)
             )
-            for run_id in run_ids
+            for run_id in [*run_ids, waiting, early]
         }
+        # A worker ran the marker to its end, from DBOS's own queue.
+        marker: WorkflowHandle[str] = client.retrieve_workflow(f"agentloop.cancel:{early}")
+        assert marker.get_result(polling_interval_sec=0.05) == early
     finally:
         stop(server, workers, client, enqueuer)
     if store == "postgres":
@@ -371,6 +411,12 @@ def test_runs_wait_for_a_person_across_a_killed_worker(
     else:
         rows = [tuple(line.split(" ")) for line in (tmp_path / "effects").read_text().splitlines()]
     effects = effects_of(rows)
+    for run_id, steps in [(waiting, 1), (early, 0)]:
+        cancelled = results.pop(run_id)
+        assert (cancelled["status"], cancelled["steps"]) == ("cancelled", steps), run_id
+        answered = [(m["id"], m["status"]) for m in cancelled["transcript"] if "status" in m]
+        assert answered == ([(c, "cancelled") for c in ("c1", "c2", "c3")] if steps else []), run_id
+        assert not [key for key in effects if key[1].startswith(f"{run_id}:")], run_id
     for index, run_id in enumerate(run_ids):
         plain = dbos_worker.loop(listen=False, policy=True).start(as_input(APPROVAL_SCRIPT))
         plain.finish()
