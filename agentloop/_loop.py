@@ -195,7 +195,7 @@ class Loop:
         registry = self._sync_driver("loop.aresume")
         engine, _ = self._resumed("resume", run, cancel)
         if engine.done:
-            return _ended(engine, decisions)
+            return _ended(engine, run, decisions)
         live = self._run(engine, registry)
         if decisions is not None:
             live.decide(decisions)
@@ -231,7 +231,7 @@ class Loop:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
         engine, token = self._resumed("aresume", run, cancel)
         if engine.done:
-            return _ended(engine, decisions)
+            return _ended(engine, run, decisions)
         live = self._arun(engine, token)
         if decisions is not None:
             await live.adecide(decisions)
@@ -354,8 +354,12 @@ class Loop:
         )
 
 
-def _ended(engine: Engine, decisions: object) -> RunResult:
-    """A resumed run that had ended: its result, unless decisions came for it."""
+def _ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:
+    """A resumed run that had ended: its result, unless decisions came for it.
+
+    A saved result is returned itself, once its replay checked it: a replay
+    cannot give back its events' times.
+    """
     if decisions is not None:
         run_id = getattr(engine, "run_id", None)  # a saved run's engine has none
         which = "the saved run" if run_id is None else f"run {run_id!r}"
@@ -364,7 +368,7 @@ def _ended(engine: Engine, decisions: object) -> RunResult:
             "taken already?); resume it without decisions= to read it",
             state=engine.state,
         )
-    return engine.result()
+    return run if isinstance(run, RunResult) else engine.result()
 
 
 def _no_ledger(run_id: object) -> None:

@@ -762,7 +762,7 @@ def test_a_saved_result_that_ended_resumes_to_itself(tmp_path: Path) -> None:
     again = Loop(Script([]), tools=desk.registry)  # a model that would fail if asked
     for saved in [agentloop.load_run(tmp_path / "run.json"), cancelled]:
         resumed = again.resume(saved)
-        assert resumed == saved
+        assert resumed is saved  # itself: a replay cannot give back its events' times
         assert (resumed.status, resumed.steps, resumed.calls) == (
             saved.status,
             saved.steps,
@@ -773,6 +773,33 @@ def test_a_saved_result_that_ended_resumes_to_itself(tmp_path: Path) -> None:
     assert desk.ran == ran  # no tool ran again
     with pytest.raises(InvalidStateError, match="the saved run ended 'finished': it awaits no"):
         again.resume(ended, decisions={"b": approve(), "c": approve()})
+
+
+def test_an_unsaved_result_holding_live_exceptions_resumes_to_itself() -> None:
+    """A result never saved keeps the exceptions raised: the replay takes their records."""
+
+    def broken(q: str) -> str:
+        raise ValueError(f"no {q}")
+
+    desk = Desk()
+    desk.registry.add(Tool(broken, name="broken"))
+    script = [call("x", "broken", q="rates"), call("b", "pay", amount=5), RuntimeError("down")]
+    paused = Loop(Script(script), tools=desk.registry).run("go")
+    assert paused.status == "awaiting_approval"
+    # Not ended, it goes on: the replay feeds the engine the exception's record.
+    again = Loop(Script([RuntimeError("down")]), tools=desk.registry)
+    ended = again.resume(paused, decisions={"b": approve()})
+    assert (ended.status, ended.steps, ended.calls) == ("failed", 3, 2)
+    assert ended.transcript[: len(paused.transcript)] == paused.transcript
+    assert ended.events[: len(paused.events)] == paused.events  # its exception kept
+    raised = [event.exception for event in ended.events if event.exception is not None]
+    assert [type(exc) for exc in raised] == [ValueError, RuntimeError]
+    assert desk.ran == [("pay", 5)]
+    # Ended, it is returned itself, and nothing is asked or run again.
+    never = Loop(Script([]), tools=desk.registry)  # a model that fails if asked
+    assert never.resume(ended) is ended
+    assert asyncio.run(never.aresume(ended)) is ended
+    assert desk.ran == [("pay", 5)]
 
 
 def test_a_ledger_given_as_a_run_file_is_named(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentloop._core._engine import Engine
+from agentloop._core._json import exception_content
 from agentloop._core._messages import NOT_STARTED
 from agentloop._core._table import NEXT, Guard, State, Trigger
 from agentloop._core._values import AskModel, CancelToken, RecordedException, RunTool, Transition
@@ -179,8 +180,13 @@ def _reply(events: tuple[Transition, ...], index: int, rejected: object) -> obje
 
 def _exception(event: Transition, index: int) -> RecordedException:
     exc = event.exception
-    if not isinstance(exc, RecordedException):
+    if exc is None:
         raise Mismatch(f"$.events[{index}].exception", "the exception raised here", "null")
+    if not isinstance(exc, RecordedException):
+        # A result never saved holds the live exception: the engine gets its record, as
+        # replay from a run file would give it, and never the user's object.
+        content = exception_content(exc)
+        return RecordedException(content["type"], content["message"])
     return exc
 
 
