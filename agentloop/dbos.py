@@ -307,7 +307,7 @@ class DBOSLoop:
                 if outcome.pop("cancel"):
                     token.cancel()  # the checkpoint before the next tool or model ask
                 if "raised" in outcome:
-                    transition = engine.raised(_exception(outcome["raised"]))
+                    transition = engine.raised(RecordedException.from_content(outcome["raised"]))
                 else:
                     transition = engine.returned(recorded_outcome(outcome))
             elif type(need) is AwaitApproval:
@@ -474,10 +474,6 @@ def _started(call_id: str, nonce: str) -> str:
     recorded nonce, not the one it passed: the call started in a process that died.
     """
     return nonce
-
-
-def _exception(content: dict[str, str]) -> RecordedException:
-    return RecordedException(content["type"], content["message"])
 
 
 # What a model step gets if its recorded answer were not one (it always is: we wrote it).

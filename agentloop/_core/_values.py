@@ -205,6 +205,11 @@ class RecordedException(Exception):
         super().__init__(message)
         self.type_name, self.message = type_name, message
 
+    @classmethod
+    def from_content(cls, content: dict[str, str]) -> RecordedException:
+        """The exception a ``{'type', 'message'}`` record describes, as a run file holds it."""
+        return cls(content["type"], content["message"])
+
     def __repr__(self) -> str:
         return f"RecordedException({self.type_name!r}, {self.message!r})"
 

@@ -337,9 +337,7 @@ class _Recorded:
                 reason=event["reason"],
                 error=event["error"],
                 exception=(
-                    None
-                    if exception is None
-                    else RecordedException(exception["type"], exception["message"])
+                    None if exception is None else RecordedException.from_content(exception)
                 ),
                 appended_json=tuple(orjson.dumps(message) for message in event["appended"]),
                 usage=None if usage is None else Usage(**usage),
@@ -359,7 +357,7 @@ def recorded_answer(body: dict[str, Any]) -> tuple[str, Any] | None:
     if body.keys() == {"not_json"} and _texts(body["not_json"], "repr", "problem"):
         return "reply", NotJSON(body["not_json"]["repr"], body["not_json"]["problem"])
     if body.keys() - {"usage"} == {"raised"} and _texts(body["raised"], "type", "message"):
-        raised = RecordedException(body["raised"]["type"], body["raised"]["message"])
+        raised = RecordedException.from_content(body["raised"])
         raised.usage = body.get("usage")  # what the failed call still cost, if it said
         return "raised", raised
     return None
@@ -376,7 +374,7 @@ def recorded_outcome(body: dict[str, Any]) -> dict[str, Any] | None:
         return None
     outcome = {"status": body["status"], "content": body["content"]}
     if exception is not None:
-        outcome["exception"] = RecordedException(exception["type"], exception["message"])
+        outcome["exception"] = RecordedException.from_content(exception)
     return outcome
 
 

@@ -185,8 +185,7 @@ def _exception(event: Transition, index: int) -> RecordedException:
     if not isinstance(exc, RecordedException):
         # A result never saved holds the live exception: the engine gets its record, as
         # replay from a run file would give it, and never the user's object.
-        content = exception_content(exc)
-        return RecordedException(content["type"], content["message"])
+        return RecordedException.from_content(exception_content(exc))
     return exc
 
 

@@ -589,7 +589,7 @@ def _load_event(index: int, event: dict[str, Any]) -> Transition:
         event["result_status"],
         event["reason"],
         event["error"],
-        RecordedException(exception["type"], exception["message"]) if exception else None,
+        RecordedException.from_content(exception) if exception else None,
         tuple(_dumps(message) for message in event["appended"]),
         None if event["usage"] is None else Usage(**event["usage"]),
         event["at"],
