@@ -15,13 +15,13 @@ from agentloop import CancelToken, Engine, InvalidStateError, Loop, State
 
 # Private by necessity: the reference engine swaps the engine's one seam (row choice)
 # for transitions, and nothing public can.
-from agentloop._core._engine import _Compiled
 from agentloop._core._table import TABLE, Row, Trigger, reference_machine
 
 from .helpers import DRIVERS, Driver
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from agentloop._core._engine import _Draft
+
 
 Message = dict[str, Any]
 
@@ -195,8 +195,8 @@ class _Model:
 class ReferenceEngine(Engine):
     """The engine with each row chosen, and its effects run, by ``transitions``.
 
-    It replaces the private ``_choosers``: that is the one seam between the
-    fast path and the table, and nothing public can swap it.
+    It replaces ``_choose``: that is the one seam between the engine and its
+    table, and nothing public can swap it.
     """
 
     __slots__ = ("_machine", "_model", "_taken")
@@ -206,17 +206,14 @@ class ReferenceEngine(Engine):
         self._model = _Model(self)
         self._taken: list[Row] = []
         self._machine = reference_machine(TABLE, self._model, on_row=self._taken.append)
-        self._choosers = {key: self._chooser(key[1]) for key in TABLE.groups}
 
-    def _chooser(self, trigger: Trigger) -> Callable[[Engine], _Compiled]:
-        def choose(engine: Engine) -> _Compiled:
-            self._machine.set_state(self.state.value, self._model)
-            self._taken.clear()
-            assert self._model.trigger(trigger.value)
-            (row,) = self._taken
-            return _Compiled(row)
-
-        return choose
+    def _choose(self, trigger: Trigger, draft: _Draft) -> Row:
+        self._draft = draft
+        self._machine.set_state(self.state.value, self._model)
+        self._taken.clear()
+        assert self._model.trigger(trigger.value)
+        (row,) = self._taken
+        return row
 
 
 def drive_engine(engine: Engine, world: World) -> None:
@@ -235,7 +232,7 @@ def drive_engine(engine: Engine, world: World) -> None:
 
 @settings(max_examples=1000, deadline=None)
 @given(data=st.data(), budget=budgets)
-def test_compiled_engine_matches_transitions_on_random_runs(
+def test_engine_matches_transitions_on_random_runs(
     data: st.DataObject, budget: tuple[int, int]
 ) -> None:
     """transitions, running the engine's real guards and effects, makes the same run."""

@@ -58,6 +58,32 @@ carried.
 
 Terminal states have no rows, so they absorb: asking anything of a finished
 run raises ``InvalidStateError``, never a silent no-op.
+
+WARNING: what is still decided outside the rows
+===============================================
+
+The goal is that nothing is. Today these are, and each says where:
+
+* Intake (``_intake.py``) takes a report in before any guard reads it: a
+  reply's JSON copy, its shape problem, its usage and its batch's calls; a
+  tool's outcome, where one that is not ``{'status', 'content'}`` becomes an
+  ``error`` result saying so. Intake decides what came, never which row fires.
+* A report that answers nothing outstanding (a reply nobody asked for, a
+  second ``next()`` while a request is out) is refused with
+  ``InvalidStateError`` before intake, and changes nothing (``Engine``).
+* ``asked_approval`` is refused once a call of the batch has been handed out
+  (a raise in ``Engine.checked_reasons``, not a guard).
+* In ``dispatching`` ``next()`` may hand out the batch's next call while
+  others still run (a driver that runs calls at once asks again); only when
+  every call is out does it refuse.
+* An interruption rebuilds the state from the log of events first
+  (``Engine._settle``), so that a transition it cut short is undone or
+  completed, then takes its row.
+* The drivers differ in one place, by name: the asyncio driver can interrupt
+  an awaited model when the token is cancelled (``model_interrupted``); the
+  sync driver cannot, and sees the reply first
+  (``model_replied [cancel_requested]``). Both end ``cancelled``, with the
+  step spent and nothing appended.
 """
 
 from __future__ import annotations
@@ -181,11 +207,14 @@ class Effect(enum.StrEnum):
 
     #: ``steps += 1``, before the model is called.
     COUNT_STEP = "count_step"
+    #: The driver is handed ``AskModel``: call the model with a fresh copy of the history.
+    ASK_FOR_REPLY = "ask_for_reply"
     #: The event names the call in hand (its id and tool), if there is one.
     NAME_CALL = "name_call"
     #: Reserve every id of the batch and ``calls += n``.
     RESERVE_CALLS = "reserve_calls"
-    #: The next call of the batch (in emission order) is handed to the driver to run.
+    #: The next call of the batch (in emission order) is handed to the driver to run
+    #: (``RunTool``); a call a person denied is skipped, answered already.
     START_CALL = "start_call"
     #: Keep the reported call's result for the batch (status from the report).
     KEEP_RESULT = "keep_result"
@@ -215,6 +244,8 @@ class Effect(enum.StrEnum):
     #: The event keeps a person's decision for every pending call (``decisions``); a
     #: denied call is answered ``denied`` with the person's reason, and never handed out.
     KEEP_DECISIONS = "keep_decisions"
+    #: The driver is handed ``AwaitApproval``: the calls that wait for a person.
+    ASK_FOR_DECISIONS = "ask_for_decisions"
 
 
 TERMINAL: Final = frozenset(
@@ -242,7 +273,7 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.TOKENS_EXHAUSTED],
      "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_TOTAL_TOKENS]},
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL,
-     "dest": None, "before": [E.COUNT_STEP]},
+     "dest": None, "before": [E.COUNT_STEP, E.ASK_FOR_REPLY]},
     # -- the model answered, raised or was interrupted; the step was spent
     {"source": S.AWAITING_MODEL, "trigger": T.MODEL_REPLIED, "conditions": [G.CANCEL_REQUESTED],
      "dest": S.CANCELLED, "before": [E.REJECT_REPLY]},
@@ -290,7 +321,7 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
     {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL, "conditions": [G.CANCEL_REQUESTED],
      "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
     {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL,
-     "dest": None},
+     "dest": None, "before": [E.ASK_FOR_DECISIONS]},
     {"source": S.AWAITING_APPROVAL, "trigger": T.APPROVAL_DECIDED,
      "conditions": [G.DENIALS_ANSWER_BATCH],
      "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.KEEP_DECISIONS, E.APPEND_BATCH]},

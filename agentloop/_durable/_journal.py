@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import orjson
 
-from agentloop._core._engine import Engine, checked_outcome, checked_usage, not_json
+from agentloop._core._engine import Engine
+from agentloop._core._intake import checked_outcome, checked_usage, not_json
 from agentloop._core._json import exception_content, intake
 from agentloop._core._table import TERMINAL, Trigger
 from agentloop._core._values import AskModel, AwaitApproval, NotJSON, RunTool, Transition, Usage

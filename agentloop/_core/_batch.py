@@ -1,0 +1,91 @@
+"""The accepted batch in hand: its calls, the results kept so far, and who decided what.
+
+A batch is the calls of one accepted reply (a lone ``call`` is a batch of
+one). Its calls are handed out in emission order, run one at a time or
+several at once, and each result is kept here until the batch is answered
+whole: then the reply and every result enter the history together, so the
+history never holds a call without its result.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import attrs
+import orjson
+
+from agentloop._core._approval import Decision, PendingCall
+from agentloop._core._intake import Reply
+from agentloop._core._messages import CUT_OFF, NOT_STARTED, tool_result_json
+
+__all__ = ["Batch"]
+
+_NOT_STARTED: Final = orjson.dumps(NOT_STARTED)
+_CUT_OFF: Final = orjson.dumps(CUT_OFF)
+
+
+@attrs.define(eq=False)
+class Batch:
+    """The batch of calls of the reply ``reply``, from its acceptance until it is answered."""
+
+    reply: Reply
+    #: Each answered call's tool_result JSON, by its index in the batch.
+    results: dict[int, bytes] = attrs.field(factory=dict)
+    #: The calls handed out to run and not yet answered: id -> index.
+    running: dict[str, int] = attrs.field(factory=dict)
+    #: How far down the batch calls were handed out (a call a person denied is skipped).
+    started: int = 0
+    #: How many calls were handed out: none, and the batch can still wait for a person.
+    handed: int = 0
+    #: The calls a policy asked a person about, and each decision taken, by id.
+    pending: tuple[PendingCall, ...] = ()
+    decided: dict[str, Decision] = attrs.field(factory=dict)
+
+    @property
+    def calls(self) -> tuple[tuple[str, str], ...]:
+        """Each call's ``(id, name)``, in emission order."""
+        return self.reply.calls
+
+    @property
+    def underway(self) -> bool:
+        """Whether a call of the batch has started or been answered."""
+        return bool(self.results or self.running)
+
+    @property
+    def unstarted(self) -> int:
+        """How many calls are still to be handed out."""
+        results = self.results
+        return sum(i not in results for i in range(self.started, len(self.calls)))
+
+    def next_index(self) -> int | None:
+        """The index of the next call to hand out (one already answered is skipped), or None."""
+        index, results = self.started, self.results
+        while index in results:
+            index += 1
+        return index if index < len(self.calls) else None
+
+    def call(self, index: int) -> dict[str, Any]:
+        """A fresh copy of call ``index``, as a ``call`` message."""
+        reply = self.reply
+        if reply.value["kind"] == "call":  # a lone call: the reply itself
+            return orjson.loads(reply.json)  # type: ignore[no-any-return]
+        element = reply.value["calls"][index]
+        return {"kind": "call", **orjson.loads(orjson.dumps(element))}
+
+    def answer(self, index: int, status: str, content_json: bytes) -> None:
+        """Keep call ``index``'s result."""
+        call_id, name = self.calls[index]
+        self.results[index] = tool_result_json(call_id, name, status, content_json)
+
+    def answer_rest(self, cut: bytes = _CUT_OFF) -> None:
+        """Answer each call without a result ``cancelled``: ``cut`` if it ran, else not started."""
+        running = self.running
+        for index, (call_id, _) in enumerate(self.calls):
+            if index not in self.results:
+                self.answer(index, "cancelled", cut if call_id in running else _NOT_STARTED)
+        running.clear()
+
+    def messages(self) -> tuple[bytes, ...]:
+        """The reply and each result, in emission order: what the history gets at the end."""
+        results = self.results
+        return (self.reply.json, *(results[i] for i in range(len(self.calls))))
