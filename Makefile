@@ -10,6 +10,7 @@ INSTALL := $(UV) pip install --quiet --python $(BIN)/python --only-binary pygrap
 RUN := $(VENV)/.installed-run
 TEST := $(VENV)/.installed-test
 LINT := $(VENV)/.installed-lint
+DOCS := $(VENV)/.installed-docs
 
 .DEFAULT_GOAL := help
 
@@ -40,6 +41,11 @@ $(LINT): pyproject.toml $(TEST)
 	$(INSTALL) --group lint
 	touch $@
 
+# The docs tools: MkDocs, its Material theme, mkdocstrings (the API reference).
+$(DOCS): pyproject.toml $(RUN)
+	$(INSTALL) --group docs
+	touch $@
+
 .PHONY: help
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -56,11 +62,15 @@ test: $(TEST) ## Run the test suite
 	$(BIN)/python -m pytest
 
 .PHONY: check
-check: $(LINT) ## ruff and mypy --strict
+check: $(LINT) ## ruff (lint and format), mypy --strict and lint-imports (the import layers)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+.PHONY: docs
+docs: $(DOCS) ## Build the docs site into site/ (mkdocs build --strict: a broken link fails)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 .PHONY: format
 format: $(LINT) ## Apply ruff's fixes and formatting
@@ -80,4 +90,4 @@ bench: $(TEST) ## Benchmarks: engine vs hand-written loop, async driver, batches
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site

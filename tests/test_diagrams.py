@@ -10,7 +10,7 @@ import pytest
 from agentloop import ROWS, TERMINAL, State, to_dot, to_mermaid
 
 DIAGRAMS = Path(__file__).parent.parent / "diagrams"
-README = Path(__file__).parent.parent / "README.md"
+CONCEPTS = Path(__file__).parent.parent / "docs" / "concepts.md"
 
 
 @pytest.mark.parametrize(
@@ -22,9 +22,9 @@ def test_committed_diagrams_are_fresh(name: str, render: object) -> None:
     assert (DIAGRAMS / name).read_text() == render(), f"diagrams/{name} is stale: run make diagrams"
 
 
-def test_readme_embeds_the_current_mermaid_diagram() -> None:
-    """The README shows the same Mermaid diagram the table produces."""
-    assert f"```mermaid\n{to_mermaid()}```" in README.read_text()
+def test_the_docs_embed_the_current_mermaid_diagram() -> None:
+    """docs/concepts.md shows the same Mermaid diagram the table produces."""
+    assert f"```mermaid\n{to_mermaid()}```" in CONCEPTS.read_text()
 
 
 def test_mermaid_draws_every_row_with_its_guard() -> None:

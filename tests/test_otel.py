@@ -445,12 +445,12 @@ def test_importing_without_opentelemetry_names_the_extra() -> None:
     )
 
 
-def test_the_readme_example_traces_a_run(otel: Exported, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README block, run after the 'Embedding it' one, makes the tree its comment shows."""
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    marker = '<!-- tests/test_otel.py runs this block after the "Embedding it" one -->'
+def test_the_docs_example_traces_a_run(otel: Exported, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docs page's block, run after its first one, makes the tree its comment shows."""
+    readme = (Path(__file__).parent.parent / "docs" / "opentelemetry.md").read_text()
+    marker = "<!-- tests/test_otel.py runs this block after the page's first one -->"
     found = re.search(re.escape(marker) + r"\n```python\n(.*?)```", readme, re.S)
-    assert found, f"expected a ```python block after {marker!r} in the README"
+    assert found, f"expected a ```python block after {marker!r} in docs/opentelemetry.md"
     embedding = re.findall(r"```python\n(.*?)```", readme, re.S)[0]
     # The block uses the global tracer provider; this test's stands in for it.
     real = opentelemetry.trace.get_tracer

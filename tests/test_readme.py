@@ -1,31 +1,52 @@
-"""Every Python block in the README runs, in order, as one script (found by pytest-examples)."""
+"""Every Python block of the README and of each docs page runs, in order, as one script."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from pytest_examples import CodeExample, find_examples
 
-README = Path(__file__).parent.parent / "README.md"
-EXAMPLES = [example for example in find_examples(str(README)) if example.prefix == "python"]
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("**/*.md"))]
 
 
-def test_the_readme_has_python_examples() -> None:
-    """pytest-examples finds every ```python block, not some blocks by index."""
-    blocks = README.read_text().count("```python\n")
-    assert len(EXAMPLES) == blocks >= 6
+def examples(page: Path) -> list[CodeExample]:
+    """The page's ```python blocks, as pytest-examples finds them, in order."""
+    return [example for example in find_examples(str(page)) if example.prefix == "python"]
 
 
-def test_every_python_block_runs_in_order(capsys: object) -> None:
-    """Each block runs in the namespace the blocks before it made, as a reader runs them."""
+def name(page: Path) -> str:
+    """The page's path from the repository's root, for test ids and messages."""
+    return str(page.relative_to(ROOT))
+
+
+def test_the_pages_have_python_examples() -> None:
+    """pytest-examples finds every ```python block of every page, not some blocks by index."""
+    found = {name(page): len(examples(page)) for page in PAGES}
+    assert found == {name(page): page.read_text().count("```python\n") for page in PAGES}
+    assert found["README.md"] >= 3
+    assert sum(found.values()) >= 25
+
+
+@pytest.mark.parametrize("page", PAGES, ids=name)
+def test_every_python_block_runs_in_order(page: Path) -> None:
+    """Each block runs in the namespace its page's blocks before it made, as a reader runs them."""
+    namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
+    for example in examples(page):
+        run(page, example, namespace)
+
+
+def test_the_readme_example_answers() -> None:
+    """The README's first example ends as its assertion says, run alone."""
     namespace: dict[str, object] = {"__name__": "readme"}
-    for example in EXAMPLES:
-        run(example, namespace)
+    run(README, examples(README)[0], namespace)
     result = namespace["result"]
     assert getattr(result, "output", None) == "2+2 is 4"
 
 
-def run(example: CodeExample, namespace: dict[str, object]) -> None:
-    """Run one block; a failure names its line in the README."""
-    code = compile(example.source, f"{README.name}:{example.start_line}", "exec")
+def run(page: Path, example: CodeExample, namespace: dict[str, object]) -> None:
+    """Run one block; a failure names its page and line."""
+    code = compile(example.source, f"{name(page)}:{example.start_line}", "exec")
     exec(code, namespace)

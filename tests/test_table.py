@@ -28,7 +28,7 @@ from agentloop._core._table import (
     reference_machine,
 )
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+CONCEPTS = (Path(__file__).parent.parent / "docs" / "concepts.md").read_text()
 
 
 def broken(index: int, **changes: Any) -> list[dict[str, Any]]:
@@ -180,15 +180,15 @@ def test_first_holding_guard_wins_as_in_transitions(source: State, trigger: Trig
         assert taken == [ours]
 
 
-def readme_table() -> list[tuple[str, ...]]:
-    """The README's state table: its first five columns, row by row."""
-    section = README.split("<!-- state table -->\n")[1].split("\n\n")[0]
+def docs_table() -> list[tuple[str, ...]]:
+    """The docs' state table (docs/concepts.md): its first five columns, row by row."""
+    section = CONCEPTS.split("<!-- state table -->\n")[1].split("\n\n")[0]
     lines = [line for line in section.splitlines() if line.startswith("| `")]
     return [tuple(cell.strip().strip("`") for cell in line.split("|")[1:6]) for line in lines]
 
 
-def test_the_readme_state_table_is_the_table() -> None:
-    """Each README row names a row of the table, in order: from, trigger, guard, to, effects."""
+def test_the_docs_state_table_is_the_table() -> None:
+    """Each docs row names a row of the table, in order: from, trigger, guard, to, effects."""
     expected = [
         (
             row.source.value,
@@ -199,7 +199,7 @@ def test_the_readme_state_table_is_the_table() -> None:
         )
         for row in ROWS
     ]
-    assert [tuple(re.sub(r"`, `", ", ", c) for c in r) for r in readme_table()] == expected
+    assert [tuple(re.sub(r"`, `", ", ", c) for c in r) for r in docs_table()] == expected
 
 
 @settings(max_examples=50, deadline=None)

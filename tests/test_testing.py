@@ -1,4 +1,4 @@
-"""agentloop.testing: the scripted model, the contract assertions, the strategies, the README."""
+"""agentloop.testing: scripted models, contract assertions, strategies, the docs' example."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from agentloop.testing import strategies as als
 
 from .helpers import DRIVERS, Driver
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+TESTING_PAGE = (Path(__file__).parent.parent / "docs" / "testing.md").read_text()
 MARKER = "<!-- tests/test_testing.py runs this block -->"
 
 # -- a registry with every kind of schema the registry derives ------------------
@@ -764,17 +764,17 @@ def test_hypothesis_is_needed_only_by_the_strategies() -> None:
     )
 
 
-# -- the README's example -----------------------------------------------------------
+# -- the example in docs/testing.md ---------------------------------------------
 
 
 def readme_block() -> str:
     """The python block right after the marker in 'Testing with agentloop'."""
-    found = re.search(re.escape(MARKER) + r"\n```python\n(.*?)```", README, re.S)
-    assert found, f"expected a ```python block after {MARKER!r} in the README"
+    found = re.search(re.escape(MARKER) + r"\n```python\n(.*?)```", TESTING_PAGE, re.S)
+    assert found, f"expected a ```python block after {MARKER!r} in docs/testing.md"
     return found.group(1)
 
 
-def test_the_readme_property_test_runs_and_passes() -> None:
+def test_the_docs_property_test_runs_and_passes() -> None:
     """The block, exactly as printed, defines a property test that holds."""
     namespace: dict[str, Any] = {}
     exec(readme_block(), namespace)
@@ -783,7 +783,7 @@ def test_the_readme_property_test_runs_and_passes() -> None:
     namespace[tests[0]]()
 
 
-def test_the_readme_property_test_catches_a_missing_policy() -> None:
+def test_the_docs_property_test_catches_a_missing_policy() -> None:
     """Without the policy, the same test finds a transfer over the limit: it has teeth."""
     namespace: dict[str, Any] = {}
     exec(readme_block(), namespace)
