@@ -189,8 +189,8 @@ class Loop:
         that ended is returned as it is. Either way a run that has not ended
         goes on with this Loop's model and tools; a run awaiting
         approval takes ``decisions`` (as ``run.decide``), and without them
-        stays paused, which its result says. See the README's "Durable runs"
-        and "Human approval".
+        stays paused, which its result says. See the docs' "Durable runs and
+        approval" page.
         """
         registry = self._sync_driver("loop.aresume")
         engine, _ = self._resumed("resume", run, cancel)

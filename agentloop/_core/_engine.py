@@ -138,7 +138,7 @@ class Engine:
 
     A report out of order (a second ``next()`` while a request is
     outstanding, a reply nobody asked for) raises ``InvalidStateError`` and
-    changes nothing. See the README's "Writing a driver".
+    changes nothing. See the docs' "Writing a driver" page.
     """
 
     __slots__ = (

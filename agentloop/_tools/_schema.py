@@ -1,6 +1,6 @@
 """One annotation as a JSON Schema, with the converter from its JSON to the annotated type.
 
-``Deriver`` handles the supported annotations (the README's table): JSON
+``Deriver`` handles the supported annotations (the table on the docs' Tools page): JSON
 scalars, ``list``, ``dict[str, T]``, ``tuple``, unions, ``Literal``, enums,
 ``Annotated[T, 'description']``, attrs classes, ``TypedDict`` and ``Any``.
 Classes are described once under ``$defs`` and referenced with ``$ref``;

@@ -19,7 +19,7 @@ The schemas are read by a small generator written for the subset of Draft
 raises ``UnsupportedSchema`` when the strategy is built, naming it and where
 it is. (``hypothesis-jsonschema`` would be the obvious choice, but its 0.23.1
 fails on every object schema with current Hypothesis and predates Draft
-2020-12's ``prefixItems``; see the README.)
+2020-12's ``prefixItems``; see the docs' Testing page.)
 """
 
 from __future__ import annotations
