@@ -29,6 +29,8 @@ class Batch:
     """The batch of calls of the reply ``reply``, from its acceptance until it is answered."""
 
     reply: Reply
+    #: Each call's ``(id, name)``, in emission order.
+    calls: tuple[tuple[str, str], ...] = attrs.field(init=False)
     #: Each answered call's tool_result JSON, by its index in the batch.
     results: dict[int, bytes] = attrs.field(factory=dict)
     #: The calls handed out to run and not yet answered: id -> index.
@@ -41,10 +43,8 @@ class Batch:
     pending: tuple[PendingCall, ...] = ()
     decided: dict[str, Decision] = attrs.field(factory=dict)
 
-    @property
-    def calls(self) -> tuple[tuple[str, str], ...]:
-        """Each call's ``(id, name)``, in emission order."""
-        return self.reply.calls
+    def __attrs_post_init__(self) -> None:
+        self.calls = self.reply.calls
 
     @property
     def underway(self) -> bool:
@@ -88,4 +88,4 @@ class Batch:
     def messages(self) -> tuple[bytes, ...]:
         """The reply and each result, in emission order: what the history gets at the end."""
         results = self.results
-        return (self.reply.json, *(results[i] for i in range(len(self.calls))))
+        return (self.reply.json, *[results[i] for i in range(len(self.calls))])

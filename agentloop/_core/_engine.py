@@ -558,8 +558,9 @@ class Engine:
             draft.named = draft.call
 
     def _reserve_calls(self) -> None:
-        calls = self._reply.calls
-        self._reserved.update(call_id for call_id, _ in calls)
+        calls, reserved = self._reply.calls, self._reserved
+        for call_id, _ in calls:
+            reserved.add(call_id)
         self.calls += len(calls)
         self._batch = Batch(self._reply)
 

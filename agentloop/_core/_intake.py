@@ -55,11 +55,8 @@ class Reply(NamedTuple):
     calls: tuple[tuple[str, str], ...]
     #: The call of a batch of one, which the batch's events name (None for a longer one).
     lone: tuple[str, str] | None = None
-
-    @property
-    def final(self) -> bool:
-        """Whether it is a well-formed final answer."""
-        return self.problem is None and not self.calls
+    #: Whether it is a well-formed final answer.
+    final: bool = False
 
 
 #: No reply in hand (before the first, and between a batch and the next).
@@ -85,8 +82,12 @@ def take_reply(reply: object, spent: Usage) -> Reply:
         value = not_json(reply, str(exc))
         return Reply(b"", value, value.problem, usage, ())
     problem = problem or reply_problem(plain)
-    calls = () if problem is not None or plain["kind"] == "final" else batch_of(plain)
-    return Reply(data, plain, problem, usage, calls, calls[0] if len(calls) == 1 else None)
+    if problem is not None:
+        return Reply(data, plain, problem, usage, ())
+    if plain["kind"] == "final":
+        return Reply(data, plain, None, usage, (), None, True)
+    calls = batch_of(plain)
+    return Reply(data, plain, None, usage, calls, calls[0] if len(calls) == 1 else None)
 
 
 def raised_usage(exc: BaseException, spent: Usage) -> Usage | None:
