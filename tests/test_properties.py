@@ -20,7 +20,7 @@ from agentloop._core._table import TABLE, Row, Trigger, reference_machine
 from .helpers import DRIVERS, Driver
 
 if TYPE_CHECKING:
-    from agentloop._core._engine import _Draft
+    from agentloop._core._rows import _Draft
 
 
 Message = dict[str, Any]

@@ -14,11 +14,11 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from agentloop._core._approval import Decision, PendingCall
-from agentloop._core._intake import Reply
+from agentloop._core._approval import Decision, PendingCall, call_fingerprint
+from agentloop._core._intake import Reply, not_json
 from agentloop._core._messages import CUT_OFF, NOT_STARTED, tool_result_json
 
-__all__ = ["Batch"]
+__all__ = ["Batch", "check_decisions"]
 
 _NOT_STARTED: Final = orjson.dumps(NOT_STARTED)
 _CUT_OFF: Final = orjson.dumps(CUT_OFF)
@@ -85,7 +85,75 @@ class Batch:
                 self.answer(index, "cancelled", cut if call_id in running else _NOT_STARTED)
         running.clear()
 
+    def asked(self, reasons: object) -> tuple[PendingCall, ...]:
+        """The calls ``{call_id: reason}`` asks a person about, in emission order; or a raise."""
+        if not isinstance(reasons, dict) or not reasons:
+            raise TypeError(
+                "expected reasons to be a non-empty dict of call id -> reason, "
+                f"got {not_json(reasons).text:.80}"
+            )
+        ids = [call_id for call_id, _ in self.calls]
+        for call_id, reason in reasons.items():
+            if call_id not in ids or call_id in self.decided:
+                where = "was decided already" if call_id in self.decided else "is not"
+                raise ValueError(
+                    f"call {call_id!r} {where} in the batch that waits (its calls: {ids})"
+                )
+            if type(reason) is not str or not reason:
+                raise TypeError(
+                    f"expected the reason for call {call_id!r} to be a non-empty str, "
+                    f"got {not_json(reason).text:.80}"
+                )
+        pending: list[PendingCall] = []
+        for index, (call_id, name) in enumerate(self.calls):
+            if call_id in reasons:
+                arguments = self.call(index)["arguments"]
+                pending.append(
+                    PendingCall(
+                        call_id,
+                        name,
+                        orjson.dumps(arguments),
+                        reasons[call_id],
+                        call_fingerprint(name, arguments),
+                    )
+                )
+        return tuple(pending)
+
     def messages(self) -> tuple[bytes, ...]:
         """The reply and each result, in emission order: what the history gets at the end."""
         results = self.results
         return (self.reply.json, *[results[i] for i in range(len(self.calls))])
+
+
+def check_decisions(
+    pending: tuple[PendingCall, ...], decisions: object
+) -> tuple[tuple[str, Decision], ...]:
+    """A person's decisions, one per pending call in its order; else what is wrong, raised."""
+    ids = [call.call_id for call in pending]
+    if not isinstance(decisions, dict):
+        raise TypeError(
+            "expected decisions to be a dict of call id -> approve() or deny(reason), "
+            f"got {not_json(decisions).text:.80}"
+        )
+    missing = [call_id for call_id in ids if call_id not in decisions]
+    extra = [call_id for call_id in decisions if call_id not in ids]
+    if missing or extra:
+        raise ValueError(
+            f"expected a decision for each pending call {ids}, and for no other"
+            + (f"; missing: {missing}" if missing else "")
+            + (f"; not pending: {extra}" if extra else "")
+        )
+    for call in pending:
+        decision = decisions[call.call_id]
+        if type(decision) is not Decision or decision.asks:
+            raise TypeError(
+                f"expected the decision for call {call.call_id!r} to be approve() or "
+                f"deny(reason), got {not_json(decision).text:.80}"
+            )
+        if decision.fingerprint not in (None, call.fingerprint):
+            raise ValueError(
+                f"the decision for call {call.call_id!r} is bound to fingerprint "
+                f"{decision.fingerprint[:80]!r}, not to the pending call's "
+                f"{call.fingerprint!r}: {call.name}({call.arguments_json.decode()[:80]})"
+            )
+    return tuple((call.call_id, decisions[call.call_id]) for call in pending)

@@ -26,50 +26,28 @@ again if an interruption lands half-way, so a run is never half-changed.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core._approval import Decision, PendingCall, call_fingerprint
-from agentloop._core._batch import Batch
-from agentloop._core._intake import (
-    NO_REPLY,
-    Outcome,
-    not_json,
-    raised_outcome,
-    raised_usage,
-    take_outcome,
-    take_reply,
-)
+from agentloop._core._batch import check_decisions
+from agentloop._core._intake import Outcome, raised_outcome, raised_usage, take_outcome, take_reply
 from agentloop._core._json import exception_content
-from agentloop._core._messages import CUT_OFF, History, input_messages
+from agentloop._core._rows import RunState, _Draft
 from agentloop._core._table import NEXT, REPORTS, TABLE, TERMINAL, Report, Row, State, Trigger
-from agentloop._core._values import (
-    AskModel,
-    AwaitApproval,
-    Budget,
-    CancelToken,
-    RunResult,
-    RunTool,
-    Transition,
-    Usage,
-)
+from agentloop._core._values import AskModel, AwaitApproval, RunResult, RunTool, Transition, Usage
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
-    from agentloop._core._intake import Reply
+    from agentloop._core._approval import Decision, PendingCall
+    from agentloop._core._values import Budget
 
 __all__ = ["Engine", "check_decisions"]
 
 # tuple.__new__ makes a NamedTuple from its fields without the Python-level __new__.
 _new: Final = tuple.__new__
-_DEFAULT_BUDGET: Final = Budget()
-_CUT_OFF: Final = orjson.dumps(CUT_OFF)
-_NO_IDS: Final[frozenset[str]] = frozenset()
-_NO_USAGE: Final = Usage()
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 
 # Each (state, trigger) group as the engine runs it: every row with the names of the
@@ -88,40 +66,7 @@ _GROUPS: Final = {
 }
 
 
-class _Draft:
-    """The transition being made: what its report brought, and the event's fields so far.
-
-    A fresh one for every transition, so nothing of one transition leaks into
-    the next. The class attributes are the defaults: an effect sets what its
-    row records, and the rest is read from here.
-    """
-
-    #: The event's call: its id and tool name (``name_call`` sets it).
-    named: tuple[str | None, str | None] = (None, None)
-    status: str | None = None
-    reason: str | None = None
-    error: str | None = None
-    exception: BaseException | None = None
-    appended: tuple[bytes, ...] = ()
-    usage: Usage | None = None
-    pending: tuple[PendingCall, ...] = ()
-    decisions: tuple[tuple[str, Decision], ...] = ()
-    # What the report brought, for the effects.
-    outcome: Outcome | None = None
-    asked: tuple[PendingCall, ...] = ()
-    decisions_in: tuple[tuple[str, Decision], ...] = ()
-    cut: bytes = _CUT_OFF
-    # What an internal row hands the driver.
-    request: AskModel | RunTool | AwaitApproval | None = None
-
-    def __init__(self, call: tuple[str, str] | None, since: float | None = None) -> None:
-        #: The call in hand: being checked, handed out or reported (None: none is).
-        self.call = call
-        #: When the request this transition answers was handed out.
-        self.since = since
-
-
-class Engine:
+class Engine(RunState):
     """One run's state machine, with no I/O: the core every driver wraps.
 
     ``Engine(messages, budget=..., cancel=...)`` checks and copies the input
@@ -141,73 +86,7 @@ class Engine:
     changes nothing. See the docs' "Writing a driver" page.
     """
 
-    __slots__ = (
-        "_applied",
-        "_batch",
-        "_budget",
-        "_cancelled",
-        "_clock",
-        "_draft",
-        "_events",
-        "_history",
-        "_input",
-        "_input_ids",
-        "_outstanding",
-        "_rejected",
-        "_reply",
-        "_reserved",
-        "_since",
-        "_spent",
-        "_state",
-        "calls",
-        "steps",
-        "tokens",
-    )
-
-    def __init__(
-        self,
-        messages: str | list[dict[str, Any]],
-        *,
-        budget: Budget = _DEFAULT_BUDGET,
-        cancel: CancelToken | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if type(budget) is not Budget:
-            raise TypeError(f"expected budget to be a Budget, got {type(budget).__name__}")
-        if cancel is not None and type(cancel) is not CancelToken:
-            raise TypeError(
-                f"expected cancel to be a CancelToken or None, got {type(cancel).__name__}"
-            )
-        encoded, input_ids = input_messages(messages)
-        self._input_ids = frozenset(input_ids) if input_ids else _NO_IDS
-        self._reserved = input_ids
-        self._input = tuple(encoded)
-        self._history = History(encoded)
-        self._budget = budget
-        # Without a token, nothing can cancel: ``bool()`` is False, and a C call.
-        self._cancelled = bool if cancel is None else cancel.check()
-        self._state = State.AWAITING_MODEL
-        #: Model callback invocations so far.
-        self.steps = 0
-        #: Accepted tool attempts so far.
-        self.calls = 0
-        #: Tokens the model's replies reported so far (input plus output).
-        self.tokens = 0
-        self._spent = _NO_USAGE  # what the replies reported, summed
-        # Times are read, never slept on: a clock is the only outside thing the engine reads.
-        self._clock = clock
-        # When the model was asked, and when each running call was handed out.
-        self._since: dict[str | None, float] = {}
-        self._events: list[Transition] = []
-        self._applied = 0  # events whose effects on the state are done
-        self._outstanding: Trigger | None = None
-        self._rejected: object = None
-        self._reply: Reply = NO_REPLY  # the reply in hand
-        self._batch: Batch | None = None  # the accepted batch in hand
-        self._draft = _Draft(None)  # the transition being made
-
-    def __repr__(self) -> str:
-        return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
+    __slots__ = ()
 
     # -- what drivers and callers read ----------------------------------------
 
@@ -420,37 +299,7 @@ class Engine:
                 "batch none of whose calls has started can wait for a person",
                 state=self._state,
             )
-        if not isinstance(reasons, dict) or not reasons:
-            raise TypeError(
-                "expected reasons to be a non-empty dict of call id -> reason, "
-                f"got {not_json(reasons).text:.80}"
-            )
-        ids = [call_id for call_id, _ in batch.calls]
-        for call_id, reason in reasons.items():
-            if call_id not in ids or call_id in batch.decided:
-                where = "was decided already" if call_id in batch.decided else "is not"
-                raise ValueError(
-                    f"call {call_id!r} {where} in the batch that waits (its calls: {ids})"
-                )
-            if type(reason) is not str or not reason:
-                raise TypeError(
-                    f"expected the reason for call {call_id!r} to be a non-empty str, "
-                    f"got {not_json(reason).text:.80}"
-                )
-        pending: list[PendingCall] = []
-        for index, (call_id, name) in enumerate(batch.calls):
-            if call_id in reasons:
-                arguments = batch.call(index)["arguments"]
-                pending.append(
-                    PendingCall(
-                        call_id,
-                        name,
-                        orjson.dumps(arguments),
-                        reasons[call_id],
-                        call_fingerprint(name, arguments),
-                    )
-                )
-        return tuple(pending)
+        return batch.asked(reasons)
 
     def decided(self, decisions: Mapping[str, Decision]) -> Transition:
         """A person decided every pending call: ``{call_id: approve() | deny(reason)}``.
@@ -497,167 +346,6 @@ class Engine:
             draft = _Draft(None, self._since.get(None) if model else None)
         draft.exception = exc
         return self._record(self._choose(trigger, draft), draft)
-
-    # -- guards (named in the table) ---------------------------------------------
-
-    def _cancel_requested(self) -> bool:
-        return self._cancelled()
-
-    def _steps_exhausted(self) -> bool:
-        return self.steps >= self._budget.max_steps
-
-    def _tokens_exhausted(self) -> bool:
-        limit = self._budget.max_total_tokens
-        return limit is not None and self.tokens >= limit
-
-    def _reply_malformed(self) -> bool:
-        return self._reply.problem is not None
-
-    def _reply_is_final(self) -> bool:
-        return self._reply.final
-
-    def _call_id_reserved(self) -> bool:
-        return self._repeated_id() is not None
-
-    def _calls_exhausted(self) -> bool:
-        return self.calls + len(self._reply.calls) > self._budget.max_calls
-
-    def _cancel_requested_mid_batch(self) -> bool:
-        return self._batch_underway() and self._cancelled()
-
-    def _batch_underway(self) -> bool:
-        return self._batch is not None and self._batch.underway
-
-    def _batch_open(self) -> bool:
-        batch = self._batch
-        assert batch is not None, "a tool returns in a batch"
-        return len(batch.results) + 1 < len(batch.calls)
-
-    def _denials_answer_batch(self) -> bool:
-        batch = self._batch
-        assert batch is not None, "a person decides about a batch"
-        denied = {call_id for call_id, d in self._draft.decisions_in if not d.allowed}
-        return all(
-            index in batch.results or call_id in denied
-            for index, (call_id, _) in enumerate(batch.calls)
-        )
-
-    # -- effects (named in the table) -------------------------------------------
-
-    def _count_step(self) -> None:
-        self.steps += 1
-
-    def _ask_for_reply(self) -> None:
-        self._outstanding = _ASK_MODEL
-        self._since[None] = self._clock()
-        self._draft.request = AskModel(*self._history.request())
-
-    def _name_call(self) -> None:
-        draft = self._draft
-        if draft.call is not None:
-            draft.named = draft.call
-
-    def _reserve_calls(self) -> None:
-        calls, reserved = self._reply.calls, self._reserved
-        for call_id, _ in calls:
-            reserved.add(call_id)
-        self.calls += len(calls)
-        self._batch = Batch(self._reply)
-
-    def _start_call(self) -> None:
-        batch, draft = self._batch, self._draft
-        assert batch is not None, "a call is handed out of a batch"
-        assert draft.call is not None, "next() put the call to hand out in hand"
-        call_id = draft.call[0]
-        index = batch.next_index()
-        assert index is not None, "next() found the call to hand out"
-        batch.running[call_id] = index
-        batch.started = index + 1
-        batch.handed += 1
-        self._outstanding = _START_TOOL
-        self._since[call_id] = self._clock()
-        draft.request = RunTool(batch.call(index))
-
-    def _keep_result(self) -> None:
-        batch, draft = self._batch, self._draft
-        assert batch is not None, "a tool returns in a batch"
-        assert draft.call is not None, "the reported call is in hand"
-        assert draft.outcome is not None, "a tool report brings its outcome"
-        draft.status = draft.outcome.status
-        batch.answer(batch.running.pop(draft.call[0]), draft.status, draft.outcome.content_json)
-
-    def _answer_rest(self) -> None:
-        batch, draft = self._batch, self._draft
-        assert batch is not None, "a batch is answered"
-        if draft.call is not None and batch.calls.index(draft.call) not in batch.results:
-            draft.status = "cancelled"  # the call in hand is among those answered here
-        batch.answer_rest(draft.cut)
-
-    def _append_batch(self) -> None:
-        assert self._batch is not None, "a batch is appended"
-        self._draft.appended = self._batch.messages()
-
-    def _hold_calls(self) -> None:
-        assert self._batch is not None, "a batch waits"
-        self._batch.pending = self._draft.pending = self._draft.asked
-
-    def _keep_decisions(self) -> None:
-        batch, draft = self._batch, self._draft
-        assert batch is not None, "a person decides about a batch"
-        draft.decisions = decisions = draft.decisions_in
-        batch.decided.update(decisions)
-        # A denied call is answered here, by the engine: no driver is handed it to run.
-        place = {call_id: index for index, (call_id, _) in enumerate(batch.calls)}
-        for call_id, decision in decisions:
-            if not decision.allowed:
-                batch.answer(place[call_id], "denied", orjson.dumps(decision.reason))
-                if draft.call is not None and call_id == draft.call[0]:
-                    draft.status = "denied"
-
-    def _ask_for_decisions(self) -> None:
-        assert self._batch is not None, "a batch waits"
-        self._draft.request = AwaitApproval(self._batch.pending)
-
-    def _append_final(self) -> None:
-        self._draft.appended = (self._reply.json,)
-
-    def _reject_reply(self) -> None:
-        if self._reply is not NO_REPLY:
-            self._rejected = self._reply.value
-
-    def _note_max_steps(self) -> None:
-        self._draft.reason = "max_steps"
-
-    def _note_max_calls(self) -> None:
-        self._draft.reason = "max_calls"
-
-    def _note_max_total_tokens(self) -> None:
-        self._draft.reason = "max_total_tokens"
-
-    def _note_model_error(self) -> None:
-        draft = self._draft
-        assert draft.exception is not None, "the model raised"
-        content = exception_content(draft.exception)
-        said = f"{content['type']}: {content['message']}" if content["message"] else content["type"]
-        draft.error = f"the model raised {said}"
-
-    def _note_malformed(self) -> None:
-        self._draft.error = f"malformed reply: {self._reply.problem}"
-
-    def _note_repeated_call(self) -> None:
-        call_id = self._repeated_id()
-        assert call_id is not None, "a call id is reserved"
-        calls = self._reply.calls
-        # The event names the reused id, in a batch too (name_call names only a lone call).
-        self._draft.named = (call_id, dict(calls)[call_id])
-        if len(calls) > 1 and call_id not in self._reserved:
-            self._draft.error = (
-                f"call id {call_id!r} appears twice in the batch; no call of it was run"
-            )
-        else:
-            self._draft.error = (
-                f"call id {call_id!r} was already used in this run; the call was not run again"
-            )
 
     # -- the one place a row is chosen, and the one place it is committed ------------
 
@@ -711,15 +399,6 @@ class Engine:
 
     # -- helpers ------------------------------------------------------------------
 
-    def _repeated_id(self) -> str | None:
-        """The first id of the reply's batch that is reserved already or used twice in it."""
-        reserved, seen = self._reserved, set[str]()
-        for call_id, _ in self._reply.calls:
-            if call_id in reserved or call_id in seen:
-                return call_id
-            seen.add(call_id)
-        return None
-
     def _tool_returned(self, index: int, outcome: Outcome) -> Transition:
         """A running call's outcome, reported or raised: one transition."""
         assert self._batch is not None, "a tool returns in a batch"
@@ -756,106 +435,3 @@ class Engine:
                 state=self._state,
             )
         return running[call_id]
-
-    def _settle(self) -> None:
-        """Make the state, counters, ids, history and batch again from the log of events.
-
-        Only an interruption needs this (and pays for it): it may have landed
-        between an effect and the commit (undone here) or after the commit
-        (completed here). Steps are the last event's, plus the one an
-        outstanding model request has spent.
-        """
-        events = self._events
-        if self._applied != len(events):  # the last event was committed: its request is answered
-            self._outstanding = None
-        history = History(list(self._input))
-        for event in events:
-            history.extend(event.appended_json)
-        self._history, self._applied = history, len(events)
-        last = events[-1] if events else None
-        self._state = last.dest if last else State.AWAITING_MODEL
-        self.calls = last.calls if last else 0
-        reported = [event.usage for event in events if event.usage is not None]
-        self._spent = Usage(*map(sum, zip(*reported, strict=True))) if reported else _NO_USAGE
-        self.tokens = self._spent.total
-        self._reserved = set(self._input_ids) | _appended_ids(events)
-        batch = self._batch
-        if self._state is State.DISPATCHING and batch is not None:
-            # The batch in hand was accepted: keep only the results its events committed.
-            self._reserved.update(call_id for call_id, _ in batch.calls)
-            accepted = max(i for i, event in enumerate(events) if event.source is State.VALIDATING)
-            answered = {event.call_id for event in events[accepted + 1 :]} | {
-                call_id
-                for event in events[accepted + 1 :]
-                for call_id, decision in event.decisions
-                if not decision.allowed
-            }
-            ids = [call_id for call_id, _ in batch.calls]
-            batch.results = {i: r for i, r in batch.results.items() if ids[i] in answered}
-            batch.running = {ids[i]: i for i in range(batch.started) if ids[i] not in answered}
-            self._outstanding = _START_TOOL if batch.running else None
-        if self._state in (State.DISPATCHING, State.AWAITING_APPROVAL) and batch is not None:
-            pending, decided = _approvals(events)
-            batch.pending, batch.decided = pending, decided
-        self.steps = (last.steps if last else 0) + (self._outstanding is _ASK_MODEL)
-        self._rejected = None  # only a terminal row rejects a reply
-
-
-def check_decisions(
-    pending: tuple[PendingCall, ...], decisions: object
-) -> tuple[tuple[str, Decision], ...]:
-    """A person's decisions, one per pending call in its order; else what is wrong, raised."""
-    ids = [call.call_id for call in pending]
-    if not isinstance(decisions, dict):
-        raise TypeError(
-            "expected decisions to be a dict of call id -> approve() or deny(reason), "
-            f"got {not_json(decisions).text:.80}"
-        )
-    missing = [call_id for call_id in ids if call_id not in decisions]
-    extra = [call_id for call_id in decisions if call_id not in ids]
-    if missing or extra:
-        raise ValueError(
-            f"expected a decision for each pending call {ids}, and for no other"
-            + (f"; missing: {missing}" if missing else "")
-            + (f"; not pending: {extra}" if extra else "")
-        )
-    for call in pending:
-        decision = decisions[call.call_id]
-        if type(decision) is not Decision or decision.asks:
-            raise TypeError(
-                f"expected the decision for call {call.call_id!r} to be approve() or "
-                f"deny(reason), got {not_json(decision).text:.80}"
-            )
-        if decision.fingerprint not in (None, call.fingerprint):
-            raise ValueError(
-                f"the decision for call {call.call_id!r} is bound to fingerprint "
-                f"{decision.fingerprint[:80]!r}, not to the pending call's "
-                f"{call.fingerprint!r}: {call.name}({call.arguments_json.decode()[:80]})"
-            )
-    return tuple((call.call_id, decisions[call.call_id]) for call in pending)
-
-
-def _approvals(events: list[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:
-    """The batch in hand's pending calls and decisions, from the events since it was accepted."""
-    pending: tuple[PendingCall, ...] = ()
-    decided: dict[str, Decision] = {}
-    for event in reversed(events):
-        if event.source is State.VALIDATING:
-            break
-        if event.pending and not pending:
-            pending = event.pending
-        decided.update(event.decisions)
-    return pending, decided
-
-
-def _appended_ids(events: list[Transition]) -> set[str]:
-    """The ids of every call the events appended: what _settle() reserves again."""
-    ids = set()
-    for event in events:
-        for data in event.appended_json:
-            message = orjson.loads(data)
-            if message["kind"] == "call":
-                ids.add(message["id"])
-            elif message["kind"] == "calls":
-                ids.update(call["id"] for call in message["calls"])
-    return ids
