@@ -60,6 +60,7 @@ __all__ = ["AsyncRun"]
 # A run whose tools have no policies reviews nothing (and makes no Verdicts of its own).
 _NO_REVIEW: Final = Verdicts()
 
+
 class AsyncRun(RunView):
     """One run under asyncio, driven one transition at a time by ``astep()``."""
 
@@ -172,9 +173,7 @@ class AsyncRun(RunView):
                 try:
                     pending = do(argument)
                     answer = await (
-                        pending
-                        if self._cancel is None
-                        else unless_cancelled(self._cancel, pending)
+                        pending if self._cancel is None else unless_cancelled(self._cancel, pending)
                     )
                 except TokenCancelled as exc:
                     transition = ended_by_token(engine, exc)

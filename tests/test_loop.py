@@ -597,8 +597,8 @@ def test_the_sync_driver_refuses_to_thread_and_takes_timeouts() -> None:
     ):
         loop.run("go")
     assert asyncio.run(loop.arun("go")).status == "finished"
-    for kwargs in ({"model_timeout": 0.2}, {"tool_timeout": 0.2}):
-        assert Loop(Script([final()]), **kwargs).run("go").status == "finished"
+    assert Loop(Script([final()]), model_timeout=0.2).run("go").status == "finished"
+    assert Loop(Script([final()]), tool_timeout=0.2).run("go").status == "finished"
 
 
 def test_listeners_are_checked_when_the_loop_is_built() -> None:

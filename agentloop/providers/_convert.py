@@ -8,7 +8,6 @@ the three formats differ only where their wire formats do.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
@@ -18,6 +17,8 @@ from agentloop._errors import IncompleteReply
 from agentloop._tools._specs import build_specs
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+
     from agentloop._tools._specs import SpecFormat
 
 __all__ = [

@@ -77,7 +77,8 @@ def openai_chat(
 
     The request's ``tools`` are the specs the Loop passes with each request
     (``model(history, tools=specs)``), as ``specs('openai')`` gives them; none,
-    no ``tools``. ``params`` go into every request as they are (``temperature=0``, ``max_completion_tokens=...``,
+    no ``tools``. ``params`` go into every request as they are
+    (``temperature=0``, ``max_completion_tokens=...``,
     ``parallel_tool_calls=False``, ...); ``model``, ``messages``, ``stream``
     and ``tools`` are the adapter's own (a ``TypeError`` if given). The reply
     carries ``usage`` when the response does. A reply cut off
