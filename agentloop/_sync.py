@@ -20,6 +20,8 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
+import signal
+import threading
 import weakref
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -54,18 +56,20 @@ _T = TypeVar("_T")
 class Awaiter:
     """The event loop of one synchronous run, on which it awaits its async callables.
 
-    Made at the first awaitable, in the thread that steps the run
-    (``loop.run_until_complete``, through an ``asyncio.Runner``, which turns a
-    Ctrl-C into the awaited task's cancellation, then ``KeyboardInterrupt``);
-    closed when the run ends, or when it is garbage collected. Called inside
-    a running event loop, it refuses: that thread's loop would stall, and the
-    run belongs under ``arun``.
+    Made at the first awaitable, in the thread that steps the run (each
+    awaitable runs to its end there, by ``loop.run_until_complete``); closed
+    when the run ends, or when it is garbage collected. A Ctrl-C cancels the
+    awaited task, whose end then raises ``KeyboardInterrupt``, as under
+    ``asyncio.run``. Called inside a running event loop, it refuses: that
+    thread's loop would stall, and the run belongs under ``arun``.
     """
 
     def __init__(self, cancel: CancelToken | None = None) -> None:
         self._cancel = cancel
-        self._runner: asyncio.Runner | None = None
+        self._runner: asyncio.Runner | None = None  # the loop's making and closing
         self._closer: weakref.finalize[Any, Any] | None = None
+        self._task: asyncio.Task[Any] | None = None  # the task a Ctrl-C cancels
+        self._interrupted = False
 
     @property
     def open(self) -> bool:
@@ -96,10 +100,39 @@ class Awaiter:
         if runner is None:
             runner = self._runner = asyncio.Runner(loop_factory=asyncio.new_event_loop)
             self._closer = weakref.finalize(self, _close, runner)
+        loop = runner.get_loop()
         token = self._cancel if cancellable else None
         main: Coroutine[Any, Any, _T] = unless_cancelled(token, within(seconds, expired, awaitable))
-        # The caller's context, as it is now (a Runner's own is copied once, when made).
-        return runner.run(main, context=contextvars.copy_context())
+        # In the caller's context, as it is now (a durable run's idempotency key).
+        task = loop.create_task(main, context=contextvars.copy_context())
+        # Ctrl-C as asyncio.Runner.run handles it, whose handler (a partial holding
+        # the task, formatted by signal's enum lookups) costs twice this whole call.
+        sigint = (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        )
+        if sigint:
+            self._task, self._interrupted = task, False
+            signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            return loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            if self._interrupted and task.uncancel() == 0:
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            if sigint:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                self._task = None
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        """The first Ctrl-C cancels the awaited task; another interrupts at once."""
+        task = self._task
+        if self._interrupted or task is None or task.done():
+            raise KeyboardInterrupt
+        self._interrupted = True
+        task.cancel()
+        task.get_loop().call_soon_threadsafe(lambda: None)  # wake a select() that waits long
 
     def close(self) -> None:
         """Close its event loop, if it has one: its tasks cancelled, its executor shut down."""

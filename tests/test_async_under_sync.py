@@ -1,4 +1,4 @@
-"""The synchronous driver awaits ``async def`` models, tools and policies on a loop of the run's own.
+"""The synchronous driver awaits async models, tools and policies on an event loop of its own.
 
 ``loop.run`` runs an awaitable to completion on a private event loop, in the
 calling thread; timeouts bite there and the ``CancelToken`` interrupts it, as
@@ -189,11 +189,17 @@ def test_model_timeout_bites_on_an_async_model_under_loop_run() -> None:
 # -- cancellation ----------------------------------------------------------------------------------
 
 
+def cancel_once(started: threading.Event, token: CancelToken) -> None:
+    """From another thread: cancel ``token`` once the awaited call has started."""
+    started.wait(5)
+    token.cancel()
+
+
 def test_cancel_from_another_thread_interrupts_an_awaited_tool() -> None:
     """token.cancel() cancels the tool's coroutine at once; its call is recorded cancelled."""
     sleeper = Sleeper()
     token = CancelToken()
-    threading.Thread(target=lambda: (sleeper.started.wait(5), token.cancel())).start()
+    threading.Thread(target=cancel_once, args=(sleeper.started, token)).start()
     loop = Loop(ScriptedModel([call("c1", "sleep", seconds=30)]), tools=sleeper.registry())
     started = time.monotonic()
     result = loop.run("go", cancel=token)
@@ -218,7 +224,7 @@ def test_cancel_from_another_thread_interrupts_an_awaited_model() -> None:
         await asyncio.sleep(30)
         return final("late")
 
-    threading.Thread(target=lambda: (asked.wait(5), token.cancel())).start()
+    threading.Thread(target=cancel_once, args=(asked, token)).start()
     started = time.monotonic()
     result = Loop(slow).run("go", cancel=token)
     assert time.monotonic() - started < 5
@@ -338,4 +344,4 @@ def test_to_thread_and_concurrency_stay_asyncio_only() -> None:
     """What a synchronous run cannot do is still refused at start, naming arun."""
     for options in ({"to_thread": True}, {"max_concurrency": 2}):
         with pytest.raises(ValueError, match=r"needs the asyncio driver \(loop.arun or loop"):
-            Loop(AsyncScriptedModel([final("x")]), **options).run("go")  # type: ignore[arg-type]
+            Loop(AsyncScriptedModel([final("x")]), **options).run("go")
