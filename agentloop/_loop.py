@@ -272,7 +272,7 @@ class Loop:
                 *asyncio_only,
                 *((f"the async tool {n!r}", _CANNOT_AWAIT, True) for n in tools),
             ]
-        if awaits:
+        if awaits and asyncio_only:
             awaited = [name for name, why, _ in asyncio_only if why == _CANNOT_AWAIT]
             if awaited and asyncio._get_running_loop() is not None:
                 names = " and ".join(awaited)
