@@ -34,9 +34,15 @@ import asyncio
 import functools
 import inspect
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 
-from agentloop._callbacks import is_async
+from agentloop._callbacks import (
+    TokenCancelled,
+    ended_by_token,
+    is_async,
+    unless_cancelled,
+    within,
+)
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, AwaitApproval, RunTool
 from agentloop._run import LOG, Outcome, RunView, Verdicts, log
@@ -53,65 +59,6 @@ __all__ = ["AsyncRun"]
 
 # A run whose tools have no policies reviews nothing (and makes no Verdicts of its own).
 _NO_REVIEW: Final = Verdicts()
-
-_T = TypeVar("_T")
-
-
-async def _within(seconds: float | None, expired: str, awaitable: Awaitable[_T]) -> _T:
-    """Await, within ``seconds`` if set; our own deadline raises ``TimeoutError(expired)``.
-
-    A ``TimeoutError`` the awaited code raises itself passes through unchanged.
-    No ``Timeout`` object is made when none is set: it is most of the driver's own cost.
-    """
-    if seconds is None:
-        return await awaitable
-    deadline = asyncio.timeout(seconds)
-    try:
-        async with deadline:
-            return await awaitable
-    except TimeoutError:
-        if deadline.expired():
-            raise TimeoutError(expired) from None
-        raise
-
-
-class TokenCancelled(asyncio.CancelledError):
-    """The run's ``CancelToken`` interrupted an awaited model or tool (the task goes on)."""
-
-
-async def _unless_cancelled(token: CancelToken | None, awaitable: Awaitable[_T]) -> _T:
-    """Await, but raise ``TokenCancelled`` as soon as ``token`` is cancelled, from any thread."""
-    if token is None:
-        return await awaitable
-    task = asyncio.current_task()
-    assert task is not None, "astep() runs in a task"
-    loop = asyncio.get_running_loop()
-    awaiting, hit = True, False
-
-    def cancel_if_awaiting() -> None:  # runs in the loop's thread
-        nonlocal hit
-        if awaiting and not hit:
-            hit = True
-            task.cancel()
-
-    undo = token.on_cancel(lambda: loop.call_soon_threadsafe(cancel_if_awaiting))
-    try:
-        return await awaitable
-    except asyncio.CancelledError:
-        # Ours only if nobody else cancelled the task too: then the task goes on.
-        if hit and task.uncancel() == 0:
-            raise TokenCancelled("cancelled by the run's CancelToken") from None
-        raise
-    finally:
-        awaiting = False
-        undo()
-
-
-def _ended(engine: Engine, exc: TokenCancelled) -> Transition:
-    """The run, interrupted by its token while a request was out, ends cancelled."""
-    transition = engine.interrupted(exc)
-    assert transition is not None, "a request was outstanding, so the run was not over"
-    return transition
 
 
 class AsyncRun(RunView):
@@ -226,12 +173,10 @@ class AsyncRun(RunView):
                 try:
                     pending = do(argument)
                     answer = await (
-                        pending
-                        if self._cancel is None
-                        else _unless_cancelled(self._cancel, pending)
+                        pending if self._cancel is None else unless_cancelled(self._cancel, pending)
                     )
                 except TokenCancelled as exc:
-                    transition = _ended(engine, exc)
+                    transition = ended_by_token(engine, exc)
                 except Exception as exc:  # noqa: BLE001 - the engine says what it means
                     transition = engine.raised(exc)
                 else:
@@ -274,10 +219,10 @@ class AsyncRun(RunView):
             if self._cancel is None:
                 await waiting
             else:
-                await _unless_cancelled(self._cancel, waiting)
+                await unless_cancelled(self._cancel, waiting)
         except TokenCancelled as exc:
             self._drop_tasks()
-            return _ended(engine, exc)
+            return ended_by_token(engine, exc)
         # Of the calls done by now, the first in emission order is reported first.
         call_id = next(call_id for call_id, task in tasks.items() if task.done())
         task = tasks.pop(call_id)
@@ -319,7 +264,7 @@ class AsyncRun(RunView):
             call = reply
         if self._model_timeout is None:
             return await call
-        return await _within(
+        return await within(
             self._model_timeout, f"no reply within model_timeout={self._model_timeout} s", call
         )
 
@@ -367,6 +312,6 @@ def async_dispatch(
                 return pending
         if tool_timeout is None:
             return await pending
-        return await _within(tool_timeout, expired, pending)
+        return await within(tool_timeout, expired, pending)
 
     return run

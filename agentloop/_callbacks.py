@@ -1,28 +1,54 @@
-"""What drivers call: the model, the dispatcher and listeners, as types.
+"""What drivers call: the model, the dispatcher and listeners, as types, and how they await.
 
-A model is given a fresh copy of the history and answers with a reply. A
+A model is given a fresh copy of the history and answers with a reply; a
+model that takes a keyword parameter ``tools`` is also given the tool specs
+of the ``Loop``'s registry, fresh with each request (``bind_model``). A
 dispatcher turns one accepted call into an outcome
 ``{'status': ..., 'content': ...}`` (optionally ``'exception'``, the exception
 behind an ``error``, kept on the transition event and never in the history);
 it may also offer ``async adispatch(call, *, to_thread)``, which the asyncio
 driver prefers. A listener is called with each transition as it happens.
+
+Both drivers await an async model or tool the same way: within its timeout
+(``within``) and unless the run's token cancels it (``unless_cancelled``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, runtime_checkable
 
 from agentloop._core._values import Transition
 
-__all__ = ["Dispatcher", "Listener", "Model", "is_async"]
+if TYPE_CHECKING:
+    from agentloop._core._engine import Engine
+    from agentloop._core._values import CancelToken
+
+__all__ = [
+    "Dispatcher",
+    "Listener",
+    "Model",
+    "TokenCancelled",
+    "bind_model",
+    "ended_by_token",
+    "is_async",
+    "takes_tools",
+    "unless_cancelled",
+    "within",
+]
 
 #: A model: given a copy of the history, return (or, ``async``, await) a reply.
 Model = Callable[[list[dict[str, Any]]], object]
 
 #: A listener: called (or, under asyncio, possibly awaited) with each transition.
 Listener = Callable[[Transition], object | Awaitable[object]]
+
+_T = TypeVar("_T")
+
+# The kinds of parameter ``tools=`` can be passed to by keyword.
+_BY_KEYWORD: Final = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
 @runtime_checkable
@@ -33,7 +59,9 @@ class Dispatcher(Protocol):
     ``unknown_tool``; ``content`` is JSON. Anything else (or a raise) gives
     the call an ``error`` result, and the loop goes on. An optional
     ``async adispatch(call, *, to_thread: bool)`` is preferred by the asyncio
-    driver; ``to_thread`` passes on ``Loop(to_thread=...)``.
+    driver; ``to_thread`` passes on ``Loop(to_thread=...)``. An optional
+    ``specs()`` lists its tools as ``{'name', 'description', 'parameters'}``
+    for a model that takes ``tools``.
     """
 
     def dispatch(self, call: dict[str, Any]) -> dict[str, Any]:
@@ -50,3 +78,97 @@ def is_async(fn: object) -> bool:
     except Exception:  # noqa: BLE001 - a broken __getattr__ is not async
         return False
     return inspect.iscoroutinefunction(call)
+
+
+def takes_tools(model: object) -> bool:
+    """Whether ``model`` has a parameter ``tools`` that a keyword argument reaches.
+
+    By name only: a ``**kwargs`` model is called with the history alone, as before.
+    """
+    try:
+        parameter = inspect.signature(model).parameters.get("tools")  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # no signature to read (some builtins)
+        return False
+    return parameter is not None and parameter.kind in _BY_KEYWORD
+
+
+def bind_model(model: Model, specs: Callable[[], list[dict[str, Any]]]) -> Model:
+    """The model as the drivers call it, with the history alone.
+
+    A model that takes ``tools`` (``takes_tools``, asked once, here) is called
+    ``model(history, tools=specs())``: the specs made afresh for every
+    request, so a tool added to the registry later is offered too. Any other
+    model is returned as it is. An ``async def`` model stays one, so that
+    ``to_thread`` still tells the two apart.
+    """
+    if not takes_tools(model):
+        return model
+    call: Callable[..., Any] = model
+    if is_async(model):
+
+        async def abound(history: list[dict[str, Any]]) -> object:
+            return await call(history, tools=specs())
+
+        return abound
+
+    def bound(history: list[dict[str, Any]]) -> object:
+        return call(history, tools=specs())
+
+    return bound
+
+
+async def within(seconds: float | None, expired: str, awaitable: Awaitable[_T]) -> _T:
+    """Await, within ``seconds`` if set; our own deadline raises ``TimeoutError(expired)``.
+
+    A ``TimeoutError`` the awaited code raises itself passes through unchanged.
+    No ``Timeout`` object is made when none is set: it is most of the driver's own cost.
+    """
+    if seconds is None:
+        return await awaitable
+    deadline = asyncio.timeout(seconds)
+    try:
+        async with deadline:
+            return await awaitable
+    except TimeoutError:
+        if deadline.expired():
+            raise TimeoutError(expired) from None
+        raise
+
+
+class TokenCancelled(asyncio.CancelledError):
+    """The run's ``CancelToken`` interrupted an awaited model or tool (the task goes on)."""
+
+
+async def unless_cancelled(token: CancelToken | None, awaitable: Awaitable[_T]) -> _T:
+    """Await, but raise ``TokenCancelled`` as soon as ``token`` is cancelled, from any thread."""
+    if token is None:
+        return await awaitable
+    task = asyncio.current_task()
+    assert task is not None, "awaited in a task"
+    loop = asyncio.get_running_loop()
+    awaiting, hit = True, False
+
+    def cancel_if_awaiting() -> None:  # runs in the loop's thread
+        nonlocal hit
+        if awaiting and not hit:
+            hit = True
+            task.cancel()
+
+    undo = token.on_cancel(lambda: loop.call_soon_threadsafe(cancel_if_awaiting))
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        # Ours only if nobody else cancelled the task too: then the task goes on.
+        if hit and task.uncancel() == 0:
+            raise TokenCancelled("cancelled by the run's CancelToken") from None
+        raise
+    finally:
+        awaiting = False
+        undo()
+
+
+def ended_by_token(engine: Engine, exc: TokenCancelled) -> Transition:
+    """The run, interrupted by its token while a request was out, ends cancelled."""
+    transition = engine.interrupted(exc)
+    assert transition is not None, "a request was outstanding, so the run was not over"
+    return transition

@@ -9,13 +9,14 @@ durable (``agentloop._durable``): the engine records as it goes, and
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from agentloop._async import AsyncRun, async_dispatch
-from agentloop._callbacks import is_async
+from agentloop._callbacks import bind_model, is_async
 from agentloop._core._engine import Engine
 from agentloop._core._messages import check_new_input
 from agentloop._core._values import Budget, CancelToken, RunResult
@@ -24,7 +25,7 @@ from agentloop._durable._ledger import Ledger
 from agentloop._errors import ConfigurationMismatchError, InvalidStateError
 from agentloop._review._runfile import reopen
 from agentloop._run import RunView
-from agentloop._sync import Run
+from agentloop._sync import Awaiter, Run, awaiting
 from agentloop._tools._dispatcher import as_dispatcher
 from agentloop._tools._registry import ToolRegistry, reviewing
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Loop"]
 
-_CANNOT_AWAIT: Final = "a synchronous run cannot await it"
+_CANNOT_AWAIT: Final = "that driver cannot await it"
 
 
 class Loop:
@@ -51,11 +52,16 @@ class Loop:
     handlers (either becomes a ``ToolRegistry``), a ``ToolRegistry``, or any
     object with ``dispatch(call) -> {'status': ..., 'content': ...}``.
     ``listeners`` are called with each transition of every run.
-    ``model_timeout``, ``tool_timeout`` (seconds), ``to_thread`` (run plain
-    callables in a worker thread) and ``max_concurrency`` (run up to that many
-    calls of a batch at once; 1 runs them one at a time) need the asyncio
-    driver: a synchronous run can neither interrupt a plain function nor run
-    two at once, so ``start``/``run`` refuse them. ``ledger`` (an
+    ``model_timeout`` and ``tool_timeout`` (seconds) bite on an awaited model
+    or tool (an ``async def`` one, which ``run`` awaits on an event loop of the
+    run's own, or a ``to_thread`` one). ``to_thread`` (run plain callables in
+    a worker thread) and ``max_concurrency`` (run up to that many calls of a
+    batch at once; 1 runs them one at a time) need the asyncio driver: a
+    synchronous run cannot run two calls at once, so ``start``/``run`` refuse
+    them. A model that takes a keyword parameter ``tools`` is called
+    ``model(history, tools=specs)``, the specs of the tools
+    (``{'name', 'description', 'parameters'}`` each) made for every request.
+    ``ledger`` (an
     ``agentloop.SQLiteLedger``, or any ``Ledger``) makes every run durable:
     recorded as it goes, and continued after a crash by ``resume(run_id)``.
     """
@@ -81,6 +87,8 @@ class Loop:
             )
         self.model = model
         self.dispatcher: Dispatcher = as_dispatcher(tools)
+        # What the drivers call: with the tools' specs for a model that takes them.
+        self._bound_model = bind_model(model, _specs_of(self.dispatcher))
         self.budget = Budget(
             max_steps=max_steps, max_calls=max_calls, max_total_tokens=max_total_tokens
         )
@@ -110,19 +118,26 @@ class Loop:
                 f"expected max_concurrency to be an int of 1 or more, got {max_concurrency}"
             )
         self.max_concurrency = max_concurrency
-        # What only the asyncio driver can do, and why a synchronous run cannot.
-        cannot_interrupt = "a synchronous run cannot interrupt a plain function"
+        # What only the asyncio driver can do, and why a synchronous run cannot; the
+        # first three only where there is no event loop of the run's own (DBOS).
+        cannot_interrupt = "that driver cannot interrupt a call"
         self._asyncio_only = [
-            (name, why)
-            for name, value, why in (
-                ("an async model", is_async(model) or None, _CANNOT_AWAIT),
-                ("model_timeout", self.model_timeout, cannot_interrupt),
-                ("tool_timeout", self.tool_timeout, cannot_interrupt),
-                ("to_thread", self.to_thread or None, "a synchronous run runs tools in place"),
+            (name, why, awaits)
+            for name, value, why, awaits in (
+                ("an async model", is_async(model) or None, _CANNOT_AWAIT, True),
+                ("model_timeout", self.model_timeout, cannot_interrupt, True),
+                ("tool_timeout", self.tool_timeout, cannot_interrupt, True),
+                (
+                    "to_thread",
+                    self.to_thread or None,
+                    "a synchronous run runs tools in place",
+                    False,
+                ),
                 (
                     "max_concurrency > 1",
                     max_concurrency if max_concurrency > 1 else None,
                     "a synchronous run runs one call at a time",
+                    False,
                 ),
             )
             if value is not None
@@ -155,8 +170,8 @@ class Loop:
         With a ledger, the run is recorded under ``run_id`` (a fresh one when
         not given: ``run.run_id``); ``RunExistsError`` if it is taken.
         """
-        registry = self._sync_driver("loop.arun or loop.astart")
-        return self._run(self._engine(messages, cancel, run_id), registry)
+        registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
+        return self._run(self._engine(messages, cancel, run_id), registry, cancel)
 
     def run(
         self,
@@ -170,8 +185,9 @@ class Loop:
         The result does not hold the run's id: with a ledger, pass ``run_id=``,
         or use ``start()`` and read ``run.run_id`` (known before the first step).
         """
-        registry = self._sync_driver("loop.arun or loop.astart")  # start()'s body, one call fewer
-        return self._run(self._engine(messages, cancel, run_id), registry).finish()
+        # start()'s body, one call fewer
+        registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
+        return self._run(self._engine(messages, cancel, run_id), registry, cancel).finish()
 
     def resume(
         self,
@@ -192,11 +208,11 @@ class Loop:
         stays paused, which its result says. See the docs' "Durable runs and
         approval" page.
         """
-        registry = self._sync_driver("loop.aresume")
-        engine, _ = self._resumed("resume", run, cancel)
+        registry = self._sync_driver("loop.aresume", awaits=True)
+        engine, token = self._resumed("resume", run, cancel)
         if engine.done:
             return _ended(engine, run, decisions)
-        live = self._run(engine, registry)
+        live = self._run(engine, registry, token)
         if decisions is not None:
             live.decide(decisions)
         return live.finish()
@@ -237,28 +253,38 @@ class Loop:
             await live.adecide(decisions)
         return await live.afinish()
 
-    def _sync_driver(self, instead: str) -> ToolRegistry | None:
+    def _sync_driver(self, instead: str, *, awaits: bool = False) -> ToolRegistry | None:
         """Refuse what needs the asyncio driver; the registry whose policies review, if any.
 
-        Read on every run, not when the Loop is made: tools may be added to its
-        registry since. The run made next takes this answer (``_run``).
+        ``awaits``: the run awaits async callables on an event loop of its own
+        (``Run``; a DBOS workflow does not), which it cannot do inside a
+        running one. Read on every run, not when the Loop is made: tools may
+        be added to its registry since. The run made next takes this answer
+        (``_run``).
         """
         asyncio_only = self._asyncio_only
         registry = reviewing(self.dispatcher)
-        if registry is not None and any(
-            is_async(policy) for policy in (registry.policy, *(tool.policy for tool in registry))
-        ):
-            asyncio_only = [*asyncio_only, ("an async policy", _CANNOT_AWAIT)]
+        if registry is not None and _async_policies(registry):
+            asyncio_only = [*asyncio_only, ("an async policy", _CANNOT_AWAIT, True)]
         tools = self.dispatcher.async_tools if isinstance(self.dispatcher, ToolRegistry) else ()
         if tools:
             asyncio_only = [
                 *asyncio_only,
-                *((f"the async tool {n!r}", _CANNOT_AWAIT) for n in tools),
+                *((f"the async tool {n!r}", _CANNOT_AWAIT, True) for n in tools),
             ]
+        if awaits and asyncio_only:
+            awaited = [name for name, why, _ in asyncio_only if why == _CANNOT_AWAIT]
+            if awaited and asyncio._get_running_loop() is not None:
+                names = " and ".join(awaited)
+                raise RuntimeError(
+                    f"{names} cannot be awaited by a synchronous run inside a running event "
+                    f"loop (its thread's loop would stall): in async code, use {instead}"
+                )
+            asyncio_only = [entry for entry in asyncio_only if not entry[2]]
         if asyncio_only:
             needs = "needs" if len(asyncio_only) == 1 else "need"
-            names = " and ".join(name for name, _ in asyncio_only)
-            reasons = "; ".join(dict.fromkeys(why for _, why in asyncio_only))
+            names = " and ".join(name for name, _, _ in asyncio_only)
+            reasons = "; ".join(dict.fromkeys(why for _, why, _ in asyncio_only))
             raise ValueError(f"{names} {needs} the asyncio driver ({instead}): {reasons}")
         return registry
 
@@ -328,13 +354,41 @@ class Loop:
             self.ledger, run, budget=self.budget, dispatcher=self.dispatcher, cancel=cancel
         )
 
-    def _run(self, engine: Engine, registry: ToolRegistry | None) -> Run:
-        """A synchronous run of ``engine``, reviewed by ``registry`` (``_sync_driver``'s answer)."""
-        dispatch: Callable[[dict[str, Any]], object] = self.dispatcher.dispatch
+    def _run(
+        self, engine: Engine, registry: ToolRegistry | None, cancel: CancelToken | None
+    ) -> Run:
+        """A synchronous run of ``engine``, reviewed by ``registry`` (``_sync_driver``'s answer).
+
+        Its ``Awaiter`` awaits what is async: an async tool's call (through the
+        registry's ``adispatch``), an awaitable outcome, async policies.
+        """
+        awaiter = Awaiter(cancel)
+        dispatcher = self.dispatcher
+        dispatch: Callable[..., object] = dispatcher.dispatch
+        if isinstance(dispatcher, ToolRegistry):
+            if dispatcher.async_tools:
+                dispatch = awaiting(dispatcher.dispatch_or_adispatch, awaiter, self.tool_timeout)
+        else:  # a dispatcher of the user's may answer with an awaitable
+            dispatch = awaiting(dispatch, awaiter, self.tool_timeout)
         if isinstance(engine, _journal.DurableEngine):
             dispatch = _journal.sync_dispatch(engine, dispatch)
-        review = None if registry is None else registry.review
-        return Run(engine, self.model, dispatch, self.listeners, review)
+        review: Callable[[dict[str, Any]], Any] | None = None
+        if registry is not None:
+            areview = registry.areview
+            review = (  # a batch's policies run to the end, as under asyncio: not cancellable
+                (lambda call: awaiter(areview(call), cancellable=False))
+                if _async_policies(registry)
+                else registry.review
+            )
+        return Run(
+            engine,
+            self._bound_model,
+            dispatch,
+            self.listeners,
+            review,
+            awaiter=awaiter,
+            model_timeout=self.model_timeout,
+        )
 
     def _arun(self, engine: Engine, cancel: CancelToken | None) -> AsyncRun:
         dispatch = self._adispatch
@@ -343,7 +397,7 @@ class Loop:
             dispatch = _journal.async_dispatch(engine, dispatch)
         return AsyncRun(
             engine,
-            self.model,
+            self._bound_model,
             dispatch,
             cancel=cancel,
             model_timeout=self.model_timeout,
@@ -369,6 +423,17 @@ def _ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult
             state=engine.state,
         )
     return run if isinstance(run, RunResult) else engine.result()
+
+
+def _specs_of(dispatcher: object) -> Callable[[], list[dict[str, Any]]]:
+    """What gives the tools' specs for each request: a registry's (or a dispatcher's) ``specs``."""
+    specs = getattr(dispatcher, "specs", None)
+    return specs if callable(specs) else list
+
+
+def _async_policies(registry: ToolRegistry) -> bool:
+    """Whether any of the registry's policies is ``async def``."""
+    return any(is_async(policy) for policy in (registry.policy, *(t.policy for t in registry)))
 
 
 def _no_ledger(run_id: object) -> None:

@@ -7,31 +7,163 @@ the one transition that followed. A ``BaseException`` that is not an
 ``cancelled`` before it propagates. With a ``review`` (the tools' policies),
 each batch is reviewed before its first call starts, and a run whose policy
 asks stops in ``awaiting_approval`` until ``decide``.
+
+An awaitable that a model, a tool or a policy returns (``async def`` ones)
+is run to completion on the run's own event loop (``Awaiter``), in the
+calling thread: ``model_timeout``/``tool_timeout`` bite there, and the run's
+``CancelToken`` interrupts it, as under asyncio.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
+import inspect
+import signal
+import threading
+import weakref
 from logging import DEBUG
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from agentloop._callbacks import is_async
+from agentloop._callbacks import (
+    TokenCancelled,
+    ended_by_token,
+    is_async,
+    unless_cancelled,
+    within,
+)
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, AwaitApproval, RunTool
 from agentloop._run import LOG, Outcome, RunView, Verdicts, log
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-    from typing import Any
+    from collections.abc import Awaitable, Callable, Coroutine, Iterator
 
     from agentloop._callbacks import Listener, Model
     from agentloop._core._approval import Decision
     from agentloop._core._engine import Engine
-    from agentloop._core._values import RunResult, Transition
+    from agentloop._core._values import CancelToken, RunResult, Transition
 
-__all__ = ["Run"]
+__all__ = ["Awaiter", "Run", "awaiting"]
 
 # A run whose tools have no policies reviews nothing (and makes no Verdicts of its own).
 _NO_REVIEW: Final = Verdicts()
+
+_T = TypeVar("_T")
+
+
+class Awaiter:
+    """The event loop of one synchronous run, on which it awaits its async callables.
+
+    Made at the first awaitable, in the thread that steps the run (each
+    awaitable runs to its end there, by ``loop.run_until_complete``); closed
+    when the run ends, or when it is garbage collected. A Ctrl-C cancels the
+    awaited task, whose end then raises ``KeyboardInterrupt``, as under
+    ``asyncio.run``. Called inside a running event loop, it refuses: that
+    thread's loop would stall, and the run belongs under ``arun``.
+    """
+
+    def __init__(self, cancel: CancelToken | None = None) -> None:
+        self._cancel = cancel
+        self._runner: asyncio.Runner | None = None  # the loop's making and closing
+        self._closer: weakref.finalize[Any, Any] | None = None
+        self._task: asyncio.Task[Any] | None = None  # the task a Ctrl-C cancels
+        self._interrupted = False
+
+    @property
+    def open(self) -> bool:
+        """Whether its event loop exists (and is not closed yet)."""
+        return self._runner is not None
+
+    def __call__(
+        self,
+        awaitable: Awaitable[_T],
+        seconds: float | None = None,
+        expired: str = "",
+        *,
+        cancellable: bool = True,
+    ) -> _T:
+        """Await ``awaitable`` to its end, within ``seconds``, unless the token cancels it.
+
+        ``TokenCancelled`` when it does (``cancellable``); ``TimeoutError(expired)``
+        when the deadline passes.
+        """
+        if asyncio._get_running_loop() is not None:
+            getattr(awaitable, "close", lambda: None)()  # never awaited: say so, without a warning
+            raise RuntimeError(
+                "a synchronous run cannot await an async model, tool or policy inside a "
+                "running event loop (its thread's loop would stall): in async code, use "
+                "await loop.arun(...) (or astart, aresume)"
+            )
+        runner = self._runner
+        if runner is None:
+            runner = self._runner = asyncio.Runner(loop_factory=asyncio.new_event_loop)
+            self._closer = weakref.finalize(self, _close, runner)
+        loop = runner.get_loop()
+        token = self._cancel if cancellable else None
+        main: Coroutine[Any, Any, _T] = unless_cancelled(token, within(seconds, expired, awaitable))
+        # In the caller's context, as it is now (a durable run's idempotency key).
+        task = loop.create_task(main, context=contextvars.copy_context())
+        # Ctrl-C as asyncio.Runner.run handles it, whose handler (a partial holding
+        # the task, formatted by signal's enum lookups) costs twice this whole call.
+        sigint = (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        )
+        if sigint:
+            self._task, self._interrupted = task, False
+            signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            return loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            if self._interrupted and task.uncancel() == 0:
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            if sigint:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                self._task = None
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        """The first Ctrl-C cancels the awaited task; another interrupts at once."""
+        task = self._task
+        if self._interrupted or task is None or task.done():
+            raise KeyboardInterrupt
+        self._interrupted = True
+        task.cancel()
+        task.get_loop().call_soon_threadsafe(lambda: None)  # wake a select() that waits long
+
+    def close(self) -> None:
+        """Close its event loop, if it has one: its tasks cancelled, its executor shut down."""
+        if self._closer is not None:
+            self._closer()
+        self._runner = self._closer = None
+
+
+def _close(runner: asyncio.Runner) -> None:
+    # Inside another running loop (a run collected there), the loop is closed all the same.
+    with contextlib.suppress(RuntimeError):
+        runner.close()
+
+
+def awaiting(
+    dispatch: Callable[..., object], awaiter: Awaiter, tool_timeout: float | None
+) -> Callable[..., object]:
+    """``dispatch``, awaiting an awaitable outcome (an async tool's) on the run's ``awaiter``.
+
+    Inside whatever wraps it (a durable run's journal), so that the tool sees
+    the context its call was made in (the idempotency key).
+    """
+    expired = f"the tool did not finish within tool_timeout={tool_timeout} s"
+
+    def run(call: dict[str, Any], **decision: object) -> object:
+        outcome = dispatch(call, **decision)
+        if type(outcome) is dict or not inspect.isawaitable(outcome):
+            return outcome
+        return awaiter(outcome, tool_timeout, expired)
+
+    return run
 
 
 class Run(RunView):
@@ -44,9 +176,15 @@ class Run(RunView):
         dispatch: Callable[..., object],
         listeners: tuple[Listener, ...] = (),
         review: Callable[[dict[str, Any]], Decision | Outcome | None] | None = None,
+        *,
+        awaiter: Awaiter | None = None,
+        model_timeout: float | None = None,
     ) -> None:
         RunView.__init__(self, engine)  # not super(): one object fewer for every run
         self._model = model
+        # An async model's reply, or tool's outcome, is awaited here; see Awaiter.
+        self._awaiter = Awaiter() if awaiter is None else awaiter
+        self._model_timeout = model_timeout
         self._dispatch = dispatch
         # ``review(call)`` asks the policies; ``dispatch(call, decision=...)`` takes the answer.
         self._review = review
@@ -126,6 +264,11 @@ class Run(RunView):
                 if type(need) is AskModel:
                     try:
                         reply = model(need.history)
+                        # A dict (any reply that is JSON) is never awaitable: no check for it.
+                        if type(reply) is not dict and inspect.isawaitable(reply):
+                            reply = self._await_reply(reply)
+                    except TokenCancelled as exc:
+                        transition = ended_by_token(engine, exc)
                     except Exception as exc:  # noqa: BLE001 - the engine says what it means
                         transition = engine.raised(exc)
                     else:
@@ -141,6 +284,8 @@ class Run(RunView):
                                 if isinstance(verdict, dict)
                                 else dispatch(need.call, decision=verdict)
                             )
+                    except TokenCancelled as exc:  # an async tool, awaited: see awaiting()
+                        transition = ended_by_token(engine, exc)
                     except Exception as exc:  # noqa: BLE001 - the engine says what it means
                         transition = engine.raised(exc)
                     else:
@@ -155,6 +300,11 @@ class Run(RunView):
                 listener(transition)
             if not until_done or transition.dest in TERMINAL:
                 return transition
+
+    def _await_reply(self, reply: Awaitable[object]) -> object:
+        """An async model's reply, awaited on the run's event loop within ``model_timeout``."""
+        seconds = self._model_timeout
+        return self._awaiter(reply, seconds, f"no reply within model_timeout={seconds} s")
 
     def _told(self, transition: Transition) -> Transition:
         """Log ``transition`` and tell the listeners (a report made outside ``_steps``)."""
@@ -185,3 +335,5 @@ class Run(RunView):
                     self._busy.release()
                 except RuntimeError:  # pragma: no cover - never taken: interrupted at once
                     pass
+                if self._awaiter.open and self._engine.done:
+                    self._awaiter.close()  # the run is over: so is its event loop

@@ -322,7 +322,7 @@ class DBOSLoop:
         """The ``agentloop.model`` step: the model's reply (or what it raised), as data."""
         answer: dict[str, Any]
         try:
-            reply = self.loop.model(history)
+            reply = self.loop._bound_model(history)  # with the tools, for a model that takes them
         except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
             answer = raised_record(exc)
         else:

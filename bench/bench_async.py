@@ -4,6 +4,9 @@
    async model is ``async def`` and does not await anything).
 2. Throughput of 1,000 concurrent runs on one event loop, each model step
    awaiting ``asyncio.sleep(0)``: model steps per second.
+3. An ``async def`` tool under ``run`` (awaited on the run's own event loop)
+   beside ``arun``, and a plain tool beside each: µs per step of a model step
+   and a registry tool call, and what the async tool adds.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from agentloop import Loop
+from agentloop import Loop, ToolRegistry
 
 Message = dict[str, Any]
 
@@ -87,6 +90,43 @@ def concurrent(n: int = 1000, k: int = 3, repeats: int = 5) -> tuple[float, floa
     return seconds, n * (k + 1) / seconds
 
 
+def tool_calls(k: int, repeats: int) -> dict[tuple[str, str], float]:
+    """Median µs per step (a model step and a tool call) by (driver, tool kind), interleaved."""
+
+    def model(history: list[Message]) -> Message:
+        return reply(history, k)
+
+    def echo(n: int) -> int:
+        return n
+
+    async def aecho(n: int) -> int:
+        return n
+
+    loops = {
+        kind: Loop(model, tools=ToolRegistry({"echo": tool}), max_steps=k + 1, max_calls=k)
+        for kind, tool in (("plain", echo), ("async", aecho))
+    }
+    runs = max(1, 1000 // (k + 1))
+
+    async def many(loop: Loop) -> None:
+        for _ in range(runs):
+            await loop.arun("go")
+
+    times: dict[tuple[str, str], list[int]] = {}
+    with asyncio.Runner() as runner:
+        for _ in range(repeats):
+            for kind, loop in loops.items():
+                start = time.perf_counter_ns()
+                for _ in range(runs):
+                    loop.run("go")
+                times.setdefault(("run", kind), []).append(time.perf_counter_ns() - start)
+                start = time.perf_counter_ns()
+                runner.run(many(loop))
+                times.setdefault(("arun", kind), []).append(time.perf_counter_ns() - start)
+    steps = runs * k * 1000  # one tool call per step, the final step left out
+    return {key: min(values) / steps for key, values in times.items()}
+
+
 def main() -> int:
     """Print both tables."""
     quick = "--quick" in sys.argv
@@ -98,6 +138,13 @@ def main() -> int:
     seconds, rate = concurrent(repeats=2 if quick else 5)
     print("\n1,000 concurrent runs on one event loop (3 calls + final each, model awaits sleep(0))")
     print(f"  {seconds * 1000:.0f} ms for 4,000 model steps: {rate:,.0f} model steps per second")
+    k = 10
+    cost = tool_calls(k, 3 if quick else 7)
+    print(f"\nan async def tool under run and arun, µs per step (a model step and a call, K={k})")
+    print(f"  {'driver':>6} {'plain tool':>11} {'async tool':>11} {'async adds':>11}")
+    for driver in ("run", "arun"):
+        plain, awaited = cost[driver, "plain"], cost[driver, "async"]
+        print(f"  {driver:>6} {plain:>11.2f} {awaited:>11.2f} {awaited - plain:>11.2f}")
     return 0
 
 

@@ -198,8 +198,11 @@ def main() -> int:
             client = SimpleNamespace(
                 chat=SimpleNamespace(completions=canned), responses=canned, messages=canned
             )
-            alone = adapter.make(client, "m", tools=registry)
-            sdk = adapter.make(adapter.client(orjson.dumps(body)), "m", tools=registry)
+            # Given the tools' specs with each request, as the Loop gives them.
+            alone = partial(adapter.make(client, "m"), tools=registry.specs())
+            sdk = partial(
+                adapter.make(adapter.client(orjson.dumps(body)), "m"), tools=registry.specs()
+            )
             assert alone(history) == sdk(history)
             own = best(partial(alone, history), max(20, 2000 // (k + 1)), repeats)
             sdk_own = best(partial(sdk, history), max(3, 100 // (k + 1)), repeats) - own

@@ -222,7 +222,7 @@ async def test_async_policies_are_awaited_and_adecide_goes_on() -> None:
 
 
 def test_a_sync_dispatch_with_an_async_policy_says_so_instead_of_running() -> None:
-    """The registry on its own answers error, naming the driver (a Loop refuses at start)."""
+    """The registry on its own answers error, naming the driver (a Loop's run awaits it)."""
 
     async def careful(call: Message) -> Decision:
         return allow()
@@ -717,15 +717,18 @@ async def test_async_policies_about_a_batch_are_awaited_together() -> None:
 
 
 def test_messages_say_what_to_do(tmp_path: Path) -> None:
-    """An async run names adecide; deciding twice says so; a sync run refuses async policies;
-    a saved run resumed under another budget is refused, naming the field."""
+    """An async run names adecide, a sync one (which awaits async policies too) decide;
+    deciding twice says so; a saved run resumed under another budget is refused, naming the
+    field."""
 
     async def careful(call: Message) -> Decision:
         return ask("?")
 
     tools = ToolRegistry([Tool(lambda n: n, name="f", policy=careful)])
-    with pytest.raises(ValueError, match="an async policy needs the asyncio driver"):
-        Loop(Script([]), tools=tools).start("go")
+    paused_sync = Loop(Script([call("c", "f", n=1)]), tools=tools).start("go")
+    assert paused_sync.finish().status == "awaiting_approval"
+    with pytest.raises(InvalidStateError, match=r"call run\.decide\("):
+        paused_sync.step()
 
     async def paused_async() -> None:
         run = Loop(Script([call("c", "f", n=1)]), tools=tools).astart("go")

@@ -329,31 +329,28 @@ async def test_plain_tools_run_in_a_worker_thread_with_to_thread() -> None:
     assert threads[0] is not threading.current_thread()
 
 
-async def test_an_async_tool_refuses_the_sync_driver_at_start() -> None:
-    """The sync driver cannot await an async handler: the run is refused before any step (as
-    an async model is), also for a tool added to the registry after the Loop was made;
-    registry.dispatch called by hand answers an error saying so."""
+def test_an_async_tool_is_awaited_by_the_sync_driver_too() -> None:
+    """The sync driver awaits an async handler on the run's own event loop (once refused at
+    start), also for a tool added to the registry after the Loop was made; registry.dispatch
+    called by hand, with no run to await it, answers an error saying so."""
 
     async def slow(x: int) -> int:
+        await asyncio.sleep(0)
         return x
 
     async def slower(x: int) -> int:
-        return x
+        await asyncio.sleep(0)
+        return x + 1
 
-    model = Script([call("c1", name="slow", x=1), final()])
-    loop = Loop(model, tools={"slow": slow})
-    refusal = r"^the async tool 'slow' needs the asyncio driver \(loop.arun or loop.astart\)"
-    with pytest.raises(ValueError, match=refusal + ": a synchronous run cannot await it$"):
-        loop.run("go")
-    assert model.seen == []
-    assert isinstance(loop.dispatcher, ToolRegistry)
-    loop.dispatcher.add(slower)
-    with pytest.raises(
-        ValueError, match=r"^the async tool 'slow' and the async tool 'slower' need the asyncio"
-    ):
-        loop.start("go")
-    assert (await loop.arun("go")).output == "done"  # the asyncio driver awaits them
-    outcome = loop.dispatcher.dispatch({"id": "c2", "name": "slow", "arguments": {"x": 1}})
+    registry = ToolRegistry({"slow": slow})
+    result = Loop(Script([call("c1", name="slow", x=1), final()]), tools=registry).run("go")
+    assert (result.status, result.transcript[2]["content"]) == ("finished", 1)
+    loop = Loop(Script([call("c1", name="slower", x=1), final()]), tools=registry)
+    registry.add(slower)
+    assert loop.run("go").transcript[2]["content"] == 2
+    again = Loop(Script([call("c1", name="slower", x=1), final()]), tools=registry)
+    assert asyncio.run(again.arun("go")).transcript[2]["content"] == 2  # the asyncio driver too
+    outcome = registry.dispatch({"id": "c2", "name": "slow", "arguments": {"x": 1}})
     assert outcome["status"] == "error"
     assert "run the loop with the async driver" in outcome["content"]["message"]
 

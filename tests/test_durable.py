@@ -313,11 +313,23 @@ def test_bad_input_is_refused_before_anything_is_recorded(db: Path) -> None:
     assert ledger.run_ids() == []
 
 
-def test_resume_refuses_an_async_only_loop_and_a_sync_model(db: Path) -> None:
+def test_resume_awaits_an_async_loop_and_refuses_an_asyncio_only_one(db: Path) -> None:
+    """loop.resume drives a Loop of async model and tools (once refused) on the run's own event
+    loop, each tool seeing its call's idempotency key; to_thread still needs aresume."""
     make_loop(SCRIPT, World(), SQLiteLedger(db)).start("go", run_id="r1")
     gc.collect()
-    loop = make_loop(SCRIPT, World(), SQLiteLedger(db), "async")
-    with pytest.raises(ValueError, match=r"needs? the asyncio driver \(loop.aresume\)"):
+    world = World()
+    result = make_loop(SCRIPT, world, SQLiteLedger(db), "async").resume("r1")
+    assert (result.status, result.output) == ("finished", "done")
+    assert world.effects == [
+        ("effect", "r1:c1"),
+        ("idem", "r1:c2"),
+        ("effect", "r1:c3"),
+        ("fail", "r1:c4"),
+    ]
+    gc.collect()
+    loop = make_loop(SCRIPT, World(), SQLiteLedger(db), to_thread=True)
+    with pytest.raises(ValueError, match=r"^to_thread needs the asyncio driver \(loop.aresume\)"):
         loop.resume("r1")
 
 

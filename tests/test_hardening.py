@@ -128,31 +128,31 @@ def test_a_reply_that_is_not_plain_json_is_malformed_and_saves(driver: Driver, r
     assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
 
 
-def test_an_async_model_is_refused_by_the_sync_driver() -> None:
-    """An async def model needs the asyncio driver: start() says so before any step."""
+def test_an_async_model_is_awaited_by_the_sync_driver() -> None:
+    """An async def model runs under loop.run too (it was refused at start): it is awaited on
+    the run's own event loop."""
 
     async def model(history: list[dict[str, Any]]) -> dict[str, Any]:
-        return final()
+        await asyncio.sleep(0)
+        return final("awaited")
 
-    with pytest.raises(ValueError, match=r"an async model needs the asyncio driver \(loop.arun"):
-        Loop(model).run("go")
+    assert Loop(model).run("go").output == "awaited"
 
 
-def test_a_coroutine_returned_by_a_plain_model_is_malformed_without_a_warning() -> None:
-    """The coroutine is closed (no 'never awaited' warning) and the error says why."""
+def test_a_coroutine_returned_by_a_plain_model_is_awaited_without_a_warning() -> None:
+    """Either driver awaits it, as it would an async def model's (the sync one made the run
+    malformed); nothing warns of a coroutine never awaited."""
 
     async def reply() -> dict[str, Any]:
-        return final()
+        return final("awaited")
 
+    loop = Loop(lambda history: reply())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        result = Loop(lambda history: reply()).run("go")
-    assert result.status == "malformed"
-    assert result.error == (
-        "malformed reply: the model returned a coroutine: an async model needs the asyncio "
-        "driver (loop.arun or loop.astart)"
-    )
-    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+        results = [loop.run("go"), asyncio.run(loop.arun("go"))]
+    for result in results:
+        assert (result.status, result.output) == ("finished", "awaited")
+        assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
 
 
 def test_a_budget_a_run_file_cannot_hold_is_refused_at_the_loop() -> None:

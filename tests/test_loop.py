@@ -586,13 +586,19 @@ def test_each_transition_is_logged_at_debug(
     )
 
 
-def test_the_sync_driver_refuses_timeouts_it_cannot_honour() -> None:
-    """model_timeout, tool_timeout and to_thread need asyncio: start() says so, never ignores."""
-    for kwargs in ({"model_timeout": 0.2}, {"tool_timeout": 0.2}, {"to_thread": True}):
-        loop = Loop(Script([final()]), **kwargs)
-        with pytest.raises(ValueError, match=r"needs the asyncio driver \(loop.arun or loop"):
-            loop.run("go")
-        assert asyncio.run(loop.arun("go")).status == "finished"
+def test_the_sync_driver_refuses_to_thread_and_takes_timeouts() -> None:
+    """to_thread needs asyncio: start() says so, never ignores it; model_timeout and tool_timeout
+    are taken, for what the run awaits (tests/test_async_under_sync.py)."""
+    loop = Loop(Script([final()]), to_thread=True)
+    with pytest.raises(
+        ValueError,
+        match=r"^to_thread needs the asyncio driver \(loop.arun or loop.astart\): a synchronous "
+        "run runs tools in place$",
+    ):
+        loop.run("go")
+    assert asyncio.run(loop.arun("go")).status == "finished"
+    assert Loop(Script([final()]), model_timeout=0.2).run("go").status == "finished"
+    assert Loop(Script([final()]), tool_timeout=0.2).run("go").status == "finished"
 
 
 def test_listeners_are_checked_when_the_loop_is_built() -> None:

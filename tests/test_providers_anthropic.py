@@ -20,7 +20,7 @@ from anthropic.types import Message as AnthropicMessage
 from anthropic.types import message_create_params
 
 import agentloop
-from agentloop import Loop, ToolRegistry
+from agentloop import Loop, ToolRegistry, Transition
 from agentloop.providers import IncompleteReply
 from agentloop.providers.anthropic import DEFAULT_MAX_TOKENS, anthropic_messages
 
@@ -99,9 +99,9 @@ def client(wire: Wire, flavour: str, max_retries: int = 2) -> Any:
     )
 
 
-def model_for(flavour: str, wire: Wire, registry: Any = None, **params: Any) -> Any:
+def model_for(flavour: str, wire: Wire, **params: Any) -> Any:
     retries = params.pop("max_retries", 2)
-    return anthropic_messages(client(wire, flavour, retries), MODEL, tools=registry, **params)
+    return anthropic_messages(client(wire, flavour, retries), MODEL, **params)
 
 
 def answered_first(turns: list[Message]) -> None:
@@ -156,7 +156,7 @@ async def test_a_single_call(flavour: str) -> None:
     """One ``tool_use`` is a ``call`` with its id unchanged; usage counts cached input too."""
     registry = tools()
     wire = Wire([(200, message(calls=[("toolu_01A", "add", {"a": 2, "b": 3})]))])
-    reply = await ask(model_for(flavour, wire, registry), USER)
+    reply = await ask(model_for(flavour, wire), USER, registry)
     assert reply == {
         "kind": "call",
         "id": "toolu_01A",
@@ -174,7 +174,7 @@ async def test_a_single_call(flavour: str) -> None:
 
 async def test_parallel_calls(flavour: str) -> None:
     calls = [("toolu_1", "add", {"a": 2, "b": 3}), ("toolu_2", "mul", {"a": 2, "b": 3})]
-    reply = await ask(model_for(flavour, Wire([(200, message(calls=calls))]), tools()), USER)
+    reply = await ask(model_for(flavour, Wire([(200, message(calls=calls))])), USER, tools())
     assert reply == {
         "kind": "calls",
         "calls": [
@@ -187,7 +187,7 @@ async def test_parallel_calls(flavour: str) -> None:
 
 async def test_text_beside_a_call(flavour: str) -> None:
     body = message(text="Adding first.", calls=[("toolu_1", "add", {"a": 1})])
-    reply = await ask(model_for(flavour, Wire([(200, body)]), tools()), USER)
+    reply = await ask(model_for(flavour, Wire([(200, body)])), USER, tools())
     assert reply == {
         "kind": "calls",
         "calls": [{"id": "toolu_1", "name": "add", "arguments": {"a": 1}}],
@@ -232,7 +232,7 @@ async def test_arguments_that_are_not_an_object_then_the_corrected_call(flavour:
     outcome = registry.dispatch(bad)
     result = {"kind": "tool_result", "id": "call_1", "name": "add", **outcome}
     wire = Wire([(200, message(calls=[("toolu_2", "add", {"a": 2, "b": 3})]))])
-    reply = await ask(model_for(flavour, wire, registry), [*USER, bad, result])
+    reply = await ask(model_for(flavour, wire), [*USER, bad, result], registry)
     assert reply["arguments"] == {"a": 2, "b": 3}
     (body,) = sent(wire, registry)
     _, called, answered = body["messages"]
@@ -271,7 +271,7 @@ async def test_an_empty_reply(flavour: str) -> None:
 
 async def test_a_429_is_retried_by_the_sdk(flavour: str) -> None:
     wire = Wire([(429, error("rate_limit_error", "slow down")), (200, message(text="5"))])
-    reply = await ask(model_for(flavour, wire, tools()), USER)
+    reply = await ask(model_for(flavour, wire), USER, tools())
     assert reply["kind"] == "final"
     first, second = sent(wire)
     assert first == second
@@ -324,7 +324,7 @@ def text(said: str) -> Message:
 async def test_a_multi_turn_history_passed_back_in(flavour: str) -> None:
     """A whole history, every kind and status: is_error on each result that is not ok."""
     wire = Wire([(200, message(text="Sure."))])
-    await ask(model_for(flavour, wire, tools()), HISTORY)
+    await ask(model_for(flavour, wire), HISTORY, tools())
     (body,) = sent(wire, tools())
     assert body["system"] == "Use the tools."
     assert body["messages"] == [
@@ -413,19 +413,66 @@ async def test_an_unknown_kind_is_named(flavour: str) -> None:
 # -- the adapter ---------------------------------------------------------------------------------
 
 
-async def test_parameters_pass_through_and_tools_come_from_the_registry(flavour: str) -> None:
-    registry = ToolRegistry([add])
+async def test_parameters_pass_through_and_tools_are_the_specs_given(flavour: str) -> None:
+    """Extra parameters go into every request; the neutral specs given with a request go out in
+    Anthropic's format, as the registry makes it; no specs, or none at all, send no ``tools``."""
+    registry = ToolRegistry([add, mul])
     wire = Wire([(200, message(text="ok"))] * 3)
-    model = model_for(flavour, wire, registry, max_tokens=512, stop_sequences=["END"])
+    model = model_for(flavour, wire, max_tokens=512, stop_sequences=["END"])
+    await ask(model, USER, registry)
+    await ask(model, USER, ToolRegistry())
     await ask(model, USER)
-    registry.add(mul)
-    await ask(model, USER)
-    await ask(model_for(flavour, wire, ToolRegistry()), USER)
-    first, second, empty = sent(wire)
-    assert (first["max_tokens"], first["stop_sequences"]) == (512, ["END"])
-    assert first["tools"] == ToolRegistry([add]).specs("anthropic")
-    assert second["tools"] == registry.specs("anthropic")
+    given, empty, bare = sent(wire)
+    assert (given["max_tokens"], given["stop_sequences"]) == (512, ["END"])
+    assert given["tools"] == registry.specs("anthropic")
     assert "tools" not in empty
+    assert "tools" not in bare
+
+
+async def test_a_run_sends_the_loops_tools_and_a_run_without_tools_none(flavour: str) -> None:
+    """The Loop passes its registry's specs with every request, a tool added between requests
+    included; a Loop without tools sends no ``tools``."""
+    registry = ToolRegistry([add])
+    wire = Wire(
+        [
+            (200, message(calls=[("toolu_1", "add", {"a": 2, "b": 3})])),
+            (200, message(text="5")),
+            (200, message(text="bare")),
+        ]
+    )
+    model = model_for(flavour, wire)
+
+    def add_mul(t: Transition) -> None:
+        if t.trigger == "tool_returned":
+            registry.add(mul)
+
+    with_tools = Loop(model, tools=registry, listeners=[add_mul])
+    assert (await run(with_tools, flavour, "2+3?")).output == "5"
+    assert (await run(Loop(model), flavour, "hi")).output == "bare"
+    first, second, bare = sent(wire)
+    assert first["tools"] == ToolRegistry([add]).specs("anthropic")
+    assert second["tools"] == ToolRegistry([add, mul]).specs("anthropic")
+    assert "tools" not in bare
+
+
+def test_the_adapter_takes_no_tools() -> None:
+    """tools= given to the adapter is refused: they come from the Loop."""
+    with pytest.raises(
+        TypeError,
+        match=r"^anthropic_messages\(\) takes no tools=: the tools come from the Loop",
+    ):
+        anthropic_messages(client(Wire([]), "sync"), MODEL, tools=tools())
+
+
+def test_an_async_client_under_the_synchronous_driver() -> None:
+    """loop.run awaits an async client's model on the run's own event loop, tools and all."""
+    registry = tools()
+    wire = Wire(
+        [(200, message(calls=[("toolu_1", "add", {"a": 2, "b": 3})])), (200, message(text="5"))]
+    )
+    result = Loop(model_for("async", wire), tools=registry).run("2+3?")
+    assert (result.status, result.output) == ("finished", "5")
+    sent(wire, registry)
 
 
 @pytest.mark.parametrize("key", ["messages", "system", "stream"])
@@ -487,7 +534,7 @@ async def test_a_call_then_a_final_through_the_loop(flavour: str) -> None:
             (200, message(text="2+3 is 5.")),
         ]
     )
-    loop = Loop(model_for(flavour, wire, registry), tools=registry)
+    loop = Loop(model_for(flavour, wire), tools=registry)
     result = await run(loop, flavour, "What is 2+3?")
     assert (result.status, result.output, result.steps, result.calls) == (
         "finished",
@@ -509,7 +556,7 @@ async def test_a_call_then_a_final_through_the_loop(flavour: str) -> None:
 async def test_a_cut_off_reply_fails_the_run(flavour: str) -> None:
     registry = tools()
     wire = Wire([(200, message(text="The answer", stop="max_tokens"))])
-    result = await run(Loop(model_for(flavour, wire, registry), tools=registry), flavour, "2+3?")
+    result = await run(Loop(model_for(flavour, wire), tools=registry), flavour, "2+3?")
     assert (result.status, result.steps, result.calls) == ("failed", 1, 0)
     assert result.error == "the model raised IncompleteReply: the reply was cut off at max_tokens"
     assert_usage(result, 0, failed=1)  # the cut-off reply was billed
@@ -518,7 +565,7 @@ async def test_a_cut_off_reply_fails_the_run(flavour: str) -> None:
 async def test_a_401_fails_the_run(flavour: str) -> None:
     registry = tools()
     wire = Wire([(401, error("authentication_error", "invalid x-api-key"))])
-    result = await run(Loop(model_for(flavour, wire, registry), tools=registry), flavour, "2+3?")
+    result = await run(Loop(model_for(flavour, wire), tools=registry), flavour, "2+3?")
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.startswith("the model raised AuthenticationError: Error code: 401")
@@ -530,7 +577,7 @@ async def test_parallel_calls_with_text_through_the_loop(flavour: str) -> None:
     registry = tools()
     calls = [("toolu_1", "add", {"a": 2, "b": 3}), ("toolu_2", "mul", {"a": 2, "b": 3})]
     wire = Wire([(200, message(text="Both at once.", calls=calls)), (200, message(text="5, 6."))])
-    loop = Loop(model_for(flavour, wire, registry), tools=registry)
+    loop = Loop(model_for(flavour, wire), tools=registry)
     result = await run(loop, flavour, "2+3, 2*3?")
     assert (result.status, result.output, result.steps, result.calls) == ("finished", "5, 6.", 2, 2)
     assert result.transcript == [
@@ -570,7 +617,7 @@ async def test_a_denied_call_in_a_batch_through_the_loop(flavour: str) -> None:
     )
     calls = [("toolu_1", "add", {"a": 2, "b": 3}), ("toolu_2", "mul", {"a": 2, "b": 3})]
     wire = Wire([(200, message(calls=calls)), (200, message(text="5; mul was denied."))])
-    loop = Loop(model_for(flavour, wire, registry), tools=registry)
+    loop = Loop(model_for(flavour, wire), tools=registry)
     result = await run(loop, flavour, "2+3, 2*3?")
     assert (result.status, result.steps, result.calls) == ("finished", 2, 2)
     assert [m.get("status") for m in result.transcript[2:4]] == ["ok", "denied"]
@@ -595,7 +642,7 @@ async def test_usage_reaching_max_total_tokens_through_the_loop(flavour: str) ->
             (200, message(calls=[("toolu_2", "add", {"a": 2, "b": 2})])),
         ]
     )
-    loop = Loop(model_for(flavour, wire, registry), tools=registry, max_total_tokens=300)
+    loop = Loop(model_for(flavour, wire), tools=registry, max_total_tokens=300)
     result = await run(loop, flavour, "Count.")
     assert (result.status, result.reason, result.steps, result.calls) == (
         "exhausted",

@@ -21,7 +21,7 @@ import pytest
 from openai.types.chat import ChatCompletion, completion_create_params
 from openai.types.responses import Response, response_create_params
 
-from agentloop import Loop, SpecFormat, ToolRegistry
+from agentloop import Loop, SpecFormat, ToolRegistry, Transition
 from agentloop.providers import IncompleteReply
 from agentloop.providers.openai import openai_chat, openai_responses
 
@@ -229,9 +229,9 @@ def client(wire: Wire, flavour: str, max_retries: int = 2) -> Any:
     return openai.AsyncOpenAI(**settings, max_retries=max_retries, http_client=wire.async_client())
 
 
-def model_for(api: Api, flavour: str, wire: Wire, tools: Any = None, **params: Any) -> Any:
+def model_for(api: Api, flavour: str, wire: Wire, **params: Any) -> Any:
     retries = params.pop("max_retries", 2)
-    return api.adapter(client(wire, flavour, retries), "gpt-4.1", tools=tools, **params)
+    return api.adapter(client(wire, flavour, retries), "gpt-4.1", **params)
 
 
 def tools() -> ToolRegistry:
@@ -301,7 +301,7 @@ async def test_a_single_call(api: Api, flavour: str) -> None:
     """One tool call is a ``call`` with its id unchanged, parsed arguments and the usage."""
     wire = Wire([(200, api.answer(calls=[("call_1", "add", '{"a": 2, "b": 3}')]))])
     registry = tools()
-    reply = await ask(model_for(api, flavour, wire, registry), USER)
+    reply = await ask(model_for(api, flavour, wire), USER, registry)
     assert reply == {
         "kind": "call",
         "id": "call_1",
@@ -317,7 +317,7 @@ async def test_parallel_calls(api: Api, flavour: str) -> None:
     """Several tool calls are one ``calls`` batch, in the model's order, with no text."""
     calls = [("call_1", "add", '{"a": 2, "b": 3}'), ("call_2", "mul", '{"a": 2, "b": 3}')]
     wire = Wire([(200, api.answer(calls=calls))])
-    reply = await ask(model_for(api, flavour, wire, tools()), USER)
+    reply = await ask(model_for(api, flavour, wire), USER, tools())
     assert reply == {
         "kind": "calls",
         "calls": [
@@ -331,7 +331,7 @@ async def test_parallel_calls(api: Api, flavour: str) -> None:
 async def test_text_beside_a_call(api: Api, flavour: str) -> None:
     """Text beside even one call makes a ``calls`` batch that keeps the text."""
     wire = Wire([(200, api.answer(text="Adding first.", calls=[("call_1", "add", '{"a": 1}')]))])
-    reply = await ask(model_for(api, flavour, wire, tools()), USER)
+    reply = await ask(model_for(api, flavour, wire), USER, tools())
     assert reply == {
         "kind": "calls",
         "calls": [{"id": "call_1", "name": "add", "arguments": {"a": 1}}],
@@ -343,7 +343,7 @@ async def test_text_beside_a_call(api: Api, flavour: str) -> None:
 async def test_a_final(api: Api, flavour: str) -> None:
     """Text alone is a ``final``."""
     wire = Wire([(200, api.answer(text="5 and 6."))])
-    reply = await ask(model_for(api, flavour, wire, tools()), USER)
+    reply = await ask(model_for(api, flavour, wire), USER, tools())
     assert reply == {"kind": "final", "text": "5 and 6.", "usage": USAGE}
 
 
@@ -381,15 +381,15 @@ async def test_arguments_that_are_not_an_object_then_the_corrected_call(
             (200, api.answer(calls=[("call_2", "add", '{"a": 2, "b": 3}')])),
         ]
     )
-    model = model_for(api, flavour, wire, registry)
-    first = await ask(model, USER)
+    model = model_for(api, flavour, wire)
+    first = await ask(model, USER, registry)
     assert first["arguments"] == raw
     del first["usage"]
     outcome = registry.dispatch(first)
     assert outcome["status"] == "invalid_arguments"
     assert "expected the arguments to be a JSON object" in outcome["content"][0]["message"]
     result = {"kind": "tool_result", "id": "call_1", "name": "add", **outcome}
-    second = await ask(model, [*USER, first, result])
+    second = await ask(model, [*USER, first, result], registry)
     assert second["arguments"] == {"a": 2, "b": 3}
     _, turns = sent(api, wire, registry)
     if api is CHAT:
@@ -454,7 +454,7 @@ async def test_a_failed_response(flavour: str) -> None:
 async def test_a_429_is_retried_by_the_sdk(api: Api, flavour: str) -> None:
     """The SDK's own retry answers a rate limit; the same request is sent again."""
     wire = Wire([(429, ERROR), (200, api.answer(text="5"))])
-    reply = await ask(model_for(api, flavour, wire, tools()), USER)
+    reply = await ask(model_for(api, flavour, wire), USER, tools())
     assert reply["kind"] == "final"
     first, second = sent(api, wire)
     assert first == second
@@ -559,7 +559,7 @@ RESPONSES_TURNS: list[Message] = [
 async def test_a_multi_turn_history_passed_back_in(api: Api, flavour: str) -> None:
     """A whole history, every kind and status, becomes the request message by message."""
     wire = Wire([(200, api.answer(text="Sure."))])
-    await ask(model_for(api, flavour, wire, tools()), HISTORY)
+    await ask(model_for(api, flavour, wire), HISTORY, tools())
     (turns,) = sent(api, wire, tools())
     assert turns == (CHAT_TURNS if api is CHAT else RESPONSES_TURNS)
 
@@ -574,26 +574,52 @@ async def test_an_unknown_kind_is_named(api: Api, flavour: str) -> None:
 # -- the adapter ---------------------------------------------------------------------------------
 
 
-async def test_parameters_pass_through_and_tools_come_from_the_registry(
+async def test_parameters_pass_through_and_tools_are_the_specs_given(
     api: Api, flavour: str
 ) -> None:
-    """Extra parameters go into every request; the specs are made from the registry each time,
-    so a tool added later is offered; no registry or an empty one sends no ``tools``."""
-    registry = ToolRegistry([add])
-    wire = Wire([(200, api.answer(text="ok"))] * 4)
-    model = model_for(api, flavour, wire, registry, temperature=0, parallel_tool_calls=False)
+    """Extra parameters go into every request; the neutral specs given with a request go out in
+    OpenAI's format, as the registry makes it; no specs, or none at all, send no ``tools``."""
+    registry = ToolRegistry([add, mul])
+    wire = Wire([(200, api.answer(text="ok"))] * 3)
+    model = model_for(api, flavour, wire, temperature=0, parallel_tool_calls=False)
+    await ask(model, USER, registry)
+    await ask(model, USER, ToolRegistry())
     await ask(model, USER)
-    registry.add(mul)
-    await ask(model, USER)
-    await ask(model_for(api, flavour, wire, None), USER)
-    await ask(model_for(api, flavour, wire, ToolRegistry()), USER)
-    first, second, bare, empty = wire.requests
-    assert first["temperature"] == 0
-    assert first["parallel_tool_calls"] is False
-    assert first["tools"] == ToolRegistry([add]).specs(api.specs)
-    assert second["tools"] == registry.specs(api.specs)
-    assert "tools" not in bare
+    given, empty, bare = wire.requests
+    assert given["temperature"] == 0
+    assert given["parallel_tool_calls"] is False
+    assert given["tools"] == registry.specs(api.specs)
     assert "tools" not in empty
+    assert "tools" not in bare
+    sent(api, wire)
+
+
+async def test_a_run_sends_the_loops_tools_and_a_run_without_tools_none(
+    api: Api, flavour: str
+) -> None:
+    """The Loop passes its registry's specs with every request, a tool added between requests
+    included; a Loop without tools sends no ``tools``."""
+    registry = ToolRegistry([add])
+    wire = Wire(
+        [
+            (200, api.answer(calls=[("call_1", "add", '{"a": 2, "b": 3}')])),
+            (200, api.answer(text="5")),
+            (200, api.answer(text="bare")),
+        ]
+    )
+    model = model_for(api, flavour, wire)
+
+    def add_mul(t: Transition) -> None:
+        if t.trigger == "tool_returned":
+            registry.add(mul)
+
+    with_tools = Loop(model, tools=registry, listeners=[add_mul])
+    assert (await run(with_tools, flavour, "2+3?")).output == "5"
+    assert (await run(Loop(model), flavour, "hi")).output == "bare"
+    first, second, bare = wire.requests
+    assert first["tools"] == ToolRegistry([add]).specs(api.specs)
+    assert second["tools"] == ToolRegistry([add, mul]).specs(api.specs)
+    assert "tools" not in bare
     sent(api, wire)
 
 
@@ -631,12 +657,16 @@ def test_the_adapter_checks_its_client_and_model_name(api: Api) -> None:
     assert callable(api.adapter(azure, "gpt-4.1"))
 
 
-def test_tools_must_be_the_loops_registry(api: Api) -> None:
-    """A mapping (what Loop also takes) is refused with what to pass instead."""
-    with pytest.raises(
-        TypeError, match=r"expected tools to be the loop's ToolRegistry .* got dict"
-    ):
-        api.adapter(client(Wire([]), "sync"), "gpt-4.1", tools={"add": add})
+def test_the_adapter_takes_no_tools(api: Api) -> None:
+    """tools= given to the adapter is refused: they come from the Loop."""
+    name = f"openai_{api.name}"
+    for given in (tools(), {"add": add}):
+        with pytest.raises(
+            TypeError,
+            match=rf"^{name}\(\) takes no tools=: the tools come from the Loop, which passes "
+            r"its registry's specs with every request \(Loop\(model, tools=registry\)\)$",
+        ):
+            api.adapter(client(Wire([]), "sync"), "gpt-4.1", tools=given)
 
 
 def test_a_parameter_the_sdk_lacks_fails_when_the_adapter_is_made(api: Api) -> None:
@@ -644,14 +674,52 @@ def test_a_parameter_the_sdk_lacks_fails_when_the_adapter_is_made(api: Api) -> N
         api.adapter(client(Wire([]), "sync"), "gpt-4.1", temprature=0)
 
 
-def test_a_tool_name_openai_refuses_fails_when_the_adapter_is_made(api: Api) -> None:
-    registry = ToolRegistry({"not a name": add})
-    with pytest.raises(ValueError, match="tool names must match"):
-        api.adapter(client(Wire([]), "sync"), "gpt-4.1", tools=registry)
+async def test_a_tool_name_openai_refuses_fails_the_run_before_a_request(
+    api: Api, flavour: str
+) -> None:
+    """The specs are converted with each request: a name OpenAI would refuse fails the step,
+    saying what to do, and nothing is sent."""
+    wire = Wire([])
+    loop = Loop(model_for(api, flavour, wire), tools={"not a name": add})
+    result = await run(loop, flavour, "2+3?")
+    assert result.status == "failed"
+    assert result.error == (
+        f"the model raised ValueError: tool 'not a name': {api.specs} tool names must match "
+        "[A-Za-z0-9_-]{1,64}; give the tool a name= that does"
+    )
+    assert wire.requests == []
+
+
+async def test_specs_not_in_the_neutral_format_are_named(api: Api, flavour: str) -> None:
+    """Specs that are not {'name', 'description', 'parameters'} fail the step, naming which."""
+    wire = Wire([])
+    with pytest.raises(TypeError, match=r"^tools\[2\]: expected a spec \{'name', 'description', "):
+        await ask_with(model_for(api, flavour, wire), [*tools().specs(), {"name": "x"}])
+    assert wire.requests == []
+
+
+async def ask_with(model: Any, specs: list[Message]) -> Any:
+    """One step given ``specs`` as they are."""
+    reply = model(USER, tools=specs)
+    return await reply if inspect.isawaitable(reply) else reply
+
+
+def test_an_async_client_under_the_synchronous_driver() -> None:
+    """loop.run awaits an async client's model on the run's own event loop, tools and all."""
+    registry = tools()
+    wire = Wire(
+        [
+            (200, completion(calls=[("call_1", "add", '{"a": 2, "b": 3}')])),
+            (200, completion(text="5")),
+        ]
+    )
+    result = Loop(model_for(CHAT, "async", wire), tools=registry).run("2+3?")
+    assert (result.status, result.output) == ("finished", "5")
+    sent(CHAT, wire, registry)
 
 
 def test_sync_client_sync_model_async_client_async_model(api: Api) -> None:
-    """The async client gives an ``async def`` model, which the async driver awaits."""
+    """The async client gives an ``async def`` model, which either driver awaits."""
     assert not inspect.iscoroutinefunction(api.adapter(client(Wire([]), "sync"), "m"))
     assert inspect.iscoroutinefunction(api.adapter(client(Wire([]), "async"), "m"))
 
@@ -677,7 +745,7 @@ async def test_a_call_then_a_final_through_the_loop(api: Api, flavour: str) -> N
             (200, api.answer(text="2+3 is 5.")),
         ]
     )
-    loop = Loop(model_for(api, flavour, wire, registry), tools=registry)
+    loop = Loop(model_for(api, flavour, wire), tools=registry)
     result = await run(loop, flavour, "What is 2+3?")
     assert (result.status, result.output, result.steps, result.calls) == (
         "finished",
@@ -703,7 +771,7 @@ async def test_a_call_then_a_final_through_the_loop(api: Api, flavour: str) -> N
 async def test_a_cut_off_reply_fails_the_run(api: Api, flavour: str) -> None:
     registry = tools()
     wire = Wire([(200, api.answer(text="The answer", finish=api.cut_off))])
-    loop = Loop(model_for(api, flavour, wire, registry), tools=registry)
+    loop = Loop(model_for(api, flavour, wire), tools=registry)
     result = await run(loop, flavour, "What is 2+3?")
     assert (result.status, result.steps, result.calls) == ("failed", 1, 0)
     assert result.error == f"the model raised IncompleteReply: {api.cut_off_error}"
@@ -714,7 +782,7 @@ async def test_a_cut_off_reply_fails_the_run(api: Api, flavour: str) -> None:
 async def test_a_500_after_retries_fails_the_run(api: Api, flavour: str) -> None:
     registry = tools()
     wire = Wire([(500, ERROR)] * 2)
-    loop = Loop(model_for(api, flavour, wire, registry, max_retries=1), tools=registry)
+    loop = Loop(model_for(api, flavour, wire, max_retries=1), tools=registry)
     result = await run(loop, flavour, "What is 2+3?")
     assert result.status == "failed"
     assert result.error is not None
@@ -730,7 +798,7 @@ async def test_parallel_calls_with_text_through_the_loop(api: Api, flavour: str)
     wire = Wire(
         [(200, api.answer(text="Both at once.", calls=calls)), (200, api.answer(text="5, 6."))]
     )
-    loop = Loop(model_for(api, flavour, wire, registry), tools=registry)
+    loop = Loop(model_for(api, flavour, wire), tools=registry)
     result = await run(loop, flavour, "2+3, 2*3?")
     assert (result.status, result.output, result.steps, result.calls) == ("finished", "5, 6.", 2, 2)
     assert result.transcript == [
@@ -769,7 +837,7 @@ async def test_invalid_arguments_then_the_corrected_call_through_the_loop(
             (200, api.answer(text="5.")),
         ]
     )
-    loop = Loop(model_for(api, flavour, wire, registry), tools=registry)
+    loop = Loop(model_for(api, flavour, wire), tools=registry)
     result = await run(loop, flavour, "2+3?")
     assert (result.status, result.steps, result.calls) == ("finished", 3, 2)
     assert [m["kind"] for m in result.transcript] == [
@@ -802,7 +870,7 @@ async def test_usage_reaching_max_total_tokens_through_the_loop(api: Api, flavou
             (200, api.answer(calls=[("call_2", "add", '{"a": 2, "b": 2}')])),
         ]
     )
-    loop = Loop(model_for(api, flavour, wire, registry), tools=registry, max_total_tokens=300)
+    loop = Loop(model_for(api, flavour, wire), tools=registry, max_total_tokens=300)
     result = await run(loop, flavour, "Count.")
     assert (result.status, result.reason, result.steps, result.calls) == (
         "exhausted",

@@ -96,9 +96,12 @@ class Wire:
         return httpx2.AsyncClient(transport=httpx2.MockTransport(self.handle))
 
 
-async def ask(model: Callable[[list[Message]], Any], history: list[Message]) -> Message:
-    """One model step, awaited when the model is async (as the loop's drivers do)."""
-    reply = model(history)
+async def ask(
+    model: Callable[..., Any], history: list[Message], tools: agentloop.ToolRegistry | None = None
+) -> Message:
+    """One model step, awaited when the model is async, given ``tools``' specs as a Loop
+    with those tools gives them (none without: as a Loop without tools)."""
+    reply = model(history) if tools is None else model(history, tools=tools.specs())
     if inspect.isawaitable(reply):
         reply = await reply
     return reply  # type: ignore[no-any-return]

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, Final, TypeVar, overload
 
 import orjson
@@ -69,10 +69,12 @@ class ToolRegistry:
 
     ``tools`` is an iterable of ``Tool``s or plain handlers, or a mapping of name
     to handler. ``policy`` sees a copy of every call whose arguments are valid
-    and answers ``allow()``, ``deny(reason)`` or ``ask(reason)`` (or, under
-    the asyncio driver, awaits one); a tool's own policy is asked next. See
-    the module docstring for the order of outcomes. ``dispatch`` runs plain
-    handlers; ``adispatch`` (for the async driver) also awaits ``async def`` ones.
+    and answers ``allow()``, ``deny(reason)`` or ``ask(reason)`` (or, an
+    ``async def`` one, awaits it: in a run, under either driver); a tool's own
+    policy is asked next. See the module docstring for the order of outcomes.
+    ``dispatch`` runs plain handlers; ``adispatch`` (for the async driver) also
+    awaits ``async def`` ones, and the synchronous driver awaits it for them
+    (``dispatch_or_adispatch``).
     """
 
     def __init__(
@@ -220,6 +222,18 @@ class ToolRegistry:
                 )
             )
         return returned(tool.name, value)
+
+    def dispatch_or_adispatch(
+        self, call: dict[str, Any], *, decision: Decision | None = None
+    ) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
+        """``dispatch``, or, for a call of an ``async def`` tool, ``adispatch``'s coroutine.
+
+        What the synchronous driver calls: it awaits the coroutine on the
+        run's own event loop, so a plain tool's call costs what it always did.
+        """
+        if call["name"] in self._async_tools:
+            return self.adispatch(call, decision=decision)
+        return self.dispatch(call, decision=decision)
 
     async def adispatch(
         self, call: dict[str, Any], *, to_thread: bool = False, decision: Decision | None = None

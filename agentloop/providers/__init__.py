@@ -5,9 +5,10 @@
 - ``agentloop.providers.anthropic``: ``anthropic_messages`` (the Messages API);
   needs the ``anthropic`` extra.
 
-Each takes a client, a model name, the loop's ``ToolRegistry`` and request
-parameters, and returns the model callback for ``Loop``: a plain function for a
-sync client, an ``async def`` one for an async client. This package itself
+Each takes a client, a model name and request parameters, and returns the
+model callback for ``Loop``: a plain function for a sync client, an
+``async def`` one for an async client. It takes ``tools``, so the ``Loop``
+passes its registry's specs with every request. This package itself
 imports no SDK; ``IncompleteReply`` is what the adapters raise for a reply cut
 off, refused or empty.
 """

@@ -8,17 +8,18 @@ the three formats differ only where their wire formats do.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
 from agentloop._core._json import json_object
 from agentloop._errors import IncompleteReply
-from agentloop._tools._registry import ToolRegistry
+from agentloop._tools._specs import build_specs
 
 if TYPE_CHECKING:
-    from agentloop._tools._registry import SpecFormat
+    from collections.abc import Callable, Coroutine
+
+    from agentloop._tools._specs import SpecFormat
 
 __all__ = [
     "AsyncModel",
@@ -31,16 +32,32 @@ __all__ = [
     "make_model",
     "parsed_arguments",
     "reply",
+    "request_tools",
     "result_text",
-    "tool_specs",
     "unknown_kind",
     "usage",
 ]
 
 Message = dict[str, Any]
-#: The model callback for a sync client, and for an async one.
-SyncModel = Callable[[list[Message]], Message]
-AsyncModel = Callable[[list[Message]], Coroutine[Any, Any, Message]]
+
+
+class SyncModel(Protocol):
+    """The model callback for a sync client: the Loop passes its tools' specs."""
+
+    def __call__(self, history: list[Message], *, tools: list[Message] | None = None) -> Message:
+        """The reply to ``history``, with ``tools`` (neutral specs) offered."""
+        ...
+
+
+class AsyncModel(Protocol):
+    """The model callback for an async client: ``SyncModel``, awaited."""
+
+    def __call__(
+        self, history: list[Message], *, tools: list[Message] | None = None
+    ) -> Coroutine[Any, Any, Message]:
+        """The reply to ``history``, with ``tools`` (neutral specs) offered."""
+        ...
+
 
 KINDS: Final = ("system", "user", "call", "calls", "tool_result", "final")
 
@@ -140,7 +157,13 @@ def checked_params(
     """Refuse request parameters that ``create`` lacks or that the adapter sets itself.
 
     Now, rather than at the first step; ``reserved`` says what to do instead.
+    ``tools`` come from the Loop, with each request (``make_model``).
     """
+    if "tools" in params:
+        raise TypeError(
+            f"{adapter}() takes no tools=: the tools come from the Loop, which passes its "
+            "registry's specs with every request (Loop(model, tools=registry))"
+        )
     for name, instead in reserved.items():
         if name in params:
             raise TypeError(f"{adapter}() sets {name!r} itself; {instead}")
@@ -150,43 +173,51 @@ def checked_params(
         raise TypeError(f"{adapter}(): {exc}") from None
 
 
-def tool_specs(tools: ToolRegistry | None, format: SpecFormat) -> Callable[[], dict[str, Any]]:
-    """The request's ``tools`` entry, made from the registry for every request.
+def request_tools(specs: list[Message] | None, format: SpecFormat) -> dict[str, Any]:
+    """The request's ``tools`` entry: the Loop's specs, in the provider's ``format``.
 
-    From the loop's own registry, every time, so the model is offered exactly
-    what the loop dispatches (a tool added later included). Built once now, so
-    that a name the provider would refuse fails here rather than at the first
-    step. No tools, no entry: the APIs refuse an empty list.
+    ``specs`` are what the Loop passes with each request, in the neutral
+    ``'json-schema'`` format (``{'name', 'description', 'parameters'}``),
+    converted as the registry converts its own (``build_specs``). No specs,
+    no entry: the APIs refuse an empty list.
     """
-    if tools is None:
-        return dict
-    if not isinstance(tools, ToolRegistry):
-        raise TypeError(
-            "expected tools to be the loop's ToolRegistry (pass the same registry to the "
-            f"adapter and to Loop(tools=...)), got {type(tools).__name__}; a mapping "
-            "becomes one with agentloop.ToolRegistry(mapping)"
-        )
-    tools.specs(format)
-    return lambda: {"tools": tools.specs(format)} if len(tools) else {}
+    if not specs:
+        return {}
+    entries = []
+    for index, spec in enumerate(specs):
+        if not (
+            isinstance(spec, dict)
+            and isinstance(spec.get("name"), str)
+            and isinstance(spec.get("parameters"), dict)
+        ):
+            raise TypeError(
+                f"tools[{index}]: expected a spec {{'name', 'description', 'parameters'}} "
+                f"(the Loop's registry's specs()), got {spec!r:.80}"
+            )
+        entries.append((spec["name"], spec.get("description") or "", spec["parameters"]))
+    return {"tools": build_specs(entries, format)}
 
 
 def make_model(
     create: Callable[..., Any],
-    request: Callable[[list[Message]], dict[str, Any]],
+    request: Callable[[list[Message], dict[str, Any]], dict[str, Any]],
     parse: Callable[[Any], Message],
+    format: SpecFormat,
 ) -> SyncModel | AsyncModel:
-    """The model callback: ``parse(create(**request(history)))``, awaited when ``create`` is async.
+    """The model callback: ``parse(create(**request(history, tools)))``, awaited if async.
 
-    The SDKs wrap their async methods in plain decorators, hence ``unwrap``.
+    It takes ``tools``, so the Loop passes its specs with every request
+    (``request_tools`` puts them in the provider's ``format``). The SDKs wrap
+    their async methods in plain decorators, hence ``unwrap``.
     """
     if inspect.iscoroutinefunction(inspect.unwrap(create)):
 
-        async def amodel(history: list[Message]) -> Message:
-            return parse(await create(**request(history)))
+        async def amodel(history: list[Message], *, tools: list[Message] | None = None) -> Message:
+            return parse(await create(**request(history, request_tools(tools, format))))
 
         return amodel
 
-    def model(history: list[Message]) -> Message:
-        return parse(create(**request(history)))
+    def model(history: list[Message], *, tools: list[Message] | None = None) -> Message:
+        return parse(create(**request(history, request_tools(tools, format))))
 
     return model

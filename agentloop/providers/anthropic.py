@@ -1,6 +1,7 @@
 """Anthropic adapter: ``anthropic_messages`` (the Messages API).
 
-``Loop(anthropic_messages(client, "claude-sonnet-4-5", tools=registry), tools=registry)``.
+``Loop(anthropic_messages(client, "claude-sonnet-4-5"), tools=registry)``: the
+Loop passes its registry's specs with every request, which go out as ``tools``.
 With ``anthropic.Anthropic`` the model callback is a plain function, with
 ``anthropic.AsyncAnthropic`` an ``async def`` one (for ``arun``/``astart``).
 
@@ -51,15 +52,12 @@ from agentloop.providers._convert import (
     make_model,
     reply,
     result_text,
-    tool_specs,
     unknown_kind,
     usage,
 )
 
 if TYPE_CHECKING:
     from anthropic.types import Message as AnthropicMessage
-
-    from agentloop._tools._registry import ToolRegistry
 
 __all__ = ["DEFAULT_MAX_TOKENS", "anthropic_messages"]
 
@@ -81,7 +79,6 @@ def anthropic_messages(
     client: anthropic.Anthropic,
     model: str,
     *,
-    tools: ToolRegistry | None = None,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     **params: Any,
 ) -> SyncModel: ...
@@ -90,7 +87,6 @@ def anthropic_messages(
     client: anthropic.AsyncAnthropic,
     model: str,
     *,
-    tools: ToolRegistry | None = None,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     **params: Any,
 ) -> AsyncModel: ...
@@ -98,18 +94,18 @@ def anthropic_messages(
     client: anthropic.Anthropic | anthropic.AsyncAnthropic,
     model: str,
     *,
-    tools: ToolRegistry | None = None,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     **params: Any,
 ) -> SyncModel | AsyncModel:
     """A model callback over the Messages API (``client.messages.create``).
 
-    ``tools`` is the loop's registry: the request's ``tools`` are its
-    ``specs('anthropic')``, made for every request. ``max_tokens``, which the
+    The request's ``tools`` are the specs the Loop passes with each request
+    (``model(history, tools=specs)``), as ``specs('anthropic')`` gives them;
+    none, no ``tools``. ``max_tokens``, which the
     API requires, caps each reply (4096 unless given). ``params`` go into
     every request as they are (``tool_choice=...``, ``stop_sequences=...``);
-    ``messages``, ``system`` and ``stream`` are the adapter's own (a
-    ``TypeError`` if given). The reply carries ``usage``. A reply cut off
+    ``messages``, ``system``, ``stream`` and ``tools`` are the adapter's own
+    (a ``TypeError`` if given). The reply carries ``usage``. A reply cut off
     (``max_tokens``), refused or empty raises ``IncompleteReply``; SDK errors
     that outlast its retries propagate.
     """
@@ -125,13 +121,12 @@ def anthropic_messages(
             "stream": "the adapter needs the whole reply",
         },
     )
-    specs = tool_specs(tools, "anthropic")
 
-    def request(history: list[Message]) -> dict[str, Any]:
+    def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         body = {"model": model, "max_tokens": max_tokens, **_messages_request(history)}
-        return {**body, **specs(), **params}
+        return {**body, **tools, **params}
 
-    return make_model(client.messages.create, request, _messages_reply)
+    return make_model(client.messages.create, request, _messages_reply, "anthropic")
 
 
 def _messages_request(history: list[Message]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """OpenAI adapters: ``openai_chat`` (Chat Completions) and ``openai_responses`` (Responses API).
 
-``Loop(openai_chat(client, "gpt-4.1", tools=registry), tools=registry)``.
+``Loop(openai_chat(client, "gpt-4.1"), tools=registry)``: the Loop passes
+its registry's specs with every request, which go out as the API's ``tools``.
 With ``openai.OpenAI`` the model callback is a plain function, with
 ``openai.AsyncOpenAI`` an ``async def`` one (for ``arun``/``astart``). Any
 OpenAI-compatible server works through the client's ``base_url``.
@@ -46,7 +47,6 @@ from agentloop.providers._convert import (
     parsed_arguments,
     reply,
     result_text,
-    tool_specs,
     unknown_kind,
     usage,
 )
@@ -54,8 +54,6 @@ from agentloop.providers._convert import (
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion
     from openai.types.responses import Response
-
-    from agentloop._tools._registry import ToolRegistry
 
 __all__ = ["openai_chat", "openai_responses"]
 
@@ -67,27 +65,22 @@ _INCOMPLETE = {
 
 
 @overload
-def openai_chat(
-    client: openai.OpenAI, model: str, *, tools: ToolRegistry | None = None, **params: Any
-) -> SyncModel: ...
+def openai_chat(client: openai.OpenAI, model: str, **params: Any) -> SyncModel: ...
 @overload
-def openai_chat(
-    client: openai.AsyncOpenAI, model: str, *, tools: ToolRegistry | None = None, **params: Any
-) -> AsyncModel: ...
+def openai_chat(client: openai.AsyncOpenAI, model: str, **params: Any) -> AsyncModel: ...
 def openai_chat(
     client: openai.OpenAI | openai.AsyncOpenAI,
     model: str,
-    *,
-    tools: ToolRegistry | None = None,
     **params: Any,
 ) -> SyncModel | AsyncModel:
     """A model callback over Chat Completions (``client.chat.completions.create``).
 
-    ``tools`` is the loop's registry: the request's ``tools`` are its
-    ``specs('openai')``, made for every request. ``params`` go into every
-    request as they are (``temperature=0``, ``max_completion_tokens=...``,
-    ``parallel_tool_calls=False``, ...); ``model``, ``messages`` and
-    ``stream`` are the adapter's own (a ``TypeError`` if given). The reply
+    The request's ``tools`` are the specs the Loop passes with each request
+    (``model(history, tools=specs)``), as ``specs('openai')`` gives them; none,
+    no ``tools``. ``params`` go into every request as they are
+    (``temperature=0``, ``max_completion_tokens=...``,
+    ``parallel_tool_calls=False``, ...); ``model``, ``messages``, ``stream``
+    and ``tools`` are the adapter's own (a ``TypeError`` if given). The reply
     carries ``usage`` when the response does. A reply cut off
     (``finish_reason`` ``length``), filtered, refused or empty raises
     ``IncompleteReply``; SDK errors that outlast its retries propagate.
@@ -102,36 +95,29 @@ def openai_chat(
             "stream": "the adapter needs the whole reply",
         },
     )
-    specs = tool_specs(tools, "openai")
 
-    def request(history: list[Message]) -> dict[str, Any]:
-        return {"model": model, "messages": _chat_messages(history), **specs(), **params}
+    def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
+        return {"model": model, "messages": _chat_messages(history), **tools, **params}
 
-    return make_model(client.chat.completions.create, request, _chat_reply)
+    return make_model(client.chat.completions.create, request, _chat_reply, "openai")
 
 
 @overload
-def openai_responses(
-    client: openai.OpenAI, model: str, *, tools: ToolRegistry | None = None, **params: Any
-) -> SyncModel: ...
+def openai_responses(client: openai.OpenAI, model: str, **params: Any) -> SyncModel: ...
 @overload
-def openai_responses(
-    client: openai.AsyncOpenAI, model: str, *, tools: ToolRegistry | None = None, **params: Any
-) -> AsyncModel: ...
+def openai_responses(client: openai.AsyncOpenAI, model: str, **params: Any) -> AsyncModel: ...
 def openai_responses(
     client: openai.OpenAI | openai.AsyncOpenAI,
     model: str,
-    *,
-    tools: ToolRegistry | None = None,
     **params: Any,
 ) -> SyncModel | AsyncModel:
     """A model callback over the Responses API (``client.responses.create``), stateless.
 
     The whole history is sent as ``input`` on every request (no
-    ``previous_response_id``); ``tools`` are the registry's
-    ``specs('openai-responses')``. ``params`` pass through as for
+    ``previous_response_id``); ``tools`` are the Loop's specs, as
+    ``specs('openai-responses')`` gives them. ``params`` pass through as for
     ``openai_chat`` (``max_output_tokens=...``, ``reasoning=...``); ``model``,
-    ``input`` and ``stream`` are the adapter's own. A response that
+    ``input``, ``stream`` and ``tools`` are the adapter's own. A response that
     is ``incomplete`` (``max_output_tokens``, content filter) or not
     ``completed``, a refusal or an empty reply raises ``IncompleteReply``.
     """
@@ -151,12 +137,11 @@ def openai_responses(
             "(the run is the record), so the server would see it twice",
         },
     )
-    specs = tool_specs(tools, "openai-responses")
 
-    def request(history: list[Message]) -> dict[str, Any]:
-        return {"model": model, "input": _responses_input(history), **specs(), **params}
+    def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
+        return {"model": model, "input": _responses_input(history), **tools, **params}
 
-    return make_model(client.responses.create, request, _responses_reply)
+    return make_model(client.responses.create, request, _responses_reply, "openai-responses")
 
 
 def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:
