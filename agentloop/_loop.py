@@ -9,6 +9,7 @@ durable (``agentloop._durable``): the engine records as it goes, and
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING, Any, Final
 
@@ -29,7 +30,7 @@ from agentloop._tools._dispatcher import as_dispatcher
 from agentloop._tools._registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Iterator
 
     from agentloop._callbacks import Dispatcher, Listener, Model
     from agentloop._core._approval import Decision
@@ -156,7 +157,9 @@ class Loop:
         not given: ``run.run_id``); ``RunExistsError`` if it is taken.
         """
         registry = self._sync_driver("loop.arun or loop.astart")
-        return self._run(self._engine(messages, cancel, run_id), registry)
+        engine = self._engine(messages, cancel, run_id)
+        with _released_on_error(engine):
+            return self._run(engine, registry)
 
     def run(
         self,
@@ -171,7 +174,9 @@ class Loop:
         or use ``start()`` and read ``run.run_id`` (known before the first step).
         """
         registry = self._sync_driver("loop.arun or loop.astart")  # start()'s body, one call fewer
-        return self._run(self._engine(messages, cancel, run_id), registry).finish()
+        engine = self._engine(messages, cancel, run_id)
+        with _released_on_error(engine):
+            return self._run(engine, registry).finish()
 
     def resume(
         self,
@@ -196,10 +201,11 @@ class Loop:
         engine, _ = self._resumed("resume", run, cancel)
         if engine.done:
             return _ended(engine, run, decisions)
-        live = self._run(engine, registry)
-        if decisions is not None:
-            live.decide(decisions)
-        return live.finish()
+        with _released_on_error(engine):
+            live = self._run(engine, registry)
+            if decisions is not None:
+                live.decide(decisions)
+            return live.finish()
 
     def astart(
         self,
@@ -209,7 +215,9 @@ class Loop:
         run_id: str | None = None,
     ) -> AsyncRun:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
-        return self._arun(self._engine(messages, cancel, run_id), cancel)
+        engine = self._engine(messages, cancel, run_id)
+        with _released_on_error(engine):
+            return self._arun(engine, cancel)
 
     async def arun(
         self,
@@ -219,7 +227,9 @@ class Loop:
         run_id: str | None = None,
     ) -> RunResult:
         """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
-        return await self.astart(messages, cancel=cancel, run_id=run_id).afinish()
+        live = self.astart(messages, cancel=cancel, run_id=run_id)
+        with _released_on_error(live._engine):
+            return await live.afinish()
 
     async def aresume(
         self,
@@ -232,10 +242,11 @@ class Loop:
         engine, token = self._resumed("aresume", run, cancel)
         if engine.done:
             return _ended(engine, run, decisions)
-        live = self._arun(engine, token)
-        if decisions is not None:
-            await live.adecide(decisions)
-        return await live.afinish()
+        with _released_on_error(engine):
+            live = self._arun(engine, token)
+            if decisions is not None:
+                await live.adecide(decisions)
+            return await live.afinish()
 
     def _sync_driver(self, instead: str) -> ToolRegistry | None:
         """Refuse what needs the asyncio driver; the registry whose policies review, if any.
@@ -369,6 +380,23 @@ def _ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult
             state=engine.state,
         )
     return run if isinstance(run, RunResult) else engine.result()
+
+
+@contextlib.contextmanager
+def _released_on_error(engine: Engine) -> Iterator[None]:
+    """Give up a durable run's claim if what follows raises.
+
+    The caller then never gets the live run to go on with (a refused
+    ``decisions=``, a listener that raised): the claim would otherwise stay
+    with an object nobody holds, and ``resume`` would be refused until it is
+    collected. A run that ended or waits for a person holds none already.
+    """
+    try:
+        yield
+    except BaseException:
+        if isinstance(engine, _journal.DurableEngine):
+            engine.journal.release()
+        raise
 
 
 def _no_ledger(run_id: object) -> None:

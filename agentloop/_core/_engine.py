@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core._approval import Decision, PendingCall, call_fingerprint
+from agentloop._core._approval import Decision, PendingCall, call_fingerprint, check_text
 from agentloop._core._json import exception_content, intake
 from agentloop._core._messages import (
     CUT_OFF,
@@ -515,15 +515,18 @@ class Engine:
         ids = [call_id for call_id, _ in self._batch]
         for call_id, reason in reasons.items():
             if call_id not in ids or call_id in self._decided:
-                where = "was decided already" if call_id in self._decided else "is not"
+                where = "was decided already" if call_id in self._decided else "is not in it"
                 raise ValueError(
-                    f"call {call_id!r} {where} in the batch that waits (its calls: {ids})"
+                    f"expected the id of a call of the batch that waits (its calls: {ids}) "
+                    f"that no person decided, got {not_json(call_id).text:.80}, which {where}"
                 )
             if type(reason) is not str or not reason:
                 raise TypeError(
                     f"expected the reason for call {call_id!r} to be a non-empty str, "
                     f"got {not_json(reason).text:.80}"
+                    + (f" (a {type(reason).__name__})" if isinstance(reason, str) else "")
                 )
+            check_text(reason, f"the reason for call {call_id!r}")  # the record's rule
         pending: list[PendingCall] = []
         for index, (call_id, name) in enumerate(self._batch):
             if call_id in reasons:
@@ -673,19 +676,22 @@ class Engine:
         self._ev_pending = self._pending
 
     def _keep_decisions(self) -> None:
-        self._ev_decisions = decisions = self._decisions_in
-        self._decided.update(decisions)
+        decisions, batch, status = self._decisions_in, self._batch, self._ev_status
         # A denied call is answered here, by the engine: no driver is handed it to run.
-        place = {call_id: index for index, (call_id, _) in enumerate(self._batch)}
+        # Every result is made before anything is kept, so none is kept half-way.
+        place = {call_id: index for index, (call_id, _) in enumerate(batch)}
+        answers = {}
         for call_id, decision in decisions:
             if not decision.allowed:
                 index = place[call_id]
                 reason = orjson.dumps(decision.reason)
-                self._results[index] = tool_result_json(
-                    call_id, self._batch[index][1], "denied", reason
-                )
+                answers[index] = tool_result_json(call_id, batch[index][1], "denied", reason)
                 if call_id == self._call_id:
-                    self._ev_status = "denied"
+                    status = "denied"
+        self._ev_decisions = decisions
+        self._decided.update(decisions)
+        self._results.update(answers)
+        self._ev_status = status
 
     def _append_final(self) -> None:
         self._ev_appended = (self._reply_json,)
@@ -889,6 +895,9 @@ def check_decisions(
                 f"expected the decision for call {call.call_id!r} to be approve() or "
                 f"deny(reason), got {not_json(decision).text:.80}"
             )
+        # Made again, so the one rule of a Decision holds even for one changed after it was
+        # made (object.__setattr__): what is kept below can be recorded, and nothing fails later.
+        Decision(decision.allowed, decision.reason, decision.asks, decision.fingerprint)
         if decision.fingerprint not in (None, call.fingerprint):
             raise ValueError(
                 f"the decision for call {call.call_id!r} is bound to fingerprint "

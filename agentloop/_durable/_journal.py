@@ -20,7 +20,7 @@ import orjson
 
 from agentloop._core._engine import Engine, checked_outcome, checked_usage, not_json
 from agentloop._core._json import exception_content, intake
-from agentloop._core._table import TERMINAL, Trigger
+from agentloop._core._table import TERMINAL, State, Trigger
 from agentloop._core._values import AskModel, AwaitApproval, NotJSON, RunTool, Transition, Usage
 from agentloop._durable._key import KEY
 from agentloop._durable._ledger import ASKED, DECISION, END, FINISHED, REPLY, STARTED, LedgerRecord
@@ -169,6 +169,17 @@ class Journal:
         """Give up the claim while the run waits for a person: any process may go on with it."""
         self._writer.release()
         self._paused = True
+
+    @property
+    def paused(self) -> bool:
+        """Whether the run waits for a person, holding no claim (``pause``)."""
+        return self._paused
+
+    def reclaim(self) -> None:
+        """Claim the paused run again (``RunBusyError`` if another process holds or went on)."""
+        self.check()
+        if self._paused:
+            self._reclaim()
 
     def _reclaim(self) -> None:
         """Claim the paused run again, unless another process went on with it meanwhile."""
@@ -365,10 +376,35 @@ class DurableEngine(Engine):
             self._given = handed.call["id"]
             return handed
         self._given = None
+        if self.journal.paused and self.state is State.AWAITING_APPROVAL:
+            return self._next_while_paused()
         need = super().next()
         if type(need) is Transition and need.dest in TERMINAL:
             self._ended(need)
         return need
+
+    def _next_while_paused(self) -> AwaitApproval | Transition:
+        """``next()`` of a run that waits holding no claim: it ends only once claimed back.
+
+        Every end is recorded before it is reported: a cancellation is taken
+        only once the run is claimed again, so a claim refused (another process
+        holds the run, or went on with it) raises and changes nothing; the
+        cancellation is still to come. The token is read once: a cancellation
+        that lands after that reading is taken at the next step.
+        """
+        cancelled = self._cancelled
+        if cancelled():
+            self.journal.reclaim()  # RunBusyError here: the run is as it was
+            need = super().next()
+        else:
+            self._cancelled = bool  # bool() is False: as the engine's check without a token
+            try:
+                need = super().next()
+            finally:
+                self._cancelled = cancelled
+        if type(need) is Transition and need.dest in TERMINAL:
+            self._ended(need)
+        return need  # type: ignore[return-value]  # awaiting approval: no request to hand out
 
     def replied(self, reply: object) -> Transition:
         if self.outstanding is _ASK_MODEL:
@@ -406,6 +442,12 @@ class DurableEngine(Engine):
         return super().decided(decisions)
 
     def interrupted(self, exc: BaseException) -> Transition | None:
+        if self.journal.paused and self.state is State.AWAITING_APPROVAL:
+            # Its end could not be recorded: the run stays waiting, as its ledger says.
+            try:
+                self.journal.reclaim()
+            except Exception:  # noqa: BLE001 - the interruption propagates, not this
+                return None
         made = super().interrupted(exc)
         if made is not None:
             # The interruption propagates, not a failed write (the journal is broken then,

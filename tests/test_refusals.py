@@ -1,0 +1,444 @@
+"""A refused input changes nothing, every end is recorded before it is reported, no run wedges.
+
+Issue 23's defects 2, 3, 4, 8, 10 and 11, each at its cause: a decision or
+an ask the record cannot take is refused where it is made; a report the
+engine refuses leaves the run, its ledger and its run file as they were; an
+interruption in a task the asyncio driver made ends the run as the
+synchronous driver ends it; a claim is never left with an object the caller
+never got; a cancellation that cannot be recorded is not taken; and a batch
+asked about twice across a restart waits only for the calls not decided.
+Then a Hypothesis property: bad decisions, reasons and policy answers
+interleaved with good ones leave exactly the run the good ones make alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import re
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pytest
+
+import agentloop
+from agentloop import (
+    CancelToken,
+    Decision,
+    Engine,
+    InvalidStateError,
+    Loop,
+    RunBusyError,
+    SQLiteLedger,
+    State,
+    Tool,
+    ToolRegistry,
+    allow,
+    approve,
+    ask,
+    deny,
+)
+from agentloop.testing import ScriptedModel, batch, call, final
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from agentloop import LedgerRecord, LedgerWriter
+
+Message = dict[str, Any]
+LONE = "bad \ud800 reason"
+
+
+class Reason(str):
+    """A ``str`` subclass: text whose methods are user code, which no record takes."""
+
+    __slots__ = ()
+
+
+def forged(decision: Decision, reason: object) -> Decision:
+    """``decision`` with its reason changed after it was made, past ``Decision``'s checks."""
+    object.__setattr__(decision, "reason", reason)
+    return decision
+
+
+class Desk:
+    """A ``pay`` tool that records what ran, and a policy that answers ``answer(call)``."""
+
+    def __init__(self, answer: Callable[[Message], Decision] | None = None) -> None:
+        self.ran: list[str] = []
+        self.asked: list[str] = []
+        self.answer = answer or (lambda call: ask("moves money"))
+        self.registry = ToolRegistry([Tool(self.pay, name="pay")], policy=self.policy)
+
+    def policy(self, call: Message) -> Decision:
+        self.asked.append(call["id"])
+        return self.answer(call)
+
+    def pay(self, cents: int) -> str:
+        self.ran.append(f"pay {cents}")
+        return f"paid {cents}"
+
+
+def two() -> Message:
+    """A batch of two payments: ``c1`` (10 cents), then ``c2`` (1 cent)."""
+    return batch(call("c1", "pay", cents=10), call("c2", "pay", cents=1))
+
+
+def script() -> ScriptedModel:
+    return ScriptedModel([two(), final("done")])
+
+
+def state_of(run: agentloop.Run | agentloop.AsyncRun) -> tuple[Any, ...]:
+    """Everything of a live run a refused input must leave as it was."""
+    return (
+        run.state,
+        run.steps,
+        run.calls,
+        run.transcript,
+        run.pending,
+        run.events,
+        agentloop.run_to_json(run.result()) if run.state is State.AWAITING_APPROVAL else None,
+    )
+
+
+def records(ledger: SQLiteLedger, run_id: str) -> list[tuple[str, str, Any]]:
+    """A run's ledger records, decoded."""
+    return [(r.kind, r.key, orjson.loads(r.body)) for r in ledger.read(run_id)[1]]
+
+
+# -- 2 and 3: what the record cannot take is refused where it is made -------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda: deny(LONE), ValueError, "a denial's reason to be valid Unicode text"),
+        (lambda: ask("\udfff"), ValueError, "an ask's reason to be valid Unicode text"),
+        (lambda: deny(Reason("no")), TypeError, "a denial's reason to be a non-empty str, got a"),
+        (lambda: ask(Reason("moves money")), TypeError, "got a Reason (a str subclass)"),
+        (lambda: approve(fingerprint="\ud800"), ValueError, "Decision.fingerprint to be valid"),
+        (lambda: approve(fingerprint=Reason("ab")), TypeError, "Decision.fingerprint to be a str"),
+        (lambda: Decision(allowed=True, reason=Reason("")), TypeError, "Decision.reason"),
+    ],
+)
+def test_a_decision_the_record_cannot_take_is_refused_when_made(
+    make: Callable[[], Decision], error: type[Exception], message: str
+) -> None:
+    """A lone surrogate or a ``str`` subclass in a reason or fingerprint raises, saying what."""
+    with pytest.raises(error, match="expected .*" + re.escape(message)):
+        make()
+
+
+@pytest.mark.parametrize("ledger", [False, True])
+def test_a_decision_with_a_bad_reason_raises_before_the_run_changes(
+    ledger: bool, tmp_path: Path
+) -> None:
+    """The issue's steps: the bad denial raises, c1 is not left denied, and both then run."""
+    desk = Desk()
+    store = SQLiteLedger(tmp_path / "runs.db") if ledger else None
+    run = Loop(script(), tools=desk.registry, ledger=store).start("pay")
+    assert run.finish().status == "awaiting_approval"
+    before = state_of(run)
+    with pytest.raises(ValueError, match="a denial's reason to be valid Unicode"):
+        run.decide({"c1": deny("not this one"), "c2": deny(LONE)})
+    assert state_of(run) == before
+    run.decide({"c1": approve(), "c2": approve()})
+    result = run.finish()
+    assert (result.status, desk.ran) == ("finished", ["pay 10", "pay 1"])
+    assert [m["status"] for m in result.transcript if m["kind"] == "tool_result"] == ["ok", "ok"]
+    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+
+
+@pytest.mark.parametrize("ledger", [False, True])
+@pytest.mark.parametrize("bad", [LONE, Reason("not this one"), ""])
+def test_decide_refuses_a_decision_changed_after_it_was_made(
+    bad: object, ledger: bool, tmp_path: Path
+) -> None:
+    """The engine checks each decision as ``Decision`` does: nothing is half-applied."""
+    desk = Desk()
+    store = SQLiteLedger(tmp_path / "runs.db") if ledger else None
+    loop = Loop(script(), tools=desk.registry, ledger=store)
+    run = loop.start("pay", run_id="r1" if ledger else None)
+    run.finish()
+    before = state_of(run)
+    kept = records(store, "r1") if store else None
+    with pytest.raises((TypeError, ValueError), match="expected a denial's reason"):
+        run.decide({"c1": deny("not this one"), "c2": forged(deny("fine"), bad)})
+    assert state_of(run) == before
+    assert (records(store, "r1") if store else None) == kept
+    run.decide({"c1": approve(), "c2": deny("person")})
+    result = run.finish()
+    assert desk.ran == ["pay 10"]
+    assert [m["status"] for m in result.transcript if m["kind"] == "tool_result"] == [
+        "ok",
+        "denied",
+    ]
+    (decided,) = [event for event in result.events if event.decisions]
+    assert decided.decisions == (("c1", approve()), ("c2", deny("person")))
+
+
+@pytest.mark.parametrize("ledger", [False, True])
+@pytest.mark.parametrize("bad", [LONE, Reason("moves money")], ids=["surrogate", "subclass"])
+def test_a_policys_ask_the_record_cannot_take_fails_closed(
+    bad: str, ledger: bool, tmp_path: Path
+) -> None:
+    """The README's promise: the ask raises inside the policy, and the call gets an ``error``."""
+    desk = Desk(lambda call: ask(bad) if call["id"] == "c1" else allow())
+    store = SQLiteLedger(tmp_path / "runs.db") if ledger else None
+    loop = Loop(script(), tools=desk.registry, ledger=store)
+    result = loop.run("pay", run_id="r1" if ledger else None)
+    assert (result.status, desk.ran, desk.asked) == ("finished", ["pay 1"], ["c1", "c2"])
+    first = next(m for m in result.transcript if m["kind"] == "tool_result")
+    assert (first["id"], first["status"]) == ("c1", "error")
+    assert "expected an ask's reason" in first["content"]["message"]
+    path = tmp_path / "run.json"
+    agentloop.save_run(result, path)
+    assert agentloop.load_run(path) == result
+    if store is not None:
+        resumed = Loop(ScriptedModel([]), tools=desk.registry, ledger=store).resume("r1")
+        assert (resumed.status, resumed.transcript) == (result.status, result.transcript)
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ({"c1": LONE}, ValueError),
+        ({"c1": Reason("moves money")}, TypeError),
+        ({"c1": ""}, TypeError),
+        ({"c3": "why"}, ValueError),
+        ({}, TypeError),
+        ([("c1", "why")], TypeError),
+    ],
+)
+def test_asked_approval_refuses_a_reason_the_record_cannot_take(
+    bad: object, error: type[Exception]
+) -> None:
+    """A driver's bad ask raises ``expected ..., got ...`` and the engine is as it was."""
+    engine = Engine("pay")
+    engine.next()
+    engine.replied(two())
+    engine.next()  # accepted: dispatching, none started
+    before = (engine.state, engine.events(), engine.history(), engine.pending, engine.unstarted)
+    with pytest.raises(error, match="expected"):
+        engine.asked_approval(bad)  # type: ignore[arg-type]
+    assert (engine.state, engine.events(), engine.history(), engine.pending) == before[:4]
+    assert engine.unstarted == before[4]
+    engine.asked_approval({"c1": "moves money"})
+    assert [p.reason for p in engine.pending] == ["moves money"]
+
+
+def test_a_refused_ask_leaves_the_batch_to_be_reviewed_again() -> None:
+    """An ask the engine refused is no answer: the next step asks the policies again.
+
+    It used to leave the batch marked reviewed, so the call was answered
+    ``denied`` at dispatch without any person being asked.
+    """
+    answers = [forged(ask("moves money"), LONE), ask("moves money")]
+    desk = Desk(lambda call: answers.pop(0) if call["id"] == "c1" else allow())
+    run = Loop(script(), tools=desk.registry).start("pay")
+    with pytest.raises(ValueError, match="the reason for call 'c1' to be valid Unicode"):
+        run.finish()
+    assert (run.state, desk.ran) == (State.DISPATCHING, [])
+    assert run.finish().status == "awaiting_approval"
+    assert [p.call_id for p in run.pending] == ["c1"]
+    assert desk.ran == []
+
+
+# -- 4: an interruption in a task the asyncio driver made ends the run ------------------
+
+
+async def boom() -> str:
+    await asyncio.sleep(0)
+    raise KeyboardInterrupt
+
+
+async def fine(cents: int) -> str:
+    await asyncio.sleep(0)
+    return f"paid {cents}"
+
+
+def interrupted_loop(where: str) -> Loop:
+    """A loop whose tool (under ``max_concurrency=2``) or async policy raises KeyboardInterrupt."""
+    if where == "tool":
+        tools = ToolRegistry([Tool(boom, name="boom"), Tool(fine, name="pay")])
+        reply = batch(call("c1", "boom"), call("c2", "pay", cents=1))
+    else:
+
+        async def policy(call: Message) -> Decision:
+            await asyncio.sleep(0)
+            if call["id"] == "c2":
+                raise KeyboardInterrupt
+            return allow()
+
+        tools = ToolRegistry([Tool(fine, name="pay")], policy=policy)
+        reply = two()
+    return Loop(ScriptedModel([reply, final("done")]), tools=tools, max_concurrency=2)
+
+
+@pytest.mark.parametrize("how", ["run_until_complete", "asyncio.run"])
+@pytest.mark.parametrize("where", ["tool", "policy"])
+def test_an_interrupt_in_a_task_the_driver_made_ends_the_run(where: str, how: str) -> None:
+    """One rule for both drivers: the run ends ``cancelled``, the interruption on its event."""
+    run = interrupted_loop(where).astart("pay")
+    loop = asyncio.new_event_loop()
+    drive = asyncio.run if how == "asyncio.run" else loop.run_until_complete
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            drive(run.afinish())
+    finally:
+        loop.close()
+    assert run.state is State.CANCELLED
+    assert isinstance(run.events[-1].exception, KeyboardInterrupt)
+    agentloop.testing.assert_contract(run, "pay")
+
+
+# -- 8: a claim is never left with an object the caller never got -----------------------
+
+
+def test_resume_with_decisions_for_a_run_not_waiting_releases_it(tmp_path: Path) -> None:
+    """``InvalidStateError``, and the run can be resumed at once (it was ``RunBusyError``)."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    desk = Desk(lambda call: allow())
+    loop = Loop(ScriptedModel([two()]), tools=desk.registry, ledger=ledger)
+    run = loop.start("pay", run_id="r1")
+    run.step()  # the reply is recorded; the process stops here
+    del run
+    gc.collect()
+    again = Loop(ScriptedModel([final("done")]), tools=desk.registry, ledger=ledger)
+    with pytest.raises(InvalidStateError, match="not awaiting approval") as refused:
+        again.resume("r1", decisions={"c1": approve(), "c2": approve()})
+    assert refused.value is not None  # the traceback, and its frames, are still held here
+    assert again.resume("r1").status == "finished"
+    assert desk.ran == ["pay 10", "pay 1"]
+
+
+async def test_aresume_with_decisions_for_a_run_not_waiting_releases_it(tmp_path: Path) -> None:
+    """The asyncio driver's ``aresume`` releases the run as ``resume`` does."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    desk = Desk(lambda call: allow())
+    run = Loop(ScriptedModel([two()]), tools=desk.registry, ledger=ledger).start("pay", run_id="r1")
+    run.step()
+    del run
+    gc.collect()
+    again = Loop(ScriptedModel([final("done")]), tools=desk.registry, ledger=ledger)
+    with pytest.raises(InvalidStateError) as refused:
+        await again.aresume("r1", decisions={"c1": approve()})
+    assert refused.value is not None
+    assert (await again.aresume("r1")).status == "finished"
+
+
+def test_a_run_whose_listener_raised_is_released(tmp_path: Path) -> None:
+    """``loop.run`` that raises hands the caller no run: the claim goes with it."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    desk = Desk(lambda call: allow())
+
+    def listener(transition: agentloop.Transition) -> None:
+        if transition.dest is State.DISPATCHING:
+            raise RuntimeError("a listener that fails")
+
+    loop = Loop(script(), tools=desk.registry, ledger=ledger, listeners=[listener])
+    with pytest.raises(RuntimeError, match="a listener that fails") as failed:
+        loop.run("pay", run_id="r1")
+    assert failed.value is not None
+    result = Loop(ScriptedModel([final("done")]), tools=desk.registry, ledger=ledger).resume("r1")
+    assert (result.status, desk.ran) == ("finished", ["pay 10", "pay 1"])
+
+
+# -- 10: every end is recorded before it is reported -----------------------------------
+
+
+def test_a_cancellation_that_cannot_be_recorded_is_not_taken(tmp_path: Path) -> None:
+    """Another process holds the paused run: ``RunBusyError``, and the run still waits.
+
+    It used to end ``cancelled`` in memory only: a second ``finish()``
+    returned that unrecorded end while the ledger said ``awaiting_approval``.
+    """
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    desk, token = Desk(), CancelToken()
+    run = Loop(script(), tools=desk.registry, ledger=ledger).start("pay", run_id="r1", cancel=token)
+    assert run.finish().status == "awaiting_approval"
+    before, kept = state_of(run), records(ledger, "r1")
+    elsewhere = SQLiteLedger(ledger.path).claim("r1")  # another process, briefly
+    token.cancel()
+    with pytest.raises(RunBusyError):
+        run.finish()
+    assert state_of(run) == before
+    assert records(ledger, "r1") == kept
+    elsewhere.release()
+    assert run.finish().status == "cancelled"
+    assert records(ledger, "r1")[-1][0] == "end"
+    resumed = Loop(ScriptedModel([]), tools=desk.registry, ledger=ledger).resume("r1")
+    assert (resumed.status, desk.ran) == ("cancelled", [])
+
+
+class InterruptedClaim:
+    """A ledger whose next claim is interrupted, then refused: another process holds the run."""
+
+    def __init__(self, ledger: SQLiteLedger) -> None:
+        self.ledger, self.claims = ledger, 0
+
+    def create(self, run_id: str, header: bytes) -> LedgerWriter:
+        return self.ledger.create(run_id, header)
+
+    def claim(self, run_id: str) -> LedgerWriter:
+        self.claims += 1
+        if self.claims == 2:
+            raise KeyboardInterrupt
+        if self.claims == 3:
+            raise RunBusyError(f"run {run_id!r} is held elsewhere")
+        return self.ledger.claim(run_id)
+
+    def read(self, run_id: str) -> tuple[bytes, list[LedgerRecord]]:
+        return self.ledger.read(run_id)
+
+
+def test_an_interrupt_whose_end_cannot_be_recorded_leaves_the_run_waiting(tmp_path: Path) -> None:
+    """Interrupted while the paused run is held elsewhere: it still waits, in memory and ledger."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    flaky = InterruptedClaim(ledger)
+    desk, token = Desk(), CancelToken()
+    run = Loop(script(), tools=desk.registry, ledger=flaky).start("pay", run_id="r1", cancel=token)
+    run.finish()  # paused: its claim given up
+    flaky.claims = 1
+    before, kept = state_of(run), records(ledger, "r1")
+    token.cancel()
+    with pytest.raises(KeyboardInterrupt):
+        run.finish()  # the claim back is interrupted; the interruption's end, refused
+    assert state_of(run) == before
+    assert records(ledger, "r1") == kept
+    assert run.finish().status == "cancelled"  # claimed at last: recorded, then reported
+    assert records(ledger, "r1")[-1][0] == "end"
+
+
+# -- 11: a second ask in one batch after a restart ---------------------------------------
+
+
+def test_a_second_ask_after_a_restart_waits_only_for_the_calls_not_decided(
+    tmp_path: Path,
+) -> None:
+    """c1 asked and approved; restarted, a stricter policy asks about c2: c2 alone is decided.
+
+    It used to wedge: every resume showed ``['c1', 'c2']`` pending, deciding c2
+    alone was refused (``missing: ['c1']``) and deciding both too (c1's record).
+    """
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    lenient = Desk(lambda call: ask("big") if call["arguments"]["cents"] > 5 else allow())
+    run = Loop(script(), tools=lenient.registry, ledger=ledger).start("pay", run_id="r1")
+    assert [p.call_id for p in run.finish() and run.pending] == ["c1"]
+    run.decide({"c1": approve()})
+    del run  # the process stops before the first call
+    gc.collect()
+    strict = Desk()
+    loop = Loop(ScriptedModel([final("done")]), tools=strict.registry, ledger=ledger)
+    assert [p.call_id for p in loop.resume("r1").pending] == ["c2"]
+    assert strict.asked == ["c2"]  # c1 was decided: no policy is asked about it again
+    assert [p.call_id for p in loop.resume("r1").pending] == ["c2"]  # and not after a restart
+    assert strict.asked == ["c2"]
+    result = loop.resume("r1", decisions={"c2": approve()})
+    assert (result.status, lenient.ran + strict.ran) == ("finished", ["pay 10", "pay 1"])
+    kinds = [(kind, key) for kind, key, _ in records(ledger, "r1")]
+    asks = [key for kind, key in kinds if kind in ("approval_asked", "decision")]
+    assert asks == ["c1", "c1", "c2", "c2"]
+    again = loop.resume("r1")
+    assert (again.status, again.transcript) == (result.status, result.transcript)
