@@ -16,10 +16,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import re
+import tempfile
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import agentloop
 from agentloop import (
@@ -41,7 +44,7 @@ from agentloop import (
 from agentloop.testing import ScriptedModel, batch, call, final
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
     from agentloop import LedgerRecord, LedgerWriter
@@ -442,3 +445,276 @@ def test_a_second_ask_after_a_restart_waits_only_for_the_calls_not_decided(
     assert asks == ["c1", "c1", "c2", "c2"]
     again = loop.resume("r1")
     assert (again.status, again.transcript) == (result.status, result.transcript)
+
+
+# -- the property: bad values interleaved with good ones change nothing -----------------
+
+#: How many runs the property draws (each makes two runs, on SQLite or in memory).
+PROPERTY_EXAMPLES = 40
+
+ANSWERS = st.sampled_from(["allow", "deny", "ask", "ask", "bad"])
+BAD_DECISIONS = st.sampled_from(
+    [
+        "not a dict",
+        "missing",
+        "extra",
+        "an ask",
+        "not a decision",
+        "other fingerprint",
+        "lone surrogate",
+        "str subclass",
+        "empty denial",
+        "allowed not a bool",
+    ]
+)
+
+
+def bad_ask(call_id: str) -> str:
+    """A reason no record takes: a lone surrogate or a ``str`` subclass, by the call."""
+    return LONE if call_id.endswith(("0", "2")) else Reason(f"asks about {call_id}")
+
+
+def refusal(call_id: str) -> Exception:
+    """What ``ask`` raises for the call's bad reason: the same type and message, made again."""
+    try:
+        ask(bad_ask(call_id))
+    except (TypeError, ValueError) as exc:
+        return type(exc)(str(exc))
+    raise AssertionError("ask() took a reason no record can take")
+
+
+def planned_policy(plan: dict[str, str], *, good_only: bool) -> Callable[[Message], Decision]:
+    """The policy of a plan; ``good_only``: a bad ask is the exception it raises, raised."""
+
+    def policy(call: Message) -> Decision:
+        answer = plan[call["id"]]
+        if answer == "allow":
+            return allow()
+        if answer == "deny":
+            return deny("the policy says no")
+        if answer == "ask":
+            return ask(f"asks about {call['id']}")
+        if good_only:
+            raise refusal(call["id"])
+        return ask(bad_ask(call["id"]))
+
+    return policy
+
+
+def spoiled(kind: str, good: dict[str, Decision]) -> object:
+    """``good`` decisions made bad in one way: a caller's mistake the run must refuse."""
+    ids = list(good)
+    if kind == "not a dict":
+        return list(good.items())
+    if kind == "missing":
+        return {i: good[i] for i in ids[1:]}
+    if kind == "extra":
+        return {**good, "zz": approve()}
+    if kind == "an ask":
+        return {**good, ids[0]: ask("?")}
+    if kind == "not a decision":
+        return {**good, ids[-1]: True}
+    if kind == "other fingerprint":
+        return {**good, ids[0]: approve(fingerprint="0" * 64)}
+    if kind == "allowed not a bool":
+        changed = deny("x")
+        object.__setattr__(changed, "allowed", 1)
+        return {**good, ids[0]: changed}
+    bad = {"lone surrogate": LONE, "str subclass": Reason("x"), "empty denial": ""}[kind]
+    return {**good, ids[-1]: forged(deny("x"), bad)}
+
+
+def named(exc: BaseException) -> tuple[str, str]:
+    """An exception as a run file keeps it (a replayed one is a ``RecordedException``)."""
+    return getattr(exc, "type_name", type(exc).__name__), str(exc)
+
+
+def event_rows(events: tuple[agentloop.Transition, ...]) -> list[tuple[Any, ...]]:
+    """Events as compared: every field but the times; an exception by its type and message."""
+    return [
+        (
+            e.source,
+            e.dest,
+            e.trigger,
+            e.guard,
+            e.steps,
+            e.calls,
+            e.call_id,
+            e.tool,
+            e.result_status,
+            e.reason,
+            e.error,
+            None if e.exception is None else named(e.exception),
+            e.appended_json,
+            e.usage,
+            e.pending,
+            e.decisions,
+        )
+        for e in events
+    ]
+
+
+class Driven:
+    """One run of a plan: live while it can be, resumed by id or from its saved file after."""
+
+    def __init__(self, plan: list[dict[str, str]], ledger: SQLiteLedger | None) -> None:
+        answers = {call_id: answer for batch_ in plan for call_id, answer in batch_.items()}
+        self.plan, self.ledger = plan, ledger
+        self.desk = Desk()
+        self.bad = Desk(planned_policy(answers, good_only=False))
+        self.good = Desk(planned_policy(answers, good_only=True))
+        self.run: agentloop.Run | None = None
+        self.result: agentloop.RunResult | None = None
+
+    def loop(self, desk: Desk, replies: int) -> Loop:
+        script = [batch(*(call(i, "pay", cents=n) for n, i in enumerate(b))) for b in self.plan] + [
+            final("done")
+        ]
+        model = ScriptedModel(script[len(script) - replies :])
+        return Loop(model, tools=desk.registry, max_calls=20, ledger=self.ledger)
+
+    def start(self, desk: Desk) -> agentloop.RunResult:
+        loop = self.loop(desk, len(self.plan) + 1)
+        self.run = loop.start("pay", run_id="r1" if self.ledger else None)
+        self.result = self.run.finish()
+        return self.result
+
+    def replies_left(self) -> int:
+        assert self.result is not None
+        return len(self.plan) + 1 - self.result.steps
+
+    def decide(self, desk: Desk, decisions: object, live: bool) -> agentloop.RunResult:
+        """Decide on the live run, or resume with ``decisions=`` (by id, or from the file)."""
+        if live and self.run is not None:
+            self.run.decide(decisions)  # type: ignore[arg-type]  # bad ones on purpose
+            self.result = self.run.finish()
+            return self.result
+        assert self.result is not None
+        loop = self.loop(desk, self.replies_left())
+        saved = agentloop.run_from_json(agentloop.run_to_json(self.result))
+        self.result = loop.resume("r1" if self.ledger else saved, decisions=decisions)  # type: ignore[arg-type]
+        self.run = None  # the run goes on from the record from now on
+        return self.result
+
+    def seen(self) -> tuple[Any, ...]:
+        """What a refused input must leave as it was: the run, its file, its ledger."""
+        assert self.result is not None
+        live = None if self.run is None else state_of(self.run)
+        kept = None if self.ledger is None else records(self.ledger, "r1")
+        return live, agentloop.run_to_json(self.result), kept
+
+
+@settings(
+    max_examples=PROPERTY_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    plan=st.lists(st.lists(ANSWERS, min_size=1, max_size=3), min_size=1, max_size=3),
+    data=st.data(),
+    durable=st.booleans(),
+)
+def test_bad_values_interleaved_with_good_ones_leave_the_run_of_the_good_ones(
+    plan: list[list[str]], data: st.DataObject, durable: bool
+) -> None:
+    """Refused decisions (``decide``, ``resume(decisions=)``) and asks change nothing.
+
+    Each pause draws bad decisions, each refused through the live run or a
+    resume, then the good ones; a policy's bad ask fails its call closed, as
+    a policy that raised. The run equals the run of the good values alone:
+    status, counters, transcript, pending, events, and its ledger's records.
+    """
+    batches = [{f"b{b}c{c}": answer for c, answer in enumerate(row)} for b, row in enumerate(plan)]
+    with tempfile.TemporaryDirectory() as where:
+        ledgers = [SQLiteLedger(f"{where}/{name}.db") if durable else None for name in "ab"]
+        tested, reference = Driven(batches, ledgers[0]), Driven(batches, ledgers[1])
+        result, expected = tested.start(tested.bad), reference.start(reference.good)
+        while result.status is State.AWAITING_APPROVAL:
+            assert expected.status is State.AWAITING_APPROVAL
+            assert result.pending == expected.pending
+            pending = result.pending
+            approvals = data.draw(st.lists(st.booleans(), min_size=len(pending)))
+
+            def good(pending: Any = pending, approvals: list[bool] = approvals) -> dict[str, Any]:
+                """The person's decisions, made afresh (a spoiled copy changes its own)."""
+                return {
+                    p.call_id: approve() if yes else deny(f"no to {p.call_id}")
+                    for p, yes in zip(pending, approvals, strict=False)
+                }
+
+            for kind, live in data.draw(st.lists(st.tuples(BAD_DECISIONS, st.booleans()))):
+                before = tested.seen()
+                with pytest.raises((TypeError, ValueError), match="expected"):
+                    tested.decide(tested.bad, spoiled(kind, good()), live)
+                assert tested.seen() == before
+            result = tested.decide(tested.bad, good(), data.draw(st.booleans()))
+            expected = reference.decide(reference.good, good(), live=True)
+        assert (result.status, result.steps, result.calls) == (
+            expected.status,
+            expected.steps,
+            expected.calls,
+        )
+        assert result.transcript == expected.transcript
+        assert event_rows(result.events) == event_rows(expected.events)
+        assert tested.bad.ran == reference.good.ran  # the same calls ran, once each
+        assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+        if durable:
+            assert records(ledgers[0], "r1") == records(ledgers[1], "r1")  # type: ignore[arg-type]
+
+
+# -- DBOS: decide() checks before it sends, and the worker never half-applies ------------
+
+
+@pytest.fixture
+def dbos_launched(tmp_path: Path) -> Iterator[Any]:
+    """DBOS launched in this process on a fresh SQLite system database, for one test.
+
+    Last in this module, and for one test only: DBOS's threads are gone
+    before any Hypothesis test of the module runs.
+    """
+    pytest.importorskip("dbos")
+    from dbos import DBOS
+
+    import agentloop.dbos
+
+    config: Any = {
+        "name": "agentloop-refusals",
+        "log_level": "WARNING",
+        "notification_listener_polling_interval_sec": 0.01,
+        "system_database_url": f"sqlite:///{tmp_path}/sys.sqlite",
+    }
+    DBOS(config=config)
+    DBOS.launch()
+    try:
+        yield agentloop.dbos
+    finally:
+        DBOS.destroy(workflow_completion_timeout_sec=0)
+
+
+def test_on_dbos_a_bad_decision_is_refused_before_it_is_sent_or_taken(dbos_launched: Any) -> None:
+    """``decide`` refuses a changed decision unsent; a bad message sent anyway changes nothing.
+
+    The worker used to take ``c1``'s denial from a message whose ``c2`` it
+    then failed on, and drop the message: ``c1`` never ran, its event said
+    ``allowed=True``.
+    """
+    from dbos import DBOS
+
+    dbos = dbos_launched
+    desk = Desk()
+    runs = dbos.DBOSLoop(Loop(script(), tools=desk.registry), name="refusals")
+    try:
+        handle = runs.start("pay", run_id="r1")
+        waiting = dbos.pending("r1", timeout_seconds=30)
+        assert [p.call_id for p in waiting] == ["c1", "c2"]
+        with pytest.raises(ValueError, match="a denial's reason to be valid Unicode"):
+            dbos.decide("r1", {"c1": deny("not this one"), "c2": forged(deny("fine"), LONE)})
+        bad = {"c1": deny("not this one").record(), "c2": {**deny("x").record(), "reason": LONE}}
+        DBOS.send("r1", {"decisions": bad}, dbos.APPROVAL_TOPIC)
+        dbos.decide("r1", {"c1": approve(), "c2": approve()})
+        result = handle.get_result()
+    finally:
+        runs.close()
+    assert (result.status, desk.ran) == ("finished", ["pay 10", "pay 1"])
+    (decided,) = [event for event in result.events if event.decisions]
+    assert decided.decisions == (("c1", approve()), ("c2", approve()))

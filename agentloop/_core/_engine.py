@@ -900,7 +900,8 @@ def check_decisions(
         Decision(decision.allowed, decision.reason, decision.asks, decision.fingerprint)
         if decision.fingerprint not in (None, call.fingerprint):
             raise ValueError(
-                f"the decision for call {call.call_id!r} is bound to fingerprint "
+                f"expected the decision for call {call.call_id!r} to be bound to that call or "
+                f"to none, got one that is bound to fingerprint "
                 f"{decision.fingerprint[:80]!r}, not to the pending call's "
                 f"{call.fingerprint!r}: {call.name}({call.arguments_json.decode()[:80]})"
             )
