@@ -181,6 +181,36 @@ def test_decide_refuses_a_decision_changed_after_it_was_made(
     assert decided.decisions == (("c1", approve()), ("c2", deny("person")))
 
 
+class Fickle(dict[str, Decision]):
+    """Decisions that answer ``approve()`` when first read, and a denial after."""
+
+    def __init__(self, ids: list[str]) -> None:
+        super().__init__((call_id, approve()) for call_id in ids)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Decision:
+        if key in self.read:
+            return deny("changed after it was checked")
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
+@pytest.mark.parametrize("ledger", [False, True])
+def test_decide_keeps_the_decisions_it_checked(ledger: bool, tmp_path: Path) -> None:
+    """Each decision is read once: the run keeps (and records) the one it checked."""
+    desk = Desk()
+    store = SQLiteLedger(tmp_path / "runs.db") if ledger else None
+    loop = Loop(script(), tools=desk.registry, ledger=store)
+    run = loop.start("pay", run_id="r1" if ledger else None)
+    run.finish()
+    run.decide(Fickle(["c1", "c2"]))
+    result = run.finish()
+    assert (result.status, desk.ran) == ("finished", ["pay 10", "pay 1"])
+    if store is not None:
+        (decided,) = [body for kind, _, body in records(store, "r1") if kind == "decision"]
+        assert [d["allowed"] for d in decided["decisions"].values()] == [True, True]
+
+
 @pytest.mark.parametrize("ledger", [False, True])
 @pytest.mark.parametrize("bad", [LONE, Reason("moves money")], ids=["surrogate", "subclass"])
 def test_a_policys_ask_the_record_cannot_take_fails_closed(

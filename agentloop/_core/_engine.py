@@ -513,7 +513,9 @@ class Engine:
                 f"got {not_json(reasons).text:.80}"
             )
         ids = [call_id for call_id, _ in self._batch]
-        for call_id, reason in reasons.items():
+        # Read once: what is checked is what is kept (a dict subclass may answer twice).
+        taken = dict(list(reasons.items()))
+        for call_id, reason in taken.items():
             if call_id not in ids or call_id in self._decided:
                 where = "was decided already" if call_id in self._decided else "is not in it"
                 raise ValueError(
@@ -529,14 +531,14 @@ class Engine:
             check_text(reason, f"the reason for call {call_id!r}")  # the record's rule
         pending: list[PendingCall] = []
         for index, (call_id, name) in enumerate(self._batch):
-            if call_id in reasons:
+            if call_id in taken:
                 arguments = self._call_at(index)["arguments"]
                 pending.append(
                     PendingCall(
                         call_id,
                         name,
                         orjson.dumps(arguments),
-                        reasons[call_id],
+                        taken[call_id],
                         call_fingerprint(name, arguments),
                     )
                 )
@@ -888,7 +890,9 @@ def check_decisions(
             + (f"; missing: {missing}" if missing else "")
             + (f"; not pending: {extra}" if extra else "")
         )
+    checked: list[tuple[str, Decision]] = []
     for call in pending:
+        # Read once: what is checked is what is kept (a dict subclass may answer twice).
         decision = decisions[call.call_id]
         if type(decision) is not Decision or decision.asks:
             raise TypeError(
@@ -905,7 +909,8 @@ def check_decisions(
                 f"{decision.fingerprint[:80]!r}, not to the pending call's "
                 f"{call.fingerprint!r}: {call.name}({call.arguments_json.decode()[:80]})"
             )
-    return tuple((call.call_id, decisions[call.call_id]) for call in pending)
+        checked.append((call.call_id, decision))
+    return tuple(checked)
 
 
 def not_json(reply: object, problem: str = "") -> NotJSON:

@@ -432,14 +432,17 @@ class DurableEngine(Engine):
         return self._after(super().raised(exc, call_id))
 
     def asked_approval(self, reasons: Mapping[str, str]) -> Transition:
-        self.journal.asked(self.checked_reasons(reasons))
-        transition = super().asked_approval(reasons)
+        pending = self.checked_reasons(reasons)
+        self.journal.asked(pending)
+        # The engine takes what was checked and recorded, not the caller's mapping again.
+        transition = super().asked_approval({call.call_id: call.reason for call in pending})
         self.journal.pause()  # a person may decide in any process
         return transition
 
     def decided(self, decisions: Mapping[str, Decision]) -> Transition:
-        self.journal.decided(self.checked_decisions(decisions))
-        return super().decided(decisions)
+        checked = self.checked_decisions(decisions)
+        self.journal.decided(checked)
+        return super().decided(dict(checked))  # what was checked and recorded, read once
 
     def interrupted(self, exc: BaseException) -> Transition | None:
         if self.journal.paused and self.state is State.AWAITING_APPROVAL:
