@@ -444,6 +444,57 @@ def test_an_interrupt_whose_end_cannot_be_recorded_leaves_the_run_waiting(tmp_pa
     assert records(ledger, "r1")[-1][0] == "end"
 
 
+class FullAtTheEnd:
+    """A ledger whose disk fills up just as a run's ``end`` is written."""
+
+    def __init__(self, ledger: SQLiteLedger) -> None:
+        self.ledger = ledger
+
+    def create(self, run_id: str, header: bytes) -> LedgerWriter:
+        return FullWriter(self.ledger.create(run_id, header))
+
+    def claim(self, run_id: str) -> LedgerWriter:
+        return FullWriter(self.ledger.claim(run_id))
+
+    def read(self, run_id: str) -> tuple[bytes, list[LedgerRecord]]:
+        return self.ledger.read(run_id)
+
+
+class FullWriter:
+    """A writer that fails on the ``end`` record."""
+
+    def __init__(self, writer: LedgerWriter) -> None:
+        self.writer = writer
+
+    def append(self, record: LedgerRecord) -> None:
+        if record.kind == "end":
+            raise OSError(28, "No space left on device")
+        self.writer.append(record)
+
+    def release(self) -> None:
+        self.writer.release()
+
+
+def test_an_end_that_could_not_be_recorded_is_not_reported(tmp_path: Path) -> None:
+    """The caller sees the failed write, then ``LedgerError``: never an unrecorded end.
+
+    A second ``finish()`` used to return the end the ledger never got.
+    """
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    desk, token = Desk(), CancelToken()
+    loop = Loop(script(), tools=desk.registry, ledger=FullAtTheEnd(ledger))
+    run = loop.start("pay", run_id="r1", cancel=token)
+    run.finish()
+    token.cancel()
+    with pytest.raises(OSError, match="No space left"):
+        run.finish()
+    with pytest.raises(agentloop.LedgerError, match="the ledger failed earlier"):
+        run.finish()
+    assert records(ledger, "r1")[-1][0] == "approval_asked"  # no end, no decision
+    resumed = Loop(ScriptedModel([]), tools=desk.registry, ledger=ledger).resume("r1")
+    assert (resumed.status, desk.ran) == ("awaiting_approval", [])
+
+
 # -- 11: a second ask in one batch after a restart ---------------------------------------
 
 

@@ -21,7 +21,15 @@ import orjson
 from agentloop._core._engine import Engine, checked_outcome, checked_usage, not_json
 from agentloop._core._json import exception_content, intake
 from agentloop._core._table import TERMINAL, State, Trigger
-from agentloop._core._values import AskModel, AwaitApproval, NotJSON, RunTool, Transition, Usage
+from agentloop._core._values import (
+    AskModel,
+    AwaitApproval,
+    NotJSON,
+    RunResult,
+    RunTool,
+    Transition,
+    Usage,
+)
 from agentloop._durable._key import KEY
 from agentloop._durable._ledger import ASKED, DECISION, END, FINISHED, REPLY, STARTED, LedgerRecord
 from agentloop._errors import JSONError, LedgerError, RunBusyError
@@ -367,6 +375,17 @@ class DurableEngine(Engine):
     @property
     def unstarted(self) -> int:
         return super().unstarted + len(self.handed)
+
+    def result(self) -> RunResult:
+        """The result, once its end is recorded: ``LedgerError`` if the ledger failed first.
+
+        Every end is recorded before it is reported: an end whose record could
+        not be written is not reported here (``loop.resume(run_id)`` goes on
+        from the last record).
+        """
+        if self.done:
+            self.journal.check()
+        return super().result()
 
     def next(self) -> AskModel | RunTool | AwaitApproval | Transition:
         self.journal.check()
