@@ -291,7 +291,7 @@ async def fine(cents: int) -> str:
     return f"paid {cents}"
 
 
-def interrupted_loop(where: str) -> Loop:
+def interrupted_loop(where: str, ledger: SQLiteLedger | None = None) -> Loop:
     """A loop whose tool (under ``max_concurrency=2``) or async policy raises KeyboardInterrupt."""
     if where == "tool":
         tools = ToolRegistry([Tool(boom, name="boom"), Tool(fine, name="pay")])
@@ -306,14 +306,18 @@ def interrupted_loop(where: str) -> Loop:
 
         tools = ToolRegistry([Tool(fine, name="pay")], policy=policy)
         reply = two()
-    return Loop(ScriptedModel([reply, final("done")]), tools=tools, max_concurrency=2)
+    model = ScriptedModel([reply, final("done")])
+    return Loop(model, tools=tools, max_concurrency=2, ledger=ledger)
 
 
 @pytest.mark.parametrize("how", ["run_until_complete", "asyncio.run"])
 @pytest.mark.parametrize("where", ["tool", "policy"])
-def test_an_interrupt_in_a_task_the_driver_made_ends_the_run(where: str, how: str) -> None:
-    """One rule for both drivers: the run ends ``cancelled``, the interruption on its event."""
-    run = interrupted_loop(where).astart("pay")
+def test_an_interrupt_in_a_task_the_driver_made_ends_the_run(
+    where: str, how: str, tmp_path: Path
+) -> None:
+    """One rule for both drivers: the run ends ``cancelled``, the interruption recorded."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    run = interrupted_loop(where, ledger).astart("pay", run_id="r1")
     loop = asyncio.new_event_loop()
     drive = asyncio.run if how == "asyncio.run" else loop.run_until_complete
     try:
@@ -324,6 +328,9 @@ def test_an_interrupt_in_a_task_the_driver_made_ends_the_run(where: str, how: st
     assert run.state is State.CANCELLED
     assert isinstance(run.events[-1].exception, KeyboardInterrupt)
     agentloop.testing.assert_contract(run, "pay")
+    recorded = asyncio.run(interrupted_loop(where, ledger).aresume("r1"))
+    assert recorded.status is State.CANCELLED
+    assert getattr(recorded.events[-1].exception, "type_name", None) == "KeyboardInterrupt"
 
 
 # -- 8: a claim is never left with an object the caller never got -----------------------
