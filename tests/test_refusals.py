@@ -270,7 +270,7 @@ def test_a_refused_ask_leaves_the_batch_to_be_reviewed_again() -> None:
     answers = [forged(ask("moves money"), LONE), ask("moves money")]
     desk = Desk(lambda call: answers.pop(0) if call["id"] == "c1" else allow())
     run = Loop(script(), tools=desk.registry).start("pay")
-    with pytest.raises(ValueError, match="the reason for call 'c1' to be valid Unicode"):
+    with pytest.raises(ValueError, match="call 'c1': expected an ask's reason to be valid Unicode"):
         run.finish()
     assert (run.state, desk.ran) == (State.DISPATCHING, [])
     assert run.finish().status == "awaiting_approval"

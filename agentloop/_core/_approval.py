@@ -27,7 +27,7 @@ def _shown(value: object) -> str:
     return type(value).__name__
 
 
-def check_text(text: str, what: str) -> None:
+def _check_text(text: str, what: str) -> None:
     """Refuse text the record cannot take (``ValueError``): a lone surrogate has no UTF-8 form.
 
     The one rule for the text of an ask and a decision, wherever it enters.
@@ -75,14 +75,14 @@ class Decision:
         if type(self.reason) is not str or not (self.allowed or self.reason):
             empty = "" if self.allowed else "non-empty "
             raise TypeError(f"expected {what} to be a {empty}str, got {_shown(self.reason)}")
-        check_text(self.reason, what)
+        _check_text(self.reason, what)
         if self.fingerprint is not None:
             if type(self.fingerprint) is not str:
                 raise TypeError(
                     "expected Decision.fingerprint to be a str or None, "
                     f"got {_shown(self.fingerprint)}"
                 )
-            check_text(self.fingerprint, "Decision.fingerprint")
+            _check_text(self.fingerprint, "Decision.fingerprint")
 
     def record(self) -> dict[str, Any]:
         """A person's decision as run files and ledgers keep it; ``Decision(**record)`` again."""

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core._approval import Decision, PendingCall, call_fingerprint, check_text
+from agentloop._core._approval import Decision, PendingCall, call_fingerprint
 from agentloop._core._json import exception_content, intake
 from agentloop._core._messages import (
     CUT_OFF,
@@ -528,7 +528,10 @@ class Engine:
                     f"got {not_json(reason).text:.80}"
                     + (f" (a {type(reason).__name__})" if isinstance(reason, str) else "")
                 )
-            check_text(reason, f"the reason for call {call_id!r}")  # the record's rule
+            try:  # the one rule of an ask's reason: text the record can take
+                Decision(allowed=False, reason=reason, asks=True)
+            except ValueError as exc:
+                raise ValueError(f"call {call_id!r}: {exc}") from None
         pending: list[PendingCall] = []
         for index, (call_id, name) in enumerate(self._batch):
             if call_id in taken:
