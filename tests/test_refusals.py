@@ -750,6 +750,99 @@ def test_bad_values_interleaved_with_good_ones_leave_the_run_of_the_good_ones(
             assert records(ledgers[0], "r1") == records(ledgers[1], "r1")  # type: ignore[arg-type]
 
 
+BAD_REASONS = st.sampled_from([LONE, Reason("why"), "", None, 3, b"why"]) | st.text().map(
+    lambda text: text + "\udc80"
+)
+
+
+def engine_seen(engine: Engine) -> tuple[Any, ...]:
+    """What a refused report must leave as it was: the whole engine as its readers see it."""
+    return (
+        engine.state,
+        engine.steps,
+        engine.calls,
+        engine.outstanding,
+        engine.unstarted,
+        engine.pending,
+        engine.decisions,
+        engine.history(),
+        engine.events(),
+    )
+
+
+@settings(max_examples=PROPERTY_EXAMPLES, deadline=None)
+@given(
+    plan=st.lists(st.lists(st.booleans(), min_size=1, max_size=3), min_size=1, max_size=3),
+    data=st.data(),
+)
+def test_bad_reports_to_the_engine_change_nothing(
+    plan: list[list[bool]], data: st.DataObject
+) -> None:
+    """A driver's bad asks and decisions, between good ones, leave the engine of the good ones.
+
+    ``plan`` says, per batch, which calls a policy asks about; each ask and
+    each decision is preceded by bad ones (an id not in the batch, a reason
+    that is no record's: a lone surrogate, a ``str`` subclass, empty, not a
+    str; decisions changed after they were made), each refused unchanged.
+    """
+    replies = [
+        batch(*(call(f"b{b}c{c}", "pay", cents=c) for c in range(len(row))))
+        for b, row in enumerate(plan)
+    ] + [final("done")]
+    engines = [Engine("pay", budget=agentloop.Budget(max_calls=20)) for _ in "ab"]
+    for engine in engines:
+        engine.next()
+        engine.replied(replies[0])
+    batch_at = 0
+    while not engines[0].done:
+        tested, reference = engines
+        asks = plan[batch_at] if tested.state is State.DISPATCHING else []
+        if (
+            tested.state is State.DISPATCHING
+            and any(asks)
+            and tested.unstarted == len(asks)
+            and not tested.decisions
+        ):
+            good = {f"b{batch_at}c{c}": f"why c{c}" for c, a in enumerate(asks) if a}
+            for reason, where in data.draw(
+                st.lists(st.tuples(BAD_REASONS, st.sampled_from([*sorted(good), "zz"])))
+            ):
+                before = engine_seen(tested)
+                with pytest.raises((TypeError, ValueError), match="expected"):
+                    tested.asked_approval({**good, where: reason})  # type: ignore[dict-item]
+                assert engine_seen(tested) == before
+            for engine in engines:
+                engine.asked_approval(good)
+        needs = [engine.next() for engine in engines]
+        need = needs[0]
+        if isinstance(need, agentloop.AwaitApproval):
+            yes = data.draw(st.lists(st.booleans(), min_size=len(need.pending)))
+            good_ = {
+                p.call_id: approve() if ok else deny(f"no to {p.call_id}")
+                for p, ok in zip(need.pending, [*yes, *[True] * 3], strict=False)
+            }
+            for kind in data.draw(st.lists(BAD_DECISIONS)):
+                before = engine_seen(tested)
+                with pytest.raises((TypeError, ValueError), match="expected"):
+                    tested.decided(spoiled(kind, dict(good_)))  # type: ignore[arg-type]
+                assert engine_seen(tested) == before
+            for engine in engines:
+                engine.decided(dict(good_))
+        elif isinstance(need, agentloop.RunTool):
+            for engine, made in zip(engines, needs, strict=True):
+                assert isinstance(made, agentloop.RunTool)
+                engine.returned({"status": "ok", "content": made.call["arguments"]["cents"]})
+        elif isinstance(need, agentloop.AskModel):
+            batch_at += 1
+            for engine in engines:
+                engine.replied(replies[batch_at])
+    tested, reference = engines
+    assert event_rows(tested.events()) == event_rows(reference.events())
+    assert (tested.state, tested.history()) == (State.FINISHED, reference.history())
+    asked = [event.pending for event in tested.events() if event.pending]
+    assert len(asked) == sum(any(row) for row in plan)  # every planned ask was taken
+
+
 # -- DBOS: decide() checks before it sends, and the worker never half-applies ------------
 
 
