@@ -5,10 +5,12 @@ an ask the record cannot take is refused where it is made; a report the
 engine refuses leaves the run, its ledger and its run file as they were; an
 interruption in a task the asyncio driver made ends the run as the
 synchronous driver ends it; a claim is never left with an object the caller
-never got; a cancellation that cannot be recorded is not taken; and a batch
-asked about twice across a restart waits only for the calls not decided.
-Then a Hypothesis property: bad decisions, reasons and policy answers
-interleaved with good ones leave exactly the run the good ones make alone.
+never got; a cancellation that cannot be recorded is not taken (and an end
+whose record failed is never reported); and a batch asked about twice across
+a restart waits only for the calls not decided. Then two Hypothesis
+properties: bad decisions, reasons and policy answers interleaved with good
+ones leave exactly the run the good ones make alone, through ``Loop`` (live,
+resumed by id, resumed from a run file) and through the engine itself.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ def two() -> Message:
 
 
 def script() -> ScriptedModel:
+    """The model: ``two()``, then a final reply."""
     return ScriptedModel([two(), final("done")])
 
 
