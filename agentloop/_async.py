@@ -45,7 +45,7 @@ from agentloop._callbacks import (
 )
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, AwaitApproval, RunTool
-from agentloop._run import LOG, Outcome, RunView, Verdicts, log
+from agentloop._run import LOG, Carried, Outcome, RunView, Verdicts, carried, log
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -88,7 +88,7 @@ class AsyncRun(RunView):
         self._to_thread = to_thread
         self._max_concurrency = max_concurrency
         # The running calls of a batch (max_concurrency > 1), by id, in start order.
-        self._tasks: dict[str, asyncio.Task[object]] = {}
+        self._tasks: dict[str, asyncio.Task[object | Carried]] = {}
         self._listeners: list[tuple[Listener, bool]] = []
         for listener in listeners:
             self.subscribe(listener)
@@ -211,7 +211,7 @@ class AsyncRun(RunView):
             if type(need) is not RunTool:
                 self._drop_tasks()  # cancelled: the running calls were answered cancelled
                 return need  # type: ignore[return-value]  # neither request: a transition
-            task = asyncio.ensure_future(self._tool(need.call)(need.call))
+            task = asyncio.ensure_future(carried(self._tool(need.call)(need.call)))
             task.add_done_callback(_observed)
             tasks[need.call["id"]] = task
         waiting = asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
@@ -223,8 +223,16 @@ class AsyncRun(RunView):
         except TokenCancelled as exc:
             self._drop_tasks()
             return ended_by_token(engine, exc)
+        done = [call_id for call_id, task in tasks.items() if task.done()]
+        for call_id in done:  # an interruption in a call's task ends the run, raised here
+            task = tasks[call_id]
+            if not task.cancelled() and task.exception() is None:
+                result = task.result()
+                if type(result) is Carried:
+                    del tasks[call_id]
+                    raise result.exc
         # Of the calls done by now, the first in emission order is reported first.
-        call_id = next(call_id for call_id, task in tasks.items() if task.done())
+        call_id = done[0]
         task = tasks.pop(call_id)
         if task.cancelled():  # the tool cancelled itself: an interruption, as when awaited
             raise asyncio.CancelledError(f"the tool of call {call_id!r} was cancelled")
@@ -274,7 +282,7 @@ async def _ready(outcome: object, call: object) -> object:
     return outcome
 
 
-def _observed(task: asyncio.Task[object]) -> None:
+def _observed(task: asyncio.Task[Any]) -> None:
     """Retrieve a dropped task's exception, so asyncio does not log it as never retrieved."""
     if not task.cancelled():
         task.exception()

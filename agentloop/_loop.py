@@ -10,6 +10,7 @@ durable (``agentloop._durable``): the engine records as it goes, and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from typing import TYPE_CHECKING, Any, Final
 
@@ -30,7 +31,7 @@ from agentloop._tools._dispatcher import as_dispatcher
 from agentloop._tools._registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Iterator
 
     from agentloop._callbacks import Dispatcher, Listener, Model
     from agentloop._core._approval import Decision
@@ -171,7 +172,9 @@ class Loop:
         not given: ``run.run_id``); ``RunExistsError`` if it is taken.
         """
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        return self._run(self._engine(messages, cancel, run_id), registry, cancel)
+        engine = self._engine(messages, cancel, run_id)
+        with _released_on_error(engine):
+            return self._run(engine, registry, cancel)
 
     def run(
         self,
@@ -187,7 +190,9 @@ class Loop:
         """
         # start()'s body, one call fewer
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        return self._run(self._engine(messages, cancel, run_id), registry, cancel).finish()
+        engine = self._engine(messages, cancel, run_id)
+        with _released_on_error(engine):
+            return self._run(engine, registry, cancel).finish()
 
     def resume(
         self,
@@ -212,10 +217,11 @@ class Loop:
         engine, token = self._resumed("resume", run, cancel)
         if engine.done:
             return _ended(engine, run, decisions)
-        live = self._run(engine, registry, token)
-        if decisions is not None:
-            live.decide(decisions)
-        return live.finish()
+        with _released_on_error(engine):
+            live = self._run(engine, registry, token)
+            if decisions is not None:
+                live.decide(decisions)
+            return live.finish()
 
     def astart(
         self,
@@ -225,7 +231,9 @@ class Loop:
         run_id: str | None = None,
     ) -> AsyncRun:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
-        return self._arun(self._engine(messages, cancel, run_id), cancel)
+        engine = self._engine(messages, cancel, run_id)
+        with _released_on_error(engine):
+            return self._arun(engine, cancel)
 
     async def arun(
         self,
@@ -235,7 +243,9 @@ class Loop:
         run_id: str | None = None,
     ) -> RunResult:
         """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
-        return await self.astart(messages, cancel=cancel, run_id=run_id).afinish()
+        live = self.astart(messages, cancel=cancel, run_id=run_id)
+        with _released_on_error(live._engine):
+            return await live.afinish()
 
     async def aresume(
         self,
@@ -248,10 +258,11 @@ class Loop:
         engine, token = self._resumed("aresume", run, cancel)
         if engine.done:
             return _ended(engine, run, decisions)
-        live = self._arun(engine, token)
-        if decisions is not None:
-            await live.adecide(decisions)
-        return await live.afinish()
+        with _released_on_error(engine):
+            live = self._arun(engine, token)
+            if decisions is not None:
+                await live.adecide(decisions)
+            return await live.afinish()
 
     def _sync_driver(self, instead: str, *, awaits: bool = False) -> ToolRegistry | None:
         """Refuse what needs the asyncio driver; the registry whose policies review, if any.
@@ -434,6 +445,23 @@ def _specs_of(dispatcher: object) -> Callable[[], list[dict[str, Any]]]:
 def _async_policies(registry: ToolRegistry) -> bool:
     """Whether any of the registry's policies is ``async def``."""
     return any(is_async(policy) for policy in (registry.policy, *(t.policy for t in registry)))
+
+
+@contextlib.contextmanager
+def _released_on_error(engine: Engine) -> Iterator[None]:
+    """Give up a durable run's claim if what follows raises.
+
+    The caller then never gets the live run to go on with (a refused
+    ``decisions=``, a listener that raised): the claim would otherwise stay
+    with an object nobody holds, and ``resume`` would be refused until it is
+    collected. A run that ended or waits for a person holds none already.
+    """
+    try:
+        yield
+    except BaseException:
+        if isinstance(engine, _journal.DurableEngine):
+            engine.journal.release()
+        raise
 
 
 def _no_ledger(run_id: object) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from agentloop._core._table import State
 from agentloop._errors import InvalidStateError
@@ -17,7 +17,9 @@ if TYPE_CHECKING:
     from agentloop._core._engine import Engine
     from agentloop._core._values import Budget, RunResult, Transition, Usage
 
-__all__ = ["LOG", "RunView", "Verdicts", "log"]
+__all__ = ["LOG", "Carried", "RunView", "Verdicts", "carried", "log"]
+
+_T = TypeVar("_T")
 
 #: A tool's outcome, as a dispatcher answers: ``{'status', 'content'}``.
 Outcome = dict[str, Any]
@@ -169,10 +171,8 @@ class Verdicts:
         self, engine: Engine, review: Callable[[dict[str, Any]], Decision | Outcome | None]
     ) -> Transition | None:
         """Ask about each call of the batch; the ``approval_asked`` transition, if any asked."""
-        reasons: dict[str, str] = {}
-        for call in self._begin(engine):
-            self._take(call["id"], review(call), reasons)
-        return engine.asked_approval(reasons) if reasons else None
+        calls = self.to_review(engine)
+        return self._taken(engine, calls, [review(call) for call in calls])
 
     async def areview(
         self,
@@ -180,12 +180,12 @@ class Verdicts:
         review: Callable[[dict[str, Any]], Awaitable[Decision | Outcome | None]],
     ) -> Transition | None:
         """``review``, awaiting the answers about the batch's calls together."""
-        calls = self._begin(engine)
-        answers = await asyncio.gather(*map(review, calls))
-        reasons: dict[str, str] = {}
-        for call, answer in zip(calls, answers, strict=True):
-            self._take(call["id"], answer, reasons)
-        return engine.asked_approval(reasons) if reasons else None
+        calls = self.to_review(engine)
+        answers = await asyncio.gather(*(carried(review(call)) for call in calls))
+        for answer in answers:
+            if type(answer) is Carried:
+                raise answer.exc  # here, in the task that drives the run: the run ends
+        return self._taken(engine, calls, answers)  # type: ignore[arg-type]  # none is Carried
 
     def of(self, engine: Engine, call_id: str) -> Decision | Outcome | None:
         """The answer about ``call_id``: its policies' or a person's (or its failed outcome)."""
@@ -197,16 +197,45 @@ class Verdicts:
         decided = engine.decisions
         return [call for call in engine.unstarted_batch() if call["id"] not in decided]
 
-    def _begin(self, engine: Engine) -> list[dict[str, Any]]:
-        self._at, self._answers = engine.calls, {}
-        return self.to_review(engine)
+    def _taken(
+        self,
+        engine: Engine,
+        calls: list[dict[str, Any]],
+        answers: list[Decision | Outcome | None],
+    ) -> Transition | None:
+        """Keep the answers, once the engine took the asks among them (a refusal keeps none)."""
+        kept: dict[str, Decision | Outcome] = {}
+        reasons: dict[str, str] = {}
+        for call, answer in zip(calls, answers, strict=True):
+            if answer is None:
+                continue
+            if not isinstance(answer, dict) and answer.asks:
+                reasons[call["id"]] = answer.reason
+            else:
+                kept[call["id"]] = answer
+        asked = engine.asked_approval(reasons) if reasons else None
+        self._at, self._answers = engine.calls, kept
+        return asked
 
-    def _take(
-        self, call_id: str, answer: Decision | Outcome | None, reasons: dict[str, str]
-    ) -> None:
-        if answer is None:
-            return
-        if not isinstance(answer, dict) and answer.asks:
-            reasons[call_id] = answer.reason
-        else:
-            self._answers[call_id] = answer
+
+class Carried:
+    """A ``KeyboardInterrupt`` or ``SystemExit`` raised in a task the driver made.
+
+    asyncio raises those out of the event loop itself, past the task that
+    drives the run, which then never ends it (``run_until_complete``) or sees
+    only its own ``CancelledError`` (``asyncio.run``). ``carried`` catches it
+    in the task and returns it as this value, for the driving task to raise.
+    """
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+async def carried(awaitable: Awaitable[_T]) -> _T | Carried:
+    """Await ``awaitable`` in a task of its own; an interruption comes back as ``Carried``."""
+    try:
+        return await awaitable
+    except (KeyboardInterrupt, SystemExit) as exc:
+        return Carried(exc)

@@ -18,6 +18,29 @@ import orjson
 __all__ = ["Decision", "PendingCall", "allow", "approve", "ask", "call_fingerprint", "deny"]
 
 
+def _shown(value: object) -> str:
+    """A refused value for a message: a str subclass's own ``repr`` is user code, never run."""
+    if type(value) in (str, bool, int, float) or value is None:
+        return f"{value!r:.80}"
+    if isinstance(value, str):  # the subclass's name, and the text as a plain str shows it
+        return f"a {type(value).__name__} (a str subclass) {str.__repr__(value)[:80]}"
+    return type(value).__name__
+
+
+def _check_text(text: str, what: str) -> None:
+    """Refuse text the record cannot take (``ValueError``): a lone surrogate has no UTF-8 form.
+
+    The one rule for the text of an ask and a decision, wherever it enters.
+    """
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"expected {what} to be valid Unicode text (it is recorded as UTF-8), got a str "
+            f"with a lone surrogate at index {exc.start}"
+        ) from None
+
+
 @attrs.frozen
 class Decision:
     """A policy's or a person's answer about one call.
@@ -43,17 +66,23 @@ class Decision:
                 "expected Decision.asks to be a bool, and False when allowed, "
                 f"got {self.asks!r:.80}"
             )
-        if not isinstance(self.reason, str) or not (self.allowed or self.reason):
-            what = (
-                "Decision.reason" if self.allowed else ("an ask's" if self.asks else "a denial's")
-            )
-            what += "" if self.allowed else " reason"
+        # An exact str of valid Unicode: what the run file and the ledger can record and
+        # read back (a str subclass is refused there, a lone surrogate cannot be encoded).
+        # Refused here, a policy's bad answer fails inside the policy (closed, an ``error``
+        # outcome) and a person's before anything of the run changes.
+        what = "Decision.reason" if self.allowed else ("an ask's" if self.asks else "a denial's")
+        what += "" if self.allowed else " reason"
+        if type(self.reason) is not str or not (self.allowed or self.reason):
             empty = "" if self.allowed else "non-empty "
-            raise TypeError(f"expected {what} to be a {empty}str, got {self.reason!r:.80}")
-        if self.fingerprint is not None and type(self.fingerprint) is not str:
-            raise TypeError(
-                f"expected Decision.fingerprint to be a str or None, got {self.fingerprint!r:.80}"
-            )
+            raise TypeError(f"expected {what} to be a {empty}str, got {_shown(self.reason)}")
+        _check_text(self.reason, what)
+        if self.fingerprint is not None:
+            if type(self.fingerprint) is not str:
+                raise TypeError(
+                    "expected Decision.fingerprint to be a str or None, "
+                    f"got {_shown(self.fingerprint)}"
+                )
+            _check_text(self.fingerprint, "Decision.fingerprint")
 
     def record(self) -> dict[str, Any]:
         """A person's decision as run files and ledgers keep it; ``Decision(**record)`` again."""

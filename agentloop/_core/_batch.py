@@ -93,27 +93,35 @@ class Batch:
                 f"got {not_json(reasons).text:.80}"
             )
         ids = [call_id for call_id, _ in self.calls]
-        for call_id, reason in reasons.items():
+        # Read once: what is checked is what is kept (a dict subclass may answer twice).
+        taken = dict(list(reasons.items()))
+        for call_id, reason in taken.items():
             if call_id not in ids or call_id in self.decided:
-                where = "was decided already" if call_id in self.decided else "is not"
+                where = "was decided already" if call_id in self.decided else "is not in it"
                 raise ValueError(
-                    f"call {call_id!r} {where} in the batch that waits (its calls: {ids})"
+                    f"expected the id of a call of the batch that waits (its calls: {ids}) "
+                    f"that no person decided, got {not_json(call_id).text:.80}, which {where}"
                 )
             if type(reason) is not str or not reason:
                 raise TypeError(
                     f"expected the reason for call {call_id!r} to be a non-empty str, "
                     f"got {not_json(reason).text:.80}"
+                    + (f" (a {type(reason).__name__})" if isinstance(reason, str) else "")
                 )
+            try:  # the one rule of an ask's reason: text the record can take
+                Decision(allowed=False, reason=reason, asks=True)
+            except ValueError as exc:
+                raise ValueError(f"call {call_id!r}: {exc}") from None
         pending: list[PendingCall] = []
         for index, (call_id, name) in enumerate(self.calls):
-            if call_id in reasons:
+            if call_id in taken:
                 arguments = self.call(index)["arguments"]
                 pending.append(
                     PendingCall(
                         call_id,
                         name,
                         orjson.dumps(arguments),
-                        reasons[call_id],
+                        taken[call_id],
                         call_fingerprint(name, arguments),
                     )
                 )
@@ -143,17 +151,24 @@ def check_decisions(
             + (f"; missing: {missing}" if missing else "")
             + (f"; not pending: {extra}" if extra else "")
         )
+    checked: list[tuple[str, Decision]] = []
     for call in pending:
+        # Read once: what is checked is what is kept (a dict subclass may answer twice).
         decision = decisions[call.call_id]
         if type(decision) is not Decision or decision.asks:
             raise TypeError(
                 f"expected the decision for call {call.call_id!r} to be approve() or "
                 f"deny(reason), got {not_json(decision).text:.80}"
             )
+        # Made again, so the one rule of a Decision holds even for one changed after it was
+        # made (object.__setattr__): what is kept below can be recorded, and nothing fails later.
+        Decision(decision.allowed, decision.reason, decision.asks, decision.fingerprint)
         if decision.fingerprint not in (None, call.fingerprint):
             raise ValueError(
-                f"the decision for call {call.call_id!r} is bound to fingerprint "
+                f"expected the decision for call {call.call_id!r} to be bound to that call or "
+                f"to none, got one that is bound to fingerprint "
                 f"{decision.fingerprint[:80]!r}, not to the pending call's "
                 f"{call.fingerprint!r}: {call.name}({call.arguments_json.decode()[:80]})"
             )
-    return tuple((call.call_id, decisions[call.call_id]) for call in pending)
+        checked.append((call.call_id, decision))
+    return tuple(checked)

@@ -254,15 +254,21 @@ class RunState:
     def _keep_decisions(self) -> None:
         batch, draft = self._batch, self._draft
         assert batch is not None, "a person decides about a batch"
-        draft.decisions = decisions = draft.decisions_in
-        batch.decided.update(decisions)
+        decisions = draft.decisions_in
         # A denied call is answered here, by the engine: no driver is handed it to run.
+        # Every denial is encoded before anything is kept, so none is kept half-way.
         place = {call_id: index for index, (call_id, _) in enumerate(batch.calls)}
-        for call_id, decision in decisions:
-            if not decision.allowed:
-                batch.answer(place[call_id], "denied", orjson.dumps(decision.reason))
-                if draft.call is not None and call_id == draft.call[0]:
-                    draft.status = "denied"
+        denials = {
+            place[call_id]: orjson.dumps(decision.reason)
+            for call_id, decision in decisions
+            if not decision.allowed
+        }
+        draft.decisions = decisions
+        batch.decided.update(decisions)
+        for index, reason in denials.items():
+            batch.answer(index, "denied", reason)
+            if draft.call is not None and batch.calls[index] == draft.call:
+                draft.status = "denied"
 
     def _ask_for_decisions(self) -> None:
         assert self._batch is not None, "a batch waits"

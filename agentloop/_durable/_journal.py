@@ -21,8 +21,16 @@ import orjson
 from agentloop._core._engine import Engine
 from agentloop._core._intake import checked_outcome, checked_usage, not_json
 from agentloop._core._json import exception_content, intake
-from agentloop._core._table import TERMINAL, Trigger
-from agentloop._core._values import AskModel, AwaitApproval, NotJSON, RunTool, Transition, Usage
+from agentloop._core._table import TERMINAL, State, Trigger
+from agentloop._core._values import (
+    AskModel,
+    AwaitApproval,
+    NotJSON,
+    RunResult,
+    RunTool,
+    Transition,
+    Usage,
+)
 from agentloop._durable._key import KEY
 from agentloop._durable._ledger import ASKED, DECISION, END, FINISHED, REPLY, STARTED, LedgerRecord
 from agentloop._errors import JSONError, LedgerError, RunBusyError
@@ -170,6 +178,17 @@ class Journal:
         """Give up the claim while the run waits for a person: any process may go on with it."""
         self._writer.release()
         self._paused = True
+
+    @property
+    def paused(self) -> bool:
+        """Whether the run waits for a person, holding no claim (``pause``)."""
+        return self._paused
+
+    def reclaim(self) -> None:
+        """Claim the paused run again (``RunBusyError`` if another process holds or went on)."""
+        self.check()
+        if self._paused:
+            self._reclaim()
 
     def _reclaim(self) -> None:
         """Claim the paused run again, unless another process went on with it meanwhile."""
@@ -358,6 +377,17 @@ class DurableEngine(Engine):
     def unstarted(self) -> int:
         return super().unstarted + len(self.handed)
 
+    def result(self) -> RunResult:
+        """The result, once its end is recorded: ``LedgerError`` if the ledger failed first.
+
+        Every end is recorded before it is reported: an end whose record could
+        not be written is not reported here (``loop.resume(run_id)`` goes on
+        from the last record).
+        """
+        if self.done:
+            self.journal.check()
+        return super().result()
+
     def next(self) -> AskModel | RunTool | AwaitApproval | Transition:
         self.journal.check()
         if self.handed and not self.done:
@@ -366,10 +396,35 @@ class DurableEngine(Engine):
             self._given = handed.call["id"]
             return handed
         self._given = None
+        if self.journal.paused and self.state is State.AWAITING_APPROVAL:
+            return self._next_while_paused()
         need = super().next()
         if type(need) is Transition and need.dest in TERMINAL:
             self._ended(need)
         return need
+
+    def _next_while_paused(self) -> AwaitApproval | Transition:
+        """``next()`` of a run that waits holding no claim: it ends only once claimed back.
+
+        Every end is recorded before it is reported: a cancellation is taken
+        only once the run is claimed again, so a claim refused (another process
+        holds the run, or went on with it) raises and changes nothing; the
+        cancellation is still to come. The token is read once: a cancellation
+        that lands after that reading is taken at the next step.
+        """
+        cancelled = self._cancelled
+        if cancelled():
+            self.journal.reclaim()  # RunBusyError here: the run is as it was
+            need = super().next()
+        else:
+            self._cancelled = bool  # bool() is False: as the engine's check without a token
+            try:
+                need = super().next()
+            finally:
+                self._cancelled = cancelled
+        if type(need) is Transition and need.dest in TERMINAL:
+            self._ended(need)
+        return need  # type: ignore[return-value]  # awaiting approval: no request to hand out
 
     def replied(self, reply: object) -> Transition:
         if self.outstanding is _ASK_MODEL:
@@ -397,16 +452,25 @@ class DurableEngine(Engine):
         return self._after(super().raised(exc, call_id))
 
     def asked_approval(self, reasons: Mapping[str, str]) -> Transition:
-        self.journal.asked(self.checked_reasons(reasons))
-        transition = super().asked_approval(reasons)
+        pending = self.checked_reasons(reasons)
+        self.journal.asked(pending)
+        # The engine takes what was checked and recorded, not the caller's mapping again.
+        transition = super().asked_approval({call.call_id: call.reason for call in pending})
         self.journal.pause()  # a person may decide in any process
         return transition
 
     def decided(self, decisions: Mapping[str, Decision]) -> Transition:
-        self.journal.decided(self.checked_decisions(decisions))
-        return super().decided(decisions)
+        checked = self.checked_decisions(decisions)
+        self.journal.decided(checked)
+        return super().decided(dict(checked))  # what was checked and recorded, read once
 
     def interrupted(self, exc: BaseException) -> Transition | None:
+        if self.journal.paused and self.state is State.AWAITING_APPROVAL:
+            # Its end could not be recorded: the run stays waiting, as its ledger says.
+            try:
+                self.journal.reclaim()
+            except Exception:  # noqa: BLE001 - the interruption propagates, not this
+                return None
         made = super().interrupted(exc)
         if made is not None:
             # The interruption propagates, not a failed write (the journal is broken then,

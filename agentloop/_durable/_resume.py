@@ -246,7 +246,9 @@ class _Recorded:
         self.started: set[str] = set()
         self.finished: dict[str, dict[str, Any]] = {}
         self.order: dict[str, int] = {}  # each finished call's place among the records
-        self.asked: dict[str, str] = {}  # call id -> why a policy asked a person
+        # Each ask, in record order: {call id: why a policy asked a person}. A batch may
+        # have more than one (after a restart, policies ask about the calls not decided).
+        self.asked: list[dict[str, str]] = []
         self.decisions: dict[str, Decision] = {}
         self.end: tuple[int, Transition] | None = None
         for index, record in enumerate(records):
@@ -268,10 +270,11 @@ class _Recorded:
                 if (
                     body.keys() != {"reasons"}
                     or type(reasons) is not dict
+                    or not reasons
                     or not all(type(reason) is str for reason in reasons.values())
                 ):
-                    raise self._bad(where, "{'reasons': {call id: str}}", body)
-                self.asked.update(reasons)
+                    raise self._bad(where, "{'reasons': {call id: str}}, one reason or more", body)
+                self.asked.append(reasons)
             elif record.kind == DECISION:
                 decisions = body.get("decisions")
                 if body.keys() != {"decisions"} or type(decisions) is not dict:
@@ -308,7 +311,7 @@ class _Recorded:
             if type(body) is not dict or body.keys() != {"allowed", "reason", "fingerprint"}:
                 raise TypeError("other keys")
             return Decision(**body)
-        except TypeError:
+        except (TypeError, ValueError):  # its reason or fingerprint refused, as Decision does
             expected = "a decision {'allowed': bool, 'reason': str, 'fingerprint': str | None}"
             raise self._bad(where, expected, body) from None
 
@@ -439,6 +442,7 @@ def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> N
     made = 0  # events so far
     batch: tuple[str, ...] = ()
     order: list[tuple[str, int]] = []  # the batch's reports: (call id, calls to hand out first)
+    asks: list[dict[str, str]] = []  # the batch's asks still to replay
     position = 0
     handed: list[RunTool] = []
     try:
@@ -471,9 +475,10 @@ def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> N
                     denied = recorded.decisions
                     handed_out = tuple(i for i in batch if denied.get(i, _APPROVED).allowed)
                     order, position, handed = _reports(handed_out, finished, recorded.order), 0, []
-                    asked = {i: recorded.asked[i] for i in batch if i in recorded.asked}
-                    if asked:  # the batch waited for a person before any of it ran
-                        _approval(recorded, Engine.asked_approval, engine, asked)
+                    # The batch's asks, each made before any of it ran, in record order.
+                    asks = [asked for asked in recorded.asked if next(iter(asked)) in batch]
+                    if asks:  # the batch waited for a person
+                        _approval(recorded, Engine.asked_approval, engine, asks.pop(0))
                         made += 1
             elif state is State.AWAITING_APPROVAL:
                 ids = [call.call_id for call in engine.pending]
@@ -482,6 +487,11 @@ def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> N
                 decided = {i: recorded.decisions[i] for i in ids}
                 _approval(recorded, Engine.decided, engine, decided)
                 made += 1
+                if asks and engine.state is State.DISPATCHING:
+                    # Asked again after a restart, about calls no person had decided: each
+                    # ask waits for its own decisions, so a batch is never asked twice at once.
+                    _approval(recorded, Engine.asked_approval, engine, asks.pop(0))
+                    made += 1
             else:
                 if position == len(order):
                     break
