@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["Loop"]
 
 _CANNOT_AWAIT: Final = "a synchronous run cannot await it"
+#: How many calls of a batch the asyncio driver runs at once unless told.
+DEFAULT_CONCURRENCY: Final = 10
 
 
 class Loop:
@@ -51,11 +53,17 @@ class Loop:
     handlers (either becomes a ``ToolRegistry``), a ``ToolRegistry``, or any
     object with ``dispatch(call) -> {'status': ..., 'content': ...}``.
     ``listeners`` are called with each transition of every run.
+    ``system`` (a str) is the system prompt: every run's input starts with
+    ``{'kind': 'system', 'text': system}`` (an input that starts with that
+    same message, a previous run's transcript, is taken as it is; one that
+    starts with another system message is refused).
     ``model_timeout``, ``tool_timeout`` (seconds), ``to_thread`` (run plain
     callables in a worker thread) and ``max_concurrency`` (run up to that many
     calls of a batch at once; 1 runs them one at a time) need the asyncio
     driver: a synchronous run can neither interrupt a plain function nor run
-    two at once, so ``start``/``run`` refuse them. ``ledger`` (an
+    two at once, so ``start``/``run`` refuse them. Unless given,
+    ``max_concurrency`` is 10 under asyncio, and a synchronous run runs one
+    call at a time. ``ledger`` (an
     ``agentloop.SQLiteLedger``, or any ``Ledger``) makes every run durable:
     recorded as it goes, and continued after a crash by ``resume(run_id)``.
     """
@@ -65,14 +73,15 @@ class Loop:
         model: Model,
         *,
         tools: object = None,
-        max_steps: int = 8,
-        max_calls: int = 4,
+        system: str | None = None,
+        max_steps: int = 25,
+        max_calls: int = 100,
         max_total_tokens: int | None = None,
         listeners: Iterable[Listener] = (),
         model_timeout: float | None = None,
         tool_timeout: float | None = None,
         to_thread: bool = False,
-        max_concurrency: int = 1,
+        max_concurrency: int | None = None,
         ledger: Ledger | None = None,
     ) -> None:
         if not callable(model):
@@ -100,16 +109,22 @@ class Loop:
         if type(to_thread) is not bool:
             raise TypeError(f"expected to_thread to be a bool, got {type(to_thread).__name__}")
         self.to_thread = to_thread
-        if type(max_concurrency) is not int:
+        if system is not None and type(system) is not str:
+            raise TypeError(f"expected system to be a str or None, got {type(system).__name__}")
+        self.system = system
+        if max_concurrency is None:  # the default: no refusal from the synchronous driver
+            self.max_concurrency = DEFAULT_CONCURRENCY
+        elif type(max_concurrency) is not int:
             raise TypeError(
                 f"expected max_concurrency to be an int of 1 or more, got "
                 f"{type(max_concurrency).__name__}"
             )
-        if max_concurrency < 1:
+        elif max_concurrency < 1:
             raise ValueError(
                 f"expected max_concurrency to be an int of 1 or more, got {max_concurrency}"
             )
-        self.max_concurrency = max_concurrency
+        else:
+            self.max_concurrency = max_concurrency
         # What only the asyncio driver can do, and why a synchronous run cannot.
         cannot_interrupt = "a synchronous run cannot interrupt a plain function"
         self._asyncio_only = [
@@ -121,7 +136,7 @@ class Loop:
                 ("to_thread", self.to_thread or None, "a synchronous run runs tools in place"),
                 (
                     "max_concurrency > 1",
-                    max_concurrency if max_concurrency > 1 else None,
+                    max_concurrency if (max_concurrency or 1) > 1 else None,
                     "a synchronous run runs one call at a time",
                 ),
             )
@@ -267,6 +282,8 @@ class Loop:
     ) -> Engine:
         """A fresh engine for a new run: a recording one when the Loop has a ledger."""
         check_new_input(messages)
+        if self.system is not None:
+            messages = _with_system(self.system, messages)
         if self.ledger is None:
             if run_id is not None:
                 _no_ledger(run_id)
@@ -369,6 +386,22 @@ def _ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult
             state=engine.state,
         )
     return run if isinstance(run, RunResult) else engine.result()
+
+
+def _with_system(system: str, messages: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A new run's input, led by the Loop's system prompt (once: a transcript has it)."""
+    prompt = {"kind": "system", "text": system}
+    if isinstance(messages, str):
+        return [prompt, {"kind": "user", "text": messages}]
+    if messages and messages[0].get("kind") == "system":
+        if messages[0] == prompt:
+            return messages
+        raise ValueError(
+            f"expected the input to start with this Loop's system prompt or with no system "
+            f"message (Loop(system=...) puts {system!r:.60} first), got another: "
+            f"{messages[0].get('text')!r:.60}"
+        )
+    return [prompt, *messages]
 
 
 def _no_ledger(run_id: object) -> None:
