@@ -34,6 +34,8 @@ TIER: Final = _tier()
 LONG: Final = TIER == "all"
 #: The most examples a Hypothesis test draws in the fast tier.
 FAST_EXAMPLES: Final = 25
+#: The node ids of the tests the fast tier left out (marked slow).
+LEFT_OUT: list[str] = []
 
 settings.register_profile("fast", max_examples=FAST_EXAMPLES)
 settings.register_profile("all", max_examples=100)
@@ -66,6 +68,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     slow = [item for item in items if item.get_closest_marker("slow")]
     if slow:
+        LEFT_OUT.extend(item.nodeid for item in slow)
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if not item.get_closest_marker("slow")]
     for item in items:
