@@ -57,12 +57,19 @@ install: $(LINT) ## Create .venv and install agentloop with its test and lint to
 demo: $(RUN) ## Run the built-in scenario; save its run, trace diagram and report in demo-output/
 	$(BIN)/agentloop demo --out demo-output
 
+# Two tiers (tests/conftest.py): `test` covers every behaviour at small counts, in
+# under two minutes; `test-all` adds the long tier (tests marked slow: the report in
+# Chromium, DBOS on Postgres; the kill loops' 500 runs; Hypothesis's full counts).
 .PHONY: test
-test: $(TEST) ## Run the test suite
-	$(BIN)/python -m pytest
+test: $(TEST) ## Run the fast tier: every behaviour, small counts (under two minutes)
+	AGENTLOOP_TESTS=fast $(BIN)/python -m pytest
+
+.PHONY: test-all
+test-all: $(TEST) ## Run every test: adds Chromium, Postgres, 500 kills a driver, Hypothesis in full
+	AGENTLOOP_TESTS=all $(BIN)/python -m pytest
 
 .PHONY: check
-check: $(LINT) ## ruff (lint and format), mypy --strict and lint-imports (the import layers)
+check: $(LINT) ## ruff check, ruff format --check, mypy --strict and lint-imports (the layers)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

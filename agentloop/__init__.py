@@ -8,6 +8,8 @@ Everything in ``__all__`` is the public API; the modules behind it are private.
 
 from __future__ import annotations
 
+import inspect
+
 from agentloop._async import AsyncRun
 from agentloop._callbacks import Dispatcher, Listener, Model
 from agentloop._core._approval import PendingCall, approve, ask
@@ -116,3 +118,18 @@ __all__ = [
     "to_mermaid",
     "to_svg",
 ]
+
+
+def _public(names: list[str]) -> None:
+    """Name each public class and function ``agentloop.X``, where it is imported from.
+
+    A traceback then reads ``agentloop.ConfigurationMismatchError``, not a private path.
+    """
+    namespace = globals()
+    for name in names:
+        value = namespace[name]
+        if isinstance(value, type) or inspect.isfunction(value):
+            value.__module__ = __name__
+
+
+_public(__all__)

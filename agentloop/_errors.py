@@ -46,6 +46,8 @@ class IncompleteReply(AgentloopError):
     the engine records it on the ``model_raised`` event and counts it.
     """
 
+    __module__ = "agentloop.providers"  # where it is imported from (agentloop/__init__.py)
+
     def __init__(self, message: str, usage: dict[str, int] | None = None) -> None:
         super().__init__(message)
         self.usage = usage

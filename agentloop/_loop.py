@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["Loop"]
 
 _CANNOT_AWAIT: Final = "that driver cannot await it"
+#: How many calls of a batch the asyncio driver runs at once unless told.
+DEFAULT_CONCURRENCY: Final = 10
 
 
 class Loop:
@@ -53,16 +55,21 @@ class Loop:
     handlers (either becomes a ``ToolRegistry``), a ``ToolRegistry``, or any
     object with ``dispatch(call) -> {'status': ..., 'content': ...}``.
     ``listeners`` are called with each transition of every run.
+    ``system`` (a str) is the system prompt: every run's input starts with
+    ``{'kind': 'system', 'text': system}`` (an input that starts with that
+    same message, a previous run's transcript, is taken as it is; one that
+    starts with another system message is refused).
     ``model_timeout`` and ``tool_timeout`` (seconds) bite on an awaited model
     or tool (an ``async def`` one, which ``run`` awaits on an event loop of the
     run's own, or a ``to_thread`` one). ``to_thread`` (run plain callables in
     a worker thread) and ``max_concurrency`` (run up to that many calls of a
     batch at once; 1 runs them one at a time) need the asyncio driver: a
     synchronous run cannot run two calls at once, so ``start``/``run`` refuse
-    them. A model that takes a keyword parameter ``tools`` is called
-    ``model(history, tools=specs)``, the specs of the tools
-    (``{'name', 'description', 'parameters'}`` each) made for every request.
-    ``ledger`` (an
+    them. Unless given, ``max_concurrency`` is 10 under asyncio, and a
+    synchronous run runs one call at a time. A model that takes a keyword
+    parameter ``tools`` is called ``model(history, tools=specs)``, the specs
+    of the tools (``{'name', 'description', 'parameters'}`` each) made for
+    every request. ``ledger`` (an
     ``agentloop.SQLiteLedger``, or any ``Ledger``) makes every run durable:
     recorded as it goes, and continued after a crash by ``resume(run_id)``.
     """
@@ -72,14 +79,15 @@ class Loop:
         model: Model,
         *,
         tools: object = None,
-        max_steps: int = 8,
-        max_calls: int = 4,
+        system: str | None = None,
+        max_steps: int = 25,
+        max_calls: int = 100,
         max_total_tokens: int | None = None,
         listeners: Iterable[Listener] = (),
         model_timeout: float | None = None,
         tool_timeout: float | None = None,
         to_thread: bool = False,
-        max_concurrency: int = 1,
+        max_concurrency: int | None = None,
         ledger: Ledger | None = None,
     ) -> None:
         if not callable(model):
@@ -109,16 +117,22 @@ class Loop:
         if type(to_thread) is not bool:
             raise TypeError(f"expected to_thread to be a bool, got {type(to_thread).__name__}")
         self.to_thread = to_thread
-        if type(max_concurrency) is not int:
+        if system is not None and type(system) is not str:
+            raise TypeError(f"expected system to be a str or None, got {type(system).__name__}")
+        self.system = system
+        if max_concurrency is None:  # the default: no refusal from the synchronous driver
+            self.max_concurrency = DEFAULT_CONCURRENCY
+        elif type(max_concurrency) is not int:
             raise TypeError(
                 f"expected max_concurrency to be an int of 1 or more, got "
                 f"{type(max_concurrency).__name__}"
             )
-        if max_concurrency < 1:
+        elif max_concurrency < 1:
             raise ValueError(
                 f"expected max_concurrency to be an int of 1 or more, got {max_concurrency}"
             )
-        self.max_concurrency = max_concurrency
+        else:
+            self.max_concurrency = max_concurrency
         # What only the asyncio driver can do, and why a synchronous run cannot; the
         # first three only where there is no event loop of the run's own (DBOS).
         cannot_interrupt = "that driver cannot interrupt a call"
@@ -136,7 +150,7 @@ class Loop:
                 ),
                 (
                     "max_concurrency > 1",
-                    max_concurrency if max_concurrency > 1 else None,
+                    max_concurrency if (max_concurrency or 1) > 1 else None,
                     "a synchronous run runs one call at a time",
                     False,
                 ),
@@ -304,6 +318,8 @@ class Loop:
     ) -> Engine:
         """A fresh engine for a new run: a recording one when the Loop has a ledger."""
         check_new_input(messages)
+        if self.system is not None:
+            messages = _with_system(self.system, messages)
         if self.ledger is None:
             if run_id is not None:
                 _no_ledger(run_id)
@@ -462,6 +478,22 @@ def _released_on_error(engine: Engine) -> Iterator[None]:
         if isinstance(engine, _journal.DurableEngine):
             engine.journal.release()
         raise
+
+
+def _with_system(system: str, messages: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A new run's input, led by the Loop's system prompt (once: a transcript has it)."""
+    prompt = {"kind": "system", "text": system}
+    if isinstance(messages, str):
+        return [prompt, {"kind": "user", "text": messages}]
+    if messages and messages[0].get("kind") == "system":
+        if messages[0] == prompt:
+            return messages
+        raise ValueError(
+            f"expected the input to start with this Loop's system prompt or with no system "
+            f"message (Loop(system=...) puts {system!r:.60} first), got another: "
+            f"{messages[0].get('text')!r:.60}"
+        )
+    return [prompt, *messages]
 
 
 def _no_ledger(run_id: object) -> None:

@@ -745,7 +745,7 @@ def test_messages_say_what_to_do(tmp_path: Path) -> None:
         run.decide({"b": approve(), "c": approve()})
     tighter = Loop(Script([final("x")]), tools=desk.registry, max_calls=1)
     with pytest.raises(
-        agentloop.ConfigurationMismatchError, match=r"budget\.max_calls: recorded 4, now 1"
+        agentloop.ConfigurationMismatchError, match=r"budget\.max_calls: recorded 100, now 1"
     ):
         tighter.resume(paused, decisions={"b": approve(), "c": approve()})
 

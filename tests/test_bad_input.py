@@ -32,10 +32,10 @@ def test_budgets_are_checked_when_the_loop_is_built(
 
 
 def test_a_budget_defaults_to_the_loops_limits() -> None:
-    """Budget(), Loop() and Engine() agree: 8 model steps, 4 tool calls, no token limit."""
-    default = agentloop.Budget(max_steps=8, max_calls=4, max_total_tokens=None)
+    """Budget(), Loop() and Engine() agree: 25 model steps, 100 tool calls, no token limit."""
+    default = agentloop.Budget(max_steps=25, max_calls=100, max_total_tokens=None)
     assert agentloop.Budget() == default
-    assert agentloop.Budget(max_steps=3) == agentloop.Budget(max_steps=3, max_calls=4)
+    assert agentloop.Budget(max_steps=3) == agentloop.Budget(max_steps=3, max_calls=100)
     assert Loop(Script([])).budget == default
     assert agentloop.Engine("go").budget == default
 

@@ -51,7 +51,8 @@ def test_a_batch_then_a_final(driver: Driver, n: int) -> None:
     """Each step runs one call; the last appends the batch and every result together."""
     add = Recorder()
     model = Script([batch(n, text="adding"), final("sum")])
-    run = driver.start(Loop(model, tools={"add": add}, max_steps=2, max_calls=n), "go")
+    loop = Loop(model, tools={"add": add}, max_steps=2, max_calls=n, max_concurrency=1)
+    run = driver.start(loop, "go")
 
     t = run.step()
     assert (t.source, t.dest, t.steps, t.calls) == (A, V, 1, 0)
@@ -156,7 +157,9 @@ def test_cancellation_from_a_tool_in_the_middle_of_a_batch(driver: Driver, n: in
         return a + b
 
     run = driver.start(
-        Loop(Script([batch(n)]), tools={"add": add}, max_calls=n), "go", cancel=token
+        Loop(Script([batch(n)]), tools={"add": add}, max_calls=n, max_concurrency=1),
+        "go",
+        cancel=token,
     )
     events = list(run)
 

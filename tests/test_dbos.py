@@ -38,7 +38,7 @@ Message = dict[str, Any]
 POSTGRES = os.environ.get("AGENTLOOP_TEST_POSTGRES")
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
 def system_db(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
@@ -255,7 +255,8 @@ def test_a_dbos_loop_is_checked(system_db: str, tmp_path: Path) -> None:
 
 def test_a_run_recorded_under_another_configuration_is_refused(make: Any) -> None:
     """The worker's loop must have the fingerprint the run was started with."""
-    runs = make(agentloop.Loop(scripted([FINAL]), tools=World().registry(), max_steps=8))
+    loop = agentloop.Loop(scripted([FINAL]), tools=World().registry(), max_steps=8, max_calls=4)
+    runs = make(loop)
     recorded = agentloop._durable._journal.fingerprint(
         agentloop.Budget(max_steps=9, max_calls=4), runs.loop.dispatcher
     )

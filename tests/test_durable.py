@@ -122,6 +122,7 @@ def make_loop(
 
     options.setdefault("max_steps", len(script) + 1)
     options.setdefault("max_calls", 32)
+    options.setdefault("max_concurrency", 1)  # a batch's calls one by one, unless a test says
     return agentloop.Loop(model, tools=world.registry(driver), ledger=ledger, **options)
 
 

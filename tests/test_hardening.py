@@ -210,7 +210,8 @@ def test_a_hostile_dispatcher_gives_an_error_result(
 
 def test_an_interrupt_with_a_surrogate_message_still_pairs_the_call(driver: Driver) -> None:
     """A KeyboardInterrupt whose message cannot be encoded: the call is paired, cancelled."""
-    loop = Loop(Script([call("c1")]), tools=Dispatcher(KeyboardInterrupt("stop \ud800")))
+    tools = Dispatcher(KeyboardInterrupt("stop \ud800"))
+    loop = Loop(Script([call("c1")]), tools=tools, max_concurrency=1)
     run = driver.start(loop, "go")
     run.step(), run.step()
     with pytest.raises(KeyboardInterrupt):
@@ -419,7 +420,7 @@ def test_hostile_code_never_wedges_a_run(
             return answer
 
     run = driver.start(Loop(Script(list(replies) + [final()] * 8), tools=Tools(),
-                            max_steps=8, max_calls=4), "go")  # fmt: skip
+                            max_steps=8, max_calls=4, max_concurrency=1), "go")  # fmt: skip
     for _ in range(40):
         if run.done:
             break
@@ -519,7 +520,7 @@ async def test_a_task_cancelled_at_a_random_await_always_ends_the_run() -> None:
         async def listener(transition: agentloop.Transition) -> None:
             await asyncio.sleep(0)
 
-        loop = Loop(model, tools={"add": add}, listeners=[listener], max_calls=3)
+        loop = Loop(model, tools={"add": add}, listeners=[listener], max_calls=3, max_concurrency=1)
         run = loop.astart("go")
 
         async def drive(run: agentloop.AsyncRun = run) -> None:

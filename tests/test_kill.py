@@ -13,8 +13,9 @@ least once for the idempotent tool (whose "external system" deduplicates
 by key); the ledger holds no record twice; and resuming the finished run
 in this process returns the same result.
 
-``AGENTLOOP_FUZZ=N`` multiplies the random kill points (by default 500 runs per
-driver, the number the durable-runs issue asks for; ``AGENTLOOP_FUZZ=4`` gives 2,000 each).
+The random kill points: 30 runs per driver in the fast tier (``make test``), 500 in
+the long one (``make test-all``), the number the durable-runs issue asks for, which
+``AGENTLOOP_FUZZ=N`` multiplies (``AGENTLOOP_FUZZ=4`` gives 2,000 each).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import pytest
 import agentloop
 
 from . import durable_child
+from .conftest import count
 from .ledgers import MemoryLedger, check_effects, unknown_ids
 
 if TYPE_CHECKING:
@@ -265,10 +267,11 @@ def test_sigkill_at_each_checkpoint(
 def test_sigkill_at_random_points(server: Server, tmp_path: Path, driver: str) -> None:
     """Random scripts killed at random points: a checkpoint, or a random moment (mid-commit too).
 
-    500 runs a driver whose process was in fact killed; a run whose random moment fell after
-    its end is checked too, but not counted."""
+    30 runs a driver (500 in the long tier) whose process was in fact killed; a run whose
+    random moment fell after its end is checked too, but not counted."""
     rng = random.Random(f"kill-{driver}-{FUZZ}")
-    runs, killed_runs = 500 * FUZZ, 0
+    runs, killed_runs = count(30, 500 * FUZZ), 0
+    landed = {"checkpoint": 0, "moment": 0, "twice": 0}  # each kind of kill, in fact made
     spans = []  # how long a run takes, so that a random moment falls inside one
     for index in range(3):  # the first fork of a server pays for what is imported lazily
         probe = job_for(tmp_path, driver, CHECKPOINT_SCRIPT, db=str(tmp_path / f"probe{index}.db"))
@@ -300,7 +303,11 @@ def test_sigkill_at_random_points(server: Server, tmp_path: Path, driver: str) -
         got, killed = run_with_kills(server, job, kills)
         check(job, got, baseline)
         killed_runs += killed > 0
+        if killed:
+            landed["moment" if kills[0] and "after_ms" in kills[0] else "checkpoint"] += 1
+        landed["twice"] += killed > 1
     assert killed_runs == runs
+    assert all(landed.values()), landed  # the fast tier's few runs still make every kind
 
 
 # -- two processes, one run ----------------------------------------------------------------------
@@ -308,7 +315,7 @@ def test_sigkill_at_random_points(server: Server, tmp_path: Path, driver: str) -
 
 def test_two_processes_race_to_resume_one_run(server: Server, tmp_path: Path) -> None:
     """One drives the run, the other is refused with RunBusyError; nothing is recorded twice."""
-    for index in range(3 * FUZZ):
+    for index in range(count(1, 3 * FUZZ)):
         case = tmp_path / f"race{index}"
         case.mkdir()
         job = job_for(case, "sync", CHECKPOINT_SCRIPT)

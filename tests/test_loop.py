@@ -344,7 +344,7 @@ def test_keyboard_interrupt_in_a_tool_pairs_the_call(driver: Driver) -> None:
         raise KeyboardInterrupt
 
     model = Script([call("c1", name="slow"), final()])
-    run = driver.start(Loop(model, tools={"slow": slow}), "go")
+    run = driver.start(Loop(model, tools={"slow": slow}, max_concurrency=1), "go")
     run.step()
     run.step()
     with pytest.raises(KeyboardInterrupt):

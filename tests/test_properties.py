@@ -268,7 +268,8 @@ def test_sync_and_async_drivers_agree(data: st.DataObject, budget: tuple[int, in
     outcomes = []
     for driver in DRIVERS:
         world = World(list(replies), cancel_at)
-        loop = Loop(world.model, tools=world.tools(), max_steps=budget[0], max_calls=budget[1])
+        loop = Loop(world.model, tools=world.tools(), max_steps=budget[0], max_calls=budget[1],
+                    max_concurrency=1)  # fmt: skip
         result = driver.run(loop, "go", cancel=world.token)
         outcomes.append((result.events, result.transcript, result.rejected, world.handler_runs))
     assert outcomes[0] == outcomes[1]

@@ -469,6 +469,7 @@ def open_report(browser: Browser, path: Path) -> tuple[Page, list[str]]:
     return page, problems
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("svg", [None, False], ids=["svg-if-available", "mermaid-source"])
 def test_report_in_headless_chromium(browser: Browser, tmp_path: Path, svg: bool | None) -> None:
     """The page loads with no console errors or requests; the status and every entry show."""
@@ -615,6 +616,7 @@ LAYOUT_RUNS: dict[str, Callable[[], RunResult]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("renderer")
 @pytest.mark.parametrize("width", [1400, 390], ids=["desktop", "phone"])
 @pytest.mark.parametrize("name", list(LAYOUT_RUNS))
@@ -653,6 +655,7 @@ BATCH_BOXES = """() => [...document.querySelectorAll("li.batch .pair")].map(pair
 })"""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [1400, 390], ids=["desktop", "phone"])
 def test_a_batchs_calls_sit_beside_their_results(
     browser: Browser, tmp_path: Path, width: int
@@ -677,6 +680,7 @@ def test_a_batchs_calls_sit_beside_their_results(
     page.close()
 
 
+@pytest.mark.slow
 def test_a_phone_shows_each_transition_as_a_card(browser: Browser, tmp_path: Path) -> None:
     """At 390 px the table's rows become cards: each cell under its header's name."""
     result = demo_loop().run("go")

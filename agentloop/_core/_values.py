@@ -72,11 +72,12 @@ class Budget:
     outcome; ``max_total_tokens`` (optional) bounds the tokens the model's
     replies report (input plus output), checked before each model call. Each is
     an ``int`` from 0 to ``2**63 - 1``, so that a run file can record it.
-    The defaults, 8 steps and 4 calls, are ``Loop``'s and ``Engine``'s.
+    The defaults, 25 steps and 100 calls, are ``Loop``'s and ``Engine``'s: room
+    for a typical agent, a batch of four on every step, yet a bound on a loop.
     """
 
-    max_steps: int = attrs.field(default=8, validator=_budget)
-    max_calls: int = attrs.field(default=4, validator=_budget)
+    max_steps: int = attrs.field(default=25, validator=_budget)
+    max_calls: int = attrs.field(default=100, validator=_budget)
     max_total_tokens: int | None = attrs.field(default=None, validator=_token_budget)
 
 

@@ -59,6 +59,7 @@ __all__ = [
 ]
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
+_Default = TypeVar("_Default")
 
 # Return values that cannot be awaitables: the common case skips the awaitable check.
 _PLAIN: Final = frozenset({str, int, float, bool, type(None), dict, list, tuple})
@@ -109,6 +110,14 @@ class ToolRegistry:
 
     def __getitem__(self, name: str) -> Tool:
         return self._tools[name]
+
+    @overload
+    def get(self, name: str) -> Tool | None: ...
+    @overload
+    def get(self, name: str, default: _Default) -> Tool | _Default: ...
+    def get(self, name: str, default: object = None) -> object:
+        """The tool named ``name``, or ``default`` (None) if there is none, as ``dict.get``."""
+        return self._tools.get(name, default)
 
     def add(self, tool: Tool | Callable[..., Any]) -> Tool:
         """Register a ``Tool`` (or a handler, made into one); names are unique."""
