@@ -8,8 +8,6 @@ Everything in ``__all__`` is the public API; the modules behind it are private.
 
 from __future__ import annotations
 
-import inspect
-
 from agentloop._async import AsyncRun
 from agentloop._callbacks import Dispatcher, Listener, Model
 from agentloop._core._approval import PendingCall, approve, ask
@@ -44,6 +42,7 @@ from agentloop._errors import (
     TableError,
 )
 from agentloop._loop import Loop
+from agentloop._names import publish as _publish
 from agentloop._review._diagram import to_dot, to_mermaid, to_svg
 from agentloop._review._report import report_html
 from agentloop._review._runfile import load_run, run_from_json, run_to_json, save_run
@@ -120,16 +119,4 @@ __all__ = [
 ]
 
 
-def _public(names: list[str]) -> None:
-    """Name each public class and function ``agentloop.X``, where it is imported from.
-
-    A traceback then reads ``agentloop.ConfigurationMismatchError``, not a private path.
-    """
-    namespace = globals()
-    for name in names:
-        value = namespace[name]
-        if isinstance(value, type) or inspect.isfunction(value):
-            value.__module__ = __name__
-
-
-_public(__all__)
+_publish(__name__, globals(), __all__)

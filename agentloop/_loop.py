@@ -313,13 +313,16 @@ class Loop:
             raise ValueError(f"{names} {needs} the asyncio driver ({instead}): {reasons}")
         return registry
 
+    def _input(self, messages: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+        """A new run's input, checked, and led by the system prompt if the Loop has one."""
+        check_new_input(messages)
+        return messages if self.system is None else _with_system(self.system, messages)
+
     def _engine(
         self, messages: str | list[dict[str, Any]], cancel: CancelToken | None, run_id: str | None
     ) -> Engine:
         """A fresh engine for a new run: a recording one when the Loop has a ledger."""
-        check_new_input(messages)
-        if self.system is not None:
-            messages = _with_system(self.system, messages)
+        messages = self._input(messages)
         if self.ledger is None:
             if run_id is not None:
                 _no_ledger(run_id)

@@ -77,7 +77,6 @@ from agentloop._core._engine import (
     check_decisions,
 )
 from agentloop._core._json import exception_content
-from agentloop._core._messages import check_new_input
 from agentloop._core._table import State
 from agentloop._core._values import (
     AskModel,
@@ -260,7 +259,7 @@ class DBOSLoop:
             checked_run_id(run_id, new=True)  # text, and no ':' (the idempotency key's)
         if _LOOPS.get(self.name) is not self:
             raise ValueError(f"this DBOSLoop ({self.name!r}) was closed")
-        check_new_input(messages)  # as Loop.start holds a new run's input
+        messages = self.loop._input(messages)  # as Loop.start takes a new run's input
         history = Engine(messages, budget=self.loop.budget).history()  # bad input raises
         return run_id, history
 

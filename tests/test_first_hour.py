@@ -327,9 +327,6 @@ def test_a_durable_run_records_its_system_prompt_and_resumes_with_it(tmp_path: A
     assert result.transcript[0] == SYSTEM
 
 
-@pytest.mark.xfail(
-    strict=True, reason="agentloop/dbos.py: DBOSLoop._checked builds the input without system="
-)
 def test_a_dbos_run_starts_with_the_loops_system_prompt(tmp_path: Any) -> None:
     """DBOSLoop's runs start as Loop's do: the system prompt first."""
     dbos = pytest.importorskip("dbos")

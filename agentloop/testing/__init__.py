@@ -12,6 +12,7 @@ Hypothesis strategies that play a misbehaving model live in
 
 from __future__ import annotations
 
+from agentloop._names import publish
 from agentloop.testing._contract import (
     ContractViolation,
     assert_chained,
@@ -50,6 +51,4 @@ __all__ = [
     "with_usage",
 ]
 
-# The public classes show as agentloop.testing.X in reprs and tracebacks.
-for _public in (AsyncScriptedModel, Cancel, ContractViolation, ScriptedModel, ScriptExhausted):
-    _public.__module__ = __name__
+publish(__name__, globals(), __all__)

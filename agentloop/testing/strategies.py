@@ -31,6 +31,7 @@ except ImportError as exc:  # pragma: no cover - exercised with hypothesis hidde
         "(or the testing extra, pip install 'agentloop-fsm[testing]')"
     ) from exc
 
+from agentloop._names import publish
 from agentloop._tools._registry import Tool, ToolRegistry
 from agentloop.testing import batch, call, final
 from agentloop.testing._draw import (
@@ -360,3 +361,6 @@ def _scripts(
         out.append(reply)
     out.append(draw(finals()))
     return out
+
+
+publish(__name__, globals(), __all__)
