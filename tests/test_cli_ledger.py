@@ -9,6 +9,7 @@ another process that has the Loop resumes it.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 import subprocess
@@ -335,6 +336,27 @@ def test_bad_input_exits_2_in_one_line_and_records_nothing(
     assert err.count("\n") == 1
     assert records(ledger) == before
     assert not (tmp_path / "absent.db").exists()  # a ledger is never made by a look
+
+
+def test_another_sqlite_database_is_refused_untouched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An SQLite file no SQLiteLedger made: refused in one line, its journal mode unchanged."""
+    other = tmp_path / "app.sqlite"
+    with contextlib.closing(sqlite3.connect(other)) as db:
+        db.execute("CREATE TABLE notes (text)")
+        db.commit()
+
+    code, _, err = run_main(capsys, "runs", other)
+
+    assert code == 2
+    assert err == (
+        f"agentloop: error: not a ledger: {other} is an SQLite database that "
+        "agentloop.SQLiteLedger did not make (expected application_id 0x41474c4c, got 0x0)\n"
+    )
+    with contextlib.closing(sqlite3.connect(other)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["app.sqlite"]
 
 
 def test_decide_refuses_a_run_another_process_holds(

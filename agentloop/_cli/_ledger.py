@@ -8,7 +8,9 @@ process that has its ``Loop`` resumes it.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import sqlite3
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -19,7 +21,7 @@ from agentloop._cli._files import show as show_result
 from agentloop._cli._files import write_page
 from agentloop._cli._output import CommandError, print_lines, self_command, shell_path
 from agentloop._core._approval import Decision, approve, deny
-from agentloop._durable._sqlite import SQLiteLedger
+from agentloop._durable._sqlite import APPLICATION_ID, SQLiteLedger
 from agentloop._durable._view import LedgerRun, decide_run, list_runs, view_run
 from agentloop._errors import InvalidStateError, LedgerError
 
@@ -156,6 +158,18 @@ def _open(path: str) -> SQLiteLedger:
         raise CommandError(
             f"not a ledger: {path} is not an SQLite file (expected a ledger that "
             f"agentloop.SQLiteLedger made, got a file starting with {head[:8]!r})"
+        )
+    # Asked read-only first: opening a file as a ledger would turn another database to WAL.
+    try:
+        uri = f"{Path(path).absolute().as_uri()}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            (application_id,) = db.execute("PRAGMA application_id").fetchone()
+    except sqlite3.Error as exc:
+        raise CommandError(f"cannot read {path} as a ledger: {exc}") from None
+    if application_id != APPLICATION_ID:
+        raise CommandError(
+            f"not a ledger: {path} is an SQLite database that agentloop.SQLiteLedger did not "
+            f"make (expected application_id {APPLICATION_ID:#x}, got {application_id:#x})"
         )
     try:
         return SQLiteLedger(path)
