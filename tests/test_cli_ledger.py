@@ -290,6 +290,7 @@ def test_decided_from_the_command_line_then_resumed_in_another_process(tmp_path:
         (["show", "{ledger}", "nope"], "{ledger}: no run 'nope' is recorded here ("),
         (["report", "{ledger}", "nope"], "{ledger}: no run 'nope' is recorded here ("),
         (["show", "{ledger}"], "{ledger} is a ledger, which holds many runs: name one"),
+        (["show", "{ledger}", ""], "expected a run id ("),
         (["decide", "{ledger}", "nope", "l=approve"], "{ledger}: no run 'nope' is recorded here"),
         (["decide", "{ledger}", "paused", "l"], "expected CALL_ID=approve or CALL_ID=deny:REASON"),
         (["decide", "{ledger}", "paused", "l=yes"], "got 'l=yes'"),
@@ -382,6 +383,21 @@ def test_decide_refuses_a_run_another_process_holds(
         holder.communicate("\n", timeout=30)
     assert code == 2
     assert "run 'paused' is being driven by another process" in err
+
+
+@pytest.mark.parametrize("command", ["runs", "pending", "decide"])
+def test_each_ledger_command_describes_itself_with_examples(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """COMMAND --help: a one-line description, then examples that use the command."""
+    with pytest.raises(SystemExit) as caught:
+        main([command, "--help"])
+    assert caught.value.code == 0
+    text = capsys.readouterr().out
+    assert "\n" not in text.split("\n\n")[1]
+    examples = text.split("examples:\n")[1].splitlines()
+    assert examples
+    assert all(line.startswith(f"  agentloop {command} runs.db") for line in examples)
 
 
 # -- the Python view ---------------------------------------------------------------------------

@@ -178,6 +178,8 @@ def _open(path: str) -> SQLiteLedger:
 
 
 def _view(path: str, run_id: str) -> LedgerRun:
+    if not run_id:
+        raise CommandError(f"expected a run id ({_again(path, 'runs')} lists them), got ''")
     with _open(path) as ledger:
         try:
             return view_run(ledger, run_id)
