@@ -400,6 +400,118 @@ def test_each_ledger_command_describes_itself_with_examples(
     assert all(line.startswith(f"  agentloop {command} runs.db") for line in examples)
 
 
+# -- a DBOS system database URL, where a ledger path goes ------------------------------------------
+
+DBOS_WORKER = textwrap.dedent(
+    """
+    import sys, time
+    from dbos import DBOS
+    import agentloop
+    import agentloop.dbos
+    from agentloop import Loop, Tool, ToolRegistry, allow, ask
+    from agentloop.dbos import DBOSLoop
+
+    url, effects = sys.argv[1], sys.argv[2]
+
+    def pay(amount: int) -> str:
+        with open(effects, "a") as f:
+            f.write(f"pay {amount}\\n")
+        return "paid"
+
+    def policy(call):
+        return ask("over 5 EUR") if call["arguments"]["amount"] > 5 else allow()
+
+    def model(history):
+        if history[-1]["kind"] != "user":
+            return {"kind": "final", "text": "done"}
+        if history[-1]["text"] == "hi":
+            return {"kind": "final", "text": "hello"}
+        return {"kind": "calls", "calls": [
+            {"id": "s", "name": "pay", "arguments": {"amount": 1}},
+            {"id": "l", "name": "pay", "arguments": {"amount": 50}},
+            {"id": "m", "name": "pay", "arguments": {"amount": 60}},
+        ]}
+
+    desk = DBOSLoop(Loop(model, tools=ToolRegistry([Tool(pay)], policy=policy)), name="desk")
+    DBOS(config={"name": "agentloop-cli-tests", "system_database_url": url,
+                 "log_level": "WARNING", "notification_listener_polling_interval_sec": 0.01})
+    DBOS.launch()
+    print(desk.run("hi", run_id="done").status, flush=True)
+    handle = desk.start("pay", run_id="paused")
+    while not agentloop.dbos.pending("paused"):
+        time.sleep(0.01)
+    print("waiting", flush=True)
+    result = handle.get_result(polling_interval_sec=0.02)
+    print(result.status, [[m["id"], m["status"], m["content"]]
+                          for m in result.transcript if m["kind"] == "tool_result"], flush=True)
+    DBOS.destroy()
+    """
+)
+
+
+def test_a_dbos_system_database_url_works_where_a_ledger_path_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """runs, pending, show and decide take a DBOS system database URL: a run waiting in a
+    DBOS worker is listed, its calls shown, and decided from here; the worker goes on."""
+    pytest.importorskip("dbos")
+    url = f"sqlite:///{tmp_path}/sys.sqlite"
+    script = tmp_path / "worker.py"
+    script.write_text(DBOS_WORKER)
+    worker = subprocess.Popen(
+        [sys.executable, str(script), url, str(tmp_path / "effects")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert worker.stdout is not None
+        assert worker.stdout.readline() == "finished\n"
+        assert worker.stdout.readline() == "waiting\n"
+
+        code, out, err = run_main(capsys, "runs", url)
+        assert code == 0, err
+        rows = [re.split(r"  +", line) for line in out.splitlines()[1:]]
+        assert [row[:4] + row[5:] for row in rows] == [
+            ["done", "finished", "1", "0"],
+            ["paused", "awaiting_approval", "1", "-", "2"],  # accepted calls: known at its end
+        ]
+        code, out, _ = run_main(capsys, "pending", url)
+        assert [re.split(r"  +", line) for line in out.splitlines()[1:3]] == [
+            ["paused", "l", "pay", "over 5 EUR", '{"amount":50}'],
+            ["paused", "m", "pay", "over 5 EUR", '{"amount":60}'],
+        ]
+        code, out, _ = run_main(capsys, "show", url, "done")
+        assert (code, out.splitlines()[0]) == (0, "agentloop run done: finished")
+        code, _, err = run_main(capsys, "show", url, "paused")
+        assert code == 2
+        assert "run 'paused' has not ended (it is awaiting_approval)" in err
+        code, _, err = run_main(capsys, "decide", url, "paused", "l=approve")
+        assert code == 2
+        assert "missing: ['m']" in err
+        assert not (tmp_path / "effects").exists()
+
+        code, out, err = run_main(capsys, "decide", url, "paused", "l=approve", "m=deny:no")
+        assert code == 0, err
+        assert out.splitlines()[0] == "sent to run paused: l approved, m denied (no)"
+        ended, _ = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert ended == "finished [['s', 'ok', 'paid'], ['l', 'ok', 'paid'], ['m', 'denied', 'no']]\n"
+    assert (tmp_path / "effects").read_text() == "pay 1\npay 50\n"
+
+
+def test_a_dbos_url_is_never_made_by_a_look(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sqlite URL naming no file: one line, exit 2, and no database is made."""
+    missing = tmp_path / "sys.sqlite"
+    code, out, err = run_main(capsys, "runs", f"sqlite:///{missing}")
+    assert (code, out) == (2, "")
+    assert err == f"agentloop: error: cannot read {missing}: no such DBOS system database\n"
+    assert not missing.exists()
+
+
 # -- the Python view ---------------------------------------------------------------------------
 
 

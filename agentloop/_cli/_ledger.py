@@ -28,7 +28,17 @@ from agentloop._errors import InvalidStateError, LedgerError
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-__all__ = ["decide", "is_ledger", "pending", "report", "runs", "show"]
+__all__ = [
+    "columns",
+    "decide",
+    "is_ledger",
+    "parse_verdicts",
+    "pending",
+    "report",
+    "runs",
+    "show",
+    "when",
+]
 
 _MAGIC: Final = b"SQLite format 3\x00"  # the first bytes of every SQLite file
 _RUNNING: Final = "no outcome recorded: running now, or cut off when its process stopped"
@@ -57,12 +67,12 @@ def runs(path: str, states: Iterable[str]) -> int:
         if run.problem is not None:
             problems.append(run.problem)
         count = str(len(run.pending)) if run.pending else ""
-        rows.append((run.run_id, state, str(run.steps), str(run.calls), _when(run.changed), count))
+        rows.append((run.run_id, state, str(run.steps), str(run.calls), when(run.changed), count))
     if len(rows) == 1:
         which = f" in state {' or '.join(sorted(wanted))}" if wanted else ""
         print_lines([f"no run{which} in {path}"])
         return 0
-    print_lines(_columns(rows))
+    print_lines(columns(rows))
     for problem in problems:
         print_lines([f"unreadable: {problem}"])
     return 1 if problems else 0
@@ -110,13 +120,13 @@ def pending(path: str) -> int:
         print_lines([f"no call waits for a person in {path}"])
         return 0
     template = "RUN_ID CALL_ID=approve|deny:REASON ..."
-    print_lines([*_columns(rows), "", f"to decide: {_again(path, 'decide')} {template}"])
+    print_lines([*columns(rows), "", f"to decide: {_again(path, 'decide')} {template}"])
     return 0
 
 
 def decide(path: str, run_id: str, verdicts: list[str]) -> int:
     """Record a person's decisions about paused run ``run_id``, all or nothing."""
-    given = _verdicts(verdicts)
+    given = parse_verdicts(verdicts)
     run = _view(path, run_id)
     # Bound to the calls shown: a call that changed since is refused, not decided.
     prints = {call.call_id: call.fingerprint for call in run.pending}
@@ -190,7 +200,7 @@ def _view(path: str, run_id: str) -> LedgerRun:
             raise CommandError(str(exc)) from None
 
 
-def _verdicts(verdicts: list[str]) -> dict[str, str | None]:
+def parse_verdicts(verdicts: list[str]) -> dict[str, str | None]:
     """``CALL_ID=approve`` and ``CALL_ID=deny:REASON``, as call id -> ``None`` or the reason."""
     given: dict[str, str | None] = {}
     for text in verdicts:
@@ -206,7 +216,7 @@ def _verdicts(verdicts: list[str]) -> dict[str, str | None]:
     return given
 
 
-def _when(at: float | None) -> str:
+def when(at: float | None) -> str:
     return "unknown" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
 
@@ -239,7 +249,7 @@ def _started_html(run: LedgerRun) -> str:
     )
 
 
-def _columns(rows: Sequence[tuple[str, ...]]) -> list[str]:
+def columns(rows: Sequence[tuple[str, ...]]) -> list[str]:
     """Rows aligned in columns two spaces apart, each cell on one line."""
     from agentloop._review._report import printable
 

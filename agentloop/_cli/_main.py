@@ -8,6 +8,7 @@
   agentloop runs LEDGER [--state STATE ...]  a ledger's runs, a line each
   agentloop pending LEDGER                   every call waiting for a person
   agentloop decide LEDGER RUN_ID CALL_ID=approve|deny:REASON ...
+  (LEDGER: a ledger file, or a DBOS system database URL: postgresql://..., sqlite:///...)
 
 Everything is plain text written by this package, with nothing to install
 beyond agentloop itself (SVG needs the ``svg`` extra). A missing, damaged or
@@ -20,20 +21,30 @@ from __future__ import annotations
 import argparse
 import sys
 from importlib import metadata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from agentloop._cli import _files, _ledger
+from agentloop._cli import _dbos, _files, _ledger
 from agentloop._cli._output import CommandError, discard_stdout
 from agentloop._core._table import State
 from agentloop._review._runfile import MAX_BYTES
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
 __all__ = ["DISTRIBUTION", "main"]
 
 #: The name agentloop is installed under (``agentloop`` on PyPI is another project).
 DISTRIBUTION = "agentloop-fsm"
+
+
+class _Store(Protocol):
+    """Where runs are kept: a ledger file (``_ledger``) or DBOS (``_dbos``), the same commands."""
+
+    def runs(self, path: str, states: Iterable[str], /) -> int: ...
+    def pending(self, path: str, /) -> int: ...
+    def decide(self, path: str, run_id: str, verdicts: list[str], /) -> int: ...
+    def show(self, path: str, run_id: str, limit: int | None, /) -> int: ...
+    def report(self, path: str, run_id: str, output: str | None, /) -> int: ...
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -79,8 +90,11 @@ def _command(
     )
 
 
-_RUN_HELP = "a saved run (agentloop.save_run, or demo --out), or a ledger (then RUN_ID)"
-_LEDGER_HELP = "a ledger file (agentloop.SQLiteLedger)"
+_RUN_HELP = (
+    "a saved run (agentloop.save_run, or demo --out), or a ledger or a DBOS system "
+    "database URL (then RUN_ID)"
+)
+_LEDGER_HELP = "a ledger file (agentloop.SQLiteLedger), or a DBOS system database URL"
 _RUN_ID_HELP = "the id of one of the ledger's runs (agentloop runs LEDGER lists them)"
 
 
@@ -191,10 +205,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         nargs="+",
         action="extend",
         default=[],
-        choices=[*(state.value for state in State), "unreadable"],
+        choices=[*(state.value for state in State), "unreadable", *_dbos.STATES],
         help="only runs in these states: "
         + ", ".join(state.value for state in State)
-        + ", or unreadable (damaged records)",
+        + ", or unreadable (damaged records); on DBOS also "
+        + ", ".join(_dbos.STATES),
     )
 
     pending = _command(
@@ -252,22 +267,25 @@ def _run(args: argparse.Namespace) -> int:
     if command == "diagram":
         run = None if args.run is None else _files.load(args.run, args.max_size)
         return _files.diagram(args.format, run, args.output)
+    store: _Store = _ledger
+    if _dbos.is_url(getattr(args, "ledger", None) or getattr(args, "run", None) or ""):
+        store = _dbos  # the same commands, through a DBOSClient
     if command == "runs":
-        return _ledger.runs(args.ledger, args.state)
+        return store.runs(args.ledger, args.state)
     if command == "pending":
-        return _ledger.pending(args.ledger)
+        return store.pending(args.ledger)
     if command == "decide":
-        return _ledger.decide(args.ledger, args.run_id, args.decisions)
+        return store.decide(args.ledger, args.run_id, args.decisions)
     limit = None if command == "report" or args.full else args.width
-    if _ledger.is_ledger(args.run):
+    if store is _dbos or _ledger.is_ledger(args.run):
         if args.run_id is None:
             raise CommandError(
                 f"{args.run} is a ledger, which holds many runs: name one, "
                 f"agentloop {command} {args.run} RUN_ID (agentloop runs {args.run} lists them)"
             )
         if command == "show":
-            return _ledger.show(args.run, args.run_id, limit)
-        return _ledger.report(args.run, args.run_id, args.output)
+            return store.show(args.run, args.run_id, limit)
+        return store.report(args.run, args.run_id, args.output)
     if args.run_id is not None:
         raise CommandError(
             f"expected RUN_ID only after a ledger, got {args.run_id!r} after {args.run}, "
