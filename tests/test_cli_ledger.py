@@ -360,6 +360,22 @@ def test_another_sqlite_database_is_refused_untouched(
     assert sorted(path.name for path in tmp_path.iterdir()) == ["app.sqlite"]
 
 
+def test_what_decide_prints_stays_one_line_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reason with a newline and terminal controls is recorded as given, printed escaped."""
+    ledger = make(tmp_path)
+    reason = "no\nstatus   finished\x1b[2J\u202e"
+    code, out, _ = run_main(capsys, "decide", ledger, "paused", "l=approve", f"m=deny:{reason}")
+
+    assert code == 0
+    assert out.splitlines()[0] == (
+        "recorded for run paused: l approved, m denied (no\\nstatus   finished\\x1b[2J\\u202e)"
+    )
+    body = orjson.loads(records(ledger)["paused"][-1].body)
+    assert body["decisions"]["m"]["reason"] == reason
+
+
 def test_decide_refuses_a_run_another_process_holds(
     ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

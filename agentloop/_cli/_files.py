@@ -93,11 +93,10 @@ def show(
     result: RunResult, limit: int | None, *, title: str | None = None, more: tuple[str, ...] = ()
 ) -> int:
     """``result`` as text (values cut to ``limit``), then the lines ``more``."""
-    from agentloop._review._report import printable, run_lines
+    from agentloop._review._report import run_lines
 
     title = f"agentloop run: {result.status.value}" if title is None else title
-    lines = run_lines(result, title=title, limit=limit)
-    print_lines([*lines, *map(printable, more)])
+    print_lines([*run_lines(result, title=title, limit=limit), *more])
     return 0
 
 

@@ -70,8 +70,10 @@ def write(text: str, output: str | None) -> None:
 
 
 def print_lines(lines: list[str]) -> None:
-    """Each line, then a newline, to stdout."""
-    write("".join(line + "\n" for line in lines), None)
+    """Each line, escaped to stay one line (``printable``), then a newline, to stdout."""
+    from agentloop._review._report import printable
+
+    write("".join(printable(line) + "\n" for line in lines), None)
 
 
 def shell_path(path: Path) -> str:
