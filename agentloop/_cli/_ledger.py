@@ -23,7 +23,7 @@ from agentloop._cli._output import CommandError, print_lines, self_command, shel
 from agentloop._core._approval import Decision, approve, deny
 from agentloop._durable._sqlite import APPLICATION_ID, SQLiteLedger
 from agentloop._durable._view import LedgerRun, decide_run, list_runs, view_run
-from agentloop._errors import InvalidStateError, LedgerError
+from agentloop._errors import InvalidStateError, LedgerError, RunNotFoundError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -193,9 +193,10 @@ def _view(path: str, run_id: str) -> LedgerRun:
     with _open(path) as ledger:
         try:
             return view_run(ledger, run_id)
+        except RunNotFoundError as exc:
+            raise CommandError(f"{exc} ({_again(path, 'runs')} lists them)") from None
         except LedgerError as exc:
-            lists = f" ({_again(path, 'runs')} lists them)" if "no run" in str(exc) else ""
-            raise CommandError(f"{exc}{lists}") from None
+            raise CommandError(str(exc)) from None
         except (TypeError, ValueError) as exc:  # not a run id at all
             raise CommandError(str(exc)) from None
 
@@ -217,6 +218,7 @@ def parse_verdicts(verdicts: list[str]) -> dict[str, str | None]:
 
 
 def when(at: float | None) -> str:
+    """A time as ``time.time()`` gives it, in local time to the second; ``unknown`` if none."""
     return "unknown" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
 
@@ -227,6 +229,7 @@ def _again(path: str, command: str, run_id: str | None = None) -> str:
 
 
 def _call_text(call: dict[str, Any]) -> str:
+    """``tool#id {arguments}``."""
     arguments = orjson.dumps(call.get("arguments")).decode()
     return f"{call.get('name')}#{call.get('id')} {arguments}"
 

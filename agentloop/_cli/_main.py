@@ -279,9 +279,11 @@ def _run(args: argparse.Namespace) -> int:
     limit = None if command == "report" or args.full else args.width
     if store is _dbos or _ledger.is_ledger(args.run):
         if args.run_id is None:
+            where = "DBOS_URL" if store is _dbos else args.run  # a URL may hold a password
+            what = "a DBOS system database" if store is _dbos else f"{args.run} is a ledger, which"
             raise CommandError(
-                f"{args.run} is a ledger, which holds many runs: name one, "
-                f"agentloop {command} {args.run} RUN_ID (agentloop runs {args.run} lists them)"
+                f"{what} holds many runs: name one, agentloop {command} {where} RUN_ID "
+                f"(agentloop runs {where} lists them)"
             )
         if command == "show":
             return store.show(args.run, args.run_id, limit)
