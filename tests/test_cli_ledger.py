@@ -567,6 +567,44 @@ def test_view_run_reads_any_ledger_and_list_runs_needs_one_that_lists() -> None:
         agentloop.list_runs(memory)
 
 
+def test_decide_run_records_what_run_decide_would_on_any_ledger() -> None:
+    """decide_run on the protocol alone: refused input records nothing; a decision is the
+    record the live driver writes, and loop.resume goes on from it."""
+    memory = MemoryLedger()
+    ran: list[int] = []
+
+    def pay(amount: int) -> str:
+        """Pay."""
+        ran.append(amount)
+        return "paid"
+
+    tools = agentloop.ToolRegistry([agentloop.Tool(pay)], policy=lambda call: agentloop.ask("$"))
+
+    def model(history: list[dict[str, object]]) -> dict[str, object]:
+        if history[-1]["kind"] == "user":
+            return {"kind": "call", "id": "p", "name": "pay", "arguments": {"amount": 3}}
+        return {"kind": "final", "text": "done"}
+
+    loop = agentloop.Loop(model, tools=tools, ledger=memory)
+    assert loop.run("go", run_id="r").status == "awaiting_approval"
+    count = len(memory.records["r"])
+    with pytest.raises(TypeError, match="expected decisions to be a dict"):
+        agentloop.decide_run(memory, "r", [("p", agentloop.approve())])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="bound to fingerprint 'x'"):
+        agentloop.decide_run(memory, "r", {"p": agentloop.approve(fingerprint="x")})
+    assert len(memory.records["r"]) == count
+    assert not memory.claimed  # every claim given back
+
+    agentloop.decide_run(memory, "r", {"p": agentloop.approve()})
+    assert memory.records["r"][-1] == agentloop.LedgerRecord(
+        "decision", "p", b'{"decisions":{"p":{"allowed":true,"reason":"","fingerprint":null}}}'
+    )
+    with pytest.raises(agentloop.InvalidStateError, match="'dispatching', not awaiting"):
+        agentloop.decide_run(memory, "r", {"p": agentloop.approve()})
+    assert loop.resume("r").output == "done"
+    assert ran == [3]
+
+
 def test_a_run_that_does_not_replay_is_listed_as_unreadable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -16,15 +16,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import attrs
 import orjson
 
-from agentloop._core._table import State
+from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import Budget, CancelToken, RunResult
 from agentloop._durable._journal import Journal
 from agentloop._durable._resume import Recorded, checked_run_id, replayed
 from agentloop._errors import InvalidStateError, LedgerError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._values import Transition, Usage
     from agentloop._durable._journal import DurableEngine
@@ -57,7 +55,7 @@ class LedgerRun:
     @property
     def done(self) -> bool:
         """Whether the run has ended (its end may not be recorded yet)."""
-        return self.result.status in _ENDED
+        return self.result.status in TERMINAL
 
     @property
     def steps(self) -> int:
@@ -111,14 +109,6 @@ class RunSummary(NamedTuple):
     problem: str | None = None
 
 
-_ENDED = frozenset(state for state in State) - {
-    State.AWAITING_MODEL,
-    State.VALIDATING,
-    State.DISPATCHING,
-    State.AWAITING_APPROVAL,
-}
-
-
 def view_run(ledger: Ledger, run_id: str) -> LedgerRun:
     """Run ``run_id`` of ``ledger`` as its records stand; nothing is run, claimed or written.
 
@@ -158,7 +148,7 @@ def list_runs(ledger: Ledger) -> list[RunSummary]:
     return found
 
 
-def decide_run(ledger: Ledger, run_id: str, decisions: Mapping[str, Decision]) -> None:
+def decide_run(ledger: Ledger, run_id: str, decisions: dict[str, Decision]) -> None:
     """Record a person's decisions about paused run ``run_id``, as ``run.decide`` would.
 
     ``decisions`` maps every pending call's id to ``approve()`` or
@@ -180,7 +170,7 @@ def decide_run(ledger: Ledger, run_id: str, decisions: Mapping[str, Decision]) -
                 "no decisions (were they recorded already?); nothing was recorded",
                 state=engine.state,
             )
-        journal.decided(engine.checked_decisions(dict(decisions)))
+        journal.decided(engine.checked_decisions(decisions))
     finally:
         writer.release()
 
