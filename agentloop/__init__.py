@@ -28,6 +28,7 @@ from agentloop._core._values import (
 from agentloop._durable._key import idempotency_key
 from agentloop._durable._ledger import Ledger, LedgerRecord, LedgerWriter
 from agentloop._durable._sqlite import SQLiteLedger
+from agentloop._durable._view import LedgerRun, RunSummary, decide_run, list_runs, view_run
 from agentloop._errors import (
     AgentloopError,
     ConfigurationMismatchError,
@@ -77,6 +78,7 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "LedgerRecord",
+    "LedgerRun",
     "LedgerWriter",
     "Listener",
     "Loop",
@@ -92,6 +94,7 @@ __all__ = [
     "RunFileError",
     "RunNotFoundError",
     "RunResult",
+    "RunSummary",
     "RunTool",
     "SQLiteLedger",
     "SVGUnavailableError",
@@ -106,8 +109,10 @@ __all__ = [
     "allow",
     "approve",
     "ask",
+    "decide_run",
     "deny",
     "idempotency_key",
+    "list_runs",
     "load_run",
     "report_html",
     "run_from_json",
@@ -116,6 +121,7 @@ __all__ = [
     "to_dot",
     "to_mermaid",
     "to_svg",
+    "view_run",
 ]
 
 

@@ -727,6 +727,45 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["show {run}", "report {run}", "runs x.db", "demo"])
+def test_an_unknown_option_is_told_by_its_command(
+    saved: tuple[RunResult, Path], command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """COMMAND ... --wat: the command's own usage and error, not the top-level usage."""
+    _, path = saved
+    with pytest.raises(SystemExit) as caught:
+        main([*command.format(run=path).split(), "--wat"])
+    assert caught.value.code == 2
+
+    err = capsys.readouterr().err
+    name = command.split()[0]
+    assert err.startswith(f"usage: agentloop {name} ")
+    assert err.endswith(f"agentloop {name}: error: unrecognized arguments: --wat\n")
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "a-file", "read-only"])
+def test_demo_out_that_cannot_be_written_fails_before_the_demo(
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """demo --out DIR that cannot hold a file: one line, exit 2, and no demo printed first."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    out = {"under-a-file": afile / "demo", "a-file": afile, "read-only": tmp_path / "ro"}[where]
+    if where == "read-only":
+        out.mkdir(mode=0o555)
+        if os.access(out, os.W_OK):
+            pytest.skip("this user writes in a read-only directory (root)")
+
+    assert main(["demo", "--out", str(out)]) == 2
+
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"agentloop: error: cannot save the demo in {out}")
+    assert captured.err.count("\n") == 1
+    if where == "a-file":
+        assert "(expected a directory)" in captured.err
+
+
 # -- real processes ----------------------------------------------------------------------
 
 

@@ -70,12 +70,14 @@ if TYPE_CHECKING:
     from agentloop._durable._ledger import Ledger, LedgerRecord, LedgerWriter
 
 __all__ = [
+    "Recorded",
     "begin",
     "checked_run_id",
     "differences",
     "mismatch",
     "recorded_answer",
     "recorded_outcome",
+    "replayed",
     "resume",
 ]
 
@@ -130,18 +132,14 @@ def resume(
         writer, busy = None, exc  # unless it has ended: then there is nothing to write
     try:
         head, records = ledger.read(run_id)
-        recorded = _Recorded(run_id, head, records)
+        recorded = Recorded(run_id, head, records)
         if busy is not None and recorded.end is None:
             raise busy
         differences_found = differences(recorded.fingerprint, fingerprint(budget, dispatcher))
         if differences_found:
             raise mismatch(run_id, differences_found)
         token = CancelToken()  # cancellation comes from the record until the run goes live
-        try:
-            engine = DurableEngine(recorded.input, budget=budget, cancel=token)
-        except (TypeError, ValueError) as exc:
-            raise LedgerError(f"run {run_id!r}: the recorded input is not valid: {exc}") from None
-        engine.journal = Journal(
+        journal = Journal(
             writer or _NoWriter(run_id),
             run_id,
             idempotent_tools(dispatcher),
@@ -150,7 +148,7 @@ def resume(
             ledger=ledger,
             records=len(records),
         )
-        _replay(engine, recorded, token)
+        engine = replayed(recorded, budget, journal, token)
     except BaseException:
         if writer is not None:
             writer.release()
@@ -168,6 +166,25 @@ def resume(
         return engine, None
     engine.journal.link(cancel.on_cancel(token.cancel))  # the caller's token, from now on
     return engine, token
+
+
+def replayed(
+    recorded: Recorded, budget: Budget, journal: Journal, token: CancelToken
+) -> DurableEngine:
+    """A fresh engine fed ``recorded``: ended, or stopped where the records stop.
+
+    ``journal`` is the engine's (nothing is written while the records are fed);
+    ``token`` is what it watches: the replay cancels it where the run was cancelled.
+    """
+    try:
+        engine = DurableEngine(recorded.input, budget=budget, cancel=token)
+    except (TypeError, ValueError) as exc:
+        raise LedgerError(
+            f"run {recorded.run_id!r}: the recorded input is not valid: {exc}"
+        ) from None
+    engine.journal = journal
+    _replay(engine, recorded, token)
+    return engine
 
 
 def checked_run_id(run_id: object, *, new: bool = False) -> str:
@@ -217,7 +234,7 @@ class _NoWriter:
 # -- reading the records ----------------------------------------------------------------
 
 
-class _Recorded:
+class Recorded:
     """A run's header and records, checked and decoded; ``LedgerError`` on anything else."""
 
     def __init__(self, run_id: str, head: bytes, records: list[LedgerRecord]) -> None:
@@ -436,7 +453,7 @@ def _shown(value: object) -> str:
 # -- feeding them to the engine ---------------------------------------------------------------
 
 
-def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> None:
+def _replay(engine: DurableEngine, recorded: Recorded, token: CancelToken) -> None:
     """Feed the records to ``engine`` until the run ends or the next need is not recorded."""
     replies, finished, end = recorded.replies, recorded.finished, recorded.end
     made = 0  # events so far
@@ -520,7 +537,7 @@ def _replay(engine: DurableEngine, recorded: _Recorded, token: CancelToken) -> N
 
 
 def _approval(
-    recorded: _Recorded, report: Callable[[Engine, Any], object], engine: Engine, value: object
+    recorded: Recorded, report: Callable[[Engine, Any], object], engine: Engine, value: object
 ) -> None:
     """Feed an approval record to the engine: one it refuses is damage, not the caller's mistake."""
     try:
@@ -592,7 +609,7 @@ def _reports(
     return reports
 
 
-def _diverged(recorded: _Recorded, detail: str) -> LedgerError:
+def _diverged(recorded: Recorded, detail: str) -> LedgerError:
     return LedgerError(
         f"run {recorded.run_id!r}: its records do not replay through this engine ({detail}); "
         "the ledger was changed, or written by another agentloop"

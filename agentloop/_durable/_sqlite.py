@@ -1,7 +1,9 @@
 """``SQLiteLedger``: the ledger in one SQLite file, through the standard library.
 
 Two tables: ``runs`` (a row per run: its id and header) and ``records`` (a
-row per record, in append order, unique by ``(run, kind, key)``). Every
+row per record, in append order, unique by ``(run, kind, key)``), each row
+with the time it was committed (``at``; ``NULL`` in a file an agentloop that
+kept no times wrote, which gets the column when next opened). Every
 append is one ``INSERT`` in autocommit mode, so it is committed when it
 returns. The file is in WAL mode: a commit appends to the ``-wal`` file,
 readers never block the writer, and a commit torn by a crash is discarded
@@ -40,13 +42,15 @@ _SCHEMA: Final = (
     "CREATE TABLE runs ("
     " id INTEGER PRIMARY KEY AUTOINCREMENT,"
     " run_id TEXT NOT NULL UNIQUE,"
-    " header BLOB NOT NULL)",
+    " header BLOB NOT NULL,"
+    " at REAL)",
     "CREATE TABLE records ("
     " seq INTEGER PRIMARY KEY,"
     " run INTEGER NOT NULL REFERENCES runs (id),"
     " kind TEXT NOT NULL,"
     " key TEXT NOT NULL,"
     " body BLOB NOT NULL,"
+    " at REAL,"
     " UNIQUE (run, kind, key))",
 )
 
@@ -128,7 +132,8 @@ class SQLiteLedger:
             try:
                 try:
                     row = db.execute(
-                        "INSERT INTO runs (run_id, header) VALUES (?, ?)", (run_id, header)
+                        "INSERT INTO runs (run_id, header, at) VALUES (?, ?, ?)",
+                        (run_id, header, time.time()),
                     ).lastrowid
                 except sqlite3.IntegrityError:
                     raise RunExistsError(
@@ -200,6 +205,19 @@ class SQLiteLedger:
             rows = self._db.execute(query, () if finished is None else (END,)).fetchall()
         return [run_id for (run_id,) in rows]
 
+    def changed(self) -> dict[str, float | None]:
+        """When each run last changed: its last record's commit (or its start), as ``time.time()``.
+
+        ``None`` for a run with no time kept (recorded by an agentloop that kept none).
+        """
+        query = (
+            "SELECT run_id, COALESCE((SELECT MAX(at) FROM records WHERE run = runs.id), at) "
+            "FROM runs ORDER BY id"
+        )
+        with self._using("listing runs"):
+            rows = self._db.execute(query).fetchall()
+        return dict(rows)
+
     def check(self) -> None:
         """Read the whole file (``PRAGMA quick_check``); ``LedgerError`` listing what is damaged."""
         with self._using("check"):
@@ -251,6 +269,19 @@ class SQLiteLedger:
                 f"{self.path}: ledger format version {version}, but this agentloop reads "
                 f"version {VERSION} ({newer})"
             )
+        if not self._timed():
+            db.execute("BEGIN IMMEDIATE")  # made before rows kept their time: add the column
+            try:
+                if not self._timed():
+                    db.execute("ALTER TABLE runs ADD COLUMN at REAL")
+                    db.execute("ALTER TABLE records ADD COLUMN at REAL")
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def _timed(self) -> bool:
+        return any(row[1] == "at" for row in self._db.execute("PRAGMA table_info(records)"))
 
     def _version(self) -> tuple[int, int]:
         (application_id,) = self._db.execute("PRAGMA application_id").fetchone()
@@ -327,8 +358,8 @@ class _Writer:
         with ledger._using(f"run {self.run_id!r}"):
             try:
                 ledger._db.execute(
-                    "INSERT INTO records (run, kind, key, body) VALUES (?, ?, ?, ?)",
-                    (self._row, record.kind, record.key, record.body),
+                    "INSERT INTO records (run, kind, key, body, at) VALUES (?, ?, ?, ?, ?)",
+                    (self._row, record.kind, record.key, record.body, time.time()),
                 )
             except sqlite3.IntegrityError:
                 raise LedgerError(
