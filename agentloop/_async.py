@@ -209,7 +209,8 @@ class AsyncRun(RunView):
         while engine.unstarted and len(tasks) < self._max_concurrency:
             need = engine.next()  # the cancel checkpoint before each call
             if type(need) is not RunTool:
-                self._drop_tasks()  # cancelled: the running calls were answered cancelled
+                # Cancelled: the running calls were answered cancelled; their tasks end first.
+                await self._dropped(self._drop_tasks())
                 return need  # type: ignore[return-value]  # neither request: a transition
             task = asyncio.ensure_future(carried(self._tool(need.call)(need.call)))
             task.add_done_callback(_observed)
@@ -221,8 +222,13 @@ class AsyncRun(RunView):
             else:
                 await unless_cancelled(self._cancel, waiting)
         except TokenCancelled as exc:
-            self._drop_tasks()
-            return ended_by_token(engine, exc)
+            # A call that finished before the token woke us is reported, not cut off:
+            # the next checkpoint sees the token and answers the rest.
+            if not any(task.done() and not task.cancelled() for task in tasks.values()):
+                dropped = self._drop_tasks()
+                transition = ended_by_token(engine, exc)  # recorded before the tasks end
+                await self._dropped(dropped)
+                return transition
         done = [call_id for call_id, task in tasks.items() if task.done()]
         for call_id in done:  # an interruption in a call's task ends the run, raised here
             task = tasks[call_id]
@@ -252,11 +258,19 @@ class AsyncRun(RunView):
             return functools.partial(_ready, verdict)
         return functools.partial(self._dispatch, decision=verdict)
 
-    def _drop_tasks(self) -> None:
+    def _drop_tasks(self) -> list[asyncio.Task[object]]:
         """Cancel every running call's task: the engine has answered them ``cancelled``."""
-        for task in self._tasks.values():
+        dropped = list(self._tasks.values())
+        for task in dropped:
             task.cancel()
         self._tasks.clear()
+        return dropped
+
+    @staticmethod
+    async def _dropped(tasks: list[asyncio.Task[object]]) -> None:
+        """Wait for cancelled calls to end, as a task group does: no tool outlives its run."""
+        if tasks:
+            await asyncio.wait(tasks)
 
     async def _ask(self, history: list[dict[str, Any]]) -> object:
         """Call the model, plain or async, the way the loop was configured."""
