@@ -40,19 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentloop import (
-    Budget,
-    CancelToken,
-    Guard,
-    Loop,
-    RunResult,
-    State,
-    ToolRegistry,
-    Transition,
-    Usage,
-)
-from agentloop import Trigger as T
+from agentloop import Budget, CancelToken, Loop, RunResult, State, ToolRegistry, Transition, Usage
 from agentloop._core._messages import History, input_messages, reply_problem, tool_result_json
+from agentloop.engine import Guard
+from agentloop.engine import Trigger as T
 
 if TYPE_CHECKING:
     from collections.abc import Callable

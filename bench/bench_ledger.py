@@ -22,11 +22,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench_core import scripted  # the same model as the core bench: k calls, then a final
 
-from agentloop import LedgerError, LedgerRecord, LedgerWriter, Loop, SQLiteLedger
+from agentloop import LedgerError, Loop, SQLiteLedger
+
+if TYPE_CHECKING:
+    from agentloop.ledger import LedgerRecord, LedgerWriter
 
 Message = dict[str, Any]
 

@@ -94,9 +94,9 @@ def main() -> int:
     repeats = 3 if quick else 7
     misses = []
     result = big_run(2000)
-    text = agentloop.run_to_json(result)
+    text = agentloop.review.run_to_json(result)
     events = len(result.events)
-    load = best_ms(lambda: agentloop.run_from_json(text), repeats)
+    load = best_ms(lambda: agentloop.review.run_from_json(text), repeats)
     baseline, where = V01_LOAD_MS, "the issue's measurement"
     v01 = os.environ.get("AGENTLOOP_V01")
     if v01:
@@ -116,7 +116,7 @@ def main() -> int:
 
     def refuse(data: bytes, **kwargs: Any) -> None:
         try:
-            agentloop.run_from_json(data, **kwargs)
+            agentloop.review.run_from_json(data, **kwargs)
         except RunFileError:
             return
         raise AssertionError("a hostile file was accepted")

@@ -120,7 +120,7 @@ def scripted(script: list[Message]) -> Callable[[list[Message]], Message]:
     return turn
 
 
-def loop(job: dict[str, Any], ledger: agentloop.Ledger | None) -> agentloop.Loop:
+def loop(job: dict[str, Any], ledger: agentloop.ledger.Ledger | None) -> agentloop.Loop:
     """The job's Loop: its script, its tools, its driver's settings."""
     turn = scripted(job["script"])
     model: Any = turn
@@ -148,21 +148,21 @@ class KillingLedger:
     def __init__(self, inner: agentloop.SQLiteLedger) -> None:
         self.inner = inner
 
-    def create(self, run_id: str, header: bytes) -> agentloop.LedgerWriter:
+    def create(self, run_id: str, header: bytes) -> agentloop.ledger.LedgerWriter:
         return _KillingWriter(self.inner.create(run_id, header))
 
-    def claim(self, run_id: str) -> agentloop.LedgerWriter:
+    def claim(self, run_id: str) -> agentloop.ledger.LedgerWriter:
         return _KillingWriter(self.inner.claim(run_id))
 
-    def read(self, run_id: str) -> tuple[bytes, list[agentloop.LedgerRecord]]:
+    def read(self, run_id: str) -> tuple[bytes, list[agentloop.ledger.LedgerRecord]]:
         return self.inner.read(run_id)
 
 
 class _KillingWriter:
-    def __init__(self, inner: agentloop.LedgerWriter) -> None:
+    def __init__(self, inner: agentloop.ledger.LedgerWriter) -> None:
         self.inner = inner
 
-    def append(self, record: agentloop.LedgerRecord) -> None:
+    def append(self, record: agentloop.ledger.LedgerRecord) -> None:
         _STATE["appends"] += 1
         kill = _STATE["kill"]
         here = kill is not None and kill.get("append") == _STATE["appends"]

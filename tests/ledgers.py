@@ -14,10 +14,11 @@ import threading
 from typing import TYPE_CHECKING, Any, Literal
 
 import agentloop
-from agentloop import LedgerRecord
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from agentloop.ledger import LedgerRecord
 
 
 class Crash(BaseException):
@@ -86,7 +87,7 @@ class CrashingLedger:
     """Wraps a ledger; at its ``at``-th append (counted from 1) the process "dies"."""
 
     def __init__(
-        self, inner: agentloop.Ledger, at: int, when: Literal["before", "after"] = "before"
+        self, inner: agentloop.ledger.Ledger, at: int, when: Literal["before", "after"] = "before"
     ) -> None:
         self.inner, self.at, self.when = inner, at, when
         self.appends = 0
@@ -110,7 +111,7 @@ class CrashingLedger:
 class CrashingWriter:
     """A writer that crashes at its ledger's chosen append, then records nothing more."""
 
-    def __init__(self, ledger: CrashingLedger, inner: agentloop.LedgerWriter) -> None:
+    def __init__(self, ledger: CrashingLedger, inner: agentloop.ledger.LedgerWriter) -> None:
         self.ledger, self.inner = ledger, inner
 
     def append(self, record: LedgerRecord) -> None:

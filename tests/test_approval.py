@@ -31,12 +31,12 @@ from agentloop import (
     State,
     Tool,
     ToolRegistry,
-    Trigger,
     allow,
     approve,
     ask,
     deny,
 )
+from agentloop.engine import Trigger
 from agentloop.testing import batch, call, final
 from tests.helpers import Script
 
@@ -443,7 +443,7 @@ def test_no_call_runs_before_it_is_approved_and_every_call_is_answered_once(
             reason = "policy" if said[call_id] == "deny" else "person"
             assert (message["status"], message["content"]) == ("denied", reason)
     # Saved and loaded, the run replays to itself.
-    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
 
 
 def test_show_and_the_report_list_pending_calls_and_decisions(tmp_path: Path) -> None:
@@ -461,7 +461,7 @@ def test_show_and_the_report_list_pending_calls_and_decisions(tmp_path: Path) ->
     assert "asks a person: pay#b (sends 5 EUR); pay#c (sends 7 EUR)" in shown
     assert 'pending  pay#b {"amount":5}: sends 5 EUR' in shown
     assert 'held     look#a {"q":"rates"}  (no person needed)' in shown  # the whole batch
-    page = agentloop.report_html(paused, svg=False)
+    page = agentloop.review.report_html(paused, svg=False)
     assert '<h2 id="pending">Pending approval</h2>' in page
     assert page.count('<tr class="pending">') == 2
     # The whole batch, as show lists it: the call that needs no person runs with them.
@@ -471,7 +471,7 @@ def test_show_and_the_report_list_pending_calls_and_decisions(tmp_path: Path) ->
     assert "<td>pending: sends 5 EUR</td>" in page
     run.decide({"b": approve(), "c": deny("over the limit")})
     finished = run.finish()
-    page = agentloop.report_html(finished, svg=False)
+    page = agentloop.review.report_html(finished, svg=False)
     assert 'id="pending"' not in page
     assert "approved pay#b; denied pay#c: over the limit" in page
 
@@ -547,7 +547,7 @@ def test_a_damaged_approval_record_is_a_ledger_error() -> None:
     ]:
         kept = list(records)
         at = next(i for i, r in enumerate(records) if r.kind == kind)
-        records[at] = agentloop.LedgerRecord(kind, records[at].key, orjson.dumps(body))
+        records[at] = agentloop.ledger.LedgerRecord(kind, records[at].key, orjson.dumps(body))
         with pytest.raises(agentloop.LedgerError, match=r"its records do not replay"):
             loop.resume("r")
         records[:] = kept
@@ -558,23 +558,23 @@ def test_a_version_3_run_file_still_reads_and_a_paused_one_is_checked() -> None:
     desk = Desk()
     plain = batch(call("a", "look", q="x"))
     result = Loop(Script([plain, final("done")]), tools=desk.registry).run("go")
-    document = orjson.loads(agentloop.run_to_json(result))
+    document = orjson.loads(agentloop.review.run_to_json(result))
     document["version"] = 3
     del document["held"]
     for event in document["events"]:
         del event["pending"], event["decisions"]
-    assert agentloop.run_from_json(orjson.dumps(document)) == result
+    assert agentloop.review.run_from_json(orjson.dumps(document)) == result
     # A paused run's file is replayed like any other: pending calls it does not hold are refused.
     paused = Loop(Script([three()]), tools=desk.registry).run("go")
-    document = orjson.loads(agentloop.run_to_json(paused))
+    document = orjson.loads(agentloop.review.run_to_json(paused))
     assert document["held"] == three()
     document["events"][-1]["pending"][0]["arguments"] = {"amount": 5000}
     with pytest.raises(agentloop.RunFileError, match=r"\$\.events\[2\]\.pending"):
-        agentloop.run_from_json(orjson.dumps(document))
-    document = orjson.loads(agentloop.run_to_json(paused))
+        agentloop.review.run_from_json(orjson.dumps(document))
+    document = orjson.loads(agentloop.review.run_to_json(paused))
     document["held"] = None  # the batch that waits must be there
     with pytest.raises(agentloop.RunFileError, match=r"\$\.events\[1\]"):
-        agentloop.run_from_json(orjson.dumps(document))
+        agentloop.review.run_from_json(orjson.dumps(document))
 
 
 def test_a_denied_call_never_runs_whatever_goes_on_with_the_run(tmp_path: Path) -> None:
@@ -596,7 +596,7 @@ def test_a_denied_call_never_runs_whatever_goes_on_with_the_run(tmp_path: Path) 
         ("c", "denied"),
     ]
     # The engine, driven by hand: the denied call is never a RunTool.
-    engine = agentloop.Engine("go")
+    engine = agentloop.engine.Engine("go")
     engine.next()
     engine.replied(three())
     engine.next()
@@ -605,10 +605,10 @@ def test_a_denied_call_never_runs_whatever_goes_on_with_the_run(tmp_path: Path) 
     handed = []
     while not engine.done:
         need = engine.next()
-        if isinstance(need, agentloop.RunTool):
+        if isinstance(need, agentloop.engine.RunTool):
             handed.append(need.call["id"])
             engine.returned({"status": "ok", "content": need.call["id"]})
-        elif isinstance(need, agentloop.AskModel):
+        elif isinstance(need, agentloop.engine.AskModel):
             engine.replied(final("done"))
     assert handed == ["b", "c"]
     assert [m["status"] for m in engine.result().transcript[2:5]] == ["denied", "ok", "ok"]
@@ -621,13 +621,13 @@ def test_when_every_call_is_denied_the_model_is_asked_next() -> None:
     run.finish()
     decided = run.decide({"b": deny("no"), "c": deny("not either")})
     assert (decided.guard, decided.dest) == (
-        agentloop.Guard.DENIALS_ANSWER_BATCH,
+        agentloop.engine.Guard.DENIALS_ANSWER_BATCH,
         State.AWAITING_MODEL,
     )
     assert [m["content"] for m in decided.appended[1:]] == ["no", "not either"]
     result = run.finish()
     assert (result.status, result.steps, result.calls, desk.ran) == ("finished", 2, 2, [])
-    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
 
 
 def test_a_paused_durable_run_holds_no_claim(tmp_path: Path) -> None:

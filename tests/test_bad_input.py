@@ -37,7 +37,7 @@ def test_a_budget_defaults_to_the_loops_limits() -> None:
     assert agentloop.Budget() == default
     assert agentloop.Budget(max_steps=3) == agentloop.Budget(max_steps=3, max_calls=100)
     assert Loop(Script([])).budget == default
-    assert agentloop.Engine("go").budget == default
+    assert agentloop.engine.Engine("go").budget == default
 
 
 DEEP: list[Any] = []
@@ -205,7 +205,7 @@ def test_result_before_the_end_raises_naming_the_state(driver: Driver) -> None:
 
 def test_engine_refuses_out_of_order_reports() -> None:
     """Reporting what nobody asked for is the driver's error, and changes nothing."""
-    engine = agentloop.Engine("go")
+    engine = agentloop.engine.Engine("go")
     with pytest.raises(InvalidStateError, match="cannot take a tool outcome in state 'awaiting"):
         engine.returned({"status": "ok", "content": 1})
     with pytest.raises(InvalidStateError, match="cannot take a model reply in state 'awaiting"):
@@ -213,7 +213,7 @@ def test_engine_refuses_out_of_order_reports() -> None:
     with pytest.raises(InvalidStateError, match="neither the model nor a tool is outstanding"):
         engine.raised(ValueError("x"))
     assert (engine.state, engine.steps, engine.events()) == ("awaiting_model", 0, ())
-    assert isinstance(engine.next(), agentloop.AskModel)
+    assert isinstance(engine.next(), agentloop.engine.AskModel)
     with pytest.raises(InvalidStateError, match=r"cannot take a tool outcome .* is ask_model"):
         engine.returned({"status": "ok", "content": 1})
     with pytest.raises(InvalidStateError, match="the answer to ask_model is outstanding"):
@@ -279,11 +279,11 @@ def test_a_run_recorded_before_the_input_checks_still_reopens() -> None:
     older = [{"kind": "tool_result", "id": "z", "name": "add", "status": "ok", "content": 1}]
     with pytest.raises(ValueError, match=r"answer an earlier unanswered call, got one for 'z'"):
         Loop(Script([final()])).start(older)
-    engine = agentloop.Engine(older)  # as the older version's start() made it
+    engine = agentloop.engine.Engine(older)  # as the older version's start() made it
     need = engine.next()
-    assert isinstance(need, agentloop.AskModel)
+    assert isinstance(need, agentloop.engine.AskModel)
     engine.replied(final("ok"))
     engine.next()
     result = engine.result()
     assert (result.status, result.transcript) == ("finished", [*older, final("ok")])
-    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import agentloop
-from agentloop import CancelToken, Engine, InvalidStateError, Loop, RunTool
+from agentloop import CancelToken, InvalidStateError, Loop
+from agentloop.engine import Engine, RunTool
 
 from .helpers import Driver, Recorder, Script, call, final, kinds
 from .test_properties import check_paired

@@ -20,11 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import Loop, RunResult, State, to_dot, to_mermaid
+from agentloop import Loop, RunResult, State
 from agentloop.__main__ import main
 from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._report import input_messages
 from agentloop._review._runfile import MAX_BYTES
+from agentloop.review import to_dot, to_mermaid
 from agentloop.testing import batch
 
 from .helpers import Script, call, final

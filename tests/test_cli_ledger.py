@@ -116,7 +116,7 @@ def ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make(tmp_path_factory.mktemp("ledger"))
 
 
-def records(path: Path) -> dict[str, list[agentloop.LedgerRecord]]:
+def records(path: Path) -> dict[str, list[agentloop.ledger.LedgerRecord]]:
     """Every record of every run, to show that a command wrote nothing."""
     with agentloop.SQLiteLedger(path) as opened:
         return {run_id: opened.read(run_id)[1] for run_id in opened.run_ids()}
@@ -216,7 +216,7 @@ def test_report_of_a_ledger_run_is_its_page(ledger: Path, tmp_path: Path) -> Non
     page = tmp_path / "done.html"
     assert main(["report", str(ledger), "done", "-o", str(page)]) == 0
     with agentloop.SQLiteLedger(ledger) as opened:
-        expected = agentloop.report_html(agentloop.view_run(opened, "done").result)
+        expected = agentloop.review.report_html(agentloop.ledger.view_run(opened, "done").result)
     assert page.read_text(encoding="utf-8") == expected
     assert 'id="summary-output">hello</dd>' in expected
 
@@ -268,7 +268,7 @@ def test_decided_from_the_command_line_then_resumed_in_another_process(tmp_path:
         }
     }
     with agentloop.SQLiteLedger(ledger) as opened:
-        assert agentloop.view_run(opened, "paused").state is State.DISPATCHING  # decided
+        assert agentloop.ledger.view_run(opened, "paused").state is State.DISPATCHING  # decided
 
     resumed = child(tmp_path, "resume", str(ledger), str(tmp_path / "effects"), "paused")
     assert resumed.returncode == 0, resumed.stderr
@@ -278,7 +278,7 @@ def test_decided_from_the_command_line_then_resumed_in_another_process(tmp_path:
     ]
     assert (tmp_path / "effects").read_text() == "pay 1\npay 50\n"
     with agentloop.SQLiteLedger(ledger) as opened:
-        assert agentloop.view_run(opened, "paused").state is State.FINISHED
+        assert agentloop.ledger.view_run(opened, "paused").state is State.FINISHED
 
 
 # -- refused, in one line, with nothing written ---------------------------------------------------
@@ -536,11 +536,11 @@ def test_view_run_needs_no_loop_and_never_claims(ledger: Path) -> None:
     with agentloop.SQLiteLedger(ledger) as opened:
         writer = opened.claim("paused")  # as a live process would hold it
         try:
-            view = agentloop.view_run(opened, "paused")
+            view = agentloop.ledger.view_run(opened, "paused")
         finally:
             writer.release()
-        done = agentloop.view_run(opened, "done")
-        cut = agentloop.view_run(opened, "cut")
+        done = agentloop.ledger.view_run(opened, "done")
+        cut = agentloop.ledger.view_run(opened, "cut")
     assert (view.state, view.steps, view.calls, view.done) == (State.AWAITING_APPROVAL, 1, 3, False)
     assert [(c.call_id, c.reason) for c in view.pending] == [
         ("l", "over 5 EUR"),
@@ -562,9 +562,9 @@ def test_view_run_reads_any_ledger_and_list_runs_needs_one_that_lists() -> None:
     agentloop.Loop(lambda history: {"kind": "final", "text": "ok"}, ledger=memory).run(
         "go", run_id="r"
     )
-    assert agentloop.view_run(memory, "r").result.output == "ok"
+    assert agentloop.ledger.view_run(memory, "r").result.output == "ok"
     with pytest.raises(TypeError, match="expected a ledger that lists its runs with run_ids"):
-        agentloop.list_runs(memory)
+        agentloop.ledger.list_runs(memory)
 
 
 def test_decide_run_records_what_run_decide_would_on_any_ledger() -> None:
@@ -589,18 +589,18 @@ def test_decide_run_records_what_run_decide_would_on_any_ledger() -> None:
     assert loop.run("go", run_id="r").status == "awaiting_approval"
     count = len(memory.records["r"])
     with pytest.raises(TypeError, match="expected decisions to be a dict"):
-        agentloop.decide_run(memory, "r", [("p", agentloop.approve())])  # type: ignore[arg-type]
+        agentloop.ledger.decide_run(memory, "r", [("p", agentloop.approve())])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="bound to fingerprint 'x'"):
-        agentloop.decide_run(memory, "r", {"p": agentloop.approve(fingerprint="x")})
+        agentloop.ledger.decide_run(memory, "r", {"p": agentloop.approve(fingerprint="x")})
     assert len(memory.records["r"]) == count
     assert not memory.claimed  # every claim given back
 
-    agentloop.decide_run(memory, "r", {"p": agentloop.approve()})
-    assert memory.records["r"][-1] == agentloop.LedgerRecord(
+    agentloop.ledger.decide_run(memory, "r", {"p": agentloop.approve()})
+    assert memory.records["r"][-1] == agentloop.ledger.LedgerRecord(
         "decision", "p", b'{"decisions":{"p":{"allowed":true,"reason":"","fingerprint":null}}}'
     )
     with pytest.raises(agentloop.InvalidStateError, match="'dispatching', not awaiting"):
-        agentloop.decide_run(memory, "r", {"p": agentloop.approve()})
+        agentloop.ledger.decide_run(memory, "r", {"p": agentloop.approve()})
     assert loop.resume("r").output == "done"
     assert ran == [3]
 
@@ -615,7 +615,7 @@ def test_a_run_that_does_not_replay_is_listed_as_unreadable(
         loop.run("go", run_id="good")
         opened.create("bad", b"not json").release()
 
-    summaries = agentloop.list_runs(agentloop.SQLiteLedger(ledger))
+    summaries = agentloop.ledger.list_runs(agentloop.SQLiteLedger(ledger))
     assert [(s.run_id, s.state) for s in summaries] == [("good", "finished"), ("bad", None)]
     assert str(summaries[1].problem).startswith("run 'bad': its header is not JSON: ")
     code, out, _ = run_main(capsys, "runs", ledger)
@@ -641,7 +641,7 @@ def test_a_ledger_that_kept_no_times_stays_readable(tmp_path: Path) -> None:
     with agentloop.SQLiteLedger(ledger) as opened:
         agentloop.Loop(loop.model, ledger=opened).run("go", run_id="new")
         changed = opened.changed()
-        assert [s.state for s in agentloop.list_runs(opened)] == ["finished", "finished"]
+        assert [s.state for s in agentloop.ledger.list_runs(opened)] == ["finished", "finished"]
     assert changed["old"] is None
     assert changed["new"] is not None
     assert time.time() - 60 < changed["new"] <= time.time()

@@ -542,7 +542,7 @@ def test_cancel_while_waiting_answers_every_call_and_runs_none(make: Any) -> Non
         ("c2", "cancelled"),
         ("c3", "cancelled"),
     ]
-    assert result.events[-1].trigger is agentloop.Trigger.AWAIT_APPROVAL
+    assert result.events[-1].trigger is agentloop.engine.Trigger.AWAIT_APPROVAL
 
 
 ANSWERS = st.sampled_from(["allow", "deny", "ask", "raise"])

@@ -51,9 +51,9 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the kill tests 
 
 FUZZ = int(os.environ.get("AGENTLOOP_FUZZ", "1"))
 _AFTER_A_STEP = (
-    agentloop.Trigger.MODEL_REPLIED,
-    agentloop.Trigger.MODEL_RAISED,
-    agentloop.Trigger.TOOL_RETURNED,
+    agentloop.engine.Trigger.MODEL_REPLIED,
+    agentloop.engine.Trigger.MODEL_RAISED,
+    agentloop.engine.Trigger.TOOL_RETURNED,
 )
 POSTGRES = os.environ.get("AGENTLOOP_TEST_POSTGRES")
 Message = dict[str, Any]
@@ -98,11 +98,14 @@ class Baseline:
         for index, trigger in enumerate(self.triggers, 1):
             if point == "transition" and index > k:
                 break
-            if trigger is agentloop.Trigger.TOOL_RETURNED:
+            if trigger is agentloop.engine.Trigger.TOOL_RETURNED:
                 tools += 1
                 if tools == k and point in ("handler", "effect"):
                     break
-            replies += trigger in (agentloop.Trigger.MODEL_REPLIED, agentloop.Trigger.MODEL_RAISED)
+            replies += trigger in (
+                agentloop.engine.Trigger.MODEL_REPLIED,
+                agentloop.engine.Trigger.MODEL_RAISED,
+            )
         return replies
 
     def kill_points(self) -> list[dict[str, int]]:

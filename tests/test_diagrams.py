@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agentloop import ROWS, TERMINAL, State, to_dot, to_mermaid
+from agentloop import State
+from agentloop.engine import ROWS, TERMINAL
+from agentloop.review import to_dot, to_mermaid
 
 DIAGRAMS = Path(__file__).parent.parent / "diagrams"
 CONCEPTS = Path(__file__).parent.parent / "docs" / "concepts.md"

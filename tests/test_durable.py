@@ -108,7 +108,7 @@ def by_history(script: Sequence[object]) -> Any:
 def make_loop(
     script: list[object],
     world: World,
-    ledger: agentloop.Ledger | None,
+    ledger: agentloop.ledger.Ledger | None,
     driver: Driver = "sync",
     **options: Any,
 ) -> agentloop.Loop:
@@ -939,7 +939,7 @@ def test_one_writer_per_run_in_one_process(db: Path) -> None:
 
 def test_a_failed_write_stops_the_run_and_frees_it(db: Path) -> None:
     class Failing:
-        def __init__(self, inner: agentloop.Ledger, at: int) -> None:
+        def __init__(self, inner: agentloop.ledger.Ledger, at: int) -> None:
             self.inner, self.at, self.count = inner, at, 0
 
         def create(self, run_id: str, header: bytes) -> Any:
@@ -947,7 +947,7 @@ def test_a_failed_write_stops_the_run_and_frees_it(db: Path) -> None:
             ledger = self
 
             class Writer:
-                def append(self, record: agentloop.LedgerRecord) -> None:
+                def append(self, record: agentloop.ledger.LedgerRecord) -> None:
                     ledger.count += 1
                     if ledger.count >= ledger.at:
                         raise LedgerError("disk full")
@@ -983,7 +983,7 @@ def test_the_memory_ledger_keeps_the_protocol() -> None:
     memory = MemoryLedger()
     result = go(make_loop(SCRIPT, World(), memory, "sync"), "sync", "r1")
     assert make_loop(SCRIPT, World(), memory).resume("r1") == result
-    assert isinstance(memory, agentloop.Ledger)
+    assert isinstance(memory, agentloop.ledger.Ledger)
     memory.create("x", b"{}")
     with pytest.raises(agentloop.RunBusyError):
         memory.claim("x")

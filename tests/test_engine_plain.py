@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentloop import Budget, Engine, Loop, RunTool, State, load_run, save_run
+from agentloop import Budget, Loop, State, load_run, save_run
 from agentloop._core._intake import take_reply
 from agentloop._core._values import Usage
+from agentloop.engine import Engine, RunTool
 from agentloop.testing import ScriptedModel, call, final
 
 if TYPE_CHECKING:

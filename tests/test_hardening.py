@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import TERMINAL, InvalidStateError, Loop, NotJSON
+from agentloop import InvalidStateError, Loop, NotJSON
+from agentloop.engine import TERMINAL
 from agentloop.testing import (
     assert_paired,
     assert_transcript_is_input_plus_appended,
@@ -125,7 +126,7 @@ def test_a_reply_that_is_not_plain_json_is_malformed_and_saves(driver: Driver, r
     assert (result.status, result.steps, result.calls) == ("malformed", 1, 0)
     assert isinstance(result.rejected, NotJSON)
     assert kinds(result.transcript) == ["user"]
-    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
 
 
 def test_an_async_model_is_awaited_by_the_sync_driver() -> None:
@@ -152,7 +153,7 @@ def test_a_coroutine_returned_by_a_plain_model_is_awaited_without_a_warning() ->
         results = [loop.run("go"), asyncio.run(loop.arun("go"))]
     for result in results:
         assert (result.status, result.output) == ("finished", "awaited")
-        assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+        assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
 
 
 def test_a_budget_a_run_file_cannot_hold_is_refused_at_the_loop() -> None:
@@ -167,8 +168,8 @@ def test_an_exception_message_with_a_lone_surrogate_is_recorded_escaped(driver: 
     result = run_to_end(driver, Loop(Script([OSError("no file 'x\udcff'")]))).result()
     assert result.status == "failed"
     assert result.error == "the model raised OSError: no file 'x\\udcff'"
-    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
-    agentloop.report_html(result, svg=False).encode("utf-8")
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
+    agentloop.review.report_html(result, svg=False).encode("utf-8")
 
 
 # -- defect 5: dispatchers that raise oddly, or answer with spoofs -----------------------
@@ -205,7 +206,7 @@ def test_a_hostile_dispatcher_gives_an_error_result(
     assert kinds(result.transcript) == ["user", "call", "tool_result:error", "final"]
     content = result.transcript[2]["content"]
     assert content_says in (content["message"] if isinstance(content, dict) else content)
-    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
 
 
 def test_an_interrupt_with_a_surrogate_message_still_pairs_the_call(driver: Driver) -> None:
@@ -220,7 +221,9 @@ def test_an_interrupt_with_a_surrogate_message_still_pairs_the_call(driver: Driv
         "cancelled",
         ["user", "call", "tool_result:cancelled"],
     )
-    assert agentloop.run_from_json(agentloop.run_to_json(run.result())) == run.result()
+    assert (
+        agentloop.review.run_from_json(agentloop.review.run_to_json(run.result())) == run.result()
+    )
 
 
 def test_an_adispatch_that_cannot_be_read_is_refused_at_the_loop() -> None:
@@ -263,7 +266,9 @@ async def test_cancelling_the_task_in_an_async_listener_ends_the_run_cancelled()
     assert (run.state, run.calls, ran) == ("cancelled", 1, [])
     assert [e.trigger for e in run.events][-1] == "interrupted"
     assert kinds(run.transcript) == ["user"]
-    assert agentloop.run_from_json(agentloop.run_to_json(run.result())) == run.result()
+    assert (
+        agentloop.review.run_from_json(agentloop.review.run_to_json(run.result())) == run.result()
+    )
 
 
 def test_a_listener_that_steps_the_run_is_refused() -> None:
@@ -435,7 +440,7 @@ def test_hostile_code_never_wedges_a_run(
     assert run.state in TERMINAL
     result = run.result()
     check(result)
-    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
 
 
 # -- principle 3: an interrupt between any two bytecodes leaves no half transition ---------
@@ -478,7 +483,7 @@ def test_a_keyboard_interrupt_at_a_random_moment_never_half_records() -> None:
             result = run.result()
             assert result.steps <= 8
             assert result.calls <= 3
-            assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+            assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
     finally:
         signal.signal(signal.SIGALRM, previous)
         gc.enable()
@@ -543,7 +548,10 @@ async def test_a_task_cancelled_at_a_random_await_always_ends_the_run() -> None:
         results = [m["status"] for m in run.transcript if m["kind"] == "tool_result"]
         assert len(ran) == results.count("ok")  # a tool ran exactly when its ok result is there
         assert len(results) <= run.calls  # a counted call cancelled before it ran has none
-        assert agentloop.run_from_json(agentloop.run_to_json(run.result())) == run.result()
+        assert (
+            agentloop.review.run_from_json(agentloop.review.run_to_json(run.result()))
+            == run.result()
+        )
     assert ended.get("cancelled", 0) > 0
     assert ended.get("finished", 0) > 0
 
@@ -569,4 +577,4 @@ def test_a_lone_surrogate_anywhere_in_a_reply_is_named_and_the_run_saves(
     """The error names where the surrogate is, escaped, so the run's record can be saved."""
     result = Loop(Script([reply])).run("go")
     assert (result.status, result.error) == ("malformed", f"malformed reply: {error}")
-    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result

@@ -617,13 +617,17 @@ def test_review_functions_refuse_a_run_in_place_of_its_result() -> None:
     """save_run, to_mermaid and report_html take a RunResult, and say how to get one."""
     run = Loop(Script([final()])).start("go")
     run.finish()
-    for review in (agentloop.run_to_json, agentloop.to_mermaid, agentloop.report_html):
+    for review in (
+        agentloop.review.run_to_json,
+        agentloop.review.to_mermaid,
+        agentloop.review.report_html,
+    ):
         with pytest.raises(TypeError, match=r"expected a RunResult .*got Run; call run.result"):
             review(run)  # type: ignore[arg-type]
     # Each names itself, not the function it calls.
     for name in ("to_dot", "to_svg", "save_run"):
         with pytest.raises(TypeError, match=rf"^{name}\(\) expected a RunResult .*got Run"):
-            getattr(agentloop, name)(run, *(["run.json"] if name == "save_run" else []))
+            getattr(agentloop.review, name)(run, *(["run.json"] if name == "save_run" else []))
 
 
 def test_run_file_functions_name_what_they_expect(tmp_path: Path) -> None:
@@ -637,11 +641,11 @@ def test_run_file_functions_name_what_they_expect(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match=r"^load_run\(\) expected a path .*got RunResult"):
         agentloop.load_run(result)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^run_from_json\(\) expected .*text .*got dict"):
-        agentloop.run_from_json({"format": "agentloop-run"})  # type: ignore[arg-type]
+        agentloop.review.run_from_json({"format": "agentloop-run"})  # type: ignore[arg-type]
     assert not path.exists()  # nothing was written by the refused call
     agentloop.save_run(result, path)
     assert agentloop.load_run(path) == result
     assert agentloop.load_run(bytes(path)) == result  # what open() takes, load_run takes
-    text = agentloop.run_to_json(result).encode()
-    assert agentloop.run_from_json(bytearray(text)) == result
-    assert agentloop.run_from_json(memoryview(text)) == result  # type: ignore[arg-type]
+    text = agentloop.review.run_to_json(result).encode()
+    assert agentloop.review.run_from_json(bytearray(text)) == result
+    assert agentloop.review.run_from_json(memoryview(text)) == result  # type: ignore[arg-type]

@@ -11,11 +11,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import agentloop
-from agentloop import CancelToken, Engine, InvalidStateError, Loop, State
+from agentloop import CancelToken, InvalidStateError, Loop, State
 
 # Private by necessity: the reference engine swaps the engine's one seam (row choice)
 # for transitions, and nothing public can.
 from agentloop._core._table import TABLE, Row, Trigger, reference_machine
+from agentloop.engine import Engine
 
 from .helpers import DRIVERS, Driver
 
@@ -126,7 +127,7 @@ def check_invariants(
     # by a cancellation before the batch's first call started; only terminal at the end.
     dropped = result.events[-1].source == State.DISPATCHING and not result.events[-1].appended_json
     assert result.calls == len(ids) + (len(calls_of(result.rejected)) if dropped else 0)
-    assert [e.dest in agentloop.TERMINAL for e in result.events] == [False] * (
+    assert [e.dest in agentloop.engine.TERMINAL for e in result.events] == [False] * (
         len(result.events) - 1
     ) + [True]
     # The status-specific fields.
@@ -221,12 +222,12 @@ def drive_engine(engine: Engine, world: World) -> None:
     tools = agentloop.ToolRegistry(world.tools())
     while not engine.done:
         need = engine.next()
-        if isinstance(need, agentloop.AskModel):
+        if isinstance(need, agentloop.engine.AskModel):
             try:
                 engine.replied(world.model(need.history))
             except Exception as exc:  # noqa: BLE001 - the engine says what it means
                 engine.raised(exc)
-        elif isinstance(need, agentloop.RunTool):
+        elif isinstance(need, agentloop.engine.RunTool):
             engine.returned(tools.dispatch(need.call))
 
 

@@ -30,7 +30,6 @@ import agentloop
 from agentloop import (
     CancelToken,
     Decision,
-    Engine,
     InvalidStateError,
     Loop,
     RunBusyError,
@@ -43,13 +42,14 @@ from agentloop import (
     ask,
     deny,
 )
+from agentloop.engine import Engine
 from agentloop.testing import ScriptedModel, batch, call, final
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
-    from agentloop import LedgerRecord, LedgerWriter
+    from agentloop.ledger import LedgerRecord, LedgerWriter
 
 Message = dict[str, Any]
 LONE = "bad \ud800 reason"
@@ -104,7 +104,9 @@ def state_of(run: agentloop.Run | agentloop.AsyncRun) -> tuple[Any, ...]:
         run.transcript,
         run.pending,
         run.events,
-        agentloop.run_to_json(run.result()) if run.state is State.AWAITING_APPROVAL else None,
+        agentloop.review.run_to_json(run.result())
+        if run.state is State.AWAITING_APPROVAL
+        else None,
     )
 
 
@@ -153,7 +155,7 @@ def test_a_decision_with_a_bad_reason_raises_before_the_run_changes(
     result = run.finish()
     assert (result.status, desk.ran) == ("finished", ["pay 10", "pay 1"])
     assert [m["status"] for m in result.transcript if m["kind"] == "tool_result"] == ["ok", "ok"]
-    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
 
 
 @pytest.mark.parametrize("ledger", [False, True])
@@ -682,7 +684,7 @@ class Driven:
             return self.result
         assert self.result is not None
         loop = self.loop(desk, self.replies_left())
-        saved = agentloop.run_from_json(agentloop.run_to_json(self.result))
+        saved = agentloop.review.run_from_json(agentloop.review.run_to_json(self.result))
         self.result = loop.resume("r1" if self.ledger else saved, decisions=decisions)  # type: ignore[arg-type]
         self.run = None  # the run goes on from the record from now on
         return self.result
@@ -692,7 +694,7 @@ class Driven:
         assert self.result is not None
         live = None if self.run is None else state_of(self.run)
         kept = None if self.ledger is None else records(self.ledger, "r1")
-        return live, agentloop.run_to_json(self.result), kept
+        return live, agentloop.review.run_to_json(self.result), kept
 
 
 @settings(
@@ -748,7 +750,7 @@ def test_bad_values_interleaved_with_good_ones_leave_the_run_of_the_good_ones(
         assert result.transcript == expected.transcript
         assert event_rows(result.events) == event_rows(expected.events)
         assert tested.bad.ran == reference.good.ran  # the same calls ran, once each
-        assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+        assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
         if durable:
             assert records(ledgers[0], "r1") == records(ledgers[1], "r1")  # type: ignore[arg-type]
 
@@ -818,7 +820,7 @@ def test_bad_reports_to_the_engine_change_nothing(
                 engine.asked_approval(good)
         needs = [engine.next() for engine in engines]
         need = needs[0]
-        if isinstance(need, agentloop.AwaitApproval):
+        if isinstance(need, agentloop.engine.AwaitApproval):
             yes = data.draw(st.lists(st.booleans(), min_size=len(need.pending)))
             good_ = {
                 p.call_id: approve() if ok else deny(f"no to {p.call_id}")
@@ -831,11 +833,11 @@ def test_bad_reports_to_the_engine_change_nothing(
                 assert engine_seen(tested) == before
             for engine in engines:
                 engine.decided(dict(good_))
-        elif isinstance(need, agentloop.RunTool):
+        elif isinstance(need, agentloop.engine.RunTool):
             for engine, made in zip(engines, needs, strict=True):
-                assert isinstance(made, agentloop.RunTool)
+                assert isinstance(made, agentloop.engine.RunTool)
                 engine.returned({"status": "ok", "content": made.call["arguments"]["cents"]})
-        elif isinstance(need, agentloop.AskModel):
+        elif isinstance(need, agentloop.engine.AskModel):
             batch_at += 1
             for engine in engines:
                 engine.replied(replies[batch_at])

@@ -15,12 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import Loop, NotJSON, RunResult, SVGUnavailableError, to_mermaid
+from agentloop import Loop, NotJSON, RunResult
 from agentloop._core._messages import NOT_STARTED
 from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._diagram import visited
 from agentloop._review._replay import result_of
 from agentloop._review._report import HEADERS, describe, report_html
+from agentloop.review import SVGUnavailableError, to_mermaid
 from agentloop.testing import batch
 
 from .helpers import Script, call, final
@@ -180,7 +181,7 @@ def test_rejected_reply_is_shown() -> None:
 def test_non_json_rejected_reply_is_shown_by_repr() -> None:
     """A rejected reply that was not JSON shows its repr, live or loaded from a file."""
     result = Loop(Script([{"kind": "final", "text": {1, 2}}])).run("go")
-    loaded = agentloop.run_from_json(agentloop.run_to_json(result))
+    loaded = agentloop.review.run_from_json(agentloop.review.run_to_json(result))
     assert isinstance(loaded.rejected_value, NotJSON)
 
     for run in (result, loaded):

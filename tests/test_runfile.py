@@ -139,15 +139,15 @@ def test_random_runs_round_trip(
     result = random_run(replies, max_steps, max_calls, cancel_after)
     event(f"status={result.status.value}")
     event(f"last={result.events[-1].trigger.value}")
-    text = agentloop.run_to_json(result)
-    loaded = agentloop.run_from_json(text)
+    text = agentloop.review.run_to_json(result)
+    loaded = agentloop.review.run_from_json(text)
 
     assert loaded == result  # a reply that was not JSON was kept as NotJSON from the start
     assert is_json(result.rejected_value) or isinstance(result.rejected_value, NotJSON)
     assert loaded.transcript == result.transcript
     assert [e.appended for e in loaded.events] == [e.appended for e in result.events]
     # Saving what was loaded writes the same document, exception records included.
-    assert agentloop.run_to_json(loaded) == text
+    assert agentloop.review.run_to_json(loaded) == text
     for saved, live in zip(loaded.events, result.events, strict=True):
         assert (saved.exception is None) == (live.exception is None)
         if live.exception is not None:
@@ -168,7 +168,7 @@ def demo() -> RunResult:
 @pytest.fixture
 def doc(demo: RunResult) -> Doc:
     """The demo run as a parsed document, fresh for each test to damage."""
-    return orjson.loads(agentloop.run_to_json(demo))  # type: ignore[no-any-return]
+    return orjson.loads(agentloop.review.run_to_json(demo))  # type: ignore[no-any-return]
 
 
 def test_document_has_every_version_4_field(demo: RunResult, doc: Doc) -> None:
@@ -233,11 +233,11 @@ def test_document_has_every_version_4_field(demo: RunResult, doc: Doc) -> None:
 def test_exception_is_saved_as_type_and_message() -> None:
     """A model's exception is stored as {type, message} and loads as a RecordedException."""
     result = Loop(Script([ValueError("model broke")])).run("go")
-    doc = orjson.loads(agentloop.run_to_json(result))
+    doc = orjson.loads(agentloop.review.run_to_json(result))
 
     assert doc["events"][-1]["exception"] == {"type": "ValueError", "message": "model broke"}
     assert doc["error"] == "the model raised ValueError: model broke"
-    loaded = agentloop.run_from_json(agentloop.run_to_json(result))
+    loaded = agentloop.review.run_from_json(agentloop.review.run_to_json(result))
     exc = loaded.events[-1].exception
     assert isinstance(exc, RecordedException)
     assert (exc.type_name, exc.message, str(exc)) == ("ValueError", "model broke", "model broke")
@@ -247,17 +247,17 @@ def test_exception_is_saved_as_type_and_message() -> None:
 
 def test_a_loaded_run_copies_and_pickles() -> None:
     """A loaded run (recorded exceptions and NotJSON included) survives deepcopy and pickle."""
-    failed = agentloop.run_from_json(
-        agentloop.run_to_json(Loop(Script([ValueError("broke")])).run("go"))
+    failed = agentloop.review.run_from_json(
+        agentloop.review.run_to_json(Loop(Script([ValueError("broke")])).run("go"))
     )
-    odd = agentloop.run_from_json(
-        agentloop.run_to_json(Loop(Script([{"kind": "final", "text": {1}}])).run("go"))
+    odd = agentloop.review.run_from_json(
+        agentloop.review.run_to_json(Loop(Script([{"kind": "final", "text": {1}}])).run("go"))
     )
 
     for loaded in (failed, odd):
         for again in (copy.deepcopy(loaded), pickle.loads(pickle.dumps(loaded))):
             assert again == loaded
-            assert agentloop.run_to_json(again) == agentloop.run_to_json(loaded)
+            assert agentloop.review.run_to_json(again) == agentloop.review.run_to_json(loaded)
     assert repr(copy.deepcopy(failed.events[-1].exception)) == repr(failed.events[-1].exception)
 
 
@@ -265,17 +265,17 @@ def test_json_rejected_reply_is_saved_as_json() -> None:
     """A rejected reply that is JSON is stored under "json" and loads equal."""
     reply = {"kind": "final", "text": "x", "extra": [1, 2.5]}
     result = Loop(Script([reply])).run("go")
-    doc = orjson.loads(agentloop.run_to_json(result))
+    doc = orjson.loads(agentloop.review.run_to_json(result))
 
     assert doc["rejected"] == {"json": reply}
-    assert agentloop.run_from_json(agentloop.run_to_json(result)).rejected == reply
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)).rejected == reply
 
 
 def test_non_json_rejected_reply_is_saved_as_its_repr() -> None:
     """A rejected reply that is not JSON is stored as {"repr": ...} and loads as NotJSON."""
     reply = {"kind": "final", "text": {1, 2}}
     result = Loop(Script([reply])).run("go")
-    doc = orjson.loads(agentloop.run_to_json(result))
+    doc = orjson.loads(agentloop.review.run_to_json(result))
 
     assert result.status == "malformed"
     problem = (
@@ -283,10 +283,10 @@ def test_non_json_rejected_reply_is_saved_as_its_repr() -> None:
     )
     assert doc["rejected"] == {"repr": "{'kind': 'final', 'text': {1, 2}}", "problem": problem}
     assert result.error == f"malformed reply: {problem}"
-    loaded = agentloop.run_from_json(agentloop.run_to_json(result))
+    loaded = agentloop.review.run_from_json(agentloop.review.run_to_json(result))
     assert loaded.rejected == NotJSON("{'kind': 'final', 'text': {1, 2}}", problem)
     assert repr(loaded.rejected) == repr(reply)
-    assert agentloop.run_to_json(loaded) == agentloop.run_to_json(result)
+    assert agentloop.review.run_to_json(loaded) == agentloop.review.run_to_json(result)
 
 
 def test_unprintable_rejected_reply_is_saved_with_a_placeholder() -> None:
@@ -298,12 +298,12 @@ def test_unprintable_rejected_reply_is_saved_with_a_placeholder() -> None:
 
     result = Loop(Script([{"kind": "final", "text": Broken()}])).run("go")
 
-    assert orjson.loads(agentloop.run_to_json(result))["rejected"] == {
+    assert orjson.loads(agentloop.review.run_to_json(result))["rejected"] == {
         "repr": "<unprintable: RuntimeError>",
         "problem": "reply.text: expected a JSON value (dict, list, str, int, float, bool or "
         "None), got Broken",
     }
-    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
 
 
 def test_save_and_load_a_file(demo: RunResult, tmp_path: Path) -> None:
@@ -311,7 +311,7 @@ def test_save_and_load_a_file(demo: RunResult, tmp_path: Path) -> None:
     path = tmp_path / "run.json"
     agentloop.save_run(demo, path)
 
-    assert path.read_text(encoding="utf-8") == agentloop.run_to_json(demo) + "\n"
+    assert path.read_text(encoding="utf-8") == agentloop.review.run_to_json(demo) + "\n"
     assert agentloop.load_run(path) == demo
     assert agentloop.load_run(str(path)) == demo
 
@@ -331,7 +331,7 @@ def test_run_file_error_is_a_value_error_with_its_parts(doc: Doc) -> None:
     """RunFileError is a ValueError and an AgentloopError, and carries where/expected/found."""
     doc["version"] = 1
     with pytest.raises(RunFileError) as caught:
-        agentloop.run_from_json(orjson.dumps(doc))
+        agentloop.review.run_from_json(orjson.dumps(doc))
 
     error = caught.value
     assert isinstance(error, ValueError)
@@ -497,7 +497,7 @@ def test_damaged_documents_are_refused(
     """Each kind of damage raises RunFileError at the right place, saying what was expected."""
     mutate(doc)
     with pytest.raises(RunFileError) as caught:
-        agentloop.run_from_json(orjson.dumps(doc))
+        agentloop.review.run_from_json(orjson.dumps(doc))
 
     assert caught.value.where == f"run file: {where}"
     assert message in str(caught.value)
@@ -518,7 +518,7 @@ def test_damaged_documents_are_refused(
 def test_text_that_is_not_a_run_file_is_refused(text: str, found: str) -> None:
     """Bad JSON, or JSON that is not an object, fails before any field is looked at."""
     with pytest.raises(RunFileError, match=r"^run file: expected ") as caught:
-        agentloop.run_from_json(text)
+        agentloop.review.run_from_json(text)
 
     assert found in caught.value.found
 
@@ -528,9 +528,9 @@ def test_a_damaged_copy_does_not_touch_the_original(demo: RunResult, doc: Doc) -
     bad = copy.deepcopy(doc)
     bad["events"][3]["steps"] = "many"
     with pytest.raises(RunFileError):
-        agentloop.run_from_json(orjson.dumps(bad))
+        agentloop.review.run_from_json(orjson.dumps(bad))
 
-    assert agentloop.run_from_json(orjson.dumps(doc)) == demo
+    assert agentloop.review.run_from_json(orjson.dumps(doc)) == demo
 
 
 def test_huge_numbers_in_the_file_are_refused(doc: Doc) -> None:
@@ -539,7 +539,7 @@ def test_huge_numbers_in_the_file_are_refused(doc: Doc) -> None:
         b'"steps":3,"calls":3,"budget"', b'"steps":1' + b"0" * 30 + b',"calls":3,"budget"'
     )
     with pytest.raises(RunFileError, match=r"\$\.steps: expected integer, got number"):
-        agentloop.run_from_json(text)
+        agentloop.review.run_from_json(text)
 
 
 def test_calls_and_final_round_trip_exactly() -> None:
@@ -548,7 +548,7 @@ def test_calls_and_final_round_trip_exactly() -> None:
         [call("c1", a=1, b=2), call("c2", name="boom"), call("c3", name="nope"), final("ok")]
     )
     result = Loop(model, tools=tools(), max_steps=5, max_calls=3).run("go")
-    loaded = agentloop.run_from_json(agentloop.run_to_json(result))
+    loaded = agentloop.review.run_from_json(agentloop.review.run_to_json(result))
 
     assert result.status == "finished"
     assert loaded == result
@@ -563,11 +563,11 @@ def test_calls_and_final_round_trip_exactly() -> None:
 
 def test_duplicate_fields_are_refused(demo: RunResult) -> None:
     """A field given twice is ambiguous (parsers keep either one): refused, naming it."""
-    text = agentloop.run_to_json(demo).replace(
+    text = agentloop.review.run_to_json(demo).replace(
         '"status": "finished"', '"status": "failed", "status": "finished"'
     )
     with pytest.raises(RunFileError) as caught:
-        agentloop.run_from_json(text)
+        agentloop.review.run_from_json(text)
 
     assert str(caught.value) == (
         "run file: expected each field once in an object, got 'status' twice"
@@ -590,10 +590,10 @@ def _nested(depth: int) -> str:
 )
 def test_too_deep_nesting_is_refused(demo: RunResult, old: str, new: str) -> None:
     """JSON nested deeper than a run can hold is a RunFileError, never a RecursionError."""
-    text = agentloop.run_to_json(demo)
+    text = agentloop.review.run_to_json(demo)
     assert old in text
     with pytest.raises(RunFileError) as caught:
-        agentloop.run_from_json(text.replace(old, new))
+        agentloop.review.run_from_json(text.replace(old, new))
 
     assert str(caught.value) == (
         "run file: expected JSON nested at most 259 levels deep, got a document nested deeper"
@@ -610,7 +610,7 @@ def test_deepest_messages_a_run_holds_save_and_load() -> None:
     ).run("go")
     assert result.status == "finished"
 
-    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
 
 
 async def test_cancelled_asyncio_tasks_round_trip() -> None:
@@ -641,9 +641,9 @@ async def test_cancelled_asyncio_tasks_round_trip() -> None:
         result = run.result()
         assert result.status == "cancelled"
 
-        loaded = agentloop.run_from_json(agentloop.run_to_json(result))
+        loaded = agentloop.review.run_from_json(agentloop.review.run_to_json(result))
         assert loaded == result
-        assert agentloop.run_to_json(loaded) == agentloop.run_to_json(result)
+        assert agentloop.review.run_to_json(loaded) == agentloop.review.run_to_json(result)
     assert result.events[-1].trigger == "model_interrupted"
 
 
@@ -716,13 +716,13 @@ def test_damaged_documents_of_other_runs_are_refused(
 ) -> None:
     """Failed, non-JSON and interrupted runs load back, and damage to them is refused."""
     result = RUNS[run]()
-    doc = orjson.loads(agentloop.run_to_json(result))
-    assert agentloop.run_to_json(
-        agentloop.run_from_json(orjson.dumps(doc))
-    ) == agentloop.run_to_json(result)
+    doc = orjson.loads(agentloop.review.run_to_json(result))
+    assert agentloop.review.run_to_json(
+        agentloop.review.run_from_json(orjson.dumps(doc))
+    ) == agentloop.review.run_to_json(result)
     mutate(doc)
     with pytest.raises(RunFileError) as caught:
-        agentloop.run_from_json(orjson.dumps(doc))
+        agentloop.review.run_from_json(orjson.dumps(doc))
 
     assert caught.value.where == f"run file: {where}"
     assert message in str(caught.value)
@@ -749,7 +749,7 @@ WRONG: list[object] = [None, 1, -1, 2.5, True, "x", [], [1], {}, {"kind": "user"
 def test_any_value_anywhere_is_refused_or_loads_stably(run: str) -> None:
     """Each value replaced by one of every JSON type (or removed): RunFileError, or a run."""
     result = demo_loop().run("go") if run == "demo" else RUNS[run]()
-    base = orjson.loads(agentloop.run_to_json(result))
+    base = orjson.loads(agentloop.review.run_to_json(result))
     for path in _paths(base):
         for value in [*WRONG, _drop]:
             doc = copy.deepcopy(base)
@@ -762,12 +762,12 @@ def test_any_value_anywhere_is_refused_or_loads_stably(run: str) -> None:
             else:
                 target[last] = value
             try:
-                loaded = agentloop.run_from_json(orjson.dumps(doc))
+                loaded = agentloop.review.run_from_json(orjson.dumps(doc))
             except RunFileError:
                 continue
             # Accepted: a run the engine makes from these inputs, saved as it was read.
             assert (
-                agentloop.run_to_json(loaded)
+                agentloop.review.run_to_json(loaded)
                 == orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
             )
 
@@ -775,20 +775,20 @@ def test_any_value_anywhere_is_refused_or_loads_stably(run: str) -> None:
 def test_a_nul_in_a_recorded_exception_type_loads() -> None:
     """A type name with a NUL (a hand-edited file) is only text: it loads, and saves the same."""
     result = Loop(Script([ValueError("broke")])).run("go")
-    text = agentloop.run_to_json(result).replace('"ValueError"', '"Value\\u0000Error"')
+    text = agentloop.review.run_to_json(result).replace('"ValueError"', '"Value\\u0000Error"')
     text = text.replace("raised ValueError", "raised Value\\u0000Error")
-    loaded = agentloop.run_from_json(text)
+    loaded = agentloop.review.run_from_json(text)
     assert loaded.error == "the model raised Value\x00Error: broke"
-    assert agentloop.run_from_json(agentloop.run_to_json(loaded)) == loaded
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(loaded)) == loaded
 
 
 def test_many_fields_with_one_duplicate_are_refused(demo: RunResult) -> None:
     """40,000 fields and one given twice: refused, naming it (linear: make bench times it)."""
-    doc = orjson.loads(agentloop.run_to_json(demo))
+    doc = orjson.loads(agentloop.review.run_to_json(demo))
     doc["transcript"][0]["meta"] = {f"k{i}": i for i in range(40_000)}
     text = orjson.dumps(doc).replace(b'"k0":0', b'"k0":0,"k0":1', 1)
     with pytest.raises(RunFileError, match="expected each field once in an object, got 'k0' twice"):
-        agentloop.run_from_json(text)
+        agentloop.review.run_from_json(text)
 
 
 @settings(max_examples=300, deadline=None)
@@ -798,7 +798,7 @@ def test_any_byte_level_damage_is_a_run_file_error_or_a_run(
 ) -> None:
     """Bytes flipped, cut or inserted anywhere: the loader refuses with RunFileError or loads a
     run that saves back to the text it was read from (never another exception)."""
-    text = bytearray(agentloop.run_to_json(demo).encode())
+    text = bytearray(agentloop.review.run_to_json(demo).encode())
     for _ in range(data.draw(st.integers(1, 4))):
         at = data.draw(st.integers(0, len(text) - 1))
         how = data.draw(st.sampled_from(["flip", "cut", "insert"]))
@@ -809,10 +809,10 @@ def test_any_byte_level_damage_is_a_run_file_error_or_a_run(
         else:
             text[at:at] = data.draw(st.binary(min_size=1, max_size=8))
     try:
-        loaded = agentloop.run_from_json(bytes(text))
+        loaded = agentloop.review.run_from_json(bytes(text))
     except RunFileError:
         return
-    assert agentloop.run_from_json(agentloop.run_to_json(loaded)) == loaded
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(loaded)) == loaded
 
 
 def _cancelled_at(row: str) -> RunResult:
@@ -869,4 +869,4 @@ def test_a_run_cancelled_at_each_checkpoint_reopens(row: str) -> None:
     """The replay cancels where the run was cancelled: before a checkpoint the engine fires,
     or while the model worked (seen right after its answer)."""
     result = _cancelled_at(row)
-    assert agentloop.run_from_json(agentloop.run_to_json(result)) == result
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result

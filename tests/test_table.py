@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from transitions import Machine
 
 import agentloop
-from agentloop import ROWS, TERMINAL, Effect, Guard, State, TableError, Trigger
+from agentloop import State
 
 # Private: the definition, its builder and its transitions form are what these tests
 # check; only the built rows are public.
@@ -27,6 +27,8 @@ from agentloop._core._table import (
     build_table,
     reference_machine,
 )
+from agentloop._errors import TableError
+from agentloop.engine import ROWS, TERMINAL, Effect, Guard, Trigger
 
 CONCEPTS = (Path(__file__).parent.parent / "docs" / "concepts.md").read_text()
 
@@ -168,7 +170,7 @@ def test_first_holding_guard_wins_as_in_transitions(source: State, trigger: Trig
     """For every group and every set of its guards that hold, transitions takes the same row."""
     rows = TABLE.groups[source, trigger]
     guards = sorted({row.guard for row in rows if row.guard is not None})
-    taken: list[agentloop.Row] = []
+    taken: list[agentloop.engine.Row] = []
     model = Truth(frozenset())
     machine = reference_machine(TABLE, model, on_row=taken.append)
     for bits in itertools.product([False, True], repeat=len(guards)):

@@ -13,17 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import (
-    CancelToken,
-    Loop,
-    RunResult,
-    State,
-    SVGUnavailableError,
-    Trigger,
-    to_dot,
-    to_mermaid,
-    to_svg,
-)
+from agentloop import CancelToken, Loop, RunResult, State
 from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._diagram import (
     edges,
@@ -33,6 +23,8 @@ from agentloop._review._diagram import (
     untaken,
     visited,
 )
+from agentloop.engine import Trigger
+from agentloop.review import SVGUnavailableError, to_dot, to_mermaid, to_svg
 from agentloop.testing import batch
 
 from .helpers import Script, call, final
@@ -277,7 +269,7 @@ def test_path_svg_renders_it(demo: RunResult) -> None:
 
 def test_a_saved_run_draws_the_same_trace(demo: RunResult) -> None:
     """A run loaded from its file gives the same diagrams as the live result."""
-    loaded = agentloop.run_from_json(agentloop.run_to_json(demo))
+    loaded = agentloop.review.run_from_json(agentloop.review.run_to_json(demo))
 
     assert to_mermaid(loaded) == to_mermaid(demo)
     assert to_dot(loaded) == to_dot(demo)
@@ -340,11 +332,11 @@ def test_missing_renderer_says_what_to_install(no_pygraphviz: None) -> None:
 @pytest.mark.parametrize(
     "code",
     [
-        "import agentloop; agentloop.to_svg()",
+        "import agentloop; agentloop.review.to_svg()",
         "from agentloop._review._diagram import path_svg; from agentloop._demo import demo_loop; "
         "path_svg(demo_loop().run('go'))",
         "import agentloop; from agentloop._demo import demo_loop; "
-        "agentloop.report_html(demo_loop().run('go'), svg=True)",
+        "agentloop.review.report_html(demo_loop().run('go'), svg=True)",
     ],
     ids=["to_svg", "path_svg", "report"],
 )

@@ -9,7 +9,8 @@ import orjson
 import pytest
 
 import agentloop
-from agentloop import Budget, CancelToken, Engine, Loop, RunTool, Usage
+from agentloop import Budget, CancelToken, Loop, Usage
+from agentloop.engine import Engine, RunTool
 from agentloop.testing import (
     ScriptedModel,
     assert_contract,
@@ -164,12 +165,12 @@ def test_a_version_2_run_file_still_reads() -> None:
     result = Loop(
         ScriptedModel([call("c1", "add", a=1, b=2), final("3")]), tools={"add": Recorder()}
     ).run("go")
-    document = orjson.loads(agentloop.run_to_json(result))
+    document = orjson.loads(agentloop.review.run_to_json(result))
     document["version"] = 2
     del document["usage"], document["budget"]["max_total_tokens"], document["held"]
     for event in document["events"]:
         del event["usage"], event["at"], event["took"], event["pending"], event["decisions"]
-    loaded = agentloop.run_from_json(orjson.dumps(document))
+    loaded = agentloop.review.run_from_json(orjson.dumps(document))
 
     assert loaded == result
     assert loaded.budget.max_total_tokens is None
@@ -177,7 +178,7 @@ def test_a_version_2_run_file_still_reads() -> None:
     # A field of version 3 in a version 2 file is refused, not silently kept.
     document["events"][0]["took"] = "late"
     with pytest.raises(agentloop.RunFileError, match=r"\$\.events\[0\]\.took"):
-        agentloop.run_from_json(orjson.dumps(document))
+        agentloop.review.run_from_json(orjson.dumps(document))
 
 
 def test_show_and_the_report_give_tokens_and_times(tmp_path: Any) -> None:
@@ -230,7 +231,7 @@ def test_a_run_in_progress_shows_its_usage() -> None:
 def test_a_negative_duration_in_a_run_file_is_refused() -> None:
     """took is a duration: a hand-edited negative one is named, not loaded."""
     result = Loop(ScriptedModel([final("x")])).run("go")
-    document = orjson.loads(agentloop.run_to_json(result))
+    document = orjson.loads(agentloop.review.run_to_json(result))
     document["events"][0]["took"] = -5
     with pytest.raises(agentloop.RunFileError, match=r"\$\.events\[0\]\.took"):
-        agentloop.run_from_json(orjson.dumps(document))
+        agentloop.review.run_from_json(orjson.dumps(document))

@@ -1,0 +1,38 @@
+"""agentloop.engine: for writing a driver of your own around the sans-I/O engine.
+
+``Engine`` is the state machine ``Loop``'s drivers wrap: ``next()`` says what
+the run needs (``AskModel``, ``RunTool``, ``AwaitApproval``, or the
+``Transition`` it made by itself), and the driver reports what happened.
+The table it interprets is here too (``ROWS``: each a ``Row`` of ``State``,
+``Trigger``, ``Guard`` and ``Effect``), with the callback types a driver
+calls (``Model``, ``Dispatcher``, ``Listener``). See the docs' "Writing a
+driver" page.
+"""
+
+from __future__ import annotations
+
+from agentloop._callbacks import Dispatcher, Listener, Model
+from agentloop._core._engine import Engine
+from agentloop._core._table import ROWS, TERMINAL, Effect, Guard, Row, State, Trigger
+from agentloop._core._values import AskModel, AwaitApproval, RunTool, Transition
+from agentloop._names import publish as _publish
+
+__all__ = [
+    "ROWS",
+    "TERMINAL",
+    "AskModel",
+    "AwaitApproval",
+    "Dispatcher",
+    "Effect",
+    "Engine",
+    "Guard",
+    "Listener",
+    "Model",
+    "Row",
+    "RunTool",
+    "State",
+    "Transition",
+    "Trigger",
+]
+
+_publish(__name__, globals(), [name for name in __all__ if name not in ("State", "Transition")])
