@@ -10,7 +10,6 @@ durable (``agentloop._durable``): the engine records as it goes, and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from typing import TYPE_CHECKING, Any, Final
 
@@ -31,7 +30,7 @@ from agentloop._tools._dispatcher import as_dispatcher
 from agentloop._tools._registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable
 
     from agentloop._callbacks import Dispatcher, Listener, Model
     from agentloop._core._approval import Decision
@@ -466,21 +465,27 @@ def _async_policies(registry: ToolRegistry) -> bool:
     return any(is_async(policy) for policy in (registry.policy, *(t.policy for t in registry)))
 
 
-@contextlib.contextmanager
-def _released_on_error(engine: Engine) -> Iterator[None]:
+class _released_on_error:
     """Give up a durable run's claim if what follows raises.
 
     The caller then never gets the live run to go on with (a refused
     ``decisions=``, a listener that raised): the claim would otherwise stay
     with an object nobody holds, and ``resume`` would be refused until it is
     collected. A run that ended or waits for a person holds none already.
+    (A class, not a generator: it wraps every run, and costs less so.)
     """
-    try:
-        yield
-    except BaseException:
-        if isinstance(engine, _journal.DurableEngine):
-            engine.journal.release()
-        raise
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is not None and isinstance(self._engine, _journal.DurableEngine):
+            self._engine.journal.release()
 
 
 def _with_system(system: str, messages: str | list[dict[str, Any]]) -> list[dict[str, Any]]:

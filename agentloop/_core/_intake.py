@@ -38,6 +38,8 @@ __all__ = [
 _USAGE_KEYS: Final = frozenset(Usage._fields)
 _OUTCOME_KEYS_AT_MOST: Final = frozenset({"status", "content", "exception"})
 _NO_USAGE: Final = Usage()
+# tuple.__new__ makes a NamedTuple from all its fields without the Python-level __new__.
+_new: Final = tuple.__new__
 
 
 class Reply(NamedTuple):
@@ -85,9 +87,11 @@ def take_reply(reply: object, spent: Usage) -> Reply:
     if problem is not None:
         return Reply(data, plain, problem, usage, ())
     if plain["kind"] == "final":
-        return Reply(data, plain, None, usage, (), None, True)
+        return _new(Reply, (data, plain, None, usage, (), None, True))
     calls = batch_of(plain)
-    return Reply(data, plain, None, usage, calls, calls[0] if len(calls) == 1 else None)
+    return _new(
+        Reply, (data, plain, None, usage, calls, calls[0] if len(calls) == 1 else None, False)
+    )
 
 
 def raised_usage(exc: BaseException, spent: Usage) -> Usage | None:
@@ -140,7 +144,9 @@ def take_outcome(outcome: object) -> Outcome:
     """A dispatcher's outcome taken in: a bad one becomes an ``error`` saying what was wrong."""
     status, content = checked_outcome(outcome)
     exception = outcome.get("exception") if type(outcome) is dict else None
-    return Outcome(status, content, exception if isinstance(exception, BaseException) else None)
+    return _new(
+        Outcome, (status, content, exception if isinstance(exception, BaseException) else None)
+    )
 
 
 def raised_outcome(exc: BaseException) -> Outcome:

@@ -317,7 +317,7 @@ class RunState:
 
     def _repeated_id(self) -> str | None:
         """The first id of the reply's batch that is reserved already or used twice in it."""
-        reserved, seen = self._reserved, set[str]()
+        reserved, seen = self._reserved, set()
         for call_id, _ in self._reply.calls:
             if call_id in reserved or call_id in seen:
                 return call_id
