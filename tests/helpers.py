@@ -1,4 +1,7 @@
-"""Test helpers: a scripted model, a recording tool, a path recorder, and the two drivers."""
+"""Test helpers: the shared tools, reply builders, a path recorder, and the two drivers.
+
+The tests' model is ``agentloop.testing.ScriptedModel``: the testing kit, used here.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,11 @@ import agentloop
 Message = dict[str, Any]
 
 
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
 def call(call_id: str, name: str = "add", **arguments: Any) -> Message:
     """A well-formed call reply."""
     return {"kind": "call", "id": call_id, "name": name, "arguments": arguments}
@@ -22,29 +30,6 @@ def call(call_id: str, name: str = "add", **arguments: Any) -> Message:
 def final(text: str = "done") -> Message:
     """A well-formed final reply."""
     return {"kind": "final", "text": text}
-
-
-@attrs.define
-class Script:
-    """A deterministic model: returns (or raises) its replies in order.
-
-    Each entry is a reply, an exception instance to raise, or a callable that
-    receives the history and returns the reply. It records every history it saw.
-    """
-
-    replies: list[object]
-    seen: list[list[Message]] = attrs.field(factory=list)
-
-    def __call__(self, history: list[Message]) -> object:
-        self.seen.append(history)
-        if not self.replies:
-            raise AssertionError("the script ran out of replies")
-        reply = self.replies.pop(0)
-        if isinstance(reply, BaseException):
-            raise reply
-        if callable(reply):
-            return reply(history)
-        return reply
 
 
 @attrs.define
@@ -127,11 +112,15 @@ class AsyncDriver:
         return agentloop.Loop(
             amodel,
             tools=loop.dispatcher,
+            system=loop.system,
             max_steps=loop.budget.max_steps,
             max_calls=loop.budget.max_calls,
             max_total_tokens=loop.budget.max_total_tokens,
             max_concurrency=loop.max_concurrency,
             listeners=loop.listeners,
+            model_timeout=loop.model_timeout,
+            tool_timeout=loop.tool_timeout,
+            to_thread=loop.to_thread,
         )
 
     def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None) -> Any:

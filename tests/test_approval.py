@@ -37,8 +37,7 @@ from agentloop import (
     deny,
 )
 from agentloop.engine import Trigger
-from agentloop.testing import batch, call, final
-from tests.helpers import Script
+from agentloop.testing import ScriptedModel, batch, call, final
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -82,7 +81,7 @@ def three() -> Message:
 
 def test_a_batch_waits_whole_until_a_person_decides_each_pending_call() -> None:
     desk = Desk()
-    run = Loop(Script([three(), final("ok")]), tools=desk.registry).start("go")
+    run = Loop(ScriptedModel([three(), final("ok")]), tools=desk.registry).start("go")
     assert run.step().dest is State.VALIDATING
     assert run.step().dest is State.DISPATCHING
     asked = run.step()
@@ -148,7 +147,7 @@ def bad_decisions(pending: tuple[agentloop.PendingCall, ...]) -> list[tuple[obje
 
 def test_decide_refuses_anything_but_one_decision_per_pending_call_and_changes_nothing() -> None:
     desk = Desk()
-    run = Loop(Script([three(), final("done")]), tools=desk.registry).start("go")
+    run = Loop(ScriptedModel([three(), final("done")]), tools=desk.registry).start("go")
     paused = run.finish()
     for decisions, message in bad_decisions(paused.pending):
         with pytest.raises((TypeError, ValueError), match=message):
@@ -170,7 +169,7 @@ def test_decide_refuses_anything_but_one_decision_per_pending_call_and_changes_n
 def test_cancelled_while_waiting_every_call_is_answered_and_none_runs(how: str) -> None:
     desk = Desk()
     token = CancelToken()
-    run = Loop(Script([three()]), tools=desk.registry).start("go", cancel=token)
+    run = Loop(ScriptedModel([three()]), tools=desk.registry).start("go", cancel=token)
     assert run.finish().status == "awaiting_approval"
     if how == "token":
         token.cancel()
@@ -206,7 +205,7 @@ async def test_async_policies_are_awaited_and_adecide_goes_on() -> None:
     replies = batch(
         call("x", "pay", amount=3), call("y", "pay", amount=30), call("z", "pay", amount=4)
     )
-    loop = Loop(Script([replies, final("done")]), tools=tools, max_concurrency=2)
+    loop = Loop(ScriptedModel([replies, final("done")]), tools=tools, max_concurrency=2)
     run = loop.astart("go")
     paused = await run.afinish()
     assert paused.status == "awaiting_approval"
@@ -251,7 +250,7 @@ def test_a_registry_on_its_own_answers_an_ask_denied() -> None:
 def test_without_asks_each_policy_is_asked_once_and_nothing_waits() -> None:
     desk = Desk()
     replies = batch(call("a", "look", q="x"), call("b", "look", q="y"))
-    result = Loop(Script([replies, final("done")]), tools=desk.registry).run("go")
+    result = Loop(ScriptedModel([replies, final("done")]), tools=desk.registry).run("go")
     assert result.status == "finished"
     assert desk.asked == ["a", "b"]
     assert not any(e.trigger is Trigger.APPROVAL_ASKED for e in result.events)
@@ -400,7 +399,7 @@ def test_no_call_runs_before_it_is_approved_and_every_call_is_answered_once(
     tools = ToolRegistry([Tool(work)], policy=policy)
     reply = batch(*(call(i, "work", n=n) for n, i in enumerate(ids)))
     loop = Loop(
-        Script([reply, final("done")]),
+        ScriptedModel([reply, final("done")]),
         tools=tools,
         max_concurrency=concurrency if driver == "async" else 1,
     )
@@ -448,7 +447,7 @@ def test_no_call_runs_before_it_is_approved_and_every_call_is_answered_once(
 
 def test_show_and_the_report_list_pending_calls_and_decisions(tmp_path: Path) -> None:
     desk = Desk()
-    run = Loop(Script([three(), final("done")]), tools=desk.registry).start("go")
+    run = Loop(ScriptedModel([three(), final("done")]), tools=desk.registry).start("go")
     paused = run.finish()
     agentloop.save_run(paused, tmp_path / "paused.json")
     shown = subprocess.run(
@@ -557,7 +556,7 @@ def test_a_version_3_run_file_still_reads_and_a_paused_one_is_checked() -> None:
     """Before approvals: read with no pending calls, no decisions and nothing held."""
     desk = Desk()
     plain = batch(call("a", "look", q="x"))
-    result = Loop(Script([plain, final("done")]), tools=desk.registry).run("go")
+    result = Loop(ScriptedModel([plain, final("done")]), tools=desk.registry).run("go")
     document = orjson.loads(agentloop.review.run_to_json(result))
     document["version"] = 3
     del document["held"]
@@ -565,7 +564,7 @@ def test_a_version_3_run_file_still_reads_and_a_paused_one_is_checked() -> None:
         del event["pending"], event["decisions"]
     assert agentloop.review.run_from_json(orjson.dumps(document)) == result
     # A paused run's file is replayed like any other: pending calls it does not hold are refused.
-    paused = Loop(Script([three()]), tools=desk.registry).run("go")
+    paused = Loop(ScriptedModel([three()]), tools=desk.registry).run("go")
     document = orjson.loads(agentloop.review.run_to_json(paused))
     assert document["held"] == three()
     document["events"][-1]["pending"][0]["arguments"] = {"amount": 5000}
@@ -580,14 +579,14 @@ def test_a_version_3_run_file_still_reads_and_a_paused_one_is_checked() -> None:
 def test_a_denied_call_never_runs_whatever_goes_on_with_the_run(tmp_path: Path) -> None:
     """The engine answers a denial itself: a Loop with no policy (or a custom driver) going on
     from the paused run is never handed the denied call."""
-    paused = Loop(Script([three()]), tools=Desk().registry).run("go")
+    paused = Loop(ScriptedModel([three()]), tools=Desk().registry).run("go")
     ran: list[tuple[str, int]] = []
 
     def pay(amount: int) -> str:
         ran.append(("pay", amount))
         return "paid"
 
-    careless = Loop(Script([final("done")]), tools={"pay": pay, "look": lambda q: q})
+    careless = Loop(ScriptedModel([final("done")]), tools={"pay": pay, "look": lambda q: q})
     result = careless.resume(paused, decisions={"b": deny("no"), "c": deny("no")})
     assert ran == []
     assert [(m["id"], m["status"]) for m in result.transcript[2:5]] == [
@@ -617,7 +616,7 @@ def test_a_denied_call_never_runs_whatever_goes_on_with_the_run(tmp_path: Path) 
 def test_when_every_call_is_denied_the_model_is_asked_next() -> None:
     desk = Desk()
     only_payments = batch(call("b", "pay", amount=5), call("c", "pay", amount=7))
-    run = Loop(Script([only_payments, final("ok")]), tools=desk.registry).start("go")
+    run = Loop(ScriptedModel([only_payments, final("ok")]), tools=desk.registry).start("go")
     run.finish()
     decided = run.decide({"b": deny("no"), "c": deny("not either")})
     assert (decided.guard, decided.dest) == (
@@ -665,7 +664,7 @@ def test_a_tool_policy_that_denies_wins_over_a_registry_policy_that_asks() -> No
         return n
 
     run = Loop(
-        Script([batch(call("s", "spend", n=99), call("t", "spend", n=1)), final("x")]),
+        ScriptedModel([batch(call("s", "spend", n=99), call("t", "spend", n=1)), final("x")]),
         tools=registry,
     ).start("go")
     paused = run.finish()
@@ -691,7 +690,7 @@ def test_a_policy_that_raises_is_asked_once_and_the_call_fails_closed(driver: st
         return allow()
 
     tools = ToolRegistry([Tool(lambda n: ran.append(n), name="f", policy=flaky)])
-    loop = Loop(Script([call("c", "f", n=1), final("x")]), tools=tools)
+    loop = Loop(ScriptedModel([call("c", "f", n=1), final("x")]), tools=tools)
     result = loop.run("go") if driver == "sync" else asyncio.run(loop.arun("go"))
     assert asked == ["c"]
     assert ran == []
@@ -712,7 +711,7 @@ async def test_async_policies_about_a_batch_are_awaited_together() -> None:
 
     tools = ToolRegistry([Tool(lambda n: n, name="f", policy=together)])
     replies = batch(call("a", "f", n=1), call("b", "f", n=2), call("c", "f", n=3))
-    result = await Loop(Script([replies, final("x")]), tools=tools).arun("go")
+    result = await Loop(ScriptedModel([replies, final("x")]), tools=tools).arun("go")
     assert [m["status"] for m in result.transcript[2:5]] == ["ok", "ok", "ok"]
 
 
@@ -725,25 +724,25 @@ def test_messages_say_what_to_do(tmp_path: Path) -> None:
         return ask("?")
 
     tools = ToolRegistry([Tool(lambda n: n, name="f", policy=careful)])
-    paused_sync = Loop(Script([call("c", "f", n=1)]), tools=tools).start("go")
+    paused_sync = Loop(ScriptedModel([call("c", "f", n=1)]), tools=tools).start("go")
     assert paused_sync.finish().status == "awaiting_approval"
     with pytest.raises(InvalidStateError, match=r"call run\.decide\("):
         paused_sync.step()
 
     async def paused_async() -> None:
-        run = Loop(Script([call("c", "f", n=1)]), tools=tools).astart("go")
+        run = Loop(ScriptedModel([call("c", "f", n=1)]), tools=tools).astart("go")
         await run.afinish()
         with pytest.raises(InvalidStateError, match=r"call await run\.adecide\("):
             await run.astep()
 
     asyncio.run(paused_async())
     desk = Desk()
-    run = Loop(Script([three(), final("x")]), tools=desk.registry).start("go")
+    run = Loop(ScriptedModel([three(), final("x")]), tools=desk.registry).start("go")
     paused = run.finish()
     run.decide({"b": approve(), "c": approve()})
     with pytest.raises(InvalidStateError, match="decisions were taken already"):
         run.decide({"b": approve(), "c": approve()})
-    tighter = Loop(Script([final("x")]), tools=desk.registry, max_calls=1)
+    tighter = Loop(ScriptedModel([final("x")]), tools=desk.registry, max_calls=1)
     with pytest.raises(
         agentloop.ConfigurationMismatchError, match=r"budget\.max_calls: recorded 100, now 1"
     ):
@@ -753,16 +752,16 @@ def test_messages_say_what_to_do(tmp_path: Path) -> None:
 def test_a_saved_result_that_ended_resumes_to_itself(tmp_path: Path) -> None:
     """As a durable run that ended is only read: nothing runs, and decisions for it raise."""
     desk = Desk()
-    run = Loop(Script([three(), final("x")]), tools=desk.registry).start("go")
+    run = Loop(ScriptedModel([three(), final("x")]), tools=desk.registry).start("go")
     run.finish()
     run.decide({"b": approve(), "c": approve()})
     ended = run.finish()
     agentloop.save_run(ended, tmp_path / "run.json")
     token = agentloop.CancelToken()
     token.cancel()
-    cancelled = Loop(Script([])).run("go", cancel=token)
+    cancelled = Loop(ScriptedModel([])).run("go", cancel=token)
     ran = list(desk.ran)
-    again = Loop(Script([]), tools=desk.registry)  # a model that would fail if asked
+    again = Loop(ScriptedModel([]), tools=desk.registry)  # a model that would fail if asked
     for saved in [agentloop.load_run(tmp_path / "run.json"), cancelled]:
         resumed = again.resume(saved)
         assert resumed is saved  # itself: a replay cannot give back its events' times
@@ -786,11 +785,11 @@ def test_an_unsaved_result_holding_live_exceptions_resumes_to_itself() -> None:
 
     desk = Desk()
     desk.registry.add(Tool(broken, name="broken"))
-    script = Script([call("x", "broken", q="rates"), call("b", "pay", amount=5)])
+    script = ScriptedModel([call("x", "broken", q="rates"), call("b", "pay", amount=5)])
     paused = Loop(script, tools=desk.registry).run("go")
     assert paused.status == "awaiting_approval"
     # Not ended, it goes on: the replay feeds the engine the exception's record.
-    again = Loop(Script([RuntimeError("down")]), tools=desk.registry)
+    again = Loop(ScriptedModel([RuntimeError("down")]), tools=desk.registry)
     ended = again.resume(paused, decisions={"b": approve()})
     assert (ended.status, ended.steps, ended.calls) == ("failed", 3, 2)
     assert ended.transcript[: len(paused.transcript)] == paused.transcript
@@ -799,7 +798,7 @@ def test_an_unsaved_result_holding_live_exceptions_resumes_to_itself() -> None:
     assert [type(exc) for exc in raised] == [ValueError, RuntimeError]
     assert desk.ran == [("pay", 5)]
     # Ended, it is returned itself, and nothing is asked or run again.
-    never = Loop(Script([]), tools=desk.registry)  # a model that fails if asked
+    never = Loop(ScriptedModel([]), tools=desk.registry)  # a model that fails if asked
     assert never.resume(ended) is ended
     assert asyncio.run(never.aresume(ended)) is ended
     assert desk.ran == [("pay", 5)]
@@ -807,6 +806,6 @@ def test_an_unsaved_result_holding_live_exceptions_resumes_to_itself() -> None:
 
 def test_a_ledger_given_as_a_run_file_is_named(tmp_path: Path) -> None:
     ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
-    Loop(Script([final("x")]), ledger=ledger).run("go")
+    Loop(ScriptedModel([final("x")]), ledger=ledger).run("go")
     with pytest.raises(agentloop.RunFileError, match="a SQLite database \\(a ledger\\?"):
         agentloop.load_run(tmp_path / "runs.db")

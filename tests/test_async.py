@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from agentloop import CancelToken, InvalidStateError, Loop, ToolRegistry, Transition
+from agentloop.testing import ScriptedModel
 
-from .helpers import Recorder, Script, call, final, kinds
+from .helpers import Recorder, call, final, kinds
 
 Message = dict[str, Any]
 
@@ -73,7 +74,8 @@ async def test_async_model_and_async_tool() -> None:
 async def test_async_for_yields_each_transition() -> None:
     """``async for`` over a run yields every transition until it is done."""
     run = Loop(
-        Script([call("c1", name="add", a=1, b=2), final()]), tools={"add": lambda a, b: a + b}
+        ScriptedModel([call("c1", name="add", a=1, b=2), final()]),
+        tools={"add": lambda a, b: a + b},
     ).astart("go")
     seen = [t.dest async for t in run]
     assert seen == ["validating", "dispatching", "awaiting_model", "validating", "finished"]
@@ -114,7 +116,7 @@ async def test_token_cancelled_right_after_the_reply() -> None:
     """Cancelled between the reply and validation: nothing runs, nothing counted."""
     tools = AsyncTools()
     token = CancelToken()
-    run = Loop(Script([call("c1", x=1)]), tools=tools).astart("go", cancel=token)
+    run = Loop(ScriptedModel([call("c1", x=1)]), tools=tools).astart("go", cancel=token)
     await run.astep()
     token.cancel()
     t = await run.astep()
@@ -125,7 +127,7 @@ async def test_token_cancelled_during_a_tool() -> None:
     """Cancelled while a tool is awaited: the tool is interrupted, its call paired as cancelled."""
     tools = AsyncTools()
     token = CancelToken()
-    run = Loop(Script([call("c1", x=1), final()]), tools=tools).astart("go", cancel=token)
+    run = Loop(ScriptedModel([call("c1", x=1), final()]), tools=tools).astart("go", cancel=token)
     await run.astep()
     await run.astep()
     step = asyncio.create_task(run.astep())
@@ -158,7 +160,7 @@ async def test_task_cancelled_while_awaiting_the_model() -> None:
 async def test_task_cancelled_while_awaiting_a_tool() -> None:
     """The tool is cancelled too; the call is recorded with a cancelled result; no call unpaired."""
     tools = AsyncTools()
-    run = Loop(Script([call("c1", x=1), final()]), tools=tools).astart("go")
+    run = Loop(ScriptedModel([call("c1", x=1), final()]), tools=tools).astart("go")
     await run.astep()
     await run.astep()
     step = asyncio.create_task(run.astep())
@@ -190,7 +192,7 @@ async def test_tool_timeout_is_an_error_result_and_the_loop_goes_on() -> None:
     """A tool that does not finish in time gets an error result; the model sees it and answers."""
     tools = AsyncTools()
     result = await Loop(
-        Script([call("c1", x=1), final("gave up")]), tools=tools, tool_timeout=0.01
+        ScriptedModel([call("c1", x=1), final("gave up")]), tools=tools, tool_timeout=0.01
     ).arun("go")
     assert (result.status, result.output, result.calls) == ("finished", "gave up", 1)
     assert kinds(result.transcript) == ["user", "call", "tool_result:error", "final"]
@@ -250,7 +252,7 @@ async def test_sync_and_async_listeners_both_see_every_transition() -> None:
         await asyncio.sleep(0)
         seen.append(("async", t.dest))
 
-    loop = Loop(Script([final()]), listeners=(lambda t: seen.append(("sync", t.dest)),))
+    loop = Loop(ScriptedModel([final()]), listeners=(lambda t: seen.append(("sync", t.dest)),))
     run = loop.astart("go")
     run.subscribe(async_listener)
     async for _ in run:
@@ -270,7 +272,7 @@ def test_async_listener_is_refused_by_the_sync_driver() -> None:
         return None
 
     with pytest.raises(TypeError, match=r"async listeners need loop.astart\(\) or loop.arun\(\)"):
-        Loop(Script([]), listeners=(listener,)).start("go")
+        Loop(ScriptedModel([]), listeners=(listener,)).start("go")
 
 
 @pytest.mark.parametrize(
@@ -289,7 +291,7 @@ def test_timeouts_must_be_positive_numbers(
     with pytest.raises(
         error, match=f"model_timeout must be a positive number of seconds or None, got {given}"
     ):
-        Loop(Script([]), model_timeout=value)  # type: ignore[arg-type]
+        Loop(ScriptedModel([]), model_timeout=value)  # type: ignore[arg-type]
 
 
 async def test_a_thousand_concurrent_runs() -> None:
@@ -323,7 +325,7 @@ async def test_plain_tools_run_in_a_worker_thread_with_to_thread() -> None:
         threads.append(threading.current_thread())
         return x
 
-    model = Script([call("c1", name="where", x=1), final()])
+    model = ScriptedModel([call("c1", name="where", x=1), final()])
     result = await Loop(model, tools={"where": where}, to_thread=True).arun("go")
     assert (result.status, result.transcript[2]["content"]) == ("finished", 1)
     assert threads[0] is not threading.current_thread()
@@ -343,12 +345,12 @@ def test_an_async_tool_is_awaited_by_the_sync_driver_too() -> None:
         return x + 1
 
     registry = ToolRegistry({"slow": slow})
-    result = Loop(Script([call("c1", name="slow", x=1), final()]), tools=registry).run("go")
+    result = Loop(ScriptedModel([call("c1", name="slow", x=1), final()]), tools=registry).run("go")
     assert (result.status, result.transcript[2]["content"]) == ("finished", 1)
-    loop = Loop(Script([call("c1", name="slower", x=1), final()]), tools=registry)
+    loop = Loop(ScriptedModel([call("c1", name="slower", x=1), final()]), tools=registry)
     registry.add(slower)
     assert loop.run("go").transcript[2]["content"] == 2
-    again = Loop(Script([call("c1", name="slower", x=1), final()]), tools=registry)
+    again = Loop(ScriptedModel([call("c1", name="slower", x=1), final()]), tools=registry)
     assert asyncio.run(again.arun("go")).transcript[2]["content"] == 2  # the asyncio driver too
     outcome = registry.dispatch({"id": "c2", "name": "slow", "arguments": {"x": 1}})
     assert outcome["status"] == "error"
@@ -391,14 +393,16 @@ async def test_a_tools_own_timeout_error_is_an_error_result() -> None:
         def dispatch(self, call: Message) -> Message:
             raise AssertionError("the async driver prefers adispatch")
 
-    model = Script([call("c1", name="slow", x=1), final()])
+    model = ScriptedModel([call("c1", name="slow", x=1), final()])
     result = await Loop(model, tools=Slow(), tool_timeout=5).arun("go")
     assert result.transcript[2]["content"] == {"type": "TimeoutError", "message": "upstream slow"}
 
 
 async def test_afinish_steps_to_the_end_like_finish() -> None:
     """AsyncRun.afinish(): the sync driver's finish(), awaited."""
-    run = Loop(Script([call("c1", a=1, b=2), final("3")]), tools={"add": Recorder()}).astart("go")
+    run = Loop(ScriptedModel([call("c1", a=1, b=2), final("3")]), tools={"add": Recorder()}).astart(
+        "go"
+    )
     await run.astep()
     result = await run.afinish()
     assert (result.status, result.output, result.steps, result.calls) == ("finished", "3", 2, 1)

@@ -8,9 +8,9 @@ import pytest
 
 import agentloop
 from agentloop import InvalidStateError, Loop
-from agentloop.testing import assert_contract
+from agentloop.testing import ScriptedModel, assert_contract
 
-from .helpers import Driver, Script, call, drive, final
+from .helpers import Driver, call, drive, final
 
 
 @pytest.mark.parametrize(
@@ -28,7 +28,7 @@ def test_budgets_are_checked_when_the_loop_is_built(
 ) -> None:
     """Budgets that are not non-negative ints fail at Loop(...)."""
     with pytest.raises(error, match=message):
-        Loop(Script([]), **budgets)
+        Loop(ScriptedModel([]), **budgets)
 
 
 def test_a_budget_defaults_to_the_loops_limits() -> None:
@@ -36,7 +36,7 @@ def test_a_budget_defaults_to_the_loops_limits() -> None:
     default = agentloop.Budget(max_steps=25, max_calls=100, max_total_tokens=None)
     assert agentloop.Budget() == default
     assert agentloop.Budget(max_steps=3) == agentloop.Budget(max_steps=3, max_calls=100)
-    assert Loop(Script([])).budget == default
+    assert Loop(ScriptedModel([])).budget == default
     assert agentloop.engine.Engine("go").budget == default
 
 
@@ -70,7 +70,7 @@ def test_bad_input_raises_before_the_model_is_called(
     driver: Driver, messages: object, error: type[Exception], message: str
 ) -> None:
     """Input that is not a str or a list of JSON dicts with a str kind fails at start()."""
-    model = Script([final()])
+    model = ScriptedModel([final()])
     with pytest.raises(error, match=message):
         driver.start(Loop(model), messages)
     assert model.seen == []
@@ -83,7 +83,7 @@ def test_call_result_must_follow_the_call(driver: Driver) -> None:
         call("c1"),
     ]
     with pytest.raises(ValueError, match=r"messages\[0\]: .*got one for 'c1' \(no earlier call"):
-        driver.start(Loop(Script([])), messages)
+        driver.start(Loop(ScriptedModel([])), messages)
 
 
 def _result(call_id: str = "c1", **fields: object) -> dict[str, object]:
@@ -135,7 +135,7 @@ def test_input_is_refused_where_the_contract_would_call_it_broken(
     start(), naming the message: a result with no unanswered call before it, or naming
     another tool, or with a status no tool gives; a call with no name or arguments; a user
     or system message with no text. Nothing is asked of the model."""
-    model = Script([final()])
+    model = ScriptedModel([final()])
     with pytest.raises(ValueError, match=message):
         driver.start(Loop(model), messages)
     assert model.seen == []
@@ -155,7 +155,7 @@ def test_parallel_calls_answered_in_any_order_and_cancelled_results_pass(driver:
         _result("b"),
         _result("a", status="cancelled", content="never started"),
     ]
-    model = Script([final()])
+    model = ScriptedModel([final()])
     result = driver.run(Loop(model), messages)
     assert (result.status, model.seen) == ("finished", [messages])
     assert_contract(result, messages)
@@ -169,7 +169,7 @@ def test_other_kinds_and_extra_keys_in_the_input_pass_as_they_are(driver: Driver
         call("c1"),
         _result(),
     ]
-    model = Script([final()])
+    model = ScriptedModel([final()])
     result = driver.run(Loop(model), messages)
     assert (result.status, model.seen) == ("finished", [messages])
     assert_contract(result, messages)
@@ -177,14 +177,14 @@ def test_other_kinds_and_extra_keys_in_the_input_pass_as_they_are(driver: Driver
 
 def test_empty_input_list_is_accepted(driver: Driver) -> None:
     """An empty history is valid input; the model sees an empty list."""
-    model = Script([final()])
+    model = ScriptedModel([final()])
     assert driver.run(Loop(model), []).status == "finished"
     assert model.seen == [[]]
 
 
 def test_step_after_the_end_raises_naming_the_state(driver: Driver) -> None:
     """step() on a finished run raises InvalidStateError, a RuntimeError."""
-    run = driver.start(Loop(Script([final()])), "go")
+    run = driver.start(Loop(ScriptedModel([final()])), "go")
     drive(run)
     with pytest.raises(InvalidStateError, match="ended in state 'finished'") as caught:
         run.step()
@@ -195,7 +195,7 @@ def test_step_after_the_end_raises_naming_the_state(driver: Driver) -> None:
 
 def test_result_before_the_end_raises_naming_the_state(driver: Driver) -> None:
     """result() on an unfinished run raises InvalidStateError naming the state."""
-    run = driver.start(Loop(Script([final()])), "go")
+    run = driver.start(Loop(ScriptedModel([final()])), "go")
     with pytest.raises(InvalidStateError, match="still in state 'awaiting_model'"):
         run.result()
     run.step()
@@ -238,7 +238,7 @@ def test_engine_refuses_out_of_order_reports() -> None:
 def test_bad_tools_fail_when_the_loop_is_built(kwargs: dict[str, Any], message: str) -> None:
     """Tools that are not handlers or a dispatcher are refused at Loop(...)."""
     with pytest.raises(TypeError, match=message):
-        Loop(Script([]), **kwargs)
+        Loop(ScriptedModel([]), **kwargs)
 
 
 def test_unresolvable_annotation_fails_when_the_loop_is_built() -> None:
@@ -248,7 +248,7 @@ def test_unresolvable_annotation_fails_when_the_loop_is_built() -> None:
         return 0
 
     with pytest.raises(TypeError, match="tool 'h'"):
-        Loop(Script([]), tools={"h": handler})
+        Loop(ScriptedModel([]), tools={"h": handler})
 
 
 def test_model_must_be_callable() -> None:
@@ -260,7 +260,7 @@ def test_model_must_be_callable() -> None:
 def test_cancel_must_be_a_token(driver: Driver) -> None:
     """cancel= takes a CancelToken."""
     with pytest.raises(TypeError, match="expected cancel to be a CancelToken or None, got bool"):
-        driver.start(Loop(Script([])), "go", cancel=True)
+        driver.start(Loop(ScriptedModel([])), "go", cancel=True)
 
 
 def test_cancel_token_is_idempotent_and_visible() -> None:
@@ -278,7 +278,7 @@ def test_a_run_recorded_before_the_input_checks_still_reopens() -> None:
     run file (or ledger) whose input an older version accepted replays and loads."""
     older = [{"kind": "tool_result", "id": "z", "name": "add", "status": "ok", "content": 1}]
     with pytest.raises(ValueError, match=r"answer an earlier unanswered call, got one for 'z'"):
-        Loop(Script([final()])).start(older)
+        Loop(ScriptedModel([final()])).start(older)
     engine = agentloop.engine.Engine(older)  # as the older version's start() made it
     need = engine.next()
     assert isinstance(need, agentloop.engine.AskModel)

@@ -17,8 +17,9 @@ import pytest
 import agentloop
 from agentloop import CancelToken, InvalidStateError, Loop
 from agentloop.engine import Engine, RunTool
+from agentloop.testing import ScriptedModel
 
-from .helpers import Driver, Recorder, Script, call, final, kinds
+from .helpers import Driver, Recorder, call, final, kinds
 from .test_properties import check_paired
 
 A, V, D = "awaiting_model", "validating", "dispatching"
@@ -52,7 +53,7 @@ def results_of(transcript: list[dict[str, Any]]) -> list[tuple[str, str, object]
 def test_a_batch_then_a_final(driver: Driver, n: int) -> None:
     """Each step runs one call; the last appends the batch and every result together."""
     add = Recorder()
-    model = Script([batch(n, text="adding"), final("sum")])
+    model = ScriptedModel([batch(n, text="adding"), final("sum")])
     loop = Loop(model, tools={"add": add}, max_steps=2, max_calls=n, max_concurrency=1)
     run = driver.start(loop, "go")
 
@@ -91,7 +92,7 @@ def test_a_batch_then_a_final(driver: Driver, n: int) -> None:
 def test_a_single_call_is_a_batch_of_one_recorded_as_today(driver: Driver) -> None:
     """A 'call' reply takes the same rows and appends the call message itself."""
     result = driver.run(
-        Loop(Script([call("c1", a=1, b=2), final()]), tools={"add": Recorder()}), "go"
+        Loop(ScriptedModel([call("c1", a=1, b=2), final()]), tools={"add": Recorder()}), "go"
     )
 
     assert kinds(result.transcript) == ["user", "call", "tool_result:ok", "final"]
@@ -102,7 +103,7 @@ def test_a_single_call_is_a_batch_of_one_recorded_as_today(driver: Driver) -> No
 def test_a_batch_that_would_pass_max_calls_runs_nothing(driver: Driver, n: int) -> None:
     """calls + n > max_calls: exhausted, even when part of the batch would fit."""
     add = Recorder()
-    model = Script([call("first", a=0, b=0), batch(n)])
+    model = ScriptedModel([call("first", a=0, b=0), batch(n)])
     result = driver.run(Loop(model, tools={"add": add}, max_steps=5, max_calls=n), "go")
 
     assert (result.status, result.reason) == ("exhausted", "max_calls")
@@ -120,7 +121,7 @@ def test_a_duplicate_id_inside_a_batch(driver: Driver, n: int) -> None:
     add = Recorder()
     reply = batch(n)
     reply["calls"][-1]["id"] = "c1"
-    result = driver.run(Loop(Script([reply]), tools={"add": add}, max_calls=9), "go")
+    result = driver.run(Loop(ScriptedModel([reply]), tools={"add": add}, max_calls=9), "go")
 
     assert result.status == "repeated_call"
     assert (result.steps, result.calls, add.calls) == (1, 0, [])
@@ -136,7 +137,9 @@ def test_a_duplicate_id_against_an_earlier_call(driver: Driver, n: int) -> None:
     add = Recorder()
     later = batch(n, prefix="d")
     later["calls"][-1]["id"] = "c1"
-    result = driver.run(Loop(Script([batch(1), later]), tools={"add": add}, max_calls=9), "go")
+    result = driver.run(
+        Loop(ScriptedModel([batch(1), later]), tools={"add": add}, max_calls=9), "go"
+    )
 
     assert result.status == "repeated_call"
     assert (result.steps, result.calls) == (2, 1)
@@ -152,14 +155,19 @@ def test_cancellation_from_a_tool_in_the_middle_of_a_batch(driver: Driver, n: in
     ran: list[int] = []
     middle = (n + 1) // 2
 
-    def add(a: int, b: int) -> int:
+    def cancel_at_middle(a: int, b: int) -> int:
         ran.append(a)
         if a == middle:
             token.cancel()
         return a + b
 
     run = driver.start(
-        Loop(Script([batch(n)]), tools={"add": add}, max_calls=n, max_concurrency=1),
+        Loop(
+            ScriptedModel([batch(n)]),
+            tools={"add": cancel_at_middle},
+            max_calls=n,
+            max_concurrency=1,
+        ),
         "go",
         cancel=token,
     )
@@ -189,7 +197,7 @@ def test_cancellation_before_the_first_call_appends_nothing(driver: Driver) -> N
     """Seen before any call of the batch started: cancelled, nothing appended (as for one call)."""
     token = CancelToken()
     add = Recorder()
-    run = driver.start(Loop(Script([batch(3)]), tools={"add": add}), "go", cancel=token)
+    run = driver.start(Loop(ScriptedModel([batch(3)]), tools={"add": add}), "go", cancel=token)
     run.step()
     run.step()
     token.cancel()
@@ -207,7 +215,7 @@ def test_one_malformed_element(driver: Driver, n: int) -> None:
     add = Recorder()
     reply = batch(n)
     reply["calls"][-1]["arguments"] = [1, 2]
-    result = driver.run(Loop(Script([reply]), tools={"add": add}), "go")
+    result = driver.run(Loop(ScriptedModel([reply]), tools={"add": add}), "go")
 
     assert result.status == "malformed"
     assert (result.steps, result.calls, add.calls) == (1, 0, [])
@@ -253,7 +261,7 @@ def test_one_malformed_element(driver: Driver, n: int) -> None:
 )
 def test_malformed_batches_say_what_is_wrong(reply: dict[str, Any], problem: str) -> None:
     """Strict shape: a non-empty list; the reply and each element have exactly their keys."""
-    result = Loop(Script([reply]), tools={"add": Recorder()}).run("go")
+    result = Loop(ScriptedModel([reply]), tools={"add": Recorder()}).run("go")
 
     assert (result.status, result.error) == ("malformed", f"malformed reply: {problem}")
 
@@ -263,7 +271,7 @@ def test_a_model_exception_after_a_batch(driver: Driver, n: int) -> None:
     """The batch is recorded; the model then raises: failed, with the batch kept."""
     add = Recorder()
     result = driver.run(
-        Loop(Script([batch(n), ValueError("down")]), tools={"add": add}, max_calls=n), "go"
+        Loop(ScriptedModel([batch(n), ValueError("down")]), tools={"add": add}, max_calls=n), "go"
     )
 
     assert result.status == "failed"
@@ -283,7 +291,9 @@ def test_a_tool_that_raises_gives_its_call_an_error_and_the_rest_still_run(drive
         "kind": "calls",
         "calls": [element("c1", a=1, b=1), element("c2", "boom"), element("c3", a=2, b=2)],
     }
-    result = driver.run(Loop(Script([reply, final()]), tools={"add": add, "boom": boom}), "go")
+    result = driver.run(
+        Loop(ScriptedModel([reply, final()]), tools={"add": add, "boom": boom}), "go"
+    )
 
     assert result.status == "finished"
     assert results_of(result.transcript) == [
@@ -304,7 +314,7 @@ def test_a_keyboard_interrupt_mid_batch_answers_every_call() -> None:
             raise KeyboardInterrupt
         return a
 
-    run = Loop(Script([batch(4)]), tools={"add": stop}).start("go")
+    run = Loop(ScriptedModel([batch(4)]), tools={"add": stop}).start("go")
     run.step()
     run.step()
     run.step()
@@ -334,7 +344,9 @@ def test_an_interrupt_between_calls_answers_every_call() -> None:
         if transition.call_id == "c1" and transition.result_status == "ok":
             raise KeyboardInterrupt
 
-    run = Loop(Script([batch(3)]), tools={"add": Recorder()}, listeners=[listener]).start("go")
+    run = Loop(ScriptedModel([batch(3)]), tools={"add": Recorder()}, listeners=[listener]).start(
+        "go"
+    )
     with pytest.raises(KeyboardInterrupt):
         run.finish()
 
@@ -356,18 +368,18 @@ def test_batches_in_the_input_history() -> None:
         {"kind": "tool_result", "id": "old1", "name": "add", "status": "ok", "content": 0},
         {"kind": "tool_result", "id": "old2", "name": "add", "status": "ok", "content": 0},
     ]
-    result = Loop(Script([batch(1, prefix="old")]), tools={"add": Recorder()}).run(history)
+    result = Loop(ScriptedModel([batch(1, prefix="old")]), tools={"add": Recorder()}).run(history)
     assert result.status == "repeated_call"
     assert result.transcript == history
 
     with pytest.raises(
         ValueError, match=r"messages\[1\]\.calls\[1\]: expected every call .* 'old2'"
     ):
-        Loop(Script([])).start(history[:3])
+        Loop(ScriptedModel([])).start(history[:3])
     with pytest.raises(ValueError, match=r"messages\[0\]\.calls\[1\]: expected each call id once"):
-        Loop(Script([])).start([{"kind": "calls", "calls": [element("x"), element("x")]}])
+        Loop(ScriptedModel([])).start([{"kind": "calls", "calls": [element("x"), element("x")]}])
     with pytest.raises(ValueError, match=r"messages\[0\]: expected a 'calls' message's 'calls'"):
-        Loop(Script([])).start([{"kind": "calls", "calls": []}])
+        Loop(ScriptedModel([])).start([{"kind": "calls", "calls": []}])
 
 
 def test_str_arguments_are_accepted_and_counted() -> None:
@@ -425,12 +437,12 @@ def test_the_saved_run_of_a_batch_reopens(driver: Driver, tmp_path: Any) -> None
     """Save and load a run with batches, a failure and a cancellation: replay agrees."""
     token = CancelToken()
 
-    def add(a: int, b: int) -> int:
+    def cancel_at_the_second(a: int, b: int) -> int:
         if a == 2 and b == 1:
             token.cancel()
         return a + b
 
-    model = Script(
+    model = ScriptedModel(
         [
             batch(2, text="t"),
             {
@@ -439,7 +451,9 @@ def test_the_saved_run_of_a_batch_reopens(driver: Driver, tmp_path: Any) -> None
             },
         ]
     )
-    result = driver.run(Loop(model, tools={"add": add}, max_calls=9), "go", cancel=token)
+    result = driver.run(
+        Loop(model, tools={"add": cancel_at_the_second}, max_calls=9), "go", cancel=token
+    )
     assert result.status == "cancelled"
     path = tmp_path / "run.json"
     agentloop.save_run(result, path)
@@ -450,15 +464,15 @@ def test_the_saved_run_of_a_batch_reopens(driver: Driver, tmp_path: Any) -> None
 def test_max_concurrency_is_asyncio_only_and_checked() -> None:
     """A synchronous run refuses it; bad values are refused when the loop is built."""
     with pytest.raises(ValueError, match=r"max_concurrency > 1 needs the asyncio driver"):
-        Loop(Script([]), max_concurrency=2).start("go")
+        Loop(ScriptedModel([]), max_concurrency=2).start("go")
     with pytest.raises(
         TypeError, match="expected max_concurrency to be an int of 1 or more, got float"
     ):
-        Loop(Script([]), max_concurrency=2.0)  # type: ignore[arg-type]
+        Loop(ScriptedModel([]), max_concurrency=2.0)  # type: ignore[arg-type]
     with pytest.raises(
         ValueError, match="expected max_concurrency to be an int of 1 or more, got 0"
     ):
-        Loop(Script([]), max_concurrency=0)
+        Loop(ScriptedModel([]), max_concurrency=0)
 
 
 class Clock:
@@ -510,7 +524,7 @@ async def test_concurrent_calls_complete_in_any_order_and_record_in_emission_ord
 
     gates[order[0]].set()
     loop = Loop(
-        Script([batch(6), final()]),
+        ScriptedModel([batch(6), final()]),
         tools={"add": add},
         max_calls=6,
         max_concurrency=4,
@@ -541,7 +555,7 @@ async def test_token_cancel_with_calls_running_cuts_them_and_starts_no_more() ->
         await asyncio.sleep(10)
         return a
 
-    loop = Loop(Script([batch(5)]), tools={"add": slow}, max_calls=5, max_concurrency=3)
+    loop = Loop(ScriptedModel([batch(5)]), tools={"add": slow}, max_calls=5, max_concurrency=3)
     result = await loop.arun("go", cancel=token)
 
     assert result.status == "cancelled"
@@ -567,7 +581,7 @@ async def test_a_call_that_finished_before_the_token_woke_the_driver_keeps_its_r
         ran.append(a)
         return a
 
-    loop = Loop(Script([batch(5)]), tools={"add": slow}, max_calls=5, max_concurrency=3)
+    loop = Loop(ScriptedModel([batch(5)]), tools={"add": slow}, max_calls=5, max_concurrency=3)
     result = await loop.arun("go", cancel=token)
 
     assert result.status == "cancelled"
@@ -583,7 +597,10 @@ async def test_a_batch_of_ten_sleeping_calls_overlaps() -> None:
     """max_concurrency=10: ten calls awaiting sleep all run at once (the bench times it)."""
     clock = Clock(dict.fromkeys(range(1, 11), 0.01))
     loop = Loop(
-        Script([batch(10), final()]), tools={"add": clock.add}, max_calls=10, max_concurrency=10
+        ScriptedModel([batch(10), final()]),
+        tools={"add": clock.add},
+        max_calls=10,
+        max_concurrency=10,
     )
     result = await loop.arun("go")
 
@@ -607,7 +624,7 @@ async def test_cancelling_concurrent_batches_at_random_points_answers_every_call
             done.append(a)
             return a
 
-        model = Script([batch(n), final()])
+        model = ScriptedModel([batch(n), final()])
         run = Loop(model, tools={"add": add}, max_calls=n, max_concurrency=4).astart("go")
 
         async def drive(run: agentloop.AsyncRun = run) -> None:

@@ -26,9 +26,9 @@ from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._report import input_messages
 from agentloop._review._runfile import MAX_BYTES
 from agentloop.review import to_dot, to_mermaid
-from agentloop.testing import batch
+from agentloop.testing import ScriptedModel, batch
 
-from .helpers import Script, call, final
+from .helpers import call, final
 from .test_trace import renderer  # noqa: F401 - a fixture
 
 SCRIPT = Path(sys.executable).parent / "agentloop"
@@ -311,7 +311,7 @@ def test_show_prints_input_history_as_given(tmp_path: Path) -> None:
         batch(call("b3", a=4, b=4)),
         {"kind": "tool_result", "id": "b3", "name": "add", "status": "ok", "content": 8},
     ]
-    path = save(Loop(Script([final("done")])).run(history), tmp_path)
+    path = save(Loop(ScriptedModel([final("done")])).run(history), tmp_path)
     lines = show(path).splitlines()
 
     assert lines[2:14] == [
@@ -336,7 +336,9 @@ def test_show_prints_input_history_as_given(tmp_path: Path) -> None:
 def test_show_gives_each_call_of_a_batch_its_result(tmp_path: Path) -> None:
     """The row of every call of a batch shows that call's result, read from the saved run."""
     reply = batch(call("c1", name="echo", text="one"), call("c2", name="echo", text="two"))
-    result = Loop(Script([reply, final()]), tools={"echo": lambda text: text.upper()}).run("go")
+    result = Loop(ScriptedModel([reply, final()]), tools={"echo": lambda text: text.upper()}).run(
+        "go"
+    )
     rows = show(save(result, tmp_path)).splitlines()[6:10]
 
     # Columns are padded to their widest cell, and "took" varies from run to run.
@@ -351,7 +353,7 @@ def test_show_gives_each_call_of_a_batch_its_result(tmp_path: Path) -> None:
 def test_show_cuts_long_values_unless_asked(tmp_path: Path) -> None:
     """Outcomes and input are cut to 80 characters; --width N cuts at N, --full not at all."""
     long = "word " * 60
-    model = Script([call("c1", name="echo", text=long), final(long)])
+    model = ScriptedModel([call("c1", name="echo", text=long), final(long)])
     result = Loop(model, tools={"echo": lambda text: text}).run(long)
     path = save(result, tmp_path)
 
@@ -398,7 +400,7 @@ def test_width_must_leave_room(
 def test_show_prints_run_text_literally(tmp_path: Path) -> None:
     """Text from the run that looks like markup is printed as is, rejected reply too."""
     reply = {"kind": "final", "text": "[bold]no[/bold]", "extra": "[red]x"}
-    out = show(save(Loop(Script([reply])).run("go"), tmp_path))
+    out = show(save(Loop(ScriptedModel([reply])).run("go"), tmp_path))
 
     assert 'rejected {"kind":"final","text":"[bold]no[/bold]","extra":"[red]x"}\n' in out
     assert "status   malformed\n" in out
@@ -406,7 +408,7 @@ def test_show_prints_run_text_literally(tmp_path: Path) -> None:
 
 def test_final_only_run_shows_its_answer(tmp_path: Path) -> None:
     """A one-step run: show prints the final answer as the last outcome."""
-    out = show(save(Loop(Script([final("42")])).run("question"), tmp_path))
+    out = show(save(Loop(ScriptedModel([final("42")])).run("question"), tmp_path))
     assert re.search(r"^2 .* final: 42$", out, re.MULTILINE)
 
 
@@ -434,7 +436,7 @@ def test_show_and_demo_need_nothing_but_agentloop(
 def test_an_error_message_cannot_print_a_fake_line(tmp_path: Path) -> None:
     """Newlines and bidi controls in a failed run's error are shown escaped, on its own line."""
     message = "boom\nstatus   finished\r\x1b[2K\u202eevil\u2066x\u2069\u200f\u061c\u2028end"
-    path = save(Loop(Script([ValueError(message)])).run("go"), tmp_path)
+    path = save(Loop(ScriptedModel([ValueError(message)])).run("go"), tmp_path)
     out = show(path)
 
     lines = out.splitlines()
@@ -451,7 +453,7 @@ def test_input_and_tool_output_are_escaped_too(tmp_path: Path) -> None:
     """Escaping covers every field: input text, call ids, tool results, finals, rejected."""
     evil = "a\u202eb\nc\x9bd\u200de\ufefff\U000e0041g"
     shown = "a\\u202eb\\nc\\x9bd\\u200de\\ufefff\\U000e0041g"
-    model = Script(
+    model = ScriptedModel(
         [call(f"id{evil}", name="echo", text=evil), {"kind": "final", "text": evil, "x": 1}]
     )
     path = save(Loop(model, tools={"echo": lambda text: text}).run(evil), tmp_path)  # fmt: skip
@@ -473,7 +475,7 @@ def test_an_input_batch_is_escaped_line_by_line(tmp_path: Path) -> None:
         batch(call(f"b{evil}", name=evil, text=evil), text=evil),
         {"kind": "tool_result", "id": f"b{evil}", "name": evil, "status": "ok", "content": evil},
     ]
-    out = show(save(Loop(Script([final()])).run(history), tmp_path), "--full")
+    out = show(save(Loop(ScriptedModel([final()])).run(history), tmp_path), "--full")
 
     assert out.splitlines()[2:6] == [
         "input",
@@ -521,7 +523,7 @@ def runs_full_of_text(draw: st.DrawFn) -> RunResult:
     given_input = draw(
         TEXT | st.lists(st.fixed_dictionaries({"kind": TEXT, "text": TEXT}), min_size=1, max_size=3)
     )
-    return Loop(Script([*replies, final("end")]), tools=tools, max_steps=4).run(given_input)
+    return Loop(ScriptedModel([*replies, final("end")]), tools=tools, max_steps=4).run(given_input)
 
 
 @settings(max_examples=150, deadline=None)
@@ -829,7 +831,7 @@ def test_a_pipe_closed_in_the_middle_of_a_long_output_is_exit_1(
 ) -> None:
     """A reader that leaves after the first bytes of megabytes of output (| head -c 100):
     still exit 1, not a silent 0 with the rest dropped."""
-    path = save(Loop(Script([final("x" * 2_000_000)])).run("go"), tmp_path)
+    path = save(Loop(ScriptedModel([final("x" * 2_000_000)])).run("go"), tmp_path)
     code, err = read_then_close(command, path, 100)
     assert code == 1
     assert "Traceback" not in err
@@ -837,7 +839,9 @@ def test_a_pipe_closed_in_the_middle_of_a_long_output_is_exit_1(
 
 def test_show_does_not_pass_terminal_escapes_through(tmp_path: Path) -> None:
     """Control characters from a run file are shown escaped, never sent to the terminal."""
-    out = show(save(Loop(Script([final("\x1b[2J\x1b]0;owned\x07gone")])).run("go"), tmp_path))
+    out = show(
+        save(Loop(ScriptedModel([final("\x1b[2J\x1b]0;owned\x07gone")])).run("go"), tmp_path)
+    )
 
     assert "\x1b" not in out
     assert "\x07" not in out
@@ -849,7 +853,7 @@ def test_report_refuses_to_write_html_to_a_terminal(tmp_path: Path) -> None:
     """On a terminal, report asks for -o or a pipe: the page's text would reach the terminal."""
     import pty
 
-    result = Loop(Script([final("hi \x1b[31m red")])).run("go")
+    result = Loop(ScriptedModel([final("hi \x1b[31m red")])).run("go")
     path = tmp_path / "run.json"
     agentloop.save_run(result, path)
     leader, follower = pty.openpty()

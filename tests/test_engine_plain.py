@@ -13,17 +13,14 @@ from agentloop._core._values import Usage
 from agentloop.engine import Engine, RunTool
 from agentloop.testing import ScriptedModel, call, final
 
+from .helpers import add
+
 if TYPE_CHECKING:
     from types import FrameType
 
     import pytest
 
 PACKAGE = Path(__file__).parent.parent / "agentloop"
-
-
-def add(a: int, b: int) -> int:
-    """The tool: adds two ints."""
-    return a + b
 
 
 def test_a_replaced_effect_is_the_one_that_runs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,6 +20,7 @@ from agentloop.testing import AsyncScriptedModel, ScriptedModel, batch, call, fi
 
 from . import conftest
 from .conftest import FAST_EXAMPLES, LONG
+from .helpers import add
 
 Message = dict[str, Any]
 
@@ -75,9 +76,8 @@ def test_an_unknown_tier_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 # -- defaults that fit a real agent ---------------------------------------------------------------
 
 
-def adder(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
+# The shared add, under the name these scripts call.
+adder = agentloop.Tool(add, name="adder")
 
 
 def parallel_agent(*widths: int) -> list[object]:
@@ -198,7 +198,7 @@ def test_a_registry_gets_a_tool_by_name_as_a_dict_does() -> None:
     registry = agentloop.ToolRegistry([adder])
     assert registry.get("adder") is registry["adder"]
     assert registry.get("missing") is None
-    fallback = agentloop.Tool(adder, name="fallback")
+    fallback = agentloop.Tool(add, name="fallback")
     assert registry.get("missing", fallback) is fallback
     assert registry.get("adder", fallback) is registry["adder"]
 

@@ -25,12 +25,13 @@ import agentloop
 from agentloop import InvalidStateError, Loop, NotJSON
 from agentloop.engine import TERMINAL
 from agentloop.testing import (
+    ScriptedModel,
     assert_paired,
     assert_transcript_is_input_plus_appended,
     assert_within_budget,
 )
 
-from .helpers import DRIVERS, Driver, Script, call, final, kinds
+from .helpers import DRIVERS, Driver, call, final, kinds
 
 SCALE = int(os.environ.get("AGENTLOOP_FUZZ", "1"))
 
@@ -121,7 +122,7 @@ def run_to_end(driver: Driver, loop: Loop, messages: Any = "go", **kwargs: Any) 
 )  # fmt: skip
 def test_a_reply_that_is_not_plain_json_is_malformed_and_saves(driver: Driver, reply: Any) -> None:
     """The run ends malformed (never wedged), and load(save(run)) gives back the same run."""
-    run = run_to_end(driver, Loop(Script([reply])))
+    run = run_to_end(driver, Loop(ScriptedModel([reply])))
     result = run.result()
     assert (result.status, result.steps, result.calls) == ("malformed", 1, 0)
     assert isinstance(result.rejected, NotJSON)
@@ -159,13 +160,13 @@ def test_a_coroutine_returned_by_a_plain_model_is_awaited_without_a_warning() ->
 def test_a_budget_a_run_file_cannot_hold_is_refused_at_the_loop() -> None:
     """max_steps past 2**63 - 1 is refused when the Loop is built, not at save time."""
     with pytest.raises(ValueError, match=r"max_steps must be at most 2\*\*63 - 1"):
-        Loop(Script([]), max_steps=10**30)
-    assert Loop(Script([]), max_steps=2**63 - 1).budget.max_steps == 2**63 - 1
+        Loop(ScriptedModel([]), max_steps=10**30)
+    assert Loop(ScriptedModel([]), max_steps=2**63 - 1).budget.max_steps == 2**63 - 1
 
 
 def test_an_exception_message_with_a_lone_surrogate_is_recorded_escaped(driver: Driver) -> None:
     """os.listdir gives such names; the run saves, and the report writes as UTF-8."""
-    result = run_to_end(driver, Loop(Script([OSError("no file 'x\udcff'")]))).result()
+    result = run_to_end(driver, Loop(ScriptedModel([OSError("no file 'x\udcff'")]))).result()
     assert result.status == "failed"
     assert result.error == "the model raised OSError: no file 'x\\udcff'"
     assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
@@ -200,7 +201,7 @@ def test_a_hostile_dispatcher_gives_an_error_result(
     driver: Driver, answer: Any, content_says: str
 ) -> None:
     """The call is paired with an error result, the run goes on, and it saves."""
-    loop = Loop(Script([call("c1"), final()]), tools=Dispatcher(answer))
+    loop = Loop(ScriptedModel([call("c1"), final()]), tools=Dispatcher(answer))
     result = run_to_end(driver, loop).result()
     assert (result.status, result.calls) == ("finished", 1)
     assert kinds(result.transcript) == ["user", "call", "tool_result:error", "final"]
@@ -212,7 +213,7 @@ def test_a_hostile_dispatcher_gives_an_error_result(
 def test_an_interrupt_with_a_surrogate_message_still_pairs_the_call(driver: Driver) -> None:
     """A KeyboardInterrupt whose message cannot be encoded: the call is paired, cancelled."""
     tools = Dispatcher(KeyboardInterrupt("stop \ud800"))
-    loop = Loop(Script([call("c1")]), tools=tools, max_concurrency=1)
+    loop = Loop(ScriptedModel([call("c1")]), tools=tools, max_concurrency=1)
     run = driver.start(loop, "go")
     run.step(), run.step()
     with pytest.raises(KeyboardInterrupt):
@@ -238,7 +239,7 @@ def test_an_adispatch_that_cannot_be_read_is_refused_at_the_loop() -> None:
             raise RuntimeError("no")
 
     with pytest.raises(TypeError, match="reading them raised RuntimeError"):
-        Loop(Script([]), tools=Broken())
+        Loop(ScriptedModel([]), tools=Broken())
 
 
 # -- defect 6 and 12: listeners -----------------------------------------------------------
@@ -254,7 +255,7 @@ async def test_cancelling_the_task_in_an_async_listener_ends_the_run_cancelled()
             entered.set()
             await asyncio.sleep(3600)
 
-    loop = Loop(Script([call("c1"), final()]), tools={"add": lambda **kw: ran.append(kw)},
+    loop = Loop(ScriptedModel([call("c1"), final()]), tools={"add": lambda **kw: ran.append(kw)},
                 listeners=[listener])  # fmt: skip
     run = loop.astart("go")
     await run.astep()
@@ -283,7 +284,7 @@ def test_a_listener_that_steps_the_run_is_refused() -> None:
         except InvalidStateError as exc:
             errors.append(exc)
 
-    run = Loop(Script([final()]), listeners=[listener]).start("go")
+    run = Loop(ScriptedModel([final()]), listeners=[listener]).start("go")
     run.step()
     assert seen == ["validating"]
     assert run.state == "validating"
@@ -302,7 +303,7 @@ async def test_an_async_listener_that_steps_the_run_is_refused() -> None:
         except InvalidStateError as exc:
             errors.append(exc)
 
-    run = Loop(Script([final()]), listeners=[listener]).astart("go")
+    run = Loop(ScriptedModel([final()]), listeners=[listener]).astart("go")
     await run.astep()
     assert seen == ["validating"]
     assert run.state == "validating"
@@ -366,7 +367,7 @@ def test_bad_input_is_named(
 ) -> None:
     """Input the engine refuses says what was expected, at which message."""
     with pytest.raises(error, match=message):
-        driver.start(Loop(Script([])), messages)
+        driver.start(Loop(ScriptedModel([])), messages)
 
 
 # -- principle 1: whatever user code does, a run is never wedged ----------------------------
@@ -424,7 +425,7 @@ def test_hostile_code_never_wedges_a_run(
                 raise answer
             return answer
 
-    run = driver.start(Loop(Script(list(replies) + [final()] * 8), tools=Tools(),
+    run = driver.start(Loop(ScriptedModel(list(replies) + [final()] * 8), tools=Tools(),
                             max_steps=8, max_calls=4, max_concurrency=1), "go")  # fmt: skip
     for _ in range(40):
         if run.done:
@@ -464,7 +465,7 @@ def test_a_keyboard_interrupt_at_a_random_moment_never_half_records() -> None:
     try:
         for _ in range(1500 * SCALE):
             replies: list[object] = [*(call(f"c{i}", a=1, b=2) for i in range(3)), final()]
-            loop = Loop(Script(replies), tools={"add": lambda a, b: a + b}, max_calls=3)
+            loop = Loop(ScriptedModel(replies), tools={"add": lambda a, b: a + b}, max_calls=3)
             run = loop.start("go")
             try:
                 try:
@@ -575,6 +576,6 @@ def test_a_lone_surrogate_anywhere_in_a_reply_is_named_and_the_run_saves(
     reply: dict[str, Any], error: str
 ) -> None:
     """The error names where the surrogate is, escaped, so the run's record can be saved."""
-    result = Loop(Script([reply])).run("go")
+    result = Loop(ScriptedModel([reply])).run("go")
     assert (result.status, result.error) == ("malformed", f"malformed reply: {error}")
     assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result

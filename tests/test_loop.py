@@ -10,8 +10,9 @@ import pytest
 
 import agentloop
 from agentloop import CancelToken, Loop, State
+from agentloop.testing import ScriptedModel
 
-from .helpers import Driver, Recorder, Script, call, drive, final, kinds
+from .helpers import Driver, Recorder, add, call, drive, final, kinds
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -22,7 +23,7 @@ A, V, D = "awaiting_model", "validating", "dispatching"
 def test_tool_then_final(driver: Driver) -> None:
     """A call is dispatched, its result fed back, and the final answer ends the run."""
     add = Recorder()
-    model = Script([call("c1", a=2, b=2), final("4")])
+    model = ScriptedModel([call("c1", a=2, b=2), final("4")])
     run = driver.start(Loop(model, tools={"add": add}, max_steps=3, max_calls=1), "What is 2+2?")
 
     assert run.state == "awaiting_model"
@@ -64,14 +65,11 @@ def test_tool_then_final(driver: Driver) -> None:
 def test_tools_may_be_a_list_of_tools_and_handlers(driver: Driver) -> None:
     """tools=[Tool(...), handler] becomes a registry, as ToolRegistry([...]) does."""
 
-    def add(a: int, b: int) -> int:
-        return a + b
-
     def sub(a: int, b: int) -> int:
         return a - b
 
     loop = Loop(
-        Script(
+        ScriptedModel(
             [
                 call("c1", a=2, b=2),
                 call("c2", "minus", a=5, b=3),
@@ -95,7 +93,7 @@ def test_tools_may_be_a_list_of_tools_and_handlers(driver: Driver) -> None:
 def test_call_beyond_budget_is_exhausted(driver: Driver) -> None:
     """A new call after the last permitted one stops the run; nothing runs."""
     add = Recorder()
-    model = Script([call("c1", a=1, b=1), call("c2", a=2, b=2)])
+    model = ScriptedModel([call("c1", a=1, b=1), call("c2", a=2, b=2)])
     result = driver.run(Loop(model, tools={"add": add}, max_steps=5, max_calls=1), "go")
 
     assert result.status == "exhausted"
@@ -110,7 +108,7 @@ def test_call_beyond_budget_is_exhausted(driver: Driver) -> None:
 
 def test_final_after_last_call_is_accepted(driver: Driver) -> None:
     """Final is checked before the call budget: a conclusion at the cap is kept."""
-    model = Script([call("c1", a=1, b=2), final("3")])
+    model = ScriptedModel([call("c1", a=1, b=2), final("3")])
     result = driver.run(Loop(model, tools={"add": Recorder()}, max_steps=2, max_calls=1), "go")
 
     assert result.status == "finished"
@@ -119,7 +117,7 @@ def test_final_after_last_call_is_accepted(driver: Driver) -> None:
 
 def test_final_needs_a_step_left(driver: Driver) -> None:
     """With no model step left the run is exhausted before the model is asked."""
-    model = Script([call("c1", a=1, b=2), final("3")])
+    model = ScriptedModel([call("c1", a=1, b=2), final("3")])
     run = driver.start(Loop(model, tools={"add": Recorder()}, max_steps=1, max_calls=1), "go")
 
     assert drive(run) == [(A, V), (V, D), (D, A), (A, "exhausted")]
@@ -131,7 +129,7 @@ def test_final_needs_a_step_left(driver: Driver) -> None:
 def test_repeated_id_stops_and_nothing_runs_twice(driver: Driver) -> None:
     """Reusing a call id ends the run with repeated_call; the tool ran once."""
     add = Recorder()
-    model = Script([call("c1", a=1, b=1), call("c1", a=1, b=1)])
+    model = ScriptedModel([call("c1", a=1, b=1), call("c1", a=1, b=1)])
     result = driver.run(Loop(model, tools={"add": add}, max_steps=5, max_calls=5), "go")
 
     assert result.status == "repeated_call"
@@ -151,7 +149,7 @@ def test_repeated_id_from_the_input_history(driver: Driver) -> None:
         {"kind": "tool_result", "id": "old", "name": "add", "status": "ok", "content": 2},
     ]
     add = Recorder()
-    result = driver.run(Loop(Script([call("old", a=5, b=5)]), tools={"add": add}), history)
+    result = driver.run(Loop(ScriptedModel([call("old", a=5, b=5)]), tools={"add": add}), history)
 
     assert result.status == "repeated_call"
     assert (result.steps, result.calls, add.calls) == (1, 0, [])
@@ -160,7 +158,7 @@ def test_repeated_id_from_the_input_history(driver: Driver) -> None:
 
 def test_repeated_id_is_checked_before_the_call_budget(driver: Driver) -> None:
     """Table order: repeated_call wins over exhausted when both hold."""
-    model = Script([call("c1", a=1, b=1), call("c1", a=1, b=1)])
+    model = ScriptedModel([call("c1", a=1, b=1), call("c1", a=1, b=1)])
     result = driver.run(Loop(model, tools={"add": Recorder()}, max_steps=5, max_calls=1), "go")
 
     assert result.status == "repeated_call"
@@ -175,7 +173,7 @@ def test_cancel_from_inside_the_model(driver: Driver) -> None:
         token.cancel()
         return call("c1", a=1, b=1)
 
-    model = Script([cancelling])
+    model = ScriptedModel([cancelling])
     run = driver.start(Loop(model, tools={"add": add}), "go", cancel=token)
     t = run.step()
 
@@ -201,7 +199,7 @@ def test_cancel_while_the_model_raises(driver: Driver) -> None:
         token.cancel()
         raise ValueError("boom")
 
-    result = driver.run(Loop(Script([cancel_then_raise])), "go", cancel=token)
+    result = driver.run(Loop(ScriptedModel([cancel_then_raise])), "go", cancel=token)
     assert result.status == "cancelled"
     assert (result.steps, result.error) == (1, None)
 
@@ -210,7 +208,7 @@ def test_cancel_before_asking_the_model(driver: Driver) -> None:
     """A token cancelled up front stops the run without calling the model."""
     token = CancelToken()
     token.cancel()
-    model = Script([final()])
+    model = ScriptedModel([final()])
     run = driver.start(Loop(model), "go", cancel=token)
 
     assert drive(run) == [(A, "cancelled")]
@@ -221,7 +219,9 @@ def test_cancel_between_validating_and_the_tool(driver: Driver) -> None:
     """Cancelled after validation accepted the call: the tool still does not run."""
     token = CancelToken()
     add = Recorder()
-    run = driver.start(Loop(Script([call("c1", a=1, b=1)]), tools={"add": add}), "go", cancel=token)
+    run = driver.start(
+        Loop(ScriptedModel([call("c1", a=1, b=1)]), tools={"add": add}), "go", cancel=token
+    )
     run.step()
     run.step()
     assert run.state == "dispatching"
@@ -239,7 +239,9 @@ def test_cancel_seen_at_validation(driver: Driver) -> None:
     """Cancelled after the reply was accepted but before validation: nothing counted."""
     token = CancelToken()
     add = Recorder()
-    run = driver.start(Loop(Script([call("c1", a=1, b=1)]), tools={"add": add}), "go", cancel=token)
+    run = driver.start(
+        Loop(ScriptedModel([call("c1", a=1, b=1)]), tools={"add": add}), "go", cancel=token
+    )
     run.step()
     token.cancel()
     t = run.step()
@@ -251,7 +253,7 @@ def test_cancel_seen_at_validation(driver: Driver) -> None:
 def test_final_wins_over_cancel_at_validation(driver: Driver) -> None:
     """Table order: a final answer is accepted even when cancel arrives during validation."""
     token = CancelToken()
-    run = driver.start(Loop(Script([final("ok")])), "go", cancel=token)
+    run = driver.start(Loop(ScriptedModel([final("ok")])), "go", cancel=token)
     run.step()
     token.cancel()
     assert run.step().dest == "finished"
@@ -282,7 +284,7 @@ def test_final_wins_over_cancel_at_validation(driver: Driver) -> None:
 def test_malformed_output(driver: Driver, reply: object, fragment: str) -> None:
     """A reply that is neither a call nor a final ends the run; the step counts."""
     add = Recorder()
-    result = driver.run(Loop(Script([reply]), tools={"add": add}), "go")
+    result = driver.run(Loop(ScriptedModel([reply]), tools={"add": add}), "go")
 
     assert result.status == "malformed"
     assert (result.steps, result.calls, add.calls) == (1, 0, [])
@@ -295,7 +297,7 @@ def test_malformed_output(driver: Driver, reply: object, fragment: str) -> None:
 def test_malformed_reply_is_kept_for_review(driver: Driver) -> None:
     """A reply that is not JSON is kept as its repr, taken on intake: later changes miss it."""
     reply: dict[str, Any] = {"kind": "call", "id": "c", "name": "add", "arguments": {"a": {1}}}
-    result = driver.run(Loop(Script([reply])), "go")
+    result = driver.run(Loop(ScriptedModel([reply])), "go")
     reply["arguments"]["a"].add(2)
     assert result.rejected == agentloop.NotJSON(
         "{'kind': 'call', 'id': 'c', 'name': 'add', 'arguments': {'a': {1}}}",
@@ -307,7 +309,7 @@ def test_malformed_reply_is_kept_for_review(driver: Driver) -> None:
 def test_model_exception(driver: Driver) -> None:
     """A model that raises ends the run failed; the step counts and the error says what."""
     error = RuntimeError("provider down")
-    run = driver.start(Loop(Script([error])), "go")
+    run = driver.start(Loop(ScriptedModel([error])), "go")
     t = run.step()
 
     assert (t.source, t.dest, t.trigger) == (A, "failed", "model_raised")
@@ -322,7 +324,7 @@ def test_model_exception(driver: Driver) -> None:
 def test_keyboard_interrupt_in_the_model_propagates(driver: Driver) -> None:
     """A non-Exception propagates unchanged; the run ends cancelled, the step counted."""
     interrupt = KeyboardInterrupt()
-    run = driver.start(Loop(Script([interrupt, final("after")])), "go")
+    run = driver.start(Loop(ScriptedModel([interrupt, final("after")])), "go")
     with pytest.raises(KeyboardInterrupt) as caught:
         run.step()
 
@@ -343,7 +345,7 @@ def test_keyboard_interrupt_in_a_tool_pairs_the_call(driver: Driver) -> None:
         runs.append(kwargs)
         raise KeyboardInterrupt
 
-    model = Script([call("c1", name="slow"), final()])
+    model = ScriptedModel([call("c1", name="slow"), final()])
     run = driver.start(Loop(model, tools={"slow": slow}, max_concurrency=1), "go")
     run.step()
     run.step()
@@ -374,7 +376,7 @@ def test_dispatcher_with_a_status_that_is_not_a_string(driver: Driver, status: o
         def dispatch(self, call: dict[str, Any]) -> dict[str, Any]:
             return {"status": status, "content": None}
 
-    result = driver.run(Loop(Script([call("c1"), final()]), tools=Odd()), "go")
+    result = driver.run(Loop(ScriptedModel([call("c1"), final()]), tools=Odd()), "go")
     assert kinds(result.transcript) == ["user", "call", "tool_result:error", "final"]
     assert "the dispatcher's outcome was not valid" in result.transcript[2]["content"]
 
@@ -386,14 +388,14 @@ def test_dispatcher_may_not_claim_cancelled(driver: Driver) -> None:
         def dispatch(self, call: dict[str, Any]) -> dict[str, Any]:
             return {"status": "cancelled", "content": None}
 
-    result = driver.run(Loop(Script([call("c1"), final()]), tools=Liar()), "go")
+    result = driver.run(Loop(ScriptedModel([call("c1"), final()]), tools=Liar()), "go")
     assert kinds(result.transcript) == ["user", "call", "tool_result:error", "final"]
     assert "the dispatcher's outcome was not valid" in result.transcript[2]["content"]
 
 
 def test_steps_budget_counts_every_invocation(driver: Driver) -> None:
     """Failed outcomes still spend model steps; the run stops at max_steps."""
-    model = Script([call(f"c{i}", name="nope") for i in range(5)])
+    model = ScriptedModel([call(f"c{i}", name="nope") for i in range(5)])
     result = driver.run(Loop(model, max_steps=3, max_calls=10), "go")
 
     assert result.status == "exhausted"
@@ -404,10 +406,10 @@ def test_steps_budget_counts_every_invocation(driver: Driver) -> None:
 
 def test_zero_budgets(driver: Driver) -> None:
     """max_steps=0 never calls the model; max_calls=0 still allows a final."""
-    model = Script([final()])
+    model = ScriptedModel([final()])
     assert driver.run(Loop(model, max_steps=0), "go").status == "exhausted"
     assert model.seen == []
-    assert driver.run(Loop(Script([final("x")]), max_calls=0), "go").output == "x"
+    assert driver.run(Loop(ScriptedModel([final("x")]), max_calls=0), "go").output == "x"
 
 
 def test_loop_is_reusable_and_runs_are_independent(driver: Driver) -> None:
@@ -430,7 +432,7 @@ def test_loop_is_reusable_and_runs_are_independent(driver: Driver) -> None:
 def test_listeners_see_every_transition_in_order(driver: Driver) -> None:
     """Subscribed listeners receive each transition as it happens; the transcript follows them."""
     seen: list[agentloop.Transition] = []
-    loop = Loop(Script([call("c1", a=1, b=1), final()]), tools={"add": Recorder()})
+    loop = Loop(ScriptedModel([call("c1", a=1, b=1), final()]), tools={"add": Recorder()})
     run = driver.start(loop, "go")
     run.subscribe(seen.append)
     drive(run)
@@ -446,7 +448,7 @@ def test_listeners_see_every_transition_in_order(driver: Driver) -> None:
 def test_loop_level_listeners(driver: Driver) -> None:
     """Listeners given to Loop are subscribed to every run it starts."""
     seen: list[str] = []
-    loop = Loop(Script([final(), final()]), listeners=(lambda t: seen.append(t.dest),))
+    loop = Loop(ScriptedModel([final(), final()]), listeners=(lambda t: seen.append(t.dest),))
     driver.run(loop, "a")
     driver.run(loop, "b")
     assert seen == ["validating", "finished"] * 2
@@ -454,7 +456,7 @@ def test_loop_level_listeners(driver: Driver) -> None:
 
 def test_events_are_a_budget_ledger(driver: Driver) -> None:
     """Counters on events never decrease and end at the result's counters."""
-    model = Script([call("c1", name="nope"), call("c2", a=1, b=2), final()])
+    model = ScriptedModel([call("c1", name="nope"), call("c2", a=1, b=2), final()])
     result = driver.run(Loop(model, tools={"add": Recorder()}), "go")
     steps = [e.steps for e in result.events]
     calls = [e.calls for e in result.events]
@@ -511,7 +513,7 @@ def test_path_to_each_terminal_state(
         token.cancel()
         return final()
 
-    script = Script([cancel_inside if r == CANCEL_INSIDE else r for r in replies])
+    script = ScriptedModel([cancel_inside if r == CANCEL_INSIDE else r for r in replies])
     loop = Loop(script, tools={"add": Recorder()}, max_steps=budgets[0], max_calls=budgets[1])
     run = driver.start(loop, "go", cancel=token)
     assert drive(run) == path
@@ -530,7 +532,7 @@ def test_a_model_that_steps_its_own_run_is_refused() -> None:
             errors.append(exc)
         return final("once")
 
-    model = Script([reentrant])
+    model = ScriptedModel([reentrant])
     run = Loop(model).start("go")
     holder.append(run)
     drive(run)
@@ -547,7 +549,7 @@ class Unprintable(Exception):
 
 def test_a_model_error_with_a_broken_message(driver: Driver) -> None:
     """An exception whose __str__ raises still fails the run cleanly, with its type named."""
-    result = driver.run(Loop(Script([Unprintable()])), "go")
+    result = driver.run(Loop(ScriptedModel([Unprintable()])), "go")
     assert (result.status, result.steps) == ("failed", 1)
     assert result.error == "the model raised Unprintable: <unprintable: RuntimeError>"
 
@@ -558,7 +560,7 @@ def test_a_tool_error_with_a_broken_message(driver: Driver) -> None:
     def broken() -> None:
         raise Unprintable
 
-    model = Script([call("c1", name="broken"), final()])
+    model = ScriptedModel([call("c1", name="broken"), final()])
     result = driver.run(Loop(model, tools={"broken": broken}), "go")
     assert result.status == "finished"
     assert result.transcript[2]["content"] == {
@@ -571,11 +573,11 @@ def test_each_transition_is_logged_at_debug(
     driver: Driver, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The 'agentloop' logger gets one DEBUG record per transition, and nothing by default."""
-    loop = Loop(Script([call("c1", a=1, b=2), final()]), tools={"add": Recorder()})
+    loop = Loop(ScriptedModel([call("c1", a=1, b=2), final()]), tools={"add": Recorder()})
     with caplog.at_level(logging.WARNING, logger="agentloop"):
         driver.run(loop, "go")
     assert caplog.records == []
-    loop = Loop(Script([call("c1", a=1, b=2), final()]), tools={"add": Recorder()})
+    loop = Loop(ScriptedModel([call("c1", a=1, b=2), final()]), tools={"add": Recorder()})
     with caplog.at_level(logging.DEBUG, logger="agentloop"):
         result = driver.run(loop, "go")
     records = [r for r in caplog.records if r.name == "agentloop"]
@@ -589,7 +591,7 @@ def test_each_transition_is_logged_at_debug(
 def test_the_sync_driver_refuses_to_thread_and_takes_timeouts() -> None:
     """to_thread needs asyncio: start() says so, never ignores it; model_timeout and tool_timeout
     are taken, for what the run awaits (tests/test_async_under_sync.py)."""
-    loop = Loop(Script([final()]), to_thread=True)
+    loop = Loop(ScriptedModel([final()]), to_thread=True)
     with pytest.raises(
         ValueError,
         match=r"^to_thread needs the asyncio driver \(loop.arun or loop.astart\): a synchronous "
@@ -597,25 +599,25 @@ def test_the_sync_driver_refuses_to_thread_and_takes_timeouts() -> None:
     ):
         loop.run("go")
     assert asyncio.run(loop.arun("go")).status == "finished"
-    assert Loop(Script([final()]), model_timeout=0.2).run("go").status == "finished"
-    assert Loop(Script([final()]), tool_timeout=0.2).run("go").status == "finished"
+    assert Loop(ScriptedModel([final()]), model_timeout=0.2).run("go").status == "finished"
+    assert Loop(ScriptedModel([final()]), tool_timeout=0.2).run("go").status == "finished"
 
 
 def test_listeners_are_checked_when_the_loop_is_built() -> None:
     """A listener that is not callable is refused by Loop(...), naming its position."""
     with pytest.raises(TypeError, match=r"expected listeners\[1\] to be callable, got int"):
-        Loop(Script([]), listeners=[print, 3])  # type: ignore[list-item]
+        Loop(ScriptedModel([]), listeners=[print, 3])  # type: ignore[list-item]
 
 
 def test_a_single_listener_not_in_a_list_is_refused() -> None:
     """listeners=fn (not [fn]) says what was expected, rather than 'not iterable'."""
     with pytest.raises(TypeError, match=r"expected listeners to be an iterable of callables"):
-        Loop(Script([]), listeners=print)  # type: ignore[arg-type]
+        Loop(ScriptedModel([]), listeners=print)  # type: ignore[arg-type]
 
 
 def test_review_functions_refuse_a_run_in_place_of_its_result() -> None:
     """save_run, to_mermaid and report_html take a RunResult, and say how to get one."""
-    run = Loop(Script([final()])).start("go")
+    run = Loop(ScriptedModel([final()])).start("go")
     run.finish()
     for review in (
         agentloop.review.run_to_json,
@@ -632,7 +634,7 @@ def test_review_functions_refuse_a_run_in_place_of_its_result() -> None:
 
 def test_run_file_functions_name_what_they_expect(tmp_path: Path) -> None:
     """Arguments swapped or of the wrong kind: each says which function, what, and what came."""
-    result = Loop(Script([final()])).run("go")
+    result = Loop(ScriptedModel([final()])).run("go")
     path = tmp_path / "run.json"
     with pytest.raises(TypeError, match=r"^save_run\(\) expected a RunResult .*got PosixPath"):
         agentloop.save_run(path, result)  # type: ignore[arg-type]

@@ -30,6 +30,8 @@ from agentloop.testing import (
     final,
 )
 
+from .helpers import add
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
@@ -63,11 +65,6 @@ def otel() -> Iterator[Exported]:
 def boom(text: str) -> str:
     """A tool that raises."""
     raise ValueError(f"bad {text}")
-
-
-def add(a: int, b: int) -> int:
-    """Add."""
-    return a + b
 
 
 TOOLS = {"add": add, "boom": boom}

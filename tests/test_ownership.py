@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from agentloop import Loop
+from agentloop.testing import ScriptedModel
 
-from .helpers import Driver, Recorder, Script, call, drive, final, kinds
+from .helpers import Driver, Recorder, call, drive, final, kinds
 
 Message = dict[str, Any]
 
@@ -22,7 +23,7 @@ def test_model_rewriting_its_history_changes_nothing(driver: Driver) -> None:
         history.clear()
         return final("ok")
 
-    model = Script([call("c1", a=1, b=2), vandal])
+    model = ScriptedModel([call("c1", a=1, b=2), vandal])
     run = driver.start(Loop(model, tools={"add": Recorder()}), "go")
     drive(run)
     transcript = run.result().transcript
@@ -39,7 +40,7 @@ def test_each_step_gets_a_fresh_history(driver: Driver) -> None:
         history[0]["text"] = "rewritten"
         return call("c1", a=1, b=1)
 
-    model = Script([scribble, final()])
+    model = ScriptedModel([scribble, final()])
     driver.run(Loop(model, tools={"add": Recorder()}), "original")
 
     assert model.seen[1][0] == {"kind": "user", "text": "original"}
@@ -55,7 +56,7 @@ def test_reply_is_copied_on_intake(driver: Driver) -> None:
         kept.append(reply)
         return reply
 
-    run = driver.start(Loop(Script([sneaky, final()]), tools={"add": Recorder()}), "go")
+    run = driver.start(Loop(ScriptedModel([sneaky, final()]), tools={"add": Recorder()}), "go")
     run.step()
     kept[0]["arguments"]["a"] = 100
     kept[0]["id"] = "other"
@@ -71,7 +72,7 @@ def test_handler_gets_a_copy_of_the_arguments(driver: Driver) -> None:
         items.append(4)
         return len(items)
 
-    model = Script([call("c1", name="mutate", items=[1, 2, 3]), final()])
+    model = ScriptedModel([call("c1", name="mutate", items=[1, 2, 3]), final()])
     result = driver.run(Loop(model, tools={"mutate": mutate}), "go")
 
     assert result.transcript[1]["arguments"] == {"items": [1, 2, 3]}
@@ -87,7 +88,7 @@ def test_result_content_is_copied_on_intake(driver: Driver) -> None:
         returned.append(value)
         return value
 
-    model = Script([call("c1", name="leaky"), final()])
+    model = ScriptedModel([call("c1", name="leaky"), final()])
     run = driver.start(Loop(model, tools={"leaky": leaky}), "go")
     drive(run)
     returned[0].append(3)
@@ -98,7 +99,7 @@ def test_result_content_is_copied_on_intake(driver: Driver) -> None:
 def test_input_is_copied_at_start(driver: Driver) -> None:
     """Mutating the caller's input list after start changes nothing recorded."""
     messages: list[Message] = [{"kind": "user", "text": "hi", "meta": {"tag": "a"}}]
-    run = driver.start(Loop(Script([final()])), messages)
+    run = driver.start(Loop(ScriptedModel([final()])), messages)
     messages[0]["meta"]["tag"] = "b"
     messages.append({"kind": "user", "text": "late"})
     drive(run)
@@ -110,7 +111,10 @@ def test_input_is_copied_at_start(driver: Driver) -> None:
 def test_every_transcript_handed_out_is_a_fresh_copy(driver: Driver) -> None:
     """run.transcript, result.transcript, transition.appended and rejected are all copies."""
     run = driver.start(
-        Loop(Script([call("c1", a=1, b=1), call("c1", a=1, b=1)]), tools={"add": Recorder()}), "go"
+        Loop(
+            ScriptedModel([call("c1", a=1, b=1), call("c1", a=1, b=1)]), tools={"add": Recorder()}
+        ),
+        "go",
     )
     drive(run)
     result = run.result()

@@ -24,6 +24,7 @@ from agentloop import Loop, ToolRegistry, Transition
 from agentloop.providers import IncompleteReply
 from agentloop.providers.anthropic import DEFAULT_MAX_TOKENS, anthropic_messages
 
+from .helpers import add
 from .wire import FLAVOURS, HISTORY, Wire, ask, assert_usage, conforms, run
 
 Message = dict[str, Any]
@@ -32,11 +33,6 @@ Call = tuple[str, str, Message]  # id, name, input
 PARAMS = pydantic.TypeAdapter(message_create_params.MessageCreateParamsNonStreaming)
 MODEL = "claude-sonnet-5"
 USAGE = {"input_tokens": 120, "output_tokens": 30, "cached_tokens": 100}
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 def mul(a: int, b: int) -> int:

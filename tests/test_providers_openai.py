@@ -25,15 +25,11 @@ from agentloop import Loop, SpecFormat, ToolRegistry, Transition
 from agentloop.providers import IncompleteReply
 from agentloop.providers.openai import openai_chat, openai_responses
 
+from .helpers import add
 from .wire import FLAVOURS, HISTORY, Wire, ask, assert_usage, conforms, run
 
 Message = dict[str, Any]
 Call = tuple[str, str, str]  # id, name, the arguments as the model wrote them
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 def mul(a: int, b: int) -> int:

@@ -16,12 +16,9 @@ import pytest
 from agentloop import Loop, ToolRegistry
 from agentloop.testing import call, final
 
+from .helpers import add
+
 Message = dict[str, Any]
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 def mul(a: int, b: int) -> int:

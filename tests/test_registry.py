@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 
 import agentloop
 from agentloop import Decision, Loop, Tool, ToolRegistry, allow, deny
+from agentloop.testing import ScriptedModel
 
-from .helpers import Recorder, Script, call, final, kinds
+from .helpers import Recorder, add, call, final, kinds
 
 Call = dict[str, Any]
 
@@ -670,11 +671,6 @@ def test_class_names_are_made_safe_for_refs() -> None:
 # -- outcomes -------------------------------------------------------------------------
 
 
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
 def test_ok() -> None:
     """A valid call runs the handler; its return value is the content."""
     assert dispatch(ToolRegistry([add]), "add", a=2, b=3) == {"status": "ok", "content": 5}
@@ -1067,11 +1063,11 @@ def test_decorator_with_and_without_arguments() -> None:
 
 def test_mapping_form_builds_a_registry() -> None:
     """A mapping given to Loop (or ToolRegistry) becomes a registry keyed by the mapping's names."""
-    loop = Loop(Script([]), tools={"plus": add})
+    loop = Loop(ScriptedModel([]), tools={"plus": add})
     assert isinstance(loop.dispatcher, ToolRegistry)
     assert loop.dispatcher["plus"].handler is add
     registry = ToolRegistry([add])
-    assert Loop(Script([]), tools=registry).dispatcher is registry
+    assert Loop(ScriptedModel([]), tools=registry).dispatcher is registry
 
 
 def test_parameters_are_a_fresh_copy() -> None:
@@ -1093,7 +1089,7 @@ def test_every_outcome_counts_against_the_call_budget() -> None:
     registry = ToolRegistry(
         [add, fail], policy=lambda c: deny("no") if c["id"] == "c1" else allow()
     )
-    model = Script(
+    model = ScriptedModel(
         [
             call("c1", a=1, b=1),  # denied
             call("c2", a="x", b=1),  # invalid_arguments
@@ -1131,7 +1127,7 @@ def test_handler_exception_is_on_the_event_not_in_the_history() -> None:
     def lookup(key: str) -> str:
         raise problem
 
-    model = Script([call("c1", name="lookup", key="k"), final()])
+    model = ScriptedModel([call("c1", name="lookup", key="k"), final()])
     result = Loop(model, tools={"lookup": lookup}).run("go")
     event = next(e for e in result.events if e.trigger == "tool_returned")
     assert event.exception is problem
@@ -1141,7 +1137,7 @@ def test_handler_exception_is_on_the_event_not_in_the_history() -> None:
 
 def test_mapping_form_validates_plain_annotations_through_the_loop() -> None:
     """tools={'add': add}: wrong types and missing names are invalid_arguments, as before."""
-    model = Script([call("c1", a="2", b=2), call("c2", a=2), call("c3", a=2, b=2), final()])
+    model = ScriptedModel([call("c1", a="2", b=2), call("c2", a=2), call("c3", a=2, b=2), final()])
     result = Loop(model, tools={"add": add}).run("go")
 
     assert [m["status"] for m in result.transcript if m["kind"] == "tool_result"] == [

@@ -22,9 +22,9 @@ from agentloop._review._diagram import visited
 from agentloop._review._replay import result_of
 from agentloop._review._report import HEADERS, describe, report_html
 from agentloop.review import SVGUnavailableError, to_mermaid
-from agentloop.testing import batch
+from agentloop.testing import ScriptedModel, batch
 
-from .helpers import Script, call, final
+from .helpers import call, final
 from .test_runfile import REPLIES, random_run
 from .test_trace import renderer  # noqa: F401 - a fixture
 
@@ -43,7 +43,7 @@ def hostile_run() -> RunResult:
     def fetch(url: str) -> str:
         return SCRIPT + ' & "quotes" <b>bold</b>'
 
-    model = Script(
+    model = ScriptedModel(
         [call("c1", name="fetch", url="<img src=x onerror=alert(1)>"), final("</pre>ok")]
     )
     return Loop(model, tools={"fetch": fetch}).run("Is <this> & that </p> safe?")
@@ -107,7 +107,9 @@ def batch_run() -> RunResult:
         call("c2", name="fetch", url="<b>x</b>"),
         text="Fetching <both> & more",
     )
-    return Loop(Script([reply, final()]), tools={"fetch": lambda url: f"page {url}"}).run("go")
+    return Loop(ScriptedModel([reply, final()]), tools={"fetch": lambda url: f"page {url}"}).run(
+        "go"
+    )
 
 
 def test_a_batch_is_one_group_with_each_call_beside_its_result() -> None:
@@ -140,7 +142,7 @@ def test_a_batch_without_text_and_a_result_given_later() -> None:
         {"kind": "user", "text": "meanwhile"},
         {"kind": "tool_result", "id": "a2", "name": "add", "status": "ok", "content": 4},
     ]
-    page = report_html(Loop(Script([final()])).run(history), svg=False)
+    page = report_html(Loop(ScriptedModel([final()])).run(history), svg=False)
     group = re.findall(r'<li class="batch">(.*?)</li>', page, re.DOTALL)
 
     assert len(group) == 1
@@ -160,7 +162,7 @@ def test_input_history_is_marked_as_input() -> None:
         {"kind": "tool_result", "id": "old", "name": "add", "status": "ok", "content": 2},
         {"kind": "user", "text": "again"},
     ]
-    result = Loop(Script([final("done")])).run(history)
+    result = Loop(ScriptedModel([final("done")])).run(history)
     page = report_html(result, svg=False)
 
     for index in range(4):
@@ -171,7 +173,7 @@ def test_input_history_is_marked_as_input() -> None:
 def test_rejected_reply_is_shown() -> None:
     """A malformed reply is shown in its own section, escaped, as JSON."""
     reply = {"kind": "final", "text": "<i>x</i>", "extra": 1}
-    page = report_html(Loop(Script([reply])).run("go"), svg=False)
+    page = report_html(Loop(ScriptedModel([reply])).run("go"), svg=False)
 
     assert '<h2 id="rejected">Rejected reply</h2>' in page
     assert "&quot;text&quot;: &quot;&lt;i&gt;x&lt;/i&gt;&quot;" in page
@@ -180,7 +182,7 @@ def test_rejected_reply_is_shown() -> None:
 
 def test_non_json_rejected_reply_is_shown_by_repr() -> None:
     """A rejected reply that was not JSON shows its repr, live or loaded from a file."""
-    result = Loop(Script([{"kind": "final", "text": {1, 2}}])).run("go")
+    result = Loop(ScriptedModel([{"kind": "final", "text": {1, 2}}])).run("go")
     loaded = agentloop.review.run_from_json(agentloop.review.run_to_json(result))
     assert isinstance(loaded.rejected_value, NotJSON)
 
@@ -278,7 +280,10 @@ def test_describe_says_what_came_of_a_transition(
 ) -> None:
     """The last transition's cells: number, path, trigger [guard], counters, call, outcome."""
     result = Loop(
-        Script(replies), tools={"add": lambda a, b: a + b}, max_steps=budget[0], max_calls=budget[1]
+        ScriptedModel(replies),
+        tools={"add": lambda a, b: a + b},
+        max_steps=budget[0],
+        max_calls=budget[1],
     ).run("go")
     made = describe(result, len(result.events) - 1)
     assert (*made[:5], *made[6:]) == cells
@@ -289,7 +294,7 @@ def test_describe_says_what_came_of_a_transition(
 def test_describe_shortens_long_content() -> None:
     """A long tool result is cut to a readable length in the outcome cell."""
     result = Loop(
-        Script([call("c1", n=1), final()]), tools={"add": lambda n: "x" * 500}, max_calls=1
+        ScriptedModel([call("c1", n=1), final()]), tools={"add": lambda n: "x" * 500}, max_calls=1
     ).run("go")
     outcome = describe(result, 2)[-1]
     assert outcome.startswith('ok: "xxx')
@@ -306,7 +311,9 @@ def outcomes(result: RunResult) -> list[tuple[str, str, str]]:
 def test_each_call_of_a_batch_shows_its_own_result() -> None:
     """Events before a batch's last call append nothing; their rows show each call's result."""
     reply = batch(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0))
-    result = Loop(Script([reply, final()]), tools={"add": lambda a, b: f"sum {a + b}"}).run("go")
+    result = Loop(ScriptedModel([reply, final()]), tools={"add": lambda a, b: f"sum {a + b}"}).run(
+        "go"
+    )
 
     assert outcomes(result) == [
         ("tool_returned [batch_open]", "add#c1", 'ok: "sum 1"'),
@@ -323,7 +330,7 @@ async def test_calls_run_at_once_show_their_results_in_completion_order() -> Non
         return f"sum {a + b}"
 
     reply = batch(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0))
-    loop = Loop(Script([reply, final()]), tools={"add": add}, max_concurrency=3)
+    loop = Loop(ScriptedModel([reply, final()]), tools={"add": add}, max_concurrency=3)
     result = await loop.arun("go")
 
     assert outcomes(result) == [
@@ -375,13 +382,13 @@ def test_every_row_naming_a_result_shows_that_result(
 def test_an_interrupted_batch_shows_the_result_of_the_call_each_row_names() -> None:
     """Interrupted in c2 of three: its row shows c2's cancelled result first, then c3's."""
 
-    def add(a: int, b: int) -> int:
+    def interrupt_at_the_second(a: int, b: int) -> int:
         if a == 2:
             raise KeyboardInterrupt
         return a
 
     reply = batch(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0))
-    run = Loop(Script([reply]), tools={"add": add}).start("go")
+    run = Loop(ScriptedModel([reply]), tools={"add": interrupt_at_the_second}).start("go")
     with pytest.raises(KeyboardInterrupt):
         run.finish()
 
@@ -399,12 +406,12 @@ def test_a_cancelled_batch_row_lists_every_call_it_answered() -> None:
     """Cancelled at c2's checkpoint: the row names c2 and lists c3; the accept row, the text."""
     token = agentloop.CancelToken()
 
-    def add(a: int, b: int) -> int:
+    def cancel_then_answer(a: int, b: int) -> int:
         token.cancel()
         return a
 
     reply = batch(call("c1", a=1, b=0), call("c2", a=2, b=0), call("c3", a=3, b=0), text="three")
-    result = Loop(Script([reply]), tools={"add": add}).run("go", cancel=token)
+    result = Loop(ScriptedModel([reply]), tools={"add": cancel_then_answer}).run("go", cancel=token)
 
     assert describe(result, 1)[-1] == "batch of 3: three"
     assert describe(result, len(result.events) - 1)[-1] == (
@@ -515,7 +522,7 @@ def test_unprintable_rejected_reply_does_not_break_the_report() -> None:
         def __repr__(self) -> str:
             raise RuntimeError("no repr")
 
-    result = Loop(Script([{"kind": "final", "text": Broken()}])).run("go")
+    result = Loop(ScriptedModel([{"kind": "final", "text": Broken()}])).run("go")
     page = report_html(result, svg=False)
 
     assert "&lt;unprintable: RuntimeError&gt;" in page
@@ -527,7 +534,7 @@ def test_an_interrupted_call_is_not_said_to_be_outside_the_transcript() -> None:
     def halt(**arguments: Any) -> None:
         raise KeyboardInterrupt
 
-    run = Loop(Script([call("c1", name="halt")]), tools={"halt": halt}).start("go")
+    run = Loop(ScriptedModel([call("c1", name="halt")]), tools={"halt": halt}).start("go")
     with pytest.raises(KeyboardInterrupt):
         for _ in run:
             pass
@@ -592,7 +599,7 @@ def long_run() -> RunResult:
     replies: list[object] = [
         call(f"call-{i}-{word[:40]}", name="echo", text=word) for i in range(4)
     ]
-    model = Script([*replies, final(word)])
+    model = ScriptedModel([*replies, final(word)])
     return Loop(model, tools={"echo": lambda text: text}, max_calls=4).run(word)
 
 
@@ -613,7 +620,7 @@ LAYOUT_RUNS: dict[str, Callable[[], RunResult]] = {
     "batch": batch_run,
     "long": long_run,
     "cancelled": cancelled_run,
-    "failed": lambda: Loop(Script([ValueError("no")])).run("go"),
+    "failed": lambda: Loop(ScriptedModel([ValueError("no")])).run("go"),
 }
 
 
@@ -710,7 +717,7 @@ def test_the_report_shows_controls_and_bidi_characters_escaped() -> None:
     """A run's text cannot reorder (U+202E, U+2066) or hide (ESC, BEL) what the page shows:
     they appear as escapes, as in `agentloop show`; newlines and tabs are kept."""
     text = "paid\u202e01$ \u2066x\u2069 \x1b[2J\x07 line\nnext\tcell"
-    result = Loop(Script([final(text)])).run("go\u202ein")
+    result = Loop(ScriptedModel([final(text)])).run("go\u202ein")
     page = report_html(result, svg=False)
     for char in ("\u202e", "\u2066", "\u2069", "\x1b", "\x07"):
         assert char not in page

@@ -27,9 +27,9 @@ from agentloop import (
 # Private: the JSON intake check itself (public only through a run) and the demo's scenario.
 from agentloop._core._json import to_json
 from agentloop._demo import QUESTION, demo_loop
-from agentloop.testing import batch
+from agentloop.testing import ScriptedModel, batch
 
-from .helpers import Script, call, final
+from .helpers import call, final
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -85,7 +85,7 @@ REPLIES = st.one_of(CALLS, CALLS, BATCHES, BATCHES, FINALS, GARBAGE, ERRORS)
 def tools() -> dict[str, Callable[..., Any]]:
     """Tools that add, echo their arguments, raise, and are interrupted (Ctrl-C)."""
 
-    def add(a: int = 0, b: int = 0) -> int:
+    def add_or_zero(a: int = 0, b: int = 0) -> int:
         return a + b
 
     def echo(**arguments: Any) -> Any:
@@ -97,14 +97,14 @@ def tools() -> dict[str, Callable[..., Any]]:
     def halt(**arguments: Any) -> None:
         raise KeyboardInterrupt
 
-    return {"add": add, "echo": echo, "boom": boom, "halt": halt}
+    return {"add": add_or_zero, "echo": echo, "boom": boom, "halt": halt}
 
 
 def random_run(
     replies: list[object], max_steps: int, max_calls: int, cancel_after: int | None
 ) -> RunResult:
     """Drive a scripted run step by step, cancelling after ``cancel_after`` transitions."""
-    script = Script([*replies, *[final("end")] * 10])
+    script = ScriptedModel([*replies, *[final("end")] * 10])
     token = CancelToken()
     run = Loop(script, tools=tools(), max_steps=max_steps, max_calls=max_calls).start(
         "go", cancel=token
@@ -232,7 +232,7 @@ def test_document_has_every_version_4_field(demo: RunResult, doc: Doc) -> None:
 
 def test_exception_is_saved_as_type_and_message() -> None:
     """A model's exception is stored as {type, message} and loads as a RecordedException."""
-    result = Loop(Script([ValueError("model broke")])).run("go")
+    result = Loop(ScriptedModel([ValueError("model broke")])).run("go")
     doc = orjson.loads(agentloop.review.run_to_json(result))
 
     assert doc["events"][-1]["exception"] == {"type": "ValueError", "message": "model broke"}
@@ -248,10 +248,12 @@ def test_exception_is_saved_as_type_and_message() -> None:
 def test_a_loaded_run_copies_and_pickles() -> None:
     """A loaded run (recorded exceptions and NotJSON included) survives deepcopy and pickle."""
     failed = agentloop.review.run_from_json(
-        agentloop.review.run_to_json(Loop(Script([ValueError("broke")])).run("go"))
+        agentloop.review.run_to_json(Loop(ScriptedModel([ValueError("broke")])).run("go"))
     )
     odd = agentloop.review.run_from_json(
-        agentloop.review.run_to_json(Loop(Script([{"kind": "final", "text": {1}}])).run("go"))
+        agentloop.review.run_to_json(
+            Loop(ScriptedModel([{"kind": "final", "text": {1}}])).run("go")
+        )
     )
 
     for loaded in (failed, odd):
@@ -264,7 +266,7 @@ def test_a_loaded_run_copies_and_pickles() -> None:
 def test_json_rejected_reply_is_saved_as_json() -> None:
     """A rejected reply that is JSON is stored under "json" and loads equal."""
     reply = {"kind": "final", "text": "x", "extra": [1, 2.5]}
-    result = Loop(Script([reply])).run("go")
+    result = Loop(ScriptedModel([reply])).run("go")
     doc = orjson.loads(agentloop.review.run_to_json(result))
 
     assert doc["rejected"] == {"json": reply}
@@ -274,7 +276,7 @@ def test_json_rejected_reply_is_saved_as_json() -> None:
 def test_non_json_rejected_reply_is_saved_as_its_repr() -> None:
     """A rejected reply that is not JSON is stored as {"repr": ...} and loads as NotJSON."""
     reply = {"kind": "final", "text": {1, 2}}
-    result = Loop(Script([reply])).run("go")
+    result = Loop(ScriptedModel([reply])).run("go")
     doc = orjson.loads(agentloop.review.run_to_json(result))
 
     assert result.status == "malformed"
@@ -296,7 +298,7 @@ def test_unprintable_rejected_reply_is_saved_with_a_placeholder() -> None:
         def __repr__(self) -> str:
             raise RuntimeError("no repr")
 
-    result = Loop(Script([{"kind": "final", "text": Broken()}])).run("go")
+    result = Loop(ScriptedModel([{"kind": "final", "text": Broken()}])).run("go")
 
     assert orjson.loads(agentloop.review.run_to_json(result))["rejected"] == {
         "repr": "<unprintable: RuntimeError>",
@@ -544,7 +546,7 @@ def test_huge_numbers_in_the_file_are_refused(doc: Doc) -> None:
 
 def test_calls_and_final_round_trip_exactly() -> None:
     """A run with tool results of every status loads back equal, field by field."""
-    model = Script(
+    model = ScriptedModel(
         [call("c1", a=1, b=2), call("c2", name="boom"), call("c3", name="nope"), final("ok")]
     )
     result = Loop(model, tools=tools(), max_steps=5, max_calls=3).run("go")
@@ -606,7 +608,7 @@ def test_deepest_messages_a_run_holds_save_and_load() -> None:
     for _ in range(252):  # with the call and its arguments: 254 levels, the most JSON allows
         deep = [deep]
     result = Loop(
-        Script([call("c1", name="echo", a=deep), final("x")]), tools=tools(), max_calls=1
+        ScriptedModel([call("c1", name="echo", a=deep), final("x")]), tools=tools(), max_calls=1
     ).run("go")
     assert result.status == "finished"
 
@@ -625,7 +627,7 @@ async def test_cancelled_asyncio_tasks_round_trip() -> None:
         started.set()
         await asyncio.sleep(3600)
 
-    for model in (Script([call("c1", name="slow")]), thinking):
+    for model in (ScriptedModel([call("c1", name="slow")]), thinking):
         started.clear()
         run = Loop(model, tools={"slow": slow}).astart("go")
 
@@ -651,15 +653,15 @@ def _interrupted_tool() -> RunResult:
     def halt(**arguments: Any) -> None:
         raise KeyboardInterrupt("stop")
 
-    run = Loop(Script([call("c1", name="halt")]), tools={"halt": halt}).start("go")
+    run = Loop(ScriptedModel([call("c1", name="halt")]), tools={"halt": halt}).start("go")
     with pytest.raises(KeyboardInterrupt):
         run.step(), run.step(), run.step()
     return run.result()
 
 
 RUNS: dict[str, Callable[[], RunResult]] = {
-    "failed": lambda: Loop(Script([ValueError("model broke")])).run("go"),
-    "not JSON": lambda: Loop(Script([{"kind": "final", "text": {1}}])).run("go"),
+    "failed": lambda: Loop(ScriptedModel([ValueError("model broke")])).run("go"),
+    "not JSON": lambda: Loop(ScriptedModel([{"kind": "final", "text": {1}}])).run("go"),
     "interrupted tool": _interrupted_tool,
 }
 
@@ -774,7 +776,7 @@ def test_any_value_anywhere_is_refused_or_loads_stably(run: str) -> None:
 
 def test_a_nul_in_a_recorded_exception_type_loads() -> None:
     """A type name with a NUL (a hand-edited file) is only text: it loads, and saves the same."""
-    result = Loop(Script([ValueError("broke")])).run("go")
+    result = Loop(ScriptedModel([ValueError("broke")])).run("go")
     text = agentloop.review.run_to_json(result).replace('"ValueError"', '"Value\\u0000Error"')
     text = text.replace("raised ValueError", "raised Value\\u0000Error")
     loaded = agentloop.review.run_from_json(text)
@@ -830,7 +832,7 @@ def _cancelled_at(row: str) -> RunResult:
 
     two = batch(call("c1", a=1, b=1), call("c2", a=2, b=2))
 
-    def add(a: int, b: int) -> int:
+    def cancel_mid_batch(a: int, b: int) -> int:
         if row == "start_tool [cancel_requested_mid_batch]":
             token.cancel()
         return a + b
@@ -849,8 +851,8 @@ def _cancelled_at(row: str) -> RunResult:
 
         tools: dict[str, Any] = {"add": cancel_after}
     else:
-        tools = {"add": add}
-    result = Loop(Script(replies[row]), tools=tools).run("go", cancel=token)
+        tools = {"add": cancel_mid_batch}
+    result = Loop(ScriptedModel(replies[row]), tools=tools).run("go", cancel=token)
     last = result.events[-1]
     assert f"{last.trigger.value} [{last.guard.value if last.guard else ''}]" == row
     return result

@@ -25,9 +25,9 @@ from agentloop._review._diagram import (
 )
 from agentloop.engine import Trigger
 from agentloop.review import SVGUnavailableError, to_dot, to_mermaid, to_svg
-from agentloop.testing import batch
+from agentloop.testing import ScriptedModel, batch
 
-from .helpers import Script, call, final
+from .helpers import call, final
 from .test_runfile import REPLIES, random_run
 
 
@@ -172,7 +172,7 @@ def test_dot_draws_the_path_bold_and_the_rest_faint(demo: RunResult) -> None:
 
 def test_a_failed_run_marks_its_own_path() -> None:
     """A model that raises on its first step: one ask, one model_raised, failed visited."""
-    result = Loop(Script([ValueError("no")])).run("go")
+    result = Loop(ScriptedModel([ValueError("no")])).run("go")
     mermaid = to_mermaid(result)
 
     assert "    awaiting_model --> failed: model_raised (1x)\n" in mermaid
@@ -202,7 +202,9 @@ def test_path_diagram_draws_only_where_the_run_was(demo: RunResult) -> None:
 def test_path_diagram_draws_rows_between_two_states_as_one_arrow() -> None:
     """A batch takes both self-loops on dispatching: one arrow, a row a line (not two loops)."""
     reply = batch(call("c1", a=1, b=2), call("c2", a=3, b=4))
-    dot = path_dot(Loop(Script([reply, final()]), tools={"add": lambda a, b: a + b}).run("go"))
+    dot = path_dot(
+        Loop(ScriptedModel([reply, final()]), tools={"add": lambda a, b: a + b}).run("go")
+    )
 
     assert re.findall(r'^    "dispatching" -> "dispatching" \[label=.*$', dot, re.MULTILINE) == [
         '    "dispatching" -> "dispatching" '
