@@ -23,6 +23,7 @@ from agentloop._core._values import Budget, CancelToken, RunResult
 from agentloop._durable import _journal, _resume
 from agentloop._durable._ledger import Ledger
 from agentloop._errors import ConfigurationMismatchError, InvalidStateError
+from agentloop._fork import forked
 from agentloop._review._runfile import reopen
 from agentloop._run import RunView
 from agentloop._sync import Awaiter, Run, awaiting
@@ -235,6 +236,56 @@ class Loop:
             if decisions is not None:
                 live.decide(decisions)
             return live.finish()
+
+    def fork(
+        self,
+        run: RunResult,
+        *,
+        at: int,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+    ) -> Run:
+        """A new run that starts as ``run`` was after its first ``at`` transitions.
+
+        ``run`` is a result (``load_run(path)``, a finished run's, a paused
+        one's); its first ``at`` events are replayed under this Loop's budget,
+        and ``step()``/``finish()`` go on with this Loop's model and tools: to
+        try another model or tool from any point of a run. With a ledger the
+        fork is a durable run of its own, under ``run_id`` (a fresh one when
+        not given), whose replayed part is recorded as it is fed. A cut where
+        a batch's calls are running, or that this budget cannot replay, raises
+        ``ValueError``. See the docs' "Reviewing runs" page.
+        """
+        registry = self._sync_driver("loop.afork", awaits=True)
+        engine, token = self._forked(run, at, cancel, run_id)
+        with _released_on_error(engine):
+            return self._run(engine, registry, token)
+
+    def afork(
+        self,
+        run: RunResult,
+        *,
+        at: int,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+    ) -> AsyncRun:
+        """``fork`` under asyncio: the new run is driven by ``await run.astep()``."""
+        engine, token = self._forked(run, at, cancel, run_id)
+        with _released_on_error(engine):
+            return self._arun(engine, token)
+
+    def _forked(
+        self, run: RunResult, at: int, cancel: CancelToken | None, run_id: str | None
+    ) -> tuple[Engine, CancelToken]:
+        return forked(
+            run,
+            at,
+            budget=self.budget,
+            ledger=self.ledger,
+            run_id=run_id,
+            dispatcher=self.dispatcher,
+            cancel=cancel,
+        )
 
     def astart(
         self,

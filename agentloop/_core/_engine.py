@@ -242,6 +242,7 @@ class Engine(RunState):
         self._reply = taken = take_reply(reply, self._spent)
         draft = _Draft(self._reply.lone, self._since.get(None))
         draft.usage = taken.usage
+        draft.input_json = taken.json or None  # b"": not JSON (the rejected reply keeps it)
         return self._record(self._choose(Trigger.MODEL_REPLIED, draft), draft)
 
     def returned(self, outcome: object, call_id: str | None = None) -> Transition:
@@ -383,9 +384,12 @@ class Engine(RunState):
                 None if since is None else at - since,
                 draft.pending,
                 draft.decisions,
+                tuple(self._handed),
+                draft.input_json,
             ),
         )
         self._events.append(transition)  # the commit: _settle() redoes the rest
+        self._handed.clear()
         if appended:
             self._history.extend(appended)
         if usage is not None:
@@ -405,6 +409,7 @@ class Engine(RunState):
         call = self._batch.calls[index]
         draft = _Draft(call, self._since.pop(call[0], None))
         draft.outcome, draft.exception = outcome, outcome.exception
+        draft.input_json = outcome.content_json
         return self._record(self._choose(Trigger.TOOL_RETURNED, draft), draft)
 
     def _refused(self, what: str) -> InvalidStateError:

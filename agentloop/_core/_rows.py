@@ -67,6 +67,8 @@ class _Draft:
     asked: tuple[PendingCall, ...] = ()
     decisions_in: tuple[tuple[str, Decision], ...] = ()
     cut: bytes = _CUT_OFF
+    # What came from outside with the report (the reply's or the content's JSON).
+    input_json: bytes | None = None
     # What an internal row hands the driver.
     request: AskModel | RunTool | AwaitApproval | None = None
 
@@ -88,6 +90,7 @@ class RunState:
         "_clock",
         "_draft",
         "_events",
+        "_handed",
         "_history",
         "_input",
         "_input_ids",
@@ -138,6 +141,8 @@ class RunState:
         # When the model was asked, and when each running call was handed out.
         self._since: dict[str | None, float] = {}
         self._events: list[Transition] = []
+        # The calls handed out since the last transition: the next one records them.
+        self._handed: list[str] = []
         self._applied = 0  # events whose effects on the state are done
         self._outstanding: Trigger | None = None
         self._rejected: object = None
@@ -224,6 +229,7 @@ class RunState:
         batch.running[call_id] = index
         batch.started = index + 1
         batch.handed += 1
+        self._handed.append(call_id)
         self._outstanding = _START_TOOL
         self._since[call_id] = self._clock()
         draft.request = RunTool(batch.call(index))
@@ -361,6 +367,11 @@ class RunState:
             batch.results = {i: r for i, r in batch.results.items() if ids[i] in answered}
             batch.running = {ids[i]: i for i in range(batch.started) if ids[i] not in answered}
             self._outstanding = _START_TOOL if batch.running else None
+            # Handed out and in no event yet: the next event records them.
+            recorded = {call_id for event in events[accepted + 1 :] for call_id in event.started}
+            self._handed = [call_id for call_id in batch.running if call_id not in recorded]
+        else:
+            self._handed = []
         if self._state in (State.DISPATCHING, State.AWAITING_APPROVAL) and batch is not None:
             pending, decided = _approvals(events)
             batch.pending, batch.decided = pending, decided

@@ -275,6 +275,14 @@ class Transition(NamedTuple):
     pending: tuple[PendingCall, ...] = ()
     #: A person's decision for each of them, by call id (on ``approval_decided`` only).
     decisions: tuple[tuple[str, Decision], ...] = ()
+    #: The ids of the calls handed out to run since the transition before this one.
+    started: tuple[str, ...] = ()
+    #: What came from outside with this report, as JSON: the model's reply (on
+    #: ``model_replied``, without its usage; ``None`` for a reply that was not
+    #: JSON) or the tool's content (on ``tool_returned``). With ``started``, the
+    #: cancel guards and the fields above, an event says everything the engine
+    #: was given, so a run replays from its events alone.
+    input_json: bytes | None = None
 
     @property
     def appended(self) -> list[dict[str, Any]]:
@@ -283,6 +291,8 @@ class Transition(NamedTuple):
 
     def _compared(self) -> tuple[object, ...]:
         # Times are left out too: two runs of the same story are equal whenever they ran.
+        # So are started and input_json: what the engine was given, which a replay feeds
+        # back; the rest says what it made of it.
         return (*self[:11], self.appended_json, self.usage, self.pending, self.decisions)
 
     def __eq__(self, other: object) -> bool:

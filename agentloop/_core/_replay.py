@@ -1,0 +1,160 @@
+"""The replay: a fresh engine fed, event by event, what the run's record says it was given.
+
+Each event a run makes keeps what came from outside to make it: the calls
+handed out to run before it (``started``), the model's reply or the tool's
+content (``input_json``), the usage, the exception, the reasons a policy
+asked with and a person's decisions; a cancel guard says the token was found
+set there. ``replay`` hands each of these back, in order, through the
+engine's own protocol (``next()`` for what the engine did by itself), and
+checks that every event it makes is the one recorded. So nothing is
+inferred: a record that is not a run this engine makes, with this budget, is
+refused with ``Mismatch`` naming the event.
+
+It serves everything that continues or checks a run from its events:
+reading a run file, ``Loop.resume(result)`` and ``Loop.fork(result, at=k)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from agentloop._core._engine import Engine
+from agentloop._core._json import exception_content
+from agentloop._core._table import NEXT, Guard, Trigger
+from agentloop._core._values import AskModel, CancelToken, RecordedException, RunTool, Transition
+from agentloop._errors import InvalidStateError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from agentloop._core._values import Budget
+
+__all__ = ["Mismatch", "replay", "row_text"]
+
+_CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
+# The reports that answer a model request: the ask that spent the step comes first.
+_ASKED: Final = (Trigger.MODEL_REPLIED, Trigger.MODEL_RAISED, Trigger.MODEL_INTERRUPTED)
+_INTERRUPTIONS: Final = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
+_BY_ITSELF: Final = frozenset(NEXT.values())
+
+
+class Mismatch(Exception):
+    """The record says ``found`` at ``where``; replaying the run gives ``expected``."""
+
+    def __init__(self, where: str, expected: str, found: str) -> None:
+        super().__init__(where, expected, found)
+        self.where, self.expected, self.found = where, expected, found
+
+
+def replay(
+    messages: list[dict[str, Any]],
+    budget: Budget,
+    events: Sequence[Transition],
+    *,
+    rejected: object = None,
+    token: CancelToken | None = None,
+    engine: Engine | None = None,
+) -> Engine:
+    """A fresh engine that has made ``events`` again, from ``messages`` and ``budget``.
+
+    ``rejected`` is the reply that ended the run unrecorded, when it was not
+    JSON (a ``NotJSON``). ``token`` (a fresh one by default) is the engine's,
+    to go on with. ``engine``, when given, is the fresh engine to feed (a
+    durable one records what it is fed); it must watch ``token``. Raises
+    ``Mismatch`` where the engine does something else.
+    """
+    token = CancelToken() if token is None else token
+    if engine is None:
+        engine = Engine(messages, budget=budget, cancel=token)
+    for index, event in enumerate(events):
+        where = f"$.events[{index}]"
+        try:
+            made = _feed(engine, event, rejected, token, where)
+        except InvalidStateError:
+            raise Mismatch(
+                where, f"a report the engine takes in state {engine.state.value!r}", row_text(event)
+            ) from None
+        if made != event:
+            if made[:4] == event[:4]:  # the same row: name the first field that differs
+                field = next(
+                    name
+                    for name, mine, theirs in zip(Transition._fields, made, event, strict=True)
+                    if mine != theirs and name not in ("at", "took", "exception")
+                )
+                raise Mismatch(
+                    f"{where}.{field}",
+                    repr(getattr(made, field))[:200],
+                    repr(getattr(event, field))[:200],
+                )
+            raise Mismatch(where, _described(made, budget), _described(event, budget))
+    return engine
+
+
+def _feed(
+    engine: Engine, event: Transition, rejected: object, token: CancelToken, where: str
+) -> Transition:
+    """Give the engine what ``event`` says it was given; the transition it makes."""
+    for call_id in event.started:
+        need = engine.next()
+        if type(need) is not RunTool or need.call["id"] != call_id:
+            raise Mismatch(where, f"call {call_id!r} handed out here", repr(need)[:200])
+    trigger = event.trigger
+    if trigger in _ASKED and type(engine.next()) is not AskModel:
+        raise Mismatch(where, "the model asked here", row_text(event))
+    if event.guard in _CANCELS:
+        token.cancel()  # found set here: the token was cancelled before
+    if trigger in _BY_ITSELF:
+        made = engine.next()
+        if type(made) is not Transition:
+            raise Mismatch(where, "a transition the engine makes by itself", row_text(event))
+        return made
+    if trigger in _INTERRUPTIONS:
+        interrupted = engine.interrupted(_exception(event, where))
+        assert interrupted is not None, "a run that is not over is interrupted"
+        return interrupted
+    if trigger is Trigger.MODEL_REPLIED:
+        reply: object = rejected if event.input_json is None else orjson.loads(event.input_json)
+        if event.usage is not None and type(reply) is dict:
+            reply = {**reply, "usage": event.usage._asdict()}  # what the reply reported
+        return engine.replied(reply)
+    if trigger is Trigger.MODEL_RAISED:
+        exc = _exception(event, where)
+        exc.usage = None if event.usage is None else event.usage._asdict()
+        return engine.raised(exc)
+    if trigger is Trigger.TOOL_RETURNED:
+        content = None if event.input_json is None else orjson.loads(event.input_json)
+        outcome: dict[str, Any] = {"status": event.result_status, "content": content}
+        if event.exception is not None:
+            outcome["exception"] = event.exception
+        return engine.returned(outcome, event.call_id)
+    try:
+        if trigger is Trigger.APPROVAL_ASKED:
+            return engine.asked_approval({call.call_id: call.reason for call in event.pending})
+        return engine.decided(dict(event.decisions))
+    except (TypeError, ValueError) as refused:
+        raise Mismatch(where, "a report the engine takes", str(refused)) from None
+
+
+def _exception(event: Transition, where: str) -> RecordedException:
+    """The exception the event records, as a record (never a user's live object)."""
+    exc = event.exception
+    if exc is None:
+        raise Mismatch(f"{where}.exception", "the exception raised here", "null")
+    if isinstance(exc, RecordedException):
+        return RecordedException(exc.type_name, exc.message)  # its own: usage is set on it
+    return RecordedException.from_content(exception_content(exc))
+
+
+def _described(event: Transition, budget: Budget) -> str:
+    return (
+        f"{row_text(event)} (at steps {event.steps} of {budget.max_steps}, "
+        f"calls {event.calls} of {budget.max_calls})"
+    )
+
+
+def row_text(event: Transition) -> str:
+    """``source --trigger [guard]--> dest``: the row an event took, for messages."""
+    guard = f" [{event.guard.value}]" if event.guard else ""
+    return f"{event.source.value} --{event.trigger.value}{guard}--> {event.dest.value}"
