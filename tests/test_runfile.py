@@ -171,7 +171,7 @@ def doc(demo: RunResult) -> Doc:
     return orjson.loads(agentloop.review.run_to_json(demo))  # type: ignore[no-any-return]
 
 
-def test_document_has_every_version_4_field(demo: RunResult, doc: Doc) -> None:
+def test_document_has_every_version_5_field(demo: RunResult, doc: Doc) -> None:
     """The document carries the header, summary, budget, transcript and every event field."""
     assert list(doc) == [
         "format",
@@ -189,7 +189,7 @@ def test_document_has_every_version_4_field(demo: RunResult, doc: Doc) -> None:
         "rejected",
         "held",
     ]
-    assert (doc["format"], doc["version"], doc["status"]) == ("agentloop.run", 4, "finished")
+    assert (doc["format"], doc["version"], doc["status"]) == ("agentloop.run", 5, "finished")
     assert doc["held"] is None
     assert (doc["steps"], doc["calls"]) == (3, 3)
     assert doc["budget"] == {"max_steps": 5, "max_calls": 3, "max_total_tokens": None}
@@ -221,7 +221,10 @@ def test_document_has_every_version_4_field(demo: RunResult, doc: Doc) -> None:
         "usage": None,
         "pending": [],
         "decisions": [],
+        "started": ["c1"],  # handed out to run since the event before
+        "input": doc["events"][2]["input"],  # the tool's content, checked below
     }
+    assert doc["events"][2]["input"] in [m.get("content") for m in demo.transcript]
     # The batch and both its results, appended by the event that answered its last call.
     assert [message["kind"] for message in doc["events"][3]["appended"]] == [
         "calls",
@@ -339,7 +342,7 @@ def test_run_file_error_is_a_value_error_with_its_parts(doc: Doc) -> None:
     assert isinstance(error, ValueError)
     assert isinstance(error, agentloop.AgentloopError)
     assert error.where == "run file: $.version"
-    assert error.expected == "version 2, 3 or 4 (the ones this agentloop reads)"
+    assert error.expected == "version 2, 3, 4 or 5 (the ones this agentloop reads)"
     assert error.found == "integer 1"
     assert str(error) == f"{error.where}: expected {error.expected}, got {error.found}"
 
@@ -383,7 +386,7 @@ DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
     # (what, mutation, where, a piece of the message)
     ("wrong format", _set("format", "other"), "$.format", "expected format 'agentloop.run'"),
     ("no format", _drop("format"), "$.format", "got no format field"),
-    ("newer version", _set("version", 5), "$.version", "got integer 5"),
+    ("newer version", _set("version", 6), "$.version", "got integer 6"),
     ("version as text", _set("version", "2"), "$.version", "got string '2'"),
     ("version true", _set("version", True), "$.version", "got boolean True"),
     ("no version", _drop("version"), "$.version", "got no version field"),
@@ -431,10 +434,11 @@ DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
     ("rejected invented", _set("rejected", {"json": 1}), "$.rejected", "expected null"),
     ("call id edited", _set("events.5.call_id", "c9"), "$.events[5].call_id", "expected 'c3'"),
     (
+        # The status is what the tool reported, taken as given: the result it appended differs.
         "result status edited",
         _set("events.2.result_status", "denied"),
-        "$.events[2].result_status",
-        "'ok'",
+        "$.events[3].appended",
+        "as replaying the run gives",
     ),
     (
         "exception invented",

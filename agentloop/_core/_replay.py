@@ -27,7 +27,7 @@ from agentloop._core._values import AskModel, CancelToken, RecordedException, Ru
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from agentloop._core._values import Budget
 
@@ -56,14 +56,17 @@ def replay(
     rejected: object = None,
     token: CancelToken | None = None,
     engine: Engine | None = None,
+    compare: Callable[[Transition, Transition, str], None] | None = None,
 ) -> Engine:
     """A fresh engine that has made ``events`` again, from ``messages`` and ``budget``.
 
     ``rejected`` is the reply that ended the run unrecorded, when it was not
     JSON (a ``NotJSON``). ``token`` (a fresh one by default) is the engine's,
     to go on with. ``engine``, when given, is the fresh engine to feed (a
-    durable one records what it is fed); it must watch ``token``. Raises
-    ``Mismatch`` where the engine does something else.
+    durable one records what it is fed); it must watch ``token``.
+    ``compare(made, recorded, where)`` checks each event the engine makes (by
+    default, equality; a run file compares as its JSON). Raises ``Mismatch``
+    where the engine does something else.
     """
     token = CancelToken() if token is None else token
     if engine is None:
@@ -76,7 +79,11 @@ def replay(
             raise Mismatch(
                 where, f"a report the engine takes in state {engine.state.value!r}", row_text(event)
             ) from None
-        if made != event:
+        if made[:4] != event[:4]:
+            raise Mismatch(where, _described(made, budget), row_text(event))
+        if compare is not None:
+            compare(made, event, where)
+        elif made != event:
             if made[:4] == event[:4]:  # the same row: name the first field that differs
                 field = next(
                     name
@@ -88,7 +95,7 @@ def replay(
                     repr(getattr(made, field))[:200],
                     repr(getattr(event, field))[:200],
                 )
-            raise Mismatch(where, _described(made, budget), _described(event, budget))
+            raise Mismatch(where, _described(made, budget), row_text(event))
     return engine
 
 
@@ -98,11 +105,19 @@ def _feed(
     """Give the engine what ``event`` says it was given; the transition it makes."""
     for call_id in event.started:
         need = engine.next()
+        if type(need) is Transition:
+            return need  # the engine moved by itself instead: the caller names the row
         if type(need) is not RunTool or need.call["id"] != call_id:
-            raise Mismatch(where, f"call {call_id!r} handed out here", repr(need)[:200])
+            raise Mismatch(
+                f"{where}.started", f"call {call_id!r} handed out here", repr(need)[:200]
+            )
     trigger = event.trigger
-    if trigger in _ASKED and type(engine.next()) is not AskModel:
-        raise Mismatch(where, "the model asked here", row_text(event))
+    if trigger in _ASKED:
+        need = engine.next()
+        if type(need) is Transition:
+            return need  # the engine moved by itself (a budget ran out, say)
+        if type(need) is not AskModel:
+            raise Mismatch(where, "the model asked here", row_text(event))
     if event.guard in _CANCELS:
         token.cancel()  # found set here: the token was cancelled before
     if trigger in _BY_ITSELF:
@@ -124,6 +139,8 @@ def _feed(
         exc.usage = None if event.usage is None else event.usage._asdict()
         return engine.raised(exc)
     if trigger is Trigger.TOOL_RETURNED:
+        if event.call_id not in engine.running:
+            raise Mismatch(where, "a call of the batch that is running", row_text(event))
         content = None if event.input_json is None else orjson.loads(event.input_json)
         outcome: dict[str, Any] = {"status": event.result_status, "content": content}
         if event.exception is not None:
@@ -147,10 +164,11 @@ def _exception(event: Transition, where: str) -> RecordedException:
     return RecordedException.from_content(exception_content(exc))
 
 
-def _described(event: Transition, budget: Budget) -> str:
+def _described(made: Transition, budget: Budget) -> str:
+    """The row the engine took, and where the budgets stood."""
     return (
-        f"{row_text(event)} (at steps {event.steps} of {budget.max_steps}, "
-        f"calls {event.calls} of {budget.max_calls})"
+        f"{row_text(made)}, which the table takes here (at steps {made.steps} of "
+        f"{budget.max_steps}, calls {made.calls} of {budget.max_calls})"
     )
 
 

@@ -55,6 +55,8 @@ import orjson
 
 from agentloop._core._approval import Decision, PendingCall
 from agentloop._core._json import exception_content
+from agentloop._core._replay import Mismatch as ReplayMismatch
+from agentloop._core._replay import replay as replay_events
 from agentloop._core._table import ROWS, TERMINAL, Guard, State, Trigger
 from agentloop._core._values import (
     Budget,
@@ -86,9 +88,9 @@ __all__ = [
 ]
 
 FORMAT: Final = "agentloop.run"
-VERSION: Final = 4
+VERSION: Final = 5
 #: Older versions this agentloop still reads (upgraded on load).
-_READS: Final = (2, 3, 4)
+_READS: Final = (2, 3, 4, 5)
 #: The largest run file loaded unless asked for more (``max_bytes=``, ``--max-size``).
 MAX_BYTES: Final = 256 * 2**20
 
@@ -183,6 +185,8 @@ SCHEMA: Final = _record(
                     fingerprint=_STR_OR_NULL,
                 ),
             },
+            started={"type": "array", "items": _STR},
+            input={"description": "the reply or the content that came with the report, or null"},
         ),
     },
     rejected={
@@ -269,6 +273,8 @@ def _event(event: Transition) -> dict[str, Any]:
         "decisions": [
             {"call_id": call_id, **decision.record()} for call_id, decision in event.decisions
         ],
+        "started": list(event.started),
+        "input": None if event.input_json is None else orjson.loads(event.input_json),
     }
 
 
@@ -371,15 +377,17 @@ def run_from_json(
         _upgrade_from_2(document)
     if document["version"] == 3:
         _upgrade_from_3(document)
+    inferred = document["version"] == 4  # its events do not say what they were given
+    if inferred:
+        _upgrade_from_4(document)
     error = next(iter(_VALIDATOR.iter_errors(document)), None)
     if error is not None:
         raise RunFileError(f"{source}: {_json_path(error.instance_path)}", *_explain(error))
     try:
         result = _build(document)
-        _check_story(result, source)
+        return _check_story(result, inferred=inferred)
     except Mismatch as found:
         raise RunFileError(f"{source}: {found.where}", found.expected, found.found) from None
-    return result
 
 
 def _check_header(document: object, source: str) -> None:
@@ -417,12 +425,27 @@ def _upgrade_from_2(document: dict[str, Any]) -> None:
 
 def _upgrade_from_3(document: dict[str, Any]) -> None:
     """A version 3 document as version 4: no batch waited for a person."""
-    document["version"] = VERSION
+    document["version"] = 4
     document.setdefault("held", None)
     for event in document.get("events") or ():
         if type(event) is dict:
             for name in ("pending", "decisions"):
                 event.setdefault(name, [])
+
+
+def _upgrade_from_4(document: dict[str, Any]) -> None:
+    """A version 4 document as version 5, but for what each event was given.
+
+    Before version 5 an event did not keep the calls handed out before it nor
+    what came with its report: the run is read by the replay that infers them
+    (``_replay.py``), and the events the engine makes there, which keep them,
+    are the loaded run's.
+    """
+    document["version"] = VERSION
+    for event in document.get("events") or ():
+        if type(event) is dict:
+            event.setdefault("started", [])
+            event.setdefault("input", None)
 
 
 def _too_deep(document: dict[str, Any]) -> bool:
@@ -597,6 +620,8 @@ def _load_event(index: int, event: dict[str, Any]) -> Transition:
         # The schema's depth limit leaves arguments shallow enough for orjson to write.
         tuple(PendingCall.from_record(call) for call in event["pending"]),
         tuple((call["call_id"], _decision(call, index)) for call in event["decisions"]),
+        tuple(event["started"]),
+        None if event["input"] is None else _dumps(event["input"]),
     )
 
 
@@ -637,15 +662,24 @@ _ROWS: Final = frozenset(
 )
 
 
-def _check_story(result: RunResult, source: str) -> None:
-    """Replaying the run must give the document: each event, then the outcome."""
+def _check_story(result: RunResult, *, inferred: bool) -> RunResult:
+    """Replaying the run must give the document: each event, then the outcome; the result.
+
+    A version 5 file's events say what each was given, and the one replay feeds
+    them back (``_core/_replay.py``); an older file's are inferred from what they
+    appended (``_replay.py``), and the loaded run takes the events made there,
+    with the file's times.
+    """
     _check_chain(result.events)
     appended = sum(len(event.appended_json) for event in result.events)
     transcript = orjson.loads(result.transcript_json)
     if appended > len(transcript):
         raise _transcript_mismatch(appended, len(transcript))
     try:
-        engine = replay(result, len(transcript) - appended, _compare_events)
+        if inferred:
+            engine = replay(result, len(transcript) - appended, _compare_events)
+        else:
+            engine = _replayed(result, transcript[: len(transcript) - appended])
     except (TypeError, ValueError) as exc:  # the input part is not one a run accepts
         raise Mismatch(
             "$.transcript", "input messages a run accepts, then what was appended", str(exc)
@@ -664,21 +698,48 @@ def _check_story(result: RunResult, source: str) -> None:
     # The events were compared one by one during the replay.
     want, got = _document(replayed, events=False), _document(result, events=False)
     _compare(want, got, "$")
+    if not inferred:
+        return result
+    events = zip(replayed.events, result.events, strict=True)
+    return result._replace(
+        events=tuple(made._replace(at=saved.at, took=saved.took) for made, saved in events)
+    )
+
+
+def _replayed(
+    result: RunResult, messages: list[dict[str, Any]], token: CancelToken | None = None
+) -> Engine:
+    """The one replay of ``result``'s events, each compared as the run file keeps it."""
+    try:
+        return replay_events(
+            messages,
+            result.budget,
+            result.events,
+            rejected=result.rejected_value,
+            token=token,
+            compare=_compare_events,
+        )
+    except ReplayMismatch as found:
+        raise Mismatch(found.where, found.expected, found.found) from None
 
 
 def reopen(result: RunResult, token: CancelToken) -> Engine:
     """A saved run replayed into an engine, which goes on if the run has not ended.
 
     A run that ended gives an engine that is done, as a durable run that
-    ended is only read. ``token`` is the engine's cancel token. A result whose events do not
-    replay is refused.
+    ended is only read. ``token`` is the engine's cancel token. A result whose
+    events do not replay is refused.
     """
     result = require_result(result, "resume()")
     try:
         _check_chain(result.events)
         appended = sum(len(event.appended_json) for event in result.events)
-        length = len(orjson.loads(result.transcript_json))
-        return replay(result, length - appended, _compare_events, token)
+        transcript = orjson.loads(result.transcript_json)
+        return _replayed(result, transcript[: len(transcript) - appended], token)
+    except (TypeError, ValueError) as exc:  # the input part is not one a run accepts
+        raise RunFileError(
+            "result: $.transcript", "input messages a run accepts", str(exc)
+        ) from None
     except Mismatch as found:
         raise RunFileError(f"result: {found.where}", found.expected, found.found) from None
 
