@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import sqlite3
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 import agentloop
-from agentloop import Loop, Tool, ToolRegistry, approve, ask
+from agentloop import (
+    LedgerError,
+    Loop,
+    RunBusyError,
+    SQLiteLedger,
+    Tool,
+    ToolRegistry,
+    approve,
+    ask,
+)
 from agentloop.__main__ import main
+from agentloop._durable._ledger import LedgerRecord
 from agentloop._review import _runfile
 from agentloop._review._report import report_html, run_lines
 from agentloop.testing import batch, call, final
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
     from agentloop import RunResult
     from agentloop._core._values import Transition
@@ -174,3 +187,221 @@ def test_a_call_in_a_batch_shows_its_own_result() -> None:
     shown = "\n".join(run_lines(result, title="run", limit=None))
     for i in range(3):
         assert f"echo#c{i}  ok: {i}" in shown
+
+
+# -- a ledger never mistakes a lost log for a new file ---------------------------------
+
+
+def _echo_noting(effects: Path) -> Callable[[int], int]:
+    def echo(n: int) -> int:
+        """A tool with an effect outside the ledger."""
+        with effects.open("a") as file:
+            file.write(f"{n}\n")
+        return n
+
+    return echo
+
+
+def _loop(db: Path, effects: Path) -> Loop:
+    replies = [call("c1", "echo", n=1), final("ok")]
+    return Loop(
+        agentloop.testing.ScriptedModel(replies),
+        tools={"echo": _echo_noting(effects)},
+        ledger=SQLiteLedger(db),
+    )
+
+
+def _run0(db: Path, effects: Path) -> RunResult:
+    return _loop(db, effects).run("go", run_id="run0")
+
+
+def _killed(work: Callable[[], object]) -> None:
+    """Do ``work`` in a forked child, which is then SIGKILLed: nothing is closed or checkpointed."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            work()
+        finally:
+            os.kill(os.getpid(), signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status), status
+
+
+@pytest.fixture
+def killed_ledger(tmp_path: Path) -> tuple[Path, Path]:
+    """A small ledger whose writer was SIGKILLed: its one run lives only in ``runs.db-wal``."""
+    db, effects = tmp_path / "runs.db", tmp_path / "effects"
+    _killed(lambda: _run0(db, effects))
+    assert effects.read_text() == "1\n"
+    # The file itself is one empty page: its header has no application_id yet.
+    assert db.stat().st_size == 4096
+    assert db.read_bytes()[68:72] == b"\0\0\0\0"
+    assert Path(f"{db}-wal").stat().st_size > 4096
+    return db, effects
+
+
+def test_a_ledger_whose_writer_was_killed_opens_with_its_runs(
+    killed_ledger: tuple[Path, Path],
+) -> None:
+    """Undamaged, a killed writer's ledger opens with what the WAL holds, and its run is over."""
+    db, effects = killed_ledger
+    with SQLiteLedger(db) as ledger:
+        assert ledger.run_ids() == ["run0"]
+        ledger.check()
+    assert _loop(db, effects).resume("run0").status == "finished"  # read, not run again
+    assert effects.read_text() == "1\n"
+
+
+@pytest.mark.parametrize(
+    ("lost", "message"),
+    [
+        (("-wal",), r"write-ahead log is lost or damaged: its index \(runs.db-shm\) says it "),
+        (("-wal", "-shm"), r"the ledger was written, but its tables are missing"),
+    ],
+    ids=["wal", "wal and its index"],
+)
+def test_a_removed_write_ahead_log_is_refused_not_taken_for_a_new_ledger(
+    killed_ledger: tuple[Path, Path], lost: tuple[str, ...], message: str
+) -> None:
+    """Without its WAL (and even its index), the ledger refuses to open; nothing runs again."""
+    db, effects = killed_ledger
+    for suffix in lost:
+        Path(f"{db}{suffix}").unlink()
+    for _ in range(2):  # refused again: the refusal changed nothing
+        with pytest.raises(LedgerError, match=message):
+            _run0(db, effects)
+    assert effects.read_text() == "1\n"
+
+
+def test_every_flipped_bit_of_the_write_ahead_logs_header_is_refused(
+    killed_ledger: tuple[Path, Path],
+) -> None:
+    """SQLite takes a WAL whose header fails its checksum for none at all: each flip is refused."""
+    db, _ = killed_ledger
+    wal = Path(f"{db}-wal")
+    whole = wal.read_bytes()
+    for bit in range(32 * 8):
+        damaged = bytearray(whole)
+        damaged[bit // 8] ^= 1 << (bit % 8)
+        wal.write_bytes(bytes(damaged))
+        with pytest.raises(LedgerError, match=r"write-ahead log is (lost or )?damaged"):
+            SQLiteLedger(db)
+    wal.write_bytes(whole)
+    with SQLiteLedger(db) as ledger:
+        assert ledger.run_ids() == ["run0"]
+
+
+def test_a_log_lost_after_a_checkpoint_is_refused(tmp_path: Path) -> None:
+    """Runs before the last checkpoint are in the file; losing the WAL after it is still refused."""
+    db, effects = tmp_path / "runs.db", tmp_path / "effects"
+    SQLiteLedger(db).close()  # closed cleanly: the tables are in the file itself
+    assert not Path(f"{db}-wal").exists()
+    _killed(lambda: _run0(db, effects))
+    Path(f"{db}-wal").unlink()
+    with pytest.raises(LedgerError, match=r"says it holds \d+ pages committed and not yet in"):
+        SQLiteLedger(db)
+
+
+def test_a_ledger_whose_files_are_removed_starts_anew(killed_ledger: tuple[Path, Path]) -> None:
+    """Removing the ledger file itself (its lock file left behind) makes a new, empty ledger."""
+    db, _ = killed_ledger
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink()
+    with SQLiteLedger(db) as ledger:
+        assert ledger.run_ids() == []
+    with SQLiteLedger(db) as ledger:  # and it is a ledger that was written from now on
+        assert ledger.run_ids() == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "DROP TABLE records",
+        "DROP TABLE runs",
+        "CREATE TABLE notes (text TEXT)",
+        "ALTER TABLE records ADD COLUMN extra TEXT",
+    ],
+)
+def test_a_ledger_with_tables_missing_or_foreign_is_refused(db: Path, change: str) -> None:
+    """A file with the ledger's header but not exactly its tables is refused where it opens."""
+    SQLiteLedger(db).close()
+    with sqlite3.connect(db) as raw:
+        raw.execute(change)
+    raw.close()
+    with pytest.raises(LedgerError, match=r"the ledger's tables are missing or not its own"):
+        SQLiteLedger(db)
+
+
+# -- one writer per real file ------------------------------------------------------------
+
+
+def test_a_ledger_under_a_symlink_has_one_lock(db: Path, tmp_path: Path) -> None:
+    """Claims through a symlink and through the file's own name exclude each other."""
+    link = tmp_path / "link.db"
+    link.symlink_to(db)
+    real = SQLiteLedger(db)
+    writer = real.create("r1", b"{}")
+    # Another process, through the other name.
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 3
+        try:
+            SQLiteLedger(link).claim("r1")
+            code = 1
+        except RunBusyError as exc:
+            code = 0 if "another process" in str(exc) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    # This process, through the other name.
+    with pytest.raises(RunBusyError, match=r"in this process already"):
+        SQLiteLedger(link).claim("r1")
+    writer.release()
+    SQLiteLedger(link).claim("r1").release()
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.endswith("-lock")) == [
+        "runs.db-lock"
+    ]
+    assert not Path(f"{link}-wal").exists()  # SQLite's own files are the real file's too
+
+
+def test_a_ledger_with_two_names_is_refused(db: Path, tmp_path: Path) -> None:
+    """A hard link gives one file two logs and two locks: the ledger refuses to open either name."""
+    SQLiteLedger(db).close()
+    other = tmp_path / "other.db"
+    os.link(db, other)
+    for name in (db, other):
+        with pytest.raises(LedgerError, match=r"expected a ledger file with one name, got a file"):
+            SQLiteLedger(name)
+    other.unlink()
+    SQLiteLedger(db).close()
+
+
+# -- a closed ledger -------------------------------------------------------------------
+
+
+def test_a_closed_ledger_says_it_is_closed(db: Path) -> None:
+    """Using a closed ledger, or a writer of it, says so; it does not call the file damaged."""
+    ledger = SQLiteLedger(db)
+    writer = ledger.create("r1", b"{}")
+    ledger.close()
+    ledger.close()  # closing twice is fine
+    for use in (
+        ledger.run_ids,
+        ledger.check,
+        lambda: ledger.read("r1"),
+        lambda: ledger.claim("r1"),
+        lambda: ledger.create("r2", b"{}"),
+        lambda: writer.append(LedgerRecord("reply", "0", b"{}")),
+    ):
+        with pytest.raises(LedgerError, match=r"this SQLiteLedger is closed") as raised:
+            use()
+        assert "damaged" not in str(raised.value)
+    with SQLiteLedger(db) as again:  # the file is fine
+        assert again.run_ids() == ["r1"]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A ledger's path in a fresh directory."""
+    return tmp_path / "runs.db"
