@@ -291,6 +291,29 @@ def test_every_flipped_bit_of_the_write_ahead_logs_header_is_refused(
         assert ledger.run_ids() == ["run0"]
 
 
+def test_a_flipped_bit_in_any_frame_of_the_write_ahead_log_is_refused(
+    killed_ledger: tuple[Path, Path],
+) -> None:
+    """SQLite's recovery drops a frame that fails its checksum and every later one: refused."""
+    db, _ = killed_ledger
+    wal = Path(f"{db}-wal")
+    whole = wal.read_bytes()
+    page_size = int.from_bytes(whole[8:12], "big")
+    frames = (len(whole) - 32) // (24 + page_size)
+    assert frames > 1
+    for frame in range(frames):
+        start = 32 + frame * (24 + page_size)
+        for at in (start + 1, start + 20, start + 24 + page_size // 2):  # page, checksum, data
+            damaged = bytearray(whole)
+            damaged[at] ^= 0x10
+            wal.write_bytes(bytes(damaged))
+            with pytest.raises(LedgerError, match=rf"its frame {frame + 1} of {frames} fails its"):
+                SQLiteLedger(db)
+    wal.write_bytes(whole)
+    with SQLiteLedger(db) as ledger:
+        assert ledger.run_ids() == ["run0"]
+
+
 def test_a_log_lost_after_a_checkpoint_is_refused(tmp_path: Path) -> None:
     """Runs before the last checkpoint are in the file; losing the WAL after it is still refused."""
     db, effects = tmp_path / "runs.db", tmp_path / "effects"

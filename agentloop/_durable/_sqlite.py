@@ -526,7 +526,11 @@ def _check_log(path: Path) -> None:
     elif wal_size < 32 + frames * (24 + page_size):
         found = f"it is cut short ({wal_size} bytes)"
     else:
-        return
+        damaged = _first_damaged_frame(wal, head, frames, page_size)
+        if damaged is None:
+            return
+        # SQLite's recovery stops at the first frame that fails: every later one is lost.
+        found = f"its frame {damaged} of {frames} fails its checksum"
     raise LedgerError(
         f"{wal}: the ledger's write-ahead log is lost or damaged: its index "
         f"({shm.name}) says it holds {frames - copied} pages committed and not yet in the "
@@ -535,12 +539,33 @@ def _check_log(path: Path) -> None:
     )
 
 
+def _first_damaged_frame(wal: Path, head: bytes, frames: int, page_size: int) -> int | None:
+    """The first of the WAL's first ``frames`` frames SQLite's recovery would reject, if any.
+
+    Each frame carries the log's salts and a checksum chained from the header's.
+    Read only after a crash (the index says frames are not yet in the file).
+    """
+    order = ">" if head[3] & 1 else "<"
+    s1, s2 = struct.unpack(">2I", head[24:32])
+    size = 24 + page_size
+    with wal.open("rb") as file:
+        file.seek(32)
+        for number in range(1, frames + 1):
+            frame = file.read(size)
+            if len(frame) < size or frame[8:16] != head[16:24]:
+                return number
+            s1, s2 = _checksum(frame[:8] + frame[24:], order, s1, s2)
+            if (s1, s2) != struct.unpack(">2I", frame[16:24]):
+                return number
+    return None
+
+
 def _checksum(data: bytes, order: str, s1: int = 0, s2: int = 0) -> tuple[int, int]:
     """SQLite's WAL checksum (``walChecksumBytes``) of ``data``, words in byte ``order``."""
-    words = struct.unpack(f"{order}{len(data) // 4}I", data)
-    for i in range(0, len(words), 2):
-        s1 = (s1 + words[i] + s2) & 0xFFFFFFFF
-        s2 = (s2 + words[i + 1] + s1) & 0xFFFFFFFF
+    words = iter(struct.unpack(f"{order}{len(data) // 4}I", data))
+    for first, second in zip(words, words, strict=True):
+        s1 = (s1 + first + s2) & 0xFFFFFFFF
+        s2 = (s2 + second + s1) & 0xFFFFFFFF
     return s1, s2
 
 
