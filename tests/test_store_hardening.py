@@ -325,6 +325,35 @@ def test_a_log_lost_after_a_checkpoint_is_refused(tmp_path: Path) -> None:
         SQLiteLedger(db)
 
 
+def test_processes_opening_a_ledger_at_once_some_killed_are_never_refused(tmp_path: Path) -> None:
+    """No false alarm: five processes make one ledger at once, some killed mid-way; all open it."""
+    for trial in range(8):
+        db = tmp_path / f"t{trial}" / "runs.db"
+        db.parent.mkdir()
+        children = []
+        for k in range(5):
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                code = 1
+                try:
+                    ledger = SQLiteLedger(db)
+                    writer = ledger.create(f"r{k}", b"{}")
+                    if k in (1, 3) and trial % 2:
+                        os.kill(os.getpid(), signal.SIGKILL)  # with a claim and a WAL
+                    writer.release()
+                    if k % 2:
+                        ledger.close()
+                    code = 0
+                finally:
+                    os._exit(code)
+            children.append(pid)
+        for pid in children:
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFSIGNALED(status) or os.waitstatus_to_exitcode(status) == 0
+        with SQLiteLedger(db) as ledger:
+            assert sorted(ledger.run_ids()) == [f"r{k}" for k in range(5)]
+
+
 def test_a_ledger_whose_files_are_removed_starts_anew(killed_ledger: tuple[Path, Path]) -> None:
     """Removing the ledger file itself (its lock file left behind) makes a new, empty ledger."""
     db, _ = killed_ledger

@@ -81,8 +81,10 @@ class SQLiteLedger:
 
     ``SQLiteLedger("runs.db")`` creates the file, or opens one it made before;
     ``":memory:"`` is refused (``ValueError``): a ledger must outlive its process.
-    A file that is not a ledger, is cut short, or was written by a newer
-    agentloop is refused right here with a ``LedgerError`` saying which.
+    A file that is not a ledger, is cut short, has lost records its
+    write-ahead log held (the log removed or damaged), has another name (a
+    hard link), or was written by a newer agentloop is refused right here
+    with a ``LedgerError`` saying which.
     ``synchronous`` is ``"FULL"`` (every record synced to disk before the run
     acts on it: it survives a power cut) or ``"NORMAL"`` (synced at
     checkpoints: it survives a killed process, not a power cut; faster).
@@ -120,7 +122,7 @@ class SQLiteLedger:
         real = Path(os.path.realpath(self.path))
         _check_file(real, self.path)
         self._locks = _lock_file(real, self.path)
-        written = self._locks.enter(lambda: _check_log(real))
+        written = self._locks.enter(lambda: _check_log(real), timeout)
         try:
             try:
                 self._db = sqlite3.connect(
@@ -619,7 +621,7 @@ class _LockFile:
         # may run anywhere, in this very thread too.
         self._guard = threading.RLock()
 
-    def enter(self, check_alone: Callable[[], None]) -> bool:
+    def enter(self, check_alone: Callable[[], None], timeout: float) -> bool:
         """One more ledger open here; whether the tables were made (read before SQLite is).
 
         With no file, or an empty one, the ledger is new and the marker is
@@ -634,21 +636,40 @@ class _LockFile:
                 new = True
             if new:
                 os.ftruncate(self._fd, 0)  # a new ledger: nothing was written yet
-            if self._open == 0:
+            if self._open == 0 and self._alone(timeout):
                 try:
-                    fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0, os.SEEK_SET)
-                except OSError:
-                    fcntl.lockf(self._fd, fcntl.LOCK_SH, 1, 0, os.SEEK_SET)  # others have it
-                else:
-                    try:
-                        if not new:
-                            check_alone()
-                    except BaseException:
-                        fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, 0, os.SEEK_SET)
-                        raise
-                    fcntl.lockf(self._fd, fcntl.LOCK_SH, 1, 0, os.SEEK_SET)
+                    if not new:
+                        check_alone()
+                except BaseException:
+                    fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, 0, os.SEEK_SET)
+                    raise
+                fcntl.lockf(self._fd, fcntl.LOCK_SH, 1, 0, os.SEEK_SET)
             self._open += 1
             return os.pread(self._fd, len(_WRITTEN), 0) == _WRITTEN
+
+    def _alone(self, timeout: float) -> bool:
+        """Lock byte 0: alone (``True``, exclusive) or beside other processes (shared)."""
+        import fcntl
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0, os.SEEK_SET)
+            except OSError:
+                pass
+            else:
+                return True
+            try:
+                fcntl.lockf(self._fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, 0, os.SEEK_SET)
+            except OSError:  # another process is checking the log: a moment
+                if time.monotonic() > deadline:
+                    raise LedgerError(
+                        f"{self.ledger}: another process has been checking the ledger's "
+                        f"write-ahead log for over {timeout} s; is it stopped?"
+                    ) from None
+                time.sleep(0.005)
+            else:
+                return False
 
     def leave(self) -> None:
         """One ledger fewer open here; the last lets others check the log when they open."""
