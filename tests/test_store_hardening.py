@@ -215,12 +215,23 @@ def _run0(db: Path, effects: Path) -> RunResult:
     return _loop(db, effects).run("go", run_id="run0")
 
 
+def _run0_kept(db: Path, effects: Path) -> Loop:
+    """Run ``run0``; the loop (and its ledger, open) is returned to be kept."""
+    loop = _loop(db, effects)
+    loop.run("go", run_id="run0")
+    return loop
+
+
 def _killed(work: Callable[[], object]) -> None:
-    """Do ``work`` in a forked child, which is then SIGKILLed: nothing is closed or checkpointed."""
+    """Do ``work`` in a forked child, which is then SIGKILLed: nothing is closed or checkpointed.
+
+    What ``work`` returns is kept until then (a ledger dropped is closed).
+    """
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
-            work()
+            kept = work()
+            assert kept is not None
         finally:
             os.kill(os.getpid(), signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
@@ -231,7 +242,7 @@ def _killed(work: Callable[[], object]) -> None:
 def killed_ledger(tmp_path: Path) -> tuple[Path, Path]:
     """A small ledger whose writer was SIGKILLed: its one run lives only in ``runs.db-wal``."""
     db, effects = tmp_path / "runs.db", tmp_path / "effects"
-    _killed(lambda: _run0(db, effects))
+    _killed(lambda: _run0_kept(db, effects))
     assert effects.read_text() == "1\n"
     # The file itself is one empty page: its header has no application_id yet.
     assert db.stat().st_size == 4096
@@ -317,11 +328,50 @@ def test_a_flipped_bit_in_any_frame_of_the_write_ahead_log_is_refused(
 def test_a_log_lost_after_a_checkpoint_is_refused(tmp_path: Path) -> None:
     """Runs before the last checkpoint are in the file; losing the WAL after it is still refused."""
     db, effects = tmp_path / "runs.db", tmp_path / "effects"
-    SQLiteLedger(db).close()  # closed cleanly: the tables are in the file itself
-    assert not Path(f"{db}-wal").exists()
-    _killed(lambda: _run0(db, effects))
+    with SQLiteLedger(db) as ledger:
+        ledger.create("before", b"{}").release()
+    assert not Path(f"{db}-wal").exists()  # closed: everything in the file itself
+    _killed(lambda: _run0_kept(db, effects))
     Path(f"{db}-wal").unlink()
     with pytest.raises(LedgerError, match=r"says it holds \d+ pages committed and not yet in"):
+        SQLiteLedger(db)
+
+
+def test_a_ledger_closed_or_dropped_opens_without_its_log(tmp_path: Path) -> None:
+    """Closed, or dropped unclosed, by its last process: its WAL was copied in and removed."""
+    db = tmp_path / "runs.db"
+    ledger = SQLiteLedger(db)
+    ledger.create("r1", b"{}").release()
+    del ledger  # dropped: its connection is closed, the WAL copied into the file
+    assert not Path(f"{db}-wal").exists()
+    with SQLiteLedger(db) as again:
+        assert again.run_ids() == ["r1"]
+    with SQLiteLedger(db) as again:
+        assert again.run_ids() == ["r1"]
+
+
+def test_a_killed_ledger_read_by_another_sqlite_client_opens(
+    killed_ledger: tuple[Path, Path],
+) -> None:
+    """No false alarm: SQLite's own client recovers the WAL, copies it in and removes it."""
+    db, _ = killed_ledger
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("SELECT run_id FROM runs").fetchall() == [("run0",)]
+    raw.close()
+    assert not Path(f"{db}-wal").exists()
+    assert not Path(f"{db}-shm").exists()
+    with SQLiteLedger(db) as ledger:
+        assert ledger.run_ids() == ["run0"]
+
+
+def test_a_written_ledger_whose_file_has_no_tables_is_refused(db: Path) -> None:
+    """The file replaced by an empty SQLite database: the lock file says it was written."""
+    SQLiteLedger(db).close()
+    db.unlink()
+    with sqlite3.connect(db) as raw:
+        raw.execute("PRAGMA journal_mode = WAL")
+    raw.close()
+    with pytest.raises(LedgerError, match=r"the ledger was written, but its tables are missing"):
         SQLiteLedger(db)
 
 

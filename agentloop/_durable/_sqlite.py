@@ -25,9 +25,11 @@ the lock file says "this ledger has been written" from the moment its tables
 are made (a file that says so and has no tables lost them), and SQLite's
 WAL index (``-shm``), checked by the first process to open the ledger,
 says how many pages the WAL holds beyond what was copied into the file. A
-WAL that is missing, shorter, from another generation, or whose header fails
-its checksum, while records committed in it are not yet in the file, is a
-``LedgerError``: opening would silently drop them.
+WAL that is missing, shorter, from another generation, or whose header or a
+frame fails its checksum, while records committed in it are not yet in the
+file, is a ``LedgerError``: opening would silently drop them. (A WAL removed
+together with its index, once the tables are in the file, looks like a ledger
+closed cleanly, where SQLite removes both: what it held is lost unseen.)
 """
 
 from __future__ import annotations
@@ -141,8 +143,8 @@ class SQLiteLedger:
         except BaseException:
             self._locks.leave()
             raise
-        # Dropped unclosed, it still lets other processes check the log when they open.
-        self._leave = weakref.finalize(self, self._locks.leave)
+        # Closed, or dropped unclosed: the connection is closed, then the lock file told.
+        self._release = weakref.finalize(self, _close, self._db, self._locks)
 
     def __repr__(self) -> str:
         return f"SQLiteLedger({str(self.path)!r}, synchronous={self.synchronous!r})"
@@ -159,8 +161,7 @@ class SQLiteLedger:
             if self._closed:
                 return
             self._closed = True
-            self._db.close()
-        self._leave()
+        self._release()
 
     # -- the protocol ---------------------------------------------------------------
 
@@ -715,6 +716,14 @@ class _LockFile:
     def close_in_child(self) -> None:
         # A forked child holds none of its parent's POSIX locks: forget them.
         os.close(self._fd)
+
+
+def _close(db: sqlite3.Connection, locks: _LockFile) -> None:
+    """Close a ledger's connection, then tell its lock file (once, by ``weakref.finalize``)."""
+    try:
+        db.close()
+    finally:
+        locks.leave()
 
 
 _LOCK_FILES: dict[str, _LockFile] = {}
