@@ -8,6 +8,10 @@
 2. Refusing hostile files, each linear in its size: 40,000 keys with one
    duplicate (v0.1 took 15.5 s for 0.43 MB), and a file over the size limit
    (refused before it is parsed).
+3. Linear reading: loading, ``agentloop show`` (its lines) and the HTML report
+   of a run of N events and of 2N events (target: 2N takes at most 2.5x the
+   time of N; a reader that walks from the first event for each event takes
+   4x).
 
 Run with ``make bench``.
 """
@@ -88,6 +92,29 @@ def best_ms(fn: Any, repeats: int) -> float:
     return min(times)
 
 
+def reading(
+    small: agentloop.RunResult, large: agentloop.RunResult, repeats: int
+) -> dict[str, tuple[float, float]]:
+    """Best milliseconds to load, show and report each run."""
+    from agentloop._review._report import report_html, run_lines
+
+    times: dict[str, tuple[float, float]] = {}
+    texts = [agentloop.review.run_to_json(run) for run in (small, large)]
+    times["load"] = (
+        best_ms(lambda: agentloop.review.run_from_json(texts[0]), repeats),
+        best_ms(lambda: agentloop.review.run_from_json(texts[1]), repeats),
+    )
+    times["show"] = (
+        best_ms(lambda: run_lines(small, title="run"), repeats),
+        best_ms(lambda: run_lines(large, title="run"), repeats),
+    )
+    times["report"] = (
+        best_ms(lambda: report_html(small, svg=False), repeats),
+        best_ms(lambda: report_html(large, svg=False), repeats),
+    )
+    return times
+
+
 def main() -> int:
     """Print the table; exit 1 if a target is missed."""
     quick = "--quick" in sys.argv
@@ -129,6 +156,17 @@ def main() -> int:
     big = b" " * (8 * 2**20)
     oversize = best_ms(lambda: refuse(big, max_bytes=2**20), repeats)
     print(f"refusing an 8 MiB file over a 1 MiB limit: {oversize:.3f} ms (before parsing)")
+
+    print("\nreading N and 2N events (best of each; target: 2N at most 2.5x N)")
+    print(f"  {'':8} {'N':>8} {'2N':>8} {'ratio':>6}")
+    n = 2500 if quick else 10_000
+    small, large = big_run(n), big_run(2 * n)
+    print(f"  events   {len(small.events):>8,} {len(large.events):>8,}")
+    for name, ms in reading(small, large, repeats).items():
+        ratio = ms[1] / ms[0]
+        print(f"  {name:8} {ms[0]:>6.0f}ms {ms[1]:>6.0f}ms {ratio:>5.2f}x")
+        if ratio > 2.5:
+            misses.append(f"{name} of 2N events took {ratio:.2f}x N")
     print("\nall targets met" if not misses else f"\nmissed: {'; '.join(misses)}")
     return 1 if misses else 0
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import random
+import sys
 import threading
 import time
 import uuid
@@ -56,15 +58,30 @@ def system_db(
             pytest.skip("no Postgres: set AGENTLOOP_TEST_POSTGRES to a URL (the README says how)")
         schema = f"agentloop_test_{uuid.uuid4().hex[:12]}"
         config |= {"system_database_url": POSTGRES, "dbos_system_schema": schema}
-    DBOS(config=config)  # type: ignore[arg-type]
-    DBOS.launch()
-    yield request.param
-    DBOS.destroy(workflow_completion_timeout_sec=0)
+    with pytest.MonkeyPatch.context() as patch:
+        _own_random_for_dbos(patch)
+        DBOS(config=config)  # type: ignore[arg-type]
+        DBOS.launch()
+        yield request.param
+        DBOS.destroy(workflow_completion_timeout_sec=0)
     if schema is not None:
         import psycopg
 
         with psycopg.connect(POSTGRES, autocommit=True) as connection:  # type: ignore[arg-type]
             connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def _own_random_for_dbos(patch: pytest.MonkeyPatch) -> None:
+    """Give each DBOS module that uses the global ``random`` a ``Random`` of its own.
+
+    DBOS's threads (queue polling, result polling, retries) draw their jitter from
+    the global random, which Hypothesis seeds for each example and watches while
+    it draws one: a poll during a draw failed the draw with a
+    HypothesisDeprecationWarning ("Do not use the `random` module inside strategies").
+    """
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] == "dbos" and getattr(module, "random", None) is random:
+            patch.setattr(module, "random", random.Random())
 
 
 @pytest.fixture
@@ -543,6 +560,18 @@ def test_cancel_while_waiting_answers_every_call_and_runs_none(make: Any) -> Non
         ("c3", "cancelled"),
     ]
     assert result.events[-1].trigger is agentloop.engine.Trigger.AWAIT_APPROVAL
+
+
+def test_dbos_threads_leave_the_global_random_alone(system_db: str) -> None:
+    """DBOS's threads draw their jitter from a Random of their own, never the global one.
+
+    Hypothesis seeds the global random for each example and warns (an error here)
+    when its state changes while it draws one: a queue thread polling just then
+    failed the property test below, now and again.
+    """
+    before = random.getstate()
+    time.sleep(1.2)  # past every queue's polling interval (1 s, with 5% jitter)
+    assert random.getstate() == before
 
 
 ANSWERS = st.sampled_from(["allow", "deny", "ask", "raise"])

@@ -161,9 +161,20 @@ def check_paired(transcript: list[Message]) -> None:
 def test_random_runs_keep_the_contract(
     driver: Driver, world: World, budget: tuple[int, int]
 ) -> None:
-    """Whatever the model does, the invariants hold and the run ends in a terminal state."""
+    """Whatever the model does, the invariants hold and the run ends in a terminal state.
+
+    One call at a time: calls run at once start together, each past its own cancel
+    checkpoint, so one that cancels cannot stop the others already running
+    (tests/test_batches.py checks that case).
+    """
     max_steps, max_calls = budget
-    loop = Loop(world.model, tools=world.tools(), max_steps=max_steps, max_calls=max_calls)
+    loop = Loop(
+        world.model,
+        tools=world.tools(),
+        max_steps=max_steps,
+        max_calls=max_calls,
+        max_concurrency=1,
+    )
     run = driver.start(loop, "go", cancel=world.token)
     for _ in range(8 * max_steps + 2):  # a step is at most 2 + 5 transitions, then 1
         if run.done:
@@ -294,7 +305,11 @@ class SteppedRun(RuleBasedStateMachine):
         self.world = World(replies, None)
         self.budget = budget
         self.loop = Loop(
-            self.world.model, tools=self.world.tools(), max_steps=budget[0], max_calls=budget[1]
+            self.world.model,
+            tools=self.world.tools(),
+            max_steps=budget[0],
+            max_calls=budget[1],
+            max_concurrency=1,  # as in test_random_runs_keep_the_contract
         )
         self.run = self.driver.start(self.loop, "go", cancel=self.world.token)
 

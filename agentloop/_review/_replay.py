@@ -10,7 +10,6 @@ with this budget, is refused.
 
 from __future__ import annotations
 
-import itertools
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
 
     from agentloop._core._values import RunResult
 
-__all__ = ["Mismatch", "replay", "result_of", "row_text", "start_calls"]
+__all__ = ["Answers", "Mismatch", "replay", "result_of", "row_text", "start_calls"]
 
 _INTERRUPTIONS = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
 _CANCELS = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
@@ -60,6 +59,7 @@ def replay(
     token = CancelToken() if token is None else token
     engine = Engine(transcript[:input_count], budget=result.budget, cancel=token)
     events = result.events
+    answers = Answers(events)
     # The last reply, when no event appended it: rejected, or held for a person.
     unrecorded = result.rejected_value if result.held_json is None else result.held
     index = 0
@@ -77,7 +77,7 @@ def replay(
                 start_calls(engine, event, where)
             if event.guard in _CANCELS and event.trigger in _CHECKPOINTS:
                 token.cancel()  # cancellation came before this checkpoint the engine fires
-            made = _step(engine, event, events, index, unrecorded, token)
+            made = _step(engine, event, events, answers, index, unrecorded, token)
         except InvalidStateError:
             raise Mismatch(
                 where,
@@ -102,6 +102,7 @@ def _step(
     engine: Engine,
     event: Transition,
     events: tuple[Transition, ...],
+    answers: Answers,
     index: int,
     rejected: object,
     token: CancelToken,
@@ -118,7 +119,7 @@ def _step(
         raise Mismatch(f"$.events[{index}]", "a report the engine takes", str(refused)) from None
     if engine.state is State.DISPATCHING:  # the calls it needs were started already
         if event.trigger is Trigger.TOOL_RETURNED:
-            return engine.returned(_outcome(event, events, index), event.call_id)
+            return engine.returned(_outcome(event, answers, index), event.call_id)
         if event.trigger is Trigger.TOOL_INTERRUPTED:
             return _interrupt(engine, event, index)
     need = engine.next()
@@ -138,7 +139,7 @@ def _step(
         if event.usage is not None:
             exc.usage = event.usage._asdict()  # what the failed call still cost
         return engine.raised(exc)
-    return engine.returned(_outcome(event, events, index))
+    return engine.returned(_outcome(event, answers, index))
 
 
 def start_calls(engine: Engine, event: Transition, where: str) -> None:
@@ -170,7 +171,9 @@ def _interrupt(engine: Engine, event: Transition, index: int) -> Transition:
 
 def _reply(events: tuple[Transition, ...], index: int, rejected: object) -> object:
     """The reply a ``model_replied`` event received: what it appended, else what was rejected."""
-    for later in itertools.islice(events, index + 1, None):  # no copy of the rest
+    # By position, never itertools.islice: it walks from event 0 to get to ``index``.
+    for at in range(index + 1, len(events)):
+        later = events[at]
         if later.appended_json:
             return orjson.loads(later.appended_json[0])
         if later.source is State.AWAITING_MODEL:
@@ -189,27 +192,70 @@ def _exception(event: Transition, index: int) -> RecordedException:
     return exc
 
 
+class Answers:
+    """The tool_result answering each call of one run's events, each looked up once.
+
+    A batch's results are appended together, after its message, by the event
+    that closes it: the call's own event or the first later one that appends
+    anything (a call's own event appends nothing while calls of its batch
+    remain). Each event is scanned once to find its closing event, and each
+    closing event's results are decoded once, so answering every call of a
+    run is linear in its events, however large its batches.
+    """
+
+    __slots__ = ("_closers", "_events", "_results")
+
+    def __init__(self, events: Sequence[Transition]) -> None:
+        self._events = events
+        #: The closing event of each event scanned so far (``None``: none follows).
+        self._closers: dict[int, int | None] = {}
+        #: A closing event's tool_results by call id (the first of an id counts).
+        self._results: dict[int, dict[str | None, bytes]] = {}
+
+    def closer(self, index: int) -> int | None:
+        """The first event from ``index`` on that appends anything, or ``None``."""
+        events, closers = self._events, self._closers
+        index = range(len(events))[index]  # IndexError as for events[index]
+        if index not in closers:
+            at = index
+            while at < len(events) and at not in closers and not events[at].appended_json:
+                at += 1
+            found = None if at == len(events) else closers.get(at, at)
+            for scanned in range(index, at + 1 if found == at else at):
+                closers[scanned] = found  # each event is scanned once
+        return closers[index]
+
+    def __call__(self, index: int) -> dict[str, Any] | None:
+        """The tool_result answering the call ``events[index]`` names (fresh), or ``None``."""
+        closer = self.closer(index)
+        if closer is None:
+            return None
+        results = self._results.get(closer)
+        if results is None:
+            results = self._results[closer] = {}
+            for data in self._events[closer].appended_json[1:]:
+                found = orjson.loads(data)
+                if type(found) is not dict:
+                    continue
+                key = found.get("id")
+                # A call id is a str or None: no id of another type equals one.
+                if key is None or type(key) is str:
+                    results.setdefault(key, data)
+        data = results.get(self._events[index].call_id, b"")
+        return orjson.loads(data) if data else None
+
+
 def result_of(events: Sequence[Transition], index: int) -> dict[str, Any] | None:
     """The tool_result answering the call ``events[index]`` names, or ``None``.
 
-    A batch's results are appended together, after its message, by the event
-    that closes it: this one or the first later one that appends anything (a
-    call's own event appends nothing while calls of its batch remain).
+    For one event; ``Answers`` answers every event of a run in linear time.
     """
-    call_id = events[index].call_id
-    for later in itertools.islice(events, index, None):  # no copy of the rest
-        if later.appended_json:
-            for data in later.appended_json[1:]:
-                found = orjson.loads(data)
-                if type(found) is dict and found.get("id") == call_id:
-                    return found
-            return None
-    return None
+    return Answers(events)(index)
 
 
-def _outcome(event: Transition, events: tuple[Transition, ...], index: int) -> dict[str, Any]:
+def _outcome(event: Transition, answers: Answers, index: int) -> dict[str, Any]:
     """The dispatcher's outcome, from the call's tool_result."""
-    message = result_of(events, index) or {}
+    message = answers(index) or {}
     outcome: dict[str, Any] = {"status": message.get("status"), "content": message.get("content")}
     if event.exception is not None:
         outcome["exception"] = event.exception

@@ -24,7 +24,7 @@ from agentloop._core._table import State
 from agentloop._core._values import require_result
 from agentloop._errors import SVGUnavailableError
 from agentloop._review._diagram import path_svg, to_mermaid
-from agentloop._review._replay import result_of
+from agentloop._review._replay import Answers
 from agentloop._review._runfile import FORMAT, VERSION, rejected_record
 
 if TYPE_CHECKING:
@@ -105,11 +105,43 @@ def describe(result: RunResult, index: int, *, limit: int | None = LIMIT) -> tup
     cells hold the run's text as it is: ``run_lines`` escapes them for a
     terminal, the report for HTML.
     """
+    return _describe(_Events(result), index, limit)
+
+
+class _Events:
+    """What describing one event needs from the others, each found once for a whole run.
+
+    Describing every event is linear in the events: each one is scanned once
+    for the batch that closes it (``Answers``) and once for the calls it asks
+    a person about, never from the first event again.
+    """
+
+    __slots__ = ("_named", "_names", "answers", "result")
+
+    def __init__(self, result: RunResult) -> None:
+        self.result = result
+        self.answers = Answers(result.events)
+        self._names: dict[str, str] = {}
+        self._named = 0  # the events whose pending calls are in ``_names``
+
+    def names_before(self, index: int) -> dict[str, str]:
+        """Each call a person was asked about before event ``index``: its tool's name, by id."""
+        if index < self._named:  # asked out of order: count again from the start
+            self._names, self._named = {}, 0
+        events = self.result.events
+        for at in range(self._named, index):
+            self._names.update((call.call_id, call.name) for call in events[at].pending)
+        self._named = max(self._named, index)
+        return self._names
+
+
+def _describe(run: _Events, index: int, limit: int | None) -> tuple[str, ...]:
+    result = run.result
     transition = result.events[index]
     guard = f" [{transition.guard.value}]" if transition.guard else ""
     call = f"{transition.tool}#{transition.call_id}" if transition.call_id else ""
     appended = transition.appended
-    answer = result_of(result.events, index) if transition.result_status else None
+    answer = run.answers(index) if transition.result_status else None
     # A cancellation answers every call it cut off or that never started, not only the one
     # it names: the others are listed after it.
     cut = [
@@ -125,13 +157,13 @@ def describe(result: RunResult, index: int, *, limit: int | None = LIMIT) -> tup
     elif transition.reason:
         outcome = f"budget spent: {transition.reason}"
     elif transition.source is State.VALIDATING and transition.dest is State.DISPATCHING:
-        outcome = _accepted(result, index, limit)
+        outcome = _accepted(run, index, limit)
     elif transition.pending:
         outcome = "asks a person: " + _short(
             "; ".join(f"{c.name}#{c.call_id} ({c.reason})" for c in transition.pending), limit
         )
     elif transition.decisions:
-        outcome = _short(_decided(result, index), limit)
+        outcome = _short(_decided(run, index), limit)
     elif answer is not None:
         outcome = _answer(answer, limit)
         if cut:
@@ -157,20 +189,25 @@ def describe(result: RunResult, index: int, *, limit: int | None = LIMIT) -> tup
     )
 
 
-def _decided(result: RunResult, index: int) -> str:
+def _decided(run: _Events, index: int) -> str:
     """What a person decided, call by call: ``approved pay#b; denied pay#c: too much``."""
-    names = {call.call_id: call.name for event in result.events[:index] for call in event.pending}
+    names = run.names_before(index)
     return "; ".join(
         f"{'approved' if d.allowed else 'denied'} {names.get(call_id, '?')}#{call_id}"
         + ("" if d.allowed else f": {d.reason}")
-        for call_id, d in result.events[index].decisions
+        for call_id, d in run.result.events[index].decisions
     )
 
 
-def _accepted(result: RunResult, index: int, limit: int | None) -> str:
+def _accepted(run: _Events, index: int, limit: int | None) -> str:
     """What a batch's accepting row says: how many calls, and the model's text beside them."""
-    batch = next((e.appended[0] for e in result.events[index:] if e.appended_json), result.held)
-    if batch is None or batch.get("kind") != "calls":
+    closer = run.answers.closer(index)
+    batch = (
+        run.result.held
+        if closer is None
+        else orjson.loads(run.result.events[closer].appended_json[0])
+    )
+    if type(batch) is not dict or batch.get("kind") != "calls":
         return ""  # a lone call: the call cell names it
     text = batch.get("text")
     said = f": {_short(str(text), limit)}" if text else ""
@@ -297,7 +334,8 @@ def run_lines(
     Input messages and cells are cut to ``limit`` characters (``None``: whole);
     the closing lines are always whole. Every line is ``printable``.
     """
-    rows = [describe(result, index, limit=limit) for index in range(len(result.events))]
+    run = _Events(result)
+    rows = [_describe(run, index, limit) for index in range(len(result.events))]
     lines = [title, ""]
     given = input_messages(result)
     if given:
@@ -640,8 +678,9 @@ def _transitions(result: RunResult) -> list[str]:
     parts = ['<h2 id="transitions">Transitions</h2>', "<table>", "<thead><tr>"]
     parts.extend(f"<th>{_e(header)}</th>" for header in HEADERS)
     parts.append("</tr></thead><tbody>")
+    run = _Events(result)
     for index in range(len(result.events)):
-        cells = describe(result, index)
+        cells = _describe(run, index, LIMIT)
         parts.append(
             "<tr>"
             + "".join(
