@@ -35,6 +35,7 @@ import orjson
 
 from agentloop._core._approval import Decision, approve
 from agentloop._core._engine import Engine
+from agentloop._core._replay import Mismatch, row_text
 from agentloop._core._table import Guard, State, Trigger
 from agentloop._core._values import (
     AskModel,
@@ -61,7 +62,7 @@ from agentloop._errors import (
     LedgerError,
     RunBusyError,
 )
-from agentloop._review._replay import Mismatch, row_text, start_calls
+from agentloop._review._replay import start_calls
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,11 +1,13 @@
-"""Replaying a saved run through the engine: a third driver, fed from the document.
+"""Reading the events of older run files, which do not say what each was given.
 
-What came from outside (the input messages, each reply, what the model
+Before run file version 5 (and in a version 1 ledger's records) an event did
+not keep the calls handed out before it nor what came with its report. This
+replay infers them from what the events appended (each reply, what the model
 raised, each tool's outcome, where cancellation came and where the run was
-interrupted) is fed to a fresh engine, and everything else (which row fired,
-the counters, every event field, the outcome, the transcript) must come out
-as the engine records it. So a document that is not a run this engine makes,
-with this budget, is refused.
+interrupted) and feeds them to a fresh engine, whose events, which keep them,
+must come out as the document says. Everything newer is read by the one
+replay, ``_core/_replay.py``, which infers nothing; ``Answers`` (each batch's
+results, found once) also serves the report.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import orjson
 from agentloop._core._engine import Engine
 from agentloop._core._json import exception_content
 from agentloop._core._messages import NOT_STARTED
+from agentloop._core._replay import Mismatch, row_text
 from agentloop._core._table import NEXT, Guard, State, Trigger
 from agentloop._core._values import AskModel, CancelToken, RecordedException, RunTool, Transition
 from agentloop._errors import InvalidStateError
@@ -32,14 +35,6 @@ _INTERRUPTIONS = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.I
 _CANCELS = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 # The triggers the engine fires itself; a cancel on any other row came while the model worked.
 _CHECKPOINTS = frozenset(NEXT.values())
-
-
-class Mismatch(Exception):
-    """The document says ``found`` at ``where``; replaying the run gives ``expected``."""
-
-    def __init__(self, where: str, expected: str, found: str) -> None:
-        super().__init__(where, expected, found)
-        self.where, self.expected, self.found = where, expected, found
 
 
 def replay(
@@ -260,9 +255,3 @@ def _outcome(event: Transition, answers: Answers, index: int) -> dict[str, Any]:
     if event.exception is not None:
         outcome["exception"] = event.exception
     return outcome
-
-
-def row_text(event: Transition) -> str:
-    """``source --trigger [guard]--> dest``: the row an event took, for messages."""
-    guard = f" [{event.guard.value}]" if event.guard else ""
-    return f"{event.source.value} --{event.trigger.value}{guard}--> {event.dest.value}"

@@ -55,7 +55,7 @@ import orjson
 
 from agentloop._core._approval import Decision, PendingCall
 from agentloop._core._json import exception_content
-from agentloop._core._replay import Mismatch as ReplayMismatch
+from agentloop._core._replay import Mismatch, row_text
 from agentloop._core._replay import replay as replay_events
 from agentloop._core._table import ROWS, TERMINAL, Guard, State, Trigger
 from agentloop._core._values import (
@@ -68,7 +68,7 @@ from agentloop._core._values import (
     require_result,
 )
 from agentloop._errors import RunFileError
-from agentloop._review._replay import Mismatch, replay, row_text
+from agentloop._review._replay import replay
 
 if TYPE_CHECKING:
     from agentloop._core._engine import Engine
@@ -710,17 +710,14 @@ def _replayed(
     result: RunResult, messages: list[dict[str, Any]], token: CancelToken | None = None
 ) -> Engine:
     """The one replay of ``result``'s events, each compared as the run file keeps it."""
-    try:
-        return replay_events(
-            messages,
-            result.budget,
-            result.events,
-            rejected=result.rejected_value,
-            token=token,
-            compare=_compare_events,
-        )
-    except ReplayMismatch as found:
-        raise Mismatch(found.where, found.expected, found.found) from None
+    return replay_events(
+        messages,
+        result.budget,
+        result.events,
+        rejected=result.rejected_value,
+        token=token,
+        compare=_compare_events,
+    )
 
 
 def reopen(result: RunResult, token: CancelToken) -> Engine:
