@@ -500,6 +500,8 @@ def test_an_end_that_could_not_be_recorded_is_not_reported(tmp_path: Path) -> No
     token.cancel()
     with pytest.raises(OSError, match="No space left"):
         run.finish()
+    assert run.state == "awaiting_approval"  # the end it could not record was not made
+    assert [event.dest for event in run.events][-1] == "awaiting_approval"
     with pytest.raises(agentloop.LedgerError, match="the ledger failed earlier"):
         run.finish()
     assert records(ledger, "r1")[-1][0] == "approval_asked"  # no end, no decision

@@ -485,7 +485,12 @@ class DurableEngine(Engine):
         return transition
 
     def _ended(self, transition: Transition) -> None:
-        self.journal.end(transition, len(self.events()) - 1)
+        """Record the run's end; if that fails, the end is taken back before the error shows."""
+        try:
+            self.journal.end(transition, len(self.events()) - 1)
+        except BaseException:
+            self._retract()  # every end is recorded before it is reported, or not made
+            raise
 
     def _answering_id(self, call_id: str | None) -> str | None:
         """The running call a tool report answers, or ``None`` when the engine will refuse it."""
