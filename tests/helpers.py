@@ -22,6 +22,21 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+def mul(a: int, b: int) -> int:
+    """Multiply two integers."""
+    return a * b
+
+
+def adding_after_a_tool(registry: agentloop.ToolRegistry, tool: Callable[..., Any]) -> Any:
+    """A listener that adds ``tool`` to ``registry`` once a tool has returned."""
+
+    def listener(transition: agentloop.Transition) -> None:
+        if transition.trigger == "tool_returned" and tool.__name__ not in registry:
+            registry.add(tool)
+
+    return listener
+
+
 def call(call_id: str, name: str = "add", **arguments: Any) -> Message:
     """A well-formed call reply."""
     return {"kind": "call", "id": call_id, "name": name, "arguments": arguments}

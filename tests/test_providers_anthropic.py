@@ -20,11 +20,11 @@ from anthropic.types import Message as AnthropicMessage
 from anthropic.types import message_create_params
 
 import agentloop
-from agentloop import Loop, ToolRegistry, Transition
+from agentloop import Loop, ToolRegistry
 from agentloop.providers import IncompleteReply
 from agentloop.providers.anthropic import DEFAULT_MAX_TOKENS, anthropic_messages
 
-from .helpers import add
+from .helpers import add, adding_after_a_tool, mul
 from .wire import FLAVOURS, HISTORY, Wire, ask, assert_usage, conforms, run
 
 Message = dict[str, Any]
@@ -33,11 +33,6 @@ Call = tuple[str, str, Message]  # id, name, input
 PARAMS = pydantic.TypeAdapter(message_create_params.MessageCreateParamsNonStreaming)
 MODEL = "claude-sonnet-5"
 USAGE = {"input_tokens": 120, "output_tokens": 30, "cached_tokens": 100}
-
-
-def mul(a: int, b: int) -> int:
-    """Multiply two integers."""
-    return a * b
 
 
 def tools() -> ToolRegistry:
@@ -438,11 +433,7 @@ async def test_a_run_sends_the_loops_tools_and_a_run_without_tools_none(flavour:
     )
     model = model_for(flavour, wire)
 
-    def add_mul(t: Transition) -> None:
-        if t.trigger == "tool_returned":
-            registry.add(mul)
-
-    with_tools = Loop(model, tools=registry, listeners=[add_mul])
+    with_tools = Loop(model, tools=registry, listeners=[adding_after_a_tool(registry, mul)])
     assert (await run(with_tools, flavour, "2+3?")).output == "5"
     assert (await run(Loop(model), flavour, "hi")).output == "bare"
     first, second, bare = sent(wire)

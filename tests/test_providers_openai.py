@@ -21,20 +21,15 @@ import pytest
 from openai.types.chat import ChatCompletion, completion_create_params
 from openai.types.responses import Response, response_create_params
 
-from agentloop import Loop, SpecFormat, ToolRegistry, Transition
+from agentloop import Loop, SpecFormat, ToolRegistry
 from agentloop.providers import IncompleteReply
 from agentloop.providers.openai import openai_chat, openai_responses
 
-from .helpers import add
+from .helpers import add, adding_after_a_tool, mul
 from .wire import FLAVOURS, HISTORY, Wire, ask, assert_usage, conforms, run
 
 Message = dict[str, Any]
 Call = tuple[str, str, str]  # id, name, the arguments as the model wrote them
-
-
-def mul(a: int, b: int) -> int:
-    """Multiply two integers."""
-    return a * b
 
 
 # -- OpenAI's wire format ------------------------------------------------------------------------
@@ -605,11 +600,7 @@ async def test_a_run_sends_the_loops_tools_and_a_run_without_tools_none(
     )
     model = model_for(api, flavour, wire)
 
-    def add_mul(t: Transition) -> None:
-        if t.trigger == "tool_returned":
-            registry.add(mul)
-
-    with_tools = Loop(model, tools=registry, listeners=[add_mul])
+    with_tools = Loop(model, tools=registry, listeners=[adding_after_a_tool(registry, mul)])
     assert (await run(with_tools, flavour, "2+3?")).output == "5"
     assert (await run(Loop(model), flavour, "hi")).output == "bare"
     first, second, bare = wire.requests
