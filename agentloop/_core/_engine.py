@@ -34,17 +34,7 @@ from agentloop._core._batch import check_decisions
 from agentloop._core._intake import Outcome, raised_outcome, raised_usage, take_outcome, take_reply
 from agentloop._core._json import exception_content
 from agentloop._core._rows import RunState, _Draft
-from agentloop._core._table import (
-    ANSWERS,
-    NEXT,
-    REPORTS,
-    TABLE,
-    TERMINAL,
-    Report,
-    Row,
-    State,
-    Trigger,
-)
+from agentloop._core._table import NEXT, REPORTS, TABLE, TERMINAL, Report, Row, State, Trigger
 from agentloop._core._values import AskModel, AwaitApproval, RunResult, RunTool, Transition, Usage
 from agentloop._errors import InvalidStateError
 
@@ -410,18 +400,6 @@ class Engine(RunState):
         self._outstanding = _START_TOOL if batch is not None and batch.running else None
         self._applied += 1
         return transition
-
-    def _retract(self) -> Transition:
-        """Take back the last transition: the run is as it was before it, its request out again.
-
-        For a store that could not record an end (a durable driver): the
-        caller sees the failure, and the run in memory stays as its record says.
-        """
-        event = self._events.pop()
-        self._applied = len(self._events)
-        self._outstanding = ANSWERS.get(event.trigger)  # None for one the engine made itself
-        self._settle()
-        return event
 
     # -- helpers ------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from agentloop._core._batch import Batch
 from agentloop._core._intake import NO_REPLY, Outcome
 from agentloop._core._json import exception_content
 from agentloop._core._messages import CUT_OFF, History, input_messages
-from agentloop._core._table import State, Trigger
+from agentloop._core._table import ANSWERS, State, Trigger
 from agentloop._core._values import (
     AskModel,
     AwaitApproval,
@@ -377,6 +377,18 @@ class RunState:
             batch.pending, batch.decided = pending, decided
         self.steps = (last.steps if last else 0) + (self._outstanding is _ASK_MODEL)
         self._rejected = None  # only a terminal row rejects a reply
+
+    def _retract(self) -> Transition:
+        """Take back the last transition: the run is as it was before it, its request out again.
+
+        For a store that could not record an end (a durable driver): the
+        caller sees the failure, and the run in memory stays as its record says.
+        """
+        event = self._events.pop()
+        self._applied = len(self._events)
+        self._outstanding = ANSWERS.get(event.trigger)  # None for one the engine made itself
+        self._settle()
+        return event
 
 
 def _approvals(events: list[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:
