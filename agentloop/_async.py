@@ -155,7 +155,11 @@ class AsyncRun(RunView):
                 need = await self._verdicts.areview(engine, self._review)
             if need is not None:
                 pass  # a decision, or the batch now waits for one
-            elif self._max_concurrency > 1 and engine.state is State.DISPATCHING:
+            elif (
+                self._max_concurrency > 1
+                and engine.state is State.DISPATCHING
+                and (self._tasks or engine.unstarted > 1)
+            ):  # calls to run at once; a lone call is awaited in place, as with 1
                 need = await self._batch_step()
             else:
                 need = engine.next()
