@@ -10,22 +10,17 @@ durable (``agentloop._durable``): the engine records as it goes, and
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import TYPE_CHECKING, Any, Final
-
-import attrs
 
 from agentloop._async import AsyncRun, async_dispatch
 from agentloop._callbacks import bind_model, is_async
+from agentloop._continued import ended, forked, released_on_error, resumed
 from agentloop._core._engine import Engine
 from agentloop._core._messages import check_new_input
 from agentloop._core._values import Budget, CancelToken, RunResult
 from agentloop._durable import _journal, _resume
 from agentloop._durable._ledger import Ledger
-from agentloop._errors import ConfigurationMismatchError, InvalidStateError
-from agentloop._fork import forked
-from agentloop._review._runfile import reopen
-from agentloop._run import RunView
+from agentloop._settings import async_policies, no_ledger, specs_of, timeout, with_system
 from agentloop._sync import Awaiter, Run, awaiting
 from agentloop._tools._dispatcher import as_dispatcher
 from agentloop._tools._registry import ToolRegistry, reviewing
@@ -97,7 +92,7 @@ class Loop:
         self.model = model
         self.dispatcher: Dispatcher = as_dispatcher(tools)
         # What the drivers call: with the tools' specs for a model that takes them.
-        self._bound_model = bind_model(model, _specs_of(self.dispatcher))
+        self._bound_model = bind_model(model, specs_of(self.dispatcher))
         self.budget = Budget(
             max_steps=max_steps, max_calls=max_calls, max_total_tokens=max_total_tokens
         )
@@ -112,8 +107,8 @@ class Loop:
                 raise TypeError(
                     f"expected listeners[{index}] to be callable, got {type(listener).__name__}"
                 )
-        self.model_timeout = _timeout("model_timeout", model_timeout)
-        self.tool_timeout = _timeout("tool_timeout", tool_timeout)
+        self.model_timeout = timeout("model_timeout", model_timeout)
+        self.tool_timeout = timeout("tool_timeout", tool_timeout)
         if type(to_thread) is not bool:
             raise TypeError(f"expected to_thread to be a bool, got {type(to_thread).__name__}")
         self.to_thread = to_thread
@@ -187,7 +182,7 @@ class Loop:
         """
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
         engine = self._engine(messages, cancel, run_id)
-        with _released_on_error(engine):
+        with released_on_error(engine):
             return self._run(engine, registry, cancel)
 
     def run(
@@ -205,7 +200,7 @@ class Loop:
         # start()'s body, one call fewer
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
         engine = self._engine(messages, cancel, run_id)
-        with _released_on_error(engine):
+        with released_on_error(engine):
             return self._run(engine, registry, cancel).finish()
 
     def resume(
@@ -230,8 +225,8 @@ class Loop:
         registry = self._sync_driver("loop.aresume", awaits=True)
         engine, token = self._resumed("resume", run, cancel)
         if engine.done:
-            return _ended(engine, run, decisions)
-        with _released_on_error(engine):
+            return ended(engine, run, decisions)
+        with released_on_error(engine):
             live = self._run(engine, registry, token)
             if decisions is not None:
                 live.decide(decisions)
@@ -258,7 +253,7 @@ class Loop:
         """
         registry = self._sync_driver("loop.afork", awaits=True)
         engine, token = self._forked(run, at, cancel, run_id)
-        with _released_on_error(engine):
+        with released_on_error(engine):
             return self._run(engine, registry, token)
 
     def afork(
@@ -271,7 +266,7 @@ class Loop:
     ) -> AsyncRun:
         """``fork`` under asyncio: the new run is driven by ``await run.astep()``."""
         engine, token = self._forked(run, at, cancel, run_id)
-        with _released_on_error(engine):
+        with released_on_error(engine):
             return self._arun(engine, token)
 
     def _forked(
@@ -296,7 +291,7 @@ class Loop:
     ) -> AsyncRun:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
         engine = self._engine(messages, cancel, run_id)
-        with _released_on_error(engine):
+        with released_on_error(engine):
             return self._arun(engine, cancel)
 
     async def arun(
@@ -308,7 +303,7 @@ class Loop:
     ) -> RunResult:
         """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
         live = self.astart(messages, cancel=cancel, run_id=run_id)
-        with _released_on_error(live._engine):
+        with released_on_error(live._engine):
             return await live.afinish()
 
     async def aresume(
@@ -321,8 +316,8 @@ class Loop:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
         engine, token = self._resumed("aresume", run, cancel)
         if engine.done:
-            return _ended(engine, run, decisions)
-        with _released_on_error(engine):
+            return ended(engine, run, decisions)
+        with released_on_error(engine):
             live = self._arun(engine, token)
             if decisions is not None:
                 await live.adecide(decisions)
@@ -339,7 +334,7 @@ class Loop:
         """
         asyncio_only = self._asyncio_only
         registry = reviewing(self.dispatcher)
-        if registry is not None and _async_policies(registry):
+        if registry is not None and async_policies(registry):
             asyncio_only = [*asyncio_only, ("an async policy", _CANNOT_AWAIT, True)]
         tools = self.dispatcher.async_tools if isinstance(self.dispatcher, ToolRegistry) else ()
         if tools:
@@ -366,7 +361,7 @@ class Loop:
     def _input(self, messages: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
         """A new run's input, checked, and led by the system prompt if the Loop has one."""
         check_new_input(messages)
-        return messages if self.system is None else _with_system(self.system, messages)
+        return messages if self.system is None else with_system(self.system, messages)
 
     def _engine(
         self, messages: str | list[dict[str, Any]], cancel: CancelToken | None, run_id: str | None
@@ -375,7 +370,7 @@ class Loop:
         messages = self._input(messages)
         if self.ledger is None:
             if run_id is not None:
-                _no_ledger(run_id)
+                no_ledger(run_id)
             return Engine(messages, budget=self.budget, cancel=cancel)
         return _resume.begin(
             self.ledger,
@@ -390,48 +385,8 @@ class Loop:
         self, what: str, run: str | RunResult, cancel: CancelToken | None
     ) -> tuple[Engine, CancelToken | None]:
         """The run, fed to a fresh engine, and the token its driver is to watch."""
-        if not isinstance(run, str | RunResult):
-            hint = (
-                ": a live run goes on with its own step() or finish()"
-                if isinstance(run, RunView)
-                else f": {what}(agentloop.load_run(path)) continues a saved run file"
-                if isinstance(run, os.PathLike) and self.ledger is None
-                else f": {what}(run_id) continues a run of this Loop's ledger"
-                if isinstance(run, os.PathLike)
-                else ""
-            )
-            raise TypeError(
-                f"{what}() expected a run id (a str) or a saved run's RunResult, "
-                f"got {type(run).__name__}{hint}"
-            )
-        if isinstance(run, RunResult):
-            if self.ledger is not None:
-                raise ValueError(
-                    f"{what}(result) continues a saved run outside any ledger, and this Loop "
-                    f"has one: {what}(run_id) continues its recorded runs"
-                )
-            found = _resume.differences(
-                {"budget": attrs.asdict(run.budget)}, {"budget": attrs.asdict(self.budget)}
-            )
-            if found:
-                raise ConfigurationMismatchError(
-                    "the saved run was made with another budget than this Loop's: "
-                    + "; ".join(found),
-                    found,
-                )
-            token = CancelToken()  # the engine's; the caller's cancels it from now on
-            engine = reopen(run, token)
-            if cancel is not None:
-                cancel.on_cancel(token.cancel)
-            return engine, token
-        if self.ledger is None:
-            raise ValueError(
-                f"{what} needs a ledger: make the Loop with "
-                "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger); a saved "
-                f"run awaiting approval goes on with {what}(load_run(path))"
-            )
-        return _resume.resume(
-            self.ledger, run, budget=self.budget, dispatcher=self.dispatcher, cancel=cancel
+        return resumed(
+            what, run, cancel, ledger=self.ledger, budget=self.budget, dispatcher=self.dispatcher
         )
 
     def _run(
@@ -457,7 +412,7 @@ class Loop:
             areview = registry.areview
             review = (  # a batch's policies run to the end, as under asyncio: not cancellable
                 (lambda call: awaiter(areview(call), cancellable=False))
-                if _async_policies(registry)
+                if async_policies(registry)
                 else registry.review
             )
         return Run(
@@ -486,90 +441,3 @@ class Loop:
             listeners=self.listeners,
             review=None if registry is None else registry.areview,
         )
-
-
-def _ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:
-    """A resumed run that had ended: its result, unless decisions came for it.
-
-    A saved result is returned itself, once its replay checked it: a replay
-    cannot give back its events' times.
-    """
-    if decisions is not None:
-        run_id = getattr(engine, "run_id", None)  # a saved run's engine has none
-        which = "the saved run" if run_id is None else f"run {run_id!r}"
-        raise InvalidStateError(
-            f"{which} ended {engine.state.value!r}: it awaits no decisions (were they "
-            "taken already?); resume it without decisions= to read it",
-            state=engine.state,
-        )
-    return run if isinstance(run, RunResult) else engine.result()
-
-
-def _specs_of(dispatcher: object) -> Callable[[], list[dict[str, Any]]]:
-    """What gives the tools' specs for each request: a registry's (or a dispatcher's) ``specs``."""
-    specs = getattr(dispatcher, "specs", None)
-    return specs if callable(specs) else list
-
-
-def _async_policies(registry: ToolRegistry) -> bool:
-    """Whether any of the registry's policies is ``async def``."""
-    return any(is_async(policy) for policy in (registry.policy, *(t.policy for t in registry)))
-
-
-class _released_on_error:
-    """Give up a durable run's claim if what follows raises.
-
-    The caller then never gets the live run to go on with (a refused
-    ``decisions=``, a listener that raised): the claim would otherwise stay
-    with an object nobody holds, and ``resume`` would be refused until it is
-    collected. A run that ended or waits for a person holds none already.
-    (A class, not a generator: it wraps every run, and costs less so.)
-    """
-
-    __slots__ = ("_engine",)
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        if kind is not None and isinstance(self._engine, _journal.DurableEngine):
-            self._engine.journal.release()
-
-
-def _with_system(system: str, messages: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A new run's input, led by the Loop's system prompt (once: a transcript has it)."""
-    prompt = {"kind": "system", "text": system}
-    if isinstance(messages, str):
-        return [prompt, {"kind": "user", "text": messages}]
-    if messages and messages[0].get("kind") == "system":
-        if messages[0] == prompt:
-            return messages
-        raise ValueError(
-            f"expected the input to start with this Loop's system prompt or with no system "
-            f"message (Loop(system=...) puts {system!r:.60} first), got another: "
-            f"{messages[0].get('text')!r:.60}"
-        )
-    return [prompt, *messages]
-
-
-def _no_ledger(run_id: object) -> None:
-    if run_id is not None:
-        raise ValueError(
-            "run_id= names a run in a ledger, and this Loop has none: make it with "
-            "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger)"
-        )
-
-
-def _timeout(name: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if type(value) not in (int, float):
-        raise TypeError(
-            f"{name} must be a positive number of seconds or None, got {type(value).__name__}"
-        )
-    if not 0 < value < float("inf"):  # type: ignore[operator]
-        raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r:.40}")
-    return float(value)  # type: ignore[arg-type]

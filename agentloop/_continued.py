@@ -1,0 +1,198 @@
+"""Continuing a run: resuming it from its record, or forking it from any of its transitions.
+
+Resume feeds a saved result to the one replay, or a ledger's records to a
+fresh engine (``_durable/_resume.py``); a run that ended is only read.
+
+A fork is a new run that starts as an old one was after its first ``at`` transitions.
+
+The old run's events are replayed (``_core/_replay.py``) into a fresh engine,
+the first ``at`` of them, and that engine is handed to a driver of the
+forking ``Loop``: from there on, its model and tools make the run. With a
+ledger, the fork is a new durable run under its own id, and the replayed
+prefix is recorded in it as it is fed, exactly as a live run records.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import attrs
+import orjson
+
+from agentloop._core._replay import Mismatch, replay
+from agentloop._core._values import CancelToken, RunResult, require_result
+from agentloop._durable import _journal, _resume
+from agentloop._errors import ConfigurationMismatchError, InvalidStateError
+from agentloop._review._runfile import reopen
+from agentloop._run import RunView
+
+if TYPE_CHECKING:
+    from agentloop._core._engine import Engine
+    from agentloop._core._values import Budget
+    from agentloop._durable._ledger import Ledger
+
+__all__ = ["ended", "forked", "released_on_error", "resumed"]
+
+
+def forked(
+    run: RunResult,
+    at: int,
+    *,
+    budget: Budget,
+    ledger: Ledger | None,
+    run_id: str | None,
+    dispatcher: object,
+    cancel: CancelToken | None,
+) -> tuple[Engine, CancelToken]:
+    """The engine of ``run`` after its first ``at`` transitions, and the token it watches.
+
+    Refuses (``ValueError``) a cut the budget cannot replay, and a cut where a
+    call of a batch is running (its outcome would be neither the old run's nor
+    the new one's): fork before the batch's calls start, or after they return.
+    """
+    require_result(run, "fork()")
+    events = run.events
+    if type(at) is not int or not 0 <= at <= len(events):
+        raise ValueError(
+            f"expected at to be an int from 0 to {len(events)} (the run's transitions), "
+            f"got {at!r:.40}"
+        )
+    appended = sum(len(event.appended_json) for event in events)
+    transcript = orjson.loads(run.transcript_json)
+    messages = transcript[: len(transcript) - appended]
+    token = CancelToken()  # the engine's; the caller's cancels it from now on
+    engine: Engine | None = None
+    if ledger is not None:
+        engine = _resume.begin(
+            ledger, run_id, messages, budget=budget, dispatcher=dispatcher, cancel=token
+        )
+    elif run_id is not None:
+        raise ValueError(
+            "run_id= names the fork in a ledger, and this Loop has none: make it with "
+            "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger)"
+        )
+    try:
+        engine = replay(
+            messages, budget, events[:at], rejected=run.rejected_value, token=token, engine=engine
+        )
+        if engine.running:
+            raise ValueError(
+                f"expected a fork to start where no call is running, got at={at}, where calls "
+                f"{list(engine.running)} of a batch are running: fork before its calls start "
+                "or after they return"
+            )
+    except Mismatch as exc:
+        _release(engine)
+        raise ValueError(
+            f"the run's first {at} transitions do not replay under this Loop's budget "
+            f"(max_steps={budget.max_steps}, max_calls={budget.max_calls}): "
+            f"{exc.where}: expected {exc.expected}, got {exc.found}"
+        ) from None
+    except BaseException:
+        _release(engine)
+        raise
+    if cancel is not None:
+        cancel.on_cancel(token.cancel)
+    return engine, token
+
+
+def _release(engine: Engine | None) -> None:
+    """A durable fork that will not be handed out gives up its claim."""
+    if isinstance(engine, _journal.DurableEngine):
+        engine.journal.release()
+
+
+def resumed(
+    what: str,
+    run: str | RunResult,
+    cancel: CancelToken | None,
+    *,
+    ledger: Ledger | None,
+    budget: Budget,
+    dispatcher: object,
+) -> tuple[Engine, CancelToken | None]:
+    """Run ``run`` fed to a fresh engine, and the token its driver is to watch.
+
+    ``run`` is an id in ``ledger``, or a saved result (which no ledger holds).
+    """
+    if not isinstance(run, str | RunResult):
+        hint = (
+            ": a live run goes on with its own step() or finish()"
+            if isinstance(run, RunView)
+            else f": {what}(agentloop.load_run(path)) continues a saved run file"
+            if isinstance(run, os.PathLike) and ledger is None
+            else f": {what}(run_id) continues a run of this Loop's ledger"
+            if isinstance(run, os.PathLike)
+            else ""
+        )
+        raise TypeError(
+            f"{what}() expected a run id (a str) or a saved run's RunResult, "
+            f"got {type(run).__name__}{hint}"
+        )
+    if isinstance(run, RunResult):
+        if ledger is not None:
+            raise ValueError(
+                f"{what}(result) continues a saved run outside any ledger, and this Loop "
+                f"has one: {what}(run_id) continues its recorded runs"
+            )
+        found = _resume.differences(
+            {"budget": attrs.asdict(run.budget)}, {"budget": attrs.asdict(budget)}
+        )
+        if found:
+            raise ConfigurationMismatchError(
+                "the saved run was made with another budget than this Loop's: " + "; ".join(found),
+                found,
+            )
+        token = CancelToken()  # the engine's; the caller's cancels it from now on
+        engine = reopen(run, token)
+        if cancel is not None:
+            cancel.on_cancel(token.cancel)
+        return engine, token
+    if ledger is None:
+        raise ValueError(
+            f"{what} needs a ledger: make the Loop with "
+            "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger); a saved "
+            f"run awaiting approval goes on with {what}(load_run(path))"
+        )
+    return _resume.resume(ledger, run, budget=budget, dispatcher=dispatcher, cancel=cancel)
+
+
+def ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:
+    """A resumed run that had ended: its result, unless decisions came for it.
+
+    A saved result is returned itself, once its replay checked it: a replay
+    cannot give back its events' times.
+    """
+    if decisions is not None:
+        run_id = getattr(engine, "run_id", None)  # a saved run's engine has none
+        which = "the saved run" if run_id is None else f"run {run_id!r}"
+        raise InvalidStateError(
+            f"{which} ended {engine.state.value!r}: it awaits no decisions (were they "
+            "taken already?); resume it without decisions= to read it",
+            state=engine.state,
+        )
+    return run if isinstance(run, RunResult) else engine.result()
+
+
+class released_on_error:
+    """Give up a durable run's claim if what follows raises.
+
+    The caller then never gets the live run to go on with (a refused
+    ``decisions=``, a listener that raised): the claim would otherwise stay
+    with an object nobody holds, and ``resume`` would be refused until it is
+    collected. A run that ended or waits for a person holds none already.
+    (A class, not a generator: it wraps every run, and costs less so.)
+    """
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is not None and isinstance(self._engine, _journal.DurableEngine):
+            self._engine.journal.release()
