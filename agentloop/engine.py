@@ -12,8 +12,9 @@ driver" page.
 from __future__ import annotations
 
 from agentloop._callbacks import Dispatcher, Listener, Model
+from agentloop._core._checked import ROWS, Row
 from agentloop._core._engine import Engine
-from agentloop._core._table import ROWS, TERMINAL, Effect, Guard, Row, State, Trigger
+from agentloop._core._table import TERMINAL, Effect, Guard, State, Trigger
 from agentloop._core._values import AskModel, AwaitApproval, RunTool, Transition
 from agentloop._names import publish as _publish
 

@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from agentloop._core._batch import check_decisions
+from agentloop._core._checked import TABLE, Row
 from agentloop._core._intake import Outcome, raised_outcome, raised_usage, take_outcome, take_reply
 from agentloop._core._json import exception_content
 from agentloop._core._rows import RunState, _Draft
-from agentloop._core._table import NEXT, REPORTS, TABLE, TERMINAL, Report, Row, State, Trigger
+from agentloop._core._table import NEXT, REPORTS, TERMINAL, Report, State, Trigger
 from agentloop._core._values import AskModel, AwaitApproval, RunResult, RunTool, Transition, Usage
 from agentloop._errors import InvalidStateError
 

@@ -34,7 +34,8 @@ import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from agentloop._core._table import ANSWERS, ROWS, TERMINAL, Row, State
+from agentloop._core._checked import ROWS, Row
+from agentloop._core._table import ANSWERS, TERMINAL, State
 from agentloop._core._values import require_result
 from agentloop._errors import SVGUnavailableError
 

@@ -54,10 +54,11 @@ import jsonschema_rs
 import orjson
 
 from agentloop._core._approval import Decision, PendingCall
+from agentloop._core._checked import ROWS
 from agentloop._core._json import exception_content
 from agentloop._core._replay import Mismatch, row_text
 from agentloop._core._replay import replay as replay_events
-from agentloop._core._table import ROWS, TERMINAL, Guard, State, Trigger
+from agentloop._core._table import TERMINAL, Guard, State, Trigger
 from agentloop._core._values import (
     Budget,
     NotJSON,
