@@ -24,7 +24,7 @@ from agentloop._core._replay import Mismatch, replay
 from agentloop._core._values import CancelToken, RunResult, require_result
 from agentloop._durable import _journal, _resume
 from agentloop._errors import ConfigurationMismatchError, InvalidStateError
-from agentloop._review._runfile import reopen
+from agentloop._review._runstory import reopen
 from agentloop._run import RunView
 
 if TYPE_CHECKING:

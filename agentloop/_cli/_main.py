@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 from agentloop._cli import _dbos, _files, _ledger
 from agentloop._cli._output import CommandError, discard_stdout
 from agentloop._core._table import State
-from agentloop._review._runfile import MAX_BYTES
+from agentloop._review._runshape import MAX_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable

@@ -25,7 +25,7 @@ from agentloop._core._values import require_result
 from agentloop._errors import SVGUnavailableError
 from agentloop._review._diagram import path_svg, to_mermaid
 from agentloop._review._replay import Answers
-from agentloop._review._runfile import FORMAT, VERSION, rejected_record
+from agentloop._review._runshape import FORMAT, VERSION, rejected_record
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

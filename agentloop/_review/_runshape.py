@@ -1,0 +1,426 @@
+"""A run file's shape and encoding: its JSON Schema, its JSON form, older versions upgraded.
+
+The words that explain what breaks the shape are here too.
+
+The shape is checked with ``jsonschema-rs`` (Draft 2020-12, at Rust speed):
+the schema states each field once as data, and every violation comes with its
+exact JSON path. What relates fields to each other is ``_runstory.py``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import reprlib
+from typing import Any, Final
+
+import jsonschema_rs
+import orjson
+
+from agentloop._core._json import exception_content
+from agentloop._core._table import Guard, State, Trigger
+from agentloop._core._values import (
+    NotJSON,
+    RunResult,
+    Transition,
+)
+from agentloop._errors import RunFileError
+
+__all__ = [
+    "FORMAT",
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "READS",
+    "SCHEMA",
+    "VALIDATOR",
+    "VERSION",
+    "as_found",
+    "as_shown",
+    "check_header",
+    "check_unique_fields",
+    "document_of",
+    "dumps",
+    "event_record",
+    "exception_record",
+    "explain",
+    "json_path",
+    "rejected_record",
+    "too_deep",
+    "upgrade_from_2",
+    "upgrade_from_3",
+    "upgrade_from_4",
+]
+
+FORMAT: Final = "agentloop.run"
+VERSION: Final = 5
+#: Older versions this agentloop still reads (upgraded on load).
+READS: Final = (2, 3, 4, 5)
+#: The largest run file loaded unless asked for more (``max_bytes=``, ``--max-size``).
+MAX_BYTES: Final = 256 * 2**20
+
+
+# The deepest a run file nests: orjson writes values up to 254 levels deep, a
+# tool result wraps its content in one more, and ``$.events[i].appended[j]`` is 4 down.
+MAX_DEPTH: Final = 254 + 1 + 4
+
+# Short reprs for messages, safe on any nesting.
+_REPR: Final = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 100, 100
+
+
+# -- the shape -----------------------------------------------------------------
+
+_STR: Final = {"type": "string"}
+_STR_OR_NULL: Final = {"type": ["string", "null"]}
+_COUNT: Final = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+_SECONDS: Final = {"type": ["number", "null"]}
+_MESSAGE: Final = {
+    "type": "object",
+    "required": ["kind"],
+    "properties": {"kind": {"type": "string"}},
+}
+
+
+def _enum(values: type[State] | type[Trigger] | type[Guard], *, null: bool = False) -> Any:
+    names: list[str | None] = [member.value for member in values]
+    return {"enum": [*names, None] if null else names}
+
+
+def _record(**properties: object) -> dict[str, Any]:
+    """An object with exactly these fields, all required."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+_USAGE: Final = _record(input_tokens=_COUNT, output_tokens=_COUNT, cached_tokens=_COUNT)
+
+#: The JSON Schema (Draft 2020-12) of a version 3 run file.
+SCHEMA: Final = _record(
+    format={"const": FORMAT},
+    version={"const": VERSION},
+    status=_enum(State),
+    output=_STR_OR_NULL,
+    reason=_STR_OR_NULL,
+    error=_STR_OR_NULL,
+    steps=_COUNT,
+    calls=_COUNT,
+    budget=_record(
+        max_steps=_COUNT, max_calls=_COUNT, max_total_tokens={"oneOf": [{"type": "null"}, _COUNT]}
+    ),
+    usage=_USAGE,
+    transcript={"type": "array", "items": _MESSAGE},
+    events={
+        "type": "array",
+        "minItems": 1,
+        "items": _record(
+            source=_enum(State),
+            dest=_enum(State),
+            trigger=_enum(Trigger),
+            guard=_enum(Guard, null=True),
+            steps=_COUNT,
+            calls=_COUNT,
+            call_id=_STR_OR_NULL,
+            tool=_STR_OR_NULL,
+            result_status=_STR_OR_NULL,
+            reason=_STR_OR_NULL,
+            error=_STR_OR_NULL,
+            exception={
+                "description": 'null or {"type": str, "message": str}',
+                "oneOf": [
+                    {"type": "null"},
+                    _record(type={"type": "string"}, message={"type": "string"}),
+                ],
+            },
+            appended={"type": "array", "items": _MESSAGE},
+            usage={"oneOf": [{"type": "null"}, _USAGE]},
+            at=_SECONDS,
+            took={"type": ["number", "null"], "minimum": 0},
+            pending={
+                "type": "array",
+                "items": _record(
+                    call_id=_STR,
+                    name=_STR,
+                    arguments={},
+                    reason=_STR,
+                    fingerprint=_STR,
+                ),
+            },
+            decisions={
+                "type": "array",
+                "items": _record(
+                    call_id=_STR,
+                    allowed={"type": "boolean"},
+                    reason={"type": "string"},
+                    fingerprint=_STR_OR_NULL,
+                ),
+            },
+            started={"type": "array", "items": _STR},
+            input={"description": "the reply or the content that came with the report, or null"},
+        ),
+    },
+    rejected={
+        "description": 'null, {"json": the reply} or {"repr": str, "problem": str}',
+        "oneOf": [
+            {"type": "null"},
+            _record(json={}),
+            _record(repr={"type": "string"}, problem={"type": "string"}),
+        ],
+    },
+    held={"description": "null, or the batch a run awaiting approval holds"},
+)
+
+VALIDATOR: Final = jsonschema_rs.Draft202012Validator(SCHEMA)
+
+
+def check_header(document: object, source: str) -> None:
+    """Say "not a run file" or "unknown version" before any field-level complaint."""
+    if type(document) is not dict:
+        raise RunFileError(source, "a JSON object (a run file)", as_found(document))
+    if document.get("format") != FORMAT:
+        found = as_found(document["format"]) if "format" in document else "no format field"
+        raise RunFileError(f"{source}: $.format", f"format {FORMAT!r}", found)
+    version = document.get("version")
+    if type(version) is not int or version not in READS:
+        raise RunFileError(
+            f"{source}: $.version",
+            f"version {', '.join(map(str, READS[:-1]))} or {READS[-1]} "
+            "(the ones this agentloop reads)",
+            as_found(version) if "version" in document else "no version field",
+        )
+
+
+def upgrade_from_2(document: dict[str, Any]) -> None:
+    """A version 2 document as version 3: no token budget, no usage, no times.
+
+    Only fields that are missing are added, so a v2 document with a stray v3
+    field still fails the schema as it should.
+    """
+    document["version"] = 3
+    if type(document.get("budget")) is dict:
+        document["budget"].setdefault("max_total_tokens", None)
+    document.setdefault("usage", {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0})
+    for event in document.get("events") or ():
+        if type(event) is dict:
+            for name in ("usage", "at", "took"):
+                event.setdefault(name, None)
+
+
+def upgrade_from_3(document: dict[str, Any]) -> None:
+    """A version 3 document as version 4: no batch waited for a person."""
+    document["version"] = 4
+    document.setdefault("held", None)
+    for event in document.get("events") or ():
+        if type(event) is dict:
+            for name in ("pending", "decisions"):
+                event.setdefault(name, [])
+
+
+def upgrade_from_4(document: dict[str, Any]) -> None:
+    """A version 4 document as version 5, but for what each event was given.
+
+    Before version 5 an event did not keep the calls handed out before it nor
+    what came with its report: the run is read by the replay that infers them
+    (``_replay.py``), and the events the engine makes there, which keep them,
+    are the loaded run's.
+    """
+    document["version"] = VERSION
+    for event in document.get("events") or ():
+        if type(event) is dict:
+            event.setdefault("started", [])
+            event.setdefault("input", None)
+
+
+def too_deep(document: dict[str, Any]) -> bool:
+    """Whether ``document`` nests deeper than ``MAX_DEPTH`` (checked without recursion)."""
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        children = value.values() if type(value) is dict else value
+        stack.extend((child, depth + 1) for child in children if type(child) in (dict, list))
+    return False
+
+
+_WHITESPACE: Final = b" \t\r\n"
+
+
+def check_unique_fields(text: str | bytes | bytearray, written: bytes, source: str) -> None:
+    r"""Refuse a field given twice in one object: which one counts is up to the parser.
+
+    orjson keeps the last of duplicates silently. The fast path, in C: a key
+    ends in ``":`` (whitespace aside), and a string can hold ``":`` only as
+    ``\":``, which writing it again keeps; so the text has more of them than
+    the parsed document written again only if a key was dropped. Any doubt
+    (a count that differs, or ``\u`` escapes, which writing again can change)
+    goes to the standard parser, which can tell exactly.
+    """
+    raw = text.encode() if isinstance(text, str) else bytes(text)
+    if b"\\u" not in raw:
+        ends = b'":'
+        if raw.translate(None, _WHITESPACE).count(ends) == written.translate(
+            None, _WHITESPACE
+        ).count(ends):
+            return
+
+    def unique(pairs: list[tuple[str, object]]) -> None:
+        names: set[str] = set()
+        for name, _ in pairs:
+            if name in names:
+                raise RunFileError(source, "each field once in an object", f"{name!r} twice")
+            names.add(name)
+
+    # orjson keeps the last of duplicates silently; the standard parser can tell.
+    try:
+        json.loads(text, object_pairs_hook=unique)
+    except RecursionError:
+        raise RunFileError(source, "JSON nested less deeply", "deeper nesting") from None
+
+
+def json_path(parts: list[str | int]) -> str:
+    return "$" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in parts)
+
+
+def explain(error: jsonschema_rs.ValidationError) -> tuple[str, str]:
+    """(expected, found) for a schema error, in the words of this format."""
+    value: Any = error.instance
+    name: str = error.kind.name
+    rule: Any = error.kind.value  # what the schema asked for
+    if name == "required":
+        return f"the field {rule!r}", "an object without it"
+    if name == "additionalProperties":
+        return "only the fields of this format", f"an extra field {rule[0]!r}"
+    if name == "type":
+        return " or ".join(rule), as_found(value)
+    if name == "enum":
+        return f"one of {', '.join(repr(v) for v in rule)}", as_found(value)
+    if name == "const":
+        return repr(rule), as_found(value)
+    if name in ("minimum", "maximum"):
+        expected = "a count from 0 to 2**63 - 1" if type(value) is int else "integer"
+        return expected, as_found(value)
+    if name == "minItems":
+        return f"at least {rule} item", "an empty list"
+    if name == "oneOf":
+        return _ONE_OF[str(error.instance_path[-1])], as_found(value)
+    return error.message, as_found(value)  # pragma: no cover - the schema uses no other
+
+
+_ONE_OF: Final = {
+    "exception": 'null or {"type": str, "message": str}',
+    "rejected": 'null, {"json": the reply} or {"repr": str, "problem": str}',
+    "max_total_tokens": "null or an int from 0 to 2**63 - 1",
+    "usage": 'null or {"input_tokens", "output_tokens", "cached_tokens"}, each an int count',
+}
+
+
+def as_found(value: object) -> str:
+    """A value as "<JSON type> <short repr>", for messages."""
+    if value is None:
+        return "null"
+    kinds: tuple[tuple[type, str], ...] = (
+        (bool, "boolean"),
+        (int, "integer"),
+        (float, "number"),
+        (str, "string"),
+        (dict, "object"),
+        (list, "array"),
+    )
+    kind = next((name for cls, name in kinds if isinstance(value, cls)), type(value).__name__)
+    return f"{kind} {as_shown(value)}"
+
+
+def as_shown(value: object) -> str:
+    """A short repr (``null`` for None), safe on any nesting."""
+    shown = "null" if value is None else _REPR.repr(value)
+    return f"{shown[:100]}{'...' if len(shown) > 100 else ''}"
+
+
+# -- the encoding ----------------------------------------------------------------
+
+
+def document_of(result: RunResult, *, events: bool = True) -> dict[str, Any]:
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "status": result.status.value,
+        "output": result.output,
+        "reason": result.reason,
+        "error": result.error,
+        "steps": result.steps,
+        "calls": result.calls,
+        "budget": {
+            "max_steps": result.budget.max_steps,
+            "max_calls": result.budget.max_calls,
+            "max_total_tokens": result.budget.max_total_tokens,
+        },
+        "usage": result.usage._asdict(),
+        "transcript": orjson.loads(result.transcript_json),
+        "events": [event_record(event) for event in result.events] if events else None,
+        "rejected": rejected_record(result.rejected_value),
+        "held": result.held,
+    }
+    if not events:
+        del document["events"]
+    return document
+
+
+def event_record(event: Transition) -> dict[str, Any]:
+    return {
+        "source": event.source.value,
+        "dest": event.dest.value,
+        "trigger": event.trigger.value,
+        "guard": event.guard.value if event.guard else None,
+        "steps": event.steps,
+        "calls": event.calls,
+        "call_id": event.call_id,
+        "tool": event.tool,
+        "result_status": event.result_status,
+        "reason": event.reason,
+        "error": event.error,
+        "exception": exception_record(event.exception),
+        "appended": event.appended,
+        "usage": None if event.usage is None else event.usage._asdict(),
+        "at": event.at,
+        "took": event.took,
+        "pending": [call.record() for call in event.pending],
+        "decisions": [
+            {"call_id": call_id, **decision.record()} for call_id, decision in event.decisions
+        ],
+        "started": list(event.started),
+        "input": None if event.input_json is None else orjson.loads(event.input_json),
+    }
+
+
+def rejected_record(value: object) -> dict[str, Any] | None:
+    """A rejected reply as the run file keeps it: ``{"json": ...}``, ``{"repr", "problem"}``."""
+    if value is None:
+        return None
+    if isinstance(value, NotJSON):
+        return {"repr": value.text, "problem": value.problem}
+    return {"json": value}  # the engine keeps only its own decoded copy of a JSON reply
+
+
+def dumps(value: object, option: int = 0) -> bytes:
+    """``orjson.dumps`` past its depth limit: what it cannot reach goes in as fragments.
+
+    A run holds messages as deep as orjson writes them, and the document puts
+    them a few levels further down (``$.events[i].appended[j]``).
+    """
+    try:
+        return orjson.dumps(value, option=option)
+    except orjson.JSONEncodeError:
+        if isinstance(value, dict):
+            value = {key: orjson.Fragment(dumps(item)) for key, item in value.items()}
+        elif isinstance(value, list):
+            value = [orjson.Fragment(dumps(item)) for item in value]
+        else:
+            raise
+        return orjson.dumps(value, option=option)
+
+
+def exception_record(exc: BaseException | None) -> dict[str, str] | None:
+    return None if exc is None else exception_content(exc)
