@@ -23,8 +23,8 @@ import agentloop
 from agentloop import Loop, RunResult, State
 from agentloop.__main__ import main
 from agentloop._demo import QUESTION, demo_loop
-from agentloop._review._report import input_messages
 from agentloop._review._runshape import MAX_BYTES
+from agentloop._review._text import input_messages
 from agentloop.review import to_dot, to_mermaid
 from agentloop.testing import ScriptedModel, batch
 

@@ -20,7 +20,8 @@ from agentloop._core._messages import NOT_STARTED
 from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._diagram import visited
 from agentloop._review._replay import result_of
-from agentloop._review._report import HEADERS, describe, report_html
+from agentloop._review._report import report_html
+from agentloop._review._text import HEADERS, describe
 from agentloop.review import SVGUnavailableError, to_mermaid
 from agentloop.testing import ScriptedModel, batch
 

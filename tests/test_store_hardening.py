@@ -24,7 +24,8 @@ from agentloop import (
 from agentloop.__main__ import main
 from agentloop._durable._ledger import LedgerRecord
 from agentloop._review import _runfile
-from agentloop._review._report import report_html, run_lines
+from agentloop._review._report import report_html
+from agentloop._review._text import run_lines
 from agentloop.testing import batch, call, final
 
 if TYPE_CHECKING:

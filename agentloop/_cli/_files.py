@@ -37,7 +37,7 @@ def load(path: str, max_bytes: int) -> RunResult:
 def demo(out: str | None) -> int:
     """Run the scripted scenario, print it, and save it in ``out`` if given."""
     from agentloop._demo import QUESTION, demo_loop
-    from agentloop._review._report import run_lines
+    from agentloop._review._text import run_lines
 
     folder = None if out is None else _writable(out)  # before the demo prints a line
     result = demo_loop().run(QUESTION)
@@ -93,7 +93,7 @@ def show(
     result: RunResult, limit: int | None, *, title: str | None = None, more: tuple[str, ...] = ()
 ) -> int:
     """``result`` as text (values cut to ``limit``), then the lines ``more``."""
-    from agentloop._review._report import run_lines
+    from agentloop._review._text import run_lines
 
     title = f"agentloop run: {result.status.value}" if title is None else title
     print_lines([*run_lines(result, title=title, limit=limit), *more])

@@ -254,7 +254,7 @@ def _started_html(run: LedgerRun) -> str:
 
 def columns(rows: Sequence[tuple[str, ...]]) -> list[str]:
     """Rows aligned in columns two spaces apart, each cell on one line."""
-    from agentloop._review._report import printable
+    from agentloop._review._text import printable
 
     cells = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(row[column]) for row in cells) for column in range(len(cells[0]))]

@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args)
     except CommandError as exc:
-        from agentloop._review._report import printable
+        from agentloop._review._text import printable
 
         # One line, whatever the message quotes (a path, a value from the file).
         print(f"agentloop: error: {printable(str(exc))}", file=sys.stderr)
