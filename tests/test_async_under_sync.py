@@ -251,6 +251,9 @@ def test_a_keyboard_interrupt_in_an_async_tool_ends_the_run_cancelled() -> None:
 @pytest.mark.skipif(sys.platform == "win32", reason="pthread_kill is POSIX")
 def test_ctrl_c_while_an_async_tool_awaits_cancels_it_and_ends_the_run() -> None:
     """SIGINT cancels the awaited tool (its cleanup runs), then KeyboardInterrupt propagates."""
+    # Python's own Ctrl-C handler, whatever this process was started with: a job started in
+    # the background of a shell without job control (CI's, say) inherits SIGINT ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     sleeper = Sleeper()
     main = threading.main_thread().ident
     assert main == threading.get_ident(), "signals reach the main thread"
@@ -266,8 +269,11 @@ def test_ctrl_c_while_an_async_tool_awaits_cancels_it_and_ends_the_run() -> None
     run = Loop(ScriptedModel([call("c1", "sleep", seconds=30)]), tools=sleeper.registry())
     live = run.start("go")
     started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        live.finish()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            live.finish()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < 5
     assert live.state.value == "cancelled"
     assert sleeper.ended == ["cancelled"]
