@@ -96,8 +96,8 @@ def _counted(result: RunResult) -> tuple[RunResult, _Counted]:
     return result._replace(events=events), events
 
 
-def _reads_loading(text: bytes, monkeypatch: pytest.MonkeyPatch) -> int:
-    """Events read by ``run_from_json`` while it checks the story (from the events it built)."""
+def _reads_while(load: Callable[[], object], monkeypatch: pytest.MonkeyPatch) -> int:
+    """Events read while ``load()`` runs, of every run file it builds (story check included)."""
     made: list[_Counted] = []
     build = _runfile._build
 
@@ -108,8 +108,13 @@ def _reads_loading(text: bytes, monkeypatch: pytest.MonkeyPatch) -> int:
 
     with monkeypatch.context() as patch:
         patch.setattr(_runfile, "_build", counting_build)
-        agentloop.review.run_from_json(text)
+        load()
     return sum(events.reads for events in made)
+
+
+def _reads_loading(text: bytes, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Events read by ``run_from_json`` while it checks the story (from the events it built)."""
+    return _reads_while(lambda: agentloop.review.run_from_json(text), monkeypatch)
 
 
 def _reads_showing(result: RunResult) -> int:
@@ -126,19 +131,12 @@ def _reads_reporting(result: RunResult) -> int:
 
 def _reads_cli(command: str, path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
     """Events read by ``agentloop show`` or ``report``, loading included."""
-    made: list[_Counted] = []
-    build = _runfile._build
+    extra = ["-o", str(tmp_path / "report.html")] if command == "report" else []
 
-    def counting_build(document: dict[str, Any]) -> RunResult:
-        result, events = _counted(build(document))
-        made.append(events)
-        return result
-
-    with monkeypatch.context() as patch:
-        patch.setattr(_runfile, "_build", counting_build)
-        extra = ["-o", str(tmp_path / "report.html")] if command == "report" else []
+    def command_line() -> None:
         assert main([command, str(path), *extra]) == 0
-    return sum(events.reads for events in made)
+
+    return _reads_while(command_line, monkeypatch)
 
 
 SHAPES: dict[str, Callable[[int], RunResult]] = {
