@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 import agentloop
+from agentloop import testing
 
 Message = dict[str, Any]
 
@@ -38,13 +39,13 @@ def adding_after_a_tool(registry: agentloop.ToolRegistry, tool: Callable[..., An
 
 
 def call(call_id: str, name: str = "add", **arguments: Any) -> Message:
-    """A well-formed call reply."""
-    return {"kind": "call", "id": call_id, "name": name, "arguments": arguments}
+    """The kit's ``call``, to the shared ``add`` unless another tool is named."""
+    return testing.call(call_id, name, **arguments)
 
 
 def final(text: str = "done") -> Message:
-    """A well-formed final reply."""
-    return {"kind": "final", "text": text}
+    """The kit's ``final``, with a default text."""
+    return testing.final(text)
 
 
 @attrs.define
