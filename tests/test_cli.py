@@ -142,7 +142,9 @@ def test_version_names_the_distribution(capsys: pytest.CaptureFixture[str]) -> N
     assert capsys.readouterr().out == f"agentloop-fsm {metadata.version('agentloop-fsm')}\n"
 
 
-@pytest.mark.parametrize("command", ["demo", "diagram", "show", "report"])
+@pytest.mark.parametrize(
+    "command", ["demo", "diagram", "show", "report", "runs", "pending", "decide"]
+)
 def test_each_command_describes_itself_with_examples(
     command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -157,7 +159,9 @@ def test_each_command_describes_itself_with_examples(
     assert description.endswith(".")
     examples = text.split("examples:\n")[1].splitlines()
     assert examples
-    assert all(line.startswith(f"  agentloop {command}") for line in examples)
+    # The ledger commands' examples name a ledger, as the ones for run files name a file.
+    given = " runs.db" if command in ("runs", "pending", "decide") else ""
+    assert all(line.startswith(f"  agentloop {command}{given}") for line in examples)
 
 
 def test_the_command_list_has_a_line_per_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -166,7 +170,7 @@ def test_the_command_list_has_a_line_per_command(capsys: pytest.CaptureFixture[s
         main(["--help"])
 
     text = capsys.readouterr().out
-    for command in ("demo", "diagram", "show", "report"):
+    for command in ("demo", "diagram", "show", "report", "runs", "pending", "decide"):
         assert re.search(rf"^    {command} +\w", text, re.MULTILINE), command
 
 

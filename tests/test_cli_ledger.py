@@ -401,21 +401,6 @@ def test_decide_refuses_a_run_another_process_holds(
     assert "run 'paused' is being driven by another process" in err
 
 
-@pytest.mark.parametrize("command", ["runs", "pending", "decide"])
-def test_each_ledger_command_describes_itself_with_examples(
-    command: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """COMMAND --help: a one-line description, then examples that use the command."""
-    with pytest.raises(SystemExit) as caught:
-        main([command, "--help"])
-    assert caught.value.code == 0
-    text = capsys.readouterr().out
-    assert "\n" not in text.split("\n\n")[1]
-    examples = text.split("examples:\n")[1].splitlines()
-    assert examples
-    assert all(line.startswith(f"  agentloop {command} runs.db") for line in examples)
-
-
 # -- a DBOS system database URL, where a ledger path goes ------------------------------------------
 
 DBOS_WORKER = textwrap.dedent(
