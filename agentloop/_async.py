@@ -34,7 +34,7 @@ import asyncio
 import functools
 import inspect
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from agentloop._callbacks import (
     TokenCancelled,
@@ -44,8 +44,8 @@ from agentloop._callbacks import (
     within,
 )
 from agentloop._core._table import TERMINAL, State
-from agentloop._core._values import AskModel, AwaitApproval, RunTool
-from agentloop._run import LOG, Carried, Outcome, RunView, Verdicts, carried, log
+from agentloop._core._values import AskModel, ReviewCalls, RunTool
+from agentloop._run import LOG, Carried, RunView, carried, log, one_transition
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -54,11 +54,9 @@ if TYPE_CHECKING:
     from agentloop._core._approval import Decision
     from agentloop._core._engine import Engine
     from agentloop._core._values import CancelToken, RunResult, Transition
+    from agentloop._run import Request
 
 __all__ = ["AsyncRun"]
-
-# A run whose tools have no policies reviews nothing (and makes no Verdicts of its own).
-_NO_REVIEW: Final = Verdicts()
 
 
 class AsyncRun(RunView):
@@ -75,14 +73,16 @@ class AsyncRun(RunView):
         to_thread: bool,
         max_concurrency: int = 1,
         listeners: tuple[Listener, ...] = (),
-        review: Callable[[dict[str, Any]], Awaitable[Decision | Outcome | None]] | None = None,
+        review: Callable[[dict[str, Any]], Awaitable[object]] | None = None,
     ) -> None:
         super().__init__(engine)
         self._model = model
         self._dispatch = dispatch
-        # ``review(call)`` asks the policies; ``dispatch(call, decision=...)`` takes the answer.
+        # ``review(call)`` asks the policies; ``dispatch(call, review=..., decision=...)``
+        # takes their answer (handed back by the engine with the call).
         self._review = review
-        self._verdicts = Verdicts() if review is not None else _NO_REVIEW
+        if review is not None:
+            engine.reviews = True
         self._cancel = cancel
         self._model_timeout = model_timeout
         self._to_thread = to_thread
@@ -144,47 +144,19 @@ class AsyncRun(RunView):
             if not self._busy.acquire(False):
                 refused = True
                 raise self._refused()
-            do: Callable[[Any], Awaitable[object]] | None
-            argument: Any
-            report: Callable[[object], Transition]
-            transition: Transition
-            need: AskModel | RunTool | AwaitApproval | Transition | None = None
+            transition: Transition | None
             if decisions is not None:
-                need = engine.decided(decisions)
-            elif self._review is not None and self._verdicts.due(engine):
-                need = await self._verdicts.areview(engine, self._review)
-            if need is not None:
-                pass  # a decision, or the batch now waits for one
+                transition = engine.decided(decisions)
             elif (
                 self._max_concurrency > 1
                 and engine.state is State.DISPATCHING
                 and (self._tasks or engine.unstarted > 1)
             ):  # calls to run at once; a lone call is awaited in place, as with 1
-                need = await self._batch_step()
+                transition = await self._batch_step()
             else:
-                need = engine.next()
-            # Await the model or the tool, then report: the engine says what it meant.
-            if type(need) is AskModel:
-                do, argument, report = self._ask, need.history, engine.replied
-            elif type(need) is RunTool:
-                do, argument, report = self._tool(need.call), need.call, engine.returned
-            elif type(need) is AwaitApproval:
+                transition = await self._pumped()
+            if transition is None:
                 return None
-            else:  # the engine made a transition by itself
-                do = None
-                transition = need  # type: ignore[assignment]  # neither request: a transition
-            if do is not None:
-                try:
-                    pending = do(argument)
-                    answer = await (
-                        pending if self._cancel is None else unless_cancelled(self._cancel, pending)
-                    )
-                except TokenCancelled as exc:
-                    transition = ended_by_token(engine, exc)
-                except Exception as exc:  # noqa: BLE001 - the engine says what it means
-                    transition = engine.raised(exc)
-                else:
-                    transition = report(answer)
             if LOG.isEnabledFor(DEBUG):
                 log(transition)
             for listener, awaited in self._listeners:
@@ -207,16 +179,55 @@ class AsyncRun(RunView):
                 except RuntimeError:  # pragma: no cover - never taken: interrupted at once
                     pass
 
+    async def _pumped(self) -> Transition | None:
+        """One transition, each request of it awaited (see ``agentloop._run.one_transition``)."""
+        steps = one_transition(self._engine)
+        try:
+            need = steps.send(None)
+            while True:
+                try:
+                    answer = await self._perform(need)
+                except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
+                    need = steps.throw(exc)
+                else:
+                    need = steps.send(answer)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    async def _perform(self, need: Request) -> object:
+        """Await what the engine asked: the model, a tool (unless cancelled), the policies."""
+        if type(need) is ReviewCalls:
+            return await self._reviewed(need)
+        pending = (
+            self._ask(need.history) if type(need) is AskModel else self._tool(need)(need.call)  # type: ignore[arg-type, union-attr]
+        )
+        return await (pending if self._cancel is None else unless_cancelled(self._cancel, pending))
+
+    async def _reviewed(self, need: ReviewCalls) -> dict[str, object]:
+        """The policies' answers about the batch's calls, awaited together (not cancellable)."""
+        review = self._review
+        assert review is not None, "only a driver that reviews is asked to"
+        answers = await asyncio.gather(*(carried(review(call)) for call in need.calls))
+        for answer in answers:
+            if type(answer) is Carried:
+                raise answer.exc  # here, in the task that drives the run: the run ends
+        return {call["id"]: answer for call, answer in zip(need.calls, answers, strict=True)}
+
     async def _batch_step(self) -> Transition:
         """Start calls up to ``max_concurrency``, then report the first to complete."""
         engine, tasks = self._engine, self._tasks
         while engine.unstarted and len(tasks) < self._max_concurrency:
             need = engine.next()  # the cancel checkpoint before each call
+            if type(need) is ReviewCalls:  # before the batch's first call: as _pumped does
+                asked = engine.reviewed(await self._reviewed(need))
+                if asked is not None:
+                    return asked
+                continue
             if type(need) is not RunTool:
                 # Cancelled: the running calls were answered cancelled; their tasks end first.
                 await self._dropped(self._drop_tasks())
                 return need  # type: ignore[return-value]  # neither request: a transition
-            task = asyncio.ensure_future(carried(self._tool(need.call)(need.call)))
+            task = asyncio.ensure_future(carried(self._tool(need)(need.call)))
             task.add_done_callback(_observed)
             tasks[need.call["id"]] = task
         waiting = asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
@@ -253,14 +264,11 @@ class AsyncRun(RunView):
             return engine.raised(error, call_id)
         raise error  # KeyboardInterrupt and the like end the run
 
-    def _tool(self, call: dict[str, Any]) -> Callable[[Any], Awaitable[object]]:
-        """The dispatch for ``call``: with the policies' (or a person's) answer, when reviewed."""
-        if self._review is None:
+    def _tool(self, need: RunTool) -> Callable[[Any], Awaitable[object]]:
+        """The dispatch for ``need``'s call: with its review's and a person's answers, if any."""
+        if need.review is None and need.decision is None:
             return self._dispatch
-        verdict = self._verdicts.of(self._engine, call["id"])
-        if isinstance(verdict, dict):  # a policy that failed: the call fails closed, unrun
-            return functools.partial(_ready, verdict)
-        return functools.partial(self._dispatch, decision=verdict)
+        return functools.partial(self._dispatch, review=need.review, decision=need.decision)
 
     def _drop_tasks(self) -> list[asyncio.Task[object]]:
         """Cancel every running call's task: the engine has answered them ``cancelled``."""
@@ -293,11 +301,6 @@ class AsyncRun(RunView):
         return await within(
             self._model_timeout, f"no reply within model_timeout={self._model_timeout} s", call
         )
-
-
-async def _ready(outcome: object, call: object) -> object:
-    """An outcome known before the call would run, awaited as a dispatch is."""
-    return outcome
 
 
 def _observed(task: asyncio.Task[Any]) -> None:

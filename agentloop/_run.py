@@ -1,23 +1,36 @@
-"""What the two drivers share: the read-only view of a run, one step at a time, and reviews."""
+"""What the drivers share: one transition, written once, and the read-only view of a run.
+
+``one_transition(engine)`` is the one source of every driver (after trio's
+``unrolled_run``): a generator that asks the engine what the run needs,
+yields each request (``AskModel``, ``RunTool``, ``ReviewCalls``) to the
+driver that pumps it, takes the answer sent back in (or the exception
+thrown in), reports it, and returns the transition that followed. ``Run``
+pumps it with plain calls, ``AsyncRun`` with awaits: what a driver adds is
+only how it performs a request.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from agentloop._core._table import State
+from agentloop._callbacks import TokenCancelled, ended_by_token
+from agentloop._core._values import AskModel, AwaitApproval, ReviewCalls, RunTool
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Generator
 
-    from agentloop._core._approval import Decision, PendingCall
+    from agentloop._core._approval import PendingCall
     from agentloop._core._engine import Engine
+    from agentloop._core._table import State
     from agentloop._core._values import Budget, RunResult, Transition, Usage
 
-__all__ = ["LOG", "Carried", "RunView", "Verdicts", "carried", "log"]
+#: What a driver is asked to perform: call the model, run a tool, review a batch.
+Request = AskModel | RunTool | ReviewCalls
+
+__all__ = ["LOG", "Carried", "Request", "RunView", "carried", "log", "one_transition"]
 
 _T = TypeVar("_T")
 
@@ -28,6 +41,46 @@ Outcome = dict[str, Any]
 LOG: Final = logging.getLogger("agentloop")
 LOG.addHandler(logging.NullHandler())
 _DEBUG: Final = logging.DEBUG
+
+
+def one_transition(
+    engine: Engine, need: object = None
+) -> Generator[Request, object, Transition | None]:
+    """One transition of ``engine``: its requests yielded, their answers reported, it returned.
+
+    The driver sends in what the request answered, or throws in the
+    ``Exception`` (or ``TokenCancelled``) performing it raised; the engine
+    says what either means. ``None``: the run waits for a person's
+    decisions, and nothing happened. ``need``: what ``engine.next()``
+    answered already, if the driver asked it.
+    """
+    while True:
+        if need is None:
+            need = engine.next()
+        kind = type(need)
+        if kind is ReviewCalls:
+            answers: Any = yield need  # type: ignore[misc]  # a request
+            asked = engine.reviewed(answers)
+            if asked is not None:
+                return asked  # a policy asked a person: the batch waits
+            need = None  # nothing recorded: on to the batch's first call
+            continue
+        report: Callable[[object], Transition]
+        if kind is AskModel:
+            report = engine.replied
+        elif kind is RunTool:
+            report = engine.returned
+        elif kind is AwaitApproval:
+            return None
+        else:
+            return need  # type: ignore[return-value]  # the engine moved by itself
+        try:
+            answer = yield need  # type: ignore[misc]  # a request
+        except TokenCancelled as exc:
+            return ended_by_token(engine, exc)
+        except Exception as exc:  # noqa: BLE001 - the engine says what it means
+            return engine.raised(exc)
+        return report(answer)
 
 
 def log(transition: Transition) -> None:
@@ -148,74 +201,6 @@ class RunView:
             f"{self.state.value!r}); step a run from one place at a time",
             state=self.state,
         )
-
-
-class Verdicts:
-    """The policies' answers about the batch in hand, asked once, before its first call.
-
-    An ``ask`` among them stops the batch (``asked_approval``); every other
-    answer is handed to the dispatcher with its call, so no policy is asked twice.
-    """
-
-    __slots__ = ("_answers", "_at")
-
-    def __init__(self) -> None:
-        self._at = -1  # the run's call count when the batch in hand was reviewed
-        self._answers: dict[str, Decision | Outcome] = {}
-
-    def due(self, engine: Engine) -> bool:
-        """Whether the batch in hand is still to be reviewed."""
-        return engine.state is State.DISPATCHING and self._at != engine.calls
-
-    def review(
-        self, engine: Engine, review: Callable[[dict[str, Any]], Decision | Outcome | None]
-    ) -> Transition | None:
-        """Ask about each call of the batch; the ``approval_asked`` transition, if any asked."""
-        calls = self.to_review(engine)
-        return self._taken(engine, calls, [review(call) for call in calls])
-
-    async def areview(
-        self,
-        engine: Engine,
-        review: Callable[[dict[str, Any]], Awaitable[Decision | Outcome | None]],
-    ) -> Transition | None:
-        """``review``, awaiting the answers about the batch's calls together."""
-        calls = self.to_review(engine)
-        answers = await asyncio.gather(*(carried(review(call)) for call in calls))
-        for answer in answers:
-            if type(answer) is Carried:
-                raise answer.exc  # here, in the task that drives the run: the run ends
-        return self._taken(engine, calls, answers)  # type: ignore[arg-type]  # none is Carried
-
-    def of(self, engine: Engine, call_id: str) -> Decision | Outcome | None:
-        """The answer about ``call_id``: its policies' or a person's (or its failed outcome)."""
-        return self._answers.get(call_id) or engine.decisions.get(call_id)
-
-    @staticmethod
-    def to_review(engine: Engine) -> list[dict[str, Any]]:
-        """The calls to ask about: none once a call of the batch started, none decided."""
-        decided = engine.decisions
-        return [call for call in engine.unstarted_batch() if call["id"] not in decided]
-
-    def _taken(
-        self,
-        engine: Engine,
-        calls: list[dict[str, Any]],
-        answers: list[Decision | Outcome | None],
-    ) -> Transition | None:
-        """Keep the answers, once the engine took the asks among them (a refusal keeps none)."""
-        kept: dict[str, Decision | Outcome] = {}
-        reasons: dict[str, str] = {}
-        for call, answer in zip(calls, answers, strict=True):
-            if answer is None:
-                continue
-            if not isinstance(answer, dict) and answer.asks:
-                reasons[call["id"]] = answer.reason
-            else:
-                kept[call["id"]] = answer
-        asked = engine.asked_approval(reasons) if reasons else None
-        self._at, self._answers = engine.calls, kept
-        return asked
 
 
 class Carried:

@@ -24,18 +24,12 @@ import signal
 import threading
 import weakref
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentloop._callbacks import (
-    TokenCancelled,
-    ended_by_token,
-    is_async,
-    unless_cancelled,
-    within,
-)
+from agentloop._callbacks import TokenCancelled, is_async, unless_cancelled, within
 from agentloop._core._table import TERMINAL, State
-from agentloop._core._values import AskModel, AwaitApproval, RunTool
-from agentloop._run import LOG, Outcome, RunView, Verdicts, log
+from agentloop._core._values import AskModel, RunTool
+from agentloop._run import LOG, RunView, log, one_transition
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Iterator
@@ -44,11 +38,9 @@ if TYPE_CHECKING:
     from agentloop._core._approval import Decision
     from agentloop._core._engine import Engine
     from agentloop._core._values import CancelToken, RunResult, Transition
+    from agentloop._run import Request
 
 __all__ = ["Awaiter", "Run", "awaiting"]
-
-# A run whose tools have no policies reviews nothing (and makes no Verdicts of its own).
-_NO_REVIEW: Final = Verdicts()
 
 _T = TypeVar("_T")
 
@@ -175,7 +167,7 @@ class Run(RunView):
         model: Model,
         dispatch: Callable[..., object],
         listeners: tuple[Listener, ...] = (),
-        review: Callable[[dict[str, Any]], Decision | Outcome | None] | None = None,
+        review: Callable[[dict[str, Any]], object] | None = None,
         *,
         awaiter: Awaiter | None = None,
         model_timeout: float | None = None,
@@ -186,9 +178,11 @@ class Run(RunView):
         self._awaiter = Awaiter() if awaiter is None else awaiter
         self._model_timeout = model_timeout
         self._dispatch = dispatch
-        # ``review(call)`` asks the policies; ``dispatch(call, decision=...)`` takes the answer.
+        # ``review(call)`` asks the policies; ``dispatch(call, review=..., decision=...)``
+        # takes their answer (handed back by the engine with the call).
         self._review = review
-        self._verdicts = Verdicts() if review is not None else _NO_REVIEW
+        if review is not None:
+            engine.reviews = True
         self._listeners: list[Listener] = []
         for listener in listeners:
             self.subscribe(listener)
@@ -244,62 +238,51 @@ class Run(RunView):
         return transition
 
     def _steps(self, until_done: bool = True) -> Transition | None:
-        """Transitions until the run is done, or one: each asks, reports, logs, tells listeners.
+        """Transitions until the run is done, or one: each pumped, logged, told to listeners.
 
-        One loop with no call of its own per transition: at a few tool calls a
-        run, calls are most of what a driver costs. ``None``: the run waits for
-        a person's decisions, and nothing happened.
+        ``None``: the run waits for a person's decisions, and nothing happened.
         """
-        engine, model, dispatch, review = self._engine, self._model, self._dispatch, self._review
-        listeners, verdicts = self._listeners, self._verdicts
+        engine, listeners, perform = self._engine, self._listeners, self._perform
         debug = LOG.isEnabledFor(DEBUG)  # once a loop: logging is not reconfigured mid-run
         while True:
-            # Before a batch's first call, its policies are asked (once): an ask stops it.
-            asked = verdicts.review(engine, review) if review and verdicts.due(engine) else None
-            if asked is not None:
-                transition = asked
-            else:
-                need = engine.next()
-                # The engine says what the answer, or the exception, means.
-                if type(need) is AskModel:
+            steps = one_transition(engine)
+            try:
+                need = steps.send(None)
+                while True:
                     try:
-                        reply = model(need.history)
-                        # A dict (any reply that is JSON) is never awaitable: no check for it.
-                        if type(reply) is not dict and inspect.isawaitable(reply):
-                            reply = self._await_reply(reply)
-                    except TokenCancelled as exc:
-                        transition = ended_by_token(engine, exc)
-                    except Exception as exc:  # noqa: BLE001 - the engine says what it means
-                        transition = engine.raised(exc)
+                        answer = perform(need)
+                    except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
+                        need = steps.throw(exc)
                     else:
-                        transition = engine.replied(reply)
-                elif type(need) is RunTool:
-                    try:
-                        if review is None:
-                            outcome = dispatch(need.call)
-                        else:
-                            verdict = verdicts.of(engine, need.call["id"])
-                            outcome = (  # a policy that failed: the call fails closed, unrun
-                                verdict
-                                if isinstance(verdict, dict)
-                                else dispatch(need.call, decision=verdict)
-                            )
-                    except TokenCancelled as exc:  # an async tool, awaited: see awaiting()
-                        transition = ended_by_token(engine, exc)
-                    except Exception as exc:  # noqa: BLE001 - the engine says what it means
-                        transition = engine.raised(exc)
-                    else:
-                        transition = engine.returned(outcome)
-                elif type(need) is AwaitApproval:
-                    return None
-                else:
-                    transition = need  # type: ignore[assignment]  # neither request: the engine's
+                        need = steps.send(answer)
+            except StopIteration as stop:
+                made: Transition | None = stop.value
+            if made is None:
+                return None
             if debug:
-                log(transition)
+                log(made)
             for listener in listeners:
-                listener(transition)
-            if not until_done or transition.dest in TERMINAL:
-                return transition
+                listener(made)
+            if not until_done or made.dest in TERMINAL:
+                return made
+
+    def _perform(self, need: Request) -> object:
+        """Do what the engine asked: call the model, run a tool, or ask the policies."""
+        kind = type(need)
+        if kind is AskModel:
+            reply = self._model(need.history)  # type: ignore[union-attr]  # an AskModel
+            # A dict (any reply that is JSON) is never awaitable: no check for it.
+            if type(reply) is not dict and inspect.isawaitable(reply):
+                return self._await_reply(reply)
+            return reply
+        if kind is RunTool:
+            call, review, decision = need  # type: ignore[misc]  # a RunTool
+            if review is None and decision is None:
+                return self._dispatch(call)
+            return self._dispatch(call, review=review, decision=decision)
+        review = self._review
+        assert review is not None, "only a driver that reviews is asked to"
+        return {call["id"]: review(call) for call in need.calls}  # type: ignore[union-attr]
 
     def _await_reply(self, reply: Awaitable[object]) -> object:
         """An async model's reply, awaited on the run's event loop within ``model_timeout``."""

@@ -54,7 +54,6 @@ registers its two workflows (``agentloop.run`` and ``agentloop.cancel``).
 from __future__ import annotations
 
 import contextlib
-import functools
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any, Final
 from uuid import uuid4
@@ -83,6 +82,7 @@ from agentloop._core._values import (
     AwaitApproval,
     CancelToken,
     RecordedException,
+    ReviewCalls,
     RunResult,
     RunTool,
     Transition,
@@ -105,8 +105,8 @@ from agentloop._durable._resume import (
 )
 from agentloop._errors import AgentloopError, InvalidStateError
 from agentloop._loop import Loop
-from agentloop._run import LOG, Verdicts, log
-from agentloop._tools._registry import reviewing
+from agentloop._run import LOG, log
+from agentloop._tools._registry import PreparedCall, reviewing
 
 if TYPE_CHECKING:
     from dbos import DBOSClient, EnqueueOptions, Queue, WorkflowHandle
@@ -276,17 +276,17 @@ class DBOSLoop:
         if DBOS.run_step(_BEGIN, cancel_requested, run_id):
             token.cancel()
         listeners = self.loop.listeners
-        verdicts = None if reviewing(self.loop.dispatcher) is None else Verdicts()
+        engine.reviews = reviewing(self.loop.dispatcher) is not None
         while not engine.done:
-            if verdicts is not None and verdicts.due(engine):
-                answer = DBOS.run_step(_REVIEW, self._review, run_id, verdicts.to_review(engine))
+            need = engine.next()
+            if type(need) is ReviewCalls:
+                answer = DBOS.run_step(_REVIEW, self._review, run_id, need.calls)
                 if answer.pop("cancel"):
                     token.cancel()  # the checkpoint before the batch's first call
-                asked = verdicts.review(engine, functools.partial(_recorded, answer))
+                asked = engine.reviewed({i: _verdict(data) for i, data in answer.items()})
                 if asked is not None:
                     _tell(listeners, asked)
-                    continue
-            need = engine.next()
+                continue
             if type(need) is AskModel:
                 answer = DBOS.run_step(_MODEL, self._ask, run_id, need.history)
                 if answer.pop("cancel"):
@@ -295,13 +295,13 @@ class DBOSLoop:
                 transition = engine.raised(value) if kind == "raised" else engine.replied(value)
             elif type(need) is RunTool:
                 call = need.call
-                verdict = None if verdicts is None else verdicts.of(engine, call["id"])
+                verdict = need.review if need.decision is None else need.decision
                 if isinstance(verdict, dict):  # a policy failed: the review recorded the outcome
                     _tell(listeners, engine.returned(verdict))
                     continue
                 nonce = uuid4().hex
                 again = DBOS.run_step(_STARTED, _started, call["id"], nonce) != nonce
-                decision = None if verdict is None else verdict.record()
+                decision = verdict.record() if isinstance(verdict, Decision) else None
                 outcome = DBOS.run_step(_TOOL, self._call, run_id, call, again, decision)
                 if outcome.pop("cancel"):
                     token.cancel()  # the checkpoint before the next tool or model ask
@@ -444,21 +444,15 @@ def decide(
     via.send(run_id, message, APPROVAL_TOPIC)
 
 
-def _verdict_data(answer: Decision | dict[str, Any] | None) -> dict[str, Any] | None:
-    """A policy's answer as a step records it: a decision, or the outcome of a failed one."""
-    if answer is None:
-        return None
-    if isinstance(answer, Decision):
-        return {"decision": attrs.asdict(answer)}  # an ask too: its asks field is kept
+def _verdict_data(answer: PreparedCall | dict[str, Any]) -> dict[str, Any]:
+    """A review's answer as a step records it: the policies' decision, or the call's outcome."""
+    if isinstance(answer, PreparedCall):
+        return {"decision": attrs.asdict(answer.decision)}  # an ask too: its asks field is kept
     return {"outcome": outcome_record(answer)[0]}
 
 
-def _recorded(answer: dict[str, Any], call: dict[str, Any]) -> Decision | dict[str, Any] | None:
-    """The recorded review's answer about ``call``."""
-    return _verdict(answer[call["id"]])
-
-
 def _verdict(data: dict[str, Any] | None) -> Decision | dict[str, Any] | None:
+    """The recorded review's answer about a call (``None``: no policy was asked)."""
     if data is None:
         return None
     if "decision" in data:

@@ -1,8 +1,10 @@
 """agentloop.engine: for writing a driver of your own around the sans-I/O engine.
 
 ``Engine`` is the state machine ``Loop``'s drivers wrap: ``next()`` says what
-the run needs (``AskModel``, ``RunTool``, ``AwaitApproval``, or the
-``Transition`` it made by itself), and the driver reports what happened.
+the run needs (``AskModel``, ``RunTool``, ``ReviewCalls``, ``AwaitApproval``,
+or the ``Transition`` it made by itself), and the driver reports what
+happened. A registry's ``review`` answers a ``ReviewCalls`` with a
+``PreparedCall`` per call, which the engine hands back in ``RunTool.review``.
 The table it interprets is here too (``ROWS``: each a ``Row`` of ``State``,
 ``Trigger``, ``Guard`` and ``Effect``), with the callback types a driver
 calls (``Model``, ``Dispatcher``, ``Listener``). See the docs' "Writing a
@@ -15,8 +17,9 @@ from agentloop._callbacks import Dispatcher, Listener, Model
 from agentloop._core._checked import ROWS, Row
 from agentloop._core._engine import Engine
 from agentloop._core._table import TERMINAL, Effect, Guard, State, Trigger
-from agentloop._core._values import AskModel, AwaitApproval, RunTool, Transition
+from agentloop._core._values import AskModel, AwaitApproval, ReviewCalls, RunTool, Transition
 from agentloop._names import publish as _publish
+from agentloop._tools._policy import PreparedCall
 
 __all__ = [
     "ROWS",
@@ -29,6 +32,8 @@ __all__ = [
     "Guard",
     "Listener",
     "Model",
+    "PreparedCall",
+    "ReviewCalls",
     "Row",
     "RunTool",
     "State",

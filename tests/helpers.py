@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -46,6 +46,23 @@ def call(call_id: str, name: str = "add", **arguments: Any) -> Message:
 def final(text: str = "done") -> Message:
     """The kit's ``final``, with a default text."""
     return testing.final(text)
+
+
+class Asked(NamedTuple):
+    """A review's answer that asks a person, with any reason: one the engine must refuse too."""
+
+    reason: object
+    asks: bool = True
+
+
+def asking(reasons: object) -> Any:
+    """What a review answers when it asks a person about each call: ``{call_id: reason}``.
+
+    Anything but a dict is passed on as it is (a bad report, for the engine to refuse).
+    """
+    if not isinstance(reasons, dict):
+        return reasons
+    return {call_id: Asked(reason) for call_id, reason in reasons.items()}
 
 
 @attrs.define
@@ -94,6 +111,9 @@ class SteppedAsync:
 
     def step(self) -> agentloop.Transition:
         return self.runner.run(self.run.astep())
+
+    def decide(self, decisions: dict[str, Any]) -> agentloop.Transition:
+        return self.runner.run(self.run.adecide(decisions))
 
     def __iter__(self) -> Iterator[agentloop.Transition]:
         while not self.run.done:

@@ -36,8 +36,10 @@ from agentloop import (
     ask,
     deny,
 )
-from agentloop.engine import Trigger
+from agentloop.engine import PreparedCall, Trigger
 from agentloop.testing import ScriptedModel, batch, call, final
+
+from .helpers import Driver, asking
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -243,8 +245,19 @@ def test_a_registry_on_its_own_answers_an_ask_denied() -> None:
         "content": "this call needs a person's approval, which was not given: sends 9 EUR",
     }
     assert desk.ran == []
-    assert desk.registry.review(call("p", "pay", amount=9)) == ask("sends 9 EUR")
-    assert desk.registry.review(call("p", "nope")) is None  # dispatch will say unknown_tool
+    prepared = desk.registry.review(call("p", "pay", amount=9))
+    assert isinstance(prepared, PreparedCall)
+    assert (prepared.tool.name, prepared.kwargs, prepared.decision) == (
+        "pay",
+        {"amount": 9},
+        ask("sends 9 EUR"),
+    )
+    assert (prepared.asks, prepared.reason) == (True, "sends 9 EUR")
+    # A call that cannot run gets its outcome from the review, as dispatch would answer.
+    unknown = desk.registry.review(call("p", "nope"))
+    assert unknown == desk.registry.dispatch(call("p", "nope"))
+    assert isinstance(unknown, dict)
+    assert unknown["status"] == "unknown_tool"
 
 
 def test_without_asks_each_policy_is_asked_once_and_nothing_waits() -> None:
@@ -599,7 +612,7 @@ def test_a_denied_call_never_runs_whatever_goes_on_with_the_run(tmp_path: Path) 
     engine.next()
     engine.replied(three())
     engine.next()
-    engine.asked_approval({"a": "?", "c": "?"})
+    engine.reviewed(asking({"a": "?", "c": "?"}))
     engine.decided({"a": deny("no"), "c": approve()})
     handed = []
     while not engine.done:
@@ -809,3 +822,45 @@ def test_a_ledger_given_as_a_run_file_is_named(tmp_path: Path) -> None:
     Loop(ScriptedModel([final("x")]), ledger=ledger).run("go")
     with pytest.raises(agentloop.RunFileError, match="a SQLite database \\(a ledger\\?"):
         agentloop.load_run(tmp_path / "runs.db")
+
+
+def test_a_reviewed_call_is_validated_and_converted_once(driver: Driver) -> None:
+    """The review hands back a prepared call: its dispatch checks and converts nothing again.
+
+    Each call's arguments are validated once and converted once, whether the
+    policies allowed it or asked a person who approved it; the policies are
+    asked once per call.
+    """
+    desk = Desk()
+    checked: list[dict[str, Any]] = []
+    converted: list[dict[str, Any]] = []
+
+    def counted(tool: Tool) -> None:
+        is_valid, convert = tool._is_valid, tool._convert
+
+        def validating(arguments: dict[str, Any]) -> bool:
+            checked.append(arguments)
+            return is_valid(arguments)
+
+        def converting(arguments: dict[str, Any]) -> dict[str, Any]:
+            converted.append(arguments)
+            return arguments if convert is None else convert(arguments)
+
+        tool._is_valid, tool._convert = validating, converting  # type: ignore[assignment]
+
+    for tool in desk.registry:
+        counted(tool)
+    run = driver.start(Loop(ScriptedModel([three(), final("ok")]), tools=desk.registry), "go")
+    while run.state is not State.AWAITING_APPROVAL:
+        run.step()
+    assert checked == converted == [{"q": "rates"}, {"amount": 5}, {"amount": 7}]
+    assert desk.ran == []
+    run.decide({"b": approve(), "c": approve()})
+    while not run.done:
+        run.step()
+    assert (run.result().status, desk.ran) == (
+        "finished",
+        [("look", "rates"), ("pay", 5), ("pay", 7)],
+    )
+    assert checked == converted == [{"q": "rates"}, {"amount": 5}, {"amount": 7}]
+    assert desk.asked == ["a", "b", "c"]

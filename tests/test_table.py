@@ -134,6 +134,8 @@ def test_every_report_has_rows_where_its_request_is_handed_out() -> None:
         (State.AWAITING_MODEL, Trigger.ASK_MODEL),
         (State.DISPATCHING, Trigger.START_TOOL),
         (State.AWAITING_APPROVAL, Trigger.AWAIT_APPROVAL),
+        # A review that asked nobody: its answers are kept, and nothing is recorded.
+        (State.DISPATCHING, Trigger.APPROVAL_ASKED),
     }
 
 

@@ -104,8 +104,8 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
     assert "    awaiting_model --> awaiting_model: ask_model (3x)\n" in mermaid
     assert "    validating --> dispatching: validate (2x)\n" in mermaid
     assert (
-        "    dispatching --> dispatching: start_tool (3x)<br>tool_returned [batch_open] (1x)\n"
-        in mermaid
+        "    dispatching --> dispatching: start_tool [batch_unreviewed]<br>start_tool (3x)"
+        "<br>tool_returned [batch_open] (1x)<br>approval_asked [nobody_asked]\n" in mermaid
     )
     assert "    dispatching --> awaiting_model: tool_returned (2x)\n" in mermaid
     assert "    validating --> finished: validate [reply_is_final] (1x)\n" in mermaid

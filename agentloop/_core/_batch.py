@@ -42,6 +42,8 @@ class Batch:
     #: The calls a policy asked a person about, and each decision taken, by id.
     pending: tuple[PendingCall, ...] = ()
     decided: dict[str, Decision] = attrs.field(factory=dict)
+    #: What the driver's review answered about each call, by id (None: not reviewed).
+    review: dict[str, object] | None = None
 
     def __attrs_post_init__(self) -> None:
         self.calls = self.reply.calls
@@ -71,6 +73,21 @@ class Batch:
             return orjson.loads(reply.json)  # type: ignore[no-any-return]
         element = reply.value["calls"][index]
         return {"kind": "call", **orjson.loads(orjson.dumps(element))}
+
+    def to_review(self) -> list[dict[str, Any]]:
+        """Fresh copies of the calls a review is to answer about: those no person decided."""
+        decided = self.decided
+        return [
+            self.call(index)
+            for index, (call_id, _) in enumerate(self.calls)
+            if call_id not in decided
+        ]
+
+    def handed_out(self, index: int) -> tuple[dict[str, Any], object, Decision | None]:
+        """Call ``index`` as it is handed out: a fresh copy, its review's answer, its decision."""
+        call_id = self.calls[index][0]
+        review = None if self.review is None else self.review.get(call_id)
+        return self.call(index), review, self.decided.get(call_id)
 
     def answer(self, index: int, status: str, content_json: bytes) -> None:
         """Keep call ``index``'s result."""

@@ -8,8 +8,10 @@ happened to the request: ``replied(reply)``, ``returned(outcome, call_id)``,
 ``raised(exc, call_id)`` (the id may be left out while one call runs); and
 ``interrupted(exc)`` when a ``BaseException`` stops it anywhere in a step.
 Every report returns the transition it made. A driver whose tools have
-policies may also report ``asked_approval(reasons)`` before a batch's first
-call; ``next()`` then answers ``AwaitApproval`` until ``decided(decisions)``.
+policies sets ``reviews``: ``next()`` then hands it each accepted batch as
+``ReviewCalls`` before its first call, and it reports ``reviewed(answers)``;
+if an answer asks a person, ``next()`` answers ``AwaitApproval`` until
+``decided(decisions)``.
 In ``dispatching``, ``next()`` may hand out a batch's next call while others
 run: a driver that runs calls at once asks again.
 
@@ -32,11 +34,26 @@ import orjson
 
 from agentloop._core._batch import check_decisions
 from agentloop._core._checked import TABLE, Row
-from agentloop._core._intake import Outcome, raised_outcome, raised_usage, take_outcome, take_reply
+from agentloop._core._intake import (
+    Outcome,
+    not_json,
+    raised_outcome,
+    raised_usage,
+    take_outcome,
+    take_reply,
+)
 from agentloop._core._json import exception_content
 from agentloop._core._rows import RunState, _Draft
 from agentloop._core._table import NEXT, REPORTS, TERMINAL, Report, State, Trigger
-from agentloop._core._values import AskModel, AwaitApproval, RunResult, RunTool, Transition, Usage
+from agentloop._core._values import (
+    AskModel,
+    AwaitApproval,
+    ReviewCalls,
+    RunResult,
+    RunTool,
+    Transition,
+    Usage,
+)
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
@@ -107,6 +124,20 @@ class Engine(RunState):
         return self._budget
 
     @property
+    def reviews(self) -> bool:
+        """Whether ``next()`` hands each accepted batch to the driver's review first.
+
+        A driver whose tools have policies sets it before its first step.
+        """
+        return self._reviews
+
+    @reviews.setter
+    def reviews(self, value: bool) -> None:
+        if type(value) is not bool:
+            raise TypeError(f"expected reviews to be a bool, got {type(value).__name__}")
+        self._reviews = value
+
+    @property
     def outstanding(self) -> Trigger | None:
         """The request handed out and not yet answered (``ask_model``, ``start_tool``), if any."""
         return self._outstanding
@@ -134,23 +165,6 @@ class Engine(RunState):
         if self._state is not State.AWAITING_APPROVAL or self._batch is None:
             return ()
         return self._batch.pending
-
-    @property
-    def decisions(self) -> dict[str, Decision]:
-        """A person's decisions about calls of the batch in hand, by call id (a copy)."""
-        if self._state is not State.DISPATCHING or self._batch is None:
-            return {}
-        return dict(self._batch.decided)
-
-    def unstarted_batch(self) -> list[dict[str, Any]]:
-        """Fresh copies of the accepted batch's calls while none has started (else none).
-
-        What a driver shows its policies before the batch's first call starts.
-        """
-        batch = self._batch
-        if self._state is not State.DISPATCHING or batch is None or batch.handed:
-            return []
-        return [batch.call(index) for index in range(len(batch.calls))]
 
     def history(self) -> list[dict[str, Any]]:
         """A fresh copy of the history."""
@@ -195,7 +209,7 @@ class Engine(RunState):
 
     # -- the driver protocol --------------------------------------------------
 
-    def next(self) -> AskModel | RunTool | AwaitApproval | Transition:
+    def next(self) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Transition:
         """What the run needs now: the model's reply, a tool's outcome, or nothing.
 
         Nothing means the engine made a transition by itself; it is returned.
@@ -282,26 +296,55 @@ class Engine(RunState):
         draft.exception = exc
         return self._record(self._choose(trigger, draft), draft)
 
-    def asked_approval(self, reasons: Mapping[str, str]) -> Transition:
-        """A policy asked a person about these calls of the batch: ``{call_id: reason}``.
+    def reviewed(self, answers: Mapping[str, object]) -> Transition | None:
+        """The review answered about the batch's calls: ``{call_id: answer}`` (see ``ReviewCalls``).
 
-        Only before the batch's first call starts. The run waits in
-        ``awaiting_approval`` until ``decided``; a bad report raises and changes nothing.
+        Only before the batch's first call starts, once. An answer whose
+        ``asks`` is true makes the batch wait for a person: the
+        ``approval_asked`` transition is returned, and the run waits in
+        ``awaiting_approval`` until ``decided``. Else nothing is recorded, the
+        answers are kept and ``None`` is returned: ``next()`` hands out the
+        calls, each with its answer. A bad report raises and changes nothing.
         """
         draft = _Draft(self._reply.lone)
-        draft.asked = self.checked_reasons(reasons)
-        return self._record(self._choose(Trigger.APPROVAL_ASKED, draft), draft)
+        draft.asked, draft.review = self._checked_review(answers)
+        row = self._choose(Trigger.APPROVAL_ASKED, draft)
+        return None if row.dest is None else self._record(row, draft)
 
-    def checked_reasons(self, reasons: object) -> tuple[PendingCall, ...]:
-        """The pending calls ``asked_approval(reasons)`` would hold; raises if it would refuse."""
+    def _checked_review(self, answers: object) -> tuple[tuple[PendingCall, ...], dict[str, object]]:
+        """The calls ``reviewed(answers)`` would hold for a person, and the answers it keeps."""
         batch = self._batch
-        if self._state is not State.DISPATCHING or batch is None or batch.handed:
+        if (
+            self._state is not State.DISPATCHING
+            or batch is None
+            or batch.handed
+            or batch.review is not None
+        ):
+            why = "was reviewed already" if batch and batch.review is not None else "is not one"
             raise InvalidStateError(
-                f"cannot ask for approval in state {self._state.value!r}: only an accepted "
-                "batch none of whose calls has started can wait for a person",
+                f"cannot take a review in state {self._state.value!r}: only an accepted batch "
+                f"none of whose calls has started is reviewed, once (this {why})",
                 state=self._state,
             )
-        return batch.asked(reasons)
+        if not isinstance(answers, dict):
+            raise TypeError(
+                "expected answers to be a dict of call id -> the review's answer, "
+                f"got {not_json(answers).text:.80}"
+            )
+        taken = dict(list(answers.items()))  # read once: what is checked is what is kept
+        ids = [call_id for call_id, _ in batch.calls]
+        unknown = [call_id for call_id in taken if call_id not in ids]
+        if unknown:
+            raise ValueError(
+                f"expected answers about calls of the batch (its calls: {ids}), "
+                f"got answers about {[not_json(i).text[:80] for i in unknown]}"
+            )
+        reasons = {
+            call_id: getattr(answer, "reason", None)
+            for call_id, answer in taken.items()
+            if getattr(answer, "asks", False) is True
+        }
+        return (batch.asked(reasons) if reasons else ()), taken
 
     def decided(self, decisions: Mapping[str, Decision]) -> Transition:
         """A person decided every pending call: ``{call_id: approve() | deny(reason)}``.
@@ -310,10 +353,10 @@ class Engine(RunState):
         anything that is not an ``approve``/``deny`` raises and changes nothing.
         """
         draft = _Draft(self._reply.lone)
-        draft.decisions_in = self.checked_decisions(decisions)
+        draft.decisions_in = self._checked_decisions(decisions)
         return self._record(self._choose(Trigger.APPROVAL_DECIDED, draft), draft)
 
-    def checked_decisions(self, decisions: object) -> tuple[tuple[str, Decision], ...]:
+    def _checked_decisions(self, decisions: object) -> tuple[tuple[str, Decision], ...]:
         """The decisions ``decided`` would keep, in pending order; raises if it would refuse."""
         if self._state is not State.AWAITING_APPROVAL or self._batch is None:
             taken = "; this batch's decisions were taken already" if self._batch else ""
@@ -395,7 +438,7 @@ class Engine(RunState):
             self._history.extend(appended)
         if usage is not None:
             self._spent = Usage(*(a + b for a, b in zip(self._spent, usage, strict=True)))
-            self.tokens = self._spent.total
+            self._tokens = self._spent.total
         self._state = row.dest  # type: ignore[assignment]  # a recorded row moves
         batch = self._batch
         self._outstanding = _START_TOOL if batch is not None and batch.running else None

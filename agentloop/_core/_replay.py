@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from agentloop._core._approval import ask
 from agentloop._core._engine import Engine
 from agentloop._core._json import exception_content
 from agentloop._core._table import NEXT, Guard, Trigger
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
     from agentloop._core._values import Budget
 
-__all__ = ["Mismatch", "replay", "row_text"]
+__all__ = ["Mismatch", "asked", "replay", "row_text"]
 
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 # The reports that answer a model request: the ask that spent the step comes first.
@@ -148,10 +149,22 @@ def _feed(
         return engine.returned(outcome, event.call_id)
     try:
         if trigger is Trigger.APPROVAL_ASKED:
-            return engine.asked_approval({call.call_id: call.reason for call in event.pending})
+            return asked(engine, event)
         return engine.decided(dict(event.decisions))
     except (TypeError, ValueError) as refused:
         raise Mismatch(where, "a report the engine takes", str(refused)) from None
+
+
+def asked(engine: Engine, event: Transition) -> Transition:
+    """Feed the review an ``approval_asked`` event records: an ask for each pending call.
+
+    The review's other answers were not recorded (they moved nothing): the
+    dispatcher asks those calls' policies again when they run.
+    """
+    made = engine.reviewed({call.call_id: ask(call.reason) for call in event.pending})
+    if made is None:
+        raise ValueError("the recorded review asked nobody")
+    return made
 
 
 def _exception(event: Transition, where: str) -> RecordedException:

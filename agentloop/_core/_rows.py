@@ -24,6 +24,7 @@ from agentloop._core._values import (
     AwaitApproval,
     Budget,
     CancelToken,
+    ReviewCalls,
     RunTool,
     Transition,
     Usage,
@@ -65,12 +66,13 @@ class _Draft:
     # What the report brought, for the effects.
     outcome: Outcome | None = None
     asked: tuple[PendingCall, ...] = ()
+    review: dict[str, object] | None = None
     decisions_in: tuple[tuple[str, Decision], ...] = ()
     cut: bytes = _CUT_OFF
     # What came from outside with the report (the reply's or the content's JSON).
     input_json: bytes | None = None
     # What an internal row hands the driver.
-    request: AskModel | RunTool | AwaitApproval | None = None
+    request: AskModel | RunTool | AwaitApproval | ReviewCalls | None = None
 
     def __init__(self, call: tuple[str, str] | None, since: float | None = None) -> None:
         #: The call in hand: being checked, handed out or reported (None: none is).
@@ -98,12 +100,13 @@ class RunState:
         "_rejected",
         "_reply",
         "_reserved",
+        "_reviews",
         "_since",
         "_spent",
         "_state",
+        "_tokens",
         "calls",
         "steps",
-        "tokens",
     )
 
     def __init__(
@@ -133,8 +136,8 @@ class RunState:
         self.steps = 0
         #: Accepted tool attempts so far.
         self.calls = 0
-        #: Tokens the model's replies reported so far (input plus output).
-        self.tokens = 0
+        # Tokens the model's replies reported so far (input plus output): usage.total.
+        self._tokens = 0
         self._spent = _NO_USAGE  # what the replies reported, summed
         # Times are read, never slept on: a clock is the only outside thing the engine reads.
         self._clock = clock
@@ -149,6 +152,7 @@ class RunState:
         self._reply: Reply = NO_REPLY  # the reply in hand
         self._batch: Batch | None = None  # the accepted batch in hand
         self._draft = _Draft(None)  # the transition being made
+        self._reviews = False  # whether the driver reviews each batch (ReviewCalls)
 
     def __repr__(self) -> str:
         return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
@@ -163,7 +167,7 @@ class RunState:
 
     def _tokens_exhausted(self) -> bool:
         limit = self._budget.max_total_tokens
-        return limit is not None and self.tokens >= limit
+        return limit is not None and self._tokens >= limit
 
     def _reply_malformed(self) -> bool:
         return self._reply.problem is not None
@@ -196,6 +200,13 @@ class RunState:
             index in batch.results or call_id in denied
             for index, (call_id, _) in enumerate(batch.calls)
         )
+
+    def _batch_unreviewed(self) -> bool:
+        batch = self._batch
+        return self._reviews and batch is not None and batch.review is None and not batch.handed
+
+    def _nobody_asked(self) -> bool:
+        return not self._draft.asked
 
     # -- effects (named in the table) -------------------------------------------
 
@@ -232,7 +243,7 @@ class RunState:
         self._handed.append(call_id)
         self._outstanding = _START_TOOL
         self._since[call_id] = self._clock()
-        draft.request = RunTool(batch.call(index))
+        draft.request = RunTool(*batch.handed_out(index))
 
     def _keep_result(self) -> None:
         batch, draft = self._batch, self._draft
@@ -275,6 +286,16 @@ class RunState:
             batch.answer(index, "denied", reason)
             if draft.call is not None and batch.calls[index] == draft.call:
                 draft.status = "denied"
+
+    def _ask_for_review(self) -> None:
+        assert self._batch is not None, "a batch is reviewed"
+        self._draft.request = ReviewCalls(self._batch.to_review())
+
+    def _keep_review(self) -> None:
+        assert self._batch is not None, "a batch is reviewed"
+        # Fed by a replay (no reviewing driver), only the asks were recorded: none is kept,
+        # so the driver that goes on reviews the calls no person decided again.
+        self._batch.review = self._draft.review if self._reviews else None
 
     def _ask_for_decisions(self) -> None:
         assert self._batch is not None, "a batch waits"
@@ -350,7 +371,7 @@ class RunState:
         self.calls = last.calls if last else 0
         reported = [event.usage for event in events if event.usage is not None]
         self._spent = Usage(*map(sum, zip(*reported, strict=True))) if reported else _NO_USAGE
-        self.tokens = self._spent.total
+        self._tokens = self._spent.total
         self._reserved = set(self._input_ids) | _appended_ids(events)
         batch = self._batch
         if self._state is State.DISPATCHING and batch is not None:

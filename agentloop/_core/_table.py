@@ -36,12 +36,16 @@ no I/O; a driver asks it what it needs next and reports what happened:
   the model replied, raised or was interrupted; the tool returned (a tool
   that raised returns an ``error`` outcome) or was interrupted. ``REPORTS``
   says which trigger each kind of report is; the engine alone decides.
-* Before a batch's first call starts, a driver whose tools have policies asks
-  them about every call; if any answers ``ask``, it reports
-  ``approval_asked`` and the run waits in ``awaiting_approval`` (not a
-  terminal state: it is where the run stops until a person decides). There
-  ``await_approval``'s internal row hands out the pending calls, and
-  ``approval_decided`` (a decision for each) lets the batch run as usual.
+* Before a batch's first call starts, a driver that reviews (its tools have
+  policies) is handed the batch's calls by ``start_tool``'s
+  ``batch_unreviewed`` row, and reports its policies' answers
+  (``approval_asked``). If any answer asks a person, the run waits in
+  ``awaiting_approval`` (not a terminal state: it is where the run stops
+  until a person decides); else the answers are kept, nothing is recorded,
+  and the batch's calls are handed out, each with its answer. In
+  ``awaiting_approval`` ``await_approval``'s internal row hands out the
+  pending calls, and ``approval_decided`` (a decision for each) lets the
+  batch run as usual.
 * An interruption (``KeyboardInterrupt``, a cancelled asyncio task) that
   lands while nothing is outstanding (in a listener, say) is ``interrupted``.
   Every interruption ends the run ``cancelled``, and a call whose tool was
@@ -71,8 +75,8 @@ The goal is that nothing is. Today these are, and each says where:
 * A report that answers nothing outstanding (a reply nobody asked for, a
   second ``next()`` while a request is out) is refused with
   ``InvalidStateError`` before intake, and changes nothing (``Engine``).
-* ``asked_approval`` is refused once a call of the batch has been handed out
-  (a raise in ``Engine.checked_reasons``, not a guard).
+* ``reviewed`` is refused once a call of the batch has been handed out, or
+  once the batch was reviewed (a raise in ``Engine.reviewed``, not a guard).
 * In ``dispatching`` ``next()`` may hand out the batch's next call while
   others still run (a driver that runs calls at once asks again); only when
   every call is out does it refuse.
@@ -156,7 +160,8 @@ class Trigger(enum.StrEnum):
     TOOL_INTERRUPTED = "tool_interrupted"
     #: (driver) The run was interrupted while nothing was outstanding.
     INTERRUPTED = "interrupted"
-    #: (driver) A policy asked a person about calls of the batch, before any of it ran.
+    #: (driver) The review answered about the batch's calls, before any of it ran; the
+    #: run moves (and records it) only when an answer asks a person.
     APPROVAL_ASKED = "approval_asked"
     #: (engine) The batch waits for a person's decisions; cancellation is checked.
     AWAIT_APPROVAL = "await_approval"
@@ -190,6 +195,10 @@ class Guard(enum.StrEnum):
     BATCH_OPEN = "batch_open"
     #: The person denied every call of the batch that has no result yet.
     DENIALS_ANSWER_BATCH = "denials_answer_batch"
+    #: The driver reviews, and the batch in hand has not been reviewed nor started.
+    BATCH_UNREVIEWED = "batch_unreviewed"
+    #: No answer of the review asks a person.
+    NOBODY_ASKED = "nobody_asked"
 
 
 class Effect(enum.StrEnum):
@@ -236,6 +245,11 @@ class Effect(enum.StrEnum):
     KEEP_DECISIONS = "keep_decisions"
     #: The driver is handed ``AwaitApproval``: the calls that wait for a person.
     ASK_FOR_DECISIONS = "ask_for_decisions"
+    #: The driver is handed ``ReviewCalls``: the batch's calls no person decided.
+    ASK_FOR_REVIEW = "ask_for_review"
+    #: Keep the review's answers, each handed out with its call (``RunTool.review``);
+    #: an engine whose driver does not review (a replay's) keeps none.
+    KEEP_REVIEW = "keep_review"
 
 
 TERMINAL: Final = frozenset(
@@ -294,6 +308,8 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
      "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
     {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.CANCEL_REQUESTED],
      "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
+    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.BATCH_UNREVIEWED],
+     "dest": None, "before": [E.ASK_FOR_REVIEW]},
     {"source": S.DISPATCHING, "trigger": T.START_TOOL,
      "dest": None, "before": [E.START_CALL]},
     # -- a call's result is kept until the batch is done; then the calls and their
@@ -304,10 +320,12 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
      "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.KEEP_RESULT, E.APPEND_BATCH]},
     {"source": S.DISPATCHING, "trigger": T.TOOL_INTERRUPTED,
      "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
-    # -- a policy asked: the batch waits, reserved and counted, until a person decides;
-    #    cancelled meanwhile, every call is answered and none runs
+    # -- reviewed: if a policy asked, the batch waits, reserved and counted, until a person
+    #    decides; cancelled meanwhile, every call is answered and none runs
+    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED, "conditions": [G.NOBODY_ASKED],
+     "dest": None, "before": [E.KEEP_REVIEW]},
     {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED,
-     "dest": S.AWAITING_APPROVAL, "before": [E.NAME_CALL, E.HOLD_CALLS]},
+     "dest": S.AWAITING_APPROVAL, "before": [E.NAME_CALL, E.KEEP_REVIEW, E.HOLD_CALLS]},
     {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL, "conditions": [G.CANCEL_REQUESTED],
      "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
     {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL,

@@ -31,6 +31,7 @@ __all__ = [
     "CancelToken",
     "NotJSON",
     "RecordedException",
+    "ReviewCalls",
     "RunResult",
     "RunTool",
     "Transition",
@@ -176,9 +177,29 @@ class AskModel:
 
 
 class RunTool(NamedTuple):
-    """The engine's request: run ``call`` (a fresh copy), report the outcome."""
+    """The engine's request: run ``call`` (a fresh copy), report the outcome.
+
+    ``review`` is what the driver's review answered about the call (see
+    ``ReviewCalls``), and ``decision`` a person's decision about it: both
+    ``None`` when there was none. The driver hands them to its dispatcher.
+    """
 
     call: dict[str, Any]
+    review: object = None
+    decision: Decision | None = None
+
+
+class ReviewCalls(NamedTuple):
+    """The engine's request: review these calls of the accepted batch before any of it runs.
+
+    Handed out only to a driver that reviews (``engine.reviews = True``),
+    once per batch. Report ``reviewed({call_id: answer})``: an answer whose
+    ``asks`` is true (``ask(reason)``, or a prepared call that carries one)
+    makes the batch wait for a person; every answer is handed back with its
+    call in ``RunTool.review``.
+    """
+
+    calls: list[dict[str, Any]]
 
 
 class AwaitApproval(NamedTuple):

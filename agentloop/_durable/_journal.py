@@ -26,6 +26,7 @@ from agentloop._core._values import (
     AskModel,
     AwaitApproval,
     NotJSON,
+    ReviewCalls,
     RunResult,
     RunTool,
     Transition,
@@ -388,7 +389,7 @@ class DurableEngine(Engine):
             self.journal.check()
         return super().result()
 
-    def next(self) -> AskModel | RunTool | AwaitApproval | Transition:
+    def next(self) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Transition:
         self.journal.check()
         if self.handed and not self.done:
             # Handed out by the resume: its cancel checkpoint was passed then.
@@ -451,16 +452,18 @@ class DurableEngine(Engine):
                     self.journal.tool_raised(answering, exc)
         return self._after(super().raised(exc, call_id))
 
-    def asked_approval(self, reasons: Mapping[str, str]) -> Transition:
-        pending = self.checked_reasons(reasons)
+    def reviewed(self, answers: Mapping[str, object]) -> Transition | None:
+        pending, taken = self._checked_review(answers)
+        if not pending:
+            return super().reviewed(taken)  # nothing to record: no call waits
         self.journal.asked(pending)
         # The engine takes what was checked and recorded, not the caller's mapping again.
-        transition = super().asked_approval({call.call_id: call.reason for call in pending})
+        transition = super().reviewed(taken)
         self.journal.pause()  # a person may decide in any process
         return transition
 
     def decided(self, decisions: Mapping[str, Decision]) -> Transition:
-        checked = self.checked_decisions(decisions)
+        checked = self._checked_decisions(decisions)
         self.journal.decided(checked)
         return super().decided(dict(checked))  # what was checked and recorded, read once
 
@@ -507,13 +510,13 @@ def sync_dispatch(engine: DurableEngine, dispatch: Callable[..., object]) -> Cal
     journal = engine.journal
     prefix = f"{journal.run_id}:"
 
-    def durable(call: dict[str, Any], **decision: Decision | None) -> object:
+    def durable(call: dict[str, Any], **review: object) -> object:
         settled = journal.before_call(call)
         if settled is not None:
             return settled
         token = KEY.set(prefix + call["id"])
         try:
-            return dispatch(call, **decision)
+            return dispatch(call, **review)
         finally:
             KEY.reset(token)
 
@@ -527,13 +530,13 @@ def async_dispatch(
     journal = engine.journal
     prefix = f"{journal.run_id}:"
 
-    async def durable(call: dict[str, Any], **decision: Decision | None) -> object:
+    async def durable(call: dict[str, Any], **review: object) -> object:
         settled = journal.before_call(call)
         if settled is not None:
             return settled
         token = KEY.set(prefix + call["id"])  # a task of its own, or this one: reset below
         try:
-            return await dispatch(call, **decision)
+            return await dispatch(call, **review)
         finally:
             KEY.reset(token)
 

@@ -33,7 +33,7 @@ from uuid import uuid4
 
 import orjson
 
-from agentloop._core._approval import Decision, approve
+from agentloop._core._approval import Decision, approve, ask
 from agentloop._core._engine import Engine
 from agentloop._core._replay import Mismatch, row_text
 from agentloop._core._table import Guard, State, Trigger
@@ -496,7 +496,7 @@ def _replay(engine: DurableEngine, recorded: Recorded, token: CancelToken) -> No
                     # The batch's asks, each made before any of it ran, in record order.
                     asks = [asked for asked in recorded.asked if next(iter(asked)) in batch]
                     if asks:  # the batch waited for a person
-                        _approval(recorded, Engine.asked_approval, engine, asks.pop(0))
+                        _approval(recorded, _asked, engine, asks.pop(0))
                         made += 1
             elif state is State.AWAITING_APPROVAL:
                 ids = [call.call_id for call in engine.pending]
@@ -508,7 +508,7 @@ def _replay(engine: DurableEngine, recorded: Recorded, token: CancelToken) -> No
                 if asks and engine.state is State.DISPATCHING:
                     # Asked again after a restart, about calls no person had decided: each
                     # ask waits for its own decisions, so a batch is never asked twice at once.
-                    _approval(recorded, Engine.asked_approval, engine, asks.pop(0))
+                    _approval(recorded, _asked, engine, asks.pop(0))
                     made += 1
             else:
                 if position == len(order):
@@ -535,6 +535,11 @@ def _replay(engine: DurableEngine, recorded: Recorded, token: CancelToken) -> No
             "no end" if not engine.done else f"{row_text(events[-1])} as event {len(events) - 1}"
         )
         raise _diverged(recorded, f"its end is {row_text(event)} as event {at}; replayed, {found}")
+
+
+def _asked(engine: Engine, reasons: dict[str, str]) -> object:
+    """Feed a recorded ask: the review that asked a person about these calls."""
+    return Engine.reviewed(engine, {call_id: ask(reason) for call_id, reason in reasons.items()})
 
 
 def _approval(

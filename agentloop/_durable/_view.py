@@ -170,7 +170,7 @@ def decide_run(ledger: Ledger, run_id: str, decisions: dict[str, Decision]) -> N
                 "no decisions (were they recorded already?); nothing was recorded",
                 state=engine.state,
             )
-        journal.decided(engine.checked_decisions(decisions))
+        journal.decided(engine._checked_decisions(decisions))
     finally:
         writer.release()
 

@@ -35,7 +35,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from agentloop._core._checked import ROWS, Row
-from agentloop._core._table import ANSWERS, TERMINAL, State
+from agentloop._core._table import ANSWERS, TERMINAL, Guard, State, Trigger
 from agentloop._core._values import require_result
 from agentloop._errors import SVGUnavailableError
 
@@ -68,10 +68,18 @@ def edges() -> tuple[Row, ...]:
 def taken(result: RunResult) -> dict[Row, int]:
     """How many times ``result`` took each row of the table (0 for rows not taken)."""
     by_event = Counter((e.source, e.trigger, e.guard, e.dest) for e in result.events)
-    # An internal row ran once for each event that answers the request it handed out.
+    # An internal row ran once for each event that answers the request it handed out; a
+    # review is answered by approval_asked, and one that asked nobody is not recorded.
     answered = Counter((e.source, ANSWERS.get(e.trigger)) for e in result.events)
+    reviews = Counter(e.source for e in result.events if e.trigger is Trigger.APPROVAL_ASKED)
+
+    def internal(row: Row) -> int:
+        if row.guard is Guard.BATCH_UNREVIEWED:
+            return reviews[row.source]
+        return 0 if row.trigger is Trigger.APPROVAL_ASKED else answered[row.source, row.trigger]
+
     return {
-        row: answered[row.source, row.trigger]
+        row: internal(row)
         if row.dest is None
         else by_event[row.source, row.trigger, row.guard, row.dest]
         for row in edges()

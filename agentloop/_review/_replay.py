@@ -19,7 +19,7 @@ import orjson
 from agentloop._core._engine import Engine
 from agentloop._core._json import exception_content
 from agentloop._core._messages import NOT_STARTED
-from agentloop._core._replay import Mismatch, row_text
+from agentloop._core._replay import Mismatch, asked, row_text
 from agentloop._core._table import NEXT, Guard, State, Trigger
 from agentloop._core._values import AskModel, CancelToken, RecordedException, RunTool, Transition
 from agentloop._errors import InvalidStateError
@@ -107,7 +107,7 @@ def _step(
         return _interrupt(engine, event, index)
     try:
         if event.trigger is Trigger.APPROVAL_ASKED:
-            return engine.asked_approval({call.call_id: call.reason for call in event.pending})
+            return asked(engine, event)
         if event.trigger is Trigger.APPROVAL_DECIDED:
             return engine.decided(dict(event.decisions))
     except (TypeError, ValueError) as refused:

@@ -21,10 +21,13 @@ code); the schema is published to the model anyway, so validating first
 reveals nothing a denial would hide.
 
 A run asks the policies about every call of a batch before any of it runs
-(``review``), so that an ``ask`` can stop the batch whole; it then hands each
-call's answer to ``dispatch(call, decision=...)``, and no policy is asked
-twice. A registry dispatched on its own (no run to wait in) answers an
-``ask`` ``denied``, saying a person's approval was needed.
+(``review``), so that an ``ask`` can stop the batch whole. The review hands
+back a ``PreparedCall`` (the tool, the converted arguments and the policies'
+answer), which the run passes on to ``dispatch(call, review=...)`` with a
+person's decision if there was one: no policy is asked twice, and no call's
+arguments are validated or converted twice. A registry dispatched on its own
+(no run to wait in) answers an ``ask`` ``denied``, saying a person's approval
+was needed.
 
 The public names of ``agentloop._tools`` are importable from here.
 """
@@ -41,7 +44,15 @@ import orjson
 
 from agentloop._callbacks import is_async
 from agentloop._core._json import json_object
-from agentloop._tools._policy import Decision, Policy, allow, ask, deny
+from agentloop._tools._policy import (
+    Decision,
+    Policy,
+    PreparedCall,
+    allow,
+    ask,
+    deny,
+    stopped_by,
+)
 from agentloop._tools._results import failed, returned
 from agentloop._tools._specs import SpecFormat, build_specs
 from agentloop._tools._tool import Tool
@@ -49,6 +60,7 @@ from agentloop._tools._tool import Tool
 __all__ = [
     "Decision",
     "Policy",
+    "PreparedCall",
     "SpecFormat",
     "Tool",
     "ToolRegistry",
@@ -185,39 +197,42 @@ class ToolRegistry:
         """Whether any policy (the registry's, or a tool's) can be asked about a call."""
         return self.policy is not None or any(tool.policy is not None for tool in self)
 
-    def review(self, call: dict[str, Any]) -> Decision | dict[str, Any] | None:
+    def review(self, call: dict[str, Any]) -> PreparedCall | dict[str, Any]:
         """What the policies answer about ``call``, asked once, before its batch runs.
 
-        A ``Decision`` (pass it on with ``dispatch(call, decision=...)``);
-        ``None`` when no policy will be asked (no tool of that name, arguments
-        that fail, no policy: ``dispatch`` answers as it always does); or, when
-        a policy raised or answered something else, the ``error`` outcome the
-        call gets without running (it fails closed, and no policy is asked again).
+        A ``PreparedCall``: the call checked and converted, with the policies'
+        ``Decision`` (pass it on with ``dispatch(call, review=...)``). Or the
+        outcome the call gets without running: ``unknown_tool``,
+        ``invalid_arguments``, or, when a policy raised or answered something
+        else, an ``error`` (it fails closed, and no policy is asked again).
         """
-        tool = self._reviewable(call)
-        return None if tool is None else self._ask_policies(tool, call)
-
-    async def areview(self, call: dict[str, Any]) -> Decision | dict[str, Any] | None:
-        """``review`` for the async driver: an ``async def`` policy is awaited."""
-        tool = self._reviewable(call)
-        return None if tool is None else await self._aask_policies(tool, call)
-
-    def _reviewable(self, call: dict[str, Any]) -> Tool | None:
-        """The call's tool, if the call gets as far as its policies."""
-        # allow(): stop where the policies would be asked.
-        prepared = self._prepare(call, allow())
-        return None if isinstance(prepared, dict) else prepared[0]
-
-    def dispatch(self, call: dict[str, Any], *, decision: Decision | None = None) -> dict[str, Any]:
-        """Run ``call`` and return its outcome; never raises for an ``Exception``.
-
-        ``decision``: the answer already given about this call (by ``review``,
-        or by a person), used instead of asking the policies.
-        """
-        prepared = self._prepare(call, decision)
+        prepared = self._prepare(call)
         if isinstance(prepared, dict):
             return prepared
-        tool, kwargs = prepared
+        answer = self._ask_policies(prepared[0], call)
+        return answer if isinstance(answer, dict) else PreparedCall(*prepared, answer)
+
+    async def areview(self, call: dict[str, Any]) -> PreparedCall | dict[str, Any]:
+        """``review`` for the async driver: an ``async def`` policy is awaited."""
+        prepared = self._prepare(call)
+        if isinstance(prepared, dict):
+            return prepared
+        answer = await self._aask_policies(prepared[0], call)
+        return answer if isinstance(answer, dict) else PreparedCall(*prepared, answer)
+
+    def dispatch(
+        self, call: dict[str, Any], *, review: object = None, decision: Decision | None = None
+    ) -> dict[str, Any]:
+        """Run ``call`` and return its outcome; never raises for an ``Exception``.
+
+        ``review``: what ``review`` answered about this call (or a recorded
+        ``Decision``); ``decision``: a person's decision about it, which wins.
+        Without either, the policies are asked now.
+        """
+        ready = self._ready(call, review, decision)
+        if isinstance(ready, dict):
+            return ready
+        tool, kwargs = ready
         try:
             value = tool.handler(**kwargs)
         except Exception as exc:  # noqa: BLE001 - a failing tool is an outcome
@@ -233,7 +248,7 @@ class ToolRegistry:
         return returned(tool.name, value)
 
     def dispatch_or_adispatch(
-        self, call: dict[str, Any], *, decision: Decision | None = None
+        self, call: dict[str, Any], *, review: object = None, decision: Decision | None = None
     ) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
         """``dispatch``, or, for a call of an ``async def`` tool, ``adispatch``'s coroutine.
 
@@ -241,26 +256,28 @@ class ToolRegistry:
         run's own event loop, so a plain tool's call costs what it always did.
         """
         if call["name"] in self._async_tools:
-            return self.adispatch(call, decision=decision)
-        return self.dispatch(call, decision=decision)
+            return self.adispatch(call, review=review, decision=decision)
+        return self.dispatch(call, review=review, decision=decision)
 
     async def adispatch(
-        self, call: dict[str, Any], *, to_thread: bool = False, decision: Decision | None = None
+        self,
+        call: dict[str, Any],
+        *,
+        to_thread: bool = False,
+        review: object = None,
+        decision: Decision | None = None,
     ) -> dict[str, Any]:
         """``dispatch`` for the async driver: ``async def`` handlers and policies are awaited.
 
         A plain handler is called in the event loop's thread, or with
         ``to_thread=True`` in a worker thread (``asyncio.to_thread``).
         """
-        if decision is None and self.has_policies:
-            answer = await self.areview(call)
-            if isinstance(answer, dict):
-                return answer  # a policy raised: the call fails closed
-            decision = answer
-        prepared = self._prepare(call, decision)
-        if isinstance(prepared, dict):
-            return prepared
-        tool, kwargs = prepared
+        if review is None and decision is None and self.has_policies:
+            review = await self.areview(call)
+        ready = self._ready(call, review, decision)
+        if isinstance(ready, dict):
+            return ready
+        tool, kwargs = ready
         try:
             if to_thread and not inspect.iscoroutinefunction(tool.handler):
                 value = await asyncio.to_thread(tool.handler, **kwargs)
@@ -272,13 +289,32 @@ class ToolRegistry:
             return failed(exc)
         return returned(tool.name, value)
 
-    def _prepare(
-        self, call: dict[str, Any], decision: Decision | None
+    def _ready(
+        self, call: dict[str, Any], review: object, decision: Decision | None
     ) -> dict[str, Any] | tuple[Tool, dict[str, Any]]:
-        """The tool and its converted arguments, or the outcome that stops the call first.
+        """The tool and its arguments, or the outcome that stops the call, after its review."""
+        if type(review) is PreparedCall:  # checked and converted at the review: not again
+            stopped = stopped_by(review.decision if decision is None else decision)
+            return (review.tool, review.kwargs) if stopped is None else stopped
+        if isinstance(review, dict):  # known at the review: the call fails without running
+            return review
+        if decision is None and isinstance(review, Decision):
+            decision = review  # as a durable run recorded it
+        prepared = self._prepare(call)
+        if isinstance(prepared, dict):
+            return prepared
+        if decision is None:
+            if self.policy is None and prepared[0].policy is None:
+                return prepared
+            answer = self._ask_policies(prepared[0], call)
+            if isinstance(answer, dict):
+                return answer
+            decision = answer
+        stopped = stopped_by(decision)
+        return prepared if stopped is None else stopped
 
-        The policies are asked only when no ``decision`` is given.
-        """
+    def _prepare(self, call: dict[str, Any]) -> dict[str, Any] | tuple[Tool, dict[str, Any]]:
+        """The tool and its converted arguments, or the outcome that stops the call first."""
         tool = self._tools.get(call["name"])
         if tool is None:
             available = ", ".join(sorted(self._tools)) or "none"
@@ -300,22 +336,7 @@ class ToolRegistry:
             }
         except Exception as exc:  # noqa: BLE001 - a failing conversion is an outcome
             return failed(exc)
-        if decision is None:
-            if self.policy is None and tool.policy is None:
-                return tool, kwargs
-            answer = self._ask_policies(tool, call)
-            if not isinstance(answer, Decision):
-                return answer
-            decision = answer
-        if decision.allowed:
-            return tool, kwargs
-        if decision.asks:  # no run to wait in: fail closed, and say what was needed
-            return {
-                "status": "denied",
-                "content": f"this call needs a person's approval, which was not given: "
-                f"{decision.reason}",
-            }
-        return {"status": "denied", "content": decision.reason}
+        return tool, kwargs
 
     def _ask_policies(self, tool: Tool, call: dict[str, Any]) -> Decision | dict[str, Any]:
         """The policies' answer together: see ``_strictest``."""
