@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._callbacks import TokenCancelled, is_async, unless_cancelled, within
 from agentloop._core._table import TERMINAL, State
-from agentloop._core._values import AskModel, RunTool
+from agentloop._core._values import AskModel, RunTool, Transition
 from agentloop._run import LOG, RunView, log, one_transition
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from agentloop._callbacks import Listener, Model
     from agentloop._core._approval import Decision
     from agentloop._core._engine import Engine
-    from agentloop._core._values import CancelToken, RunResult, Transition
+    from agentloop._core._values import CancelToken, RunResult
     from agentloop._run import Request
 
 __all__ = ["Awaiter", "Run", "awaiting"]
@@ -245,18 +245,23 @@ class Run(RunView):
         engine, listeners, perform = self._engine, self._listeners, self._perform
         debug = LOG.isEnabledFor(DEBUG)  # once a loop: logging is not reconfigured mid-run
         while True:
-            steps = one_transition(engine)
-            try:
-                need = steps.send(None)
-                while True:
-                    try:
-                        answer = perform(need)
-                    except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
-                        need = steps.throw(exc)
-                    else:
-                        need = steps.send(answer)
-            except StopIteration as stop:
-                made: Transition | None = stop.value
+            made: Transition | None
+            need = engine.next()
+            if type(need) is Transition:  # made by the engine itself: nothing to perform
+                made = need
+            else:
+                steps = one_transition(engine, need)
+                try:
+                    need = steps.send(None)
+                    while True:
+                        try:
+                            answer = perform(need)
+                        except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
+                            need = steps.throw(exc)
+                        else:
+                            need = steps.send(answer)
+                except StopIteration as stop:
+                    made = stop.value
             if made is None:
                 return None
             if debug:
