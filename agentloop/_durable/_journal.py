@@ -12,7 +12,9 @@ protocol's kinds, one commit per report, keyed as a report is unique:
   or decided;
 * ``end`` (``""``): the record that holds the terminal transition.
 
-Each body is ``{"at": <the index of its first event>, "events": [...]}``, with
+Each body is ``{"at": <the index of its first event>, "events": [...]}`` (the
+events' times left out: a run's record is the same whenever it ran; the
+store keeps when each record was committed), with
 ``"rejected"`` when the reply it took was not JSON (the run file keeps that
 one reply beside its events too). A transition the engine makes by itself
 (``next()``) follows from the ones before: it goes in the next record, so a
@@ -114,7 +116,10 @@ def header(run_id: str, messages: list[dict[str, Any]], configuration: dict[str,
 
 def events_body(at: int, events: Sequence[Transition], rejected: object = None) -> bytes:
     """A record's body: ``events`` (the ``at``-th first) as a run file encodes them."""
-    body: dict[str, Any] = {"at": at, "events": [event_record(event) for event in events]}
+    records = [event_record(event) for event in events]
+    for record in records:  # no times: a run's record is the same whenever it ran
+        record["at"] = record["took"] = None
+    body: dict[str, Any] = {"at": at, "events": records}
     if rejected is not None:
         body["rejected"] = rejected_record(rejected)
     return dumps(body)

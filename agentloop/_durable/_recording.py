@@ -25,6 +25,8 @@ from agentloop._core._table import NEXT, TERMINAL, State, Trigger
 from agentloop._core._values import AskModel, AwaitApproval, NotJSON, RunResult, RunTool, Transition
 from agentloop._durable._journal import events_body, record_of
 from agentloop._durable._key import KEY
+from agentloop._durable._ledger import END
+from agentloop._durable._legacy import end_body
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -78,11 +80,26 @@ class DurableEngine(Engine):
         return super().unstarted + len(self.handed)
 
     def replayed(self) -> None:
-        """The records are fed back: from here on, every transition is recorded."""
-        self.replaying = False
+        """The records are fed back: from here on, every transition is recorded.
+
+        A reply recorded and not yet checked is checked now, as the live run
+        did or would have (that transition is the engine's own, recorded with
+        the next report); if it ends the run, the end is not recorded yet.
+        """
         self._recorded = len(self._events)
+        if self.state is State.VALIDATING:
+            self.next()
+        self.replaying = False
         running = set(self.running)
         self.handed = [need for need in self.handed if need.call["id"] in running]
+
+    def record_end(self, legacy: bool) -> None:
+        """Record the end a resume made (a reply checked): as version 1 if ``legacy``."""
+        end = self._events[-1]
+        if legacy:
+            self.journal.append(END, "", end_body(end, len(self._events) - 1))
+        else:
+            self._commit(end)
 
     def result(self) -> RunResult:
         """The result, once its end is recorded: ``LedgerError`` if the ledger failed first.
@@ -213,7 +230,8 @@ class DurableEngine(Engine):
                 events_body(at, events[at:], rejected if type(rejected) is NotJSON else None),
             )
         except BaseException:
-            self._retract()
+            if self._retract().trigger is Trigger.APPROVAL_DECIDED:
+                self._outstanding = None  # a run awaiting approval waits on no request
             raise
         self._recorded = len(events)
         return transition

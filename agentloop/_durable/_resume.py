@@ -32,8 +32,7 @@ from agentloop._core._replay import Mismatch, replay
 from agentloop._core._table import State
 from agentloop._core._values import CancelToken
 from agentloop._durable._journal import Journal, fingerprint, header, idempotent_tools
-from agentloop._durable._ledger import END, LedgerRecord
-from agentloop._durable._legacy import diverged, end_body, replay_legacy
+from agentloop._durable._legacy import diverged, replay_legacy
 from agentloop._durable._recording import DurableEngine
 from agentloop._durable._records import Recorded
 from agentloop._errors import (
@@ -45,7 +44,7 @@ from agentloop._errors import (
 
 if TYPE_CHECKING:
     from agentloop._core._values import Budget
-    from agentloop._durable._ledger import Ledger, LedgerWriter
+    from agentloop._durable._ledger import Ledger, LedgerRecord, LedgerWriter
 
 __all__ = [
     "begin",
@@ -124,9 +123,8 @@ def resume(
             writer.release()
         raise
     if engine.done:
-        if not recorded.ended:  # a version 1 run that ended before its end was written
-            events = engine.events()
-            engine.journal.append(END, "", end_body(events[-1], len(events) - 1))
+        if not recorded.ended:  # it ended before its end was written: write it now
+            engine.record_end(recorded.legacy is not None and not recorded.events)
         engine.journal.release()
         return engine, None
     assert writer is not None, "a run that has not ended was claimed"

@@ -239,7 +239,7 @@ def _started(engine: DurableEngine, recorded: Recorded) -> tuple[dict[str, Any],
     events = engine.events()
     last = max(i for i, event in enumerate(events) if event.trigger is Trigger.MODEL_REPLIED)
     reply = orjson.loads(events[last].input_json or b"null")
-    answered = {event.call_id for event in events[last:]}
+    answered = {event.call_id for event in events[last:] if event.trigger is Trigger.TOOL_RETURNED}
     calls = reply.get("calls") if reply.get("kind") == "calls" else [reply]
     return tuple(
         {"id": call.get("id"), "name": call.get("name"), "arguments": call.get("arguments")}
