@@ -1,0 +1,223 @@
+"""A ledger's record is the run's events, as a run file encodes them; one replay rebuilds the run.
+
+A run recorded in a ledger holds, in its records' bodies, exactly the events
+its run file holds (without the times); a run stopped after any of its
+transitions resumes to the run that was never stopped, recorded the same;
+ledgers of the first release (version 1) and of this one (version 2, a
+committed fixture) open, resume and show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import shutil
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pytest
+
+import agentloop
+from agentloop import Loop
+from agentloop.testing import ScriptedModel, final
+
+from .ledgers import MemoryLedger
+from .test_approval import Desk, banker, until_done
+from .test_durable import DRIVERS, SCRIPT, Driver, World, go, make_loop
+from .test_fixtures import FIXTURES, tools
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from agentloop.ledger import Ledger
+
+EVENT_KINDS = ("reply", "tool_finished", "approval_asked", "decision", "end")
+
+
+def recorded_events(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
+    """The events a run's records hold, in order (their ``at`` checked)."""
+    events: list[dict[str, Any]] = []
+    for record in ledger.read(run_id)[1]:
+        if record.kind in EVENT_KINDS:
+            body = orjson.loads(record.body)
+            assert body["at"] == len(events)
+            events.extend(body["events"])
+    return events
+
+
+def file_events(result: agentloop.RunResult) -> list[dict[str, Any]]:
+    """The events the run's run file holds, without their times."""
+    events = orjson.loads(agentloop.review.run_to_json(result))["events"]
+    return [event | {"at": None, "took": None} for event in events]
+
+
+def records_of(ledger: MemoryLedger, run_id: str) -> list[tuple[str, str, Any]]:
+    return [(r.kind, r.key, orjson.loads(r.body)) for r in ledger.records[run_id]]
+
+
+# -- one encoding ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_ledger_run_records_the_events_its_run_file_holds(driver: Driver) -> None:
+    """Tools that return and fail, a batch: the records' events are the run file's."""
+    memory = MemoryLedger()
+    result = go(make_loop(SCRIPT, World(), memory, driver), driver, "r1")
+    assert result.status == "finished"
+    assert recorded_events(memory, "r1") == file_events(result)
+
+
+def test_a_run_that_waited_for_a_person_records_the_events_its_run_file_holds() -> None:
+    """Asked, then decided (one approved, one denied): the same events, asks and decisions."""
+    memory = MemoryLedger()
+    loop = Loop(banker, tools=Desk().registry, ledger=memory)
+    assert loop.run("go", run_id="r").status == "awaiting_approval"
+    result = until_done(loop)
+    assert result.status == "finished"
+    assert recorded_events(memory, "r") == file_events(result)
+    triggers = [event["trigger"] for event in recorded_events(memory, "r")]
+    assert "approval_asked" in triggers
+    assert "approval_decided" in triggers
+
+
+# -- one replay: stopped anywhere, the same run ------------------------------------------
+
+
+def stopped_after(k: int, driver: Driver, memory: MemoryLedger) -> None:
+    """Run "r1" for ``k`` transitions, then drop it as a process that stops would."""
+    loop = make_loop(SCRIPT, World(), memory, driver)
+    if driver == "sync":
+        run = loop.start("go", run_id="r1")
+        for _ in range(k):
+            run.step()
+        del run
+    else:
+
+        async def steps() -> None:
+            run = loop.astart("go", run_id="r1")
+            for _ in range(k):
+                await run.astep()
+
+        asyncio.run(steps())
+    gc.collect()  # the dropped run gives up its claim
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_run_stopped_after_any_transition_resumes_to_the_run_never_stopped(
+    driver: Driver,
+) -> None:
+    """resume(run_id) after each transition index: the result, the records and the effects are
+    the uninterrupted run's."""
+    world, memory = World(), MemoryLedger()
+    whole = go(make_loop(SCRIPT, world, memory, driver), driver, "r1")
+    for k in range(len(whole.events) + 1):
+        stopped = MemoryLedger()
+        stopped_after(k, driver, stopped)
+        again = World()
+        loop = make_loop(SCRIPT, again, stopped, driver)
+        result = loop.resume("r1") if driver == "sync" else asyncio.run(loop.aresume("r1"))
+        assert result == whole, k
+        assert records_of(stopped, "r1") == records_of(memory, "r1"), k
+        assert (
+            len(again.effects)
+            == len(world.effects)
+            - sum(  # each call ran once in all
+                1 for event in whole.events[:k] if event.trigger == "tool_returned"
+            )
+        ), k
+
+
+# -- older and newer ledgers -----------------------------------------------------------------
+
+
+def test_a_version_1_run_goes_on_in_version_2_records_and_reads_back(tmp_path: Path) -> None:
+    """The paused and the crashed run of the first release's ledger go on; their records are
+    then version 1 ones followed by version 2 ones, and they read back and resume the same."""
+    path = tmp_path / "runs.db"
+    shutil.copy(FIXTURES / "v1-ledger.db", path)
+    ledger = agentloop.SQLiteLedger(path)
+
+    def loop(script: list[object]) -> Loop:
+        return Loop(ScriptedModel(script), tools=tools(), max_steps=5, max_calls=4, ledger=ledger)
+
+    decided = loop([final("502")]).resume("paused", decisions={"c1": agentloop.approve()})
+    crashed = loop([final("after the crash")]).resume("crashed")
+    for run_id, result in (("paused", decided), ("crashed", crashed)):
+        kinds = [record.kind for record in ledger.read(run_id)[1]]
+        assert kinds[-1] == "end"
+        assert orjson.loads(ledger.read(run_id)[1][-1].body)["events"][-1]["dest"] == "finished"
+        assert loop([]).resume(run_id) == result
+        viewed = agentloop.ledger.view_run(ledger, run_id)
+        assert viewed.state == "finished"
+        assert viewed.events == result.events
+        assert viewed.transcript == result.transcript
+
+
+def test_a_version_2_ledger_opens_and_its_runs_go_on(tmp_path: Path) -> None:
+    """The committed version 2 fixture: a finished run reads back, a paused one is decided, a
+    crashed one's call is unknown and not run again; each run's record is its events."""
+    path = tmp_path / "runs.db"
+    shutil.copy(FIXTURES / "v2-ledger.db", path)
+    ledger = agentloop.SQLiteLedger(path)
+    assert sorted(ledger.run_ids()) == ["crashed", "finished", "paused"]
+    for run_id in ("crashed", "finished", "paused"):
+        assert orjson.loads(ledger.read(run_id)[0])["version"] == 2
+    assert agentloop.ledger.view_run(ledger, "paused").state == "awaiting_approval"
+    assert agentloop.ledger.view_run(ledger, "crashed").started[0]["id"] == "c1"
+
+    def loop(script: list[object]) -> Loop:
+        return Loop(ScriptedModel(script), tools=tools(), max_steps=5, max_calls=4, ledger=ledger)
+
+    finished = loop([]).resume("finished")
+    assert finished.output == "3"
+    assert recorded_events(ledger, "finished") == file_events(finished)
+    decided = loop([final("502")]).resume("paused", decisions={"c1": agentloop.approve()})
+    assert (decided.status, decided.transcript[2]["content"]) == ("finished", 502)
+    crashed = loop([final("after the crash")]).resume("crashed")
+    assert crashed.output == "after the crash"
+    assert crashed.transcript[2]["content"]["type"] == "OutcomeUnknown"
+    for run_id, result in (("paused", decided), ("crashed", crashed)):
+        assert recorded_events(ledger, run_id) == file_events(result)
+
+
+def test_damaged_records_of_either_version_are_named(tmp_path: Path) -> None:
+    """A version 1 body that is no report, a version 2 record out of place or under another
+    kind than its last event's: each a LedgerError naming the record."""
+    path = tmp_path / "runs.db"
+    shutil.copy(FIXTURES / "v1-ledger.db", path)
+    shutil.copy(FIXTURES / "v2-ledger.db", tmp_path / "v2.db")
+
+    def damage(db: Path, sql: str, *args: object) -> None:
+        with sqlite3.connect(db) as raw:
+            raw.execute(sql, args)
+        raw.close()
+
+    def loop(db: Path) -> Loop:
+        return Loop(
+            ScriptedModel([]),
+            tools=tools(),
+            max_steps=5,
+            max_calls=4,
+            ledger=agentloop.SQLiteLedger(db),
+        )
+
+    damage(path, "UPDATE records SET body = ? WHERE kind = 'reply' AND key = '2'", b'{"what": 1}')
+    with pytest.raises(agentloop.LedgerError, match=r"record 3 \(reply '2'\): expected one of"):
+        loop(path).resume("finished")
+    v2 = tmp_path / "v2.db"
+    body = orjson.loads(agentloop.SQLiteLedger(v2).read("finished")[1][3].body)
+    damage(
+        v2,
+        "UPDATE records SET body = ? WHERE kind = 'reply' AND key = '2'",
+        orjson.dumps(body | {"at": 2}),
+    )
+    with pytest.raises(agentloop.LedgerError, match=r"record 3 \(reply '2'\)\.at: expected its"):
+        loop(v2).resume("finished")
+    damage(
+        v2,
+        "UPDATE records SET kind = 'decision', body = ? WHERE kind = 'reply' AND key = '2'",
+        orjson.dumps(body),
+    )
+    with pytest.raises(agentloop.LedgerError, match=r"expected the kind and key of its last"):
+        loop(v2).resume("finished")
