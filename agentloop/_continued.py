@@ -1,7 +1,7 @@
 """Continuing a run: resuming it from its record, or forking it from any of its transitions.
 
-Resume feeds a saved result to the one replay, or a ledger's records to a
-fresh engine (``_durable/_resume.py``); a run that ended is only read.
+Resume feeds a saved result's events, or a ledger's (``_durable/_resume.py``),
+to the one replay; a run that ended is only read.
 
 A fork is a new run that starts as an old one was after its first ``at`` transitions.
 
