@@ -33,6 +33,19 @@ __all__ = ["Recorded", "bad", "json_of"]
 
 _EVENT: Final = jsonschema_rs.Draft202012Validator(SCHEMA["properties"]["events"]["items"])
 _REJECTED: Final = jsonschema_rs.Draft202012Validator(SCHEMA["properties"]["rejected"])
+# A whole body at once, in one call (the fast path); what fails is then named piece by piece.
+_WHOLE: Final = jsonschema_rs.Draft202012Validator(
+    {
+        "type": "object",
+        "properties": {
+            "at": {"type": "integer", "minimum": 0},
+            "events": {**SCHEMA["properties"]["events"], "minItems": 1},
+            "rejected": SCHEMA["properties"]["rejected"],
+        },
+        "required": ["at", "events"],
+        "additionalProperties": False,
+    }
+)
 _BY_ITSELF: Final = frozenset(NEXT.values())
 _BODY: Final = "{'at': the index of its first event, 'events': [one event or more]}"
 
@@ -113,7 +126,8 @@ class Recorded:
                 f"run {run_id!r}: {where}: unknown record kind {record.kind!r} "
                 "(written by a newer agentloop?)"
             )
-        if (
+        whole = _WHOLE.is_valid(body)
+        if not whole and (
             type(body) is not dict
             or not {"at", "events"} <= body.keys() <= {"at", "events", "rejected"}
             or type(body["at"]) is not int
@@ -128,11 +142,14 @@ class Recorded:
         if not self.events:
             self.at = at  # after version 1 records, checked against their replay
         if "rejected" in body:
-            error = next(iter(_REJECTED.iter_errors(body["rejected"])), None)
+            error = None if whole else next(iter(_REJECTED.iter_errors(body["rejected"])), None)
             if error is not None:
                 raise bad(run_id, f"{where}.rejected", explain(error)[0], body["rejected"])
             self.rejected = rejected_value(body["rejected"])
-        made = [self._event(where, at + offset, event) for offset, event in enumerate(events)]
+        made = [
+            self._event(where, at + offset, event, checked=whole)
+            for offset, event in enumerate(events)
+        ]
         last = made[-1]
         if last.trigger in _BY_ITSELF and last.dest not in TERMINAL:
             raise bad(run_id, where, "a report's transition last", last.trigger.value)
@@ -142,9 +159,9 @@ class Recorded:
         self.events.extend(made)
         self.ended = record.kind == END
 
-    def _event(self, where: str, index: int, event: object) -> Transition:
+    def _event(self, where: str, index: int, event: object, *, checked: bool) -> Transition:
         """An event of the record, checked as a run file's ``$.events[index]`` and decoded."""
-        error = next(iter(_EVENT.iter_errors(event)), None)
+        error = None if checked else next(iter(_EVENT.iter_errors(event)), None)
         if error is not None:
             path = json_path(["events", index, *error.instance_path])
             raise bad(self.run_id, f"{where}: {path}", *explain(error))
