@@ -20,6 +20,7 @@ import pytest
 
 import agentloop
 from agentloop import Loop
+from agentloop.__main__ import main
 from agentloop.testing import ScriptedModel, final
 
 from .ledgers import MemoryLedger
@@ -221,3 +222,34 @@ def test_damaged_records_of_either_version_are_named(tmp_path: Path) -> None:
     )
     with pytest.raises(agentloop.LedgerError, match=r"expected the kind and key of its last"):
         loop(v2).resume("finished")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_command_line_reads_and_decides_in_either_version(
+    version: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """runs, show, pending, report and decide on a fixture ledger; the decided run goes on."""
+    path = tmp_path / "runs.db"
+    shutil.copy(FIXTURES / f"v{version}-ledger.db", path)
+    assert main(["runs", str(path)]) == 0
+    states = {line.split()[0]: line.split()[1] for line in capsys.readouterr().out.splitlines()}
+    assert (states["finished"], states["paused"], states["crashed"]) == (
+        "finished",
+        "awaiting_approval",
+        "dispatching",
+    )
+    assert main(["show", str(path), "finished"]) == 0
+    assert "agentloop run finished: finished" in capsys.readouterr().out
+    assert main(["pending", str(path)]) == 0
+    assert "c1" in capsys.readouterr().out
+    assert main(["report", str(path), "crashed", "-o", str(tmp_path / "page.html")]) == 0
+    assert main(["decide", str(path), "paused", "c1=approve"]) == 0
+    capsys.readouterr()
+    loop = Loop(
+        ScriptedModel([final("502")]),
+        tools=tools(),
+        max_steps=5,
+        max_calls=4,
+        ledger=agentloop.SQLiteLedger(path),
+    )
+    assert loop.resume("paused").output == "502"
