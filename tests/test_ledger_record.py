@@ -222,6 +222,12 @@ def test_damaged_records_of_either_version_are_named(tmp_path: Path) -> None:
     )
     with pytest.raises(agentloop.LedgerError, match=r"expected the kind and key of its last"):
         loop(v2).resume("finished")
+    body["events"][0]["steps"] = "x"  # an event as no run file holds it
+    damage(v2, "UPDATE records SET kind = 'reply', body = ? WHERE key = '2'", orjson.dumps(body))
+    with pytest.raises(
+        agentloop.LedgerError, match=r"\$\.events\[3\]\.steps: expected integer, got"
+    ):
+        loop(v2).resume("finished")
 
 
 @pytest.mark.parametrize("version", [1, 2])

@@ -164,7 +164,10 @@ class Recorded:
         error = None if checked else next(iter(_EVENT.iter_errors(event)), None)
         if error is not None:
             path = json_path(["events", index, *error.instance_path])
-            raise bad(self.run_id, f"{where}: {path}", *explain(error))
+            expected, found = explain(error)
+            raise LedgerError(
+                f"run {self.run_id!r}: {where}: {path}: expected {expected}, got {found}"
+            )
         assert type(event) is dict, "checked by the schema"
         try:
             return load_event(index, event)
