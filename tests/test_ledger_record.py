@@ -259,3 +259,39 @@ def test_the_command_line_reads_and_decides_in_either_version(
         ledger=agentloop.SQLiteLedger(path),
     )
     assert loop.resume("paused").output == "502"
+
+
+def test_a_run_that_waits_for_a_person_stopped_anywhere_resumes_to_the_same_run() -> None:
+    """Stopped after each transition (asked, decided or not yet): resumed and decided, the
+    result, the records and the calls that ran are those of the run never stopped."""
+
+    def decisions(pending: tuple[agentloop.PendingCall, ...]) -> dict[str, agentloop.Decision]:
+        return {
+            call.call_id: call.approve() if call.call_id == "b" else call.deny("no")
+            for call in pending
+        }
+
+    def drive(run: agentloop.Run, k: int | None) -> None:
+        steps = 0
+        while not run.done and (k is None or steps < k):
+            if run.state == "awaiting_approval":
+                run.decide(decisions(run.pending))
+            else:
+                run.step()
+            steps += 1
+
+    whole_desk, whole = Desk(), MemoryLedger()
+    run = Loop(banker, tools=whole_desk.registry, ledger=whole).start("go", run_id="r")
+    drive(run, None)
+    expected = run.result()
+    for k in range(len(expected.events) + 1):
+        desk, stopped = Desk(), MemoryLedger()
+        drive(Loop(banker, tools=desk.registry, ledger=stopped).start("go", run_id="r"), k)
+        gc.collect()  # the dropped run gives up its claim
+        loop = Loop(banker, tools=desk.registry, ledger=stopped)
+        result = loop.resume("r")
+        if result.status == "awaiting_approval":
+            result = loop.resume("r", decisions=decisions(result.pending))
+        assert result == expected, k
+        assert records_of(stopped, "r") == records_of(whole, "r"), k
+        assert desk.ran == whole_desk.ran, k
