@@ -1,7 +1,7 @@
 """Continuing a run: resuming it from its record, or forking it from any of its transitions.
 
-Resume feeds a saved result to the one replay, or a ledger's records to a
-fresh engine (``_durable/_resume.py``); a run that ended is only read.
+Resume feeds a saved result's events, or a ledger's (``_durable/_resume.py``),
+to the one replay; a run that ended is only read.
 
 A fork is a new run that starts as an old one was after its first ``at`` transitions.
 
@@ -22,7 +22,7 @@ import orjson
 
 from agentloop._core._replay import Mismatch, replay
 from agentloop._core._values import CancelToken, RunResult, require_result
-from agentloop._durable import _journal, _resume
+from agentloop._durable import _recording, _resume
 from agentloop._errors import ConfigurationMismatchError, InvalidStateError
 from agentloop._review._runstory import reopen
 from agentloop._run import RunView
@@ -99,7 +99,7 @@ def forked(
 
 def _release(engine: Engine | None) -> None:
     """A durable fork that will not be handed out gives up its claim."""
-    if isinstance(engine, _journal.DurableEngine):
+    if isinstance(engine, _recording.DurableEngine):
         engine.journal.release()
 
 
@@ -194,5 +194,5 @@ class released_on_error:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        if kind is not None and isinstance(self._engine, _journal.DurableEngine):
+        if kind is not None and isinstance(self._engine, _recording.DurableEngine):
             self._engine.journal.release()

@@ -18,7 +18,7 @@ from agentloop._continued import ended, forked, released_on_error, resumed
 from agentloop._core._engine import Engine
 from agentloop._core._messages import check_new_input
 from agentloop._core._values import Budget, CancelToken, RunResult
-from agentloop._durable import _journal, _resume
+from agentloop._durable import _recording, _resume
 from agentloop._durable._ledger import Ledger
 from agentloop._settings import async_policies, no_ledger, specs_of, timeout, with_system
 from agentloop._sync import Awaiter, Run, awaiting
@@ -405,8 +405,8 @@ class Loop:
                 dispatch = awaiting(dispatcher.dispatch_or_adispatch, awaiter, self.tool_timeout)
         else:  # a dispatcher of the user's may answer with an awaitable
             dispatch = awaiting(dispatch, awaiter, self.tool_timeout)
-        if isinstance(engine, _journal.DurableEngine):
-            dispatch = _journal.sync_dispatch(engine, dispatch)
+        if isinstance(engine, _recording.DurableEngine):
+            dispatch = _recording.sync_dispatch(engine, dispatch)
         review: Callable[[dict[str, Any]], Any] | None = None
         if registry is not None:
             areview = registry.areview
@@ -428,8 +428,8 @@ class Loop:
     def _arun(self, engine: Engine, cancel: CancelToken | None) -> AsyncRun:
         dispatch = self._adispatch
         registry = reviewing(self.dispatcher)
-        if isinstance(engine, _journal.DurableEngine):
-            dispatch = _journal.async_dispatch(engine, dispatch)
+        if isinstance(engine, _recording.DurableEngine):
+            dispatch = _recording.async_dispatch(engine, dispatch)
         return AsyncRun(
             engine,
             self._bound_model,

@@ -87,22 +87,16 @@ from agentloop._core._values import (
     RunTool,
     Transition,
 )
-from agentloop._durable._journal import (
-    OUTCOME_UNKNOWN,
-    fingerprint,
-    idempotent_tools,
+from agentloop._durable._bodies import (
     outcome_record,
     raised_record,
-    reply_record,
-)
-from agentloop._durable._key import KEY
-from agentloop._durable._resume import (
-    checked_run_id,
-    differences,
-    mismatch,
     recorded_answer,
     recorded_outcome,
+    reply_record,
 )
+from agentloop._durable._journal import OUTCOME_UNKNOWN, fingerprint, idempotent_tools
+from agentloop._durable._key import KEY
+from agentloop._durable._resume import checked_run_id, differences, mismatch
 from agentloop._errors import AgentloopError, InvalidStateError
 from agentloop._loop import Loop
 from agentloop._run import LOG, log

@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Literal
 
+import orjson
+
 import agentloop
 
 if TYPE_CHECKING:
@@ -173,3 +175,12 @@ def check_effects(
             assert times <= 1, f"{where}call {message['id']} took effect {times} times"
             if message["id"] not in unknown:
                 assert times == 1, f"{where}call {message['id']} has a result, never ran"
+
+
+def decisions_of(body: bytes) -> dict[str, dict[str, Any]]:
+    """A ``decision`` record's decisions, by call id, as its last event encodes them."""
+    event = orjson.loads(body)["events"][-1]
+    assert event["trigger"] == "approval_decided", event
+    return {
+        d["call_id"]: {k: v for k, v in d.items() if k != "call_id"} for d in event["decisions"]
+    }

@@ -374,12 +374,13 @@ def test_a_paused_durable_run_goes_on_after_its_process_is_gone(tmp_path: Path) 
     assert ("approval_asked", "l") in kinds
     assert ("decision", "l") in kinds
     assert kinds.index(("decision", "l")) < kinds.index(("tool_started", "s"))
-    assert orjson.loads(records[kinds.index(("approval_asked", "l"))].body) == {
-        "reasons": {"l": "money"}
-    }
-    assert orjson.loads(records[kinds.index(("decision", "l"))].body) == {
-        "decisions": {"l": {"allowed": False, "reason": "too much", "fingerprint": None}}
-    }
+    # Each record ends with its report's event, as a run file encodes it.
+    asked = orjson.loads(records[kinds.index(("approval_asked", "l"))].body)["events"][-1]
+    assert {call["call_id"]: call["reason"] for call in asked["pending"]} == {"l": "money"}
+    decided = orjson.loads(records[kinds.index(("decision", "l"))].body)["events"][-1]
+    assert decided["decisions"] == [
+        {"call_id": "l", "allowed": False, "reason": "too much", "fingerprint": None}
+    ]
 
 
 # -- the property --------------------------------------------------------------------------
@@ -553,12 +554,17 @@ def test_a_damaged_approval_record_is_a_ledger_error() -> None:
     loop.run("go", run_id="r")
     until_done(loop)
     records = memory.records["r"]
-    for kind, body in [
-        ("decision", {"decisions": {"b": approve(fingerprint="0" * 64).record()}}),
-        ("approval_asked", {"reasons": {"b": "", "c": "sends 7 EUR"}}),
+    for kind, field, value in [
+        ("decision", "decisions", [{"call_id": "b", **approve(fingerprint="0" * 64).record()}]),
+        ("approval_asked", "pending", None),  # b's reason made empty below
     ]:
         kept = list(records)
         at = next(i for i, r in enumerate(records) if r.kind == kind)
+        body = orjson.loads(records[at].body)
+        event = body["events"][-1]
+        if value is None:
+            value = [call | {"reason": ""} for call in event["pending"]]
+        event[field] = value
         records[at] = agentloop.ledger.LedgerRecord(kind, records[at].key, orjson.dumps(body))
         with pytest.raises(agentloop.LedgerError, match=r"its records do not replay"):
             loop.resume("r")

@@ -26,7 +26,7 @@ from agentloop import State
 from agentloop.__main__ import main
 from agentloop._core._approval import call_fingerprint
 
-from .ledgers import MemoryLedger
+from .ledgers import MemoryLedger, decisions_of
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -253,7 +253,7 @@ def test_decided_from_the_command_line_then_resumed_in_another_process(tmp_path:
     last = records(ledger)["paused"][-1]
     assert (last.kind, last.key) == ("decision", "l")  # as the live driver records it
     # Each bound to the call that was shown, as PendingCall.approve() and .deny() bind.
-    assert orjson.loads(last.body) == {
+    assert {"decisions": decisions_of(last.body)} == {
         "decisions": {
             "l": {
                 "allowed": True,
@@ -372,7 +372,7 @@ def test_what_decide_prints_stays_one_line_each(
     assert out.splitlines()[0] == (
         "recorded for run paused: l approved, m denied (no\\nstatus   finished\\x1b[2J\\u202e)"
     )
-    body = orjson.loads(records(ledger)["paused"][-1].body)
+    body = {"decisions": decisions_of(records(ledger)["paused"][-1].body)}
     assert body["decisions"]["m"]["reason"] == reason
 
 
@@ -581,9 +581,9 @@ def test_decide_run_records_what_run_decide_would_on_any_ledger() -> None:
     assert not memory.claimed  # every claim given back
 
     agentloop.ledger.decide_run(memory, "r", {"p": agentloop.approve()})
-    assert memory.records["r"][-1] == agentloop.ledger.LedgerRecord(
-        "decision", "p", b'{"decisions":{"p":{"allowed":true,"reason":"","fingerprint":null}}}'
-    )
+    last = memory.records["r"][-1]
+    assert (last.kind, last.key) == ("decision", "p")
+    assert decisions_of(last.body) == {"p": {"allowed": True, "reason": "", "fingerprint": None}}
     with pytest.raises(agentloop.InvalidStateError, match="'dispatching', not awaiting"):
         agentloop.ledger.decide_run(memory, "r", {"p": agentloop.approve()})
     assert loop.resume("r").output == "done"

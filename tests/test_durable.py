@@ -191,12 +191,13 @@ def test_the_records_come_before_what_they_record(db: Path) -> None:
         ("reply", "3"),
         ("end", ""),
     ]
-    finished = orjson.loads(records[9].body)
-    assert finished["status"] == "error"
+    # Each record holds the events since the last one, as a run file encodes them.
+    finished = orjson.loads(records[9].body)["events"][-1]
+    assert finished["result_status"] == "error"
     assert finished["exception"] == {"type": "ValueError", "message": "failed on 4"}
     end = orjson.loads(records[-1].body)
     assert end["at"] == 9  # the tenth event
-    assert end["event"]["dest"] == "finished"
+    assert end["events"][-1]["dest"] == "finished"
 
 
 def test_each_record_is_committed_before_the_engine_acts_on_it(db: Path) -> None:
@@ -454,7 +455,7 @@ def test_an_unknown_outcome_is_recorded_and_kept_on_the_next_resume() -> None:
     with pytest.raises(Crash):
         make_loop(SCRIPT, World(), again).resume("r1")
     finished = [r for r in memory.records["r1"] if r.kind == "tool_finished"]
-    assert orjson.loads(finished[0].body)["content"]["type"] == "OutcomeUnknown"
+    assert orjson.loads(finished[0].body)["events"][-1]["input"]["type"] == "OutcomeUnknown"
     result = make_loop(SCRIPT, World(), memory).resume("r1")
     assert result.transcript[2]["content"]["type"] == "OutcomeUnknown"
     assert [tool for tool, _ in world.effects] == ["effect"]  # c1 ran once, in the first process
@@ -1102,16 +1103,18 @@ def test_damaged_records_are_named(db: Path) -> None:
     loop = make_loop(SCRIPT, World(), None)
     loop.ledger = SQLiteLedger(db)
     assert loop.resume("r1").status == "finished"
+    step_2 = orjson.loads(SQLiteLedger(db).read("r1")[1][3].body)
     damage("UPDATE records SET body = ? WHERE kind = 'reply' AND key = '2'", b"{not json")
     with pytest.raises(LedgerError, match=r"run 'r1': record 3 \(reply '2'\) is not JSON"):
         loop.resume("r1")
     damage("UPDATE records SET body = ? WHERE kind = 'reply' AND key = '2'", b'{"what": 1}')
-    with pytest.raises(LedgerError, match=r"record 3 \(reply '2'\): expected one of 'reply'"):
+    with pytest.raises(LedgerError, match=r"record 3 \(reply '2'\): expected \{'at': the index"):
         loop.resume("r1")
     damage("UPDATE records SET kind = 'approval' WHERE kind = 'reply' AND key = '2'")
     with pytest.raises(LedgerError, match=r"unknown record kind 'approval' \(written by a newer"):
         loop.resume("r1")
-    damage("UPDATE records SET kind = 'reply', body = ? WHERE key = '2'", b'{"reply": 5}')
+    step_2["events"][-1]["input"] = 5  # the model's reply, as recorded
+    damage("UPDATE records SET kind = 'reply', body = ? WHERE key = '2'", orjson.dumps(step_2))
     with pytest.raises(LedgerError, match=r"its records do not replay through this engine"):
         loop.resume("r1")
     header = orjson.loads(SQLiteLedger(db).read("r1")[0])

@@ -46,6 +46,7 @@ from agentloop.engine import Engine
 from agentloop.testing import ScriptedModel, batch, call, final
 
 from .helpers import asking
+from .ledgers import decisions_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -214,8 +215,8 @@ def test_decide_keeps_the_decisions_it_checked(ledger: bool, tmp_path: Path) -> 
     result = run.finish()
     assert (result.status, desk.ran) == ("finished", ["pay 10", "pay 1"])
     if store is not None:
-        (decided,) = [body for kind, _, body in records(store, "r1") if kind == "decision"]
-        assert [d["allowed"] for d in decided["decisions"].values()] == [True, True]
+        (decided,) = [r.body for r in store.read("r1")[1] if r.kind == "decision"]
+        assert [d["allowed"] for d in decisions_of(decided).values()] == [True, True]
 
 
 @pytest.mark.parametrize("ledger", [False, True])

@@ -407,7 +407,9 @@ class RunState:
         """
         event = self._events.pop()
         self._applied = len(self._events)
-        self._outstanding = ANSWERS.get(event.trigger)  # None for one the engine made itself
+        # Out again: the model or tool request it answered (a decision answers none).
+        answered = ANSWERS.get(event.trigger)
+        self._outstanding = answered if answered in (_ASK_MODEL, _START_TOOL) else None
         self._settle()
         return event
 

@@ -58,7 +58,7 @@ __all__ = ["APPLICATION_ID", "VERSION", "SQLiteLedger"]
 
 #: ``PRAGMA application_id`` of an agentloop ledger ("AGLL").
 APPLICATION_ID: Final = 0x41474C4C
-#: ``PRAGMA user_version``: the layout of the tables, and of the records' bodies.
+#: ``PRAGMA user_version``: the layout of the tables (each run's header versions its records).
 VERSION: Final = 1
 _MAGIC: Final = b"SQLite format 3\x00"
 

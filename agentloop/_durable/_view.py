@@ -1,10 +1,10 @@
 """Looking at a ledger's runs without running them, and deciding a paused one.
 
 ``view_run`` feeds a run's records to a fresh engine as a resume does
-(``_resume.replayed``), with no model, no tools and no claim: the run may be
+(``_resume.replayed``: the one replay), with no model, no tools and no claim: the run may be
 held by a live process, and nothing is written. ``list_runs`` does so for
 every run of a ledger that lists them. ``decide_run`` records a person's
-decisions about a paused run as its live driver would (``Journal.decided``),
+decisions about a paused run as its live driver would (``DurableEngine.decided``),
 holding the run's claim while it checks and writes; the run goes on when a
 process that has its ``Loop`` resumes it.
 """
@@ -16,17 +16,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import attrs
 import orjson
 
-from agentloop._core._table import TERMINAL, State
+from agentloop._core._table import TERMINAL, State, Trigger
 from agentloop._core._values import Budget, CancelToken, RunResult
 from agentloop._durable._journal import Journal
-from agentloop._durable._resume import Recorded, checked_run_id, replayed
+from agentloop._durable._records import Recorded
+from agentloop._durable._resume import checked_run_id, replayed
 from agentloop._errors import InvalidStateError, LedgerError
 
 if TYPE_CHECKING:
     from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._values import Transition, Usage
-    from agentloop._durable._journal import DurableEngine
     from agentloop._durable._ledger import Ledger, LedgerRecord
+    from agentloop._durable._recording import DurableEngine
 
 __all__ = ["LedgerRun", "RunSummary", "decide_run", "list_runs", "view_run"]
 
@@ -170,7 +171,7 @@ def decide_run(ledger: Ledger, run_id: str, decisions: dict[str, Decision]) -> N
                 "no decisions (were they recorded already?); nothing was recorded",
                 state=engine.state,
             )
-        journal.decided(engine._checked_decisions(decisions))
+        engine.decided(decisions)
     finally:
         writer.release()
 
@@ -235,14 +236,15 @@ def _started(engine: DurableEngine, recorded: Recorded) -> tuple[dict[str, Any],
     """The calls of the batch in hand started and never answered, in emission order."""
     if engine.state is not State.DISPATCHING:
         return ()
-    kind, reply = recorded.replies.get(engine.steps, ("", None))
-    if kind != "reply" or type(reply) is not dict:
-        return ()
+    events = engine.events()
+    last = max(i for i, event in enumerate(events) if event.trigger is Trigger.MODEL_REPLIED)
+    reply = orjson.loads(events[last].input_json or b"null")
+    answered = {event.call_id for event in events[last:] if event.trigger is Trigger.TOOL_RETURNED}
     calls = reply.get("calls") if reply.get("kind") == "calls" else [reply]
     return tuple(
         {"id": call.get("id"), "name": call.get("name"), "arguments": call.get("arguments")}
         for call in calls or ()
         if type(call) is dict
         and call.get("id") in recorded.started
-        and call.get("id") not in recorded.finished
+        and call.get("id") not in answered
     )

@@ -60,7 +60,6 @@ from agentloop._core._replay import Mismatch
 from agentloop._core._table import Guard, State, Trigger
 from agentloop._core._values import (
     Budget,
-    NotJSON,
     RecordedException,
     RunResult,
     Transition,
@@ -78,6 +77,7 @@ from agentloop._review._runshape import (
     dumps,
     explain,
     json_path,
+    rejected_value,
     too_deep,
     upgrade_from_2,
     upgrade_from_3,
@@ -85,7 +85,7 @@ from agentloop._review._runshape import (
 )
 from agentloop._review._runstory import check_story
 
-__all__ = ["load_run", "run_from_json", "run_to_json", "save_run"]
+__all__ = ["load_event", "load_run", "run_from_json", "run_to_json", "save_run"]
 
 # -- saving --------------------------------------------------------------------
 
@@ -188,7 +188,6 @@ def run_from_json(
 
 def _build(document: dict[str, Any]) -> RunResult:
     """The result, from a document whose shape has been checked."""
-    rejected = document["rejected"]
     try:
         budget = Budget(**document["budget"])
     except (TypeError, ValueError) as exc:
@@ -201,15 +200,9 @@ def _build(document: dict[str, Any]) -> RunResult:
         budget=budget,
         reason=document["reason"],
         error=document["error"],
-        events=tuple(itertools.starmap(_load_event, enumerate(document["events"]))),
+        events=tuple(itertools.starmap(load_event, enumerate(document["events"]))),
         transcript_json=dumps(document["transcript"]),
-        rejected_value=(
-            None
-            if rejected is None
-            else NotJSON(rejected["repr"], rejected["problem"])
-            if "repr" in rejected
-            else rejected["json"]
-        ),
+        rejected_value=rejected_value(document["rejected"]),
         usage=Usage(**document["usage"]),
         held_json=None if document["held"] is None else dumps(document["held"]),
     )
@@ -230,7 +223,8 @@ def _decision(record: dict[str, Any], index: int) -> Decision:
         ) from None
 
 
-def _load_event(index: int, event: dict[str, Any]) -> Transition:
+def load_event(index: int, event: dict[str, Any]) -> Transition:
+    """The event a run file's ``$.events[index]`` holds (checked in shape): a ledger's too."""
     exception = event["exception"]
     return Transition(
         _STATES[event["source"]],

@@ -44,6 +44,7 @@ __all__ = [
     "explain",
     "json_path",
     "rejected_record",
+    "rejected_value",
     "too_deep",
     "upgrade_from_2",
     "upgrade_from_3",
@@ -402,6 +403,13 @@ def rejected_record(value: object) -> dict[str, Any] | None:
     if isinstance(value, NotJSON):
         return {"repr": value.text, "problem": value.problem}
     return {"json": value}  # the engine keeps only its own decoded copy of a JSON reply
+
+
+def rejected_value(record: dict[str, Any] | None) -> object:
+    """The rejected reply a ``rejected_record`` (checked in shape) keeps."""
+    if record is None:
+        return None
+    return NotJSON(record["repr"], record["problem"]) if "repr" in record else record["json"]
 
 
 def dumps(value: object, option: int = 0) -> bytes:
