@@ -1,0 +1,413 @@
+"""agentloop.mcp: real SDK servers (tests/mcp_server.py) as tool sources, and serve() the other way.
+
+One stdio server is shared by the module's fast tests; the tests that kill a
+server, change its tools or serve HTTP launch their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import mcp
+import mcp.types
+import pytest
+
+import agentloop
+from agentloop import Loop, SQLiteLedger, State, ToolRegistry, allow, deny
+from agentloop import mcp as amcp
+from agentloop.testing import ScriptedModel, batch, call, final
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from .helpers import Driver
+
+SERVER = str(Path(__file__).with_name("mcp_server.py"))
+
+
+def launch(**options: Any) -> amcp.Server:
+    """The tests' server over stdio (not yet connected)."""
+    return amcp.stdio(sys.executable, [SERVER], name="tests", **options)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[amcp.Server]:
+    """One stdio server for the module's tests that leave it as it is."""
+    with launch(timeout=5, env={"AGENTLOOP_MCP_TEST": "yes"}) as connected:
+        yield connected
+
+
+def registry_of(server: amcp.Server, **options: Any) -> ToolRegistry:
+    registry = ToolRegistry()
+    server.register(registry, **options)
+    return registry
+
+
+def results(result: agentloop.RunResult) -> list[tuple[str, str, Any]]:
+    """The run's tool results: (id, status, content)."""
+    return [
+        (m["id"], m["status"], m["content"])
+        for m in result.transcript
+        if m["kind"] == "tool_result"
+    ]
+
+
+def test_a_run_calls_a_servers_tools_in_a_batch(server: amcp.Server, driver: Driver) -> None:
+    """A batch of three MCP calls runs under either driver; text, JSON and typed parts come back."""
+    registry = registry_of(server, prefix="t_", deny=["delete"])
+    model = ScriptedModel(
+        [
+            batch(
+                call("a", "t_add", a=2, b=3),
+                call("b", "t_shout", text="hi"),
+                call("c", "t_picture"),
+            ),
+            final("done"),
+        ]
+    )
+    result = driver.run(Loop(model, tools=registry), "go")
+    assert result.status == "finished"
+    assert results(result) == [
+        ("a", "ok", 5),  # the SDK's {"result": 5} wrapper, unwrapped
+        ("b", "ok", "HI"),
+        ("c", "ok", [{"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"}]),
+    ]
+    assert "t_delete" not in registry
+
+
+def test_a_tool_keeps_the_servers_name_description_and_schema(server: amcp.Server) -> None:
+    """Each tool is described as the server lists it, under the prefix; allow keeps only those."""
+    registry = registry_of(server, prefix="x_", allow=["add", "echo"])
+    assert sorted(tool.name for tool in registry) == ["x_add", "x_echo"]
+    tool = registry["x_add"]
+    assert isinstance(tool, amcp.MCPTool)
+    assert (tool.remote_name, tool.description) == ("add", "Add two integers.")
+    assert tool.parameters["properties"].keys() == {"a", "b"}
+    assert tool.parameters["required"] == ["a", "b"]
+    assert registry.specs()[0]["name"] == "x_add"
+
+
+def test_is_error_is_an_error_result(server: amcp.Server) -> None:
+    """A tool that fails on the server is an ``error`` result naming ToolFailed and its text."""
+    registry = registry_of(server, allow=["fail"])
+    outcome = asyncio.run(
+        registry.adispatch({"id": "1", "name": "fail", "arguments": {"message": "boom"}})
+    )
+    assert outcome["status"] == "error"
+    assert outcome["content"]["type"] == "ToolFailed"
+    assert "boom" in outcome["content"]["message"]
+
+
+def test_arguments_are_validated_before_they_are_sent(server: amcp.Server) -> None:
+    """``"5"`` for an int, which the server would take, is refused here and never sent."""
+    registry = registry_of(server, allow=["add"])
+    outcome = registry.dispatch({"id": "1", "name": "add", "arguments": {"a": "5", "b": 1}})
+    assert outcome == {
+        "status": "invalid_arguments",
+        "content": [{"path": "a", "message": '"5" is not of type "integer"'}],
+    }
+
+
+def test_annotations_make_the_guarantees_and_the_users_declarations_win(
+    server: amcp.Server,
+) -> None:
+    """readOnly or idempotent hints make a tool idempotent; unmarked ones are destructive."""
+    tools = {tool.name: tool for tool in server.tools()}
+    assert {name for name, tool in tools.items() if tool.idempotent} == {
+        "add",
+        "fail",
+        "hang",
+        "picture",
+        "environment",
+    }
+    assert {name for name, tool in tools.items() if tool.destructive} == {"delete", "shout"}
+    declared = {
+        tool.name: tool
+        for tool in server.tools(
+            annotations={
+                "add": {"readOnlyHint": False, "destructiveHint": True},
+                "shout": {"readOnlyHint": True},
+            }
+        )
+    }
+    assert (declared["add"].idempotent, declared["add"].destructive) == (False, True)
+    assert (declared["shout"].idempotent, declared["shout"].destructive) == (True, False)
+
+
+def test_a_destructive_tool_waits_for_a_persons_approval(server: amcp.Server) -> None:
+    """With ask_before_destructive, a batch with delete waits; the person approves; it runs."""
+    registry = registry_of(
+        server, allow=["delete", "echo"], destructive=amcp.ask_before_destructive
+    )
+    model = ScriptedModel(
+        [batch(call("a", "echo", text="x"), call("b", "delete", path="/tmp/f")), final("ok")]
+    )
+    run = Loop(model, tools=registry).start("go")
+    paused = run.finish()
+    assert paused.status == "awaiting_approval"
+    assert [(p.call_id, p.name) for p in paused.pending] == [("b", "delete")]
+    assert "may change or delete data" in paused.pending[0].reason
+    run.decide({"b": paused.pending[0].approve()})
+    result = run.finish()
+    assert results(result) == [("a", "ok", "x"), ("b", "ok", "deleted /tmp/f")]
+
+
+def test_the_policy_and_the_destructive_policy_are_both_asked(server: amcp.Server) -> None:
+    """A denial by the tools' policy wins over the destructive tool's ask."""
+    registry = registry_of(
+        server,
+        allow=["delete"],
+        policy=lambda call: deny("no deleting") if call["arguments"]["path"] == "/" else allow(),
+        destructive=amcp.ask_before_destructive,
+    )
+    assert registry.review({"id": "1", "name": "delete", "arguments": {"path": "/"}}) == deny(
+        "no deleting"
+    )
+    asked = registry.review({"id": "2", "name": "delete", "arguments": {"path": "/tmp"}})
+    assert isinstance(asked, agentloop.Decision)
+    assert asked.asks
+
+
+def test_a_hanging_tool_meets_the_servers_timeout_and_the_loops(server: amcp.Server) -> None:
+    """Past the server's timeout: OutcomeUnknown; past the Loop's tool_timeout: TimeoutError."""
+    quick = launch(timeout=0.3)
+    with quick:
+        registry = registry_of(quick, allow=["hang", "add"])
+        model = ScriptedModel(
+            [call("a", "hang", seconds=5), call("b", "add", a=1, b=1), final("ok")]
+        )
+        result = Loop(model, tools=registry).run("go")
+        (_, status, content), after = results(result)
+        assert (status, content["type"]) == ("error", "OutcomeUnknown")
+        assert "did not answer 'hang' within timeout=0.3 s" in content["message"]
+        assert after == ("b", "ok", 2)  # the connection goes on
+    registry = registry_of(server, allow=["hang"])
+    model = ScriptedModel([call("a", "hang", seconds=5), final("ok")])
+    result = Loop(model, tools=registry, tool_timeout=0.3).run("go")
+    ((_, status, content),) = results(result)
+    assert (status, content["type"]) == ("error", "TimeoutError")
+
+
+def test_the_server_gets_the_environment_it_is_given(server: amcp.Server) -> None:
+    """``env`` reaches the server process (the SDK passes only a few variables by itself)."""
+    registry = registry_of(server, allow=["environment"])
+    outcome = asyncio.run(
+        registry.adispatch(
+            {"id": "1", "name": "environment", "arguments": {"name": "AGENTLOOP_MCP_TEST"}}
+        )
+    )
+    assert outcome == {"status": "ok", "content": "yes"}
+
+
+def test_bad_options_are_refused_naming_what_was_expected(server: amcp.Server) -> None:
+    """Unknown names, a str for a list, bad hints, clashing names: refused, nothing added."""
+    registry = ToolRegistry()
+    with pytest.raises(ValueError, match=r"expected names of tools the server lists .*got 'nope'"):
+        server.register(registry, allow=["add", "nope"])
+    with pytest.raises(
+        TypeError, match="expected deny to be a collection of tool names, got a str"
+    ):
+        server.register(registry, deny="add")
+    with pytest.raises(ValueError, match="expected the annotations of 'add' to map readOnlyHint"):
+        server.register(registry, annotations={"add": {"readOnly": True}})
+    registry.add(agentloop.Tool(lambda: 1, name="add"))
+    with pytest.raises(ValueError, match=r"expected unique tool names, got 'add' in the registry"):
+        server.register(registry)
+    assert [tool.name for tool in registry] == ["add"]  # nothing of the server's was added
+    with pytest.raises(ValueError, match="expected an http:// or https:// URL, got 'localhost'"):
+        amcp.http("localhost")
+    with pytest.raises(ValueError, match="expected timeout to be a positive number"):
+        launch(timeout=0)
+
+
+def test_a_schema_the_registry_cannot_take_is_refused_when_added(server: amcp.Server) -> None:
+    """A listed tool whose schema is not an object schema is refused, naming server and tool."""
+    listed = mcp.types.Tool(name="odd", input_schema={"type": "array"})
+    with pytest.raises(
+        TypeError, match="MCP server 'tests': tool 'odd': expected parameters to describe an object"
+    ):
+        amcp.MCPTool(
+            server,
+            listed,
+            name="odd",
+            hints=dict.fromkeys(("readOnlyHint", "destructiveHint", "idempotentHint"), False),
+            policy=None,
+        )
+
+
+def test_tools_outside_the_connection_are_refused() -> None:
+    """Listing tools before ``with server:`` says how to connect."""
+    with pytest.raises(RuntimeError, match="is not connected: use its tools inside `with server:`"):
+        launch().tools()
+
+
+def test_serve_offers_a_registry_with_its_checks_in_front() -> None:
+    """The SDK's client lists and calls a served registry; validation and policies answer first."""
+    registry = ToolRegistry(
+        policy=lambda call: deny("not today") if call["name"] == "pay" else allow()
+    )
+
+    @registry.tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @registry.tool
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    async def client_side() -> list[mcp.types.CallToolResult]:
+        async with mcp.Client(amcp.serve(registry)) as client:
+            listed = await client.list_tools()
+            assert [(t.name, t.description) for t in listed.tools] == [
+                ("add", "Add two integers."),
+                ("pay", "Pay."),
+            ]
+            assert listed.tools[0].input_schema == registry["add"].parameters
+            return [
+                await client.call_tool("add", {"a": 2, "b": 3}),
+                await client.call_tool("add", {"a": "2", "b": 3}),
+                await client.call_tool("pay", {"amount": 5}),
+                await client.call_tool("nope", {}),
+            ]
+
+    ok, invalid, denied, unknown = asyncio.run(client_side())
+    assert (ok.is_error, ok.content[0].text) == (False, "5")  # type: ignore[union-attr]
+    assert invalid.is_error
+    assert invalid.content[0].text.startswith("invalid_arguments: ")  # type: ignore[union-attr]
+    assert (denied.is_error, denied.content[0].text) == (True, "denied: not today")  # type: ignore[union-attr]
+    assert unknown.is_error
+    assert unknown.content[0].text.startswith("unknown_tool: ")  # type: ignore[union-attr]
+
+
+def test_under_asyncio_the_connection_lives_on_the_running_loop() -> None:
+    """``async with`` opens the session on the running loop, and a run awaits its calls there."""
+
+    async def main() -> agentloop.RunResult:
+        async with launch() as server:
+            registry = registry_of(server, allow=["add", "echo"])
+            model = ScriptedModel(
+                [batch(call("a", "add", a=1, b=2), call("b", "echo", text="e")), final("ok")]
+            )
+            return await Loop(model, tools=registry, max_concurrency=2).arun("go")
+
+    assert results(asyncio.run(main())) == [("a", "ok", 3), ("b", "ok", "e")]
+
+
+# -- servers of their own: killed, changed, over HTTP
+
+
+@pytest.mark.slow
+def test_the_server_killed_mid_call_is_an_error_result_and_later_calls_say_it_is_gone() -> None:
+    """A server dying mid-call: OutcomeUnknown; the next call: ServerError; the run finishes."""
+    with launch() as server:
+        registry = registry_of(server, allow=["die", "add"])
+        model = ScriptedModel(
+            [call("a", "die", after=0.1), call("b", "add", a=1, b=1), final("ok")]
+        )
+        result = Loop(model, tools=registry).run("go")
+    (_, s1, c1), (_, s2, c2) = results(result)
+    assert result.status == "finished"
+    assert (s1, c1["type"]) == ("error", "OutcomeUnknown")
+    assert "closed the connection while 'die' ran" in c1["message"]
+    assert (s2, c2["type"]) == ("error", "ServerError")
+
+
+@pytest.mark.slow
+def test_the_server_killed_mid_call_in_a_durable_run_is_recorded_and_not_run_again(
+    tmp_path: Path,
+) -> None:
+    """With a ledger, the lost call's OutcomeUnknown is recorded; a resume answers from it."""
+    db = tmp_path / "runs.db"
+    script = [call("a", "die", after=0.1), final("ok")]
+    with launch() as server:
+        loop = Loop(
+            ScriptedModel(script), tools=registry_of(server, allow=["die"]), ledger=SQLiteLedger(db)
+        )
+        result = loop.run("go", run_id="r1")
+    ((_, status, content),) = results(result)
+    assert (status, content["type"]) == ("error", "OutcomeUnknown")
+    with launch() as server:
+        loop = Loop(
+            ScriptedModel(script), tools=registry_of(server, allow=["die"]), ledger=SQLiteLedger(db)
+        )
+        again = loop.resume("r1")
+    assert results(again) == results(result)
+
+
+@pytest.mark.slow
+def test_a_changed_tools_list_is_taken_between_model_steps() -> None:
+    """grow adds double; the listener puts it in the registry before the next model step."""
+    with launch() as server:
+        registry = registry_of(server, deny=["die"])
+        model = ScriptedModel([call("a", "grow"), call("b", "double", x=21), final("ok")])
+        loop = Loop(model, tools=registry, listeners=[server.refresh_between_steps])
+        run = loop.start("go")
+        result = run.finish()
+        assert results(result) == [("a", "ok", "grown"), ("b", "ok", 42)]
+        assert registry["double"].idempotent
+        assert not server.changed
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def http_url() -> Iterator[str]:
+    """The tests' server over streamable HTTP on localhost, in a process of its own."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, SERVER, "--http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.slow
+def test_a_server_over_streamable_http(http_url: str) -> None:
+    """Over HTTP: a batch of calls, isError, and a server killed mid-call answers every call."""
+    with amcp.http(http_url, name="web") as server:
+        registry = registry_of(server, allow=["add", "fail", "die"])
+        model = ScriptedModel(
+            [
+                batch(call("a", "add", a=1, b=2), call("b", "fail", message="no")),
+                call("c", "die", after=0.1),
+                call("d", "add", a=1, b=1),
+                final("ok"),
+            ]
+        )
+        result = Loop(model, tools=registry).run("go")
+    statuses = [(i, s, c if s == "ok" else c["type"]) for i, s, c in results(result)]
+    assert statuses[:2] == [("a", "ok", 3), ("b", "error", "ToolFailed")]
+    assert statuses[2] == ("c", "error", "OutcomeUnknown")
+    assert statuses[3][:2] == ("d", "error")
+    assert result.status == "finished"
+
+
+def test_the_module_says_what_it_needs() -> None:
+    """The public names are documented, and State is the engine's."""
+    assert "mcp" in (amcp.__doc__ or "")
+    for name in amcp.__all__:
+        assert getattr(amcp, name).__doc__, name
+    assert State.AWAITING_MODEL.value == "awaiting_model"
