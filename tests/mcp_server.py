@@ -57,6 +57,19 @@ async def hang(seconds: float) -> str:
     return "awake"
 
 
+RUNNING = [0, 0]  # calls of overlap running now, and the most seen at once
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def overlap(seconds: float) -> int:
+    """Sleep; answer the most calls of this tool seen running at once."""
+    RUNNING[0] += 1
+    RUNNING[1] = max(RUNNING)
+    await asyncio.sleep(seconds)
+    RUNNING[0] -= 1
+    return RUNNING[1]
+
+
 @server.tool(annotations=ToolAnnotations(destructive_hint=False))
 async def die(after: float = 0.0) -> str:
     """End the server process, after a while."""

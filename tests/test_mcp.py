@@ -174,24 +174,45 @@ def test_the_policy_and_the_destructive_policy_are_both_asked(server: amcp.Serve
     assert asked.asks
 
 
-def test_a_hanging_tool_meets_the_servers_timeout_and_the_loops(server: amcp.Server) -> None:
-    """Past the server's timeout: OutcomeUnknown; past the Loop's tool_timeout: TimeoutError."""
-    quick = launch(timeout=0.3)
-    with quick:
+def test_a_hanging_tool_meets_the_loops_tool_timeout(server: amcp.Server, driver: Driver) -> None:
+    """Past the Loop's tool_timeout the call is an error result, and the connection goes on."""
+    registry = registry_of(server, allow=["hang", "add"])
+    model = ScriptedModel([call("a", "hang", seconds=5), call("b", "add", a=1, b=1), final("ok")])
+    result = driver.run(Loop(model, tools=registry, tool_timeout=0.2), "go")
+    (_, status, content), after = results(result)
+    assert (status, content["type"]) == ("error", "TimeoutError")
+    assert after == ("b", "ok", 2)
+
+
+@pytest.mark.slow
+def test_a_hanging_tool_meets_the_servers_timeout() -> None:
+    """Past the server's own timeout the outcome is unknown (the call may have run)."""
+    with launch(timeout=0.3) as quick:
         registry = registry_of(quick, allow=["hang", "add"])
         model = ScriptedModel(
             [call("a", "hang", seconds=5), call("b", "add", a=1, b=1), final("ok")]
         )
         result = Loop(model, tools=registry).run("go")
-        (_, status, content), after = results(result)
-        assert (status, content["type"]) == ("error", "OutcomeUnknown")
-        assert "did not answer 'hang' within timeout=0.3 s" in content["message"]
-        assert after == ("b", "ok", 2)  # the connection goes on
-    registry = registry_of(server, allow=["hang"])
-    model = ScriptedModel([call("a", "hang", seconds=5), final("ok")])
-    result = Loop(model, tools=registry, tool_timeout=0.3).run("go")
-    ((_, status, content),) = results(result)
-    assert (status, content["type"]) == ("error", "TimeoutError")
+    (_, status, content), after = results(result)
+    assert (status, content["type"]) == ("error", "OutcomeUnknown")
+    assert "did not answer 'hang' within timeout=0.3 s" in content["message"]
+    assert after == ("b", "ok", 2)
+
+
+@pytest.mark.slow
+def test_max_concurrency_limits_the_calls_a_server_runs_at_once() -> None:
+    """Three calls of a batch run at once by the Loop reach a server limited to one, one by one."""
+
+    async def most_at_once(limit: int | None) -> list[Any]:
+        async with launch(max_concurrency=limit) as limited:
+            registry = registry_of(limited, allow=["overlap"])
+            calls = [call(str(n), "overlap", seconds=0.2) for n in range(3)]
+            model = ScriptedModel([batch(*calls), final("ok")])
+            result = await Loop(model, tools=registry, max_concurrency=3).arun("go")
+        return [content for _, _, content in results(result)]
+
+    assert max(asyncio.run(most_at_once(None))) == 3
+    assert asyncio.run(most_at_once(1)) == [1, 1, 1]
 
 
 def test_the_server_gets_the_environment_it_is_given(server: amcp.Server) -> None:
@@ -306,7 +327,7 @@ def test_under_asyncio_the_connection_lives_on_the_running_loop() -> None:
 
 @pytest.mark.slow
 def test_the_server_killed_mid_call_is_an_error_result_and_later_calls_say_it_is_gone() -> None:
-    """A server dying mid-call: OutcomeUnknown; the next call: ServerError; the run finishes."""
+    """A server dying mid-call: OutcomeUnknown; the next call: NotRun; the run finishes."""
     with launch() as server:
         registry = registry_of(server, allow=["die", "add"])
         model = ScriptedModel(
@@ -317,7 +338,7 @@ def test_the_server_killed_mid_call_is_an_error_result_and_later_calls_say_it_is
     assert result.status == "finished"
     assert (s1, c1["type"]) == ("error", "OutcomeUnknown")
     assert "closed the connection while 'die' ran" in c1["message"]
-    assert (s2, c2["type"]) == ("error", "ServerError")
+    assert (s2, c2["type"]) == ("error", "NotRun")
 
 
 @pytest.mark.slow

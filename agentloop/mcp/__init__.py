@@ -14,7 +14,7 @@ server's name, description and input schema, validated before a call is sent.
 * Results: text is the result; ``structuredContent`` is kept as JSON; other
   content kinds stay typed parts; ``isError`` is an ``error`` result
   (``ToolFailed``); a lost connection or a call past ``timeout`` is an
-  ``error`` result ``OutcomeUnknown``; a refused request ``ServerError``.
+  ``error`` result ``OutcomeUnknown``; a refused request ``NotRun``.
 * Changes: a server's changed tools list is put into the registry by
   ``server.refresh()``, or between model steps by the listener
   ``Loop(listeners=[server.refresh_between_steps])``.
@@ -24,16 +24,16 @@ server's name, description and input schema, validated before a call is sent.
 
 from __future__ import annotations
 
-from agentloop._names import publish
-from agentloop.mcp._results import OutcomeUnknown, ServerError, ToolFailed
+from agentloop._names import publish as _publish
+from agentloop.mcp._results import NotRun, OutcomeUnknown, ToolFailed
 from agentloop.mcp._serve import serve, serve_stdio
 from agentloop.mcp._server import MCPTool, Server, ask_before_destructive, http, stdio
 
 __all__ = [
     "MCPTool",
+    "NotRun",
     "OutcomeUnknown",
     "Server",
-    "ServerError",
     "ToolFailed",
     "ask_before_destructive",
     "http",
@@ -42,4 +42,4 @@ __all__ = [
     "stdio",
 ]
 
-publish(__name__, globals(), __all__)
+_publish(__name__, globals(), __all__)

@@ -22,14 +22,14 @@ from mcp.types import TextContent
 if TYPE_CHECKING:
     from mcp.types import CallToolResult
 
-__all__ = ["OutcomeUnknown", "ServerError", "ToolFailed", "content_of", "wraps_result"]
+__all__ = ["NotRun", "OutcomeUnknown", "ToolFailed", "content_of", "wraps_result"]
 
 
 class ToolFailed(Exception):
     """The MCP server ran the call and answered ``isError``: its text is the message."""
 
 
-class ServerError(Exception):
+class NotRun(Exception):
     """The MCP server could not be asked, or refused the request: the call did not run."""
 
 

@@ -16,7 +16,7 @@ What each call can end in (the tool's outcome, through the registry):
 * ``error`` ``ToolFailed``: the server answered ``isError``;
 * ``error`` ``OutcomeUnknown``: the connection was lost, or no answer came
   within ``timeout``, while the call ran: it may have taken effect;
-* ``error`` ``ServerError``: the connection was lost before the call, or the
+* ``error`` ``NotRun``: the connection was lost before the call, or the
   server answered with a protocol error: the call did not run.
 
 A server's tools list may change (``notifications/tools/list_changed``, or the
@@ -43,7 +43,7 @@ from agentloop._core._table import State
 from agentloop._durable._key import idempotency_key
 from agentloop._tools._registry import ToolRegistry
 from agentloop._tools._tool import Tool
-from agentloop.mcp._results import OutcomeUnknown, ServerError, content_of, wraps_result
+from agentloop.mcp._results import NotRun, OutcomeUnknown, content_of, wraps_result
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterable, Mapping
@@ -291,7 +291,7 @@ class Server:
             self._lost = self._lost or f"the connection was lost ({why})"
             if not ready.done():
                 ready.set_exception(
-                    ServerError(f"could not connect to the MCP server {self.name!r}: {why}")
+                    NotRun(f"could not connect to the MCP server {self.name!r}: {why}")
                 )
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
@@ -461,7 +461,7 @@ class Server:
         """Call ``remote`` on the connection's loop, from whichever loop awaits this."""
         loop = self._loop
         if loop is None or self._client is None:
-            raise ServerError(f"MCP server {self.name!r}: {self._lost or 'not connected'}")
+            raise NotRun(f"MCP server {self.name!r}: {self._lost or 'not connected'}")
         called = self._call_there(remote, arguments, idempotency_key())
         if asyncio.get_running_loop() is loop:
             return await called
@@ -469,7 +469,7 @@ class Server:
             future = asyncio.run_coroutine_threadsafe(called, loop)
         except RuntimeError:  # its loop closed meanwhile
             called.close()
-            raise ServerError(f"MCP server {self.name!r}: the connection was closed") from None
+            raise NotRun(f"MCP server {self.name!r}: the connection was closed") from None
         return await asyncio.wrap_future(future)
 
     async def _call_there(
@@ -477,7 +477,7 @@ class Server:
     ) -> mcp.types.CallToolResult:
         client = self._client
         if client is None or self._lost is not None:  # gone before the call: it never left
-            raise ServerError(f"MCP server {self.name!r}: {self._lost or 'not connected'}")
+            raise NotRun(f"MCP server {self.name!r}: {self._lost or 'not connected'}")
         meta = None if key is None else cast("mcp.types.RequestParamsMeta", {KEY_META: key})
         limit = self._limit or contextlib.nullcontext()
         async with limit:
@@ -489,7 +489,7 @@ class Server:
                 raise self._failure(remote, exc) from None
             except Exception as exc:  # noqa: BLE001 - a transport torn down mid-call (anyio's)
                 if self._lost is not None:  # it was gone before: the call never left
-                    raise ServerError(f"MCP server {self.name!r}: {self._lost}") from None
+                    raise NotRun(f"MCP server {self.name!r}: {self._lost}") from None
                 raise OutcomeUnknown(
                     f"the connection to the MCP server {self.name!r} was lost while "
                     f"{remote!r} ran ({_describe(exc)}); whether it took effect is unknown"
@@ -509,7 +509,7 @@ class Server:
                 f"the MCP server {self.name!r} closed the connection while {remote!r} ran "
                 "(it may have exited); whether the call took effect is unknown"
             )
-        return ServerError(
+        return NotRun(
             f"the MCP server {self.name!r} refused {remote!r}: {exc.message} (code {exc.code})"
         )
 
