@@ -99,6 +99,13 @@ async def grow(ctx: Context) -> str:
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def key(ctx: Context) -> str:
+    """The idempotency key the client sent with this call ('' if none)."""
+    meta = ctx.request_context.meta or {}
+    return str(meta.get("io.github.agentloop/idempotency-key", ""))
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def environment(name: str) -> str:
     """An environment variable of the server process ('' if unset)."""
     return os.environ.get(name, "")

@@ -23,6 +23,8 @@ from agentloop import Loop, SQLiteLedger, State, ToolRegistry, allow, deny
 from agentloop import mcp as amcp
 from agentloop.testing import ScriptedModel, batch, call, final
 
+from .ledgers import Crash, CrashingLedger, MemoryLedger
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -375,6 +377,31 @@ def test_a_changed_tools_list_is_taken_between_model_steps() -> None:
         assert results(result) == [("a", "ok", "grown"), ("b", "ok", 42)]
         assert registry["double"].idempotent
         assert not server.changed
+
+
+@pytest.mark.slow
+def test_a_crash_after_an_mcp_call_resumes_by_the_ledgers_rules() -> None:
+    """The process dies before recording a call's outcome: on resume a read-only tool runs again
+    under the same idempotency key, which reaches the server; any other gets OutcomeUnknown."""
+    memory = MemoryLedger()
+    with launch() as server:
+        tools = registry_of(server, allow=["key", "echo"])
+        for run_id, script in (
+            ("r1", [call("a", "key"), final("ok")]),
+            ("r2", [call("b", "echo", text="x"), final("ok")]),
+        ):
+            # Appends: the reply, tool_started, then tool_finished: the process dies before it.
+            with pytest.raises(Crash):
+                Loop(ScriptedModel(script), tools=tools, ledger=CrashingLedger(memory, 3)).run(
+                    "go", run_id=run_id
+                )
+        rerun = Loop(ScriptedModel([call("a", "key"), final("ok")]), tools=tools, ledger=memory)
+        unknown = Loop(
+            ScriptedModel([call("b", "echo", text="x"), final("ok")]), tools=tools, ledger=memory
+        )
+        assert results(rerun.resume("r1")) == [("a", "ok", "r1:a")]
+        ((_, status, content),) = results(unknown.resume("r2"))
+    assert (status, content["type"]) == ("error", "OutcomeUnknown")
 
 
 def free_port() -> int:
