@@ -127,6 +127,8 @@ def test_annotations_make_the_guarantees_and_the_users_declarations_win(
         "hang",
         "picture",
         "environment",
+        "overlap",
+        "key",
     }
     assert {name for name, tool in tools.items() if tool.destructive} == {"delete", "shout"}
     declared = {
@@ -310,6 +312,7 @@ def test_serve_offers_a_registry_with_its_checks_in_front() -> None:
     assert unknown.content[0].text.startswith("unknown_tool: ")  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_under_asyncio_the_connection_lives_on_the_running_loop() -> None:
     """``async with`` opens the session on the running loop, and a run awaits its calls there."""
 

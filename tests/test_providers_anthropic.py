@@ -270,7 +270,7 @@ async def test_a_429_is_retried_by_the_sdk(flavour: str) -> None:
 
 async def test_a_500_after_the_retries_propagates(flavour: str) -> None:
     wire = Wire([(500, error("api_error", "Internal server error"))] * 3)
-    with pytest.raises(anthropic.InternalNotRun):
+    with pytest.raises(anthropic.InternalServerError):
         await ask(model_for(flavour, wire, max_retries=2), USER)
     assert len(wire.requests) == 3
 

@@ -454,7 +454,7 @@ async def test_a_429_is_retried_by_the_sdk(api: Api, flavour: str) -> None:
 async def test_a_500_after_the_retries_propagates(api: Api, flavour: str) -> None:
     """A server error that outlasts the SDK's retries is the SDK's own exception."""
     wire = Wire([(500, ERROR)] * 3)
-    with pytest.raises(openai.InternalNotRun):
+    with pytest.raises(openai.InternalServerError):
         await ask(model_for(api, flavour, wire, max_retries=2), USER)
     assert len(wire.requests) == 3
 
@@ -773,7 +773,7 @@ async def test_a_500_after_retries_fails_the_run(api: Api, flavour: str) -> None
     result = await run(loop, flavour, "What is 2+3?")
     assert result.status == "failed"
     assert result.error is not None
-    assert result.error.startswith("the model raised InternalNotRun: Error code: 500")
+    assert result.error.startswith("the model raised InternalServerError: Error code: 500")
     assert len(wire.requests) == 2
 
 
