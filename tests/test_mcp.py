@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 import mcp
 import mcp.types
 import pytest
+from hypothesis import given, settings
 
 import agentloop
 from agentloop import Loop, SQLiteLedger, State, ToolRegistry, allow, deny
 from agentloop import mcp as amcp
-from agentloop.testing import ScriptedModel, batch, call, final
+from agentloop.testing import ScriptedModel, batch, call, final, strategies
 
 from .ledgers import Crash, CrashingLedger, MemoryLedger
 
@@ -266,6 +267,20 @@ def test_a_schema_the_registry_cannot_take_is_refused_when_added(server: amcp.Se
         )
 
 
+def test_the_testing_kits_strategies_work_on_mcp_tools(server: amcp.Server) -> None:
+    """Calls drawn from MCP tools' schemas: valid ones pass validation, invalid ones are refused."""
+    registry = registry_of(server, allow=["add", "echo"])
+
+    @settings(max_examples=10, database=None, deadline=None)
+    @given(strategies.valid_calls(registry), strategies.invalid_calls(registry))
+    def check(valid: dict[str, Any], invalid: dict[str, Any]) -> None:
+        tool = registry[valid["name"]]
+        assert tool.problems(valid["arguments"]) == []
+        assert registry.dispatch(invalid)["status"] == "invalid_arguments"
+
+    check()
+
+
 def test_tools_outside_the_connection_are_refused() -> None:
     """Listing tools before ``with server:`` says how to connect."""
     with pytest.raises(RuntimeError, match="is not connected: use its tools inside `with server:`"):
@@ -405,6 +420,24 @@ def test_a_crash_after_an_mcp_call_resumes_by_the_ledgers_rules() -> None:
         assert results(rerun.resume("r1")) == [("a", "ok", "r1:a")]
         ((_, status, content),) = results(unknown.resume("r2"))
     assert (status, content["type"]) == ("error", "OutcomeUnknown")
+
+
+@pytest.mark.slow
+def test_a_durable_run_resumed_against_changed_tools_meets_the_configuration_check(
+    tmp_path: Path,
+) -> None:
+    """A run paused for approval, resumed where the server lists another tool: refused."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    script = [call("a", "delete", path="/x"), final("ok")]
+    with launch() as server:
+        registry = registry_of(server, allow=["delete"], destructive=amcp.ask_before_destructive)
+        paused = Loop(ScriptedModel(script), tools=registry, ledger=ledger).run("go", run_id="r1")
+        assert paused.status == "awaiting_approval"
+    with launch() as server:
+        registry = registry_of(server, allow=["delete", "grow"])
+        loop = Loop(ScriptedModel(script), tools=registry, ledger=ledger)
+        with pytest.raises(agentloop.ConfigurationMismatchError):
+            loop.resume("r1")
 
 
 def free_port() -> int:
