@@ -16,15 +16,21 @@ from typing import TYPE_CHECKING, Any
 
 import mcp
 import mcp.types
+import orjson
+import pydantic
 import pytest
+from anthropic.types import message_create_params
 from hypothesis import given, settings
+from openai.types.responses import response_create_params
 
 import agentloop
 from agentloop import Loop, SQLiteLedger, State, ToolRegistry, allow, deny
 from agentloop import mcp as amcp
+from agentloop.providers import anthropic, openai
 from agentloop.testing import ScriptedModel, batch, call, final, strategies
 
 from .ledgers import Crash, CrashingLedger, MemoryLedger
+from .wire import conforms
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -32,6 +38,8 @@ if TYPE_CHECKING:
     from .helpers import Driver
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
+ANTHROPIC = pydantic.TypeAdapter(message_create_params.MessageCreateParamsNonStreaming)
+RESPONSES = pydantic.TypeAdapter(response_create_params.ResponseCreateParamsNonStreaming)
 
 
 def launch(**options: Any) -> amcp.Server:
@@ -279,6 +287,45 @@ def test_the_testing_kits_strategies_work_on_mcp_tools(server: amcp.Server) -> N
         assert registry.dispatch(invalid)["status"] == "invalid_arguments"
 
     check()
+
+
+PICTURE: list[dict[str, Any]] = [
+    {"type": "text", "text": "a picture:"},
+    {"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"},
+    {"type": "audio", "data": "aGk=", "mimeType": "audio/wav"},
+]
+
+
+def test_an_image_part_goes_to_the_providers_that_take_images() -> None:
+    """Anthropic gets image blocks, the Responses API input items, Chat Completions the JSON."""
+    history: list[dict[str, Any]] = [
+        {"kind": "user", "text": "show me"},
+        {"kind": "call", "id": "c1", "name": "picture", "arguments": {}},
+        {"kind": "tool_result", "id": "c1", "name": "picture", "status": "ok", "content": PICTURE},
+    ]
+    anthropic_body = {"model": "m", "max_tokens": 10, **anthropic._messages_request(history)}
+    conforms(anthropic_body, ANTHROPIC)
+    (result,) = anthropic_body["messages"][2]["content"]
+    assert result["content"] == [
+        {"type": "text", "text": "a picture:"},
+        {
+            "type": "image",
+            "source": {"type": "base64", "media_type": "image/png", "data": "aGVsbG8="},
+        },
+        {"type": "text", "text": '{"type":"audio","data":"aGk=","mimeType":"audio/wav"}'},
+    ]
+    responses_body: dict[str, Any] = {"model": "m", "input": openai._responses_input(history)}
+    conforms(responses_body, RESPONSES)
+    assert responses_body["input"][2]["output"][1] == {
+        "type": "input_image",
+        "image_url": "data:image/png;base64,aGVsbG8=",
+    }
+    chat = openai._chat_messages(history)
+    assert chat[2]["content"] == orjson.dumps(PICTURE).decode()
+    # Parts without an image a provider takes, and results not ok, stay text.
+    for content, status in ((PICTURE[::2], "ok"), (PICTURE, "error")):
+        plain = {**history[2], "content": content, "status": status}
+        assert isinstance(anthropic._result_content(plain), str)
 
 
 def test_tools_outside_the_connection_are_refused() -> None:
