@@ -406,6 +406,13 @@ def test_the_server_killed_mid_call_is_an_error_result_and_later_calls_say_it_is
     assert (s1, c1["type"]) == ("error", "OutcomeUnknown")
     assert "closed the connection while 'die' ran" in c1["message"]
     assert (s2, c2["type"]) == ("error", "NotRun")
+    after = registry.dispatch_or_adispatch(
+        {"id": "c", "name": "add", "arguments": {"a": 1, "b": 1}}
+    )
+    assert not isinstance(after, dict)
+    closed = asyncio.run(after)
+    assert (closed["status"], closed["content"]["type"]) == ("error", "NotRun")
+    assert "the connection was" in closed["content"]["message"]
 
 
 @pytest.mark.slow
@@ -431,9 +438,14 @@ def test_the_server_killed_mid_call_in_a_durable_run_is_recorded_and_not_run_aga
 
 
 @pytest.mark.slow
-def test_a_changed_tools_list_is_taken_between_model_steps() -> None:
-    """grow adds double; the listener puts it in the registry before the next model step."""
-    with launch() as server:
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_changed_tools_list_is_taken_between_model_steps(mode: str) -> None:
+    """grow adds double; the listener puts it in the registry before the next model step.
+
+    auto: a 2026-07-28 server streams the change; legacy: the handshake era's notification."""
+    server = launch()
+    server._mode = mode
+    with server:
         registry = registry_of(server, deny=["die"])
         model = ScriptedModel([call("a", "grow"), call("b", "double", x=21), final("ok")])
         loop = Loop(model, tools=registry, listeners=[server.refresh_between_steps])
@@ -485,6 +497,22 @@ def test_a_durable_run_resumed_against_changed_tools_meets_the_configuration_che
         loop = Loop(ScriptedModel(script), tools=registry, ledger=ledger)
         with pytest.raises(agentloop.ConfigurationMismatchError):
             loop.resume("r1")
+
+
+@pytest.mark.slow
+def test_a_served_registry_over_stdio_is_a_tool_source_again() -> None:
+    """serve_stdio in a process of its own; agentloop.mcp takes its tools back, checks and all."""
+    served = amcp.stdio(sys.executable, [str(Path(__file__).with_name("mcp_served.py"))])
+    with served:
+        registry = registry_of(served)
+        assert registry["add"].idempotent
+        model = ScriptedModel(
+            [batch(call("a", "add", a=2, b=2), call("b", "pay", amount=5)), final("ok")]
+        )
+        result = Loop(model, tools=registry).run("go")
+    (_, s1, c1), (_, s2, c2) = results(result)
+    assert (s1, c1) == ("ok", "4")  # as text: structuredContent is for objects
+    assert (s2, c2["type"], c2["message"]) == ("error", "ToolFailed", "denied: not that one")
 
 
 def free_port() -> int:

@@ -181,6 +181,8 @@ class Server:
         self._lock = threading.Lock()
         self._registrations: list[_Registration] = []
         self._background: set[asyncio.Task[Any]] = set()
+        #: The SDK client's ``mode``: "auto" probes for 2026-07-28 and falls back to the handshake.
+        self._mode = "auto"
 
     def __repr__(self) -> str:
         state = "open" if self._client is not None else "closed"
@@ -268,7 +270,9 @@ class Server:
         server that dies makes the client's exit raise (an ``ExceptionGroup``):
         it is caught here, and every call in flight has been answered already.
         """
-        client = mcp.Client(self._target, message_handler=self._on_message, cache=None)
+        client = mcp.Client(
+            self._target, mode=self._mode, message_handler=self._on_message, cache=None
+        )
         listening: asyncio.Task[None] | None = None
         try:
             async with client:
