@@ -328,6 +328,16 @@ def test_an_image_part_goes_to_the_providers_that_take_images() -> None:
         assert isinstance(anthropic._result_content(plain), str)
 
 
+def test_a_server_that_cannot_be_reached_is_a_connection_error() -> None:
+    """A command that does not exist, or a process that is no MCP server: ConnectionError."""
+    with pytest.raises(ConnectionError, match="could not connect to the MCP server 'nothing'"):
+        amcp.stdio("/nonexistent/agentloop-mcp", name="nothing").__enter__()
+    quiet = amcp.stdio(sys.executable, ["-c", "pass"], name="quiet")
+    with pytest.raises(ConnectionError, match="could not connect to the MCP server 'quiet'"):
+        quiet.__enter__()
+    assert repr(quiet) == "Server('quiet', closed)"
+
+
 def test_tools_outside_the_connection_are_refused() -> None:
     """Listing tools before ``with server:`` says how to connect."""
     with pytest.raises(RuntimeError, match="is not connected: use its tools inside `with server:`"):

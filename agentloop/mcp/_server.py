@@ -249,19 +249,20 @@ class Server:
             None if self.max_concurrency is None else asyncio.Semaphore(self.max_concurrency)
         )
         ready = asyncio.get_running_loop().create_future()
-        self._holder = asyncio.create_task(self._hold(ready))
+        holder = self._holder = asyncio.create_task(self._hold(ready))
         try:
             await ready
-        except BaseException:
-            self._closing.set()
+        except BaseException:  # it failed, or we were cancelled (connect_timeout)
+            holder.cancel()
             with contextlib.suppress(BaseException):
-                await self._holder
+                await holder
             raise
 
     async def _close(self) -> None:
         if self._closing is not None and self._holder is not None:
             self._closing.set()
-            await self._holder
+            with contextlib.suppress(asyncio.CancelledError):  # a holder cancelled in _open
+                await self._holder
 
     async def _hold(self, ready: asyncio.Future[None]) -> None:
         """Open the session, list the tools, and keep it open until ``_close`` (one task).
@@ -284,21 +285,22 @@ class Server:
                 assert self._closing is not None
                 await self._closing.wait()
                 self._lost = "the connection was closed"
-                if listening is not None:
-                    listening.cancel()
-                    with contextlib.suppress(BaseException):
-                        await listening
                 self._client = None
         except BaseException as exc:
-            self._client = None
             why = _describe(exc)
             self._lost = self._lost or f"the connection was lost ({why})"
             if not ready.done():
                 ready.set_exception(
-                    NotRun(f"could not connect to the MCP server {self.name!r}: {why}")
+                    ConnectionError(f"could not connect to the MCP server {self.name!r}: {why}")
                 )
-            if isinstance(exc, KeyboardInterrupt | SystemExit):
+            if isinstance(exc, KeyboardInterrupt | SystemExit | asyncio.CancelledError):
                 raise
+        finally:
+            self._client = None
+            if listening is not None and not listening.done():
+                listening.cancel()
+                with contextlib.suppress(BaseException):
+                    await listening
 
     async def _listen(self, client: mcp.Client) -> None:
         """Follow a 2026-07-28 server's tools changes (``subscriptions/listen``)."""
