@@ -106,6 +106,13 @@ def key(ctx: Context) -> str:
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def header(name: str, ctx: Context) -> str:
+    """A header of the HTTP request that carried this call ('' if none, or not over HTTP)."""
+    request = ctx.request_context.request
+    return "" if request is None else str(request.headers.get(name, ""))
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def environment(name: str) -> str:
     """An environment variable of the server process ('' if unset)."""
     return os.environ.get(name, "")

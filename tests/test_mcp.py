@@ -138,6 +138,7 @@ def test_annotations_make_the_guarantees_and_the_users_declarations_win(
         "environment",
         "overlap",
         "key",
+        "header",
     }
     assert {name for name, tool in tools.items() if tool.destructive} == {"delete", "shout"}
     declared = {
@@ -572,6 +573,21 @@ def test_a_server_over_streamable_http(http_url: str) -> None:
     assert statuses[2] == ("c", "error", "OutcomeUnknown")
     assert statuses[3][:2] == ("d", "error")
     assert result.status == "finished"
+
+
+@pytest.mark.slow
+def test_headers_go_with_every_http_request(http_url: str) -> None:
+    """http(headers=...) sends them: the server's tool reads one back."""
+    with amcp.http(http_url, headers={"Authorization": "Bearer t0ken"}) as server:
+        registry = registry_of(server, allow=["header"])
+        outcome = asyncio.run(
+            registry.adispatch(
+                {"id": "1", "name": "header", "arguments": {"name": "authorization"}}
+            )
+        )
+    assert outcome == {"status": "ok", "content": "Bearer t0ken"}
+    with pytest.raises(TypeError, match="expected headers to map str to str"):
+        amcp.http(http_url, headers={"n": 1})  # type: ignore[dict-item]
 
 
 def test_the_module_says_what_it_needs() -> None:

@@ -46,7 +46,9 @@ from agentloop._tools._tool import Tool
 from agentloop.mcp._results import NotRun, OutcomeUnknown, content_of, wraps_result
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Iterable, Mapping
+    from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
+
+    from mcp.client._transport import Transport, TransportStreams
 
     from agentloop._core._values import Transition
     from agentloop._tools._policy import Policy
@@ -145,7 +147,7 @@ class Server:
 
     def __init__(
         self,
-        target: mcp.StdioServerParameters | str,
+        target: mcp.StdioServerParameters | str | Callable[[], Transport],
         *,
         name: str,
         timeout: float | None,
@@ -271,9 +273,9 @@ class Server:
         server that dies makes the client's exit raise (an ``ExceptionGroup``):
         it is caught here, and every call in flight has been answered already.
         """
-        client = mcp.Client(
-            self._target, mode=self._mode, message_handler=self._on_message, cache=None
-        )
+        # A transport of our own making is made afresh for each connection: it is used once.
+        target = self._target() if callable(self._target) else self._target
+        client = mcp.Client(target, mode=self._mode, message_handler=self._on_message, cache=None)
         listening: asyncio.Task[None] | None = None
         try:
             async with client:
@@ -671,18 +673,40 @@ def stdio(
 def http(
     url: str,
     *,
+    headers: Mapping[str, str] | None = None,
     name: str | None = None,
     timeout: float | None = None,
     max_concurrency: int | None = None,
     connect_timeout: float = 30.0,
 ) -> Server:
-    """An MCP server at ``url``, spoken to over streamable HTTP (options as for ``stdio``)."""
+    """An MCP server at ``url``, spoken to over streamable HTTP (options as for ``stdio``).
+
+    ``headers`` go with every request (an ``Authorization`` token, say).
+    """
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise ValueError(f"expected an http:// or https:// URL, got {url!r}")
+    if headers is not None and not all(
+        isinstance(key, str) and isinstance(value, str) for key, value in headers.items()
+    ):
+        raise TypeError(f"expected headers to map str to str, got {dict(headers)!r:.80}")
+    fixed = None if headers is None else dict(headers)
     return Server(
-        url,
+        url if fixed is None else (lambda: _with_headers(url, fixed)),
         name=name or url,
         timeout=timeout,
         max_concurrency=max_concurrency,
         connect_timeout=connect_timeout,
     )
+
+
+@contextlib.asynccontextmanager
+async def _with_headers(url: str, headers: dict[str, str]) -> AsyncIterator[TransportStreams]:
+    """The SDK's streamable HTTP transport over an HTTP client that sends ``headers``."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with (
+        create_mcp_http_client(headers=headers) as http_client,
+        streamable_http_client(url, http_client=http_client) as streams,
+    ):
+        yield streams
