@@ -7,9 +7,9 @@ in interleaved repeats so that machine noise hits them alike:
 - session: ``await client.call_tool('add', ...)`` on an ``mcp.Client`` (the SDK alone);
 - asyncio: ``await registry.adispatch(call)`` with ``async with server``: the
   session on the running loop, behind validation and result conversion;
-- thread: ``registry.adispatch(call)`` awaited on a synchronous run's private
-  loop (``Awaiter``) with ``with server``: the session on its own thread's
-  loop, every call handed across (what ``loop.run`` does).
+- thread: ``registry.adispatch(call)`` with ``with server``: the session on
+  its own thread's loop, every call handed across from the awaiting loop (as
+  a synchronous run's private loop hands it: what ``loop.run`` does).
 
 The table gives the median per call and the overhead over the session's.
 A stdio round trip costs hundreds of microseconds, so the ratios are what
@@ -28,7 +28,6 @@ import mcp
 
 from agentloop import ToolRegistry
 from agentloop import mcp as amcp
-from agentloop._sync import Awaiter
 
 REPEATS = 7
 NUMBER = 200
@@ -51,44 +50,33 @@ async def registry_calls(registry: ToolRegistry) -> float:
     return (time.perf_counter() - start) / NUMBER
 
 
-def threaded_calls(registry: ToolRegistry, awaiter: Awaiter) -> float:
-    start = time.perf_counter()
-    for _ in range(NUMBER):
-        outcome = awaiter(registry.adispatch(CALL))
-    assert outcome == {"status": "ok", "content": 5}, outcome
-    return (time.perf_counter() - start) / NUMBER
-
-
 async def asyncio_side(times: dict[str, list[float]]) -> None:
     parameters = mcp.StdioServerParameters(command=COMMAND[0], args=COMMAND[1])
-    async with mcp.Client(parameters, cache=None) as client, amcp.stdio(*COMMAND) as server:
-        registry = ToolRegistry()
-        server.register(registry, allow=["add"])
-        await session_calls(client)  # warm both up
-        await registry_calls(registry)
-        for _ in range(REPEATS):
-            times["session"].append(await session_calls(client))
-            times["asyncio"].append(await registry_calls(registry))
+    with amcp.stdio(*COMMAND) as threaded:  # its own thread's loop
+        async with mcp.Client(parameters, cache=None) as client, amcp.stdio(*COMMAND) as native:
+            registries = {}
+            for key, server in (("asyncio", native), ("thread", threaded)):
+                registries[key] = ToolRegistry()
+                server.register(registries[key], allow=["add"])
+            await session_calls(client)  # warm each up
+            for registry in registries.values():
+                await registry_calls(registry)
+            for _ in range(REPEATS):
+                times["session"].append(await session_calls(client))
+                for key, registry in registries.items():
+                    times[key].append(await registry_calls(registry))
 
 
 def main() -> None:
     times: dict[str, list[float]] = {"session": [], "asyncio": [], "thread": []}
     asyncio.run(asyncio_side(times))
-    awaiter = Awaiter()
-    with amcp.stdio(*COMMAND) as server:
-        registry = ToolRegistry()
-        server.register(registry, allow=["add"])
-        threaded_calls(registry, awaiter)
-        for _ in range(REPEATS):
-            times["thread"].append(threaded_calls(registry, awaiter))
-    awaiter.close()
     base = statistics.median(times["session"])
     heading = f"per call (median of {REPEATS} x {NUMBER})"
     print(f"{heading:<44} {'µs':>8} {'over session':>13}")
     rows = {
         "session: mcp.Client.call_tool": "session",
         "asyncio: registry.adispatch, async with": "asyncio",
-        "thread: a sync run's awaiter, with": "thread",
+        "thread: registry.adispatch, with": "thread",
     }
     for label, key in rows.items():
         median = statistics.median(times[key])
