@@ -21,6 +21,7 @@ import pydantic
 import pytest
 from anthropic.types import message_create_params
 from hypothesis import given, settings
+from mcp.shared.exceptions import MCPError
 from openai.types.responses import response_create_params
 
 import agentloop
@@ -327,6 +328,15 @@ def test_an_image_part_goes_to_the_providers_that_take_images() -> None:
     for content, status in ((PICTURE[::2], "ok"), (PICTURE, "error")):
         plain = {**history[2], "content": content, "status": status}
         assert isinstance(anthropic._result_content(plain), str)
+
+
+def test_each_protocol_failure_names_what_is_known_of_the_call(server: amcp.Server) -> None:
+    """A timeout or a lost connection: OutcomeUnknown; any other refusal: NotRun, with its code."""
+    timed_out = server._failure("add", MCPError(code=-32001, message="Request timed out"))
+    refused = server._failure("add", MCPError(code=-32602, message="Invalid params"))
+    assert isinstance(timed_out, amcp.OutcomeUnknown)
+    assert isinstance(refused, amcp.NotRun)
+    assert str(refused) == "the MCP server 'tests' refused 'add': Invalid params (code -32602)"
 
 
 def test_a_server_that_cannot_be_reached_is_a_connection_error() -> None:
