@@ -536,6 +536,26 @@ def test_a_served_registry_over_stdio_is_a_tool_source_again() -> None:
     assert (s2, c2["type"], c2["message"]) == ("error", "ToolFailed", "denied: not that one")
 
 
+@pytest.mark.slow
+def test_a_new_tool_whose_name_is_taken_leaves_every_registry_as_it_was() -> None:
+    """grow adds double, which the registry has natively: refresh raises and changes nothing."""
+    with launch() as server:
+        registry = ToolRegistry([agentloop.Tool(lambda x: x, name="double")])
+        other = registry_of(server, allow=["grow"])  # a second registry, refreshed alike
+        server.register(registry, deny=["die"])
+        before = sorted(tool.name for tool in registry)
+        grown = asyncio.run(registry.adispatch({"id": "1", "name": "grow", "arguments": {}}))
+        assert grown == {"status": "ok", "content": "grown"}
+        with pytest.raises(
+            ValueError, match=r"now lists tools whose names the registry has already: 'double'"
+        ):
+            server.refresh(wait=5)
+        assert sorted(tool.name for tool in registry) == before
+        assert not isinstance(registry["double"], amcp.MCPTool)
+        assert [tool.name for tool in other] == ["grow"]
+        assert server.changed  # the change stays waiting
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

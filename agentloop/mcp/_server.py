@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import mcp
@@ -129,12 +130,13 @@ def _hints(listed: mcp.types.Tool, declared: Mapping[str, bool]) -> dict[str, bo
 
 
 class _Registration:
-    """One ``register`` call: the registry, the options, and the names it added."""
+    """One ``register`` call: its registry (weakly held), options, and the names it added."""
 
     __slots__ = ("names", "options", "registry")
 
     def __init__(self, registry: ToolRegistry, options: dict[str, Any]) -> None:
-        self.registry, self.options, self.names = registry, options, list[str]()
+        self.registry = weakref.ref(registry)
+        self.options, self.names = options, list[str]()
 
 
 class Server:
@@ -401,25 +403,42 @@ class Server:
         seconds to wait for it if it is still on its way (not from the thread
         of the connection's own event loop, which would stall it). False when
         there was nothing new. A new tool whose schema is refused raises
-        ``TypeError``, and no registry changes.
+        ``TypeError``, one whose name another tool has ``ValueError``, and no
+        registry changes (the change stays waiting).
         """
         if wait and self._stale and self._pending is None and threading.get_ident() != self._home:
             deadline = time.monotonic() + wait
             while self._pending is None and time.monotonic() < deadline:
                 time.sleep(0.002)
         with self._lock:
-            listing, self._pending = self._pending, None
-            if listing is not None:
-                self._stale = False
+            listing = self._pending
         if listing is None:
             return False
-        made = [self._tools(listing, registration.options) for registration in self._registrations]
+        # Every registry's new tools are made, and their names checked, before any changes.
+        live = [
+            (registration, registry)
+            for registration in self._registrations
+            if (registry := registration.registry()) is not None
+        ]
+        self._registrations = [registration for registration, _ in live]
+        made = [self._tools(listing, registration.options) for registration, _ in live]
+        for (registration, registry), tools in zip(live, made, strict=True):
+            ours = set(registration.names)
+            taken = [tool.name for tool in tools if tool.name in registry and tool.name not in ours]
+            if taken:
+                raise ValueError(
+                    f"MCP server {self.name!r} now lists tools whose names the registry has "
+                    f"already: {', '.join(map(repr, taken))} (register(prefix=...) keeps apart)"
+                )
+        with self._lock:
+            if self._pending is listing:  # not replaced meanwhile by a newer one
+                self._pending, self._stale = None, False
         self._listing = listing
-        for registration, tools in zip(self._registrations, made, strict=True):
+        for (registration, registry), tools in zip(live, made, strict=True):
             for name in registration.names:
-                if isinstance(registration.registry.get(name), MCPTool):
-                    registration.registry.remove(name)
-            _add_all(registration.registry, tools)
+                if isinstance(registry.get(name), MCPTool):
+                    registry.remove(name)
+            _add_all(registry, tools)
             registration.names = [tool.name for tool in tools]
         return True
 
