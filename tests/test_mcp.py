@@ -10,6 +10,7 @@ import asyncio
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -228,6 +229,25 @@ def test_max_concurrency_limits_the_calls_a_server_runs_at_once() -> None:
 
     assert max(asyncio.run(most_at_once(None))) == 3
     assert asyncio.run(most_at_once(1)) == [1, 1, 1]
+
+
+def test_the_runs_cancel_token_interrupts_an_mcp_call_and_the_connection_goes_on(
+    server: amcp.Server,
+) -> None:
+    """token.cancel() from another thread ends the run cancelled mid-call; the next call works."""
+    registry = registry_of(server, allow=["hang", "add"])
+    token = agentloop.CancelToken()
+    timer = threading.Timer(0.2, token.cancel)
+    timer.start()
+    result = Loop(ScriptedModel([call("a", "hang", seconds=30)]), tools=registry).run(
+        "go", cancel=token
+    )
+    timer.join()
+    assert (result.status, result.transcript[2]["status"]) == ("cancelled", "cancelled")
+    after = asyncio.run(
+        registry.adispatch({"id": "b", "name": "add", "arguments": {"a": 1, "b": 2}})
+    )
+    assert after == {"status": "ok", "content": 3}
 
 
 def test_the_server_gets_the_environment_it_is_given(server: amcp.Server) -> None:
