@@ -29,8 +29,8 @@ import mcp
 from agentloop import ToolRegistry
 from agentloop import mcp as amcp
 
-REPEATS = 7
-NUMBER = 200
+REPEATS = 15
+NUMBER = 100
 COMMAND = (sys.executable, ["-m", "agentloop.mcp._demo_server"])
 CALL: dict[str, Any] = {"id": "c1", "name": "add", "arguments": {"a": 2, "b": 3}}
 
