@@ -222,7 +222,7 @@ def test_max_concurrency_limits_the_calls_a_server_runs_at_once() -> None:
     async def most_at_once(limit: int | None) -> list[Any]:
         async with launch(max_concurrency=limit) as limited:
             registry = registry_of(limited, allow=["overlap"])
-            calls = [call(str(n), "overlap", seconds=0.2) for n in range(3)]
+            calls = [call(str(n), "overlap", seconds=0.5) for n in range(3)]
             model = ScriptedModel([batch(*calls), final("ok")])
             result = await Loop(model, tools=registry, max_concurrency=3).arun("go")
         return [content for _, _, content in results(result)]
