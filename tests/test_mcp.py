@@ -194,7 +194,7 @@ def test_a_hanging_tool_meets_the_loops_tool_timeout(server: amcp.Server, driver
     """Past the Loop's tool_timeout the call is an error result, and the connection goes on."""
     registry = registry_of(server, allow=["hang", "add"])
     model = ScriptedModel([call("a", "hang", seconds=5), call("b", "add", a=1, b=1), final("ok")])
-    result = driver.run(Loop(model, tools=registry, tool_timeout=0.2), "go")
+    result = driver.run(Loop(model, tools=registry, tool_timeout=0.1), "go")
     (_, status, content), after = results(result)
     assert (status, content["type"]) == ("error", "TimeoutError")
     assert after == ("b", "ok", 2)
@@ -237,7 +237,7 @@ def test_the_runs_cancel_token_interrupts_an_mcp_call_and_the_connection_goes_on
     """token.cancel() from another thread ends the run cancelled mid-call; the next call works."""
     registry = registry_of(server, allow=["hang", "add"])
     token = agentloop.CancelToken()
-    timer = threading.Timer(0.2, token.cancel)
+    timer = threading.Timer(0.1, token.cancel)
     timer.start()
     result = Loop(ScriptedModel([call("a", "hang", seconds=30)]), tools=registry).run(
         "go", cancel=token
@@ -301,7 +301,7 @@ def test_the_testing_kits_strategies_work_on_mcp_tools(server: amcp.Server) -> N
     """Calls drawn from MCP tools' schemas: valid ones pass validation, invalid ones are refused."""
     registry = registry_of(server, allow=["add", "echo"])
 
-    @settings(max_examples=10, database=None, deadline=None)
+    @settings(max_examples=5, database=None, deadline=None)
     @given(strategies.valid_calls(registry), strategies.invalid_calls(registry))
     def check(valid: dict[str, Any], invalid: dict[str, Any]) -> None:
         tool = registry[valid["name"]]
