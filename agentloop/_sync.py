@@ -134,7 +134,14 @@ class Awaiter:
 
 
 def _close(runner: asyncio.Runner) -> None:
-    # Inside another running loop (a run collected there), the loop is closed all the same.
+    if asyncio._get_running_loop() is not None:
+        # Collected inside another running loop (a thread's, an MCP connection's): the
+        # run's loop cannot run here to shut its async generators down, so it is closed
+        # from a thread of its own, where it can.
+        closer = threading.Thread(target=_close, args=(runner,), name="agentloop close")
+        closer.start()
+        closer.join()
+        return
     with contextlib.suppress(RuntimeError):
         runner.close()
 

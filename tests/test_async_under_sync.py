@@ -316,6 +316,38 @@ def test_a_run_dropped_before_its_end_closes_its_loop() -> None:
     assert used.is_closed()
 
 
+def test_a_run_collected_inside_another_running_loop_closes_its_loop_quietly() -> None:
+    """Collected where another loop runs (a thread's, an MCP connection's): closed, no warning.
+
+    Its loop cannot run there to shut its async generators down; it used to
+    try, leaving that coroutine never awaited (an unraisable RuntimeWarning)."""
+    sleeper = Sleeper()
+
+    async def careful(c: Message) -> agentloop.Decision:
+        return ask("?")
+
+    registry = sleeper.registry()
+    registry.add(Tool(lambda: 1, name="gated", policy=careful))
+    script = [call("c1", "sleep", seconds=0), call("c2", "gated")]
+    run: Any = Loop(ScriptedModel(script), tools=registry).start("go")
+    assert run.finish().status == "awaiting_approval"
+    (used,) = sleeper.loops
+
+    async def drop() -> None:
+        nonlocal run
+        run = None
+        gc.collect()
+
+    unraisable: list[Any] = []
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        asyncio.run(drop())
+    finally:
+        sys.unraisablehook = hook
+    assert used.is_closed()
+    assert unraisable == []
+
+
 async def test_loop_run_inside_a_running_event_loop_is_refused() -> None:
     """Awaiting there would stall the caller's loop: run() refuses before any step and says to
     use arun; a plain model's coroutine met there fails its step, saying the same."""

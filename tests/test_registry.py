@@ -1498,3 +1498,19 @@ def test_text_arguments_are_checked_after_the_tool_name_and_shown_cut_short() ->
     assert odd["status"] == "invalid_arguments"
     assert odd["content"][0]["message"].endswith('; received "\\ud800"')
     orjson.dumps(odd)
+
+
+def test_remove_takes_a_tool_out_and_names_a_missing_one() -> None:
+    """remove() returns the tool, forgets an async one's name too, and raises KeyError otherwise."""
+
+    async def later(x: int) -> int:
+        return x
+
+    registry = agentloop.ToolRegistry([later, agentloop.Tool(lambda: 1, name="one")])
+    before = registry.async_tools
+    removed = registry.remove("later")
+    assert (before, removed.name, registry.async_tools) == (("later",), "later", ())
+    assert "later" not in registry
+    assert [spec["name"] for spec in registry.specs()] == ["one"]
+    with pytest.raises(KeyError, match="expected the name of a tool in the registry, got 'later'"):
+        registry.remove("later")

@@ -142,6 +142,19 @@ class ToolRegistry:
             self._async_tools.append(tool.name)
         return tool
 
+    def remove(self, name: str) -> Tool:
+        """Take the tool named ``name`` out of the registry and return it (``KeyError`` if none).
+
+        Between runs, or between a run's model steps (``agentloop.mcp`` refreshes
+        a server's tools so): never while a batch runs.
+        """
+        tool = self._tools.pop(name, None)
+        if tool is None:
+            raise KeyError(f"expected the name of a tool in the registry, got {name!r}")
+        if name in self._async_tools:
+            self._async_tools.remove(name)
+        return tool
+
     @property
     def async_tools(self) -> tuple[str, ...]:
         """The names of the tools whose handlers are ``async def``: the asyncio driver's."""

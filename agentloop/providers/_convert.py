@@ -29,10 +29,13 @@ __all__ = [
     "assistant_turn",
     "checked_client",
     "checked_params",
+    "image_of",
     "make_model",
     "parsed_arguments",
+    "part_text",
     "reply",
     "request_tools",
+    "result_parts",
     "result_text",
     "unknown_kind",
     "usage",
@@ -99,6 +102,43 @@ def result_text(message: Message) -> str:
     content = message["content"]
     text = content if isinstance(content, str) else orjson.dumps(content).decode()
     return text if message["status"] == "ok" else f"status: {message['status']}\n{text}"
+
+
+#: The image types both providers take inside a tool result.
+IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+
+
+def result_parts(message: Message) -> list[dict[str, Any]] | None:
+    """An ``ok`` result's typed parts, when they hold an image a provider can show; else None.
+
+    The parts are MCP's content (``agentloop.mcp`` keeps them so):
+    ``{'type': 'text', 'text'}``, ``{'type': 'image', 'data', 'mimeType'}``
+    (base64) and other kinds, which an adapter sends as their JSON text.
+    """
+    content = message["content"]
+    if message["status"] != "ok" or type(content) is not list or not content:
+        return None
+    if not all(type(part) is dict and type(part.get("type")) is str for part in content):
+        return None
+    if not any(image_of(part) for part in content):
+        return None
+    return content
+
+
+def image_of(part: dict[str, Any]) -> tuple[str, str] | None:
+    """A part's (media type, base64 data) if it is an image a provider takes, else None."""
+    data, media = part.get("data"), part.get("mimeType")
+    if part["type"] == "image" and type(data) is str and media in IMAGE_TYPES:
+        return media, data
+    return None
+
+
+def part_text(part: dict[str, Any]) -> str:
+    """A part that is not an image, as text: a text part's own, any other's JSON."""
+    text = part.get("text")
+    if part["type"] == "text" and type(text) is str:
+        return text
+    return orjson.dumps(part).decode()
 
 
 def usage(input_tokens: int, output_tokens: int, cached_tokens: int) -> Message:

@@ -16,7 +16,9 @@ History to request:
   ``invalid_arguments`` result that answered them quotes the text;
 - ``tool_result``: a ``tool_result`` block in a user turn, content as text
   (JSON unless a ``str``); unless ``ok``, ``is_error: true`` and the content
-  led by ``status: <status>`` on its own line;
+  led by ``status: <status>`` on its own line. A result of typed parts with
+  an image among them (an MCP tool's) goes as blocks: ``image`` blocks for
+  the images, ``text`` blocks for the rest;
 - ``final``: a text block in an assistant turn.
 
 Adjacent messages of one role share a turn (the API wants the roles to
@@ -49,8 +51,11 @@ from agentloop.providers._convert import (
     assistant_turn,
     checked_client,
     checked_params,
+    image_of,
     make_model,
+    part_text,
     reply,
+    result_parts,
     result_text,
     unknown_kind,
     usage,
@@ -129,6 +134,23 @@ def anthropic_messages(
     return make_model(client.messages.create, request, _messages_reply, "anthropic")
 
 
+def _result_content(message: Message) -> str | list[dict[str, Any]]:
+    """A ``tool_result`` block's content: text, or blocks when the result holds an image."""
+    parts = result_parts(message)
+    if parts is None:
+        return result_text(message)
+    blocks: list[dict[str, Any]] = []
+    for part in parts:
+        image = image_of(part)
+        if image is None:
+            blocks.append({"type": "text", "text": part_text(part)})
+        else:
+            media, data = image
+            source = {"type": "base64", "media_type": media, "data": data}
+            blocks.append({"type": "image", "source": source})
+    return blocks
+
+
 def _messages_request(history: list[Message]) -> dict[str, Any]:
     """The history as the Messages API's ``messages``, and ``system`` if there is one."""
     system: list[str] = []
@@ -139,7 +161,7 @@ def _messages_request(history: list[Message]) -> dict[str, Any]:
             block: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": message["id"],
-                "content": result_text(message),
+                "content": _result_content(message),
             }
             if message["status"] != "ok":
                 block["is_error"] = True

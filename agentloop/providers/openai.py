@@ -16,7 +16,10 @@ History to request (both APIs keep every message in place):
   item per call); arguments as JSON text, or the model's raw text unchanged;
 - ``tool_result``: a ``tool`` message per ``tool_call_id`` (Responses: a
   ``function_call_output`` per ``call_id``), content as text (JSON unless a
-  ``str``), led by ``status: <status>`` on its own line unless ``ok``;
+  ``str``), led by ``status: <status>`` on its own line unless ``ok``. A
+  result of typed parts with an image among them (an MCP tool's) goes to the
+  Responses API as ``input_image`` and ``input_text`` items (a Chat
+  Completions ``tool`` message takes text only: it gets the JSON);
 - ``final``: an assistant message.
 
 Needs the ``openai`` extra; importing this module without it raises an
@@ -43,9 +46,12 @@ from agentloop.providers._convert import (
     assistant_turn,
     checked_client,
     checked_params,
+    image_of,
     make_model,
     parsed_arguments,
+    part_text,
     reply,
+    result_parts,
     result_text,
     unknown_kind,
     usage,
@@ -214,6 +220,22 @@ def _chat_reply(completion: ChatCompletion) -> Message:
     return reply(message.content or "", calls, tokens)
 
 
+def _output(message: Message) -> str | list[dict[str, Any]]:
+    """A ``function_call_output``'s output: text, or input items when the result holds an image."""
+    parts = result_parts(message)
+    if parts is None:
+        return result_text(message)
+    items: list[dict[str, Any]] = []
+    for part in parts:
+        image = image_of(part)
+        if image is None:
+            items.append({"type": "input_text", "text": part_text(part)})
+        else:
+            media, data = image
+            items.append({"type": "input_image", "image_url": f"data:{media};base64,{data}"})
+    return items
+
+
 def _responses_input(history: list[Message]) -> list[dict[str, Any]]:
     """The history as Responses API ``input`` items."""
     out: list[dict[str, Any]] = []
@@ -224,7 +246,7 @@ def _responses_input(history: list[Message]) -> list[dict[str, Any]]:
                 {
                     "type": "function_call_output",
                     "call_id": message["id"],
-                    "output": result_text(message),
+                    "output": _output(message),
                 }
             )
         elif kind == "call" or kind == "calls":

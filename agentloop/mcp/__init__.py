@@ -1,0 +1,45 @@
+"""Tools from Model Context Protocol servers, and a registry served as one.
+
+Needs the ``mcp`` extra (``pip install 'agentloop-fsm[mcp]'``: the official
+``mcp`` SDK). ``stdio(command, args)`` and ``http(url)`` make a ``Server``, a
+connection used as a context manager; inside it, ``server.register(registry)``
+adds the server's tools to a ``ToolRegistry`` as ``MCPTool``s, each keeping the
+server's name, description and input schema, validated before a call is sent.
+
+* Annotations: ``readOnlyHint`` or ``idempotentHint`` make a tool idempotent
+  for the ledger; ``register(destructive=ask_before_destructive)`` has a person
+  approve each call of a tool that may change or delete data. A server may say
+  anything of its tools: ``register(annotations=...)`` declares yours, and
+  yours win.
+* Results: text is the result; ``structuredContent`` is kept as JSON; other
+  content kinds stay typed parts; ``isError`` is an ``error`` result
+  (``ToolFailed``); a lost connection or a call past ``timeout`` is an
+  ``error`` result ``OutcomeUnknown``; a refused request ``NotRun``.
+* Changes: a server's changed tools list is put into the registry by
+  ``server.refresh()``, or between model steps by the listener
+  ``Loop(listeners=[server.refresh_between_steps])``.
+* ``serve(registry)``: the other way, a registry's tools as an MCP server,
+  with its validation and policies in front.
+"""
+
+from __future__ import annotations
+
+from agentloop._names import publish as _publish
+from agentloop.mcp._results import NotRun, OutcomeUnknown, ToolFailed
+from agentloop.mcp._serve import serve, serve_stdio
+from agentloop.mcp._server import MCPTool, Server, ask_before_destructive, http, stdio
+
+__all__ = [
+    "MCPTool",
+    "NotRun",
+    "OutcomeUnknown",
+    "Server",
+    "ToolFailed",
+    "ask_before_destructive",
+    "http",
+    "serve",
+    "serve_stdio",
+    "stdio",
+]
+
+_publish(__name__, globals(), __all__)
