@@ -44,6 +44,7 @@ from agentloop._callbacks import (
     within,
 )
 from agentloop._core._table import TERMINAL, State
+from agentloop._core._context import Summarise
 from agentloop._core._values import AskModel, AwaitApproval, RunTool
 from agentloop._run import LOG, Carried, Outcome, RunView, Verdicts, carried, log
 
@@ -148,7 +149,7 @@ class AsyncRun(RunView):
             argument: Any
             report: Callable[[object], Transition]
             transition: Transition
-            need: AskModel | RunTool | AwaitApproval | Transition | None = None
+            need: AskModel | RunTool | AwaitApproval | Summarise | Transition | None = None
             if decisions is not None:
                 need = engine.decided(decisions)
             elif self._review is not None and self._verdicts.due(engine):
@@ -166,6 +167,9 @@ class AsyncRun(RunView):
             # Await the model or the tool, then report: the engine says what it meant.
             if type(need) is AskModel:
                 do, argument, report = self._ask, need.history, engine.replied
+            elif type(need) is Summarise:  # (context) the policy's own model callback
+                do, argument = functools.partial(self._ask, model=need.model), need.history
+                report = engine.replied
             elif type(need) is RunTool:
                 do, argument, report = self._tool(need.call), need.call, engine.returned
             elif type(need) is AwaitApproval:
@@ -276,9 +280,9 @@ class AsyncRun(RunView):
         if tasks:
             await asyncio.wait(tasks)
 
-    async def _ask(self, history: list[dict[str, Any]]) -> object:
-        """Call the model, plain or async, the way the loop was configured."""
-        model = self._model
+    async def _ask(self, history: list[dict[str, Any]], model: Any = None) -> object:
+        """Call the model (or ``model``: a summariser), plain or async, as the loop was configured."""
+        model = self._model if model is None else model
         call: Awaitable[object]
         if self._to_thread and not is_async(model):
             call = asyncio.to_thread(model, history)

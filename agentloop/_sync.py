@@ -33,6 +33,7 @@ from agentloop._callbacks import (
     unless_cancelled,
     within,
 )
+from agentloop._core._context import Summarise
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, AwaitApproval, RunTool
 from agentloop._run import LOG, Outcome, RunView, Verdicts, log
@@ -261,9 +262,10 @@ class Run(RunView):
             else:
                 need = engine.next()
                 # The engine says what the answer, or the exception, means.
-                if type(need) is AskModel:
+                if type(need) is AskModel or type(need) is Summarise:
                     try:
-                        reply = model(need.history)
+                        # (context) a summary is asked of the policy's own model callback
+                        reply = (model if type(need) is AskModel else need.model)(need.history)
                         # A dict (any reply that is JSON) is never awaitable: no check for it.
                         if type(reply) is not dict and inspect.isawaitable(reply):
                             reply = self._await_reply(reply)

@@ -175,6 +175,11 @@ class DBOSLoop:
             raise ValueError(
                 "a DBOSLoop's runs are recorded by DBOS: make its Loop without a ledger"
             )
+        if loop.context is not None:  # (context) not yet driven by a DBOS workflow
+            raise ValueError(
+                "a DBOSLoop does not fit requests to a context window yet: make its Loop "
+                "without context="
+            )
         loop._sync_driver("a DBOSLoop drives its runs synchronously, inside a DBOS workflow")
         if name in _LOOPS:
             raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
