@@ -75,12 +75,17 @@ class Counter(Protocol):
 
 @attrs.frozen
 class _Approx:
-    """The default counter: a quarter of the message's JSON bytes, plus 4 for its framing."""
+    """The default counter: a third of the message's JSON bytes, plus 4 for its framing.
+
+    OpenAI's encodings make about 3.5 to 4 bytes a token of English prose and
+    JSON, fewer of code: a third errs on the side of a request that fits (``make
+    bench`` measures it against ``o200k_base`` and ``cl100k_base``).
+    """
 
     name: str = "approx"
 
     def __call__(self, message_json: bytes, /) -> int:
-        return (len(message_json) + 3) // 4 + 4
+        return (len(message_json) + 2) // 3 + 4
 
 
 #: The default counter: no download, no dependency (see the docs for its accuracy).
