@@ -15,7 +15,7 @@ the newest turn cannot fit, the run ends ``exhausted`` with reason
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import typing as _typing
 
 from agentloop._core._context import (
     SUMMARY_PROMPT,
@@ -28,8 +28,9 @@ from agentloop._core._context import (
 )
 from agentloop._names import publish as _publish
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 __all__ = [
     "SUMMARY_PROMPT",
