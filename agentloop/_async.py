@@ -43,8 +43,8 @@ from agentloop._callbacks import (
     unless_cancelled,
     within,
 )
-from agentloop._core._table import TERMINAL, State
 from agentloop._core._context import Summarise
+from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, AwaitApproval, RunTool
 from agentloop._run import LOG, Carried, Outcome, RunView, Verdicts, carried, log
 
@@ -281,7 +281,7 @@ class AsyncRun(RunView):
             await asyncio.wait(tasks)
 
     async def _ask(self, history: list[dict[str, Any]], model: Any = None) -> object:
-        """Call the model (or ``model``: a summariser), plain or async, as the loop was configured."""
+        """Call the model (or ``model``, a summariser), plain or async, as configured."""
         model = self._model if model is None else model
         call: Awaitable[object]
         if self._to_thread and not is_async(model):

@@ -265,7 +265,7 @@ class Run(RunView):
                 if type(need) is AskModel or type(need) is Summarise:
                     try:
                         # (context) a summary is asked of the policy's own model callback
-                        reply = (model if type(need) is AskModel else need.model)(need.history)
+                        reply = (need.model if isinstance(need, Summarise) else model)(need.history)
                         # A dict (any reply that is JSON) is never awaitable: no check for it.
                         if type(reply) is not dict and inspect.isawaitable(reply):
                             reply = self._await_reply(reply)

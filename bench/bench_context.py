@@ -34,7 +34,13 @@ def history(size: int) -> list[Message]:
     for i in range((size - 1) // 2):
         messages.append({"kind": "call", "id": f"h{i}", "name": "read", "arguments": {"n": i}})
         messages.append(
-            {"kind": "tool_result", "id": f"h{i}", "name": "read", "status": "ok", "content": "r" * 150}
+            {
+                "kind": "tool_result",
+                "id": f"h{i}",
+                "name": "read",
+                "status": "ok",
+                "content": "r" * 150,
+            }
         )
     return messages
 
@@ -88,7 +94,13 @@ def samples() -> list[bytes]:
                 else:
                     made.append(
                         orjson.dumps(
-                            {"kind": "tool_result", "id": "c", "name": "read", "status": "ok", "content": chunk}
+                            {
+                                "kind": "tool_result",
+                                "id": "c",
+                                "name": "read",
+                                "status": "ok",
+                                "content": chunk,
+                            }
                         )
                     )
     return made
@@ -99,7 +111,7 @@ def encodings() -> list[Any]:
         try:
             module = __import__(loader)
             return [module.get_encoding(name) for name in ("o200k_base", "cl100k_base")]
-        except Exception:  # noqa: BLE001, S112 - not installed, or its file is not cached here
+        except Exception:  # noqa: BLE001 - not installed, or its file is not cached here
             continue
     return []
 

@@ -7,14 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
 from hypothesis import event as note_case
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentloop
 from agentloop import CancelToken, Loop, State, Tool, ToolRegistry
 from agentloop.context import Seen, approx_tokens, keep_last, summarise, tiktoken_tokens
-from agentloop.engine import AskModel, Engine, RunTool
 from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import ContractViolation, assert_contract, assert_requests_fit
 from agentloop.testing.strategies import oversized_results
@@ -52,7 +51,12 @@ class Chatty:
         n = len(self.seen)
         if n > self.turns:
             return {"kind": "final", "text": "done"}
-        return {"kind": "call", "id": f"{self.prefix}{n}", "name": "echo", "arguments": {"x": "y" * self.size}}
+        return {
+            "kind": "call",
+            "id": f"{self.prefix}{n}",
+            "name": "echo",
+            "arguments": {"x": "y" * self.size},
+        }
 
 
 def echo(x: str) -> str:
@@ -95,7 +99,9 @@ def test_keep_last_sends_the_head_and_the_newest_whole_turns(driver: Driver) -> 
     ):
         assert event.context is not None
         assert history[-1] == result.transcript[event.context.kept[-1][1] - 1]
-    assert_contract(result, [{"kind": "system", "text": "be brief"}, {"kind": "user", "text": "hello"}])
+    assert_contract(
+        result, [{"kind": "system", "text": "be brief"}, {"kind": "user", "text": "hello"}]
+    )
 
 
 def test_the_record_keeps_the_whole_history_and_what_each_request_saw() -> None:
@@ -110,7 +116,8 @@ def test_the_record_keeps_the_whole_history_and_what_each_request_saw() -> None:
         rebuilt = [result.transcript[i] for a, b in seen.kept for i in range(a, b)]
         assert rebuilt == history
         assert seen.tokens == tokens_of(history)
-    assert asked[-1] is not None and asked[-1].kept[0] == (0, 1)
+    assert asked[-1] is not None
+    assert asked[-1].kept[0] == (0, 1)
     assert "messages 0, " in asked[-1].describe()
 
 
@@ -130,7 +137,8 @@ def test_a_turn_that_cannot_fit_ends_the_run_exhausted_before_any_request() -> N
     result = Loop(model, tools=[echo], context=keep_last(tokens=300)).run("hi")
     assert result.status == "exhausted"
     assert result.reason == "context"
-    assert result.error is not None and "newest turn" in result.error
+    assert result.error is not None
+    assert "newest turn" in result.error
     assert len(model.seen) == 1  # the long result never went out
     assert result.events[-1].guard == "context_overflows"
     assert result.steps == 1  # no step was spent on a request that was not sent
@@ -146,7 +154,8 @@ def test_a_first_message_over_budget_is_refused_the_same_way() -> None:
         0,
         [],
     )
-    assert result.error is not None and "head" in result.error
+    assert result.error is not None
+    assert "head" in result.error
 
 
 def test_a_batch_is_never_separated_from_its_results() -> None:
@@ -187,13 +196,16 @@ def test_summarise_folds_the_oldest_turns_on_a_row_and_a_step_of_its_own(driver:
     result = driver.run(loop, "hello")
     assert result.status == "finished"
     written = [e for e in result.events if e.trigger == "summary_written"]
-    assert written and all(e.source == "summarising" for e in written)
+    assert written
+    assert all(e.source == "summarising" for e in written)
     assert result.steps == len(model.seen) + len(writer.asked)  # type: ignore[attr-defined]
     later = model.seen[-1]
     assert later[0] == {"kind": "user", "text": "hello"}
-    assert later[1]["kind"] == "user" and "the story so far" in later[1]["text"]
+    assert later[1]["kind"] == "user"
+    assert "the story so far" in later[1]["text"]
     for history in model.seen:
-        assert paired(history) and tokens_of(history) <= 300
+        assert paired(history)
+        assert tokens_of(history) <= 300
     assert_contract(result, "hello")
     # The summariser saw the folded turns, and the summary so far once there was one.
     assert "The conversation to fold in" in writer.asked[0][1]["text"]  # type: ignore[attr-defined]
@@ -219,7 +231,8 @@ def test_a_summariser_usage_counts_toward_max_total_tokens() -> None:
 
     loop = Loop(model, tools=[echo], context=summarise(writer, tokens=300), max_total_tokens=400)
     result = loop.run("a")
-    assert result.status == "exhausted" and result.reason == "max_total_tokens"
+    assert result.status == "exhausted"
+    assert result.reason == "max_total_tokens"
     assert result.usage.total == 510
 
 
@@ -243,7 +256,8 @@ def test_a_summary_that_is_not_a_final_is_malformed() -> None:
 
     result = Loop(Chatty(10), tools=[echo], context=summarise(writer, tokens=300)).run("a")
     assert result.status == "malformed"
-    assert result.error is not None and result.error.startswith("malformed summary:")
+    assert result.error is not None
+    assert result.error.startswith("malformed summary:")
 
 
 def test_a_summary_cancelled_while_written_is_dropped() -> None:
@@ -336,9 +350,11 @@ def test_resume_and_fork_go_on_under_the_policy() -> None:
         other.resume(result)
 
 
-def test_show_names_what_each_request_saw(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_show_names_what_each_request_saw(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The run's text view (show, and the report's rows) says what each request was sent."""
-    from agentloop._cli._main import main  # noqa: PLC0415 - the command line, as a user runs it
+    from agentloop._cli._main import main
 
     writer = summary_writer("the gist")
     loop = Loop(Chatty(8), tools=[echo], context=summarise(writer, tokens=300), max_steps=40)
@@ -366,7 +382,7 @@ def test_bad_policies_are_refused_with_what_was_expected(tmp_path: Any) -> None:
         summarise("gpt", tokens=10)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="expected counter to be a callable"):
         keep_last(tokens=10, counter=len)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="expected context to be agentloop.context.keep_last"):
+    with pytest.raises(TypeError, match=r"expected context to be agentloop\.context\.keep_last"):
         Loop(Chatty(1), context=1000)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="ledger does not fit requests"):
         Loop(
@@ -398,7 +414,10 @@ def test_tiktoken_tokens_counts_with_an_encoding_given() -> None:
 def test_max_result_chars_cuts_a_result_with_a_marker() -> None:
     """A tool's limit (or the registry's) cuts its result before the history gets it."""
     registry = ToolRegistry(
-        [Tool(lambda: "x" * 500, name="big", max_result_chars=100), Tool(lambda: "z" * 50, name="small")],
+        [
+            Tool(lambda: "x" * 500, name="big", max_result_chars=100),
+            Tool(lambda: "z" * 50, name="small"),
+        ],
         max_result_chars=20,
     )
     script = iter(
@@ -494,7 +513,13 @@ def histories(draw: st.DrawFn) -> list[Message]:
             for i in ids:
                 content = "r" * draw(SIZES)
                 messages.append(
-                    {"kind": "tool_result", "id": i, "name": "echo", "status": "ok", "content": content}
+                    {
+                        "kind": "tool_result",
+                        "id": i,
+                        "name": "echo",
+                        "status": "ok",
+                        "content": content,
+                    }
                 )
         else:
             messages.append({"kind": kind, "text": "t" * draw(st.integers(0, 200))})
@@ -518,7 +543,9 @@ def replies(draw: st.DrawFn) -> list[object]:
                 {"id": f"m{step}_{j}", "name": name, "arguments": {"x": "z" * draw(SIZES)}}
                 for j in range(count)
             ]
-            script.append({"kind": "calls", "calls": calls} if count > 1 else {"kind": "call", **calls[0]})
+            script.append(
+                {"kind": "calls", "calls": calls} if count > 1 else {"kind": "call", **calls[0]}
+            )
     return script
 
 
@@ -612,7 +639,11 @@ def test_every_request_sent_is_paired_fits_and_keeps_the_newest_turn(
     assert run.done
     result = run.result()
     head = next(i for i, m in enumerate(history) if m["kind"] == "user") + 1
-    asked = [e for e in result.events if e.trigger in ("model_replied", "model_raised", "model_interrupted")]
+    asked = [
+        e
+        for e in result.events
+        if e.trigger in ("model_replied", "model_raised", "model_interrupted")
+    ]
     assert len(asked) == len(model.seen)
     for event, sent in zip(asked, model.seen, strict=True):
         assert paired(sent)

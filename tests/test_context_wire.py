@@ -47,9 +47,21 @@ class Refusing(Wire):
         except (AssertionError, IndexError) as exc:  # the checks assert, or find nothing to pop
             self.refused.append(str(exc))
             self.answers.insert(0, (response.status_code, response.json()))  # not consumed
-            body = {"error": {"message": f"orphaned tool call or result: {exc}", "type": "invalid_request_error", "param": None, "code": None}}
+            body = {
+                "error": {
+                    "message": f"orphaned tool call or result: {exc}",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": None,
+                }
+            }
             return httpx2.Response(400, json=body)
         return response
+
+
+def checker(api: Api) -> Any:
+    """The server's check of a request's turns: every call answered before the next turn."""
+    return lambda body: answered_before_next_turn(api, body[api.turns])
 
 
 def openai_answers(api: Api) -> list[tuple[int, Message]]:
@@ -80,7 +92,9 @@ async def test_openai_never_gets_an_orphaned_call_or_result(
     api: Api, flavour: str, policy: str
 ) -> None:
     """Chat Completions and Responses: every request of a long run is accepted whole."""
-    wire = Refusing(openai_answers(api), check=lambda body: answered_before_next_turn(api, body[api.turns]))
+    wire = Refusing(
+        openai_answers(api), check=lambda body: answered_before_next_turn(api, body[api.turns])
+    )
     model = api.adapter(openai_client(wire, flavour, 0), "gpt-4.1")
     loop = Loop(model, tools=[echo], context=POLICIES[policy](), max_steps=40)
     result = await run(loop, flavour, "Echo, many times.")
@@ -106,7 +120,9 @@ async def test_anthropic_never_gets_an_orphaned_call_or_result(flavour: str, pol
 @pytest.mark.parametrize("api", [CHAT, RESPONSES], ids=str)
 async def test_the_servers_refuse_a_history_trimmed_by_message_count(api: Api) -> None:
     """The check bites: a naive trim (the last three messages) orphans a result, and is refused."""
-    wire = Refusing(openai_answers(api), check=lambda body: answered_before_next_turn(api, body[api.turns]))
+    wire = Refusing(
+        openai_answers(api), check=lambda body: answered_before_next_turn(api, body[api.turns])
+    )
     model = api.adapter(openai_client(wire, "sync", 0), "gpt-4.1")
 
     def trimmed(history: list[Message], **kwargs: Any) -> object:

@@ -26,13 +26,15 @@ one ``bytes.join`` of the kept messages.
 from __future__ import annotations
 
 import bisect
+import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
 import attrs
 import orjson
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Iterable
 
 __all__ = [
     "SUMMARY_PROMPT",
@@ -110,15 +112,15 @@ class _Encoded:
 
 
 def tiktoken_tokens(encoding: object = "o200k_base") -> Counter:
-    """A counter by a ``tiktoken`` encoding: its name (``'o200k_base'``, ``'cl100k_base'``) or itself.
+    """A counter by a ``tiktoken`` encoding: its name (say ``'o200k_base'``), or the encoding.
 
     Needs the ``tiktoken`` extra (``pip install agentloop[tiktoken]``); tiktoken
     downloads an encoding's file the first time it is used, and caches it.
     An encoding object given (with ``name`` and tiktoken's ``encode``) is used as it is.
     """
     if isinstance(encoding, str):
-        try:
-            import tiktoken  # noqa: PLC0415 - an optional extra, loaded when asked for
+        try:  # an optional extra, loaded when asked for
+            tiktoken = importlib.import_module("tiktoken")
         except ImportError:
             raise ImportError(
                 "tiktoken_tokens needs the tiktoken extra: pip install 'agentloop[tiktoken]'"
@@ -384,7 +386,7 @@ class Window:
         elif kind == "calls":
             self._open.update(call.get("id") for call in message.get("calls", ()))
         elif kind == "tool_result":
-            self._open.discard(message.get("id"))  # type: ignore[arg-type]
+            self._open.discard(message.get("id"))
 
     def _close(self) -> list[int]:
         """The running sums over every turn, now that none is open (at a request)."""
@@ -417,7 +419,9 @@ class Window:
         start = 0 if summary is None else summary.turns
         total = sums[count]
         # The first turn from which on the rest fits: sums[j] >= total + fixed + extra - tokens.
-        first = bisect.bisect_left(sums, total + fixed + extra - tokens, start, max(count - 1, start))
+        first = bisect.bisect_left(
+            sums, total + fixed + extra - tokens, start, max(count - 1, start)
+        )
         fold = first
         if folding and first > start:
             # Fold down to ``keep`` tokens of turns, so that a fold is not needed every step.
@@ -449,13 +453,9 @@ class Window:
         """The summariser's request for turns ``[start, fold)`` (and the summary so far)."""
         turns, system = self.turns, set(self.system)
         spans = [
-            (turns[turn], turns[turn + 1])
-            for turn in range(start, fold)
-            if turn not in system
+            (turns[turn], turns[turn + 1]) for turn in range(start, fold) if turn not in system
         ]
-        lines = [
-            self.messages[index].decode() for a, b in spans for index in range(a, b)
-        ]
+        lines = [self.messages[index].decode() for a, b in spans for index in range(a, b)]
         earlier = ""
         if summary is not None:
             earlier = f"The summary so far:\n{orjson.loads(summary.message)['text']}\n\n"

@@ -32,7 +32,6 @@ import orjson
 
 from agentloop._core._batch import check_decisions
 from agentloop._core._checked import TABLE, Row
-from agentloop._core._context import Summarise
 from agentloop._core._intake import Outcome, raised_outcome, raised_usage, take_outcome, take_reply
 from agentloop._core._json import exception_content
 from agentloop._core._rows import RunState, _Draft
@@ -44,6 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from agentloop._core._approval import Decision, PendingCall
+    from agentloop._core._context import Summarise
     from agentloop._core._values import Budget
 
 __all__ = ["Engine", "check_decisions"]
@@ -431,7 +431,7 @@ class Engine(RunState):
         return self._record(self._choose(Trigger.TOOL_RETURNED, draft), draft)
 
     def _summarised(self, reply: object) -> Transition:
-        """The summariser returned ``reply``: taken in as a model's reply is, and its usage counted."""
+        """The summariser returned ``reply``: taken in as a model's reply is, usage and all."""
         taken = take_reply(reply, self._spent)
         draft = _Draft(None, self._since.get(None))
         draft.summary_in, draft.usage = taken, taken.usage

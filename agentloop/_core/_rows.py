@@ -415,7 +415,6 @@ class RunState:
         self._settle()
         return event
 
-
     # -- the context policy (agentloop.context): guards, effects and their state ------
 
     def _init_context(self, policy: ContextPolicy | None, encoded: list[bytes]) -> None:
@@ -432,7 +431,8 @@ class RunState:
     def _context_plan(self) -> Plan | str:
         """The view for the request about to be made (found once a request), or why none fits."""
         policy, context = self._policy, self._context
-        assert policy is not None and context is not None, "a context policy is set"
+        assert policy is not None, "a context policy is set"
+        assert context is not None, "a policy has its window"
         window, read = context
         events = self._events
         for event in events[read[0] :]:
@@ -494,7 +494,9 @@ class RunState:
 
     def _ask_for_summary(self) -> None:
         policy, context = self._policy, self._context
-        assert policy is not None and policy.summariser is not None and context is not None
+        assert policy is not None, "a context policy is set"
+        assert policy.summariser is not None, "summary_due holds only under summarise"
+        assert context is not None, "a policy has its window"
         plan = self._context_plan()
         assert not isinstance(plan, str), "summary_due was checked first"
         request, self._seen = context[0].fold_request(plan.folded, plan.fold, self._summary)
@@ -504,7 +506,8 @@ class RunState:
 
     def _keep_summary(self) -> None:
         context, reply = self._context, self._draft.summary_in
-        assert context is not None and reply is not None, "a summary was written"
+        assert context is not None, "a policy has its window"
+        assert reply is not None, "a summary was written"
         plan = self._context_plan()
         assert not isinstance(plan, str), "a summary was asked for a plan"
         self._summary = context[0].summary(plan.fold, reply.value["text"])

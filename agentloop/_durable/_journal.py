@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from agentloop._core._approval import Decision, PendingCall
+    from agentloop._core._context import Summarise
     from agentloop._core._values import Budget, CancelToken
     from agentloop._durable._ledger import Ledger, LedgerWriter
 
@@ -388,7 +389,7 @@ class DurableEngine(Engine):
             self.journal.check()
         return super().result()
 
-    def next(self) -> AskModel | RunTool | AwaitApproval | Transition:
+    def next(self) -> AskModel | RunTool | AwaitApproval | Summarise | Transition:
         self.journal.check()
         if self.handed and not self.done:
             # Handed out by the resume: its cancel checkpoint was passed then.

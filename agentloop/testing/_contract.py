@@ -413,8 +413,9 @@ def _check_sent(
 ) -> None:
     """The head, every system message, and the history's last message are among those sent."""
     missing = [
-        i for i in range(length) if (i < head or transcript[i].get("kind") == "system")
-        and i not in set(sent)
+        i
+        for i in range(length)
+        if (i < head or transcript[i].get("kind") == "system") and i not in set(sent)
     ]
     if missing:
         raise ContractViolation(

@@ -256,7 +256,7 @@ def oversized_results(
         lambda size: st.builds(
             lambda head, fill: (head + fill * size)[:size],
             text(0, 8),
-            st.characters(codec="utf-8", exclude_categories=("Cs",)),
+            st.characters(codec="utf-8"),
         )
     )
     return st.one_of(
