@@ -2,7 +2,8 @@
 
 ``Engine`` is the state machine ``Loop``'s drivers wrap: ``next()`` says what
 the run needs (``AskModel``, ``RunTool``, ``AwaitApproval``, or the
-``Transition`` it made by itself), and the driver reports what happened.
+``Transition`` it made by itself; ``Summarise`` under a context policy that
+summarises), and the driver reports what happened.
 The table it interprets is here too (``ROWS``: each a ``Row`` of ``State``,
 ``Trigger``, ``Guard`` and ``Effect``), with the callback types a driver
 calls (``Model``, ``Dispatcher``, ``Listener``). See the docs' "Writing a
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from agentloop._callbacks import Dispatcher, Listener, Model
 from agentloop._core._checked import ROWS, Row
+from agentloop._core._context import Summarise
 from agentloop._core._engine import Engine
 from agentloop._core._table import TERMINAL, Effect, Guard, State, Trigger
 from agentloop._core._values import AskModel, AwaitApproval, RunTool, Transition
@@ -32,6 +34,7 @@ __all__ = [
     "Row",
     "RunTool",
     "State",
+    "Summarise",
     "Transition",
     "Trigger",
 ]

@@ -662,3 +662,14 @@ def test_every_request_sent_is_paired_fits_and_keeps_the_newest_turn(
     note_case(f"left out: {any(len(s) < len(result.transcript) for s in model.seen)}")
     assert_contract(result, history)
     assert run_from_json(run_to_json(result)).events == result.events
+
+
+def test_an_input_without_a_user_message_keeps_its_input_as_the_head() -> None:
+    """With no user message in the input, the input is the head and later turns can leave."""
+    model = Chatty(6)
+    loop = Loop(model, tools=[echo], context=keep_last(tokens=200))
+    result = loop.run([{"kind": "system", "text": "Work alone."}])
+    assert result.status == "finished"
+    assert all(h[0] == {"kind": "system", "text": "Work alone."} for h in model.seen)
+    assert len(model.seen[-1]) < len(result.transcript) - 1
+    assert_contract(result, [{"kind": "system", "text": "Work alone."}])

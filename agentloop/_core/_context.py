@@ -356,6 +356,8 @@ class Window:
         self._closed = 0
         for data in encoded:
             self.add(data)
+        # An input with no user message: its head is the whole input, and turns follow.
+        self._head_done = self._head_done or not self._open
 
     def add(self, data: bytes) -> None:
         """A message entered the history."""

@@ -88,6 +88,10 @@ The goal is that nothing is. Today these are, and each says where:
 * An interruption rebuilds the state from the log of events first
   (``Engine._settle``), so that a transition it cut short is undone or
   completed, then takes its row.
+* Under a context policy, which turns a request carries is found by
+  ``_context.Window.plan``, once per request, and read by ``context_overflows``,
+  ``summary_due`` and ``fit_context``; the summary in force is made again from
+  the events by ``Engine._settle`` after an interruption.
 * The drivers differ in one place, by name: the asyncio driver can interrupt
   an awaited model when the token is cancelled (``model_interrupted``); the
   sync driver cannot, and sees the reply first

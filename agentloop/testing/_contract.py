@@ -412,10 +412,11 @@ def _check_sent(
     policy: ContextPolicy,
 ) -> None:
     """The head, every system message, and the history's last message are among those sent."""
+    given = set(sent)
     missing = [
         i
         for i in range(length)
-        if (i < head or transcript[i].get("kind") == "system") and i not in set(sent)
+        if (i < head or transcript[i].get("kind") == "system") and i not in given
     ]
     if missing:
         raise ContractViolation(
