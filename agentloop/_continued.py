@@ -67,7 +67,13 @@ def forked(
     engine: Engine | None = None
     if ledger is not None:
         engine = _resume.begin(
-            ledger, run_id, messages, budget=budget, dispatcher=dispatcher, cancel=token
+            ledger,
+            run_id,
+            messages,
+            budget=budget,
+            dispatcher=dispatcher,
+            cancel=token,
+            context=context,
         )
     elif run_id is not None:
         raise ValueError(
@@ -166,7 +172,9 @@ def resumed(
             "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger); a saved "
             f"run awaiting approval goes on with {what}(load_run(path))"
         )
-    return _resume.resume(ledger, run, budget=budget, dispatcher=dispatcher, cancel=cancel)
+    return _resume.resume(
+        ledger, run, budget=budget, dispatcher=dispatcher, cancel=cancel, context=context
+    )
 
 
 def ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:

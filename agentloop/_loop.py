@@ -393,6 +393,7 @@ class Loop:
             budget=self.budget,
             dispatcher=self.dispatcher,
             cancel=cancel,
+            context=self.context,
         )
 
     def _resumed(

@@ -40,10 +40,10 @@ def checked_context(context: object, ledger: object) -> ContextPolicy | None:
             "expected context to be agentloop.context.keep_last(tokens=...) or "
             f"summarise(model, tokens=...), or None, got {type(context).__name__}"
         )
-    if ledger is not None:  # a ledger does not record the policy yet
+    if ledger is not None and context.summariser is not None:  # not journaled yet
         raise ValueError(
-            "a Loop with a ledger does not fit requests to a context window yet: "
-            "make it without context= or without ledger="
+            "a Loop with a ledger does not summarise yet: make it with "
+            "agentloop.context.keep_last(tokens=...), or without ledger="
         )
     return context
 

@@ -384,10 +384,10 @@ def test_bad_policies_are_refused_with_what_was_expected(tmp_path: Any) -> None:
         keep_last(tokens=10, counter=len)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"expected context to be agentloop\.context\.keep_last"):
         Loop(Chatty(1), context=1000)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="ledger does not fit requests"):
+    with pytest.raises(ValueError, match="a Loop with a ledger does not summarise yet"):
         Loop(
             Chatty(1),
-            context=keep_last(tokens=10),
+            context=summarise(summary_writer(), tokens=10),
             ledger=agentloop.SQLiteLedger(str(tmp_path / "runs.db")),
         )
 
@@ -673,3 +673,48 @@ def test_an_input_without_a_user_message_keeps_its_input_as_the_head() -> None:
     assert all(h[0] == {"kind": "system", "text": "Work alone."} for h in model.seen)
     assert len(model.seen[-1]) < len(result.transcript) - 1
     assert_contract(result, [{"kind": "system", "text": "Work alone."}])
+
+
+# -- durable runs --------------------------------------------------------------------------------
+
+
+def test_a_durable_run_is_fitted_and_resumed_under_its_recorded_policy(tmp_path: Any) -> None:
+    """With a ledger, keep_last fits every request; the header records the policy, and a
+    resume under another policy is refused while a reader without a Loop replays it."""
+    from agentloop.ledger import view_run
+
+    db = str(tmp_path / "runs.db")
+    registry = ToolRegistry([echo, Tool(gated, policy=lambda call: agentloop.ask("check"))])
+    script = [
+        *(
+            {"kind": "call", "id": f"c{i}", "name": "echo", "arguments": {"x": BIG}}
+            for i in range(5)
+        ),
+        {"kind": "call", "id": "g", "name": "gated", "arguments": {"x": "ok"}},
+        {"kind": "final", "text": "done"},
+    ]
+    seen: list[list[Message]] = []
+
+    def model(history: list[Message]) -> object:
+        seen.append(history)
+        return script[len(seen) - 1]
+
+    def loop(tokens: int) -> Loop:
+        return Loop(
+            model,
+            tools=registry,
+            context=keep_last(tokens=tokens),
+            ledger=agentloop.SQLiteLedger(db),
+        )
+
+    paused = loop(300).run("go", run_id="r1")
+    assert paused.status == "awaiting_approval"
+    with pytest.raises(agentloop.ConfigurationMismatchError, match="context"):
+        loop(400).resume("r1", decisions={"g": agentloop.approve()})
+    viewed = view_run(agentloop.SQLiteLedger(db), "r1")
+    assert [e.context for e in viewed.events] == [e.context for e in paused.events]
+    result = loop(300).resume("r1", decisions={"g": agentloop.approve()})
+    assert result.status == "finished"
+    assert all(paired(h) and tokens_of(h) <= 300 for h in seen)
+    assert result.context == keep_last(tokens=300)
+    assert_contract(result, "go")

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from agentloop._core._approval import Decision, PendingCall
-    from agentloop._core._context import Summarise
+    from agentloop._core._context import ContextPolicy, Summarise
     from agentloop._core._values import Budget, CancelToken
     from agentloop._durable._ledger import Ledger, LedgerWriter
 
@@ -75,9 +75,13 @@ OUTCOME_UNKNOWN: Final = {
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 
 
-def fingerprint(budget: Budget, dispatcher: object) -> dict[str, Any]:
-    """What a run's record depends on: the budget, and each tool's name and schema."""
+def fingerprint(
+    budget: Budget, dispatcher: object, context: ContextPolicy | None = None
+) -> dict[str, Any]:
+    """What a run's record depends on: the budget, each tool's schema, the context policy."""
     found: dict[str, Any] = {"budget": attrs.asdict(budget)}
+    if context is not None:  # (context) absent without a policy: older records compare equal
+        found["context"] = context.record()
     if isinstance(dispatcher, ToolRegistry):
         found["tools"] = {
             tool.name: {"parameters": tool.parameters, "idempotent": tool.idempotent}
@@ -361,8 +365,9 @@ class DurableEngine(Engine):
         *,
         budget: Budget,
         cancel: CancelToken | None,
+        context: ContextPolicy | None = None,
     ) -> None:
-        super().__init__(messages, budget=budget, cancel=cancel)
+        super().__init__(messages, budget=budget, cancel=cancel, context=context)
         self.handed: list[RunTool] = []
         self._given: str | None = None  # the handed call last given to the driver
 
