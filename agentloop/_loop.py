@@ -173,7 +173,7 @@ class Loop:
                 f"got {type(ledger).__name__}"
             )
         self.ledger = ledger
-        self.context = checked_context(context, ledger)
+        self.context = checked_context(context)
 
     def __repr__(self) -> str:
         return (

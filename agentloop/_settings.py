@@ -31,7 +31,7 @@ def with_system(system: str, messages: str | list[dict[str, Any]]) -> list[dict[
     return [prompt, *messages]
 
 
-def checked_context(context: object, ledger: object) -> ContextPolicy | None:
+def checked_context(context: object) -> ContextPolicy | None:
     """A Loop's ``context=``: a policy of ``agentloop.context``, or None."""
     if context is None:
         return None
@@ -39,11 +39,6 @@ def checked_context(context: object, ledger: object) -> ContextPolicy | None:
         raise TypeError(
             "expected context to be agentloop.context.keep_last(tokens=...) or "
             f"summarise(model, tokens=...), or None, got {type(context).__name__}"
-        )
-    if ledger is not None and context.summariser is not None:  # not journaled yet
-        raise ValueError(
-            "a Loop with a ledger does not summarise yet: make it with "
-            "agentloop.context.keep_last(tokens=...), or without ledger="
         )
     return context
 

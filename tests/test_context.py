@@ -372,7 +372,7 @@ def test_show_names_what_each_request_saw(
 # -- bad input ----------------------------------------------------------------------------
 
 
-def test_bad_policies_are_refused_with_what_was_expected(tmp_path: Any) -> None:
+def test_bad_policies_are_refused_with_what_was_expected() -> None:
     """keep_last, summarise and Loop(context=) name what they expected."""
     with pytest.raises(ValueError, match="expected tokens to be an int of 1 or more, got 0"):
         keep_last(tokens=0)
@@ -384,12 +384,6 @@ def test_bad_policies_are_refused_with_what_was_expected(tmp_path: Any) -> None:
         keep_last(tokens=10, counter=len)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"expected context to be agentloop\.context\.keep_last"):
         Loop(Chatty(1), context=1000)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="a Loop with a ledger does not summarise yet"):
-        Loop(
-            Chatty(1),
-            context=summarise(summary_writer(), tokens=10),
-            ledger=agentloop.SQLiteLedger(str(tmp_path / "runs.db")),
-        )
 
 
 def test_tiktoken_tokens_counts_with_an_encoding_given() -> None:
@@ -718,3 +712,77 @@ def test_a_durable_run_is_fitted_and_resumed_under_its_recorded_policy(tmp_path:
     assert all(paired(h) and tokens_of(h) <= 300 for h in seen)
     assert result.context == keep_last(tokens=300)
     assert_contract(result, "go")
+
+
+def test_a_durable_run_journals_its_summaries_and_resumes_without_asking_again(
+    tmp_path: Any,
+) -> None:
+    """With a ledger, each summary is recorded as a model reply is: a resume replays it,
+    never asks the summariser again, and goes on to summarise live."""
+    db = str(tmp_path / "runs.db")
+    registry = ToolRegistry([echo, Tool(gated, policy=lambda call: agentloop.ask("check"))])
+    script = [
+        *(
+            {"kind": "call", "id": f"c{i}", "name": "echo", "arguments": {"x": BIG}}
+            for i in range(5)
+        ),
+        {"kind": "call", "id": "g", "name": "gated", "arguments": {"x": "ok"}},
+        *(
+            {"kind": "call", "id": f"d{i}", "name": "echo", "arguments": {"x": BIG}}
+            for i in range(4)
+        ),
+        {"kind": "final", "text": "done"},
+    ]
+    seen: list[list[Message]] = []
+
+    def model(history: list[Message]) -> object:
+        seen.append(history)
+        return script[len(seen) - 1]
+
+    writer = summary_writer("so far, so good")
+
+    def loop() -> Loop:
+        return Loop(
+            model,
+            tools=registry,
+            context=summarise(writer, tokens=300),
+            ledger=agentloop.SQLiteLedger(db),
+            max_steps=40,
+        )
+
+    paused = loop().run("go", run_id="r1")
+    assert paused.status == "awaiting_approval"
+    written = len(writer.asked)  # type: ignore[attr-defined]
+    assert written >= 1
+    result = loop().resume("r1", decisions={"g": agentloop.approve()})
+    assert result.status == "finished"
+    assert result.events[: len(paused.events)] == paused.events
+    summaries = sum(e.trigger == "summary_written" for e in result.events)
+    assert summaries == len(writer.asked) > written  # type: ignore[attr-defined]
+    assert all(paired(h) and tokens_of(h) <= 300 for h in seen)
+    assert loop().resume("r1").events == result.events  # ended: only read, the same
+    assert_contract(result, "go")
+
+
+def test_a_durable_summary_interrupted_is_recorded_as_the_run_s_end(tmp_path: Any) -> None:
+    """A Ctrl-C in the summariser ends the durable run cancelled; resume reads that end."""
+    db = str(tmp_path / "runs.db")
+
+    def writer(history: list[Message]) -> Message:
+        raise KeyboardInterrupt
+
+    def loop() -> Loop:
+        return Loop(
+            Chatty(10),
+            tools=[echo],
+            context=summarise(writer, tokens=300),
+            ledger=agentloop.SQLiteLedger(db),
+        )
+
+    run = loop().start("a", run_id="r1")
+    with pytest.raises(KeyboardInterrupt):
+        run.finish()
+    ended = loop().resume("r1")
+    assert ended.status == "cancelled"
+    assert ended.events[-1].trigger == "summary_interrupted"
+    assert ended.events == run.result().events

@@ -73,6 +73,7 @@ OUTCOME_UNKNOWN: Final = {
     ),
 }
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
+_SUMMARISE: Final = Trigger.SUMMARISE  # a summariser's reply is journaled as a model's
 
 
 def fingerprint(
@@ -341,6 +342,8 @@ def end_body(transition: Transition, at: int) -> bytes:
         "appended": [orjson.Fragment(data) for data in transition.appended_json],
         "usage": None if transition.usage is None else transition.usage._asdict(),
     }
+    if transition.context is not None:  # (context) what its request was sent, if it answers one
+        event["context"] = transition.context.record()
     return orjson.dumps({"at": at, "event": event})
 
 
@@ -433,7 +436,7 @@ class DurableEngine(Engine):
         return need  # type: ignore[return-value]  # awaiting approval: no request to hand out
 
     def replied(self, reply: object) -> Transition:
-        if self.outstanding is _ASK_MODEL:
+        if self.outstanding is _ASK_MODEL or self.outstanding is _SUMMARISE:  # (context) too
             reply = self.journal.reply(self.steps, reply)
         return self._after(super().replied(reply))
 
@@ -449,7 +452,7 @@ class DurableEngine(Engine):
         if call_id is None:
             call_id = self._given
         if isinstance(exc, Exception):
-            if self.outstanding is _ASK_MODEL:
+            if self.outstanding is _ASK_MODEL or self.outstanding is _SUMMARISE:  # (context) too
                 self.journal.model_raised(self.steps, exc)
             else:
                 answering = self._answering_id(call_id)

@@ -34,7 +34,7 @@ from uuid import uuid4
 import orjson
 
 from agentloop._core._approval import Decision, approve
-from agentloop._core._context import policy_from_record
+from agentloop._core._context import Seen, Summarise, policy_from_record
 from agentloop._core._engine import Engine
 from agentloop._core._replay import Mismatch, row_text
 from agentloop._core._table import Guard, State, Trigger
@@ -86,8 +86,18 @@ __all__ = [
 
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 _APPROVED: Final = approve()
-_INTERRUPTIONS: Final = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
-_WHILE_THE_MODEL_WORKED: Final = (Trigger.MODEL_REPLIED, Trigger.MODEL_RAISED)
+_INTERRUPTIONS: Final = (
+    Trigger.MODEL_INTERRUPTED,
+    Trigger.TOOL_INTERRUPTED,
+    Trigger.INTERRUPTED,
+    Trigger.SUMMARY_INTERRUPTED,
+)
+_WHILE_THE_MODEL_WORKED: Final = (
+    Trigger.MODEL_REPLIED,
+    Trigger.MODEL_RAISED,
+    Trigger.SUMMARY_WRITTEN,
+    Trigger.SUMMARY_RAISED,
+)
 _ABSENT: Final = object()  # a fingerprint's field that one side does not have
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # a key shown as .key, not ['key']
 
@@ -394,6 +404,9 @@ class Recorded:
                 ),
                 appended_json=tuple(orjson.dumps(message) for message in event["appended"]),
                 usage=None if usage is None else Usage(**usage),
+                context=(
+                    None if event.get("context") is None else Seen.from_record(event["context"])
+                ),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise self._bad(where, f"the run's terminal transition ({exc})", body) from None
@@ -508,7 +521,11 @@ def _replay(engine: DurableEngine, recorded: Recorded, token: CancelToken) -> No
                         break  # the model is asked live
                     made += type(Engine.next(engine)) is Transition  # the run ran out of steps
                     continue
-                if type(Engine.next(engine)) is not AskModel:
+                need = Engine.next(engine)
+                if type(need) is Transition and need.dest is State.SUMMARISING:
+                    made += 1  # (context) a summary is asked first: the reply is the summary
+                    continue
+                if type(need) is not AskModel:
                     raise _diverged(recorded, f"a reply is recorded for step {engine.steps + 1}")
                 kind, value = answer
                 if kind == "raised":
@@ -516,6 +533,21 @@ def _replay(engine: DurableEngine, recorded: Recorded, token: CancelToken) -> No
                 else:
                     Engine.replied(engine, value)
                     batch = _ids(value)
+                made += 1
+            elif state is State.SUMMARISING:  # (context) the summariser's reply, as a model's
+                answer = replies.get(engine.steps + 1)
+                if answer is None:
+                    if end is None:
+                        break  # the summariser is asked live
+                    made += type(Engine.next(engine)) is Transition
+                    continue
+                if type(Engine.next(engine)) is not Summarise:
+                    raise _diverged(recorded, f"a summary is recorded for step {engine.steps + 1}")
+                kind, value = answer
+                if kind == "raised":
+                    Engine.raised(engine, value)
+                else:
+                    Engine.replied(engine, value)
                 made += 1
             elif state is State.VALIDATING:
                 Engine.next(engine)
@@ -593,7 +625,7 @@ def _end(
     exception = event.exception or RecordedException("BaseException", "")
     if engine.state is State.DISPATCHING:
         start_calls(engine, event, "the run's end")  # the calls that were running
-    if trigger is Trigger.MODEL_INTERRUPTED:
+    if trigger is Trigger.MODEL_INTERRUPTED or trigger is Trigger.SUMMARY_INTERRUPTED:
         Engine.next(engine)
         Engine.interrupted(engine, exception)
     elif trigger in _INTERRUPTIONS:
