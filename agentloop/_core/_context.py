@@ -213,6 +213,11 @@ class ContextPolicy:
         """``'keep_last'`` or ``'summarise'``."""
         return "keep_last" if self.summariser is None else "summarise"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A copy (a pickle: a DBOS workflow's result) keeps what a replay needs; the
+        # summariser stays behind (the summaries are in the events), as in a run file.
+        return _remade, (self.tokens, self.counter, self.summariser is not None, self.keep_tokens)
+
     def record(self) -> dict[str, Any]:
         """As a run file keeps it: what a replay needs (the summaries are in the events)."""
         return {
@@ -225,6 +230,16 @@ class ContextPolicy:
 
 def _unwritten(history: object) -> object:
     raise RuntimeError("this run's summaries were recorded: it is replayed, never summarised anew")
+
+
+def _remade(tokens: int, counter: Counter, summarises: bool, keep_tokens: int) -> ContextPolicy:
+    """A policy unpickled: its summaries are recorded, so it writes none."""
+    return ContextPolicy(
+        tokens=tokens,
+        counter=counter,
+        summariser=_unwritten if summarises else None,
+        keep_tokens=keep_tokens,
+    )
 
 
 def policy_from_record(
