@@ -344,6 +344,7 @@ class Window:
         "head_tokens",
         "kept_tokens",
         "messages",
+        "starts",
         "sizes",
         "system",
         "turn_tokens",
@@ -354,6 +355,8 @@ class Window:
         self.counter = counter
         #: Every message's JSON, and its tokens.
         self.messages: list[bytes] = []
+        #: Where each message starts in the history's buffer (``[m0,m1,...]``), and one more.
+        self.starts: list[int] = [1]
         self.sizes: list[int] = []
         #: Messages ``[0, head)`` are the head; its tokens.
         self.head = 0
@@ -380,6 +383,7 @@ class Window:
         index = len(self.messages)
         self.messages.append(data)
         self.sizes.append(size)
+        self.starts.append(self.starts[-1] + len(data) + 1)
         message = orjson.loads(data)
         kind = message.get("kind")
         if not self._head_done:
@@ -413,8 +417,19 @@ class Window:
         self._closed = len(self.turns)
         return sums
 
-    def plan(self, tokens: int, summary: Summary | None, folding: bool, keep: int) -> Plan | str:
-        """The view that fits ``tokens``, or why none does (the newest turn alone is too big)."""
+    def plan(
+        self,
+        tokens: int,
+        summary: Summary | None,
+        folding: bool,
+        keep: int,
+        buffer: bytearray | None = None,
+    ) -> Plan | str:
+        """The view that fits ``tokens``, or why none does (the newest turn alone is too big).
+
+        ``buffer`` is the history's own (``History``), whose messages are this
+        window's: the view is then made of slices of it, one a kept range.
+        """
         sums, turns = self._close(), self.turns
         count = len(turns)
         fixed = self.head_tokens + self.kept_tokens
@@ -458,13 +473,14 @@ class Window:
         seen = Seen(tuple(merged), None if summary is None else summary.span, used)
         if summary is None and first == 0:
             return Plan(None, seen, start, fold)  # nothing left out: the history as it is
-        messages = self.messages
-        parts = messages[: self.head]
+        if buffer is not None:  # each kept range is one slice of the history's own buffer
+            starts = self.starts
+            parts = [buffer[starts[a] : starts[b] - 1] for a, b in kept]
+        else:
+            parts = [b",".join(self.messages[a:b]) for a, b in kept]
         if summary is not None:
-            parts.append(summary.message)
-        for a, b in kept[1:]:
-            parts.extend(messages[a:b])
-        return Plan(b"[%b]" % b",".join(parts), seen, start, fold)
+            parts.insert(1, summary.message)
+        return Plan(b"[%b]" % b",".join(part for part in parts if part), seen, start, fold)
 
     def fold_request(self, start: int, fold: int, summary: Summary | None) -> tuple[bytes, Seen]:
         """The summariser's request for turns ``[start, fold)`` (and the summary so far)."""

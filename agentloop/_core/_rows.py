@@ -443,7 +443,11 @@ class RunState:
         if cached is not None and cached[0] == len(window.messages) and cached[1] is summary:
             return cached[2]
         plan = window.plan(
-            policy.tokens, summary, policy.summariser is not None, policy.keep_tokens
+            policy.tokens,
+            summary,
+            policy.summariser is not None,
+            policy.keep_tokens,
+            self._history.request()[0],
         )
         self._plan = (len(window.messages), summary, plan)
         return plan
