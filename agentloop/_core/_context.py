@@ -473,6 +473,7 @@ class Window:
         seen = Seen(tuple(merged), None if summary is None else summary.span, used)
         if summary is None and first == 0:
             return Plan(None, seen, start, fold)  # nothing left out: the history as it is
+        parts: list[bytes | bytearray]
         if buffer is not None:  # each kept range is one slice of the history's own buffer
             starts = self.starts
             parts = [buffer[starts[a] : starts[b] - 1] for a, b in kept]
