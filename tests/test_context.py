@@ -260,6 +260,20 @@ def test_a_summary_that_is_not_a_final_is_malformed() -> None:
     assert result.error.startswith("malformed summary:")
 
 
+def test_a_summary_that_is_not_json_is_kept_as_rejected_and_replays() -> None:
+    """A summariser's reply that is not JSON ends the run malformed; the run file replays."""
+
+    def writer(history: list[Message]) -> object:
+        return object()
+
+    result = Loop(Chatty(10), tools=[echo], context=summarise(writer, tokens=300)).run("a")
+    assert result.status == "malformed"
+    assert result.error is not None
+    assert "malformed summary: " in result.error
+    assert isinstance(result.rejected, agentloop.NotJSON)
+    assert run_from_json(run_to_json(result)).events == result.events
+
+
 def test_a_summary_cancelled_while_written_is_dropped() -> None:
     """Cancelled while the summariser worked: the run ends cancelled, nothing kept."""
     token = CancelToken()

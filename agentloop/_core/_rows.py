@@ -528,6 +528,7 @@ class RunState:
         assert reply is not None, "the summariser replied"
         problem = reply.problem or f"expected a final answer, got a {reply.value['kind']!r} reply"
         self._draft.error = f"malformed summary: {problem}"
+        self._rejected = reply.value  # kept for review (and a replay), as a rejected reply is
 
 
 def _approvals(events: list[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:

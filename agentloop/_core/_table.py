@@ -276,7 +276,7 @@ class Effect(enum.StrEnum):
     KEEP_SUMMARY = "keep_summary"
     #: ``error`` says what the summariser raised.
     NOTE_SUMMARY_ERROR = "note_summary_error"
-    #: ``error`` says what is wrong with the summariser's reply.
+    #: ``error`` says what is wrong with the summariser's reply; it is kept as ``rejected``.
     NOTE_MALFORMED_SUMMARY = "note_malformed_summary"
 
 
