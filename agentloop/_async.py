@@ -43,8 +43,9 @@ from agentloop._callbacks import (
     unless_cancelled,
     within,
 )
+from agentloop._core._context import Summarise
 from agentloop._core._table import TERMINAL, State
-from agentloop._core._values import AskModel, ReviewCalls, RunTool
+from agentloop._core._values import ReviewCalls, RunTool
 from agentloop._run import LOG, Carried, RunView, carried, log, one_transition
 
 if TYPE_CHECKING:
@@ -198,9 +199,12 @@ class AsyncRun(RunView):
         """Await what the engine asked: the model, a tool (unless cancelled), the policies."""
         if type(need) is ReviewCalls:
             return await self._reviewed(need)
-        pending = (
-            self._ask(need.history) if type(need) is AskModel else self._tool(need)(need.call)  # type: ignore[arg-type, union-attr]
-        )
+        kind = type(need)
+        if kind is RunTool:
+            pending = self._tool(need)(need.call)  # type: ignore[arg-type, union-attr]
+        else:  # a summary is asked of the context policy's own model callback
+            model = need.model if kind is Summarise else None  # type: ignore[union-attr]
+            pending = self._ask(need.history, model)  # type: ignore[union-attr]
         return await (pending if self._cancel is None else unless_cancelled(self._cancel, pending))
 
     async def _reviewed(self, need: ReviewCalls) -> dict[str, object]:
@@ -284,9 +288,9 @@ class AsyncRun(RunView):
         if tasks:
             await asyncio.wait(tasks)
 
-    async def _ask(self, history: list[dict[str, Any]]) -> object:
-        """Call the model, plain or async, the way the loop was configured."""
-        model = self._model
+    async def _ask(self, history: list[dict[str, Any]], model: Any = None) -> object:
+        """Call the model (or ``model``, a summariser), plain or async, as configured."""
+        model = self._model if model is None else model
         call: Awaitable[object]
         if self._to_thread and not is_async(model):
             call = asyncio.to_thread(model, history)

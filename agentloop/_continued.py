@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import attrs
 import orjson
 
+from agentloop._core._engine import Engine
 from agentloop._core._replay import Mismatch, replay
 from agentloop._core._values import CancelToken, RunResult, require_result
 from agentloop._durable import _recording, _resume
@@ -28,7 +29,7 @@ from agentloop._review._runstory import reopen
 from agentloop._run import RunView
 
 if TYPE_CHECKING:
-    from agentloop._core._engine import Engine
+    from agentloop._core._context import ContextPolicy
     from agentloop._core._values import Budget
     from agentloop._durable._ledger import Ledger
 
@@ -44,6 +45,7 @@ def forked(
     run_id: str | None,
     dispatcher: object,
     cancel: CancelToken | None,
+    context: ContextPolicy | None = None,
 ) -> tuple[Engine, CancelToken]:
     """The engine of ``run`` after its first ``at`` transitions, and the token it watches.
 
@@ -65,13 +67,21 @@ def forked(
     engine: Engine | None = None
     if ledger is not None:
         engine = _resume.begin(
-            ledger, run_id, messages, budget=budget, dispatcher=dispatcher, cancel=token
+            ledger,
+            run_id,
+            messages,
+            budget=budget,
+            dispatcher=dispatcher,
+            cancel=token,
+            context=context,
         )
     elif run_id is not None:
         raise ValueError(
             "run_id= names the fork in a ledger, and this Loop has none: make it with "
             "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger)"
         )
+    elif context is not None:  # the fork's requests are fitted by this Loop's policy
+        engine = Engine(messages, budget=budget, cancel=token, context=context)
     try:
         engine = replay(
             messages, budget, events[:at], rejected=run.rejected_value, token=token, engine=engine
@@ -111,6 +121,7 @@ def resumed(
     ledger: Ledger | None,
     budget: Budget,
     dispatcher: object,
+    context: ContextPolicy | None = None,
 ) -> tuple[Engine, CancelToken | None]:
     """Run ``run`` fed to a fresh engine, and the token its driver is to watch.
 
@@ -139,13 +150,19 @@ def resumed(
         found = _resume.differences(
             {"budget": attrs.asdict(run.budget)}, {"budget": attrs.asdict(budget)}
         )
+        if (run.context and run.context.record()) != (context and context.record()):
+            found.append(
+                f"context: the run's {run.context and run.context.record()}, "
+                f"this Loop's {context and context.record()}"
+            )
         if found:
             raise ConfigurationMismatchError(
                 "the saved run was made with another budget than this Loop's: " + "; ".join(found),
                 found,
             )
         token = CancelToken()  # the engine's; the caller's cancels it from now on
-        engine = reopen(run, token)
+        # Goes on with this Loop's policy (the same, checked above): its summariser writes.
+        engine = reopen(run if context is None else run._replace(context=context), token)
         if cancel is not None:
             cancel.on_cancel(token.cancel)
         return engine, token
@@ -155,7 +172,9 @@ def resumed(
             "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger); a saved "
             f"run awaiting approval goes on with {what}(load_run(path))"
         )
-    return _resume.resume(ledger, run, budget=budget, dispatcher=dispatcher, cancel=cancel)
+    return _resume.resume(
+        ledger, run, budget=budget, dispatcher=dispatcher, cancel=cancel, context=context
+    )
 
 
 def ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:

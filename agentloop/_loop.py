@@ -20,7 +20,14 @@ from agentloop._core._messages import check_new_input
 from agentloop._core._values import Budget, CancelToken, RunResult
 from agentloop._durable import _recording, _resume
 from agentloop._durable._ledger import Ledger
-from agentloop._settings import async_policies, no_ledger, specs_of, timeout, with_system
+from agentloop._settings import (
+    async_policies,
+    checked_context,
+    no_ledger,
+    specs_of,
+    timeout,
+    with_system,
+)
 from agentloop._sync import Awaiter, Run, awaiting
 from agentloop._tools._dispatcher import as_dispatcher
 from agentloop._tools._registry import ToolRegistry, reviewing
@@ -30,6 +37,7 @@ if TYPE_CHECKING:
 
     from agentloop._callbacks import Dispatcher, Listener, Model
     from agentloop._core._approval import Decision
+    from agentloop._core._context import ContextPolicy
 
 __all__ = ["Loop"]
 
@@ -67,6 +75,9 @@ class Loop:
     every request. ``ledger`` (an
     ``agentloop.SQLiteLedger``, or any ``Ledger``) makes every run durable:
     recorded as it goes, and continued after a crash by ``resume(run_id)``.
+    ``context`` (``agentloop.context.keep_last(tokens=...)`` or
+    ``summarise(model, tokens=...)``) fits each model request to a context
+    window in whole turns; the record keeps the whole history.
     """
 
     def __init__(
@@ -84,6 +95,7 @@ class Loop:
         to_thread: bool = False,
         max_concurrency: int | None = None,
         ledger: Ledger | None = None,
+        context: ContextPolicy | None = None,
     ) -> None:
         if not callable(model):
             raise TypeError(
@@ -161,6 +173,7 @@ class Loop:
                 f"got {type(ledger).__name__}"
             )
         self.ledger = ledger
+        self.context = checked_context(context)
 
     def __repr__(self) -> str:
         return (
@@ -280,6 +293,7 @@ class Loop:
             run_id=run_id,
             dispatcher=self.dispatcher,
             cancel=cancel,
+            context=self.context,
         )
 
     def astart(
@@ -371,7 +385,7 @@ class Loop:
         if self.ledger is None:
             if run_id is not None:
                 no_ledger(run_id)
-            return Engine(messages, budget=self.budget, cancel=cancel)
+            return Engine(messages, budget=self.budget, cancel=cancel, context=self.context)
         return _resume.begin(
             self.ledger,
             run_id,
@@ -379,6 +393,7 @@ class Loop:
             budget=self.budget,
             dispatcher=self.dispatcher,
             cancel=cancel,
+            context=self.context,
         )
 
     def _resumed(
@@ -386,7 +401,13 @@ class Loop:
     ) -> tuple[Engine, CancelToken | None]:
         """The run, fed to a fresh engine, and the token its driver is to watch."""
         return resumed(
-            what, run, cancel, ledger=self.ledger, budget=self.budget, dispatcher=self.dispatcher
+            what,
+            run,
+            cancel,
+            ledger=self.ledger,
+            budget=self.budget,
+            dispatcher=self.dispatcher,
+            context=self.context,
         )
 
     def _run(

@@ -16,6 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from agentloop._callbacks import TokenCancelled, ended_by_token
+from agentloop._core._context import Summarise
 from agentloop._core._values import AskModel, AwaitApproval, ReviewCalls, RunTool
 from agentloop._errors import InvalidStateError
 
@@ -27,8 +28,9 @@ if TYPE_CHECKING:
     from agentloop._core._table import State
     from agentloop._core._values import Budget, RunResult, Transition, Usage
 
-#: What a driver is asked to perform: call the model, run a tool, review a batch.
-Request = AskModel | RunTool | ReviewCalls
+#: What a driver is asked to perform: call the model (or a context policy's summariser),
+#: run a tool, review a batch.
+Request = AskModel | Summarise | RunTool | ReviewCalls
 
 __all__ = ["LOG", "Carried", "Request", "RunView", "carried", "log", "one_transition"]
 
@@ -66,7 +68,7 @@ def one_transition(
             need = None  # nothing recorded: on to the batch's first call
             continue
         report: Callable[[object], Transition]
-        if kind is AskModel:
+        if kind is AskModel or kind is Summarise:
             report = engine.replied
         elif kind is RunTool:
             report = engine.returned

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentloop._callbacks import is_async
+from agentloop._core._context import ContextPolicy
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from agentloop._tools._registry import ToolRegistry
 
-__all__ = ["async_policies", "no_ledger", "specs_of", "timeout", "with_system"]
+__all__ = ["async_policies", "checked_context", "no_ledger", "specs_of", "timeout", "with_system"]
 
 
 def with_system(system: str, messages: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -28,6 +29,18 @@ def with_system(system: str, messages: str | list[dict[str, Any]]) -> list[dict[
             f"{messages[0].get('text')!r:.60}"
         )
     return [prompt, *messages]
+
+
+def checked_context(context: object) -> ContextPolicy | None:
+    """A Loop's ``context=``: a policy of ``agentloop.context``, or None."""
+    if context is None:
+        return None
+    if type(context) is not ContextPolicy:
+        raise TypeError(
+            "expected context to be agentloop.context.keep_last(tokens=...) or "
+            f"summarise(model, tokens=...), or None, got {type(context).__name__}"
+        )
+    return context
 
 
 def no_ledger(run_id: object) -> None:

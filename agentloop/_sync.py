@@ -27,6 +27,7 @@ from logging import DEBUG
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._callbacks import TokenCancelled, is_async, unless_cancelled, within
+from agentloop._core._context import Summarise
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, RunTool, Transition
 from agentloop._run import LOG, RunView, log, one_transition
@@ -281,8 +282,10 @@ class Run(RunView):
     def _perform(self, need: Request) -> object:
         """Do what the engine asked: call the model, run a tool, or ask the policies."""
         kind = type(need)
-        if kind is AskModel:
-            reply = self._model(need.history)  # type: ignore[union-attr]  # an AskModel
+        if kind is AskModel or kind is Summarise:
+            # A summary is asked of the context policy's own model callback.
+            model = need.model if kind is Summarise else self._model  # type: ignore[union-attr]
+            reply = model(need.history)  # type: ignore[union-attr]  # a model request
             # A dict (any reply that is JSON) is never awaitable: no check for it.
             if type(reply) is not dict and inspect.isawaitable(reply):
                 return self._await_reply(reply)

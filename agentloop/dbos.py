@@ -71,6 +71,7 @@ except ImportError as exc:
 
 
 from agentloop._core._approval import Decision, PendingCall
+from agentloop._core._context import Summarise
 from agentloop._core._engine import (
     Engine,
     check_decisions,
@@ -173,7 +174,7 @@ class DBOSLoop:
         if name in _LOOPS:
             raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
         self.loop, self.name = loop, name
-        self._fingerprint = fingerprint(loop.budget, loop.dispatcher)
+        self._fingerprint = fingerprint(loop.budget, loop.dispatcher, loop.context)
         self._idempotent = idempotent_tools(loop.dispatcher)
         _LOOPS[name] = self
 
@@ -266,7 +267,7 @@ class DBOSLoop:
         if found:
             raise mismatch(run_id, found)
         token = CancelToken()
-        engine = Engine(history, budget=self.loop.budget, cancel=token)
+        engine = Engine(history, budget=self.loop.budget, cancel=token, context=self.loop.context)
         if DBOS.run_step(_BEGIN, cancel_requested, run_id):
             token.cancel()
         listeners = self.loop.listeners
@@ -281,8 +282,10 @@ class DBOSLoop:
                 if asked is not None:
                     _tell(listeners, asked)
                 continue
-            if type(need) is AskModel:
-                answer = DBOS.run_step(_MODEL, self._ask, run_id, need.history)
+            if type(need) is AskModel or type(need) is Summarise:
+                # A summary is a model step too, of the context policy's own model callback.
+                ask = self._ask if type(need) is AskModel else self._summarise
+                answer = DBOS.run_step(_MODEL, ask, run_id, need.history)
                 if answer.pop("cancel"):
                     token.cancel()  # the checkpoint right after the reply
                 kind, value = recorded_answer(answer) or ("raised", _MISSING)
@@ -316,6 +319,21 @@ class DBOSLoop:
         answer: dict[str, Any]
         try:
             reply = self.loop._bound_model(history)  # with the tools, for a model that takes them
+        except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
+            answer = raised_record(exc)
+        else:
+            answer = reply_record(reply)[0]
+        answer["cancel"] = cancel_requested(run_id)
+        return answer
+
+    def _summarise(self, run_id: str, history: list[dict[str, Any]]) -> dict[str, Any]:
+        """(context) The ``agentloop.model`` step of a summary: its writer's reply, as data."""
+        policy = self.loop.context
+        assert policy is not None, "a summary is asked only under a context policy"
+        assert policy.summariser is not None, "and only under summarise"
+        answer: dict[str, Any]
+        try:
+            reply = policy.summariser(history)
         except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
             answer = raised_record(exc)
         else:

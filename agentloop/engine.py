@@ -2,7 +2,8 @@
 
 ``Engine`` is the state machine ``Loop``'s drivers wrap: ``next()`` says what
 the run needs (``AskModel``, ``RunTool``, ``ReviewCalls``, ``AwaitApproval``,
-or the ``Transition`` it made by itself), and the driver reports what
+or the ``Transition`` it made by itself; ``agentloop.context.Summarise``
+under a context policy that summarises), and the driver reports what
 happened. A registry's ``review`` answers a ``ReviewCalls`` with a
 ``PreparedCall`` per call, which the engine hands back in ``RunTool.review``.
 The table it interprets is here too (``ROWS``: each a ``Row`` of ``State``,

@@ -157,6 +157,7 @@ class AsyncDriver:
             model_timeout=loop.model_timeout,
             tool_timeout=loop.tool_timeout,
             to_thread=loop.to_thread,
+            context=loop.context,
         )
 
     def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None) -> Any:

@@ -644,3 +644,38 @@ def test_no_call_runs_before_it_is_approved_and_every_call_is_answered_once(
     assert asked == ids  # each policy once
     answered = [m["id"] for m in result.transcript if m["kind"] == "tool_result"]
     assert answered == ids
+
+
+def test_a_fitted_run_is_the_fitted_run_without_dbos(make: Any) -> None:
+    """Under a context policy, a DBOS run sends the same requests; a summary is a model step."""
+    from agentloop.context import summarise
+
+    def echo(x: str) -> str:
+        return x * 3
+
+    def loop() -> agentloop.Loop:
+        replies = iter(
+            [call(f"c{n}", "echo", 0) | {"arguments": {"x": "y" * 80}} for n in range(8)]
+        )
+
+        def model(history: list[Message]) -> Message:
+            return next(replies, FINAL)
+
+        def writer(history: list[Message]) -> Message:
+            return {"kind": "final", "text": "so far"}
+
+        return agentloop.Loop(
+            model, tools=[echo], context=summarise(writer, tokens=400), max_steps=40
+        )
+
+    plain = loop().run("go")
+    run_id = new_id()
+    result = make(loop()).run("go", run_id=run_id)
+    assert result.status == plain.status == "finished"
+    assert [(e.trigger, e.context) for e in result.events] == [
+        (e.trigger, e.context) for e in plain.events
+    ]
+    summaries = sum(e.trigger == "summary_written" for e in result.events)
+    assert summaries >= 1
+    steps = [step["function_name"] for step in DBOS.list_workflow_steps(run_id)]
+    assert steps.count(agentloop.dbos.STEPS[1]) == result.steps

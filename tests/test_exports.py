@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import agentloop
+import agentloop.context
 import agentloop.mcp
 
 if TYPE_CHECKING:
@@ -17,7 +18,14 @@ if TYPE_CHECKING:
     from types import ModuleType
 
 
-PUBLIC = [agentloop, agentloop.engine, agentloop.ledger, agentloop.review, agentloop.mcp]
+PUBLIC = [
+    agentloop,
+    agentloop.engine,
+    agentloop.ledger,
+    agentloop.review,
+    agentloop.mcp,
+    agentloop.context,
+]
 
 
 @pytest.mark.parametrize("module", PUBLIC, ids=lambda module: module.__name__)

@@ -51,12 +51,12 @@ def broken(index: int, **changes: Any) -> list[dict[str, Any]]:
         pytest.param(broken(1, conditions=["cancel_requested"]),
                      r"row 1 .*can never fire: the earlier row 0 .*always wins",
                      id="guard already taken"),
-        pytest.param([*DEFINITION[:4], DEFINITION[0], *DEFINITION[4:]],
-                     r"row 4 .*can never fire: the earlier row 3 "
-                     r"\(ask_model / count_step, ask_for_reply\)",
+        pytest.param([*DEFINITION[:6], DEFINITION[0], *DEFINITION[6:]],
+                     r"row 6 .*can never fire: the earlier row 5 "
+                     r"\(ask_model / count_step, fit_context, ask_for_reply\)",
                      id="after the unguarded row"),
-        pytest.param(broken(8, conditions=["cancel_requested"]),
-                     r"row 8 .*the last row for model_interrupted in awaiting_model must have no",
+        pytest.param(broken(10, conditions=["cancel_requested"]),
+                     r"row 10 .*the last row for model_interrupted in awaiting_model must have no",
                      id="last row guarded"),
         pytest.param(broken(3, conditions=["cancel_requested", "steps_exhausted"]),
                      r"row 3 .*at most one guard a row", id="two guards"),
@@ -75,11 +75,13 @@ def test_the_definition_builds_the_table_the_engine_runs() -> None:
     assert build_table(DEFINITION) == TABLE
     assert TABLE.rows == ROWS
     assert len(ROWS) == len(DEFINITION)
-    assert [row.label for row in ROWS][:4] == [
+    assert [row.label for row in ROWS][:6] == [
         "ask_model [cancel_requested]",
         "ask_model [steps_exhausted] / note_max_steps",
         "ask_model [tokens_exhausted] / note_max_total_tokens",
-        "ask_model / count_step, ask_for_reply",
+        "ask_model [context_overflows] / note_context_overflow",
+        "ask_model [summary_due]",
+        "ask_model / count_step, fit_context, ask_for_reply",
     ]
 
 
@@ -115,7 +117,14 @@ def test_validation_tries_the_contract_order() -> None:
         None,
     ]
     asks = [row.guard for row in TABLE.groups[State.AWAITING_MODEL, Trigger.ASK_MODEL]]
-    assert asks == [Guard.CANCEL_REQUESTED, Guard.STEPS_EXHAUSTED, Guard.TOKENS_EXHAUSTED, None]
+    assert asks == [
+        Guard.CANCEL_REQUESTED,
+        Guard.STEPS_EXHAUSTED,
+        Guard.TOKENS_EXHAUSTED,
+        Guard.CONTEXT_OVERFLOWS,
+        Guard.SUMMARY_DUE,
+        None,
+    ]
 
 
 def test_every_report_has_rows_where_its_request_is_handed_out() -> None:
@@ -136,6 +145,7 @@ def test_every_report_has_rows_where_its_request_is_handed_out() -> None:
         (State.AWAITING_APPROVAL, Trigger.AWAIT_APPROVAL),
         # A review that asked nobody: its answers are kept, and nothing is recorded.
         (State.DISPATCHING, Trigger.APPROVAL_ASKED),
+        (State.SUMMARISING, Trigger.SUMMARISE),
     }
 
 

@@ -112,8 +112,8 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
     assert "    awaiting_model --> failed: model_raised\n" in mermaid
     assert "    class awaiting_model, validating, dispatching, finished visited\n" in mermaid
     assert (
-        "    class awaiting_approval, cancelled, exhausted, repeated_call, malformed, failed "
-        "unvisited\n" in mermaid
+        "    class awaiting_approval, summarising, cancelled, exhausted, repeated_call, "
+        "malformed, failed unvisited\n" in mermaid
     )
     assert not any(line != line.rstrip() for line in mermaid.splitlines())
 
@@ -218,7 +218,7 @@ def test_path_diagram_lists_where_else_each_state_leads(demo: RunResult) -> None
     lists = dict(re.findall(r'^    "(\w+) elsewhere" \[.*label="([^"]*)"', dot, re.MULTILINE))
 
     assert lists == {
-        "awaiting_model": "cancelled\\nexhausted\\nfailed",
+        "awaiting_model": "cancelled\\nexhausted\\nsummarising\\nfailed",
         "validating": "malformed\\nrepeated_call\\nexhausted\\ncancelled",
         "dispatching": "cancelled\\nawaiting_approval",
     }

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from agentloop._core._approval import Decision, PendingCall
+    from agentloop._core._context import Summarise
     from agentloop._core._values import Budget
 
 __all__ = ["Engine", "check_decisions"]
@@ -67,6 +68,18 @@ __all__ = ["Engine", "check_decisions"]
 # tuple.__new__ makes a NamedTuple from its fields without the Python-level __new__.
 _new: Final = tuple.__new__
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
+_SUMMARISE: Final = Trigger.SUMMARISE
+# The events that answer a model (or summariser) request: they record what it was sent.
+_SEES: Final = frozenset(
+    {
+        Trigger.MODEL_REPLIED,
+        Trigger.MODEL_RAISED,
+        Trigger.MODEL_INTERRUPTED,
+        Trigger.SUMMARY_WRITTEN,
+        Trigger.SUMMARY_RAISED,
+        Trigger.SUMMARY_INTERRUPTED,
+    }
+)
 
 # Each (state, trigger) group as the engine runs it: every row with the names of the
 # methods its guard and effects are (``_<name>``), looked up on the engine at each call,
@@ -204,12 +217,13 @@ class Engine(RunState):
                 self._rejected,
                 self._spent,
                 self._reply.json if state is State.AWAITING_APPROVAL else None,
+                self._policy,
             ),
         )
 
     # -- the driver protocol --------------------------------------------------
 
-    def next(self) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Transition:
+    def next(self) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Summarise | Transition:
         """What the run needs now: the model's reply, a tool's outcome, or nothing.
 
         Nothing means the engine made a transition by itself; it is returned.
@@ -252,6 +266,8 @@ class Engine(RunState):
         A ``usage`` key is the provider's bill for the step, not part of the
         reply: it goes on the event, never into the history.
         """
+        if self._outstanding is _SUMMARISE:
+            return self._summarised(reply)
         if self._outstanding is not _ASK_MODEL:
             raise self._refused("a model reply")
         self._reply = taken = take_reply(reply, self._spent)
@@ -387,7 +403,7 @@ class Engine(RunState):
             draft = _Draft(call, self._since.get(call[0]))
             draft.cut = orjson.dumps(exception_content(exc))
         else:
-            model = trigger is Trigger.MODEL_INTERRUPTED
+            model = trigger is Trigger.MODEL_INTERRUPTED or trigger is Trigger.SUMMARY_INTERRUPTED
             draft = _Draft(None, self._since.get(None) if model else None)
         draft.exception = exc
         return self._record(self._choose(trigger, draft), draft)
@@ -430,6 +446,7 @@ class Engine(RunState):
                 draft.decisions,
                 tuple(self._handed),
                 draft.input_json,
+                self._seen if row.trigger in _SEES else None,
             ),
         )
         self._events.append(transition)  # the commit: _settle() redoes the rest
@@ -455,6 +472,14 @@ class Engine(RunState):
         draft.outcome, draft.exception = outcome, outcome.exception
         draft.input_json = outcome.content_json
         return self._record(self._choose(Trigger.TOOL_RETURNED, draft), draft)
+
+    def _summarised(self, reply: object) -> Transition:
+        """The summariser returned ``reply``: taken in as a model's reply is, usage and all."""
+        taken = take_reply(reply, self._spent)
+        draft = _Draft(None, self._since.get(None))
+        draft.summary_in, draft.usage = taken, taken.usage
+        draft.input_json = taken.json or None
+        return self._record(self._choose(Trigger.SUMMARY_WRITTEN, draft), draft)
 
     def _refused(self, what: str) -> InvalidStateError:
         """A report that answers nothing outstanding is refused, before any intake."""

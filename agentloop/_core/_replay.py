@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from agentloop._core._approval import ask
+from agentloop._core._context import Summarise
 from agentloop._core._engine import Engine
 from agentloop._core._json import exception_content
 from agentloop._core._table import NEXT, Guard, Trigger
@@ -37,7 +38,14 @@ __all__ = ["Mismatch", "asked", "replay", "row_text"]
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 # The reports that answer a model request: the ask that spent the step comes first.
 _ASKED: Final = (Trigger.MODEL_REPLIED, Trigger.MODEL_RAISED, Trigger.MODEL_INTERRUPTED)
-_INTERRUPTIONS: Final = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
+_INTERRUPTIONS: Final = (
+    Trigger.MODEL_INTERRUPTED,
+    Trigger.TOOL_INTERRUPTED,
+    Trigger.INTERRUPTED,
+    Trigger.SUMMARY_INTERRUPTED,
+)
+# The reports that answer the summariser (a context policy's): its ask spent the step.
+_SUMMARISED: Final = (Trigger.SUMMARY_WRITTEN, Trigger.SUMMARY_RAISED, Trigger.SUMMARY_INTERRUPTED)
 _BY_ITSELF: Final = frozenset(NEXT.values())
 
 
@@ -119,6 +127,12 @@ def _feed(
             return need  # the engine moved by itself (a budget ran out, say)
         if type(need) is not AskModel:
             raise Mismatch(where, "the model asked here", row_text(event))
+    elif trigger in _SUMMARISED:
+        need = engine.next()
+        if type(need) is Transition:
+            return need  # the engine moved by itself (a budget ran out, say)
+        if type(need) is not Summarise:
+            raise Mismatch(where, "the summariser asked here", row_text(event))
     if event.guard in _CANCELS:
         token.cancel()  # found set here: the token was cancelled before
     if trigger in _BY_ITSELF:
@@ -130,12 +144,12 @@ def _feed(
         interrupted = engine.interrupted(_exception(event, where))
         assert interrupted is not None, "a run that is not over is interrupted"
         return interrupted
-    if trigger is Trigger.MODEL_REPLIED:
+    if trigger is Trigger.MODEL_REPLIED or trigger is Trigger.SUMMARY_WRITTEN:
         reply: object = rejected if event.input_json is None else orjson.loads(event.input_json)
         if event.usage is not None and type(reply) is dict:
             reply = {**reply, "usage": event.usage._asdict()}  # what the reply reported
         return engine.replied(reply)
-    if trigger is Trigger.MODEL_RAISED:
+    if trigger is Trigger.MODEL_RAISED or trigger is Trigger.SUMMARY_RAISED:
         exc = _exception(event, where)
         exc.usage = None if event.usage is None else event.usage._asdict()
         return engine.raised(exc)

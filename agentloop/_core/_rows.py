@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from agentloop._core._batch import Batch
+from agentloop._core._context import OVERFLOW, ContextPolicy, Plan, Summarise, Summary, Window
 from agentloop._core._intake import NO_REPLY, Outcome
 from agentloop._core._json import exception_content
 from agentloop._core._messages import CUT_OFF, History, input_messages
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from agentloop._core._approval import Decision, PendingCall
+    from agentloop._core._context import Seen
     from agentloop._core._intake import Reply
 
 __all__ = ["RunState"]
@@ -43,6 +45,7 @@ _CUT_OFF: Final = orjson.dumps(CUT_OFF)
 _NO_IDS: Final[frozenset[str]] = frozenset()
 _NO_USAGE: Final = Usage()
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
+_SUMMARISE: Final = Trigger.SUMMARISE
 
 
 class _Draft:
@@ -72,7 +75,9 @@ class _Draft:
     # What came from outside with the report (the reply's or the content's JSON).
     input_json: bytes | None = None
     # What an internal row hands the driver.
-    request: AskModel | RunTool | AwaitApproval | ReviewCalls | None = None
+    request: AskModel | RunTool | AwaitApproval | ReviewCalls | Summarise | None = None
+    # The summariser's reply, taken in (on summary_written).
+    summary_in: Reply | None = None
 
     def __init__(self, call: tuple[str, str] | None, since: float | None = None) -> None:
         #: The call in hand: being checked, handed out or reported (None: none is).
@@ -90,6 +95,7 @@ class RunState:
         "_budget",
         "_cancelled",
         "_clock",
+        "_context",
         "_draft",
         "_events",
         "_handed",
@@ -97,14 +103,19 @@ class RunState:
         "_input",
         "_input_ids",
         "_outstanding",
+        "_plan",
+        "_policy",
         "_rejected",
         "_reply",
         "_reserved",
         "_reviews",
+        "_seen",
         "_since",
         "_spent",
         "_state",
+        "_summary",
         "_tokens",
+        "_view",
         "calls",
         "steps",
     )
@@ -116,7 +127,13 @@ class RunState:
         budget: Budget = _DEFAULT_BUDGET,
         cancel: CancelToken | None = None,
         clock: Callable[[], float] = time.monotonic,
+        context: ContextPolicy | None = None,
     ) -> None:
+        if context is not None and type(context) is not ContextPolicy:
+            raise TypeError(
+                "expected context to be a policy of agentloop.context (keep_last(tokens=...) "
+                f"or summarise(model, tokens=...)) or None, got {type(context).__name__}"
+            )
         if type(budget) is not Budget:
             raise TypeError(f"expected budget to be a Budget, got {type(budget).__name__}")
         if cancel is not None and type(cancel) is not CancelToken:
@@ -153,6 +170,7 @@ class RunState:
         self._batch: Batch | None = None  # the accepted batch in hand
         self._draft = _Draft(None)  # the transition being made
         self._reviews = False  # whether the driver reviews each batch (ReviewCalls)
+        self._init_context(context, encoded)
 
     def __repr__(self) -> str:
         return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
@@ -216,7 +234,10 @@ class RunState:
     def _ask_for_reply(self) -> None:
         self._outstanding = _ASK_MODEL
         self._since[None] = self._clock()
-        self._draft.request = AskModel(*self._history.request())
+        view = self._view  # fit_context's, under a context policy
+        self._draft.request = AskModel(
+            *(self._history.request() if view is None else (view, len(view)))
+        )
 
     def _name_call(self) -> None:
         draft = self._draft
@@ -396,7 +417,11 @@ class RunState:
         if self._state in (State.DISPATCHING, State.AWAITING_APPROVAL) and batch is not None:
             pending, decided = _approvals(events)
             batch.pending, batch.decided = pending, decided
-        self.steps = (last.steps if last else 0) + (self._outstanding is _ASK_MODEL)
+        self.steps = (last.steps if last else 0) + (
+            self._outstanding is _ASK_MODEL or self._outstanding is _SUMMARISE
+        )
+        if self._policy is not None:
+            self._rebuild_context()
         self._rejected = None  # only a terminal row rejects a reply
 
     def _retract(self) -> Transition:
@@ -412,6 +437,121 @@ class RunState:
         self._outstanding = answered if answered in (_ASK_MODEL, _START_TOOL) else None
         self._settle()
         return event
+
+    # -- the context policy (agentloop.context): guards, effects and their state ------
+
+    def _init_context(self, policy: ContextPolicy | None, encoded: list[bytes]) -> None:
+        self._policy = policy
+        #: The messages as the policy reads them (None: no policy), and the events read in.
+        self._context: tuple[Window, list[int]] | None = (
+            None if policy is None else (Window(policy.counter, encoded), [0])
+        )
+        self._summary: Summary | None = None  # the summary in force
+        self._plan: tuple[int, Summary | None, Plan | str] | None = None  # for this request
+        self._seen: Seen | None = None  # what the request outstanding was sent
+        self._view: bytearray | None = None  # the request's messages, when not the history
+
+    def _context_plan(self) -> Plan | str:
+        """The view for the request about to be made (found once a request), or why none fits."""
+        policy, context = self._policy, self._context
+        assert policy is not None, "a context policy is set"
+        assert context is not None, "a policy has its window"
+        window, read = context
+        events = self._events
+        for event in events[read[0] :]:
+            for data in event.appended_json:
+                window.add(data)
+        read[0] = len(events)
+        cached, summary = self._plan, self._summary
+        if cached is not None and cached[0] == len(window.messages) and cached[1] is summary:
+            return cached[2]
+        plan = window.plan(
+            policy.tokens,
+            summary,
+            policy.summariser is not None,
+            policy.keep_tokens,
+            self._history.request()[0],
+        )
+        self._plan = (len(window.messages), summary, plan)
+        return plan
+
+    def _rebuild_context(self) -> None:
+        """The window and the summary in force again, from the input and the events."""
+        policy, seen = self._policy, self._seen
+        assert policy is not None, "a context policy is set"
+        self._init_context(policy, list(self._input))
+        self._seen = seen  # what a request still outstanding was sent
+        window, read = self._context  # type: ignore[misc]  # just made
+        for event in self._events:
+            if event.trigger is Trigger.SUMMARY_WRITTEN and event.dest is State.AWAITING_MODEL:
+                # The plan as it was when this summary was asked for.
+                plan = window.plan(policy.tokens, self._summary, True, policy.keep_tokens)
+                assert not isinstance(plan, str), "a summary was asked for a plan"
+                assert event.input_json is not None, "a summary is a final answer"
+                self._summary = window.summary(plan.fold, orjson.loads(event.input_json)["text"])
+            for data in event.appended_json:
+                window.add(data)
+        read[0] = len(self._events)
+
+    def _context_overflows(self) -> bool:
+        return self._policy is not None and isinstance(self._context_plan(), str)
+
+    def _summary_due(self) -> bool:
+        if self._policy is None or self._policy.summariser is None:
+            return False
+        plan = self._context_plan()
+        return not isinstance(plan, str) and plan.fold > plan.folded
+
+    def _summary_malformed(self) -> bool:
+        reply = self._draft.summary_in
+        return reply is None or reply.problem is not None or not reply.final
+
+    def _fit_context(self) -> None:
+        if self._policy is None:
+            return
+        plan = self._context_plan()
+        assert not isinstance(plan, str), "context_overflows was checked first"
+        self._seen = plan.seen
+        self._view = None if plan.view is None else bytearray(plan.view)
+
+    def _note_context_overflow(self) -> None:
+        plan = self._context_plan()
+        assert isinstance(plan, str), "context_overflows said so"
+        self._draft.reason, self._draft.error = OVERFLOW, plan
+
+    def _ask_for_summary(self) -> None:
+        policy, context = self._policy, self._context
+        assert policy is not None, "a context policy is set"
+        assert policy.summariser is not None, "summary_due holds only under summarise"
+        assert context is not None, "a policy has its window"
+        plan = self._context_plan()
+        assert not isinstance(plan, str), "summary_due was checked first"
+        request, self._seen = context[0].fold_request(plan.folded, plan.fold, self._summary)
+        self._outstanding = _SUMMARISE
+        self._since[None] = self._clock()
+        self._draft.request = Summarise(policy.summariser, request)
+
+    def _keep_summary(self) -> None:
+        context, reply = self._context, self._draft.summary_in
+        assert context is not None, "a policy has its window"
+        assert reply is not None, "a summary was written"
+        plan = self._context_plan()
+        assert not isinstance(plan, str), "a summary was asked for a plan"
+        self._summary = context[0].summary(plan.fold, reply.value["text"])
+
+    def _note_summary_error(self) -> None:
+        draft = self._draft
+        assert draft.exception is not None, "the summariser raised"
+        content = exception_content(draft.exception)
+        said = f"{content['type']}: {content['message']}" if content["message"] else content["type"]
+        draft.error = f"the summariser raised {said}"
+
+    def _note_malformed_summary(self) -> None:
+        reply = self._draft.summary_in
+        assert reply is not None, "the summariser replied"
+        problem = reply.problem or f"expected a final answer, got a {reply.value['kind']!r} reply"
+        self._draft.error = f"malformed summary: {problem}"
+        self._rejected = reply.value  # kept for review (and a replay), as a rejected reply is
 
 
 def _approvals(events: list[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:

@@ -9,7 +9,7 @@ driver's report means) are small tables at the end of this file.
 Theory of operation
 ===================
 
-A run is a finite-state machine over four working states and six terminal
+A run is a finite-state machine over five working states and six terminal
 ones. The engine (``_engine.py``) holds the counters and the record and does
 no I/O; a driver asks it what it needs next and reports what happened:
 
@@ -60,6 +60,15 @@ changes; the event is then recorded, its messages appended to the history
 together, and the state changed. An event keeps the exception its report
 carried.
 
+A context policy (``agentloop.context``) changes only what a model request
+carries, never the history: ``fit_context`` picks the head, the system
+messages and the newest whole turns that fit, and the event answering the
+request records which (``context``). Under ``summarise``, ``summary_due``
+first takes the run to ``summarising``, where a model call of its own (a
+step) writes the summary that stands in for the oldest turns. When even the
+newest turn cannot fit, ``context_overflows`` ends the run ``exhausted``
+(reason ``'context'``) before anything is sent.
+
 Terminal states have no rows, so they absorb: asking anything of a finished
 run raises ``InvalidStateError``, never a silent no-op.
 
@@ -83,6 +92,10 @@ The goal is that nothing is. Today these are, and each says where:
 * An interruption rebuilds the state from the log of events first
   (``Engine._settle``), so that a transition it cut short is undone or
   completed, then takes its row.
+* Under a context policy, which turns a request carries is found by
+  ``_context.Window.plan``, once per request, and read by ``context_overflows``,
+  ``summary_due`` and ``fit_context``; the summary in force is made again from
+  the events by ``Engine._settle`` after an interruption.
 * The drivers differ in one place, by name: the asyncio driver can interrupt
   an awaited model when the token is cancelled (``model_interrupted``); the
   sync driver cannot, and sees the reply first
@@ -125,6 +138,8 @@ class State(enum.StrEnum):
     DISPATCHING = "dispatching"
     #: A policy asked a person about a call of the accepted batch; none of it has run.
     AWAITING_APPROVAL = "awaiting_approval"
+    #: The history does not fit the context budget: its oldest turns are being summarised.
+    SUMMARISING = "summarising"
     #: The model gave a final answer; it is the run's output.
     FINISHED = "finished"
     #: Cancellation was requested (or the run interrupted) and seen at a checkpoint.
@@ -167,6 +182,14 @@ class Trigger(enum.StrEnum):
     AWAIT_APPROVAL = "await_approval"
     #: (driver) A person decided every pending call.
     APPROVAL_DECIDED = "approval_decided"
+    #: (engine) The summariser is to be asked; the internal row counts the step.
+    SUMMARISE = "summarise"
+    #: (driver) The summariser returned a reply.
+    SUMMARY_WRITTEN = "summary_written"
+    #: (driver) The summariser raised an ``Exception``.
+    SUMMARY_RAISED = "summary_raised"
+    #: (driver) The run was interrupted while the summariser worked.
+    SUMMARY_INTERRUPTED = "summary_interrupted"
 
 
 class Guard(enum.StrEnum):
@@ -199,6 +222,12 @@ class Guard(enum.StrEnum):
     BATCH_UNREVIEWED = "batch_unreviewed"
     #: No answer of the review asks a person.
     NOBODY_ASKED = "nobody_asked"
+    #: Under a context policy, even the newest turn (with the head) exceeds its ``tokens``.
+    CONTEXT_OVERFLOWS = "context_overflows"
+    #: Under ``summarise``, turns not yet summarised would be left out of the request.
+    SUMMARY_DUE = "summary_due"
+    #: The summariser's reply is not a well-formed final answer.
+    SUMMARY_MALFORMED = "summary_malformed"
 
 
 class Effect(enum.StrEnum):
@@ -250,6 +279,19 @@ class Effect(enum.StrEnum):
     #: Keep the review's answers, each handed out with its call (``RunTool.review``);
     #: an engine whose driver does not review (a replay's) keeps none.
     KEEP_REVIEW = "keep_review"
+    #: Under a context policy, the request holds the head, the system messages and the
+    #: newest whole turns that fit (with the summary in force); the answering event says which.
+    FIT_CONTEXT = "fit_context"
+    #: ``reason = 'context'``; ``error`` says how far over the newest turn is.
+    NOTE_CONTEXT_OVERFLOW = "note_context_overflow"
+    #: The driver is handed ``Summarise``: the summariser, and the oldest turns to fold.
+    ASK_FOR_SUMMARY = "ask_for_summary"
+    #: The reply's text is the summary in force, standing for the turns it folded.
+    KEEP_SUMMARY = "keep_summary"
+    #: ``error`` says what the summariser raised.
+    NOTE_SUMMARY_ERROR = "note_summary_error"
+    #: ``error`` says what is wrong with the summariser's reply; it is kept as ``rejected``.
+    NOTE_MALFORMED_SUMMARY = "note_malformed_summary"
 
 
 TERMINAL: Final = frozenset(
@@ -276,8 +318,13 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
      "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_STEPS]},
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.TOKENS_EXHAUSTED],
      "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_TOTAL_TOKENS]},
+    # -- (context policy) the newest turn cannot fit: nothing is sent; or a summary is due
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.CONTEXT_OVERFLOWS],
+     "dest": S.EXHAUSTED, "before": [E.NOTE_CONTEXT_OVERFLOW]},
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.SUMMARY_DUE],
+     "dest": S.SUMMARISING},
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL,
-     "dest": None, "before": [E.COUNT_STEP, E.ASK_FOR_REPLY]},
+     "dest": None, "before": [E.COUNT_STEP, E.FIT_CONTEXT, E.ASK_FOR_REPLY]},
     # -- the model answered, raised or was interrupted; the step was spent
     {"source": S.AWAITING_MODEL, "trigger": T.MODEL_REPLIED, "conditions": [G.CANCEL_REQUESTED],
      "dest": S.CANCELLED, "before": [E.REJECT_REPLY]},
@@ -335,6 +382,31 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
      "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.KEEP_DECISIONS, E.APPEND_BATCH]},
     {"source": S.AWAITING_APPROVAL, "trigger": T.APPROVAL_DECIDED,
      "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.KEEP_DECISIONS]},
+    # -- (context policy: summarise) the oldest turns are folded into one summary by a model
+    #    call of its own: a step, under max_steps and max_total_tokens, failing, cancelled
+    #    and interrupted as the model's own. The history is not changed: only what is sent.
+    {"source": S.SUMMARISING, "trigger": T.SUMMARISE, "conditions": [G.CANCEL_REQUESTED],
+     "dest": S.CANCELLED},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARISE, "conditions": [G.STEPS_EXHAUSTED],
+     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_STEPS]},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARISE, "conditions": [G.TOKENS_EXHAUSTED],
+     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_TOTAL_TOKENS]},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARISE,
+     "dest": None, "before": [E.COUNT_STEP, E.ASK_FOR_SUMMARY]},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARY_WRITTEN, "conditions": [G.CANCEL_REQUESTED],
+     "dest": S.CANCELLED},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARY_WRITTEN, "conditions": [G.SUMMARY_MALFORMED],
+     "dest": S.MALFORMED, "before": [E.NOTE_MALFORMED_SUMMARY]},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARY_WRITTEN,
+     "dest": S.AWAITING_MODEL, "before": [E.KEEP_SUMMARY]},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARY_RAISED, "conditions": [G.CANCEL_REQUESTED],
+     "dest": S.CANCELLED},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARY_RAISED,
+     "dest": S.FAILED, "before": [E.NOTE_SUMMARY_ERROR]},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARY_INTERRUPTED,
+     "dest": S.CANCELLED},
+    {"source": S.SUMMARISING, "trigger": T.INTERRUPTED,
+     "dest": S.CANCELLED},
     # -- interrupted between checkpoints: the run ends, nothing is half-recorded
     {"source": S.AWAITING_MODEL, "trigger": T.INTERRUPTED,
      "dest": S.CANCELLED},
@@ -354,6 +426,7 @@ NEXT: Final[Mapping[State, Trigger]] = {
     S.VALIDATING: T.VALIDATE,
     S.DISPATCHING: T.START_TOOL,
     S.AWAITING_APPROVAL: T.AWAIT_APPROVAL,
+    S.SUMMARISING: T.SUMMARISE,
 }
 
 
@@ -379,6 +452,9 @@ REPORTS: Final[Mapping[tuple[Trigger | None, Report], Trigger]] = {
     (T.START_TOOL, Report.INTERRUPTION): T.TOOL_INTERRUPTED,
     (T.AWAIT_APPROVAL, Report.ANSWER): T.APPROVAL_DECIDED,
     (None, Report.INTERRUPTION): T.INTERRUPTED,
+    (T.SUMMARISE, Report.ANSWER): T.SUMMARY_WRITTEN,
+    (T.SUMMARISE, Report.EXCEPTION): T.SUMMARY_RAISED,
+    (T.SUMMARISE, Report.INTERRUPTION): T.SUMMARY_INTERRUPTED,
 }
 
 #: The request each reported trigger answers.

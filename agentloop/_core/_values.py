@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from agentloop._core._approval import Decision, PendingCall
+    from agentloop._core._context import ContextPolicy, Seen
     from agentloop._core._table import Guard, State, Trigger
 
 __all__ = [
@@ -304,6 +305,9 @@ class Transition(NamedTuple):
     #: cancel guards and the fields above, an event says everything the engine
     #: was given, so a run replays from its events alone.
     input_json: bytes | None = None
+    #: Under a context policy, on an event answering a model (or summariser) request:
+    #: what it was sent, as a compact reference into the transcript (``agentloop.context``).
+    context: Seen | None = None
 
     @property
     def appended(self) -> list[dict[str, Any]]:
@@ -314,7 +318,14 @@ class Transition(NamedTuple):
         # Times are left out too: two runs of the same story are equal whenever they ran.
         # So are started and input_json: what the engine was given, which a replay feeds
         # back; the rest says what it made of it.
-        return (*self[:11], self.appended_json, self.usage, self.pending, self.decisions)
+        return (
+            *self[:11],
+            self.appended_json,
+            self.usage,
+            self.pending,
+            self.decisions,
+            self.context,
+        )
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not Transition:
@@ -369,6 +380,8 @@ class RunResult(NamedTuple):
     #: The batch that waits for a person (its JSON), when ``awaiting_approval``: not yet
     #: in the transcript, which gets it with every result once the batch has run.
     held_json: bytes | None = None
+    #: The context policy the run's requests were fitted by (``agentloop.context``), if any.
+    context: ContextPolicy | None = None
 
     def __repr__(self) -> str:
         return (

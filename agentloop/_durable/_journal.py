@@ -48,6 +48,7 @@ from agentloop._tools._registry import ToolRegistry
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from agentloop._core._context import ContextPolicy
     from agentloop._core._values import Budget, Transition
     from agentloop._durable._ledger import Ledger, LedgerWriter
 
@@ -80,9 +81,13 @@ OUTCOME_UNKNOWN: Final = {
 }
 
 
-def fingerprint(budget: Budget, dispatcher: object) -> dict[str, Any]:
-    """What a run's record depends on: the budget, and each tool's name and schema."""
+def fingerprint(
+    budget: Budget, dispatcher: object, context: ContextPolicy | None = None
+) -> dict[str, Any]:
+    """What a run's record depends on: the budget, each tool's schema, the context policy."""
     found: dict[str, Any] = {"budget": attrs.asdict(budget)}
+    if context is not None:  # absent without a policy: older records compare equal
+        found["context"] = context.record()
     if isinstance(dispatcher, ToolRegistry):
         found["tools"] = {
             tool.name: {"parameters": tool.parameters, "idempotent": tool.idempotent}

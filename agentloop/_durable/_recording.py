@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from agentloop._core._approval import Decision
+    from agentloop._core._context import ContextPolicy, Summarise
     from agentloop._core._values import Budget, CancelToken
     from agentloop._durable._journal import Journal
 
@@ -67,8 +68,9 @@ class DurableEngine(Engine):
         *,
         budget: Budget,
         cancel: CancelToken | None,
+        context: ContextPolicy | None = None,
     ) -> None:
-        super().__init__(messages, budget=budget, cancel=cancel)
+        super().__init__(messages, budget=budget, cancel=cancel, context=context)
         self.handed: list[RunTool] = []
         self._given: str | None = None  # the handed call last given to the driver
         self._recorded = 0  # the events the ledger holds
@@ -120,7 +122,7 @@ class DurableEngine(Engine):
             self.journal.check()
         return super().result()
 
-    def next(self) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Transition:
+    def next(self) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Summarise | Transition:
         if self.replaying:
             need = super().next()
             if type(need) is RunTool:

@@ -28,6 +28,7 @@ from uuid import uuid4
 
 import orjson
 
+from agentloop._core._context import policy_from_record
 from agentloop._core._replay import Mismatch, replay
 from agentloop._core._table import State
 from agentloop._core._values import CancelToken
@@ -43,6 +44,7 @@ from agentloop._errors import (
 )
 
 if TYPE_CHECKING:
+    from agentloop._core._context import ContextPolicy
     from agentloop._core._values import Budget
     from agentloop._durable._ledger import Ledger, LedgerRecord, LedgerWriter
 
@@ -67,12 +69,14 @@ def begin(
     budget: Budget,
     dispatcher: object,
     cancel: CancelToken | None,
+    context: ContextPolicy | None = None,
 ) -> DurableEngine:
     """A new durable run: the input checked, then its header recorded and the run claimed."""
     run_id = uuid4().hex if run_id is None else checked_run_id(run_id, new=True)
-    engine = DurableEngine(messages, budget=budget, cancel=cancel)  # bad input raises first
+    # Bad input raises first.
+    engine = DurableEngine(messages, budget=budget, cancel=cancel, context=context)
     writer = ledger.create(
-        run_id, header(run_id, engine.history(), fingerprint(budget, dispatcher))
+        run_id, header(run_id, engine.history(), fingerprint(budget, dispatcher, context))
     )
     engine.journal = Journal(writer, run_id, idempotent_tools(dispatcher), ledger=ledger)
     weakref.finalize(engine, engine.journal.release)  # an abandoned run frees its claim
@@ -86,6 +90,7 @@ def resume(
     budget: Budget,
     dispatcher: object,
     cancel: CancelToken | None,
+    context: ContextPolicy | None = None,
 ) -> tuple[DurableEngine, CancelToken | None]:
     """The run, replayed from its records: done, or ready for a driver to go on live.
 
@@ -105,7 +110,9 @@ def resume(
         recorded = Recorded(run_id, head, records)
         if busy is not None and not recorded.ended:
             raise busy
-        differences_found = differences(recorded.fingerprint, fingerprint(budget, dispatcher))
+        differences_found = differences(
+            recorded.fingerprint, fingerprint(budget, dispatcher, context)
+        )
         if differences_found:
             raise mismatch(run_id, differences_found)
         token = CancelToken()  # cancellation comes from the record until the run goes live
@@ -117,7 +124,7 @@ def resume(
             ledger=ledger,
             records=len(records),
         )
-        engine = replayed(recorded, budget, journal, token)
+        engine = replayed(recorded, budget, journal, token, context)
     except BaseException:
         if writer is not None:
             writer.release()
@@ -138,15 +145,23 @@ def resume(
 
 
 def replayed(
-    recorded: Recorded, budget: Budget, journal: Journal, token: CancelToken
+    recorded: Recorded,
+    budget: Budget,
+    journal: Journal,
+    token: CancelToken,
+    context: ContextPolicy | None = None,
 ) -> DurableEngine:
     """A fresh engine fed ``recorded``: ended, or stopped where the records stop.
 
     ``journal`` is the engine's (nothing is written while the records are fed);
     ``token`` is what it watches: the replay cancels it where the run was cancelled.
+    ``context`` is the run's context policy; when not given, the one its header
+    recorded (read without a Loop: ``show``, ``pending``).
     """
+    if context is None:
+        context = _recorded_context(recorded)
     try:
-        engine = DurableEngine(recorded.input, budget=budget, cancel=token)
+        engine = DurableEngine(recorded.input, budget=budget, cancel=token, context=context)
     except (TypeError, ValueError) as exc:
         raise LedgerError(
             f"run {recorded.run_id!r}: the recorded input is not valid: {exc}"
@@ -178,6 +193,23 @@ def replayed(
         raise diverged(recorded.run_id, str(exc)) from None
     engine.replayed()
     return engine
+
+
+def _recorded_context(recorded: Recorded) -> ContextPolicy | None:
+    """The context policy a run's header recorded, made again; None when it has none."""
+    record = recorded.fingerprint.get("context")
+    if record is None:
+        return None
+    try:
+        policy = policy_from_record(record)
+    except (KeyError, TypeError, ValueError):
+        policy = None
+    if policy is None:
+        raise LedgerError(
+            f"run {recorded.run_id!r}: its header's context policy cannot be made again here: "
+            f"expected one with a counter this agentloop knows, got {record!r:.120}"
+        )
+    return policy
 
 
 def checked_run_id(run_id: object, *, new: bool = False) -> str:

@@ -56,6 +56,7 @@ from typing import Any, Final
 import orjson
 
 from agentloop._core._approval import Decision, PendingCall
+from agentloop._core._context import ContextPolicy, Seen, policy_from_record
 from agentloop._core._replay import Mismatch
 from agentloop._core._table import Guard, State, Trigger
 from agentloop._core._values import (
@@ -205,7 +206,23 @@ def _build(document: dict[str, Any]) -> RunResult:
         rejected_value=rejected_value(document["rejected"]),
         usage=Usage(**document["usage"]),
         held_json=None if document["held"] is None else dumps(document["held"]),
+        context=_policy(document.get("context")),
     )
+
+
+def _policy(record: dict[str, Any] | None) -> ContextPolicy | None:
+    """The run's context policy made again (its summaries are in its events), if it had one."""
+    if record is None:
+        return None
+    policy = policy_from_record(record)
+    if policy is None:
+        raise Mismatch(
+            "$.context.counter",
+            "a token counter this agentloop can make again ('approx', or 'tiktoken:<encoding>' "
+            "with the tiktoken extra)",
+            repr(record["counter"]),
+        )
+    return policy
 
 
 # Names to members by dict: calling an Enum to look one up costs a microsecond.
@@ -248,4 +265,5 @@ def load_event(index: int, event: dict[str, Any]) -> Transition:
         tuple((call["call_id"], _decision(call, index)) for call in event["decisions"]),
         tuple(event["started"]),
         None if event["input"] is None else dumps(event["input"]),
+        None if event.get("context") is None else Seen.from_record(event["context"]),
     )

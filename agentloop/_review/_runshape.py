@@ -173,6 +173,21 @@ SCHEMA: Final = _record(
     held={"description": "null, or the batch a run awaiting approval holds"},
 )
 
+# Optional fields (a context policy's, agentloop.context): absent from runs without one,
+# so every other run file reads and writes as before.
+_SPAN: Final = {"type": "array", "items": _COUNT, "minItems": 2, "maxItems": 2}
+SCHEMA["properties"]["context"] = _record(
+    policy={"enum": ["keep_last", "summarise"]},
+    tokens=_COUNT,
+    counter=_STR,
+    keep_tokens=_COUNT,
+)
+SCHEMA["properties"]["events"]["items"]["properties"]["context"] = _record(
+    kept={"type": "array", "items": _SPAN},
+    summary={"oneOf": [{"type": "null"}, _SPAN]},
+    tokens=_COUNT,
+)
+
 VALIDATOR: Final = jsonschema_rs.Draft202012Validator(SCHEMA)
 
 
@@ -366,6 +381,8 @@ def document_of(result: RunResult, *, events: bool = True) -> dict[str, Any]:
     }
     if not events:
         del document["events"]
+    if result.context is not None:
+        document["context"] = result.context.record()
     return document
 
 
@@ -393,6 +410,7 @@ def event_record(event: Transition) -> dict[str, Any]:
         ],
         "started": list(event.started),
         "input": None if event.input_json is None else orjson.loads(event.input_json),
+        **({} if event.context is None else {"context": event.context.record()}),
     }
 
 

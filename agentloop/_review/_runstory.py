@@ -7,15 +7,17 @@ the engine makes must be what the document says, compared as JSON text.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import orjson
 
 from agentloop._core._checked import ROWS
+from agentloop._core._engine import Engine
 from agentloop._core._replay import Mismatch, row_text
 from agentloop._core._replay import replay as replay_events
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import (
+    CancelToken,
     RunResult,
     Transition,
     require_result,
@@ -30,10 +32,6 @@ from agentloop._review._runshape import (
     event_record,
     exception_record,
 )
-
-if TYPE_CHECKING:
-    from agentloop._core._engine import Engine
-    from agentloop._core._values import CancelToken
 
 __all__ = ["check_story", "reopen"]
 
@@ -123,11 +121,19 @@ def _replayed(
     result: RunResult, messages: list[dict[str, Any]], token: CancelToken | None = None
 ) -> Engine:
     """The one replay of ``result``'s events, each compared as the run file keeps it."""
+    token = CancelToken() if token is None else token
+    # A run fitted by a context policy replays under it (its summaries are in its events).
+    engine = (
+        None
+        if result.context is None
+        else Engine(messages, budget=result.budget, cancel=token, context=result.context)
+    )
     return replay_events(
         messages,
         result.budget,
         result.events,
         rejected=result.rejected_value,
+        engine=engine,
         token=token,
         compare=_compare_events,
     )
@@ -171,6 +177,7 @@ def _compare_events(made: Transition, saved: Transition, where: str) -> None:
         and made.usage == saved.usage
         and made.pending == saved.pending
         and made.decisions == saved.decisions
+        and made.context == saved.context
         and type(saved.steps) is int
         and type(saved.calls) is int
         and exception_record(made.exception) == exception_record(saved.exception)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import orjson
 
 from agentloop._core._messages import NOT_STARTED
-from agentloop._core._table import State
+from agentloop._core._table import State, Trigger
 from agentloop._review._replay import Answers
 from agentloop._review._runshape import rejected_record
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from agentloop._core._approval import PendingCall
-    from agentloop._core._values import RunResult, Usage
+    from agentloop._core._values import RunResult, Transition, Usage
 
 __all__ = [
     "HEADERS",
@@ -172,6 +172,7 @@ def event_cells(run: Events, index: int, limit: int | None) -> tuple[str, ...]:
         outcome = f"tokens: {_tokens(transition.usage)}"
     else:
         outcome = transition.result_status or ""
+    outcome = _context_text(transition, outcome, limit)
     budget = result.budget
     return (
         str(index + 1),
@@ -183,6 +184,18 @@ def event_cells(run: Events, index: int, limit: int | None) -> tuple[str, ...]:
         _short(call, limit),
         outcome,
     )
+
+
+def _context_text(transition: Transition, outcome: str, limit: int | None) -> str:
+    """(context) A summary's text, and what a model request was sent, after the outcome."""
+    if transition.context is None:
+        return outcome
+    if transition.trigger is Trigger.SUMMARY_WRITTEN and transition.input_json:
+        written = orjson.loads(transition.input_json)
+        if type(written) is dict and type(written.get("text")) is str and not outcome:
+            outcome = "summary: " + _short(written["text"], limit)
+    sent = "sent " + transition.context.describe()
+    return f"{outcome}; {sent}" if outcome else sent
 
 
 def _decided(run: Events, index: int) -> str:

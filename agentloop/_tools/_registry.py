@@ -53,7 +53,7 @@ from agentloop._tools._policy import (
     deny,
     stopped_by,
 )
-from agentloop._tools._results import failed, returned
+from agentloop._tools._results import cut_to, failed, result_limit, returned
 from agentloop._tools._specs import SpecFormat, build_specs
 from agentloop._tools._tool import Tool
 
@@ -87,7 +87,8 @@ class ToolRegistry:
     policy is asked next. See the module docstring for the order of outcomes.
     ``dispatch`` runs plain handlers; ``adispatch`` (for the async driver) also
     awaits ``async def`` ones, and the synchronous driver awaits it for them
-    (``dispatch_or_adispatch``).
+    (``dispatch_or_adispatch``). ``max_result_chars`` is the longest result a
+    tool without a limit of its own gives the history (see ``Tool``).
     """
 
     def __init__(
@@ -95,10 +96,14 @@ class ToolRegistry:
         tools: Iterable[Tool | Callable[..., Any]] | Mapping[str, Callable[..., Any]] = (),
         *,
         policy: Policy | None = None,
+        max_result_chars: int | None = None,
     ) -> None:
         if policy is not None and not callable(policy):
             raise TypeError(f"expected policy to be callable, got {type(policy).__name__}")
         self.policy = policy
+        #: The longest result (characters) a tool without its own ``max_result_chars`` gives
+        #: the history; a longer one is cut, with a marker saying how much (None: no limit).
+        self.max_result_chars = result_limit("max_result_chars", max_result_chars)
         self._tools: dict[str, Tool] = {}
         self._async_tools: list[str] = []
         if isinstance(tools, Mapping):
@@ -173,6 +178,7 @@ class ToolRegistry:
         parameters: Mapping[str, Any] | None = None,
         policy: Policy | None = None,
         idempotent: bool = False,
+        max_result_chars: int | None = None,
     ) -> Callable[[Handler], Handler]: ...
     def tool(
         self,
@@ -184,6 +190,7 @@ class ToolRegistry:
         parameters: Mapping[str, Any] | None = None,
         policy: Policy | None = None,
         idempotent: bool = False,
+        max_result_chars: int | None = None,
     ) -> Handler | Callable[[Handler], Handler]:
         """Decorator: ``@registry.tool`` or ``@registry.tool(name=..., policy=...)``.
 
@@ -199,6 +206,7 @@ class ToolRegistry:
                     parameters=parameters,
                     policy=policy,
                     idempotent=idempotent,
+                    max_result_chars=max_result_chars,
                 )
             )
             return fn
@@ -249,7 +257,7 @@ class ToolRegistry:
         try:
             value = tool.handler(**kwargs)
         except Exception as exc:  # noqa: BLE001 - a failing tool is an outcome
-            return failed(exc)
+            return self._cut(tool, failed(exc))
         if type(value) not in _PLAIN and inspect.isawaitable(value):
             getattr(value, "close", lambda: None)()  # never awaited: say so, without a warning
             return failed(
@@ -258,7 +266,12 @@ class ToolRegistry:
                     "(loop.arun or loop.astart), which awaits it"
                 )
             )
-        return returned(tool.name, value)
+        return self._cut(tool, returned(tool.name, value))
+
+    def _cut(self, tool: Tool, outcome: dict[str, Any]) -> dict[str, Any]:
+        """(context) The outcome, its content cut to the tool's (or the registry's) limit."""
+        limit = tool.max_result_chars
+        return cut_to(outcome, self.max_result_chars if limit is None else limit)
 
     def dispatch_or_adispatch(
         self, call: dict[str, Any], *, review: object = None, decision: Decision | None = None
@@ -299,8 +312,8 @@ class ToolRegistry:
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:  # noqa: BLE001 - a failing tool is an outcome
-            return failed(exc)
-        return returned(tool.name, value)
+            return self._cut(tool, failed(exc))
+        return self._cut(tool, returned(tool.name, value))
 
     def _ready(
         self, call: dict[str, Any], review: object, decision: Decision | None

@@ -16,6 +16,7 @@ import orjson
 
 from agentloop._core._json import to_json
 from agentloop._errors import JSONError
+from agentloop._tools._results import result_limit
 from agentloop._tools._schema import summary
 from agentloop._tools._signature import derive_parameters
 from agentloop._tools._validation import ArgumentsValidator, checked_schema
@@ -39,7 +40,10 @@ class Tool:
     says running a call twice has the effect of running it once (its handler
     passes ``agentloop.idempotency_key()`` on to a system that deduplicates):
     a durable run re-runs such a call when a crash left its outcome unknown,
-    where any other call gets an ``error`` result instead.
+    where any other call gets an ``error`` result instead. ``max_result_chars``
+    cuts a longer result (a str as it is, other JSON as its text) before the
+    history gets it, ending it with a marker that says how many characters
+    were cut of how many; unset, the registry's ``max_result_chars`` applies.
     """
 
     __slots__ = (
@@ -50,6 +54,7 @@ class Tool:
         "description",
         "handler",
         "idempotent",
+        "max_result_chars",
         "name",
         "policy",
     )
@@ -63,6 +68,7 @@ class Tool:
         parameters: Mapping[str, Any] | None = None,
         policy: Policy | None = None,
         idempotent: bool = False,
+        max_result_chars: int | None = None,
     ) -> None:
         if not callable(handler):
             named = "" if name is None else f"tool {name!r}: "
@@ -101,6 +107,9 @@ class Tool:
         self.policy = policy
         #: Whether a call may run again when a crash left its outcome unknown (durable runs).
         self.idempotent: bool = idempotent
+        #: A result longer than this (characters) is cut, with a marker, before the history
+        #: gets it (None: the registry's default).
+        self.max_result_chars = result_limit(f"tool {name!r}: max_result_chars", max_result_chars)
         if parameters is None:
             schema, self._convert = derive_parameters(name, handler)
         else:

@@ -18,6 +18,7 @@ from agentloop.testing._contract import (
     assert_chained,
     assert_contract,
     assert_paired,
+    assert_requests_fit,
     assert_transcript_is_input_plus_appended,
     assert_within_budget,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "assert_chained",
     "assert_contract",
     "assert_paired",
+    "assert_requests_fit",
     "assert_transcript_is_input_plus_appended",
     "assert_within_budget",
     "batch",

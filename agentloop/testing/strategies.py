@@ -62,6 +62,7 @@ __all__ = [
     "invalid_arguments",
     "invalid_calls",
     "malformed_replies",
+    "oversized_results",
     "replies",
     "scripts",
     "unknown_tool_calls",
@@ -239,6 +240,30 @@ def unknown_tool_calls(
 def finals() -> SearchStrategy[Message]:
     """Final replies with any text."""
     return st.builds(final, text())
+
+
+def oversized_results(
+    limit: int, *, max_size: int | None = None
+) -> SearchStrategy[str | dict[str, Any] | list[Any]]:
+    """Tool results longer than ``limit`` characters: what ``max_result_chars`` must cut.
+
+    A str, a dict or a list whose JSON text is over ``limit`` (up to ``max_size``,
+    4 times ``limit`` unless told), with any characters in it: return one from
+    a tool (``lambda: result``) and check the history gets it cut, with its marker.
+    """
+    top = max(limit + 1, 4 * limit if max_size is None else max_size)
+    long_text = st.integers(limit + 1, top).flatmap(
+        lambda size: st.builds(
+            lambda head, fill: (head + fill * size)[:size],
+            text(0, 8),
+            st.characters(codec="utf-8"),
+        )
+    )
+    return st.one_of(
+        long_text,
+        st.builds(lambda body: {"result": body}, long_text),
+        st.builds(lambda body: [body, 1, None], long_text),
+    )
 
 
 def malformed_replies() -> SearchStrategy[object]:
