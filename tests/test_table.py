@@ -55,8 +55,8 @@ def broken(index: int, **changes: Any) -> list[dict[str, Any]]:
                      r"row 4 .*can never fire: the earlier row 3 "
                      r"\(ask_model / count_step, ask_for_reply\)",
                      id="after the unguarded row"),
-        pytest.param(broken(8, conditions=["cancel_requested"]),
-                     r"row 8 .*the last row for model_interrupted in awaiting_model must have no",
+        pytest.param(broken(10, conditions=["cancel_requested"]),
+                     r"row 10 .*the last row for model_interrupted in awaiting_model must have no",
                      id="last row guarded"),
         pytest.param(broken(3, conditions=["cancel_requested", "steps_exhausted"]),
                      r"row 3 .*at most one guard a row", id="two guards"),
@@ -134,6 +134,7 @@ def test_every_report_has_rows_where_its_request_is_handed_out() -> None:
         (State.AWAITING_MODEL, Trigger.ASK_MODEL),
         (State.DISPATCHING, Trigger.START_TOOL),
         (State.AWAITING_APPROVAL, Trigger.AWAIT_APPROVAL),
+        (State.BACKING_OFF, Trigger.BACK_OFF),
     }
 
 

@@ -23,7 +23,14 @@ import orjson
 from agentloop._core._engine import Engine
 from agentloop._core._json import exception_content
 from agentloop._core._table import NEXT, Guard, Trigger
-from agentloop._core._values import AskModel, CancelToken, RecordedException, RunTool, Transition
+from agentloop._core._values import (
+    AskModel,
+    CancelToken,
+    RecordedException,
+    RunTool,
+    Transition,
+    Wait,
+)
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
@@ -36,7 +43,14 @@ __all__ = ["Mismatch", "replay", "row_text"]
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 # The reports that answer a model request: the ask that spent the step comes first.
 _ASKED: Final = (Trigger.MODEL_REPLIED, Trigger.MODEL_RAISED, Trigger.MODEL_INTERRUPTED)
-_INTERRUPTIONS: Final = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
+_INTERRUPTIONS: Final = (
+    Trigger.MODEL_INTERRUPTED,
+    Trigger.TOOL_INTERRUPTED,
+    Trigger.INTERRUPTED,
+    Trigger.WAIT_INTERRUPTED,
+)
+# The reports that end a wait: the engine hands out the wait first.
+_WAITED: Final = (Trigger.WAITED, Trigger.WAIT_INTERRUPTED)
 _BY_ITSELF: Final = frozenset(NEXT.values())
 
 
@@ -57,6 +71,7 @@ def replay(
     token: CancelToken | None = None,
     engine: Engine | None = None,
     compare: Callable[[Transition, Transition, str], None] | None = None,
+    models: tuple[str, ...] | None = None,
 ) -> Engine:
     """A fresh engine that has made ``events`` again, from ``messages`` and ``budget``.
 
@@ -65,12 +80,16 @@ def replay(
     to go on with. ``engine``, when given, is the fresh engine to feed (a
     durable one records what it is fed); it must watch ``token``.
     ``compare(made, recorded, where)`` checks each event the engine makes (by
-    default, equality; a run file compares as its JSON). Raises ``Mismatch``
-    where the engine does something else.
+    default, equality; a run file compares as its JSON). ``models`` names the
+    fallback models (by default, those the events name, in order). A model
+    that raised gets back the wait its event recorded: the retry policy is
+    not asked again. Raises ``Mismatch`` where the engine does something else.
     """
     token = CancelToken() if token is None else token
     if engine is None:
-        engine = Engine(messages, budget=budget, cancel=token)
+        if models is None:
+            models = tuple(dict.fromkeys(e.model for e in events if e.model is not None))
+        engine = Engine(messages, budget=budget, cancel=token, models=models)
     for index, event in enumerate(events):
         where = f"$.events[{index}]"
         try:
@@ -118,6 +137,12 @@ def _feed(
             return need  # the engine moved by itself (a budget ran out, say)
         if type(need) is not AskModel:
             raise Mismatch(where, "the model asked here", row_text(event))
+    if trigger in _WAITED:
+        need = engine.next()
+        if type(need) is Transition:
+            return need
+        if type(need) is not Wait:
+            raise Mismatch(where, "a wait before a retry here", row_text(event))
     if event.guard in _CANCELS:
         token.cancel()  # found set here: the token was cancelled before
     if trigger in _BY_ITSELF:
@@ -137,7 +162,9 @@ def _feed(
     if trigger is Trigger.MODEL_RAISED:
         exc = _exception(event, where)
         exc.usage = None if event.usage is None else event.usage._asdict()
-        return engine.raised(exc)
+        return engine.raised(exc, wait=event.wait)
+    if trigger is Trigger.WAITED:
+        return engine.waited()
     if trigger is Trigger.TOOL_RETURNED:
         if event.call_id not in engine.running:
             raise Mismatch(where, "a call of the batch that is running", row_text(event))

@@ -18,7 +18,7 @@ from agentloop._core._batch import Batch
 from agentloop._core._intake import NO_REPLY, Outcome
 from agentloop._core._json import exception_content
 from agentloop._core._messages import CUT_OFF, History, input_messages
-from agentloop._core._table import ANSWERS, State, Trigger
+from agentloop._core._table import ANSWERS, Guard, State, Trigger
 from agentloop._core._values import (
     AskModel,
     AwaitApproval,
@@ -27,6 +27,7 @@ from agentloop._core._values import (
     RunTool,
     Transition,
     Usage,
+    Wait,
 )
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
     from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._intake import Reply
+    from agentloop._core._retry import RetryPolicy
 
 __all__ = ["RunState"]
 
@@ -42,6 +44,7 @@ _CUT_OFF: Final = orjson.dumps(CUT_OFF)
 _NO_IDS: Final[frozenset[str]] = frozenset()
 _NO_USAGE: Final = Usage()
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
+_BACK_OFF: Final = Trigger.BACK_OFF
 
 
 class _Draft:
@@ -70,7 +73,13 @@ class _Draft:
     # What came from outside with the report (the reply's or the content's JSON).
     input_json: bytes | None = None
     # What an internal row hands the driver.
-    request: AskModel | RunTool | AwaitApproval | None = None
+    request: AskModel | RunTool | AwaitApproval | Wait | None = None
+    #: The wait the retry policy chose for a failed model (``None``: no retry), and
+    #: the event's copy once ``plan_wait`` keeps it.
+    wait_in: float | None = None
+    wait: float | None = None
+    #: The fallback model that replied or raised, by name (``None`` with one model).
+    model: str | None = None
 
     def __init__(self, call: tuple[str, str] | None, since: float | None = None) -> None:
         #: The call in hand: being checked, handed out or reported (None: none is).
@@ -94,14 +103,17 @@ class RunState:
         "_history",
         "_input",
         "_input_ids",
+        "_models",
         "_outstanding",
         "_rejected",
         "_reply",
         "_reserved",
+        "_retry",
         "_since",
         "_spent",
         "_state",
         "calls",
+        "parent_run_id",
         "steps",
         "tokens",
     )
@@ -113,6 +125,8 @@ class RunState:
         budget: Budget = _DEFAULT_BUDGET,
         cancel: CancelToken | None = None,
         clock: Callable[[], float] = time.monotonic,
+        retry: RetryPolicy | None = None,
+        models: tuple[str, ...] = (),
     ) -> None:
         if type(budget) is not Budget:
             raise TypeError(f"expected budget to be a Budget, got {type(budget).__name__}")
@@ -149,6 +163,11 @@ class RunState:
         self._reply: Reply = NO_REPLY  # the reply in hand
         self._batch: Batch | None = None  # the accepted batch in hand
         self._draft = _Draft(None)  # the transition being made
+        # Resilience (retry=, fallback models): off unless the Loop sets them.
+        self._retry = retry
+        self._models = models
+        #: The run this one continues (``Loop.continue_run``), by id.
+        self.parent_run_id: str | None = None
 
     def __repr__(self) -> str:
         return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
@@ -187,6 +206,12 @@ class RunState:
         batch = self._batch
         assert batch is not None, "a tool returns in a batch"
         return len(batch.results) + 1 < len(batch.calls)
+
+    def _retry_planned(self) -> bool:
+        return self._draft.wait_in is not None
+
+    def _fallback_left(self) -> bool:
+        return self.model_index + 1 < len(self._models)
 
     def _denials_answer_batch(self) -> bool:
         batch = self._batch
@@ -279,6 +304,46 @@ class RunState:
     def _ask_for_decisions(self) -> None:
         assert self._batch is not None, "a batch waits"
         self._draft.request = AwaitApproval(self._batch.pending)
+
+    def _plan_wait(self) -> None:
+        self._draft.wait = self._draft.wait_in
+
+    def _ask_for_wait(self) -> None:
+        last = self._events[-1]
+        assert last.wait is not None, "backing_off is entered by a row that plans the wait"
+        self._outstanding = _BACK_OFF
+        self._since[None] = self._clock()
+        self._draft.request = Wait(last.wait, None if self._retry is None else self._retry.sleep)
+
+    def _next_model(self) -> None:
+        pass  # model_index counts the rows that took it: nothing to keep but the event
+
+    # -- what the retry rows read, derived from the log (so nothing needs settling) --
+
+    @property
+    def model_index(self) -> int:
+        """Which fallback model is asked now: the rows that moved on to the next, counted."""
+        return sum(event.guard is Guard.FALLBACK_LEFT for event in self._events)
+
+    def retries(self) -> int:
+        """The retries of the ask in hand made so far: the ``retry_planned`` rows since the
+        model last replied or a fallback model took over."""
+        count = 0
+        for event in reversed(self._events):
+            if event.guard is Guard.RETRY_PLANNED:
+                count += 1
+            elif event.trigger is not Trigger.WAITED:
+                break
+        return count
+
+    def planned_wait(self, exc: BaseException) -> float | None:
+        """The wait the retry policy chooses after the model raised ``exc`` (None: no retry)."""
+        policy = self._retry
+        return None if policy is None else policy.wait_for(exc, self.retries())
+
+    def _model_name(self) -> str | None:
+        models = self._models
+        return models[self.model_index] if models else None
 
     def _append_final(self) -> None:
         self._draft.appended = (self._reply.json,)

@@ -35,6 +35,7 @@ __all__ = [
     "RunTool",
     "Transition",
     "Usage",
+    "Wait",
 ]
 
 #: The largest budget a run file can record (JSON integers are kept within 64 bits).
@@ -192,6 +193,21 @@ class AwaitApproval(NamedTuple):
     pending: tuple[PendingCall, ...]
 
 
+class Wait(NamedTuple):
+    """The engine's request in ``backing_off``: wait ``seconds``, then report ``waited()``.
+
+    The retry policy chose the wait when the model failed (the event that
+    entered ``backing_off`` records it), so a replay never chooses it again.
+    A driver waits unless the run's ``CancelToken`` is cancelled first, and
+    reports ``waited()`` either way: the table ends a cancelled run there.
+    ``sleep`` is the policy's own waiting function, when it has one (tests
+    inject it); ``None``: the driver's (``agentloop.models.sleep``/``asleep``).
+    """
+
+    seconds: float
+    sleep: Callable[[float, CancelToken | None], object] | None = None
+
+
 class RecordedException(Exception):
     """An exception as a run file keeps it: only its type name and message survive.
 
@@ -283,6 +299,12 @@ class Transition(NamedTuple):
     #: cancel guards and the fields above, an event says everything the engine
     #: was given, so a run replays from its events alone.
     input_json: bytes | None = None
+    #: The seconds the retry policy chose to wait before asking again (on the row
+    #: into ``backing_off`` only).
+    wait: float | None = None
+    #: Which model replied or raised, by name, when the Loop has fallback models
+    #: (``agentloop.models.fallback``); ``None`` with one model.
+    model: str | None = None
 
     @property
     def appended(self) -> list[dict[str, Any]]:
@@ -293,7 +315,15 @@ class Transition(NamedTuple):
         # Times are left out too: two runs of the same story are equal whenever they ran.
         # So are started and input_json: what the engine was given, which a replay feeds
         # back; the rest says what it made of it.
-        return (*self[:11], self.appended_json, self.usage, self.pending, self.decisions)
+        return (
+            *self[:11],
+            self.appended_json,
+            self.usage,
+            self.pending,
+            self.decisions,
+            self.wait,
+            self.model,
+        )
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not Transition:
@@ -308,8 +338,15 @@ class Transition(NamedTuple):
         return hash(self._compared())
 
     def __repr__(self) -> str:
-        shown = (*self._fields[:11], "usage", "pending", "decisions")
-        values = (*self[:11], self.usage, self.pending or None, self.decisions or None)
+        shown = (*self._fields[:11], "usage", "pending", "decisions", "wait", "model")
+        values = (
+            *self[:11],
+            self.usage,
+            self.pending or None,
+            self.decisions or None,
+            self.wait,
+            self.model,
+        )
         fields = ", ".join(
             f"{name}={value!r}"
             for name, value in zip(shown, values, strict=True)
@@ -348,6 +385,8 @@ class RunResult(NamedTuple):
     #: The batch that waits for a person (its JSON), when ``awaiting_approval``: not yet
     #: in the transcript, which gets it with every result once the batch has run.
     held_json: bytes | None = None
+    #: The run this one continues (``Loop.continue_run``), by id; ``None`` for a new run.
+    parent_run_id: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -360,6 +399,21 @@ class RunResult(NamedTuple):
     def transcript(self) -> list[dict[str, Any]]:
         """Input and every appended message, in order (a fresh copy)."""
         return orjson.loads(self.transcript_json)  # type: ignore[no-any-return]
+
+    @property
+    def usage_by_model(self) -> dict[str, Usage]:
+        """The tokens each model's replies reported, by name (fallback models; else empty).
+
+        Budgets count across all of them: ``usage`` is their sum.
+        """
+        spent: dict[str, Usage] = {}
+        for event in self.events:
+            if event.model is not None and event.usage is not None:
+                before = spent.get(event.model, Usage())
+                spent[event.model] = Usage(
+                    *(a + b for a, b in zip(before, event.usage, strict=True))
+                )
+        return spent
 
     @property
     def held(self) -> Any:

@@ -212,6 +212,7 @@ def _build(document: dict[str, Any]) -> RunResult:
         ),
         usage=Usage(**document["usage"]),
         held_json=None if document["held"] is None else dumps(document["held"]),
+        parent_run_id=document.get("parent_run_id"),
     )
 
 
@@ -254,4 +255,6 @@ def _load_event(index: int, event: dict[str, Any]) -> Transition:
         tuple((call["call_id"], _decision(call, index)) for call in event["decisions"]),
         tuple(event["started"]),
         None if event["input"] is None else dumps(event["input"]),
+        event.get("wait"),
+        event.get("model"),
     )

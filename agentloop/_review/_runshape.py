@@ -172,6 +172,12 @@ SCHEMA: Final = _record(
     held={"description": "null, or the batch a run awaiting approval holds"},
 )
 
+# Optional fields (absent in older files and when unused), so every file written before loads.
+SCHEMA["properties"]["parent_run_id"] = _STR
+SCHEMA["properties"]["events"]["items"]["properties"].update(
+    wait={"type": "number", "minimum": 0}, model=_STR
+)
+
 VALIDATOR: Final = jsonschema_rs.Draft202012Validator(SCHEMA)
 
 
@@ -365,11 +371,13 @@ def document_of(result: RunResult, *, events: bool = True) -> dict[str, Any]:
     }
     if not events:
         del document["events"]
+    if result.parent_run_id is not None:
+        document["parent_run_id"] = result.parent_run_id
     return document
 
 
 def event_record(event: Transition) -> dict[str, Any]:
-    return {
+    record: dict[str, Any] = {
         "source": event.source.value,
         "dest": event.dest.value,
         "trigger": event.trigger.value,
@@ -393,6 +401,11 @@ def event_record(event: Transition) -> dict[str, Any]:
         "started": list(event.started),
         "input": None if event.input_json is None else orjson.loads(event.input_json),
     }
+    if event.wait is not None:  # optional fields: written only when used
+        record["wait"] = event.wait
+    if event.model is not None:
+        record["model"] = event.model
+    return record
 
 
 def rejected_record(value: object) -> dict[str, Any] | None:
