@@ -44,8 +44,9 @@ from agentloop._callbacks import (
     within,
 )
 from agentloop._core._table import TERMINAL, State
-from agentloop._core._values import AskModel, AwaitApproval, RunTool
+from agentloop._core._values import AskModel, AwaitApproval, RunTool, Wait
 from agentloop._run import LOG, Carried, Outcome, RunView, Verdicts, carried, log
+from agentloop._waits import await_wait
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -148,7 +149,7 @@ class AsyncRun(RunView):
             argument: Any
             report: Callable[[object], Transition]
             transition: Transition
-            need: AskModel | RunTool | AwaitApproval | Transition | None = None
+            need: AskModel | RunTool | AwaitApproval | Wait | Transition | None = None
             if decisions is not None:
                 need = engine.decided(decisions)
             elif self._review is not None and self._verdicts.due(engine):
@@ -170,6 +171,9 @@ class AsyncRun(RunView):
                 do, argument, report = self._tool(need.call), need.call, engine.returned
             elif type(need) is AwaitApproval:
                 return None
+            elif type(need) is Wait:  # retry=: the wait before the model is asked again
+                do = None
+                transition = await await_wait(engine, need, self._cancel)
             else:  # the engine made a transition by itself
                 do = None
                 transition = need  # type: ignore[assignment]  # neither request: a transition

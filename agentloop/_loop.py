@@ -10,7 +10,7 @@ durable (``agentloop._durable``): the engine records as it goes, and
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from agentloop._async import AsyncRun, async_dispatch
 from agentloop._callbacks import bind_model, is_async
@@ -20,6 +20,8 @@ from agentloop._core._messages import check_new_input
 from agentloop._core._values import Budget, CancelToken, RunResult
 from agentloop._durable import _journal, _resume
 from agentloop._durable._ledger import Ledger
+from agentloop._fallback import Fallback, per_run
+from agentloop._core._retry import RetryPolicy
 from agentloop._settings import async_policies, no_ledger, specs_of, timeout, with_system
 from agentloop._sync import Awaiter, Run, awaiting
 from agentloop._tools._dispatcher import as_dispatcher
@@ -33,7 +35,19 @@ if TYPE_CHECKING:
 
 __all__ = ["Loop"]
 
+_E = TypeVar("_E", bound=Engine)
+
 _CANNOT_AWAIT: Final = "that driver cannot await it"
+
+
+class _Default:
+    """``retry=`` not given: on for the provider adapters, off for plain callbacks."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+_DEFAULT: Final = _Default()
 #: How many calls of a batch the asyncio driver runs at once unless told.
 DEFAULT_CONCURRENCY: Final = 10
 
@@ -67,6 +81,12 @@ class Loop:
     every request. ``ledger`` (an
     ``agentloop.SQLiteLedger``, or any ``Ledger``) makes every run durable:
     recorded as it goes, and continued after a crash by ``resume(run_id)``.
+    ``retry`` (an ``agentloop.models.RetryPolicy``, or ``None`` for none)
+    retries a model that failed with a passing error (a rate limit, a 5xx, a
+    timeout, a lost connection) after a wait; unless given, the provider
+    adapters' models get ``RetryPolicy()`` and plain callbacks none. ``model``
+    may be ``agentloop.models.fallback(primary, secondary, ...)``: models
+    asked in turn. See the docs' "Resilience" page.
     """
 
     def __init__(
@@ -84,15 +104,29 @@ class Loop:
         to_thread: bool = False,
         max_concurrency: int | None = None,
         ledger: Ledger | None = None,
+        retry: RetryPolicy | None | _Default = _DEFAULT,
     ) -> None:
-        if not callable(model):
+        models: tuple[Model, ...] = model.models if isinstance(model, Fallback) else (model,)
+        if not isinstance(model, Fallback) and not callable(model):
             raise TypeError(
                 f"expected model to be a callable taking the history, got {type(model).__name__}"
             )
         self.model = model
         self.dispatcher: Dispatcher = as_dispatcher(tools)
         # What the drivers call: with the tools' specs for a model that takes them.
-        self._bound_model = bind_model(model, specs_of(self.dispatcher))
+        specs = specs_of(self.dispatcher)
+        self._bound_models = tuple(bind_model(one, specs) for one in models)
+        self._bound_model = self._bound_models[0]
+        self._model_names = model.names if isinstance(model, Fallback) else ()
+        if isinstance(retry, _Default):
+            adapters = all(getattr(one, "agentloop_retry", False) is True for one in models)
+            retry = RetryPolicy() if adapters else None
+        elif retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(
+                "expected retry to be an agentloop.models.RetryPolicy or None, "
+                f"got {type(retry).__name__}"
+            )
+        self.retry: RetryPolicy | None = retry
         self.budget = Budget(
             max_steps=max_steps, max_calls=max_calls, max_total_tokens=max_total_tokens
         )
@@ -134,7 +168,7 @@ class Loop:
         self._asyncio_only = [
             (name, why, awaits)
             for name, value, why, awaits in (
-                ("an async model", is_async(model) or None, _CANNOT_AWAIT, True),
+                ("an async model", is_async(models[0]) or None, _CANNOT_AWAIT, True),
                 ("model_timeout", self.model_timeout, cannot_interrupt, True),
                 ("tool_timeout", self.tool_timeout, cannot_interrupt, True),
                 (
@@ -272,7 +306,7 @@ class Loop:
     def _forked(
         self, run: RunResult, at: int, cancel: CancelToken | None, run_id: str | None
     ) -> tuple[Engine, CancelToken]:
-        return forked(
+        engine, token = forked(
             run,
             at,
             budget=self.budget,
@@ -281,6 +315,7 @@ class Loop:
             dispatcher=self.dispatcher,
             cancel=cancel,
         )
+        return self._resilient(engine), token
 
     def astart(
         self,
@@ -371,23 +406,37 @@ class Loop:
         if self.ledger is None:
             if run_id is not None:
                 no_ledger(run_id)
-            return Engine(messages, budget=self.budget, cancel=cancel)
-        return _resume.begin(
-            self.ledger,
-            run_id,
-            messages,
-            budget=self.budget,
-            dispatcher=self.dispatcher,
-            cancel=cancel,
+            return Engine(
+                messages,
+                budget=self.budget,
+                cancel=cancel,
+                retry=self.retry,
+                models=self._model_names,
+            )
+        return self._resilient(
+            _resume.begin(
+                self.ledger,
+                run_id,
+                messages,
+                budget=self.budget,
+                dispatcher=self.dispatcher,
+                cancel=cancel,
+            )
         )
+
+    def _resilient(self, engine: _E) -> _E:
+        """``engine``, retrying and falling back as this Loop does (``retry=``, ``fallback``)."""
+        engine.set_resilience(self.retry, self._model_names)
+        return engine
 
     def _resumed(
         self, what: str, run: str | RunResult, cancel: CancelToken | None
     ) -> tuple[Engine, CancelToken | None]:
         """The run, fed to a fresh engine, and the token its driver is to watch."""
-        return resumed(
+        engine, token = resumed(
             what, run, cancel, ledger=self.ledger, budget=self.budget, dispatcher=self.dispatcher
         )
+        return self._resilient(engine), token
 
     def _run(
         self, engine: Engine, registry: ToolRegistry | None, cancel: CancelToken | None
@@ -417,13 +466,18 @@ class Loop:
             )
         return Run(
             engine,
-            self._bound_model,
+            self._model_of(engine),
             dispatch,
             self.listeners,
             review,
             awaiter=awaiter,
             model_timeout=self.model_timeout,
         )
+
+    def _model_of(self, engine: Engine) -> Model:
+        """What the driver calls: the model, or the fallback model the run has come to."""
+        bound = self._bound_models
+        return per_run(bound, engine, is_async(bound[0]))
 
     def _arun(self, engine: Engine, cancel: CancelToken | None) -> AsyncRun:
         dispatch = self._adispatch
@@ -432,7 +486,7 @@ class Loop:
             dispatch = _journal.async_dispatch(engine, dispatch)
         return AsyncRun(
             engine,
-            self._bound_model,
+            self._model_of(engine),
             dispatch,
             cancel=cancel,
             model_timeout=self.model_timeout,

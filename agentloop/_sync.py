@@ -34,8 +34,9 @@ from agentloop._callbacks import (
     within,
 )
 from agentloop._core._table import TERMINAL, State
-from agentloop._core._values import AskModel, AwaitApproval, RunTool
+from agentloop._core._values import AskModel, AwaitApproval, RunTool, Wait
 from agentloop._run import LOG, Outcome, RunView, Verdicts, log
+from agentloop._waits import wait
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Iterator
@@ -292,6 +293,8 @@ class Run(RunView):
                         transition = engine.returned(outcome)
                 elif type(need) is AwaitApproval:
                     return None
+                elif type(need) is Wait:  # retry=: the wait before the model is asked again
+                    transition = wait(engine, need, self._awaiter._cancel)
                 else:
                     transition = need  # type: ignore[assignment]  # neither request: the engine's
             if debug:

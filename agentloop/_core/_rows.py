@@ -172,6 +172,14 @@ class RunState:
     def __repr__(self) -> str:
         return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
 
+    def set_resilience(self, retry: RetryPolicy | None, models: tuple[str, ...]) -> None:
+        """Retry failed model calls by ``retry``, and fall back through ``models`` (names).
+
+        What ``Loop(retry=..., model=fallback(...))`` sets on each engine of its
+        runs, a resumed one too (its replay took the recorded waits instead).
+        """
+        self._retry, self._models = retry, models
+
     # -- guards (named in the table) ---------------------------------------------
 
     def _cancel_requested(self) -> bool:
