@@ -17,7 +17,9 @@ from agentloop._callbacks import bind_model, is_async
 from agentloop._continued import ended, forked, released_on_error, resumed
 from agentloop._core._engine import Engine
 from agentloop._core._messages import check_new_input
-from agentloop._core._values import Budget, CancelToken, RunResult
+from agentloop._core._table import State
+from agentloop._core._values import Budget, CancelToken, RunResult, require_result
+from agentloop._errors import InvalidStateError
 from agentloop._durable import _journal, _resume
 from agentloop._durable._ledger import Ledger
 from agentloop._fallback import Fallback, per_run
@@ -266,6 +268,84 @@ class Loop:
                 live.decide(decisions)
             return live.finish()
 
+    def continue_run(
+        self,
+        run: str | RunResult,
+        *,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> RunResult:
+        """A new run that goes on from a ``failed`` or ``exhausted`` run's transcript.
+
+        ``run`` is the old run's result, or its id in this Loop's ledger. The
+        new run's input is the old run's transcript (every message it got
+        and made; a reply that ended it unrecorded is not among them), and
+        it starts with this Loop's budgets afresh: ``max_steps`` and the
+        others bound the new run alone, not the two together. It is linked to
+        the old one: its result's ``parent_run_id`` is the old run's id (the
+        id given, or ``parent_run_id=`` for a result, which has none), kept in
+        its run file and shown by ``show`` and the report. With a ledger the
+        new run is durable, under ``run_id`` (a fresh one when not given).
+        """
+        registry = self._sync_driver("loop.acontinue_run", awaits=True)
+        engine = self._continued(run, cancel, run_id, parent_run_id)
+        with released_on_error(engine):
+            return self._run(engine, registry, cancel).finish()
+
+    async def acontinue_run(
+        self,
+        run: str | RunResult,
+        *,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> RunResult:
+        """``continue_run`` under asyncio."""
+        engine = self._continued(run, cancel, run_id, parent_run_id)
+        with released_on_error(engine):
+            return await self._arun(engine, cancel).afinish()
+
+    def _continued(
+        self,
+        run: str | RunResult,
+        cancel: CancelToken | None,
+        run_id: str | None,
+        parent_run_id: str | None,
+    ) -> Engine:
+        """The engine of a run that continues ``run`` (a failed or exhausted one)."""
+        if isinstance(run, str):
+            if parent_run_id is not None:
+                raise ValueError(
+                    "parent_run_id= names the run a result continues; a run given by id "
+                    f"is its own parent, got both {run!r} and {parent_run_id!r}"
+                )
+            if self.ledger is None:
+                no_ledger(run)
+            old, _ = self._resumed("continue_run", run, None)
+            if not old.done:
+                raise InvalidStateError(
+                    f"run {run!r} has not ended (it is {old.state.value!r}): resume it, or "
+                    "continue it once it has failed or run out of budget",
+                    state=old.state,
+                )
+            parent_run_id, result = run, old.result()
+        else:
+            result = require_result(run, "continue_run()")
+            if parent_run_id is not None and type(parent_run_id) is not str:
+                raise TypeError(
+                    f"expected parent_run_id to be a str or None, got {type(parent_run_id).__name__}"
+                )
+        if result.status not in (State.FAILED, State.EXHAUSTED):
+            raise ValueError(
+                f"expected a failed or exhausted run to continue, got one that is "
+                f"{result.status.value!r}"
+                + (": fork it or resume it instead" if result.status is not State.FINISHED else "")
+            )
+        engine = self._engine(result.transcript, cancel, run_id, parent_run_id)
+        engine.parent_run_id = parent_run_id
+        return engine
+
     def fork(
         self,
         run: RunResult,
@@ -399,7 +479,11 @@ class Loop:
         return messages if self.system is None else with_system(self.system, messages)
 
     def _engine(
-        self, messages: str | list[dict[str, Any]], cancel: CancelToken | None, run_id: str | None
+        self,
+        messages: str | list[dict[str, Any]],
+        cancel: CancelToken | None,
+        run_id: str | None,
+        parent_run_id: str | None = None,
     ) -> Engine:
         """A fresh engine for a new run: a recording one when the Loop has a ledger."""
         messages = self._input(messages)
@@ -421,6 +505,7 @@ class Loop:
                 budget=self.budget,
                 dispatcher=self.dispatcher,
                 cancel=cancel,
+                parent_run_id=parent_run_id,
             )
         )
 

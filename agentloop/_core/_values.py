@@ -217,6 +217,8 @@ class RecordedException(Exception):
 
     #: What the failed model call cost, when the run recorded it (replay sets it).
     usage: dict[str, int] | None = None
+    #: The wait before a retry a ledger recorded with it (``retry=``), if any.
+    wait: float | None = None
 
     def __init__(self, type_name: str, message: str) -> None:
         super().__init__(message)

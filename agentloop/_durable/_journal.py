@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import orjson
 
-from agentloop._core._engine import Engine
+from agentloop._core._engine import _ASK_POLICY as _ASK
+from agentloop._core._engine import Engine, _Ask
 from agentloop._core._intake import checked_outcome, checked_usage, not_json
 from agentloop._core._json import exception_content, intake
 from agentloop._core._table import TERMINAL, State, Trigger
@@ -95,17 +96,27 @@ def idempotent_tools(dispatcher: object) -> frozenset[str]:
     return frozenset()
 
 
-def header(run_id: str, messages: list[dict[str, Any]], configuration: dict[str, Any]) -> bytes:
-    """A run's header: its input and the configuration it was started with."""
-    return orjson.dumps(
-        {
-            "format": FORMAT,
-            "version": VERSION,
-            "run_id": run_id,
-            "input": messages,
-            "fingerprint": configuration,
-        }
-    )
+def header(
+    run_id: str,
+    messages: list[dict[str, Any]],
+    configuration: dict[str, Any],
+    parent_run_id: str | None = None,
+) -> bytes:
+    """A run's header: its input and the configuration it was started with.
+
+    ``parent_run_id`` (optional: only a run that continues another has it)
+    links it to the run it continues (``Loop.continue_run``).
+    """
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "run_id": run_id,
+        "input": messages,
+        "fingerprint": configuration,
+    }
+    if parent_run_id is not None:
+        document["parent_run_id"] = parent_run_id
+    return orjson.dumps(document)
 
 
 class Journal:
@@ -232,9 +243,15 @@ class Journal:
         body = {call_id: decision.record() for call_id, decision in decisions}
         self._append(DECISION, decisions[0][0], orjson.dumps({"decisions": body}))
 
-    def model_raised(self, step: int, exc: Exception) -> None:
-        """Record that the model raised ``exc`` at ``step`` (and what it cost, if it says)."""
-        self._append(REPLY, str(step), orjson.dumps(raised_record(exc)))
+    def model_raised(self, step: int, exc: Exception, wait: float | None = None) -> None:
+        """Record that the model raised ``exc`` at ``step`` (and what it cost, if it says).
+
+        ``wait``: the wait before a retry the retry policy chose, if it retries.
+        """
+        record = raised_record(exc)
+        if wait is not None:
+            record["wait"] = wait
+        self._append(REPLY, str(step), orjson.dumps(record))
 
     def before_call(self, call: dict[str, Any]) -> dict[str, Any] | None:
         """Record ``tool_started``, or the outcome this call gets without running.
@@ -439,17 +456,25 @@ class DurableEngine(Engine):
             outcome = self.journal.tool_finished(answering, outcome)
         return self._after(super().returned(outcome, call_id))
 
-    def raised(self, exc: Exception, call_id: str | None = None) -> Transition:
+    def raised(
+        self, exc: Exception, call_id: str | None = None, *, wait: float | None | _Ask = _ASK
+    ) -> Transition:
         if call_id is None:
             call_id = self._given
         if isinstance(exc, Exception):
             if self.outstanding is _ASK_MODEL:
-                self.journal.model_raised(self.steps, exc)
+                # The retry policy's wait is chosen once, recorded, and taken as recorded.
+                if isinstance(wait, _Ask):
+                    wait = self.planned_wait(exc)
+                self.journal.model_raised(self.steps, exc, wait)
             else:
                 answering = self._answering_id(call_id)
                 if answering is not None:
                     self.journal.tool_raised(answering, exc)
-        return self._after(super().raised(exc, call_id))
+        return self._after(super().raised(exc, call_id, wait=wait))
+
+    def waited(self) -> Transition:
+        return self._after(super().waited())
 
     def asked_approval(self, reasons: Mapping[str, str]) -> Transition:
         pending = self.checked_reasons(reasons)

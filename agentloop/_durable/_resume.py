@@ -45,6 +45,7 @@ from agentloop._core._values import (
     RunTool,
     Transition,
     Usage,
+    Wait,
 )
 from agentloop._durable._journal import (
     FORMAT,
@@ -84,7 +85,14 @@ __all__ = [
 
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 _APPROVED: Final = approve()
-_INTERRUPTIONS: Final = (Trigger.MODEL_INTERRUPTED, Trigger.TOOL_INTERRUPTED, Trigger.INTERRUPTED)
+_INTERRUPTIONS: Final = (
+    Trigger.MODEL_INTERRUPTED,
+    Trigger.TOOL_INTERRUPTED,
+    Trigger.INTERRUPTED,
+    Trigger.WAIT_INTERRUPTED,
+)
+# The ends that come during a wait before a retry: the wait is handed out again first.
+_DURING_A_WAIT: Final = (Trigger.WAITED, Trigger.WAIT_INTERRUPTED)
 _WHILE_THE_MODEL_WORKED: Final = (Trigger.MODEL_REPLIED, Trigger.MODEL_RAISED)
 _ABSENT: Final = object()  # a fingerprint's field that one side does not have
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # a key shown as .key, not ['key']
@@ -98,13 +106,16 @@ def begin(
     budget: Budget,
     dispatcher: object,
     cancel: CancelToken | None,
+    parent_run_id: str | None = None,
 ) -> DurableEngine:
     """A new durable run: the input checked, then its header recorded and the run claimed."""
     run_id = uuid4().hex if run_id is None else checked_run_id(run_id, new=True)
     engine = DurableEngine(messages, budget=budget, cancel=cancel)  # bad input raises first
     writer = ledger.create(
-        run_id, header(run_id, engine.history(), fingerprint(budget, dispatcher))
+        run_id,
+        header(run_id, engine.history(), fingerprint(budget, dispatcher), parent_run_id),
     )
+    engine.parent_run_id = parent_run_id
     engine.journal = Journal(writer, run_id, idempotent_tools(dispatcher), ledger=ledger)
     weakref.finalize(engine, engine.journal.release)  # an abandoned run frees its claim
     return engine
@@ -184,6 +195,7 @@ def replayed(
             f"run {recorded.run_id!r}: the recorded input is not valid: {exc}"
         ) from None
     engine.journal = journal
+    engine.parent_run_id = recorded.parent_run_id
     _replay(engine, recorded, token)
     return engine
 
@@ -260,6 +272,10 @@ class Recorded:
             raise self._bad("its header's fingerprint", "an object", configuration)
         self.input: list[dict[str, Any]] = messages
         self.fingerprint: dict[str, Any] = configuration
+        parent = document.get("parent_run_id")
+        if parent is not None and type(parent) is not str:
+            raise self._bad("its header's parent_run_id", "a run id", parent)
+        self.parent_run_id: str | None = parent
         self.replies: dict[int, tuple[str, Any]] = {}
         self.started: set[str] = set()
         self.finished: dict[str, dict[str, Any]] = {}
@@ -377,9 +393,14 @@ def recorded_answer(body: dict[str, Any]) -> tuple[str, Any] | None:
         return "reply", body["reply"]
     if body.keys() == {"not_json"} and _texts(body["not_json"], "repr", "problem"):
         return "reply", NotJSON(body["not_json"]["repr"], body["not_json"]["problem"])
-    if body.keys() - {"usage"} == {"raised"} and _texts(body["raised"], "type", "message"):
+    if (
+        body.keys() - {"usage", "wait"} == {"raised"}
+        and _texts(body["raised"], "type", "message")
+        and (body.get("wait") is None or type(body["wait"]) in (int, float))
+    ):
         raised = RecordedException.from_content(body["raised"])
         raised.usage = body.get("usage")  # what the failed call still cost, if it said
+        raised.wait = body.get("wait")  # the wait the retry policy chose, if it retried
         return "raised", raised
     return None
 
@@ -479,11 +500,19 @@ def _replay(engine: DurableEngine, recorded: Recorded, token: CancelToken) -> No
                 if type(Engine.next(engine)) is not AskModel:
                     raise _diverged(recorded, f"a reply is recorded for step {engine.steps + 1}")
                 kind, value = answer
-                if kind == "raised":
-                    Engine.raised(engine, value)
+                if kind == "raised":  # with the wait the retry policy chose then, if any
+                    Engine.raised(engine, value, wait=value.wait)
                 else:
                     Engine.replied(engine, value)
                     batch = _ids(value)
+                made += 1
+            elif state is State.BACKING_OFF:
+                # A wait leaves no record: it was over if the model was asked after it.
+                if end is None and engine.steps + 1 not in replies:
+                    break  # killed during the wait: it is waited again, live
+                if type(Engine.next(engine)) is not Wait:
+                    raise _diverged(recorded, "a wait before a retry")
+                Engine.waited(engine)
                 made += 1
             elif state is State.VALIDATING:
                 Engine.next(engine)
@@ -561,7 +590,14 @@ def _end(
     exception = event.exception or RecordedException("BaseException", "")
     if engine.state is State.DISPATCHING:
         start_calls(engine, event, "the run's end")  # the calls that were running
-    if trigger is Trigger.MODEL_INTERRUPTED:
+    if trigger in _DURING_A_WAIT:  # retry=: cancelled or interrupted while it waited
+        Engine.next(engine)
+        if trigger is Trigger.WAITED:
+            token.cancel()
+            Engine.waited(engine)
+        else:
+            Engine.interrupted(engine, exception)
+    elif trigger is Trigger.MODEL_INTERRUPTED:
         Engine.next(engine)
         Engine.interrupted(engine, exception)
     elif trigger in _INTERRUPTIONS:
