@@ -126,7 +126,9 @@ def anthropic_messages(
         body = {"model": model, "max_tokens": max_tokens, **_messages_request(history)}
         return {**body, **tools, **params}
 
-    return make_model(client.messages.create, request, _messages_reply, "anthropic")
+    return make_model(
+        client.messages.create, request, _messages_reply, "anthropic", sdk=anthropic, name=model
+    )
 
 
 def _messages_request(history: list[Message]) -> dict[str, Any]:

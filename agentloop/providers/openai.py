@@ -99,7 +99,9 @@ def openai_chat(
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         return {"model": model, "messages": _chat_messages(history), **tools, **params}
 
-    return make_model(client.chat.completions.create, request, _chat_reply, "openai")
+    return make_model(
+        client.chat.completions.create, request, _chat_reply, "openai", sdk=openai, name=model
+    )
 
 
 @overload
@@ -141,7 +143,14 @@ def openai_responses(
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         return {"model": model, "input": _responses_input(history), **tools, **params}
 
-    return make_model(client.responses.create, request, _responses_reply, "openai-responses")
+    return make_model(
+        client.responses.create,
+        request,
+        _responses_reply,
+        "openai-responses",
+        sdk=openai,
+        name=model,
+    )
 
 
 def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:
