@@ -17,13 +17,13 @@ from agentloop._callbacks import bind_model, is_async
 from agentloop._continued import ended, forked, released_on_error, resumed
 from agentloop._core._engine import Engine
 from agentloop._core._messages import check_new_input
+from agentloop._core._retry import RetryPolicy
 from agentloop._core._table import State
 from agentloop._core._values import Budget, CancelToken, RunResult, require_result
-from agentloop._errors import InvalidStateError
 from agentloop._durable import _journal, _resume
 from agentloop._durable._ledger import Ledger
+from agentloop._errors import InvalidStateError
 from agentloop._fallback import Fallback, per_run
-from agentloop._core._retry import RetryPolicy
 from agentloop._settings import async_policies, no_ledger, specs_of, timeout, with_system
 from agentloop._sync import Awaiter, Run, awaiting
 from agentloop._tools._dispatcher import as_dispatcher
@@ -106,7 +106,7 @@ class Loop:
         to_thread: bool = False,
         max_concurrency: int | None = None,
         ledger: Ledger | None = None,
-        retry: RetryPolicy | None | _Default = _DEFAULT,
+        retry: RetryPolicy | _Default | None = _DEFAULT,
     ) -> None:
         models: tuple[Model, ...] = model.models if isinstance(model, Fallback) else (model,)
         if not isinstance(model, Fallback) and not callable(model):
@@ -334,7 +334,8 @@ class Loop:
             result = require_result(run, "continue_run()")
             if parent_run_id is not None and type(parent_run_id) is not str:
                 raise TypeError(
-                    f"expected parent_run_id to be a str or None, got {type(parent_run_id).__name__}"
+                    "expected parent_run_id to be a str or None, "
+                    f"got {type(parent_run_id).__name__}"
                 )
         if result.status not in (State.FAILED, State.EXHAUSTED):
             raise ValueError(

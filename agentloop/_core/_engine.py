@@ -275,7 +275,7 @@ class Engine(RunState):
         return self._tool_returned(self._answering(call_id), take_outcome(outcome))
 
     def raised(
-        self, exc: Exception, call_id: str | None = None, *, wait: float | None | _Ask = _ASK_POLICY
+        self, exc: Exception, call_id: str | None = None, *, wait: float | _Ask | None = _ASK_POLICY
     ) -> Transition:
         """The model or the tool raised ``exc``: what that means is the table's.
 

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import math
 import random as _random
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable
+from typing import Any, Final
 
 import attrs
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from agentloop._core._values import CancelToken
+from agentloop._core._values import CancelToken
 
 __all__ = ["KINDS", "RetryPolicy", "Transient", "mark", "transient"]
 

@@ -334,8 +334,10 @@ class RunState:
         return sum(event.guard is Guard.FALLBACK_LEFT for event in self._events)
 
     def retries(self) -> int:
-        """The retries of the ask in hand made so far: the ``retry_planned`` rows since the
-        model last replied or a fallback model took over."""
+        """The retries of the ask in hand made so far.
+
+        The ``retry_planned`` rows since the model last replied or a fallback model took over.
+        """
         count = 0
         for event in reversed(self._events):
             if event.guard is Guard.RETRY_PLANNED:

@@ -31,6 +31,7 @@ from agentloop._core._values import (
     RunTool,
     Transition,
     Usage,
+    Wait,
 )
 from agentloop._durable._key import KEY
 from agentloop._durable._ledger import ASKED, DECISION, END, FINISHED, REPLY, STARTED, LedgerRecord
@@ -405,7 +406,7 @@ class DurableEngine(Engine):
             self.journal.check()
         return super().result()
 
-    def next(self) -> AskModel | RunTool | AwaitApproval | Transition:
+    def next(self) -> AskModel | RunTool | AwaitApproval | Wait | Transition:
         self.journal.check()
         if self.handed and not self.done:
             # Handed out by the resume: its cancel checkpoint was passed then.
@@ -457,7 +458,7 @@ class DurableEngine(Engine):
         return self._after(super().returned(outcome, call_id))
 
     def raised(
-        self, exc: Exception, call_id: str | None = None, *, wait: float | None | _Ask = _ASK
+        self, exc: Exception, call_id: str | None = None, *, wait: float | _Ask | None = _ASK
     ) -> Transition:
         if call_id is None:
             call_id = self._given

@@ -249,10 +249,11 @@ def make_model(
 
 
 def classify(exc: Exception, sdk: ModuleType | None) -> None:
-    """Mark an SDK's error by its own exception types: a rate limit, a 5xx, a timeout, a
-    lost connection; the server's ``Retry-After`` (``retry-after-ms`` first) goes with it.
+    """Mark an SDK's error by its own exception types, when it may pass.
 
-    OpenAI's and Anthropic's SDKs share these type names. Anything else stays unmarked.
+    A rate limit, a 5xx, a timeout, a lost connection; the server's
+    ``Retry-After`` (``retry-after-ms`` first) goes with it. OpenAI's and
+    Anthropic's SDKs share these type names. Anything else stays unmarked.
     """
     if sdk is None:
         return
@@ -267,8 +268,11 @@ def classify(exc: Exception, sdk: ModuleType | None) -> None:
 
 
 def retry_after(headers: Any) -> float | None:
-    """The wait a response asks for, in seconds: ``retry-after-ms``, or ``retry-after`` in
-    seconds (an HTTP date, which needs a clock, is left to the policy's backoff)."""
+    """The wait a response asks for, in seconds.
+
+    ``retry-after-ms``, or ``retry-after`` in seconds (an HTTP date, which
+    needs a clock, is left to the policy's backoff).
+    """
     for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         value = headers.get(header)
         if value is None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, overload
 
 try:
-    import anthropic  # noqa: TC002 - at run time, so that a missing SDK fails here
+    import anthropic  # at run time, so that a missing SDK fails here
 except ImportError as exc:
     raise ImportError(
         "agentloop.providers.anthropic needs the Anthropic SDK: "

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, overload
 
 try:
-    import openai  # noqa: TC002 - at run time, so that a missing SDK fails here
+    import openai  # at run time, so that a missing SDK fails here
 except ImportError as exc:
     raise ImportError(
         "agentloop.providers.openai needs the OpenAI SDK: pip install 'agentloop-fsm[openai]'"
