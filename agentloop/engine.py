@@ -1,8 +1,9 @@
 """agentloop.engine: for writing a driver of your own around the sans-I/O engine.
 
 ``Engine`` is the state machine ``Loop``'s drivers wrap: ``next()`` says what
-the run needs (``AskModel``, ``RunTool``, ``AwaitApproval``, or the
-``Transition`` it made by itself), and the driver reports what happened.
+the run needs (``AskModel``, ``RunTool``, ``AwaitApproval``, ``Wait`` before a
+retry, or the ``Transition`` it made by itself), and the driver reports what
+happened (``waited()`` once a ``Wait`` is over).
 The table it interprets is here too (``ROWS``: each a ``Row`` of ``State``,
 ``Trigger``, ``Guard`` and ``Effect``), with the callback types a driver
 calls (``Model``, ``Dispatcher``, ``Listener``). See the docs' "Writing a
@@ -15,7 +16,7 @@ from agentloop._callbacks import Dispatcher, Listener, Model
 from agentloop._core._checked import ROWS, Row
 from agentloop._core._engine import Engine
 from agentloop._core._table import TERMINAL, Effect, Guard, State, Trigger
-from agentloop._core._values import AskModel, AwaitApproval, RunTool, Transition
+from agentloop._core._values import AskModel, AwaitApproval, RunTool, Transition, Wait
 from agentloop._names import publish as _publish
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "State",
     "Transition",
     "Trigger",
+    "Wait",
 ]
 
 _publish(__name__, globals(), [name for name in __all__ if name not in ("State", "Transition")])

@@ -88,7 +88,7 @@ def replay(
     token = CancelToken() if token is None else token
     if engine is None:
         if models is None:
-            models = tuple(dict.fromkeys(e.model for e in events if e.model is not None))
+            models = _models_named(events)
         engine = Engine(messages, budget=budget, cancel=token, models=models)
     for index, event in enumerate(events):
         where = f"$.events[{index}]"
@@ -179,6 +179,20 @@ def _feed(
         return engine.decided(dict(event.decisions))
     except (TypeError, ValueError) as refused:
         raise Mismatch(where, "a report the engine takes", str(refused)) from None
+
+
+def _models_named(events: Sequence[Transition]) -> tuple[str, ...]:
+    """The fallback models the events name, in the order they were asked.
+
+    A run moves on to the next model only, so each first appears after the one
+    before; a model moved on to and never asked (the run ended first) is named
+    by its place, as no event can need its name.
+    """
+    named = tuple(dict.fromkeys(e.model for e in events if e.model is not None))
+    moved = sum(e.guard is Guard.FALLBACK_LEFT for e in events)
+    if not moved:
+        return named
+    return named + tuple(f"#{index + 1}" for index in range(len(named), moved + 1))
 
 
 def _exception(event: Transition, where: str) -> RecordedException:

@@ -197,9 +197,13 @@ def _compare(want: dict[str, Any], got: dict[str, Any], where: str) -> None:
     if dumps(want) == dumps(got):
         return
     for name, value in want.items():
+        if name not in got:  # an optional field (wait, model) the document lacks
+            raise Mismatch(f"{where}.{name}", f"{as_shown(value)}, as replaying gives", "none")
         if dumps(value) != dumps(got[name]):
             raise Mismatch(
                 f"{where}.{name}",
                 f"{as_shown(value)}, as replaying the run gives",
                 as_found(got[name]),
             )
+    for name in got.keys() - want.keys():  # an optional field the replay does not make
+        raise Mismatch(f"{where}.{name}", "no such field, as replaying gives", as_found(got[name]))
