@@ -93,7 +93,7 @@ class Loop:
 
     def __init__(
         self,
-        model: Model,
+        model: Model | Fallback,
         *,
         tools: object = None,
         system: str | None = None,

@@ -46,7 +46,9 @@ def policy(sleeps: Sleeps | None = None, **kwargs: Any) -> RetryPolicy:
 
 def rows(result: RunResult) -> list[tuple[str, str, str]]:
     """Each event as (trigger, guard, dest)."""
-    return [(e.trigger.value, e.guard.value if e.guard else "", e.dest.value) for e in result.events]
+    return [
+        (e.trigger.value, e.guard.value if e.guard else "", e.dest.value) for e in result.events
+    ]
 
 
 # -- retries ------------------------------------------------------------------------
@@ -60,7 +62,8 @@ def test_a_failed_step_waits_then_asks_again_step_by_step() -> None:
     first = run.step()
     assert (first.dest, first.guard, run.steps) == (State.BACKING_OFF, "retry_planned", 1)
     assert first.error == "the model raised TimeoutError: slow"
-    assert first.wait is not None and 0 < first.wait <= 0.5
+    assert first.wait is not None
+    assert 0 < first.wait <= 0.5
     assert run.transcript == [{"kind": "user", "text": "hi"}]
     assert sleeps.waits == []  # not yet: the wait is the next transition's
     waited = run.step()
@@ -80,7 +83,8 @@ def test_the_engine_hands_out_the_recorded_wait_and_refuses_out_of_order_reports
     engine.next()
     raised = engine.raised(ConnectionError("reset"))
     need = engine.next()
-    assert type(need) is Wait and need.seconds == raised.wait
+    assert type(need) is Wait
+    assert need.seconds == raised.wait
     with pytest.raises(agentloop.InvalidStateError, match="back_off is outstanding"):
         engine.next()
     with pytest.raises(agentloop.InvalidStateError, match="cannot take a model reply"):
@@ -157,7 +161,7 @@ def test_which_errors_count_is_the_policys() -> None:
         RetryPolicy(retry_on={"teapot"})
     with pytest.raises(ValueError, match="attempts must be an int of 1 or more, got 0"):
         RetryPolicy(attempts=0)
-    with pytest.raises(TypeError, match="expected retry to be an agentloop.models.RetryPolicy"):
+    with pytest.raises(TypeError, match=r"expected retry to be an agentloop\.models\.RetryPolicy"):
         Loop(ScriptedModel([]), retry=3)  # type: ignore[arg-type]
 
 
@@ -169,7 +173,9 @@ def test_a_cancel_before_the_wait_ends_the_run_without_waiting(driver: Driver) -
         if transition.dest is State.BACKING_OFF:
             token.cancel()
 
-    loop = Loop(ScriptedModel([TimeoutError("a")]), retry=policy(sleeps), listeners=[cancel_on_backoff])
+    loop = Loop(
+        ScriptedModel([TimeoutError("a")]), retry=policy(sleeps), listeners=[cancel_on_backoff]
+    )
     result = driver.run(loop, "hi", cancel=token)
     assert rows(result)[-1] == ("back_off", "cancel_requested", "cancelled")
     assert sleeps.waits == []
@@ -247,7 +253,7 @@ def test_attempts_never_exceed_the_policy_and_all_are_steps(
     script: list[str], attempts: int, models: int, max_steps: int
 ) -> None:
     """Consecutive failed asks of one model never pass ``attempts``; every ask is a step."""
-    made = {"timeout": lambda: TimeoutError("t"), "value": lambda: ValueError("v")}
+    made: dict[str, type[Exception]] = {"timeout": TimeoutError, "value": ValueError}
     asked: list[str] = []
 
     def model_named(name: str) -> Any:
@@ -256,7 +262,7 @@ def test_attempts_never_exceed_the_policy_and_all_are_steps(
             entry = script[len(asked) - 1] if len(asked) <= len(script) else "final"
             if entry == "final":
                 return final("done")
-            raise made[entry]()
+            raise made[entry](entry)
 
         model.__name__ = name
         return model
@@ -289,7 +295,9 @@ def test_attempts_never_exceed_the_policy_and_all_are_steps(
 def test_the_fallback_answers_when_the_primary_fails_for_good(driver: Driver) -> None:
     """A non-retryable error moves on at once; the event names each model; usage per model."""
     primary = ScriptedModel([ValueError("down")])
-    secondary = ScriptedModel([{**final("from b"), "usage": {"input_tokens": 5, "output_tokens": 2, "cached_tokens": 0}}])
+    secondary = ScriptedModel(
+        [{**final("from b"), "usage": {"input_tokens": 5, "output_tokens": 2, "cached_tokens": 0}}]
+    )
     loop = Loop(fallback(primary, secondary, names=["a", "b"]), retry=policy())
     result = driver.run(loop, "hi")
     assert rows(result) == [
@@ -317,14 +325,20 @@ def test_the_fallback_takes_over_once_retries_run_out_and_budgets_count_across(
         "fallback_left",
     ]
     assert (result.status, result.steps) == ("finished", 4)
-    short = Loop(fallback(ScriptedModel([TimeoutError("a")] * 2), ScriptedModel([call("c1"), final()])),
-                 tools=[add], retry=policy(attempts=2), max_steps=3)
+    short = Loop(
+        fallback(ScriptedModel([TimeoutError("a")] * 2), ScriptedModel([call("c1"), final()])),
+        tools=[add],
+        retry=policy(attempts=2),
+        max_steps=3,
+    )
     assert driver.run(short, "hi").reason == "max_steps"
 
 
 def test_the_last_model_failing_fails_the_run() -> None:
     """With no model left, the run fails with the last model's error."""
-    result = Loop(fallback(ScriptedModel([ValueError("a")]), ScriptedModel([ValueError("b")]))).run("x")
+    result = Loop(fallback(ScriptedModel([ValueError("a")]), ScriptedModel([ValueError("b")]))).run(
+        "x"
+    )
     assert (result.status, result.error) == ("failed", "the model raised ValueError: b")
 
 
@@ -349,7 +363,12 @@ def test_continue_run_goes_on_from_the_transcript_with_fresh_budgets(driver: Dri
     assert old.status == "failed"
     loop = Loop(ScriptedModel([final("done")]), tools=[add], max_steps=1)
     new = loop.continue_run(old, parent_run_id="old-1")
-    assert (new.status, new.output, new.steps, new.parent_run_id) == ("finished", "done", 1, "old-1")
+    assert (new.status, new.output, new.steps, new.parent_run_id) == (
+        "finished",
+        "done",
+        1,
+        "old-1",
+    )
     assert new.transcript[: len(old.transcript)] == old.transcript
     assert run_from_json(run_to_json(new)).parent_run_id == "old-1"
     assert_contract(new, old.transcript)
@@ -361,7 +380,10 @@ def test_continue_run_takes_an_exhausted_run_and_refuses_a_finished_one() -> Non
     assert exhausted.status == "exhausted"
     assert Loop(ScriptedModel([final()]), tools=[add]).continue_run(exhausted).parent_run_id is None
     finished = Loop(ScriptedModel([final()])).run("hi")
-    with pytest.raises(ValueError, match="expected a failed or exhausted run to continue, got one that is 'finished'"):
+    with pytest.raises(
+        ValueError,
+        match="expected a failed or exhausted run to continue, got one that is 'finished'",
+    ):
         Loop(ScriptedModel([])).continue_run(finished)
 
 
@@ -372,7 +394,8 @@ def test_continue_run_by_id_in_a_ledger_is_linked_in_the_record(tmp_path: Path) 
     new = Loop(ScriptedModel([final("ok")]), ledger=ledger).continue_run("first", run_id="second")
     assert (new.status, new.parent_run_id) == ("finished", "first")
     again = Loop(ScriptedModel([]), ledger=ledger).resume("second")
-    assert again == new and again.parent_run_id == "first"
+    assert again == new
+    assert again.parent_run_id == "first"
     with pytest.raises(ValueError, match="a run given by id is its own parent"):
         Loop(ScriptedModel([]), ledger=ledger).continue_run("first", parent_run_id="x")
 

@@ -70,7 +70,8 @@ async def test_a_429_with_retry_after_then_success(api: Api, flavour: str) -> No
     assert (result.status, result.output, result.steps) == ("finished", "5", 2)
     first = result.events[0]
     assert (first.guard, first.wait) == ("retry_planned", 2.0)
-    assert first.error is not None and first.error.startswith("the model raised RateLimitError")
+    assert first.error is not None
+    assert first.error.startswith("the model raised RateLimitError")
     assert sleeps.waits == [2.0]
     assert len(wire.requests) == 2
 
@@ -132,7 +133,9 @@ async def test_a_cancel_during_the_backoff_wait_ends_the_run_at_once(
     loop = Loop(
         openai_model(api, flavour, wire), retry=RetryPolicy(cap=60.0, sleep=cancel_then_wait)
     )
-    result = loop.run("hi", cancel=token) if flavour == "sync" else await loop.arun("hi", cancel=token)
+    result = (
+        loop.run("hi", cancel=token) if flavour == "sync" else await loop.arun("hi", cancel=token)
+    )
     assert [(e.trigger, e.guard, e.dest) for e in result.events] == [
         ("model_raised", "retry_planned", "backing_off"),
         ("waited", "cancel_requested", "cancelled"),
