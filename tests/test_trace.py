@@ -115,7 +115,7 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
     assert "    awaiting_model --> failed: model_raised\n" in mermaid
     assert "    class awaiting_model, validating, dispatching, finished visited\n" in mermaid
     assert (
-        "    class awaiting_approval, cancelled, exhausted, repeated_call, malformed, failed "
+        "    class awaiting_approval, backing_off, cancelled, exhausted, repeated_call, malformed, failed "
         "unvisited\n" in mermaid
     )
     assert not any(line != line.rstrip() for line in mermaid.splitlines())
