@@ -115,8 +115,8 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
     assert "    awaiting_model --> failed: model_raised\n" in mermaid
     assert "    class awaiting_model, validating, dispatching, finished visited\n" in mermaid
     assert (
-        "    class awaiting_approval, backing_off, cancelled, exhausted, repeated_call, malformed, failed "
-        "unvisited\n" in mermaid
+        "    class awaiting_approval, backing_off, cancelled, exhausted, repeated_call, "
+        "malformed, failed unvisited\n" in mermaid
     )
     assert not any(line != line.rstrip() for line in mermaid.splitlines())
 
