@@ -400,6 +400,20 @@ def test_continue_run_by_id_in_a_ledger_is_linked_in_the_record(tmp_path: Path) 
         Loop(ScriptedModel([]), ledger=ledger).continue_run("first", parent_run_id="x")
 
 
+def test_agentloop_show_names_the_parent_of_a_ledger_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``agentloop show runs.db <id>`` prints which run a continued run goes on from."""
+    from agentloop.__main__ import main
+
+    path = tmp_path / "runs.db"
+    Loop(ScriptedModel([ValueError("down")]), ledger=SQLiteLedger(path)).run("hi", run_id="one")
+    Loop(ScriptedModel([final()]), ledger=SQLiteLedger(path)).continue_run("one", run_id="two")
+    capsys.readouterr()
+    assert main(["show", str(path), "two"]) == 0
+    assert "continues run one" in capsys.readouterr().out
+
+
 def test_show_and_the_report_name_the_parent_run() -> None:
     """The text view and the HTML report say which run this one continues."""
     from agentloop._review._report import report_html
