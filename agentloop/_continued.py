@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import attrs
 import orjson
 
-from agentloop._core._replay import Mismatch, replay
+from agentloop._core._replay import Mismatch, models_named, replay
 from agentloop._core._values import CancelToken, RunResult, require_result
 from agentloop._durable import _journal, _resume
 from agentloop._errors import ConfigurationMismatchError, InvalidStateError
@@ -65,7 +65,13 @@ def forked(
     engine: Engine | None = None
     if ledger is not None:
         engine = _resume.begin(
-            ledger, run_id, messages, budget=budget, dispatcher=dispatcher, cancel=token
+            ledger,
+            run_id,
+            messages,
+            budget=budget,
+            dispatcher=dispatcher,
+            cancel=token,
+            models=models_named(events),  # the fallback models its replay needs
         )
     elif run_id is not None:
         raise ValueError(

@@ -507,6 +507,7 @@ class Loop:
                 dispatcher=self.dispatcher,
                 cancel=cancel,
                 parent_run_id=parent_run_id,
+                models=self._model_names,
             )
         )
 

@@ -478,3 +478,27 @@ def test_a_run_file_with_a_wait_the_replay_does_not_make_is_refused() -> None:
     assert forged != text
     with pytest.raises(agentloop.RunFileError, match=r"\$\.events\[0\]: expected .*retry_planned"):
         run_from_json(forged)
+
+
+def test_a_durable_run_with_fallback_models_resumes_and_forks(tmp_path: Path) -> None:
+    """The ledger header names the fallback models, so a resume and a fork replay them."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+
+    def interrupted(seconds: float, token: CancelToken | None) -> None:
+        raise KeyboardInterrupt
+
+    chain = fallback(ScriptedModel([ValueError("a")]), ScriptedModel([TimeoutError("b")]))
+    loop = Loop(chain, retry=policy(sleep=interrupted), ledger=ledger)
+    with pytest.raises(KeyboardInterrupt):
+        loop.run("hi", run_id="f")
+    resumed = Loop(chain, ledger=ledger, retry=policy()).resume("f")
+    assert rows(resumed) == [
+        ("model_raised", "fallback_left", "awaiting_model"),
+        ("model_raised", "retry_planned", "backing_off"),
+        ("wait_interrupted", "", "cancelled"),
+    ]
+    assert [e.model for e in resumed.events] == ["ScriptedModel", "ScriptedModel#2", None]
+    forked = Loop(fallback(ScriptedModel([]), ScriptedModel([final("fork")])), ledger=ledger).fork(
+        resumed, at=1, run_id="f2"
+    )
+    assert forked.finish().output == "fork"

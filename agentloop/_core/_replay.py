@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from agentloop._core._values import Budget
 
-__all__ = ["Mismatch", "replay", "row_text"]
+__all__ = ["Mismatch", "models_named", "replay", "row_text"]
 
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 # The reports that answer a model request: the ask that spent the step comes first.
@@ -88,7 +88,7 @@ def replay(
     token = CancelToken() if token is None else token
     if engine is None:
         if models is None:
-            models = _models_named(events)
+            models = models_named(events)
         engine = Engine(messages, budget=budget, cancel=token, models=models)
     for index, event in enumerate(events):
         where = f"$.events[{index}]"
@@ -181,7 +181,7 @@ def _feed(
         raise Mismatch(where, "a report the engine takes", str(refused)) from None
 
 
-def _models_named(events: Sequence[Transition]) -> tuple[str, ...]:
+def models_named(events: Sequence[Transition]) -> tuple[str, ...]:
     """The fallback models the events name, in the order they were asked.
 
     A run moves on to the next model only, so each first appears after the one

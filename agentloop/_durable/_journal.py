@@ -102,11 +102,13 @@ def header(
     messages: list[dict[str, Any]],
     configuration: dict[str, Any],
     parent_run_id: str | None = None,
+    models: tuple[str, ...] = (),
 ) -> bytes:
     """A run's header: its input and the configuration it was started with.
 
-    ``parent_run_id`` (optional: only a run that continues another has it)
-    links it to the run it continues (``Loop.continue_run``).
+    Optional, only where used: ``parent_run_id`` links it to the run it
+    continues (``Loop.continue_run``); ``models`` names its fallback models,
+    which its replay needs (``agentloop.models.fallback``).
     """
     document = {
         "format": FORMAT,
@@ -117,6 +119,8 @@ def header(
     }
     if parent_run_id is not None:
         document["parent_run_id"] = parent_run_id
+    if models:
+        document["models"] = list(models)
     return orjson.dumps(document)
 
 
@@ -378,8 +382,9 @@ class DurableEngine(Engine):
         *,
         budget: Budget,
         cancel: CancelToken | None,
+        models: tuple[str, ...] = (),
     ) -> None:
-        super().__init__(messages, budget=budget, cancel=cancel)
+        super().__init__(messages, budget=budget, cancel=cancel, models=models)
         self.handed: list[RunTool] = []
         self._given: str | None = None  # the handed call last given to the driver
 

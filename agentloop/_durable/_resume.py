@@ -107,13 +107,15 @@ def begin(
     dispatcher: object,
     cancel: CancelToken | None,
     parent_run_id: str | None = None,
+    models: tuple[str, ...] = (),
 ) -> DurableEngine:
     """A new durable run: the input checked, then its header recorded and the run claimed."""
     run_id = uuid4().hex if run_id is None else checked_run_id(run_id, new=True)
-    engine = DurableEngine(messages, budget=budget, cancel=cancel)  # bad input raises first
+    # Bad input raises first.
+    engine = DurableEngine(messages, budget=budget, cancel=cancel, models=models)
     writer = ledger.create(
         run_id,
-        header(run_id, engine.history(), fingerprint(budget, dispatcher), parent_run_id),
+        header(run_id, engine.history(), fingerprint(budget, dispatcher), parent_run_id, models),
     )
     engine.parent_run_id = parent_run_id
     engine.journal = Journal(writer, run_id, idempotent_tools(dispatcher), ledger=ledger)
@@ -189,7 +191,7 @@ def replayed(
     ``token`` is what it watches: the replay cancels it where the run was cancelled.
     """
     try:
-        engine = DurableEngine(recorded.input, budget=budget, cancel=token)
+        engine = DurableEngine(recorded.input, budget=budget, cancel=token, models=recorded.models)
     except (TypeError, ValueError) as exc:
         raise LedgerError(
             f"run {recorded.run_id!r}: the recorded input is not valid: {exc}"
@@ -276,6 +278,10 @@ class Recorded:
         if parent is not None and type(parent) is not str:
             raise self._bad("its header's parent_run_id", "a run id", parent)
         self.parent_run_id: str | None = parent
+        models = document.get("models", [])
+        if type(models) is not list or not all(type(name) is str for name in models):
+            raise self._bad("its header's models", "a list of model names", models)
+        self.models: tuple[str, ...] = tuple(models)
         self.replies: dict[int, tuple[str, Any]] = {}
         self.started: set[str] = set()
         self.finished: dict[str, dict[str, Any]] = {}
