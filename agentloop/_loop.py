@@ -564,6 +564,8 @@ class Loop:
     def _model_of(self, engine: Engine) -> Model:
         """What the driver calls: the model, or the fallback model the run has come to."""
         bound = self._bound_models
+        if len(bound) == 1:  # one model: nothing to choose, nothing made per run
+            return self._bound_model
         return per_run(bound, engine, is_async(bound[0]))
 
     def _arun(self, engine: Engine, cancel: CancelToken | None) -> AsyncRun:
