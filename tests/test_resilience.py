@@ -502,3 +502,15 @@ def test_a_durable_run_with_fallback_models_resumes_and_forks(tmp_path: Path) ->
         resumed, at=1, run_id="f2"
     )
     assert forked.finish().output == "fork"
+
+
+@pytest.mark.parametrize("cancel", [None, CancelToken()], ids=["no token", "a token"])
+def test_the_drivers_own_tiny_wait_then_the_retry(
+    driver: Driver, cancel: CancelToken | None
+) -> None:
+    """With no sleeper of the policy's, each driver waits itself (a millisecond), then asks."""
+    tiny = RetryPolicy(base=0.001, jitter=0.0)
+    model = ScriptedModel([TimeoutError("a"), final("ok")])
+    result = driver.run(Loop(model, retry=tiny), "hi", cancel)
+    assert (result.status, result.steps, result.events[0].wait) == ("finished", 2, 0.001)
+    assert result.events[1].took is not None
