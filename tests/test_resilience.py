@@ -159,6 +159,10 @@ def test_which_errors_count_is_the_policys() -> None:
     assert mine.wait_for(ValueError(), 0) is not None
     with pytest.raises(ValueError, match=r"retry_on must hold kinds from .*got \['teapot'\]"):
         RetryPolicy(retry_on={"teapot"})
+    with pytest.raises(ValueError, match=r"retry_after to be a finite number .*got inf"):
+        mark(ValueError(), "rate_limit", retry_after=float("inf"))
+    with pytest.raises(ValueError, match=r"expected kind to be one of .*got 'teapot'"):
+        Transient(kind="teapot")
     with pytest.raises(ValueError, match="attempts must be an int of 1 or more, got 0"):
         RetryPolicy(attempts=0)
     with pytest.raises(TypeError, match=r"expected retry to be an agentloop\.models\.RetryPolicy"):

@@ -32,20 +32,33 @@ KINDS: Final = frozenset({"rate_limit", "server", "timeout", "connection"})
 _MARK: Final = "agentloop_transient"
 
 
+def _kind(_: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if value not in KINDS:
+        raise ValueError(f"expected kind to be one of {sorted(KINDS)}, got {value!r:.40}")
+
+
+def _after(_: object, attribute: attrs.Attribute[float | None], value: object) -> None:
+    if value is not None and (
+        type(value) not in (int, float) or not 0 <= value < math.inf  # type: ignore[operator]
+    ):
+        raise ValueError(
+            f"expected retry_after to be a finite number of seconds, 0 or more, or None, "
+            f"got {value!r:.40}"
+        )
+
+
 @attrs.frozen(kw_only=True)
 class Transient:
     """A model error that may pass: its ``kind`` and the server's ``Retry-After`` (seconds)."""
 
     #: ``rate_limit``, ``server`` (5xx, overloaded), ``timeout`` or ``connection``.
-    kind: str
+    kind: str = attrs.field(validator=_kind)
     #: What the server asked us to wait, when it said (``Retry-After``).
-    retry_after: float | None = None
+    retry_after: float | None = attrs.field(default=None, validator=_after)
 
 
 def mark(exc: BaseException, kind: str, retry_after: float | None = None) -> None:
     """Mark ``exc`` as transient, of ``kind`` (what an adapter does with an SDK's error)."""
-    if kind not in KINDS:
-        raise ValueError(f"expected kind to be one of {sorted(KINDS)}, got {kind!r}")
     setattr(exc, _MARK, Transient(kind=kind, retry_after=retry_after))
 
 

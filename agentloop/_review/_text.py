@@ -175,7 +175,7 @@ def event_cells(run: Events, index: int, limit: int | None) -> tuple[str, ...]:
     if transition.wait is not None:  # retry=: the wait the policy chose before the next ask
         outcome += f"; retry after {_seconds(transition.wait)}"
     if transition.model is not None:  # fallback models: which one this was
-        outcome = f"{transition.model}: {outcome}"
+        outcome = f"{transition.model}: {outcome}" if outcome else transition.model
     budget = result.budget
     return (
         str(index + 1),
