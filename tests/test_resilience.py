@@ -518,3 +518,10 @@ def test_the_drivers_own_tiny_wait_then_the_retry(
     result = driver.run(Loop(model, retry=tiny), "hi", cancel)
     assert (result.status, result.steps, result.events[0].wait) == ("finished", 2, 0.001)
     assert result.events[1].took is not None
+
+
+async def test_acontinue_run_goes_on_under_asyncio() -> None:
+    """The asyncio form takes a failed run and an async model the same way."""
+    failed = await Loop(AsyncScriptedModel([ValueError("down")])).arun("hi")
+    new = await Loop(AsyncScriptedModel([final("ok")])).acontinue_run(failed, parent_run_id="p")
+    assert (new.status, new.output, new.parent_run_id) == ("finished", "ok", "p")
