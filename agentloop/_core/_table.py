@@ -80,6 +80,9 @@ The goal is that nothing is. Today these are, and each says where:
   to wait (``RetryPolicy.wait_for``: ``None`` when it would not retry) and
   names the model asked (fallback models); ``retry_planned`` reads that
   answer, and a replay feeds back the recorded wait instead of asking.
+* Which fallback model a driver calls is read, not decided, outside the
+  rows: ``engine.model_index`` counts the ``fallback_left`` rows taken, and
+  the Loop's per-run model (``_fallback.per_run``) calls that one.
 * A report that answers nothing outstanding (a reply nobody asked for, a
   second ``next()`` while a request is out) is refused with
   ``InvalidStateError`` before intake, and changes nothing (``Engine``).
