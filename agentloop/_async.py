@@ -45,8 +45,9 @@ from agentloop._callbacks import (
 )
 from agentloop._core._context import Summarise
 from agentloop._core._table import TERMINAL, State
-from agentloop._core._values import ReviewCalls, RunTool
+from agentloop._core._values import ReviewCalls, RunTool, Wait
 from agentloop._run import LOG, Carried, RunView, carried, log, one_transition
+from agentloop._waits import await_wait
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -199,6 +200,9 @@ class AsyncRun(RunView):
         """Await what the engine asked: the model, a tool (unless cancelled), the policies."""
         if type(need) is ReviewCalls:
             return await self._reviewed(need)
+        if type(need) is Wait:  # retry=: cut short by the token (the table then ends the run)
+            await await_wait(need, self._cancel)
+            return None
         kind = type(need)
         if kind is RunTool:
             pending = self._tool(need)(need.call)  # type: ignore[arg-type, union-attr]

@@ -21,7 +21,7 @@ import attrs
 import orjson
 
 from agentloop._core._engine import Engine
-from agentloop._core._replay import Mismatch, replay
+from agentloop._core._replay import Mismatch, models_named, replay
 from agentloop._core._values import CancelToken, RunResult, require_result
 from agentloop._durable import _recording, _resume
 from agentloop._errors import ConfigurationMismatchError, InvalidStateError
@@ -74,6 +74,7 @@ def forked(
             dispatcher=dispatcher,
             cancel=token,
             context=context,
+            models=models_named(events),  # the fallback models its replay needs
         )
     elif run_id is not None:
         raise ValueError(

@@ -10,16 +10,20 @@ durable (``agentloop._durable``): the engine records as it goes, and
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from agentloop._async import AsyncRun, async_dispatch
 from agentloop._callbacks import bind_model, is_async
 from agentloop._continued import ended, forked, released_on_error, resumed
 from agentloop._core._engine import Engine
 from agentloop._core._messages import check_new_input
-from agentloop._core._values import Budget, CancelToken, RunResult
+from agentloop._core._retry import RetryPolicy
+from agentloop._core._table import State
+from agentloop._core._values import Budget, CancelToken, RunResult, require_result
 from agentloop._durable import _recording, _resume
 from agentloop._durable._ledger import Ledger
+from agentloop._errors import InvalidStateError
+from agentloop._fallback import Fallback, per_run
 from agentloop._settings import (
     async_policies,
     checked_context,
@@ -41,7 +45,19 @@ if TYPE_CHECKING:
 
 __all__ = ["Loop"]
 
+_E = TypeVar("_E", bound=Engine)
+
 _CANNOT_AWAIT: Final = "that driver cannot await it"
+
+
+class _Default:
+    """``retry=`` not given: on for the provider adapters, off for plain callbacks."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+_DEFAULT: Final = _Default()
 #: How many calls of a batch the asyncio driver runs at once unless told.
 DEFAULT_CONCURRENCY: Final = 10
 
@@ -78,11 +94,17 @@ class Loop:
     ``context`` (``agentloop.context.keep_last(tokens=...)`` or
     ``summarise(model, tokens=...)``) fits each model request to a context
     window in whole turns; the record keeps the whole history.
+    ``retry`` (an ``agentloop.models.RetryPolicy``, or ``None`` for none)
+    retries a model that failed with a passing error (a rate limit, a 5xx, a
+    timeout, a lost connection) after a wait; unless given, the provider
+    adapters' models get ``RetryPolicy()`` and plain callbacks none. ``model``
+    may be ``agentloop.models.fallback(primary, secondary, ...)``: models
+    asked in turn. See the docs' "Resilience" page.
     """
 
     def __init__(
         self,
-        model: Model,
+        model: Model | Fallback,
         *,
         tools: object = None,
         system: str | None = None,
@@ -96,15 +118,29 @@ class Loop:
         max_concurrency: int | None = None,
         ledger: Ledger | None = None,
         context: ContextPolicy | None = None,
+        retry: RetryPolicy | _Default | None = _DEFAULT,
     ) -> None:
-        if not callable(model):
+        models: tuple[Model, ...] = model.models if isinstance(model, Fallback) else (model,)
+        if not isinstance(model, Fallback) and not callable(model):
             raise TypeError(
                 f"expected model to be a callable taking the history, got {type(model).__name__}"
             )
         self.model = model
         self.dispatcher: Dispatcher = as_dispatcher(tools)
         # What the drivers call: with the tools' specs for a model that takes them.
-        self._bound_model = bind_model(model, specs_of(self.dispatcher))
+        specs = specs_of(self.dispatcher)
+        self._bound_models = tuple(bind_model(one, specs) for one in models)
+        self._bound_model = self._bound_models[0]
+        self._model_names = model.names if isinstance(model, Fallback) else ()
+        if isinstance(retry, _Default):
+            adapters = all(getattr(one, "agentloop_retry", False) is True for one in models)
+            retry = RetryPolicy() if adapters else None
+        elif retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(
+                "expected retry to be an agentloop.models.RetryPolicy or None, "
+                f"got {type(retry).__name__}"
+            )
+        self.retry: RetryPolicy | None = retry
         self.budget = Budget(
             max_steps=max_steps, max_calls=max_calls, max_total_tokens=max_total_tokens
         )
@@ -146,7 +182,7 @@ class Loop:
         self._asyncio_only = [
             (name, why, awaits)
             for name, value, why, awaits in (
-                ("an async model", is_async(model) or None, _CANNOT_AWAIT, True),
+                ("an async model", is_async(models[0]) or None, _CANNOT_AWAIT, True),
                 ("model_timeout", self.model_timeout, cannot_interrupt, True),
                 ("tool_timeout", self.tool_timeout, cannot_interrupt, True),
                 (
@@ -245,6 +281,85 @@ class Loop:
                 live.decide(decisions)
             return live.finish()
 
+    def continue_run(
+        self,
+        run: str | RunResult,
+        *,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> RunResult:
+        """A new run that goes on from a ``failed`` or ``exhausted`` run's transcript.
+
+        ``run`` is the old run's result, or its id in this Loop's ledger. The
+        new run's input is the old run's transcript (every message it got
+        and made; a reply that ended it unrecorded is not among them), and
+        it starts with this Loop's budgets afresh: ``max_steps`` and the
+        others bound the new run alone, not the two together. It is linked to
+        the old one: its result's ``parent_run_id`` is the old run's id (the
+        id given, or ``parent_run_id=`` for a result, which has none), kept in
+        its run file and shown by ``show`` and the report. With a ledger the
+        new run is durable, under ``run_id`` (a fresh one when not given).
+        """
+        registry = self._sync_driver("loop.acontinue_run", awaits=True)
+        engine = self._continued(run, cancel, run_id, parent_run_id)
+        with released_on_error(engine):
+            return self._run(engine, registry, cancel).finish()
+
+    async def acontinue_run(
+        self,
+        run: str | RunResult,
+        *,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> RunResult:
+        """``continue_run`` under asyncio."""
+        engine = self._continued(run, cancel, run_id, parent_run_id)
+        with released_on_error(engine):
+            return await self._arun(engine, cancel).afinish()
+
+    def _continued(
+        self,
+        run: str | RunResult,
+        cancel: CancelToken | None,
+        run_id: str | None,
+        parent_run_id: str | None,
+    ) -> Engine:
+        """The engine of a run that continues ``run`` (a failed or exhausted one)."""
+        if isinstance(run, str):
+            if parent_run_id is not None:
+                raise ValueError(
+                    "parent_run_id= names the run a result continues; a run given by id "
+                    f"is its own parent, got both {run!r} and {parent_run_id!r}"
+                )
+            if self.ledger is None:
+                no_ledger(run)
+            old, _ = self._resumed("continue_run", run, None)
+            if not old.done:
+                raise InvalidStateError(
+                    f"run {run!r} has not ended (it is {old.state.value!r}): resume it, or "
+                    "continue it once it has failed or run out of budget",
+                    state=old.state,
+                )
+            parent_run_id, result = run, old.result()
+        else:
+            result = require_result(run, "continue_run()")
+            if parent_run_id is not None and type(parent_run_id) is not str:
+                raise TypeError(
+                    "expected parent_run_id to be a str or None, "
+                    f"got {type(parent_run_id).__name__}"
+                )
+        if result.status not in (State.FAILED, State.EXHAUSTED):
+            raise ValueError(
+                f"expected a failed or exhausted run to continue, got one that is "
+                f"{result.status.value!r}"
+                + (": fork it or resume it instead" if result.status is not State.FINISHED else "")
+            )
+        engine = self._engine(result.transcript, cancel, run_id, parent_run_id)
+        engine.parent_run_id = parent_run_id
+        return engine
+
     def fork(
         self,
         run: RunResult,
@@ -285,7 +400,7 @@ class Loop:
     def _forked(
         self, run: RunResult, at: int, cancel: CancelToken | None, run_id: str | None
     ) -> tuple[Engine, CancelToken]:
-        return forked(
+        engine, token = forked(
             run,
             at,
             budget=self.budget,
@@ -295,6 +410,7 @@ class Loop:
             cancel=cancel,
             context=self.context,
         )
+        return self._resilient(engine), token
 
     def astart(
         self,
@@ -378,29 +494,49 @@ class Loop:
         return messages if self.system is None else with_system(self.system, messages)
 
     def _engine(
-        self, messages: str | list[dict[str, Any]], cancel: CancelToken | None, run_id: str | None
+        self,
+        messages: str | list[dict[str, Any]],
+        cancel: CancelToken | None,
+        run_id: str | None,
+        parent_run_id: str | None = None,
     ) -> Engine:
         """A fresh engine for a new run: a recording one when the Loop has a ledger."""
         messages = self._input(messages)
         if self.ledger is None:
             if run_id is not None:
                 no_ledger(run_id)
-            return Engine(messages, budget=self.budget, cancel=cancel, context=self.context)
-        return _resume.begin(
-            self.ledger,
-            run_id,
-            messages,
-            budget=self.budget,
-            dispatcher=self.dispatcher,
-            cancel=cancel,
-            context=self.context,
+            return Engine(
+                messages,
+                budget=self.budget,
+                cancel=cancel,
+                context=self.context,
+                retry=self.retry,
+                models=self._model_names,
+            )
+        return self._resilient(
+            _resume.begin(
+                self.ledger,
+                run_id,
+                messages,
+                budget=self.budget,
+                dispatcher=self.dispatcher,
+                cancel=cancel,
+                context=self.context,
+                parent_run_id=parent_run_id,
+                models=self._model_names,
+            )
         )
+
+    def _resilient(self, engine: _E) -> _E:
+        """``engine``, retrying and falling back as this Loop does (``retry=``, ``fallback``)."""
+        engine.set_resilience(self.retry, self._model_names)
+        return engine
 
     def _resumed(
         self, what: str, run: str | RunResult, cancel: CancelToken | None
     ) -> tuple[Engine, CancelToken | None]:
         """The run, fed to a fresh engine, and the token its driver is to watch."""
-        return resumed(
+        engine, token = resumed(
             what,
             run,
             cancel,
@@ -409,6 +545,7 @@ class Loop:
             dispatcher=self.dispatcher,
             context=self.context,
         )
+        return self._resilient(engine), token
 
     def _run(
         self, engine: Engine, registry: ToolRegistry | None, cancel: CancelToken | None
@@ -438,13 +575,20 @@ class Loop:
             )
         return Run(
             engine,
-            self._bound_model,
+            self._model_of(engine),
             dispatch,
             self.listeners,
             review,
             awaiter=awaiter,
             model_timeout=self.model_timeout,
         )
+
+    def _model_of(self, engine: Engine) -> Model:
+        """What the driver calls: the model, or the fallback model the run has come to."""
+        bound = self._bound_models
+        if len(bound) == 1:  # one model: nothing to choose, nothing made per run
+            return self._bound_model
+        return per_run(bound, engine, is_async(bound[0]))
 
     def _arun(self, engine: Engine, cancel: CancelToken | None) -> AsyncRun:
         dispatch = self._adispatch
@@ -453,7 +597,7 @@ class Loop:
             dispatch = _recording.async_dispatch(engine, dispatch)
         return AsyncRun(
             engine,
-            self._bound_model,
+            self._model_of(engine),
             dispatch,
             cancel=cancel,
             model_timeout=self.model_timeout,

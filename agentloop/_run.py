@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from agentloop._callbacks import TokenCancelled, ended_by_token
 from agentloop._core._context import Summarise
-from agentloop._core._values import AskModel, AwaitApproval, ReviewCalls, RunTool
+from agentloop._core._values import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from agentloop._core._values import Budget, RunResult, Transition, Usage
 
 #: What a driver is asked to perform: call the model (or a context policy's summariser),
-#: run a tool, review a batch.
-Request = AskModel | Summarise | RunTool | ReviewCalls
+#: run a tool, review a batch, wait before a retry.
+Request = AskModel | Summarise | RunTool | ReviewCalls | Wait
 
 __all__ = ["LOG", "Carried", "Request", "RunView", "carried", "log", "one_transition"]
 
@@ -60,6 +60,9 @@ def one_transition(
         if need is None:
             need = engine.next()
         kind = type(need)
+        if kind is Wait:  # retry=: the driver waits, unless the token cuts it short
+            yield need  # type: ignore[misc]  # a request
+            return engine.waited()
         if kind is ReviewCalls:
             answers: Any = yield need  # type: ignore[misc]  # a request
             asked = engine.reviewed(answers)

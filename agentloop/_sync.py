@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agentloop._callbacks import TokenCancelled, is_async, unless_cancelled, within
 from agentloop._core._context import Summarise
 from agentloop._core._table import TERMINAL, State
-from agentloop._core._values import AskModel, RunTool, Transition
+from agentloop._core._values import AskModel, RunTool, Transition, Wait
 from agentloop._run import LOG, RunView, log, one_transition
+from agentloop._waits import wait
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Iterator
@@ -63,6 +64,11 @@ class Awaiter:
         self._closer: weakref.finalize[Any, Any] | None = None
         self._task: asyncio.Task[Any] | None = None  # the task a Ctrl-C cancels
         self._interrupted = False
+
+    @property
+    def cancel(self) -> CancelToken | None:
+        """The run's token, which interrupts what is awaited (and a wait before a retry)."""
+        return self._cancel
 
     @property
     def open(self) -> bool:
@@ -280,7 +286,7 @@ class Run(RunView):
                 return made
 
     def _perform(self, need: Request) -> object:
-        """Do what the engine asked: call the model, run a tool, or ask the policies."""
+        """Do what the engine asked: call the model, run a tool, wait, or ask the policies."""
         kind = type(need)
         if kind is AskModel or kind is Summarise:
             # A summary is asked of the context policy's own model callback.
@@ -295,6 +301,9 @@ class Run(RunView):
             if review is None and decision is None:
                 return self._dispatch(call)
             return self._dispatch(call, review=review, decision=decision)
+        if kind is Wait:  # retry=: cut short by the token (the table then ends the run)
+            wait(need, self._awaiter.cancel)  # type: ignore[arg-type]  # a Wait
+            return None
         review = self._review
         assert review is not None, "only a driver that reviews is asked to"
         return {call["id"]: review(call) for call in need.calls}  # type: ignore[union-attr]

@@ -87,6 +87,7 @@ from agentloop._core._values import (
     RunResult,
     RunTool,
     Transition,
+    Wait,
 )
 from agentloop._durable._bodies import (
     outcome_record,
@@ -267,7 +268,14 @@ class DBOSLoop:
         if found:
             raise mismatch(run_id, found)
         token = CancelToken()
-        engine = Engine(history, budget=self.loop.budget, cancel=token, context=self.loop.context)
+        engine = Engine(
+            history,
+            budget=self.loop.budget,
+            cancel=token,
+            context=self.loop.context,
+            retry=self.loop.retry,
+            models=self.loop._model_names,
+        )
         if DBOS.run_step(_BEGIN, cancel_requested, run_id):
             token.cancel()
         listeners = self.loop.listeners
@@ -283,13 +291,26 @@ class DBOSLoop:
                     _tell(listeners, asked)
                 continue
             if type(need) is AskModel or type(need) is Summarise:
-                # A summary is a model step too, of the context policy's own model callback.
-                ask = self._ask if type(need) is AskModel else self._summarise
-                answer = DBOS.run_step(_MODEL, ask, run_id, need.history)
+                if type(need) is AskModel:
+                    # Which fallback model, and the retries made: the step chooses the wait.
+                    answer = DBOS.run_step(
+                        _MODEL,
+                        self._ask,
+                        run_id,
+                        need.history,
+                        engine.model_index,
+                        engine.retries(),
+                    )
+                else:  # a model step too, of the context policy's own model callback
+                    answer = DBOS.run_step(_MODEL, self._summarise, run_id, need.history)
                 if answer.pop("cancel"):
                     token.cancel()  # the checkpoint right after the reply
                 kind, value = recorded_answer(answer) or ("raised", _MISSING)
-                transition = engine.raised(value) if kind == "raised" else engine.replied(value)
+                transition = (
+                    engine.raised(value, wait=value.wait)
+                    if kind == "raised"
+                    else engine.replied(value)
+                )
             elif type(need) is RunTool:
                 call = need.call
                 verdict = need.review if need.decision is None else need.decision
@@ -308,19 +329,33 @@ class DBOSLoop:
                     transition = engine.returned(recorded_outcome(outcome))
             elif type(need) is AwaitApproval:
                 transition = _wait(engine, token, need.pending)
+            elif type(need) is Wait:
+                transition = _back_off(engine, token, need.seconds)
             else:  # a transition the engine made alone
                 assert isinstance(need, Transition), need
                 transition = need
             _tell(listeners, transition)
         return engine.result()
 
-    def _ask(self, run_id: str, history: list[dict[str, Any]]) -> dict[str, Any]:
-        """The ``agentloop.model`` step: the model's reply (or what it raised), as data."""
+    def _ask(
+        self, run_id: str, history: list[dict[str, Any]], model: int = 0, retries: int = 0
+    ) -> dict[str, Any]:
+        """The ``agentloop.model`` step: the model's reply (or what it raised), as data.
+
+        ``model``: which fallback model to ask; ``retries``: the retries of this
+        ask made so far. The wait before a retry is chosen here, in the step
+        (the policy's jitter is random): a recovered workflow reads it back.
+        """
         answer: dict[str, Any]
+        bound = self.loop._bound_models[model]  # with the tools, for a model that takes them
         try:
-            reply = self.loop._bound_model(history)  # with the tools, for a model that takes them
+            reply = bound(history)
         except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
             answer = raised_record(exc)
+            policy = self.loop.retry
+            wait = None if policy is None else policy.wait_for(exc, retries)
+            if wait is not None:
+                answer["wait"] = wait
         else:
             answer = reply_record(reply)[0]
         answer["cancel"] = cancel_requested(run_id)
@@ -387,6 +422,14 @@ def _tell(listeners: tuple[Listener, ...], transition: Transition) -> None:
         log(transition)
     for listener in listeners:
         listener(transition)
+
+
+def _back_off(engine: Engine, token: CancelToken, seconds: float) -> Transition:
+    """Wait (durably) before a retry; ``cancel(run_id)`` cuts the wait short (its message)."""
+    message = DBOS.recv(APPROVAL_TOPIC, timeout_seconds=seconds)
+    if type(message) is dict and message.get("cancel"):
+        token.cancel()  # the table's waited [cancel_requested] row ends the run
+    return engine.waited()
 
 
 def _wait(engine: Engine, token: CancelToken, waiting: tuple[PendingCall, ...]) -> Transition:

@@ -2,10 +2,11 @@
 
 ``Engine`` is the state machine ``Loop``'s drivers wrap: ``next()`` says what
 the run needs (``AskModel``, ``RunTool``, ``ReviewCalls``, ``AwaitApproval``,
-or the ``Transition`` it made by itself; ``agentloop.context.Summarise``
-under a context policy that summarises), and the driver reports what
-happened. A registry's ``review`` answers a ``ReviewCalls`` with a
-``PreparedCall`` per call, which the engine hands back in ``RunTool.review``.
+``Wait`` before a retry, or the ``Transition`` it made by itself;
+``agentloop.context.Summarise`` under a context policy that summarises), and
+the driver reports what happened (``waited()`` once a ``Wait`` is over). A
+registry's ``review`` answers a ``ReviewCalls`` with a ``PreparedCall`` per
+call, which the engine hands back in ``RunTool.review``.
 The table it interprets is here too (``ROWS``: each a ``Row`` of ``State``,
 ``Trigger``, ``Guard`` and ``Effect``), with the callback types a driver
 calls (``Model``, ``Dispatcher``, ``Listener``). See the docs' "Writing a
@@ -18,7 +19,14 @@ from agentloop._callbacks import Dispatcher, Listener, Model
 from agentloop._core._checked import ROWS, Row
 from agentloop._core._engine import Engine
 from agentloop._core._table import TERMINAL, Effect, Guard, State, Trigger
-from agentloop._core._values import AskModel, AwaitApproval, ReviewCalls, RunTool, Transition
+from agentloop._core._values import (
+    AskModel,
+    AwaitApproval,
+    ReviewCalls,
+    RunTool,
+    Transition,
+    Wait,
+)
 from agentloop._names import publish as _publish
 from agentloop._tools._policy import PreparedCall
 
@@ -40,6 +48,7 @@ __all__ = [
     "State",
     "Transition",
     "Trigger",
+    "Wait",
 ]
 
 _publish(__name__, globals(), [name for name in __all__ if name not in ("State", "Transition")])

@@ -227,7 +227,8 @@ class OtelListener:
         )
 
     def _model_call(self, run: _Run, transition: Transition, now: int) -> None:
-        name = f"chat {self._model_name}" if self._model_name else "chat"
+        model = transition.model or self._model_name  # a fallback model names itself
+        name = f"chat {model}" if model else "chat"
         attributes: dict[str, AttributeValue] = {
             OPERATION: "chat",
             **self._common,
@@ -235,6 +236,8 @@ class OtelListener:
             AGENTLOOP_STEPS: transition.steps,
             AGENTLOOP_CALLS: transition.calls,
         }
+        if transition.model is not None:
+            attributes[REQUEST_MODEL] = transition.model
         reported = (
             self._usage(transition)
             if self._usage is not None

@@ -13,7 +13,7 @@
    both runs get a fresh ``CancelToken`` (the hand loop checks its token, so
    the engine's runs have one to check too: a run without one skips the checks).
    The ``record`` loop is the same loop recording what the engine records, its
-   18-field events with their times and the ``RunResult`` (checked equal to
+   22-field events with their times and the ``RunResult`` (checked equal to
    the engine's): the targets are measured against it, so that the ratio is
    the engine's machinery alone, not the contract's record.
 2. The async driver beside the sync one, both without a token (target: within
@@ -186,7 +186,8 @@ def hand_written_record(
         if cancel.cancelled or reply != raw or reply_problem(reply):
             break
         # source, dest, trigger, guard, steps, calls, call_id, tool, result_status, reason,
-        # error, exception, appended, usage, at, took, pending, decisions
+        # error, exception, appended, usage, at, took, pending, decisions, started, input_json,
+        # wait, model
         append(
             _new(
                 Transition,
@@ -204,6 +205,10 @@ def hand_written_record(
                     at - since,
                     (),
                     (),
+                    (),
+                    None,
+                    None,
+                    None,
                 ),
             )
         )
@@ -226,12 +231,16 @@ def hand_written_record(
                         None,
                         (),
                         (),
+                        (),
+                        None,
+                        None,
+                        None,
                     ),
                 )
             )
             history.extend(appended)
             final = (_FI, reply["text"], steps, calls, budget, None, None, tuple(events))
-            return _new(RunResult, (*final, history.to_json(), None, _NO_USAGE, None))
+            return _new(RunResult, (*final, history.to_json(), None, _NO_USAGE, None, None))
         call_id, name = reply["id"], reply["name"]
         if call_id in reserved or calls >= budget.max_calls or cancel.cancelled:
             break
@@ -256,6 +265,10 @@ def hand_written_record(
                     None,
                     (),
                     (),
+                    (),
+                    None,
+                    None,
+                    None,
                 ),
             )
         )
@@ -289,12 +302,16 @@ def hand_written_record(
                     at - since,
                     (),
                     (),
+                    (),
+                    None,
+                    None,
+                    None,
                 ),
             )
         )
         history.extend(appended)
     failed = (State.FAILED, None, steps, calls, budget, None, None, tuple(events))
-    return _new(RunResult, (*failed, history.to_json(), None, _NO_USAGE, None))
+    return _new(RunResult, (*failed, history.to_json(), None, _NO_USAGE, None, None))
 
 
 def time_per_step(k: int, repeats: int, tools: object) -> tuple[float, ...]:
@@ -488,7 +505,7 @@ def main() -> int:
             )
         print()
     print(
-        "record: the hand-written loop keeping the engine's own record (its 18-field events\n"
+        "record: the hand-written loop keeping the engine's own record (its 22-field events\n"
         "with their times, and the RunResult; equal to the engine's); tuple: the same loop\n"
         "recording each transition as a 5-tuple, for reference\n"
     )

@@ -14,6 +14,8 @@ import attrs
 
 import agentloop
 from agentloop import testing
+from agentloop._fallback import model_name
+from agentloop.models import Fallback, fallback
 
 Message = dict[str, Any]
 
@@ -138,15 +140,24 @@ class AsyncDriver:
 
     @staticmethod
     def as_async(loop: agentloop.Loop) -> agentloop.Loop:
-        """The same loop with its model wrapped in ``async def``."""
+        """The same loop with its model (each fallback model) wrapped in ``async def``."""
+
+        def wrapped(model: Any) -> Any:
+            async def amodel(history: list[Message]) -> object:
+                await asyncio.sleep(0)
+                return model(history)
+
+            amodel.__name__ = model_name(model)
+            return amodel
+
         model = loop.model
-
-        async def amodel(history: list[Message]) -> object:
-            await asyncio.sleep(0)
-            return model(history)
-
+        if isinstance(model, Fallback):
+            model = fallback(*map(wrapped, model.models), names=model.names)
+        else:
+            model = wrapped(model)
         return agentloop.Loop(
-            amodel,
+            model,
+            retry=loop.retry,
             tools=loop.dispatcher,
             system=loop.system,
             max_steps=loop.budget.max_steps,

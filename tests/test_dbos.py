@@ -28,6 +28,7 @@ from dbos import DBOS, SetWorkflowID
 import agentloop
 import agentloop.dbos
 from agentloop.dbos import DBOSLoop
+from agentloop.models import RetryPolicy, fallback
 
 from . import dbos_worker
 from .test_kill import CHECKPOINT_SCRIPT, FINAL, batch, call
@@ -679,3 +680,57 @@ def test_a_fitted_run_is_the_fitted_run_without_dbos(make: Any) -> None:
     assert summaries >= 1
     steps = [step["function_name"] for step in DBOS.list_workflow_steps(run_id)]
     assert steps.count(agentloop.dbos.STEPS[1]) == result.steps
+
+
+def test_a_passing_error_is_retried_after_a_durable_wait(make: Any) -> None:
+    """retry=: the wait is chosen in the model step and kept; the run is the plain one's."""
+    asks: list[int] = []
+
+    def model(history: list[Message]) -> Message:
+        asks.append(len(asks))
+        if len(asks) == 1:
+            raise TimeoutError("slow")
+        return FINAL
+
+    policy = RetryPolicy(base=0.001, jitter=0.0)
+    result = make(agentloop.Loop(model, retry=policy)).run("go", run_id=new_id())
+    assert [(t.trigger, t.guard, t.dest) for t in result.events][:2] == [
+        ("model_raised", "retry_planned", "backing_off"),
+        ("waited", None, "awaiting_model"),
+    ]
+    assert (result.status, result.steps, result.events[0].wait) == ("finished", 2, 0.001)
+
+
+def test_fallback_models_under_dbos(make: Any) -> None:
+    """The step asks the model the run has come to; the events name each one."""
+
+    def primary(history: list[Message]) -> Message:
+        raise ValueError("gone")
+
+    def secondary(history: list[Message]) -> Message:
+        return FINAL
+
+    result = make(agentloop.Loop(fallback(primary, secondary))).run("go", run_id=new_id())
+    assert result.status == "finished"
+    assert [t.model for t in result.events][:2] == ["primary", "secondary"]
+
+
+def test_cancel_during_a_durable_wait_ends_the_run_at_once(make: Any) -> None:
+    """cancel(run_id) wakes the wait before a retry: waited [cancel_requested], no new ask."""
+    run_id = new_id()
+    asks: list[int] = []
+
+    def model(history: list[Message]) -> Message:
+        asks.append(1)
+        raise TimeoutError("slow")
+
+    def cancel_on_backoff(transition: agentloop.Transition) -> None:
+        if transition.dest == "backing_off":
+            agentloop.dbos.cancel(run_id)
+
+    loop = agentloop.Loop(
+        model, retry=RetryPolicy(base=60.0, jitter=0.0), listeners=[cancel_on_backoff]
+    )
+    result = make(loop).run("go", run_id=run_id)
+    assert [(t.trigger, t.guard) for t in result.events][-1] == ("waited", "cancel_requested")
+    assert (result.status, len(asks)) == ("cancelled", 1)

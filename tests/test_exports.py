@@ -12,6 +12,7 @@ import pytest
 import agentloop
 import agentloop.context
 import agentloop.mcp
+import agentloop.models
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -25,6 +26,7 @@ PUBLIC = [
     agentloop.review,
     agentloop.mcp,
     agentloop.context,
+    agentloop.models,
 ]
 
 

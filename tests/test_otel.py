@@ -518,3 +518,21 @@ def test_calls_run_at_once_each_keep_their_own_time(otel: Exported) -> None:
     chats = sorted((s for s in otel.spans() if s.name == "chat"), key=lambda s: times(s)[0])
     assert all(times(chat)[1] - times(chat)[0] >= 0.05e9 for chat in chats)
     assert times(spans["invoke_agent"])[0] == times(chats[0])[0]
+
+
+def test_each_retry_and_each_fallback_model_is_a_chat_span(otel: Exported) -> None:
+    """A failed attempt is an error chat span; a fallback model names its own spans."""
+    from agentloop.models import RetryPolicy, fallback
+
+    primary = ScriptedModel([TimeoutError("slow"), ValueError("gone")])
+    secondary = ScriptedModel([final("ok")])
+    loop = Loop(
+        fallback(primary, secondary, names=["big", "small"]),
+        retry=RetryPolicy(sleep=lambda seconds, token: None),
+        listeners=[otel.listener(model_name="configured")],
+    )
+    assert loop.run("hi").output == "ok"
+    chats = [span for span in otel.spans() if span.name.startswith("chat")]
+    assert [span.name for span in chats] == ["chat big", "chat big", "chat small"]
+    assert [attrs_of(span)["gen_ai.request.model"] for span in chats] == ["big", "big", "small"]
+    assert [span.status.status_code.name for span in chats] == ["ERROR", "ERROR", "UNSET"]

@@ -55,8 +55,8 @@ def broken(index: int, **changes: Any) -> list[dict[str, Any]]:
                      r"row 6 .*can never fire: the earlier row 5 "
                      r"\(ask_model / count_step, fit_context, ask_for_reply\)",
                      id="after the unguarded row"),
-        pytest.param(broken(10, conditions=["cancel_requested"]),
-                     r"row 10 .*the last row for model_interrupted in awaiting_model must have no",
+        pytest.param(broken(12, conditions=["cancel_requested"]),
+                     r"row 12 .*the last row for model_interrupted in awaiting_model must have no",
                      id="last row guarded"),
         pytest.param(broken(3, conditions=["cancel_requested", "steps_exhausted"]),
                      r"row 3 .*at most one guard a row", id="two guards"),
@@ -146,6 +146,7 @@ def test_every_report_has_rows_where_its_request_is_handed_out() -> None:
         # A review that asked nobody: its answers are kept, and nothing is recorded.
         (State.DISPATCHING, Trigger.APPROVAL_ASKED),
         (State.SUMMARISING, Trigger.SUMMARISE),
+        (State.BACKING_OFF, Trigger.BACK_OFF),
     }
 
 

@@ -101,7 +101,10 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
         '---\ntitle: "agentloop run: finished (steps 3/5, calls 3/3)"\n---\nstateDiagram-v2\n'
     )
     assert "    awaiting_model --> validating: model_replied (3x)\n" in mermaid
-    assert "    awaiting_model --> awaiting_model: ask_model (3x)\n" in mermaid
+    assert (
+        "    awaiting_model --> awaiting_model: ask_model (3x)<br>model_raised [fallback_left]\n"
+        in mermaid
+    )
     assert "    validating --> dispatching: validate (2x)\n" in mermaid
     assert (
         "    dispatching --> dispatching: start_tool [batch_unreviewed]<br>start_tool (3x)"
@@ -112,8 +115,8 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
     assert "    awaiting_model --> failed: model_raised\n" in mermaid
     assert "    class awaiting_model, validating, dispatching, finished visited\n" in mermaid
     assert (
-        "    class awaiting_approval, summarising, cancelled, exhausted, repeated_call, "
-        "malformed, failed unvisited\n" in mermaid
+        "    class awaiting_approval, summarising, backing_off, cancelled, exhausted, "
+        "repeated_call, malformed, failed unvisited\n" in mermaid
     )
     assert not any(line != line.rstrip() for line in mermaid.splitlines())
 
@@ -176,7 +179,10 @@ def test_a_failed_run_marks_its_own_path() -> None:
     mermaid = to_mermaid(result)
 
     assert "    awaiting_model --> failed: model_raised (1x)\n" in mermaid
-    assert "    awaiting_model --> awaiting_model: ask_model (1x)\n" in mermaid
+    assert (
+        "    awaiting_model --> awaiting_model: ask_model (1x)<br>model_raised [fallback_left]\n"
+        in mermaid
+    )
     assert "    class awaiting_model, failed visited\n" in mermaid
     assert "validating" in mermaid.splitlines()[-1]  # among the unvisited
 
@@ -218,7 +224,7 @@ def test_path_diagram_lists_where_else_each_state_leads(demo: RunResult) -> None
     lists = dict(re.findall(r'^    "(\w+) elsewhere" \[.*label="([^"]*)"', dot, re.MULTILINE))
 
     assert lists == {
-        "awaiting_model": "cancelled\\nexhausted\\nsummarising\\nfailed",
+        "awaiting_model": "cancelled\\nexhausted\\nsummarising\\nbacking_off\\nfailed",
         "validating": "malformed\\nrepeated_call\\nexhausted\\ncancelled",
         "dispatching": "cancelled\\nawaiting_approval",
     }

@@ -76,7 +76,8 @@ HISTORY: list[Message] = [
 class Wire:
     """Canned answers, in order, and every request the SDK sent (path and JSON body)."""
 
-    answers: list[tuple[int, Message]]
+    #: ``(status, body)``, or ``(status, body, headers)`` to answer with these headers only.
+    answers: list[tuple[Any, ...]]
     requests: list[Message] = attrs.field(factory=list)
     paths: list[str] = attrs.field(factory=list)
 
@@ -85,9 +86,11 @@ class Wire:
         self.requests.append(json.loads(request.content))
         if not self.answers:
             raise AssertionError("the wire ran out of answers")
-        status, body = self.answers.pop(0)
+        status, body, *headers = self.answers.pop(0)
         # retry-after-ms: the SDK's retries run, without its half-second backoff.
-        return httpx2.Response(status, json=body, headers={"retry-after-ms": "1"})
+        return httpx2.Response(
+            status, json=body, headers=headers[0] if headers else {"retry-after-ms": "1"}
+        )
 
     def sync_client(self) -> httpx2.Client:
         return httpx2.Client(transport=httpx2.MockTransport(self.handle))

@@ -53,6 +53,7 @@ from agentloop._core._values import (
     RunTool,
     Transition,
     Usage,
+    Wait,
 )
 from agentloop._errors import InvalidStateError
 
@@ -80,6 +81,14 @@ _SEES: Final = frozenset(
         Trigger.SUMMARY_INTERRUPTED,
     }
 )
+_BACK_OFF: Final = Trigger.BACK_OFF
+
+
+class _Ask:
+    """Not given: ``raised`` asks the retry policy (a replay gives the recorded wait)."""
+
+
+_ASK_POLICY: Final = _Ask()
 
 # Each (state, trigger) group as the engine runs it: every row with the names of the
 # methods its guard and effects are (``_<name>``), looked up on the engine at each call,
@@ -218,12 +227,15 @@ class Engine(RunState):
                 self._spent,
                 self._reply.json if state is State.AWAITING_APPROVAL else None,
                 self._policy,
+                self.parent_run_id,
             ),
         )
 
     # -- the driver protocol --------------------------------------------------
 
-    def next(self) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Summarise | Transition:
+    def next(
+        self,
+    ) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Summarise | Wait | Transition:
         """What the run needs now: the model's reply, a tool's outcome, or nothing.
 
         Nothing means the engine made a transition by itself; it is returned.
@@ -272,6 +284,7 @@ class Engine(RunState):
             raise self._refused("a model reply")
         self._reply = taken = take_reply(reply, self._spent)
         draft = _Draft(self._reply.lone, self._since.get(None))
+        draft.model = self._model_name()
         draft.usage = taken.usage
         draft.input_json = taken.json or None  # b"": not JSON (the rejected reply keeps it)
         return self._record(self._choose(Trigger.MODEL_REPLIED, draft), draft)
@@ -286,11 +299,15 @@ class Engine(RunState):
             raise self._refused("a tool outcome")
         return self._tool_returned(self._answering(call_id), take_outcome(outcome))
 
-    def raised(self, exc: Exception, call_id: str | None = None) -> Transition:
+    def raised(
+        self, exc: Exception, call_id: str | None = None, *, wait: float | _Ask | None = _ASK_POLICY
+    ) -> Transition:
         """The model or the tool raised ``exc``: what that means is the table's.
 
         For a tool, ``call_id`` says which running call raised; it may be left
-        out while only one is running.
+        out while only one is running. For the model, the retry policy is
+        asked how long to wait before a retry, unless ``wait`` is given (what
+        a replay or a journal recorded; ``None``: not retried).
         """
         if not isinstance(exc, Exception):
             raise TypeError(
@@ -310,7 +327,16 @@ class Engine(RunState):
         # A failed call can still have cost tokens (IncompleteReply says how many).
         draft.usage = raised_usage(exc, self._spent)
         draft.exception = exc
+        draft.model = self._model_name()
+        draft.wait_in = self.planned_wait(exc) if isinstance(wait, _Ask) else wait
         return self._record(self._choose(trigger, draft), draft)
+
+    def waited(self) -> Transition:
+        """The wait the engine asked for (``Wait``) ended, its time passed or cut short."""
+        if self._outstanding is not _BACK_OFF:
+            raise self._refused("the end of a wait")
+        draft = _Draft(None, self._since.get(None))
+        return self._record(self._choose(Trigger.WAITED, draft), draft)
 
     def reviewed(self, answers: Mapping[str, object]) -> Transition | None:
         """The review answered about the batch's calls: ``{call_id: answer}`` (see ``ReviewCalls``).
@@ -403,8 +429,12 @@ class Engine(RunState):
             draft = _Draft(call, self._since.get(call[0]))
             draft.cut = orjson.dumps(exception_content(exc))
         else:
-            model = trigger is Trigger.MODEL_INTERRUPTED or trigger is Trigger.SUMMARY_INTERRUPTED
-            draft = _Draft(None, self._since.get(None) if model else None)
+            timed = trigger in (
+                Trigger.MODEL_INTERRUPTED,
+                Trigger.SUMMARY_INTERRUPTED,
+                Trigger.WAIT_INTERRUPTED,
+            )
+            draft = _Draft(None, self._since.get(None) if timed else None)
         draft.exception = exc
         return self._record(self._choose(trigger, draft), draft)
 
@@ -447,6 +477,8 @@ class Engine(RunState):
                 tuple(self._handed),
                 draft.input_json,
                 self._seen if row.trigger in _SEES else None,
+                draft.wait,
+                draft.model,
             ),
         )
         self._events.append(transition)  # the commit: _settle() redoes the rest

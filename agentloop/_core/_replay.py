@@ -25,7 +25,14 @@ from agentloop._core._context import Summarise
 from agentloop._core._engine import Engine
 from agentloop._core._json import exception_content
 from agentloop._core._table import NEXT, Guard, Trigger
-from agentloop._core._values import AskModel, CancelToken, RecordedException, RunTool, Transition
+from agentloop._core._values import (
+    AskModel,
+    CancelToken,
+    RecordedException,
+    RunTool,
+    Transition,
+    Wait,
+)
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
@@ -33,7 +40,7 @@ if TYPE_CHECKING:
 
     from agentloop._core._values import Budget
 
-__all__ = ["Mismatch", "asked", "replay", "row_text"]
+__all__ = ["Mismatch", "asked", "models_named", "replay", "row_text"]
 
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 # The reports that answer a model request: the ask that spent the step comes first.
@@ -43,9 +50,12 @@ _INTERRUPTIONS: Final = (
     Trigger.TOOL_INTERRUPTED,
     Trigger.INTERRUPTED,
     Trigger.SUMMARY_INTERRUPTED,
+    Trigger.WAIT_INTERRUPTED,
 )
 # The reports that answer the summariser (a context policy's): its ask spent the step.
 _SUMMARISED: Final = (Trigger.SUMMARY_WRITTEN, Trigger.SUMMARY_RAISED, Trigger.SUMMARY_INTERRUPTED)
+# The reports that end a wait: the engine hands out the wait first.
+_WAITED: Final = (Trigger.WAITED, Trigger.WAIT_INTERRUPTED)
 _BY_ITSELF: Final = frozenset(NEXT.values())
 
 
@@ -66,6 +76,7 @@ def replay(
     token: CancelToken | None = None,
     engine: Engine | None = None,
     compare: Callable[[Transition, Transition, str], None] | None = None,
+    models: tuple[str, ...] | None = None,
 ) -> Engine:
     """A fresh engine that has made ``events`` again, from ``messages`` and ``budget``.
 
@@ -74,12 +85,16 @@ def replay(
     to go on with. ``engine``, when given, is the fresh engine to feed (a
     durable one records what it is fed); it must watch ``token``.
     ``compare(made, recorded, where)`` checks each event the engine makes (by
-    default, equality; a run file compares as its JSON). Raises ``Mismatch``
-    where the engine does something else.
+    default, equality; a run file compares as its JSON). ``models`` names the
+    fallback models (by default, those the events name, in order). A model
+    that raised gets back the wait its event recorded: the retry policy is
+    not asked again. Raises ``Mismatch`` where the engine does something else.
     """
     token = CancelToken() if token is None else token
     if engine is None:
-        engine = Engine(messages, budget=budget, cancel=token)
+        if models is None:
+            models = models_named(events)
+        engine = Engine(messages, budget=budget, cancel=token, models=models)
     for index, event in enumerate(events):
         where = f"$.events[{index}]"
         try:
@@ -133,6 +148,12 @@ def _feed(
             return need  # the engine moved by itself (a budget ran out, say)
         if type(need) is not Summarise:
             raise Mismatch(where, "the summariser asked here", row_text(event))
+    elif trigger in _WAITED:
+        need = engine.next()
+        if type(need) is Transition:
+            return need
+        if type(need) is not Wait:
+            raise Mismatch(where, "a wait before a retry here", row_text(event))
     if event.guard in _CANCELS:
         token.cancel()  # found set here: the token was cancelled before
     if trigger in _BY_ITSELF:
@@ -152,7 +173,9 @@ def _feed(
     if trigger is Trigger.MODEL_RAISED or trigger is Trigger.SUMMARY_RAISED:
         exc = _exception(event, where)
         exc.usage = None if event.usage is None else event.usage._asdict()
-        return engine.raised(exc)
+        return engine.raised(exc, wait=event.wait)
+    if trigger is Trigger.WAITED:
+        return engine.waited()
     if trigger is Trigger.TOOL_RETURNED:
         if event.call_id not in engine.running:
             raise Mismatch(where, "a call of the batch that is running", row_text(event))
@@ -179,6 +202,20 @@ def asked(engine: Engine, event: Transition) -> Transition:
     if made is None:
         raise ValueError("the recorded review asked nobody")
     return made
+
+
+def models_named(events: Sequence[Transition]) -> tuple[str, ...]:
+    """The fallback models the events name, in the order they were asked.
+
+    A run moves on to the next model only, so each first appears after the one
+    before; a model moved on to and never asked (the run ended first) is named
+    by its place, as no event can need its name.
+    """
+    named = tuple(dict.fromkeys(e.model for e in events if e.model is not None))
+    moved = sum(e.guard is Guard.FALLBACK_LEFT for e in events)
+    if not moved:
+        return named
+    return named + tuple(f"#{index + 1}" for index in range(len(named), moved + 1))
 
 
 def _exception(event: Transition, where: str) -> RecordedException:

@@ -19,7 +19,7 @@ from agentloop._core._context import OVERFLOW, ContextPolicy, Plan, Summarise, S
 from agentloop._core._intake import NO_REPLY, Outcome
 from agentloop._core._json import exception_content
 from agentloop._core._messages import CUT_OFF, History, input_messages
-from agentloop._core._table import ANSWERS, State, Trigger
+from agentloop._core._table import ANSWERS, Guard, State, Trigger
 from agentloop._core._values import (
     AskModel,
     AwaitApproval,
@@ -29,6 +29,7 @@ from agentloop._core._values import (
     RunTool,
     Transition,
     Usage,
+    Wait,
 )
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._context import Seen
     from agentloop._core._intake import Reply
+    from agentloop._core._retry import RetryPolicy
 
 __all__ = ["RunState"]
 
@@ -46,6 +48,7 @@ _NO_IDS: Final[frozenset[str]] = frozenset()
 _NO_USAGE: Final = Usage()
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _SUMMARISE: Final = Trigger.SUMMARISE
+_BACK_OFF: Final = Trigger.BACK_OFF
 
 
 class _Draft:
@@ -75,9 +78,15 @@ class _Draft:
     # What came from outside with the report (the reply's or the content's JSON).
     input_json: bytes | None = None
     # What an internal row hands the driver.
-    request: AskModel | RunTool | AwaitApproval | ReviewCalls | Summarise | None = None
+    request: AskModel | RunTool | AwaitApproval | ReviewCalls | Summarise | Wait | None = None
     # The summariser's reply, taken in (on summary_written).
     summary_in: Reply | None = None
+    #: The wait the retry policy chose for a failed model (``None``: no retry), and
+    #: the event's copy once ``plan_wait`` keeps it.
+    wait_in: float | None = None
+    wait: float | None = None
+    #: The fallback model that replied or raised, by name (``None`` with one model).
+    model: str | None = None
 
     def __init__(self, call: tuple[str, str] | None, since: float | None = None) -> None:
         #: The call in hand: being checked, handed out or reported (None: none is).
@@ -102,12 +111,14 @@ class RunState:
         "_history",
         "_input",
         "_input_ids",
+        "_models",
         "_outstanding",
         "_plan",
         "_policy",
         "_rejected",
         "_reply",
         "_reserved",
+        "_retry",
         "_reviews",
         "_seen",
         "_since",
@@ -117,6 +128,7 @@ class RunState:
         "_tokens",
         "_view",
         "calls",
+        "parent_run_id",
         "steps",
     )
 
@@ -128,6 +140,8 @@ class RunState:
         cancel: CancelToken | None = None,
         clock: Callable[[], float] = time.monotonic,
         context: ContextPolicy | None = None,
+        retry: RetryPolicy | None = None,
+        models: tuple[str, ...] = (),
     ) -> None:
         if context is not None and type(context) is not ContextPolicy:
             raise TypeError(
@@ -171,9 +185,22 @@ class RunState:
         self._draft = _Draft(None)  # the transition being made
         self._reviews = False  # whether the driver reviews each batch (ReviewCalls)
         self._init_context(context, encoded)
+        # Resilience (retry=, fallback models): off unless the Loop sets them.
+        self._retry = retry
+        self._models = models
+        #: The run this one continues (``Loop.continue_run``), by id.
+        self.parent_run_id: str | None = None
 
     def __repr__(self) -> str:
         return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
+
+    def set_resilience(self, retry: RetryPolicy | None, models: tuple[str, ...]) -> None:
+        """Retry failed model calls by ``retry``, and fall back through ``models`` (names).
+
+        What ``Loop(retry=..., model=fallback(...))`` sets on each engine of its
+        runs, a resumed one too (its replay took the recorded waits instead).
+        """
+        self._retry, self._models = retry, models
 
     # -- guards (named in the table) ---------------------------------------------
 
@@ -209,6 +236,12 @@ class RunState:
         batch = self._batch
         assert batch is not None, "a tool returns in a batch"
         return len(batch.results) + 1 < len(batch.calls)
+
+    def _retry_planned(self) -> bool:
+        return self._draft.wait_in is not None
+
+    def _fallback_left(self) -> bool:
+        return self.model_index + 1 < len(self._models)
 
     def _denials_answer_batch(self) -> bool:
         batch = self._batch
@@ -321,6 +354,48 @@ class RunState:
     def _ask_for_decisions(self) -> None:
         assert self._batch is not None, "a batch waits"
         self._draft.request = AwaitApproval(self._batch.pending)
+
+    def _plan_wait(self) -> None:
+        self._draft.wait = self._draft.wait_in
+
+    def _ask_for_wait(self) -> None:
+        last = self._events[-1]
+        assert last.wait is not None, "backing_off is entered by a row that plans the wait"
+        self._outstanding = _BACK_OFF
+        self._since[None] = self._clock()
+        self._draft.request = Wait(last.wait, None if self._retry is None else self._retry.sleep)
+
+    def _next_model(self) -> None:
+        pass  # model_index counts the rows that took it: nothing to keep but the event
+
+    # -- what the retry rows read, derived from the log (so nothing needs settling) --
+
+    @property
+    def model_index(self) -> int:
+        """Which fallback model is asked now: the rows that moved on to the next, counted."""
+        return sum(event.guard is Guard.FALLBACK_LEFT for event in self._events)
+
+    def retries(self) -> int:
+        """The retries of the ask in hand made so far.
+
+        The ``retry_planned`` rows since the model last replied or a fallback model took over.
+        """
+        count = 0
+        for event in reversed(self._events):
+            if event.guard is Guard.RETRY_PLANNED:
+                count += 1
+            elif event.trigger is not Trigger.WAITED:
+                break
+        return count
+
+    def planned_wait(self, exc: BaseException) -> float | None:
+        """The wait the retry policy chooses after the model raised ``exc`` (None: no retry)."""
+        policy = self._retry
+        return None if policy is None else policy.wait_for(exc, self.retries())
+
+    def _model_name(self) -> str | None:
+        models = self._models
+        return models[self.model_index] if models else None
 
     def _append_final(self) -> None:
         self._draft.appended = (self._reply.json,)

@@ -16,8 +16,8 @@ no I/O; a driver asks it what it needs next and reports what happened:
 * In each working state the engine fires one trigger itself (``NEXT``):
   ``ask_model`` in ``awaiting_model``, ``validate`` in ``validating``,
   ``start_tool`` in ``dispatching``, ``await_approval`` in
-  ``awaiting_approval``. Cancellation and the budgets are checked by the
-  guards of those rows.
+  ``awaiting_approval``, ``back_off`` in ``backing_off``. Cancellation and
+  the budgets are checked by the guards of those rows.
 * When the row it takes is *internal* (``dest`` is ``None``: the state stays),
   the engine hands the driver a request: ``ask_model``'s
   internal row counts the step (``steps += 1`` happens before the call, so a
@@ -46,6 +46,14 @@ no I/O; a driver asks it what it needs next and reports what happened:
   ``awaiting_approval`` ``await_approval``'s internal row hands out the
   pending calls, and ``approval_decided`` (a decision for each) lets the
   batch run as usual.
+* A model that raised is retried when the Loop has a retry policy that
+  retries the error and has attempts left (``retry_planned``): the policy
+  chose the wait at intake, the event keeps it, and the run waits in
+  ``backing_off``, where ``back_off``'s internal row hands the driver
+  ``Wait(seconds)``; ``waited`` then leads back to ``awaiting_model``, whose
+  budgets bound the attempts like any step. Out of attempts (or for an error
+  not retried), a fallback model, if any is left (``fallback_left``), is
+  asked from then on; else the run fails.
 * An interruption (``KeyboardInterrupt``, a cancelled asyncio task) that
   lands while nothing is outstanding (in a listener, say) is ``interrupted``.
   Every interruption ends the run ``cancelled``, and a call whose tool was
@@ -81,6 +89,13 @@ The goal is that nothing is. Today these are, and each says where:
   reply's JSON copy, its shape problem, its usage and its batch's calls; a
   tool's outcome, where one that is not ``{'status', 'content'}`` becomes an
   ``error`` result saying so. Intake decides what came, never which row fires.
+* When the model raises, intake also asks the Loop's retry policy how long
+  to wait (``RetryPolicy.wait_for``: ``None`` when it would not retry) and
+  names the model asked (fallback models); ``retry_planned`` reads that
+  answer, and a replay feeds back the recorded wait instead of asking.
+* Which fallback model a driver calls is read, not decided, outside the
+  rows: ``engine.model_index`` counts the ``fallback_left`` rows taken, and
+  the Loop's per-run model (``_fallback.per_run``) calls that one.
 * A report that answers nothing outstanding (a reply nobody asked for, a
   second ``next()`` while a request is out) is refused with
   ``InvalidStateError`` before intake, and changes nothing (``Engine``).
@@ -140,6 +155,8 @@ class State(enum.StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"
     #: The history does not fit the context budget: its oldest turns are being summarised.
     SUMMARISING = "summarising"
+    #: The model failed with an error the retry policy retries: the run waits, then asks again.
+    BACKING_OFF = "backing_off"
     #: The model gave a final answer; it is the run's output.
     FINISHED = "finished"
     #: Cancellation was requested (or the run interrupted) and seen at a checkpoint.
@@ -190,6 +207,12 @@ class Trigger(enum.StrEnum):
     SUMMARY_RAISED = "summary_raised"
     #: (driver) The run was interrupted while the summariser worked.
     SUMMARY_INTERRUPTED = "summary_interrupted"
+    #: (engine) The wait before a retry is to start; cancellation is checked.
+    BACK_OFF = "back_off"
+    #: (driver) The wait ended: its time passed, or the cancel token cut it short.
+    WAITED = "waited"
+    #: (driver) The run was interrupted during the wait.
+    WAIT_INTERRUPTED = "wait_interrupted"
 
 
 class Guard(enum.StrEnum):
@@ -228,6 +251,10 @@ class Guard(enum.StrEnum):
     SUMMARY_DUE = "summary_due"
     #: The summariser's reply is not a well-formed final answer.
     SUMMARY_MALFORMED = "summary_malformed"
+    #: The retry policy chose a wait: the error is one it retries, and attempts are left.
+    RETRY_PLANNED = "retry_planned"
+    #: A fallback model comes after the one that failed (``agentloop.models.fallback``).
+    FALLBACK_LEFT = "fallback_left"
 
 
 class Effect(enum.StrEnum):
@@ -292,6 +319,12 @@ class Effect(enum.StrEnum):
     NOTE_SUMMARY_ERROR = "note_summary_error"
     #: ``error`` says what is wrong with the summariser's reply; it is kept as ``rejected``.
     NOTE_MALFORMED_SUMMARY = "note_malformed_summary"
+    #: The event keeps the wait the retry policy chose (``wait``); the retry is counted.
+    PLAN_WAIT = "plan_wait"
+    #: The driver is handed ``Wait(seconds)``: wait, unless cancelled first.
+    ASK_FOR_WAIT = "ask_for_wait"
+    #: The next fallback model is the one asked from now on, with its attempts afresh.
+    NEXT_MODEL = "next_model"
 
 
 TERMINAL: Final = frozenset(
@@ -332,6 +365,12 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
      "dest": S.VALIDATING},
     {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [G.CANCEL_REQUESTED],
      "dest": S.CANCELLED},
+    # -- a failed model is retried after a wait (retry=), then a fallback model is asked;
+    #    every attempt spent its step. Only then does the run fail.
+    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [G.RETRY_PLANNED],
+     "dest": S.BACKING_OFF, "before": [E.NOTE_MODEL_ERROR, E.PLAN_WAIT]},
+    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [G.FALLBACK_LEFT],
+     "dest": S.AWAITING_MODEL, "before": [E.NOTE_MODEL_ERROR, E.NEXT_MODEL]},
     {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED,
      "dest": S.FAILED, "before": [E.NOTE_MODEL_ERROR]},
     {"source": S.AWAITING_MODEL, "trigger": T.MODEL_INTERRUPTED,
@@ -407,6 +446,19 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
      "dest": S.CANCELLED},
     {"source": S.SUMMARISING, "trigger": T.INTERRUPTED,
      "dest": S.CANCELLED},
+    # -- the wait before a retry: cancellation wins before it, during it and after it
+    {"source": S.BACKING_OFF, "trigger": T.BACK_OFF, "conditions": [G.CANCEL_REQUESTED],
+     "dest": S.CANCELLED},
+    {"source": S.BACKING_OFF, "trigger": T.BACK_OFF,
+     "dest": None, "before": [E.ASK_FOR_WAIT]},
+    {"source": S.BACKING_OFF, "trigger": T.WAITED, "conditions": [G.CANCEL_REQUESTED],
+     "dest": S.CANCELLED},
+    {"source": S.BACKING_OFF, "trigger": T.WAITED,
+     "dest": S.AWAITING_MODEL},
+    {"source": S.BACKING_OFF, "trigger": T.WAIT_INTERRUPTED,
+     "dest": S.CANCELLED},
+    {"source": S.BACKING_OFF, "trigger": T.INTERRUPTED,
+     "dest": S.CANCELLED},
     # -- interrupted between checkpoints: the run ends, nothing is half-recorded
     {"source": S.AWAITING_MODEL, "trigger": T.INTERRUPTED,
      "dest": S.CANCELLED},
@@ -427,6 +479,7 @@ NEXT: Final[Mapping[State, Trigger]] = {
     S.DISPATCHING: T.START_TOOL,
     S.AWAITING_APPROVAL: T.AWAIT_APPROVAL,
     S.SUMMARISING: T.SUMMARISE,
+    S.BACKING_OFF: T.BACK_OFF,
 }
 
 
@@ -451,6 +504,8 @@ REPORTS: Final[Mapping[tuple[Trigger | None, Report], Trigger]] = {
     (T.START_TOOL, Report.EXCEPTION): T.TOOL_RETURNED,
     (T.START_TOOL, Report.INTERRUPTION): T.TOOL_INTERRUPTED,
     (T.AWAIT_APPROVAL, Report.ANSWER): T.APPROVAL_DECIDED,
+    (T.BACK_OFF, Report.ANSWER): T.WAITED,
+    (T.BACK_OFF, Report.INTERRUPTION): T.WAIT_INTERRUPTED,
     (None, Report.INTERRUPTION): T.INTERRUPTED,
     (T.SUMMARISE, Report.ANSWER): T.SUMMARY_WRITTEN,
     (T.SUMMARISE, Report.EXCEPTION): T.SUMMARY_RAISED,

@@ -37,6 +37,7 @@ __all__ = [
     "RunTool",
     "Transition",
     "Usage",
+    "Wait",
 ]
 
 #: The largest budget a run file can record (JSON integers are kept within 64 bits).
@@ -214,6 +215,21 @@ class AwaitApproval(NamedTuple):
     pending: tuple[PendingCall, ...]
 
 
+class Wait(NamedTuple):
+    """The engine's request in ``backing_off``: wait ``seconds``, then report ``waited()``.
+
+    The retry policy chose the wait when the model failed (the event that
+    entered ``backing_off`` records it), so a replay never chooses it again.
+    A driver waits unless the run's ``CancelToken`` is cancelled first, and
+    reports ``waited()`` either way: the table ends a cancelled run there.
+    ``sleep`` is the policy's own waiting function, when it has one (tests
+    inject it); ``None``: the driver's (``agentloop.models.sleep``/``asleep``).
+    """
+
+    seconds: float
+    sleep: Callable[[float, CancelToken | None], object] | None = None
+
+
 class RecordedException(Exception):
     """An exception as a run file keeps it: only its type name and message survive.
 
@@ -223,6 +239,8 @@ class RecordedException(Exception):
 
     #: What the failed model call cost, when the run recorded it (replay sets it).
     usage: dict[str, int] | None = None
+    #: The wait before a retry a ledger recorded with it (``retry=``), if any.
+    wait: float | None = None
 
     def __init__(self, type_name: str, message: str) -> None:
         super().__init__(message)
@@ -308,6 +326,12 @@ class Transition(NamedTuple):
     #: Under a context policy, on an event answering a model (or summariser) request:
     #: what it was sent, as a compact reference into the transcript (``agentloop.context``).
     context: Seen | None = None
+    #: The seconds the retry policy chose to wait before asking again (on the row
+    #: into ``backing_off`` only).
+    wait: float | None = None
+    #: Which model replied or raised, by name, when the Loop has fallback models
+    #: (``agentloop.models.fallback``); ``None`` with one model.
+    model: str | None = None
 
     @property
     def appended(self) -> list[dict[str, Any]]:
@@ -325,6 +349,8 @@ class Transition(NamedTuple):
             self.pending,
             self.decisions,
             self.context,
+            self.wait,
+            self.model,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -340,8 +366,15 @@ class Transition(NamedTuple):
         return hash(self._compared())
 
     def __repr__(self) -> str:
-        shown = (*self._fields[:11], "usage", "pending", "decisions")
-        values = (*self[:11], self.usage, self.pending or None, self.decisions or None)
+        shown = (*self._fields[:11], "usage", "pending", "decisions", "wait", "model")
+        values = (
+            *self[:11],
+            self.usage,
+            self.pending or None,
+            self.decisions or None,
+            self.wait,
+            self.model,
+        )
         fields = ", ".join(
             f"{name}={value!r}"
             for name, value in zip(shown, values, strict=True)
@@ -382,6 +415,8 @@ class RunResult(NamedTuple):
     held_json: bytes | None = None
     #: The context policy the run's requests were fitted by (``agentloop.context``), if any.
     context: ContextPolicy | None = None
+    #: The run this one continues (``Loop.continue_run``), by id; ``None`` for a new run.
+    parent_run_id: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -394,6 +429,21 @@ class RunResult(NamedTuple):
     def transcript(self) -> list[dict[str, Any]]:
         """Input and every appended message, in order (a fresh copy)."""
         return orjson.loads(self.transcript_json)  # type: ignore[no-any-return]
+
+    @property
+    def usage_by_model(self) -> dict[str, Usage]:
+        """The tokens each model's replies reported, by name (fallback models; else empty).
+
+        Budgets count across all of them: ``usage`` is their sum.
+        """
+        spent: dict[str, Usage] = {}
+        for event in self.events:
+            if event.model is not None and event.usage is not None:
+                before = spent.get(event.model, Usage())
+                spent[event.model] = Usage(
+                    *(a + b for a, b in zip(before, event.usage, strict=True))
+                )
+        return spent
 
     @property
     def held(self) -> Any:

@@ -75,9 +75,14 @@ def recorded_answer(body: dict[str, Any]) -> tuple[str, Any] | None:
         return "reply", body["reply"]
     if body.keys() == {"not_json"} and _texts(body["not_json"], "repr", "problem"):
         return "reply", NotJSON(body["not_json"]["repr"], body["not_json"]["problem"])
-    if body.keys() - {"usage"} == {"raised"} and _texts(body["raised"], "type", "message"):
+    if (
+        body.keys() - {"usage", "wait"} == {"raised"}
+        and _texts(body["raised"], "type", "message")
+        and (body.get("wait") is None or type(body["wait"]) in (int, float))
+    ):
         raised = RecordedException.from_content(body["raised"])
         raised.usage = body.get("usage")  # what the failed call still cost, if it said
+        raised.wait = body.get("wait")  # the wait the retry policy chose, if it retried
         return "raised", raised
     return None
 

@@ -106,17 +106,31 @@ def idempotent_tools(dispatcher: object) -> frozenset[str]:
     return frozenset()
 
 
-def header(run_id: str, messages: list[dict[str, Any]], configuration: dict[str, Any]) -> bytes:
-    """A run's header: its input and the configuration it was started with."""
-    return orjson.dumps(
-        {
-            "format": FORMAT,
-            "version": VERSION,
-            "run_id": run_id,
-            "input": messages,
-            "fingerprint": configuration,
-        }
-    )
+def header(
+    run_id: str,
+    messages: list[dict[str, Any]],
+    configuration: dict[str, Any],
+    parent_run_id: str | None = None,
+    models: tuple[str, ...] = (),
+) -> bytes:
+    """A run's header: its input and the configuration it was started with.
+
+    Optional, only where used: ``parent_run_id`` links it to the run it
+    continues (``Loop.continue_run``); ``models`` names its fallback models,
+    which its replay needs (``agentloop.models.fallback``).
+    """
+    document: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "run_id": run_id,
+        "input": messages,
+        "fingerprint": configuration,
+    }
+    if parent_run_id is not None:
+        document["parent_run_id"] = parent_run_id
+    if models:
+        document["models"] = list(models)
+    return orjson.dumps(document)
 
 
 def events_body(at: int, events: Sequence[Transition], rejected: object = None) -> bytes:

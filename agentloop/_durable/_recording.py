@@ -20,7 +20,8 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Final
 
-from agentloop._core._engine import Engine
+from agentloop._core._engine import _ASK_POLICY as _ASK
+from agentloop._core._engine import Engine, _Ask
 from agentloop._core._table import NEXT, TERMINAL, State, Trigger
 from agentloop._core._values import (
     AskModel,
@@ -30,6 +31,7 @@ from agentloop._core._values import (
     RunResult,
     RunTool,
     Transition,
+    Wait,
 )
 from agentloop._durable._journal import events_body, record_of
 from agentloop._durable._key import KEY
@@ -69,8 +71,9 @@ class DurableEngine(Engine):
         budget: Budget,
         cancel: CancelToken | None,
         context: ContextPolicy | None = None,
+        models: tuple[str, ...] = (),
     ) -> None:
-        super().__init__(messages, budget=budget, cancel=cancel, context=context)
+        super().__init__(messages, budget=budget, cancel=cancel, context=context, models=models)
         self.handed: list[RunTool] = []
         self._given: str | None = None  # the handed call last given to the driver
         self._recorded = 0  # the events the ledger holds
@@ -122,7 +125,9 @@ class DurableEngine(Engine):
             self.journal.check()
         return super().result()
 
-    def next(self) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Summarise | Transition:
+    def next(
+        self,
+    ) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Summarise | Wait | Transition:
         if self.replaying:
             need = super().next()
             if type(need) is RunTool:
@@ -179,13 +184,26 @@ class DurableEngine(Engine):
             call_id = self._given
         return self._commit(super().returned(outcome, call_id))
 
-    def raised(self, exc: Exception, call_id: str | None = None) -> Transition:
+    def raised(
+        self, exc: Exception, call_id: str | None = None, *, wait: float | _Ask | None = _ASK
+    ) -> Transition:
         if self.replaying:
-            return super().raised(exc, call_id)
+            return super().raised(exc, call_id, wait=wait)
         self.journal.check()
         if call_id is None:
             call_id = self._given
-        return self._commit(super().raised(exc, call_id))
+        # The retry policy's wait is chosen once, here, and recorded on the event.
+        return self._commit(super().raised(exc, call_id, wait=wait))
+
+    def waited(self) -> Transition:
+        if self.replaying:
+            return super().waited()
+        self.journal.check()
+        made = super().waited()
+        if made.dest in TERMINAL:
+            return self._commit(made)
+        # A wait is no effect: the next record holds it (killed before, it is waited again).
+        return made
 
     def reviewed(self, answers: Mapping[str, object]) -> Transition | None:
         if self.replaying:

@@ -94,6 +94,16 @@ class Recorded:
             raise bad(run_id, "its header's fingerprint", "an object", configuration)
         self.input: list[dict[str, Any]] = messages
         self.fingerprint: dict[str, Any] = configuration
+        parent = document.get("parent_run_id")
+        if parent is not None and type(parent) is not str:
+            raise bad(run_id, "its header's parent_run_id", "a run id", parent)
+        #: The run this one continues (``Loop.continue_run``), if any.
+        self.parent_run_id: str | None = parent
+        models = document.get("models", [])
+        if type(models) is not list or not all(type(name) is str for name in models):
+            raise bad(run_id, "its header's models", "a list of model names", models)
+        #: The fallback models its replay needs, by name, in order.
+        self.models: tuple[str, ...] = tuple(models)
         self.started: set[str] = set()
         self.events: list[Transition] = []
         self.at = 0

@@ -70,14 +70,18 @@ def begin(
     dispatcher: object,
     cancel: CancelToken | None,
     context: ContextPolicy | None = None,
+    parent_run_id: str | None = None,
+    models: tuple[str, ...] = (),
 ) -> DurableEngine:
     """A new durable run: the input checked, then its header recorded and the run claimed."""
     run_id = uuid4().hex if run_id is None else checked_run_id(run_id, new=True)
     # Bad input raises first.
-    engine = DurableEngine(messages, budget=budget, cancel=cancel, context=context)
+    engine = DurableEngine(messages, budget=budget, cancel=cancel, context=context, models=models)
+    configuration = fingerprint(budget, dispatcher, context)
     writer = ledger.create(
-        run_id, header(run_id, engine.history(), fingerprint(budget, dispatcher, context))
+        run_id, header(run_id, engine.history(), configuration, parent_run_id, models)
     )
+    engine.parent_run_id = parent_run_id
     engine.journal = Journal(writer, run_id, idempotent_tools(dispatcher), ledger=ledger)
     weakref.finalize(engine, engine.journal.release)  # an abandoned run frees its claim
     return engine
@@ -161,12 +165,15 @@ def replayed(
     if context is None:
         context = _recorded_context(recorded)
     try:
-        engine = DurableEngine(recorded.input, budget=budget, cancel=token, context=context)
+        engine = DurableEngine(
+            recorded.input, budget=budget, cancel=token, context=context, models=recorded.models
+        )
     except (TypeError, ValueError) as exc:
         raise LedgerError(
             f"run {recorded.run_id!r}: the recorded input is not valid: {exc}"
         ) from None
     engine.journal = journal
+    engine.parent_run_id = recorded.parent_run_id
     engine.replaying = True
     try:
         if recorded.legacy is not None:

@@ -207,6 +207,7 @@ def _build(document: dict[str, Any]) -> RunResult:
         usage=Usage(**document["usage"]),
         held_json=None if document["held"] is None else dumps(document["held"]),
         context=_policy(document.get("context")),
+        parent_run_id=document.get("parent_run_id"),
     )
 
 
@@ -266,4 +267,6 @@ def load_event(index: int, event: dict[str, Any]) -> Transition:
         tuple(event["started"]),
         None if event["input"] is None else dumps(event["input"]),
         None if event.get("context") is None else Seen.from_record(event["context"]),
+        event.get("wait"),
+        event.get("model"),
     )

@@ -187,6 +187,11 @@ SCHEMA["properties"]["events"]["items"]["properties"]["context"] = _record(
     summary={"oneOf": [{"type": "null"}, _SPAN]},
     tokens=_COUNT,
 )
+# Optional fields (absent in older files and when unused), so every file written before loads.
+SCHEMA["properties"]["parent_run_id"] = _STR
+SCHEMA["properties"]["events"]["items"]["properties"].update(
+    wait={"type": "number", "minimum": 0}, model=_STR
+)
 
 VALIDATOR: Final = jsonschema_rs.Draft202012Validator(SCHEMA)
 
@@ -383,11 +388,13 @@ def document_of(result: RunResult, *, events: bool = True) -> dict[str, Any]:
         del document["events"]
     if result.context is not None:
         document["context"] = result.context.record()
+    if result.parent_run_id is not None:
+        document["parent_run_id"] = result.parent_run_id
     return document
 
 
 def event_record(event: Transition) -> dict[str, Any]:
-    return {
+    record: dict[str, Any] = {
         "source": event.source.value,
         "dest": event.dest.value,
         "trigger": event.trigger.value,
@@ -412,6 +419,11 @@ def event_record(event: Transition) -> dict[str, Any]:
         "input": None if event.input_json is None else orjson.loads(event.input_json),
         **({} if event.context is None else {"context": event.context.record()}),
     }
+    if event.wait is not None:  # optional fields: written only when used
+        record["wait"] = event.wait
+    if event.model is not None:
+        record["model"] = event.model
+    return record
 
 
 def rejected_record(value: object) -> dict[str, Any] | None:

@@ -95,6 +95,7 @@ def check_story(result: RunResult, *, inferred: bool) -> RunResult:
         raise Mismatch(
             "$.transcript", "input messages a run accepts, then what was appended", str(exc)
         ) from None
+    engine.parent_run_id = result.parent_run_id  # a link to another run: nothing to replay
     replayed = engine.result()
     if replayed.transcript_json != result.transcript_json:
         made = orjson.loads(replayed.transcript_json)
@@ -178,6 +179,8 @@ def _compare_events(made: Transition, saved: Transition, where: str) -> None:
         and made.pending == saved.pending
         and made.decisions == saved.decisions
         and made.context == saved.context
+        and made.wait == saved.wait
+        and made.model == saved.model
         and type(saved.steps) is int
         and type(saved.calls) is int
         and exception_record(made.exception) == exception_record(saved.exception)
@@ -201,9 +204,13 @@ def _compare(want: dict[str, Any], got: dict[str, Any], where: str) -> None:
     if dumps(want) == dumps(got):
         return
     for name, value in want.items():
+        if name not in got:  # an optional field (wait, model) the document lacks
+            raise Mismatch(f"{where}.{name}", f"{as_shown(value)}, as replaying gives", "none")
         if dumps(value) != dumps(got[name]):
             raise Mismatch(
                 f"{where}.{name}",
                 f"{as_shown(value)}, as replaying the run gives",
                 as_found(got[name]),
             )
+    for name in got.keys() - want.keys():  # an optional field the replay does not make
+        raise Mismatch(f"{where}.{name}", "no such field, as replaying gives", as_found(got[name]))

@@ -172,6 +172,10 @@ def event_cells(run: Events, index: int, limit: int | None) -> tuple[str, ...]:
         outcome = f"tokens: {_tokens(transition.usage)}"
     else:
         outcome = transition.result_status or ""
+    if transition.wait is not None:  # retry=: the wait the policy chose before the next ask
+        outcome += f"; retry after {_seconds(transition.wait)}"
+    if transition.model is not None:  # fallback models: which one this was
+        outcome = f"{transition.model}: {outcome}" if outcome else transition.model
     outcome = _context_text(transition, outcome, limit)
     budget = result.budget
     return (
@@ -362,6 +366,8 @@ def run_lines(
     tokens = tokens_line(result)
     if tokens is not None:
         lines.append(f"tokens   {tokens}")
+    if result.parent_run_id is not None:
+        lines.append(f"continues run {result.parent_run_id}")
     for name in ("output", "reason", "error"):
         value = getattr(result, name)
         if value is not None:

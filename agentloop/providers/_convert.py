@@ -8,16 +8,19 @@ the three formats differ only where their wire formats do.
 from __future__ import annotations
 
 import inspect
+import math
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
 from agentloop._core._json import json_object
+from agentloop._core._retry import mark
 from agentloop._errors import IncompleteReply
 from agentloop._tools._specs import build_specs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
+    from types import ModuleType
 
     from agentloop._tools._specs import SpecFormat
 
@@ -243,21 +246,81 @@ def make_model(
     request: Callable[[list[Message], dict[str, Any]], dict[str, Any]],
     parse: Callable[[Any], Message],
     format: SpecFormat,
+    *,
+    sdk: ModuleType | None = None,
+    name: str | None = None,
 ) -> SyncModel | AsyncModel:
     """The model callback: ``parse(create(**request(history, tools)))``, awaited if async.
 
     It takes ``tools``, so the Loop passes its specs with every request
     (``request_tools`` puts them in the provider's ``format``). The SDKs wrap
-    their async methods in plain decorators, hence ``unwrap``.
+    their async methods in plain decorators, hence ``unwrap``. An error the
+    ``sdk`` raises is marked with its kind when it may pass (``classify``),
+    for the Loop's retry policy, which is on by default for these models
+    (``agentloop_retry``); ``name`` is what fallback models' events call it.
     """
     if inspect.iscoroutinefunction(inspect.unwrap(create)):
 
         async def amodel(history: list[Message], *, tools: list[Message] | None = None) -> Message:
-            return parse(await create(**request(history, request_tools(tools, format))))
+            body = request(history, request_tools(tools, format))
+            try:
+                response = await create(**body)
+            except Exception as exc:
+                classify(exc, sdk)
+                raise
+            return parse(response)
 
-        return amodel
+        made: Any = amodel
+    else:
 
-    def model(history: list[Message], *, tools: list[Message] | None = None) -> Message:
-        return parse(create(**request(history, request_tools(tools, format))))
+        def model(history: list[Message], *, tools: list[Message] | None = None) -> Message:
+            body = request(history, request_tools(tools, format))
+            try:
+                response = create(**body)
+            except Exception as exc:
+                classify(exc, sdk)
+                raise
+            return parse(response)
 
-    return model
+        made = model
+    made.agentloop_retry = True
+    made.agentloop_name = name or format
+    return made  # type: ignore[no-any-return]
+
+
+def classify(exc: Exception, sdk: ModuleType | None) -> None:
+    """Mark an SDK's error by its own exception types, when it may pass.
+
+    A rate limit, a 5xx, a timeout, a lost connection; the server's
+    ``Retry-After`` (``retry-after-ms`` first) goes with it. OpenAI's and
+    Anthropic's SDKs share these type names. Anything else stays unmarked.
+    """
+    if sdk is None:
+        return
+    if isinstance(exc, sdk.APITimeoutError):  # a subclass of APIConnectionError: first
+        mark(exc, "timeout")
+    elif isinstance(exc, sdk.APIConnectionError):
+        mark(exc, "connection")
+    elif isinstance(exc, sdk.RateLimitError):
+        mark(exc, "rate_limit", retry_after(exc.response.headers))
+    elif isinstance(exc, sdk.APIStatusError) and exc.status_code >= 500:  # 529: overloaded too
+        mark(exc, "server", retry_after(exc.response.headers))
+
+
+def retry_after(headers: Any) -> float | None:
+    """The wait a response asks for, in seconds.
+
+    ``retry-after-ms``, or ``retry-after`` in seconds (an HTTP date, which
+    needs a clock, is left to the policy's backoff).
+    """
+    for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(header)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) * scale
+        except ValueError:
+            continue
+        if 0 <= seconds < math.inf:
+            return seconds
+    return None

@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, overload
 
 try:
-    import anthropic  # noqa: TC002 - at run time, so that a missing SDK fails here
+    import anthropic  # at run time, so that a missing SDK fails here
 except ImportError as exc:
     raise ImportError(
         "agentloop.providers.anthropic needs the Anthropic SDK: "
@@ -131,7 +131,9 @@ def anthropic_messages(
         body = {"model": model, "max_tokens": max_tokens, **_messages_request(history)}
         return {**body, **tools, **params}
 
-    return make_model(client.messages.create, request, _messages_reply, "anthropic")
+    return make_model(
+        client.messages.create, request, _messages_reply, "anthropic", sdk=anthropic, name=model
+    )
 
 
 def _result_content(message: Message) -> str | list[dict[str, Any]]:

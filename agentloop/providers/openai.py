@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, overload
 
 try:
-    import openai  # noqa: TC002 - at run time, so that a missing SDK fails here
+    import openai  # at run time, so that a missing SDK fails here
 except ImportError as exc:
     raise ImportError(
         "agentloop.providers.openai needs the OpenAI SDK: pip install 'agentloop-fsm[openai]'"
@@ -105,7 +105,9 @@ def openai_chat(
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         return {"model": model, "messages": _chat_messages(history), **tools, **params}
 
-    return make_model(client.chat.completions.create, request, _chat_reply, "openai")
+    return make_model(
+        client.chat.completions.create, request, _chat_reply, "openai", sdk=openai, name=model
+    )
 
 
 @overload
@@ -147,7 +149,14 @@ def openai_responses(
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         return {"model": model, "input": _responses_input(history), **tools, **params}
 
-    return make_model(client.responses.create, request, _responses_reply, "openai-responses")
+    return make_model(
+        client.responses.create,
+        request,
+        _responses_reply,
+        "openai-responses",
+        sdk=openai,
+        name=model,
+    )
 
 
 def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:

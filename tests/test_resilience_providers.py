@@ -1,0 +1,187 @@
+"""Retries and fallback models through the real SDKs, over loopback transports (no network).
+
+The SDKs' own retries are off (``max_retries=0``): the Loop's retry policy
+classifies their exceptions, honours ``Retry-After`` and waits through an
+injected sleeper, so nothing here is timed.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+import pytest
+
+from agentloop import CancelToken, Loop
+from agentloop.models import RetryPolicy, asleep, fallback, sleep, transient
+from agentloop.providers.anthropic import anthropic_messages
+
+from .test_providers_anthropic import MODEL
+from .test_providers_anthropic import client as anthropic_client
+from .test_providers_anthropic import message as anthropic_answer
+from .test_providers_openai import CHAT, ERROR, RESPONSES, Api
+from .test_providers_openai import client as openai_client
+from .wire import FLAVOURS, Wire, run
+
+ANTHROPIC_ERROR = {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
+
+
+class Sleeps:
+    """A sleeper that waits no time and keeps every wait it was asked for."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def __call__(self, seconds: float, token: CancelToken | None) -> None:
+        self.waits.append(seconds)
+
+
+@pytest.fixture(params=FLAVOURS)
+def flavour(request: pytest.FixtureRequest) -> str:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=[CHAT, RESPONSES], ids=str)
+def api(request: pytest.FixtureRequest) -> Api:
+    return request.param  # type: ignore[no-any-return]
+
+
+def openai_model(api: Api, flavour: str, wire: Wire, name: str = "gpt-4.1") -> Any:
+    return api.adapter(openai_client(wire, flavour, max_retries=0), name)
+
+
+def test_the_adapters_are_retried_by_default_and_plain_callbacks_are_not(api: Api) -> None:
+    """Loop(adapter) gets RetryPolicy(); retry=None turns it off."""
+    model = openai_model(api, "sync", Wire([]))
+    assert Loop(model).retry == RetryPolicy()
+    assert Loop(model, retry=None).retry is None
+    assert Loop(lambda history: history).retry is None
+
+
+async def test_a_429_with_retry_after_then_success(api: Api, flavour: str) -> None:
+    """OpenAI's RateLimitError is retried after the server's Retry-After, then the reply."""
+    wire = Wire([(429, ERROR, {"retry-after": "2"}), (200, api.answer(text="5"))])
+    sleeps = Sleeps()
+    loop = Loop(openai_model(api, flavour, wire), retry=RetryPolicy(sleep=sleeps))
+    result = await run(loop, flavour, "2+3?")
+    assert (result.status, result.output, result.steps) == ("finished", "5", 2)
+    first = result.events[0]
+    assert (first.guard, first.wait) == ("retry_planned", 2.0)
+    assert first.error is not None
+    assert first.error.startswith("the model raised RateLimitError")
+    assert sleeps.waits == [2.0]
+    assert len(wire.requests) == 2
+
+
+async def test_an_anthropic_429_with_retry_after_ms_then_success(flavour: str) -> None:
+    """Anthropic's RateLimitError: retry-after-ms is read first, and honoured."""
+    wire = Wire(
+        [(429, ANTHROPIC_ERROR, {"retry-after-ms": "1500"}), (200, anthropic_answer(text="5"))]
+    )
+    sleeps = Sleeps()
+    model = anthropic_messages(anthropic_client(wire, flavour, max_retries=0), MODEL)
+    result = await run(Loop(model, retry=RetryPolicy(sleep=sleeps)), flavour, "2+3?")
+    assert (result.status, result.output) == ("finished", "5")
+    assert sleeps.waits == [1.5]
+
+
+async def test_a_500_on_the_primary_then_the_fallback_answers(api: Api, flavour: str) -> None:
+    """Two 500s use up the primary's attempts; the secondary answers, and the events say so."""
+    primary = Wire([(500, ERROR), (500, ERROR)])
+    secondary = Wire([(200, api.answer(text="from the fallback"))])
+    chain = fallback(
+        openai_model(api, flavour, primary), openai_model(api, flavour, secondary, "gpt-4.1-mini")
+    )
+    policy = RetryPolicy(attempts=2, sleep=Sleeps(), random=random.Random(1).random)
+    result = await run(Loop(chain, retry=policy), flavour, "hi")
+    assert (result.status, result.output, result.steps) == ("finished", "from the fallback", 3)
+    assert [(e.guard, e.model) for e in result.events if e.model] == [
+        ("retry_planned", "gpt-4.1"),
+        ("fallback_left", "gpt-4.1"),
+        (None, "gpt-4.1-mini"),
+    ]
+    assert set(result.usage_by_model) == {"gpt-4.1-mini"}
+    assert (len(primary.requests), len(secondary.requests)) == (2, 1)
+
+
+async def test_a_401_is_not_retried_and_moves_to_the_fallback(api: Api, flavour: str) -> None:
+    """An authentication error is no passing error: the fallback is asked at once."""
+    primary = Wire([(401, ERROR)])
+    secondary = Wire([(200, api.answer(text="ok"))])
+    chain = fallback(
+        openai_model(api, flavour, primary), openai_model(api, flavour, secondary, "other")
+    )
+    result = await run(Loop(chain, retry=RetryPolicy(sleep=Sleeps())), flavour, "hi")
+    assert [e.guard for e in result.events][:1] == ["fallback_left"]
+    assert (result.output, result.steps) == ("ok", 2)
+
+
+async def test_a_cancel_during_the_backoff_wait_ends_the_run_at_once(
+    api: Api, flavour: str
+) -> None:
+    """Retry-After 30 s, cancelled as the wait starts: the drivers' own wait returns at once."""
+    token = CancelToken()
+
+    def cancel_then_wait(seconds: float, given: CancelToken | None) -> Any:
+        token.cancel()
+        return sleep(seconds, given) if flavour == "sync" else asleep(seconds, given)
+
+    wire = Wire([(429, ERROR, {"retry-after": "30"}), (200, api.answer(text="never"))])
+    loop = Loop(
+        openai_model(api, flavour, wire), retry=RetryPolicy(cap=60.0, sleep=cancel_then_wait)
+    )
+    result = (
+        loop.run("hi", cancel=token) if flavour == "sync" else await loop.arun("hi", cancel=token)
+    )
+    assert [(e.trigger, e.guard, e.dest) for e in result.events] == [
+        ("model_raised", "retry_planned", "backing_off"),
+        ("waited", "cancel_requested", "cancelled"),
+    ]
+    assert result.events[0].wait == 30.0
+    assert len(wire.requests) == 1
+
+
+def test_the_sdks_errors_are_classified_by_their_own_types(api: Api) -> None:
+    """429s and 5xx are marked with their kind, a 400 is not; timeouts and lost connections
+    on the transport are too, for both SDKs."""
+    kinds = []
+    for answers in ([(429, ERROR)], [(503, ERROR)], [(400, ERROR)]):
+        model = openai_model(api, "sync", Wire(list(answers)))
+        with pytest.raises(openai.APIStatusError) as raised:
+            model([{"kind": "user", "text": "hi"}])
+        found = transient(raised.value)
+        kinds.append(None if found is None else found.kind)
+    assert kinds == ["rate_limit", "server", None]
+    for error, kind in ((httpx2.ReadTimeout, "timeout"), (httpx2.ConnectError, "connection")):
+
+        def fail(request: httpx2.Request, error: type[httpx2.TransportError] = error) -> Any:
+            raise error("no answer", request=request)
+
+        transport = httpx2.Client(transport=httpx2.MockTransport(fail))
+        for model in (
+            api.adapter(
+                openai.OpenAI(
+                    api_key="sk-test",
+                    base_url="https://api.openai.test/v1",
+                    max_retries=0,
+                    http_client=transport,
+                ),
+                "gpt-4.1",
+            ),
+            anthropic_messages(
+                anthropic.Anthropic(
+                    api_key="sk-ant-test",
+                    base_url="https://api.anthropic.test",
+                    max_retries=0,
+                    http_client=transport,
+                ),
+                MODEL,
+            ),
+        ):
+            with pytest.raises(Exception) as caught:  # noqa: PT011 - the SDK's own type
+                model([{"kind": "user", "text": "hi"}])
+            assert transient(caught.value) is not None
+            assert transient(caught.value).kind == kind  # type: ignore[union-attr]
