@@ -46,6 +46,7 @@ from agentloop._callbacks import (
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, AwaitApproval, RunTool
 from agentloop._run import LOG, Carried, Outcome, RunView, Verdicts, carried, log
+from agentloop._streams import Partial, apull, is_stream
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from agentloop._core._approval import Decision
     from agentloop._core._engine import Engine
     from agentloop._core._values import CancelToken, RunResult, Transition
+    from agentloop._streams import Delta
 
 __all__ = ["AsyncRun"]
 
@@ -92,6 +94,8 @@ class AsyncRun(RunView):
         self._listeners: list[tuple[Listener, bool]] = []
         for listener in listeners:
             self.subscribe(listener)
+        # -- streaming: who hears each delta (awaited if async)
+        self._delta_listeners: list[tuple[Callable[[Delta], object], bool]] = []
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(transition)`` after every transition; it may be ``async``."""
@@ -180,7 +184,7 @@ class AsyncRun(RunView):
                         pending if self._cancel is None else unless_cancelled(self._cancel, pending)
                     )
                 except TokenCancelled as exc:
-                    transition = ended_by_token(engine, exc)
+                    transition = self._ended_by_token(exc)
                 except Exception as exc:  # noqa: BLE001 - the engine says what it means
                     transition = engine.raised(exc)
                 else:
@@ -196,7 +200,7 @@ class AsyncRun(RunView):
         except BaseException as exc:
             if not (refused or isinstance(exc, Exception)):
                 # A cancelled task, KeyboardInterrupt: the run ends.
-                self._notify_interrupted(engine.interrupted(exc))
+                self._notify_interrupted(self._interrupted(exc))
                 self._drop_tasks()
             raise
         finally:
@@ -285,14 +289,158 @@ class AsyncRun(RunView):
         else:
             reply = model(history)
             # A dict (any reply that is JSON) is never awaitable: no protocol check for it.
-            if type(reply) is dict or not inspect.isawaitable(reply):
+            if type(reply) is dict:
                 return reply
+            if not inspect.isawaitable(reply):
+                return await self._consumed(reply) if is_stream(reply) else reply
             call = reply
         if self._model_timeout is None:
-            return await call
-        return await within(
-            self._model_timeout, f"no reply within model_timeout={self._model_timeout} s", call
+            reply = await call
+        else:
+            reply = await within(
+                self._model_timeout, f"no reply within model_timeout={self._model_timeout} s", call
+            )
+        if type(reply) is not dict and is_stream(reply):  # a streaming model
+            return await self._consumed(reply)
+        return reply
+
+    # -- streaming (agentloop.streaming): deltas beside the transitions, never in the history
+
+    def subscribe_deltas(self, listener: Callable[[Delta], object]) -> None:
+        """Call ``listener(delta)`` with each delta of a streaming reply; it may be ``async``."""
+        if not callable(listener):
+            raise TypeError(f"expected a callable delta listener, got {type(listener).__name__}")
+        self._delta_listeners.append((listener, is_async(listener)))
+
+    async def astream(self) -> AsyncIterator[Delta | Transition]:
+        """Step until done (or awaiting approval), yielding each delta and each transition.
+
+        ``Run.stream()`` under asyncio. Leaving the loop while a reply streams
+        closes the stream and ends the run ``cancelled``, as a cancelled task does.
+        """
+        engine = self._engine
+        while not engine.done:
+            if engine.state is State.AWAITING_MODEL:
+                step = self._astreamed_step()
+                try:
+                    async for item in step:
+                        yield item
+                finally:
+                    await step.aclose()
+                continue
+            transition = await self._astep()
+            if transition is None:
+                return
+            yield transition
+
+    async def _astreamed_step(self) -> AsyncIterator[Delta | Transition]:
+        """``astep()`` for a run about to ask the model: deltas yielded as they arrive, then
+        the transition."""
+        engine = self._engine
+        if not self._busy.acquire(False):
+            raise self._refused()
+        transition: Transition | None = None
+        try:
+            need = engine.next()
+            if type(need) is not AskModel:
+                transition = need  # type: ignore[assignment]  # the engine's own transition
+            else:
+                try:
+                    reply = await self._ask_whole(need.history)
+                    if type(reply) is not dict and is_stream(reply):
+                        self._partial = partial = Partial()
+                        items = apull(
+                            reply,
+                            partial,
+                            cancel=self._cancel,
+                            seconds=self._model_timeout,
+                            to_thread=self._to_thread,
+                        )
+                        try:
+                            async for item in items:
+                                if type(item) is dict:
+                                    reply = item
+                                    break
+                                await self._tell_delta(item)  # type: ignore[arg-type]  # a delta
+                                yield item  # type: ignore[misc]  # a delta
+                        finally:
+                            await items.aclose()  # the stream itself, at once
+                except TokenCancelled as exc:
+                    transition = self._ended_by_token(exc)
+                except Exception as exc:  # noqa: BLE001 - the engine says what it means
+                    self._partial = None
+                    transition = engine.raised(exc)
+                else:
+                    self._partial = None
+                    transition = engine.replied(reply)
+            await self._tell(transition)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                # A cancelled task, Ctrl-C, or the caller left the loop mid-reply: the run ends.
+                self._notify_interrupted(self._interrupted(exc))
+            raise
+        finally:
+            self._partial = None
+            self._busy.release()
+        yield transition
+
+    async def _ask_whole(self, history: list[dict[str, Any]]) -> object:
+        """The model's answer as ``_ask`` awaits it, but a stream left unread."""
+        model = self._model
+        if self._to_thread and not is_async(model):
+            return await asyncio.to_thread(model, history)
+        reply = model(history)
+        if type(reply) is dict or not inspect.isawaitable(reply):
+            return reply
+        if self._cancel is not None:
+            reply = unless_cancelled(self._cancel, reply)
+        seconds = self._model_timeout
+        return await within(seconds, f"no reply within model_timeout={seconds} s", reply)
+
+    async def _consumed(self, stream: object) -> object:
+        """The whole reply at the end of ``stream``; each delta before it told to the listeners.
+
+        Awaited under the step's own token and deadline: the token is only read
+        between the chunks of a stream read in place.
+        """
+        self._partial = partial = Partial()
+        cancel = self._cancel
+        items = apull(
+            stream,
+            partial,
+            check=None if cancel is None else cancel.check(),
+            seconds=self._model_timeout,
+            to_thread=self._to_thread,
         )
+        try:
+            async for item in items:
+                if type(item) is dict:
+                    self._partial = None
+                    return item
+                await self._tell_delta(item)  # type: ignore[arg-type]  # a delta
+        except Exception:
+            self._partial = None  # a failed call: only an interruption keeps its partial text
+            raise
+        finally:
+            await items.aclose()  # the stream itself, at once
+        raise AssertionError("unreachable: apull ends with the reply or raises")
+
+    async def _tell_delta(self, delta: Delta) -> None:
+        for listener, awaited in self._delta_listeners:
+            if awaited:
+                await listener(delta)  # type: ignore[misc]  # is_async said so
+            else:
+                listener(delta)
+
+    async def _tell(self, transition: Transition) -> None:
+        """Log ``transition`` and tell the listeners, as ``_astep`` does."""
+        if LOG.isEnabledFor(DEBUG):
+            log(transition)
+        for listener, awaited in self._listeners:
+            if awaited:
+                await listener(transition)  # type: ignore[misc]  # is_async said so
+            else:
+                listener(transition)
 
 
 async def _ready(outcome: object, call: object) -> object:

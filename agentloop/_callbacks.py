@@ -167,8 +167,13 @@ async def unless_cancelled(token: CancelToken | None, awaitable: Awaitable[_T]) 
         undo()
 
 
-def ended_by_token(engine: Engine, exc: TokenCancelled) -> Transition:
-    """The run, interrupted by its token while a request was out, ends cancelled."""
-    transition = engine.interrupted(exc)
+def ended_by_token(
+    engine: Engine, exc: TokenCancelled, partial_text: str | None = None
+) -> Transition:
+    """The run, interrupted by its token while a request was out, ends cancelled.
+
+    ``partial_text``: what a streaming reply had delivered, kept on the event.
+    """
+    transition = engine.interrupted(exc, partial_text=partial_text)
     assert transition is not None, "a request was outstanding, so the run was not over"
     return transition

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 
     from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._engine import Engine
+    from agentloop._callbacks import TokenCancelled
     from agentloop._core._values import Budget, RunResult, Transition, Usage
+    from agentloop._streams import Partial
 
 __all__ = ["LOG", "Carried", "RunView", "Verdicts", "carried", "log"]
 
@@ -57,6 +59,8 @@ class RunView:
         # One step at a time: a step started while another is under way (from the
         # model, a tool or a listener, another thread or another task) is refused.
         self._busy = threading.Lock()
+        # The text a streaming reply delivered so far (agentloop.streaming), while it streams.
+        self._partial: Partial | None = None
 
     def __repr__(self) -> str:
         name = type(self).__name__
@@ -115,6 +119,18 @@ class RunView:
     def budget(self) -> Budget:
         """The run's budget."""
         return self._engine.budget
+
+    def _interrupted(self, exc: BaseException) -> Transition | None:
+        """``engine.interrupted``, keeping the text a streaming reply had delivered, if any."""
+        partial, self._partial = self._partial, None
+        return self._engine.interrupted(exc, partial_text=partial and partial.text)
+
+    def _ended_by_token(self, exc: TokenCancelled) -> Transition:
+        """``ended_by_token``, keeping the text a streaming reply had delivered, if any."""
+        partial, self._partial = self._partial, None
+        transition = self._engine.interrupted(exc, partial_text=partial and partial.text)
+        assert transition is not None, "a request was outstanding, so the run was not over"
+        return transition
 
     def _notify_interrupted(self, transition: Transition | None) -> None:
         """Tell plain listeners how an interrupted step ended; nothing of theirs may mask it."""

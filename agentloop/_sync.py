@@ -36,6 +36,7 @@ from agentloop._callbacks import (
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, AwaitApproval, RunTool
 from agentloop._run import LOG, Outcome, RunView, Verdicts, log
+from agentloop._streams import Partial, is_stream, pull
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Iterator
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from agentloop._core._approval import Decision
     from agentloop._core._engine import Engine
     from agentloop._core._values import CancelToken, RunResult, Transition
+    from agentloop._streams import Delta
 
 __all__ = ["Awaiter", "Run", "awaiting"]
 
@@ -70,6 +72,11 @@ class Awaiter:
         self._closer: weakref.finalize[Any, Any] | None = None
         self._task: asyncio.Task[Any] | None = None  # the task a Ctrl-C cancels
         self._interrupted = False
+
+    @property
+    def cancel(self) -> CancelToken | None:
+        """The run's token, which interrupts what is awaited (and a stream, between chunks)."""
+        return self._cancel
 
     @property
     def open(self) -> bool:
@@ -192,6 +199,9 @@ class Run(RunView):
         self._listeners: list[Listener] = []
         for listener in listeners:
             self.subscribe(listener)
+        # -- streaming: who hears each delta, and the text of the reply streaming now
+        self._delta_listeners: list[Callable[[Delta], object]] = []
+        self._partial: Partial | None = None
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(transition)`` after every transition from now on."""
@@ -267,8 +277,10 @@ class Run(RunView):
                         # A dict (any reply that is JSON) is never awaitable: no check for it.
                         if type(reply) is not dict and inspect.isawaitable(reply):
                             reply = self._await_reply(reply)
+                        if type(reply) is not dict and is_stream(reply):  # a streaming model
+                            reply = self._consumed(reply)
                     except TokenCancelled as exc:
-                        transition = ended_by_token(engine, exc)
+                        transition = self._ended_by_token(exc)
                     except Exception as exc:  # noqa: BLE001 - the engine says what it means
                         transition = engine.raised(exc)
                     else:
@@ -306,6 +318,104 @@ class Run(RunView):
         seconds = self._model_timeout
         return self._awaiter(reply, seconds, f"no reply within model_timeout={seconds} s")
 
+    # -- streaming (agentloop.streaming): deltas beside the transitions, never in the history
+
+    def subscribe_deltas(self, listener: Callable[[Delta], object]) -> None:
+        """Call ``listener(delta)`` with each delta of a streaming model's reply, as it arrives."""
+        if not callable(listener) or is_async(listener):
+            got = "an async function" if callable(listener) else type(listener).__name__
+            raise TypeError(
+                f"expected a plain function as a delta listener of a synchronous run, got {got}"
+            )
+        self._delta_listeners.append(listener)
+
+    def stream(self) -> Iterator[Delta | Transition]:
+        """Step until done (or awaiting approval), yielding each delta and each transition.
+
+        In the order they happen: a streaming model's deltas, then the
+        transition its whole reply made. Leaving the loop while a reply
+        streams (``break``, an exception) closes the stream and ends the run
+        ``cancelled``, as an interrupt does.
+        """
+        engine = self._engine
+        while not engine.done and engine.state is not State.AWAITING_APPROVAL:
+            if engine.state is State.AWAITING_MODEL:
+                transition = yield from self._streamed_step()
+            else:
+                transition = self.step()
+            yield transition
+
+    def _streamed_step(self) -> Iterator[Delta | Transition]:
+        """``step()`` for a run about to ask the model: its deltas are yielded as they arrive."""
+        engine = self._engine
+        if not self._busy.acquire(False):
+            raise self._refused()
+        try:
+            need = engine.next()
+            if type(need) is not AskModel:
+                return self._told(need)  # type: ignore[arg-type]  # the engine's own transition
+            try:
+                reply = self._model(need.history)
+                if type(reply) is not dict and inspect.isawaitable(reply):
+                    reply = self._await_reply(reply)
+                if type(reply) is not dict and is_stream(reply):
+                    self._partial = partial = Partial()
+                    items = self._pulled(reply, partial)
+                    try:
+                        for item in items:
+                            if type(item) is dict:
+                                reply = item
+                                break
+                            for listener in self._delta_listeners:
+                                listener(item)  # type: ignore[arg-type]  # a delta
+                            yield item  # type: ignore[misc]  # a delta
+                    finally:
+                        items.close()  # the stream itself, at once
+            except TokenCancelled as exc:
+                transition = self._ended_by_token(exc)
+            except Exception as exc:  # noqa: BLE001 - the engine says what it means
+                transition = engine.raised(exc)
+            else:
+                transition = engine.replied(reply)
+            self._partial = None
+            return self._told(transition)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                # Ctrl-C, or the caller left the loop mid-reply (GeneratorExit): the run ends.
+                self._notify_interrupted(self._interrupted(exc))
+            raise
+        finally:
+            self._partial = None
+            self._busy.release()
+            if self._awaiter.open and engine.done:
+                self._awaiter.close()
+
+    def _pulled(self, stream: object, partial: Partial) -> Iterator[object]:
+        """The stream's deltas and then its reply, read under the run's token and deadline."""
+        awaiter = self._awaiter
+        return pull(
+            stream, partial, cancel=awaiter.cancel, seconds=self._model_timeout, awaiter=awaiter
+        )
+
+    def _consumed(self, stream: object) -> object:
+        """The whole reply at the end of ``stream``; each delta before it told to the listeners."""
+        self._partial = partial = Partial()
+        listeners = self._delta_listeners
+        items = self._pulled(stream, partial)
+        try:
+            for item in items:
+                if type(item) is dict:
+                    self._partial = None
+                    return item
+                for listener in listeners:
+                    listener(item)  # type: ignore[arg-type]  # a delta
+        except Exception:
+            self._partial = None  # a failed call: only an interruption keeps its partial text
+            raise
+        finally:
+            items.close()  # the stream itself, at once
+        raise AssertionError("unreachable: pull ends with the reply or raises")
+
     def _told(self, transition: Transition) -> Transition:
         """Log ``transition`` and tell the listeners (a report made outside ``_steps``)."""
         if LOG.isEnabledFor(DEBUG):
@@ -326,7 +436,7 @@ class Run(RunView):
         except BaseException as exc:
             if not (refused or isinstance(exc, Exception)):
                 # A KeyboardInterrupt ends the run, then propagates.
-                self._notify_interrupted(self._engine.interrupted(exc))
+                self._notify_interrupted(self._interrupted(exc))
             raise
         finally:
             if not refused:

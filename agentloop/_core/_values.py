@@ -283,6 +283,9 @@ class Transition(NamedTuple):
     #: cancel guards and the fields above, an event says everything the engine
     #: was given, so a run replays from its events alone.
     input_json: bytes | None = None
+    #: The text a streaming reply had delivered when the run was interrupted (on
+    #: ``model_interrupted`` only, and only then): for review, never in the history.
+    partial_text: str | None = None
 
     @property
     def appended(self) -> list[dict[str, Any]]:
