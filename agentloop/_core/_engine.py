@@ -394,6 +394,7 @@ class Engine(RunState):
                 draft.decisions,
                 tuple(self._handed),
                 draft.input_json,
+                None,  # partial_text: set by interrupted() alone
             ),
         )
         self._events.append(transition)  # the commit: _settle() redoes the rest
