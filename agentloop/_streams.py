@@ -170,13 +170,19 @@ def _chunks(
     """An async iterator's items, each awaited on the run's event loop."""
     if awaiter is None:
         raise TypeError("expected a synchronous stream here, got an async iterator")
-    step = stream.__anext__
+    step = _anext_of(stream)
     while True:
         left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         try:
             yield awaiter(step(), left, expired)
         except StopAsyncIteration:
             return
+
+
+def _anext_of(stream: Any) -> Callable[[], Any]:
+    """The ``__anext__`` of what ``async for`` would iterate (``__aiter__``'s answer)."""
+    aiter = getattr(stream, "__aiter__", None)
+    return (stream if aiter is None else aiter()).__anext__  # type: ignore[no-any-return]
 
 
 def _close(stream: Any, awaiter: Callable[..., Any] | None) -> None:
@@ -213,7 +219,7 @@ async def apull(
     # under its own token (``AsyncRun``'s step) passes ``check`` alone, read between chunks.
     try:
         if hasattr(type(stream), "__anext__"):
-            step = stream.__anext__
+            step = _anext_of(stream)
             while True:
                 try:
                     if wrapped:
