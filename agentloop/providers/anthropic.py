@@ -362,22 +362,28 @@ class _MessagesFold:
         )
 
 
-def _messages_stream(events: Iterable[RawMessageStreamEvent]) -> Iterator[Delta | Message]:
+def _messages_stream(events: anthropic.Stream[RawMessageStreamEvent]) -> Iterator[Delta | Message]:
     """The deltas of a Messages API stream, then its reply."""
     fold = _MessagesFold()
-    for event in events:
-        yield from fold.feed(event)
-        if fold.ended:
-            break
+    try:
+        for event in events:
+            yield from fold.feed(event)
+            if fold.ended:
+                break
+    finally:
+        events.close()  # the HTTP response, at once: the reply is in (or broke)
     yield fold.reply()
 
 
 async def _amessages_stream(events: Any) -> AsyncIterator[Delta | Message]:
     """``_messages_stream`` over an async SDK stream."""
     fold = _MessagesFold()
-    async for event in events:
-        for delta in fold.feed(event):
-            yield delta
-        if fold.ended:
-            break
+    try:
+        async for event in events:
+            for delta in fold.feed(event):
+                yield delta
+            if fold.ended:
+                break
+    finally:
+        await events.close()
     yield fold.reply()

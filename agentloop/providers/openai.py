@@ -361,20 +361,26 @@ class _ChatFold:
         )
 
 
-def _chat_stream(chunks: Iterable[ChatCompletionChunk]) -> Iterator[Delta | Message]:
+def _chat_stream(chunks: openai.Stream[ChatCompletionChunk]) -> Iterator[Delta | Message]:
     """The deltas of a chat completion's chunks, then its reply."""
     fold = _ChatFold()
-    for chunk in chunks:
-        yield from fold.feed(chunk)
+    try:
+        for chunk in chunks:
+            yield from fold.feed(chunk)
+    finally:
+        chunks.close()  # the HTTP response, at once: the reply is in (or broke)
     yield fold.reply()
 
 
 async def _achat_stream(chunks: Any) -> AsyncIterator[Delta | Message]:
     """``_chat_stream`` over an async SDK stream."""
     fold = _ChatFold()
-    async for chunk in chunks:
-        for delta in fold.feed(chunk):
-            yield delta
+    try:
+        async for chunk in chunks:
+            for delta in fold.feed(chunk):
+                yield delta
+    finally:
+        await chunks.close()
     yield fold.reply()
 
 
@@ -488,7 +494,9 @@ class _ResponsesFold:
                 )
             return ()
         if kind == "error":
-            raise IncompleteReply(f"the stream broke off with an error: {event.code}: {event.message}")
+            raise IncompleteReply(
+                f"the stream broke off with an error: {event.code}: {event.message}"
+            )
         return ()
 
     def reply(self) -> Message:
@@ -497,22 +505,28 @@ class _ResponsesFold:
         return _responses_reply(self.final)
 
 
-def _responses_stream(events: Iterable[ResponseStreamEvent]) -> Iterator[Delta | Message]:
+def _responses_stream(events: openai.Stream[ResponseStreamEvent]) -> Iterator[Delta | Message]:
     """The deltas of a Responses API stream, then its reply."""
     fold = _ResponsesFold()
-    for event in events:
-        yield from fold.feed(event)
-        if fold.final is not None:
-            break
+    try:
+        for event in events:
+            yield from fold.feed(event)
+            if fold.final is not None:
+                break
+    finally:
+        events.close()  # the HTTP response, at once: the reply is in (or broke)
     yield fold.reply()
 
 
 async def _aresponses_stream(events: Any) -> AsyncIterator[Delta | Message]:
     """``_responses_stream`` over an async SDK stream."""
     fold = _ResponsesFold()
-    async for event in events:
-        for delta in fold.feed(event):
-            yield delta
-        if fold.final is not None:
-            break
+    try:
+        async for event in events:
+            for delta in fold.feed(event):
+                yield delta
+            if fold.final is not None:
+                break
+    finally:
+        await events.close()
     yield fold.reply()
