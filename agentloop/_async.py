@@ -49,7 +49,7 @@ from agentloop._run import LOG, Carried, Outcome, RunView, Verdicts, carried, lo
 from agentloop._streams import Partial, apull, is_stream
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
     from agentloop._callbacks import Listener, Model
     from agentloop._core._approval import Decision
@@ -312,7 +312,7 @@ class AsyncRun(RunView):
             raise TypeError(f"expected a callable delta listener, got {type(listener).__name__}")
         self._delta_listeners.append((listener, is_async(listener)))
 
-    async def astream(self) -> AsyncIterator[Delta | Transition]:
+    async def astream(self) -> AsyncGenerator[Delta | Transition, None]:
         """Step until done (or awaiting approval), yielding each delta and each transition.
 
         ``Run.stream()`` under asyncio. Leaving the loop while a reply streams
@@ -333,9 +333,8 @@ class AsyncRun(RunView):
                 return
             yield transition
 
-    async def _astreamed_step(self) -> AsyncIterator[Delta | Transition]:
-        """``astep()`` for a run about to ask the model: deltas yielded as they arrive, then
-        the transition."""
+    async def _astreamed_step(self) -> AsyncGenerator[Delta | Transition, None]:
+        """``astep()`` for a run about to ask the model: its deltas, then its transition."""
         engine = self._engine
         if not self._busy.acquire(False):
             raise self._refused()
@@ -373,6 +372,7 @@ class AsyncRun(RunView):
                 else:
                     self._partial = None
                     transition = engine.replied(reply)
+            assert transition is not None, "a step makes a transition"
             await self._tell(transition)
         except BaseException as exc:
             if not isinstance(exc, Exception):

@@ -13,9 +13,9 @@ from agentloop._errors import InvalidStateError
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from agentloop._callbacks import TokenCancelled
     from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._engine import Engine
-    from agentloop._callbacks import TokenCancelled
     from agentloop._core._values import Budget, RunResult, Transition, Usage
     from agentloop._streams import Partial
 
@@ -123,12 +123,12 @@ class RunView:
     def _interrupted(self, exc: BaseException) -> Transition | None:
         """``engine.interrupted``, keeping the text a streaming reply had delivered, if any."""
         partial, self._partial = self._partial, None
-        return self._engine.interrupted(exc, partial_text=partial and partial.text)
+        return self._engine.interrupted(exc, partial_text=partial.text if partial else None)
 
     def _ended_by_token(self, exc: TokenCancelled) -> Transition:
         """``ended_by_token``, keeping the text a streaming reply had delivered, if any."""
         partial, self._partial = self._partial, None
-        transition = self._engine.interrupted(exc, partial_text=partial and partial.text)
+        transition = self._engine.interrupted(exc, partial_text=partial.text if partial else None)
         assert transition is not None, "a request was outstanding, so the run was not over"
         return transition
 

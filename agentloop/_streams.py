@@ -28,7 +28,7 @@ from agentloop._callbacks import TokenCancelled, unless_cancelled, within
 from agentloop._errors import IncompleteReply
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterator
+    from collections.abc import AsyncGenerator, Callable, Generator, Iterator
 
     from agentloop._core._values import CancelToken
 
@@ -133,7 +133,7 @@ def pull(
     cancel: CancelToken | None = None,
     seconds: float | None = None,
     awaiter: Callable[..., Any] | None = None,
-) -> Iterator[object]:
+) -> Generator[object, None, None]:
     """Yield ``stream``'s deltas, then its whole reply; close it once stopped, whatever stopped it.
 
     For the synchronous driver. The token is read after each chunk
@@ -205,7 +205,7 @@ async def apull(
     check: Callable[[], bool] | None = None,
     seconds: float | None = None,
     to_thread: bool = False,
-) -> AsyncIterator[object]:
+) -> AsyncGenerator[object, None]:
     """``pull`` under asyncio: yield the deltas, then the whole reply; close the stream after.
 
     A cancelled task, the token (``cancel``, when given: each awaited chunk

@@ -39,7 +39,7 @@ from agentloop._run import LOG, Outcome, RunView, Verdicts, log
 from agentloop._streams import Partial, is_stream, pull
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine, Iterator
+    from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 
     from agentloop._callbacks import Listener, Model
     from agentloop._core._approval import Decision
@@ -329,7 +329,7 @@ class Run(RunView):
             )
         self._delta_listeners.append(listener)
 
-    def stream(self) -> Iterator[Delta | Transition]:
+    def stream(self) -> Generator[Delta | Transition, None, None]:
         """Step until done (or awaiting approval), yielding each delta and each transition.
 
         In the order they happen: a streaming model's deltas, then the
@@ -345,7 +345,7 @@ class Run(RunView):
                 transition = self.step()
             yield transition
 
-    def _streamed_step(self) -> Iterator[Delta | Transition]:
+    def _streamed_step(self) -> Generator[Delta, None, Transition]:
         """``step()`` for a run about to ask the model: its deltas are yielded as they arrive."""
         engine = self._engine
         if not self._busy.acquire(False):
@@ -390,7 +390,7 @@ class Run(RunView):
             if self._awaiter.open and engine.done:
                 self._awaiter.close()
 
-    def _pulled(self, stream: object, partial: Partial) -> Iterator[object]:
+    def _pulled(self, stream: object, partial: Partial) -> Generator[object, None, None]:
         """The stream's deltas and then its reply, read under the run's token and deadline."""
         awaiter = self._awaiter
         return pull(

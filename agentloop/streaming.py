@@ -30,8 +30,9 @@ reply into such a stream, for scripted models and tests.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from agentloop._names import publish
 from agentloop._streams import (
@@ -42,6 +43,9 @@ from agentloop._streams import (
     UsageDelta,
     is_stream,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = [
     "ArgumentsDelta",
@@ -55,9 +59,10 @@ __all__ = [
 
 
 def chunked(reply: dict[str, Any], size: int = 4) -> Iterator[Delta | dict[str, Any]]:
-    """``reply`` as a stream: its text and each call's arguments in pieces of ``size``
-    characters, its usage, then the reply itself.
+    """``reply`` as a stream: its deltas, then the reply itself.
 
+    Its text and each call's arguments come in pieces of ``size`` characters,
+    then its usage.
     ``ScriptedModel``-style models stream with it: ``return chunked(final("Hello"))``.
     """
     if type(size) is not int or size < 1:
@@ -68,8 +73,6 @@ def chunked(reply: dict[str, Any], size: int = 4) -> Iterator[Delta | dict[str, 
 
 
 def _chunks(reply: dict[str, Any], size: int) -> Iterator[Delta | dict[str, Any]]:
-    import orjson  # noqa: PLC0415 - only for a reply's arguments
-
     text = reply.get("text")
     if isinstance(text, str):
         for at in range(0, len(text), size):

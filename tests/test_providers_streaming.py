@@ -184,7 +184,7 @@ class Api:
 
 
 def _openai_cases(answer: Callable[..., Message], cut_off: str) -> dict[str, Message]:
-    cases = {
+    return {
         "one call": answer(calls=[("call_1", "add", '{"a": 2, "b": 3}')]),
         "parallel calls": answer(
             calls=[("call_1", "add", '{"a": 2, "b": 3}'), ("call_2", "mul", '{"a": 2}')]
@@ -198,7 +198,6 @@ def _openai_cases(answer: Callable[..., Message], cut_off: str) -> dict[str, Mes
         "empty": answer(text=""),
         "invalid arguments": answer(calls=[("call_1", "add", '{"a": 2,')]),
     }
-    return cases
 
 
 APIS = [
@@ -299,7 +298,7 @@ async def test_the_streamed_reply_is_the_unstreamed_one(api: Api, case: str, fla
 @pytest.mark.parametrize("api", APIS, ids=str)
 async def test_the_deltas_add_up_to_the_reply(api: Api, flavour: str) -> None:
     """Text deltas make the text, each call starts once, its fragments make its arguments."""
-    body = api.cases["parallel calls"] if api.name == "anthropic" else api.cases["parallel calls"]
+    body = api.cases["parallel calls"]
     text_body = api.cases["text beside a call"]
     for canned in (body, text_body):
         wire = Wire([(200, Streamed(sse(api.events(canned)), size=5))])

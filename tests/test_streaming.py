@@ -13,8 +13,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pytest
@@ -32,6 +31,9 @@ from agentloop.streaming import (
 from agentloop.testing import assert_contract, with_usage
 
 from .helpers import add, call, final
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator, Sequence
 
 Message = dict[str, Any]
 USER = "What is 2+3?"
@@ -123,7 +125,7 @@ SCRIPT = (
 )
 
 
-def items_of(seq: list[object]) -> list[str]:
+def items_of(seq: Sequence[object]) -> list[str]:
     """Each delta's type name, and each transition as ``trigger``."""
     return [x.trigger.value if isinstance(x, Transition) else type(x).__name__ for x in seq]
 
@@ -138,7 +140,7 @@ def test_deltas_are_small_frozen_values() -> None:
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         delta.name = "mul"  # type: ignore[misc]
     with pytest.raises(TypeError):
-        TextDelta("positional")  # type: ignore[misc]
+        TextDelta("positional")  # type: ignore[call-arg]
 
 
 def test_chunked_splits_text_arguments_and_usage() -> None:

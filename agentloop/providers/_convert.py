@@ -17,10 +17,9 @@ from agentloop._errors import IncompleteReply
 from agentloop._tools._specs import build_specs
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+    from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
 
     from agentloop._streams import Delta
-
     from agentloop._tools._specs import SpecFormat
 
 __all__ = [
@@ -258,20 +257,22 @@ def make_model(
 
 
 class ReplyStream:
-    """A reply streaming from an SDK's stream: deltas, then the whole reply; ``close()`` ends
-    the HTTP response at once.
+    """A reply streaming from an SDK's stream: deltas, then the whole reply.
 
+    ``close()`` ends the HTTP response at once.
     Iterating it is iterating ``convert(source)`` itself (``__iter__`` hands out
     that generator): no call of ours between the SDK's event and its delta.
     """
 
     __slots__ = ("_items", "_source")
 
-    def __init__(self, source: Any, convert: Callable[[Any], Iterator[Delta | Message]]) -> None:
+    def __init__(
+        self, source: Any, convert: Callable[[Any], Generator[Delta | Message, None, None]]
+    ) -> None:
         self._source = source
         self._items = convert(source)
 
-    def __iter__(self) -> Iterator[Delta | Message]:
+    def __iter__(self) -> Generator[Delta | Message, None, None]:
         return self._items
 
     def __next__(self) -> Delta | Message:
@@ -291,7 +292,7 @@ class AsyncReplyStream:
     __slots__ = ("_items", "_source")
 
     def __init__(
-        self, source: Any, convert: Callable[[Any], AsyncIterator[Delta | Message]]
+        self, source: Any, convert: Callable[[Any], AsyncGenerator[Delta | Message, None]]
     ) -> None:
         self._source = source
         self._items = convert(source)
@@ -305,7 +306,7 @@ class AsyncReplyStream:
     async def aclose(self) -> None:
         """Stop reading and close the SDK's stream (its HTTP response)."""
         try:
-            await self._items.aclose()  # type: ignore[attr-defined]  # an async generator
+            await self._items.aclose()
         finally:
             await self._source.close()
 
@@ -313,8 +314,8 @@ class AsyncReplyStream:
 def make_stream_model(
     create: Callable[..., Any],
     request: Callable[[list[Message], dict[str, Any]], dict[str, Any]],
-    convert: Callable[[Any], Iterator[Delta | Message]],
-    aconvert: Callable[[Any], AsyncIterator[Delta | Message]],
+    convert: Callable[[Any], Generator[Delta | Message, None, None]],
+    aconvert: Callable[[Any], AsyncGenerator[Delta | Message, None]],
     format: SpecFormat,
     streaming: dict[str, Any],
 ) -> StreamModel | AsyncStreamModel:

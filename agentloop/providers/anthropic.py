@@ -63,7 +63,7 @@ from agentloop.providers._convert import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable, Iterator
+    from collections.abc import AsyncGenerator, Generator, Iterable
 
     from anthropic.types import Message as AnthropicMessage
     from anthropic.types import RawMessageStreamEvent
@@ -293,7 +293,7 @@ class _MessagesFold:
         self.written: int | None = None
         self.ended = False
 
-    def feed(self, event: RawMessageStreamEvent) -> tuple[Delta, ...]:
+    def feed(self, event: Any) -> tuple[Delta, ...]:  # a RawMessageStreamEvent, by its type
         kind = event.type
         if kind == "content_block_delta":
             delta = event.delta
@@ -362,7 +362,9 @@ class _MessagesFold:
         )
 
 
-def _messages_stream(events: anthropic.Stream[RawMessageStreamEvent]) -> Iterator[Delta | Message]:
+def _messages_stream(
+    events: anthropic.Stream[RawMessageStreamEvent],
+) -> Generator[Delta | Message, None, None]:
     """The deltas of a Messages API stream, then its reply."""
     fold = _MessagesFold()
     try:
@@ -375,7 +377,7 @@ def _messages_stream(events: anthropic.Stream[RawMessageStreamEvent]) -> Iterato
     yield fold.reply()
 
 
-async def _amessages_stream(events: Any) -> AsyncIterator[Delta | Message]:
+async def _amessages_stream(events: Any) -> AsyncGenerator[Delta | Message, None]:
     """``_messages_stream`` over an async SDK stream."""
     fold = _MessagesFold()
     try:

@@ -57,7 +57,7 @@ from agentloop.providers._convert import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable, Iterator
+    from collections.abc import AsyncGenerator, Generator, Iterable
 
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
     from openai.types.completion_usage import CompletionUsage
@@ -361,7 +361,9 @@ class _ChatFold:
         )
 
 
-def _chat_stream(chunks: openai.Stream[ChatCompletionChunk]) -> Iterator[Delta | Message]:
+def _chat_stream(
+    chunks: openai.Stream[ChatCompletionChunk],
+) -> Generator[Delta | Message, None, None]:
     """The deltas of a chat completion's chunks, then its reply."""
     fold = _ChatFold()
     try:
@@ -372,7 +374,7 @@ def _chat_stream(chunks: openai.Stream[ChatCompletionChunk]) -> Iterator[Delta |
     yield fold.reply()
 
 
-async def _achat_stream(chunks: Any) -> AsyncIterator[Delta | Message]:
+async def _achat_stream(chunks: Any) -> AsyncGenerator[Delta | Message, None]:
     """``_chat_stream`` over an async SDK stream."""
     fold = _ChatFold()
     try:
@@ -463,7 +465,7 @@ class _ResponsesFold:
         self.calls: dict[int, int] = {}  # output_index: the call's index among the calls
         self.final: Response | None = None
 
-    def feed(self, event: ResponseStreamEvent) -> tuple[Delta, ...]:
+    def feed(self, event: Any) -> tuple[Delta, ...]:  # a ResponseStreamEvent, by its type
         kind = event.type
         if kind == "response.output_text.delta":
             return (TextDelta(text=event.delta),) if event.delta else ()
@@ -505,7 +507,9 @@ class _ResponsesFold:
         return _responses_reply(self.final)
 
 
-def _responses_stream(events: openai.Stream[ResponseStreamEvent]) -> Iterator[Delta | Message]:
+def _responses_stream(
+    events: openai.Stream[ResponseStreamEvent],
+) -> Generator[Delta | Message, None, None]:
     """The deltas of a Responses API stream, then its reply."""
     fold = _ResponsesFold()
     try:
@@ -518,7 +522,7 @@ def _responses_stream(events: openai.Stream[ResponseStreamEvent]) -> Iterator[De
     yield fold.reply()
 
 
-async def _aresponses_stream(events: Any) -> AsyncIterator[Delta | Message]:
+async def _aresponses_stream(events: Any) -> AsyncGenerator[Delta | Message, None]:
     """``_responses_stream`` over an async SDK stream."""
     fold = _ResponsesFold()
     try:
