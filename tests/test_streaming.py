@@ -16,9 +16,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import orjson
 import pytest
 
-from agentloop import CancelToken, Loop, ToolRegistry, Transition
+from agentloop import CancelToken, Loop, RunResult, ToolRegistry, Transition, load_run, save_run
+from agentloop._cli._main import main
+from agentloop._review._report import report_html
 from agentloop.providers import IncompleteReply
 from agentloop.streaming import (
     ArgumentsDelta,
@@ -34,6 +37,7 @@ from .helpers import add, call, final
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator, Sequence
+    from pathlib import Path
 
 Message = dict[str, Any]
 USER = "What is 2+3?"
@@ -476,3 +480,48 @@ async def test_an_async_model_timeout_bounds_a_stream() -> None:
     assert result.error is not None
     assert "model_timeout=0.02" in result.error
     assert stream.closed_at is not None
+
+
+# -- the record: what had streamed before a cut, for review ---------------------------------------
+
+
+def cut_run() -> RunResult:
+    """A run cancelled while its reply streamed, after some text (with markup in it)."""
+    token = CancelToken()
+
+    def model(history: list[Message]) -> Iterator[object]:
+        yield TextDelta(text="The answer ")
+        yield TextDelta(text="is <b>4")
+        token.cancel()
+        yield TextDelta(text="2")
+
+    return Loop(model).run(USER, cancel=token)
+
+
+def test_the_text_before_a_cut_survives_a_run_file(tmp_path: Path) -> None:
+    """``partial_text`` is saved as an optional event field and loaded back."""
+    result = cut_run()
+    save_run(result, tmp_path / "run.json")
+    saved = orjson.loads((tmp_path / "run.json").read_bytes())
+    assert saved["events"][-1]["partial_text"] == "The answer is <b>4"
+    loaded = load_run(tmp_path / "run.json")
+    assert loaded.events[-1].partial_text == "The answer is <b>4"
+    assert loaded.events == result.events
+
+
+def test_a_run_without_a_stream_writes_no_partial_text(tmp_path: Path) -> None:
+    """A run that never streamed writes its events exactly as before (no new field)."""
+    save_run(Loop(plain(final())).run(USER), tmp_path / "run.json")
+    saved = orjson.loads((tmp_path / "run.json").read_bytes())
+    assert all("partial_text" not in event for event in saved["events"])
+
+
+def test_show_and_the_report_give_the_text_before_the_cut(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``agentloop show`` prints what had streamed; the report shows it, escaped."""
+    save_run(cut_run(), tmp_path / "run.json")
+    assert main(["show", str(tmp_path / "run.json")]) == 0
+    assert "streamed before the cut: 'The answer is <b>4'" in capsys.readouterr().out
+    html = report_html(load_run(tmp_path / "run.json"), svg=False)
+    assert "streamed before the cut: &#x27;The answer is &lt;b&gt;4&#x27;" in html

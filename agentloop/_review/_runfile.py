@@ -254,4 +254,5 @@ def _load_event(index: int, event: dict[str, Any]) -> Transition:
         tuple((call["call_id"], _decision(call, index)) for call in event["decisions"]),
         tuple(event["started"]),
         None if event["input"] is None else dumps(event["input"]),
+        event.get("partial_text"),
     )

@@ -172,6 +172,8 @@ def event_cells(run: Events, index: int, limit: int | None) -> tuple[str, ...]:
         outcome = f"tokens: {_tokens(transition.usage)}"
     else:
         outcome = transition.result_status or ""
+    if transition.partial_text:  # a streaming reply cut off: what had arrived, never recorded
+        outcome += f"; streamed before the cut: {_short(transition.partial_text, limit)!r}"
     budget = result.budget
     return (
         str(index + 1),
