@@ -53,6 +53,15 @@ help: ## Show this help
 .PHONY: install
 install: $(LINT) ## Create .venv and install agentloop with its test and lint tools
 
+# The live page's server (examples/live): Starlette and uvicorn, the live extra.
+$(VENV)/.installed-live: pyproject.toml $(RUN)
+	$(INSTALL) -e ".[svg,live]"
+	touch $@
+
+.PHONY: live
+live: $(VENV)/.installed-live ## Serve examples/live on http://127.0.0.1:8000: a run streamed to a page (OPENAI_API_KEY or ANTHROPIC_API_KEY: a real model)
+	$(BIN)/python examples/live/app.py
+
 .PHONY: demo
 demo: $(RUN) ## Run the built-in scenario; save its run, trace diagram and report in demo-output/
 	$(BIN)/agentloop demo --out demo-output
