@@ -412,12 +412,18 @@ class AsyncRun(RunView):
             seconds=self._model_timeout,
             to_thread=self._to_thread,
         )
+        plain = [listener for listener, awaited in self._delta_listeners if not awaited]
+        told = self._tell_delta if len(plain) < len(self._delta_listeners) else None
         try:
             async for item in items:
                 if type(item) is dict:
                     self._partial = None
                     return item
-                await self._tell_delta(item)  # type: ignore[arg-type]  # a delta
+                if told is not None:
+                    await told(item)  # type: ignore[arg-type]  # a delta
+                else:  # plain listeners alone: no coroutine per delta
+                    for listener in plain:
+                        listener(item)  # type: ignore[arg-type]  # a delta
         except Exception:
             self._partial = None  # a failed call: only an interruption keeps its partial text
             raise

@@ -218,14 +218,22 @@ async def apull(
     # ``cancel`` interrupts an awaited chunk; the caller that awaits the whole stream
     # under its own token (``AsyncRun``'s step) passes ``check`` alone, read between chunks.
     try:
-        if hasattr(type(stream), "__anext__"):
+        if hasattr(type(stream), "__anext__") and not wrapped:
+            async for item in stream:  # the common case: nothing to wrap each chunk in
+                kind = type(item)
+                if kind is TextDelta:
+                    partial.parts.append(item.text)
+                elif kind not in DELTAS:
+                    yield _checked(item, partial)
+                    if kind is dict:
+                        return
+                    continue
+                yield item
+        elif hasattr(type(stream), "__anext__"):
             step = _anext_of(stream)
             while True:
                 try:
-                    if wrapped:
-                        item = await _chunk(step(), cancel, deadline, expired)
-                    else:
-                        item = await step()
+                    item = await _chunk(step(), cancel, deadline, expired)
                 except StopAsyncIteration:
                     break
                 yield _checked(item, partial)

@@ -308,7 +308,23 @@ class _ChatFold:
         self.used: CompletionUsage | None = None
         self.choice: str | None = None  # "" once a chunk had a choice
 
-    def feed(self, chunk: ChatCompletionChunk) -> list[Delta]:
+    def feed(self, chunk: ChatCompletionChunk) -> list[Delta] | tuple[Delta, ...]:
+        choices = chunk.choices
+        if chunk.usage is None and len(choices) == 1:  # the common chunk: a piece of text
+            choice = choices[0]
+            delta = choice.delta
+            if (
+                choice.index == 0
+                and choice.finish_reason is None
+                and delta.tool_calls is None
+                and not delta.refusal
+            ):
+                self.choice = ""
+                content = delta.content
+                if content:
+                    self.text.append(content)
+                    return (TextDelta(text=content),)
+                return ()
         out: list[Delta] = []
         if chunk.usage is not None:  # the last chunk (include_usage), with no choices
             self.used = used = chunk.usage
