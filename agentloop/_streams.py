@@ -23,12 +23,15 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
+import orjson
 
 from agentloop._callbacks import TokenCancelled, unless_cancelled, within
 from agentloop._errors import IncompleteReply
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable, Generator, Iterator
+
+    Message = dict[str, Any]
 
     from agentloop._core._values import CancelToken
 
@@ -41,6 +44,7 @@ __all__ = [
     "ToolCallStart",
     "UsageDelta",
     "apull",
+    "chunked",
     "is_stream",
     "pull",
 ]
@@ -92,6 +96,44 @@ def is_stream(answer: object) -> bool:
     """Whether a model's answer is a stream (an iterator or async iterator), not a reply."""
     kind = type(answer)
     return hasattr(kind, "__next__") or hasattr(kind, "__anext__")
+
+
+def chunked(reply: Message, size: int = 4) -> Iterator[Delta | Message]:
+    """``reply`` as a stream: its deltas, then the reply itself.
+
+    Its text and each call's arguments come in pieces of ``size`` characters,
+    then its usage.
+    ``ScriptedModel``-style models stream with it: ``return chunked(final("Hello"))``.
+    """
+    if type(size) is not int or size < 1:
+        raise ValueError(f"expected size to be a positive int, got {size!r}")
+    if not isinstance(reply, dict):
+        raise TypeError(f"expected a reply (a dict), got {type(reply).__name__}")
+    return _pieces(reply, size)
+
+
+def _pieces(reply: Message, size: int) -> Iterator[Delta | Message]:
+    text = reply.get("text")
+    if isinstance(text, str):
+        for at in range(0, len(text), size):
+            yield TextDelta(text=text[at : at + size])
+    calls = [reply] if reply.get("kind") == "call" else reply.get("calls") or []
+    for index, call in enumerate(calls):
+        if not isinstance(call, dict):
+            continue
+        yield ToolCallStart(index=index, id=str(call.get("id")), name=str(call.get("name")))
+        arguments = call.get("arguments")
+        raw = arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
+        for at in range(0, len(raw), size):
+            yield ArgumentsDelta(index=index, text=raw[at : at + size])
+    used = reply.get("usage")
+    if isinstance(used, dict):
+        yield UsageDelta(
+            input_tokens=used.get("input_tokens", 0),
+            output_tokens=used.get("output_tokens", 0),
+            cached_tokens=used.get("cached_tokens", 0),
+        )
+    yield reply
 
 
 class Partial:

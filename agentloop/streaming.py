@@ -30,22 +30,16 @@ reply into such a stream, for scripted models and tests.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-import orjson
-
-from agentloop._names import publish
+from agentloop._names import publish as _publish
 from agentloop._streams import (
     ArgumentsDelta,
     Delta,
     TextDelta,
     ToolCallStart,
     UsageDelta,
+    chunked,
     is_stream,
 )
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 __all__ = [
     "ArgumentsDelta",
@@ -57,43 +51,4 @@ __all__ = [
     "is_stream",
 ]
 
-
-def chunked(reply: dict[str, Any], size: int = 4) -> Iterator[Delta | dict[str, Any]]:
-    """``reply`` as a stream: its deltas, then the reply itself.
-
-    Its text and each call's arguments come in pieces of ``size`` characters,
-    then its usage.
-    ``ScriptedModel``-style models stream with it: ``return chunked(final("Hello"))``.
-    """
-    if type(size) is not int or size < 1:
-        raise ValueError(f"expected size to be a positive int, got {size!r}")
-    if not isinstance(reply, dict):
-        raise TypeError(f"expected a reply (a dict), got {type(reply).__name__}")
-    return _chunks(reply, size)
-
-
-def _chunks(reply: dict[str, Any], size: int) -> Iterator[Delta | dict[str, Any]]:
-    text = reply.get("text")
-    if isinstance(text, str):
-        for at in range(0, len(text), size):
-            yield TextDelta(text=text[at : at + size])
-    calls = [reply] if reply.get("kind") == "call" else reply.get("calls") or []
-    for index, call in enumerate(calls):
-        if not isinstance(call, dict):
-            continue
-        yield ToolCallStart(index=index, id=str(call.get("id")), name=str(call.get("name")))
-        arguments = call.get("arguments")
-        raw = arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
-        for at in range(0, len(raw), size):
-            yield ArgumentsDelta(index=index, text=raw[at : at + size])
-    used = reply.get("usage")
-    if isinstance(used, dict):
-        yield UsageDelta(
-            input_tokens=used.get("input_tokens", 0),
-            output_tokens=used.get("output_tokens", 0),
-            cached_tokens=used.get("cached_tokens", 0),
-        )
-    yield reply
-
-
-publish(__name__, globals(), [name for name in __all__ if name != "Delta"])
+_publish(__name__, globals(), [name for name in __all__ if name != "Delta"])

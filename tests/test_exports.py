@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import agentloop
+import agentloop.streaming
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import ModuleType
 
 
-PUBLIC = [agentloop, agentloop.engine, agentloop.ledger, agentloop.review]
+PUBLIC = [agentloop, agentloop.engine, agentloop.ledger, agentloop.review, agentloop.streaming]
 
 
 @pytest.mark.parametrize("module", PUBLIC, ids=lambda module: module.__name__)
