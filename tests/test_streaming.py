@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import subprocess
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -19,7 +22,16 @@ import attrs
 import orjson
 import pytest
 
-from agentloop import CancelToken, Loop, RunResult, ToolRegistry, Transition, load_run, save_run
+from agentloop import (
+    CancelToken,
+    Loop,
+    RunResult,
+    SQLiteLedger,
+    ToolRegistry,
+    Transition,
+    load_run,
+    save_run,
+)
 from agentloop._cli._main import main
 from agentloop._review._report import report_html
 from agentloop.providers import IncompleteReply
@@ -525,3 +537,42 @@ def test_show_and_the_report_give_the_text_before_the_cut(
     assert "streamed before the cut: 'The answer is <b>4'" in capsys.readouterr().out
     html = report_html(load_run(tmp_path / "run.json"), svg=False)
     assert "streamed before the cut: &#x27;The answer is &lt;b&gt;4&#x27;" in html
+
+
+# -- durability: a run killed mid-stream never recorded that reply -------------------------------
+
+KILLED_MID_STREAM = """
+import os, signal, sys
+import agentloop
+from agentloop.streaming import TextDelta
+
+def model(history):
+    yield TextDelta(text="2+2 ")
+    os.kill(os.getpid(), signal.SIGKILL)  # the process dies while the reply streams
+
+loop = agentloop.Loop(model, ledger=agentloop.SQLiteLedger(sys.argv[1]))
+loop.run("What is 2+2?", run_id="r1")
+"""
+
+
+def test_a_durable_run_killed_mid_stream_resumes_by_asking_again(tmp_path: Path) -> None:
+    """A process killed while a reply streams left no reply in the ledger: resuming asks the
+    model again, and only the whole reply of that new ask is recorded."""
+    db = tmp_path / "runs.db"
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_MID_STREAM, str(db)], check=False, capture_output=True
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    asked: list[int] = []
+
+    def model(history: list[Message]) -> Iterator[object]:
+        asked.append(len(history))
+        yield from chunked(final("2+2 is 4"), size=3)
+
+    result = Loop(model, ledger=SQLiteLedger(db)).resume("r1")
+    assert asked == [1]  # asked again, with the history as it was
+    assert result.status == "finished"
+    assert result.transcript == [
+        {"kind": "user", "text": "What is 2+2?"},
+        {"kind": "final", "text": "2+2 is 4"},
+    ]
