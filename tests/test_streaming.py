@@ -576,3 +576,41 @@ def test_a_durable_run_killed_mid_stream_resumes_by_asking_again(tmp_path: Path)
         {"kind": "user", "text": "What is 2+2?"},
         {"kind": "final", "text": "2+2 is 4"},
     ]
+
+
+# -- OpenTelemetry: the time to the first token on the chat span ----------------------------------
+
+
+def test_the_chat_span_carries_the_time_to_first_token() -> None:
+    """``OtelListener.delta`` marks a streamed call's first delta: its chat span says how long
+    after the call's start it came; a call that did not stream has no such attribute."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+        InMemorySpanExporter,
+    )
+
+    from agentloop.otel import AGENTLOOP_TIME_TO_FIRST_TOKEN, OtelListener
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    listener = OtelListener(provider)
+    replies = iter([chunked(call("c1", a=1, b=1)), final("2")])
+    run = Loop(lambda history: next(replies), tools=ToolRegistry([add])).start(USER)
+    run.subscribe(listener)
+    run.subscribe_deltas(listener.delta)
+    run.finish()
+    chats = sorted(
+        (s for s in exporter.get_finished_spans() if s.name == "chat"),
+        key=lambda s: s.start_time or 0,
+    )
+    streamed, whole = (dict(span.attributes or {}) for span in chats)
+    first = streamed[AGENTLOOP_TIME_TO_FIRST_TOKEN]
+    assert isinstance(first, float)
+    span = chats[0]
+    assert span.end_time is not None
+    assert span.start_time is not None
+    assert 0 <= first <= (span.end_time - span.start_time) / 1e9
+    assert AGENTLOOP_TIME_TO_FIRST_TOKEN not in whole
+    provider.shutdown()
