@@ -47,6 +47,7 @@ __all__ = [
     "chunked",
     "is_stream",
     "pull",
+    "whole_reply",
 ]
 
 
@@ -204,6 +205,21 @@ def pull(
         raise _ended(partial)
     finally:
         _close(stream, awaiter)
+
+
+def whole_reply(stream: Any) -> object:
+    """The whole reply at the end of a synchronous ``stream``, its deltas read and dropped.
+
+    For a host that records replies alone (a DBOS step); the stream is closed after.
+    """
+    items = pull(stream, Partial())
+    try:
+        for item in items:
+            if type(item) is dict:
+                return item
+    finally:
+        items.close()
+    raise AssertionError("unreachable: pull ends with the reply or raises")
 
 
 def _chunks(

@@ -106,6 +106,7 @@ from agentloop._durable._resume import (
 from agentloop._errors import AgentloopError, InvalidStateError
 from agentloop._loop import Loop
 from agentloop._run import LOG, Verdicts, log
+from agentloop._streams import is_stream, whole_reply
 from agentloop._tools._registry import reviewing
 
 if TYPE_CHECKING:
@@ -322,6 +323,8 @@ class DBOSLoop:
         answer: dict[str, Any]
         try:
             reply = self.loop._bound_model(history)  # with the tools, for a model that takes them
+            if type(reply) is not dict and is_stream(reply):  # a streaming model
+                reply = whole_reply(reply)  # the step records the whole reply, not the deltas
         except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
             answer = raised_record(exc)
         else:
