@@ -97,12 +97,6 @@ def _record(**properties: object) -> dict[str, Any]:
 
 _USAGE: Final = _record(input_tokens=_COUNT, output_tokens=_COUNT, cached_tokens=_COUNT)
 
-
-def _optional(record: dict[str, Any], **properties: object) -> dict[str, Any]:
-    """``record`` with these fields too, each optional: files without them still load."""
-    return {**record, "properties": {**record["properties"], **properties}}
-
-
 #: The JSON Schema (Draft 2020-12) of a version 3 run file.
 SCHEMA: Final = _record(
     format={"const": FORMAT},
@@ -121,56 +115,50 @@ SCHEMA: Final = _record(
     events={
         "type": "array",
         "minItems": 1,
-        "items": _optional(
-            _record(
-                source=_enum(State),
-                dest=_enum(State),
-                trigger=_enum(Trigger),
-                guard=_enum(Guard, null=True),
-                steps=_COUNT,
-                calls=_COUNT,
-                call_id=_STR_OR_NULL,
-                tool=_STR_OR_NULL,
-                result_status=_STR_OR_NULL,
-                reason=_STR_OR_NULL,
-                error=_STR_OR_NULL,
-                exception={
-                    "description": 'null or {"type": str, "message": str}',
-                    "oneOf": [
-                        {"type": "null"},
-                        _record(type={"type": "string"}, message={"type": "string"}),
-                    ],
-                },
-                appended={"type": "array", "items": _MESSAGE},
-                usage={"oneOf": [{"type": "null"}, _USAGE]},
-                at=_SECONDS,
-                took={"type": ["number", "null"], "minimum": 0},
-                pending={
-                    "type": "array",
-                    "items": _record(
-                        call_id=_STR,
-                        name=_STR,
-                        arguments={},
-                        reason=_STR,
-                        fingerprint=_STR,
-                    ),
-                },
-                decisions={
-                    "type": "array",
-                    "items": _record(
-                        call_id=_STR,
-                        allowed={"type": "boolean"},
-                        reason={"type": "string"},
-                        fingerprint=_STR_OR_NULL,
-                    ),
-                },
-                started={"type": "array", "items": _STR},
-                input={
-                    "description": "the reply or the content that came with the report, or null"
-                },
-            ),
-            # The text a streaming reply had delivered when the run was cut off.
-            partial_text={"type": "string"},
+        "items": _record(
+            source=_enum(State),
+            dest=_enum(State),
+            trigger=_enum(Trigger),
+            guard=_enum(Guard, null=True),
+            steps=_COUNT,
+            calls=_COUNT,
+            call_id=_STR_OR_NULL,
+            tool=_STR_OR_NULL,
+            result_status=_STR_OR_NULL,
+            reason=_STR_OR_NULL,
+            error=_STR_OR_NULL,
+            exception={
+                "description": 'null or {"type": str, "message": str}',
+                "oneOf": [
+                    {"type": "null"},
+                    _record(type={"type": "string"}, message={"type": "string"}),
+                ],
+            },
+            appended={"type": "array", "items": _MESSAGE},
+            usage={"oneOf": [{"type": "null"}, _USAGE]},
+            at=_SECONDS,
+            took={"type": ["number", "null"], "minimum": 0},
+            pending={
+                "type": "array",
+                "items": _record(
+                    call_id=_STR,
+                    name=_STR,
+                    arguments={},
+                    reason=_STR,
+                    fingerprint=_STR,
+                ),
+            },
+            decisions={
+                "type": "array",
+                "items": _record(
+                    call_id=_STR,
+                    allowed={"type": "boolean"},
+                    reason={"type": "string"},
+                    fingerprint=_STR_OR_NULL,
+                ),
+            },
+            started={"type": "array", "items": _STR},
+            input={"description": "the reply or the content that came with the report, or null"},
         ),
     },
     rejected={
@@ -183,6 +171,10 @@ SCHEMA: Final = _record(
     },
     held={"description": "null, or the batch a run awaiting approval holds"},
 )
+
+# Optional event fields, not required: a file without them loads as before.
+#: The text a streaming reply had delivered when the run was cut off (streaming).
+SCHEMA["properties"]["events"]["items"]["properties"]["partial_text"] = {"type": "string"}
 
 VALIDATOR: Final = jsonschema_rs.Draft202012Validator(SCHEMA)
 
