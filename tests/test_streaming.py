@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentloop import (
     CancelToken,
@@ -614,3 +616,24 @@ def test_the_chat_span_carries_the_time_to_first_token() -> None:
     assert 0 <= first <= (span.end_time - span.start_time) / 1e9
     assert AGENTLOOP_TIME_TO_FIRST_TOKEN not in whole
     provider.shutdown()
+
+
+# -- a property: however a reply is cut into deltas, the run is the same -------------------------
+
+
+@given(size=st.integers(min_value=1, max_value=12), driver=st.sampled_from(["sync", "async"]))
+def test_any_chunking_makes_the_unstreamed_run(size: int, driver: str) -> None:
+    """Whatever the pieces' size, on either driver, a streamed run records the plain one."""
+    script = [
+        with_usage(call("c1", a=2, b=3), 100, 7),
+        with_usage(final("2+3 is 5, and that is all."), 120, 9),
+    ]
+
+    def streaming(history: list[Message]) -> Iterator[object]:
+        return chunked(script[sum(m["kind"] == "tool_result" for m in history)], size=size)
+
+    loop = Loop(streaming, tools=ToolRegistry([add]))
+    streamed = loop.run(USER) if driver == "sync" else asyncio.run(loop.arun(USER))
+    whole = Loop(plain(*script), tools=ToolRegistry([add])).run(USER)
+    assert streamed.events == whole.events
+    assert streamed.transcript == whole.transcript
