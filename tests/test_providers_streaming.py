@@ -342,6 +342,19 @@ async def test_a_stream_cut_off_mid_reply_is_a_failed_call(api: Api, flavour: st
     assert body.closed_at is not None
 
 
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_a_dropped_connection_mid_stream_is_a_failed_call(api: Api, flavour: str) -> None:
+    """A connection that drops after some events raises the transport's error: a failed call,
+    never a half reply."""
+    events = api.events(api.cases["a final"])
+    body = Streamed(sse(events), stall=len(sse(events[: len(events) // 2])), drop=True)
+    got = await outcome(lambda: _read_last(api.model(Wire([(200, body)]), flavour, stream=True)))
+    assert isinstance(got, tuple)
+    # The transport's error itself (anthropic), or the openai SDK's wrapping of it.
+    assert got[0] in {"ReadError", "APIConnectionError"}, got
+    assert body.sent > 0  # it broke mid-stream, after some events had arrived
+
+
 async def _read_last(model: Any) -> Any:
     return (await read(await answer(model)))[-1]
 

@@ -92,6 +92,8 @@ class Streamed(httpx2.SyncByteStream, httpx2.AsyncByteStream):
     body: bytes
     size: int = 7
     stall: int | None = None
+    #: Instead of stalling, the connection drops (a read error) after ``stall`` bytes.
+    drop: bool = False
     sent: int = 0
     closed_at: float | None = None
     _closed: threading.Event = attrs.field(factory=threading.Event)
@@ -104,6 +106,8 @@ class Streamed(httpx2.SyncByteStream, httpx2.AsyncByteStream):
 
     def __iter__(self) -> Iterator[bytes]:
         yield from self._chunks()
+        if self.drop:
+            raise httpx2.ReadError("the peer closed the connection")
         if self.stall is not None:
             self._closed.wait(5)
 
@@ -111,6 +115,8 @@ class Streamed(httpx2.SyncByteStream, httpx2.AsyncByteStream):
         for chunk in self._chunks():
             await asyncio.sleep(0)
             yield chunk
+        if self.drop:
+            raise httpx2.ReadError("the peer closed the connection")
         if self.stall is not None:
             for _ in range(5000):
                 if self._closed.is_set():
