@@ -53,6 +53,15 @@ help: ## Show this help
 .PHONY: install
 install: $(LINT) ## Create .venv and install agentloop with its test and lint tools
 
+# The live page's server (examples/live): Starlette and uvicorn, the live extra.
+$(VENV)/.installed-live: pyproject.toml $(RUN)
+	$(INSTALL) -e ".[svg,live]"
+	touch $@
+
+.PHONY: live
+live: $(VENV)/.installed-live ## Serve examples/live on http://127.0.0.1:8000: a run streamed to a page (OPENAI_API_KEY or ANTHROPIC_API_KEY: a real model)
+	$(BIN)/python examples/live/app.py
+
 .PHONY: demo
 demo: $(RUN) ## Run the built-in scenario; save its run, trace diagram and report in demo-output/
 	$(BIN)/agentloop demo --out demo-output
@@ -90,8 +99,8 @@ diagrams: $(RUN) ## Regenerate diagrams/ from the state table
 	$(BIN)/agentloop diagram --format dot > diagrams/agentloop.dot
 
 .PHONY: bench
-bench: $(TEST) ## Benchmarks: engine vs hand-written loop, async driver, batches, copier, memory, tool registry, run files, provider adapters, the ledger, MCP calls, DBOS (given a Postgres URL), context windows
-	@status=0; for bench in core tools async batches runfile providers ledger mcp dbos context; do \
+bench: $(TEST) ## Benchmarks: engine vs hand-written loop, async driver, batches, copier, memory, tool registry, run files, provider adapters, streaming, the ledger, MCP calls, DBOS (given a Postgres URL), context windows
+	@status=0; for bench in core tools async batches runfile providers streaming ledger mcp dbos context; do \
 		echo "== bench/bench_$$bench.py"; $(BIN)/python bench/bench_$$bench.py || status=1; \
 	done; exit $$status
 

@@ -45,18 +45,20 @@ from agentloop._callbacks import (
 )
 from agentloop._core._context import Summarise
 from agentloop._core._table import TERMINAL, State
-from agentloop._core._values import ReviewCalls, RunTool, Wait
+from agentloop._core._values import AskModel, ReviewCalls, RunTool, Wait
 from agentloop._run import LOG, Carried, RunView, carried, log, one_transition
+from agentloop._streams import Partial, apull, is_stream
 from agentloop._waits import await_wait
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
     from agentloop._callbacks import Listener, Model
     from agentloop._core._approval import Decision
     from agentloop._core._engine import Engine
     from agentloop._core._values import CancelToken, RunResult, Transition
     from agentloop._run import Request
+    from agentloop._streams import Delta
 
 __all__ = ["AsyncRun"]
 
@@ -94,6 +96,8 @@ class AsyncRun(RunView):
         self._listeners: list[tuple[Listener, bool]] = []
         for listener in listeners:
             self.subscribe(listener)
+        # -- streaming: who hears each delta (awaited if async)
+        self._delta_listeners: list[tuple[Callable[[Delta], object], bool]] = []
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(transition)`` after every transition; it may be ``async``."""
@@ -159,18 +163,12 @@ class AsyncRun(RunView):
                 transition = await self._pumped()
             if transition is None:
                 return None
-            if LOG.isEnabledFor(DEBUG):
-                log(transition)
-            for listener, awaited in self._listeners:
-                if awaited:
-                    await listener(transition)  # type: ignore[misc]  # is_async said so
-                else:
-                    listener(transition)
+            await self._tell(transition)
             return transition
         except BaseException as exc:
             if not (refused or isinstance(exc, Exception)):
                 # A cancelled task, KeyboardInterrupt: the run ends.
-                self._notify_interrupted(engine.interrupted(exc))
+                self._notify_interrupted(self._interrupted(exc))
                 self._drop_tasks()
             raise
         finally:
@@ -190,7 +188,7 @@ class AsyncRun(RunView):
                 try:
                     answer = await self._perform(need)
                 except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
-                    need = steps.throw(exc)
+                    need = steps.throw(self._thrown(exc))
                 else:
                     need = steps.send(answer)
         except StopIteration as stop:
@@ -209,7 +207,7 @@ class AsyncRun(RunView):
         else:  # a summary is asked of the context policy's own model callback
             model = need.model if kind is Summarise else None  # type: ignore[union-attr]
             pending = self._ask(need.history, model)  # type: ignore[union-attr]
-        return await (pending if self._cancel is None else unless_cancelled(self._cancel, pending))
+        return await self._under_token(pending)
 
     async def _reviewed(self, need: ReviewCalls) -> dict[str, object]:
         """The policies' answers about the batch's calls, awaited together (not cancellable)."""
@@ -293,7 +291,17 @@ class AsyncRun(RunView):
             await asyncio.wait(tasks)
 
     async def _ask(self, history: list[dict[str, Any]], model: Any = None) -> object:
-        """Call the model (or ``model``, a summariser), plain or async, as configured."""
+        """The model's whole reply (a stream read to its end, its deltas told to the listeners)."""
+        answer = await self._answer(history, model)
+        if type(answer) is not dict and is_stream(answer):  # a streaming model
+            return await self._consumed(answer)
+        return answer
+
+    async def _answer(self, history: list[dict[str, Any]], model: Any = None) -> object:
+        """Call the model (or ``model``, a summariser), plain or async, as configured.
+
+        Its answer, within ``model_timeout``: a reply, or a stream left unread.
+        """
         model = self._model if model is None else model
         call: Awaitable[object]
         if self._to_thread and not is_async(model):
@@ -309,6 +317,155 @@ class AsyncRun(RunView):
         return await within(
             self._model_timeout, f"no reply within model_timeout={self._model_timeout} s", call
         )
+
+    # -- streaming (agentloop.streaming): deltas beside the transitions, never in the history
+
+    def subscribe_deltas(self, listener: Callable[[Delta], object]) -> None:
+        """Call ``listener(delta)`` with each delta of a streaming reply; it may be ``async``."""
+        if not callable(listener):
+            raise TypeError(f"expected a callable delta listener, got {type(listener).__name__}")
+        self._delta_listeners.append((listener, is_async(listener)))
+
+    async def astream(self) -> AsyncGenerator[Delta | Transition, None]:
+        """Step until done (or awaiting approval), yielding each delta and each transition.
+
+        ``Run.stream()`` under asyncio. Leaving the loop while a reply streams
+        closes the stream and ends the run ``cancelled``, as a cancelled task does.
+        """
+        engine = self._engine
+        while not engine.done:
+            made: list[Transition] = []
+            step = self._astreamed_step(made)
+            try:
+                async for delta in step:
+                    yield delta
+            finally:
+                await step.aclose()
+            if not made:
+                return  # the run waits for a person
+            yield made[0]
+
+    async def _astreamed_step(self, made: list[Transition]) -> AsyncGenerator[Delta, None]:
+        """``astep()``, a streaming model's deltas yielded as they arrive; its transition: ``made``.
+
+        The same one transition ``astep()`` pumps, and the same hold; the
+        transition is told to the listeners, and the run let go, before the
+        caller sees it.
+        """
+        engine = self._engine
+        if not self._busy.acquire(False):
+            raise self._refused()
+        try:
+            if (
+                self._max_concurrency > 1
+                and engine.state is State.DISPATCHING
+                and (self._tasks or engine.unstarted > 1)
+            ):  # calls to run at once, as astep() runs them
+                transition: Transition | None = await self._batch_step()
+            else:
+                steps = one_transition(engine)
+                try:
+                    need = steps.send(None)
+                    while True:
+                        try:
+                            if type(need) is AskModel or type(need) is Summarise:
+                                model = need.model if type(need) is Summarise else None
+                                answer = await self._under_token(
+                                    self._answer(need.history, model)
+                                )
+                                if type(answer) is not dict and is_stream(answer):
+                                    self._partial = partial = Partial()
+                                    items = apull(
+                                        answer,
+                                        partial,
+                                        cancel=self._cancel,
+                                        seconds=self._model_timeout,
+                                        to_thread=self._to_thread,
+                                    )
+                                    try:
+                                        async for item in items:
+                                            if type(item) is dict:
+                                                answer = item
+                                                break
+                                            await self._tell_delta(item)  # type: ignore[arg-type]
+                                            yield item  # type: ignore[misc]  # a delta
+                                    finally:
+                                        await items.aclose()  # the stream itself, at once
+                                    self._partial = None
+                            else:
+                                answer = await self._perform(need)
+                        except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
+                            need = steps.throw(self._thrown(exc))
+                        else:
+                            need = steps.send(answer)
+                except StopIteration as stop:
+                    transition = stop.value
+            if transition is not None:
+                await self._tell(transition)
+                made.append(transition)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                # A cancelled task, Ctrl-C, or the caller left the loop mid-reply: the run ends.
+                self._notify_interrupted(self._interrupted(exc))
+                self._drop_tasks()
+            raise
+        finally:
+            self._busy.release()
+
+    async def _under_token(self, pending: Awaitable[object]) -> object:
+        """``pending``, awaited unless the run's token cancels it first."""
+        return await (pending if self._cancel is None else unless_cancelled(self._cancel, pending))
+
+    async def _consumed(self, stream: object) -> object:
+        """The whole reply at the end of ``stream``; each delta before it told to the listeners.
+
+        Awaited under the step's own token and deadline: the token is only read
+        between the chunks of a stream read in place.
+        """
+        self._partial = partial = Partial()
+        cancel = self._cancel
+        items = apull(
+            stream,
+            partial,
+            check=None if cancel is None else cancel.check(),
+            seconds=self._model_timeout,
+            to_thread=self._to_thread,
+        )
+        plain = [listener for listener, awaited in self._delta_listeners if not awaited]
+        told = self._tell_delta if len(plain) < len(self._delta_listeners) else None
+        try:
+            async for item in items:
+                if type(item) is dict:
+                    self._partial = None
+                    return item
+                if told is not None:
+                    await told(item)  # type: ignore[arg-type]  # a delta
+                else:  # plain listeners alone: no coroutine per delta
+                    for listener in plain:
+                        listener(item)  # type: ignore[arg-type]  # a delta
+        except Exception:
+            self._partial = None  # a failed call: only an interruption keeps its partial text
+            raise
+        finally:
+            await items.aclose()  # the stream itself, at once
+        raise AssertionError("unreachable: apull ends with the reply or raises")
+
+    async def _tell_delta(self, delta: Delta) -> None:
+        for listener, awaited in self._delta_listeners:
+            if awaited:
+                await listener(delta)  # type: ignore[misc]  # is_async said so
+            else:
+                listener(delta)
+
+    async def _tell(self, transition: Transition) -> None:
+        """Log ``transition`` and tell the listeners, as ``_astep`` does."""
+        if LOG.isEnabledFor(DEBUG):
+            log(transition)
+        for listener, awaited in self._listeners:
+            if awaited:
+                await listener(transition)  # type: ignore[misc]  # is_async said so
+            else:
+                listener(transition)
 
 
 def _observed(task: asyncio.Task[Any]) -> None:

@@ -138,6 +138,9 @@ async def within(seconds: float | None, expired: str, awaitable: Awaitable[_T]) 
 class TokenCancelled(asyncio.CancelledError):
     """The run's ``CancelToken`` interrupted an awaited model or tool (the task goes on)."""
 
+    #: What a streaming reply had delivered when the token cut it off (the driver sets it).
+    partial_text: str | None = None
+
 
 async def unless_cancelled(token: CancelToken | None, awaitable: Awaitable[_T]) -> _T:
     """Await, but raise ``TokenCancelled`` as soon as ``token`` is cancelled, from any thread."""
@@ -168,7 +171,10 @@ async def unless_cancelled(token: CancelToken | None, awaitable: Awaitable[_T]) 
 
 
 def ended_by_token(engine: Engine, exc: TokenCancelled) -> Transition:
-    """The run, interrupted by its token while a request was out, ends cancelled."""
-    transition = engine.interrupted(exc)
+    """The run, interrupted by its token while a request was out, ends cancelled.
+
+    What a streaming reply had delivered (``exc.partial_text``) is kept on the event.
+    """
+    transition = engine.interrupted(exc, partial_text=exc.partial_text)
     assert transition is not None, "a request was outstanding, so the run was not over"
     return transition

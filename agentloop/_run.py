@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from agentloop._core._engine import Engine
     from agentloop._core._table import State
     from agentloop._core._values import Budget, RunResult, Transition, Usage
+    from agentloop._streams import Partial
 
 #: What a driver is asked to perform: call the model (or a context policy's summariser),
 #: run a tool, review a batch, wait before a retry.
@@ -115,6 +116,8 @@ class RunView:
         # One step at a time: a step started while another is under way (from the
         # model, a tool or a listener, another thread or another task) is refused.
         self._busy = threading.Lock()
+        # The text a streaming reply delivered so far (agentloop.streaming), while it streams.
+        self._partial: Partial | None = None
 
     def __repr__(self) -> str:
         name = type(self).__name__
@@ -173,6 +176,18 @@ class RunView:
     def budget(self) -> Budget:
         """The run's budget."""
         return self._engine.budget
+
+    def _thrown(self, exc: BaseException) -> BaseException:
+        """``exc``, to throw into the one transition; a token's cut keeps the text streamed."""
+        partial, self._partial = self._partial, None
+        if partial is not None and isinstance(exc, TokenCancelled):
+            exc.partial_text = partial.text
+        return exc
+
+    def _interrupted(self, exc: BaseException) -> Transition | None:
+        """``engine.interrupted``, keeping the text a streaming reply had delivered, if any."""
+        partial, self._partial = self._partial, None
+        return self._engine.interrupted(exc, partial_text=partial.text if partial else None)
 
     def _notify_interrupted(self, transition: Transition | None) -> None:
         """Tell plain listeners how an interrupted step ended; nothing of theirs may mask it."""

@@ -31,16 +31,18 @@ from agentloop._core._context import Summarise
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, RunTool, Transition, Wait
 from agentloop._run import LOG, RunView, log, one_transition
+from agentloop._streams import Partial, is_stream, pull
 from agentloop._waits import wait
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine, Iterator
+    from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 
     from agentloop._callbacks import Listener, Model
     from agentloop._core._approval import Decision
     from agentloop._core._engine import Engine
     from agentloop._core._values import CancelToken, RunResult
     from agentloop._run import Request
+    from agentloop._streams import Delta
 
 __all__ = ["Awaiter", "Run", "awaiting"]
 
@@ -67,7 +69,7 @@ class Awaiter:
 
     @property
     def cancel(self) -> CancelToken | None:
-        """The run's token, which interrupts what is awaited (and a wait before a retry)."""
+        """The run's token: it interrupts what is awaited, a wait, and a stream between chunks."""
         return self._cancel
 
     @property
@@ -200,6 +202,9 @@ class Run(RunView):
         self._listeners: list[Listener] = []
         for listener in listeners:
             self.subscribe(listener)
+        # -- streaming: who hears each delta, and the text of the reply streaming now
+        self._delta_listeners: list[Callable[[Delta], object]] = []
+        self._partial: Partial | None = None
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(transition)`` after every transition from now on."""
@@ -271,7 +276,7 @@ class Run(RunView):
                         try:
                             answer = perform(need)
                         except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
-                            need = steps.throw(exc)
+                            need = steps.throw(self._thrown(exc))
                         else:
                             need = steps.send(answer)
                 except StopIteration as stop:
@@ -289,13 +294,16 @@ class Run(RunView):
         """Do what the engine asked: call the model, run a tool, wait, or ask the policies."""
         kind = type(need)
         if kind is AskModel or kind is Summarise:
-            # A summary is asked of the context policy's own model callback.
-            model = need.model if kind is Summarise else self._model  # type: ignore[union-attr]
-            reply = model(need.history)  # type: ignore[union-attr]  # a model request
-            # A dict (any reply that is JSON) is never awaitable: no check for it.
-            if type(reply) is not dict and inspect.isawaitable(reply):
-                return self._await_reply(reply)
-            return reply
+            reply = self._asked(need)  # type: ignore[arg-type]  # a model request
+            # A dict (any reply that is JSON) is never a stream: no check for it.
+            if type(reply) is dict or not is_stream(reply):
+                return reply
+            deltas = self._delivered(reply)  # each delta told to the delta listeners
+            while True:
+                try:
+                    next(deltas)
+                except StopIteration as stop:
+                    return stop.value
         if kind is RunTool:
             call, review, decision = need  # type: ignore[misc]  # a RunTool
             if review is None and decision is None:
@@ -308,10 +316,111 @@ class Run(RunView):
         assert review is not None, "only a driver that reviews is asked to"
         return {call["id"]: review(call) for call in need.calls}  # type: ignore[union-attr]
 
+    def _asked(self, need: AskModel | Summarise) -> object:
+        """The model's answer (a summary is asked of the context policy's own model callback)."""
+        model = need.model if type(need) is Summarise else self._model
+        reply = model(need.history)
+        # A dict (any reply that is JSON) is never awaitable: no check for it.
+        if type(reply) is not dict and inspect.isawaitable(reply):
+            return self._await_reply(reply)
+        return reply
+
     def _await_reply(self, reply: Awaitable[object]) -> object:
         """An async model's reply, awaited on the run's event loop within ``model_timeout``."""
         seconds = self._model_timeout
         return self._awaiter(reply, seconds, f"no reply within model_timeout={seconds} s")
+
+    # -- streaming (agentloop.streaming): deltas beside the transitions, never in the history
+
+    def subscribe_deltas(self, listener: Callable[[Delta], object]) -> None:
+        """Call ``listener(delta)`` with each delta of a streaming model's reply, as it arrives."""
+        if not callable(listener) or is_async(listener):
+            got = "an async function" if callable(listener) else type(listener).__name__
+            raise TypeError(
+                f"expected a plain function as a delta listener of a synchronous run, got {got}"
+            )
+        self._delta_listeners.append(listener)
+
+    def stream(self) -> Generator[Delta | Transition, None, None]:
+        """Step until done (or awaiting approval), yielding each delta and each transition.
+
+        In the order they happen: a streaming model's deltas, then the
+        transition its whole reply made. Leaving the loop while a reply
+        streams (``break``, an exception) closes the stream and ends the run
+        ``cancelled``, as an interrupt does.
+        """
+        engine = self._engine
+        while not engine.done and engine.state is not State.AWAITING_APPROVAL:
+            made = yield from self._streamed_step()
+            if made is None:
+                return
+            yield made
+
+    def _streamed_step(self) -> Generator[Delta, None, Transition | None]:
+        """``step()``, a streaming model's deltas yielded as they arrive (the run held meanwhile).
+
+        The same one transition ``step()`` pumps, and the same hold: a step
+        under way is refused, and an interruption (Ctrl-C, or the caller
+        leaving the loop mid-reply) ends the run.
+        """
+        engine = self._engine
+        if not self._busy.acquire(False):
+            raise self._refused()
+        try:
+            steps = one_transition(engine)
+            try:
+                need = steps.send(None)
+                while True:
+                    try:
+                        if type(need) is AskModel or type(need) is Summarise:
+                            answer = self._asked(need)
+                            if type(answer) is not dict and is_stream(answer):
+                                answer = yield from self._delivered(answer)
+                        else:
+                            answer = self._perform(need)
+                    except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
+                        need = steps.throw(self._thrown(exc))
+                    else:
+                        need = steps.send(answer)
+            except StopIteration as stop:
+                made: Transition | None = stop.value
+            return None if made is None else self._told(made)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                self._notify_interrupted(self._interrupted(exc))
+            raise
+        finally:
+            self._busy.release()
+            if self._awaiter.open and engine.done:
+                self._awaiter.close()
+
+    def _delivered(self, stream: object) -> Generator[Delta, None, object]:
+        """``stream``'s deltas, each told to the delta listeners; then its whole reply, returned.
+
+        Read under the run's token (between chunks) and ``model_timeout``, and
+        closed at once however the reading ends. The text delivered so far is
+        kept while it streams: an interruption records it on its event.
+        """
+        awaiter = self._awaiter
+        self._partial = partial = Partial()
+        items = pull(
+            stream, partial, cancel=awaiter.cancel, seconds=self._model_timeout, awaiter=awaiter
+        )
+        listeners = self._delta_listeners
+        try:
+            for item in items:
+                if type(item) is dict:
+                    self._partial = None
+                    return item
+                for listener in listeners:
+                    listener(item)  # type: ignore[arg-type]  # a delta
+                yield item  # type: ignore[misc]  # a delta
+        except Exception:
+            self._partial = None  # a failed call: only an interruption keeps its partial text
+            raise
+        finally:
+            items.close()  # the stream itself, at once
+        raise AssertionError("unreachable: pull ends with the reply or raises")
 
     def _told(self, transition: Transition) -> Transition:
         """Log ``transition`` and tell the listeners (a report made outside ``_steps``)."""
@@ -333,7 +442,7 @@ class Run(RunView):
         except BaseException as exc:
             if not (refused or isinstance(exc, Exception)):
                 # A KeyboardInterrupt ends the run, then propagates.
-                self._notify_interrupted(self._engine.interrupted(exc))
+                self._notify_interrupted(self._interrupted(exc))
             raise
         finally:
             if not refused:

@@ -102,6 +102,7 @@ from agentloop._durable._resume import checked_run_id, differences, mismatch
 from agentloop._errors import AgentloopError, InvalidStateError
 from agentloop._loop import Loop
 from agentloop._run import LOG, log
+from agentloop._streams import is_stream, whole_reply
 from agentloop._tools._registry import PreparedCall, reviewing
 
 if TYPE_CHECKING:
@@ -350,6 +351,8 @@ class DBOSLoop:
         bound = self.loop._bound_models[model]  # with the tools, for a model that takes them
         try:
             reply = bound(history)
+            if type(reply) is not dict and is_stream(reply):  # a streaming model
+                reply = whole_reply(reply)  # the step records the whole reply, not the deltas
         except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
             answer = raised_record(exc)
             policy = self.loop.retry

@@ -57,6 +57,7 @@ __all__ = [
     "AGENTLOOP_RESULT_STATUS",
     "AGENTLOOP_STATUS",
     "AGENTLOOP_STEPS",
+    "AGENTLOOP_TIME_TO_FIRST_TOKEN",
     "AGENTLOOP_TRIGGER",
     "OtelListener",
 ]
@@ -84,6 +85,9 @@ AGENTLOOP_REASON: Final = "agentloop.reason"
 AGENTLOOP_TRIGGER: Final = "agentloop.trigger"
 #: On a tool span: the result's status (``ok``, ``error``, ``denied``, ..., ``cancelled``).
 AGENTLOOP_RESULT_STATUS: Final = "agentloop.result_status"
+#: On a chat span whose reply streamed (``OtelListener.delta`` heard it): seconds from
+#: the call's start to its first delta.
+AGENTLOOP_TIME_TO_FIRST_TOKEN: Final = "agentloop.time_to_first_token"  # noqa: S105 - a name
 #: On a run span ended without its terminal transition (see ``OtelListener``).
 AGENTLOOP_END_UNSEEN: Final = "agentloop.end_unseen"
 
@@ -173,6 +177,10 @@ class OtelListener:
         self._current: contextvars.ContextVar[_Run | None] = contextvars.ContextVar(
             f"agentloop.otel.{id(self):x}", default=None
         )
+        # When the model call under way sent its first delta (a streaming model).
+        self._first: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+            f"agentloop.otel.first.{id(self):x}", default=None
+        )
 
     def __repr__(self) -> str:
         return f"OtelListener(agent_name={self._agent_name!r}, model_name={self._model_name!r})"
@@ -205,6 +213,15 @@ class OtelListener:
             # its span ends here, and the run's continuation is a span of its own.
             self._end(run, transition, now)
             self._current.set(None)
+
+    def delta(self, delta: object) -> None:
+        """Hear a streaming reply's delta: ``run.subscribe_deltas(listener.delta)``.
+
+        The first one of a model call gives its chat span
+        ``agentloop.time_to_first_token``.
+        """
+        if self._first.get() is None:
+            self._first.set(time.time_ns())
 
     # -- spans ----------------------------------------------------------------------
 
@@ -250,11 +267,16 @@ class OtelListener:
                 if key in _TOKENS and type(count) is int:
                     attributes[_TOKENS[key]] = count
                     run.tokens[key] = run.tokens.get(key, 0) + count
+        began = _began(transition, now, run.mark)
+        first = self._first.get()
+        if first is not None:
+            self._first.set(None)
+            attributes[AGENTLOOP_TIME_TO_FIRST_TOKEN] = max(first - began, 0) / 1e9
         span = self._tracer.start_span(
             name,
             context=run.context,
             kind=SpanKind.CLIENT,
-            start_time=_began(transition, now, run.mark),
+            start_time=began,
             attributes=attributes,
         )
         if transition.trigger is Trigger.MODEL_RAISED:

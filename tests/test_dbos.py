@@ -172,6 +172,22 @@ def test_a_dbos_run_is_the_run_without_dbos(make: Any, script: list[Message]) ->
     assert all(key is not None and key.startswith(f"{run_id}:") for _, key in world.effects)
 
 
+def test_a_streaming_model_records_its_whole_reply_as_the_step(make: Any) -> None:
+    """A streaming model's step records the whole reply (its deltas are not needed to replay)."""
+    from agentloop.streaming import chunked
+
+    def model(history: list[Message]) -> Any:
+        return chunked(scripted(CHECKPOINT_SCRIPT)(history), size=2)
+
+    runs = make(agentloop.Loop(model, tools=World().registry()))
+    plain = agentloop.Loop(scripted(CHECKPOINT_SCRIPT), tools=World().registry()).run("go")
+    run_id = new_id()
+    result = runs.run("go", run_id=run_id)
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    steps = DBOS.list_workflow_steps(run_id)
+    assert steps[1]["output"] == {"reply": CHECKPOINT_SCRIPT[0], "cancel": False}
+
+
 def test_each_reply_and_call_is_a_step_in_order(make: Any) -> None:
     """begin, then a model step per reply, tool_started then tool per call."""
     runs = make(agentloop.Loop(scripted(CHECKPOINT_SCRIPT), tools=World().registry()))

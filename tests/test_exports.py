@@ -13,6 +13,7 @@ import agentloop
 import agentloop.context
 import agentloop.mcp
 import agentloop.models
+import agentloop.streaming
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -27,6 +28,7 @@ PUBLIC = [
     agentloop.mcp,
     agentloop.context,
     agentloop.models,
+    agentloop.streaming,
 ]
 
 

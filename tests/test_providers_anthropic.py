@@ -462,11 +462,18 @@ def test_an_async_client_under_the_synchronous_driver() -> None:
     sent(wire, registry)
 
 
-@pytest.mark.parametrize("key", ["messages", "system", "stream"])
+@pytest.mark.parametrize("key", ["messages", "system"])
 def test_the_adapter_refuses_what_it_sets_itself(key: str) -> None:
+    """What the adapter sets itself is refused, saying where it goes instead."""
     params: dict[str, Any] = {key: None}
     with pytest.raises(TypeError, match=f"anthropic_messages\\(\\) sets '{key}' itself"):
         anthropic_messages(client(Wire([]), "sync"), MODEL, **params)
+
+
+def test_the_adapter_refuses_a_stream_that_is_not_a_bool() -> None:
+    """``stream`` is True or False; anything else is refused when the adapter is made."""
+    with pytest.raises(TypeError, match="expected stream to be True or False, got None"):
+        anthropic_messages(client(Wire([]), "sync"), MODEL, stream=None)  # type: ignore[call-overload]
 
 
 def test_the_adapter_checks_its_client_and_model_name() -> None:

@@ -614,8 +614,8 @@ def test_the_adapter_refuses_what_it_sets_itself(api: Api) -> None:
     key = "messages" if api is CHAT else "input"
     with pytest.raises(TypeError, match=f"sets '{key}' itself; it is the history"):
         api.adapter(client(Wire([]), "sync"), "gpt-4.1", **{key: []})
-    with pytest.raises(TypeError, match="sets 'stream' itself"):
-        api.adapter(client(Wire([]), "sync"), "gpt-4.1", stream=True)
+    with pytest.raises(TypeError, match="expected stream to be True or False, got 'yes'"):
+        api.adapter(client(Wire([]), "sync"), "gpt-4.1", stream="yes")
     if api is not CHAT:  # server-side state would repeat the history the adapter sends
         for name in ("previous_response_id", "conversation", "instructions"):
             with pytest.raises(TypeError, match=f"sets '{name}' itself; "):

@@ -6,9 +6,12 @@ with the next canned ``(status, JSON body)`` and keeps every request body.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
-from collections.abc import Callable, Iterator
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -72,11 +75,69 @@ HISTORY: list[Message] = [
 ]
 
 
+def sse(events: list[tuple[str | None, Any]]) -> bytes:
+    """Server-Sent Events: ``event:`` when named, then ``data:`` (JSON unless a ``str``)."""
+    out = []
+    for name, data in events:
+        text = data if isinstance(data, str) else json.dumps(data)
+        out.append((f"event: {name}\n" if name else "") + f"data: {text}\n\n")
+    return "".join(out).encode()
+
+
+@attrs.define
+class Streamed(httpx2.SyncByteStream, httpx2.AsyncByteStream):
+    """A response body sent ``size`` bytes at a time (an event split across chunks); after
+    its first ``stall`` bytes it waits (up to 5 s) until closed. It records when it was closed."""
+
+    body: bytes
+    size: int = 7
+    stall: int | None = None
+    #: Instead of stalling, the connection drops (a read error) after ``stall`` bytes.
+    drop: bool = False
+    sent: int = 0
+    closed_at: float | None = None
+    _closed: threading.Event = attrs.field(factory=threading.Event)
+
+    def _chunks(self) -> Iterator[bytes]:
+        body = self.body if self.stall is None else self.body[: self.stall]
+        for at in range(0, len(body), self.size):
+            self.sent += 1
+            yield body[at : at + self.size]
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._chunks()
+        if self.drop:
+            raise httpx2.ReadError("the peer closed the connection")
+        if self.stall is not None:
+            self._closed.wait(5)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self._chunks():
+            await asyncio.sleep(0)
+            yield chunk
+        if self.drop:
+            raise httpx2.ReadError("the peer closed the connection")
+        if self.stall is not None:
+            for _ in range(5000):
+                if self._closed.is_set():
+                    break
+                await asyncio.sleep(0.001)
+
+    def close(self) -> None:
+        if self.closed_at is None:
+            self.closed_at = time.monotonic()
+        self._closed.set()
+
+    async def aclose(self) -> None:
+        self.close()
+
+
 @attrs.define
 class Wire:
     """Canned answers, in order, and every request the SDK sent (path and JSON body)."""
 
-    #: ``(status, body)``, or ``(status, body, headers)`` to answer with these headers only.
+    #: ``(status, body)``, or ``(status, body, headers)`` to answer with these headers only;
+    #: a body is JSON, or ``Streamed`` (server-sent events).
     answers: list[tuple[Any, ...]]
     requests: list[Message] = attrs.field(factory=list)
     paths: list[str] = attrs.field(factory=list)
@@ -87,6 +148,10 @@ class Wire:
         if not self.answers:
             raise AssertionError("the wire ran out of answers")
         status, body, *headers = self.answers.pop(0)
+        if isinstance(body, Streamed):
+            return httpx2.Response(
+                status, stream=body, headers={"content-type": "text/event-stream"}
+            )
         # retry-after-ms: the SDK's retries run, without its half-second backoff.
         return httpx2.Response(
             status, json=body, headers=headers[0] if headers else {"retry-after-ms": "1"}

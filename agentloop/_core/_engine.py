@@ -409,13 +409,16 @@ class Engine(RunState):
             )
         return check_decisions(self._batch.pending, decisions)
 
-    def interrupted(self, exc: BaseException) -> Transition | None:
+    def interrupted(
+        self, exc: BaseException, *, partial_text: str | None = None
+    ) -> Transition | None:
         """The driver was interrupted (``KeyboardInterrupt``, a cancelled task): end cancelled.
 
         Safe at any point of a step: a transition the interruption cut short is
         completed from the log first. If a tool was running, its call is
         recorded with a ``cancelled`` result. Returns the transition, or None
-        when the run was already over.
+        when the run was already over. ``partial_text`` is what a streaming
+        reply had delivered: kept on a ``model_interrupted`` event for review.
         """
         self._settle()
         if self._state in TERMINAL:
@@ -436,7 +439,11 @@ class Engine(RunState):
             )
             draft = _Draft(None, self._since.get(None) if timed else None)
         draft.exception = exc
-        return self._record(self._choose(trigger, draft), draft)
+        transition = self._record(self._choose(trigger, draft), draft)
+        if partial_text and trigger is Trigger.MODEL_INTERRUPTED:
+            # A record field only: the reply never arrived, so nothing else changes.
+            transition = self._events[-1] = transition._replace(partial_text=partial_text)
+        return transition
 
     # -- the one place a row is chosen, and the one place it is committed ------------
 
@@ -479,6 +486,7 @@ class Engine(RunState):
                 self._seen if row.trigger in _SEES else None,
                 draft.wait,
                 draft.model,
+                None,  # partial_text: set by interrupted() alone
             ),
         )
         self._events.append(transition)  # the commit: _settle() redoes the rest

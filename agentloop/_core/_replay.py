@@ -162,7 +162,7 @@ def _feed(
             raise Mismatch(where, "a transition the engine makes by itself", row_text(event))
         return made
     if trigger in _INTERRUPTIONS:
-        interrupted = engine.interrupted(_exception(event, where))
+        interrupted = engine.interrupted(_exception(event, where), partial_text=event.partial_text)
         assert interrupted is not None, "a run that is not over is interrupted"
         return interrupted
     if trigger is Trigger.MODEL_REPLIED or trigger is Trigger.SUMMARY_WRITTEN:

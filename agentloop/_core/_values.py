@@ -332,6 +332,9 @@ class Transition(NamedTuple):
     #: Which model replied or raised, by name, when the Loop has fallback models
     #: (``agentloop.models.fallback``); ``None`` with one model.
     model: str | None = None
+    #: The text a streaming reply had delivered when the run was interrupted (on
+    #: ``model_interrupted`` only, and only then): for review, never in the history.
+    partial_text: str | None = None
 
     @property
     def appended(self) -> list[dict[str, Any]]:

@@ -225,16 +225,18 @@ class DurableEngine(Engine):
         self.journal.reclaim()  # RunBusyError here: the run waits, as its ledger says
         return self._commit(super().decided(dict(checked)))  # what was checked, read once
 
-    def interrupted(self, exc: BaseException) -> Transition | None:
+    def interrupted(
+        self, exc: BaseException, *, partial_text: str | None = None
+    ) -> Transition | None:
         if self.replaying:
-            return super().interrupted(exc)
+            return super().interrupted(exc, partial_text=partial_text)
         if self.journal.paused and self.state is State.AWAITING_APPROVAL:
             # Its end could not be recorded: the run stays waiting, as its ledger says.
             try:
                 self.journal.reclaim()
             except Exception:  # noqa: BLE001 - the interruption propagates, not this
                 return None
-        made = super().interrupted(exc)
+        made = super().interrupted(exc, partial_text=partial_text)
         if made is not None:
             # The interruption propagates, not a failed write (the journal is broken then,
             # and a resume goes on from the last record).

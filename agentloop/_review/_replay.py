@@ -159,7 +159,7 @@ def start_calls(engine: Engine, event: Transition, where: str) -> None:
 
 
 def _interrupt(engine: Engine, event: Transition, index: int) -> Transition:
-    made = engine.interrupted(_exception(event, index))
+    made = engine.interrupted(_exception(event, index), partial_text=event.partial_text)
     assert made is not None, "replay() steps only a run that is not over"
     return made
 

@@ -269,4 +269,5 @@ def load_event(index: int, event: dict[str, Any]) -> Transition:
         None if event.get("context") is None else Seen.from_record(event["context"]),
         event.get("wait"),
         event.get("model"),
+        event.get("partial_text"),
     )

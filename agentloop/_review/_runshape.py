@@ -192,6 +192,9 @@ SCHEMA["properties"]["parent_run_id"] = _STR
 SCHEMA["properties"]["events"]["items"]["properties"].update(
     wait={"type": "number", "minimum": 0}, model=_STR
 )
+# Optional event fields, not required: a file without them loads as before.
+#: The text a streaming reply had delivered when the run was cut off (streaming).
+SCHEMA["properties"]["events"]["items"]["properties"]["partial_text"] = {"type": "string"}
 
 VALIDATOR: Final = jsonschema_rs.Draft202012Validator(SCHEMA)
 
@@ -423,6 +426,8 @@ def event_record(event: Transition) -> dict[str, Any]:
         record["wait"] = event.wait
     if event.model is not None:
         record["model"] = event.model
+    if event.partial_text is not None:  # optional: written only when a stream was cut off
+        record["partial_text"] = event.partial_text
     return record
 
 

@@ -177,6 +177,8 @@ def event_cells(run: Events, index: int, limit: int | None) -> tuple[str, ...]:
     if transition.model is not None:  # fallback models: which one this was
         outcome = f"{transition.model}: {outcome}" if outcome else transition.model
     outcome = _context_text(transition, outcome, limit)
+    if transition.partial_text:  # a streaming reply cut off: what had arrived, never recorded
+        outcome += f"; streamed before the cut: {_short(transition.partial_text, limit)!r}"
     budget = result.budget
     return (
         str(index + 1),

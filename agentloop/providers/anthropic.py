@@ -33,7 +33,7 @@ Needs the ``anthropic`` extra; importing this module without it raises an
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 try:
     import anthropic  # at run time, so that a missing SDK fails here
@@ -44,15 +44,21 @@ except ImportError as exc:
     ) from exc
 
 from agentloop._errors import IncompleteReply
+from agentloop._streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._convert import (
     AsyncModel,
+    AsyncStreamModel,
     Message,
+    StreamModel,
     SyncModel,
     assistant_turn,
     checked_client,
     checked_params,
+    checked_stream,
     image_of,
     make_model,
+    make_stream_model,
+    parsed_arguments,
     part_text,
     reply,
     result_parts,
@@ -62,7 +68,12 @@ from agentloop.providers._convert import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, Generator, Iterable
+
     from anthropic.types import Message as AnthropicMessage
+    from anthropic.types import RawMessageStreamEvent
+
+    from agentloop._streams import Delta
 
 __all__ = ["DEFAULT_MAX_TOKENS", "anthropic_messages"]
 
@@ -85,6 +96,7 @@ def anthropic_messages(
     model: str,
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    stream: Literal[False] = False,
     **params: Any,
 ) -> SyncModel: ...
 @overload
@@ -93,15 +105,35 @@ def anthropic_messages(
     model: str,
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    stream: Literal[False] = False,
     **params: Any,
 ) -> AsyncModel: ...
+@overload
+def anthropic_messages(
+    client: anthropic.Anthropic,
+    model: str,
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    stream: Literal[True],
+    **params: Any,
+) -> StreamModel: ...
+@overload
+def anthropic_messages(
+    client: anthropic.AsyncAnthropic,
+    model: str,
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    stream: Literal[True],
+    **params: Any,
+) -> AsyncStreamModel: ...
 def anthropic_messages(
     client: anthropic.Anthropic | anthropic.AsyncAnthropic,
     model: str,
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    stream: bool = False,
     **params: Any,
-) -> SyncModel | AsyncModel:
+) -> SyncModel | AsyncModel | StreamModel | AsyncStreamModel:
     """A model callback over the Messages API (``client.messages.create``).
 
     The request's ``tools`` are the specs the Loop passes with each request
@@ -109,10 +141,15 @@ def anthropic_messages(
     none, no ``tools``. ``max_tokens``, which the
     API requires, caps each reply (4096 unless given). ``params`` go into
     every request as they are (``tool_choice=...``, ``stop_sequences=...``);
-    ``messages``, ``system``, ``stream`` and ``tools`` are the adapter's own
+    ``messages``, ``system`` and ``tools`` are the adapter's own
     (a ``TypeError`` if given). The reply carries ``usage``. A reply cut off
     (``max_tokens``), refused or empty raises ``IncompleteReply``; SDK errors
     that outlast its retries propagate.
+
+    ``stream=True``: the callback answers with a stream (``agentloop.streaming``)
+    over the API's stream events; its whole reply is the one the same message
+    unstreamed gives. An ``error`` event raises (the SDK's error), and a stream
+    that ends before ``message_stop`` raises ``IncompleteReply``.
     """
     checked_client("anthropic_messages", client, model, "messages.create", "an Anthropic")
     checked_params(
@@ -123,14 +160,25 @@ def anthropic_messages(
             "messages": "it is the history",
             "system": "put it in the history as {'kind': 'system', 'text': ...}, "
             "where the run records it",
-            "stream": "the adapter needs the whole reply",
         },
     )
+    checked_stream("anthropic_messages", stream)
 
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         body = {"model": model, "max_tokens": max_tokens, **_messages_request(history)}
         return {**body, **tools, **params}
 
+    if stream:
+        return make_stream_model(
+            client.messages.create,
+            request,
+            _messages_stream,
+            _amessages_stream,
+            "anthropic",
+            {"stream": True},
+            sdk=anthropic,
+            name=model,
+        )
     return make_model(
         client.messages.create, request, _messages_reply, "anthropic", sdk=anthropic, name=model
     )
@@ -214,18 +262,156 @@ def _turn(turns: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
 def _messages_reply(message: AnthropicMessage) -> Message:
     """The reply for a Messages API response: its text blocks and its ``tool_use`` blocks."""
     used = message.usage
+    blocks = [
+        ("text", block.text, "", None)
+        if block.type == "text"
+        else ("tool_use", block.id, block.name, block.input)  # the API parses the input
+        for block in message.content
+        if block.type == "text" or block.type == "tool_use"
+    ]
+    return _messages_outcome(
+        message.stop_reason,
+        used.input_tokens,
+        used.output_tokens,
+        used.cache_read_input_tokens,
+        used.cache_creation_input_tokens,
+        blocks,
+    )
+
+
+def _messages_outcome(
+    stop_reason: str | None,
+    input_tokens: int,
+    output_tokens: int,
+    read: int | None,
+    written: int | None,
+    blocks: Iterable[tuple[str, str, str, Any]],
+) -> Message:
+    """The reply for a message's parts, whole or streamed: ``(type, text or id, name, input)``."""
     # input_tokens counts only what was neither read from nor written to the cache.
-    read = used.cache_read_input_tokens or 0
-    prompt = used.input_tokens + read + (used.cache_creation_input_tokens or 0)
-    tokens = usage(prompt, used.output_tokens, read)
-    stopped = _STOPPED.get(message.stop_reason or "")
+    prompt = input_tokens + (read or 0) + (written or 0)
+    tokens = usage(prompt, output_tokens, read or 0)
+    stopped = _STOPPED.get(stop_reason or "")
     if stopped:
         raise IncompleteReply(stopped, tokens)
     texts, calls = [], []
-    for block in message.content:
-        if block.type == "text":
-            texts.append(block.text)
-        elif block.type == "tool_use":  # the API parses the input: always an object
-            calls.append({"id": block.id, "name": block.name, "arguments": block.input})
+    for kind, text_or_id, name, arguments in blocks:
+        if kind == "text":
+            texts.append(text_or_id)
+        else:
+            calls.append({"id": text_or_id, "name": name, "arguments": arguments})
         # Thinking and server-tool blocks have no message in the contract.
     return reply("".join(texts), calls, tokens)
+
+
+class _MessagesFold:
+    """Messages API stream events folded as they arrive: each one's deltas, the reply at the end."""
+
+    __slots__ = ("blocks", "calls", "ended", "input", "output", "read", "stop", "written")
+
+    def __init__(self) -> None:
+        # by the block's index: [type, text parts or id, name, argument parts]
+        self.blocks: dict[int, list[Any]] = {}
+        self.calls: dict[int, int] = {}  # a tool_use block's index: its index among the calls
+        self.stop: str | None = None
+        self.input = self.output = 0
+        self.read: int | None = None
+        self.written: int | None = None
+        self.ended = False
+
+    def feed(self, event: Any) -> tuple[Delta, ...]:  # a RawMessageStreamEvent, by its type
+        kind = event.type
+        if kind == "content_block_delta":
+            delta = event.delta
+            block = self.blocks.get(event.index)
+            if block is None:
+                return ()
+            if delta.type == "text_delta":
+                block[1].append(delta.text)
+                return (TextDelta(text=delta.text),) if delta.text else ()
+            if delta.type == "input_json_delta":
+                block[3].append(delta.partial_json)
+                if not delta.partial_json:
+                    return ()
+                return (ArgumentsDelta(index=self.calls[event.index], text=delta.partial_json),)
+            return ()
+        if kind == "content_block_start":
+            start = event.content_block
+            if start.type == "text":
+                self.blocks[event.index] = ["text", [start.text], "", None]
+                return (TextDelta(text=start.text),) if start.text else ()
+            if start.type == "tool_use":
+                index = self.calls[event.index] = len(self.calls)
+                self.blocks[event.index] = ["tool_use", start.id, start.name, []]
+                return (ToolCallStart(index=index, id=start.id, name=start.name),)
+            return ()
+        if kind == "message_start":
+            used = event.message.usage
+            self.input, self.output = used.input_tokens, used.output_tokens
+            self.read, self.written = used.cache_read_input_tokens, used.cache_creation_input_tokens
+            return ()
+        if kind == "message_delta":
+            self.stop = event.delta.stop_reason
+            used = event.usage
+            self.output = used.output_tokens
+            # Newer servers repeat the input counts here; the later count wins.
+            if used.input_tokens is not None:
+                self.input = used.input_tokens
+            if used.cache_read_input_tokens is not None:
+                self.read = used.cache_read_input_tokens
+            if used.cache_creation_input_tokens is not None:
+                self.written = used.cache_creation_input_tokens
+            read = self.read or 0
+            return (
+                UsageDelta(
+                    input_tokens=self.input + read + (self.written or 0),
+                    output_tokens=self.output,
+                    cached_tokens=read,
+                ),
+            )
+        if kind == "message_stop":
+            self.ended = True
+        return ()
+
+    def reply(self) -> Message:
+        if not self.ended:
+            raise IncompleteReply("the stream ended before the reply did (no message_stop)")
+        blocks = []
+        for index in sorted(self.blocks):
+            kind, first, name, parts = self.blocks[index]
+            if kind == "text":
+                blocks.append((kind, "".join(first), "", None))
+            else:  # no input_json_delta at all: a tool without parameters
+                blocks.append((kind, first, name, parsed_arguments("".join(parts))))
+        return _messages_outcome(
+            self.stop, self.input, self.output, self.read, self.written, blocks
+        )
+
+
+def _messages_stream(
+    events: anthropic.Stream[RawMessageStreamEvent],
+) -> Generator[Delta | Message, None, None]:
+    """The deltas of a Messages API stream, then its reply."""
+    fold = _MessagesFold()
+    try:
+        for event in events:
+            yield from fold.feed(event)
+            if fold.ended:
+                break
+    finally:
+        events.close()  # the HTTP response, at once: the reply is in (or broke)
+    yield fold.reply()
+
+
+async def _amessages_stream(events: Any) -> AsyncGenerator[Delta | Message, None]:
+    """``_messages_stream`` over an async SDK stream."""
+    fold = _MessagesFold()
+    try:
+        async for event in events:
+            for delta in fold.feed(event):
+                yield delta
+            if fold.ended:
+                break
+    finally:
+        await events.close()
+    yield fold.reply()

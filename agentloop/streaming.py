@@ -1,0 +1,54 @@
+"""agentloop.streaming: a model that streams its reply, and the deltas a run hands on.
+
+A streaming model answers with a *stream* rather than a reply: an iterator
+(or an async iterator, from an ``async def`` model or an async generator)
+that yields deltas as they arrive and then the whole reply, a ``dict``, as
+its last item::
+
+    def model(history):
+        yield TextDelta(text="Hel")
+        yield TextDelta(text="lo")
+        yield {"kind": "final", "text": "Hello"}
+
+The engine sees only the whole reply, exactly as from a model that returns
+it: nothing enters the history, and no tool runs, before it has arrived and
+been accepted. The deltas are not transitions; they reach you beside them,
+in order, through ``for item in run.stream()``, ``async for item in
+run.astream()``, or a listener (``run.subscribe_deltas(listener)``). A caller
+that ignores them sees a run exactly as if the model had not streamed.
+
+A stream that ends, or breaks, before its whole reply is a failed model
+call (``IncompleteReply``), never half a reply. A cancel, a timeout, a
+cancelled task or Ctrl-C while a reply streams closes the stream at once;
+the run ends ``cancelled`` (or ``failed``, on a timeout) and its
+``model_interrupted`` event keeps the text seen so far (``partial_text``).
+
+The provider adapters stream when given ``stream=True``
+(``openai_chat(client, "gpt-4.1", stream=True)``). ``chunked`` turns a whole
+reply into such a stream, for scripted models and tests.
+"""
+
+from __future__ import annotations
+
+from agentloop._names import publish as _publish
+from agentloop._streams import (
+    ArgumentsDelta,
+    Delta,
+    TextDelta,
+    ToolCallStart,
+    UsageDelta,
+    chunked,
+    is_stream,
+)
+
+__all__ = [
+    "ArgumentsDelta",
+    "Delta",
+    "TextDelta",
+    "ToolCallStart",
+    "UsageDelta",
+    "chunked",
+    "is_stream",
+]
+
+_publish(__name__, globals(), [name for name in __all__ if name != "Delta"])

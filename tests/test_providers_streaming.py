@@ -1,0 +1,453 @@
+"""The adapters' ``stream=True`` through the real SDKs, over SSE on a mock transport.
+
+Each canned response of the adapters' own tests is also sent as its
+provider's Server-Sent Events (text and arguments in small pieces, the bytes
+in 7-byte chunks, so events and arguments are split across chunks). The
+reply the adapter builds from the stream must equal the one it builds from
+the whole response, error for error; the deltas must add up to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anthropic
+import attrs
+import openai
+import pydantic
+import pytest
+from anthropic.types import message_create_params
+from openai.types.chat import completion_create_params
+from openai.types.responses import response_create_params
+
+from agentloop import CancelToken, Loop, ToolRegistry, Transition
+from agentloop.providers.anthropic import anthropic_messages
+from agentloop.providers.openai import openai_chat, openai_responses
+from agentloop.streaming import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
+
+from .helpers import add, mul
+from .test_providers_anthropic import message
+from .test_providers_openai import completion, response
+from .wire import FLAVOURS, Streamed, Wire, conforms, sse
+
+Message = dict[str, Any]
+USER = [{"kind": "user", "text": "What is 2+3, and 2*3?"}]
+
+
+def pieces(text: str, size: int = 3) -> list[str]:
+    """``text`` in pieces of ``size`` characters."""
+    return [text[at : at + size] for at in range(0, len(text), size)]
+
+
+# -- each provider's stream of a canned response -------------------------------------------------
+
+
+def chat_events(body: Message) -> list[tuple[str | None, Any]]:
+    """A chat completion as ``stream=True`` chunks, usage last (``include_usage``), then DONE."""
+    keep = ("id", "created", "model", "service_tier", "system_fingerprint")
+    base = {**{key: body[key] for key in keep}, "object": "chat.completion.chunk"}
+
+    def chunk(delta: Message, finish: str | None = None) -> tuple[None, Message]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return None, {**base, "choices": [choice]}
+
+    events = []
+    choice = body["choices"][0]
+    said = choice["message"]
+    events.append(chunk({"role": "assistant", "content": "", "refusal": None}))
+    events += [chunk({"content": piece}) for piece in pieces(said["content"] or "")]
+    events += [chunk({"refusal": piece}) for piece in pieces(said["refusal"] or "")]
+    for index, call in enumerate(said.get("tool_calls") or ()):
+        function = {"name": call["function"]["name"], "arguments": ""}
+        events.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": index, "id": call["id"], "type": "function", "function": function}
+                    ]
+                }
+            )
+        )
+        events += [
+            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            for piece in pieces(call["function"]["arguments"])
+        ]
+    events.append(chunk({}, choice["finish_reason"]))
+    if "usage" in body:
+        events.append((None, {**base, "choices": [], "usage": body["usage"]}))
+    return [*events, (None, "[DONE]")]
+
+
+def responses_events(body: Message) -> list[tuple[str | None, Any]]:
+    """A Responses API response as its stream events, the whole response last."""
+    numbers = itertools.count()
+    events: list[tuple[str | None, Any]] = []
+
+    def event(kind: str, **fields: Any) -> None:
+        events.append((kind, {"type": kind, "sequence_number": next(numbers), **fields}))
+
+    started = {**body, "status": "in_progress", "output": [], "usage": None}
+    event("response.created", response=started)
+    event("response.in_progress", response=started)
+    for at, item in enumerate(body["output"]):
+        if item["type"] == "message":
+            event("response.output_item.added", output_index=at, item={**item, "content": []})
+            for index, part in enumerate(item["content"]):
+                where = {"item_id": item["id"], "output_index": at, "content_index": index}
+                if part["type"] == "output_text":
+                    event("response.content_part.added", **where, part={**part, "text": ""})
+                    for piece in pieces(part["text"]):
+                        event("response.output_text.delta", **where, delta=piece, logprobs=[])
+                    event("response.output_text.done", **where, text=part["text"], logprobs=[])
+                else:
+                    event("response.content_part.added", **where, part={**part, "refusal": ""})
+                    for piece in pieces(part["refusal"]):
+                        event("response.refusal.delta", **where, delta=piece)
+                    event("response.refusal.done", **where, refusal=part["refusal"])
+                event("response.content_part.done", **where, part=part)
+        else:
+            event("response.output_item.added", output_index=at, item={**item, "arguments": ""})
+            for piece in pieces(item["arguments"]):
+                event(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=at,
+                    delta=piece,
+                )
+        event("response.output_item.done", output_index=at, item=item)
+    last = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
+    event(last, response=body)
+    return events
+
+
+def messages_events(body: Message) -> list[tuple[str | None, Any]]:
+    """A Messages API message as its stream events, with a ping among them."""
+    events: list[tuple[str | None, Any]] = []
+
+    def event(kind: str, **fields: Any) -> None:
+        events.append((kind, {"type": kind, **fields}))
+
+    usage = {**body["usage"], "output_tokens": 1}
+    event("message_start", message={**body, "content": [], "stop_reason": None, "usage": usage})
+    event("ping")
+    for index, block in enumerate(body["content"]):
+        if block["type"] == "text":
+            event("content_block_start", index=index, content_block={**block, "text": ""})
+            for piece in pieces(block["text"]):
+                event(
+                    "content_block_delta", index=index, delta={"type": "text_delta", "text": piece}
+                )
+        elif block["type"] == "tool_use":
+            event("content_block_start", index=index, content_block={**block, "input": {}})
+            for piece in pieces(json.dumps(block["input"])):
+                delta = {"type": "input_json_delta", "partial_json": piece}
+                event("content_block_delta", index=index, delta=delta)
+        else:
+            event("content_block_start", index=index, content_block=block)
+        event("content_block_stop", index=index)
+    stop = {"stop_reason": body["stop_reason"], "stop_sequence": None}
+    event("message_delta", delta=stop, usage={"output_tokens": body["usage"]["output_tokens"]})
+    event("message_stop")
+    return events
+
+
+@attrs.frozen
+class Api:
+    """One provider API, as these tests use it."""
+
+    name: str
+    adapter: Callable[..., Any]
+    events: Callable[[Message], list[tuple[str | None, Any]]]
+    params: pydantic.TypeAdapter[Any]
+    cases: dict[str, Message]  # a case's name: the canned body
+
+    def __str__(self) -> str:
+        return self.name
+
+    def client(self, wire: Wire, flavour: str) -> Any:
+        """The SDK's own client, talking to ``wire``, with no retries."""
+        http = wire.sync_client() if flavour == "sync" else wire.async_client()
+        if self.name == "anthropic":
+            kind: Any = anthropic.Anthropic if flavour == "sync" else anthropic.AsyncAnthropic
+            return kind(api_key="k", base_url="https://api.anthropic.test", http_client=http)
+        kind = openai.OpenAI if flavour == "sync" else openai.AsyncOpenAI
+        return kind(api_key="k", base_url="https://api.openai.test/v1", http_client=http)
+
+    def model(self, wire: Wire, flavour: str, *, stream: bool) -> Any:
+        return self.adapter(self.client(wire, flavour), "m-1", stream=stream)
+
+
+def _openai_cases(answer: Callable[..., Message], cut_off: str) -> dict[str, Message]:
+    return {
+        "one call": answer(calls=[("call_1", "add", '{"a": 2, "b": 3}')]),
+        "parallel calls": answer(
+            calls=[("call_1", "add", '{"a": 2, "b": 3}'), ("call_2", "mul", '{"a": 2}')]
+        ),
+        "text beside a call": answer(text="Adding first.", calls=[("call_1", "add", "{}")]),
+        "a final": answer(text="2+3 is 5, and 2*3 is 6."),
+        "no usage": answer(text="5", usage=False),
+        "cut off": answer(text="5 and", finish=cut_off),
+        "content filter": answer(text="5", finish="content_filter"),
+        "a refusal": answer(refusal="I can't help with that."),
+        "empty": answer(text=""),
+        "invalid arguments": answer(calls=[("call_1", "add", '{"a": 2,')]),
+    }
+
+
+APIS = [
+    Api(
+        "chat",
+        openai_chat,
+        chat_events,
+        pydantic.TypeAdapter(completion_create_params.CompletionCreateParamsStreaming),
+        _openai_cases(completion, "length"),
+    ),
+    Api(
+        "responses",
+        openai_responses,
+        responses_events,
+        pydantic.TypeAdapter(response_create_params.ResponseCreateParamsStreaming),
+        _openai_cases(response, "max_output_tokens"),
+    ),
+    Api(
+        "anthropic",
+        anthropic_messages,
+        messages_events,
+        pydantic.TypeAdapter(message_create_params.MessageCreateParamsStreaming),
+        {
+            "one call": message(calls=[("toolu_1", "add", {"a": 2, "b": 3})]),
+            "parallel calls": message(
+                calls=[("toolu_1", "add", {"a": 2, "b": 3}), ("toolu_2", "mul", {})]
+            ),
+            "text beside a call": message(text="Adding first.", calls=[("toolu_1", "add", {})]),
+            "a final": message(text="2+3 is 5, and 2*3 is 6."),
+            "cut off": message(text="5 and", stop="max_tokens"),
+            "a refusal": message(content=[], stop="refusal"),
+            "paused": message(text="Working", stop="pause_turn"),
+            "empty": message(content=[]),
+            "thinking first": message(
+                content=[
+                    {"type": "thinking", "thinking": "Hm.", "signature": "c2ln"},
+                    {"type": "text", "text": "5"},
+                ]
+            ),
+        },
+    ),
+]
+CASES = [pytest.param(api, case, id=f"{api}-{case}") for api in APIS for case in api.cases]
+
+
+@pytest.fixture(params=FLAVOURS)
+def flavour(request: pytest.FixtureRequest) -> str:
+    return request.param  # type: ignore[no-any-return]
+
+
+async def answer(model: Any, tools: ToolRegistry | None = None) -> Any:
+    """The model's answer to ``USER``, awaited if async."""
+    got = model(USER, tools=(tools or ToolRegistry([add, mul])).specs())
+    return await got if inspect.isawaitable(got) else got
+
+
+async def read(stream: Any) -> list[Any]:
+    """Every item of ``stream`` (sync or async), in order."""
+    if hasattr(stream, "__aiter__"):
+        return [item async for item in stream]
+    return list(stream)
+
+
+async def outcome(run: Callable[[], Any]) -> Any:
+    """What ``run()`` ends with: its value, or the error's type, message and usage."""
+    try:
+        return await run()
+    except Exception as exc:  # noqa: BLE001 - compared, not handled
+        return (type(exc).__name__, str(exc), getattr(exc, "usage", None))
+
+
+# -- the streamed reply is the whole reply -------------------------------------------------------
+
+
+@pytest.mark.parametrize(("api", "case"), CASES)
+async def test_the_streamed_reply_is_the_unstreamed_one(api: Api, case: str, flavour: str) -> None:
+    """Streamed or whole, one response gives one reply, or one error with one usage."""
+    body = api.cases[case]
+    whole = Wire([(200, body)])
+    streamed = Wire([(200, Streamed(sse(api.events(body))))])
+
+    async def unstreamed() -> Any:
+        return await answer(api.model(whole, flavour, stream=False))
+
+    async def streaming() -> Any:
+        items = await read(await answer(api.model(streamed, flavour, stream=True)))
+        assert all(type(item) is not dict for item in items[:-1])
+        return items[-1]
+
+    assert await outcome(streaming) == await outcome(unstreamed)
+    (request,) = streamed.requests
+    assert request["stream"] is True
+    if api.name == "chat":
+        assert request["stream_options"] == {"include_usage": True}
+    conforms(request, api.params)
+
+
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_the_deltas_add_up_to_the_reply(api: Api, flavour: str) -> None:
+    """Text deltas make the text, each call starts once, its fragments make its arguments."""
+    body = api.cases["parallel calls"]
+    text_body = api.cases["text beside a call"]
+    for canned in (body, text_body):
+        wire = Wire([(200, Streamed(sse(api.events(canned)), size=5))])
+        items = await read(await answer(api.model(wire, flavour, stream=True)))
+        reply = items[-1]
+        deltas = items[:-1]
+        calls = [reply] if reply["kind"] == "call" else reply["calls"]
+        starts = [d for d in deltas if type(d) is ToolCallStart]
+        assert [(s.index, s.id, s.name) for s in starts] == [
+            (i, c["id"], c["name"]) for i, c in enumerate(calls)
+        ]
+        for index, call in enumerate(calls):
+            text = "".join(d.text for d in deltas if type(d) is ArgumentsDelta and d.index == index)
+            assert json.loads(text) == call["arguments"]
+        assert "".join(d.text for d in deltas if type(d) is TextDelta) == reply.get("text", "")
+        used = [d for d in deltas if type(d) is UsageDelta]
+        assert used[-1] == UsageDelta(**reply["usage"])
+        # each call's fragments come after its start
+        for start in starts:
+            first = next(
+                i
+                for i, d in enumerate(deltas)
+                if type(d) is ArgumentsDelta and d.index == start.index
+            )
+            assert deltas.index(start) < first
+
+
+# -- faults mid-stream ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_a_stream_cut_off_mid_reply_is_a_failed_call(api: Api, flavour: str) -> None:
+    """A stream that stops before its last event raises, never a half reply; the response is
+    closed."""
+    events = api.events(api.cases["a final"])
+    body = Streamed(sse(events[: len(events) // 2]))
+    wire = Wire([(200, body)])
+    got = await outcome(lambda: _read_last(api.model(wire, flavour, stream=True)))
+    assert got[0] == "IncompleteReply"
+    assert "the stream ended before the reply did" in got[1]
+    assert body.closed_at is not None
+
+
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_a_dropped_connection_mid_stream_is_a_failed_call(api: Api, flavour: str) -> None:
+    """A connection that drops after some events raises the transport's error: a failed call,
+    never a half reply."""
+    events = api.events(api.cases["a final"])
+    body = Streamed(sse(events), stall=len(sse(events[: len(events) // 2])), drop=True)
+    got = await outcome(lambda: _read_last(api.model(Wire([(200, body)]), flavour, stream=True)))
+    assert isinstance(got, tuple)
+    # The transport's error itself (anthropic), or the openai SDK's wrapping of it.
+    assert got[0] in {"ReadError", "APIConnectionError"}, got
+    assert body.sent > 0  # it broke mid-stream, after some events had arrived
+
+
+async def _read_last(model: Any) -> Any:
+    return (await read(await answer(model)))[-1]
+
+
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_an_error_event_mid_stream_is_a_failed_call(api: Api, flavour: str) -> None:
+    """An error event after some deltas raises (the SDK's error, or ``IncompleteReply``)."""
+    events = api.events(api.cases["a final"])[:4]
+    if api.name == "chat":
+        error: tuple[str | None, Any] = (
+            None,
+            {"error": {"message": "overloaded", "type": "server_error"}},
+        )
+    elif api.name == "responses":
+        error = (
+            "error",
+            {
+                "type": "error",
+                "code": "server_error",
+                "message": "overloaded",
+                "param": None,
+                "sequence_number": 99,
+            },
+        )
+    else:
+        error = (
+            "error",
+            {"type": "error", "error": {"type": "overloaded_error", "message": "overloaded"}},
+        )
+    body = Streamed(sse([*events, error]))
+    got = await outcome(lambda: _read_last(api.model(Wire([(200, body)]), flavour, stream=True)))
+    assert isinstance(got, tuple)
+    assert "overloaded" in got[1]
+    assert body.closed_at is not None
+
+
+# -- through the loop ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_a_streamed_run_records_what_an_unstreamed_run_does(api: Api, flavour: str) -> None:
+    """A run over the streaming adapter ends as the same run unstreamed, event for event."""
+    first, last = api.cases["one call"], api.cases["a final"]
+
+    async def run(stream: bool) -> Any:
+        answers = [(200, Streamed(sse(api.events(b))) if stream else b) for b in (first, last)]
+        loop = Loop(
+            api.model(Wire(answers), flavour, stream=stream), tools=ToolRegistry([add, mul])
+        )
+        return loop.run(USER) if flavour == "sync" else await loop.arun(USER)
+
+    streamed, whole = await run(True), await run(False)
+    assert streamed.status == "finished"
+    assert streamed.events == whole.events
+    assert streamed.transcript == whole.transcript
+
+
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_the_token_closes_the_http_stream_within_100_ms(api: Api) -> None:
+    """Under asyncio, ``token.cancel()`` while a chunk is awaited closes the response at once;
+    the run ends cancelled with the text seen so far on its event."""
+    events = api.events(api.cases["a final"])
+    body = Streamed(sse(events), stall=len(sse(events[: len(events) // 2])))  # text, then stalls
+    token = CancelToken()
+    run = Loop(api.model(Wire([(200, body)]), "async", stream=True)).astart(USER, cancel=token)
+    seen: list[object] = []
+    run.subscribe_deltas(seen.append)
+    task = asyncio.ensure_future(run.afinish())
+    for _ in range(2000):  # until the first delta (at most 2 s)
+        if seen:
+            break
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0.02)
+    cancelled_at = time.monotonic()
+    token.cancel()
+    await task
+    assert run.state == "cancelled"
+    assert body.closed_at is not None
+    assert body.closed_at - cancelled_at < 0.1
+    last: Transition = run.events[-1]
+    assert last.partial_text == "".join(d.text for d in seen if type(d) is TextDelta)
+    assert run.transcript == USER
+
+
+@pytest.mark.parametrize("api", APIS, ids=str)
+def test_the_sync_driver_closes_the_http_stream_at_the_next_chunk(api: Api) -> None:
+    """Under the synchronous driver, a cancel is seen at the next chunk, and the response closed."""
+    events = api.events(api.cases["a final"])
+    body = Streamed(sse(events))
+    token = CancelToken()
+    run = Loop(api.model(Wire([(200, body)]), "sync", stream=True)).start(USER, cancel=token)
+    run.subscribe_deltas(lambda delta: token.cancel())
+    result = run.finish()
+    assert result.status == "cancelled"
+    assert body.closed_at is not None
+    assert result.events[-1].partial_text == pieces("2+3 is 5, and 2*3 is 6.")[0]
