@@ -166,6 +166,8 @@ class AsyncRun(RunView):
             # Await the model or the tool, then report: the engine says what it meant.
             if type(need) is AskModel:
                 do, argument, report = self._ask, need.history, engine.replied
+                if need.tools_disabled:  # the wrap-up step: tool_choice='none'
+                    do = functools.partial(self._ask, **need.options)
             elif type(need) is RunTool:
                 do, argument, report = self._tool(need.call), need.call, engine.returned
             elif type(need) is AwaitApproval:
@@ -276,14 +278,15 @@ class AsyncRun(RunView):
         if tasks:
             await asyncio.wait(tasks)
 
-    async def _ask(self, history: list[dict[str, Any]]) -> object:
-        """Call the model, plain or async, the way the loop was configured."""
-        model = self._model
+    async def _ask(self, history: list[dict[str, Any]], **options: Any) -> object:
+        """Call the model, plain or async, the way the loop was configured (``options``: the
+        request's, ``tool_choice='none'`` in the wrap-up step)."""
+        model: Callable[..., object] = self._model
         call: Awaitable[object]
         if self._to_thread and not is_async(model):
-            call = asyncio.to_thread(model, history)
+            call = asyncio.to_thread(model, history, **options)
         else:
-            reply = model(history)
+            reply = model(history, **options)
             # A dict (any reply that is JSON) is never awaitable: no protocol check for it.
             if type(reply) is dict or not inspect.isawaitable(reply):
                 return reply

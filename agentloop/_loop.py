@@ -23,6 +23,7 @@ from agentloop._durable._ledger import Ledger
 from agentloop._settings import async_policies, no_ledger, specs_of, timeout, with_system
 from agentloop._sync import Awaiter, Run, awaiting
 from agentloop._tools._dispatcher import as_dispatcher
+from agentloop._tools._output import output_schema
 from agentloop._tools._registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
     from agentloop._callbacks import Dispatcher, Listener, Model
     from agentloop._core._approval import Decision
+    from agentloop._core._output import OutputSchema
 
 __all__ = ["Loop"]
 
@@ -64,7 +66,15 @@ class Loop:
     synchronous run runs one call at a time. A model that takes a keyword
     parameter ``tools`` is called ``model(history, tools=specs)``, the specs
     of the tools (``{'name', 'description', 'parameters'}`` each) made for
-    every request. ``ledger`` (an
+    every request. ``output`` (a type, or a JSON Schema as a dict) asks for a
+    typed final answer: its text must be JSON that matches ``output``'s schema,
+    and ``RunResult.output`` is the value as that type; an invalid one goes
+    back to the model up to ``max_output_retries`` times (each a model step),
+    then the run ends ``invalid_output`` (the docs' "Typed output" page).
+    ``on_exhausted='answer'`` gives a run whose budget runs out one last model
+    step with tools disabled, to answer; ``max_identical_calls=N`` refuses a
+    tool called with the same arguments more than ``N`` times (the docs'
+    "Loop guard and wrap-up" page). ``ledger`` (an
     ``agentloop.SQLiteLedger``, or any ``Ledger``) makes every run durable:
     recorded as it goes, and continued after a crash by ``resume(run_id)``.
     """
@@ -84,6 +94,10 @@ class Loop:
         to_thread: bool = False,
         max_concurrency: int | None = None,
         ledger: Ledger | None = None,
+        output: object = None,
+        max_output_retries: int = 1,
+        on_exhausted: str = "stop",
+        max_identical_calls: int | None = None,
     ) -> None:
         if not callable(model):
             raise TypeError(
@@ -91,10 +105,23 @@ class Loop:
             )
         self.model = model
         self.dispatcher: Dispatcher = as_dispatcher(tools)
-        # What the drivers call: with the tools' specs for a model that takes them.
-        self._bound_model = bind_model(model, specs_of(self.dispatcher))
+        #: The final answer's schema and converter (``output=T``), or None: text.
+        self.output: OutputSchema | None = None if output is None else output_schema(output)
         self.budget = Budget(
-            max_steps=max_steps, max_calls=max_calls, max_total_tokens=max_total_tokens
+            max_steps=max_steps,
+            max_calls=max_calls,
+            max_total_tokens=max_total_tokens,
+            max_output_retries=max_output_retries,
+            max_identical_calls=max_identical_calls,
+            on_exhausted=on_exhausted,
+        )
+        # What the drivers call: with the tools' specs for a model that takes them, the
+        # output schema for one that takes ``output``, and tool_choice in the wrap-up step.
+        self._bound_model = bind_model(
+            model,
+            specs_of(self.dispatcher),
+            None if self.output is None else self.output.request(),
+            wraps_up=on_exhausted == "answer",
         )
         if callable(listeners) or isinstance(listeners, str | bytes):
             raise TypeError(
@@ -371,7 +398,7 @@ class Loop:
         if self.ledger is None:
             if run_id is not None:
                 no_ledger(run_id)
-            return Engine(messages, budget=self.budget, cancel=cancel)
+            return Engine(messages, budget=self.budget, cancel=cancel, output=self.output)
         return _resume.begin(
             self.ledger,
             run_id,

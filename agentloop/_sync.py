@@ -263,7 +263,11 @@ class Run(RunView):
                 # The engine says what the answer, or the exception, means.
                 if type(need) is AskModel:
                     try:
-                        reply = model(need.history)
+                        reply = (  # the wrap-up step: tool_choice='none'
+                            model(need.history, **need.options)
+                            if need.tools_disabled
+                            else model(need.history)
+                        )
                         # A dict (any reply that is JSON) is never awaitable: no check for it.
                         if type(reply) is not dict and inspect.isawaitable(reply):
                             reply = self._await_reply(reply)

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from agentloop._core._approval import Decision, PendingCall
+    from agentloop._core._output import OutputSchema
     from agentloop._core._values import Budget
 
 __all__ = ["Engine", "check_decisions"]
@@ -124,6 +125,11 @@ class Engine(RunState):
         return self._batch.unstarted
 
     @property
+    def output_schema(self) -> OutputSchema | None:
+        """The schema a final answer must match (``Loop(output=T)``), if any."""
+        return self._output
+
+    @property
     def usage(self) -> Usage:
         """The tokens the model's replies reported so far, summed."""
         return self._spent
@@ -175,6 +181,8 @@ class Engine(RunState):
             final, reply = last.appended_json[-1], self._reply
             # The reply in hand is the decoded copy of the final it appended: no decoding again.
             output = (reply.value if final is reply.json else orjson.loads(final))["text"]
+            if self._output is not None:  # typed: converted as tool arguments are
+                output = self._output.value(output)
         return _new(
             RunResult,
             (
@@ -190,6 +198,7 @@ class Engine(RunState):
                 self._rejected,
                 self._spent,
                 self._reply.json if state is State.AWAITING_APPROVAL else None,
+                None if self._output is None else self._output.schema_json,
             ),
         )
 

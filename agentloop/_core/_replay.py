@@ -29,6 +29,7 @@ from agentloop._errors import InvalidStateError
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from agentloop._core._output import OutputSchema
     from agentloop._core._values import Budget
 
 __all__ = ["Mismatch", "replay", "row_text"]
@@ -57,6 +58,7 @@ def replay(
     token: CancelToken | None = None,
     engine: Engine | None = None,
     compare: Callable[[Transition, Transition, str], None] | None = None,
+    output: OutputSchema | None = None,
 ) -> Engine:
     """A fresh engine that has made ``events`` again, from ``messages`` and ``budget``.
 
@@ -65,12 +67,13 @@ def replay(
     to go on with. ``engine``, when given, is the fresh engine to feed (a
     durable one records what it is fed); it must watch ``token``.
     ``compare(made, recorded, where)`` checks each event the engine makes (by
-    default, equality; a run file compares as its JSON). Raises ``Mismatch``
+    default, equality; a run file compares as its JSON). ``output`` is the
+    run's output schema (``Loop(output=T)``), if it had one. Raises ``Mismatch``
     where the engine does something else.
     """
     token = CancelToken() if token is None else token
     if engine is None:
-        engine = Engine(messages, budget=budget, cancel=token)
+        engine = Engine(messages, budget=budget, cancel=token, output=output)
     for index, event in enumerate(events):
         where = f"$.events[{index}]"
         try:

@@ -10,15 +10,16 @@ subclass or a patched method is what runs.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import orjson
 
+from agentloop._core._approval import call_fingerprint
 from agentloop._core._batch import Batch
 from agentloop._core._intake import NO_REPLY, Outcome
 from agentloop._core._json import exception_content
 from agentloop._core._messages import CUT_OFF, History, input_messages
-from agentloop._core._table import ANSWERS, State, Trigger
+from agentloop._core._table import ANSWERS, Guard, State, Trigger
 from agentloop._core._values import (
     AskModel,
     AwaitApproval,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
     from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._intake import Reply
+    from agentloop._core._output import OutputSchema
 
 __all__ = ["RunState"]
 
@@ -71,6 +73,10 @@ class _Draft:
     input_json: bytes | None = None
     # What an internal row hands the driver.
     request: AskModel | RunTool | AwaitApproval | None = None
+    # What the output schema found wrong with the final in hand (None: not asked yet).
+    output_problems: list[str] | None = None
+    # The loop guard's findings about the batch in hand (None: not looked yet).
+    identical: _Identical | None = None
 
     def __init__(self, call: tuple[str, str] | None, since: float | None = None) -> None:
         #: The call in hand: being checked, handed out or reported (None: none is).
@@ -94,6 +100,8 @@ class RunState:
         "_history",
         "_input",
         "_input_ids",
+        "_output",
+        "_wrapping",
         "_outstanding",
         "_rejected",
         "_reply",
@@ -102,6 +110,7 @@ class RunState:
         "_spent",
         "_state",
         "calls",
+        "output_retries",
         "steps",
         "tokens",
     )
@@ -113,6 +122,7 @@ class RunState:
         budget: Budget = _DEFAULT_BUDGET,
         cancel: CancelToken | None = None,
         clock: Callable[[], float] = time.monotonic,
+        output: OutputSchema | None = None,
     ) -> None:
         if type(budget) is not Budget:
             raise TypeError(f"expected budget to be a Budget, got {type(budget).__name__}")
@@ -149,6 +159,12 @@ class RunState:
         self._reply: Reply = NO_REPLY  # the reply in hand
         self._batch: Batch | None = None  # the accepted batch in hand
         self._draft = _Draft(None)  # the transition being made
+        #: The schema a final answer must match (``Loop(output=T)``), if any.
+        self._output = output
+        #: Invalid final answers sent back to the model so far.
+        self.output_retries = 0
+        #: The budget that ran out, once the run wraps up (``on_exhausted='answer'``).
+        self._wrapping: str | None = None
 
     def __repr__(self) -> str:
         return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
@@ -196,6 +212,65 @@ class RunState:
             index in batch.results or call_id in denied
             for index, (call_id, _) in enumerate(batch.calls)
         )
+
+    # -- guards of typed output, the wrap-up step and the loop guard ----------------
+
+    def _output_retry(self) -> bool:
+        return (
+            self._wrapping is None
+            and self.output_retries < self._budget.max_output_retries
+            and bool(self._final_problems())
+        )
+
+    def _output_invalid(self) -> bool:
+        return bool(self._final_problems())
+
+    def _wrap_up_due(self) -> bool:
+        return self._budget.on_exhausted == "answer" and (
+            self._steps_exhausted() or self._tokens_exhausted()
+        )
+
+    def _wrapping_up(self) -> bool:
+        return self._wrapping is not None
+
+    def _wrap_up_answered(self) -> bool:
+        return self._wrapping is not None and self._reply.final
+
+    def _calls_exhausted_wrap_up(self) -> bool:
+        return self._budget.on_exhausted == "answer" and self._calls_exhausted()
+
+    def _identical_call_persists(self) -> bool:
+        return self._identical_found().persists is not None
+
+    def _identical_calls_only(self) -> bool:
+        over = self._identical_found().over
+        return bool(over) and len(over) == len(self._reply.calls)
+
+    def _identical_calls_some(self) -> bool:
+        return bool(self._identical_found().over)
+
+    def _final_problems(self) -> list[str]:
+        """What the output schema finds wrong with the final in hand (asked once a transition)."""
+        draft = self._draft
+        if draft.output_problems is None:
+            reply, output = self._reply, self._output
+            draft.output_problems = (
+                output.problems(reply.value["text"]) if output is not None and reply.final else []
+            )
+        return draft.output_problems
+
+    def _identical_found(self) -> _Identical:
+        """The loop guard's look at the batch in hand (once a transition; nothing when off)."""
+        draft = self._draft
+        if draft.identical is None:
+            limit = self._budget.max_identical_calls
+            calls = self._reply.calls
+            draft.identical = (
+                _NOTHING_IDENTICAL
+                if limit is None or not calls
+                else _identical(self._history.copy(), self._reply.value, limit)
+            )
+        return draft.identical
 
     # -- effects (named in the table) -------------------------------------------
 
@@ -279,6 +354,77 @@ class RunState:
     def _ask_for_decisions(self) -> None:
         assert self._batch is not None, "a batch waits"
         self._draft.request = AwaitApproval(self._batch.pending)
+
+    def _append_output_errors(self) -> None:
+        problems = self._final_problems()
+        listed = "\n".join(f"- {problem}" for problem in problems)
+        told = {
+            "kind": "user",
+            "text": "Your final answer does not match the output schema:\n"
+            f"{listed}\nReply again with a final answer whose text is only JSON that "
+            "matches the schema.",
+        }
+        self._draft.appended = (self._reply.json, orjson.dumps(told))
+        self._draft.error = "invalid output: " + "; ".join(problems)
+        self.output_retries += 1
+
+    def _note_invalid_output(self) -> None:
+        problems = self._final_problems()
+        retries = self.output_retries
+        self._draft.error = (
+            f"the final answer does not match the output schema (after {retries} output "
+            f"retr{'y' if retries == 1 else 'ies'}): " + "; ".join(problems)
+        )
+
+    def _begin_wrap_up(self) -> None:
+        draft = self._draft
+        if draft.reason is None:
+            draft.reason = "max_steps" if self._steps_exhausted() else "max_total_tokens"
+        self._wrapping = draft.reason
+        told = {
+            "kind": "user",
+            "text": f"The run's budget ran out ({draft.reason}): tools are disabled. "
+            "Give your final answer now, from what you have.",
+        }
+        draft.appended = (orjson.dumps(told),)
+
+    def _ask_for_answer(self) -> None:
+        self._ask_for_reply()
+        request = self._draft.request
+        assert type(request) is AskModel, "a model request was made"
+        request.tools_disabled = True
+
+    def _note_wrap_up(self) -> None:
+        self._draft.reason = self._wrapping
+
+    def _refuse_identical(self) -> None:
+        batch, found = self._batch, self._identical_found()
+        assert batch is not None, "a batch was accepted"
+        limit = self._budget.max_identical_calls
+        for index, earlier in found.over:
+            name = batch.calls[index][1]
+            content = {
+                "type": "IdenticalCall",
+                "message": f"not run: {name} was already called with these same arguments "
+                f"{limit} time{'s' if limit != 1 else ''} in this conversation "
+                f"(max_identical_calls={limit}); the result is in the tool_result of call "
+                f"{earlier!r} above. Use it, or call with other arguments.",
+            }
+            batch.answer(index, "error", orjson.dumps(content))
+            if self._draft.call is not None and batch.calls[index] == self._draft.call:
+                self._draft.status = "error"
+
+    def _note_identical_calls(self) -> None:
+        persists = self._identical_found().persists
+        assert persists is not None, "a call repeats one the loop guard refused"
+        call_id, name, earlier = persists
+        self._draft.named = (call_id, name)
+        self._draft.reason = "max_identical_calls"
+        self._draft.error = (
+            f"call {call_id!r} repeats {name} with the same arguments after the loop guard "
+            f"refused it (call {earlier!r}, max_identical_calls="
+            f"{self._budget.max_identical_calls}); nothing of the batch was run"
+        )
 
     def _append_final(self) -> None:
         self._draft.appended = (self._reply.json,)
@@ -377,6 +523,10 @@ class RunState:
             batch.pending, batch.decided = pending, decided
         self.steps = (last.steps if last else 0) + (self._outstanding is _ASK_MODEL)
         self._rejected = None  # only a terminal row rejects a reply
+        self.output_retries = sum(event.guard is Guard.OUTPUT_RETRY for event in events)
+        self._wrapping = next(
+            (event.reason for event in events if event.guard in _WRAP_UP_BEGUN), None
+        )
 
     def _retract(self) -> Transition:
         """Take back the last transition: the run is as it was before it, its request out again.
@@ -389,6 +539,59 @@ class RunState:
         self._outstanding = ANSWERS.get(event.trigger)  # None for one the engine made itself
         self._settle()
         return event
+
+
+_WRAP_UP_BEGUN: Final = (Guard.WRAP_UP_DUE, Guard.CALLS_EXHAUSTED_WRAP_UP)
+
+
+class _Identical(NamedTuple):
+    """What the loop guard found in a batch: the calls beyond the limit, and a persisting one."""
+
+    #: ``(index, id of the earlier identical call)`` of each call beyond the limit.
+    over: tuple[tuple[int, str], ...] = ()
+    #: ``(call id, tool, id of the refused call)`` of a call the guard refused before.
+    persists: tuple[str, str, str] | None = None
+
+
+_NOTHING_IDENTICAL: Final = _Identical()
+
+
+def _identical(history: list[dict[str, Any]], reply: dict[str, Any], limit: int) -> _Identical:
+    """The loop guard: each call of ``reply`` against the identical calls in ``history``.
+
+    A call is identical to another when its fingerprint (tool name and
+    canonical arguments, as approval binds them) is the same. The history is
+    the record: a refused call is one whose result the guard wrote (an
+    ``IdenticalCall`` error), so nothing outside it needs keeping.
+    """
+    seen: dict[str, list[str]] = {}  # fingerprint -> ids of the identical calls, in order
+    refused: dict[str, str] = {}  # fingerprint -> id of a call the guard refused
+    made: dict[str, str] = {}  # call id -> fingerprint
+    for message in history:
+        kind = message.get("kind")
+        if kind == "call" or kind == "calls":
+            for call in [message] if kind == "call" else message.get("calls") or ():
+                fingerprint = call_fingerprint(call.get("name"), call.get("arguments"))
+                made[call.get("id")] = fingerprint
+                seen.setdefault(fingerprint, []).append(call.get("id"))
+        elif kind == "tool_result" and message.get("status") == "error":
+            content = message.get("content")
+            if type(content) is dict and content.get("type") == "IdenticalCall":
+                fingerprint = made.get(message.get("id"))  # type: ignore[arg-type]
+                if fingerprint is not None:
+                    refused.setdefault(fingerprint, message["id"])
+    over: list[tuple[int, str]] = []
+    calls = [reply] if reply["kind"] == "call" else reply["calls"]
+    for index, call in enumerate(calls):
+        fingerprint = call_fingerprint(call["name"], call["arguments"])
+        if fingerprint in refused:
+            return _Identical(persists=(call["id"], call["name"], refused[fingerprint]))
+        earlier = seen.setdefault(fingerprint, [])
+        if len(earlier) >= limit:
+            over.append((index, earlier[-1]))
+        else:
+            earlier.append(call["id"])
+    return _Identical(over=tuple(over))
 
 
 def _approvals(events: list[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:

@@ -9,7 +9,7 @@ driver's report means) are small tables at the end of this file.
 Theory of operation
 ===================
 
-A run is a finite-state machine over four working states and six terminal
+A run is a finite-state machine over four working states and seven terminal
 ones. The engine (``_engine.py``) holds the counters and the record and does
 no I/O; a driver asks it what it needs next and reports what happened:
 
@@ -133,6 +133,8 @@ class State(enum.StrEnum):
     MALFORMED = "malformed"
     #: The model callback raised an exception.
     FAILED = "failed"
+    #: The final answer did not match the output schema, and no output retry was left.
+    INVALID_OUTPUT = "invalid_output"
 
 
 class Trigger(enum.StrEnum):
@@ -190,6 +192,28 @@ class Guard(enum.StrEnum):
     BATCH_OPEN = "batch_open"
     #: The person denied every call of the batch that has no result yet.
     DENIALS_ANSWER_BATCH = "denials_answer_batch"
+    # -- typed output (``Loop(output=T)``)
+    #: The reply is a final answer the output schema refuses, and an output retry is left
+    #: (``output_retries < max_output_retries``; never in the wrap-up step).
+    OUTPUT_RETRY = "output_retry"
+    #: The reply is a final answer the output schema refuses.
+    OUTPUT_INVALID = "output_invalid"
+    # -- the wrap-up step (``on_exhausted='answer'``)
+    #: ``on_exhausted='answer'``, and the steps or the tokens ran out.
+    WRAP_UP_DUE = "wrap_up_due"
+    #: The run is in its wrap-up step (the last model step, tools disabled).
+    WRAPPING_UP = "wrapping_up"
+    #: The run is in its wrap-up step, and the reply is a final answer.
+    WRAP_UP_ANSWERED = "wrap_up_answered"
+    #: ``calls_exhausted``, with ``on_exhausted='answer'``.
+    CALLS_EXHAUSTED_WRAP_UP = "calls_exhausted_wrap_up"
+    # -- the loop guard (``max_identical_calls=N``)
+    #: A call of the batch repeats a tool and arguments the loop guard refused before.
+    IDENTICAL_CALL_PERSISTS = "identical_call_persists"
+    #: Every call of the batch repeats a tool and arguments accepted ``N`` times already.
+    IDENTICAL_CALLS_ONLY = "identical_calls_only"
+    #: Some call of the batch repeats a tool and arguments accepted ``N`` times already.
+    IDENTICAL_CALLS_SOME = "identical_calls_some"
 
 
 class Effect(enum.StrEnum):
@@ -236,6 +260,27 @@ class Effect(enum.StrEnum):
     KEEP_DECISIONS = "keep_decisions"
     #: The driver is handed ``AwaitApproval``: the calls that wait for a person.
     ASK_FOR_DECISIONS = "ask_for_decisions"
+    # -- typed output
+    #: Append the refused final and a ``user`` message listing what the schema found
+    #: wrong, so the model sees it; ``output_retries += 1``.
+    APPEND_OUTPUT_ERRORS = "append_output_errors"
+    #: ``error`` says what the output schema found wrong with the final answer.
+    NOTE_INVALID_OUTPUT = "note_invalid_output"
+    # -- the wrap-up step
+    #: The run wraps up: ``reason`` = the budget that ran out (``max_steps``,
+    #: ``max_total_tokens``, or ``max_calls`` noted already), and a ``user`` message
+    #: saying so and asking for a final answer is appended.
+    BEGIN_WRAP_UP = "begin_wrap_up"
+    #: The driver is handed ``AskModel`` with tools disabled (``tools_disabled``).
+    ASK_FOR_ANSWER = "ask_for_answer"
+    #: ``reason`` = the budget that ran out: the wrap-up step's events say so.
+    NOTE_WRAP_UP = "note_wrap_up"
+    # -- the loop guard
+    #: Answer each call beyond ``max_identical_calls`` ``error``, pointing at the result
+    #: of the same call accepted before; it never runs.
+    REFUSE_IDENTICAL = "refuse_identical"
+    #: ``reason = 'max_identical_calls'``; ``error`` names the call the model repeated.
+    NOTE_IDENTICAL_CALLS = "note_identical_calls"
 
 
 TERMINAL: Final = frozenset(
@@ -246,6 +291,7 @@ TERMINAL: Final = frozenset(
         State.REPEATED_CALL,
         State.MALFORMED,
         State.FAILED,
+        State.INVALID_OUTPUT,
     }
 )
 
@@ -258,6 +304,12 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
     # -- before the model is asked: the first three rows spend nothing
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.CANCEL_REQUESTED],
      "dest": S.CANCELLED},
+    # -- (wrap-up) a budget ran out and on_exhausted='answer': the model is told, then
+    #    asked once more with tools disabled; that step is counted past max_steps
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAPPING_UP],
+     "dest": None, "before": [E.COUNT_STEP, E.ASK_FOR_ANSWER]},
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAP_UP_DUE],
+     "dest": S.AWAITING_MODEL, "before": [E.BEGIN_WRAP_UP]},
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.STEPS_EXHAUSTED],
      "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_STEPS]},
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.TOKENS_EXHAUSTED],
@@ -278,14 +330,36 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
     # -- the reply is checked: a final is tried before any budget
     {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.REPLY_MALFORMED],
      "dest": S.MALFORMED, "before": [E.NOTE_MALFORMED, E.REJECT_REPLY]},
+    # -- (typed output) a final the schema refuses goes back to the model, with what is wrong
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.OUTPUT_RETRY],
+     "dest": S.AWAITING_MODEL, "before": [E.APPEND_OUTPUT_ERRORS]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.OUTPUT_INVALID],
+     "dest": S.INVALID_OUTPUT, "before": [E.NOTE_INVALID_OUTPUT, E.REJECT_REPLY]},
+    # -- (wrap-up) the last step's final ends the run finished, its reason the budget
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.WRAP_UP_ANSWERED],
+     "dest": S.FINISHED, "before": [E.APPEND_FINAL, E.NOTE_WRAP_UP]},
     {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.REPLY_IS_FINAL],
      "dest": S.FINISHED, "before": [E.APPEND_FINAL]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.WRAPPING_UP],
+     "dest": S.EXHAUSTED, "before": [E.NAME_CALL, E.NOTE_WRAP_UP, E.REJECT_REPLY]},
     {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALL_ID_RESERVED],
      "dest": S.REPEATED_CALL, "before": [E.NAME_CALL, E.NOTE_REPEATED_CALL, E.REJECT_REPLY]},
+    # -- (loop guard) a call refused as identical, made again: the model persists
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.IDENTICAL_CALL_PERSISTS],
+     "dest": S.REPEATED_CALL, "before": [E.NAME_CALL, E.NOTE_IDENTICAL_CALLS, E.REJECT_REPLY]},
+    # -- (wrap-up) a batch past max_calls is not run; the model is asked for an answer
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALLS_EXHAUSTED_WRAP_UP],
+     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.NOTE_MAX_CALLS, E.BEGIN_WRAP_UP]},
     {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALLS_EXHAUSTED],
      "dest": S.EXHAUSTED, "before": [E.NAME_CALL, E.NOTE_MAX_CALLS, E.REJECT_REPLY]},
     {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CANCEL_REQUESTED],
      "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
+    # -- (loop guard) calls past max_identical_calls are answered error by the engine, unrun
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.IDENTICAL_CALLS_ONLY],
+     "dest": S.AWAITING_MODEL,
+     "before": [E.NAME_CALL, E.RESERVE_CALLS, E.REFUSE_IDENTICAL, E.APPEND_BATCH]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.IDENTICAL_CALLS_SOME],
+     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.RESERVE_CALLS, E.REFUSE_IDENTICAL]},
     {"source": S.VALIDATING, "trigger": T.VALIDATE,
      "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.RESERVE_CALLS]},
     # -- the last checkpoint before each tool runs; the calls stay counted. Once a call

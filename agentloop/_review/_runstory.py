@@ -22,6 +22,7 @@ from agentloop._core._values import (
 )
 from agentloop._errors import RunFileError
 from agentloop._review._replay import replay
+from agentloop._review._runshape import output_of
 from agentloop._review._runshape import (
     as_found,
     as_shown,
@@ -130,6 +131,7 @@ def _replayed(
         rejected=result.rejected_value,
         token=token,
         compare=_compare_events,
+        output=output_of(result),
     )
 
 
