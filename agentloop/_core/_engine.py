@@ -156,7 +156,8 @@ class Engine(RunState):
         batch = self._batch
         if self._state is not State.DISPATCHING or batch is None or batch.handed:
             return []
-        return [batch.call(index) for index in range(len(batch.calls))]
+        # A call the engine answered already (the loop guard's refusal) is not shown.
+        return [batch.call(i) for i in range(len(batch.calls)) if i not in batch.results]
 
     def history(self) -> list[dict[str, Any]]:
         """A fresh copy of the history."""

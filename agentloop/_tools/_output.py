@@ -35,7 +35,10 @@ def output_schema(output: object) -> OutputSchema:
     """``output`` (a type or a JSON Schema) as the ``OutputSchema`` the engine checks with.
 
     Raises ``TypeError`` naming what is unsupported, when ``Loop`` is made.
+    An ``OutputSchema`` (another Loop's ``output``) is taken as it is.
     """
+    if isinstance(output, OutputSchema):
+        return output
     if isinstance(output, dict):
         schema = checked_schema("output", output) if output.get("type") == "object" else output
         return OutputSchema(dict(schema), title=str(schema.get("title") or "output"))
