@@ -10,6 +10,7 @@ decoded JSON (a run file holds no classes).
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Final
 
 import jsonschema_rs
@@ -63,8 +64,9 @@ class OutputSchema:
                 f"expected a valid Draft 2020-12 output schema, got one that fails: {exc}"
             ) from None
         self.convert = convert
-        #: The name a provider's structured-output request gives the schema.
-        self.title = title
+        #: The name a provider's structured-output request gives the schema (OpenAI takes
+        #: letters, digits, ``_`` and ``-``, at most 64).
+        self.title = re.sub(r"[^A-Za-z0-9_-]", "_", title)[:64] or "output"
 
     def __repr__(self) -> str:
         return f"OutputSchema({self.title!r})"

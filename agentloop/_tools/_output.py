@@ -70,7 +70,10 @@ def output_schema(output: object) -> OutputSchema:
         ) from None
     deriver.finish()
     if deriver.defs:
-        schema = {**schema, "$defs": deriver.defs}
+        # A class at the top is described there, not referenced: providers want an object
+        # at the root. It stays in $defs too, for a recursive class's own references.
+        name = schema.get("$ref", "").removeprefix("#/$defs/")
+        schema = {**deriver.defs.get(name, schema), "$defs": deriver.defs}
     return OutputSchema(schema, convert, title=title)
 
 

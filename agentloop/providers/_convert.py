@@ -34,6 +34,7 @@ __all__ = [
     "reply",
     "request_tools",
     "result_text",
+    "strict_schema",
     "unknown_kind",
     "usage",
 ]
@@ -42,9 +43,20 @@ Message = dict[str, Any]
 
 
 class SyncModel(Protocol):
-    """The model callback for a sync client: the Loop passes its tools' specs."""
+    """The model callback for a sync client: the Loop passes its tools' specs.
 
-    def __call__(self, history: list[Message], *, tools: list[Message] | None = None) -> Message:
+    And, with ``Loop(output=T)``, ``output`` (``{'name', 'schema'}``); in the
+    wrap-up step (``on_exhausted='answer'``), ``tool_choice='none'``.
+    """
+
+    def __call__(
+        self,
+        history: list[Message],
+        *,
+        tools: list[Message] | None = None,
+        tool_choice: str | None = None,
+        output: Message | None = None,
+    ) -> Message:
         """The reply to ``history``, with ``tools`` (neutral specs) offered."""
         ...
 
@@ -53,10 +65,38 @@ class AsyncModel(Protocol):
     """The model callback for an async client: ``SyncModel``, awaited."""
 
     def __call__(
-        self, history: list[Message], *, tools: list[Message] | None = None
+        self,
+        history: list[Message],
+        *,
+        tools: list[Message] | None = None,
+        tool_choice: str | None = None,
+        output: Message | None = None,
     ) -> Coroutine[Any, Any, Message]:
         """The reply to ``history``, with ``tools`` (neutral specs) offered."""
         ...
+
+
+def strict_schema(schema: Any) -> bool:
+    """Whether OpenAI's strict mode takes ``schema``: every object closed, every key required.
+
+    Strict mode refuses any other schema, so one with an optional field (a
+    default) is sent with ``strict: false``: still asked for, not enforced.
+    """
+    if isinstance(schema, list):
+        return all(strict_schema(item) for item in schema)
+    if not isinstance(schema, dict):
+        return True
+    if schema.get("type") == "object" or "properties" in schema:
+        properties = schema.get("properties", {})
+        if schema.get("additionalProperties") is not False:
+            return False
+        if sorted(schema.get("required", [])) != sorted(properties):
+            return False
+    return all(
+        strict_schema(value)
+        for key, value in schema.items()
+        if key not in ("enum", "const", "default", "required")
+    )
 
 
 KINDS: Final = ("system", "user", "call", "calls", "tool_result", "final")
@@ -203,21 +243,48 @@ def make_model(
     request: Callable[[list[Message], dict[str, Any]], dict[str, Any]],
     parse: Callable[[Any], Message],
     format: SpecFormat,
+    options: Callable[[bool, str | None, Message | None], dict[str, Any]] | None = None,
 ) -> SyncModel | AsyncModel:
     """The model callback: ``parse(create(**request(history, tools)))``, awaited if async.
 
     It takes ``tools``, so the Loop passes its specs with every request
-    (``request_tools`` puts them in the provider's ``format``). The SDKs wrap
-    their async methods in plain decorators, hence ``unwrap``.
+    (``request_tools`` puts them in the provider's ``format``), and
+    ``tool_choice`` and ``output``, which ``options`` turns into the
+    provider's request entries. The SDKs wrap their async methods in plain
+    decorators, hence ``unwrap``.
     """
+
+    def entries(
+        tools: list[Message] | None, tool_choice: str | None, output: Message | None
+    ) -> dict[str, Any]:
+        offered = request_tools(tools, format)
+        if options is None or (tool_choice is None and output is None):
+            return offered
+        added = options(bool(offered), tool_choice, output)
+        if "tools" in added and "tools" in offered:  # an adapter's own tool, beside the Loop's
+            added["tools"] = [*offered["tools"], *added["tools"]]
+        return {**offered, **added}
+
     if inspect.iscoroutinefunction(inspect.unwrap(create)):
 
-        async def amodel(history: list[Message], *, tools: list[Message] | None = None) -> Message:
-            return parse(await create(**request(history, request_tools(tools, format))))
+        async def amodel(
+            history: list[Message],
+            *,
+            tools: list[Message] | None = None,
+            tool_choice: str | None = None,
+            output: Message | None = None,
+        ) -> Message:
+            return parse(await create(**request(history, entries(tools, tool_choice, output))))
 
         return amodel
 
-    def model(history: list[Message], *, tools: list[Message] | None = None) -> Message:
-        return parse(create(**request(history, request_tools(tools, format))))
+    def model(
+        history: list[Message],
+        *,
+        tools: list[Message] | None = None,
+        tool_choice: str | None = None,
+        output: Message | None = None,
+    ) -> Message:
+        return parse(create(**request(history, entries(tools, tool_choice, output))))
 
     return model

@@ -31,7 +31,10 @@ Needs the ``anthropic`` extra; importing this module without it raises an
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any, overload
+
+import orjson
 
 try:
     import anthropic  # noqa: TC002 - at run time, so that a missing SDK fails here
@@ -126,7 +129,48 @@ def anthropic_messages(
         body = {"model": model, "max_tokens": max_tokens, **_messages_request(history)}
         return {**body, **tools, **params}
 
-    return make_model(client.messages.create, request, _messages_reply, "anthropic")
+    native = "output_config" in inspect.signature(client.messages.create).parameters
+    return make_model(
+        client.messages.create,
+        request,
+        _messages_reply,
+        "anthropic",
+        _messages_options if native else _tool_options,
+    )
+
+
+#: The tool a typed output is asked through when the SDK has no structured output.
+FINAL_ANSWER = "final_answer"
+
+
+def _messages_options(
+    tools: bool, tool_choice: str | None, output: Message | None
+) -> dict[str, Any]:
+    """``tool_choice`` none (the wrap-up step) and native structured output (``output_config``)."""
+    out: dict[str, Any] = {}
+    if tool_choice is not None and tools:
+        out["tool_choice"] = {"type": tool_choice}
+    if output is not None:
+        out["output_config"] = {"format": {"type": "json_schema", "schema": output["schema"]}}
+    return out
+
+
+def _tool_options(tools: bool, tool_choice: str | None, output: Message | None) -> dict[str, Any]:
+    """For an SDK without structured output: the output asked for as a final-answer tool.
+
+    The model answers by calling ``final_answer`` with the output as its
+    input; ``_messages_reply`` makes that call the final, its text the JSON.
+    """
+    out = _messages_options(tools, tool_choice, None)
+    if output is not None:
+        out["tools"] = [
+            {
+                "name": FINAL_ANSWER,
+                "description": "Give the final answer, as the output schema says.",
+                "input_schema": output["schema"],
+            },
+        ]
+    return out
 
 
 def _messages_request(history: list[Message]) -> dict[str, Any]:
@@ -201,6 +245,10 @@ def _messages_reply(message: AnthropicMessage) -> Message:
     for block in message.content:
         if block.type == "text":
             texts.append(block.text)
+        elif block.type == "tool_use" and block.name == FINAL_ANSWER:  # the output, as a tool
+            texts = [orjson.dumps(block.input).decode()]
+            calls = []
+            break
         elif block.type == "tool_use":  # the API parses the input: always an object
             calls.append({"id": block.id, "name": block.name, "arguments": block.input})
         # Thinking and server-tool blocks have no message in the contract.

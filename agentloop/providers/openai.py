@@ -47,6 +47,7 @@ from agentloop.providers._convert import (
     parsed_arguments,
     reply,
     result_text,
+    strict_schema,
     unknown_kind,
     usage,
 )
@@ -99,7 +100,9 @@ def openai_chat(
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         return {"model": model, "messages": _chat_messages(history), **tools, **params}
 
-    return make_model(client.chat.completions.create, request, _chat_reply, "openai")
+    return make_model(
+        client.chat.completions.create, request, _chat_reply, "openai", _chat_options
+    )
 
 
 @overload
@@ -141,7 +144,45 @@ def openai_responses(
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         return {"model": model, "input": _responses_input(history), **tools, **params}
 
-    return make_model(client.responses.create, request, _responses_reply, "openai-responses")
+    return make_model(
+        client.responses.create, request, _responses_reply, "openai-responses", _responses_options
+    )
+
+
+def _chat_options(tools: bool, tool_choice: str | None, output: Message | None) -> dict[str, Any]:
+    """Chat Completions' ``tool_choice`` (the wrap-up step) and ``response_format`` (typed)."""
+    out: dict[str, Any] = {}
+    if tool_choice is not None and tools:  # without tools there is nothing to choose
+        out["tool_choice"] = tool_choice
+    if output is not None:
+        out["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": output["name"],
+                "schema": output["schema"],
+                "strict": strict_schema(output["schema"]),
+            },
+        }
+    return out
+
+
+def _responses_options(
+    tools: bool, tool_choice: str | None, output: Message | None
+) -> dict[str, Any]:
+    """The Responses API's ``tool_choice`` (the wrap-up step) and ``text.format`` (typed)."""
+    out: dict[str, Any] = {}
+    if tool_choice is not None and tools:
+        out["tool_choice"] = tool_choice
+    if output is not None:
+        out["text"] = {
+            "format": {
+                "type": "json_schema",
+                "name": output["name"],
+                "schema": output["schema"],
+                "strict": strict_schema(output["schema"]),
+            }
+        }
+    return out
 
 
 def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:
