@@ -279,8 +279,10 @@ class AsyncRun(RunView):
             await asyncio.wait(tasks)
 
     async def _ask(self, history: list[dict[str, Any]], **options: Any) -> object:
-        """Call the model, plain or async, the way the loop was configured (``options``: the
-        request's, ``tool_choice='none'`` in the wrap-up step)."""
+        """Call the model, plain or async, the way the loop was configured.
+
+        ``options`` are the request's: ``tool_choice='none'`` in the wrap-up step.
+        """
         model: Callable[..., object] = self._model
         call: Awaitable[object]
         if self._to_thread and not is_async(model):

@@ -24,7 +24,7 @@ from agentloop.providers import anthropic as anthropic_adapter
 from . import test_providers_anthropic as anth
 from . import test_providers_openai as oai
 from .helpers import add
-from .wire import FLAVOURS, Wire, run
+from .wire import FLAVOURS, Wire, conforms, run
 
 Message = dict[str, Any]
 CHAT_PARAMS = pydantic.TypeAdapter(completion_create_params.CompletionCreateParamsNonStreaming)
@@ -70,7 +70,7 @@ async def test_openai_asks_for_the_schema_and_an_invalid_final_goes_back(
     assert (result.status, result.output, result.steps) == ("finished", Sum(5, "added"), 2)
     params = CHAT_PARAMS if api is oai.CHAT else RESPONSES_PARAMS
     for body in wire.requests:
-        oai.conforms(body, params)
+        conforms(body, params)
         if api is oai.CHAT:
             asked = body["response_format"]
             assert asked["type"] == "json_schema"
@@ -81,7 +81,8 @@ async def test_openai_asks_for_the_schema_and_an_invalid_final_goes_back(
             assert (inner["type"], inner["name"], inner["strict"]) == ("json_schema", "Sum", True)
         assert without_defs(inner["schema"]) == SCHEMA
     told = wire.requests[1][api.turns][-1]
-    assert told["role"] == "user" and "does not match the output schema" in told["content"]
+    assert told["role"] == "user"
+    assert "does not match the output schema" in told["content"]
 
 
 async def test_anthropic_asks_natively_and_an_invalid_final_goes_back(flavour: str) -> None:
@@ -91,7 +92,7 @@ async def test_anthropic_asks_natively_and_an_invalid_final_goes_back(flavour: s
     result = await run(loop, flavour, "2+3?")
     assert (result.status, result.output, result.steps) == ("finished", Sum(5, "added"), 2)
     for body in wire.requests:
-        anth.conforms(body, MESSAGES_PARAMS)
+        conforms(body, MESSAGES_PARAMS)
         assert body["output_config"]["format"]["type"] == "json_schema"
         assert without_defs(body["output_config"]["format"]["schema"]) == SCHEMA
     told = wire.requests[1]["messages"][-1]
@@ -102,7 +103,7 @@ async def test_anthropic_asks_natively_and_an_invalid_final_goes_back(flavour: s
 async def test_anthropic_without_structured_output_asks_through_a_final_answer_tool(
     flavour: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On an SDK without output_config, the output is a final_answer tool; its input is the final."""
+    """An SDK without output_config: the output is a final_answer tool, its input the final."""
     wire = Wire(
         [
             (200, anth.message(calls=[("toolu_1", "final_answer", {"total": "x"})])),
@@ -144,7 +145,8 @@ async def test_openai_wrap_up_sends_tool_choice_none(api: oai.Api, flavour: str)
         ]
     )
     registry = look_registry()
-    loop = Loop(oai.model_for(api, flavour, wire), tools=registry, max_steps=1, on_exhausted="answer")
+    model = oai.model_for(api, flavour, wire)
+    loop = Loop(model, tools=registry, max_steps=1, on_exhausted="answer")
     result = await run(loop, flavour, "2+3?")
     assert (result.status, result.output, result.reason) == ("finished", "5, I think.", "max_steps")
     first, last = wire.requests
@@ -168,4 +170,4 @@ async def test_anthropic_wrap_up_sends_tool_choice_none(flavour: str) -> None:
     first, last = wire.requests
     assert "tool_choice" not in first
     assert last["tool_choice"] == {"type": "none"}
-    anth.conforms(last, MESSAGES_PARAMS)
+    conforms(last, MESSAGES_PARAMS)

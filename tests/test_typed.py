@@ -13,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import agentloop
 from agentloop import Loop
 from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import ScriptedModel, assert_contract, batch
@@ -62,10 +61,12 @@ def test_an_invalid_final_goes_back_to_the_model_then_a_valid_one_finishes(drive
     assert (t.source, t.dest, t.steps) == (A, V, 1)
     t = run.step()
     assert (t.source, t.dest, t.guard, t.steps) == (V, A, "output_retry", 1)
-    assert t.error is not None and "'population' is a required property" in t.error.replace('"', "'")
+    assert t.error is not None
+    assert "'population' is a required property" in t.error.replace('"', "'")
     assert kinds(run.transcript) == ["user", "final", "user"]
     told = run.transcript[-1]["text"]
-    assert "does not match the output schema" in told and "population" in told
+    assert "does not match the output schema" in told
+    assert "population" in told
     t = run.step()
     assert (t.source, t.dest, t.steps) == (A, V, 2)
     assert model.seen[1][-1]["text"] == told  # the model saw what was wrong
@@ -94,7 +95,8 @@ def test_past_max_output_retries_the_run_ends_invalid_output(driver: Driver) -> 
     ]
     assert result.error is not None
     assert result.error.startswith("the final answer does not match the output schema")
-    assert "after 1 output retry" in result.error and "name" in result.error
+    assert "after 1 output retry" in result.error
+    assert "name" in result.error
     assert result.rejected == final('{"name": 1, "population": 2}')
     assert "not JSON" in result.transcript[2]["text"]
     assert_contract(result, "go")
@@ -175,7 +177,8 @@ def test_a_run_file_keeps_the_schema_and_the_json_of_a_typed_output() -> None:
 def test_without_output_a_final_is_text_as_before() -> None:
     """No output=: any final finishes, its text the output, and the file has no schema."""
     result = Loop(ScriptedModel([final("not json")])).run("go")
-    assert (result.status, result.output, result.output_schema_json) == ("finished", "not json", None)
+    assert (result.status, result.output) == ("finished", "not json")
+    assert result.output_schema_json is None
     document = json.loads(run_to_json(result))
     assert "output_schema" not in document
     assert set(document["budget"]) == {"max_steps", "max_calls", "max_total_tokens"}
@@ -214,7 +217,8 @@ def test_the_wrap_up_step_answers_when_the_steps_run_out(driver: Driver) -> None
     assert (t.dest, t.guard, t.reason) == ("finished", "wrap_up_answered", "max_steps")
 
     result = run.result()
-    assert (result.status, result.output, result.reason) == ("finished", "my best answer", "max_steps")
+    assert (result.status, result.output) == ("finished", "my best answer")
+    assert result.reason == "max_steps"
     assert (result.steps, result.calls) == (3, 2)
     assert_contract(result, "go")
 
@@ -241,7 +245,8 @@ def test_the_wrap_up_step_after_max_calls_runs_none_of_the_batch(driver: Driver)
     loop = Loop(model, tools={"look": tool}, max_calls=1, on_exhausted="answer")
     result = driver.run(loop, "go")
     assert tool.calls == []
-    assert (result.status, result.output, result.reason) == ("finished", "without tools", "max_calls")
+    assert (result.status, result.output) == ("finished", "without tools")
+    assert result.reason == "max_calls"
     assert [t.guard for t in result.events][:2] == [None, "calls_exhausted_wrap_up"]
     assert kinds(result.transcript) == ["user", "user", "final"]
     assert (result.steps, result.calls) == (2, 0)
@@ -313,9 +318,11 @@ def test_identical_calls_beyond_n_are_refused_then_the_run_ends(driver: Driver) 
         "c3",
         "error",
     )
-    assert len(tool.calls) == 2 and run.calls == 3
+    assert len(tool.calls) == 2
+    assert run.calls == 3
     refused = run.transcript[-1]
-    assert refused["status"] == "error" and refused["content"]["type"] == "IdenticalCall"
+    assert refused["status"] == "error"
+    assert refused["content"]["type"] == "IdenticalCall"
     assert "call 'c2'" in refused["content"]["message"]
     run.step()
     t = run.step()
@@ -326,7 +333,8 @@ def test_identical_calls_beyond_n_are_refused_then_the_run_ends(driver: Driver) 
         "c4",
     )
     result = run.result()
-    assert result.error is not None and "after the loop guard refused it" in result.error
+    assert result.error is not None
+    assert "after the loop guard refused it" in result.error
     assert (result.steps, result.calls, len(tool.calls)) == (4, 3, 2)
     assert_contract(result, "go")
 
@@ -339,7 +347,8 @@ def test_the_guard_refuses_only_the_calls_beyond_n_in_a_batch(driver: Driver) ->
         batch(call("c2", "look", q="x"), call("c3", "look", q="y")),
         final("ok"),
     ]
-    result = driver.run(Loop(ScriptedModel(script), tools={"look": tool}, max_identical_calls=1), "go")
+    loop = Loop(ScriptedModel(script), tools={"look": tool}, max_identical_calls=1)
+    result = driver.run(loop, "go")
     assert tool.calls == [{"q": "x"}, {"q": "y"}]
     assert [m["status"] for m in result.transcript if m["kind"] == "tool_result"] == [
         "ok",

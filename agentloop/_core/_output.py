@@ -50,9 +50,7 @@ class OutputSchema:
         title: str = "output",
     ) -> None:
         if type(schema) is not dict:
-            raise TypeError(
-                f"expected the output schema to be a dict, got {type(schema).__name__}"
-            )
+            raise TypeError(f"expected the output schema to be a dict, got {type(schema).__name__}")
         #: The schema's JSON: what a run file and a provider request carry.
         self.schema_json = to_json(schema, "output schema")
         self.schema: dict[str, Any] = orjson.loads(self.schema_json)

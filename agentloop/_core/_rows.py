@@ -101,7 +101,6 @@ class RunState:
         "_input",
         "_input_ids",
         "_output",
-        "_wrapping",
         "_outstanding",
         "_rejected",
         "_reply",
@@ -109,6 +108,7 @@ class RunState:
         "_since",
         "_spent",
         "_state",
+        "_wrapping",
         "calls",
         "output_retries",
         "steps",
@@ -571,15 +571,16 @@ def _identical(history: list[dict[str, Any]], reply: dict[str, Any], limit: int)
         kind = message.get("kind")
         if kind == "call" or kind == "calls":
             for call in [message] if kind == "call" else message.get("calls") or ():
-                fingerprint = call_fingerprint(call.get("name"), call.get("arguments"))
-                made[call.get("id")] = fingerprint
-                seen.setdefault(fingerprint, []).append(call.get("id"))
+                call_id = str(call.get("id"))
+                fingerprint = call_fingerprint(str(call.get("name")), call.get("arguments"))
+                made[call_id] = fingerprint
+                seen.setdefault(fingerprint, []).append(call_id)
         elif kind == "tool_result" and message.get("status") == "error":
             content = message.get("content")
             if type(content) is dict and content.get("type") == "IdenticalCall":
-                fingerprint = made.get(message.get("id"))  # type: ignore[arg-type]
-                if fingerprint is not None:
-                    refused.setdefault(fingerprint, message["id"])
+                found = made.get(str(message.get("id")))
+                if found is not None:
+                    refused.setdefault(found, str(message.get("id")))
     over: list[tuple[int, str]] = []
     calls = [reply] if reply["kind"] == "call" else reply["calls"]
     for index, call in enumerate(calls):

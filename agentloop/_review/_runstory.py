@@ -22,7 +22,6 @@ from agentloop._core._values import (
 )
 from agentloop._errors import RunFileError
 from agentloop._review._replay import replay
-from agentloop._review._runshape import output_of
 from agentloop._review._runshape import (
     as_found,
     as_shown,
@@ -30,6 +29,7 @@ from agentloop._review._runshape import (
     dumps,
     event_record,
     exception_record,
+    output_of,
 )
 
 if TYPE_CHECKING:

@@ -44,14 +44,11 @@ def output_schema(output: object) -> OutputSchema:
         return OutputSchema(dict(schema), title=str(schema.get("title") or "output"))
     title = getattr(output, "__name__", "output")
     pydantic = sys.modules.get("pydantic")
-    if (
-        pydantic is not None
-        and isinstance(output, type)
-        and issubclass(output, pydantic.BaseModel)
-    ):
+    if pydantic is not None and isinstance(output, type) and issubclass(output, pydantic.BaseModel):
         model: Any = output
         return OutputSchema(model.model_json_schema(), model.model_validate, title=title)
     deriver = Deriver()
+    convert: Converter | None
     try:
         if (
             isinstance(output, type)

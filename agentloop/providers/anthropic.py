@@ -241,7 +241,8 @@ def _messages_reply(message: AnthropicMessage) -> Message:
     stopped = _STOPPED.get(message.stop_reason or "")
     if stopped:
         raise IncompleteReply(stopped, tokens)
-    texts, calls = [], []
+    texts: list[str] = []
+    calls: list[Message] = []
     for block in message.content:
         if block.type == "text":
             texts.append(block.text)

@@ -100,9 +100,7 @@ def openai_chat(
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         return {"model": model, "messages": _chat_messages(history), **tools, **params}
 
-    return make_model(
-        client.chat.completions.create, request, _chat_reply, "openai", _chat_options
-    )
+    return make_model(client.chat.completions.create, request, _chat_reply, "openai", _chat_options)
 
 
 @overload
