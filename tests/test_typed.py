@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from agentloop import Loop
 from agentloop.review import run_from_json, run_to_json
-from agentloop.testing import ScriptedModel, assert_contract, batch
+from agentloop.testing import ScriptedModel, assert_contract, batch, strategies
 
 from .helpers import Driver, Recorder, call, final, kinds
 
@@ -422,3 +422,16 @@ def test_identical_calls_beyond_n_never_run(queries: list[list[str]], limit: int
     assert all(ran.count(key) <= limit for key in ran)
     assert result.status in ("finished", "repeated_call")
     assert_contract(result, "go")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_kit_draws_outputs_the_loop_takes_and_ones_it_refuses(data: st.DataObject) -> None:
+    """strategies.outputs(T) finishes as a T; strategies.invalid_outputs(T) ends invalid_output."""
+    good = data.draw(strategies.outputs(City))
+    result = Loop(ScriptedModel([final(good)]), output=City).run("go")
+    assert result.status == "finished"
+    assert isinstance(result.output, City)
+    bad = data.draw(strategies.invalid_outputs(City))
+    refused = Loop(ScriptedModel([final(bad)]), output=City, max_output_retries=0).run("go")
+    assert refused.status == "invalid_output"
