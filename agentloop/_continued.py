@@ -29,6 +29,7 @@ from agentloop._run import RunView
 
 if TYPE_CHECKING:
     from agentloop._core._engine import Engine
+    from agentloop._core._output import OutputSchema
     from agentloop._core._values import Budget
     from agentloop._durable._ledger import Ledger
 
@@ -44,6 +45,7 @@ def forked(
     run_id: str | None,
     dispatcher: object,
     cancel: CancelToken | None,
+    output: OutputSchema | None = None,
 ) -> tuple[Engine, CancelToken]:
     """The engine of ``run`` after its first ``at`` transitions, and the token it watches.
 
@@ -65,7 +67,13 @@ def forked(
     engine: Engine | None = None
     if ledger is not None:
         engine = _resume.begin(
-            ledger, run_id, messages, budget=budget, dispatcher=dispatcher, cancel=token
+            ledger,
+            run_id,
+            messages,
+            budget=budget,
+            dispatcher=dispatcher,
+            cancel=token,
+            output=output,
         )
     elif run_id is not None:
         raise ValueError(
@@ -74,7 +82,13 @@ def forked(
         )
     try:
         engine = replay(
-            messages, budget, events[:at], rejected=run.rejected_value, token=token, engine=engine
+            messages,
+            budget,
+            events[:at],
+            rejected=run.rejected_value,
+            token=token,
+            engine=engine,
+            output=output,
         )
         if engine.running:
             raise ValueError(
@@ -111,6 +125,7 @@ def resumed(
     ledger: Ledger | None,
     budget: Budget,
     dispatcher: object,
+    output: OutputSchema | None = None,
 ) -> tuple[Engine, CancelToken | None]:
     """Run ``run`` fed to a fresh engine, and the token its driver is to watch.
 
@@ -155,7 +170,9 @@ def resumed(
             "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger); a saved "
             f"run awaiting approval goes on with {what}(load_run(path))"
         )
-    return _resume.resume(ledger, run, budget=budget, dispatcher=dispatcher, cancel=cancel)
+    return _resume.resume(
+        ledger, run, budget=budget, dispatcher=dispatcher, cancel=cancel, output=output
+    )
 
 
 def ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:

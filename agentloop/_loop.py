@@ -307,6 +307,7 @@ class Loop:
             run_id=run_id,
             dispatcher=self.dispatcher,
             cancel=cancel,
+            output=self.output,
         )
 
     def astart(
@@ -406,6 +407,7 @@ class Loop:
             budget=self.budget,
             dispatcher=self.dispatcher,
             cancel=cancel,
+            output=self.output,
         )
 
     def _resumed(
@@ -413,7 +415,13 @@ class Loop:
     ) -> tuple[Engine, CancelToken | None]:
         """The run, fed to a fresh engine, and the token its driver is to watch."""
         return resumed(
-            what, run, cancel, ledger=self.ledger, budget=self.budget, dispatcher=self.dispatcher
+            what,
+            run,
+            cancel,
+            ledger=self.ledger,
+            budget=self.budget,
+            dispatcher=self.dispatcher,
+            output=self.output,
         )
 
     def _run(

@@ -179,7 +179,7 @@ class DBOSLoop:
         if name in _LOOPS:
             raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
         self.loop, self.name = loop, name
-        self._fingerprint = fingerprint(loop.budget, loop.dispatcher)
+        self._fingerprint = fingerprint(loop.budget, loop.dispatcher, loop.output)
         self._idempotent = idempotent_tools(loop.dispatcher)
         _LOOPS[name] = self
 
@@ -272,7 +272,7 @@ class DBOSLoop:
         if found:
             raise mismatch(run_id, found)
         token = CancelToken()
-        engine = Engine(history, budget=self.loop.budget, cancel=token)
+        engine = Engine(history, budget=self.loop.budget, cancel=token, output=self.loop.output)
         if DBOS.run_step(_BEGIN, cancel_requested, run_id):
             token.cancel()
         listeners = self.loop.listeners
@@ -288,7 +288,7 @@ class DBOSLoop:
                     continue
             need = engine.next()
             if type(need) is AskModel:
-                answer = DBOS.run_step(_MODEL, self._ask, run_id, need.history)
+                answer = DBOS.run_step(_MODEL, self._ask, run_id, need.history, need.options)
                 if answer.pop("cancel"):
                     token.cancel()  # the checkpoint right after the reply
                 kind, value = recorded_answer(answer) or ("raised", _MISSING)
@@ -317,11 +317,17 @@ class DBOSLoop:
             _tell(listeners, transition)
         return engine.result()
 
-    def _ask(self, run_id: str, history: list[dict[str, Any]]) -> dict[str, Any]:
-        """The ``agentloop.model`` step: the model's reply (or what it raised), as data."""
+    def _ask(
+        self, run_id: str, history: list[dict[str, Any]], options: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The ``agentloop.model`` step: the model's reply (or what it raised), as data.
+
+        ``options`` are the request's (``tool_choice='none'`` in the wrap-up step).
+        """
         answer: dict[str, Any]
         try:
-            reply = self.loop._bound_model(history)  # with the tools, for a model that takes them
+            # With the tools, for a model that takes them (and the output schema).
+            reply = self.loop._bound_model(history, **(options or {}))
         except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
             answer = raised_record(exc)
         else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import attrs
 import orjson
@@ -13,11 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import agentloop
 from agentloop import Loop
 from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import ScriptedModel, assert_contract, batch, strategies
 
 from .helpers import Driver, Recorder, call, final, kinds
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 A, V, D = "awaiting_model", "validating", "dispatching"
 
@@ -435,3 +439,29 @@ def test_the_kit_draws_outputs_the_loop_takes_and_ones_it_refuses(data: st.DataO
     bad = data.draw(strategies.invalid_outputs(City))
     refused = Loop(ScriptedModel([final(bad)]), output=City, max_output_retries=0).run("go")
     assert refused.status == "invalid_output"
+
+
+# -- durable runs and forks -----------------------------------------------------------
+
+
+def test_a_durable_typed_run_resumes_typed_and_refuses_another_schema(tmp_path: Path) -> None:
+    """The ledger records the schema: resumed by id the output is a City; another T is refused."""
+    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    model = ScriptedModel([final("{}"), final(PARIS)])
+    loop = Loop(model, output=City, ledger=ledger, max_identical_calls=3)
+    result = loop.run("go", run_id="r1")
+    assert result.output == City("Paris", 2100000)
+    again = loop.resume("r1")
+    assert (again.status, again.output, again.steps) == ("finished", City("Paris", 2100000), 2)
+    other = Loop(ScriptedModel([]), output=Point, ledger=ledger, max_identical_calls=3)
+    with pytest.raises(agentloop.ConfigurationMismatchError, match="output"):
+        other.resume("r1")
+    ledger.close()
+
+
+def test_a_fork_of_a_typed_run_checks_the_output_again() -> None:
+    """fork(at=2) replays the output retry, then the new model's final is checked and typed."""
+    first = Loop(ScriptedModel([final("{}"), final(PARIS)]), output=City).run("go")
+    loop = Loop(ScriptedModel([final('{"name": "Lyon", "population": 1}')]), output=City)
+    forked = loop.fork(first, at=2).finish()
+    assert (forked.status, forked.output, forked.steps) == ("finished", City("Lyon", 1), 2)

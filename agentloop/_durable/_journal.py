@@ -25,6 +25,7 @@ from agentloop._core._table import TERMINAL, State, Trigger
 from agentloop._core._values import (
     AskModel,
     AwaitApproval,
+    Budget,
     NotJSON,
     RunResult,
     RunTool,
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from agentloop._core._approval import Decision, PendingCall
-    from agentloop._core._values import Budget, CancelToken
+    from agentloop._core._output import OutputSchema
+    from agentloop._core._values import CancelToken
     from agentloop._durable._ledger import Ledger, LedgerWriter
 
 __all__ = [
@@ -74,9 +76,22 @@ OUTCOME_UNKNOWN: Final = {
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 
 
-def fingerprint(budget: Budget, dispatcher: object) -> dict[str, Any]:
-    """What a run's record depends on: the budget, and each tool's name and schema."""
-    found: dict[str, Any] = {"budget": attrs.asdict(budget)}
+def fingerprint(
+    budget: Budget, dispatcher: object, output: OutputSchema | None = None
+) -> dict[str, Any]:
+    """What a run's record depends on: the budget, each tool's name and schema, the output's.
+
+    The budget's newer limits (typed output, the loop guard, the wrap-up) are
+    in it only when they are not the default, so a run recorded before them
+    resumes; so is the output schema, only when there is one.
+    """
+    budget_found = attrs.asdict(budget)
+    for name, default in _NEWER_LIMITS.items():
+        if budget_found[name] == default:
+            del budget_found[name]
+    found: dict[str, Any] = {"budget": budget_found}
+    if output is not None:
+        found["output"] = output.schema
     if isinstance(dispatcher, ToolRegistry):
         found["tools"] = {
             tool.name: {"parameters": tool.parameters, "idempotent": tool.idempotent}
@@ -86,6 +101,12 @@ def fingerprint(budget: Budget, dispatcher: object) -> dict[str, Any]:
         kind = type(dispatcher)
         found["dispatcher"] = f"{kind.__module__}.{kind.__qualname__}"
     return found
+
+
+_NEWER_LIMITS: Final = {
+    name: getattr(Budget(), name)
+    for name in ("max_output_retries", "max_identical_calls", "on_exhausted")
+}
 
 
 def idempotent_tools(dispatcher: object) -> frozenset[str]:
@@ -360,8 +381,9 @@ class DurableEngine(Engine):
         *,
         budget: Budget,
         cancel: CancelToken | None,
+        output: OutputSchema | None = None,
     ) -> None:
-        super().__init__(messages, budget=budget, cancel=cancel)
+        super().__init__(messages, budget=budget, cancel=cancel, output=output)
         self.handed: list[RunTool] = []
         self._given: str | None = None  # the handed call last given to the driver
 

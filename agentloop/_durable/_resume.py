@@ -67,6 +67,7 @@ from agentloop._review._replay import start_calls
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from agentloop._core._output import OutputSchema
     from agentloop._core._values import Budget
     from agentloop._durable._ledger import Ledger, LedgerRecord, LedgerWriter
 
@@ -98,12 +99,14 @@ def begin(
     budget: Budget,
     dispatcher: object,
     cancel: CancelToken | None,
+    output: OutputSchema | None = None,
 ) -> DurableEngine:
     """A new durable run: the input checked, then its header recorded and the run claimed."""
     run_id = uuid4().hex if run_id is None else checked_run_id(run_id, new=True)
-    engine = DurableEngine(messages, budget=budget, cancel=cancel)  # bad input raises first
+    # bad input raises first
+    engine = DurableEngine(messages, budget=budget, cancel=cancel, output=output)
     writer = ledger.create(
-        run_id, header(run_id, engine.history(), fingerprint(budget, dispatcher))
+        run_id, header(run_id, engine.history(), fingerprint(budget, dispatcher, output))
     )
     engine.journal = Journal(writer, run_id, idempotent_tools(dispatcher), ledger=ledger)
     weakref.finalize(engine, engine.journal.release)  # an abandoned run frees its claim
@@ -117,6 +120,7 @@ def resume(
     budget: Budget,
     dispatcher: object,
     cancel: CancelToken | None,
+    output: OutputSchema | None = None,
 ) -> tuple[DurableEngine, CancelToken | None]:
     """The run, replayed from its records: done, or ready for a driver to go on live.
 
@@ -136,7 +140,9 @@ def resume(
         recorded = Recorded(run_id, head, records)
         if busy is not None and recorded.end is None:
             raise busy
-        differences_found = differences(recorded.fingerprint, fingerprint(budget, dispatcher))
+        differences_found = differences(
+            recorded.fingerprint, fingerprint(budget, dispatcher, output)
+        )
         if differences_found:
             raise mismatch(run_id, differences_found)
         token = CancelToken()  # cancellation comes from the record until the run goes live
@@ -149,7 +155,7 @@ def resume(
             ledger=ledger,
             records=len(records),
         )
-        engine = replayed(recorded, budget, journal, token)
+        engine = replayed(recorded, budget, journal, token, output)
     except BaseException:
         if writer is not None:
             writer.release()
@@ -170,7 +176,11 @@ def resume(
 
 
 def replayed(
-    recorded: Recorded, budget: Budget, journal: Journal, token: CancelToken
+    recorded: Recorded,
+    budget: Budget,
+    journal: Journal,
+    token: CancelToken,
+    output: OutputSchema | None = None,
 ) -> DurableEngine:
     """A fresh engine fed ``recorded``: ended, or stopped where the records stop.
 
@@ -178,7 +188,7 @@ def replayed(
     ``token`` is what it watches: the replay cancels it where the run was cancelled.
     """
     try:
-        engine = DurableEngine(recorded.input, budget=budget, cancel=token)
+        engine = DurableEngine(recorded.input, budget=budget, cancel=token, output=output)
     except (TypeError, ValueError) as exc:
         raise LedgerError(
             f"run {recorded.run_id!r}: the recorded input is not valid: {exc}"
