@@ -35,7 +35,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from agentloop._core._checked import ROWS, Row
-from agentloop._core._table import ANSWERS, TERMINAL, State
+from agentloop._core._table import ANSWERS, TERMINAL, Guard, State, Trigger
 from agentloop._core._values import require_result
 from agentloop._errors import SVGUnavailableError
 
@@ -68,14 +68,24 @@ def edges() -> tuple[Row, ...]:
 def taken(result: RunResult) -> dict[Row, int]:
     """How many times ``result`` took each row of the table (0 for rows not taken)."""
     by_event = Counter((e.source, e.trigger, e.guard, e.dest) for e in result.events)
-    # An internal row ran once for each event that answers the request it handed out.
-    answered = Counter((e.source, ANSWERS.get(e.trigger)) for e in result.events)
+    # An internal row ran once for each event that answers the request it handed out;
+    # once the run wraps up (on_exhausted='answer'), the ask is the wrapping_up row's.
+    answered: Counter[tuple[State, object, Guard | None]] = Counter()
+    wrapping = False
+    for event in result.events:
+        wrapping = wrapping or event.guard in _WRAP_UP_BEGUN
+        answers = ANSWERS.get(event.trigger)
+        guard = Guard.WRAPPING_UP if wrapping and answers is Trigger.ASK_MODEL else None
+        answered[event.source, answers, guard] += 1
     return {
-        row: answered[row.source, row.trigger]
+        row: answered[row.source, row.trigger, row.guard]
         if row.dest is None
         else by_event[row.source, row.trigger, row.guard, row.dest]
         for row in edges()
     }
+
+
+_WRAP_UP_BEGUN = (Guard.WRAP_UP_DUE, Guard.CALLS_EXHAUSTED_WRAP_UP)
 
 
 def visited(result: RunResult) -> set[State]:
