@@ -90,8 +90,8 @@ diagrams: $(RUN) ## Regenerate diagrams/ from the state table
 	$(BIN)/agentloop diagram --format dot > diagrams/agentloop.dot
 
 .PHONY: bench
-bench: $(TEST) ## Benchmarks: engine vs hand-written loop, async driver, batches, copier, memory, tool registry, run files, provider adapters, the ledger, DBOS (given a Postgres URL)
-	@status=0; for bench in core tools async batches runfile providers ledger dbos; do \
+bench: $(TEST) ## Benchmarks: engine vs hand-written loop, async driver, batches, copier, memory, tool registry, run files, provider adapters, the ledger, typed output and the loop guard, DBOS (given a Postgres URL)
+	@status=0; for bench in core tools async batches runfile providers ledger output dbos; do \
 		echo "== bench/bench_$$bench.py"; $(BIN)/python bench/bench_$$bench.py || status=1; \
 	done; exit $$status
 

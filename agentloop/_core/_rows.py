@@ -92,6 +92,7 @@ class RunState:
         "_applied",
         "_batch",
         "_budget",
+        "_calls_seen",
         "_cancelled",
         "_clock",
         "_draft",
@@ -165,6 +166,7 @@ class RunState:
         self.output_retries = 0
         #: The budget that ran out, once the run wraps up (``on_exhausted='answer'``).
         self._wrapping: str | None = None
+        self._calls_seen: _CallIndex | None = None  # the loop guard's, made when first asked
 
     def __repr__(self) -> str:
         return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
@@ -249,6 +251,14 @@ class RunState:
     def _identical_calls_some(self) -> bool:
         return bool(self._identical_found().over)
 
+    def _call_index(self) -> _CallIndex:
+        """The loop guard's index of the calls so far, brought up to date."""
+        index = self._calls_seen
+        if index is None:
+            index = self._calls_seen = _CallIndex(self._input)
+        index.update(self._events)
+        return index
+
     def _final_problems(self) -> list[str]:
         """What the output schema finds wrong with the final in hand (asked once a transition)."""
         draft = self._draft
@@ -268,7 +278,7 @@ class RunState:
             draft.identical = (
                 _NOTHING_IDENTICAL
                 if limit is None or not calls
-                else _identical(self._history.copy(), self._reply.value, limit)
+                else self._call_index().check(self._reply.value, limit)
             )
         return draft.identical
 
@@ -524,6 +534,7 @@ class RunState:
         self.steps = (last.steps if last else 0) + (self._outstanding is _ASK_MODEL)
         self._rejected = None  # only a terminal row rejects a reply
         self.output_retries = sum(event.guard is Guard.OUTPUT_RETRY for event in events)
+        self._calls_seen = None  # read again from the record when next asked
         self._wrapping = next(
             (event.reason for event in events if event.guard in _WRAP_UP_BEGUN), None
         )
@@ -556,43 +567,64 @@ class _Identical(NamedTuple):
 _NOTHING_IDENTICAL: Final = _Identical()
 
 
-def _identical(history: list[dict[str, Any]], reply: dict[str, Any], limit: int) -> _Identical:
-    """The loop guard: each call of ``reply`` against the identical calls in ``history``.
+class _CallIndex:
+    """The loop guard's index of the conversation's calls, read from the record as it grows.
 
     A call is identical to another when its fingerprint (tool name and
-    canonical arguments, as approval binds them) is the same. The history is
-    the record: a refused call is one whose result the guard wrote (an
-    ``IdenticalCall`` error), so nothing outside it needs keeping.
+    canonical arguments, as approval binds them) is the same. The record is
+    the source: the input's messages, then each event's appended ones, read
+    once each; a refused call is one whose result the guard wrote (an
+    ``IdenticalCall`` error). ``_settle`` drops the index, which is read again.
     """
-    seen: dict[str, list[str]] = {}  # fingerprint -> ids of the identical calls, in order
-    refused: dict[str, str] = {}  # fingerprint -> id of a call the guard refused
-    made: dict[str, str] = {}  # call id -> fingerprint
-    for message in history:
-        kind = message.get("kind")
-        if kind == "call" or kind == "calls":
-            for call in [message] if kind == "call" else message.get("calls") or ():
-                call_id = str(call.get("id"))
-                fingerprint = call_fingerprint(str(call.get("name")), call.get("arguments"))
-                made[call_id] = fingerprint
-                seen.setdefault(fingerprint, []).append(call_id)
-        elif kind == "tool_result" and message.get("status") == "error":
-            content = message.get("content")
-            if type(content) is dict and content.get("type") == "IdenticalCall":
-                found = made.get(str(message.get("id")))
-                if found is not None:
-                    refused.setdefault(found, str(message.get("id")))
-    over: list[tuple[int, str]] = []
-    calls = [reply] if reply["kind"] == "call" else reply["calls"]
-    for index, call in enumerate(calls):
-        fingerprint = call_fingerprint(call["name"], call["arguments"])
-        if fingerprint in refused:
-            return _Identical(persists=(call["id"], call["name"], refused[fingerprint]))
-        earlier = seen.setdefault(fingerprint, [])
-        if len(earlier) >= limit:
-            over.append((index, earlier[-1]))
-        else:
-            earlier.append(call["id"])
-    return _Identical(over=tuple(over))
+
+    __slots__ = ("events", "made", "refused", "seen")
+
+    def __init__(self, input_json: tuple[bytes, ...]) -> None:
+        self.seen: dict[str, list[str]] = {}  # fingerprint -> ids of its calls, in order
+        self.refused: dict[str, str] = {}  # fingerprint -> id of a call the guard refused
+        self.made: dict[str, str] = {}  # call id -> fingerprint
+        self.events = 0  # events read so far
+        self._read(input_json)
+
+    def update(self, events: list[Transition]) -> None:
+        """Read the messages of the events not read yet."""
+        for event in events[self.events :]:
+            self._read(event.appended_json)
+        self.events = len(events)
+
+    def _read(self, messages: tuple[bytes, ...]) -> None:
+        for data in messages:
+            message = orjson.loads(data)
+            kind = message.get("kind")
+            if kind == "call" or kind == "calls":
+                for call in [message] if kind == "call" else message.get("calls") or ():
+                    call_id = str(call.get("id"))
+                    fingerprint = call_fingerprint(str(call.get("name")), call.get("arguments"))
+                    self.made[call_id] = fingerprint
+                    self.seen.setdefault(fingerprint, []).append(call_id)
+            elif kind == "tool_result" and message.get("status") == "error":
+                content = message.get("content")
+                if type(content) is dict and content.get("type") == "IdenticalCall":
+                    found = self.made.get(str(message.get("id")))
+                    if found is not None:
+                        self.refused.setdefault(found, str(message.get("id")))
+
+    def check(self, reply: dict[str, Any], limit: int) -> _Identical:
+        """Each call of ``reply`` against the calls before it (the batch's earlier ones too)."""
+        over: list[tuple[int, str]] = []
+        added: dict[str, list[str]] = {}  # this batch's accepted calls, by fingerprint
+        calls = [reply] if reply["kind"] == "call" else reply["calls"]
+        for index, call in enumerate(calls):
+            fingerprint = call_fingerprint(call["name"], call["arguments"])
+            if fingerprint in self.refused:
+                return _Identical(persists=(call["id"], call["name"], self.refused[fingerprint]))
+            earlier = self.seen.get(fingerprint, [])
+            mine = added.setdefault(fingerprint, [])
+            if len(earlier) + len(mine) >= limit:
+                over.append((index, (mine or earlier)[-1]))
+            else:
+                mine.append(call["id"])
+        return _Identical(over=tuple(over))
 
 
 def _approvals(events: list[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:
