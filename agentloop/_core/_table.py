@@ -48,6 +48,25 @@ no I/O; a driver asks it what it needs next and reports what happened:
   running is recorded with a ``cancelled`` result, so it is paired and never
   run again.
 
+* Three features are rows whose guards are false unless the run's budget
+  (or its output schema) turns them on, so a run without them takes the rows
+  it always took:
+
+  - typed output (``Loop(output=T)``): in ``validating`` a final the schema
+    refuses goes back to the model with what is wrong (``output_retry``,
+    counted in ``output_retries`` and bounded by ``max_output_retries``; the
+    next ask spends a step like any other), or ends the run
+    ``invalid_output``;
+  - the wrap-up step (``on_exhausted='answer'``): where the steps or the
+    tokens would end the run ``exhausted``, ``ask_model [wrap_up_due]`` notes
+    the budget and appends a request for an answer, and ``[wrapping_up]`` asks
+    once more with ``AskModel.tools_disabled`` (the drivers pass
+    ``tool_choice='none'``); a batch past ``max_calls`` does the same from
+    ``validating``. Its final ends the run ``finished`` with that reason;
+  - the loop guard (``max_identical_calls=N``): a call whose fingerprint was
+    accepted ``N`` times is answered ``error`` by the engine, never run; one
+    the guard refused, made again, ends the run ``repeated_call``.
+
 For each (state, trigger) the rows are tried top to bottom; the first whose
 guard holds wins (``transitions`` resolves them the same way, and a property
 test runs both side by side). The last row of each group has no guard, so a
@@ -79,6 +98,10 @@ The goal is that nothing is. Today these are, and each says where:
 * An interruption rebuilds the state from the log of events first
   (``Engine._settle``), so that a transition it cut short is undone or
   completed, then takes its row.
+* The output schema (``RunState._output``) and the loop guard's index of
+  the calls (``_CallIndex``) are read by guards, not rows: the schema is fixed
+  for the run and recorded with it, and the index is read from the record
+  (the input and every event's ``appended``), so a replay finds the same.
 * The drivers differ in one place, by name: the asyncio driver can interrupt
   an awaited model when the token is cancelled (``model_interrupted``); the
   sync driver cannot, and sees the reply first
