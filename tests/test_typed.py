@@ -18,6 +18,10 @@ from agentloop import Loop
 from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import ScriptedModel, assert_contract, batch, strategies
 
+from agentloop._tools._output import output_schema
+from agentloop.engine import Engine
+
+from . import test_properties as props
 from .helpers import Driver, Recorder, call, final, kinds
 
 if TYPE_CHECKING:
@@ -465,3 +469,50 @@ def test_a_fork_of_a_typed_run_checks_the_output_again() -> None:
     loop = Loop(ScriptedModel([final('{"name": "Lyon", "population": 1}')]), output=City)
     forked = loop.fork(first, at=2).finish()
     assert (forked.status, forked.output, forked.steps) == ("finished", City("Lyon", 1), 2)
+
+
+# -- the new rows beside transitions, recorded and replayed -------------------------------
+
+TYPED_FINALS = st.builds(final, _FINALS)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=st.data(),
+    budget=props.budgets,
+    limit=st.none() | st.integers(1, 2),
+    answer=st.booleans(),
+    retries=st.integers(0, 2),
+)
+def test_the_new_rows_match_transitions_keep_the_contract_and_replay(
+    data: st.DataObject,
+    budget: tuple[int, int],
+    limit: int | None,
+    answer: bool,
+    retries: int,
+) -> None:
+    """With every feature on, transitions makes the same run; it keeps the contract and replays."""
+    replies = data.draw(st.lists(props.REPLIES | TYPED_FINALS, max_size=10))
+    cancel_at = data.draw(st.none() | st.integers(1, 8))
+    limits = agentloop.Budget(
+        max_steps=budget[0],
+        max_calls=budget[1],
+        max_identical_calls=limit,
+        on_exhausted="answer" if answer else "stop",
+        max_output_retries=retries,
+    )
+    output = output_schema(City)
+    outcomes, results = [], []
+    for engine_class in (Engine, props.ReferenceEngine):
+        world = props.World(list(replies), cancel_at)
+        engine = engine_class("go", budget=limits, cancel=world.token, output=output)
+        props.drive_engine(engine, world)
+        result = engine.result()
+        results.append(result)
+        outcomes.append((result.events, result.transcript, result.rejected, world.handler_runs))
+    assert outcomes[0] == outcomes[1]
+    result = results[0]
+    assert_contract(result, "go")
+    assert len([e for e in result.events if e.guard == "output_retry"]) <= retries
+    loaded = run_from_json(run_to_json(result))
+    assert (loaded.status, loaded.events) == (result.status, result.events)
