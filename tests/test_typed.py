@@ -15,11 +15,10 @@ from hypothesis import strategies as st
 
 import agentloop
 from agentloop import Loop
-from agentloop.review import run_from_json, run_to_json
-from agentloop.testing import ScriptedModel, assert_contract, batch, strategies
-
 from agentloop._tools._output import output_schema
 from agentloop.engine import Engine
+from agentloop.review import run_from_json, run_to_json
+from agentloop.testing import ScriptedModel, assert_contract, batch, strategies
 
 from . import test_properties as props
 from .helpers import Driver, Recorder, call, final, kinds
@@ -516,3 +515,27 @@ def test_the_new_rows_match_transitions_keep_the_contract_and_replay(
     assert len([e for e in result.events if e.guard == "output_retry"]) <= retries
     loaded = run_from_json(run_to_json(result))
     assert (loaded.status, loaded.events) == (result.status, result.events)
+
+
+def test_an_output_the_converter_refuses_goes_back_to_the_model() -> None:
+    """An int past 64 bits, or a pydantic refusal the schema cannot say, is an invalid final."""
+    huge = '{"name": "Paris", "population": 1e300}'
+    result = Loop(ScriptedModel([final(huge), final(PARIS)]), output=City).run("go")
+    assert (result.status, result.output) == ("finished", City("Paris", 2100000))
+    assert "64 bits" in result.transcript[2]["text"] or "maximum" in result.transcript[2]["text"]
+
+    class Adult(pydantic.BaseModel):
+        age: int
+
+        @pydantic.field_validator("age")
+        @classmethod
+        def grown(cls, age: int) -> int:
+            if age < 18:
+                raise ValueError("expected an adult")
+            return age
+
+    refused = Loop(ScriptedModel([final('{"age": 3}')]), output=Adult, max_output_retries=0)
+    result = refused.run("go")
+    assert result.status == "invalid_output"
+    assert result.error is not None
+    assert "expected an adult" in result.error

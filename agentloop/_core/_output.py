@@ -38,6 +38,9 @@ class OutputSchema:
     """A final answer's JSON Schema, compiled, and the converter to the caller's type.
 
     ``convert`` is None when the decoded JSON is the value (a schema given as a dict).
+    ``checked``, when given, is the schema the answer is validated with (the
+    derived schema with its 64-bit bounds on integers), ``schema`` the one
+    published to providers and recorded.
     """
 
     __slots__ = ("_validator", "convert", "schema", "schema_json", "title")
@@ -48,6 +51,7 @@ class OutputSchema:
         convert: Callable[[Any], Any] | None = None,
         *,
         title: str = "output",
+        checked: dict[str, Any] | None = None,
     ) -> None:
         if type(schema) is not dict:
             raise TypeError(f"expected the output schema to be a dict, got {type(schema).__name__}")
@@ -56,7 +60,9 @@ class OutputSchema:
         self.schema: dict[str, Any] = orjson.loads(self.schema_json)
         try:
             # offline: a $ref to a URL is refused now, never fetched at run time.
-            self._validator = jsonschema_rs.Draft202012Validator(self.schema, offline=True)
+            self._validator = jsonschema_rs.Draft202012Validator(
+                self.schema if checked is None else checked, offline=True
+            )
         except (jsonschema_rs.ValidationError, ValueError) as exc:
             raise TypeError(
                 f"expected a valid Draft 2020-12 output schema, got one that fails: {exc}"
@@ -88,6 +94,12 @@ class OutputSchema:
         except orjson.JSONDecodeError as exc:
             return [f"the final answer is not JSON: {exc}"]
         if self._validator.is_valid(value):
+            if self.convert is None:
+                return []
+            try:  # what the schema cannot say (a pydantic validator, say) refuses it too
+                self.convert(value)
+            except Exception as exc:  # noqa: BLE001 - the caller's converter: any refusal
+                return [f"(top level): {type(exc).__name__}: {exc}"[:2000]]
             return []
         found = [
             f"{_path(e.instance_path) or '(top level)'}: {e.message}"

@@ -26,7 +26,7 @@ from agentloop._tools._schema import (
     show,
     summary,
 )
-from agentloop._tools._validation import checked_schema
+from agentloop._tools._validation import bounded, checked_schema
 
 __all__ = ["output_schema"]
 
@@ -71,7 +71,8 @@ def output_schema(output: object) -> OutputSchema:
         # at the root. It stays in $defs too, for a recursive class's own references.
         name = schema.get("$ref", "").removeprefix("#/$defs/")
         schema = {**deriver.defs.get(name, schema), "$defs": deriver.defs}
-    return OutputSchema(schema, convert, title=title)
+    # Checked with the 64-bit bounds a derived schema's integers have (as tool arguments are).
+    return OutputSchema(schema, convert, title=title, checked=bounded(schema))
 
 
 def _dataclass(deriver: Deriver, cls: type) -> tuple[dict[str, Any], Converter]:
