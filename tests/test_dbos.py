@@ -644,3 +644,37 @@ def test_no_call_runs_before_it_is_approved_and_every_call_is_answered_once(
     assert asked == ids  # each policy once
     answered = [m["id"] for m in result.transcript if m["kind"] == "tool_result"]
     assert answered == ids
+
+
+def test_typed_output_the_loop_guard_and_the_wrap_up_under_dbos(make: Any) -> None:
+    """output=, max_identical_calls and on_exhausted='answer' make the plain Loop's run."""
+    chosen: list[object] = []
+
+    def model(history: list[Message], tool_choice: Any = None) -> Message:
+        chosen.append(tool_choice)
+        if tool_choice == "none":
+            return {"kind": "final", "text": '{"n": 2}'}
+        if len(history) == 1:
+            return {"kind": "final", "text": '{"n": "two"}'}  # invalid: goes back once
+        return call(f"c{len(history)}", "effect", 1)  # the same call: refused past 1
+
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
+    options: Any = {"output": schema, "max_identical_calls": 1, "on_exhausted": "answer"}
+    plain = agentloop.Loop(model, tools=World().registry(), max_steps=3, **options).run("go")
+    plain_choices, chosen[:] = list(chosen), []
+    runs = make(agentloop.Loop(model, tools=World().registry(), max_steps=3, **options))
+    result = runs.run("go", run_id=new_id())
+    assert (result.status, result.output, result.reason) == ("finished", {"n": 2}, "max_steps")
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert chosen == plain_choices == [None, None, None, "none"]
+    assert [t.guard for t in result.events if t.guard is not None] == [
+        "output_retry",
+        "identical_calls_only",
+        "wrap_up_due",
+        "wrap_up_answered",
+    ]

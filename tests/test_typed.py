@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -539,3 +540,22 @@ def test_an_output_the_converter_refuses_goes_back_to_the_model() -> None:
     assert result.status == "invalid_output"
     assert result.error is not None
     assert "expected an adult" in result.error
+
+
+@pytest.mark.parametrize("to_thread", [False, True], ids=["async model", "to_thread"])
+def test_the_asyncio_driver_asks_with_tools_disabled(to_thread: bool) -> None:
+    """Under arun, an async model (or a plain one in a thread) gets tool_choice='none' too."""
+    choices: list[object] = []
+
+    def plain(history: list[dict[str, Any]], tool_choice: Any = None) -> dict[str, Any]:
+        choices.append(tool_choice)
+        return final("done") if tool_choice == "none" else looking(len(choices))
+
+    async def amodel(history: list[dict[str, Any]], tool_choice: Any = None) -> dict[str, Any]:
+        return plain(history, tool_choice)
+
+    model: Any = plain if to_thread else amodel
+    loop = Loop(model, tools=[look], max_steps=2, on_exhausted="answer", to_thread=to_thread)
+    result = asyncio.run(loop.arun("go"))
+    assert choices == [None, None, "none"]
+    assert (result.status, result.reason, result.steps) == ("finished", "max_steps", 3)
