@@ -559,3 +559,17 @@ def test_the_asyncio_driver_asks_with_tools_disabled(to_thread: bool) -> None:
     result = asyncio.run(loop.arun("go"))
     assert choices == [None, None, "none"]
     assert (result.status, result.reason, result.steps) == ("finished", "max_steps", 3)
+
+
+def test_the_report_and_show_give_a_typed_output_as_its_json() -> None:
+    """A typed run reads the same live and loaded: the output's JSON, in the report and show."""
+    from agentloop._review._text import run_lines
+    from agentloop.review import report_html
+
+    result = Loop(ScriptedModel([final(PARIS)]), output=City).run("go")
+    loaded = run_from_json(run_to_json(result))
+    assert report_html(result) == report_html(loaded)
+    assert "&quot;population&quot;: 2100000" in report_html(result)
+    shown = run_lines(result, title="run")
+    assert shown == run_lines(loaded, title="run")
+    assert f"output   {PARIS}" in shown
