@@ -159,8 +159,13 @@ def resumed(
                 "the saved run was made with another budget than this Loop's: " + "; ".join(found),
                 found,
             )
+        if run.output_schema_json != (None if output is None else output.schema_json):
+            found = ["$.output_schema: the saved run's is not this Loop's output="]
+            raise ConfigurationMismatchError(
+                "the saved run was made with another output than this Loop's: " + found[0], found
+            )
         token = CancelToken()  # the engine's; the caller's cancels it from now on
-        engine = reopen(run, token)
+        engine = reopen(run, token, output)
         if cancel is not None:
             cancel.on_cancel(token.cancel)
         return engine, token

@@ -573,3 +573,26 @@ def test_the_report_and_show_give_a_typed_output_as_its_json() -> None:
     shown = run_lines(result, title="run")
     assert shown == run_lines(loaded, title="run")
     assert f"output   {PARIS}" in shown
+
+
+def test_a_saved_typed_run_awaiting_approval_resumes_typed_under_its_schema() -> None:
+    """resume(saved) goes on with the Loop's T; a Loop with another output= is refused."""
+
+    def pay(amount: int) -> int:
+        """Pay."""
+        return amount
+
+    def careful(call: dict[str, Any]) -> agentloop.Decision:
+        return agentloop.ask("big")
+
+    def loop_of(output: Any, *script: dict[str, Any]) -> Loop:
+        tools = agentloop.ToolRegistry([agentloop.Tool(pay, policy=careful)])
+        return Loop(ScriptedModel(script), tools=tools, output=output)
+
+    paused = loop_of(City, call("x", "pay", amount=30)).run("go")
+    assert paused.status == "awaiting_approval"
+    saved = run_from_json(run_to_json(paused))
+    with pytest.raises(agentloop.ConfigurationMismatchError, match="another output"):
+        loop_of(Point).resume(saved, decisions={"x": agentloop.approve()})
+    result = loop_of(City, final(PARIS)).resume(saved, decisions={"x": agentloop.approve()})
+    assert (result.status, result.output) == ("finished", City("Paris", 2100000))

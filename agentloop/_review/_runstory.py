@@ -34,6 +34,7 @@ from agentloop._review._runshape import (
 
 if TYPE_CHECKING:
     from agentloop._core._engine import Engine
+    from agentloop._core._output import OutputSchema
     from agentloop._core._values import CancelToken
 
 __all__ = ["check_story", "reopen"]
@@ -121,9 +122,16 @@ def check_story(result: RunResult, *, inferred: bool) -> RunResult:
 
 
 def _replayed(
-    result: RunResult, messages: list[dict[str, Any]], token: CancelToken | None = None
+    result: RunResult,
+    messages: list[dict[str, Any]],
+    token: CancelToken | None = None,
+    output: OutputSchema | None = None,
 ) -> Engine:
-    """The one replay of ``result``'s events, each compared as the run file keeps it."""
+    """The one replay of ``result``'s events, each compared as the run file keeps it.
+
+    ``output`` is the output schema to go on with (a Loop's, with its
+    converter); by default the one the result records.
+    """
     return replay_events(
         messages,
         result.budget,
@@ -131,23 +139,24 @@ def _replayed(
         rejected=result.rejected_value,
         token=token,
         compare=_compare_events,
-        output=output_of(result),
+        output=output_of(result) if output is None else output,
     )
 
 
-def reopen(result: RunResult, token: CancelToken) -> Engine:
+def reopen(result: RunResult, token: CancelToken, output: OutputSchema | None = None) -> Engine:
     """A saved run replayed into an engine, which goes on if the run has not ended.
 
     A run that ended gives an engine that is done, as a durable run that
-    ended is only read. ``token`` is the engine's cancel token. A result whose
-    events do not replay is refused.
+    ended is only read. ``token`` is the engine's cancel token; ``output`` the
+    Loop's output schema, when it has one (the caller checked it is the run's).
+    A result whose events do not replay is refused.
     """
     result = require_result(result, "resume()")
     try:
         _check_chain(result.events)
         appended = sum(len(event.appended_json) for event in result.events)
         transcript = orjson.loads(result.transcript_json)
-        return _replayed(result, transcript[: len(transcript) - appended], token)
+        return _replayed(result, transcript[: len(transcript) - appended], token, output)
     except (TypeError, ValueError) as exc:  # the input part is not one a run accepts
         raise RunFileError(
             "result: $.transcript", "input messages a run accepts", str(exc)
