@@ -596,3 +596,62 @@ def test_a_saved_typed_run_awaiting_approval_resumes_typed_under_its_schema() ->
         loop_of(Point).resume(saved, decisions={"x": agentloop.approve()})
     result = loop_of(City, final(PARIS)).resume(saved, decisions={"x": agentloop.approve()})
     assert (result.status, result.output) == ("finished", City("Paris", 2100000))
+
+
+def test_a_durable_run_with_the_guard_and_the_wrap_up_resumes_to_the_same_result(
+    tmp_path: Path,
+) -> None:
+    """The ledger's replay makes the guard's and the wrap-up's rows again, from the records."""
+    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    same = [call(f"c{n}", "look", q="x") for n in range(1, 3)]
+    loop = Loop(
+        ScriptedModel([*same, final("wrapped")]),
+        tools=[look],
+        ledger=ledger,
+        max_steps=2,
+        max_identical_calls=1,
+        on_exhausted="answer",
+    )
+    result = loop.run("go", run_id="r2")
+    assert [t.guard for t in result.events if t.guard] == [
+        "identical_calls_only",
+        "wrap_up_due",
+        "wrap_up_answered",
+    ]
+    again = loop.resume("r2")
+    assert (again.status, again.reason, again.output) == ("finished", "max_steps", "wrapped")
+    assert again.events == result.events
+    ledger.close()
+
+
+def test_a_durable_batch_the_guard_cut_resumes_mid_batch(tmp_path: Path) -> None:
+    """Resumed mid-batch, the calls the guard refused are not looked for among the records."""
+    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ran: list[str] = []
+
+    def stop_after(q: str) -> str:
+        """Look; the second look of a batch is where the process 'dies'."""
+        ran.append(q)
+        return q
+
+    script = [
+        call("c1", "stop_after", q="x"),
+        batch(call("c2", "stop_after", q="x"), call("c3", "stop_after", q="y"),
+              call("c4", "stop_after", q="z")),
+        final("done"),
+    ]  # fmt: skip
+    loop = Loop(ScriptedModel(script), tools=[stop_after], ledger=ledger, max_identical_calls=1)
+    run = loop.start("go", run_id="r3")
+    while not (run.state == "dispatching" and len(ran) == 2):
+        run.step()  # c1 ran; the batch is accepted, c2 refused, c3 ran: then the process stops
+    del run
+    resumed = Loop(ScriptedModel([final("done")]), tools=[stop_after], ledger=ledger,
+                   max_identical_calls=1).resume("r3")  # fmt: skip
+    assert (resumed.status, ran) == ("finished", ["x", "y", "z"])
+    assert [m["status"] for m in resumed.transcript if m["kind"] == "tool_result"] == [
+        "ok",
+        "error",
+        "ok",
+        "ok",
+    ]
+    ledger.close()

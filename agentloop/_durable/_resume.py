@@ -486,7 +486,11 @@ def _replay(engine: DurableEngine, recorded: Recorded, token: CancelToken) -> No
                         break  # the model is asked live
                     made += type(Engine.next(engine)) is Transition  # the run ran out of steps
                     continue
-                if type(Engine.next(engine)) is not AskModel:
+                need = Engine.next(engine)
+                if type(need) is Transition and need.dest is State.AWAITING_MODEL:
+                    made += 1  # the wrap-up begins (on_exhausted='answer'): the engine's row
+                    continue
+                if type(need) is not AskModel:
                     raise _diverged(recorded, f"a reply is recorded for step {engine.steps + 1}")
                 kind, value = answer
                 if kind == "raised":
