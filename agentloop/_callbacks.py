@@ -120,6 +120,18 @@ def bind_model(
     if not (tools or fixed or wraps_up):
         return model
     call: Callable[..., Any] = model
+    if not (fixed or wraps_up):  # the tools alone, the common case: no dicts to merge
+        if is_async(model):
+
+            async def atools(history: list[dict[str, Any]]) -> object:
+                return await call(history, tools=specs())
+
+            return atools
+
+        def with_tools(history: list[dict[str, Any]]) -> object:
+            return call(history, tools=specs())
+
+        return with_tools
 
     def keywords(options: dict[str, Any]) -> dict[str, Any]:
         given = {**fixed, **options} if choice else fixed

@@ -7,7 +7,9 @@ forbids (a wrong type, a missing required property, an extra property where
 ``additionalProperties`` is false, a value outside an ``enum``, an array of
 the wrong length); the call strategies wrap them in replies, and
 ``scripts(registry)`` draws whole scripts for ``ScriptedModel``, ending with a
-final so that a run never asks for more than the script holds.
+final so that a run never asks for more than the script holds. For
+``Loop(output=T)``, ``outputs(T)`` and ``invalid_outputs(T)`` draw final-answer
+texts from ``T``'s schema the same way.
 
 The schemas are read by a small generator (``_schemas.py``) for the subset
 of Draft 2020-12 the registry derives; any other keyword raises
