@@ -655,3 +655,20 @@ def test_a_durable_batch_the_guard_cut_resumes_mid_batch(tmp_path: Path) -> None
         "ok",
     ]
     ledger.close()
+
+
+def test_a_typed_durable_run_is_viewed_under_its_recorded_schema(tmp_path: Path) -> None:
+    """view_run (agentloop show LEDGER RUN) replays the output retry the run recorded."""
+    from agentloop.ledger import view_run
+
+    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    Loop(ScriptedModel([final("{}"), final(PARIS)]), output=City, ledger=ledger).run(
+        "go", run_id="typed"
+    )
+    viewed = view_run(ledger, "typed").result
+    assert [t.guard for t in viewed.events if t.trigger == "validate"] == [
+        "output_retry",
+        "reply_is_final",
+    ]
+    assert viewed.output == {"name": "Paris", "population": 2100000}
+    ledger.close()

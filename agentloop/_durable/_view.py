@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import attrs
 import orjson
 
+from agentloop._core._output import OutputSchema
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import Budget, CancelToken, RunResult
 from agentloop._durable._journal import Journal
@@ -207,7 +208,13 @@ def _replayed(
             f"run {run_id!r}: its header's fingerprint: expected a budget "
             f"{{'max_steps', 'max_calls', 'max_total_tokens'}}, got {budget!r:.80} ({exc})"
         ) from None
-    return replayed(recorded, given, journal, CancelToken()), recorded
+    # A typed run (Loop(output=T)) records its output schema: checked again as it was.
+    schema = recorded.fingerprint.get("output")
+    try:
+        output = None if schema is None else OutputSchema(schema)
+    except TypeError as exc:
+        raise LedgerError(f"run {run_id!r}: its header's output schema: {exc}") from None
+    return replayed(recorded, given, journal, CancelToken(), output), recorded
 
 
 def _result(engine: DurableEngine) -> RunResult:
