@@ -71,8 +71,10 @@ _GROUPS: Final = {
 class Engine(RunState):
     """One run's state machine, with no I/O: the core every driver wraps.
 
-    ``Engine(messages, budget=..., cancel=...)`` checks and copies the input
-    (a ``str`` or a list of message dicts) and starts in ``awaiting_model``.
+    ``Engine(messages, budget=..., cancel=..., output=...)`` checks and copies
+    the input (a ``str`` or a list of message dicts) and starts in
+    ``awaiting_model``; ``output``, an ``OutputSchema``, is what a final
+    answer's text must match (``Loop(output=T)`` makes one).
     Then, until ``done``::
 
         need = engine.next()
