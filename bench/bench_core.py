@@ -231,7 +231,7 @@ def hand_written_record(
             )
             history.extend(appended)
             final = (_FI, reply["text"], steps, calls, budget, None, None, tuple(events))
-            return _new(RunResult, (*final, history.to_json(), None, _NO_USAGE, None))
+            return _new(RunResult, (*final, history.to_json(), None, _NO_USAGE, None, None))
         call_id, name = reply["id"], reply["name"]
         if call_id in reserved or calls >= budget.max_calls or cancel.cancelled:
             break
@@ -294,7 +294,7 @@ def hand_written_record(
         )
         history.extend(appended)
     failed = (State.FAILED, None, steps, calls, budget, None, None, tuple(events))
-    return _new(RunResult, (*failed, history.to_json(), None, _NO_USAGE, None))
+    return _new(RunResult, (*failed, history.to_json(), None, _NO_USAGE, None, None))
 
 
 def time_per_step(k: int, repeats: int, tools: object) -> tuple[float, ...]:
