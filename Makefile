@@ -99,8 +99,8 @@ diagrams: $(RUN) ## Regenerate diagrams/ from the state table
 	$(BIN)/agentloop diagram --format dot > diagrams/agentloop.dot
 
 .PHONY: bench
-bench: $(TEST) ## Benchmarks: engine vs hand-written loop, async driver, batches, copier, memory, tool registry, run files, provider adapters, streaming, the ledger, MCP calls, DBOS (given a Postgres URL), context windows
-	@status=0; for bench in core tools async batches runfile providers streaming ledger mcp dbos context; do \
+bench: $(TEST) ## Benchmarks: engine vs hand-written loop, async driver, batches, copier, memory, tool registry, run files, provider adapters, streaming, the ledger, MCP calls, typed output and the loop guard, DBOS (given a Postgres URL), context windows
+	@status=0; for bench in core tools async batches runfile providers streaming ledger mcp output dbos context; do \
 		echo "== bench/bench_$$bench.py"; $(BIN)/python bench/bench_$$bench.py || status=1; \
 	done; exit $$status
 

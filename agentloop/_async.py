@@ -202,11 +202,11 @@ class AsyncRun(RunView):
             await await_wait(need, self._cancel)
             return None
         kind = type(need)
-        if kind is RunTool:
-            pending = self._tool(need)(need.call)  # type: ignore[arg-type, union-attr]
-        else:  # a summary is asked of the context policy's own model callback
-            model = need.model if kind is Summarise else None  # type: ignore[union-attr]
-            pending = self._ask(need.history, model)  # type: ignore[union-attr]
+        pending = (
+            self._tool(need)(need.call)  # type: ignore[arg-type, union-attr]
+            if kind is RunTool
+            else self._ask(need)  # type: ignore[arg-type]  # a model request
+        )
         return await self._under_token(pending)
 
     async def _reviewed(self, need: ReviewCalls) -> dict[str, object]:
@@ -290,24 +290,31 @@ class AsyncRun(RunView):
         if tasks:
             await asyncio.wait(tasks)
 
-    async def _ask(self, history: list[dict[str, Any]], model: Any = None) -> object:
+    async def _ask(self, need: AskModel | Summarise) -> object:
         """The model's whole reply (a stream read to its end, its deltas told to the listeners)."""
-        answer = await self._answer(history, model)
+        answer = await self._answer(need)
         if type(answer) is not dict and is_stream(answer):  # a streaming model
             return await self._consumed(answer)
         return answer
 
-    async def _answer(self, history: list[dict[str, Any]], model: Any = None) -> object:
-        """Call the model (or ``model``, a summariser), plain or async, as configured.
+    async def _answer(self, need: AskModel | Summarise) -> object:
+        """Call the model, plain or async, as configured, for a model request.
 
-        Its answer, within ``model_timeout``: a reply, or a stream left unread.
+        A summary is asked of the context policy's own model callback; the
+        wrap-up step's request has its options (``tool_choice='none'``). Its
+        answer, within ``model_timeout``: a reply, or a stream left unread.
         """
-        model = self._model if model is None else model
+        history = need.history
+        model: Callable[..., object]
+        if isinstance(need, Summarise):
+            model, options = need.model, {}
+        else:
+            model, options = self._model, need.options
         call: Awaitable[object]
         if self._to_thread and not is_async(model):
-            call = asyncio.to_thread(model, history)
+            call = asyncio.to_thread(functools.partial(model, history, **options))
         else:
-            reply = model(history)
+            reply = model(history, **options)
             # A dict (any reply that is JSON) is never awaitable: no protocol check for it.
             if type(reply) is dict or not inspect.isawaitable(reply):
                 return reply
@@ -369,10 +376,7 @@ class AsyncRun(RunView):
                     while True:
                         try:
                             if type(need) is AskModel or type(need) is Summarise:
-                                model = need.model if type(need) is Summarise else None
-                                answer = await self._under_token(
-                                    self._answer(need.history, model)
-                                )
+                                answer = await self._under_token(self._answer(need))
                                 if type(answer) is not dict and is_stream(answer):
                                     self._partial = partial = Partial()
                                     items = apull(

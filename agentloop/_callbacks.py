@@ -34,6 +34,7 @@ __all__ = [
     "bind_model",
     "ended_by_token",
     "is_async",
+    "takes_keyword",
     "takes_tools",
     "unless_cancelled",
     "within",
@@ -92,29 +93,70 @@ def takes_tools(model: object) -> bool:
     return parameter is not None and parameter.kind in _BY_KEYWORD
 
 
-def bind_model(model: Model, specs: Callable[[], list[dict[str, Any]]]) -> Model:
-    """The model as the drivers call it, with the history alone.
+def bind_model(
+    model: Model,
+    specs: Callable[[], list[dict[str, Any]]],
+    output: dict[str, Any] | None = None,
+    *,
+    wraps_up: bool = False,
+) -> Model:
+    """The model as the drivers call it: with the history alone, or with a request's options.
 
     A model that takes ``tools`` (``takes_tools``, asked once, here) is called
     ``model(history, tools=specs())``: the specs made afresh for every
-    request, so a tool added to the registry later is offered too. Any other
+    request, so a tool added to the registry later is offered too. One that
+    takes ``output`` is given ``output`` (``{'name', 'schema'}``: the JSON
+    Schema its final answer's text must match, ``Loop(output=T)``). With
+    ``wraps_up`` (``on_exhausted='answer'``) the drivers may call it
+    ``bound(history, tool_choice='none')`` in the wrap-up step: passed on to a
+    model that takes ``tool_choice``, dropped for one that does not. Any other
     model is returned as it is. An ``async def`` model stays one, so that
     ``to_thread`` still tells the two apart.
     """
-    if not takes_tools(model):
+    fixed: dict[str, Any] = {}
+    if output is not None and takes_keyword(model, "output"):
+        fixed["output"] = output
+    tools, choice = takes_tools(model), takes_keyword(model, "tool_choice")
+    if not (tools or fixed or wraps_up):
         return model
     call: Callable[..., Any] = model
+    if not (fixed or wraps_up):  # the tools alone, the common case: no dicts to merge
+        if is_async(model):
+
+            async def atools(history: list[dict[str, Any]]) -> object:
+                return await call(history, tools=specs())
+
+            return atools
+
+        def with_tools(history: list[dict[str, Any]]) -> object:
+            return call(history, tools=specs())
+
+        return with_tools
+
+    def keywords(options: dict[str, Any]) -> dict[str, Any]:
+        given = {**fixed, **options} if choice else fixed
+        return {"tools": specs(), **given} if tools else given
+
     if is_async(model):
 
-        async def abound(history: list[dict[str, Any]]) -> object:
-            return await call(history, tools=specs())
+        async def abound(history: list[dict[str, Any]], **options: Any) -> object:
+            return await call(history, **keywords(options))
 
         return abound
 
-    def bound(history: list[dict[str, Any]]) -> object:
-        return call(history, tools=specs())
+    def bound(history: list[dict[str, Any]], **options: Any) -> object:
+        return call(history, **keywords(options))
 
     return bound
+
+
+def takes_keyword(model: object, name: str) -> bool:
+    """Whether ``model`` has a parameter ``name`` that a keyword argument reaches (by name)."""
+    try:
+        parameter = inspect.signature(model).parameters.get(name)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # no signature to read (some builtins)
+        return False
+    return parameter is not None and parameter.kind in _BY_KEYWORD
 
 
 async def within(seconds: float | None, expired: str, awaitable: Awaitable[_T]) -> _T:

@@ -30,6 +30,7 @@ from agentloop._run import RunView
 
 if TYPE_CHECKING:
     from agentloop._core._context import ContextPolicy
+    from agentloop._core._output import OutputSchema
     from agentloop._core._values import Budget
     from agentloop._durable._ledger import Ledger
 
@@ -46,6 +47,7 @@ def forked(
     dispatcher: object,
     cancel: CancelToken | None,
     context: ContextPolicy | None = None,
+    output: OutputSchema | None = None,
 ) -> tuple[Engine, CancelToken]:
     """The engine of ``run`` after its first ``at`` transitions, and the token it watches.
 
@@ -75,6 +77,7 @@ def forked(
             cancel=token,
             context=context,
             models=models_named(events),  # the fallback models its replay needs
+            output=output,
         )
     elif run_id is not None:
         raise ValueError(
@@ -82,10 +85,23 @@ def forked(
             "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger)"
         )
     elif context is not None:  # the fork's requests are fitted by this Loop's policy
-        engine = Engine(messages, budget=budget, cancel=token, context=context)
+        engine = Engine(
+            messages,
+            budget=budget,
+            cancel=token,
+            context=context,
+            models=models_named(events),
+            output=output,
+        )
     try:
         engine = replay(
-            messages, budget, events[:at], rejected=run.rejected_value, token=token, engine=engine
+            messages,
+            budget,
+            events[:at],
+            rejected=run.rejected_value,
+            token=token,
+            engine=engine,
+            output=output,
         )
         if engine.running:
             raise ValueError(
@@ -123,6 +139,7 @@ def resumed(
     budget: Budget,
     dispatcher: object,
     context: ContextPolicy | None = None,
+    output: OutputSchema | None = None,
 ) -> tuple[Engine, CancelToken | None]:
     """Run ``run`` fed to a fresh engine, and the token its driver is to watch.
 
@@ -161,9 +178,14 @@ def resumed(
                 "the saved run was made with another budget than this Loop's: " + "; ".join(found),
                 found,
             )
+        if run.output_schema_json != (None if output is None else output.schema_json):
+            found = ["$.output_schema: the saved run's is not this Loop's output="]
+            raise ConfigurationMismatchError(
+                "the saved run was made with another output than this Loop's: " + found[0], found
+            )
         token = CancelToken()  # the engine's; the caller's cancels it from now on
         # Goes on with this Loop's policy (the same, checked above): its summariser writes.
-        engine = reopen(run if context is None else run._replace(context=context), token)
+        engine = reopen(run if context is None else run._replace(context=context), token, output)
         if cancel is not None:
             cancel.on_cancel(token.cancel)
         return engine, token
@@ -174,7 +196,13 @@ def resumed(
             f"run awaiting approval goes on with {what}(load_run(path))"
         )
     return _resume.resume(
-        ledger, run, budget=budget, dispatcher=dispatcher, cancel=cancel, context=context
+        ledger,
+        run,
+        budget=budget,
+        dispatcher=dispatcher,
+        cancel=cancel,
+        context=context,
+        output=output,
     )
 
 

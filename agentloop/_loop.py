@@ -34,6 +34,7 @@ from agentloop._settings import (
 )
 from agentloop._sync import Awaiter, Run, awaiting
 from agentloop._tools._dispatcher import as_dispatcher
+from agentloop._tools._output import output_schema
 from agentloop._tools._registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from agentloop._callbacks import Dispatcher, Listener, Model
     from agentloop._core._approval import Decision
     from agentloop._core._context import ContextPolicy
+    from agentloop._core._output import OutputSchema
 
 __all__ = ["Loop"]
 
@@ -88,7 +90,15 @@ class Loop:
     synchronous run runs one call at a time. A model that takes a keyword
     parameter ``tools`` is called ``model(history, tools=specs)``, the specs
     of the tools (``{'name', 'description', 'parameters'}`` each) made for
-    every request. ``ledger`` (an
+    every request. ``output`` (a type, or a JSON Schema as a dict) asks for a
+    typed final answer: its text must be JSON that matches ``output``'s schema,
+    and ``RunResult.output`` is the value as that type; an invalid one goes
+    back to the model up to ``max_output_retries`` times (each a model step),
+    then the run ends ``invalid_output`` (the docs' "Typed output" page).
+    ``on_exhausted='answer'`` gives a run whose budget runs out one last model
+    step with tools disabled, to answer; ``max_identical_calls=N`` refuses a
+    tool called with the same arguments more than ``N`` times (the docs'
+    "Loop guard and wrap-up" page). ``ledger`` (an
     ``agentloop.SQLiteLedger``, or any ``Ledger``) makes every run durable:
     recorded as it goes, and continued after a crash by ``resume(run_id)``.
     ``context`` (``agentloop.context.keep_last(tokens=...)`` or
@@ -119,6 +129,10 @@ class Loop:
         ledger: Ledger | None = None,
         context: ContextPolicy | None = None,
         retry: RetryPolicy | _Default | None = _DEFAULT,
+        output: object = None,
+        max_output_retries: int = 1,
+        on_exhausted: str = "stop",
+        max_identical_calls: int | None = None,
     ) -> None:
         models: tuple[Model, ...] = model.models if isinstance(model, Fallback) else (model,)
         if not isinstance(model, Fallback) and not callable(model):
@@ -127,10 +141,6 @@ class Loop:
             )
         self.model = model
         self.dispatcher: Dispatcher = as_dispatcher(tools)
-        # What the drivers call: with the tools' specs for a model that takes them.
-        specs = specs_of(self.dispatcher)
-        self._bound_models = tuple(bind_model(one, specs) for one in models)
-        self._bound_model = self._bound_models[0]
         self._model_names = model.names if isinstance(model, Fallback) else ()
         if isinstance(retry, _Default):
             adapters = all(getattr(one, "agentloop_retry", False) is True for one in models)
@@ -141,9 +151,25 @@ class Loop:
                 f"got {type(retry).__name__}"
             )
         self.retry: RetryPolicy | None = retry
+        #: The final answer's schema and converter (``output=T``), or None: text.
+        self.output: OutputSchema | None = None if output is None else output_schema(output)
         self.budget = Budget(
-            max_steps=max_steps, max_calls=max_calls, max_total_tokens=max_total_tokens
+            max_steps=max_steps,
+            max_calls=max_calls,
+            max_total_tokens=max_total_tokens,
+            max_output_retries=max_output_retries,
+            max_identical_calls=max_identical_calls,
+            on_exhausted=on_exhausted,
         )
+        # What the drivers call: each model (a fallback chain's in turn) with the tools'
+        # specs for one that takes them, the output schema for one that takes ``output``,
+        # and tool_choice in the wrap-up step.
+        specs = specs_of(self.dispatcher)
+        requested = None if self.output is None else self.output.request()
+        self._bound_models = tuple(
+            bind_model(one, specs, requested, wraps_up=on_exhausted == "answer") for one in models
+        )
+        self._bound_model = self._bound_models[0]
         if callable(listeners) or isinstance(listeners, str | bytes):
             raise TypeError(
                 "expected listeners to be an iterable of callables (say [listener]), "
@@ -409,6 +435,7 @@ class Loop:
             dispatcher=self.dispatcher,
             cancel=cancel,
             context=self.context,
+            output=self.output,
         )
         return self._resilient(engine), token
 
@@ -512,6 +539,7 @@ class Loop:
                 context=self.context,
                 retry=self.retry,
                 models=self._model_names,
+                output=self.output,
             )
         return self._resilient(
             _resume.begin(
@@ -524,6 +552,7 @@ class Loop:
                 context=self.context,
                 parent_run_id=parent_run_id,
                 models=self._model_names,
+                output=self.output,
             )
         )
 
@@ -544,6 +573,7 @@ class Loop:
             budget=self.budget,
             dispatcher=self.dispatcher,
             context=self.context,
+            output=self.output,
         )
         return self._resilient(engine), token
 

@@ -318,8 +318,12 @@ class Run(RunView):
 
     def _asked(self, need: AskModel | Summarise) -> object:
         """The model's answer (a summary is asked of the context policy's own model callback)."""
-        model = need.model if type(need) is Summarise else self._model
-        reply = model(need.history)
+        if isinstance(need, Summarise):
+            reply = need.model(need.history)
+        elif need.tools_disabled:  # the wrap-up step: tool_choice='none'
+            reply = self._model(need.history, **need.options)
+        else:
+            reply = self._model(need.history)
         # A dict (any reply that is JSON) is never awaitable: no check for it.
         if type(reply) is not dict and inspect.isawaitable(reply):
             return self._await_reply(reply)

@@ -176,7 +176,7 @@ class DBOSLoop:
         if name in _LOOPS:
             raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
         self.loop, self.name = loop, name
-        self._fingerprint = fingerprint(loop.budget, loop.dispatcher, loop.context)
+        self._fingerprint = fingerprint(loop.budget, loop.dispatcher, loop.context, loop.output)
         self._idempotent = idempotent_tools(loop.dispatcher)
         _LOOPS[name] = self
 
@@ -276,6 +276,7 @@ class DBOSLoop:
             context=self.loop.context,
             retry=self.loop.retry,
             models=self.loop._model_names,
+            output=self.loop.output,
         )
         if DBOS.run_step(_BEGIN, cancel_requested, run_id):
             token.cancel()
@@ -301,6 +302,7 @@ class DBOSLoop:
                         need.history,
                         engine.model_index,
                         engine.retries(),
+                        need.options,
                     )
                 else:  # a model step too, of the context policy's own model callback
                     answer = DBOS.run_step(_MODEL, self._summarise, run_id, need.history)
@@ -339,18 +341,24 @@ class DBOSLoop:
         return engine.result()
 
     def _ask(
-        self, run_id: str, history: list[dict[str, Any]], model: int = 0, retries: int = 0
+        self,
+        run_id: str,
+        history: list[dict[str, Any]],
+        model: int = 0,
+        retries: int = 0,
+        options: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The ``agentloop.model`` step: the model's reply (or what it raised), as data.
 
         ``model``: which fallback model to ask; ``retries``: the retries of this
         ask made so far. The wait before a retry is chosen here, in the step
         (the policy's jitter is random): a recovered workflow reads it back.
+        ``options`` are the request's (``tool_choice='none'`` in the wrap-up step).
         """
         answer: dict[str, Any]
         bound = self.loop._bound_models[model]  # with the tools, for a model that takes them
         try:
-            reply = bound(history)
+            reply = bound(history, **(options or {}))
             if type(reply) is not dict and is_stream(reply):  # a streaming model
                 reply = whole_reply(reply)  # the step records the whole reply, not the deltas
         except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means

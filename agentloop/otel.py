@@ -96,7 +96,9 @@ _MODEL_ANSWERS: Final = frozenset(
 )
 _TOOL_ANSWERS: Final = frozenset({Trigger.TOOL_RETURNED, Trigger.TOOL_INTERRUPTED})
 # Terminal states that mean something went wrong (exhausted and cancelled are outcomes).
-_ERRORS: Final = frozenset({State.FAILED, State.MALFORMED, State.REPEATED_CALL})
+_ERRORS: Final = frozenset(
+    {State.FAILED, State.MALFORMED, State.REPEATED_CALL, State.INVALID_OUTPUT}
+)
 _TOKENS: Final = {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS}
 
 

@@ -169,6 +169,10 @@ class AsyncDriver:
             tool_timeout=loop.tool_timeout,
             to_thread=loop.to_thread,
             context=loop.context,
+            output=loop.output,
+            max_output_retries=loop.budget.max_output_retries,
+            on_exhausted=loop.budget.on_exhausted,
+            max_identical_calls=loop.budget.max_identical_calls,
         )
 
     def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None) -> Any:

@@ -750,3 +750,37 @@ def test_cancel_during_a_durable_wait_ends_the_run_at_once(make: Any) -> None:
     result = make(loop).run("go", run_id=run_id)
     assert [(t.trigger, t.guard) for t in result.events][-1] == ("waited", "cancel_requested")
     assert (result.status, len(asks)) == ("cancelled", 1)
+
+
+def test_typed_output_the_loop_guard_and_the_wrap_up_under_dbos(make: Any) -> None:
+    """output=, max_identical_calls and on_exhausted='answer' make the plain Loop's run."""
+    chosen: list[object] = []
+
+    def model(history: list[Message], tool_choice: Any = None) -> Message:
+        chosen.append(tool_choice)
+        if tool_choice == "none":
+            return {"kind": "final", "text": '{"n": 2}'}
+        if len(history) == 1:
+            return {"kind": "final", "text": '{"n": "two"}'}  # invalid: goes back once
+        return call(f"c{len(history)}", "effect", 1)  # the same call: refused past 1
+
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
+    options: Any = {"output": schema, "max_identical_calls": 1, "on_exhausted": "answer"}
+    plain = agentloop.Loop(model, tools=World().registry(), max_steps=3, **options).run("go")
+    plain_choices, chosen[:] = list(chosen), []
+    runs = make(agentloop.Loop(model, tools=World().registry(), max_steps=3, **options))
+    result = runs.run("go", run_id=new_id())
+    assert (result.status, result.output, result.reason) == ("finished", {"n": 2}, "max_steps")
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert chosen == plain_choices == [None, None, None, "none"]
+    assert [t.guard for t in result.events if t.guard is not None] == [
+        "output_retry",
+        "identical_calls_only",
+        "wrap_up_due",
+        "wrap_up_answered",
+    ]

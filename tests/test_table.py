@@ -51,12 +51,12 @@ def broken(index: int, **changes: Any) -> list[dict[str, Any]]:
         pytest.param(broken(1, conditions=["cancel_requested"]),
                      r"row 1 .*can never fire: the earlier row 0 .*always wins",
                      id="guard already taken"),
-        pytest.param([*DEFINITION[:6], DEFINITION[0], *DEFINITION[6:]],
-                     r"row 6 .*can never fire: the earlier row 5 "
+        pytest.param([*DEFINITION[:8], DEFINITION[0], *DEFINITION[8:]],
+                     r"row 8 .*can never fire: the earlier row 7 "
                      r"\(ask_model / count_step, fit_context, ask_for_reply\)",
                      id="after the unguarded row"),
-        pytest.param(broken(12, conditions=["cancel_requested"]),
-                     r"row 12 .*the last row for model_interrupted in awaiting_model must have no",
+        pytest.param(broken(14, conditions=["cancel_requested"]),
+                     r"row 14 .*the last row for model_interrupted in awaiting_model must have no",
                      id="last row guarded"),
         pytest.param(broken(3, conditions=["cancel_requested", "steps_exhausted"]),
                      r"row 3 .*at most one guard a row", id="two guards"),
@@ -75,8 +75,10 @@ def test_the_definition_builds_the_table_the_engine_runs() -> None:
     assert build_table(DEFINITION) == TABLE
     assert TABLE.rows == ROWS
     assert len(ROWS) == len(DEFINITION)
-    assert [row.label for row in ROWS][:6] == [
+    assert [row.label for row in ROWS][:8] == [
         "ask_model [cancel_requested]",
+        "ask_model [wrapping_up] / count_step, fit_context, ask_for_answer",
+        "ask_model [wrap_up_due] / begin_wrap_up",
         "ask_model [steps_exhausted] / note_max_steps",
         "ask_model [tokens_exhausted] / note_max_total_tokens",
         "ask_model [context_overflows] / note_context_overflow",
@@ -108,17 +110,28 @@ def test_terminal_states_have_no_rows_and_every_state_is_reachable() -> None:
 def test_validation_tries_the_contract_order() -> None:
     """Malformed, final, repeated id, call budget, cancel, then dispatch: first match wins."""
     guards = [row.guard for row in TABLE.groups[State.VALIDATING, Trigger.VALIDATE]]
+    # The rows of typed output, the wrap-up and the loop guard fit in; off, their guards fail.
     assert guards == [
         Guard.REPLY_MALFORMED,
+        Guard.OUTPUT_RETRY,
+        Guard.OUTPUT_INVALID,
+        Guard.WRAP_UP_ANSWERED,
         Guard.REPLY_IS_FINAL,
+        Guard.WRAPPING_UP,
         Guard.CALL_ID_RESERVED,
+        Guard.IDENTICAL_CALL_PERSISTS,
+        Guard.CALLS_EXHAUSTED_WRAP_UP,
         Guard.CALLS_EXHAUSTED,
         Guard.CANCEL_REQUESTED,
+        Guard.IDENTICAL_CALLS_ONLY,
+        Guard.IDENTICAL_CALLS_SOME,
         None,
     ]
     asks = [row.guard for row in TABLE.groups[State.AWAITING_MODEL, Trigger.ASK_MODEL]]
     assert asks == [
         Guard.CANCEL_REQUESTED,
+        Guard.WRAPPING_UP,
+        Guard.WRAP_UP_DUE,
         Guard.STEPS_EXHAUSTED,
         Guard.TOKENS_EXHAUSTED,
         Guard.CONTEXT_OVERFLOWS,

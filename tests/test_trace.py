@@ -101,22 +101,29 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
         '---\ntitle: "agentloop run: finished (steps 3/5, calls 3/3)"\n---\nstateDiagram-v2\n'
     )
     assert "    awaiting_model --> validating: model_replied (3x)\n" in mermaid
+    # The wrap-up's and the fallback's rows share the edge; untaken, they have no count.
     assert (
-        "    awaiting_model --> awaiting_model: ask_model (3x)<br>model_raised [fallback_left]\n"
+        "    awaiting_model --> awaiting_model: ask_model [wrapping_up]<br>"
+        "ask_model [wrap_up_due]<br>ask_model (3x)<br>model_raised [fallback_left]\n" in mermaid
+    )
+    assert (
+        "    validating --> dispatching: validate [identical_calls_some]<br>validate (2x)\n"
         in mermaid
     )
-    assert "    validating --> dispatching: validate (2x)\n" in mermaid
     assert (
         "    dispatching --> dispatching: start_tool [batch_unreviewed]<br>start_tool (3x)"
         "<br>tool_returned [batch_open] (1x)<br>approval_asked [nobody_asked]\n" in mermaid
     )
     assert "    dispatching --> awaiting_model: tool_returned (2x)\n" in mermaid
-    assert "    validating --> finished: validate [reply_is_final] (1x)\n" in mermaid
+    assert (
+        "    validating --> finished: validate [wrap_up_answered]<br>"
+        "validate [reply_is_final] (1x)\n" in mermaid
+    )
     assert "    awaiting_model --> failed: model_raised\n" in mermaid
     assert "    class awaiting_model, validating, dispatching, finished visited\n" in mermaid
     assert (
         "    class awaiting_approval, summarising, backing_off, cancelled, exhausted, "
-        "repeated_call, malformed, failed unvisited\n" in mermaid
+        "repeated_call, malformed, failed, invalid_output unvisited\n" in mermaid
     )
     assert not any(line != line.rstrip() for line in mermaid.splitlines())
 
@@ -180,8 +187,8 @@ def test_a_failed_run_marks_its_own_path() -> None:
 
     assert "    awaiting_model --> failed: model_raised (1x)\n" in mermaid
     assert (
-        "    awaiting_model --> awaiting_model: ask_model (1x)<br>model_raised [fallback_left]\n"
-        in mermaid
+        "    awaiting_model --> awaiting_model: ask_model [wrapping_up]<br>"
+        "ask_model [wrap_up_due]<br>ask_model (1x)<br>model_raised [fallback_left]\n" in mermaid
     )
     assert "    class awaiting_model, failed visited\n" in mermaid
     assert "validating" in mermaid.splitlines()[-1]  # among the unvisited
@@ -225,7 +232,7 @@ def test_path_diagram_lists_where_else_each_state_leads(demo: RunResult) -> None
 
     assert lists == {
         "awaiting_model": "cancelled\\nexhausted\\nsummarising\\nbacking_off\\nfailed",
-        "validating": "malformed\\nrepeated_call\\nexhausted\\ncancelled",
+        "validating": "malformed\\ninvalid_output\\nexhausted\\nrepeated_call\\ncancelled",
         "dispatching": "cancelled\\nawaiting_approval",
     }
     # Each list is what the table allows and the run did not do, from a visited state.

@@ -75,12 +75,16 @@ class Batch:
         return {"kind": "call", **orjson.loads(orjson.dumps(element))}
 
     def to_review(self) -> list[dict[str, Any]]:
-        """Fresh copies of the calls a review is to answer about: those no person decided."""
-        decided = self.decided
+        """Fresh copies of the calls a review is to answer about.
+
+        Those no person decided, and that the engine did not answer already
+        (the loop guard's refusals never run, so no policy is shown them).
+        """
+        decided, results = self.decided, self.results
         return [
             self.call(index)
             for index, (call_id, _) in enumerate(self.calls)
-            if call_id not in decided
+            if call_id not in decided and index not in results
         ]
 
     def handed_out(self, index: int) -> tuple[dict[str, Any], object, Decision | None]:

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 
     from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._context import Summarise
+    from agentloop._core._output import OutputSchema
     from agentloop._core._values import Budget
 
 __all__ = ["Engine", "check_decisions"]
@@ -109,8 +110,10 @@ _GROUPS: Final = {
 class Engine(RunState):
     """One run's state machine, with no I/O: the core every driver wraps.
 
-    ``Engine(messages, budget=..., cancel=...)`` checks and copies the input
-    (a ``str`` or a list of message dicts) and starts in ``awaiting_model``.
+    ``Engine(messages, budget=..., cancel=..., output=...)`` checks and copies
+    the input (a ``str`` or a list of message dicts) and starts in
+    ``awaiting_model``; ``output``, an ``OutputSchema``, is what a final
+    answer's text must match (``Loop(output=T)`` makes one).
     Then, until ``done``::
 
         need = engine.next()
@@ -177,6 +180,11 @@ class Engine(RunState):
         return self._batch.unstarted
 
     @property
+    def output_schema(self) -> OutputSchema | None:
+        """The schema a final answer must match (``Loop(output=T)``), if any."""
+        return self._output
+
+    @property
     def usage(self) -> Usage:
         """The tokens the model's replies reported so far, summed."""
         return self._spent
@@ -211,6 +219,8 @@ class Engine(RunState):
             final, reply = last.appended_json[-1], self._reply
             # The reply in hand is the decoded copy of the final it appended: no decoding again.
             output = (reply.value if final is reply.json else orjson.loads(final))["text"]
+            if self._output is not None:  # typed: converted as tool arguments are
+                output = self._output.value(output)
         return _new(
             RunResult,
             (
@@ -228,6 +238,7 @@ class Engine(RunState):
                 self._reply.json if state is State.AWAITING_APPROVAL else None,
                 self._policy,
                 self.parent_run_id,
+                None if self._output is None else self._output.schema_json,
             ),
         )
 

@@ -38,6 +38,7 @@ from agentloop._errors import InvalidStateError
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from agentloop._core._output import OutputSchema
     from agentloop._core._values import Budget
 
 __all__ = ["Mismatch", "asked", "models_named", "replay", "row_text"]
@@ -77,6 +78,7 @@ def replay(
     engine: Engine | None = None,
     compare: Callable[[Transition, Transition, str], None] | None = None,
     models: tuple[str, ...] | None = None,
+    output: OutputSchema | None = None,
 ) -> Engine:
     """A fresh engine that has made ``events`` again, from ``messages`` and ``budget``.
 
@@ -88,13 +90,15 @@ def replay(
     default, equality; a run file compares as its JSON). ``models`` names the
     fallback models (by default, those the events name, in order). A model
     that raised gets back the wait its event recorded: the retry policy is
-    not asked again. Raises ``Mismatch`` where the engine does something else.
+    not asked again. ``output`` is the run's output schema
+    (``Loop(output=T)``), if it had one. Raises ``Mismatch`` where the engine
+    does something else.
     """
     token = CancelToken() if token is None else token
     if engine is None:
         if models is None:
             models = models_named(events)
-        engine = Engine(messages, budget=budget, cancel=token, models=models)
+        engine = Engine(messages, budget=budget, cancel=token, models=models, output=output)
     for index, event in enumerate(events):
         where = f"$.events[{index}]"
         try:

@@ -10,10 +10,11 @@ subclass or a patched method is what runs.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import orjson
 
+from agentloop._core._approval import call_fingerprint
 from agentloop._core._batch import Batch
 from agentloop._core._context import OVERFLOW, ContextPolicy, Plan, Summarise, Summary, Window
 from agentloop._core._intake import NO_REPLY, Outcome
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._context import Seen
     from agentloop._core._intake import Reply
+    from agentloop._core._output import OutputSchema
     from agentloop._core._retry import RetryPolicy
 
 __all__ = ["RunState"]
@@ -87,6 +89,10 @@ class _Draft:
     wait: float | None = None
     #: The fallback model that replied or raised, by name (``None`` with one model).
     model: str | None = None
+    # What the output schema found wrong with the final in hand (None: not asked yet).
+    output_problems: list[str] | None = None
+    # The loop guard's findings about the batch in hand (None: not looked yet).
+    identical: _Identical | None = None
 
     def __init__(self, call: tuple[str, str] | None, since: float | None = None) -> None:
         #: The call in hand: being checked, handed out or reported (None: none is).
@@ -102,6 +108,7 @@ class RunState:
         "_applied",
         "_batch",
         "_budget",
+        "_calls_seen",
         "_cancelled",
         "_clock",
         "_context",
@@ -112,6 +119,7 @@ class RunState:
         "_input",
         "_input_ids",
         "_models",
+        "_output",
         "_outstanding",
         "_plan",
         "_policy",
@@ -127,7 +135,9 @@ class RunState:
         "_summary",
         "_tokens",
         "_view",
+        "_wrapping",
         "calls",
+        "output_retries",
         "parent_run_id",
         "steps",
     )
@@ -142,6 +152,7 @@ class RunState:
         context: ContextPolicy | None = None,
         retry: RetryPolicy | None = None,
         models: tuple[str, ...] = (),
+        output: OutputSchema | None = None,
     ) -> None:
         if context is not None and type(context) is not ContextPolicy:
             raise TypeError(
@@ -190,6 +201,13 @@ class RunState:
         self._models = models
         #: The run this one continues (``Loop.continue_run``), by id.
         self.parent_run_id: str | None = None
+        #: The schema a final answer must match (``Loop(output=T)``), if any.
+        self._output = output
+        #: Invalid final answers sent back to the model so far.
+        self.output_retries = 0
+        #: The budget that ran out, once the run wraps up (``on_exhausted='answer'``).
+        self._wrapping: str | None = None
+        self._calls_seen: _CallIndex | None = None  # the loop guard's, made when first asked
 
     def __repr__(self) -> str:
         return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
@@ -258,6 +276,73 @@ class RunState:
 
     def _nobody_asked(self) -> bool:
         return not self._draft.asked
+
+    # -- guards of typed output, the wrap-up step and the loop guard ----------------
+
+    def _output_retry(self) -> bool:
+        return (
+            self._wrapping is None
+            and self.output_retries < self._budget.max_output_retries
+            and bool(self._final_problems())
+        )
+
+    def _output_invalid(self) -> bool:
+        return bool(self._final_problems())
+
+    def _wrap_up_due(self) -> bool:
+        return self._budget.on_exhausted == "answer" and (
+            self._steps_exhausted() or self._tokens_exhausted()
+        )
+
+    def _wrapping_up(self) -> bool:
+        return self._wrapping is not None
+
+    def _wrap_up_answered(self) -> bool:
+        return self._wrapping is not None and self._reply.final
+
+    def _calls_exhausted_wrap_up(self) -> bool:
+        return self._budget.on_exhausted == "answer" and self._calls_exhausted()
+
+    def _identical_call_persists(self) -> bool:
+        return self._identical_found().persists is not None
+
+    def _identical_calls_only(self) -> bool:
+        over = self._identical_found().over
+        return bool(over) and len(over) == len(self._reply.calls)
+
+    def _identical_calls_some(self) -> bool:
+        return bool(self._identical_found().over)
+
+    def _call_index(self) -> _CallIndex:
+        """The loop guard's index of the calls so far, brought up to date."""
+        index = self._calls_seen
+        if index is None:
+            index = self._calls_seen = _CallIndex(self._input)
+        index.update(self._events)
+        return index
+
+    def _final_problems(self) -> list[str]:
+        """What the output schema finds wrong with the final in hand (asked once a transition)."""
+        draft = self._draft
+        if draft.output_problems is None:
+            reply, output = self._reply, self._output
+            draft.output_problems = (
+                output.problems(reply.value["text"]) if output is not None and reply.final else []
+            )
+        return draft.output_problems
+
+    def _identical_found(self) -> _Identical:
+        """The loop guard's look at the batch in hand (once a transition; nothing when off)."""
+        draft = self._draft
+        if draft.identical is None:
+            limit = self._budget.max_identical_calls
+            calls = self._reply.calls
+            draft.identical = (
+                _NOTHING_IDENTICAL
+                if limit is None or not calls
+                else self._call_index().check(self._reply.value, limit)
+            )
+        return draft.identical
 
     # -- effects (named in the table) -------------------------------------------
 
@@ -397,6 +482,77 @@ class RunState:
         models = self._models
         return models[self.model_index] if models else None
 
+    def _append_output_errors(self) -> None:
+        problems = self._final_problems()
+        listed = "\n".join(f"- {problem}" for problem in problems)
+        told = {
+            "kind": "user",
+            "text": "Your final answer does not match the output schema:\n"
+            f"{listed}\nReply again with a final answer whose text is only JSON that "
+            "matches the schema.",
+        }
+        self._draft.appended = (self._reply.json, orjson.dumps(told))
+        self._draft.error = "invalid output: " + "; ".join(problems)
+        self.output_retries += 1
+
+    def _note_invalid_output(self) -> None:
+        problems = self._final_problems()
+        retries = self.output_retries
+        self._draft.error = (
+            f"the final answer does not match the output schema (after {retries} output "
+            f"retr{'y' if retries == 1 else 'ies'}): " + "; ".join(problems)
+        )
+
+    def _begin_wrap_up(self) -> None:
+        draft = self._draft
+        if draft.reason is None:
+            draft.reason = "max_steps" if self._steps_exhausted() else "max_total_tokens"
+        self._wrapping = draft.reason
+        told = {
+            "kind": "user",
+            "text": f"The run's budget ran out ({draft.reason}): tools are disabled. "
+            "Give your final answer now, from what you have.",
+        }
+        draft.appended = (orjson.dumps(told),)
+
+    def _ask_for_answer(self) -> None:
+        self._ask_for_reply()
+        request = self._draft.request
+        assert type(request) is AskModel, "a model request was made"
+        request.tools_disabled = True
+
+    def _note_wrap_up(self) -> None:
+        self._draft.reason = self._wrapping
+
+    def _refuse_identical(self) -> None:
+        batch, found = self._batch, self._identical_found()
+        assert batch is not None, "a batch was accepted"
+        limit = self._budget.max_identical_calls
+        for index, earlier in found.over:
+            name = batch.calls[index][1]
+            content = {
+                "type": "IdenticalCall",
+                "message": f"not run: {name} was already called with these same arguments "
+                f"{limit} time{'s' if limit != 1 else ''} in this conversation "
+                f"(max_identical_calls={limit}); the result is in the tool_result of call "
+                f"{earlier!r} above. Use it, or call with other arguments.",
+            }
+            batch.answer(index, "error", orjson.dumps(content))
+            if self._draft.call is not None and batch.calls[index] == self._draft.call:
+                self._draft.status = "error"
+
+    def _note_identical_calls(self) -> None:
+        persists = self._identical_found().persists
+        assert persists is not None, "a call repeats one the loop guard refused"
+        call_id, name, earlier = persists
+        self._draft.named = (call_id, name)
+        self._draft.reason = "max_identical_calls"
+        self._draft.error = (
+            f"call {call_id!r} repeats {name} with the same arguments after the loop guard "
+            f"refused it (call {earlier!r}, max_identical_calls="
+            f"{self._budget.max_identical_calls}); nothing of the batch was run"
+        )
+
     def _append_final(self) -> None:
         self._draft.appended = (self._reply.json,)
 
@@ -498,6 +654,11 @@ class RunState:
         if self._policy is not None:
             self._rebuild_context()
         self._rejected = None  # only a terminal row rejects a reply
+        self.output_retries = sum(event.guard is Guard.OUTPUT_RETRY for event in events)
+        self._calls_seen = None  # read again from the record when next asked
+        self._wrapping = next(
+            (event.reason for event in events if event.guard in _WRAP_UP_BEGUN), None
+        )
 
     def _retract(self) -> Transition:
         """Take back the last transition: the run is as it was before it, its request out again.
@@ -585,6 +746,8 @@ class RunState:
         if self._policy is None:
             return
         plan = self._context_plan()
+        # Checked first by context_overflows; the wrap-up step's newest turn is its own short
+        # request, which fits wherever the head did.
         assert not isinstance(plan, str), "context_overflows was checked first"
         self._seen = plan.seen
         self._view = None if plan.view is None else bytearray(plan.view)
@@ -627,6 +790,81 @@ class RunState:
         problem = reply.problem or f"expected a final answer, got a {reply.value['kind']!r} reply"
         self._draft.error = f"malformed summary: {problem}"
         self._rejected = reply.value  # kept for review (and a replay), as a rejected reply is
+
+
+_WRAP_UP_BEGUN: Final = (Guard.WRAP_UP_DUE, Guard.CALLS_EXHAUSTED_WRAP_UP)
+
+
+class _Identical(NamedTuple):
+    """What the loop guard found in a batch: the calls beyond the limit, and a persisting one."""
+
+    #: ``(index, id of the earlier identical call)`` of each call beyond the limit.
+    over: tuple[tuple[int, str], ...] = ()
+    #: ``(call id, tool, id of the refused call)`` of a call the guard refused before.
+    persists: tuple[str, str, str] | None = None
+
+
+_NOTHING_IDENTICAL: Final = _Identical()
+
+
+class _CallIndex:
+    """The loop guard's index of the conversation's calls, read from the record as it grows.
+
+    A call is identical to another when its fingerprint (tool name and
+    canonical arguments, as approval binds them) is the same. The record is
+    the source: the input's messages, then each event's appended ones, read
+    once each; a refused call is one whose result the guard wrote (an
+    ``IdenticalCall`` error). ``_settle`` drops the index, which is read again.
+    """
+
+    __slots__ = ("events", "made", "refused", "seen")
+
+    def __init__(self, input_json: tuple[bytes, ...]) -> None:
+        self.seen: dict[str, list[str]] = {}  # fingerprint -> ids of its calls, in order
+        self.refused: dict[str, str] = {}  # fingerprint -> id of a call the guard refused
+        self.made: dict[str, str] = {}  # call id -> fingerprint
+        self.events = 0  # events read so far
+        self._read(input_json)
+
+    def update(self, events: list[Transition]) -> None:
+        """Read the messages of the events not read yet."""
+        for event in events[self.events :]:
+            self._read(event.appended_json)
+        self.events = len(events)
+
+    def _read(self, messages: tuple[bytes, ...]) -> None:
+        for data in messages:
+            message = orjson.loads(data)
+            kind = message.get("kind")
+            if kind == "call" or kind == "calls":
+                for call in [message] if kind == "call" else message.get("calls") or ():
+                    call_id = str(call.get("id"))
+                    fingerprint = call_fingerprint(str(call.get("name")), call.get("arguments"))
+                    self.made[call_id] = fingerprint
+                    self.seen.setdefault(fingerprint, []).append(call_id)
+            elif kind == "tool_result" and message.get("status") == "error":
+                content = message.get("content")
+                if type(content) is dict and content.get("type") == "IdenticalCall":
+                    found = self.made.get(str(message.get("id")))
+                    if found is not None:
+                        self.refused.setdefault(found, str(message.get("id")))
+
+    def check(self, reply: dict[str, Any], limit: int) -> _Identical:
+        """Each call of ``reply`` against the calls before it (the batch's earlier ones too)."""
+        over: list[tuple[int, str]] = []
+        added: dict[str, list[str]] = {}  # this batch's accepted calls, by fingerprint
+        calls = [reply] if reply["kind"] == "call" else reply["calls"]
+        for index, call in enumerate(calls):
+            fingerprint = call_fingerprint(call["name"], call["arguments"])
+            if fingerprint in self.refused:
+                return _Identical(persists=(call["id"], call["name"], self.refused[fingerprint]))
+            earlier = self.seen.get(fingerprint, [])
+            mine = added.setdefault(fingerprint, [])
+            if len(earlier) + len(mine) >= limit:
+                over.append((index, (mine or earlier)[-1]))
+            else:
+                mine.append(call["id"])
+        return _Identical(over=tuple(over))
 
 
 def _approvals(events: list[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:

@@ -9,7 +9,7 @@ driver's report means) are small tables at the end of this file.
 Theory of operation
 ===================
 
-A run is a finite-state machine over five working states and six terminal
+A run is a finite-state machine over six working states and seven terminal
 ones. The engine (``_engine.py``) holds the counters and the record and does
 no I/O; a driver asks it what it needs next and reports what happened:
 
@@ -59,6 +59,25 @@ no I/O; a driver asks it what it needs next and reports what happened:
   Every interruption ends the run ``cancelled``, and a call whose tool was
   running is recorded with a ``cancelled`` result, so it is paired and never
   run again.
+
+* Three features are rows whose guards are false unless the run's budget
+  (or its output schema) turns them on, so a run without them takes the rows
+  it always took:
+
+  - typed output (``Loop(output=T)``): in ``validating`` a final the schema
+    refuses goes back to the model with what is wrong (``output_retry``,
+    counted in ``output_retries`` and bounded by ``max_output_retries``; the
+    next ask spends a step like any other), or ends the run
+    ``invalid_output``;
+  - the wrap-up step (``on_exhausted='answer'``): where the steps or the
+    tokens would end the run ``exhausted``, ``ask_model [wrap_up_due]`` notes
+    the budget and appends a request for an answer, and ``[wrapping_up]`` asks
+    once more with ``AskModel.tools_disabled`` (the drivers pass
+    ``tool_choice='none'``); a batch past ``max_calls`` does the same from
+    ``validating``. Its final ends the run ``finished`` with that reason;
+  - the loop guard (``max_identical_calls=N``): a call whose fingerprint was
+    accepted ``N`` times is answered ``error`` by the engine, never run; one
+    the guard refused, made again, ends the run ``repeated_call``.
 
 For each (state, trigger) the rows are tried top to bottom; the first whose
 guard holds wins (``transitions`` resolves them the same way, and a property
@@ -111,6 +130,10 @@ The goal is that nothing is. Today these are, and each says where:
   ``_context.Window.plan``, once per request, and read by ``context_overflows``,
   ``summary_due`` and ``fit_context``; the summary in force is made again from
   the events by ``Engine._settle`` after an interruption.
+* The output schema (``RunState._output``) and the loop guard's index of
+  the calls (``_CallIndex``) are read by guards, not rows: the schema is fixed
+  for the run and recorded with it, and the index is read from the record
+  (the input and every event's ``appended``), so a replay finds the same.
 * The drivers differ in one place, by name: the asyncio driver can interrupt
   an awaited model when the token is cancelled (``model_interrupted``); the
   sync driver cannot, and sees the reply first
@@ -169,6 +192,8 @@ class State(enum.StrEnum):
     MALFORMED = "malformed"
     #: The model callback raised an exception.
     FAILED = "failed"
+    #: The final answer did not match the output schema, and no output retry was left.
+    INVALID_OUTPUT = "invalid_output"
 
 
 class Trigger(enum.StrEnum):
@@ -255,6 +280,28 @@ class Guard(enum.StrEnum):
     RETRY_PLANNED = "retry_planned"
     #: A fallback model comes after the one that failed (``agentloop.models.fallback``).
     FALLBACK_LEFT = "fallback_left"
+    # -- typed output (``Loop(output=T)``)
+    #: The reply is a final answer the output schema refuses, and an output retry is left
+    #: (``output_retries < max_output_retries``; never in the wrap-up step).
+    OUTPUT_RETRY = "output_retry"
+    #: The reply is a final answer the output schema refuses.
+    OUTPUT_INVALID = "output_invalid"
+    # -- the wrap-up step (``on_exhausted='answer'``)
+    #: ``on_exhausted='answer'``, and the steps or the tokens ran out.
+    WRAP_UP_DUE = "wrap_up_due"
+    #: The run is in its wrap-up step (the last model step, tools disabled).
+    WRAPPING_UP = "wrapping_up"
+    #: The run is in its wrap-up step, and the reply is a final answer.
+    WRAP_UP_ANSWERED = "wrap_up_answered"
+    #: ``calls_exhausted``, with ``on_exhausted='answer'``.
+    CALLS_EXHAUSTED_WRAP_UP = "calls_exhausted_wrap_up"
+    # -- the loop guard (``max_identical_calls=N``)
+    #: A call of the batch repeats a tool and arguments the loop guard refused before.
+    IDENTICAL_CALL_PERSISTS = "identical_call_persists"
+    #: Every call of the batch repeats a tool and arguments accepted ``N`` times already.
+    IDENTICAL_CALLS_ONLY = "identical_calls_only"
+    #: Some call of the batch repeats a tool and arguments accepted ``N`` times already.
+    IDENTICAL_CALLS_SOME = "identical_calls_some"
 
 
 class Effect(enum.StrEnum):
@@ -325,6 +372,27 @@ class Effect(enum.StrEnum):
     ASK_FOR_WAIT = "ask_for_wait"
     #: The next fallback model is the one asked from now on, with its attempts afresh.
     NEXT_MODEL = "next_model"
+    # -- typed output
+    #: Append the refused final and a ``user`` message listing what the schema found
+    #: wrong, so the model sees it; ``output_retries += 1``.
+    APPEND_OUTPUT_ERRORS = "append_output_errors"
+    #: ``error`` says what the output schema found wrong with the final answer.
+    NOTE_INVALID_OUTPUT = "note_invalid_output"
+    # -- the wrap-up step
+    #: The run wraps up: ``reason`` = the budget that ran out (``max_steps``,
+    #: ``max_total_tokens``, or ``max_calls`` noted already), and a ``user`` message
+    #: saying so and asking for a final answer is appended.
+    BEGIN_WRAP_UP = "begin_wrap_up"
+    #: The driver is handed ``AskModel`` with tools disabled (``tools_disabled``).
+    ASK_FOR_ANSWER = "ask_for_answer"
+    #: ``reason`` = the budget that ran out: the wrap-up step's events say so.
+    NOTE_WRAP_UP = "note_wrap_up"
+    # -- the loop guard
+    #: Answer each call beyond ``max_identical_calls`` ``error``, pointing at the result
+    #: of the same call accepted before; it never runs.
+    REFUSE_IDENTICAL = "refuse_identical"
+    #: ``reason = 'max_identical_calls'``; ``error`` names the call the model repeated.
+    NOTE_IDENTICAL_CALLS = "note_identical_calls"
 
 
 TERMINAL: Final = frozenset(
@@ -335,6 +403,7 @@ TERMINAL: Final = frozenset(
         State.REPEATED_CALL,
         State.MALFORMED,
         State.FAILED,
+        State.INVALID_OUTPUT,
     }
 )
 
@@ -347,6 +416,12 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
     # -- before the model is asked: the first three rows spend nothing
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.CANCEL_REQUESTED],
      "dest": S.CANCELLED},
+    # -- (wrap-up) a budget ran out and on_exhausted='answer': the model is told, then
+    #    asked once more with tools disabled; that step is counted past max_steps
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAPPING_UP],
+     "dest": None, "before": [E.COUNT_STEP, E.FIT_CONTEXT, E.ASK_FOR_ANSWER]},
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAP_UP_DUE],
+     "dest": S.AWAITING_MODEL, "before": [E.BEGIN_WRAP_UP]},
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.STEPS_EXHAUSTED],
      "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_STEPS]},
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.TOKENS_EXHAUSTED],
@@ -378,14 +453,36 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
     # -- the reply is checked: a final is tried before any budget
     {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.REPLY_MALFORMED],
      "dest": S.MALFORMED, "before": [E.NOTE_MALFORMED, E.REJECT_REPLY]},
+    # -- (typed output) a final the schema refuses goes back to the model, with what is wrong
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.OUTPUT_RETRY],
+     "dest": S.AWAITING_MODEL, "before": [E.APPEND_OUTPUT_ERRORS]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.OUTPUT_INVALID],
+     "dest": S.INVALID_OUTPUT, "before": [E.NOTE_INVALID_OUTPUT, E.REJECT_REPLY]},
+    # -- (wrap-up) the last step's final ends the run finished, its reason the budget
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.WRAP_UP_ANSWERED],
+     "dest": S.FINISHED, "before": [E.APPEND_FINAL, E.NOTE_WRAP_UP]},
     {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.REPLY_IS_FINAL],
      "dest": S.FINISHED, "before": [E.APPEND_FINAL]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.WRAPPING_UP],
+     "dest": S.EXHAUSTED, "before": [E.NAME_CALL, E.NOTE_WRAP_UP, E.REJECT_REPLY]},
     {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALL_ID_RESERVED],
      "dest": S.REPEATED_CALL, "before": [E.NAME_CALL, E.NOTE_REPEATED_CALL, E.REJECT_REPLY]},
+    # -- (loop guard) a call refused as identical, made again: the model persists
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.IDENTICAL_CALL_PERSISTS],
+     "dest": S.REPEATED_CALL, "before": [E.NAME_CALL, E.NOTE_IDENTICAL_CALLS, E.REJECT_REPLY]},
+    # -- (wrap-up) a batch past max_calls is not run; the model is asked for an answer
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALLS_EXHAUSTED_WRAP_UP],
+     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.NOTE_MAX_CALLS, E.BEGIN_WRAP_UP]},
     {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALLS_EXHAUSTED],
      "dest": S.EXHAUSTED, "before": [E.NAME_CALL, E.NOTE_MAX_CALLS, E.REJECT_REPLY]},
     {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CANCEL_REQUESTED],
      "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
+    # -- (loop guard) calls past max_identical_calls are answered error by the engine, unrun
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.IDENTICAL_CALLS_ONLY],
+     "dest": S.AWAITING_MODEL,
+     "before": [E.NAME_CALL, E.RESERVE_CALLS, E.REFUSE_IDENTICAL, E.APPEND_BATCH]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.IDENTICAL_CALLS_SOME],
+     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.RESERVE_CALLS, E.REFUSE_IDENTICAL]},
     {"source": S.VALIDATING, "trigger": T.VALIDATE,
      "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.RESERVE_CALLS]},
     # -- the last checkpoint before each tool runs; the calls stay counted. Once a call

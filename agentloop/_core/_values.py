@@ -66,6 +66,21 @@ def _token_budget(instance: object, attribute: attrs.Attribute[int | None], valu
     _budget(instance, attribute, value)  # type: ignore[arg-type]
 
 
+def _identical(instance: object, attribute: attrs.Attribute[int | None], value: object) -> None:
+    if value is None:
+        return
+    if type(value) is not int or value < 1:
+        raise (TypeError if type(value) is not int else ValueError)(
+            f"{attribute.name} must be an int of 1 or more, or None, got {describe(value)}"
+        )
+    _budget(instance, attribute, value)  # type: ignore[arg-type]
+
+
+def _on_exhausted(_: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if value not in ("stop", "answer") or type(value) is not str:
+        raise ValueError(f"{attribute.name} must be 'stop' or 'answer', got {describe(value)}")
+
+
 @attrs.frozen(kw_only=True)
 class Budget:
     """The limits of a run.
@@ -77,11 +92,21 @@ class Budget:
     an ``int`` from 0 to ``2**63 - 1``, so that a run file can record it.
     The defaults, 25 steps and 100 calls, are ``Loop``'s and ``Engine``'s: room
     for a typical agent, a batch of four on every step, yet a bound on a loop.
+    ``max_output_retries``, ``max_identical_calls`` and ``on_exhausted`` are
+    the ``Loop`` keywords of those names (see the docs' "Typed output" and
+    "Loop guard and wrap-up" pages); their defaults change nothing.
     """
 
     max_steps: int = attrs.field(default=25, validator=_budget)
     max_calls: int = attrs.field(default=100, validator=_budget)
     max_total_tokens: int | None = attrs.field(default=None, validator=_token_budget)
+    #: How many invalid final answers the model may correct (with ``Loop(output=T)``).
+    max_output_retries: int = attrs.field(default=1, validator=_budget)
+    #: How many times the same tool with the same arguments may be accepted (None: any).
+    max_identical_calls: int | None = attrs.field(default=None, validator=_identical)
+    #: What a run that would end ``exhausted`` does: ``'stop'``, or ``'answer'`` (one
+    #: last model step, tools disabled, for a final answer).
+    on_exhausted: str = attrs.field(default="stop", validator=_on_exhausted)
 
 
 class Usage(NamedTuple):
@@ -155,11 +180,19 @@ class AskModel:
     run-file replay uses neither).
     """
 
-    __slots__ = ("_buffer", "_size")
+    __slots__ = ("_buffer", "_size", "tools_disabled")
 
     def __init__(self, buffer: bytearray, size: int) -> None:
         # The history is append-only: its first ``size`` bytes stay what they were.
         self._buffer, self._size = buffer, size
+        #: The wrap-up step (``on_exhausted='answer'``): the model is to answer without
+        #: tools; a driver calls it ``model(history, tool_choice='none')`` (see ``options``).
+        self.tools_disabled = False
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments this request adds to the model call (none, mostly)."""
+        return {"tool_choice": "none"} if self.tools_disabled else {}
 
     @property
     def history(self) -> list[dict[str, Any]]:
@@ -396,8 +429,9 @@ class RunResult(NamedTuple):
     #: The terminal state (a ``str`` enum: ``result.status == 'finished'``), or
     #: ``awaiting_approval`` for a run that waits for a person (see ``pending``).
     status: State
-    #: The final answer's text, when the run finished.
-    output: str | None
+    #: The final answer's text, when the run finished; with ``Loop(output=T)``, the
+    #: answer as a ``T`` (a loaded run's: the decoded JSON).
+    output: Any
     steps: int
     calls: int
     budget: Budget
@@ -420,6 +454,17 @@ class RunResult(NamedTuple):
     context: ContextPolicy | None = None
     #: The run this one continues (``Loop.continue_run``), by id; ``None`` for a new run.
     parent_run_id: str | None = None
+    #: The output schema's JSON, for a run made with ``Loop(output=T)``.
+    output_schema_json: bytes | None = None
+
+    @property
+    def output_text(self) -> str | None:
+        """The final answer's text (the JSON of a typed output), when the run finished."""
+        if self.output_schema_json is None:
+            return self.output  # type: ignore[no-any-return]
+        if self.output is None or self.status != "finished":
+            return None
+        return orjson.loads(self.transcript_json)[-1]["text"]  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return (

@@ -32,6 +32,7 @@ import attrs
 import orjson
 
 from agentloop._core._table import TERMINAL, Trigger
+from agentloop._core._values import Budget
 from agentloop._durable._ledger import (
     ASKED,
     DECISION,
@@ -49,7 +50,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from agentloop._core._context import ContextPolicy
-    from agentloop._core._values import Budget, Transition
+    from agentloop._core._output import OutputSchema
+    from agentloop._core._values import Transition
     from agentloop._durable._ledger import Ledger, LedgerWriter
 
 __all__ = [
@@ -81,13 +83,33 @@ OUTCOME_UNKNOWN: Final = {
 }
 
 
+_NEWER_LIMITS: Final = {
+    name: getattr(Budget(), name)
+    for name in ("max_output_retries", "max_identical_calls", "on_exhausted")
+}
+
+
 def fingerprint(
-    budget: Budget, dispatcher: object, context: ContextPolicy | None = None
+    budget: Budget,
+    dispatcher: object,
+    context: ContextPolicy | None = None,
+    output: OutputSchema | None = None,
 ) -> dict[str, Any]:
-    """What a run's record depends on: the budget, each tool's schema, the context policy."""
-    found: dict[str, Any] = {"budget": attrs.asdict(budget)}
-    if context is not None:  # absent without a policy: older records compare equal
+    """What a run's record depends on: the budget, each tool's schema, the context and output.
+
+    The budget's newer limits (typed output, the loop guard, the wrap-up) are
+    in it only when they are not the default, so a run recorded before them
+    resumes; the context policy and the output schema only when there is one.
+    """
+    budget_found = attrs.asdict(budget)
+    for name, default in _NEWER_LIMITS.items():
+        if budget_found[name] == default:
+            del budget_found[name]
+    found: dict[str, Any] = {"budget": budget_found}
+    if context is not None:
         found["context"] = context.record()
+    if output is not None:
+        found["output"] = output.schema
     if isinstance(dispatcher, ToolRegistry):
         found["tools"] = {
             tool.name: {"parameters": tool.parameters, "idempotent": tool.idempotent}

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from agentloop._core._approval import Decision
     from agentloop._core._context import ContextPolicy, Summarise
+    from agentloop._core._output import OutputSchema
     from agentloop._core._values import Budget, CancelToken
     from agentloop._durable._journal import Journal
 
@@ -72,8 +73,11 @@ class DurableEngine(Engine):
         cancel: CancelToken | None,
         context: ContextPolicy | None = None,
         models: tuple[str, ...] = (),
+        output: OutputSchema | None = None,
     ) -> None:
-        super().__init__(messages, budget=budget, cancel=cancel, context=context, models=models)
+        super().__init__(
+            messages, budget=budget, cancel=cancel, context=context, models=models, output=output
+        )
         self.handed: list[RunTool] = []
         self._given: str | None = None  # the handed call last given to the driver
         self._recorded = 0  # the events the ledger holds

@@ -29,6 +29,7 @@ from uuid import uuid4
 import orjson
 
 from agentloop._core._context import policy_from_record
+from agentloop._core._output import OutputSchema
 from agentloop._core._replay import Mismatch, replay
 from agentloop._core._table import State
 from agentloop._core._values import CancelToken
@@ -72,12 +73,15 @@ def begin(
     context: ContextPolicy | None = None,
     parent_run_id: str | None = None,
     models: tuple[str, ...] = (),
+    output: OutputSchema | None = None,
 ) -> DurableEngine:
     """A new durable run: the input checked, then its header recorded and the run claimed."""
     run_id = uuid4().hex if run_id is None else checked_run_id(run_id, new=True)
     # Bad input raises first.
-    engine = DurableEngine(messages, budget=budget, cancel=cancel, context=context, models=models)
-    configuration = fingerprint(budget, dispatcher, context)
+    engine = DurableEngine(
+        messages, budget=budget, cancel=cancel, context=context, models=models, output=output
+    )
+    configuration = fingerprint(budget, dispatcher, context, output)
     writer = ledger.create(
         run_id, header(run_id, engine.history(), configuration, parent_run_id, models)
     )
@@ -95,6 +99,7 @@ def resume(
     dispatcher: object,
     cancel: CancelToken | None,
     context: ContextPolicy | None = None,
+    output: OutputSchema | None = None,
 ) -> tuple[DurableEngine, CancelToken | None]:
     """The run, replayed from its records: done, or ready for a driver to go on live.
 
@@ -115,7 +120,7 @@ def resume(
         if busy is not None and not recorded.ended:
             raise busy
         differences_found = differences(
-            recorded.fingerprint, fingerprint(budget, dispatcher, context)
+            recorded.fingerprint, fingerprint(budget, dispatcher, context, output)
         )
         if differences_found:
             raise mismatch(run_id, differences_found)
@@ -128,7 +133,7 @@ def resume(
             ledger=ledger,
             records=len(records),
         )
-        engine = replayed(recorded, budget, journal, token, context)
+        engine = replayed(recorded, budget, journal, token, context, output)
     except BaseException:
         if writer is not None:
             writer.release()
@@ -154,19 +159,28 @@ def replayed(
     journal: Journal,
     token: CancelToken,
     context: ContextPolicy | None = None,
+    output: OutputSchema | None = None,
 ) -> DurableEngine:
     """A fresh engine fed ``recorded``: ended, or stopped where the records stop.
 
     ``journal`` is the engine's (nothing is written while the records are fed);
     ``token`` is what it watches: the replay cancels it where the run was cancelled.
-    ``context`` is the run's context policy; when not given, the one its header
-    recorded (read without a Loop: ``show``, ``pending``).
+    ``context`` and ``output`` are the run's context policy and output schema;
+    when not given, the ones its header recorded (read without a Loop:
+    ``show``, ``pending``).
     """
     if context is None:
         context = _recorded_context(recorded)
+    if output is None:
+        output = _recorded_output(recorded)
     try:
         engine = DurableEngine(
-            recorded.input, budget=budget, cancel=token, context=context, models=recorded.models
+            recorded.input,
+            budget=budget,
+            cancel=token,
+            context=context,
+            models=recorded.models,
+            output=output,
         )
     except (TypeError, ValueError) as exc:
         raise LedgerError(
@@ -217,6 +231,17 @@ def _recorded_context(recorded: Recorded) -> ContextPolicy | None:
             f"expected one with a counter this agentloop knows, got {record!r:.120}"
         )
     return policy
+
+
+def _recorded_output(recorded: Recorded) -> OutputSchema | None:
+    """The output schema a typed run's header recorded (``Loop(output=T)``); None if none."""
+    schema = recorded.fingerprint.get("output")
+    if schema is None:
+        return None
+    try:
+        return OutputSchema(schema)
+    except TypeError as exc:
+        raise LedgerError(f"run {recorded.run_id!r}: its header's output schema: {exc}") from None
 
 
 def checked_run_id(run_id: object, *, new: bool = False) -> str:

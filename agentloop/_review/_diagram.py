@@ -68,15 +68,24 @@ def edges() -> tuple[Row, ...]:
 def taken(result: RunResult) -> dict[Row, int]:
     """How many times ``result`` took each row of the table (0 for rows not taken)."""
     by_event = Counter((e.source, e.trigger, e.guard, e.dest) for e in result.events)
-    # An internal row ran once for each event that answers the request it handed out; a
+    # An internal row ran once for each event that answers the request it handed out;
+    # once the run wraps up (on_exhausted='answer'), the ask is the wrapping_up row's. A
     # review is answered by approval_asked, and one that asked nobody is not recorded.
-    answered = Counter((e.source, ANSWERS.get(e.trigger)) for e in result.events)
+    answered: Counter[tuple[State, object, Guard | None]] = Counter()
+    wrapping = False
+    for event in result.events:
+        wrapping = wrapping or event.guard in _WRAP_UP_BEGUN
+        answers = ANSWERS.get(event.trigger)
+        guard = Guard.WRAPPING_UP if wrapping and answers is Trigger.ASK_MODEL else None
+        answered[event.source, answers, guard] += 1
     reviews = Counter(e.source for e in result.events if e.trigger is Trigger.APPROVAL_ASKED)
 
     def internal(row: Row) -> int:
         if row.guard is Guard.BATCH_UNREVIEWED:
             return reviews[row.source]
-        return 0 if row.trigger is Trigger.APPROVAL_ASKED else answered[row.source, row.trigger]
+        if row.trigger is Trigger.APPROVAL_ASKED:
+            return 0
+        return answered[row.source, row.trigger, row.guard]
 
     return {
         row: internal(row)
@@ -84,6 +93,9 @@ def taken(result: RunResult) -> dict[Row, int]:
         else by_event[row.source, row.trigger, row.guard, row.dest]
         for row in edges()
     }
+
+
+_WRAP_UP_BEGUN = (Guard.WRAP_UP_DUE, Guard.CALLS_EXHAUSTED_WRAP_UP)
 
 
 def visited(result: RunResult) -> set[State]:

@@ -19,6 +19,7 @@ import orjson
 from agentloop._core._engine import Engine
 from agentloop._core._json import exception_content
 from agentloop._core._messages import NOT_STARTED
+from agentloop._core._output import OutputSchema
 from agentloop._core._replay import Mismatch, asked, row_text
 from agentloop._core._table import NEXT, Guard, State, Trigger
 from agentloop._core._values import AskModel, CancelToken, RecordedException, RunTool, Transition
@@ -52,7 +53,9 @@ def replay(
     """
     transcript = orjson.loads(result.transcript_json)
     token = CancelToken() if token is None else token
-    engine = Engine(transcript[:input_count], budget=result.budget, cancel=token)
+    engine = Engine(
+        transcript[:input_count], budget=result.budget, cancel=token, output=_output_of(result)
+    )
     events = result.events
     answers = Answers(events)
     # The last reply, when no event appended it: rejected, or held for a person.
@@ -255,3 +258,9 @@ def _outcome(event: Transition, answers: Answers, index: int) -> dict[str, Any]:
     if event.exception is not None:
         outcome["exception"] = event.exception
     return outcome
+
+
+def _output_of(result: RunResult) -> OutputSchema | None:
+    """The output schema a run was made with, from its result (``Loop(output=T)``)."""
+    schema = result.output_schema_json
+    return None if schema is None else OutputSchema(orjson.loads(schema))

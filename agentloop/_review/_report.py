@@ -153,7 +153,7 @@ def report_html(result: RunResult, *, svg: bool | None = None) -> str:
     ]
     summary: list[tuple[str, object]] = [
         ("status", status),
-        ("output", result.output),
+        ("output", result.output_text),  # a typed output's JSON, as its run file keeps it
         ("reason", result.reason),
         ("error", result.error),
         ("steps", f"{result.steps} of {budget.max_steps}"),

@@ -57,6 +57,7 @@ import orjson
 
 from agentloop._core._approval import Decision, PendingCall
 from agentloop._core._context import ContextPolicy, Seen, policy_from_record
+from agentloop._core._output import OutputSchema
 from agentloop._core._replay import Mismatch
 from agentloop._core._table import Guard, State, Trigger
 from agentloop._core._values import (
@@ -193,9 +194,18 @@ def _build(document: dict[str, Any]) -> RunResult:
         budget = Budget(**document["budget"])
     except (TypeError, ValueError) as exc:
         raise Mismatch("$.budget", "a budget of int counts", str(exc)) from None
+    schema = document.get("output_schema")
+    output = document["output"]
+    if schema is not None:  # a typed output: the file keeps its JSON text, read back as JSON
+        try:
+            checked = OutputSchema(schema)
+        except TypeError as exc:
+            raise Mismatch("$.output_schema", "a Draft 2020-12 JSON Schema", str(exc)) from None
+        if output is not None and not checked.problems(output):
+            output = checked.value(output)
     return RunResult(
         status=State(document["status"]),
-        output=document["output"],
+        output=output,
         steps=document["steps"],
         calls=document["calls"],
         budget=budget,
@@ -208,6 +218,7 @@ def _build(document: dict[str, Any]) -> RunResult:
         held_json=None if document["held"] is None else dumps(document["held"]),
         context=_policy(document.get("context")),
         parent_run_id=document.get("parent_run_id"),
+        output_schema_json=None if schema is None else dumps(schema),
     )
 
 

@@ -17,8 +17,10 @@ import jsonschema_rs
 import orjson
 
 from agentloop._core._json import exception_content
+from agentloop._core._output import OutputSchema
 from agentloop._core._table import Guard, State, Trigger
 from agentloop._core._values import (
+    Budget,
     NotJSON,
     RunResult,
     Transition,
@@ -108,9 +110,22 @@ SCHEMA: Final = _record(
     error=_STR_OR_NULL,
     steps=_COUNT,
     calls=_COUNT,
-    budget=_record(
-        max_steps=_COUNT, max_calls=_COUNT, max_total_tokens={"oneOf": [{"type": "null"}, _COUNT]}
-    ),
+    budget={
+        **_record(
+            max_steps=_COUNT,
+            max_calls=_COUNT,
+            max_total_tokens={"oneOf": [{"type": "null"}, _COUNT]},
+        ),
+        # Optional (written only when not the default): typed output, loop guard, wrap-up.
+        "properties": {
+            "max_steps": _COUNT,
+            "max_calls": _COUNT,
+            "max_total_tokens": {"oneOf": [{"type": "null"}, _COUNT]},
+            "max_output_retries": _COUNT,
+            "max_identical_calls": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+            "on_exhausted": {"enum": ["stop", "answer"]},
+        },
+    },
     usage=_USAGE,
     transcript={"type": "array", "items": _MESSAGE},
     events={
@@ -172,6 +187,8 @@ SCHEMA: Final = _record(
     },
     held={"description": "null, or the batch a run awaiting approval holds"},
 )
+# Optional: the JSON Schema of a typed output (``Loop(output=T)``); its ``output`` is the JSON text.
+SCHEMA["properties"]["output_schema"] = {"type": ["object", "boolean"]}
 
 # Optional fields (a context policy's, agentloop.context): absent from runs without one,
 # so every other run file reads and writes as before.
@@ -366,21 +383,44 @@ def as_shown(value: object) -> str:
 # -- the encoding ----------------------------------------------------------------
 
 
+def output_of(result: RunResult) -> OutputSchema | None:
+    """The output schema a run was made with (``Loop(output=T)``), from its result."""
+    schema = result.output_schema_json
+    return None if schema is None else OutputSchema(orjson.loads(schema))
+
+
+def _budget_record(budget: Budget) -> dict[str, Any]:
+    """The budget as a run file keeps it: the newer limits only when they are not the default."""
+    record: dict[str, Any] = {
+        "max_steps": budget.max_steps,
+        "max_calls": budget.max_calls,
+        "max_total_tokens": budget.max_total_tokens,
+    }
+    for name in ("max_output_retries", "max_identical_calls", "on_exhausted"):
+        value = getattr(budget, name)
+        if value != _DEFAULT_BUDGET_VALUES[name]:
+            record[name] = value
+    return record
+
+
+_DEFAULT_BUDGET_VALUES: Final = {
+    "max_output_retries": Budget().max_output_retries,
+    "max_identical_calls": Budget().max_identical_calls,
+    "on_exhausted": Budget().on_exhausted,
+}
+
+
 def document_of(result: RunResult, *, events: bool = True) -> dict[str, Any]:
     document = {
         "format": FORMAT,
         "version": VERSION,
         "status": result.status.value,
-        "output": result.output,
+        "output": result.output_text,
         "reason": result.reason,
         "error": result.error,
         "steps": result.steps,
         "calls": result.calls,
-        "budget": {
-            "max_steps": result.budget.max_steps,
-            "max_calls": result.budget.max_calls,
-            "max_total_tokens": result.budget.max_total_tokens,
-        },
+        "budget": _budget_record(result.budget),
         "usage": result.usage._asdict(),
         "transcript": orjson.loads(result.transcript_json),
         "events": [event_record(event) for event in result.events] if events else None,
@@ -393,6 +433,8 @@ def document_of(result: RunResult, *, events: bool = True) -> dict[str, Any]:
         document["context"] = result.context.record()
     if result.parent_run_id is not None:
         document["parent_run_id"] = result.parent_run_id
+    if result.output_schema_json is not None:  # optional: a run with a typed output
+        document["output_schema"] = orjson.loads(result.output_schema_json)
     return document
 
 

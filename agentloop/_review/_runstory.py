@@ -7,13 +7,13 @@ the engine makes must be what the document says, compared as JSON text.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
 from agentloop._core._checked import ROWS
 from agentloop._core._engine import Engine
-from agentloop._core._replay import Mismatch, row_text
+from agentloop._core._replay import Mismatch, models_named, row_text
 from agentloop._core._replay import replay as replay_events
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import (
@@ -31,7 +31,11 @@ from agentloop._review._runshape import (
     dumps,
     event_record,
     exception_record,
+    output_of,
 )
+
+if TYPE_CHECKING:
+    from agentloop._core._output import OutputSchema
 
 __all__ = ["check_story", "reopen"]
 
@@ -119,15 +123,26 @@ def check_story(result: RunResult, *, inferred: bool) -> RunResult:
 
 
 def _replayed(
-    result: RunResult, messages: list[dict[str, Any]], token: CancelToken | None = None
+    result: RunResult,
+    messages: list[dict[str, Any]],
+    token: CancelToken | None = None,
+    output: OutputSchema | None = None,
 ) -> Engine:
-    """The one replay of ``result``'s events, each compared as the run file keeps it."""
+    """The one replay of ``result``'s events, each compared as the run file keeps it.
+
+    Under the run's context policy, if it had one (its summaries are in its
+    events), and with its fallback models named. ``output`` is the output
+    schema to go on with (a Loop's, with its converter); by default the one
+    the result records.
+    """
     token = CancelToken() if token is None else token
-    # A run fitted by a context policy replays under it (its summaries are in its events).
-    engine = (
-        None
-        if result.context is None
-        else Engine(messages, budget=result.budget, cancel=token, context=result.context)
+    engine = Engine(
+        messages,
+        budget=result.budget,
+        cancel=token,
+        context=result.context,
+        models=models_named(result.events),
+        output=output_of(result) if output is None else output,
     )
     return replay_events(
         messages,
@@ -140,19 +155,20 @@ def _replayed(
     )
 
 
-def reopen(result: RunResult, token: CancelToken) -> Engine:
+def reopen(result: RunResult, token: CancelToken, output: OutputSchema | None = None) -> Engine:
     """A saved run replayed into an engine, which goes on if the run has not ended.
 
     A run that ended gives an engine that is done, as a durable run that
-    ended is only read. ``token`` is the engine's cancel token. A result whose
-    events do not replay is refused.
+    ended is only read. ``token`` is the engine's cancel token; ``output`` the
+    Loop's output schema, when it has one (the caller checked it is the run's).
+    A result whose events do not replay is refused.
     """
     result = require_result(result, "resume()")
     try:
         _check_chain(result.events)
         appended = sum(len(event.appended_json) for event in result.events)
         transcript = orjson.loads(result.transcript_json)
-        return _replayed(result, transcript[: len(transcript) - appended], token)
+        return _replayed(result, transcript[: len(transcript) - appended], token, output)
     except (TypeError, ValueError) as exc:  # the input part is not one a run accepts
         raise RunFileError(
             "result: $.transcript", "input messages a run accepts", str(exc)

@@ -371,7 +371,8 @@ def run_lines(
     if result.parent_run_id is not None:
         lines.append(f"continues run {result.parent_run_id}")
     for name in ("output", "reason", "error"):
-        value = getattr(result, name)
+        # A typed output is shown as its JSON, as its run file keeps it.
+        value = result.output_text if name == "output" else getattr(result, name)
         if value is not None:
             lines.append(f"{name:<8} {value}")
     if result.rejected_value is not None:

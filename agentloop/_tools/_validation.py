@@ -26,7 +26,7 @@ from agentloop._tools._results import INT_MAX, INT_MIN
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["ArgumentsValidator", "checked_schema", "out_of_range"]
+__all__ = ["ArgumentsValidator", "bounded", "checked_schema", "out_of_range"]
 
 _BOUNDS: Final = {"minimum": INT_MIN, "maximum": INT_MAX}
 # Keywords of a derived schema that hold schemas (the others hold data: enum, default).
@@ -96,6 +96,11 @@ def _bounded(node: Any) -> Any:
         if key in node:
             out[key] = {name: _bounded(item) for name, item in node[key].items()}
     return out
+
+
+def bounded(schema: dict[str, Any]) -> dict[str, Any]:
+    """A derived schema with the 64-bit bounds on its integers, as its validator checks it."""
+    return _bounded(schema)  # type: ignore[no-any-return]
 
 
 def _path(parts: Iterable[str | int]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
@@ -19,7 +20,7 @@ from agentloop._errors import IncompleteReply
 from agentloop._tools._specs import build_specs
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
+    from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Generator
     from types import ModuleType
 
     from agentloop._streams import Delta
@@ -47,6 +48,7 @@ __all__ = [
     "request_tools",
     "result_parts",
     "result_text",
+    "strict_schema",
     "unknown_kind",
     "usage",
 ]
@@ -55,9 +57,20 @@ Message = dict[str, Any]
 
 
 class SyncModel(Protocol):
-    """The model callback for a sync client: the Loop passes its tools' specs."""
+    """The model callback for a sync client: the Loop passes its tools' specs.
 
-    def __call__(self, history: list[Message], *, tools: list[Message] | None = None) -> Message:
+    And, with ``Loop(output=T)``, ``output`` (``{'name', 'schema'}``); in the
+    wrap-up step (``on_exhausted='answer'``), ``tool_choice='none'``.
+    """
+
+    def __call__(
+        self,
+        history: list[Message],
+        *,
+        tools: list[Message] | None = None,
+        tool_choice: str | None = None,
+        output: Message | None = None,
+    ) -> Message:
         """The reply to ``history``, with ``tools`` (neutral specs) offered."""
         ...
 
@@ -66,7 +79,12 @@ class AsyncModel(Protocol):
     """The model callback for an async client: ``SyncModel``, awaited."""
 
     def __call__(
-        self, history: list[Message], *, tools: list[Message] | None = None
+        self,
+        history: list[Message],
+        *,
+        tools: list[Message] | None = None,
+        tool_choice: str | None = None,
+        output: Message | None = None,
     ) -> Coroutine[Any, Any, Message]:
         """The reply to ``history``, with ``tools`` (neutral specs) offered."""
         ...
@@ -76,7 +94,12 @@ class StreamModel(Protocol):
     """The streaming model callback for a sync client: deltas, then the whole reply."""
 
     def __call__(
-        self, history: list[Message], *, tools: list[Message] | None = None
+        self,
+        history: list[Message],
+        *,
+        tools: list[Message] | None = None,
+        tool_choice: str | None = None,
+        output: Message | None = None,
     ) -> ReplyStream:
         """The stream of the reply to ``history``, with ``tools`` (neutral specs) offered."""
         ...
@@ -86,10 +109,19 @@ class AsyncStreamModel(Protocol):
     """The streaming model callback for an async client: ``StreamModel``, awaited."""
 
     def __call__(
-        self, history: list[Message], *, tools: list[Message] | None = None
+        self,
+        history: list[Message],
+        *,
+        tools: list[Message] | None = None,
+        tool_choice: str | None = None,
+        output: Message | None = None,
     ) -> Coroutine[Any, Any, AsyncReplyStream]:
         """The stream of the reply to ``history``, with ``tools`` (neutral specs) offered."""
         ...
+
+
+#: What an adapter adds to a request for ``tool_choice`` and ``output`` (its own keys).
+Options = Callable[[bool, str | None, Message | None], dict[str, Any]]
 
 
 KINDS: Final = ("system", "user", "call", "calls", "tool_result", "final")
@@ -279,6 +311,7 @@ def make_model(
     request: Callable[[list[Message], dict[str, Any]], dict[str, Any]],
     parse: Callable[[Any], Message],
     format: SpecFormat,
+    options: Options | None = None,
     *,
     sdk: ModuleType | None = None,
     name: str | None = None,
@@ -286,16 +319,26 @@ def make_model(
     """The model callback: ``parse(create(**request(history, tools)))``, awaited if async.
 
     It takes ``tools``, so the Loop passes its specs with every request
-    (``request_tools`` puts them in the provider's ``format``). The SDKs wrap
-    their async methods in plain decorators, hence ``unwrap``. An error the
-    ``sdk`` raises is marked with its kind when it may pass (``classify``),
-    for the Loop's retry policy, which is on by default for these models
-    (``agentloop_retry``); ``name`` is what fallback models' events call it.
+    (``request_tools`` puts them in the provider's ``format``), and
+    ``tool_choice`` and ``output``, which ``options`` turns into the
+    provider's request entries. The SDKs wrap their async methods in plain
+    decorators, hence ``unwrap``. An error the ``sdk`` raises is marked with
+    its kind when it may pass (``classify``), for the Loop's retry policy,
+    which is on by default for these models (``agentloop_retry``); ``name``
+    is what fallback models' events call it.
     """
+    entries = _entries(format, options)
+    made: Any
     if inspect.iscoroutinefunction(inspect.unwrap(create)):
 
-        async def amodel(history: list[Message], *, tools: list[Message] | None = None) -> Message:
-            body = request(history, request_tools(tools, format))
+        async def amodel(
+            history: list[Message],
+            *,
+            tools: list[Message] | None = None,
+            tool_choice: str | None = None,
+            output: Message | None = None,
+        ) -> Message:
+            body = request(history, entries(tools, tool_choice, output))
             try:
                 response = await create(**body)
             except Exception as exc:
@@ -303,11 +346,17 @@ def make_model(
                 raise
             return parse(response)
 
-        made: Any = amodel
+        made = amodel
     else:
 
-        def model(history: list[Message], *, tools: list[Message] | None = None) -> Message:
-            body = request(history, request_tools(tools, format))
+        def model(
+            history: list[Message],
+            *,
+            tools: list[Message] | None = None,
+            tool_choice: str | None = None,
+            output: Message | None = None,
+        ) -> Message:
+            body = request(history, entries(tools, tool_choice, output))
             try:
                 response = create(**body)
             except Exception as exc:
@@ -319,6 +368,48 @@ def make_model(
     made.agentloop_retry = True
     made.agentloop_name = name or format
     return made  # type: ignore[no-any-return]
+
+
+def _entries(
+    format: SpecFormat, options: Options | None
+) -> Callable[[list[Message] | None, str | None, Message | None], dict[str, Any]]:
+    """A request's tool entries in ``format``, and what ``options`` adds for the rest."""
+
+    def entries(
+        tools: list[Message] | None, tool_choice: str | None, output: Message | None
+    ) -> dict[str, Any]:
+        offered = request_tools(tools, format)
+        if options is None or (tool_choice is None and output is None):
+            return offered
+        added = options(bool(offered), tool_choice, output)
+        if "tools" in added and "tools" in offered:  # an adapter's own tool, beside the Loop's
+            added["tools"] = [*offered["tools"], *added["tools"]]
+        return {**offered, **added}
+
+    return entries
+
+
+def strict_schema(schema: Any) -> bool:
+    """Whether OpenAI's strict mode takes ``schema``: every object closed, every key required.
+
+    Strict mode refuses any other schema, so one with an optional field (a
+    default) is sent with ``strict: false``: still asked for, not enforced.
+    """
+    if isinstance(schema, list):
+        return all(strict_schema(item) for item in schema)
+    if not isinstance(schema, dict):
+        return True
+    if schema.get("type") == "object" or "properties" in schema:
+        properties = schema.get("properties", {})
+        if schema.get("additionalProperties") is not False:
+            return False
+        if sorted(schema.get("required", [])) != sorted(properties):
+            return False
+    return all(
+        strict_schema(value)
+        for key, value in schema.items()
+        if key not in ("enum", "const", "default", "required")
+    )
 
 
 def classify(exc: Exception, sdk: ModuleType | None) -> None:
@@ -421,24 +512,30 @@ def make_stream_model(
     aconvert: Callable[[Any], AsyncGenerator[Delta | Message, None]],
     format: SpecFormat,
     streaming: dict[str, Any],
+    options: Options | None = None,
     *,
     sdk: ModuleType | None = None,
     name: str | None = None,
 ) -> StreamModel | AsyncStreamModel:
     """The streaming model callback: ``create(**request(...), **streaming)``'s stream, converted.
 
-    The request is sent (and an HTTP error raised, marked as ``make_model``
-    marks it, for the retry policy) by the call itself; the stream it answers
-    with yields the deltas ``convert`` makes of the SDK's events, then the
-    whole reply.
+    The request is made as ``make_model`` makes it, and sent (an HTTP error
+    raised, and marked for the retry policy) by the call itself; the stream
+    it answers with yields the deltas ``convert`` makes of the SDK's events,
+    then the whole reply.
     """
+    entries = _entries(format, options)
     made: Any
     if inspect.iscoroutinefunction(inspect.unwrap(create)):
 
         async def amodel(
-            history: list[Message], *, tools: list[Message] | None = None
+            history: list[Message],
+            *,
+            tools: list[Message] | None = None,
+            tool_choice: str | None = None,
+            output: Message | None = None,
         ) -> AsyncReplyStream:
-            body = request(history, request_tools(tools, format))
+            body = request(history, entries(tools, tool_choice, output))
             try:
                 source = await create(**body, **streaming)
             except Exception as exc:
@@ -449,8 +546,14 @@ def make_stream_model(
         made = amodel
     else:
 
-        def model(history: list[Message], *, tools: list[Message] | None = None) -> ReplyStream:
-            body = request(history, request_tools(tools, format))
+        def model(
+            history: list[Message],
+            *,
+            tools: list[Message] | None = None,
+            tool_choice: str | None = None,
+            output: Message | None = None,
+        ) -> ReplyStream:
+            body = request(history, entries(tools, tool_choice, output))
             try:
                 source = create(**body, **streaming)
             except Exception as exc:

@@ -33,7 +33,10 @@ Needs the ``anthropic`` extra; importing this module without it raises an
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any, Literal, overload
+
+import orjson
 
 try:
     import anthropic  # at run time, so that a missing SDK fails here
@@ -168,6 +171,8 @@ def anthropic_messages(
         body = {"model": model, "max_tokens": max_tokens, **_messages_request(history)}
         return {**body, **tools, **params}
 
+    native = "output_config" in inspect.signature(client.messages.create).parameters
+    options = _messages_options if native else _tool_options
     if stream:
         return make_stream_model(
             client.messages.create,
@@ -176,11 +181,18 @@ def anthropic_messages(
             _amessages_stream,
             "anthropic",
             {"stream": True},
+            options,
             sdk=anthropic,
             name=model,
         )
     return make_model(
-        client.messages.create, request, _messages_reply, "anthropic", sdk=anthropic, name=model
+        client.messages.create,
+        request,
+        _messages_reply,
+        "anthropic",
+        options,
+        sdk=anthropic,
+        name=model,
     )
 
 
@@ -199,6 +211,40 @@ def _result_content(message: Message) -> str | list[dict[str, Any]]:
             source = {"type": "base64", "media_type": media, "data": data}
             blocks.append({"type": "image", "source": source})
     return blocks
+
+
+#: The tool a typed output is asked through when the SDK has no structured output.
+FINAL_ANSWER = "final_answer"
+
+
+def _messages_options(
+    tools: bool, tool_choice: str | None, output: Message | None
+) -> dict[str, Any]:
+    """``tool_choice`` none (the wrap-up step) and native structured output (``output_config``)."""
+    out: dict[str, Any] = {}
+    if tool_choice is not None and tools:
+        out["tool_choice"] = {"type": tool_choice}
+    if output is not None:
+        out["output_config"] = {"format": {"type": "json_schema", "schema": output["schema"]}}
+    return out
+
+
+def _tool_options(tools: bool, tool_choice: str | None, output: Message | None) -> dict[str, Any]:
+    """For an SDK without structured output: the output asked for as a final-answer tool.
+
+    The model answers by calling ``final_answer`` with the output as its
+    input; ``_messages_reply`` makes that call the final, its text the JSON.
+    """
+    out = _messages_options(tools, tool_choice, None)
+    if output is not None:
+        out["tools"] = [
+            {
+                "name": FINAL_ANSWER,
+                "description": "Give the final answer, as the output schema says.",
+                "input_schema": output["schema"],
+            },
+        ]
+    return out
 
 
 def _messages_request(history: list[Message]) -> dict[str, Any]:
@@ -294,13 +340,16 @@ def _messages_outcome(
     stopped = _STOPPED.get(stop_reason or "")
     if stopped:
         raise IncompleteReply(stopped, tokens)
-    texts, calls = [], []
+    texts: list[str] = []
+    calls: list[Message] = []
     for kind, text_or_id, name, arguments in blocks:
         if kind == "text":
             texts.append(text_or_id)
+        elif name == FINAL_ANSWER:  # the output, asked as a tool (an SDK without output_config)
+            texts, calls = [orjson.dumps(arguments).decode()], []
+            break
         else:
             calls.append({"id": text_or_id, "name": name, "arguments": arguments})
-        # Thinking and server-tool blocks have no message in the contract.
     return reply("".join(texts), calls, tokens)
 
 

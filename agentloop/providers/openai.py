@@ -58,6 +58,7 @@ from agentloop.providers._convert import (
     reply,
     result_parts,
     result_text,
+    strict_schema,
     unknown_kind,
     usage,
 )
@@ -141,11 +142,18 @@ def openai_chat(
             _achat_stream,
             "openai",
             {"stream": True, "stream_options": options},
+            _chat_options,
             sdk=openai,
             name=model,
         )
     return make_model(
-        client.chat.completions.create, request, _chat_reply, "openai", sdk=openai, name=model
+        client.chat.completions.create,
+        request,
+        _chat_reply,
+        "openai",
+        _chat_options,
+        sdk=openai,
+        name=model,
     )
 
 
@@ -215,6 +223,7 @@ def openai_responses(
             _aresponses_stream,
             "openai-responses",
             {"stream": True},
+            _responses_options,
             sdk=openai,
             name=model,
         )
@@ -223,9 +232,46 @@ def openai_responses(
         request,
         _responses_reply,
         "openai-responses",
+        _responses_options,
         sdk=openai,
         name=model,
     )
+
+
+def _chat_options(tools: bool, tool_choice: str | None, output: Message | None) -> dict[str, Any]:
+    """Chat Completions' ``tool_choice`` (the wrap-up step) and ``response_format`` (typed)."""
+    out: dict[str, Any] = {}
+    if tool_choice is not None and tools:  # without tools there is nothing to choose
+        out["tool_choice"] = tool_choice
+    if output is not None:
+        out["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": output["name"],
+                "schema": output["schema"],
+                "strict": strict_schema(output["schema"]),
+            },
+        }
+    return out
+
+
+def _responses_options(
+    tools: bool, tool_choice: str | None, output: Message | None
+) -> dict[str, Any]:
+    """The Responses API's ``tool_choice`` (the wrap-up step) and ``text.format`` (typed)."""
+    out: dict[str, Any] = {}
+    if tool_choice is not None and tools:
+        out["tool_choice"] = tool_choice
+    if output is not None:
+        out["text"] = {
+            "format": {
+                "type": "json_schema",
+                "name": output["name"],
+                "schema": output["schema"],
+                "strict": strict_schema(output["schema"]),
+            }
+        }
+    return out
 
 
 def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:

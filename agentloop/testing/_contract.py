@@ -50,6 +50,8 @@ _MODEL_ANSWERS: Final = frozenset({"model_replied", "model_raised"})
 # The events answering a model (or summariser) request: they say what it was sent.
 _MODEL_ASKS: Final = frozenset({"model_replied", "model_raised", "model_interrupted"})
 _ASKS: Final = _MODEL_ASKS | {"summary_written", "summary_raised", "summary_interrupted"}
+# The rows where a run begins its wrap-up step (on_exhausted='answer').
+_WRAP_UP_BEGUN: Final = frozenset({"wrap_up_due", "calls_exhausted_wrap_up"})
 
 
 def _record(run: object) -> _Record:
@@ -203,7 +205,11 @@ def assert_within_budget(run: RunLike) -> None:
     """
     record = _record(run)
     budget = record.budget
-    limits = (("steps", budget.max_steps), ("calls", budget.max_calls))
+    # on_exhausted='answer': the wrap-up step is one model call past max_steps.
+    wrap_up = budget.on_exhausted == "answer" and any(
+        event.guard in _WRAP_UP_BEGUN for event in record.events
+    )
+    limits = (("steps", budget.max_steps + wrap_up), ("calls", budget.max_calls))
     for name, limit in limits:
         value = getattr(record, name)
         if value > limit:
@@ -216,7 +222,11 @@ def assert_within_budget(run: RunLike) -> None:
             if value > limit:
                 raise ContractViolation(where, f"{name} <= max_{name}={limit}", f"{name}={value}")
             # A step is one model call; calls grow only when a batch is accepted, by its size.
-            accepts = name == "calls" and (event.source, event.dest) == _ACCEPT
+            # (The loop guard may answer every call of a batch it accepts: it goes back
+            # to awaiting_model, identical_calls_only.)
+            accepts = name == "calls" and (
+                (event.source, event.dest) == _ACCEPT or event.guard == "identical_calls_only"
+            )
             most = value if accepts else before[name] + (name == "steps")
             if not before[name] <= value <= most:
                 raise ContractViolation(
@@ -451,7 +461,8 @@ def _assert_result_is_its_record(result: RunResult) -> None:
     transcript = result.transcript
     final = transcript[-1] if transcript and result.status == State.FINISHED else None
     expected = final.get("text") if isinstance(final, dict) else None
-    if result.output != expected:
+    # A typed output (Loop(output=T)) is the final's text as a T: its text is the final's.
+    if result.output_text != expected or (final is None and result.output is not None):
         raise ContractViolation(
             "the result's output",
             f"the final's text {_show(expected)}" if final else "None (the run did not finish)",
@@ -464,9 +475,12 @@ def _assert_result_is_its_record(result: RunResult) -> None:
             "the result's usage", f"the sum its events report, {total}", _show(result.usage)
         )
     limit, spent = result.budget.max_total_tokens, 0
+    wrapping = next((e.steps for e in result.events if e.guard in _WRAP_UP_BEGUN), 0)
     for index, event in enumerate(result.events):
         # A model call is made only while the tokens spent are under the budget.
-        if limit is not None and event.trigger in _MODEL_ANSWERS and spent >= limit:
+        # The wrap-up step (on_exhausted='answer') is the one asked past the budget.
+        wrap_up = wrapping and event.steps > wrapping
+        if limit is not None and event.trigger in _MODEL_ANSWERS and spent >= limit and not wrap_up:
             raise ContractViolation(
                 _event(index, event),
                 f"no model call once max_total_tokens={limit} were spent",

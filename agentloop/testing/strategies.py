@@ -7,7 +7,9 @@ forbids (a wrong type, a missing required property, an extra property where
 ``additionalProperties`` is false, a value outside an ``enum``, an array of
 the wrong length); the call strategies wrap them in replies, and
 ``scripts(registry)`` draws whole scripts for ``ScriptedModel``, ending with a
-final so that a run never asks for more than the script holds.
+final so that a run never asks for more than the script holds. For
+``Loop(output=T)``, ``outputs(T)`` and ``invalid_outputs(T)`` draw final-answer
+texts from ``T``'s schema the same way.
 
 The schemas are read by a small generator (``_schemas.py``) for the subset
 of Draft 2020-12 the registry derives; any other keyword raises
@@ -31,7 +33,10 @@ except ImportError as exc:  # pragma: no cover - exercised with hypothesis hidde
         "(or the testing extra, pip install 'agentloop-fsm[testing]')"
     ) from exc
 
+import orjson
+
 from agentloop._names import publish
+from agentloop._tools._output import output_schema
 from agentloop._tools._registry import Tool, ToolRegistry
 from agentloop.testing import batch, call, final
 from agentloop.testing._draw import (
@@ -61,7 +66,9 @@ __all__ = [
     "finals",
     "invalid_arguments",
     "invalid_calls",
+    "invalid_outputs",
     "malformed_replies",
+    "outputs",
     "oversized_results",
     "replies",
     "scripts",
@@ -165,6 +172,43 @@ def _broken(draw: DrawFn, generator: SchemaGenerator, wanted: tuple[Break, ...])
     note(f"{generator.where}: {description}")
     broken: dict[str, Any] = set_at(value, path, draw(strategy))
     return broken
+
+
+# -- typed output (Loop(output=T)) -------------------------------------------------
+
+
+def outputs(output: object) -> SearchStrategy[str]:
+    """Final-answer texts that ``Loop(output=output)`` accepts: JSON drawn from its schema.
+
+    ``output`` is what ``Loop(output=...)`` takes (a class, an annotation, a
+    JSON Schema); ``final(text)`` makes a reply of each.
+    """
+    generator = SchemaGenerator(output_schema(output).schema, f"output {_named(output)}")
+    return generator.valid(generator.root).map(_json_text)
+
+
+def invalid_outputs(output: object, kinds: Iterable[Break] = BREAKS) -> SearchStrategy[str]:
+    """Final-answer texts the schema of ``output`` refuses: JSON broken in one place, or not JSON.
+
+    The JSON is broken as ``invalid_arguments`` breaks arguments (``kinds``
+    says how), when the schema can be; text that is not JSON at all is drawn
+    too, as a model that forgot the schema writes.
+    """
+    schema = output_schema(output).schema
+    generator = SchemaGenerator(schema, f"output {_named(output)}")
+    not_json = st.sampled_from(["", "Paris", "{", '{"a": 1,', "The answer is 42."])
+    wanted = _kinds(kinds)
+    if not _breakable(generator, wanted):
+        return not_json
+    return st.one_of(_broken(generator, wanted).map(_json_text), not_json)
+
+
+def _named(output: object) -> str:
+    return getattr(output, "__name__", None) or type(output).__name__
+
+
+def _json_text(value: object) -> str:
+    return orjson.dumps(value).decode()
 
 
 def _kinds(kinds: Iterable[Break]) -> tuple[Break, ...]:

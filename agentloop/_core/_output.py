@@ -1,0 +1,115 @@
+"""The output schema of a run: what a final answer's text must be, checked with ``jsonschema-rs``.
+
+A run made with ``Loop(output=T)`` gives the engine an ``OutputSchema``: the
+JSON Schema of ``T`` (Draft 2020-12), compiled once, and a converter from
+valid JSON to ``T`` (the one tool arguments use). The engine asks it about a
+final answer's text (``problems``) before it accepts it; a run file keeps
+the schema, so a loaded run is checked the same way, and its output is the
+decoded JSON (a run file holds no classes).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Final
+
+import jsonschema_rs
+import orjson
+
+from agentloop._core._json import to_json
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["OutputSchema"]
+
+#: How many problems the model is told about at most (the rest are counted).
+MAX_PROBLEMS: Final = 20
+
+
+def _path(parts: Any) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+class OutputSchema:
+    """A final answer's JSON Schema, compiled, and the converter to the caller's type.
+
+    ``convert`` is None when the decoded JSON is the value (a schema given as a dict).
+    ``checked``, when given, is the schema the answer is validated with (the
+    derived schema with its 64-bit bounds on integers), ``schema`` the one
+    published to providers and recorded.
+    """
+
+    __slots__ = ("_validator", "convert", "schema", "schema_json", "title")
+
+    def __init__(
+        self,
+        schema: dict[str, Any],
+        convert: Callable[[Any], Any] | None = None,
+        *,
+        title: str = "output",
+        checked: dict[str, Any] | None = None,
+    ) -> None:
+        if type(schema) is not dict:
+            raise TypeError(f"expected the output schema to be a dict, got {type(schema).__name__}")
+        #: The schema's JSON: what a run file and a provider request carry.
+        self.schema_json = to_json(schema, "output schema")
+        self.schema: dict[str, Any] = orjson.loads(self.schema_json)
+        try:
+            # offline: a $ref to a URL is refused now, never fetched at run time.
+            self._validator = jsonschema_rs.Draft202012Validator(
+                self.schema if checked is None else checked, offline=True
+            )
+        except (jsonschema_rs.ValidationError, ValueError) as exc:
+            raise TypeError(
+                f"expected a valid Draft 2020-12 output schema, got one that fails: {exc}"
+            ) from None
+        self.convert = convert
+        #: The name a provider's structured-output request gives the schema (OpenAI takes
+        #: letters, digits, ``_`` and ``-``, at most 64).
+        self.title = re.sub(r"[^A-Za-z0-9_-]", "_", title)[:64] or "output"
+
+    def __repr__(self) -> str:
+        return f"OutputSchema({self.title!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not OutputSchema:
+            return NotImplemented
+        return self.schema_json == other.schema_json
+
+    def __hash__(self) -> int:
+        return hash(self.schema_json)
+
+    def request(self) -> dict[str, Any]:
+        """What a model that takes ``output`` is given: ``{'name', 'schema'}`` (a copy)."""
+        return {"name": self.title, "schema": orjson.loads(self.schema_json)}
+
+    def problems(self, text: str) -> list[str]:
+        """What is wrong with ``text`` as this output (``[]``: nothing), one line each."""
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            return [f"the final answer is not JSON: {exc}"]
+        if self._validator.is_valid(value):
+            if self.convert is None:
+                return []
+            try:  # what the schema cannot say (a pydantic validator, say) refuses it too
+                self.convert(value)
+            except Exception as exc:  # noqa: BLE001 - the caller's converter: any refusal
+                return [f"(top level): {type(exc).__name__}: {exc}"[:2000]]
+            return []
+        found = [
+            f"{_path(e.instance_path) or '(top level)'}: {e.message}"
+            for e in self._validator.iter_errors(value)
+        ]
+        if len(found) > MAX_PROBLEMS:
+            found = [*found[:MAX_PROBLEMS], f"... and {len(found) - MAX_PROBLEMS} more"]
+        return found
+
+    def value(self, text: str) -> Any:
+        """The valid ``text`` as the caller's type (the decoded JSON when there is no converter)."""
+        value = orjson.loads(text)
+        return value if self.convert is None else self.convert(value)

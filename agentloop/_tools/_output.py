@@ -1,0 +1,104 @@
+"""``Loop(output=T)``: the JSON Schema of ``T`` and the converter from valid JSON to ``T``.
+
+``T`` is an attrs class, a dataclass, a ``TypedDict`` (or any annotation a
+tool parameter may have: the same ``Deriver`` describes it, and its converter
+makes the value, so ``RunResult.output`` is converted as tool arguments are),
+a pydantic model when pydantic is installed (its own ``model_json_schema`` and
+``model_validate``), or a JSON Schema given as a dict (the output is then the
+decoded JSON).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import typing
+from typing import Any
+
+from agentloop._core._output import OutputSchema
+from agentloop._tools._schema import (
+    SUPPORTED,
+    Converter,
+    Deriver,
+    Unsupported,
+    fields_converter,
+    json_default,
+    show,
+    summary,
+)
+from agentloop._tools._validation import bounded, checked_schema
+
+__all__ = ["output_schema"]
+
+
+def output_schema(output: object) -> OutputSchema:
+    """``output`` (a type or a JSON Schema) as the ``OutputSchema`` the engine checks with.
+
+    Raises ``TypeError`` naming what is unsupported, when ``Loop`` is made.
+    An ``OutputSchema`` (another Loop's ``output``) is taken as it is.
+    """
+    if isinstance(output, OutputSchema):
+        return output
+    if isinstance(output, dict):
+        schema = checked_schema("output", output) if output.get("type") == "object" else output
+        return OutputSchema(dict(schema), title=str(schema.get("title") or "output"))
+    title = getattr(output, "__name__", "output")
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is not None and isinstance(output, type) and issubclass(output, pydantic.BaseModel):
+        model: Any = output
+        return OutputSchema(model.model_json_schema(), model.model_validate, title=title)
+    deriver = Deriver()
+    convert: Converter | None
+    try:
+        if (
+            isinstance(output, type)
+            and dataclasses.is_dataclass(output)
+            and not typing.is_typeddict(output)
+        ):
+            schema, convert = _dataclass(deriver, output)
+        else:
+            schema, convert = deriver.derive(output, "output")
+    except Unsupported as exc:
+        why = f": {exc}" if str(exc) else ""
+        raise TypeError(
+            f"expected output to be a type whose values are JSON (an attrs class, a "
+            f"dataclass, a TypedDict, a pydantic model, or any of: {SUPPORTED}) or a JSON "
+            f"Schema as a dict, got {show(output)}{why}"
+        ) from None
+    deriver.finish()
+    if deriver.defs:
+        # A class at the top is described there, not referenced: providers want an object
+        # at the root. It stays in $defs too, for a recursive class's own references.
+        name = schema.get("$ref", "").removeprefix("#/$defs/")
+        schema = {**deriver.defs.get(name, schema), "$defs": deriver.defs}
+    # Checked with the 64-bit bounds a derived schema's integers have (as tool arguments are).
+    return OutputSchema(schema, convert, title=title, checked=bounded(schema))
+
+
+def _dataclass(deriver: Deriver, cls: type) -> tuple[dict[str, Any], Converter]:
+    """A dataclass's schema (its fields, as an attrs class's) and its converter."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    converters: dict[str, Converter | None] = {}
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        schema, converters[field.name] = deriver.derive(
+            hints.get(field.name, Any), f"{cls.__name__}.{field.name}"
+        )
+        if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            required.append(field.name)
+        elif field.default is not dataclasses.MISSING:
+            has_default, default = json_default(field.default)
+            schema = {**schema, "default": default} if has_default else schema
+        properties[field.name] = schema
+    out: dict[str, Any] = {"type": "object"}
+    description = summary(cls.__doc__)
+    if description and not description.startswith(f"{cls.__name__}("):  # not the generated one
+        out["description"] = description
+    out.update(properties=properties, required=required, additionalProperties=False)
+    convert = fields_converter(converters)
+    if convert is None:
+        return out, lambda value: cls(**value)
+    return out, lambda value: cls(**convert(value))
