@@ -62,7 +62,9 @@ from uuid import uuid4
 import attrs
 
 try:
+    import sqlalchemy as sa
     from dbos import DBOS, SetWorkflowID
+    from dbos._dbos import _get_dbos_instance
     from dbos._error import DBOSNonExistentWorkflowError
     from dbos._utils import INTERNAL_QUEUE_NAME
 except ImportError as exc:
@@ -127,17 +129,17 @@ __all__ = [
 #: The names of the DBOS steps a run records: once, per reply, per call (two), per batch
 #: whose tools have policies.
 STEPS: Final = (
-    "agentloop.begin",
     "agentloop.model",
     "agentloop.tool_started",
     "agentloop.tool",
     "agentloop.review",
 )
-_BEGIN: Final[Any] = {"name": STEPS[0]}
-_MODEL: Final[Any] = {"name": STEPS[1]}
-_STARTED: Final[Any] = {"name": STEPS[2]}
-_TOOL: Final[Any] = {"name": STEPS[3]}
-_REVIEW: Final[Any] = {"name": STEPS[4]}
+_MODEL: Final[Any] = {"name": STEPS[0]}
+_STARTED: Final[Any] = {"name": STEPS[1]}
+_TOOL: Final[Any] = {"name": STEPS[2]}
+_REVIEW: Final[Any] = {"name": STEPS[3]}
+# The key of a step's output that names the execution that recorded it.
+_BY: Final = "by"
 #: The ``DBOS.recv`` topic a waiting run takes its decisions (and cancellation) on.
 APPROVAL_TOPIC: Final = "agentloop.approval"
 #: The DBOS event a waiting run publishes its pending calls on (empty once decided).
@@ -273,13 +275,16 @@ class DBOSLoop:
             raise mismatch(run_id, found)
         token = CancelToken()
         engine = Engine(history, budget=self.loop.budget, cancel=token)
-        if DBOS.run_step(_BEGIN, cancel_requested, run_id):
-            token.cancel()
         listeners = self.loop.listeners
         verdicts = None if reviewing(self.loop.dispatcher) is None else Verdicts()
+        # Each step's output says which execution recorded it: the last one's tells whether
+        # this execution recorded it (it drove the run up to here) or replayed it (a process
+        # that died did, and may have started the call that comes next).
+        steps = _Steps(uuid4().hex[:16])
+        first = True
         while not engine.done:
             if verdicts is not None and verdicts.due(engine):
-                answer = DBOS.run_step(_REVIEW, self._review, run_id, verdicts.to_review(engine))
+                answer = steps.run(_REVIEW, self._review, run_id, verdicts.to_review(engine))
                 if answer.pop("cancel"):
                     token.cancel()  # the checkpoint before the batch's first call
                 asked = verdicts.review(engine, functools.partial(_recorded, answer))
@@ -288,9 +293,13 @@ class DBOSLoop:
                     continue
             need = engine.next()
             if type(need) is AskModel:
-                answer = DBOS.run_step(_MODEL, self._ask, run_id, need.history)
+                answer = steps.run(_MODEL, self._ask, run_id, need.history, first)
                 if answer.pop("cancel"):
-                    token.cancel()  # the checkpoint right after the reply
+                    token.cancel()  # right after the reply (or, the first, before the ask)
+                if first and "unasked" in answer:  # nothing happened yet: begin again, cancelled
+                    engine = Engine(history, budget=self.loop.budget, cancel=token)
+                    continue
+                first = False
                 kind, value = recorded_answer(answer) or ("raised", _MISSING)
                 transition = engine.raised(value) if kind == "raised" else engine.replied(value)
             elif type(need) is RunTool:
@@ -299,10 +308,9 @@ class DBOSLoop:
                 if isinstance(verdict, dict):  # a policy failed: the review recorded the outcome
                     _tell(listeners, engine.returned(verdict))
                     continue
-                nonce = uuid4().hex
-                again = DBOS.run_step(_STARTED, _started, call["id"], nonce) != nonce
                 decision = None if verdict is None else verdict.record()
-                outcome = DBOS.run_step(_TOOL, self._call, run_id, call, again, decision)
+                again = steps.replayed()
+                outcome = steps.run(_TOOL, self._call, run_id, call, again, decision)
                 if outcome.pop("cancel"):
                     token.cancel()  # the checkpoint before the next tool or model ask
                 if "raised" in outcome:
@@ -311,14 +319,22 @@ class DBOSLoop:
                     transition = engine.returned(recorded_outcome(outcome))
             elif type(need) is AwaitApproval:
                 transition = _wait(engine, token, need.pending)
+                # The decisions came by message, no step of ours: a step marks the batch's start.
+                if not token.cancelled and steps.run(_STARTED, _started, run_id).pop("cancel"):
+                    token.cancel()  # the checkpoint before the batch's first call
             else:  # a transition the engine made alone
                 assert isinstance(need, Transition), need
                 transition = need
             _tell(listeners, transition)
         return engine.result()
 
-    def _ask(self, run_id: str, history: list[dict[str, Any]]) -> dict[str, Any]:
-        """The ``agentloop.model`` step: the model's reply (or what it raised), as data."""
+    def _ask(self, run_id: str, history: list[dict[str, Any]], first: bool) -> dict[str, Any]:
+        """The ``agentloop.model`` step: the model's reply (or what it raised), as data.
+
+        ``first``: the run's first ask, before which the marker is read too.
+        """
+        if first and cancel_requested(run_id):
+            return {"cancel": True, "unasked": True}
         answer: dict[str, Any]
         try:
             reply = self.loop._bound_model(history)  # with the tools, for a model that takes them
@@ -344,10 +360,10 @@ class DBOSLoop:
     ) -> dict[str, Any]:
         """The ``agentloop.tool`` step: the call's outcome, as data.
 
-        ``again``: the call's ``tool_started`` was recorded by a process that
-        died before this step was: its handler may have run. Only an
-        idempotent tool runs then. ``decision``: what the policies or a person
-        answered about the call at its review, if it had one.
+        ``again``: the step before this one was recorded by a process that
+        died: it may have started this call, so its handler may have run.
+        Only an idempotent tool runs then. ``decision``: what the policies or
+        a person answered about the call at its review, if it had one.
         """
         outcome: dict[str, Any]
         if again and call["name"] not in self._idempotent:
@@ -367,6 +383,31 @@ class DBOSLoop:
                 KEY.reset(key)
         outcome["cancel"] = cancel_requested(run_id)
         return outcome
+
+
+class _Steps:
+    """Runs a run's DBOS steps, each output stamped with the execution that recorded it."""
+
+    __slots__ = ("_execution", "_last")
+
+    def __init__(self, execution: str) -> None:
+        self._execution = execution
+        self._last: str | None = None  # who recorded the last step; None before the first
+
+    def run(self, step: Any, function: Any, *args: Any) -> dict[str, Any]:
+        """Step ``function(*args)``: its output (a dict), recorded or replayed."""
+        output: dict[str, Any] = DBOS.run_step(step, self._stamped, function, *args)
+        self._last = output.pop(_BY)
+        return output
+
+    def replayed(self) -> bool:
+        """Whether the last step was recorded by another execution (a process that died)."""
+        return self._last is not None and self._last != self._execution
+
+    def _stamped(self, function: Any, *args: Any) -> dict[str, Any]:
+        output: dict[str, Any] = function(*args)
+        output[_BY] = self._execution
+        return output
 
 
 def _tell(listeners: tuple[Listener, ...], transition: Transition) -> None:
@@ -466,13 +507,13 @@ def _verdict(data: dict[str, Any] | None) -> Decision | dict[str, Any] | None:
     return recorded_outcome(data["outcome"])
 
 
-def _started(call_id: str, nonce: str) -> str:
-    """The ``agentloop.tool_started`` step: returns the nonce it was given.
+def _started(run_id: str) -> dict[str, Any]:
+    """The ``agentloop.tool_started`` step, after a batch waited for a person: its start.
 
-    Recorded before the dispatcher is called. A recovery gets back the
-    recorded nonce, not the one it passed: the call started in a process that died.
+    The decisions came by message, which is no step of ours; this step's
+    record marks the batch's first call as started.
     """
-    return nonce
+    return {"cancel": cancel_requested(run_id)}
 
 
 # What a model step gets if its recorded answer were not one (it always is: we wrote it).
@@ -537,9 +578,28 @@ def cancel_requested(run_id: str, *, client: DBOSClient | None = None) -> bool:
     Through ``client`` in a process that does not launch DBOS.
     """
     if client is None:
-        return DBOS.get_workflow_status(_CANCEL_PREFIX + run_id) is not None
+        return _exists(_CANCEL_PREFIX + run_id)
     try:
         client.retrieve_workflow(_CANCEL_PREFIX + run_id)
     except DBOSNonExistentWorkflowError:
         return False
     return True
+
+
+def _exists(workflow_id: str) -> bool:
+    """Whether workflow ``workflow_id`` exists: one read of its key, on DBOS's own engine.
+
+    DBOS has no public read this small: ``DBOS.get_workflow_status`` loads the
+    whole row (inputs and output too) at about three times the CPU, and a run
+    reads its marker at every checkpoint. Where DBOS's system database is not
+    as this expects, the public read.
+    """
+    try:
+        system = _get_dbos_instance()._sys_db
+        table = system.tables.workflow_status
+        where = system._wf(table, workflow_id)
+    except AttributeError:
+        return DBOS.get_workflow_status(workflow_id) is not None
+    with system.engine.connect() as connection:
+        found = connection.execute(sa.select(table.c.workflow_uuid).where(*where)).first()
+    return found is not None

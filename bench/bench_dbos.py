@@ -1,42 +1,63 @@
-"""DBOS runs: what a step costs, and runs completed per second with 1, 2 and 4 workers.
+"""DBOS runs: what a model step costs beside pydantic-ai's DBOSAgent, and what bounds throughput.
 
-Needs a Postgres URL in ``AGENTLOOP_TEST_POSTGRES`` (``.ci/run`` sets one; the
-README says how to start Postgres locally); without one it says so and stops.
-Each part uses a fresh DBOS system schema, dropped afterwards.
+Needs a Postgres URL in ``AGENTLOOP_TEST_POSTGRES`` (``.ci/postgres`` prints
+one; docs/dbos.md says how); without one it says so and stops. Each part
+uses a fresh DBOS system schema, dropped afterwards.
 
-1. µs per model step, one run after another in this process: a run without
-   a ledger (in memory), with ``SQLiteLedger`` (``NORMAL`` and ``FULL``), and
-   as a DBOS workflow on Postgres. Each run has K = 3 calls (4 model steps;
-   DBOS records 11 steps: begin, 4 replies, 3 x tool_started and tool). The
-   difference per model step is the overhead DBOS adds. Median of the repeats.
-2. Runs completed per second: 200 runs enqueued (``DBOSLoop.client_enqueue``)
-   on a queue served by 1, 2 and 4 worker processes (worker concurrency 8
-   each), from the first enqueue to the last result; against the same runs on
-   the SQLite ledger (``NORMAL``), one after another in one process.
+1. Per model step, side by side in this process on one Postgres: a scripted
+   model, K tool calls one after another (K + 1 model steps), then a final
+   answer, at K = 1 and K = 10; ``agentloop.dbos`` against pydantic-ai's
+   ``DBOSAgent`` (``run_sync``) with its tool as a DBOS step, alternating run
+   by run. Reported: the process's CPU time and the wall time per model step
+   (each as the median of the paired ratios), and, counted on DBOS's own
+   database engine, the transactions committed, the statements sent and the
+   connection checkouts (each a ping) per model step, and the DBOS steps per
+   model step. The peer is optional: without pydantic-ai (``pip install
+   'pydantic-ai-slim[dbos]'``) only agentloop's numbers are printed.
+   Targets: CPU per model step at most 0.8x the peer's at K = 1 and K = 10;
+   DBOS steps per model step at most 2.5 (K = 1) and 2.9 (K = 10).
+2. I/O-bound runs: a model that waits 100 ms a reply (K = 1: two replies, so
+   a run waits 200 ms), 160 runs enqueued, served by one worker process at
+   worker concurrency 1, 8 and 32, and by 1, 2 and 4 worker processes at
+   concurrency 8; runs per second, and the workers' CPU per run. Target: one
+   worker at concurrency 32 completes at least 20x the runs per second of
+   concurrency 1.
+3. CPU-bound runs (the model answers at once; K = 3): runs per second with 1,
+   2 and 4 worker processes (concurrency 8 each), against the SQLite ledger
+   in one process.
 
-Reported only: the numbers are the machine's and its Postgres's (every step
-is a commit, and Postgres syncs each to disk).
+Reported only (but the targets, which are checked and printed): the numbers
+are the machine's and its Postgres's (every step is a commit, and Postgres
+syncs each to disk).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentloop import Loop, SQLiteLedger
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
 Message = dict[str, Any]
-K = 3
-RUNS = 200
 QUEUE = "agentloop-bench"
 URL = os.environ.get("AGENTLOOP_TEST_POSTGRES")
+CPU_TARGET = 0.8
+STEPS_TARGET = {1: 2.5, 10: 2.9}
+CONCURRENCY_TARGET = 20.0
+SLEEP = 0.1  # the I/O-bound model's wait per reply
 
 
 class Echo:
@@ -46,15 +67,22 @@ class Echo:
         return {"status": "ok", "content": call["arguments"]}
 
 
-def model(history: list[Message]) -> Message:
-    done = (len(history) - 1) // 2
-    if done < K:
-        return {"kind": "call", "id": f"c{done}", "name": "echo", "arguments": {"n": done}}
-    return {"kind": "final", "text": "ok"}
+def scripted(k: int, sleep: float = 0.0) -> Callable[[list[Message]], Message]:
+    """k calls one after another, then a final answer; ``sleep`` seconds a reply."""
+
+    def model(history: list[Message]) -> Message:
+        if sleep:
+            time.sleep(sleep)
+        done = (len(history) - 1) // 2
+        if done < k:
+            return {"kind": "call", "id": f"c{done}", "name": "echo", "arguments": {"n": done}}
+        return {"kind": "final", "text": "ok"}
+
+    return model
 
 
-def loop(ledger: SQLiteLedger | None = None) -> Loop:
-    return Loop(model, tools=Echo(), max_steps=K + 1, max_calls=K, ledger=ledger)
+def loop(k: int, ledger: SQLiteLedger | None = None, sleep: float = 0.0) -> Loop:
+    return Loop(scripted(k, sleep), tools=Echo(), max_steps=k + 1, max_calls=k, ledger=ledger)
 
 
 def config(schema: str, executor: str) -> Any:
@@ -75,87 +103,205 @@ def drop(schema: str) -> None:
         connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
-# -- 1. per step -------------------------------------------------------------------------------
-
-
-def per_step(repeats: int, runs: int) -> dict[str, float]:
-    """Median µs per model step of runs one after another: memory, SQLite, DBOS."""
+@contextlib.contextmanager
+def launched(schema: str, executor: str = "bench") -> Iterator[None]:
     from dbos import DBOS
+
+    DBOS(config=config(schema, executor))
+    DBOS.launch()
+    try:
+        yield
+    finally:
+        DBOS.destroy(workflow_completion_timeout_sec=0)
+        drop(schema)
+
+
+# -- 1. per model step, beside pydantic-ai's DBOSAgent ----------------------------------------
+
+
+class Counts:
+    """Transactions committed, statements sent and connections checked out, on DBOS's engine."""
+
+    def __init__(self) -> None:
+        from dbos._dbos import _get_dbos_instance  # the bench reaches in; the library does not
+        from sqlalchemy import event
+
+        self.commits = self.statements = self.checkouts = 0
+        engine = _get_dbos_instance()._sys_db.engine
+
+        def commit(*_: Any) -> None:
+            self.commits += 1
+
+        def statement(*_: Any) -> None:
+            self.statements += 1
+
+        def checkout(*_: Any) -> None:
+            self.checkouts += 1
+
+        event.listen(engine, "commit", commit)
+        event.listen(engine, "before_cursor_execute", statement)
+        event.listen(engine.pool, "checkout", checkout)
+
+    def now(self) -> tuple[int, int, int]:
+        return self.commits, self.statements, self.checkouts
+
+
+def cpu() -> float:
+    """This process's CPU time (every thread: the workflow's and DBOS's own)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def peer_agent(k: int) -> Any:
+    """pydantic-ai's DBOSAgent, its model scripted as ours, its tool a DBOS step; or None."""
+    try:
+        from dbos import DBOS
+        from pydantic_ai import Agent
+        from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+        from pydantic_ai.models.function import FunctionModel
+
+        with warnings.catch_warnings():  # DBOSAgent is deprecated for DBOSDurability
+            warnings.simplefilter("ignore")
+            from pydantic_ai.durable_exec.dbos import DBOSAgent
+    except ImportError:
+        return None
+
+    def reply(messages: list[Any], info: Any) -> Any:
+        done = sum(isinstance(p, ToolReturnPart) for m in messages for p in m.parts)
+        if done < k:
+            return ModelResponse(parts=[ToolCallPart("echo", {"n": done}, tool_call_id=f"c{done}")])
+        return ModelResponse(parts=[TextPart("ok")])
+
+    @DBOS.step(name=f"peer{k}.echo")
+    def echo(n: int) -> dict[str, int]:
+        """Echo n."""
+        return {"n": n}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return DBOSAgent(Agent(FunctionModel(reply), name=f"peer{k}", tools=[echo]))
+
+
+def steps_of(run_id: str) -> int:
+    """The DBOS steps of a workflow and of its children (each child once)."""
+    from dbos import DBOS
+
+    steps = DBOS.list_workflow_steps(run_id)
+    children = {step["child_workflow_id"] for step in steps} - {None}
+    return len(steps) + sum(steps_of(child) for child in children)
+
+
+def side_by_side(ks: tuple[int, ...], runs: int) -> dict[int, dict[str, dict[str, float]]]:
+    """Per model step, for agentloop and the peer (if installed), at each K."""
+    from dbos import SetWorkflowID
 
     from agentloop.dbos import DBOSLoop
 
     schema = f"agentloop_bench_{uuid.uuid4().hex[:8]}"
-    steps = (K + 1) * runs
-    found: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory() as directory:
-        loops = {
-            "memory": loop(),
-            "sqlite NORMAL": loop(SQLiteLedger(Path(directory) / "n.db", synchronous="NORMAL")),
-            "sqlite FULL": loop(SQLiteLedger(Path(directory) / "f.db", synchronous="FULL")),
-        }
-        dbos_loop = DBOSLoop(loop(), name="bench")
-        DBOS(config=config(schema, "bench"))
-        DBOS.launch()
-        try:
-            for _ in range(repeats):
-                for name, each in loops.items():
-                    began = time.perf_counter()
-                    for _ in range(runs):
-                        each.run("go")
-                    found.setdefault(name, []).append((time.perf_counter() - began) / steps)
-                began = time.perf_counter()
+    ours = {k: DBOSLoop(loop(k), name=f"bench{k}") for k in ks}
+    peers = {k: peer_agent(k) for k in ks}
+    found: dict[int, dict[str, dict[str, float]]] = {}
+    try:
+        with launched(schema):
+            counts = Counts()
+
+            def one(k: int, who: str) -> tuple[float, ...]:
+                run_id = uuid.uuid4().hex
+                c0, w0, n0 = cpu(), time.perf_counter(), counts.now()
+                if who == "agentloop":
+                    assert ours[k].run("go", run_id=run_id).output == "ok"
+                else:
+                    with SetWorkflowID(run_id):
+                        assert peers[k].run_sync("go").output == "ok"
+                c1, w1, n1 = cpu(), time.perf_counter(), counts.now()
+                per = k + 1
+                return (
+                    (c1 - c0) / per * 1e6,
+                    (w1 - w0) / per * 1e6,
+                    *((b - a) / per for a, b in zip(n0, n1, strict=True)),
+                    steps_of(run_id) / per,
+                )
+
+            for k in ks:
+                who = ["agentloop"] + (["peer"] if peers[k] is not None else [])
+                for name in who:  # warm up: imports, caches, prepared connections
+                    one(k, name)
+                samples: dict[str, list[tuple[float, ...]]] = {name: [] for name in who}
                 for _ in range(runs):
-                    dbos_loop.run("go")
-                found.setdefault("dbos postgres", []).append((time.perf_counter() - began) / steps)
-        finally:
-            DBOS.destroy(workflow_completion_timeout_sec=0)
-            dbos_loop.close()
-            drop(schema)
-    return {name: statistics.median(times) * 1e6 for name, times in found.items()}
+                    for name in who:
+                        samples[name].append(one(k, name))
+                fields = ("cpu_us", "wall_us", "commits", "statements", "checkouts", "steps")
+                found[k] = {
+                    name: {
+                        field: statistics.median(s[i] for s in samples[name])
+                        for i, field in enumerate(fields)
+                    }
+                    for name in who
+                }
+                if "peer" in who:  # paired: each of our runs against the peer's next one
+                    for field in ("cpu_us", "wall_us"):
+                        i = fields.index(field)
+                        found[k]["ratio"] = found[k].get("ratio", {}) | {
+                            field: statistics.median(
+                                a[i] / b[i]
+                                for a, b in zip(samples["agentloop"], samples["peer"], strict=True)
+                            )
+                        }
+    finally:
+        for each in ours.values():
+            each.close()
+    return found
 
 
-# -- 2. runs per second with worker processes ---------------------------------------------
+# -- 2. and 3. runs per second with worker processes ----------------------------------------
 
 
-def worker(schema: str, executor: str) -> None:
-    """A worker process: serves the queue until its stdin closes."""
+def worker(schema: str, executor: str, concurrency: int, k: int, sleep: float) -> None:
+    """A worker process: serves the queue until its stdin closes; then prints its CPU time."""
     from dbos import DBOS
 
     from agentloop.dbos import DBOSLoop
 
-    DBOSLoop(loop(), name="bench")
+    DBOSLoop(loop(k, sleep=sleep), name="bench")
     DBOS(config=config(schema, executor))
     DBOS.launch()
-    DBOS.register_queue(QUEUE, worker_concurrency=8, polling_interval_sec=0.01)
+    DBOS.register_queue(QUEUE, worker_concurrency=concurrency, polling_interval_sec=0.01)
+    began = cpu()
     print("ready", flush=True)
     sys.stdin.read()
+    print(cpu() - began, flush=True)
     DBOS.destroy(workflow_completion_timeout_sec=0)
 
 
-def throughput(workers: int) -> float:
-    """Runs completed per second by ``workers`` processes, first enqueue to last result."""
+def throughput(
+    workers: int, concurrency: int, runs: int, k: int, sleep: float
+) -> tuple[float, float]:
+    """Runs completed per second by ``workers`` processes, first enqueue to last result;
+    and the workers' CPU seconds per run."""
     from dbos import DBOSClient
 
     from agentloop.dbos import DBOSLoop
 
     schema = f"agentloop_bench_{uuid.uuid4().hex[:8]}"
+    command = [sys.executable, __file__, "worker", schema]
     processes = [
         subprocess.Popen(
-            [sys.executable, __file__, "worker", schema, f"w{index}"],
+            [*command, f"w{index}", str(concurrency), str(k), str(sleep)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         for index in range(workers)
     ]
-    enqueuer = DBOSLoop(loop(), name="bench")
+    enqueuer = DBOSLoop(loop(k), name="bench")
+    spent = 0.0
     try:
         for process in processes:
             assert process.stdout is not None
             assert process.stdout.readline().strip() == "ready"
         client = DBOSClient(system_database_url=URL, dbos_system_schema=schema)
         began = time.perf_counter()
-        handles = [enqueuer.client_enqueue(client, QUEUE, "go") for _ in range(RUNS)]
+        handles = [enqueuer.client_enqueue(client, QUEUE, "go") for _ in range(runs)]
         for handle in handles:
             assert handle.get_result(polling_interval_sec=0.01).output == "ok"
         took = time.perf_counter() - began
@@ -166,45 +312,87 @@ def throughput(workers: int) -> float:
             assert process.stdin is not None
             process.stdin.close()
         for process in processes:
-            process.wait(timeout=60)
             assert process.stdout is not None
+            line = process.stdout.readline().strip()
+            spent += float(line) if line else 0.0
+            process.wait(timeout=60)
             process.stdout.close()
         drop(schema)
-    return RUNS / took
+    return runs / took, spent / runs
 
 
-def sqlite_throughput() -> float:
+def sqlite_throughput(runs: int, k: int) -> float:
     with tempfile.TemporaryDirectory() as directory:
-        ledgered = loop(SQLiteLedger(Path(directory) / "runs.db", synchronous="NORMAL"))
+        ledgered = loop(k, SQLiteLedger(Path(directory) / "runs.db", synchronous="NORMAL"))
         began = time.perf_counter()
-        for _ in range(RUNS):
+        for _ in range(runs):
             assert ledgered.run("go").output == "ok"
-        return RUNS / (time.perf_counter() - began)
+        return runs / (time.perf_counter() - began)
 
 
 def main() -> int:
     if not URL:
-        print("skipped: no Postgres (set AGENTLOOP_TEST_POSTGRES to a URL; the README says how)")
+        print("skipped: no Postgres (set AGENTLOOP_TEST_POSTGRES to a URL; docs/dbos.md says how)")
         return 0
-    costs = per_step(repeats=3, runs=20)
-    print(f"µs per model step (K = {K} calls a run, runs one after another, median of 3):")
-    for name, cost in costs.items():
-        print(f"  {name:<14} {cost:9.0f}")
-    memory = costs["memory"]
+    failed = False
+    ks = (1, 10)
+    found = side_by_side(ks, runs=int(os.environ.get("AGENTLOOP_BENCH_RUNS", "30")))
+    print("per model step (K calls one after another, then a final answer; medians):")
     print(
-        f"  DBOS adds {costs['dbos postgres'] - memory:.0f} µs per model step over memory, "
-        f"{costs['dbos postgres'] - costs['sqlite NORMAL']:.0f} over the SQLite ledger (NORMAL), "
-        f"{costs['dbos postgres'] - costs['sqlite FULL']:.0f} over FULL"
+        f"  {'':<14}{'K':>3} {'CPU µs':>8} {'wall µs':>8} {'commits':>8} "
+        f"{'statements':>10} {'checkouts':>9} {'DBOS steps':>10}"
     )
-    print(f"runs completed per second ({RUNS} runs of {K} calls):")
-    print(f"  SQLite ledger, 1 process      {sqlite_throughput():7.1f}")
+    for k in ks:
+        for name, got in found[k].items():
+            if name == "ratio":
+                continue
+            print(
+                f"  {name:<14}{k:>3} {got['cpu_us']:8.0f} {got['wall_us']:8.0f} "
+                f"{got['commits']:8.2f} {got['statements']:10.2f} {got['checkouts']:9.2f} "
+                f"{got['steps']:10.2f}"
+            )
+        steps = found[k]["agentloop"]["steps"]
+        if steps > STEPS_TARGET[k]:
+            failed = True
+            print(f"  MISSED: {steps:.2f} DBOS steps per model step at K={k} (target <= {STEPS_TARGET[k]})")
+    if all("ratio" in found[k] for k in ks):
+        print("agentloop.dbos / DBOSAgent, paired per run (median):")
+        for k in ks:
+            ratio = found[k]["ratio"]
+            mark = "" if ratio["cpu_us"] <= CPU_TARGET else f"  MISSED (target <= {CPU_TARGET})"
+            failed |= bool(mark)
+            print(f"  K={k:<3} CPU {ratio['cpu_us']:.2f}x   wall {ratio['wall_us']:.2f}x{mark}")
+    else:
+        print("pydantic-ai is not installed: no side-by-side ratio (pip install 'pydantic-ai-slim[dbos]')")
+
+    runs = int(os.environ.get("AGENTLOOP_BENCH_IO_RUNS", "160"))
+    print(f"I/O-bound: {runs} runs, a model waiting {SLEEP * 1000:.0f} ms a reply, 2 replies a run:")
+    print(f"  {'workers':>7} {'concurrency':>11} {'runs/s':>8} {'worker CPU ms/run':>18}")
+    rates: dict[tuple[int, int], float] = {}
+    for workers, concurrency in ((1, 1), (1, 8), (1, 32), (2, 8), (4, 8)):
+        count = min(runs, 20) if concurrency == 1 else runs
+        rate, spent = throughput(workers, concurrency, count, 1, SLEEP)
+        rates[workers, concurrency] = rate
+        print(f"  {workers:>7} {concurrency:>11} {rate:8.1f} {spent * 1000:18.1f}")
+    gain = rates[1, 32] / rates[1, 1]
+    mark = "" if gain >= CONCURRENCY_TARGET else f"  MISSED (target >= {CONCURRENCY_TARGET:.0f}x)"
+    failed |= bool(mark)
+    print(f"  one worker, concurrency 32 against 1: {gain:.1f}x{mark}")
+
+    print(f"CPU-bound: {runs} runs of 3 calls, the model answering at once:")
+    print(f"  SQLite ledger, 1 process               {sqlite_throughput(runs, 3):8.1f} runs/s")
     for workers in (1, 2, 4):
-        print(f"  DBOS, {workers} worker process(es)   {throughput(workers):7.1f}")
-    return 0
+        rate, spent = throughput(workers, 8, runs, 3, 0.0)
+        print(
+            f"  DBOS, {workers} worker(s), concurrency 8      {rate:8.1f} runs/s"
+            f"  ({spent * 1000:.1f} worker CPU ms/run)"
+        )
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["worker"]:
-        worker(sys.argv[2], sys.argv[3])
+        schema, executor, concurrency, k, sleep = sys.argv[2:7]
+        worker(schema, executor, int(concurrency), int(k), float(sleep))
         sys.exit(0)
     sys.exit(main())
