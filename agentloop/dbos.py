@@ -5,12 +5,10 @@ driver like ``Run``: a short loop over the engine's protocol (``next()``,
 then ``replied``/``raised``/``returned``), where what comes from outside is
 a DBOS step, so DBOS records it before the engine takes it:
 
-* ``agentloop.begin``: once, before the first model ask (whether the run was
-  cancelled before it started);
 * ``agentloop.model``: each model call, with its reply (or what the model
   raised) as the step's output: recovery never asks the model again;
-* ``agentloop.tool_started``, then ``agentloop.tool``: each call, its start,
-  then its outcome (the dispatcher, so the handler, runs inside the second).
+* ``agentloop.tool``: each call's outcome (the dispatcher, so the handler,
+  runs inside it).
 
 After a crash, DBOS runs the workflow again from the top in a worker; every
 step it recorded returns its recorded output instead of running, so a fresh
@@ -19,23 +17,27 @@ reads nothing else from outside, bar a clock for durations). The first step
 that was not recorded runs live.
 
 DBOS records a step only once it has completed, so a crash after a tool's
-effect and before its step was recorded would run it again. Each
-``tool_started`` step is handed a fresh random nonce and returns it: when it
-returns another one, DBOS replayed the step from an earlier execution, so
-this call was started by a process that died. If its ``tool`` step was
-recorded too, DBOS returns that outcome. If not, the ``tool`` step runs, sees
-that the call had been started, and does not call the handler: the result is
-the SQLite ledger's outcome-unknown ``error`` (``OUTCOME_UNKNOWN``), unless
-the tool is idempotent (``Tool(..., idempotent=True)``), which is run again
-under the same idempotency key (``agentloop.idempotency_key()``).
+effect and before its step was recorded would run it again. Each step's
+output names the execution (the process's run of the workflow) that
+recorded it. A call's step is preceded by a step of its run (the reply that
+asked for it, the previous call's outcome, or the policies' review), whose
+record marks the call started: when that step was recorded by another
+execution, a process that died, and the call's own step was not, that
+process may have started the call. The call's step then does not call the
+handler: the result is the SQLite ledger's outcome-unknown ``error``
+(``OUTCOME_UNKNOWN``), unless the tool is idempotent (``Tool(...,
+idempotent=True)``), which is run again under the same idempotency key
+(``agentloop.idempotency_key()``). A batch that waited for a person took
+its decisions by message, not by a step: an ``agentloop.tool_started`` step
+marks its start.
 
 Cancellation (``cancel(run_id)``, from any process) is a marker: a tiny
-workflow whose id is derived from the run id. Each step reads whether it
-exists once its work is done, and returns that with its output, so the
-decision is recorded with the step and a recovery replays it at the same
-checkpoint: before a model ask (from the ``begin`` or the previous step),
-right after a reply, and before each tool (from the previous step). A run
-waiting for a person also gets it as a message.
+workflow whose id is derived from the run id. The steps read whether it
+exists, by its key, and return that with their output, so the decision is
+recorded with the step and a recovery replays it at the same checkpoint:
+before the first model ask and right after each reply (the model step reads
+it), before each tool and before each later ask (the step before reads it,
+once its work is done). A run waiting for a person also gets it as a message.
 
 Human approval: when the loop's tools have policies, an ``agentloop.review``
 step asks them about each batch before its first call (each policy once).
@@ -126,8 +128,8 @@ __all__ = [
     "pending",
 ]
 
-#: The names of the DBOS steps a run records: once, per reply, per call (two), per batch
-#: whose tools have policies.
+#: The names of the DBOS steps a run records: per reply, after a batch waited for a person,
+#: per call, per batch whose tools have policies.
 STEPS: Final = (
     "agentloop.model",
     "agentloop.tool_started",
@@ -349,11 +351,9 @@ class DBOSLoop:
         """The ``agentloop.review`` step: what the policies answer about each call, as data."""
         registry = reviewing(self.loop.dispatcher)
         assert registry is not None, "a batch is reviewed only when the tools have policies"
-        answer: dict[str, Any] = {
-            call["id"]: _verdict_data(registry.review(call)) for call in calls
-        }
-        answer["cancel"] = cancel_requested(run_id)
-        return answer
+        # By call id, under a key of its own: a call's id is the model's, any string.
+        answers = {call["id"]: _verdict_data(registry.review(call)) for call in calls}
+        return {"answers": answers, "cancel": cancel_requested(run_id)}
 
     def _call(
         self, run_id: str, call: dict[str, Any], again: bool, decision: dict[str, Any] | None
@@ -496,7 +496,7 @@ def _verdict_data(answer: Decision | dict[str, Any] | None) -> dict[str, Any] | 
 
 def _recorded(answer: dict[str, Any], call: dict[str, Any]) -> Decision | dict[str, Any] | None:
     """The recorded review's answer about ``call``."""
-    return _verdict(answer[call["id"]])
+    return _verdict(answer["answers"][call["id"]])
 
 
 def _verdict(data: dict[str, Any] | None) -> Decision | dict[str, Any] | None:

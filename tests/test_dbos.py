@@ -183,7 +183,7 @@ def test_each_reply_and_call_is_a_step_in_order(make: Any) -> None:
         *(model, tool, tool, tool),  # c2, c3, c4
         model,
     ]
-    outputs = [step["output"] for step in steps]
+    outputs: list[dict[str, Any]] = [dict(step["output"] or {}) for step in steps]
     by = {output.pop("by") for output in outputs}  # the execution that recorded each
     assert len(by) == 1
     assert outputs[0] == {"reply": CHECKPOINT_SCRIPT[0], "cancel": False}
@@ -421,6 +421,39 @@ def test_cancel_while_the_policies_review_a_batch_runs_none_of_it(make: Any) -> 
     assert result.status is agentloop.State.CANCELLED
     assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
     assert world.effects == plain_world.effects == []
+
+
+def test_the_marker_is_read_at_each_checkpoint_and_nowhere_else(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the first ask and after each reply (in the model step), after each call (in its
+    step: before the next tool or ask): eight reads for three replies and four calls."""
+    reads: list[str] = []
+    exists = agentloop.dbos._exists
+
+    def counted(workflow_id: str) -> bool:
+        reads.append(workflow_id)
+        return exists(workflow_id)
+
+    monkeypatch.setattr(agentloop.dbos, "_exists", counted)
+    runs = make(agentloop.Loop(scripted(CHECKPOINT_SCRIPT), tools=World().registry()))
+    run_id = new_id()
+    assert runs.run("go", run_id=run_id).status is agentloop.State.FINISHED
+    assert reads == [f"agentloop.cancel:{run_id}"] * (1 + 3 + 4)
+
+
+def test_the_marker_read_falls_back_to_the_public_one(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where DBOS's system database is not as the key read expects, DBOS's public read answers."""
+    run_id = new_id()
+    agentloop.dbos.cancel(run_id)
+    assert agentloop.dbos.cancel_requested(run_id)
+    monkeypatch.setattr(agentloop.dbos, "_get_dbos_instance", lambda: object())
+    assert agentloop.dbos.cancel_requested(run_id)
+    assert not agentloop.dbos.cancel_requested(new_id())
+    result = make(agentloop.Loop(scripted([FINAL]))).run("go", run_id=run_id)
+    assert (result.status, result.steps) == (agentloop.State.CANCELLED, 0)
 
 
 def test_cancel_of_a_finished_run_changes_nothing(make: Any) -> None:

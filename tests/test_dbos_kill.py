@@ -190,8 +190,9 @@ def test_sigkill_at_each_checkpoint_then_dbos_recovers(server: Server, tmp_path:
         lines = (tmp_path / "effects").read_text().splitlines()
         effects = effects_of([tuple(line.split(" ")) for line in lines])  # type: ignore[misc]
         unknown_seen |= check(run_id, ended["result"], baseline, effects)
-    # Killed after c1's, c3's or c4's effect (or before it, once tool_started is recorded),
-    # the call is answered outcome-unknown; the idempotent c2 is run again instead.
+    # Killed after c1's, c3's or c4's effect (or before it, once the step before the call, which
+    # marks it started, is recorded), the call is answered outcome-unknown; the idempotent c2
+    # is run again instead.
     assert unknown_seen == ({"c1", "c3", "c4"} if LONG else {"c1"})
 
 
