@@ -601,5 +601,10 @@ def _exists(workflow_id: str) -> bool:
     except AttributeError:
         return DBOS.get_workflow_status(workflow_id) is not None
     with system.engine.connect() as connection:
+        if connection.dialect.name == "postgresql":
+            # One statement outside a transaction: no BEGIN or ROLLBACK round trip around it.
+            # (Not on SQLite, where DBOS sets each connection's own isolation level, which
+            # the reset after AUTOCOMMIT would replace.)
+            connection.execution_options(isolation_level="AUTOCOMMIT")
         found = connection.execute(sa.select(table.c.workflow_uuid).where(*where)).first()
     return found is not None

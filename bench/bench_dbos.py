@@ -9,23 +9,25 @@ uses a fresh DBOS system schema, dropped afterwards.
    answer, at K = 1 and K = 10; ``agentloop.dbos`` against pydantic-ai's
    ``DBOSAgent`` (``run_sync``) with its tool as a DBOS step, alternating run
    by run. Reported: the process's CPU time and the wall time per model step
-   (each as the median of the paired ratios), and, counted on DBOS's own
-   database engine, the transactions committed, the statements sent and the
-   connection checkouts (each a ping) per model step, and the DBOS steps per
-   model step. The peer is optional: without pydantic-ai (``pip install
-   'pydantic-ai-slim[dbos]'``) only agentloop's numbers are printed.
+   (medians, and the medians of the paired ratios), and, counted on DBOS's own
+   database engine, the transactions, statements, pings (one a connection
+   checkout) and round trips per model step, and the DBOS steps per model
+   step. The peer is optional (``make bench`` installs it: the ``bench``
+   group); without pydantic-ai only agentloop's numbers are printed.
    Targets: CPU per model step at most 0.8x the peer's at K = 1 and K = 10;
    DBOS steps per model step at most 2.5 (K = 1) and 2.9 (K = 10).
 2. I/O-bound runs: a model that waits 100 ms a reply (K = 1: two replies, so
-   a run waits 200 ms), 160 runs enqueued, served by one worker process at
-   worker concurrency 1, 8 and 32, and by 1, 2 and 4 worker processes at
-   concurrency 8; runs per second, and the workers' CPU per run. Target: one
-   worker at concurrency 32 completes at least 20x the runs per second of
-   concurrency 1.
+   a run waits 200 ms), enqueued, then served by one worker process at worker
+   concurrency 1, 8, 32 and 64, and by 2 and 4 at concurrency 8 and 32:
+   runs per second; the workers' CPU per run, and the cores they kept busy;
+   how busy the machine's cores were (theirs, Postgres's, anyone's). Target:
+   one worker at concurrency 32 completes at least 20x the runs per second
+   of concurrency 1.
 3. CPU-bound runs (the model answers at once; K = 3): runs per second with 1,
    2 and 4 worker processes (concurrency 8 each), against the SQLite ledger
    in one process.
 
+``AGENTLOOP_BENCH_PARTS`` (default ``123``) picks the parts.
 Reported only (but the targets, which are checked and printed): the numbers
 are the machine's and its Postgres's (every step is a commit, and Postgres
 syncs each to disk).
@@ -58,6 +60,8 @@ CPU_TARGET = 0.8
 STEPS_TARGET = {1: 2.5, 10: 2.9}
 CONCURRENCY_TARGET = 20.0
 SLEEP = 0.1  # the I/O-bound model's wait per reply
+# (workers, worker concurrency) of the I/O-bound part
+SHAPES = ((1, 1), (1, 8), (1, 32), (1, 64), (2, 8), (4, 8), (2, 32), (4, 32))
 
 
 class Echo:
@@ -120,8 +124,9 @@ def launched(schema: str, executor: str = "bench") -> Iterator[None]:
 
 
 class Counts:
-    """Transactions (committed or rolled back), statements sent and connections checked out
-    (each pinged), on DBOS's engine."""
+    """On DBOS's engine: transactions (each a BEGIN, then a COMMIT or ROLLBACK), statements,
+    and connection checkouts (each pinged). Round trips: the statements, the pings, and two
+    a transaction (checked against Postgres's statement log)."""
 
     def __init__(self) -> None:
         from dbos._dbos import _get_dbos_instance  # the bench reaches in; the library does not
@@ -130,8 +135,10 @@ class Counts:
         self.txns = self.statements = self.checkouts = 0
         engine = _get_dbos_instance()._sys_db.engine
 
-        def ended(*_: Any) -> None:
-            self.txns += 1
+        def ended(connection: Any) -> None:
+            # A connection in AUTOCOMMIT sends neither BEGIN nor COMMIT/ROLLBACK.
+            if connection.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+                self.txns += 1
 
         def statement(*_: Any) -> None:
             self.statements += 1
@@ -412,7 +419,7 @@ def part_io_bound() -> bool:
         f"{'worker CPU ms/run':>18} {'worker cores':>12} {'machine busy':>12}"
     )
     rates: dict[tuple[int, int], float] = {}
-    for workers, concurrency in ((1, 1), (1, 8), (1, 32), (1, 64), (2, 8), (4, 8), (2, 32)):
+    for workers, concurrency in SHAPES:
         count = min(runs, 20) if concurrency == 1 else runs
         rate, spent, load = throughput(workers, concurrency, count, 1, SLEEP)
         rates[workers, concurrency] = rate
