@@ -193,6 +193,37 @@ def test_each_reply_and_call_is_a_step_in_order(make: Any) -> None:
     assert failed["exception"] == {"type": "ValueError", "message": "failed on 4"}
 
 
+def test_a_call_whose_previous_step_another_execution_recorded_may_have_started(
+    make: Any,
+) -> None:
+    """Forked at a call's step, a run replays the steps before it, recorded by another
+    execution, which may have started the call: a call that is not idempotent is answered
+    OutcomeUnknown, its handler not called; an idempotent one runs again; the calls after
+    the first live step run as usual."""
+    world = World()
+    runs = make(agentloop.Loop(scripted(CHECKPOINT_SCRIPT), tools=world.registry()))
+    run_id = new_id()
+    plain = runs.run("go", run_id=run_id)
+    steps = DBOS.list_workflow_steps(run_id)
+    tools = [s["function_id"] for s in steps if s["function_name"] == "agentloop.tool"]
+    cases = [("c1", "effect", ["idem", "effect", "fail"]), ("c2", "idem", ["effect", "fail"])]
+    for index, (call_id, kind, after) in zip(tools, cases, strict=False):
+        world.effects.clear()
+        fork = DBOS.fork_workflow(run_id, index)
+        result: agentloop.RunResult = fork.get_result()
+        results = {m["id"]: m for m in result.transcript if m["kind"] == "tool_result"}
+        ran = [name for name, key in world.effects if key == f"{fork.workflow_id}:{call_id}"]
+        if kind == "effect":
+            assert results[call_id]["content"]["type"] == "OutcomeUnknown"
+            assert ran == []
+        else:
+            assert results[call_id] == next(
+                m for m in plain.transcript if m.get("id") == call_id and "status" in m
+            )
+            assert ran == ["idem"]
+        assert [name for name, key in world.effects if key != f"{fork.workflow_id}:{call_id}"] == after
+
+
 def test_each_transition_is_logged_at_debug_as_a_run_logs_it(
     make: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
