@@ -212,7 +212,8 @@ def test_a_call_whose_previous_step_another_execution_recorded_may_have_started(
         fork = DBOS.fork_workflow(run_id, index)
         result: agentloop.RunResult = fork.get_result()
         results = {m["id"]: m for m in result.transcript if m["kind"] == "tool_result"}
-        ran = [name for name, key in world.effects if key == f"{fork.workflow_id}:{call_id}"]
+        this = f"{fork.workflow_id}:{call_id}"
+        ran = [name for name, key in world.effects if key == this]
         if kind == "effect":
             assert results[call_id]["content"]["type"] == "OutcomeUnknown"
             assert ran == []
@@ -221,7 +222,7 @@ def test_a_call_whose_previous_step_another_execution_recorded_may_have_started(
                 m for m in plain.transcript if m.get("id") == call_id and "status" in m
             )
             assert ran == ["idem"]
-        assert [name for name, key in world.effects if key != f"{fork.workflow_id}:{call_id}"] == after
+        assert [name for name, key in world.effects if key != this] == after
 
 
 def test_each_transition_is_logged_at_debug_as_a_run_logs_it(
