@@ -596,9 +596,8 @@ def _exists(workflow_id: str) -> bool:
     """
     try:
         system = _get_dbos_instance()._sys_db
-        table = system.tables.workflow_status
-        where = system._wf(table, workflow_id)
-    except AttributeError:
+        statement = _key_read(system)
+    except Exception:  # noqa: BLE001 - DBOS's insides are not as expected: its public read
         return DBOS.get_workflow_status(workflow_id) is not None
     with system.engine.connect() as connection:
         if connection.dialect.name == "postgresql":
@@ -606,5 +605,13 @@ def _exists(workflow_id: str) -> bool:
             # (Not on SQLite, where DBOS sets each connection's own isolation level, which
             # the reset after AUTOCOMMIT would replace.)
             connection.execution_options(isolation_level="AUTOCOMMIT")
-        found = connection.execute(sa.select(table.c.workflow_uuid).where(*where)).first()
+        found = connection.execute(statement, {"workflow_id": workflow_id}).first()
     return found is not None
+
+
+@functools.lru_cache(maxsize=4)
+def _key_read(system: Any) -> Any:
+    """The statement that reads a workflow's id by its key, made once a system database."""
+    table = system.tables.workflow_status
+    where = system._wf(table, sa.bindparam("workflow_id"))
+    return sa.select(table.c.workflow_uuid).where(*where)
