@@ -11,6 +11,7 @@ RUN := $(VENV)/.installed-run
 TEST := $(VENV)/.installed-test
 LINT := $(VENV)/.installed-lint
 DOCS := $(VENV)/.installed-docs
+BENCH := $(VENV)/.installed-bench
 
 .DEFAULT_GOAL := help
 
@@ -44,6 +45,11 @@ $(LINT): pyproject.toml $(TEST)
 # The docs tools: MkDocs, its Material theme, mkdocstrings (the API reference).
 $(DOCS): pyproject.toml $(RUN)
 	$(INSTALL) --group docs
+	touch $@
+
+# The bench's peers: pydantic-ai's DBOSAgent, beside agentloop.dbos.
+$(BENCH): pyproject.toml $(TEST)
+	$(INSTALL) --group bench
 	touch $@
 
 .PHONY: help
@@ -99,7 +105,7 @@ diagrams: $(RUN) ## Regenerate diagrams/ from the state table
 	$(BIN)/agentloop diagram --format dot > diagrams/agentloop.dot
 
 .PHONY: bench
-bench: $(TEST) ## Benchmarks: engine vs hand-written loop, async driver, batches, copier, memory, tool registry, run files, provider adapters, streaming, the ledger, MCP calls, typed output and the loop guard, DBOS (given a Postgres URL), context windows
+bench: $(BENCH) ## Benchmarks: engine vs hand-written loop, async driver, batches, copier, memory, tool registry, run files, provider adapters, streaming, the ledger, MCP calls, typed output and the loop guard, DBOS beside pydantic-ai (given a Postgres URL), context windows
 	@status=0; for bench in core tools async batches runfile providers streaming ledger mcp output dbos context; do \
 		echo "== bench/bench_$$bench.py"; $(BIN)/python bench/bench_$$bench.py || status=1; \
 	done; exit $$status

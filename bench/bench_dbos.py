@@ -1,42 +1,68 @@
-"""DBOS runs: what a step costs, and runs completed per second with 1, 2 and 4 workers.
+"""DBOS runs: what a model step costs beside pydantic-ai's DBOSAgent, and what bounds throughput.
 
-Needs a Postgres URL in ``AGENTLOOP_TEST_POSTGRES`` (``.ci/run`` sets one; the
-README says how to start Postgres locally); without one it says so and stops.
-Each part uses a fresh DBOS system schema, dropped afterwards.
+Needs a Postgres URL in ``AGENTLOOP_TEST_POSTGRES`` (``.ci/postgres`` prints
+one; docs/dbos.md says how); without one it says so and stops. Each part
+uses a fresh DBOS system schema, dropped afterwards.
 
-1. µs per model step, one run after another in this process: a run without
-   a ledger (in memory), with ``SQLiteLedger`` (``NORMAL`` and ``FULL``), and
-   as a DBOS workflow on Postgres. Each run has K = 3 calls (4 model steps;
-   DBOS records 11 steps: begin, 4 replies, 3 x tool_started and tool). The
-   difference per model step is the overhead DBOS adds. Median of the repeats.
-2. Runs completed per second: 200 runs enqueued (``DBOSLoop.client_enqueue``)
-   on a queue served by 1, 2 and 4 worker processes (worker concurrency 8
-   each), from the first enqueue to the last result; against the same runs on
-   the SQLite ledger (``NORMAL``), one after another in one process.
+1. Per model step, side by side in this process on one Postgres: a scripted
+   model, K tool calls one after another (K + 1 model steps), then a final
+   answer, at K = 1 and K = 10; ``agentloop.dbos`` against pydantic-ai's
+   ``DBOSAgent`` (``run_sync``) with its tool as a DBOS step, alternating run
+   by run. Reported: the process's CPU time and the wall time per model step
+   (medians, and the medians of the paired ratios), and, counted on DBOS's own
+   database engine, the transactions, statements, pings (one a connection
+   checkout) and round trips per model step, and the DBOS steps per model
+   step. The peer is optional (``make bench`` installs it: the ``bench``
+   group); without pydantic-ai only agentloop's numbers are printed.
+   Targets: CPU per model step at most 0.8x the peer's at K = 1 and K = 10;
+   DBOS steps per model step at most 2.5 (K = 1) and 2.9 (K = 10).
+2. I/O-bound runs: a model that waits 100 ms a reply (K = 1: two replies, so
+   a run waits 200 ms), enqueued (20 runs at concurrency 1, about 15 a slot
+   otherwise, from 160 to 960), then served by one worker process at worker
+   concurrency 1, 8, 32 and 64, and by 2 and 4 at concurrency 8 and 32:
+   runs per second; the workers' CPU per run, and the cores they kept busy;
+   how busy the machine's cores were (theirs, Postgres's, anyone's). Target:
+   one worker at concurrency 32 completes at least 20x the runs per second
+   of concurrency 1.
+3. CPU-bound runs (the model answers at once; K = 3): runs per second with 1,
+   2 and 4 worker processes (concurrency 8 each), against the SQLite ledger
+   in one process.
 
-Reported only: the numbers are the machine's and its Postgres's (every step
-is a commit, and Postgres syncs each to disk).
+``AGENTLOOP_BENCH_PARTS`` (default ``123``) picks the parts.
+Reported only (but the targets, which are checked and printed): the numbers
+are the machine's and its Postgres's (every step is a commit, and Postgres
+syncs each to disk).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentloop import Loop, SQLiteLedger
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
 Message = dict[str, Any]
-K = 3
-RUNS = 200
 QUEUE = "agentloop-bench"
 URL = os.environ.get("AGENTLOOP_TEST_POSTGRES")
+CPU_TARGET = 0.8
+STEPS_TARGET = {1: 2.5, 10: 2.9}
+CONCURRENCY_TARGET = 20.0
+SLEEP = 0.1  # the I/O-bound model's wait per reply
+# (workers, worker concurrency) of the I/O-bound part
+SHAPES = ((1, 1), (1, 8), (1, 32), (1, 64), (2, 8), (4, 8), (2, 32), (4, 32))
 
 
 class Echo:
@@ -46,15 +72,22 @@ class Echo:
         return {"status": "ok", "content": call["arguments"]}
 
 
-def model(history: list[Message]) -> Message:
-    done = (len(history) - 1) // 2
-    if done < K:
-        return {"kind": "call", "id": f"c{done}", "name": "echo", "arguments": {"n": done}}
-    return {"kind": "final", "text": "ok"}
+def scripted(k: int, sleep: float = 0.0) -> Callable[[list[Message]], Message]:
+    """k calls one after another, then a final answer; ``sleep`` seconds a reply."""
+
+    def model(history: list[Message]) -> Message:
+        if sleep:
+            time.sleep(sleep)
+        done = (len(history) - 1) // 2
+        if done < k:
+            return {"kind": "call", "id": f"c{done}", "name": "echo", "arguments": {"n": done}}
+        return {"kind": "final", "text": "ok"}
+
+    return model
 
 
-def loop(ledger: SQLiteLedger | None = None) -> Loop:
-    return Loop(model, tools=Echo(), max_steps=K + 1, max_calls=K, ledger=ledger)
+def loop(k: int, ledger: SQLiteLedger | None = None, sleep: float = 0.0) -> Loop:
+    return Loop(scripted(k, sleep), tools=Echo(), max_steps=k + 1, max_calls=k, ledger=ledger)
 
 
 def config(schema: str, executor: str) -> Any:
@@ -75,90 +108,247 @@ def drop(schema: str) -> None:
         connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
-# -- 1. per step -------------------------------------------------------------------------------
-
-
-def per_step(repeats: int, runs: int) -> dict[str, float]:
-    """Median µs per model step of runs one after another: memory, SQLite, DBOS."""
+@contextlib.contextmanager
+def launched(schema: str, executor: str = "bench") -> Iterator[None]:
     from dbos import DBOS
+
+    DBOS(config=config(schema, executor))
+    DBOS.launch()
+    try:
+        yield
+    finally:
+        DBOS.destroy(workflow_completion_timeout_sec=0)
+        drop(schema)
+
+
+# -- 1. per model step, beside pydantic-ai's DBOSAgent ----------------------------------------
+
+
+class Counts:
+    """On DBOS's engine: transactions (each a BEGIN, then a COMMIT or ROLLBACK), statements,
+    and connection checkouts (each pinged). Round trips: the statements, the pings, and two
+    a transaction (checked against Postgres's statement log)."""
+
+    def __init__(self) -> None:
+        from dbos._dbos import _get_dbos_instance  # the bench reaches in; the library does not
+        from sqlalchemy import event
+
+        self.txns = self.statements = self.checkouts = 0
+        engine = _get_dbos_instance()._sys_db.engine
+
+        def ended(connection: Any) -> None:
+            # A connection in AUTOCOMMIT sends neither BEGIN nor COMMIT/ROLLBACK.
+            if connection.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+                self.txns += 1
+
+        def statement(*_: Any) -> None:
+            self.statements += 1
+
+        def checkout(*_: Any) -> None:
+            self.checkouts += 1
+
+        event.listen(engine, "commit", ended)
+        event.listen(engine, "rollback", ended)
+        event.listen(engine, "before_cursor_execute", statement)
+        event.listen(engine.pool, "checkout", checkout)
+
+    def now(self) -> tuple[int, int, int]:
+        return self.txns, self.statements, self.checkouts
+
+
+def machine() -> tuple[float, float]:
+    """The machine's busy and total CPU seconds so far, every core (Linux; zeros elsewhere)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0, 0.0
+    ticks = [int(field) for field in fields]
+    total = sum(ticks[:8])  # user nice system idle iowait irq softirq steal
+    idle = ticks[3] + ticks[4]
+    hz = os.sysconf("SC_CLK_TCK")
+    return (total - idle) / hz, total / hz
+
+
+def cpu() -> float:
+    """This process's CPU time (every thread: the workflow's and DBOS's own)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def peer_agent(k: int) -> Any:
+    """pydantic-ai's DBOSAgent, its model scripted as ours, its tool a DBOS step; or None."""
+    try:
+        from dbos import DBOS
+        from pydantic_ai import Agent
+        from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+        from pydantic_ai.models.function import FunctionModel
+
+        with warnings.catch_warnings():  # DBOSAgent is deprecated for DBOSDurability
+            warnings.simplefilter("ignore")
+            from pydantic_ai.durable_exec.dbos import DBOSAgent
+    except ImportError:
+        return None
+
+    def reply(messages: list[Any], info: Any) -> Any:
+        done = sum(isinstance(p, ToolReturnPart) for m in messages for p in m.parts)
+        if done < k:
+            return ModelResponse(parts=[ToolCallPart("echo", {"n": done}, tool_call_id=f"c{done}")])
+        return ModelResponse(parts=[TextPart("ok")])
+
+    @DBOS.step(name=f"peer{k}.echo")
+    def echo(n: int) -> dict[str, int]:
+        """Echo n."""
+        return {"n": n}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return DBOSAgent(Agent(FunctionModel(reply), name=f"peer{k}", tools=[echo]))
+
+
+def steps_of(run_id: str) -> int:
+    """The DBOS steps of a workflow and of its children (each child once)."""
+    from dbos import DBOS
+
+    steps = DBOS.list_workflow_steps(run_id)
+    children = {step["child_workflow_id"] for step in steps if step["child_workflow_id"]}
+    return len(steps) + sum(steps_of(str(child)) for child in children)
+
+
+def side_by_side(ks: tuple[int, ...], runs: int) -> dict[int, dict[str, dict[str, float]]]:
+    """Per model step, for agentloop and the peer (if installed), at each K."""
+    from dbos import SetWorkflowID
 
     from agentloop.dbos import DBOSLoop
 
     schema = f"agentloop_bench_{uuid.uuid4().hex[:8]}"
-    steps = (K + 1) * runs
-    found: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory() as directory:
-        loops = {
-            "memory": loop(),
-            "sqlite NORMAL": loop(SQLiteLedger(Path(directory) / "n.db", synchronous="NORMAL")),
-            "sqlite FULL": loop(SQLiteLedger(Path(directory) / "f.db", synchronous="FULL")),
-        }
-        dbos_loop = DBOSLoop(loop(), name="bench")
-        DBOS(config=config(schema, "bench"))
-        DBOS.launch()
-        try:
-            for _ in range(repeats):
-                for name, each in loops.items():
-                    began = time.perf_counter()
-                    for _ in range(runs):
-                        each.run("go")
-                    found.setdefault(name, []).append((time.perf_counter() - began) / steps)
-                began = time.perf_counter()
+    ours = {k: DBOSLoop(loop(k), name=f"bench{k}") for k in ks}
+    peers = {k: peer_agent(k) for k in ks}
+    found: dict[int, dict[str, dict[str, float]]] = {}
+    try:
+        with launched(schema):
+            counts = Counts()
+
+            def one(k: int, who: str) -> tuple[float, ...]:
+                run_id = uuid.uuid4().hex
+                c0, w0, n0 = cpu(), time.perf_counter(), counts.now()
+                if who == "agentloop":
+                    assert ours[k].run("go", run_id=run_id).output == "ok"
+                else:
+                    with SetWorkflowID(run_id):
+                        assert peers[k].run_sync("go").output == "ok"
+                c1, w1, n1 = cpu(), time.perf_counter(), counts.now()
+                per = k + 1
+                return (
+                    (c1 - c0) / per * 1e6,
+                    (w1 - w0) / per * 1e6,
+                    *((b - a) / per for a, b in zip(n0, n1, strict=True)),
+                    steps_of(run_id) / per,
+                )
+
+            for k in ks:
+                who = ["agentloop"] + (["peer"] if peers[k] is not None else [])
+                for name in who:  # warm up: imports, caches, prepared connections
+                    one(k, name)
+                samples: dict[str, list[tuple[float, ...]]] = {name: [] for name in who}
                 for _ in range(runs):
-                    dbos_loop.run("go")
-                found.setdefault("dbos postgres", []).append((time.perf_counter() - began) / steps)
-        finally:
-            DBOS.destroy(workflow_completion_timeout_sec=0)
-            dbos_loop.close()
-            drop(schema)
-    return {name: statistics.median(times) * 1e6 for name, times in found.items()}
+                    for name in who:
+                        samples[name].append(one(k, name))
+                fields = ("cpu_us", "wall_us", "txns", "statements", "checkouts", "steps")
+                found[k] = {
+                    name: {
+                        field: statistics.median(s[i] for s in samples[name])
+                        for i, field in enumerate(fields)
+                    }
+                    for name in who
+                }
+                if "peer" in who:  # paired: each of our runs against the peer's next one
+                    for field in ("cpu_us", "wall_us"):
+                        i = fields.index(field)
+                        found[k]["ratio"] = found[k].get("ratio", {}) | {
+                            field: statistics.median(
+                                a[i] / b[i]
+                                for a, b in zip(samples["agentloop"], samples["peer"], strict=True)
+                            )
+                        }
+    finally:
+        for each in ours.values():
+            each.close()
+    return found
 
 
-# -- 2. runs per second with worker processes ---------------------------------------------
+# -- 2. and 3. runs per second with worker processes ----------------------------------------
 
 
-def worker(schema: str, executor: str) -> None:
-    """A worker process: serves the queue until its stdin closes."""
+def worker(schema: str, executor: str, concurrency: int, k: int, sleep: float) -> None:
+    """A worker process: launched, it serves the queue from a "go" line until its stdin
+    closes, then prints the CPU seconds it spent serving."""
     from dbos import DBOS
 
     from agentloop.dbos import DBOSLoop
 
-    DBOSLoop(loop(), name="bench")
+    DBOSLoop(loop(k, sleep=sleep), name="bench")
     DBOS(config=config(schema, executor))
     DBOS.launch()
-    DBOS.register_queue(QUEUE, worker_concurrency=8, polling_interval_sec=0.01)
     print("ready", flush=True)
+    assert sys.stdin.readline().strip() == "go"
+    began = cpu()
+    DBOS.register_queue(QUEUE, worker_concurrency=concurrency, polling_interval_sec=0.01)
     sys.stdin.read()
+    print(cpu() - began, flush=True)
     DBOS.destroy(workflow_completion_timeout_sec=0)
 
 
-def throughput(workers: int) -> float:
-    """Runs completed per second by ``workers`` processes, first enqueue to last result."""
+def throughput(
+    workers: int, concurrency: int, runs: int, k: int, sleep: float
+) -> tuple[float, float, float]:
+    """Runs completed per second by ``workers`` processes; their CPU seconds per run; and how
+    busy the machine's cores were meanwhile (0 to 1: every process's, Postgres's and others').
+
+    The runs are enqueued first (a ``DBOSClient``), then every worker is told
+    to serve the queue at once: timed from then to the last run's end (as
+    DBOS recorded it), so neither the workers' start nor the enqueuing is counted.
+    """
     from dbos import DBOSClient
 
     from agentloop.dbos import DBOSLoop
 
     schema = f"agentloop_bench_{uuid.uuid4().hex[:8]}"
+    command = [sys.executable, __file__, "worker", schema]
     processes = [
         subprocess.Popen(
-            [sys.executable, __file__, "worker", schema, f"w{index}"],
+            [*command, f"w{index}", str(concurrency), str(k), str(sleep)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         for index in range(workers)
     ]
-    enqueuer = DBOSLoop(loop(), name="bench")
+    enqueuer = DBOSLoop(loop(k), name="bench")
+    spent = 0.0
     try:
         for process in processes:
             assert process.stdout is not None
             assert process.stdout.readline().strip() == "ready"
         client = DBOSClient(system_database_url=URL, dbos_system_schema=schema)
-        began = time.perf_counter()
-        handles = [enqueuer.client_enqueue(client, QUEUE, "go") for _ in range(RUNS)]
-        for handle in handles:
-            assert handle.get_result(polling_interval_sec=0.01).output == "ok"
-        took = time.perf_counter() - began
+        run_ids = {enqueuer.client_enqueue(client, QUEUE, "go").workflow_id for _ in range(runs)}
+        began, (busy, total) = time.time(), machine()
+        for process in processes:
+            assert process.stdin is not None
+            process.stdin.write("go\n")
+            process.stdin.flush()
+        deadline = began + 600
+        while time.time() < deadline:
+            time.sleep(0.05)
+            done = client.list_workflows(queue_name=QUEUE, load_input=False, load_output=False)
+            states = {status.status for status in done}
+            assert "ERROR" not in states, "a run failed: see the workers' output"
+            if states == {"SUCCESS"} and len(done) == runs:
+                break
+        else:
+            raise TimeoutError(f"{runs} runs did not end within 600 s")
+        busy_end, total_end = machine()
+        assert {status.workflow_id for status in done} == run_ids
+        ended = max(status.updated_at or 0 for status in done) / 1000
         client.destroy()
     finally:
         enqueuer.close()
@@ -166,45 +356,112 @@ def throughput(workers: int) -> float:
             assert process.stdin is not None
             process.stdin.close()
         for process in processes:
-            process.wait(timeout=60)
             assert process.stdout is not None
+            line = process.stdout.readline().strip()
+            spent += float(line) if line else 0.0
+            process.wait(timeout=60)
             process.stdout.close()
         drop(schema)
-    return RUNS / took
+    load = (busy_end - busy) / (total_end - total) if total_end > total else 0.0
+    return runs / (ended - began), spent / runs, load
 
 
-def sqlite_throughput() -> float:
+def sqlite_throughput(runs: int, k: int) -> float:
     with tempfile.TemporaryDirectory() as directory:
-        ledgered = loop(SQLiteLedger(Path(directory) / "runs.db", synchronous="NORMAL"))
+        ledgered = loop(k, SQLiteLedger(Path(directory) / "runs.db", synchronous="NORMAL"))
         began = time.perf_counter()
-        for _ in range(RUNS):
+        for _ in range(runs):
             assert ledgered.run("go").output == "ok"
-        return RUNS / (time.perf_counter() - began)
+        return runs / (time.perf_counter() - began)
+
+
+def part_side_by_side() -> bool:
+    """Part 1; whether it met its targets."""
+    met = True
+    ks = (1, 10)
+    found = side_by_side(ks, runs=int(os.environ.get("AGENTLOOP_BENCH_RUNS", "30")))
+    print("1. per model step (K calls one after another, then a final answer; medians):")
+    print(
+        f"  {'':<10}{'K':>3} {'CPU µs':>8} {'wall µs':>8} {'txns':>6} {'statements':>10} "
+        f"{'pings':>6} {'round trips':>11} {'DBOS steps':>10}"
+    )
+    for k in ks:
+        for name, got in found[k].items():
+            if name == "ratio":
+                continue
+            trips = got["statements"] + got["checkouts"] + 2 * got["txns"]
+            print(
+                f"  {name:<10}{k:>3} {got['cpu_us']:8.0f} {got['wall_us']:8.0f} "
+                f"{got['txns']:6.2f} {got['statements']:10.2f} {got['checkouts']:6.2f} "
+                f"{trips:11.2f} {got['steps']:10.2f}"
+            )
+        steps = found[k]["agentloop"]["steps"]
+        if steps > STEPS_TARGET[k]:
+            met = False
+            print(f"  MISSED: {steps:.2f} DBOS steps a model step at K={k} (<= {STEPS_TARGET[k]})")
+    if not all("ratio" in found[k] for k in ks):
+        print("  pydantic-ai is not installed: no peer (pip install 'pydantic-ai-slim[dbos]')")
+        return met
+    print("  agentloop.dbos / DBOSAgent, paired run by run (median of the ratios):")
+    for k in ks:
+        ratio = found[k]["ratio"]
+        mark = "" if ratio["cpu_us"] <= CPU_TARGET else f"  MISSED (target <= {CPU_TARGET})"
+        met &= not mark
+        print(f"  K={k:<3} CPU {ratio['cpu_us']:.2f}x   wall {ratio['wall_us']:.2f}x{mark}")
+    return met
+
+
+def part_io_bound() -> bool:
+    """Part 2; whether it met its target."""
+    runs = int(os.environ.get("AGENTLOOP_BENCH_IO_RUNS", "160"))
+    print(f"2. I/O-bound runs: a model waiting {SLEEP * 1000:.0f} ms a reply, 2 replies a run:")
+    print(
+        f"  {'workers':>7} {'concurrency':>11} {'runs':>5} {'runs/s':>8} "
+        f"{'worker CPU ms/run':>18} {'worker cores':>12} {'machine busy':>12}"
+    )
+    rates: dict[tuple[int, int], float] = {}
+    for workers, concurrency in SHAPES:
+        # About 15 runs a slot, so that starting and draining the slots weighs little.
+        count = 20 if concurrency == 1 else min(max(runs, 15 * concurrency * workers), 960)
+        rate, spent, load = throughput(workers, concurrency, count, 1, SLEEP)
+        rates[workers, concurrency] = rate
+        print(
+            f"  {workers:>7} {concurrency:>11} {count:>5} {rate:8.1f} {spent * 1000:18.1f} "
+            f"{rate * spent:12.2f} {load:12.0%}"
+        )
+    gain = rates[1, 32] / rates[1, 1]
+    mark = "" if gain >= CONCURRENCY_TARGET else f"  MISSED (target >= {CONCURRENCY_TARGET:.0f}x)"
+    print(f"  one worker, concurrency 32 against 1: {gain:.1f}x{mark}")
+    return not mark
+
+
+def part_cpu_bound() -> bool:
+    """Part 3: reported only."""
+    runs = int(os.environ.get("AGENTLOOP_BENCH_IO_RUNS", "160"))
+    print(f"3. CPU-bound runs: {runs} runs of 3 calls, the model answering at once:")
+    print(f"  SQLite ledger, 1 process               {sqlite_throughput(runs, 3):8.1f} runs/s")
+    for workers in (1, 2, 4):
+        rate, spent, load = throughput(workers, 8, runs, 3, 0.0)
+        print(
+            f"  DBOS, {workers} worker(s), concurrency 8      {rate:8.1f} runs/s"
+            f"  ({spent * 1000:.1f} worker CPU ms/run, machine {load:.0%} busy)"
+        )
+    return True
 
 
 def main() -> int:
     if not URL:
-        print("skipped: no Postgres (set AGENTLOOP_TEST_POSTGRES to a URL; the README says how)")
+        print("skipped: no Postgres (set AGENTLOOP_TEST_POSTGRES to a URL; docs/dbos.md says how)")
         return 0
-    costs = per_step(repeats=3, runs=20)
-    print(f"µs per model step (K = {K} calls a run, runs one after another, median of 3):")
-    for name, cost in costs.items():
-        print(f"  {name:<14} {cost:9.0f}")
-    memory = costs["memory"]
-    print(
-        f"  DBOS adds {costs['dbos postgres'] - memory:.0f} µs per model step over memory, "
-        f"{costs['dbos postgres'] - costs['sqlite NORMAL']:.0f} over the SQLite ledger (NORMAL), "
-        f"{costs['dbos postgres'] - costs['sqlite FULL']:.0f} over FULL"
-    )
-    print(f"runs completed per second ({RUNS} runs of {K} calls):")
-    print(f"  SQLite ledger, 1 process      {sqlite_throughput():7.1f}")
-    for workers in (1, 2, 4):
-        print(f"  DBOS, {workers} worker process(es)   {throughput(workers):7.1f}")
-    return 0
+    parts = {"1": part_side_by_side, "2": part_io_bound, "3": part_cpu_bound}
+    chosen = os.environ.get("AGENTLOOP_BENCH_PARTS", "123")  # e.g. "2" for part 2 alone
+    met = [parts[part]() for part in chosen]
+    return 0 if all(met) else 1
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["worker"]:
-        worker(sys.argv[2], sys.argv[3])
+        schema, executor, concurrency, k, sleep = sys.argv[2:7]
+        worker(schema, executor, int(concurrency), int(k), float(sleep))
         sys.exit(0)
     sys.exit(main())

@@ -185,28 +185,63 @@ def test_a_streaming_model_records_its_whole_reply_as_the_step(make: Any) -> Non
     result = runs.run("go", run_id=run_id)
     assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
     steps = DBOS.list_workflow_steps(run_id)
-    assert steps[1]["output"] == {"reply": CHECKPOINT_SCRIPT[0], "cancel": False}
+    # The first step is the first ask's (it names the execution that recorded it).
+    output = {key: value for key, value in steps[0]["output"].items() if key != "by"}
+    assert output == {"reply": CHECKPOINT_SCRIPT[0], "cancel": False}
 
 
 def test_each_reply_and_call_is_a_step_in_order(make: Any) -> None:
-    """begin, then a model step per reply, tool_started then tool per call."""
+    """A model step per reply, a tool step per call; nothing else is recorded."""
     runs = make(agentloop.Loop(scripted(CHECKPOINT_SCRIPT), tools=World().registry()))
     run_id = new_id()
     runs.run("go", run_id=run_id)
     steps = DBOS.list_workflow_steps(run_id)
-    begin, model, started, tool, _ = agentloop.dbos.STEPS
+    model, _, tool, _ = agentloop.dbos.STEPS
     assert [step["function_name"] for step in steps] == [
-        begin,
-        *(model, started, tool),  # c1
-        *(model, started, tool, started, tool, started, tool),  # c2, c3, c4
+        *(model, tool),  # c1
+        *(model, tool, tool, tool),  # c2, c3, c4
         model,
     ]
-    assert steps[1]["output"] == {"reply": CHECKPOINT_SCRIPT[0], "cancel": False}
-    assert steps[3]["output"] == {"status": "ok", "content": 2, "exception": None, "cancel": False}
-    failed = steps[10]["output"]
-    assert failed is not None
+    outputs: list[dict[str, Any]] = [dict(step["output"] or {}) for step in steps]
+    by = {output.pop("by") for output in outputs}  # the execution that recorded each
+    assert len(by) == 1
+    assert outputs[0] == {"reply": CHECKPOINT_SCRIPT[0], "cancel": False}
+    assert outputs[1] == {"status": "ok", "content": 2, "exception": None, "cancel": False}
+    failed = outputs[5]
     assert failed["status"] == "error"
     assert failed["exception"] == {"type": "ValueError", "message": "failed on 4"}
+
+
+def test_a_call_whose_previous_step_another_execution_recorded_may_have_started(
+    make: Any,
+) -> None:
+    """Forked at a call's step, a run replays the steps before it, recorded by another
+    execution, which may have started the call: a call that is not idempotent is answered
+    OutcomeUnknown, its handler not called; an idempotent one runs again; the calls after
+    the first live step run as usual."""
+    world = World()
+    runs = make(agentloop.Loop(scripted(CHECKPOINT_SCRIPT), tools=world.registry()))
+    run_id = new_id()
+    plain = runs.run("go", run_id=run_id)
+    steps = DBOS.list_workflow_steps(run_id)
+    tools = [s["function_id"] for s in steps if s["function_name"] == "agentloop.tool"]
+    cases = [("c1", "effect", ["idem", "effect", "fail"]), ("c2", "idem", ["effect", "fail"])]
+    for index, (call_id, kind, after) in zip(tools, cases, strict=False):
+        world.effects.clear()
+        fork = DBOS.fork_workflow(run_id, index)
+        result: agentloop.RunResult = fork.get_result()
+        results = {m["id"]: m for m in result.transcript if m["kind"] == "tool_result"}
+        this = f"{fork.workflow_id}:{call_id}"
+        ran = [name for name, key in world.effects if key == this]
+        if kind == "effect":
+            assert results[call_id]["content"]["type"] == "OutcomeUnknown"
+            assert ran == []
+        else:
+            assert results[call_id] == next(
+                m for m in plain.transcript if m.get("id") == call_id and "status" in m
+            )
+            assert ran == ["idem"]
+        assert [name for name, key in world.effects if key != this] == after
 
 
 def test_each_transition_is_logged_at_debug_as_a_run_logs_it(
@@ -439,6 +474,39 @@ def test_cancel_while_the_policies_review_a_batch_runs_none_of_it(make: Any) -> 
     assert world.effects == plain_world.effects == []
 
 
+def test_the_marker_is_read_at_each_checkpoint_and_nowhere_else(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the first ask and after each reply (in the model step), after each call (in its
+    step: before the next tool or ask): eight reads for three replies and four calls."""
+    reads: list[str] = []
+    exists = agentloop.dbos._exists
+
+    def counted(workflow_id: str) -> bool:
+        reads.append(workflow_id)
+        return exists(workflow_id)
+
+    monkeypatch.setattr(agentloop.dbos, "_exists", counted)
+    runs = make(agentloop.Loop(scripted(CHECKPOINT_SCRIPT), tools=World().registry()))
+    run_id = new_id()
+    assert runs.run("go", run_id=run_id).status is agentloop.State.FINISHED
+    assert reads == [f"agentloop.cancel:{run_id}"] * (1 + 3 + 4)
+
+
+def test_the_marker_read_falls_back_to_the_public_one(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where DBOS's system database is not as the key read expects, DBOS's public read answers."""
+    run_id = new_id()
+    agentloop.dbos.cancel(run_id)
+    assert agentloop.dbos.cancel_requested(run_id)
+    monkeypatch.setattr(agentloop.dbos, "_get_dbos_instance", lambda: object())
+    assert agentloop.dbos.cancel_requested(run_id)
+    assert not agentloop.dbos.cancel_requested(new_id())
+    result = make(agentloop.Loop(scripted([FINAL]))).run("go", run_id=run_id)
+    assert (result.status, result.steps) == (agentloop.State.CANCELLED, 0)
+
+
 def test_cancel_of_a_finished_run_changes_nothing(make: Any) -> None:
     runs = make(agentloop.Loop(scripted([FINAL])))
     run_id = new_id()
@@ -542,7 +610,10 @@ def test_a_run_waits_durably_and_goes_on_when_a_person_decides(make: Any) -> Non
     assert agentloop.dbos.pending(run_id) == ()
     names = [step["function_name"] for step in DBOS.list_workflow_steps(run_id)]
     assert names.count("agentloop.review") == 1
+    # The decisions came by message: a step marks the batch's start before its first call.
+    assert names.count("agentloop.tool_started") == 1
     assert names.index("agentloop.review") < names.index("agentloop.tool_started")
+    assert names.index("agentloop.tool_started") < names.index("agentloop.tool")
 
 
 def test_decide_is_checked_where_it_is_sent(make: Any) -> None:
@@ -695,7 +766,7 @@ def test_a_fitted_run_is_the_fitted_run_without_dbos(make: Any) -> None:
     summaries = sum(e.trigger == "summary_written" for e in result.events)
     assert summaries >= 1
     steps = [step["function_name"] for step in DBOS.list_workflow_steps(run_id)]
-    assert steps.count(agentloop.dbos.STEPS[1]) == result.steps
+    assert steps.count("agentloop.model") == result.steps  # each summary is a model step too
 
 
 def test_a_passing_error_is_retried_after_a_durable_wait(make: Any) -> None:

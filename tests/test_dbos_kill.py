@@ -190,14 +190,20 @@ def test_sigkill_at_each_checkpoint_then_dbos_recovers(server: Server, tmp_path:
         lines = (tmp_path / "effects").read_text().splitlines()
         effects = effects_of([tuple(line.split(" ")) for line in lines])  # type: ignore[misc]
         unknown_seen |= check(run_id, ended["result"], baseline, effects)
-    # Killed after c1's, c3's or c4's effect (or before it, once tool_started is recorded),
-    # the call is answered outcome-unknown; the idempotent c2 is run again instead.
+    # Killed after c1's, c3's or c4's effect (or before it, once the step before the call, which
+    # marks it started, is recorded), the call is answered outcome-unknown; the idempotent c2
+    # is run again instead.
     assert unknown_seen == ({"c1", "c3", "c4"} if LONG else {"c1"})
 
 
-def test_a_cancellation_outlives_the_worker(server: Server, tmp_path: Path) -> None:
-    """Cancelled from this process (a client) while its worker lies dead inside the model:
-    the recovery takes the reply and, at the checkpoint right after it, ends cancelled."""
+@pytest.mark.parametrize("model", [1, 2])
+def test_a_cancellation_outlives_the_worker(server: Server, tmp_path: Path, model: int) -> None:
+    """Cancelled from this process (a client) while its worker lies dead inside the model.
+
+    Inside the first ask, the recovery's first model step reads the marker
+    before it asks (the checkpoint before the first ask): it ends cancelled,
+    never asking. Inside a later one, it takes the reply and, at the
+    checkpoint right after it, ends cancelled."""
     from dbos import DBOSClient
 
     from agentloop.dbos import cancel
@@ -210,7 +216,7 @@ def test_a_cancellation_outlives_the_worker(server: Server, tmp_path: Path) -> N
         "run_id": "doomed",
         "input": as_input(CHECKPOINT_SCRIPT),
     }
-    ended = server.job(job | {"mode": "start", "kill": {"model": 1}})
+    ended = server.job(job | {"mode": "start", "kill": {"model": model}})
     assert ended.get("signal") == signal.SIGKILL, ended
     client = DBOSClient(system_database_url=url)
     try:
@@ -219,10 +225,17 @@ def test_a_cancellation_outlives_the_worker(server: Server, tmp_path: Path) -> N
         client.destroy()
     ended = server.job(job | {"mode": "recover"})
     got = ended["result"]
-    assert (got["status"], got["steps"], got["calls"]) == ("cancelled", 1, 0)
-    assert [m["kind"] for m in got["transcript"]] == ["user"]  # the reply was not taken
-    assert ended["asked"] == 1
-    assert not (tmp_path / "effects").exists()  # no tool ran
+    kinds = [m["kind"] for m in got["transcript"]]
+    if model == 1:
+        assert (got["status"], got["steps"], got["calls"]) == ("cancelled", 0, 0)
+        assert kinds == ["user"]
+        assert ended["asked"] == 0
+        assert not (tmp_path / "effects").exists()  # no tool ran
+    else:
+        assert (got["status"], got["steps"], got["calls"]) == ("cancelled", 2, 1)
+        assert kinds == ["user", "call", "tool_result"]  # the second reply was not taken
+        assert ended["asked"] == 1
+        assert (tmp_path / "effects").read_text().split() == ["effect", "doomed:c1"]
 
 
 def test_two_processes_recover_one_run_at_once(server: Server, tmp_path: Path) -> None:

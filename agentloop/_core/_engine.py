@@ -48,6 +48,7 @@ from agentloop._core._table import NEXT, REPORTS, TERMINAL, Report, State, Trigg
 from agentloop._core._values import (
     AskModel,
     AwaitApproval,
+    RecordedException,
     ReviewCalls,
     RunResult,
     RunTool,
@@ -339,7 +340,9 @@ class Engine(RunState):
         draft.usage = raised_usage(exc, self._spent)
         draft.exception = exc
         draft.model = self._model_name()
-        draft.wait_in = self.planned_wait(exc) if isinstance(wait, _Ask) else wait
+        if isinstance(wait, _Ask):  # a recorded exception brings the wait recorded with it
+            wait = exc.wait if isinstance(exc, RecordedException) else self.planned_wait(exc)
+        draft.wait_in = wait
         return self._record(self._choose(trigger, draft), draft)
 
     def waited(self) -> Transition:
