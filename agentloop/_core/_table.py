@@ -111,7 +111,8 @@ The goal is that nothing is. Today these are, and each says where:
 * When the model raises, intake also asks the Loop's retry policy how long
   to wait (``RetryPolicy.wait_for``: ``None`` when it would not retry) and
   names the model asked (fallback models); ``retry_planned`` reads that
-  answer, and a replay feeds back the recorded wait instead of asking.
+  answer, and a replay feeds back the recorded wait instead of asking (a
+  ``RecordedException``, as a DBOS step records one, brings its own).
 * Which fallback model a driver calls is read, not decided, outside the
   rows: ``engine.model_index`` counts the ``fallback_left`` rows taken, and
   the Loop's per-run model (``_fallback.per_run``) calls that one.
@@ -120,6 +121,9 @@ The goal is that nothing is. Today these are, and each says where:
   ``InvalidStateError`` before intake, and changes nothing (``Engine``).
 * ``reviewed`` is refused once a call of the batch has been handed out, or
   once the batch was reviewed (a raise in ``Engine.reviewed``, not a guard).
+  Whether a driver reviews at all is its own setting (``engine.reviews``),
+  read by ``batch_unreviewed``; an engine fed by a replay does not review,
+  and keeps none of the answers it is fed (``keep_review``).
 * In ``dispatching`` ``next()`` may hand out the batch's next call while
   others still run (a driver that runs calls at once asks again); only when
   every call is out does it refuse.
