@@ -522,3 +522,38 @@ def test_a_closed_ledger_says_it_is_closed(db: Path) -> None:
 def db(tmp_path: Path) -> Path:
     """A ledger's path in a fresh directory."""
     return tmp_path / "runs.db"
+
+
+def test_a_checkpoint_that_ends_while_the_file_is_checked_is_no_damage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mid-checkpoint the file is shorter than its header says, beside its WAL; when that
+    checkpoint ends (the WAL removed) while the ledger is opened, nothing is refused.
+
+    It was: the file was measured before the WAL was looked at, so a checkpoint ending in
+    between (another connection closing, in this process too) looked like a truncated file.
+    """
+    from agentloop._durable import _files
+
+    path = tmp_path / "runs.db"
+    ledger = SQLiteLedger(path)
+    Loop(agentloop.testing.ScriptedModel([final("done")]), ledger=ledger).run("hi", run_id="one")
+    ledger.close()
+    page_size = int.from_bytes(path.read_bytes()[16:18], "big")
+    assert path.stat().st_size > page_size
+    # The snapshot a reader may see mid-checkpoint: page 1 (its header) written, the
+    # rest still in the WAL.
+    with path.open("r+b") as file:
+        file.truncate(page_size)
+    wal = path.with_name(path.name + "-wal")
+    wal.write_bytes(b"\x37\x7f\x06\x82" + bytes(28))
+    looked = _files._empty
+
+    def then_checkpointed(log: Path) -> bool:
+        empty = looked(log)
+        log.unlink()  # the checkpoint ends: the file would be whole now, its WAL gone
+        return empty
+
+    monkeypatch.setattr(_files, "_empty", then_checkpointed)
+    _files._check_file(path, path)  # raised "the file is truncated" before the fix
+    assert not wal.exists()

@@ -94,6 +94,10 @@ def _check_file(path: Path, given: Path) -> None:
 
     ``path`` is the file's real path, ``given`` the name the caller gave it.
     """
+    wal = path.with_name(path.name + "-wal")
+    # Looked at first: a checkpoint under way (another connection closing, in this process
+    # too) fills the file from the WAL, then removes it. With no WAL now, none is under way.
+    wal_empty = _empty(wal)
     try:
         stat = path.stat()
     except FileNotFoundError:
@@ -129,16 +133,17 @@ def _check_file(path: Path, given: Path) -> None:
     page_size = 65536 if page_size == 1 else page_size
     pages = int.from_bytes(head[28:32], "big")
     header_size_valid = head[24:28] == head[92:96]
-    wal = path.with_name(path.name + "-wal")
     # With frames in the WAL, a checkpoint cut short may leave the file shorter than
     # its first page says, legitimately: SQLite reads those pages from the WAL.
-    wal_empty = not wal.exists() or wal.stat().st_size == 0
     if not wal_empty:
         # SQLite takes a WAL whose header it does not know for no WAL at all, and would
         # show the records committed in it as never written. Its header is written whole
         # (or not yet: zeros), so anything else there is damage.
-        with wal.open("rb") as file:
-            magic = file.read(4)
+        try:
+            with wal.open("rb") as file:
+                magic = file.read(4)
+        except FileNotFoundError:  # checkpointed and removed since: nothing to read
+            magic = b""
         if magic not in (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83", b"\0" * len(magic)):
             raise LedgerError(
                 f"{wal}: the ledger's write-ahead log is damaged (it starts with {magic!r}, "
@@ -263,3 +268,11 @@ def _shm_header(index: bytes) -> tuple[int, int, bytes] | None:
 
 
 # -- one writer per run: POSIX byte-range locks on a sidecar file -------------------------
+
+
+def _empty(wal: Path) -> bool:
+    """Whether the WAL is absent or empty (it may be removed while we look)."""
+    try:
+        return wal.stat().st_size == 0
+    except FileNotFoundError:
+        return True
