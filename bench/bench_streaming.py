@@ -32,7 +32,7 @@ import httpx2
 import openai
 
 from agentloop import Loop
-from agentloop.providers._convert import AsyncReplyStream, ReplyStream
+from agentloop.providers._streaming import AsyncReplyStream, ReplyStream
 from agentloop.providers.anthropic import _amessages_stream, _messages_stream
 from agentloop.providers.openai import (
     _achat_stream,

@@ -50,17 +50,13 @@ from agentloop._errors import IncompleteReply
 from agentloop._streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._convert import (
     AsyncModel,
-    AsyncStreamModel,
     Message,
-    StreamModel,
     SyncModel,
     assistant_turn,
     checked_client,
     checked_params,
-    checked_stream,
     image_of,
     make_model,
-    make_stream_model,
     parsed_arguments,
     part_text,
     reply,
@@ -68,6 +64,12 @@ from agentloop.providers._convert import (
     result_text,
     unknown_kind,
     usage,
+)
+from agentloop.providers._streaming import (
+    AsyncStreamModel,
+    StreamModel,
+    checked_stream,
+    make_stream_model,
 )
 
 if TYPE_CHECKING:

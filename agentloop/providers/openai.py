@@ -41,18 +41,14 @@ from agentloop._errors import IncompleteReply
 from agentloop._streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._convert import (
     AsyncModel,
-    AsyncStreamModel,
     Message,
-    StreamModel,
     SyncModel,
     arguments_text,
     assistant_turn,
     checked_client,
     checked_params,
-    checked_stream,
     image_of,
     make_model,
-    make_stream_model,
     parsed_arguments,
     part_text,
     reply,
@@ -61,6 +57,12 @@ from agentloop.providers._convert import (
     strict_schema,
     unknown_kind,
     usage,
+)
+from agentloop.providers._streaming import (
+    AsyncStreamModel,
+    StreamModel,
+    checked_stream,
+    make_stream_model,
 )
 
 if TYPE_CHECKING:
