@@ -32,8 +32,8 @@ import httpx2
 import openai
 
 from agentloop import Loop
+from agentloop.providers._anthropic_stream import amessages_stream, messages_stream
 from agentloop.providers._streaming import AsyncReplyStream, ReplyStream
-from agentloop.providers.anthropic import _amessages_stream, _messages_stream
 from agentloop.providers.openai import (
     _achat_stream,
     _aresponses_stream,
@@ -192,7 +192,7 @@ class AEvents(Events):
 ADAPTERS: dict[str, tuple[Callable[[], bytes], Any, Any]] = {
     "chat": (chat_events, _chat_stream, _achat_stream),
     "responses": (responses_events, _responses_stream, _aresponses_stream),
-    "anthropic": (messages_events, _messages_stream, _amessages_stream),
+    "anthropic": (messages_events, messages_stream, amessages_stream),
 }
 
 
