@@ -32,14 +32,14 @@ import httpx2
 import openai
 
 from agentloop import Loop
-from agentloop.providers._convert import AsyncReplyStream, ReplyStream
-from agentloop.providers.anthropic import _amessages_stream, _messages_stream
-from agentloop.providers.openai import (
-    _achat_stream,
-    _aresponses_stream,
-    _chat_stream,
-    _responses_stream,
+from agentloop.providers._anthropic_stream import amessages_stream, messages_stream
+from agentloop.providers._openai_stream import (
+    achat_stream,
+    aresponses_stream,
+    chat_stream,
+    responses_stream,
 )
+from agentloop.providers._streaming import AsyncReplyStream, ReplyStream
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -190,9 +190,9 @@ class AEvents(Events):
 
 
 ADAPTERS: dict[str, tuple[Callable[[], bytes], Any, Any]] = {
-    "chat": (chat_events, _chat_stream, _achat_stream),
-    "responses": (responses_events, _responses_stream, _aresponses_stream),
-    "anthropic": (messages_events, _messages_stream, _amessages_stream),
+    "chat": (chat_events, chat_stream, achat_stream),
+    "responses": (responses_events, responses_stream, aresponses_stream),
+    "anthropic": (messages_events, messages_stream, amessages_stream),
 }
 
 

@@ -2,49 +2,44 @@
 
 Each adapter converts the history to its provider's request and the response
 back to a reply; the pieces both directions have in common live here, so that
-the three formats differ only where their wire formats do.
+the three formats differ only where their wire formats do. ``make_model``
+makes the (unstreamed) model callback of an adapter's pieces.
 """
 
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
 from agentloop._core._json import json_object
-from agentloop._core._retry import mark
 from agentloop._errors import IncompleteReply
 from agentloop._tools._specs import build_specs
+from agentloop.providers._errors import classify
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Generator
+    from collections.abc import Coroutine
     from types import ModuleType
 
-    from agentloop._streams import Delta
     from agentloop._tools._specs import SpecFormat
 
 __all__ = [
     "AsyncModel",
-    "AsyncReplyStream",
-    "AsyncStreamModel",
     "Message",
-    "ReplyStream",
-    "StreamModel",
+    "Options",
     "SyncModel",
     "arguments_text",
     "assistant_turn",
     "checked_client",
     "checked_params",
-    "checked_stream",
     "image_of",
     "make_model",
-    "make_stream_model",
     "parsed_arguments",
     "part_text",
     "reply",
+    "request_entries",
     "request_tools",
     "result_parts",
     "result_text",
@@ -87,36 +82,6 @@ class AsyncModel(Protocol):
         output: Message | None = None,
     ) -> Coroutine[Any, Any, Message]:
         """The reply to ``history``, with ``tools`` (neutral specs) offered."""
-        ...
-
-
-class StreamModel(Protocol):
-    """The streaming model callback for a sync client: deltas, then the whole reply."""
-
-    def __call__(
-        self,
-        history: list[Message],
-        *,
-        tools: list[Message] | None = None,
-        tool_choice: str | None = None,
-        output: Message | None = None,
-    ) -> ReplyStream:
-        """The stream of the reply to ``history``, with ``tools`` (neutral specs) offered."""
-        ...
-
-
-class AsyncStreamModel(Protocol):
-    """The streaming model callback for an async client: ``StreamModel``, awaited."""
-
-    def __call__(
-        self,
-        history: list[Message],
-        *,
-        tools: list[Message] | None = None,
-        tool_choice: str | None = None,
-        output: Message | None = None,
-    ) -> Coroutine[Any, Any, AsyncReplyStream]:
-        """The stream of the reply to ``history``, with ``tools`` (neutral specs) offered."""
         ...
 
 
@@ -275,12 +240,6 @@ def checked_params(
         raise TypeError(f"{adapter}(): {exc}") from None
 
 
-def checked_stream(adapter: str, stream: object) -> None:
-    """Refuse a ``stream`` that is not a bool, now."""
-    if type(stream) is not bool:
-        raise TypeError(f"{adapter}() expected stream to be True or False, got {stream!r:.80}")
-
-
 def request_tools(specs: list[Message] | None, format: SpecFormat) -> dict[str, Any]:
     """The request's ``tools`` entry: the Loop's specs, in the provider's ``format``.
 
@@ -327,7 +286,7 @@ def make_model(
     which is on by default for these models (``agentloop_retry``); ``name``
     is what fallback models' events call it.
     """
-    entries = _entries(format, options)
+    entries = request_entries(format, options)
     made: Any
     if inspect.iscoroutinefunction(inspect.unwrap(create)):
 
@@ -370,7 +329,7 @@ def make_model(
     return made  # type: ignore[no-any-return]
 
 
-def _entries(
+def request_entries(
     format: SpecFormat, options: Options | None
 ) -> Callable[[list[Message] | None, str | None, Message | None], dict[str, Any]]:
     """A request's tool entries in ``format``, and what ``options`` adds for the rest."""
@@ -410,158 +369,3 @@ def strict_schema(schema: Any) -> bool:
         for key, value in schema.items()
         if key not in ("enum", "const", "default", "required")
     )
-
-
-def classify(exc: Exception, sdk: ModuleType | None) -> None:
-    """Mark an SDK's error by its own exception types, when it may pass.
-
-    A rate limit, a 5xx, a timeout, a lost connection; the server's
-    ``Retry-After`` (``retry-after-ms`` first) goes with it. OpenAI's and
-    Anthropic's SDKs share these type names. Anything else stays unmarked.
-    """
-    if sdk is None:
-        return
-    if isinstance(exc, sdk.APITimeoutError):  # a subclass of APIConnectionError: first
-        mark(exc, "timeout")
-    elif isinstance(exc, sdk.APIConnectionError):
-        mark(exc, "connection")
-    elif isinstance(exc, sdk.RateLimitError):
-        mark(exc, "rate_limit", retry_after(exc.response.headers))
-    elif isinstance(exc, sdk.APIStatusError) and exc.status_code >= 500:  # 529: overloaded too
-        mark(exc, "server", retry_after(exc.response.headers))
-
-
-def retry_after(headers: Any) -> float | None:
-    """The wait a response asks for, in seconds.
-
-    ``retry-after-ms``, or ``retry-after`` in seconds (an HTTP date, which
-    needs a clock, is left to the policy's backoff).
-    """
-    for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(header)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) * scale
-        except ValueError:
-            continue
-        if 0 <= seconds < math.inf:
-            return seconds
-    return None
-
-
-class ReplyStream:
-    """A reply streaming from an SDK's stream: deltas, then the whole reply.
-
-    ``close()`` ends the HTTP response at once.
-    Iterating it is iterating ``convert(source)`` itself (``__iter__`` hands out
-    that generator): no call of ours between the SDK's event and its delta.
-    """
-
-    __slots__ = ("_items", "_source")
-
-    def __init__(
-        self, source: Any, convert: Callable[[Any], Generator[Delta | Message, None, None]]
-    ) -> None:
-        self._source = source
-        self._items = convert(source)
-
-    def __iter__(self) -> Generator[Delta | Message, None, None]:
-        return self._items
-
-    def __next__(self) -> Delta | Message:
-        return next(self._items)
-
-    def close(self) -> None:
-        """Stop reading and close the SDK's stream (its HTTP response)."""
-        try:
-            self._items.close()
-        finally:
-            self._source.close()
-
-
-class AsyncReplyStream:
-    """``ReplyStream`` for an async client; ``aclose()`` ends the HTTP response at once."""
-
-    __slots__ = ("_items", "_source")
-
-    def __init__(
-        self, source: Any, convert: Callable[[Any], AsyncGenerator[Delta | Message, None]]
-    ) -> None:
-        self._source = source
-        self._items = convert(source)
-
-    def __aiter__(self) -> AsyncIterator[Delta | Message]:
-        return self._items
-
-    async def __anext__(self) -> Delta | Message:
-        return await self._items.__anext__()
-
-    async def aclose(self) -> None:
-        """Stop reading and close the SDK's stream (its HTTP response)."""
-        try:
-            await self._items.aclose()
-        finally:
-            await self._source.close()
-
-
-def make_stream_model(
-    create: Callable[..., Any],
-    request: Callable[[list[Message], dict[str, Any]], dict[str, Any]],
-    convert: Callable[[Any], Generator[Delta | Message, None, None]],
-    aconvert: Callable[[Any], AsyncGenerator[Delta | Message, None]],
-    format: SpecFormat,
-    streaming: dict[str, Any],
-    options: Options | None = None,
-    *,
-    sdk: ModuleType | None = None,
-    name: str | None = None,
-) -> StreamModel | AsyncStreamModel:
-    """The streaming model callback: ``create(**request(...), **streaming)``'s stream, converted.
-
-    The request is made as ``make_model`` makes it, and sent (an HTTP error
-    raised, and marked for the retry policy) by the call itself; the stream
-    it answers with yields the deltas ``convert`` makes of the SDK's events,
-    then the whole reply.
-    """
-    entries = _entries(format, options)
-    made: Any
-    if inspect.iscoroutinefunction(inspect.unwrap(create)):
-
-        async def amodel(
-            history: list[Message],
-            *,
-            tools: list[Message] | None = None,
-            tool_choice: str | None = None,
-            output: Message | None = None,
-        ) -> AsyncReplyStream:
-            body = request(history, entries(tools, tool_choice, output))
-            try:
-                source = await create(**body, **streaming)
-            except Exception as exc:
-                classify(exc, sdk)
-                raise
-            return AsyncReplyStream(source, aconvert)
-
-        made = amodel
-    else:
-
-        def model(
-            history: list[Message],
-            *,
-            tools: list[Message] | None = None,
-            tool_choice: str | None = None,
-            output: Message | None = None,
-        ) -> ReplyStream:
-            body = request(history, entries(tools, tool_choice, output))
-            try:
-                source = create(**body, **streaming)
-            except Exception as exc:
-                classify(exc, sdk)
-                raise
-            return ReplyStream(source, convert)
-
-        made = model
-    made.agentloop_retry = True
-    made.agentloop_name = name or format
-    return made  # type: ignore[no-any-return]

@@ -34,9 +34,7 @@ Needs the ``anthropic`` extra; importing this module without it raises an
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Literal, overload
-
-import orjson
+from typing import Any, Literal, overload
 
 try:
     import anthropic  # at run time, so that a missing SDK fails here
@@ -46,51 +44,33 @@ except ImportError as exc:
         "pip install 'agentloop-fsm[anthropic]'"
     ) from exc
 
-from agentloop._errors import IncompleteReply
-from agentloop._streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
+from agentloop.providers._anthropic_reply import FINAL_ANSWER, messages_reply
+from agentloop.providers._anthropic_stream import amessages_stream, messages_stream
 from agentloop.providers._convert import (
     AsyncModel,
-    AsyncStreamModel,
     Message,
-    StreamModel,
     SyncModel,
     assistant_turn,
     checked_client,
     checked_params,
-    checked_stream,
     image_of,
     make_model,
-    make_stream_model,
-    parsed_arguments,
     part_text,
-    reply,
     result_parts,
     result_text,
     unknown_kind,
-    usage,
 )
-
-if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Generator, Iterable
-
-    from anthropic.types import Message as AnthropicMessage
-    from anthropic.types import RawMessageStreamEvent
-
-    from agentloop._streams import Delta
+from agentloop.providers._streaming import (
+    AsyncStreamModel,
+    StreamModel,
+    checked_stream,
+    make_stream_model,
+)
 
 __all__ = ["DEFAULT_MAX_TOKENS", "anthropic_messages"]
 
 #: The output limit when none is given: one that every Claude model accepts.
 DEFAULT_MAX_TOKENS = 4096
-
-# Why a reply stopped, when it cannot be taken as it is.
-_STOPPED = {
-    "max_tokens": "the reply was cut off at max_tokens",
-    "model_context_window_exceeded": "the reply was cut off: the context window is full",
-    "refusal": "the model refused (stop_reason 'refusal')",
-    "pause_turn": "the model paused its turn (stop_reason 'pause_turn'), which agentloop "
-    "does not resume",
-}
 
 
 @overload
@@ -177,8 +157,8 @@ def anthropic_messages(
         return make_stream_model(
             client.messages.create,
             request,
-            _messages_stream,
-            _amessages_stream,
+            messages_stream,
+            amessages_stream,
             "anthropic",
             {"stream": True},
             options,
@@ -188,7 +168,7 @@ def anthropic_messages(
     return make_model(
         client.messages.create,
         request,
-        _messages_reply,
+        messages_reply,
         "anthropic",
         options,
         sdk=anthropic,
@@ -213,10 +193,6 @@ def _result_content(message: Message) -> str | list[dict[str, Any]]:
     return blocks
 
 
-#: The tool a typed output is asked through when the SDK has no structured output.
-FINAL_ANSWER = "final_answer"
-
-
 def _messages_options(
     tools: bool, tool_choice: str | None, output: Message | None
 ) -> dict[str, Any]:
@@ -233,7 +209,7 @@ def _tool_options(tools: bool, tool_choice: str | None, output: Message | None) 
     """For an SDK without structured output: the output asked for as a final-answer tool.
 
     The model answers by calling ``final_answer`` with the output as its
-    input; ``_messages_reply`` makes that call the final, its text the JSON.
+    input; ``messages_reply`` makes that call the final, its text the JSON.
     """
     out = _messages_options(tools, tool_choice, None)
     if output is not None:
@@ -303,164 +279,3 @@ def _turn(turns: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
     if not turns or turns[-1]["role"] != role:
         turns.append({"role": role, "content": []})
     return turns[-1]["content"]  # type: ignore[no-any-return]
-
-
-def _messages_reply(message: AnthropicMessage) -> Message:
-    """The reply for a Messages API response: its text blocks and its ``tool_use`` blocks."""
-    used = message.usage
-    blocks = [
-        ("text", block.text, "", None)
-        if block.type == "text"
-        else ("tool_use", block.id, block.name, block.input)  # the API parses the input
-        for block in message.content
-        if block.type == "text" or block.type == "tool_use"
-    ]
-    return _messages_outcome(
-        message.stop_reason,
-        used.input_tokens,
-        used.output_tokens,
-        used.cache_read_input_tokens,
-        used.cache_creation_input_tokens,
-        blocks,
-    )
-
-
-def _messages_outcome(
-    stop_reason: str | None,
-    input_tokens: int,
-    output_tokens: int,
-    read: int | None,
-    written: int | None,
-    blocks: Iterable[tuple[str, str, str, Any]],
-) -> Message:
-    """The reply for a message's parts, whole or streamed: ``(type, text or id, name, input)``."""
-    # input_tokens counts only what was neither read from nor written to the cache.
-    prompt = input_tokens + (read or 0) + (written or 0)
-    tokens = usage(prompt, output_tokens, read or 0)
-    stopped = _STOPPED.get(stop_reason or "")
-    if stopped:
-        raise IncompleteReply(stopped, tokens)
-    texts: list[str] = []
-    calls: list[Message] = []
-    for kind, text_or_id, name, arguments in blocks:
-        if kind == "text":
-            texts.append(text_or_id)
-        elif name == FINAL_ANSWER:  # the output, asked as a tool (an SDK without output_config)
-            texts, calls = [orjson.dumps(arguments).decode()], []
-            break
-        else:
-            calls.append({"id": text_or_id, "name": name, "arguments": arguments})
-    return reply("".join(texts), calls, tokens)
-
-
-class _MessagesFold:
-    """Messages API stream events folded as they arrive: each one's deltas, the reply at the end."""
-
-    __slots__ = ("blocks", "calls", "ended", "input", "output", "read", "stop", "written")
-
-    def __init__(self) -> None:
-        # by the block's index: [type, text parts or id, name, argument parts]
-        self.blocks: dict[int, list[Any]] = {}
-        self.calls: dict[int, int] = {}  # a tool_use block's index: its index among the calls
-        self.stop: str | None = None
-        self.input = self.output = 0
-        self.read: int | None = None
-        self.written: int | None = None
-        self.ended = False
-
-    def feed(self, event: Any) -> tuple[Delta, ...]:  # a RawMessageStreamEvent, by its type
-        kind = event.type
-        if kind == "content_block_delta":
-            delta = event.delta
-            block = self.blocks.get(event.index)
-            if block is None:
-                return ()
-            if delta.type == "text_delta":
-                block[1].append(delta.text)
-                return (TextDelta(text=delta.text),) if delta.text else ()
-            if delta.type == "input_json_delta":
-                block[3].append(delta.partial_json)
-                if not delta.partial_json:
-                    return ()
-                return (ArgumentsDelta(index=self.calls[event.index], text=delta.partial_json),)
-            return ()
-        if kind == "content_block_start":
-            start = event.content_block
-            if start.type == "text":
-                self.blocks[event.index] = ["text", [start.text], "", None]
-                return (TextDelta(text=start.text),) if start.text else ()
-            if start.type == "tool_use":
-                index = self.calls[event.index] = len(self.calls)
-                self.blocks[event.index] = ["tool_use", start.id, start.name, []]
-                return (ToolCallStart(index=index, id=start.id, name=start.name),)
-            return ()
-        if kind == "message_start":
-            used = event.message.usage
-            self.input, self.output = used.input_tokens, used.output_tokens
-            self.read, self.written = used.cache_read_input_tokens, used.cache_creation_input_tokens
-            return ()
-        if kind == "message_delta":
-            self.stop = event.delta.stop_reason
-            used = event.usage
-            self.output = used.output_tokens
-            # Newer servers repeat the input counts here; the later count wins.
-            if used.input_tokens is not None:
-                self.input = used.input_tokens
-            if used.cache_read_input_tokens is not None:
-                self.read = used.cache_read_input_tokens
-            if used.cache_creation_input_tokens is not None:
-                self.written = used.cache_creation_input_tokens
-            read = self.read or 0
-            return (
-                UsageDelta(
-                    input_tokens=self.input + read + (self.written or 0),
-                    output_tokens=self.output,
-                    cached_tokens=read,
-                ),
-            )
-        if kind == "message_stop":
-            self.ended = True
-        return ()
-
-    def reply(self) -> Message:
-        if not self.ended:
-            raise IncompleteReply("the stream ended before the reply did (no message_stop)")
-        blocks = []
-        for index in sorted(self.blocks):
-            kind, first, name, parts = self.blocks[index]
-            if kind == "text":
-                blocks.append((kind, "".join(first), "", None))
-            else:  # no input_json_delta at all: a tool without parameters
-                blocks.append((kind, first, name, parsed_arguments("".join(parts))))
-        return _messages_outcome(
-            self.stop, self.input, self.output, self.read, self.written, blocks
-        )
-
-
-def _messages_stream(
-    events: anthropic.Stream[RawMessageStreamEvent],
-) -> Generator[Delta | Message, None, None]:
-    """The deltas of a Messages API stream, then its reply."""
-    fold = _MessagesFold()
-    try:
-        for event in events:
-            yield from fold.feed(event)
-            if fold.ended:
-                break
-    finally:
-        events.close()  # the HTTP response, at once: the reply is in (or broke)
-    yield fold.reply()
-
-
-async def _amessages_stream(events: Any) -> AsyncGenerator[Delta | Message, None]:
-    """``_messages_stream`` over an async SDK stream."""
-    fold = _MessagesFold()
-    try:
-        async for event in events:
-            for delta in fold.feed(event):
-                yield delta
-            if fold.ended:
-                break
-    finally:
-        await events.close()
-    yield fold.reply()

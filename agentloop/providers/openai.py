@@ -28,7 +28,7 @@ Needs the ``openai`` extra; importing this module without it raises an
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import Any, Literal, overload
 
 try:
     import openai  # at run time, so that a missing SDK fails here
@@ -37,48 +37,37 @@ except ImportError as exc:
         "agentloop.providers.openai needs the OpenAI SDK: pip install 'agentloop-fsm[openai]'"
     ) from exc
 
-from agentloop._errors import IncompleteReply
-from agentloop._streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._convert import (
     AsyncModel,
-    AsyncStreamModel,
     Message,
-    StreamModel,
     SyncModel,
     arguments_text,
     assistant_turn,
     checked_client,
     checked_params,
-    checked_stream,
     image_of,
     make_model,
-    make_stream_model,
-    parsed_arguments,
     part_text,
-    reply,
     result_parts,
     result_text,
     strict_schema,
     unknown_kind,
-    usage,
+)
+from agentloop.providers._openai_reply import chat_reply, responses_reply
+from agentloop.providers._openai_stream import (
+    achat_stream,
+    aresponses_stream,
+    chat_stream,
+    responses_stream,
+)
+from agentloop.providers._streaming import (
+    AsyncStreamModel,
+    StreamModel,
+    checked_stream,
+    make_stream_model,
 )
 
-if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Generator, Iterable
-
-    from openai.types.chat import ChatCompletion, ChatCompletionChunk
-    from openai.types.completion_usage import CompletionUsage
-    from openai.types.responses import Response, ResponseStreamEvent
-
-    from agentloop._streams import Delta
-
 __all__ = ["openai_chat", "openai_responses"]
-
-# Why a Responses API reply is incomplete, said as Chat Completions' are.
-_INCOMPLETE = {
-    "max_output_tokens": "the reply was cut off at max_output_tokens",
-    "content_filter": "the reply was withheld by the content filter",
-}
 
 
 @overload
@@ -138,8 +127,8 @@ def openai_chat(
         return make_stream_model(
             client.chat.completions.create,
             request,
-            _chat_stream,
-            _achat_stream,
+            chat_stream,
+            achat_stream,
             "openai",
             {"stream": True, "stream_options": options},
             _chat_options,
@@ -149,7 +138,7 @@ def openai_chat(
     return make_model(
         client.chat.completions.create,
         request,
-        _chat_reply,
+        chat_reply,
         "openai",
         _chat_options,
         sdk=openai,
@@ -219,8 +208,8 @@ def openai_responses(
         return make_stream_model(
             client.responses.create,
             request,
-            _responses_stream,
-            _aresponses_stream,
+            responses_stream,
+            aresponses_stream,
             "openai-responses",
             {"stream": True},
             _responses_options,
@@ -230,7 +219,7 @@ def openai_responses(
     return make_model(
         client.responses.create,
         request,
-        _responses_reply,
+        responses_reply,
         "openai-responses",
         _responses_options,
         sdk=openai,
@@ -309,164 +298,6 @@ def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def _chat_reply(completion: ChatCompletion) -> Message:
-    """The reply for a chat completion (its first choice), with its usage."""
-    used = completion.usage
-    if not completion.choices:
-        return _chat_outcome(used, None, None, None, None, ())
-    choice = completion.choices[0]
-    message = choice.message
-    calls = [
-        (c.type, c.id, c.function.name, c.function.arguments)
-        if c.type == "function"
-        else (c.type, c.id, "", "")
-        for c in message.tool_calls or ()
-    ]
-    return _chat_outcome(used, choice.finish_reason, message.content, message.refusal, "", calls)
-
-
-def _chat_outcome(
-    used: CompletionUsage | None,
-    finish: str | None,
-    content: str | None,
-    refusal: str | None,
-    choice: str | None,
-    calls: Iterable[tuple[str, str, str, str]],
-) -> Message:
-    """The reply for a first choice's parts, whole or streamed (``choice`` None: no choice).
-
-    ``calls`` are ``(type, id, name, arguments)``, in order.
-    """
-    details = used.prompt_tokens_details if used else None
-    cached = (details.cached_tokens if details else None) or 0
-    tokens = None if used is None else usage(used.prompt_tokens, used.completion_tokens, cached)
-    if choice is None:
-        raise IncompleteReply("the reply was empty: the response has no choices", tokens)
-    if refusal:
-        raise IncompleteReply(f"the model refused: {refusal}", tokens)
-    if finish == "length":
-        raise IncompleteReply(
-            "the reply was cut off at the output limit (finish_reason 'length')", tokens
-        )
-    if finish == "content_filter":
-        raise IncompleteReply("the reply was withheld by the content filter", tokens)
-    parsed = []
-    for kind, call_id, name, arguments in calls:
-        if kind != "function":
-            raise IncompleteReply(
-                f"the model made a {kind!r} tool call, which agentloop lacks", tokens
-            )
-        parsed.append({"id": call_id, "name": name, "arguments": parsed_arguments(arguments)})
-    return reply(content or "", parsed, tokens)
-
-
-class _ChatFold:
-    """Chat Completions chunks folded as they arrive: the deltas of each, the reply at the end."""
-
-    __slots__ = ("calls", "choice", "finish", "refusal", "text", "used")
-
-    def __init__(self) -> None:
-        self.text: list[str] = []
-        self.refusal: list[str] = []
-        self.calls: dict[int, list[Any]] = {}  # index: [type, id, name, [argument texts]]
-        self.finish: str | None = None
-        self.used: CompletionUsage | None = None
-        self.choice: str | None = None  # "" once a chunk had a choice
-
-    def feed(self, chunk: ChatCompletionChunk) -> list[Delta] | tuple[Delta, ...]:
-        choices = chunk.choices
-        if chunk.usage is None and len(choices) == 1:  # the common chunk: a piece of text
-            choice = choices[0]
-            delta = choice.delta
-            if (
-                choice.index == 0
-                and choice.finish_reason is None
-                and delta.tool_calls is None
-                and not delta.refusal
-            ):
-                self.choice = ""
-                content = delta.content
-                if content:
-                    self.text.append(content)
-                    return (TextDelta(text=content),)
-                return ()
-        out: list[Delta] = []
-        if chunk.usage is not None:  # the last chunk (include_usage), with no choices
-            self.used = used = chunk.usage
-            details = used.prompt_tokens_details
-            out.append(
-                UsageDelta(
-                    input_tokens=used.prompt_tokens,
-                    output_tokens=used.completion_tokens,
-                    cached_tokens=(details.cached_tokens if details else None) or 0,
-                )
-            )
-        for choice in chunk.choices:
-            if choice.index != 0:
-                continue  # the first choice is the reply, as unstreamed
-            self.choice = ""
-            if choice.finish_reason is not None:
-                self.finish = choice.finish_reason
-            delta = choice.delta
-            if delta.content:
-                self.text.append(delta.content)
-                out.append(TextDelta(text=delta.content))
-            if delta.refusal:
-                self.refusal.append(delta.refusal)
-            for call in delta.tool_calls or ():
-                entry = self.calls.get(call.index)
-                function = call.function
-                if entry is None:
-                    name = (function.name if function else None) or ""
-                    entry = self.calls[call.index] = [call.type or "function", call.id, name, []]
-                    out.append(ToolCallStart(index=call.index, id=call.id or "", name=name))
-                if function is not None and function.arguments:
-                    entry[3].append(function.arguments)
-                    out.append(ArgumentsDelta(index=call.index, text=function.arguments))
-        return out
-
-    def reply(self) -> Message:
-        if self.choice is not None and self.finish is None:
-            raise IncompleteReply("the stream ended before the reply did (no finish_reason)")
-        calls = [
-            (kind, call_id, name, "".join(parts))
-            for kind, call_id, name, parts in (self.calls[i] for i in sorted(self.calls))
-        ]
-        return _chat_outcome(
-            self.used,
-            self.finish,
-            "".join(self.text) or None,
-            "".join(self.refusal) or None,
-            self.choice,
-            calls,
-        )
-
-
-def _chat_stream(
-    chunks: openai.Stream[ChatCompletionChunk],
-) -> Generator[Delta | Message, None, None]:
-    """The deltas of a chat completion's chunks, then its reply."""
-    fold = _ChatFold()
-    try:
-        for chunk in chunks:
-            yield from fold.feed(chunk)
-    finally:
-        chunks.close()  # the HTTP response, at once: the reply is in (or broke)
-    yield fold.reply()
-
-
-async def _achat_stream(chunks: Any) -> AsyncGenerator[Delta | Message, None]:
-    """``_chat_stream`` over an async SDK stream."""
-    fold = _ChatFold()
-    try:
-        async for chunk in chunks:
-            for delta in fold.feed(chunk):
-                yield delta
-    finally:
-        await chunks.close()
-    yield fold.reply()
-
-
 def _output(message: Message) -> str | list[dict[str, Any]]:
     """A ``function_call_output``'s output: text, or input items when the result holds an image."""
     parts = result_parts(message)
@@ -516,118 +347,3 @@ def _responses_input(history: list[Message]) -> list[dict[str, Any]]:
         else:
             raise unknown_kind(index, kind)
     return out
-
-
-def _responses_reply(response: Response) -> Message:
-    """The reply for a Responses API response: its messages' text and its function calls."""
-    used = response.usage
-    tokens = (
-        None
-        if used is None
-        else usage(used.input_tokens, used.output_tokens, used.input_tokens_details.cached_tokens)
-    )
-    if response.status == "incomplete":
-        reason = response.incomplete_details and response.incomplete_details.reason
-        why = _INCOMPLETE.get(reason or "", f"the reply is incomplete ({reason})")
-        raise IncompleteReply(why, tokens)
-    if response.status not in (None, "completed"):
-        error = response.error
-        said = f": {error.code}: {error.message}" if error else ""
-        raise IncompleteReply(f"the response is {response.status}{said}", tokens)
-    texts, calls = [], []
-    for item in response.output:
-        if item.type == "message":
-            for part in item.content:
-                if part.type == "refusal":
-                    raise IncompleteReply(f"the model refused: {part.refusal}", tokens)
-                texts.append(part.text)
-        elif item.type == "function_call":
-            calls.append(
-                {
-                    "id": item.call_id,
-                    "name": item.name,
-                    "arguments": parsed_arguments(item.arguments),
-                }
-            )
-        # Reasoning and the built-in tools' items have no message in the contract.
-    return reply("".join(texts), calls, tokens)
-
-
-class _ResponsesFold:
-    """Responses API stream events folded: the deltas of each, the reply from the last."""
-
-    __slots__ = ("calls", "final")
-
-    def __init__(self) -> None:
-        self.calls: dict[int, int] = {}  # output_index: the call's index among the calls
-        self.final: Response | None = None
-
-    def feed(self, event: Any) -> tuple[Delta, ...]:  # a ResponseStreamEvent, by its type
-        kind = event.type
-        if kind == "response.output_text.delta":
-            return (TextDelta(text=event.delta),) if event.delta else ()
-        if kind == "response.function_call_arguments.delta":
-            index = self.calls.get(event.output_index)
-            if index is None or not event.delta:
-                return ()
-            return (ArgumentsDelta(index=index, text=event.delta),)
-        if kind == "response.output_item.added":
-            item = event.item
-            if item.type != "function_call":
-                return ()
-            index = self.calls[event.output_index] = len(self.calls)
-            start = ToolCallStart(index=index, id=item.call_id, name=item.name)
-            if item.arguments:
-                return (start, ArgumentsDelta(index=index, text=item.arguments))
-            return (start,)
-        if kind in ("response.completed", "response.incomplete", "response.failed"):
-            self.final = response = event.response
-            used = response.usage
-            if used is not None:
-                return (
-                    UsageDelta(
-                        input_tokens=used.input_tokens,
-                        output_tokens=used.output_tokens,
-                        cached_tokens=used.input_tokens_details.cached_tokens,
-                    ),
-                )
-            return ()
-        if kind == "error":
-            raise IncompleteReply(
-                f"the stream broke off with an error: {event.code}: {event.message}"
-            )
-        return ()
-
-    def reply(self) -> Message:
-        if self.final is None:
-            raise IncompleteReply("the stream ended before the reply did (no response.completed)")
-        return _responses_reply(self.final)
-
-
-def _responses_stream(
-    events: openai.Stream[ResponseStreamEvent],
-) -> Generator[Delta | Message, None, None]:
-    """The deltas of a Responses API stream, then its reply."""
-    fold = _ResponsesFold()
-    try:
-        for event in events:
-            yield from fold.feed(event)
-            if fold.final is not None:
-                break
-    finally:
-        events.close()  # the HTTP response, at once: the reply is in (or broke)
-    yield fold.reply()
-
-
-async def _aresponses_stream(events: Any) -> AsyncGenerator[Delta | Message, None]:
-    """``_responses_stream`` over an async SDK stream."""
-    fold = _ResponsesFold()
-    try:
-        async for event in events:
-            for delta in fold.feed(event):
-                yield delta
-            if fold.final is not None:
-                break
-    finally:
-        await events.close()
-    yield fold.reply()
