@@ -55,20 +55,12 @@ registers its two workflows (``agentloop.run`` and ``agentloop.cancel``).
 
 from __future__ import annotations
 
-import contextlib
-import functools
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any, Final
 from uuid import uuid4
 
-import attrs
-
 try:
-    import sqlalchemy as sa
     from dbos import DBOS, SetWorkflowID
-    from dbos._dbos import _get_dbos_instance
-    from dbos._error import DBOSNonExistentWorkflowError
-    from dbos._utils import INTERNAL_QUEUE_NAME
 except ImportError as exc:
     raise ImportError(
         "agentloop.dbos needs DBOS Transact: pip install 'agentloop-fsm[dbos]'"
@@ -76,14 +68,9 @@ except ImportError as exc:
 
 
 from agentloop._callbacks import TokenCancelled
-from agentloop._core._approval import Decision, PendingCall
+from agentloop._core._approval import Decision
 from agentloop._core._context import Summarise
-from agentloop._core._engine import (
-    Engine,
-    check_decisions,
-)
-from agentloop._core._json import exception_content
-from agentloop._core._table import State
+from agentloop._core._engine import Engine
 from agentloop._core._values import (
     AskModel,
     CancelToken,
@@ -94,21 +81,18 @@ from agentloop._core._values import (
     Transition,
     Wait,
 )
-from agentloop._durable._bodies import (
-    outcome_record,
-    raised_record,
-    recorded_answer,
-    recorded_outcome,
-    reply_record,
-)
-from agentloop._durable._journal import OUTCOME_UNKNOWN, fingerprint, idempotent_tools
-from agentloop._durable._key import KEY
+from agentloop._dbos._approval import APPROVAL_TOPIC, PENDING_EVENT, _wait, decide, pending
+from agentloop._dbos._marker import cancel, cancel_requested
+from agentloop._dbos._steps import _Steps
+from agentloop._dbos._work import _started, _verdict, _Work
+from agentloop._durable._bodies import recorded_answer, recorded_outcome
+from agentloop._durable._journal import fingerprint, idempotent_tools
 from agentloop._durable._resume import checked_run_id, differences, mismatch
-from agentloop._errors import AgentloopError, InvalidStateError
+from agentloop._errors import AgentloopError
 from agentloop._loop import Loop
+from agentloop._names import publish as _publish
 from agentloop._run import LOG, log, one_transition
-from agentloop._streams import is_stream, whole_reply
-from agentloop._tools._registry import PreparedCall, reviewing
+from agentloop._tools._registry import reviewing
 
 if TYPE_CHECKING:
     from dbos import DBOSClient, EnqueueOptions, Queue, WorkflowHandle
@@ -138,16 +122,6 @@ _MODEL: Final[Any] = {"name": STEPS[0]}
 _STARTED: Final[Any] = {"name": STEPS[1]}
 _TOOL: Final[Any] = {"name": STEPS[2]}
 _REVIEW: Final[Any] = {"name": STEPS[3]}
-# The key of a step's output that names the execution that recorded it.
-_BY: Final = "by"
-#: The ``DBOS.recv`` topic a waiting run takes its decisions (and cancellation) on.
-APPROVAL_TOPIC: Final = "agentloop.approval"
-#: The DBOS event a waiting run publishes its pending calls on (empty once decided).
-PENDING_EVENT: Final = "agentloop.pending"
-# How long one wait for decisions lasts before it is begun again (each is recorded).
-_WAIT_SECONDS: Final = 3600.0
-_CANCEL_PREFIX: Final = "agentloop.cancel:"
-
 #: The DBOSLoops of this process, by name: what a run's workflow is driven with.
 _LOOPS: dict[str, DBOSLoop] = {}
 
@@ -182,7 +156,7 @@ class DBOSLoop:
             raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
         self.loop, self.name = loop, name
         self._fingerprint = fingerprint(loop.budget, loop.dispatcher, loop.context, loop.output)
-        self._idempotent = idempotent_tools(loop.dispatcher)
+        self._work = _Work(loop, idempotent_tools(loop.dispatcher))  # what each step does
         _LOOPS[name] = self
 
     def __repr__(self) -> str:
@@ -339,7 +313,7 @@ class DBOSLoop:
                 token.cancel()  # the table's waited [cancel_requested] row ends the run
             return None
         if isinstance(need, ReviewCalls):
-            answer = steps.run(_REVIEW, self._review, run_id, need.calls)
+            answer = steps.run(_REVIEW, self._work.review, run_id, need.calls)
             if answer["cancel"]:
                 token.cancel()  # the checkpoint before the batch's first call
             return {call_id: _verdict(data) for call_id, data in answer["answers"].items()}
@@ -349,7 +323,7 @@ class DBOSLoop:
                 return verdict
             recorded = verdict.record() if isinstance(verdict, Decision) else None
             again = steps.replayed()
-            outcome = steps.run(_TOOL, self._call, run_id, need.call, again, recorded)
+            outcome = steps.run(_TOOL, self._work.call, run_id, need.call, again, recorded)
             if outcome.pop("cancel"):
                 token.cancel()  # the checkpoint before the next tool or model ask
             if "raised" in outcome:
@@ -360,7 +334,7 @@ class DBOSLoop:
             # run's first ask reads the marker before it asks, too.
             answer = steps.run(
                 _MODEL,
-                self._ask,
+                self._work.ask,
                 run_id,
                 need.history,
                 engine.model_index,
@@ -370,7 +344,7 @@ class DBOSLoop:
             )
         else:  # Summarise: a model step too, of the context policy's own model callback
             assert isinstance(need, Summarise), need
-            answer = steps.run(_MODEL, self._summarise, run_id, need.history)
+            answer = steps.run(_MODEL, self._work.summarise, run_id, need.history)
         if answer.pop("cancel"):
             token.cancel()  # right after the reply (or, the first, before the ask)
         if "unasked" in answer:
@@ -379,119 +353,6 @@ class DBOSLoop:
         if kind == "raised":
             raise value  # with the wait the step chose: the engine takes it as recorded
         return value
-
-    def _ask(
-        self,
-        run_id: str,
-        history: list[dict[str, Any]],
-        model: int = 0,
-        retries: int = 0,
-        options: dict[str, Any] | None = None,
-        first: bool = False,
-    ) -> dict[str, Any]:
-        """The ``agentloop.model`` step: the model's reply (or what it raised), as data.
-
-        ``model``: which fallback model to ask; ``retries``: the retries of this
-        ask made so far. The wait before a retry is chosen here, in the step
-        (the policy's jitter is random): a recovered workflow reads it back.
-        ``options`` are the request's (``tool_choice='none'`` in the wrap-up step).
-        ``first``: the run's first ask, before which the marker is read too.
-        """
-        if first and cancel_requested(run_id):
-            return {"cancel": True, "unasked": True}
-        answer: dict[str, Any]
-        bound = self.loop._bound_models[model]  # with the tools, for a model that takes them
-        try:
-            reply = bound(history, **(options or {}))
-            if type(reply) is not dict and is_stream(reply):  # a streaming model
-                reply = whole_reply(reply)  # the step records the whole reply, not the deltas
-        except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
-            answer = raised_record(exc)
-            policy = self.loop.retry
-            wait = None if policy is None else policy.wait_for(exc, retries)
-            if wait is not None:
-                answer["wait"] = wait
-        else:
-            answer = reply_record(reply)[0]
-        answer["cancel"] = cancel_requested(run_id)
-        return answer
-
-    def _summarise(self, run_id: str, history: list[dict[str, Any]]) -> dict[str, Any]:
-        """(context) The ``agentloop.model`` step of a summary: its writer's reply, as data."""
-        policy = self.loop.context
-        assert policy is not None, "a summary is asked only under a context policy"
-        assert policy.summariser is not None, "and only under summarise"
-        answer: dict[str, Any]
-        try:
-            reply = policy.summariser(history)
-        except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
-            answer = raised_record(exc)
-        else:
-            answer = reply_record(reply)[0]
-        answer["cancel"] = cancel_requested(run_id)
-        return answer
-
-    def _review(self, run_id: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
-        """The ``agentloop.review`` step: what the policies answer about each call, as data."""
-        registry = reviewing(self.loop.dispatcher)
-        assert registry is not None, "a batch is reviewed only when the tools have policies"
-        # By call id, under a key of its own: a call's id is the model's, any string.
-        answers = {call["id"]: _verdict_data(registry.review(call)) for call in calls}
-        return {"answers": answers, "cancel": cancel_requested(run_id)}
-
-    def _call(
-        self, run_id: str, call: dict[str, Any], again: bool, decision: dict[str, Any] | None
-    ) -> dict[str, Any]:
-        """The ``agentloop.tool`` step: the call's outcome, as data.
-
-        ``again``: the step before this one was recorded by a process that
-        died: it may have started this call, so its handler may have run.
-        Only an idempotent tool runs then. ``decision``: what the policies or
-        a person answered about the call at its review, if it had one.
-        """
-        outcome: dict[str, Any]
-        if again and call["name"] not in self._idempotent:
-            outcome = {"status": "error", "content": dict(OUTCOME_UNKNOWN), "exception": None}
-        else:
-            key = KEY.set(f"{run_id}:{call['id']}")
-            try:
-                if decision is None:
-                    got = self.loop.dispatcher.dispatch(call)
-                else:  # only a registry's calls are reviewed
-                    got = self.loop.dispatcher.dispatch(call, decision=Decision(**decision))  # type: ignore[call-arg]
-            except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
-                outcome = {"raised": exception_content(exc)}
-            else:
-                outcome = outcome_record(got)[0]
-            finally:
-                KEY.reset(key)
-        outcome["cancel"] = cancel_requested(run_id)
-        return outcome
-
-
-class _Steps:
-    """Runs a run's DBOS steps, each output stamped with the execution that recorded it."""
-
-    __slots__ = ("_execution", "_last")
-
-    def __init__(self, execution: str) -> None:
-        self._execution = execution
-        self._last: str | None = None  # who recorded the last step; None before the first
-
-    def run(self, step: Any, function: Any, *args: Any) -> dict[str, Any]:
-        """Step ``function(*args)``: its output (a dict), recorded or replayed."""
-        output: dict[str, Any] = DBOS.run_step(step, self._stamped, function, *args)
-        self._last = output.pop(_BY)
-        return output
-
-    def replayed(self) -> bool:
-        """Whether the last step was recorded by another execution (a process that died)."""
-        return self._last is not None and self._last != self._execution
-
-    def _stamped(self, function: Any, *args: Any) -> dict[str, Any]:
-        output: dict[str, Any] = function(*args)
-        output[_BY] = self._execution
-        return output
 
 
 class _Unasked(BaseException):
@@ -504,98 +365,6 @@ def _tell(listeners: tuple[Listener, ...], transition: Transition) -> None:
         log(transition)
     for listener in listeners:
         listener(transition)
-
-
-def _wait(engine: Engine, token: CancelToken, waiting: tuple[PendingCall, ...]) -> Transition:
-    """Wait (durably) for a person's decisions, or for cancellation; the transition they make.
-
-    A message that is not a valid decision for every pending call is dropped
-    (``decide`` checks them before it sends): the run waits on.
-    """
-    DBOS.set_event(PENDING_EVENT, [call.record() for call in waiting])
-    while True:
-        message = DBOS.recv(APPROVAL_TOPIC, timeout_seconds=_WAIT_SECONDS)
-        if type(message) is not dict:
-            continue  # the wait timed out (None), or not a message of ours
-        if message.get("cancel"):
-            token.cancel()
-            transition = engine.next()  # the cancel row: every call answered, none run
-            assert isinstance(transition, Transition), transition
-            break
-        try:
-            decisions = {
-                call_id: Decision(**data) for call_id, data in message["decisions"].items()
-            }
-            transition = engine.decided(decisions)
-        except (KeyError, TypeError, ValueError, AttributeError):
-            continue
-        break
-    DBOS.set_event(PENDING_EVENT, [])
-    return transition
-
-
-def pending(
-    run_id: str, *, timeout_seconds: float = 0.0, client: DBOSClient | None = None
-) -> tuple[PendingCall, ...]:
-    """The calls run ``run_id`` waits for a person to decide (none when it does not wait).
-
-    From any process with DBOS launched, or through ``client`` (a
-    ``DBOSClient``). ``timeout_seconds``: how long to wait for a run that has
-    not published them yet.
-    """
-    via: Any = DBOS if client is None else client
-    found = via.get_event(run_id, PENDING_EVENT, timeout_seconds)
-    return tuple(PendingCall.from_record(data) for data in found or ())
-
-
-def decide(
-    run_id: str, decisions: dict[str, Decision], *, client: DBOSClient | None = None
-) -> None:
-    """Send a person's decisions to run ``run_id``, waiting in ``awaiting_approval``.
-
-    ``{call_id: approve() | deny(reason)}`` for every pending call, checked
-    here as ``run.decide`` checks them (a missing or extra id, another call's
-    fingerprint, anything but a decision raises, and nothing is sent);
-    ``InvalidStateError`` when the run waits for nothing. From any process
-    with DBOS launched, or through ``client``; the worker holding the run
-    goes on with it.
-    """
-    waiting = pending(run_id, client=client)
-    if not waiting:
-        raise InvalidStateError(
-            f"run {run_id!r} is not awaiting approval: no call of it waits for a decision "
-            "(were they taken already?)",
-            state=State.AWAITING_APPROVAL,
-        )
-    checked = check_decisions(waiting, decisions)
-    via: Any = DBOS if client is None else client
-    message = {"decisions": {call_id: d.record() for call_id, d in checked}}
-    via.send(run_id, message, APPROVAL_TOPIC)
-
-
-def _verdict_data(answer: PreparedCall | dict[str, Any]) -> dict[str, Any]:
-    """A review's answer as a step records it: the policies' decision, or the call's outcome."""
-    if isinstance(answer, PreparedCall):
-        return {"decision": attrs.asdict(answer.decision)}  # an ask too: its asks field is kept
-    return {"outcome": outcome_record(answer)[0]}
-
-
-def _verdict(data: dict[str, Any] | None) -> Decision | dict[str, Any] | None:
-    """The recorded review's answer about a call (``None``: no policy was asked)."""
-    if data is None:
-        return None
-    if "decision" in data:
-        return Decision(**data["decision"])
-    return recorded_outcome(data["outcome"])
-
-
-def _started(run_id: str) -> dict[str, Any]:
-    """The ``agentloop.tool_started`` step, after a batch waited for a person: its start.
-
-    The decisions came by message, which is no step of ours; this step's
-    record marks the batch's first call as started.
-    """
-    return {"cancel": cancel_requested(run_id)}
 
 
 # What a model step gets if its recorded answer were not one (it always is: we wrote it).
@@ -615,85 +384,5 @@ def _run(name: str, history: list[dict[str, Any]], recorded: dict[str, Any]) -> 
     return loop._drive(history, recorded)
 
 
-@DBOS.workflow(name="agentloop.cancel")
-def _cancel_marker(run_id: str) -> str:
-    """The marker that cancels run ``run_id``: that it exists is the request."""
-    return run_id
-
-
-def cancel(run_id: str, *, client: DBOSClient | None = None) -> None:
-    """Cancel run ``run_id``; idempotent.
-
-    From any process with DBOS launched, or through ``client`` (a
-    ``DBOSClient``). The request is kept in the database: it outlives a
-    crash of the run's worker. The run ends ``cancelled`` at its next
-    checkpoint: before its next model ask (or its first), right after a
-    reply, or before its next tool, with every call of its batch answered.
-    A run that ended already is unchanged. (``DBOS.cancel_workflow`` stops
-    a workflow where it is instead: the run then has no result, and a call
-    cut off has no answer.)
-    """
-    if type(run_id) is not str or not run_id:
-        raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
-    marker = _CANCEL_PREFIX + run_id
-    if client is None:
-        with SetWorkflowID(marker):
-            DBOS.start_workflow(_cancel_marker, run_id)
-    else:
-        # The marker's row exists (and cancels) once enqueued; any worker runs it to its end
-        # from DBOS's own queue, which every launched process serves.
-        options: EnqueueOptions = {
-            "workflow_name": "agentloop.cancel",
-            "queue_name": INTERNAL_QUEUE_NAME,
-            "workflow_id": marker,
-        }
-        client.enqueue(options, run_id)
-    # A run waiting for a person waits in recv, where no step reads the marker.
-    via: Any = DBOS if client is None else client
-    with contextlib.suppress(DBOSNonExistentWorkflowError):  # not started yet: the marker does
-        via.send(run_id, {"cancel": True}, APPROVAL_TOPIC)
-
-
-def cancel_requested(run_id: str, *, client: DBOSClient | None = None) -> bool:
-    """Whether ``cancel(run_id)`` was called (read live, where a step records it).
-
-    Through ``client`` in a process that does not launch DBOS.
-    """
-    if client is None:
-        return _exists(_CANCEL_PREFIX + run_id)
-    try:
-        client.retrieve_workflow(_CANCEL_PREFIX + run_id)
-    except DBOSNonExistentWorkflowError:
-        return False
-    return True
-
-
-def _exists(workflow_id: str) -> bool:
-    """Whether workflow ``workflow_id`` exists: one read of its key, on DBOS's own engine.
-
-    DBOS has no public read this small: ``DBOS.get_workflow_status`` loads the
-    whole row (inputs and output too) at about three times the CPU, and a run
-    reads its marker at every checkpoint. Where DBOS's system database is not
-    as this expects, the public read.
-    """
-    try:
-        system = _get_dbos_instance()._sys_db
-        statement = _key_read(system)
-    except Exception:  # noqa: BLE001 - DBOS's insides are not as expected: its public read
-        return DBOS.get_workflow_status(workflow_id) is not None
-    with system.engine.connect() as connection:
-        if connection.dialect.name == "postgresql":
-            # One statement outside a transaction: no BEGIN or ROLLBACK round trip around it.
-            # (Not on SQLite, where DBOS sets each connection's own isolation level, which
-            # the reset after AUTOCOMMIT would replace.)
-            connection.execution_options(isolation_level="AUTOCOMMIT")
-        found = connection.execute(statement, {"workflow_id": workflow_id}).first()
-    return found is not None
-
-
-@functools.lru_cache(maxsize=4)
-def _key_read(system: Any) -> Any:
-    """The statement that reads a workflow's id by its key, made once a system database."""
-    table = system.tables.workflow_status
-    where = system._wf(table, sa.bindparam("workflow_id"))
-    return sa.select(table.c.workflow_uuid).where(*where)
+# pending, decide, cancel and cancel_requested are defined in agentloop._dbos: named as ours.
+_publish(__name__, globals(), __all__)

@@ -40,14 +40,15 @@ import json
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, Final, TypeVar, overload
 
-import orjson
-
 from agentloop._callbacks import is_async
 from agentloop._core._json import json_object
 from agentloop._tools._policy import (
     Decision,
     Policy,
     PreparedCall,
+    _call_policy,
+    _checked,
+    _strictest,
     allow,
     ask,
     deny,
@@ -406,51 +407,6 @@ def reviewing(dispatcher: object) -> ToolRegistry | None:
     if isinstance(dispatcher, ToolRegistry) and dispatcher.has_policies:
         return dispatcher
     return None
-
-
-def _strictest(answers: Iterable[Decision | dict[str, Any]]) -> Decision | dict[str, Any]:
-    """A failure (an ``error`` outcome) or a denial wins, then an ``ask``, then ``allow()``.
-
-    Every policy is asked, so that a registry's ``ask`` cannot hide a tool's
-    ``deny`` from the person who would approve.
-    """
-    asked: Decision | None = None
-    for answer in answers:
-        if isinstance(answer, dict) or not (answer.allowed or answer.asks):
-            return answer
-        if answer.asks and asked is None:
-            asked = answer
-    return asked or allow()
-
-
-def _call_policy(policy: Policy, call: dict[str, Any]) -> object:
-    """What ``policy`` answers about a copy of ``call``: a value, an awaitable, or its raise."""
-    try:
-        return policy(orjson.loads(orjson.dumps(call)))
-    except Exception as exc:  # noqa: BLE001 - fail closed: the handler does not run
-        return exc
-
-
-def _checked(tool: Tool, answer: object) -> Decision | dict[str, Any]:
-    """A policy's answer as a ``Decision``, or the ``error`` outcome that fails the call closed."""
-    if isinstance(answer, Decision):
-        return answer
-    if isinstance(answer, Exception):
-        return failed(answer)
-    if inspect.isawaitable(answer):
-        getattr(answer, "close", lambda: None)()  # never awaited: say so, without a warning
-        return failed(
-            TypeError(
-                f"the policy for tool {tool.name!r} is async; run the loop with the async "
-                "driver (loop.arun or loop.astart), which awaits it"
-            )
-        )
-    return failed(
-        TypeError(
-            f"the policy for tool {tool.name!r} returned {answer!r:.80}; "
-            "expected agentloop.allow(), agentloop.deny(reason) or agentloop.ask(reason)"
-        )
-    )
 
 
 def _not_an_object(raw: str) -> dict[str, str]:

@@ -1,0 +1,110 @@
+"""Cancellation: the marker, a tiny workflow whose id is derived from the run id, and its read.
+
+``cancel(run_id)`` (from any process) starts it; each checkpoint of the run
+reads whether it exists, by its key, in the step that records it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import TYPE_CHECKING, Any, Final
+
+import sqlalchemy as sa
+from dbos import DBOS, SetWorkflowID
+from dbos._dbos import _get_dbos_instance
+from dbos._error import DBOSNonExistentWorkflowError
+from dbos._utils import INTERNAL_QUEUE_NAME
+
+from agentloop._dbos._approval import APPROVAL_TOPIC
+
+if TYPE_CHECKING:
+    from dbos import DBOSClient, EnqueueOptions
+
+__all__ = ["_exists", "cancel", "cancel_requested"]
+
+_CANCEL_PREFIX: Final = "agentloop.cancel:"
+
+
+@DBOS.workflow(name="agentloop.cancel")
+def _cancel_marker(run_id: str) -> str:
+    """The marker that cancels run ``run_id``: that it exists is the request."""
+    return run_id
+
+
+def cancel(run_id: str, *, client: DBOSClient | None = None) -> None:
+    """Cancel run ``run_id``; idempotent.
+
+    From any process with DBOS launched, or through ``client`` (a
+    ``DBOSClient``). The request is kept in the database: it outlives a
+    crash of the run's worker. The run ends ``cancelled`` at its next
+    checkpoint: before its next model ask (or its first), right after a
+    reply, or before its next tool, with every call of its batch answered.
+    A run that ended already is unchanged. (``DBOS.cancel_workflow`` stops
+    a workflow where it is instead: the run then has no result, and a call
+    cut off has no answer.)
+    """
+    if type(run_id) is not str or not run_id:
+        raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
+    marker = _CANCEL_PREFIX + run_id
+    if client is None:
+        with SetWorkflowID(marker):
+            DBOS.start_workflow(_cancel_marker, run_id)
+    else:
+        # The marker's row exists (and cancels) once enqueued; any worker runs it to its end
+        # from DBOS's own queue, which every launched process serves.
+        options: EnqueueOptions = {
+            "workflow_name": "agentloop.cancel",
+            "queue_name": INTERNAL_QUEUE_NAME,
+            "workflow_id": marker,
+        }
+        client.enqueue(options, run_id)
+    # A run waiting for a person waits in recv, where no step reads the marker.
+    via: Any = DBOS if client is None else client
+    with contextlib.suppress(DBOSNonExistentWorkflowError):  # not started yet: the marker does
+        via.send(run_id, {"cancel": True}, APPROVAL_TOPIC)
+
+
+def cancel_requested(run_id: str, *, client: DBOSClient | None = None) -> bool:
+    """Whether ``cancel(run_id)`` was called (read live, where a step records it).
+
+    Through ``client`` in a process that does not launch DBOS.
+    """
+    if client is None:
+        return _exists(_CANCEL_PREFIX + run_id)
+    try:
+        client.retrieve_workflow(_CANCEL_PREFIX + run_id)
+    except DBOSNonExistentWorkflowError:
+        return False
+    return True
+
+
+def _exists(workflow_id: str) -> bool:
+    """Whether workflow ``workflow_id`` exists: one read of its key, on DBOS's own engine.
+
+    DBOS has no public read this small: ``DBOS.get_workflow_status`` loads the
+    whole row (inputs and output too) at about three times the CPU, and a run
+    reads its marker at every checkpoint. Where DBOS's system database is not
+    as this expects, the public read.
+    """
+    try:
+        system = _get_dbos_instance()._sys_db
+        statement = _key_read(system)
+    except Exception:  # noqa: BLE001 - DBOS's insides are not as expected: its public read
+        return DBOS.get_workflow_status(workflow_id) is not None
+    with system.engine.connect() as connection:
+        if connection.dialect.name == "postgresql":
+            # One statement outside a transaction: no BEGIN or ROLLBACK round trip around it.
+            # (Not on SQLite, where DBOS sets each connection's own isolation level, which
+            # the reset after AUTOCOMMIT would replace.)
+            connection.execution_options(isolation_level="AUTOCOMMIT")
+        found = connection.execute(statement, {"workflow_id": workflow_id}).first()
+    return found is not None
+
+
+@functools.lru_cache(maxsize=4)
+def _key_read(system: Any) -> Any:
+    """The statement that reads a workflow's id by its key, made once a system database."""
+    table = system.tables.workflow_status
+    where = system._wf(table, sa.bindparam("workflow_id"))
+    return sa.select(table.c.workflow_uuid).where(*where)

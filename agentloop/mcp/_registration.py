@@ -1,0 +1,186 @@
+"""A server's tools as ``MCPTool``s: their hints, options and policies, and the registries filled.
+
+What ``register`` was given is kept (``_Registration``), so that ``refresh``
+can put a newer listing into the same registries under the same options.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from agentloop._core._approval import Decision, allow, ask
+from agentloop._tools._tool import Tool
+from agentloop.mcp._results import wraps_result
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    import mcp.types
+
+    from agentloop._tools._policy import Policy
+    from agentloop._tools._registry import ToolRegistry
+    from agentloop.mcp._server import Server
+
+__all__ = [
+    "HINTS",
+    "MCPTool",
+    "_Registration",
+    "_add_all",
+    "_both",
+    "_hints",
+    "_options",
+    "ask_before_destructive",
+]
+
+#: The annotations a user may declare for a tool, over the server's (MCP's spelling).
+HINTS: Final = ("readOnlyHint", "destructiveHint", "idempotentHint")
+
+
+def ask_before_destructive(call: dict[str, Any]) -> Decision:
+    """A ready policy for ``register(destructive=...)``: a person approves each call first."""
+    return ask(
+        f"the MCP tool {call['name']!r} may change or delete data "
+        "(its server does not say it is read-only or non-destructive)"
+    )
+
+
+class MCPTool(Tool):
+    """A ``Tool`` whose handler calls a tool of an MCP server.
+
+    ``remote_name`` is the server's name for it (``name`` may carry a prefix);
+    ``read_only``, ``destructive`` and ``idempotent`` are the server's
+    annotations with the user's declarations over them.
+    """
+
+    __slots__ = ("destructive", "read_only", "remote_name", "server")
+
+    def __init__(
+        self,
+        server: Server,
+        listed: mcp.types.Tool,
+        *,
+        name: str,
+        hints: Mapping[str, bool],
+        policy: Policy | None,
+    ) -> None:
+        self.server = server
+        self.remote_name = listed.name
+        #: True when the tool only reads (so is idempotent too).
+        self.read_only = hints["readOnlyHint"]
+        #: True unless the tool reads only or says it is not destructive (MCP's default).
+        self.destructive = not self.read_only and hints["destructiveHint"]
+        try:
+            super().__init__(
+                server._handler(listed.name, wraps_result(listed.name, listed.output_schema)),
+                name=name,
+                description=listed.description or listed.title or "",
+                parameters=listed.input_schema,
+                policy=policy,
+                idempotent=hints["idempotentHint"] or self.read_only,
+            )
+        except TypeError as exc:
+            raise TypeError(f"MCP server {server.name!r}: {exc}") from None
+
+    def __repr__(self) -> str:
+        return f"MCPTool({self.name!r}, server={self.server.name!r})"
+
+
+def _hints(listed: mcp.types.Tool, declared: Mapping[str, bool]) -> dict[str, bool]:
+    """The tool's hints: the user's declarations, else the server's, else MCP's defaults."""
+    given = listed.annotations
+    server = {
+        "readOnlyHint": None if given is None else given.read_only_hint,
+        "destructiveHint": None if given is None else given.destructive_hint,
+        "idempotentHint": None if given is None else given.idempotent_hint,
+    }
+    defaults = {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False}
+    out = {}
+    for hint in HINTS:
+        value = declared.get(hint, server[hint])
+        out[hint] = defaults[hint] if value is None else bool(value)
+    return out
+
+
+class _Registration:
+    """One ``register`` call: its registry (weakly held), options, and the names it added."""
+
+    __slots__ = ("names", "options", "registry")
+
+    def __init__(self, registry: ToolRegistry, options: dict[str, Any]) -> None:
+        self.registry = weakref.ref(registry)
+        self.options, self.names = options, list[str]()
+
+
+def _options(
+    prefix: str,
+    allow: Iterable[str] | None,
+    deny: Iterable[str],
+    policy: Policy | None,
+    destructive: Policy | None,
+    annotations: Mapping[str, Mapping[str, bool]] | None,
+    listing: list[mcp.types.Tool],
+) -> dict[str, Any]:
+    """``tools``' options, checked: a name the server does not list is a mistake, said so."""
+    if not isinstance(prefix, str):
+        raise TypeError(f"expected prefix to be a str, got {type(prefix).__name__}")
+    for what, value in (("allow", allow), ("deny", deny)):
+        if isinstance(value, str):
+            raise TypeError(
+                f"expected {what} to be a collection of tool names, got a str {value!r}"
+            )
+    for what, gate in (("policy", policy), ("destructive", destructive)):
+        if gate is not None and not callable(gate):
+            raise TypeError(f"expected {what} to be a policy (callable), got {type(gate).__name__}")
+    annotations = dict(annotations or {})
+    for name, declared in annotations.items():
+        wrong = [hint for hint in declared if hint not in HINTS]
+        if wrong or not all(type(value) is bool for value in declared.values()):
+            raise ValueError(
+                f"expected the annotations of {name!r} to map {', '.join(HINTS)} to bools, "
+                f"got {dict(declared)!r}"
+            )
+    allowed = None if allow is None else frozenset(allow)
+    denied = frozenset(deny)
+    listed = {tool.name for tool in listing}
+    unknown = sorted(((allowed or frozenset()) | denied | annotations.keys()) - listed)
+    if unknown:
+        raise ValueError(
+            f"expected names of tools the server lists ({', '.join(sorted(listed)) or 'none'}), "
+            f"got {', '.join(map(repr, unknown))}"
+        )
+    return {
+        "prefix": prefix,
+        "allow": allowed,
+        "deny": denied,
+        "policy": policy,
+        "destructive": destructive,
+        "annotations": annotations,
+    }
+
+
+def _both(first: Policy | None, second: Policy) -> Policy:
+    """One policy that asks two (plain ones): a denial wins, then an ask, then ``allow()``."""
+    if first is None:
+        return second
+
+    def both(call: dict[str, Any]) -> Decision:
+        answers = [cast("Decision", policy(call)) for policy in (first, second)]
+        for answer in answers:
+            if not (answer.allowed or answer.asks):
+                return answer
+        return next((answer for answer in answers if answer.asks), allow())
+
+    return both
+
+
+def _add_all(registry: ToolRegistry, tools: list[MCPTool]) -> None:
+    """Add every tool, or none: a name taken already raises before any is added."""
+    taken = [tool.name for tool in tools if tool.name in registry]
+    if taken:
+        raise ValueError(
+            f"expected unique tool names, got {', '.join(map(repr, taken))} in the registry "
+            "already (register(prefix=...) tells a server's tools apart)"
+        )
+    for tool in tools:
+        registry.add(tool)
