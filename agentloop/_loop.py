@@ -13,6 +13,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from agentloop._async import AsyncRun, async_dispatch
+from agentloop._awaiter import Awaiter, awaiting
 from agentloop._callbacks import bind_model, is_async
 from agentloop._continued import ended, forked, released_on_error, resumed
 from agentloop._core._engine import Engine
@@ -32,7 +33,7 @@ from agentloop._settings import (
     timeout,
     with_system,
 )
-from agentloop._sync import Awaiter, Run, awaiting
+from agentloop._sync import Run
 from agentloop._tools._dispatcher import as_dispatcher
 from agentloop._tools._output import output_schema
 from agentloop._tools._registry import ToolRegistry, reviewing
