@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from agentloop._async import AsyncRun, async_dispatch
+from agentloop._adispatch import async_dispatch
+from agentloop._async import AsyncRun
 from agentloop._awaiter import Awaiter, awaiting
 from agentloop._callbacks import bind_model, is_async
 from agentloop._continued import ended, forked, released_on_error, resumed
