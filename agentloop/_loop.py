@@ -9,18 +9,15 @@ durable (``agentloop._durable``): the engine records as it goes, and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 
 from agentloop._adispatch import async_dispatch
 from agentloop._callbacks import bind_model
-from agentloop._continued import ended, forked, released_on_error, resumed
-from agentloop._core._engine import Engine
+from agentloop._continued import continued, ended, released_on_error
 from agentloop._core._messages import check_new_input
-from agentloop._core._table import State
-from agentloop._core._values import Budget, CancelToken, RunResult, require_result
+from agentloop._core._values import Budget, CancelToken, RunResult
 from agentloop._drivers import async_run, sync_run
-from agentloop._durable import _resume
-from agentloop._errors import InvalidStateError
+from agentloop._engines import forked_engine, fresh_engine, resumed_engine
 from agentloop._fallback import Fallback
 from agentloop._settings import (
     asyncio_only,
@@ -49,6 +46,7 @@ if TYPE_CHECKING:
     from agentloop._callbacks import Dispatcher, Listener, Model
     from agentloop._core._approval import Decision
     from agentloop._core._context import ContextPolicy
+    from agentloop._core._engine import Engine
     from agentloop._core._output import OutputSchema
     from agentloop._core._retry import RetryPolicy
     from agentloop._durable._ledger import Ledger
@@ -56,8 +54,6 @@ if TYPE_CHECKING:
     from agentloop._tools._registry import ToolRegistry
 
 __all__ = ["Loop"]
-
-_E = TypeVar("_E", bound=Engine)
 
 
 class _Default:
@@ -204,7 +200,7 @@ class Loop:
         not given: ``run.run_id``); ``RunExistsError`` if it is taken.
         """
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        engine = self._engine(messages, cancel, run_id)
+        engine = fresh_engine(self, messages, cancel, run_id)
         with released_on_error(engine):
             return sync_run(self, engine, registry, cancel)
 
@@ -222,7 +218,7 @@ class Loop:
         """
         # start()'s body, one call fewer
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        engine = self._engine(messages, cancel, run_id)
+        engine = fresh_engine(self, messages, cancel, run_id)
         with released_on_error(engine):
             return sync_run(self, engine, registry, cancel).finish()
 
@@ -246,7 +242,7 @@ class Loop:
         approval" page.
         """
         registry = self._sync_driver("loop.aresume", awaits=True)
-        engine, token = self._resumed("resume", run, cancel)
+        engine, token = resumed_engine(self, "resume", run, cancel)
         if engine.done:
             return ended(engine, run, decisions)
         with released_on_error(engine):
@@ -301,38 +297,16 @@ class Loop:
         parent_run_id: str | None,
     ) -> Engine:
         """The engine of a run that continues ``run`` (a failed or exhausted one)."""
-        if isinstance(run, str):
-            if parent_run_id is not None:
-                raise ValueError(
-                    "parent_run_id= names the run a result continues; a run given by id "
-                    f"is its own parent, got both {run!r} and {parent_run_id!r}"
-                )
-            if self.ledger is None:
-                no_ledger(run)
-            old, _ = self._resumed("continue_run", run, None)
-            if not old.done:
-                raise InvalidStateError(
-                    f"run {run!r} has not ended (it is {old.state.value!r}): resume it, or "
-                    "continue it once it has failed or run out of budget",
-                    state=old.state,
-                )
-            parent_run_id, result = run, old.result()
-        else:
-            result = require_result(run, "continue_run()")
-            if parent_run_id is not None and type(parent_run_id) is not str:
-                raise TypeError(
-                    "expected parent_run_id to be a str or None, "
-                    f"got {type(parent_run_id).__name__}"
-                )
-        if result.status not in (State.FAILED, State.EXHAUSTED):
-            raise ValueError(
-                f"expected a failed or exhausted run to continue, got one that is "
-                f"{result.status.value!r}"
-                + (": fork it or resume it instead" if result.status is not State.FINISHED else "")
-            )
-        engine = self._engine(result.transcript, cancel, run_id, parent_run_id)
+        parent_run_id, result = continued(run, parent_run_id, self._to_continue)
+        engine = fresh_engine(self, result.transcript, cancel, run_id, parent_run_id)
         engine.parent_run_id = parent_run_id
         return engine
+
+    def _to_continue(self, run_id: str) -> Engine:
+        """The recorded run ``run_id``, fed to a fresh engine, to continue (a ledger's only)."""
+        if self.ledger is None:
+            no_ledger(run_id)
+        return resumed_engine(self, "continue_run", run_id, None)[0]
 
     def fork(
         self,
@@ -354,7 +328,7 @@ class Loop:
         ``ValueError``. See the docs' "Reviewing runs" page.
         """
         registry = self._sync_driver("loop.afork", awaits=True)
-        engine, token = self._forked(run, at, cancel, run_id)
+        engine, token = forked_engine(self, run, at, cancel, run_id)
         with released_on_error(engine):
             return sync_run(self, engine, registry, token)
 
@@ -367,25 +341,9 @@ class Loop:
         run_id: str | None = None,
     ) -> AsyncRun:
         """``fork`` under asyncio: the new run is driven by ``await run.astep()``."""
-        engine, token = self._forked(run, at, cancel, run_id)
+        engine, token = forked_engine(self, run, at, cancel, run_id)
         with released_on_error(engine):
             return async_run(self, engine, token)
-
-    def _forked(
-        self, run: RunResult, at: int, cancel: CancelToken | None, run_id: str | None
-    ) -> tuple[Engine, CancelToken]:
-        engine, token = forked(
-            run,
-            at,
-            budget=self.budget,
-            ledger=self.ledger,
-            run_id=run_id,
-            dispatcher=self.dispatcher,
-            cancel=cancel,
-            context=self.context,
-            output=self.output,
-        )
-        return self._resilient(engine), token
 
     def astart(
         self,
@@ -395,7 +353,7 @@ class Loop:
         run_id: str | None = None,
     ) -> AsyncRun:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
-        engine = self._engine(messages, cancel, run_id)
+        engine = fresh_engine(self, messages, cancel, run_id)
         with released_on_error(engine):
             return async_run(self, engine, cancel)
 
@@ -419,7 +377,7 @@ class Loop:
         decisions: dict[str, Decision] | None = None,
     ) -> RunResult:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
-        engine, token = self._resumed("aresume", run, cancel)
+        engine, token = resumed_engine(self, "aresume", run, cancel)
         if engine.done:
             return ended(engine, run, decisions)
         with released_on_error(engine):
@@ -435,7 +393,7 @@ class Loop:
         (``Run``; a DBOS workflow does not), which it cannot do inside a
         running one. Read on every run, not when the Loop is made: tools may
         be added to its registry since. The run made next takes this answer
-        (``_run``).
+        (``sync_run``).
         """
         return for_sync_driver(self._asyncio_only, self.dispatcher, instead, awaits=awaits)
 
@@ -443,60 +401,3 @@ class Loop:
         """A new run's input, checked, and led by the system prompt if the Loop has one."""
         check_new_input(messages)
         return messages if self.system is None else with_system(self.system, messages)
-
-    def _engine(
-        self,
-        messages: str | list[dict[str, Any]],
-        cancel: CancelToken | None,
-        run_id: str | None,
-        parent_run_id: str | None = None,
-    ) -> Engine:
-        """A fresh engine for a new run: a recording one when the Loop has a ledger."""
-        messages = self._input(messages)
-        if self.ledger is None:
-            if run_id is not None:
-                no_ledger(run_id)
-            return Engine(
-                messages,
-                budget=self.budget,
-                cancel=cancel,
-                context=self.context,
-                retry=self.retry,
-                models=self._model_names,
-                output=self.output,
-            )
-        return self._resilient(
-            _resume.begin(
-                self.ledger,
-                run_id,
-                messages,
-                budget=self.budget,
-                dispatcher=self.dispatcher,
-                cancel=cancel,
-                context=self.context,
-                parent_run_id=parent_run_id,
-                models=self._model_names,
-                output=self.output,
-            )
-        )
-
-    def _resilient(self, engine: _E) -> _E:
-        """``engine``, retrying and falling back as this Loop does (``retry=``, ``fallback``)."""
-        engine.set_resilience(self.retry, self._model_names)
-        return engine
-
-    def _resumed(
-        self, what: str, run: str | RunResult, cancel: CancelToken | None
-    ) -> tuple[Engine, CancelToken | None]:
-        """The run, fed to a fresh engine, and the token its driver is to watch."""
-        engine, token = resumed(
-            what,
-            run,
-            cancel,
-            ledger=self.ledger,
-            budget=self.budget,
-            dispatcher=self.dispatcher,
-            context=self.context,
-            output=self.output,
-        )
-        return self._resilient(engine), token
