@@ -28,9 +28,9 @@ __all__ = ["ConcurrentBatch"]
 class ConcurrentBatch(RunView):
     """The concurrent batch step of ``AsyncRun`` (a mixin: ``AsyncRun`` sets what it reads)."""
 
+    # Set by AsyncRun.__init__; ``_tasks``: the running calls of a batch, by id, in start order.
     _cancel: CancelToken | None
     _max_concurrency: int
-    # The running calls of a batch (max_concurrency > 1), by id, in start order.
     _tasks: dict[str, asyncio.Task[object | Carried]]
 
     if TYPE_CHECKING:  # AsyncRun's
