@@ -38,15 +38,15 @@ from typing import TYPE_CHECKING, Any
 
 from agentloop._callbacks import (
     TokenCancelled,
-    ended_by_token,
     is_async,
     unless_cancelled,
     within,
 )
+from agentloop._concurrent import ConcurrentBatch
 from agentloop._core._context import Summarise
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, ReviewCalls, RunTool, Wait
-from agentloop._run import LOG, Carried, RunView, carried, log, one_transition
+from agentloop._run import LOG, Carried, carried, log, one_transition
 from agentloop._streams import Partial, apull, is_stream
 from agentloop._waits import await_wait
 
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncRun"]
 
 
-class AsyncRun(RunView):
+class AsyncRun(ConcurrentBatch):
     """One run under asyncio, driven one transition at a time by ``astep()``."""
 
     def __init__(
@@ -219,76 +219,11 @@ class AsyncRun(RunView):
                 raise answer.exc  # here, in the task that drives the run: the run ends
         return {call["id"]: answer for call, answer in zip(need.calls, answers, strict=True)}
 
-    async def _batch_step(self) -> Transition:
-        """Start calls up to ``max_concurrency``, then report the first to complete."""
-        engine, tasks = self._engine, self._tasks
-        while engine.unstarted and len(tasks) < self._max_concurrency:
-            need = engine.next()  # the cancel checkpoint before each call
-            if type(need) is ReviewCalls:  # before the batch's first call: as _pumped does
-                asked = engine.reviewed(await self._reviewed(need))
-                if asked is not None:
-                    return asked
-                continue
-            if type(need) is not RunTool:
-                # Cancelled: the running calls were answered cancelled; their tasks end first.
-                await self._dropped(self._drop_tasks())
-                return need  # type: ignore[return-value]  # neither request: a transition
-            task = asyncio.ensure_future(carried(self._tool(need)(need.call)))
-            task.add_done_callback(_observed)
-            tasks[need.call["id"]] = task
-        waiting = asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
-        try:
-            if self._cancel is None:
-                await waiting
-            else:
-                await unless_cancelled(self._cancel, waiting)
-        except TokenCancelled as exc:
-            # A call that finished before the token woke us is reported, not cut off:
-            # the next checkpoint sees the token and answers the rest.
-            if not any(task.done() and not task.cancelled() for task in tasks.values()):
-                dropped = self._drop_tasks()
-                transition = ended_by_token(engine, exc)  # recorded before the tasks end
-                await self._dropped(dropped)
-                return transition
-        done = [call_id for call_id, task in tasks.items() if task.done()]
-        for call_id in done:  # an interruption in a call's task ends the run, raised here
-            task = tasks[call_id]
-            if not task.cancelled() and task.exception() is None:
-                result = task.result()
-                if type(result) is Carried:
-                    del tasks[call_id]
-                    raise result.exc
-        # Of the calls done by now, the first in emission order is reported first.
-        call_id = done[0]
-        task = tasks.pop(call_id)
-        if task.cancelled():  # the tool cancelled itself: an interruption, as when awaited
-            raise asyncio.CancelledError(f"the tool of call {call_id!r} was cancelled")
-        error = task.exception()
-        if error is None:
-            return engine.returned(task.result(), call_id)
-        if isinstance(error, Exception):
-            return engine.raised(error, call_id)
-        raise error  # KeyboardInterrupt and the like end the run
-
     def _tool(self, need: RunTool) -> Callable[[Any], Awaitable[object]]:
         """The dispatch for ``need``'s call: with its review's and a person's answers, if any."""
         if need.review is None and need.decision is None:
             return self._dispatch
         return functools.partial(self._dispatch, review=need.review, decision=need.decision)
-
-    def _drop_tasks(self) -> list[asyncio.Task[object]]:
-        """Cancel every running call's task: the engine has answered them ``cancelled``."""
-        dropped = list(self._tasks.values())
-        for task in dropped:
-            task.cancel()
-        self._tasks.clear()
-        return dropped
-
-    @staticmethod
-    async def _dropped(tasks: list[asyncio.Task[object]]) -> None:
-        """Wait for cancelled calls to end, as a task group does: no tool outlives its run."""
-        if tasks:
-            await asyncio.wait(tasks)
 
     async def _ask(self, need: AskModel | Summarise) -> object:
         """The model's whole reply (a stream read to its end, its deltas told to the listeners)."""
@@ -470,46 +405,3 @@ class AsyncRun(RunView):
                 await listener(transition)  # type: ignore[misc]  # is_async said so
             else:
                 listener(transition)
-
-
-def _observed(task: asyncio.Task[Any]) -> None:
-    """Retrieve a dropped task's exception, so asyncio does not log it as never retrieved."""
-    if not task.cancelled():
-        task.exception()
-
-
-def async_dispatch(
-    dispatcher: object, *, to_thread: bool, tool_timeout: float | None
-) -> Callable[..., Awaitable[object]]:
-    """The dispatcher as the asyncio driver calls it: ``adispatch`` if it has one.
-
-    Looked up once, here: a dispatcher whose ``adispatch`` cannot even be read
-    is refused when the loop is built, not in the middle of a run.
-    """
-    try:
-        adispatch = getattr(dispatcher, "adispatch", None)
-        dispatch = dispatcher.dispatch  # type: ignore[attr-defined]
-    except Exception as exc:
-        raise TypeError(
-            f"expected tools to offer dispatch (and optionally adispatch), but reading them "
-            f"raised {type(exc).__name__}"
-        ) from exc
-    expired = f"the tool did not finish within tool_timeout={tool_timeout} s"
-    if adispatch is not None and tool_timeout is None:
-        # Awaited as it is: no wrapper coroutine on the common path.
-        return functools.partial(adispatch, to_thread=to_thread)
-
-    async def run(call: dict[str, Any], **decision: object) -> object:
-        if adispatch is not None:
-            pending = adispatch(call, to_thread=to_thread, **decision)
-        elif to_thread:
-            pending = asyncio.to_thread(dispatch, call)
-        else:
-            pending = dispatch(call)
-            if type(pending) is dict or not inspect.isawaitable(pending):
-                return pending
-        if tool_timeout is None:
-            return await pending
-        return await within(tool_timeout, expired, pending)
-
-    return run

@@ -1,4 +1,6 @@
-"""Continuing a run: resuming it from its record, or forking it from any of its transitions.
+"""Continuing a run: resuming it from its record, forking it, or a new run from its transcript.
+
+``continue_run`` goes on from a failed or exhausted run's transcript in a new run.
 
 Resume feeds a saved result's events, or a ledger's (``_durable/_resume.py``),
 to the one replay; a run that ended is only read.
@@ -22,6 +24,7 @@ import orjson
 
 from agentloop._core._engine import Engine
 from agentloop._core._replay import Mismatch, models_named, replay
+from agentloop._core._table import State
 from agentloop._core._values import CancelToken, RunResult, require_result
 from agentloop._durable import _recording, _resume
 from agentloop._errors import ConfigurationMismatchError, InvalidStateError
@@ -29,12 +32,14 @@ from agentloop._review._runstory import reopen
 from agentloop._run import RunView
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agentloop._core._context import ContextPolicy
     from agentloop._core._output import OutputSchema
     from agentloop._core._values import Budget
     from agentloop._durable._ledger import Ledger
 
-__all__ = ["ended", "forked", "released_on_error", "resumed"]
+__all__ = ["continued", "ended", "forked", "released_on_error", "resumed"]
 
 
 def forked(
@@ -204,6 +209,43 @@ def resumed(
         context=context,
         output=output,
     )
+
+
+def continued(
+    run: str | RunResult, parent_run_id: str | None, recorded: Callable[[str], Engine]
+) -> tuple[str | None, RunResult]:
+    """The run that ``run`` names, to continue (a failed or exhausted one): its id and result.
+
+    ``run`` is a result (whose parent is ``parent_run_id``, if given), or an
+    id, whose recorded run ``recorded(run)`` feeds to a fresh engine.
+    """
+    if isinstance(run, str):
+        if parent_run_id is not None:
+            raise ValueError(
+                "parent_run_id= names the run a result continues; a run given by id "
+                f"is its own parent, got both {run!r} and {parent_run_id!r}"
+            )
+        old = recorded(run)
+        if not old.done:
+            raise InvalidStateError(
+                f"run {run!r} has not ended (it is {old.state.value!r}): resume it, or "
+                "continue it once it has failed or run out of budget",
+                state=old.state,
+            )
+        parent_run_id, result = run, old.result()
+    else:
+        result = require_result(run, "continue_run()")
+        if parent_run_id is not None and type(parent_run_id) is not str:
+            raise TypeError(
+                f"expected parent_run_id to be a str or None, got {type(parent_run_id).__name__}"
+            )
+    if result.status not in (State.FAILED, State.EXHAUSTED):
+        raise ValueError(
+            f"expected a failed or exhausted run to continue, got one that is "
+            f"{result.status.value!r}"
+            + (": fork it or resume it instead" if result.status is not State.FINISHED else "")
+        )
+    return parent_run_id, result
 
 
 def ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:

@@ -9,47 +9,51 @@ durable (``agentloop._durable``): the engine records as it goes, and
 
 from __future__ import annotations
 
-import asyncio
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 
-from agentloop._async import AsyncRun, async_dispatch
-from agentloop._callbacks import bind_model, is_async
-from agentloop._continued import ended, forked, released_on_error, resumed
-from agentloop._core._engine import Engine
+from agentloop._adispatch import async_dispatch
+from agentloop._callbacks import bind_model
+from agentloop._continued import continued, ended, released_on_error
 from agentloop._core._messages import check_new_input
-from agentloop._core._retry import RetryPolicy
-from agentloop._core._table import State
-from agentloop._core._values import Budget, CancelToken, RunResult, require_result
-from agentloop._durable import _recording, _resume
-from agentloop._durable._ledger import Ledger
-from agentloop._errors import InvalidStateError
-from agentloop._fallback import Fallback, per_run
+from agentloop._core._values import Budget, CancelToken, RunResult
+from agentloop._drivers import async_run, sync_run
+from agentloop._engines import forked_engine, fresh_engine, resumed_engine
+from agentloop._fallback import Fallback
 from agentloop._settings import (
-    async_policies,
+    asyncio_only,
+    checked_bool,
     checked_context,
+    checked_ledger,
+    checked_listeners,
+    checked_model,
+    checked_retry,
+    checked_system,
+    concurrency,
+    default_retry,
+    for_sync_driver,
     no_ledger,
     specs_of,
     timeout,
     with_system,
 )
-from agentloop._sync import Awaiter, Run, awaiting
 from agentloop._tools._dispatcher import as_dispatcher
 from agentloop._tools._output import output_schema
-from agentloop._tools._registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Iterable
 
+    from agentloop._async import AsyncRun
     from agentloop._callbacks import Dispatcher, Listener, Model
     from agentloop._core._approval import Decision
     from agentloop._core._context import ContextPolicy
+    from agentloop._core._engine import Engine
     from agentloop._core._output import OutputSchema
+    from agentloop._core._retry import RetryPolicy
+    from agentloop._durable._ledger import Ledger
+    from agentloop._sync import Run
+    from agentloop._tools._registry import ToolRegistry
 
 __all__ = ["Loop"]
-
-_E = TypeVar("_E", bound=Engine)
-
-_CANNOT_AWAIT: Final = "that driver cannot await it"
 
 
 class _Default:
@@ -60,8 +64,6 @@ class _Default:
 
 
 _DEFAULT: Final = _Default()
-#: How many calls of a batch the asyncio driver runs at once unless told.
-DEFAULT_CONCURRENCY: Final = 10
 
 
 class Loop:
@@ -135,22 +137,14 @@ class Loop:
         max_identical_calls: int | None = None,
     ) -> None:
         models: tuple[Model, ...] = model.models if isinstance(model, Fallback) else (model,)
-        if not isinstance(model, Fallback) and not callable(model):
-            raise TypeError(
-                f"expected model to be a callable taking the history, got {type(model).__name__}"
-            )
+        if not isinstance(model, Fallback):
+            checked_model(model)
         self.model = model
         self.dispatcher: Dispatcher = as_dispatcher(tools)
         self._model_names = model.names if isinstance(model, Fallback) else ()
-        if isinstance(retry, _Default):
-            adapters = all(getattr(one, "agentloop_retry", False) is True for one in models)
-            retry = RetryPolicy() if adapters else None
-        elif retry is not None and not isinstance(retry, RetryPolicy):
-            raise TypeError(
-                "expected retry to be an agentloop.models.RetryPolicy or None, "
-                f"got {type(retry).__name__}"
-            )
-        self.retry: RetryPolicy | None = retry
+        self.retry: RetryPolicy | None = (
+            default_retry(models) if isinstance(retry, _Default) else checked_retry(retry)
+        )
         #: The final answer's schema and converter (``output=T``), or None: text.
         self.output: OutputSchema | None = None if output is None else output_schema(output)
         self.budget = Budget(
@@ -170,71 +164,21 @@ class Loop:
             bind_model(one, specs, requested, wraps_up=on_exhausted == "answer") for one in models
         )
         self._bound_model = self._bound_models[0]
-        if callable(listeners) or isinstance(listeners, str | bytes):
-            raise TypeError(
-                "expected listeners to be an iterable of callables (say [listener]), "
-                f"got {type(listeners).__name__}"
-            )
-        self.listeners = tuple(listeners)
-        for index, listener in enumerate(self.listeners):
-            if not callable(listener):
-                raise TypeError(
-                    f"expected listeners[{index}] to be callable, got {type(listener).__name__}"
-                )
+        self.listeners = checked_listeners(listeners)
         self.model_timeout = timeout("model_timeout", model_timeout)
         self.tool_timeout = timeout("tool_timeout", tool_timeout)
-        if type(to_thread) is not bool:
-            raise TypeError(f"expected to_thread to be a bool, got {type(to_thread).__name__}")
-        self.to_thread = to_thread
-        if system is not None and type(system) is not str:
-            raise TypeError(f"expected system to be a str or None, got {type(system).__name__}")
-        self.system = system
-        if max_concurrency is None:  # the default: no refusal from the synchronous driver
-            self.max_concurrency = DEFAULT_CONCURRENCY
-        elif type(max_concurrency) is not int:
-            raise TypeError(
-                f"expected max_concurrency to be an int of 1 or more, got "
-                f"{type(max_concurrency).__name__}"
-            )
-        elif max_concurrency < 1:
-            raise ValueError(
-                f"expected max_concurrency to be an int of 1 or more, got {max_concurrency}"
-            )
-        else:
-            self.max_concurrency = max_concurrency
+        self.to_thread = checked_bool("to_thread", to_thread)
+        self.system = checked_system(system)
+        self.max_concurrency = concurrency(max_concurrency)
         # What only the asyncio driver can do, and why a synchronous run cannot; the
         # first three only where there is no event loop of the run's own (DBOS).
-        cannot_interrupt = "that driver cannot interrupt a call"
-        self._asyncio_only = [
-            (name, why, awaits)
-            for name, value, why, awaits in (
-                ("an async model", is_async(models[0]) or None, _CANNOT_AWAIT, True),
-                ("model_timeout", self.model_timeout, cannot_interrupt, True),
-                ("tool_timeout", self.tool_timeout, cannot_interrupt, True),
-                (
-                    "to_thread",
-                    self.to_thread or None,
-                    "a synchronous run runs tools in place",
-                    False,
-                ),
-                (
-                    "max_concurrency > 1",
-                    max_concurrency if (max_concurrency or 1) > 1 else None,
-                    "a synchronous run runs one call at a time",
-                    False,
-                ),
-            )
-            if value is not None
-        ]
+        self._asyncio_only = asyncio_only(
+            models[0], self.model_timeout, self.tool_timeout, self.to_thread, max_concurrency
+        )
         self._adispatch = async_dispatch(
             self.dispatcher, to_thread=to_thread, tool_timeout=self.tool_timeout
         )
-        if ledger is not None and not isinstance(ledger, Ledger):
-            raise TypeError(
-                "expected ledger to be a Ledger (say agentloop.SQLiteLedger('runs.db')), "
-                f"got {type(ledger).__name__}"
-            )
-        self.ledger = ledger
+        self.ledger = checked_ledger(ledger)
         self.context = checked_context(context)
 
     def __repr__(self) -> str:
@@ -256,9 +200,9 @@ class Loop:
         not given: ``run.run_id``); ``RunExistsError`` if it is taken.
         """
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        engine = self._engine(messages, cancel, run_id)
+        engine = fresh_engine(self, messages, cancel, run_id)
         with released_on_error(engine):
-            return self._run(engine, registry, cancel)
+            return sync_run(self, engine, registry, cancel)
 
     def run(
         self,
@@ -274,9 +218,9 @@ class Loop:
         """
         # start()'s body, one call fewer
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        engine = self._engine(messages, cancel, run_id)
+        engine = fresh_engine(self, messages, cancel, run_id)
         with released_on_error(engine):
-            return self._run(engine, registry, cancel).finish()
+            return sync_run(self, engine, registry, cancel).finish()
 
     def resume(
         self,
@@ -298,11 +242,11 @@ class Loop:
         approval" page.
         """
         registry = self._sync_driver("loop.aresume", awaits=True)
-        engine, token = self._resumed("resume", run, cancel)
+        engine, token = resumed_engine(self, "resume", run, cancel)
         if engine.done:
             return ended(engine, run, decisions)
         with released_on_error(engine):
-            live = self._run(engine, registry, token)
+            live = sync_run(self, engine, registry, token)
             if decisions is not None:
                 live.decide(decisions)
             return live.finish()
@@ -330,7 +274,7 @@ class Loop:
         registry = self._sync_driver("loop.acontinue_run", awaits=True)
         engine = self._continued(run, cancel, run_id, parent_run_id)
         with released_on_error(engine):
-            return self._run(engine, registry, cancel).finish()
+            return sync_run(self, engine, registry, cancel).finish()
 
     async def acontinue_run(
         self,
@@ -343,7 +287,7 @@ class Loop:
         """``continue_run`` under asyncio."""
         engine = self._continued(run, cancel, run_id, parent_run_id)
         with released_on_error(engine):
-            return await self._arun(engine, cancel).afinish()
+            return await async_run(self, engine, cancel).afinish()
 
     def _continued(
         self,
@@ -353,38 +297,16 @@ class Loop:
         parent_run_id: str | None,
     ) -> Engine:
         """The engine of a run that continues ``run`` (a failed or exhausted one)."""
-        if isinstance(run, str):
-            if parent_run_id is not None:
-                raise ValueError(
-                    "parent_run_id= names the run a result continues; a run given by id "
-                    f"is its own parent, got both {run!r} and {parent_run_id!r}"
-                )
-            if self.ledger is None:
-                no_ledger(run)
-            old, _ = self._resumed("continue_run", run, None)
-            if not old.done:
-                raise InvalidStateError(
-                    f"run {run!r} has not ended (it is {old.state.value!r}): resume it, or "
-                    "continue it once it has failed or run out of budget",
-                    state=old.state,
-                )
-            parent_run_id, result = run, old.result()
-        else:
-            result = require_result(run, "continue_run()")
-            if parent_run_id is not None and type(parent_run_id) is not str:
-                raise TypeError(
-                    "expected parent_run_id to be a str or None, "
-                    f"got {type(parent_run_id).__name__}"
-                )
-        if result.status not in (State.FAILED, State.EXHAUSTED):
-            raise ValueError(
-                f"expected a failed or exhausted run to continue, got one that is "
-                f"{result.status.value!r}"
-                + (": fork it or resume it instead" if result.status is not State.FINISHED else "")
-            )
-        engine = self._engine(result.transcript, cancel, run_id, parent_run_id)
+        parent_run_id, result = continued(run, parent_run_id, self._to_continue)
+        engine = fresh_engine(self, result.transcript, cancel, run_id, parent_run_id)
         engine.parent_run_id = parent_run_id
         return engine
+
+    def _to_continue(self, run_id: str) -> Engine:
+        """The recorded run ``run_id``, fed to a fresh engine, to continue (a ledger's only)."""
+        if self.ledger is None:
+            no_ledger(run_id)
+        return resumed_engine(self, "continue_run", run_id, None)[0]
 
     def fork(
         self,
@@ -406,9 +328,9 @@ class Loop:
         ``ValueError``. See the docs' "Reviewing runs" page.
         """
         registry = self._sync_driver("loop.afork", awaits=True)
-        engine, token = self._forked(run, at, cancel, run_id)
+        engine, token = forked_engine(self, run, at, cancel, run_id)
         with released_on_error(engine):
-            return self._run(engine, registry, token)
+            return sync_run(self, engine, registry, token)
 
     def afork(
         self,
@@ -419,25 +341,9 @@ class Loop:
         run_id: str | None = None,
     ) -> AsyncRun:
         """``fork`` under asyncio: the new run is driven by ``await run.astep()``."""
-        engine, token = self._forked(run, at, cancel, run_id)
+        engine, token = forked_engine(self, run, at, cancel, run_id)
         with released_on_error(engine):
-            return self._arun(engine, token)
-
-    def _forked(
-        self, run: RunResult, at: int, cancel: CancelToken | None, run_id: str | None
-    ) -> tuple[Engine, CancelToken]:
-        engine, token = forked(
-            run,
-            at,
-            budget=self.budget,
-            ledger=self.ledger,
-            run_id=run_id,
-            dispatcher=self.dispatcher,
-            cancel=cancel,
-            context=self.context,
-            output=self.output,
-        )
-        return self._resilient(engine), token
+            return async_run(self, engine, token)
 
     def astart(
         self,
@@ -447,9 +353,9 @@ class Loop:
         run_id: str | None = None,
     ) -> AsyncRun:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
-        engine = self._engine(messages, cancel, run_id)
+        engine = fresh_engine(self, messages, cancel, run_id)
         with released_on_error(engine):
-            return self._arun(engine, cancel)
+            return async_run(self, engine, cancel)
 
     async def arun(
         self,
@@ -471,11 +377,11 @@ class Loop:
         decisions: dict[str, Decision] | None = None,
     ) -> RunResult:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
-        engine, token = self._resumed("aresume", run, cancel)
+        engine, token = resumed_engine(self, "aresume", run, cancel)
         if engine.done:
             return ended(engine, run, decisions)
         with released_on_error(engine):
-            live = self._arun(engine, token)
+            live = async_run(self, engine, token)
             if decisions is not None:
                 await live.adecide(decisions)
             return await live.afinish()
@@ -487,152 +393,11 @@ class Loop:
         (``Run``; a DBOS workflow does not), which it cannot do inside a
         running one. Read on every run, not when the Loop is made: tools may
         be added to its registry since. The run made next takes this answer
-        (``_run``).
+        (``sync_run``).
         """
-        asyncio_only = self._asyncio_only
-        registry = reviewing(self.dispatcher)
-        if registry is not None and async_policies(registry):
-            asyncio_only = [*asyncio_only, ("an async policy", _CANNOT_AWAIT, True)]
-        tools = self.dispatcher.async_tools if isinstance(self.dispatcher, ToolRegistry) else ()
-        if tools:
-            asyncio_only = [
-                *asyncio_only,
-                *((f"the async tool {n!r}", _CANNOT_AWAIT, True) for n in tools),
-            ]
-        if awaits and asyncio_only:
-            awaited = [name for name, why, _ in asyncio_only if why == _CANNOT_AWAIT]
-            if awaited and asyncio._get_running_loop() is not None:
-                names = " and ".join(awaited)
-                raise RuntimeError(
-                    f"{names} cannot be awaited by a synchronous run inside a running event "
-                    f"loop (its thread's loop would stall): in async code, use {instead}"
-                )
-            asyncio_only = [entry for entry in asyncio_only if not entry[2]]
-        if asyncio_only:
-            needs = "needs" if len(asyncio_only) == 1 else "need"
-            names = " and ".join(name for name, _, _ in asyncio_only)
-            reasons = "; ".join(dict.fromkeys(why for _, why, _ in asyncio_only))
-            raise ValueError(f"{names} {needs} the asyncio driver ({instead}): {reasons}")
-        return registry
+        return for_sync_driver(self._asyncio_only, self.dispatcher, instead, awaits=awaits)
 
     def _input(self, messages: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
         """A new run's input, checked, and led by the system prompt if the Loop has one."""
         check_new_input(messages)
         return messages if self.system is None else with_system(self.system, messages)
-
-    def _engine(
-        self,
-        messages: str | list[dict[str, Any]],
-        cancel: CancelToken | None,
-        run_id: str | None,
-        parent_run_id: str | None = None,
-    ) -> Engine:
-        """A fresh engine for a new run: a recording one when the Loop has a ledger."""
-        messages = self._input(messages)
-        if self.ledger is None:
-            if run_id is not None:
-                no_ledger(run_id)
-            return Engine(
-                messages,
-                budget=self.budget,
-                cancel=cancel,
-                context=self.context,
-                retry=self.retry,
-                models=self._model_names,
-                output=self.output,
-            )
-        return self._resilient(
-            _resume.begin(
-                self.ledger,
-                run_id,
-                messages,
-                budget=self.budget,
-                dispatcher=self.dispatcher,
-                cancel=cancel,
-                context=self.context,
-                parent_run_id=parent_run_id,
-                models=self._model_names,
-                output=self.output,
-            )
-        )
-
-    def _resilient(self, engine: _E) -> _E:
-        """``engine``, retrying and falling back as this Loop does (``retry=``, ``fallback``)."""
-        engine.set_resilience(self.retry, self._model_names)
-        return engine
-
-    def _resumed(
-        self, what: str, run: str | RunResult, cancel: CancelToken | None
-    ) -> tuple[Engine, CancelToken | None]:
-        """The run, fed to a fresh engine, and the token its driver is to watch."""
-        engine, token = resumed(
-            what,
-            run,
-            cancel,
-            ledger=self.ledger,
-            budget=self.budget,
-            dispatcher=self.dispatcher,
-            context=self.context,
-            output=self.output,
-        )
-        return self._resilient(engine), token
-
-    def _run(
-        self, engine: Engine, registry: ToolRegistry | None, cancel: CancelToken | None
-    ) -> Run:
-        """A synchronous run of ``engine``, reviewed by ``registry`` (``_sync_driver``'s answer).
-
-        Its ``Awaiter`` awaits what is async: an async tool's call (through the
-        registry's ``adispatch``), an awaitable outcome, async policies.
-        """
-        awaiter = Awaiter(cancel)
-        dispatcher = self.dispatcher
-        dispatch: Callable[..., object] = dispatcher.dispatch
-        if isinstance(dispatcher, ToolRegistry):
-            if dispatcher.async_tools:
-                dispatch = awaiting(dispatcher.dispatch_or_adispatch, awaiter, self.tool_timeout)
-        else:  # a dispatcher of the user's may answer with an awaitable
-            dispatch = awaiting(dispatch, awaiter, self.tool_timeout)
-        if isinstance(engine, _recording.DurableEngine):
-            dispatch = _recording.sync_dispatch(engine, dispatch)
-        review: Callable[[dict[str, Any]], Any] | None = None
-        if registry is not None:
-            areview = registry.areview
-            review = (  # a batch's policies run to the end, as under asyncio: not cancellable
-                (lambda call: awaiter(areview(call), cancellable=False))
-                if async_policies(registry)
-                else registry.review
-            )
-        return Run(
-            engine,
-            self._model_of(engine),
-            dispatch,
-            self.listeners,
-            review,
-            awaiter=awaiter,
-            model_timeout=self.model_timeout,
-        )
-
-    def _model_of(self, engine: Engine) -> Model:
-        """What the driver calls: the model, or the fallback model the run has come to."""
-        bound = self._bound_models
-        if len(bound) == 1:  # one model: nothing to choose, nothing made per run
-            return self._bound_model
-        return per_run(bound, engine, is_async(bound[0]))
-
-    def _arun(self, engine: Engine, cancel: CancelToken | None) -> AsyncRun:
-        dispatch = self._adispatch
-        registry = reviewing(self.dispatcher)
-        if isinstance(engine, _recording.DurableEngine):
-            dispatch = _recording.async_dispatch(engine, dispatch)
-        return AsyncRun(
-            engine,
-            self._model_of(engine),
-            dispatch,
-            cancel=cancel,
-            model_timeout=self.model_timeout,
-            to_thread=self.to_thread,
-            max_concurrency=self.max_concurrency,
-            listeners=self.listeners,
-            review=None if registry is None else registry.areview,
-        )

@@ -1,18 +1,47 @@
-"""What a ``Loop`` is given, checked and read: timeouts, run ids, the system prompt, tools."""
+"""What a ``Loop`` is given, checked and read: its arguments, run ids, the system prompt, tools.
+
+And what a synchronous run of it refuses: what only the asyncio driver can do.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import asyncio
+from typing import TYPE_CHECKING, Any, Final
 
 from agentloop._callbacks import is_async
 from agentloop._core._context import ContextPolicy
+from agentloop._core._retry import RetryPolicy
+from agentloop._durable._ledger import Ledger
+from agentloop._tools._registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
-    from agentloop._tools._registry import ToolRegistry
+    from agentloop._callbacks import Listener, Model
 
-__all__ = ["async_policies", "checked_context", "no_ledger", "specs_of", "timeout", "with_system"]
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "async_policies",
+    "asyncio_only",
+    "checked_bool",
+    "checked_context",
+    "checked_ledger",
+    "checked_listeners",
+    "checked_model",
+    "checked_retry",
+    "checked_system",
+    "concurrency",
+    "default_retry",
+    "for_sync_driver",
+    "no_ledger",
+    "specs_of",
+    "timeout",
+    "with_system",
+]
+
+_CANNOT_AWAIT: Final = "that driver cannot await it"
+#: How many calls of a batch the asyncio driver runs at once unless told.
+DEFAULT_CONCURRENCY: Final = 10
 
 
 def with_system(system: str, messages: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -72,3 +101,160 @@ def specs_of(dispatcher: object) -> Callable[[], list[dict[str, Any]]]:
 def async_policies(registry: ToolRegistry) -> bool:
     """Whether any of the registry's policies is ``async def``."""
     return any(is_async(policy) for policy in (registry.policy, *(t.policy for t in registry)))
+
+
+def checked_model(model: object) -> None:
+    """A Loop's model: a callable taking the history (a fallback chain is checked apart)."""
+    if not callable(model):
+        raise TypeError(
+            f"expected model to be a callable taking the history, got {type(model).__name__}"
+        )
+
+
+def default_retry(models: tuple[Model, ...]) -> RetryPolicy | None:
+    """``retry=`` not given: ``RetryPolicy()`` for the provider adapters' models, else none."""
+    adapters = all(getattr(one, "agentloop_retry", False) is True for one in models)
+    return RetryPolicy() if adapters else None
+
+
+def checked_retry(retry: object) -> RetryPolicy | None:
+    """A Loop's ``retry=``, given: a ``RetryPolicy`` or None."""
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise TypeError(
+            "expected retry to be an agentloop.models.RetryPolicy or None, "
+            f"got {type(retry).__name__}"
+        )
+    return retry
+
+
+def checked_listeners(listeners: Iterable[Listener]) -> tuple[Listener, ...]:
+    """A Loop's ``listeners=``: an iterable of callables (not one callable, not a string)."""
+    if callable(listeners) or isinstance(listeners, str | bytes):
+        raise TypeError(
+            "expected listeners to be an iterable of callables (say [listener]), "
+            f"got {type(listeners).__name__}"
+        )
+    checked = tuple(listeners)
+    for index, listener in enumerate(checked):
+        if not callable(listener):
+            raise TypeError(
+                f"expected listeners[{index}] to be callable, got {type(listener).__name__}"
+            )
+    return checked
+
+
+def checked_bool(name: str, value: object) -> bool:
+    """A Loop's flag (``to_thread=``): a bool, not merely truthy."""
+    if type(value) is not bool:
+        raise TypeError(f"expected {name} to be a bool, got {type(value).__name__}")
+    return value
+
+
+def checked_system(system: object) -> str | None:
+    """A Loop's ``system=``: the system prompt, a str, or None."""
+    if system is not None and type(system) is not str:
+        raise TypeError(f"expected system to be a str or None, got {type(system).__name__}")
+    return system
+
+
+def concurrency(max_concurrency: object) -> int:
+    """A Loop's ``max_concurrency=``: an int of 1 or more, ``DEFAULT_CONCURRENCY`` if None."""
+    if max_concurrency is None:  # the default: no refusal from the synchronous driver
+        return DEFAULT_CONCURRENCY
+    if type(max_concurrency) is not int:
+        raise TypeError(
+            f"expected max_concurrency to be an int of 1 or more, got "
+            f"{type(max_concurrency).__name__}"
+        )
+    if max_concurrency < 1:
+        raise ValueError(
+            f"expected max_concurrency to be an int of 1 or more, got {max_concurrency}"
+        )
+    return max_concurrency
+
+
+def checked_ledger(ledger: object) -> Ledger | None:
+    """A Loop's ``ledger=``: a ``Ledger``, or None."""
+    if ledger is not None and not isinstance(ledger, Ledger):
+        raise TypeError(
+            "expected ledger to be a Ledger (say agentloop.SQLiteLedger('runs.db')), "
+            f"got {type(ledger).__name__}"
+        )
+    return ledger
+
+
+def asyncio_only(
+    model: Model,
+    model_timeout: float | None,
+    tool_timeout: float | None,
+    to_thread: bool,
+    max_concurrency: int | None,
+) -> list[tuple[str, str, bool]]:
+    """What only the asyncio driver can do of a Loop's settings: (name, why, awaits) each.
+
+    ``awaits``: refused only where there is no event loop of the run's own (DBOS).
+    """
+    cannot_interrupt = "that driver cannot interrupt a call"
+    return [
+        (name, why, awaits)
+        for name, value, why, awaits in (
+            ("an async model", is_async(model) or None, _CANNOT_AWAIT, True),
+            ("model_timeout", model_timeout, cannot_interrupt, True),
+            ("tool_timeout", tool_timeout, cannot_interrupt, True),
+            (
+                "to_thread",
+                to_thread or None,
+                "a synchronous run runs tools in place",
+                False,
+            ),
+            (
+                "max_concurrency > 1",
+                max_concurrency if (max_concurrency or 1) > 1 else None,
+                "a synchronous run runs one call at a time",
+                False,
+            ),
+        )
+        if value is not None
+    ]
+
+
+def for_sync_driver(
+    asyncio_only: list[tuple[str, str, bool]],
+    dispatcher: object,
+    instead: str,
+    *,
+    awaits: bool = False,
+) -> ToolRegistry | None:
+    """Refuse what needs the asyncio driver; the registry whose policies review, if any.
+
+    ``asyncio_only``: the Loop's settings that need it (``asyncio_only()``);
+    async policies and async tools are added here. ``awaits``: the run awaits
+    async callables on an event loop of its own (``Run``; a DBOS workflow does
+    not), which it cannot do inside a running one. Read on every run, not when
+    the Loop is made: tools may be added to its registry since. The run made
+    next takes this answer.
+    """
+    registry = reviewing(dispatcher)
+    if registry is not None and async_policies(registry):
+        asyncio_only = [*asyncio_only, ("an async policy", _CANNOT_AWAIT, True)]
+    tools = dispatcher.async_tools if isinstance(dispatcher, ToolRegistry) else ()
+    if tools:
+        asyncio_only = [
+            *asyncio_only,
+            *((f"the async tool {n!r}", _CANNOT_AWAIT, True) for n in tools),
+        ]
+    if awaits and asyncio_only:
+        awaited = [name for name, why, _ in asyncio_only if why == _CANNOT_AWAIT]
+        if awaited and asyncio._get_running_loop() is not None:
+            names = " and ".join(awaited)
+            raise RuntimeError(
+                f"{names} cannot be awaited by a synchronous run inside a running event "
+                f"loop (its thread's loop would stall): in async code, use {instead}"
+            )
+        asyncio_only = [entry for entry in asyncio_only if not entry[2]]
+    if asyncio_only:
+        needs = "needs" if len(asyncio_only) == 1 else "need"
+        names = " and ".join(name for name, _, _ in asyncio_only)
+        reasons = "; ".join(dict.fromkeys(why for _, why, _ in asyncio_only))
+        raise ValueError(f"{names} {needs} the asyncio driver ({instead}): {reasons}")
+    return registry

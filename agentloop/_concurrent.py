@@ -1,0 +1,111 @@
+"""``ConcurrentBatch``: the asyncio driver's step that runs a batch's calls at once.
+
+With ``max_concurrency`` > 1, ``AsyncRun`` steps a batch of more than one
+call here: calls start in emission order, each in its own task (each passing
+the cancel checkpoint), and each completion is one step, in completion order;
+the engine still records the batch in emission order. Whatever ends the run
+early (the token, a cancelled task) cancels every running call's task, and
+waits for them to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from agentloop._callbacks import TokenCancelled, ended_by_token, unless_cancelled
+from agentloop._core._values import ReviewCalls, RunTool
+from agentloop._run import Carried, RunView, carried
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from agentloop._core._values import CancelToken, Transition
+
+__all__ = ["ConcurrentBatch"]
+
+
+class ConcurrentBatch(RunView):
+    """The concurrent batch step of ``AsyncRun`` (a mixin: ``AsyncRun`` sets what it reads)."""
+
+    # Set by AsyncRun.__init__; ``_tasks``: the running calls of a batch, by id, in start order.
+    _cancel: CancelToken | None
+    _max_concurrency: int
+    _tasks: dict[str, asyncio.Task[object | Carried]]
+
+    if TYPE_CHECKING:  # AsyncRun's
+
+        async def _reviewed(self, need: ReviewCalls) -> dict[str, object]: ...
+
+        def _tool(self, need: RunTool) -> Callable[[Any], Awaitable[object]]: ...
+
+    async def _batch_step(self) -> Transition:
+        """Start calls up to ``max_concurrency``, then report the first to complete."""
+        engine, tasks = self._engine, self._tasks
+        while engine.unstarted and len(tasks) < self._max_concurrency:
+            need = engine.next()  # the cancel checkpoint before each call
+            if type(need) is ReviewCalls:  # before the batch's first call: as _pumped does
+                asked = engine.reviewed(await self._reviewed(need))
+                if asked is not None:
+                    return asked
+                continue
+            if type(need) is not RunTool:
+                # Cancelled: the running calls were answered cancelled; their tasks end first.
+                await self._dropped(self._drop_tasks())
+                return need  # type: ignore[return-value]  # neither request: a transition
+            task = asyncio.ensure_future(carried(self._tool(need)(need.call)))
+            task.add_done_callback(_observed)
+            tasks[need.call["id"]] = task
+        waiting = asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
+        try:
+            if self._cancel is None:
+                await waiting
+            else:
+                await unless_cancelled(self._cancel, waiting)
+        except TokenCancelled as exc:
+            # A call that finished before the token woke us is reported, not cut off:
+            # the next checkpoint sees the token and answers the rest.
+            if not any(task.done() and not task.cancelled() for task in tasks.values()):
+                dropped = self._drop_tasks()
+                transition = ended_by_token(engine, exc)  # recorded before the tasks end
+                await self._dropped(dropped)
+                return transition
+        done = [call_id for call_id, task in tasks.items() if task.done()]
+        for call_id in done:  # an interruption in a call's task ends the run, raised here
+            task = tasks[call_id]
+            if not task.cancelled() and task.exception() is None:
+                result = task.result()
+                if type(result) is Carried:
+                    del tasks[call_id]
+                    raise result.exc
+        # Of the calls done by now, the first in emission order is reported first.
+        call_id = done[0]
+        task = tasks.pop(call_id)
+        if task.cancelled():  # the tool cancelled itself: an interruption, as when awaited
+            raise asyncio.CancelledError(f"the tool of call {call_id!r} was cancelled")
+        error = task.exception()
+        if error is None:
+            return engine.returned(task.result(), call_id)
+        if isinstance(error, Exception):
+            return engine.raised(error, call_id)
+        raise error  # KeyboardInterrupt and the like end the run
+
+    def _drop_tasks(self) -> list[asyncio.Task[object]]:
+        """Cancel every running call's task: the engine has answered them ``cancelled``."""
+        dropped = list(self._tasks.values())
+        for task in dropped:
+            task.cancel()
+        self._tasks.clear()
+        return dropped
+
+    @staticmethod
+    async def _dropped(tasks: list[asyncio.Task[object]]) -> None:
+        """Wait for cancelled calls to end, as a task group does: no tool outlives its run."""
+        if tasks:
+            await asyncio.wait(tasks)
+
+
+def _observed(task: asyncio.Task[Any]) -> None:
+    """Retrieve a dropped task's exception, so asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,101 @@
+"""The engine of each run a ``Loop`` begins: fresh, resumed or forked.
+
+A fresh one records as it goes when the Loop has a ledger; every one
+retries and falls back as the Loop does (``retry=``, ``fallback``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agentloop._continued import forked, resumed
+from agentloop._core._engine import Engine
+from agentloop._durable import _resume
+from agentloop._settings import no_ledger
+
+if TYPE_CHECKING:
+    from agentloop._core._values import CancelToken, RunResult
+    from agentloop._loop import Loop
+
+__all__ = ["forked_engine", "fresh_engine", "resilient", "resumed_engine"]
+
+_E = TypeVar("_E", bound=Engine)
+
+
+def fresh_engine(
+    loop: Loop,
+    messages: str | list[dict[str, Any]],
+    cancel: CancelToken | None,
+    run_id: str | None,
+    parent_run_id: str | None = None,
+) -> Engine:
+    """A fresh engine for a new run: a recording one when the Loop has a ledger."""
+    messages = loop._input(messages)
+    if loop.ledger is None:
+        if run_id is not None:
+            no_ledger(run_id)
+        return Engine(
+            messages,
+            budget=loop.budget,
+            cancel=cancel,
+            context=loop.context,
+            retry=loop.retry,
+            models=loop._model_names,
+            output=loop.output,
+        )
+    return resilient(
+        loop,
+        _resume.begin(
+            loop.ledger,
+            run_id,
+            messages,
+            budget=loop.budget,
+            dispatcher=loop.dispatcher,
+            cancel=cancel,
+            context=loop.context,
+            parent_run_id=parent_run_id,
+            models=loop._model_names,
+            output=loop.output,
+        ),
+    )
+
+
+def resilient(loop: Loop, engine: _E) -> _E:
+    """``engine``, retrying and falling back as ``loop`` does (``retry=``, ``fallback``)."""
+    engine.set_resilience(loop.retry, loop._model_names)
+    return engine
+
+
+def resumed_engine(
+    loop: Loop, what: str, run: str | RunResult, cancel: CancelToken | None
+) -> tuple[Engine, CancelToken | None]:
+    """The run, fed to a fresh engine, and the token its driver is to watch."""
+    engine, token = resumed(
+        what,
+        run,
+        cancel,
+        ledger=loop.ledger,
+        budget=loop.budget,
+        dispatcher=loop.dispatcher,
+        context=loop.context,
+        output=loop.output,
+    )
+    return resilient(loop, engine), token
+
+
+def forked_engine(
+    loop: Loop, run: RunResult, at: int, cancel: CancelToken | None, run_id: str | None
+) -> tuple[Engine, CancelToken]:
+    """A fork's engine (``Loop.fork``): ``run`` after its first ``at`` transitions; its token."""
+    engine, token = forked(
+        run,
+        at,
+        budget=loop.budget,
+        ledger=loop.ledger,
+        run_id=run_id,
+        dispatcher=loop.dispatcher,
+        cancel=cancel,
+        context=loop.context,
+        output=loop.output,
+    )
+    return resilient(loop, engine), token
