@@ -16,7 +16,7 @@ import orjson
 
 from agentloop._core._approval import call_fingerprint
 from agentloop._core._batch import Batch
-from agentloop._core._context import OVERFLOW, ContextPolicy, Plan, Summarise, Summary, Window
+from agentloop._core._context import OVERFLOW, ContextPolicy, Summarise
 from agentloop._core._intake import NO_REPLY, Outcome
 from agentloop._core._json import exception_content
 from agentloop._core._messages import CUT_OFF, History, input_messages
@@ -32,6 +32,7 @@ from agentloop._core._values import (
     Usage,
     Wait,
 )
+from agentloop._core._window import Plan, Summary, Window
 
 if TYPE_CHECKING:
     from collections.abc import Callable

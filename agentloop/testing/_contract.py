@@ -8,10 +8,10 @@ import attrs
 import orjson
 
 from agentloop._async import AsyncRun
-from agentloop._core._context import summary_message
 from agentloop._core._messages import RESULT_STATUSES
 from agentloop._core._table import TERMINAL, State, Trigger
 from agentloop._core._values import Budget, RunResult, Transition, Usage
+from agentloop._core._window import summary_message
 from agentloop._sync import Run
 
 if TYPE_CHECKING:
