@@ -1,9 +1,7 @@
 """The run's state, and the guards and effects the table's rows name, as its methods.
 
-The core rows' guards and effects are here; each feature's are a mixin of
-``RunState`` in a module of its own (``_rows_context.py``, ``_rows_output.py``,
-``_rows_retry.py``, ``_rows_review.py``), so every one is still a method of
-the engine, found by name.
+Each feature's are a mixin of ``RunState`` in a ``_rows_*.py`` module of its
+own (context, output, retry, review): still methods of the engine, by name.
 
 Each guard reads the state (and the report in hand, in the ``_Draft``) and
 answers a bool; each effect changes the state or fills in the ``_Draft`` of
@@ -109,11 +107,7 @@ class _Draft:
 
 
 class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
-    """One run's counters, reserved ids, history, batch and log: what the rows read and change.
-
-    The guards and effects of the context policy, typed output (with the
-    wrap-up and the loop guard), retries and review are its mixins'.
-    """
+    """One run's counters, reserved ids, history, batch and log: what the rows read and change."""
 
     __slots__ = (
         "_applied",
