@@ -6,7 +6,7 @@ own (context, output, retry, review): still methods of the engine, by name.
 Each guard reads the state (and the report in hand, in the ``_Draft``) and
 answers a bool; each effect changes the state or fills in the ``_Draft`` of
 the transition being made. Nothing here chooses a row or commits one: that is
-``Engine._choose`` and ``Engine._record``, which call these by name, so a
+``_choose`` and ``_record`` (``_interpreter.py``), which call these by name, so a
 subclass or a patched method is what runs.
 """
 
