@@ -186,7 +186,9 @@ def test_a_streaming_model_records_its_whole_reply_as_the_step(make: Any) -> Non
     assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
     steps = DBOS.list_workflow_steps(run_id)
     # The first step is the first ask's (it names the execution that recorded it).
-    output = {key: value for key, value in steps[0]["output"].items() if key != "by"}
+    recorded = steps[0]["output"]
+    assert recorded is not None
+    output = {key: value for key, value in recorded.items() if key != "by"}
     assert output == {"reply": CHECKPOINT_SCRIPT[0], "cancel": False}
 
 
