@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from agentloop import Budget, Loop, State, load_run, save_run
 from agentloop._core._intake import take_reply
 from agentloop._core._values import Usage
-from agentloop.engine import Engine, RunTool
+from agentloop.engine import Effect, Engine, Guard, RunTool
 from agentloop.testing import ScriptedModel, call, final
 
 from .helpers import add
@@ -80,6 +80,16 @@ def test_a_subclass_guard_decides_the_row() -> None:
 
     assert engine.state is State.EXHAUSTED
     assert transition.reason == "max_calls"  # type: ignore[union-attr]
+
+
+def test_every_guard_and_effect_is_a_method_of_an_engine_without_a_dict() -> None:
+    """Each feature's rows are mixins of the engine: each name is found, no instance dict."""
+    engine = Engine("go")
+    names = [f"_{guard.value}" for guard in Guard] + [f"_{effect.value}" for effect in Effect]
+    missing = [name for name in names if not callable(getattr(engine, name, None))]
+
+    assert missing == []
+    assert not hasattr(engine, "__dict__")  # the slots are RunState's alone, the mixins add none
 
 
 def test_no_generated_code_anywhere_in_the_package() -> None:

@@ -16,8 +16,9 @@ In ``dispatching``, ``next()`` may hand out a batch's next call while others
 run: a driver that runs calls at once asks again.
 
 The engine is a plain interpreter of the table in ``_table.py``: ``_choose``
-takes the first row of a (state, trigger) group whose guard holds and calls
-the row's effects, each an ordinary method of this class named after it.
+(``_interpreter.py``) takes the first row of a (state, trigger) group whose
+guard holds and calls the row's effects, each an ordinary method of this
+class named after it. What a report brings is checked first (``_checks.py``).
 What a report brings is taken in by ``_intake.py`` first, and what a
 transition is making is a fresh ``_Draft``; the batch in hand is a ``Batch``.
 
@@ -33,17 +34,17 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from agentloop._core._batch import check_decisions
-from agentloop._core._checked import TABLE, Row
+from agentloop._core._checks import ReportChecks
 from agentloop._core._intake import (
     Outcome,
-    not_json,
     raised_outcome,
     raised_usage,
     take_outcome,
     take_reply,
 )
+from agentloop._core._interpreter import Interpreter, _new
 from agentloop._core._json import exception_content
-from agentloop._core._rows import RunState, _Draft
+from agentloop._core._rows import _Draft
 from agentloop._core._table import NEXT, REPORTS, TERMINAL, Report, State, Trigger
 from agentloop._core._values import (
     AskModel,
@@ -68,21 +69,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Engine", "check_decisions"]
 
-# tuple.__new__ makes a NamedTuple from its fields without the Python-level __new__.
-_new: Final = tuple.__new__
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _SUMMARISE: Final = Trigger.SUMMARISE
-# The events that answer a model (or summariser) request: they record what it was sent.
-_SEES: Final = frozenset(
-    {
-        Trigger.MODEL_REPLIED,
-        Trigger.MODEL_RAISED,
-        Trigger.MODEL_INTERRUPTED,
-        Trigger.SUMMARY_WRITTEN,
-        Trigger.SUMMARY_RAISED,
-        Trigger.SUMMARY_INTERRUPTED,
-    }
-)
 _BACK_OFF: Final = Trigger.BACK_OFF
 
 
@@ -92,23 +80,8 @@ class _Ask:
 
 _ASK_POLICY: Final = _Ask()
 
-# Each (state, trigger) group as the engine runs it: every row with the names of the
-# methods its guard and effects are (``_<name>``), looked up on the engine at each call,
-# so that a subclass or a patched method is what runs.
-_GROUPS: Final = {
-    key: tuple(
-        (
-            row,
-            None if row.guard is None else f"_{row.guard.value}",
-            tuple(f"_{effect.value}" for effect in row.effects),
-        )
-        for row in rows
-    )
-    for key, rows in TABLE.groups.items()
-}
 
-
-class Engine(RunState):
+class Engine(Interpreter, ReportChecks):
     """One run's state machine, with no I/O: the core every driver wraps.
 
     ``Engine(messages, budget=..., cancel=..., output=...)`` checks and copies
@@ -367,41 +340,6 @@ class Engine(RunState):
         row = self._choose(Trigger.APPROVAL_ASKED, draft)
         return None if row.dest is None else self._record(row, draft)
 
-    def _checked_review(self, answers: object) -> tuple[tuple[PendingCall, ...], dict[str, object]]:
-        """The calls ``reviewed(answers)`` would hold for a person, and the answers it keeps."""
-        batch = self._batch
-        if (
-            self._state is not State.DISPATCHING
-            or batch is None
-            or batch.handed
-            or batch.review is not None
-        ):
-            why = "was reviewed already" if batch and batch.review is not None else "is not one"
-            raise InvalidStateError(
-                f"cannot take a review in state {self._state.value!r}: only an accepted batch "
-                f"none of whose calls has started is reviewed, once (this {why})",
-                state=self._state,
-            )
-        if not isinstance(answers, dict):
-            raise TypeError(
-                "expected answers to be a dict of call id -> the review's answer, "
-                f"got {not_json(answers).text:.80}"
-            )
-        taken = dict(list(answers.items()))  # read once: what is checked is what is kept
-        ids = [call_id for call_id, _ in batch.calls]
-        unknown = [call_id for call_id in taken if call_id not in ids]
-        if unknown:
-            raise ValueError(
-                f"expected answers about calls of the batch (its calls: {ids}), "
-                f"got answers about {[not_json(i).text[:80] for i in unknown]}"
-            )
-        reasons = {
-            call_id: getattr(answer, "reason", None)
-            for call_id, answer in taken.items()
-            if getattr(answer, "asks", False) is True
-        }
-        return (batch.asked(reasons) if reasons else ()), taken
-
     def decided(self, decisions: Mapping[str, Decision]) -> Transition:
         """A person decided every pending call: ``{call_id: approve() | deny(reason)}``.
 
@@ -411,17 +349,6 @@ class Engine(RunState):
         draft = _Draft(self._reply.lone)
         draft.decisions_in = self._checked_decisions(decisions)
         return self._record(self._choose(Trigger.APPROVAL_DECIDED, draft), draft)
-
-    def _checked_decisions(self, decisions: object) -> tuple[tuple[str, Decision], ...]:
-        """The decisions ``decided`` would keep, in pending order; raises if it would refuse."""
-        if self._state is not State.AWAITING_APPROVAL or self._batch is None:
-            taken = "; this batch's decisions were taken already" if self._batch else ""
-            raise InvalidStateError(
-                f"cannot take decisions in state {self._state.value!r}: "
-                f"the run is not awaiting approval{taken}",
-                state=self._state,
-            )
-        return check_decisions(self._batch.pending, decisions)
 
     def interrupted(
         self, exc: BaseException, *, partial_text: str | None = None
@@ -459,63 +386,6 @@ class Engine(RunState):
             transition = self._events[-1] = transition._replace(partial_text=partial_text)
         return transition
 
-    # -- the one place a row is chosen, and the one place it is committed ------------
-
-    def _choose(self, trigger: Trigger, draft: _Draft) -> Row:
-        """Take the first row of (state, ``trigger``) whose guard holds; run its effects."""
-        self._draft = draft
-        for row, guard, effects in _GROUPS[self._state, trigger]:
-            if guard is None or getattr(self, guard)():
-                for effect in effects:
-                    getattr(self, effect)()
-                return row
-        raise AssertionError("unreachable: build_table ends each group with an unguarded row")
-
-    def _record(self, row: Row, draft: _Draft) -> Transition:
-        """Commit the chosen row: its event first, then what follows from it."""
-        appended, usage, since = draft.appended, draft.usage, draft.since
-        at = self._clock()
-        transition = _new(
-            Transition,
-            (
-                row.source,
-                row.dest,
-                row.trigger,
-                row.guard,
-                self.steps,
-                self.calls,
-                *draft.named,
-                draft.status,
-                draft.reason,
-                draft.error,
-                draft.exception,
-                appended,
-                usage,
-                at,
-                None if since is None else at - since,
-                draft.pending,
-                draft.decisions,
-                tuple(self._handed),
-                draft.input_json,
-                self._seen if row.trigger in _SEES else None,
-                draft.wait,
-                draft.model,
-                None,  # partial_text: set by interrupted() alone
-            ),
-        )
-        self._events.append(transition)  # the commit: _settle() redoes the rest
-        self._handed.clear()
-        if appended:
-            self._history.extend(appended)
-        if usage is not None:
-            self._spent = Usage(*(a + b for a, b in zip(self._spent, usage, strict=True)))
-            self._tokens = self._spent.total
-        self._state = row.dest  # type: ignore[assignment]  # a recorded row moves
-        batch = self._batch
-        self._outstanding = _START_TOOL if batch is not None and batch.running else None
-        self._applied += 1
-        return transition
-
     # -- helpers ------------------------------------------------------------------
 
     def _tool_returned(self, index: int, outcome: Outcome) -> Transition:
@@ -534,32 +404,3 @@ class Engine(RunState):
         draft.summary_in, draft.usage = taken, taken.usage
         draft.input_json = taken.json or None
         return self._record(self._choose(Trigger.SUMMARY_WRITTEN, draft), draft)
-
-    def _refused(self, what: str) -> InvalidStateError:
-        """A report that answers nothing outstanding is refused, before any intake."""
-        asked = self._outstanding.value if self._outstanding else "nothing"
-        return InvalidStateError(
-            f"cannot take {what} in state {self._state.value!r}: "
-            f"the outstanding request is {asked}",
-            state=self._state,
-        )
-
-    def _answering(self, call_id: str | None) -> int:
-        """The index of the running call a tool report answers; else the report is refused."""
-        batch = self._batch
-        running = {} if batch is None else batch.running
-        if call_id is None:
-            if len(running) != 1:
-                raise InvalidStateError(
-                    f"calls {list(running)} are running: say which one this report answers "
-                    "(call_id=)",
-                    state=self._state,
-                )
-            return next(iter(running.values()))
-        if call_id not in running:
-            raise InvalidStateError(
-                f"cannot take a report for call {call_id!r}: it is not running "
-                f"(running: {list(running)})",
-                state=self._state,
-            )
-        return running[call_id]

@@ -1,25 +1,31 @@
 """The run's state, and the guards and effects the table's rows name, as its methods.
 
+Each feature's are a mixin of ``RunState`` in a ``_rows_*.py`` module of its
+own (context, output, retry, review): still methods of the engine, by name.
+
 Each guard reads the state (and the report in hand, in the ``_Draft``) and
 answers a bool; each effect changes the state or fills in the ``_Draft`` of
 the transition being made. Nothing here chooses a row or commits one: that is
-``Engine._choose`` and ``Engine._record``, which call these by name, so a
+``_choose`` and ``_record`` (``_interpreter.py``), which call these by name, so a
 subclass or a patched method is what runs.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core._approval import call_fingerprint
 from agentloop._core._batch import Batch
-from agentloop._core._context import OVERFLOW, ContextPolicy, Plan, Summarise, Summary, Window
+from agentloop._core._context import ContextPolicy, Summarise
 from agentloop._core._intake import NO_REPLY, Outcome
 from agentloop._core._json import exception_content
 from agentloop._core._messages import CUT_OFF, History, input_messages
+from agentloop._core._rows_context import ContextRows
+from agentloop._core._rows_output import _WRAP_UP_BEGUN, OutputRows
+from agentloop._core._rows_retry import RetryRows
+from agentloop._core._rows_review import ReviewRows, _approvals
 from agentloop._core._table import ANSWERS, Guard, State, Trigger
 from agentloop._core._values import (
     AskModel,
@@ -37,10 +43,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from agentloop._core._approval import Decision, PendingCall
-    from agentloop._core._context import Seen
     from agentloop._core._intake import Reply
     from agentloop._core._output import OutputSchema
     from agentloop._core._retry import RetryPolicy
+    from agentloop._core._rows_output import _CallIndex, _Identical
 
 __all__ = ["RunState"]
 
@@ -50,7 +56,6 @@ _NO_IDS: Final[frozenset[str]] = frozenset()
 _NO_USAGE: Final = Usage()
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _SUMMARISE: Final = Trigger.SUMMARISE
-_BACK_OFF: Final = Trigger.BACK_OFF
 
 
 class _Draft:
@@ -101,7 +106,7 @@ class _Draft:
         self.since = since
 
 
-class RunState:
+class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
     """One run's counters, reserved ids, history, batch and log: what the rows read and change."""
 
     __slots__ = (
@@ -212,14 +217,6 @@ class RunState:
     def __repr__(self) -> str:
         return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
 
-    def set_resilience(self, retry: RetryPolicy | None, models: tuple[str, ...]) -> None:
-        """Retry failed model calls by ``retry``, and fall back through ``models`` (names).
-
-        What ``Loop(retry=..., model=fallback(...))`` sets on each engine of its
-        runs, a resumed one too (its replay took the recorded waits instead).
-        """
-        self._retry, self._models = retry, models
-
     # -- guards (named in the table) ---------------------------------------------
 
     def _cancel_requested(self) -> bool:
@@ -254,95 +251,6 @@ class RunState:
         batch = self._batch
         assert batch is not None, "a tool returns in a batch"
         return len(batch.results) + 1 < len(batch.calls)
-
-    def _retry_planned(self) -> bool:
-        return self._draft.wait_in is not None
-
-    def _fallback_left(self) -> bool:
-        return self.model_index + 1 < len(self._models)
-
-    def _denials_answer_batch(self) -> bool:
-        batch = self._batch
-        assert batch is not None, "a person decides about a batch"
-        denied = {call_id for call_id, d in self._draft.decisions_in if not d.allowed}
-        return all(
-            index in batch.results or call_id in denied
-            for index, (call_id, _) in enumerate(batch.calls)
-        )
-
-    def _batch_unreviewed(self) -> bool:
-        batch = self._batch
-        return self._reviews and batch is not None and batch.review is None and not batch.handed
-
-    def _nobody_asked(self) -> bool:
-        return not self._draft.asked
-
-    # -- guards of typed output, the wrap-up step and the loop guard ----------------
-
-    def _output_retry(self) -> bool:
-        return (
-            self._wrapping is None
-            and self.output_retries < self._budget.max_output_retries
-            and bool(self._final_problems())
-        )
-
-    def _output_invalid(self) -> bool:
-        return bool(self._final_problems())
-
-    def _wrap_up_due(self) -> bool:
-        return self._budget.on_exhausted == "answer" and (
-            self._steps_exhausted() or self._tokens_exhausted()
-        )
-
-    def _wrapping_up(self) -> bool:
-        return self._wrapping is not None
-
-    def _wrap_up_answered(self) -> bool:
-        return self._wrapping is not None and self._reply.final
-
-    def _calls_exhausted_wrap_up(self) -> bool:
-        return self._budget.on_exhausted == "answer" and self._calls_exhausted()
-
-    def _identical_call_persists(self) -> bool:
-        return self._identical_found().persists is not None
-
-    def _identical_calls_only(self) -> bool:
-        over = self._identical_found().over
-        return bool(over) and len(over) == len(self._reply.calls)
-
-    def _identical_calls_some(self) -> bool:
-        return bool(self._identical_found().over)
-
-    def _call_index(self) -> _CallIndex:
-        """The loop guard's index of the calls so far, brought up to date."""
-        index = self._calls_seen
-        if index is None:
-            index = self._calls_seen = _CallIndex(self._input)
-        index.update(self._events)
-        return index
-
-    def _final_problems(self) -> list[str]:
-        """What the output schema finds wrong with the final in hand (asked once a transition)."""
-        draft = self._draft
-        if draft.output_problems is None:
-            reply, output = self._reply, self._output
-            draft.output_problems = (
-                output.problems(reply.value["text"]) if output is not None and reply.final else []
-            )
-        return draft.output_problems
-
-    def _identical_found(self) -> _Identical:
-        """The loop guard's look at the batch in hand (once a transition; nothing when off)."""
-        draft = self._draft
-        if draft.identical is None:
-            limit = self._budget.max_identical_calls
-            calls = self._reply.calls
-            draft.identical = (
-                _NOTHING_IDENTICAL
-                if limit is None or not calls
-                else self._call_index().check(self._reply.value, limit)
-            )
-        return draft.identical
 
     # -- effects (named in the table) -------------------------------------------
 
@@ -402,156 +310,6 @@ class RunState:
     def _append_batch(self) -> None:
         assert self._batch is not None, "a batch is appended"
         self._draft.appended = self._batch.messages()
-
-    def _hold_calls(self) -> None:
-        assert self._batch is not None, "a batch waits"
-        self._batch.pending = self._draft.pending = self._draft.asked
-
-    def _keep_decisions(self) -> None:
-        batch, draft = self._batch, self._draft
-        assert batch is not None, "a person decides about a batch"
-        decisions = draft.decisions_in
-        # A denied call is answered here, by the engine: no driver is handed it to run.
-        # Every denial is encoded before anything is kept, so none is kept half-way.
-        place = {call_id: index for index, (call_id, _) in enumerate(batch.calls)}
-        denials = {
-            place[call_id]: orjson.dumps(decision.reason)
-            for call_id, decision in decisions
-            if not decision.allowed
-        }
-        draft.decisions = decisions
-        batch.decided.update(decisions)
-        for index, reason in denials.items():
-            batch.answer(index, "denied", reason)
-            if draft.call is not None and batch.calls[index] == draft.call:
-                draft.status = "denied"
-
-    def _ask_for_review(self) -> None:
-        assert self._batch is not None, "a batch is reviewed"
-        self._draft.request = ReviewCalls(self._batch.to_review())
-
-    def _keep_review(self) -> None:
-        assert self._batch is not None, "a batch is reviewed"
-        # Fed by a replay (no reviewing driver), only the asks were recorded: none is kept,
-        # so the driver that goes on reviews the calls no person decided again.
-        self._batch.review = self._draft.review if self._reviews else None
-
-    def _ask_for_decisions(self) -> None:
-        assert self._batch is not None, "a batch waits"
-        self._draft.request = AwaitApproval(self._batch.pending)
-
-    def _plan_wait(self) -> None:
-        self._draft.wait = self._draft.wait_in
-
-    def _ask_for_wait(self) -> None:
-        last = self._events[-1]
-        assert last.wait is not None, "backing_off is entered by a row that plans the wait"
-        self._outstanding = _BACK_OFF
-        self._since[None] = self._clock()
-        self._draft.request = Wait(last.wait, None if self._retry is None else self._retry.sleep)
-
-    def _next_model(self) -> None:
-        pass  # model_index counts the rows that took it: nothing to keep but the event
-
-    # -- what the retry rows read, derived from the log (so nothing needs settling) --
-
-    @property
-    def model_index(self) -> int:
-        """Which fallback model is asked now: the rows that moved on to the next, counted."""
-        return sum(event.guard is Guard.FALLBACK_LEFT for event in self._events)
-
-    def retries(self) -> int:
-        """The retries of the ask in hand made so far.
-
-        The ``retry_planned`` rows since the model last replied or a fallback model took over.
-        """
-        count = 0
-        for event in reversed(self._events):
-            if event.guard is Guard.RETRY_PLANNED:
-                count += 1
-            elif event.trigger is not Trigger.WAITED:
-                break
-        return count
-
-    def planned_wait(self, exc: BaseException) -> float | None:
-        """The wait the retry policy chooses after the model raised ``exc`` (None: no retry)."""
-        policy = self._retry
-        return None if policy is None else policy.wait_for(exc, self.retries())
-
-    def _model_name(self) -> str | None:
-        models = self._models
-        return models[self.model_index] if models else None
-
-    def _append_output_errors(self) -> None:
-        problems = self._final_problems()
-        listed = "\n".join(f"- {problem}" for problem in problems)
-        told = {
-            "kind": "user",
-            "text": "Your final answer does not match the output schema:\n"
-            f"{listed}\nReply again with a final answer whose text is only JSON that "
-            "matches the schema.",
-        }
-        self._draft.appended = (self._reply.json, orjson.dumps(told))
-        self._draft.error = "invalid output: " + "; ".join(problems)
-        self.output_retries += 1
-
-    def _note_invalid_output(self) -> None:
-        problems = self._final_problems()
-        retries = self.output_retries
-        self._draft.error = (
-            f"the final answer does not match the output schema (after {retries} output "
-            f"retr{'y' if retries == 1 else 'ies'}): " + "; ".join(problems)
-        )
-
-    def _begin_wrap_up(self) -> None:
-        draft = self._draft
-        if draft.reason is None:
-            draft.reason = "max_steps" if self._steps_exhausted() else "max_total_tokens"
-        self._wrapping = draft.reason
-        told = {
-            "kind": "user",
-            "text": f"The run's budget ran out ({draft.reason}): tools are disabled. "
-            "Give your final answer now, from what you have.",
-        }
-        draft.appended = (orjson.dumps(told),)
-
-    def _ask_for_answer(self) -> None:
-        self._ask_for_reply()
-        request = self._draft.request
-        assert type(request) is AskModel, "a model request was made"
-        request.tools_disabled = True
-
-    def _note_wrap_up(self) -> None:
-        self._draft.reason = self._wrapping
-
-    def _refuse_identical(self) -> None:
-        batch, found = self._batch, self._identical_found()
-        assert batch is not None, "a batch was accepted"
-        limit = self._budget.max_identical_calls
-        for index, earlier in found.over:
-            name = batch.calls[index][1]
-            content = {
-                "type": "IdenticalCall",
-                "message": f"not run: {name} was already called with these same arguments "
-                f"{limit} time{'s' if limit != 1 else ''} in this conversation "
-                f"(max_identical_calls={limit}); the result is in the tool_result of call "
-                f"{earlier!r} above. Use it, or call with other arguments.",
-            }
-            batch.answer(index, "error", orjson.dumps(content))
-            if self._draft.call is not None and batch.calls[index] == self._draft.call:
-                self._draft.status = "error"
-
-    def _note_identical_calls(self) -> None:
-        persists = self._identical_found().persists
-        assert persists is not None, "a call repeats one the loop guard refused"
-        call_id, name, earlier = persists
-        self._draft.named = (call_id, name)
-        self._draft.reason = "max_identical_calls"
-        self._draft.error = (
-            f"call {call_id!r} repeats {name} with the same arguments after the loop guard "
-            f"refused it (call {earlier!r}, max_identical_calls="
-            f"{self._budget.max_identical_calls}); nothing of the batch was run"
-        )
 
     def _append_final(self) -> None:
         self._draft.appended = (self._reply.json,)
@@ -673,211 +431,6 @@ class RunState:
         self._outstanding = answered if answered in (_ASK_MODEL, _START_TOOL) else None
         self._settle()
         return event
-
-    # -- the context policy (agentloop.context): guards, effects and their state ------
-
-    def _init_context(self, policy: ContextPolicy | None, encoded: list[bytes]) -> None:
-        self._policy = policy
-        #: The messages as the policy reads them (None: no policy), and the events read in.
-        self._context: tuple[Window, list[int]] | None = (
-            None if policy is None else (Window(policy.counter, encoded), [0])
-        )
-        self._summary: Summary | None = None  # the summary in force
-        self._plan: tuple[int, Summary | None, Plan | str] | None = None  # for this request
-        self._seen: Seen | None = None  # what the request outstanding was sent
-        self._view: bytearray | None = None  # the request's messages, when not the history
-
-    def _context_plan(self) -> Plan | str:
-        """The view for the request about to be made (found once a request), or why none fits."""
-        policy, context = self._policy, self._context
-        assert policy is not None, "a context policy is set"
-        assert context is not None, "a policy has its window"
-        window, read = context
-        events = self._events
-        for event in events[read[0] :]:
-            for data in event.appended_json:
-                window.add(data)
-        read[0] = len(events)
-        cached, summary = self._plan, self._summary
-        if cached is not None and cached[0] == len(window.messages) and cached[1] is summary:
-            return cached[2]
-        plan = window.plan(
-            policy.tokens,
-            summary,
-            policy.summariser is not None,
-            policy.keep_tokens,
-            self._history.request()[0],
-        )
-        self._plan = (len(window.messages), summary, plan)
-        return plan
-
-    def _rebuild_context(self) -> None:
-        """The window and the summary in force again, from the input and the events."""
-        policy, seen = self._policy, self._seen
-        assert policy is not None, "a context policy is set"
-        self._init_context(policy, list(self._input))
-        self._seen = seen  # what a request still outstanding was sent
-        window, read = self._context  # type: ignore[misc]  # just made
-        for event in self._events:
-            if event.trigger is Trigger.SUMMARY_WRITTEN and event.dest is State.AWAITING_MODEL:
-                # The plan as it was when this summary was asked for.
-                plan = window.plan(policy.tokens, self._summary, True, policy.keep_tokens)
-                assert not isinstance(plan, str), "a summary was asked for a plan"
-                assert event.input_json is not None, "a summary is a final answer"
-                self._summary = window.summary(plan.fold, orjson.loads(event.input_json)["text"])
-            for data in event.appended_json:
-                window.add(data)
-        read[0] = len(self._events)
-
-    def _context_overflows(self) -> bool:
-        return self._policy is not None and isinstance(self._context_plan(), str)
-
-    def _summary_due(self) -> bool:
-        if self._policy is None or self._policy.summariser is None:
-            return False
-        plan = self._context_plan()
-        return not isinstance(plan, str) and plan.fold > plan.folded
-
-    def _summary_malformed(self) -> bool:
-        reply = self._draft.summary_in
-        return reply is None or reply.problem is not None or not reply.final
-
-    def _fit_context(self) -> None:
-        if self._policy is None:
-            return
-        plan = self._context_plan()
-        # Checked first by context_overflows; the wrap-up step's newest turn is its own short
-        # request, which fits wherever the head did.
-        assert not isinstance(plan, str), "context_overflows was checked first"
-        self._seen = plan.seen
-        self._view = None if plan.view is None else bytearray(plan.view)
-
-    def _note_context_overflow(self) -> None:
-        plan = self._context_plan()
-        assert isinstance(plan, str), "context_overflows said so"
-        self._draft.reason, self._draft.error = OVERFLOW, plan
-
-    def _ask_for_summary(self) -> None:
-        policy, context = self._policy, self._context
-        assert policy is not None, "a context policy is set"
-        assert policy.summariser is not None, "summary_due holds only under summarise"
-        assert context is not None, "a policy has its window"
-        plan = self._context_plan()
-        assert not isinstance(plan, str), "summary_due was checked first"
-        request, self._seen = context[0].fold_request(plan.folded, plan.fold, self._summary)
-        self._outstanding = _SUMMARISE
-        self._since[None] = self._clock()
-        self._draft.request = Summarise(policy.summariser, request)
-
-    def _keep_summary(self) -> None:
-        context, reply = self._context, self._draft.summary_in
-        assert context is not None, "a policy has its window"
-        assert reply is not None, "a summary was written"
-        plan = self._context_plan()
-        assert not isinstance(plan, str), "a summary was asked for a plan"
-        self._summary = context[0].summary(plan.fold, reply.value["text"])
-
-    def _note_summary_error(self) -> None:
-        draft = self._draft
-        assert draft.exception is not None, "the summariser raised"
-        content = exception_content(draft.exception)
-        said = f"{content['type']}: {content['message']}" if content["message"] else content["type"]
-        draft.error = f"the summariser raised {said}"
-
-    def _note_malformed_summary(self) -> None:
-        reply = self._draft.summary_in
-        assert reply is not None, "the summariser replied"
-        problem = reply.problem or f"expected a final answer, got a {reply.value['kind']!r} reply"
-        self._draft.error = f"malformed summary: {problem}"
-        self._rejected = reply.value  # kept for review (and a replay), as a rejected reply is
-
-
-_WRAP_UP_BEGUN: Final = (Guard.WRAP_UP_DUE, Guard.CALLS_EXHAUSTED_WRAP_UP)
-
-
-class _Identical(NamedTuple):
-    """What the loop guard found in a batch: the calls beyond the limit, and a persisting one."""
-
-    #: ``(index, id of the earlier identical call)`` of each call beyond the limit.
-    over: tuple[tuple[int, str], ...] = ()
-    #: ``(call id, tool, id of the refused call)`` of a call the guard refused before.
-    persists: tuple[str, str, str] | None = None
-
-
-_NOTHING_IDENTICAL: Final = _Identical()
-
-
-class _CallIndex:
-    """The loop guard's index of the conversation's calls, read from the record as it grows.
-
-    A call is identical to another when its fingerprint (tool name and
-    canonical arguments, as approval binds them) is the same. The record is
-    the source: the input's messages, then each event's appended ones, read
-    once each; a refused call is one whose result the guard wrote (an
-    ``IdenticalCall`` error). ``_settle`` drops the index, which is read again.
-    """
-
-    __slots__ = ("events", "made", "refused", "seen")
-
-    def __init__(self, input_json: tuple[bytes, ...]) -> None:
-        self.seen: dict[str, list[str]] = {}  # fingerprint -> ids of its calls, in order
-        self.refused: dict[str, str] = {}  # fingerprint -> id of a call the guard refused
-        self.made: dict[str, str] = {}  # call id -> fingerprint
-        self.events = 0  # events read so far
-        self._read(input_json)
-
-    def update(self, events: list[Transition]) -> None:
-        """Read the messages of the events not read yet."""
-        for event in events[self.events :]:
-            self._read(event.appended_json)
-        self.events = len(events)
-
-    def _read(self, messages: tuple[bytes, ...]) -> None:
-        for data in messages:
-            message = orjson.loads(data)
-            kind = message.get("kind")
-            if kind == "call" or kind == "calls":
-                for call in [message] if kind == "call" else message.get("calls") or ():
-                    call_id = str(call.get("id"))
-                    fingerprint = call_fingerprint(str(call.get("name")), call.get("arguments"))
-                    self.made[call_id] = fingerprint
-                    self.seen.setdefault(fingerprint, []).append(call_id)
-            elif kind == "tool_result" and message.get("status") == "error":
-                content = message.get("content")
-                if type(content) is dict and content.get("type") == "IdenticalCall":
-                    found = self.made.get(str(message.get("id")))
-                    if found is not None:
-                        self.refused.setdefault(found, str(message.get("id")))
-
-    def check(self, reply: dict[str, Any], limit: int) -> _Identical:
-        """Each call of ``reply`` against the calls before it (the batch's earlier ones too)."""
-        over: list[tuple[int, str]] = []
-        added: dict[str, list[str]] = {}  # this batch's accepted calls, by fingerprint
-        calls = [reply] if reply["kind"] == "call" else reply["calls"]
-        for index, call in enumerate(calls):
-            fingerprint = call_fingerprint(call["name"], call["arguments"])
-            if fingerprint in self.refused:
-                return _Identical(persists=(call["id"], call["name"], self.refused[fingerprint]))
-            earlier = self.seen.get(fingerprint, [])
-            mine = added.setdefault(fingerprint, [])
-            if len(earlier) + len(mine) >= limit:
-                over.append((index, (mine or earlier)[-1]))
-            else:
-                mine.append(call["id"])
-        return _Identical(over=tuple(over))
-
-
-def _approvals(events: list[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:
-    """The batch in hand's pending calls and decisions, from the events since it was accepted."""
-    pending: tuple[PendingCall, ...] = ()
-    decided: dict[str, Decision] = {}
-    for event in reversed(events):
-        if event.source is State.VALIDATING:
-            break
-        if event.pending and not pending:
-            pending = event.pending
-        decided.update(event.decisions)
-    return pending, decided
 
 
 def _appended_ids(events: list[Transition]) -> set[str]:

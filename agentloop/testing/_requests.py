@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
-from agentloop._core._context import summary_message
 from agentloop._core._table import State, Trigger
 from agentloop._core._values import RunResult
+from agentloop._core._window import summary_message
 from agentloop.testing._record import (
     ContractViolation,
     Message,
