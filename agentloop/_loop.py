@@ -9,7 +9,8 @@ durable (``agentloop._durable``): the engine records as it goes, and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+import contextlib
+from typing import TYPE_CHECKING, Any, Final, Self
 
 from agentloop._adispatch import async_dispatch
 from agentloop._callbacks import bind_model
@@ -26,6 +27,7 @@ from agentloop._settings import (
     checked_ledger,
     checked_listeners,
     checked_model,
+    checked_owned,
     checked_retry,
     checked_system,
     concurrency,
@@ -111,7 +113,9 @@ class Loop:
     timeout, a lost connection) after a wait; unless given, the provider
     adapters' models get ``RetryPolicy()`` and plain callbacks none. ``model``
     may be ``agentloop.models.fallback(primary, secondary, ...)``: models
-    asked in turn. See the docs' "Resilience" page.
+    asked in turn. See the docs' "Resilience" page. ``owns`` are context
+    managers the Loop opens and closes (MCP servers, say): ``with loop:`` (or
+    ``async with``) opens each in order and closes them in reverse.
     """
 
     def __init__(
@@ -135,6 +139,7 @@ class Loop:
         max_output_retries: int = 1,
         on_exhausted: str = "stop",
         max_identical_calls: int | None = None,
+        owns: Iterable[object] = (),
     ) -> None:
         models: tuple[Model, ...] = model.models if isinstance(model, Fallback) else (model,)
         if not isinstance(model, Fallback):
@@ -180,6 +185,39 @@ class Loop:
         )
         self.ledger = checked_ledger(ledger)
         self.context = checked_context(context)
+        self._owns = checked_owned(owns)
+        self._open: contextlib.ExitStack | contextlib.AsyncExitStack | None = None
+
+    def __enter__(self) -> Self:
+        """Open what the Loop owns (``owns=``), in order; one that fails closes the rest."""
+        with contextlib.ExitStack() as stack:
+            for owned in self._owns:
+                stack.enter_context(owned)  # type: ignore[arg-type]  # checked_owned said so
+            self._open = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        """Close what the Loop owns, in reverse."""
+        opened, self._open = self._open, None
+        return None if opened is None else opened.__exit__(*exc_info)  # type: ignore[union-attr]
+
+    async def __aenter__(self) -> Self:
+        """``__enter__`` under asyncio: what has ``__aenter__`` is entered with it."""
+        async with contextlib.AsyncExitStack() as stack:
+            for owned in self._owns:
+                if hasattr(owned, "__aenter__"):
+                    await stack.enter_async_context(owned)  # type: ignore[arg-type]
+                else:
+                    stack.enter_context(owned)  # type: ignore[arg-type]
+            self._open = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        """Close what the Loop owns, in reverse."""
+        opened, self._open = self._open, None
+        if opened is None:
+            return None
+        return await opened.__aexit__(*exc_info)  # type: ignore[union-attr]
 
     def __repr__(self) -> str:
         return (

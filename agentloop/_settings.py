@@ -258,3 +258,20 @@ def for_sync_driver(
         reasons = "; ".join(dict.fromkeys(why for _, why, _ in asyncio_only))
         raise ValueError(f"{names} {needs} the asyncio driver ({instead}): {reasons}")
     return registry
+
+
+def checked_owned(owns: object) -> tuple[object, ...]:
+    """What a Loop owns (``owns=``): context managers, sync or async (MCP servers, say)."""
+    if isinstance(owns, str | bytes) or not hasattr(owns, "__iter__"):
+        raise TypeError(
+            "expected owns to be an iterable of context managers (say [server]), "
+            f"got {type(owns).__name__}"
+        )
+    taken = tuple(owns)
+    for index, owned in enumerate(taken):
+        if not (hasattr(owned, "__enter__") or hasattr(owned, "__aenter__")):
+            raise TypeError(
+                f"expected owns[{index}] to be a context manager (with __enter__ or "
+                f"__aenter__), got {type(owned).__name__}"
+            )
+    return taken

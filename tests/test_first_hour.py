@@ -355,3 +355,68 @@ def test_a_dbos_run_starts_with_the_loops_system_prompt(tmp_path: Any) -> None:
     finally:
         dbos.DBOS.destroy(workflow_completion_timeout_sec=0)
     assert result.transcript[0] == SYSTEM
+
+
+class _Owned:
+    """A context manager that notes when it is opened and closed."""
+
+    def __init__(self, name: str, notes: list[str], fails: bool = False) -> None:
+        self.name, self.notes, self.fails = name, notes, fails
+
+    def __enter__(self) -> _Owned:
+        if self.fails:
+            raise ConnectionError(f"{self.name} cannot be reached")
+        self.notes.append(f"open {self.name}")
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.notes.append(f"close {self.name}")
+
+
+def test_a_loop_opens_what_it_owns_in_order_and_closes_it_in_reverse() -> None:
+    """``Loop(owns=[...])``: ``with loop:`` opens each, runs go on inside, all close at the end."""
+    notes: list[str] = []
+    loop = agentloop.Loop(
+        ScriptedModel([final("done")]), owns=[_Owned("a", notes), _Owned("b", notes)]
+    )
+    with loop as same:
+        assert same is loop
+        assert notes == ["open a", "open b"]
+        assert loop.run("hi").status == "finished"
+    assert notes == ["open a", "open b", "close b", "close a"]
+    # One that cannot open closes those opened before it, and the error shows.
+    notes.clear()
+    failing = agentloop.Loop(
+        ScriptedModel([final("done")]),
+        owns=[_Owned("a", notes), _Owned("b", notes, fails=True), _Owned("c", notes)],
+    )
+    with pytest.raises(ConnectionError, match="b cannot be reached"), failing:
+        pass
+    assert notes == ["open a", "close a"]
+
+
+async def test_a_loop_opens_what_it_owns_under_asyncio_too() -> None:
+    """``async with loop:`` enters an async context manager with ``__aenter__``."""
+    notes: list[str] = []
+
+    class Async:
+        async def __aenter__(self) -> Async:
+            notes.append("open")
+            return self
+
+        async def __aexit__(self, *exc_info: object) -> None:
+            notes.append("close")
+
+    async with agentloop.Loop(ScriptedModel([final("done")]), owns=[Async()]) as loop:
+        assert (await loop.arun("hi")).status == "finished"
+    assert notes == ["open", "close"]
+
+
+@pytest.mark.parametrize(
+    ("owns", "message"),
+    [(object(), "an iterable of context managers"), ([3], r"owns\[0\] to be a context manager")],
+)
+def test_what_a_loop_owns_is_checked_when_it_is_made(owns: object, message: str) -> None:
+    """Anything but context managers is refused, naming what was expected."""
+    with pytest.raises(TypeError, match=message):
+        agentloop.Loop(ScriptedModel([final("done")]), owns=owns)  # type: ignore[arg-type]
