@@ -13,7 +13,7 @@
    both runs get a fresh ``CancelToken`` (the hand loop checks its token, so
    the engine's runs have one to check too: a run without one skips the checks).
    The ``record`` loop is the same loop recording what the engine records, its
-   22-field events with their times and the ``RunResult`` (checked equal to
+   events (every field) with their times and the ``RunResult`` (checked equal to
    the engine's): the targets are measured against it, so that the ratio is
    the engine's machinery alone, not the contract's record.
 2. The async driver beside the sync one, both without a token (target: within
@@ -157,6 +157,10 @@ def hand_written(
 
 # The engine's own record, kept by hand: what the loop above leaves out.
 _new = tuple.__new__
+# The fields after ``started`` (what came in, and the newer features' fields): none here.
+_AFTER_STARTED = (None,) * (len(Transition._fields) - Transition._fields.index("input_json"))
+# RunResult's fields after ``usage``: none of them here either.
+_RESULT_REST = (None,) * (len(RunResult._fields) - RunResult._fields.index("usage") - 1)
 _NO_USAGE = Usage()
 _AM, _VA, _DI, _FI = State.AWAITING_MODEL, State.VALIDATING, State.DISPATCHING, State.FINISHED
 _REPLIED, _VALIDATE, _RETURNED = T.MODEL_REPLIED, T.VALIDATE, T.TOOL_RETURNED
@@ -186,8 +190,8 @@ def hand_written_record(
         if cancel.cancelled or reply != raw or reply_problem(reply):
             break
         # source, dest, trigger, guard, steps, calls, call_id, tool, result_status, reason,
-        # error, exception, appended, usage, at, took, pending, decisions, started, input_json,
-        # wait, model
+        # error, exception, appended, usage, at, took, pending, decisions, started, and the
+        # rest (input_json, context, wait, model, partial_text)
         append(
             _new(
                 Transition,
@@ -206,9 +210,7 @@ def hand_written_record(
                     (),
                     (),
                     (),
-                    None,
-                    None,
-                    None,
+                    *_AFTER_STARTED,
                 ),
             )
         )
@@ -232,15 +234,13 @@ def hand_written_record(
                         (),
                         (),
                         (),
-                        None,
-                        None,
-                        None,
+                        *_AFTER_STARTED,
                     ),
                 )
             )
             history.extend(appended)
             final = (_FI, reply["text"], steps, calls, budget, None, None, tuple(events))
-            return _new(RunResult, (*final, history.to_json(), None, _NO_USAGE, None, None))
+            return _new(RunResult, (*final, history.to_json(), None, _NO_USAGE, *_RESULT_REST))
         call_id, name = reply["id"], reply["name"]
         if call_id in reserved or calls >= budget.max_calls or cancel.cancelled:
             break
@@ -266,9 +266,7 @@ def hand_written_record(
                     (),
                     (),
                     (),
-                    None,
-                    None,
-                    None,
+                    *_AFTER_STARTED,
                 ),
             )
         )
@@ -303,15 +301,13 @@ def hand_written_record(
                     (),
                     (),
                     (),
-                    None,
-                    None,
-                    None,
+                    *_AFTER_STARTED,
                 ),
             )
         )
         history.extend(appended)
     failed = (State.FAILED, None, steps, calls, budget, None, None, tuple(events))
-    return _new(RunResult, (*failed, history.to_json(), None, _NO_USAGE, None, None))
+    return _new(RunResult, (*failed, history.to_json(), None, _NO_USAGE, *_RESULT_REST))
 
 
 def time_per_step(k: int, repeats: int, tools: object) -> tuple[float, ...]:
@@ -505,7 +501,7 @@ def main() -> int:
             )
         print()
     print(
-        "record: the hand-written loop keeping the engine's own record (its 22-field events\n"
+        "record: the hand-written loop keeping the engine's own record (its events, every field\n"
         "with their times, and the RunResult; equal to the engine's); tuple: the same loop\n"
         "recording each transition as a 5-tuple, for reference\n"
     )
