@@ -62,7 +62,7 @@ def fresh_engine(
 
 def resilient(loop: Loop, engine: _E) -> _E:
     """``engine``, retrying and falling back as ``loop`` does (``retry=``, ``fallback``)."""
-    engine.set_resilience(loop.retry, loop._model_names)
+    engine._set_resilience(loop.retry, loop._model_names)
     return engine
 
 

@@ -337,7 +337,7 @@ class Loop:
         """The engine of a run that continues ``run`` (a failed or exhausted one)."""
         parent_run_id, result = continued(run, parent_run_id, self._to_continue)
         engine = fresh_engine(self, result.transcript, cancel, run_id, parent_run_id)
-        engine.parent_run_id = parent_run_id
+        engine._parent_run_id = parent_run_id
         return engine
 
     def _to_continue(self, run_id: str) -> Engine:

@@ -337,8 +337,8 @@ class DBOSLoop:
                 self._work.ask,
                 run_id,
                 need.history,
-                engine.model_index,
-                engine.retries(),
+                engine._model_index,
+                engine._retries(),
                 need.options,
                 not engine.events(),
             )

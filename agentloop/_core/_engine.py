@@ -64,7 +64,6 @@ if TYPE_CHECKING:
 
     from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._context import Summarise
-    from agentloop._core._output import OutputSchema
     from agentloop._core._values import Budget
 
 __all__ = ["Engine", "check_decisions"]
@@ -154,11 +153,6 @@ class Engine(Interpreter, ReportChecks):
         return self._batch.unstarted
 
     @property
-    def output_schema(self) -> OutputSchema | None:
-        """The schema a final answer must match (``Loop(output=T)``), if any."""
-        return self._output
-
-    @property
     def usage(self) -> Usage:
         """The tokens the model's replies reported so far, summed."""
         return self._spent
@@ -211,7 +205,7 @@ class Engine(Interpreter, ReportChecks):
                 self._spent,
                 self._reply.json if state is State.AWAITING_APPROVAL else None,
                 self._policy,
-                self.parent_run_id,
+                self._parent_run_id,
                 None if self._output is None else self._output.schema_json,
             ),
         )
@@ -314,7 +308,7 @@ class Engine(Interpreter, ReportChecks):
         draft.exception = exc
         draft.model = self._model_name()
         if isinstance(wait, _Ask):  # a recorded exception brings the wait recorded with it
-            wait = exc.wait if isinstance(exc, RecordedException) else self.planned_wait(exc)
+            wait = exc.wait if isinstance(exc, RecordedException) else self._planned_wait(exc)
         draft.wait_in = wait
         return self._record(self._choose(trigger, draft), draft)
 

@@ -125,7 +125,9 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         "_input_ids",
         "_models",
         "_output",
+        "_output_retries",
         "_outstanding",
+        "_parent_run_id",
         "_plan",
         "_policy",
         "_rejected",
@@ -142,8 +144,6 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         "_view",
         "_wrapping",
         "calls",
-        "output_retries",
-        "parent_run_id",
         "steps",
     )
 
@@ -205,11 +205,11 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         self._retry = retry
         self._models = models
         #: The run this one continues (``Loop.continue_run``), by id.
-        self.parent_run_id: str | None = None
+        self._parent_run_id: str | None = None
         #: The schema a final answer must match (``Loop(output=T)``), if any.
         self._output = output
         #: Invalid final answers sent back to the model so far.
-        self.output_retries = 0
+        self._output_retries = 0
         #: The budget that ran out, once the run wraps up (``on_exhausted='answer'``).
         self._wrapping: str | None = None
         self._calls_seen: _CallIndex | None = None  # the loop guard's, made when first asked
@@ -412,7 +412,7 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         if self._policy is not None:
             self._rebuild_context()
         self._rejected = None  # only a terminal row rejects a reply
-        self.output_retries = sum(event.guard is Guard.OUTPUT_RETRY for event in events)
+        self._output_retries = sum(event.guard is Guard.OUTPUT_RETRY for event in events)
         self._calls_seen = None  # read again from the record when next asked
         self._wrapping = next(
             (event.reason for event in events if event.guard in _WRAP_UP_BEGUN), None

@@ -39,7 +39,7 @@ class OutputRows:
         _output: OutputSchema | None
         _reply: Reply
         _wrapping: str | None
-        output_retries: int
+        _output_retries: int
 
         def _steps_exhausted(self) -> bool: ...
         def _tokens_exhausted(self) -> bool: ...
@@ -53,7 +53,7 @@ class OutputRows:
     def _output_retry(self) -> bool:
         return (
             self._wrapping is None
-            and self.output_retries < self._budget.max_output_retries
+            and self._output_retries < self._budget.max_output_retries
             and bool(self._final_problems())
         )
 
@@ -126,11 +126,11 @@ class OutputRows:
         }
         self._draft.appended = (self._reply.json, orjson.dumps(told))
         self._draft.error = "invalid output: " + "; ".join(problems)
-        self.output_retries += 1
+        self._output_retries += 1
 
     def _note_invalid_output(self) -> None:
         problems = self._final_problems()
-        retries = self.output_retries
+        retries = self._output_retries
         self._draft.error = (
             f"the final answer does not match the output schema (after {retries} output "
             f"retr{'y' if retries == 1 else 'ies'}): " + "; ".join(problems)

@@ -41,7 +41,7 @@ class RetryRows:
         # shown this empty tuple, which to it would forbid assigning RunState's slots here.
         __slots__ = ()
 
-    def set_resilience(self, retry: RetryPolicy | None, models: tuple[str, ...]) -> None:
+    def _set_resilience(self, retry: RetryPolicy | None, models: tuple[str, ...]) -> None:
         """Retry failed model calls by ``retry``, and fall back through ``models`` (names).
 
         What ``Loop(retry=..., model=fallback(...))`` sets on each engine of its
@@ -53,7 +53,7 @@ class RetryRows:
         return self._draft.wait_in is not None
 
     def _fallback_left(self) -> bool:
-        return self.model_index + 1 < len(self._models)
+        return self._model_index + 1 < len(self._models)
 
     def _plan_wait(self) -> None:
         self._draft.wait = self._draft.wait_in
@@ -69,11 +69,11 @@ class RetryRows:
         pass  # model_index counts the rows that took it: nothing to keep but the event
 
     @property
-    def model_index(self) -> int:
+    def _model_index(self) -> int:
         """Which fallback model is asked now: the rows that moved on to the next, counted."""
         return sum(event.guard is Guard.FALLBACK_LEFT for event in self._events)
 
-    def retries(self) -> int:
+    def _retries(self) -> int:
         """The retries of the ask in hand made so far.
 
         The ``retry_planned`` rows since the model last replied or a fallback model took over.
@@ -86,11 +86,11 @@ class RetryRows:
                 break
         return count
 
-    def planned_wait(self, exc: BaseException) -> float | None:
+    def _planned_wait(self, exc: BaseException) -> float | None:
         """The wait the retry policy chooses after the model raised ``exc`` (None: no retry)."""
         policy = self._retry
-        return None if policy is None else policy.wait_for(exc, self.retries())
+        return None if policy is None else policy.wait_for(exc, self._retries())
 
     def _model_name(self) -> str | None:
         models = self._models
-        return models[self.model_index] if models else None
+        return models[self._model_index] if models else None

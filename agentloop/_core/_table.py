@@ -114,7 +114,7 @@ The goal is that nothing is. Today these are, and each says where:
   answer, and a replay feeds back the recorded wait instead of asking (a
   ``RecordedException``, as a DBOS step records one, brings its own).
 * Which fallback model a driver calls is read, not decided, outside the
-  rows: ``engine.model_index`` counts the ``fallback_left`` rows taken, and
+  rows: ``engine._model_index`` counts the ``fallback_left`` rows taken, and
   the Loop's per-run model (``_fallback.per_run``) calls that one.
 * A report that answers nothing outstanding (a reply nobody asked for, a
   second ``next()`` while a request is out) is refused with

@@ -85,7 +85,7 @@ def begin(
     writer = ledger.create(
         run_id, header(run_id, engine.history(), configuration, parent_run_id, models)
     )
-    engine.parent_run_id = parent_run_id
+    engine._parent_run_id = parent_run_id
     engine.journal = Journal(writer, run_id, idempotent_tools(dispatcher), ledger=ledger)
     weakref.finalize(engine, engine.journal.release)  # an abandoned run frees its claim
     return engine
@@ -187,7 +187,7 @@ def replayed(
             f"run {recorded.run_id!r}: the recorded input is not valid: {exc}"
         ) from None
     engine.journal = journal
-    engine.parent_run_id = recorded.parent_run_id
+    engine._parent_run_id = recorded.parent_run_id
     engine.replaying = True
     try:
         if recorded.legacy is not None:
