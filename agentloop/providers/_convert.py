@@ -41,6 +41,7 @@ __all__ = [
     "reply",
     "request_entries",
     "request_tools",
+    "result_content",
     "result_parts",
     "result_text",
     "strict_schema",
@@ -122,6 +123,25 @@ def parsed_arguments(raw: str) -> Any:
         return {}
     value, _ = json_object(raw)  # an int beyond 64 bits stays text, never a float
     return raw if value is None else value
+
+
+def result_content(
+    message: Message,
+    text: Callable[[str], dict[str, Any]],
+    image: Callable[[str, str], dict[str, Any]],
+) -> str | list[dict[str, Any]]:
+    """A tool result as a provider carries it: its text, or its parts when one is an image.
+
+    ``text(part)`` and ``image(media_type, base64_data)`` make the provider's blocks.
+    """
+    parts = result_parts(message)
+    if parts is None:
+        return result_text(message)
+    blocks: list[dict[str, Any]] = []
+    for part in parts:
+        found = image_of(part)
+        blocks.append(text(part_text(part)) if found is None else image(*found))
+    return blocks
 
 
 def result_text(message: Message) -> str:
@@ -274,6 +294,7 @@ def make_model(
     *,
     sdk: ModuleType | None = None,
     name: str | None = None,
+    sent: dict[str, Any] | None = None,
 ) -> SyncModel | AsyncModel:
     """The model callback: ``parse(create(**request(history, tools)))``, awaited if async.
 
@@ -284,9 +305,11 @@ def make_model(
     decorators, hence ``unwrap``. An error the ``sdk`` raises is marked with
     its kind when it may pass (``classify``), for the Loop's retry policy,
     which is on by default for these models (``agentloop_retry``); ``name``
-    is what fallback models' events call it.
+    is what fallback models' events call it. ``sent`` goes with every request
+    as it is (``stream=True``, for a streaming model).
     """
     entries = request_entries(format, options)
+    sent = sent or {}
     made: Any
     if inspect.iscoroutinefunction(inspect.unwrap(create)):
 
@@ -299,7 +322,7 @@ def make_model(
         ) -> Message:
             body = request(history, entries(tools, tool_choice, output))
             try:
-                response = await create(**body)
+                response = await create(**body, **sent)
             except Exception as exc:
                 classify(exc, sdk)
                 raise
@@ -317,7 +340,7 @@ def make_model(
         ) -> Message:
             body = request(history, entries(tools, tool_choice, output))
             try:
-                response = create(**body)
+                response = create(**body, **sent)
             except Exception as exc:
                 classify(exc, sdk)
                 raise

@@ -10,8 +10,7 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentloop.providers._convert import request_entries
-from agentloop.providers._errors import classify
+from agentloop.providers._convert import make_model
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
@@ -136,49 +135,24 @@ def make_stream_model(
 ) -> StreamModel | AsyncStreamModel:
     """The streaming model callback: ``create(**request(...), **streaming)``'s stream, converted.
 
-    The request is made as ``make_model`` makes it, and sent (an HTTP error
-    raised, and marked for the retry policy) by the call itself; the stream
-    it answers with yields the deltas ``convert`` makes of the SDK's events,
-    then the whole reply.
+    ``make_model``'s callback, whose request carries ``streaming`` and whose
+    answer is opened as a stream (an HTTP error is raised, and marked for the
+    retry policy, by the call itself): it yields the deltas ``convert`` makes
+    of the SDK's events, then the whole reply.
     """
-    entries = request_entries(format, options)
-    made: Any
     if inspect.iscoroutinefunction(inspect.unwrap(create)):
 
-        async def amodel(
-            history: list[Message],
-            *,
-            tools: list[Message] | None = None,
-            tool_choice: str | None = None,
-            output: Message | None = None,
-        ) -> AsyncReplyStream:
-            body = request(history, entries(tools, tool_choice, output))
-            try:
-                source = await create(**body, **streaming)
-            except Exception as exc:
-                classify(exc, sdk)
-                raise
+        def aopen(source: Any) -> AsyncReplyStream:
             return AsyncReplyStream(source, aconvert)
 
-        made = amodel
+        opened: Callable[[Any], Any] = aopen
     else:
 
-        def model(
-            history: list[Message],
-            *,
-            tools: list[Message] | None = None,
-            tool_choice: str | None = None,
-            output: Message | None = None,
-        ) -> ReplyStream:
-            body = request(history, entries(tools, tool_choice, output))
-            try:
-                source = create(**body, **streaming)
-            except Exception as exc:
-                classify(exc, sdk)
-                raise
+        def open_(source: Any) -> ReplyStream:
             return ReplyStream(source, convert)
 
-        made = model
-    made.agentloop_retry = True
-    made.agentloop_name = name or format
-    return made  # type: ignore[no-any-return]
+        opened = open_
+    made: StreamModel | AsyncStreamModel = make_model(  # type: ignore[assignment]
+        create, request, opened, format, options, sdk=sdk, name=name, sent=streaming
+    )  # its parse opens the stream its create answers
+    return made

@@ -53,11 +53,8 @@ from agentloop.providers._convert import (
     assistant_turn,
     checked_client,
     checked_params,
-    image_of,
     make_model,
-    part_text,
-    result_parts,
-    result_text,
+    result_content,
     unknown_kind,
 )
 from agentloop.providers._streaming import (
@@ -178,19 +175,14 @@ def anthropic_messages(
 
 def _result_content(message: Message) -> str | list[dict[str, Any]]:
     """A ``tool_result`` block's content: text, or blocks when the result holds an image."""
-    parts = result_parts(message)
-    if parts is None:
-        return result_text(message)
-    blocks: list[dict[str, Any]] = []
-    for part in parts:
-        image = image_of(part)
-        if image is None:
-            blocks.append({"type": "text", "text": part_text(part)})
-        else:
-            media, data = image
-            source = {"type": "base64", "media_type": media, "data": data}
-            blocks.append({"type": "image", "source": source})
-    return blocks
+    return result_content(
+        message,
+        lambda text: {"type": "text", "text": text},
+        lambda media, data: {
+            "type": "image",
+            "source": {"type": "base64", "media_type": media, "data": data},
+        },
+    )
 
 
 def _messages_options(

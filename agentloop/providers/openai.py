@@ -45,10 +45,8 @@ from agentloop.providers._convert import (
     assistant_turn,
     checked_client,
     checked_params,
-    image_of,
     make_model,
-    part_text,
-    result_parts,
+    result_content,
     result_text,
     strict_schema,
     unknown_kind,
@@ -300,18 +298,11 @@ def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:
 
 def _output(message: Message) -> str | list[dict[str, Any]]:
     """A ``function_call_output``'s output: text, or input items when the result holds an image."""
-    parts = result_parts(message)
-    if parts is None:
-        return result_text(message)
-    items: list[dict[str, Any]] = []
-    for part in parts:
-        image = image_of(part)
-        if image is None:
-            items.append({"type": "input_text", "text": part_text(part)})
-        else:
-            media, data = image
-            items.append({"type": "input_image", "image_url": f"data:{media};base64,{data}"})
-    return items
+    return result_content(
+        message,
+        lambda text: {"type": "input_text", "text": text},
+        lambda media, data: {"type": "input_image", "image_url": f"data:{media};base64,{data}"},
+    )
 
 
 def _responses_input(history: list[Message]) -> list[dict[str, Any]]:
