@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from agentloop._core._values import CancelToken, RunResult
     from agentloop._loop import Loop
 
-__all__ = ["forked_engine", "fresh_engine", "resilient", "resumed_engine"]
+__all__ = ["forked_engine", "fresh_engine", "plain_engine", "resilient", "resumed_engine"]
 
 _E = TypeVar("_E", bound=Engine)
 
@@ -34,15 +34,9 @@ def fresh_engine(
     if loop.ledger is None:
         if run_id is not None:
             no_ledger(run_id)
-        return Engine(
-            messages,
-            budget=loop.budget,
-            cancel=cancel,
-            context=loop.context,
-            retry=loop.retry,
-            models=loop._model_names,
-            output=loop.output,
-        )
+        engine = plain_engine(loop, messages, cancel)
+        engine._parent_run_id = parent_run_id
+        return engine
     return resilient(
         loop,
         _resume.begin(
@@ -57,6 +51,21 @@ def fresh_engine(
             models=loop._model_names,
             output=loop.output,
         ),
+    )
+
+
+def plain_engine(
+    loop: Loop, messages: str | list[dict[str, Any]], cancel: CancelToken | None
+) -> Engine:
+    """An engine configured as ``loop`` is, recording nothing (the Loop's, and DBOS's)."""
+    return Engine(
+        messages,
+        budget=loop.budget,
+        cancel=cancel,
+        context=loop.context,
+        retry=loop.retry,
+        models=loop._model_names,
+        output=loop.output,
     )
 
 

@@ -336,9 +336,7 @@ class Loop:
     ) -> Engine:
         """The engine of a run that continues ``run`` (a failed or exhausted one)."""
         parent_run_id, result = continued(run, parent_run_id, self._to_continue)
-        engine = fresh_engine(self, result.transcript, cancel, run_id, parent_run_id)
-        engine._parent_run_id = parent_run_id
-        return engine
+        return fresh_engine(self, result.transcript, cancel, run_id, parent_run_id)
 
     def _to_continue(self, run_id: str) -> Engine:
         """The recorded run ``run_id``, fed to a fresh engine, to continue (a ledger's only)."""

@@ -88,6 +88,7 @@ from agentloop._dbos._work import _started, _verdict, _Work
 from agentloop._durable._bodies import recorded_answer, recorded_outcome
 from agentloop._durable._journal import fingerprint, idempotent_tools
 from agentloop._durable._resume import checked_run_id, differences, mismatch
+from agentloop._engines import plain_engine
 from agentloop._errors import AgentloopError
 from agentloop._loop import Loop
 from agentloop._names import publish as _publish
@@ -287,17 +288,8 @@ class DBOSLoop:
 
     def _engine(self, history: list[dict[str, Any]], token: CancelToken) -> Engine:
         """A fresh engine for the run, configured as the Loop is."""
-        loop = self.loop
-        engine = Engine(
-            history,
-            budget=loop.budget,
-            cancel=token,
-            context=loop.context,
-            retry=loop.retry,
-            models=loop._model_names,
-            output=loop.output,
-        )
-        engine.reviews = reviewing(loop.dispatcher) is not None
+        engine = plain_engine(self.loop, history, token)
+        engine.reviews = reviewing(self.loop.dispatcher) is not None
         return engine
 
     def _perform(

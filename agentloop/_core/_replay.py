@@ -58,6 +58,12 @@ _SUMMARISED: Final = (Trigger.SUMMARY_WRITTEN, Trigger.SUMMARY_RAISED, Trigger.S
 # The reports that end a wait: the engine hands out the wait first.
 _WAITED: Final = (Trigger.WAITED, Trigger.WAIT_INTERRUPTED)
 _BY_ITSELF: Final = frozenset(NEXT.values())
+# The request each of these reports answers, and what a replay that finds another says.
+_HANDED: Final[dict[Trigger, tuple[type, str]]] = {
+    **dict.fromkeys(_ASKED, (AskModel, "the model asked here")),
+    **dict.fromkeys(_SUMMARISED, (Summarise, "the summariser asked here")),
+    **dict.fromkeys(_WAITED, (Wait, "a wait before a retry here")),
+}
 
 
 class Mismatch(Exception):
@@ -140,24 +146,14 @@ def _feed(
                 f"{where}.started", f"call {call_id!r} handed out here", repr(need)[:200]
             )
     trigger = event.trigger
-    if trigger in _ASKED:
+    handed = _HANDED.get(trigger)
+    if handed is not None:  # the request this report answers is handed out first
         need = engine.next()
         if type(need) is Transition:
             return need  # the engine moved by itself (a budget ran out, say)
-        if type(need) is not AskModel:
-            raise Mismatch(where, "the model asked here", row_text(event))
-    elif trigger in _SUMMARISED:
-        need = engine.next()
-        if type(need) is Transition:
-            return need  # the engine moved by itself (a budget ran out, say)
-        if type(need) is not Summarise:
-            raise Mismatch(where, "the summariser asked here", row_text(event))
-    elif trigger in _WAITED:
-        need = engine.next()
-        if type(need) is Transition:
-            return need
-        if type(need) is not Wait:
-            raise Mismatch(where, "a wait before a retry here", row_text(event))
+        request, expected = handed
+        if type(need) is not request:
+            raise Mismatch(where, expected, row_text(event))
     if event.guard in _CANCELS:
         token.cancel()  # found set here: the token was cancelled before
     if trigger in _BY_ITSELF:
