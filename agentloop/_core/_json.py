@@ -23,6 +23,7 @@ __all__ = [
     "copy_json",
     "describe",
     "exception_content",
+    "exception_said",
     "intake",
     "json_object",
     "to_json",
@@ -181,6 +182,12 @@ def describe(value: object) -> str:
     if kind is str:
         return f"str {value!r:.60}"
     return kind.__name__
+
+
+def exception_said(exc: BaseException) -> str:
+    """``Type: message`` (or the type alone), as an event's ``error`` names what was raised."""
+    content = exception_content(exc)
+    return f"{content['type']}: {content['message']}" if content["message"] else content["type"]
 
 
 def exception_content(exc: BaseException) -> dict[str, str]:

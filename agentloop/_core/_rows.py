@@ -20,7 +20,7 @@ import orjson
 from agentloop._core._batch import Batch
 from agentloop._core._context import ContextPolicy, Summarise
 from agentloop._core._intake import NO_REPLY, Outcome
-from agentloop._core._json import exception_content
+from agentloop._core._json import exception_said
 from agentloop._core._messages import CUT_OFF, History, input_messages
 from agentloop._core._rows_context import ContextRows
 from agentloop._core._rows_output import _WRAP_UP_BEGUN, OutputRows
@@ -330,9 +330,7 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
     def _note_model_error(self) -> None:
         draft = self._draft
         assert draft.exception is not None, "the model raised"
-        content = exception_content(draft.exception)
-        said = f"{content['type']}: {content['message']}" if content["message"] else content["type"]
-        draft.error = f"the model raised {said}"
+        draft.error = f"the model raised {exception_said(draft.exception)}"
 
     def _note_malformed(self) -> None:
         self._draft.error = f"malformed reply: {self._reply.problem}"

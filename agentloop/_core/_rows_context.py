@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Final
 import orjson
 
 from agentloop._core._context import OVERFLOW, Summarise
-from agentloop._core._json import exception_content
+from agentloop._core._json import exception_said
 from agentloop._core._table import State, Trigger
 from agentloop._core._window import Window
 
@@ -151,9 +151,7 @@ class ContextRows:
     def _note_summary_error(self) -> None:
         draft = self._draft
         assert draft.exception is not None, "the summariser raised"
-        content = exception_content(draft.exception)
-        said = f"{content['type']}: {content['message']}" if content["message"] else content["type"]
-        draft.error = f"the summariser raised {said}"
+        draft.error = f"the summariser raised {exception_said(draft.exception)}"
 
     def _note_malformed_summary(self) -> None:
         reply = self._draft.summary_in
