@@ -51,12 +51,12 @@ def broken(index: int, **changes: Any) -> list[dict[str, Any]]:
         pytest.param(broken(1, conditions=["cancel_requested"]),
                      r"row 1 .*can never fire: the earlier row 0 .*always wins",
                      id="guard already taken"),
-        pytest.param([*DEFINITION[:8], DEFINITION[0], *DEFINITION[8:]],
-                     r"row 8 .*can never fire: the earlier row 7 "
+        pytest.param([*DEFINITION[:9], DEFINITION[0], *DEFINITION[9:]],
+                     r"row 9 .*can never fire: the earlier row 8 "
                      r"\(ask_model / count_step, fit_context, ask_for_reply\)",
                      id="after the unguarded row"),
-        pytest.param(broken(14, conditions=["cancel_requested"]),
-                     r"row 14 .*the last row for model_interrupted in awaiting_model must have no",
+        pytest.param(broken(15, conditions=["cancel_requested"]),
+                     r"row 15 .*the last row for model_interrupted in awaiting_model must have no",
                      id="last row guarded"),
         pytest.param(broken(3, conditions=["cancel_requested", "steps_exhausted"]),
                      r"row 3 .*at most one guard a row", id="two guards"),
@@ -75,8 +75,9 @@ def test_the_definition_builds_the_table_the_engine_runs() -> None:
     assert build_table(DEFINITION) == TABLE
     assert TABLE.rows == ROWS
     assert len(ROWS) == len(DEFINITION)
-    assert [row.label for row in ROWS][:8] == [
+    assert [row.label for row in ROWS][:9] == [
         "ask_model [cancel_requested]",
+        "ask_model [wrap_up_overflows] / note_context_overflow",
         "ask_model [wrapping_up] / count_step, fit_context, ask_for_answer",
         "ask_model [wrap_up_due] / begin_wrap_up",
         "ask_model [steps_exhausted] / note_max_steps",
@@ -130,6 +131,7 @@ def test_validation_tries_the_contract_order() -> None:
     asks = [row.guard for row in TABLE.groups[State.AWAITING_MODEL, Trigger.ASK_MODEL]]
     assert asks == [
         Guard.CANCEL_REQUESTED,
+        Guard.WRAP_UP_OVERFLOWS,
         Guard.WRAPPING_UP,
         Guard.WRAP_UP_DUE,
         Guard.STEPS_EXHAUSTED,

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import agentloop
 from agentloop import Loop
 from agentloop._tools._output import output_schema
+from agentloop.context import keep_last
 from agentloop.engine import Engine
 from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import ScriptedModel, assert_contract, batch, strategies
@@ -287,6 +288,35 @@ def test_the_wrap_up_step_answers_when_the_tokens_run_out() -> None:
     assert_contract(result, "go")
 
 
+def test_a_wrap_up_request_the_context_cannot_fit_is_not_sent(driver: Driver) -> None:
+    """Under keep_last, the budget's note can push the newest turn past the tokens: the
+    wrap-up request is not sent, and the run ends exhausted for the context."""
+    model = ScriptedModel([looking(1), final("never asked")])
+    loop = Loop(
+        model, tools=[look], max_steps=1, on_exhausted="answer", context=keep_last(tokens=40)
+    )
+    run = driver.start(loop, "go")
+    for _ in range(3):  # the reply, its validation, the call's result
+        run.step()
+    assert run.transcript[-1]["kind"] == "tool_result"
+    t = run.step()
+    assert (t.dest, t.guard, t.reason) == ("awaiting_model", "wrap_up_due", "max_steps")
+    t = run.step()
+    assert (t.source, t.dest, t.trigger, t.guard) == (
+        A,
+        "exhausted",
+        "ask_model",
+        "wrap_up_overflows",
+    )
+    assert t.reason == "context"
+    assert "tokens" in (t.error or "")
+    result = run.result()
+    assert (result.status, result.steps, result.calls, result.output) == ("exhausted", 1, 1, None)
+    assert (len(model.seen), model.remaining) == (1, 1)  # the wrap-up was never sent
+    assert kinds(result.transcript) == ["user", "call", "tool_result:ok", "user"]
+    assert_contract(result, "go")
+
+
 def test_by_default_an_exhausted_run_ends_with_no_answer(driver: Driver) -> None:
     """on_exhausted='stop' (the default): exhausted, as before, with no extra step."""
     model = ScriptedModel([looking(1)])
@@ -483,6 +513,7 @@ TYPED_FINALS = st.builds(final, _FINALS)
     limit=st.none() | st.integers(1, 2),
     answer=st.booleans(),
     retries=st.integers(0, 2),
+    tokens=st.none() | st.integers(1, 400),
 )
 def test_the_new_rows_match_transitions_keep_the_contract_and_replay(
     data: st.DataObject,
@@ -490,8 +521,10 @@ def test_the_new_rows_match_transitions_keep_the_contract_and_replay(
     limit: int | None,
     answer: bool,
     retries: int,
+    tokens: int | None,
 ) -> None:
-    """With every feature on, transitions makes the same run; it keeps the contract and replays."""
+    """With every feature on (a context policy too), transitions makes the same run; it
+    keeps the contract and replays."""
     replies = data.draw(st.lists(props.REPLIES | TYPED_FINALS, max_size=10))
     cancel_at = data.draw(st.none() | st.integers(1, 8))
     limits = agentloop.Budget(
@@ -505,7 +538,10 @@ def test_the_new_rows_match_transitions_keep_the_contract_and_replay(
     outcomes, results = [], []
     for engine_class in (Engine, props.ReferenceEngine):
         world = props.World(list(replies), cancel_at)
-        engine = engine_class("go", budget=limits, cancel=world.token, output=output)
+        context = None if tokens is None else keep_last(tokens=tokens)
+        engine = engine_class(
+            "go", budget=limits, cancel=world.token, output=output, context=context
+        )
         props.drive_engine(engine, world)
         result = engine.result()
         results.append(result)

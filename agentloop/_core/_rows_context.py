@@ -117,8 +117,7 @@ class ContextRows:
         if self._policy is None:
             return
         plan = self._context_plan()
-        # Checked first by context_overflows; the wrap-up step's newest turn is its own short
-        # request, which fits wherever the head did.
+        # Checked first, by context_overflows (or, in the wrap-up step, wrap_up_overflows).
         assert not isinstance(plan, str), "context_overflows was checked first"
         self._seen = plan.seen
         self._view = None if plan.view is None else bytearray(plan.view)

@@ -44,6 +44,7 @@ class OutputRows:
         def _steps_exhausted(self) -> bool: ...
         def _tokens_exhausted(self) -> bool: ...
         def _calls_exhausted(self) -> bool: ...
+        def _context_overflows(self) -> bool: ...
         def _ask_for_reply(self) -> None: ...
     else:
         # RunState holds the slots (an instance has one layout). The type checker is not
@@ -67,6 +68,9 @@ class OutputRows:
 
     def _wrapping_up(self) -> bool:
         return self._wrapping is not None
+
+    def _wrap_up_overflows(self) -> bool:
+        return self._wrapping is not None and self._context_overflows()
 
     def _wrap_up_answered(self) -> bool:
         return self._wrapping is not None and self._reply.final

@@ -193,7 +193,10 @@ DEFINITION: Final[Sequence[TransitionConfigDict]] = (
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.CANCEL_REQUESTED],
      "dest": S.CANCELLED},
     # -- (wrap-up) a budget ran out and on_exhausted='answer': the model is told, then
-    #    asked once more with tools disabled; that step is counted past max_steps
+    #    asked once more with tools disabled; that step is counted past max_steps. A
+    #    wrap-up request the context policy cannot fit is not sent
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAP_UP_OVERFLOWS],
+     "dest": S.EXHAUSTED, "before": [E.NOTE_CONTEXT_OVERFLOW]},
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAPPING_UP],
      "dest": None, "before": [E.COUNT_STEP, E.FIT_CONTEXT, E.ASK_FOR_ANSWER]},
     {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAP_UP_DUE],

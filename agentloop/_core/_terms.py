@@ -137,6 +137,9 @@ class Guard(enum.StrEnum):
     WRAP_UP_DUE = "wrap_up_due"
     #: The run is in its wrap-up step (the last model step, tools disabled).
     WRAPPING_UP = "wrapping_up"
+    #: ``wrapping_up``, and under a context policy its request (the head and the newest
+    #: turn, the budget's note in it) exceeds the policy's ``tokens``.
+    WRAP_UP_OVERFLOWS = "wrap_up_overflows"
     #: The run is in its wrap-up step, and the reply is a final answer.
     WRAP_UP_ANSWERED = "wrap_up_answered"
     #: ``calls_exhausted``, with ``on_exhausted='answer'``.
