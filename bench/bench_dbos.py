@@ -147,6 +147,17 @@ class Counts:
         def checkout(*_: Any) -> None:
             self.checkouts += 1
 
+        # agentloop reads its cancel marker on the driver's connection, past SQLAlchemy's
+        # events: one statement a read (its checkout is the pool's, counted below).
+        from agentloop._dbos import _marker
+
+        read = _marker._exists_on_postgres
+
+        def marker_read(*args: Any) -> bool:
+            self.statements += 1
+            return read(*args)
+
+        _marker._exists_on_postgres = marker_read  # type: ignore[assignment]
         event.listen(engine, "commit", ended)
         event.listen(engine, "rollback", ended)
         event.listen(engine, "before_cursor_execute", statement)

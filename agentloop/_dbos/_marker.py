@@ -89,22 +89,54 @@ def _exists(workflow_id: str) -> bool:
     """
     try:
         system = _get_dbos_instance()._sys_db
-        statement = _key_read(system)
+        statement, sql = _key_read(system)
     except Exception:  # noqa: BLE001 - DBOS's insides are not as expected: its public read
         return DBOS.get_workflow_status(workflow_id) is not None
+    if sql is not None:
+        return _exists_on_postgres(system.engine, sql, workflow_id)
     with system.engine.connect() as connection:
-        if connection.dialect.name == "postgresql":
-            # One statement outside a transaction: no BEGIN or ROLLBACK round trip around it.
-            # (Not on SQLite, where DBOS sets each connection's own isolation level, which
-            # the reset after AUTOCOMMIT would replace.)
-            connection.execution_options(isolation_level="AUTOCOMMIT")
         found = connection.execute(statement, {"workflow_id": workflow_id}).first()
     return found is not None
 
 
+def _exists_on_postgres(engine: sa.Engine, sql: str, workflow_id: str) -> bool:
+    """The key read on Postgres, as one statement on a pooled driver connection.
+
+    Outside a transaction (autocommit: no BEGIN or ROLLBACK round trip), and
+    past SQLAlchemy's statement machinery, which cost more CPU than the read.
+    """
+    pooled = engine.raw_connection()
+    try:
+        connection = pooled.driver_connection
+        connection.autocommit = True  # type: ignore[union-attr]  # a psycopg connection
+        try:
+            with connection.cursor() as cursor:  # type: ignore[union-attr]
+                cursor.execute(sql, {"workflow_id": workflow_id})
+                return cursor.fetchone() is not None
+        finally:
+            connection.autocommit = False  # type: ignore[union-attr]
+    finally:
+        pooled.close()  # back to the pool
+
+
 @functools.lru_cache(maxsize=4)
-def _key_read(system: Any) -> Any:
-    """The statement that reads a workflow's id by its key, made once a system database."""
+def _key_read(system: Any) -> tuple[Any, str | None]:
+    """The statement that reads a workflow's id by its key, made once a system database.
+
+    On Postgres also its SQL, rendered for the driver with DBOS's schema in place.
+    """
     table = system.tables.workflow_status
     where = system._wf(table, sa.bindparam("workflow_id"))
-    return sa.select(table.c.workflow_uuid).where(*where)
+    statement = sa.select(table.c.workflow_uuid).where(*where)
+    engine = system.engine
+    if engine.dialect.name != "postgresql":
+        # (Not on SQLite, where DBOS sets each connection's own isolation level.)
+        return statement, None
+    compiled = statement.compile(
+        dialect=engine.dialect,
+        schema_translate_map=engine.get_execution_options().get("schema_translate_map"),
+        render_schema_translate=True,
+    )
+    if set(compiled.params) != {"workflow_id"}:  # more than the key (a shard, say): as it is
+        return statement, None
+    return statement, str(compiled)
