@@ -93,14 +93,15 @@ def per_run(bound: tuple[Model, ...], engine: Engine, asynchronous: bool) -> Mod
     """The model a driver calls for ``engine``'s run: the one the run's record has come to."""
     if len(bound) == 1:
         return bound[0]
+    # ``options``: the request's (tool_choice='none' in the wrap-up step), as to one model.
     if asynchronous:
 
-        async def ask_async(history: list[dict[str, Any]]) -> object:
-            return await bound[engine._model_index](history)  # type: ignore[misc]
+        async def ask_async(history: list[dict[str, Any]], **options: Any) -> object:
+            return await bound[engine._model_index](history, **options)  # type: ignore[misc]
 
         return ask_async
 
-    def ask(history: list[dict[str, Any]]) -> object:
-        return bound[engine._model_index](history)
+    def ask(history: list[dict[str, Any]], **options: Any) -> object:
+        return bound[engine._model_index](history, **options)
 
     return ask

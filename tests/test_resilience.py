@@ -338,6 +338,57 @@ def test_the_fallback_takes_over_once_retries_run_out_and_budgets_count_across(
     assert driver.run(short, "hi").reason == "max_steps"
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["run", "arun"])
+def test_fallback_models_are_asked_with_tools_disabled_in_the_wrap_up_step(
+    asynchronous: bool,
+) -> None:
+    """The wrap-up step's tool_choice reaches the fallback chain's model that takes it."""
+    choices: list[object] = []
+
+    def primary(history: list[dict[str, Any]], tool_choice: object = None) -> dict[str, Any]:
+        choices.append(tool_choice)
+        return final("from a") if tool_choice == "none" else call(f"c{len(choices)}")
+
+    loop = Loop(
+        fallback(primary, ScriptedModel([])), tools=[add], max_steps=1, on_exhausted="answer"
+    )
+    result = asyncio.run(loop.arun("hi")) if asynchronous else loop.run("hi")
+    assert choices == [None, "none"]
+    assert (result.status, result.reason, result.output, result.steps) == (
+        "finished",
+        "max_steps",
+        "from a",
+        2,
+    )
+    assert_contract(result, "hi")
+
+
+def test_the_wrap_up_step_is_one_step_with_no_retry_and_no_fallback(driver: Driver) -> None:
+    """A model that raises in the wrap-up step ends the run failed: steps stay max_steps + 1."""
+    primary = ScriptedModel([call("c1"), TimeoutError("slow")])
+    secondary = ScriptedModel([final("never asked")])
+    sleeps = Sleeps()
+    loop = Loop(
+        fallback(primary, secondary),
+        tools=[add],
+        retry=policy(sleeps, attempts=3),
+        max_steps=1,
+        on_exhausted="answer",
+    )
+    result = driver.run(loop, "hi")
+    assert rows(result)[-2:] == [
+        ("ask_model", "wrap_up_due", "awaiting_model"),
+        ("model_raised", "", "failed"),
+    ]
+    assert (result.status, result.steps, result.error) == (
+        "failed",
+        2,
+        "the model raised TimeoutError: slow",
+    )
+    assert (sleeps.waits, secondary.remaining) == ([], 1)
+    assert_contract(result, "hi")
+
+
 def test_the_last_model_failing_fails_the_run() -> None:
     """With no model left, the run fails with the last model's error."""
     result = Loop(fallback(ScriptedModel([ValueError("a")]), ScriptedModel([ValueError("b")]))).run(

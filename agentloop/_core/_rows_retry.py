@@ -36,6 +36,7 @@ class RetryRows:
         _outstanding: Trigger | None
         _retry: RetryPolicy | None
         _since: dict[str | None, float]
+        _wrapping: str | None
     else:
         # RunState holds the slots (an instance has one layout). The type checker is not
         # shown this empty tuple, which to it would forbid assigning RunState's slots here.
@@ -49,11 +50,13 @@ class RetryRows:
         """
         self._retry, self._models = retry, models
 
+    # The wrap-up step is one model step past the budget, whatever it meets: no retry, no
+    # fallback model (a model that raises there ends the run failed).
     def _retry_planned(self) -> bool:
-        return self._draft.wait_in is not None
+        return self._wrapping is None and self._draft.wait_in is not None
 
     def _fallback_left(self) -> bool:
-        return self._model_index + 1 < len(self._models)
+        return self._wrapping is None and self._model_index + 1 < len(self._models)
 
     def _plan_wait(self) -> None:
         self._draft.wait = self._draft.wait_in

@@ -122,9 +122,11 @@ class Guard(enum.StrEnum):
     SUMMARY_DUE = "summary_due"
     #: The summariser's reply is not a well-formed final answer.
     SUMMARY_MALFORMED = "summary_malformed"
-    #: The retry policy chose a wait: the error is one it retries, and attempts are left.
+    #: The retry policy chose a wait: the error is one it retries, and attempts are left
+    #: (never in the wrap-up step).
     RETRY_PLANNED = "retry_planned"
-    #: A fallback model comes after the one that failed (``agentloop.models.fallback``).
+    #: A fallback model comes after the one that failed (``agentloop.models.fallback``;
+    #: never in the wrap-up step).
     FALLBACK_LEFT = "fallback_left"
     # -- typed output (``Loop(output=T)``)
     #: The reply is a final answer the output schema refuses, and an output retry is left
