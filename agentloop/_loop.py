@@ -341,7 +341,7 @@ class Loop:
     def _to_continue(self, run_id: str) -> Engine:
         """The recorded run ``run_id``, fed to a fresh engine, to continue (a ledger's only)."""
         if self.ledger is None:
-            no_ledger(run_id)
+            no_ledger(run_id, f"continue_run({run_id!r:.60})")
         return resumed_engine(self, "continue_run", run_id, None)[0]
 
     def fork(

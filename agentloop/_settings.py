@@ -72,10 +72,11 @@ def checked_context(context: object) -> ContextPolicy | None:
     return context
 
 
-def no_ledger(run_id: object) -> None:
+def no_ledger(run_id: object, given: str = "run_id=") -> None:
+    """Refuse a run id (``given`` says where it was given) on a Loop without a ledger."""
     if run_id is not None:
         raise ValueError(
-            "run_id= names a run in a ledger, and this Loop has none: make it with "
+            f"{given} names a run in a ledger, and this Loop has none: make it with "
             "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger)"
         )
 
@@ -109,6 +110,11 @@ def checked_model(model: object) -> None:
         raise TypeError(
             f"expected model to be a callable taking the history, got {type(model).__name__}"
         )
+    if isinstance(model, type):  # callable, but calling it makes an instance, not a reply
+        raise TypeError(
+            f"expected model to be a callable taking the history, got the class "
+            f"{model.__name__}: pass an instance of it"
+        )
 
 
 def default_retry(models: tuple[Model, ...]) -> RetryPolicy | None:
@@ -139,6 +145,11 @@ def checked_listeners(listeners: Iterable[Listener]) -> tuple[Listener, ...]:
         if not callable(listener):
             raise TypeError(
                 f"expected listeners[{index}] to be callable, got {type(listener).__name__}"
+            )
+        if isinstance(listener, type):
+            raise TypeError(
+                f"expected listeners[{index}] to be callable with a transition, got the class "
+                f"{listener.__name__}: pass an instance of it"
             )
     return checked
 
@@ -175,6 +186,11 @@ def concurrency(max_concurrency: object) -> int:
 
 def checked_ledger(ledger: object) -> Ledger | None:
     """A Loop's ``ledger=``: a ``Ledger``, or None."""
+    if isinstance(ledger, type):  # the class passes the protocol check: say what to do
+        raise TypeError(
+            f"expected ledger to be a Ledger, got the class {ledger.__name__}: make one "
+            "(say agentloop.SQLiteLedger('runs.db'))"
+        )
     if ledger is not None and not isinstance(ledger, Ledger):
         raise TypeError(
             "expected ledger to be a Ledger (say agentloop.SQLiteLedger('runs.db')), "

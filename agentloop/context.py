@@ -81,6 +81,11 @@ def summarise(
         keep_tokens = tokens // 2 if type(tokens) is int else 0
     if type(keep_tokens) is not int or keep_tokens < 0:
         raise ValueError(f"expected keep_tokens to be a non-negative int, got {keep_tokens!r:.40}")
+    if type(tokens) is int and keep_tokens >= tokens:  # (tokens itself: ContextPolicy checks)
+        raise ValueError(
+            f"expected keep_tokens to be less than tokens={tokens}, got {keep_tokens}: a fold "
+            "that keeps as much as a request holds would have to fold again at every step"
+        )
     return ContextPolicy(tokens=tokens, counter=counter, summariser=model, keep_tokens=keep_tokens)
 
 

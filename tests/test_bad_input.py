@@ -56,6 +56,13 @@ for _ in range(300):
             r"messages\[0\]: expected a dict with a str 'kind', got str 'hello'",
         ),
         ([{"text": "no kind"}], TypeError, r"messages\[0\]: expected a dict with a str 'kind'"),
+        (
+            [{"role": "user", "content": "hi"}],
+            TypeError,
+            r"^messages\[0\]: expected a dict with a str 'kind' \(system, user, call, calls, "
+            r"tool_result or final\), got a dict with keys 'role', 'content': a user message is "
+            r"\{'kind': 'user', 'text': ...\}$",
+        ),
         ([{"kind": 1}], TypeError, "expected a dict with a str 'kind'"),
         ([{"kind": "user", "when": object()}], TypeError, r"messages\[0\]\.when: expected a JSON"),
         ([{"kind": "user", "score": float("inf")}], TypeError, "expected a finite number"),
@@ -249,6 +256,39 @@ def test_unresolvable_annotation_fails_when_the_loop_is_built() -> None:
 
     with pytest.raises(TypeError, match="tool 'h'"):
         Loop(ScriptedModel([]), tools={"h": handler})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"ledger": agentloop.SQLiteLedger},
+            r"^expected ledger to be a Ledger, got the class SQLiteLedger: make one \(say "
+            r"agentloop.SQLiteLedger\('runs.db'\)\)$",
+        ),
+        (
+            {"tools": agentloop.ToolRegistry},
+            r"got the class ToolRegistry: make one \(say ToolRegistry\(\[...\]\)\)$",
+        ),
+        (
+            {"listeners": [agentloop.CancelToken]},
+            r"^expected listeners\[0\] to be callable with a transition, got the class "
+            r"CancelToken: pass an instance of it$",
+        ),
+        (
+            {"model": ScriptedModel},
+            r"^expected model to be a callable taking the history, got the class "
+            r"ScriptedModel: pass an instance of it$",
+        ),
+    ],
+)
+def test_a_class_where_an_instance_is_meant_is_refused(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    """A class passes a callable or protocol check; Loop(...) refuses it, saying to make one."""
+    kwargs.setdefault("model", ScriptedModel([]))
+    with pytest.raises(TypeError, match=message):
+        Loop(**kwargs)
 
 
 def test_model_must_be_callable() -> None:

@@ -396,6 +396,9 @@ def test_bad_policies_are_refused_with_what_was_expected() -> None:
         summarise("gpt", tokens=10)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="expected counter to be a callable"):
         keep_last(tokens=10, counter=len)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="expected keep_tokens to be less than tokens=400, got 4"):
+        summarise(Chatty(1), tokens=400, keep_tokens=400)
+    assert summarise(Chatty(1), tokens=400, keep_tokens=399).keep_tokens == 399
     with pytest.raises(TypeError, match=r"expected context to be agentloop\.context\.keep_last"):
         Loop(Chatty(1), context=1000)  # type: ignore[arg-type]
 

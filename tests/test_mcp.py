@@ -647,3 +647,20 @@ def test_the_module_says_what_it_needs() -> None:
     for name in amcp.__all__:
         assert getattr(amcp, name).__doc__, name
     assert State.AWAITING_MODEL.value == "awaiting_model"
+
+
+def test_importing_without_the_mcp_sdk_names_the_extra() -> None:
+    """With the mcp SDK missing, the ImportError says which extra to install."""
+    code = (
+        "import sys; sys.modules['mcp'] = None\n"
+        "try:\n"
+        "    import agentloop.mcp\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == (
+        "agentloop.mcp needs the official mcp SDK: pip install 'agentloop-fsm[mcp]'"
+    )

@@ -1514,3 +1514,31 @@ def test_remove_takes_a_tool_out_and_names_a_missing_one() -> None:
     assert [spec["name"] for spec in registry.specs()] == ["one"]
     with pytest.raises(KeyError, match="expected the name of a tool in the registry, got 'later'"):
         registry.remove("later")
+
+
+def test_dispatch_refuses_what_is_not_a_call() -> None:
+    """A caller's own call without 'name' or 'arguments' is a TypeError naming what it got."""
+    registry = ToolRegistry([add])
+    with pytest.raises(TypeError, match=r"^expected a call: a dict with 'name' and 'arguments', "
+                       r"got keys \['name'\]$"):  # fmt: skip
+        registry.dispatch({"name": "add"})
+    with pytest.raises(TypeError, match=r"got str$"):
+        registry.review("add")  # type: ignore[arg-type]
+    assert registry.dispatch({"name": "add", "arguments": {"a": 1, "b": 2}}) == {
+        "status": "ok",
+        "content": 3,
+    }
+
+
+def test_a_registry_refuses_a_tool_in_a_mapping_as_the_loop_does() -> None:
+    """A Tool names itself: a mapping of them is refused, saying to pass a list."""
+    with pytest.raises(TypeError, match=r"^tool 'x': expected a callable handler, got a Tool, "
+                       r"which names itself: pass Tools as a list"):  # fmt: skip
+        ToolRegistry({"x": Tool(lambda: 1, name="x")})  # type: ignore[arg-type]
+
+
+def test_a_tool_name_given_positionally_to_the_decorator_says_to_use_name() -> None:
+    """@registry.tool("plus") is refused, with the keyword form to write instead."""
+    registry = ToolRegistry()
+    with pytest.raises(TypeError, match=r"write @registry.tool\(name='plus'\)$"):
+        registry.tool("plus")  # type: ignore[call-overload]

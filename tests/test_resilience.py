@@ -440,6 +440,8 @@ def test_continue_run_takes_an_exhausted_run_and_refuses_a_finished_one() -> Non
         match="expected a failed or exhausted run to continue, got one that is 'finished'",
     ):
         Loop(ScriptedModel([])).continue_run(finished)
+    with pytest.raises(ValueError, match=r"^continue_run\('r-1'\) names a run in a ledger, and"):
+        Loop(ScriptedModel([])).continue_run("r-1")
 
 
 def test_continue_run_by_id_in_a_ledger_is_linked_in_the_record(tmp_path: Path) -> None:

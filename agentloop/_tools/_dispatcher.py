@@ -22,13 +22,12 @@ def as_dispatcher(tools: object) -> Dispatcher:
     if tools is None:
         return ToolRegistry()
     if isinstance(tools, Mapping):
-        for name, handler in tools.items():
-            if isinstance(handler, Tool):
-                raise TypeError(
-                    f"tool {name!r}: expected a callable handler, got a Tool, which names "
-                    "itself: pass Tools as a list, tools=[Tool(...), ...]"
-                )
         return ToolRegistry(tools)
+    if isinstance(tools, type):  # a class has dispatch too, unbound: say what to do
+        raise TypeError(
+            f"expected tools to be a list of Tools (or handlers), a mapping, or a dispatcher, "
+            f"got the class {tools.__name__}: make one (say {tools.__name__}([...]))"
+        )
     try:
         dispatch = getattr(tools, "dispatch", None)
     except Exception:  # noqa: BLE001 - a broken attribute is no dispatch method

@@ -109,6 +109,11 @@ class ToolRegistry:
         self._async_tools: list[str] = []
         if isinstance(tools, Mapping):
             for name, handler in tools.items():
+                if isinstance(handler, Tool):
+                    raise TypeError(
+                        f"tool {name!r}: expected a callable handler, got a Tool, which names "
+                        "itself: pass Tools as a list, tools=[Tool(...), ...]"
+                    )
                 self.add(Tool(handler, name=name))
         else:
             for tool in tools:
@@ -212,6 +217,11 @@ class ToolRegistry:
             )
             return fn
 
+        if isinstance(handler, str):  # @registry.tool("plus"): the name meant as a keyword
+            raise TypeError(
+                f"expected @registry.tool or @registry.tool(name=...), got a str "
+                f"positionally: write @registry.tool(name={handler!r:.60})"
+            )
         return register if handler is None else register(handler)
 
     @property
@@ -342,14 +352,20 @@ class ToolRegistry:
 
     def _prepare(self, call: dict[str, Any]) -> dict[str, Any] | tuple[Tool, dict[str, Any]]:
         """The tool and its converted arguments, or the outcome that stops the call first."""
-        tool = self._tools.get(call["name"])
+        try:
+            name, arguments = call["name"], call["arguments"]
+        except (KeyError, TypeError):  # a caller's own call, not one the engine handed out
+            got = f"keys {sorted(call)}" if type(call) is dict else type(call).__name__
+            raise TypeError(
+                f"expected a call: a dict with 'name' and 'arguments', got {got}"
+            ) from None
+        tool = self._tools.get(name)
         if tool is None:
             available = ", ".join(sorted(self._tools)) or "none"
             return {
                 "status": "unknown_tool",
-                "content": f"no tool named {call['name']!r}; available: {available}",
+                "content": f"no tool named {name!r}; available: {available}",
             }
-        arguments = call["arguments"]
         if type(arguments) is str:
             return {"status": "invalid_arguments", "content": [_not_an_object(arguments)]}
         if not tool._is_valid(arguments):  # one compiled check; the list only when it fails

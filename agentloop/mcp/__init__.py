@@ -24,6 +24,13 @@ server's name, description and input schema, validated before a call is sent.
 
 from __future__ import annotations
 
+try:
+    import mcp as _mcp  # noqa: F401 - the extra, checked before any module that imports it
+except ImportError as exc:
+    raise ImportError(
+        "agentloop.mcp needs the official mcp SDK: pip install 'agentloop-fsm[mcp]'"
+    ) from exc
+
 from agentloop._names import publish as _publish
 from agentloop.mcp._results import NotRun, OutcomeUnknown, ToolFailed
 from agentloop.mcp._serve import serve, serve_stdio
