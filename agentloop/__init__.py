@@ -1,13 +1,15 @@
 """agentloop: an LLM tool-calling loop as an explicit finite-state machine.
 
 The model is a callback over a copy of the history that answers with a tool
-call or a final answer. The engine validates the reply, dispatches an
-accepted call, feeds the result back, and stops in a named terminal state.
-Everything in ``__all__`` is the public API for a user of ``Loop``, tools, run
-files and approval; three documented submodules hold the rest:
-``agentloop.engine`` (for writing a driver), ``agentloop.ledger`` (for
-writing or reading a store of durable runs) and ``agentloop.review`` (run
-documents, diagrams and pages). The modules behind them are private.
+call, a batch of calls or a final answer. The engine validates the reply,
+dispatches the accepted calls, feeds the results back, and stops in a named
+terminal state. Everything in ``__all__`` is the public API for a user of
+``Loop``, tools, run files and approval; documented submodules hold the
+rest: ``agentloop.engine`` (for writing a driver), ``agentloop.ledger`` (for
+writing or reading a store of durable runs), ``agentloop.review`` (run
+documents, diagrams and pages), and the features' own: ``context``,
+``models``, ``streaming``, ``mcp``, ``providers``, ``dbos``, ``otel`` and
+``testing``. The modules behind them are private.
 """
 
 from __future__ import annotations
