@@ -151,7 +151,9 @@ class Loop:
             default_retry(models) if isinstance(retry, _Default) else checked_retry(retry)
         )
         #: The final answer's schema and converter (``output=T``), or None: text.
-        self.output: OutputSchema | None = None if output is None else output_schema(output)
+        # output=str is a plain text answer (as without output=), not a JSON string.
+        plain = output is None or output is str
+        self.output: OutputSchema | None = None if plain else output_schema(output)
         self.budget = Budget(
             max_steps=max_steps,
             max_calls=max_calls,

@@ -221,6 +221,21 @@ def test_report_of_a_ledger_run_is_its_page(ledger: Path, tmp_path: Path) -> Non
     assert 'id="summary-output">hello</dd>' in expected
 
 
+def test_diagram_draws_a_ledger_runs_path_as_it_draws_a_run_files(
+    ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """agentloop diagram LEDGER RUN_ID: the path to_mermaid marks on the view's result; a
+    ledger without RUN_ID is refused, naming what to add."""
+    code, out, _ = run_main(capsys, "diagram", ledger, "paused")
+    with agentloop.SQLiteLedger(ledger) as opened:
+        paused = agentloop.ledger.view_run(opened, "paused").result
+    assert (code, out) == (0, agentloop.review.to_mermaid(paused))
+    assert "awaiting_approval" in out
+    code, out, err = run_main(capsys, "diagram", ledger)
+    assert (code, out) == (2, "")
+    assert f"{ledger} is a ledger, which holds many runs: name one, agentloop diagram" in err
+
+
 def test_runs_filters_by_state(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--state keeps the runs in those states; none left says so."""
     code, out, _ = run_main(capsys, "runs", ledger, "--state", "finished", "dispatching")

@@ -193,6 +193,14 @@ def test_without_output_a_final_is_text_as_before() -> None:
     assert set(document["budget"]) == {"max_steps", "max_calls", "max_total_tokens"}
 
 
+def test_output_str_is_the_plain_text_answer() -> None:
+    """output=str: the final's text as it is (not a JSON string), as without output=."""
+    loop = Loop(ScriptedModel([final("hello")]), output=str)
+    assert loop.output is None
+    result = loop.run("go")
+    assert (result.status, result.output, result.output_schema_json) == ("finished", "hello", None)
+
+
 # -- the wrap-up step -----------------------------------------------------------------
 
 

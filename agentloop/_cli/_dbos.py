@@ -25,7 +25,7 @@ from agentloop._errors import AgentloopError
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-__all__ = ["STATES", "decide", "is_url", "pending", "report", "runs", "show"]
+__all__ = ["STATES", "decide", "is_url", "pending", "report", "result", "runs", "show"]
 
 #: What ``runs`` says of a workflow that has not returned a result, by its DBOS status.
 _STATUS: Final = {"PENDING": "running", "ENQUEUED": "enqueued", "ERROR": "error"}
@@ -111,6 +111,11 @@ def show(url: str, run_id: str, limit: int | None) -> int:
 def report(url: str, run_id: str, output: str | None) -> int:
     """A run on DBOS that has ended, as one HTML page."""
     return _files.report(_ended(url, run_id), output)
+
+
+def result(url: str, run_id: str) -> RunResult:
+    """A run on DBOS that has ended, as its result (``diagram`` draws it)."""
+    return _ended(url, run_id)
 
 
 # -- inside ---------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ from agentloop._errors import InvalidStateError, LedgerError, RunNotFoundError
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    from agentloop._core._values import RunResult
+
 __all__ = [
     "columns",
     "decide",
@@ -35,6 +37,7 @@ __all__ = [
     "parse_verdicts",
     "pending",
     "report",
+    "result",
     "runs",
     "show",
     "when",
@@ -104,6 +107,11 @@ def report(path: str, run_id: str, output: str | None) -> int:
     if run.started:
         page = page.replace('<h2 id="transitions">', _started_html(run), 1)
     return write_page(page, output)
+
+
+def result(path: str, run_id: str) -> RunResult:
+    """One run of the ledger as its result so far (``diagram`` draws it)."""
+    return _view(path, run_id).result
 
 
 def pending(path: str) -> int:

@@ -1,7 +1,7 @@
 """The parser and the dispatch: one subcommand per thing a person does from a terminal.
 
   agentloop demo [--out DIR]                 the scripted scenario, step by step
-  agentloop diagram [--format mermaid|dot|svg] [--run RUN.json] [-o FILE]
+  agentloop diagram [RUN.json | LEDGER RUN_ID] [--format mermaid|dot|svg] [-o FILE]
   agentloop show RUN.json [--full | --width N]   a saved run as text
   agentloop show LEDGER RUN_ID               a ledger's run as text (nothing is run)
   agentloop report RUN.json|LEDGER RUN_ID [-o run.html]   one self-contained page
@@ -31,6 +31,8 @@ from agentloop._review._runshape import MAX_BYTES
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
+    from agentloop._core._values import RunResult
+
 __all__ = ["DISTRIBUTION", "main"]
 
 #: The name agentloop is installed under (``agentloop`` on PyPI is another project).
@@ -45,6 +47,7 @@ class _Store(Protocol):
     def decide(self, path: str, run_id: str, verdicts: list[str], /) -> int: ...
     def show(self, path: str, run_id: str, limit: int | None, /) -> int: ...
     def report(self, path: str, run_id: str, output: str | None, /) -> int: ...
+    def result(self, path: str, run_id: str, /) -> RunResult: ...
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -142,7 +145,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "draw the state machine, or the path a saved run took on it",
         "  agentloop diagram                                 # the machine, Mermaid\n"
         "  agentloop diagram --format dot -o machine.dot\n"
-        "  agentloop diagram --run run.json --format svg -o trace.svg",
+        "  agentloop diagram run.json --format svg -o trace.svg   # the path it took\n"
+        "  agentloop diagram runs.db order-42                  # a ledger's run",
     )
     diagram.add_argument(
         "--format",
@@ -151,7 +155,14 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         help="mermaid (stateDiagram-v2), dot (Graphviz) or svg (needs the svg extra); "
         "default: %(default)s",
     )
-    diagram.add_argument("--run", metavar="RUN.json", help="mark the path this saved run took")
+    diagram.add_argument(
+        "run",
+        metavar="RUN.json|LEDGER",
+        nargs="?",
+        help="mark the path this run took: " + _RUN_HELP,
+    )
+    diagram.add_argument("run_id", metavar="RUN_ID", nargs="?", help=_RUN_ID_HELP)
+    diagram.add_argument("--run", dest="run_option", metavar="RUN.json", help="the same as RUN")
     diagram.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
     _max_size(diagram)
 
@@ -264,12 +275,16 @@ def _run(args: argparse.Namespace) -> int:
     command = args.command
     if command == "demo":
         return _files.demo(args.out)
-    if command == "diagram":
-        run = None if args.run is None else _files.load(args.run, args.max_size)
-        return _files.diagram(args.format, run, args.output)
     store: _Store = _ledger
     if _dbos.is_url(getattr(args, "ledger", None) or getattr(args, "run", None) or ""):
         store = _dbos  # the same commands, through a DBOSClient
+    if command == "diagram":
+        if args.run is not None and args.run_option is not None:
+            raise CommandError("expected the run once, as RUN or as --run RUN, got both")
+        if args.run is None:
+            args.run = args.run_option
+        run = None if args.run is None else _saved(args, store)
+        return _files.diagram(args.format, run, args.output)
     if command == "runs":
         return store.runs(args.ledger, args.state)
     if command == "pending":
@@ -277,6 +292,26 @@ def _run(args: argparse.Namespace) -> int:
     if command == "decide":
         return store.decide(args.ledger, args.run_id, args.decisions)
     limit = None if command == "report" or args.full else args.width
+    if _in_store(args, store):
+        if command == "show":
+            return store.show(args.run, args.run_id, limit)
+        return store.report(args.run, args.run_id, args.output)
+    result = _files.load(args.run, args.max_size)
+    if command == "show":
+        return _files.show(result, limit)
+    return _files.report(result, args.output)
+
+
+def _saved(args: argparse.Namespace, store: _Store) -> RunResult:
+    """The run ``args`` name: a run file's, or one of a ledger's (or DBOS's) runs."""
+    if _in_store(args, store):
+        return store.result(args.run, args.run_id)
+    return _files.load(args.run, args.max_size)
+
+
+def _in_store(args: argparse.Namespace, store: _Store) -> bool:
+    """Whether ``args.run`` is a ledger (or DBOS), whose run ``args.run_id`` names."""
+    command = args.command
     if store is _dbos or _ledger.is_ledger(args.run):
         if args.run_id is None:
             where = "DBOS_URL" if store is _dbos else args.run  # a URL may hold a password
@@ -285,15 +320,10 @@ def _run(args: argparse.Namespace) -> int:
                 f"{what} holds many runs: name one, agentloop {command} {where} RUN_ID "
                 f"(agentloop runs {where} lists them)"
             )
-        if command == "show":
-            return store.show(args.run, args.run_id, limit)
-        return store.report(args.run, args.run_id, args.output)
+        return True
     if args.run_id is not None:
         raise CommandError(
             f"expected RUN_ID only after a ledger, got {args.run_id!r} after {args.run}, "
             f"which is not one (a run file holds one run: agentloop {command} {args.run})"
         )
-    result = _files.load(args.run, args.max_size)
-    if command == "show":
-        return _files.show(result, limit)
-    return _files.report(result, args.output)
+    return False

@@ -149,7 +149,8 @@ class _Script:
             raise ScriptExhausted(
                 f"expected at most {self.size} model {calls} (the script has {self.size} "
                 f"{replies}), got call {len(self.seen)}; end the script with final(...) "
-                "or add the replies this run needs"
+                "or add the replies this run needs (a script plays once: make a new one for "
+                "each run)"
             )
         entry = self._entries[self._next]
         self._next += 1
