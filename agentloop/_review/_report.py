@@ -198,7 +198,8 @@ def _diagram(result: RunResult, svg: bool | None) -> list[str]:
             "<code>trigger (times taken) [guard]</code>; "
             '<span class="key other"></span>'
             "where else it could have gone from the states it was in. "
-            "<code>agentloop diagram RUN.json</code> draws every row, labelled.</figcaption></figure>"
+            "<code>agentloop diagram RUN.json</code> draws every row, labelled."
+            "</figcaption></figure>"
         )
     else:
         parts.append(
