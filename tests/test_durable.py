@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import agentloop
 from agentloop import LedgerError, SQLiteLedger
 from agentloop.providers import IncompleteReply
-from agentloop.testing import batch, call, final
+from agentloop.testing import ScriptedModel, batch, call, final
 
 from .ledgers import Crash, CrashingLedger, MemoryLedger, unknown_ids
 
@@ -919,6 +919,52 @@ def test_resume_refuses_another_configuration_saying_what_differs(db: Path) -> N
     ):
         other(tools=Custom()).resume("r1")
     assert other(tools=World().registry()).resume("r1").status == "exhausted"
+
+
+def find(place: str) -> str:
+    """Find a place."""
+    return f"found {place}"
+
+
+def find_documented(place: str) -> str:
+    """Find a place.
+
+    Args:
+        place: Where to look.
+    """
+    return f"found {place}"
+
+
+def test_a_parameter_description_that_changed_is_no_other_configuration(db: Path) -> None:
+    """Descriptions are words for the model: a run recorded without one resumes with one
+    (a docstring's, say); a type that changed is still refused."""
+    script = [call("c1", "find", place="Lyon"), final("there")]
+    agentloop.Loop(ScriptedModel(script), tools=[find], ledger=SQLiteLedger(db)).start(
+        "go", run_id="r1"
+    ).step()
+    gc.collect()
+
+    def typed(place: int) -> str:
+        """Find a place.
+
+        Args:
+            place: Where to look.
+        """
+        return str(place)
+
+    with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
+        agentloop.Loop(
+            ScriptedModel([]), tools=[agentloop.Tool(typed, name="find")], ledger=SQLiteLedger(db)
+        ).resume("r1")
+    assert caught.value.differences == [
+        "tools.find.parameters.properties.place.type: recorded 'string', now 'integer'"
+    ]
+    documented = agentloop.Tool(find_documented, name="find")
+    assert documented.parameters["properties"]["place"]["description"] == "Where to look."
+    again = agentloop.Loop(
+        ScriptedModel(script[1:]), tools=[documented], ledger=SQLiteLedger(db)
+    ).resume("r1")
+    assert (again.status, again.output, again.calls) == ("finished", "there", 1)
 
 
 # -- one writer per run ---------------------------------------------------------------------------

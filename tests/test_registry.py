@@ -374,6 +374,66 @@ def test_unannotated_and_kwargs() -> None:
     assert outcome["content"] == [{"path": "b", "message": '"x" is not of type "integer"'}]
 
 
+def google(place: str, days: int = 1, **extra: str) -> str:
+    """Forecast the weather.
+
+    Args:
+        place: The city,
+            as the user wrote it.
+        days: How many days ahead.
+        extra: Anything else to pass on.
+        missing: Not a parameter: ignored.
+    """
+    return place
+
+
+def sphinx(place: str, days: Annotated[int, "1 to 7"] = 1) -> str:
+    """Forecast the weather.
+
+    :param place: The city.
+    :param days: Overridden by the annotation.
+    """
+    return place
+
+
+def numpy(place: str) -> str:
+    """Forecast the weather.
+
+    Parameters
+    ----------
+    place : str
+        The city.
+    """
+    return place
+
+
+def test_a_docstring_describes_the_parameters_in_any_of_three_styles() -> None:
+    """Google, reST and NumPy sections give each property its description, on one line;
+    an Annotated description wins; the tool's description stays the summary."""
+    properties = Tool(google).parameters["properties"]
+    assert properties["place"] == {
+        "type": "string",
+        "description": "The city, as the user wrote it.",
+    }
+    assert properties["days"] == {
+        "type": "integer",
+        "description": "How many days ahead.",
+        "default": 1,
+    }
+    assert "missing" not in properties
+    assert Tool(google).parameters["additionalProperties"] == {
+        "type": "string",
+        "description": "Anything else to pass on.",
+    }
+    assert Tool(google).description == "Forecast the weather."
+    sphinx_properties = Tool(sphinx).parameters["properties"]
+    assert sphinx_properties["place"]["description"] == "The city."
+    assert sphinx_properties["days"]["description"] == "1 to 7"
+    assert Tool(numpy).parameters["properties"]["place"]["description"] == "The city."
+    plain = Tool(lambda place: place, name="f")
+    assert "description" not in plain.parameters["properties"]["place"]
+
+
 def test_additional_properties_are_refused_by_default() -> None:
     """A name the signature does not have is a violation, not silently dropped."""
     outcome = dispatch(ToolRegistry([Tool(lambda a: a, name="f")]), "f", a=1, b=2)

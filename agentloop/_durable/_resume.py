@@ -315,6 +315,8 @@ def _compare(path: str, was: object, now: object, found: list[str]) -> None:
         return
     if type(was) is dict and type(now) is dict:
         for key in sorted(was.keys() | now.keys()):
+            if key == "description" and _describes(path):
+                continue  # words for the model: what a record means is the same without them
             step = f"{path}.{key}" if _NAME.fullmatch(key) else f"{path}[{key!r}]"
             _compare(step.lstrip("."), was.get(key, _ABSENT), now.get(key, _ABSENT), found)
         return
@@ -327,6 +329,16 @@ def _compare(path: str, was: object, now: object, found: list[str]) -> None:
     else:
         after = "present now" if type(now) is dict else f"now {_shown(now)}"
     found.append(f"{path}: {before}, {after}")
+
+
+def _describes(path: str) -> bool:
+    """Whether a ``description`` key at ``path`` is a schema's words.
+
+    In a tool's parameters or the output, rather than a property or a definition
+    of that name.
+    """
+    in_schema = path.startswith(("tools.", "tools[", "output"))
+    return in_schema and not path.endswith(("properties", "['$defs']"))
 
 
 def _shown(value: object) -> str:

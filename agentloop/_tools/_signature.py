@@ -1,7 +1,10 @@
 """A handler's signature as its tool's ``parameters`` schema and arguments converter.
 
 Each parameter becomes a property (see ``_schema`` for the annotations); one
-with a default is not ``required``; ``**kwargs: T`` admits other names of
+with a default is not ``required``; one described in the handler's docstring
+(an ``Args:`` section, ``:param x:`` lines or a NumPy ``Parameters`` section,
+read by ``docstring_parser``) gets that ``description``, unless its
+``Annotated`` metadata gives one; ``**kwargs: T`` admits other names of
 type ``T``; ``*args`` and positional-only parameters are refused, since
 arguments arrive by name. Only the parameters' annotations are resolved, one
 by one, so the return annotation may name a type imported under
@@ -16,6 +19,8 @@ import types
 import typing
 from typing import TYPE_CHECKING, Any
 
+from agentloop._core._json import to_json
+from agentloop._errors import JSONError
 from agentloop._tools._schema import (
     SUPPORTED,
     Converter,
@@ -48,6 +53,7 @@ def derive_parameters(
     except (TypeError, ValueError) as exc:
         raise TypeError(f"tool {name!r}: expected a handler with a signature: {exc}") from exc
     hints = _parameter_hints(name, handler, signature)
+    described = _described(name, handler)
     deriver = Deriver()
     properties: dict[str, Any] = {}
     required: list[str] = []
@@ -69,6 +75,8 @@ def derive_parameters(
             schema, convert = deriver.derive(hints.get(param.name, Any), "")
         except Unsupported as exc:
             raise TypeError(_refusal(name, param.name, exc)) from None
+        if param.name in described and "description" not in schema:
+            schema = {**schema, "description": described[param.name]}
         if param.kind is param.VAR_KEYWORD:
             extra, extra_converter = (schema or True), convert
             continue
@@ -89,6 +97,30 @@ def derive_parameters(
     if deriver.defs:
         out["$defs"] = deriver.defs
     return out, _arguments_converter(converters, extra_converter)
+
+
+def _described(name: str, handler: Callable[..., Any]) -> dict[str, str]:
+    """Each parameter's description in ``handler``'s docstring, by name (none: ``{}``)."""
+    documented = handler.func if isinstance(handler, functools.partial) else handler
+    doc = inspect.getdoc(documented)
+    if not doc or "\n" not in doc.strip():  # a summary line describes no parameter
+        return {}
+    import docstring_parser  # here: a tool with a longer docstring pays its import, once
+
+    try:
+        parsed = docstring_parser.parse(doc)
+    except docstring_parser.ParseError:  # not one of the styles it reads: no descriptions
+        return {}
+    found = {}
+    for param in parsed.params:
+        text = " ".join((param.description or "").split())  # its lines, as one
+        if text:
+            try:
+                to_json(text, "its description")  # a lone surrogate would break every spec
+            except JSONError as exc:
+                raise TypeError(f"tool {name!r}: parameter {param.arg_name!r}: {exc}") from None
+            found[param.arg_name] = text
+    return found
 
 
 def _refusal(tool: str, parameter: str, exc: Unsupported) -> str:
