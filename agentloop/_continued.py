@@ -216,7 +216,8 @@ def continued(
 ) -> tuple[str | None, RunResult]:
     """The run that ``run`` names, to continue (a failed or exhausted one): its id and result.
 
-    ``run`` is a result (whose parent is ``parent_run_id``, if given), or an
+    ``run`` is a result (whose parent is ``parent_run_id`` if given, else the
+    result's own ``run_id``: ``None`` for a run that was not durable), or an
     id, whose recorded run ``recorded(run)`` feeds to a fresh engine.
     """
     if isinstance(run, str):
@@ -239,6 +240,8 @@ def continued(
             raise TypeError(
                 f"expected parent_run_id to be a str or None, got {type(parent_run_id).__name__}"
             )
+        if parent_run_id is None:
+            parent_run_id = result.run_id
     if result.status not in (State.FAILED, State.EXHAUSTED):
         raise ValueError(
             f"expected a failed or exhausted run to continue, got one that is "

@@ -307,7 +307,7 @@ class Loop:
         it starts with this Loop's budgets afresh: ``max_steps`` and the
         others bound the new run alone, not the two together. It is linked to
         the old one: its result's ``parent_run_id`` is the old run's id (the
-        id given, or ``parent_run_id=`` for a result, which has none), kept in
+        id given, or a durable run's result's ``run_id``, or ``parent_run_id=``), kept in
         its run file and shown by ``show`` and the report. With a ledger the
         new run is durable, under ``run_id`` (a fresh one when not given).
         """

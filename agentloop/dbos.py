@@ -256,7 +256,7 @@ class DBOSLoop:
         if found:
             raise mismatch(run_id, found)
         token = CancelToken()
-        engine = self._engine(history, token)
+        engine = self._engine(history, token, run_id)
         listeners = self.loop.listeners
         # Each step's output says which execution recorded it: the last one's tells whether
         # this execution recorded it (it drove the run up to here) or replayed it (a process
@@ -276,7 +276,7 @@ class DBOSLoop:
             except StopIteration as stop:
                 made: Transition | None = stop.value
             except _Unasked:  # cancelled before the first ask: nothing happened yet
-                engine = self._engine(history, token)
+                engine = self._engine(history, token, run_id)
                 continue
             if made is None:  # the batch waits for a person: decisions come by message
                 made = _wait(engine, token, engine.pending)
@@ -286,10 +286,11 @@ class DBOSLoop:
             _tell(listeners, made)
         return engine.result()
 
-    def _engine(self, history: list[dict[str, Any]], token: CancelToken) -> Engine:
-        """A fresh engine for the run, configured as the Loop is."""
+    def _engine(self, history: list[dict[str, Any]], token: CancelToken, run_id: str) -> Engine:
+        """A fresh engine for the run ``run_id``, configured as the Loop is."""
         engine = plain_engine(self.loop, history, token)
         engine.reviews = reviewing(self.loop.dispatcher) is not None
+        engine._run_id = run_id
         return engine
 
     def _perform(

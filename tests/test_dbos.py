@@ -274,6 +274,7 @@ def test_a_run_id_runs_once(make: Any) -> None:
     again = runs.run("go", run_id=run_id)
     assert runs.result(run_id).transcript == again.transcript == first.transcript
     assert (len(asked), len(world.effects)) == (3, 4)
+    assert first.run_id == again.run_id == runs.result(run_id).run_id == run_id
 
 
 def test_a_run_id_is_made_when_none_is_given(make: Any) -> None:

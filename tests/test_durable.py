@@ -157,7 +157,8 @@ def db(tmp_path: Path) -> Path:
 def test_a_durable_run_is_the_run_without_a_ledger(driver: Driver, db: Path) -> None:
     plain = go(make_loop(SCRIPT, World(), None, driver), driver)
     durable = go(make_loop(SCRIPT, World(), SQLiteLedger(db), driver), driver, "r1")
-    assert durable == plain
+    assert (durable.run_id, plain.run_id) == ("r1", None)  # all the ledger adds to a result
+    assert durable._replace(run_id=None) == plain
     assert durable.status == "finished"
     assert durable.calls == 4
 
@@ -241,9 +242,8 @@ def test_a_run_id_is_made_when_none_is_given(db: Path) -> None:
 
 
 def test_the_id_of_a_run_is_known_before_it_runs(db: Path) -> None:
-    """RunResult has no run_id: start/astart give it, recorded before the model is asked."""
+    """start/astart give the id, recorded before the model is asked; the result has it too."""
     ledger = SQLiteLedger(db)
-    assert "run_id" not in agentloop.RunResult._fields
     seen: list[list[str]] = []
 
     def model(history: list[Message]) -> Message:
@@ -255,9 +255,10 @@ def test_the_id_of_a_run_is_known_before_it_runs(db: Path) -> None:
     assert run.run_id is not None
     assert ledger.run_ids(finished=False) == [run.run_id]
     assert run.finish() == loop.resume(run.run_id)
+    assert run.result().run_id == run.run_id
     arun = loop.astart("go")
     assert arun.run_id is not None
-    asyncio.run(arun.afinish())
+    assert asyncio.run(arun.afinish()).run_id == arun.run_id
     assert seen == [[run.run_id], [arun.run_id]]
     assert ledger.run_ids(finished=True) == [run.run_id, arun.run_id]
 

@@ -457,6 +457,22 @@ def test_continue_run_by_id_in_a_ledger_is_linked_in_the_record(tmp_path: Path) 
         Loop(ScriptedModel([]), ledger=ledger).continue_run("first", parent_run_id="x")
 
 
+def test_a_durable_runs_result_names_it_and_continuing_the_result_links_to_it(
+    tmp_path: Path,
+) -> None:
+    """result.run_id is the ledger's id, kept by its run file; continue_run(result) links to
+    it without parent_run_id=, which still wins when given; a plain run's id is None."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    failed = Loop(ScriptedModel([ValueError("down")]), ledger=ledger).run("hi", run_id="first")
+    assert failed.run_id == "first"
+    assert run_from_json(run_to_json(failed)).run_id == "first"
+    new = Loop(ScriptedModel([final("ok")]), ledger=ledger).continue_run(failed, run_id="second")
+    assert (new.run_id, new.parent_run_id) == ("second", "first")
+    named = Loop(ScriptedModel([final("ok")])).continue_run(failed, parent_run_id="mine")
+    assert (named.run_id, named.parent_run_id) == (None, "mine")
+    assert Loop(ScriptedModel([final()])).run("hi").run_id is None
+
+
 def test_agentloop_show_names_the_parent_of_a_ledger_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

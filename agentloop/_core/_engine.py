@@ -207,6 +207,7 @@ class Engine(Interpreter, ReportChecks):
                 self._policy,
                 self._parent_run_id,
                 None if self._output is None else self._output.schema_json,
+                self._run_id,
             ),
         )
 

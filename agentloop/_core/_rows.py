@@ -135,6 +135,7 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         "_reserved",
         "_retry",
         "_reviews",
+        "_run_id",
         "_seen",
         "_since",
         "_spent",
@@ -206,6 +207,8 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         self._models = models
         #: The run this one continues (``Loop.continue_run``), by id.
         self._parent_run_id: str | None = None
+        #: This run's id, when it is durable (a ledger's or DBOS's): its result says it.
+        self._run_id: str | None = None
         #: The schema a final answer must match (``Loop(output=T)``), if any.
         self._output = output
         #: Invalid final answers sent back to the model so far.

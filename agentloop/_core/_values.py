@@ -369,6 +369,8 @@ class RunResult(NamedTuple):
     parent_run_id: str | None = None
     #: The output schema's JSON, for a run made with ``Loop(output=T)``.
     output_schema_json: bytes | None = None
+    #: The run's id, for a durable run (a ledger's, or DBOS's workflow id); else ``None``.
+    run_id: str | None = None
 
     @property
     def output_text(self) -> str | None:

@@ -85,7 +85,7 @@ def begin(
     writer = ledger.create(
         run_id, header(run_id, engine.history(), configuration, parent_run_id, models)
     )
-    engine._parent_run_id = parent_run_id
+    engine._parent_run_id, engine._run_id = parent_run_id, run_id
     engine.journal = Journal(writer, run_id, idempotent_tools(dispatcher), ledger=ledger)
     weakref.finalize(engine, engine.journal.release)  # an abandoned run frees its claim
     return engine
@@ -134,6 +134,7 @@ def resume(
             records=len(records),
         )
         engine = replayed(recorded, budget, journal, token, context, output)
+        engine._run_id = run_id
     except BaseException:
         if writer is not None:
             writer.release()

@@ -286,6 +286,8 @@ def document_of(result: RunResult, *, events: bool = True) -> dict[str, Any]:
         document["context"] = result.context.record()
     if result.parent_run_id is not None:
         document["parent_run_id"] = result.parent_run_id
+    if result.run_id is not None:
+        document["run_id"] = result.run_id
     if result.output_schema_json is not None:  # optional: a run with a typed output
         document["output_schema"] = orjson.loads(result.output_schema_json)
     return document

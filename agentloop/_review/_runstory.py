@@ -99,7 +99,8 @@ def check_story(result: RunResult, *, inferred: bool) -> RunResult:
         raise Mismatch(
             "$.transcript", "input messages a run accepts, then what was appended", str(exc)
         ) from None
-    engine._parent_run_id = result.parent_run_id  # a link to another run: nothing to replay
+    # Links to runs (its own id, the one it continues): nothing to replay.
+    engine._parent_run_id, engine._run_id = result.parent_run_id, result.run_id
     replayed = engine.result()
     if replayed.transcript_json != result.transcript_json:
         made = orjson.loads(replayed.transcript_json)

@@ -151,6 +151,7 @@ SCHEMA["properties"]["events"]["items"]["properties"]["context"] = _record(
 )
 # Optional fields (absent in older files and when unused), so every file written before loads.
 SCHEMA["properties"]["parent_run_id"] = _STR
+SCHEMA["properties"]["run_id"] = _STR
 SCHEMA["properties"]["events"]["items"]["properties"].update(
     wait={"type": "number", "minimum": 0}, model=_STR
 )
