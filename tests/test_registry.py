@@ -917,7 +917,7 @@ def test_dataclass_results_are_converted_field_by_field() -> None:
         ({1: "a"}, "result: expected JSON object keys to be str, got int 1"),
         (math.nan, "result: expected a finite number, got nan"),
         (HasSet(tags={"a"}), "result.tags: expected a JSON value"),
-        (datetime.date(2024, 1, 1), "got date"),
+        (b"raw", "got bytes"),
         (2**70, "result: expected an integer within 64 bits, got "),  # then the core's wording
         (Held(threading.Lock()), "result.thing: expected a JSON value"),
         (CYCLIC, "result: expected JSON nested less deeply, got a value that contains itself"),
@@ -931,6 +931,43 @@ def test_results_without_json_form_give_error(value: object, message: str) -> No
     assert outcome["content"]["message"].startswith("tool 'f' returned a value with no JSON form")
     assert message in outcome["content"]["message"]
     assert isinstance(outcome["exception"], TypeError)
+
+
+def test_dates_uuids_decimals_paths_and_pydantic_models_are_results_as_text() -> None:
+    """The values a tool commonly returns that JSON has no type for become their text."""
+    import decimal
+    import pathlib
+    import uuid
+
+    import pydantic
+
+    class Booking(pydantic.BaseModel):
+        at: datetime.datetime
+        seats: int
+
+    when = datetime.datetime(2026, 12, 2, 13, 30, tzinfo=datetime.UTC)
+    value = {
+        "when": when,
+        "day": when.date(),
+        "time": datetime.time(9, 5),
+        "id": uuid.UUID(int=1),
+        "price": decimal.Decimal("19.999999999999999999"),
+        "file": pathlib.PurePosixPath("/tmp/a.txt"),
+        "booking": Booking(at=when, seats=2),
+    }
+    outcome = dispatch(ToolRegistry([Tool(lambda: value, name="f")]), "f")
+    assert outcome == {
+        "status": "ok",
+        "content": {
+            "when": "2026-12-02T13:30:00+00:00",
+            "day": "2026-12-02",
+            "time": "09:05:00",
+            "id": "00000000-0000-0000-0000-000000000001",
+            "price": "19.999999999999999999",
+            "file": "/tmp/a.txt",
+            "booking": {"at": "2026-12-02T13:30:00Z", "seats": 2},
+        },
+    }
 
 
 # -- policies -------------------------------------------------------------------------

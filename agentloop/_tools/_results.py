@@ -1,7 +1,9 @@
 """A handler's return value as JSON, and the outcomes a handler's run ends in.
 
-attrs instances and dataclasses become dicts of their fields, enums their
-values, tuples lists, nested; the result must then pass the core's strict
+attrs instances and dataclasses become dicts of their fields, pydantic models
+their JSON-mode dump, enums their values, tuples lists; dates and times their
+ISO 8601 text, UUIDs, decimals and paths their text; nested. The result must
+then pass the core's strict
 ``to_json`` (no NaN, no integer beyond 64 bits, no lone surrogate). Anything
 else is an ``error`` outcome naming the type and where it was.
 """
@@ -9,9 +11,14 @@ else is an ``error`` outcome naming the type and where it was.
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import decimal
 import enum
 import math
+import pathlib
+import sys
 import typing
+import uuid
 from typing import Any, Final
 
 import attrs
@@ -50,6 +57,13 @@ def _plain(value: object) -> Any:
         return _plain(attrs.asdict(typing.cast("attrs.AttrsInstance", value), recurse=False))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, datetime.date | datetime.time):  # a datetime is a date too
+        return value.isoformat()
+    if isinstance(value, uuid.UUID | decimal.Decimal | pathlib.PurePath):
+        return str(value)  # a Decimal's text keeps every digit a float would lose
+    pydantic = sys.modules.get("pydantic")  # only where pydantic is in use already
+    if pydantic is not None and isinstance(value, pydantic.BaseModel):
+        return value.model_dump(mode="json")
     return value
 
 
