@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, NotRequired, Optional, TypedDict
 import attrs
 import jsonschema
 import orjson
+import pydantic
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -1639,3 +1640,87 @@ def test_a_tool_name_given_positionally_to_the_decorator_says_to_use_name() -> N
     registry = ToolRegistry()
     with pytest.raises(TypeError, match=r"write @registry.tool\(name='plus'\)$"):
         registry.tool("plus")  # type: ignore[call-overload]
+
+
+# -- dataclasses and pydantic models as parameters ------------------------------------
+
+
+@dataclasses.dataclass
+class Seat:
+    """A seat on a flight."""
+
+    row: int
+    letter: Literal["A", "B", "C"] = "A"
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+def test_a_dataclass_parameter_is_described_and_converted_as_an_attrs_class_is() -> None:
+    """Its fields under $defs (the generated docstring left out); arguments become one."""
+    received: list[Seat] = []
+    registry = ToolRegistry([Tool(_booker(received), name="book")])
+    parameters = registry["book"].parameters
+    assert parameters["$defs"]["Seat"] == {
+        "type": "object",
+        "description": "A seat on a flight.",
+        "properties": {
+            "row": {"type": "integer"},
+            "letter": {"type": "string", "enum": ["A", "B", "C"], "default": "A"},
+            "notes": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["row"],
+        "additionalProperties": False,
+    }
+    assert dispatch(registry, "book", seat={"row": 3.0})["status"] == "ok"
+    assert received == [Seat(row=3)]
+    assert type(received[0].row) is int
+    refused = dispatch(registry, "book", seat={"row": 3, "letter": "Z"})
+    assert refused["status"] == "invalid_arguments"
+    assert refused["content"][0]["path"] == "seat.letter"
+
+
+def _booker(received: list[Seat]) -> Callable[[Seat], None]:
+    def book(seat: Seat) -> None:
+        received.append(seat)
+
+    return book
+
+
+class Corner(pydantic.BaseModel):
+    name: str
+
+
+class Box(pydantic.BaseModel):
+    low: int
+    high: int
+    corner: Corner
+
+    @pydantic.field_validator("high")
+    @classmethod
+    def above(cls, value: int, info: pydantic.ValidationInfo) -> int:
+        if value < info.data.get("low", 0):
+            raise ValueError("high must be at least low")
+        return value
+
+
+def size(box: Box) -> int:
+    """The height of a box."""
+    return box.high - box.low
+
+
+def test_a_pydantic_model_parameter_keeps_its_schema_and_its_validators() -> None:
+    """Its own schema (its models beside it in $defs); model_validate converts, and a
+    validator's refusal is invalid_arguments, one problem per error, at its path."""
+    registry = ToolRegistry([size])
+    parameters = registry["size"].parameters
+    assert parameters["properties"]["box"] == {"$ref": "#/$defs/Box"}
+    assert parameters["$defs"]["Box"]["properties"]["corner"] == {"$ref": "#/$defs/Corner"}
+    assert set(parameters["$defs"]) == {"Box", "Corner"}
+    box = {"low": 1, "high": 4, "corner": {"name": "ne"}}
+    assert dispatch(registry, "size", box=box) == {"status": "ok", "content": 3}
+    assert dispatch(registry, "size", box={**box, "high": 0}) == {
+        "status": "invalid_arguments",
+        "content": [{"path": "high", "message": "Value error, high must be at least low"}],
+    }
+    assert dispatch(registry, "size", box={**box, "corner": {}})["content"][0]["path"] == (
+        "box.corner"
+    )

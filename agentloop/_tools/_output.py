@@ -21,10 +21,7 @@ from agentloop._tools._schema import (
     Converter,
     Deriver,
     Unsupported,
-    fields_converter,
-    json_default,
     show,
-    summary,
 )
 from agentloop._tools._validation import bounded, checked_schema
 
@@ -55,7 +52,7 @@ def output_schema(output: object) -> OutputSchema:
             and dataclasses.is_dataclass(output)
             and not typing.is_typeddict(output)
         ):
-            schema, convert = _dataclass(deriver, output)
+            schema, convert = deriver.describe(output)  # at the top, not referenced
         else:
             schema, convert = deriver.derive(output, "output")
     except Unsupported as exc:
@@ -73,32 +70,3 @@ def output_schema(output: object) -> OutputSchema:
         schema = {**deriver.defs.get(name, schema), "$defs": deriver.defs}
     # Checked with the 64-bit bounds a derived schema's integers have (as tool arguments are).
     return OutputSchema(schema, convert, title=title, checked=bounded(schema))
-
-
-def _dataclass(deriver: Deriver, cls: type) -> tuple[dict[str, Any], Converter]:
-    """A dataclass's schema (its fields, as an attrs class's) and its converter."""
-    hints = typing.get_type_hints(cls, include_extras=True)
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    converters: dict[str, Converter | None] = {}
-    for field in dataclasses.fields(cls):
-        if not field.init:
-            continue
-        schema, converters[field.name] = deriver.derive(
-            hints.get(field.name, Any), f"{cls.__name__}.{field.name}"
-        )
-        if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            required.append(field.name)
-        elif field.default is not dataclasses.MISSING:
-            has_default, default = json_default(field.default)
-            schema = {**schema, "default": default} if has_default else schema
-        properties[field.name] = schema
-    out: dict[str, Any] = {"type": "object"}
-    description = summary(cls.__doc__)
-    if description and not description.startswith(f"{cls.__name__}("):  # not the generated one
-        out["description"] = description
-    out.update(properties=properties, required=required, additionalProperties=False)
-    convert = fields_converter(converters)
-    if convert is None:
-        return out, lambda value: cls(**value)
-    return out, lambda value: cls(**convert(value))

@@ -372,11 +372,8 @@ class ToolRegistry:
             return {"status": "invalid_arguments", "content": tool.problems(arguments)}
         try:
             kwargs = arguments if tool._convert is None else tool._convert(arguments)
-        except (TypeError, ValueError) as exc:  # e.g. an attrs validator said no
-            return {
-                "status": "invalid_arguments",
-                "content": [{"path": "", "message": f"{type(exc).__name__}: {exc}"}],
-            }
+        except (TypeError, ValueError) as exc:  # e.g. an attrs or pydantic validator said no
+            return {"status": "invalid_arguments", "content": _refusals(exc)}
         except Exception as exc:  # noqa: BLE001 - a failing conversion is an outcome
             return failed(exc)
         return tool, kwargs
@@ -423,6 +420,20 @@ def reviewing(dispatcher: object) -> ToolRegistry | None:
     if isinstance(dispatcher, ToolRegistry) and dispatcher.has_policies:
         return dispatcher
     return None
+
+
+def _refusals(exc: Exception) -> list[dict[str, str]]:
+    """A converter's refusal as problems: a pydantic model's, one per error, at its path."""
+    errors = getattr(exc, "errors", None)  # pydantic's ValidationError lists its errors
+    if callable(errors):
+        try:
+            return [
+                {"path": ".".join(map(str, error["loc"])), "message": str(error["msg"])}
+                for error in errors()
+            ]
+        except Exception:  # noqa: BLE001, S110 - not pydantic's after all: said whole below
+            pass
+    return [{"path": "", "message": f"{type(exc).__name__}: {exc}"}]
 
 
 def _not_an_object(raw: str) -> dict[str, str]:

@@ -12,9 +12,11 @@ schema could not be sent to a provider is no tool.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import inspect
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -45,7 +47,8 @@ Converter = Callable[[Any], Any]
 
 SUPPORTED: Final = (
     "int, float, str, bool, None, list[T], dict[str, T], tuple[...], X | Y, Literal[...], "
-    "Enum, Annotated[T, 'description'], attrs classes, TypedDict, Any"
+    "Enum, Annotated[T, 'description'], attrs classes, dataclasses, TypedDict, pydantic "
+    "models, Any"
 )
 
 # Characters a $defs name may keep: a $ref is a URI fragment and a JSON pointer, so
@@ -210,8 +213,13 @@ class Deriver:
             return self._tuple(ann, args, where)
         if ann is dict or origin is dict:
             return self._object(ann, args, where)
-        if isinstance(ann, type) and (attrs.has(ann) or typing.is_typeddict(ann)):
+        if isinstance(ann, type) and (
+            attrs.has(ann) or typing.is_typeddict(ann) or dataclasses.is_dataclass(ann)
+        ):
             return self._class(ann)
+        pydantic = sys.modules.get("pydantic")  # only where pydantic is in use already
+        if pydantic is not None and isinstance(ann, type) and issubclass(ann, pydantic.BaseModel):
+            return self._model(ann, where)
         raise Unsupported(ann, where)
 
     def _union(self, args: tuple[Any, ...], where: str) -> tuple[dict[str, Any], Converter | None]:
@@ -317,14 +325,14 @@ class Deriver:
         return schema, lambda value: {k: convert(v) for k, v in value.items()}
 
     def _class(self, cls: type) -> tuple[dict[str, Any], Converter | None]:
-        """An attrs class or TypedDict: described once under ``$defs``, then referenced."""
+        """An attrs class, dataclass or TypedDict: once under ``$defs``, then referenced."""
         if cls not in self._names:
             name = _UNSAFE_NAME.sub("_", cls.__name__)
             while name in self.defs:  # two classes with one name: number the later one
                 name += "_"
             self._names[cls] = name
             self.defs[name] = {}  # a placeholder, so that a recursive class refers to it
-            self.defs[name], self._converters[cls] = self._describe(cls)
+            self.defs[name], self._converters[cls] = self.describe(cls)
         ref = {"$ref": f"#/$defs/{self._names[cls]}"}
         if cls in self._converters:
             return ref, self._converters[cls]
@@ -337,7 +345,26 @@ class Deriver:
 
         return ref, convert_late
 
-    def _describe(self, cls: type) -> tuple[dict[str, Any], Converter | None]:
+    def _model(self, cls: Any, where: str) -> tuple[dict[str, Any], Converter | None]:
+        """A pydantic model: its own schema under ``$defs`` (its models' beside it).
+
+        Referenced from then on; its ``model_validate`` converts (its validators run).
+        """
+        if cls not in self._names:
+            schema = cls.model_json_schema(ref_template="#/$defs/{model}")
+            for name, nested in schema.pop("$defs", {}).items():
+                if self.defs.get(name, nested) != nested:
+                    raise Unsupported(cls, where, f"two definitions are named {name!r}")
+                self.defs[name] = nested
+            name = _UNSAFE_NAME.sub("_", cls.__name__)
+            while name in self.defs:
+                name += "_"
+            self._names[cls], self.defs[name] = name, schema
+            self._converters[cls] = cls.model_validate
+        return {"$ref": f"#/$defs/{self._names[cls]}"}, self._converters[cls]
+
+    def describe(self, cls: type) -> tuple[dict[str, Any], Converter | None]:
+        """An attrs class's, dataclass's or TypedDict's object schema, and its converter."""
         try:
             hints = typing.get_type_hints(cls, include_extras=True)
         except Exception as exc:
@@ -359,6 +386,19 @@ class Deriver:
                     has_default, default = json_default(field.default)
                     schema = {**schema, "default": default} if has_default else schema
                 properties[key] = schema
+        elif dataclasses.is_dataclass(cls):
+            for data_field in dataclasses.fields(cls):
+                if not data_field.init:
+                    continue
+                key = data_field.name
+                where = f"{cls.__name__}.{key}"
+                schema, converters[key] = self.derive(hints.get(key, Any), where)
+                if data_field.default is not dataclasses.MISSING:
+                    has_default, default = json_default(data_field.default)
+                    schema = {**schema, "default": default} if has_default else schema
+                elif data_field.default_factory is dataclasses.MISSING:
+                    required.append(key)
+                properties[key] = schema
         else:
             total_keys = cls.__required_keys__  # type: ignore[attr-defined]
             for key, hint in hints.items():
@@ -375,7 +415,8 @@ class Deriver:
                     hint = typing.get_args(hint)[0]
                 properties[key], converters[key] = self.derive(hint, where)
         out: dict[str, Any] = {"type": "object"}
-        if description := summary(cls.__doc__):
+        description = summary(cls.__doc__)
+        if description and not description.startswith(f"{cls.__name__}("):  # a dataclass's own
             _published(description, "its docstring", cls, "")
             out["description"] = description
         out.update(properties=properties, required=required, additionalProperties=False)
@@ -383,9 +424,9 @@ class Deriver:
 
 
 def _class_converter(cls: type, converters: dict[str, Converter | None]) -> Converter | None:
-    """An attrs instance (or a TypedDict's dict) from a valid object, its fields converted."""
+    """An attrs or dataclass instance (a TypedDict's dict) from a valid object, converted."""
     convert = fields_converter(converters)
-    if not attrs.has(cls):
+    if not (attrs.has(cls) or dataclasses.is_dataclass(cls)):
         return convert
     if convert is None:
         return lambda value: cls(**value)
