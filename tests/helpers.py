@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -184,3 +186,15 @@ class AsyncDriver:
 
 Driver = SyncDriver | AsyncDriver
 DRIVERS: list[Driver] = [SyncDriver(), AsyncDriver()]
+
+
+def import_error(missing: str, module: str, first: str = "") -> str:
+    """What importing ``module`` raises in a fresh interpreter where ``missing`` is not
+    installed (after ``import first``, when given): the ImportError's message."""
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None\n"
+        + (f"import {first}\n" if first else "")
+        + f"try:\n    import {module}\nexcept ImportError as exc:\n    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout.strip()

@@ -32,6 +32,7 @@ from agentloop.engine import PreparedCall
 from agentloop.providers import anthropic, openai
 from agentloop.testing import ScriptedModel, batch, call, final, strategies
 
+from .helpers import import_error
 from .ledgers import Crash, CrashingLedger, MemoryLedger
 from .wire import conforms
 
@@ -651,16 +652,6 @@ def test_the_module_says_what_it_needs() -> None:
 
 def test_importing_without_the_mcp_sdk_names_the_extra() -> None:
     """With the mcp SDK missing, the ImportError says which extra to install."""
-    code = (
-        "import sys; sys.modules['mcp'] = None\n"
-        "try:\n"
-        "    import agentloop.mcp\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip() == (
+    assert import_error("mcp", "agentloop.mcp") == (
         "agentloop.mcp needs the official mcp SDK: pip install 'agentloop-fsm[mcp]'"
     )

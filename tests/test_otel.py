@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +28,7 @@ from agentloop.testing import (
     final,
 )
 
-from .helpers import add
+from .helpers import add, import_error
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -427,17 +425,7 @@ def test_an_interrupted_run_span_ends_cancelled(otel: Exported) -> None:
 
 def test_importing_without_opentelemetry_names_the_extra() -> None:
     """With opentelemetry missing, the ImportError says which extra to install."""
-    code = (
-        "import sys; sys.modules['opentelemetry'] = None\n"
-        "try:\n"
-        "    import agentloop.otel\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip() == (
+    assert import_error("opentelemetry", "agentloop.otel") == (
         "agentloop.otel needs the OpenTelemetry API: pip install 'agentloop-fsm[otel]'"
     )
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,7 +35,7 @@ from agentloop.testing import (
 )
 from agentloop.testing import strategies as als
 
-from .helpers import DRIVERS, Driver
+from .helpers import DRIVERS, Driver, import_error
 
 TESTING_PAGE = (Path(__file__).parent.parent / "docs" / "testing.md").read_text()
 MARKER = "<!-- tests/test_testing.py runs this block -->"
@@ -748,18 +746,8 @@ def test_replies_without_tools_that_break_leave_invalid_calls_out(data: st.DataO
 
 def test_hypothesis_is_needed_only_by_the_strategies() -> None:
     """agentloop.testing imports without Hypothesis; the strategies module says what it needs."""
-    code = (
-        "import sys; sys.modules['hypothesis'] = None\n"
-        "import agentloop.testing\n"
-        "try:\n"
-        "    import agentloop.testing.strategies\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip() == (
+    out = import_error("hypothesis", "agentloop.testing.strategies", first="agentloop.testing")
+    assert out == (
         "agentloop.testing.strategies needs Hypothesis: pip install hypothesis "
         "(or the testing extra, pip install 'agentloop-fsm[testing]')"
     )
