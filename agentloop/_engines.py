@@ -11,13 +11,21 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agentloop._continued import forked, resumed
 from agentloop._core._engine import Engine
 from agentloop._durable import _resume
+from agentloop._errors import AgentloopError
 from agentloop._settings import no_ledger
 
 if TYPE_CHECKING:
     from agentloop._core._values import CancelToken, RunResult
     from agentloop._loop import Loop
 
-__all__ = ["forked_engine", "fresh_engine", "plain_engine", "resilient", "resumed_engine"]
+__all__ = [
+    "forked_engine",
+    "fresh_engine",
+    "opened",
+    "plain_engine",
+    "resilient",
+    "resumed_engine",
+]
 
 _E = TypeVar("_E", bound=Engine)
 
@@ -30,6 +38,7 @@ def fresh_engine(
     parent_run_id: str | None = None,
 ) -> Engine:
     """A fresh engine for a new run: a recording one when the Loop has a ledger."""
+    opened(loop)
     messages = loop._input(messages)
     if loop.ledger is None:
         if run_id is not None:
@@ -52,6 +61,15 @@ def fresh_engine(
             output=loop.output,
         ),
     )
+
+
+def opened(loop: Loop) -> None:
+    """Refuse a run of a Loop that owns what only ``with loop:`` opens, outside it."""
+    if loop._owns and loop._open is None:
+        raise AgentloopError(
+            f"this Loop owns {len(loop._owns)} thing(s) (owns=, an MCP server say) that "
+            "only `with loop:` (or `async with loop:`) opens: run it inside that block"
+        )
 
 
 def plain_engine(
@@ -79,6 +97,7 @@ def resumed_engine(
     loop: Loop, what: str, run: str | RunResult, cancel: CancelToken | None
 ) -> tuple[Engine, CancelToken | None]:
     """The run, fed to a fresh engine, and the token its driver is to watch."""
+    opened(loop)
     engine, token = resumed(
         what,
         run,
@@ -96,6 +115,7 @@ def forked_engine(
     loop: Loop, run: RunResult, at: int, cancel: CancelToken | None, run_id: str | None
 ) -> tuple[Engine, CancelToken]:
     """A fork's engine (``Loop.fork``): ``run`` after its first ``at`` transitions; its token."""
+    opened(loop)
     engine, token = forked(
         run,
         at,

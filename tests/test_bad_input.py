@@ -225,7 +225,9 @@ def test_engine_refuses_out_of_order_reports() -> None:
         engine.returned({"status": "ok", "content": 1})
     with pytest.raises(InvalidStateError, match="the answer to ask_model is outstanding"):
         engine.next()
-    assert (engine.steps, engine.events()) == (1, ())
+    with pytest.raises(TypeError, match=r"^interrupted\(\) takes what interrupted the driver"):
+        engine.interrupted("stop")  # type: ignore[arg-type]
+    assert (engine.state, engine.steps, engine.events()) == ("awaiting_model", 1, ())
 
 
 @pytest.mark.parametrize(

@@ -395,6 +395,25 @@ def test_a_loop_opens_what_it_owns_in_order_and_closes_it_in_reverse() -> None:
     assert notes == ["open a", "close a"]
 
 
+def test_a_loop_that_owns_something_runs_only_inside_with() -> None:
+    """Outside ``with loop:`` what it owns is not open (its tools not there): a run, a
+    resume and a fork are refused, saying where to run it; nothing is opened or recorded."""
+    notes: list[str] = []
+    loop = agentloop.Loop(ScriptedModel([final("done")]), owns=[_Owned("a", notes)])
+    ended = agentloop.Loop(ScriptedModel([final("done")])).run("hi")
+    for attempt in (
+        lambda: loop.run("hi"),
+        lambda: loop.start("hi"),
+        lambda: loop.resume(ended),
+        lambda: loop.fork(ended, at=0),
+    ):
+        with pytest.raises(agentloop.AgentloopError, match=r"only `with loop:` \(or `async"):
+            attempt()
+    assert notes == []
+    with loop:
+        assert loop.run("hi").status == "finished"
+
+
 async def test_a_loop_opens_what_it_owns_under_asyncio_too() -> None:
     """``async with loop:`` enters an async context manager with ``__aenter__``."""
     notes: list[str] = []

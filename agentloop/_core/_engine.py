@@ -356,6 +356,11 @@ class Engine(Interpreter, ReportChecks):
         when the run was already over. ``partial_text`` is what a streaming
         reply had delivered: kept on a ``model_interrupted`` event for review.
         """
+        if not isinstance(exc, BaseException):
+            raise TypeError(
+                "interrupted() takes what interrupted the driver (KeyboardInterrupt, a "
+                f"CancelledError), got {type(exc).__name__}"
+            )
         self._settle()
         if self._state in TERMINAL:
             return None
