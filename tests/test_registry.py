@@ -12,6 +12,7 @@ import itertools
 import math
 import threading
 import typing
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal, NotRequired, Optional, TypedDict
 
@@ -497,7 +498,7 @@ def test_unsupported_annotations_fail_at_definition() -> None:
     """An unsupported annotation fails at definition, naming the tool, parameter and type."""
     cases: list[tuple[object, str]] = [
         (set[int], "unsupported annotation set[int]"),
-        (datetime.datetime, "unsupported annotation datetime"),
+        (datetime.timedelta, "unsupported annotation timedelta"),
         (object, "unsupported annotation object"),
         (dict[int, str], "dict[int, str]: JSON object keys are str"),
         (list[HasSet], "set[str] (at HasSet.tags)"),
@@ -938,9 +939,6 @@ def test_dates_uuids_decimals_paths_and_pydantic_models_are_results_as_text() ->
     """The values a tool commonly returns that JSON has no type for become their text."""
     import decimal
     import pathlib
-    import uuid
-
-    import pydantic
 
     class Booking(pydantic.BaseModel):
         at: datetime.datetime
@@ -1640,6 +1638,45 @@ def test_a_tool_name_given_positionally_to_the_decorator_says_to_use_name() -> N
     registry = ToolRegistry()
     with pytest.raises(TypeError, match=r"write @registry.tool\(name='plus'\)$"):
         registry.tool("plus")  # type: ignore[call-overload]
+
+
+def test_dates_times_and_uuids_are_parameters_as_text_in_their_format() -> None:
+    """datetime, date, time and UUID: a string with its format, converted from ISO 8601 (or
+    a UUID's text); other text is invalid_arguments saying what was expected."""
+    received: list[Any] = []
+
+    def book(
+        at: datetime.datetime, day: datetime.date, hour: datetime.time, ref: uuid.UUID
+    ) -> None:
+        received.extend((at, day, hour, ref))
+
+    registry = ToolRegistry([book])
+    assert registry["book"].parameters["properties"] == {
+        "at": {"type": "string", "format": "date-time"},
+        "day": {"type": "string", "format": "date"},
+        "hour": {"type": "string", "format": "time"},
+        "ref": {"type": "string", "format": "uuid"},
+    }
+    arguments = {
+        "at": "2026-12-02T13:30:00+00:00",
+        "day": "2026-12-03",
+        "hour": "09:05",
+        "ref": "00000000-0000-0000-0000-000000000001",
+    }
+    assert dispatch(registry, "book", **arguments)["status"] == "ok"
+    assert received == [
+        datetime.datetime(2026, 12, 2, 13, 30, tzinfo=datetime.UTC),
+        datetime.date(2026, 12, 3),
+        datetime.time(9, 5),
+        uuid.UUID(int=1),
+    ]
+    refused = dispatch(registry, "book", **{**arguments, "day": "tomorrow"})
+    assert refused == {
+        "status": "invalid_arguments",
+        "content": [
+            {"path": "", "message": "ValueError: expected an ISO 8601 date, got 'tomorrow'"}
+        ],
+    }
 
 
 # -- dataclasses and pydantic models as parameters ------------------------------------

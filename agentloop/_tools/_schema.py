@@ -13,12 +13,14 @@ schema could not be sent to a provider is no tool.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import inspect
 import re
 import sys
 import types
 import typing
+import uuid
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
@@ -48,7 +50,7 @@ Converter = Callable[[Any], Any]
 SUPPORTED: Final = (
     "int, float, str, bool, None, list[T], dict[str, T], tuple[...], X | Y, Literal[...], "
     "Enum, Annotated[T, 'description'], attrs classes, dataclasses, TypedDict, pydantic "
-    "models, Any"
+    "models, datetime, date, time, UUID, Any"
 )
 
 # Characters a $defs name may keep: a $ref is a URI fragment and a JSON pointer, so
@@ -118,6 +120,31 @@ def _kinds(schema: dict[str, Any]) -> set[str] | None:
             kinds |= member_kinds
         return kinds
     return None
+
+
+def _parsed(parse: Callable[[str], Any], what: str) -> Converter:
+    """A converter of text in ``what``'s format; ``ValueError`` naming it for other text."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError:
+            raise ValueError(f"expected {what}, got {text!r:.60}") from None
+
+    return convert
+
+
+# Types JSON has no value for, taken as text in the format the schema names (and that a
+# tool's result of that type is written in).
+_TEXT_TYPES: Final[dict[Any, tuple[str, Converter]]] = {
+    datetime.datetime: (
+        "date-time",
+        _parsed(datetime.datetime.fromisoformat, "an ISO 8601 date and time"),
+    ),
+    datetime.date: ("date", _parsed(datetime.date.fromisoformat, "an ISO 8601 date")),
+    datetime.time: ("time", _parsed(datetime.time.fromisoformat, "an ISO 8601 time")),
+    uuid.UUID: ("uuid", _parsed(uuid.UUID, "a UUID")),
+}
 
 
 def to_int(value: Any) -> Any:
@@ -191,6 +218,9 @@ class Deriver:
             return {"type": "number"}, None
         if ann is str:
             return {"type": "string"}, None
+        if isinstance(ann, type) and ann in _TEXT_TYPES:  # JSON has no such type: its text
+            form, convert = _TEXT_TYPES[ann]
+            return {"type": "string", "format": form}, convert
         if origin is typing.Union or origin is types.UnionType:
             return self._union(args, where)
         if origin is Literal:
