@@ -25,6 +25,7 @@ import agentloop
 from agentloop import State
 from agentloop.__main__ import main
 from agentloop._core._approval import call_fingerprint
+from agentloop.testing import ScriptedModel, final
 
 from .ledgers import MemoryLedger, decisions_of
 
@@ -328,6 +329,12 @@ def test_decided_from_the_command_line_then_resumed_in_another_process(tmp_path:
         (["decide", "{ledger}", "cut", "k=approve"], "run 'cut' is 'dispatching', not awaiting"),
         (["runs", "{missing}"], "cannot read {missing}: No such file or directory"),
         (["pending", "{text}"], "not a ledger: {text} is not an SQLite file"),
+        (
+            ["runs", "{run_file}"],
+            "is not an SQLite file (expected a ledger that agentloop."
+            "SQLiteLedger made, got a file starting with b'{{",
+        ),
+        (["runs", "{run_file}"], "); a run file is read by agentloop show {run_file}"),
         (["show", "{text}", "paused"], "expected RUN_ID only after a ledger, got 'paused'"),
     ],
 )
@@ -341,7 +348,14 @@ def test_bad_input_exits_2_in_one_line_and_records_nothing(
     """An unknown run, a bad decision, a run not waiting, a file that is not a ledger: exit 2."""
     text = tmp_path / "notes.txt"
     text.write_text("hello")
-    names = {"ledger": str(ledger), "missing": str(tmp_path / "absent.db"), "text": str(text)}
+    run_file = tmp_path / "run.json"
+    agentloop.save_run(agentloop.Loop(ScriptedModel([final("hi")])).run("go"), run_file)
+    names = {
+        "ledger": str(ledger),
+        "missing": str(tmp_path / "absent.db"),
+        "text": str(text),
+        "run_file": str(run_file),
+    }
     before = records(ledger)
 
     code, out, err = run_main(capsys, *(part.format(**names) for part in argv))

@@ -173,9 +173,11 @@ def _open(path: str) -> SQLiteLedger:
     except OSError as exc:
         raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
     if head != _MAGIC:
+        # A saved run is JSON: say which command reads it.
+        hint = f"; a run file is read by agentloop show {path}" if head[:1] == b"{" else ""
         raise CommandError(
             f"not a ledger: {path} is not an SQLite file (expected a ledger that "
-            f"agentloop.SQLiteLedger made, got a file starting with {head[:8]!r})"
+            f"agentloop.SQLiteLedger made, got a file starting with {head[:8]!r}){hint}"
         )
     # Asked read-only first: opening a file as a ledger would turn another database to WAL.
     try:

@@ -385,7 +385,8 @@ class RunResult(NamedTuple):
         return (
             f"RunResult(status={self.status!r}, output={self.output!r}, steps={self.steps}, "
             f"calls={self.calls}, reason={self.reason!r}, error={self.error!r}, "
-            f"usage={self.usage!r}, events=<{len(self.events)} transitions>)"
+            f"usage={self.usage!r}, events=<{len(self.events)} "
+            f"transition{'' if len(self.events) == 1 else 's'}>)"
         )
 
     @property
