@@ -81,7 +81,8 @@ AGENTLOOP_CALLS: Final = "agentloop.calls"
 #: On a run span: the terminal state, and ``max_steps``/``max_calls`` when exhausted.
 AGENTLOOP_STATUS: Final = "agentloop.status"
 AGENTLOOP_REASON: Final = "agentloop.reason"
-#: On a chat span: how the model call ended (``model_replied``, ``model_raised``, ...).
+#: On a chat span: how the model call ended (``model_replied``, ``model_raised``, ...;
+#: ``summary_written`` and the like for a summary's call).
 AGENTLOOP_TRIGGER: Final = "agentloop.trigger"
 #: On a tool span: the result's status (``ok``, ``error``, ``denied``, ..., ``cancelled``).
 AGENTLOOP_RESULT_STATUS: Final = "agentloop.result_status"
@@ -91,9 +92,18 @@ AGENTLOOP_TIME_TO_FIRST_TOKEN: Final = "agentloop.time_to_first_token"  # noqa: 
 #: On a run span ended without its terminal transition (see ``OtelListener``).
 AGENTLOOP_END_UNSEEN: Final = "agentloop.end_unseen"
 
+# A summary (agentloop.context's summarise) is a model call of its own: a chat span too.
 _MODEL_ANSWERS: Final = frozenset(
-    {Trigger.MODEL_REPLIED, Trigger.MODEL_RAISED, Trigger.MODEL_INTERRUPTED}
+    {
+        Trigger.MODEL_REPLIED,
+        Trigger.MODEL_RAISED,
+        Trigger.MODEL_INTERRUPTED,
+        Trigger.SUMMARY_WRITTEN,
+        Trigger.SUMMARY_RAISED,
+        Trigger.SUMMARY_INTERRUPTED,
+    }
 )
+_RAISED: Final = frozenset({Trigger.MODEL_RAISED, Trigger.SUMMARY_RAISED})
 _TOOL_ANSWERS: Final = frozenset({Trigger.TOOL_RETURNED, Trigger.TOOL_INTERRUPTED})
 # Terminal states that mean something went wrong (exhausted and cancelled are outcomes).
 _ERRORS: Final = frozenset(
@@ -281,7 +291,7 @@ class OtelListener:
             start_time=began,
             attributes=attributes,
         )
-        if transition.trigger is Trigger.MODEL_RAISED:
+        if transition.trigger in _RAISED:
             exc = transition.exception
             span.set_attribute(ERROR_TYPE, _error_type(exc))
             if exc is not None:

@@ -524,3 +524,40 @@ def test_each_retry_and_each_fallback_model_is_a_chat_span(otel: Exported) -> No
     assert [span.name for span in chats] == ["chat big", "chat big", "chat small"]
     assert [attrs_of(span)["gen_ai.request.model"] for span in chats] == ["big", "big", "small"]
     assert [span.status.status_code.name for span in chats] == ["ERROR", "ERROR", "UNSET"]
+
+
+def test_a_summary_is_a_chat_span_of_its_own(otel: Exported) -> None:
+    """Under summarise, each summary's model call is a chat span (its trigger says so), and
+    one that raised is an error span; the run's tokens count it."""
+    from agentloop.context import summarise
+
+    from .test_context import Chatty, echo, summary_writer
+
+    loop = Loop(
+        Chatty(6),
+        tools=[echo],
+        context=summarise(summary_writer(), tokens=400),
+        listeners=[otel.listener()],
+    )
+    result = loop.run("hello")
+    summaries = [e for e in result.events if e.trigger == "summary_written"]
+    assert result.status == "finished"
+    assert summaries
+    chats = [attrs_of(span)["agentloop.trigger"] for span in otel.spans() if span.name == "chat"]
+    assert chats.count("summary_written") == len(summaries)
+    assert chats.count("model_replied") == len(
+        [e for e in result.events if e.trigger == "model_replied"]
+    )
+    otel.exporter.clear()
+
+    def failing(history: list[dict[str, Any]]) -> dict[str, Any]:
+        raise ConnectionError("the summariser is down")
+
+    failed = Loop(
+        Chatty(6), tools=[echo], context=summarise(failing, tokens=400), listeners=[otel.listener()]
+    ).run("hello")
+    assert failed.events[-1].trigger == "summary_raised"
+    (error,) = [span for span in otel.spans() if span.status.status_code.name == "ERROR"
+                and span.name == "chat"]  # fmt: skip
+    assert attrs_of(error)["agentloop.trigger"] == "summary_raised"
+    assert attrs_of(error)["error.type"] == "ConnectionError"
