@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import datetime  # noqa: TC003 - the registry resolves tools' annotations at run time
 import inspect
 import re
+import uuid  # noqa: TC003 - as datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,6 +38,7 @@ from agentloop.testing import (
 from agentloop.testing import strategies as als
 
 from .helpers import DRIVERS, Driver, import_error
+from .test_registry import Corner  # noqa: TC001 - as datetime
 
 TESTING_PAGE = (Path(__file__).parent.parent / "docs" / "testing.md").read_text()
 MARKER = "<!-- tests/test_testing.py runs this block -->"
@@ -692,6 +695,26 @@ HAND_WRITTEN = {
 def test_arguments_of_a_hand_written_schema_are_valid(args: dict[str, Any]) -> None:
     """The bounds, const, untyped and closed-array keywords are honoured."""
     jsonschema.Draft202012Validator(HAND_WRITTEN).validate(args)
+
+
+def booking(at: datetime.datetime, day: datetime.date, hour: datetime.time, ref: uuid.UUID) -> str:
+    """Book at a time (the kit draws each in its format)."""
+    return f"{at} {day} {hour} {ref}"
+
+
+def named(corner: Corner) -> str:
+    """A pydantic model's parameter (one with no validators: the kit draws from the schema)."""
+    return corner.name
+
+
+BOOKING = agentloop.ToolRegistry([booking, named])
+
+
+@PROPERTY
+@given(als.valid_calls(BOOKING))
+def test_calls_drawn_for_dates_uuids_and_pydantic_models_are_accepted(call: dict[str, Any]) -> None:
+    """A date-time, date, time or uuid string is drawn in its format; a model's fields too."""
+    assert BOOKING.dispatch(call)["status"] == "ok"
 
 
 @PROPERTY

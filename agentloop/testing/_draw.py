@@ -32,7 +32,7 @@ ANNOTATIONS: Final = frozenset(
 KEYWORDS: Final = frozenset(
     {"type", "enum", "const", "properties", "required", "additionalProperties", "items"}
     | {"prefixItems", "minItems", "maxItems", "anyOf", "$ref", "$defs", "minimum", "maximum"}
-    | {"exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength"}
+    | {"exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "format"}
 )
 TYPES: Final = ("null", "boolean", "integer", "number", "string", "array", "object")
 # What the engine accepts as JSON: 64-bit integers; no NaN or infinity.

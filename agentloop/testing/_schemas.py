@@ -5,15 +5,19 @@ derives: ``type`` (one or a list), ``enum``, ``const``, ``properties``,
 ``required``, ``additionalProperties``, ``items``, ``prefixItems``,
 ``minItems``/``maxItems``, ``anyOf``, ``$ref`` into ``$defs``, and
 ``minimum``/``maximum`` (also exclusive) and ``minLength``/``maxLength`` for
-hand-written schemas; annotations (``description``, ``default``, ``title``,
-...) are ignored. Any other keyword raises ``UnsupportedSchema`` when the
-strategy is built, naming it and where it is.
+hand-written schemas, and ``format``: a string of ``date-time``, ``date``,
+``time`` or ``uuid`` is drawn in that format (the registry's dates, times and
+UUIDs), any other format is plain text (Draft 2020-12 asserts none);
+annotations (``description``, ``default``, ``title``, ...) are ignored. Any
+other keyword raises ``UnsupportedSchema`` when the strategy is built, naming
+it and where it is.
 """
 
 from __future__ import annotations
 
+import datetime
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from hypothesis import strategies as st
 
@@ -46,6 +50,17 @@ if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
 
 __all__ = ["SchemaGenerator", "Site", "generator_for"]
+
+
+#: Text in the formats the registry publishes dates, times and UUIDs with.
+FORMATS: Final = {
+    "date-time": st.datetimes(timezones=st.none() | st.just(datetime.UTC)).map(
+        datetime.datetime.isoformat
+    ),
+    "date": st.dates().map(datetime.date.isoformat),
+    "time": st.times().map(datetime.time.isoformat),
+    "uuid": st.uuids().map(str),
+}
 
 
 class Site:
@@ -191,6 +206,9 @@ class SchemaGenerator:
         if kind in ("integer", "number"):
             return self._number(kind, schema)
         if kind == "string":
+            form = schema.get("format")
+            if form in FORMATS:
+                return FORMATS[form]
             low = schema.get("minLength", 0)
             return text(low, max(low, schema.get("maxLength", low + MAX_TEXT)))
         if kind == "array":
