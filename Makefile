@@ -77,7 +77,7 @@ demo: $(RUN) ## Run the built-in scenario; save its run, trace diagram and repor
 # Chromium, DBOS on Postgres; the kill loops' 500 runs; Hypothesis's full counts).
 .PHONY: test
 test: $(TEST) ## Run the fast tier: every behaviour, small counts (under two minutes)
-	AGENTLOOP_TESTS=fast $(BIN)/python -m pytest
+	AGENTLOOP_TESTS=fast $(BIN)/python -m pytest --numprocesses=auto --maxprocesses=4
 
 .PHONY: test-all
 test-all: $(TEST) ## Run every test: adds Chromium, Postgres, 500 kills a driver, Hypothesis in full
