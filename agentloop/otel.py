@@ -39,7 +39,7 @@ except ImportError as exc:
 import attrs
 
 from agentloop._core._json import exception_content
-from agentloop._core._table import TERMINAL, State, Trigger
+from agentloop._core._table import MODEL_ANSWERS, TERMINAL, State, Trigger
 from agentloop._core._values import RecordedException
 
 if TYPE_CHECKING:
@@ -93,16 +93,7 @@ AGENTLOOP_TIME_TO_FIRST_TOKEN: Final = "agentloop.time_to_first_token"  # noqa: 
 AGENTLOOP_END_UNSEEN: Final = "agentloop.end_unseen"
 
 # A summary (agentloop.context's summarise) is a model call of its own: a chat span too.
-_MODEL_ANSWERS: Final = frozenset(
-    {
-        Trigger.MODEL_REPLIED,
-        Trigger.MODEL_RAISED,
-        Trigger.MODEL_INTERRUPTED,
-        Trigger.SUMMARY_WRITTEN,
-        Trigger.SUMMARY_RAISED,
-        Trigger.SUMMARY_INTERRUPTED,
-    }
-)
+_MODEL_ANSWERS: Final = MODEL_ANSWERS
 _RAISED: Final = frozenset({Trigger.MODEL_RAISED, Trigger.SUMMARY_RAISED})
 _TOOL_ANSWERS: Final = frozenset({Trigger.TOOL_RETURNED, Trigger.TOOL_INTERRUPTED})
 # Terminal states that mean something went wrong (exhausted and cancelled are outcomes).

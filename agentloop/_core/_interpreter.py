@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Final
 
 from agentloop._core._checked import TABLE
 from agentloop._core._rows import RunState
-from agentloop._core._table import Trigger
+from agentloop._core._table import MODEL_ANSWERS, Trigger
 from agentloop._core._values import Transition, Usage
 
 if TYPE_CHECKING:
@@ -25,16 +25,7 @@ __all__ = ["Interpreter"]
 _new: Final = tuple.__new__
 _START_TOOL: Final = Trigger.START_TOOL
 # The events that answer a model (or summariser) request: they record what it was sent.
-_SEES: Final = frozenset(
-    {
-        Trigger.MODEL_REPLIED,
-        Trigger.MODEL_RAISED,
-        Trigger.MODEL_INTERRUPTED,
-        Trigger.SUMMARY_WRITTEN,
-        Trigger.SUMMARY_RAISED,
-        Trigger.SUMMARY_INTERRUPTED,
-    }
-)
+_SEES: Final = MODEL_ANSWERS
 
 # Each (state, trigger) group as the engine runs it: every row with the names of the
 # methods its guard and effects are (``_<name>``), looked up on the engine at each call,

@@ -160,6 +160,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ANSWERS",
     "DEFINITION",
+    "MODEL_ANSWERS",
     "NEXT",
     "REPORTS",
     "TERMINAL",
@@ -392,3 +393,9 @@ REPORTS: Final[Mapping[tuple[Trigger | None, Report], Trigger]] = {
 ANSWERS: Final[Mapping[Trigger, Trigger | None]] = {
     trigger: request for (request, _), trigger in REPORTS.items()
 }
+#: The reports that answer a model call: the run's model's, or a summariser's.
+MODEL_ANSWERS: Final = frozenset(
+    trigger
+    for trigger, request in ANSWERS.items()
+    if request in (Trigger.ASK_MODEL, Trigger.SUMMARISE)
+)
