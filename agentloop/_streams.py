@@ -164,6 +164,21 @@ def _checked(item: object, partial: Partial) -> object:
     return item
 
 
+def _between(
+    item: object,
+    partial: Partial,
+    cancelled: Callable[[], bool] | None,
+    deadline: float | None,
+    expired: str,
+) -> object:
+    """``item``, checked, once the token and the deadline, read between chunks, allow it."""
+    if cancelled is not None and cancelled():
+        raise TokenCancelled("cancelled by the run's CancelToken while the reply streamed")
+    if deadline is not None and time.monotonic() > deadline:
+        raise TimeoutError(expired)
+    return _checked(item, partial)
+
+
 def _ended(partial: Partial) -> IncompleteReply:
     said = f" ({len(partial.text or '')} characters of text had arrived)"
     return IncompleteReply(f"the stream ended before the whole reply arrived{said}")
@@ -195,11 +210,7 @@ def pull(
             else stream
         )
         for item in source:
-            if cancelled is not None and cancelled():
-                raise TokenCancelled("cancelled by the run's CancelToken while the reply streamed")
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(expired)
-            yield _checked(item, partial)
+            yield _between(item, partial, cancelled, deadline, expired)
             if type(item) is dict:
                 return
         raise _ended(partial)
@@ -308,13 +319,7 @@ async def apull(
                     item = next(stream, _END)  # in place: it blocks the loop, as a plain model does
                 if item is _END:
                     break
-                if cancelled is not None and cancelled():
-                    raise TokenCancelled(
-                        "cancelled by the run's CancelToken while the reply streamed"
-                    )
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(expired)
-                yield _checked(item, partial)
+                yield _between(item, partial, cancelled, deadline, expired)
                 if type(item) is dict:
                     return
         raise _ended(partial)
