@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import anthropic
 import httpx2
 import openai
+from bench_providers import best  # the same timing as the adapters' bench
 
 from agentloop import Loop
 from agentloop.providers._anthropic_stream import amessages_stream, messages_stream
@@ -194,17 +195,6 @@ ADAPTERS: dict[str, tuple[Callable[[], bytes], Any, Any]] = {
     "responses": (responses_events, responses_stream, aresponses_stream),
     "anthropic": (messages_events, messages_stream, amessages_stream),
 }
-
-
-def best(fn: Callable[[], object], number: int, repeats: int) -> float:
-    """Best µs per call of ``fn`` over ``repeats`` timings of ``number`` calls."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter_ns()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter_ns() - start) / number / 1000)
-    return min(times)
 
 
 def latency(streams: bool, runs: int = 300) -> float:
