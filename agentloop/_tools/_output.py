@@ -11,11 +11,11 @@ decoded JSON).
 from __future__ import annotations
 
 import dataclasses
-import sys
 import typing
 from typing import Any
 
 from agentloop._core._output import OutputSchema
+from agentloop._tools._results import is_pydantic_model
 from agentloop._tools._schema import (
     SUPPORTED,
     Converter,
@@ -40,8 +40,7 @@ def output_schema(output: object) -> OutputSchema:
         schema = checked_schema("output", output) if output.get("type") == "object" else output
         return OutputSchema(dict(schema), title=str(schema.get("title") or "output"))
     title = getattr(output, "__name__", "output")
-    pydantic = sys.modules.get("pydantic")
-    if pydantic is not None and isinstance(output, type) and issubclass(output, pydantic.BaseModel):
+    if is_pydantic_model(output):
         model: Any = output
         return OutputSchema(model.model_json_schema(), model.model_validate, title=title)
     deriver = Deriver()

@@ -33,6 +33,7 @@ __all__ = [
     "cut_marker",
     "cut_to",
     "failed",
+    "is_pydantic_model",
     "json_form",
     "result_limit",
     "returned",
@@ -61,10 +62,15 @@ def _plain(value: object) -> Any:
         return value.isoformat()
     if isinstance(value, uuid.UUID | decimal.Decimal | pathlib.PurePath):
         return str(value)  # a Decimal's text keeps every digit a float would lose
-    pydantic = sys.modules.get("pydantic")  # only where pydantic is in use already
-    if pydantic is not None and isinstance(value, pydantic.BaseModel):
-        return value.model_dump(mode="json")
+    if is_pydantic_model(type(value)):
+        return value.model_dump(mode="json")  # type: ignore[attr-defined]  # a model's
     return value
+
+
+def is_pydantic_model(cls: object) -> bool:
+    """Whether ``cls`` is a pydantic model class (pydantic is never imported to answer)."""
+    pydantic = sys.modules.get("pydantic")  # in use only where something imported it
+    return pydantic is not None and isinstance(cls, type) and issubclass(cls, pydantic.BaseModel)
 
 
 def json_form(value: object, where: str) -> Any:

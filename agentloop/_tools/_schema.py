@@ -17,7 +17,6 @@ import datetime
 import enum
 import inspect
 import re
-import sys
 import types
 import typing
 import uuid
@@ -28,7 +27,7 @@ import attrs
 
 from agentloop._core._json import to_json
 from agentloop._errors import JSONError
-from agentloop._tools._results import INT_MAX, INT_MIN, json_form
+from agentloop._tools._results import INT_MAX, INT_MIN, is_pydantic_model, json_form
 from agentloop._tools._validation import ArgumentsValidator, out_of_range
 
 __all__ = [
@@ -247,8 +246,7 @@ class Deriver:
             attrs.has(ann) or typing.is_typeddict(ann) or dataclasses.is_dataclass(ann)
         ):
             return self._class(ann)
-        pydantic = sys.modules.get("pydantic")  # only where pydantic is in use already
-        if pydantic is not None and isinstance(ann, type) and issubclass(ann, pydantic.BaseModel):
+        if is_pydantic_model(ann):
             return self._model(ann, where)
         raise Unsupported(ann, where)
 
