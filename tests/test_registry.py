@@ -799,11 +799,14 @@ def test_integers_beyond_64_bits_are_invalid_arguments() -> None:
     assert seen == []
     # jsonschema-rs lets an int past 4,300 digits through its bounds; conversion stops it.
     for huge in (10**5000, -(10**5000)):
-        for arguments in ({"n": huge, "points": []}, {"n": 1, "points": [{"x": huge}]}):
+        for arguments, path in (
+            ({"n": huge, "points": []}, "n"),
+            ({"n": 1, "points": [{"x": 1}, {"x": huge}]}, "points[1].x"),
+        ):
             outcome = dispatch(registry, "count", **arguments)
             assert outcome["status"] == "invalid_arguments"
             assert outcome["content"] == [
-                {"path": "", "message": f"ValueError: {INT_RANGE}, got an integer of 16610 bits"}
+                {"path": path, "message": f"ValueError: {INT_RANGE}, got an integer of 16610 bits"}
             ]
     assert seen == []
     # The bounds themselves, and a whole float within them, are integers.
@@ -849,6 +852,7 @@ def test_a_refusing_attrs_validator_gives_invalid_arguments() -> None:
 
     outcome = dispatch(ToolRegistry([take]), "take", p={"n": 0})
     assert outcome["status"] == "invalid_arguments"
+    assert outcome["content"][0]["path"] == "p"
     assert outcome["content"][0]["message"].startswith("ValueError: 'n' must be > 0: 0")
     assert recorder.calls == []
 
@@ -1674,7 +1678,7 @@ def test_dates_times_and_uuids_are_parameters_as_text_in_their_format() -> None:
     assert refused == {
         "status": "invalid_arguments",
         "content": [
-            {"path": "", "message": "ValueError: expected an ISO 8601 date, got 'tomorrow'"}
+            {"path": "day", "message": "ValueError: expected an ISO 8601 date, got 'tomorrow'"}
         ],
     }
 
@@ -1756,8 +1760,48 @@ def test_a_pydantic_model_parameter_keeps_its_schema_and_its_validators() -> Non
     assert dispatch(registry, "size", box=box) == {"status": "ok", "content": 3}
     assert dispatch(registry, "size", box={**box, "high": 0}) == {
         "status": "invalid_arguments",
-        "content": [{"path": "high", "message": "Value error, high must be at least low"}],
+        "content": [{"path": "box.high", "message": "Value error, high must be at least low"}],
     }
     assert dispatch(registry, "size", box={**box, "corner": {}})["content"][0]["path"] == (
         "box.corner"
     )
+
+
+def test_a_refusal_inside_a_collection_is_at_its_path_from_the_arguments_root() -> None:
+    """A converter's refusal in a list, a tuple or an object's values names the item, then
+    the path within it: what the JSON Schema checks' problems say for their own."""
+    seen: list[Any] = []
+
+    def pack(
+        boxes: list[Box], labelled: dict[str, Box], pair: tuple[int, Box], days: list[datetime.date]
+    ) -> None:
+        seen.append((boxes, labelled, pair, days))
+
+    registry = ToolRegistry([pack])
+    good, bad = (
+        {"low": 1, "high": 4, "corner": {"name": "ne"}},
+        {"low": 5, "high": 4, "corner": {"name": "sw"}},
+    )
+    arguments = {
+        "boxes": [good],
+        "labelled": {"a": good},
+        "pair": [1, good],
+        "days": ["2026-12-02"],
+    }
+    assert dispatch(registry, "pack", **arguments)["status"] == "ok"
+    refusal = "Value error, high must be at least low"
+    for changed, path, message in (
+        ({"boxes": [good, bad]}, "boxes[1].high", refusal),
+        ({"labelled": {"a": good, "b": bad}}, "labelled.b.high", refusal),
+        ({"pair": [1, bad]}, "pair[1].high", refusal),
+        (
+            {"days": ["2026-12-02", "soon"]},
+            "days[1]",
+            "ValueError: expected an ISO 8601 date, got 'soon'",
+        ),
+    ):
+        assert dispatch(registry, "pack", **{**arguments, **changed}) == {
+            "status": "invalid_arguments",
+            "content": [{"path": path, "message": message}],
+        }
+    assert len(seen) == 1

@@ -20,6 +20,7 @@ from agentloop._tools._schema import (
     SUPPORTED,
     Converter,
     Deriver,
+    Refused,
     Unsupported,
     show,
 )
@@ -68,4 +69,22 @@ def output_schema(output: object) -> OutputSchema:
         name = schema.get("$ref", "").removeprefix("#/$defs/")
         schema = {**deriver.defs.get(name, schema), "$defs": deriver.defs}
     # Checked with the 64-bit bounds a derived schema's integers have (as tool arguments are).
-    return OutputSchema(schema, convert, title=title, checked=bounded(schema))
+    return OutputSchema(schema, _as_raised(convert), title=title, checked=bounded(schema))
+
+
+def _as_raised(convert: Converter | None) -> Converter | None:
+    """``convert``, refusing with the exception its refusing converter raised.
+
+    An output's refusal is one problem that names that exception's type: run
+    files record it, and their replays must say the same words again.
+    """
+    if convert is None:
+        return None
+
+    def convert_output(value: Any) -> Any:
+        try:
+            return convert(value)
+        except Refused as exc:
+            raise exc.original from None
+
+    return convert_output

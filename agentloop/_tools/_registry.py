@@ -55,6 +55,7 @@ from agentloop._tools._policy import (
     stopped_by,
 )
 from agentloop._tools._results import cut_to, failed, result_limit, returned
+from agentloop._tools._schema import refusals
 from agentloop._tools._specs import SpecFormat, build_specs
 from agentloop._tools._tool import Tool
 
@@ -373,7 +374,7 @@ class ToolRegistry:
         try:
             kwargs = arguments if tool._convert is None else tool._convert(arguments)
         except (TypeError, ValueError) as exc:  # e.g. an attrs or pydantic validator said no
-            return {"status": "invalid_arguments", "content": _refusals(exc)}
+            return {"status": "invalid_arguments", "content": refusals(exc)}
         except Exception as exc:  # noqa: BLE001 - a failing conversion is an outcome
             return failed(exc)
         return tool, kwargs
@@ -420,20 +421,6 @@ def reviewing(dispatcher: object) -> ToolRegistry | None:
     if isinstance(dispatcher, ToolRegistry) and dispatcher.has_policies:
         return dispatcher
     return None
-
-
-def _refusals(exc: Exception) -> list[dict[str, str]]:
-    """A converter's refusal as problems: a pydantic model's, one per error, at its path."""
-    errors = getattr(exc, "errors", None)  # pydantic's ValidationError lists its errors
-    if callable(errors):
-        try:
-            return [
-                {"path": ".".join(map(str, error["loc"])), "message": str(error["msg"])}
-                for error in errors()
-            ]
-        except Exception:  # noqa: BLE001, S110 - not pydantic's after all: said whole below
-            pass
-    return [{"path": "", "message": f"{type(exc).__name__}: {exc}"}]
 
 
 def _not_an_object(raw: str) -> dict[str, str]:

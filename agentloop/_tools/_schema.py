@@ -34,10 +34,13 @@ __all__ = [
     "SUPPORTED",
     "Converter",
     "Deriver",
+    "Refused",
     "Unpublishable",
     "Unsupported",
+    "converted_values",
     "fields_converter",
     "json_default",
+    "refusals",
     "show",
     "summary",
     "to_int",
@@ -45,6 +48,53 @@ __all__ = [
 
 #: From valid JSON to what the handler asked for; ``None`` where the JSON is it already.
 Converter = Callable[[Any], Any]
+
+
+class Refused(ValueError):
+    """A converter's refusal, as problems at paths from the root of the value it converted.
+
+    ``original`` is the exception the refusing converter raised (a pydantic
+    ``ValidationError``, an attrs validator's ``ValueError``, ...).
+    """
+
+    def __init__(self, problems: list[dict[str, str]], original: Exception) -> None:
+        said = (f"{p['path'] or '(top level)'}: {p['message']}" for p in problems)
+        super().__init__("; ".join(said))
+        self.problems, self.original = problems, original
+
+
+def refusals(exc: Exception) -> list[dict[str, str]]:
+    """A converter's refusal as problems: a pydantic model's one per error, at its path."""
+    if isinstance(exc, Refused):
+        return exc.problems
+    errors = getattr(exc, "errors", None)  # pydantic's ValidationError lists its errors
+    if callable(errors):
+        try:
+            return [
+                {"path": _path(*error["loc"]), "message": str(error["msg"])} for error in errors()
+            ]
+        except Exception:  # noqa: BLE001, S110 - not pydantic's after all: said whole below
+            pass
+    return [{"path": "", "message": f"{type(exc).__name__}: {exc}"}]
+
+
+def _refused_at(step: str | int, exc: Exception) -> Refused:
+    """``exc``, raised converting the value at ``step`` (a key or an index), one step out."""
+    problems = [{**p, "path": _path(step, p["path"])} for p in refusals(exc)]
+    return Refused(problems, exc.original if isinstance(exc, Refused) else exc)
+
+
+def _path(*steps: object) -> str:
+    """Keys and indexes as a path, as the argument checks write one: ``box.sides[0].high``."""
+    path = ""
+    for step in steps:
+        if type(step) is int:
+            path += f"[{step}]"
+        elif step != "":
+            text = str(step)
+            path += text if text.startswith("[") or not path else "." + text
+    return path
+
 
 SUPPORTED: Final = (
     "int, float, str, bool, None, list[T], dict[str, T], tuple[...], X | Y, Literal[...], "
@@ -317,9 +367,17 @@ class Deriver:
         schema = {"type": "array", "items": items} if items else {"type": "array"}
         if convert is None:
             return schema, (None if kind is list else tuple)
-        if kind is list:
-            return schema, lambda value: [convert(x) for x in value]
-        return schema, lambda value: tuple([convert(x) for x in value])
+
+        def convert_items(value: list[Any]) -> list[Any] | tuple[Any, ...]:
+            out = []
+            for index, item in enumerate(value):
+                try:
+                    out.append(convert(item))
+                except (TypeError, ValueError) as exc:
+                    raise _refused_at(index, exc) from exc
+            return out if kind is list else tuple(out)
+
+        return schema, convert_items
 
     def _tuple(
         self, ann: Any, args: tuple[Any, ...], where: str
@@ -333,9 +391,17 @@ class Deriver:
         if members:
             schema["prefixItems"] = [s for s, _ in members]
         converters = [c for _, c in members]
-        return schema, lambda value: tuple(
-            [x if c is None else c(x) for c, x in zip(converters, value, strict=True)]
-        )
+
+        def convert_members(value: list[Any]) -> tuple[Any, ...]:
+            out = []
+            for index, (convert, item) in enumerate(zip(converters, value, strict=True)):
+                try:
+                    out.append(item if convert is None else convert(item))
+                except (TypeError, ValueError) as exc:
+                    raise _refused_at(index, exc) from exc
+            return tuple(out)
+
+        return schema, convert_members
 
     def _object(
         self, ann: Any, args: tuple[Any, ...], where: str
@@ -350,7 +416,7 @@ class Deriver:
         )
         if convert is None:
             return schema, None
-        return schema, lambda value: {k: convert(v) for k, v in value.items()}
+        return schema, lambda value: converted_values(value, {}, convert)
 
     def _class(self, cls: type) -> tuple[dict[str, Any], Converter | None]:
         """An attrs class, dataclass or TypedDict: once under ``$defs``, then referenced."""
@@ -485,7 +551,7 @@ def fields_converter(
             number = value.get(key)
             if type(number) is int:
                 if not INT_MIN <= number <= INT_MAX:
-                    raise ValueError(out_of_range(number))
+                    raise _refused_at(key, ValueError(out_of_range(number)))
             elif type(number) is float:
                 out = dict(value) if out is value else out
                 out[key] = int(number)
@@ -493,7 +559,24 @@ def fields_converter(
             out = dict(value) if out is value else out
             for key, convert in others:
                 if key in out:
-                    out[key] = convert(out[key])
+                    try:
+                        out[key] = convert(out[key])
+                    except (TypeError, ValueError) as exc:
+                        raise _refused_at(key, exc) from exc
         return out
 
     return convert_fields
+
+
+def converted_values(
+    value: dict[str, Any], converters: dict[str, Converter | None], default: Converter | None
+) -> dict[str, Any]:
+    """An object's values, each by its key's converter (else ``default``; None: as it is)."""
+    out = {}
+    for key, item in value.items():
+        convert = converters.get(key, default)
+        try:
+            out[key] = item if convert is None else convert(item)
+        except (TypeError, ValueError) as exc:
+            raise _refused_at(key, exc) from exc
+    return out

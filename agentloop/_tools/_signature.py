@@ -27,6 +27,7 @@ from agentloop._tools._schema import (
     Deriver,
     Unpublishable,
     Unsupported,
+    converted_values,
     fields_converter,
     json_default,
     show,
@@ -144,14 +145,7 @@ def _arguments_converter(
     if extra is None:
         return fields_converter(converters)
 
-    def convert_all(arguments: dict[str, Any]) -> dict[str, Any]:
-        out = {}
-        for key, value in arguments.items():
-            convert = converters.get(key, extra)
-            out[key] = value if convert is None else convert(value)
-        return out
-
-    return convert_all
+    return lambda arguments: converted_values(arguments, converters, extra)
 
 
 def _hint_source(handler: Callable[..., Any]) -> Any:
