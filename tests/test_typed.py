@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime  # noqa: TC003 - an output dataclass's hints are resolved when it runs
 import json
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -19,6 +20,7 @@ from agentloop import Loop
 from agentloop._tools._output import output_schema
 from agentloop.context import keep_last
 from agentloop.engine import Engine
+from agentloop.ledger import view_run
 from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import ScriptedModel, assert_contract, batch, strategies
 
@@ -569,21 +571,80 @@ def test_an_output_the_converter_refuses_goes_back_to_the_model() -> None:
     assert (result.status, result.output) == ("finished", City("Paris", 2100000))
     assert "64 bits" in result.transcript[2]["text"] or "maximum" in result.transcript[2]["text"]
 
-    class Adult(pydantic.BaseModel):
-        age: int
-
-        @pydantic.field_validator("age")
-        @classmethod
-        def grown(cls, age: int) -> int:
-            if age < 18:
-                raise ValueError("expected an adult")
-            return age
-
     refused = Loop(ScriptedModel([final('{"age": 3}')]), output=Adult, max_output_retries=0)
     result = refused.run("go")
     assert result.status == "invalid_output"
     assert result.error is not None
     assert "expected an adult" in result.error
+
+
+class Adult(pydantic.BaseModel):
+    age: int
+
+    @pydantic.field_validator("age")
+    @classmethod
+    def grown(cls, age: int) -> int:
+        if age < 18:
+            raise ValueError("expected an adult")
+        return age
+
+
+@dataclasses.dataclass
+class Meeting:
+    day: datetime.date
+
+
+# (the output type, a final answer its schema takes but the type or the 64-bit bounds refuse)
+_REFUSED_BY_THE_TYPE = [
+    (Adult, '{"age": 3}'),
+    (Meeting, '{"day": "soon"}'),
+    (City, '{"name": "Paris", "population": 1e300}'),
+    (list[int], "[1e300, 2, -1e300]"),
+]
+
+
+@pytest.mark.parametrize("retried", [True, False], ids=["retried", "ended"])
+@pytest.mark.parametrize(("output", "refused"), _REFUSED_BY_THE_TYPE, ids=lambda x: str(x)[:20])
+def test_a_run_file_and_a_ledger_replay_what_only_the_type_refused(
+    tmp_path: Path, output: Any, refused: str, retried: bool
+) -> None:
+    """A record keeps the output's schema, not its type: what only the type (or the bounds)
+    refused is replayed as the record says, so the run file loads and the ledger reads it."""
+    valid = {Adult: '{"age": 30}', Meeting: '{"day": "2026-12-02"}', City: PARIS}.get(output, "[2]")
+    texts = [refused, valid] if retried else [refused]
+    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    retries = 1 if retried else 0
+    model = ScriptedModel([final(t) for t in texts])
+    loop = Loop(model, output=output, ledger=ledger, max_output_retries=retries)
+    result = loop.run("go", run_id="typed")
+    assert result.status == ("finished" if retried else "invalid_output")
+    guards = [e.guard for e in result.events if e.guard is not None]
+    assert guards[0] == ("output_retry" if retried else "output_invalid")
+    loaded = run_from_json(run_to_json(result))
+    assert (loaded.status, loaded.events, loaded.transcript) == (
+        result.status,
+        result.events,
+        result.transcript,
+    )
+    viewed = view_run(ledger, "typed").result
+    assert (viewed.status, viewed.events) == (result.status, result.events)
+
+
+def test_a_refusal_inside_a_typed_output_reads_as_the_converter_raised_it() -> None:
+    """A nested converter's refusal is one top-level problem naming its own exception, in the
+    words a run file recorded before refusals carried paths: its replay says them again."""
+
+    loop = Loop(ScriptedModel([final('{"day": "soon"}')]), output=Meeting, max_output_retries=0)
+    result = loop.run("go")
+    assert result.status == "invalid_output"
+    assert result.error is not None
+    assert "(top level): ValueError: expected an ISO 8601 date, got 'soon'" in result.error
+    loaded = run_from_json(run_to_json(result))
+    assert (loaded.status, loaded.error, loaded.events) == (
+        result.status,
+        result.error,
+        result.events,
+    )
 
 
 @pytest.mark.parametrize("to_thread", [False, True], ids=["async model", "to_thread"])

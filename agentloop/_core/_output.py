@@ -40,10 +40,12 @@ class OutputSchema:
     ``convert`` is None when the decoded JSON is the value (a schema given as a dict).
     ``checked``, when given, is the schema the answer is validated with (the
     derived schema with its 64-bit bounds on integers), ``schema`` the one
-    published to providers and recorded.
+    published to providers and recorded. ``refused``: for a schema rebuilt
+    from a record, the final answers the run's own check refused though the
+    schema takes them, with its problems (``output_refusals``).
     """
 
-    __slots__ = ("_validator", "convert", "schema", "schema_json", "title")
+    __slots__ = ("_refused", "_validator", "convert", "schema", "schema_json", "title")
 
     def __init__(
         self,
@@ -52,6 +54,7 @@ class OutputSchema:
         *,
         title: str = "output",
         checked: dict[str, Any] | None = None,
+        refused: dict[str, list[str]] | None = None,
     ) -> None:
         if type(schema) is not dict:
             raise TypeError(f"expected the output schema to be a dict, got {type(schema).__name__}")
@@ -68,6 +71,7 @@ class OutputSchema:
                 f"expected a valid Draft 2020-12 output schema, got one that fails: {exc}"
             ) from None
         self.convert = convert
+        self._refused = refused or {}
         #: The name a provider's structured-output request gives the schema (OpenAI takes
         #: letters, digits, ``_`` and ``-``, at most 64).
         self.title = re.sub(r"[^A-Za-z0-9_-]", "_", title)[:64] or "output"
@@ -95,7 +99,9 @@ class OutputSchema:
             return [f"the final answer is not JSON: {exc}"]
         if self._validator.is_valid(value):
             if self.convert is None:
-                return []
+                # Rebuilt from a record, which keeps the schema but not the type: what the
+                # type (or the integers' bounds) refused, the record says (``refused``).
+                return list(self._refused.get(text, ()))
             try:  # what the schema cannot say (a pydantic validator, say) refuses it too
                 self.convert(value)
             except Exception as exc:  # noqa: BLE001 - the caller's converter: any refusal

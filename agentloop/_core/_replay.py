@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from agentloop._core._output import OutputSchema
     from agentloop._core._values import Budget
 
-__all__ = ["Mismatch", "asked", "models_named", "replay", "row_text"]
+__all__ = ["Mismatch", "asked", "models_named", "output_refusals", "replay", "row_text"]
 
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 # The reports that answer a model request: the ask that spent the step comes first.
@@ -190,6 +190,31 @@ def _feed(
         return engine.decided(dict(event.decisions))
     except (TypeError, ValueError) as refused:
         raise Mismatch(where, "a report the engine takes", str(refused)) from None
+
+
+def output_refusals(events: Sequence[Transition], rejected: object) -> dict[str, list[str]]:
+    """The final answers a typed run refused, with the problems its check found.
+
+    For an output schema rebuilt from the record (``OutputSchema(refused=...)``):
+    the record keeps the schema, not the type, so what only the type (a
+    pydantic validator, a date's parse) or the integers' 64-bit bounds
+    refused is taken from the events that refused it. A type's refusal is
+    one problem at the top level; bounds' problems are listed with ``'; '``.
+    """
+    refused: dict[str, list[str]] = {}
+    reply: object = None
+    for event in events:
+        if event.trigger is Trigger.MODEL_REPLIED:
+            reply = rejected if event.input_json is None else orjson.loads(event.input_json)
+        elif event.guard in _OUTPUT_REFUSED and event.error and type(reply) is dict:
+            # After "invalid output: " or "...(after N output retries): ".
+            listed = event.error.partition(": " if event.guard is Guard.OUTPUT_RETRY else "): ")[2]
+            problems = [listed] if listed.startswith("(top level): ") else listed.split("; ")
+            refused[str(reply.get("text"))] = problems
+    return refused
+
+
+_OUTPUT_REFUSED: Final = (Guard.OUTPUT_RETRY, Guard.OUTPUT_INVALID)
 
 
 def asked(engine: Engine, event: Transition) -> Transition:

@@ -20,7 +20,7 @@ from agentloop._core._engine import Engine
 from agentloop._core._json import exception_content
 from agentloop._core._messages import NOT_STARTED
 from agentloop._core._output import OutputSchema
-from agentloop._core._replay import Mismatch, asked, row_text
+from agentloop._core._replay import Mismatch, asked, output_refusals, row_text
 from agentloop._core._table import NEXT, Guard, State, Trigger
 from agentloop._core._values import AskModel, CancelToken, RecordedException, RunTool, Transition
 from agentloop._errors import InvalidStateError
@@ -263,4 +263,7 @@ def _outcome(event: Transition, answers: Answers, index: int) -> dict[str, Any]:
 def _output_of(result: RunResult) -> OutputSchema | None:
     """The output schema a run was made with, from its result (``Loop(output=T)``)."""
     schema = result.output_schema_json
-    return None if schema is None else OutputSchema(orjson.loads(schema))
+    if schema is None:
+        return None
+    refused = output_refusals(result.events, result.rejected_value)
+    return OutputSchema(orjson.loads(schema), refused=refused)
