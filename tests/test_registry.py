@@ -355,6 +355,43 @@ def test_defaults_are_not_required_and_shown_when_json() -> None:
     assert seen == [("q", 10, Color.BLUE, (0, 0), marker, None)]
 
 
+def test_a_default_its_annotation_refuses_is_refused_when_the_tool_is_made() -> None:
+    """The schema would publish it: a model told a default the tool itself calls invalid."""
+
+    def limit(n: int = None) -> None:  # type: ignore[assignment]  # noqa: RUF013 - the slip
+        """Limit."""
+
+    def point(at: tuple[int, int] = (0, "x")) -> None:  # type: ignore[assignment]
+        """Point."""
+
+    def mode(how: Literal["fast", "slow"] = "fastest") -> None:  # type: ignore[assignment]
+        """Mode."""
+
+    for handler, said in (
+        (
+            limit,
+            "'n': its default None does not match its annotation: null is not of type "
+            '"integer"; one that may be None is annotated T | None',
+        ),
+        (
+            point,
+            "'at': its default [0, 'x'] does not match its annotation at at[1]: "
+            '"x" is not of type "integer"',
+        ),
+        (
+            mode,
+            "'how': its default 'fastest' does not match its annotation: \"fastest\" is not "
+            'one of "fast" or "slow"',
+        ),
+    ):
+        with pytest.raises(TypeError) as raised:
+            Tool(handler)
+        assert str(raised.value) == f"tool {handler.__name__!r}: parameter " + said
+    # A given schema is the author's own: its defaults are published as given.
+    given = {"type": "object", "properties": {"n": {"type": "integer", "default": None}}}
+    assert Tool(limit, parameters=given).parameters == given
+
+
 def test_unannotated_and_kwargs() -> None:
     """An unannotated parameter takes any JSON; **kwargs: T admits extra names of type T."""
     seen: list[Any] = []

@@ -121,6 +121,31 @@ class Tool:
             raise TypeError(f"tool {name!r}: {exc}") from None
         self._validator = ArgumentsValidator(schema, derived=parameters is None)
         self._is_valid = self._validator.is_valid  # the registry's fast path asks it directly
+        if parameters is None:
+            self._check_defaults(schema)
+
+    def _check_defaults(self, schema: dict[str, Any]) -> None:
+        """Refuse a handler's default that its parameter's annotation refuses.
+
+        The schema publishes it (``"default"``), so a model would be told a
+        value the tool itself calls invalid: ``n: int = None`` is ``int | None``.
+        """
+        defaults = {
+            key: value["default"]
+            for key, value in schema["properties"].items()
+            if type(value) is dict and "default" in value
+        }
+        for problem in self._validator.problems(defaults):
+            key = problem["path"].split(".")[0].split("[")[0]
+            if key in defaults:  # (not the missing required parameters, at the top)
+                at = "" if problem["path"] == key else f" at {problem['path']}"
+                hint = (
+                    "; one that may be None is annotated T | None" if defaults[key] is None else ""
+                )
+                raise TypeError(
+                    f"tool {self.name!r}: parameter {key!r}: its default {defaults[key]!r:.80} "
+                    f"does not match its annotation{at}: {problem['message']}{hint}"
+                )
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
