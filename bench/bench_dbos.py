@@ -23,7 +23,10 @@ uses a fresh DBOS system schema, dropped afterwards.
    runs per second; the workers' CPU per run, and the cores they kept busy;
    how busy the machine's cores were (theirs, Postgres's, anyone's). Target:
    one worker at concurrency 32 completes at least 20x the runs per second
-   of concurrency 1.
+   of concurrency 1, measured in turn beside DBOS alone (a workflow of the
+   same three steps with nothing in them: what any driver of such runs
+   costs at the least) and (with pydantic-ai installed) the peer's
+   ``run_sync`` workflows, one worker at concurrency 1 and 32 each.
 3. CPU-bound runs (the model answers at once; K = 3): runs per second with 1,
    2 and 4 worker processes (concurrency 8 each), against the SQLite ledger
    in one process.
@@ -37,6 +40,7 @@ syncs each to disk).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import resource
 import statistics
@@ -186,8 +190,10 @@ def cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def peer_agent(k: int) -> Any:
-    """pydantic-ai's DBOSAgent, its model scripted as ours, its tool a DBOS step; or None."""
+def peer_agent(k: int, sleep: float = 0.0) -> Any:
+    """pydantic-ai's DBOSAgent, its model scripted as ours, its tool a DBOS step; or None.
+
+    Its ``run_sync`` workflow is named ``peer{k}.run_sync``; ``sleep`` seconds a reply."""
     try:
         from dbos import DBOS
         from pydantic_ai import Agent
@@ -201,6 +207,8 @@ def peer_agent(k: int) -> Any:
         return None
 
     def reply(messages: list[Any], info: Any) -> Any:
+        if sleep:
+            time.sleep(sleep)
         done = sum(isinstance(p, ToolReturnPart) for m in messages for p in m.parts)
         if done < k:
             return ModelResponse(parts=[ToolCallPart("echo", {"n": done}, tool_call_id=f"c{done}")])
@@ -290,14 +298,40 @@ def side_by_side(ks: tuple[int, ...], runs: int) -> dict[int, dict[str, dict[str
 # -- 2. and 3. runs per second with worker processes ----------------------------------------
 
 
-def worker(schema: str, executor: str, concurrency: int, k: int, sleep: float) -> None:
-    """A worker process: launched, it serves the queue from a "go" line until its stdin
-    closes, then prints the CPU seconds it spent serving."""
+def floor_workflow() -> None:
+    """Registers DBOS alone: the steps of a run of one call (two that wait as the model does),
+    with nothing in them: what any driver of such runs on DBOS costs at the least."""
+    from dbos import DBOS
+
+    def reply(sleep: float) -> Message:
+        time.sleep(sleep)
+        return {"kind": "final", "text": "ok"}
+
+    def outcome() -> Message:
+        return {"status": "ok", "content": {"n": 0}}
+
+    @DBOS.workflow(name="bench.floor")
+    def floor(prompt: str, sleep: float) -> str:
+        DBOS.run_step({"name": "bench.model"}, reply, sleep)
+        DBOS.run_step({"name": "bench.tool"}, outcome)
+        DBOS.run_step({"name": "bench.model"}, reply, sleep)
+        return "ok"
+
+
+def worker(who: str, schema: str, executor: str, concurrency: int, k: int, sleep: float) -> None:
+    """A worker process of ``who``'s runs (``agentloop``, ``peer`` or ``dbos``: DBOS alone):
+    launched, it serves the queue from a "go" line until its stdin closes, then prints the CPU
+    seconds it spent serving."""
     from dbos import DBOS
 
     from agentloop.dbos import DBOSLoop
 
-    DBOSLoop(loop(k, sleep=sleep), name="bench")
+    if who == "peer":
+        peer_agent(k, sleep)
+    elif who == "dbos":
+        floor_workflow()
+    else:
+        DBOSLoop(loop(k, sleep=sleep), name="bench")
     DBOS(config=config(schema, executor))
     DBOS.launch()
     print("ready", flush=True)
@@ -310,10 +344,12 @@ def worker(schema: str, executor: str, concurrency: int, k: int, sleep: float) -
 
 
 def throughput(
-    workers: int, concurrency: int, runs: int, k: int, sleep: float
+    workers: int, concurrency: int, runs: int, k: int, sleep: float, who: str = "agentloop"
 ) -> tuple[float, float, float]:
     """Runs completed per second by ``workers`` processes; their CPU seconds per run; and how
     busy the machine's cores were meanwhile (0 to 1: every process's, Postgres's and others').
+    ``who``: ``agentloop`` (a DBOSLoop's runs), ``peer`` (DBOSAgent's ``run_sync``) or
+    ``dbos`` (DBOS alone: ``floor_workflow``).
 
     The runs are enqueued first (a ``DBOSClient``), then every worker is told
     to serve the queue at once: timed from then to the last run's end (as
@@ -324,7 +360,7 @@ def throughput(
     from agentloop.dbos import DBOSLoop
 
     schema = f"agentloop_bench_{uuid.uuid4().hex[:8]}"
-    command = [sys.executable, __file__, "worker", schema]
+    command = [sys.executable, __file__, "worker", who, schema]
     processes = [
         subprocess.Popen(
             [*command, f"w{index}", str(concurrency), str(k), str(sleep)],
@@ -341,7 +377,16 @@ def throughput(
             assert process.stdout is not None
             assert process.stdout.readline().strip() == "ready"
         client = DBOSClient(system_database_url=URL, dbos_system_schema=schema)
-        run_ids = {enqueuer.client_enqueue(client, QUEUE, "go").workflow_id for _ in range(runs)}
+        if who == "peer":
+            options: Any = {"workflow_name": f"peer{k}.run_sync", "queue_name": QUEUE}
+            handles: list[Any] = [client.enqueue(options, "go", deps=None) for _ in range(runs)]
+        elif who == "dbos":
+            assert k == 1, "DBOS alone makes the steps of a run of one call"
+            options = {"workflow_name": "bench.floor", "queue_name": QUEUE}
+            handles = [client.enqueue(options, "go", sleep) for _ in range(runs)]
+        else:
+            handles = [enqueuer.client_enqueue(client, QUEUE, "go") for _ in range(runs)]
+        run_ids = {handle.workflow_id for handle in handles}
         began, (busy, total) = time.time(), machine()
         for process in processes:
             assert process.stdin is not None
@@ -440,9 +485,32 @@ def part_io_bound() -> bool:
             f"  {workers:>7} {concurrency:>11} {count:>5} {rate:8.1f} {spent * 1000:18.1f} "
             f"{rate * spent:12.2f} {load:12.0%}"
         )
-    gain = rates[1, 32] / rates[1, 1]
-    mark = "" if gain >= CONCURRENCY_TARGET else f"  MISSED (target >= {CONCURRENCY_TARGET:.0f}x)"
-    print(f"  one worker, concurrency 32 against 1: {gain:.1f}x{mark}")
+    # One worker at concurrency 1 and 32, beside DBOS alone (the same three steps, with nothing
+    # in them) and the peer: taken in turn, so that the machine's drift weighs on each alike.
+    who = ["agentloop", "dbos"] + (["peer"] if importlib.util.find_spec("pydantic_ai") else [])
+    names = {"agentloop": "agentloop", "dbos": "DBOS alone", "peer": "DBOSAgent"}
+    got: dict[tuple[str, int], float] = {}
+    print("  one worker, side by side:")
+    for concurrency in (1, 32):
+        count = 20 if concurrency == 1 else 15 * concurrency
+        for name in who:
+            rate, spent, load = throughput(1, concurrency, count, 1, SLEEP, who=name)
+            got[name, concurrency] = rate
+            print(
+                f"  {names[name]:>10} {concurrency:>8} {count:>5} {rate:8.1f} "
+                f"{spent * 1000:18.1f} {rate * spent:12.2f} {load:12.0%}"
+            )
+    gains = {name: got[name, 32] / got[name, 1] for name in who}
+    mark = "" if gains["agentloop"] >= CONCURRENCY_TARGET else "  MISSED"
+    print(
+        f"  concurrency 32 against 1: agentloop {gains['agentloop']:.1f}x{mark} (target >= "
+        f"{CONCURRENCY_TARGET:.0f}x), "
+        + ", ".join(f"{names[name]} {gains[name]:.1f}x" for name in who[1:])
+    )
+    print(
+        f"  agentloop's runs/s at 32: {got['agentloop', 32] / got['dbos', 32]:.2f}x DBOS alone's"
+        + (f", {got['agentloop', 32] / got['peer', 32]:.1f}x DBOSAgent's" if "peer" in who else "")
+    )
     return not mark
 
 
@@ -472,7 +540,7 @@ def main() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["worker"]:
-        schema, executor, concurrency, k, sleep = sys.argv[2:7]
-        worker(schema, executor, int(concurrency), int(k), float(sleep))
+        who, schema, executor, concurrency, k, sleep = sys.argv[2:8]
+        worker(who, schema, executor, int(concurrency), int(k), float(sleep))
         sys.exit(0)
     sys.exit(main())
