@@ -19,11 +19,11 @@ import orjson
 from agentloop._core._engine import Engine
 from agentloop._core._json import exception_content
 from agentloop._core._messages import NOT_STARTED
-from agentloop._core._output import OutputSchema
-from agentloop._core._replay import Mismatch, asked, output_refusals, row_text
+from agentloop._core._replay import Mismatch, asked, row_text
 from agentloop._core._table import NEXT, Guard, State, Trigger
 from agentloop._core._values import AskModel, CancelToken, RecordedException, RunTool, Transition
 from agentloop._errors import InvalidStateError
+from agentloop._review._runshape import output_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -54,7 +54,7 @@ def replay(
     transcript = orjson.loads(result.transcript_json)
     token = CancelToken() if token is None else token
     engine = Engine(
-        transcript[:input_count], budget=result.budget, cancel=token, output=_output_of(result)
+        transcript[:input_count], budget=result.budget, cancel=token, output=output_of(result)
     )
     events = result.events
     answers = Answers(events)
@@ -258,12 +258,3 @@ def _outcome(event: Transition, answers: Answers, index: int) -> dict[str, Any]:
     if event.exception is not None:
         outcome["exception"] = event.exception
     return outcome
-
-
-def _output_of(result: RunResult) -> OutputSchema | None:
-    """The output schema a run was made with, from its result (``Loop(output=T)``)."""
-    schema = result.output_schema_json
-    if schema is None:
-        return None
-    refused = output_refusals(result.events, result.rejected_value)
-    return OutputSchema(orjson.loads(schema), refused=refused)
