@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime  # noqa: TC003 - an output dataclass's hints are resolved when it runs
+import datetime
 import json
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -640,20 +640,41 @@ def test_a_run_file_and_a_ledger_replay_what_only_the_type_refused(
     assert (viewed.status, viewed.events) == (result.status, result.events)
 
 
-def test_a_refusal_inside_a_typed_output_reads_as_the_converter_raised_it() -> None:
-    """A nested converter's refusal is one top-level problem naming its own exception, in the
-    words a run file recorded before refusals carried paths: its replay says them again."""
-
-    loop = Loop(ScriptedModel([final('{"day": "soon"}')]), output=Meeting, max_output_retries=0)
-    result = loop.run("go")
-    assert result.status == "invalid_output"
-    assert result.error is not None
-    assert "(top level): ValueError: expected an ISO 8601 date, got 'soon'" in result.error
+def test_a_refusal_inside_a_typed_output_is_told_at_its_path() -> None:
+    """The model is told what is wrong where, as for tool arguments: a field's converter at the
+    field, a pydantic validator at its field, without pydantic's links and input echoes."""
+    told = "day: ValueError: expected an ISO 8601 date, got 'soon'"
+    model = ScriptedModel([final('{"day": "soon"}'), final('{"day": "2026-12-02"}')])
+    result = Loop(model, output=Meeting).run("go")
+    assert (result.status, result.output) == ("finished", Meeting(datetime.date(2026, 12, 2)))
+    assert f"- {told}\n" in result.transcript[2]["text"]
+    adult = Loop(ScriptedModel([final('{"age": 3}'), final('{"age": 30}')]), output=Adult)
+    assert "- age: Value error, expected an adult\n" in adult.run("go").transcript[2]["text"]
     loaded = run_from_json(run_to_json(result))
-    assert (loaded.status, loaded.error, loaded.events) == (
-        result.status,
-        result.error,
-        result.events,
+    assert (loaded.events, loaded.transcript) == (result.events, result.transcript)
+
+
+@pytest.mark.parametrize("typed", [False, True], ids=["loaded", "forked by a typed Loop"])
+def test_a_record_replays_in_the_words_its_check_had_then(typed: bool) -> None:
+    """A run refused in other words (an older agentloop's, pydantic's or jsonschema-rs's)
+    replays in its own: a replay takes the record's problems where its check words them
+    otherwise, whether it has the type (a fork) or only the schema (a loaded run file)."""
+    new, old = "day: ValueError: expected", "(top level): ValueError: expected"
+    model = ScriptedModel([final('{"day": "soon"}'), final('{"day": "2026-12-02"}')])
+    made = Loop(model, output=Meeting).run("go")
+    document = run_to_json(made)
+    assert new in document  # in the retry's error and in what the model was told
+    then = run_from_json(document.replace(new, old))
+    assert old in then.transcript[2]["text"]
+    if typed:
+        forked = Loop(ScriptedModel([]), output=Meeting).fork(then, at=len(then.events))
+        again = forked.finish()
+    else:
+        again = run_from_json(run_to_json(then))
+    assert (again.status, again.events, again.transcript) == (
+        then.status,
+        then.events,
+        then.transcript,
     )
 
 

@@ -10,6 +10,7 @@ decoded JSON (a run file holds no classes).
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import TYPE_CHECKING, Any, Final
 
@@ -21,7 +22,7 @@ from agentloop._core._json import to_json
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["OutputSchema"]
+__all__ = ["OutputRefused", "OutputSchema"]
 
 #: How many problems the model is told about at most (the rest are counted).
 MAX_PROBLEMS: Final = 20
@@ -34,18 +35,33 @@ def _path(parts: Any) -> str:
     return out
 
 
+def _capped(found: list[str]) -> list[str]:
+    """At most ``MAX_PROBLEMS`` problems, the rest counted."""
+    if len(found) > MAX_PROBLEMS:
+        return [*found[:MAX_PROBLEMS], f"... and {len(found) - MAX_PROBLEMS} more"]
+    return found
+
+
+class OutputRefused(ValueError):
+    """Raised by an output's converter that refuses a value: what is wrong, one line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
 class OutputSchema:
     """A final answer's JSON Schema, compiled, and the converter to the caller's type.
 
     ``convert`` is None when the decoded JSON is the value (a schema given as a dict).
     ``checked``, when given, is the schema the answer is validated with (the
     derived schema with its 64-bit bounds on integers), ``schema`` the one
-    published to providers and recorded. ``refused``: for a schema rebuilt
-    from a record, the final answers the run's own check refused though the
-    schema takes them, with its problems (``output_refusals``).
+    published to providers and recorded. A converter that refuses a value
+    raises ``OutputRefused`` with its problems (any other exception is one
+    problem, at the top level).
     """
 
-    __slots__ = ("_refused", "_validator", "convert", "schema", "schema_json", "title")
+    __slots__ = ("_recorded", "_validator", "convert", "schema", "schema_json", "title")
 
     def __init__(
         self,
@@ -54,7 +70,6 @@ class OutputSchema:
         *,
         title: str = "output",
         checked: dict[str, Any] | None = None,
-        refused: dict[str, list[str]] | None = None,
     ) -> None:
         if type(schema) is not dict:
             raise TypeError(f"expected the output schema to be a dict, got {type(schema).__name__}")
@@ -71,7 +86,7 @@ class OutputSchema:
                 f"expected a valid Draft 2020-12 output schema, got one that fails: {exc}"
             ) from None
         self.convert = convert
-        self._refused = refused or {}
+        self._recorded: dict[str, str] = {}  # see replaying()
         #: The name a provider's structured-output request gives the schema (OpenAI takes
         #: letters, digits, ``_`` and ``-``, at most 64).
         self.title = re.sub(r"[^A-Za-z0-9_-]", "_", title)[:64] or "output"
@@ -93,27 +108,45 @@ class OutputSchema:
 
     def problems(self, text: str) -> list[str]:
         """What is wrong with ``text`` as this output (``[]``: nothing), one line each."""
+        found = self._checked(text)
+        recorded = self._recorded.get(text)
+        if recorded is not None and "; ".join(found) != recorded:
+            # A replay: what the record says was wrong, where this check words it otherwise
+            # (a newer validator's words) or cannot tell (no type, and no 64-bit bounds).
+            return [recorded] if recorded.startswith("(top level): ") else recorded.split("; ")
+        return found
+
+    def replaying(self, recorded: dict[str, str]) -> OutputSchema:
+        """A copy for a replay, where the record's refusals stand in its own words.
+
+        ``recorded`` maps each final answer the record refused to its problems,
+        as the record lists them (``'; '`` between): ``output_refusals``.
+        """
+        copied = copy.copy(self)
+        copied._recorded = recorded
+        return copied
+
+    def _checked(self, text: str) -> list[str]:
         try:
             value = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
             return [f"the final answer is not JSON: {exc}"]
         if self._validator.is_valid(value):
             if self.convert is None:
-                # Rebuilt from a record, which keeps the schema but not the type: what the
-                # type (or the integers' bounds) refused, the record says (``refused``).
-                return list(self._refused.get(text, ()))
+                return []
             try:  # what the schema cannot say (a pydantic validator, say) refuses it too
                 self.convert(value)
+            except OutputRefused as exc:
+                return _capped(exc.problems)
             except Exception as exc:  # noqa: BLE001 - the caller's converter: any refusal
                 return [f"(top level): {type(exc).__name__}: {exc}"[:2000]]
             return []
-        found = [
-            f"{_path(e.instance_path) or '(top level)'}: {e.message}"
-            for e in self._validator.iter_errors(value)
-        ]
-        if len(found) > MAX_PROBLEMS:
-            found = [*found[:MAX_PROBLEMS], f"... and {len(found) - MAX_PROBLEMS} more"]
-        return found
+        return _capped(
+            [
+                f"{_path(e.instance_path) or '(top level)'}: {e.message}"
+                for e in self._validator.iter_errors(value)
+            ]
+        )
 
     def value(self, text: str) -> Any:
         """The valid ``text`` as the caller's type (the decoded JSON when there is no converter)."""

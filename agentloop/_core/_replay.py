@@ -105,6 +105,25 @@ def replay(
         if models is None:
             models = models_named(events)
         engine = Engine(messages, budget=budget, cancel=token, models=models, output=output)
+    typed = engine._output
+    if typed is not None:  # the record's refusals stand, in its words, while it is replayed
+        engine._output = typed.replaying(output_refusals(events, rejected))
+    try:
+        _fed(engine, events, rejected, token, budget, compare)
+    finally:
+        engine._output = typed
+    return engine
+
+
+def _fed(
+    engine: Engine,
+    events: Sequence[Transition],
+    rejected: object,
+    token: CancelToken,
+    budget: Budget,
+    compare: Callable[[Transition, Transition, str], None] | None,
+) -> None:
+    """Feed ``engine`` each event's report; ``Mismatch`` where it makes another event."""
     for index, event in enumerate(events):
         where = f"$.events[{index}]"
         try:
@@ -130,7 +149,6 @@ def replay(
                     repr(getattr(event, field))[:200],
                 )
             raise Mismatch(where, _described(made, budget), row_text(event))
-    return engine
 
 
 def _feed(
@@ -192,25 +210,21 @@ def _feed(
         raise Mismatch(where, "a report the engine takes", str(refused)) from None
 
 
-def output_refusals(events: Sequence[Transition], rejected: object) -> dict[str, list[str]]:
-    """The final answers a typed run refused, with the problems its check found.
+def output_refusals(events: Sequence[Transition], rejected: object) -> dict[str, str]:
+    """Each final answer the record refused, with its problems as the record lists them.
 
-    For an output schema rebuilt from the record (``OutputSchema(refused=...)``):
-    the record keeps the schema, not the type, so what only the type (a
-    pydantic validator, a date's parse) or the integers' 64-bit bounds
-    refused is taken from the events that refused it. A type's refusal is
-    one problem at the top level; bounds' problems are listed with ``'; '``.
+    What ``OutputSchema.replaying`` takes: a record keeps the output's schema,
+    not its type, and its words are the check's of the day it was made.
     """
-    refused: dict[str, list[str]] = {}
+    refused: dict[str, str] = {}
     reply: object = None
     for event in events:
         if event.trigger is Trigger.MODEL_REPLIED:
             reply = rejected if event.input_json is None else orjson.loads(event.input_json)
         elif event.guard in _OUTPUT_REFUSED and event.error and type(reply) is dict:
             # After "invalid output: " or "...(after N output retries): ".
-            listed = event.error.partition(": " if event.guard is Guard.OUTPUT_RETRY else "): ")[2]
-            problems = [listed] if listed.startswith("(top level): ") else listed.split("; ")
-            refused[str(reply.get("text"))] = problems
+            mark = ": " if event.guard is Guard.OUTPUT_RETRY else "): "
+            refused[str(reply.get("text"))] = event.error.partition(mark)[2]
     return refused
 
 

@@ -30,7 +30,7 @@ import orjson
 
 from agentloop._core._context import policy_from_record
 from agentloop._core._output import OutputSchema
-from agentloop._core._replay import Mismatch, output_refusals, replay
+from agentloop._core._replay import Mismatch, replay
 from agentloop._core._table import State
 from agentloop._core._values import CancelToken
 from agentloop._durable._journal import Journal, fingerprint, header, idempotent_tools
@@ -240,7 +240,7 @@ def _recorded_output(recorded: Recorded) -> OutputSchema | None:
     if schema is None:
         return None
     try:
-        return OutputSchema(schema, refused=output_refusals(recorded.events, recorded.rejected))
+        return OutputSchema(schema)
     except TypeError as exc:
         raise LedgerError(f"run {recorded.run_id!r}: its header's output schema: {exc}") from None
 

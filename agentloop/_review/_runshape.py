@@ -16,7 +16,6 @@ import orjson
 
 from agentloop._core._json import exception_content
 from agentloop._core._output import OutputSchema
-from agentloop._core._replay import output_refusals
 from agentloop._core._values import (
     Budget,
     NotJSON,
@@ -240,10 +239,7 @@ def as_shown(value: object) -> str:
 def output_of(result: RunResult) -> OutputSchema | None:
     """The output schema a run was made with (``Loop(output=T)``), from its result."""
     schema = result.output_schema_json
-    if schema is None:
-        return None
-    refused = output_refusals(result.events, result.rejected_value)
-    return OutputSchema(orjson.loads(schema), refused=refused)
+    return None if schema is None else OutputSchema(orjson.loads(schema))
 
 
 def _budget_record(budget: Budget) -> dict[str, Any]:

@@ -14,14 +14,14 @@ import dataclasses
 import typing
 from typing import Any
 
-from agentloop._core._output import OutputSchema
+from agentloop._core._output import OutputRefused, OutputSchema
 from agentloop._tools._results import is_pydantic_model
 from agentloop._tools._schema import (
     SUPPORTED,
     Converter,
     Deriver,
-    Refused,
     Unsupported,
+    refusals,
     show,
 )
 from agentloop._tools._validation import bounded, checked_schema
@@ -43,7 +43,8 @@ def output_schema(output: object) -> OutputSchema:
     title = getattr(output, "__name__", "output")
     if is_pydantic_model(output):
         model: Any = output
-        return OutputSchema(model.model_json_schema(), model.model_validate, title=title)
+        validate = _refusing_by_path(model.model_validate)
+        return OutputSchema(model.model_json_schema(), validate, title=title)
     deriver = Deriver()
     convert: Converter | None
     try:
@@ -69,14 +70,14 @@ def output_schema(output: object) -> OutputSchema:
         name = schema.get("$ref", "").removeprefix("#/$defs/")
         schema = {**deriver.defs.get(name, schema), "$defs": deriver.defs}
     # Checked with the 64-bit bounds a derived schema's integers have (as tool arguments are).
-    return OutputSchema(schema, _as_raised(convert), title=title, checked=bounded(schema))
+    return OutputSchema(schema, _refusing_by_path(convert), title=title, checked=bounded(schema))
 
 
-def _as_raised(convert: Converter | None) -> Converter | None:
-    """``convert``, refusing with the exception its refusing converter raised.
+def _refusing_by_path(convert: Converter | None) -> Converter | None:
+    """``convert``, refusing with what is wrong at each path (``OutputRefused``).
 
-    An output's refusal is one problem that names that exception's type: run
-    files record it, and their replays must say the same words again.
+    In the words tool arguments get: ``day: ValueError: expected an ISO 8601
+    date, got 'soon'``, ``age: Value error, expected an adult`` (pydantic).
     """
     if convert is None:
         return None
@@ -84,7 +85,10 @@ def _as_raised(convert: Converter | None) -> Converter | None:
     def convert_output(value: Any) -> Any:
         try:
             return convert(value)
-        except Refused as exc:
-            raise exc.original from None
+        except (TypeError, ValueError) as exc:  # a pydantic model's ValidationError too
+            problems = refusals(exc)
+            raise OutputRefused(
+                [f"{p['path'] or '(top level)'}: {p['message']}" for p in problems]
+            ) from exc
 
     return convert_output
