@@ -81,10 +81,16 @@ from agentloop._core._values import (
     Transition,
     Wait,
 )
-from agentloop._dbos._approval import APPROVAL_TOPIC, PENDING_EVENT, _wait, decide, pending
+from agentloop._dbos._approval import (
+    APPROVAL_TOPIC,
+    PENDING_EVENT,
+    decide,
+    pending,
+    wait_for_decisions,
+)
 from agentloop._dbos._marker import cancel, cancel_requested
-from agentloop._dbos._steps import _Steps
-from agentloop._dbos._work import _started, _verdict, _Work
+from agentloop._dbos._steps import StepRunner
+from agentloop._dbos._work import StepWork, batch_started, recorded_verdict
 from agentloop._durable._bodies import recorded_answer, recorded_outcome
 from agentloop._durable._journal import fingerprint, idempotent_tools
 from agentloop._durable._resume import checked_run_id, differences, mismatch
@@ -157,7 +163,7 @@ class DBOSLoop:
             raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
         self.loop, self.name = loop, name
         self._fingerprint = fingerprint(loop.budget, loop.dispatcher, loop.context, loop.output)
-        self._work = _Work(loop, idempotent_tools(loop.dispatcher))  # what each step does
+        self._work = StepWork(loop, idempotent_tools(loop.dispatcher))  # what each step does
         _LOOPS[name] = self
 
     def __repr__(self) -> str:
@@ -261,7 +267,7 @@ class DBOSLoop:
         # Each step's output says which execution recorded it: the last one's tells whether
         # this execution recorded it (it drove the run up to here) or replayed it (a process
         # that died did, and may have started the call that comes next).
-        steps = _Steps(uuid4().hex[:16])
+        steps = StepRunner(uuid4().hex[:16])
         while not engine.done:
             pumped = one_transition(engine)
             try:
@@ -279,9 +285,9 @@ class DBOSLoop:
                 engine = self._engine(history, token, run_id)
                 continue
             if made is None:  # the batch waits for a person: decisions come by message
-                made = _wait(engine, token, engine.pending)
+                made = wait_for_decisions(engine, token, engine.pending)
                 # No step of ours took them: a step marks the batch's start.
-                if not engine.done and steps.run(_STARTED, _started, run_id).pop("cancel"):
+                if not engine.done and steps.run(_STARTED, batch_started, run_id).pop("cancel"):
                     token.cancel()  # the checkpoint before the batch's first call
             _tell(listeners, made)
         return engine.result()
@@ -294,7 +300,7 @@ class DBOSLoop:
         return engine
 
     def _perform(
-        self, need: object, engine: Engine, token: CancelToken, steps: _Steps, run_id: str
+        self, need: object, engine: Engine, token: CancelToken, steps: StepRunner, run_id: str
     ) -> object:
         """Do what the engine asked, as a DBOS step; what the step recorded is the answer.
 
@@ -309,7 +315,7 @@ class DBOSLoop:
             answer = steps.run(_REVIEW, self._work.review, run_id, need.calls)
             if answer["cancel"]:
                 token.cancel()  # the checkpoint before the batch's first call
-            return {call_id: _verdict(data) for call_id, data in answer["answers"].items()}
+            return {call_id: recorded_verdict(data) for call_id, data in answer["answers"].items()}
         if isinstance(need, RunTool):
             verdict = need.review if need.decision is None else need.decision
             if isinstance(verdict, dict):  # a policy failed: the review recorded the outcome

@@ -484,13 +484,13 @@ def test_the_marker_is_read_at_each_checkpoint_and_nowhere_else(
     """Before the first ask and after each reply (in the model step), after each call (in its
     step: before the next tool or ask): eight reads for three replies and four calls."""
     reads: list[str] = []
-    exists = agentloop._dbos._marker._exists
+    exists = agentloop._dbos._marker.workflow_exists
 
     def counted(workflow_id: str) -> bool:
         reads.append(workflow_id)
         return exists(workflow_id)
 
-    monkeypatch.setattr(agentloop._dbos._marker, "_exists", counted)
+    monkeypatch.setattr(agentloop._dbos._marker, "workflow_exists", counted)
     runs = make(agentloop.Loop(scripted(CHECKPOINT_SCRIPT), tools=World().registry()))
     run_id = new_id()
     assert runs.run("go", run_id=run_id).status is agentloop.State.FINISHED

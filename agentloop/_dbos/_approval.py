@@ -19,7 +19,7 @@ from agentloop._errors import InvalidStateError
 if TYPE_CHECKING:
     from dbos import DBOSClient
 
-__all__ = ["APPROVAL_TOPIC", "PENDING_EVENT", "_wait", "decide", "pending"]
+__all__ = ["APPROVAL_TOPIC", "PENDING_EVENT", "decide", "pending", "wait_for_decisions"]
 
 #: The ``DBOS.recv`` topic a waiting run takes its decisions (and cancellation) on.
 APPROVAL_TOPIC: Final = "agentloop.approval"
@@ -29,7 +29,9 @@ PENDING_EVENT: Final = "agentloop.pending"
 _WAIT_SECONDS: Final = 3600.0
 
 
-def _wait(engine: Engine, token: CancelToken, waiting: tuple[PendingCall, ...]) -> Transition:
+def wait_for_decisions(
+    engine: Engine, token: CancelToken, waiting: tuple[PendingCall, ...]
+) -> Transition:
     """Wait (durably) for a person's decisions, or for cancellation; the transition they make.
 
     A message that is not a valid decision for every pending call is dropped

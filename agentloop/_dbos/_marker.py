@@ -21,7 +21,7 @@ from agentloop._dbos._approval import APPROVAL_TOPIC
 if TYPE_CHECKING:
     from dbos import DBOSClient, EnqueueOptions
 
-__all__ = ["_exists", "cancel", "cancel_requested"]
+__all__ = ["cancel", "cancel_requested", "workflow_exists"]
 
 _CANCEL_PREFIX: Final = "agentloop.cancel:"
 
@@ -71,7 +71,7 @@ def cancel_requested(run_id: str, *, client: DBOSClient | None = None) -> bool:
     Through ``client`` in a process that does not launch DBOS.
     """
     if client is None:
-        return _exists(_CANCEL_PREFIX + run_id)
+        return workflow_exists(_CANCEL_PREFIX + run_id)
     try:
         client.retrieve_workflow(_CANCEL_PREFIX + run_id)
     except DBOSNonExistentWorkflowError:
@@ -79,7 +79,7 @@ def cancel_requested(run_id: str, *, client: DBOSClient | None = None) -> bool:
     return True
 
 
-def _exists(workflow_id: str) -> bool:
+def workflow_exists(workflow_id: str) -> bool:
     """Whether workflow ``workflow_id`` exists: one read of its key, on DBOS's own engine.
 
     DBOS has no public read this small: ``DBOS.get_workflow_status`` loads the

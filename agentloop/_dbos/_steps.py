@@ -12,13 +12,13 @@ from typing import Any, Final
 
 from dbos import DBOS
 
-__all__ = ["_Steps"]
+__all__ = ["StepRunner"]
 
 # The key of a step's output that names the execution that recorded it.
 _BY: Final = "by"
 
 
-class _Steps:
+class StepRunner:
     """Runs a run's DBOS steps, each output stamped with the execution that recorded it."""
 
     __slots__ = ("_execution", "_last")

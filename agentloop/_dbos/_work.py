@@ -2,7 +2,7 @@
 
 Each returns its outcome as data (what the step records), with the cancel
 marker read at the checkpoint the step records. How a review's answers are
-recorded (``_verdict_data``) and read back (``_verdict``) is here too.
+recorded (``_verdict_data``) and read back (``recorded_verdict``) is here too.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from agentloop._tools._registry import PreparedCall, reviewing
 if TYPE_CHECKING:
     from agentloop._loop import Loop
 
-__all__ = ["_Work", "_started", "_verdict", "_verdict_data"]
+__all__ = ["StepWork", "batch_started", "recorded_verdict"]
 
 
-class _Work:
-    """The work of a DBOSLoop's steps, each run by ``DBOS.run_step`` (through ``_Steps``)."""
+class StepWork:
+    """The work of a DBOSLoop's steps, each run by ``DBOS.run_step`` (through ``StepRunner``)."""
 
     __slots__ = ("_idempotent", "loop")
 
@@ -135,7 +135,7 @@ def _verdict_data(answer: PreparedCall | dict[str, Any]) -> dict[str, Any]:
     return {"outcome": outcome_record(answer)[0]}
 
 
-def _verdict(data: dict[str, Any] | None) -> Decision | dict[str, Any] | None:
+def recorded_verdict(data: dict[str, Any] | None) -> Decision | dict[str, Any] | None:
     """The recorded review's answer about a call (``None``: no policy was asked)."""
     if data is None:
         return None
@@ -144,7 +144,7 @@ def _verdict(data: dict[str, Any] | None) -> Decision | dict[str, Any] | None:
     return recorded_outcome(data["outcome"])
 
 
-def _started(run_id: str) -> dict[str, Any]:
+def batch_started(run_id: str) -> dict[str, Any]:
     """The ``agentloop.tool_started`` step, after a batch waited for a person: its start.
 
     The decisions came by message, which is no step of ours; this step's

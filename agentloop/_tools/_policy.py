@@ -25,13 +25,13 @@ __all__ = [
     "Decision",
     "Policy",
     "PreparedCall",
-    "_call_policy",
-    "_checked",
-    "_strictest",
     "allow",
     "ask",
+    "checked_answer",
     "deny",
+    "policy_answer",
     "stopped_by",
+    "strictest_answer",
 ]
 
 #: A permission policy: sees a copy of the call, answers (or, ``async``, awaits) a ``Decision``.
@@ -76,7 +76,7 @@ def stopped_by(decision: Decision) -> dict[str, Any] | None:
     return {"status": "denied", "content": decision.reason}
 
 
-def _strictest(answers: Iterable[Decision | dict[str, Any]]) -> Decision | dict[str, Any]:
+def strictest_answer(answers: Iterable[Decision | dict[str, Any]]) -> Decision | dict[str, Any]:
     """A failure (an ``error`` outcome) or a denial wins, then an ``ask``, then ``allow()``.
 
     Every policy is asked, so that a registry's ``ask`` cannot hide a tool's
@@ -91,7 +91,7 @@ def _strictest(answers: Iterable[Decision | dict[str, Any]]) -> Decision | dict[
     return asked or allow()
 
 
-def _call_policy(policy: Policy, call: dict[str, Any]) -> object:
+def policy_answer(policy: Policy, call: dict[str, Any]) -> object:
     """What ``policy`` answers about a copy of ``call``: a value, an awaitable, or its raise."""
     try:
         return policy(orjson.loads(orjson.dumps(call)))
@@ -99,7 +99,7 @@ def _call_policy(policy: Policy, call: dict[str, Any]) -> object:
         return exc
 
 
-def _checked(tool: Tool, answer: object) -> Decision | dict[str, Any]:
+def checked_answer(tool: Tool, answer: object) -> Decision | dict[str, Any]:
     """A policy's answer as a ``Decision``, or the ``error`` outcome that fails the call closed."""
     if isinstance(answer, Decision):
         return answer

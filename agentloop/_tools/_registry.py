@@ -46,13 +46,13 @@ from agentloop._tools._policy import (
     Decision,
     Policy,
     PreparedCall,
-    _call_policy,
-    _checked,
-    _strictest,
     allow,
     ask,
+    checked_answer,
     deny,
+    policy_answer,
     stopped_by,
+    strictest_answer,
 )
 from agentloop._tools._results import cut_to, failed, result_limit, returned
 from agentloop._tools._schema import refusals
@@ -380,9 +380,9 @@ class ToolRegistry:
         return tool, kwargs
 
     def _ask_policies(self, tool: Tool, call: dict[str, Any]) -> Decision | dict[str, Any]:
-        """The policies' answer together: see ``_strictest``."""
-        return _strictest(
-            _checked(tool, _call_policy(policy, call))
+        """The policies' answer together: see ``strictest_answer``."""
+        return strictest_answer(
+            checked_answer(tool, policy_answer(policy, call))
             for policy in (self.policy, tool.policy)
             if policy is not None
         )
@@ -392,14 +392,14 @@ class ToolRegistry:
         answers = []
         for policy in (self.policy, tool.policy):
             if policy is not None:
-                answer = _call_policy(policy, call)
+                answer = policy_answer(policy, call)
                 if inspect.isawaitable(answer):
                     try:
                         answer = await answer
                     except Exception as exc:  # noqa: BLE001 - fail closed
                         answer = exc
-                answers.append(_checked(tool, answer))
-        return _strictest(answers)
+                answers.append(checked_answer(tool, answer))
+        return strictest_answer(answers)
 
     def specs(self, format: SpecFormat = "json-schema") -> list[dict[str, Any]]:
         """The tools described for a provider request (fresh JSON on every call).

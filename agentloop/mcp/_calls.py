@@ -19,14 +19,14 @@ from mcp.shared.exceptions import MCPError
 
 from agentloop._durable._key import idempotency_key
 from agentloop.mcp._results import NotRun, OutcomeUnknown, content_of
-from agentloop.mcp._session import _describe, _Session
+from agentloop.mcp._session import SessionHolder, describe_exception
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
 
     import mcp.types
 
-__all__ = ["KEY_META", "_Calls"]
+__all__ = ["KEY_META", "ToolCaller"]
 
 #: The key under which a durable run's idempotency key goes to the server, in ``_meta``.
 KEY_META: Final = "io.github.agentloop/idempotency-key"
@@ -34,7 +34,7 @@ _CONNECTION_CLOSED: Final = -32000
 _REQUEST_TIMEOUT: Final = -32001
 
 
-class _Calls(_Session):
+class ToolCaller(SessionHolder):
     """What ``Server`` does to call a tool of its server, from any event loop."""
 
     timeout: float | None  # set by Server.__init__
@@ -81,7 +81,7 @@ class _Calls(_Session):
                     raise NotRun(f"MCP server {self.name!r}: {self._lost}") from None
                 raise OutcomeUnknown(
                     f"the connection to the MCP server {self.name!r} was lost while "
-                    f"{remote!r} ran ({_describe(exc)}); whether it took effect is unknown"
+                    f"{remote!r} ran ({describe_exception(exc)}); whether it took effect is unknown"
                 ) from None
 
     def _failure(self, remote: str, exc: MCPError) -> Exception:

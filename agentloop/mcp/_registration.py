@@ -1,6 +1,6 @@
 """A server's tools as ``MCPTool``s: their hints, options and policies, and the registries filled.
 
-What ``register`` was given is kept (``_Registration``), so that ``refresh``
+What ``register`` was given is kept (``Registration``), so that ``refresh``
 can put a newer listing into the same registries under the same options.
 """
 
@@ -25,12 +25,12 @@ if TYPE_CHECKING:
 __all__ = [
     "HINTS",
     "MCPTool",
-    "_Registration",
-    "_add_all",
-    "_both",
-    "_hints",
-    "_options",
+    "Registration",
+    "add_all_or_none",
     "ask_before_destructive",
+    "both_policies",
+    "checked_options",
+    "tool_hints",
 ]
 
 #: The annotations a user may declare for a tool, over the server's (MCP's spelling).
@@ -86,7 +86,7 @@ class MCPTool(Tool):
         return f"MCPTool({self.name!r}, server={self.server.name!r})"
 
 
-def _hints(listed: mcp.types.Tool, declared: Mapping[str, bool]) -> dict[str, bool]:
+def tool_hints(listed: mcp.types.Tool, declared: Mapping[str, bool]) -> dict[str, bool]:
     """The tool's hints: the user's declarations, else the server's, else MCP's defaults."""
     given = listed.annotations
     server = {
@@ -102,7 +102,7 @@ def _hints(listed: mcp.types.Tool, declared: Mapping[str, bool]) -> dict[str, bo
     return out
 
 
-class _Registration:
+class Registration:
     """One ``register`` call: its registry (weakly held), options, and the names it added."""
 
     __slots__ = ("names", "options", "registry")
@@ -112,7 +112,7 @@ class _Registration:
         self.options, self.names = options, list[str]()
 
 
-def _options(
+def checked_options(
     prefix: str,
     allow: Iterable[str] | None,
     deny: Iterable[str],
@@ -159,7 +159,7 @@ def _options(
     }
 
 
-def _both(first: Policy | None, second: Policy) -> Policy:
+def both_policies(first: Policy | None, second: Policy) -> Policy:
     """One policy that asks two (plain ones): a denial wins, then an ask, then ``allow()``."""
     if first is None:
         return second
@@ -174,7 +174,7 @@ def _both(first: Policy | None, second: Policy) -> Policy:
     return both
 
 
-def _add_all(registry: ToolRegistry, tools: list[MCPTool]) -> None:
+def add_all_or_none(registry: ToolRegistry, tools: list[MCPTool]) -> None:
     """Add every tool, or none: a name taken already raises before any is added."""
     taken = [tool.name for tool in tools if tool.name in registry]
     if taken:

@@ -38,16 +38,16 @@ import mcp.types
 
 from agentloop._core._table import State
 from agentloop._tools._registry import ToolRegistry
-from agentloop.mcp._calls import _Calls
+from agentloop.mcp._calls import ToolCaller
 from agentloop.mcp._registration import (
     HINTS,
     MCPTool,
-    _add_all,
-    _both,
-    _hints,
-    _options,
-    _Registration,
+    Registration,
+    add_all_or_none,
     ask_before_destructive,
+    both_policies,
+    checked_options,
+    tool_hints,
 )
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 __all__ = ["HINTS", "MCPTool", "Server", "ask_before_destructive", "http", "stdio"]
 
 
-class Server(_Calls):
+class Server(ToolCaller):
     """A connection to one MCP server; use it as a context manager (``with`` or ``async with``).
 
     Made by ``stdio(...)`` or ``http(...)``. Inside it, ``tools()`` makes the
@@ -106,7 +106,7 @@ class Server(_Calls):
         self._stale = False  # the server said its tools changed; not put in yet
         self._home: int | None = None  # the thread of the connection's event loop
         self._lock = threading.Lock()
-        self._registrations: list[_Registration] = []
+        self._registrations: list[Registration] = []
         self._background: set[asyncio.Task[Any]] = set()
         #: The SDK client's ``mode``: "auto" probes for 2026-07-28 and falls back to the handshake.
         self._mode = "auto"
@@ -138,7 +138,7 @@ class Server(_Calls):
         """
         return self._tools(
             self._listing,
-            _options(prefix, allow, deny, policy, destructive, annotations, self._listing),
+            checked_options(prefix, allow, deny, policy, destructive, annotations, self._listing),
         )
 
     def register(
@@ -160,10 +160,12 @@ class Server(_Calls):
         """
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"expected a ToolRegistry, got {type(registry).__name__}")
-        options = _options(prefix, allow, deny, policy, destructive, annotations, self._listing)
+        options = checked_options(
+            prefix, allow, deny, policy, destructive, annotations, self._listing
+        )
         made = self._tools(self._listing, options)
-        _add_all(registry, made)
-        registration = _Registration(registry, options)
+        add_all_or_none(registry, made)
+        registration = Registration(registry, options)
         registration.names = [tool.name for tool in made]
         self._registrations.append(registration)
         return made
@@ -217,7 +219,7 @@ class Server(_Calls):
             for name in registration.names:
                 if isinstance(registry.get(name), MCPTool):
                     registry.remove(name)
-            _add_all(registry, tools)
+            add_all_or_none(registry, tools)
             registration.names = [tool.name for tool in tools]
         return True
 
@@ -243,10 +245,10 @@ class Server(_Calls):
                 options["allow"] is not None and listed.name not in options["allow"]
             ):
                 continue
-            hints = _hints(listed, options["annotations"].get(listed.name, {}))
+            hints = tool_hints(listed, options["annotations"].get(listed.name, {}))
             policy = options["policy"]
             if hints["destructiveHint"] and not hints["readOnlyHint"] and options["destructive"]:
-                policy = _both(policy, options["destructive"])
+                policy = both_policies(policy, options["destructive"])
             made.append(
                 MCPTool(
                     self, listed, name=options["prefix"] + listed.name, hints=hints, policy=policy

@@ -22,10 +22,10 @@ if TYPE_CHECKING:
 
     from mcp.client._transport import Transport
 
-__all__ = ["_Session", "_describe"]
+__all__ = ["SessionHolder", "describe_exception"]
 
 
-class _Session:
+class SessionHolder:
     """What ``Server`` does to open, hold and close its connection, and follow its tools list."""
 
     # Set by Server.__init__.
@@ -147,7 +147,7 @@ class _Session:
                 self._lost = "the connection was closed"
                 self._client = None
         except BaseException as exc:
-            why = _describe(exc)
+            why = describe_exception(exc)
             self._lost = self._lost or f"the connection was lost ({why})"
             if not ready.done():
                 ready.set_exception(
@@ -211,7 +211,7 @@ def _notifies(client: mcp.Client) -> bool:
     return bool(tools and tools.list_changed) and client.protocol_version >= "2026"
 
 
-def _describe(exc: BaseException) -> str:
+def describe_exception(exc: BaseException) -> str:
     """The first leaf of an exception group (the SDK's task groups wrap them), as type: message."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]

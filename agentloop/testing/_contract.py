@@ -11,11 +11,11 @@ from agentloop.testing._record import (
     ContractViolation,
     Message,
     RunLike,
-    _calls_in,
-    _describe,
-    _event,
-    _record,
-    _show,
+    calls_made_by,
+    describe_message,
+    event_location,
+    run_record,
+    short_repr,
 )
 from agentloop.testing._requests import assert_requests_fit
 
@@ -49,26 +49,28 @@ def assert_paired(run: RunLike) -> None:
     appends their ``tool_result`` s right after it, in emission order, so no
     call ever enters the history alone.
     """
-    record = _record(run)
+    record = run_record(run)
     unanswered: dict[object, tuple[int, object]] = {}
     first_seen: dict[object, int] = {}
     for index, message in enumerate(record.transcript):
         where = f"transcript[{index}]"
         if not isinstance(message, dict) or type(message.get("kind")) is not str:
-            raise ContractViolation(where, "a message: a dict with a str 'kind'", _show(message))
+            raise ContractViolation(
+                where, "a message: a dict with a str 'kind'", short_repr(message)
+            )
         kind, call_id = message["kind"], message.get("id")
-        ids = [call_id] if kind == "tool_result" else [m.get("id") for m in _calls_in(message)]
+        ids = [call_id] if kind == "tool_result" else [m.get("id") for m in calls_made_by(message)]
         for made_id in ids:
             if type(made_id) is not str:
-                raise ContractViolation(where, "a str call id", _show(made_id))
+                raise ContractViolation(where, "a str call id", short_repr(made_id))
         if kind == "tool_result" and message.get("status") not in RESULT_STATUSES:
             raise ContractViolation(
                 where,
                 f"a tool_result status of {sorted(RESULT_STATUSES)}",
-                _show(message.get("status")),
+                short_repr(message.get("status")),
             )
         if kind in ("call", "calls"):
-            for made in _calls_in(message):
+            for made in calls_made_by(message):
                 call_id = made.get("id")
                 if call_id in first_seen:
                     raise ContractViolation(
@@ -111,19 +113,19 @@ def assert_paired(run: RunLike) -> None:
     for index, event in enumerate(record.events):
         appended = event.appended
         for at, message in enumerate(appended):
-            for offset, made in enumerate(_calls_in(message), start=1):
+            for offset, made in enumerate(calls_made_by(message), start=1):
                 after = appended[at + offset] if at + offset < len(appended) else None
                 if not (
                     isinstance(after, dict)
                     and after.get("kind") == "tool_result"
                     and after.get("id") == made.get("id")
                 ):
-                    found = "nothing after it" if after is None else _describe(after)
+                    found = "nothing after it" if after is None else describe_message(after)
                     order = (
                         " (after the results of its batch's earlier calls)" if offset > 1 else ""
                     )
                     raise ContractViolation(
-                        f"{_event(index, event)}.appended[{at}]",
+                        f"{event_location(index, event)}.appended[{at}]",
                         f"call {made.get('id')!r} to be appended together with its "
                         f"tool_result{order}",
                         found,
@@ -138,7 +140,7 @@ def assert_within_budget(run: RunLike) -> None:
     ``validate`` accepts a batch (by its size), and the run's counters are its
     last event's.
     """
-    record = _record(run)
+    record = run_record(run)
     budget = record.budget
     # on_exhausted='answer': the wrap-up step is one model call past max_steps.
     wrap_up = budget.on_exhausted == "answer" and any(
@@ -151,7 +153,7 @@ def assert_within_budget(run: RunLike) -> None:
             raise ContractViolation("the run", f"{name} <= max_{name}={limit}", f"{name}={value}")
     before = {"steps": 0, "calls": 0}
     for index, event in enumerate(record.events):
-        where = _event(index, event)
+        where = event_location(index, event)
         for name, limit in limits:
             value = getattr(event, name)
             if value > limit:
@@ -218,29 +220,31 @@ def assert_transcript_is_input_plus_appended(
     ``1`` and ``1.0`` differ; the first difference is reported with where the
     expected message came from.
     """
-    record = _record(run)
+    record = run_record(run)
     given = _input(input_messages)
     expected: list[tuple[Message, str]] = [
         (message, f"the input's messages[{index}]") for index, message in enumerate(given)
     ]
     for index, event in enumerate(record.events):
         expected += [
-            (message, f"{_event(index, event)}.appended[{at}]")
+            (message, f"{event_location(index, event)}.appended[{at}]")
             for at, message in enumerate(event.appended)
         ]
     transcript = record.transcript
     for index, ((message, origin), found) in enumerate(zip(expected, transcript, strict=False)):
         if not _same_json(message, found):
             raise ContractViolation(
-                f"transcript[{index}]", f"{_show(message)} (from {origin})", _show(found)
+                f"transcript[{index}]", f"{short_repr(message)} (from {origin})", short_repr(found)
             )
     if len(transcript) != len(expected):
         counted = f"{len(given)} input + {len(expected) - len(given)} appended by the events"
         if len(transcript) > len(expected):
-            extra = f"transcript[{len(expected)}] = {_show(transcript[len(expected)])} is extra"
+            extra = (
+                f"transcript[{len(expected)}] = {short_repr(transcript[len(expected)])} is extra"
+            )
         else:
             message, origin = expected[len(transcript)]
-            extra = f"{_show(message)} (from {origin}) is missing"
+            extra = f"{short_repr(message)} (from {origin}) is missing"
         raise ContractViolation(
             "the transcript",
             f"{len(expected)} messages ({counted})",
@@ -254,10 +258,10 @@ def assert_chained(run: RunLike) -> None:
     Only the last event may enter a terminal state, and a finished record's
     last event enters its status.
     """
-    record = _record(run)
+    record = run_record(run)
     state = State.AWAITING_MODEL
     for index, event in enumerate(record.events):
-        where = _event(index, event)
+        where = event_location(index, event)
         if state in TERMINAL:
             raise ContractViolation(
                 where, f"no transition after the terminal state {state.value}", "one"
@@ -294,14 +298,16 @@ def _assert_result_is_its_record(result: RunResult) -> None:
     if result.output_text != expected or (final is None and result.output is not None):
         raise ContractViolation(
             "the result's output",
-            f"the final's text {_show(expected)}" if final else "None (the run did not finish)",
-            _show(result.output),
+            f"the final's text {short_repr(expected)}"
+            if final
+            else "None (the run did not finish)",
+            short_repr(result.output),
         )
     reported = [event.usage for event in result.events if event.usage is not None]
     total = Usage(*map(sum, zip(*reported, strict=True))) if reported else Usage()
     if result.usage != total:
         raise ContractViolation(
-            "the result's usage", f"the sum its events report, {total}", _show(result.usage)
+            "the result's usage", f"the sum its events report, {total}", short_repr(result.usage)
         )
     limit, spent = result.budget.max_total_tokens, 0
     wrapping = next((e.steps for e in result.events if e.guard in _WRAP_UP_BEGUN), 0)
@@ -311,7 +317,7 @@ def _assert_result_is_its_record(result: RunResult) -> None:
         wrap_up = wrapping and event.steps > wrapping
         if limit is not None and event.trigger in _MODEL_ANSWERS and spent >= limit and not wrap_up:
             raise ContractViolation(
-                _event(index, event),
+                event_location(index, event),
                 f"no model call once max_total_tokens={limit} were spent",
                 f"a model call after {spent}",
             )

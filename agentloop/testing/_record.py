@@ -15,11 +15,11 @@ __all__ = [
     "ContractViolation",
     "Message",
     "RunLike",
-    "_calls_in",
-    "_describe",
-    "_event",
-    "_record",
-    "_show",
+    "calls_made_by",
+    "describe_message",
+    "event_location",
+    "run_record",
+    "short_repr",
 ]
 
 Message = dict[str, Any]
@@ -48,7 +48,7 @@ class _Record:
 RunLike = RunResult | Run | AsyncRun
 
 
-def _record(run: object) -> _Record:
+def run_record(run: object) -> _Record:
     if isinstance(run, Run | AsyncRun):
         status = run.state  # a run in progress has no result yet, but the same record
     elif isinstance(run, RunResult):
@@ -68,26 +68,26 @@ def _record(run: object) -> _Record:
 _SHOWN: Final = 120
 
 
-def _show(value: object) -> str:
+def short_repr(value: object) -> str:
     """A value for a failure message, cut to a readable length."""
     text = repr(value)
     return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
-def _describe(message: object) -> str:
+def describe_message(message: object) -> str:
     if not isinstance(message, dict):
-        return f"a {type(message).__name__} {_show(message)}"
+        return f"a {type(message).__name__} {short_repr(message)}"
     kind = message.get("kind")
     if kind in ("call", "tool_result"):
         return f"a {kind} with id {message.get('id')!r}"
-    return f"a {kind!r} message" if isinstance(kind, str) else f"a message {_show(message)}"
+    return f"a {kind!r} message" if isinstance(kind, str) else f"a message {short_repr(message)}"
 
 
-def _event(index: int, event: Transition) -> str:
+def event_location(index: int, event: Transition) -> str:
     return f"events[{index}] ({event.source.value} -> {event.dest.value} on {event.trigger.value})"
 
 
-def _calls_in(message: object) -> list[dict[str, Any]]:
+def calls_made_by(message: object) -> list[dict[str, Any]]:
     """The calls a ``call`` or ``calls`` message makes, in emission order (else none)."""
     if not isinstance(message, dict):
         return []

@@ -13,10 +13,10 @@ from agentloop.testing._record import (
     ContractViolation,
     Message,
     RunLike,
-    _calls_in,
-    _event,
-    _record,
-    _show,
+    calls_made_by,
+    event_location,
+    run_record,
+    short_repr,
 )
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def assert_requests_fit(run: RunLike) -> None:
     policy = _policy_of(run)
     if policy is None:
         return
-    record = _record(run)
+    record = run_record(run)
     transcript = record.transcript
     data = [orjson.dumps(message) for message in transcript]
     length = len(transcript) - sum(len(event.appended_json) for event in record.events)
@@ -59,7 +59,7 @@ def assert_requests_fit(run: RunLike) -> None:
     )
     summary: str | None = None  # the text of the summary in force
     for index, event in enumerate(record.events):
-        where = _event(index, event)
+        where = event_location(index, event)
         seen = event.context
         if event.trigger.value in _ASKS:
             if seen is None:
@@ -69,7 +69,9 @@ def assert_requests_fit(run: RunLike) -> None:
             if seen.summary is not None:
                 if summary is None or seen.summary[0] != head:
                     raise ContractViolation(
-                        where, "a summary written before, right after the head", _show(seen.summary)
+                        where,
+                        "a summary written before, right after the head",
+                        short_repr(seen.summary),
                     )
                 message = summary_message(summary, seen.summary)
                 messages.insert(sum(1 for i in sent if i < head), message)
@@ -123,7 +125,7 @@ def _check_sent(
 
 def _check_pairs(where: str, messages: list[Message]) -> None:
     """No call without its result, and no result without its call, among ``messages``."""
-    calls = {made.get("id") for message in messages for made in _calls_in(message)}
+    calls = {made.get("id") for message in messages for made in calls_made_by(message)}
     results = {m.get("id") for m in messages if m.get("kind") == "tool_result"}
     if calls != results:
         orphan = sorted(map(str, calls ^ results))[0]
