@@ -1804,6 +1804,47 @@ def test_a_pydantic_model_parameter_keeps_its_schema_and_its_validators() -> Non
     )
 
 
+class Settings(pydantic.BaseModel):
+    limit: int = 10
+
+
+class Left(pydantic.BaseModel):
+    x: int
+
+
+class Right(pydantic.BaseModel):
+    y: int
+
+
+def test_a_union_with_pydantic_models_takes_their_open_schemas() -> None:
+    """A model whose fields all have defaults has no "required", and a model's object is
+    open: Settings | None is made, and a value with an extra key goes to the member it fits."""
+    seen: list[Any] = []
+
+    def search(query: str, opts: Settings | None = None) -> None:
+        seen.append(opts)
+
+    def pick(v: Left | Right, w: Left | dict[str, Any]) -> None:
+        seen.append((v, w))
+
+    registry = ToolRegistry([search, pick])
+    assert dispatch(registry, "search", query="q", opts={})["status"] == "ok"
+    assert dispatch(registry, "search", query="q", opts={"limit": 3})["status"] == "ok"
+    assert dispatch(registry, "search", query="q")["status"] == "ok"
+    extra = {"x": 1, "note": "pydantic ignores it"}
+    assert dispatch(registry, "pick", v=extra, w=extra)["status"] == "ok"
+    assert dispatch(registry, "pick", v={"y": 2}, w={"z": 3})["status"] == "ok"
+    assert seen == [
+        Settings(),
+        Settings(limit=3),
+        None,
+        (Left(x=1), Left(x=1)),
+        (Right(y=2), {"z": 3}),
+    ]
+    loop = agentloop.Loop(ScriptedModel([final('{"limit": 4}')]), output=Settings | None)
+    assert loop.run("go").output == Settings(limit=4)
+
+
 def test_a_refusal_inside_a_collection_is_at_its_path_from_the_arguments_root() -> None:
     """A converter's refusal in a list, a tuple or an object's values names the item, then
     the path within it: what the JSON Schema checks' problems say for their own."""

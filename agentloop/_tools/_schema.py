@@ -350,13 +350,16 @@ class Deriver:
         target = self.defs.get(schema.get("$ref", "").rsplit("/", 1)[-1])
         if target is None:
             return is_valid, is_valid
-        # A class takes an object with its required keys and no others: a set test
-        # rules most dicts out before the validator is asked.
-        required, known = frozenset(target["required"]), frozenset(target["properties"])
+        # A class takes an object with its required keys (and, when it is closed, no
+        # others): a set test rules most dicts out before the validator is asked. A
+        # pydantic model's schema may leave out "required" and leaves other keys open.
+        required = frozenset(target.get("required", ()))
+        known = frozenset(target.get("properties", ()))
+        closed = target.get("additionalProperties") is False
 
         def check_dict(value: dict[str, Any]) -> bool:
             keys = value.keys()
-            return keys >= required and keys <= known and is_valid(value)
+            return keys >= required and (keys <= known or not closed) and is_valid(value)
 
         return check_dict, is_valid
 
