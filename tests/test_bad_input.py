@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -329,3 +330,26 @@ def test_a_run_recorded_before_the_input_checks_still_reopens() -> None:
     result = engine.result()
     assert (result.status, result.transcript) == ("finished", [*older, final("ok")])
     assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"output": int}, "expected output to be an OutputSchema (a Loop's: loop.output) or None"),
+        ({"retry": 3}, "expected retry to be an agentloop.models.RetryPolicy or None, got 3"),
+        ({"models": "gpt"}, "expected models to be a tuple of the fallback models' names"),
+        ({"clock": "now"}, "expected clock to be a callable returning seconds, got 'now'"),
+    ],
+    ids=["output", "retry", "models", "clock"],
+)
+def test_an_engine_part_of_the_wrong_kind_is_refused_when_the_engine_is_made(
+    given: dict[str, Any], said: str
+) -> None:
+    """An embedding driver's slip is named at Engine(...), not found deep in a later step."""
+    from agentloop.engine import Engine
+
+    with pytest.raises(TypeError, match=re.escape(said)):
+        Engine("go", **given)
+    typed = Loop(ScriptedModel([]), output=list[int]).output
+    engine = Engine("go", output=typed, models=("a", "b"), clock=lambda: 0.0)
+    assert engine.state == "awaiting_model"

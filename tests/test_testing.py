@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import datetime  # noqa: TC003 - the registry resolves tools' annotations at run time
+import datetime
 import inspect
 import re
 import uuid  # noqa: TC003 - as datetime
@@ -839,3 +839,24 @@ def test_assert_contract_checks_the_output_and_the_token_ledger(good: RunResult)
     assert violation(assert_contract, over, "hi").endswith(
         "expected no model call once max_total_tokens=100 were spent, got a model call after 100"
     )
+
+
+def test_final_takes_a_typed_outputs_value_and_call_takes_str_ids() -> None:
+    """final(value) of a typed output is its JSON text; a slip of type is named at once."""
+
+    @attrs.frozen
+    class Refund:
+        refunded: bool
+        at: datetime.date
+
+    assert final({"refunded": True}) == {"kind": "final", "text": '{"refunded":true}'}
+    refund = Refund(True, datetime.date(2026, 12, 2))
+    assert final(refund)["text"] == '{"refunded":true,"at":"2026-12-02"}'
+    result = Loop(ScriptedModel([final(refund)]), output=Refund).run("go")
+    assert (result.status, result.output) == ("finished", refund)
+    with pytest.raises(TypeError, match=re.escape("final() takes the answer's text (a str), or")):
+        final(3)
+    with pytest.raises(TypeError, match=re.escape("call() takes call_id as a str, got 1")):
+        call(1, "add")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=re.escape("call() takes name as a str, got None")):
+        call("c1", None)  # type: ignore[arg-type]

@@ -22,6 +22,8 @@ from agentloop._core._context import ContextPolicy, Summarise
 from agentloop._core._intake import NO_REPLY, Outcome
 from agentloop._core._json import exception_said
 from agentloop._core._messages import CUT_OFF, History, input_messages
+from agentloop._core._output import OutputSchema
+from agentloop._core._retry import RetryPolicy
 from agentloop._core._rows_context import ContextRows
 from agentloop._core._rows_output import _WRAP_UP_BEGUN, OutputRows
 from agentloop._core._rows_retry import RetryRows
@@ -44,8 +46,6 @@ if TYPE_CHECKING:
 
     from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._intake import Reply
-    from agentloop._core._output import OutputSchema
-    from agentloop._core._retry import RetryPolicy
     from agentloop._core._rows_output import _CallIndex, _Identical
 
 __all__ = ["RunState"]
@@ -171,6 +171,7 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
             raise TypeError(
                 f"expected cancel to be a CancelToken or None, got {type(cancel).__name__}"
             )
+        _check_parts(clock, retry, models, output)
         encoded, input_ids = input_messages(messages)
         self._input_ids = frozenset(input_ids) if input_ids else _NO_IDS
         self._reserved = input_ids
@@ -445,3 +446,22 @@ def _appended_ids(events: list[Transition]) -> set[str]:
             elif message["kind"] == "calls":
                 ids.update(call["id"] for call in message["calls"])
     return ids
+
+
+def _check_parts(clock: object, retry: object, models: object, output: object) -> None:
+    """``TypeError`` naming an engine part of the wrong kind (a Loop passes checked ones)."""
+    if not callable(clock):
+        raise TypeError(f"expected clock to be a callable returning seconds, got {clock!r:.80}")
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise TypeError(
+            f"expected retry to be an agentloop.models.RetryPolicy or None, got {retry!r:.80}"
+        )
+    if type(models) is not tuple or not all(type(name) is str for name in models):
+        raise TypeError(
+            f"expected models to be a tuple of the fallback models' names (str), got {models!r:.80}"
+        )
+    if output is not None and not isinstance(output, OutputSchema):
+        raise TypeError(
+            "expected output to be an OutputSchema (a Loop's: loop.output) or None, "
+            f"got {output!r:.80}"
+        )

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import attrs
+import orjson
 
 from agentloop._core._table import State
 from agentloop._core._values import CancelToken
+from agentloop._tools._results import is_pydantic_model, json_form
 
 Message = dict[str, Any]
 _ACCEPT: Final = (State.VALIDATING, State.DISPATCHING)
@@ -24,6 +27,9 @@ def call(call_id: str, name: str, /, **arguments: Any) -> Message:
     ``call_id`` and ``name`` are positional-only, so a tool may have parameters
     called ``id`` or ``name``: ``call('c1', 'greet', name='Ada')``.
     """
+    for what, value in (("call_id", call_id), ("name", name)):
+        if type(value) is not str:
+            raise TypeError(f"call() takes {what} as a str, got {value!r:.80}")
     return {"kind": "call", "id": call_id, "name": name, "arguments": arguments}
 
 
@@ -62,9 +68,26 @@ def with_usage(
     return {**reply, "usage": usage}
 
 
-def final(text: str) -> Message:
-    """A final reply: ``{'kind': 'final', 'text': text}``."""
+def final(text: object) -> Message:
+    """A final reply: ``{'kind': 'final', 'text': text}``.
+
+    For a typed output, ``text`` may be the value itself (a dict, a list, a
+    dataclass, an attrs instance or a pydantic model): its JSON is the text.
+    """
+    if type(text) is not str:
+        if not isinstance(text, (dict, list)) and not _is_structured(text):
+            raise TypeError(
+                "final() takes the answer's text (a str), or for a typed output a dict, a "
+                f"list, a dataclass, an attrs instance or a pydantic model, got {text!r:.80}"
+            )
+        text = orjson.dumps(json_form(text, "final()")).decode()
     return {"kind": "final", "text": text}
+
+
+def _is_structured(value: object) -> bool:
+    """A dataclass, attrs or pydantic instance: a value with a JSON form of fields."""
+    kind = type(value)
+    return dataclasses.is_dataclass(kind) or attrs.has(kind) or is_pydantic_model(kind)
 
 
 @attrs.frozen
