@@ -451,3 +451,41 @@ def test_the_sync_driver_closes_the_http_stream_at_the_next_chunk(api: Api) -> N
     assert result.status == "cancelled"
     assert body.closed_at is not None
     assert result.events[-1].partial_text == pieces("2+3 is 5, and 2*3 is 6.")[0]
+
+
+# -- an output whose schema's root is not an object ---------------------------------------------
+
+_FINALS: dict[str, Callable[..., Message]] = {
+    "chat": completion,
+    "responses": response,
+    "anthropic": message,
+}
+_ASKED: dict[str, Callable[[Message], Message]] = {
+    "chat": lambda request: request["response_format"]["json_schema"]["schema"],
+    "responses": lambda request: request["text"]["format"]["schema"],
+    "anthropic": lambda request: request["output_config"]["format"]["schema"],
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_an_output_not_rooted_in_an_object_is_asked_for_wrapped(
+    api: Api, flavour: str, stream: bool
+) -> None:
+    """The providers take an object at a schema's root: list[int] is asked for as
+    {"response": [...]}, and the answer is taken out of it, streamed or whole."""
+    body = _FINALS[api.name](text='{"response": [2, 3]}')
+    wire = Wire([(200, Streamed(sse(api.events(body))) if stream else body)])
+    loop = Loop(api.model(wire, flavour, stream=stream), output=list[int])
+    result = loop.run(USER) if flavour == "sync" else await loop.arun(USER)
+    assert (result.status, result.output) == ("finished", [2, 3])
+    assert result.transcript[-1] == {"kind": "final", "text": "[2,3]"}
+    (request,) = wire.requests
+    assert _ASKED[api.name](request) == {
+        "type": "object",
+        "properties": {"response": {"type": "array", "items": {"type": "integer"}}},
+        "required": ["response"],
+        "additionalProperties": False,
+    }
+    if stream:
+        conforms(request, api.params)

@@ -152,6 +152,8 @@ def result_text(message: Message) -> str:
 
 
 #: The image types both providers take inside a tool result.
+#: Where a provider is asked for an output whose schema's root is not an object.
+ANSWER_KEY: Final = "response"
 IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
 
@@ -320,13 +322,14 @@ def make_model(
             tool_choice: str | None = None,
             output: Message | None = None,
         ) -> Message:
-            body = request(history, entries(tools, tool_choice, output))
+            asked, wrapped = object_rooted(output)
+            body = request(history, entries(tools, tool_choice, asked))
             try:
                 response = await create(**body, **sent)
             except Exception as exc:
                 classify(exc, sdk)
                 raise
-            return parse(response)
+            return unwrapping(parse(response)) if wrapped else parse(response)
 
         made = amodel
     else:
@@ -338,18 +341,65 @@ def make_model(
             tool_choice: str | None = None,
             output: Message | None = None,
         ) -> Message:
-            body = request(history, entries(tools, tool_choice, output))
+            asked, wrapped = object_rooted(output)
+            body = request(history, entries(tools, tool_choice, asked))
             try:
                 response = create(**body, **sent)
             except Exception as exc:
                 classify(exc, sdk)
                 raise
-            return parse(response)
+            return unwrapping(parse(response)) if wrapped else parse(response)
 
         made = model
     made.agentloop_retry = True
     made.agentloop_name = name or format
     return made  # type: ignore[no-any-return]
+
+
+def object_rooted(output: Message | None) -> tuple[Message | None, bool]:
+    """``output`` as the providers take it, and whether its answer comes wrapped.
+
+    Their structured outputs (and a tool's input) want an object at the
+    schema's root: any other output (``list[City]``, ``int``, ``City |
+    None``) is asked for as ``{"response": <it>}``, as the OpenAI Agents SDK
+    does, and ``unwrapped`` takes the answer out again.
+    """
+    if output is None:
+        return None, False
+    schema = output["schema"]
+    if schema.get("type") == "object" and "anyOf" not in schema:
+        return output, False
+    inner = {key: value for key, value in schema.items() if key != "$defs"}
+    wrapper: dict[str, Any] = {
+        "type": "object",
+        "properties": {ANSWER_KEY: inner},
+        "required": [ANSWER_KEY],
+        "additionalProperties": False,
+    }
+    if "$defs" in schema:  # its references point at the root's
+        wrapper["$defs"] = schema["$defs"]
+    return {**output, "schema": wrapper}, True
+
+
+def unwrapped(reply: Message) -> Message:
+    """A final reply to a wrapped output, its text the answer inside (else as it came)."""
+    if reply.get("kind") != "final":
+        return reply
+    try:
+        value = orjson.loads(reply["text"])
+    except orjson.JSONDecodeError:
+        return reply  # not JSON: the engine's check says so, to the model
+    if type(value) is not dict or value.keys() != {ANSWER_KEY}:
+        return reply
+    return {**reply, "text": orjson.dumps(value[ANSWER_KEY]).decode()}
+
+
+def unwrapping(answer: Any) -> Any:
+    """``unwrapped`` on a model's answer: a reply, or a stream whose last item is the reply."""
+    if type(answer) is dict:
+        return unwrapped(answer)
+    answer.change_reply(unwrapped)  # a ReplyStream or an AsyncReplyStream
+    return answer
 
 
 def request_entries(

@@ -95,6 +95,10 @@ class ReplyStream:
         finally:
             self._source.close()
 
+    def change_reply(self, change: Callable[[Message], Message]) -> None:
+        """Make the whole reply (the last item) ``change(reply)``; the deltas pass as they are."""
+        self._items = _changed(self._items, change)
+
 
 class AsyncReplyStream:
     """``ReplyStream`` for an async client; ``aclose()`` ends the HTTP response at once."""
@@ -119,6 +123,30 @@ class AsyncReplyStream:
             await self._items.aclose()
         finally:
             await self._source.close()
+
+    def change_reply(self, change: Callable[[Message], Message]) -> None:
+        """Make the whole reply (the last item) ``change(reply)``; the deltas pass as they are."""
+        self._items = _achanged(self._items, change)
+
+
+def _changed(
+    items: Generator[Delta | Message, None, None], change: Callable[[Message], Message]
+) -> Generator[Delta | Message, None, None]:
+    try:
+        for item in items:
+            yield change(item) if type(item) is dict else item
+    finally:
+        items.close()  # closing this stream closes the SDK's events' conversion
+
+
+async def _achanged(
+    items: AsyncGenerator[Delta | Message, None], change: Callable[[Message], Message]
+) -> AsyncGenerator[Delta | Message, None]:
+    try:
+        async for item in items:
+            yield change(item) if type(item) is dict else item
+    finally:
+        await items.aclose()
 
 
 def make_stream_model(
