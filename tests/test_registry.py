@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal, NotRequired, Optional, TypedDict
 
+import annotated_types
 import attrs
 import jsonschema
 import orjson
@@ -353,6 +354,78 @@ def test_defaults_are_not_required_and_shown_when_json() -> None:
     assert properties["maybe"] == {"type": ["string", "null"], "default": None}
     assert dispatch(ToolRegistry([tool]), "search", query="q")["status"] == "ok"
     assert seen == [("q", 10, Color.BLUE, (0, 0), marker, None)]
+
+
+def test_annotated_constraints_are_published_and_enforced() -> None:
+    """annotated_types' and pydantic's constraints become the schema's keywords, so a call
+    that breaks one is invalid_arguments and the handler never runs; a Field's description
+    is the parameter's."""
+    seen: list[Any] = []
+
+    def tune(
+        level: Annotated[int, pydantic.Field(ge=0, le=10, description="0 to 10")],
+        cents: pydantic.conint(gt=0),  # type: ignore[valid-type]
+        name: Annotated[str, annotated_types.MaxLen(8)],
+        code: pydantic.constr(pattern=r"^[A-Z]{3}$"),  # type: ignore[valid-type]
+        tags: Annotated[list[str], pydantic.Field(min_length=1)],
+        step: Annotated[int, annotated_types.MultipleOf(5)] = 5,
+        ratio: Annotated[float, annotated_types.Interval(ge=0, lt=1)] = 0.5,
+    ) -> None:
+        seen.append((level, cents, name, code, tags, step, ratio))
+
+    tool = Tool(tune)
+    properties = tool.parameters["properties"]
+    assert properties["level"] == {
+        "type": "integer",
+        "minimum": 0,
+        "maximum": 10,
+        "description": "0 to 10",
+    }
+    assert properties["cents"] == {"type": "integer", "exclusiveMinimum": 0}
+    assert properties["name"] == {"type": "string", "maxLength": 8}
+    assert properties["code"] == {"type": "string", "pattern": "^[A-Z]{3}$"}
+    assert properties["tags"] == {"type": "array", "items": {"type": "string"}, "minItems": 1}
+    assert properties["step"] == {"type": "integer", "multipleOf": 5, "default": 5}
+    assert properties["ratio"] == {
+        "type": "number",
+        "minimum": 0,
+        "exclusiveMaximum": 1,
+        "default": 0.5,
+    }
+    registry = ToolRegistry([tool])
+    good = {"level": 3, "cents": 1, "name": "ada", "code": "EUR", "tags": ["a"]}
+    assert dispatch(registry, "tune", **good)["status"] == "ok"
+    for broken, path, message in (
+        ({"level": 50}, "level", "50 is greater than the maximum of 10"),
+        ({"cents": -500}, "cents", "-500 is less than or equal to the minimum of 0"),
+        ({"name": "far too long"}, "name", '"far too long" is longer than 8 characters'),
+        ({"code": "eur"}, "code", '"eur" does not match "^[A-Z]{3}$"'),
+        ({"tags": []}, "tags", "[] has less than 1 item"),
+        ({"step": 7}, "step", "7 is not a multiple of 5"),
+        ({"ratio": 1.0}, "ratio", "1.0 is greater than or equal to the maximum of 1"),
+        ({"level": 2**70}, "level", "expected an integer within 64 bits"),
+    ):
+        outcome = dispatch(registry, "tune", **{**good, **broken})
+        assert outcome["status"] == "invalid_arguments", broken
+        assert [p["path"] for p in outcome["content"]] == [path]
+        assert outcome["content"][0]["message"].startswith(message), outcome
+    assert len(seen) == 1
+
+
+def test_a_constraint_no_json_schema_can_say_is_refused_when_the_tool_is_made() -> None:
+    """A predicate (or a transformation such as constr(to_upper=True)) would be dropped: the
+    tool is refused, naming it, rather than published without it."""
+
+    def odd(n: Annotated[int, annotated_types.Predicate(lambda n: n % 2 == 1)]) -> None:
+        """Odd."""
+
+    def shout(s: pydantic.constr(to_upper=True)) -> None:  # type: ignore[valid-type]
+        """Shout."""
+
+    with pytest.raises(TypeError, match=r"tool 'odd': parameter 'n': .*Predicate.* \(func\)"):
+        Tool(odd)
+    with pytest.raises(TypeError, match=r"tool 'shout': parameter 's': .* \(to_upper\)"):
+        Tool(shout)
 
 
 def test_a_default_its_annotation_refuses_is_refused_when_the_tool_is_made() -> None:

@@ -8,11 +8,13 @@ import inspect
 import re
 import uuid  # noqa: TC003 - as datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+import annotated_types
 import attrs
 import jsonschema
 import orjson
+import pydantic
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -707,13 +709,22 @@ def named(corner: Corner) -> str:
     return corner.name
 
 
-BOOKING = agentloop.ToolRegistry([booking, named])
+def priced(
+    cents: Annotated[int, annotated_types.MultipleOf(5), annotated_types.Interval(ge=0, le=500)],
+    code: Annotated[str, pydantic.Field(pattern=r"^[A-Z]{3}$")],
+) -> str:
+    """Annotated constraints: a multiple within bounds, and text a pattern matches."""
+    return f"{cents} {code}"
+
+
+BOOKING = agentloop.ToolRegistry([booking, named, priced])
 
 
 @PROPERTY
 @given(als.valid_calls(BOOKING))
 def test_calls_drawn_for_dates_uuids_and_pydantic_models_are_accepted(call: dict[str, Any]) -> None:
-    """A date-time, date, time or uuid string is drawn in its format; a model's fields too."""
+    """A date-time, date, time or uuid string is drawn in its format; a model's fields, and
+    values that keep a parameter's Annotated constraints (multipleOf, pattern), too."""
     assert BOOKING.dispatch(call)["status"] == "ok"
 
 
@@ -726,9 +737,9 @@ def test_invalid_arguments_of_a_hand_written_schema_are_invalid(args: dict[str, 
 
 def test_unsupported_keywords_are_named_with_their_place() -> None:
     """A keyword outside the subset fails when the strategy is built, saying where."""
-    schema = {"type": "object", "properties": {"name": {"type": "string", "pattern": "^a"}}}
+    schema = {"type": "object", "properties": {"name": {"type": "string", "contentEncoding": "x"}}}
     with pytest.raises(
-        als.UnsupportedSchema, match=r"got the keyword 'pattern' at properties/name$"
+        als.UnsupportedSchema, match=r"got the keyword 'contentEncoding' at properties/name$"
     ):
         als.arguments(schema)
     with pytest.raises(als.UnsupportedSchema, match=r"got the reference '#/definitions/X'"):

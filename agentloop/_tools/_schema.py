@@ -218,6 +218,68 @@ def json_default(value: object) -> tuple[bool, Any]:
         return False, None
 
 
+# The JSON Schema keyword of each constraint of annotated_types (Ge, Interval, MaxLen, ...)
+# and pydantic (Field(ge=...), conint, constr), by attribute; a length's is a string's or
+# an array's.
+_CONSTRAINTS: Final[dict[str, str | tuple[str, str]]] = {
+    "gt": "exclusiveMinimum",
+    "ge": "minimum",
+    "lt": "exclusiveMaximum",
+    "le": "maximum",
+    "multiple_of": "multipleOf",
+    "pattern": "pattern",
+    "min_length": ("minLength", "minItems"),
+    "max_length": ("maxLength", "maxItems"),
+}
+
+
+def _annotated(
+    schema: dict[str, Any], notes: tuple[Any, ...], ann: Any, where: str
+) -> dict[str, Any]:
+    """``schema`` with what ``Annotated`` adds to it, which the check then enforces.
+
+    A description (the first str, or a pydantic ``Field``'s), and the
+    constraints of annotated_types and pydantic. Other libraries' metadata is
+    left alone.
+    """
+    out = dict(schema)
+    described = False
+    for note in notes:
+        if isinstance(note, str):
+            if not described:
+                _published(note, "its description", ann, where)
+                out["description"], described = note, True
+            continue
+        if type(note).__module__.split(".")[0] not in ("annotated_types", "pydantic"):
+            continue
+        if hasattr(note, "metadata") and hasattr(note, "description"):  # pydantic's Field(...)
+            out = _annotated(out, tuple(note.metadata), ann, where)
+            if note.description and not described:
+                _published(note.description, "its description", ann, where)
+                out["description"], described = note.description, True
+            continue
+        for attribute, value in _attributes(note).items():
+            if value is None or attribute == "strict":  # strict: JSON's types are strict already
+                continue
+            keyword = _CONSTRAINTS.get(attribute)
+            if keyword is None:
+                raise Unsupported(
+                    ann, where, f"{note!r:.80} cannot be checked from a JSON Schema ({attribute})"
+                )
+            if isinstance(keyword, tuple):
+                keyword = keyword[0] if out.get("type") == "string" else keyword[1]
+            _published(value, f"its {attribute}", ann, where)
+            out[keyword] = value
+    return out
+
+
+def _attributes(note: object) -> dict[str, Any]:
+    """A constraint's attributes: an annotated_types dataclass's fields, or pydantic's."""
+    if dataclasses.is_dataclass(note):
+        return {field.name: getattr(note, field.name) for field in dataclasses.fields(note)}
+    return dict(getattr(note, "__dict__", {}))
+
+
 def _published(value: object, what: str, annotation: object, where: str) -> None:
     """Refuse a value the schema would carry when it has no JSON form (NaN, 2**64, a surrogate)."""
     try:
@@ -252,11 +314,7 @@ class Deriver:
             return {}, None
         if origin is typing.Annotated:
             schema, convert = self.derive(args[0], where)
-            notes = [note for note in ann.__metadata__ if isinstance(note, str)]
-            if not notes:
-                return schema, convert
-            _published(notes[0], "its description", ann, where)
-            return {**schema, "description": notes[0]}, convert
+            return _annotated(schema, ann.__metadata__, ann, where), convert
         if ann is None or ann is type(None):
             return {"type": "null"}, None
         if ann is bool:

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ArgumentsValidator", "bounded", "checked_schema", "out_of_range"]
 
-_BOUNDS: Final = {"minimum": INT_MIN, "maximum": INT_MAX}
 # Keywords of a derived schema that hold schemas (the others hold data: enum, default).
 _ONE: Final = ("items", "additionalProperties")
 _MANY: Final = ("prefixItems", "anyOf")
@@ -62,9 +61,15 @@ class ArgumentsValidator:
         ]
 
     def _message(self, error: jsonschema_rs.ValidationError) -> str:
-        # Derived schemas have no minimum or maximum of their own: these are the 64-bit bounds.
-        if self._derived and error.schema_path[-1] in ("minimum", "maximum"):
-            return out_of_range(error.instance)  # type: ignore[arg-type]
+        # A number past 64 bits broke the bounds a derived schema's integers get.
+        value = error.instance
+        if (
+            self._derived
+            and error.schema_path[-1] in ("minimum", "maximum")
+            and type(value) in (int, float)
+            and not INT_MIN <= value <= INT_MAX  # type: ignore[operator]
+        ):
+            return out_of_range(value)  # type: ignore[arg-type]
         return error.message
 
 
@@ -85,7 +90,9 @@ def _bounded(node: Any) -> Any:
         isinstance(kinds, list) and "integer" in kinds and "number" not in kinds
     )
     if is_integer and "enum" not in node:  # an enum's integers were checked at definition
-        out.update(_BOUNDS)
+        # The tighter of each: a parameter's own bound (Annotated[int, Ge(0)]), or 64 bits.
+        out["minimum"] = max(node.get("minimum", INT_MIN), INT_MIN)
+        out["maximum"] = min(node.get("maximum", INT_MAX), INT_MAX)
     for key in _ONE:
         if key in node:
             out[key] = _bounded(node[key])

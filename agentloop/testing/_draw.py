@@ -33,6 +33,7 @@ KEYWORDS: Final = frozenset(
     {"type", "enum", "const", "properties", "required", "additionalProperties", "items"}
     | {"prefixItems", "minItems", "maxItems", "anyOf", "$ref", "$defs", "minimum", "maximum"}
     | {"exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "format"}
+    | {"multipleOf", "pattern"}
 )
 TYPES: Final = ("null", "boolean", "integer", "number", "string", "array", "object")
 # What the engine accepts as JSON: 64-bit integers; no NaN or infinity.

@@ -4,8 +4,10 @@ A small generator written for the subset of Draft 2020-12 the registry
 derives: ``type`` (one or a list), ``enum``, ``const``, ``properties``,
 ``required``, ``additionalProperties``, ``items``, ``prefixItems``,
 ``minItems``/``maxItems``, ``anyOf``, ``$ref`` into ``$defs``, and
-``minimum``/``maximum`` (also exclusive) and ``minLength``/``maxLength`` for
-hand-written schemas, and ``format``: a string of ``date-time``, ``date``,
+``minimum``/``maximum`` (also exclusive), ``minLength``/``maxLength``, an
+integer ``multipleOf`` and ``pattern`` (a regular expression the text
+contains, Python's dialect), as ``Annotated`` constraints and hand-written
+schemas give them, and ``format``: a string of ``date-time``, ``date``,
 ``time`` or ``uuid`` is drawn in that format (the registry's dates, times and
 UUIDs), any other format is plain text (Draft 2020-12 asserts none);
 annotations (``description``, ``default``, ``title``, ...) are ignored. Any
@@ -19,6 +21,7 @@ import datetime
 import math
 from typing import TYPE_CHECKING, Any, Final
 
+import jsonschema_rs
 from hypothesis import strategies as st
 
 from agentloop._tools._registry import Tool
@@ -173,8 +176,9 @@ class SchemaGenerator:
             for kind, keys in (
                 ("object", ("properties", "required", "additionalProperties")),
                 ("array", ("items", "prefixItems", "minItems", "maxItems")),
-                ("string", ("minLength", "maxLength")),
+                ("string", ("minLength", "maxLength", "pattern")),
                 ("number", ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")),
+                ("number", ("multipleOf",)),
             )
             if any(key in schema for key in keys)
         ]
@@ -210,7 +214,15 @@ class SchemaGenerator:
             if form in FORMATS:
                 return FORMATS[form]
             low = schema.get("minLength", 0)
-            return text(low, max(low, schema.get("maxLength", low + MAX_TEXT)))
+            high = max(low, schema.get("maxLength", low + MAX_TEXT))
+            if "pattern" in schema:  # text that contains a match, as JSON Schema's is a search
+                pattern = schema["pattern"]
+                # Drawn by Python's dialect, kept where JSON Schema's (ECMA 262) agrees: its $
+                # does not match before a final newline, say.
+                agrees = jsonschema_rs.Draft202012Validator({"pattern": pattern}).is_valid
+                matching = st.from_regex(pattern, alphabet=st.characters(codec="utf-8"))
+                return matching.filter(lambda value: low <= len(value) <= high and agrees(value))
+            return text(low, high)
         if kind == "array":
             return self._array(schema)
         if kind == "object":
@@ -230,6 +242,14 @@ class SchemaGenerator:
             INT_MAX if high is None else math.floor(high),
             INT_MAX if below is None else math.ceil(below) - 1,
         )
+        step = schema.get("multipleOf")
+        if step is not None:  # its multiples within the bounds, as integers
+            if type(step) is not int or step <= 0:
+                raise self._unsupported("", f"multipleOf {step!r} (an int above 0 only)")
+            first, last = -(-ints_low // step), ints_high // step
+            if first > last:
+                return st.nothing()
+            return st.integers(first, last).map(lambda k: k * step)
         if ints_low > ints_high:
             ints: SearchStrategy[Any] = st.nothing()
         else:
