@@ -644,6 +644,27 @@ def test_scripts_keep_the_contract_and_never_run_out(driver: Driver, script: lis
     assert script[-1] == final(script[-1]["text"])  # type: ignore[index]
 
 
+@attrs.frozen
+class Refund:
+    """What a typed run answers."""
+
+    refunded: bool
+    cents: int
+
+
+@PROPERTY
+@given(script=als.scripts(TOOLS, max_size=6, output=Refund))
+def test_scripts_for_a_typed_output_end_in_a_final_it_takes(script: list[object]) -> None:
+    """scripts(output=T) closes with JSON T's schema takes: a typed run never runs out."""
+    model = ScriptedModel(script)
+    result = Loop(model, tools=TOOLS, output=Refund).run("go")
+    assert_contract(result, "go")
+    assert len(model.seen) <= len(script)
+    assert result.status != "invalid_output"
+    if result.status == "finished":
+        assert isinstance(result.output, Refund)
+
+
 def test_scripts_reach_every_ending() -> None:
     """Each terminal state a model can cause is reached by drawn scripts."""
     seen = set()

@@ -363,6 +363,7 @@ def scripts(
     malformed: bool = False,
     exceptions: bool = False,
     batches: bool = True,
+    output: object = None,
 ) -> SearchStrategy[list[object]]:
     """Scripts for ``ScriptedModel``: up to ``max_size`` replies, the last a final.
 
@@ -372,7 +373,9 @@ def scripts(
     to raise: the run ends ``failed``). Calls get the ids ``call-1``,
     ``call-2``, ... in order; with ``repeats``, a call now and then reuses an
     earlier id instead (the run ends ``repeated_call``). Since the last entry
-    is a final, a run ends (finished, or earlier) before the script runs out.
+    is a final, a run ends (finished, or earlier) before the script runs out;
+    for ``Loop(output=T)``, give ``output=T``: the final is then drawn from
+    ``outputs(T)``, JSON its schema takes.
     """
     if type(max_size) is not int or max_size < 1:
         raise ValueError(f"expected max_size to be an int >= 1, got {max_size!r}")
@@ -392,7 +395,8 @@ def scripts(
     if exceptions:
         others.append(st.builds(RuntimeError, text()))
     entry = st.one_of([*calls, *(option.map(_as_is) for option in others)])
-    return _scripts(entry, max_size - 1, repeats)
+    closing = finals() if output is None else outputs(output).map(final)
+    return _scripts(entry, max_size - 1, repeats, closing)
 
 
 def _numbered(reply: object) -> tuple[bool, object]:
@@ -415,7 +419,11 @@ def _renamed(draw: DrawFn, made: Message, used: list[str], repeats: bool) -> Mes
 
 @st.composite
 def _scripts(
-    draw: DrawFn, entry: SearchStrategy[tuple[bool, object]], size: int, repeats: bool
+    draw: DrawFn,
+    entry: SearchStrategy[tuple[bool, object]],
+    size: int,
+    repeats: bool,
+    closing: SearchStrategy[Message],
 ) -> list[object]:
     used: list[str] = []
     out: list[object] = []
@@ -428,7 +436,7 @@ def _scripts(
             else:
                 reply = _renamed(draw, reply, used, repeats)
         out.append(reply)
-    out.append(draw(finals()))
+    out.append(draw(closing))
     return out
 
 
