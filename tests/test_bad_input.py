@@ -216,7 +216,11 @@ def test_engine_refuses_out_of_order_reports() -> None:
     engine = agentloop.engine.Engine("go")
     with pytest.raises(InvalidStateError, match="cannot take a tool outcome in state 'awaiting"):
         engine.returned({"status": "ok", "content": 1})
-    with pytest.raises(InvalidStateError, match="cannot take a model reply in state 'awaiting"):
+    with pytest.raises(
+        InvalidStateError,
+        match=r"cannot take a model reply in state 'awaiting_model': no request is "
+        r"outstanding: call next\(\) first$",
+    ):
         engine.replied(final())
     with pytest.raises(InvalidStateError, match="neither the model nor a tool is outstanding"):
         engine.raised(ValueError("x"))

@@ -75,11 +75,12 @@ class ReportChecks(RunState):
 
     def _refused(self, what: str) -> InvalidStateError:
         """A report that answers nothing outstanding is refused, before any intake."""
-        asked = self._outstanding.value if self._outstanding else "nothing"
+        if self._outstanding is None:
+            why = "no request is outstanding: call next() first"
+        else:
+            why = f"the outstanding request is {self._outstanding.value}"
         return InvalidStateError(
-            f"cannot take {what} in state {self._state.value!r}: "
-            f"the outstanding request is {asked}",
-            state=self._state,
+            f"cannot take {what} in state {self._state.value!r}: {why}", state=self._state
         )
 
     def _answering(self, call_id: str | None) -> int:
