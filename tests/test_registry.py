@@ -428,6 +428,22 @@ def test_a_constraint_no_json_schema_can_say_is_refused_when_the_tool_is_made() 
         Tool(shout)
 
 
+def test_a_method_taken_from_its_class_is_refused_and_a_bound_one_taken() -> None:
+    """Unbound, its self would be a parameter the model is asked for: refused, saying how."""
+    tools = ToolRegistry()
+
+    class Shop:
+        def price(self, item: str) -> int:
+            """The price of an item."""
+            return len(item)
+
+    with pytest.raises(TypeError, match=r"^tool 'price': its first parameter is 'self', unan"):
+        tools.tool(Shop.price)
+    tools.add(Shop().price)
+    assert tools["price"].parameters["required"] == ["item"]
+    assert dispatch(tools, "price", item="tea") == {"status": "ok", "content": 3}
+
+
 def test_a_default_its_annotation_refuses_is_refused_when_the_tool_is_made() -> None:
     """The schema would publish it: a model told a default the tool itself calls invalid."""
 

@@ -53,6 +53,13 @@ def derive_parameters(
         signature = inspect.signature(handler)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"tool {name!r}: expected a handler with a signature: {exc}") from exc
+    first = next(iter(signature.parameters.values()), None)
+    if first is not None and first.name in ("self", "cls") and first.name not in _hints_of(handler):
+        raise TypeError(
+            f"tool {name!r}: its first parameter is {first.name!r}, unannotated: a method taken "
+            "from its class, which the model would be asked for; register it from an "
+            "instance (obj.method), or make it a staticmethod"
+        )
     hints = _parameter_hints(name, handler, signature)
     described = _described(name, handler)
     deriver = Deriver()
@@ -180,3 +187,8 @@ def _parameter_hints(
                 f"{annotations[param]!r}: {exc}"
             ) from exc
     return hints
+
+
+def _hints_of(handler: Callable[..., Any]) -> dict[str, Any]:
+    """The names ``handler`` annotates (unresolved: only which are there)."""
+    return dict(getattr(_hint_source(handler), "__annotations__", {}) or {})
