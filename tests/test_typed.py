@@ -654,6 +654,28 @@ def test_a_refusal_inside_a_typed_output_is_told_at_its_path() -> None:
     assert (loaded.events, loaded.transcript) == (result.events, result.transcript)
 
 
+def test_json_in_a_markdown_fence_is_taken_and_a_record_that_refused_it_still_replays() -> None:
+    """A model's ```json ... ``` around the JSON is taken off; a run recorded when it was not
+    (the fenced final refused as not JSON) replays as it was recorded."""
+    fenced = '```json\n{"name": "Paris", "population": 2100000}\n```'
+    result = Loop(ScriptedModel([final(fenced)]), output=City).run("go")
+    assert (result.status, result.output) == ("finished", City("Paris", 2100000))
+    assert result.transcript[-1] == {"kind": "final", "text": fenced}
+    loaded = run_from_json(run_to_json(result))
+    assert (loaded.status, loaded.output, loaded.events) == (
+        "finished",
+        {"name": "Paris", "population": 2100000},
+        result.events,
+    )
+    then = Loop(ScriptedModel([final("nope"), final(PARIS)]), output=City).run("go")
+    document = run_to_json(then).replace('"nope"', json.dumps(fenced))
+    older = run_from_json(document)  # as recorded before fences were taken off
+    assert older.transcript[1] == {"kind": "final", "text": fenced}
+    assert "the final answer is not JSON" in older.transcript[2]["text"]
+    again = Loop(ScriptedModel([]), output=City).fork(older, at=len(older.events)).finish()
+    assert (again.status, again.events) == (older.status, older.events)
+
+
 @pytest.mark.parametrize("typed", [False, True], ids=["loaded", "forked by a typed Loop"])
 def test_a_record_replays_in_the_words_its_check_had_then(typed: bool) -> None:
     """A run refused in other words (an older agentloop's, pydantic's or jsonschema-rs's)

@@ -35,6 +35,16 @@ def _path(parts: Any) -> str:
     return out
 
 
+def _unfenced(text: str) -> str:
+    """The text inside a Markdown code fence (```json ... ```), as models often write JSON."""
+    inner = text.strip()
+    if len(inner) < 6 or not (inner.startswith("```") and inner.endswith("```")):
+        return text
+    opening, _, rest = inner[3:-3].partition("\n")
+    # The opening line is the fence's and its language (json), or the JSON itself.
+    return rest if opening.strip().isalnum() or not opening.strip() else inner[3:-3]
+
+
 def _capped(found: list[str]) -> list[str]:
     """At most ``MAX_PROBLEMS`` problems, the rest counted."""
     if len(found) > MAX_PROBLEMS:
@@ -128,7 +138,7 @@ class OutputSchema:
 
     def _checked(self, text: str) -> list[str]:
         try:
-            value = orjson.loads(text)
+            value = orjson.loads(_unfenced(text))
         except orjson.JSONDecodeError as exc:
             return [f"the final answer is not JSON: {exc}"]
         if self._validator.is_valid(value):
@@ -150,5 +160,5 @@ class OutputSchema:
 
     def value(self, text: str) -> Any:
         """The valid ``text`` as the caller's type (the decoded JSON when there is no converter)."""
-        value = orjson.loads(text)
+        value = orjson.loads(_unfenced(text))
         return value if self.convert is None else self.convert(value)
