@@ -942,6 +942,21 @@ def test_integers_beyond_64_bits_are_invalid_arguments() -> None:
     assert type(seen[0][2]["a"]) is int
 
 
+def test_an_integer_given_for_a_float_is_a_float() -> None:
+    """JSON has one number: 3 for a float parameter reaches the handler as 3.0, in a list too;
+    in int | float it stays the int its first member takes."""
+    seen: list[Any] = []
+
+    def scale(factor: float, by: list[float], either: int | float) -> None:
+        seen.append((factor, by, either))
+
+    assert dispatch(ToolRegistry([scale]), "scale", factor=3, by=[1, 2.5], either=3)["status"] == (
+        "ok"
+    )
+    assert seen == [(3.0, [1.0, 2.5], 3)]
+    assert [type(seen[0][0]), type(seen[0][1][0]), type(seen[0][2])] == [float, float, int]
+
+
 def test_a_float_too_big_for_an_int_goes_to_a_float_member() -> None:
     """In int | float, a whole number beyond 64 bits is valid for the float member only."""
     seen: list[Any] = []

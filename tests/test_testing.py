@@ -480,16 +480,17 @@ def test_assert_transcript_finds_the_wrong_input(good: RunResult) -> None:
 
 
 def test_assert_transcript_tells_1_from_1_0(good: RunResult) -> None:
-    """A result content of 4.0 where the event appended 4 is a difference."""
+    """A result content of 4 where the event appended 4.0 (add's b is a float) differs."""
     user, c1, r1, end = good.transcript
-    assert r1["content"] == 4
-    changed = with_transcript(good, [user, c1, {**r1, "content": 4.0}, end])
+    assert r1["content"] == 4.0
+    assert type(r1["content"]) is float
+    changed = with_transcript(good, [user, c1, {**r1, "content": 4}, end])
     message = violation(assert_transcript_is_input_plus_appended, changed, "hi")
     assert message.startswith("transcript[2]: expected {'kind': 'tool_result'")
     assert (
         "(from events[2] (dispatching -> awaiting_model on tool_returned).appended[1])" in message
     )
-    assert message.endswith("'content': 4.0}")
+    assert message.endswith("'content': 4}")
 
 
 def test_assert_transcript_finds_extra_and_missing_messages(good: RunResult) -> None:

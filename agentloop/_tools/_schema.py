@@ -196,6 +196,11 @@ _TEXT_TYPES: Final[dict[Any, tuple[str, Converter]]] = {
 }
 
 
+def to_float(value: Any) -> Any:
+    """A JSON integer given for a ``float`` as the ``float`` it equals (``3`` is ``3.0``)."""
+    return float(value) if type(value) is int else value
+
+
 def to_int(value: Any) -> Any:
     """An integral float as the ``int`` it equals (JSON Schema counts ``2.0`` as an integer).
 
@@ -322,7 +327,7 @@ class Deriver:
         if ann is int:
             return {"type": "integer"}, to_int
         if ann is float:
-            return {"type": "number"}, None
+            return {"type": "number"}, to_float
         if ann is str:
             return {"type": "string"}, None
         if isinstance(ann, type) and ann in _TEXT_TYPES:  # JSON has no such type: its text
