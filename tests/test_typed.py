@@ -604,9 +604,22 @@ class Meeting:
     day: datetime.date
 
 
+class Span(pydantic.BaseModel):
+    low: int
+    high: int
+
+    @pydantic.field_validator("low", "high")
+    @classmethod
+    def counted(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("negative; give a count")  # a '; ' inside one problem
+        return value
+
+
 # (the output type, a final answer its schema takes but the type or the 64-bit bounds refuse)
 _REFUSED_BY_THE_TYPE = [
     (Adult, '{"age": 3}'),
+    (Span, '{"low": -1, "high": -2}'),
     (Meeting, '{"day": "soon"}'),
     (City, '{"name": "Paris", "population": 1e300}'),
     (list[int], "[1e300, 2, -1e300]"),
@@ -620,7 +633,12 @@ def test_a_run_file_and_a_ledger_replay_what_only_the_type_refused(
 ) -> None:
     """A record keeps the output's schema, not its type: what only the type (or the bounds)
     refused is replayed as the record says, so the run file loads and the ledger reads it."""
-    valid = {Adult: '{"age": 30}', Meeting: '{"day": "2026-12-02"}', City: PARIS}.get(output, "[2]")
+    valid = {
+        Adult: '{"age": 30}',
+        Span: '{"low": 1, "high": 2}',
+        Meeting: '{"day": "2026-12-02"}',
+        City: PARIS,
+    }.get(output, "[2]")
     texts = [refused, valid] if retried else [refused]
     ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
     retries = 1 if retried else 0

@@ -22,7 +22,7 @@ from agentloop._core._json import to_json
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["OutputRefused", "OutputSchema"]
+__all__ = ["OutputRefused", "OutputSchema", "told", "told_problems"]
 
 #: How many problems the model is told about at most (the rest are counted).
 MAX_PROBLEMS: Final = 20
@@ -43,6 +43,24 @@ def _unfenced(text: str) -> str:
     opening, _, rest = inner[3:-3].partition("\n")
     # The opening line is the fence's and its language (json), or the JSON itself.
     return rest if opening.strip().isalnum() or not opening.strip() else inner[3:-3]
+
+
+_TOLD_HEAD: Final = "Your final answer does not match the output schema:\n"
+_TOLD_TAIL: Final = (
+    "\nReply again with a final answer whose text is only JSON that matches the schema."
+)
+
+
+def told(problems: list[str]) -> str:
+    """What the model is told of a final the check refused: its problems, one a line."""
+    return _TOLD_HEAD + "\n".join(f"- {problem}" for problem in problems) + _TOLD_TAIL
+
+
+def told_problems(text: str) -> list[str] | None:
+    """The problems ``told`` listed in ``text`` (None: ``text`` is no such message)."""
+    if not (text.startswith(_TOLD_HEAD + "- ") and text.endswith(_TOLD_TAIL)):
+        return None
+    return text[len(_TOLD_HEAD) + 2 : -len(_TOLD_TAIL)].split("\n- ")
 
 
 def _capped(found: list[str]) -> list[str]:
@@ -96,7 +114,7 @@ class OutputSchema:
                 f"expected a valid Draft 2020-12 output schema, got one that fails: {exc}"
             ) from None
         self.convert = convert
-        self._recorded: dict[str, str] = {}  # see replaying()
+        self._recorded: dict[str, list[str]] = {}  # see replaying()
         #: The name a provider's structured-output request gives the schema (OpenAI takes
         #: letters, digits, ``_`` and ``-``, at most 64).
         self.title = re.sub(r"[^A-Za-z0-9_-]", "_", title)[:64] or "output"
@@ -120,17 +138,17 @@ class OutputSchema:
         """What is wrong with ``text`` as this output (``[]``: nothing), one line each."""
         found = self._checked(text)
         recorded = self._recorded.get(text)
-        if recorded is not None and "; ".join(found) != recorded:
+        if recorded is not None and found != recorded:
             # A replay: what the record says was wrong, where this check words it otherwise
             # (a newer validator's words) or cannot tell (no type, and no 64-bit bounds).
-            return [recorded] if recorded.startswith("(top level): ") else recorded.split("; ")
+            return list(recorded)
         return found
 
-    def replaying(self, recorded: dict[str, str]) -> OutputSchema:
+    def replaying(self, recorded: dict[str, list[str]]) -> OutputSchema:
         """A copy for a replay, where the record's refusals stand in its own words.
 
-        ``recorded`` maps each final answer the record refused to its problems,
-        as the record lists them (``'; '`` between): ``output_refusals``.
+        ``recorded`` maps each final answer the record refused to the problems
+        it lists (``output_refusals``).
         """
         copied = copy.copy(self)
         copied._recorded = recorded

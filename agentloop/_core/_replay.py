@@ -24,6 +24,7 @@ from agentloop._core._approval import ask
 from agentloop._core._context import Summarise
 from agentloop._core._engine import Engine
 from agentloop._core._json import exception_content
+from agentloop._core._output import told_problems
 from agentloop._core._table import NEXT, Guard, Trigger
 from agentloop._core._values import (
     AskModel,
@@ -210,13 +211,15 @@ def _feed(
         raise Mismatch(where, "a report the engine takes", str(refused)) from None
 
 
-def output_refusals(events: Sequence[Transition], rejected: object) -> dict[str, str]:
-    """Each final answer the record refused, with its problems as the record lists them.
+def output_refusals(events: Sequence[Transition], rejected: object) -> dict[str, list[str]]:
+    """Each final answer the record refused, with the problems the record lists.
 
     What ``OutputSchema.replaying`` takes: a record keeps the output's schema,
-    not its type, and its words are the check's of the day it was made.
+    not its type, and its words are the check's of the day it was made. A
+    retry's are read from what the model was told, one a line; an end's
+    ``error`` is all the record says of them.
     """
-    refused: dict[str, str] = {}
+    refused: dict[str, list[str]] = {}
     reply: object = None
     for event in events:
         if event.trigger is Trigger.MODEL_REPLIED:
@@ -224,7 +227,14 @@ def output_refusals(events: Sequence[Transition], rejected: object) -> dict[str,
         elif event.guard in _OUTPUT_REFUSED and event.error and type(reply) is dict:
             # After "invalid output: " or "...(after N output retries): ".
             mark = ": " if event.guard is Guard.OUTPUT_RETRY else "): "
-            refused[str(reply.get("text"))] = event.error.partition(mark)[2]
+            listed = event.error.partition(mark)[2]
+            problems = None
+            if event.guard is Guard.OUTPUT_RETRY and len(event.appended_json) == 2:
+                message = orjson.loads(event.appended_json[1])
+                problems = told_problems(str(message.get("text")))
+            if problems is None or "; ".join(problems) != listed:
+                problems = [listed]
+            refused[str(reply.get("text"))] = problems
     return refused
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import orjson
 
 from agentloop._core._approval import call_fingerprint
+from agentloop._core._output import told
 from agentloop._core._requests import AskModel
 from agentloop._core._table import Guard
 
@@ -121,14 +122,8 @@ class OutputRows:
 
     def _append_output_errors(self) -> None:
         problems = self._final_problems()
-        listed = "\n".join(f"- {problem}" for problem in problems)
-        told = {
-            "kind": "user",
-            "text": "Your final answer does not match the output schema:\n"
-            f"{listed}\nReply again with a final answer whose text is only JSON that "
-            "matches the schema.",
-        }
-        self._draft.appended = (self._reply.json, orjson.dumps(told))
+        message = {"kind": "user", "text": told(problems)}
+        self._draft.appended = (self._reply.json, orjson.dumps(message))
         self._draft.error = "invalid output: " + "; ".join(problems)
         self._output_retries += 1
 
@@ -145,12 +140,12 @@ class OutputRows:
         if draft.reason is None:
             draft.reason = "max_steps" if self._steps_exhausted() else "max_total_tokens"
         self._wrapping = draft.reason
-        told = {
+        note = {
             "kind": "user",
             "text": f"The run's budget ran out ({draft.reason}): tools are disabled. "
             "Give your final answer now, from what you have.",
         }
-        draft.appended = (orjson.dumps(told),)
+        draft.appended = (orjson.dumps(note),)
 
     def _ask_for_answer(self) -> None:
         self._ask_for_reply()
