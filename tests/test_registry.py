@@ -411,6 +411,15 @@ def test_annotated_constraints_are_published_and_enforced() -> None:
         assert outcome["content"][0]["message"].startswith(message), outcome
     assert len(seen) == 1
 
+    def both(n: Annotated[int, pydantic.Field(description="the Field's", ge=1), "the str"]) -> None:
+        """A str in the metadata is the description, wherever it stands."""
+
+    assert Tool(both).parameters["properties"]["n"] == {
+        "type": "integer",
+        "minimum": 1,
+        "description": "the str",
+    }
+
 
 def test_a_constraint_no_json_schema_can_say_is_refused_when_the_tool_is_made() -> None:
     """A predicate (or a transformation such as constr(to_upper=True)) would be dropped: the

@@ -248,20 +248,14 @@ def _annotated(
     left alone.
     """
     out = dict(schema)
-    described = False
+    texts = [note for note in notes if isinstance(note, str)]
     for note in notes:
-        if isinstance(note, str):
-            if not described:
-                _published(note, "its description", ann, where)
-                out["description"], described = note, True
-            continue
         if type(note).__module__.split(".")[0] not in ("annotated_types", "pydantic"):
-            continue
+            continue  # a str (below), or another library's
         if hasattr(note, "metadata") and hasattr(note, "description"):  # pydantic's Field(...)
             out = _annotated(out, tuple(note.metadata), ann, where)
-            if note.description and not described:
-                _published(note.description, "its description", ann, where)
-                out["description"], described = note.description, True
+            if note.description:
+                texts.append(note.description)
             continue
         for attribute, value in _attributes(note).items():
             if value is None or attribute == "strict":  # strict: JSON's types are strict already
@@ -275,6 +269,9 @@ def _annotated(
                 keyword = keyword[0] if out.get("type") == "string" else keyword[1]
             _published(value, f"its {attribute}", ann, where)
             out[keyword] = value
+    if texts:  # the first str; else a Field's description
+        _published(texts[0], "its description", ann, where)
+        out["description"] = texts[0]
     return out
 
 
