@@ -6,6 +6,7 @@ import asyncio
 import collections
 import dataclasses
 import datetime
+import decimal
 import enum
 import functools
 import itertools
@@ -964,6 +965,27 @@ def test_an_integer_given_for_a_float_is_a_float() -> None:
     )
     assert seen == [(3.0, [1.0, 2.5], 3)]
     assert [type(seen[0][0]), type(seen[0][1][0]), type(seen[0][2])] == [float, float, int]
+
+
+def test_a_decimal_parameter_takes_a_number_or_its_text_and_keeps_every_digit() -> None:
+    """Money as Decimal: a number by its shortest text, or the text itself; other text, NaN
+    or a bool is invalid_arguments."""
+    seen: list[Any] = []
+
+    def pay(amount: decimal.Decimal, fees: list[decimal.Decimal] | None = None) -> str:
+        seen.append((amount, fees))
+        return str(amount)
+
+    registry = ToolRegistry([pay])
+    for sent, made in ((0.1, "0.1"), ("12.50", "12.50"), (3, "3"), ("-1e3", "-1E+3")):
+        assert dispatch(registry, "pay", amount=sent) == {"status": "ok", "content": made}
+    assert dispatch(registry, "pay", amount="1", fees=[0.5, "0.25"])["status"] == "ok"
+    assert seen[-1] == (decimal.Decimal("1"), [decimal.Decimal("0.5"), decimal.Decimal("0.25")])
+    for bad in ("twelve", "NaN", "Infinity", True, None):
+        outcome = dispatch(registry, "pay", amount=bad)
+        assert outcome["status"] == "invalid_arguments", bad
+        assert outcome["content"][0]["path"] == "amount"
+    assert len(seen) == 5
 
 
 def test_a_float_too_big_for_an_int_goes_to_a_float_member() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import decimal  # noqa: TC003 - the registry resolves tools' annotations at run time
 import inspect
 import re
 import uuid  # noqa: TC003 - as datetime
@@ -734,9 +735,10 @@ def named(corner: Corner) -> str:
 def priced(
     cents: Annotated[int, annotated_types.MultipleOf(5), annotated_types.Interval(ge=0, le=500)],
     code: Annotated[str, pydantic.Field(pattern=r"^[A-Z]{3}$")],
+    amount: decimal.Decimal,
 ) -> str:
-    """Annotated constraints: a multiple within bounds, and text a pattern matches."""
-    return f"{cents} {code}"
+    """Annotated constraints (a multiple within bounds, text a pattern matches); a decimal."""
+    return f"{cents} {code} {amount}"
 
 
 BOOKING = agentloop.ToolRegistry([booking, named, priced])

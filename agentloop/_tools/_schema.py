@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import decimal
 import enum
 import inspect
 import re
@@ -99,7 +100,7 @@ def _path(*steps: object) -> str:
 SUPPORTED: Final = (
     "int, float, str, bool, None, list[T], dict[str, T], tuple[...], X | Y, Literal[...], "
     "Enum, Annotated[T, 'description'], attrs classes, dataclasses, TypedDict, pydantic "
-    "models, datetime, date, time, UUID, Any"
+    "models, datetime, date, time, UUID, Decimal, Any"
 )
 
 # Characters a $defs name may keep: a $ref is a URI fragment and a JSON pointer, so
@@ -194,6 +195,19 @@ _TEXT_TYPES: Final[dict[Any, tuple[str, Converter]]] = {
     datetime.time: ("time", _parsed(datetime.time.fromisoformat, "an ISO 8601 time")),
     uuid.UUID: ("uuid", _parsed(uuid.UUID, "a UUID")),
 }
+
+
+# A decimal's text, as Decimal() reads it (no NaN or Infinity): what a model may send for one.
+_DECIMAL_TEXT: Final = r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$"
+
+
+def to_decimal(value: Any) -> decimal.Decimal:
+    """A ``Decimal`` from a JSON number or its text.
+
+    A number by its shortest text: ``0.1`` is ``Decimal('0.1')``, not the
+    binary float's 55 digits.
+    """
+    return decimal.Decimal(value if type(value) is str else repr(value))
 
 
 def to_float(value: Any) -> Any:
@@ -327,6 +341,9 @@ class Deriver:
             return {"type": "number"}, to_float
         if ann is str:
             return {"type": "string"}, None
+        if ann is decimal.Decimal:  # a number, or its text: a model may keep every digit
+            text = {"type": "string", "pattern": _DECIMAL_TEXT}
+            return {"anyOf": [{"type": "number"}, text]}, to_decimal
         if isinstance(ann, type) and ann in _TEXT_TYPES:  # JSON has no such type: its text
             form, convert = _TEXT_TYPES[ann]
             return {"type": "string", "format": form}, convert
