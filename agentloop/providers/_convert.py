@@ -151,9 +151,9 @@ def result_text(message: Message) -> str:
     return text if message["status"] == "ok" else f"status: {message['status']}\n{text}"
 
 
-#: The image types both providers take inside a tool result.
 #: Where a provider is asked for an output whose schema's root is not an object.
 ANSWER_KEY: Final = "response"
+#: The image types both providers take inside a tool result.
 IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
 
