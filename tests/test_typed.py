@@ -672,6 +672,20 @@ def test_a_refusal_inside_a_typed_output_is_told_at_its_path() -> None:
     assert (loaded.events, loaded.transcript) == (result.events, result.transcript)
 
 
+def test_a_final_refused_twice_with_several_problems_replays() -> None:
+    """The same final refused by a retry (its problems told one a line) and then by the end
+    (its error): the replay keeps the retry's list, so the told message comes out the same."""
+    result = Loop(ScriptedModel([final("{}"), final("{}")]), output=City).run("go")
+    assert result.status == "invalid_output"
+    assert result.transcript[2]["text"].count("\n- ") == 2  # name and population
+    loaded = run_from_json(run_to_json(result))
+    assert (loaded.status, loaded.events, loaded.transcript) == (
+        result.status,
+        result.events,
+        result.transcript,
+    )
+
+
 def test_json_in_a_markdown_fence_is_taken_and_a_record_that_refused_it_still_replays() -> None:
     """A model's ```json ... ``` around the JSON is taken off; a run recorded when it was not
     (the fenced final refused as not JSON) replays as it was recorded."""

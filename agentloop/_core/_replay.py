@@ -232,9 +232,11 @@ def output_refusals(events: Sequence[Transition], rejected: object) -> dict[str,
             if event.guard is Guard.OUTPUT_RETRY and len(event.appended_json) == 2:
                 message = orjson.loads(event.appended_json[1])
                 problems = told_problems(str(message.get("text")))
-            if problems is None or "; ".join(problems) != listed:
-                problems = [listed]
-            refused[str(reply.get("text"))] = problems
+            text = str(reply.get("text"))
+            if problems is not None and "; ".join(problems) == listed:
+                refused[text] = problems  # exact: one a line, as the model was told
+            elif "; ".join(refused.get(text, ())) != listed:  # not what an earlier retry listed
+                refused[text] = [listed]
     return refused
 
 
