@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from agentloop._core._output import OutputSchema
     from agentloop._core._values import Budget
     from agentloop._durable._ledger import Ledger
+    from agentloop._durable._view import LedgerRun
 
 __all__ = ["continued", "ended", "forked", "released_on_error", "resumed"]
 
@@ -212,13 +213,14 @@ def resumed(
 
 
 def continued(
-    run: str | RunResult, parent_run_id: str | None, recorded: Callable[[str], Engine]
+    run: str | RunResult, parent_run_id: str | None, recorded: Callable[[str], LedgerRun]
 ) -> tuple[str | None, RunResult]:
     """The run that ``run`` names, to continue (a failed or exhausted one): its id and result.
 
     ``run`` is a result (whose parent is ``parent_run_id`` if given, else the
     result's own ``run_id``: ``None`` for a run that was not durable), or an
-    id, whose recorded run ``recorded(run)`` feeds to a fresh engine.
+    id, whose recorded run ``recorded(run)`` reads as its records stand (with
+    the configuration they record: the new run has this Loop's own).
     """
     if isinstance(run, str):
         if parent_run_id is not None:
@@ -233,7 +235,7 @@ def continued(
                 "continue it once it has failed or run out of budget",
                 state=old.state,
             )
-        parent_run_id, result = run, old.result()
+        parent_run_id, result = run, old.result
     else:
         result = require_result(run, "continue_run()")
         if parent_run_id is not None and type(parent_run_id) is not str:

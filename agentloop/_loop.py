@@ -18,6 +18,7 @@ from agentloop._continued import continued, ended, released_on_error
 from agentloop._core._messages import check_new_input
 from agentloop._core._values import Budget, CancelToken, RunResult
 from agentloop._drivers import async_run, sync_run
+from agentloop._durable._view import view_run
 from agentloop._engines import forked_engine, fresh_engine, resumed_engine
 from agentloop._fallback import Fallback
 from agentloop._settings import (
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from agentloop._core._output import OutputSchema
     from agentloop._core._retry import RetryPolicy
     from agentloop._durable._ledger import Ledger
+    from agentloop._durable._view import LedgerRun
     from agentloop._sync import Run
     from agentloop._tools._registry import ToolRegistry
 
@@ -340,11 +342,12 @@ class Loop:
         parent_run_id, result = continued(run, parent_run_id, self._to_continue)
         return fresh_engine(self, result.transcript, cancel, run_id, parent_run_id)
 
-    def _to_continue(self, run_id: str) -> Engine:
-        """The recorded run ``run_id``, fed to a fresh engine, to continue (a ledger's only)."""
+    def _to_continue(self, run_id: str) -> LedgerRun:
+        """The recorded run ``run_id``, read as its records stand, to continue (a ledger's)."""
         if self.ledger is None:
             no_ledger(run_id, f"continue_run({run_id!r:.60})")
-        return resumed_engine(self, "continue_run", run_id, None)[0]
+        assert self.ledger is not None, "no_ledger refused the id"
+        return view_run(self.ledger, run_id)
 
     def fork(
         self,

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import CancelToken, Loop, SQLiteLedger
+from agentloop import CancelToken, InvalidStateError, Loop, SQLiteLedger
 from agentloop.engine import Engine, State, Trigger, Wait
 from agentloop.models import RetryPolicy, Transient, fallback, mark, transient
 from agentloop.review import run_from_json, run_to_json
@@ -455,6 +455,29 @@ def test_continue_run_by_id_in_a_ledger_is_linked_in_the_record(tmp_path: Path) 
     assert again.parent_run_id == "first"
     with pytest.raises(ValueError, match="a run given by id is its own parent"):
         Loop(ScriptedModel([]), ledger=ledger).continue_run("first", parent_run_id="x")
+
+
+def test_continue_run_by_id_takes_this_loops_budget_and_tools(tmp_path: Path) -> None:
+    """An exhausted durable run, continued by id by a Loop with a bigger budget and one more
+    tool: the old run is read as recorded, the new one has this Loop's configuration."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    looping = ScriptedModel([call("c1", a=1, b=2), call("c2", a=2, b=3)])
+    old = Loop(looping, tools=[add], max_steps=1, ledger=ledger).run("hi", run_id="first")
+    assert (old.status, old.reason) == ("exhausted", "max_steps")
+
+    def mul(a: int, b: int) -> int:
+        return a * b
+
+    model = ScriptedModel([call("c3", name="mul", a=2, b=3), final("6")])
+    loop = Loop(model, tools=[add, mul], max_steps=5, ledger=ledger)
+    new = loop.continue_run("first", run_id="second")
+    assert (new.status, new.output, new.steps, new.parent_run_id) == ("finished", "6", 2, "first")
+    assert new.transcript[: len(old.transcript)] == old.transcript
+    assert new.transcript[len(old.transcript) + 1]["content"] == 6
+    running = Loop(ScriptedModel([call("c9", a=1, b=1)]), tools=[add], ledger=ledger)
+    running.start("hi", run_id="third").step()  # asked the model: not ended
+    with pytest.raises(InvalidStateError, match="run 'third' has not ended"):
+        loop.continue_run("third")
 
 
 def test_a_durable_runs_result_names_it_and_continuing_the_result_links_to_it(
