@@ -165,6 +165,9 @@ def test_which_errors_count_is_the_policys() -> None:
         Transient(kind="teapot")
     with pytest.raises(ValueError, match="attempts must be an int of 1 or more, got 0"):
         RetryPolicy(attempts=0)
+    with pytest.raises(ValueError, match=r"factor must be a finite number, 1 or more .*got 0\.5"):
+        RetryPolicy(factor=0.5)  # waits that shrink
+    assert RetryPolicy(factor=1).factor == 1  # the same wait each time
     with pytest.raises(TypeError, match=r"expected retry to be an agentloop\.models\.RetryPolicy"):
         Loop(ScriptedModel([]), retry=3)  # type: ignore[arg-type]
 

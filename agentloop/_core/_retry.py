@@ -93,6 +93,14 @@ def _seconds(_: object, attribute: attrs.Attribute[float], value: object) -> Non
         )
 
 
+def _growth(_: object, attribute: attrs.Attribute[float], value: object) -> None:
+    if type(value) not in (int, float) or not 1 <= value < math.inf:  # type: ignore[operator]
+        raise (TypeError if type(value) not in (int, float) else ValueError)(
+            f"{attribute.name} must be a finite number, 1 or more (each wait is the one "
+            f"before times it), got {value!r:.40}"
+        )
+
+
 def _fraction(_: object, attribute: attrs.Attribute[float], value: object) -> None:
     if type(value) not in (int, float) or not 0 <= value <= 1:  # type: ignore[operator]
         raise (TypeError if type(value) not in (int, float) else ValueError)(
@@ -135,7 +143,7 @@ class RetryPolicy:
 
     attempts: int = attrs.field(default=3, validator=_positive_int)
     base: float = attrs.field(default=0.5, validator=_seconds)
-    factor: float = attrs.field(default=2.0, validator=_seconds)
+    factor: float = attrs.field(default=2.0, validator=_growth)
     cap: float = attrs.field(default=30.0, validator=_seconds)
     jitter: float = attrs.field(default=0.5, validator=_fraction)
     retry_on: frozenset[str] = attrs.field(default=KINDS, converter=_kinds)
