@@ -336,6 +336,7 @@ def test_decided_from_the_command_line_then_resumed_in_another_process(tmp_path:
         ),
         (["runs", "{run_file}"], "); a run file is read by agentloop show {run_file}"),
         (["show", "{text}", "paused"], "expected RUN_ID only after a ledger, got 'paused'"),
+        (["show", "{missing}", "paused"], "cannot read {missing}: No such file or directory"),
     ],
 )
 def test_bad_input_exits_2_in_one_line_and_records_nothing(

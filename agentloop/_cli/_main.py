@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from agentloop._cli import _dbos, _files, _ledger
@@ -322,6 +323,8 @@ def _in_store(args: argparse.Namespace, store: _Store) -> bool:
             )
         return True
     if args.run_id is not None:
+        if not Path(args.run).exists():  # said as every command says it
+            raise CommandError(f"cannot read {args.run}: No such file or directory")
         raise CommandError(
             f"expected RUN_ID only after a ledger, got {args.run_id!r} after {args.run}, "
             f"which is not one (a run file holds one run: agentloop {command} {args.run})"
