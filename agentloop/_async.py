@@ -47,7 +47,7 @@ from agentloop._core._context import Summarise
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, ReviewCalls, RunTool, Wait
 from agentloop._run import LOG, Carried, carried, log, one_transition
-from agentloop._streams import Partial, apull, is_stream
+from agentloop._streams import ListenerFailed, Partial, apull, is_stream
 from agentloop._waits import await_wait
 
 if TYPE_CHECKING:
@@ -381,7 +381,10 @@ class AsyncRun(ConcurrentBatch):
                     await told(item)  # type: ignore[arg-type]  # a delta
                 else:  # plain listeners alone: no coroutine per delta
                     for listener in plain:
-                        listener(item)  # type: ignore[arg-type]  # a delta
+                        try:
+                            listener(item)  # type: ignore[arg-type]  # a delta
+                        except Exception as exc:
+                            raise ListenerFailed(exc) from exc
         except Exception:
             self._partial = None  # a failed call: only an interruption keeps its partial text
             raise
@@ -391,10 +394,13 @@ class AsyncRun(ConcurrentBatch):
 
     async def _tell_delta(self, delta: Delta) -> None:
         for listener, awaited in self._delta_listeners:
-            if awaited:
-                await listener(delta)  # type: ignore[misc]  # is_async said so
-            else:
-                listener(delta)
+            try:
+                if awaited:
+                    await listener(delta)  # type: ignore[misc]  # is_async said so
+                else:
+                    listener(delta)
+            except Exception as exc:
+                raise ListenerFailed(exc) from exc
 
     async def _tell(self, transition: Transition) -> None:
         """Log ``transition`` and tell the listeners, as ``_astep`` does."""

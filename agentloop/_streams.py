@@ -39,6 +39,7 @@ __all__ = [
     "DELTAS",
     "ArgumentsDelta",
     "Delta",
+    "ListenerFailed",
     "Partial",
     "TextDelta",
     "ToolCallStart",
@@ -91,6 +92,13 @@ Delta = TextDelta | ToolCallStart | ArgumentsDelta | UsageDelta
 
 #: The delta types, for an exact ``type(item) in DELTAS`` check.
 DELTAS: Final = frozenset({TextDelta, ToolCallStart, ArgumentsDelta, UsageDelta})
+
+
+class ListenerFailed(Exception):
+    """A delta listener raised: the model call it heard fails, named as the listener's doing."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(f"a delta listener raised {type(exc).__name__}: {exc}")
 
 
 def is_stream(answer: object) -> bool:

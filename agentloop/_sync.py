@@ -26,7 +26,7 @@ from agentloop._core._context import Summarise
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, RunTool, Transition, Wait
 from agentloop._run import LOG, RunView, log, one_transition
-from agentloop._streams import Partial, is_stream, pull
+from agentloop._streams import ListenerFailed, Partial, is_stream, pull
 from agentloop._waits import wait
 
 if TYPE_CHECKING:
@@ -285,7 +285,10 @@ class Run(RunView):
                     self._partial = None
                     return item
                 for listener in listeners:
-                    listener(item)  # type: ignore[arg-type]  # a delta
+                    try:
+                        listener(item)  # type: ignore[arg-type]  # a delta
+                    except Exception as exc:
+                        raise ListenerFailed(exc) from exc
                 yield item  # type: ignore[misc]  # a delta
         except Exception:
             self._partial = None  # a failed call: only an interruption keeps its partial text

@@ -242,6 +242,40 @@ def test_an_async_delta_listener_is_refused_by_a_sync_run() -> None:
         run.subscribe_deltas(listener)
 
 
+def _broken_listener(delta: object) -> None:
+    raise RuntimeError("listener bug")
+
+
+async def _broken_async_listener(delta: object) -> None:
+    raise RuntimeError("listener bug")
+
+
+@pytest.mark.parametrize("how", ["sync", "async, plain listener", "async, async listener"], ids=str)
+def test_a_delta_listener_that_raises_fails_the_call_and_is_named(how: str) -> None:
+    """The call fails as a broken stream would, and the error says it was a delta listener's,
+    not the model's; the stream is closed and nothing is appended."""
+    stream = Tracked([TextDelta(text="Hel"), final("Hello")])
+    loop = Loop(lambda history: stream)
+    if how == "sync":
+        run = loop.start(USER)
+        run.subscribe_deltas(_broken_listener)
+        result = run.finish()
+    else:
+
+        async def drive() -> RunResult:
+            run = loop.astart(USER)
+            is_async = how == "async, async listener"
+            run.subscribe_deltas(_broken_async_listener if is_async else _broken_listener)
+            return await run.afinish()
+
+        result = asyncio.run(drive())
+    assert result.status == "failed"
+    assert result.error is not None
+    assert "a delta listener raised RuntimeError: listener bug" in result.error
+    assert result.transcript == [{"kind": "user", "text": USER}]
+    assert stream.closed_at is not None
+
+
 def test_a_stream_that_ends_without_its_reply_fails_the_step() -> None:
     """A stream that ends before its whole reply is a failed call; nothing is appended."""
     stream = Tracked([TextDelta(text="Hel")])
