@@ -84,6 +84,7 @@ def forked(
             context=context,
             models=models_named(events),  # the fallback models its replay needs
             output=output,
+            parent_run_id=run.run_id,
         )
     elif run_id is not None:
         raise ValueError(
@@ -125,6 +126,7 @@ def forked(
     except BaseException:
         _release(engine)
         raise
+    engine._parent_run_id = run.run_id  # the run it forks, when that one was durable
     if cancel is not None:
         cancel.on_cancel(token.cancel)
     return engine, token

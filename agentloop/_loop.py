@@ -344,14 +344,22 @@ class Loop:
 
     def _to_continue(self, run_id: str) -> LedgerRun:
         """The recorded run ``run_id``, read as its records stand, to continue (a ledger's)."""
+        return self._recorded(run_id, "continue_run")
+
+    def _saved(self, run: str | RunResult, call: str) -> RunResult:
+        """``run``'s result: given, or read by its id from this Loop's ledger."""
+        return self._recorded(run, call).result if isinstance(run, str) else run
+
+    def _recorded(self, run_id: str, call: str) -> LedgerRun:
+        """The run ``run_id`` of this Loop's ledger, as its records stand."""
         if self.ledger is None:
-            no_ledger(run_id, f"continue_run({run_id!r:.60})")
+            no_ledger(run_id, f"{call}({run_id!r:.60})")
         assert self.ledger is not None, "no_ledger refused the id"
         return view_run(self.ledger, run_id)
 
     def fork(
         self,
-        run: RunResult,
+        run: str | RunResult,
         *,
         at: int,
         cancel: CancelToken | None = None,
@@ -360,7 +368,9 @@ class Loop:
         """A new run that starts as ``run`` was after its first ``at`` transitions.
 
         ``run`` is a result (``load_run(path)``, a finished run's, a paused
-        one's); its first ``at`` events are replayed under this Loop's budget,
+        one's), or a run's id in this Loop's ledger, read as its records stand;
+        the fork's ``parent_run_id`` is that run's id when it was durable. Its
+        first ``at`` events are replayed under this Loop's budget,
         and ``step()``/``finish()`` go on with this Loop's model and tools: to
         try another model or tool from any point of a run. With a ledger the
         fork is a durable run of its own, under ``run_id`` (a fresh one when
@@ -369,20 +379,20 @@ class Loop:
         ``ValueError``. See the docs' "Reviewing runs" page.
         """
         registry = self._sync_driver("loop.afork", awaits=True)
-        engine, token = forked_engine(self, run, at, cancel, run_id)
+        engine, token = forked_engine(self, self._saved(run, "fork"), at, cancel, run_id)
         with released_on_error(engine):
             return sync_run(self, engine, registry, token)
 
     def afork(
         self,
-        run: RunResult,
+        run: str | RunResult,
         *,
         at: int,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
     ) -> AsyncRun:
         """``fork`` under asyncio: the new run is driven by ``await run.astep()``."""
-        engine, token = forked_engine(self, run, at, cancel, run_id)
+        engine, token = forked_engine(self, self._saved(run, "afork"), at, cancel, run_id)
         with released_on_error(engine):
             return async_run(self, engine, token)
 

@@ -156,7 +156,9 @@ def test_a_fork_refuses_a_cut_it_cannot_make() -> None:
     with pytest.raises(ValueError, match=r"do not replay under this Loop's budget \(max_steps=0"):
         Loop(ScriptedModel([]), tools=[add], max_steps=0).fork(old, at=2)
     with pytest.raises(TypeError, match=r"fork\(\) expected a RunResult"):
-        loop.fork("old", at=1)  # type: ignore[arg-type]
+        loop.fork(3, at=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^fork\('old'\) names a run in a ledger, and this"):
+        loop.fork("old", at=1)  # an id: read from a ledger, and this Loop has none
     with pytest.raises(ValueError, match=r"run_id= names the fork in a ledger"):
         loop.fork(old, at=1, run_id="x")
 

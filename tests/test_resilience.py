@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import agentloop
 from agentloop import CancelToken, InvalidStateError, Loop, SQLiteLedger
 from agentloop.engine import Engine, State, Trigger, Wait
+from agentloop.ledger import view_run
 from agentloop.models import RetryPolicy, Transient, fallback, mark, transient
 from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import AsyncScriptedModel, ScriptedModel, assert_contract
@@ -481,6 +482,33 @@ def test_continue_run_by_id_takes_this_loops_budget_and_tools(tmp_path: Path) ->
     running.start("hi", run_id="third").step()  # asked the model: not ended
     with pytest.raises(InvalidStateError, match="run 'third' has not ended"):
         loop.continue_run("third")
+
+
+def test_a_fork_names_the_run_it_forks_and_takes_a_run_id(tmp_path: Path) -> None:
+    """fork("first", at=...) reads a ledger's run by id; a fork of a durable run is linked to
+    it as continue_run's new run is (parent_run_id, kept by its header and its run file)."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    script = [call("c1", a=1, b=2), final("3")]
+    first = Loop(ScriptedModel(script), tools=[add], ledger=ledger).run("hi", run_id="first")
+    loop = Loop(ScriptedModel([final("three")]), tools=[add], ledger=ledger)
+    fork = loop.fork("first", at=2, run_id="fork").finish()
+    assert (fork.status, fork.output, fork.parent_run_id, fork.run_id) == (
+        "finished",
+        "three",
+        "first",
+        "fork",
+    )
+    assert fork.events[:2] == tuple(e._replace(at=None, took=None) for e in first.events[:2])
+    assert Loop(ScriptedModel([]), tools=[add], ledger=ledger).resume("fork").parent_run_id == (
+        "first"
+    )
+    assert run_from_json(run_to_json(fork)).parent_run_id == "first"
+    assert view_run(ledger, "first").result.run_id == "first"  # a view names its run
+    in_memory = Loop(ScriptedModel([final("3!")]), tools=[add]).fork(first, at=2).finish()
+    assert in_memory.parent_run_id == "first"
+    plain = Loop(ScriptedModel(script), tools=[add]).run("hi")
+    again = Loop(ScriptedModel([final("3!")]), tools=[add]).fork(plain, at=2).finish()
+    assert again.parent_run_id is None  # a run that was not durable has no id to name
 
 
 def test_a_durable_runs_result_names_it_and_continuing_the_result_links_to_it(

@@ -188,7 +188,7 @@ def replayed(
             f"run {recorded.run_id!r}: the recorded input is not valid: {exc}"
         ) from None
     engine.journal = journal
-    engine._parent_run_id = recorded.parent_run_id
+    engine._parent_run_id, engine._run_id = recorded.parent_run_id, recorded.run_id
     engine.replaying = True
     try:
         if recorded.legacy is not None:
