@@ -24,8 +24,6 @@ __all__ = ["Interpreter"]
 # tuple.__new__ makes a NamedTuple from its fields without the Python-level __new__.
 _new: Final = tuple.__new__
 _START_TOOL: Final = Trigger.START_TOOL
-# The events that answer a model (or summariser) request: they record what it was sent.
-_SEES: Final = MODEL_ANSWERS
 
 # Each (state, trigger) group as the engine runs it: every row with the names of the
 # methods its guard and effects are (``_<name>``), looked up on the engine at each call,
@@ -84,7 +82,8 @@ class Interpreter(RunState):
                 draft.decisions,
                 tuple(self._handed),
                 draft.input_json,
-                self._seen if row.trigger in _SEES else None,
+                # The events that answer a model (or summariser) record what it was sent.
+                self._seen if row.trigger in MODEL_ANSWERS else None,
                 draft.wait,
                 draft.model,
                 None,  # partial_text: set by interrupted() alone
