@@ -447,6 +447,11 @@ class Deriver:
         schema = {"type": "array", "items": items} if items else {"type": "array"}
         if convert is None:
             return schema, (None if kind is list else tuple)
+        if convert is to_float and kind is list:  # a copy only when an int came
+            return (
+                schema,
+                lambda value: [to_float(x) for x in value] if int in map(type, value) else value,
+            )
 
         def convert_items(value: list[Any]) -> list[Any] | tuple[Any, ...]:
             out = []
@@ -613,16 +618,17 @@ def fields_converter(
     """Converts the named values of a valid object; None when none needs it.
 
     The object itself is returned when nothing changed (the caller unpacks it
-    anyway). ``int`` fields, the commonest, are converted inline: a function
-    call per field would cost more than the rest of the conversion.
+    anyway). ``int`` and ``float`` fields, the commonest, are converted inline:
+    a function call per field would cost more than the rest of the conversion.
     """
     ints = tuple(key for key, convert in converters.items() if convert is to_int)
+    floats = tuple(key for key, convert in converters.items() if convert is to_float)
     others = tuple(
         (key, convert)
         for key, convert in converters.items()
-        if convert is not None and convert is not to_int
+        if convert is not None and convert is not to_int and convert is not to_float
     )
-    if not (ints or others):
+    if not (ints or floats or others):
         return None
 
     def convert_fields(value: dict[str, Any]) -> dict[str, Any]:
@@ -635,6 +641,10 @@ def fields_converter(
             elif type(number) is float:
                 out = dict(value) if out is value else out
                 out[key] = int(number)
+        for key in floats:  # to_float, inline: a copy only when an int came
+            if type(value.get(key)) is int:
+                out = dict(value) if out is value else out
+                out[key] = float(value[key])
         if others:
             out = dict(value) if out is value else out
             for key, convert in others:
