@@ -177,8 +177,10 @@ class SchemaGenerator:
                 ("object", ("properties", "required", "additionalProperties")),
                 ("array", ("items", "prefixItems", "minItems", "maxItems")),
                 ("string", ("minLength", "maxLength", "pattern")),
-                ("number", ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")),
-                ("number", ("multipleOf",)),
+                (
+                    "number",
+                    ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+                ),
             )
             if any(key in schema for key in keys)
         ]
