@@ -489,3 +489,12 @@ async def test_an_output_not_rooted_in_an_object_is_asked_for_wrapped(
     }
     if stream:
         conforms(request, api.params)
+
+
+def test_a_wrapped_output_in_a_markdown_fence_is_taken_out_too() -> None:
+    """```json {"response": ...}``` is unwrapped as the engine reads a final: fence first."""
+    api = APIS[0]  # chat: the wrapper is the adapters' own, whichever API
+    fenced = '```json\n{"response": [2, 3]}\n```'
+    wire = Wire([(200, _FINALS[api.name](text=fenced))])
+    result = Loop(api.model(wire, "sync", stream=False), output=list[int]).run(USER)
+    assert (result.status, result.output, result.steps) == ("finished", [2, 3], 1)

@@ -22,7 +22,7 @@ from agentloop._core._json import to_json
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["OutputRefused", "OutputSchema", "told", "told_problems"]
+__all__ = ["OutputRefused", "OutputSchema", "told", "told_problems", "unfenced"]
 
 #: How many problems the model is told about at most (the rest are counted).
 MAX_PROBLEMS: Final = 20
@@ -35,7 +35,7 @@ def _path(parts: Any) -> str:
     return out
 
 
-def _unfenced(text: str) -> str:
+def unfenced(text: str) -> str:
     """The text inside a Markdown code fence (```json ... ```), as models often write JSON."""
     inner = text.strip()
     if len(inner) < 6 or not (inner.startswith("```") and inner.endswith("```")):
@@ -156,7 +156,7 @@ class OutputSchema:
 
     def _checked(self, text: str) -> list[str]:
         try:
-            value = orjson.loads(_unfenced(text))
+            value = orjson.loads(unfenced(text))
         except orjson.JSONDecodeError as exc:
             return [f"the final answer is not JSON: {exc}"]
         if self._validator.is_valid(value):
@@ -178,5 +178,5 @@ class OutputSchema:
 
     def value(self, text: str) -> Any:
         """The valid ``text`` as the caller's type (the decoded JSON when there is no converter)."""
-        value = orjson.loads(_unfenced(text))
+        value = orjson.loads(unfenced(text))
         return value if self.convert is None else self.convert(value)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import orjson
 
 from agentloop._core._json import json_object
+from agentloop._core._output import unfenced
 from agentloop._errors import IncompleteReply
 from agentloop._tools._specs import build_specs
 from agentloop.providers._errors import classify
@@ -386,7 +387,7 @@ def unwrapped(reply: Message) -> Message:
     if reply.get("kind") != "final":
         return reply
     try:
-        value = orjson.loads(reply["text"])
+        value = orjson.loads(unfenced(reply["text"]))  # as the engine's check reads it
     except orjson.JSONDecodeError:
         return reply  # not JSON: the engine's check says so, to the model
     if type(value) is not dict or value.keys() != {ANSWER_KEY}:
