@@ -19,7 +19,7 @@ from agentloop._errors import RunFileError, SVGUnavailableError
 if TYPE_CHECKING:
     from agentloop._core._values import RunResult
 
-__all__ = ["demo", "diagram", "load", "report", "show"]
+__all__ = ["demo", "diagram", "load", "report", "show", "unreadable"]
 
 
 def load(path: str, max_bytes: int) -> RunResult:
@@ -29,9 +29,14 @@ def load(path: str, max_bytes: int) -> RunResult:
     try:
         return load_run(path, max_bytes=max_bytes)
     except OSError as exc:
-        raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise unreadable(path, exc) from None
     except RunFileError as exc:
         raise CommandError(f"not a valid run file: {exc}") from None
+
+
+def unreadable(path: str, exc: OSError) -> CommandError:
+    """The error of a file that cannot be read, as every command words it."""
+    return CommandError(f"cannot read {path}: {exc.strerror or exc}")
 
 
 def demo(out: str | None) -> int:

@@ -323,8 +323,10 @@ def _in_store(args: argparse.Namespace, store: _Store) -> bool:
             )
         return True
     if args.run_id is not None:
-        if not Path(args.run).exists():  # said as every command says it
-            raise CommandError(f"cannot read {args.run}: No such file or directory")
+        try:
+            Path(args.run).stat()
+        except OSError as exc:  # said as every command says it
+            raise _files.unreadable(args.run, exc) from None
         raise CommandError(
             f"expected RUN_ID only after a ledger, got {args.run_id!r} after {args.run}, "
             f"which is not one (a run file holds one run: agentloop {command} {args.run})"
