@@ -616,10 +616,23 @@ class Span(pydantic.BaseModel):
         return value
 
 
+class Listed(pydantic.BaseModel):
+    first: int
+    second: int
+
+    @pydantic.field_validator("first", "second")
+    @classmethod
+    def small(cls, value: int) -> int:
+        if value > 9:
+            raise ValueError("too big\n- keep it under 10")  # a told line inside one problem
+        return value
+
+
 # (the output type, a final answer its schema takes but the type or the 64-bit bounds refuse)
 _REFUSED_BY_THE_TYPE = [
     (Adult, '{"age": 3}'),
     (Span, '{"low": -1, "high": -2}'),
+    (Listed, '{"first": 10, "second": 11}'),
     (Meeting, '{"day": "soon"}'),
     (City, '{"name": "Paris", "population": 1e300}'),
     (list[int], "[1e300, 2, -1e300]"),
@@ -636,6 +649,7 @@ def test_a_run_file_and_a_ledger_replay_what_only_the_type_refused(
     valid = {
         Adult: '{"age": 30}',
         Span: '{"low": 1, "high": 2}',
+        Listed: '{"first": 1, "second": 2}',
         Meeting: '{"day": "2026-12-02"}',
         City: PARIS,
     }.get(output, "[2]")

@@ -56,11 +56,24 @@ def told(problems: list[str]) -> str:
     return _TOLD_HEAD + "\n".join(f"- {problem}" for problem in problems) + _TOLD_TAIL
 
 
-def told_problems(text: str) -> list[str] | None:
-    """The problems ``told`` listed in ``text`` (None: ``text`` is no such message)."""
+def told_problems(text: str, listed: str) -> list[str] | None:
+    """The problems ``told`` listed in ``text``; None when it is no such message.
+
+    ``listed`` is the same problems joined by ``'; '``, as the event's error
+    says them. A problem may hold a line that starts ``- ``: the pieces
+    between the lines are grouped so that the problems join as both say them.
+    """
     if not (text.startswith(_TOLD_HEAD + "- ") and text.endswith(_TOLD_TAIL)):
         return None
-    return text[len(_TOLD_HEAD) + 2 : -len(_TOLD_TAIL)].split("\n- ")
+    problems: list[str] = []
+    at, problem = 0, None
+    for piece in text[len(_TOLD_HEAD) + 2 : -len(_TOLD_TAIL)].split("\n- "):
+        problem = piece if problem is None else f"{problem}\n- {piece}"
+        end = at + len(problem)
+        if listed.startswith(problem, at) and (end == len(listed) or listed.startswith("; ", end)):
+            problems.append(problem)
+            at, problem = end + 2, None
+    return problems if problem is None and "; ".join(problems) == listed else None
 
 
 def _capped(found: list[str]) -> list[str]:
@@ -138,7 +151,7 @@ class OutputSchema:
         """What is wrong with ``text`` as this output (``[]``: nothing), one line each."""
         found = self._checked(text)
         recorded = self._recorded.get(text)
-        if recorded is not None and found != recorded:
+        if recorded is not None and "; ".join(found) != "; ".join(recorded):
             # A replay: what the record says was wrong, where this check words it otherwise
             # (a newer validator's words) or cannot tell (no type, and no 64-bit bounds).
             return list(recorded)

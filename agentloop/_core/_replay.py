@@ -231,9 +231,9 @@ def output_refusals(events: Sequence[Transition], rejected: object) -> dict[str,
             problems = None
             if event.guard is Guard.OUTPUT_RETRY and len(event.appended_json) == 2:
                 message = orjson.loads(event.appended_json[1])
-                problems = told_problems(str(message.get("text")))
+                problems = told_problems(str(message.get("text")), listed)
             text = str(reply.get("text"))
-            if problems is not None and "; ".join(problems) == listed:
+            if problems is not None:
                 refused[text] = problems  # exact: one a line, as the model was told
             elif "; ".join(refused.get(text, ())) != listed:  # not what an earlier retry listed
                 refused[text] = [listed]
