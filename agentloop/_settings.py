@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from agentloop._callbacks import is_async
 from agentloop._core._context import ContextPolicy
-from agentloop._core._retry import RetryPolicy
+from agentloop._core._retry import RetryPolicy, checked_retry
 from agentloop._durable._ledger import Ledger
 from agentloop._tools._registry import ToolRegistry, reviewing
 
@@ -121,16 +121,6 @@ def default_retry(models: tuple[Model, ...]) -> RetryPolicy | None:
     """``retry=`` not given: ``RetryPolicy()`` for the provider adapters' models, else none."""
     adapters = all(getattr(one, "agentloop_retry", False) is True for one in models)
     return RetryPolicy() if adapters else None
-
-
-def checked_retry(retry: object) -> RetryPolicy | None:
-    """A Loop's ``retry=``, given: a ``RetryPolicy`` or None."""
-    if retry is not None and not isinstance(retry, RetryPolicy):
-        raise TypeError(
-            "expected retry to be an agentloop.models.RetryPolicy or None, "
-            f"got {type(retry).__name__}"
-        )
-    return retry
 
 
 def checked_listeners(listeners: Iterable[Listener]) -> tuple[Listener, ...]:

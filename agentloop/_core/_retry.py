@@ -24,7 +24,7 @@ import attrs
 
 from agentloop._core._values import CancelToken
 
-__all__ = ["KINDS", "RetryPolicy", "Transient", "mark", "transient"]
+__all__ = ["KINDS", "RetryPolicy", "Transient", "checked_retry", "mark", "transient"]
 
 #: The kinds of transient error: what the default policy retries.
 KINDS: Final = frozenset({"rate_limit", "server", "timeout", "connection"})
@@ -173,3 +173,12 @@ class RetryPolicy:
                 return None
             wait = max(wait, after)
         return float(wait)
+
+
+def checked_retry(retry: object) -> RetryPolicy | None:
+    """``retry``, a ``RetryPolicy`` or None; else ``TypeError`` saying what it is."""
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise TypeError(
+            f"expected retry to be an agentloop.models.RetryPolicy or None, got {retry!r:.80}"
+        )
+    return retry

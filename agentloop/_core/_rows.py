@@ -23,7 +23,7 @@ from agentloop._core._intake import NO_REPLY, Outcome
 from agentloop._core._json import exception_said
 from agentloop._core._messages import CUT_OFF, History, input_messages
 from agentloop._core._output import OutputSchema
-from agentloop._core._retry import RetryPolicy
+from agentloop._core._retry import checked_retry
 from agentloop._core._rows_context import ContextRows
 from agentloop._core._rows_output import _WRAP_UP_BEGUN, OutputRows
 from agentloop._core._rows_retry import RetryRows
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
     from agentloop._core._approval import Decision, PendingCall
     from agentloop._core._intake import Reply
+    from agentloop._core._retry import RetryPolicy
     from agentloop._core._rows_output import _CallIndex, _Identical
 
 __all__ = ["RunState"]
@@ -452,10 +453,7 @@ def _check_parts(clock: object, retry: object, models: object, output: object) -
     """``TypeError`` naming an engine part of the wrong kind (a Loop passes checked ones)."""
     if not callable(clock):
         raise TypeError(f"expected clock to be a callable returning seconds, got {clock!r:.80}")
-    if retry is not None and not isinstance(retry, RetryPolicy):
-        raise TypeError(
-            f"expected retry to be an agentloop.models.RetryPolicy or None, got {retry!r:.80}"
-        )
+    checked_retry(retry)
     if type(models) is not tuple or not all(type(name) is str for name in models):
         raise TypeError(
             f"expected models to be a tuple of the fallback models' names (str), got {models!r:.80}"
