@@ -134,7 +134,6 @@ def resume(
             records=len(records),
         )
         engine = replayed(recorded, budget, journal, token, context, output)
-        engine._run_id = run_id
     except BaseException:
         if writer is not None:
             writer.release()
