@@ -186,7 +186,9 @@ def resumed(
                 "the saved run was made with another budget than this Loop's: " + "; ".join(found),
                 found,
             )
-        if run.output_schema_json != (None if output is None else output.schema_json):
+        saved = None if run.output_schema_json is None else orjson.loads(run.output_schema_json)
+        # As a ledger's resume compares them: a description's words change no record's meaning.
+        if _resume.differences({"output": saved}, {"output": output and output.schema}):
             found = ["$.output_schema: the saved run's is not this Loop's output="]
             raise ConfigurationMismatchError(
                 "the saved run was made with another output than this Loop's: " + found[0], found

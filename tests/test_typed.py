@@ -802,6 +802,37 @@ def test_a_saved_typed_run_awaiting_approval_resumes_typed_under_its_schema() ->
     assert (result.status, result.output) == ("finished", City("Paris", 2100000))
 
 
+def test_a_saved_run_resumes_under_a_type_whose_words_changed_as_a_ledgers_does() -> None:
+    """resume(saved) compares output schemas as a ledger's resume does: a description's
+    words (the class's docstring) change no record's meaning; another schema is refused."""
+
+    def pay(amount: int) -> int:
+        """Pay."""
+        return amount
+
+    def loop_of(output: Any, *script: dict[str, Any]) -> Loop:
+        policy = lambda call: agentloop.ask("big")  # noqa: E731 - one line
+        tools = agentloop.ToolRegistry([agentloop.Tool(pay, policy=policy)])
+        return Loop(ScriptedModel(script), tools=tools, output=output)
+
+    saved = run_from_json(run_to_json(loop_of(City, call("x", "pay", amount=30)).run("go")))
+    assert saved.status == "awaiting_approval"
+
+    @attrs.frozen
+    class City2:
+        """The same city, in other words."""
+
+        name: str
+        population: int
+
+    City2.__name__ = "City"  # the same $defs name: only the docstring's words differ
+    decisions = {"x": agentloop.approve()}
+    result = loop_of(City2, final(PARIS)).resume(saved, decisions=decisions)
+    assert (result.status, result.output) == ("finished", City2("Paris", 2100000))
+    with pytest.raises(agentloop.ConfigurationMismatchError, match="another output"):
+        loop_of(Point).resume(saved, decisions=decisions)
+
+
 def test_a_durable_run_with_the_guard_and_the_wrap_up_resumes_to_the_same_result(
     tmp_path: Path,
 ) -> None:
