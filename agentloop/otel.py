@@ -92,8 +92,6 @@ AGENTLOOP_TIME_TO_FIRST_TOKEN: Final = "agentloop.time_to_first_token"  # noqa: 
 #: On a run span ended without its terminal transition (see ``OtelListener``).
 AGENTLOOP_END_UNSEEN: Final = "agentloop.end_unseen"
 
-# A summary (agentloop.context's summarise) is a model call of its own: a chat span too.
-_MODEL_ANSWERS: Final = MODEL_ANSWERS
 _RAISED: Final = frozenset({Trigger.MODEL_RAISED, Trigger.SUMMARY_RAISED})
 _TOOL_ANSWERS: Final = frozenset({Trigger.TOOL_RETURNED, Trigger.TOOL_INTERRUPTED})
 # Terminal states that mean something went wrong (exhausted and cancelled are outcomes).
@@ -199,7 +197,7 @@ class OtelListener:
             run = self._begin(_began(transition, now, now))
             self._current.set(run)
         trigger = transition.trigger
-        if trigger in _MODEL_ANSWERS:
+        if trigger in MODEL_ANSWERS:  # a summary (summarise's) is a model call too: a chat span
             self._model_call(run, transition, now)
         elif transition.dest is State.DISPATCHING and trigger is not Trigger.TOOL_RETURNED:
             run.tool_start = now  # accepted, or decided: the batch's tools start now
