@@ -22,13 +22,14 @@ from agentloop._core._json import to_json
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["OutputRefused", "OutputSchema", "told", "told_problems", "unfenced"]
+__all__ = ["OutputRefused", "OutputSchema", "instance_path", "told", "told_problems", "unfenced"]
 
 #: How many problems the model is told about at most (the rest are counted).
 MAX_PROBLEMS: Final = 20
 
 
-def _path(parts: Any) -> str:
+def instance_path(parts: Any) -> str:
+    """``point.tags[2]`` for a value at ``['point', 'tags', 2]``; ``''`` for the top."""
     out = ""
     for part in parts:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
@@ -184,7 +185,7 @@ class OutputSchema:
             return []
         return _capped(
             [
-                f"{_path(e.instance_path) or '(top level)'}: {e.message}"
+                f"{instance_path(e.instance_path) or '(top level)'}: {e.message}"
                 for e in self._validator.iter_errors(value)
             ]
         )

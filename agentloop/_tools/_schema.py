@@ -27,6 +27,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from agentloop._core._json import to_json
+from agentloop._core._output import instance_path
 from agentloop._errors import JSONError
 from agentloop._tools._results import INT_MAX, INT_MIN, is_pydantic_model, json_form
 from agentloop._tools._validation import ArgumentsValidator, out_of_range
@@ -72,7 +73,8 @@ def refusals(exc: Exception) -> list[dict[str, str]]:
     if callable(errors):
         try:
             return [
-                {"path": _path(*error["loc"]), "message": str(error["msg"])} for error in errors()
+                {"path": instance_path(error["loc"]), "message": str(error["msg"])}
+                for error in errors()
             ]
         except Exception:  # noqa: BLE001, S110 - not pydantic's after all: said whole below
             pass
@@ -81,20 +83,14 @@ def refusals(exc: Exception) -> list[dict[str, str]]:
 
 def _refused_at(step: str | int, exc: Exception) -> Refused:
     """``exc``, raised converting the value at ``step`` (a key or an index), one step out."""
-    problems = [{**p, "path": _path(step, p["path"])} for p in refusals(exc)]
+    problems = [{**p, "path": _stepped(step, p["path"])} for p in refusals(exc)]
     return Refused(problems, exc.original if isinstance(exc, Refused) else exc)
 
 
-def _path(*steps: object) -> str:
-    """Keys and indexes as a path, as the argument checks write one: ``box.sides[0].high``."""
-    path = ""
-    for step in steps:
-        if type(step) is int:
-            path += f"[{step}]"
-        elif step != "":
-            text = str(step)
-            path += text if text.startswith("[") or not path else "." + text
-    return path
+def _stepped(step: str | int, path: str) -> str:
+    """``path`` (as ``instance_path`` writes one) from one step further out."""
+    head = instance_path([step])
+    return head + path if not path or path.startswith("[") else f"{head}.{path}"
 
 
 SUPPORTED: Final = (

@@ -16,15 +16,13 @@ written ``place.city``, ``tags[2]``, or ``''`` for the top level.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import jsonschema_rs
 
 from agentloop._core._json import copy_json
+from agentloop._core._output import instance_path
 from agentloop._tools._results import INT_MAX, INT_MIN
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable
 
 __all__ = ["ArgumentsValidator", "bounded", "checked_schema", "out_of_range"]
 
@@ -56,7 +54,7 @@ class ArgumentsValidator:
         if self.is_valid(instance):
             return []
         return [
-            {"path": _path(error.instance_path), "message": self._message(error)}
+            {"path": instance_path(error.instance_path), "message": self._message(error)}
             for error in self._validator.iter_errors(instance)
         ]
 
@@ -108,14 +106,6 @@ def _bounded(node: Any) -> Any:
 def bounded(schema: dict[str, Any]) -> dict[str, Any]:
     """A derived schema with the 64-bit bounds on its integers, as its validator checks it."""
     return _bounded(schema)  # type: ignore[no-any-return]
-
-
-def _path(parts: Iterable[str | int]) -> str:
-    """``point.tags[2]`` for an error at ``['point', 'tags', 2]``; ``''`` for the top."""
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
-    return out
 
 
 def checked_schema(name: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
