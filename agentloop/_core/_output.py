@@ -22,7 +22,15 @@ from agentloop._core._json import to_json
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["OutputRefused", "OutputSchema", "instance_path", "told", "told_problems", "unfenced"]
+__all__ = [
+    "OutputRefused",
+    "OutputSchema",
+    "instance_path",
+    "problem_line",
+    "told",
+    "told_problems",
+    "unfenced",
+]
 
 #: How many problems the model is told about at most (the rest are counted).
 MAX_PROBLEMS: Final = 20
@@ -34,6 +42,11 @@ def instance_path(parts: Any) -> str:
     for part in parts:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+def problem_line(path: str, message: str) -> str:
+    """One problem as the model is told it: ``age: ...``, ``(top level): ...``."""
+    return f"{path or '(top level)'}: {message}"
 
 
 def unfenced(text: str) -> str:
@@ -181,11 +194,11 @@ class OutputSchema:
             except OutputRefused as exc:
                 return _capped(exc.problems)
             except Exception as exc:  # noqa: BLE001 - the caller's converter: any refusal
-                return [f"(top level): {type(exc).__name__}: {exc}"[:2000]]
+                return [problem_line("", f"{type(exc).__name__}: {exc}")[:2000]]
             return []
         return _capped(
             [
-                f"{instance_path(e.instance_path) or '(top level)'}: {e.message}"
+                problem_line(instance_path(e.instance_path), e.message)
                 for e in self._validator.iter_errors(value)
             ]
         )

@@ -14,7 +14,7 @@ import dataclasses
 import typing
 from typing import Any
 
-from agentloop._core._output import OutputRefused, OutputSchema
+from agentloop._core._output import OutputRefused, OutputSchema, problem_line
 from agentloop._tools._results import is_pydantic_model
 from agentloop._tools._schema import (
     SUPPORTED,
@@ -87,8 +87,6 @@ def _refusing_by_path(convert: Converter | None) -> Converter | None:
             return convert(value)
         except (TypeError, ValueError) as exc:  # a pydantic model's ValidationError too
             problems = refusals(exc)
-            raise OutputRefused(
-                [f"{p['path'] or '(top level)'}: {p['message']}" for p in problems]
-            ) from exc
+            raise OutputRefused([problem_line(p["path"], p["message"]) for p in problems]) from exc
 
     return convert_output

@@ -27,7 +27,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from agentloop._core._json import to_json
-from agentloop._core._output import instance_path
+from agentloop._core._output import instance_path, problem_line
 from agentloop._errors import JSONError
 from agentloop._tools._results import INT_MAX, INT_MIN, is_pydantic_model, json_form
 from agentloop._tools._validation import ArgumentsValidator, out_of_range
@@ -60,7 +60,7 @@ class Refused(ValueError):
     """
 
     def __init__(self, problems: list[dict[str, str]], original: Exception) -> None:
-        said = (f"{p['path'] or '(top level)'}: {p['message']}" for p in problems)
+        said = (problem_line(p["path"], p["message"]) for p in problems)
         super().__init__("; ".join(said))
         self.problems, self.original = problems, original
 
