@@ -157,14 +157,18 @@ def input_messages(messages: object, *, strict: bool = False) -> tuple[list[byte
     seen: set[str] = set()
     for index, message in enumerate(messages):
         where = f"messages[{index}]"
-        if type(message) is dict and "kind" not in message:
-            keys = ", ".join(repr(key) for key in list(message)[:6])
-            raise TypeError(
-                f"{where}: expected a dict with a str 'kind' (system, user, call, calls, "
-                f"tool_result or final), got a dict with keys {keys or 'none'}"
-                + (": a user message is {'kind': 'user', 'text': ...}" if "role" in message else "")
-            )
         if type(message) is not dict or type(message.get("kind")) is not str:
+            if type(message) is dict and "kind" not in message:
+                keys = ", ".join(repr(key) for key in list(message)[:6])
+                raise TypeError(
+                    f"{where}: expected a dict with a str 'kind' (system, user, call, calls, "
+                    f"tool_result or final), got a dict with keys {keys or 'none'}"
+                    + (
+                        ": a user message is {'kind': 'user', 'text': ...}"
+                        if "role" in message
+                        else ""
+                    )
+                )
             raise TypeError(f"{where}: expected a dict with a str 'kind', got {describe(message)}")
         data = to_json(message, where)
         encoded.append(data)
