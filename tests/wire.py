@@ -186,8 +186,9 @@ class Wire:
     request itself, headers and all, in ``sent``)."""
 
     #: ``(status, body)``, or ``(status, body, headers)`` to answer with these headers only;
-    #: a body is JSON, or ``Streamed`` (server-sent events).
-    answers: list[tuple[Any, ...]]
+    #: a body is JSON, or ``Streamed`` (server-sent events). An answer may also be a function
+    #: of the request's JSON body that returns one (a server with rules of its own).
+    answers: list[Any]
     requests: list[Message] = attrs.field(factory=list)
     paths: list[str] = attrs.field(factory=list)
     sent: list[httpx2.Request] = attrs.field(factory=list)
@@ -198,7 +199,10 @@ class Wire:
         self.requests.append(json.loads(request.content))
         if not self.answers:
             raise AssertionError("the wire ran out of answers")
-        status, body, *headers = self.answers.pop(0)
+        answer = self.answers.pop(0)
+        if callable(answer):
+            answer = answer(self.requests[-1])
+        status, body, *headers = answer
         if isinstance(body, Streamed):
             return httpx2.Response(status, stream=body, headers={"content-type": body.content_type})
         # retry-after-ms: the SDK's retries run, without its half-second backoff.
