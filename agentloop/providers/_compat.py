@@ -42,6 +42,8 @@ class Compat:
     which servers need which.
     """
 
+    __module__ = "agentloop.providers.openai"  # where it is imported from
+
     #: Give every call an id of agentloop's making and drop the server's: for servers whose
     #: ids repeat from one reply to the next (counted per reply, or from the history sent).
     fresh_ids: bool = attrs.field(default=False, validator=_flag)

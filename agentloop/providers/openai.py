@@ -4,7 +4,9 @@
 its registry's specs with every request, which go out as the API's ``tools``.
 With ``openai.OpenAI`` the model callback is a plain function, with
 ``openai.AsyncOpenAI`` an ``async def`` one (for ``arun``/``astart``). Any
-OpenAI-compatible server works through the client's ``base_url``.
+OpenAI-compatible server works through the client's ``base_url``; what such
+servers do differently is repaired by ``openai_chat``, or switched with
+``compat=Compat(...)`` where a repair cannot be sure.
 
 History to request (both APIs keep every message in place):
 
