@@ -665,10 +665,102 @@ async def test_tool_messages_are_named_where_the_server_wants_it(
 def test_compat_takes_switches_and_nothing_else() -> None:
     """Each switch is a bool, the adapter's ``compat`` a ``Compat``: anything else is a
     ``TypeError`` that names what was expected, now rather than at the first step."""
-    assert Compat() == Compat(fresh_ids=False, tool_names=False, stream_usage=True, short_ids=False)
+    assert Compat() == Compat(
+        fresh_ids=False,
+        tool_names=False,
+        stream_usage=True,
+        short_ids=False,
+        thought_signatures=False,
+    )
     with pytest.raises(
         TypeError, match=r"^Compat\(\) expected tool_names to be True or False, got 1$"
     ):
         Compat(tool_names=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^openai_chat\(\) expected compat to be a Compat"):
         chat(client(Wire([]), "sync"), "m", compat={"tool_names": True})
+
+
+def gemini_signatures(request: Message) -> tuple[int, Message] | None:
+    """Gemini 3 refuses a step of the current turn (after the last user message) whose first
+    call has no thought signature; and, as its endpoint does, a tool message without a name."""
+    messages = request["messages"]
+    last_user = max(at for at, m in enumerate(messages) if m["role"] == "user")
+    for at, message in enumerate(messages[last_user + 1 :], start=last_user + 1):
+        calls = message.get("tool_calls") or []
+        signed = calls[0].get("extra_content", {}).get("google", {}) if calls else {}
+        if calls and not signed.get("thought_signature"):
+            text = f"Function call is missing a thought_signature in functionCall parts. ({at})"
+            return 400, [{"error": {"code": 400, "message": text, "status": "INVALID_ARGUMENT"}}]  # type: ignore[return-value]
+    return gemini_names(request)
+
+
+SIGNED = completion(
+    calls=[
+        {
+            **tool_call("function-call-1"),
+            "extra_content": {"google": {"thought_signature": "c2lnbmF0dXJlLTE="}},
+        },
+        tool_call("function-call-2", "mul", '{"a": 2, "b": 4}'),
+    ]
+)
+
+
+@pytest.mark.parametrize("switched", [False, True], ids=["refused", "thought-signatures"])
+async def test_gemini_thought_signatures_go_back_with_their_calls(
+    switched: bool, flavour: str, streamed: bool
+) -> None:
+    """Gemini 3 sends a thought signature with a step's first call (``extra_content``), and
+    refuses the next request without it: the call keeps it (``signature``, in the record), and
+    ``Compat(thought_signatures=True)`` sends it back with the call."""
+    script = [answer(SIGNED, streamed), answer(DONE, streamed)]
+    wire = Wire(refusing(gemini_signatures, script))
+    compat = Compat(tool_names=True, thought_signatures=switched)
+    loop = Loop(model(wire, flavour, streamed, compat=compat), tools=tools(), retry=instant())
+    result = await run(loop, flavour, "2+3, 2*4?")
+    first, second = result.transcript[1]["calls"]
+    assert first == {
+        "id": "function-call-1",
+        "name": "add",
+        "arguments": {"a": 2, "b": 3},
+        "signature": "c2lnbmF0dXJlLTE=",
+    }
+    assert "signature" not in second
+    if not switched:
+        assert (result.status, result.steps) == ("failed", 2)
+        assert result.error is not None
+        assert result.error.startswith("the model raised BadRequestError: ")
+        return
+    assert (result.status, result.output) == ("finished", "5.")
+    (turn,) = [m for m in wire.requests[1]["messages"] if m["role"] == "assistant"]
+    assert [c.get("extra_content") for c in turn["tool_calls"]] == [
+        {"google": {"thought_signature": "c2lnbmF0dXJlLTE="}},
+        None,
+    ]
+
+
+async def test_a_call_gemini_did_not_make_is_sent_with_googles_stand_in(
+    flavour: str, streamed: bool
+) -> None:
+    """A call of the current turn that no Gemini reply signed (another provider's, after a
+    fallback) goes with the signature Google documents for it, which Gemini 3 takes."""
+    carried = [
+        {"kind": "user", "text": "2+3?"},
+        {"kind": "call", "id": "call_from_elsewhere", "name": "add", "arguments": {"a": 2, "b": 3}},
+        {
+            "kind": "tool_result",
+            "id": "call_from_elsewhere",
+            "name": "add",
+            "status": "ok",
+            "content": 5,
+        },
+    ]
+    wire = Wire(refusing(gemini_signatures, [answer(DONE, streamed)]))
+    compat = Compat(tool_names=True, thought_signatures=True)
+    result = await run(
+        Loop(model(wire, flavour, streamed, compat=compat), tools=tools()), flavour, carried
+    )
+    assert (result.status, result.output) == ("finished", "5.")
+    (turn,) = [m for m in wire.requests[0]["messages"] if m["role"] == "assistant"]
+    assert turn["tool_calls"][0]["extra_content"] == {
+        "google": {"thought_signature": "skip_thought_signature_validator"}
+    }

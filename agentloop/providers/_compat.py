@@ -23,7 +23,16 @@ from typing import Final
 
 import attrs
 
-__all__ = ["CallIds", "Compat", "fresh_id", "short_ids"]
+__all__ = [
+    "DEFAULT",
+    "SKIP_SIGNATURE",
+    "CallIds",
+    "Compat",
+    "extra",
+    "fresh_id",
+    "short_ids",
+    "thought_signature",
+]
 
 
 def _flag(_: object, attribute: attrs.Attribute[bool], value: object) -> None:
@@ -56,10 +65,38 @@ class Compat:
     #: Send every call id as nine letters and digits (an id of another form is replaced, the
     #: same way in the call and in its result): for servers that refuse any other id.
     short_ids: bool = attrs.field(default=False, validator=_flag)
+    #: Send each call's thought signature back as Gemini's endpoint wants it
+    #: (``extra_content.google.thought_signature``), and Google's documented stand-in on the
+    #: first call of a step of the current turn that has none: Gemini 3 refuses such a step.
+    thought_signatures: bool = attrs.field(default=False, validator=_flag)
 
 
 #: What ``openai_chat`` does when no ``compat`` is given: OpenAI's own Chat Completions.
 DEFAULT: Final = Compat()
+#: The thought signature Google documents for a call that Gemini did not make.
+SKIP_SIGNATURE: Final = "skip_thought_signature_validator"
+
+
+def extra(value: object, name: str) -> object:
+    """A field the SDK's model does not declare but kept as it came (a server's own), or None.
+
+    Read from pydantic's ``model_extra``: asking the model for a missing
+    attribute costs an exception, several microseconds a delta.
+    """
+    extras = getattr(value, "model_extra", None)
+    return extras.get(name) if extras else None
+
+
+def thought_signature(call: object) -> str | None:
+    """The thought signature Gemini's endpoint sends with a tool call, if any.
+
+    In the call's ``extra_content.google.thought_signature`` (a field of
+    Gemini's own, which the SDK keeps as it came); only Gemini sends it.
+    """
+    content = extra(call, "extra_content")
+    google = content.get("google") if type(content) is dict else None
+    found = google.get("thought_signature") if type(google) is dict else None
+    return found if type(found) is str and found else None
 
 
 def fresh_id() -> str:

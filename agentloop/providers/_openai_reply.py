@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any, Final, TypeGuard
 
 import orjson
 
+from agentloop._core._messages import SIGNATURE
 from agentloop._core._retry import mark
 from agentloop._errors import IncompleteReply
-from agentloop.providers._compat import CallIds
+from agentloop.providers._compat import CallIds, extra, thought_signature
 from agentloop.providers._convert import parsed_arguments, reply, usage
 
 if TYPE_CHECKING:
@@ -62,13 +63,14 @@ def chat_reply(completion: ChatCompletion, fresh: bool = False) -> Message:
     choice = completion.choices[0]
     message = choice.message
     ids = CallIds(fresh)
-    calls: list[tuple[str, str, str, object]] = []
+    calls: list[tuple[str, str, str, object, str | None]] = []
     for call in message.tool_calls or ():
         if call.type == "function" or call.type is None:  # some servers leave the type out
             function = call.function
-            calls.append(("function", ids(call.id), function.name, function.arguments))
+            signature = thought_signature(call)
+            calls.append(("function", ids(call.id), function.name, function.arguments, signature))
         else:
-            calls.append((call.type, ids(call.id), "", ""))
+            calls.append((call.type, ids(call.id), "", "", None))
     return chat_outcome(used, choice.finish_reason, message.content, message.refusal, "", calls)
 
 
@@ -88,12 +90,13 @@ def chat_usage(used: object) -> Message | None:
         return None
     cached = _field(_field(used, "prompt_tokens_details"), "cached_tokens")
     if cached is None:
-        cached = _field(used, "prompt_cache_hit_tokens")
+        cached = used.get("prompt_cache_hit_tokens") if type(used) is dict else None
+        cached = extra(used, "prompt_cache_hit_tokens") if cached is None else cached
     return usage(prompt, output, cached if _count(cached) and cached <= prompt else 0)
 
 
 def _field(value: object, name: str) -> object:
-    """``value``'s field ``name``: a dict's item or a model's attribute, None if it has none."""
+    """``value``'s field ``name`` (one the SDK declares): a dict's item or a model's attribute."""
     if type(value) is dict:
         return value.get(name)
     return None if value is None else getattr(value, name, None)
@@ -109,12 +112,13 @@ def chat_outcome(
     content: str | None,
     refusal: str | None,
     choice: str | None,
-    calls: Iterable[tuple[str, str, str, object]],
+    calls: Iterable[tuple[str, str, str, object, str | None]],
 ) -> Message:
     """The reply for a first choice's parts, whole or streamed (``choice`` None: no choice).
 
-    ``calls`` are ``(type, id, name, arguments)``, in order, their ids final;
-    arguments are the model's text, or an object where a server sends one.
+    ``calls`` are ``(type, id, name, arguments, signature)``, in order, their
+    ids final; arguments are the model's text, or an object where a server
+    sends one; a signature (Gemini's thought signature) is kept with its call.
     """
     if choice is None:
         raise IncompleteReply("the reply was empty: the response has no choices", used)
@@ -128,12 +132,15 @@ def chat_outcome(
             mark(exc, "server")
         raise exc
     parsed = []
-    for kind, call_id, name, arguments in calls:
+    for kind, call_id, name, arguments, signature in calls:
         if kind != "function":
             raise IncompleteReply(
                 f"the model made a {kind!r} tool call, which agentloop lacks", used
             )
-        parsed.append({"id": call_id, "name": name, "arguments": call_arguments(arguments)})
+        call = {"id": call_id, "name": name, "arguments": call_arguments(arguments)}
+        if signature is not None:
+            call[SIGNATURE] = signature
+        parsed.append(call)
     return reply(content or "", parsed, used)
 
 

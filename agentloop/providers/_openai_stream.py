@@ -13,7 +13,7 @@ import orjson
 
 from agentloop._errors import IncompleteReply
 from agentloop._streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
-from agentloop.providers._compat import CallIds
+from agentloop.providers._compat import CallIds, extra, thought_signature
 from agentloop.providers._openai_reply import chat_outcome, chat_usage, responses_reply
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class _ChatFold:
     def __init__(self, fresh: bool = False) -> None:
         self.text: list[str] = []
         self.refusal: list[str] = []
-        # In the order they opened: [type, id, name, [argument texts], the server's id]
+        # In the order they opened: [type, id, name, [argument texts], the server's id, signature]
         self.calls: list[list[Any]] = []
         self.at: dict[int | None, int] = {}  # the server's index (None: none): its call's place
         self.ids = CallIds(fresh)
@@ -74,7 +74,7 @@ class _ChatFold:
         out: list[Delta] = []
         reported = chunk.usage
         if reported is None and choices:  # Groq's, on its last chunk
-            groq = getattr(chunk, "x_groq", None)
+            groq = extra(chunk, "x_groq")
             reported = groq.get("usage") if type(groq) is dict else None
         used = chat_usage(reported)
         if used is not None:  # the last chunk (include_usage), or one with the finish
@@ -108,7 +108,8 @@ class _ChatFold:
             name = (function.name if function else None) or ""
             place = self.at[index] = len(self.calls)
             call_id = self.ids(given)
-            self.calls.append([call.type or "function", call_id, name, [], given])
+            signature = thought_signature(call)  # Gemini's, with the call's start
+            self.calls.append([call.type or "function", call_id, name, [], given, signature])
             out.append(ToolCallStart(index=place, id=call_id, name=name))
         arguments = function.arguments if function is not None else None
         if arguments:
@@ -121,7 +122,8 @@ class _ChatFold:
         if self.choice is not None and self.finish is None:
             raise IncompleteReply("the stream ended before the reply did (no finish_reason)")
         calls = [
-            (kind, call_id, name, "".join(parts)) for kind, call_id, name, parts, _ in self.calls
+            (kind, call_id, name, "".join(parts), signature)
+            for kind, call_id, name, parts, _, signature in self.calls
         ]
         return chat_outcome(
             self.used,

@@ -40,7 +40,8 @@ except ImportError as exc:
         "agentloop.providers.openai needs the OpenAI SDK: pip install 'agentloop-fsm[openai]'"
     ) from exc
 
-from agentloop.providers._compat import DEFAULT, Compat, short_ids
+from agentloop._core._messages import SIGNATURE
+from agentloop.providers._compat import DEFAULT, SKIP_SIGNATURE, Compat, short_ids
 from agentloop.providers._convert import (
     AsyncModel,
     Message,
@@ -306,6 +307,9 @@ def _chat_messages(history: list[Message], compat: Compat = DEFAULT) -> list[dic
     """The history as Chat Completions ``messages``, as ``compat`` says the server takes them."""
     out: list[dict[str, Any]] = []
     wire = _wire_ids(history) if compat.short_ids else None
+    turn_start = -1  # the last user message: Gemini 3 checks the signatures after it
+    if compat.thought_signatures:
+        turn_start = max((i for i, m in enumerate(history) if m.get("kind") == "user"), default=-1)
     for index, message in enumerate(history):  # the commonest kinds first
         kind = message.get("kind")
         if kind == "tool_result":
@@ -330,6 +334,8 @@ def _chat_messages(history: list[Message], compat: Compat = DEFAULT) -> list[dic
                 }
                 for call in calls
             ]
+            if compat.thought_signatures:
+                _signed(turn["tool_calls"], calls, index > turn_start)
             out.append(turn)
         elif kind == "user" or kind == "system":
             out.append({"role": kind, "content": message["text"]})
@@ -338,6 +344,18 @@ def _chat_messages(history: list[Message], compat: Compat = DEFAULT) -> list[dic
         else:
             raise unknown_kind(index, kind)
     return out
+
+
+def _signed(sent: list[dict[str, Any]], calls: list[Message], current: bool) -> None:
+    """Each call's thought signature in its tool call, as Gemini's endpoint takes it.
+
+    In the current turn, a step whose first call has none gets Google's
+    stand-in there (another provider's calls, or a history written by hand).
+    """
+    for at, (entry, call) in enumerate(zip(sent, calls, strict=True)):
+        signature = call.get(SIGNATURE) or (SKIP_SIGNATURE if current and at == 0 else None)
+        if signature is not None:
+            entry["extra_content"] = {"google": {"thought_signature": signature}}
 
 
 def _wire_ids(history: list[Message]) -> dict[str, str]:
