@@ -17,12 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 import openai
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentloop import Loop, SQLiteLedger, ToolRegistry
 from agentloop.context import keep_last
 from agentloop.models import RetryPolicy
+from agentloop.providers._compat import CallIds, short_ids
 from agentloop.providers.openai import Compat, openai_chat
 from agentloop.review import load_run, save_run
+from agentloop.streaming import ToolCallStart
 
 from .helpers import add, mul
 from .test_providers_streaming import pieces
@@ -225,9 +229,7 @@ async def test_a_streamed_call_starts_with_the_id_it_ends_with(flavour: str) -> 
         items = list(stream)
     reply = items[-1]
     starts = [
-        (item.index, item.id, item.name)
-        for item in items[:-1]
-        if type(item).__name__ == "ToolCallStart"
+        (item.index, item.id, item.name) for item in items[:-1] if type(item) is ToolCallStart
     ]
     assert starts == [(at, c["id"], c["name"]) for at, c in enumerate(reply["calls"])]
     assert all(MADE.fullmatch(c["id"]) for c in reply["calls"])
@@ -764,3 +766,54 @@ async def test_a_call_gemini_did_not_make_is_sent_with_googles_stand_in(
     assert turn["tool_calls"][0]["extra_content"] == {
         "google": {"thought_signature": "skip_thought_signature_validator"}
     }
+
+
+# -- the ids, as properties ----------------------------------------------------------------------
+
+SHORT = re.compile(r"[A-Za-z0-9]{9}")
+server_ids = st.one_of(
+    st.none(),
+    st.just(""),
+    st.sampled_from(["call_0", "functions.add:0", "a"]),
+    st.text(max_size=12),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(given_ids=st.lists(server_ids, max_size=8), fresh=st.booleans())
+def test_a_replys_ids_are_unique_and_the_servers_where_they_can_be(
+    given_ids: list[str | None], fresh: bool
+) -> None:
+    """Whatever ids a server gives a reply's calls, each call gets a non-empty id no other call
+    of the reply has: the server's own when it has one that no earlier call took (unless
+    ``fresh``), else one of agentloop's making."""
+    ids = CallIds(fresh)
+    made = [ids(one) for one in given_ids]
+    assert len(set(made)) == len(made)
+    taken: set[str] = set()
+    for one, got in zip(given_ids, made, strict=True):
+        if one and one not in taken and not fresh:
+            assert got == one
+        else:
+            assert MADE.fullmatch(got)
+        taken.add(got)
+
+
+ids_in_a_history = st.lists(
+    st.one_of(st.text(min_size=1, max_size=40), st.from_regex(SHORT, fullmatch=True)), max_size=10
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=ids_in_a_history, later=ids_in_a_history)
+def test_short_ids_are_one_to_one_and_stable(ids: list[str], later: list[str]) -> None:
+    """Every id becomes nine letters and digits, two ids never one, an id of that form stays
+    itself, and an id keeps its short form when the history grows (a call and its result,
+    sent in one request and again in the next, agree)."""
+    short = short_ids(ids)
+    assert set(short) == set(ids)
+    assert all(SHORT.fullmatch(one) for one in short.values())
+    assert len(set(short.values())) == len(short)
+    assert all(short[one] == one for one in ids if SHORT.fullmatch(one))
+    grown = short_ids(ids + later)
+    assert all(grown[one] == short[one] for one in ids)
