@@ -9,6 +9,7 @@ process that has its ``Loop`` resumes it.
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import sqlite3
 import time
@@ -48,12 +49,8 @@ _RUNNING: Final = "no outcome recorded: running now, or cut off when its process
 
 
 def is_ledger(path: str) -> bool:
-    """Whether ``path`` starts as an SQLite file does (a run file is JSON)."""
-    try:
-        with Path(path).open("rb") as file:
-            return file.read(len(_MAGIC)) == _MAGIC
-    except OSError:
-        return False  # said by whoever reads it next
+    """Whether SQLite reads ``path`` as a database (a run file is JSON): ``_header``."""
+    return _header(path) is not None
 
 
 def runs(path: str, states: Iterable[str]) -> int:
@@ -168,33 +165,59 @@ def decide(path: str, run_id: str, verdicts: list[str]) -> int:
 def _open(path: str) -> SQLiteLedger:
     """The ledger in ``path``, which must exist and be one (it is never made here)."""
     try:
-        with Path(path).open("rb") as file:
-            head = file.read(len(_MAGIC))
+        os.stat(path)
     except OSError as exc:
         raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if head != _MAGIC:
+    header = _header(path)
+    if header is None:
+        # Not a database, so no SQLite connection holds it: its first bytes may be read.
+        try:
+            with Path(path).open("rb") as file:
+                head = file.read(len(_MAGIC))
+        except OSError as exc:
+            raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
         # A saved run is JSON: say which command reads it.
         hint = f"; a run file is read by agentloop show {path}" if head[:1] == b"{" else ""
         raise CommandError(
             f"not a ledger: {path} is not an SQLite file (expected a ledger that "
             f"agentloop.SQLiteLedger made, got a file starting with {head[:8]!r}){hint}"
         )
-    # Asked read-only first: opening a file as a ledger would turn another database to WAL.
-    try:
-        uri = f"{Path(path).absolute().as_uri()}?mode=ro"
-        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
-            (application_id,) = db.execute("PRAGMA application_id").fetchone()
-    except sqlite3.Error as exc:
-        raise CommandError(f"cannot read {path} as a ledger: {exc}") from None
-    if application_id != APPLICATION_ID:
+    application_id, tables = header
+    # Refused before SQLiteLedger opens it: that would turn another database to WAL.
+    if application_id not in (0, APPLICATION_ID) or (application_id == 0 and tables):
         raise CommandError(
             f"not a ledger: {path} is an SQLite database that agentloop.SQLiteLedger did not "
             f"make (expected application_id {APPLICATION_ID:#x}, got {application_id:#x})"
         )
     try:
-        return SQLiteLedger(path)
+        return SQLiteLedger(path, make=False)
     except LedgerError as exc:
         raise CommandError(str(exc)) from None
+
+
+def _header(path: str) -> tuple[int, bool] | None:
+    """The application id in ``path``'s header, and whether it has tables; None if no database.
+
+    Asked of SQLite, read-only and as an immutable file: it reads the file's
+    header through its own descriptor (which it keeps while this process holds
+    the file's locks), and neither runs a recovery of the write-ahead log
+    (SQLiteLedger checks the log first) nor looks at the log: tables made since
+    the last checkpoint are not seen here. An empty file is no database.
+    """
+    try:
+        if os.stat(path).st_size == 0:
+            return None
+        uri = f"{Path(path).absolute().as_uri()}?mode=ro&immutable=1"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            (application_id,) = db.execute("PRAGMA application_id").fetchone()
+            tables = db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None
+    except sqlite3.DatabaseError as exc:
+        if exc.sqlite_errorname == "SQLITE_NOTADB":
+            return None
+        return 0, False  # SQLite's own words are SQLiteLedger's to say
+    except (OSError, sqlite3.Error):
+        return None  # said by whoever reads it next
+    return application_id, tables
 
 
 def _view(path: str, run_id: str) -> LedgerRun:

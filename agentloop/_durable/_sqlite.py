@@ -29,6 +29,14 @@ frame fails its checksum, while records committed in it are not yet in the
 file, is a ``LedgerError``: opening would silently drop them. (A WAL removed
 together with its index, once the tables are in the file, looks like a ledger
 closed cleanly, where SQLite removes both: what it held is lost unseen.)
+
+The files are never opened behind SQLite's back: closing any descriptor of a
+file drops every POSIX lock the process holds on it, SQLite's included, and
+another process closing its connection would then take the live WAL for an
+unused one, copy it in and remove it while this one still commits to it. So
+the file is looked at with ``os.stat`` only (what it holds, SQLite itself
+reads: a file that is not a database, or cut short, is refused as SQLite
+finds it), and the WAL and its index only while no connection holds them.
 """
 
 from __future__ import annotations
@@ -60,7 +68,6 @@ __all__ = ["APPLICATION_ID", "VERSION", "SQLiteLedger"]
 APPLICATION_ID: Final = 0x41474C4C
 #: ``PRAGMA user_version``: the layout of the tables (each run's header versions its records).
 VERSION: Final = 1
-_MAGIC: Final = b"SQLite format 3\x00"
 
 
 class SQLiteLedger:
@@ -68,6 +75,8 @@ class SQLiteLedger:
 
     ``SQLiteLedger("runs.db")`` creates the file, or opens one it made before;
     ``":memory:"`` is refused (``ValueError``): a ledger must outlive its process.
+    With ``make=False`` only a ledger that exists is opened: a missing file, or
+    one that holds no ledger, is a ``LedgerError`` (what the command line uses).
     A file that is not a ledger, is cut short, has lost records its
     write-ahead log held (the log removed or damaged), has another name (a
     hard link), or was written by a newer agentloop is refused right here
@@ -85,6 +94,7 @@ class SQLiteLedger:
         *,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         timeout: float = 30.0,
+        make: bool = True,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(
@@ -93,6 +103,8 @@ class SQLiteLedger:
             )
         if not isinstance(path, str | os.PathLike):
             raise TypeError(f"expected path to be a str or a Path, got {type(path).__name__}")
+        if type(make) is not bool:
+            raise TypeError(f"expected make to be a bool, got {type(make).__name__}")
         if os.fspath(path) in (":memory:", ""):
             raise ValueError(
                 f"expected the path of a ledger file, got {os.fspath(path)!r}: a ledger "
@@ -107,7 +119,7 @@ class SQLiteLedger:
         # The file itself, under whatever name it was given: its WAL, its lock file and
         # its marker are named from this one path.
         real = Path(os.path.realpath(self.path))
-        _check_file(real, self.path)
+        _check_file(real, self.path, make=make)
         self._locks = _lock_file(real, self.path)
         written = self._locks.enter(lambda: _check_log(real), timeout)
         try:
@@ -119,7 +131,7 @@ class SQLiteLedger:
                 raise LedgerError(f"{self.path}: cannot open the ledger: {exc}") from None
             try:
                 with self._using("open"):
-                    self._setup(timeout, written=written)
+                    self._setup(timeout, written=written, make=make)
                 if not written:
                     self._locks.mark_written()
             except BaseException:
@@ -253,13 +265,28 @@ class SQLiteLedger:
 
     # -- inside -----------------------------------------------------------------------
 
-    def _setup(self, timeout: float, *, written: bool) -> None:
+    def _setup(self, timeout: float, *, written: bool, make: bool) -> None:
         """WAL mode, the sync level, and the tables (made once; checked every time).
 
         ``written``: the lock file says the tables were made (read before SQLite
-        was asked, so tables made since are seen).
+        was asked, so tables made since are seen). ``make``: tables may be made.
+        The file is read before it is switched to WAL mode: another database is
+        refused unchanged.
         """
         db = self._db
+        db.execute("BEGIN")  # one snapshot: another process may be making the tables
+        try:
+            application_id, version = self._version()  # SQLite reads the file's header here
+            if application_id not in (0, APPLICATION_ID):
+                raise LedgerError(
+                    f"{self.path}: not an agentloop ledger: an SQLite database with "
+                    f"application_id {application_id:#x}"
+                )
+            if (application_id, version) == (0, 0):
+                self._no_ledger(written=written, make=make)
+        finally:
+            if db.in_transaction:
+                db.execute("COMMIT")
         mode = _wal_mode(db, timeout)
         if mode != "wal":
             raise LedgerError(
@@ -267,25 +294,13 @@ class SQLiteLedger:
                 "a ledger needs a file on a local disk"
             )
         db.execute(f"PRAGMA synchronous = {self.synchronous}")
-        if written and self._version() == (0, 0) and not self._tables():
-            raise LedgerError(
-                f"{self.path}: the ledger was written, but its tables are missing: the "
-                f"write-ahead log that held them ({self.path.name}-wal) is lost or damaged. "
-                "Nothing recorded since the ledger was made can be read; restore the file "
-                "and its -wal from a backup, or remove the ledger's files to start a new one"
-            )
         if self._version() == (0, 0):
             db.execute(
                 "BEGIN IMMEDIATE"
             )  # one process makes the tables; others wait, then see them
             try:
                 if self._version() == (0, 0):
-                    tables = self._tables()
-                    if tables:
-                        raise LedgerError(
-                            f"{self.path}: not an agentloop ledger: an SQLite database of "
-                            f"other tables ({', '.join(sorted(tables)[:5])})"
-                        )
+                    self._no_ledger(written=written, make=make)
                     for statement in _SCHEMA:
                         db.execute(statement)
                     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
@@ -324,6 +339,27 @@ class SQLiteLedger:
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+
+    def _no_ledger(self, *, written: bool, make: bool) -> None:
+        """Refuse a file that holds no ledger yet, unless it is to be made one here."""
+        tables = self._tables()
+        if tables:
+            raise LedgerError(
+                f"{self.path}: not an agentloop ledger: an SQLite database of "
+                f"other tables ({', '.join(sorted(tables)[:5])})"
+            )
+        if written:
+            raise LedgerError(
+                f"{self.path}: the ledger was written, but its tables are missing: the "
+                f"write-ahead log that held them ({self.path.name}-wal) is lost or damaged. "
+                "Nothing recorded since the ledger was made can be read; restore the file "
+                "and its -wal from a backup, or remove the ledger's files to start a new one"
+            )
+        if not make:
+            raise LedgerError(
+                f"{self.path}: not a ledger: expected a ledger that agentloop.SQLiteLedger "
+                "made, got a file that holds none (make=False makes none)"
+            )
 
     def _tables(self) -> dict[str, str]:
         """Each table SQLite knows in this file (its own ``sqlite_`` ones aside), and its SQL."""
@@ -375,6 +411,18 @@ class _Using:
     ) -> None:
         self._ledger._lock.release()
         if isinstance(exc, sqlite3.Error):
+            path = self._ledger.path
+            if exc.sqlite_errorname == "SQLITE_NOTADB" and self._what == "open":
+                if not _has_log(path):
+                    raise LedgerError(
+                        f"{path}: not a ledger: expected an SQLite database that "
+                        f"agentloop.SQLiteLedger made, got a file SQLite does not read as one "
+                        f"({exc})"
+                    ) from exc
+                raise LedgerError(
+                    f"{path}: open: the file or its write-ahead log ({path.name}-wal) is "
+                    f"damaged: {exc}"
+                ) from exc
             damaged = isinstance(exc, sqlite3.DatabaseError) and not isinstance(
                 exc, sqlite3.OperationalError | sqlite3.IntegrityError
             )
@@ -429,6 +477,14 @@ class _Writer:
 
 
 # -- fail fast on a file that is not a ledger ------------------------------------------
+
+
+def _has_log(path: Path) -> bool:
+    """Whether the ledger has a write-ahead log that is not empty (by ``os.stat``)."""
+    try:
+        return os.stat(f"{os.path.realpath(path)}-wal").st_size > 0
+    except FileNotFoundError:
+        return False
 
 
 def _wal_mode(db: sqlite3.Connection, timeout: float) -> str:
