@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -559,6 +560,14 @@ def test_opening_a_ledger_never_opens_sqlites_files_itself(
     capsys.readouterr()
     assert opened == []
     ledger.close()
+    # Another SQLite connection of this process (not a ledger's) holds the files: the log
+    # is SQLite's then too, and not read.
+    with contextlib.closing(sqlite3.connect(db)) as raw:
+        assert raw.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+        SQLiteLedger(db).close()
+    assert opened == []
+    SQLiteLedger(db).close()  # held by nobody: the log is checked (SQLite holds none of it)
+    assert opened != []
 
 
 # -- a second ledger on a file this process has open -----------------------------------
