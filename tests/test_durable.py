@@ -462,6 +462,63 @@ def test_an_unknown_outcome_is_recorded_and_kept_on_the_next_resume() -> None:
     assert [tool for tool, _ in world.effects] == ["effect"]  # c1 ran once, in the first process
 
 
+def test_decisions_for_a_run_whose_end_is_unrecorded_are_refused_and_record_nothing() -> None:
+    """A run that ended before its end was written, resumed with decisions: refused as any
+    ended run is, and the ledger is left as it was; resumed without, its end is written."""
+    memory = MemoryLedger()
+    with pytest.raises(Crash):  # dies as the end is about to be recorded
+        make_loop([final("done")], World(), CrashingLedger(memory, 2)).run("go", run_id="r1")
+    before = list(memory.records["r1"])
+    assert [record.kind for record in before] == ["reply"]
+    loop = make_loop([final("done")], World(), memory)
+    with pytest.raises(agentloop.InvalidStateError, match=r"run 'r1' ended 'finished'"):
+        loop.resume("r1", decisions={"c1": agentloop.approve()})
+    assert memory.records["r1"] == before
+    assert loop.resume("r1").output == "done"
+    assert [record.kind for record in memory.records["r1"]] == ["reply", "end"]
+
+
+def test_every_refused_operation_leaves_the_ledger_as_it_was() -> None:
+    """Starting, continuing, resuming or forking refused for any reason records nothing."""
+    memory = MemoryLedger()
+    asks = agentloop.ToolRegistry(
+        [agentloop.Tool(lambda n: n, name="effect", policy=lambda c: agentloop.ask("a person"))]
+    )
+    paused = agentloop.Loop(by_history([call("c1", "effect", n=1)]), tools=asks, ledger=memory)
+    assert paused.run("go", run_id="paused").status == "awaiting_approval"
+    failing = make_loop([ValueError("down")], World(), memory)
+    assert failing.run("go", run_id="failed").status == "failed"
+    done = make_loop([final("done")], World(), memory)
+    finished = done.run("go", run_id="finished")
+    other = make_loop([final("done")], World(), memory, max_steps=3)
+    tight = make_loop([final("done")], World(), memory, max_steps=0)
+
+    def snapshot() -> dict[str, tuple[bytes, list[Any]]]:
+        return {run_id: memory.read(run_id) for run_id in memory.headers}
+
+    before = snapshot()
+    refusals: list[tuple[Any, type[Exception]]] = [
+        (lambda: done.run("go", run_id="a:b"), ValueError),
+        (lambda: done.run("go", run_id="finished"), agentloop.RunExistsError),
+        (lambda: done.start("go", run_id=""), ValueError),
+        (lambda: done.continue_run("paused"), agentloop.InvalidStateError),
+        (lambda: done.continue_run("finished"), ValueError),
+        (lambda: done.continue_run("failed", run_id="x:y"), ValueError),
+        (lambda: done.continue_run("failed", parent_run_id="p"), ValueError),
+        (lambda: paused.resume("paused", decisions={"c9": agentloop.approve()}), ValueError),
+        (lambda: paused.resume("paused", decisions={}), ValueError),
+        (lambda: done.resume("finished", decisions={}), agentloop.InvalidStateError),
+        (lambda: other.resume("failed"), agentloop.ConfigurationMismatchError),
+        (lambda: done.fork(finished, at=99, run_id="fork"), ValueError),
+        (lambda: tight.fork(finished, at=2, run_id="fork"), ValueError),
+    ]
+    for refused, kind in refusals:
+        with pytest.raises(kind):
+            refused()
+        assert snapshot() == before
+        assert not memory.claimed  # and no claim is left behind
+
+
 # -- random scripts, random crash points ----------------------------------------------------------
 
 TOOLS = ("effect", "idem", "fail")
