@@ -23,7 +23,7 @@ from agentloop._cli._files import write_page
 from agentloop._cli._output import CommandError, print_lines, self_command, shell_path
 from agentloop._core._approval import Decision, approve, deny
 from agentloop._durable._sqlite import APPLICATION_ID, SQLiteLedger
-from agentloop._durable._view import LedgerRun, decide_run, list_runs, view_run
+from agentloop._durable._view import LedgerRun, RunSummary, decide_run, list_runs, view_run
 from agentloop._errors import InvalidStateError, LedgerError, RunNotFoundError
 
 if TYPE_CHECKING:
@@ -56,8 +56,7 @@ def is_ledger(path: str) -> bool:
 def runs(path: str, states: Iterable[str]) -> int:
     """Every run of the ledger (of ``states`` only, if any): a line each."""
     wanted = set(states)
-    with _open(path) as ledger:
-        found = list_runs(ledger)
+    found = _listed(path)
     rows = [("run", "state", "steps", "calls", "last change", "pending")]
     problems = []
     for run in found:
@@ -113,8 +112,7 @@ def result(path: str, run_id: str) -> RunResult:
 
 def pending(path: str) -> int:
     """Every call waiting for a person in the ledger: run, call, tool, reason, arguments."""
-    with _open(path) as ledger:
-        found = list_runs(ledger)
+    found = _listed(path)
     rows = [("run", "call", "tool", "reason", "arguments")]
     for run in found:
         rows.extend(
@@ -220,6 +218,15 @@ def _header(path: str) -> tuple[int, bool] | None:
     return application_id, tables
 
 
+def _listed(path: str) -> list[RunSummary]:
+    """Every run of the ledger (``list_runs``); a ledger that cannot be listed, in one line."""
+    with _open(path) as ledger:
+        try:
+            return list_runs(ledger)
+        except LedgerError as exc:
+            raise CommandError(str(exc)) from None
+
+
 def _view(path: str, run_id: str) -> LedgerRun:
     if not run_id:
         raise CommandError(f"expected a run id ({_again(path, 'runs')} lists them), got ''")
@@ -252,7 +259,12 @@ def parse_verdicts(verdicts: list[str]) -> dict[str, str | None]:
 
 def when(at: float | None) -> str:
     """A time as ``time.time()`` gives it, in local time to the second; ``unknown`` if none."""
-    return "unknown" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    if at is None:
+        return "unknown"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    except (ValueError, OverflowError, OSError):  # no time a clock shows
+        return "unknown"
 
 
 def _again(path: str, command: str, run_id: str | None = None) -> str:

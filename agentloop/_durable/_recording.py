@@ -279,9 +279,12 @@ class DurableEngine(Engine):
         events = self._events
         at = self._recorded
         rejected = self._reply.value if transition.trigger is Trigger.MODEL_REPLIED else None
+        kind, key = record_of(transition)
+        assert key is not None, "the engine's transitions name their calls"
         try:
             self.journal.append(
-                *record_of(transition),
+                kind,
+                key,
                 events_body(at, events[at:], rejected if type(rejected) is NotJSON else None),
             )
         except BaseException:

@@ -226,8 +226,8 @@ def _recorded_context(recorded: Recorded) -> ContextPolicy | None:
         return None
     try:
         policy = policy_from_record(record)
-    except (KeyError, TypeError, ValueError):
-        policy = None
+    except (TypeError, ValueError) as exc:
+        raise LedgerError(f"run {recorded.run_id!r}: its header's context policy: {exc}") from None
     if policy is None:
         raise LedgerError(
             f"run {recorded.run_id!r}: its header's context policy cannot be made again here: "

@@ -41,6 +41,8 @@ finds it), and the WAL and its index only while no connection holds them.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import sqlite3
 import threading
@@ -228,33 +230,32 @@ class SQLiteLedger:
         """Every run id recorded, oldest first; ``finished=False`` only those not yet ended.
 
         After a restart, ``for run_id in ledger.run_ids(finished=False):
-        loop.resume(run_id)`` continues every run the crash interrupted.
+        loop.resume(run_id)`` continues every run the crash interrupted. An id
+        the file holds as something else than UTF-8 text (damaged) is listed as
+        its bytes, which no reader takes for a run id.
         """
         if finished is not None and type(finished) is not bool:
             raise TypeError(
                 f"expected finished to be a bool or None, got {type(finished).__name__}"
             )
-        query = "SELECT run_id FROM runs"
+        query = _RUN_IDS
         if finished is not None:
             has_end = "EXISTS (SELECT 1 FROM records WHERE run = runs.id AND kind = ?)"
             query += f" WHERE {'' if finished else 'NOT '}{has_end}"
         query += " ORDER BY id"
         with self._using("listing runs"):
             rows = self._db.execute(query, () if finished is None else (END,)).fetchall()
-        return [run_id for (run_id,) in rows]
+        return [_run_id(*row) for row in rows]
 
     def changed(self) -> dict[str, float | None]:
         """When each run last changed: its last record's commit (or its start), as ``time.time()``.
 
         ``None`` for a run with no time kept (recorded by an agentloop that kept none).
         """
-        query = (
-            "SELECT run_id, COALESCE((SELECT MAX(at) FROM records WHERE run = runs.id), at) "
-            "FROM runs ORDER BY id"
-        )
+        query = _CHANGED
         with self._using("listing runs"):
             rows = self._db.execute(query).fetchall()
-        return dict(rows)
+        return {_run_id(raw, kind): _time(at) for raw, kind, at in rows}
 
     def check(self) -> None:
         """Read the whole file (``PRAGMA quick_check``); ``LedgerError`` listing what is damaged."""
@@ -412,7 +413,7 @@ class _Using:
         self._ledger._lock.release()
         if isinstance(exc, sqlite3.Error):
             path = self._ledger.path
-            if exc.sqlite_errorname == "SQLITE_NOTADB" and self._what == "open":
+            if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB" and self._what == "open":
                 if not _has_log(path):
                     raise LedgerError(
                         f"{path}: not a ledger: expected an SQLite database that "
@@ -474,6 +475,36 @@ class _Writer:
         if not self._released:
             self._released = True
             self._ledger._locks.release(self._row)
+
+
+# -- reading what may be damaged ------------------------------------------------------
+#
+# A run's id is read as bytes with its SQLite type (``_run_id`` makes it text), so that
+# text that is not UTF-8 in one run's id is that run's damage, not every listing's; a
+# commit time is read only where it is a number (anything else is damage: no time).
+
+#: Each run's id.
+_RUN_IDS: Final = "SELECT CAST(run_id AS BLOB), typeof(run_id) FROM runs"
+#: Each run's id and its last record's commit time, else its start's.
+_CHANGED: Final = (
+    "SELECT CAST(run_id AS BLOB), typeof(run_id), COALESCE("
+    "(SELECT MAX(CASE WHEN typeof(at) IN ('integer', 'real') THEN at END) "
+    "FROM records WHERE run = runs.id), "
+    "CASE WHEN typeof(at) IN ('integer', 'real') THEN at END) FROM runs ORDER BY id"
+)
+
+
+def _run_id(raw: bytes, kind: str) -> str:
+    """A run's id as read: its text, or the bytes stored when they are not text."""
+    if kind == "text":
+        with contextlib.suppress(UnicodeDecodeError):
+            return raw.decode()
+    return raw  # type: ignore[return-value]  # damaged: no run id, as readers see
+
+
+def _time(at: float | None) -> float | None:
+    """A commit's time, or None where the file holds none (or no time a clock shows)."""
+    return None if at is None or not math.isfinite(at) else float(at)
 
 
 # -- fail fast on a file that is not a ledger ------------------------------------------

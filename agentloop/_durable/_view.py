@@ -141,6 +141,12 @@ def list_runs(ledger: Ledger) -> list[RunSummary]:
     for run_id in run_ids():
         at = times.get(run_id)
         try:
+            checked_run_id(run_id)
+        except (TypeError, ValueError) as exc:  # the store holds an id that is none: damaged
+            shown = run_id if type(run_id) is str else repr(run_id)
+            found.append(RunSummary(shown, None, 0, 0, at, (), f"its id is damaged: {exc}"))
+            continue
+        try:
             run = view_run(ledger, run_id)
         except LedgerError as exc:
             found.append(RunSummary(run_id, None, 0, 0, at, (), str(exc)))

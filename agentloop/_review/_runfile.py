@@ -227,7 +227,10 @@ def _policy(record: dict[str, Any] | None) -> ContextPolicy | None:
     """The run's context policy made again (its summaries are in its events), if it had one."""
     if record is None:
         return None
-    policy = policy_from_record(record)
+    try:
+        policy = policy_from_record(record)
+    except (TypeError, ValueError) as exc:
+        raise Mismatch("$.context", "a context policy this agentloop makes", str(exc)) from None
     if policy is None:
         raise Mismatch(
             "$.context.counter",
