@@ -129,8 +129,8 @@ def pending(path: str) -> int:
 
 def decide(path: str, run_id: str, verdicts: list[str]) -> int:
     """Record a person's decisions about paused run ``run_id``, all or nothing."""
-    given = parse_verdicts(verdicts)
     run = _view(path, run_id)
+    given = parse_verdicts(verdicts, [call.call_id for call in run.pending])
     # Bound to the calls shown: a call that changed since is refused, not decided.
     prints = {call.call_id: call.fingerprint for call in run.pending}
     decisions: dict[str, Decision] = {
@@ -241,11 +241,32 @@ def _view(path: str, run_id: str) -> LedgerRun:
             raise CommandError(str(exc)) from None
 
 
-def parse_verdicts(verdicts: list[str]) -> dict[str, str | None]:
-    """``CALL_ID=approve`` and ``CALL_ID=deny:REASON``, as call id -> ``None`` or the reason."""
+def parse_verdicts(verdicts: list[str], pending: Iterable[str] = ()) -> dict[str, str | None]:
+    """``CALL_ID=approve`` and ``CALL_ID=deny:REASON``, as call id -> ``None`` or the reason.
+
+    A call id may hold ``=``: the longest of the ``pending`` call ids that a
+    verdict starts with, followed by ``=approve`` or ``=deny:REASON``, is the
+    call it decides; else its call id ends at its first ``=``.
+    """
+    ids = sorted(set(pending), key=len, reverse=True)
     given: dict[str, str | None] = {}
     for text in verdicts:
-        call_id, _, verdict = text.partition("=")
+        try:
+            text.encode()
+        except UnicodeEncodeError:  # a byte the terminal's encoding did not decode
+            raw = text.encode(errors="surrogateescape")
+            raise CommandError(
+                "expected CALL_ID=approve or CALL_ID=deny:REASON in UTF-8 text (a reason is "
+                f"recorded as text), got bytes that are not: {raw!r}"
+            ) from None
+        call_id, verdict = next(
+            (
+                (pending_id, text[len(pending_id) + 1 :])
+                for pending_id in ids
+                if text.startswith(f"{pending_id}=") and _verdict(text[len(pending_id) + 1 :])
+            ),
+            text.partition("=")[::2],
+        )
         if not call_id or not (verdict == "approve" or verdict.startswith("deny:")):
             raise CommandError(f"expected CALL_ID=approve or CALL_ID=deny:REASON, got {text!r}")
         reason = None if verdict == "approve" else verdict.removeprefix("deny:")
@@ -255,6 +276,11 @@ def parse_verdicts(verdicts: list[str]) -> dict[str, str | None]:
             raise CommandError(f"expected one decision for call {call_id!r}, got two")
         given[call_id] = reason
     return given
+
+
+def _verdict(text: str) -> bool:
+    """Whether ``text`` is ``approve`` or ``deny:REASON``."""
+    return text == "approve" or (text.startswith("deny:") and len(text) > len("deny:"))
 
 
 def when(at: float | None) -> str:
