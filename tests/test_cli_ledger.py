@@ -284,7 +284,27 @@ def test_decided_from_the_command_line_then_resumed_in_another_process(tmp_path:
         }
     }
     with agentloop.SQLiteLedger(ledger) as opened:
-        assert agentloop.ledger.view_run(opened, "paused").state is State.DISPATCHING  # decided
+        view = agentloop.ledger.view_run(opened, "paused")
+        assert view.state is State.DISPATCHING
+        assert view.decided  # and nothing runs it until it is resumed
+    # Said so, not shown as dispatching as if it ran.
+    listed = cli("runs", ledger).stdout.splitlines()
+    assert next(line for line in listed if line.startswith("paused")).split()[:2] == [
+        "paused",
+        "decided",
+    ]
+    assert [
+        line.split()[0] for line in cli("runs", ledger, "--state", "decided").stdout.splitlines()
+    ] == [
+        "run",
+        "paused",
+    ]
+    shown = cli("show", ledger, "paused").stdout.splitlines()
+    assert shown[0] == "agentloop run paused: decided"
+    assert shown[-1] == (
+        "decided, waiting to be resumed: it goes on when a process that has its Loop resumes "
+        "it (loop.resume('paused'))"
+    )
 
     resumed = child(tmp_path, "resume", str(ledger), str(tmp_path / "effects"), "paused")
     assert resumed.returncode == 0, resumed.stderr
@@ -294,7 +314,9 @@ def test_decided_from_the_command_line_then_resumed_in_another_process(tmp_path:
     ]
     assert (tmp_path / "effects").read_text() == "pay 1\npay 50\n"
     with agentloop.SQLiteLedger(ledger) as opened:
-        assert agentloop.ledger.view_run(opened, "paused").state is State.FINISHED
+        view = agentloop.ledger.view_run(opened, "paused")
+        assert view.state is State.FINISHED
+        assert not view.decided
 
 
 # -- refused, in one line, with nothing written ---------------------------------------------------

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from agentloop._core._values import RunResult
 
 __all__ = [
+    "DECIDED",
     "columns",
     "decide",
     "is_ledger",
@@ -46,6 +47,8 @@ __all__ = [
 
 _MAGIC: Final = b"SQLite format 3\x00"  # the first bytes of every SQLite file
 _RUNNING: Final = "no outcome recorded: running now, or cut off when its process stopped"
+#: The state ``runs`` and ``show`` give a run whose last record is a person's decisions.
+DECIDED: Final = "decided"
 
 
 def is_ledger(path: str) -> bool:
@@ -60,7 +63,7 @@ def runs(path: str, states: Iterable[str]) -> int:
     rows = [("run", "state", "steps", "calls", "last change", "pending")]
     problems = []
     for run in found:
-        state = "unreadable" if run.state is None else run.state.value
+        state = "unreadable" if run.state is None else DECIDED if run.decided else run.state.value
         if wanted and state not in wanted:
             continue
         if run.problem is not None:
@@ -85,12 +88,14 @@ def show(path: str, run_id: str, limit: int | None) -> int:
         decisions = " ".join(f"{shlex.quote(c.call_id)}=approve|deny:REASON" for c in run.pending)
         lines.append(f"to decide: {_again(path, 'decide', run_id)} {decisions}")
     elif not run.done:
+        said = "decided, waiting to be resumed" if run.decided else "not ended"
         lines.append(
-            "not ended: it goes on when a process that has its Loop resumes it "
+            f"{said}: it goes on when a process that has its Loop resumes it "
             f"(loop.resume({run_id!r}))"
         )
+    state = DECIDED if run.decided else run.state.value
     return show_result(
-        run.result, limit, title=f"agentloop run {run_id}: {run.state.value}", more=tuple(lines)
+        run.result, limit, title=f"agentloop run {run_id}: {state}", more=tuple(lines)
     )
 
 
