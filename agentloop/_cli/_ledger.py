@@ -124,12 +124,14 @@ def pending(path: str) -> int:
             (run.run_id, c.call_id, c.name, c.reason, c.arguments_json.decode())
             for c in run.pending
         )
+    # A damaged run may have calls waiting that cannot be read: said, never left out.
+    problems = [f"unreadable: {run.problem}" for run in found if run.problem is not None]
     if len(rows) == 1:
-        print_lines([f"no call waits for a person in {path}"])
-        return 0
+        print_lines([f"no call waits for a person in {path}", *problems])
+        return 1 if problems else 0
     template = "RUN_ID CALL_ID=approve|deny:REASON ..."
-    print_lines([*columns(rows), "", f"to decide: {_again(path, 'decide')} {template}"])
-    return 0
+    print_lines([*columns(rows), "", f"to decide: {_again(path, 'decide')} {template}", *problems])
+    return 1 if problems else 0
 
 
 def decide(path: str, run_id: str, verdicts: list[str]) -> int:
