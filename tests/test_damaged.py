@@ -16,8 +16,9 @@ ledger is also damaged below its JSON: a column of another SQLite type, text
 that is not UTF-8, a row removed.
 
 Hypothesis draws the record, the value and its replacement: the fast tier
-draws 25 examples of each property, the long tier 3,000 (1,000 for the
-command line on SQLite files).
+draws 25 examples of each property (10 of each through the command line),
+the long tier 3,000 (1,000 of each through the command line, and of the
+decisions).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from agentloop.ledger import LedgerRecord, list_runs, view_run
 from agentloop.review import run_from_json, run_to_json
 
 from . import records
+from .conftest import count
 from .ledgers import MemoryLedger
 
 if TYPE_CHECKING:
@@ -201,7 +203,7 @@ def test_a_damaged_run_file_loads_or_says_where(corpus: Corpus, data: st.DataObj
     assert str(refused) == f"{refused.where}: expected {refused.expected}, got {refused.found}"
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=count(10, 1000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_the_command_line_shows_a_damaged_run_file_or_says_why(
     corpus: Corpus, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
@@ -398,7 +400,7 @@ def _sql(value: object) -> tuple[str, tuple[object, ...]]:
     return "?", (value,)
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=count(10, 1000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_the_command_line_on_a_damaged_ledger_file_never_fails_with_a_traceback(
     corpus: Corpus, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
