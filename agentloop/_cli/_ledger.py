@@ -188,7 +188,8 @@ def _open(path: str) -> SQLiteLedger:
             f"agentloop.SQLiteLedger made, got a file starting with {head[:8]!r}){hint}"
         )
     application_id, tables = header
-    # Refused before SQLiteLedger opens it: that would turn another database to WAL.
+    # Refused here, in this command's words, before SQLiteLedger makes its lock file beside
+    # another database.
     if application_id not in (0, APPLICATION_ID) or (application_id == 0 and tables):
         raise CommandError(
             f"not a ledger: {path} is an SQLite database that agentloop.SQLiteLedger did not "
