@@ -35,12 +35,13 @@ import attrs
 import pytest
 
 from agentloop._core._approval import call_fingerprint
+from agentloop.streaming import TextDelta
 
 from .test_report import chromium
 from .test_trace import renderer  # noqa: F401 - a fixture
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import AsyncIterator, Iterator
 
     from playwright.sync_api import Browser, Page, Response
 
@@ -316,6 +317,22 @@ def test_the_page_draws_the_runs_path_as_it_goes(quick: Served, waiting: Waiting
     assert height < 900
 
 
+def test_without_graphviz_the_path_is_its_states_as_boxes(
+    no_pygraphviz: None, quick: Served
+) -> None:
+    """With no SVG renderer the page still gets the states the run was in, in order."""
+    stream = Stream(quick, page_token(quick))
+    stream.until("pending")
+    stream.close()
+
+    paths = [data for name, data in stream.seen if name == "path"]
+    assert paths[0] == '<span class="box">awaiting_model</span>'
+    assert paths[-1] == "".join(
+        f'<span class="box">{state}</span>'
+        for state in ("awaiting_model", "validating", "dispatching", "awaiting_approval")
+    )
+
+
 def test_closing_the_page_while_calls_wait_cancels_the_run(quick: Served) -> None:
     """A run that waits for a person awaits nothing: the page going away still ends it cancelled.
 
@@ -555,9 +572,12 @@ def test_the_page_streams_and_decides_two_held_calls(
 ) -> None:
     """Tokens show while the model still streams; both held calls are decided, then sent at once."""
     page = opened(browser, server)
-    page.wait_for_function(STREAMING)
-    assert "model_replied" not in page.inner_text("#log")  # the reply is not whole yet
-    assert page.inner_text("#state") == "awaiting_model"
+    # Read in the page as the first tokens show (it polls every frame): the reply is not whole.
+    first = page.wait_for_function(
+        f"({STREAMING}) && {{log: document.querySelector('#log').textContent, "
+        "state: document.querySelector('#state').textContent}"
+    ).json_value()
+    assert first == {"log": "", "state": "awaiting_model"}
 
     page.wait_for_selector("#approve-c3", timeout=10_000)
     calls = page.eval_on_selector_all(".reply code", "codes => codes.map(c => c.textContent)")
@@ -592,28 +612,45 @@ def test_the_page_streams_and_decides_two_held_calls(
     page.close()
 
 
+@pytest.fixture(scope="module")
+def stalled() -> Iterator[Served]:
+    """The app over a model that streams a few words, then nothing: a reply that never ends."""
+
+    async def model(history: list[dict[str, Any]]) -> AsyncIterator[TextDelta]:
+        yield TextDelta(text="Let me look")
+        await asyncio.Event().wait()
+
+    app = LIVE.create_app(model=model)
+    with serving(app) as port:
+        yield Served(app, port)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["while the reply streams", "while calls wait for a person"])
-def test_closing_the_page_in_chromium_cancels_the_run(
-    where: str,
-    browser: Browser,
-    server: Served,
+def test_closing_the_page_mid_reply_in_chromium_cancels_the_run(
+    browser: Browser, stalled: Served
 ) -> None:
-    """Closing the page ends the run cancelled: mid-reply with its text kept, or while it waits."""
-    page = opened(browser, server)
+    """Closing the page while a reply streams ends the run cancelled, its text kept."""
+    page = opened(browser, stalled)
     page.wait_for_function(STREAMING)
-    if where == "while calls wait for a person":
-        page.wait_for_selector("#approve-c3", timeout=10_000)
     run_id = page.evaluate("runId")
-    leaving = server.runs()[run_id].run.state.value
     page.close()
 
-    assert state_when_settled(server, run_id, leaving) == "cancelled"
-    events = server.runs()[run_id].run.events
-    if where == "while the reply streams":
-        assert events[-1].partial_text.startswith("Let me")
-    else:
-        assert events[-1].source == "awaiting_approval"
+    assert state_when_settled(stalled, run_id, leaving="awaiting_model") == "cancelled"
+    assert stalled.runs()[run_id].run.events[-1].partial_text == "Let me look"
+
+
+@pytest.mark.slow
+def test_closing_the_page_while_calls_wait_in_chromium_cancels_the_run(
+    browser: Browser, server: Served
+) -> None:
+    """Closing the page while both calls wait for a person ends the run cancelled."""
+    page = opened(browser, server)
+    page.wait_for_selector("#approve-c3", timeout=10_000)
+    run_id = page.evaluate("runId")
+    page.close()
+
+    assert state_when_settled(server, run_id, leaving="awaiting_approval") == "cancelled"
+    assert server.runs()[run_id].run.events[-1].source == "awaiting_approval"
 
 
 #: A page of another site. It learns (as if leaked) a waiting run's id, its calls'
