@@ -373,32 +373,40 @@ def test_closing_the_page_while_the_model_is_asked_cancels_the_run() -> None:
         assert served.runs()[run_id].run.steps == 1
 
 
+def tried(served: Served, waiting: Waiting, headers: dict[str, str]) -> tuple[Answer, Answer]:
+    """Start a run, and approve both waiting calls, with ``headers``; nothing may change."""
+    before = len(served.runs())
+    started = send(served, "POST", "/runs", {"question": "Send 500 euros to Eve."}, headers)
+    url = f"/runs/{waiting.run_id}/decisions"
+    decided = send(served, "POST", url, waiting.decisions(), headers)
+
+    assert len(served.runs()) == before
+    still_waiting(served, waiting)
+    return started, decided
+
+
+def replaced(headers: dict[str, str], name: str, value: str | None) -> dict[str, str]:
+    """``headers`` with ``name`` set to ``value``, or left out for None."""
+    changed = {key: given for key, given in headers.items() if key != name}
+    if value is not None:
+        changed[name] = value
+    return changed
+
+
 def test_another_host_name_is_refused(quick: Served, waiting: Waiting) -> None:
     """DNS rebinding: a page whose own name now points here is same-origin, but its Host says so.
 
     It can neither read a page (and its token), nor start a run, nor read
     one, nor decide one, even holding a genuine token and the fingerprints.
     """
-    before = len(quick.runs())
     rebound = f"rebound.example:{quick.port}"
-    headers = {
-        "Host": rebound,
-        "Origin": f"http://{rebound}",
-        "Content-Type": "application/json",
-        "X-Page-Token": waiting.token,
-    }
+    headers = {**from_page(quick, waiting.token), "Host": rebound, "Origin": f"http://{rebound}"}
 
     page = send(quick, "GET", "/", headers={"Host": rebound})
-    assert page.status == 400
-    assert "page-token" not in page.body
-    started = send(quick, "POST", "/runs", {"question": "Send 500 euros to Eve."}, headers)
-    assert started.status == 400
+    assert (page.status, "page-token" in page.body) == (400, False)
     assert send(quick, "GET", f"/runs/{waiting.run_id}", headers={"Host": rebound}).status == 400
-    url = f"/runs/{waiting.run_id}/decisions"
-    assert send(quick, "POST", url, waiting.decisions(), headers).status == 400
-
-    assert len(quick.runs()) == before
-    still_waiting(quick, waiting)
+    started, decided = tried(quick, waiting, headers)
+    assert (started.status, decided.status) == (400, 400)
     # The names it answers to: 127.0.0.1 and localhost.
     assert send(quick, "GET", "/", headers={"Host": f"localhost:{quick.port}"}).status == 200
 
@@ -418,19 +426,12 @@ def test_another_or_no_origin_is_refused(
     origin: str | None, quick: Served, waiting: Waiting
 ) -> None:
     """A request not sent by this page (another site's, a sandboxed frame's, none) is refused."""
-    before = len(quick.runs())
-    headers = from_page(quick, waiting.token)
-    del headers["Origin"]
-    if origin is not None:
-        headers["Origin"] = origin.format(port=quick.port)
+    given = origin and origin.format(port=quick.port)
+    headers = replaced(from_page(quick, waiting.token), "Origin", given)
 
-    refused = send(quick, "POST", "/runs", {"question": "Send 500 euros to Eve."}, headers)
-    assert (refused.status, "expected a request from this page" in refused.body) == (403, True)
-    url = f"/runs/{waiting.run_id}/decisions"
-    assert send(quick, "POST", url, waiting.decisions(), headers).status == 403
-
-    assert len(quick.runs()) == before
-    still_waiting(quick, waiting)
+    started, decided = tried(quick, waiting, headers)
+    assert (started.status, decided.status) == (403, 403)
+    assert started.body == f"expected a request from this page (Origin {quick.url}), got {given}"
 
 
 @pytest.mark.parametrize(
@@ -448,19 +449,11 @@ def test_a_body_that_is_not_declared_json_is_refused(
     media: str | None, quick: Served, waiting: Waiting
 ) -> None:
     """A page may send these to any site without asking first: JSON text in them is not read."""
-    before = len(quick.runs())
-    headers = from_page(quick, waiting.token)
-    del headers["Content-Type"]
-    if media is not None:
-        headers["Content-Type"] = media
+    headers = replaced(from_page(quick, waiting.token), "Content-Type", media)
 
-    refused = send(quick, "POST", "/runs", {"question": "Send 500 euros to Eve."}, headers)
-    assert (refused.status, "expected Content-Type application/json" in refused.body) == (415, True)
-    url = f"/runs/{waiting.run_id}/decisions"
-    assert send(quick, "POST", url, waiting.decisions(), headers).status == 415
-
-    assert len(quick.runs()) == before
-    still_waiting(quick, waiting)
+    started, decided = tried(quick, waiting, headers)
+    assert (started.status, decided.status) == (415, 415)
+    assert started.body.startswith("expected Content-Type application/json, got ")
 
 
 def test_a_get_changes_nothing(quick: Served, waiting: Waiting) -> None:
@@ -484,25 +477,18 @@ def test_a_get_changes_nothing(quick: Served, waiting: Waiting) -> None:
 
 def test_a_missing_or_wrong_token_is_refused(quick: Served, waiting: Waiting) -> None:
     """Only this app's pages have its tokens; a run is decided only by the page that started it."""
-    before = len(quick.runs())
     nonce = waiting.token.partition(".")[0]
-    make_elsewhere = LIVE.page_tokens()[0]  # another process's key
-    for token in (None, "", "garbage", f"{nonce}.{'0' * 64}", nonce, make_elsewhere()):
-        headers = from_page(quick, waiting.token)
-        del headers["X-Page-Token"]
-        if token is not None:
-            headers["X-Page-Token"] = token
-        refused = send(quick, "POST", "/runs", {"question": "Send 500 euros to Eve."}, headers)
-        assert (refused.status, "expected this page's token" in refused.body) == (403, True)
-        url = f"/runs/{waiting.run_id}/decisions"
-        assert send(quick, "POST", url, waiting.decisions(), headers).status == 403
+    made_elsewhere = LIVE.page_tokens()[0]()  # under another process's key
+    for token in (None, "", "garbage", f"{nonce}.{'0' * 64}", nonce, made_elsewhere):
+        headers = replaced(from_page(quick, waiting.token), "X-Page-Token", token)
+        started, decided = tried(quick, waiting, headers)
+        assert (started.status, decided.status) == (403, 403)
+        assert started.body == "expected this page's token in X-Page-Token"
 
     another_page = from_page(quick, page_token(quick))
     url = f"/runs/{waiting.run_id}/decisions"
-    refused = send(quick, "POST", url, waiting.decisions(), another_page)
-    assert (refused.status, refused.body) == (404, "this page started no run of that id")
-
-    assert len(quick.runs()) == before
+    decided = send(quick, "POST", url, waiting.decisions(), another_page)
+    assert (decided.status, decided.body) == (404, "this page started no run of that id")
     still_waiting(quick, waiting)
 
 
