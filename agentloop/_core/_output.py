@@ -50,13 +50,16 @@ def problem_line(path: str, message: str) -> str:
 
 
 def unfenced(text: str) -> str:
-    """The text inside a Markdown code fence (```json ... ```), as models often write JSON."""
+    """The text inside a Markdown code fence (```json ... ```), as models often write JSON.
+
+    Stripped of the blank space around it; a text with no fence is returned as it is.
+    """
     inner = text.strip()
     if len(inner) < 6 or not (inner.startswith("```") and inner.endswith("```")):
         return text
     opening, _, rest = inner[3:-3].partition("\n")
     # The opening line is the fence's and its language (json), or the JSON itself.
-    return rest if opening.strip().isalnum() or not opening.strip() else inner[3:-3]
+    return (rest if opening.strip().isalnum() or not opening.strip() else inner[3:-3]).strip()
 
 
 _TOLD_HEAD: Final = "Your final answer does not match the output schema:\n"
