@@ -589,7 +589,7 @@ def histories(draw: st.DrawFn) -> list[Message]:
     messages: list[Message] = []
     if draw(st.booleans()):
         messages.append({"kind": "system", "text": "s" * draw(st.integers(0, 60))})
-    messages.append({"kind": "user", "text": "u" * draw(st.integers(0, 80))})
+    messages.append({"kind": "user", "text": "u" * draw(st.integers(1, 80))})
     for turn in range(draw(st.integers(0, 8))):
         kind = draw(st.sampled_from(["batch", "batch", "final", "user", "system"]))
         if kind == "batch":
@@ -612,7 +612,8 @@ def histories(draw: st.DrawFn) -> list[Message]:
                     }
                 )
         else:
-            messages.append({"kind": kind, "text": "t" * draw(st.integers(0, 200))})
+            least = 1 if kind == "user" else 0  # a user message is never blank
+            messages.append({"kind": kind, "text": "t" * draw(st.integers(least, 200))})
     return messages
 
 
