@@ -81,7 +81,9 @@ class Loop:
     ``tools`` is a mapping of name to handler or a list of ``Tool`` objects and
     handlers (either becomes a ``ToolRegistry``), a ``ToolRegistry``, or any
     object with ``dispatch(call) -> {'status': ..., 'content': ...}``.
-    ``listeners`` are called with each transition of every run.
+    ``listeners`` are called with each transition of every run; one that
+    raises does so from ``step()``/``finish()``/``run()`` after the transition
+    was made, and the run, consistent, goes on when finished again.
     ``system`` (a str) is the system prompt: every run's input starts with
     ``{'kind': 'system', 'text': system}`` (an input that starts with that
     same message, a previous run's transcript, is taken as it is; one that
