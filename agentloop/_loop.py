@@ -31,9 +31,11 @@ from agentloop._settings import (
     checked_owned,
     checked_retry,
     checked_system,
+    checked_tool_names,
     concurrency,
     default_retry,
     for_sync_driver,
+    name_rules,
     no_ledger,
     specs_of,
     timeout,
@@ -150,6 +152,9 @@ class Loop:
             checked_model(model)
         self.model = model
         self.dispatcher: Dispatcher = as_dispatcher(tools)
+        #: The rules for tool names of the models' providers (the adapters declare them).
+        self._name_rules = name_rules(models)
+        checked_tool_names(self._name_rules, self.dispatcher)
         self._model_names = model.names if isinstance(model, Fallback) else ()
         self.retry: RetryPolicy | None = (
             default_retry(models) if isinstance(retry, _Default) else checked_retry(retry)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 from typing import Any
 
@@ -23,6 +24,7 @@ import agentloop
 from agentloop import Loop, ToolRegistry
 from agentloop.providers import IncompleteReply
 from agentloop.providers.anthropic import DEFAULT_MAX_TOKENS, anthropic_messages
+from agentloop.testing import final
 
 from .helpers import add, adding_after_a_tool, mul
 from .wire import FLAVOURS, HISTORY, Wire, ask, assert_usage, conforms, run
@@ -449,6 +451,25 @@ def test_the_adapter_takes_no_tools() -> None:
         match=r"^anthropic_messages\(\) takes no tools=: the tools come from the Loop",
     ):
         anthropic_messages(client(Wire([]), "sync"), MODEL, tools=tools())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("tools", "named"), [([lambda a: a], "<lambda>"), ({"a.b": add}, "a.b")])
+def test_a_tool_name_anthropic_refuses_is_refused_when_the_loop_is_made(
+    flavour: str, stream: bool, tools: Any, named: str
+) -> None:
+    """``Loop(anthropic_messages(...), tools=...)`` refuses a name Anthropic would refuse,
+    naming the tool and Anthropic's rule (streaming or not), before any request; the same
+    tools with a model of one's own, which no provider's rule binds, are taken."""
+    wire = Wire([])
+    with pytest.raises(
+        ValueError,
+        match=rf"^tool '{re.escape(named)}': Anthropic refuses it as a tool name: a name must "
+        r"match \^\[a-zA-Z0-9_-\]\{1,64\}\$ ",
+    ):
+        Loop(model_for(flavour, wire, stream=stream), tools=tools)
+    assert wire.requests == []
+    assert Loop(lambda history: final("ok"), tools=tools).run("hi").status == "finished"
 
 
 def test_an_async_client_under_the_synchronous_driver() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +22,7 @@ import pytest
 from openai.types.chat import ChatCompletion, completion_create_params
 from openai.types.responses import Response, response_create_params
 
-from agentloop import Loop, SpecFormat, ToolRegistry
+from agentloop import Loop, SpecFormat, Tool, ToolRegistry
 from agentloop.providers import IncompleteReply
 from agentloop.providers.openai import openai_chat, openai_responses
 
@@ -661,18 +662,65 @@ def test_a_parameter_the_sdk_lacks_fails_when_the_adapter_is_made(api: Api) -> N
         api.adapter(client(Wire([]), "sync"), "gpt-4.1", temprature=0)
 
 
-async def test_a_tool_name_openai_refuses_fails_the_run_before_a_request(
+OPENAI_RULE = (
+    r"OpenAI refuses it as a tool name: a name must match \^\[a-zA-Z0-9_-\]\{1,64\}\$ "
+    r"\(letters, digits, '_' and '-', 1 to 64 of them\); give the tool a name= that does"
+)
+
+
+@pytest.mark.parametrize(
+    ("tools", "named"),
+    [
+        ([lambda a: a], "tool '<lambda>': "),
+        ({"get weather": add}, "tool 'get weather': "),
+        ({"x" * 65: add}, "tool 'x{65}': "),
+    ],
+)
+def test_a_tool_name_openai_refuses_is_refused_when_the_loop_is_made(
+    api: Api, flavour: str, tools: Any, named: str
+) -> None:
+    """``Loop(adapter, tools=...)`` refuses a name OpenAI would refuse, naming the tool and
+    the provider's rule, rather than a run failing at its first step as the model's fault."""
+    wire = Wire([])
+    with pytest.raises(ValueError, match=f"^{named}{OPENAI_RULE}"):
+        Loop(model_for(api, flavour, wire), tools=tools)
+    assert wire.requests == []
+
+
+async def test_a_tool_added_since_the_loop_was_made_is_refused_when_a_run_begins(
     api: Api, flavour: str
 ) -> None:
-    """The specs are converted with each request: a name OpenAI would refuse fails the step,
-    saying what to do, and nothing is sent."""
+    """A registry the Loop holds may gain tools (an MCP server's, on ``with loop:``): a run
+    begun with one OpenAI refuses is refused as it begins, before any request."""
     wire = Wire([])
-    loop = Loop(model_for(api, flavour, wire), tools={"not a name": add})
-    result = await run(loop, flavour, "2+3?")
+    registry = tools()
+    loop = Loop(model_for(api, flavour, wire), tools=registry)
+    registry.add(Tool(mul, name="mul two"))
+    with pytest.raises(ValueError, match=f"^tool 'mul two': {OPENAI_RULE}, say name='mul_two'$"):
+        await run(loop, flavour, "2*3?")
+    assert wire.requests == []
+
+
+async def test_a_dispatcher_s_name_openai_refuses_fails_the_step_before_a_request(
+    api: Api, flavour: str
+) -> None:
+    """A dispatcher of one's own lists its tools with each request (``specs()``): a name OpenAI
+    would refuse fails that step, saying what to do, and nothing is sent."""
+
+    class Desk:
+        def specs(self) -> list[Message]:
+            return [{"name": "not a name", "description": "", "parameters": {"type": "object"}}]
+
+        def dispatch(self, call: Message) -> Message:
+            return {"status": "ok", "content": 1}
+
+    wire = Wire([])
+    result = await run(Loop(model_for(api, flavour, wire), tools=Desk()), flavour, "2+3?")
     assert result.status == "failed"
-    assert result.error == (
-        f"the model raised ValueError: tool 'not a name': {api.specs} tool names must match "
-        "[A-Za-z0-9_-]{1,64}; give the tool a name= that does"
+    assert result.error is not None
+    assert re.fullmatch(
+        f"the model raised ValueError: tool 'not a name': {OPENAI_RULE}, say name='not_a_name'",
+        result.error,
     )
     assert wire.requests == []
 

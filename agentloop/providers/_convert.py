@@ -17,14 +17,14 @@ import orjson
 from agentloop._core._json import json_object
 from agentloop._core._output import unfenced
 from agentloop._errors import IncompleteReply
-from agentloop._tools._specs import build_specs
+from agentloop._tools._specs import PROVIDER_NAMES, build_specs
 from agentloop.providers._errors import classify
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
     from types import ModuleType
 
-    from agentloop._tools._specs import SpecFormat
+    from agentloop._tools._specs import NameRule, SpecFormat
 
 __all__ = [
     "AsyncModel",
@@ -298,6 +298,7 @@ def make_model(
     sdk: ModuleType | None = None,
     name: str | None = None,
     sent: dict[str, Any] | None = None,
+    names: NameRule | None = None,
 ) -> SyncModel | AsyncModel:
     """The model callback: ``parse(create(**request(history, tools)))``, awaited if async.
 
@@ -310,6 +311,11 @@ def make_model(
     which is on by default for these models (``agentloop_retry``); ``name``
     is what fallback models' events call it. ``sent`` goes with every request
     as it is (``stream=True``, for a streaming model).
+
+    ``names`` is the provider's rule for tool names (by default, the
+    ``format``'s: ``PROVIDER_NAMES``), declared on the callback as
+    ``agentloop_tool_names``: a ``Loop`` made with it refuses a tool whose
+    name breaks the rule, before any request.
     """
     entries = request_entries(format, options)
     sent = sent or {}
@@ -354,6 +360,7 @@ def make_model(
         made = model
     made.agentloop_retry = True
     made.agentloop_name = name or format
+    made.agentloop_tool_names = names or PROVIDER_NAMES.get(format)
     return made  # type: ignore[no-any-return]
 
 
