@@ -64,8 +64,11 @@ def fresh_engine(
 
 
 def opened(loop: Loop) -> None:
-    """Refuse a run the Loop cannot make now: outside ``with loop:``, when it owns what only
-    that opens; with a tool (added since the Loop was made) its provider refuses by name."""
+    """Refuse a run the Loop cannot make now.
+
+    Outside ``with loop:``, when it owns what only that opens; with a tool
+    (added since the Loop was made) whose name its model's provider refuses.
+    """
     if loop._owns and loop._open is None:
         raise AgentloopError(
             f"this Loop owns {len(loop._owns)} thing(s) (owns=, an MCP server say) that "

@@ -37,6 +37,7 @@ from agentloop._settings import (
     for_sync_driver,
     name_rules,
     no_ledger,
+    single_attempts,
     specs_of,
     timeout,
     with_system,
@@ -159,6 +160,8 @@ class Loop:
         self.retry: RetryPolicy | None = (
             default_retry(models) if isinstance(retry, _Default) else checked_retry(retry)
         )
+        if self.retry is not None:  # one layer retries: an adapter's SDK makes one attempt
+            models = single_attempts(models)
         #: The final answer's schema and converter (``output=T``), or None: text.
         # output=str is a plain text answer (as without output=), not a JSON string.
         plain = output is None or output is str

@@ -37,6 +37,7 @@ __all__ = [
     "for_sync_driver",
     "name_rules",
     "no_ledger",
+    "single_attempts",
     "specs_of",
     "timeout",
     "with_system",
@@ -146,6 +147,20 @@ def checked_tool_names(rules: tuple[NameRule, ...], dispatcher: object) -> None:
             refused = rule.refusal(tool.name)
             if refused is not None:
                 raise ValueError(refused)
+
+
+def single_attempts(models: tuple[Model, ...]) -> tuple[Model, ...]:
+    """The models, each adapter's over its SDK client with the client's own retries off.
+
+    For a Loop that retries: its policy is then the one layer that retries, and
+    every attempt is a step in the record (an adapter offers the model as
+    ``agentloop_single_attempt()``; any other model is as it is).
+    """
+    made = (getattr(one, "agentloop_single_attempt", None) for one in models)
+    return tuple(
+        one if single is None or not callable(single) else single()
+        for one, single in zip(models, made, strict=True)
+    )
 
 
 def checked_listeners(listeners: Iterable[Listener]) -> tuple[Listener, ...]:

@@ -209,10 +209,14 @@ async def test_input_with_nothing_to_answer_is_refused_by_every_entry_point(
     loop = Loop(model, system="Be brief.")
     match = given if given.startswith("messages") else f"{EXPECTED_INPUT}.*{given}$"
     with pytest.raises(ValueError, match=match):
-        begun = getattr(loop, entry)(messages)
-        if entry == "arun":
-            await begun
+        await begin(loop, entry, messages)
     assert model.seen == []
+
+
+async def begin(loop: Loop, entry: str, given: object) -> object:
+    """``loop.<entry>(given)``, awaited when it is a coroutine (``arun``, ``acontinue_run``)."""
+    begun = getattr(loop, entry)(given)
+    return await begun if entry in ("arun", "acontinue_run") else begun
 
 
 @pytest.mark.parametrize(
@@ -229,9 +233,7 @@ async def test_a_run_with_nothing_to_answer_is_not_continued(
     model = ScriptedModel([final()])
     match = given if given.startswith("messages") else f"{EXPECTED_INPUT}.*{given}$"
     with pytest.raises(ValueError, match=match):
-        begun = getattr(Loop(model), entry)(old)
-        if entry == "acontinue_run":
-            await begun
+        await begin(Loop(model), entry, old)
     assert model.seen == []
 
 

@@ -178,7 +178,8 @@ def test_a_record_of_a_repeated_call_in_older_words_still_loads() -> None:
     replays, in its own words; a record whose words are neither is refused."""
     result = Loop(ScriptedModel([batch(1), batch(1)]), tools={"add": Recorder()}).run("go")
     new = result.error
-    assert new is not None and "first at step 1" in new
+    assert new is not None
+    assert "first at step 1" in new
     older = "call id 'c1' was already used in this run; the call was not run again"
     document = run_to_json(result)
     loaded = run_from_json(document.replace(new, older))

@@ -467,6 +467,13 @@ class FailsOnce:
             raise RuntimeError("a listener's bug")
 
 
+def _run_as(driver: Driver, loop: Loop, run_id: str) -> agentloop.RunResult:
+    """``loop.run`` or ``loop.arun`` under the driver, as the durable run ``run_id``."""
+    if driver.name == "sync":
+        return loop.run("1+2?", run_id=run_id)
+    return driver.runner.run(loop.arun("1+2?", run_id=run_id))  # type: ignore[union-attr]
+
+
 def _finish(driver: Driver, run: Any) -> agentloop.RunResult:
     if driver.name == "sync":
         return run.finish()  # type: ignore[no-any-return]
@@ -532,14 +539,9 @@ def test_a_durable_run_whose_listener_raised_in_run_is_resumed_by_id(
     model = ScriptedModel([call("c1", a=1, b=2), final("3")])
     loop = Loop(model, tools={"add": add_}, ledger=ledger, listeners=[FailsOnce("tool_returned")])
     with pytest.raises(RuntimeError, match="a listener's bug"):
-        if driver.name == "sync":
-            loop.run("1+2?", run_id="r1")
-        else:
-            driver.runner.run(loop.arun("1+2?", run_id="r1"))
+        _run_as(driver, loop, "r1")
     again = Loop(ScriptedModel([final("3")]), tools={"add": add_}, ledger=ledger)
-    result = (
-        again.resume("r1") if driver.name == "sync" else driver.runner.run(again.aresume("r1"))
-    )
+    result = again.resume("r1") if driver.name == "sync" else driver.runner.run(again.aresume("r1"))
     assert (result.status, result.output, add_.calls) == ("finished", "3", [{"a": 1, "b": 2}])
 
 

@@ -20,6 +20,10 @@ __all__ = ["PROVIDER_NAMES", "NameRule", "SpecFormat", "build_specs"]
 SpecFormat = Literal["openai", "openai-responses", "anthropic", "json-schema"]
 
 
+def _compiled(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
 @attrs.frozen
 class NameRule:
     """What a provider accepts as a tool name: ``pattern``, matched in full, and in words.
@@ -34,7 +38,7 @@ class NameRule:
     #: Whose rule it is, as a message names it (``'OpenAI'``).
     provider: str
     #: The provider's documented rule, as a regular expression matched in full.
-    pattern: re.Pattern[str] = attrs.field(converter=re.compile)
+    pattern: re.Pattern[str] = attrs.field(converter=_compiled)
     #: The rule in words (``"letters, digits, '_' and '-', at most 64"``).
     said: str
 

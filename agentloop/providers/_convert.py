@@ -48,6 +48,7 @@ __all__ = [
     "strict_schema",
     "unknown_kind",
     "usage",
+    "without_retries",
 ]
 
 Message = dict[str, Any]
@@ -241,6 +242,26 @@ def checked_client(adapter: str, client: object, model: object, create: str, sdk
         )
 
 
+def without_retries(client: Any, create: str) -> Callable[[], Callable[..., Any]] | None:
+    """What makes ``create`` (a dotted path) of a copy of ``client`` whose own retries are off.
+
+    For a Loop that retries (``retry=``): one layer retries, the Loop's, whose
+    attempts are steps in the record. None for a client that does not retry
+    (``max_retries=0``) or cannot be copied so (no ``with_options``).
+    """
+    copy = getattr(client, "with_options", None)
+    if getattr(client, "max_retries", None) == 0 or not callable(copy):
+        return None
+
+    def made() -> Callable[..., Any]:
+        method: Any = copy(max_retries=0)
+        for name in create.split("."):
+            method = getattr(method, name)
+        return method  # type: ignore[no-any-return]
+
+    return made
+
+
 def checked_params(
     adapter: str, create: Callable[..., Any], params: dict[str, Any], reserved: dict[str, str]
 ) -> None:
@@ -299,6 +320,7 @@ def make_model(
     name: str | None = None,
     sent: dict[str, Any] | None = None,
     names: NameRule | None = None,
+    retries_off: Callable[[], Callable[..., Any]] | None = None,
 ) -> SyncModel | AsyncModel:
     """The model callback: ``parse(create(**request(history, tools)))``, awaited if async.
 
@@ -315,7 +337,10 @@ def make_model(
     ``names`` is the provider's rule for tool names (by default, the
     ``format``'s: ``PROVIDER_NAMES``), declared on the callback as
     ``agentloop_tool_names``: a ``Loop`` made with it refuses a tool whose
-    name breaks the rule, before any request.
+    name breaks the rule, before any request. ``retries_off`` gives the
+    ``create`` of a client whose own retries are off (``without_retries``):
+    the callback's ``agentloop_single_attempt()`` is then the same model over
+    it, which a ``Loop`` that retries uses, so that retries do not multiply.
     """
     entries = request_entries(format, options)
     sent = sent or {}
@@ -361,6 +386,18 @@ def make_model(
     made.agentloop_retry = True
     made.agentloop_name = name or format
     made.agentloop_tool_names = names or PROVIDER_NAMES.get(format)
+    if retries_off is not None:
+        made.agentloop_single_attempt = lambda: make_model(
+            retries_off(),
+            request,
+            parse,
+            format,
+            options,
+            sdk=sdk,
+            name=name,
+            sent=sent,
+            names=names,
+        )
     return made  # type: ignore[no-any-return]
 
 

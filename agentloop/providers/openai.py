@@ -50,6 +50,7 @@ from agentloop.providers._convert import (
     result_text,
     strict_schema,
     unknown_kind,
+    without_retries,
 )
 from agentloop.providers._openai_reply import chat_reply, responses_reply
 from agentloop.providers._openai_stream import (
@@ -101,7 +102,9 @@ def openai_chat(
     are the adapter's own (a ``TypeError`` if given). The reply carries
     ``usage`` when the response does. A reply cut off (``finish_reason``
     ``length``), filtered, refused or empty raises ``IncompleteReply``; SDK
-    errors that outlast its retries propagate.
+    errors propagate, marked for the Loop's retry policy. A Loop that retries
+    sends the requests through a copy of ``client`` with its own retries off
+    (``agentloop_single_attempt``), so that the two never multiply.
 
     ``stream=True``: the callback answers with a stream (``agentloop.streaming``)
     over ``stream=True`` chunks, with ``stream_options={'include_usage': True}``;
@@ -120,6 +123,8 @@ def openai_chat(
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         return {"model": model, "messages": _chat_messages(history), **tools, **params}
 
+    retries_off = without_retries(client, "chat.completions.create")
+
     if stream:
         options = {**(params.pop("stream_options", None) or {}), "include_usage": True}
         return make_stream_model(
@@ -132,6 +137,7 @@ def openai_chat(
             _chat_options,
             sdk=openai,
             name=model,
+            retries_off=retries_off,
         )
     return make_model(
         client.chat.completions.create,
@@ -141,6 +147,7 @@ def openai_chat(
         _chat_options,
         sdk=openai,
         name=model,
+        retries_off=retries_off,
     )
 
 
@@ -202,6 +209,8 @@ def openai_responses(
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         return {"model": model, "input": _responses_input(history), **tools, **params}
 
+    retries_off = without_retries(client, "responses.create")
+
     if stream:
         return make_stream_model(
             client.responses.create,
@@ -213,6 +222,7 @@ def openai_responses(
             _responses_options,
             sdk=openai,
             name=model,
+            retries_off=retries_off,
         )
     return make_model(
         client.responses.create,
@@ -222,6 +232,7 @@ def openai_responses(
         _responses_options,
         sdk=openai,
         name=model,
+        retries_off=retries_off,
     )
 
 
