@@ -23,7 +23,7 @@ from openai.types.chat import ChatCompletion, completion_create_params
 from openai.types.responses import Response, response_create_params
 
 from agentloop import Loop, SpecFormat, Tool, ToolRegistry
-from agentloop.providers import IncompleteReply
+from agentloop.providers import IncompleteReply, UnreadableResponse
 from agentloop.providers.openai import openai_chat, openai_responses
 
 from .helpers import add, adding_after_a_tool, mul
@@ -466,6 +466,46 @@ async def test_a_401_is_not_retried(api: Api, flavour: str) -> None:
     with pytest.raises(openai.AuthenticationError):
         await ask(model_for(api, flavour, wire), USER)
     assert len(wire.requests) == 1
+
+
+HTML = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+NOT_JSON = [
+    (HTML, {"content-type": "text/html"}, "content-type text/html", repr(HTML.decode())),
+    (HTML, {"content-type": "application/json"}, "content-type application/json", "'<html>"),
+    (b"", {}, "", "''"),
+    (b"x" * 500, {"content-type": "text/plain"}, "content-type text/plain", repr("x" * 200)),
+]
+
+
+@pytest.mark.parametrize(("body", "headers", "kind", "quoted"), NOT_JSON)
+async def test_a_body_that_is_not_json_fails_the_run_saying_so(
+    api: Api, flavour: str, body: bytes, headers: dict[str, str], kind: str, quoted: str
+) -> None:
+    """A 200 whose body is not JSON (a proxy's page at a wrong base_url): the run fails
+    with what came, its status, content type, URL and start (200 characters at most), not a
+    parser's "Expecting value"; it is asked once, not retried (nothing says it will pass)."""
+    wire = Wire([(200, body, headers)])
+    result = await run(Loop(model_for(api, flavour, wire)), flavour, "2+3?")
+    assert (result.status, result.steps, len(wire.requests)) == ("failed", 1, 1)
+    said = f"HTTP 200, {kind}, from" if kind else "HTTP 200, from"
+    assert result.error is not None
+    assert result.error.startswith(
+        "the model raised UnreadableResponse: the provider's response was not JSON "
+        f"({said} https://api.openai.test{api.path}): {quoted}"
+    )
+    assert result.error.endswith("; check that the client's base_url is the provider's API")
+    unread = result.events[0].exception
+    assert isinstance(unread, UnreadableResponse)
+    assert (unread.status, unread.url) == (200, f"https://api.openai.test{api.path}")
+
+
+async def test_json_of_another_shape_is_not_called_not_json(api: Api, flavour: str) -> None:
+    """A body that is JSON, but not a response, fails otherwise: "not JSON" only when so."""
+    wire = Wire([(200, b'{"detail": "not here"}', {"content-type": "application/json"})])
+    result = await run(Loop(model_for(api, flavour, wire)), flavour, "2+3?")
+    assert result.status == "failed"
+    assert result.error is not None
+    assert "UnreadableResponse" not in result.error
 
 
 # -- history to request --------------------------------------------------------------------------

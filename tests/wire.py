@@ -137,7 +137,7 @@ class Wire:
     """Canned answers, in order, and every request the SDK sent (path and JSON body)."""
 
     #: ``(status, body)``, or ``(status, body, headers)`` to answer with these headers only;
-    #: a body is JSON, or ``Streamed`` (server-sent events).
+    #: a body is JSON, ``Streamed`` (server-sent events), or ``bytes`` sent as they are.
     answers: list[tuple[Any, ...]]
     requests: list[Message] = attrs.field(factory=list)
     paths: list[str] = attrs.field(factory=list)
@@ -152,6 +152,8 @@ class Wire:
             return httpx2.Response(
                 status, stream=body, headers={"content-type": "text/event-stream"}
             )
+        if isinstance(body, bytes):  # not JSON: an HTML page, say
+            return httpx2.Response(status, content=body, headers=headers[0] if headers else {})
         # retry-after-ms: the SDK's retries run, without its half-second backoff.
         return httpx2.Response(
             status, json=body, headers=headers[0] if headers else {"retry-after-ms": "1"}

@@ -18,7 +18,7 @@ from agentloop._core._json import json_object
 from agentloop._core._output import unfenced
 from agentloop._errors import IncompleteReply
 from agentloop._tools._specs import PROVIDER_NAMES, build_specs
-from agentloop.providers._errors import classify
+from agentloop.providers._errors import aparsed, classify, parsed, raw_create
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -344,6 +344,8 @@ def make_model(
     """
     entries = request_entries(format, options)
     sent = sent or {}
+    # Unstreamed, the SDK's raw response is read: a body that is not JSON is said so.
+    raw = None if sent else raw_create(create)
     made: Any
     if inspect.iscoroutinefunction(inspect.unwrap(create)):
 
@@ -357,7 +359,10 @@ def make_model(
             asked, wrapped = object_rooted(output)
             body = request(history, entries(tools, tool_choice, asked))
             try:
-                response = await create(**body, **sent)
+                if raw is None:
+                    response = await create(**body, **sent)
+                else:
+                    response = await aparsed(await raw(**body))
             except Exception as exc:
                 classify(exc, sdk)
                 raise
@@ -376,7 +381,7 @@ def make_model(
             asked, wrapped = object_rooted(output)
             body = request(history, entries(tools, tool_choice, asked))
             try:
-                response = create(**body, **sent)
+                response = create(**body, **sent) if raw is None else parsed(raw(**body))
             except Exception as exc:
                 classify(exc, sdk)
                 raise
