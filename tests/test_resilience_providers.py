@@ -242,3 +242,32 @@ async def test_with_retry_none_the_sdk_s_own_retries_run(provider: str, flavour:
     wire = failing_wire(provider, 3)
     result = await run(Loop(sdk_default_model(provider, flavour, wire), retry=None), flavour, "hi")
     assert (result.status, result.steps, len(wire.requests)) == ("failed", 1, 3)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_sdk_retries_asked_for_beside_the_loop_s_are_refused(
+    provider: str, flavour: str
+) -> None:
+    """A client made with ``max_retries=5`` asked for retries a Loop that retries would never
+    make: the Loop is refused, saying what to do. With ``retry=None`` they are the one layer:
+    one step, 6 HTTP requests."""
+    wire = failing_wire(provider, 6)
+    if provider.startswith("anthropic"):
+        client = anthropic_client(wire, flavour, max_retries=5)
+        model = anthropic_messages(client, MODEL, stream=provider.endswith("streaming"))
+        adapter = "anthropic_messages"
+    else:
+        api = CHAT if provider == "openai_chat" else RESPONSES
+        model, adapter = (
+            api.adapter(openai_client(wire, flavour, max_retries=5), "gpt-4.1"),
+            provider,
+        )
+    with pytest.raises(
+        ValueError,
+        match=rf"^{adapter}\(\): the client's max_retries=5 would never be used: this Loop "
+        r"retries \(retry=\), .* make the client with max_retries=0, or give the Loop "
+        r"retry=None to let the SDK retry instead$",
+    ):
+        Loop(model)
+    result = await run(Loop(model, retry=None), flavour, "hi")
+    assert (result.status, result.steps, len(wire.requests)) == ("failed", 1, 6)

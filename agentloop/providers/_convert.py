@@ -242,18 +242,30 @@ def checked_client(adapter: str, client: object, model: object, create: str, sdk
         )
 
 
-def without_retries(client: Any, create: str) -> Callable[[], Callable[..., Any]] | None:
+def without_retries(
+    adapter: str, client: Any, create: str, sdk: ModuleType
+) -> Callable[[], Callable[..., Any]] | None:
     """What makes ``create`` (a dotted path) of a copy of ``client`` whose own retries are off.
 
     For a Loop that retries (``retry=``): one layer retries, the Loop's, whose
     attempts are steps in the record. None for a client that does not retry
-    (``max_retries=0``) or cannot be copied so (no ``with_options``).
+    (``max_retries=0``) or cannot be copied so (no ``with_options``). A client
+    made with ``max_retries`` other than the SDK's default asked for retries
+    that would never be made: the Loop is refused, saying what to do instead.
     """
     copy = getattr(client, "with_options", None)
-    if getattr(client, "max_retries", None) == 0 or not callable(copy):
+    retries = getattr(client, "max_retries", None)
+    if retries == 0 or not callable(copy):
         return None
 
     def made() -> Callable[..., Any]:
+        if retries != getattr(sdk, "DEFAULT_MAX_RETRIES", retries):
+            raise ValueError(
+                f"{adapter}(): the client's max_retries={retries} would never be used: this "
+                "Loop retries (retry=), and one layer retries, so the adapter's requests go "
+                "out once each; make the client with max_retries=0, or give the Loop "
+                "retry=None to let the SDK retry instead"
+            )
         method: Any = copy(max_retries=0)
         for name in create.split("."):
             method = getattr(method, name)

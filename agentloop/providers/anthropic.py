@@ -153,7 +153,7 @@ def anthropic_messages(
 
     native = "output_config" in inspect.signature(client.messages.create).parameters
     options = _messages_options if native else _tool_options
-    retries_off = without_retries(client, "messages.create")
+    retries_off = without_retries("anthropic_messages", client, "messages.create", anthropic)
     if stream:
         return make_stream_model(
             client.messages.create,

@@ -123,7 +123,7 @@ def openai_chat(
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         return {"model": model, "messages": _chat_messages(history), **tools, **params}
 
-    retries_off = without_retries(client, "chat.completions.create")
+    retries_off = without_retries("openai_chat", client, "chat.completions.create", openai)
 
     if stream:
         options = {**(params.pop("stream_options", None) or {}), "include_usage": True}
@@ -209,7 +209,7 @@ def openai_responses(
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         return {"model": model, "input": _responses_input(history), **tools, **params}
 
-    retries_off = without_retries(client, "responses.create")
+    retries_off = without_retries("openai_responses", client, "responses.create", openai)
 
     if stream:
         return make_stream_model(
