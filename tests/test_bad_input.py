@@ -7,6 +7,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agentloop
 from agentloop import InvalidStateError, Loop
@@ -217,6 +219,23 @@ async def begin(loop: Loop, entry: str, given: object) -> object:
     """``loop.<entry>(given)``, awaited when it is a coroutine (``arun``, ``acontinue_run``)."""
     begun = getattr(loop, entry)(given)
     return await begun if entry in ("arun", "acontinue_run") else begun
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(st.sampled_from(" \t\n\r\x0b\x0c\u00a0\u2003\u3000a.é")))
+def test_any_text_is_refused_exactly_when_it_is_blank(text: str) -> None:
+    """For any text, as the input or as a user message in it: refused (naming what was
+    expected and given) exactly when it holds nothing but white space; else the model gets it."""
+    for given_input in (text, [{"kind": "user", "text": text}]):
+        model = ScriptedModel([final()])
+        if text.strip():
+            assert Loop(model).run(given_input).status == "finished"
+            assert model.seen == [[{"kind": "user", "text": text}]]
+            continue
+        with pytest.raises(ValueError, match="expected .* got ") as refused:
+            Loop(model).start(given_input)
+        assert ("empty" if not text else repr(text)[:40]) in str(refused.value)
+        assert model.seen == []
 
 
 @pytest.mark.parametrize(

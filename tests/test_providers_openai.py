@@ -19,6 +19,8 @@ import attrs
 import openai
 import pydantic
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion, completion_create_params
 from openai.types.responses import Response, response_create_params
 
@@ -724,6 +726,33 @@ def test_a_tool_name_openai_refuses_is_refused_when_the_loop_is_made(
     wire = Wire([])
     with pytest.raises(ValueError, match=f"^{named}{OPENAI_RULE}"):
         Loop(model_for(api, flavour, wire), tools=tools)
+    assert wire.requests == []
+
+
+NAMES = st.text(st.sampled_from("aZ09_- .<>/é"), max_size=70) | st.from_regex(
+    r"[a-zA-Z0-9_-]{1,64}", fullmatch=True
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=NAMES)
+def test_the_loop_refuses_exactly_the_names_openai_refuses(name: str) -> None:
+    """For any name: the Loop refuses it exactly when OpenAI's rule does (naming the tool), and
+    a name it takes is one each API's specs are made with, as they go on the wire."""
+    wire = Wire([])
+    tool = Tool(add, name=name) if name else None
+    if tool is None:
+        return  # a Tool refuses an empty name itself
+    fits = re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name) is not None
+    for api in (CHAT, RESPONSES):
+        try:
+            Loop(model_for(api, "sync", wire), tools=[tool])
+        except ValueError as refused:
+            assert not fits
+            assert str(refused).startswith(f"tool {name!r}: OpenAI refuses it as a tool name")
+        else:
+            assert fits
+            assert ToolRegistry([tool]).specs(api.specs)  # made for the request as it is
     assert wire.requests == []
 
 
