@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import hypothesis
 import orjson
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentloop
@@ -221,8 +221,8 @@ async def begin(loop: Loop, entry: str, given: object) -> object:
     return await begun if entry in ("arun", "acontinue_run") else begun
 
 
-@settings(max_examples=200, deadline=None)
-@given(text=st.text(st.sampled_from(" \t\n\r\x0b\x0c\u00a0\u2003\u3000a.é")))
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.given(text=st.text(st.sampled_from(" \t\n\r\x0b\x0c\u00a0\u2003\u3000a.é")))
 def test_any_text_is_refused_exactly_when_it_is_blank(text: str) -> None:
     """For any text, as the input or as a user message in it: refused (naming what was
     expected and given) exactly when it holds nothing but white space; else the model gets it."""
@@ -232,7 +232,7 @@ def test_any_text_is_refused_exactly_when_it_is_blank(text: str) -> None:
             assert Loop(model).run(given_input).status == "finished"
             assert model.seen == [[{"kind": "user", "text": text}]]
             continue
-        with pytest.raises(ValueError, match="expected .* got ") as refused:
+        with pytest.raises(ValueError, match=r"expected .* got ") as refused:
             Loop(model).start(given_input)
         assert ("empty" if not text else repr(text)[:40]) in str(refused.value)
         assert model.seen == []
