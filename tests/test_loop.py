@@ -12,7 +12,7 @@ import agentloop
 from agentloop import CancelToken, Loop, State
 from agentloop.testing import ScriptedModel, assert_contract
 
-from .helpers import Driver, Recorder, add, call, drive, final, kinds
+from .helpers import AsyncDriver, Driver, Recorder, add, call, drive, final, kinds
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -469,15 +469,15 @@ class FailsOnce:
 
 def _run_as(driver: Driver, loop: Loop, run_id: str) -> agentloop.RunResult:
     """``loop.run`` or ``loop.arun`` under the driver, as the durable run ``run_id``."""
-    if driver.name == "sync":
-        return loop.run("1+2?", run_id=run_id)
-    return driver.runner.run(loop.arun("1+2?", run_id=run_id))  # type: ignore[union-attr]
+    if isinstance(driver, AsyncDriver):
+        return driver.runner.run(loop.arun("1+2?", run_id=run_id))
+    return loop.run("1+2?", run_id=run_id)
 
 
 def _finish(driver: Driver, run: Any) -> agentloop.RunResult:
-    if driver.name == "sync":
-        return run.finish()  # type: ignore[no-any-return]
-    return driver.runner.run(run.run.afinish())  # type: ignore[union-attr, no-any-return]
+    if isinstance(driver, AsyncDriver):
+        return driver.runner.run(run.run.afinish())  # type: ignore[no-any-return]
+    return run.finish()  # type: ignore[no-any-return]
 
 
 def test_a_listener_that_raises_leaves_the_run_where_its_transition_left_it(
@@ -541,7 +541,10 @@ def test_a_durable_run_whose_listener_raised_in_run_is_resumed_by_id(
     with pytest.raises(RuntimeError, match="a listener's bug"):
         _run_as(driver, loop, "r1")
     again = Loop(ScriptedModel([final("3")]), tools={"add": add_}, ledger=ledger)
-    result = again.resume("r1") if driver.name == "sync" else driver.runner.run(again.aresume("r1"))
+    if isinstance(driver, AsyncDriver):
+        result = driver.runner.run(again.aresume("r1"))
+    else:
+        result = again.resume("r1")
     assert (result.status, result.output, add_.calls) == ("finished", "3", [{"a": 1, "b": 2}])
 
 

@@ -195,8 +195,8 @@ PROVIDERS = ["openai_chat", "openai_responses", "anthropic", "anthropic streamin
 def sdk_default_model(provider: str, flavour: str, wire: Wire) -> Any:
     """The adapter over a client left at the SDK's own default, ``max_retries=2``."""
     if provider.startswith("anthropic"):
-        client = anthropic_client(wire, flavour)
-        return anthropic_messages(client, MODEL, stream=provider.endswith("streaming"))
+        streams: Any = provider.endswith("streaming")
+        return anthropic_messages(anthropic_client(wire, flavour), MODEL, stream=streams)
     api = CHAT if provider == "openai_chat" else RESPONSES
     return api.adapter(openai_client(wire, flavour), "gpt-4.1")
 
@@ -254,7 +254,8 @@ async def test_sdk_retries_asked_for_beside_the_loop_s_are_refused(
     wire = failing_wire(provider, 6)
     if provider.startswith("anthropic"):
         client = anthropic_client(wire, flavour, max_retries=5)
-        model = anthropic_messages(client, MODEL, stream=provider.endswith("streaming"))
+        streams: Any = provider.endswith("streaming")
+        model = anthropic_messages(client, MODEL, stream=streams)
         adapter = "anthropic_messages"
     else:
         api = CHAT if provider == "openai_chat" else RESPONSES

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import attrs
 import orjson
 
-from agentloop._core._json import describe
-from agentloop._core._output import unfenced
+from agentloop._core._json import describe, unfenced
 from agentloop._core._requests import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
 
 if TYPE_CHECKING:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from agentloop._core._json import unfenced
 from agentloop._core._messages import RESULT_STATUSES
-from agentloop._core._output import unfenced
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import RunResult, Usage
 from agentloop.testing._record import (
