@@ -158,8 +158,7 @@ def single_attempts(models: tuple[Model, ...]) -> tuple[Model, ...]:
     """
     made = (getattr(one, "agentloop_single_attempt", None) for one in models)
     return tuple(
-        one if single is None or not callable(single) else single()
-        for one, single in zip(models, made, strict=True)
+        single() if callable(single) else one for one, single in zip(models, made, strict=True)
     )
 
 

@@ -56,12 +56,13 @@ class NameRule:
 
 # OpenAI: "a-z, A-Z, 0-9, or contain underscores and dashes, with a maximum length of 64"
 # (the SDK's FunctionDefinition.name); Anthropic: ^[a-zA-Z0-9_-]{1,64}$ (its tool schema).
-_WORDS: Final = "letters, digits, '_' and '-', 1 to 64 of them"
+_RULE, _WORDS = r"[a-zA-Z0-9_-]{1,64}", "letters, digits, '_' and '-', 1 to 64 of them"
+_OPENAI: Final = NameRule("OpenAI", _RULE, _WORDS)
 #: Each provider format's rule for tool names.
 PROVIDER_NAMES: Final[dict[str, NameRule]] = {
-    "openai": NameRule("OpenAI", r"[a-zA-Z0-9_-]{1,64}", _WORDS),
-    "openai-responses": NameRule("OpenAI", r"[a-zA-Z0-9_-]{1,64}", _WORDS),
-    "anthropic": NameRule("Anthropic", r"[a-zA-Z0-9_-]{1,64}", _WORDS),
+    "openai": _OPENAI,
+    "openai-responses": _OPENAI,
+    "anthropic": NameRule("Anthropic", _RULE, _WORDS),
 }
 
 

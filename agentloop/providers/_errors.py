@@ -42,24 +42,27 @@ def raw_create(create: Callable[..., Any]) -> Callable[..., Any] | None:
 def parsed(response: Any) -> Any:
     """What a raw response parses to; ``UnreadableResponse`` when its body is not JSON."""
     try:
-        return _read(response, response.parse())
-    except ValueError as exc:  # the JSON parser's error, or one of the SDK's own
+        value = response.parse()
+    except ValueError as exc:  # the JSON parser's error, or the SDK's own for JSON it refused
         error = _unreadable(response)
         if error is None:
             raise
         raise error from exc
+    return _read(response, value)
 
 
 async def aparsed(response: Any) -> Any:
     """``parsed`` for an async client's raw response (whose ``parse()`` may be awaited)."""
     try:
         value = response.parse()
-        return _read(response, await value if inspect.isawaitable(value) else value)
+        if inspect.isawaitable(value):
+            value = await value
     except ValueError as exc:
         error = _unreadable(response)
         if error is None:
             raise
         raise error from exc
+    return _read(response, value)
 
 
 def classify(exc: Exception, sdk: ModuleType | None) -> None:
@@ -102,10 +105,9 @@ def retry_after(headers: Any) -> float | None:
 
 def _read(response: Any, value: Any) -> Any:
     """``value``, unless it is the text an SDK hands back for a body it could not read."""
-    if isinstance(value, str):
-        error = _unreadable(response)
-        if error is not None:
-            raise error
+    error = _unreadable(response) if isinstance(value, str) else None
+    if error is not None:
+        raise error
     return value
 
 
