@@ -26,6 +26,20 @@ __all__ = ["aparsed", "classify", "parsed", "raw_create", "retry_after"]
 #: How much of a body that is not JSON an ``UnreadableResponse`` quotes.
 _QUOTED: Final = 200
 
+#: A stream's error event, by its error type, when it may pass: the response itself was a 200,
+#: so its status says nothing. Anthropic's own types, and the exceptions Bedrock's event
+#: stream ends with (its SDK client names them so).
+_STREAM_ERRORS: Final = {
+    "rate_limit_error": "rate_limit",
+    "throttlingException": "rate_limit",
+    "overloaded_error": "server",
+    "api_error": "server",
+    "internalServerException": "server",
+    "serviceUnavailableException": "server",
+    "modelStreamErrorException": "server",
+    "modelTimeoutException": "timeout",
+}
+
 
 def raw_create(create: Callable[..., Any]) -> Callable[..., Any] | None:
     """``create``'s twin that answers with the raw response (the SDKs' ``with_raw_response``).
@@ -68,9 +82,11 @@ async def aparsed(response: Any) -> Any:
 def classify(exc: Exception, sdk: ModuleType | None) -> None:
     """Mark an SDK's error by its own exception types, when it may pass.
 
-    A rate limit, a 5xx, a timeout, a lost connection; the server's
-    ``Retry-After`` (``retry-after-ms`` first) goes with it. OpenAI's and
-    Anthropic's SDKs share these type names. Anything else stays unmarked.
+    A rate limit, a 5xx, a 408 (a request or model timeout: Bedrock's
+    ``ModelTimeoutException``), a timeout, a lost connection, or a stream's
+    error event of a passing type; the server's ``Retry-After``
+    (``retry-after-ms`` first) goes with it. OpenAI's and Anthropic's SDKs
+    share these type names. Anything else stays unmarked.
     """
     if sdk is None:
         return
@@ -80,8 +96,23 @@ def classify(exc: Exception, sdk: ModuleType | None) -> None:
         mark(exc, "connection")
     elif isinstance(exc, sdk.RateLimitError):
         mark(exc, "rate_limit", retry_after(exc.response.headers))
-    elif isinstance(exc, sdk.APIStatusError) and exc.status_code >= 500:  # 529: overloaded too
-        mark(exc, "server", retry_after(exc.response.headers))
+    elif isinstance(exc, sdk.APIStatusError):
+        status = exc.status_code
+        if status >= 500:  # 529: overloaded too
+            mark(exc, "server", retry_after(exc.response.headers))
+        elif status == 408:
+            mark(exc, "timeout", retry_after(exc.response.headers))
+        elif status < 400:  # an error event in a stream that began well
+            kind = _STREAM_ERRORS.get(_error_type(exc.body))
+            if kind is not None:
+                mark(exc, kind)
+
+
+def _error_type(body: object) -> str:
+    """The ``error.type`` of an error event's body (``{'type': 'error', 'error': {...}}``)."""
+    error = body.get("error") if type(body) is dict else None
+    kind = error.get("type") if type(error) is dict else None
+    return kind if type(kind) is str else ""
 
 
 def retry_after(headers: Any) -> float | None:
