@@ -100,7 +100,10 @@ class AsyncRun(ConcurrentBatch):
         self._delta_listeners: list[tuple[Callable[[Delta], object], bool]] = []
 
     def subscribe(self, listener: Listener) -> None:
-        """Call ``listener(transition)`` after every transition; it may be ``async``."""
+        """Call ``listener(transition)`` after every transition; it may be ``async``.
+
+        One that raises does so as ``Run.subscribe`` says: ``afinish()`` again goes on.
+        """
         if not callable(listener):
             raise TypeError(f"expected a callable listener, got {type(listener).__name__}")
         self._listeners.append((listener, is_async(listener)))

@@ -75,7 +75,12 @@ class Run(RunView):
         self._partial: Partial | None = None
 
     def subscribe(self, listener: Listener) -> None:
-        """Call ``listener(transition)`` after every transition from now on."""
+        """Call ``listener(transition)`` after every transition from now on.
+
+        One that raises does so from ``step()``/``finish()`` after the transition
+        was made (the listeners after it miss that one); the run stays
+        consistent, and ``step()``/``finish()`` again goes on.
+        """
         if not callable(listener) or is_async(listener):
             got = "an async function" if callable(listener) else type(listener).__name__
             raise TypeError(
