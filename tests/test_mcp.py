@@ -7,6 +7,7 @@ server, change its tools or serve HTTP launch their own.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import mcp
 import mcp.types
 import orjson
@@ -30,6 +32,7 @@ from agentloop import Loop, SQLiteLedger, State, ToolRegistry, allow, deny
 from agentloop import mcp as amcp
 from agentloop.engine import PreparedCall
 from agentloop.providers import anthropic, openai
+from agentloop.streaming import ToolProgress
 from agentloop.testing import ScriptedModel, batch, call, final, strategies
 
 from .helpers import import_error
@@ -55,6 +58,15 @@ def launch(**options: Any) -> amcp.Server:
 def server() -> Iterator[amcp.Server]:
     """One stdio server for the module's tests that leave it as it is."""
     with launch(timeout=5, env={"AGENTLOOP_MCP_TEST": "yes"}) as connected:
+        yield connected
+
+
+@pytest.fixture(scope="module")
+def legacy() -> Iterator[amcp.Server]:
+    """The same server over the handshake (2025-11-25), as most servers speak today."""
+    connected = launch(timeout=5)
+    connected._mode = "legacy"
+    with connected:
         yield connected
 
 
@@ -108,6 +120,87 @@ def test_a_tool_keeps_the_servers_name_description_and_schema(server: amcp.Serve
     assert registry.specs()[0]["name"] == "x_add"
 
 
+def test_the_client_says_it_is_agentloop(server: amcp.Server, legacy: amcp.Server) -> None:
+    """clientInfo is agentloop and its version, over 2026-07-28 and over the handshake alike."""
+    version = importlib.metadata.version("agentloop-fsm")
+    for connected in (server, legacy):
+        registry = registry_of(connected, allow=["client"])
+        outcome = asyncio.run(registry.adispatch({"id": "1", "name": "client", "arguments": {}}))
+        assert outcome == {"status": "ok", "content": f"agentloop {version}"}
+
+
+def test_a_tool_that_runs_only_as_a_task_is_left_out(legacy: amcp.Server) -> None:
+    """research is listed with execution.taskSupport 'required': agentloop cannot run tasks, so
+    the tool is not offered to the model; asking for it by name says why."""
+    assert "research" in {tool.name for tool in legacy._listing}
+    registry = registry_of(legacy, deny=["die"])
+    assert "research" not in registry
+    assert "add" in registry
+    assert all(tool.name != "research" for tool in legacy.tools())
+    options: list[dict[str, Any]] = [
+        {"allow": ["add", "research"]},
+        {"annotations": {"research": {}}},
+    ]
+    for option in options:
+        with pytest.raises(ValueError, match="'research', which the server runs only as tasks"):
+            legacy.register(ToolRegistry(), **option)
+    assert "research" not in registry_of(legacy, deny=["research"])
+
+
+def test_a_schema_is_read_in_the_dialect_it_declares(server: amcp.Server, driver: Driver) -> None:
+    """pair's schema says Draft 7 (as the TypeScript SDK stamps every schema), with a tuple as
+    items: [...]: it is taken, the model sees it as the server wrote it, and arguments are
+    checked by Draft 7's rules."""
+    registry = registry_of(server, allow=["pair"])
+    assert registry["pair"].parameters["properties"]["point"]["items"] == [
+        {"type": "integer"},
+        {"type": "string"},
+    ]
+    model = ScriptedModel(
+        [
+            batch(call("a", "pair", point=[1, "x"]), call("b", "pair", point=["x", 1])),
+            final("ok"),
+        ]
+    )
+    result = driver.run(Loop(model, tools=registry), "go")
+    assert results(result) == [
+        ("a", "ok", "1 x"),
+        (
+            "b",
+            "invalid_arguments",
+            [
+                {"path": "point[0]", "message": '"x" is not of type "integer"'},
+                {"path": "point[1]", "message": '1 is not of type "string"'},
+            ],
+        ),
+    ]
+
+
+def test_a_servers_progress_reaches_the_runs_listeners(server: amcp.Server, driver: Driver) -> None:
+    """A call asks for progress: each of count's reports is heard as a ToolProgress naming the
+    call, in order, before the call's transition; it never enters the transcript."""
+    registry = registry_of(server, allow=["count"])
+    run = driver.start(
+        Loop(ScriptedModel([call("a", "count", steps=3), final("ok")]), tools=registry), "go"
+    )
+    heard: list[object] = []
+    run.subscribe_deltas(heard.append)
+    run.subscribe(heard.append)
+    for _ in run:
+        pass
+    assert results(run.result()) == [("a", "ok", 3)]
+    assert [item for item in heard if isinstance(item, ToolProgress)] == [
+        ToolProgress(call_id="a", progress=step, total=3, message=f"step {step}")
+        for step in (1, 2, 3)
+    ]
+    returned = next(
+        index
+        for index, item in enumerate(heard)
+        if isinstance(item, agentloop.Transition) and item.trigger == "tool_returned"
+    )
+    assert all(isinstance(item, ToolProgress) for item in heard[returned - 3 : returned])
+
+
 def test_is_error_is_an_error_result(server: amcp.Server) -> None:
     """A tool that fails on the server is an ``error`` result naming ToolFailed and its text."""
     registry = registry_of(server, allow=["fail"])
@@ -143,8 +236,17 @@ def test_annotations_make_the_guarantees_and_the_users_declarations_win(
         "overlap",
         "key",
         "header",
+        "client",
+        "charged",
+        "count",
+        "pair",
     }
-    assert {name for name, tool in tools.items() if tool.destructive} == {"delete", "shout"}
+    assert {name for name, tool in tools.items() if tool.destructive} == {
+        "delete",
+        "shout",
+        "charge",
+        "research",
+    }
     declared = {
         tool.name: tool
         for tool in server.tools(
@@ -353,12 +455,67 @@ def test_an_image_part_goes_to_the_providers_that_take_images() -> None:
 
 
 def test_each_protocol_failure_names_what_is_known_of_the_call(server: amcp.Server) -> None:
-    """A timeout or a lost connection: OutcomeUnknown; any other refusal: NotRun, with its code."""
-    timed_out = server._failure("add", MCPError(code=-32001, message="Request timed out"))
-    refused = server._failure("add", MCPError(code=-32602, message="Invalid params"))
-    assert isinstance(timed_out, amcp.OutcomeUnknown)
-    assert isinstance(refused, amcp.NotRun)
-    assert str(refused) == "the MCP server 'tests' refused 'add': Invalid params (code -32602)"
+    """Once a call is sent, every error is OutcomeUnknown, whatever its code: the SDK's servers
+    answer with the error a tool raised, so even "invalid params" may follow an effect."""
+    for code in (-32700, -32600, -32601, -32602, -32603, -32001, -32020, -32042, 7):
+        failure = server._failure("add", MCPError(code=code, message="no"))
+        assert type(failure) is amcp.OutcomeUnknown
+        assert str(failure).endswith("took effect is unknown")
+    answered = server._failure("add", MCPError(code=-32602, message="Invalid params"))
+    assert str(answered) == (
+        "the MCP server 'tests' answered 'add' with an error: Invalid params (code -32602); "
+        "whether the call took effect is unknown"
+    )
+
+
+def test_a_call_that_took_effect_and_then_failed_is_never_told_it_did_not_run(
+    server: amcp.Server, driver: Driver
+) -> None:
+    """charge takes effect, then its server answers JSON-RPC -32603: the model is told the
+    outcome is unknown, not that the call did not run; the charge is there."""
+    registry = registry_of(server, allow=["charge", "charged"])
+    before = registry.dispatch_or_adispatch({"id": "0", "name": "charged", "arguments": {}})
+    assert not isinstance(before, dict)
+    charged = asyncio.run(before)["content"]
+    model = ScriptedModel([call("a", "charge", amount=5), call("b", "charged"), final("ok")])
+    result = driver.run(Loop(model, tools=registry), "go")
+    (_, status, content), after = results(result)
+    assert (status, content["type"]) == ("error", "OutcomeUnknown")
+    assert content["message"] == (
+        "the MCP server 'tests' answered 'charge' with an error: the receipt printer jammed "
+        "(code -32603); whether the call took effect is unknown"
+    )
+    assert after == ("b", "ok", charged + 1)  # it ran
+
+
+def test_a_connection_lost_while_a_call_is_sent_is_never_told_it_did_not_run(
+    server: amcp.Server,
+) -> None:
+    """The connection is marked lost while the call is on its way (the holder noticed first):
+    the call was sent, so its outcome is unknown; the next call, never sent, did not run."""
+    registry = registry_of(server, allow=["add"])
+    client = server._client
+    assert client is not None
+
+    async def lost_meanwhile(*args: Any, **options: Any) -> Any:
+        server._lost = "the connection was lost (EndOfStream)"
+        raise anyio.BrokenResourceError
+
+    client.call_tool = lost_meanwhile  # type: ignore[method-assign]
+    try:
+        first, second = (
+            asyncio.run(registry.adispatch({"id": i, "name": "add", "arguments": {"a": 1, "b": 1}}))
+            for i in "ab"
+        )
+    finally:
+        del client.call_tool  # the shared connection as it was
+        server._lost = None
+    assert (first["status"], first["content"]["type"]) == ("error", "OutcomeUnknown")
+    assert "was lost while 'add' ran (BrokenResourceError)" in first["content"]["message"]
+    assert (second["status"], second["content"]["type"]) == ("error", "NotRun")
+    assert asyncio.run(
+        registry.adispatch({"id": "c", "name": "add", "arguments": {"a": 1, "b": 1}})
+    ) == {"status": "ok", "content": 2}
 
 
 def test_a_server_that_cannot_be_reached_is_a_connection_error() -> None:

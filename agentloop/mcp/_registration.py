@@ -30,6 +30,7 @@ __all__ = [
     "ask_before_destructive",
     "both_policies",
     "checked_options",
+    "task_only",
     "tool_hints",
 ]
 
@@ -84,6 +85,16 @@ class MCPTool(Tool):
 
     def __repr__(self) -> str:
         return f"MCPTool({self.name!r}, server={self.server.name!r})"
+
+
+def task_only(listed: mcp.types.Tool) -> bool:
+    """Whether the server runs ``listed`` only as a task, which agentloop does not run.
+
+    MCP (2025-11-25) asks a client to call such a tool as a task, and a server
+    to refuse any other call of it (``-32601``): it is left out of the registry.
+    """
+    execution = listed.execution
+    return execution is not None and execution.task_support == "required"
 
 
 def tool_hints(listed: mcp.types.Tool, declared: Mapping[str, bool]) -> dict[str, bool]:
@@ -148,6 +159,14 @@ def checked_options(
         raise ValueError(
             f"expected names of tools the server lists ({', '.join(sorted(listed)) or 'none'}), "
             f"got {', '.join(map(repr, unknown))}"
+        )
+    wanted = (allowed or frozenset()) | annotations.keys()
+    tasks = sorted(tool.name for tool in listing if tool.name in wanted and task_only(tool))
+    if tasks:
+        raise ValueError(
+            f"expected tools agentloop can call, got {', '.join(map(repr, tasks))}, which the "
+            "server runs only as tasks (execution.taskSupport 'required'): agentloop does not "
+            "run MCP tasks, so it leaves such tools out"
         )
     return {
         "prefix": prefix,
