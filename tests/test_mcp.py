@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import mcp
@@ -558,20 +558,135 @@ def test_serve_offers_a_registry_with_its_checks_in_front() -> None:
                 ("pay", "Pay."),
             ]
             assert listed.tools[0].input_schema == registry["add"].parameters
+            with pytest.raises(MCPError) as unknown:
+                await client.call_tool("nope", {})
+            assert (unknown.value.code, unknown.value.message) == (-32602, "Unknown tool: nope")
             return [
                 await client.call_tool("add", {"a": 2, "b": 3}),
                 await client.call_tool("add", {"a": "2", "b": 3}),
                 await client.call_tool("pay", {"amount": 5}),
-                await client.call_tool("nope", {}),
             ]
 
-    ok, invalid, denied, unknown = asyncio.run(client_side())
+    ok, invalid, denied = asyncio.run(client_side())
     assert (ok.is_error, ok.content[0].text) == (False, "5")  # type: ignore[union-attr]
-    assert invalid.is_error
+    assert invalid.is_error  # the spec's tool execution error: the model can correct it
     assert invalid.content[0].text.startswith("invalid_arguments: ")  # type: ignore[union-attr]
     assert (denied.is_error, denied.content[0].text) == (True, "denied: not today")  # type: ignore[union-attr]
-    assert unknown.is_error
-    assert unknown.content[0].text.startswith("unknown_tool: ")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_serve_says_who_it_is_and_what_each_tool_may_do(server: amcp.Server, mode: str) -> None:
+    """serverInfo names agentloop's version; each tool is listed with the hints the registry
+    knows: an MCPTool's three, a native tool's idempotency, and declared ones over them."""
+    registry = registry_of(server, allow=["add", "delete", "echo"], prefix="remote_")
+
+    @registry.tool(idempotent=True)
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return key
+
+    @registry.tool
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    async def client_side() -> tuple[mcp.types.Implementation | None, dict[str, Any]]:
+        served = amcp.serve(registry, annotations={"lookup": {"readOnlyHint": True}})
+        async with mcp.Client(served, mode=mode) as client:
+            listed = await client.list_tools()
+            hints = {
+                tool.name: tool.annotations.model_dump(by_alias=True, exclude_none=True)
+                for tool in listed.tools
+                if tool.annotations is not None
+            }
+            return client.server_info, hints
+
+    info, hints = asyncio.run(client_side())
+    assert info is not None
+    assert (info.name, info.version) == ("agentloop", importlib.metadata.version("agentloop-fsm"))
+    assert hints == {
+        "remote_add": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True},
+        "remote_delete": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
+        "remote_echo": {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False},
+        "lookup": {"readOnlyHint": True, "idempotentHint": True},
+        "pay": {"idempotentHint": False},
+    }
+    named = amcp.serve(registry, name="payments", version="2.1")
+    assert (named.name, named.version) == ("payments", "2.1")
+    with pytest.raises(ValueError, match="expected the annotations of 'pay' to map readOnlyHint"):
+        amcp.serve(registry, annotations={"pay": {"readonly": True}})
+
+
+def test_a_served_handler_gets_the_idempotency_key_the_client_sent() -> None:
+    """An agentloop client sends its durable call's key in _meta: the served handler's
+    agentloop.idempotency_key() is that key, and None when none came; a key that is not a
+    non-empty string is refused before the handler runs."""
+    registry = ToolRegistry()
+    seen: list[str | None] = []
+
+    @registry.tool(idempotent=True)
+    def charge(amount: int) -> str:
+        """Charge, once per key."""
+        seen.append(agentloop.idempotency_key())
+        return "charged"
+
+    async def client_side() -> None:
+        async with mcp.Client(amcp.serve(registry)) as client:
+            keyed = cast("mcp.types.RequestParamsMeta", {amcp_key: "r1:c1"})
+            await client.call_tool("charge", {"amount": 5}, meta=keyed)
+            await client.call_tool("charge", {"amount": 5})
+            wrong = cast("mcp.types.RequestParamsMeta", {amcp_key: 7})
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("charge", {"amount": 5}, meta=wrong)
+            assert refused.value.code == -32602
+
+    amcp_key = "io.github.agentloop/idempotency-key"
+    asyncio.run(client_side())
+    assert seen == ["r1:c1", None]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_served_handler_reports_progress_to_the_client(mode: str) -> None:
+    """report_progress in a served handler (plain, in a worker thread; or async) reaches the
+    client that asked for progress, in order, before the result."""
+    registry = ToolRegistry()
+
+    @registry.tool
+    def work(steps: int) -> str:
+        """Work in steps."""
+        for step in range(1, steps + 1):
+            agentloop.report_progress(step, steps, f"step {step}")
+        return "done"
+
+    @registry.tool
+    async def awork(steps: int) -> str:
+        """Work in steps, awaiting."""
+        for step in range(1, steps + 1):
+            agentloop.report_progress(step)
+            await asyncio.sleep(0)
+        return "done"
+
+    async def client_side() -> list[Any]:
+        heard: list[Any] = []
+
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            heard.append((progress, total, message))
+
+        async with mcp.Client(amcp.serve(registry), mode=mode) as client:
+            for name in ("work", "awork"):
+                result = await client.call_tool(name, {"steps": 2}, progress_callback=progress)
+                heard.append(result.content[0].text)  # type: ignore[union-attr]
+            await client.call_tool("work", {"steps": 2})  # nobody asked: nothing sent
+        return heard
+
+    assert asyncio.run(client_side()) == [
+        (1, 2, "step 1"),
+        (2, 2, "step 2"),
+        "done",
+        (1, None, None),
+        (2, None, None),
+        "done",
+    ]
 
 
 @pytest.mark.slow

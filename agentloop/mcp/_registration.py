@@ -29,6 +29,7 @@ __all__ = [
     "add_all_or_none",
     "ask_before_destructive",
     "both_policies",
+    "checked_annotations",
     "checked_options",
     "task_only",
     "tool_hints",
@@ -143,14 +144,7 @@ def checked_options(
     for what, gate in (("policy", policy), ("destructive", destructive)):
         if gate is not None and not callable(gate):
             raise TypeError(f"expected {what} to be a policy (callable), got {type(gate).__name__}")
-    annotations = dict(annotations or {})
-    for name, declared in annotations.items():
-        wrong = [hint for hint in declared if hint not in HINTS]
-        if wrong or not all(type(value) is bool for value in declared.values()):
-            raise ValueError(
-                f"expected the annotations of {name!r} to map {', '.join(HINTS)} to bools, "
-                f"got {dict(declared)!r}"
-            )
+    annotations = checked_annotations(annotations)
     allowed = None if allow is None else frozenset(allow)
     denied = frozenset(deny)
     listed = {tool.name for tool in listing}
@@ -176,6 +170,22 @@ def checked_options(
         "destructive": destructive,
         "annotations": annotations,
     }
+
+
+def checked_annotations(
+    annotations: Mapping[str, Mapping[str, bool]] | None,
+) -> dict[str, dict[str, bool]]:
+    """Declared hints by tool name, checked: each maps some of ``HINTS`` to bools."""
+    checked = {}
+    for name, declared in (annotations or {}).items():
+        wrong = [hint for hint in declared if hint not in HINTS]
+        if wrong or not all(type(value) is bool for value in declared.values()):
+            raise ValueError(
+                f"expected the annotations of {name!r} to map {', '.join(HINTS)} to bools, "
+                f"got {dict(declared)!r}"
+            )
+        checked[name] = dict(declared)
+    return checked
 
 
 def both_policies(first: Policy | None, second: Policy) -> Policy:
