@@ -37,11 +37,12 @@ class NotRun(Exception):
 
 
 class OutcomeUnknown(Exception):
-    """A call was sent, and then: the connection was lost, no answer came in time, or the
-    server answered with a JSON-RPC error (which may follow a tool's effect).
+    """A call was sent, and then the connection was lost, or no answer came, or an error did.
 
-    Whether the call took effect is unknown, as for a call a crash interrupted
-    in a durable run. A tool that is idempotent can be called again.
+    The error is a JSON-RPC one the server answered with, which may follow a
+    tool's effect. Whether the call took effect is unknown, as for a call a
+    crash interrupted in a durable run. A tool that is idempotent can be
+    called again.
     """
 
 

@@ -138,9 +138,10 @@ class Server(ToolCaller):
 
         ``prefix`` goes before each name; ``allow`` (the server's names) keeps
         only those, ``deny`` leaves those out; a tool the server runs only as a
-        task is always left out (naming one in ``allow`` raises, saying so). ``policy`` gates every tool;
-        ``destructive`` (for example ``ask_before_destructive``) gates the
-        tools that may change or delete data as well. ``annotations`` declares,
+        task is always left out (naming one in ``allow`` raises, saying so).
+        ``policy`` gates every tool; ``destructive`` (for example
+        ``ask_before_destructive``) gates the tools that may change or delete
+        data as well. ``annotations`` declares,
         by the server's name, ``readOnlyHint``, ``destructiveHint`` or
         ``idempotentHint`` over what the server says: yours win.
         """
