@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .helpers import Driver
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
+SERVED = str(Path(__file__).with_name("mcp_served.py"))
 ANTHROPIC = pydantic.TypeAdapter(message_create_params.MessageCreateParamsNonStreaming)
 RESPONSES = pydantic.TypeAdapter(response_create_params.ResponseCreateParamsNonStreaming)
 
@@ -817,7 +818,7 @@ def test_a_durable_run_resumed_against_changed_tools_meets_the_configuration_che
 @pytest.mark.slow
 def test_a_served_registry_over_stdio_is_a_tool_source_again() -> None:
     """serve_stdio in a process of its own; agentloop.mcp takes its tools back, checks and all."""
-    served = amcp.stdio(sys.executable, [str(Path(__file__).with_name("mcp_served.py"))])
+    served = amcp.stdio(sys.executable, [SERVED])
     with served:
         registry = registry_of(served)
         assert registry["add"].idempotent
@@ -828,6 +829,27 @@ def test_a_served_registry_over_stdio_is_a_tool_source_again() -> None:
     (_, s1, c1), (_, s2, c2) = results(result)
     assert (s1, c1) == ("ok", "4")  # as text: structuredContent is for objects
     assert (s2, c2["type"], c2["message"]) == ("error", "ToolFailed", "denied: not that one")
+
+
+@pytest.mark.slow
+def test_a_durable_run_resumed_after_a_crash_charges_a_served_tool_once() -> None:
+    """A durable agentloop client calls a served idempotent charge, and its process stops before
+    the outcome is recorded: the resume calls it again under the same key, which reaches the
+    served handler as agentloop.idempotency_key(); the handler deduplicates, and the card is
+    charged once."""
+    memory = MemoryLedger()
+    script = [call("a", "charge", amount=5), final("ok")]
+    with amcp.stdio(sys.executable, [SERVED], name="served") as served:
+        tools = registry_of(served, allow=["charge", "charges"])
+        assert tools["charge"].idempotent
+        with pytest.raises(Crash):  # the reply, tool_started, then tool_finished: dies there
+            Loop(ScriptedModel(script), tools=tools, ledger=CrashingLedger(memory, 3)).run(
+                "go", run_id="r1"
+            )
+        resumed = Loop(ScriptedModel(script), tools=tools, ledger=memory).resume("r1")
+        charged = asyncio.run(tools.adispatch({"id": "x", "name": "charges", "arguments": {}}))
+    assert results(resumed) == [("a", "ok", "already charged under r1:a")]
+    assert charged == {"status": "ok", "content": {"r1:a": 5}}
 
 
 @pytest.mark.slow
