@@ -99,11 +99,12 @@ class ToolCaller(SessionHolder):
                 )
             except MCPError as exc:
                 raise self._failure(remote, exc) from None
-            except Exception as exc:  # noqa: BLE001 - a transport torn down mid-call (anyio's)
-                # Sent, or on its way: a connection lost meanwhile says nothing of the call.
+            except Exception as exc:  # noqa: BLE001 - a transport torn down (anyio's), a bad answer
+                # Sent, or on its way: a connection lost meanwhile says nothing of the call, nor
+                # does an answer the SDK refuses (structuredContent its outputSchema refuses).
                 raise OutcomeUnknown(
-                    f"the connection to the MCP server {self.name!r} was lost while "
-                    f"{remote!r} ran ({describe_exception(exc)}); whether it took effect is unknown"
+                    f"the call of {remote!r} on the MCP server {self.name!r} failed once sent "
+                    f"({describe_exception(exc)}); whether it took effect is unknown"
                 ) from None
 
     def _failure(self, remote: str, exc: MCPError) -> OutcomeUnknown:
