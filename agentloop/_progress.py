@@ -74,7 +74,7 @@ class Reporter:
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.call_id, self.tell, self.loop = call_id, tell, loop
-        self.home = threading.get_ident()
+        self.home = None if loop is None else threading.get_ident()
         self.last: float | None = None
 
     def __call__(self, progress: float, total: float | None, message: str | None) -> None:
