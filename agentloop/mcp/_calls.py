@@ -4,9 +4,9 @@ A synchronous run awaits a call on its private event loop (``Awaiter``),
 which hands the call to the connection's loop and waits for the answer
 (``run_coroutine_threadsafe``). Cancelling the wait (a ``tool_timeout``, the
 run's ``CancelToken``) cancels the request on the connection's loop, and the
-SDK tells the server. The call asks for progress (a ``progressToken``) when
-someone follows it: each ``notifications/progress`` is handed back to the
-caller's loop, to the run's delta listeners (``agentloop.report_progress``).
+SDK tells the server. A call made in a run asks for progress (a
+``progressToken``): each ``notifications/progress`` is handed back to the
+caller's loop, to the run's delta listeners (as ``agentloop.report_progress``'s).
 
 What the model is told is what is known. ``NotRun`` only for a request that
 provably never left: the connection was gone before it was sent. Once sent,
