@@ -18,6 +18,7 @@ __all__ = [
     "CUT_OFF",
     "DISPATCH_STATUSES",
     "NOT_STARTED",
+    "SIGNATURE",
     "History",
     "batch_of",
     "check_new_input",
@@ -34,6 +35,9 @@ RESULT_STATUSES: Final = DISPATCH_STATUSES | {"cancelled"}
 
 _CALL_FIELDS: Final = frozenset({"kind", "id", "name", "arguments"})
 _ELEMENT_FIELDS: Final = frozenset({"id", "name", "arguments"})
+#: A call's optional key: an opaque token its provider gave with it, to be sent back with it
+#: (Gemini's thought signature). The record keeps it; no adapter but its provider's reads it.
+SIGNATURE: Final = "signature"
 _CALLS_FIELDS: Final = frozenset({"kind", "calls", "text"})
 _FINAL_FIELDS: Final = frozenset({"kind", "text"})
 
@@ -77,8 +81,9 @@ def reply_problem(reply: dict[str, Any] | object) -> str | None:
 
 
 def _call_problem(call: dict[str, Any], fields: frozenset[str], what: str) -> str | None:
-    if call.keys() != fields:
-        return _fields_problem(call, fields, what)
+    keys = call.keys()
+    if keys != fields and keys != fields | {SIGNATURE}:
+        return _fields_problem(call, fields | {SIGNATURE}, what, optional={SIGNATURE})
     for field in ("id", "name"):
         value = call[field]
         if type(value) is not str or not value:
@@ -91,6 +96,9 @@ def _call_problem(call: dict[str, Any], fields: frozenset[str], what: str) -> st
             "expected 'arguments' to be a dict (or the raw text of arguments that did "
             f"not parse, a str), got {type(arguments).__name__}"
         )
+    signature = call.get(SIGNATURE, "-")
+    if type(signature) is not str or not signature:
+        return f"expected {SIGNATURE!r} to be a non-empty str, got {signature!r:.80}"
     return None
 
 
@@ -235,6 +243,12 @@ def _open_call(
             f"{where}: expected a call's 'arguments' to be a dict (or the raw text of "
             f"arguments that did not parse, a str), got {describe(arguments)}"
         )
+    signature = call.get(SIGNATURE, "-")
+    if strict and (type(signature) is not str or not signature):
+        raise ValueError(
+            f"{where}: expected a call's {SIGNATURE!r}, if any, to be a non-empty str, "
+            f"got {describe(signature)}"
+        )
     if call_id in seen:
         raise ValueError(f"{where}: expected each call id once, got {call_id!r} again")
     seen.add(call_id)
@@ -271,10 +285,15 @@ def _check_other(
 ) -> None:
     """A new run's input user, system or final message has text; no final leaves a call open."""
     kind = message["kind"]
-    if kind in ("user", "system", "final") and type(message.get("text")) is not str:
+    text = message.get("text")
+    if kind in ("user", "system", "final") and type(text) is not str:
         raise ValueError(
-            f"{where}: expected a {kind!r} message's 'text' to be a str, "
-            f"got {describe(message.get('text'))}"
+            f"{where}: expected a {kind!r} message's 'text' to be a str, got {describe(text)}"
+        )
+    if kind == "user" and not text.strip():  # type: ignore[union-attr]  # a str: checked above
+        raise ValueError(
+            f"{where}: expected a user message's 'text' to hold more than white space "
+            f"(every provider refuses an empty one), got {text!r:.40}"
         )
     if kind == "final" and open_calls:
         call_id, (at, _) = next(iter(open_calls.items()))
@@ -287,10 +306,23 @@ def _check_other(
 def check_new_input(messages: object) -> None:
     """A new run's input history, held to the contract (``input_messages(strict=True)``).
 
-    A ``str`` is one user message: nothing to check. Called where a run starts,
-    before anything is made or recorded; an engine checks only what it needs.
+    A ``str`` is one user message. Nothing for the model to answer is refused
+    too: an empty list, an empty (or blank) str or user message, which every
+    provider refuses. Called where a run starts, before anything is made or
+    recorded; an engine checks only what it needs.
     """
-    if type(messages) is list:
+    if type(messages) is str:
+        if not messages.strip():
+            raise ValueError(
+                "expected the input to be the user's message (a str with text) or a list of "
+                f"messages, got {f'a blank str {messages!r:.40}' if messages else 'an empty str'}"
+            )
+    elif type(messages) is list:
+        if not messages:
+            raise ValueError(
+                "expected the input to be the user's message (a str with text) or a list of "
+                "one or more messages, got an empty list"
+            )
         input_messages(messages, strict=True)
 
 

@@ -4,7 +4,9 @@
 its registry's specs with every request, which go out as the API's ``tools``.
 With ``openai.OpenAI`` the model callback is a plain function, with
 ``openai.AsyncOpenAI`` an ``async def`` one (for ``arun``/``astart``). Any
-OpenAI-compatible server works through the client's ``base_url``.
+OpenAI-compatible server works through the client's ``base_url``; what such
+servers do differently is repaired by ``openai_chat``, or switched with
+``compat=Compat(...)`` where a repair cannot be sure.
 
 History to request (both APIs keep every message in place):
 
@@ -28,6 +30,7 @@ Needs the ``openai`` extra; importing this module without it raises an
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Literal, overload
 
 try:
@@ -37,6 +40,8 @@ except ImportError as exc:
         "agentloop.providers.openai needs the OpenAI SDK: pip install 'agentloop-fsm[openai]'"
     ) from exc
 
+from agentloop._core._messages import SIGNATURE
+from agentloop.providers._compat import DEFAULT, SKIP_SIGNATURE, Compat, short_ids
 from agentloop.providers._convert import (
     AsyncModel,
     Message,
@@ -50,6 +55,7 @@ from agentloop.providers._convert import (
     result_text,
     strict_schema,
     unknown_kind,
+    without_retries,
 )
 from agentloop.providers._openai_reply import chat_reply, responses_reply
 from agentloop.providers._openai_stream import (
@@ -65,30 +71,51 @@ from agentloop.providers._streaming import (
     make_stream_model,
 )
 
-__all__ = ["openai_chat", "openai_responses"]
+__all__ = ["Compat", "openai_chat", "openai_responses"]
 
 
 @overload
 def openai_chat(
-    client: openai.OpenAI, model: str, *, stream: Literal[False] = False, **params: Any
+    client: openai.OpenAI,
+    model: str,
+    *,
+    stream: Literal[False] = False,
+    compat: Compat = ...,
+    **params: Any,
 ) -> SyncModel: ...
 @overload
 def openai_chat(
-    client: openai.AsyncOpenAI, model: str, *, stream: Literal[False] = False, **params: Any
+    client: openai.AsyncOpenAI,
+    model: str,
+    *,
+    stream: Literal[False] = False,
+    compat: Compat = ...,
+    **params: Any,
 ) -> AsyncModel: ...
 @overload
 def openai_chat(
-    client: openai.OpenAI, model: str, *, stream: Literal[True], **params: Any
+    client: openai.OpenAI,
+    model: str,
+    *,
+    stream: Literal[True],
+    compat: Compat = ...,
+    **params: Any,
 ) -> StreamModel: ...
 @overload
 def openai_chat(
-    client: openai.AsyncOpenAI, model: str, *, stream: Literal[True], **params: Any
+    client: openai.AsyncOpenAI,
+    model: str,
+    *,
+    stream: Literal[True],
+    compat: Compat = ...,
+    **params: Any,
 ) -> AsyncStreamModel: ...
 def openai_chat(
     client: openai.OpenAI | openai.AsyncOpenAI,
     model: str,
     *,
     stream: bool = False,
+    compat: Compat = DEFAULT,
     **params: Any,
 ) -> SyncModel | AsyncModel | StreamModel | AsyncStreamModel:
     """A model callback over Chat Completions (``client.chat.completions.create``).
@@ -101,15 +128,28 @@ def openai_chat(
     are the adapter's own (a ``TypeError`` if given). The reply carries
     ``usage`` when the response does. A reply cut off (``finish_reason``
     ``length``), filtered, refused or empty raises ``IncompleteReply``; SDK
-    errors that outlast its retries propagate.
+    errors propagate, marked for the Loop's retry policy. A Loop that retries
+    sends the requests through a copy of ``client`` with its own retries off
+    (``agentloop_single_attempt``), so that the two never multiply.
 
     ``stream=True``: the callback answers with a stream (``agentloop.streaming``)
     over ``stream=True`` chunks, with ``stream_options={'include_usage': True}``;
     its whole reply is the one the same response unstreamed gives. A stream
     that ends before its ``finish_reason`` raises ``IncompleteReply``.
+
+    ``compat``: an OpenAI-compatible server's departures that need a switch
+    (``Compat``); those that need none are repaired whatever it says: a call
+    without an id gets one, arguments sent as an object are taken as they
+    are, streamed calls without indexes are told apart, and usage and finish
+    reasons are read in the forms the known servers send.
     """
     checked_client("openai_chat", client, model, "chat.completions.create", "an OpenAI")
     checked_stream("openai_chat", stream)
+    if type(compat) is not Compat:
+        raise TypeError(
+            f"openai_chat() expected compat to be a Compat (agentloop.providers.openai.Compat), "
+            f"got {compat!r:.80}"
+        )
     checked_params(
         "openai_chat",
         client.chat.completions.create,
@@ -118,29 +158,37 @@ def openai_chat(
     )
 
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
-        return {"model": model, "messages": _chat_messages(history), **tools, **params}
+        messages = _chat_messages(history, compat)
+        return {"model": model, "messages": messages, **tools, **params}
 
+    retries_off = without_retries("openai_chat", client, "chat.completions.create", openai)
+    fresh = compat.fresh_ids
     if stream:
-        options = {**(params.pop("stream_options", None) or {}), "include_usage": True}
+        streaming: dict[str, Any] = {"stream": True}
+        if compat.stream_usage:
+            options = {**(params.pop("stream_options", None) or {}), "include_usage": True}
+            streaming["stream_options"] = options
         return make_stream_model(
             client.chat.completions.create,
             request,
-            chat_stream,
-            achat_stream,
+            partial(chat_stream, fresh=fresh) if fresh else chat_stream,
+            partial(achat_stream, fresh=fresh) if fresh else achat_stream,
             "openai",
-            {"stream": True, "stream_options": options},
+            streaming,
             _chat_options,
             sdk=openai,
             name=model,
+            retries_off=retries_off,
         )
     return make_model(
         client.chat.completions.create,
         request,
-        chat_reply,
+        partial(chat_reply, fresh=fresh) if fresh else chat_reply,
         "openai",
         _chat_options,
         sdk=openai,
         name=model,
+        retries_off=retries_off,
     )
 
 
@@ -202,6 +250,8 @@ def openai_responses(
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         return {"model": model, "input": _responses_input(history), **tools, **params}
 
+    retries_off = without_retries("openai_responses", client, "responses.create", openai)
+
     if stream:
         return make_stream_model(
             client.responses.create,
@@ -213,6 +263,7 @@ def openai_responses(
             _responses_options,
             sdk=openai,
             name=model,
+            retries_off=retries_off,
         )
     return make_model(
         client.responses.create,
@@ -222,6 +273,7 @@ def openai_responses(
         _responses_options,
         sdk=openai,
         name=model,
+        retries_off=retries_off,
     )
 
 
@@ -261,15 +313,21 @@ def _responses_options(
     return out
 
 
-def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:
-    """The history as Chat Completions ``messages``."""
+def _chat_messages(history: list[Message], compat: Compat = DEFAULT) -> list[dict[str, Any]]:
+    """The history as Chat Completions ``messages``, as ``compat`` says the server takes them."""
     out: list[dict[str, Any]] = []
+    wire = _wire_ids(history) if compat.short_ids else None
+    turn_start = -1  # the last user message: Gemini 3 checks the signatures after it
+    if compat.thought_signatures:
+        turn_start = max((i for i, m in enumerate(history) if m.get("kind") == "user"), default=-1)
     for index, message in enumerate(history):  # the commonest kinds first
         kind = message.get("kind")
         if kind == "tool_result":
-            out.append(
-                {"role": "tool", "tool_call_id": message["id"], "content": result_text(message)}
-            )
+            call_id = message["id"] if wire is None else wire[message["id"]]
+            tool = {"role": "tool", "tool_call_id": call_id, "content": result_text(message)}
+            if compat.tool_names:
+                tool["name"] = message["name"]
+            out.append(tool)
         elif kind == "call" or kind == "calls":
             text, calls = assistant_turn(message)
             turn: dict[str, Any] = {"role": "assistant"}
@@ -277,7 +335,7 @@ def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:
                 turn["content"] = text
             turn["tool_calls"] = [
                 {
-                    "id": call["id"],
+                    "id": call["id"] if wire is None else wire[call["id"]],
                     "type": "function",
                     "function": {
                         "name": call["name"],
@@ -286,6 +344,8 @@ def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:
                 }
                 for call in calls
             ]
+            if compat.thought_signatures:
+                _signed(turn["tool_calls"], calls, index > turn_start)
             out.append(turn)
         elif kind == "user" or kind == "system":
             out.append({"role": kind, "content": message["text"]})
@@ -294,6 +354,30 @@ def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:
         else:
             raise unknown_kind(index, kind)
     return out
+
+
+def _signed(sent: list[dict[str, Any]], calls: list[Message], current: bool) -> None:
+    """Each call's thought signature in its tool call, as Gemini's endpoint takes it.
+
+    In the current turn, a step whose first call has none gets Google's
+    stand-in there (another provider's calls, or a history written by hand).
+    """
+    for at, (entry, call) in enumerate(zip(sent, calls, strict=True)):
+        signature = call.get(SIGNATURE) or (SKIP_SIGNATURE if current and at == 0 else None)
+        if signature is not None:
+            entry["extra_content"] = {"google": {"thought_signature": signature}}
+
+
+def _wire_ids(history: list[Message]) -> dict[str, str]:
+    """Every call id in the history, as nine letters and digits (``Compat.short_ids``)."""
+    ids = []
+    for message in history:
+        kind = message.get("kind")
+        if kind == "tool_result":
+            ids.append(message["id"])
+        elif kind == "call" or kind == "calls":
+            ids.extend(call["id"] for call in assistant_turn(message)[1])
+    return short_ids(ids)
 
 
 def _output(message: Message) -> str | list[dict[str, Any]]:
