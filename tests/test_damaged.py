@@ -567,6 +567,14 @@ def _record(kept: list[LedgerRecord], kind: str, key: str) -> int:
             id="a context keeping no count",
         ),
         pytest.param(
+            "kept-last",
+            None,
+            ("fingerprint", "context", "tokens"),
+            records.REMOVED,
+            "its header's context policy: expected a context policy's record",
+            id="a context of no size",
+        ),
+        pytest.param(
             "rejected",
             ("reply", "1"),
             ("rejected",),
@@ -685,3 +693,19 @@ def test_a_commit_time_that_is_no_time_is_shown_unknown(corpus: Corpus, tmp_path
     for run_id in ("plain", "typed"):
         line = next(line for line in out.splitlines() if line.startswith(f"{run_id} "))
         assert "unknown" in line
+
+
+def test_a_damaged_name_in_the_schema_is_one_line_on_the_command_line(
+    corpus: Corpus, tmp_path: Path
+) -> None:
+    """SQLite's error quotes the damaged name as bytes Python cannot decode: said in one
+    line, exit 2 (``UnicodeDecodeError`` out of the command before)."""
+    path = _stored(corpus, tmp_path)
+    data = bytearray(path.read_bytes())
+    data[data.index(b"tablerunsruns") + 5] = 0xFF  # the runs table's name in sqlite_master
+    path.write_bytes(bytes(data))
+    for argv in (["runs", path], ["pending", path], ["show", path, "plain"]):
+        code, out, err = command(*argv)
+        assert (code, out) == (2, "")
+        assert err.startswith("agentloop: error: ")
+        assert err.count("\n") == 1

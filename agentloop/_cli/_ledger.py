@@ -218,9 +218,11 @@ def _header(path: str) -> tuple[int, bool] | None:
             (application_id,) = db.execute("PRAGMA application_id").fetchone()
             tables = db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None
     except sqlite3.DatabaseError as exc:
-        if exc.sqlite_errorname == "SQLITE_NOTADB":
+        if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB":
             return None
         return 0, False  # SQLite's own words are SQLiteLedger's to say
+    except UnicodeDecodeError:  # SQLite's message quotes a damaged name in its schema
+        return 0, False
     except (OSError, sqlite3.Error):
         return None  # said by whoever reads it next
     return application_id, tables

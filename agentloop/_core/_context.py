@@ -250,6 +250,7 @@ def policy_from_record(
     if (
         type(record) is not dict
         or record.get("policy") not in ("keep_last", "summarise")
+        or "tokens" not in record
         or type(record.get("counter")) is not str
         or type(record.get("keep_tokens")) is not int
         or record["keep_tokens"] < 0
