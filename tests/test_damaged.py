@@ -704,7 +704,8 @@ def test_a_damaged_name_in_the_schema_is_one_line_on_the_command_line(
     data = bytearray(path.read_bytes())
     data[data.index(b"tablerunsruns") + 5] = 0xFF  # the runs table's name in sqlite_master
     path.write_bytes(bytes(data))
-    for argv in (["runs", path], ["pending", path], ["show", path, "plain"]):
+    argvs: list[list[str | Path]] = [["runs", path], ["pending", path], ["show", path, "plain"]]
+    for argv in argvs:
         code, out, err = command(*argv)
         assert (code, out) == (2, "")
         assert err.startswith("agentloop: error: ")
