@@ -369,10 +369,11 @@ def damage_file(path: Path, data: st.DataObject, corpus: Corpus, name: str) -> s
         elif how == "column" and seqs:
             column = data.draw(st.sampled_from(["kind", "key", "body"]), label="column")
             value = _sql(data.draw(_COLUMN_VALUES, label="value"))
-            db.execute(
-                f"UPDATE records SET {column} = {value[0]} WHERE seq = ?",
-                (*value[1], data.draw(st.sampled_from(seqs))),
-            )
+            with contextlib.suppress(sqlite3.IntegrityError):  # a (kind, key) taken
+                db.execute(
+                    f"UPDATE records SET {column} = {value[0]} WHERE seq = ?",
+                    (*value[1], data.draw(st.sampled_from(seqs))),
+                )
         elif how == "run_id":
             value = _sql(data.draw(_COLUMN_VALUES, label="value"))
             with contextlib.suppress(sqlite3.IntegrityError):  # an id taken
