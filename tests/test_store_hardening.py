@@ -18,6 +18,7 @@ from agentloop import (
     LedgerError,
     Loop,
     RunBusyError,
+    RunFileError,
     SQLiteLedger,
     Tool,
     ToolRegistry,
@@ -530,9 +531,10 @@ def db(tmp_path: Path) -> Path:
 def test_opening_a_ledger_never_opens_sqlites_files_itself(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """While this process has the ledger open, neither a second SQLiteLedger nor the command
-    line opens the database, its WAL or its index with open(): closing that descriptor would
-    drop SQLite's locks. (The killed process's test below shows what that loses.)"""
+    """While this process has the ledger open, neither a second SQLiteLedger, nor load_run
+    given its path, nor the command line opens the database, its WAL or its index with
+    open(): closing that descriptor would drop SQLite's locks. (The killed process's test
+    below shows what that loses.)"""
     import builtins
     import io
 
@@ -554,6 +556,8 @@ def test_opening_a_ledger_never_opens_sqlites_files_itself(
     for module, name in ((builtins, "open"), (io, "open"), (os, "open")):
         monkeypatch.setattr(module, name, watching(getattr(module, name)))
     SQLiteLedger(db).close()
+    with pytest.raises(RunFileError, match=r"expected a run file \(JSON\), got a SQLite database"):
+        agentloop.load_run(db)  # given a ledger's path by mistake: never opened as a file
     assert main(["runs", str(db)]) == 0
     assert main(["show", str(db), "one"]) == 0
     assert main(["report", str(db), "one", "-o", str(tmp_path / "one.html")]) == 0

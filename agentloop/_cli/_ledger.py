@@ -8,10 +8,8 @@ process that has its ``Loop`` resumes it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
-import sqlite3
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -25,6 +23,7 @@ from agentloop._core._approval import Decision, approve, deny
 from agentloop._durable._sqlite import APPLICATION_ID, SQLiteLedger
 from agentloop._durable._view import LedgerRun, RunSummary, decide_run, list_runs, view_run
 from agentloop._errors import InvalidStateError, LedgerError, RunNotFoundError
+from agentloop._review._runfile import sqlite_header
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -52,8 +51,8 @@ DECIDED: Final = "decided"
 
 
 def is_ledger(path: str) -> bool:
-    """Whether SQLite reads ``path`` as a database (a run file is JSON): ``_header``."""
-    return _header(path) is not None
+    """Whether SQLite reads ``path`` as a database (a run file is JSON): ``sqlite_header``."""
+    return sqlite_header(path) is not None
 
 
 def runs(path: str, states: Iterable[str]) -> int:
@@ -173,7 +172,7 @@ def _open(path: str) -> SQLiteLedger:
         os.stat(path)
     except OSError as exc:
         raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
-    header = _header(path)
+    header = sqlite_header(path)
     if header is None:
         # Not a database, so no SQLite connection holds it: its first bytes may be read.
         try:
@@ -199,33 +198,6 @@ def _open(path: str) -> SQLiteLedger:
         return SQLiteLedger(path, make=False)
     except LedgerError as exc:
         raise CommandError(str(exc)) from None
-
-
-def _header(path: str) -> tuple[int, bool] | None:
-    """The application id in ``path``'s header, and whether it has tables; None if no database.
-
-    Asked of SQLite, read-only and as an immutable file: it reads the file's
-    header through its own descriptor (which it keeps while this process holds
-    the file's locks), and neither runs a recovery of the write-ahead log
-    (SQLiteLedger checks the log first) nor looks at the log: tables made since
-    the last checkpoint are not seen here. An empty file is no database.
-    """
-    try:
-        if os.stat(path).st_size == 0:
-            return None
-        uri = f"{Path(path).absolute().as_uri()}?mode=ro&immutable=1"
-        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
-            (application_id,) = db.execute("PRAGMA application_id").fetchone()
-            tables = db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None
-    except sqlite3.DatabaseError as exc:
-        if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB":
-            return None
-        return 0, False  # SQLite's own words are SQLiteLedger's to say
-    except UnicodeDecodeError:  # SQLite's message quotes a damaged name in its schema
-        return 0, False
-    except (OSError, sqlite3.Error):
-        return None  # said by whoever reads it next
-    return application_id, tables
 
 
 def _listed(path: str) -> list[RunSummary]:
