@@ -245,8 +245,8 @@ def test_one_malformed_element(driver: Driver, n: int) -> None:
         ({"kind": "calls", "calls": ["c1"]}, "calls[0]: expected a dict, got str"),
         (
             {"kind": "calls", "calls": [{**element("c1"), "kind": "call"}]},
-            "calls[0]: each element of 'calls' has exactly ['arguments', 'id', 'name', 'signature']; "
-            "unexpected ['kind']",
+            "calls[0]: each element of 'calls' has exactly "
+            "['arguments', 'id', 'name', 'signature']; unexpected ['kind']",
         ),
         (
             {"kind": "calls", "calls": [element("c1"), {"id": "c2", "name": "add"}]},

@@ -134,16 +134,18 @@ class Streamed(httpx2.SyncByteStream, httpx2.AsyncByteStream):
 
 @attrs.define
 class Wire:
-    """Canned answers, in order, and every request the SDK sent (path and JSON body)."""
+    """Canned answers, in order, and every request the SDK sent (path, query and JSON body)."""
 
     #: ``(status, body)``, or ``(status, body, headers)`` to answer with these headers only;
     #: a body is JSON, or ``Streamed`` (server-sent events).
     answers: list[tuple[Any, ...]]
     requests: list[Message] = attrs.field(factory=list)
     paths: list[str] = attrs.field(factory=list)
+    queries: list[str] = attrs.field(factory=list)
 
     def handle(self, request: httpx2.Request) -> httpx2.Response:
         self.paths.append(request.url.path)
+        self.queries.append(request.url.query.decode())
         self.requests.append(json.loads(request.content))
         if not self.answers:
             raise AssertionError("the wire ran out of answers")

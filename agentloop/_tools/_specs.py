@@ -1,4 +1,4 @@
-"""Tools described for a provider request: OpenAI (two APIs), Anthropic, or plain JSON Schema.
+"""Tools described for a provider request: OpenAI (two APIs), Anthropic, Gemini, or JSON Schema.
 
 The OpenAI formats say ``strict: false``: derived schemas have optional
 parameters and defaults, which strict mode forbids, and the registry validates
@@ -15,10 +15,17 @@ if TYPE_CHECKING:
 
 __all__ = ["SpecFormat", "build_specs"]
 
-SpecFormat = Literal["openai", "openai-responses", "anthropic", "json-schema"]
+SpecFormat = Literal["openai", "openai-responses", "anthropic", "gemini", "json-schema"]
 
-# What a provider accepts as a tool name (OpenAI and Anthropic agree).
-_PROVIDER_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# What each provider accepts as a tool name (OpenAI and Anthropic agree; Gemini's
+# FunctionDeclaration.name starts with a letter or an underscore, and takes dots and colons).
+_OPENAI_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_NAMES: Final = {
+    "openai": _OPENAI_NAME,
+    "openai-responses": _OPENAI_NAME,
+    "anthropic": _OPENAI_NAME,
+    "gemini": re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,127}"),
+}
 
 
 def _described(entry: dict[str, Any], description: str) -> dict[str, Any]:
@@ -49,6 +56,11 @@ _BUILDERS: Final[dict[str, Callable[[str, str, dict[str, Any]], dict[str, Any]]]
         **_described({"name": name}, description),
         "input_schema": schema,
     },
+    # JSON Schema as it is: Gemini's OpenAPI-subset `parameters` refuses additionalProperties.
+    "gemini": lambda name, description, schema: {
+        **_described({"name": name}, description),
+        "parameters_json_schema": schema,
+    },
 }
 
 
@@ -63,11 +75,12 @@ def build_specs(
     if build is None:
         raise ValueError(f"expected format to be one of {sorted(_BUILDERS)}, got {format!r}")
     specs = []
+    rule = _NAMES.get(format)
     for name, description, parameters in tools:
-        if format != "json-schema" and not _PROVIDER_NAME.fullmatch(name):
+        if rule is not None and not rule.fullmatch(name):
             raise ValueError(
                 f"tool {name!r}: {format} tool names must match "
-                f"{_PROVIDER_NAME.pattern}; give the tool a name= that does"
+                f"{rule.pattern}; give the tool a name= that does"
             )
         specs.append(build(name, description, parameters))
     return specs

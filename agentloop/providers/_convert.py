@@ -298,6 +298,7 @@ def make_model(
     sdk: ModuleType | None = None,
     name: str | None = None,
     sent: dict[str, Any] | None = None,
+    errors: Callable[[Exception], None] | None = None,
 ) -> SyncModel | AsyncModel:
     """The model callback: ``parse(create(**request(history, tools)))``, awaited if async.
 
@@ -307,12 +308,14 @@ def make_model(
     provider's request entries. The SDKs wrap their async methods in plain
     decorators, hence ``unwrap``. An error the ``sdk`` raises is marked with
     its kind when it may pass (``classify``), for the Loop's retry policy,
-    which is on by default for these models (``agentloop_retry``); ``name``
+    which is on by default for these models (``agentloop_retry``); ``errors``
+    marks them instead, for an SDK whose errors are named otherwise. ``name``
     is what fallback models' events call it. ``sent`` goes with every request
     as it is (``stream=True``, for a streaming model).
     """
     entries = request_entries(format, options)
     sent = sent or {}
+    marked = errors or (lambda exc: classify(exc, sdk))
     made: Any
     if inspect.iscoroutinefunction(inspect.unwrap(create)):
 
@@ -328,7 +331,7 @@ def make_model(
             try:
                 response = await create(**body, **sent)
             except Exception as exc:
-                classify(exc, sdk)
+                marked(exc)
                 raise
             return unwrapping(parse(response)) if wrapped else parse(response)
 
@@ -347,7 +350,7 @@ def make_model(
             try:
                 response = create(**body, **sent)
             except Exception as exc:
-                classify(exc, sdk)
+                marked(exc)
                 raise
             return unwrapping(parse(response)) if wrapped else parse(response)
 

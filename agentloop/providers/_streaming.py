@@ -160,6 +160,7 @@ def make_stream_model(
     *,
     sdk: ModuleType | None = None,
     name: str | None = None,
+    errors: Callable[[Exception], None] | None = None,
 ) -> StreamModel | AsyncStreamModel:
     """The streaming model callback: ``create(**request(...), **streaming)``'s stream, converted.
 
@@ -181,6 +182,6 @@ def make_stream_model(
 
         opened = open_
     made: StreamModel | AsyncStreamModel = make_model(  # type: ignore[assignment]
-        create, request, opened, format, options, sdk=sdk, name=name, sent=streaming
+        create, request, opened, format, options, sdk=sdk, name=name, sent=streaming, errors=errors
     )  # its parse opens the stream its create answers
     return made

@@ -1,0 +1,303 @@
+"""Google adapter: ``gemini_generate_content`` (Gemini's ``generateContent``, through google-genai).
+
+``Loop(gemini_generate_content(client, "gemini-3-flash"), tools=registry)``:
+the Loop passes its registry's specs with every request, which go out as one
+``Tool`` of ``function_declarations``. With ``genai.Client`` the model
+callback is a plain function, with its ``client.aio`` an ``async def`` one
+(for ``arun``/``astart``). A Vertex AI client (``genai.Client(vertexai=True,
+...)``) works the same way.
+
+History to request:
+
+- ``system``: the ``system_instruction``, several joined by blank lines;
+- ``user``: a text part in a user turn;
+- ``call``/``calls``: one model turn, a text part for its text and a
+  ``function_call`` part per call, with the call's ``signature`` (Gemini's
+  thought signature, kept by the record) as its ``thought_signature``. Its
+  ``id`` goes with it only where Gemini gave the call one; ``args`` must be an
+  object, so arguments that arrived as text (another provider's invalid JSON)
+  are sent as ``{}``;
+- ``tool_result``: a ``function_response`` part in a user turn, its
+  ``response`` ``{"output": <content>}``; unless ``ok``, ``{"error": <text>}``,
+  the text led by ``status: <status>`` on its own line. A result of typed
+  parts with an image among them (an MCP tool's) sends the images as the
+  response's ``parts``;
+- ``final``: a text part in a model turn.
+
+Adjacent messages of one role share a turn: a batch's results are one user
+turn, as Gemini wants (as many responses as the turn before had calls), and
+a user message right after them joins it, after the results. Empty text is
+left out.
+
+Needs the ``google`` extra; importing this module without it raises an
+``ImportError`` that says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import inspect
+from typing import Any, Final, Literal, overload
+
+try:
+    from google import genai  # noqa: TC002 - at run time, so that a missing SDK fails here
+    from google.genai import types
+except ImportError as exc:
+    raise ImportError(
+        "agentloop.providers.google needs Google's SDK: pip install 'agentloop-fsm[google]'"
+    ) from exc
+
+from agentloop._core._messages import SIGNATURE
+from agentloop.providers._convert import (
+    AsyncModel,
+    Message,
+    SyncModel,
+    assistant_turn,
+    checked_client,
+    image_of,
+    make_model,
+    part_text,
+    result_parts,
+    result_text,
+    unknown_kind,
+)
+from agentloop.providers._gemini_errors import classify_gemini
+from agentloop.providers._gemini_reply import MADE_ID, generate_reply
+from agentloop.providers._gemini_stream import (
+    agenerate_stream,
+    aopen_stream,
+    generate_stream,
+    open_stream,
+)
+from agentloop.providers._streaming import (
+    AsyncStreamModel,
+    StreamModel,
+    checked_stream,
+    make_stream_model,
+)
+
+__all__ = ["SKIP_SIGNATURE", "gemini_generate_content"]
+
+#: The thought signature Google documents for a call Gemini did not make (another provider's,
+#: or written by hand): Gemini 3 refuses a step of the current turn whose first call has none.
+SKIP_SIGNATURE: Final = "skip_thought_signature_validator"
+
+_RESERVED: Final = {
+    "system_instruction": "put it in the history as {'kind': 'system', 'text': ...}, "
+    "where the run records it",
+    "automatic_function_calling": "the adapter turns it off: the Loop runs the tools",
+}
+_CHOICES: Final = {"none": "NONE", "auto": "AUTO", "required": "ANY"}
+
+
+@overload
+def gemini_generate_content(
+    client: genai.Client, model: str, *, stream: Literal[False] = False, **config: Any
+) -> SyncModel: ...
+@overload
+def gemini_generate_content(
+    client: genai.client.AsyncClient,
+    model: str,
+    *,
+    stream: Literal[False] = False,
+    **config: Any,
+) -> AsyncModel: ...
+@overload
+def gemini_generate_content(
+    client: genai.Client, model: str, *, stream: Literal[True], **config: Any
+) -> StreamModel: ...
+@overload
+def gemini_generate_content(
+    client: genai.client.AsyncClient, model: str, *, stream: Literal[True], **config: Any
+) -> AsyncStreamModel: ...
+def gemini_generate_content(
+    client: genai.Client | genai.client.AsyncClient,
+    model: str,
+    *,
+    stream: bool = False,
+    **config: Any,
+) -> SyncModel | AsyncModel | StreamModel | AsyncStreamModel:
+    """A model callback over ``generateContent`` (``client.models.generate_content``).
+
+    ``client`` is a ``genai.Client`` (a plain callback) or its ``client.aio``
+    (an ``async def`` one). The request's tools are the specs the Loop passes
+    with each request, as ``specs('gemini')`` gives them, declarations only:
+    the SDK's automatic function calling is off, the Loop runs the tools.
+    ``config`` is ``GenerateContentConfig``'s fields, which go into every
+    request as they are (``temperature=0``, ``max_output_tokens=...``,
+    ``thinking_config=...``, ``safety_settings=...``); a name it lacks is a
+    ``TypeError`` now, and so are ``tools``, ``system_instruction`` and
+    ``automatic_function_calling``, which are the adapter's. The reply
+    carries ``usage``. A reply cut off (``MAX_TOKENS``), stopped for another
+    reason than ``STOP`` (``SAFETY``, ``MALFORMED_FUNCTION_CALL``, ...), a
+    prompt blocked, or an empty reply raises ``IncompleteReply``; an SDK error
+    propagates, marked for the Loop's retry policy when it may pass (a 429,
+    with the delay its ``RetryInfo`` asks for; a 5xx; a timeout; a lost
+    connection).
+
+    ``stream=True``: the callback answers with a stream (``agentloop.streaming``)
+    over ``generate_content_stream``; its whole reply is the one the same
+    response unstreamed gives. A stream that ends before a chunk with a
+    ``finish_reason`` raises ``IncompleteReply``.
+    """
+    checked_client(
+        "gemini_generate_content", client, model, "models.generate_content", "a google-genai"
+    )
+    checked_stream("gemini_generate_content", stream)
+    _checked_config(config)
+    models: Any = client.models
+
+    def request(history: list[Message], entries: dict[str, Any]) -> dict[str, Any]:
+        contents, system = _contents(history)
+        settings: dict[str, Any] = {"automatic_function_calling": {"disable": True}}
+        if system:
+            settings["system_instruction"] = system
+        for key, value in entries.items():
+            settings[key] = [{"function_declarations": value}] if key == "tools" else value
+        return {"model": model, "contents": contents, "config": {**settings, **config}}
+
+    if stream:
+        create = models.generate_content_stream
+        if inspect.iscoroutinefunction(inspect.unwrap(create)):
+            opened = aopen_stream(create)
+        else:
+            opened = open_stream(create)
+        return make_stream_model(
+            opened,
+            request,
+            generate_stream,
+            agenerate_stream,
+            "gemini",
+            {},
+            _options,
+            errors=classify_gemini,
+            name=model,
+        )
+    return make_model(
+        models.generate_content,
+        request,
+        generate_reply,
+        "gemini",
+        _options,
+        errors=classify_gemini,
+        name=model,
+    )
+
+
+def _checked_config(config: dict[str, Any]) -> None:
+    """Refuse, now, a config field the SDK lacks, and what the adapter sets itself."""
+    if "tools" in config:
+        raise TypeError(
+            "gemini_generate_content() takes no tools=: the tools come from the Loop, which "
+            "passes its registry's specs with every request (Loop(model, tools=registry))"
+        )
+    for name, instead in _RESERVED.items():
+        if name in config:
+            raise TypeError(f"gemini_generate_content() sets {name!r} itself; {instead}")
+    fields = types.GenerateContentConfig.model_fields
+    for name in config:
+        if name not in fields:
+            raise TypeError(
+                f"gemini_generate_content(): got an unexpected keyword argument {name!r} "
+                "(expected GenerateContentConfig's fields)"
+            )
+
+
+def _options(tools: bool, tool_choice: str | None, output: Message | None) -> dict[str, Any]:
+    """``tool_config`` (the wrap-up step's mode ``NONE``) and a response schema (typed output)."""
+    out: dict[str, Any] = {}
+    if tool_choice is not None and tools:
+        mode = _CHOICES.get(tool_choice, tool_choice.upper())
+        out["tool_config"] = {"function_calling_config": {"mode": mode}}
+    if output is not None:
+        out["response_mime_type"] = "application/json"
+        out["response_json_schema"] = output["schema"]
+    return out
+
+
+def _contents(history: list[Message]) -> tuple[list[dict[str, Any]], str | None]:
+    """The history as Gemini's ``contents``, and the system instruction if there is one."""
+    system: list[str] = []
+    contents: list[dict[str, Any]] = []
+    # Gemini 3 checks the signatures of the current turn: the steps since the last user text.
+    turn = max((i for i, m in enumerate(history) if m.get("kind") == "user"), default=-1)
+    for index, message in enumerate(history):  # the commonest kinds first
+        kind = message.get("kind")
+        if kind == "tool_result":
+            part = {"function_response": _function_response(message)}
+            parts = _turn(contents, "user")
+            at = next((i for i, p in enumerate(parts) if "function_response" not in p), None)
+            parts.insert(len(parts) if at is None else at, part)  # before the turn's text
+        elif kind == "call" or kind == "calls":
+            text, calls = assistant_turn(message)
+            parts = _turn(contents, "model")
+            if text:
+                parts.append({"text": text})
+            for number, call in enumerate(calls):
+                parts.append(_function_call(call, index, number == 0 and index > turn))
+        elif kind == "system":
+            system.append(message["text"])
+        elif kind == "user" or kind == "final":
+            if message["text"]:
+                _turn(contents, "user" if kind == "user" else "model").append(
+                    {"text": message["text"]}
+                )
+        else:
+            raise unknown_kind(index, kind)
+    return contents, "\n\n".join(system) or None
+
+
+def _function_call(call: Message, index: int, first_in_turn: bool) -> dict[str, Any]:
+    """A call as a ``function_call`` part, its thought signature with it."""
+    arguments = call["arguments"]
+    function_call = {"name": call["name"], "args": arguments if isinstance(arguments, dict) else {}}
+    if not call["id"].startswith(MADE_ID):
+        function_call["id"] = call["id"]
+    part: dict[str, Any] = {"function_call": function_call}
+    signature = call.get(SIGNATURE)
+    if signature:
+        part["thought_signature"] = _signature(signature, index)
+    elif first_in_turn:
+        part["thought_signature"] = _signature(SKIP_SIGNATURE, index)
+    return part
+
+
+def _signature(text: str, index: int) -> bytes:
+    """A signature as the record keeps it (base64, either alphabet) as the SDK's bytes."""
+    padded = text.replace("-", "+").replace("_", "/") + "=" * (-len(text) % 4)
+    try:
+        return base64.b64decode(padded, validate=True)
+    except binascii.Error:
+        raise ValueError(
+            f"history[{index}]: expected a call's signature to be base64 (a thought "
+            f"signature, as a Gemini reply gave it), got {text!r:.80}"
+        ) from None
+
+
+def _function_response(message: Message) -> dict[str, Any]:
+    """A tool result as a ``function_response``: its output, or its error unless ``ok``."""
+    out: dict[str, Any] = {"name": message["name"]}
+    if not message["id"].startswith(MADE_ID):
+        out["id"] = message["id"]
+    if message["status"] != "ok":
+        out["response"] = {"error": result_text(message)}
+        return out
+    parts = result_parts(message)
+    if parts is None:
+        out["response"] = {"output": message["content"]}
+        return out
+    images = [found for found in map(image_of, parts) if found is not None]
+    out["response"] = {"output": [part_text(p) for p in parts if image_of(p) is None]}
+    out["parts"] = [
+        {"inline_data": {"mime_type": media, "data": base64.b64decode(data)}}
+        for media, data in images
+    ]
+    return out
+
+
+def _turn(contents: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    """The parts of the last content if it is ``role``'s, else of a new one (roles alternate)."""
+    if not contents or contents[-1]["role"] != role:
+        contents.append({"role": role, "parts": []})
+    return contents[-1]["parts"]  # type: ignore[no-any-return]
