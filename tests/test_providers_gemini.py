@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import importlib
 import inspect
+import re
 import sys
 from typing import Any
 
@@ -261,6 +262,21 @@ async def test_parallel_calls(flavour: str) -> None:
         ],
         "usage": USAGE,
     }
+
+
+async def test_made_ids_fit_what_every_provider_takes(flavour: str) -> None:
+    """A made id is at most 40 of [A-Za-z0-9_-] (OpenAI's length, Anthropic's characters),
+    whatever the response's id holds; responses without one get ids of their own."""
+    odd = response(function_call("add", {}), response_id="Gx5f/Z4a+TNq=eP1sQP0Zy2mAY.long.tail")
+    bare = response(function_call("add", {}))
+    del bare["responseId"]
+    wire = Wire([(200, odd), (200, bare), (200, bare)])
+    model = model_for(flavour, wire)
+    ids = [(await ask(model, USER, tools()))["id"] for _ in range(3)]
+    assert ids[0] == "gemini_Gx5fZ4aTNqeP1sQP0Zy2mAYl_0"
+    assert ids[1] != ids[2]
+    for made in ids:
+        assert re.fullmatch(r"gemini_[A-Za-z0-9_-]{1,24}_0", made), made
 
 
 async def test_text_beside_a_call(flavour: str) -> None:

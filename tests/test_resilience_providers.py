@@ -15,11 +15,13 @@ import httpx2
 import openai
 import pytest
 
-from agentloop import CancelToken, Loop
+from agentloop import CancelToken, Loop, ToolRegistry
 from agentloop.models import RetryPolicy, asleep, fallback, sleep, transient
 from agentloop.providers.anthropic import anthropic_messages
 
-from .test_providers_anthropic import MODEL
+from . import test_providers_gemini as gem
+from .helpers import add
+from .test_providers_anthropic import MODEL, answered_first
 from .test_providers_anthropic import client as anthropic_client
 from .test_providers_anthropic import message as anthropic_answer
 from .test_providers_openai import CHAT, ERROR, RESPONSES, Api
@@ -185,3 +187,54 @@ def test_the_sdks_errors_are_classified_by_their_own_types(api: Api) -> None:
                 model([{"kind": "user", "text": "hi"}])
             assert transient(caught.value) is not None
             assert transient(caught.value).kind == kind  # type: ignore[union-attr]
+
+
+def test_gemini_is_retried_by_default() -> None:
+    """Loop(gemini_generate_content(...)) gets RetryPolicy(), as the other adapters do."""
+    assert Loop(gem.model_for("sync", Wire([]))).retry == RetryPolicy()
+
+
+async def test_a_gemini_primary_that_fails_mid_run_hands_its_calls_to_another_provider(
+    flavour: str,
+) -> None:
+    """Gemini calls, then 503s past its attempts: the Anthropic fallback is given the history,
+    the made ids as they are (within what Anthropic takes), the thought signature left out."""
+    primary = Wire(
+        [
+            (200, gem.response(gem.function_call("add", {"a": 2, "b": 3}, signature="c2ln"))),
+            (503, gem.error(503, "UNAVAILABLE", "overloaded")),
+            (503, gem.error(503, "UNAVAILABLE", "overloaded")),
+        ]
+    )
+    secondary = Wire([(200, anthropic_answer(text="5"))])
+    chain = fallback(
+        gem.model_for(flavour, primary),
+        anthropic_messages(anthropic_client(secondary, flavour, max_retries=0), MODEL),
+    )
+    policy = RetryPolicy(attempts=2, sleep=Sleeps(), random=random.Random(1).random)
+    result = await run(Loop(chain, tools=ToolRegistry([add]), retry=policy), flavour, "2+3?")
+    assert (result.status, result.output) == ("finished", "5")
+    assert [(e.guard, e.model) for e in result.events if e.model][-3:] == [
+        ("retry_planned", gem.MODEL),
+        ("fallback_left", gem.MODEL),
+        (None, MODEL),
+    ]
+    (body,) = secondary.requests
+    answered_first(body["messages"])
+    called = body["messages"][1]["content"][0]
+    assert called == {
+        "type": "tool_use",
+        "id": "gemini_resp-1_0",
+        "name": "add",
+        "input": {"a": 2, "b": 3},
+    }
+
+
+async def test_a_gemini_bad_key_moves_to_the_fallback_at_once(flavour: str) -> None:
+    """A 400 (Gemini's answer to a bad key) is no passing error: the next model is asked."""
+    primary = Wire([(400, gem.BAD_KEY)])
+    secondary = Wire([(200, gem.response(gem.text("ok")))])
+    chain = fallback(gem.model_for(flavour, primary), gem.model_for(flavour, secondary))
+    result = await run(Loop(chain, retry=RetryPolicy(sleep=Sleeps())), flavour, "hi")
+    assert [e.guard for e in result.events][:1] == ["fallback_left"]
+    assert (result.output, result.steps, len(primary.requests)) == ("ok", 2, 1)
