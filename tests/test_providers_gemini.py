@@ -26,7 +26,7 @@ from google.genai import errors, types
 
 import agentloop
 from agentloop import Loop, ToolRegistry
-from agentloop.models import RetryPolicy, transient
+from agentloop.models import RetryPolicy, Transient, transient
 from agentloop.providers import IncompleteReply
 from agentloop.providers.google import SKIP_SIGNATURE, gemini_generate_content
 
@@ -189,6 +189,23 @@ def sent(wire: Wire, registry: ToolRegistry | None = None) -> list[Message]:
     return wire.requests
 
 
+def test_the_checks_of_the_stand_in_server_bite() -> None:
+    """What Gemini refuses, ``sent``'s checks refuse: a call answered by no function response,
+    a response for no call, an unsigned step of the current turn."""
+    asked = {"role": "user", "parts": [USER_PART]}
+    called = {"role": "model", "parts": [call_part("add", {}), call_part("mul", {})]}
+    one = {"role": "user", "parts": [response_part("add", {"output": 1})]}
+    both = {"role": "user", "parts": [*one["parts"], response_part("mul", {"output": 2})]}
+    with pytest.raises(AssertionError):
+        answered_next([asked, called, one])
+    with pytest.raises(AssertionError):
+        answered_next([asked, both])
+    answered_next([asked, called, both])
+    with pytest.raises(AssertionError):
+        signed([asked, called, both])
+    signed([asked, {**called, "parts": [{**called["parts"][0], "thoughtSignature": "c2ln"}]}])
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -347,6 +364,18 @@ async def test_usage_counts_thinking_and_tool_prompt_tokens(flavour: str) -> Non
         ),
         (response(), "the reply was empty: no text and no tool calls"),
         ({"responseId": "r"}, "the reply was empty: the response has no candidates"),
+        (
+            response(
+                {
+                    "functionCall": {
+                        "name": "add",
+                        "willContinue": True,
+                        "partialArgs": [{"jsonPath": "$.a", "numberValue": 2}],
+                    }
+                }
+            ),
+            "(stream_function_call_arguments), which agentloop does not assemble",
+        ),
     ],
     ids=[
         "cut off",
@@ -357,6 +386,7 @@ async def test_usage_counts_thinking_and_tool_prompt_tokens(flavour: str) -> Non
         "blocked",
         "empty",
         "none",
+        "arguments in pieces",
     ],
 )
 async def test_a_reply_cut_off_stopped_blocked_or_empty(
@@ -471,6 +501,19 @@ async def test_timeouts_and_lost_connections_are_marked(
     assert type(exc) is error_type
     assert transient(exc) is not None
     assert transient(exc).kind == kind  # type: ignore[union-attr]
+
+
+async def test_a_streamed_requests_http_error_is_raised_and_marked_by_the_call(
+    flavour: str,
+) -> None:
+    """The SDK sends a stream's request when the stream is first read: the adapter reads it in
+    the call, so a 429 is raised there, marked with its RetryInfo's wait, as unstreamed."""
+    wire = Wire([(429, error(429, "RESOURCE_EXHAUSTED", "quota", RETRY_INFO), {})])
+    model = gemini_generate_content(client(wire, flavour), MODEL, stream=True)
+    exc = await caught(model)
+    assert isinstance(exc, errors.ClientError)
+    assert transient(exc) == Transient(kind="rate_limit", retry_after=37.0)
+    assert wire.paths == [f"/v1/models/{MODEL}:streamGenerateContent"]
 
 
 # -- history to request --------------------------------------------------------------------------
@@ -719,6 +762,27 @@ async def test_config_passes_through_and_tools_are_the_specs_given(flavour: str)
     assert declared["parameters_json_schema"]["additionalProperties"] is False
     assert "tools" not in empty
     assert "tools" not in bare
+
+
+def test_declarations_only_the_sdks_automatic_function_calling_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The SDK is given the tools as declarations (dicts, never Python functions, which it would
+    call itself) and automatic function calling turned off: the Loop runs the tools."""
+    given: list[Message] = []
+    genai_client = client(Wire([(200, response(text("ok")))]), "sync")
+    create = genai_client.models.generate_content
+
+    def spying(**request: Any) -> Any:
+        given.append(request)
+        return create(**request)
+
+    monkeypatch.setattr(genai_client.models, "generate_content", spying)
+    model = gemini_generate_content(genai_client, MODEL)
+    model(USER, tools=tools().specs())
+    (config,) = [request["config"] for request in given]
+    assert config["automatic_function_calling"] == {"disable": True}
+    assert config["tools"] == [{"function_declarations": tools().specs("gemini")}]
 
 
 async def test_a_run_sends_the_loops_tools_and_a_run_without_tools_none(flavour: str) -> None:
@@ -987,6 +1051,33 @@ async def test_a_429_is_retried_after_its_retry_info_then_answered(flavour: str)
     assert (result.status, result.output, result.steps) == ("finished", "5", 2)
     assert (result.events[0].guard, result.events[0].wait) == ("retry_planned", 37.0)
     assert waits == [37.0]
+
+
+async def test_a_vertex_ai_client_through_the_loop(flavour: str) -> None:
+    """A Vertex AI client (express mode, an API key) is taken as it is: its own path, the same
+    request and reply."""
+    registry = tools()
+    wire = Wire(
+        [
+            (200, response(function_call("add", {"a": 2, "b": 3}, signature=SIGNATURE))),
+            (200, response(text("5"), response_id="resp-2")),
+        ]
+    )
+    options = (
+        types.HttpOptions(base_url=BASE_URL, httpx_client=wire.sync_client())
+        if flavour == "sync"
+        else types.HttpOptions(base_url=BASE_URL, httpx_async_client=wire.async_client())
+    )
+    vertex = genai.Client(vertexai=True, api_key="AIza-test", http_options=options)
+    model = gemini_generate_content(vertex if flavour == "sync" else vertex.aio, MODEL)
+    result = await run(Loop(model, tools=registry), flavour, "2+3?")
+    assert (result.status, result.output) == ("finished", "5")
+    assert result.transcript[1]["signature"] == SIGNATURE
+    for body in wire.requests:
+        conforms(body)
+        answered_next(body["contents"])
+        signed(body["contents"])
+    assert wire.paths == [f"/v1beta1/publishers/google/models/{MODEL}:generateContent"] * 2
 
 
 # -- ids and signatures outlive the process: resume, replay, continue ----------------------------
