@@ -192,10 +192,10 @@ def sent(wire: Wire, registry: ToolRegistry | None = None) -> list[Message]:
 def test_the_checks_of_the_stand_in_server_bite() -> None:
     """What Gemini refuses, ``sent``'s checks refuse: a call answered by no function response,
     a response for no call, an unsigned step of the current turn."""
-    asked = {"role": "user", "parts": [USER_PART]}
-    called = {"role": "model", "parts": [call_part("add", {}), call_part("mul", {})]}
-    one = {"role": "user", "parts": [response_part("add", {"output": 1})]}
-    both = {"role": "user", "parts": [*one["parts"], response_part("mul", {"output": 2})]}
+    asked: Message = {"role": "user", "parts": [USER_PART]}
+    called: Message = {"role": "model", "parts": [call_part("add", {}), call_part("mul", {})]}
+    one: Message = {"role": "user", "parts": [response_part("add", {"output": 1})]}
+    both: Message = {"role": "user", "parts": [*one["parts"], response_part("mul", {"output": 2})]}
     with pytest.raises(AssertionError):
         answered_next([asked, called, one])
     with pytest.raises(AssertionError):
