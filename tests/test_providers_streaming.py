@@ -370,7 +370,7 @@ async def test_the_streamed_reply_is_the_unstreamed_one(api: Api, case: str, fla
     (request,) = streamed.requests
     if api.name == "gemini":  # the streaming method is its own: streamGenerateContent?alt=sse
         assert streamed.paths == ["/v1/models/m-1:streamGenerateContent"]
-        assert streamed.queries == ["alt=sse"]
+        assert [r.url.query for r in streamed.sent] == [b"alt=sse"]
     else:
         assert request["stream"] is True
     if api.name == "chat":

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import anthropic
+
 from agentloop._errors import IncompleteReply
 from agentloop._streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._anthropic_reply import messages_outcome
 from agentloop.providers._convert import parsed_arguments
+from agentloop.providers._errors import classify
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Generator
 
-    import anthropic
     from anthropic.types import RawMessageStreamEvent
 
     from agentloop._streams import Delta
@@ -117,6 +119,9 @@ def messages_stream(
             yield from fold.feed(event)
             if fold.ended:
                 break
+    except anthropic.APIError as exc:  # an error event: marked, as a failed request is
+        classify(exc, anthropic)
+        raise
     finally:
         events.close()  # the HTTP response, at once: the reply is in (or broke)
     yield fold.reply()
@@ -131,6 +136,9 @@ async def amessages_stream(events: Any) -> AsyncGenerator[Delta | Message, None]
                 yield delta
             if fold.ended:
                 break
+    except anthropic.APIError as exc:
+        classify(exc, anthropic)
+        raise
     finally:
         await events.close()
     yield fold.reply()

@@ -4,6 +4,10 @@
 Loop passes its registry's specs with every request, which go out as ``tools``.
 With ``anthropic.Anthropic`` the model callback is a plain function, with
 ``anthropic.AsyncAnthropic`` an ``async def`` one (for ``arun``/``astart``).
+The SDK's clients for Claude on Amazon Bedrock and Google Vertex AI
+(``AnthropicBedrock``, ``AnthropicVertex`` and their async twins) are taken
+the same way, with the platform's model name (``bedrock`` and ``vertex``
+extras).
 
 History to request:
 

@@ -49,6 +49,7 @@ except ImportError as exc:
     ) from exc
 
 from agentloop._core._messages import SIGNATURE
+from agentloop.providers._compat import SKIP_SIGNATURE
 from agentloop.providers._convert import (
     AsyncModel,
     Message,
@@ -60,6 +61,7 @@ from agentloop.providers._convert import (
     part_text,
     result_parts,
     result_text,
+    turn_start,
     unknown_kind,
 )
 from agentloop.providers._gemini_errors import classify_gemini
@@ -78,10 +80,6 @@ from agentloop.providers._streaming import (
 )
 
 __all__ = ["SKIP_SIGNATURE", "gemini_generate_content"]
-
-#: The thought signature Google documents for a call Gemini did not make (another provider's,
-#: or written by hand): Gemini 3 refuses a step of the current turn whose first call has none.
-SKIP_SIGNATURE: Final = "skip_thought_signature_validator"
 
 _RESERVED: Final = {
     "system_instruction": "put it in the history as {'kind': 'system', 'text': ...}, "
@@ -220,8 +218,7 @@ def _contents(history: list[Message]) -> tuple[list[dict[str, Any]], str | None]
     """The history as Gemini's ``contents``, and the system instruction if there is one."""
     system: list[str] = []
     contents: list[dict[str, Any]] = []
-    # Gemini 3 checks the signatures of the current turn: the steps since the last user text.
-    turn = max((i for i, m in enumerate(history) if m.get("kind") == "user"), default=-1)
+    turn = turn_start(history)
     for index, message in enumerate(history):  # the commonest kinds first
         kind = message.get("kind")
         if kind == "tool_result":
