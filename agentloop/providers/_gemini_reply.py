@@ -72,7 +72,7 @@ def response_usage(used: types.GenerateContentResponseUsageMetadata | None) -> M
 class GeminiParts:
     """A response's parts, whole or chunk by chunk: its text, its calls, how and why it ended."""
 
-    __slots__ = ("blocked", "calls", "finish", "message", "response_id", "texts", "used")
+    __slots__ = ("blocked", "calls", "finish", "message", "metadata", "response_id", "texts")
 
     def __init__(self) -> None:
         self.texts: list[str] = []
@@ -81,21 +81,31 @@ class GeminiParts:
         self.finish: str | None = None
         self.message: str | None = None  # the finish message, or the block's
         self.blocked: str | None = None  # the prompt's block reason
-        self.used: Message | None = None
+        self.metadata: types.GenerateContentResponseUsageMetadata | None = None
 
-    def add(self, response: types.GenerateContentResponse) -> tuple[str | Message, ...]:
+    @property
+    def used(self) -> Message | None:
+        """The usage so far: a stream's is a running total, so the last chunk's counts."""
+        return response_usage(self.metadata)
+
+    def add(self, response: types.GenerateContentResponse) -> list[str | Message]:
         """Take one response (or chunk); return its new text pieces and new calls, in order."""
         if self.response_id is None:
             self.response_id = response.response_id or uuid.uuid4().hex[:24]
-        if response.usage_metadata is not None:  # a stream's is a running total: the last wins
-            self.used = response_usage(response.usage_metadata)
+        if response.usage_metadata is not None:
+            self.metadata = response.usage_metadata
         feedback = response.prompt_feedback
         if feedback is not None and feedback.block_reason is not None:
             self.blocked = _named(feedback.block_reason)
             self.message = feedback.block_reason_message
-        candidate = next((c for c in response.candidates or () if not c.index), None)
-        if candidate is None:
-            return ()
+        candidates = response.candidates
+        if not candidates:
+            return []
+        candidate = candidates[0]
+        if candidate.index:  # the first candidate is the reply, as for OpenAI's choices
+            candidate = next((c for c in candidates if not c.index), None)  # type: ignore[assignment]
+            if candidate is None:
+                return []
         if candidate.finish_reason is not None:
             self.finish = _named(candidate.finish_reason)
             self.message = candidate.finish_message
@@ -110,7 +120,7 @@ class GeminiParts:
             elif part.text:
                 self.texts.append(part.text)
                 new.append(part.text)
-        return tuple(new)
+        return new
 
     def _call(self, call: types.FunctionCall, signature: bytes | None) -> Message:
         if call.partial_args or call.will_continue:

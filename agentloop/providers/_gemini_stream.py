@@ -167,9 +167,10 @@ class _GeminiFold:
             index = len(parts.calls) - 1
             out.append(ToolCallStart(index=index, id=new["id"], name=new["name"]))
             out.append(ArgumentsDelta(index=index, text=orjson.dumps(new["arguments"]).decode()))
-        used = parts.used
-        if chunk.usage_metadata is not None and used is not None:
-            out.append(UsageDelta(**used))
+        if parts.finish is not None or parts.blocked is not None:  # the last chunk: its usage
+            used = parts.used
+            if used is not None:
+                out.append(UsageDelta(**used))
         return out
 
     def reply(self) -> Message:

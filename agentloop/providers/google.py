@@ -87,6 +87,8 @@ _RESERVED: Final = {
     "automatic_function_calling": "the adapter turns it off: the Loop runs the tools",
 }
 _CHOICES: Final = {"none": "NONE", "auto": "AUTO", "required": "ANY"}
+# Google's stand-in as the SDK's bytes: it writes them as the same text on the wire.
+_SKIP: Final = base64.urlsafe_b64decode(SKIP_SIGNATURE)
 
 
 @overload
@@ -224,8 +226,12 @@ def _contents(history: list[Message]) -> tuple[list[dict[str, Any]], str | None]
         if kind == "tool_result":
             part = {"function_response": _function_response(message)}
             parts = _turn(contents, "user")
-            at = next((i for i, p in enumerate(parts) if "function_response" not in p), None)
-            parts.insert(len(parts) if at is None else at, part)  # before the turn's text
+            if parts and "function_response" not in parts[-1]:
+                # Before the text already in the turn, after its other results.
+                at = next(i for i, p in enumerate(parts) if "function_response" not in p)
+                parts.insert(at, part)
+            else:
+                parts.append(part)
         elif kind == "call" or kind == "calls":
             text, calls = assistant_turn(message)
             parts = _turn(contents, "model")
@@ -256,15 +262,19 @@ def _function_call(call: Message, index: int, first_in_turn: bool) -> dict[str, 
     if signature:
         part["thought_signature"] = _signature(signature, index)
     elif first_in_turn:
-        part["thought_signature"] = _signature(SKIP_SIGNATURE, index)
+        part["thought_signature"] = _SKIP
     return part
 
 
 def _signature(text: str, index: int) -> bytes:
     """A signature as the record keeps it (base64, either alphabet) as the SDK's bytes."""
+    try:
+        return binascii.a2b_base64(text, strict_mode=True)  # as a Gemini reply's is kept
+    except binascii.Error:
+        pass
     padded = text.replace("-", "+").replace("_", "/") + "=" * (-len(text) % 4)
     try:
-        return base64.b64decode(padded, validate=True)
+        return binascii.a2b_base64(padded, strict_mode=True)
     except binascii.Error:
         raise ValueError(
             f"history[{index}]: expected a call's signature to be base64 (a thought "
