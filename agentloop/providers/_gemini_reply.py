@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from agentloop.providers._convert import Message
 
-__all__ = ["MADE_ID", "GeminiParts", "generate_reply", "made_id", "response_usage"]
+__all__ = ["MADE_ID", "GeminiParts", "generate_reply", "response_usage"]
 
 #: How the id agentloop makes for a call Gemini gave none starts.
 MADE_ID: Final = "gemini_"
@@ -47,11 +47,6 @@ _STOPPED: Final = {
     "(finish_reason 'MALFORMED_FUNCTION_CALL')",
 }
 _TAKEN: Final = frozenset({"STOP", "FINISH_REASON_UNSPECIFIED"})
-
-
-def made_id(response_id: str, index: int) -> str:
-    """The id of the ``index``-th call of a response that gave it none."""
-    return f"{MADE_ID}{_UNSAFE.sub('', response_id)[:24]}_{index}"
 
 
 def response_usage(used: types.GenerateContentResponseUsageMetadata | None) -> Message | None:
@@ -90,8 +85,9 @@ class GeminiParts:
 
     def add(self, response: types.GenerateContentResponse) -> list[str | Message]:
         """Take one response (or chunk); return its new text pieces and new calls, in order."""
-        if self.response_id is None:
-            self.response_id = response.response_id or uuid.uuid4().hex[:24]
+        if self.response_id is None:  # what of it goes into a made call id
+            safe = _UNSAFE.sub("", response.response_id or "")[:24]
+            self.response_id = safe or uuid.uuid4().hex[:24]
         if response.usage_metadata is not None:
             self.metadata = response.usage_metadata
         feedback = response.prompt_feedback
@@ -131,7 +127,7 @@ class GeminiParts:
             )
         assert self.response_id is not None, "the response's id is taken first"
         made: Message = {
-            "id": call.id or made_id(self.response_id, len(self.calls)),
+            "id": call.id or f"{MADE_ID}{self.response_id}_{len(self.calls)}",
             "name": call.name or "",
             "arguments": call.args if call.args is not None else {},
         }

@@ -56,6 +56,7 @@ from agentloop.providers._convert import (
     SyncModel,
     assistant_turn,
     checked_client,
+    checked_params,
     image_of,
     make_model,
     part_text,
@@ -145,7 +146,7 @@ def gemini_generate_content(
         "gemini_generate_content", client, model, "models.generate_content", "a google-genai"
     )
     checked_stream("gemini_generate_content", stream)
-    _checked_config(config)
+    checked_params("gemini_generate_content", _config_fields, config, _RESERVED)
     models: Any = client.models
 
     def request(history: list[Message], entries: dict[str, Any]) -> dict[str, Any]:
@@ -185,23 +186,16 @@ def gemini_generate_content(
     )
 
 
-def _checked_config(config: dict[str, Any]) -> None:
-    """Refuse, now, a config field the SDK lacks, and what the adapter sets itself."""
-    if "tools" in config:
-        raise TypeError(
-            "gemini_generate_content() takes no tools=: the tools come from the Loop, which "
-            "passes its registry's specs with every request (Loop(model, tools=registry))"
-        )
-    for name, instead in _RESERVED.items():
-        if name in config:
-            raise TypeError(f"gemini_generate_content() sets {name!r} itself; {instead}")
-    fields = types.GenerateContentConfig.model_fields
-    for name in config:
-        if name not in fields:
-            raise TypeError(
-                f"gemini_generate_content(): got an unexpected keyword argument {name!r} "
-                "(expected GenerateContentConfig's fields)"
-            )
+def _config_fields(**config: Any) -> None:
+    """``GenerateContentConfig``'s fields as keyword parameters, for ``checked_params`` to bind."""
+
+
+_config_fields.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY)
+        for name in types.GenerateContentConfig.model_fields
+    ]
+)
 
 
 def _options(tools: bool, tool_choice: str | None, output: Message | None) -> dict[str, Any]:
