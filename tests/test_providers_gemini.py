@@ -15,6 +15,7 @@ import base64
 import importlib
 import inspect
 import re
+import ssl
 import sys
 from typing import Any
 
@@ -104,13 +105,25 @@ def flavour(request: pytest.FixtureRequest) -> str:
     return request.param  # type: ignore[no-any-return]
 
 
+# The SDK makes TLS contexts for clients it is not given (tens of ms a client): one will do.
+TLS = ssl.create_default_context()
+
+
+def http_options(wire: Wire) -> types.HttpOptions:
+    """``wire`` as the SDK's transport, sync and async, and no TLS context of its own making."""
+    return types.HttpOptions(
+        base_url=BASE_URL,
+        httpx_client=wire.sync_client(),
+        httpx_async_client=wire.async_client(),
+        client_args={"verify": TLS},
+        async_client_args={"verify": TLS, "ssl": TLS},
+    )
+
+
 def client(wire: Wire, flavour: str) -> Any:
     """The SDK's own client, talking to ``wire``: ``genai.Client``, or its ``.aio``."""
-    if flavour == "sync":
-        options = types.HttpOptions(base_url=BASE_URL, httpx_client=wire.sync_client())
-        return genai.Client(api_key="AIza-test", http_options=options)
-    options = types.HttpOptions(base_url=BASE_URL, httpx_async_client=wire.async_client())
-    return genai.Client(api_key="AIza-test", http_options=options).aio
+    made = genai.Client(api_key="AIza-test", http_options=http_options(wire))
+    return made if flavour == "sync" else made.aio
 
 
 def model_for(flavour: str, wire: Wire, **config: Any) -> Any:
@@ -842,7 +855,7 @@ def test_the_adapter_checks_its_client_and_model_name() -> None:
         gemini_generate_content("not a client", MODEL)  # type: ignore[call-overload]
     with pytest.raises(TypeError, match=r"expected model to be the provider's model name"):
         gemini_generate_content(client(Wire([]), "sync"), "")
-    vertex = genai.Client(vertexai=True, api_key="AIza-test")
+    vertex = genai.Client(vertexai=True, api_key="AIza-test", http_options=http_options(Wire([])))
     assert callable(gemini_generate_content(vertex, MODEL))
 
 
@@ -1064,12 +1077,7 @@ async def test_a_vertex_ai_client_through_the_loop(flavour: str) -> None:
             (200, response(text("5"), response_id="resp-2")),
         ]
     )
-    options = (
-        types.HttpOptions(base_url=BASE_URL, httpx_client=wire.sync_client())
-        if flavour == "sync"
-        else types.HttpOptions(base_url=BASE_URL, httpx_async_client=wire.async_client())
-    )
-    vertex = genai.Client(vertexai=True, api_key="AIza-test", http_options=options)
+    vertex = genai.Client(vertexai=True, api_key="AIza-test", http_options=http_options(wire))
     model = gemini_generate_content(vertex if flavour == "sync" else vertex.aio, MODEL)
     result = await run(Loop(model, tools=registry), flavour, "2+3?")
     assert (result.status, result.output) == ("finished", "5")
