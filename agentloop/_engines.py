@@ -12,7 +12,7 @@ from agentloop._continued import forked, resumed
 from agentloop._core._engine import Engine
 from agentloop._durable import _resume
 from agentloop._errors import AgentloopError
-from agentloop._settings import no_ledger
+from agentloop._settings import checked_tool_names, no_ledger
 
 if TYPE_CHECKING:
     from agentloop._core._values import CancelToken, RunResult
@@ -64,12 +64,17 @@ def fresh_engine(
 
 
 def opened(loop: Loop) -> None:
-    """Refuse a run of a Loop that owns what only ``with loop:`` opens, outside it."""
+    """Refuse a run the Loop cannot make now.
+
+    Outside ``with loop:``, when it owns what only that opens; with a tool
+    (added since the Loop was made) whose name its model's provider refuses.
+    """
     if loop._owns and loop._open is None:
         raise AgentloopError(
             f"this Loop owns {len(loop._owns)} thing(s) (owns=, an MCP server say) that "
             "only `with loop:` (or `async with loop:`) opens: run it inside that block"
         )
+    checked_tool_names(loop._name_rules, loop.dispatcher)
 
 
 def plain_engine(

@@ -28,7 +28,7 @@ from google.genai import errors, types
 import agentloop
 from agentloop import Loop, ToolRegistry
 from agentloop.models import RetryPolicy, Transient, transient
-from agentloop.providers import IncompleteReply
+from agentloop.providers import IncompleteReply, UnreadableResponse
 from agentloop.providers.google import SKIP_SIGNATURE, gemini_generate_content
 
 from .helpers import add, adding_after_a_tool, mul
@@ -530,6 +530,37 @@ async def test_a_streamed_requests_http_error_is_raised_and_marked_by_the_call(
     assert wire.paths == [f"/v1/models/{MODEL}:streamGenerateContent"]
 
 
+HTML = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_body_that_is_not_json_fails_the_run_saying_so(flavour: str, stream: bool) -> None:
+    """A 200 whose body is an HTML page (a base_url that is not Gemini's): the run fails saying
+    the response was not JSON, with its start and what was asked, not a parser's "Expecting
+    value"; asked once. Streamed, the first chunk says the same."""
+    wire = Wire([(200, HTML, {"content-type": "text/html"})])
+    result = await run(Loop(model_for(flavour, wire, stream=stream)), flavour, "2+3?")
+    assert (result.status, result.steps, len(wire.requests)) == ("failed", 1, 1)
+    method = "streamGenerateContent" if stream else "generateContent"
+    assert result.error is not None
+    assert result.error.startswith(
+        "the model raised UnreadableResponse: the provider's response was not JSON "
+        f"(HTTP 200, from models/{MODEL}:{method}): '<html>"
+    )
+    assert result.error.endswith("; check that the client's base_url is the provider's API")
+    assert isinstance(result.events[0].exception, UnreadableResponse)
+
+
+async def test_an_error_status_with_a_page_is_the_sdks_error(flavour: str) -> None:
+    """A 502 whose body is a proxy's page is the SDK's ServerError, marked as a server error:
+    the status says what happened."""
+    wire = Wire([(502, HTML, {"content-type": "text/html"})])
+    exc = await caught(model_for(flavour, wire))
+    assert isinstance(exc, errors.ServerError)
+    assert exc.code == 502
+    assert transient(exc) == Transient(kind="server")
+
+
 # -- history to request --------------------------------------------------------------------------
 
 
@@ -818,6 +849,25 @@ async def test_a_run_sends_the_loops_tools_and_a_run_without_tools_none(flavour:
     assert first["tools"] == [{"functionDeclarations": ToolRegistry([add]).specs("gemini")}]
     assert second["tools"] == [{"functionDeclarations": ToolRegistry([add, mul]).specs("gemini")}]
     assert "tools" not in bare
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("tools", "named"), [([lambda a: a], "<lambda>"), ({"1st": add}, "1st")])
+def test_a_tool_name_gemini_refuses_is_refused_when_the_loop_is_made(
+    flavour: str, stream: bool, tools: Any, named: str
+) -> None:
+    """``Loop(gemini_generate_content(...), tools=...)`` refuses a name Gemini would refuse,
+    naming the tool and Gemini's rule, before any request; names Gemini takes and OpenAI does
+    not (dots, colons) are taken."""
+    wire = Wire([])
+    with pytest.raises(
+        ValueError,
+        match=rf"^tool '{re.escape(named)}': Gemini refuses it as a tool name: a name must "
+        r"match \^\[A-Za-z_\]\[A-Za-z0-9_\.:-\]\{0,127\}\$ ",
+    ):
+        Loop(model_for(flavour, wire, stream=stream), tools=tools)
+    assert wire.requests == []
+    assert Loop(model_for(flavour, wire, stream=stream), tools={"files.read:all": add})
 
 
 def test_the_adapter_takes_no_tools() -> None:

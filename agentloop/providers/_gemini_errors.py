@@ -1,5 +1,8 @@
 """google-genai's errors, and the transport's it lets through, marked for the retry policy.
 
+And a body that is not JSON, which the SDK reports with its JSON parser's
+error, said as the other adapters say it (``UnreadableResponse``).
+
 The SDK raises ``ClientError`` (4xx) and ``ServerError`` (5xx), each with the
 status ``code`` and the error's JSON as ``details``; a 429's wait sits in the
 ``RetryInfo`` among those details, which the SDK itself ignores. It does not
@@ -13,13 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import re
 from typing import Final
 
 from google.genai import errors
 
 from agentloop._core._retry import mark
-from agentloop.providers._errors import retry_after
+from agentloop.providers._errors import retry_after, unreadable
 
 __all__ = ["classify_gemini"]
 
@@ -45,11 +49,13 @@ def _transport_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Excepti
 _TIMEOUTS, _LOST = _transport_errors()
 
 
-def classify_gemini(exc: Exception) -> None:
-    """Mark ``exc`` with its kind when it may pass.
+def classify_gemini(exc: Exception, url: str) -> Exception | None:
+    """Mark ``exc`` with its kind when it may pass; give the error to raise in its place, if any.
 
-    A 429, a 408, a 5xx, a timeout, a lost connection; a 400 (a bad API key
-    is one) and every other error stay unmarked.
+    A 429, a 408, a 5xx, a timeout, a lost connection are marked; a 400 (a bad
+    API key is one) and every other error stay unmarked. A body that is not
+    JSON (the SDK raised its parser's error, so the status was a 200) gives an
+    ``UnreadableResponse`` naming ``url`` (what was asked).
     """
     if isinstance(exc, errors.APIError):
         code = exc.code
@@ -63,6 +69,12 @@ def classify_gemini(exc: Exception) -> None:
         mark(exc, "timeout")
     elif isinstance(exc, _LOST):
         mark(exc, "connection")
+    elif isinstance(exc, json.JSONDecodeError):  # a whole response's body
+        return unreadable(200, exc.doc, url, None)
+    elif isinstance(exc, errors.UnknownApiResponseError):  # a stream's chunk
+        said = str(exc)
+        return unreadable(200, said.partition("Raw response: ")[2] or said, url, None)
+    return None
 
 
 def retry_delay(details: object) -> float | None:

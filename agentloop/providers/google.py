@@ -38,7 +38,8 @@ from __future__ import annotations
 import base64
 import binascii
 import inspect
-from typing import Any, Final, Literal, overload
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, Literal, overload
 
 try:
     from google import genai  # noqa: TC002 - at run time, so that a missing SDK fails here
@@ -79,6 +80,9 @@ from agentloop.providers._streaming import (
     checked_stream,
     make_stream_model,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["SKIP_SIGNATURE", "gemini_generate_content"]
 
@@ -160,20 +164,21 @@ def gemini_generate_content(
 
     if stream:
         create = models.generate_content_stream
-        if inspect.iscoroutinefunction(inspect.unwrap(create)):
-            opened = aopen_stream(create)
-        else:
-            opened = open_stream(create)
+        opener = (
+            aopen_stream if inspect.iscoroutinefunction(inspect.unwrap(create)) else open_stream
+        )
+        once = _single_attempts(client, config, create)
         return make_stream_model(
-            opened,
+            opener(create),
             request,
             generate_stream,
             agenerate_stream,
             "gemini",
             {},
             _options,
-            errors=classify_gemini,
+            errors=partial(classify_gemini, url=f"models/{model}:streamGenerateContent"),
             name=model,
+            retries_off=lambda: opener(once()),
         )
     return make_model(
         models.generate_content,
@@ -181,9 +186,62 @@ def gemini_generate_content(
         generate_reply,
         "gemini",
         _options,
-        errors=classify_gemini,
+        errors=partial(classify_gemini, url=f"models/{model}:generateContent"),
         name=model,
+        retries_off=_single_attempts(client, config, models.generate_content),
     )
+
+
+def _single_attempts(
+    client: Any, config: dict[str, Any], create: Callable[..., Any]
+) -> Callable[[], Callable[..., Any]]:
+    """What makes ``create`` send each request with the SDK's own retries off (a Loop retries).
+
+    Per request (``http_options.retry_options``, one attempt): google-genai's
+    clients are not copied with other options. That also stops the one retry of
+    a lost connection its aiohttp transport makes on its own. ``retry_options``
+    given to the client or in ``config`` asked for retries that would never be
+    made: they are refused.
+    """
+
+    def made() -> Callable[..., Any]:
+        # Where google-genai keeps a client's options: it has no public reader for them.
+        kept = getattr(getattr(client, "_api_client", None), "_http_options", None)
+        for where, options in (("the client's", kept), ("config's", config.get("http_options"))):
+            if isinstance(options, dict):
+                options = types.HttpOptions.model_validate(options)
+            asked = getattr(options, "retry_options", None)
+            if asked is not None and asked.attempts not in (0, 1):
+                raise ValueError(
+                    f"gemini_generate_content(): {where} retry_options would never be used: "
+                    "this Loop retries (retry=), and one layer retries, so the adapter's "
+                    "requests go out once each; leave retry_options out, or give the Loop "
+                    "retry=None to let the SDK retry instead"
+                )
+        if inspect.iscoroutinefunction(inspect.unwrap(create)):
+
+            async def acreate(**request: Any) -> Any:
+                return await create(**_one_attempt(request))
+
+            return acreate
+
+        def screate(**request: Any) -> Any:
+            return create(**_one_attempt(request))
+
+        return screate
+
+    return made
+
+
+def _one_attempt(request: dict[str, Any]) -> dict[str, Any]:
+    """``request`` with the SDK's retries off for it, whatever else its ``http_options`` say."""
+    config = request["config"]
+    options = config.get("http_options")
+    if isinstance(options, types.HttpOptions):
+        once: Any = options.model_copy(update={"retry_options": types.HttpRetryOptions(attempts=1)})
+    else:
+        once = {**(options or {}), "retry_options": {"attempts": 1}}
+    return {**request, "config": {**config, "http_options": once}}
 
 
 def _config_fields(**config: Any) -> None:
