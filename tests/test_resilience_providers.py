@@ -14,10 +14,13 @@ import anthropic
 import httpx2
 import openai
 import pytest
+from google import genai
+from google.genai import types
 
 from agentloop import CancelToken, Loop, ToolRegistry
 from agentloop.models import RetryPolicy, asleep, fallback, sleep, transient
 from agentloop.providers.anthropic import anthropic_messages
+from agentloop.providers.google import gemini_generate_content
 
 from . import test_providers_gemini as gem
 from .helpers import add
@@ -353,7 +356,7 @@ async def test_when_the_loop_retries_gemini_s_sdk_does_not(
         return await create(**request)
 
     monkeypatch.setattr(client.models, method, spying if flavour == "sync" else aspying)
-    model = gem.gemini_generate_content(client, gem.MODEL, stream=stream)
+    model = gemini_generate_content(client, gem.MODEL, stream=stream)  # type: ignore[call-overload]
     result = await run(Loop(model, retry=RetryPolicy(sleep=Sleeps())), flavour, "hi")
     assert (result.status, result.steps) == ("failed", 3)
     assert asked == [{"retry_options": {"attempts": 1}}] * 3
@@ -365,12 +368,12 @@ async def test_gemini_sdk_retries_asked_for_beside_the_loop_s_are_refused(flavou
     """A client made with retry_options (or a config with them) asked for retries a Loop that
     retries would never make: the Loop is refused, saying what to do. With retry=None they
     are the one layer: one step, 3 HTTP requests. Other per-request options stay."""
-    retries = gem.types.HttpRetryOptions(attempts=3, initial_delay=0, max_delay=0, jitter=0)
+    retries = types.HttpRetryOptions(attempts=3, initial_delay=0, max_delay=0, jitter=0)
     wire = gemini_unavailable(3)
     options = gem.http_options(wire)
     options.retry_options = retries
-    made = gem.genai.Client(api_key="AIza-test", http_options=options)
-    model = gem.gemini_generate_content(made if flavour == "sync" else made.aio, gem.MODEL)
+    made = genai.Client(api_key="AIza-test", http_options=options)
+    model = gemini_generate_content(made if flavour == "sync" else made.aio, gem.MODEL)
     said = (
         r"^gemini_generate_content\(\): the client's retry_options would never be used: this "
         r"Loop retries \(retry=\), .* give the Loop retry=None to let the SDK retry instead$"
