@@ -32,7 +32,7 @@ from agentloop.providers import IncompleteReply, UnreadableResponse
 from agentloop.providers.google import SKIP_SIGNATURE, gemini_generate_content
 
 from .helpers import add, adding_after_a_tool, mul
-from .wire import FLAVOURS, HISTORY, Wire, ask, assert_usage, run
+from .wire import FLAVOURS, HISTORY, Streamed, Wire, ask, assert_usage, run, sse
 
 Message = dict[str, Any]
 
@@ -528,6 +528,18 @@ async def test_a_streamed_requests_http_error_is_raised_and_marked_by_the_call(
     assert isinstance(exc, errors.ClientError)
     assert transient(exc) == Transient(kind="rate_limit", retry_after=37.0)
     assert wire.paths == [f"/v1/models/{MODEL}:streamGenerateContent"]
+
+
+async def test_a_stream_whose_first_chunk_is_an_error_is_raised_by_the_call(flavour: str) -> None:
+    """An error chunk (a 200 whose stream says 503) raises the SDK's ServerError from the model
+    call, marked as a server error, and its response is closed."""
+    chunk = {"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}}
+    body = Streamed(sse([(None, chunk)]), stall=len(sse([(None, chunk)])))  # then waits
+    model = gemini_generate_content(client(Wire([(200, body)]), flavour), MODEL, stream=True)
+    exc = await caught(model)
+    assert isinstance(exc, errors.ServerError)
+    assert transient(exc) == Transient(kind="server")
+    assert body.closed_at is not None
 
 
 HTML = b"<html><body><h1>502 Bad Gateway</h1></body></html>"

@@ -101,8 +101,10 @@ def aopen_stream(create: Callable[..., Any]) -> Callable[..., Any]:
         rest = await create(**request)
         try:
             first = await anext(rest, None)
-        except BaseException:
+        except BaseException as exc:
             await _aclose(rest)
+            if isinstance(exc, errors.APIError):  # an error chunk first
+                await _aclose_response(exc.response)
             raise
         return _AOpened(first, rest)
 
