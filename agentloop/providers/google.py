@@ -136,10 +136,12 @@ def gemini_generate_content(
     ``automatic_function_calling``, which are the adapter's. The reply
     carries ``usage``. A reply cut off (``MAX_TOKENS``), stopped for another
     reason than ``STOP`` (``SAFETY``, ``MALFORMED_FUNCTION_CALL``, ...), a
-    prompt blocked, or an empty reply raises ``IncompleteReply``; an SDK error
-    propagates, marked for the Loop's retry policy when it may pass (a 429,
-    with the delay its ``RetryInfo`` asks for; a 5xx; a timeout; a lost
-    connection).
+    prompt blocked, or an empty reply raises ``IncompleteReply``, a body that
+    is not JSON ``UnreadableResponse``; an SDK error propagates, marked for the
+    Loop's retry policy when it may pass (a 429, with the delay its
+    ``RetryInfo`` asks for; a 5xx; a timeout; a lost connection). A Loop that
+    retries sends each request with the SDK's own retries off
+    (``agentloop_single_attempt``), so that the two never multiply.
 
     ``stream=True``: the callback answers with a stream (``agentloop.streaming``)
     over ``generate_content_stream``; its whole reply is the one the same
