@@ -228,7 +228,7 @@ def test_a_tool_that_cancels_mid_batch_stops_the_calls_after_it(driver: Driver, 
 
     def asynchronous(name: str) -> Any:
         async def tool() -> str:
-            return plain(name)()
+            return str(plain(name)())
 
         return tool
 
