@@ -94,6 +94,8 @@ class Streamed(httpx2.SyncByteStream, httpx2.AsyncByteStream):
     stall: int | None = None
     #: Instead of stalling, the connection drops (a read error) after ``stall`` bytes.
     drop: bool = False
+    #: ``(n, call)``: once its first ``n`` bytes are sent, ``call()`` (a cancel from elsewhere).
+    then: tuple[int, Callable[[], object]] | None = None
     sent: int = 0
     closed_at: float | None = None
     _closed: threading.Event = attrs.field(factory=threading.Event)
@@ -103,6 +105,10 @@ class Streamed(httpx2.SyncByteStream, httpx2.AsyncByteStream):
         for at in range(0, len(body), self.size):
             self.sent += 1
             yield body[at : at + self.size]
+            then = self.then
+            if then is not None and at + self.size >= then[0]:
+                self.then = None
+                then[1]()
 
     def __iter__(self) -> Iterator[bytes]:
         yield from self._chunks()

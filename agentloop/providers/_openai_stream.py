@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentloop._errors import IncompleteReply
+import openai
+
 from agentloop._streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._openai_reply import chat_outcome, responses_reply
+from agentloop.providers._streaming import afolded, ended_early, error_event, folded
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Generator
 
-    import openai
     from openai.types.chat import ChatCompletionChunk
     from openai.types.completion_usage import CompletionUsage
     from openai.types.responses import Response, ResponseStreamEvent
@@ -31,6 +32,9 @@ class _ChatFold:
     """Chat Completions chunks folded as they arrive: the deltas of each, the reply at the end."""
 
     __slots__ = ("calls", "choice", "finish", "refusal", "text", "used")
+
+    #: Read to the end: the usage chunk comes after the one with the finish_reason.
+    done = False
 
     def __init__(self) -> None:
         self.text: list[str] = []
@@ -94,7 +98,7 @@ class _ChatFold:
 
     def reply(self) -> Message:
         if self.choice is not None and self.finish is None:
-            raise IncompleteReply("the stream ended before the reply did (no finish_reason)")
+            raise ended_early("finish_reason")
         calls = [
             (kind, call_id, name, "".join(parts))
             for kind, call_id, name, parts in (self.calls[i] for i in sorted(self.calls))
@@ -113,25 +117,12 @@ def chat_stream(
     chunks: openai.Stream[ChatCompletionChunk],
 ) -> Generator[Delta | Message, None, None]:
     """The deltas of a chat completion's chunks, then its reply."""
-    fold = _ChatFold()
-    try:
-        for chunk in chunks:
-            yield from fold.feed(chunk)
-    finally:
-        chunks.close()  # the HTTP response, at once: the reply is in (or broke)
-    yield fold.reply()
+    return folded(chunks, _ChatFold(), openai)
 
 
-async def achat_stream(chunks: Any) -> AsyncGenerator[Delta | Message, None]:
+def achat_stream(chunks: Any) -> AsyncGenerator[Delta | Message, None]:
     """``chat_stream`` over an async SDK stream."""
-    fold = _ChatFold()
-    try:
-        async for chunk in chunks:
-            for delta in fold.feed(chunk):
-                yield delta
-    finally:
-        await chunks.close()
-    yield fold.reply()
+    return afolded(chunks, _ChatFold(), openai)
 
 
 class _ResponsesFold:
@@ -142,6 +133,10 @@ class _ResponsesFold:
     def __init__(self) -> None:
         self.calls: dict[int, int] = {}  # output_index: the call's index among the calls
         self.final: Response | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.final is not None
 
     def feed(self, event: Any) -> tuple[Delta, ...]:  # a ResponseStreamEvent, by its type
         kind = event.type
@@ -174,14 +169,12 @@ class _ResponsesFold:
                 )
             return ()
         if kind == "error":
-            raise IncompleteReply(
-                f"the stream broke off with an error: {event.code}: {event.message}"
-            )
+            raise error_event(event.code, event.message)
         return ()
 
     def reply(self) -> Message:
         if self.final is None:
-            raise IncompleteReply("the stream ended before the reply did (no response.completed)")
+            raise ended_early("response.completed")
         return responses_reply(self.final)
 
 
@@ -189,26 +182,9 @@ def responses_stream(
     events: openai.Stream[ResponseStreamEvent],
 ) -> Generator[Delta | Message, None, None]:
     """The deltas of a Responses API stream, then its reply."""
-    fold = _ResponsesFold()
-    try:
-        for event in events:
-            yield from fold.feed(event)
-            if fold.final is not None:
-                break
-    finally:
-        events.close()  # the HTTP response, at once: the reply is in (or broke)
-    yield fold.reply()
+    return folded(events, _ResponsesFold(), openai)
 
 
-async def aresponses_stream(events: Any) -> AsyncGenerator[Delta | Message, None]:
+def aresponses_stream(events: Any) -> AsyncGenerator[Delta | Message, None]:
     """``responses_stream`` over an async SDK stream."""
-    fold = _ResponsesFold()
-    try:
-        async for event in events:
-            for delta in fold.feed(event):
-                yield delta
-            if fold.final is not None:
-                break
-    finally:
-        await events.close()
-    yield fold.reply()
+    return afolded(events, _ResponsesFold(), openai)

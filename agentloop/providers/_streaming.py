@@ -2,15 +2,22 @@
 
 ``make_stream_model`` makes the callback, whose answer is a ``ReplyStream``
 (``AsyncReplyStream`` for an async client): the deltas an adapter's fold makes
-of the SDK's events, then the whole reply.
+of the SDK's events, then the whole reply. ``folded`` (``afolded``) is how
+every adapter reads the SDK's events into its fold: the run's token and
+deadline read at each event, a failure marked for the retry policy as one
+before the stream began is, an error event made an ``IncompleteReply``.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from agentloop._core._retry import mark
+from agentloop._errors import IncompleteReply
+from agentloop._streams import between_chunks
 from agentloop.providers._convert import make_model
+from agentloop.providers._errors import classify
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
@@ -23,11 +30,131 @@ if TYPE_CHECKING:
 __all__ = [
     "AsyncReplyStream",
     "AsyncStreamModel",
+    "Fold",
     "ReplyStream",
     "StreamModel",
+    "afolded",
     "checked_stream",
+    "ended_early",
+    "error_event",
+    "folded",
     "make_stream_model",
 ]
+
+#: The error types and codes of a provider's error event that say the trouble is passing:
+#: the server's (OpenAI's ``server_error``, Anthropic's ``api_error`` and
+#: ``overloaded_error``) or a rate limit. Any other is not retried.
+_PASSING: Final = {
+    "server_error": "server",
+    "api_error": "server",
+    "overloaded_error": "server",
+    "rate_limit_error": "rate_limit",
+    "rate_limit_exceeded": "rate_limit",
+}
+
+
+class Fold(Protocol):
+    """An adapter's fold of its provider's stream events: deltas from each, the reply at the end."""
+
+    @property
+    def done(self) -> bool:
+        """Whether the event that ends the reply has come (no need to read on)."""
+        ...
+
+    def feed(self, event: Any) -> tuple[Delta, ...] | list[Delta]:
+        """The deltas ``event`` carries (none for most lifecycle events)."""
+        ...
+
+    def reply(self) -> Message:
+        """The whole reply, once the events are in (``IncompleteReply`` if it is not)."""
+        ...
+
+
+def folded(events: Any, fold: Fold, sdk: ModuleType) -> Generator[Delta | Message, None, None]:
+    """The deltas ``fold`` makes of each of the SDK's ``events``, then its reply.
+
+    The run's token and ``model_timeout`` are read at each event
+    (``between_chunks``), whether it carries a delta or not, so that a
+    cancel is seen at the next event. ``events`` is closed as soon as the
+    reply is in (or the reading broke); a failure is ``broke_off``'s.
+    """
+    try:
+        for event in events:
+            between_chunks()
+            yield from fold.feed(event)
+            if fold.done:
+                break
+    except Exception as exc:
+        error = broke_off(exc, sdk)
+        if error is exc:
+            raise
+        raise error from exc
+    finally:
+        events.close()  # the HTTP response, at once: the reply is in (or broke)
+    yield fold.reply()
+
+
+async def afolded(
+    events: Any, fold: Fold, sdk: ModuleType
+) -> AsyncGenerator[Delta | Message, None]:
+    """``folded`` over an async SDK stream."""
+    try:
+        async for event in events:
+            between_chunks()
+            for delta in fold.feed(event):
+                yield delta
+            if fold.done:
+                break
+    except Exception as exc:
+        error = broke_off(exc, sdk)
+        if error is exc:
+            raise
+        raise error from exc
+    finally:
+        await events.close()
+    yield fold.reply()
+
+
+def broke_off(exc: Exception, sdk: ModuleType) -> Exception:
+    """What a stream that broke mid-reply raises: ``exc``, marked as it would be at the call.
+
+    A lost connection or a timeout is marked passing, as before the stream
+    began, so that the Loop's retry policy asks again. An error event (the
+    SDK raises it as an ``APIError`` of its own, mid-stream with the 200 the
+    stream began with) becomes ``error_event``'s ``IncompleteReply``.
+    """
+    if type(exc) is sdk.APIError or (
+        isinstance(exc, sdk.APIStatusError) and exc.status_code < 300
+    ):
+        body = getattr(exc, "body", None)
+        error = body.get("error", body) if isinstance(body, dict) else None
+        if isinstance(error, dict):
+            kind = error.get("type") or error.get("code")
+            return error_event(kind, error.get("message"))
+        return error_event(getattr(exc, "code", None), getattr(exc, "message", str(exc)))
+    classify(exc, sdk)
+    return exc
+
+
+def error_event(kind: object, message: object) -> IncompleteReply:
+    """The ``IncompleteReply`` of a provider's error event mid-stream, marked when it may pass."""
+    said = f"{kind}: {message}" if kind else f"{message}"
+    error = IncompleteReply(f"the stream broke off with an error event: {said}")
+    passing = _PASSING.get(kind) if isinstance(kind, str) else None
+    if passing is not None:
+        mark(error, passing)
+    return error
+
+
+def ended_early(last: str) -> IncompleteReply:
+    """The stream ended before the event that ends the reply (``last``): a lost connection.
+
+    Marked so, for the retry policy: the server closed the stream, and a
+    retry asks for the whole reply again.
+    """
+    error = IncompleteReply(f"the stream ended before the reply did (no {last})")
+    mark(error, "connection")
+    return error
 
 
 class StreamModel(Protocol):

@@ -128,8 +128,12 @@ def anthropic_messages(
 
     ``stream=True``: the callback answers with a stream (``agentloop.streaming``)
     over the API's stream events; its whole reply is the one the same message
-    unstreamed gives. An ``error`` event raises (the SDK's error), and a stream
-    that ends before ``message_stop`` raises ``IncompleteReply``.
+    unstreamed gives. An ``error`` event raises ``IncompleteReply`` naming
+    its type and message (marked passing for ``overloaded_error``,
+    ``api_error`` and ``rate_limit_error``, which the Loop's retry policy
+    retries), and so does a stream that ends before ``message_stop`` (a lost
+    connection); a connection lost mid-stream raises the SDK's error, marked
+    as it would be before the stream began.
     """
     checked_client("anthropic_messages", client, model, "messages.create", "an Anthropic")
     checked_params(
