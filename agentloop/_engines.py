@@ -12,7 +12,7 @@ from agentloop._continued import forked, resumed
 from agentloop._core._engine import Engine
 from agentloop._durable import _resume
 from agentloop._errors import AgentloopError
-from agentloop._settings import no_ledger
+from agentloop._settings import no_ledger, timeout_bites
 
 if TYPE_CHECKING:
     from agentloop._core._values import CancelToken, RunResult
@@ -25,6 +25,7 @@ __all__ = [
     "plain_engine",
     "resilient",
     "resumed_engine",
+    "runnable",
 ]
 
 _E = TypeVar("_E", bound=Engine)
@@ -38,7 +39,7 @@ def fresh_engine(
     parent_run_id: str | None = None,
 ) -> Engine:
     """A fresh engine for a new run: a recording one when the Loop has a ledger."""
-    opened(loop)
+    runnable(loop)
     messages = loop._input(messages)
     if loop.ledger is None:
         if run_id is not None:
@@ -61,6 +62,16 @@ def fresh_engine(
             output=loop.output,
         ),
     )
+
+
+def runnable(loop: Loop) -> None:
+    """Refuse a run of ``loop`` before its engine is made: ``opened``, and ``timeout_bites``.
+
+    The tool timeout is read again here: a plain tool may have been added to
+    the Loop's registry since it was made.
+    """
+    opened(loop)
+    timeout_bites(loop.dispatcher, loop.tool_timeout, loop.to_thread)
 
 
 def opened(loop: Loop) -> None:
@@ -97,7 +108,7 @@ def resumed_engine(
     loop: Loop, what: str, run: str | RunResult, cancel: CancelToken | None
 ) -> tuple[Engine, CancelToken | None]:
     """The run, fed to a fresh engine, and the token its driver is to watch."""
-    opened(loop)
+    runnable(loop)
     engine, token = resumed(
         what,
         run,
@@ -115,7 +126,7 @@ def forked_engine(
     loop: Loop, run: RunResult, at: int, cancel: CancelToken | None, run_id: str | None
 ) -> tuple[Engine, CancelToken]:
     """A fork's engine (``Loop.fork``): ``run`` after its first ``at`` transitions; its token."""
-    opened(loop)
+    runnable(loop)
     engine, token = forked(
         run,
         at,

@@ -123,9 +123,7 @@ def broke_off(exc: Exception, sdk: ModuleType) -> Exception:
     SDK raises it as an ``APIError`` of its own, mid-stream with the 200 the
     stream began with) becomes ``error_event``'s ``IncompleteReply``.
     """
-    if type(exc) is sdk.APIError or (
-        isinstance(exc, sdk.APIStatusError) and exc.status_code < 300
-    ):
+    if type(exc) is sdk.APIError or (isinstance(exc, sdk.APIStatusError) and exc.status_code < 300):
         body = getattr(exc, "body", None)
         error = body.get("error", body) if isinstance(body, dict) else None
         if isinstance(error, dict):
