@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import time
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +49,7 @@ from agentloop._core._json import exception_said
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, ReviewCalls, RunTool, Wait
 from agentloop._run import LOG, Carried, carried, log, one_transition
-from agentloop._streams import Discard, ListenerFailed, Partial, apull, is_stream
+from agentloop._streams import Discard, ListenerFailed, Partial, apull, in_time, is_stream
 from agentloop._waits import await_wait
 
 if TYPE_CHECKING:
@@ -100,6 +101,8 @@ class AsyncRun(ConcurrentBatch):
         # -- streaming: who hears each delta (awaited if async); the reply astream() read
         self._delta_listeners: list[tuple[Callable[[Delta], object], bool]] = []
         self._streamed_reply: object = None
+        # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
+        self._asked_at: float | None = None
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(transition)`` after every transition; it may be ``async``."""
@@ -257,6 +260,9 @@ class AsyncRun(ConcurrentBatch):
             model, options = need.model, {}
         else:
             model, options = self._model, need.options
+        seconds = self._model_timeout
+        if seconds is not None:
+            self._asked_at = time.monotonic()
         call: Awaitable[object]
         if self._to_thread and not is_async(model):
             call = asyncio.to_thread(functools.partial(model, history, **options))
@@ -264,13 +270,12 @@ class AsyncRun(ConcurrentBatch):
             reply = model(history, **options)
             # A dict (any reply that is JSON) is never awaitable: no protocol check for it.
             if type(reply) is dict or not inspect.isawaitable(reply):
-                return reply
+                # Answered in place: read against the deadline now that it has come.
+                return reply if seconds is None else in_time(reply, seconds, self._asked_at)
             call = reply
-        if self._model_timeout is None:
+        if seconds is None:
             return await call
-        return await within(
-            self._model_timeout, f"no reply within model_timeout={self._model_timeout} s", call
-        )
+        return await within(seconds, f"no reply within model_timeout={seconds} s", call)
 
     # -- streaming (agentloop.streaming): deltas beside the transitions, never in the history
 
@@ -381,6 +386,7 @@ class AsyncRun(ConcurrentBatch):
             partial,
             check=None if cancel is None else cancel.check(),
             seconds=self._model_timeout,
+            since=self._asked_at,
             to_thread=self._to_thread,
         )
         plain = [listener for listener, awaited in self._delta_listeners if not awaited]
@@ -424,6 +430,7 @@ class AsyncRun(ConcurrentBatch):
             partial,
             cancel=self._cancel,
             seconds=self._model_timeout,
+            since=self._asked_at,
             to_thread=self._to_thread,
         )
         heard = False

@@ -64,6 +64,7 @@ __all__ = [
     "between_chunks",
     "checked",
     "chunked",
+    "in_time",
     "is_stream",
     "pull",
     "whole_reply",
@@ -317,17 +318,19 @@ def pull(
     *,
     cancel: CancelToken | None = None,
     seconds: float | None = None,
+    since: float | None = None,
     awaiter: Callable[..., Any] | None = None,
 ) -> Generator[object, None, None]:
     """Yield ``stream``'s deltas, then its whole reply; close it once stopped, whatever stopped it.
 
     For the synchronous driver. The token is read after each chunk
-    (``TokenCancelled``); ``seconds`` bounds the whole stream, read between
+    (``TokenCancelled``); ``seconds`` bounds the whole reply, from ``since``
+    (when the model was asked, by ``time.monotonic()``; now if not given), read between
     chunks too. An async iterator is read a chunk at a time on the run's
     event loop (``awaiter``), where the token and the deadline interrupt the
     awaited chunk itself.
     """
-    deadline = None if seconds is None else time.monotonic() + seconds
+    deadline = _deadline(seconds, since)
     expired = f"no whole reply within model_timeout={seconds} s"
     watch = _watch(None if cancel is None else cancel.check(), deadline, expired)
     try:
@@ -349,6 +352,32 @@ def pull(
                 return
     finally:
         _close(stream, awaiter)
+
+
+def _deadline(seconds: float | None, since: float | None) -> float | None:
+    """When a reply asked for at ``since`` (now, if not given) is past ``seconds``."""
+    if seconds is None:
+        return None
+    return (time.monotonic() if since is None else since) + seconds
+
+
+def in_time(reply: object, seconds: float | None, since: float | None) -> object:
+    """``reply``, answered in place by a model asked at ``since``, if within ``seconds``.
+
+    A plain model's call cannot be interrupted: its deadline is read when it
+    answers, as a stream's is read between chunks. A reply past it raises
+    ``TimeoutError``, carrying the ``usage`` the reply reported (a late
+    reply's cost is still recorded); a stream is handed on, and its first
+    read finds the deadline passed.
+    """
+    if seconds is None or since is None or time.monotonic() <= since + seconds:
+        return reply
+    if type(reply) is not dict and is_stream(reply):
+        return reply
+    late = TimeoutError(f"no reply within model_timeout={seconds} s")
+    if type(reply) is dict:
+        late.usage = reply.get("usage")  # type: ignore[attr-defined]  # read as IncompleteReply's
+    raise late
 
 
 def whole_reply(stream: Any, take: Callable[[object], _T]) -> _T:
@@ -408,6 +437,7 @@ async def apull(
     cancel: CancelToken | None = None,
     check: Callable[[], bool] | None = None,
     seconds: float | None = None,
+    since: float | None = None,
     to_thread: bool = False,
 ) -> AsyncGenerator[object, None]:
     """``pull`` under asyncio: yield the deltas, then the whole reply; close the stream after.
@@ -416,7 +446,7 @@ async def apull(
     is interrupted by it) or the deadline stop it. A synchronous stream is
     read in place, or a chunk at a time in a worker thread (``to_thread``).
     """
-    deadline = None if seconds is None else time.monotonic() + seconds
+    deadline = _deadline(seconds, since)
     expired = f"no whole reply within model_timeout={seconds} s"
     wrapped = cancel is not None or deadline is not None
     # ``cancel`` interrupts an awaited chunk; the caller that awaits the whole stream

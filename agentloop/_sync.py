@@ -17,6 +17,7 @@ bite there, and the run's ``CancelToken`` interrupts it, as under asyncio.
 from __future__ import annotations
 
 import inspect
+import time
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from agentloop._core._json import exception_said
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, RunTool, Transition, Wait
 from agentloop._run import LOG, RunView, log, one_transition
-from agentloop._streams import Discard, ListenerFailed, Partial, is_stream, pull
+from agentloop._streams import Discard, ListenerFailed, Partial, in_time, is_stream, pull
 from agentloop._waits import wait
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ class Run(RunView):
         # -- streaming: who hears each delta, and the text of the reply streaming now
         self._delta_listeners: list[Callable[[Delta], object]] = []
         self._partial: Partial | None = None
+        # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
+        self._asked_at: float | None = None
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(transition)`` after every transition from now on."""
@@ -186,7 +189,14 @@ class Run(RunView):
         return {call["id"]: review(call) for call in need.calls}  # type: ignore[union-attr]
 
     def _asked(self, need: AskModel | Summarise) -> object:
-        """The model's answer (a summary is asked of the context policy's own model callback)."""
+        """The model's answer (a summary is asked of the context policy's own model callback).
+
+        Within ``model_timeout``: an awaitable is interrupted at it; a reply
+        answered in place is read against it when it comes (``in_time``); a
+        stream is read within what is left of it.
+        """
+        if self._model_timeout is not None:
+            self._asked_at = time.monotonic()
         if isinstance(need, Summarise):
             reply = need.model(need.history)
         elif need.tools_disabled:  # the wrap-up step: tool_choice='none'
@@ -196,6 +206,8 @@ class Run(RunView):
         # A dict (any reply that is JSON) is never awaitable: no check for it.
         if type(reply) is not dict and inspect.isawaitable(reply):
             return self._await_reply(reply)
+        if self._model_timeout is not None:
+            return in_time(reply, self._model_timeout, self._asked_at)
         return reply
 
     def _await_reply(self, reply: Awaitable[object]) -> object:
@@ -301,7 +313,12 @@ class Run(RunView):
         awaiter = self._awaiter
         self._partial = partial = Partial()
         items = pull(
-            stream, partial, cancel=awaiter.cancel, seconds=self._model_timeout, awaiter=awaiter
+            stream,
+            partial,
+            cancel=awaiter.cancel,
+            seconds=self._model_timeout,
+            since=self._asked_at,
+            awaiter=awaiter,
         )
         listeners = self._delta_listeners
         told = False

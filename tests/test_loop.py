@@ -682,6 +682,67 @@ def test_a_tool_timeout_bites_where_it_can(how: str) -> None:
     }
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_plain_models_reply_past_the_model_timeout_is_a_timeout(driver: str) -> None:
+    """A plain model answering in place cannot be interrupted: its reply is read against
+    model_timeout when it comes, and a late one is a TimeoutError (its usage still recorded),
+    which the retry policy retries like any timeout; one in time is taken."""
+    import time
+
+    from agentloop.models import RetryPolicy
+    from agentloop.testing import with_usage
+
+    asked: list[int] = []
+
+    def model(history: list[dict[str, Any]]) -> dict[str, Any]:
+        asked.append(len(history))
+        if len(asked) == 1:
+            time.sleep(0.06)
+        return with_usage(final("4"), 10, 2)
+
+    def run(retry: RetryPolicy | None) -> agentloop.RunResult:
+        loop = Loop(model, model_timeout=0.03, retry=retry)
+        return loop.run("go") if driver == "sync" else asyncio.run(loop.arun("go"))
+
+    failed = run(None)
+    assert (failed.status, failed.steps) == ("failed", 1)
+    assert failed.error == "the model raised TimeoutError: no reply within model_timeout=0.03 s"
+    assert failed.usage == agentloop.Usage(10, 2, 0)  # the late reply was paid for
+    asked.clear()
+    retried = run(RetryPolicy(sleep=lambda seconds, token: None))
+    assert (retried.status, retried.output, retried.steps) == ("finished", "4", 2)
+    assert [e.trigger for e in retried.events][:2] == ["model_raised", "waited"]
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_the_model_timeout_of_a_stream_runs_from_the_ask(driver: str) -> None:
+    """A plain model that takes the whole model_timeout to hand back its stream (waiting for
+    the response's headers, say) has no time left to read it: the step fails, and the stream
+    is closed unread."""
+    import time
+
+    from agentloop.streaming import chunked
+
+    read: list[object] = []
+
+    def model(history: list[dict[str, Any]]) -> Any:
+        time.sleep(0.06)
+
+        def stream() -> Any:
+            for item in chunked(final("4")):
+                read.append(item)
+                yield item
+
+        return stream()
+
+    loop = Loop(model, model_timeout=0.03)
+    result = loop.run("go") if driver == "sync" else asyncio.run(loop.arun("go"))
+    assert (result.status, read) == ("failed", [])
+    assert result.error is not None
+    assert "model_timeout=0.03 s" in result.error
+    assert result.transcript == [{"kind": "user", "text": "go"}]
+
+
 def test_listeners_are_checked_when_the_loop_is_built() -> None:
     """A listener that is not callable is refused by Loop(...), naming its position."""
     with pytest.raises(TypeError, match=r"expected listeners\[1\] to be callable, got int"):
