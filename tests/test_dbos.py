@@ -220,6 +220,7 @@ def test_a_streamed_reply_is_recorded_as_it_was_yielded(make: Any) -> None:
     result = runs.run("go", run_id=run_id)
     assert (result.status, ran) == ("finished", [(1, 2)])
     recorded = DBOS.list_workflow_steps(run_id)[0]["output"]
+    assert isinstance(recorded, dict)
     assert recorded["reply"]["arguments"] == {"a": 1, "b": 2}
 
 
