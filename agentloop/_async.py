@@ -183,7 +183,7 @@ class AsyncRun(ConcurrentBatch):
                     self._busy.release()
                 except RuntimeError:  # pragma: no cover - never taken: interrupted at once
                     pass
-                if self._unclosed is not None:  # interrupted between a reply and its taking
+                if self._unclosed is not None:  # a streamed reply, taken: its stream closes
                     await self._close_unclosed()
 
     async def _pumped(self) -> Transition | None:
@@ -197,15 +197,7 @@ class AsyncRun(ConcurrentBatch):
                 except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
                     need = steps.throw(self._thrown(exc))
                 else:
-                    items = self._unclosed
-                    if items is None:
-                        need = steps.send(answer)
-                    else:  # a streamed reply: its stream is closed once the engine took it
-                        self._unclosed = None
-                        try:
-                            need = steps.send(answer)
-                        finally:
-                            await items.aclose()
+                    need = steps.send(answer)  # a streamed reply's stream: closed by _astep
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
@@ -342,15 +334,7 @@ class AsyncRun(ConcurrentBatch):
                         except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
                             need = steps.throw(self._thrown(exc))
                         else:
-                            items = self._unclosed
-                            if items is None:
-                                need = steps.send(answer)
-                            else:  # a streamed reply: its stream is closed once the engine took it
-                                self._unclosed = None
-                                try:
-                                    need = steps.send(answer)
-                                finally:
-                                    await items.aclose()
+                            need = steps.send(answer)  # its stream: closed in the finally
                 except StopIteration as stop:
                     transition = stop.value
             if transition is not None:
@@ -376,8 +360,8 @@ class AsyncRun(ConcurrentBatch):
         Awaited under the step's own token and deadline: the token is only read
         between the chunks of a stream read in place. The stream is closed at
         once however the reading ends, but for its reply: then once the engine
-        has taken it (``_pumped``). A stream that fails after deltas were told
-        is followed by a ``Discard``.
+        has taken it, at the end of the step (``_astep``). A stream that fails
+        after deltas were told is followed by a ``Discard``.
         """
         self._partial = partial = Partial()
         cancel = self._cancel

@@ -297,7 +297,10 @@ def _watch(
 
 
 def _next(stream: Any, watch: Callable[[], None] | None) -> object:
-    """The next item of a synchronous ``stream`` (``_END`` at its end), read under ``watch``."""
+    """The next item of a synchronous ``stream`` (``_END`` at its end), read under ``watch``.
+
+    ``between_chunks`` reads ``watch`` while the stream's own code runs.
+    """
     if watch is None:
         return next(stream, _END)
     reset = _BETWEEN.set(watch)
@@ -342,7 +345,7 @@ def pull(
         while True:
             if watch is not None:
                 watch()  # before each read: a stream is not resumed once the token is seen
-            item = _next(source, watch)
+            item = next(source, _END) if watch is None else _next(source, watch)
             if item is _END:
                 raise _ended(partial)
             if watch is not None:
@@ -479,7 +482,8 @@ async def apull(
                         asyncio.to_thread(_next, stream, watch), cancel, deadline, expired
                     )
                 else:
-                    item = _next(stream, watch)  # in place: it blocks the loop, as a plain model
+                    # In place: it blocks the loop, as a plain model does.
+                    item = next(stream, _END) if watch is None else _next(stream, watch)
                 if item is _END:
                     break
                 if watch is not None:

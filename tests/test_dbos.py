@@ -196,7 +196,7 @@ def test_a_streaming_model_records_its_whole_reply_as_the_step(make: Any) -> Non
 def test_a_streamed_reply_is_recorded_as_it_was_yielded(make: Any) -> None:
     """The step takes the reply before it closes the stream: a buffer the stream rewrites at
     its close changes neither the recorded step nor the call that runs."""
-    from agentloop.streaming import TextDelta
+    from .test_stream_faults import reusing
 
     ran: list[tuple[int, int]] = []
 
@@ -204,18 +204,7 @@ def test_a_streamed_reply_is_recorded_as_it_was_yielded(make: Any) -> None:
         ran.append((a, b))
         return a + b
 
-    def model(history: list[Message]) -> Any:
-        if history[-1]["kind"] == "tool_result":
-            yield {"kind": "final", "text": "3"}
-            return
-        buffer = {"a": 1, "b": 2}
-        try:
-            yield TextDelta(text="Adding.")
-            yield {"kind": "call", "id": "c1", "name": "add", "arguments": buffer}
-        finally:
-            buffer["a"] = 1000  # made ready for the next reply
-
-    runs = make(agentloop.Loop(model, tools=agentloop.ToolRegistry([add])))
+    runs = make(agentloop.Loop(reusing("generator"), tools=agentloop.ToolRegistry([add])))
     run_id = new_id()
     result = runs.run("go", run_id=run_id)
     assert (result.status, ran) == ("finished", [(1, 2)])
