@@ -95,11 +95,14 @@ class ConcurrentBatch(RunView):
         # Of the calls done by now, the first in emission order is reported first.
         call_id = done[0]
         task = tasks[call_id]
-        if not task.cancelled() and task.exception() is None and task.result() is _UNSTARTED:
+        if _unstarted(task):
             # Its task found the token cancelled before the call began: so will every later
-            # one. The run ends; the calls still out are answered cancelled.
+            # one. The run ends; the calls still out are answered cancelled, and told they
+            # never began when none of them had.
+            began = not all(_unstarted(other) for other in tasks.values())
             dropped = self._drop_tasks()
-            transition = ended_by_token(engine, TokenCancelled(_CANCELLED_FIRST))
+            said = "cancelled by the run's CancelToken" if began else _CANCELLED_FIRST
+            transition = ended_by_token(engine, TokenCancelled(said))
             await self._dropped(dropped)
             return transition
         del tasks[call_id]
@@ -141,6 +144,16 @@ class ConcurrentBatch(RunView):
 #: What a call's task answers when it found the token cancelled before its call began.
 _UNSTARTED: Final = object()
 _CANCELLED_FIRST: Final = "cancelled by the run's CancelToken before the call began"
+
+
+def _unstarted(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` ended with its call not begun (the token was cancelled first)."""
+    return (
+        task.done()
+        and not task.cancelled()
+        and task.exception() is None
+        and task.result() is _UNSTARTED
+    )
 
 
 def _observed(task: asyncio.Task[Any]) -> None:

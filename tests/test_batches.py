@@ -289,6 +289,42 @@ async def test_a_call_handed_out_before_a_cancel_does_not_begin_after_it() -> No
     assert result.events[-1].trigger == "tool_interrupted"
 
 
+async def test_a_call_still_running_beside_one_that_never_began_is_not_told_it_never_began() -> (
+    None
+):
+    """x is still running when y, whose task was made before z cancelled, finds the token: the
+    run ends, x is cut off, and neither x nor y is told it never began (x had)."""
+    token = CancelToken()
+    ran: list[str] = []
+
+    async def x() -> str:
+        ran.append("x")
+        await asyncio.sleep(10)
+        return "x"
+
+    async def z() -> str:
+        ran.append("z")
+        await asyncio.sleep(0)
+        token.cancel()
+        return "z"
+
+    def y() -> str:
+        ran.append("y")
+        return "y"
+
+    reply = {"kind": "calls", "calls": [element("c1", "x"), element("c2", "z"), element("c3", "y")]}
+    loop = Loop(ScriptedModel([reply, final()]), tools=[x, z, y], max_concurrency=3)
+    result = await loop.arun("go", cancel=token)
+
+    assert (result.status, ran) == ("cancelled", ["x", "z"])
+    cut = {"type": "TokenCancelled", "message": "cancelled by the run's CancelToken"}
+    assert results_of(result.transcript) == [
+        ("c1", "cancelled", cut),
+        ("c2", "ok", "z"),
+        ("c3", "cancelled", cut),
+    ]
+
+
 @SIZES
 def test_one_malformed_element(driver: Driver, n: int) -> None:
     """One bad element makes the whole reply malformed; error says which and why."""
