@@ -3,9 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 UV := $(BIN)/uv
-# uv installs into .venv: several times faster than pip here, which is what
-# lets `make demo` on a fresh clone finish in seconds.
-INSTALL := $(UV) pip install --quiet --python $(BIN)/python --only-binary pygraphviz
+# uv installs into .venv from uv.lock: the versions every test ran against, so a fresh
+# clone tests what CI tested (`make lock` refreshes it; `make test-latest` tries the newest).
+# --inexact: each target adds its set and keeps the others (and uv itself, which the lock
+# does not name). Several times faster than pip, so `make demo` takes seconds.
+SYNC := $(UV) sync --quiet --locked --inexact --python $(BIN)/python --no-default-groups
 # One stamp per install set, so that `make test` after `make demo` only adds the test tools.
 RUN := $(VENV)/.installed-run
 TEST := $(VENV)/.installed-test
@@ -28,28 +30,28 @@ $(UV):
 	fi
 
 # What the demo runs: agentloop and the svg extra (the report draws its diagram).
-$(RUN): pyproject.toml | $(UV)
-	$(INSTALL) -e ".[svg]"
+$(RUN): pyproject.toml uv.lock | $(UV)
+	$(SYNC) --extra svg
 	touch $@
 
 # The test tools: pytest, Hypothesis, the provider SDKs, Playwright.
-$(TEST): pyproject.toml $(RUN)
-	$(INSTALL) -e ".[svg]" --group test
+$(TEST): pyproject.toml uv.lock $(RUN)
+	$(SYNC) --extra svg --group test
 	touch $@
 
 # The lint tools (mypy --strict checks the tests too, so it needs the test tools).
-$(LINT): pyproject.toml $(TEST)
-	$(INSTALL) --group lint
+$(LINT): pyproject.toml uv.lock $(TEST)
+	$(SYNC) --extra svg --group test --group lint
 	touch $@
 
 # The docs tools: MkDocs, its Material theme, mkdocstrings (the API reference).
-$(DOCS): pyproject.toml $(RUN)
-	$(INSTALL) --group docs
+$(DOCS): pyproject.toml uv.lock $(RUN)
+	$(SYNC) --extra svg --group docs
 	touch $@
 
 # The bench's peers: pydantic-ai's DBOSAgent, beside agentloop.dbos.
-$(BENCH): pyproject.toml $(TEST)
-	$(INSTALL) --group bench
+$(BENCH): pyproject.toml uv.lock $(TEST)
+	$(SYNC) --extra svg --group test --group bench
 	touch $@
 
 .PHONY: help
@@ -60,8 +62,8 @@ help: ## Show this help
 install: $(LINT) ## Create .venv and install agentloop with its test and lint tools
 
 # The live page's server (examples/live): Starlette and uvicorn, the live extra.
-$(VENV)/.installed-live: pyproject.toml $(RUN)
-	$(INSTALL) -e ".[svg,live]"
+$(VENV)/.installed-live: pyproject.toml uv.lock $(RUN)
+	$(SYNC) --extra svg --extra live
 	touch $@
 
 .PHONY: live
@@ -82,6 +84,20 @@ test: $(TEST) ## Run the fast tier: every behaviour, small counts (under two min
 .PHONY: test-all
 test-all: $(TEST) ## Run every test: adds Chromium, Postgres, 500 kills a driver, Hypothesis in full
 	AGENTLOOP_TESTS=all $(BIN)/python -m pytest
+
+# The lock's third-party versions against the newest releases, in a virtualenv of its own:
+# a break upstream shows here (and in `.ci/latest`), not on a fresh clone's `make test`.
+LATEST := .venv-latest
+.PHONY: test-latest
+test-latest: $(UV) ## Run the fast tier against the newest release of every dependency, not uv.lock's
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(LATEST)
+	$(UV) pip install --quiet --python $(LATEST)/bin/python --upgrade --only-binary pygraphviz \
+		-e ".[svg]" --group test
+	AGENTLOOP_TESTS=fast $(LATEST)/bin/python -m pytest --numprocesses=auto --maxprocesses=4
+
+.PHONY: lock
+lock: $(UV) ## Refresh uv.lock to the newest releases pyproject.toml allows (then make test, and commit it)
+	$(UV) lock --upgrade
 
 .PHONY: check
 check: $(LINT) ## ruff check, ruff format --check, mypy --strict and lint-imports (the layers)
@@ -112,4 +128,4 @@ bench: $(BENCH) ## Benchmarks: engine vs hand-written loop, async driver, batche
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site
+	rm -rf $(VENV) $(LATEST) .pytest_cache .mypy_cache .ruff_cache .hypothesis site

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import attrs
+import jsonschema_rs
+import pydantic
 
 import agentloop
 from agentloop import testing
@@ -40,6 +42,26 @@ def adding_after_a_tool(registry: agentloop.ToolRegistry, tool: Callable[..., An
             registry.add(tool)
 
     return listener
+
+
+def validator_says(schema: dict[str, Any], value: Any) -> str:
+    """jsonschema-rs's own words for the first problem of ``value`` under ``schema``.
+
+    The registry tells the model the validator's words as they are. A test compares with
+    them rather than spelling them out: they are the validator's, and a release of it may
+    word them otherwise.
+    """
+    return next(iter(jsonschema_rs.Draft202012Validator(schema).iter_errors(value))).message
+
+
+def pydantic_says(kind: Any, value: Any) -> str:
+    """pydantic's own words for the first error of ``value`` as a ``kind``: as ``validator_says``,
+    the words are the library's, which a converter's refusal passes on."""
+    try:
+        pydantic.TypeAdapter(kind).validate_python(value)
+    except pydantic.ValidationError as exc:
+        return str(exc.errors()[0]["msg"])
+    raise AssertionError(f"{value!r} is a valid {kind!r}")
 
 
 def call(call_id: str, name: str = "add", **arguments: Any) -> Message:

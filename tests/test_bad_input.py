@@ -124,6 +124,10 @@ def _result(call_id: str = "c1", **fields: object) -> dict[str, object]:
         ),
         ([{"kind": "call", "id": "c1", "arguments": {}}], r"a call's 'name' to be a non-empty str"),
         ([{"kind": "call", "id": "c1", "name": "add"}], r"a call's 'arguments' to be a dict"),
+        (
+            [{**call("c1"), "signature": 5}],
+            r"messages\[0\]: expected a call's 'signature', if any, to be a non-empty str, got",
+        ),
         ([{"kind": "user"}], r"messages\[0\]: expected a 'user' message's 'text' to be a str"),
         (
             [call("c1"), final(), _result()],

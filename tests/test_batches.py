@@ -361,8 +361,8 @@ def test_one_malformed_element(driver: Driver, n: int) -> None:
         ({"kind": "calls", "calls": ["c1"]}, "calls[0]: expected a dict, got str"),
         (
             {"kind": "calls", "calls": [{**element("c1"), "kind": "call"}]},
-            "calls[0]: each element of 'calls' has exactly ['arguments', 'id', 'name']; "
-            "unexpected ['kind']",
+            "calls[0]: each element of 'calls' has exactly "
+            "['arguments', 'id', 'name', 'signature']; unexpected ['kind']",
         ),
         (
             {"kind": "calls", "calls": [element("c1"), {"id": "c2", "name": "add"}]},
@@ -380,6 +380,58 @@ def test_malformed_batches_say_what_is_wrong(reply: dict[str, Any], problem: str
     result = Loop(ScriptedModel([reply]), tools={"add": Recorder()}).run("go")
 
     assert (result.status, result.error) == ("malformed", f"malformed reply: {problem}")
+
+
+@pytest.mark.parametrize(
+    ("reply", "problem"),
+    [
+        (
+            {**call("c1"), "signature": 7},
+            "expected 'signature' to be a non-empty str, got 7",
+        ),
+        (
+            {"kind": "calls", "calls": [{**element("c1"), "signature": ""}]},
+            "calls[0]: expected 'signature' to be a non-empty str, got ''",
+        ),
+        (
+            {**call("c1"), "signature": "c2ln", "note": "x"},
+            "a 'call' reply has exactly ['arguments', 'id', 'kind', 'name', 'signature']; "
+            "unexpected ['note']",
+        ),
+    ],
+)
+def test_a_malformed_signature_is_named(reply: dict[str, Any], problem: str) -> None:
+    """A call's optional ``signature`` is a non-empty str; anything else is malformed."""
+    result = Loop(ScriptedModel([reply]), tools={"add": Recorder()}).run("go")
+
+    assert (result.status, result.error) == ("malformed", f"malformed reply: {problem}")
+
+
+def test_a_calls_signature_is_kept_and_handed_back(driver: Driver, tmp_path: Any) -> None:
+    """A provider's token on a call (Gemini's thought signature) is the record's: the
+    transcript and the model's next copy of the history keep it, and so does a saved run."""
+    signed = {**call("c1", a=1, b=2), "signature": "c2lnbmVk"}
+    batch_of_two = {
+        "kind": "calls",
+        "calls": [{**element("c2", a=2, b=2), "signature": "b25l"}, element("c3", a=3, b=3)],
+    }
+    seen: list[list[dict[str, Any]]] = []
+
+    def last(history: list[dict[str, Any]]) -> dict[str, Any]:
+        seen.append(history)
+        return final("done")
+
+    add = Recorder()
+    result = driver.run(Loop(ScriptedModel([signed, batch_of_two, last]), tools={"add": add}), "go")
+    assert (result.status, result.calls) == ("finished", 3)
+    assert add.calls == [{"a": 1, "b": 2}, {"a": 2, "b": 2}, {"a": 3, "b": 3}]
+    assert result.transcript[1] == signed
+    assert result.transcript[3] == batch_of_two
+    (history,) = seen
+    assert history == result.transcript[:-1]
+    path = tmp_path / "run.json"
+    agentloop.save_run(result, path)
+    assert agentloop.load_run(path) == result
 
 
 @SIZES

@@ -25,7 +25,7 @@ from agentloop.__main__ import main
 from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._runshape import MAX_BYTES
 from agentloop._review._text import input_messages
-from agentloop.review import to_dot, to_mermaid
+from agentloop.review import path_dot, path_svg, to_dot, to_mermaid
 from agentloop.testing import ScriptedModel, batch
 
 from .helpers import call, final
@@ -230,6 +230,45 @@ def test_diagram_renders_svg(saved: tuple[RunResult, Path], tmp_path: Path) -> N
     svg = out.read_text(encoding="utf-8")
     assert "<svg" in svg
     assert ">model_replied (3x)</text>" in svg
+
+
+@pytest.mark.usefixtures("renderer")
+def test_diagram_path_draws_only_what_the_run_did(
+    saved: tuple[RunResult, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--path draws the report's compact view: the states the run was in, in DOT or SVG."""
+    result, path = saved
+    assert main(["diagram", str(path), "--format", "dot", "--path"]) == 0
+    assert capsys.readouterr().out == path_dot(result)
+    out = tmp_path / "path.svg"
+    assert main(["diagram", str(path), "--format", "svg", "--path", "-o", str(out)]) == 0
+
+    svg = out.read_text(encoding="utf-8")
+    assert svg == path_svg(result)
+    assert "<title>finished</title>" in svg
+    assert "<title>cancelled</title>" not in svg  # a state the run was never in
+    width = float(re.findall(r'<svg width="([\d.]+)pt"', svg)[0])
+    whole = float(re.findall(r'<svg width="([\d.]+)pt"', agentloop.review.to_svg(result))[0])
+    assert width * 5 < whole
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (["--path"], "--path draws a run's path: expected RUN.json or LEDGER RUN_ID"),
+        (["RUN", "--path"], "--path is drawn by Graphviz: expected --format dot or svg"),
+    ],
+)
+def test_diagram_path_needs_a_run_and_graphviz(
+    arguments: list[str],
+    expected: str,
+    saved: tuple[RunResult, Path],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--path without a run, or in Mermaid, says what it needs, in one line, exit 2."""
+    given = [str(saved[1]) if argument == "RUN" else argument for argument in arguments]
+    assert main(["diagram", *given]) == 2
+    assert capsys.readouterr().err == f"agentloop: error: {expected}\n"
 
 
 def test_diagram_svg_without_renderer_exits_2(

@@ -32,7 +32,7 @@ from agentloop.engine import PreparedCall
 from agentloop.providers import anthropic, openai
 from agentloop.testing import ScriptedModel, batch, call, final, strategies
 
-from .helpers import import_error
+from .helpers import import_error, validator_says
 from .ledgers import Crash, CrashingLedger, MemoryLedger
 from .wire import conforms
 
@@ -125,7 +125,7 @@ def test_arguments_are_validated_before_they_are_sent(server: amcp.Server) -> No
     outcome = registry.dispatch({"id": "1", "name": "add", "arguments": {"a": "5", "b": 1}})
     assert outcome == {
         "status": "invalid_arguments",
-        "content": [{"path": "a", "message": '"5" is not of type "integer"'}],
+        "content": [{"path": "a", "message": validator_says({"type": "integer"}, "5")}],
     }
 
 

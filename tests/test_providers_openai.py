@@ -774,8 +774,8 @@ async def test_a_500_after_retries_fails_the_run(api: Api, flavour: str) -> None
     result = await run(loop, flavour, "What is 2+3?")
     assert result.status == "failed"
     assert result.error is not None
-    assert result.error.startswith("the model raised InternalServerError: Error code: 500")
-    assert len(wire.requests) == 2
+    assert result.error.startswith("the model raised InternalServerError: ")
+    assert len(wire.requests) == 2  # the 500, and the SDK's one retry of it
 
 
 async def test_parallel_calls_with_text_through_the_loop(api: Api, flavour: str) -> None:

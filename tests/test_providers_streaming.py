@@ -363,8 +363,9 @@ async def _read_last(model: Any) -> Any:
 
 @pytest.mark.parametrize("api", APIS, ids=str)
 async def test_an_error_event_mid_stream_is_a_failed_call(api: Api, flavour: str) -> None:
-    """An error event after some deltas raises ``IncompleteReply``, as the docstrings say,
-    whether the SDK raised its own error for it or handed the event on."""
+    """An error event after some deltas raises what the adapter's docstring says: OpenAI's,
+    ``IncompleteReply`` (whether the SDK raised its own error for it or handed the event
+    on); Anthropic's, the SDK's ``APIStatusError``."""
     events = api.events(api.cases["a final"])[:4]
     if api.name == "chat":
         error: tuple[str | None, Any] = (
@@ -390,7 +391,7 @@ async def test_an_error_event_mid_stream_is_a_failed_call(api: Api, flavour: str
     body = Streamed(sse([*events, error]))
     got = await outcome(lambda: _read_last(api.model(Wire([(200, body)]), flavour, stream=True)))
     assert isinstance(got, tuple)
-    assert got[0] == "IncompleteReply"
+    assert got[0] == ("APIStatusError" if api.name == "anthropic" else "IncompleteReply")
     assert "overloaded" in got[1]
     assert body.closed_at is not None
 
@@ -610,18 +611,25 @@ async def test_a_stream_broken_mid_reply_is_retried(api: Api, flavour: str, how:
 
 @pytest.mark.parametrize("api", APIS, ids=str)
 async def test_an_error_event_that_will_not_pass_fails_the_run(api: Api, flavour: str) -> None:
-    """An error event of any other type is an IncompleteReply naming it, not retried."""
+    """An error event of any other type fails the run, not retried: OpenAI's as an
+    IncompleteReply naming its code and message, Anthropic's as the SDK's error."""
     events = api.events(api.cases["a final"])[:4]
     body = Streamed(sse([*events, ERROR_EVENTS[api.name]("invalid_request_error")]))
     wire = Wire([(200, body)])
     loop = Loop(api.model(wire, flavour, stream=True), retry=NO_WAIT)
     result = loop.run(USER) if flavour == "sync" else await loop.arun(USER)
     assert (result.status, len(wire.requests)) == ("failed", 1)
-    assert isinstance(result.events[-1].exception, IncompleteReply)
-    assert result.error == (
-        "the model raised IncompleteReply: the stream broke off with an error event: "
-        "invalid_request_error: overloaded"
-    )
+    failure = result.events[-1].exception
+    assert failure is not None
+    assert transient(failure) is None
+    if api.name == "anthropic":
+        assert isinstance(failure, anthropic.APIStatusError)
+    else:
+        assert isinstance(failure, IncompleteReply)
+        assert result.error == (
+            "the model raised IncompleteReply: the stream broke off with an error event: "
+            "invalid_request_error: overloaded"
+        )
 
 
 # -- the sync driver reads the token at every event, those that carry no delta included ----------

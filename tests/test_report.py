@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
@@ -437,9 +438,9 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """Debian's chromium driven by Playwright; skipped only where it is not installed."""
+@contextlib.contextmanager
+def chromium(*extra: str) -> Iterator[Browser]:
+    """Debian's chromium driven by Playwright, with ``extra`` switches; skipped if absent."""
     if not shutil.which(CHROMIUM):
         message = f"{CHROMIUM} is not installed (apt-get install chromium; .ci/run does)"
         if os.environ.get("CI"):
@@ -448,9 +449,18 @@ def browser() -> Iterator[Browser]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra]
+        )
         yield browser
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's chromium driven by Playwright; skipped only where it is not installed."""
+    with chromium() as launched:
+        yield launched
 
 
 def open_report(browser: Browser, path: Path) -> tuple[Page, list[str]]:

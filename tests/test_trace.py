@@ -256,6 +256,27 @@ def test_path_diagram_draws_untaken_rows_between_visited_states_faint() -> None:
     assert "cancelled\\n" not in dot  # a visited state is a node, never in a list
 
 
+def test_path_diagram_draws_a_run_as_far_as_it_has_gone(demo: RunResult) -> None:
+    """A run that goes on (no result yet) is drawn by its events so far; its end, as its result."""
+    run = demo_loop().start(QUESTION)
+    run.step()
+    with pytest.raises(agentloop.InvalidStateError):
+        run.result()
+    so_far = path_dot(run)
+    nodes = set(re.findall(r'^    "(\w+)" \[label="\1"', so_far, re.MULTILINE))
+
+    assert nodes == {"awaiting_model", "validating"}
+    assert '"awaiting_model" -> "validating" [label="model_replied (1x)", penwidth="2"]' in so_far
+    run.finish()
+    assert path_dot(run) == path_dot(run.result()) == path_dot(demo)
+
+
+def test_path_diagram_takes_a_run_or_a_result_only() -> None:
+    """Anything else is a TypeError that says what it expected."""
+    with pytest.raises(TypeError, match=r"path_dot\(\) expected a RunResult .*got dict"):
+        path_dot({"events": []})  # type: ignore[arg-type]
+
+
 def test_untaken_groups_the_rows_a_run_skipped(demo: RunResult) -> None:
     """untaken() maps each pair of states to the rows between them the run did not take."""
     pairs = untaken(demo)

@@ -25,7 +25,7 @@ from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import ScriptedModel, assert_contract, batch, strategies
 
 from . import test_properties as props
-from .helpers import Driver, Recorder, call, final, kinds
+from .helpers import Driver, Recorder, call, final, kinds, pydantic_says, validator_says
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -73,7 +73,7 @@ def test_an_invalid_final_goes_back_to_the_model_then_a_valid_one_finishes(drive
     t = run.step()
     assert (t.source, t.dest, t.guard, t.steps) == (V, A, "output_retry", 1)
     assert t.error is not None
-    assert "'population' is a required property" in t.error.replace('"', "'")
+    assert validator_says({"required": ["population"]}, {}) in t.error
     assert kinds(run.transcript) == ["user", "final", "user"]
     told = run.transcript[-1]["text"]
     assert "does not match the output schema" in told
@@ -681,7 +681,8 @@ def test_a_refusal_inside_a_typed_output_is_told_at_its_path() -> None:
     assert (result.status, result.output) == ("finished", Meeting(datetime.date(2026, 12, 2)))
     assert f"- {told}\n" in result.transcript[2]["text"]
     adult = Loop(ScriptedModel([final('{"age": 3}'), final('{"age": 30}')]), output=Adult)
-    assert "- age: Value error, expected an adult\n" in adult.run("go").transcript[2]["text"]
+    told_adult = f"- age: {pydantic_says(Adult, {'age': 3})}\n"
+    assert told_adult in adult.run("go").transcript[2]["text"]
     loaded = run_from_json(run_to_json(result))
     assert (loaded.events, loaded.transcript) == (result.events, result.transcript)
 

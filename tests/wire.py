@@ -7,10 +7,13 @@ with the next canned ``(status, JSON body)`` and keeps every request body.
 from __future__ import annotations
 
 import asyncio
+import base64
 import inspect
 import json
+import struct
 import threading
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +87,49 @@ def sse(events: list[tuple[str | None, Any]]) -> bytes:
     return "".join(out).encode()
 
 
+def event_stream(events: list[Any], error: tuple[str, str] | None = None) -> bytes:
+    """Bedrock's InvokeModelWithResponseStream body: AWS event-stream frames.
+
+    Each event (a Messages API stream event) is a ``chunk`` frame whose JSON
+    payload carries the event's JSON, base64-encoded, as ``bytes``; an
+    ``error`` ``(exception type, message)`` ends the stream with an exception
+    frame, as Bedrock sends a throttling or model error mid-stream.
+    """
+    out = [
+        _frame(
+            {":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"},
+            {"bytes": base64.b64encode(json.dumps(event).encode()).decode()},
+        )
+        for event in events
+    ]
+    if error is not None:
+        kind, message = error
+        headers = {
+            ":exception-type": kind,
+            ":content-type": "application/json",
+            ":message-type": "exception",
+        }
+        out.append(_frame(headers, {"message": message}))
+    return b"".join(out)
+
+
+def _frame(headers: dict[str, str], payload: Message) -> bytes:
+    """One event-stream message: a prelude (lengths and their CRC32), string headers, the JSON
+    payload, and the CRC32 of all that."""
+    head = b"".join(
+        bytes([len(name)])
+        + name.encode()
+        + b"\x07"
+        + struct.pack(">H", len(value))
+        + value.encode()
+        for name, value in headers.items()
+    )
+    body = json.dumps(payload).encode()
+    prelude = struct.pack(">II", 12 + len(head) + len(body) + 4, len(head))
+    message = prelude + struct.pack(">I", zlib.crc32(prelude)) + head + body
+    return message + struct.pack(">I", zlib.crc32(message))
+
+
 @attrs.define
 class Streamed(httpx2.SyncByteStream, httpx2.AsyncByteStream):
     """A response body sent ``size`` bytes at a time (an event split across chunks); after
@@ -96,6 +142,8 @@ class Streamed(httpx2.SyncByteStream, httpx2.AsyncByteStream):
     drop: bool = False
     #: ``(n, call)``: once its first ``n`` bytes are sent, ``call()`` (a cancel from elsewhere).
     then: tuple[int, Callable[[], object]] | None = None
+    #: Server-Sent Events unless said (Bedrock's are AWS event-stream frames).
+    content_type: str = "text/event-stream"
     sent: int = 0
     closed_at: float | None = None
     _closed: threading.Event = attrs.field(factory=threading.Event)
@@ -140,24 +188,29 @@ class Streamed(httpx2.SyncByteStream, httpx2.AsyncByteStream):
 
 @attrs.define
 class Wire:
-    """Canned answers, in order, and every request the SDK sent (path and JSON body)."""
+    """Canned answers, in order, and every request the SDK sent (path and JSON body; the
+    request itself, headers and all, in ``sent``)."""
 
     #: ``(status, body)``, or ``(status, body, headers)`` to answer with these headers only;
-    #: a body is JSON, or ``Streamed`` (server-sent events).
-    answers: list[tuple[Any, ...]]
+    #: a body is JSON, or ``Streamed`` (server-sent events). An answer may also be a function
+    #: of the request's JSON body that returns one (a server with rules of its own).
+    answers: list[Any]
     requests: list[Message] = attrs.field(factory=list)
     paths: list[str] = attrs.field(factory=list)
+    sent: list[httpx2.Request] = attrs.field(factory=list)
 
     def handle(self, request: httpx2.Request) -> httpx2.Response:
         self.paths.append(request.url.path)
+        self.sent.append(request)
         self.requests.append(json.loads(request.content))
         if not self.answers:
             raise AssertionError("the wire ran out of answers")
-        status, body, *headers = self.answers.pop(0)
+        answer = self.answers.pop(0)
+        if callable(answer):
+            answer = answer(self.requests[-1])
+        status, body, *headers = answer
         if isinstance(body, Streamed):
-            return httpx2.Response(
-                status, stream=body, headers={"content-type": "text/event-stream"}
-            )
+            return httpx2.Response(status, stream=body, headers={"content-type": body.content_type})
         # retry-after-ms: the SDK's retries run, without its half-second backoff.
         return httpx2.Response(
             status, json=body, headers=headers[0] if headers else {"retry-after-ms": "1"}

@@ -81,13 +81,16 @@ def _writable(out: str) -> Path:
     return folder
 
 
-def diagram(format_: str, run: RunResult | None, output: str | None) -> int:
-    """The machine, or the path ``run`` took on it, in ``format_``."""
-    from agentloop._review._diagram import to_dot, to_mermaid, to_svg
+def diagram(format_: str, run: RunResult | None, output: str | None, *, path: bool = False) -> int:
+    """The machine, or the path ``run`` took on it, in ``format_``; ``path``: that path alone."""
+    from agentloop._review._diagram import path_dot, path_svg, to_dot, to_mermaid, to_svg
 
-    render = {"mermaid": to_mermaid, "dot": to_dot, "svg": to_svg}[format_]
     try:
-        text = render(run)
+        if path:
+            assert run is not None, "the command line asks for a run with --path"
+            text = {"dot": path_dot, "svg": path_svg}[format_](run)
+        else:
+            text = {"mermaid": to_mermaid, "dot": to_dot, "svg": to_svg}[format_](run)
     except SVGUnavailableError as exc:
         raise CommandError(str(exc)) from None
     write(text, output)

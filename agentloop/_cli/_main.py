@@ -1,7 +1,7 @@
 """The parser and the dispatch: one subcommand per thing a person does from a terminal.
 
   agentloop demo [--out DIR]                 the scripted scenario, step by step
-  agentloop diagram [RUN.json | LEDGER RUN_ID] [--format mermaid|dot|svg] [-o FILE]
+  agentloop diagram [RUN.json | LEDGER RUN_ID] [--format mermaid|dot|svg] [--path] [-o FILE]
   agentloop show RUN.json [--full | --width N]   a saved run as text
   agentloop show LEDGER RUN_ID               a ledger's run as text (nothing is run)
   agentloop report RUN.json|LEDGER RUN_ID [-o run.html]   one self-contained page
@@ -147,6 +147,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "  agentloop diagram                                 # the machine, Mermaid\n"
         "  agentloop diagram --format dot -o machine.dot\n"
         "  agentloop diagram run.json --format svg -o trace.svg   # the path it took\n"
+        "  agentloop diagram run.json --format svg --path -o path.svg   # that path alone\n"
         "  agentloop diagram runs.db order-42                  # a ledger's run",
     )
     diagram.add_argument(
@@ -164,6 +165,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     )
     diagram.add_argument("run_id", metavar="RUN_ID", nargs="?", help=_RUN_ID_HELP)
     diagram.add_argument("--run", dest="run_option", metavar="RUN.json", help="the same as RUN")
+    diagram.add_argument(
+        "--path",
+        action="store_true",
+        help="draw only the states the run was in, compactly, as the report does "
+        "(with a run, --format dot or svg)",
+    )
     diagram.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
     _max_size(diagram)
 
@@ -284,8 +291,12 @@ def _run(args: argparse.Namespace) -> int:
             raise CommandError("expected the run once, as RUN or as --run RUN, got both")
         if args.run is None:
             args.run = args.run_option
+        if args.path and args.run is None:
+            raise CommandError("--path draws a run's path: expected RUN.json or LEDGER RUN_ID")
+        if args.path and args.format == "mermaid":
+            raise CommandError("--path is drawn by Graphviz: expected --format dot or svg")
         run = None if args.run is None else _saved(args, store)
-        return _files.diagram(args.format, run, args.output)
+        return _files.diagram(args.format, run, args.output, path=args.path)
     if command == "runs":
         return store.runs(args.ledger, args.state)
     if command == "pending":

@@ -18,6 +18,7 @@ __all__ = [
     "CUT_OFF",
     "DISPATCH_STATUSES",
     "NOT_STARTED",
+    "SIGNATURE",
     "History",
     "batch_of",
     "check_new_input",
@@ -34,6 +35,9 @@ RESULT_STATUSES: Final = DISPATCH_STATUSES | {"cancelled"}
 
 _CALL_FIELDS: Final = frozenset({"kind", "id", "name", "arguments"})
 _ELEMENT_FIELDS: Final = frozenset({"id", "name", "arguments"})
+#: A call's optional key: an opaque token its provider gave with it, to be sent back with it
+#: (Gemini's thought signature). The record keeps it; no adapter but its provider's reads it.
+SIGNATURE: Final = "signature"
 _CALLS_FIELDS: Final = frozenset({"kind", "calls", "text"})
 _FINAL_FIELDS: Final = frozenset({"kind", "text"})
 
@@ -77,8 +81,9 @@ def reply_problem(reply: dict[str, Any] | object) -> str | None:
 
 
 def _call_problem(call: dict[str, Any], fields: frozenset[str], what: str) -> str | None:
-    if call.keys() != fields:
-        return _fields_problem(call, fields, what)
+    keys = call.keys()
+    if keys != fields and keys != fields | {SIGNATURE}:
+        return _fields_problem(call, fields | {SIGNATURE}, what, optional={SIGNATURE})
     for field in ("id", "name"):
         value = call[field]
         if type(value) is not str or not value:
@@ -91,6 +96,9 @@ def _call_problem(call: dict[str, Any], fields: frozenset[str], what: str) -> st
             "expected 'arguments' to be a dict (or the raw text of arguments that did "
             f"not parse, a str), got {type(arguments).__name__}"
         )
+    signature = call.get(SIGNATURE, "-")
+    if type(signature) is not str or not signature:
+        return f"expected {SIGNATURE!r} to be a non-empty str, got {signature!r:.80}"
     return None
 
 
@@ -234,6 +242,12 @@ def _open_call(
         raise ValueError(
             f"{where}: expected a call's 'arguments' to be a dict (or the raw text of "
             f"arguments that did not parse, a str), got {describe(arguments)}"
+        )
+    signature = call.get(SIGNATURE, "-")
+    if strict and (type(signature) is not str or not signature):
+        raise ValueError(
+            f"{where}: expected a call's {SIGNATURE!r}, if any, to be a non-empty str, "
+            f"got {describe(signature)}"
         )
     if call_id in seen:
         raise ValueError(f"{where}: expected each call id once, got {call_id!r} again")

@@ -38,6 +38,7 @@ from agentloop._core._checked import ROWS, Row
 from agentloop._core._table import ANSWERS, TERMINAL, Guard, State, Trigger
 from agentloop._core._values import require_result
 from agentloop._errors import SVGUnavailableError
+from agentloop._run import RunView
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -65,7 +66,7 @@ def edges() -> tuple[Row, ...]:
     return ROWS
 
 
-def taken(result: RunResult) -> dict[Row, int]:
+def taken(result: RunResult | RunView) -> dict[Row, int]:
     """How many times ``result`` took each row of the table (0 for rows not taken)."""
     by_event = Counter((e.source, e.trigger, e.guard, e.dest) for e in result.events)
     # An internal row ran once for each event that answers the request it handed out;
@@ -98,7 +99,7 @@ def taken(result: RunResult) -> dict[Row, int]:
 _WRAP_UP_BEGUN = (Guard.WRAP_UP_DUE, Guard.CALLS_EXHAUSTED_WRAP_UP)
 
 
-def visited(result: RunResult) -> set[State]:
+def visited(result: RunResult | RunView) -> set[State]:
     """The states ``result`` was in: the initial one and every event's destination."""
     return {State.AWAITING_MODEL} | {event.dest for event in result.events}
 
@@ -194,7 +195,7 @@ def to_dot(run: RunResult | None = None, *, rankdir: str = "TB") -> str:
     return "\n".join(lines) + "\n"
 
 
-def untaken(result: RunResult) -> dict[tuple[State, State], list[Row]]:
+def untaken(result: RunResult | RunView) -> dict[tuple[State, State], list[Row]]:
     """The rows ``result`` never took, by the pair of states each would have joined."""
     pairs: dict[tuple[State, State], list[Row]] = {}
     for row, count in taken(result).items():
@@ -203,8 +204,8 @@ def untaken(result: RunResult) -> dict[tuple[State, State], list[Row]]:
     return pairs
 
 
-def path_dot(result: RunResult) -> str:
-    """A compact DOT digraph of ``result``'s path, for a page column (the report's).
+def path_dot(run: RunResult | RunView) -> str:
+    """A compact DOT digraph of ``run``'s path, for a page column (the report's).
 
     Only the states the run was in are drawn, top to bottom, so that it is tall
     rather than wide. The rows it took are bold, labelled ``trigger (Nx)
@@ -212,8 +213,11 @@ def path_dot(result: RunResult) -> str:
     of states. The rows it did not take are faint and unlabelled: one arrow per
     pair of visited states, and, beside each state, one arrow to the list of the
     states it could also have gone to. Rows out of states the run was never in
-    are left out.
+    are left out. ``run`` is a run's result (or a loaded run), or a run
+    itself (``Run``, ``AsyncRun``), drawn as far as it has gone: a live page
+    redraws it after each transition.
     """
+    result = run if isinstance(run, RunView) else require_result(run, "path_dot()")
     seen = visited(result)
     lines = [
         "digraph agentloop {",
@@ -263,9 +267,12 @@ def path_dot(result: RunResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def path_svg(result: RunResult) -> str:
-    """``path_dot`` rendered to SVG (the ``svg`` extra); ``SVGUnavailableError`` without it."""
-    return _render(path_dot(result))
+def path_svg(run: RunResult | RunView) -> str:
+    """``path_dot`` rendered to SVG by Graphviz (the ``svg`` extra).
+
+    Raises ``SVGUnavailableError`` when ``pygraphviz`` is not installed.
+    """
+    return _render(path_dot(run))
 
 
 def to_svg(run: RunResult | None = None, *, rankdir: str = "TB") -> str:

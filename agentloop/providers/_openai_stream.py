@@ -10,16 +10,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import openai
+import orjson
 
 from agentloop._streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
-from agentloop.providers._openai_reply import chat_outcome, responses_reply
+from agentloop.providers._compat import CallIds, extra, thought_signature
+from agentloop.providers._openai_reply import chat_outcome, chat_usage, responses_reply
 from agentloop.providers._streaming import afolded, ended_early, error_event, folded
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Generator
 
     from openai.types.chat import ChatCompletionChunk
-    from openai.types.completion_usage import CompletionUsage
+    from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
     from openai.types.responses import Response, ResponseStreamEvent
 
     from agentloop._streams import Delta
@@ -29,19 +31,30 @@ __all__ = ["achat_stream", "aresponses_stream", "chat_stream", "responses_stream
 
 
 class _ChatFold:
-    """Chat Completions chunks folded as they arrive: the deltas of each, the reply at the end."""
+    """Chat Completions chunks folded as they arrive: the deltas of each, the reply at the end.
 
-    __slots__ = ("calls", "choice", "finish", "refusal", "text", "used")
+    Calls are told apart as compatible servers send them, not only as OpenAI
+    does: a tool-call delta continues the call its ``index`` opened, unless
+    it brings an id other than that call's (a server that sends every call at
+    index 0); one without an ``index`` continues the call last opened, unless
+    it brings an id of its own. Arguments sent as an object are its JSON
+    text, and usage found only in Groq's ``x_groq`` is the usage.
+    """
+
+    __slots__ = ("at", "calls", "choice", "finish", "ids", "refusal", "text", "used")
 
     #: Read to the end: the usage chunk comes after the one with the finish_reason.
     done = False
 
-    def __init__(self) -> None:
+    def __init__(self, fresh: bool = False) -> None:
         self.text: list[str] = []
         self.refusal: list[str] = []
-        self.calls: dict[int, list[Any]] = {}  # index: [type, id, name, [argument texts]]
+        # In the order they opened: [type, id, name, [argument texts], the server's id, signature]
+        self.calls: list[list[Any]] = []
+        self.at: dict[int | None, int] = {}  # the server's index (None: none): its call's place
+        self.ids = CallIds(fresh)
         self.finish: str | None = None
-        self.used: CompletionUsage | None = None
+        self.used: Message | None = None
         self.choice: str | None = None  # "" once a chunk had a choice
 
     def feed(self, chunk: ChatCompletionChunk) -> list[Delta] | tuple[Delta, ...]:
@@ -62,17 +75,15 @@ class _ChatFold:
                     return (TextDelta(text=content),)
                 return ()
         out: list[Delta] = []
-        if chunk.usage is not None:  # the last chunk (include_usage), with no choices
-            self.used = used = chunk.usage
-            details = used.prompt_tokens_details
-            out.append(
-                UsageDelta(
-                    input_tokens=used.prompt_tokens,
-                    output_tokens=used.completion_tokens,
-                    cached_tokens=(details.cached_tokens if details else None) or 0,
-                )
-            )
-        for choice in chunk.choices:
+        reported = chunk.usage
+        if reported is None and choices:  # Groq's, on its last chunk
+            groq = extra(chunk, "x_groq")
+            reported = groq.get("usage") if type(groq) is dict else None
+        used = chat_usage(reported)
+        if used is not None:  # the last chunk (include_usage), or one with the finish
+            self.used = used
+            out.append(UsageDelta(**used))
+        for choice in choices:
             if choice.index != 0:
                 continue  # the first choice is the reply, as unstreamed
             self.choice = ""
@@ -85,23 +96,37 @@ class _ChatFold:
             if delta.refusal:
                 self.refusal.append(delta.refusal)
             for call in delta.tool_calls or ():
-                entry = self.calls.get(call.index)
-                function = call.function
-                if entry is None:
-                    name = (function.name if function else None) or ""
-                    entry = self.calls[call.index] = [call.type or "function", call.id, name, []]
-                    out.append(ToolCallStart(index=call.index, id=call.id or "", name=name))
-                if function is not None and function.arguments:
-                    entry[3].append(function.arguments)
-                    out.append(ArgumentsDelta(index=call.index, text=function.arguments))
+                self.feed_call(call, out)
         return out
+
+    def feed_call(self, call: ChoiceDeltaToolCall, out: list[Delta]) -> None:
+        """One tool-call delta: a call's start (a new place), or more of its arguments."""
+        index = call.index
+        place = self.at.get(index)
+        if place is None and index is None and self.calls:
+            place = len(self.calls) - 1  # no index: the call last opened
+        given = call.id
+        function = call.function
+        if place is None or (given and given != self.calls[place][4]):
+            name = (function.name if function else None) or ""
+            place = self.at[index] = len(self.calls)
+            call_id = self.ids(given)
+            signature = thought_signature(call)  # Gemini's, with the call's start
+            self.calls.append([call.type or "function", call_id, name, [], given, signature])
+            out.append(ToolCallStart(index=place, id=call_id, name=name))
+        arguments = function.arguments if function is not None else None
+        if arguments:
+            if type(arguments) is not str:  # an object, where a server sends one
+                arguments = orjson.dumps(arguments).decode()
+            self.calls[place][3].append(arguments)
+            out.append(ArgumentsDelta(index=place, text=arguments))
 
     def reply(self) -> Message:
         if self.choice is not None and self.finish is None:
             raise ended_early("finish_reason")
         calls = [
-            (kind, call_id, name, "".join(parts))
-            for kind, call_id, name, parts in (self.calls[i] for i in sorted(self.calls))
+            (kind, call_id, name, "".join(parts), signature)
+            for kind, call_id, name, parts, _, signature in self.calls
         ]
         return chat_outcome(
             self.used,
@@ -114,15 +139,15 @@ class _ChatFold:
 
 
 def chat_stream(
-    chunks: openai.Stream[ChatCompletionChunk],
+    chunks: openai.Stream[ChatCompletionChunk], fresh: bool = False
 ) -> Generator[Delta | Message, None, None]:
-    """The deltas of a chat completion's chunks, then its reply."""
-    return folded(chunks, _ChatFold(), openai)
+    """The deltas of a chat completion's chunks, then its reply (``fresh``: ids of our own)."""
+    return folded(chunks, _ChatFold(fresh), openai)
 
 
-def achat_stream(chunks: Any) -> AsyncGenerator[Delta | Message, None]:
+def achat_stream(chunks: Any, fresh: bool = False) -> AsyncGenerator[Delta | Message, None]:
     """``chat_stream`` over an async SDK stream."""
-    return afolded(chunks, _ChatFold(), openai)
+    return afolded(chunks, _ChatFold(fresh), openai)
 
 
 class _ResponsesFold:

@@ -5,19 +5,19 @@
 of the SDK's events, then the whole reply. ``folded`` (``afolded``) is how
 every adapter reads the SDK's events into its fold: the run's token and
 deadline read at each event, a failure marked for the retry policy as one
-before the stream began is, an error event made an ``IncompleteReply``.
+before the stream began is, OpenAI's error events made an ``IncompleteReply``.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentloop._core._retry import mark
 from agentloop._errors import IncompleteReply
 from agentloop._streams import between_chunks
 from agentloop.providers._convert import make_model
-from agentloop.providers._errors import classify
+from agentloop.providers._errors import classify, stream_error_kind
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
@@ -40,17 +40,6 @@ __all__ = [
     "folded",
     "make_stream_model",
 ]
-
-#: The error types and codes of a provider's error event that say the trouble is passing:
-#: the server's (OpenAI's ``server_error``, Anthropic's ``api_error`` and
-#: ``overloaded_error``) or a rate limit. Any other is not retried.
-_PASSING: Final = {
-    "server_error": "server",
-    "api_error": "server",
-    "overloaded_error": "server",
-    "rate_limit_error": "rate_limit",
-    "rate_limit_exceeded": "rate_limit",
-}
 
 
 class Fold(Protocol):
@@ -119,26 +108,27 @@ def broke_off(exc: Exception, sdk: ModuleType) -> Exception:
     """What a stream that broke mid-reply raises: ``exc``, marked as it would be at the call.
 
     A lost connection or a timeout is marked passing, as before the stream
-    began, so that the Loop's retry policy asks again. An error event (the
-    SDK raises it as an ``APIError`` of its own, mid-stream with the 200 the
-    stream began with) becomes ``error_event``'s ``IncompleteReply``.
+    began, so that the Loop's retry policy asks again; so is an error event
+    of a passing type, which Anthropic's SDK raises as an ``APIStatusError``
+    (``classify``). OpenAI's SDK raises an error event as a bare ``APIError``
+    of its own: that becomes ``error_event``'s ``IncompleteReply``, as the
+    Responses API's own ``error`` events do.
     """
-    if type(exc) is sdk.APIError or (isinstance(exc, sdk.APIStatusError) and exc.status_code < 300):
+    if type(exc) is sdk.APIError:
         body = getattr(exc, "body", None)
         error = body.get("error", body) if isinstance(body, dict) else None
         if isinstance(error, dict):
-            kind = error.get("type") or error.get("code")
-            return error_event(kind, error.get("message"))
+            return error_event(error.get("code") or error.get("type"), error.get("message"))
         return error_event(getattr(exc, "code", None), getattr(exc, "message", str(exc)))
     classify(exc, sdk)
     return exc
 
 
 def error_event(kind: object, message: object) -> IncompleteReply:
-    """The ``IncompleteReply`` of a provider's error event mid-stream, marked when it may pass."""
+    """The ``IncompleteReply`` of an error event mid-stream, marked when its type may pass."""
     said = f"{kind}: {message}" if kind else f"{message}"
     error = IncompleteReply(f"the stream broke off with an error event: {said}")
-    passing = _PASSING.get(kind) if isinstance(kind, str) else None
+    passing = stream_error_kind(kind)
     if passing is not None:
         mark(error, passing)
     return error

@@ -4,6 +4,10 @@
 Loop passes its registry's specs with every request, which go out as ``tools``.
 With ``anthropic.Anthropic`` the model callback is a plain function, with
 ``anthropic.AsyncAnthropic`` an ``async def`` one (for ``arun``/``astart``).
+The SDK's clients for Claude on Amazon Bedrock and Google Vertex AI
+(``AnthropicBedrock``, ``AnthropicVertex`` and their async twins) are taken
+the same way, with the platform's model name (``bedrock`` and ``vertex``
+extras).
 
 History to request:
 
@@ -128,12 +132,12 @@ def anthropic_messages(
 
     ``stream=True``: the callback answers with a stream (``agentloop.streaming``)
     over the API's stream events; its whole reply is the one the same message
-    unstreamed gives. An ``error`` event raises ``IncompleteReply`` naming
-    its type and message (marked passing for ``overloaded_error``,
-    ``api_error`` and ``rate_limit_error``, which the Loop's retry policy
-    retries), and so does a stream that ends before ``message_stop`` (a lost
-    connection); a connection lost mid-stream raises the SDK's error, marked
-    as it would be before the stream began.
+    unstreamed gives. An ``error`` event raises the SDK's error (an
+    ``APIStatusError``), marked passing by its type (``overloaded_error``,
+    ``api_error``, ``rate_limit_error``) for the Loop's retry policy; a
+    connection lost mid-stream raises the SDK's error, marked as it would be
+    before the stream began; a stream that ends before ``message_stop``
+    raises ``IncompleteReply``, marked as a lost connection.
     """
     checked_client("anthropic_messages", client, model, "messages.create", "an Anthropic")
     checked_params(

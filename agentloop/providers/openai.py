@@ -4,7 +4,9 @@
 its registry's specs with every request, which go out as the API's ``tools``.
 With ``openai.OpenAI`` the model callback is a plain function, with
 ``openai.AsyncOpenAI`` an ``async def`` one (for ``arun``/``astart``). Any
-OpenAI-compatible server works through the client's ``base_url``.
+OpenAI-compatible server works through the client's ``base_url``; what such
+servers do differently is repaired by ``openai_chat``, or switched with
+``compat=Compat(...)`` where a repair cannot be sure.
 
 History to request (both APIs keep every message in place):
 
@@ -28,6 +30,7 @@ Needs the ``openai`` extra; importing this module without it raises an
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Literal, overload
 
 try:
@@ -37,6 +40,8 @@ except ImportError as exc:
         "agentloop.providers.openai needs the OpenAI SDK: pip install 'agentloop-fsm[openai]'"
     ) from exc
 
+from agentloop._core._messages import SIGNATURE
+from agentloop.providers._compat import DEFAULT, SKIP_SIGNATURE, Compat, short_ids
 from agentloop.providers._convert import (
     AsyncModel,
     Message,
@@ -65,30 +70,51 @@ from agentloop.providers._streaming import (
     make_stream_model,
 )
 
-__all__ = ["openai_chat", "openai_responses"]
+__all__ = ["Compat", "openai_chat", "openai_responses"]
 
 
 @overload
 def openai_chat(
-    client: openai.OpenAI, model: str, *, stream: Literal[False] = False, **params: Any
+    client: openai.OpenAI,
+    model: str,
+    *,
+    stream: Literal[False] = False,
+    compat: Compat = ...,
+    **params: Any,
 ) -> SyncModel: ...
 @overload
 def openai_chat(
-    client: openai.AsyncOpenAI, model: str, *, stream: Literal[False] = False, **params: Any
+    client: openai.AsyncOpenAI,
+    model: str,
+    *,
+    stream: Literal[False] = False,
+    compat: Compat = ...,
+    **params: Any,
 ) -> AsyncModel: ...
 @overload
 def openai_chat(
-    client: openai.OpenAI, model: str, *, stream: Literal[True], **params: Any
+    client: openai.OpenAI,
+    model: str,
+    *,
+    stream: Literal[True],
+    compat: Compat = ...,
+    **params: Any,
 ) -> StreamModel: ...
 @overload
 def openai_chat(
-    client: openai.AsyncOpenAI, model: str, *, stream: Literal[True], **params: Any
+    client: openai.AsyncOpenAI,
+    model: str,
+    *,
+    stream: Literal[True],
+    compat: Compat = ...,
+    **params: Any,
 ) -> AsyncStreamModel: ...
 def openai_chat(
     client: openai.OpenAI | openai.AsyncOpenAI,
     model: str,
     *,
     stream: bool = False,
+    compat: Compat = DEFAULT,
     **params: Any,
 ) -> SyncModel | AsyncModel | StreamModel | AsyncStreamModel:
     """A model callback over Chat Completions (``client.chat.completions.create``).
@@ -111,9 +137,20 @@ def openai_chat(
     policy retries), and so does a stream that ends before its
     ``finish_reason`` (a lost connection); a connection lost mid-stream
     raises the SDK's error, marked as it would be before the stream began.
+
+    ``compat``: an OpenAI-compatible server's departures that need a switch
+    (``Compat``); those that need none are repaired whatever it says: a call
+    without an id gets one, arguments sent as an object are taken as they
+    are, streamed calls without indexes are told apart, and usage and finish
+    reasons are read in the forms the known servers send.
     """
     checked_client("openai_chat", client, model, "chat.completions.create", "an OpenAI")
     checked_stream("openai_chat", stream)
+    if type(compat) is not Compat:
+        raise TypeError(
+            f"openai_chat() expected compat to be a Compat (agentloop.providers.openai.Compat), "
+            f"got {compat!r:.80}"
+        )
     checked_params(
         "openai_chat",
         client.chat.completions.create,
@@ -122,17 +159,22 @@ def openai_chat(
     )
 
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
-        return {"model": model, "messages": _chat_messages(history), **tools, **params}
+        messages = _chat_messages(history, compat)
+        return {"model": model, "messages": messages, **tools, **params}
 
+    fresh = compat.fresh_ids
     if stream:
-        options = {**(params.pop("stream_options", None) or {}), "include_usage": True}
+        streaming: dict[str, Any] = {"stream": True}
+        if compat.stream_usage:
+            options = {**(params.pop("stream_options", None) or {}), "include_usage": True}
+            streaming["stream_options"] = options
         return make_stream_model(
             client.chat.completions.create,
             request,
-            chat_stream,
-            achat_stream,
+            partial(chat_stream, fresh=fresh) if fresh else chat_stream,
+            partial(achat_stream, fresh=fresh) if fresh else achat_stream,
             "openai",
-            {"stream": True, "stream_options": options},
+            streaming,
             _chat_options,
             sdk=openai,
             name=model,
@@ -140,7 +182,7 @@ def openai_chat(
     return make_model(
         client.chat.completions.create,
         request,
-        chat_reply,
+        partial(chat_reply, fresh=fresh) if fresh else chat_reply,
         "openai",
         _chat_options,
         sdk=openai,
@@ -270,15 +312,21 @@ def _responses_options(
     return out
 
 
-def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:
-    """The history as Chat Completions ``messages``."""
+def _chat_messages(history: list[Message], compat: Compat = DEFAULT) -> list[dict[str, Any]]:
+    """The history as Chat Completions ``messages``, as ``compat`` says the server takes them."""
     out: list[dict[str, Any]] = []
+    wire = _wire_ids(history) if compat.short_ids else None
+    turn_start = -1  # the last user message: Gemini 3 checks the signatures after it
+    if compat.thought_signatures:
+        turn_start = max((i for i, m in enumerate(history) if m.get("kind") == "user"), default=-1)
     for index, message in enumerate(history):  # the commonest kinds first
         kind = message.get("kind")
         if kind == "tool_result":
-            out.append(
-                {"role": "tool", "tool_call_id": message["id"], "content": result_text(message)}
-            )
+            call_id = message["id"] if wire is None else wire[message["id"]]
+            tool = {"role": "tool", "tool_call_id": call_id, "content": result_text(message)}
+            if compat.tool_names:
+                tool["name"] = message["name"]
+            out.append(tool)
         elif kind == "call" or kind == "calls":
             text, calls = assistant_turn(message)
             turn: dict[str, Any] = {"role": "assistant"}
@@ -286,7 +334,7 @@ def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:
                 turn["content"] = text
             turn["tool_calls"] = [
                 {
-                    "id": call["id"],
+                    "id": call["id"] if wire is None else wire[call["id"]],
                     "type": "function",
                     "function": {
                         "name": call["name"],
@@ -295,6 +343,8 @@ def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:
                 }
                 for call in calls
             ]
+            if compat.thought_signatures:
+                _signed(turn["tool_calls"], calls, index > turn_start)
             out.append(turn)
         elif kind == "user" or kind == "system":
             out.append({"role": kind, "content": message["text"]})
@@ -303,6 +353,30 @@ def _chat_messages(history: list[Message]) -> list[dict[str, Any]]:
         else:
             raise unknown_kind(index, kind)
     return out
+
+
+def _signed(sent: list[dict[str, Any]], calls: list[Message], current: bool) -> None:
+    """Each call's thought signature in its tool call, as Gemini's endpoint takes it.
+
+    In the current turn, a step whose first call has none gets Google's
+    stand-in there (another provider's calls, or a history written by hand).
+    """
+    for at, (entry, call) in enumerate(zip(sent, calls, strict=True)):
+        signature = call.get(SIGNATURE) or (SKIP_SIGNATURE if current and at == 0 else None)
+        if signature is not None:
+            entry["extra_content"] = {"google": {"thought_signature": signature}}
+
+
+def _wire_ids(history: list[Message]) -> dict[str, str]:
+    """Every call id in the history, as nine letters and digits (``Compat.short_ids``)."""
+    ids = []
+    for message in history:
+        kind = message.get("kind")
+        if kind == "tool_result":
+            ids.append(message["id"])
+        elif kind == "call" or kind == "calls":
+            ids.extend(call["id"] for call in assistant_turn(message)[1])
+    return short_ids(ids)
 
 
 def _output(message: Message) -> str | list[dict[str, Any]]:
