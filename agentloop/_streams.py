@@ -7,7 +7,7 @@ had returned it; the deltas go to whoever listens (``run.stream()``, a delta
 listener) and never into the history. A stream that ends, or breaks, before
 its whole reply is a failed model call, never half a reply.
 
-Each item is checked as it enters (``checked``): a delta whose fields are
+Each item is checked as it enters (``_checked``): a delta whose fields are
 not what its type says (a ``TextDelta`` whose text is ``None``, or holds a
 lone surrogate the record could not encode) fails the model call there,
 naming the field, before any listener hears it or any text is kept.
@@ -62,7 +62,6 @@ __all__ = [
     "UsageDelta",
     "apull",
     "between_chunks",
-    "checked",
     "chunked",
     "in_time",
     "is_stream",
@@ -198,7 +197,7 @@ class Partial:
         return "".join(self.parts) if self.parts else None
 
 
-def checked(item: object, partial: Partial) -> object:
+def _checked(item: object, partial: Partial) -> object:
     """``item`` if it is a delta or the whole reply, its fields as its type says; else a raise.
 
     What a stream yields enters the run here: a delta's text goes through the
@@ -326,12 +325,13 @@ def pull(
 ) -> Generator[object, None, None]:
     """Yield ``stream``'s deltas, then its whole reply; close it once stopped, whatever stopped it.
 
-    For the synchronous driver. The token is read after each chunk
-    (``TokenCancelled``); ``seconds`` bounds the whole reply, from ``since``
-    (when the model was asked, by ``time.monotonic()``; now if not given), read between
-    chunks too. An async iterator is read a chunk at a time on the run's
-    event loop (``awaiter``), where the token and the deadline interrupt the
-    awaited chunk itself.
+    For the synchronous driver. The token is read before and after each
+    chunk (``TokenCancelled``), and by the stream's own code between its
+    events (``between_chunks``); ``seconds`` bounds the whole reply, from
+    ``since`` (when the model was asked, by ``time.monotonic()``; now if not
+    given), read there too. An async iterator is read a chunk at a time on
+    the run's event loop (``awaiter``), where the token and the deadline
+    interrupt the awaited chunk itself.
     """
     deadline = _deadline(seconds, since)
     expired = f"no whole reply within model_timeout={seconds} s"
@@ -350,7 +350,7 @@ def pull(
                 raise _ended(partial)
             if watch is not None:
                 watch()  # and after it: a chunk read after the cancel is not handed on
-            yield checked(item, partial)
+            yield _checked(item, partial)
             if type(item) is dict:
                 return
     finally:
@@ -457,7 +457,7 @@ async def apull(
     try:
         if hasattr(type(stream), "__anext__") and not wrapped:
             async for item in stream:  # the common case: nothing to wrap each chunk in
-                yield checked(item, partial)
+                yield _checked(item, partial)
                 if type(item) is dict:
                     return
                 if check is not None and check():  # a stream is not resumed once it is seen
@@ -469,7 +469,7 @@ async def apull(
                     item = await _chunk(step(), cancel, deadline, expired)
                 except StopAsyncIteration:
                     break
-                yield checked(item, partial)
+                yield _checked(item, partial)
                 if type(item) is dict:
                     return
         else:
@@ -488,7 +488,7 @@ async def apull(
                     break
                 if watch is not None:
                     watch()
-                yield checked(item, partial)
+                yield _checked(item, partial)
                 if type(item) is dict:
                     return
         raise _ended(partial)
