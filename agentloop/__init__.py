@@ -44,6 +44,7 @@ from agentloop._errors import (
 )
 from agentloop._loop import Loop
 from agentloop._names import publish as _publish
+from agentloop._progress import report_progress
 from agentloop._review._runfile import load_run, save_run
 from agentloop._sync import Run
 from agentloop._tools._registry import (
@@ -90,6 +91,7 @@ __all__ = [
     "deny",
     "idempotency_key",
     "load_run",
+    "report_progress",
     "save_run",
 ]
 

@@ -48,6 +48,7 @@ from agentloop._core._context import Summarise
 from agentloop._core._json import exception_said
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, ReviewCalls, RunTool, Wait
+from agentloop._progress import areporting
 from agentloop._run import LOG, Carried, carried, log, one_transition
 from agentloop._streams import Discard, ListenerFailed, Partial, apull, in_time, is_stream
 from agentloop._waits import await_wait
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from agentloop._core._approval import Decision
     from agentloop._core._engine import Engine
     from agentloop._core._values import CancelToken, RunResult, Transition
+    from agentloop._progress import ToolProgress
     from agentloop._run import Request
     from agentloop._streams import Delta
 
@@ -83,7 +85,6 @@ class AsyncRun(ConcurrentBatch):
     ) -> None:
         super().__init__(engine)
         self._model = model
-        self._dispatch = dispatch
         # ``review(call)`` asks the policies; ``dispatch(call, review=..., decision=...)``
         # takes their answer (handed back by the engine with the call).
         self._review = review
@@ -99,13 +100,18 @@ class AsyncRun(ConcurrentBatch):
         for listener in listeners:
             self.subscribe(listener)
         # -- streaming: who hears each delta (awaited if async); the reply astream() read
-        self._delta_listeners: list[tuple[Callable[[Delta], object], bool]] = []
+        self._delta_listeners: list[tuple[Callable[[Delta | ToolProgress], object], bool]] = []
         self._streamed_reply: object = None
         # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
         self._asked_at: float | None = None
+        # Each call's handler may report progress (report_progress): the delta listeners hear it.
+        self._dispatch = areporting(dispatch, self._delta_listeners)
 
     def subscribe(self, listener: Listener) -> None:
-        """Call ``listener(transition)`` after every transition; it may be ``async``."""
+        """Call ``listener(transition)`` after every transition; it may be ``async``.
+
+        One that raises does so as ``Run.subscribe`` says: ``afinish()`` again goes on.
+        """
         if not callable(listener):
             raise TypeError(f"expected a callable listener, got {type(listener).__name__}")
         self._listeners.append((listener, is_async(listener)))
@@ -271,8 +277,13 @@ class AsyncRun(ConcurrentBatch):
 
     # -- streaming (agentloop.streaming): deltas beside the transitions, never in the history
 
-    def subscribe_deltas(self, listener: Callable[[Delta], object]) -> None:
-        """Call ``listener(delta)`` with each delta of a streaming reply; it may be ``async``."""
+    def subscribe_deltas(self, listener: Callable[[Delta | ToolProgress], object]) -> None:
+        """Call ``listener(delta)`` with each delta of a streaming reply; it may be ``async``.
+
+        It hears each ``ToolProgress`` a running call reports too, on the
+        run's event loop (an ``async`` one in a task of its own, done before
+        the call's outcome is reported).
+        """
         if not callable(listener):
             raise TypeError(f"expected a callable delta listener, got {type(listener).__name__}")
         self._delta_listeners.append((listener, is_async(listener)))

@@ -12,7 +12,7 @@ from agentloop._continued import forked, resumed
 from agentloop._core._engine import Engine
 from agentloop._durable import _resume
 from agentloop._errors import AgentloopError
-from agentloop._settings import no_ledger, timeout_bites
+from agentloop._settings import checked_tool_names, no_ledger, timeout_bites
 
 if TYPE_CHECKING:
     from agentloop._core._values import CancelToken, RunResult
@@ -25,7 +25,6 @@ __all__ = [
     "plain_engine",
     "resilient",
     "resumed_engine",
-    "runnable",
 ]
 
 _E = TypeVar("_E", bound=Engine)
@@ -39,7 +38,7 @@ def fresh_engine(
     parent_run_id: str | None = None,
 ) -> Engine:
     """A fresh engine for a new run: a recording one when the Loop has a ledger."""
-    runnable(loop)
+    opened(loop)
     messages = loop._input(messages)
     if loop.ledger is None:
         if run_id is not None:
@@ -64,23 +63,20 @@ def fresh_engine(
     )
 
 
-def runnable(loop: Loop) -> None:
-    """Refuse a run of ``loop`` before its engine is made: ``opened``, and ``timeout_bites``.
-
-    The tool timeout is read again here: a plain tool may have been added to
-    the Loop's registry since it was made.
-    """
-    opened(loop)
-    timeout_bites(loop.dispatcher, loop.tool_timeout, loop.to_thread)
-
-
 def opened(loop: Loop) -> None:
-    """Refuse a run of a Loop that owns what only ``with loop:`` opens, outside it."""
+    """Refuse a run the Loop cannot make now.
+
+    Outside ``with loop:``, when it owns what only that opens; with a tool
+    (added since the Loop was made) whose name its model's provider refuses,
+    or that a ``tool_timeout`` could not interrupt (``timeout_bites``).
+    """
     if loop._owns and loop._open is None:
         raise AgentloopError(
             f"this Loop owns {len(loop._owns)} thing(s) (owns=, an MCP server say) that "
             "only `with loop:` (or `async with loop:`) opens: run it inside that block"
         )
+    checked_tool_names(loop._name_rules, loop.dispatcher)
+    timeout_bites(loop.dispatcher, loop.tool_timeout, loop.to_thread)
 
 
 def plain_engine(
@@ -108,7 +104,7 @@ def resumed_engine(
     loop: Loop, what: str, run: str | RunResult, cancel: CancelToken | None
 ) -> tuple[Engine, CancelToken | None]:
     """The run, fed to a fresh engine, and the token its driver is to watch."""
-    runnable(loop)
+    opened(loop)
     engine, token = resumed(
         what,
         run,
@@ -126,7 +122,7 @@ def forked_engine(
     loop: Loop, run: RunResult, at: int, cancel: CancelToken | None, run_id: str | None
 ) -> tuple[Engine, CancelToken]:
     """A fork's engine (``Loop.fork``): ``run`` after its first ``at`` transitions; its token."""
-    runnable(loop)
+    opened(loop)
     engine, token = forked(
         run,
         at,

@@ -31,10 +31,13 @@ from agentloop._settings import (
     checked_owned,
     checked_retry,
     checked_system,
+    checked_tool_names,
     concurrency,
     default_retry,
     for_sync_driver,
+    name_rules,
     no_ledger,
+    single_attempts,
     specs_of,
     timeout,
     timeout_bites,
@@ -82,7 +85,9 @@ class Loop:
     ``tools`` is a mapping of name to handler or a list of ``Tool`` objects and
     handlers (either becomes a ``ToolRegistry``), a ``ToolRegistry``, or any
     object with ``dispatch(call) -> {'status': ..., 'content': ...}``.
-    ``listeners`` are called with each transition of every run.
+    ``listeners`` are called with each transition of every run; one that
+    raises does so from ``step()``/``finish()``/``run()`` after the transition
+    was made, and the run, consistent, goes on when finished again.
     ``system`` (a str) is the system prompt: every run's input starts with
     ``{'kind': 'system', 'text': system}`` (an input that starts with that
     same message, a previous run's transcript, is taken as it is; one that
@@ -151,10 +156,15 @@ class Loop:
             checked_model(model)
         self.model = model
         self.dispatcher: Dispatcher = as_dispatcher(tools)
+        #: The rules for tool names of the models' providers (the adapters declare them).
+        self._name_rules = name_rules(models)
+        checked_tool_names(self._name_rules, self.dispatcher)
         self._model_names = model.names if isinstance(model, Fallback) else ()
         self.retry: RetryPolicy | None = (
             default_retry(models) if isinstance(retry, _Default) else checked_retry(retry)
         )
+        if self.retry is not None:  # one layer retries: an adapter's SDK makes one attempt
+            models = single_attempts(models)
         #: The final answer's schema and converter (``output=T``), or None: text.
         # output=str is a plain text answer (as without output=), not a JSON string.
         plain = output is None or output is str

@@ -13,6 +13,7 @@ from agentloop._core._context import ContextPolicy
 from agentloop._core._retry import RetryPolicy, checked_retry
 from agentloop._durable._ledger import Ledger
 from agentloop._tools._registry import ToolRegistry, reviewing
+from agentloop._tools._specs import NameRule
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -30,10 +31,13 @@ __all__ = [
     "checked_model",
     "checked_retry",
     "checked_system",
+    "checked_tool_names",
     "concurrency",
     "default_retry",
     "for_sync_driver",
+    "name_rules",
     "no_ledger",
+    "single_attempts",
     "specs_of",
     "timeout",
     "timeout_bites",
@@ -122,6 +126,41 @@ def default_retry(models: tuple[Model, ...]) -> RetryPolicy | None:
     """``retry=`` not given: ``RetryPolicy()`` for the provider adapters' models, else none."""
     adapters = all(getattr(one, "agentloop_retry", False) is True for one in models)
     return RetryPolicy() if adapters else None
+
+
+def name_rules(models: tuple[Model, ...]) -> tuple[NameRule, ...]:
+    """The tool-name rules of the models' providers, each once (an adapter declares its own)."""
+    declared = (getattr(one, "agentloop_tool_names", None) for one in models)
+    return tuple(dict.fromkeys(rule for rule in declared if isinstance(rule, NameRule)))
+
+
+def checked_tool_names(rules: tuple[NameRule, ...], dispatcher: object) -> None:
+    """Refuse a registry's tool whose name a model's provider refuses: now, not at a request.
+
+    Read when the Loop is made and at every run: tools may be added to its
+    registry since (an MCP server's, when ``with loop:`` opens it). A
+    dispatcher of one's own is checked by the adapter, at each request.
+    """
+    if not rules or not isinstance(dispatcher, ToolRegistry):
+        return
+    for tool in dispatcher:
+        for rule in rules:
+            refused = rule.refusal(tool.name)
+            if refused is not None:
+                raise ValueError(refused)
+
+
+def single_attempts(models: tuple[Model, ...]) -> tuple[Model, ...]:
+    """The models, each adapter's over its SDK client with the client's own retries off.
+
+    For a Loop that retries: its policy is then the one layer that retries, and
+    every attempt is a step in the record (an adapter offers the model as
+    ``agentloop_single_attempt()``; any other model is as it is).
+    """
+    made = (getattr(one, "agentloop_single_attempt", None) for one in models)
+    return tuple(
+        single() if callable(single) else one for one, single in zip(models, made, strict=True)
+    )
 
 
 def checked_listeners(listeners: Iterable[Listener]) -> tuple[Listener, ...]:

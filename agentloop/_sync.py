@@ -27,6 +27,7 @@ from agentloop._core._context import Summarise
 from agentloop._core._json import exception_said
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, RunTool, Transition, Wait
+from agentloop._progress import reporting
 from agentloop._run import LOG, RunView, log, one_transition
 from agentloop._streams import Discard, ListenerFailed, Partial, in_time, is_stream, pull
 from agentloop._waits import wait
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from agentloop._core._approval import Decision
     from agentloop._core._engine import Engine
     from agentloop._core._values import RunResult
+    from agentloop._progress import ToolProgress
     from agentloop._run import Request
     from agentloop._streams import Delta
 
@@ -63,7 +65,6 @@ class Run(RunView):
         # An async model's reply, or tool's outcome, is awaited here; see Awaiter.
         self._awaiter = Awaiter() if awaiter is None else awaiter
         self._model_timeout = model_timeout
-        self._dispatch = dispatch
         # ``review(call)`` asks the policies; ``dispatch(call, review=..., decision=...)``
         # takes their answer (handed back by the engine with the call).
         self._review = review
@@ -73,13 +74,20 @@ class Run(RunView):
         for listener in listeners:
             self.subscribe(listener)
         # -- streaming: who hears each delta, and the text of the reply streaming now
-        self._delta_listeners: list[Callable[[Delta], object]] = []
+        self._delta_listeners: list[Callable[[Delta | ToolProgress], object]] = []
         self._partial: Partial | None = None
         # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
         self._asked_at: float | None = None
+        # Each call's handler may report progress (report_progress): the delta listeners hear it.
+        self._dispatch = reporting(dispatch, self._delta_listeners)
 
     def subscribe(self, listener: Listener) -> None:
-        """Call ``listener(transition)`` after every transition from now on."""
+        """Call ``listener(transition)`` after every transition from now on.
+
+        One that raises does so from ``step()``/``finish()`` after the transition
+        was made (the listeners after it miss that one); the run stays
+        consistent, and ``step()``/``finish()`` again goes on.
+        """
         if not callable(listener) or is_async(listener):
             got = "an async function" if callable(listener) else type(listener).__name__
             raise TypeError(
@@ -217,8 +225,13 @@ class Run(RunView):
 
     # -- streaming (agentloop.streaming): deltas beside the transitions, never in the history
 
-    def subscribe_deltas(self, listener: Callable[[Delta], object]) -> None:
-        """Call ``listener(delta)`` with each delta of a streaming model's reply, as it arrives."""
+    def subscribe_deltas(self, listener: Callable[[Delta | ToolProgress], object]) -> None:
+        """Call ``listener(delta)`` with each delta of a streaming model's reply, as it arrives.
+
+        It hears each ``ToolProgress`` a running call reports too, in the
+        thread that reports it (the run's own, for a tool that runs there and
+        for an MCP tool).
+        """
         if not callable(listener) or is_async(listener):
             got = "an async function" if callable(listener) else type(listener).__name__
             raise TypeError(

@@ -27,6 +27,10 @@ a reply streams closes the stream at once; the run ends ``cancelled`` (or
 ``failed``, on a timeout) and its ``model_interrupted`` event keeps the
 text seen so far (``partial_text``).
 
+A tool call that runs long may say how far it has come
+(``agentloop.report_progress``, or an MCP server's progress): the same
+listeners hear a ``ToolProgress`` naming the call.
+
 The provider adapters stream when given ``stream=True``
 (``openai_chat(client, "gpt-4.1", stream=True)``). ``chunked`` turns a whole
 reply into such a stream, for scripted models and tests.
@@ -35,6 +39,7 @@ reply into such a stream, for scripted models and tests.
 from __future__ import annotations
 
 from agentloop._names import publish as _publish
+from agentloop._progress import ToolProgress
 from agentloop._streams import (
     ArgumentsDelta,
     Delta,
@@ -52,6 +57,7 @@ __all__ = [
     "Discard",
     "TextDelta",
     "ToolCallStart",
+    "ToolProgress",
     "UsageDelta",
     "chunked",
     "is_stream",

@@ -2,7 +2,12 @@
 
 ``python tests/mcp_server.py`` serves it over stdio; ``--http PORT`` over
 streamable HTTP on localhost. ``die`` ends the process mid-call, ``hang``
-sleeps, ``grow`` adds a tool and says the list changed.
+sleeps, ``grow`` adds a tool and says the list changed, ``charge`` takes
+effect and then answers a JSON-RPC error, ``count`` reports its progress.
+Its listing is amended as other servers write theirs: ``pair``'s schema is
+Draft 7, as the TypeScript SDK stamps every schema (a tuple is then
+``items: [...]``), and ``research`` runs only as a task (a handshake-era
+listing carries ``execution``; a 2026-07-28 one has no such field).
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import os
 import sys
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import ImageContent, ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp.types import INTERNAL_ERROR, ImageContent, Tool, ToolAnnotations, ToolExecution
 
 server = MCPServer("tests", log_level="CRITICAL")
 
@@ -116,6 +122,82 @@ def header(name: str, ctx: Context) -> str:
 def environment(name: str) -> str:
     """An environment variable of the server process ('' if unset)."""
     return os.environ.get(name, "")
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def client(ctx: Context) -> str:
+    """The name and version the client gave of itself."""
+    params = ctx.request_context.session.client_params
+    info = None if params is None else params.client_info
+    return "" if info is None else f"{info.name} {info.version}"
+
+
+CHARGES: list[int] = []
+
+
+@server.tool()
+def charge(amount: int) -> str:
+    """Charge an amount, then fail: the effect stays, and the answer is a JSON-RPC error."""
+    CHARGES.append(amount)
+    raise MCPError(code=INTERNAL_ERROR, message="the receipt printer jammed")
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def charged() -> int:
+    """How many charges took effect so far."""
+    return len(CHARGES)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def count(steps: int, ctx: Context) -> int:
+    """Count to steps, reporting each as progress."""
+    for step in range(1, steps + 1):
+        await ctx.report_progress(step, steps, f"step {step}")
+    return steps
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def pair(point: tuple[int, str]) -> str:
+    """Say a pair back."""
+    return f"{point[0]} {point[1]}"
+
+
+@server.tool()
+def research(topic: str) -> str:
+    """Research a topic (listed as runnable only as a task)."""
+    return f"researched {topic}"
+
+
+#: Draft 7's tuple, as the TypeScript SDK writes ``z.tuple([z.number(), z.string()])``.
+PAIR_SCHEMA = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "type": "object",
+    "properties": {
+        "point": {
+            "type": "array",
+            "items": [{"type": "integer"}, {"type": "string"}],
+            "minItems": 2,
+            "maxItems": 2,
+        }
+    },
+    "required": ["point"],
+    "additionalProperties": False,
+}
+_listed = server.list_tools
+
+
+async def list_tools() -> list[Tool]:
+    """The SDK's listing, amended: see the module."""
+    tools = await _listed()
+    for tool in tools:
+        if tool.name == "pair":
+            tool.input_schema = PAIR_SCHEMA
+        elif tool.name == "research":
+            tool.execution = ToolExecution(task_support="required")
+    return tools
+
+
+server.list_tools = list_tools  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import hypothesis
+import orjson
 import pytest
+from hypothesis import strategies as st
 
 import agentloop
 from agentloop import InvalidStateError, Loop
@@ -187,11 +190,74 @@ def test_other_kinds_and_extra_keys_in_the_input_pass_as_they_are(driver: Driver
     assert_contract(result, messages)
 
 
-def test_empty_input_list_is_accepted(driver: Driver) -> None:
-    """An empty history is valid input; the model sees an empty list."""
+NOTHING_TO_ANSWER = [
+    ([], "got an empty list"),
+    ("", "got an empty str"),
+    (" \n\t", r"got a blank str ' \\n\\t'"),
+    (
+        [{"kind": "system", "text": "s"}, {"kind": "user", "text": ""}],
+        r"messages\[1\]: expected a user message's 'text' to hold more than white space "
+        r"\(every provider refuses an empty one\), got ''",
+    ),
+]
+EXPECTED_INPUT = r"expected the input to be the user's message \(a str with text\) or a list"
+
+
+@pytest.mark.parametrize(("messages", "given"), NOTHING_TO_ANSWER)
+@pytest.mark.parametrize("entry", ["run", "start", "arun", "astart"])
+async def test_input_with_nothing_to_answer_is_refused_by_every_entry_point(
+    entry: str, messages: object, given: str
+) -> None:
+    """An empty list, an empty or blank str, a blank user message: every provider refuses
+    them, so every way to begin a run refuses them, before the model is asked; with a
+    system prompt too (the input is checked before the prompt leads it)."""
     model = ScriptedModel([final()])
-    assert driver.run(Loop(model), []).status == "finished"
-    assert model.seen == [[]]
+    loop = Loop(model, system="Be brief.")
+    match = given if given.startswith("messages") else f"{EXPECTED_INPUT}.*{given}$"
+    with pytest.raises(ValueError, match=match):
+        await begin(loop, entry, messages)
+    assert model.seen == []
+
+
+async def begin(loop: Loop, entry: str, given: object) -> object:
+    """``loop.<entry>(given)``, awaited when it is a coroutine (``arun``, ``acontinue_run``)."""
+    begun = getattr(loop, entry)(given)
+    return await begun if entry in ("arun", "acontinue_run") else begun
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.given(text=st.text(st.sampled_from(" \t\n\r\x0b\x0c\u00a0\u2003\u3000a.é")))
+def test_any_text_is_refused_exactly_when_it_is_blank(text: str) -> None:
+    """For any text, as the input or as a user message in it: refused (naming what was
+    expected and given) exactly when it holds nothing but white space; else the model gets it."""
+    for given_input in (text, [{"kind": "user", "text": text}]):
+        model = ScriptedModel([final()])
+        if text.strip():
+            assert Loop(model).run(given_input).status == "finished"
+            assert model.seen == [[{"kind": "user", "text": text}]]
+            continue
+        with pytest.raises(ValueError, match=r"expected .* got ") as refused:
+            Loop(model).start(given_input)
+        assert ("empty" if not text else repr(text)[:40]) in str(refused.value)
+        assert model.seen == []
+
+
+@pytest.mark.parametrize(
+    ("messages", "given"), [case for case in NOTHING_TO_ANSWER if type(case[0]) is list]
+)
+@pytest.mark.parametrize("entry", ["continue_run", "acontinue_run"])
+async def test_a_run_with_nothing_to_answer_is_not_continued(
+    entry: str, messages: list[dict[str, Any]], given: str
+) -> None:
+    """A failed run whose transcript holds nothing to answer (one begun before these checks)
+    is refused by ``continue_run`` as its input would be, before the model is asked."""
+    failed = Loop(ScriptedModel([ValueError("down")])).run("hi")
+    old = failed._replace(transcript_json=orjson.dumps(messages), events=())
+    model = ScriptedModel([final()])
+    match = given if given.startswith("messages") else f"{EXPECTED_INPUT}.*{given}$"
+    with pytest.raises(ValueError, match=match):
+        await begin(Loop(model), entry, old)
+    assert model.seen == []
 
 
 def test_step_after_the_end_raises_naming_the_state(driver: Driver) -> None:

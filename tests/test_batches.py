@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 import agentloop
-from agentloop import CancelToken, InvalidStateError, Loop
+from agentloop import CancelToken, InvalidStateError, Loop, RunFileError
 from agentloop.engine import Engine, RunTool
-from agentloop.testing import ScriptedModel
+from agentloop.review import run_from_json, run_to_json
+from agentloop.testing import ScriptedModel, assert_contract
 
 from .helpers import Driver, Recorder, call, final, kinds
 from .test_properties import check_paired
@@ -145,7 +146,50 @@ def test_a_duplicate_id_against_an_earlier_call(driver: Driver, n: int) -> None:
     assert (result.steps, result.calls) == (2, 1)
     assert add.calls == [{"a": 1, "b": 0}]
     assert kinds(result.transcript) == ["user", "calls", "tool_result:ok"]
-    assert result.error == "call id 'c1' was already used in this run; the call was not run again"
+    assert result.error == (
+        "call id 'c1' was already used in this run, first at step 1 (transcript[1]); "
+        "the call was not run again"
+    )
+
+
+def test_an_id_of_an_earlier_turn_says_it_was_the_input_s(driver: Driver) -> None:
+    """A follow-up run (the first run's transcript, then a user message) whose model reuses an
+    id of the first run: repeated_call, nothing run, and the error names the input message
+    that first used it. The rule stands: input ids are reserved for the whole run."""
+    add = Recorder()
+    first = driver.run(
+        Loop(ScriptedModel([call("c1", a=1, b=2), final("3")]), tools={"add": add}), "1+2?"
+    )
+    messages = [*first.transcript, {"kind": "user", "text": "and 2+2?"}]
+    loop = Loop(ScriptedModel([call("c1", a=2, b=2)]), tools={"add": add})
+    result = driver.run(loop, messages)
+    assert (result.status, result.steps, result.calls) == ("repeated_call", 1, 0)
+    assert add.calls == [{"a": 1, "b": 2}]  # the follow-up's call never ran
+    assert result.transcript == messages
+    assert result.error == (
+        "call id 'c1' was already used in this run, first in the input (transcript[1]); "
+        "the call was not run again"
+    )
+    assert_contract(result, messages)
+
+
+def test_a_record_of_a_repeated_call_in_older_words_still_loads() -> None:
+    """A run file written when the error did not say where the id was first used loads, and
+    replays, in its own words; a record whose words are neither is refused."""
+    result = Loop(ScriptedModel([batch(1), batch(1)]), tools={"add": Recorder()}).run("go")
+    new = result.error
+    assert new is not None
+    assert "first at step 1" in new
+    older = "call id 'c1' was already used in this run; the call was not run again"
+    document = run_to_json(result)
+    loaded = run_from_json(document.replace(new, older))
+    assert (loaded.status, loaded.error, loaded.events[-1].error) == (
+        "repeated_call",
+        older,
+        older,
+    )
+    with pytest.raises(RunFileError, match=r"\$\.events\[\d+\]\.error"):
+        run_from_json(document.replace(new, "call id 'c1' was used; never mind"))
 
 
 @SIZES

@@ -565,10 +565,11 @@ def runs_full_of_text(draw: st.DrawFn) -> RunResult:
     tools: dict[str, Any] = {"echo": lambda text: text, "boom": boom}
     # Any kind but those whose other fields the input check reads (a call's id, say).
     kinds = TEXT.filter(lambda kind: kind not in ("call", "calls", "tool_result"))
-    given_input = draw(
-        TEXT
-        | st.lists(st.fixed_dictionaries({"kind": kinds, "text": TEXT}), min_size=1, max_size=3)
+    # Not blank where a user's message is: a run refuses those.
+    message = st.fixed_dictionaries({"kind": kinds, "text": TEXT}).filter(
+        lambda made: made["kind"] != "user" or made["text"].strip()
     )
+    given_input = draw(TEXT.filter(str.strip) | st.lists(message, min_size=1, max_size=3))
     return Loop(ScriptedModel([*replies, final("end")]), tools=tools, max_steps=4).run(given_input)
 
 

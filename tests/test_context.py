@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -15,7 +16,14 @@ import agentloop
 from agentloop import CancelToken, Loop, State, Tool, ToolRegistry
 from agentloop.context import Seen, approx_tokens, keep_last, summarise, tiktoken_tokens
 from agentloop.review import run_from_json, run_to_json
-from agentloop.testing import ContractViolation, assert_contract, assert_requests_fit
+from agentloop.testing import (
+    ContractViolation,
+    ScriptedModel,
+    assert_contract,
+    assert_requests_fit,
+    call,
+    final,
+)
 from agentloop.testing.strategies import oversized_results
 
 from .helpers import DRIVERS, Driver
@@ -210,6 +218,77 @@ def test_summarise_folds_the_oldest_turns_on_a_row_and_a_step_of_its_own(driver:
     # The summariser saw the folded turns, and the summary so far once there was one.
     assert "The conversation to fold in" in writer.asked[0][1]["text"]  # type: ignore[attr-defined]
     assert "The summary so far" in writer.asked[-1][1]["text"]  # type: ignore[attr-defined]
+
+
+def read(page: int, size: int) -> str:
+    """Read ``size`` characters of a page."""
+    return "x" * size
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
+def test_a_summary_too_big_to_send_is_left_out_and_never_written_again(driver: Driver) -> None:
+    """The head and the newest turn fit, but not with the summary: the request goes without
+    it, and the turns it stands for are not folded again; a summary is written only with a
+    model request since the last one. The run finishes, as keep_last's does."""
+    model = ScriptedModel(
+        [call(f"c{page}", "read", page=page, size=10) for page in range(5)] + [final("read")]
+    )
+    writer = summary_writer("summary " * 20)  # about 60 tokens: never fits beside a turn
+    loop = Loop(model, tools=[read], context=summarise(writer, tokens=150), max_steps=60)
+    run = driver.start(loop, "read five pages")
+    asks = []
+    for transition in run:
+        if transition.trigger in ("model_replied", "summary_written"):
+            asks.append(transition.trigger.value)
+            assert asks[-2:] != ["summary_written"] * 2  # never two summaries in a row
+    result = run.result()
+    assert (result.status, result.steps) == ("finished", 6 + len(writer.asked))  # type: ignore[attr-defined]
+    assert asks.count("model_replied") == 6
+    assert 1 <= asks.count("summary_written") <= 2
+    sent = [e.context for e in result.events if e.trigger == "model_replied"]
+    assert all(seen is not None and seen.summary is None for seen in sent)  # never fitted
+    # A later fold takes in only the turns no summary stood for: "the summary so far" and
+    # the newer turns, never the first fold's turns again.
+    first, *later = writer.asked  # type: ignore[attr-defined]
+    for asked in later:
+        assert "The summary so far" in asked[1]["text"]
+        assert '"id":"c0"' not in asked[1]["text"]
+    assert '"id":"c0"' in first[1]["text"]
+    assert_contract(result, "read five pages")
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
+def test_a_model_request_follows_every_summary_even_when_kept_turns_must_go(
+    driver: Driver,
+) -> None:
+    """``keep_tokens`` near ``tokens``: the turns a fold keeps do not all fit beside its summary.
+    The model request goes next all the same, without the oldest of them (recorded so), and
+    a later fold takes them in: never two summaries in a row."""
+    model = ScriptedModel(
+        [call(f"c{page}", "read", page=page, size=10) for page in range(6)] + [final("read")]
+    )
+    writer = summary_writer("s")
+    policy = summarise(writer, tokens=150, keep_tokens=120)
+    result = driver.run(Loop(model, tools=[read], context=policy, max_steps=40), "read pages")
+    asks = [e.trigger.value for e in result.events if e.trigger in _REQUESTS]
+    assert ("summary_written", "summary_written") not in set(itertools.pairwise(asks))
+    assert (result.status, asks.count("model_replied")) == ("finished", 7)
+    assert asks.count("summary_written") >= 2
+    assert_contract(result, "read pages")
+
+
+_REQUESTS = ("model_replied", "summary_written")
+
+
+def test_assert_contract_catches_two_summaries_in_a_row() -> None:
+    """A summary written with no model request since the one before fails the contract."""
+    writer = summary_writer()
+    result = Loop(Chatty(10), tools=[echo], context=summarise(writer, tokens=300)).run("a")
+    events = list(result.events)
+    index = next(i for i, e in enumerate(events) if e.trigger == "summary_written")
+    events.insert(index + 1, events[index])
+    with pytest.raises(ContractViolation, match="a model request since the last summary"):
+        assert_requests_fit(result._replace(events=tuple(events)))
 
 
 def test_a_summary_counts_against_max_steps() -> None:
@@ -510,7 +589,7 @@ def histories(draw: st.DrawFn) -> list[Message]:
     messages: list[Message] = []
     if draw(st.booleans()):
         messages.append({"kind": "system", "text": "s" * draw(st.integers(0, 60))})
-    messages.append({"kind": "user", "text": "u" * draw(st.integers(0, 80))})
+    messages.append({"kind": "user", "text": "u" * draw(st.integers(1, 80))})
     for turn in range(draw(st.integers(0, 8))):
         kind = draw(st.sampled_from(["batch", "batch", "final", "user", "system"]))
         if kind == "batch":
@@ -533,7 +612,8 @@ def histories(draw: st.DrawFn) -> list[Message]:
                     }
                 )
         else:
-            messages.append({"kind": kind, "text": "t" * draw(st.integers(0, 200))})
+            least = 1 if kind == "user" else 0  # a user message is never blank
+            messages.append({"kind": kind, "text": "t" * draw(st.integers(least, 200))})
     return messages
 
 
@@ -589,6 +669,7 @@ def gated(x: str) -> str:
     script=replies(),
     tokens=st.integers(30, 900),
     summarising=st.sampled_from([None, "writes", "raises"]),
+    summary=st.tuples(st.integers(1, 400), st.none() | st.integers(0, 899)),
     cancel_at=st.none() | st.integers(1, 6),
     budget=st.tuples(st.integers(0, 12), st.integers(0, 8)),
     allow=st.lists(st.booleans(), max_size=6),
@@ -599,6 +680,7 @@ def test_every_request_sent_is_paired_fits_and_keeps_the_newest_turn(
     script: list[object],
     tokens: int,
     summarising: str | None,
+    summary: tuple[int, int | None],
     cancel_at: int | None,
     budget: tuple[int, int],
     allow: list[bool],
@@ -607,12 +689,15 @@ def test_every_request_sent_is_paired_fits_and_keeps_the_newest_turn(
 
     Every history the model is handed is paired, within the budget (by the
     policy's counter), starts with the head and ends with the history's last
-    message; or nothing is sent and the run ends exhausted for 'context'. The
-    run keeps the whole contract, and its run file replays to the same requests.
+    message; or nothing is sent and the run ends exhausted for 'context'.
+    Summaries of any length (some too big to send) and any ``keep_tokens``: a
+    model request follows each one. The run keeps the whole contract, and its
+    run file replays to the same requests.
     """
     token = CancelToken()
     model = Scripted(script, token, cancel_at)
-    writes = summary_writer("s" * 40)
+    length, keep = summary
+    writes = summary_writer("s" * length)
 
     def failing(history: list[Message]) -> Message:
         raise RuntimeError("no summary")
@@ -620,7 +705,11 @@ def test_every_request_sent_is_paired_fits_and_keeps_the_newest_turn(
     policy = (
         keep_last(tokens=tokens)
         if summarising is None
-        else summarise(writes if summarising == "writes" else failing, tokens=tokens)
+        else summarise(
+            writes if summarising == "writes" else failing,
+            tokens=tokens,
+            keep_tokens=None if keep is None else min(keep, tokens - 1),
+        )
     )
     registry = ToolRegistry([echo, Tool(gated, policy=lambda call: agentloop.ask("check"))])
     loop = Loop(
@@ -670,6 +759,8 @@ def test_every_request_sent_is_paired_fits_and_keeps_the_newest_turn(
         assert result.events[-1].guard == "context_overflows"
     note_case(f"{result.status.value} {result.reason or ''}")
     note_case(f"summaries: {min(sum(e.trigger == 'summary_written' for e in result.events), 2)}")
+    asks = [e.trigger.value for e in result.events if e.trigger in _REQUESTS]
+    note_case(f"summaries in a row: {('summary_written',) * 2 in set(itertools.pairwise(asks))}")
     note_case(f"left out: {any(len(s) < len(result.transcript) for s in model.seen)}")
     assert_contract(result, history)
     assert run_from_json(run_to_json(result)).events == result.events

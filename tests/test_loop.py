@@ -10,9 +10,9 @@ import pytest
 
 import agentloop
 from agentloop import CancelToken, Loop, State
-from agentloop.testing import ScriptedModel
+from agentloop.testing import ScriptedModel, assert_contract
 
-from .helpers import Driver, Recorder, add, call, drive, final, kinds
+from .helpers import AsyncDriver, Driver, Recorder, add, call, drive, final, kinds
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -452,6 +452,100 @@ def test_loop_level_listeners(driver: Driver) -> None:
     driver.run(loop, "a")
     driver.run(loop, "b")
     assert seen == ["validating", "finished"] * 2
+
+
+class FailsOnce:
+    """A listener that raises the first time it hears of ``trigger``, and hears everything."""
+
+    def __init__(self, trigger: str) -> None:
+        self.trigger, self.raised, self.heard = trigger, False, list[str]()
+
+    def __call__(self, transition: agentloop.Transition) -> None:
+        self.heard.append(transition.trigger.value)
+        if transition.trigger == self.trigger and not self.raised:
+            self.raised = True
+            raise RuntimeError("a listener's bug")
+
+
+def _run_as(driver: Driver, loop: Loop, run_id: str) -> agentloop.RunResult:
+    """``loop.run`` or ``loop.arun`` under the driver, as the durable run ``run_id``."""
+    if isinstance(driver, AsyncDriver):
+        return driver.runner.run(loop.arun("1+2?", run_id=run_id))
+    return loop.run("1+2?", run_id=run_id)
+
+
+def _finish(driver: Driver, run: Any) -> agentloop.RunResult:
+    if isinstance(driver, AsyncDriver):
+        return driver.runner.run(run.run.afinish())  # type: ignore[no-any-return]
+    return run.finish()  # type: ignore[no-any-return]
+
+
+def test_a_listener_that_raises_leaves_the_run_where_its_transition_left_it(
+    driver: Driver,
+) -> None:
+    """The exception propagates from ``finish()`` after the transition was made; the listeners
+    after the one that raised miss that transition; the run is consistent, and finishing it
+    again goes on to the same end as a run whose listener never raised."""
+    failing, later = FailsOnce("tool_returned"), list[str]()
+    script = [call("c1", a=1, b=2), final("3")]
+    model = ScriptedModel(list(script))
+    loop = Loop(model, tools={"add": add}, listeners=[failing, lambda t: later.append(t.trigger)])
+    run = driver.start(loop, "1+2?")
+    with pytest.raises(RuntimeError, match="a listener's bug"):
+        _finish(driver, run)
+    assert (run.state, run.steps, run.calls) == ("awaiting_model", 1, 1)
+    assert kinds(run.transcript) == ["user", "call", "tool_result:ok"]
+    assert len(model.seen) == 1
+    result = _finish(driver, run)
+    clean = driver.run(Loop(ScriptedModel(script), tools={"add": add}), "1+2?")
+    assert (result.status, result.output, result.transcript) == (
+        clean.status,
+        clean.output,
+        clean.transcript,
+    )
+    assert [e[:11] for e in result.events] == [e[:11] for e in clean.events]
+    assert failing.heard == [e.trigger.value for e in result.events]
+    assert later == [e.trigger.value for e in result.events if e.trigger != "tool_returned"]
+    assert_contract(result, "1+2?")
+
+
+async def test_an_async_listener_that_raises_leaves_the_run_consistent() -> None:
+    """Under asyncio an ``async def`` listener that raises does the same: ``afinish()`` again
+    goes on from where the run is."""
+    raised = False
+
+    async def failing(transition: agentloop.Transition) -> None:
+        nonlocal raised
+        await asyncio.sleep(0)
+        if transition.dest == "validating" and not raised:
+            raised = True
+            raise RuntimeError("an async listener's bug")
+
+    run = Loop(ScriptedModel([final("done")]), listeners=[failing]).astart("go")
+    with pytest.raises(RuntimeError, match="an async listener's bug"):
+        await run.afinish()
+    assert (run.state, run.steps) == ("validating", 1)
+    result = await run.afinish()
+    assert (result.status, result.output, result.steps) == ("finished", "done", 1)
+
+
+def test_a_durable_run_whose_listener_raised_in_run_is_resumed_by_id(
+    driver: Driver, tmp_path: Path
+) -> None:
+    """``loop.run`` hands back no run when a listener raises: with a ledger, the run resumes
+    by its id, from the transition the listener heard, and nothing runs twice."""
+    add_ = Recorder()
+    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    model = ScriptedModel([call("c1", a=1, b=2), final("3")])
+    loop = Loop(model, tools={"add": add_}, ledger=ledger, listeners=[FailsOnce("tool_returned")])
+    with pytest.raises(RuntimeError, match="a listener's bug"):
+        _run_as(driver, loop, "r1")
+    again = Loop(ScriptedModel([final("3")]), tools={"add": add_}, ledger=ledger)
+    if isinstance(driver, AsyncDriver):
+        result = driver.runner.run(again.aresume("r1"))
+    else:
+        result = again.resume("r1")
+    assert (result.status, result.output, add_.calls) == ("finished", "3", [{"a": 1, "b": 2}])
 
 
 def test_events_are_a_budget_ledger(driver: Driver) -> None:

@@ -7,14 +7,16 @@ server, change its tools or serve HTTP launch their own.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+import anyio
 import mcp
 import mcp.types
 import orjson
@@ -30,6 +32,7 @@ from agentloop import Loop, SQLiteLedger, State, ToolRegistry, allow, deny
 from agentloop import mcp as amcp
 from agentloop.engine import PreparedCall
 from agentloop.providers import anthropic, openai
+from agentloop.streaming import ToolProgress
 from agentloop.testing import ScriptedModel, batch, call, final, strategies
 
 from .helpers import import_error, validator_says
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     from .helpers import Driver
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
+SERVED = str(Path(__file__).with_name("mcp_served.py"))
 ANTHROPIC = pydantic.TypeAdapter(message_create_params.MessageCreateParamsNonStreaming)
 RESPONSES = pydantic.TypeAdapter(response_create_params.ResponseCreateParamsNonStreaming)
 
@@ -55,6 +59,15 @@ def launch(**options: Any) -> amcp.Server:
 def server() -> Iterator[amcp.Server]:
     """One stdio server for the module's tests that leave it as it is."""
     with launch(timeout=5, env={"AGENTLOOP_MCP_TEST": "yes"}) as connected:
+        yield connected
+
+
+@pytest.fixture(scope="module")
+def legacy() -> Iterator[amcp.Server]:
+    """The same server over the handshake (2025-11-25), as most servers speak today."""
+    connected = launch(timeout=5)
+    connected._mode = "legacy"
+    with connected:
         yield connected
 
 
@@ -108,6 +121,87 @@ def test_a_tool_keeps_the_servers_name_description_and_schema(server: amcp.Serve
     assert registry.specs()[0]["name"] == "x_add"
 
 
+def test_the_client_says_it_is_agentloop(server: amcp.Server, legacy: amcp.Server) -> None:
+    """clientInfo is agentloop and its version, over 2026-07-28 and over the handshake alike."""
+    version = importlib.metadata.version("agentloop-fsm")
+    for connected in (server, legacy):
+        registry = registry_of(connected, allow=["client"])
+        outcome = asyncio.run(registry.adispatch({"id": "1", "name": "client", "arguments": {}}))
+        assert outcome == {"status": "ok", "content": f"agentloop {version}"}
+
+
+def test_a_tool_that_runs_only_as_a_task_is_left_out(legacy: amcp.Server) -> None:
+    """research is listed with execution.taskSupport 'required': agentloop cannot run tasks, so
+    the tool is not offered to the model; asking for it by name says why."""
+    assert "research" in {tool.name for tool in legacy._listing}
+    registry = registry_of(legacy, deny=["die"])
+    assert "research" not in registry
+    assert "add" in registry
+    assert all(tool.name != "research" for tool in legacy.tools())
+    options: list[dict[str, Any]] = [
+        {"allow": ["add", "research"]},
+        {"annotations": {"research": {}}},
+    ]
+    for option in options:
+        with pytest.raises(ValueError, match="'research', which the server runs only as tasks"):
+            legacy.register(ToolRegistry(), **option)
+    assert "research" not in registry_of(legacy, deny=["research"])
+
+
+def test_a_schema_is_read_in_the_dialect_it_declares(server: amcp.Server, driver: Driver) -> None:
+    """pair's schema says Draft 7 (as the TypeScript SDK stamps every schema), with a tuple as
+    items: [...]: it is taken, the model sees it as the server wrote it, and arguments are
+    checked by Draft 7's rules."""
+    registry = registry_of(server, allow=["pair"])
+    assert registry["pair"].parameters["properties"]["point"]["items"] == [
+        {"type": "integer"},
+        {"type": "string"},
+    ]
+    model = ScriptedModel(
+        [
+            batch(call("a", "pair", point=[1, "x"]), call("b", "pair", point=["x", 1])),
+            final("ok"),
+        ]
+    )
+    result = driver.run(Loop(model, tools=registry), "go")
+    assert results(result) == [
+        ("a", "ok", "1 x"),
+        (
+            "b",
+            "invalid_arguments",
+            [
+                {"path": "point[0]", "message": validator_says({"type": "integer"}, "x")},
+                {"path": "point[1]", "message": validator_says({"type": "string"}, 1)},
+            ],
+        ),
+    ]
+
+
+def test_a_servers_progress_reaches_the_runs_listeners(server: amcp.Server, driver: Driver) -> None:
+    """A call asks for progress: each of count's reports is heard as a ToolProgress naming the
+    call, in order, before the call's transition; it never enters the transcript."""
+    registry = registry_of(server, allow=["count"])
+    run = driver.start(
+        Loop(ScriptedModel([call("a", "count", steps=3), final("ok")]), tools=registry), "go"
+    )
+    heard: list[object] = []
+    run.subscribe_deltas(heard.append)
+    run.subscribe(heard.append)
+    for _ in run:
+        pass
+    assert results(run.result()) == [("a", "ok", 3)]
+    assert [item for item in heard if isinstance(item, ToolProgress)] == [
+        ToolProgress(call_id="a", progress=step, total=3, message=f"step {step}")
+        for step in (1, 2, 3)
+    ]
+    returned = next(
+        index
+        for index, item in enumerate(heard)
+        if isinstance(item, agentloop.Transition) and item.trigger == "tool_returned"
+    )
+    assert all(isinstance(item, ToolProgress) for item in heard[returned - 3 : returned])
+
+
 def test_is_error_is_an_error_result(server: amcp.Server) -> None:
     """A tool that fails on the server is an ``error`` result naming ToolFailed and its text."""
     registry = registry_of(server, allow=["fail"])
@@ -143,8 +237,17 @@ def test_annotations_make_the_guarantees_and_the_users_declarations_win(
         "overlap",
         "key",
         "header",
+        "client",
+        "charged",
+        "count",
+        "pair",
     }
-    assert {name for name, tool in tools.items() if tool.destructive} == {"delete", "shout"}
+    assert {name for name, tool in tools.items() if tool.destructive} == {
+        "delete",
+        "shout",
+        "charge",
+        "research",
+    }
     declared = {
         tool.name: tool
         for tool in server.tools(
@@ -353,12 +456,70 @@ def test_an_image_part_goes_to_the_providers_that_take_images() -> None:
 
 
 def test_each_protocol_failure_names_what_is_known_of_the_call(server: amcp.Server) -> None:
-    """A timeout or a lost connection: OutcomeUnknown; any other refusal: NotRun, with its code."""
-    timed_out = server._failure("add", MCPError(code=-32001, message="Request timed out"))
-    refused = server._failure("add", MCPError(code=-32602, message="Invalid params"))
-    assert isinstance(timed_out, amcp.OutcomeUnknown)
-    assert isinstance(refused, amcp.NotRun)
-    assert str(refused) == "the MCP server 'tests' refused 'add': Invalid params (code -32602)"
+    """Once a call is sent, every error is OutcomeUnknown, whatever its code: the SDK's servers
+    answer with the error a tool raised, so even "invalid params" may follow an effect."""
+    for code in (-32700, -32600, -32601, -32602, -32603, -32001, -32020, -32042, 7):
+        failure = server._failure("add", MCPError(code=code, message="no"))
+        assert type(failure) is amcp.OutcomeUnknown
+        assert str(failure).endswith("took effect is unknown")
+    answered = server._failure("add", MCPError(code=-32602, message="Invalid params"))
+    assert str(answered) == (
+        "the MCP server 'tests' answered 'add' with an error: Invalid params (code -32602); "
+        "whether the call took effect is unknown"
+    )
+
+
+def test_a_call_that_took_effect_and_then_failed_is_never_told_it_did_not_run(
+    server: amcp.Server, driver: Driver
+) -> None:
+    """charge takes effect, then its server answers JSON-RPC -32603: the model is told the
+    outcome is unknown, not that the call did not run; the charge is there."""
+    registry = registry_of(server, allow=["charge", "charged"])
+    before = registry.dispatch_or_adispatch({"id": "0", "name": "charged", "arguments": {}})
+    assert not isinstance(before, dict)
+    charged = asyncio.run(before)["content"]
+    model = ScriptedModel([call("a", "charge", amount=5), call("b", "charged"), final("ok")])
+    result = driver.run(Loop(model, tools=registry), "go")
+    (_, status, content), after = results(result)
+    assert (status, content["type"]) == ("error", "OutcomeUnknown")
+    assert content["message"] == (
+        "the MCP server 'tests' answered 'charge' with an error: the receipt printer jammed "
+        "(code -32603); whether the call took effect is unknown"
+    )
+    assert after == ("b", "ok", charged + 1)  # it ran
+
+
+def test_a_connection_lost_while_a_call_is_sent_is_never_told_it_did_not_run(
+    server: amcp.Server,
+) -> None:
+    """The connection is marked lost while the call is on its way (the holder noticed first):
+    the call was sent, so its outcome is unknown; the next call, never sent, did not run."""
+    registry = registry_of(server, allow=["add"])
+    client = server._client
+    assert client is not None
+
+    async def lost_meanwhile(*args: Any, **options: Any) -> Any:
+        server._lost = "the connection was lost (EndOfStream)"
+        raise anyio.BrokenResourceError
+
+    client.call_tool = lost_meanwhile  # type: ignore[method-assign]
+    try:
+        first, second = (
+            asyncio.run(registry.adispatch({"id": i, "name": "add", "arguments": {"a": 1, "b": 1}}))
+            for i in "ab"
+        )
+    finally:
+        del client.call_tool  # the shared connection as it was
+        server._lost = None
+    assert (first["status"], first["content"]["type"]) == ("error", "OutcomeUnknown")
+    assert first["content"]["message"] == (
+        "the call of 'add' on the MCP server 'tests' failed once sent (BrokenResourceError); "
+        "whether it took effect is unknown"
+    )
+    assert (second["status"], second["content"]["type"]) == ("error", "NotRun")
+    assert asyncio.run(
+        registry.adispatch({"id": "c", "name": "add", "arguments": {"a": 1, "b": 1}})
+    ) == {"status": "ok", "content": 2}
 
 
 def test_a_server_that_cannot_be_reached_is_a_connection_error() -> None:
@@ -401,20 +562,135 @@ def test_serve_offers_a_registry_with_its_checks_in_front() -> None:
                 ("pay", "Pay."),
             ]
             assert listed.tools[0].input_schema == registry["add"].parameters
+            with pytest.raises(MCPError) as unknown:
+                await client.call_tool("nope", {})
+            assert (unknown.value.code, unknown.value.message) == (-32602, "Unknown tool: nope")
             return [
                 await client.call_tool("add", {"a": 2, "b": 3}),
                 await client.call_tool("add", {"a": "2", "b": 3}),
                 await client.call_tool("pay", {"amount": 5}),
-                await client.call_tool("nope", {}),
             ]
 
-    ok, invalid, denied, unknown = asyncio.run(client_side())
+    ok, invalid, denied = asyncio.run(client_side())
     assert (ok.is_error, ok.content[0].text) == (False, "5")  # type: ignore[union-attr]
-    assert invalid.is_error
+    assert invalid.is_error  # the spec's tool execution error: the model can correct it
     assert invalid.content[0].text.startswith("invalid_arguments: ")  # type: ignore[union-attr]
     assert (denied.is_error, denied.content[0].text) == (True, "denied: not today")  # type: ignore[union-attr]
-    assert unknown.is_error
-    assert unknown.content[0].text.startswith("unknown_tool: ")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_serve_says_who_it_is_and_what_each_tool_may_do(server: amcp.Server, mode: str) -> None:
+    """serverInfo names agentloop's version; each tool is listed with the hints the registry
+    knows: an MCPTool's three, a native tool's idempotency, and declared ones over them."""
+    registry = registry_of(server, allow=["add", "delete", "echo"], prefix="remote_")
+
+    @registry.tool(idempotent=True)
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return key
+
+    @registry.tool
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    async def client_side() -> tuple[mcp.types.Implementation | None, dict[str, Any]]:
+        served = amcp.serve(registry, annotations={"lookup": {"readOnlyHint": True}})
+        async with mcp.Client(served, mode=mode) as client:
+            listed = await client.list_tools()
+            hints = {
+                tool.name: tool.annotations.model_dump(by_alias=True, exclude_none=True)
+                for tool in listed.tools
+                if tool.annotations is not None
+            }
+            return client.server_info, hints
+
+    info, hints = asyncio.run(client_side())
+    assert info is not None
+    assert (info.name, info.version) == ("agentloop", importlib.metadata.version("agentloop-fsm"))
+    assert hints == {
+        "remote_add": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True},
+        "remote_delete": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
+        "remote_echo": {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False},
+        "lookup": {"readOnlyHint": True, "idempotentHint": True},
+        "pay": {"idempotentHint": False},
+    }
+    named = amcp.serve(registry, name="payments", version="2.1")
+    assert (named.name, named.version) == ("payments", "2.1")
+    with pytest.raises(ValueError, match="expected the annotations of 'pay' to map readOnlyHint"):
+        amcp.serve(registry, annotations={"pay": {"readonly": True}})
+
+
+def test_a_served_handler_gets_the_idempotency_key_the_client_sent() -> None:
+    """An agentloop client sends its durable call's key in _meta: the served handler's
+    agentloop.idempotency_key() is that key, and None when none came; a key that is not a
+    non-empty string is refused before the handler runs."""
+    registry = ToolRegistry()
+    seen: list[str | None] = []
+
+    @registry.tool(idempotent=True)
+    def charge(amount: int) -> str:
+        """Charge, once per key."""
+        seen.append(agentloop.idempotency_key())
+        return "charged"
+
+    async def client_side() -> None:
+        async with mcp.Client(amcp.serve(registry)) as client:
+            keyed = cast("mcp.types.RequestParamsMeta", {amcp_key: "r1:c1"})
+            await client.call_tool("charge", {"amount": 5}, meta=keyed)
+            await client.call_tool("charge", {"amount": 5})
+            wrong = cast("mcp.types.RequestParamsMeta", {amcp_key: 7})
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("charge", {"amount": 5}, meta=wrong)
+            assert refused.value.code == -32602
+
+    amcp_key = "io.github.agentloop/idempotency-key"
+    asyncio.run(client_side())
+    assert seen == ["r1:c1", None]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_served_handler_reports_progress_to_the_client(mode: str) -> None:
+    """report_progress in a served handler (plain, in a worker thread; or async) reaches the
+    client that asked for progress, in order, before the result."""
+    registry = ToolRegistry()
+
+    @registry.tool
+    def work(steps: int) -> str:
+        """Work in steps."""
+        for step in range(1, steps + 1):
+            agentloop.report_progress(step, steps, f"step {step}")
+        return "done"
+
+    @registry.tool
+    async def awork(steps: int) -> str:
+        """Work in steps, awaiting."""
+        for step in range(1, steps + 1):
+            agentloop.report_progress(step)
+            await asyncio.sleep(0)
+        return "done"
+
+    async def client_side() -> list[Any]:
+        heard: list[Any] = []
+
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            heard.append((progress, total, message))
+
+        async with mcp.Client(amcp.serve(registry), mode=mode) as client:
+            for name in ("work", "awork"):
+                result = await client.call_tool(name, {"steps": 2}, progress_callback=progress)
+                heard.append(result.content[0].text)  # type: ignore[union-attr]
+            await client.call_tool("work", {"steps": 2})  # nobody asked: nothing sent
+        return heard
+
+    assert asyncio.run(client_side()) == [
+        (1, 2, "step 1"),
+        (2, 2, "step 2"),
+        "done",
+        (1, None, None),
+        (2, None, None),
+        "done",
+    ]
 
 
 @pytest.mark.slow
@@ -545,7 +821,7 @@ def test_a_durable_run_resumed_against_changed_tools_meets_the_configuration_che
 @pytest.mark.slow
 def test_a_served_registry_over_stdio_is_a_tool_source_again() -> None:
     """serve_stdio in a process of its own; agentloop.mcp takes its tools back, checks and all."""
-    served = amcp.stdio(sys.executable, [str(Path(__file__).with_name("mcp_served.py"))])
+    served = amcp.stdio(sys.executable, [SERVED])
     with served:
         registry = registry_of(served)
         assert registry["add"].idempotent
@@ -556,6 +832,27 @@ def test_a_served_registry_over_stdio_is_a_tool_source_again() -> None:
     (_, s1, c1), (_, s2, c2) = results(result)
     assert (s1, c1) == ("ok", "4")  # as text: structuredContent is for objects
     assert (s2, c2["type"], c2["message"]) == ("error", "ToolFailed", "denied: not that one")
+
+
+@pytest.mark.slow
+def test_a_durable_run_resumed_after_a_crash_charges_a_served_tool_once() -> None:
+    """A durable agentloop client calls a served idempotent charge, and its process stops before
+    the outcome is recorded: the resume calls it again under the same key, which reaches the
+    served handler as agentloop.idempotency_key(); the handler deduplicates, and the card is
+    charged once."""
+    memory = MemoryLedger()
+    script = [call("a", "charge", amount=5), final("ok")]
+    with amcp.stdio(sys.executable, [SERVED], name="served") as served:
+        tools = registry_of(served, allow=["charge", "charges"])
+        assert tools["charge"].idempotent
+        with pytest.raises(Crash):  # the reply, tool_started, then tool_finished: dies there
+            Loop(ScriptedModel(script), tools=tools, ledger=CrashingLedger(memory, 3)).run(
+                "go", run_id="r1"
+            )
+        resumed = Loop(ScriptedModel(script), tools=tools, ledger=memory).resume("r1")
+        charged = asyncio.run(tools.adispatch({"id": "x", "name": "charges", "arguments": {}}))
+    assert results(resumed) == [("a", "ok", "already charged under r1:a")]
+    assert charged == {"status": "ok", "content": {"r1:a": 5}}
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 from typing import Any
 
@@ -21,10 +22,12 @@ from anthropic.types import message_create_params
 
 import agentloop
 from agentloop import Loop, ToolRegistry
-from agentloop.providers import IncompleteReply
+from agentloop.providers import IncompleteReply, UnreadableResponse
 from agentloop.providers.anthropic import DEFAULT_MAX_TOKENS, anthropic_messages
+from agentloop.testing import final
 
 from .helpers import add, adding_after_a_tool, mul
+from .test_providers_openai import HTML
 from .wire import FLAVOURS, HISTORY, Wire, ask, assert_usage, conforms, run
 
 Message = dict[str, Any]
@@ -285,6 +288,27 @@ async def test_a_401_is_not_retried(flavour: str) -> None:
 # -- history to request --------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_body_that_is_not_json_fails_the_run_saying_so(flavour: str, stream: bool) -> None:
+    """A 200 whose body is an HTML page: the run fails saying the response was not JSON, with
+    its status, content type, URL and start, asked once. Streamed, the same body is a stream
+    that ends before its last event, which the adapter says."""
+    wire = Wire([(200, HTML, {"content-type": "text/html"})])
+    loop = Loop(model_for(flavour, wire, stream=stream))
+    result = await run(loop, flavour, "2+3?")
+    assert (result.status, result.steps, len(wire.requests)) == ("failed", 1, 1)
+    assert result.error is not None
+    if stream:
+        assert result.error.startswith("the model raised IncompleteReply: ")
+        return
+    assert result.error == (
+        "the model raised UnreadableResponse: the provider's response was not JSON (HTTP 200, "
+        f"content-type text/html, from https://api.anthropic.test/v1/messages): "
+        f"{HTML.decode()!r}; check that the client's base_url is the provider's API"
+    )
+    assert isinstance(result.events[0].exception, UnreadableResponse)
+
+
 async def test_system_messages_are_the_top_level_system(flavour: str) -> None:
     """``system`` messages, wherever they are, join as the top-level ``system``."""
     wire = Wire([(200, message(text="Hi."))])
@@ -449,6 +473,25 @@ def test_the_adapter_takes_no_tools() -> None:
         match=r"^anthropic_messages\(\) takes no tools=: the tools come from the Loop",
     ):
         anthropic_messages(client(Wire([]), "sync"), MODEL, tools=tools())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("tools", "named"), [([lambda a: a], "<lambda>"), ({"a.b": add}, "a.b")])
+def test_a_tool_name_anthropic_refuses_is_refused_when_the_loop_is_made(
+    flavour: str, stream: bool, tools: Any, named: str
+) -> None:
+    """``Loop(anthropic_messages(...), tools=...)`` refuses a name Anthropic would refuse,
+    naming the tool and Anthropic's rule (streaming or not), before any request; the same
+    tools with a model of one's own, which no provider's rule binds, are taken."""
+    wire = Wire([])
+    with pytest.raises(
+        ValueError,
+        match=rf"^tool '{re.escape(named)}': Anthropic refuses it as a tool name: a name must "
+        r"match \^\[a-zA-Z0-9_-\]\{1,64\}\$ ",
+    ):
+        Loop(model_for(flavour, wire, stream=stream), tools=tools)
+    assert wire.requests == []
+    assert Loop(lambda history: final("ok"), tools=tools).run("hi").status == "finished"
 
 
 def test_an_async_client_under_the_synchronous_driver() -> None:

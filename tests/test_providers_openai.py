@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import attrs
+import hypothesis
 import openai
 import pydantic
 import pytest
+from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion, completion_create_params
 from openai.types.responses import Response, response_create_params
 
-from agentloop import Loop, SpecFormat, ToolRegistry
-from agentloop.providers import IncompleteReply
+from agentloop import Loop, SpecFormat, Tool, ToolRegistry
+from agentloop.providers import IncompleteReply, UnreadableResponse
 from agentloop.providers.openai import openai_chat, openai_responses
 
 from .helpers import add, adding_after_a_tool, mul
@@ -467,6 +470,46 @@ async def test_a_401_is_not_retried(api: Api, flavour: str) -> None:
     assert len(wire.requests) == 1
 
 
+HTML = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+NOT_JSON = [
+    (HTML, {"content-type": "text/html"}, "content-type text/html", repr(HTML.decode())),
+    (HTML, {"content-type": "application/json"}, "content-type application/json", "'<html>"),
+    (b"", {}, "", "''"),
+    (b"x" * 500, {"content-type": "text/plain"}, "content-type text/plain", repr("x" * 200)),
+]
+
+
+@pytest.mark.parametrize(("body", "headers", "kind", "quoted"), NOT_JSON)
+async def test_a_body_that_is_not_json_fails_the_run_saying_so(
+    api: Api, flavour: str, body: bytes, headers: dict[str, str], kind: str, quoted: str
+) -> None:
+    """A 200 whose body is not JSON (a proxy's page at a wrong base_url): the run fails
+    with what came, its status, content type, URL and start (200 characters at most), not a
+    parser's "Expecting value"; it is asked once, not retried (nothing says it will pass)."""
+    wire = Wire([(200, body, headers)])
+    result = await run(Loop(model_for(api, flavour, wire)), flavour, "2+3?")
+    assert (result.status, result.steps, len(wire.requests)) == ("failed", 1, 1)
+    said = f"HTTP 200, {kind}, from" if kind else "HTTP 200, from"
+    assert result.error is not None
+    assert result.error.startswith(
+        "the model raised UnreadableResponse: the provider's response was not JSON "
+        f"({said} https://api.openai.test{api.path}): {quoted}"
+    )
+    assert result.error.endswith("; check that the client's base_url is the provider's API")
+    unread = result.events[0].exception
+    assert isinstance(unread, UnreadableResponse)
+    assert (unread.status, unread.url) == (200, f"https://api.openai.test{api.path}")
+
+
+async def test_json_of_another_shape_is_not_called_not_json(api: Api, flavour: str) -> None:
+    """A body that is JSON, but not a response, fails otherwise: "not JSON" only when so."""
+    wire = Wire([(200, b'{"detail": "not here"}', {"content-type": "application/json"})])
+    result = await run(Loop(model_for(api, flavour, wire)), flavour, "2+3?")
+    assert result.status == "failed"
+    assert result.error is not None
+    assert "UnreadableResponse" not in result.error
+
+
 # -- history to request --------------------------------------------------------------------------
 
 
@@ -661,18 +704,88 @@ def test_a_parameter_the_sdk_lacks_fails_when_the_adapter_is_made(api: Api) -> N
         api.adapter(client(Wire([]), "sync"), "gpt-4.1", temprature=0)
 
 
-async def test_a_tool_name_openai_refuses_fails_the_run_before_a_request(
+OPENAI_RULE = (
+    r"OpenAI refuses it as a tool name: a name must match \^\[a-zA-Z0-9_-\]\{1,64\}\$ "
+    r"\(letters, digits, '_' and '-', 1 to 64 of them\); give the tool a name= that does"
+)
+
+
+@pytest.mark.parametrize(
+    ("tools", "named"),
+    [
+        ([lambda a: a], "tool '<lambda>': "),
+        ({"get weather": add}, "tool 'get weather': "),
+        ({"x" * 65: add}, "tool 'x{65}': "),
+    ],
+)
+def test_a_tool_name_openai_refuses_is_refused_when_the_loop_is_made(
+    api: Api, flavour: str, tools: Any, named: str
+) -> None:
+    """``Loop(adapter, tools=...)`` refuses a name OpenAI would refuse, naming the tool and
+    the provider's rule, rather than a run failing at its first step as the model's fault."""
+    wire = Wire([])
+    with pytest.raises(ValueError, match=f"^{named}{OPENAI_RULE}"):
+        Loop(model_for(api, flavour, wire), tools=tools)
+    assert wire.requests == []
+
+
+NAMES = st.text(st.sampled_from("aZ09_- .<>/é"), max_size=70) | st.from_regex(
+    r"[a-zA-Z0-9_-]{1,64}", fullmatch=True
+)
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.given(name=NAMES.filter(bool))  # a Tool refuses an empty name itself
+def test_the_loop_refuses_exactly_the_names_openai_refuses(name: str) -> None:
+    """For any name: the Loop refuses it exactly when OpenAI's rule does (naming the tool), and
+    a name it takes is one each API's specs are made with, as they go on the wire."""
+    wire, tool = Wire([]), Tool(add, name=name)
+    fits = re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name) is not None
+    for api in (CHAT, RESPONSES):
+        if fits:
+            Loop(model_for(api, "sync", wire), tools=[tool])
+            assert ToolRegistry([tool]).specs(api.specs)  # made for the request as it is
+            continue
+        refused = f"^tool {re.escape(repr(name))}: OpenAI refuses it as a tool name"
+        with pytest.raises(ValueError, match=refused):
+            Loop(model_for(api, "sync", wire), tools=[tool])
+    assert wire.requests == []
+
+
+async def test_a_tool_added_since_the_loop_was_made_is_refused_when_a_run_begins(
     api: Api, flavour: str
 ) -> None:
-    """The specs are converted with each request: a name OpenAI would refuse fails the step,
-    saying what to do, and nothing is sent."""
+    """A registry the Loop holds may gain tools (an MCP server's, on ``with loop:``): a run
+    begun with one OpenAI refuses is refused as it begins, before any request."""
     wire = Wire([])
-    loop = Loop(model_for(api, flavour, wire), tools={"not a name": add})
-    result = await run(loop, flavour, "2+3?")
+    registry = tools()
+    loop = Loop(model_for(api, flavour, wire), tools=registry)
+    registry.add(Tool(mul, name="mul two"))
+    with pytest.raises(ValueError, match=f"^tool 'mul two': {OPENAI_RULE}, say name='mul_two'$"):
+        await run(loop, flavour, "2*3?")
+    assert wire.requests == []
+
+
+async def test_a_dispatcher_s_name_openai_refuses_fails_the_step_before_a_request(
+    api: Api, flavour: str
+) -> None:
+    """A dispatcher of one's own lists its tools with each request (``specs()``): a name OpenAI
+    would refuse fails that step, saying what to do, and nothing is sent."""
+
+    class Desk:
+        def specs(self) -> list[Message]:
+            return [{"name": "not a name", "description": "", "parameters": {"type": "object"}}]
+
+        def dispatch(self, call: Message) -> Message:
+            return {"status": "ok", "content": 1}
+
+    wire = Wire([])
+    result = await run(Loop(model_for(api, flavour, wire), tools=Desk()), flavour, "2+3?")
     assert result.status == "failed"
-    assert result.error == (
-        f"the model raised ValueError: tool 'not a name': {api.specs} tool names must match "
-        "[A-Za-z0-9_-]{1,64}; give the tool a name= that does"
+    assert result.error is not None
+    assert re.fullmatch(
+        f"the model raised ValueError: tool 'not a name': {OPENAI_RULE}, say name='not_a_name'",
+        result.error,
     )
     assert wire.requests == []
 

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from agentloop import Loop, ToolRegistry
+from agentloop import Loop, Tool, ToolRegistry
+from agentloop.models import fallback
+from agentloop.providers import NameRule
 from agentloop.testing import call, final
 
 from .helpers import add
@@ -109,3 +111,29 @@ def test_a_dispatcher_of_ones_own_offers_its_specs_or_none() -> None:
     assert Loop(silent, tools=Echo()).run("go").output == "5"
     assert described.given == [Described().specs()] * 2
     assert silent.given == [[], []]
+
+
+def test_an_adapter_declares_its_provider_s_rule_for_tool_names() -> None:
+    """A model callback declares the rule (``agentloop_tool_names``, a ``NameRule``), as
+    ``make_model`` does for the adapters: the Loop refuses a tool that breaks it, naming the
+    provider, when it is made; in a fallback chain, every model's rule holds."""
+
+    def strict(history: list[Message], *, tools: Any = None) -> Message:
+        return replies(history)
+
+    strict.agentloop_tool_names = NameRule(  # type: ignore[attr-defined]
+        "Example", r"[a-z][a-z_]{0,31}", "lower-case letters and '_', from a letter, at most 32"
+    )
+
+    def lenient(history: list[Message]) -> Message:
+        return replies(history)
+
+    with pytest.raises(
+        ValueError,
+        match=r"^tool 'Add': Example refuses it as a tool name: a name must match "
+        r"\^\[a-z\]\[a-z_\]\{0,31\}\$ \(lower-case letters and '_', from a letter, at most 32\); "
+        r"give the tool a name= that does$",
+    ):
+        Loop(fallback(lenient, strict), tools=[Tool(add, name="Add")])
+    assert Loop(lenient, tools=[Tool(add, name="Add")]).run("2+3?").output == "5"
+    assert Loop(strict, tools=[add]).run("2+3?").output == "5"

@@ -755,6 +755,63 @@ def test_bad_definitions() -> None:
         Decision(allowed=True, reason=None)  # type: ignore[arg-type]
 
 
+def test_a_given_schema_is_read_in_the_dialect_its_schema_keyword_declares() -> None:
+    """$schema chooses the rules: a Draft 7 tuple (items: [...]) and a Draft 4 exclusive bound
+    (a bool) are taken and checked by their own draft; no $schema is 2020-12; a dialect
+    jsonschema-rs does not know is refused, naming the ones it does."""
+
+    def f(**arguments: object) -> object:
+        return arguments
+
+    draft7 = Tool(
+        f,
+        name="f",
+        parameters={
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {
+                "pair": {"type": "array", "items": [{"type": "integer"}, {"type": "string"}]}
+            },
+        },
+    )
+    assert draft7.problems({"pair": [1, "a"]}) == []
+    assert [p["path"] for p in draft7.problems({"pair": ["a", 1]})] == ["pair[0]", "pair[1]"]
+    draft4 = Tool(
+        f,
+        name="f",
+        parameters={
+            "$schema": "http://json-schema.org/draft-04/schema#",
+            "type": "object",
+            "properties": {"n": {"type": "number", "minimum": 0, "exclusiveMinimum": True}},
+        },
+    )
+    assert draft4.problems({"n": 0.5}) == []
+    assert [p["path"] for p in draft4.problems({"n": 0})] == ["n"]
+    with pytest.raises(TypeError, match="expected parameters to be a Draft 2020-12 JSON Schema"):
+        Tool(f, name="f", parameters={"type": "object", "properties": {"p": {"items": [{}]}}})
+    with pytest.raises(TypeError, match="expected parameters to be a Draft 7 JSON Schema, but"):
+        Tool(
+            f,
+            name="f",
+            parameters={
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "object",
+                "required": 3,
+            },
+        )
+    with pytest.raises(
+        TypeError,
+        match=r"tool 'f': expected parameters' \$schema to name a dialect agentloop validates "
+        r"\(Draft 4, Draft 6, Draft 7, Draft 2019-09, Draft 2020-12; none means 2020-12\), "
+        r"got 'http://json-schema.org/draft-03/schema#'",
+    ):
+        Tool(
+            f,
+            name="f",
+            parameters={"$schema": "http://json-schema.org/draft-03/schema#", "type": "object"},
+        )
+
+
 class Huge(enum.Enum):
     BIG = 2**70
 

@@ -185,3 +185,90 @@ def test_the_sdks_errors_are_classified_by_their_own_types(api: Api) -> None:
                 model([{"kind": "user", "text": "hi"}])
             assert transient(caught.value) is not None
             assert transient(caught.value).kind == kind  # type: ignore[union-attr]
+
+
+# -- one layer retries: the Loop's policy, or (retry=None) the SDK's ---------------------------
+
+PROVIDERS = ["openai_chat", "openai_responses", "anthropic", "anthropic streaming"]
+
+
+def sdk_default_model(provider: str, flavour: str, wire: Wire) -> Any:
+    """The adapter over a client left at the SDK's own default, ``max_retries=2``."""
+    if provider.startswith("anthropic"):
+        streams: Any = provider.endswith("streaming")
+        return anthropic_messages(anthropic_client(wire, flavour), MODEL, stream=streams)
+    api = CHAT if provider == "openai_chat" else RESPONSES
+    return api.adapter(openai_client(wire, flavour), "gpt-4.1")
+
+
+def failing_wire(provider: str, count: int) -> Wire:
+    """``count`` answers of 500 in the provider's error format."""
+    error = ANTHROPIC_ERROR if provider.startswith("anthropic") else ERROR
+    return Wire([(500, error)] * count)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_when_the_loop_retries_the_sdk_does_not(provider: str, flavour: str) -> None:
+    """A client left at the SDK's default (``max_retries=2``) and the Loop's policy of 3
+    attempts: 3 HTTP requests, one a step, each in the record; not 3 times 3."""
+    wire = failing_wire(provider, 9)
+    loop = Loop(sdk_default_model(provider, flavour, wire), retry=RetryPolicy(sleep=Sleeps()))
+    result = await run(loop, flavour, "hi")
+    assert (result.status, result.steps, len(wire.requests)) == ("failed", 3, 3)
+    assert [e.guard for e in result.events] == ["retry_planned", None, "retry_planned", None, None]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_the_default_policy_alone_retries(provider: str, flavour: str) -> None:
+    """``Loop(adapter)`` retries by its default policy, so the SDK makes one request per step:
+    cancelled as the first failure is recorded, the run made one request, not the SDK's 3."""
+    wire, token = failing_wire(provider, 3), CancelToken()
+
+    def cancel_on_failure(transition: Any) -> None:
+        if transition.trigger == "model_raised":
+            token.cancel()
+
+    loop = Loop(sdk_default_model(provider, flavour, wire), listeners=[cancel_on_failure])
+    result = (
+        loop.run("hi", cancel=token) if flavour == "sync" else await loop.arun("hi", cancel=token)
+    )
+    assert (result.status, result.steps, len(wire.requests)) == ("cancelled", 1, 1)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_with_retry_none_the_sdk_s_own_retries_run(provider: str, flavour: str) -> None:
+    """``retry=None``: the SDK's own retries are the one layer (its ``max_retries=2``): one
+    step, 3 HTTP requests."""
+    wire = failing_wire(provider, 3)
+    result = await run(Loop(sdk_default_model(provider, flavour, wire), retry=None), flavour, "hi")
+    assert (result.status, result.steps, len(wire.requests)) == ("failed", 1, 3)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_sdk_retries_asked_for_beside_the_loop_s_are_refused(
+    provider: str, flavour: str
+) -> None:
+    """A client made with ``max_retries=5`` asked for retries a Loop that retries would never
+    make: the Loop is refused, saying what to do. With ``retry=None`` they are the one layer:
+    one step, 6 HTTP requests."""
+    wire = failing_wire(provider, 6)
+    if provider.startswith("anthropic"):
+        client = anthropic_client(wire, flavour, max_retries=5)
+        streams: Any = provider.endswith("streaming")
+        model = anthropic_messages(client, MODEL, stream=streams)
+        adapter = "anthropic_messages"
+    else:
+        api = CHAT if provider == "openai_chat" else RESPONSES
+        model, adapter = (
+            api.adapter(openai_client(wire, flavour, max_retries=5), "gpt-4.1"),
+            provider,
+        )
+    with pytest.raises(
+        ValueError,
+        match=rf"^{adapter}\(\): the client's max_retries=5 would never be used: this Loop "
+        r"retries \(retry=\), .* make the client with max_retries=0, or give the Loop "
+        r"retry=None to let the SDK retry instead$",
+    ):
+        Loop(model)
+    result = await run(Loop(model, retry=None), flavour, "hi")
+    assert (result.status, result.steps, len(wire.requests)) == ("failed", 1, 6)

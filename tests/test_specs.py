@@ -169,7 +169,9 @@ def test_specs_are_fresh_copies() -> None:
 def test_provider_formats_check_tool_names(format: SpecFormat) -> None:
     """A name a provider would refuse is reported when its specs are built, naming the tool."""
     tools = ToolRegistry([Tool(ping, name="ping me")])
-    with pytest.raises(ValueError, match=r"tool 'ping me': .* names must match \[A-Za-z0-9_-\]"):
+    with pytest.raises(
+        ValueError, match=r"tool 'ping me': .* a name must match \^\[a-zA-Z0-9_-\]\{1,64\}\$"
+    ):
         tools.specs(format)
     assert tools.specs("json-schema")[0]["name"] == "ping me"  # no provider, no rule
 

@@ -32,6 +32,7 @@ from agentloop import (
     ToolRegistry,
     Transition,
     load_run,
+    report_progress,
     save_run,
 )
 from agentloop._cli._main import main
@@ -671,7 +672,13 @@ def test_the_chat_span_carries_the_time_to_first_token() -> None:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     listener = OtelListener(provider)
     replies = iter([chunked(call("c1", a=1, b=1)), final("2")])
-    run = Loop(lambda history: next(replies), tools=ToolRegistry([add])).start(USER)
+
+    def adding(a: int, b: int) -> int:
+        """Add, reporting progress: heard by the same listener, and no token of the next call."""
+        report_progress(1, 1)
+        return a + b
+
+    run = Loop(lambda history: next(replies), tools=ToolRegistry({"add": adding})).start(USER)
     run.subscribe(listener)
     run.subscribe_deltas(listener.delta)
     run.finish()

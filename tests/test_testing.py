@@ -766,6 +766,46 @@ def test_unsupported_keywords_are_named_with_their_place() -> None:
         als.arguments({"type": "object", "properties": {"a": {"$ref": "#/definitions/X"}}})
 
 
+DRAFT_7 = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "type": "object",
+    "properties": {"n": {"type": "integer", "exclusiveMinimum": 3}, "s": {"type": "string"}},
+    "required": ["n"],
+}
+
+
+@PROPERTY
+@given(als.arguments(DRAFT_7), als.invalid_arguments(DRAFT_7))
+def test_a_schema_of_another_draft_is_drawn_from_where_it_reads_alike(
+    valid: dict[str, Any], invalid: dict[str, Any]
+) -> None:
+    """A Draft 7 schema (as TypeScript servers write every one) is drawn from by its rules."""
+    assert jsonschema.Draft7Validator(DRAFT_7).is_valid(valid)
+    assert not jsonschema.Draft7Validator(DRAFT_7).is_valid(invalid)
+
+
+def test_keywords_another_draft_reads_otherwise_are_refused() -> None:
+    """prefixItems is no Draft 7 keyword, and a bool exclusiveMinimum is Draft 4's: refused."""
+    with pytest.raises(
+        als.UnsupportedSchema, match=r"prefixItems: .*Draft 7 reads otherwise at properties/p$"
+    ):
+        als.arguments(
+            {
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "object",
+                "properties": {"p": {"type": "array", "prefixItems": [{"type": "integer"}]}},
+            }
+        )
+    with pytest.raises(als.UnsupportedSchema, match=r"exclusiveMinimum: True, which Draft 4"):
+        als.arguments(
+            {
+                "$schema": "http://json-schema.org/draft-04/schema#",
+                "type": "object",
+                "properties": {"n": {"type": "number", "minimum": 0, "exclusiveMinimum": True}},
+            }
+        )
+
+
 def test_a_registry_that_cannot_be_broken_is_refused() -> None:
     """invalid_calls needs a tool whose schema forbids something."""
     loose = agentloop.ToolRegistry()

@@ -723,6 +723,24 @@ def test_json_in_a_markdown_fence_is_taken_and_a_record_that_refused_it_still_re
     assert (again.status, again.events) == (older.status, older.events)
 
 
+def test_output_text_is_the_json_inside_a_markdown_fence(driver: Driver, tmp_path: Path) -> None:
+    """A fenced final: ``output_text``, the run file's ``output``, ``show`` and a durable run's
+    result hold its JSON, which ``json.loads`` reads; the transcript keeps what the model wrote."""
+    fenced = f"```json\n{PARIS}\n```"
+    result = driver.run(Loop(ScriptedModel([final(fenced)]), output=City), "go")
+    assert (result.status, result.output) == ("finished", City("Paris", 2100000))
+    assert result.output_text == PARIS
+    assert json.loads(result.output_text) == {"name": "Paris", "population": 2100000}
+    assert result.transcript[-1] == {"kind": "final", "text": fenced}
+    document = run_to_json(result)
+    assert json.loads(document)["output"] == PARIS
+    assert run_from_json(document).output_text == PARIS
+    assert_contract(result, "go")
+    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    Loop(ScriptedModel([final(fenced)]), output=City, ledger=ledger).run("go", run_id="r")
+    assert view_run(ledger, "r").result.output_text == PARIS
+
+
 @pytest.mark.parametrize("typed", [False, True], ids=["loaded", "forked by a typed Loop"])
 def test_a_record_replays_in_the_words_its_check_had_then(typed: bool) -> None:
     """A run refused in other words (an older agentloop's, pydantic's or jsonschema-rs's)

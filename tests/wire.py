@@ -192,8 +192,9 @@ class Wire:
     request itself, headers and all, in ``sent``)."""
 
     #: ``(status, body)``, or ``(status, body, headers)`` to answer with these headers only;
-    #: a body is JSON, or ``Streamed`` (server-sent events). An answer may also be a function
-    #: of the request's JSON body that returns one (a server with rules of its own).
+    #: a body is JSON, ``Streamed`` (server-sent events), or ``bytes`` sent as they are. An
+    #: answer may also be a function of the request's JSON body that returns one (a server
+    #: with rules of its own).
     answers: list[Any]
     requests: list[Message] = attrs.field(factory=list)
     paths: list[str] = attrs.field(factory=list)
@@ -211,6 +212,8 @@ class Wire:
         status, body, *headers = answer
         if isinstance(body, Streamed):
             return httpx2.Response(status, stream=body, headers={"content-type": body.content_type})
+        if isinstance(body, bytes):  # not JSON: an HTML page, say
+            return httpx2.Response(status, content=body, headers=headers[0] if headers else {})
         # retry-after-ms: the SDK's retries run, without its half-second backoff.
         return httpx2.Response(
             status, json=body, headers=headers[0] if headers else {"retry-after-ms": "1"}

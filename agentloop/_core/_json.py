@@ -27,6 +27,7 @@ __all__ = [
     "intake",
     "json_object",
     "to_json",
+    "unfenced",
 ]
 
 #: How deep ``orjson`` (and so a run's record) nests JSON.
@@ -219,3 +220,16 @@ def _is_text(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def unfenced(text: str) -> str:
+    """The text inside a Markdown code fence (```json ... ```), as models often write JSON.
+
+    Stripped of the blank space around it; a text with no fence is returned as it is.
+    """
+    inner = text.strip()
+    if len(inner) < 6 or not (inner.startswith("```") and inner.endswith("```")):
+        return text
+    opening, _, rest = inner[3:-3].partition("\n")
+    # The opening line is the fence's and its language (json), or the JSON itself.
+    return (rest if opening.strip().isalnum() or not opening.strip() else inner[3:-3]).strip()

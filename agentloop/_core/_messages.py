@@ -285,10 +285,15 @@ def _check_other(
 ) -> None:
     """A new run's input user, system or final message has text; no final leaves a call open."""
     kind = message["kind"]
-    if kind in ("user", "system", "final") and type(message.get("text")) is not str:
+    text = message.get("text")
+    if kind in ("user", "system", "final") and type(text) is not str:
         raise ValueError(
-            f"{where}: expected a {kind!r} message's 'text' to be a str, "
-            f"got {describe(message.get('text'))}"
+            f"{where}: expected a {kind!r} message's 'text' to be a str, got {describe(text)}"
+        )
+    if kind == "user" and not text.strip():  # type: ignore[union-attr]  # a str: checked above
+        raise ValueError(
+            f"{where}: expected a user message's 'text' to hold more than white space "
+            f"(every provider refuses an empty one), got {text!r:.40}"
         )
     if kind == "final" and open_calls:
         call_id, (at, _) = next(iter(open_calls.items()))
@@ -301,10 +306,23 @@ def _check_other(
 def check_new_input(messages: object) -> None:
     """A new run's input history, held to the contract (``input_messages(strict=True)``).
 
-    A ``str`` is one user message: nothing to check. Called where a run starts,
-    before anything is made or recorded; an engine checks only what it needs.
+    A ``str`` is one user message. Nothing for the model to answer is refused
+    too: an empty list, an empty (or blank) str or user message, which every
+    provider refuses. Called where a run starts, before anything is made or
+    recorded; an engine checks only what it needs.
     """
-    if type(messages) is list:
+    if type(messages) is str:
+        if not messages.strip():
+            raise ValueError(
+                "expected the input to be the user's message (a str with text) or a list of "
+                f"messages, got {f'a blank str {messages!r:.40}' if messages else 'an empty str'}"
+            )
+    elif type(messages) is list:
+        if not messages:
+            raise ValueError(
+                "expected the input to be the user's message (a str with text) or a list of "
+                "one or more messages, got an empty list"
+            )
         input_messages(messages, strict=True)
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 import jsonschema_rs
 import orjson
 
-from agentloop._core._json import to_json
+from agentloop._core._json import to_json, unfenced
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -29,7 +29,6 @@ __all__ = [
     "problem_line",
     "told",
     "told_problems",
-    "unfenced",
 ]
 
 #: How many problems the model is told about at most (the rest are counted).
@@ -47,16 +46,6 @@ def instance_path(parts: Any) -> str:
 def problem_line(path: str, message: str) -> str:
     """One problem as the model is told it: ``age: ...``, ``(top level): ...``."""
     return f"{path or '(top level)'}: {message}"
-
-
-def unfenced(text: str) -> str:
-    """The text inside a Markdown code fence (```json ... ```), as models often write JSON."""
-    inner = text.strip()
-    if len(inner) < 6 or not (inner.startswith("```") and inner.endswith("```")):
-        return text
-    opening, _, rest = inner[3:-3].partition("\n")
-    # The opening line is the fence's and its language (json), or the JSON itself.
-    return rest if opening.strip().isalnum() or not opening.strip() else inner[3:-3]
 
 
 _TOLD_HEAD: Final = "Your final answer does not match the output schema:\n"

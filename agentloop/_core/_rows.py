@@ -131,6 +131,7 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         "_parent_run_id",
         "_plan",
         "_policy",
+        "_recorded_words",
         "_rejected",
         "_reply",
         "_reserved",
@@ -218,6 +219,8 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         #: The budget that ran out, once the run wraps up (``on_exhausted='answer'``).
         self._wrapping: str | None = None
         self._calls_seen: _CallIndex | None = None  # the loop guard's, made when first asked
+        #: The errors of a record being replayed that an older agentloop worded otherwise.
+        self._recorded_words: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
@@ -350,10 +353,29 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
             self._draft.error = (
                 f"call id {call_id!r} appears twice in the batch; no call of it was run"
             )
-        else:
-            self._draft.error = (
-                f"call id {call_id!r} was already used in this run; the call was not run again"
-            )
+            return
+        # The words of a record made before the error said where the id was first used.
+        older = f"call id {call_id!r} was already used in this run; the call was not run again"
+        self._draft.error = (
+            older
+            if older in self._recorded_words
+            else f"call id {call_id!r} was already used in this run, first "
+            f"{self._first_use(call_id)}; the call was not run again"
+        )
+
+    def _first_use(self, call_id: str) -> str:
+        """Where a reserved id was first used: ``in the input (transcript[3])``, ``at step 2``."""
+        at = 0
+        for data in self._input:
+            if call_id in _ids_of(orjson.loads(data)):
+                return f"in the input (transcript[{at}])"
+            at += 1
+        for event in self._events:
+            for data in event.appended_json:
+                if call_id in _ids_of(orjson.loads(data)):
+                    return f"at step {event.steps} (transcript[{at}])"
+                at += 1
+        raise AssertionError("a reserved id is in the input or in what the run appended")
 
     def _repeated_id(self) -> str | None:
         """The first id of the reply's batch that is reserved already or used twice in it."""
@@ -438,15 +460,22 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
 
 def _appended_ids(events: list[Transition]) -> set[str]:
     """The ids of every call the events appended: what _settle() reserves again."""
-    ids = set()
-    for event in events:
-        for data in event.appended_json:
-            message = orjson.loads(data)
-            if message["kind"] == "call":
-                ids.add(message["id"])
-            elif message["kind"] == "calls":
-                ids.update(call["id"] for call in message["calls"])
-    return ids
+    return {
+        call_id
+        for event in events
+        for data in event.appended_json
+        for call_id in _ids_of(orjson.loads(data))
+    }
+
+
+def _ids_of(message: dict[str, Any]) -> list[str]:
+    """The ids of the calls a message makes (none unless a ``call`` or ``calls``)."""
+    kind = message.get("kind")
+    if kind == "call":
+        return [message["id"]]
+    if kind == "calls":
+        return [call["id"] for call in message["calls"]]
+    return []
 
 
 def _check_parts(clock: object, retry: object, models: object, output: object) -> None:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["ContextRows"]
 
 _SUMMARISE: Final = Trigger.SUMMARISE
+_WRITTEN: Final = Trigger.SUMMARY_WRITTEN
 
 
 class ContextRows:
@@ -106,6 +107,9 @@ class ContextRows:
     def _summary_due(self) -> bool:
         if self._policy is None or self._policy.summariser is None:
             return False
+        events = self._events
+        if events and events[-1].trigger is _WRITTEN:
+            return False  # a summary was just written: the request goes next, with or without it
         plan = self._context_plan()
         return not isinstance(plan, str) and plan.fold > plan.folded
 

@@ -118,7 +118,8 @@ class Guard(enum.StrEnum):
     NOBODY_ASKED = "nobody_asked"
     #: Under a context policy, even the newest turn (with the head) exceeds its ``tokens``.
     CONTEXT_OVERFLOWS = "context_overflows"
-    #: Under ``summarise``, turns not yet summarised would be left out of the request.
+    #: Under ``summarise``, turns not yet summarised would be left out of the request, and
+    #: the model was asked since the last summary (a summary is followed by a request).
     SUMMARY_DUE = "summary_due"
     #: The summariser's reply is not a well-formed final answer.
     SUMMARY_MALFORMED = "summary_malformed"

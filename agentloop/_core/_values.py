@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import attrs
 import orjson
 
-from agentloop._core._json import describe
+from agentloop._core._json import describe, unfenced
 from agentloop._core._requests import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
 
 if TYPE_CHECKING:
@@ -374,12 +374,17 @@ class RunResult(NamedTuple):
 
     @property
     def output_text(self) -> str | None:
-        """The final answer's text (the JSON of a typed output), when the run finished."""
+        """The final answer's text, when the run finished; with ``Loop(output=T)``, its JSON.
+
+        A typed output's JSON without the Markdown fence a model may have put
+        around it (```` ```json ... ``` ````): ``json.loads(output_text)`` reads
+        it. The transcript keeps the final as the model wrote it.
+        """
         if self.output_schema_json is None:
             return self.output  # type: ignore[no-any-return]
         if self.output is None or self.status != "finished":
             return None
-        return orjson.loads(self.transcript_json)[-1]["text"]  # type: ignore[no-any-return]
+        return unfenced(orjson.loads(self.transcript_json)[-1]["text"])
 
     def __repr__(self) -> str:
         return (

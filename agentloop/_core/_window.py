@@ -173,6 +173,9 @@ class Window:
                 f"turn ({newest} tokens) with the head and the system messages ({fixed} "
                 f"tokens) is {fixed + newest} tokens"
             )
+        # The turns the summary in force stands for: never folded again, whether or not it
+        # fits this request (another summary of them would be no shorter).
+        covered = 0 if summary is None else summary.turns
         if summary is not None and fixed + summary.tokens + newest > tokens:
             summary = None  # the summary does not fit beside the newest turn: sent without it
         extra = 0 if summary is None else summary.tokens
@@ -182,10 +185,11 @@ class Window:
         first = bisect.bisect_left(
             sums, total + fixed + extra - tokens, start, max(count - 1, start)
         )
-        fold = first
-        if folding and first > start:
+        fold = covered
+        if folding and first > covered:
             # Fold down to ``keep`` tokens of turns, so that a fold is not needed every step.
-            fold = max(first, bisect.bisect_left(sums, total - keep, start, max(count - 1, start)))
+            last = max(count - 1, covered)
+            fold = max(first, bisect.bisect_left(sums, total - keep, covered, last))
         kept = [(0, self.head)]
         # A system turn is one message; those among the turns left out are sent all the same.
         kept.extend((turns[turn], turns[turn] + 1) for turn in self.system if turn < first)
@@ -200,7 +204,7 @@ class Window:
         used = fixed + extra + total - sums[first]
         seen = Seen(tuple(merged), None if summary is None else summary.span, used)
         if summary is None and first == 0:
-            return Plan(None, seen, start, fold)  # nothing left out: the history as it is
+            return Plan(None, seen, covered, fold)  # nothing left out: the history as it is
         parts: list[bytes | bytearray]
         if buffer is not None:  # each kept range is one slice of the history's own buffer
             starts = self.starts
@@ -209,7 +213,7 @@ class Window:
             parts = [b",".join(self.messages[a:b]) for a, b in kept]
         if summary is not None:
             parts.insert(1, summary.message)
-        return Plan(b"[%b]" % b",".join(part for part in parts if part), seen, start, fold)
+        return Plan(b"[%b]" % b",".join(part for part in parts if part), seen, covered, fold)
 
     def fold_request(self, start: int, fold: int, summary: Summary | None) -> tuple[bytes, Seen]:
         """The summariser's request for turns ``[start, fold)`` (and the summary so far)."""

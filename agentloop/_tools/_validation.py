@@ -1,7 +1,11 @@
-"""Tool arguments checked against their Draft 2020-12 schema with ``jsonschema-rs``.
+"""Tool arguments checked against their JSON Schema with ``jsonschema-rs``.
 
 A tool's validator is compiled once, when the tool is defined, from the very
-schema the model is shown (``$ref`` and ``$defs`` as they are). One rule is
+schema the model is shown (``$ref`` and ``$defs`` as they are), under the
+dialect its ``$schema`` declares: Draft 4, 6, 7, 2019-09 or 2020-12, and
+2020-12 when it declares none (as JSON Schema and MCP say). A tuple is
+``items: [...]`` in Draft 7 and ``prefixItems`` in 2020-12: each schema is
+read by its own rules. One rule is
 added for schemas derived from annotations: an ``integer`` must lie within
 64 bits, from ``-2**63`` to ``2**64 - 1`` (what ``orjson``, and so a run's
 record, can hold). JSON allows ``1e300`` and Draft 2020-12 counts it as an
@@ -24,7 +28,26 @@ from agentloop._core._json import copy_json
 from agentloop._core._output import instance_path
 from agentloop._tools._results import INT_MAX, INT_MIN
 
-__all__ = ["ArgumentsValidator", "bounded", "checked_schema", "out_of_range"]
+__all__ = [
+    "DIALECTS",
+    "LATEST",
+    "ArgumentsValidator",
+    "bounded",
+    "checked_schema",
+    "dialect",
+    "out_of_range",
+]
+
+#: The dialects jsonschema-rs compiles, by its validator class, as the errors name them.
+DIALECTS: Final = {
+    jsonschema_rs.Draft4Validator: "Draft 4",
+    jsonschema_rs.Draft6Validator: "Draft 6",
+    jsonschema_rs.Draft7Validator: "Draft 7",
+    jsonschema_rs.Draft201909Validator: "Draft 2019-09",
+    jsonschema_rs.Draft202012Validator: "Draft 2020-12",
+}
+#: What a schema without ``$schema`` is read as (JSON Schema's default, and MCP's).
+LATEST: Final = DIALECTS[jsonschema_rs.Draft202012Validator]
 
 # Keywords of a derived schema that hold schemas (the others hold data: enum, default).
 _ONE: Final = ("items", "additionalProperties")
@@ -33,7 +56,7 @@ _NAMED: Final = ("properties", "$defs")
 
 
 class ArgumentsValidator:
-    """A compiled Draft 2020-12 validator for one tool's arguments.
+    """A compiled validator for one tool's arguments, in the dialect its schema declares.
 
     ``derived=True`` (a schema derived from annotations) adds the 64-bit bounds
     to every ``integer`` (see the module); a given schema is compiled as is.
@@ -44,7 +67,7 @@ class ArgumentsValidator:
     def __init__(self, schema: dict[str, Any], *, derived: bool) -> None:
         compiled = _bounded(schema) if derived else schema
         # offline: a $ref to a URL is refused when compiled, never fetched at call time.
-        self._validator = jsonschema_rs.Draft202012Validator(compiled, offline=True)
+        self._validator = jsonschema_rs.validator_for(compiled, offline=True)
         self._derived = derived
         #: True when the value breaks no rule; stops at the first violation.
         self.is_valid = self._validator.is_valid
@@ -111,8 +134,8 @@ def bounded(schema: dict[str, Any]) -> dict[str, Any]:
 def checked_schema(name: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a given ``parameters`` schema, or ``TypeError`` saying what is wrong with it.
 
-    It must be plain JSON, a valid Draft 2020-12 schema whose every ``$ref``
-    resolves inside it, and describe an object.
+    It must be plain JSON, valid in the dialect it declares (``dialect``),
+    with every ``$ref`` resolving inside it, and describe an object.
     """
     if not isinstance(parameters, Mapping):
         raise TypeError(
@@ -121,11 +144,21 @@ def checked_schema(name: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
         )
     try:
         schema = copy_json(dict(parameters), "parameters")
-        jsonschema_rs.Draft202012Validator(schema, offline=True)
-    except (TypeError, ValueError) as exc:  # JSONError, or jsonschema_rs.ValidationError
+    except (TypeError, ValueError) as exc:  # JSONError
+        raise TypeError(f"tool {name!r}: expected parameters to be JSON, but {exc}") from None
+    declared = dialect(schema)
+    if declared is None:
+        raise TypeError(
+            f"tool {name!r}: expected parameters' $schema to name a dialect agentloop "
+            f"validates ({', '.join(DIALECTS.values())}; none means 2020-12), "
+            f"got {schema['$schema']!r:.100}"
+        )
+    try:
+        jsonschema_rs.validator_for(schema, offline=True)
+    except ValueError as exc:  # jsonschema_rs.ValidationError
         message = str(getattr(exc, "message", exc)).split("\n", 1)[0]
         raise TypeError(
-            f"tool {name!r}: expected parameters to be a Draft 2020-12 JSON Schema, but {message}"
+            f"tool {name!r}: expected parameters to be a {declared} JSON Schema, but {message}"
         ) from None
     if schema.get("type") != "object":
         raise TypeError(
@@ -133,3 +166,17 @@ def checked_schema(name: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
             f"({{'type': 'object', ...}}), got type {schema.get('type')!r}"
         )
     return schema  # type: ignore[no-any-return]
+
+
+def dialect(schema: Mapping[str, Any]) -> str | None:
+    """The JSON Schema dialect ``schema`` declares (``Draft 7``), or None for one not known here.
+
+    Without ``$schema`` it is Draft 2020-12, MCP's default as JSON Schema's.
+    """
+    if "$schema" not in schema:
+        return LATEST
+    try:  # the $schema alone: a dialect jsonschema-rs does not know is refused
+        validator = jsonschema_rs.validator_for({"$schema": schema["$schema"]}, offline=True)
+    except ValueError:
+        return None
+    return DIALECTS.get(type(validator))

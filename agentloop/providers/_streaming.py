@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from agentloop._streams import Delta
-    from agentloop._tools._specs import SpecFormat
+    from agentloop._tools._specs import NameRule, SpecFormat
     from agentloop.providers._convert import Message, Options
 
 __all__ = [
@@ -275,13 +275,16 @@ def make_stream_model(
     *,
     sdk: ModuleType | None = None,
     name: str | None = None,
+    names: NameRule | None = None,
+    retries_off: Callable[[], Callable[..., Any]] | None = None,
 ) -> StreamModel | AsyncStreamModel:
     """The streaming model callback: ``create(**request(...), **streaming)``'s stream, converted.
 
-    ``make_model``'s callback, whose request carries ``streaming`` and whose
-    answer is opened as a stream (an HTTP error is raised, and marked for the
-    retry policy, by the call itself): it yields the deltas ``convert`` makes
-    of the SDK's events, then the whole reply.
+    ``make_model``'s callback (``names`` and ``retries_off`` as there),
+    whose request carries ``streaming`` and whose answer is opened as a stream
+    (an HTTP error is raised, and marked for the retry policy, by the call
+    itself): it yields the deltas ``convert`` makes of the SDK's events, then
+    the whole reply.
     """
     if inspect.iscoroutinefunction(inspect.unwrap(create)):
 
@@ -296,6 +299,15 @@ def make_stream_model(
 
         opened = open_
     made: StreamModel | AsyncStreamModel = make_model(  # type: ignore[assignment]
-        create, request, opened, format, options, sdk=sdk, name=name, sent=streaming
+        create,
+        request,
+        opened,
+        format,
+        options,
+        sdk=sdk,
+        name=name,
+        sent=streaming,
+        names=names,
+        retries_off=retries_off,
     )  # its parse opens the stream its create answers
     return made

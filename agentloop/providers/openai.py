@@ -55,6 +55,7 @@ from agentloop.providers._convert import (
     result_text,
     strict_schema,
     unknown_kind,
+    without_retries,
 )
 from agentloop.providers._openai_reply import chat_reply, responses_reply
 from agentloop.providers._openai_stream import (
@@ -127,7 +128,9 @@ def openai_chat(
     are the adapter's own (a ``TypeError`` if given). The reply carries
     ``usage`` when the response does. A reply cut off (``finish_reason``
     ``length``), filtered, refused or empty raises ``IncompleteReply``; SDK
-    errors that outlast its retries propagate.
+    errors propagate, marked for the Loop's retry policy. A Loop that retries
+    sends the requests through a copy of ``client`` with its own retries off
+    (``agentloop_single_attempt``), so that the two never multiply.
 
     ``stream=True``: the callback answers with a stream (``agentloop.streaming``)
     over ``stream=True`` chunks, with ``stream_options={'include_usage': True}``;
@@ -162,6 +165,7 @@ def openai_chat(
         messages = _chat_messages(history, compat)
         return {"model": model, "messages": messages, **tools, **params}
 
+    retries_off = without_retries("openai_chat", client, "chat.completions.create", openai)
     fresh = compat.fresh_ids
     if stream:
         streaming: dict[str, Any] = {"stream": True}
@@ -178,6 +182,7 @@ def openai_chat(
             _chat_options,
             sdk=openai,
             name=model,
+            retries_off=retries_off,
         )
     return make_model(
         client.chat.completions.create,
@@ -187,6 +192,7 @@ def openai_chat(
         _chat_options,
         sdk=openai,
         name=model,
+        retries_off=retries_off,
     )
 
 
@@ -253,6 +259,8 @@ def openai_responses(
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         return {"model": model, "input": _responses_input(history), **tools, **params}
 
+    retries_off = without_retries("openai_responses", client, "responses.create", openai)
+
     if stream:
         return make_stream_model(
             client.responses.create,
@@ -264,6 +272,7 @@ def openai_responses(
             _responses_options,
             sdk=openai,
             name=model,
+            retries_off=retries_off,
         )
     return make_model(
         client.responses.create,
@@ -273,6 +282,7 @@ def openai_responses(
         _responses_options,
         sdk=openai,
         name=model,
+        retries_off=retries_off,
     )
 
 
