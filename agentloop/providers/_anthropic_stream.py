@@ -13,7 +13,7 @@ import anthropic
 from agentloop._streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._anthropic_reply import messages_outcome
 from agentloop.providers._convert import parsed_arguments
-from agentloop.providers._streaming import afolded, ended_early, folded
+from agentloop.providers._streaming import afolded, folded
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Generator
@@ -95,9 +95,10 @@ class _MessagesFold:
             self.done = True
         return ()
 
+    def missing(self) -> str | None:
+        return None if self.done else "message_stop"
+
     def reply(self) -> Message:
-        if not self.done:
-            raise ended_early("message_stop")
         blocks = []
         for index in sorted(self.blocks):
             kind, first, name, parts = self.blocks[index]

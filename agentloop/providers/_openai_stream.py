@@ -15,7 +15,7 @@ import orjson
 from agentloop._streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._compat import CallIds, extra, thought_signature
 from agentloop.providers._openai_reply import chat_outcome, chat_usage, responses_reply
-from agentloop.providers._streaming import afolded, ended_early, error_event, folded
+from agentloop.providers._streaming import afolded, error_event, folded
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Generator
@@ -121,9 +121,10 @@ class _ChatFold:
             self.calls[place][3].append(arguments)
             out.append(ArgumentsDelta(index=place, text=arguments))
 
+    def missing(self) -> str | None:
+        return "finish_reason" if self.choice is not None and self.finish is None else None
+
     def reply(self) -> Message:
-        if self.choice is not None and self.finish is None:
-            raise ended_early("finish_reason")
         calls = [
             (kind, call_id, name, "".join(parts), signature)
             for kind, call_id, name, parts, _, signature in self.calls
@@ -197,9 +198,11 @@ class _ResponsesFold:
             raise error_event(event.code, event.message)
         return ()
 
+    def missing(self) -> str | None:
+        return "response.completed" if self.final is None else None
+
     def reply(self) -> Message:
-        if self.final is None:
-            raise ended_early("response.completed")
+        assert self.final is not None, "folded() reads the reply once its last event came"
         return responses_reply(self.final)
 
 

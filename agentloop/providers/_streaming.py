@@ -54,8 +54,12 @@ class Fold(Protocol):
         """The deltas ``event`` carries (none for most lifecycle events)."""
         ...
 
+    def missing(self) -> str | None:
+        """The event that ends the reply, if the stream ended without it."""
+        ...
+
     def reply(self) -> Message:
-        """The whole reply, once the events are in (``IncompleteReply`` if it is not)."""
+        """The whole reply, once its last event is in (``IncompleteReply`` if it is unusable)."""
         ...
 
 
@@ -65,10 +69,13 @@ def folded(events: Any, fold: Fold, sdk: ModuleType) -> Generator[Delta | Messag
     The run's token and ``model_timeout`` are read at each event
     (``between_chunks``), whether it carries a delta or not, so that a
     cancel is seen at the next event. ``events`` is closed as soon as the
-    reply is in (or the reading broke); a failure is ``broke_off``'s.
+    reply is in (or the reading broke); a failure is ``broke_off``'s, and a
+    stream that ended before its last event is ``ended_early``'s.
     """
+    began = False
     try:
         for event in events:
+            began = True
             between_chunks()
             yield from fold.feed(event)
             if fold.done:
@@ -80,6 +87,9 @@ def folded(events: Any, fold: Fold, sdk: ModuleType) -> Generator[Delta | Messag
         raise error from exc
     finally:
         events.close()  # the HTTP response, at once: the reply is in (or broke)
+    last = fold.missing()
+    if last is not None:
+        raise ended_early(last, began)
     yield fold.reply()
 
 
@@ -87,8 +97,10 @@ async def afolded(
     events: Any, fold: Fold, sdk: ModuleType
 ) -> AsyncGenerator[Delta | Message, None]:
     """``folded`` over an async SDK stream."""
+    began = False
     try:
         async for event in events:
+            began = True
             between_chunks()
             for delta in fold.feed(event):
                 yield delta
@@ -101,6 +113,9 @@ async def afolded(
         raise error from exc
     finally:
         await events.close()
+    last = fold.missing()
+    if last is not None:
+        raise ended_early(last, began)
     yield fold.reply()
 
 
@@ -134,14 +149,17 @@ def error_event(kind: object, message: object) -> IncompleteReply:
     return error
 
 
-def ended_early(last: str) -> IncompleteReply:
-    """The stream ended before the event that ends the reply (``last``): a lost connection.
+def ended_early(last: str, began: bool) -> IncompleteReply:
+    """The stream ended before the event that ends the reply (``last``).
 
-    Marked so, for the retry policy: the server closed the stream, and a
-    retry asks for the whole reply again.
+    One that ``began`` (some event came) and ended early lost its connection:
+    marked so, for the retry policy, which asks for the whole reply again.
+    One that brought no event at all was never a stream of the reply (an
+    HTML page in its place, say): not marked, as it would only come again.
     """
     error = IncompleteReply(f"the stream ended before the reply did (no {last})")
-    mark(error, "connection")
+    if began:
+        mark(error, "connection")
     return error
 
 
