@@ -27,10 +27,12 @@ from openai.types.chat import completion_create_params
 from openai.types.responses import response_create_params
 
 from agentloop import CancelToken, Loop, ToolRegistry, Transition
+from agentloop.models import RetryPolicy, transient
+from agentloop.providers import IncompleteReply
 from agentloop.providers.anthropic import anthropic_messages
 from agentloop.providers.google import gemini_generate_content
 from agentloop.providers.openai import openai_chat, openai_responses
-from agentloop.streaming import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
+from agentloop.streaming import ArgumentsDelta, Discard, TextDelta, ToolCallStart, UsageDelta
 
 from . import test_providers_gemini as gem
 from .helpers import add, mul
@@ -444,7 +446,9 @@ async def _read_last(model: Any) -> Any:
 
 @pytest.mark.parametrize("api", APIS, ids=str)
 async def test_an_error_event_mid_stream_is_a_failed_call(api: Api, flavour: str) -> None:
-    """An error event after some deltas raises (the SDK's error, or ``IncompleteReply``)."""
+    """An error event after some deltas raises what the adapter's docstring says: OpenAI's,
+    ``IncompleteReply`` (whether the SDK raised its own error for it or handed the event
+    on); Anthropic's, the SDK's ``APIStatusError``."""
     events = api.events(api.cases["a final"])[:4]
     if api.name == "chat":
         error: tuple[str | None, Any] = (
@@ -472,7 +476,40 @@ async def test_an_error_event_mid_stream_is_a_failed_call(api: Api, flavour: str
     body = Streamed(sse([*events, error]))
     got = await outcome(lambda: _read_last(api.model(Wire([(200, body)]), flavour, stream=True)))
     assert isinstance(got, tuple)
+    assert got[0] == ("APIStatusError" if api.name == "anthropic" else "IncompleteReply")
     assert "overloaded" in got[1]
+    assert body.closed_at is not None
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"type": "error", "code": "server_error", "message": "overloaded", "param": None},
+        {
+            "type": "error",
+            "error": {"type": "server_error", "code": "server_error", "message": "overloaded"},
+        },
+    ],
+    ids=["as documented", "nested, which the SDK raises itself"],
+)
+async def test_a_responses_error_event_is_an_incomplete_reply_in_either_shape(
+    flavour: str, error: Message
+) -> None:
+    """``openai_responses(stream=True)``: an error event, in the shape the API reference gives
+    or nested under ``error`` (which the SDK raises as its own ``APIError``), is the
+    ``IncompleteReply`` its docstring names, with the code and the message, marked passing."""
+    api = APIS[1]
+    events = api.events(api.cases["a final"])[:4]
+    body = Streamed(sse([*events, ("error", {**error, "sequence_number": 99})]))
+    wire = Wire([(200, body)])
+    try:
+        await read(await answer(api.model(wire, flavour, stream=True)))
+    except IncompleteReply as exc:
+        raised: IncompleteReply = exc
+    else:
+        raise AssertionError("no error")
+    assert str(raised) == "the stream broke off with an error event: server_error: overloaded"
+    assert transient(raised) is not None
     assert body.closed_at is not None
 
 
@@ -603,3 +640,150 @@ def test_a_wrapped_output_in_a_markdown_fence_is_taken_out_too() -> None:
     wire = Wire([(200, _FINALS[api.name](text=fenced))])
     result = Loop(api.model(wire, "sync", stream=False), output=list[int]).run(USER)
     assert (result.status, result.output, result.steps) == ("finished", [2, 3], 1)
+
+
+# -- a stream that breaks mid-reply is retried; the deltas it had delivered are discarded ---------
+
+NO_WAIT = RetryPolicy(sleep=lambda seconds, token: None)  # the default policy, waiting no time
+
+
+def broken(api: Api, how: str) -> Streamed:
+    """A canned final's stream that breaks after its first half: ``drop`` (the connection is
+    lost), ``cut`` (the server ends it early) or an ``error`` event saying the server failed."""
+    events = api.events(api.cases["a final"])
+    half = events[: len(events) // 2]
+    if how == "drop":
+        return Streamed(sse(events), stall=len(sse(half)), drop=True)
+    if how == "cut":
+        return Streamed(sse(half))
+    return Streamed(sse([*half, ERROR_EVENTS[api.name]("server_error")]))
+
+
+def _chat_error(kind: str) -> tuple[str | None, Any]:
+    return None, {"error": {"message": "overloaded", "type": kind, "code": kind}}
+
+
+def _responses_error(kind: str) -> tuple[str | None, Any]:
+    fields = {"code": kind, "message": "overloaded", "param": None, "sequence_number": 99}
+    return "error", {"type": "error", **fields}
+
+
+def _messages_error(kind: str) -> tuple[str | None, Any]:
+    kind = {"server_error": "overloaded_error"}.get(kind, kind)
+    return "error", {"type": "error", "error": {"type": kind, "message": "overloaded"}}
+
+
+#: Each API's error event mid-stream, of an error type or code.
+ERROR_EVENTS: dict[str, Callable[[str], tuple[str | None, Any]]] = {
+    "chat": _chat_error,
+    "responses": _responses_error,
+    "anthropic": _messages_error,
+}
+
+
+@pytest.mark.parametrize("how", ["drop", "cut", "error"])
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_a_stream_broken_mid_reply_is_retried(api: Api, flavour: str, how: str) -> None:
+    """A lost connection, a stream the server ended early, a server error event: each after
+    some text had streamed. The Loop's retry policy asks again, a Discard tells the listener to
+    drop the text it had, and only the retry's whole reply is recorded."""
+    body = api.cases["a final"]
+    wire = Wire([(200, broken(api, how)), (200, Streamed(sse(api.events(body))))])
+    loop = Loop(api.model(wire, flavour, stream=True), retry=NO_WAIT)
+    heard: list[object] = []
+    if flavour == "sync":
+        run: Any = loop.start(USER)
+        run.subscribe_deltas(heard.append)
+        result = run.finish()
+    else:
+        run = loop.astart(USER)
+        run.subscribe_deltas(heard.append)
+        result = await run.afinish()
+
+    assert (result.status, result.steps, len(wire.requests)) == ("finished", 2, 2)
+    assert [e.trigger for e in result.events[:3]] == ["model_raised", "waited", "model_replied"]
+    failure = result.events[0].exception
+    assert failure is not None
+    assert transient(failure) is not None
+    assert transient(failure).kind == ("server" if how == "error" else "connection")  # type: ignore[union-attr]
+    cut = next(i for i, item in enumerate(heard) if type(item) is Discard)
+    assert all(type(item) is TextDelta for item in heard[:cut])  # the text the Discard voids
+    assert heard[:cut]
+    retried = "".join(d.text for d in heard[cut + 1 :] if type(d) is TextDelta)
+    assert retried == result.output == "2+3 is 5, and 2*3 is 6."
+    assert result.transcript == [*USER, {"kind": "final", "text": result.output}]
+
+
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_an_error_event_that_will_not_pass_fails_the_run(api: Api, flavour: str) -> None:
+    """An error event of any other type fails the run, not retried: OpenAI's as an
+    IncompleteReply naming its code and message, Anthropic's as the SDK's error."""
+    events = api.events(api.cases["a final"])[:4]
+    body = Streamed(sse([*events, ERROR_EVENTS[api.name]("invalid_request_error")]))
+    wire = Wire([(200, body)])
+    loop = Loop(api.model(wire, flavour, stream=True), retry=NO_WAIT)
+    result = loop.run(USER) if flavour == "sync" else await loop.arun(USER)
+    assert (result.status, len(wire.requests)) == ("failed", 1)
+    failure = result.events[-1].exception
+    assert failure is not None
+    assert transient(failure) is None
+    if api.name == "anthropic":
+        assert isinstance(failure, anthropic.APIStatusError)
+    else:
+        assert isinstance(failure, IncompleteReply)
+        assert result.error == (
+            "the model raised IncompleteReply: the stream broke off with an error event: "
+            "invalid_request_error: overloaded"
+        )
+
+
+# -- the sync driver reads the token at every event, those that carry no delta included ----------
+
+
+def quiet(api: Api, n: int) -> list[tuple[str | None, Any]]:
+    """A final's events with ``n`` events that carry no delta early on: a chat's empty chunks,
+    a Responses reasoning summary, a Messages thinking block's deltas."""
+    events = api.events(api.cases["a final"])
+    if api.name == "chat":
+        silent = [events[0]] * n  # the opening chunk: a role and no content
+    elif api.name == "responses":
+        where = {"item_id": "rs_1", "output_index": 0, "summary_index": 0}
+        silent = [
+            (
+                "response.reasoning_summary_text.delta",
+                {
+                    "type": "response.reasoning_summary_text.delta",
+                    **where,
+                    "delta": "Hm. ",
+                    "sequence_number": 1000 + i,
+                },
+            )
+            for i in range(n)
+        ]
+    else:
+        delta = {"type": "thinking_delta", "thinking": "Hm. "}
+        silent = [
+            ("content_block_delta", {"type": "content_block_delta", "index": 9, "delta": delta})
+        ] * n
+    return [events[0], *silent, *events[1:]]
+
+
+@pytest.mark.parametrize("api", APIS, ids=str)
+def test_the_sync_driver_sees_a_cancel_at_the_next_event_without_a_delta(api: Api) -> None:
+    """30 events that carry no delta open the reply; a cancel comes after two of them: the
+    response is closed at the next event, long before the first delta, and the run ends
+    cancelled with nothing streamed."""
+    token = CancelToken()
+    events = quiet(api, 30)
+    body = Streamed(sse(events), then=(len(sse(events[:3])), token.cancel))
+    run = Loop(api.model(Wire([(200, body)]), "sync", stream=True)).start(USER, cancel=token)
+    heard: list[object] = []
+    run.subscribe_deltas(heard.append)
+    result = run.finish()
+
+    assert result.status == "cancelled"
+    assert result.events[-1].trigger == "model_interrupted"
+    assert result.events[-1].partial_text is None
+    assert heard == []
+    assert body.closed_at is not None
+    assert body.sent * body.size <= len(sse(events[:5]))  # read on by an event or so, no more

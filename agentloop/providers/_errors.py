@@ -21,15 +21,25 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from types import ModuleType
 
-__all__ = ["aparsed", "classify", "parsed", "raw_create", "retry_after", "unreadable"]
+__all__ = [
+    "aparsed",
+    "classify",
+    "parsed",
+    "raw_create",
+    "retry_after",
+    "stream_error_kind",
+    "unreadable",
+]
 
 #: How much of a body that is not JSON an ``UnreadableResponse`` quotes.
 _QUOTED: Final = 200
 
 #: A stream's error event, by its error type, when it may pass: the response itself was a 200,
-#: so its status says nothing. Anthropic's own types, and the exceptions Bedrock's event
-#: stream ends with (its SDK client names them so).
+#: so its status says nothing. Anthropic's own types, the exceptions Bedrock's event
+#: stream ends with (its SDK client names them so), and OpenAI's codes.
 _STREAM_ERRORS: Final = {
+    "server_error": "server",
+    "rate_limit_exceeded": "rate_limit",
     "rate_limit_error": "rate_limit",
     "throttlingException": "rate_limit",
     "overloaded_error": "server",
@@ -106,6 +116,11 @@ def classify(exc: Exception, sdk: ModuleType | None) -> None:
             kind = _STREAM_ERRORS.get(_error_type(exc.body))
             if kind is not None:
                 mark(exc, kind)
+
+
+def stream_error_kind(kind: object) -> str | None:
+    """The kind of passing error a stream's error event of type (or code) ``kind`` is, if any."""
+    return _STREAM_ERRORS.get(kind) if type(kind) is str else None
 
 
 def _error_type(body: object) -> str:

@@ -135,8 +135,12 @@ def openai_chat(
 
     ``stream=True``: the callback answers with a stream (``agentloop.streaming``)
     over ``stream=True`` chunks, with ``stream_options={'include_usage': True}``;
-    its whole reply is the one the same response unstreamed gives. A stream
-    that ends before its ``finish_reason`` raises ``IncompleteReply``.
+    its whole reply is the one the same response unstreamed gives. A chunk
+    that carries an ``error`` raises ``IncompleteReply`` naming it (marked
+    passing for a ``server_error`` or a rate limit, which the Loop's retry
+    policy retries), and so does a stream that ends before its
+    ``finish_reason`` (a lost connection); a connection lost mid-stream
+    raises the SDK's error, marked as it would be before the stream began.
 
     ``compat``: an OpenAI-compatible server's departures that need a switch
     (``Compat``); those that need none are repaired whatever it says: a call
@@ -228,8 +232,13 @@ def openai_responses(
 
     ``stream=True``: the callback answers with a stream (``agentloop.streaming``)
     over the API's stream events; its whole reply is made from the response
-    the last event carries, as unstreamed. An ``error`` event, or a stream
-    that ends before its last event, raises ``IncompleteReply``.
+    the last event carries, as unstreamed. An ``error`` event (flat, as the
+    API reference gives it, or nested under ``error``, which the SDK raises
+    as its own ``APIError``) raises ``IncompleteReply`` naming its code and
+    message, marked passing for a ``server_error`` or a rate limit; so does
+    a stream that ends before its last event (a lost connection). A
+    connection lost mid-stream raises the SDK's error, marked as it would
+    be before the stream began.
     """
     checked_client("openai_responses", client, model, "responses.create", "an OpenAI")
     checked_stream("openai_responses", stream)
