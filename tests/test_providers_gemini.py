@@ -542,6 +542,56 @@ async def test_a_stream_whose_first_chunk_is_an_error_is_raised_by_the_call(flav
     assert body.closed_at is not None
 
 
+async def test_an_error_chunk_mid_stream_is_retried_after_its_retry_info(flavour: str) -> None:
+    """A 429 chunk after some text: the SDK's ClientError, marked as the same 429 before the
+    stream began is, with its RetryInfo's wait. The Loop waits that, asks again, and records
+    only the retry's reply; the text that had streamed is discarded."""
+    quota = error(429, "RESOURCE_EXHAUSTED", "quota", RETRY_INFO)
+    broke = Streamed(sse([(None, response(text("Let"), finish=None)), (None, quota)]))
+    wire = Wire([(200, broke), (200, Streamed(sse([(None, response(text("5")))])))])
+    waits: list[float] = []
+    policy = RetryPolicy(cap=60.0, sleep=lambda seconds, token: waits.append(seconds))
+    loop = Loop(model_for(flavour, wire, stream=True), retry=policy)
+    run_: Any = loop.start(USER) if flavour == "sync" else loop.astart(USER)
+    heard: list[object] = []
+    run_.subscribe_deltas(heard.append)
+    result = run_.finish() if flavour == "sync" else await run_.afinish()
+    assert (result.status, result.output, result.steps, len(wire.requests)) == (
+        "finished",
+        "5",
+        2,
+        2,
+    )
+    failure = result.events[0].exception
+    assert isinstance(failure, errors.ClientError)
+    assert failure.code == 429
+    assert transient(failure) == Transient(kind="rate_limit", retry_after=37.0)
+    assert waits == [37.0]
+    assert [type(item).__name__ for item in heard] == [
+        "TextDelta",
+        "Discard",
+        "TextDelta",
+        "UsageDelta",
+    ]
+    assert broke.closed_at is not None
+
+
+async def test_a_chunk_that_is_not_json_mid_stream_is_unreadable(flavour: str) -> None:
+    """A chunk that is not JSON after some text fails the call as a body that is not JSON does:
+    ``UnreadableResponse``, quoting it, not the SDK's parser error; it is not retried."""
+    body = Streamed(sse([(None, response(text("Let"), finish=None)), (None, "<html>oops")]))
+    wire = Wire([(200, body)])
+    result = await run(Loop(model_for(flavour, wire, stream=True)), flavour, "2+3?")
+    assert (result.status, result.steps, len(wire.requests)) == ("failed", 1, 1)
+    assert isinstance(result.events[0].exception, UnreadableResponse)
+    assert result.error is not None
+    assert result.error.startswith(
+        "the model raised UnreadableResponse: the provider's response was not JSON "
+        f"(HTTP 200, from models/{MODEL}:streamGenerateContent): '<html>oops"
+    )
+    assert body.closed_at is not None
+
+
 HTML = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
 
 

@@ -23,6 +23,7 @@ import openai
 import pydantic
 import pytest
 from anthropic.types import message_create_params
+from google.genai import errors as genai_errors
 from openai.types.chat import completion_create_params
 from openai.types.responses import response_create_params
 
@@ -448,7 +449,8 @@ async def _read_last(model: Any) -> Any:
 async def test_an_error_event_mid_stream_is_a_failed_call(api: Api, flavour: str) -> None:
     """An error event after some deltas raises what the adapter's docstring says: OpenAI's,
     ``IncompleteReply`` (whether the SDK raised its own error for it or handed the event
-    on); Anthropic's, the SDK's ``APIStatusError``."""
+    on); Anthropic's, the SDK's ``APIStatusError``; Gemini's error chunk, the SDK's
+    ``ServerError`` for its 503, as for a 503 before the stream began."""
     events = api.events(api.cases["a final"])[:4]
     if api.name == "chat":
         error: tuple[str | None, Any] = (
@@ -476,7 +478,8 @@ async def test_an_error_event_mid_stream_is_a_failed_call(api: Api, flavour: str
     body = Streamed(sse([*events, error]))
     got = await outcome(lambda: _read_last(api.model(Wire([(200, body)]), flavour, stream=True)))
     assert isinstance(got, tuple)
-    assert got[0] == ("APIStatusError" if api.name == "anthropic" else "IncompleteReply")
+    raised = {"anthropic": "APIStatusError", "gemini": "ServerError"}
+    assert got[0] == raised.get(api.name, "IncompleteReply")
     assert "overloaded" in got[1]
     assert body.closed_at is not None
 
@@ -673,11 +676,18 @@ def _messages_error(kind: str) -> tuple[str | None, Any]:
     return "error", {"type": "error", "error": {"type": kind, "message": "overloaded"}}
 
 
+def _gemini_error(kind: str) -> tuple[str | None, Any]:
+    """Gemini's error chunk: Google's error JSON, whose code is an HTTP status."""
+    code, status = {"server_error": (503, "UNAVAILABLE")}.get(kind, (400, "INVALID_ARGUMENT"))
+    return None, {"error": {"code": code, "message": "overloaded", "status": status}}
+
+
 #: Each API's error event mid-stream, of an error type or code.
 ERROR_EVENTS: dict[str, Callable[[str], tuple[str | None, Any]]] = {
     "chat": _chat_error,
     "responses": _responses_error,
     "anthropic": _messages_error,
+    "gemini": _gemini_error,
 }
 
 
@@ -717,7 +727,8 @@ async def test_a_stream_broken_mid_reply_is_retried(api: Api, flavour: str, how:
 @pytest.mark.parametrize("api", APIS, ids=str)
 async def test_an_error_event_that_will_not_pass_fails_the_run(api: Api, flavour: str) -> None:
     """An error event of any other type fails the run, not retried: OpenAI's as an
-    IncompleteReply naming its code and message, Anthropic's as the SDK's error."""
+    IncompleteReply naming its code and message, Anthropic's as the SDK's error, Gemini's
+    (a 400 chunk) as the SDK's ClientError with that code."""
     events = api.events(api.cases["a final"])[:4]
     body = Streamed(sse([*events, ERROR_EVENTS[api.name]("invalid_request_error")]))
     wire = Wire([(200, body)])
@@ -729,6 +740,9 @@ async def test_an_error_event_that_will_not_pass_fails_the_run(api: Api, flavour
     assert transient(failure) is None
     if api.name == "anthropic":
         assert isinstance(failure, anthropic.APIStatusError)
+    elif api.name == "gemini":
+        assert isinstance(failure, genai_errors.ClientError)
+        assert failure.code == 400
     else:
         assert isinstance(failure, IncompleteReply)
         assert result.error == (
@@ -742,7 +756,8 @@ async def test_an_error_event_that_will_not_pass_fails_the_run(api: Api, flavour
 
 def quiet(api: Api, n: int) -> list[tuple[str | None, Any]]:
     """A final's events with ``n`` events that carry no delta early on: a chat's empty chunks,
-    a Responses reasoning summary, a Messages thinking block's deltas."""
+    a Responses reasoning summary, a Messages thinking block's deltas, Gemini's thought
+    summaries."""
     events = api.events(api.cases["a final"])
     if api.name == "chat":
         silent = [events[0]] * n  # the opening chunk: a role and no content
@@ -760,6 +775,10 @@ def quiet(api: Api, n: int) -> list[tuple[str | None, Any]]:
             )
             for i in range(n)
         ]
+    elif api.name == "gemini":  # its first chunk already has text: the thoughts come before
+        thought = {"role": "model", "parts": [{"text": "Hm. ", "thought": True}]}
+        first = {**events[0][1], "candidates": [{"index": 0, "content": thought}]}
+        return [(None, first)] * n + events
     else:
         delta = {"type": "thinking_delta", "thinking": "Hm. "}
         silent = [

@@ -4,9 +4,12 @@ The SDK sends the request when its stream is first read, so ``open_stream``
 (``aopen_stream`` for an async client) reads the first chunk at once: an
 HTTP error is then raised by the model call itself, as the other adapters'
 are, and marked for the retry policy. ``generate_stream`` (``agenerate_stream``)
-converts the chunks: a call arrives whole in one chunk (its start, then its
+reads the chunks through the fold loop every adapter's stream goes through
+(``folded``): a call arrives whole in one chunk (its start, then its
 arguments in one piece), usage is a running total (the last chunk's counts),
-and the reply is the one the same response unstreamed gives.
+and the reply is the one the same response unstreamed gives. What breaks the
+stream is marked as it would be at the call (``classify_gemini``): an error
+chunk is the SDK's ``ServerError`` or ``ClientError``, by its code.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from google.genai import errors
 
-from agentloop._errors import IncompleteReply
 from agentloop._streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._gemini_reply import GeminiParts
+from agentloop.providers._streaming import afolded, folded
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
 
     from agentloop._streams import Delta
     from agentloop.providers._convert import Message
+    from agentloop.providers._streaming import Errors
 
 __all__ = ["agenerate_stream", "aopen_stream", "generate_stream", "open_stream"]
 
@@ -155,6 +159,8 @@ class _GeminiFold:
 
     __slots__ = ("parts",)
 
+    done = False  # read to the stream's end: no chunk says it is the last
+
     def __init__(self) -> None:
         self.parts = GeminiParts()
 
@@ -175,32 +181,19 @@ class _GeminiFold:
                 out.append(UsageDelta(**used))
         return out
 
+    def missing(self) -> str | None:
+        ended = self.parts.finish is not None or self.parts.blocked is not None
+        return None if ended else "finish_reason"
+
     def reply(self) -> Message:
-        if self.parts.finish is None and self.parts.blocked is None:
-            raise IncompleteReply(
-                "the stream ended before the reply did (no finish_reason)", self.parts.used
-            )
         return self.parts.reply()
 
 
-def generate_stream(chunks: _Opened) -> Generator[Delta | Message, None, None]:
-    """The deltas of a Gemini stream, then its reply."""
-    fold = _GeminiFold()
-    try:
-        for chunk in chunks:
-            yield from fold.feed(chunk)
-    finally:
-        chunks.close()  # the HTTP response, at once: the reply is in (or broke)
-    yield fold.reply()
+def generate_stream(chunks: _Opened, errors: Errors) -> Generator[Delta | Message, None, None]:
+    """The deltas of a Gemini stream, then its reply; ``errors`` marks what breaks it."""
+    return folded(chunks, _GeminiFold(), errors=errors)
 
 
-async def agenerate_stream(chunks: _AOpened) -> AsyncGenerator[Delta | Message, None]:
+def agenerate_stream(chunks: _AOpened, errors: Errors) -> AsyncGenerator[Delta | Message, None]:
     """``generate_stream`` over an async SDK stream."""
-    fold = _GeminiFold()
-    try:
-        async for chunk in chunks:
-            for delta in fold.feed(chunk):
-                yield delta
-    finally:
-        await chunks.close()
-    yield fold.reply()
+    return afolded(chunks, _GeminiFold(), errors=errors)

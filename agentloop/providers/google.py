@@ -145,8 +145,14 @@ def gemini_generate_content(
 
     ``stream=True``: the callback answers with a stream (``agentloop.streaming``)
     over ``generate_content_stream``; its whole reply is the one the same
-    response unstreamed gives. A stream that ends before a chunk with a
-    ``finish_reason`` raises ``IncompleteReply``.
+    response unstreamed gives. An error chunk mid-stream raises the SDK's
+    error (``ServerError`` or ``ClientError``, by the code it carries),
+    marked for the retry policy as the same error before the stream began
+    is (a 429, a 408, a 5xx); a connection lost mid-stream raises the
+    transport's error, marked as it would be before the stream began; a
+    chunk that is not JSON raises ``UnreadableResponse``; a stream that ends
+    before a chunk with a ``finish_reason`` raises ``IncompleteReply``,
+    marked as a lost connection (unless it brought no chunk at all).
     """
     checked_client(
         "gemini_generate_content", client, model, "models.generate_content", "a google-genai"
@@ -170,15 +176,17 @@ def gemini_generate_content(
             aopen_stream if inspect.iscoroutinefunction(inspect.unwrap(create)) else open_stream
         )
         once = _single_attempts(client, config, create)
+        # One marking of errors, whether the call raised them or the stream it began.
+        marked = partial(classify_gemini, url=f"models/{model}:streamGenerateContent")
         return make_stream_model(
             opener(create),
             request,
-            generate_stream,
-            agenerate_stream,
+            partial(generate_stream, errors=marked),
+            partial(agenerate_stream, errors=marked),
             "gemini",
             {},
             _options,
-            errors=partial(classify_gemini, url=f"models/{model}:streamGenerateContent"),
+            errors=marked,
             name=model,
             retries_off=lambda: opener(once()),
         )
