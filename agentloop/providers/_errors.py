@@ -21,7 +21,15 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from types import ModuleType
 
-__all__ = ["aparsed", "classify", "parsed", "raw_create", "retry_after", "stream_error_kind"]
+__all__ = [
+    "aparsed",
+    "classify",
+    "parsed",
+    "raw_create",
+    "retry_after",
+    "stream_error_kind",
+    "unreadable",
+]
 
 #: How much of a body that is not JSON an ``UnreadableResponse`` quotes.
 _QUOTED: Final = 200
@@ -156,10 +164,12 @@ def _unreadable(response: Any) -> UnreadableResponse | None:
         orjson.loads(http.content)
     except orjson.JSONDecodeError:
         text = http.content.decode("utf-8", "replace")
-        return UnreadableResponse(
-            http.status_code,
-            text[:_QUOTED],
-            str(http.request.url),
-            http.headers.get("content-type"),
+        return unreadable(
+            http.status_code, text, str(http.request.url), http.headers.get("content-type")
         )
     return None
+
+
+def unreadable(status: int, text: str, url: str, content_type: str | None) -> UnreadableResponse:
+    """The error for a body that is not JSON, quoting its start."""
+    return UnreadableResponse(status, text[:_QUOTED], url, content_type)
