@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import time
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any
 
@@ -44,11 +45,12 @@ from agentloop._callbacks import (
 )
 from agentloop._concurrent import ConcurrentBatch
 from agentloop._core._context import Summarise
+from agentloop._core._json import exception_said
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, ReviewCalls, RunTool, Wait
 from agentloop._progress import areporting
 from agentloop._run import LOG, Carried, carried, log, one_transition
-from agentloop._streams import ListenerFailed, Partial, apull, is_stream
+from agentloop._streams import Discard, ListenerFailed, Partial, apull, in_time, is_stream
 from agentloop._waits import await_wait
 
 if TYPE_CHECKING:
@@ -97,8 +99,11 @@ class AsyncRun(ConcurrentBatch):
         self._listeners: list[tuple[Listener, bool]] = []
         for listener in listeners:
             self.subscribe(listener)
-        # -- streaming: who hears each delta (awaited if async)
+        # -- streaming: who hears each delta (awaited if async); the reply astream() read
         self._delta_listeners: list[tuple[Callable[[Delta | ToolProgress], object], bool]] = []
+        self._streamed_reply: object = None
+        # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
+        self._asked_at: float | None = None
         # Each call's handler may report progress (report_progress): the delta listeners hear it.
         self._dispatch = areporting(dispatch, self._delta_listeners)
 
@@ -184,6 +189,8 @@ class AsyncRun(ConcurrentBatch):
                     self._busy.release()
                 except RuntimeError:  # pragma: no cover - never taken: interrupted at once
                     pass
+                if self._unclosed is not None:  # a streamed reply, taken: its stream closes
+                    await self._close_unclosed()
 
     async def _pumped(self) -> Transition | None:
         """One transition, each request of it awaited (see ``agentloop._run.one_transition``)."""
@@ -196,7 +203,7 @@ class AsyncRun(ConcurrentBatch):
                 except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
                     need = steps.throw(self._thrown(exc))
                 else:
-                    need = steps.send(answer)
+                    need = steps.send(answer)  # a streamed reply's stream: closed by _astep
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
@@ -251,6 +258,9 @@ class AsyncRun(ConcurrentBatch):
             model, options = need.model, {}
         else:
             model, options = self._model, need.options
+        seconds = self._model_timeout
+        if seconds is not None:
+            self._asked_at = time.monotonic()
         call: Awaitable[object]
         if self._to_thread and not is_async(model):
             call = asyncio.to_thread(functools.partial(model, history, **options))
@@ -258,13 +268,12 @@ class AsyncRun(ConcurrentBatch):
             reply = model(history, **options)
             # A dict (any reply that is JSON) is never awaitable: no protocol check for it.
             if type(reply) is dict or not inspect.isawaitable(reply):
-                return reply
+                # Answered in place: read against the deadline now that it has come.
+                return reply if seconds is None else in_time(reply, seconds, self._asked_at)
             call = reply
-        if self._model_timeout is None:
+        if seconds is None:
             return await call
-        return await within(
-            self._model_timeout, f"no reply within model_timeout={self._model_timeout} s", call
-        )
+        return await within(seconds, f"no reply within model_timeout={seconds} s", call)
 
     # -- streaming (agentloop.streaming): deltas beside the transitions, never in the history
 
@@ -324,30 +333,19 @@ class AsyncRun(ConcurrentBatch):
                             if type(need) is AskModel or type(need) is Summarise:
                                 answer = await self._under_token(self._answer(need))
                                 if type(answer) is not dict and is_stream(answer):
-                                    self._partial = partial = Partial()
-                                    items = apull(
-                                        answer,
-                                        partial,
-                                        cancel=self._cancel,
-                                        seconds=self._model_timeout,
-                                        to_thread=self._to_thread,
-                                    )
+                                    reading = self._delivered(answer)
                                     try:
-                                        async for item in items:
-                                            if type(item) is dict:
-                                                answer = item
-                                                break
-                                            await self._tell_delta(item)  # type: ignore[arg-type]
-                                            yield item  # type: ignore[misc]  # a delta
+                                        async for item in reading:
+                                            yield item
                                     finally:
-                                        await items.aclose()  # the stream itself, at once
-                                    self._partial = None
+                                        await reading.aclose()
+                                    answer = self._streamed_reply
                             else:
                                 answer = await self._perform(need)
                         except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
                             need = steps.throw(self._thrown(exc))
                         else:
-                            need = steps.send(answer)
+                            need = steps.send(answer)  # its stream: closed in the finally
                 except StopIteration as stop:
                     transition = stop.value
             if transition is not None:
@@ -361,6 +359,7 @@ class AsyncRun(ConcurrentBatch):
             raise
         finally:
             self._busy.release()
+            await self._close_unclosed()
 
     async def _under_token(self, pending: Awaitable[object]) -> object:
         """``pending``, awaited unless the run's token cancels it first."""
@@ -370,7 +369,10 @@ class AsyncRun(ConcurrentBatch):
         """The whole reply at the end of ``stream``; each delta before it told to the listeners.
 
         Awaited under the step's own token and deadline: the token is only read
-        between the chunks of a stream read in place.
+        between the chunks of a stream read in place. The stream is closed at
+        once however the reading ends, but for its reply: then once the engine
+        has taken it, at the end of the step (``_astep``). A stream that fails
+        after deltas were told is followed by a ``Discard``.
         """
         self._partial = partial = Partial()
         cancel = self._cancel
@@ -379,15 +381,19 @@ class AsyncRun(ConcurrentBatch):
             partial,
             check=None if cancel is None else cancel.check(),
             seconds=self._model_timeout,
+            since=self._asked_at,
             to_thread=self._to_thread,
         )
         plain = [listener for listener, awaited in self._delta_listeners if not awaited]
         told = self._tell_delta if len(plain) < len(self._delta_listeners) else None
+        heard = False
         try:
             async for item in items:
                 if type(item) is dict:
                     self._partial = None
+                    self._unclosed = items  # closed once the engine has taken the reply
                     return item
+                heard = True
                 if told is not None:
                     await told(item)  # type: ignore[arg-type]  # a delta
                 else:  # plain listeners alone: no coroutine per delta
@@ -396,12 +402,59 @@ class AsyncRun(ConcurrentBatch):
                             listener(item)  # type: ignore[arg-type]  # a delta
                         except Exception as exc:
                             raise ListenerFailed(exc) from exc
-        except Exception:
+        except Exception as exc:
             self._partial = None  # a failed call: only an interruption keeps its partial text
+            await items.aclose()  # the stream itself, at once
+            if heard:
+                await self._tell_delta(Discard(error=exception_said(exc)))
             raise
         finally:
-            await items.aclose()  # the stream itself, at once
+            if self._unclosed is not items:
+                await items.aclose()  # the stream itself, at once
         raise AssertionError("unreachable: apull ends with the reply or raises")
+
+    async def _delivered(self, stream: object) -> AsyncGenerator[Delta, None]:
+        """``stream``'s deltas, told to the listeners and yielded; the reply: ``_streamed_reply``.
+
+        ``_consumed`` for ``astream()``, which yields each delta as it arrives
+        (and a ``Discard`` after a failure that followed some).
+        """
+        self._partial = partial = Partial()
+        items = apull(
+            stream,
+            partial,
+            cancel=self._cancel,
+            seconds=self._model_timeout,
+            since=self._asked_at,
+            to_thread=self._to_thread,
+        )
+        heard = False
+        try:
+            async for item in items:
+                if type(item) is dict:
+                    self._partial = None
+                    self._streamed_reply, self._unclosed = item, items  # closed once taken
+                    return
+                heard = True
+                await self._tell_delta(item)  # type: ignore[arg-type]  # a delta
+                yield item  # type: ignore[misc]  # a delta
+        except Exception as exc:
+            self._partial = None  # a failed call: only an interruption keeps its partial text
+            await items.aclose()  # the stream itself, at once
+            if heard:
+                discard = Discard(error=exception_said(exc))
+                await self._tell_delta(discard)
+                yield discard
+            raise
+        finally:
+            if self._unclosed is not items:
+                await items.aclose()  # the stream itself, at once
+
+    async def _close_unclosed(self) -> None:
+        """Close the stream whose reply was handed to the engine, if it is still open."""
+        items, self._unclosed = self._unclosed, None
+        if items is not None:
+            await items.aclose()
 
     async def _tell_delta(self, delta: Delta) -> None:
         for listener, awaited in self._delta_listeners:

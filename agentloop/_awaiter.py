@@ -18,7 +18,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentloop._callbacks import unless_cancelled, within
+from agentloop._callbacks import unless_cancelled
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
@@ -84,7 +84,7 @@ class Awaiter:
             self._closer = weakref.finalize(self, _close, runner)
         loop = runner.get_loop()
         token = self._cancel if cancellable else None
-        main: Coroutine[Any, Any, _T] = unless_cancelled(token, within(seconds, expired, awaitable))
+        main: Coroutine[Any, Any, _T] = unless_cancelled(token, awaitable, seconds, expired)
         # In the caller's context, as it is now (a durable run's idempotency key).
         task = loop.create_task(main, context=contextvars.copy_context())
         # Ctrl-C as asyncio.Runner.run handles it, whose handler (a partial holding

@@ -184,8 +184,23 @@ class TokenCancelled(asyncio.CancelledError):
     partial_text: str | None = None
 
 
-async def unless_cancelled(token: CancelToken | None, awaitable: Awaitable[_T]) -> _T:
-    """Await, but raise ``TokenCancelled`` as soon as ``token`` is cancelled, from any thread."""
+async def unless_cancelled(
+    token: CancelToken | None,
+    awaitable: Awaitable[_T],
+    seconds: float | None = None,
+    expired: str = "",
+) -> _T:
+    """Await, but raise ``TokenCancelled`` as soon as ``token`` is cancelled, from any thread.
+
+    Within ``seconds``, when given (``within``). A token cancelled already is
+    read before ``awaitable`` starts: a model or tool whose turn comes after
+    the cancel never begins (a coroutine is closed unstarted).
+    """
+    if token is not None and token.cancelled:
+        getattr(awaitable, "close", lambda: None)()  # never awaited: say so, without a warning
+        raise TokenCancelled("cancelled by the run's CancelToken")
+    if seconds is not None:
+        awaitable = within(seconds, expired, awaitable)
     if token is None:
         return await awaitable
     task = asyncio.current_task()

@@ -11,7 +11,7 @@ waits for them to end.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from agentloop._callbacks import TokenCancelled, ended_by_token, unless_cancelled
 from agentloop._core._values import ReviewCalls, RunTool
@@ -40,9 +40,22 @@ class ConcurrentBatch(RunView):
         def _tool(self, need: RunTool) -> Callable[[Any], Awaitable[object]]: ...
 
     async def _batch_step(self) -> Transition:
-        """Start calls up to ``max_concurrency``, then report the first to complete."""
-        engine, tasks = self._engine, self._tasks
+        """Start calls up to ``max_concurrency``, then report the first to complete.
+
+        Each call starts right after its cancel checkpoint: its task runs up to
+        its first await (a plain tool, to its end) before the next call's
+        checkpoint, so a call that cancels the token stops every call after it.
+        Once the token is cancelled, the calls that finished are reported
+        before the checkpoint that sees it: it cuts only the calls still out.
+        """
+        engine, tasks, cancel = self._engine, self._tasks, self._cancel
         while engine.unstarted and len(tasks) < self._max_concurrency:
+            if (
+                cancel is not None
+                and cancel.cancelled
+                and any(task.done() for task in tasks.values())
+            ):
+                break  # reported first, each its own step; the checkpoint after them cuts
             need = engine.next()  # the cancel checkpoint before each call
             if type(need) is ReviewCalls:  # before the batch's first call: as _pumped does
                 asked = engine.reviewed(await self._reviewed(need))
@@ -53,9 +66,10 @@ class ConcurrentBatch(RunView):
                 # Cancelled: the running calls were answered cancelled; their tasks end first.
                 await self._dropped(self._drop_tasks())
                 return need  # type: ignore[return-value]  # neither request: a transition
-            task = asyncio.ensure_future(carried(self._tool(need)(need.call)))
+            task = asyncio.ensure_future(carried(self._started(need)))
             task.add_done_callback(_observed)
             tasks[need.call["id"]] = task
+            await asyncio.sleep(0)  # the call starts now, before the next one's checkpoint
         waiting = asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
         try:
             if self._cancel is None:
@@ -80,7 +94,18 @@ class ConcurrentBatch(RunView):
                     raise result.exc
         # Of the calls done by now, the first in emission order is reported first.
         call_id = done[0]
-        task = tasks.pop(call_id)
+        task = tasks[call_id]
+        if _unstarted(task):
+            # Its task found the token cancelled before the call began: so will every later
+            # one. The run ends; the calls still out are answered cancelled, and told they
+            # never began when none of them had.
+            began = not all(_unstarted(other) for other in tasks.values())
+            dropped = self._drop_tasks()
+            said = "cancelled by the run's CancelToken" if began else _CANCELLED_FIRST
+            transition = ended_by_token(engine, TokenCancelled(said))
+            await self._dropped(dropped)
+            return transition
+        del tasks[call_id]
         if task.cancelled():  # the tool cancelled itself: an interruption, as when awaited
             raise asyncio.CancelledError(f"the tool of call {call_id!r} was cancelled")
         error = task.exception()
@@ -89,6 +114,17 @@ class ConcurrentBatch(RunView):
         if isinstance(error, Exception):
             return engine.raised(error, call_id)
         raise error  # KeyboardInterrupt and the like end the run
+
+    async def _started(self, need: RunTool) -> object:
+        """A call of the batch, in its task: not begun once the token is cancelled.
+
+        The token is read here, right before the dispatch (and so the handler)
+        starts, for a call handed out while an earlier one was still running.
+        """
+        cancel = self._cancel
+        if cancel is not None and cancel.cancelled:
+            return _UNSTARTED
+        return await self._tool(need)(need.call)
 
     def _drop_tasks(self) -> list[asyncio.Task[object]]:
         """Cancel every running call's task: the engine has answered them ``cancelled``."""
@@ -103,6 +139,21 @@ class ConcurrentBatch(RunView):
         """Wait for cancelled calls to end, as a task group does: no tool outlives its run."""
         if tasks:
             await asyncio.wait(tasks)
+
+
+#: What a call's task answers when it found the token cancelled before its call began.
+_UNSTARTED: Final = object()
+_CANCELLED_FIRST: Final = "cancelled by the run's CancelToken before the call began"
+
+
+def _unstarted(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` ended with its call not begun (the token was cancelled first)."""
+    return (
+        task.done()
+        and not task.cancelled()
+        and task.exception() is None
+        and task.result() is _UNSTARTED
+    )
 
 
 def _observed(task: asyncio.Task[Any]) -> None:

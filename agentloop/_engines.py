@@ -12,7 +12,7 @@ from agentloop._continued import forked, resumed
 from agentloop._core._engine import Engine
 from agentloop._durable import _resume
 from agentloop._errors import AgentloopError
-from agentloop._settings import checked_tool_names, no_ledger
+from agentloop._settings import checked_tool_names, no_ledger, timeout_bites
 
 if TYPE_CHECKING:
     from agentloop._core._values import CancelToken, RunResult
@@ -67,7 +67,8 @@ def opened(loop: Loop) -> None:
     """Refuse a run the Loop cannot make now.
 
     Outside ``with loop:``, when it owns what only that opens; with a tool
-    (added since the Loop was made) whose name its model's provider refuses.
+    (added since the Loop was made) whose name its model's provider refuses,
+    or that a ``tool_timeout`` could not interrupt (``timeout_bites``).
     """
     if loop._owns and loop._open is None:
         raise AgentloopError(
@@ -75,6 +76,7 @@ def opened(loop: Loop) -> None:
             "only `with loop:` (or `async with loop:`) opens: run it inside that block"
         )
     checked_tool_names(loop._name_rules, loop.dispatcher)
+    timeout_bites(loop.dispatcher, loop.tool_timeout, loop.to_thread)
 
 
 def plain_engine(

@@ -40,6 +40,7 @@ from agentloop._settings import (
     single_attempts,
     specs_of,
     timeout,
+    timeout_bites,
     with_system,
 )
 from agentloop._tools._dispatcher import as_dispatcher
@@ -93,7 +94,9 @@ class Loop:
     starts with another system message is refused).
     ``model_timeout`` and ``tool_timeout`` (seconds) bite on an awaited model
     or tool (an ``async def`` one, which ``run`` awaits on an event loop of the
-    run's own, or a ``to_thread`` one). ``to_thread`` (run plain callables in
+    run's own, or a ``to_thread`` one); a ``tool_timeout`` over a registry's
+    plain tool, which it could not interrupt, is refused with a
+    ``ValueError`` naming the tool. ``to_thread`` (run plain callables in
     a worker thread) and ``max_concurrency`` (run up to that many calls of a
     batch at once; 1 runs them one at a time) need the asyncio driver: a
     synchronous run cannot run two calls at once, so ``start``/``run`` refuse
@@ -187,6 +190,7 @@ class Loop:
         self.model_timeout = timeout("model_timeout", model_timeout)
         self.tool_timeout = timeout("tool_timeout", tool_timeout)
         self.to_thread = checked_bool("to_thread", to_thread)
+        timeout_bites(self.dispatcher, self.tool_timeout, self.to_thread)
         self.system = checked_system(system)
         self.max_concurrency = concurrency(max_concurrency)
         # What only the asyncio driver can do, and why a synchronous run cannot; the

@@ -118,6 +118,8 @@ class RunView:
         self._busy = threading.Lock()
         # The text a streaming reply delivered so far (agentloop.streaming), while it streams.
         self._partial: Partial | None = None
+        # The reading of a stream whose reply was handed to the engine: closed once taken.
+        self._unclosed: Any = None
 
     def __repr__(self) -> str:
         name = type(self).__name__

@@ -40,6 +40,7 @@ __all__ = [
     "single_attempts",
     "specs_of",
     "timeout",
+    "timeout_bites",
     "with_system",
 ]
 
@@ -261,6 +262,30 @@ def asyncio_only(
         )
         if value is not None
     ]
+
+
+def timeout_bites(dispatcher: object, tool_timeout: float | None, to_thread: bool) -> None:
+    """Refuse a ``tool_timeout`` that a registry's plain tool would run past unseen.
+
+    A timeout interrupts an await: an ``async def`` tool's, or a plain tool's
+    in a worker thread (``to_thread``, under asyncio). A plain tool called in
+    place runs to its end whatever the clock says, so a timeout over it would
+    be ignored: it is refused instead, naming the tools and the ways out.
+    Read when the Loop is made and again for every run (tools may be added).
+    """
+    if tool_timeout is None or to_thread or not isinstance(dispatcher, ToolRegistry):
+        return
+    awaited = dispatcher.async_tools
+    plain = [tool.name for tool in dispatcher if tool.name not in awaited]
+    if plain:
+        names = ", ".join(repr(name) for name in plain)
+        tools = "the plain tool" if len(plain) == 1 else "the plain tools"
+        raise ValueError(
+            f"tool_timeout={tool_timeout} cannot interrupt {tools} {names}: a plain function "
+            "runs to its end in the thread that calls it; make it async def, or pass "
+            "to_thread=True and run the loop with loop.arun (or astart), which runs it in a "
+            "worker thread"
+        )
 
 
 def for_sync_driver(

@@ -7,12 +7,24 @@ had returned it; the deltas go to whoever listens (``run.stream()``, a delta
 listener) and never into the history. A stream that ends, or breaks, before
 its whole reply is a failed model call, never half a reply.
 
+Each item is checked as it enters (``_checked``): a delta whose fields are
+not what its type says (a ``TextDelta`` whose text is ``None``, or holds a
+lone surrogate the record could not encode) fails the model call there,
+naming the field, before any listener hears it or any text is kept.
+
 The drivers call ``pull`` (the synchronous driver) or ``apull`` (asyncio) at
 the one place they ask the model. Both close the stream as soon as they stop
-reading it: after its reply, on an error, a cancel, a timeout, an interrupt.
-Under the synchronous driver the run's ``CancelToken`` is read between chunks
-(a chunk cannot be interrupted mid-read there); under asyncio the awaited
-chunk itself is interrupted.
+reading it: once the engine has taken its reply (so that nothing the stream
+runs at its close can change the reply), on an error, a cancel, a timeout,
+an interrupt. Under the synchronous driver the run's ``CancelToken`` and
+``model_timeout`` are read between chunks (a chunk cannot be interrupted
+mid-read there); an adapter's stream reads them between the provider's
+events too (``between_chunks``), those that carry no delta included. Under
+asyncio the awaited chunk itself is interrupted.
+
+A stream that fails after its deltas were handed on is followed by a
+``Discard`` (the drivers', never a stream's): what those deltas began never
+enters the history, and a retry streams its reply afresh.
 """
 
 from __future__ import annotations
@@ -20,12 +32,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any, Final
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
 import orjson
 
-from agentloop._callbacks import TokenCancelled, unless_cancelled, within
+from agentloop._callbacks import TokenCancelled, unless_cancelled
+from agentloop._core._json import describe, intake
+from agentloop._core._values import MAX_BUDGET
 from agentloop._errors import IncompleteReply
 
 if TYPE_CHECKING:
@@ -39,17 +54,25 @@ __all__ = [
     "DELTAS",
     "ArgumentsDelta",
     "Delta",
+    "Discard",
     "ListenerFailed",
     "Partial",
     "TextDelta",
     "ToolCallStart",
     "UsageDelta",
     "apull",
+    "between_chunks",
     "chunked",
+    "in_time",
     "is_stream",
     "pull",
     "whole_reply",
 ]
+
+_T = TypeVar("_T")
+#: What ``next`` answers at a synchronous stream's end.
+_END: Final = object()
+_CANCELLED: Final = "cancelled by the run's CancelToken while the reply streamed"
 
 
 @attrs.frozen(kw_only=True)
@@ -87,10 +110,25 @@ class UsageDelta:
     cached_tokens: int = 0
 
 
-#: What a stream yields before its whole reply.
-Delta = TextDelta | ToolCallStart | ArgumentsDelta | UsageDelta
+@attrs.frozen(kw_only=True)
+class Discard:
+    """The deltas handed on since the last transition are void: their stream failed.
 
-#: The delta types, for an exact ``type(item) in DELTAS`` check.
+    The drivers' own item, never a stream's: a streamed model call that fails
+    after it delivered deltas is followed by one ``Discard``, then by its
+    ``model_raised`` transition. The reply those deltas began never enters
+    the history; a retry (or the next fallback model) streams its reply
+    afresh, so a consumer drops the text it had shown.
+    """
+
+    #: What failed, as the event's ``error`` names it (``Type: message``).
+    error: str
+
+
+#: What a run hands on beside its transitions: a stream's deltas, and a ``Discard``.
+Delta = TextDelta | ToolCallStart | ArgumentsDelta | UsageDelta | Discard
+
+#: The types a stream may yield before its whole reply, for an exact ``type(item) in DELTAS``.
 DELTAS: Final = frozenset({TextDelta, ToolCallStart, ArgumentsDelta, UsageDelta})
 
 
@@ -160,11 +198,30 @@ class Partial:
 
 
 def _checked(item: object, partial: Partial) -> object:
-    """``item`` if it is a delta or the whole reply; what a stream yields is checked here."""
+    """``item`` if it is a delta or the whole reply, its fields as its type says; else a raise.
+
+    What a stream yields enters the run here: a delta's text goes through the
+    record's own codec (a ``TextDelta`` the run keeps as ``partial_text``),
+    its counts within the record's limits, before any listener hears it.
+    """
     kind = type(item)
     if kind is TextDelta:
-        partial.parts.append(item.text)  # type: ignore[attr-defined]
-    elif kind is not dict and kind not in DELTAS:
+        text = item.text  # type: ignore[attr-defined]
+        if type(text) is not str or not text.isascii():
+            _text("TextDelta", "text", text)
+        partial.parts.append(text)
+    elif kind is dict:
+        pass
+    elif kind is ArgumentsDelta:
+        _index("ArgumentsDelta", item.index)  # type: ignore[attr-defined]
+        _text("ArgumentsDelta", "text", item.text)  # type: ignore[attr-defined]
+    elif kind is ToolCallStart:
+        _index("ToolCallStart", item.index)  # type: ignore[attr-defined]
+        _text("ToolCallStart", "id", item.id)  # type: ignore[attr-defined]
+        _text("ToolCallStart", "name", item.name)  # type: ignore[attr-defined]
+    elif kind is UsageDelta:
+        _usage(item)  # type: ignore[arg-type]
+    else:
         raise TypeError(
             "expected a stream to yield deltas (agentloop.streaming) and then the whole "
             f"reply (a dict), got {kind.__name__}"
@@ -172,19 +229,84 @@ def _checked(item: object, partial: Partial) -> object:
     return item
 
 
-def _between(
-    item: object,
-    partial: Partial,
-    cancelled: Callable[[], bool] | None,
-    deadline: float | None,
-    expired: str,
-) -> object:
-    """``item``, checked, once the token and the deadline, read between chunks, allow it."""
-    if cancelled is not None and cancelled():
-        raise TokenCancelled("cancelled by the run's CancelToken while the reply streamed")
-    if deadline is not None and time.monotonic() > deadline:
-        raise TimeoutError(expired)
-    return _checked(item, partial)
+def _text(kind: str, field: str, value: object) -> None:
+    """Refuse a delta's text that is not a str the record can encode."""
+    if type(value) is not str:
+        raise TypeError(f"expected a stream's {kind}.{field} to be a str, got {describe(value)}")
+    intake(value, f"a stream's {kind}.{field}")  # a lone surrogate: a JSONError saying where
+
+
+def _index(kind: str, value: object) -> None:
+    if type(value) is not int or not 0 <= value <= MAX_BUDGET:
+        raise TypeError(
+            f"expected a stream's {kind}.index to be an int of 0 or more, got {describe(value)}"
+        )
+
+
+def _usage(delta: UsageDelta) -> None:
+    """Refuse counts the record could not keep (as a reply's ``usage`` is checked)."""
+    counts = (delta.input_tokens, delta.output_tokens, delta.cached_tokens)
+    for name, value in zip(("input_tokens", "output_tokens", "cached_tokens"), counts, strict=True):
+        if type(value) is not int or not 0 <= value <= MAX_BUDGET:
+            raise TypeError(
+                f"expected a stream's UsageDelta.{name} to be an int from 0 to 2**63 - 1, "
+                f"got {describe(value)}"
+            )
+    if delta.cached_tokens > delta.input_tokens:
+        raise ValueError(
+            "expected a stream's UsageDelta.cached_tokens to be at most its input_tokens "
+            f"(cached tokens are input tokens), got {delta.cached_tokens} of "
+            f"{delta.input_tokens}"
+        )
+
+
+#: What ``between_chunks`` reads: set by ``pull``/``apull`` while a synchronous stream's
+#: own code runs (its ``next``), so that a stream reading many events per delta reads it too.
+_BETWEEN: ContextVar[Callable[[], None] | None] = ContextVar("agentloop_between", default=None)
+
+
+def between_chunks() -> None:
+    """Read the run's token and ``model_timeout``, as the driver does between chunks.
+
+    For a stream that reads several events of its own per delta (a provider
+    adapter's, whose reasoning and lifecycle events carry none): called for
+    each, it raises ``TokenCancelled`` (or ``TimeoutError``) there, so that a
+    cancel is seen at the next event rather than at the next delta. Outside
+    a run's read of a stream it does nothing.
+    """
+    check = _BETWEEN.get()
+    if check is not None:
+        check()
+
+
+def _watch(
+    cancelled: Callable[[], bool] | None, deadline: float | None, expired: str
+) -> Callable[[], None] | None:
+    """What is read between chunks: the token, then the deadline (``None``: neither is set)."""
+    if cancelled is None and deadline is None:
+        return None
+
+    def watch() -> None:
+        if cancelled is not None and cancelled():
+            raise TokenCancelled(_CANCELLED)
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(expired)
+
+    return watch
+
+
+def _next(stream: Any, watch: Callable[[], None] | None) -> object:
+    """The next item of a synchronous ``stream`` (``_END`` at its end), read under ``watch``.
+
+    ``between_chunks`` reads ``watch`` while the stream's own code runs.
+    """
+    if watch is None:
+        return next(stream, _END)
+    reset = _BETWEEN.set(watch)
+    try:
+        return next(stream, _END)
+    finally:
+        _BETWEEN.reset(reset)
 
 
 def _ended(partial: Partial) -> IncompleteReply:
@@ -198,44 +320,81 @@ def pull(
     *,
     cancel: CancelToken | None = None,
     seconds: float | None = None,
+    since: float | None = None,
     awaiter: Callable[..., Any] | None = None,
 ) -> Generator[object, None, None]:
     """Yield ``stream``'s deltas, then its whole reply; close it once stopped, whatever stopped it.
 
-    For the synchronous driver. The token is read after each chunk
-    (``TokenCancelled``); ``seconds`` bounds the whole stream, read between
-    chunks too. An async iterator is read a chunk at a time on the run's
-    event loop (``awaiter``), where the token and the deadline interrupt the
-    awaited chunk itself.
+    For the synchronous driver. The token is read before and after each
+    chunk (``TokenCancelled``), and by the stream's own code between its
+    events (``between_chunks``); ``seconds`` bounds the whole reply, from
+    ``since`` (when the model was asked, by ``time.monotonic()``; now if not
+    given), read there too. An async iterator is read a chunk at a time on
+    the run's event loop (``awaiter``), where the token and the deadline
+    interrupt the awaited chunk itself.
     """
-    cancelled = None if cancel is None else cancel.check()
-    deadline = None if seconds is None else time.monotonic() + seconds
+    deadline = _deadline(seconds, since)
     expired = f"no whole reply within model_timeout={seconds} s"
+    watch = _watch(None if cancel is None else cancel.check(), deadline, expired)
     try:
         source: Iterator[object] = (
             _chunks(stream, awaiter, deadline, expired)
             if hasattr(type(stream), "__anext__")
             else stream
         )
-        for item in source:
-            yield _between(item, partial, cancelled, deadline, expired)
+        while True:
+            if watch is not None:
+                watch()  # before each read: a stream is not resumed once the token is seen
+            item = next(source, _END) if watch is None else _next(source, watch)
+            if item is _END:
+                raise _ended(partial)
+            if watch is not None:
+                watch()  # and after it: a chunk read after the cancel is not handed on
+            yield _checked(item, partial)
             if type(item) is dict:
                 return
-        raise _ended(partial)
     finally:
         _close(stream, awaiter)
 
 
-def whole_reply(stream: Any) -> object:
-    """The whole reply at the end of a synchronous ``stream``, its deltas read and dropped.
+def _deadline(seconds: float | None, since: float | None) -> float | None:
+    """When a reply asked for at ``since`` (now, if not given) is past ``seconds``."""
+    if seconds is None:
+        return None
+    return (time.monotonic() if since is None else since) + seconds
 
-    For a host that records replies alone (a DBOS step); the stream is closed after.
+
+def in_time(reply: object, seconds: float | None, since: float | None) -> object:
+    """``reply``, answered in place by a model asked at ``since``, if within ``seconds``.
+
+    A plain model's call cannot be interrupted: its deadline is read when it
+    answers, as a stream's is read between chunks. A reply past it raises
+    ``TimeoutError``, carrying the ``usage`` the reply reported (a late
+    reply's cost is still recorded); a stream is handed on, and its first
+    read finds the deadline passed.
+    """
+    if seconds is None or since is None or time.monotonic() <= since + seconds:
+        return reply
+    if type(reply) is not dict and is_stream(reply):
+        return reply
+    late = TimeoutError(f"no reply within model_timeout={seconds} s")
+    if type(reply) is dict:
+        late.usage = reply.get("usage")  # type: ignore[attr-defined]  # read as IncompleteReply's
+    raise late
+
+
+def whole_reply(stream: Any, take: Callable[[object], _T]) -> _T:
+    """``take(reply)`` of the whole reply at the end of a synchronous ``stream``, deltas dropped.
+
+    For a host that records replies alone (a DBOS step). The reply is taken
+    (copied, as the record keeps it) before the stream is closed: nothing
+    the stream runs at its close can change what is recorded.
     """
     items = pull(stream, Partial())
     try:
         for item in items:
             if type(item) is dict:
-                return item
+                return take(item)
     finally:
         items.close()
     raise AssertionError("unreachable: pull ends with the reply or raises")
@@ -281,6 +440,7 @@ async def apull(
     cancel: CancelToken | None = None,
     check: Callable[[], bool] | None = None,
     seconds: float | None = None,
+    since: float | None = None,
     to_thread: bool = False,
 ) -> AsyncGenerator[object, None]:
     """``pull`` under asyncio: yield the deltas, then the whole reply; close the stream after.
@@ -289,7 +449,7 @@ async def apull(
     is interrupted by it) or the deadline stop it. A synchronous stream is
     read in place, or a chunk at a time in a worker thread (``to_thread``).
     """
-    deadline = None if seconds is None else time.monotonic() + seconds
+    deadline = _deadline(seconds, since)
     expired = f"no whole reply within model_timeout={seconds} s"
     wrapped = cancel is not None or deadline is not None
     # ``cancel`` interrupts an awaited chunk; the caller that awaits the whole stream
@@ -297,15 +457,11 @@ async def apull(
     try:
         if hasattr(type(stream), "__anext__") and not wrapped:
             async for item in stream:  # the common case: nothing to wrap each chunk in
-                kind = type(item)
-                if kind is TextDelta:
-                    partial.parts.append(item.text)
-                elif kind not in DELTAS:
-                    yield _checked(item, partial)
-                    if kind is dict:
-                        return
-                    continue
-                yield item
+                yield _checked(item, partial)
+                if type(item) is dict:
+                    return
+                if check is not None and check():  # a stream is not resumed once it is seen
+                    raise TokenCancelled(_CANCELLED)
         elif hasattr(type(stream), "__anext__"):
             step = _anext_of(stream)
             while True:
@@ -317,17 +473,22 @@ async def apull(
                 if type(item) is dict:
                     return
         else:
-            cancelled = check or (None if cancel is None else cancel.check())
+            watch = _watch(check or (None if cancel is None else cancel.check()), deadline, expired)
             while True:
-                if to_thread:
+                if watch is not None:
+                    watch()
+                if to_thread:  # the worker thread runs in a copy of this context: watched too
                     item = await _chunk(
-                        asyncio.to_thread(next, stream, _END), cancel, deadline, expired
+                        asyncio.to_thread(_next, stream, watch), cancel, deadline, expired
                     )
                 else:
-                    item = next(stream, _END)  # in place: it blocks the loop, as a plain model does
+                    # In place: it blocks the loop, as a plain model does.
+                    item = next(stream, _END) if watch is None else _next(stream, watch)
                 if item is _END:
                     break
-                yield _between(item, partial, cancelled, deadline, expired)
+                if watch is not None:
+                    watch()
+                yield _checked(item, partial)
                 if type(item) is dict:
                     return
         raise _ended(partial)
@@ -335,15 +496,12 @@ async def apull(
         await _aclose(stream, to_thread)
 
 
-_END: Final = object()
-
-
 async def _chunk(
     awaitable: Any, cancel: CancelToken | None, deadline: float | None, expired: str
 ) -> object:
     """One awaited chunk, within what is left of the deadline, unless the token cancels it."""
     left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-    return await unless_cancelled(cancel, within(left, expired, awaitable))
+    return await unless_cancelled(cancel, awaitable, left, expired)
 
 
 async def _aclose(stream: Any, to_thread: bool) -> None:

@@ -17,17 +17,19 @@ bite there, and the run's ``CancelToken`` interrupts it, as under asyncio.
 from __future__ import annotations
 
 import inspect
+import time
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any
 
 from agentloop._awaiter import Awaiter
 from agentloop._callbacks import TokenCancelled, is_async
 from agentloop._core._context import Summarise
+from agentloop._core._json import exception_said
 from agentloop._core._table import TERMINAL, State
 from agentloop._core._values import AskModel, RunTool, Transition, Wait
 from agentloop._progress import reporting
 from agentloop._run import LOG, RunView, log, one_transition
-from agentloop._streams import ListenerFailed, Partial, is_stream, pull
+from agentloop._streams import Discard, ListenerFailed, Partial, in_time, is_stream, pull
 from agentloop._waits import wait
 
 if TYPE_CHECKING:
@@ -74,6 +76,8 @@ class Run(RunView):
         # -- streaming: who hears each delta, and the text of the reply streaming now
         self._delta_listeners: list[Callable[[Delta | ToolProgress], object]] = []
         self._partial: Partial | None = None
+        # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
+        self._asked_at: float | None = None
         # Each call's handler may report progress (report_progress): the delta listeners hear it.
         self._dispatch = reporting(dispatch, self._delta_listeners)
 
@@ -154,7 +158,7 @@ class Run(RunView):
                         except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
                             need = steps.throw(self._thrown(exc))
                         else:
-                            need = steps.send(answer)
+                            need = self._taken(steps, answer)
                 except StopIteration as stop:
                     made = stop.value
             if made is None:
@@ -193,7 +197,14 @@ class Run(RunView):
         return {call["id"]: review(call) for call in need.calls}  # type: ignore[union-attr]
 
     def _asked(self, need: AskModel | Summarise) -> object:
-        """The model's answer (a summary is asked of the context policy's own model callback)."""
+        """The model's answer (a summary is asked of the context policy's own model callback).
+
+        Within ``model_timeout``: an awaitable is interrupted at it; a reply
+        answered in place is read against it when it comes (``in_time``); a
+        stream is read within what is left of it.
+        """
+        if self._model_timeout is not None:
+            self._asked_at = time.monotonic()
         if isinstance(need, Summarise):
             reply = need.model(need.history)
         elif need.tools_disabled:  # the wrap-up step: tool_choice='none'
@@ -203,6 +214,8 @@ class Run(RunView):
         # A dict (any reply that is JSON) is never awaitable: no check for it.
         if type(reply) is not dict and inspect.isawaitable(reply):
             return self._await_reply(reply)
+        if self._model_timeout is not None:
+            return in_time(reply, self._model_timeout, self._asked_at)
         return reply
 
     def _await_reply(self, reply: Awaitable[object]) -> object:
@@ -266,7 +279,7 @@ class Run(RunView):
                     except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
                         need = steps.throw(self._thrown(exc))
                     else:
-                        need = steps.send(answer)
+                        need = self._taken(steps, answer)
             except StopIteration as stop:
                 made: Transition | None = stop.value
             return None if made is None else self._told(made)
@@ -275,39 +288,81 @@ class Run(RunView):
                 self._notify_interrupted(self._interrupted(exc))
             raise
         finally:
+            self._close_unclosed()
             self._busy.release()
             if self._awaiter.open and engine.done:
                 self._awaiter.close()
+
+    def _taken(
+        self, steps: Generator[Request, object, Transition | None], answer: object
+    ) -> Request:
+        """``steps.send(answer)``; a streamed reply's stream is closed once the engine took it.
+
+        Taken first: what the stream runs at its close (a generator's
+        ``finally``) cannot change the reply the run records and acts on.
+        """
+        if self._unclosed is None:
+            return steps.send(answer)
+        try:
+            return steps.send(answer)
+        finally:
+            self._close_unclosed()
+
+    def _close_unclosed(self) -> None:
+        """Close the stream whose reply was handed to the engine, if it is still open."""
+        items, self._unclosed = self._unclosed, None
+        if items is not None:
+            items.close()
 
     def _delivered(self, stream: object) -> Generator[Delta, None, object]:
         """``stream``'s deltas, each told to the delta listeners; then its whole reply, returned.
 
         Read under the run's token (between chunks) and ``model_timeout``, and
-        closed at once however the reading ends. The text delivered so far is
-        kept while it streams: an interruption records it on its event.
+        closed at once however the reading ends, but for its reply: then once
+        the engine has taken it (``_taken``). The text delivered so far is kept
+        while it streams: an interruption records it on its event. A stream
+        that fails after deltas were handed on is followed by a ``Discard``.
         """
         awaiter = self._awaiter
         self._partial = partial = Partial()
         items = pull(
-            stream, partial, cancel=awaiter.cancel, seconds=self._model_timeout, awaiter=awaiter
+            stream,
+            partial,
+            cancel=awaiter.cancel,
+            seconds=self._model_timeout,
+            since=self._asked_at,
+            awaiter=awaiter,
         )
         listeners = self._delta_listeners
+        told = False
         try:
             for item in items:
                 if type(item) is dict:
                     self._partial = None
+                    self._unclosed = items  # closed once the engine has taken the reply
                     return item
+                told = True
                 for listener in listeners:
                     try:
                         listener(item)  # type: ignore[arg-type]  # a delta
                     except Exception as exc:
                         raise ListenerFailed(exc) from exc
                 yield item  # type: ignore[misc]  # a delta
-        except Exception:
+        except Exception as exc:
             self._partial = None  # a failed call: only an interruption keeps its partial text
+            items.close()  # the stream itself, at once
+            if told:
+                discard = Discard(error=exception_said(exc))
+                for listener in listeners:
+                    try:
+                        listener(discard)
+                    except Exception as failed:
+                        raise ListenerFailed(failed) from failed
+                yield discard
             raise
         finally:
-            items.close()  # the stream itself, at once
+            if self._unclosed is not items:
+                items.close()  # the stream itself, at once
         raise AssertionError("unreachable: pull ends with the reply or raises")
 
     def _told(self, transition: Transition) -> Transition:
@@ -339,5 +394,6 @@ class Run(RunView):
                     self._busy.release()
                 except RuntimeError:  # pragma: no cover - never taken: interrupted at once
                     pass
+                self._close_unclosed()  # interrupted between a reply and its taking
                 if self._awaiter.open and self._engine.done:
                     self._awaiter.close()  # the run is over: so is its event loop

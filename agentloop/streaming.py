@@ -18,10 +18,14 @@ run.astream()``, or a listener (``run.subscribe_deltas(listener)``). A caller
 that ignores them sees a run exactly as if the model had not streamed.
 
 A stream that ends, or breaks, before its whole reply is a failed model
-call (``IncompleteReply``), never half a reply. A cancel, a timeout, a
-cancelled task or Ctrl-C while a reply streams closes the stream at once;
-the run ends ``cancelled`` (or ``failed``, on a timeout) and its
-``model_interrupted`` event keeps the text seen so far (``partial_text``).
+call (``IncompleteReply``, or its error), never half a reply: if it had
+handed on deltas, a ``Discard`` follows them, before the ``model_raised``
+transition, so that whoever shows them drops them (a retry streams its
+reply afresh). A delta whose fields are not what its type says fails the
+call where it enters. A cancel, a timeout, a cancelled task or Ctrl-C while
+a reply streams closes the stream at once; the run ends ``cancelled`` (or
+``failed``, on a timeout) and its ``model_interrupted`` event keeps the
+text seen so far (``partial_text``).
 
 A tool call that runs long may say how far it has come
 (``agentloop.report_progress``, or an MCP server's progress): the same
@@ -39,6 +43,7 @@ from agentloop._progress import ToolProgress
 from agentloop._streams import (
     ArgumentsDelta,
     Delta,
+    Discard,
     TextDelta,
     ToolCallStart,
     UsageDelta,
@@ -49,6 +54,7 @@ from agentloop._streams import (
 __all__ = [
     "ArgumentsDelta",
     "Delta",
+    "Discard",
     "TextDelta",
     "ToolCallStart",
     "ToolProgress",

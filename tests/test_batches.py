@@ -253,6 +253,122 @@ def test_cancellation_before_the_first_call_appends_nothing(driver: Driver) -> N
     assert result.rejected == batch(3)
 
 
+@pytest.mark.parametrize("kind", ["plain", "async def"])
+def test_a_tool_that_cancels_mid_batch_stops_the_calls_after_it(driver: Driver, kind: str) -> None:
+    """[a, stop, b, d] at the default max_concurrency: stop cancels the token, and neither b nor
+    d runs, plain or async def; both are answered as never started, a and stop keep their
+    results, step by step."""
+    token = CancelToken()
+    ran: list[str] = []
+
+    def plain(name: str) -> Any:
+        def tool() -> str:
+            ran.append(name)
+            if name == "stop":
+                token.cancel()
+            return name
+
+        return tool
+
+    def asynchronous(name: str) -> Any:
+        async def tool() -> str:
+            return str(plain(name)())
+
+        return tool
+
+    make = plain if kind == "plain" else asynchronous
+    names = ("a", "stop", "b", "d")
+    tools = agentloop.ToolRegistry([agentloop.Tool(make(name), name=name) for name in names])
+    reply = {"kind": "calls", "calls": [element(f"c{i}", name) for i, name in enumerate(names)]}
+    run = driver.start(Loop(ScriptedModel([reply, final()]), tools=tools), "go", cancel=token)
+    events = list(run)
+
+    result = run.result()
+    assert (result.status, result.steps, result.calls) == ("cancelled", 1, 4)
+    assert ran == ["a", "stop"]  # b and d never began
+    assert [(e.trigger, e.call_id, e.result_status) for e in events[2:]] == [
+        ("tool_returned", "c0", "ok"),
+        ("tool_returned", "c1", "ok"),
+        ("start_tool", "c2", "cancelled"),  # the checkpoint before b saw the token
+    ]
+    assert events[-1].guard == "cancel_requested_mid_batch"
+    assert results_of(result.transcript) == [
+        ("c0", "ok", "a"),
+        ("c1", "ok", "stop"),
+        ("c2", "cancelled", NOT_STARTED),
+        ("c3", "cancelled", NOT_STARTED),
+    ]
+
+
+async def test_a_call_handed_out_before_a_cancel_does_not_begin_after_it() -> None:
+    """A call whose task was made before the token was cancelled, but whose handler had not
+    begun, reads the token as it starts: it never runs, and its result says it never began."""
+    token = CancelToken()
+    ran: list[str] = []
+
+    async def x() -> str:
+        ran.append("x")
+        await asyncio.sleep(0)  # y's task is made meanwhile; the cancel comes before y begins
+        token.cancel()
+        return "x"
+
+    def y() -> str:
+        ran.append("y")
+        return "y"
+
+    reply = {"kind": "calls", "calls": [element("c1", "x"), element("c2", "y")]}
+    loop = Loop(ScriptedModel([reply, final()]), tools=[x, y], max_concurrency=2)
+    result = await loop.arun("go", cancel=token)
+
+    assert result.status == "cancelled"
+    assert ran == ["x"]
+    never_began = {
+        "type": "TokenCancelled",
+        "message": "cancelled by the run's CancelToken before the call began",
+    }
+    assert results_of(result.transcript) == [
+        ("c1", "ok", "x"),
+        ("c2", "cancelled", never_began),
+    ]
+    assert result.events[-1].trigger == "tool_interrupted"
+
+
+async def test_a_call_still_running_beside_one_that_never_began_is_not_told_it_never_began() -> (
+    None
+):
+    """x is still running when y, whose task was made before z cancelled, finds the token: the
+    run ends, x is cut off, and neither x nor y is told it never began (x had)."""
+    token = CancelToken()
+    ran: list[str] = []
+
+    async def x() -> str:
+        ran.append("x")
+        await asyncio.sleep(10)
+        return "x"
+
+    async def z() -> str:
+        ran.append("z")
+        await asyncio.sleep(0)
+        token.cancel()
+        return "z"
+
+    def y() -> str:
+        ran.append("y")
+        return "y"
+
+    reply = {"kind": "calls", "calls": [element("c1", "x"), element("c2", "z"), element("c3", "y")]}
+    loop = Loop(ScriptedModel([reply, final()]), tools=[x, z, y], max_concurrency=3)
+    result = await loop.arun("go", cancel=token)
+
+    assert (result.status, ran) == ("cancelled", ["x", "z"])
+    cut = {"type": "TokenCancelled", "message": "cancelled by the run's CancelToken"}
+    assert results_of(result.transcript) == [
+        ("c1", "cancelled", cut),
+        ("c2", "ok", "z"),
+        ("c3", "cancelled", cut),
+    ]
+
+
 @SIZES
 def test_one_malformed_element(driver: Driver, n: int) -> None:
     """One bad element makes the whole reply malformed; error says which and why."""
@@ -644,15 +760,22 @@ async def test_concurrent_calls_complete_in_any_order_and_record_in_emission_ord
 async def test_token_cancel_with_calls_running_cuts_them_and_starts_no_more() -> None:
     """Cancelled while three calls run: each gets cancelled, the unstarted ones too."""
     token = CancelToken()
+    started: list[int] = []
 
     async def slow(a: int, b: int) -> int:
-        if a == 2:
-            token.cancel()
+        started.append(a)
         await asyncio.sleep(10)
         return a
 
+    async def cancel_once_three_run() -> None:
+        while len(started) < 3:
+            await asyncio.sleep(0)
+        token.cancel()
+
     loop = Loop(ScriptedModel([batch(5)]), tools={"add": slow}, max_calls=5, max_concurrency=3)
+    canceller = asyncio.ensure_future(cancel_once_three_run())
     result = await loop.arun("go", cancel=token)
+    await canceller
 
     assert result.status == "cancelled"
     cut = {"type": "TokenCancelled", "message": "cancelled by the run's CancelToken"}
@@ -684,8 +807,9 @@ async def test_a_call_that_finished_before_the_token_woke_the_driver_keeps_its_r
     assert ran == [1]
     statuses = results_of(result.transcript)
     assert statuses[0] == ("c1", "ok", 1)
-    assert statuses[1:3] == [("c2", "cancelled", CUT_OFF), ("c3", "cancelled", CUT_OFF)]
-    assert statuses[3:] == [("c4", "cancelled", NOT_STARTED), ("c5", "cancelled", NOT_STARTED)]
+    assert statuses[1] == ("c2", "cancelled", CUT_OFF)  # running when the cancel was seen
+    # c3 was never handed out: its checkpoint came after c2 had cancelled the token.
+    assert statuses[2:] == [(f"c{i}", "cancelled", NOT_STARTED) for i in range(3, 6)]
     assert result.events[-1].guard == "cancel_requested_mid_batch"
 
 

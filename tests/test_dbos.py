@@ -193,6 +193,26 @@ def test_a_streaming_model_records_its_whole_reply_as_the_step(make: Any) -> Non
     assert output == {"reply": CHECKPOINT_SCRIPT[0], "cancel": False}
 
 
+def test_a_streamed_reply_is_recorded_as_it_was_yielded(make: Any) -> None:
+    """The step takes the reply before it closes the stream: a buffer the stream rewrites at
+    its close changes neither the recorded step nor the call that runs."""
+    from .test_stream_faults import reusing
+
+    ran: list[tuple[int, int]] = []
+
+    def add(a: int, b: int) -> int:
+        ran.append((a, b))
+        return a + b
+
+    runs = make(agentloop.Loop(reusing("generator"), tools=agentloop.ToolRegistry([add])))
+    run_id = new_id()
+    result = runs.run("go", run_id=run_id)
+    assert (result.status, ran) == ("finished", [(1, 2)])
+    recorded = DBOS.list_workflow_steps(run_id)[0]["output"]
+    assert isinstance(recorded, dict)
+    assert recorded["reply"]["arguments"] == {"a": 1, "b": 2}
+
+
 def test_each_reply_and_call_is_a_step_in_order(make: Any) -> None:
     """A model step per reply, a tool step per call; nothing else is recorded."""
     runs = make(agentloop.Loop(scripted(CHECKPOINT_SCRIPT), tools=World().registry()))

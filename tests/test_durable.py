@@ -718,7 +718,7 @@ def test_concurrent_calls_replay_in_the_order_they_finished(db: Path) -> None:
         return n
 
     script = [
-        batch(call("a", "slow", n=6), call("b", "slow", n=1), call("c", "slow", n=3)),
+        batch(call("a", "slow", n=9), call("b", "slow", n=1), call("c", "slow", n=3)),
         final("x"),
     ]
 
@@ -763,7 +763,7 @@ def _slow_registry(
 # b finishes first, then c, then a; the crash comes right after b's tool_finished, the fifth
 # append (reply, three tool_started, then b's), while a and c still run.
 MID_BATCH = [
-    batch(call("a", "slow", n=6), call("b", "slow", n=1), call("c", "slow", n=3)),
+    batch(call("a", "slow", n=9), call("b", "slow", n=1), call("c", "slow", n=3)),
     final("x"),
 ]
 
@@ -811,8 +811,8 @@ def test_a_crash_while_an_earlier_call_ran_resumes_as_the_ended_run_reads_back(
     assert reported == expected
     # An uninterrupted run whose calls finish in that order is the same run, but for the
     # outcomes left unknown.
-    n = {"a": 6, "b": 1, "c": 3}
-    turns = {n[call_id]: 1 + 4 * place for place, call_id in enumerate(expected)}
+    n = {"a": 9, "b": 1, "c": 3}
+    turns = {n[call_id]: 1 + 8 * place for place, call_id in enumerate(expected)}
     baseline = asyncio.run(
         agentloop.Loop(
             by_history(MID_BATCH),

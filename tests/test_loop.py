@@ -697,6 +697,146 @@ def test_the_sync_driver_refuses_to_thread_and_takes_timeouts() -> None:
     assert Loop(ScriptedModel([final()]), tool_timeout=0.2).run("go").status == "finished"
 
 
+TIMEOUT_REFUSED = (
+    r"^tool_timeout=0\.1 cannot interrupt the plain tool 'slow': a plain function runs to its "
+    r"end in the thread that calls it; make it async def, or pass to_thread=True and run the "
+    r"loop with loop\.arun \(or astart\), which runs it in a worker thread$"
+)
+
+
+def test_a_tool_timeout_a_plain_tool_would_run_past_is_refused(tmp_path: Path) -> None:
+    """tool_timeout over a plain tool cannot bite (it runs to its end in place): Loop(...)
+    refuses it, naming the tool and the ways out, rather than let the tool run past it; a
+    plain tool added to the registry later is refused when a run begins, on either driver,
+    before the model is asked or anything is recorded."""
+    released = Recorder()
+
+    def slow() -> str:
+        released.calls.append({})
+        return "done"
+
+    with pytest.raises(ValueError, match=TIMEOUT_REFUSED):
+        Loop(ScriptedModel([call("c1", "slow"), final()]), tools=[slow], tool_timeout=0.1)
+
+    async def quick() -> str:
+        return "quick"
+
+    registry = agentloop.ToolRegistry([quick])
+    asked: list[int] = []
+
+    def model(history: list[dict[str, Any]]) -> dict[str, Any]:
+        asked.append(len(history))
+        return final()
+
+    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    loop = Loop(model, tools=registry, tool_timeout=0.1, ledger=ledger)
+    registry.add(slow)
+    with pytest.raises(ValueError, match=TIMEOUT_REFUSED):
+        loop.run("go", run_id="r1")
+    with pytest.raises(ValueError, match=TIMEOUT_REFUSED):
+        asyncio.run(loop.arun("go", run_id="r2"))
+    assert (asked, released.calls, list(ledger.run_ids())) == ([], [], [])
+
+
+@pytest.mark.parametrize("how", ["async def, loop.run", "async def, loop.arun", "to_thread"])
+def test_a_tool_timeout_bites_where_it_can(how: str) -> None:
+    """An async def tool (under either driver), or a plain one in a worker thread (to_thread
+    under arun): past tool_timeout the call is an error result, and the run goes on."""
+    import threading
+
+    gate = threading.Event()
+
+    def held() -> str:
+        gate.wait(5)
+        return "late"
+
+    async def awaited() -> str:
+        await asyncio.sleep(5)
+        return "late"
+
+    def release(transition: agentloop.Transition) -> None:
+        if transition.trigger == "tool_returned":
+            gate.set()  # the worker thread, past its timeout, ends now
+
+    slow = held if how == "to_thread" else awaited
+    slow.__name__ = "slow"
+    loop = Loop(
+        ScriptedModel([call("c1", "slow"), final()]),
+        tools=[slow],
+        tool_timeout=0.05,
+        to_thread=how == "to_thread",
+        listeners=[release],
+    )
+    result = loop.run("go") if how == "async def, loop.run" else asyncio.run(loop.arun("go"))
+    assert result.status == "finished"
+    assert result.transcript[2]["status"] == "error"
+    assert result.transcript[2]["content"] == {
+        "type": "TimeoutError",
+        "message": "the tool did not finish within tool_timeout=0.05 s",
+    }
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_plain_models_reply_past_the_model_timeout_is_a_timeout(driver: str) -> None:
+    """A plain model answering in place cannot be interrupted: its reply is read against
+    model_timeout when it comes, and a late one is a TimeoutError (its usage still recorded),
+    which the retry policy retries like any timeout; one in time is taken."""
+    import time
+
+    from agentloop.models import RetryPolicy
+    from agentloop.testing import with_usage
+
+    asked: list[int] = []
+
+    def model(history: list[dict[str, Any]]) -> dict[str, Any]:
+        asked.append(len(history))
+        if len(asked) == 1:
+            time.sleep(0.06)
+        return with_usage(final("4"), 10, 2)
+
+    def run(retry: RetryPolicy | None) -> agentloop.RunResult:
+        loop = Loop(model, model_timeout=0.03, retry=retry)
+        return loop.run("go") if driver == "sync" else asyncio.run(loop.arun("go"))
+
+    failed = run(None)
+    assert (failed.status, failed.steps) == ("failed", 1)
+    assert failed.error == "the model raised TimeoutError: no reply within model_timeout=0.03 s"
+    assert failed.usage == agentloop.Usage(10, 2, 0)  # the late reply was paid for
+    asked.clear()
+    retried = run(RetryPolicy(sleep=lambda seconds, token: None))
+    assert (retried.status, retried.output, retried.steps) == ("finished", "4", 2)
+    assert [e.trigger for e in retried.events][:2] == ["model_raised", "waited"]
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_the_model_timeout_of_a_stream_runs_from_the_ask(driver: str) -> None:
+    """A plain model that takes the whole model_timeout to hand back its stream (waiting for
+    the response's headers, say) has no time left to read it: the step fails, and the stream
+    is closed unread."""
+    import time
+
+    from agentloop.streaming import chunked
+
+    read: list[object] = []
+
+    def model(history: list[dict[str, Any]]) -> Any:
+        time.sleep(0.06)
+
+        def stream() -> Any:
+            for item in chunked(final("4")):
+                read.append(item)
+                yield item
+
+        return stream()
+
+    loop = Loop(model, model_timeout=0.03)
+    result = loop.run("go") if driver == "sync" else asyncio.run(loop.arun("go"))
+    assert (result.status, read) == ("failed", [])
+    assert result.error is not None
+    assert "model_timeout=0.03 s" in result.error
+    assert result.transcript == [{"kind": "user", "text": "go"}]
+
+
 def test_listeners_are_checked_when_the_loop_is_built() -> None:
     """A listener that is not callable is refused by Loop(...), naming its position."""
     with pytest.raises(TypeError, match=r"expected listeners\[1\] to be callable, got int"):

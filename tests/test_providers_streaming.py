@@ -23,14 +23,19 @@ import openai
 import pydantic
 import pytest
 from anthropic.types import message_create_params
+from google.genai import errors as genai_errors
 from openai.types.chat import completion_create_params
 from openai.types.responses import response_create_params
 
 from agentloop import CancelToken, Loop, ToolRegistry, Transition
+from agentloop.models import RetryPolicy, transient
+from agentloop.providers import IncompleteReply
 from agentloop.providers.anthropic import anthropic_messages
+from agentloop.providers.google import gemini_generate_content
 from agentloop.providers.openai import openai_chat, openai_responses
-from agentloop.streaming import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
+from agentloop.streaming import ArgumentsDelta, Discard, TextDelta, ToolCallStart, UsageDelta
 
+from . import test_providers_gemini as gem
 from .helpers import add, mul
 from .test_providers_anthropic import message
 from .test_providers_openai import completion, response
@@ -157,6 +162,50 @@ def messages_events(body: Message) -> list[tuple[str | None, Any]]:
     return events
 
 
+def gemini_events(body: Message) -> list[tuple[str | None, Any]]:
+    """A generateContent response as streamGenerateContent's chunks: each text part in
+    pieces, each call whole in a chunk of its own, usage a running total on every chunk (the
+    last one's is the response's), the finish reason on the last."""
+    if "candidates" not in body:  # a blocked prompt: one chunk says so
+        return [(None, body)]
+    candidate = body["candidates"][0]
+    base = {key: value for key, value in body.items() if key not in ("candidates", "usageMetadata")}
+    used = body.get("usageMetadata")
+    chunks: list[Message] = []
+
+    def chunk(parts: list[Message]) -> None:
+        chunks.append(
+            {**base, "candidates": [{"index": 0, "content": {"role": "model", "parts": parts}}]}
+        )
+
+    for part in candidate.get("content", {}).get("parts", ()):
+        if "text" in part:
+            said = pieces(part["text"]) or [""]
+            for piece in said[:-1]:
+                chunk([{**part, "text": piece, "thoughtSignature": None}])
+            chunk([{**part, "text": said[-1]}])  # a signature comes with the last piece
+        else:
+            chunk([part])
+    last = {key: value for key, value in candidate.items() if key != "content"}
+    chunks.append({**base, "candidates": [last]})
+    for number, each in enumerate(chunks, start=1):
+        if used is not None:  # the output so far; the prompt's counts from the first chunk on
+            share = {
+                **used,
+                "candidatesTokenCount": used["candidatesTokenCount"] * number // len(chunks),
+            }
+            each["usageMetadata"] = share
+        for part in each["candidates"][0].get("content", {}).get("parts", ()):
+            if part.get("thoughtSignature", "") is None:
+                del part["thoughtSignature"]
+    return [(None, each) for each in chunks]
+
+
+def _gemini_conforms(body: Message) -> None:
+    gem.conforms(body)
+    gem.answered_next(body["contents"])
+
+
 @attrs.frozen
 class Api:
     """One provider API, as these tests use it."""
@@ -164,7 +213,7 @@ class Api:
     name: str
     adapter: Callable[..., Any]
     events: Callable[[Message], list[tuple[str | None, Any]]]
-    params: pydantic.TypeAdapter[Any]
+    conforms: Callable[[Message], None]  # a request body is one the API takes
     cases: dict[str, Message]  # a case's name: the canned body
 
     def __str__(self) -> str:
@@ -172,6 +221,8 @@ class Api:
 
     def client(self, wire: Wire, flavour: str) -> Any:
         """The SDK's own client, talking to ``wire``, with no retries."""
+        if self.name == "gemini":
+            return gem.client(wire, flavour)
         http = wire.sync_client() if flavour == "sync" else wire.async_client()
         if self.name == "anthropic":
             kind: Any = anthropic.Anthropic if flavour == "sync" else anthropic.AsyncAnthropic
@@ -200,26 +251,32 @@ def _openai_cases(answer: Callable[..., Message], cut_off: str) -> dict[str, Mes
     }
 
 
+def _conforms_to(params: Any) -> Callable[[Message], None]:
+    """A request body is valid as the SDK's own request params (``wire.conforms``)."""
+    adapter = pydantic.TypeAdapter(params)
+    return lambda body: conforms(body, adapter)
+
+
 APIS = [
     Api(
         "chat",
         openai_chat,
         chat_events,
-        pydantic.TypeAdapter(completion_create_params.CompletionCreateParamsStreaming),
+        _conforms_to(completion_create_params.CompletionCreateParamsStreaming),
         _openai_cases(completion, "length"),
     ),
     Api(
         "responses",
         openai_responses,
         responses_events,
-        pydantic.TypeAdapter(response_create_params.ResponseCreateParamsStreaming),
+        _conforms_to(response_create_params.ResponseCreateParamsStreaming),
         _openai_cases(response, "max_output_tokens"),
     ),
     Api(
         "anthropic",
         anthropic_messages,
         messages_events,
-        pydantic.TypeAdapter(message_create_params.MessageCreateParamsStreaming),
+        _conforms_to(message_create_params.MessageCreateParamsStreaming),
         {
             "one call": message(calls=[("toolu_1", "add", {"a": 2, "b": 3})]),
             "parallel calls": message(
@@ -236,6 +293,31 @@ APIS = [
                     {"type": "thinking", "thinking": "Hm.", "signature": "c2ln"},
                     {"type": "text", "text": "5"},
                 ]
+            ),
+        },
+    ),
+    Api(
+        "gemini",
+        gemini_generate_content,
+        gemini_events,
+        _gemini_conforms,
+        {
+            "one call": gem.response(gem.function_call("add", {"a": 2, "b": 3}, signature="c2ln")),
+            "parallel calls": gem.response(
+                gem.function_call("add", {"a": 2, "b": 3}, signature="c2ln"),
+                gem.function_call("mul", {}, call_id="fc-2"),
+            ),
+            "text beside a call": gem.response(
+                gem.text("Adding first."), gem.function_call("add", {})
+            ),
+            "a final": gem.response(gem.text("2+3 is 5, and 2*3 is 6.")),
+            "no usage": gem.response(gem.text("5"), usage=False),
+            "cut off": gem.response(gem.text("5 and"), finish="MAX_TOKENS"),
+            "safety": gem.response(finish="SAFETY", content=False),
+            "blocked": {"promptFeedback": {"blockReason": "SAFETY"}, "responseId": "r"},
+            "empty": gem.response(),
+            "thought first": gem.response(
+                {"text": "Hm.", "thought": True}, {"text": "5", "thoughtSignature": "c2ln"}
             ),
         },
     ),
@@ -289,10 +371,14 @@ async def test_the_streamed_reply_is_the_unstreamed_one(api: Api, case: str, fla
 
     assert await outcome(streaming) == await outcome(unstreamed)
     (request,) = streamed.requests
-    assert request["stream"] is True
+    if api.name == "gemini":  # the streaming method is its own: streamGenerateContent?alt=sse
+        assert streamed.paths == ["/v1/models/m-1:streamGenerateContent"]
+        assert [r.url.query for r in streamed.sent] == [b"alt=sse"]
+    else:
+        assert request["stream"] is True
     if api.name == "chat":
         assert request["stream_options"] == {"include_usage": True}
-    conforms(request, api.params)
+    api.conforms(request)
 
 
 @pytest.mark.parametrize("api", APIS, ids=str)
@@ -361,7 +447,10 @@ async def _read_last(model: Any) -> Any:
 
 @pytest.mark.parametrize("api", APIS, ids=str)
 async def test_an_error_event_mid_stream_is_a_failed_call(api: Api, flavour: str) -> None:
-    """An error event after some deltas raises (the SDK's error, or ``IncompleteReply``)."""
+    """An error event after some deltas raises what the adapter's docstring says: OpenAI's,
+    ``IncompleteReply`` (whether the SDK raised its own error for it or handed the event
+    on); Anthropic's, the SDK's ``APIStatusError``; Gemini's error chunk, the SDK's
+    ``ServerError`` for its 503, as for a 503 before the stream began."""
     events = api.events(api.cases["a final"])[:4]
     if api.name == "chat":
         error: tuple[str | None, Any] = (
@@ -379,6 +468,8 @@ async def test_an_error_event_mid_stream_is_a_failed_call(api: Api, flavour: str
                 "sequence_number": 99,
             },
         )
+    elif api.name == "gemini":  # an error chunk, as Google's servers send one mid-stream
+        error = (None, {"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}})
     else:
         error = (
             "error",
@@ -387,7 +478,41 @@ async def test_an_error_event_mid_stream_is_a_failed_call(api: Api, flavour: str
     body = Streamed(sse([*events, error]))
     got = await outcome(lambda: _read_last(api.model(Wire([(200, body)]), flavour, stream=True)))
     assert isinstance(got, tuple)
+    raised = {"anthropic": "APIStatusError", "gemini": "ServerError"}
+    assert got[0] == raised.get(api.name, "IncompleteReply")
     assert "overloaded" in got[1]
+    assert body.closed_at is not None
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"type": "error", "code": "server_error", "message": "overloaded", "param": None},
+        {
+            "type": "error",
+            "error": {"type": "server_error", "code": "server_error", "message": "overloaded"},
+        },
+    ],
+    ids=["as documented", "nested, which the SDK raises itself"],
+)
+async def test_a_responses_error_event_is_an_incomplete_reply_in_either_shape(
+    flavour: str, error: Message
+) -> None:
+    """``openai_responses(stream=True)``: an error event, in the shape the API reference gives
+    or nested under ``error`` (which the SDK raises as its own ``APIError``), is the
+    ``IncompleteReply`` its docstring names, with the code and the message, marked passing."""
+    api = APIS[1]
+    events = api.events(api.cases["a final"])[:4]
+    body = Streamed(sse([*events, ("error", {**error, "sequence_number": 99})]))
+    wire = Wire([(200, body)])
+    try:
+        await read(await answer(api.model(wire, flavour, stream=True)))
+    except IncompleteReply as exc:
+        raised: IncompleteReply = exc
+    else:
+        raise AssertionError("no error")
+    assert str(raised) == "the stream broke off with an error event: server_error: overloaded"
+    assert transient(raised) is not None
     assert body.closed_at is not None
 
 
@@ -453,17 +578,37 @@ def test_the_sync_driver_closes_the_http_stream_at_the_next_chunk(api: Api) -> N
     assert result.events[-1].partial_text == pieces("2+3 is 5, and 2*3 is 6.")[0]
 
 
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_a_stream_closed_between_chunks_closes_its_response_at_once(
+    api: Api, flavour: str
+) -> None:
+    """``close()`` (``aclose()``) after a delta, with no read waiting, closes the response then:
+    the server stops streaming."""
+    events = api.events(api.cases["a final"])
+    body = Streamed(sse(events), stall=len(sse(events[: len(events) // 2])))  # text, then waits
+    stream = await answer(api.model(Wire([(200, body)]), flavour, stream=True))
+    if flavour == "sync":
+        next(stream)
+        stream.close()
+    else:
+        await stream.__anext__()
+        await stream.aclose()
+    assert body.closed_at is not None
+
+
 # -- an output whose schema's root is not an object ---------------------------------------------
 
 _FINALS: dict[str, Callable[..., Message]] = {
     "chat": completion,
     "responses": response,
     "anthropic": message,
+    "gemini": lambda text: gem.response(gem.text(text)),
 }
 _ASKED: dict[str, Callable[[Message], Message]] = {
     "chat": lambda request: request["response_format"]["json_schema"]["schema"],
     "responses": lambda request: request["text"]["format"]["schema"],
     "anthropic": lambda request: request["output_config"]["format"]["schema"],
+    "gemini": lambda request: request["generationConfig"]["responseJsonSchema"],
 }
 
 
@@ -488,7 +633,7 @@ async def test_an_output_not_rooted_in_an_object_is_asked_for_wrapped(
         "additionalProperties": False,
     }
     if stream:
-        conforms(request, api.params)
+        api.conforms(request)
 
 
 def test_a_wrapped_output_in_a_markdown_fence_is_taken_out_too() -> None:
@@ -498,3 +643,166 @@ def test_a_wrapped_output_in_a_markdown_fence_is_taken_out_too() -> None:
     wire = Wire([(200, _FINALS[api.name](text=fenced))])
     result = Loop(api.model(wire, "sync", stream=False), output=list[int]).run(USER)
     assert (result.status, result.output, result.steps) == ("finished", [2, 3], 1)
+
+
+# -- a stream that breaks mid-reply is retried; the deltas it had delivered are discarded ---------
+
+NO_WAIT = RetryPolicy(sleep=lambda seconds, token: None)  # the default policy, waiting no time
+
+
+def broken(api: Api, how: str) -> Streamed:
+    """A canned final's stream that breaks after its first half: ``drop`` (the connection is
+    lost), ``cut`` (the server ends it early) or an ``error`` event saying the server failed."""
+    events = api.events(api.cases["a final"])
+    half = events[: len(events) // 2]
+    if how == "drop":
+        return Streamed(sse(events), stall=len(sse(half)), drop=True)
+    if how == "cut":
+        return Streamed(sse(half))
+    return Streamed(sse([*half, ERROR_EVENTS[api.name]("server_error")]))
+
+
+def _chat_error(kind: str) -> tuple[str | None, Any]:
+    return None, {"error": {"message": "overloaded", "type": kind, "code": kind}}
+
+
+def _responses_error(kind: str) -> tuple[str | None, Any]:
+    fields = {"code": kind, "message": "overloaded", "param": None, "sequence_number": 99}
+    return "error", {"type": "error", **fields}
+
+
+def _messages_error(kind: str) -> tuple[str | None, Any]:
+    kind = {"server_error": "overloaded_error"}.get(kind, kind)
+    return "error", {"type": "error", "error": {"type": kind, "message": "overloaded"}}
+
+
+def _gemini_error(kind: str) -> tuple[str | None, Any]:
+    """Gemini's error chunk: Google's error JSON, whose code is an HTTP status."""
+    code, status = {"server_error": (503, "UNAVAILABLE")}.get(kind, (400, "INVALID_ARGUMENT"))
+    return None, {"error": {"code": code, "message": "overloaded", "status": status}}
+
+
+#: Each API's error event mid-stream, of an error type or code.
+ERROR_EVENTS: dict[str, Callable[[str], tuple[str | None, Any]]] = {
+    "chat": _chat_error,
+    "responses": _responses_error,
+    "anthropic": _messages_error,
+    "gemini": _gemini_error,
+}
+
+
+@pytest.mark.parametrize("how", ["drop", "cut", "error"])
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_a_stream_broken_mid_reply_is_retried(api: Api, flavour: str, how: str) -> None:
+    """A lost connection, a stream the server ended early, a server error event: each after
+    some text had streamed. The Loop's retry policy asks again, a Discard tells the listener to
+    drop the text it had, and only the retry's whole reply is recorded."""
+    body = api.cases["a final"]
+    wire = Wire([(200, broken(api, how)), (200, Streamed(sse(api.events(body))))])
+    loop = Loop(api.model(wire, flavour, stream=True), retry=NO_WAIT)
+    heard: list[object] = []
+    if flavour == "sync":
+        run: Any = loop.start(USER)
+        run.subscribe_deltas(heard.append)
+        result = run.finish()
+    else:
+        run = loop.astart(USER)
+        run.subscribe_deltas(heard.append)
+        result = await run.afinish()
+
+    assert (result.status, result.steps, len(wire.requests)) == ("finished", 2, 2)
+    assert [e.trigger for e in result.events[:3]] == ["model_raised", "waited", "model_replied"]
+    failure = result.events[0].exception
+    assert failure is not None
+    assert transient(failure) is not None
+    assert transient(failure).kind == ("server" if how == "error" else "connection")  # type: ignore[union-attr]
+    cut = next(i for i, item in enumerate(heard) if type(item) is Discard)
+    assert all(type(item) is TextDelta for item in heard[:cut])  # the text the Discard voids
+    assert heard[:cut]
+    retried = "".join(d.text for d in heard[cut + 1 :] if type(d) is TextDelta)
+    assert retried == result.output == "2+3 is 5, and 2*3 is 6."
+    assert result.transcript == [*USER, {"kind": "final", "text": result.output}]
+
+
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_an_error_event_that_will_not_pass_fails_the_run(api: Api, flavour: str) -> None:
+    """An error event of any other type fails the run, not retried: OpenAI's as an
+    IncompleteReply naming its code and message, Anthropic's as the SDK's error, Gemini's
+    (a 400 chunk) as the SDK's ClientError with that code."""
+    events = api.events(api.cases["a final"])[:4]
+    body = Streamed(sse([*events, ERROR_EVENTS[api.name]("invalid_request_error")]))
+    wire = Wire([(200, body)])
+    loop = Loop(api.model(wire, flavour, stream=True), retry=NO_WAIT)
+    result = loop.run(USER) if flavour == "sync" else await loop.arun(USER)
+    assert (result.status, len(wire.requests)) == ("failed", 1)
+    failure = result.events[-1].exception
+    assert failure is not None
+    assert transient(failure) is None
+    if api.name == "anthropic":
+        assert isinstance(failure, anthropic.APIStatusError)
+    elif api.name == "gemini":
+        assert isinstance(failure, genai_errors.ClientError)
+        assert failure.code == 400
+    else:
+        assert isinstance(failure, IncompleteReply)
+        assert result.error == (
+            "the model raised IncompleteReply: the stream broke off with an error event: "
+            "invalid_request_error: overloaded"
+        )
+
+
+# -- the sync driver reads the token at every event, those that carry no delta included ----------
+
+
+def quiet(api: Api, n: int) -> list[tuple[str | None, Any]]:
+    """A final's events with ``n`` events that carry no delta early on: a chat's empty chunks,
+    a Responses reasoning summary, a Messages thinking block's deltas, Gemini's thought
+    summaries."""
+    events = api.events(api.cases["a final"])
+    if api.name == "chat":
+        silent = [events[0]] * n  # the opening chunk: a role and no content
+    elif api.name == "responses":
+        where = {"item_id": "rs_1", "output_index": 0, "summary_index": 0}
+        silent = [
+            (
+                "response.reasoning_summary_text.delta",
+                {
+                    "type": "response.reasoning_summary_text.delta",
+                    **where,
+                    "delta": "Hm. ",
+                    "sequence_number": 1000 + i,
+                },
+            )
+            for i in range(n)
+        ]
+    elif api.name == "gemini":  # its first chunk already has text: the thoughts come before
+        thought = {"role": "model", "parts": [{"text": "Hm. ", "thought": True}]}
+        first = {**events[0][1], "candidates": [{"index": 0, "content": thought}]}
+        return [(None, first)] * n + events
+    else:
+        delta = {"type": "thinking_delta", "thinking": "Hm. "}
+        silent = [
+            ("content_block_delta", {"type": "content_block_delta", "index": 9, "delta": delta})
+        ] * n
+    return [events[0], *silent, *events[1:]]
+
+
+@pytest.mark.parametrize("api", APIS, ids=str)
+def test_the_sync_driver_sees_a_cancel_at_the_next_event_without_a_delta(api: Api) -> None:
+    """30 events that carry no delta open the reply; a cancel comes after two of them: the
+    response is closed at the next event, long before the first delta, and the run ends
+    cancelled with nothing streamed."""
+    token = CancelToken()
+    events = quiet(api, 30)
+    body = Streamed(sse(events), then=(len(sse(events[:3])), token.cancel))
+    run = Loop(api.model(Wire([(200, body)]), "sync", stream=True)).start(USER, cancel=token)
+    heard: list[object] = []
+    run.subscribe_deltas(heard.append)
+    result = run.finish()
+
+    assert result.status == "cancelled"
+    assert result.events[-1].trigger == "model_interrupted"
+    assert result.events[-1].partial_text is None
+    assert heard == []
+    assert body.closed_at is not None
+    assert body.sent * body.size <= len(sse(events[:5]))  # read on by an event or so, no more

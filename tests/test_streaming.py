@@ -380,6 +380,44 @@ def test_ctrl_c_in_a_delta_listener_ends_the_run_cancelled() -> None:
     assert run.events[-1].partial_text == "Hel"
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("stream_kind", ["generator", "async generator"])
+def test_a_stream_is_not_resumed_once_the_token_is_cancelled(driver: str, stream_kind: str) -> None:
+    """A listener cancels at the first delta: the stream's code runs no further (no next chunk
+    is even asked for), the run ends cancelled with that delta's text, nothing appended."""
+    token = CancelToken()
+    resumed: list[str] = []
+
+    def plain_model(history: list[Message]) -> Iterator[object]:
+        yield TextDelta(text="Hel")
+        resumed.append("after the cancel")  # the read of the next chunk (a request, say)
+        yield TextDelta(text="lo")
+        yield final("Hello")
+
+    async def async_model(history: list[Message]) -> AsyncIterator[object]:
+        for item in plain_model(history):
+            yield item
+
+    model = plain_model if stream_kind == "generator" else async_model
+    loop = Loop(model)
+    if driver == "sync":
+        run = loop.start(USER, cancel=token)
+        run.subscribe_deltas(lambda delta: token.cancel())
+        result = run.finish()
+    else:
+
+        async def drive() -> RunResult:
+            run = loop.astart(USER, cancel=token)
+            run.subscribe_deltas(lambda delta: token.cancel())
+            return await run.afinish()
+
+        result = asyncio.run(drive())
+    assert resumed == []
+    assert result.status == "cancelled"
+    assert result.events[-1].partial_text == "Hel"
+    assert result.transcript == [{"kind": "user", "text": USER}]
+
+
 def test_the_model_timeout_bounds_a_stream() -> None:
     """A stream still going at ``model_timeout`` fails the step and is closed."""
 

@@ -140,6 +140,8 @@ class Streamed(httpx2.SyncByteStream, httpx2.AsyncByteStream):
     stall: int | None = None
     #: Instead of stalling, the connection drops (a read error) after ``stall`` bytes.
     drop: bool = False
+    #: ``(n, call)``: once its first ``n`` bytes are sent, ``call()`` (a cancel from elsewhere).
+    then: tuple[int, Callable[[], object]] | None = None
     #: Server-Sent Events unless said (Bedrock's are AWS event-stream frames).
     content_type: str = "text/event-stream"
     sent: int = 0
@@ -151,6 +153,10 @@ class Streamed(httpx2.SyncByteStream, httpx2.AsyncByteStream):
         for at in range(0, len(body), self.size):
             self.sent += 1
             yield body[at : at + self.size]
+            then = self.then
+            if then is not None and at + self.size >= then[0]:
+                self.then = None
+                then[1]()
 
     def __iter__(self) -> Iterator[bytes]:
         yield from self._chunks()

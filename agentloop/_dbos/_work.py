@@ -63,7 +63,9 @@ class StepWork:
         try:
             reply = bound(history, **(options or {}))
             if type(reply) is not dict and is_stream(reply):  # a streaming model
-                reply = whole_reply(reply)  # the step records the whole reply, not the deltas
+                # The step records the whole reply, not the deltas: taken before the stream
+                # is closed, so that nothing it runs at its close changes what is recorded.
+                reply = whole_reply(reply, reply_record)[1]
         except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
             answer = raised_record(exc)
             policy = self.loop.retry

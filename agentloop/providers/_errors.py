@@ -21,15 +21,25 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from types import ModuleType
 
-__all__ = ["aparsed", "classify", "parsed", "raw_create", "retry_after"]
+__all__ = [
+    "aparsed",
+    "classify",
+    "parsed",
+    "raw_create",
+    "retry_after",
+    "stream_error_kind",
+    "unreadable",
+]
 
 #: How much of a body that is not JSON an ``UnreadableResponse`` quotes.
 _QUOTED: Final = 200
 
 #: A stream's error event, by its error type, when it may pass: the response itself was a 200,
-#: so its status says nothing. Anthropic's own types, and the exceptions Bedrock's event
-#: stream ends with (its SDK client names them so).
+#: so its status says nothing. Anthropic's own types, the exceptions Bedrock's event
+#: stream ends with (its SDK client names them so), and OpenAI's codes.
 _STREAM_ERRORS: Final = {
+    "server_error": "server",
+    "rate_limit_exceeded": "rate_limit",
     "rate_limit_error": "rate_limit",
     "throttlingException": "rate_limit",
     "overloaded_error": "server",
@@ -108,6 +118,11 @@ def classify(exc: Exception, sdk: ModuleType | None) -> None:
                 mark(exc, kind)
 
 
+def stream_error_kind(kind: object) -> str | None:
+    """The kind of passing error a stream's error event of type (or code) ``kind`` is, if any."""
+    return _STREAM_ERRORS.get(kind) if type(kind) is str else None
+
+
 def _error_type(body: object) -> str:
     """The ``error.type`` of an error event's body (``{'type': 'error', 'error': {...}}``)."""
     error = body.get("error") if type(body) is dict else None
@@ -149,10 +164,12 @@ def _unreadable(response: Any) -> UnreadableResponse | None:
         orjson.loads(http.content)
     except orjson.JSONDecodeError:
         text = http.content.decode("utf-8", "replace")
-        return UnreadableResponse(
-            http.status_code,
-            text[:_QUOTED],
-            str(http.request.url),
-            http.headers.get("content-type"),
+        return unreadable(
+            http.status_code, text, str(http.request.url), http.headers.get("content-type")
         )
     return None
+
+
+def unreadable(status: int, text: str, url: str, content_type: str | None) -> UnreadableResponse:
+    """The error for a body that is not JSON, quoting its start."""
+    return UnreadableResponse(status, text[:_QUOTED], url, content_type)

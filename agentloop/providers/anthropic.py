@@ -135,8 +135,12 @@ def anthropic_messages(
 
     ``stream=True``: the callback answers with a stream (``agentloop.streaming``)
     over the API's stream events; its whole reply is the one the same message
-    unstreamed gives. An ``error`` event raises (the SDK's error), and a stream
-    that ends before ``message_stop`` raises ``IncompleteReply``.
+    unstreamed gives. An ``error`` event raises the SDK's error (an
+    ``APIStatusError``), marked passing by its type (``overloaded_error``,
+    ``api_error``, ``rate_limit_error``) for the Loop's retry policy; a
+    connection lost mid-stream raises the SDK's error, marked as it would be
+    before the stream began; a stream that ends before ``message_stop``
+    raises ``IncompleteReply``, marked as a lost connection.
     """
     checked_client("anthropic_messages", client, model, "messages.create", "an Anthropic")
     checked_params(
