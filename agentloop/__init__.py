@@ -18,9 +18,9 @@ from agentloop import engine as engine
 from agentloop import ledger as ledger
 from agentloop import review as review
 from agentloop._async import AsyncRun
-from agentloop._core._approval import PendingCall, approve, ask
-from agentloop._core._table import State
-from agentloop._core._values import (
+from agentloop._core.approval import PendingCall, approve, ask
+from agentloop._core.table import State
+from agentloop._core.values import (
     Budget,
     CancelToken,
     NotJSON,

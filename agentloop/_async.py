@@ -44,10 +44,10 @@ from agentloop._callbacks import (
     within,
 )
 from agentloop._concurrent import ConcurrentBatch
-from agentloop._core._context import Summarise
-from agentloop._core._json import exception_said
-from agentloop._core._table import TERMINAL, State
-from agentloop._core._values import AskModel, ReviewCalls, RunTool, Wait
+from agentloop._core.context_policy import Summarise
+from agentloop._core.json import exception_said
+from agentloop._core.table import TERMINAL, State
+from agentloop._core.values import AskModel, ReviewCalls, RunTool, Wait
 from agentloop._progress import areporting
 from agentloop._run import LOG, Carried, carried, log, one_transition
 from agentloop._streams import Discard, ListenerFailed, Partial, apull, in_time, is_stream
@@ -57,9 +57,9 @@ if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
     from agentloop._callbacks import Listener, Model
-    from agentloop._core._approval import Decision
-    from agentloop._core._engine import Engine
-    from agentloop._core._values import CancelToken, RunResult, Transition
+    from agentloop._core.approval import Decision
+    from agentloop._core.engine import Engine
+    from agentloop._core.values import CancelToken, RunResult, Transition
     from agentloop._progress import ToolProgress
     from agentloop._run import Request
     from agentloop._streams import Delta

@@ -23,7 +23,7 @@ from agentloop._callbacks import unless_cancelled
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
 
-    from agentloop._core._values import CancelToken
+    from agentloop._core.values import CancelToken
 
 __all__ = ["Awaiter", "awaiting"]
 

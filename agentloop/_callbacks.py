@@ -20,11 +20,11 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, runtime_checkable
 
-from agentloop._core._values import Transition
+from agentloop._core.values import Transition
 
 if TYPE_CHECKING:
-    from agentloop._core._engine import Engine
-    from agentloop._core._values import CancelToken
+    from agentloop._core.engine import Engine
+    from agentloop._core.values import CancelToken
 
 __all__ = [
     "Dispatcher",

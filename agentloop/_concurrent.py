@@ -14,13 +14,13 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Final
 
 from agentloop._callbacks import TokenCancelled, ended_by_token, unless_cancelled
-from agentloop._core._values import ReviewCalls, RunTool
+from agentloop._core.values import ReviewCalls, RunTool
 from agentloop._run import Carried, RunView, carried
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from agentloop._core._values import CancelToken, Transition
+    from agentloop._core.values import CancelToken, Transition
 
 __all__ = ["ConcurrentBatch"]
 

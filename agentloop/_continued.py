@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 import attrs
 import orjson
 
-from agentloop._core._engine import Engine
-from agentloop._core._replay import Mismatch, models_named, replay
-from agentloop._core._table import State
-from agentloop._core._values import CancelToken, RunResult, require_result
+from agentloop._core.engine import Engine
+from agentloop._core.replay import Mismatch, models_named, replay
+from agentloop._core.table import State
+from agentloop._core.values import CancelToken, RunResult, require_result
 from agentloop._durable import _recording, _resume
 from agentloop._errors import ConfigurationMismatchError, InvalidStateError
 from agentloop._review._runstory import reopen
@@ -34,9 +34,9 @@ from agentloop._run import RunView
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agentloop._core._context import ContextPolicy
-    from agentloop._core._output import OutputSchema
-    from agentloop._core._values import Budget
+    from agentloop._core.context_policy import ContextPolicy
+    from agentloop._core.output_schema import OutputSchema
+    from agentloop._core.values import Budget
     from agentloop._durable._ledger import Ledger
     from agentloop._durable._view import LedgerRun
 

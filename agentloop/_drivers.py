@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from agentloop._callbacks import Model
-    from agentloop._core._engine import Engine
-    from agentloop._core._values import CancelToken
+    from agentloop._core.engine import Engine
+    from agentloop._core.values import CancelToken
     from agentloop._loop import Loop
 
 __all__ = ["async_run", "model_of", "sync_run"]

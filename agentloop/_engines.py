@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._continued import forked, resumed
-from agentloop._core._engine import Engine
+from agentloop._core.engine import Engine
 from agentloop._durable import _resume
 from agentloop._errors import AgentloopError
 from agentloop._settings import checked_tool_names, no_ledger, timeout_bites
 
 if TYPE_CHECKING:
-    from agentloop._core._values import CancelToken, RunResult
+    from agentloop._core.values import CancelToken, RunResult
     from agentloop._loop import Loop
 
 __all__ = [

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from agentloop._callbacks import Model
-    from agentloop._core._engine import Engine
+    from agentloop._core.engine import Engine
 
 __all__ = ["Fallback", "fallback", "model_name", "per_run"]
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Final, Self
 from agentloop._adispatch import async_dispatch
 from agentloop._callbacks import bind_model
 from agentloop._continued import continued, ended, released_on_error
-from agentloop._core._messages import check_new_input
-from agentloop._core._values import Budget, CancelToken, RunResult
+from agentloop._core.messages import check_new_input
+from agentloop._core.values import Budget, CancelToken, RunResult
 from agentloop._drivers import async_run, sync_run
 from agentloop._durable._view import view_run
 from agentloop._engines import forked_engine, fresh_engine, resumed_engine
@@ -51,11 +51,11 @@ if TYPE_CHECKING:
 
     from agentloop._async import AsyncRun
     from agentloop._callbacks import Dispatcher, Listener, Model
-    from agentloop._core._approval import Decision
-    from agentloop._core._context import ContextPolicy
-    from agentloop._core._engine import Engine
-    from agentloop._core._output import OutputSchema
-    from agentloop._core._retry import RetryPolicy
+    from agentloop._core.approval import Decision
+    from agentloop._core.context_policy import ContextPolicy
+    from agentloop._core.engine import Engine
+    from agentloop._core.output_schema import OutputSchema
+    from agentloop._core.retry_policy import RetryPolicy
     from agentloop._durable._ledger import Ledger
     from agentloop._durable._view import LedgerRun
     from agentloop._sync import Run

@@ -16,17 +16,17 @@ import threading
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from agentloop._callbacks import TokenCancelled, ended_by_token
-from agentloop._core._context import Summarise
-from agentloop._core._values import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
+from agentloop._core.context_policy import Summarise
+from agentloop._core.values import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Generator
 
-    from agentloop._core._approval import PendingCall
-    from agentloop._core._engine import Engine
-    from agentloop._core._table import State
-    from agentloop._core._values import Budget, RunResult, Transition, Usage
+    from agentloop._core.approval import PendingCall
+    from agentloop._core.engine import Engine
+    from agentloop._core.table import State
+    from agentloop._core.values import Budget, RunResult, Transition, Usage
     from agentloop._streams import Partial
 
 #: What a driver is asked to perform: call the model (or a context policy's summariser),

@@ -9,8 +9,8 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Final
 
 from agentloop._callbacks import is_async
-from agentloop._core._context import ContextPolicy
-from agentloop._core._retry import RetryPolicy, checked_retry
+from agentloop._core.context_policy import ContextPolicy
+from agentloop._core.retry_policy import RetryPolicy, checked_retry
 from agentloop._durable._ledger import Ledger
 from agentloop._tools._registry import ToolRegistry, reviewing
 from agentloop._tools._specs import NameRule

@@ -39,8 +39,8 @@ import attrs
 import orjson
 
 from agentloop._callbacks import TokenCancelled, unless_cancelled
-from agentloop._core._json import describe, intake
-from agentloop._core._values import MAX_BUDGET
+from agentloop._core.json import describe, intake
+from agentloop._core.values import MAX_BUDGET
 from agentloop._errors import IncompleteReply
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     Message = dict[str, Any]
 
-    from agentloop._core._values import CancelToken
+    from agentloop._core.values import CancelToken
 
 __all__ = [
     "DELTAS",

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from agentloop._awaiter import Awaiter
 from agentloop._callbacks import TokenCancelled, is_async
-from agentloop._core._context import Summarise
-from agentloop._core._json import exception_said
-from agentloop._core._table import TERMINAL, State
-from agentloop._core._values import AskModel, RunTool, Transition, Wait
+from agentloop._core.context_policy import Summarise
+from agentloop._core.json import exception_said
+from agentloop._core.table import TERMINAL, State
+from agentloop._core.values import AskModel, RunTool, Transition, Wait
 from agentloop._progress import reporting
 from agentloop._run import LOG, RunView, log, one_transition
 from agentloop._streams import Discard, ListenerFailed, Partial, in_time, is_stream, pull
@@ -36,9 +36,9 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Generator, Iterator
 
     from agentloop._callbacks import Listener, Model
-    from agentloop._core._approval import Decision
-    from agentloop._core._engine import Engine
-    from agentloop._core._values import RunResult
+    from agentloop._core.approval import Decision
+    from agentloop._core.engine import Engine
+    from agentloop._core.values import RunResult
     from agentloop._progress import ToolProgress
     from agentloop._run import Request
     from agentloop._streams import Delta

@@ -68,10 +68,10 @@ except ImportError as exc:
 
 
 from agentloop._callbacks import TokenCancelled
-from agentloop._core._approval import Decision
-from agentloop._core._context import Summarise
-from agentloop._core._engine import Engine
-from agentloop._core._values import (
+from agentloop._core.approval import Decision
+from agentloop._core.context_policy import Summarise
+from agentloop._core.engine import Engine
+from agentloop._core.values import (
     AskModel,
     CancelToken,
     RecordedException,

@@ -16,10 +16,10 @@ driver" page.
 from __future__ import annotations
 
 from agentloop._callbacks import Dispatcher, Listener, Model
-from agentloop._core._checked import ROWS, Row
-from agentloop._core._engine import Engine
-from agentloop._core._table import TERMINAL, Effect, Guard, State, Trigger
-from agentloop._core._values import (
+from agentloop._core.build import ROWS, Row
+from agentloop._core.engine import Engine
+from agentloop._core.table import TERMINAL, Effect, Guard, State, Trigger
+from agentloop._core.values import (
     AskModel,
     AwaitApproval,
     ReviewCalls,

@@ -24,7 +24,7 @@ import pytest
 import agentloop
 from agentloop import State
 from agentloop.__main__ import main
-from agentloop._core._approval import call_fingerprint
+from agentloop._core.approval import call_fingerprint
 from agentloop.testing import ScriptedModel, final
 
 from .ledgers import MemoryLedger, decisions_of

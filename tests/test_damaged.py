@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 import agentloop
 from agentloop import InvalidStateError, LedgerError, RunFileError, SQLiteLedger
 from agentloop.__main__ import main
-from agentloop._core._table import TERMINAL
+from agentloop._core.table import TERMINAL
 from agentloop._review._diagram import to_mermaid
 from agentloop._review._report import report_html
 from agentloop._review._text import run_lines

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentloop import Budget, Loop, State, load_run, save_run
-from agentloop._core._intake import take_reply
-from agentloop._core._values import Usage
+from agentloop._core.intake import take_reply
+from agentloop._core.values import Usage
 from agentloop.engine import Effect, Engine, Guard, RunTool
 from agentloop.testing import ScriptedModel, call, final
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import pytest
 
-from agentloop._core._approval import call_fingerprint
+from agentloop._core.approval import call_fingerprint
 from agentloop.streaming import TextDelta
 
 from .test_report import chromium

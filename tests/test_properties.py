@@ -15,14 +15,14 @@ from agentloop import CancelToken, InvalidStateError, Loop, State
 
 # Private by necessity: the reference engine swaps the engine's one seam (row choice)
 # for transitions, and nothing public can.
-from agentloop._core._checked import TABLE, Row, reference_machine
+from agentloop._core.build import TABLE, Row, reference_machine
 from agentloop.engine import Engine
 
 from .helpers import DRIVERS, Driver
 
 if TYPE_CHECKING:
-    from agentloop._core._rows import _Draft
-    from agentloop._core._table import Trigger
+    from agentloop._core.rows.state import _Draft
+    from agentloop._core.table import Trigger
 
 
 Message = dict[str, Any]

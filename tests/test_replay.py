@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import agentloop
 from agentloop import Loop, RunResult
-from agentloop._core._replay import Mismatch, replay
+from agentloop._core.replay import Mismatch, replay
 from agentloop.testing import ScriptedModel, batch, call, final
 
 from .helpers import DRIVERS, Driver, add

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import agentloop
 from agentloop import Loop, NotJSON, RunResult
-from agentloop._core._messages import NOT_STARTED
+from agentloop._core.messages import NOT_STARTED
 from agentloop._demo import QUESTION, demo_loop
 from agentloop._review._diagram import visited
 from agentloop._review._replay import result_of

@@ -25,7 +25,7 @@ from agentloop import (
 )
 
 # Private: the JSON intake check itself (public only through a run) and the demo's scenario.
-from agentloop._core._json import to_json
+from agentloop._core.json import to_json
 from agentloop._demo import QUESTION, demo_loop
 from agentloop.testing import ScriptedModel, batch
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from agentloop import RunResult
-    from agentloop._core._values import Transition
+    from agentloop._core.values import Transition
 
 
 # -- linear in the events ------------------------------------------------------------

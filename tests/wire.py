@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import httpx2
 
-from agentloop._core._values import Usage
+from agentloop._core.values import Usage
 from agentloop.testing import assert_contract
 
 if TYPE_CHECKING:

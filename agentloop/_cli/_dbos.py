@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 from agentloop._cli import _files
 from agentloop._cli._ledger import columns, parse_verdicts, when
 from agentloop._cli._output import CommandError, print_lines, self_command
-from agentloop._core._values import RunResult
+from agentloop._core.values import RunResult
 from agentloop._errors import AgentloopError
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ def _client(url: str) -> Iterator[tuple[Any, Any]]:
         from dbos import DBOSClient
 
         import agentloop.dbos as dbos
-        from agentloop._core._approval import approve, deny
+        from agentloop._core.approval import approve, deny
     except ImportError:
         raise CommandError(
             "a DBOS system database URL needs DBOS Transact: pip install 'agentloop-fsm[dbos]'"

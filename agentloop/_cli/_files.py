@@ -17,7 +17,7 @@ from agentloop._cli._output import (
 from agentloop._errors import RunFileError, SVGUnavailableError
 
 if TYPE_CHECKING:
-    from agentloop._core._values import RunResult
+    from agentloop._core.values import RunResult
 
 __all__ = ["demo", "diagram", "load", "report", "show", "unreadable"]
 

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from agentloop._cli import _dbos, _files, _ledger
 from agentloop._cli._output import CommandError, discard_stdout
-from agentloop._core._table import State
+from agentloop._core.table import State
 from agentloop._review._runshape import MAX_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from agentloop._core._values import RunResult
+    from agentloop._core.values import RunResult
 
 __all__ = ["DISTRIBUTION", "main"]
 

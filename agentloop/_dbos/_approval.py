@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from dbos import DBOS
 
-from agentloop._core._approval import Decision, PendingCall
-from agentloop._core._engine import Engine, check_decisions
-from agentloop._core._table import State
-from agentloop._core._values import CancelToken, Transition
+from agentloop._core.approval import Decision, PendingCall
+from agentloop._core.engine import Engine, check_decisions
+from agentloop._core.table import State
+from agentloop._core.values import CancelToken, Transition
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:

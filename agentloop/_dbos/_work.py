@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from agentloop._core._approval import Decision
-from agentloop._core._json import exception_content
+from agentloop._core.approval import Decision
+from agentloop._core.json import exception_content
 from agentloop._dbos._marker import cancel_requested
 from agentloop._durable._bodies import (
     outcome_record,

@@ -13,9 +13,9 @@ from typing import Any
 
 import orjson
 
-from agentloop._core._intake import checked_outcome, checked_usage, not_json
-from agentloop._core._json import exception_content, intake
-from agentloop._core._values import NotJSON, RecordedException, Usage
+from agentloop._core.intake import checked_outcome, checked_usage, not_json
+from agentloop._core.json import exception_content, intake
+from agentloop._core.values import NotJSON, RecordedException, Usage
 from agentloop._errors import JSONError
 
 __all__ = [

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import orjson
 
-from agentloop._core._table import TERMINAL, Trigger
-from agentloop._core._values import Budget
+from agentloop._core.table import TERMINAL, Trigger
+from agentloop._core.values import Budget
 from agentloop._durable._ledger import (
     ASKED,
     DECISION,
@@ -49,9 +49,9 @@ from agentloop._tools._registry import ToolRegistry
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from agentloop._core._context import ContextPolicy
-    from agentloop._core._output import OutputSchema
-    from agentloop._core._values import Transition
+    from agentloop._core.context_policy import ContextPolicy
+    from agentloop._core.output_schema import OutputSchema
+    from agentloop._core.values import Transition
     from agentloop._durable._ledger import Ledger, LedgerWriter
 
 __all__ = [

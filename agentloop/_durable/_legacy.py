@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core._approval import Decision, approve, ask
-from agentloop._core._engine import Engine
-from agentloop._core._json import exception_content
-from agentloop._core._replay import Mismatch, row_text
-from agentloop._core._table import Guard, State, Trigger
-from agentloop._core._values import AskModel, RecordedException, RunTool, Transition, Usage
+from agentloop._core.approval import Decision, approve, ask
+from agentloop._core.engine import Engine
+from agentloop._core.json import exception_content
+from agentloop._core.replay import Mismatch, row_text
+from agentloop._core.table import Guard, State, Trigger
+from agentloop._core.values import AskModel, RecordedException, RunTool, Transition, Usage
 from agentloop._durable._bodies import recorded_answer, recorded_outcome
 from agentloop._durable._ledger import ASKED, DECISION, END, FINISHED, REPLY, STARTED
 from agentloop._errors import InvalidStateError, LedgerError
@@ -35,7 +35,7 @@ from agentloop._review._replay import start_calls
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agentloop._core._values import CancelToken
+    from agentloop._core.values import CancelToken
     from agentloop._durable._ledger import LedgerRecord
     from agentloop._durable._recording import DurableEngine
 

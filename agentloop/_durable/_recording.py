@@ -20,10 +20,10 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Final
 
-from agentloop._core._engine import _ASK_POLICY as _ASK
-from agentloop._core._engine import Engine, _Ask
-from agentloop._core._table import NEXT, TERMINAL, State, Trigger
-from agentloop._core._values import (
+from agentloop._core.engine import _ASK_POLICY as _ASK
+from agentloop._core.engine import Engine, _Ask
+from agentloop._core.table import NEXT, TERMINAL, State, Trigger
+from agentloop._core.values import (
     AskModel,
     AwaitApproval,
     NotJSON,
@@ -41,10 +41,10 @@ from agentloop._durable._legacy import end_body
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
-    from agentloop._core._approval import Decision
-    from agentloop._core._context import ContextPolicy, Summarise
-    from agentloop._core._output import OutputSchema
-    from agentloop._core._values import Budget, CancelToken
+    from agentloop._core.approval import Decision
+    from agentloop._core.context_policy import ContextPolicy, Summarise
+    from agentloop._core.output_schema import OutputSchema
+    from agentloop._core.values import Budget, CancelToken
     from agentloop._durable._journal import Journal
 
 __all__ = ["DurableEngine", "async_dispatch", "sync_dispatch"]

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Final
 import jsonschema_rs
 import orjson
 
-from agentloop._core._replay import Mismatch
-from agentloop._core._table import NEXT, TERMINAL
+from agentloop._core.replay import Mismatch
+from agentloop._core.table import NEXT, TERMINAL
 from agentloop._durable._journal import FORMAT, READS, VERSION, record_of
 from agentloop._durable._ledger import END, STARTED
 from agentloop._durable._legacy import Legacy
@@ -26,7 +26,7 @@ from agentloop._review._runfile import load_event
 from agentloop._review._runshape import SCHEMA, explain, json_path, rejected_value
 
 if TYPE_CHECKING:
-    from agentloop._core._values import Transition
+    from agentloop._core.values import Transition
     from agentloop._durable._ledger import LedgerRecord
 
 __all__ = ["Recorded", "bad", "json_of"]

@@ -28,11 +28,11 @@ from uuid import uuid4
 
 import orjson
 
-from agentloop._core._context import policy_from_record
-from agentloop._core._output import OutputSchema
-from agentloop._core._replay import Mismatch, replay
-from agentloop._core._table import State
-from agentloop._core._values import CancelToken
+from agentloop._core.context_policy import policy_from_record
+from agentloop._core.output_schema import OutputSchema
+from agentloop._core.replay import Mismatch, replay
+from agentloop._core.table import State
+from agentloop._core.values import CancelToken
 from agentloop._durable._journal import Journal, fingerprint, header, idempotent_tools
 from agentloop._durable._legacy import diverged, replay_legacy
 from agentloop._durable._recording import DurableEngine
@@ -45,8 +45,8 @@ from agentloop._errors import (
 )
 
 if TYPE_CHECKING:
-    from agentloop._core._context import ContextPolicy
-    from agentloop._core._values import Budget
+    from agentloop._core.context_policy import ContextPolicy
+    from agentloop._core.values import Budget
     from agentloop._durable._ledger import Ledger, LedgerRecord, LedgerWriter
 
 __all__ = [

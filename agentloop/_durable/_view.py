@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import attrs
 import orjson
 
-from agentloop._core._table import TERMINAL, State, Trigger
-from agentloop._core._values import Budget, CancelToken, RunResult
+from agentloop._core.table import TERMINAL, State, Trigger
+from agentloop._core.values import Budget, CancelToken, RunResult
 from agentloop._durable._journal import Journal
 from agentloop._durable._records import Recorded
 from agentloop._durable._resume import checked_run_id, replayed
 from agentloop._errors import InvalidStateError, LedgerError
 
 if TYPE_CHECKING:
-    from agentloop._core._approval import Decision, PendingCall
-    from agentloop._core._values import Transition, Usage
+    from agentloop._core.approval import Decision, PendingCall
+    from agentloop._core.values import Transition, Usage
     from agentloop._durable._ledger import Ledger, LedgerRecord
     from agentloop._durable._recording import DurableEngine
 

@@ -34,16 +34,16 @@ import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from agentloop._core._checked import ROWS, Row
-from agentloop._core._table import ANSWERS, TERMINAL, Guard, State, Trigger
-from agentloop._core._values import require_result
+from agentloop._core.build import ROWS, Row
+from agentloop._core.table import ANSWERS, TERMINAL, Guard, State, Trigger
+from agentloop._core.values import require_result
 from agentloop._errors import SVGUnavailableError
 from agentloop._run import RunView
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from agentloop._core._values import RunResult
+    from agentloop._core.values import RunResult
 
 __all__ = [
     "edges",

@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentloop._core._engine import Engine
-from agentloop._core._json import exception_content
-from agentloop._core._messages import NOT_STARTED
-from agentloop._core._replay import Mismatch, asked, row_text
-from agentloop._core._table import NEXT, Guard, State, Trigger
-from agentloop._core._values import AskModel, CancelToken, RecordedException, RunTool, Transition
+from agentloop._core.engine import Engine
+from agentloop._core.json import exception_content
+from agentloop._core.messages import NOT_STARTED
+from agentloop._core.replay import Mismatch, asked, row_text
+from agentloop._core.table import NEXT, Guard, State, Trigger
+from agentloop._core.values import AskModel, CancelToken, RecordedException, RunTool, Transition
 from agentloop._errors import InvalidStateError
 from agentloop._review._runshape import output_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from agentloop._core._values import RunResult
+    from agentloop._core.values import RunResult
 
 __all__ = ["Answers", "Mismatch", "replay", "result_of", "row_text", "start_calls"]
 

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentloop._core._values import require_result
+from agentloop._core.values import require_result
 from agentloop._errors import SVGUnavailableError
 from agentloop._review._diagram import path_svg, to_mermaid
 from agentloop._review._runshape import FORMAT, VERSION
 
 if TYPE_CHECKING:
-    from agentloop._core._values import RunResult
+    from agentloop._core.values import RunResult
 
 from agentloop._review._text import (
     HEADERS,

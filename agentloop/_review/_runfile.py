@@ -58,12 +58,12 @@ from typing import Any, Final
 
 import orjson
 
-from agentloop._core._approval import Decision, PendingCall
-from agentloop._core._context import ContextPolicy, Seen, policy_from_record
-from agentloop._core._output import OutputSchema
-from agentloop._core._replay import Mismatch
-from agentloop._core._table import Guard, State, Trigger
-from agentloop._core._values import (
+from agentloop._core.approval import Decision, PendingCall
+from agentloop._core.context_policy import ContextPolicy, Seen, policy_from_record
+from agentloop._core.output_schema import OutputSchema
+from agentloop._core.replay import Mismatch
+from agentloop._core.table import Guard, State, Trigger
+from agentloop._core.values import (
     Budget,
     RecordedException,
     RunResult,

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core._json import exception_content
-from agentloop._core._output import OutputSchema
-from agentloop._core._values import (
+from agentloop._core.json import exception_content
+from agentloop._core.output_schema import OutputSchema
+from agentloop._core.values import (
     Budget,
     NotJSON,
     RunResult,

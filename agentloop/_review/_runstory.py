@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core._checked import ROWS
-from agentloop._core._engine import Engine
-from agentloop._core._replay import Mismatch, models_named, row_text
-from agentloop._core._replay import replay as replay_events
-from agentloop._core._table import TERMINAL, State
-from agentloop._core._values import (
+from agentloop._core.build import ROWS
+from agentloop._core.engine import Engine
+from agentloop._core.replay import Mismatch, models_named, row_text
+from agentloop._core.replay import replay as replay_events
+from agentloop._core.table import TERMINAL, State
+from agentloop._core.values import (
     CancelToken,
     RunResult,
     Transition,
@@ -35,7 +35,7 @@ from agentloop._review._runshape import (
 )
 
 if TYPE_CHECKING:
-    from agentloop._core._output import OutputSchema
+    from agentloop._core.output_schema import OutputSchema
 
 __all__ = ["check_story", "reopen"]
 

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 import jsonschema_rs
 
-from agentloop._core._table import Guard, State, Trigger
+from agentloop._core.table import Guard, State, Trigger
 
 __all__ = ["FORMAT", "SCHEMA", "VALIDATOR", "VERSION"]
 

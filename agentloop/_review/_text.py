@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import orjson
 
-from agentloop._core._messages import NOT_STARTED
-from agentloop._core._table import State, Trigger
+from agentloop._core.messages import NOT_STARTED
+from agentloop._core.table import State, Trigger
 from agentloop._review._replay import Answers
 from agentloop._review._runshape import rejected_record
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from agentloop._core._approval import PendingCall
-    from agentloop._core._values import RunResult, Transition, Usage
+    from agentloop._core.approval import PendingCall
+    from agentloop._core.values import RunResult, Transition, Usage
 
 __all__ = [
     "HEADERS",

@@ -14,7 +14,7 @@ import dataclasses
 import typing
 from typing import Any
 
-from agentloop._core._output import OutputRefused, OutputSchema, problem_line
+from agentloop._core.output_schema import OutputRefused, OutputSchema, problem_line
 from agentloop._tools._results import is_pydantic_model
 from agentloop._tools._schema import (
     SUPPORTED,

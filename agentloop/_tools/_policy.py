@@ -1,6 +1,6 @@
 """Permission policies: ``policy(call)`` answers ``allow()``, ``deny(reason)`` or ``ask(reason)``.
 
-The answers themselves live with the engine (``agentloop._core._approval``):
+The answers themselves live with the engine (``agentloop._core.approval``):
 an ``ask`` stops the run, which is the engine's business. A registry's
 review hands back a ``PreparedCall``: the call checked once, with the
 policies' answer, for the dispatch that follows. How a registry asks its
@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import orjson
 
-from agentloop._core._approval import Decision, allow, ask, deny
+from agentloop._core.approval import Decision, allow, ask, deny
 from agentloop._tools._results import failed
 from agentloop._tools._tool import Tool
 

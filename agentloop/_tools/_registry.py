@@ -41,7 +41,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, Final, TypeVar, overload
 
 from agentloop._callbacks import is_async
-from agentloop._core._json import json_object
+from agentloop._core.json import json_object
 from agentloop._tools._policy import (
     Decision,
     Policy,

@@ -24,7 +24,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from agentloop._core._json import exception_content, to_json
+from agentloop._core.json import exception_content, to_json
 from agentloop._errors import JSONError
 
 __all__ = [

@@ -19,7 +19,7 @@ import types
 import typing
 from typing import TYPE_CHECKING, Any
 
-from agentloop._core._json import to_json
+from agentloop._core.json import to_json
 from agentloop._errors import JSONError
 from agentloop._tools._schema import (
     SUPPORTED,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentloop._core._json import to_json
+from agentloop._core.json import to_json
 from agentloop._errors import JSONError
 from agentloop._tools._results import result_limit
 from agentloop._tools._schema import summary

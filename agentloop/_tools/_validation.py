@@ -24,8 +24,8 @@ from typing import Any, Final
 
 import jsonschema_rs
 
-from agentloop._core._json import copy_json
-from agentloop._core._output import instance_path
+from agentloop._core.json import copy_json
+from agentloop._core.output_schema import instance_path
 from agentloop._tools._results import INT_MAX, INT_MIN
 
 __all__ = [

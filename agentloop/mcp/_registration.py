@@ -9,7 +9,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from agentloop._core._approval import Decision, allow, ask
+from agentloop._core.approval import Decision, allow, ask
 from agentloop._tools._tool import Tool
 from agentloop.mcp._results import wraps_result
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import mcp
 import mcp.types
 
-from agentloop._core._table import State
+from agentloop._core.table import State
 from agentloop._tools._registry import ToolRegistry
 from agentloop.mcp._calls import ToolCaller
 from agentloop.mcp._registration import (
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
     from mcp.client._transport import Transport, TransportStreams
 
-    from agentloop._core._values import Transition
+    from agentloop._core.values import Transition
     from agentloop._tools._policy import Policy
 
 __all__ = ["HINTS", "MCPTool", "Server", "ask_before_destructive", "http", "stdio"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentloop._core._retry import mark
+from agentloop._core.retry_policy import mark
 from agentloop._errors import IncompleteReply
 from agentloop._streams import between_chunks
 from agentloop.providers._convert import make_model

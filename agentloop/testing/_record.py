@@ -7,8 +7,8 @@ from typing import Any, Final
 import attrs
 
 from agentloop._async import AsyncRun
-from agentloop._core._table import State
-from agentloop._core._values import Budget, RunResult, Transition
+from agentloop._core.table import State
+from agentloop._core.values import Budget, RunResult, Transition
 from agentloop._sync import Run
 
 __all__ = [

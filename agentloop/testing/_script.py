@@ -11,8 +11,8 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from agentloop._core._table import State
-from agentloop._core._values import CancelToken
+from agentloop._core.table import State
+from agentloop._core.values import CancelToken
 from agentloop._tools._results import is_pydantic_model, json_form
 
 Message = dict[str, Any]

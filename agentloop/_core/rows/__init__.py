@@ -1,0 +1,1 @@
+"""rows: see the package above."""
