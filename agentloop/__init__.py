@@ -47,7 +47,7 @@ from agentloop._names import publish as _publish
 from agentloop._progress import report_progress
 from agentloop._review._runfile import load_run, save_run
 from agentloop._sync import Run
-from agentloop._tools._registry import (
+from agentloop._tools.registry import (
     Decision,
     Policy,
     SpecFormat,

@@ -16,7 +16,7 @@ from agentloop._durable import _recording
 from agentloop._fallback import per_run
 from agentloop._settings import async_policies
 from agentloop._sync import Run
-from agentloop._tools._registry import ToolRegistry, reviewing
+from agentloop._tools.registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
     from collections.abc import Callable

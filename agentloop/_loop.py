@@ -43,8 +43,8 @@ from agentloop._settings import (
     timeout_bites,
     with_system,
 )
-from agentloop._tools._dispatcher import as_dispatcher
-from agentloop._tools._output import output_schema
+from agentloop._tools.dispatcher import as_dispatcher
+from agentloop._tools.output_type import output_schema
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from agentloop._durable._ledger import Ledger
     from agentloop._durable._view import LedgerRun
     from agentloop._sync import Run
-    from agentloop._tools._registry import ToolRegistry
+    from agentloop._tools.registry import ToolRegistry
 
 __all__ = ["Loop"]
 

@@ -12,8 +12,8 @@ from agentloop._callbacks import is_async
 from agentloop._core.context_policy import ContextPolicy
 from agentloop._core.retry_policy import RetryPolicy, checked_retry
 from agentloop._durable._ledger import Ledger
-from agentloop._tools._registry import ToolRegistry, reviewing
-from agentloop._tools._specs import NameRule
+from agentloop._tools.registry import ToolRegistry, reviewing
+from agentloop._tools.specs import NameRule
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable

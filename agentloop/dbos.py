@@ -99,7 +99,7 @@ from agentloop._errors import AgentloopError
 from agentloop._loop import Loop
 from agentloop._names import publish as _publish
 from agentloop._run import LOG, log, one_transition
-from agentloop._tools._registry import reviewing
+from agentloop._tools.registry import reviewing
 
 if TYPE_CHECKING:
     from dbos import DBOSClient, EnqueueOptions, Queue, WorkflowHandle

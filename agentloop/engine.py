@@ -28,7 +28,7 @@ from agentloop._core.values import (
     Wait,
 )
 from agentloop._names import publish as _publish
-from agentloop._tools._policy import PreparedCall
+from agentloop._tools.policy import PreparedCall
 
 __all__ = [
     "ROWS",

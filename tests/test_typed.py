@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import agentloop
 from agentloop import Loop
-from agentloop._tools._output import output_schema
+from agentloop._tools.output_type import output_schema
 from agentloop.context import keep_last
 from agentloop.engine import Engine
 from agentloop.ledger import view_run

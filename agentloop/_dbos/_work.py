@@ -23,7 +23,7 @@ from agentloop._durable._bodies import (
 from agentloop._durable._journal import OUTCOME_UNKNOWN
 from agentloop._durable._key import KEY
 from agentloop._streams import is_stream, whole_reply
-from agentloop._tools._registry import PreparedCall, reviewing
+from agentloop._tools.registry import PreparedCall, reviewing
 
 if TYPE_CHECKING:
     from agentloop._loop import Loop

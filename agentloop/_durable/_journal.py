@@ -44,7 +44,7 @@ from agentloop._durable._ledger import (
 )
 from agentloop._errors import LedgerError, RunBusyError
 from agentloop._review._runshape import dumps, event_record, rejected_record
-from agentloop._tools._registry import ToolRegistry
+from agentloop._tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

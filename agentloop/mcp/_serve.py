@@ -28,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 
 from agentloop._durable._key import KEY
 from agentloop._progress import REPORTER, Reporter
-from agentloop._tools._registry import ToolRegistry
+from agentloop._tools.registry import ToolRegistry
 from agentloop.mcp._calls import KEY_META
 from agentloop.mcp._registration import HINTS, MCPTool, checked_annotations
 from agentloop.mcp._session import AGENTLOOP
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
 
     from agentloop._progress import ToolProgress
-    from agentloop._tools._tool import Tool
+    from agentloop._tools.tool import Tool
 
 __all__ = ["serve"]
 

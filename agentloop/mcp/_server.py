@@ -43,7 +43,7 @@ import mcp
 import mcp.types
 
 from agentloop._core.table import State
-from agentloop._tools._registry import ToolRegistry
+from agentloop._tools.registry import ToolRegistry
 from agentloop.mcp._calls import ToolCaller
 from agentloop.mcp._registration import (
     HINTS,
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from mcp.client._transport import Transport, TransportStreams
 
     from agentloop._core.values import Transition
-    from agentloop._tools._policy import Policy
+    from agentloop._tools.policy import Policy
 
 __all__ = ["HINTS", "MCPTool", "Server", "ask_before_destructive", "http", "stdio"]
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from agentloop._streams import Delta
-    from agentloop._tools._specs import NameRule, SpecFormat
+    from agentloop._tools.specs import NameRule, SpecFormat
     from agentloop.providers._convert import Message, Options
 
     # An adapter's own marking of its SDK's errors (``make_model``'s ``errors``): it marks

@@ -13,7 +13,7 @@ import orjson
 
 from agentloop._core.table import State
 from agentloop._core.values import CancelToken
-from agentloop._tools._results import is_pydantic_model, json_form
+from agentloop._tools.results import is_pydantic_model, json_form
 
 Message = dict[str, Any]
 _ACCEPT: Final = (State.VALIDATING, State.DISPATCHING)
