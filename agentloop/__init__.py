@@ -29,8 +29,8 @@ from agentloop._core.values import (
     Transition,
     Usage,
 )
-from agentloop._durable._key import idempotency_key
-from agentloop._durable._sqlite import SQLiteLedger
+from agentloop._durable.key import idempotency_key
+from agentloop._durable.sqlite import SQLiteLedger
 from agentloop._errors import (
     AgentloopError,
     ConfigurationMismatchError,

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.output_schema import OutputSchema
     from agentloop._core.values import Budget
-    from agentloop._durable._ledger import Ledger
-    from agentloop._durable._view import LedgerRun
+    from agentloop._durable.protocol import Ledger
+    from agentloop._durable.view import LedgerRun
 
 __all__ = ["continued", "ended", "forked", "released_on_error", "resumed"]
 

@@ -18,7 +18,7 @@ from agentloop._continued import continued, ended, released_on_error
 from agentloop._core.messages import check_new_input
 from agentloop._core.values import Budget, CancelToken, RunResult
 from agentloop._drivers import async_run, sync_run
-from agentloop._durable._view import view_run
+from agentloop._durable.view import view_run
 from agentloop._engines import forked_engine, fresh_engine, resumed_engine
 from agentloop._fallback import Fallback
 from agentloop._settings import (
@@ -56,8 +56,8 @@ if TYPE_CHECKING:
     from agentloop._core.engine import Engine
     from agentloop._core.output_schema import OutputSchema
     from agentloop._core.retry_policy import RetryPolicy
-    from agentloop._durable._ledger import Ledger
-    from agentloop._durable._view import LedgerRun
+    from agentloop._durable.protocol import Ledger
+    from agentloop._durable.view import LedgerRun
     from agentloop._sync import Run
     from agentloop._tools.registry import ToolRegistry
 

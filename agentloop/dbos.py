@@ -91,9 +91,9 @@ from agentloop._dbos._approval import (
 from agentloop._dbos._marker import cancel, cancel_requested
 from agentloop._dbos._steps import StepRunner
 from agentloop._dbos._work import StepWork, batch_started, recorded_verdict
-from agentloop._durable._bodies import recorded_answer, recorded_outcome
-from agentloop._durable._journal import fingerprint, idempotent_tools
-from agentloop._durable._resume import checked_run_id, differences, mismatch
+from agentloop._durable.bodies import recorded_answer, recorded_outcome
+from agentloop._durable.journal import fingerprint, idempotent_tools
+from agentloop._durable.resume import checked_run_id, differences, mismatch
 from agentloop._engines import plain_engine
 from agentloop._errors import AgentloopError
 from agentloop._loop import Loop

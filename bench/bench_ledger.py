@@ -32,8 +32,8 @@ import orjson
 from bench_core import scripted  # the same model as the core bench: k calls, then a final
 
 from agentloop import LedgerError, Loop, SQLiteLedger
-from agentloop._durable._bodies import outcome_record, reply_record
-from agentloop._durable._legacy import end_body
+from agentloop._durable.bodies import outcome_record, reply_record
+from agentloop._durable.legacy import end_body
 from agentloop._review._runfile import load_event
 from agentloop.ledger import LedgerRecord as LedgerRecordType
 

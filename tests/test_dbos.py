@@ -350,7 +350,7 @@ def test_a_run_recorded_under_another_configuration_is_refused(make: Any) -> Non
     """The worker's loop must have the fingerprint the run was started with."""
     loop = agentloop.Loop(scripted([FINAL]), tools=World().registry(), max_steps=8, max_calls=4)
     runs = make(loop)
-    recorded = agentloop._durable._journal.fingerprint(
+    recorded = agentloop._durable.journal.fingerprint(
         agentloop.Budget(max_steps=9, max_calls=4), runs.loop.dispatcher
     )
     run_id = new_id()

@@ -26,7 +26,7 @@ from agentloop import (
     ask,
 )
 from agentloop.__main__ import main
-from agentloop._durable._ledger import LedgerRecord
+from agentloop._durable.protocol import LedgerRecord
 from agentloop._review import _runfile
 from agentloop._review._report import report_html
 from agentloop._review._text import run_lines

@@ -20,8 +20,8 @@ from agentloop._cli._files import show as show_result
 from agentloop._cli._files import write_page
 from agentloop._cli._output import CommandError, print_lines, self_command, shell_path
 from agentloop._core.approval import Decision, approve, deny
-from agentloop._durable._sqlite import APPLICATION_ID, SQLiteLedger
-from agentloop._durable._view import LedgerRun, RunSummary, decide_run, list_runs, view_run
+from agentloop._durable.sqlite import APPLICATION_ID, SQLiteLedger
+from agentloop._durable.view import LedgerRun, RunSummary, decide_run, list_runs, view_run
 from agentloop._errors import InvalidStateError, LedgerError, RunNotFoundError
 from agentloop._review._runfile import sqlite_header
 

@@ -14,14 +14,14 @@ import attrs
 from agentloop._core.approval import Decision
 from agentloop._core.json import exception_content
 from agentloop._dbos._marker import cancel_requested
-from agentloop._durable._bodies import (
+from agentloop._durable.bodies import (
     outcome_record,
     raised_record,
     recorded_outcome,
     reply_record,
 )
-from agentloop._durable._journal import OUTCOME_UNKNOWN
-from agentloop._durable._key import KEY
+from agentloop._durable.journal import OUTCOME_UNKNOWN
+from agentloop._durable.key import KEY
 from agentloop._streams import is_stream, whole_reply
 from agentloop._tools.registry import PreparedCall, reviewing
 

@@ -26,7 +26,7 @@ import orjson
 from mcp.server import Server as SDKServer
 from mcp.shared.exceptions import MCPError
 
-from agentloop._durable._key import KEY
+from agentloop._durable.key import KEY
 from agentloop._progress import REPORTER, Reporter
 from agentloop._tools.registry import ToolRegistry
 from agentloop.mcp._calls import KEY_META
