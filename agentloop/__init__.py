@@ -45,7 +45,7 @@ from agentloop._errors import (
 from agentloop._loop import Loop
 from agentloop._names import publish as _publish
 from agentloop._progress import report_progress
-from agentloop._review._runfile import load_run, save_run
+from agentloop._review.runfile import load_run, save_run
 from agentloop._sync import Run
 from agentloop._tools.registry import (
     Decision,

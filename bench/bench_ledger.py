@@ -34,7 +34,7 @@ from bench_core import scripted  # the same model as the core bench: k calls, th
 from agentloop import LedgerError, Loop, SQLiteLedger
 from agentloop._durable.bodies import outcome_record, reply_record
 from agentloop._durable.legacy import end_body
-from agentloop._review._runfile import load_event
+from agentloop._review.runfile import load_event
 from agentloop.ledger import LedgerRecord as LedgerRecordType
 
 if TYPE_CHECKING:

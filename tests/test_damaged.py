@@ -39,9 +39,9 @@ import agentloop
 from agentloop import InvalidStateError, LedgerError, RunFileError, SQLiteLedger
 from agentloop.__main__ import main
 from agentloop._core.table import TERMINAL
-from agentloop._review._diagram import to_mermaid
-from agentloop._review._report import report_html
-from agentloop._review._text import run_lines
+from agentloop._review.diagram import to_mermaid
+from agentloop._review.report import report_html
+from agentloop._review.text import run_lines
 from agentloop.ledger import LedgerRecord, list_runs, view_run
 from agentloop.review import run_from_json, run_to_json
 

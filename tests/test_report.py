@@ -19,10 +19,10 @@ import agentloop
 from agentloop import Loop, NotJSON, RunResult
 from agentloop._core.messages import NOT_STARTED
 from agentloop._demo import QUESTION, demo_loop
-from agentloop._review._diagram import visited
-from agentloop._review._replay import result_of
-from agentloop._review._report import report_html
-from agentloop._review._text import HEADERS, describe
+from agentloop._review.diagram import visited
+from agentloop._review.legacy_events import result_of
+from agentloop._review.report import report_html
+from agentloop._review.text import HEADERS, describe
 from agentloop.review import SVGUnavailableError, to_mermaid
 from agentloop.testing import ScriptedModel, batch
 

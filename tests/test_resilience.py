@@ -543,8 +543,8 @@ def test_agentloop_show_names_the_parent_of_a_ledger_run(
 
 def test_show_and_the_report_name_the_parent_run() -> None:
     """The text view and the HTML report say which run this one continues."""
-    from agentloop._review._report import report_html
-    from agentloop._review._text import run_lines
+    from agentloop._review.report import report_html
+    from agentloop._review.text import run_lines
 
     old = Loop(ScriptedModel([ValueError("down")])).run("hi")
     new = Loop(ScriptedModel([final()])).continue_run(old, parent_run_id="old-7")

@@ -28,8 +28,8 @@ from agentloop import (
 from agentloop.__main__ import main
 from agentloop._durable.protocol import LedgerRecord
 from agentloop._review import _runfile
-from agentloop._review._report import report_html
-from agentloop._review._text import run_lines
+from agentloop._review.report import report_html
+from agentloop._review.text import run_lines
 from agentloop.testing import batch, call, final
 
 from .conftest import count

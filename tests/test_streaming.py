@@ -36,7 +36,7 @@ from agentloop import (
     save_run,
 )
 from agentloop._cli._main import main
-from agentloop._review._report import report_html
+from agentloop._review.report import report_html
 from agentloop.providers import IncompleteReply
 from agentloop.streaming import (
     ArgumentsDelta,

@@ -786,7 +786,7 @@ def test_the_asyncio_driver_asks_with_tools_disabled(to_thread: bool) -> None:
 
 def test_the_report_and_show_give_a_typed_output_as_its_json() -> None:
     """A typed run reads the same live and loaded: the output's JSON, in the report and show."""
-    from agentloop._review._text import run_lines
+    from agentloop._review.text import run_lines
     from agentloop.review import report_html
 
     result = Loop(ScriptedModel([final(PARIS)]), output=City).run("go")

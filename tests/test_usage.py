@@ -183,8 +183,8 @@ def test_a_version_2_run_file_still_reads() -> None:
 
 def test_show_and_the_report_give_tokens_and_times(tmp_path: Any) -> None:
     """The run's token line, each reply's tokens, and how long each call took."""
-    from agentloop._review._report import report_html
-    from agentloop._review._text import describe, run_lines
+    from agentloop._review.report import report_html
+    from agentloop._review.text import describe, run_lines
 
     model = ScriptedModel([with_usage(call("c1", "add", a=1, b=2), 100, 20, 60), final("3")])
     result = Loop(model, tools={"add": Recorder()}, max_total_tokens=5000).run("go")

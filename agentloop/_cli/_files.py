@@ -24,7 +24,7 @@ __all__ = ["demo", "diagram", "load", "report", "show", "unreadable"]
 
 def load(path: str, max_bytes: int) -> RunResult:
     """The run saved in ``path``; a ``CommandError`` saying why not."""
-    from agentloop._review._runfile import load_run
+    from agentloop._review.runfile import load_run
 
     try:
         return load_run(path, max_bytes=max_bytes)
@@ -42,15 +42,15 @@ def unreadable(path: str, exc: OSError) -> CommandError:
 def demo(out: str | None) -> int:
     """Run the scripted scenario, print it, and save it in ``out`` if given."""
     from agentloop._demo import QUESTION, demo_loop
-    from agentloop._review._text import run_lines
+    from agentloop._review.text import run_lines
 
     folder = None if out is None else _writable(out)  # before the demo prints a line
     result = demo_loop().run(QUESTION)
     print_lines(run_lines(result, title="agentloop demo: one transition per step"))
     if folder is not None:
-        from agentloop._review._diagram import to_mermaid
-        from agentloop._review._report import report_html
-        from agentloop._review._runfile import save_run
+        from agentloop._review.diagram import to_mermaid
+        from agentloop._review.report import report_html
+        from agentloop._review.runfile import save_run
 
         try:
             save_run(result, folder / "run.json")
@@ -83,7 +83,7 @@ def _writable(out: str) -> Path:
 
 def diagram(format_: str, run: RunResult | None, output: str | None, *, path: bool = False) -> int:
     """The machine, or the path ``run`` took on it, in ``format_``; ``path``: that path alone."""
-    from agentloop._review._diagram import path_dot, path_svg, to_dot, to_mermaid, to_svg
+    from agentloop._review.diagram import path_dot, path_svg, to_dot, to_mermaid, to_svg
 
     try:
         if path:
@@ -101,7 +101,7 @@ def show(
     result: RunResult, limit: int | None, *, title: str | None = None, more: tuple[str, ...] = ()
 ) -> int:
     """``result`` as text (values cut to ``limit``), then the lines ``more``."""
-    from agentloop._review._text import run_lines
+    from agentloop._review.text import run_lines
 
     title = f"agentloop run: {result.status.value}" if title is None else title
     print_lines([*run_lines(result, title=title, limit=limit), *more])
@@ -110,7 +110,7 @@ def show(
 
 def report(result: RunResult, output: str | None) -> int:
     """``result`` as one HTML page, to ``output`` or a pipe (never to a terminal)."""
-    from agentloop._review._report import report_html
+    from agentloop._review.report import report_html
 
     return write_page(report_html(result), output)
 

@@ -23,7 +23,7 @@ from agentloop._core.approval import Decision, approve, deny
 from agentloop._durable.sqlite import APPLICATION_ID, SQLiteLedger
 from agentloop._durable.view import LedgerRun, RunSummary, decide_run, list_runs, view_run
 from agentloop._errors import InvalidStateError, LedgerError, RunNotFoundError
-from agentloop._review._runfile import sqlite_header
+from agentloop._review.runfile import sqlite_header
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -100,7 +100,7 @@ def show(path: str, run_id: str, limit: int | None) -> int:
 
 def report(path: str, run_id: str, output: str | None) -> int:
     """One run of the ledger as one HTML page, the calls it left running included."""
-    from agentloop._review._report import report_html
+    from agentloop._review.report import report_html
 
     run = _view(path, run_id)
     page = report_html(run.result)
@@ -307,7 +307,7 @@ def _started_html(run: LedgerRun) -> str:
 
 def columns(rows: Sequence[tuple[str, ...]]) -> list[str]:
     """Rows aligned in columns two spaces apart, each cell on one line."""
-    from agentloop._review._text import printable
+    from agentloop._review.text import printable
 
     cells = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(row[column]) for row in cells) for column in range(len(cells[0]))]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 from agentloop._cli import _dbos, _files, _ledger
 from agentloop._cli._output import CommandError, discard_stdout
 from agentloop._core.table import State
-from agentloop._review._runshape import MAX_BYTES
+from agentloop._review.runshape import MAX_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args)
     except CommandError as exc:
-        from agentloop._review._text import printable
+        from agentloop._review.text import printable
 
         # One line, whatever the message quotes (a path, a value from the file).
         print(f"agentloop: error: {printable(str(exc))}", file=sys.stderr)

@@ -71,7 +71,7 @@ def write(text: str, output: str | None) -> None:
 
 def print_lines(lines: list[str]) -> None:
     """Each line, escaped to stay one line (``printable``), then a newline, to stdout."""
-    from agentloop._review._text import printable
+    from agentloop._review.text import printable
 
     write("".join(printable(line) + "\n" for line in lines), None)
 

@@ -43,7 +43,7 @@ from agentloop._durable._ledger import (
     LedgerRecord,
 )
 from agentloop._errors import LedgerError, RunBusyError
-from agentloop._review._runshape import dumps, event_record, rejected_record
+from agentloop._review.runshape import dumps, event_record, rejected_record
 from agentloop._tools.registry import ToolRegistry
 
 if TYPE_CHECKING:

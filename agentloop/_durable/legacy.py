@@ -30,7 +30,7 @@ from agentloop._core.values import AskModel, RecordedException, RunTool, Transit
 from agentloop._durable._bodies import recorded_answer, recorded_outcome
 from agentloop._durable._ledger import ASKED, DECISION, END, FINISHED, REPLY, STARTED
 from agentloop._errors import InvalidStateError, LedgerError
-from agentloop._review._replay import start_calls
+from agentloop._review.legacy_events import start_calls
 
 if TYPE_CHECKING:
     from collections.abc import Callable

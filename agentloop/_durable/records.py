@@ -22,8 +22,8 @@ from agentloop._durable._journal import FORMAT, READS, VERSION, record_of
 from agentloop._durable._ledger import END, STARTED
 from agentloop._durable._legacy import Legacy
 from agentloop._errors import LedgerError
-from agentloop._review._runfile import load_event
-from agentloop._review._runshape import SCHEMA, explain, json_path, rejected_value
+from agentloop._review.runfile import load_event
+from agentloop._review.runshape import SCHEMA, explain, json_path, rejected_value
 
 if TYPE_CHECKING:
     from agentloop._core.values import Transition
