@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import agentloop
 from agentloop import Loop, RunResult, State
 from agentloop.__main__ import main
-from agentloop._demo import QUESTION, demo_loop
+from agentloop._cli.demo import QUESTION, demo_loop
 from agentloop._review.runshape import MAX_BYTES
 from agentloop._review.text import input_messages
 from agentloop.review import path_dot, path_svg, to_dot, to_mermaid

@@ -447,7 +447,7 @@ def test_show_names_what_each_request_saw(
     tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The run's text view (show, and the report's rows) says what each request was sent."""
-    from agentloop._cli._main import main
+    from agentloop._cli.main import main
 
     writer = summary_writer("the gist")
     loop = Loop(Chatty(8), tools=[echo], context=summarise(writer, tokens=300), max_steps=40)

@@ -26,7 +26,7 @@ from agentloop import (
 
 # Private: the JSON intake check itself (public only through a run) and the demo's scenario.
 from agentloop._core.json import to_json
-from agentloop._demo import QUESTION, demo_loop
+from agentloop._cli.demo import QUESTION, demo_loop
 from agentloop.testing import ScriptedModel, batch
 
 from .helpers import call, final

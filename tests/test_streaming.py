@@ -35,7 +35,7 @@ from agentloop import (
     report_progress,
     save_run,
 )
-from agentloop._cli._main import main
+from agentloop._cli.main import main
 from agentloop._review.report import report_html
 from agentloop.providers import IncompleteReply
 from agentloop.streaming import (

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import agentloop
 from agentloop import CancelToken, Loop, RunResult, State
-from agentloop._demo import QUESTION, demo_loop
+from agentloop._cli.demo import QUESTION, demo_loop
 from agentloop._review.diagram import (
     edges,
     path_dot,
@@ -369,9 +369,9 @@ def test_missing_renderer_says_what_to_install(no_pygraphviz: None) -> None:
     "code",
     [
         "import agentloop; agentloop.review.to_svg()",
-        "from agentloop._review.diagram import path_svg; from agentloop._demo import demo_loop; "
+        "from agentloop._review.diagram import path_svg; from agentloop._cli.demo import demo_loop; "
         "path_svg(demo_loop().run('go'))",
-        "import agentloop; from agentloop._demo import demo_loop; "
+        "import agentloop; from agentloop._cli.demo import demo_loop; "
         "agentloop.review.report_html(demo_loop().run('go'), svg=True)",
     ],
     ids=["to_svg", "path_svg", "report"],
