@@ -81,16 +81,16 @@ from agentloop._core.values import (
     Transition,
     Wait,
 )
-from agentloop._dbos._approval import (
+from agentloop._dbos.decisions import (
     APPROVAL_TOPIC,
     PENDING_EVENT,
     decide,
     pending,
     wait_for_decisions,
 )
-from agentloop._dbos._marker import cancel, cancel_requested
-from agentloop._dbos._steps import StepRunner
-from agentloop._dbos._work import StepWork, batch_started, recorded_verdict
+from agentloop._dbos.marker import cancel, cancel_requested
+from agentloop._dbos.steps import StepRunner
+from agentloop._dbos.work import StepWork, batch_started, recorded_verdict
 from agentloop._durable.bodies import recorded_answer, recorded_outcome
 from agentloop._durable.journal import fingerprint, idempotent_tools
 from agentloop._durable.resume import checked_run_id, differences, mismatch

@@ -26,7 +26,7 @@ pytest.importorskip("dbos")
 from dbos import DBOS, SetWorkflowID
 
 import agentloop
-import agentloop._dbos._marker
+import agentloop._dbos.marker
 import agentloop.dbos
 from agentloop.dbos import DBOSLoop
 from agentloop.models import RetryPolicy, fallback
@@ -504,13 +504,13 @@ def test_the_marker_is_read_at_each_checkpoint_and_nowhere_else(
     """Before the first ask and after each reply (in the model step), after each call (in its
     step: before the next tool or ask): eight reads for three replies and four calls."""
     reads: list[str] = []
-    exists = agentloop._dbos._marker.workflow_exists
+    exists = agentloop._dbos.marker.workflow_exists
 
     def counted(workflow_id: str) -> bool:
         reads.append(workflow_id)
         return exists(workflow_id)
 
-    monkeypatch.setattr(agentloop._dbos._marker, "workflow_exists", counted)
+    monkeypatch.setattr(agentloop._dbos.marker, "workflow_exists", counted)
     runs = make(agentloop.Loop(scripted(CHECKPOINT_SCRIPT), tools=World().registry()))
     run_id = new_id()
     assert runs.run("go", run_id=run_id).status is agentloop.State.FINISHED
@@ -524,7 +524,7 @@ def test_the_marker_read_falls_back_to_the_public_one(
     run_id = new_id()
     agentloop.dbos.cancel(run_id)
     assert agentloop.dbos.cancel_requested(run_id)
-    monkeypatch.setattr(agentloop._dbos._marker, "_get_dbos_instance", lambda: object())
+    monkeypatch.setattr(agentloop._dbos.marker, "_get_dbos_instance", lambda: object())
     assert agentloop.dbos.cancel_requested(run_id)
     assert not agentloop.dbos.cancel_requested(new_id())
     result = make(agentloop.Loop(scripted([FINAL]))).run("go", run_id=run_id)
