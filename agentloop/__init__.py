@@ -42,7 +42,7 @@ from agentloop._errors import (
     RunFileError,
     RunNotFoundError,
 )
-from agentloop._loop import Loop
+from agentloop._loop.loop import Loop
 from agentloop._names import publish as _publish
 from agentloop._progress import report_progress
 from agentloop._review.runfile import load_run, save_run

@@ -94,9 +94,9 @@ from agentloop._dbos.work import StepWork, batch_started, recorded_verdict
 from agentloop._durable.bodies import recorded_answer, recorded_outcome
 from agentloop._durable.journal import fingerprint, idempotent_tools
 from agentloop._durable.resume import checked_run_id, differences, mismatch
-from agentloop._engines import plain_engine
+from agentloop._loop.loop.engines import plain_engine
 from agentloop._errors import AgentloopError
-from agentloop._loop import Loop
+from agentloop._loop.loop import Loop
 from agentloop._names import publish as _publish
 from agentloop._run import LOG, log, one_transition
 from agentloop._tools.registry import reviewing

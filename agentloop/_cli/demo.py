@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentloop._loop import Loop
+from agentloop._loop.loop import Loop
 
 __all__ = ["QUESTION", "demo_loop"]
 

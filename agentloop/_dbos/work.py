@@ -26,7 +26,7 @@ from agentloop._streams import is_stream, whole_reply
 from agentloop._tools.registry import PreparedCall, reviewing
 
 if TYPE_CHECKING:
-    from agentloop._loop import Loop
+    from agentloop._loop.loop import Loop
 
 __all__ = ["StepWork", "batch_started", "recorded_verdict"]
 

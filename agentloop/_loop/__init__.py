@@ -1,0 +1,1 @@
+"""_loop: see the package above."""
