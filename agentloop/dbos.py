@@ -67,7 +67,7 @@ except ImportError as exc:
     ) from exc
 
 
-from agentloop._callbacks import TokenCancelled
+from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._core.approval import Decision
 from agentloop._core.context_policy import Summarise
 from agentloop._core.engine import Engine
@@ -98,13 +98,13 @@ from agentloop._loop.loop.engines import plain_engine
 from agentloop._errors import AgentloopError
 from agentloop._loop.loop import Loop
 from agentloop._names import publish as _publish
-from agentloop._run import LOG, log, one_transition
+from agentloop._drivers.transition import LOG, log, one_transition
 from agentloop._tools.registry import reviewing
 
 if TYPE_CHECKING:
     from dbos import DBOSClient, EnqueueOptions, Queue, WorkflowHandle
 
-    from agentloop._callbacks import Listener
+    from agentloop._drivers.callbacks import Listener
 
 __all__ = [
     "APPROVAL_TOPIC",
@@ -251,7 +251,7 @@ class DBOSLoop:
     def _drive(self, history: list[dict[str, Any]], recorded: dict[str, Any]) -> RunResult:
         """The run, as a DBOS workflow: the one transition pumped, each request a DBOS step.
 
-        ``Run`` and ``AsyncRun`` pump the same generator (``agentloop._run``);
+        ``Run`` and ``AsyncRun`` pump the same generator (``agentloop._drivers.transition``);
         here a model ask, a tool call and a review are steps whose recorded
         outputs a recovery reads back, and a wait (before a retry, or for a
         person) is a durable ``DBOS.recv``.

@@ -15,7 +15,7 @@ driver" page.
 
 from __future__ import annotations
 
-from agentloop._callbacks import Dispatcher, Listener, Model
+from agentloop._drivers.callbacks import Dispatcher, Listener, Model
 from agentloop._core.build import ROWS, Row
 from agentloop._core.engine import Engine
 from agentloop._core.table import TERMINAL, Effect, Guard, State, Trigger

@@ -17,7 +17,7 @@ from __future__ import annotations
 from agentloop._core.retry_policy import KINDS, RetryPolicy, Transient, mark, transient
 from agentloop._loop.loop.fallback import Fallback, fallback
 from agentloop._names import publish as _publish
-from agentloop._waits import asleep, sleep
+from agentloop._drivers.waits import asleep, sleep
 
 __all__ = [
     "KINDS",

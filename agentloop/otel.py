@@ -41,7 +41,7 @@ import attrs
 from agentloop._core.json import exception_content
 from agentloop._core.table import MODEL_ANSWERS, TERMINAL, State, Trigger
 from agentloop._core.values import RecordedException
-from agentloop._progress import ToolProgress
+from agentloop._drivers.progress import ToolProgress
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

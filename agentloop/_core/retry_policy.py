@@ -6,7 +6,7 @@ answer (seconds, or ``None``: not retried) goes into the event that takes
 the ``retry_planned`` row, so a replay reads the wait rather than drawing
 it again. The jitter's random numbers come from ``random`` (a
 ``random.Random(seed).random`` makes them repeatable). Waiting itself is the
-drivers' (``agentloop._waits``).
+drivers' (``agentloop._drivers.waits``).
 
 An error is classified by ``transient(exc)``: the provider adapters mark the
 SDKs' own exceptions (``mark``) with their kind and the server's

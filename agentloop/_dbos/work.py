@@ -22,7 +22,7 @@ from agentloop._durable.bodies import (
 )
 from agentloop._durable.journal import OUTCOME_UNKNOWN
 from agentloop._durable.key import KEY
-from agentloop._streams import is_stream, whole_reply
+from agentloop._drivers.streams import is_stream, whole_reply
 from agentloop._tools.registry import PreparedCall, reviewing
 
 if TYPE_CHECKING:

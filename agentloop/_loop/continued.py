@@ -29,7 +29,7 @@ from agentloop._core.values import CancelToken, RunResult, require_result
 from agentloop._durable import _recording, _resume
 from agentloop._errors import ConfigurationMismatchError, InvalidStateError
 from agentloop._review.runstory import reopen
-from agentloop._run import RunView
+from agentloop._drivers.transition import RunView
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentloop._callbacks import is_async
+from agentloop._drivers.callbacks import is_async
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from agentloop._callbacks import Model
+    from agentloop._drivers.callbacks import Model
     from agentloop._core.engine import Engine
 
 __all__ = ["Fallback", "fallback", "model_name", "per_run"]

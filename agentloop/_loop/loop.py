@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Final, Self
 
-from agentloop._adispatch import async_dispatch
-from agentloop._callbacks import bind_model
+from agentloop._drivers.tool_calls import async_dispatch
+from agentloop._drivers.callbacks import bind_model
 from agentloop._continued import continued, ended, released_on_error
 from agentloop._core.messages import check_new_input
 from agentloop._core.values import Budget, CancelToken, RunResult
@@ -49,8 +49,8 @@ from agentloop._tools.output_type import output_schema
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from agentloop._async import AsyncRun
-    from agentloop._callbacks import Dispatcher, Listener, Model
+    from agentloop._drivers.asyncio import AsyncRun
+    from agentloop._drivers.callbacks import Dispatcher, Listener, Model
     from agentloop._core.approval import Decision
     from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.engine import Engine
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from agentloop._core.retry_policy import RetryPolicy
     from agentloop._durable.protocol import Ledger
     from agentloop._durable.view import LedgerRun
-    from agentloop._sync import Run
+    from agentloop._drivers.sync import Run
     from agentloop._tools.registry import ToolRegistry
 
 __all__ = ["Loop"]

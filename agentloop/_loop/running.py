@@ -9,19 +9,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentloop._async import AsyncRun
-from agentloop._awaiter import Awaiter, awaiting
-from agentloop._callbacks import is_async
+from agentloop._drivers.asyncio import AsyncRun
+from agentloop._drivers.awaiter import Awaiter, awaiting
+from agentloop._drivers.callbacks import is_async
 from agentloop._durable import _recording
 from agentloop._fallback import per_run
 from agentloop._settings import async_policies
-from agentloop._sync import Run
+from agentloop._drivers.sync import Run
 from agentloop._tools.registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agentloop._callbacks import Model
+    from agentloop._drivers.callbacks import Model
     from agentloop._core.engine import Engine
     from agentloop._core.values import CancelToken
     from agentloop._loop import Loop

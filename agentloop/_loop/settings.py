@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Final
 
-from agentloop._callbacks import is_async
+from agentloop._drivers.callbacks import is_async
 from agentloop._core.context_policy import ContextPolicy
 from agentloop._core.retry_policy import RetryPolicy, checked_retry
 from agentloop._durable.protocol import Ledger
@@ -18,7 +18,7 @@ from agentloop._tools.specs import NameRule
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from agentloop._callbacks import Listener, Model
+    from agentloop._drivers.callbacks import Listener, Model
 
 __all__ = [
     "DEFAULT_CONCURRENCY",

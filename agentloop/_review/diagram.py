@@ -38,7 +38,7 @@ from agentloop._core.build import ROWS, Row
 from agentloop._core.table import ANSWERS, TERMINAL, Guard, State, Trigger
 from agentloop._core.values import require_result
 from agentloop._errors import SVGUnavailableError
-from agentloop._run import RunView
+from agentloop._drivers.transition import RunView
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

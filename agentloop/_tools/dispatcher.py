@@ -9,7 +9,7 @@ from agentloop._tools._registry import ToolRegistry
 from agentloop._tools._tool import Tool
 
 if typing.TYPE_CHECKING:
-    from agentloop._callbacks import Dispatcher
+    from agentloop._drivers.callbacks import Dispatcher
 
 __all__ = ["as_dispatcher"]
 

@@ -40,7 +40,7 @@ import json
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, Final, TypeVar, overload
 
-from agentloop._callbacks import is_async
+from agentloop._drivers.callbacks import is_async
 from agentloop._core.json import json_object
 from agentloop._tools._policy import (
     Decision,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agentloop._core.retry_policy import mark
 from agentloop._errors import IncompleteReply
-from agentloop._streams import between_chunks
+from agentloop._drivers.streams import between_chunks
 from agentloop.providers._convert import make_model
 from agentloop.providers._errors import classify, stream_error_kind
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
     from types import ModuleType
 
-    from agentloop._streams import Delta
+    from agentloop._drivers.streams import Delta
     from agentloop._tools.specs import NameRule, SpecFormat
     from agentloop.providers._convert import Message, Options
 

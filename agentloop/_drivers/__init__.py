@@ -1,0 +1,1 @@
+"""_drivers: see the package above."""
