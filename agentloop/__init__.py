@@ -17,7 +17,6 @@ from __future__ import annotations
 from agentloop import engine as engine
 from agentloop import ledger as ledger
 from agentloop import review as review
-from agentloop._drivers.asyncio import AsyncRun
 from agentloop._core.approval import PendingCall, approve, ask
 from agentloop._core.table import State
 from agentloop._core.values import (
@@ -29,6 +28,9 @@ from agentloop._core.values import (
     Transition,
     Usage,
 )
+from agentloop._drivers.asyncio import AsyncRun
+from agentloop._drivers.progress import report_progress
+from agentloop._drivers.sync import Run
 from agentloop._durable.key import idempotency_key
 from agentloop._durable.sqlite import SQLiteLedger
 from agentloop._errors import (
@@ -44,9 +46,7 @@ from agentloop._errors import (
 )
 from agentloop._loop.loop import Loop
 from agentloop._names import publish as _publish
-from agentloop._drivers.progress import report_progress
 from agentloop._review.runfile import load_run, save_run
-from agentloop._drivers.sync import Run
 from agentloop._tools.registry import (
     Decision,
     Policy,

@@ -15,7 +15,6 @@ driver" page.
 
 from __future__ import annotations
 
-from agentloop._drivers.callbacks import Dispatcher, Listener, Model
 from agentloop._core.build import ROWS, Row
 from agentloop._core.engine import Engine
 from agentloop._core.table import TERMINAL, Effect, Guard, State, Trigger
@@ -27,6 +26,7 @@ from agentloop._core.values import (
     Transition,
     Wait,
 )
+from agentloop._drivers.callbacks import Dispatcher, Listener, Model
 from agentloop._names import publish as _publish
 from agentloop._tools.policy import PreparedCall
 

@@ -15,9 +15,9 @@ passing. ``sleep``/``asleep`` are how the drivers wait (a policy's
 from __future__ import annotations
 
 from agentloop._core.retry_policy import KINDS, RetryPolicy, Transient, mark, transient
-from agentloop._loop.loop.fallback import Fallback, fallback
-from agentloop._names import publish as _publish
 from agentloop._drivers.waits import asleep, sleep
+from agentloop._loop.fallback import Fallback, fallback
+from agentloop._names import publish as _publish
 
 __all__ = [
     "KINDS",

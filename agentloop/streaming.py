@@ -38,7 +38,6 @@ reply into such a stream, for scripted models and tests.
 
 from __future__ import annotations
 
-from agentloop._names import publish as _publish
 from agentloop._drivers.progress import ToolProgress
 from agentloop._drivers.streams import (
     ArgumentsDelta,
@@ -50,6 +49,7 @@ from agentloop._drivers.streams import (
     chunked,
     is_stream,
 )
+from agentloop._names import publish as _publish
 
 __all__ = [
     "ArgumentsDelta",

@@ -18,7 +18,7 @@ import pydantic
 
 import agentloop
 from agentloop import testing
-from agentloop._loop.loop.fallback import model_name
+from agentloop._loop.fallback import model_name
 from agentloop.models import Fallback, fallback
 
 Message = dict[str, Any]

@@ -26,6 +26,7 @@ pytest.importorskip("dbos")
 from dbos import DBOS, SetWorkflowID
 
 import agentloop
+import agentloop._dbos.loop
 import agentloop._dbos.marker
 import agentloop.dbos
 from agentloop.dbos import DBOSLoop
@@ -356,7 +357,7 @@ def test_a_run_recorded_under_another_configuration_is_refused(make: Any) -> Non
     run_id = new_id()
     with SetWorkflowID(run_id):
         handle = DBOS.start_workflow(
-            agentloop.dbos._run, runs.name, [{"kind": "user", "text": "go"}], recorded
+            agentloop._dbos.loop._run, runs.name, [{"kind": "user", "text": "go"}], recorded
         )
     with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
         handle.get_result()
@@ -366,7 +367,7 @@ def test_a_run_recorded_under_another_configuration_is_refused(make: Any) -> Non
 def test_a_run_of_a_loop_this_process_lacks_fails_saying_so(system_db: str) -> None:
     run_id = new_id()
     with SetWorkflowID(run_id):
-        handle = DBOS.start_workflow(agentloop.dbos._run, "missing", [], {})
+        handle = DBOS.start_workflow(agentloop._dbos.loop._run, "missing", [], {})
     with pytest.raises(agentloop.AgentloopError, match="none of that name"):
         handle.get_result()
 

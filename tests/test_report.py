@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import agentloop
 from agentloop import Loop, NotJSON, RunResult
-from agentloop._core.messages import NOT_STARTED
 from agentloop._cli.demo import QUESTION, demo_loop
+from agentloop._core.messages import NOT_STARTED
 from agentloop._review.diagram import visited
 from agentloop._review.legacy_events import result_of
 from agentloop._review.report import report_html

@@ -23,10 +23,10 @@ from agentloop import (
     RunFileError,
     RunResult,
 )
+from agentloop._cli.demo import QUESTION, demo_loop
 
 # Private: the JSON intake check itself (public only through a run) and the demo's scenario.
 from agentloop._core.json import to_json
-from agentloop._cli.demo import QUESTION, demo_loop
 from agentloop.testing import ScriptedModel, batch
 
 from .helpers import call, final

@@ -27,7 +27,7 @@ from agentloop import (
 )
 from agentloop.__main__ import main
 from agentloop._durable.protocol import LedgerRecord
-from agentloop._review import _runfile
+from agentloop._review import runfile
 from agentloop._review.report import report_html
 from agentloop._review.text import run_lines
 from agentloop.testing import batch, call, final
@@ -103,7 +103,7 @@ def _counted(result: RunResult) -> tuple[RunResult, _Counted]:
 def _reads_while(load: Callable[[], object], monkeypatch: pytest.MonkeyPatch) -> int:
     """Events read while ``load()`` runs, of every run file it builds (story check included)."""
     made: list[_Counted] = []
-    build = _runfile._build
+    build = runfile._build
 
     def counting_build(document: dict[str, Any]) -> RunResult:
         result, events = _counted(build(document))
@@ -111,7 +111,7 @@ def _reads_while(load: Callable[[], object], monkeypatch: pytest.MonkeyPatch) ->
         return result
 
     with monkeypatch.context() as patch:
-        patch.setattr(_runfile, "_build", counting_build)
+        patch.setattr(runfile, "_build", counting_build)
         load()
     return sum(events.reads for events in made)
 

@@ -369,8 +369,8 @@ def test_missing_renderer_says_what_to_install(no_pygraphviz: None) -> None:
     "code",
     [
         "import agentloop; agentloop.review.to_svg()",
-        "from agentloop._review.diagram import path_svg; from agentloop._cli.demo import demo_loop; "
-        "path_svg(demo_loop().run('go'))",
+        "from agentloop._review.diagram import path_svg; "
+        "from agentloop._cli.demo import demo_loop; path_svg(demo_loop().run('go'))",
         "import agentloop; from agentloop._cli.demo import demo_loop; "
         "agentloop.review.report_html(demo_loop().run('go'), svg=True)",
     ],

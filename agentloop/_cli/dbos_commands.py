@@ -16,9 +16,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from agentloop._cli import _files
-from agentloop._cli._ledger import columns, parse_verdicts, when
-from agentloop._cli._output import CommandError, print_lines, self_command
+from agentloop._cli import file_commands
+from agentloop._cli.ledger_commands import columns, parse_verdicts, when
+from agentloop._cli.printing import CommandError, print_lines, self_command
 from agentloop._core.values import RunResult
 from agentloop._errors import AgentloopError
 
@@ -105,12 +105,12 @@ def decide(url: str, run_id: str, verdicts: list[str]) -> int:
 def show(url: str, run_id: str, limit: int | None) -> int:
     """A run on DBOS that has ended, as ``show`` prints a run file."""
     result = _ended(url, run_id)
-    return _files.show(result, limit, title=f"agentloop run {run_id}: {result.status.value}")
+    return file_commands.show(result, limit, title=f"agentloop run {run_id}: {result.status.value}")
 
 
 def report(url: str, run_id: str, output: str | None) -> int:
     """A run on DBOS that has ended, as one HTML page."""
-    return _files.report(_ended(url, run_id), output)
+    return file_commands.report(_ended(url, run_id), output)
 
 
 def result(url: str, run_id: str) -> RunResult:

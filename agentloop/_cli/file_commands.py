@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agentloop._cli._output import (
+from agentloop._cli.printing import (
     CommandError,
     print_lines,
     self_command,
@@ -41,7 +41,7 @@ def unreadable(path: str, exc: OSError) -> CommandError:
 
 def demo(out: str | None) -> int:
     """Run the scripted scenario, print it, and save it in ``out`` if given."""
-    from agentloop._demo import QUESTION, demo_loop
+    from agentloop._cli.demo import QUESTION, demo_loop
     from agentloop._review.text import run_lines
 
     folder = None if out is None else _writable(out)  # before the demo prints a line

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._cli._files import show as show_result
-from agentloop._cli._files import write_page
-from agentloop._cli._output import CommandError, print_lines, self_command, shell_path
+from agentloop._cli.file_commands import show as show_result
+from agentloop._cli.file_commands import write_page
+from agentloop._cli.printing import CommandError, print_lines, self_command, shell_path
 from agentloop._core.approval import Decision, approve, deny
 from agentloop._durable.sqlite import APPLICATION_ID, SQLiteLedger
 from agentloop._durable.view import LedgerRun, RunSummary, decide_run, list_runs, view_run

@@ -24,8 +24,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from agentloop._cli import _dbos, _files, _ledger
-from agentloop._cli._output import CommandError, discard_stdout
+from agentloop._cli import dbos_commands, file_commands, ledger_commands
+from agentloop._cli.printing import CommandError, discard_stdout
 from agentloop._core.table import State
 from agentloop._review.runshape import MAX_BYTES
 
@@ -41,7 +41,10 @@ DISTRIBUTION = "agentloop-fsm"
 
 
 class _Store(Protocol):
-    """Where runs are kept: a ledger file (``_ledger``) or DBOS (``_dbos``), the same commands."""
+    """Where runs are kept: a ledger file (``ledger_commands``) or DBOS (``dbos_commands``).
+
+    Both answer the same commands.
+    """
 
     def runs(self, path: str, states: Iterable[str], /) -> int: ...
     def pending(self, path: str, /) -> int: ...
@@ -224,11 +227,16 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         nargs="+",
         action="extend",
         default=[],
-        choices=[*(state.value for state in State), _ledger.DECIDED, "unreadable", *_dbos.STATES],
+        choices=[
+            *(state.value for state in State),
+            ledger_commands.DECIDED,
+            "unreadable",
+            *dbos_commands.STATES,
+        ],
         help="only runs in these states: "
         + ", ".join(state.value for state in State)
-        + f", {_ledger.DECIDED} (a person decided; it waits to be resumed), or unreadable "
-        "(damaged records); on DBOS also " + ", ".join(_dbos.STATES),
+        + f", {ledger_commands.DECIDED} (a person decided; it waits to be resumed), or unreadable "
+        "(damaged records); on DBOS also " + ", ".join(dbos_commands.STATES),
     )
 
     pending = _command(
@@ -282,10 +290,10 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     command = args.command
     if command == "demo":
-        return _files.demo(args.out)
-    store: _Store = _ledger
-    if _dbos.is_url(getattr(args, "ledger", None) or getattr(args, "run", None) or ""):
-        store = _dbos  # the same commands, through a DBOSClient
+        return file_commands.demo(args.out)
+    store: _Store = ledger_commands
+    if dbos_commands.is_url(getattr(args, "ledger", None) or getattr(args, "run", None) or ""):
+        store = dbos_commands  # the same commands, through a DBOSClient
     if command == "diagram":
         if args.run is not None and args.run_option is not None:
             raise CommandError("expected the run once, as RUN or as --run RUN, got both")
@@ -296,7 +304,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.path and args.format == "mermaid":
             raise CommandError("--path is drawn by Graphviz: expected --format dot or svg")
         run = None if args.run is None else _saved(args, store)
-        return _files.diagram(args.format, run, args.output, path=args.path)
+        return file_commands.diagram(args.format, run, args.output, path=args.path)
     if command == "runs":
         return store.runs(args.ledger, args.state)
     if command == "pending":
@@ -308,26 +316,30 @@ def _run(args: argparse.Namespace) -> int:
         if command == "show":
             return store.show(args.run, args.run_id, limit)
         return store.report(args.run, args.run_id, args.output)
-    result = _files.load(args.run, args.max_size)
+    result = file_commands.load(args.run, args.max_size)
     if command == "show":
-        return _files.show(result, limit)
-    return _files.report(result, args.output)
+        return file_commands.show(result, limit)
+    return file_commands.report(result, args.output)
 
 
 def _saved(args: argparse.Namespace, store: _Store) -> RunResult:
     """The run ``args`` name: a run file's, or one of a ledger's (or DBOS's) runs."""
     if _in_store(args, store):
         return store.result(args.run, args.run_id)
-    return _files.load(args.run, args.max_size)
+    return file_commands.load(args.run, args.max_size)
 
 
 def _in_store(args: argparse.Namespace, store: _Store) -> bool:
     """Whether ``args.run`` is a ledger (or DBOS), whose run ``args.run_id`` names."""
     command = args.command
-    if store is _dbos or _ledger.is_ledger(args.run):
+    if store is dbos_commands or ledger_commands.is_ledger(args.run):
         if args.run_id is None:
-            where = "DBOS_URL" if store is _dbos else args.run  # a URL may hold a password
-            what = "a DBOS system database" if store is _dbos else f"{args.run} is a ledger, which"
+            where = "DBOS_URL" if store is dbos_commands else args.run  # a URL may hold a password
+            what = (
+                "a DBOS system database"
+                if store is dbos_commands
+                else f"{args.run} is a ledger, which"
+            )
             raise CommandError(
                 f"{what} holds many runs: name one, agentloop {command} {where} RUN_ID "
                 f"(agentloop runs {where} lists them)"
@@ -337,7 +349,7 @@ def _in_store(args: argparse.Namespace, store: _Store) -> bool:
         try:
             Path(args.run).stat()
         except OSError as exc:  # said as every command says it
-            raise _files.unreadable(args.run, exc) from None
+            raise file_commands.unreadable(args.run, exc) from None
         raise CommandError(
             f"expected RUN_ID only after a ledger, got {args.run_id!r} after {args.run}, "
             f"which is not one (a run file holds one run: agentloop {command} {args.run})"

@@ -14,9 +14,9 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from agentloop._core._approval import Decision, PendingCall, call_fingerprint
-from agentloop._core._intake import Reply, not_json
-from agentloop._core._messages import CUT_OFF, NOT_STARTED, tool_result_json
+from agentloop._core.approval import Decision, PendingCall, call_fingerprint
+from agentloop._core.intake import Reply, not_json
+from agentloop._core.messages import CUT_OFF, NOT_STARTED, tool_result_json
 
 __all__ = ["Batch", "check_decisions"]
 

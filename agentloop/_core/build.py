@@ -1,4 +1,4 @@
-"""The table as the engine runs it: the definition in ``_table.py``, checked once, at import.
+"""The table as the engine runs it: the definition in ``table.py``, checked once, at import.
 
 ``build_table`` refuses, with a ``TableError`` naming the row, an unknown
 state, trigger, guard or effect, a row that can never fire and a group whose
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from transitions import Machine
 
-from agentloop._core._table import DEFINITION, Effect, Guard, State, Trigger
+from agentloop._core.table import DEFINITION, Effect, Guard, State, Trigger
 from agentloop._errors import TableError
 
 if TYPE_CHECKING:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentloop._core._batch import check_decisions
-from agentloop._core._intake import not_json
-from agentloop._core._rows import RunState
-from agentloop._core._table import State
+from agentloop._core.batch import check_decisions
+from agentloop._core.intake import not_json
+from agentloop._core.rows.state import RunState
+from agentloop._core.table import State
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from agentloop._core._approval import Decision, PendingCall
+    from agentloop._core.approval import Decision, PendingCall
 
 __all__ = ["ReportChecks"]
 

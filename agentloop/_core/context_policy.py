@@ -4,7 +4,7 @@ A policy says what the model is sent, reduced to a token budget in whole turns.
 
 The history itself is never cut: the record keeps every message. What a model
 request carries is a *view* of it, made by the ``fit_context`` effect of the
-``ask_model`` row (``_table.py``): the head (every message up to and including
+``ask_model`` row (``table.py``): the head (every message up to and including
 the first user message), every system message, and the newest turns that fit
 the policy's ``tokens``. A turn is the unit the view keeps or leaves out:
 
@@ -19,7 +19,7 @@ nothing is sent. Under ``summarise`` the oldest turns are instead folded into
 one summary (a user message right after the head) that a model callback
 writes, on its own row (``summarising``), before the request that needs it.
 
-Finding that view is ``_window.py``'s (``Window``); here are the policies
+Finding that view is ``window.py``'s (``Window``); here are the policies
 (``ContextPolicy``), the counters, what a request was sent (``Seen``), the
 summariser's request (``Summarise``) and a policy read back from a record.
 """

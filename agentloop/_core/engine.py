@@ -15,11 +15,11 @@ if an answer asks a person, ``next()`` answers ``AwaitApproval`` until
 In ``dispatching``, ``next()`` may hand out a batch's next call while others
 run: a driver that runs calls at once asks again.
 
-The engine is a plain interpreter of the table in ``_table.py``: ``_choose``
-(``_interpreter.py``) takes the first row of a (state, trigger) group whose
+The engine is a plain interpreter of the table in ``table.py``: ``_choose``
+(``interpreter.py``) takes the first row of a (state, trigger) group whose
 guard holds and calls the row's effects, each an ordinary method of this
-class named after it. What a report brings is checked first (``_checks.py``).
-What a report brings is taken in by ``_intake.py`` first, and what a
+class named after it. What a report brings is checked first (``checks.py``).
+What a report brings is taken in by ``intake.py`` first, and what a
 transition is making is a fresh ``_Draft``; the batch in hand is a ``Batch``.
 
 A transition is committed by appending its event to the log; everything else
@@ -33,20 +33,20 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core._batch import check_decisions
-from agentloop._core._checks import ReportChecks
-from agentloop._core._intake import (
+from agentloop._core.batch import check_decisions
+from agentloop._core.checks import ReportChecks
+from agentloop._core.intake import (
     Outcome,
     raised_outcome,
     raised_usage,
     take_outcome,
     take_reply,
 )
-from agentloop._core._interpreter import Interpreter, _new
-from agentloop._core._json import exception_content
-from agentloop._core._rows import _Draft
-from agentloop._core._table import NEXT, REPORTS, TERMINAL, Report, State, Trigger
-from agentloop._core._values import (
+from agentloop._core.interpreter import Interpreter, _new
+from agentloop._core.json import exception_content
+from agentloop._core.rows.state import _Draft
+from agentloop._core.table import NEXT, REPORTS, TERMINAL, Report, State, Trigger
+from agentloop._core.values import (
     AskModel,
     AwaitApproval,
     RecordedException,
@@ -62,9 +62,9 @@ from agentloop._errors import InvalidStateError
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from agentloop._core._approval import Decision, PendingCall
-    from agentloop._core._context import Summarise
-    from agentloop._core._values import Budget
+    from agentloop._core.approval import Decision, PendingCall
+    from agentloop._core.context_policy import Summarise
+    from agentloop._core.values import Budget
 
 __all__ = ["Engine", "check_decisions"]
 

@@ -17,9 +17,9 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
-from agentloop._core._json import exception_content, intake
-from agentloop._core._messages import DISPATCH_STATUSES, batch_of, reply_problem
-from agentloop._core._values import MAX_BUDGET, NotJSON, Usage
+from agentloop._core.json import exception_content, intake
+from agentloop._core.messages import DISPATCH_STATUSES, batch_of, reply_problem
+from agentloop._core.values import MAX_BUDGET, NotJSON, Usage
 from agentloop._errors import JSONError
 
 __all__ = [

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import orjson
 
-from agentloop._core._json import JSON, describe, to_json
+from agentloop._core.json import JSON, describe, to_json
 
 __all__ = [
     "CUT_OFF",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 import jsonschema_rs
 import orjson
 
-from agentloop._core._json import to_json, unfenced
+from agentloop._core.json import to_json, unfenced
 
 if TYPE_CHECKING:
     from collections.abc import Callable

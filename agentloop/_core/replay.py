@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core._approval import ask
-from agentloop._core._context import Summarise
-from agentloop._core._engine import Engine
-from agentloop._core._json import exception_content
-from agentloop._core._output import told_problems
-from agentloop._core._table import NEXT, Guard, Trigger
-from agentloop._core._values import (
+from agentloop._core.approval import ask
+from agentloop._core.context_policy import Summarise
+from agentloop._core.engine import Engine
+from agentloop._core.json import exception_content
+from agentloop._core.output_schema import told_problems
+from agentloop._core.table import NEXT, Guard, Trigger
+from agentloop._core.values import (
     AskModel,
     CancelToken,
     RecordedException,
@@ -39,8 +39,8 @@ from agentloop._errors import InvalidStateError
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from agentloop._core._output import OutputSchema
-    from agentloop._core._values import Budget
+    from agentloop._core.output_schema import OutputSchema
+    from agentloop._core.values import Budget
 
 __all__ = ["Mismatch", "asked", "models_named", "output_refusals", "replay", "row_text"]
 

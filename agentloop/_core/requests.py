@@ -2,7 +2,7 @@
 
 ``AskModel`` (call the model), ``RunTool`` (run a call), ``ReviewCalls``
 (review an accepted batch), ``AwaitApproval`` (a person decides) and ``Wait``
-(back off before a retry). ``agentloop._core._values`` re-exports them.
+(back off before a retry). ``agentloop._core.values`` re-exports them.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import orjson
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agentloop._core._approval import Decision, PendingCall
-    from agentloop._core._values import CancelToken
+    from agentloop._core.approval import Decision, PendingCall
+    from agentloop._core.values import CancelToken
 
 __all__ = ["AskModel", "AwaitApproval", "ReviewCalls", "RunTool", "Wait"]
 

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import attrs
 
-from agentloop._core._values import CancelToken
+from agentloop._core.values import CancelToken
 
 __all__ = ["KINDS", "RetryPolicy", "Transient", "checked_retry", "mark", "transient"]
 

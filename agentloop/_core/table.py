@@ -10,7 +10,7 @@ Theory of operation
 ===================
 
 A run is a finite-state machine over six working states and seven terminal
-ones. The engine (``_engine.py``) holds the counters and the record and does
+ones. The engine (``engine.py``) holds the counters and the record and does
 no I/O; a driver asks it what it needs next and reports what happened:
 
 * In each working state the engine fires one trigger itself (``NEXT``):
@@ -104,7 +104,7 @@ WARNING: what is still decided outside the rows
 
 The goal is that nothing is. Today these are, and each says where:
 
-* Intake (``_intake.py``) takes a report in before any guard reads it: a
+* Intake (``intake.py``) takes a report in before any guard reads it: a
   reply's JSON copy, its shape problem, its usage and its batch's calls; a
   tool's outcome, where one that is not ``{'status', 'content'}`` becomes an
   ``error`` result saying so. Intake decides what came, never which row fires.
@@ -150,7 +150,7 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING, Final
 
-from agentloop._core._terms import Effect, Guard, State, Trigger
+from agentloop._core.terms import Effect, Guard, State, Trigger
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

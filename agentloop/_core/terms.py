@@ -1,7 +1,7 @@
 """The names the state table is written in: its states, triggers, guards and effects.
 
 Each member's comment says what it means; the rows that use them, and the
-rules around them, are in ``_table.py`` (which re-exports these names).
+rules around them, are in ``table.py`` (which re-exports these names).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Small values: budgets, the cancel token, transitions and results.
 
-The engine's requests (``AskModel``, ``RunTool``, ...) are ``_requests.py``'s,
+The engine's requests (``AskModel``, ``RunTool``, ...) are ``requests.py``'s,
 re-exported here.
 
 Transitions and results are immutable, and what they hold of the record is
@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import attrs
 import orjson
 
-from agentloop._core._json import describe, unfenced
-from agentloop._core._requests import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
+from agentloop._core.json import describe, unfenced
+from agentloop._core.requests import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agentloop._core._approval import Decision, PendingCall
-    from agentloop._core._context import ContextPolicy, Seen
-    from agentloop._core._table import Guard, State, Trigger
+    from agentloop._core.approval import Decision, PendingCall
+    from agentloop._core.context_policy import ContextPolicy, Seen
+    from agentloop._core.table import Guard, State, Trigger
 
 __all__ = [
     "AskModel",

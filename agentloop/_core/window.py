@@ -4,7 +4,7 @@
 once, when the message enters) and where each turn starts, so that finding
 the view for a request (its ``Plan``) is a binary search over running sums,
 and making it one ``bytes.join`` of the kept messages. What a view keeps, and
-why, is ``_context.py``'s account; the policies themselves are there too.
+why, is ``context_policy.py``'s account; the policies themselves are there too.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from agentloop._core._context import SUMMARY_PROMPT, Seen
+from agentloop._core.context_policy import SUMMARY_PROMPT, Seen
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from agentloop._core._context import Counter
+    from agentloop._core.context_policy import Counter
 
 __all__ = ["Plan", "Summary", "Window", "summary_message"]
 

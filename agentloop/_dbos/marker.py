@@ -16,7 +16,7 @@ from dbos._dbos import _get_dbos_instance
 from dbos._error import DBOSNonExistentWorkflowError
 from dbos._utils import INTERNAL_QUEUE_NAME
 
-from agentloop._dbos._approval import APPROVAL_TOPIC
+from agentloop._dbos.decisions import APPROVAL_TOPIC
 
 if TYPE_CHECKING:
     from dbos import DBOSClient, EnqueueOptions

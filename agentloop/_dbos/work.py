@@ -13,7 +13,8 @@ import attrs
 
 from agentloop._core.approval import Decision
 from agentloop._core.json import exception_content
-from agentloop._dbos._marker import cancel_requested
+from agentloop._dbos.marker import cancel_requested
+from agentloop._drivers.streams import is_stream, whole_reply
 from agentloop._durable.bodies import (
     outcome_record,
     raised_record,
@@ -22,7 +23,6 @@ from agentloop._durable.bodies import (
 )
 from agentloop._durable.journal import OUTCOME_UNKNOWN
 from agentloop._durable.key import KEY
-from agentloop._drivers.streams import is_stream, whole_reply
 from agentloop._tools.registry import PreparedCall, reviewing
 
 if TYPE_CHECKING:

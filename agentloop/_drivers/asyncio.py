@@ -37,32 +37,32 @@ import time
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any
 
-from agentloop._callbacks import (
+from agentloop._core.context_policy import Summarise
+from agentloop._core.json import exception_said
+from agentloop._core.table import TERMINAL, State
+from agentloop._core.values import AskModel, ReviewCalls, RunTool, Wait
+from agentloop._drivers.callbacks import (
     TokenCancelled,
     is_async,
     unless_cancelled,
     within,
 )
-from agentloop._concurrent import ConcurrentBatch
-from agentloop._core.context_policy import Summarise
-from agentloop._core.json import exception_said
-from agentloop._core.table import TERMINAL, State
-from agentloop._core.values import AskModel, ReviewCalls, RunTool, Wait
-from agentloop._progress import areporting
-from agentloop._run import LOG, Carried, carried, log, one_transition
-from agentloop._streams import Discard, ListenerFailed, Partial, apull, in_time, is_stream
-from agentloop._waits import await_wait
+from agentloop._drivers.concurrent import ConcurrentBatch
+from agentloop._drivers.progress import areporting
+from agentloop._drivers.streams import Discard, ListenerFailed, Partial, apull, in_time, is_stream
+from agentloop._drivers.transition import LOG, Carried, carried, log, one_transition
+from agentloop._drivers.waits import await_wait
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
-    from agentloop._callbacks import Listener, Model
     from agentloop._core.approval import Decision
     from agentloop._core.engine import Engine
     from agentloop._core.values import CancelToken, RunResult, Transition
-    from agentloop._progress import ToolProgress
-    from agentloop._run import Request
-    from agentloop._streams import Delta
+    from agentloop._drivers.callbacks import Listener, Model
+    from agentloop._drivers.progress import ToolProgress
+    from agentloop._drivers.streams import Delta
+    from agentloop._drivers.transition import Request
 
 __all__ = ["AsyncRun"]
 
@@ -193,7 +193,7 @@ class AsyncRun(ConcurrentBatch):
                     await self._close_unclosed()
 
     async def _pumped(self) -> Transition | None:
-        """One transition, each request of it awaited (see ``agentloop._run.one_transition``)."""
+        """One transition, each request of it awaited (see ``transition.one_transition``)."""
         steps = one_transition(self._engine)
         try:
             need = steps.send(None)

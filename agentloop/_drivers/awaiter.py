@@ -18,7 +18,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentloop._callbacks import unless_cancelled
+from agentloop._drivers.callbacks import unless_cancelled
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Final
 
-from agentloop._callbacks import TokenCancelled, ended_by_token, unless_cancelled
 from agentloop._core.values import ReviewCalls, RunTool
-from agentloop._run import Carried, RunView, carried
+from agentloop._drivers.callbacks import TokenCancelled, ended_by_token, unless_cancelled
+from agentloop._drivers.transition import Carried, RunView, carried
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

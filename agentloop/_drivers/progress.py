@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import attrs
 
-from agentloop._run import LOG
+from agentloop._drivers.transition import LOG
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import attrs
 import orjson
 
-from agentloop._callbacks import TokenCancelled, unless_cancelled
 from agentloop._core.json import describe, intake
 from agentloop._core.values import MAX_BUDGET
+from agentloop._drivers.callbacks import TokenCancelled, unless_cancelled
 from agentloop._errors import IncompleteReply
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ asks stops in ``awaiting_approval`` until ``decide``.
 
 An awaitable that a model, a tool or a policy returns (``async def`` ones)
 is run to completion on the run's own event loop (``Awaiter``, in
-``agentloop._awaiter``), in the calling thread: ``model_timeout``/``tool_timeout``
+``agentloop._drivers.awaiter``), in the calling thread: ``model_timeout``/``tool_timeout``
 bite there, and the run's ``CancelToken`` interrupts it, as under asyncio.
 """
 
@@ -21,27 +21,27 @@ import time
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any
 
-from agentloop._awaiter import Awaiter
-from agentloop._callbacks import TokenCancelled, is_async
 from agentloop._core.context_policy import Summarise
 from agentloop._core.json import exception_said
 from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import AskModel, RunTool, Transition, Wait
-from agentloop._progress import reporting
-from agentloop._run import LOG, RunView, log, one_transition
-from agentloop._streams import Discard, ListenerFailed, Partial, in_time, is_stream, pull
-from agentloop._waits import wait
+from agentloop._drivers.awaiter import Awaiter
+from agentloop._drivers.callbacks import TokenCancelled, is_async
+from agentloop._drivers.progress import reporting
+from agentloop._drivers.streams import Discard, ListenerFailed, Partial, in_time, is_stream, pull
+from agentloop._drivers.transition import LOG, RunView, log, one_transition
+from agentloop._drivers.waits import wait
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Generator, Iterator
 
-    from agentloop._callbacks import Listener, Model
     from agentloop._core.approval import Decision
     from agentloop._core.engine import Engine
     from agentloop._core.values import RunResult
-    from agentloop._progress import ToolProgress
-    from agentloop._run import Request
-    from agentloop._streams import Delta
+    from agentloop._drivers.callbacks import Listener, Model
+    from agentloop._drivers.progress import ToolProgress
+    from agentloop._drivers.streams import Delta
+    from agentloop._drivers.transition import Request
 
 __all__ = ["Run"]
 

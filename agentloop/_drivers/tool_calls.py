@@ -12,7 +12,7 @@ import functools
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from agentloop._callbacks import within
+from agentloop._drivers.callbacks import within
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

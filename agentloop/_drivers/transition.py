@@ -15,9 +15,9 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from agentloop._callbacks import TokenCancelled, ended_by_token
 from agentloop._core.context_policy import Summarise
 from agentloop._core.values import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
+from agentloop._drivers.callbacks import TokenCancelled, ended_by_token
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from agentloop._core.engine import Engine
     from agentloop._core.table import State
     from agentloop._core.values import Budget, RunResult, Transition, Usage
-    from agentloop._streams import Partial
+    from agentloop._drivers.streams import Partial
 
 #: What a driver is asked to perform: call the model (or a context policy's summariser),
 #: run a tool, review a batch, wait before a retry.

@@ -2,8 +2,9 @@
 
 The engine chose the wait (its retry policy did, and the event keeps it);
 a driver only waits, unless the run's ``CancelToken`` is cancelled first,
-and the one transition (``agentloop._run``) reports ``waited()`` either way: the table's ``waited
-[cancel_requested]`` row then ends the run ``cancelled`` at once. A
+and the one transition (``transition.py``) reports ``waited()`` either way:
+the table's ``waited [cancel_requested]`` row then ends the run ``cancelled``
+at once. A
 ``KeyboardInterrupt`` (or a cancelled task) during the wait propagates, and
 the driver reports it as any interruption (``wait_interrupted``).
 """

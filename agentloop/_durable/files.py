@@ -1,7 +1,7 @@
 """A ledger's files as SQLite leaves them: its tables, its database file and its write-ahead log.
 
 What ``SQLiteLedger`` checks before it trusts a file, so that a lost or
-damaged log is never taken for a new, empty ledger (see ``_sqlite.py``'s
+damaged log is never taken for a new, empty ledger (see ``sqlite.py``'s
 docstring): the tables are exactly the ledger's (in any form an agentloop
 made them), the database file has one name, and a log that holds committed
 pages not yet in the file is present, whole and of the same generation.

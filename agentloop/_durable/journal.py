@@ -2,7 +2,7 @@
 
 A run's record is the ordered log of its transitions, each encoded as a run
 file encodes an event (``_review/_runshape.event_record``: with what it was
-given, ``started`` and ``input``), so the one replay (``_core/_replay.py``)
+given, ``started`` and ``input``), so the one replay (``_core/replay.py``)
 rebuilds the run from it. The events go in records of the ``Ledger``
 protocol's kinds, one commit per report, keyed as a report is unique:
 
@@ -33,7 +33,7 @@ import orjson
 
 from agentloop._core.table import TERMINAL, Trigger
 from agentloop._core.values import Budget
-from agentloop._durable._ledger import (
+from agentloop._durable.protocol import (
     ASKED,
     DECISION,
     END,
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.output_schema import OutputSchema
     from agentloop._core.values import Transition
-    from agentloop._durable._ledger import Ledger, LedgerWriter
+    from agentloop._durable.protocol import Ledger, LedgerWriter
 
 __all__ = [
     "FORMAT",

@@ -4,7 +4,7 @@ A version 1 run recorded the reports, not the events: each reply by step,
 each call's outcome by call id, a person's asks and decisions, and its end.
 This reader feeds them to the engine as that release did, letting the engine
 make the events, and stops where they stop; a run that went on in a later
-agentloop goes on in version 2 records after them (``_records.py``).
+agentloop goes on in version 2 records after them (``records.py``).
 
 A batch's finished calls are all reported, in the order they were recorded
 (the order the run reported them), before anything goes live: calls are
@@ -27,8 +27,8 @@ from agentloop._core.json import exception_content
 from agentloop._core.replay import Mismatch, row_text
 from agentloop._core.table import Guard, State, Trigger
 from agentloop._core.values import AskModel, RecordedException, RunTool, Transition, Usage
-from agentloop._durable._bodies import recorded_answer, recorded_outcome
-from agentloop._durable._ledger import ASKED, DECISION, END, FINISHED, REPLY, STARTED
+from agentloop._durable.bodies import recorded_answer, recorded_outcome
+from agentloop._durable.protocol import ASKED, DECISION, END, FINISHED, REPLY, STARTED
 from agentloop._errors import InvalidStateError, LedgerError
 from agentloop._review.legacy_events import start_calls
 
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from agentloop._core.values import CancelToken
-    from agentloop._durable._ledger import LedgerRecord
-    from agentloop._durable._recording import DurableEngine
+    from agentloop._durable.protocol import LedgerRecord
+    from agentloop._durable.recording import DurableEngine
 
 __all__ = ["Legacy", "diverged", "end_body", "replay_legacy"]
 

@@ -4,7 +4,7 @@ A claim is a POSIX lock (``fcntl.lockf``) on one byte of ``<path>-lock`` at
 the run's row number, dropped by the kernel when its process dies; claims in
 one process are also kept in a table, since POSIX locks do not exclude their
 own process. The file also says "written" from the moment a ledger's tables
-are made (see ``_sqlite.py``).
+are made (see ``sqlite.py``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ the failure shows. The dispatch wrappers commit ``tool_started`` before the
 dispatcher (and so the handler) is called, and set the idempotency key
 around it. The drivers are the usual ones.
 
-Fed by the one replay (``_core/_replay.py``) while ``replaying``, it records
+Fed by the one replay (``_core/replay.py``) while ``replaying``, it records
 nothing: a resume rebuilds it from its records, then it goes on recording.
 A fork's replay into a new durable run records, as a live run does.
 """
@@ -33,10 +33,10 @@ from agentloop._core.values import (
     Transition,
     Wait,
 )
-from agentloop._durable._journal import events_body, record_of
-from agentloop._durable._key import KEY
-from agentloop._durable._ledger import END
-from agentloop._durable._legacy import end_body
+from agentloop._durable.journal import events_body, record_of
+from agentloop._durable.key import KEY
+from agentloop._durable.legacy import end_body
+from agentloop._durable.protocol import END
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from agentloop._core.context_policy import ContextPolicy, Summarise
     from agentloop._core.output_schema import OutputSchema
     from agentloop._core.values import Budget, CancelToken
-    from agentloop._durable._journal import Journal
+    from agentloop._durable.journal import Journal
 
 __all__ = ["DurableEngine", "async_dispatch", "sync_dispatch"]
 

@@ -1,8 +1,8 @@
 """Reading a run's records: its header, then its events, checked and decoded.
 
-A version 2 run's records are its events (``_journal.py`` says how they are
+A version 2 run's records are its events (``journal.py`` says how they are
 kept) and the ``tool_started`` marks. A version 1 run (the first release's)
-recorded reports instead; ``_legacy.py`` reads those, and when such a run
+recorded reports instead; ``legacy.py`` reads those, and when such a run
 went on in a later agentloop, its version 2 records follow them. Every event
 is checked against the run file's schema of an event and decoded by the run
 file's own reader (``_review/_runfile.load_event``): one encoding. What is
@@ -18,16 +18,16 @@ import orjson
 
 from agentloop._core.replay import Mismatch
 from agentloop._core.table import NEXT, TERMINAL
-from agentloop._durable._journal import FORMAT, READS, VERSION, record_of
-from agentloop._durable._ledger import END, STARTED
-from agentloop._durable._legacy import Legacy
+from agentloop._durable.journal import FORMAT, READS, VERSION, record_of
+from agentloop._durable.legacy import Legacy
+from agentloop._durable.protocol import END, STARTED
 from agentloop._errors import LedgerError
 from agentloop._review.runfile import load_event
 from agentloop._review.runshape import SCHEMA, explain, json_path, rejected_value
 
 if TYPE_CHECKING:
     from agentloop._core.values import Transition
-    from agentloop._durable._ledger import LedgerRecord
+    from agentloop._durable.protocol import LedgerRecord
 
 __all__ = ["Recorded", "bad", "json_of"]
 

@@ -1,7 +1,7 @@
 """Starting a durable run, and resuming one: its records fed back through the one replay.
 
-A resume reads the run's records (``_records.py``) and feeds its events to a
-fresh ``DurableEngine`` through the one replay (``_core/_replay.py``), the
+A resume reads the run's records (``records.py``) and feeds its events to a
+fresh ``DurableEngine`` through the one replay (``_core/replay.py``), the
 replay that reads run files and forks runs: each event is given back what it
 was given (the calls handed out before it, the reply or the outcome) and
 must come out as recorded. The engine then goes on live with the usual
@@ -16,7 +16,7 @@ again, and a finished call is never run again. Where the run was cut short:
 
 A call the replay handed out whose outcome is not recorded is handed to the
 driver first (``DurableEngine.handed``). A run of the first release's ledgers
-(version 1) is replayed by its own reader (``_legacy.py``) first.
+(version 1) is replayed by its own reader (``legacy.py``) first.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from agentloop._core.output_schema import OutputSchema
 from agentloop._core.replay import Mismatch, replay
 from agentloop._core.table import State
 from agentloop._core.values import CancelToken
-from agentloop._durable._journal import Journal, fingerprint, header, idempotent_tools
-from agentloop._durable._legacy import diverged, replay_legacy
-from agentloop._durable._recording import DurableEngine
-from agentloop._durable._records import Recorded
+from agentloop._durable.journal import Journal, fingerprint, header, idempotent_tools
+from agentloop._durable.legacy import diverged, replay_legacy
+from agentloop._durable.recording import DurableEngine
+from agentloop._durable.records import Recorded
 from agentloop._errors import (
     ConfigurationMismatchError,
     InvalidStateError,
@@ -47,7 +47,7 @@ from agentloop._errors import (
 if TYPE_CHECKING:
     from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.values import Budget
-    from agentloop._durable._ledger import Ledger, LedgerRecord, LedgerWriter
+    from agentloop._durable.protocol import Ledger, LedgerRecord, LedgerWriter
 
 __all__ = [
     "begin",

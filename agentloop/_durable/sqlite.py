@@ -13,7 +13,7 @@ record survives a power cut; ``NORMAL`` syncs only at checkpoints: a
 record survives a killed process but not a power cut.
 
 One writer per run: a claim is a POSIX lock on one byte of ``<path>-lock``
-(``_lockfile.py``), which the kernel drops when its process dies, so a
+(``lockfile.py``), which the kernel drops when its process dies, so a
 crashed run can be resumed at once, and never while its process lives. The
 lock file is named from the file's real path, and a file with two names
 (hard links) is refused: SQLite would keep two logs, so two writers.
@@ -51,7 +51,7 @@ import weakref
 from pathlib import Path
 from typing import Final, Literal
 
-from agentloop._durable._files import (
+from agentloop._durable.files import (
     _KNOWN_TABLES,
     _SCHEMA,
     _TABLES,
@@ -60,8 +60,8 @@ from agentloop._durable._files import (
     _check_log,
     _tables_of,
 )
-from agentloop._durable._ledger import END, LedgerRecord
-from agentloop._durable._lockfile import _close, _lock_file
+from agentloop._durable.lockfile import _close, _lock_file
+from agentloop._durable.protocol import END, LedgerRecord
 from agentloop._errors import LedgerError, RunExistsError, RunNotFoundError
 
 __all__ = ["APPLICATION_ID", "VERSION", "SQLiteLedger"]

@@ -18,16 +18,16 @@ import orjson
 
 from agentloop._core.table import TERMINAL, State, Trigger
 from agentloop._core.values import Budget, CancelToken, RunResult
-from agentloop._durable._journal import Journal
-from agentloop._durable._records import Recorded
-from agentloop._durable._resume import checked_run_id, replayed
+from agentloop._durable.journal import Journal
+from agentloop._durable.records import Recorded
+from agentloop._durable.resume import checked_run_id, replayed
 from agentloop._errors import InvalidStateError, LedgerError
 
 if TYPE_CHECKING:
     from agentloop._core.approval import Decision, PendingCall
     from agentloop._core.values import Transition, Usage
-    from agentloop._durable._ledger import Ledger, LedgerRecord
-    from agentloop._durable._recording import DurableEngine
+    from agentloop._durable.protocol import Ledger, LedgerRecord
+    from agentloop._durable.recording import DurableEngine
 
 __all__ = ["LedgerRun", "RunSummary", "decide_run", "list_runs", "view_run"]
 

@@ -2,12 +2,12 @@
 
 ``continue_run`` goes on from a failed or exhausted run's transcript in a new run.
 
-Resume feeds a saved result's events, or a ledger's (``_durable/_resume.py``),
+Resume feeds a saved result's events, or a ledger's (``_durable/resume.py``),
 to the one replay; a run that ended is only read.
 
 A fork is a new run that starts as an old one was after its first ``at`` transitions.
 
-The old run's events are replayed (``_core/_replay.py``) into a fresh engine,
+The old run's events are replayed (``_core/replay.py``) into a fresh engine,
 the first ``at`` of them, and that engine is handed to a driver of the
 forking ``Loop``: from there on, its model and tools make the run. With a
 ledger, the fork is a new durable run under its own id, and the replayed
@@ -26,10 +26,10 @@ from agentloop._core.engine import Engine
 from agentloop._core.replay import Mismatch, models_named, replay
 from agentloop._core.table import State
 from agentloop._core.values import CancelToken, RunResult, require_result
-from agentloop._durable import _recording, _resume
+from agentloop._drivers.transition import RunView
+from agentloop._durable import recording, resume
 from agentloop._errors import ConfigurationMismatchError, InvalidStateError
 from agentloop._review.runstory import reopen
-from agentloop._drivers.transition import RunView
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -116,7 +116,7 @@ def forked(
         # The cut is checked first, on an engine of its own: a refused fork is not recorded.
         check = CancelToken()
         cut(fresh(check), check)
-        engine = _resume.begin(
+        engine = resume.begin(
             ledger,
             run_id,
             messages,
@@ -141,7 +141,7 @@ def forked(
 
 def _release(engine: Engine) -> None:
     """A durable fork that will not be handed out gives up its claim."""
-    if isinstance(engine, _recording.DurableEngine):
+    if isinstance(engine, recording.DurableEngine):
         engine.journal.release()
 
 
@@ -180,7 +180,7 @@ def resumed(
                 f"{what}(result) continues a saved run outside any ledger, and this Loop "
                 f"has one: {what}(run_id) continues its recorded runs"
             )
-        found = _resume.differences(
+        found = resume.differences(
             {"budget": attrs.asdict(run.budget)}, {"budget": attrs.asdict(budget)}
         )
         if (run.context and run.context.record()) != (context and context.record()):
@@ -195,7 +195,7 @@ def resumed(
             )
         saved = None if run.output_schema_json is None else orjson.loads(run.output_schema_json)
         # As a ledger's resume compares them: a description's words change no record's meaning.
-        if _resume.differences({"output": saved}, {"output": output and output.schema}):
+        if resume.differences({"output": saved}, {"output": output and output.schema}):
             found = ["$.output_schema: the saved run's is not this Loop's output="]
             raise ConfigurationMismatchError(
                 "the saved run was made with another output than this Loop's: " + found[0], found
@@ -212,7 +212,7 @@ def resumed(
             "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger); a saved "
             f"run awaiting approval goes on with {what}(load_run(path))"
         )
-    return _resume.resume(
+    return resume.resume(
         ledger,
         run,
         budget=budget,
@@ -280,7 +280,7 @@ def ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:
             "taken already?); resume it without decisions= to read it",
             state=engine.state,
         )
-    if isinstance(engine, _recording.DurableEngine):
+    if isinstance(engine, recording.DurableEngine):
         engine.record_end()  # an end the resume made, not yet written
     return run if isinstance(run, RunResult) else engine.result()
 
@@ -304,5 +304,5 @@ class released_on_error:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        if kind is not None and isinstance(self._engine, _recording.DurableEngine):
+        if kind is not None and isinstance(self._engine, recording.DurableEngine):
             self._engine.journal.release()

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentloop._continued import forked, resumed
 from agentloop._core.engine import Engine
-from agentloop._durable import _resume
+from agentloop._durable import resume
 from agentloop._errors import AgentloopError
-from agentloop._settings import checked_tool_names, no_ledger, timeout_bites
+from agentloop._loop.continued import forked, resumed
+from agentloop._loop.settings import checked_tool_names, no_ledger, timeout_bites
 
 if TYPE_CHECKING:
     from agentloop._core.values import CancelToken, RunResult
-    from agentloop._loop import Loop
+    from agentloop._loop.loop import Loop
 
 __all__ = [
     "forked_engine",
@@ -48,7 +48,7 @@ def fresh_engine(
         return engine
     return resilient(
         loop,
-        _resume.begin(
+        resume.begin(
             loop.ledger,
             run_id,
             messages,

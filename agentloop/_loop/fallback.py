@@ -15,8 +15,8 @@ from agentloop._drivers.callbacks import is_async
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from agentloop._drivers.callbacks import Model
     from agentloop._core.engine import Engine
+    from agentloop._drivers.callbacks import Model
 
 __all__ = ["Fallback", "fallback", "model_name", "per_run"]
 

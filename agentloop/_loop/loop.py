@@ -12,16 +12,16 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Final, Self
 
-from agentloop._drivers.tool_calls import async_dispatch
-from agentloop._drivers.callbacks import bind_model
-from agentloop._continued import continued, ended, released_on_error
 from agentloop._core.messages import check_new_input
 from agentloop._core.values import Budget, CancelToken, RunResult
-from agentloop._drivers import async_run, sync_run
+from agentloop._drivers.callbacks import bind_model
+from agentloop._drivers.tool_calls import async_dispatch
 from agentloop._durable.view import view_run
-from agentloop._engines import forked_engine, fresh_engine, resumed_engine
-from agentloop._fallback import Fallback
-from agentloop._settings import (
+from agentloop._loop.continued import continued, ended, released_on_error
+from agentloop._loop.engines import forked_engine, fresh_engine, resumed_engine
+from agentloop._loop.fallback import Fallback
+from agentloop._loop.running import async_run, sync_run
+from agentloop._loop.settings import (
     asyncio_only,
     checked_bool,
     checked_context,
@@ -49,16 +49,16 @@ from agentloop._tools.output_type import output_schema
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from agentloop._drivers.asyncio import AsyncRun
-    from agentloop._drivers.callbacks import Dispatcher, Listener, Model
     from agentloop._core.approval import Decision
     from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.engine import Engine
     from agentloop._core.output_schema import OutputSchema
     from agentloop._core.retry_policy import RetryPolicy
+    from agentloop._drivers.asyncio import AsyncRun
+    from agentloop._drivers.callbacks import Dispatcher, Listener, Model
+    from agentloop._drivers.sync import Run
     from agentloop._durable.protocol import Ledger
     from agentloop._durable.view import LedgerRun
-    from agentloop._drivers.sync import Run
     from agentloop._tools.registry import ToolRegistry
 
 __all__ = ["Loop"]

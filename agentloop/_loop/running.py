@@ -12,19 +12,19 @@ from typing import TYPE_CHECKING, Any
 from agentloop._drivers.asyncio import AsyncRun
 from agentloop._drivers.awaiter import Awaiter, awaiting
 from agentloop._drivers.callbacks import is_async
-from agentloop._durable import _recording
-from agentloop._fallback import per_run
-from agentloop._settings import async_policies
 from agentloop._drivers.sync import Run
+from agentloop._durable import recording
+from agentloop._loop.fallback import per_run
+from agentloop._loop.settings import async_policies
 from agentloop._tools.registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agentloop._drivers.callbacks import Model
     from agentloop._core.engine import Engine
     from agentloop._core.values import CancelToken
-    from agentloop._loop import Loop
+    from agentloop._drivers.callbacks import Model
+    from agentloop._loop.loop import Loop
 
 __all__ = ["async_run", "model_of", "sync_run"]
 
@@ -45,8 +45,8 @@ def sync_run(
             dispatch = awaiting(dispatcher.dispatch_or_adispatch, awaiter, loop.tool_timeout)
     else:  # a dispatcher of the user's may answer with an awaitable
         dispatch = awaiting(dispatch, awaiter, loop.tool_timeout)
-    if isinstance(engine, _recording.DurableEngine):
-        dispatch = _recording.sync_dispatch(engine, dispatch)
+    if isinstance(engine, recording.DurableEngine):
+        dispatch = recording.sync_dispatch(engine, dispatch)
     review: Callable[[dict[str, Any]], Any] | None = None
     if registry is not None:
         areview = registry.areview
@@ -78,8 +78,8 @@ def async_run(loop: Loop, engine: Engine, cancel: CancelToken | None) -> AsyncRu
     """An asyncio run of ``engine``, reviewed by the tools' policies, if any."""
     dispatch = loop._adispatch
     registry = reviewing(loop.dispatcher)
-    if isinstance(engine, _recording.DurableEngine):
-        dispatch = _recording.async_dispatch(engine, dispatch)
+    if isinstance(engine, recording.DurableEngine):
+        dispatch = recording.async_dispatch(engine, dispatch)
     return AsyncRun(
         engine,
         model_of(loop, engine),

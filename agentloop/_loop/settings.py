@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Final
 
-from agentloop._drivers.callbacks import is_async
 from agentloop._core.context_policy import ContextPolicy
 from agentloop._core.retry_policy import RetryPolicy, checked_retry
+from agentloop._drivers.callbacks import is_async
 from agentloop._durable.protocol import Ledger
 from agentloop._tools.registry import ToolRegistry, reviewing
 from agentloop._tools.specs import NameRule

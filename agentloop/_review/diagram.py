@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 from agentloop._core.build import ROWS, Row
 from agentloop._core.table import ANSWERS, TERMINAL, Guard, State, Trigger
 from agentloop._core.values import require_result
-from agentloop._errors import SVGUnavailableError
 from agentloop._drivers.transition import RunView
+from agentloop._errors import SVGUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -6,7 +6,7 @@ replay infers them from what the events appended (each reply, what the model
 raised, each tool's outcome, where cancellation came and where the run was
 interrupted) and feeds them to a fresh engine, whose events, which keep them,
 must come out as the document says. Everything newer is read by the one
-replay, ``_core/_replay.py``, which infers nothing; ``Answers`` (each batch's
+replay, ``_core/replay.py``, which infers nothing; ``Answers`` (each batch's
 results, found once) also serves the report.
 """
 
@@ -23,7 +23,7 @@ from agentloop._core.replay import Mismatch, asked, row_text
 from agentloop._core.table import NEXT, Guard, State, Trigger
 from agentloop._core.values import AskModel, CancelToken, RecordedException, RunTool, Transition
 from agentloop._errors import InvalidStateError
-from agentloop._review._runshape import output_of
+from agentloop._review.runshape import output_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

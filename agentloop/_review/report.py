@@ -20,13 +20,13 @@ import orjson
 
 from agentloop._core.values import require_result
 from agentloop._errors import SVGUnavailableError
-from agentloop._review._diagram import path_svg, to_mermaid
-from agentloop._review._runshape import FORMAT, VERSION
+from agentloop._review.diagram import path_svg, to_mermaid
+from agentloop._review.runshape import FORMAT, VERSION
 
 if TYPE_CHECKING:
     from agentloop._core.values import RunResult
 
-from agentloop._review._text import (
+from agentloop._review.text import (
     HEADERS,
     LIMIT,
     Events,

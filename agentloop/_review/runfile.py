@@ -31,7 +31,7 @@ the reply or the tool's content), which the one replay feeds back. A version
 version 3 file (before approvals) also with empty ``pending`` and
 ``decisions``; a version 2 file (before usage and times) also with no usage,
 no token budget and no times. The shape and the encoding are
-``_runshape.py``'s, the story's check ``_runstory.py``'s.
+``runshape.py``'s, the story's check ``runstory.py``'s.
 
 A transition's live ``exception`` is saved as ``{"type", "message"}`` (loaded
 back as a ``RecordedException``); a rejected reply that was not JSON is kept
@@ -41,7 +41,7 @@ Everything else round-trips exactly: ``run_from_json(run_to_json(r)) == r``.
 Loading is linear in the file's size and stops at the first problem: the
 size limit (before anything is parsed), the JSON, no field twice in an
 object, the shape (a JSON Schema, checked by ``jsonschema-rs``), then the
-story: the run is replayed through a fresh engine (``_replay.py``) and must
+story: the run is replayed through a fresh engine (``legacy_events.py``) and must
 come out as the document says. Any failure raises ``RunFileError``; nothing
 is ever half-loaded.
 """
@@ -72,7 +72,7 @@ from agentloop._core.values import (
     require_result,
 )
 from agentloop._errors import RunFileError
-from agentloop._review._runshape import (
+from agentloop._review.runshape import (
     MAX_BYTES,
     MAX_DEPTH,
     VALIDATOR,
@@ -88,7 +88,7 @@ from agentloop._review._runshape import (
     upgrade_from_3,
     upgrade_from_4,
 )
-from agentloop._review._runstory import check_story
+from agentloop._review.runstory import check_story
 
 __all__ = ["load_event", "load_run", "run_from_json", "run_to_json", "save_run", "sqlite_header"]
 

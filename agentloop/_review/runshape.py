@@ -2,8 +2,8 @@
 
 The words that explain what breaks the shape are here too. The shape is
 checked with ``jsonschema-rs`` (Draft 2020-12, at Rust speed) against the
-schema in ``_schema.py`` (re-exported here): every violation comes with its
-exact JSON path. What relates fields to each other is ``_runstory.py``'s.
+schema in ``runfile_schema.py`` (re-exported here): every violation comes with its
+exact JSON path. What relates fields to each other is ``runstory.py``'s.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from agentloop._core.values import (
     Transition,
 )
 from agentloop._errors import RunFileError
-from agentloop._review._schema import FORMAT, SCHEMA, VALIDATOR, VERSION  # re-exported
+from agentloop._review.runfile_schema import FORMAT, SCHEMA, VALIDATOR, VERSION  # re-exported
 
 if TYPE_CHECKING:
     import jsonschema_rs
@@ -117,7 +117,7 @@ def upgrade_from_4(document: dict[str, Any]) -> None:
 
     Before version 5 an event did not keep the calls handed out before it nor
     what came with its report: the run is read by the replay that infers them
-    (``_replay.py``), and the events the engine makes there, which keep them,
+    (``legacy_events.py``), and the events the engine makes there, which keep them,
     are the loaded run's.
     """
     document["version"] = VERSION

@@ -1,7 +1,7 @@
 """A run file's story: the chain of its events, then the run replayed through the engine.
 
 Version 5 events say what each was given, and the one replay feeds them back
-(``_core/_replay.py``); older files' are inferred (``_replay.py``). Everything
+(``_core/replay.py``); older files' are inferred (``legacy_events.py``). Everything
 the engine makes must be what the document says, compared as JSON text.
 """
 
@@ -23,8 +23,8 @@ from agentloop._core.values import (
     require_result,
 )
 from agentloop._errors import RunFileError
-from agentloop._review._replay import replay
-from agentloop._review._runshape import (
+from agentloop._review.legacy_events import replay
+from agentloop._review.runshape import (
     as_found,
     as_shown,
     document_of,
@@ -81,8 +81,8 @@ def check_story(result: RunResult, *, inferred: bool) -> RunResult:
     """Replaying the run must give the document: each event, then the outcome; the result.
 
     A version 5 file's events say what each was given, and the one replay feeds
-    them back (``_core/_replay.py``); an older file's are inferred from what they
-    appended (``_replay.py``), and the loaded run takes the events made there,
+    them back (``_core/replay.py``); an older file's are inferred from what they
+    appended (``legacy_events.py``), and the loaded run takes the events made there,
     with the file's times.
     """
     _check_chain(result.events)

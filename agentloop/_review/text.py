@@ -15,8 +15,8 @@ import orjson
 
 from agentloop._core.messages import NOT_STARTED
 from agentloop._core.table import State, Trigger
-from agentloop._review._replay import Answers
-from agentloop._review._runshape import rejected_record
+from agentloop._review.legacy_events import Answers
+from agentloop._review.runshape import rejected_record
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

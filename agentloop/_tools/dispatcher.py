@@ -5,8 +5,8 @@ from __future__ import annotations
 import typing
 from collections.abc import Mapping
 
-from agentloop._tools._registry import ToolRegistry
-from agentloop._tools._tool import Tool
+from agentloop._tools.registry import ToolRegistry
+from agentloop._tools.tool import Tool
 
 if typing.TYPE_CHECKING:
     from agentloop._drivers.callbacks import Dispatcher

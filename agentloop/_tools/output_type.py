@@ -15,8 +15,8 @@ import typing
 from typing import Any
 
 from agentloop._core.output_schema import OutputRefused, OutputSchema, problem_line
-from agentloop._tools._results import is_pydantic_model
-from agentloop._tools._schema import (
+from agentloop._tools.results import is_pydantic_model
+from agentloop._tools.schema import (
     SUPPORTED,
     Converter,
     Deriver,
@@ -24,7 +24,7 @@ from agentloop._tools._schema import (
     refusals,
     show,
 )
-from agentloop._tools._validation import bounded, checked_schema
+from agentloop._tools.validation import bounded, checked_schema
 
 __all__ = ["output_schema"]
 

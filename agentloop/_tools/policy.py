@@ -18,8 +18,8 @@ import attrs
 import orjson
 
 from agentloop._core.approval import Decision, allow, ask, deny
-from agentloop._tools._results import failed
-from agentloop._tools._tool import Tool
+from agentloop._tools.results import failed
+from agentloop._tools.tool import Tool
 
 __all__ = [
     "Decision",

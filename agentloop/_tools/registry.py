@@ -40,9 +40,9 @@ import json
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, Final, TypeVar, overload
 
-from agentloop._drivers.callbacks import is_async
 from agentloop._core.json import json_object
-from agentloop._tools._policy import (
+from agentloop._drivers.callbacks import is_async
+from agentloop._tools.policy import (
     Decision,
     Policy,
     PreparedCall,
@@ -54,10 +54,10 @@ from agentloop._tools._policy import (
     stopped_by,
     strictest_answer,
 )
-from agentloop._tools._results import cut_to, failed, result_limit, returned
-from agentloop._tools._schema import refusals
-from agentloop._tools._specs import SpecFormat, build_specs
-from agentloop._tools._tool import Tool
+from agentloop._tools.results import cut_to, failed, result_limit, returned
+from agentloop._tools.schema import refusals
+from agentloop._tools.specs import SpecFormat, build_specs
+from agentloop._tools.tool import Tool
 
 __all__ = [
     "Decision",

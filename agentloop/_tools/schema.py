@@ -29,8 +29,8 @@ import attrs
 from agentloop._core.json import to_json
 from agentloop._core.output_schema import instance_path, problem_line
 from agentloop._errors import JSONError
-from agentloop._tools._results import INT_MAX, INT_MIN, is_pydantic_model, json_form
-from agentloop._tools._validation import ArgumentsValidator, out_of_range
+from agentloop._tools.results import INT_MAX, INT_MIN, is_pydantic_model, json_form
+from agentloop._tools.validation import ArgumentsValidator, out_of_range
 
 __all__ = [
     "SUPPORTED",

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentloop._core.json import to_json
 from agentloop._errors import JSONError
-from agentloop._tools._schema import (
+from agentloop._tools.schema import (
     SUPPORTED,
     Converter,
     Deriver,

@@ -16,15 +16,15 @@ import orjson
 
 from agentloop._core.json import to_json
 from agentloop._errors import JSONError
-from agentloop._tools._results import result_limit
-from agentloop._tools._schema import summary
-from agentloop._tools._signature import derive_parameters
-from agentloop._tools._validation import ArgumentsValidator, checked_schema
+from agentloop._tools.results import result_limit
+from agentloop._tools.schema import summary
+from agentloop._tools.signature import derive_parameters
+from agentloop._tools.validation import ArgumentsValidator, checked_schema
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from agentloop._tools._policy import Policy
+    from agentloop._tools.policy import Policy
 
 __all__ = ["Tool"]
 

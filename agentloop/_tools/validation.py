@@ -26,7 +26,7 @@ import jsonschema_rs
 
 from agentloop._core.json import copy_json
 from agentloop._core.output_schema import instance_path
-from agentloop._tools._results import INT_MAX, INT_MIN
+from agentloop._tools.results import INT_MAX, INT_MIN
 
 __all__ = [
     "DIALECTS",

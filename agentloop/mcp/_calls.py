@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import mcp
 from mcp.shared.exceptions import MCPError
 
-from agentloop._durable.key import idempotency_key
 from agentloop._drivers.progress import REPORTER
+from agentloop._durable.key import idempotency_key
 from agentloop.mcp._results import NotRun, OutcomeUnknown, content_of
 from agentloop.mcp._session import SessionHolder, describe_exception
 

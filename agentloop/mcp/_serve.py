@@ -26,8 +26,8 @@ import orjson
 from mcp.server import Server as SDKServer
 from mcp.shared.exceptions import MCPError
 
-from agentloop._durable.key import KEY
 from agentloop._drivers.progress import REPORTER, Reporter
+from agentloop._durable.key import KEY
 from agentloop._tools.registry import ToolRegistry
 from agentloop.mcp._calls import KEY_META
 from agentloop.mcp._registration import HINTS, MCPTool, checked_annotations

@@ -16,8 +16,8 @@ import inspect
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentloop._core.retry_policy import mark
-from agentloop._errors import IncompleteReply
 from agentloop._drivers.streams import between_chunks
+from agentloop._errors import IncompleteReply
 from agentloop.providers._convert import make_model
 from agentloop.providers._errors import classify, stream_error_kind
 

@@ -6,9 +6,9 @@ from typing import Any, Final
 
 import attrs
 
-from agentloop._drivers.asyncio import AsyncRun
 from agentloop._core.table import State
 from agentloop._core.values import Budget, RunResult, Transition
+from agentloop._drivers.asyncio import AsyncRun
 from agentloop._drivers.sync import Run
 
 __all__ = [

@@ -11,19 +11,19 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
-from agentloop._core._context import OVERFLOW, Summarise
-from agentloop._core._json import exception_said
-from agentloop._core._table import State, Trigger
-from agentloop._core._window import Window
+from agentloop._core.context_policy import OVERFLOW, Summarise
+from agentloop._core.json import exception_said
+from agentloop._core.table import State, Trigger
+from agentloop._core.window import Window
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agentloop._core._context import ContextPolicy, Seen
-    from agentloop._core._messages import History
-    from agentloop._core._rows import _Draft
-    from agentloop._core._values import Transition
-    from agentloop._core._window import Plan, Summary
+    from agentloop._core.context_policy import ContextPolicy, Seen
+    from agentloop._core.messages import History
+    from agentloop._core.rows.state import _Draft
+    from agentloop._core.values import Transition
+    from agentloop._core.window import Plan, Summary
 
 __all__ = ["ContextRows"]
 

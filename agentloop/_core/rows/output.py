@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import orjson
 
-from agentloop._core._approval import call_fingerprint
-from agentloop._core._output import told
-from agentloop._core._requests import AskModel
-from agentloop._core._table import Guard
+from agentloop._core.approval import call_fingerprint
+from agentloop._core.output_schema import told
+from agentloop._core.requests import AskModel
+from agentloop._core.table import Guard
 
 if TYPE_CHECKING:
-    from agentloop._core._batch import Batch
-    from agentloop._core._intake import Reply
-    from agentloop._core._output import OutputSchema
-    from agentloop._core._rows import _Draft
-    from agentloop._core._values import Budget, Transition
+    from agentloop._core.batch import Batch
+    from agentloop._core.intake import Reply
+    from agentloop._core.output_schema import OutputSchema
+    from agentloop._core.rows.state import _Draft
+    from agentloop._core.values import Budget, Transition
 
 __all__ = ["OutputRows"]
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from agentloop._core._requests import Wait
-from agentloop._core._table import Guard, Trigger
+from agentloop._core.requests import Wait
+from agentloop._core.table import Guard, Trigger
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agentloop._core._retry import RetryPolicy
-    from agentloop._core._rows import _Draft
-    from agentloop._core._values import Transition
+    from agentloop._core.retry_policy import RetryPolicy
+    from agentloop._core.rows.state import _Draft
+    from agentloop._core.values import Transition
 
 __all__ = ["RetryRows"]
 

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from agentloop._core._requests import AwaitApproval, ReviewCalls
-from agentloop._core._table import State
+from agentloop._core.requests import AwaitApproval, ReviewCalls
+from agentloop._core.table import State
 
 if TYPE_CHECKING:
-    from agentloop._core._approval import Decision, PendingCall
-    from agentloop._core._batch import Batch
-    from agentloop._core._rows import _Draft
-    from agentloop._core._values import Transition
+    from agentloop._core.approval import Decision, PendingCall
+    from agentloop._core.batch import Batch
+    from agentloop._core.rows.state import _Draft
+    from agentloop._core.values import Transition
 
 __all__ = ["ReviewRows"]
 

@@ -6,7 +6,7 @@ own (context, output, retry, review): still methods of the engine, by name.
 Each guard reads the state (and the report in hand, in the ``_Draft``) and
 answers a bool; each effect changes the state or fills in the ``_Draft`` of
 the transition being made. Nothing here chooses a row or commits one: that is
-``_choose`` and ``_record`` (``_interpreter.py``), which call these by name, so a
+``_choose`` and ``_record`` (``interpreter.py``), which call these by name, so a
 subclass or a patched method is what runs.
 """
 
@@ -17,19 +17,19 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core._batch import Batch
-from agentloop._core._context import ContextPolicy, Summarise
-from agentloop._core._intake import NO_REPLY, Outcome
-from agentloop._core._json import exception_said
-from agentloop._core._messages import CUT_OFF, History, input_messages
-from agentloop._core._output import OutputSchema
-from agentloop._core._retry import checked_retry
-from agentloop._core._rows_context import ContextRows
-from agentloop._core._rows_output import _WRAP_UP_BEGUN, OutputRows
-from agentloop._core._rows_retry import RetryRows
-from agentloop._core._rows_review import ReviewRows, _approvals
-from agentloop._core._table import ANSWERS, Guard, State, Trigger
-from agentloop._core._values import (
+from agentloop._core.batch import Batch
+from agentloop._core.context_policy import ContextPolicy, Summarise
+from agentloop._core.intake import NO_REPLY, Outcome
+from agentloop._core.json import exception_said
+from agentloop._core.messages import CUT_OFF, History, input_messages
+from agentloop._core.output_schema import OutputSchema
+from agentloop._core.retry_policy import checked_retry
+from agentloop._core.rows.context import ContextRows
+from agentloop._core.rows.output import _WRAP_UP_BEGUN, OutputRows
+from agentloop._core.rows.retry import RetryRows
+from agentloop._core.rows.review import ReviewRows, _approvals
+from agentloop._core.table import ANSWERS, Guard, State, Trigger
+from agentloop._core.values import (
     AskModel,
     AwaitApproval,
     Budget,
@@ -44,10 +44,10 @@ from agentloop._core._values import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agentloop._core._approval import Decision, PendingCall
-    from agentloop._core._intake import Reply
-    from agentloop._core._retry import RetryPolicy
-    from agentloop._core._rows_output import _CallIndex, _Identical
+    from agentloop._core.approval import Decision, PendingCall
+    from agentloop._core.intake import Reply
+    from agentloop._core.retry_policy import RetryPolicy
+    from agentloop._core.rows.output import _CallIndex, _Identical
 
 __all__ = ["RunState"]
 
