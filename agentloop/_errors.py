@@ -5,9 +5,10 @@ These are for the caller: a setup mistake (``TableError``, bad configuration),
 a call the run's state does not allow (``InvalidStateError``), a value that is
 not plain JSON (``JSONError``), a run file that cannot be loaded
 (``RunFileError``), a ledger that cannot be used (``LedgerError`` and its
-kinds), or an optional part that is not installed. One is raised
-by a model callback rather than for a caller: ``IncompleteReply``, by the
-provider adapters, which the engine records as the run's ``failed`` error.
+kinds), or an optional part that is not installed. Two are raised
+by a model callback rather than for a caller: ``IncompleteReply`` and
+``UnreadableResponse``, by the provider adapters, which the engine records as
+the run's ``failed`` error.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from agentloop._core._table import State
+    from agentloop._core.table import State
 
 __all__ = [
     "AgentloopError",
@@ -30,6 +31,7 @@ __all__ = [
     "RunNotFoundError",
     "SVGUnavailableError",
     "TableError",
+    "UnreadableResponse",
 ]
 
 
@@ -51,6 +53,27 @@ class IncompleteReply(AgentloopError):
     def __init__(self, message: str, usage: dict[str, int] | None = None) -> None:
         super().__init__(message)
         self.usage = usage
+
+
+class UnreadableResponse(AgentloopError):
+    """A provider answered a request with a body that is not JSON (an HTML page, say).
+
+    Raised by the ``agentloop.providers`` adapters, where the SDK would have
+    raised its JSON parser's error or handed back the text; the run ends
+    ``failed`` with this message as its ``error``. ``status`` is the HTTP
+    status, ``body`` the start of the body (at most 200 characters), ``url``
+    what was asked.
+    """
+
+    __module__ = "agentloop.providers"  # where it is imported from
+
+    def __init__(self, status: int, body: str, url: str, content_type: str | None) -> None:
+        kind = f", content-type {content_type}" if content_type else ""
+        super().__init__(
+            f"the provider's response was not JSON (HTTP {status}{kind}, from {url}): "
+            f"{body!r}; check that the client's base_url is the provider's API"
+        )
+        self.status, self.body, self.url = status, body, url
 
 
 class InvalidStateError(AgentloopError, RuntimeError):

@@ -38,9 +38,10 @@ except ImportError as exc:
 
 import attrs
 
-from agentloop._core._json import exception_content
-from agentloop._core._table import MODEL_ANSWERS, TERMINAL, State, Trigger
-from agentloop._core._values import RecordedException
+from agentloop._core.json import exception_content
+from agentloop._core.table import MODEL_ANSWERS, TERMINAL, State, Trigger
+from agentloop._core.values import RecordedException
+from agentloop._drivers.progress import ToolProgress
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
     from opentelemetry.util.types import AttributeValue
 
-    from agentloop._core._values import Transition
+    from agentloop._core.values import Transition
 
 __all__ = [
     "AGENTLOOP_CALLS",
@@ -219,9 +220,9 @@ class OtelListener:
         """Hear a streaming reply's delta: ``run.subscribe_deltas(listener.delta)``.
 
         The first one of a model call gives its chat span
-        ``agentloop.time_to_first_token``.
+        ``agentloop.time_to_first_token``. A tool call's ``ToolProgress`` is no token.
         """
-        if self._first.get() is None:
+        if type(delta) is not ToolProgress and self._first.get() is None:
             self._first.set(time.time_ns())
 
     # -- spans ----------------------------------------------------------------------

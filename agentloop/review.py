@@ -3,21 +3,24 @@
 ``save_run``/``load_run`` (also in ``agentloop``) and ``run_to_json``/
 ``run_from_json`` keep a ``RunResult`` as a versioned JSON document, checked
 by replaying it when it is read. ``to_mermaid``, ``to_dot`` and ``to_svg``
-draw the state table (or one run's path through it); ``report_html`` is a
-run's page. See the docs' "Reviewing runs" page.
+draw the state table (or one run's path through it); ``path_dot`` and
+``path_svg`` draw only the part of it one run was in, compactly (the report's
+drawing); ``report_html`` is a run's page. See the docs' "Reviewing runs" page.
 """
 
 from __future__ import annotations
 
 from agentloop._errors import SVGUnavailableError
 from agentloop._names import publish as _publish
-from agentloop._review._diagram import to_dot, to_mermaid, to_svg
-from agentloop._review._report import report_html
-from agentloop._review._runfile import load_run, run_from_json, run_to_json, save_run
+from agentloop._review.diagram import path_dot, path_svg, to_dot, to_mermaid, to_svg
+from agentloop._review.report import report_html
+from agentloop._review.runfile import load_run, run_from_json, run_to_json, save_run
 
 __all__ = [
     "SVGUnavailableError",
     "load_run",
+    "path_dot",
+    "path_svg",
     "report_html",
     "run_from_json",
     "run_to_json",

@@ -18,10 +18,18 @@ run.astream()``, or a listener (``run.subscribe_deltas(listener)``). A caller
 that ignores them sees a run exactly as if the model had not streamed.
 
 A stream that ends, or breaks, before its whole reply is a failed model
-call (``IncompleteReply``), never half a reply. A cancel, a timeout, a
-cancelled task or Ctrl-C while a reply streams closes the stream at once;
-the run ends ``cancelled`` (or ``failed``, on a timeout) and its
-``model_interrupted`` event keeps the text seen so far (``partial_text``).
+call (``IncompleteReply``, or its error), never half a reply: if it had
+handed on deltas, a ``Discard`` follows them, before the ``model_raised``
+transition, so that whoever shows them drops them (a retry streams its
+reply afresh). A delta whose fields are not what its type says fails the
+call where it enters. A cancel, a timeout, a cancelled task or Ctrl-C while
+a reply streams closes the stream at once; the run ends ``cancelled`` (or
+``failed``, on a timeout) and its ``model_interrupted`` event keeps the
+text seen so far (``partial_text``).
+
+A tool call that runs long may say how far it has come
+(``agentloop.report_progress``, or an MCP server's progress): the same
+listeners hear a ``ToolProgress`` naming the call.
 
 The provider adapters stream when given ``stream=True``
 (``openai_chat(client, "gpt-4.1", stream=True)``). ``chunked`` turns a whole
@@ -30,22 +38,26 @@ reply into such a stream, for scripted models and tests.
 
 from __future__ import annotations
 
-from agentloop._names import publish as _publish
-from agentloop._streams import (
+from agentloop._drivers.progress import ToolProgress
+from agentloop._drivers.streams import (
     ArgumentsDelta,
     Delta,
+    Discard,
     TextDelta,
     ToolCallStart,
     UsageDelta,
     chunked,
     is_stream,
 )
+from agentloop._names import publish as _publish
 
 __all__ = [
     "ArgumentsDelta",
     "Delta",
+    "Discard",
     "TextDelta",
     "ToolCallStart",
+    "ToolProgress",
     "UsageDelta",
     "chunked",
     "is_stream",

@@ -13,8 +13,12 @@ server's name, description and input schema, validated before a call is sent.
   yours win.
 * Results: text is the result; ``structuredContent`` is kept as JSON; other
   content kinds stay typed parts; ``isError`` is an ``error`` result
-  (``ToolFailed``); a lost connection or a call past ``timeout`` is an
-  ``error`` result ``OutcomeUnknown``; a refused request ``NotRun``.
+  (``ToolFailed``); once a call is sent, a lost connection, a call past
+  ``timeout`` or a JSON-RPC error is an ``error`` result ``OutcomeUnknown``;
+  a call that could not be sent ``NotRun``. A server's progress reaches the
+  run's delta listeners (``ToolProgress``).
+* Tools: each schema is read in the dialect its ``$schema`` declares; a tool
+  that runs only as an MCP task is left out (agentloop runs no tasks).
 * Changes: a server's changed tools list is put into the registry by
   ``server.refresh()``, or between model steps by the listener
   ``Loop(listeners=[server.refresh_between_steps])``.

@@ -3,14 +3,14 @@
 Built with the SDK's own ``MCPServer``, served over stdio (or, with
 ``--http PORT``, streamable HTTP on localhost). Its tools say what they are:
 ``add`` and ``notes`` only read; ``note`` writes (and so is destructive, by
-MCP's default); ``forget`` deletes and says so.
+MCP's default); ``forget`` deletes and says so; ``tidy`` reports its progress.
 """
 
 from __future__ import annotations
 
 import sys
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
 server = MCPServer("agentloop-demo", log_level="ERROR")
@@ -41,6 +41,14 @@ def forget() -> str:
     """Delete every note."""
     NOTES.clear()
     return "forgotten"
+
+
+@server.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
+async def tidy(steps: int, ctx: Context) -> str:
+    """Tidy the notes in steps, reporting each as progress."""
+    for step in range(1, steps + 1):
+        await ctx.report_progress(step, steps, f"step {step} of {steps}")
+    return "tidied"
 
 
 def main(argv: list[str]) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from agentloop._core._approval import Decision, allow, ask
-from agentloop._tools._tool import Tool
+from agentloop._core.approval import Decision, allow, ask
+from agentloop._tools.tool import Tool
 from agentloop.mcp._results import wraps_result
 
 if TYPE_CHECKING:
@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
     import mcp.types
 
-    from agentloop._tools._policy import Policy
-    from agentloop._tools._registry import ToolRegistry
+    from agentloop._tools.policy import Policy
+    from agentloop._tools.registry import ToolRegistry
     from agentloop.mcp._server import Server
 
 __all__ = [
@@ -29,7 +29,9 @@ __all__ = [
     "add_all_or_none",
     "ask_before_destructive",
     "both_policies",
+    "checked_annotations",
     "checked_options",
+    "task_only",
     "tool_hints",
 ]
 
@@ -86,6 +88,16 @@ class MCPTool(Tool):
         return f"MCPTool({self.name!r}, server={self.server.name!r})"
 
 
+def task_only(listed: mcp.types.Tool) -> bool:
+    """Whether the server runs ``listed`` only as a task, which agentloop does not run.
+
+    MCP (2025-11-25) asks a client to call such a tool as a task, and a server
+    to refuse any other call of it (``-32601``): it is left out of the registry.
+    """
+    execution = listed.execution
+    return execution is not None and execution.task_support == "required"
+
+
 def tool_hints(listed: mcp.types.Tool, declared: Mapping[str, bool]) -> dict[str, bool]:
     """The tool's hints: the user's declarations, else the server's, else MCP's defaults."""
     given = listed.annotations
@@ -132,14 +144,7 @@ def checked_options(
     for what, gate in (("policy", policy), ("destructive", destructive)):
         if gate is not None and not callable(gate):
             raise TypeError(f"expected {what} to be a policy (callable), got {type(gate).__name__}")
-    annotations = dict(annotations or {})
-    for name, declared in annotations.items():
-        wrong = [hint for hint in declared if hint not in HINTS]
-        if wrong or not all(type(value) is bool for value in declared.values()):
-            raise ValueError(
-                f"expected the annotations of {name!r} to map {', '.join(HINTS)} to bools, "
-                f"got {dict(declared)!r}"
-            )
+    annotations = checked_annotations(annotations)
     allowed = None if allow is None else frozenset(allow)
     denied = frozenset(deny)
     listed = {tool.name for tool in listing}
@@ -149,6 +154,14 @@ def checked_options(
             f"expected names of tools the server lists ({', '.join(sorted(listed)) or 'none'}), "
             f"got {', '.join(map(repr, unknown))}"
         )
+    wanted = (allowed or frozenset()) | annotations.keys()
+    tasks = sorted(tool.name for tool in listing if tool.name in wanted and task_only(tool))
+    if tasks:
+        raise ValueError(
+            f"expected tools agentloop can call, got {', '.join(map(repr, tasks))}, which the "
+            "server runs only as tasks (execution.taskSupport 'required'): agentloop does not "
+            "run MCP tasks, so it leaves such tools out"
+        )
     return {
         "prefix": prefix,
         "allow": allowed,
@@ -157,6 +170,22 @@ def checked_options(
         "destructive": destructive,
         "annotations": annotations,
     }
+
+
+def checked_annotations(
+    annotations: Mapping[str, Mapping[str, bool]] | None,
+) -> dict[str, dict[str, bool]]:
+    """Declared hints by tool name, checked: each maps some of ``HINTS`` to bools."""
+    checked = {}
+    for name, declared in (annotations or {}).items():
+        wrong = [hint for hint in declared if hint not in HINTS]
+        if wrong or not all(type(value) is bool for value in declared.values()):
+            raise ValueError(
+                f"expected the annotations of {name!r} to map {', '.join(HINTS)} to bools, "
+                f"got {dict(declared)!r}"
+            )
+        checked[name] = dict(declared)
+    return checked
 
 
 def both_policies(first: Policy | None, second: Policy) -> Policy:

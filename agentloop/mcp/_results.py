@@ -30,14 +30,19 @@ class ToolFailed(Exception):
 
 
 class NotRun(Exception):
-    """The MCP server could not be asked, or refused the request: the call did not run."""
+    """The MCP server could not be asked: the connection was gone before the call was sent.
+
+    The only failure that proves the call did not run.
+    """
 
 
 class OutcomeUnknown(Exception):
-    """The connection was lost, or the server's answer did not come in time, while a call ran.
+    """A call was sent, and then the connection was lost, or no answer came, or an error did.
 
-    Whether the call took effect is unknown, as for a call a crash interrupted
-    in a durable run. A tool that is idempotent can be called again.
+    The error is a JSON-RPC one the server answered with, which may follow a
+    tool's effect. Whether the call took effect is unknown, as for a call a
+    crash interrupted in a durable run. A tool that is idempotent can be
+    called again.
     """
 
 

@@ -6,34 +6,69 @@ arguments are validated against the tool's schema, the policies are asked
 so), and the handler runs (a plain one in a worker thread). The outcome goes
 back as the call's result: ``ok`` as text (and as ``structuredContent`` when it
 is an object), any other status as ``isError`` with the status and its content.
+A tool the registry does not have is a JSON-RPC error, ``-32602``, as MCP says.
+
+Inside the handler, ``agentloop.idempotency_key()`` is the key an agentloop
+client sent in ``_meta``, and ``agentloop.report_progress`` reaches a client
+that asked for progress. Each tool is listed with what the registry knows of
+it (``annotations``): whether it only reads, may destroy, is idempotent.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 from typing import TYPE_CHECKING, Any
 
 import mcp.types
 import orjson
 from mcp.server import Server as SDKServer
+from mcp.shared.exceptions import MCPError
 
-from agentloop._tools._registry import ToolRegistry
+from agentloop._drivers.progress import REPORTER, Reporter
+from agentloop._durable.key import KEY
+from agentloop._tools.registry import ToolRegistry
+from agentloop.mcp._calls import KEY_META
+from agentloop.mcp._registration import HINTS, MCPTool, checked_annotations
+from agentloop.mcp._session import AGENTLOOP
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from mcp.server.context import ServerRequestContext
+
+    from agentloop._drivers.progress import ToolProgress
+    from agentloop._tools.tool import Tool
 
 __all__ = ["serve"]
 
 
-def serve(registry: ToolRegistry, *, name: str = "agentloop") -> SDKServer[Any]:
+def serve(
+    registry: ToolRegistry,
+    *,
+    name: str = "agentloop",
+    version: str | None = None,
+    annotations: Mapping[str, Mapping[str, bool]] | None = None,
+) -> SDKServer[Any]:
     """An MCP server (the SDK's low-level ``Server``) offering ``registry``'s tools.
 
     Run it as any SDK server: over stdio, ``anyio.run(serve_stdio, server)``
     with ``agentloop.mcp.serve_stdio``; in-process, ``mcp.Client(server)``.
     The tools listed are the registry's at the time of each ``tools/list``.
+    ``name`` and ``version`` are the ``serverInfo`` it gives (the version:
+    agentloop's, unless given). Each tool carries the hints the registry knows
+    (an ``MCPTool`` its three, any other tool ``idempotentHint``);
+    ``annotations`` declares ``readOnlyHint``, ``destructiveHint`` or
+    ``idempotentHint`` by tool name, over those.
     """
     if not isinstance(registry, ToolRegistry):
         raise TypeError(f"expected a ToolRegistry, got {type(registry).__name__}")
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"expected name to be a non-empty str, got {name!r}")
+    if version is not None and (not isinstance(version, str) or not version):
+        raise TypeError(f"expected version to be a non-empty str or None, got {version!r}")
+    declared = checked_annotations(annotations)
     numbers = itertools.count(1)
 
     async def list_tools(
@@ -45,7 +80,9 @@ def serve(registry: ToolRegistry, *, name: str = "agentloop") -> SDKServer[Any]:
                     name=tool.name,
                     description=tool.description or None,
                     input_schema=tool.parameters,
-                    annotations=mcp.types.ToolAnnotations(idempotent_hint=tool.idempotent),
+                    annotations=mcp.types.ToolAnnotations.model_validate(
+                        {**_hints(tool), **declared.get(tool.name, {})}
+                    ),
                 )
                 for tool in registry
             ]
@@ -54,15 +91,71 @@ def serve(registry: ToolRegistry, *, name: str = "agentloop") -> SDKServer[Any]:
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp.types.CallToolRequestParams
     ) -> mcp.types.CallToolResult:
-        call = {
+        if params.name not in registry:
+            raise MCPError(code=mcp.types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
+        call: dict[str, Any] = {
             "id": f"mcp-{next(numbers)}",
             "name": params.name,
             "arguments": dict(params.arguments or {}),
         }
-        outcome = await registry.adispatch(call, to_thread=True)
+        meta = params.meta or {}
+        key = meta.get(KEY_META)
+        if key is not None and not (isinstance(key, str) and key):
+            raise MCPError(
+                code=mcp.types.INVALID_PARAMS,
+                message=f"expected _meta[{KEY_META!r}] to be a non-empty string, got {key!r:.80}",
+            )
+        keyed = KEY.set(key)
+        sending = _Progress(ctx)
+        reporting = REPORTER.set(Reporter(call["id"], sending, asyncio.get_running_loop()))
+        try:
+            outcome = await registry.adispatch(call, to_thread=True)
+        finally:
+            REPORTER.reset(reporting)
+            KEY.reset(keyed)
+            await sending.sent()  # before the result: a report after it would name no request
         return _result(outcome)
 
-    return SDKServer(name, on_list_tools=list_tools, on_call_tool=call_tool)
+    return SDKServer(
+        name, version=version or AGENTLOOP.version, on_list_tools=list_tools, on_call_tool=call_tool
+    )
+
+
+class _Progress:
+    """A served call's progress, sent to the client in order by one task (made at the first).
+
+    Called on the loop (``Reporter`` hands a worker thread's reports over);
+    the SDK sends nothing when the client asked for no progress.
+    """
+
+    def __init__(self, ctx: ServerRequestContext[Any]) -> None:
+        self._ctx = ctx
+        self._reports: asyncio.Queue[ToolProgress | None] = asyncio.Queue()
+        self._sender: asyncio.Task[None] | None = None
+
+    def __call__(self, item: ToolProgress) -> None:
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send())
+        self._reports.put_nowait(item)
+
+    async def _send(self) -> None:
+        session = self._ctx.session
+        while (item := await self._reports.get()) is not None:
+            with contextlib.suppress(Exception):  # a client gone: its result will not arrive either
+                await session.report_progress(item.progress, item.total, item.message)
+
+    async def sent(self) -> None:
+        """Wait until every report so far is sent."""
+        if self._sender is not None:
+            self._reports.put_nowait(None)
+            await self._sender
+
+
+def _hints(tool: Tool) -> dict[str, bool]:
+    """What the registry knows of ``tool``, as MCP's hints (MCP's defaults fill the rest)."""
+    if isinstance(tool, MCPTool):
+        return dict(zip(HINTS, (tool.read_only, tool.destructive, tool.idempotent), strict=True))
+    return {"idempotentHint": tool.idempotent}
 
 
 async def serve_stdio(server: SDKServer[Any]) -> None:

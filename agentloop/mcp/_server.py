@@ -14,10 +14,16 @@ What each call can end in (the tool's outcome, through the registry):
 
 * ``ok``: the result (``content_of``);
 * ``error`` ``ToolFailed``: the server answered ``isError``;
-* ``error`` ``OutcomeUnknown``: the connection was lost, or no answer came
-  within ``timeout``, while the call ran: it may have taken effect;
-* ``error`` ``NotRun``: the connection was lost before the call, or the
-  server answered with a protocol error: the call did not run.
+* ``error`` ``OutcomeUnknown``: once the call was sent, anything else: the
+  connection was lost, no answer came within ``timeout``, or the server
+  answered with a JSON-RPC error (any code: the SDK's servers answer with the
+  error a tool raised, whatever it did first). It may have taken effect;
+* ``error`` ``NotRun``: the connection was gone before the call was sent:
+  the call provably did not run.
+
+A tool the server runs only as a task (``execution.taskSupport:
+"required"``) is left out: agentloop does not run MCP tasks, and the server
+refuses any other call of it.
 
 A server's tools list may change (``notifications/tools/list_changed``, or the
 ``subscriptions/listen`` stream of 2026-07-28 servers). The new listing is
@@ -36,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 import mcp
 import mcp.types
 
-from agentloop._core._table import State
-from agentloop._tools._registry import ToolRegistry
+from agentloop._core.table import State
+from agentloop._tools.registry import ToolRegistry
 from agentloop.mcp._calls import ToolCaller
 from agentloop.mcp._registration import (
     HINTS,
@@ -47,6 +53,7 @@ from agentloop.mcp._registration import (
     ask_before_destructive,
     both_policies,
     checked_options,
+    task_only,
     tool_hints,
 )
 
@@ -56,8 +63,8 @@ if TYPE_CHECKING:
 
     from mcp.client._transport import Transport, TransportStreams
 
-    from agentloop._core._values import Transition
-    from agentloop._tools._policy import Policy
+    from agentloop._core.values import Transition
+    from agentloop._tools.policy import Policy
 
 __all__ = ["HINTS", "MCPTool", "Server", "ask_before_destructive", "http", "stdio"]
 
@@ -130,9 +137,11 @@ class Server(ToolCaller):
         """The server's tools as ``MCPTool``s, as it lists them now.
 
         ``prefix`` goes before each name; ``allow`` (the server's names) keeps
-        only those, ``deny`` leaves those out. ``policy`` gates every tool;
-        ``destructive`` (for example ``ask_before_destructive``) gates the
-        tools that may change or delete data as well. ``annotations`` declares,
+        only those, ``deny`` leaves those out; a tool the server runs only as a
+        task is always left out (naming one in ``allow`` raises, saying so).
+        ``policy`` gates every tool; ``destructive`` (for example
+        ``ask_before_destructive``) gates the tools that may change or delete
+        data as well. ``annotations`` declares,
         by the server's name, ``readOnlyHint``, ``destructiveHint`` or
         ``idempotentHint`` over what the server says: yours win.
         """
@@ -241,8 +250,10 @@ class Server(ToolCaller):
             )
         made = []
         for listed in listing:
-            if listed.name in options["deny"] or (
-                options["allow"] is not None and listed.name not in options["allow"]
+            if (
+                listed.name in options["deny"]
+                or (options["allow"] is not None and listed.name not in options["allow"])
+                or task_only(listed)
             ):
                 continue
             hints = tool_hints(listed, options["annotations"].get(listed.name, {}))

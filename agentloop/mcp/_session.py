@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import threading
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 
 import mcp
 import mcp.types
@@ -22,7 +23,18 @@ if TYPE_CHECKING:
 
     from mcp.client._transport import Transport
 
-__all__ = ["SessionHolder", "describe_exception"]
+__all__ = ["AGENTLOOP", "SessionHolder", "describe_exception"]
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("agentloop-fsm")
+    except importlib.metadata.PackageNotFoundError:  # a copy of the source, not installed
+        return "0+unknown"
+
+
+#: Who agentloop says it is, as a client (``clientInfo``) and as a server (``serverInfo``).
+AGENTLOOP: Final = mcp.types.Implementation(name="agentloop", version=_version())
 
 
 class SessionHolder:
@@ -133,7 +145,13 @@ class SessionHolder:
         """
         # A transport of our own making is made afresh for each connection: it is used once.
         target = self._target() if callable(self._target) else self._target
-        client = mcp.Client(target, mode=self._mode, message_handler=self._on_message, cache=None)
+        client = mcp.Client(
+            target,
+            mode=self._mode,
+            message_handler=self._on_message,
+            cache=None,
+            client_info=AGENTLOOP,
+        )
         listening: asyncio.Task[None] | None = None
         try:
             async with client:

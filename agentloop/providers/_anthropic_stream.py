@@ -10,18 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 import anthropic
 
-from agentloop._errors import IncompleteReply
-from agentloop._streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
+from agentloop._drivers.streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._anthropic_reply import messages_outcome
 from agentloop.providers._convert import parsed_arguments
-from agentloop.providers._errors import classify
+from agentloop.providers._streaming import afolded, folded
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Generator
 
     from anthropic.types import RawMessageStreamEvent
 
-    from agentloop._streams import Delta
+    from agentloop._drivers.streams import Delta
     from agentloop.providers._convert import Message
 
 __all__ = ["amessages_stream", "messages_stream"]
@@ -30,7 +29,7 @@ __all__ = ["amessages_stream", "messages_stream"]
 class _MessagesFold:
     """Messages API stream events folded as they arrive: each one's deltas, the reply at the end."""
 
-    __slots__ = ("blocks", "calls", "ended", "input", "output", "read", "stop", "written")
+    __slots__ = ("blocks", "calls", "done", "input", "output", "read", "stop", "written")
 
     def __init__(self) -> None:
         # by the block's index: [type, text parts or id, name, argument parts]
@@ -40,7 +39,7 @@ class _MessagesFold:
         self.input = self.output = 0
         self.read: int | None = None
         self.written: int | None = None
-        self.ended = False
+        self.done = False  # message_stop came
 
     def feed(self, event: Any) -> tuple[Delta, ...]:  # a RawMessageStreamEvent, by its type
         kind = event.type
@@ -93,12 +92,13 @@ class _MessagesFold:
                 ),
             )
         if kind == "message_stop":
-            self.ended = True
+            self.done = True
         return ()
 
+    def missing(self) -> str | None:
+        return None if self.done else "message_stop"
+
     def reply(self) -> Message:
-        if not self.ended:
-            raise IncompleteReply("the stream ended before the reply did (no message_stop)")
         blocks = []
         for index in sorted(self.blocks):
             kind, first, name, parts = self.blocks[index]
@@ -113,32 +113,9 @@ def messages_stream(
     events: anthropic.Stream[RawMessageStreamEvent],
 ) -> Generator[Delta | Message, None, None]:
     """The deltas of a Messages API stream, then its reply."""
-    fold = _MessagesFold()
-    try:
-        for event in events:
-            yield from fold.feed(event)
-            if fold.ended:
-                break
-    except anthropic.APIError as exc:  # an error event: marked, as a failed request is
-        classify(exc, anthropic)
-        raise
-    finally:
-        events.close()  # the HTTP response, at once: the reply is in (or broke)
-    yield fold.reply()
+    return folded(events, _MessagesFold(), anthropic)
 
 
-async def amessages_stream(events: Any) -> AsyncGenerator[Delta | Message, None]:
+def amessages_stream(events: Any) -> AsyncGenerator[Delta | Message, None]:
     """``messages_stream`` over an async SDK stream."""
-    fold = _MessagesFold()
-    try:
-        async for event in events:
-            for delta in fold.feed(event):
-                yield delta
-            if fold.ended:
-                break
-    except anthropic.APIError as exc:
-        classify(exc, anthropic)
-        raise
-    finally:
-        await events.close()
-    yield fold.reply()
+    return afolded(events, _MessagesFold(), anthropic)

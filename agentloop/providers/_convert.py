@@ -14,17 +14,16 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
-from agentloop._core._json import json_object
-from agentloop._core._output import unfenced
+from agentloop._core.json import json_object, unfenced
 from agentloop._errors import IncompleteReply
-from agentloop._tools._specs import build_specs
-from agentloop.providers._errors import classify
+from agentloop._tools.specs import PROVIDER_NAMES, build_specs
+from agentloop.providers._errors import aparsed, classify, parsed, raw_create
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
     from types import ModuleType
 
-    from agentloop._tools._specs import SpecFormat
+    from agentloop._tools.specs import NameRule, SpecFormat
 
 __all__ = [
     "AsyncModel",
@@ -46,8 +45,10 @@ __all__ = [
     "result_parts",
     "result_text",
     "strict_schema",
+    "turn_start",
     "unknown_kind",
     "usage",
+    "without_retries",
 ]
 
 Message = dict[str, Any]
@@ -99,6 +100,15 @@ def unknown_kind(index: int, kind: object) -> ValueError:
     return ValueError(
         f"history[{index}]: expected kind to be one of {', '.join(KINDS)}; got {kind!r}"
     )
+
+
+def turn_start(history: list[Message]) -> int:
+    """Where the current turn starts: the last user message (-1 for none).
+
+    Gemini 3 checks the thought signatures of the calls after it, the steps
+    of the current turn, and refuses a step whose first call has none.
+    """
+    return max((i for i, m in enumerate(history) if m.get("kind") == "user"), default=-1)
 
 
 def assistant_turn(message: Message) -> tuple[str, list[Message]]:
@@ -241,6 +251,38 @@ def checked_client(adapter: str, client: object, model: object, create: str, sdk
         )
 
 
+def without_retries(
+    adapter: str, client: Any, create: str, sdk: ModuleType
+) -> Callable[[], Callable[..., Any]] | None:
+    """What makes ``create`` (a dotted path) of a copy of ``client`` whose own retries are off.
+
+    For a Loop that retries (``retry=``): one layer retries, the Loop's, whose
+    attempts are steps in the record. None for a client that does not retry
+    (``max_retries=0``) or cannot be copied so (no ``with_options``). A client
+    made with ``max_retries`` other than the SDK's default asked for retries
+    that would never be made: the Loop is refused, saying what to do instead.
+    """
+    copy = getattr(client, "with_options", None)
+    retries = getattr(client, "max_retries", None)
+    if retries == 0 or not callable(copy):
+        return None
+
+    def made() -> Callable[..., Any]:
+        if retries != getattr(sdk, "DEFAULT_MAX_RETRIES", retries):
+            raise ValueError(
+                f"{adapter}(): the client's max_retries={retries} would never be used: this "
+                "Loop retries (retry=), and one layer retries, so the adapter's requests go "
+                "out once each; make the client with max_retries=0, or give the Loop "
+                "retry=None to let the SDK retry instead"
+            )
+        method: Any = copy(max_retries=0)
+        for name in create.split("."):
+            method = getattr(method, name)
+        return method  # type: ignore[no-any-return]
+
+    return made
+
+
 def checked_params(
     adapter: str, create: Callable[..., Any], params: dict[str, Any], reserved: dict[str, str]
 ) -> None:
@@ -298,6 +340,9 @@ def make_model(
     sdk: ModuleType | None = None,
     name: str | None = None,
     sent: dict[str, Any] | None = None,
+    names: NameRule | None = None,
+    retries_off: Callable[[], Callable[..., Any]] | None = None,
+    errors: Callable[[Exception], Exception | None] | None = None,
 ) -> SyncModel | AsyncModel:
     """The model callback: ``parse(create(**request(history, tools)))``, awaited if async.
 
@@ -307,12 +352,25 @@ def make_model(
     provider's request entries. The SDKs wrap their async methods in plain
     decorators, hence ``unwrap``. An error the ``sdk`` raises is marked with
     its kind when it may pass (``classify``), for the Loop's retry policy,
-    which is on by default for these models (``agentloop_retry``); ``name``
+    which is on by default for these models (``agentloop_retry``); ``errors``
+    marks them instead, for an SDK whose errors are named otherwise, and may
+    give an error to raise in their place (``UnreadableResponse``). ``name``
     is what fallback models' events call it. ``sent`` goes with every request
     as it is (``stream=True``, for a streaming model).
+
+    ``names`` is the provider's rule for tool names (by default, the
+    ``format``'s: ``PROVIDER_NAMES``), declared on the callback as
+    ``agentloop_tool_names``: a ``Loop`` made with it refuses a tool whose
+    name breaks the rule, before any request. ``retries_off`` gives the
+    ``create`` of a client whose own retries are off (``without_retries``):
+    the callback's ``agentloop_single_attempt()`` is then the same model over
+    it, which a ``Loop`` that retries uses, so that retries do not multiply.
     """
     entries = request_entries(format, options)
     sent = sent or {}
+    marked = errors or (lambda exc: classify(exc, sdk))  # None: the error as it is
+    # Unstreamed, the SDK's raw response is read: a body that is not JSON is said so.
+    raw = None if sent else raw_create(create)
     made: Any
     if inspect.iscoroutinefunction(inspect.unwrap(create)):
 
@@ -326,10 +384,15 @@ def make_model(
             asked, wrapped = object_rooted(output)
             body = request(history, entries(tools, tool_choice, asked))
             try:
-                response = await create(**body, **sent)
+                if raw is None:
+                    response = await create(**body, **sent)
+                else:
+                    response = await aparsed(await raw(**body))
             except Exception as exc:
-                classify(exc, sdk)
-                raise
+                instead = marked(exc)
+                if instead is None:
+                    raise
+                raise instead from exc
             return unwrapping(parse(response)) if wrapped else parse(response)
 
         made = amodel
@@ -345,15 +408,31 @@ def make_model(
             asked, wrapped = object_rooted(output)
             body = request(history, entries(tools, tool_choice, asked))
             try:
-                response = create(**body, **sent)
+                response = create(**body, **sent) if raw is None else parsed(raw(**body))
             except Exception as exc:
-                classify(exc, sdk)
-                raise
+                instead = marked(exc)
+                if instead is None:
+                    raise
+                raise instead from exc
             return unwrapping(parse(response)) if wrapped else parse(response)
 
         made = model
     made.agentloop_retry = True
     made.agentloop_name = name or format
+    made.agentloop_tool_names = names or PROVIDER_NAMES.get(format)
+    if retries_off is not None:
+        made.agentloop_single_attempt = lambda: make_model(
+            retries_off(),
+            request,
+            parse,
+            format,
+            options,
+            sdk=sdk,
+            name=name,
+            sent=sent,
+            names=names,
+            errors=errors,
+        )
     return made  # type: ignore[no-any-return]
 
 

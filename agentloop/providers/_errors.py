@@ -1,25 +1,45 @@
 """An SDK's errors, marked for the retry policy: which may pass, and the wait they ask for.
 
 The adapters' models catch what the SDK raises and mark it here (``classify``)
-before it propagates; the Loop's retry policy reads the mark.
+before it propagates; the Loop's retry policy reads the mark. A response whose
+body is not JSON is said so here too (``parsed``), with its status and body,
+where the SDK would raise its JSON parser's error or hand back the text.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import TYPE_CHECKING, Any, Final
 
-from agentloop._core._retry import mark
+import orjson
+
+from agentloop._core.retry_policy import mark
+from agentloop._errors import UnreadableResponse
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import ModuleType
 
-__all__ = ["classify", "retry_after"]
+__all__ = [
+    "aparsed",
+    "classify",
+    "parsed",
+    "raw_create",
+    "retry_after",
+    "stream_error_kind",
+    "unreadable",
+]
+
+#: How much of a body that is not JSON an ``UnreadableResponse`` quotes.
+_QUOTED: Final = 200
 
 #: A stream's error event, by its error type, when it may pass: the response itself was a 200,
-#: so its status says nothing. Anthropic's own types, and the exceptions Bedrock's event
-#: stream ends with (its SDK client names them so).
+#: so its status says nothing. Anthropic's own types, the exceptions Bedrock's event
+#: stream ends with (its SDK client names them so), and OpenAI's codes.
 _STREAM_ERRORS: Final = {
+    "server_error": "server",
+    "rate_limit_exceeded": "rate_limit",
     "rate_limit_error": "rate_limit",
     "throttlingException": "rate_limit",
     "overloaded_error": "server",
@@ -29,6 +49,44 @@ _STREAM_ERRORS: Final = {
     "modelStreamErrorException": "server",
     "modelTimeoutException": "timeout",
 }
+
+
+def raw_create(create: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``create``'s twin that answers with the raw response (the SDKs' ``with_raw_response``).
+
+    Its ``parse()`` gives what ``create`` would, and its ``http_response`` the
+    status and body to name when that body is not JSON. None for a ``create``
+    without one (a stand-in client's).
+    """
+    owner = getattr(create, "__self__", None)
+    raw = getattr(getattr(owner, "with_raw_response", None), getattr(create, "__name__", ""), None)
+    return raw if callable(raw) else None
+
+
+def parsed(response: Any) -> Any:
+    """What a raw response parses to; ``UnreadableResponse`` when its body is not JSON."""
+    try:
+        value = response.parse()
+    except ValueError as exc:  # the JSON parser's error, or the SDK's own for JSON it refused
+        error = _unreadable(response)
+        if error is None:
+            raise
+        raise error from exc
+    return _read(response, value)
+
+
+async def aparsed(response: Any) -> Any:
+    """``parsed`` for an async client's raw response (whose ``parse()`` may be awaited)."""
+    try:
+        value = response.parse()
+        if inspect.isawaitable(value):
+            value = await value
+    except ValueError as exc:
+        error = _unreadable(response)
+        if error is None:
+            raise
+        raise error from exc
+    return _read(response, value)
 
 
 def classify(exc: Exception, sdk: ModuleType | None) -> None:
@@ -60,6 +118,11 @@ def classify(exc: Exception, sdk: ModuleType | None) -> None:
                 mark(exc, kind)
 
 
+def stream_error_kind(kind: object) -> str | None:
+    """The kind of passing error a stream's error event of type (or code) ``kind`` is, if any."""
+    return _STREAM_ERRORS.get(kind) if type(kind) is str else None
+
+
 def _error_type(body: object) -> str:
     """The ``error.type`` of an error event's body (``{'type': 'error', 'error': {...}}``)."""
     error = body.get("error") if type(body) is dict else None
@@ -84,3 +147,29 @@ def retry_after(headers: Any) -> float | None:
         if 0 <= seconds < math.inf:
             return seconds
     return None
+
+
+def _read(response: Any, value: Any) -> Any:
+    """``value``, unless it is the text an SDK hands back for a body it could not read."""
+    error = _unreadable(response) if isinstance(value, str) else None
+    if error is not None:
+        raise error
+    return value
+
+
+def _unreadable(response: Any) -> UnreadableResponse | None:
+    """The error for a raw response whose body is not JSON; None when it is JSON."""
+    http = response.http_response
+    try:
+        orjson.loads(http.content)
+    except orjson.JSONDecodeError:
+        text = http.content.decode("utf-8", "replace")
+        return unreadable(
+            http.status_code, text, str(http.request.url), http.headers.get("content-type")
+        )
+    return None
+
+
+def unreadable(status: int, text: str, url: str, content_type: str | None) -> UnreadableResponse:
+    """The error for a body that is not JSON, quoting its start."""
+    return UnreadableResponse(status, text[:_QUOTED], url, content_type)

@@ -9,22 +9,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import openai
 import orjson
 
-from agentloop._errors import IncompleteReply
-from agentloop._streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
+from agentloop._drivers.streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._compat import CallIds, extra, thought_signature
 from agentloop.providers._openai_reply import chat_outcome, chat_usage, responses_reply
+from agentloop.providers._streaming import afolded, error_event, folded
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Generator
 
-    import openai
     from openai.types.chat import ChatCompletionChunk
     from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
     from openai.types.responses import Response, ResponseStreamEvent
 
-    from agentloop._streams import Delta
+    from agentloop._drivers.streams import Delta
     from agentloop.providers._convert import Message
 
 __all__ = ["achat_stream", "aresponses_stream", "chat_stream", "responses_stream"]
@@ -42,6 +42,9 @@ class _ChatFold:
     """
 
     __slots__ = ("at", "calls", "choice", "finish", "ids", "refusal", "text", "used")
+
+    #: Read to the end: the usage chunk comes after the one with the finish_reason.
+    done = False
 
     def __init__(self, fresh: bool = False) -> None:
         self.text: list[str] = []
@@ -118,9 +121,10 @@ class _ChatFold:
             self.calls[place][3].append(arguments)
             out.append(ArgumentsDelta(index=place, text=arguments))
 
+    def missing(self) -> str | None:
+        return "finish_reason" if self.choice is not None and self.finish is None else None
+
     def reply(self) -> Message:
-        if self.choice is not None and self.finish is None:
-            raise IncompleteReply("the stream ended before the reply did (no finish_reason)")
         calls = [
             (kind, call_id, name, "".join(parts), signature)
             for kind, call_id, name, parts, _, signature in self.calls
@@ -139,25 +143,12 @@ def chat_stream(
     chunks: openai.Stream[ChatCompletionChunk], fresh: bool = False
 ) -> Generator[Delta | Message, None, None]:
     """The deltas of a chat completion's chunks, then its reply (``fresh``: ids of our own)."""
-    fold = _ChatFold(fresh)
-    try:
-        for chunk in chunks:
-            yield from fold.feed(chunk)
-    finally:
-        chunks.close()  # the HTTP response, at once: the reply is in (or broke)
-    yield fold.reply()
+    return folded(chunks, _ChatFold(fresh), openai)
 
 
-async def achat_stream(chunks: Any, fresh: bool = False) -> AsyncGenerator[Delta | Message, None]:
+def achat_stream(chunks: Any, fresh: bool = False) -> AsyncGenerator[Delta | Message, None]:
     """``chat_stream`` over an async SDK stream."""
-    fold = _ChatFold(fresh)
-    try:
-        async for chunk in chunks:
-            for delta in fold.feed(chunk):
-                yield delta
-    finally:
-        await chunks.close()
-    yield fold.reply()
+    return afolded(chunks, _ChatFold(fresh), openai)
 
 
 class _ResponsesFold:
@@ -168,6 +159,10 @@ class _ResponsesFold:
     def __init__(self) -> None:
         self.calls: dict[int, int] = {}  # output_index: the call's index among the calls
         self.final: Response | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.final is not None
 
     def feed(self, event: Any) -> tuple[Delta, ...]:  # a ResponseStreamEvent, by its type
         kind = event.type
@@ -200,14 +195,14 @@ class _ResponsesFold:
                 )
             return ()
         if kind == "error":
-            raise IncompleteReply(
-                f"the stream broke off with an error: {event.code}: {event.message}"
-            )
+            raise error_event(event.code, event.message)
         return ()
 
+    def missing(self) -> str | None:
+        return "response.completed" if self.final is None else None
+
     def reply(self) -> Message:
-        if self.final is None:
-            raise IncompleteReply("the stream ended before the reply did (no response.completed)")
+        assert self.final is not None, "folded() reads the reply once its last event came"
         return responses_reply(self.final)
 
 
@@ -215,26 +210,9 @@ def responses_stream(
     events: openai.Stream[ResponseStreamEvent],
 ) -> Generator[Delta | Message, None, None]:
     """The deltas of a Responses API stream, then its reply."""
-    fold = _ResponsesFold()
-    try:
-        for event in events:
-            yield from fold.feed(event)
-            if fold.final is not None:
-                break
-    finally:
-        events.close()  # the HTTP response, at once: the reply is in (or broke)
-    yield fold.reply()
+    return folded(events, _ResponsesFold(), openai)
 
 
-async def aresponses_stream(events: Any) -> AsyncGenerator[Delta | Message, None]:
+def aresponses_stream(events: Any) -> AsyncGenerator[Delta | Message, None]:
     """``responses_stream`` over an async SDK stream."""
-    fold = _ResponsesFold()
-    try:
-        async for event in events:
-            for delta in fold.feed(event):
-                yield delta
-            if fold.final is not None:
-                break
-    finally:
-        await events.close()
-    yield fold.reply()
+    return afolded(events, _ResponsesFold(), openai)

@@ -2,7 +2,12 @@
 
 ``make_stream_model`` makes the callback, whose answer is a ``ReplyStream``
 (``AsyncReplyStream`` for an async client): the deltas an adapter's fold makes
-of the SDK's events, then the whole reply.
+of the SDK's events, then the whole reply. ``folded`` (``afolded``) is how
+every adapter reads the SDK's events into its fold: the run's token and
+deadline read at each event, a failure marked for the retry policy as one
+before the stream began is (by the adapter's own ``errors`` for an SDK whose
+errors are named otherwise, as in ``make_model``), OpenAI's error events made
+an ``IncompleteReply``.
 """
 
 from __future__ import annotations
@@ -10,24 +15,170 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agentloop._core.retry_policy import mark
+from agentloop._drivers.streams import between_chunks
+from agentloop._errors import IncompleteReply
 from agentloop.providers._convert import make_model
+from agentloop.providers._errors import classify, stream_error_kind
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
     from types import ModuleType
 
-    from agentloop._streams import Delta
-    from agentloop._tools._specs import SpecFormat
+    from agentloop._drivers.streams import Delta
+    from agentloop._tools.specs import NameRule, SpecFormat
     from agentloop.providers._convert import Message, Options
+
+    # An adapter's own marking of its SDK's errors (``make_model``'s ``errors``): it marks
+    # the error and may give one to raise in its place.
+    Errors = Callable[[Exception], Exception | None]
 
 __all__ = [
     "AsyncReplyStream",
     "AsyncStreamModel",
+    "Fold",
     "ReplyStream",
     "StreamModel",
+    "afolded",
     "checked_stream",
+    "ended_early",
+    "error_event",
+    "folded",
     "make_stream_model",
 ]
+
+
+class Fold(Protocol):
+    """An adapter's fold of its provider's stream events: deltas from each, the reply at the end."""
+
+    @property
+    def done(self) -> bool:
+        """Whether the event that ends the reply has come (no need to read on)."""
+        ...
+
+    def feed(self, event: Any) -> tuple[Delta, ...] | list[Delta]:
+        """The deltas ``event`` carries (none for most lifecycle events)."""
+        ...
+
+    def missing(self) -> str | None:
+        """The event that ends the reply, if the stream ended without it."""
+        ...
+
+    def reply(self) -> Message:
+        """The whole reply, once its last event is in (``IncompleteReply`` if it is unusable)."""
+        ...
+
+
+def folded(
+    events: Any, fold: Fold, sdk: ModuleType | None = None, *, errors: Errors | None = None
+) -> Generator[Delta | Message, None, None]:
+    """The deltas ``fold`` makes of each of the SDK's ``events``, then its reply.
+
+    The run's token and ``model_timeout`` are read at each event
+    (``between_chunks``), whether it carries a delta or not, so that a
+    cancel is seen at the next event. ``events`` is closed as soon as the
+    reply is in (or the reading broke); a failure is ``broke_off``'s (or, for
+    an SDK whose errors are named otherwise, marked by ``errors``, which may
+    give an error to raise in its place), and a stream that ended before its
+    last event is ``ended_early``'s.
+    """
+    began = False
+    try:
+        for event in events:
+            began = True
+            between_chunks()
+            yield from fold.feed(event)
+            if fold.done:
+                break
+    except Exception as exc:
+        error = _broke(exc, sdk, errors)
+        if error is exc:
+            raise
+        raise error from exc
+    finally:
+        events.close()  # the HTTP response, at once: the reply is in (or broke)
+    last = fold.missing()
+    if last is not None:
+        raise ended_early(last, began)
+    yield fold.reply()
+
+
+async def afolded(
+    events: Any, fold: Fold, sdk: ModuleType | None = None, *, errors: Errors | None = None
+) -> AsyncGenerator[Delta | Message, None]:
+    """``folded`` over an async SDK stream."""
+    began = False
+    try:
+        async for event in events:
+            began = True
+            between_chunks()
+            for delta in fold.feed(event):
+                yield delta
+            if fold.done:
+                break
+    except Exception as exc:
+        error = _broke(exc, sdk, errors)
+        if error is exc:
+            raise
+        raise error from exc
+    finally:
+        await events.close()
+    last = fold.missing()
+    if last is not None:
+        raise ended_early(last, began)
+    yield fold.reply()
+
+
+def _broke(exc: Exception, sdk: ModuleType | None, errors: Errors | None) -> Exception:
+    """What a broken stream raises: ``errors``' mark and error, if given, else ``broke_off``'s."""
+    if errors is None:
+        assert sdk is not None, "an adapter's fold reads its SDK's errors, or marks them itself"
+        return broke_off(exc, sdk)
+    return errors(exc) or exc
+
+
+def broke_off(exc: Exception, sdk: ModuleType) -> Exception:
+    """What a stream that broke mid-reply raises: ``exc``, marked as it would be at the call.
+
+    A lost connection or a timeout is marked passing, as before the stream
+    began, so that the Loop's retry policy asks again; so is an error event
+    of a passing type, which Anthropic's SDK raises as an ``APIStatusError``
+    (``classify``). OpenAI's SDK raises an error event as a bare ``APIError``
+    of its own: that becomes ``error_event``'s ``IncompleteReply``, as the
+    Responses API's own ``error`` events do.
+    """
+    if type(exc) is sdk.APIError:
+        body = getattr(exc, "body", None)
+        error = body.get("error", body) if isinstance(body, dict) else None
+        if isinstance(error, dict):
+            return error_event(error.get("code") or error.get("type"), error.get("message"))
+        return error_event(getattr(exc, "code", None), getattr(exc, "message", str(exc)))
+    classify(exc, sdk)
+    return exc
+
+
+def error_event(kind: object, message: object) -> IncompleteReply:
+    """The ``IncompleteReply`` of an error event mid-stream, marked when its type may pass."""
+    said = f"{kind}: {message}" if kind else f"{message}"
+    error = IncompleteReply(f"the stream broke off with an error event: {said}")
+    passing = stream_error_kind(kind)
+    if passing is not None:
+        mark(error, passing)
+    return error
+
+
+def ended_early(last: str, began: bool) -> IncompleteReply:
+    """The stream ended before the event that ends the reply (``last``).
+
+    One that ``began`` (some event came) and ended early lost its connection:
+    marked so, for the retry policy, which asks for the whole reply again.
+    One that brought no event at all was never a stream of the reply (an
+    HTML page in its place, say): not marked, as it would only come again.
+    """
+    error = IncompleteReply(f"the stream ended before the reply did (no {last})")
+    if began:
+        mark(error, "connection")
+    return error
 
 
 class StreamModel(Protocol):
@@ -160,13 +311,17 @@ def make_stream_model(
     *,
     sdk: ModuleType | None = None,
     name: str | None = None,
+    names: NameRule | None = None,
+    retries_off: Callable[[], Callable[..., Any]] | None = None,
+    errors: Callable[[Exception], Exception | None] | None = None,
 ) -> StreamModel | AsyncStreamModel:
     """The streaming model callback: ``create(**request(...), **streaming)``'s stream, converted.
 
-    ``make_model``'s callback, whose request carries ``streaming`` and whose
-    answer is opened as a stream (an HTTP error is raised, and marked for the
-    retry policy, by the call itself): it yields the deltas ``convert`` makes
-    of the SDK's events, then the whole reply.
+    ``make_model``'s callback (``names`` and ``retries_off`` as there),
+    whose request carries ``streaming`` and whose answer is opened as a stream
+    (an HTTP error is raised, and marked for the retry policy, by the call
+    itself): it yields the deltas ``convert`` makes of the SDK's events, then
+    the whole reply.
     """
     if inspect.iscoroutinefunction(inspect.unwrap(create)):
 
@@ -181,6 +336,16 @@ def make_stream_model(
 
         opened = open_
     made: StreamModel | AsyncStreamModel = make_model(  # type: ignore[assignment]
-        create, request, opened, format, options, sdk=sdk, name=name, sent=streaming
+        create,
+        request,
+        opened,
+        format,
+        options,
+        sdk=sdk,
+        name=name,
+        sent=streaming,
+        names=names,
+        retries_off=retries_off,
+        errors=errors,
     )  # its parse opens the stream its create answers
     return made

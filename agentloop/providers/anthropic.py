@@ -60,6 +60,7 @@ from agentloop.providers._convert import (
     make_model,
     result_content,
     unknown_kind,
+    without_retries,
 )
 from agentloop.providers._streaming import (
     AsyncStreamModel,
@@ -128,12 +129,18 @@ def anthropic_messages(
     ``messages``, ``system`` and ``tools`` are the adapter's own
     (a ``TypeError`` if given). The reply carries ``usage``. A reply cut off
     (``max_tokens``), refused or empty raises ``IncompleteReply``; SDK errors
-    that outlast its retries propagate.
+    propagate, marked for the Loop's retry policy. A Loop that retries sends
+    the requests through a copy of ``client`` with its own retries off
+    (``agentloop_single_attempt``), so that the two never multiply.
 
     ``stream=True``: the callback answers with a stream (``agentloop.streaming``)
     over the API's stream events; its whole reply is the one the same message
-    unstreamed gives. An ``error`` event raises (the SDK's error), and a stream
-    that ends before ``message_stop`` raises ``IncompleteReply``.
+    unstreamed gives. An ``error`` event raises the SDK's error (an
+    ``APIStatusError``), marked passing by its type (``overloaded_error``,
+    ``api_error``, ``rate_limit_error``) for the Loop's retry policy; a
+    connection lost mid-stream raises the SDK's error, marked as it would be
+    before the stream began; a stream that ends before ``message_stop``
+    raises ``IncompleteReply``, marked as a lost connection.
     """
     checked_client("anthropic_messages", client, model, "messages.create", "an Anthropic")
     checked_params(
@@ -154,6 +161,7 @@ def anthropic_messages(
 
     native = "output_config" in inspect.signature(client.messages.create).parameters
     options = _messages_options if native else _tool_options
+    retries_off = without_retries("anthropic_messages", client, "messages.create", anthropic)
     if stream:
         return make_stream_model(
             client.messages.create,
@@ -165,6 +173,7 @@ def anthropic_messages(
             options,
             sdk=anthropic,
             name=model,
+            retries_off=retries_off,
         )
     return make_model(
         client.messages.create,
@@ -174,6 +183,7 @@ def anthropic_messages(
         options,
         sdk=anthropic,
         name=model,
+        retries_off=retries_off,
     )
 
 

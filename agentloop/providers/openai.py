@@ -40,7 +40,7 @@ except ImportError as exc:
         "agentloop.providers.openai needs the OpenAI SDK: pip install 'agentloop-fsm[openai]'"
     ) from exc
 
-from agentloop._core._messages import SIGNATURE
+from agentloop._core.messages import SIGNATURE
 from agentloop.providers._compat import DEFAULT, SKIP_SIGNATURE, Compat, short_ids
 from agentloop.providers._convert import (
     AsyncModel,
@@ -54,7 +54,9 @@ from agentloop.providers._convert import (
     result_content,
     result_text,
     strict_schema,
+    turn_start,
     unknown_kind,
+    without_retries,
 )
 from agentloop.providers._openai_reply import chat_reply, responses_reply
 from agentloop.providers._openai_stream import (
@@ -127,12 +129,18 @@ def openai_chat(
     are the adapter's own (a ``TypeError`` if given). The reply carries
     ``usage`` when the response does. A reply cut off (``finish_reason``
     ``length``), filtered, refused or empty raises ``IncompleteReply``; SDK
-    errors that outlast its retries propagate.
+    errors propagate, marked for the Loop's retry policy. A Loop that retries
+    sends the requests through a copy of ``client`` with its own retries off
+    (``agentloop_single_attempt``), so that the two never multiply.
 
     ``stream=True``: the callback answers with a stream (``agentloop.streaming``)
     over ``stream=True`` chunks, with ``stream_options={'include_usage': True}``;
-    its whole reply is the one the same response unstreamed gives. A stream
-    that ends before its ``finish_reason`` raises ``IncompleteReply``.
+    its whole reply is the one the same response unstreamed gives. A chunk
+    that carries an ``error`` raises ``IncompleteReply`` naming it (marked
+    passing for a ``server_error`` or a rate limit, which the Loop's retry
+    policy retries), and so does a stream that ends before its
+    ``finish_reason`` (a lost connection); a connection lost mid-stream
+    raises the SDK's error, marked as it would be before the stream began.
 
     ``compat``: an OpenAI-compatible server's departures that need a switch
     (``Compat``); those that need none are repaired whatever it says: a call
@@ -158,6 +166,7 @@ def openai_chat(
         messages = _chat_messages(history, compat)
         return {"model": model, "messages": messages, **tools, **params}
 
+    retries_off = without_retries("openai_chat", client, "chat.completions.create", openai)
     fresh = compat.fresh_ids
     if stream:
         streaming: dict[str, Any] = {"stream": True}
@@ -174,6 +183,7 @@ def openai_chat(
             _chat_options,
             sdk=openai,
             name=model,
+            retries_off=retries_off,
         )
     return make_model(
         client.chat.completions.create,
@@ -183,6 +193,7 @@ def openai_chat(
         _chat_options,
         sdk=openai,
         name=model,
+        retries_off=retries_off,
     )
 
 
@@ -221,8 +232,13 @@ def openai_responses(
 
     ``stream=True``: the callback answers with a stream (``agentloop.streaming``)
     over the API's stream events; its whole reply is made from the response
-    the last event carries, as unstreamed. An ``error`` event, or a stream
-    that ends before its last event, raises ``IncompleteReply``.
+    the last event carries, as unstreamed. An ``error`` event (flat, as the
+    API reference gives it, or nested under ``error``, which the SDK raises
+    as its own ``APIError``) raises ``IncompleteReply`` naming its code and
+    message, marked passing for a ``server_error`` or a rate limit; so does
+    a stream that ends before its last event (a lost connection). A
+    connection lost mid-stream raises the SDK's error, marked as it would
+    be before the stream began.
     """
     checked_client("openai_responses", client, model, "responses.create", "an OpenAI")
     checked_stream("openai_responses", stream)
@@ -244,6 +260,8 @@ def openai_responses(
     def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
         return {"model": model, "input": _responses_input(history), **tools, **params}
 
+    retries_off = without_retries("openai_responses", client, "responses.create", openai)
+
     if stream:
         return make_stream_model(
             client.responses.create,
@@ -255,6 +273,7 @@ def openai_responses(
             _responses_options,
             sdk=openai,
             name=model,
+            retries_off=retries_off,
         )
     return make_model(
         client.responses.create,
@@ -264,6 +283,7 @@ def openai_responses(
         _responses_options,
         sdk=openai,
         name=model,
+        retries_off=retries_off,
     )
 
 
@@ -307,9 +327,7 @@ def _chat_messages(history: list[Message], compat: Compat = DEFAULT) -> list[dic
     """The history as Chat Completions ``messages``, as ``compat`` says the server takes them."""
     out: list[dict[str, Any]] = []
     wire = _wire_ids(history) if compat.short_ids else None
-    turn_start = -1  # the last user message: Gemini 3 checks the signatures after it
-    if compat.thought_signatures:
-        turn_start = max((i for i, m in enumerate(history) if m.get("kind") == "user"), default=-1)
+    current = turn_start(history) if compat.thought_signatures else -1
     for index, message in enumerate(history):  # the commonest kinds first
         kind = message.get("kind")
         if kind == "tool_result":
@@ -335,7 +353,7 @@ def _chat_messages(history: list[Message], compat: Compat = DEFAULT) -> list[dic
                 for call in calls
             ]
             if compat.thought_signatures:
-                _signed(turn["tool_calls"], calls, index > turn_start)
+                _signed(turn["tool_calls"], calls, index > current)
             out.append(turn)
         elif kind == "user" or kind == "system":
             out.append({"role": kind, "content": message["text"]})

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from agentloop._core._messages import RESULT_STATUSES
-from agentloop._core._table import TERMINAL, State
-from agentloop._core._values import RunResult, Usage
+from agentloop._core.json import unfenced
+from agentloop._core.messages import RESULT_STATUSES
+from agentloop._core.table import TERMINAL, State
+from agentloop._core.values import RunResult, Usage
 from agentloop.testing._record import (
     ContractViolation,
     Message,
@@ -294,7 +295,10 @@ def _assert_result_is_its_record(result: RunResult) -> None:
     transcript = result.transcript
     final = transcript[-1] if transcript and result.status == State.FINISHED else None
     expected = final.get("text") if isinstance(final, dict) else None
-    # A typed output (Loop(output=T)) is the final's text as a T: its text is the final's.
+    # A typed output (Loop(output=T)) is the final's text as a T: its text is the final's
+    # JSON, out of any Markdown fence the model put around it.
+    if result.output_schema_json is not None and type(expected) is str:
+        expected = unfenced(expected)
     if result.output_text != expected or (final is None and result.output is not None):
         raise ContractViolation(
             "the result's output",

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
-from agentloop._core._table import State, Trigger
-from agentloop._core._values import RunResult
-from agentloop._core._window import summary_message
+from agentloop._core.table import State, Trigger
+from agentloop._core.values import RunResult
+from agentloop._core.window import summary_message
 from agentloop.testing._record import (
     ContractViolation,
     Message,
@@ -20,7 +20,7 @@ from agentloop.testing._record import (
 )
 
 if TYPE_CHECKING:
-    from agentloop._core._context import ContextPolicy
+    from agentloop._core.context_policy import ContextPolicy
 
 __all__ = ["assert_requests_fit"]
 
@@ -44,8 +44,10 @@ def assert_requests_fit(run: RunLike) -> None:
     without its call; count (by the policy's counter) to what the event says,
     at most the policy's ``tokens``; keep the head (the messages up to the
     first user message) and every system message; and end with the history's
-    last message then, so the newest turn is whole. A run without a policy
-    passes as it is; one with a policy has a reference on every such event.
+    last message then, so the newest turn is whole. A summary is asked for
+    only with a model request since the one before: two summaries in a row
+    would fold the same turns again. A run without a policy passes as it is;
+    one with a policy has a reference on every such event.
     """
     policy = _policy_of(run)
     if policy is None:
@@ -58,12 +60,19 @@ def assert_requests_fit(run: RunLike) -> None:
         (i + 1 for i, m in enumerate(transcript[:length]) if m.get("kind") == "user"), length
     )
     summary: str | None = None  # the text of the summary in force
+    summarised = False  # the last request was the summariser's
     for index, event in enumerate(record.events):
         where = event_location(index, event)
         seen = event.context
         if event.trigger.value in _ASKS:
             if seen is None:
                 raise ContractViolation(where, "what the request was sent (context)", "None")
+            asked_summary = event.trigger.value not in _MODEL_ASKS
+            if asked_summary and summarised:
+                raise ContractViolation(
+                    where, "a model request since the last summary", "another summary first"
+                )
+            summarised = asked_summary
             sent = [i for a, b in seen.kept for i in range(a, b)]
             messages = [data[i] for i in sent]
             if seen.summary is not None:

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Final
 import jsonschema_rs
 from hypothesis import strategies as st
 
-from agentloop._tools._registry import Tool
+from agentloop._tools.registry import Tool
+from agentloop._tools.validation import LATEST, dialect
 from agentloop.testing._draw import (
     ANNOTATIONS,
     EXACT,
@@ -78,6 +79,10 @@ class SchemaGenerator:
 
     def __init__(self, root: Schema, where: str) -> None:
         self.where = where
+        # Another draft than 2020-12 (a TypeScript server's Draft 7) reads this subset alike,
+        # but for the keywords it does not have, or means otherwise: those are refused.
+        declared = dialect(root) if isinstance(root, dict) else None
+        self.older = declared if declared not in (None, LATEST) else None
         self.defs: dict[str, Any] = root.get("$defs", {}) if isinstance(root, dict) else {}
         self.refs: dict[str, SearchStrategy[Any]] = {}
         # Keyed by node identity: the nodes live in ``root``, which lives as long as this.
@@ -105,6 +110,12 @@ class SchemaGenerator:
                 continue
             if key not in KEYWORDS:
                 raise self._unsupported(at, f"the keyword {key!r}")
+            if self.older and (
+                key == "prefixItems" or (key.startswith("exclusive") and type(value) is bool)
+            ):
+                raise self._unsupported(
+                    at, f"{key}: {value!r:.40}, which {self.older} reads otherwise"
+                )
             if key == "$ref":
                 self._resolve(value, here)
                 siblings = set(schema) - ANNOTATIONS - {"$ref", "$defs"}
