@@ -59,7 +59,8 @@ And the cost of a model step as the history grows, at S = 100 and 3,000:
 6. The ``openai_chat`` adapter, from the engine's request to the SDK's
    ``create``: the time from a listener hearing the transition that hands the
    turn back to the model (the tool's result recorded) to the call of
-   ``client.chat.completions.create``, the median of the last nine steps. The
+   ``client.chat.completions.create`` on the process's CPU clock, the median of
+   the last nine steps. The
    client is the real ``openai.AsyncOpenAI`` over an ``httpx2.MockTransport``:
    the last nine steps go through the SDK to the transport (what the SDK takes
    from ``create`` to the transport is printed beside, for scale); the steps
@@ -487,7 +488,8 @@ def chat_body(step: int, s: int) -> bytes:
 
 class Stamps:
     """When the engine handed the turn to the model, and when ``create`` and the transport
-    were reached, by step; ``listener`` hears the transitions."""
+    were reached, by step, on the process's CPU clock (the spans run on one thread, and a
+    busy machine's neighbours do not lengthen them); ``listener`` hears the transitions."""
 
     def __init__(self) -> None:
         self.step = 0  # model steps asked so far
@@ -497,13 +499,13 @@ class Stamps:
 
     def listener(self, transition: Transition) -> None:
         if transition.dest is State.AWAITING_MODEL:  # the next thing asked is the model
-            self.asked[self.step + 1] = time.perf_counter_ns()
+            self.asked[self.step + 1] = time.process_time_ns()
 
     def reached(self, into: dict[int, int]) -> None:
-        into[self.step] = time.perf_counter_ns()
+        into[self.step] = time.process_time_ns()
 
     def spans(self, until: dict[int, int], since: dict[int, int], steps: range) -> float:
-        """The median µs from ``since`` to ``until`` over ``steps``."""
+        """The median µs of CPU from ``since`` to ``until`` over ``steps``."""
         return statistics.median((until[step] - since[step]) / 1000 for step in steps)
 
 
