@@ -59,14 +59,14 @@ And the cost of a model step as the history grows, at S = 100 and 3,000:
 6. The ``openai_chat`` adapter, from the engine's request to the SDK's
    ``create``: the time from a listener hearing the transition that hands the
    turn back to the model (the tool's result recorded) to the call of
-   ``client.chat.completions.create`` on the process's CPU clock, the median of
-   the last nine steps. The
-   client is the real ``openai.AsyncOpenAI`` over an ``httpx2.MockTransport``:
-   the last nine steps go through the SDK to the transport (what the SDK takes
-   from ``create`` to the transport is printed beside, for scale); the steps
-   before them are answered at ``create`` with the response the SDK parses
-   (its own request building grows with the history, and would make the
-   3,000-step run a quarter of an hour).
+   ``client.chat.completions.create``, on the process's CPU clock, the median
+   of the last nine steps. The client is the real ``openai.AsyncOpenAI`` over
+   an ``httpx2.MockTransport``, without retries of its own: the last nine
+   steps go through the SDK to the transport (what the SDK takes from
+   ``create`` to the transport is printed beside, for scale); the steps before
+   them are answered at ``create`` with the response the SDK parses (its own
+   request building grows with the history, and would make the 3,000-step run
+   a quarter of an hour).
 7. For a plain callback the same span, from the request to the callback: the
    engine's step and the fresh copy of the history the callback is given.
 
