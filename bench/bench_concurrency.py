@@ -18,13 +18,13 @@ such runs at once. For N = 10, 100, 1,000 and 5,000:
 
 Target (issue 38): CPU and memory per run at N = 5,000 at most 1.5x their
 value at N = 100, so that nothing a run costs grows with the number of runs in
-flight. Memory per run is flat. CPU per run grows by 1.4x to 1.5x on a shared
-2-core machine, at the limit: the cyclic garbage collector's full collections
-walk every object of every run in flight (with the collector off the ratio is
-0.8x), so a run that holds fewer objects, the lean record of issue 38, is what
-moves it. Until that lands the target is open (``targets.py``): printed with
-PASS or MISS, it does not fail the bench. Put it in ``ENFORCED`` once it is
-met with room to spare.
+flight. Memory per run is flat. CPU per run grows by 1.4x to 1.7x on a shared
+2-core machine, around the limit: the cyclic garbage collector's full
+collections walk every object of every run in flight (with the collector off
+the ratio is 0.8x to 0.95x), so a run that holds fewer objects, the lean
+record of issue 38, is what moves it. Until that lands the target is open
+(``targets.py``): printed with PASS or MISS, it does not fail the bench. Put
+it in ``ENFORCED`` once it is met with room to spare.
 """
 
 from __future__ import annotations
