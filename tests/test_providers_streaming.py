@@ -28,14 +28,14 @@ from openai.types.responses import response_create_params
 
 from agentloop import CancelToken, Loop, ToolRegistry, Transition
 from agentloop.models import RetryPolicy, transient
-from agentloop.providers import IncompleteReply
+from agentloop.providers import IncompleteReply, UnreadableResponse
 from agentloop.providers.anthropic import anthropic_messages
 from agentloop.providers.openai import openai_chat, openai_responses
 from agentloop.streaming import ArgumentsDelta, Discard, TextDelta, ToolCallStart, UsageDelta
 
 from .helpers import add, mul
 from .test_providers_anthropic import message
-from .test_providers_openai import completion, response
+from .test_providers_openai import HTML, completion, response
 from .wire import FLAVOURS, Streamed, Wire, conforms, sse
 
 Message = dict[str, Any]
@@ -342,6 +342,63 @@ async def test_a_stream_cut_off_mid_reply_is_a_failed_call(api: Api, flavour: st
     assert got[0] == "IncompleteReply"
     assert "the stream ended before the reply did" in got[1]
     assert body.closed_at is not None
+
+
+#: A streamed request answered with something else: (body, content type, how the error says it).
+NOT_A_STREAM = [
+    pytest.param(HTML * 200, "text/html", "content-type text/html", id="a page"),
+    pytest.param(b'{"id": "x"}', "application/json", "content-type application/json", id="json"),
+    pytest.param(b"", None, "", id="no content type"),
+]
+
+
+@pytest.mark.parametrize(("page", "kind", "said"), NOT_A_STREAM)
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_a_response_that_is_not_an_event_stream_fails_the_run_saying_so(
+    api: Api, flavour: str, page: bytes, kind: str | None, said: str
+) -> None:
+    """A 200 that is not an event stream (a proxy's page, JSON from a server that ignored
+    ``stream=True``, a body of no content type): the run fails saying so, with its status,
+    content type, URL and start, as an unstreamed request's body that is not JSON does. It
+    is asked once (nothing says it will pass), nothing streamed, and only the start of the
+    body is read before the response is closed."""
+    body = Streamed(page, size=100, content_type=kind)
+    wire = Wire([(200, body)])
+    loop = Loop(api.model(wire, flavour, stream=True), retry=NO_WAIT)
+    heard: list[object] = []
+    if flavour == "sync":
+        run: Any = loop.start(USER)
+        run.subscribe_deltas(heard.append)
+        result = run.finish()
+    else:
+        run = loop.astart(USER)
+        run.subscribe_deltas(heard.append)
+        result = await run.afinish()
+
+    assert (result.status, result.steps, len(wire.requests), heard) == ("failed", 1, 1, [])
+    where = f"{said}, from" if said else "from"
+    assert result.error == (
+        "the model raised UnreadableResponse: the provider's response was not an event stream "
+        f"(HTTP 200, {where} {wire.sent[0].url}): {page.decode()[:200]!r}; "
+        "check that the client's base_url is the provider's API"
+    )
+    unread = result.events[0].exception
+    assert isinstance(unread, UnreadableResponse)
+    assert transient(unread) is None
+    assert (unread.status, unread.url) == (200, str(wire.sent[0].url))
+    assert body.closed_at is not None
+    assert body.sent * body.size <= 1000  # the start (800 bytes at most, read in chunks)
+
+
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_an_event_stream_s_content_type_is_read_whatever_its_parameters(
+    api: Api, flavour: str
+) -> None:
+    """``text/event-stream`` is a stream in any case and with parameters (a charset)."""
+    body = api.cases["a final"]
+    streamed = Streamed(sse(api.events(body)), content_type="Text/Event-Stream; charset=utf-8")
+    items = await read(await answer(api.model(Wire([(200, streamed)]), flavour, stream=True)))
+    assert items[-1]["text"] == "2+3 is 5, and 2*3 is 6."
 
 
 @pytest.mark.parametrize("api", APIS, ids=str)

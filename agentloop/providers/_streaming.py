@@ -17,7 +17,7 @@ from agentloop._core._retry import mark
 from agentloop._errors import IncompleteReply
 from agentloop._streams import between_chunks
 from agentloop.providers._convert import make_model
-from agentloop.providers._errors import classify, stream_error_kind
+from agentloop.providers._errors import aunstreamed, classify, stream_error_kind, unstreamed
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
@@ -70,10 +70,15 @@ def folded(events: Any, fold: Fold, sdk: ModuleType) -> Generator[Delta | Messag
     (``between_chunks``), whether it carries a delta or not, so that a
     cancel is seen at the next event. ``events`` is closed as soon as the
     reply is in (or the reading broke); a failure is ``broke_off``'s, and a
-    stream that ended before its last event is ``ended_early``'s.
+    stream that ended before its last event is ``ended_early``'s. A response
+    that is no stream at all (an HTML page in its place) is ``unstreamed``'s
+    ``UnreadableResponse``, unmarked: it would only come again.
     """
     began = False
     try:
+        page = unstreamed(events)
+        if page is not None:
+            raise page
         for event in events:
             began = True
             between_chunks()
@@ -99,6 +104,9 @@ async def afolded(
     """``folded`` over an async SDK stream."""
     began = False
     try:
+        page = await aunstreamed(events)
+        if page is not None:
+            raise page
         async for event in events:
             began = True
             between_chunks()
@@ -154,8 +162,8 @@ def ended_early(last: str, began: bool) -> IncompleteReply:
 
     One that ``began`` (some event came) and ended early lost its connection:
     marked so, for the retry policy, which asks for the whole reply again.
-    One that brought no event at all was never a stream of the reply (an
-    HTML page in its place, say): not marked, as it would only come again.
+    One that brought no event at all was never a stream of the reply: not
+    marked, as it would only come again.
     """
     error = IncompleteReply(f"the stream ended before the reply did (no {last})")
     if began:
