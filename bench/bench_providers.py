@@ -1,8 +1,8 @@
 """Provider adapter overhead per model step, beside the engine's and the SDK's own.
 
 For each adapter (OpenAI Chat Completions, OpenAI Responses, Anthropic
-Messages), at a history of K = 10 and K = 100 tool calls (the last step of a
-K-call run, 2K + 1 messages):
+Messages, Gemini's generateContent), at a history of K = 10 and K = 100
+tool calls (the last step of a K-call run, 2K + 1 messages):
 
 - adapter: one model step through the adapter over a stand-in client whose
   ``create`` hands back a response the SDK parsed beforehand: the history to
@@ -32,11 +32,14 @@ import openai
 import orjson
 from anthropic.types import Message as AnthropicMessage
 from bench_core import scripted  # the same model as the core bench: k calls, then a final
+from google import genai
+from google.genai import types
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
 from agentloop import Loop, ToolRegistry
 from agentloop.providers.anthropic import anthropic_messages
+from agentloop.providers.google import gemini_generate_content
 from agentloop.providers.openai import openai_chat, openai_responses
 
 if TYPE_CHECKING:
@@ -119,6 +122,17 @@ def anthropic_body(step: int) -> Message:
     }
 
 
+def gemini_body(step: int) -> Message:
+    call = {"functionCall": {"name": "echo", "args": {"n": step}}, "thoughtSignature": "c2ln"}
+    return {
+        "candidates": [
+            {"index": 0, "finishReason": "STOP", "content": {"role": "model", "parts": [call]}}
+        ],
+        "responseId": f"r{step}",
+        "usageMetadata": {"promptTokenCount": 100, "candidatesTokenCount": 10},
+    }
+
+
 class Adapter(NamedTuple):
     """An adapter and how to feed it: its SDK's response model, a canned body, a real client."""
 
@@ -163,6 +177,16 @@ ADAPTERS = [
             api_key="-", base_url="http://mock", http_client=mock(body)
         ),
     ),
+    Adapter(
+        "gemini_generate_content",
+        gemini_generate_content,
+        types.GenerateContentResponse,
+        gemini_body,
+        lambda body: genai.Client(
+            api_key="-",
+            http_options=types.HttpOptions(base_url="http://mock", httpx_client=mock(body)),
+        ),
+    ),
 ]
 
 
@@ -184,7 +208,7 @@ def main() -> int:
     misses = []
     print("one model step at a K-call history, µs (best of repeats), no network")
     print(
-        f"  {'adapter':<20} {'K':>4} {'adapter':>8} {'engine':>8} {'SDK':>9} "
+        f"  {'adapter':<24} {'K':>4} {'adapter':>8} {'engine':>8} {'SDK':>9} "
         f"{'adapter/SDK':>12}  target"
     )
     for k in (10, 100):
@@ -194,9 +218,13 @@ def main() -> int:
         for adapter in ADAPTERS:
             body = adapter.body(k)
             parsed = adapter.parsed.model_validate(body)
-            canned = SimpleNamespace(create=lambda _parsed=parsed, **_: _parsed)
+            answer = partial(lambda _parsed, **_: _parsed, parsed)
+            canned = SimpleNamespace(create=answer, generate_content=answer)
             client = SimpleNamespace(
-                chat=SimpleNamespace(completions=canned), responses=canned, messages=canned
+                chat=SimpleNamespace(completions=canned),
+                responses=canned,
+                messages=canned,
+                models=canned,
             )
             # Given the tools' specs with each request, as the Loop gives them.
             alone = partial(adapter.make(client, "m"), tools=registry.specs())
@@ -211,7 +239,7 @@ def main() -> int:
             if ratio > TARGET:
                 misses.append(f"{adapter.name} K={k} adapter/SDK {ratio:.2f}")
             print(
-                f"  {adapter.name:<20} {k:>4} {own:>8.1f} {engine:>8.1f} {sdk_own:>9.1f} "
+                f"  {adapter.name:<24} {k:>4} {own:>8.1f} {engine:>8.1f} {sdk_own:>9.1f} "
                 f"{ratio:>12.3f}  {verdict}"
             )
     print("\nall targets met" if not misses else f"\nmissed: {'; '.join(misses)}")

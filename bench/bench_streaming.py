@@ -1,8 +1,9 @@
 """Streaming: what a delta costs beyond the SDK's own stream, and the last chunk to acceptance.
 
 For each adapter (OpenAI Chat Completions, OpenAI Responses, Anthropic
-Messages), a reply of N = 2000 text pieces, its events parsed beforehand by
-the SDK itself (over an ``httpx2.MockTransport``), measured side by side:
+Messages, Gemini's streamGenerateContent), a reply of N = 2000 text pieces,
+its events parsed beforehand by the SDK itself (over an
+``httpx2.MockTransport``), measured side by side:
 
 - SDK: iterating those events as the SDK's stream hands them out (the floor:
   what any consumer of the SDK's stream pays);
@@ -31,9 +32,12 @@ import anthropic
 import httpx2
 import openai
 from bench_providers import best  # the same timing as the adapters' bench
+from google import genai
+from google.genai import types
 
 from agentloop import Loop
 from agentloop.providers._anthropic_stream import amessages_stream, messages_stream
+from agentloop.providers._gemini_stream import agenerate_stream, generate_stream
 from agentloop.providers._openai_stream import (
     achat_stream,
     aresponses_stream,
@@ -142,6 +146,17 @@ def messages_events() -> bytes:
     )  # fmt: skip
 
 
+def gemini_events() -> bytes:
+    def chunk(text: str, finish: str | None = None) -> tuple[str | None, Any]:
+        candidate: Message = {"index": 0, "content": {"role": "model", "parts": [{"text": text}]}}
+        if finish is not None:
+            candidate["finishReason"] = finish
+        used = {"promptTokenCount": 10, "candidatesTokenCount": 1}
+        return None, {"candidates": [candidate], "responseId": "r1", "usageMetadata": used}
+
+    return sse([chunk("tok ") for _ in range(N)] + [chunk("", "STOP")])
+
+
 def transport(body: bytes) -> httpx2.MockTransport:
     headers = {"content-type": "text/event-stream"}
     return httpx2.MockTransport(lambda request: httpx2.Response(200, content=body, headers=headers))
@@ -150,6 +165,10 @@ def transport(body: bytes) -> httpx2.MockTransport:
 def sdk_stream(name: str, body: bytes) -> Any:
     """The SDK's own stream over the mock transport (a fresh request each time)."""
     http = httpx2.Client(transport=transport(body))
+    if name == "gemini":
+        options = types.HttpOptions(base_url="http://mock", httpx_client=http)
+        gemini = genai.Client(api_key="k", http_options=options)
+        return gemini.models.generate_content_stream(model="m", contents="go")
     if name == "anthropic":
         client: Any = anthropic.Anthropic(api_key="k", http_client=http)
         return client.messages.create(
@@ -194,6 +213,7 @@ ADAPTERS: dict[str, tuple[Callable[[], bytes], Any, Any]] = {
     "chat": (chat_events, chat_stream, achat_stream),
     "responses": (responses_events, responses_stream, aresponses_stream),
     "anthropic": (messages_events, messages_stream, amessages_stream),
+    "gemini": (gemini_events, generate_stream, agenerate_stream),
 }
 
 

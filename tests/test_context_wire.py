@@ -17,6 +17,7 @@ from agentloop import Loop, Tool, ToolRegistry
 from agentloop.context import keep_last, summarise
 from agentloop.providers.anthropic import anthropic_messages
 
+from . import test_providers_gemini as gem
 from .test_providers_anthropic import MODEL, answered_first, message
 from .test_providers_anthropic import client as anthropic_client
 from .test_providers_openai import CHAT, RESPONSES, Api, answered_before_next_turn
@@ -74,6 +75,16 @@ def anthropic_answers() -> list[tuple[int, Message]]:
     return [(200, message(calls=[call])) for call in calls] + [(200, message(text="done"))]
 
 
+def gemini_answers() -> list[tuple[int, Message]]:
+    calls = [
+        gem.response(
+            gem.function_call("echo", {"x": "z" * 200}, signature="c2ln"), response_id=f"r{i}"
+        )
+        for i in range(TURNS)
+    ]
+    return [(200, call) for call in calls] + [(200, gem.response(gem.text("done")))]
+
+
 def summary_of(history: list[Message]) -> Message:
     """A summariser of our own: the folded turns, counted."""
     return {"kind": "final", "text": f"{history[1]['text'].count(chr(10))} messages folded"}
@@ -111,6 +122,26 @@ async def test_anthropic_never_gets_an_orphaned_call_or_result(flavour: str, pol
     wire = Refusing(anthropic_answers(), check=lambda body: answered_first(body["messages"]))
     model = anthropic_messages(anthropic_client(wire, flavour, 0), MODEL)
     loop = Loop(model, tools=[echo], context=POLICIES[policy](), max_steps=40)
+    result = await run(loop, flavour, "Echo, many times.")
+    assert result.status == "finished", result.error
+    assert wire.refused == []
+    assert any(len(e.context.kept) > 1 for e in result.events if e.context is not None)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("flavour", FLAVOURS)
+async def test_gemini_never_gets_an_orphaned_call_or_result(flavour: str, policy: str) -> None:
+    """generateContent: every request of a long run is accepted whole, each model turn's calls
+    answered by as many function responses, each step's first call signed."""
+
+    def check(body: Message) -> None:
+        gem.answered_next(body["contents"])
+        gem.signed(body["contents"])
+
+    wire = Refusing(gemini_answers(), check=check)
+    loop = Loop(
+        gem.model_for(flavour, wire), tools=[echo], context=POLICIES[policy](), max_steps=40
+    )
     result = await run(loop, flavour, "Echo, many times.")
     assert result.status == "finished", result.error
     assert wire.refused == []

@@ -23,6 +23,7 @@ import openai
 import pydantic
 import pytest
 from anthropic.types import message_create_params
+from google.genai import errors as genai_errors
 from openai.types.chat import completion_create_params
 from openai.types.responses import response_create_params
 
@@ -30,9 +31,11 @@ from agentloop import CancelToken, Loop, ToolRegistry, Transition
 from agentloop.models import RetryPolicy, transient
 from agentloop.providers import IncompleteReply, UnreadableResponse
 from agentloop.providers.anthropic import anthropic_messages
+from agentloop.providers.google import gemini_generate_content
 from agentloop.providers.openai import openai_chat, openai_responses
 from agentloop.streaming import ArgumentsDelta, Discard, TextDelta, ToolCallStart, UsageDelta
 
+from . import test_providers_gemini as gem
 from .helpers import add, mul
 from .test_providers_anthropic import message
 from .test_providers_openai import HTML, completion, response
@@ -159,6 +162,50 @@ def messages_events(body: Message) -> list[tuple[str | None, Any]]:
     return events
 
 
+def gemini_events(body: Message) -> list[tuple[str | None, Any]]:
+    """A generateContent response as streamGenerateContent's chunks: each text part in
+    pieces, each call whole in a chunk of its own, usage a running total on every chunk (the
+    last one's is the response's), the finish reason on the last."""
+    if "candidates" not in body:  # a blocked prompt: one chunk says so
+        return [(None, body)]
+    candidate = body["candidates"][0]
+    base = {key: value for key, value in body.items() if key not in ("candidates", "usageMetadata")}
+    used = body.get("usageMetadata")
+    chunks: list[Message] = []
+
+    def chunk(parts: list[Message]) -> None:
+        chunks.append(
+            {**base, "candidates": [{"index": 0, "content": {"role": "model", "parts": parts}}]}
+        )
+
+    for part in candidate.get("content", {}).get("parts", ()):
+        if "text" in part:
+            said = pieces(part["text"]) or [""]
+            for piece in said[:-1]:
+                chunk([{**part, "text": piece, "thoughtSignature": None}])
+            chunk([{**part, "text": said[-1]}])  # a signature comes with the last piece
+        else:
+            chunk([part])
+    last = {key: value for key, value in candidate.items() if key != "content"}
+    chunks.append({**base, "candidates": [last]})
+    for number, each in enumerate(chunks, start=1):
+        if used is not None:  # the output so far; the prompt's counts from the first chunk on
+            share = {
+                **used,
+                "candidatesTokenCount": used["candidatesTokenCount"] * number // len(chunks),
+            }
+            each["usageMetadata"] = share
+        for part in each["candidates"][0].get("content", {}).get("parts", ()):
+            if part.get("thoughtSignature", "") is None:
+                del part["thoughtSignature"]
+    return [(None, each) for each in chunks]
+
+
+def _gemini_conforms(body: Message) -> None:
+    gem.conforms(body)
+    gem.answered_next(body["contents"])
+
+
 @attrs.frozen
 class Api:
     """One provider API, as these tests use it."""
@@ -166,7 +213,7 @@ class Api:
     name: str
     adapter: Callable[..., Any]
     events: Callable[[Message], list[tuple[str | None, Any]]]
-    params: pydantic.TypeAdapter[Any]
+    conforms: Callable[[Message], None]  # a request body is one the API takes
     cases: dict[str, Message]  # a case's name: the canned body
 
     def __str__(self) -> str:
@@ -174,6 +221,8 @@ class Api:
 
     def client(self, wire: Wire, flavour: str) -> Any:
         """The SDK's own client, talking to ``wire``, with no retries."""
+        if self.name == "gemini":
+            return gem.client(wire, flavour)
         http = wire.sync_client() if flavour == "sync" else wire.async_client()
         if self.name == "anthropic":
             kind: Any = anthropic.Anthropic if flavour == "sync" else anthropic.AsyncAnthropic
@@ -202,26 +251,32 @@ def _openai_cases(answer: Callable[..., Message], cut_off: str) -> dict[str, Mes
     }
 
 
+def _conforms_to(params: Any) -> Callable[[Message], None]:
+    """A request body is valid as the SDK's own request params (``wire.conforms``)."""
+    adapter = pydantic.TypeAdapter(params)
+    return lambda body: conforms(body, adapter)
+
+
 APIS = [
     Api(
         "chat",
         openai_chat,
         chat_events,
-        pydantic.TypeAdapter(completion_create_params.CompletionCreateParamsStreaming),
+        _conforms_to(completion_create_params.CompletionCreateParamsStreaming),
         _openai_cases(completion, "length"),
     ),
     Api(
         "responses",
         openai_responses,
         responses_events,
-        pydantic.TypeAdapter(response_create_params.ResponseCreateParamsStreaming),
+        _conforms_to(response_create_params.ResponseCreateParamsStreaming),
         _openai_cases(response, "max_output_tokens"),
     ),
     Api(
         "anthropic",
         anthropic_messages,
         messages_events,
-        pydantic.TypeAdapter(message_create_params.MessageCreateParamsStreaming),
+        _conforms_to(message_create_params.MessageCreateParamsStreaming),
         {
             "one call": message(calls=[("toolu_1", "add", {"a": 2, "b": 3})]),
             "parallel calls": message(
@@ -238,6 +293,31 @@ APIS = [
                     {"type": "thinking", "thinking": "Hm.", "signature": "c2ln"},
                     {"type": "text", "text": "5"},
                 ]
+            ),
+        },
+    ),
+    Api(
+        "gemini",
+        gemini_generate_content,
+        gemini_events,
+        _gemini_conforms,
+        {
+            "one call": gem.response(gem.function_call("add", {"a": 2, "b": 3}, signature="c2ln")),
+            "parallel calls": gem.response(
+                gem.function_call("add", {"a": 2, "b": 3}, signature="c2ln"),
+                gem.function_call("mul", {}, call_id="fc-2"),
+            ),
+            "text beside a call": gem.response(
+                gem.text("Adding first."), gem.function_call("add", {})
+            ),
+            "a final": gem.response(gem.text("2+3 is 5, and 2*3 is 6.")),
+            "no usage": gem.response(gem.text("5"), usage=False),
+            "cut off": gem.response(gem.text("5 and"), finish="MAX_TOKENS"),
+            "safety": gem.response(finish="SAFETY", content=False),
+            "blocked": {"promptFeedback": {"blockReason": "SAFETY"}, "responseId": "r"},
+            "empty": gem.response(),
+            "thought first": gem.response(
+                {"text": "Hm.", "thought": True}, {"text": "5", "thoughtSignature": "c2ln"}
             ),
         },
     ),
@@ -291,10 +371,14 @@ async def test_the_streamed_reply_is_the_unstreamed_one(api: Api, case: str, fla
 
     assert await outcome(streaming) == await outcome(unstreamed)
     (request,) = streamed.requests
-    assert request["stream"] is True
+    if api.name == "gemini":  # the streaming method is its own: streamGenerateContent?alt=sse
+        assert streamed.paths == ["/v1/models/m-1:streamGenerateContent"]
+        assert [r.url.query for r in streamed.sent] == [b"alt=sse"]
+    else:
+        assert request["stream"] is True
     if api.name == "chat":
         assert request["stream_options"] == {"include_usage": True}
-    conforms(request, api.params)
+    api.conforms(request)
 
 
 @pytest.mark.parametrize("api", APIS, ids=str)
@@ -352,8 +436,13 @@ NOT_A_STREAM = [
 ]
 
 
+#: The APIs whose SDK hands over its stream with its HTTP response (Gemini's hides it: its own
+#: tests check what its first chunk's content type says).
+SSE_STREAMS = [api for api in APIS if api.name != "gemini"]
+
+
 @pytest.mark.parametrize(("page", "kind", "said"), NOT_A_STREAM)
-@pytest.mark.parametrize("api", APIS, ids=str)
+@pytest.mark.parametrize("api", SSE_STREAMS, ids=str)
 async def test_a_response_that_is_not_an_event_stream_fails_the_run_saying_so(
     api: Api, flavour: str, page: bytes, kind: str | None, said: str
 ) -> None:
@@ -422,7 +511,8 @@ async def _read_last(model: Any) -> Any:
 async def test_an_error_event_mid_stream_is_a_failed_call(api: Api, flavour: str) -> None:
     """An error event after some deltas raises what the adapter's docstring says: OpenAI's,
     ``IncompleteReply`` (whether the SDK raised its own error for it or handed the event
-    on); Anthropic's, the SDK's ``APIStatusError``."""
+    on); Anthropic's, the SDK's ``APIStatusError``; Gemini's error chunk, the SDK's
+    ``ServerError`` for its 503, as for a 503 before the stream began."""
     events = api.events(api.cases["a final"])[:4]
     if api.name == "chat":
         error: tuple[str | None, Any] = (
@@ -440,6 +530,8 @@ async def test_an_error_event_mid_stream_is_a_failed_call(api: Api, flavour: str
                 "sequence_number": 99,
             },
         )
+    elif api.name == "gemini":  # an error chunk, as Google's servers send one mid-stream
+        error = (None, {"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}})
     else:
         error = (
             "error",
@@ -448,7 +540,8 @@ async def test_an_error_event_mid_stream_is_a_failed_call(api: Api, flavour: str
     body = Streamed(sse([*events, error]))
     got = await outcome(lambda: _read_last(api.model(Wire([(200, body)]), flavour, stream=True)))
     assert isinstance(got, tuple)
-    assert got[0] == ("APIStatusError" if api.name == "anthropic" else "IncompleteReply")
+    raised = {"anthropic": "APIStatusError", "gemini": "ServerError"}
+    assert got[0] == raised.get(api.name, "IncompleteReply")
     assert "overloaded" in got[1]
     assert body.closed_at is not None
 
@@ -547,17 +640,37 @@ def test_the_sync_driver_closes_the_http_stream_at_the_next_chunk(api: Api) -> N
     assert result.events[-1].partial_text == pieces("2+3 is 5, and 2*3 is 6.")[0]
 
 
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_a_stream_closed_between_chunks_closes_its_response_at_once(
+    api: Api, flavour: str
+) -> None:
+    """``close()`` (``aclose()``) after a delta, with no read waiting, closes the response then:
+    the server stops streaming."""
+    events = api.events(api.cases["a final"])
+    body = Streamed(sse(events), stall=len(sse(events[: len(events) // 2])))  # text, then waits
+    stream = await answer(api.model(Wire([(200, body)]), flavour, stream=True))
+    if flavour == "sync":
+        next(stream)
+        stream.close()
+    else:
+        await stream.__anext__()
+        await stream.aclose()
+    assert body.closed_at is not None
+
+
 # -- an output whose schema's root is not an object ---------------------------------------------
 
 _FINALS: dict[str, Callable[..., Message]] = {
     "chat": completion,
     "responses": response,
     "anthropic": message,
+    "gemini": lambda text: gem.response(gem.text(text)),
 }
 _ASKED: dict[str, Callable[[Message], Message]] = {
     "chat": lambda request: request["response_format"]["json_schema"]["schema"],
     "responses": lambda request: request["text"]["format"]["schema"],
     "anthropic": lambda request: request["output_config"]["format"]["schema"],
+    "gemini": lambda request: request["generationConfig"]["responseJsonSchema"],
 }
 
 
@@ -582,7 +695,7 @@ async def test_an_output_not_rooted_in_an_object_is_asked_for_wrapped(
         "additionalProperties": False,
     }
     if stream:
-        conforms(request, api.params)
+        api.conforms(request)
 
 
 def test_a_wrapped_output_in_a_markdown_fence_is_taken_out_too() -> None:
@@ -625,11 +738,18 @@ def _messages_error(kind: str) -> tuple[str | None, Any]:
     return "error", {"type": "error", "error": {"type": kind, "message": "overloaded"}}
 
 
+def _gemini_error(kind: str) -> tuple[str | None, Any]:
+    """Gemini's error chunk: Google's error JSON, whose code is an HTTP status."""
+    code, status = {"server_error": (503, "UNAVAILABLE")}.get(kind, (400, "INVALID_ARGUMENT"))
+    return None, {"error": {"code": code, "message": "overloaded", "status": status}}
+
+
 #: Each API's error event mid-stream, of an error type or code.
 ERROR_EVENTS: dict[str, Callable[[str], tuple[str | None, Any]]] = {
     "chat": _chat_error,
     "responses": _responses_error,
     "anthropic": _messages_error,
+    "gemini": _gemini_error,
 }
 
 
@@ -669,7 +789,8 @@ async def test_a_stream_broken_mid_reply_is_retried(api: Api, flavour: str, how:
 @pytest.mark.parametrize("api", APIS, ids=str)
 async def test_an_error_event_that_will_not_pass_fails_the_run(api: Api, flavour: str) -> None:
     """An error event of any other type fails the run, not retried: OpenAI's as an
-    IncompleteReply naming its code and message, Anthropic's as the SDK's error."""
+    IncompleteReply naming its code and message, Anthropic's as the SDK's error, Gemini's
+    (a 400 chunk) as the SDK's ClientError with that code."""
     events = api.events(api.cases["a final"])[:4]
     body = Streamed(sse([*events, ERROR_EVENTS[api.name]("invalid_request_error")]))
     wire = Wire([(200, body)])
@@ -681,6 +802,9 @@ async def test_an_error_event_that_will_not_pass_fails_the_run(api: Api, flavour
     assert transient(failure) is None
     if api.name == "anthropic":
         assert isinstance(failure, anthropic.APIStatusError)
+    elif api.name == "gemini":
+        assert isinstance(failure, genai_errors.ClientError)
+        assert failure.code == 400
     else:
         assert isinstance(failure, IncompleteReply)
         assert result.error == (
@@ -694,7 +818,8 @@ async def test_an_error_event_that_will_not_pass_fails_the_run(api: Api, flavour
 
 def quiet(api: Api, n: int) -> list[tuple[str | None, Any]]:
     """A final's events with ``n`` events that carry no delta early on: a chat's empty chunks,
-    a Responses reasoning summary, a Messages thinking block's deltas."""
+    a Responses reasoning summary, a Messages thinking block's deltas, Gemini's thought
+    summaries."""
     events = api.events(api.cases["a final"])
     if api.name == "chat":
         silent = [events[0]] * n  # the opening chunk: a role and no content
@@ -712,6 +837,10 @@ def quiet(api: Api, n: int) -> list[tuple[str | None, Any]]:
             )
             for i in range(n)
         ]
+    elif api.name == "gemini":  # its first chunk already has text: the thoughts come before
+        thought = {"role": "model", "parts": [{"text": "Hm. ", "thought": True}]}
+        first = {**events[0][1], "candidates": [{"index": 0, "content": thought}]}
+        return [(None, first)] * n + events
     else:
         delta = {"type": "thinking_delta", "thinking": "Hm. "}
         silent = [

@@ -2,8 +2,9 @@
 
 Each API is asked for structured output natively (Chat Completions'
 ``response_format``, Responses' ``text.format``, Anthropic's
-``output_config``, or its final-answer tool on an SDK without it), and sends
-``tool_choice`` none in the wrap-up step; an invalid then a valid final runs
+``output_config``, or its final-answer tool on an SDK without it, Gemini's
+``responseJsonSchema``), and sends ``tool_choice`` none in the wrap-up step
+(Gemini: function calling mode ``NONE``); an invalid then a valid final runs
 through the loop.
 """
 
@@ -22,6 +23,7 @@ from agentloop import Loop, ToolRegistry
 from agentloop.providers import anthropic as anthropic_adapter
 
 from . import test_providers_anthropic as anth
+from . import test_providers_gemini as gem
 from . import test_providers_openai as oai
 from .helpers import add
 from .wire import FLAVOURS, Wire, conforms, run
@@ -171,3 +173,43 @@ async def test_anthropic_wrap_up_sends_tool_choice_none(flavour: str) -> None:
     assert "tool_choice" not in first
     assert last["tool_choice"] == {"type": "none"}
     conforms(last, MESSAGES_PARAMS)
+
+
+async def test_gemini_asks_for_a_response_schema_and_an_invalid_final_goes_back(
+    flavour: str,
+) -> None:
+    """responseMimeType application/json and the schema as JSON Schema on every request; the
+    invalid final is retried, the valid one is a Sum."""
+    wire = Wire(
+        [
+            (200, gem.response(gem.text(BAD))),
+            (200, gem.response(gem.text(GOOD), response_id="resp-2")),
+        ]
+    )
+    loop = Loop(gem.model_for(flavour, wire), output=Sum)
+    result = await run(loop, flavour, "2+3?")
+    assert (result.status, result.output, result.steps) == ("finished", Sum(5, "added"), 2)
+    for body in gem.sent(wire):
+        asked = body["generationConfig"]
+        assert asked["responseMimeType"] == "application/json"
+        assert without_defs(asked["responseJsonSchema"]) == SCHEMA
+    told = wire.requests[1]["contents"][-1]
+    assert told["role"] == "user"
+    assert "does not match the output schema" in told["parts"][0]["text"]
+
+
+async def test_gemini_wrap_up_sends_function_calling_mode_none(flavour: str) -> None:
+    """The wrap-up request sets functionCallingConfig mode NONE, the tools still declared."""
+    wire = Wire(
+        [
+            (200, gem.response(gem.function_call("add", {"a": 2, "b": 3}, signature="c2ln"))),
+            (200, gem.response(gem.text("5."), response_id="resp-2")),
+        ]
+    )
+    registry = look_registry()
+    loop = Loop(gem.model_for(flavour, wire), tools=registry, max_steps=1, on_exhausted="answer")
+    result = await run(loop, flavour, "2+3?")
+    assert (result.status, result.reason) == ("finished", "max_steps")
+    first, last = gem.sent(wire, registry)
+    assert "toolConfig" not in first
+    assert last["toolConfig"] == {"functionCallingConfig": {"mode": "NONE"}}

@@ -14,12 +14,17 @@ import anthropic
 import httpx2
 import openai
 import pytest
+from google import genai
+from google.genai import types
 
-from agentloop import CancelToken, Loop
+from agentloop import CancelToken, Loop, ToolRegistry
 from agentloop.models import RetryPolicy, asleep, fallback, sleep, transient
 from agentloop.providers.anthropic import anthropic_messages
+from agentloop.providers.google import gemini_generate_content
 
-from .test_providers_anthropic import MODEL
+from . import test_providers_gemini as gem
+from .helpers import add
+from .test_providers_anthropic import MODEL, answered_first
 from .test_providers_anthropic import client as anthropic_client
 from .test_providers_anthropic import message as anthropic_answer
 from .test_providers_openai import CHAT, ERROR, RESPONSES, Api
@@ -187,6 +192,57 @@ def test_the_sdks_errors_are_classified_by_their_own_types(api: Api) -> None:
             assert transient(caught.value).kind == kind  # type: ignore[union-attr]
 
 
+def test_gemini_is_retried_by_default() -> None:
+    """Loop(gemini_generate_content(...)) gets RetryPolicy(), as the other adapters do."""
+    assert Loop(gem.model_for("sync", Wire([]))).retry == RetryPolicy()
+
+
+async def test_a_gemini_primary_that_fails_mid_run_hands_its_calls_to_another_provider(
+    flavour: str,
+) -> None:
+    """Gemini calls, then 503s past its attempts: the Anthropic fallback is given the history,
+    the made ids as they are (within what Anthropic takes), the thought signature left out."""
+    primary = Wire(
+        [
+            (200, gem.response(gem.function_call("add", {"a": 2, "b": 3}, signature="c2ln"))),
+            (503, gem.error(503, "UNAVAILABLE", "overloaded")),
+            (503, gem.error(503, "UNAVAILABLE", "overloaded")),
+        ]
+    )
+    secondary = Wire([(200, anthropic_answer(text="5"))])
+    chain = fallback(
+        gem.model_for(flavour, primary),
+        anthropic_messages(anthropic_client(secondary, flavour, max_retries=0), MODEL),
+    )
+    policy = RetryPolicy(attempts=2, sleep=Sleeps(), random=random.Random(1).random)
+    result = await run(Loop(chain, tools=ToolRegistry([add]), retry=policy), flavour, "2+3?")
+    assert (result.status, result.output) == ("finished", "5")
+    assert [(e.guard, e.model) for e in result.events if e.model][-3:] == [
+        ("retry_planned", gem.MODEL),
+        ("fallback_left", gem.MODEL),
+        (None, MODEL),
+    ]
+    (body,) = secondary.requests
+    answered_first(body["messages"])
+    called = body["messages"][1]["content"][0]
+    assert called == {
+        "type": "tool_use",
+        "id": "gemini_resp-1_0",
+        "name": "add",
+        "input": {"a": 2, "b": 3},
+    }
+
+
+async def test_a_gemini_bad_key_moves_to_the_fallback_at_once(flavour: str) -> None:
+    """A 400 (Gemini's answer to a bad key) is no passing error: the next model is asked."""
+    primary = Wire([(400, gem.BAD_KEY)])
+    secondary = Wire([(200, gem.response(gem.text("ok")))])
+    chain = fallback(gem.model_for(flavour, primary), gem.model_for(flavour, secondary))
+    result = await run(Loop(chain, retry=RetryPolicy(sleep=Sleeps())), flavour, "hi")
+    assert [e.guard for e in result.events][:1] == ["fallback_left"]
+    assert (result.output, result.steps, len(primary.requests)) == ("ok", 2, 1)
+
+
 # -- one layer retries: the Loop's policy, or (retry=None) the SDK's ---------------------------
 
 PROVIDERS = ["openai_chat", "openai_responses", "anthropic", "anthropic streaming"]
@@ -272,3 +328,64 @@ async def test_sdk_retries_asked_for_beside_the_loop_s_are_refused(
         Loop(model)
     result = await run(Loop(model, retry=None), flavour, "hi")
     assert (result.status, result.steps, len(wire.requests)) == ("failed", 1, 6)
+
+
+def gemini_unavailable(count: int) -> Wire:
+    return Wire([(503, gem.error(503, "UNAVAILABLE", "overloaded"))] * count)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_when_the_loop_retries_gemini_s_sdk_does_not(
+    flavour: str, stream: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """google-genai retries nothing by default; under a Loop that retries, the adapter asks it
+    for one attempt a request all the same (which also keeps its aiohttp transport from
+    retrying a lost connection): 3 attempts, 3 requests, each a step. With retry=None it
+    sends the requests as configured."""
+    asked: list[Any] = []
+    client = gem.client(gemini_unavailable(4), flavour)
+    method = "generate_content_stream" if stream else "generate_content"
+    create = getattr(client.models, method)
+
+    def spying(**request: Any) -> Any:
+        asked.append(request["config"].get("http_options"))
+        return create(**request)
+
+    async def aspying(**request: Any) -> Any:
+        asked.append(request["config"].get("http_options"))
+        return await create(**request)
+
+    monkeypatch.setattr(client.models, method, spying if flavour == "sync" else aspying)
+    model = gemini_generate_content(client, gem.MODEL, stream=stream)  # type: ignore[call-overload]
+    result = await run(Loop(model, retry=RetryPolicy(sleep=Sleeps())), flavour, "hi")
+    assert (result.status, result.steps) == ("failed", 3)
+    assert asked == [{"retry_options": {"attempts": 1}}] * 3
+    alone = await run(Loop(model, retry=None), flavour, "hi")
+    assert (alone.status, alone.steps, asked[3:]) == ("failed", 1, [None])
+
+
+async def test_gemini_sdk_retries_asked_for_beside_the_loop_s_are_refused(flavour: str) -> None:
+    """A client made with retry_options (or a config with them) asked for retries a Loop that
+    retries would never make: the Loop is refused, saying what to do. With retry=None they
+    are the one layer: one step, 3 HTTP requests. Other per-request options stay."""
+    retries = types.HttpRetryOptions(attempts=3, initial_delay=0, max_delay=0, jitter=0)
+    wire = gemini_unavailable(3)
+    options = gem.http_options(wire)
+    options.retry_options = retries
+    made = genai.Client(api_key="AIza-test", http_options=options)
+    model = gemini_generate_content(made if flavour == "sync" else made.aio, gem.MODEL)
+    said = (
+        r"^gemini_generate_content\(\): the client's retry_options would never be used: this "
+        r"Loop retries \(retry=\), .* give the Loop retry=None to let the SDK retry instead$"
+    )
+    with pytest.raises(ValueError, match=said):
+        Loop(model)
+    result = await run(Loop(model, retry=None), flavour, "hi")
+    assert (result.status, result.steps, len(wire.requests)) == ("failed", 1, 3)
+    per_request = gem.model_for(flavour, Wire([]), http_options={"retry_options": retries})
+    with pytest.raises(ValueError, match=r"^gemini_generate_content\(\): config's retry_options"):
+        Loop(per_request)
+    timed = Wire([(200, gem.response(gem.text("ok")))])
+    kept = gem.model_for(flavour, timed, http_options={"headers": {"x-trace": "t-1"}})
+    assert (await run(Loop(kept), flavour, "hi")).output == "ok"
+    assert timed.sent[0].headers["x-trace"] == "t-1"

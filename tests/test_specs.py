@@ -1,4 +1,5 @@
-"""Provider-ready tool specs, checked against the openai and anthropic SDKs' own types (offline)."""
+"""Provider-ready tool specs, checked against the openai, anthropic and google-genai SDKs' own
+types (offline)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Annotated, Any
 
 import anthropic.types
 import attrs
+import google.genai.types
 import jsonschema
 import openai.types.chat
 import openai.types.responses
@@ -108,6 +110,22 @@ def test_anthropic_messages() -> None:
     }
 
 
+def test_gemini() -> None:
+    """'gemini' gives function_declarations entries: a FunctionDeclaration whose parameters are
+    the JSON Schema as it is (parameters_json_schema), and a Tool holds them."""
+    specs = registry().specs("gemini")
+    for spec in specs:
+        declared = google.genai.types.FunctionDeclaration.model_validate(spec, strict=True)
+        assert declared.model_dump(exclude_none=True) == spec
+    assert specs[0] == {
+        "name": "weather",
+        "description": "Today's weather, or a forecast.",
+        "parameters_json_schema": Tool(weather).parameters,
+    }
+    assert "description" not in specs[1]
+    google.genai.types.Tool.model_validate({"function_declarations": specs}, strict=True)
+
+
 def test_plain_json_schema() -> None:
     """'json-schema' (the default) gives name, description and parameters, nothing else."""
     specs = registry().specs()
@@ -176,9 +194,21 @@ def test_provider_formats_check_tool_names(format: SpecFormat) -> None:
     assert tools.specs("json-schema")[0]["name"] == "ping me"  # no provider, no rule
 
 
+def test_gemini_names_start_with_a_letter_and_may_hold_dots_and_colons() -> None:
+    """Gemini's rule is its own: a letter or an underscore first, then dots and colons too,
+    up to 128 characters."""
+    names = ["mcp:files.read", "_private", "a" * 128]
+    assert [s["name"] for s in ToolRegistry([Tool(ping, name=n) for n in names]).specs("gemini")]
+    for refused in ["1st", "ping me", "a" * 129]:
+        with pytest.raises(ValueError, match=rf"^tool '{refused}': Gemini refuses it as a tool"):
+            ToolRegistry([Tool(ping, name=refused)]).specs("gemini")
+    with pytest.raises(ValueError, match=r"OpenAI refuses it as a tool name"):
+        ToolRegistry([Tool(ping, name="mcp:files.read")]).specs("openai")
+
+
 def test_unknown_format() -> None:
     """An unknown format names the ones there are."""
     with pytest.raises(
-        ValueError, match=r"expected format to be one of \['anthropic', 'json-schema'"
+        ValueError, match=r"expected format to be one of \['anthropic', 'gemini', 'json-schema'"
     ):
-        registry().specs("gemini")  # type: ignore[arg-type]
+        registry().specs("gemini-1")  # type: ignore[arg-type]

@@ -406,7 +406,8 @@ class ToolRegistry:
 
         ``'openai'``: Chat Completions ``tools`` entries; ``'openai-responses'``:
         Responses-API function tools; ``'anthropic'``: Messages API ``tools``
-        entries; ``'json-schema'``: ``{'name', 'description', 'parameters'}``.
+        entries; ``'gemini'``: Gemini ``function_declarations`` entries;
+        ``'json-schema'``: ``{'name', 'description', 'parameters'}``.
         The OpenAI formats say ``strict: false``: derived schemas have optional
         parameters, which strict mode forbids, and the registry validates anyway.
         """

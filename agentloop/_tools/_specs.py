@@ -1,4 +1,4 @@
-"""Tools described for a provider request: OpenAI (two APIs), Anthropic, or plain JSON Schema.
+"""Tools described for a provider request: OpenAI (two APIs), Anthropic, Gemini, or JSON Schema.
 
 The OpenAI formats say ``strict: false``: derived schemas have optional
 parameters and defaults, which strict mode forbids, and the registry validates
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PROVIDER_NAMES", "NameRule", "SpecFormat", "build_specs"]
 
-SpecFormat = Literal["openai", "openai-responses", "anthropic", "json-schema"]
+SpecFormat = Literal["openai", "openai-responses", "anthropic", "gemini", "json-schema"]
 
 
 def _compiled(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
@@ -63,6 +63,13 @@ PROVIDER_NAMES: Final[dict[str, NameRule]] = {
     "openai": _OPENAI,
     "openai-responses": _OPENAI,
     "anthropic": NameRule("Anthropic", _RULE, _WORDS),
+    # Gemini: "Must start with a letter or an underscore. Must be a-z, A-Z, 0-9, or contain
+    # underscores, dots, colons and dashes, with a maximum length of 128" (FunctionDeclaration).
+    "gemini": NameRule(
+        "Gemini",
+        r"[A-Za-z_][A-Za-z0-9_.:-]{0,127}",
+        "a letter or '_' first, then letters, digits, '_', '.', ':' and '-', 1 to 128 of them",
+    ),
 }
 
 
@@ -93,6 +100,11 @@ _BUILDERS: Final[dict[str, Callable[[str, str, dict[str, Any]], dict[str, Any]]]
     "anthropic": lambda name, description, schema: {
         **_described({"name": name}, description),
         "input_schema": schema,
+    },
+    # JSON Schema as it is: Gemini's OpenAPI-subset `parameters` refuses additionalProperties.
+    "gemini": lambda name, description, schema: {
+        **_described({"name": name}, description),
+        "parameters_json_schema": schema,
     },
 }
 

@@ -4,6 +4,8 @@
   ``openai_responses`` (the Responses API); needs the ``openai`` extra.
 - ``agentloop.providers.anthropic``: ``anthropic_messages`` (the Messages API);
   needs the ``anthropic`` extra.
+- ``agentloop.providers.google``: ``gemini_generate_content`` (Gemini's
+  ``generateContent``, through google-genai); needs the ``google`` extra.
 
 Each takes a client, a model name and request parameters, and returns the
 model callback for ``Loop``: a plain function for a sync client, an

@@ -45,6 +45,7 @@ __all__ = [
     "result_parts",
     "result_text",
     "strict_schema",
+    "turn_start",
     "unknown_kind",
     "usage",
     "without_retries",
@@ -99,6 +100,15 @@ def unknown_kind(index: int, kind: object) -> ValueError:
     return ValueError(
         f"history[{index}]: expected kind to be one of {', '.join(KINDS)}; got {kind!r}"
     )
+
+
+def turn_start(history: list[Message]) -> int:
+    """Where the current turn starts: the last user message (-1 for none).
+
+    Gemini 3 checks the thought signatures of the calls after it, the steps
+    of the current turn, and refuses a step whose first call has none.
+    """
+    return max((i for i, m in enumerate(history) if m.get("kind") == "user"), default=-1)
 
 
 def assistant_turn(message: Message) -> tuple[str, list[Message]]:
@@ -332,6 +342,7 @@ def make_model(
     sent: dict[str, Any] | None = None,
     names: NameRule | None = None,
     retries_off: Callable[[], Callable[..., Any]] | None = None,
+    errors: Callable[[Exception], Exception | None] | None = None,
 ) -> SyncModel | AsyncModel:
     """The model callback: ``parse(create(**request(history, tools)))``, awaited if async.
 
@@ -341,7 +352,9 @@ def make_model(
     provider's request entries. The SDKs wrap their async methods in plain
     decorators, hence ``unwrap``. An error the ``sdk`` raises is marked with
     its kind when it may pass (``classify``), for the Loop's retry policy,
-    which is on by default for these models (``agentloop_retry``); ``name``
+    which is on by default for these models (``agentloop_retry``); ``errors``
+    marks them instead, for an SDK whose errors are named otherwise, and may
+    give an error to raise in their place (``UnreadableResponse``). ``name``
     is what fallback models' events call it. ``sent`` goes with every request
     as it is (``stream=True``, for a streaming model).
 
@@ -355,6 +368,7 @@ def make_model(
     """
     entries = request_entries(format, options)
     sent = sent or {}
+    marked = errors or (lambda exc: classify(exc, sdk))  # None: the error as it is
     # Unstreamed, the SDK's raw response is read: a body that is not JSON is said so.
     raw = None if sent else raw_create(create)
     made: Any
@@ -375,8 +389,10 @@ def make_model(
                 else:
                     response = await aparsed(await raw(**body))
             except Exception as exc:
-                classify(exc, sdk)
-                raise
+                instead = marked(exc)
+                if instead is None:
+                    raise
+                raise instead from exc
             return unwrapping(parse(response)) if wrapped else parse(response)
 
         made = amodel
@@ -394,8 +410,10 @@ def make_model(
             try:
                 response = create(**body, **sent) if raw is None else parsed(raw(**body))
             except Exception as exc:
-                classify(exc, sdk)
-                raise
+                instead = marked(exc)
+                if instead is None:
+                    raise
+                raise instead from exc
             return unwrapping(parse(response)) if wrapped else parse(response)
 
         made = model
@@ -413,6 +431,7 @@ def make_model(
             name=name,
             sent=sent,
             names=names,
+            errors=errors,
         )
     return made  # type: ignore[no-any-return]
 

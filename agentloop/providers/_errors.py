@@ -32,6 +32,7 @@ __all__ = [
     "raw_create",
     "retry_after",
     "stream_error_kind",
+    "unreadable",
     "unstreamed",
 ]
 
@@ -175,7 +176,10 @@ def _unreadable(response: Any) -> UnreadableResponse | None:
     try:
         orjson.loads(http.content)
     except orjson.JSONDecodeError:
-        return _quoting(http, http.content, "JSON")
+        text = http.content.decode("utf-8", "replace")
+        return unreadable(
+            http.status_code, text, str(http.request.url), http.headers.get("content-type")
+        )
     return None
 
 
@@ -195,7 +199,7 @@ def unstreamed(events: Any) -> UnreadableResponse | None:
         head += chunk
         if len(head) >= _HEAD:
             break
-    return _quoting(http, head, "an event stream")
+    return _unstreamed(http, head)
 
 
 async def aunstreamed(events: Any) -> UnreadableResponse | None:
@@ -209,7 +213,7 @@ async def aunstreamed(events: Any) -> UnreadableResponse | None:
             head += chunk
             if len(head) >= _HEAD:
                 break
-    return _quoting(http, head, "an event stream")
+    return _unstreamed(http, head)
 
 
 def _not_a_stream(events: Any) -> Any:
@@ -221,12 +225,15 @@ def _not_a_stream(events: Any) -> Any:
     return None if kind.partition(";")[0].strip().lower() in _STREAMS else http
 
 
-def _quoting(http: Any, body: bytes, expected: str) -> UnreadableResponse:
-    """The error for ``http``, whose ``body`` is not ``expected``: its start quoted."""
-    return UnreadableResponse(
-        http.status_code,
-        body.decode("utf-8", "replace")[:_QUOTED],
-        str(http.request.url),
-        http.headers.get("content-type"),
-        expected=expected,
-    )
+def _unstreamed(http: Any, head: bytes) -> UnreadableResponse:
+    """The error for ``http``, whose body (``head`` its start) is not an event stream."""
+    text = head.decode("utf-8", "replace")
+    kind = http.headers.get("content-type")
+    return unreadable(http.status_code, text, str(http.request.url), kind, "an event stream")
+
+
+def unreadable(
+    status: int, text: str, url: str, content_type: str | None, expected: str = "JSON"
+) -> UnreadableResponse:
+    """The error for a body that is not ``expected`` (JSON, or an event stream), quoted."""
+    return UnreadableResponse(status, text[:_QUOTED], url, content_type, expected=expected)

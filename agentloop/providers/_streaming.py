@@ -5,7 +5,9 @@
 of the SDK's events, then the whole reply. ``folded`` (``afolded``) is how
 every adapter reads the SDK's events into its fold: the run's token and
 deadline read at each event, a failure marked for the retry policy as one
-before the stream began is, OpenAI's error events made an ``IncompleteReply``.
+before the stream began is (by the adapter's own ``errors`` for an SDK whose
+errors are named otherwise, as in ``make_model``), OpenAI's error events made
+an ``IncompleteReply``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ if TYPE_CHECKING:
     from agentloop._streams import Delta
     from agentloop._tools._specs import NameRule, SpecFormat
     from agentloop.providers._convert import Message, Options
+
+    # An adapter's own marking of its SDK's errors (``make_model``'s ``errors``): it marks
+    # the error and may give one to raise in its place.
+    Errors = Callable[[Exception], Exception | None]
 
 __all__ = [
     "AsyncReplyStream",
@@ -63,16 +69,20 @@ class Fold(Protocol):
         ...
 
 
-def folded(events: Any, fold: Fold, sdk: ModuleType) -> Generator[Delta | Message, None, None]:
+def folded(
+    events: Any, fold: Fold, sdk: ModuleType | None = None, *, errors: Errors | None = None
+) -> Generator[Delta | Message, None, None]:
     """The deltas ``fold`` makes of each of the SDK's ``events``, then its reply.
 
     The run's token and ``model_timeout`` are read at each event
     (``between_chunks``), whether it carries a delta or not, so that a
     cancel is seen at the next event. ``events`` is closed as soon as the
-    reply is in (or the reading broke); a failure is ``broke_off``'s, and a
-    stream that ended before its last event is ``ended_early``'s. A response
-    that is no stream at all (an HTML page in its place) is ``unstreamed``'s
-    ``UnreadableResponse``, unmarked: it would only come again.
+    reply is in (or the reading broke); a failure is ``broke_off``'s (or, for
+    an SDK whose errors are named otherwise, marked by ``errors``, which may
+    give an error to raise in its place), and a stream that ended before its
+    last event is ``ended_early``'s. A response that is no stream at all (an
+    HTML page in its place) is ``unstreamed``'s ``UnreadableResponse``,
+    unmarked: it would only come again.
     """
     began = False
     try:
@@ -86,7 +96,7 @@ def folded(events: Any, fold: Fold, sdk: ModuleType) -> Generator[Delta | Messag
             if fold.done:
                 break
     except Exception as exc:
-        error = broke_off(exc, sdk)
+        error = _broke(exc, sdk, errors)
         if error is exc:
             raise
         raise error from exc
@@ -99,7 +109,7 @@ def folded(events: Any, fold: Fold, sdk: ModuleType) -> Generator[Delta | Messag
 
 
 async def afolded(
-    events: Any, fold: Fold, sdk: ModuleType
+    events: Any, fold: Fold, sdk: ModuleType | None = None, *, errors: Errors | None = None
 ) -> AsyncGenerator[Delta | Message, None]:
     """``folded`` over an async SDK stream."""
     began = False
@@ -115,7 +125,7 @@ async def afolded(
             if fold.done:
                 break
     except Exception as exc:
-        error = broke_off(exc, sdk)
+        error = _broke(exc, sdk, errors)
         if error is exc:
             raise
         raise error from exc
@@ -125,6 +135,14 @@ async def afolded(
     if last is not None:
         raise ended_early(last, began)
     yield fold.reply()
+
+
+def _broke(exc: Exception, sdk: ModuleType | None, errors: Errors | None) -> Exception:
+    """What a broken stream raises: ``errors``' mark and error, if given, else ``broke_off``'s."""
+    if errors is None:
+        assert sdk is not None, "an adapter's fold reads its SDK's errors, or marks them itself"
+        return broke_off(exc, sdk)
+    return errors(exc) or exc
 
 
 def broke_off(exc: Exception, sdk: ModuleType) -> Exception:
@@ -303,6 +321,7 @@ def make_stream_model(
     name: str | None = None,
     names: NameRule | None = None,
     retries_off: Callable[[], Callable[..., Any]] | None = None,
+    errors: Callable[[Exception], Exception | None] | None = None,
 ) -> StreamModel | AsyncStreamModel:
     """The streaming model callback: ``create(**request(...), **streaming)``'s stream, converted.
 
@@ -335,5 +354,6 @@ def make_stream_model(
         sent=streaming,
         names=names,
         retries_off=retries_off,
+        errors=errors,
     )  # its parse opens the stream its create answers
     return made

@@ -54,6 +54,7 @@ from agentloop.providers._convert import (
     result_content,
     result_text,
     strict_schema,
+    turn_start,
     unknown_kind,
     without_retries,
 )
@@ -326,9 +327,7 @@ def _chat_messages(history: list[Message], compat: Compat = DEFAULT) -> list[dic
     """The history as Chat Completions ``messages``, as ``compat`` says the server takes them."""
     out: list[dict[str, Any]] = []
     wire = _wire_ids(history) if compat.short_ids else None
-    turn_start = -1  # the last user message: Gemini 3 checks the signatures after it
-    if compat.thought_signatures:
-        turn_start = max((i for i, m in enumerate(history) if m.get("kind") == "user"), default=-1)
+    current = turn_start(history) if compat.thought_signatures else -1
     for index, message in enumerate(history):  # the commonest kinds first
         kind = message.get("kind")
         if kind == "tool_result":
@@ -354,7 +353,7 @@ def _chat_messages(history: list[Message], compat: Compat = DEFAULT) -> list[dic
                 for call in calls
             ]
             if compat.thought_signatures:
-                _signed(turn["tool_calls"], calls, index > turn_start)
+                _signed(turn["tool_calls"], calls, index > current)
             out.append(turn)
         elif kind == "user" or kind == "system":
             out.append({"role": kind, "content": message["text"]})
