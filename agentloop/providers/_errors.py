@@ -28,6 +28,7 @@ __all__ = [
     "aparsed",
     "aunstreamed",
     "classify",
+    "is_event_stream",
     "parsed",
     "raw_create",
     "retry_after",
@@ -221,8 +222,12 @@ def _not_a_stream(events: Any) -> Any:
     http = getattr(events, "response", None)
     if http is None:
         return None  # a stand-in stream's
-    kind = http.headers.get("content-type", "")
-    return None if kind.partition(";")[0].strip().lower() in _STREAMS else http
+    return None if is_event_stream(http.headers.get("content-type")) else http
+
+
+def is_event_stream(content_type: str | None) -> bool:
+    """Whether a response of ``content_type`` is a stream (any case, any parameters)."""
+    return (content_type or "").partition(";")[0].strip().lower() in _STREAMS
 
 
 def _unstreamed(http: Any, head: bytes) -> UnreadableResponse:
