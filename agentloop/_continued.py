@@ -71,9 +71,51 @@ def forked(
     appended = sum(len(event.appended_json) for event in events)
     transcript = orjson.loads(run.transcript_json)
     messages = transcript[: len(transcript) - appended]
+    models = models_named(events)  # the fallback models its replay needs
+
+    def cut(engine: Engine, token: CancelToken) -> Engine:
+        """``engine`` fed the first ``at`` events; ``ValueError`` if the cut is refused."""
+        try:
+            replay(
+                messages,
+                budget,
+                events[:at],
+                rejected=run.rejected_value,
+                token=token,
+                engine=engine,
+                output=output,
+            )
+        except Mismatch as exc:
+            raise ValueError(
+                f"the run's first {at} transitions do not replay under this Loop's budget "
+                f"(max_steps={budget.max_steps}, max_calls={budget.max_calls}): "
+                f"{exc.where}: expected {exc.expected}, got {exc.found}"
+            ) from None
+        if engine.running:
+            raise ValueError(
+                f"expected a fork to start where no call is running, got at={at}, where calls "
+                f"{list(engine.running)} of a batch are running: fork before its calls start "
+                "or after they return"
+            )
+        return engine
+
+    def fresh(token: CancelToken) -> Engine:
+        return Engine(
+            messages, budget=budget, cancel=token, context=context, models=models, output=output
+        )
+
     token = CancelToken()  # the engine's; the caller's cancels it from now on
-    engine: Engine | None = None
-    if ledger is not None:
+    if ledger is None:
+        if run_id is not None:
+            raise ValueError(
+                "run_id= names the fork in a ledger, and this Loop has none: make it with "
+                "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger)"
+            )
+        engine = cut(fresh(token), token)
+    else:
+        # The cut is checked first, on an engine of its own: a refused fork is not recorded.
+        check = CancelToken()
+        cut(fresh(check), check)
         engine = _resume.begin(
             ledger,
             run_id,
@@ -82,57 +124,22 @@ def forked(
             dispatcher=dispatcher,
             cancel=token,
             context=context,
-            models=models_named(events),  # the fallback models its replay needs
+            models=models,
             output=output,
             parent_run_id=run.run_id,
         )
-    elif run_id is not None:
-        raise ValueError(
-            "run_id= names the fork in a ledger, and this Loop has none: make it with "
-            "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger)"
-        )
-    elif context is not None:  # the fork's requests are fitted by this Loop's policy
-        engine = Engine(
-            messages,
-            budget=budget,
-            cancel=token,
-            context=context,
-            models=models_named(events),
-            output=output,
-        )
-    try:
-        engine = replay(
-            messages,
-            budget,
-            events[:at],
-            rejected=run.rejected_value,
-            token=token,
-            engine=engine,
-            output=output,
-        )
-        if engine.running:
-            raise ValueError(
-                f"expected a fork to start where no call is running, got at={at}, where calls "
-                f"{list(engine.running)} of a batch are running: fork before its calls start "
-                "or after they return"
-            )
-    except Mismatch as exc:
-        _release(engine)
-        raise ValueError(
-            f"the run's first {at} transitions do not replay under this Loop's budget "
-            f"(max_steps={budget.max_steps}, max_calls={budget.max_calls}): "
-            f"{exc.where}: expected {exc.expected}, got {exc.found}"
-        ) from None
-    except BaseException:
-        _release(engine)
-        raise
+        try:
+            cut(engine, token)  # recorded as it is fed, as a live run records
+        except BaseException:
+            _release(engine)
+            raise
     engine._parent_run_id = run.run_id  # the run it forks, when that one was durable
     if cancel is not None:
         cancel.on_cancel(token.cancel)
     return engine, token
 
 
-def _release(engine: Engine | None) -> None:
+def _release(engine: Engine) -> None:
     """A durable fork that will not be handed out gives up its claim."""
     if isinstance(engine, _recording.DurableEngine):
         engine.journal.release()
@@ -260,10 +267,12 @@ def continued(
 def ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:
     """A resumed run that had ended: its result, unless decisions came for it.
 
-    A saved result is returned itself, once its replay checked it: a replay
-    cannot give back its events' times.
+    Decisions are refused, and nothing is written; else a durable run's end
+    is written if the resume made it. A saved result is returned itself, once
+    its replay checked it: a replay cannot give back its events' times.
     """
     if decisions is not None:
+        _release(engine)  # refused: nothing is written
         run_id = getattr(engine, "run_id", None)  # a saved run's engine has none
         which = "the saved run" if run_id is None else f"run {run_id!r}"
         raise InvalidStateError(
@@ -271,6 +280,8 @@ def ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:
             "taken already?); resume it without decisions= to read it",
             state=engine.state,
         )
+    if isinstance(engine, _recording.DurableEngine):
+        engine.record_end()  # an end the resume made, not yet written
     return run if isinstance(run, RunResult) else engine.result()
 
 

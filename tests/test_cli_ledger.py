@@ -284,7 +284,27 @@ def test_decided_from_the_command_line_then_resumed_in_another_process(tmp_path:
         }
     }
     with agentloop.SQLiteLedger(ledger) as opened:
-        assert agentloop.ledger.view_run(opened, "paused").state is State.DISPATCHING  # decided
+        view = agentloop.ledger.view_run(opened, "paused")
+        assert view.state is State.DISPATCHING
+        assert view.decided  # and nothing runs it until it is resumed
+    # Said so, not shown as dispatching as if it ran.
+    listed = cli("runs", ledger).stdout.splitlines()
+    assert next(line for line in listed if line.startswith("paused")).split()[:2] == [
+        "paused",
+        "decided",
+    ]
+    assert [
+        line.split()[0] for line in cli("runs", ledger, "--state", "decided").stdout.splitlines()
+    ] == [
+        "run",
+        "paused",
+    ]
+    shown = cli("show", ledger, "paused").stdout.splitlines()
+    assert shown[0] == "agentloop run paused: decided"
+    assert shown[-1] == (
+        "decided, waiting to be resumed: it goes on when a process that has its Loop resumes "
+        "it (loop.resume('paused'))"
+    )
 
     resumed = child(tmp_path, "resume", str(ledger), str(tmp_path / "effects"), "paused")
     assert resumed.returncode == 0, resumed.stderr
@@ -294,7 +314,9 @@ def test_decided_from_the_command_line_then_resumed_in_another_process(tmp_path:
     ]
     assert (tmp_path / "effects").read_text() == "pay 1\npay 50\n"
     with agentloop.SQLiteLedger(ledger) as opened:
-        assert agentloop.ledger.view_run(opened, "paused").state is State.FINISHED
+        view = agentloop.ledger.view_run(opened, "paused")
+        assert view.state is State.FINISHED
+        assert not view.decided
 
 
 # -- refused, in one line, with nothing written ---------------------------------------------------
@@ -404,6 +426,63 @@ def test_what_decide_prints_stays_one_line_each(
     )
     body = {"decisions": decisions_of(records(ledger)["paused"][-1].body)}
     assert body["decisions"]["m"]["reason"] == reason
+
+
+def _paused_with_ids(path: Path, *ids: str) -> None:
+    """A run 'odd' in ``path`` awaiting approval of a batch of calls with these ids."""
+    tools = agentloop.ToolRegistry(
+        [agentloop.Tool(lambda n: n, name="pay", policy=lambda c: agentloop.ask("a person"))]
+    )
+    calls = [{"id": i, "name": "pay", "arguments": {"n": k}} for k, i in enumerate(ids)]
+    model = ScriptedModel([{"kind": "calls", "calls": calls}])
+    with agentloop.SQLiteLedger(path) as opened:
+        loop = agentloop.Loop(model, tools=tools, ledger=opened)
+        assert loop.run("go", run_id="odd").status == "awaiting_approval"
+
+
+def test_calls_whose_ids_hold_equals_signs_are_decided_as_show_says(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A call id holding ``=`` is decided with the line ``show`` prints (filled in); a reason
+    may hold ``=`` too. Before, every such call was refused as ``CALL_ID=...`` misread."""
+    path = tmp_path / "runs.db"
+    _paused_with_ids(path, "a=b", "a", "x=deny:y")
+    code, out, _ = run_main(capsys, "show", path, "odd")
+    assert code == 0
+    assert out.splitlines()[-1].endswith(
+        "odd a=b=approve|deny:REASON a=approve|deny:REASON x=deny:y=approve|deny:REASON"
+    )
+    code, out, err = run_main(
+        capsys, "decide", path, "odd", "a=b=approve", "a=deny:over=budget", "x=deny:y=approve"
+    )
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == (
+        "recorded for run odd: a=b approved, a denied (over=budget), x=deny:y approved"
+    )
+    decided = decisions_of(records(path)["odd"][-1].body)
+    assert {call_id: (d["allowed"], d["reason"]) for call_id, d in decided.items()} == {
+        "a=b": (True, ""),
+        "a": (False, "over=budget"),
+        "x=deny:y": (True, ""),
+    }
+
+
+def test_a_reason_that_is_not_utf8_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A byte the terminal's encoding cannot decode, in a reason: exit 2, one line naming the
+    bytes, nothing recorded (a traceback and exit 1 before)."""
+    path = tmp_path / "runs.db"
+    _paused_with_ids(path, "c1")
+    before = records(path)
+    done = subprocess.run(
+        [sys.executable, "-m", "agentloop", "decide", str(path), "odd", b"c1=deny:bad\xff"],
+        capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (2, b"")
+    assert done.stderr == (
+        b"agentloop: error: expected CALL_ID=approve or CALL_ID=deny:REASON in UTF-8 text (a "
+        b"reason is recorded as text), got bytes that are not: b'c1=deny:bad\\xff'\n"
+    )
+    assert records(path) == before
 
 
 def test_decide_refuses_a_run_another_process_holds(

@@ -462,6 +462,63 @@ def test_an_unknown_outcome_is_recorded_and_kept_on_the_next_resume() -> None:
     assert [tool for tool, _ in world.effects] == ["effect"]  # c1 ran once, in the first process
 
 
+def test_decisions_for_a_run_whose_end_is_unrecorded_are_refused_and_record_nothing() -> None:
+    """A run that ended before its end was written, resumed with decisions: refused as any
+    ended run is, and the ledger is left as it was; resumed without, its end is written."""
+    memory = MemoryLedger()
+    with pytest.raises(Crash):  # dies as the end is about to be recorded
+        make_loop([final("done")], World(), CrashingLedger(memory, 2)).run("go", run_id="r1")
+    before = list(memory.records["r1"])
+    assert [record.kind for record in before] == ["reply"]
+    loop = make_loop([final("done")], World(), memory)
+    with pytest.raises(agentloop.InvalidStateError, match=r"run 'r1' ended 'finished'"):
+        loop.resume("r1", decisions={"c1": agentloop.approve()})
+    assert memory.records["r1"] == before
+    assert loop.resume("r1").output == "done"
+    assert [record.kind for record in memory.records["r1"]] == ["reply", "end"]
+
+
+def test_every_refused_operation_leaves_the_ledger_as_it_was() -> None:
+    """Starting, continuing, resuming or forking refused for any reason records nothing."""
+    memory = MemoryLedger()
+    asks = agentloop.ToolRegistry(
+        [agentloop.Tool(lambda n: n, name="effect", policy=lambda c: agentloop.ask("a person"))]
+    )
+    paused = agentloop.Loop(by_history([call("c1", "effect", n=1)]), tools=asks, ledger=memory)
+    assert paused.run("go", run_id="paused").status == "awaiting_approval"
+    failing = make_loop([ValueError("down")], World(), memory)
+    assert failing.run("go", run_id="failed").status == "failed"
+    done = make_loop([final("done")], World(), memory)
+    finished = done.run("go", run_id="finished")
+    other = make_loop([final("done")], World(), memory, max_steps=3)
+    tight = make_loop([final("done")], World(), memory, max_steps=0)
+
+    def snapshot() -> dict[str, tuple[bytes, list[Any]]]:
+        return {run_id: memory.read(run_id) for run_id in memory.headers}
+
+    before = snapshot()
+    refusals: list[tuple[Any, type[Exception]]] = [
+        (lambda: done.run("go", run_id="a:b"), ValueError),
+        (lambda: done.run("go", run_id="finished"), agentloop.RunExistsError),
+        (lambda: done.start("go", run_id=""), ValueError),
+        (lambda: done.continue_run("paused"), agentloop.InvalidStateError),
+        (lambda: done.continue_run("finished"), ValueError),
+        (lambda: done.continue_run("failed", run_id="x:y"), ValueError),
+        (lambda: done.continue_run("failed", parent_run_id="p"), ValueError),
+        (lambda: paused.resume("paused", decisions={"c9": agentloop.approve()}), ValueError),
+        (lambda: paused.resume("paused", decisions={}), ValueError),
+        (lambda: done.resume("finished", decisions={}), agentloop.InvalidStateError),
+        (lambda: other.resume("failed"), agentloop.ConfigurationMismatchError),
+        (lambda: done.fork(finished, at=99, run_id="fork"), ValueError),
+        (lambda: tight.fork(finished, at=2, run_id="fork"), ValueError),
+    ]
+    for refused, kind in refusals:
+        with pytest.raises(kind):
+            refused()
+        assert snapshot() == before
+        assert not memory.claimed  # and no claim is left behind
+
+
 # -- random scripts, random crash points ----------------------------------------------------------
 
 TOOLS = ("effect", "idem", "fail")
@@ -1048,17 +1105,19 @@ def finished_ledger(db: Path) -> None:
 
 def test_a_file_of_garbage(db: Path) -> None:
     db.write_bytes(b"this is not a database, not even close" * 100)
-    with pytest.raises(LedgerError, match=r"not a ledger: an SQLite file starts with"):
+    with pytest.raises(LedgerError, match=r"not a ledger: expected an SQLite database that"):
         SQLiteLedger(db)
+    assert db.read_bytes() == b"this is not a database, not even close" * 100
 
 
 def test_a_truncated_file(db: Path) -> None:
+    """Shorter than its header says: SQLite finds it, and the ledger says the file is damaged."""
     finished_ledger(db)
     assert not Path(f"{db}-wal").exists()  # closed cleanly: everything in the file itself
     data = db.read_bytes()
     for size in (len(data) // 2, 4096, 50):
         db.write_bytes(data[:size])
-        with pytest.raises(LedgerError, match=r"the file is truncated"):
+        with pytest.raises(LedgerError, match=r"open: the file is damaged: "):
             SQLiteLedger(db)
 
 
@@ -1073,13 +1132,15 @@ def test_a_damaged_name_in_the_schema(db: Path) -> None:
 
 
 def test_a_write_ahead_log_of_garbage(db: Path) -> None:
-    """Records committed in the WAL would silently vanish if SQLite took garbage for no WAL."""
+    """Records committed in the WAL would silently vanish if SQLite took garbage for no WAL:
+    overwritten while the ledger is open in this process, SQLite's reads find it."""
     ledger = SQLiteLedger(db)
     make_loop(SCRIPT, World(), ledger).run("go", run_id="r1")
     wal = Path(f"{db}-wal")
     assert wal.stat().st_size > 0  # still open: the records are in the WAL
-    wal.write_bytes(b"garbage!" * 1000)
-    with pytest.raises(LedgerError, match=r"the ledger's write-ahead log is damaged"):
+    with wal.open("r+b") as file:
+        file.write(b"garbage!" * (wal.stat().st_size // 8))
+    with pytest.raises(LedgerError, match=r"the file or its write-ahead log \(runs.db-wal\) is"):
         SQLiteLedger(db)
 
 
@@ -1102,6 +1163,35 @@ def test_another_sqlite_database_and_a_directory(db: Path, tmp_path: Path) -> No
         SQLiteLedger(db)
     with pytest.raises(LedgerError, match=r"expected a ledger file, got a directory"):
         SQLiteLedger(tmp_path)
+
+
+def test_another_sqlite_database_is_refused_unchanged(db: Path) -> None:
+    """Read before it is switched to WAL mode: another database keeps its journal mode."""
+    for setup in ("PRAGMA application_id = 7", "CREATE TABLE songs (title TEXT)"):
+        db.unlink(missing_ok=True)
+        with contextlib.closing(sqlite3.connect(db)) as raw:
+            raw.execute(setup)
+            raw.commit()
+        with pytest.raises(LedgerError, match=r"not an agentloop ledger: an SQLite database "):
+            SQLiteLedger(db)
+        with contextlib.closing(sqlite3.connect(db)) as raw:
+            assert raw.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+
+
+def test_make_false_opens_only_a_ledger_that_exists(db: Path, tmp_path: Path) -> None:
+    """``make=False`` refuses a missing file and one that holds no ledger, making nothing."""
+    with pytest.raises(LedgerError, match=r"expected a ledger, got no such file \(make=False"):
+        SQLiteLedger(db, make=False)
+    assert list(tmp_path.iterdir()) == []
+    db.touch()
+    with pytest.raises(LedgerError, match=r"not a ledger: expected a ledger that agentloop"):
+        SQLiteLedger(db, make=False)
+    assert db.stat().st_size == 0
+    finished_ledger(db)
+    with SQLiteLedger(db, make=False) as ledger:
+        assert ledger.run_ids() == ["r1"]
+    with pytest.raises(TypeError, match=r"expected make to be a bool, got str"):
+        SQLiteLedger(db, make="no")  # type: ignore[arg-type]
 
 
 def test_a_ledger_in_memory_is_refused_and_leaves_no_file(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -161,6 +162,43 @@ def test_a_fork_refuses_a_cut_it_cannot_make() -> None:
         loop.fork("old", at=1)  # an id: read from a ledger, and this Loop has none
     with pytest.raises(ValueError, match=r"run_id= names the fork in a ledger"):
         loop.fork(old, at=1, run_id="x")
+
+
+@pytest.mark.parametrize("method", ["fork", "afork"])
+def test_a_refused_durable_fork_leaves_no_trace_in_the_ledger(tmp_path: Path, method: str) -> None:
+    """A fork refused (a batch's calls running at the cut, a budget that cannot replay) is
+    not recorded: its id stays free, no restart loop finds it, and nothing it held runs."""
+    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ran: list[int] = []
+
+    def noting(a: int, b: int) -> int:
+        """Add, noting each run."""
+        ran.append(a)
+        return a + b
+
+    script = [batch(call("c1", "add", a=1, b=1), call("c2", "add", a=2, b=2)), final("ok")]
+    old = Loop(ScriptedModel(script), tools={"add": noting}, ledger=ledger, max_concurrency=2)
+    result = asyncio.run(old.arun("go", run_id="old"))
+    first_return = next(i for i, e in enumerate(result.events) if e.trigger == "tool_returned")
+    ran.clear()
+    loop = Loop(ScriptedModel([final("x")]), tools={"add": noting}, ledger=ledger)
+    tight = Loop(ScriptedModel([final("x")]), tools={"add": noting}, ledger=ledger, max_steps=0)
+    refusals = [
+        (loop, result, first_return + 1, r"where calls \['c2'\] of a batch are running"),
+        (loop, "old", first_return + 1, r"where calls \['c2'\] of a batch are running"),
+        (tight, result, 2, r"do not replay under this Loop's budget \(max_steps=0"),
+    ]
+    for forking, run, at, message in refusals:
+        with pytest.raises(ValueError, match=message):
+            getattr(forking, method)(run, at=at, run_id="fork")
+        assert ledger.run_ids() == ["old"]
+        assert ledger.run_ids(finished=False) == []  # the restart loop finds nothing
+    assert ran == []
+    fork = getattr(loop, method)(result, at=first_return, run_id="fork")  # the id is free
+    finished = fork.finish() if method == "fork" else asyncio.run(fork.afinish())
+    assert finished.output == "x"
+    assert ran == [1, 2]
+    assert ledger.run_ids() == ["old", "fork"]
 
 
 async def test_a_fork_cannot_cut_a_batch_whose_calls_run_at_once() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -17,6 +18,7 @@ from agentloop import (
     LedgerError,
     Loop,
     RunBusyError,
+    RunFileError,
     SQLiteLedger,
     Tool,
     ToolRegistry,
@@ -29,6 +31,8 @@ from agentloop._review import _runfile
 from agentloop._review._report import report_html
 from agentloop._review._text import run_lines
 from agentloop.testing import batch, call, final
+
+from .conftest import count
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -524,36 +528,129 @@ def db(tmp_path: Path) -> Path:
     return tmp_path / "runs.db"
 
 
-def test_a_checkpoint_that_ends_while_the_file_is_checked_is_no_damage(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_opening_a_ledger_never_opens_sqlites_files_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Mid-checkpoint the file is shorter than its header says, beside its WAL; when that
-    checkpoint ends (the WAL removed) while the ledger is opened, nothing is refused.
+    """While this process has the ledger open, neither a second SQLiteLedger, nor load_run
+    given its path, nor the command line opens the database, its WAL or its index with
+    open(): closing that descriptor would drop SQLite's locks. (The killed process's test
+    below shows what that loses.)"""
+    import builtins
+    import io
 
-    It was: the file was measured before the WAL was looked at, so a checkpoint ending in
-    between (another connection closing, in this process too) looked like a truncated file.
-    """
-    from agentloop._durable import _files
-
-    path = tmp_path / "runs.db"
-    ledger = SQLiteLedger(path)
+    db = tmp_path / "runs.db"
+    ledger = SQLiteLedger(db)
     Loop(agentloop.testing.ScriptedModel([final("done")]), ledger=ledger).run("hi", run_id="one")
+    assert Path(f"{db}-wal").exists()
+    files = {str(db), f"{db}-wal", f"{db}-shm"}
+    opened: list[str] = []
+
+    def watching(real: Callable[..., Any]) -> Callable[..., Any]:
+        def open_(file: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(file, str | os.PathLike) and os.path.realpath(file) in files:
+                opened.append(os.fspath(file))
+            return real(file, *args, **kwargs)
+
+        return open_
+
+    for module, name in ((builtins, "open"), (io, "open"), (os, "open")):
+        monkeypatch.setattr(module, name, watching(getattr(module, name)))
+    SQLiteLedger(db).close()
+    with pytest.raises(RunFileError, match=r"expected a run file \(JSON\), got a SQLite database"):
+        agentloop.load_run(db)  # given a ledger's path by mistake: never opened as a file
+    assert main(["runs", str(db)]) == 0
+    assert main(["show", str(db), "one"]) == 0
+    assert main(["report", str(db), "one", "-o", str(tmp_path / "one.html")]) == 0
+    capsys.readouterr()
+    assert opened == []
     ledger.close()
-    page_size = int.from_bytes(path.read_bytes()[16:18], "big")
-    assert path.stat().st_size > page_size
-    # The snapshot a reader may see mid-checkpoint: page 1 (its header) written, the
-    # rest still in the WAL.
-    with path.open("r+b") as file:
-        file.truncate(page_size)
-    wal = path.with_name(path.name + "-wal")
-    wal.write_bytes(b"\x37\x7f\x06\x82" + bytes(28))
-    looked = _files._empty
+    # Another SQLite connection of this process (not a ledger's) holds the files: the log
+    # is SQLite's then too, and not read.
+    with contextlib.closing(sqlite3.connect(db)) as raw:
+        assert raw.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+        SQLiteLedger(db).close()
+    assert opened == []
+    SQLiteLedger(db).close()  # held by nobody: the log is checked (SQLite holds none of it)
+    assert opened != []
 
-    def then_checkpointed(log: Path) -> bool:
-        empty = looked(log)
-        log.unlink()  # the checkpoint ends: the file would be whole now, its WAL gone
-        return empty
 
-    monkeypatch.setattr(_files, "_empty", then_checkpointed)
-    _files._check_file(path, path)  # raised "the file is truncated" before the fix
-    assert not wal.exists()
+# -- a second ledger on a file this process has open -----------------------------------
+
+_PAYER = """
+import contextlib, io, sys, time
+import agentloop
+from agentloop.__main__ import main
+from tests.test_store_hardening import pay_loop
+db, effects = sys.argv[1], sys.argv[2]
+run = pay_loop(db, effects).start("pay Ann", run_id="pay-ann")
+run.step()  # the model's reply, recorded
+with agentloop.SQLiteLedger(db) as second:  # durable.md's example: a second one, to look
+    assert agentloop.ledger.view_run(second, "pay-ann").steps == 1
+with contextlib.redirect_stdout(io.StringIO()):
+    assert main(["show", db, "pay-ann"]) == 0  # the command line, in this process
+print("ready", flush=True)
+sys.stdin.readline()
+while not run.transcript[-1]["kind"] == "tool_result":
+    run.step()  # the payment: tool_started and tool_finished committed around it
+print("paid", flush=True)
+time.sleep(60)  # killed here, before the run ends
+"""
+
+
+def pay_loop(db: str | Path, effects: str | Path) -> Loop:
+    """A Loop that pays once (a line in ``effects`` per payment), then answers."""
+
+    def pay(amount: int) -> str:
+        """Pay Ann."""
+        with Path(effects).open("a") as file:
+            file.write(f"{agentloop.idempotency_key()}\n")
+        return "paid"
+
+    def model(history: list[dict[str, Any]]) -> dict[str, Any]:
+        paid = any(message["kind"] == "tool_result" for message in history)
+        return final("done") if paid else call("c1", "pay", amount=5)
+
+    return Loop(model, tools={"pay": pay}, ledger=SQLiteLedger(db))
+
+
+def test_a_second_ledger_on_an_open_file_keeps_every_commit_across_a_kill(
+    tmp_path: Path,
+) -> None:
+    """A process opens the ledger twice; another process lists its runs and closes (the
+    last to close checkpoints and removes the WAL it thinks nobody uses); the first pays,
+    records it, and is killed. Resumed, the run has the payment: it is not made again.
+
+    The second ledger's file check read the database and its log with plain open() and
+    close(), which drops every POSIX lock the process holds on them, SQLite's too: the
+    lister then removed the live WAL, and the payment's records went to a deleted file.
+    """
+    root = Path(__file__).resolve().parent.parent
+    for trial in range(count(1, 3)):
+        db, effects = tmp_path / f"runs{trial}.db", tmp_path / f"effects{trial}"
+        with subprocess.Popen(
+            [sys.executable, "-c", _PAYER, str(db), str(effects)],
+            cwd=root,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as payer:
+            assert payer.stdout is not None
+            assert payer.stdin is not None
+            assert payer.stdout.readline() == "ready\n"
+            listed = subprocess.run(
+                [sys.executable, "-m", "agentloop", "runs", str(db)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert listed.returncode == 0, listed.stderr
+            assert "pay-ann" in listed.stdout
+            payer.stdin.write("\n")
+            payer.stdin.flush()
+            assert payer.stdout.readline() == "paid\n"
+            payer.kill()
+        assert effects.read_text().splitlines() == ["pay-ann:c1"]
+        result = pay_loop(db, effects).resume("pay-ann")
+        assert result.status == "finished"
+        assert [m["kind"] for m in result.transcript] == ["user", "call", "tool_result", "final"]
+        assert effects.read_text().splitlines() == ["pay-ann:c1"]  # paid once

@@ -79,11 +79,11 @@ def pending(url: str) -> int:
 
 def decide(url: str, run_id: str, verdicts: list[str]) -> int:
     """Send a person's decisions to run ``run_id``, waiting on DBOS; all or nothing."""
-    given = parse_verdicts(verdicts)
     with _client(url) as (client, dbos):
         _status(client, run_id)
         # Bound to the calls shown: a call that changed since is refused, not decided.
         prints = {c.call_id: c.fingerprint for c in dbos.pending(run_id, client=client)}
+        given = parse_verdicts(verdicts, prints)
         decisions = {
             call_id: dbos.approve(fingerprint=prints.get(call_id))
             if reason is None

@@ -8,9 +8,8 @@ process that has its ``Loop`` resumes it.
 
 from __future__ import annotations
 
-import contextlib
+import os
 import shlex
-import sqlite3
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -22,8 +21,9 @@ from agentloop._cli._files import write_page
 from agentloop._cli._output import CommandError, print_lines, self_command, shell_path
 from agentloop._core._approval import Decision, approve, deny
 from agentloop._durable._sqlite import APPLICATION_ID, SQLiteLedger
-from agentloop._durable._view import LedgerRun, decide_run, list_runs, view_run
+from agentloop._durable._view import LedgerRun, RunSummary, decide_run, list_runs, view_run
 from agentloop._errors import InvalidStateError, LedgerError, RunNotFoundError
+from agentloop._review._runfile import sqlite_header
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from agentloop._core._values import RunResult
 
 __all__ = [
+    "DECIDED",
     "columns",
     "decide",
     "is_ledger",
@@ -45,26 +46,23 @@ __all__ = [
 
 _MAGIC: Final = b"SQLite format 3\x00"  # the first bytes of every SQLite file
 _RUNNING: Final = "no outcome recorded: running now, or cut off when its process stopped"
+#: The state ``runs`` and ``show`` give a run whose last record is a person's decisions.
+DECIDED: Final = "decided"
 
 
 def is_ledger(path: str) -> bool:
-    """Whether ``path`` starts as an SQLite file does (a run file is JSON)."""
-    try:
-        with Path(path).open("rb") as file:
-            return file.read(len(_MAGIC)) == _MAGIC
-    except OSError:
-        return False  # said by whoever reads it next
+    """Whether SQLite reads ``path`` as a database (a run file is JSON): ``sqlite_header``."""
+    return sqlite_header(path) is not None
 
 
 def runs(path: str, states: Iterable[str]) -> int:
     """Every run of the ledger (of ``states`` only, if any): a line each."""
     wanted = set(states)
-    with _open(path) as ledger:
-        found = list_runs(ledger)
+    found = _listed(path)
     rows = [("run", "state", "steps", "calls", "last change", "pending")]
     problems = []
     for run in found:
-        state = "unreadable" if run.state is None else run.state.value
+        state = "unreadable" if run.state is None else DECIDED if run.decided else run.state.value
         if wanted and state not in wanted:
             continue
         if run.problem is not None:
@@ -89,12 +87,14 @@ def show(path: str, run_id: str, limit: int | None) -> int:
         decisions = " ".join(f"{shlex.quote(c.call_id)}=approve|deny:REASON" for c in run.pending)
         lines.append(f"to decide: {_again(path, 'decide', run_id)} {decisions}")
     elif not run.done:
+        said = "decided, waiting to be resumed" if run.decided else "not ended"
         lines.append(
-            "not ended: it goes on when a process that has its Loop resumes it "
+            f"{said}: it goes on when a process that has its Loop resumes it "
             f"(loop.resume({run_id!r}))"
         )
+    state = DECIDED if run.decided else run.state.value
     return show_result(
-        run.result, limit, title=f"agentloop run {run_id}: {run.state.value}", more=tuple(lines)
+        run.result, limit, title=f"agentloop run {run_id}: {state}", more=tuple(lines)
     )
 
 
@@ -116,26 +116,27 @@ def result(path: str, run_id: str) -> RunResult:
 
 def pending(path: str) -> int:
     """Every call waiting for a person in the ledger: run, call, tool, reason, arguments."""
-    with _open(path) as ledger:
-        found = list_runs(ledger)
+    found = _listed(path)
     rows = [("run", "call", "tool", "reason", "arguments")]
     for run in found:
         rows.extend(
             (run.run_id, c.call_id, c.name, c.reason, c.arguments_json.decode())
             for c in run.pending
         )
+    # A damaged run may have calls waiting that cannot be read: said, never left out.
+    problems = [f"unreadable: {run.problem}" for run in found if run.problem is not None]
     if len(rows) == 1:
-        print_lines([f"no call waits for a person in {path}"])
-        return 0
+        print_lines([f"no call waits for a person in {path}", *problems])
+        return 1 if problems else 0
     template = "RUN_ID CALL_ID=approve|deny:REASON ..."
-    print_lines([*columns(rows), "", f"to decide: {_again(path, 'decide')} {template}"])
-    return 0
+    print_lines([*columns(rows), "", f"to decide: {_again(path, 'decide')} {template}", *problems])
+    return 1 if problems else 0
 
 
 def decide(path: str, run_id: str, verdicts: list[str]) -> int:
     """Record a person's decisions about paused run ``run_id``, all or nothing."""
-    given = parse_verdicts(verdicts)
     run = _view(path, run_id)
+    given = parse_verdicts(verdicts, [call.call_id for call in run.pending])
     # Bound to the calls shown: a call that changed since is refused, not decided.
     prints = {call.call_id: call.fingerprint for call in run.pending}
     decisions: dict[str, Decision] = {
@@ -168,33 +169,44 @@ def decide(path: str, run_id: str, verdicts: list[str]) -> int:
 def _open(path: str) -> SQLiteLedger:
     """The ledger in ``path``, which must exist and be one (it is never made here)."""
     try:
-        with Path(path).open("rb") as file:
-            head = file.read(len(_MAGIC))
+        os.stat(path)
     except OSError as exc:
         raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if head != _MAGIC:
+    header = sqlite_header(path)
+    if header is None:
+        # Not a database, so no SQLite connection holds it: its first bytes may be read.
+        try:
+            with Path(path).open("rb") as file:
+                head = file.read(len(_MAGIC))
+        except OSError as exc:
+            raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
         # A saved run is JSON: say which command reads it.
         hint = f"; a run file is read by agentloop show {path}" if head[:1] == b"{" else ""
         raise CommandError(
             f"not a ledger: {path} is not an SQLite file (expected a ledger that "
             f"agentloop.SQLiteLedger made, got a file starting with {head[:8]!r}){hint}"
         )
-    # Asked read-only first: opening a file as a ledger would turn another database to WAL.
-    try:
-        uri = f"{Path(path).absolute().as_uri()}?mode=ro"
-        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
-            (application_id,) = db.execute("PRAGMA application_id").fetchone()
-    except sqlite3.Error as exc:
-        raise CommandError(f"cannot read {path} as a ledger: {exc}") from None
-    if application_id != APPLICATION_ID:
+    application_id, tables = header
+    # Refused here, in this command's words, before SQLiteLedger makes its lock file beside
+    # another database.
+    if application_id not in (0, APPLICATION_ID) or (application_id == 0 and tables):
         raise CommandError(
             f"not a ledger: {path} is an SQLite database that agentloop.SQLiteLedger did not "
             f"make (expected application_id {APPLICATION_ID:#x}, got {application_id:#x})"
         )
     try:
-        return SQLiteLedger(path)
+        return SQLiteLedger(path, make=False)
     except LedgerError as exc:
         raise CommandError(str(exc)) from None
+
+
+def _listed(path: str) -> list[RunSummary]:
+    """Every run of the ledger (``list_runs``); a ledger that cannot be listed, in one line."""
+    with _open(path) as ledger:
+        try:
+            return list_runs(ledger)
+        except LedgerError as exc:
+            raise CommandError(str(exc)) from None
 
 
 def _view(path: str, run_id: str) -> LedgerRun:
@@ -211,11 +223,32 @@ def _view(path: str, run_id: str) -> LedgerRun:
             raise CommandError(str(exc)) from None
 
 
-def parse_verdicts(verdicts: list[str]) -> dict[str, str | None]:
-    """``CALL_ID=approve`` and ``CALL_ID=deny:REASON``, as call id -> ``None`` or the reason."""
+def parse_verdicts(verdicts: list[str], pending: Iterable[str] = ()) -> dict[str, str | None]:
+    """``CALL_ID=approve`` and ``CALL_ID=deny:REASON``, as call id -> ``None`` or the reason.
+
+    A call id may hold ``=``: the longest of the ``pending`` call ids that a
+    verdict starts with, followed by ``=approve`` or ``=deny:REASON``, is the
+    call it decides; else its call id ends at its first ``=``.
+    """
+    ids = sorted(set(pending), key=len, reverse=True)
     given: dict[str, str | None] = {}
     for text in verdicts:
-        call_id, _, verdict = text.partition("=")
+        try:
+            text.encode()
+        except UnicodeEncodeError:  # a byte the terminal's encoding did not decode
+            raw = text.encode(errors="surrogateescape")
+            raise CommandError(
+                "expected CALL_ID=approve or CALL_ID=deny:REASON in UTF-8 text (a reason is "
+                f"recorded as text), got bytes that are not: {raw!r}"
+            ) from None
+        call_id, verdict = next(
+            (
+                (pending_id, text[len(pending_id) + 1 :])
+                for pending_id in ids
+                if text.startswith(f"{pending_id}=") and _verdict(text[len(pending_id) + 1 :])
+            ),
+            text.partition("=")[::2],
+        )
         if not call_id or not (verdict == "approve" or verdict.startswith("deny:")):
             raise CommandError(f"expected CALL_ID=approve or CALL_ID=deny:REASON, got {text!r}")
         reason = None if verdict == "approve" else verdict.removeprefix("deny:")
@@ -227,9 +260,19 @@ def parse_verdicts(verdicts: list[str]) -> dict[str, str | None]:
     return given
 
 
+def _verdict(text: str) -> bool:
+    """Whether ``text`` is ``approve`` or ``deny:REASON``."""
+    return text == "approve" or (text.startswith("deny:") and len(text) > len("deny:"))
+
+
 def when(at: float | None) -> str:
     """A time as ``time.time()`` gives it, in local time to the second; ``unknown`` if none."""
-    return "unknown" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    if at is None:
+        return "unknown"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    except (ValueError, OverflowError, OSError):  # no time a clock shows
+        return "unknown"
 
 
 def _again(path: str, command: str, run_id: str | None = None) -> str:

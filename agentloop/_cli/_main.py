@@ -224,11 +224,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         nargs="+",
         action="extend",
         default=[],
-        choices=[*(state.value for state in State), "unreadable", *_dbos.STATES],
+        choices=[*(state.value for state in State), _ledger.DECIDED, "unreadable", *_dbos.STATES],
         help="only runs in these states: "
         + ", ".join(state.value for state in State)
-        + ", or unreadable (damaged records); on DBOS also "
-        + ", ".join(_dbos.STATES),
+        + f", {_ledger.DECIDED} (a person decided; it waits to be resumed), or unreadable "
+        "(damaged records); on DBOS also " + ", ".join(_dbos.STATES),
     )
 
     pending = _command(

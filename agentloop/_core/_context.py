@@ -244,8 +244,21 @@ def policy_from_record(
     """A recorded policy made again, or None when its counter is not known here.
 
     A run file names its counter: ``approx`` and ``tiktoken:<encoding>`` are
-    made again; another is found among ``counters``.
+    made again; another is found among ``counters``. A record that is not a
+    policy's raises ``ValueError`` (or ``TypeError``, as ``ContextPolicy`` does).
     """
+    if (
+        type(record) is not dict
+        or record.get("policy") not in ("keep_last", "summarise")
+        or "tokens" not in record
+        or type(record.get("counter")) is not str
+        or type(record.get("keep_tokens")) is not int
+        or record["keep_tokens"] < 0
+    ):
+        raise ValueError(
+            "expected a context policy's record {'policy': 'keep_last' or 'summarise', "
+            f"'tokens', 'counter': a name, 'keep_tokens': a count}}, got {record!r:.120}"
+        )
     name = record["counter"]
     counter: Counter | None = next((c for c in counters if c.name == name), None)
     if counter is None and name == approx_tokens.name:

@@ -3,13 +3,16 @@
 What ``SQLiteLedger`` checks before it trusts a file, so that a lost or
 damaged log is never taken for a new, empty ledger (see ``_sqlite.py``'s
 docstring): the tables are exactly the ledger's (in any form an agentloop
-made them), the database file is one SQLite file with one name, and a log
-that holds committed pages not yet in the file is present, whole and of the
-same generation.
+made them), the database file has one name, and a log that holds committed
+pages not yet in the file is present, whole and of the same generation.
+A file SQLite may hold is never opened behind its back: the file itself is
+looked at with ``os.stat`` (what it holds, SQLite reads), and the log only
+while no connection has it open.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import struct
 from typing import TYPE_CHECKING, Final
@@ -19,7 +22,6 @@ from agentloop._errors import LedgerError
 if TYPE_CHECKING:
     from pathlib import Path
 
-_MAGIC: Final = b"SQLite format 3\x00"
 _WAL_MAGIC: Final = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
 _WAL_VERSION: Final = 3007000
 
@@ -89,22 +91,25 @@ _UNTIMED, _TIMED_SINCE = _made_before_times()
 _KNOWN_TABLES: Final = (_TABLES, _UNTIMED, _TIMED_SINCE)
 
 
-def _check_file(path: Path, given: Path) -> None:
-    """Refuse a file that is not SQLite, has two names, or is shorter than its header says.
+def _check_file(path: Path, given: Path, *, make: bool) -> None:
+    """Refuse a directory, a file with two names, or none unless ``make``: ``os.stat`` only.
 
     ``path`` is the file's real path, ``given`` the name the caller gave it.
+    What the file holds is SQLite's to read (``SQLiteLedger._setup``): opening and
+    closing it here would drop every POSIX lock this process holds on it, SQLite's
+    own, and another process would then take the live write-ahead log for one
+    nobody uses, copy it in and remove it, while commits still go to it.
     """
-    wal = path.with_name(path.name + "-wal")
-    # Looked at first: a checkpoint under way (another connection closing, in this process
-    # too) fills the file from the WAL, then removes it. With no WAL now, none is under way.
-    wal_empty = _empty(wal)
     try:
         stat = path.stat()
     except FileNotFoundError:
-        return  # a new ledger
+        if make:
+            return  # a new ledger
+        raise LedgerError(
+            f"{given}: expected a ledger, got no such file (make=False makes none)"
+        ) from None
     except OSError as exc:
         raise LedgerError(f"{given}: cannot open the ledger: {exc.strerror or exc}") from None
-    size = stat.st_size
     if path.is_dir():
         raise LedgerError(f"{given}: expected a ledger file, got a directory")
     if stat.st_nlink > 1:
@@ -115,45 +120,6 @@ def _check_file(path: Path, given: Path) -> None:
             f"{stat.st_nlink} (hard links): each name would get its own write-ahead log "
             "and its own lock, and two writers; remove the other names (a symlink is fine)"
         )
-    if size == 0:
-        return  # made empty: SQLite takes it as a new database
-    try:
-        with path.open("rb") as file:
-            head = file.read(100)
-    except OSError as exc:
-        raise LedgerError(f"{path}: cannot read the ledger: {exc.strerror or exc}") from None
-    if not head.startswith(_MAGIC[: len(head)]) or not head:
-        raise LedgerError(
-            f"{path}: not a ledger: an SQLite file starts with {_MAGIC!r}, this one with "
-            f"{head[:16]!r}"
-        )
-    if len(head) < 100:
-        raise LedgerError(f"{path}: the file is truncated: {size} bytes, not even a header")
-    page_size = int.from_bytes(head[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(head[28:32], "big")
-    header_size_valid = head[24:28] == head[92:96]
-    # With frames in the WAL, a checkpoint cut short may leave the file shorter than
-    # its first page says, legitimately: SQLite reads those pages from the WAL.
-    if not wal_empty:
-        # SQLite takes a WAL whose header it does not know for no WAL at all, and would
-        # show the records committed in it as never written. Its header is written whole
-        # (or not yet: zeros), so anything else there is damage.
-        try:
-            with wal.open("rb") as file:
-                magic = file.read(4)
-        except FileNotFoundError:  # checkpointed and removed since: nothing to read
-            magic = b""
-        if magic not in (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83", b"\0" * len(magic)):
-            raise LedgerError(
-                f"{wal}: the ledger's write-ahead log is damaged (it starts with {magic!r}, "
-                "not SQLite's WAL header): the records committed in it cannot be read"
-            )
-    if header_size_valid and wal_empty and size < page_size * pages:
-        raise LedgerError(
-            f"{path}: the file is truncated: {size} bytes, where its header says "
-            f"{pages} pages of {page_size} bytes ({pages * page_size} bytes)"
-        )
 
 
 def _check_log(path: Path) -> None:
@@ -163,9 +129,15 @@ def _check_log(path: Path) -> None:
     WAL holds (``mxFrame``), how many were copied into the file (``nBackfill``),
     and the WAL's salts. SQLite would take a WAL that is missing, shorter, or
     from another generation for an empty one, and rebuild the index from it.
+    These are read with plain ``open()`` only while no SQLite connection can
+    hold them: no other process has the ledger open (the caller holds its lock
+    file's byte 0 alone), and none of the three files is open in this process
+    (``_open_here``); else SQLite's own connections keep the log, and it is theirs.
     """
     wal = path.with_name(path.name + "-wal")
     shm = path.with_name(path.name + "-shm")
+    if _open_here(path, wal, shm):
+        return
     try:
         with wal.open("rb") as file:
             head = file.read(32)
@@ -267,12 +239,31 @@ def _shm_header(index: bytes) -> tuple[int, int, bytes] | None:
     return frames, copied, index[32:40]
 
 
-# -- one writer per run: POSIX byte-range locks on a sidecar file -------------------------
+def _open_here(*paths: Path) -> bool:
+    """Whether this process has any of ``paths`` open (so SQLite may hold locks through it).
 
-
-def _empty(wal: Path) -> bool:
-    """Whether the WAL is absent or empty (it may be removed while we look)."""
+    Compared by identity (device and inode), each open descriptor's ``fstat``
+    against each path's ``stat``; without a list of descriptors to read
+    (``/dev/fd``), taken as open.
+    """
+    files = set()
+    for path in paths:
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            continue
+        files.add((stat.st_dev, stat.st_ino))
+    if not files:
+        return False
     try:
-        return wal.stat().st_size == 0
-    except FileNotFoundError:
+        descriptors = os.listdir("/dev/fd")
+    except OSError:
         return True
+    for name in descriptors:
+        try:
+            stat = os.fstat(int(name))
+        except (OSError, ValueError):
+            continue  # the listing's own descriptor, closed since
+        if (stat.st_dev, stat.st_ino) in files:
+            return True
+    return False

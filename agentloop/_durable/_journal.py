@@ -166,18 +166,22 @@ def events_body(at: int, events: Sequence[Transition], rejected: object = None) 
     return dumps(body)
 
 
-def record_of(transition: Transition) -> tuple[str, str]:
-    """The (kind, key) of the record a report's transition ends."""
+def record_of(transition: Transition) -> tuple[str, str | None]:
+    """The (kind, key) of the record a report's transition ends.
+
+    The key is None where the transition does not name its call (an outcome
+    without a call id, an approval without calls): the engine makes none
+    such, a damaged record may hold one.
+    """
     trigger = transition.trigger
     if transition.dest in TERMINAL:
         return END, ""
     if trigger is Trigger.TOOL_RETURNED:
-        assert transition.call_id is not None, "a call's outcome names the call"
         return FINISHED, transition.call_id
     if trigger is Trigger.APPROVAL_ASKED:
-        return ASKED, transition.pending[0].call_id
+        return ASKED, transition.pending[0].call_id if transition.pending else None
     if trigger is Trigger.APPROVAL_DECIDED:
-        return DECISION, transition.decisions[0][0]
+        return DECISION, transition.decisions[0][0] if transition.decisions else None
     return REPLY, str(transition.steps)  # the model replied or raised, at this step
 
 

@@ -112,7 +112,7 @@ class Legacy:
         return LedgerError(f"run {self.run_id!r}: {where}: expected {expected}, got {found!r:.80}")
 
     def _reply(self, key: str, body: dict[str, Any], where: str) -> None:
-        if not key.isdigit() or key != str(int(key)) or int(key) < 1:
+        if not (key.isascii() and key.isdigit()) or key != str(int(key)) or int(key) < 1:
             raise self._bad(where, "a step number as its key", key)
         answer = recorded_answer(body)
         if answer is None:

@@ -62,7 +62,15 @@ class DurableEngine(Engine):
     yet: ``next()`` hands them to the driver first, and ``unstarted`` counts them.
     """
 
-    __slots__ = ("__weakref__", "_given", "_recorded", "handed", "journal", "replaying")
+    __slots__ = (
+        "__weakref__",
+        "_given",
+        "_recorded",
+        "end_unrecorded",
+        "handed",
+        "journal",
+        "replaying",
+    )
     journal: Journal
 
     def __init__(
@@ -83,6 +91,9 @@ class DurableEngine(Engine):
         self._recorded = 0  # the events the ledger holds
         #: While a resume feeds the records back: nothing is recorded, calls handed out are kept.
         self.replaying = False
+        #: A resume found the run ended before its end was written: ``record_end`` writes it
+        #: (as version 1 if True); ``None`` when there is none to write.
+        self.end_unrecorded: bool | None = None
 
     @property
     def run_id(self) -> str:
@@ -110,13 +121,22 @@ class DurableEngine(Engine):
         running = set(self.running)
         self.handed = [need for need in self.handed if need.call["id"] in running]
 
-    def record_end(self, legacy: bool) -> None:
-        """Record the end a resume made (a reply checked): as version 1 if ``legacy``."""
-        end = self._events[-1]
-        if legacy:
-            self.journal.append(END, "", end_body(end, len(self._events) - 1))
-        else:
-            self._commit(end)
+    def record_end(self) -> None:
+        """Write the end a resume made (a reply checked), if any (``end_unrecorded``); release.
+
+        Left to the caller of the resume, so that a resume refused once the run is
+        found ended (decisions given to it) writes nothing.
+        """
+        legacy, self.end_unrecorded = self.end_unrecorded, None
+        try:
+            if legacy is not None:
+                end = self._events[-1]
+                if legacy:
+                    self.journal.append(END, "", end_body(end, len(self._events) - 1))
+                else:
+                    self._commit(end)
+        finally:
+            self.journal.release()
 
     def result(self) -> RunResult:
         """The result, once its end is recorded: ``LedgerError`` if the ledger failed first.
@@ -259,9 +279,12 @@ class DurableEngine(Engine):
         events = self._events
         at = self._recorded
         rejected = self._reply.value if transition.trigger is Trigger.MODEL_REPLIED else None
+        kind, key = record_of(transition)
+        assert key is not None, "the engine's transitions name their calls"
         try:
             self.journal.append(
-                *record_of(transition),
+                kind,
+                key,
                 events_body(at, events[at:], rejected if type(rejected) is NotJSON else None),
             )
         except BaseException:

@@ -154,7 +154,9 @@ class Recorded:
         if "rejected" in body:
             error = None if whole else next(iter(_REJECTED.iter_errors(body["rejected"])), None)
             if error is not None:
-                raise bad(run_id, f"{where}.rejected", explain(error)[0], body["rejected"])
+                raise bad(
+                    run_id, f"{where}.rejected", explain(error, "rejected")[0], body["rejected"]
+                )
             self.rejected = rejected_value(body["rejected"])
         made = [
             self._event(where, at + offset, event, checked=whole)
@@ -163,9 +165,14 @@ class Recorded:
         last = made[-1]
         if last.trigger in _BY_ITSELF and last.dest not in TERMINAL:
             raise bad(run_id, where, "a report's transition last", last.trigger.value)
-        if record_of(last) != (record.kind, record.key):
+        kind, key = record_of(last)
+        if key is None:
+            path = f"$.events[{at + len(made) - 1}]"
+            expected = "an event naming its call (the record's key)"
+            raise LedgerError(f"run {run_id!r}: {where}: {path}: expected {expected}, got none")
+        if (kind, key) != (record.kind, record.key):
             expected = "the kind and key of its last event's record"
-            raise bad(run_id, where, expected, "{} {!r}".format(*record_of(last)))
+            raise bad(run_id, where, expected, f"{kind} {key!r}")
         self.events.extend(made)
         self.ended = record.kind == END
 

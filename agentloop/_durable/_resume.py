@@ -105,7 +105,8 @@ def resume(
 
     Also returns the token the driver is to watch (``None`` without ``cancel``).
     A finished run is only read; any other is claimed first, so its records
-    cannot change while they are replayed.
+    cannot change while they are replayed. A run found ended whose end is not
+    recorded keeps its claim: ``engine.record_end()`` writes the end.
     """
     run_id = checked_run_id(run_id)
     writer: LedgerWriter | None
@@ -139,9 +140,11 @@ def resume(
             writer.release()
         raise
     if engine.done:
-        if not recorded.ended:  # it ended before its end was written: write it now
-            engine.record_end(recorded.legacy is not None and not recorded.events)
-        engine.journal.release()
+        if recorded.ended:
+            engine.journal.release()
+        else:  # it ended before its end was written: the caller writes it (record_end)
+            engine.end_unrecorded = recorded.legacy is not None and not recorded.events
+            weakref.finalize(engine, engine.journal.release)
         return engine, None
     assert writer is not None, "a run that has not ended was claimed"
     weakref.finalize(engine, engine.journal.release)
@@ -223,8 +226,8 @@ def _recorded_context(recorded: Recorded) -> ContextPolicy | None:
         return None
     try:
         policy = policy_from_record(record)
-    except (KeyError, TypeError, ValueError):
-        policy = None
+    except (TypeError, ValueError) as exc:
+        raise LedgerError(f"run {recorded.run_id!r}: its header's context policy: {exc}") from None
     if policy is None:
         raise LedgerError(
             f"run {recorded.run_id!r}: its header's context policy cannot be made again here: "

@@ -29,10 +29,20 @@ frame fails its checksum, while records committed in it are not yet in the
 file, is a ``LedgerError``: opening would silently drop them. (A WAL removed
 together with its index, once the tables are in the file, looks like a ledger
 closed cleanly, where SQLite removes both: what it held is lost unseen.)
+
+The files are never opened behind SQLite's back: closing any descriptor of a
+file drops every POSIX lock the process holds on it, SQLite's included, and
+another process closing its connection would then take the live WAL for an
+unused one, copy it in and remove it while this one still commits to it. So
+the file is looked at with ``os.stat`` only (what it holds, SQLite itself
+reads: a file that is not a database, or cut short, is refused as SQLite
+finds it), and the WAL and its index only while no connection holds them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import sqlite3
 import threading
@@ -60,7 +70,6 @@ __all__ = ["APPLICATION_ID", "VERSION", "SQLiteLedger"]
 APPLICATION_ID: Final = 0x41474C4C
 #: ``PRAGMA user_version``: the layout of the tables (each run's header versions its records).
 VERSION: Final = 1
-_MAGIC: Final = b"SQLite format 3\x00"
 
 
 class SQLiteLedger:
@@ -68,6 +77,8 @@ class SQLiteLedger:
 
     ``SQLiteLedger("runs.db")`` creates the file, or opens one it made before;
     ``":memory:"`` is refused (``ValueError``): a ledger must outlive its process.
+    With ``make=False`` only a ledger that exists is opened: a missing file, or
+    one that holds no ledger, is a ``LedgerError`` (what the command line uses).
     A file that is not a ledger, is cut short, has lost records its
     write-ahead log held (the log removed or damaged), has another name (a
     hard link), or was written by a newer agentloop is refused right here
@@ -85,6 +96,7 @@ class SQLiteLedger:
         *,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         timeout: float = 30.0,
+        make: bool = True,
     ) -> None:
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(
@@ -93,6 +105,8 @@ class SQLiteLedger:
             )
         if not isinstance(path, str | os.PathLike):
             raise TypeError(f"expected path to be a str or a Path, got {type(path).__name__}")
+        if type(make) is not bool:
+            raise TypeError(f"expected make to be a bool, got {type(make).__name__}")
         if os.fspath(path) in (":memory:", ""):
             raise ValueError(
                 f"expected the path of a ledger file, got {os.fspath(path)!r}: a ledger "
@@ -107,7 +121,7 @@ class SQLiteLedger:
         # The file itself, under whatever name it was given: its WAL, its lock file and
         # its marker are named from this one path.
         real = Path(os.path.realpath(self.path))
-        _check_file(real, self.path)
+        _check_file(real, self.path, make=make)
         self._locks = _lock_file(real, self.path)
         written = self._locks.enter(lambda: _check_log(real), timeout)
         try:
@@ -119,7 +133,7 @@ class SQLiteLedger:
                 raise LedgerError(f"{self.path}: cannot open the ledger: {exc}") from None
             try:
                 with self._using("open"):
-                    self._setup(timeout, written=written)
+                    self._setup(timeout, written=written, make=make)
                 if not written:
                     self._locks.mark_written()
             except BaseException:
@@ -216,33 +230,32 @@ class SQLiteLedger:
         """Every run id recorded, oldest first; ``finished=False`` only those not yet ended.
 
         After a restart, ``for run_id in ledger.run_ids(finished=False):
-        loop.resume(run_id)`` continues every run the crash interrupted.
+        loop.resume(run_id)`` continues every run the crash interrupted. An id
+        the file holds as something else than UTF-8 text (damaged) is listed as
+        its bytes, which no reader takes for a run id.
         """
         if finished is not None and type(finished) is not bool:
             raise TypeError(
                 f"expected finished to be a bool or None, got {type(finished).__name__}"
             )
-        query = "SELECT run_id FROM runs"
+        query = _RUN_IDS
         if finished is not None:
             has_end = "EXISTS (SELECT 1 FROM records WHERE run = runs.id AND kind = ?)"
             query += f" WHERE {'' if finished else 'NOT '}{has_end}"
         query += " ORDER BY id"
         with self._using("listing runs"):
             rows = self._db.execute(query, () if finished is None else (END,)).fetchall()
-        return [run_id for (run_id,) in rows]
+        return [_run_id(*row) for row in rows]
 
     def changed(self) -> dict[str, float | None]:
         """When each run last changed: its last record's commit (or its start), as ``time.time()``.
 
         ``None`` for a run with no time kept (recorded by an agentloop that kept none).
         """
-        query = (
-            "SELECT run_id, COALESCE((SELECT MAX(at) FROM records WHERE run = runs.id), at) "
-            "FROM runs ORDER BY id"
-        )
+        query = _CHANGED
         with self._using("listing runs"):
             rows = self._db.execute(query).fetchall()
-        return dict(rows)
+        return {_run_id(raw, kind): _time(at) for raw, kind, at in rows}
 
     def check(self) -> None:
         """Read the whole file (``PRAGMA quick_check``); ``LedgerError`` listing what is damaged."""
@@ -253,13 +266,28 @@ class SQLiteLedger:
 
     # -- inside -----------------------------------------------------------------------
 
-    def _setup(self, timeout: float, *, written: bool) -> None:
+    def _setup(self, timeout: float, *, written: bool, make: bool) -> None:
         """WAL mode, the sync level, and the tables (made once; checked every time).
 
         ``written``: the lock file says the tables were made (read before SQLite
-        was asked, so tables made since are seen).
+        was asked, so tables made since are seen). ``make``: tables may be made.
+        The file is read before it is switched to WAL mode: another database is
+        refused unchanged.
         """
         db = self._db
+        db.execute("BEGIN")  # one snapshot: another process may be making the tables
+        try:
+            application_id, version = self._version()  # SQLite reads the file's header here
+            if application_id not in (0, APPLICATION_ID):
+                raise LedgerError(
+                    f"{self.path}: not an agentloop ledger: an SQLite database with "
+                    f"application_id {application_id:#x}"
+                )
+            if (application_id, version) == (0, 0):
+                self._no_ledger(written=written, make=make)
+        finally:
+            if db.in_transaction:
+                db.execute("COMMIT")
         mode = _wal_mode(db, timeout)
         if mode != "wal":
             raise LedgerError(
@@ -267,25 +295,13 @@ class SQLiteLedger:
                 "a ledger needs a file on a local disk"
             )
         db.execute(f"PRAGMA synchronous = {self.synchronous}")
-        if written and self._version() == (0, 0) and not self._tables():
-            raise LedgerError(
-                f"{self.path}: the ledger was written, but its tables are missing: the "
-                f"write-ahead log that held them ({self.path.name}-wal) is lost or damaged. "
-                "Nothing recorded since the ledger was made can be read; restore the file "
-                "and its -wal from a backup, or remove the ledger's files to start a new one"
-            )
         if self._version() == (0, 0):
             db.execute(
                 "BEGIN IMMEDIATE"
             )  # one process makes the tables; others wait, then see them
             try:
                 if self._version() == (0, 0):
-                    tables = self._tables()
-                    if tables:
-                        raise LedgerError(
-                            f"{self.path}: not an agentloop ledger: an SQLite database of "
-                            f"other tables ({', '.join(sorted(tables)[:5])})"
-                        )
+                    self._no_ledger(written=written, make=make)
                     for statement in _SCHEMA:
                         db.execute(statement)
                     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
@@ -324,6 +340,27 @@ class SQLiteLedger:
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+
+    def _no_ledger(self, *, written: bool, make: bool) -> None:
+        """Refuse a file that holds no ledger yet, unless it is to be made one here."""
+        tables = self._tables()
+        if tables:
+            raise LedgerError(
+                f"{self.path}: not an agentloop ledger: an SQLite database of "
+                f"other tables ({', '.join(sorted(tables)[:5])})"
+            )
+        if written:
+            raise LedgerError(
+                f"{self.path}: the ledger was written, but its tables are missing: the "
+                f"write-ahead log that held them ({self.path.name}-wal) is lost or damaged. "
+                "Nothing recorded since the ledger was made can be read; restore the file "
+                "and its -wal from a backup, or remove the ledger's files to start a new one"
+            )
+        if not make:
+            raise LedgerError(
+                f"{self.path}: not a ledger: expected a ledger that agentloop.SQLiteLedger "
+                "made, got a file that holds none (make=False makes none)"
+            )
 
     def _tables(self) -> dict[str, str]:
         """Each table SQLite knows in this file (its own ``sqlite_`` ones aside), and its SQL."""
@@ -375,6 +412,18 @@ class _Using:
     ) -> None:
         self._ledger._lock.release()
         if isinstance(exc, sqlite3.Error):
+            path = self._ledger.path
+            if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB" and self._what == "open":
+                if not _has_log(path):
+                    raise LedgerError(
+                        f"{path}: not a ledger: expected an SQLite database that "
+                        f"agentloop.SQLiteLedger made, got a file SQLite does not read as one "
+                        f"({exc})"
+                    ) from exc
+                raise LedgerError(
+                    f"{path}: open: the file or its write-ahead log ({path.name}-wal) is "
+                    f"damaged: {exc}"
+                ) from exc
             damaged = isinstance(exc, sqlite3.DatabaseError) and not isinstance(
                 exc, sqlite3.OperationalError | sqlite3.IntegrityError
             )
@@ -428,7 +477,45 @@ class _Writer:
             self._ledger._locks.release(self._row)
 
 
+# -- reading what may be damaged ------------------------------------------------------
+#
+# A run's id is read as bytes with its SQLite type (``_run_id`` makes it text), so that
+# text that is not UTF-8 in one run's id is that run's damage, not every listing's; a
+# commit time is read only where it is a number (anything else is damage: no time).
+
+#: Each run's id.
+_RUN_IDS: Final = "SELECT CAST(run_id AS BLOB), typeof(run_id) FROM runs"
+#: Each run's id and its last record's commit time, else its start's.
+_CHANGED: Final = (
+    "SELECT CAST(run_id AS BLOB), typeof(run_id), COALESCE("
+    "(SELECT MAX(CASE WHEN typeof(at) IN ('integer', 'real') THEN at END) "
+    "FROM records WHERE run = runs.id), "
+    "CASE WHEN typeof(at) IN ('integer', 'real') THEN at END) FROM runs ORDER BY id"
+)
+
+
+def _run_id(raw: bytes, kind: str) -> str:
+    """A run's id as read: its text, or the bytes stored when they are not text."""
+    if kind == "text":
+        with contextlib.suppress(UnicodeDecodeError):
+            return raw.decode()
+    return raw  # type: ignore[return-value]  # damaged: no run id, as readers see
+
+
+def _time(at: float | None) -> float | None:
+    """A commit's time, or None where the file holds none (or no time a clock shows)."""
+    return None if at is None or not math.isfinite(at) else float(at)
+
+
 # -- fail fast on a file that is not a ledger ------------------------------------------
+
+
+def _has_log(path: Path) -> bool:
+    """Whether the ledger has a write-ahead log that is not empty (by ``os.stat``)."""
+    try:
+        return os.stat(f"{os.path.realpath(path)}-wal").st_size > 0
+    except FileNotFoundError:
+        return False
 
 
 def _wal_mode(db: sqlite3.Connection, timeout: float) -> str:

@@ -59,6 +59,16 @@ class LedgerRun:
         return self.result.status in TERMINAL
 
     @property
+    def decided(self) -> bool:
+        """Whether a person's decisions are the run's last record: it waits to be resumed.
+
+        Its ``state`` is ``dispatching``, but nothing runs its calls until a
+        process that has its ``Loop`` resumes it (``loop.resume(run_id)``).
+        """
+        events = self.result.events
+        return not self.done and bool(events) and events[-1].trigger is Trigger.APPROVAL_DECIDED
+
+    @property
     def steps(self) -> int:
         """Model steps so far."""
         return self.result.steps
@@ -108,6 +118,8 @@ class RunSummary(NamedTuple):
     pending: tuple[PendingCall, ...]
     #: Why the run's records cannot be read (damaged, or from a newer agentloop).
     problem: str | None = None
+    #: A person decided and nothing ran since: it waits to be resumed (``LedgerRun.decided``).
+    decided: bool = False
 
 
 def view_run(ledger: Ledger, run_id: str) -> LedgerRun:
@@ -141,11 +153,21 @@ def list_runs(ledger: Ledger) -> list[RunSummary]:
     for run_id in run_ids():
         at = times.get(run_id)
         try:
+            checked_run_id(run_id)
+        except (TypeError, ValueError) as exc:  # the store holds an id that is none: damaged
+            shown = run_id if type(run_id) is str else repr(run_id)
+            found.append(RunSummary(shown, None, 0, 0, at, (), f"its id is damaged: {exc}"))
+            continue
+        try:
             run = view_run(ledger, run_id)
         except LedgerError as exc:
             found.append(RunSummary(run_id, None, 0, 0, at, (), str(exc)))
             continue
-        found.append(RunSummary(run_id, run.state, run.steps, run.calls, at, run.pending))
+        found.append(
+            RunSummary(
+                run_id, run.state, run.steps, run.calls, at, run.pending, decided=run.decided
+            )
+        )
     return found
 
 

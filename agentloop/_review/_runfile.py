@@ -48,8 +48,11 @@ is ever half-loaded.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import sqlite3
+import stat
 from pathlib import Path
 from typing import Any, Final
 
@@ -87,7 +90,7 @@ from agentloop._review._runshape import (
 )
 from agentloop._review._runstory import check_story
 
-__all__ = ["load_event", "load_run", "run_from_json", "run_to_json", "save_run"]
+__all__ = ["load_event", "load_run", "run_from_json", "run_to_json", "save_run", "sqlite_header"]
 
 # -- saving --------------------------------------------------------------------
 
@@ -124,9 +127,45 @@ def load_run(path: str | bytes | os.PathLike[str], *, max_bytes: int = MAX_BYTES
         raise TypeError(
             f"load_run() expected a path (str or os.PathLike), got {type(path).__name__}"
         )
+    # A ledger is never opened here: closing the file would drop SQLite's locks on it in
+    # this process (durable.md), so SQLite is asked first whether it is a database.
+    if sqlite_header(os.fsdecode(path)) is not None:
+        raise RunFileError(str(path), "a run file (JSON)", _A_DATABASE)
     with open(path, "rb") as file:
         data = file.read(max_bytes + 1)
     return run_from_json(data, source=str(path), max_bytes=max_bytes)
+
+
+def sqlite_header(path: str) -> tuple[int, bool] | None:
+    """The application id in ``path``'s header and whether it has tables; None if no database.
+
+    Asked of SQLite (never read with ``open()``, which would drop SQLite's locks
+    on the file in this process when closed), read-only and as an immutable
+    file: it reads the header, and neither recovers a write-ahead log nor reads
+    one (tables made since the last checkpoint are not seen). An empty file, or
+    one that is not a regular file (a pipe), is no database; a file SQLite finds
+    damaged is one, with id 0.
+    """
+    try:
+        found = os.stat(path)
+        if not stat.S_ISREG(found.st_mode) or found.st_size == 0:
+            return None
+        uri = f"{Path(path).absolute().as_uri()}?mode=ro&immutable=1"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            (application_id,) = db.execute("PRAGMA application_id").fetchone()
+            tables = db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB":
+            return None
+        return 0, False  # damaged: SQLiteLedger says how
+    except UnicodeDecodeError:  # SQLite's message quotes a damaged name in its schema
+        return 0, False
+    except (OSError, ValueError, sqlite3.Error):
+        return None  # said by whoever reads it next
+    return application_id, tables
+
+
+_A_DATABASE: Final = "a SQLite database (a ledger? go on with its runs with loop.resume(run_id))"
 
 
 def run_from_json(
@@ -145,11 +184,7 @@ def run_from_json(
             f"more than {max_bytes} bytes",
         )
     if isinstance(text, bytes) and text.startswith(b"SQLite format 3\x00"):
-        raise RunFileError(
-            source,
-            "a run file (JSON)",
-            "a SQLite database (a ledger? go on with its runs with loop.resume(run_id))",
-        )
+        raise RunFileError(source, "a run file (JSON)", _A_DATABASE)
     try:
         document = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -227,7 +262,10 @@ def _policy(record: dict[str, Any] | None) -> ContextPolicy | None:
     """The run's context policy made again (its summaries are in its events), if it had one."""
     if record is None:
         return None
-    policy = policy_from_record(record)
+    try:
+        policy = policy_from_record(record)
+    except (TypeError, ValueError) as exc:
+        raise Mismatch("$.context", "a context policy this agentloop makes", str(exc)) from None
     if policy is None:
         raise Mismatch(
             "$.context.counter",

@@ -96,7 +96,7 @@ def upgrade_from_2(document: dict[str, Any]) -> None:
     if type(document.get("budget")) is dict:
         document["budget"].setdefault("max_total_tokens", None)
     document.setdefault("usage", {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0})
-    for event in document.get("events") or ():
+    for event in _events(document):
         if type(event) is dict:
             for name in ("usage", "at", "took"):
                 event.setdefault(name, None)
@@ -106,7 +106,7 @@ def upgrade_from_3(document: dict[str, Any]) -> None:
     """A version 3 document as version 4: no batch waited for a person."""
     document["version"] = 4
     document.setdefault("held", None)
-    for event in document.get("events") or ():
+    for event in _events(document):
         if type(event) is dict:
             for name in ("pending", "decisions"):
                 event.setdefault(name, [])
@@ -121,10 +121,16 @@ def upgrade_from_4(document: dict[str, Any]) -> None:
     are the loaded run's.
     """
     document["version"] = VERSION
-    for event in document.get("events") or ():
+    for event in _events(document):
         if type(event) is dict:
             event.setdefault("started", [])
             event.setdefault("input", None)
+
+
+def _events(document: dict[str, Any]) -> list[Any]:
+    """The document's events to upgrade: none unless a list (the schema then says so)."""
+    events = document.get("events")
+    return events if type(events) is list else []
 
 
 def too_deep(document: dict[str, Any]) -> bool:
@@ -178,8 +184,11 @@ def json_path(parts: list[str | int]) -> str:
     return "$" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in parts)
 
 
-def explain(error: jsonschema_rs.ValidationError) -> tuple[str, str]:
-    """(expected, found) for a schema error, in the words of this format."""
+def explain(error: jsonschema_rs.ValidationError, field: str = "") -> tuple[str, str]:
+    """(expected, found) for a schema error, in the words of this format.
+
+    ``field`` names the value checked when its path is empty (a part checked alone).
+    """
     value: Any = error.instance
     name: str = error.kind.name
     rule: Any = error.kind.value  # what the schema asked for
@@ -197,10 +206,13 @@ def explain(error: jsonschema_rs.ValidationError) -> tuple[str, str]:
         expected = "a count from 0 to 2**63 - 1" if type(value) is int else "integer"
         return expected, as_found(value)
     if name == "minItems":
-        return f"at least {rule} item", "an empty list"
+        return f"at least {rule} item{'s' * (rule != 1)}", as_found(value)
+    if name == "maxItems":
+        return f"at most {rule} item{'s' * (rule != 1)}", as_found(value)
     if name == "oneOf":
-        return _ONE_OF[str(error.instance_path[-1])], as_found(value)
-    return error.message, as_found(value)  # pragma: no cover - the schema uses no other
+        named = [part for part in error.instance_path if type(part) is str] or [field]
+        return _ONE_OF.get(named[-1], "one of the forms this field takes"), as_found(value)
+    return error.message, as_found(value)
 
 
 _ONE_OF: Final = {
@@ -208,6 +220,7 @@ _ONE_OF: Final = {
     "rejected": 'null, {"json": the reply} or {"repr": str, "problem": str}',
     "max_total_tokens": "null or an int from 0 to 2**63 - 1",
     "usage": 'null or {"input_tokens", "output_tokens", "cached_tokens"}, each an int count',
+    "summary": "null or [first, end], the messages a summary folded",
 }
 
 
