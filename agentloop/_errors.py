@@ -62,9 +62,8 @@ class UnreadableResponse(AgentloopError):
     raised its JSON parser's error or handed back the text, and, with
     ``expected='an event stream'``, for a streamed request answered with
     anything but an event stream; the run ends ``failed`` with this message
-    as its ``error``. ``status`` is the HTTP
-    status, ``body`` the start of the body (at most 200 characters), ``url``
-    what was asked.
+    as its ``error``. ``status`` is the HTTP status, ``body`` the start of
+    the body (at most 200 characters), ``url`` what was asked.
     """
 
     __module__ = "agentloop.providers"  # where it is imported from

@@ -4,7 +4,7 @@ The SDK sends the request when its stream is first read, so ``open_stream``
 (``aopen_stream`` for an async client) reads the first chunk at once: an
 HTTP error is then raised by the model call itself, as the other adapters'
 are, and marked for the retry policy; so is a response that is no event
-stream (``unstreamed``). ``generate_stream`` (``agenerate_stream``)
+stream (``_unstreamed``). ``generate_stream`` (``agenerate_stream``)
 reads the chunks through the fold loop every adapter's stream goes through
 (``folded``): a call arrives whole in one chunk (its start, then its
 arguments in one piece), usage is a running total (the last chunk's counts),
@@ -90,14 +90,14 @@ def open_stream(create: Callable[..., Iterator[Any]], url: str) -> Callable[...,
     """``create`` (the SDK's ``generate_content_stream``), its request sent by the call.
 
     A first chunk that came in a response that is no event stream is
-    ``unstreamed``'s ``UnreadableResponse`` (``url``: what was asked).
+    ``_unstreamed``'s ``UnreadableResponse`` (``url``: what was asked).
     """
 
     def opened(**request: Any) -> _Opened:
         rest = create(**request)
         try:
             first = next(rest, None)
-            page = unstreamed(first, url)
+            page = _unstreamed(first, url)
             if page is not None:
                 raise page
         except BaseException:
@@ -115,7 +115,7 @@ def aopen_stream(create: Callable[..., Any], url: str) -> Callable[..., Any]:
         rest = await create(**request)
         try:
             first = await anext(rest, None)
-            page = unstreamed(first, url)
+            page = _unstreamed(first, url)
             if page is not None:
                 raise page
         except BaseException as exc:
@@ -128,7 +128,7 @@ def aopen_stream(create: Callable[..., Any], url: str) -> Callable[..., Any]:
     return opened
 
 
-def unstreamed(first: Any, url: str) -> UnreadableResponse | None:
+def _unstreamed(first: Any, url: str) -> UnreadableResponse | None:
     """The error for a stream whose first chunk came in a response that is no event stream.
 
     The SDK asks for Server-Sent Events (``alt=sse``), reads JSON lines too,
