@@ -574,6 +574,56 @@ def test_opening_a_ledger_never_opens_sqlites_files_itself(
     assert opened != []
 
 
+def _holding(db: str, ready: Any, done: Any) -> None:
+    """Open the ledger at ``db``, record a run in it, and keep it open until ``done``."""
+    with SQLiteLedger(db) as ledger:
+        model = agentloop.testing.ScriptedModel([final("done")])
+        Loop(model, ledger=ledger).run("hi", run_id="one")
+        ready.set()
+        done.wait(30)
+
+
+def test_a_ledger_another_process_has_open_is_opened_without_reading_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process has the ledger open, and may be copying its log into the file at any
+    moment (a checkpoint: the file's first page then says more pages than it holds yet).
+    Opening it here reads none of its files with open(): only SQLite reads them, under its
+    locks. (A look at the file outside them took a checkpoint under way for a truncated file,
+    now and then, when six processes opened a new ledger at once.)"""
+    import builtins
+    import io
+    import multiprocessing
+
+    db = tmp_path / "runs.db"
+    context = multiprocessing.get_context("fork")
+    ready, done = context.Event(), context.Event()
+    holder = context.Process(target=_holding, args=(str(db), ready, done))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        files = {str(db), f"{db}-wal", f"{db}-shm"}
+        opened: list[str] = []
+
+        def watching(real: Callable[..., Any]) -> Callable[..., Any]:
+            def open_(file: Any, *args: Any, **kwargs: Any) -> Any:
+                if isinstance(file, str | os.PathLike) and os.path.realpath(file) in files:
+                    opened.append(os.fspath(file))
+                return real(file, *args, **kwargs)
+
+            return open_
+
+        for module, name in ((builtins, "open"), (io, "open"), (os, "open")):
+            monkeypatch.setattr(module, name, watching(getattr(module, name)))
+        with SQLiteLedger(db) as here:
+            assert agentloop.ledger.view_run(here, "one").result.output == "done"
+        assert opened == []
+    finally:
+        done.set()
+        holder.join(30)
+    assert holder.exitcode == 0
+
+
 # -- a second ledger on a file this process has open -----------------------------------
 
 _PAYER = """
