@@ -17,10 +17,9 @@ from __future__ import annotations
 from agentloop import engine as engine
 from agentloop import ledger as ledger
 from agentloop import review as review
-from agentloop._async import AsyncRun
-from agentloop._core._approval import PendingCall, approve, ask
-from agentloop._core._table import State
-from agentloop._core._values import (
+from agentloop._core.approval import PendingCall, approve, ask
+from agentloop._core.table import State
+from agentloop._core.values import (
     Budget,
     CancelToken,
     NotJSON,
@@ -29,8 +28,11 @@ from agentloop._core._values import (
     Transition,
     Usage,
 )
-from agentloop._durable._key import idempotency_key
-from agentloop._durable._sqlite import SQLiteLedger
+from agentloop._drivers.asyncio import AsyncRun
+from agentloop._drivers.progress import report_progress
+from agentloop._drivers.sync import Run
+from agentloop._durable.key import idempotency_key
+from agentloop._durable.sqlite import SQLiteLedger
 from agentloop._errors import (
     AgentloopError,
     ConfigurationMismatchError,
@@ -42,12 +44,10 @@ from agentloop._errors import (
     RunFileError,
     RunNotFoundError,
 )
-from agentloop._loop import Loop
+from agentloop._loop.loop import Loop
 from agentloop._names import publish as _publish
-from agentloop._progress import report_progress
-from agentloop._review._runfile import load_run, save_run
-from agentloop._sync import Run
-from agentloop._tools._registry import (
+from agentloop._review.runfile import load_run, save_run
+from agentloop._tools.registry import (
     Decision,
     Policy,
     SpecFormat,

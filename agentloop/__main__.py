@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from agentloop._cli._main import DISTRIBUTION, main
+from agentloop._cli.main import DISTRIBUTION, main
 
 __all__ = ["DISTRIBUTION", "main"]
 

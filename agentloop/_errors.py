@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from agentloop._core._table import State
+    from agentloop._core.table import State
 
 __all__ = [
     "AgentloopError",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import typing as _typing
 
-from agentloop._core._context import (
+from agentloop._core.context_policy import (
     SUMMARY_PROMPT,
     ContextPolicy,
     Counter,

@@ -15,11 +15,10 @@ driver" page.
 
 from __future__ import annotations
 
-from agentloop._callbacks import Dispatcher, Listener, Model
-from agentloop._core._checked import ROWS, Row
-from agentloop._core._engine import Engine
-from agentloop._core._table import TERMINAL, Effect, Guard, State, Trigger
-from agentloop._core._values import (
+from agentloop._core.build import ROWS, Row
+from agentloop._core.engine import Engine
+from agentloop._core.table import TERMINAL, Effect, Guard, State, Trigger
+from agentloop._core.values import (
     AskModel,
     AwaitApproval,
     ReviewCalls,
@@ -27,8 +26,9 @@ from agentloop._core._values import (
     Transition,
     Wait,
 )
+from agentloop._drivers.callbacks import Dispatcher, Listener, Model
 from agentloop._names import publish as _publish
-from agentloop._tools._policy import PreparedCall
+from agentloop._tools.policy import PreparedCall
 
 __all__ = [
     "ROWS",

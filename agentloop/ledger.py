@@ -10,10 +10,10 @@ the docs' "Durable runs and approval" page.
 
 from __future__ import annotations
 
-from agentloop._durable._key import idempotency_key
-from agentloop._durable._ledger import Ledger, LedgerRecord, LedgerWriter
-from agentloop._durable._sqlite import SQLiteLedger
-from agentloop._durable._view import LedgerRun, RunSummary, decide_run, list_runs, view_run
+from agentloop._durable.key import idempotency_key
+from agentloop._durable.protocol import Ledger, LedgerRecord, LedgerWriter
+from agentloop._durable.sqlite import SQLiteLedger
+from agentloop._durable.view import LedgerRun, RunSummary, decide_run, list_runs, view_run
 from agentloop._names import publish as _publish
 
 __all__ = [

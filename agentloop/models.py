@@ -14,10 +14,10 @@ passing. ``sleep``/``asleep`` are how the drivers wait (a policy's
 
 from __future__ import annotations
 
-from agentloop._core._retry import KINDS, RetryPolicy, Transient, mark, transient
-from agentloop._fallback import Fallback, fallback
+from agentloop._core.retry_policy import KINDS, RetryPolicy, Transient, mark, transient
+from agentloop._drivers.waits import asleep, sleep
+from agentloop._loop.fallback import Fallback, fallback
 from agentloop._names import publish as _publish
-from agentloop._waits import asleep, sleep
 
 __all__ = [
     "KINDS",

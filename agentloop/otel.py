@@ -38,10 +38,10 @@ except ImportError as exc:
 
 import attrs
 
-from agentloop._core._json import exception_content
-from agentloop._core._table import MODEL_ANSWERS, TERMINAL, State, Trigger
-from agentloop._core._values import RecordedException
-from agentloop._progress import ToolProgress
+from agentloop._core.json import exception_content
+from agentloop._core.table import MODEL_ANSWERS, TERMINAL, State, Trigger
+from agentloop._core.values import RecordedException
+from agentloop._drivers.progress import ToolProgress
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
     from opentelemetry.util.types import AttributeValue
 
-    from agentloop._core._values import Transition
+    from agentloop._core.values import Transition
 
 __all__ = [
     "AGENTLOOP_CALLS",

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from agentloop._errors import SVGUnavailableError
 from agentloop._names import publish as _publish
-from agentloop._review._diagram import path_dot, path_svg, to_dot, to_mermaid, to_svg
-from agentloop._review._report import report_html
-from agentloop._review._runfile import load_run, run_from_json, run_to_json, save_run
+from agentloop._review.diagram import path_dot, path_svg, to_dot, to_mermaid, to_svg
+from agentloop._review.report import report_html
+from agentloop._review.runfile import load_run, run_from_json, run_to_json, save_run
 
 __all__ = [
     "SVGUnavailableError",

@@ -38,9 +38,8 @@ reply into such a stream, for scripted models and tests.
 
 from __future__ import annotations
 
-from agentloop._names import publish as _publish
-from agentloop._progress import ToolProgress
-from agentloop._streams import (
+from agentloop._drivers.progress import ToolProgress
+from agentloop._drivers.streams import (
     ArgumentsDelta,
     Delta,
     Discard,
@@ -50,6 +49,7 @@ from agentloop._streams import (
     chunked,
     is_stream,
 )
+from agentloop._names import publish as _publish
 
 __all__ = [
     "ArgumentsDelta",

@@ -153,15 +153,15 @@ class Counts:
 
         # agentloop reads its cancel marker on the driver's connection, past SQLAlchemy's
         # events: one statement a read (its checkout is the pool's, counted below).
-        from agentloop._dbos import _marker
+        from agentloop._dbos import marker
 
-        read = _marker._exists_on_postgres
+        read = marker._exists_on_postgres
 
         def marker_read(*args: Any) -> bool:
             self.statements += 1
             return read(*args)
 
-        _marker._exists_on_postgres = marker_read  # type: ignore[assignment]
+        marker._exists_on_postgres = marker_read  # type: ignore[assignment]
         event.listen(engine, "commit", ended)
         event.listen(engine, "rollback", ended)
         event.listen(engine, "before_cursor_execute", statement)

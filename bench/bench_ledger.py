@@ -9,7 +9,7 @@
    runs), and one cut off before its last reply (replayed, then one live
    model step and the end recorded). Median of the repeats.
 3. The same ended run recorded in both ledger formats, resumed side by side:
-   version 1 (the first release's: the reports, fed back by ``_legacy.py``)
+   version 1 (the first release's: the reports, fed back by ``_durable/legacy.py``)
    and version 2 (the events as run files encode them, fed back by the one
    replay), with the bytes of each one's record bodies.
 
@@ -32,9 +32,9 @@ import orjson
 from bench_core import scripted  # the same model as the core bench: k calls, then a final
 
 from agentloop import LedgerError, Loop, SQLiteLedger
-from agentloop._durable._bodies import outcome_record, reply_record
-from agentloop._durable._legacy import end_body
-from agentloop._review._runfile import load_event
+from agentloop._durable.bodies import outcome_record, reply_record
+from agentloop._durable.legacy import end_body
+from agentloop._review.runfile import load_event
 from agentloop.ledger import LedgerRecord as LedgerRecordType
 
 if TYPE_CHECKING:
@@ -215,7 +215,7 @@ def main() -> int:
         print(f"  cut off before its last reply (then one step): {cut:6.1f} ms")
         v1, v2, v1_bytes, v2_bytes = resume_by_version(1000, 7, directory)
         print("the same ended 1,000-call run, by ledger format, median of 7 (side by side):")
-        print(f"  version 1 (reports; read by _legacy.py):  {v1:6.1f} ms, {v1_bytes:>9,} bytes")
+        print(f"  version 1 (reports; read by legacy.py):  {v1:6.1f} ms, {v1_bytes:>9,} bytes")
         print(f"  version 2 (events; the one replay):       {v2:6.1f} ms, {v2_bytes:>9,} bytes")
         ratio = v2_bytes / v1_bytes
         print(f"  version 2 / version 1:                    {v2 / v1:6.2f} x, {ratio:9.2f} x")

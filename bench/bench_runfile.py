@@ -96,8 +96,8 @@ def reading(
     small: agentloop.RunResult, large: agentloop.RunResult, repeats: int
 ) -> dict[str, tuple[float, float]]:
     """Best milliseconds to load, show and report each run."""
-    from agentloop._review._report import report_html
-    from agentloop._review._text import run_lines
+    from agentloop._review.report import report_html
+    from agentloop._review.text import run_lines
 
     times: dict[str, tuple[float, float]] = {}
     texts = [agentloop.review.run_to_json(run) for run in (small, large)]

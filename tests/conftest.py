@@ -16,7 +16,7 @@ from typing import Final
 import pytest
 from hypothesis import settings
 
-from .helpers import DRIVERS, Driver
+from tests.support.helpers import DRIVERS, Driver
 
 TIERS: Final = ("fast", "all")
 

@@ -1,7 +1,9 @@
-"""The private pieces of ``agentloop.dbos``: the step runner, the steps' work, the marker, the wait.
+"""The DBOS driver: ``DBOSLoop`` (``loop.py``), runs as DBOS workflows, and its parts.
 
-``agentloop.dbos`` is the public module (and the driver, ``DBOSLoop``);
-these are imported by it only, after it has checked that DBOS is installed.
+The step runner (``steps.py``), each step's work (``work.py``), the cancel
+marker (``marker.py``) and the wait for a person (``decisions.py``).
+``agentloop.dbos`` is the public module; it checks that DBOS is installed
+before it imports anything here.
 """
 
 from __future__ import annotations

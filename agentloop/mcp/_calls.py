@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import mcp
 from mcp.shared.exceptions import MCPError
 
-from agentloop._durable._key import idempotency_key
-from agentloop._progress import REPORTER
+from agentloop._drivers.progress import REPORTER
+from agentloop._durable.key import idempotency_key
 from agentloop.mcp._results import NotRun, OutcomeUnknown, content_of
 from agentloop.mcp._session import SessionHolder, describe_exception
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import mcp.types
     from mcp.shared.dispatcher import ProgressFnT
 
-    from agentloop._progress import Reporter
+    from agentloop._drivers.progress import Reporter
 
 __all__ = ["KEY_META", "ToolCaller"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from agentloop._core._approval import Decision, allow, ask
-from agentloop._tools._tool import Tool
+from agentloop._core.approval import Decision, allow, ask
+from agentloop._tools.tool import Tool
 from agentloop.mcp._results import wraps_result
 
 if TYPE_CHECKING:
@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
     import mcp.types
 
-    from agentloop._tools._policy import Policy
-    from agentloop._tools._registry import ToolRegistry
+    from agentloop._tools.policy import Policy
+    from agentloop._tools.registry import ToolRegistry
     from agentloop.mcp._server import Server
 
 __all__ = [

@@ -26,9 +26,9 @@ import orjson
 from mcp.server import Server as SDKServer
 from mcp.shared.exceptions import MCPError
 
-from agentloop._durable._key import KEY
-from agentloop._progress import REPORTER, Reporter
-from agentloop._tools._registry import ToolRegistry
+from agentloop._drivers.progress import REPORTER, Reporter
+from agentloop._durable.key import KEY
+from agentloop._tools.registry import ToolRegistry
 from agentloop.mcp._calls import KEY_META
 from agentloop.mcp._registration import HINTS, MCPTool, checked_annotations
 from agentloop.mcp._session import AGENTLOOP
@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 
     from mcp.server.context import ServerRequestContext
 
-    from agentloop._progress import ToolProgress
-    from agentloop._tools._tool import Tool
+    from agentloop._drivers.progress import ToolProgress
+    from agentloop._tools.tool import Tool
 
 __all__ = ["serve"]
 

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 import mcp
 import mcp.types
 
-from agentloop._core._table import State
-from agentloop._tools._registry import ToolRegistry
+from agentloop._core.table import State
+from agentloop._tools.registry import ToolRegistry
 from agentloop.mcp._calls import ToolCaller
 from agentloop.mcp._registration import (
     HINTS,
@@ -63,8 +63,8 @@ if TYPE_CHECKING:
 
     from mcp.client._transport import Transport, TransportStreams
 
-    from agentloop._core._values import Transition
-    from agentloop._tools._policy import Policy
+    from agentloop._core.values import Transition
+    from agentloop._tools.policy import Policy
 
 __all__ = ["HINTS", "MCPTool", "Server", "ask_before_destructive", "http", "stdio"]
 

@@ -21,6 +21,6 @@ which a ``Loop`` made with it holds its tools to.
 from __future__ import annotations
 
 from agentloop._errors import IncompleteReply, UnreadableResponse
-from agentloop._tools._specs import NameRule
+from agentloop._tools.specs import NameRule
 
 __all__ = ["IncompleteReply", "NameRule", "UnreadableResponse"]

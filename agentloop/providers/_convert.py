@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
-from agentloop._core._json import json_object, unfenced
+from agentloop._core.json import json_object, unfenced
 from agentloop._errors import IncompleteReply
-from agentloop._tools._specs import PROVIDER_NAMES, build_specs
+from agentloop._tools.specs import PROVIDER_NAMES, build_specs
 from agentloop.providers._errors import aparsed, classify, parsed, raw_create
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
     from types import ModuleType
 
-    from agentloop._tools._specs import NameRule, SpecFormat
+    from agentloop._tools.specs import NameRule, SpecFormat
 
 __all__ = [
     "AsyncModel",

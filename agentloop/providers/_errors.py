@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core._retry import mark
+from agentloop._core.retry_policy import mark
 from agentloop._errors import UnreadableResponse
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from typing import Final
 
 from google.genai import errors
 
-from agentloop._core._retry import mark
+from agentloop._core.retry_policy import mark
 from agentloop.providers._errors import retry_after, unreadable
 
 __all__ = ["classify_gemini"]

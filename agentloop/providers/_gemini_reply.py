@@ -22,7 +22,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any, Final
 
-from agentloop._core._messages import SIGNATURE
+from agentloop._core.messages import SIGNATURE
 from agentloop._errors import IncompleteReply
 from agentloop.providers._convert import reply, usage
 

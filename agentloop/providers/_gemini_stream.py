@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from google.genai import errors
 
-from agentloop._streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
+from agentloop._drivers.streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._errors import is_event_stream, unreadable
 from agentloop.providers._gemini_reply import GeminiParts
 from agentloop.providers._streaming import afolded, folded
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
     from google.genai import types
 
+    from agentloop._drivers.streams import Delta
     from agentloop._errors import UnreadableResponse
-    from agentloop._streams import Delta
     from agentloop.providers._convert import Message
     from agentloop.providers._streaming import Errors
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeGuard
 
 import orjson
 
-from agentloop._core._messages import SIGNATURE
-from agentloop._core._retry import mark
+from agentloop._core.messages import SIGNATURE
+from agentloop._core.retry_policy import mark
 from agentloop._errors import IncompleteReply
 from agentloop.providers._compat import CallIds, extra, thought_signature
 from agentloop.providers._convert import parsed_arguments, reply, usage

@@ -15,9 +15,9 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentloop._core._retry import mark
+from agentloop._core.retry_policy import mark
+from agentloop._drivers.streams import between_chunks
 from agentloop._errors import IncompleteReply
-from agentloop._streams import between_chunks
 from agentloop.providers._convert import make_model
 from agentloop.providers._errors import aunstreamed, classify, stream_error_kind, unstreamed
 
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
     from types import ModuleType
 
-    from agentloop._streams import Delta
-    from agentloop._tools._specs import NameRule, SpecFormat
+    from agentloop._drivers.streams import Delta
+    from agentloop._tools.specs import NameRule, SpecFormat
     from agentloop.providers._convert import Message, Options
 
     # An adapter's own marking of its SDK's errors (``make_model``'s ``errors``): it marks

@@ -49,7 +49,7 @@ except ImportError as exc:
         "agentloop.providers.google needs Google's SDK: pip install 'agentloop-fsm[google]'"
     ) from exc
 
-from agentloop._core._messages import SIGNATURE
+from agentloop._core.messages import SIGNATURE
 from agentloop.providers._compat import SKIP_SIGNATURE
 from agentloop.providers._convert import (
     AsyncModel,

@@ -40,7 +40,7 @@ except ImportError as exc:
         "agentloop.providers.openai needs the OpenAI SDK: pip install 'agentloop-fsm[openai]'"
     ) from exc
 
-from agentloop._core._messages import SIGNATURE
+from agentloop._core.messages import SIGNATURE
 from agentloop.providers._compat import DEFAULT, SKIP_SIGNATURE, Compat, short_ids
 from agentloop.providers._convert import (
     AsyncModel,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from agentloop._core._json import unfenced
-from agentloop._core._messages import RESULT_STATUSES
-from agentloop._core._table import TERMINAL, State
-from agentloop._core._values import RunResult, Usage
+from agentloop._core.json import unfenced
+from agentloop._core.messages import RESULT_STATUSES
+from agentloop._core.table import TERMINAL, State
+from agentloop._core.values import RunResult, Usage
 from agentloop.testing._record import (
     ContractViolation,
     Message,

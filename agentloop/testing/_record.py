@@ -6,10 +6,10 @@ from typing import Any, Final
 
 import attrs
 
-from agentloop._async import AsyncRun
-from agentloop._core._table import State
-from agentloop._core._values import Budget, RunResult, Transition
-from agentloop._sync import Run
+from agentloop._core.table import State
+from agentloop._core.values import Budget, RunResult, Transition
+from agentloop._drivers.asyncio import AsyncRun
+from agentloop._drivers.sync import Run
 
 __all__ = [
     "ContractViolation",

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
-from agentloop._core._table import State, Trigger
-from agentloop._core._values import RunResult
-from agentloop._core._window import summary_message
+from agentloop._core.table import State, Trigger
+from agentloop._core.values import RunResult
+from agentloop._core.window import summary_message
 from agentloop.testing._record import (
     ContractViolation,
     Message,
@@ -20,7 +20,7 @@ from agentloop.testing._record import (
 )
 
 if TYPE_CHECKING:
-    from agentloop._core._context import ContextPolicy
+    from agentloop._core.context_policy import ContextPolicy
 
 __all__ = ["assert_requests_fit"]
 

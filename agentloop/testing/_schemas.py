@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Final
 import jsonschema_rs
 from hypothesis import strategies as st
 
-from agentloop._tools._registry import Tool
-from agentloop._tools._validation import LATEST, dialect
+from agentloop._tools.registry import Tool
+from agentloop._tools.validation import LATEST, dialect
 from agentloop.testing._draw import (
     ANNOTATIONS,
     EXACT,

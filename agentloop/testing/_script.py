@@ -11,9 +11,9 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from agentloop._core._table import State
-from agentloop._core._values import CancelToken
-from agentloop._tools._results import is_pydantic_model, json_form
+from agentloop._core.table import State
+from agentloop._core.values import CancelToken
+from agentloop._tools.results import is_pydantic_model, json_form
 
 Message = dict[str, Any]
 _ACCEPT: Final = (State.VALIDATING, State.DISPATCHING)

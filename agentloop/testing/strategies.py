@@ -36,8 +36,8 @@ except ImportError as exc:  # pragma: no cover - exercised with hypothesis hidde
 import orjson
 
 from agentloop._names import publish
-from agentloop._tools._output import output_schema
-from agentloop._tools._registry import Tool, ToolRegistry
+from agentloop._tools.output_type import output_schema
+from agentloop._tools.registry import Tool, ToolRegistry
 from agentloop.testing import batch, call, final
 from agentloop.testing._draw import (
     BREAKS,

@@ -1,0 +1,316 @@
+"""A ledger's runs from a terminal: listed, shown, their pending calls, and decisions.
+
+Read-only but for ``decide``: nothing here runs a model or a tool, and a run
+is viewed without its claim (a live process may hold it). ``decide`` records
+a person's decisions as the live driver would; the run goes on when a
+process that has its ``Loop`` resumes it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from agentloop._cli.file_commands import show as show_result
+from agentloop._cli.file_commands import write_page
+from agentloop._cli.printing import CommandError, print_lines, self_command, shell_path
+from agentloop._core.approval import Decision, approve, deny
+from agentloop._durable.sqlite import APPLICATION_ID, SQLiteLedger
+from agentloop._durable.view import LedgerRun, RunSummary, decide_run, list_runs, view_run
+from agentloop._errors import InvalidStateError, LedgerError, RunNotFoundError
+from agentloop._review.runfile import sqlite_header
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from agentloop._core.values import RunResult
+
+__all__ = [
+    "DECIDED",
+    "columns",
+    "decide",
+    "is_ledger",
+    "parse_verdicts",
+    "pending",
+    "report",
+    "result",
+    "runs",
+    "show",
+    "when",
+]
+
+_MAGIC: Final = b"SQLite format 3\x00"  # the first bytes of every SQLite file
+_RUNNING: Final = "no outcome recorded: running now, or cut off when its process stopped"
+#: The state ``runs`` and ``show`` give a run whose last record is a person's decisions.
+DECIDED: Final = "decided"
+
+
+def is_ledger(path: str) -> bool:
+    """Whether SQLite reads ``path`` as a database (a run file is JSON): ``sqlite_header``."""
+    return sqlite_header(path) is not None
+
+
+def runs(path: str, states: Iterable[str]) -> int:
+    """Every run of the ledger (of ``states`` only, if any): a line each."""
+    wanted = set(states)
+    found = _listed(path)
+    rows = [("run", "state", "steps", "calls", "last change", "pending")]
+    problems = []
+    for run in found:
+        state = "unreadable" if run.state is None else DECIDED if run.decided else run.state.value
+        if wanted and state not in wanted:
+            continue
+        if run.problem is not None:
+            problems.append(run.problem)
+        count = str(len(run.pending)) if run.pending else ""
+        rows.append((run.run_id, state, str(run.steps), str(run.calls), when(run.changed), count))
+    if len(rows) == 1:
+        which = f" in state {' or '.join(sorted(wanted))}" if wanted else ""
+        print_lines([f"no run{which} in {path}"])
+        return 0
+    print_lines(columns(rows))
+    for problem in problems:
+        print_lines([f"unreadable: {problem}"])
+    return 1 if problems else 0
+
+
+def show(path: str, run_id: str, limit: int | None) -> int:
+    """One run of the ledger as text, as ``show`` prints a run file, and what comes next."""
+    run = _view(path, run_id)
+    lines = [f"started  {_call_text(call)}  ({_RUNNING})" for call in run.started]
+    if run.pending:
+        decisions = " ".join(f"{shlex.quote(c.call_id)}=approve|deny:REASON" for c in run.pending)
+        lines.append(f"to decide: {_again(path, 'decide', run_id)} {decisions}")
+    elif not run.done:
+        said = "decided, waiting to be resumed" if run.decided else "not ended"
+        lines.append(
+            f"{said}: it goes on when a process that has its Loop resumes it "
+            f"(loop.resume({run_id!r}))"
+        )
+    state = DECIDED if run.decided else run.state.value
+    return show_result(
+        run.result, limit, title=f"agentloop run {run_id}: {state}", more=tuple(lines)
+    )
+
+
+def report(path: str, run_id: str, output: str | None) -> int:
+    """One run of the ledger as one HTML page, the calls it left running included."""
+    from agentloop._review.report import report_html
+
+    run = _view(path, run_id)
+    page = report_html(run.result)
+    if run.started:
+        page = page.replace('<h2 id="transitions">', _started_html(run), 1)
+    return write_page(page, output)
+
+
+def result(path: str, run_id: str) -> RunResult:
+    """One run of the ledger as its result so far (``diagram`` draws it)."""
+    return _view(path, run_id).result
+
+
+def pending(path: str) -> int:
+    """Every call waiting for a person in the ledger: run, call, tool, reason, arguments."""
+    found = _listed(path)
+    rows = [("run", "call", "tool", "reason", "arguments")]
+    for run in found:
+        rows.extend(
+            (run.run_id, c.call_id, c.name, c.reason, c.arguments_json.decode())
+            for c in run.pending
+        )
+    # A damaged run may have calls waiting that cannot be read: said, never left out.
+    problems = [f"unreadable: {run.problem}" for run in found if run.problem is not None]
+    if len(rows) == 1:
+        print_lines([f"no call waits for a person in {path}", *problems])
+        return 1 if problems else 0
+    template = "RUN_ID CALL_ID=approve|deny:REASON ..."
+    print_lines([*columns(rows), "", f"to decide: {_again(path, 'decide')} {template}", *problems])
+    return 1 if problems else 0
+
+
+def decide(path: str, run_id: str, verdicts: list[str]) -> int:
+    """Record a person's decisions about paused run ``run_id``, all or nothing."""
+    run = _view(path, run_id)
+    given = parse_verdicts(verdicts, [call.call_id for call in run.pending])
+    # Bound to the calls shown: a call that changed since is refused, not decided.
+    prints = {call.call_id: call.fingerprint for call in run.pending}
+    decisions: dict[str, Decision] = {
+        call_id: approve(fingerprint=prints.get(call_id))
+        if reason is None
+        else deny(reason, fingerprint=prints.get(call_id))
+        for call_id, reason in given.items()
+    }
+    with _open(path) as ledger:
+        try:
+            decide_run(ledger, run_id, decisions)
+        except (LedgerError, InvalidStateError, TypeError, ValueError) as exc:
+            raise CommandError(str(exc)) from None
+    said = ", ".join(
+        f"{call_id} approved" if reason is None else f"{call_id} denied ({reason})"
+        for call_id, reason in given.items()
+    )
+    print_lines(
+        [
+            f"recorded for run {run_id}: {said}",
+            f"the run goes on when a process that has its Loop resumes it: loop.resume({run_id!r})",
+        ]
+    )
+    return 0
+
+
+# -- inside ---------------------------------------------------------------------------------
+
+
+def _open(path: str) -> SQLiteLedger:
+    """The ledger in ``path``, which must exist and be one (it is never made here)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
+    header = sqlite_header(path)
+    if header is None:
+        # Not a database, so no SQLite connection holds it: its first bytes may be read.
+        try:
+            with Path(path).open("rb") as file:
+                head = file.read(len(_MAGIC))
+        except OSError as exc:
+            raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
+        # A saved run is JSON: say which command reads it.
+        hint = f"; a run file is read by agentloop show {path}" if head[:1] == b"{" else ""
+        raise CommandError(
+            f"not a ledger: {path} is not an SQLite file (expected a ledger that "
+            f"agentloop.SQLiteLedger made, got a file starting with {head[:8]!r}){hint}"
+        )
+    application_id, tables = header
+    # Refused here, in this command's words, before SQLiteLedger makes its lock file beside
+    # another database.
+    if application_id not in (0, APPLICATION_ID) or (application_id == 0 and tables):
+        raise CommandError(
+            f"not a ledger: {path} is an SQLite database that agentloop.SQLiteLedger did not "
+            f"make (expected application_id {APPLICATION_ID:#x}, got {application_id:#x})"
+        )
+    try:
+        return SQLiteLedger(path, make=False)
+    except LedgerError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _listed(path: str) -> list[RunSummary]:
+    """Every run of the ledger (``list_runs``); a ledger that cannot be listed, in one line."""
+    with _open(path) as ledger:
+        try:
+            return list_runs(ledger)
+        except LedgerError as exc:
+            raise CommandError(str(exc)) from None
+
+
+def _view(path: str, run_id: str) -> LedgerRun:
+    if not run_id:
+        raise CommandError(f"expected a run id ({_again(path, 'runs')} lists them), got ''")
+    with _open(path) as ledger:
+        try:
+            return view_run(ledger, run_id)
+        except RunNotFoundError as exc:
+            raise CommandError(f"{exc} ({_again(path, 'runs')} lists them)") from None
+        except LedgerError as exc:
+            raise CommandError(str(exc)) from None
+        except (TypeError, ValueError) as exc:  # not a run id at all
+            raise CommandError(str(exc)) from None
+
+
+def parse_verdicts(verdicts: list[str], pending: Iterable[str] = ()) -> dict[str, str | None]:
+    """``CALL_ID=approve`` and ``CALL_ID=deny:REASON``, as call id -> ``None`` or the reason.
+
+    A call id may hold ``=``: the longest of the ``pending`` call ids that a
+    verdict starts with, followed by ``=approve`` or ``=deny:REASON``, is the
+    call it decides; else its call id ends at its first ``=``.
+    """
+    ids = sorted(set(pending), key=len, reverse=True)
+    given: dict[str, str | None] = {}
+    for text in verdicts:
+        try:
+            text.encode()
+        except UnicodeEncodeError:  # a byte the terminal's encoding did not decode
+            raw = text.encode(errors="surrogateescape")
+            raise CommandError(
+                "expected CALL_ID=approve or CALL_ID=deny:REASON in UTF-8 text (a reason is "
+                f"recorded as text), got bytes that are not: {raw!r}"
+            ) from None
+        call_id, verdict = next(
+            (
+                (pending_id, text[len(pending_id) + 1 :])
+                for pending_id in ids
+                if text.startswith(f"{pending_id}=") and _verdict(text[len(pending_id) + 1 :])
+            ),
+            text.partition("=")[::2],
+        )
+        if not call_id or not (verdict == "approve" or verdict.startswith("deny:")):
+            raise CommandError(f"expected CALL_ID=approve or CALL_ID=deny:REASON, got {text!r}")
+        reason = None if verdict == "approve" else verdict.removeprefix("deny:")
+        if reason == "":
+            raise CommandError(f"expected a reason after deny: (the model reads it), got {text!r}")
+        if call_id in given:
+            raise CommandError(f"expected one decision for call {call_id!r}, got two")
+        given[call_id] = reason
+    return given
+
+
+def _verdict(text: str) -> bool:
+    """Whether ``text`` is ``approve`` or ``deny:REASON``."""
+    return text == "approve" or (text.startswith("deny:") and len(text) > len("deny:"))
+
+
+def when(at: float | None) -> str:
+    """A time as ``time.time()`` gives it, in local time to the second; ``unknown`` if none."""
+    if at is None:
+        return "unknown"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    except (ValueError, OverflowError, OSError):  # no time a clock shows
+        return "unknown"
+
+
+def _again(path: str, command: str, run_id: str | None = None) -> str:
+    """The command line of ``command`` on the ledger ``path`` (and ``run_id``), as typed."""
+    typed = f"{self_command()} {command} {shell_path(Path(path))}"
+    return typed if run_id is None else f"{typed} {shlex.quote(run_id)}"
+
+
+def _call_text(call: dict[str, Any]) -> str:
+    """``tool#id {arguments}``."""
+    arguments = orjson.dumps(call.get("arguments")).decode()
+    return f"{call.get('name')}#{call.get('id')} {arguments}"
+
+
+def _started_html(run: LedgerRun) -> str:
+    """The report's section on calls started with no outcome recorded, before its transitions."""
+    from html import escape
+
+    rows = "".join(
+        f"<tr><td>{escape(str(call.get('id')))}</td><td>{escape(str(call.get('name')))}</td>"
+        f"<td>{escape(orjson.dumps(call.get('arguments')).decode())}</td></tr>"
+        for call in run.started
+    )
+    return (
+        '<h2 id="started">Started, no outcome recorded</h2>\n'
+        f'<p class="note">Run state {escape(run.state.value)}: {escape(_RUNNING)}.</p>\n'
+        "<table><thead><tr><th>call</th><th>tool</th><th>arguments</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>\n"
+        '<h2 id="transitions">'
+    )
+
+
+def columns(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Rows aligned in columns two spaces apart, each cell on one line."""
+    from agentloop._review.text import printable
+
+    cells = [[printable(cell) for cell in row] for row in rows]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(cells[0]))]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]

@@ -1,0 +1,111 @@
+"""The engine's requests: what ``next()`` hands a driver to do, and to report on.
+
+``AskModel`` (call the model), ``RunTool`` (run a call), ``ReviewCalls``
+(review an accepted batch), ``AwaitApproval`` (a person decides) and ``Wait``
+(back off before a retry). ``agentloop._core.values`` re-exports them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import orjson
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agentloop._core.approval import Decision, PendingCall
+    from agentloop._core.values import CancelToken
+
+__all__ = ["AskModel", "AwaitApproval", "ReviewCalls", "RunTool", "Wait"]
+
+
+class AskModel:
+    """The engine's request: call the model with ``history``, then report its reply.
+
+    ``history`` decodes a fresh copy on each access, and ``history_json`` is
+    the same as one JSON array: a driver pays only for the form it uses (the
+    run-file replay uses neither).
+    """
+
+    __slots__ = ("_buffer", "_size", "tools_disabled")
+
+    def __init__(self, buffer: bytearray, size: int) -> None:
+        # The history is append-only: its first ``size`` bytes stay what they were.
+        self._buffer, self._size = buffer, size
+        #: The wrap-up step (``on_exhausted='answer'``): the model is to answer without
+        #: tools; a driver calls it ``model(history, tool_choice='none')`` (see ``options``).
+        self.tools_disabled = False
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments this request adds to the model call (none, mostly)."""
+        return {"tool_choice": "none"} if self.tools_disabled else {}
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """A fresh copy of the history, as the model is to see it."""
+        buffer = self._buffer
+        if len(buffer) == self._size:  # nothing appended since: no slice to copy
+            return orjson.loads(buffer)  # type: ignore[no-any-return]
+        return orjson.loads(buffer[: self._size])  # type: ignore[no-any-return]
+
+    @property
+    def history_json(self) -> bytes:
+        """The history as one JSON array."""
+        return bytes(self._buffer[: self._size])
+
+    def __repr__(self) -> str:
+        return f"AskModel(<history of {self._size} bytes>)"
+
+
+class RunTool(NamedTuple):
+    """The engine's request: run ``call`` (a fresh copy), report the outcome.
+
+    ``review`` is what the driver's review answered about the call (see
+    ``ReviewCalls``), and ``decision`` a person's decision about it: both
+    ``None`` when there was none. The driver hands them to its dispatcher.
+    """
+
+    call: dict[str, Any]
+    review: object = None
+    decision: Decision | None = None
+
+
+class ReviewCalls(NamedTuple):
+    """The engine's request: review these calls of the accepted batch before any of it runs.
+
+    Handed out only to a driver that reviews (``engine.reviews = True``),
+    once per batch. Report ``reviewed({call_id: answer})``: an answer whose
+    ``asks`` is true (``ask(reason)``, or a prepared call that carries one)
+    makes the batch wait for a person; every answer is handed back with its
+    call in ``RunTool.review``.
+    """
+
+    calls: list[dict[str, Any]]
+
+
+class AwaitApproval(NamedTuple):
+    """The engine's answer in ``awaiting_approval``: a person must decide these calls.
+
+    Nothing is outstanding: report ``decided({call_id: approve() | deny(reason)})``
+    when the decisions come (``next()`` may be asked again meanwhile; it
+    checks cancellation each time).
+    """
+
+    pending: tuple[PendingCall, ...]
+
+
+class Wait(NamedTuple):
+    """The engine's request in ``backing_off``: wait ``seconds``, then report ``waited()``.
+
+    The retry policy chose the wait when the model failed (the event that
+    entered ``backing_off`` records it), so a replay never chooses it again.
+    A driver waits unless the run's ``CancelToken`` is cancelled first, and
+    reports ``waited()`` either way: the table ends a cancelled run there.
+    ``sleep`` is the policy's own waiting function, when it has one (tests
+    inject it); ``None``: the driver's (``agentloop.models.sleep``/``asleep``).
+    """
+
+    seconds: float
+    sleep: Callable[[float, CancelToken | None], object] | None = None

@@ -1,0 +1,319 @@
+"""The DBOS driver: ``DBOSLoop``, whose runs are DBOS workflows (see ``agentloop.dbos``).
+
+The workflow is a driver like ``Run``: a short loop over the engine's
+protocol, where what comes from outside is a DBOS step, recorded before the
+engine takes it. ``agentloop.dbos`` says what it guarantees; ``steps.py``,
+``work.py``, ``marker.py`` and ``decisions.py`` beside this module are its parts.
+"""
+
+from __future__ import annotations
+
+from logging import DEBUG
+from typing import TYPE_CHECKING, Any, Final
+from uuid import uuid4
+
+from dbos import DBOS, SetWorkflowID
+
+from agentloop._core.approval import Decision
+from agentloop._core.context_policy import Summarise
+from agentloop._core.engine import Engine
+from agentloop._core.values import (
+    AskModel,
+    CancelToken,
+    RecordedException,
+    ReviewCalls,
+    RunResult,
+    RunTool,
+    Transition,
+    Wait,
+)
+from agentloop._dbos.decisions import (
+    APPROVAL_TOPIC,
+    wait_for_decisions,
+)
+from agentloop._dbos.steps import StepRunner
+from agentloop._dbos.work import StepWork, batch_started, recorded_verdict
+from agentloop._drivers.callbacks import TokenCancelled
+from agentloop._drivers.transition import LOG, log, one_transition
+from agentloop._durable.bodies import recorded_answer, recorded_outcome
+from agentloop._durable.journal import fingerprint, idempotent_tools
+from agentloop._durable.resume import checked_run_id, differences, mismatch
+from agentloop._errors import AgentloopError
+from agentloop._loop.engines import plain_engine
+from agentloop._loop.loop import Loop
+from agentloop._tools.registry import reviewing
+
+if TYPE_CHECKING:
+    from dbos import DBOSClient, EnqueueOptions, Queue, WorkflowHandle
+
+    from agentloop._drivers.callbacks import Listener
+
+__all__ = ["STEPS", "DBOSLoop"]
+
+#: The names of the DBOS steps a run records: per reply, after a batch waited for a person,
+#: per call, per batch whose tools have policies.
+STEPS: Final = (
+    "agentloop.model",
+    "agentloop.tool_started",
+    "agentloop.tool",
+    "agentloop.review",
+)
+_MODEL: Final[Any] = {"name": STEPS[0]}
+_STARTED: Final[Any] = {"name": STEPS[1]}
+_TOOL: Final[Any] = {"name": STEPS[2]}
+_REVIEW: Final[Any] = {"name": STEPS[3]}
+#: The DBOSLoops of this process, by name: what a run's workflow is driven with.
+_LOOPS: dict[str, DBOSLoop] = {}
+
+
+class DBOSLoop:
+    """A ``Loop`` whose runs are DBOS workflows: durable, queueable, recovered by any worker.
+
+    ``name`` identifies the loop across processes: every worker that may
+    serve its runs (or recover them) makes a ``DBOSLoop`` of that name with
+    the same configuration. A run records the loop's fingerprint (budgets,
+    tool names and schemas, as the SQLite ledger does); a worker whose loop
+    differs refuses to drive it (``ConfigurationMismatchError``). The
+    ``Loop`` must have no ledger (DBOS is the ledger here) and must not need
+    the asyncio driver: the workflow drives the engine synchronously.
+
+    Listeners (``Loop(listeners=...)``) hear each transition as the workflow
+    makes it, in whichever process drives it (which logs it at DEBUG, as a
+    ``Run`` does): after a recovery, the replayed transitions too.
+    """
+
+    def __init__(self, loop: Loop, *, name: str) -> None:
+        if not isinstance(loop, Loop):
+            raise TypeError(f"expected loop to be an agentloop.Loop, got {type(loop).__name__}")
+        if type(name) is not str or not name:
+            raise TypeError(f"expected name to be a non-empty str, got {name!r:.80}")
+        if loop.ledger is not None:
+            raise ValueError(
+                "a DBOSLoop's runs are recorded by DBOS: make its Loop without a ledger"
+            )
+        loop._sync_driver("a DBOSLoop drives its runs synchronously, inside a DBOS workflow")
+        if name in _LOOPS:
+            raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
+        self.loop, self.name = loop, name
+        self._fingerprint = fingerprint(loop.budget, loop.dispatcher, loop.context, loop.output)
+        self._work = StepWork(loop, idempotent_tools(loop.dispatcher))  # what each step does
+        _LOOPS[name] = self
+
+    def __repr__(self) -> str:
+        return f"DBOSLoop({self.loop!r}, name={self.name!r})"
+
+    def close(self) -> None:
+        """Forget this loop in this process: its name can be used again."""
+        if _LOOPS.get(self.name) is self:
+            del _LOOPS[self.name]
+
+    # -- starting runs ------------------------------------------------------------------
+
+    def start(
+        self, messages: str | list[dict[str, Any]], *, run_id: str | None = None
+    ) -> WorkflowHandle[RunResult]:
+        """Start a run in this process (a DBOS workflow with id ``run_id``); its handle.
+
+        Bad input raises here, before anything is recorded. ``run_id`` is made
+        when not given (``handle.workflow_id``). Starting an id that exists
+        returns the existing run's handle (DBOS starts a workflow id once).
+        """
+        run_id, history = self._checked(messages, run_id)
+        with SetWorkflowID(run_id):
+            return DBOS.start_workflow(_run, self.name, history, self._fingerprint)
+
+    def run(self, messages: str | list[dict[str, Any]], *, run_id: str | None = None) -> RunResult:
+        """Start a run and wait for its result."""
+        return self.start(messages, run_id=run_id).get_result()
+
+    def enqueue(
+        self, queue: Queue, messages: str | list[dict[str, Any]], *, run_id: str | None = None
+    ) -> WorkflowHandle[RunResult]:
+        """Put a run on a DBOS ``Queue``: a worker process serving that queue drives it."""
+        run_id, history = self._checked(messages, run_id)
+        with SetWorkflowID(run_id):
+            return queue.enqueue(_run, self.name, history, self._fingerprint)
+
+    def client_enqueue(
+        self,
+        client: DBOSClient,
+        queue_name: str,
+        messages: str | list[dict[str, Any]],
+        *,
+        run_id: str | None = None,
+    ) -> WorkflowHandle[RunResult]:
+        """Enqueue a run through a ``DBOSClient``: from a process that does not launch DBOS."""
+        run_id, history = self._checked(messages, run_id)
+        options: EnqueueOptions = {
+            "workflow_name": "agentloop.run",
+            "queue_name": queue_name,
+            "workflow_id": run_id,
+        }
+        return client.enqueue(options, self.name, history, self._fingerprint)
+
+    @staticmethod
+    def result(
+        run_id: str, *, polling_interval_sec: float = 1.0, client: DBOSClient | None = None
+    ) -> RunResult:
+        """Wait for run ``run_id`` (started in any process) to end; its result.
+
+        The run's status is read every ``polling_interval_sec`` seconds until
+        then. From any process with DBOS launched, or through ``client``.
+        """
+        via: Any = DBOS if client is None else client
+        handle: WorkflowHandle[RunResult] = via.retrieve_workflow(run_id)
+        return handle.get_result(polling_interval_sec=polling_interval_sec)
+
+    def _checked(
+        self, messages: str | list[dict[str, Any]], run_id: str | None
+    ) -> tuple[str, list[dict[str, Any]]]:
+        if run_id is None:
+            run_id = uuid4().hex
+        elif type(run_id) is not str or not run_id:
+            raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
+        else:
+            checked_run_id(run_id, new=True)  # text, and no ':' (the idempotency key's)
+        if _LOOPS.get(self.name) is not self:
+            raise ValueError(f"this DBOSLoop ({self.name!r}) was closed")
+        messages = self.loop._input(messages)  # as Loop.start takes a new run's input
+        history = Engine(messages, budget=self.loop.budget).history()  # bad input raises
+        return run_id, history
+
+    # -- the workflow's body: the driver ------------------------------------------------
+
+    def _drive(self, history: list[dict[str, Any]], recorded: dict[str, Any]) -> RunResult:
+        """The run, as a DBOS workflow: the one transition pumped, each request a DBOS step.
+
+        ``Run`` and ``AsyncRun`` pump the same generator (``agentloop._drivers.transition``);
+        here a model ask, a tool call and a review are steps whose recorded
+        outputs a recovery reads back, and a wait (before a retry, or for a
+        person) is a durable ``DBOS.recv``.
+        """
+        run_id = DBOS.workflow_id
+        assert run_id is not None, "a run is driven inside its workflow"
+        found = differences(recorded, self._fingerprint)
+        if found:
+            raise mismatch(run_id, found)
+        token = CancelToken()
+        engine = self._engine(history, token, run_id)
+        listeners = self.loop.listeners
+        # Each step's output says which execution recorded it: the last one's tells whether
+        # this execution recorded it (it drove the run up to here) or replayed it (a process
+        # that died did, and may have started the call that comes next).
+        steps = StepRunner(uuid4().hex[:16])
+        while not engine.done:
+            pumped = one_transition(engine)
+            try:
+                need = pumped.send(None)
+                while True:
+                    try:
+                        answer = self._perform(need, engine, token, steps, run_id)
+                    except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
+                        need = pumped.throw(exc)
+                    else:
+                        need = pumped.send(answer)
+            except StopIteration as stop:
+                made: Transition | None = stop.value
+            except _Unasked:  # cancelled before the first ask: nothing happened yet
+                engine = self._engine(history, token, run_id)
+                continue
+            if made is None:  # the batch waits for a person: decisions come by message
+                made = wait_for_decisions(engine, token, engine.pending)
+                # No step of ours took them: a step marks the batch's start.
+                if not engine.done and steps.run(_STARTED, batch_started, run_id).pop("cancel"):
+                    token.cancel()  # the checkpoint before the batch's first call
+            _tell(listeners, made)
+        return engine.result()
+
+    def _engine(self, history: list[dict[str, Any]], token: CancelToken, run_id: str) -> Engine:
+        """A fresh engine for the run ``run_id``, configured as the Loop is."""
+        engine = plain_engine(self.loop, history, token)
+        engine.reviews = reviewing(self.loop.dispatcher) is not None
+        engine._run_id = run_id
+        return engine
+
+    def _perform(
+        self, need: object, engine: Engine, token: CancelToken, steps: StepRunner, run_id: str
+    ) -> object:
+        """Do what the engine asked, as a DBOS step; what the step recorded is the answer.
+
+        A step's ``cancel`` is the marker, read at the checkpoint it records.
+        """
+        if isinstance(need, Wait):  # before a retry: cancel(run_id) cuts it short (its message)
+            message = DBOS.recv(APPROVAL_TOPIC, timeout_seconds=need.seconds)
+            if type(message) is dict and message.get("cancel"):
+                token.cancel()  # the table's waited [cancel_requested] row ends the run
+            return None
+        if isinstance(need, ReviewCalls):
+            answer = steps.run(_REVIEW, self._work.review, run_id, need.calls)
+            if answer["cancel"]:
+                token.cancel()  # the checkpoint before the batch's first call
+            return {call_id: recorded_verdict(data) for call_id, data in answer["answers"].items()}
+        if isinstance(need, RunTool):
+            verdict = need.review if need.decision is None else need.decision
+            if isinstance(verdict, dict):  # a policy failed: the review recorded the outcome
+                return verdict
+            recorded = verdict.record() if isinstance(verdict, Decision) else None
+            again = steps.replayed()
+            outcome = steps.run(_TOOL, self._work.call, run_id, need.call, again, recorded)
+            if outcome.pop("cancel"):
+                token.cancel()  # the checkpoint before the next tool or model ask
+            if "raised" in outcome:
+                raise RecordedException.from_content(outcome["raised"])
+            return recorded_outcome(outcome)
+        if isinstance(need, AskModel):
+            # Which fallback model, and the retries made: the step chooses the wait. The
+            # run's first ask reads the marker before it asks, too.
+            answer = steps.run(
+                _MODEL,
+                self._work.ask,
+                run_id,
+                need.history,
+                engine._model_index,
+                engine._retries(),
+                need.options,
+                not engine.events(),
+            )
+        else:  # Summarise: a model step too, of the context policy's own model callback
+            assert isinstance(need, Summarise), need
+            answer = steps.run(_MODEL, self._work.summarise, run_id, need.history)
+        if answer.pop("cancel"):
+            token.cancel()  # right after the reply (or, the first, before the ask)
+        if "unasked" in answer:
+            raise _Unasked
+        kind, value = recorded_answer(answer) or ("raised", _MISSING)
+        if kind == "raised":
+            raise value  # with the wait the step chose: the engine takes it as recorded
+        return value
+
+
+class _Unasked(BaseException):
+    """The run was cancelled before its first ask: nothing happened, and it begins again."""
+
+
+def _tell(listeners: tuple[Listener, ...], transition: Transition) -> None:
+    """Log ``transition`` at DEBUG and tell the listeners, as ``Run`` does."""
+    if LOG.isEnabledFor(DEBUG):
+        log(transition)
+    for listener in listeners:
+        listener(transition)
+
+
+# What a model step gets if its recorded answer were not one (it always is: we wrote it).
+_MISSING: Final = RecordedException("Missing", "no answer was recorded for this step")
+
+
+@DBOS.workflow(name="agentloop.run")
+def _run(name: str, history: list[dict[str, Any]], recorded: dict[str, Any]) -> RunResult:
+    """A run of the DBOSLoop ``name``: its workflow id is the run id."""
+    loop = _LOOPS.get(name)
+    if loop is None:
+        raise AgentloopError(
+            f"run {DBOS.workflow_id!r} belongs to the DBOSLoop {name!r}, and this process has "
+            f"none of that name (it has {sorted(_LOOPS)}): make it before DBOS.launch() in "
+            "every worker process"
+        )
+    return loop._drive(history, recorded)
+
+
+# pending, decide, cancel and cancel_requested are defined in agentloop._dbos: named as ours.

@@ -1,0 +1,142 @@
+"""Cancellation: the marker, a tiny workflow whose id is derived from the run id, and its read.
+
+``cancel(run_id)`` (from any process) starts it; each checkpoint of the run
+reads whether it exists, by its key, in the step that records it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import TYPE_CHECKING, Any, Final
+
+import sqlalchemy as sa
+from dbos import DBOS, SetWorkflowID
+from dbos._dbos import _get_dbos_instance
+from dbos._error import DBOSNonExistentWorkflowError
+from dbos._utils import INTERNAL_QUEUE_NAME
+
+from agentloop._dbos.decisions import APPROVAL_TOPIC
+
+if TYPE_CHECKING:
+    from dbos import DBOSClient, EnqueueOptions
+
+__all__ = ["cancel", "cancel_requested", "workflow_exists"]
+
+_CANCEL_PREFIX: Final = "agentloop.cancel:"
+
+
+@DBOS.workflow(name="agentloop.cancel")
+def _cancel_marker(run_id: str) -> str:
+    """The marker that cancels run ``run_id``: that it exists is the request."""
+    return run_id
+
+
+def cancel(run_id: str, *, client: DBOSClient | None = None) -> None:
+    """Cancel run ``run_id``; idempotent.
+
+    From any process with DBOS launched, or through ``client`` (a
+    ``DBOSClient``). The request is kept in the database: it outlives a
+    crash of the run's worker. The run ends ``cancelled`` at its next
+    checkpoint: before its next model ask (or its first), right after a
+    reply, or before its next tool, with every call of its batch answered.
+    A run that ended already is unchanged. (``DBOS.cancel_workflow`` stops
+    a workflow where it is instead: the run then has no result, and a call
+    cut off has no answer.)
+    """
+    if type(run_id) is not str or not run_id:
+        raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
+    marker = _CANCEL_PREFIX + run_id
+    if client is None:
+        with SetWorkflowID(marker):
+            DBOS.start_workflow(_cancel_marker, run_id)
+    else:
+        # The marker's row exists (and cancels) once enqueued; any worker runs it to its end
+        # from DBOS's own queue, which every launched process serves.
+        options: EnqueueOptions = {
+            "workflow_name": "agentloop.cancel",
+            "queue_name": INTERNAL_QUEUE_NAME,
+            "workflow_id": marker,
+        }
+        client.enqueue(options, run_id)
+    # A run waiting for a person waits in recv, where no step reads the marker.
+    via: Any = DBOS if client is None else client
+    with contextlib.suppress(DBOSNonExistentWorkflowError):  # not started yet: the marker does
+        via.send(run_id, {"cancel": True}, APPROVAL_TOPIC)
+
+
+def cancel_requested(run_id: str, *, client: DBOSClient | None = None) -> bool:
+    """Whether ``cancel(run_id)`` was called (read live, where a step records it).
+
+    Through ``client`` in a process that does not launch DBOS.
+    """
+    if client is None:
+        return workflow_exists(_CANCEL_PREFIX + run_id)
+    try:
+        client.retrieve_workflow(_CANCEL_PREFIX + run_id)
+    except DBOSNonExistentWorkflowError:
+        return False
+    return True
+
+
+def workflow_exists(workflow_id: str) -> bool:
+    """Whether workflow ``workflow_id`` exists: one read of its key, on DBOS's own engine.
+
+    DBOS has no public read this small: ``DBOS.get_workflow_status`` loads the
+    whole row (inputs and output too) at about three times the CPU, and a run
+    reads its marker at every checkpoint. Where DBOS's system database is not
+    as this expects, the public read.
+    """
+    try:
+        system = _get_dbos_instance()._sys_db
+        statement, sql = _key_read(system)
+    except Exception:  # noqa: BLE001 - DBOS's insides are not as expected: its public read
+        return DBOS.get_workflow_status(workflow_id) is not None
+    if sql is not None:
+        return _exists_on_postgres(system.engine, sql, workflow_id)
+    with system.engine.connect() as connection:
+        found = connection.execute(statement, {"workflow_id": workflow_id}).first()
+    return found is not None
+
+
+def _exists_on_postgres(engine: sa.Engine, sql: str, workflow_id: str) -> bool:
+    """The key read on Postgres, as one statement on a pooled driver connection.
+
+    Outside a transaction (autocommit: no BEGIN or ROLLBACK round trip), and
+    past SQLAlchemy's statement machinery, which cost more CPU than the read.
+    """
+    pooled = engine.raw_connection()
+    try:
+        connection = pooled.driver_connection
+        connection.autocommit = True  # type: ignore[union-attr]  # a psycopg connection
+        try:
+            with connection.cursor() as cursor:  # type: ignore[union-attr]
+                cursor.execute(sql, {"workflow_id": workflow_id})
+                return cursor.fetchone() is not None
+        finally:
+            connection.autocommit = False  # type: ignore[union-attr]
+    finally:
+        pooled.close()  # back to the pool
+
+
+@functools.lru_cache(maxsize=4)
+def _key_read(system: Any) -> tuple[Any, str | None]:
+    """The statement that reads a workflow's id by its key, made once a system database.
+
+    On Postgres also its SQL, rendered for the driver with DBOS's schema in place.
+    """
+    table = system.tables.workflow_status
+    where = system._wf(table, sa.bindparam("workflow_id"))
+    statement = sa.select(table.c.workflow_uuid).where(*where)
+    engine = system.engine
+    if engine.dialect.name != "postgresql":
+        # (Not on SQLite, where DBOS sets each connection's own isolation level.)
+        return statement, None
+    compiled = statement.compile(
+        dialect=engine.dialect,
+        schema_translate_map=engine.get_execution_options().get("schema_translate_map"),
+        render_schema_translate=True,
+    )
+    if set(compiled.params) != {"workflow_id"}:  # more than the key (a shard, say): as it is
+        return statement, None
+    return statement, str(compiled)

@@ -1,0 +1,155 @@
+"""What each DBOS step of a run does: ask the model, write a summary, review a batch, call a tool.
+
+Each returns its outcome as data (what the step records), with the cancel
+marker read at the checkpoint the step records. How a review's answers are
+recorded (``_verdict_data``) and read back (``recorded_verdict``) is here too.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from agentloop._core.approval import Decision
+from agentloop._core.json import exception_content
+from agentloop._dbos.marker import cancel_requested
+from agentloop._drivers.streams import is_stream, whole_reply
+from agentloop._durable.bodies import (
+    outcome_record,
+    raised_record,
+    recorded_outcome,
+    reply_record,
+)
+from agentloop._durable.journal import OUTCOME_UNKNOWN
+from agentloop._durable.key import KEY
+from agentloop._tools.registry import PreparedCall, reviewing
+
+if TYPE_CHECKING:
+    from agentloop._loop.loop import Loop
+
+__all__ = ["StepWork", "batch_started", "recorded_verdict"]
+
+
+class StepWork:
+    """The work of a DBOSLoop's steps, each run by ``DBOS.run_step`` (through ``StepRunner``)."""
+
+    __slots__ = ("_idempotent", "loop")
+
+    def __init__(self, loop: Loop, idempotent: frozenset[str]) -> None:
+        self.loop, self._idempotent = loop, idempotent
+
+    def ask(
+        self,
+        run_id: str,
+        history: list[dict[str, Any]],
+        model: int = 0,
+        retries: int = 0,
+        options: dict[str, Any] | None = None,
+        first: bool = False,
+    ) -> dict[str, Any]:
+        """The ``agentloop.model`` step: the model's reply (or what it raised), as data.
+
+        ``model``: which fallback model to ask; ``retries``: the retries of this
+        ask made so far. The wait before a retry is chosen here, in the step
+        (the policy's jitter is random): a recovered workflow reads it back.
+        ``options`` are the request's (``tool_choice='none'`` in the wrap-up step).
+        ``first``: the run's first ask, before which the marker is read too.
+        """
+        if first and cancel_requested(run_id):
+            return {"cancel": True, "unasked": True}
+        answer: dict[str, Any]
+        bound = self.loop._bound_models[model]  # with the tools, for a model that takes them
+        try:
+            reply = bound(history, **(options or {}))
+            if type(reply) is not dict and is_stream(reply):  # a streaming model
+                # The step records the whole reply, not the deltas: taken before the stream
+                # is closed, so that nothing it runs at its close changes what is recorded.
+                reply = whole_reply(reply, reply_record)[1]
+        except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
+            answer = raised_record(exc)
+            policy = self.loop.retry
+            wait = None if policy is None else policy.wait_for(exc, retries)
+            if wait is not None:
+                answer["wait"] = wait
+        else:
+            answer = reply_record(reply)[0]
+        answer["cancel"] = cancel_requested(run_id)
+        return answer
+
+    def summarise(self, run_id: str, history: list[dict[str, Any]]) -> dict[str, Any]:
+        """(context) The ``agentloop.model`` step of a summary: its writer's reply, as data."""
+        policy = self.loop.context
+        assert policy is not None, "a summary is asked only under a context policy"
+        assert policy.summariser is not None, "and only under summarise"
+        answer: dict[str, Any]
+        try:
+            reply = policy.summariser(history)
+        except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
+            answer = raised_record(exc)
+        else:
+            answer = reply_record(reply)[0]
+        answer["cancel"] = cancel_requested(run_id)
+        return answer
+
+    def review(self, run_id: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
+        """The ``agentloop.review`` step: what the policies answer about each call, as data."""
+        registry = reviewing(self.loop.dispatcher)
+        assert registry is not None, "a batch is reviewed only when the tools have policies"
+        # By call id, under a key of its own: a call's id is the model's, any string.
+        answers = {call["id"]: _verdict_data(registry.review(call)) for call in calls}
+        return {"answers": answers, "cancel": cancel_requested(run_id)}
+
+    def call(
+        self, run_id: str, call: dict[str, Any], again: bool, decision: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """The ``agentloop.tool`` step: the call's outcome, as data.
+
+        ``again``: the step before this one was recorded by a process that
+        died: it may have started this call, so its handler may have run.
+        Only an idempotent tool runs then. ``decision``: what the policies or
+        a person answered about the call at its review, if it had one.
+        """
+        outcome: dict[str, Any]
+        if again and call["name"] not in self._idempotent:
+            outcome = {"status": "error", "content": dict(OUTCOME_UNKNOWN), "exception": None}
+        else:
+            key = KEY.set(f"{run_id}:{call['id']}")
+            try:
+                if decision is None:
+                    got = self.loop.dispatcher.dispatch(call)
+                else:  # only a registry's calls are reviewed
+                    got = self.loop.dispatcher.dispatch(call, decision=Decision(**decision))  # type: ignore[call-arg]
+            except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
+                outcome = {"raised": exception_content(exc)}
+            else:
+                outcome = outcome_record(got)[0]
+            finally:
+                KEY.reset(key)
+        outcome["cancel"] = cancel_requested(run_id)
+        return outcome
+
+
+def _verdict_data(answer: PreparedCall | dict[str, Any]) -> dict[str, Any]:
+    """A review's answer as a step records it: the policies' decision, or the call's outcome."""
+    if isinstance(answer, PreparedCall):
+        return {"decision": attrs.asdict(answer.decision)}  # an ask too: its asks field is kept
+    return {"outcome": outcome_record(answer)[0]}
+
+
+def recorded_verdict(data: dict[str, Any] | None) -> Decision | dict[str, Any] | None:
+    """The recorded review's answer about a call (``None``: no policy was asked)."""
+    if data is None:
+        return None
+    if "decision" in data:
+        return Decision(**data["decision"])
+    return recorded_outcome(data["outcome"])
+
+
+def batch_started(run_id: str) -> dict[str, Any]:
+    """The ``agentloop.tool_started`` step, after a batch waited for a person: its start.
+
+    The decisions came by message, which is no step of ours; this step's
+    record marks the batch's first call as started.
+    """
+    return {"cancel": cancel_requested(run_id)}

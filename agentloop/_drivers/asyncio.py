@@ -1,0 +1,477 @@
+"""``AsyncRun``, the asyncio driver: the same protocol over the same engine, with awaits.
+
+``astep()`` is ``Run.step()`` with awaits, so every rule of the contract
+holds word for word. What only asyncio has:
+
+* A plain (non-``async``) model or tool is called directly on the event loop:
+  it blocks the loop while it runs. ``Loop(..., to_thread=True)`` runs plain
+  callables in a worker thread instead (``asyncio.to_thread``).
+* Cancelling the task that awaits ``astep()`` ends the run ``cancelled`` and
+  lets ``CancelledError`` propagate; ``token.cancel()`` interrupts an awaited
+  model or tool the same way, without cancelling the task. While the model is
+  awaited, the step counts and nothing is appended; while a tool is awaited,
+  its coroutine is cancelled too and the call is recorded with a
+  ``cancelled`` result, so no call is left unpaired. (A plain tool in a
+  worker thread cannot be stopped: its thread finishes, and its result is
+  discarded.)
+* Timeouts: a model that does not answer within ``model_timeout`` seconds is a
+  failed step; a tool that does not finish within ``tool_timeout`` gets an
+  ``error`` result and the loop goes on. They can only interrupt an await, so
+  they bite on async callables and on ``to_thread`` ones.
+* ``max_concurrency`` > 1 runs up to that many calls of a batch at once, each
+  in its own task. Calls start in emission order (each passing the cancel
+  checkpoint), each completion is one ``astep()``, in completion order, and
+  the engine still records the batch in emission order. Whatever ends the run
+  early (the token, a cancelled task) cancels every running call's task.
+* Policies may be ``async def``: each batch is reviewed (awaited) before its
+  first call starts, and a run whose policy asks stops in
+  ``awaiting_approval`` until ``adecide``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import time
+from logging import DEBUG
+from typing import TYPE_CHECKING, Any
+
+from agentloop._core.context_policy import Summarise
+from agentloop._core.json import exception_said
+from agentloop._core.table import TERMINAL, State
+from agentloop._core.values import AskModel, ReviewCalls, RunTool, Wait
+from agentloop._drivers.callbacks import (
+    TokenCancelled,
+    is_async,
+    unless_cancelled,
+    within,
+)
+from agentloop._drivers.concurrent import ConcurrentBatch
+from agentloop._drivers.progress import areporting
+from agentloop._drivers.streams import Discard, ListenerFailed, Partial, apull, in_time, is_stream
+from agentloop._drivers.transition import LOG, Carried, carried, log, one_transition
+from agentloop._drivers.waits import await_wait
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+
+    from agentloop._core.approval import Decision
+    from agentloop._core.engine import Engine
+    from agentloop._core.values import CancelToken, RunResult, Transition
+    from agentloop._drivers.callbacks import Listener, Model
+    from agentloop._drivers.progress import ToolProgress
+    from agentloop._drivers.streams import Delta
+    from agentloop._drivers.transition import Request
+
+__all__ = ["AsyncRun"]
+
+
+class AsyncRun(ConcurrentBatch):
+    """One run under asyncio, driven one transition at a time by ``astep()``."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        model: Model,
+        dispatch: Callable[..., Awaitable[object]],
+        *,
+        cancel: CancelToken | None,
+        model_timeout: float | None,
+        to_thread: bool,
+        max_concurrency: int = 1,
+        listeners: tuple[Listener, ...] = (),
+        review: Callable[[dict[str, Any]], Awaitable[object]] | None = None,
+    ) -> None:
+        super().__init__(engine)
+        self._model = model
+        # ``review(call)`` asks the policies; ``dispatch(call, review=..., decision=...)``
+        # takes their answer (handed back by the engine with the call).
+        self._review = review
+        if review is not None:
+            engine.reviews = True
+        self._cancel = cancel
+        self._model_timeout = model_timeout
+        self._to_thread = to_thread
+        self._max_concurrency = max_concurrency
+        # The running calls of a batch (max_concurrency > 1), by id, in start order.
+        self._tasks: dict[str, asyncio.Task[object | Carried]] = {}
+        self._listeners: list[tuple[Listener, bool]] = []
+        for listener in listeners:
+            self.subscribe(listener)
+        # -- streaming: who hears each delta (awaited if async); the reply astream() read
+        self._delta_listeners: list[tuple[Callable[[Delta | ToolProgress], object], bool]] = []
+        self._streamed_reply: object = None
+        # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
+        self._asked_at: float | None = None
+        # Each call's handler may report progress (report_progress): the delta listeners hear it.
+        self._dispatch = areporting(dispatch, self._delta_listeners)
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener(transition)`` after every transition; it may be ``async``.
+
+        One that raises does so as ``Run.subscribe`` says: ``afinish()`` again goes on.
+        """
+        if not callable(listener):
+            raise TypeError(f"expected a callable listener, got {type(listener).__name__}")
+        self._listeners.append((listener, is_async(listener)))
+
+    def _plain_listeners(self) -> list[Listener]:
+        # An interrupted task cannot be relied on to await anything more.
+        return [listener for listener, awaited in self._listeners if not awaited]
+
+    async def __aiter__(self) -> AsyncIterator[Transition]:
+        """Step until done (or awaiting approval), yielding each transition."""
+        while not self.done:
+            transition = await self._astep()
+            if transition is None:
+                return
+            yield transition
+
+    async def afinish(self) -> RunResult:
+        """``finish()`` under asyncio: step until done (or awaiting approval), return the result."""
+        engine = self._engine
+        if not engine.done:
+            # Each step says where it went: no property reads per step to learn it.
+            while True:
+                transition = await self._astep()
+                if transition is None or transition.dest in TERMINAL:
+                    break
+        return engine.result()
+
+    async def astep(self) -> Transition:
+        """Perform exactly one transition and return it."""
+        transition = await self._astep()
+        if transition is None:
+            raise self._awaiting()
+        return transition
+
+    async def adecide(self, decisions: dict[str, Decision]) -> Transition:
+        """``Run.decide`` under asyncio: decide every pending call, then ``afinish()`` goes on."""
+        transition = await self._astep(decisions)
+        assert transition is not None, "a decision is a transition"
+        return transition
+
+    async def _astep(self, decisions: dict[str, Decision] | None = None) -> Transition | None:
+        """One transition (or, with ``decisions``, the decision); ``None`` while awaiting one."""
+        engine = self._engine
+        refused = False
+        try:
+            # Taken inside the try: an interrupt right after it still reaches the finally.
+            if not self._busy.acquire(False):
+                refused = True
+                raise self._refused()
+            transition: Transition | None
+            if decisions is not None:
+                transition = engine.decided(decisions)
+            elif (
+                self._max_concurrency > 1
+                and engine.state is State.DISPATCHING
+                and (self._tasks or engine.unstarted > 1)
+            ):  # calls to run at once; a lone call is awaited in place, as with 1
+                transition = await self._batch_step()
+            else:
+                transition = await self._pumped()
+            if transition is None:
+                return None
+            await self._tell(transition)
+            return transition
+        except BaseException as exc:
+            if not (refused or isinstance(exc, Exception)):
+                # A cancelled task, KeyboardInterrupt: the run ends.
+                self._notify_interrupted(self._interrupted(exc))
+                self._drop_tasks()
+            raise
+        finally:
+            if not refused:
+                # Inline, no call: an interrupt cannot land before the release itself.
+                try:  # noqa: SIM105 - suppress() is a call, where an interrupt could land
+                    self._busy.release()
+                except RuntimeError:  # pragma: no cover - never taken: interrupted at once
+                    pass
+                if self._unclosed is not None:  # a streamed reply, taken: its stream closes
+                    await self._close_unclosed()
+
+    async def _pumped(self) -> Transition | None:
+        """One transition, each request of it awaited (see ``transition.one_transition``)."""
+        steps = one_transition(self._engine)
+        try:
+            need = steps.send(None)
+            while True:
+                try:
+                    answer = await self._perform(need)
+                except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
+                    need = steps.throw(self._thrown(exc))
+                else:
+                    need = steps.send(answer)  # a streamed reply's stream: closed by _astep
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    async def _perform(self, need: Request) -> object:
+        """Await what the engine asked: the model, a tool (unless cancelled), the policies."""
+        if type(need) is ReviewCalls:
+            return await self._reviewed(need)
+        if type(need) is Wait:  # retry=: cut short by the token (the table then ends the run)
+            await await_wait(need, self._cancel)
+            return None
+        kind = type(need)
+        pending = (
+            self._tool(need)(need.call)  # type: ignore[arg-type, union-attr]
+            if kind is RunTool
+            else self._ask(need)  # type: ignore[arg-type]  # a model request
+        )
+        return await self._under_token(pending)
+
+    async def _reviewed(self, need: ReviewCalls) -> dict[str, object]:
+        """The policies' answers about the batch's calls, awaited together (not cancellable)."""
+        review = self._review
+        assert review is not None, "only a driver that reviews is asked to"
+        answers = await asyncio.gather(*(carried(review(call)) for call in need.calls))
+        for answer in answers:
+            if type(answer) is Carried:
+                raise answer.exc  # here, in the task that drives the run: the run ends
+        return {call["id"]: answer for call, answer in zip(need.calls, answers, strict=True)}
+
+    def _tool(self, need: RunTool) -> Callable[[Any], Awaitable[object]]:
+        """The dispatch for ``need``'s call: with its review's and a person's answers, if any."""
+        if need.review is None and need.decision is None:
+            return self._dispatch
+        return functools.partial(self._dispatch, review=need.review, decision=need.decision)
+
+    async def _ask(self, need: AskModel | Summarise) -> object:
+        """The model's whole reply (a stream read to its end, its deltas told to the listeners)."""
+        answer = await self._answer(need)
+        if type(answer) is not dict and is_stream(answer):  # a streaming model
+            return await self._consumed(answer)
+        return answer
+
+    async def _answer(self, need: AskModel | Summarise) -> object:
+        """Call the model, plain or async, as configured, for a model request.
+
+        A summary is asked of the context policy's own model callback; the
+        wrap-up step's request has its options (``tool_choice='none'``). Its
+        answer, within ``model_timeout``: a reply, or a stream left unread.
+        """
+        history = need.history
+        model: Callable[..., object]
+        if isinstance(need, Summarise):
+            model, options = need.model, {}
+        else:
+            model, options = self._model, need.options
+        seconds = self._model_timeout
+        if seconds is not None:
+            self._asked_at = time.monotonic()
+        call: Awaitable[object]
+        if self._to_thread and not is_async(model):
+            call = asyncio.to_thread(functools.partial(model, history, **options))
+        else:
+            reply = model(history, **options)
+            # A dict (any reply that is JSON) is never awaitable: no protocol check for it.
+            if type(reply) is dict or not inspect.isawaitable(reply):
+                # Answered in place: read against the deadline now that it has come.
+                return reply if seconds is None else in_time(reply, seconds, self._asked_at)
+            call = reply
+        if seconds is None:
+            return await call
+        return await within(seconds, f"no reply within model_timeout={seconds} s", call)
+
+    # -- streaming (agentloop.streaming): deltas beside the transitions, never in the history
+
+    def subscribe_deltas(self, listener: Callable[[Delta | ToolProgress], object]) -> None:
+        """Call ``listener(delta)`` with each delta of a streaming reply; it may be ``async``.
+
+        It hears each ``ToolProgress`` a running call reports too, on the
+        run's event loop (an ``async`` one in a task of its own, done before
+        the call's outcome is reported).
+        """
+        if not callable(listener):
+            raise TypeError(f"expected a callable delta listener, got {type(listener).__name__}")
+        self._delta_listeners.append((listener, is_async(listener)))
+
+    async def astream(self) -> AsyncGenerator[Delta | Transition, None]:
+        """Step until done (or awaiting approval), yielding each delta and each transition.
+
+        ``Run.stream()`` under asyncio. Leaving the loop while a reply streams
+        closes the stream and ends the run ``cancelled``, as a cancelled task does.
+        """
+        engine = self._engine
+        while not engine.done:
+            made: list[Transition] = []
+            step = self._astreamed_step(made)
+            try:
+                async for delta in step:
+                    yield delta
+            finally:
+                await step.aclose()
+            if not made:
+                return  # the run waits for a person
+            yield made[0]
+
+    async def _astreamed_step(self, made: list[Transition]) -> AsyncGenerator[Delta, None]:
+        """``astep()``, a streaming model's deltas yielded as they arrive; its transition: ``made``.
+
+        The same one transition ``astep()`` pumps, and the same hold; the
+        transition is told to the listeners, and the run let go, before the
+        caller sees it.
+        """
+        engine = self._engine
+        if not self._busy.acquire(False):
+            raise self._refused()
+        try:
+            if (
+                self._max_concurrency > 1
+                and engine.state is State.DISPATCHING
+                and (self._tasks or engine.unstarted > 1)
+            ):  # calls to run at once, as astep() runs them
+                transition: Transition | None = await self._batch_step()
+            else:
+                steps = one_transition(engine)
+                try:
+                    need = steps.send(None)
+                    while True:
+                        try:
+                            if type(need) is AskModel or type(need) is Summarise:
+                                answer = await self._under_token(self._answer(need))
+                                if type(answer) is not dict and is_stream(answer):
+                                    reading = self._delivered(answer)
+                                    try:
+                                        async for item in reading:
+                                            yield item
+                                    finally:
+                                        await reading.aclose()
+                                    answer = self._streamed_reply
+                            else:
+                                answer = await self._perform(need)
+                        except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
+                            need = steps.throw(self._thrown(exc))
+                        else:
+                            need = steps.send(answer)  # its stream: closed in the finally
+                except StopIteration as stop:
+                    transition = stop.value
+            if transition is not None:
+                await self._tell(transition)
+                made.append(transition)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                # A cancelled task, Ctrl-C, or the caller left the loop mid-reply: the run ends.
+                self._notify_interrupted(self._interrupted(exc))
+                self._drop_tasks()
+            raise
+        finally:
+            self._busy.release()
+            await self._close_unclosed()
+
+    async def _under_token(self, pending: Awaitable[object]) -> object:
+        """``pending``, awaited unless the run's token cancels it first."""
+        return await (pending if self._cancel is None else unless_cancelled(self._cancel, pending))
+
+    async def _consumed(self, stream: object) -> object:
+        """The whole reply at the end of ``stream``; each delta before it told to the listeners.
+
+        Awaited under the step's own token and deadline: the token is only read
+        between the chunks of a stream read in place. The stream is closed at
+        once however the reading ends, but for its reply: then once the engine
+        has taken it, at the end of the step (``_astep``). A stream that fails
+        after deltas were told is followed by a ``Discard``.
+        """
+        self._partial = partial = Partial()
+        cancel = self._cancel
+        items = apull(
+            stream,
+            partial,
+            check=None if cancel is None else cancel.check(),
+            seconds=self._model_timeout,
+            since=self._asked_at,
+            to_thread=self._to_thread,
+        )
+        plain = [listener for listener, awaited in self._delta_listeners if not awaited]
+        told = self._tell_delta if len(plain) < len(self._delta_listeners) else None
+        heard = False
+        try:
+            async for item in items:
+                if type(item) is dict:
+                    self._partial = None
+                    self._unclosed = items  # closed once the engine has taken the reply
+                    return item
+                heard = True
+                if told is not None:
+                    await told(item)  # type: ignore[arg-type]  # a delta
+                else:  # plain listeners alone: no coroutine per delta
+                    for listener in plain:
+                        try:
+                            listener(item)  # type: ignore[arg-type]  # a delta
+                        except Exception as exc:
+                            raise ListenerFailed(exc) from exc
+        except Exception as exc:
+            self._partial = None  # a failed call: only an interruption keeps its partial text
+            await items.aclose()  # the stream itself, at once
+            if heard:
+                await self._tell_delta(Discard(error=exception_said(exc)))
+            raise
+        finally:
+            if self._unclosed is not items:
+                await items.aclose()  # the stream itself, at once
+        raise AssertionError("unreachable: apull ends with the reply or raises")
+
+    async def _delivered(self, stream: object) -> AsyncGenerator[Delta, None]:
+        """``stream``'s deltas, told to the listeners and yielded; the reply: ``_streamed_reply``.
+
+        ``_consumed`` for ``astream()``, which yields each delta as it arrives
+        (and a ``Discard`` after a failure that followed some).
+        """
+        self._partial = partial = Partial()
+        items = apull(
+            stream,
+            partial,
+            cancel=self._cancel,
+            seconds=self._model_timeout,
+            since=self._asked_at,
+            to_thread=self._to_thread,
+        )
+        heard = False
+        try:
+            async for item in items:
+                if type(item) is dict:
+                    self._partial = None
+                    self._streamed_reply, self._unclosed = item, items  # closed once taken
+                    return
+                heard = True
+                await self._tell_delta(item)  # type: ignore[arg-type]  # a delta
+                yield item  # type: ignore[misc]  # a delta
+        except Exception as exc:
+            self._partial = None  # a failed call: only an interruption keeps its partial text
+            await items.aclose()  # the stream itself, at once
+            if heard:
+                discard = Discard(error=exception_said(exc))
+                await self._tell_delta(discard)
+                yield discard
+            raise
+        finally:
+            if self._unclosed is not items:
+                await items.aclose()  # the stream itself, at once
+
+    async def _close_unclosed(self) -> None:
+        """Close the stream whose reply was handed to the engine, if it is still open."""
+        items, self._unclosed = self._unclosed, None
+        if items is not None:
+            await items.aclose()
+
+    async def _tell_delta(self, delta: Delta) -> None:
+        for listener, awaited in self._delta_listeners:
+            try:
+                if awaited:
+                    await listener(delta)  # type: ignore[misc]  # is_async said so
+                else:
+                    listener(delta)
+            except Exception as exc:
+                raise ListenerFailed(exc) from exc
+
+    async def _tell(self, transition: Transition) -> None:
+        """Log ``transition`` and tell the listeners, as ``_astep`` does."""
+        if LOG.isEnabledFor(DEBUG):
+            log(transition)
+        for listener, awaited in self._listeners:
+            if awaited:
+                await listener(transition)  # type: ignore[misc]  # is_async said so
+            else:
+                listener(transition)

@@ -1,0 +1,237 @@
+"""What drivers call: the model, the dispatcher and listeners, as types, and how they await.
+
+A model is given a fresh copy of the history and answers with a reply; a
+model that takes a keyword parameter ``tools`` is also given the tool specs
+of the ``Loop``'s registry, fresh with each request (``bind_model``). A
+dispatcher turns one accepted call into an outcome
+``{'status': ..., 'content': ...}`` (optionally ``'exception'``, the exception
+behind an ``error``, kept on the transition event and never in the history);
+it may also offer ``async adispatch(call, *, to_thread)``, which the asyncio
+driver prefers. A listener is called with each transition as it happens.
+
+Both drivers await an async model or tool the same way: within its timeout
+(``within``) and unless the run's token cancels it (``unless_cancelled``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, runtime_checkable
+
+from agentloop._core.values import Transition
+
+if TYPE_CHECKING:
+    from agentloop._core.engine import Engine
+    from agentloop._core.values import CancelToken
+
+__all__ = [
+    "Dispatcher",
+    "Listener",
+    "Model",
+    "TokenCancelled",
+    "bind_model",
+    "ended_by_token",
+    "is_async",
+    "takes_keyword",
+    "takes_tools",
+    "unless_cancelled",
+    "within",
+]
+
+#: A model: given a copy of the history, return (or, ``async``, await) a reply.
+Model = Callable[[list[dict[str, Any]]], object]
+
+#: A listener: called (or, under asyncio, possibly awaited) with each transition.
+Listener = Callable[[Transition], object | Awaitable[object]]
+
+_T = TypeVar("_T")
+
+# The kinds of parameter ``tools=`` can be passed to by keyword.
+_BY_KEYWORD: Final = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+@runtime_checkable
+class Dispatcher(Protocol):
+    """Anything that can run a call: ``dispatch(call) -> {'status', 'content'}``.
+
+    ``status`` is one of ``ok``, ``error``, ``denied``, ``invalid_arguments``,
+    ``unknown_tool``; ``content`` is JSON. Anything else (or a raise) gives
+    the call an ``error`` result, and the loop goes on. An optional
+    ``async adispatch(call, *, to_thread: bool)`` is preferred by the asyncio
+    driver; ``to_thread`` passes on ``Loop(to_thread=...)``. An optional
+    ``specs()`` lists its tools as ``{'name', 'description', 'parameters'}``
+    for a model that takes ``tools``.
+    """
+
+    def dispatch(self, call: dict[str, Any]) -> dict[str, Any]:
+        """Run ``call`` (a fresh copy) and return its outcome."""
+        ...
+
+
+def is_async(fn: object) -> bool:
+    """Whether calling ``fn`` gives a coroutine (an ``async def`` function or ``__call__``)."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    try:
+        call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object's own __call__
+    except Exception:  # noqa: BLE001 - a broken __getattr__ is not async
+        return False
+    return inspect.iscoroutinefunction(call)
+
+
+def takes_tools(model: object) -> bool:
+    """Whether ``model`` has a parameter ``tools`` that a keyword argument reaches.
+
+    By name only: a ``**kwargs`` model is called with the history alone, as before.
+    """
+    try:
+        parameter = inspect.signature(model).parameters.get("tools")  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # no signature to read (some builtins)
+        return False
+    return parameter is not None and parameter.kind in _BY_KEYWORD
+
+
+def bind_model(
+    model: Model,
+    specs: Callable[[], list[dict[str, Any]]],
+    output: dict[str, Any] | None = None,
+    *,
+    wraps_up: bool = False,
+) -> Model:
+    """The model as the drivers call it: with the history alone, or with a request's options.
+
+    A model that takes ``tools`` (``takes_tools``, asked once, here) is called
+    ``model(history, tools=specs())``: the specs made afresh for every
+    request, so a tool added to the registry later is offered too. One that
+    takes ``output`` is given ``output`` (``{'name', 'schema'}``: the JSON
+    Schema its final answer's text must match, ``Loop(output=T)``). With
+    ``wraps_up`` (``on_exhausted='answer'``) the drivers may call it
+    ``bound(history, tool_choice='none')`` in the wrap-up step: passed on to a
+    model that takes ``tool_choice``, dropped for one that does not. Any other
+    model is returned as it is. An ``async def`` model stays one, so that
+    ``to_thread`` still tells the two apart.
+    """
+    fixed: dict[str, Any] = {}
+    if output is not None and takes_keyword(model, "output"):
+        fixed["output"] = output
+    tools, choice = takes_tools(model), takes_keyword(model, "tool_choice")
+    if not (tools or fixed or wraps_up):
+        return model
+    call: Callable[..., Any] = model
+    if not (fixed or wraps_up):  # the tools alone, the common case: no dicts to merge
+        if is_async(model):
+
+            async def atools(history: list[dict[str, Any]]) -> object:
+                return await call(history, tools=specs())
+
+            return atools
+
+        def with_tools(history: list[dict[str, Any]]) -> object:
+            return call(history, tools=specs())
+
+        return with_tools
+
+    def keywords(options: dict[str, Any]) -> dict[str, Any]:
+        given = {**fixed, **options} if choice else fixed
+        return {"tools": specs(), **given} if tools else given
+
+    if is_async(model):
+
+        async def abound(history: list[dict[str, Any]], **options: Any) -> object:
+            return await call(history, **keywords(options))
+
+        return abound
+
+    def bound(history: list[dict[str, Any]], **options: Any) -> object:
+        return call(history, **keywords(options))
+
+    return bound
+
+
+def takes_keyword(model: object, name: str) -> bool:
+    """Whether ``model`` has a parameter ``name`` that a keyword argument reaches (by name)."""
+    try:
+        parameter = inspect.signature(model).parameters.get(name)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # no signature to read (some builtins)
+        return False
+    return parameter is not None and parameter.kind in _BY_KEYWORD
+
+
+async def within(seconds: float | None, expired: str, awaitable: Awaitable[_T]) -> _T:
+    """Await, within ``seconds`` if set; our own deadline raises ``TimeoutError(expired)``.
+
+    A ``TimeoutError`` the awaited code raises itself passes through unchanged.
+    No ``Timeout`` object is made when none is set: it is most of the driver's own cost.
+    """
+    if seconds is None:
+        return await awaitable
+    deadline = asyncio.timeout(seconds)
+    try:
+        async with deadline:
+            return await awaitable
+    except TimeoutError:
+        if deadline.expired():
+            raise TimeoutError(expired) from None
+        raise
+
+
+class TokenCancelled(asyncio.CancelledError):
+    """The run's ``CancelToken`` interrupted an awaited model or tool (the task goes on)."""
+
+    #: What a streaming reply had delivered when the token cut it off (the driver sets it).
+    partial_text: str | None = None
+
+
+async def unless_cancelled(
+    token: CancelToken | None,
+    awaitable: Awaitable[_T],
+    seconds: float | None = None,
+    expired: str = "",
+) -> _T:
+    """Await, but raise ``TokenCancelled`` as soon as ``token`` is cancelled, from any thread.
+
+    Within ``seconds``, when given (``within``). A token cancelled already is
+    read before ``awaitable`` starts: a model or tool whose turn comes after
+    the cancel never begins (a coroutine is closed unstarted).
+    """
+    if token is not None and token.cancelled:
+        getattr(awaitable, "close", lambda: None)()  # never awaited: say so, without a warning
+        raise TokenCancelled("cancelled by the run's CancelToken")
+    if seconds is not None:
+        awaitable = within(seconds, expired, awaitable)
+    if token is None:
+        return await awaitable
+    task = asyncio.current_task()
+    assert task is not None, "awaited in a task"
+    loop = asyncio.get_running_loop()
+    awaiting, hit = True, False
+
+    def cancel_if_awaiting() -> None:  # runs in the loop's thread
+        nonlocal hit
+        if awaiting and not hit:
+            hit = True
+            task.cancel()
+
+    undo = token.on_cancel(lambda: loop.call_soon_threadsafe(cancel_if_awaiting))
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        # Ours only if nobody else cancelled the task too: then the task goes on.
+        if hit and task.uncancel() == 0:
+            raise TokenCancelled("cancelled by the run's CancelToken") from None
+        raise
+    finally:
+        awaiting = False
+        undo()
+
+
+def ended_by_token(engine: Engine, exc: TokenCancelled) -> Transition:
+    """The run, interrupted by its token while a request was out, ends cancelled.
+
+    What a streaming reply had delivered (``exc.partial_text``) is kept on the event.
+    """
+    transition = engine.interrupted(exc, partial_text=exc.partial_text)
+    assert transition is not None, "a request was outstanding, so the run was not over"
+    return transition

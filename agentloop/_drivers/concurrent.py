@@ -1,0 +1,162 @@
+"""``ConcurrentBatch``: the asyncio driver's step that runs a batch's calls at once.
+
+With ``max_concurrency`` > 1, ``AsyncRun`` steps a batch of more than one
+call here: calls start in emission order, each in its own task (each passing
+the cancel checkpoint), and each completion is one step, in completion order;
+the engine still records the batch in emission order. Whatever ends the run
+early (the token, a cancelled task) cancels every running call's task, and
+waits for them to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Final
+
+from agentloop._core.values import ReviewCalls, RunTool
+from agentloop._drivers.callbacks import TokenCancelled, ended_by_token, unless_cancelled
+from agentloop._drivers.transition import Carried, RunView, carried
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from agentloop._core.values import CancelToken, Transition
+
+__all__ = ["ConcurrentBatch"]
+
+
+class ConcurrentBatch(RunView):
+    """The concurrent batch step of ``AsyncRun`` (a mixin: ``AsyncRun`` sets what it reads)."""
+
+    # Set by AsyncRun.__init__; ``_tasks``: the running calls of a batch, by id, in start order.
+    _cancel: CancelToken | None
+    _max_concurrency: int
+    _tasks: dict[str, asyncio.Task[object | Carried]]
+
+    if TYPE_CHECKING:  # AsyncRun's
+
+        async def _reviewed(self, need: ReviewCalls) -> dict[str, object]: ...
+
+        def _tool(self, need: RunTool) -> Callable[[Any], Awaitable[object]]: ...
+
+    async def _batch_step(self) -> Transition:
+        """Start calls up to ``max_concurrency``, then report the first to complete.
+
+        Each call starts right after its cancel checkpoint: its task runs up to
+        its first await (a plain tool, to its end) before the next call's
+        checkpoint, so a call that cancels the token stops every call after it.
+        Once the token is cancelled, the calls that finished are reported
+        before the checkpoint that sees it: it cuts only the calls still out.
+        """
+        engine, tasks, cancel = self._engine, self._tasks, self._cancel
+        while engine.unstarted and len(tasks) < self._max_concurrency:
+            if (
+                cancel is not None
+                and cancel.cancelled
+                and any(task.done() for task in tasks.values())
+            ):
+                break  # reported first, each its own step; the checkpoint after them cuts
+            need = engine.next()  # the cancel checkpoint before each call
+            if type(need) is ReviewCalls:  # before the batch's first call: as _pumped does
+                asked = engine.reviewed(await self._reviewed(need))
+                if asked is not None:
+                    return asked
+                continue
+            if type(need) is not RunTool:
+                # Cancelled: the running calls were answered cancelled; their tasks end first.
+                await self._dropped(self._drop_tasks())
+                return need  # type: ignore[return-value]  # neither request: a transition
+            task = asyncio.ensure_future(carried(self._started(need)))
+            task.add_done_callback(_observed)
+            tasks[need.call["id"]] = task
+            await asyncio.sleep(0)  # the call starts now, before the next one's checkpoint
+        waiting = asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
+        try:
+            if self._cancel is None:
+                await waiting
+            else:
+                await unless_cancelled(self._cancel, waiting)
+        except TokenCancelled as exc:
+            # A call that finished before the token woke us is reported, not cut off:
+            # the next checkpoint sees the token and answers the rest.
+            if not any(task.done() and not task.cancelled() for task in tasks.values()):
+                dropped = self._drop_tasks()
+                transition = ended_by_token(engine, exc)  # recorded before the tasks end
+                await self._dropped(dropped)
+                return transition
+        done = [call_id for call_id, task in tasks.items() if task.done()]
+        for call_id in done:  # an interruption in a call's task ends the run, raised here
+            task = tasks[call_id]
+            if not task.cancelled() and task.exception() is None:
+                result = task.result()
+                if type(result) is Carried:
+                    del tasks[call_id]
+                    raise result.exc
+        # Of the calls done by now, the first in emission order is reported first.
+        call_id = done[0]
+        task = tasks[call_id]
+        if _unstarted(task):
+            # Its task found the token cancelled before the call began: so will every later
+            # one. The run ends; the calls still out are answered cancelled, and told they
+            # never began when none of them had.
+            began = not all(_unstarted(other) for other in tasks.values())
+            dropped = self._drop_tasks()
+            said = "cancelled by the run's CancelToken" if began else _CANCELLED_FIRST
+            transition = ended_by_token(engine, TokenCancelled(said))
+            await self._dropped(dropped)
+            return transition
+        del tasks[call_id]
+        if task.cancelled():  # the tool cancelled itself: an interruption, as when awaited
+            raise asyncio.CancelledError(f"the tool of call {call_id!r} was cancelled")
+        error = task.exception()
+        if error is None:
+            return engine.returned(task.result(), call_id)
+        if isinstance(error, Exception):
+            return engine.raised(error, call_id)
+        raise error  # KeyboardInterrupt and the like end the run
+
+    async def _started(self, need: RunTool) -> object:
+        """A call of the batch, in its task: not begun once the token is cancelled.
+
+        The token is read here, right before the dispatch (and so the handler)
+        starts, for a call handed out while an earlier one was still running.
+        """
+        cancel = self._cancel
+        if cancel is not None and cancel.cancelled:
+            return _UNSTARTED
+        return await self._tool(need)(need.call)
+
+    def _drop_tasks(self) -> list[asyncio.Task[object]]:
+        """Cancel every running call's task: the engine has answered them ``cancelled``."""
+        dropped = list(self._tasks.values())
+        for task in dropped:
+            task.cancel()
+        self._tasks.clear()
+        return dropped
+
+    @staticmethod
+    async def _dropped(tasks: list[asyncio.Task[object]]) -> None:
+        """Wait for cancelled calls to end, as a task group does: no tool outlives its run."""
+        if tasks:
+            await asyncio.wait(tasks)
+
+
+#: What a call's task answers when it found the token cancelled before its call began.
+_UNSTARTED: Final = object()
+_CANCELLED_FIRST: Final = "cancelled by the run's CancelToken before the call began"
+
+
+def _unstarted(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` ended with its call not begun (the token was cancelled first)."""
+    return (
+        task.done()
+        and not task.cancelled()
+        and task.exception() is None
+        and task.result() is _UNSTARTED
+    )
+
+
+def _observed(task: asyncio.Task[Any]) -> None:
+    """Retrieve a dropped task's exception, so asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()

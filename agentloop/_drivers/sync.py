@@ -1,0 +1,399 @@
+"""``Run``, the synchronous driver: a short loop over the engine's protocol.
+
+It is one of the places that call the model and the tools. Each ``step()``
+asks the engine what it needs, does it, reports what happened, and returns
+the one transition that followed. A ``BaseException`` that is not an
+``Exception`` (``KeyboardInterrupt``) anywhere in a step ends the run
+``cancelled`` before it propagates. With a ``review`` (the tools' policies),
+each batch is reviewed before its first call starts, and a run whose policy
+asks stops in ``awaiting_approval`` until ``decide``.
+
+An awaitable that a model, a tool or a policy returns (``async def`` ones)
+is run to completion on the run's own event loop (``Awaiter``, in
+``agentloop._drivers.awaiter``), in the calling thread: ``model_timeout``/``tool_timeout``
+bite there, and the run's ``CancelToken`` interrupts it, as under asyncio.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from logging import DEBUG
+from typing import TYPE_CHECKING, Any
+
+from agentloop._core.context_policy import Summarise
+from agentloop._core.json import exception_said
+from agentloop._core.table import TERMINAL, State
+from agentloop._core.values import AskModel, RunTool, Transition, Wait
+from agentloop._drivers.awaiter import Awaiter
+from agentloop._drivers.callbacks import TokenCancelled, is_async
+from agentloop._drivers.progress import reporting
+from agentloop._drivers.streams import Discard, ListenerFailed, Partial, in_time, is_stream, pull
+from agentloop._drivers.transition import LOG, RunView, log, one_transition
+from agentloop._drivers.waits import wait
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Generator, Iterator
+
+    from agentloop._core.approval import Decision
+    from agentloop._core.engine import Engine
+    from agentloop._core.values import RunResult
+    from agentloop._drivers.callbacks import Listener, Model
+    from agentloop._drivers.progress import ToolProgress
+    from agentloop._drivers.streams import Delta
+    from agentloop._drivers.transition import Request
+
+__all__ = ["Run"]
+
+
+class Run(RunView):
+    """One run, driven one transition at a time by ``step()``."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        model: Model,
+        dispatch: Callable[..., object],
+        listeners: tuple[Listener, ...] = (),
+        review: Callable[[dict[str, Any]], object] | None = None,
+        *,
+        awaiter: Awaiter | None = None,
+        model_timeout: float | None = None,
+    ) -> None:
+        RunView.__init__(self, engine)  # not super(): one object fewer for every run
+        self._model = model
+        # An async model's reply, or tool's outcome, is awaited here; see Awaiter.
+        self._awaiter = Awaiter() if awaiter is None else awaiter
+        self._model_timeout = model_timeout
+        # ``review(call)`` asks the policies; ``dispatch(call, review=..., decision=...)``
+        # takes their answer (handed back by the engine with the call).
+        self._review = review
+        if review is not None:
+            engine.reviews = True
+        self._listeners: list[Listener] = []
+        for listener in listeners:
+            self.subscribe(listener)
+        # -- streaming: who hears each delta, and the text of the reply streaming now
+        self._delta_listeners: list[Callable[[Delta | ToolProgress], object]] = []
+        self._partial: Partial | None = None
+        # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
+        self._asked_at: float | None = None
+        # Each call's handler may report progress (report_progress): the delta listeners hear it.
+        self._dispatch = reporting(dispatch, self._delta_listeners)
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener(transition)`` after every transition from now on.
+
+        One that raises does so from ``step()``/``finish()`` after the transition
+        was made (the listeners after it miss that one); the run stays
+        consistent, and ``step()``/``finish()`` again goes on.
+        """
+        if not callable(listener) or is_async(listener):
+            got = "an async function" if callable(listener) else type(listener).__name__
+            raise TypeError(
+                f"expected a plain function as a listener of a synchronous run, got {got}; "
+                "async listeners need loop.astart() or loop.arun()"
+            )
+        self._listeners.append(listener)
+
+    def _plain_listeners(self) -> list[Listener]:
+        return self._listeners
+
+    def __iter__(self) -> Iterator[Transition]:
+        """Step until done (or awaiting approval), yielding each transition."""
+        while not self.done and self.state is not State.AWAITING_APPROVAL:
+            yield self.step()
+
+    def finish(self) -> RunResult:
+        """Step until done (or awaiting approval) and return the result.
+
+        One step after another, as ``step()`` makes them (listeners and the
+        DEBUG log see each), while holding the run for the whole loop. A run
+        that waits for a person returns its result with status
+        ``awaiting_approval``; ``decide`` and ``finish`` again to go on.
+        """
+        engine = self._engine
+        if not engine.done:
+            self._hold(self._steps)
+        return engine.result()
+
+    def step(self) -> Transition:
+        """Perform exactly one transition and return it."""
+        return self._hold(self._one_step)  # type: ignore[return-value]  # never None
+
+    def decide(self, decisions: dict[str, Decision]) -> Transition:
+        """Decide every pending call: ``{call_id: approve() | deny(reason)}``; see ``pending``.
+
+        A missing or extra id, a decision bound to another call's fingerprint,
+        or anything that is not a decision raises and changes nothing. Then
+        ``step()`` or ``finish()`` runs the batch.
+        """
+        return self._hold(lambda: self._told(self._engine.decided(decisions)))  # type: ignore[return-value]
+
+    def _one_step(self) -> Transition:
+        transition = self._steps(until_done=False)
+        if transition is None:
+            raise self._awaiting()
+        return transition
+
+    def _steps(self, until_done: bool = True) -> Transition | None:
+        """Transitions until the run is done, or one: each pumped, logged, told to listeners.
+
+        ``None``: the run waits for a person's decisions, and nothing happened.
+        """
+        engine, listeners, perform = self._engine, self._listeners, self._perform
+        debug = LOG.isEnabledFor(DEBUG)  # once a loop: logging is not reconfigured mid-run
+        while True:
+            made: Transition | None
+            need = engine.next()
+            if type(need) is Transition:  # made by the engine itself: nothing to perform
+                made = need
+            else:
+                steps = one_transition(engine, need)
+                try:
+                    need = steps.send(None)
+                    while True:
+                        try:
+                            answer = perform(need)
+                        except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
+                            need = steps.throw(self._thrown(exc))
+                        else:
+                            need = self._taken(steps, answer)
+                except StopIteration as stop:
+                    made = stop.value
+            if made is None:
+                return None
+            if debug:
+                log(made)
+            for listener in listeners:
+                listener(made)
+            if not until_done or made.dest in TERMINAL:
+                return made
+
+    def _perform(self, need: Request) -> object:
+        """Do what the engine asked: call the model, run a tool, wait, or ask the policies."""
+        kind = type(need)
+        if kind is AskModel or kind is Summarise:
+            reply = self._asked(need)  # type: ignore[arg-type]  # a model request
+            # A dict (any reply that is JSON) is never a stream: no check for it.
+            if type(reply) is dict or not is_stream(reply):
+                return reply
+            deltas = self._delivered(reply)  # each delta told to the delta listeners
+            while True:
+                try:
+                    next(deltas)
+                except StopIteration as stop:
+                    return stop.value
+        if kind is RunTool:
+            call, review, decision = need  # type: ignore[misc]  # a RunTool
+            if review is None and decision is None:
+                return self._dispatch(call)
+            return self._dispatch(call, review=review, decision=decision)
+        if kind is Wait:  # retry=: cut short by the token (the table then ends the run)
+            wait(need, self._awaiter.cancel)  # type: ignore[arg-type]  # a Wait
+            return None
+        review = self._review
+        assert review is not None, "only a driver that reviews is asked to"
+        return {call["id"]: review(call) for call in need.calls}  # type: ignore[union-attr]
+
+    def _asked(self, need: AskModel | Summarise) -> object:
+        """The model's answer (a summary is asked of the context policy's own model callback).
+
+        Within ``model_timeout``: an awaitable is interrupted at it; a reply
+        answered in place is read against it when it comes (``in_time``); a
+        stream is read within what is left of it.
+        """
+        if self._model_timeout is not None:
+            self._asked_at = time.monotonic()
+        if isinstance(need, Summarise):
+            reply = need.model(need.history)
+        elif need.tools_disabled:  # the wrap-up step: tool_choice='none'
+            reply = self._model(need.history, **need.options)
+        else:
+            reply = self._model(need.history)
+        # A dict (any reply that is JSON) is never awaitable: no check for it.
+        if type(reply) is not dict and inspect.isawaitable(reply):
+            return self._await_reply(reply)
+        if self._model_timeout is not None:
+            return in_time(reply, self._model_timeout, self._asked_at)
+        return reply
+
+    def _await_reply(self, reply: Awaitable[object]) -> object:
+        """An async model's reply, awaited on the run's event loop within ``model_timeout``."""
+        seconds = self._model_timeout
+        return self._awaiter(reply, seconds, f"no reply within model_timeout={seconds} s")
+
+    # -- streaming (agentloop.streaming): deltas beside the transitions, never in the history
+
+    def subscribe_deltas(self, listener: Callable[[Delta | ToolProgress], object]) -> None:
+        """Call ``listener(delta)`` with each delta of a streaming model's reply, as it arrives.
+
+        It hears each ``ToolProgress`` a running call reports too, in the
+        thread that reports it (the run's own, for a tool that runs there and
+        for an MCP tool).
+        """
+        if not callable(listener) or is_async(listener):
+            got = "an async function" if callable(listener) else type(listener).__name__
+            raise TypeError(
+                f"expected a plain function as a delta listener of a synchronous run, got {got}"
+            )
+        self._delta_listeners.append(listener)
+
+    def stream(self) -> Generator[Delta | Transition, None, None]:
+        """Step until done (or awaiting approval), yielding each delta and each transition.
+
+        In the order they happen: a streaming model's deltas, then the
+        transition its whole reply made. Leaving the loop while a reply
+        streams (``break``, an exception) closes the stream and ends the run
+        ``cancelled``, as an interrupt does.
+        """
+        engine = self._engine
+        while not engine.done and engine.state is not State.AWAITING_APPROVAL:
+            made = yield from self._streamed_step()
+            if made is None:
+                return
+            yield made
+
+    def _streamed_step(self) -> Generator[Delta, None, Transition | None]:
+        """``step()``, a streaming model's deltas yielded as they arrive (the run held meanwhile).
+
+        The same one transition ``step()`` pumps, and the same hold: a step
+        under way is refused, and an interruption (Ctrl-C, or the caller
+        leaving the loop mid-reply) ends the run.
+        """
+        engine = self._engine
+        if not self._busy.acquire(False):
+            raise self._refused()
+        try:
+            steps = one_transition(engine)
+            try:
+                need = steps.send(None)
+                while True:
+                    try:
+                        if type(need) is AskModel or type(need) is Summarise:
+                            answer = self._asked(need)
+                            if type(answer) is not dict and is_stream(answer):
+                                answer = yield from self._delivered(answer)
+                        else:
+                            answer = self._perform(need)
+                    except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
+                        need = steps.throw(self._thrown(exc))
+                    else:
+                        need = self._taken(steps, answer)
+            except StopIteration as stop:
+                made: Transition | None = stop.value
+            return None if made is None else self._told(made)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                self._notify_interrupted(self._interrupted(exc))
+            raise
+        finally:
+            self._close_unclosed()
+            self._busy.release()
+            if self._awaiter.open and engine.done:
+                self._awaiter.close()
+
+    def _taken(
+        self, steps: Generator[Request, object, Transition | None], answer: object
+    ) -> Request:
+        """``steps.send(answer)``; a streamed reply's stream is closed once the engine took it.
+
+        Taken first: what the stream runs at its close (a generator's
+        ``finally``) cannot change the reply the run records and acts on.
+        """
+        if self._unclosed is None:
+            return steps.send(answer)
+        try:
+            return steps.send(answer)
+        finally:
+            self._close_unclosed()
+
+    def _close_unclosed(self) -> None:
+        """Close the stream whose reply was handed to the engine, if it is still open."""
+        items, self._unclosed = self._unclosed, None
+        if items is not None:
+            items.close()
+
+    def _delivered(self, stream: object) -> Generator[Delta, None, object]:
+        """``stream``'s deltas, each told to the delta listeners; then its whole reply, returned.
+
+        Read under the run's token (between chunks) and ``model_timeout``, and
+        closed at once however the reading ends, but for its reply: then once
+        the engine has taken it (``_taken``). The text delivered so far is kept
+        while it streams: an interruption records it on its event. A stream
+        that fails after deltas were handed on is followed by a ``Discard``.
+        """
+        awaiter = self._awaiter
+        self._partial = partial = Partial()
+        items = pull(
+            stream,
+            partial,
+            cancel=awaiter.cancel,
+            seconds=self._model_timeout,
+            since=self._asked_at,
+            awaiter=awaiter,
+        )
+        listeners = self._delta_listeners
+        told = False
+        try:
+            for item in items:
+                if type(item) is dict:
+                    self._partial = None
+                    self._unclosed = items  # closed once the engine has taken the reply
+                    return item
+                told = True
+                for listener in listeners:
+                    try:
+                        listener(item)  # type: ignore[arg-type]  # a delta
+                    except Exception as exc:
+                        raise ListenerFailed(exc) from exc
+                yield item  # type: ignore[misc]  # a delta
+        except Exception as exc:
+            self._partial = None  # a failed call: only an interruption keeps its partial text
+            items.close()  # the stream itself, at once
+            if told:
+                discard = Discard(error=exception_said(exc))
+                for listener in listeners:
+                    try:
+                        listener(discard)
+                    except Exception as failed:
+                        raise ListenerFailed(failed) from failed
+                yield discard
+            raise
+        finally:
+            if self._unclosed is not items:
+                items.close()  # the stream itself, at once
+        raise AssertionError("unreachable: pull ends with the reply or raises")
+
+    def _told(self, transition: Transition) -> Transition:
+        """Log ``transition`` and tell the listeners (a report made outside ``_steps``)."""
+        if LOG.isEnabledFor(DEBUG):
+            log(transition)
+        for listener in self._listeners:
+            listener(transition)
+        return transition
+
+    def _hold(self, steps: Callable[[], Transition | None]) -> Transition | None:
+        """Run ``steps`` as the only step under way; an interruption ends the run."""
+        refused = False
+        try:
+            # Taken inside the try: an interrupt right after it still reaches the finally.
+            if not self._busy.acquire(False):
+                refused = True
+                raise self._refused()
+            return steps()
+        except BaseException as exc:
+            if not (refused or isinstance(exc, Exception)):
+                # A KeyboardInterrupt ends the run, then propagates.
+                self._notify_interrupted(self._interrupted(exc))
+            raise
+        finally:
+            if not refused:
+                # Inline, no call: an interrupt cannot land before the release itself.
+                try:  # noqa: SIM105 - suppress() is a call, where an interrupt could land
+                    self._busy.release()
+                except RuntimeError:  # pragma: no cover - never taken: interrupted at once
+                    pass
+                self._close_unclosed()  # interrupted between a reply and its taking
+                if self._awaiter.open and self._engine.done:
+                    self._awaiter.close()  # the run is over: so is its event loop

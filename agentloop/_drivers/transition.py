@@ -1,0 +1,248 @@
+"""What the drivers share: one transition, written once, and the read-only view of a run.
+
+``one_transition(engine)`` is the one source of every driver (after trio's
+``unrolled_run``): a generator that asks the engine what the run needs,
+yields each request (``AskModel``, ``RunTool``, ``ReviewCalls``) to the
+driver that pumps it, takes the answer sent back in (or the exception
+thrown in), reports it, and returns the transition that followed. ``Run``
+pumps it with plain calls, ``AsyncRun`` with awaits: what a driver adds is
+only how it performs a request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from agentloop._core.context_policy import Summarise
+from agentloop._core.values import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
+from agentloop._drivers.callbacks import TokenCancelled, ended_by_token
+from agentloop._errors import InvalidStateError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Generator
+
+    from agentloop._core.approval import PendingCall
+    from agentloop._core.engine import Engine
+    from agentloop._core.table import State
+    from agentloop._core.values import Budget, RunResult, Transition, Usage
+    from agentloop._drivers.streams import Partial
+
+#: What a driver is asked to perform: call the model (or a context policy's summariser),
+#: run a tool, review a batch, wait before a retry.
+Request = AskModel | Summarise | RunTool | ReviewCalls | Wait
+
+__all__ = ["LOG", "Carried", "Request", "RunView", "carried", "log", "one_transition"]
+
+_T = TypeVar("_T")
+
+#: A tool's outcome, as a dispatcher answers: ``{'status', 'content'}``.
+Outcome = dict[str, Any]
+
+#: The library's logger: one DEBUG record per transition, silent unless configured.
+LOG: Final = logging.getLogger("agentloop")
+LOG.addHandler(logging.NullHandler())
+_DEBUG: Final = logging.DEBUG
+
+
+def one_transition(
+    engine: Engine, need: object = None
+) -> Generator[Request, object, Transition | None]:
+    """One transition of ``engine``: its requests yielded, their answers reported, it returned.
+
+    The driver sends in what the request answered, or throws in the
+    ``Exception`` (or ``TokenCancelled``) performing it raised; the engine
+    says what either means. ``None``: the run waits for a person's
+    decisions, and nothing happened. ``need``: what ``engine.next()``
+    answered already, if the driver asked it.
+    """
+    while True:
+        if need is None:
+            need = engine.next()
+        kind = type(need)
+        if kind is Wait:  # retry=: the driver waits, unless the token cuts it short
+            yield need  # type: ignore[misc]  # a request
+            return engine.waited()
+        if kind is ReviewCalls:
+            answers: Any = yield need  # type: ignore[misc]  # a request
+            asked = engine.reviewed(answers)
+            if asked is not None:
+                return asked  # a policy asked a person: the batch waits
+            need = None  # nothing recorded: on to the batch's first call
+            continue
+        report: Callable[[object], Transition]
+        if kind is AskModel or kind is Summarise:
+            report = engine.replied
+        elif kind is RunTool:
+            report = engine.returned
+        elif kind is AwaitApproval:
+            return None
+        else:
+            return need  # type: ignore[return-value]  # the engine moved by itself
+        try:
+            answer = yield need  # type: ignore[misc]  # a request
+        except TokenCancelled as exc:
+            return ended_by_token(engine, exc)
+        except Exception as exc:  # noqa: BLE001 - the engine says what it means
+            return engine.raised(exc)
+        return report(answer)
+
+
+def log(transition: Transition) -> None:
+    """One DEBUG line per transition (the drivers call this when DEBUG is enabled)."""
+    guard = f" [{transition.guard.value}]" if transition.guard else ""
+    call = f" call={transition.call_id}" if transition.call_id else ""
+    status = f" result={transition.result_status}" if transition.result_status else ""
+    LOG.debug(
+        "%s --%s%s--> %s steps=%d calls=%d%s%s",
+        transition.source.value,
+        transition.trigger.value,
+        guard,
+        transition.dest.value,
+        transition.steps,
+        transition.calls,
+        call,
+        status,
+        extra={"agentloop_transition": transition},
+    )
+
+
+class RunView:
+    """The state, counters and record of one run; drivers add the stepping."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        # One step at a time: a step started while another is under way (from the
+        # model, a tool or a listener, another thread or another task) is refused.
+        self._busy = threading.Lock()
+        # The text a streaming reply delivered so far (agentloop.streaming), while it streams.
+        self._partial: Partial | None = None
+        # The reading of a stream whose reply was handed to the engine: closed once taken.
+        self._unclosed: Any = None
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        return f"<{name} state={self.state.value!r} steps={self.steps} calls={self.calls}>"
+
+    @property
+    def state(self) -> State:
+        """The current state (a ``str`` enum)."""
+        return self._engine.state
+
+    @property
+    def done(self) -> bool:
+        """Whether the run has reached a terminal state."""
+        return self._engine.done
+
+    @property
+    def steps(self) -> int:
+        """Model callback invocations so far."""
+        return self._engine.steps
+
+    @property
+    def calls(self) -> int:
+        """Accepted tool attempts so far."""
+        return self._engine.calls
+
+    @property
+    def usage(self) -> Usage:
+        """The tokens the model's replies reported so far, summed."""
+        return self._engine.usage
+
+    @property
+    def run_id(self) -> str | None:
+        """The run's id in its ledger (``Loop(..., ledger=...)``); ``None`` without one."""
+        return getattr(self._engine, "run_id", None)
+
+    @property
+    def pending(self) -> tuple[PendingCall, ...]:
+        """The calls waiting for a person's decision (in ``awaiting_approval``): see ``decide``."""
+        return self._engine.pending
+
+    @property
+    def transcript(self) -> list[dict[str, Any]]:
+        """The history so far (a fresh copy on each access)."""
+        return self._engine.history()
+
+    @property
+    def events(self) -> tuple[Transition, ...]:
+        """Every transition so far, in order."""
+        return self._engine.events()
+
+    def result(self) -> RunResult:
+        """The result; raises ``InvalidStateError`` until the run is done."""
+        return self._engine.result()
+
+    @property
+    def budget(self) -> Budget:
+        """The run's budget."""
+        return self._engine.budget
+
+    def _thrown(self, exc: BaseException) -> BaseException:
+        """``exc``, to throw into the one transition; a token's cut keeps the text streamed."""
+        partial, self._partial = self._partial, None
+        if partial is not None and isinstance(exc, TokenCancelled):
+            exc.partial_text = partial.text
+        return exc
+
+    def _interrupted(self, exc: BaseException) -> Transition | None:
+        """``engine.interrupted``, keeping the text a streaming reply had delivered, if any."""
+        partial, self._partial = self._partial, None
+        return self._engine.interrupted(exc, partial_text=partial.text if partial else None)
+
+    def _notify_interrupted(self, transition: Transition | None) -> None:
+        """Tell plain listeners how an interrupted step ended; nothing of theirs may mask it."""
+        if transition is None:
+            return
+        for listener in self._plain_listeners():
+            try:
+                listener(transition)
+            except Exception:  # noqa: BLE001, S112 - the interruption propagates, not this
+                continue
+
+    def _plain_listeners(self) -> list[Callable[[Transition], object]]:
+        raise NotImplementedError
+
+    def _awaiting(self) -> InvalidStateError:
+        """A step of a run that waits for a person is refused: it needs ``decide`` first."""
+        ids = [call.call_id for call in self._engine.pending]
+        decide = "await run.adecide" if hasattr(self, "adecide") else "run.decide"
+        return InvalidStateError(
+            f"the run is awaiting approval of calls {ids}: call {decide}({{call_id: "
+            "approve() | deny(reason)}) first (run.pending lists them)",
+            state=self.state,
+        )
+
+    def _refused(self) -> InvalidStateError:
+        """A step started while another is under way is refused, changing nothing."""
+        outstanding = self._engine.outstanding
+        doing = f"{outstanding.value} is outstanding" if outstanding else "it is finishing"
+        return InvalidStateError(
+            f"cannot step now: another step of this run is under way ({doing}, in state "
+            f"{self.state.value!r}); step a run from one place at a time",
+            state=self.state,
+        )
+
+
+class Carried:
+    """A ``KeyboardInterrupt`` or ``SystemExit`` raised in a task the driver made.
+
+    asyncio raises those out of the event loop itself, past the task that
+    drives the run, which then never ends it (``run_until_complete``) or sees
+    only its own ``CancelledError`` (``asyncio.run``). ``carried`` catches it
+    in the task and returns it as this value, for the driving task to raise.
+    """
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+async def carried(awaitable: Awaitable[_T]) -> _T | Carried:
+    """Await ``awaitable`` in a task of its own; an interruption comes back as ``Carried``."""
+    try:
+        return await awaitable
+    except (KeyboardInterrupt, SystemExit) as exc:
+        return Carried(exc)

@@ -1,0 +1,295 @@
+"""Writing a run's records: its header, its events as run files encode them, and the marks.
+
+A run's record is the ordered log of its transitions, each encoded as a run
+file encodes an event (``_review/_runshape.event_record``: with what it was
+given, ``started`` and ``input``), so the one replay (``_core/replay.py``)
+rebuilds the run from it. The events go in records of the ``Ledger``
+protocol's kinds, one commit per report, keyed as a report is unique:
+
+* ``reply`` (the step's number): the model replied or raised;
+* ``tool_finished`` (the call id): a call's outcome;
+* ``approval_asked``, ``decision`` (the first call's id): a person was asked,
+  or decided;
+* ``end`` (``""``): the record that holds the terminal transition.
+
+Each body is ``{"at": <the index of its first event>, "events": [...]}`` (the
+events' times left out: a run's record is the same whenever it ran; the
+store keeps when each record was committed), with
+``"rejected"`` when the reply it took was not JSON (the run file keeps that
+one reply beside its events too). A transition the engine makes by itself
+(``next()``) follows from the ones before: it goes in the next record, so a
+step costs one commit, as a report does. Beside the events, at most once
+needs one mark: ``tool_started`` (the call id), committed before the call's
+handler runs. A call with that mark and no outcome is never run again (but
+for an idempotent tool): it gets ``OUTCOME_UNKNOWN``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import orjson
+
+from agentloop._core.table import TERMINAL, Trigger
+from agentloop._core.values import Budget
+from agentloop._durable.protocol import (
+    ASKED,
+    DECISION,
+    END,
+    FINISHED,
+    REPLY,
+    STARTED,
+    LedgerRecord,
+)
+from agentloop._errors import LedgerError, RunBusyError
+from agentloop._review.runshape import dumps, event_record, rejected_record
+from agentloop._tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from agentloop._core.context_policy import ContextPolicy
+    from agentloop._core.output_schema import OutputSchema
+    from agentloop._core.values import Transition
+    from agentloop._durable.protocol import Ledger, LedgerWriter
+
+__all__ = [
+    "FORMAT",
+    "OUTCOME_UNKNOWN",
+    "READS",
+    "VERSION",
+    "Journal",
+    "events_body",
+    "fingerprint",
+    "header",
+    "idempotent_tools",
+    "record_of",
+]
+
+FORMAT: Final = "agentloop.ledger"
+#: The version of the header's and the records' JSON (a store keeps its own too):
+#: 2 records the events themselves; 1 (the first release's) recorded the reports.
+VERSION: Final = 2
+#: The versions this agentloop reads (a version 1 run goes on in version 2 records).
+READS: Final = (1, 2)
+#: What a call gets when its ``tool_started`` is recorded and its outcome is not.
+OUTCOME_UNKNOWN: Final = {
+    "type": "OutcomeUnknown",
+    "message": (
+        "the process stopped while this call ran, so whether it took effect is unknown; "
+        "it was not run again"
+    ),
+}
+
+
+_NEWER_LIMITS: Final = {
+    name: getattr(Budget(), name)
+    for name in ("max_output_retries", "max_identical_calls", "on_exhausted")
+}
+
+
+def fingerprint(
+    budget: Budget,
+    dispatcher: object,
+    context: ContextPolicy | None = None,
+    output: OutputSchema | None = None,
+) -> dict[str, Any]:
+    """What a run's record depends on: the budget, each tool's schema, the context and output.
+
+    The budget's newer limits (typed output, the loop guard, the wrap-up) are
+    in it only when they are not the default, so a run recorded before them
+    resumes; the context policy and the output schema only when there is one.
+    """
+    budget_found = attrs.asdict(budget)
+    for name, default in _NEWER_LIMITS.items():
+        if budget_found[name] == default:
+            del budget_found[name]
+    found: dict[str, Any] = {"budget": budget_found}
+    if context is not None:
+        found["context"] = context.record()
+    if output is not None:
+        found["output"] = output.schema
+    if isinstance(dispatcher, ToolRegistry):
+        found["tools"] = {
+            tool.name: {"parameters": tool.parameters, "idempotent": tool.idempotent}
+            for tool in dispatcher
+        }
+    else:
+        kind = type(dispatcher)
+        found["dispatcher"] = f"{kind.__module__}.{kind.__qualname__}"
+    return found
+
+
+def idempotent_tools(dispatcher: object) -> frozenset[str]:
+    """The names of the tools a crash may run again (only a ``ToolRegistry`` declares any)."""
+    if isinstance(dispatcher, ToolRegistry):
+        return frozenset(tool.name for tool in dispatcher if tool.idempotent)
+    return frozenset()
+
+
+def header(
+    run_id: str,
+    messages: list[dict[str, Any]],
+    configuration: dict[str, Any],
+    parent_run_id: str | None = None,
+    models: tuple[str, ...] = (),
+) -> bytes:
+    """A run's header: its input and the configuration it was started with.
+
+    Optional, only where used: ``parent_run_id`` links it to the run it
+    continues (``Loop.continue_run``); ``models`` names its fallback models,
+    which its replay needs (``agentloop.models.fallback``).
+    """
+    document: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "run_id": run_id,
+        "input": messages,
+        "fingerprint": configuration,
+    }
+    if parent_run_id is not None:
+        document["parent_run_id"] = parent_run_id
+    if models:
+        document["models"] = list(models)
+    return orjson.dumps(document)
+
+
+def events_body(at: int, events: Sequence[Transition], rejected: object = None) -> bytes:
+    """A record's body: ``events`` (the ``at``-th first) as a run file encodes them."""
+    records = [event_record(event) for event in events]
+    for record in records:  # no times: a run's record is the same whenever it ran
+        record["at"] = record["took"] = None
+    body: dict[str, Any] = {"at": at, "events": records}
+    if rejected is not None:
+        body["rejected"] = rejected_record(rejected)
+    return dumps(body)
+
+
+def record_of(transition: Transition) -> tuple[str, str | None]:
+    """The (kind, key) of the record a report's transition ends.
+
+    The key is None where the transition does not name its call (an outcome
+    without a call id, an approval without calls): the engine makes none
+    such, a damaged record may hold one.
+    """
+    trigger = transition.trigger
+    if transition.dest in TERMINAL:
+        return END, ""
+    if trigger is Trigger.TOOL_RETURNED:
+        return FINISHED, transition.call_id
+    if trigger is Trigger.APPROVAL_ASKED:
+        return ASKED, transition.pending[0].call_id if transition.pending else None
+    if trigger is Trigger.APPROVAL_DECIDED:
+        return DECISION, transition.decisions[0][0] if transition.decisions else None
+    return REPLY, str(transition.steps)  # the model replied or raised, at this step
+
+
+class Journal:
+    """One run's writer, and the calls whose ``tool_started`` the ledger holds.
+
+    A write that fails breaks the journal: the claim is released (another
+    process, or a later ``resume``, can take over) and every later write
+    raises. While the run waits for a person (``pause``) it holds no claim
+    either: the next write claims the run again, if no other process went on
+    with it meanwhile.
+    """
+
+    __slots__ = (
+        "_broken",
+        "_idempotent",
+        "_ledger",
+        "_paused",
+        "_records",
+        "_unlink",
+        "_writer",
+        "run_id",
+        "started",
+    )
+
+    def __init__(
+        self,
+        writer: LedgerWriter,
+        run_id: str,
+        idempotent: frozenset[str],
+        started: set[str] | None = None,
+        *,
+        ledger: Ledger | None = None,
+        records: int = 0,
+    ) -> None:
+        self._writer, self.run_id, self._idempotent = writer, run_id, idempotent
+        # The store, to claim the run again after a pause, and how many records it holds.
+        self._ledger, self._records, self._paused = ledger, records, False
+        self.started = set() if started is None else started
+        self._broken: str | None = None
+        self._unlink: Callable[[], object] | None = None
+
+    def link(self, unlink: Callable[[], object]) -> None:
+        """Call ``unlink`` when the run ends (a cancel token's forwarding, say)."""
+        self._unlink = unlink
+
+    def release(self) -> None:
+        """Give up the run's claim (idempotent)."""
+        unlink, self._unlink = self._unlink, None
+        if unlink is not None:
+            unlink()
+        self._writer.release()
+
+    def check(self) -> None:
+        """Raise ``LedgerError`` if a write failed: the run cannot go on in this process."""
+        if self._broken is not None:
+            raise LedgerError(
+                f"run {self.run_id!r}: the ledger failed earlier ({self._broken}); nothing more "
+                "is recorded here: continue the run with loop.resume(run_id)"
+            )
+
+    def pause(self) -> None:
+        """Give up the claim while the run waits for a person: any process may go on with it."""
+        self._writer.release()
+        self._paused = True
+
+    @property
+    def paused(self) -> bool:
+        """Whether the run waits for a person, holding no claim (``pause``)."""
+        return self._paused
+
+    def reclaim(self) -> None:
+        """Claim the paused run again (``RunBusyError`` if another process holds or went on)."""
+        self.check()
+        if self._paused:
+            assert self._ledger is not None, "a journal that pauses knows its ledger"
+            writer = self._ledger.claim(self.run_id)  # RunBusyError while another holds it
+            if len(self._ledger.read(self.run_id)[1]) != self._records:
+                writer.release()
+                raise RunBusyError(
+                    f"run {self.run_id!r} went on in another process while it waited for a "
+                    "person here; continue it with loop.resume(run_id)"
+                )
+            self._writer, self._paused = writer, False
+
+    def append(self, kind: str, key: str, body: bytes) -> None:
+        """Commit one record (claiming a paused run back first); a failure breaks the journal."""
+        self.reclaim()
+        try:
+            self._writer.append(LedgerRecord(kind, key, body))
+        except Exception as exc:
+            self._broken = f"{type(exc).__name__}: {exc}"
+            self.release()
+            raise
+        self._records += 1
+        if kind == END:
+            self.release()
+
+    def before_call(self, call: dict[str, Any]) -> dict[str, Any] | None:
+        """Record ``tool_started``, or the outcome this call gets without running.
+
+        ``None``: run the call (first time, or again for an idempotent tool).
+        """
+        call_id = call["id"]
+        if call_id in self.started:
+            if call["name"] in self._idempotent:
+                return None  # run again, under the same idempotency key
+            return {"status": "error", "content": dict(OUTCOME_UNKNOWN)}
+        self.append(STARTED, call_id, orjson.dumps({"name": call["name"]}))
+        self.started.add(call_id)
+        return None

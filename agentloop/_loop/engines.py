@@ -1,0 +1,137 @@
+"""The engine of each run a ``Loop`` begins: fresh, resumed or forked.
+
+A fresh one records as it goes when the Loop has a ledger; every one
+retries and falls back as the Loop does (``retry=``, ``fallback``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agentloop._core.engine import Engine
+from agentloop._durable import resume
+from agentloop._errors import AgentloopError
+from agentloop._loop.continued import forked, resumed
+from agentloop._loop.settings import checked_tool_names, no_ledger, timeout_bites
+
+if TYPE_CHECKING:
+    from agentloop._core.values import CancelToken, RunResult
+    from agentloop._loop.loop import Loop
+
+__all__ = [
+    "forked_engine",
+    "fresh_engine",
+    "opened",
+    "plain_engine",
+    "resilient",
+    "resumed_engine",
+]
+
+_E = TypeVar("_E", bound=Engine)
+
+
+def fresh_engine(
+    loop: Loop,
+    messages: str | list[dict[str, Any]],
+    cancel: CancelToken | None,
+    run_id: str | None,
+    parent_run_id: str | None = None,
+) -> Engine:
+    """A fresh engine for a new run: a recording one when the Loop has a ledger."""
+    opened(loop)
+    messages = loop._input(messages)
+    if loop.ledger is None:
+        if run_id is not None:
+            no_ledger(run_id)
+        engine = plain_engine(loop, messages, cancel)
+        engine._parent_run_id = parent_run_id
+        return engine
+    return resilient(
+        loop,
+        resume.begin(
+            loop.ledger,
+            run_id,
+            messages,
+            budget=loop.budget,
+            dispatcher=loop.dispatcher,
+            cancel=cancel,
+            context=loop.context,
+            parent_run_id=parent_run_id,
+            models=loop._model_names,
+            output=loop.output,
+        ),
+    )
+
+
+def opened(loop: Loop) -> None:
+    """Refuse a run the Loop cannot make now.
+
+    Outside ``with loop:``, when it owns what only that opens; with a tool
+    (added since the Loop was made) whose name its model's provider refuses,
+    or that a ``tool_timeout`` could not interrupt (``timeout_bites``).
+    """
+    if loop._owns and loop._open is None:
+        raise AgentloopError(
+            f"this Loop owns {len(loop._owns)} thing(s) (owns=, an MCP server say) that "
+            "only `with loop:` (or `async with loop:`) opens: run it inside that block"
+        )
+    checked_tool_names(loop._name_rules, loop.dispatcher)
+    timeout_bites(loop.dispatcher, loop.tool_timeout, loop.to_thread)
+
+
+def plain_engine(
+    loop: Loop, messages: str | list[dict[str, Any]], cancel: CancelToken | None
+) -> Engine:
+    """An engine configured as ``loop`` is, recording nothing (the Loop's, and DBOS's)."""
+    return Engine(
+        messages,
+        budget=loop.budget,
+        cancel=cancel,
+        context=loop.context,
+        retry=loop.retry,
+        models=loop._model_names,
+        output=loop.output,
+    )
+
+
+def resilient(loop: Loop, engine: _E) -> _E:
+    """``engine``, retrying and falling back as ``loop`` does (``retry=``, ``fallback``)."""
+    engine._set_resilience(loop.retry, loop._model_names)
+    return engine
+
+
+def resumed_engine(
+    loop: Loop, what: str, run: str | RunResult, cancel: CancelToken | None
+) -> tuple[Engine, CancelToken | None]:
+    """The run, fed to a fresh engine, and the token its driver is to watch."""
+    opened(loop)
+    engine, token = resumed(
+        what,
+        run,
+        cancel,
+        ledger=loop.ledger,
+        budget=loop.budget,
+        dispatcher=loop.dispatcher,
+        context=loop.context,
+        output=loop.output,
+    )
+    return resilient(loop, engine), token
+
+
+def forked_engine(
+    loop: Loop, run: RunResult, at: int, cancel: CancelToken | None, run_id: str | None
+) -> tuple[Engine, CancelToken]:
+    """A fork's engine (``Loop.fork``): ``run`` after its first ``at`` transitions; its token."""
+    opened(loop)
+    engine, token = forked(
+        run,
+        at,
+        budget=loop.budget,
+        ledger=loop.ledger,
+        run_id=run_id,
+        dispatcher=loop.dispatcher,
+        cancel=cancel,
+        context=loop.context,
+        output=loop.output,
+    )
+    return resilient(loop, engine), token

@@ -1,0 +1,468 @@
+"""``Loop``: a run's configuration (a model, its tools, budgets), and where runs start.
+
+``start``/``run`` hand a fresh engine to the synchronous driver,
+``astart``/``arun`` to the asyncio one. A ``Loop`` is reusable: every run has
+its own counters, reserved ids and history. With a ``ledger``, each run is
+durable (``agentloop._durable``): the engine records as it goes, and
+``resume``/``aresume`` continue a run from its records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Final, Self
+
+from agentloop._core.messages import check_new_input
+from agentloop._core.values import Budget, CancelToken, RunResult
+from agentloop._drivers.callbacks import bind_model
+from agentloop._drivers.tool_calls import async_dispatch
+from agentloop._durable.view import view_run
+from agentloop._loop.continued import continued, ended, released_on_error
+from agentloop._loop.engines import forked_engine, fresh_engine, resumed_engine
+from agentloop._loop.fallback import Fallback
+from agentloop._loop.running import async_run, sync_run
+from agentloop._loop.settings import (
+    asyncio_only,
+    checked_bool,
+    checked_context,
+    checked_ledger,
+    checked_listeners,
+    checked_model,
+    checked_owned,
+    checked_retry,
+    checked_system,
+    checked_tool_names,
+    concurrency,
+    default_retry,
+    for_sync_driver,
+    name_rules,
+    no_ledger,
+    single_attempts,
+    specs_of,
+    timeout,
+    timeout_bites,
+    with_system,
+)
+from agentloop._tools.dispatcher import as_dispatcher
+from agentloop._tools.output_type import output_schema
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from agentloop._core.approval import Decision
+    from agentloop._core.context_policy import ContextPolicy
+    from agentloop._core.engine import Engine
+    from agentloop._core.output_schema import OutputSchema
+    from agentloop._core.retry_policy import RetryPolicy
+    from agentloop._drivers.asyncio import AsyncRun
+    from agentloop._drivers.callbacks import Dispatcher, Listener, Model
+    from agentloop._drivers.sync import Run
+    from agentloop._durable.protocol import Ledger
+    from agentloop._durable.view import LedgerRun
+    from agentloop._tools.registry import ToolRegistry
+
+__all__ = ["Loop"]
+
+
+class _Default:
+    """``retry=`` not given: on for the provider adapters, off for plain callbacks."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+_DEFAULT: Final = _Default()
+
+
+class Loop:
+    """Configuration for runs: a model, its tools and its budgets. Reusable.
+
+    ``max_steps`` bounds the model calls of a run (failed and malformed ones
+    included), ``max_calls`` its accepted tool calls (whatever their outcome);
+    a run that would pass either ends ``exhausted``. ``max_total_tokens``
+    (optional) ends a run ``exhausted`` before a model call once the tokens
+    its replies reported (``usage``) reach it.
+    ``tools`` is a mapping of name to handler or a list of ``Tool`` objects and
+    handlers (either becomes a ``ToolRegistry``), a ``ToolRegistry``, or any
+    object with ``dispatch(call) -> {'status': ..., 'content': ...}``.
+    ``listeners`` are called with each transition of every run; one that
+    raises does so from ``step()``/``finish()``/``run()`` after the transition
+    was made, and the run, consistent, goes on when finished again.
+    ``system`` (a str) is the system prompt: every run's input starts with
+    ``{'kind': 'system', 'text': system}`` (an input that starts with that
+    same message, a previous run's transcript, is taken as it is; one that
+    starts with another system message is refused).
+    ``model_timeout`` and ``tool_timeout`` (seconds) bite on an awaited model
+    or tool (an ``async def`` one, which ``run`` awaits on an event loop of the
+    run's own, or a ``to_thread`` one); a ``tool_timeout`` over a registry's
+    plain tool, which it could not interrupt, is refused with a
+    ``ValueError`` naming the tool. ``to_thread`` (run plain callables in
+    a worker thread) and ``max_concurrency`` (run up to that many calls of a
+    batch at once; 1 runs them one at a time) need the asyncio driver: a
+    synchronous run cannot run two calls at once, so ``start``/``run`` refuse
+    them. Unless given, ``max_concurrency`` is 10 under asyncio, and a
+    synchronous run runs one call at a time. A model that takes a keyword
+    parameter ``tools`` is called ``model(history, tools=specs)``, the specs
+    of the tools (``{'name', 'description', 'parameters'}`` each) made for
+    every request. ``output`` (a type, or a JSON Schema as a dict) asks for a
+    typed final answer: its text must be JSON that matches ``output``'s schema,
+    and ``RunResult.output`` is the value as that type; an invalid one goes
+    back to the model up to ``max_output_retries`` times (each a model step),
+    then the run ends ``invalid_output`` (the docs' "Typed output" page).
+    ``on_exhausted='answer'`` gives a run whose budget runs out one last model
+    step with tools disabled, to answer; ``max_identical_calls=N`` refuses a
+    tool called with the same arguments more than ``N`` times (the docs'
+    "Loop guard and wrap-up" page). ``ledger`` (an
+    ``agentloop.SQLiteLedger``, or any ``Ledger``) makes every run durable:
+    recorded as it goes, and continued after a crash by ``resume(run_id)``.
+    ``context`` (``agentloop.context.keep_last(tokens=...)`` or
+    ``summarise(model, tokens=...)``) fits each model request to a context
+    window in whole turns; the record keeps the whole history.
+    ``retry`` (an ``agentloop.models.RetryPolicy``, or ``None`` for none)
+    retries a model that failed with a passing error (a rate limit, a 5xx, a
+    timeout, a lost connection) after a wait; unless given, the provider
+    adapters' models get ``RetryPolicy()`` and plain callbacks none. ``model``
+    may be ``agentloop.models.fallback(primary, secondary, ...)``: models
+    asked in turn. See the docs' "Resilience" page. ``owns`` are context
+    managers the Loop opens and closes (MCP servers, say): ``with loop:`` (or
+    ``async with``) opens each in order and closes them in reverse.
+    """
+
+    def __init__(
+        self,
+        model: Model | Fallback,
+        *,
+        tools: object = None,
+        system: str | None = None,
+        max_steps: int = 25,
+        max_calls: int = 100,
+        max_total_tokens: int | None = None,
+        listeners: Iterable[Listener] = (),
+        model_timeout: float | None = None,
+        tool_timeout: float | None = None,
+        to_thread: bool = False,
+        max_concurrency: int | None = None,
+        ledger: Ledger | None = None,
+        context: ContextPolicy | None = None,
+        retry: RetryPolicy | _Default | None = _DEFAULT,
+        output: object = None,
+        max_output_retries: int = 1,
+        on_exhausted: str = "stop",
+        max_identical_calls: int | None = None,
+        owns: Iterable[object] = (),
+    ) -> None:
+        models: tuple[Model, ...] = model.models if isinstance(model, Fallback) else (model,)
+        if not isinstance(model, Fallback):
+            checked_model(model)
+        self.model = model
+        self.dispatcher: Dispatcher = as_dispatcher(tools)
+        #: The rules for tool names of the models' providers (the adapters declare them).
+        self._name_rules = name_rules(models)
+        checked_tool_names(self._name_rules, self.dispatcher)
+        self._model_names = model.names if isinstance(model, Fallback) else ()
+        self.retry: RetryPolicy | None = (
+            default_retry(models) if isinstance(retry, _Default) else checked_retry(retry)
+        )
+        if self.retry is not None:  # one layer retries: an adapter's SDK makes one attempt
+            models = single_attempts(models)
+        #: The final answer's schema and converter (``output=T``), or None: text.
+        # output=str is a plain text answer (as without output=), not a JSON string.
+        plain = output is None or output is str
+        self.output: OutputSchema | None = None if plain else output_schema(output)
+        self.budget = Budget(
+            max_steps=max_steps,
+            max_calls=max_calls,
+            max_total_tokens=max_total_tokens,
+            max_output_retries=max_output_retries,
+            max_identical_calls=max_identical_calls,
+            on_exhausted=on_exhausted,
+        )
+        # What the drivers call: each model (a fallback chain's in turn) with the tools'
+        # specs for one that takes them, the output schema for one that takes ``output``,
+        # and tool_choice in the wrap-up step.
+        specs = specs_of(self.dispatcher)
+        requested = None if self.output is None else self.output.request()
+        self._bound_models = tuple(
+            bind_model(one, specs, requested, wraps_up=on_exhausted == "answer") for one in models
+        )
+        self._bound_model = self._bound_models[0]
+        self.listeners = checked_listeners(listeners)
+        self.model_timeout = timeout("model_timeout", model_timeout)
+        self.tool_timeout = timeout("tool_timeout", tool_timeout)
+        self.to_thread = checked_bool("to_thread", to_thread)
+        timeout_bites(self.dispatcher, self.tool_timeout, self.to_thread)
+        self.system = checked_system(system)
+        self.max_concurrency = concurrency(max_concurrency)
+        # What only the asyncio driver can do, and why a synchronous run cannot; the
+        # first three only where there is no event loop of the run's own (DBOS).
+        self._asyncio_only = asyncio_only(
+            models[0], self.model_timeout, self.tool_timeout, self.to_thread, max_concurrency
+        )
+        self._adispatch = async_dispatch(
+            self.dispatcher, to_thread=to_thread, tool_timeout=self.tool_timeout
+        )
+        self.ledger = checked_ledger(ledger)
+        self.context = checked_context(context)
+        self._owns = checked_owned(owns)
+        self._open: contextlib.ExitStack | contextlib.AsyncExitStack | None = None
+
+    def __enter__(self) -> Self:
+        """Open what the Loop owns (``owns=``), in order; one that fails closes the rest."""
+        with contextlib.ExitStack() as stack:
+            for owned in self._owns:
+                stack.enter_context(owned)  # type: ignore[arg-type]  # checked_owned said so
+            self._open = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        """Close what the Loop owns, in reverse."""
+        opened, self._open = self._open, None
+        return None if opened is None else opened.__exit__(*exc_info)  # type: ignore[union-attr]
+
+    async def __aenter__(self) -> Self:
+        """``__enter__`` under asyncio: what has ``__aenter__`` is entered with it."""
+        async with contextlib.AsyncExitStack() as stack:
+            for owned in self._owns:
+                if hasattr(owned, "__aenter__"):
+                    await stack.enter_async_context(owned)  # type: ignore[arg-type]
+                else:
+                    stack.enter_context(owned)  # type: ignore[arg-type]
+            self._open = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        """Close what the Loop owns, in reverse."""
+        opened, self._open = self._open, None
+        if opened is None:
+            return None
+        return await opened.__aexit__(*exc_info)  # type: ignore[union-attr]
+
+    def __repr__(self) -> str:
+        return (
+            f"Loop({self.model!r}, tools={self.dispatcher!r}, "
+            f"max_steps={self.budget.max_steps}, max_calls={self.budget.max_calls})"
+        )
+
+    def start(
+        self,
+        messages: str | list[dict[str, Any]],
+        *,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+    ) -> Run:
+        """Begin a run driven by ``step()``; bad input raises here, before any model call.
+
+        With a ledger, the run is recorded under ``run_id`` (a fresh one when
+        not given: ``run.run_id``); ``RunExistsError`` if it is taken.
+        """
+        registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
+        engine = fresh_engine(self, messages, cancel, run_id)
+        with released_on_error(engine):
+            return sync_run(self, engine, registry, cancel)
+
+    def run(
+        self,
+        messages: str | list[dict[str, Any]],
+        *,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+    ) -> RunResult:
+        """Run to a terminal state and return the result.
+
+        The result does not hold the run's id: with a ledger, pass ``run_id=``,
+        or use ``start()`` and read ``run.run_id`` (known before the first step).
+        """
+        # start()'s body, one call fewer
+        registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
+        engine = fresh_engine(self, messages, cancel, run_id)
+        with released_on_error(engine):
+            return sync_run(self, engine, registry, cancel).finish()
+
+    def resume(
+        self,
+        run: str | RunResult,
+        *,
+        cancel: CancelToken | None = None,
+        decisions: dict[str, Decision] | None = None,
+    ) -> RunResult:
+        """Continue a run to its end: the recorded run ``run`` (an id), or a saved result.
+
+        By id (a Loop with a ledger): recorded replies and outcomes are fed to
+        a fresh engine, never asked for or run again, and a run that ended is
+        only read. By ``RunResult`` (``load_run(path)``, a Loop without a
+        ledger): its events are replayed into a fresh engine, and a result
+        that ended is returned as it is. Either way a run that has not ended
+        goes on with this Loop's model and tools; a run awaiting
+        approval takes ``decisions`` (as ``run.decide``), and without them
+        stays paused, which its result says. See the docs' "Durable runs and
+        approval" page.
+        """
+        registry = self._sync_driver("loop.aresume", awaits=True)
+        engine, token = resumed_engine(self, "resume", run, cancel)
+        if engine.done:
+            return ended(engine, run, decisions)
+        with released_on_error(engine):
+            live = sync_run(self, engine, registry, token)
+            if decisions is not None:
+                live.decide(decisions)
+            return live.finish()
+
+    def continue_run(
+        self,
+        run: str | RunResult,
+        *,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> RunResult:
+        """A new run that goes on from a ``failed`` or ``exhausted`` run's transcript.
+
+        ``run`` is the old run's result, or its id in this Loop's ledger. The
+        new run's input is the old run's transcript (every message it got
+        and made; a reply that ended it unrecorded is not among them), and
+        it starts with this Loop's budgets afresh: ``max_steps`` and the
+        others bound the new run alone, not the two together. It is linked to
+        the old one: its result's ``parent_run_id`` is the old run's id (the
+        id given, or a durable run's result's ``run_id``, or ``parent_run_id=``), kept in
+        its run file and shown by ``show`` and the report. With a ledger the
+        new run is durable, under ``run_id`` (a fresh one when not given).
+        """
+        registry = self._sync_driver("loop.acontinue_run", awaits=True)
+        engine = self._continued(run, cancel, run_id, parent_run_id)
+        with released_on_error(engine):
+            return sync_run(self, engine, registry, cancel).finish()
+
+    async def acontinue_run(
+        self,
+        run: str | RunResult,
+        *,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> RunResult:
+        """``continue_run`` under asyncio."""
+        engine = self._continued(run, cancel, run_id, parent_run_id)
+        with released_on_error(engine):
+            return await async_run(self, engine, cancel).afinish()
+
+    def _continued(
+        self,
+        run: str | RunResult,
+        cancel: CancelToken | None,
+        run_id: str | None,
+        parent_run_id: str | None,
+    ) -> Engine:
+        """The engine of a run that continues ``run`` (a failed or exhausted one)."""
+        parent_run_id, result = continued(run, parent_run_id, self._to_continue)
+        return fresh_engine(self, result.transcript, cancel, run_id, parent_run_id)
+
+    def _to_continue(self, run_id: str) -> LedgerRun:
+        """The recorded run ``run_id``, read as its records stand, to continue (a ledger's)."""
+        return self._recorded(run_id, "continue_run")
+
+    def _saved(self, run: str | RunResult, call: str) -> RunResult:
+        """``run``'s result: given, or read by its id from this Loop's ledger."""
+        return self._recorded(run, call).result if isinstance(run, str) else run
+
+    def _recorded(self, run_id: str, call: str) -> LedgerRun:
+        """The run ``run_id`` of this Loop's ledger, as its records stand."""
+        if self.ledger is None:
+            no_ledger(run_id, f"{call}({run_id!r:.60})")
+        assert self.ledger is not None, "no_ledger refused the id"
+        return view_run(self.ledger, run_id)
+
+    def fork(
+        self,
+        run: str | RunResult,
+        *,
+        at: int,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+    ) -> Run:
+        """A new run that starts as ``run`` was after its first ``at`` transitions.
+
+        ``run`` is a result (``load_run(path)``, a finished run's, a paused
+        one's), or a run's id in this Loop's ledger, read as its records stand;
+        the fork's ``parent_run_id`` is that run's id when it was durable. Its
+        first ``at`` events are replayed under this Loop's budget,
+        and ``step()``/``finish()`` go on with this Loop's model and tools: to
+        try another model or tool from any point of a run. With a ledger the
+        fork is a durable run of its own, under ``run_id`` (a fresh one when
+        not given), whose replayed part is recorded as it is fed. A cut where
+        a batch's calls are running, or that this budget cannot replay, raises
+        ``ValueError``. See the docs' "Reviewing runs" page.
+        """
+        registry = self._sync_driver("loop.afork", awaits=True)
+        engine, token = forked_engine(self, self._saved(run, "fork"), at, cancel, run_id)
+        with released_on_error(engine):
+            return sync_run(self, engine, registry, token)
+
+    def afork(
+        self,
+        run: str | RunResult,
+        *,
+        at: int,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+    ) -> AsyncRun:
+        """``fork`` under asyncio: the new run is driven by ``await run.astep()``."""
+        engine, token = forked_engine(self, self._saved(run, "afork"), at, cancel, run_id)
+        with released_on_error(engine):
+            return async_run(self, engine, token)
+
+    def astart(
+        self,
+        messages: str | list[dict[str, Any]],
+        *,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+    ) -> AsyncRun:
+        """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
+        engine = fresh_engine(self, messages, cancel, run_id)
+        with released_on_error(engine):
+            return async_run(self, engine, cancel)
+
+    async def arun(
+        self,
+        messages: str | list[dict[str, Any]],
+        *,
+        cancel: CancelToken | None = None,
+        run_id: str | None = None,
+    ) -> RunResult:
+        """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
+        live = self.astart(messages, cancel=cancel, run_id=run_id)
+        with released_on_error(live._engine):
+            return await live.afinish()
+
+    async def aresume(
+        self,
+        run: str | RunResult,
+        *,
+        cancel: CancelToken | None = None,
+        decisions: dict[str, Decision] | None = None,
+    ) -> RunResult:
+        """``resume`` under asyncio: the run goes on with the asyncio driver."""
+        engine, token = resumed_engine(self, "aresume", run, cancel)
+        if engine.done:
+            return ended(engine, run, decisions)
+        with released_on_error(engine):
+            live = async_run(self, engine, token)
+            if decisions is not None:
+                await live.adecide(decisions)
+            return await live.afinish()
+
+    def _sync_driver(self, instead: str, *, awaits: bool = False) -> ToolRegistry | None:
+        """Refuse what needs the asyncio driver; the registry whose policies review, if any.
+
+        ``awaits``: the run awaits async callables on an event loop of its own
+        (``Run``; a DBOS workflow does not), which it cannot do inside a
+        running one. Read on every run, not when the Loop is made: tools may
+        be added to its registry since. The run made next takes this answer
+        (``sync_run``).
+        """
+        return for_sync_driver(self._asyncio_only, self.dispatcher, instead, awaits=awaits)
+
+    def _input(self, messages: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+        """A new run's input, checked, and led by the system prompt if the Loop has one."""
+        check_new_input(messages)
+        return messages if self.system is None else with_system(self.system, messages)

@@ -1,0 +1,93 @@
+"""A ``Loop``'s runs handed to their drivers: ``Run`` (synchronous) or ``AsyncRun`` (asyncio).
+
+Each takes a fresh engine and the Loop's model (or the fallback model the
+run has come to), its tools' dispatch (recorded for a durable run), their
+policies, listeners and timeouts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agentloop._drivers.asyncio import AsyncRun
+from agentloop._drivers.awaiter import Awaiter, awaiting
+from agentloop._drivers.callbacks import is_async
+from agentloop._drivers.sync import Run
+from agentloop._durable import recording
+from agentloop._loop.fallback import per_run
+from agentloop._loop.settings import async_policies
+from agentloop._tools.registry import ToolRegistry, reviewing
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agentloop._core.engine import Engine
+    from agentloop._core.values import CancelToken
+    from agentloop._drivers.callbacks import Model
+    from agentloop._loop.loop import Loop
+
+__all__ = ["async_run", "model_of", "sync_run"]
+
+
+def sync_run(
+    loop: Loop, engine: Engine, registry: ToolRegistry | None, cancel: CancelToken | None
+) -> Run:
+    """A synchronous run of ``engine``, reviewed by ``registry`` (``Loop._sync_driver``'s answer).
+
+    Its ``Awaiter`` awaits what is async: an async tool's call (through the
+    registry's ``adispatch``), an awaitable outcome, async policies.
+    """
+    awaiter = Awaiter(cancel)
+    dispatcher = loop.dispatcher
+    dispatch: Callable[..., object] = dispatcher.dispatch
+    if isinstance(dispatcher, ToolRegistry):
+        if dispatcher.async_tools:
+            dispatch = awaiting(dispatcher.dispatch_or_adispatch, awaiter, loop.tool_timeout)
+    else:  # a dispatcher of the user's may answer with an awaitable
+        dispatch = awaiting(dispatch, awaiter, loop.tool_timeout)
+    if isinstance(engine, recording.DurableEngine):
+        dispatch = recording.sync_dispatch(engine, dispatch)
+    review: Callable[[dict[str, Any]], Any] | None = None
+    if registry is not None:
+        areview = registry.areview
+        review = (  # a batch's policies run to the end, as under asyncio: not cancellable
+            (lambda call: awaiter(areview(call), cancellable=False))
+            if async_policies(registry)
+            else registry.review
+        )
+    return Run(
+        engine,
+        model_of(loop, engine),
+        dispatch,
+        loop.listeners,
+        review,
+        awaiter=awaiter,
+        model_timeout=loop.model_timeout,
+    )
+
+
+def model_of(loop: Loop, engine: Engine) -> Model:
+    """What the driver calls: the model, or the fallback model the run has come to."""
+    bound = loop._bound_models
+    if len(bound) == 1:  # one model: nothing to choose, nothing made per run
+        return loop._bound_model
+    return per_run(bound, engine, is_async(bound[0]))
+
+
+def async_run(loop: Loop, engine: Engine, cancel: CancelToken | None) -> AsyncRun:
+    """An asyncio run of ``engine``, reviewed by the tools' policies, if any."""
+    dispatch = loop._adispatch
+    registry = reviewing(loop.dispatcher)
+    if isinstance(engine, recording.DurableEngine):
+        dispatch = recording.async_dispatch(engine, dispatch)
+    return AsyncRun(
+        engine,
+        model_of(loop, engine),
+        dispatch,
+        cancel=cancel,
+        model_timeout=loop.model_timeout,
+        to_thread=loop.to_thread,
+        max_concurrency=loop.max_concurrency,
+        listeners=loop.listeners,
+        review=None if registry is None else registry.areview,
+    )

@@ -1,0 +1,1 @@
+"""Durable runs: the ledger, resume after a kill, approval across processes, damaged records."""

@@ -1,0 +1,297 @@
+"""A ledger's record is the run's events, as a run file encodes them; one replay rebuilds the run.
+
+A run recorded in a ledger holds, in its records' bodies, exactly the events
+its run file holds (without the times); a run stopped after any of its
+transitions resumes to the run that was never stopped, recorded the same;
+ledgers of the first release (version 1) and of this one (version 2, a
+committed fixture) open, resume and show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import shutil
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pytest
+
+import agentloop
+from agentloop import Loop
+from agentloop.__main__ import main
+from agentloop.testing import ScriptedModel, final
+from tests.durable.test_approval import Desk, banker, until_done
+from tests.durable.test_durable import DRIVERS, SCRIPT, Driver, World, go, make_loop
+from tests.durable.test_fixtures import tools
+from tests.support import FIXTURES
+from tests.support.ledgers import MemoryLedger
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from agentloop.ledger import Ledger
+
+EVENT_KINDS = ("reply", "tool_finished", "approval_asked", "decision", "end")
+
+
+def recorded_events(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
+    """The events a run's records hold, in order (their ``at`` checked)."""
+    events: list[dict[str, Any]] = []
+    for record in ledger.read(run_id)[1]:
+        if record.kind in EVENT_KINDS:
+            body = orjson.loads(record.body)
+            assert body["at"] == len(events)
+            events.extend(body["events"])
+    return events
+
+
+def file_events(result: agentloop.RunResult) -> list[dict[str, Any]]:
+    """The events the run's run file holds, without their times."""
+    events = orjson.loads(agentloop.review.run_to_json(result))["events"]
+    return [event | {"at": None, "took": None} for event in events]
+
+
+def records_of(ledger: MemoryLedger, run_id: str) -> list[tuple[str, str, Any]]:
+    return [(r.kind, r.key, orjson.loads(r.body)) for r in ledger.records[run_id]]
+
+
+# -- one encoding ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_ledger_run_records_the_events_its_run_file_holds(driver: Driver) -> None:
+    """Tools that return and fail, a batch: the records' events are the run file's."""
+    memory = MemoryLedger()
+    result = go(make_loop(SCRIPT, World(), memory, driver), driver, "r1")
+    assert result.status == "finished"
+    assert recorded_events(memory, "r1") == file_events(result)
+
+
+def test_a_run_that_waited_for_a_person_records_the_events_its_run_file_holds() -> None:
+    """Asked, then decided (one approved, one denied): the same events, asks and decisions."""
+    memory = MemoryLedger()
+    loop = Loop(banker, tools=Desk().registry, ledger=memory)
+    assert loop.run("go", run_id="r").status == "awaiting_approval"
+    result = until_done(loop)
+    assert result.status == "finished"
+    assert recorded_events(memory, "r") == file_events(result)
+    triggers = [event["trigger"] for event in recorded_events(memory, "r")]
+    assert "approval_asked" in triggers
+    assert "approval_decided" in triggers
+
+
+# -- one replay: stopped anywhere, the same run ------------------------------------------
+
+
+def stopped_after(k: int, driver: Driver, memory: MemoryLedger) -> None:
+    """Run "r1" for ``k`` transitions, then drop it as a process that stops would."""
+    loop = make_loop(SCRIPT, World(), memory, driver)
+    if driver == "sync":
+        run = loop.start("go", run_id="r1")
+        for _ in range(k):
+            run.step()
+        del run
+    else:
+
+        async def steps() -> None:
+            run = loop.astart("go", run_id="r1")
+            for _ in range(k):
+                await run.astep()
+
+        asyncio.run(steps())
+    gc.collect()  # the dropped run gives up its claim
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_run_stopped_after_any_transition_resumes_to_the_run_never_stopped(
+    driver: Driver,
+) -> None:
+    """resume(run_id) after each transition index: the result, the records and the effects are
+    the uninterrupted run's."""
+    world, memory = World(), MemoryLedger()
+    whole = go(make_loop(SCRIPT, world, memory, driver), driver, "r1")
+    for k in range(len(whole.events) + 1):
+        stopped = MemoryLedger()
+        stopped_after(k, driver, stopped)
+        again = World()
+        loop = make_loop(SCRIPT, again, stopped, driver)
+        result = loop.resume("r1") if driver == "sync" else asyncio.run(loop.aresume("r1"))
+        assert result == whole, k
+        assert records_of(stopped, "r1") == records_of(memory, "r1"), k
+        assert (
+            len(again.effects)
+            == len(world.effects)
+            - sum(  # each call ran once in all
+                1 for event in whole.events[:k] if event.trigger == "tool_returned"
+            )
+        ), k
+
+
+# -- older and newer ledgers -----------------------------------------------------------------
+
+
+def test_a_version_1_run_goes_on_in_version_2_records_and_reads_back(tmp_path: Path) -> None:
+    """The paused and the crashed run of the first release's ledger go on; their records are
+    then version 1 ones followed by version 2 ones, and they read back and resume the same."""
+    path = tmp_path / "runs.db"
+    shutil.copy(FIXTURES / "v1-ledger.db", path)
+    ledger = agentloop.SQLiteLedger(path)
+
+    def loop(script: list[object]) -> Loop:
+        return Loop(ScriptedModel(script), tools=tools(), max_steps=5, max_calls=4, ledger=ledger)
+
+    decided = loop([final("502")]).resume("paused", decisions={"c1": agentloop.approve()})
+    crashed = loop([final("after the crash")]).resume("crashed")
+    for run_id, result in (("paused", decided), ("crashed", crashed)):
+        kinds = [record.kind for record in ledger.read(run_id)[1]]
+        assert kinds[-1] == "end"
+        assert orjson.loads(ledger.read(run_id)[1][-1].body)["events"][-1]["dest"] == "finished"
+        assert loop([]).resume(run_id) == result
+        viewed = agentloop.ledger.view_run(ledger, run_id)
+        assert viewed.state == "finished"
+        assert viewed.events == result.events
+        assert viewed.transcript == result.transcript
+
+
+def test_a_version_2_ledger_opens_and_its_runs_go_on(tmp_path: Path) -> None:
+    """The committed version 2 fixture: a finished run reads back, a paused one is decided, a
+    crashed one's call is unknown and not run again; each run's record is its events."""
+    path = tmp_path / "runs.db"
+    shutil.copy(FIXTURES / "v2-ledger.db", path)
+    ledger = agentloop.SQLiteLedger(path)
+    assert sorted(ledger.run_ids()) == ["crashed", "finished", "paused"]
+    for run_id in ("crashed", "finished", "paused"):
+        assert orjson.loads(ledger.read(run_id)[0])["version"] == 2
+    assert agentloop.ledger.view_run(ledger, "paused").state == "awaiting_approval"
+    assert agentloop.ledger.view_run(ledger, "crashed").started[0]["id"] == "c1"
+
+    def loop(script: list[object]) -> Loop:
+        return Loop(ScriptedModel(script), tools=tools(), max_steps=5, max_calls=4, ledger=ledger)
+
+    finished = loop([]).resume("finished")
+    assert finished.output == "3"
+    assert recorded_events(ledger, "finished") == file_events(finished)
+    decided = loop([final("502")]).resume("paused", decisions={"c1": agentloop.approve()})
+    assert (decided.status, decided.transcript[2]["content"]) == ("finished", 502)
+    crashed = loop([final("after the crash")]).resume("crashed")
+    assert crashed.output == "after the crash"
+    assert crashed.transcript[2]["content"]["type"] == "OutcomeUnknown"
+    for run_id, result in (("paused", decided), ("crashed", crashed)):
+        assert recorded_events(ledger, run_id) == file_events(result)
+
+
+def test_damaged_records_of_either_version_are_named(tmp_path: Path) -> None:
+    """A version 1 body that is no report, a version 2 record out of place or under another
+    kind than its last event's: each a LedgerError naming the record."""
+    path = tmp_path / "runs.db"
+    shutil.copy(FIXTURES / "v1-ledger.db", path)
+    shutil.copy(FIXTURES / "v2-ledger.db", tmp_path / "v2.db")
+
+    def damage(db: Path, sql: str, *args: object) -> None:
+        with sqlite3.connect(db) as raw:
+            raw.execute(sql, args)
+        raw.close()
+
+    def loop(db: Path) -> Loop:
+        return Loop(
+            ScriptedModel([]),
+            tools=tools(),
+            max_steps=5,
+            max_calls=4,
+            ledger=agentloop.SQLiteLedger(db),
+        )
+
+    damage(path, "UPDATE records SET body = ? WHERE kind = 'reply' AND key = '2'", b'{"what": 1}')
+    with pytest.raises(agentloop.LedgerError, match=r"record 3 \(reply '2'\): expected one of"):
+        loop(path).resume("finished")
+    v2 = tmp_path / "v2.db"
+    body = orjson.loads(agentloop.SQLiteLedger(v2).read("finished")[1][3].body)
+    damage(
+        v2,
+        "UPDATE records SET body = ? WHERE kind = 'reply' AND key = '2'",
+        orjson.dumps(body | {"at": 2}),
+    )
+    with pytest.raises(agentloop.LedgerError, match=r"record 3 \(reply '2'\)\.at: expected its"):
+        loop(v2).resume("finished")
+    damage(
+        v2,
+        "UPDATE records SET kind = 'decision', body = ? WHERE kind = 'reply' AND key = '2'",
+        orjson.dumps(body),
+    )
+    with pytest.raises(agentloop.LedgerError, match=r"expected the kind and key of its last"):
+        loop(v2).resume("finished")
+    body["events"][0]["steps"] = "x"  # an event as no run file holds it
+    damage(v2, "UPDATE records SET kind = 'reply', body = ? WHERE key = '2'", orjson.dumps(body))
+    with pytest.raises(
+        agentloop.LedgerError, match=r"\$\.events\[3\]\.steps: expected integer, got"
+    ):
+        loop(v2).resume("finished")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_command_line_reads_and_decides_in_either_version(
+    version: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """runs, show, pending, report and decide on a fixture ledger; the decided run goes on."""
+    path = tmp_path / "runs.db"
+    shutil.copy(FIXTURES / f"v{version}-ledger.db", path)
+    assert main(["runs", str(path)]) == 0
+    states = {line.split()[0]: line.split()[1] for line in capsys.readouterr().out.splitlines()}
+    assert (states["finished"], states["paused"], states["crashed"]) == (
+        "finished",
+        "awaiting_approval",
+        "dispatching",
+    )
+    assert main(["show", str(path), "finished"]) == 0
+    assert "agentloop run finished: finished" in capsys.readouterr().out
+    assert main(["pending", str(path)]) == 0
+    assert "c1" in capsys.readouterr().out
+    assert main(["report", str(path), "crashed", "-o", str(tmp_path / "page.html")]) == 0
+    assert main(["decide", str(path), "paused", "c1=approve"]) == 0
+    capsys.readouterr()
+    loop = Loop(
+        ScriptedModel([final("502")]),
+        tools=tools(),
+        max_steps=5,
+        max_calls=4,
+        ledger=agentloop.SQLiteLedger(path),
+    )
+    assert loop.resume("paused").output == "502"
+
+
+def test_a_run_that_waits_for_a_person_stopped_anywhere_resumes_to_the_same_run() -> None:
+    """Stopped after each transition (asked, decided or not yet): resumed and decided, the
+    result, the records and the calls that ran are those of the run never stopped."""
+
+    def decisions(pending: tuple[agentloop.PendingCall, ...]) -> dict[str, agentloop.Decision]:
+        return {
+            call.call_id: call.approve() if call.call_id == "b" else call.deny("no")
+            for call in pending
+        }
+
+    def drive(run: agentloop.Run, k: int | None) -> None:
+        steps = 0
+        while not run.done and (k is None or steps < k):
+            if run.state == "awaiting_approval":
+                run.decide(decisions(run.pending))
+            else:
+                run.step()
+            steps += 1
+
+    whole_desk, whole = Desk(), MemoryLedger()
+    run = Loop(banker, tools=whole_desk.registry, ledger=whole).start("go", run_id="r")
+    drive(run, None)
+    expected = run.result()
+    for k in range(len(expected.events) + 1):
+        desk, stopped = Desk(), MemoryLedger()
+        drive(Loop(banker, tools=desk.registry, ledger=stopped).start("go", run_id="r"), k)
+        gc.collect()  # the dropped run gives up its claim
+        loop = Loop(banker, tools=desk.registry, ledger=stopped)
+        result = loop.resume("r")
+        if result.status == "awaiting_approval":
+            result = loop.resume("r", decisions=decisions(result.pending))
+        assert result == expected, k
+        assert records_of(stopped, "r") == records_of(whole, "r"), k
+        assert desk.ran == whole_desk.ran, k

@@ -1,0 +1,1 @@
+"""Run files, their replay and report, diagrams, traces and the command line."""

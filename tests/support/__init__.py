@@ -1,0 +1,14 @@
+"""The one home of what the tests share: tools and models, the loopback wire, ledgers and
+records, and the processes they start (each a module here, run with ``python -m``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+#: This package's folder: the scripts the tests start, and the MCP peers' npm project.
+SUPPORT: Final = Path(__file__).resolve().parent
+#: The repository's root.
+ROOT: Final = SUPPORT.parent.parent
+#: Records an earlier agentloop wrote, which this one must read.
+FIXTURES: Final = ROOT / "tests" / "fixtures"
