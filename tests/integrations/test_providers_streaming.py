@@ -350,6 +350,18 @@ async def outcome(run: Callable[[], Any]) -> Any:
         return (type(exc).__name__, str(exc), getattr(exc, "usage", None))
 
 
+async def finished_hearing(loop: Loop, flavour: str) -> tuple[Any, list[object]]:
+    """``USER``'s run to its end, by flavour; its result, and every delta its listener heard."""
+    heard: list[object] = []
+    if flavour == "sync":
+        run: Any = loop.start(USER)
+        run.subscribe_deltas(heard.append)
+        return run.finish(), heard
+    run = loop.astart(USER)
+    run.subscribe_deltas(heard.append)
+    return await run.afinish(), heard
+
+
 # -- the streamed reply is the whole reply -------------------------------------------------------
 
 
@@ -453,15 +465,7 @@ async def test_a_response_that_is_not_an_event_stream_fails_the_run_saying_so(
     body = Streamed(page, size=100, content_type=kind)
     wire = Wire([(200, body)])
     loop = Loop(api.model(wire, flavour, stream=True), retry=NO_WAIT)
-    heard: list[object] = []
-    if flavour == "sync":
-        run: Any = loop.start(USER)
-        run.subscribe_deltas(heard.append)
-        result = run.finish()
-    else:
-        run = loop.astart(USER)
-        run.subscribe_deltas(heard.append)
-        result = await run.afinish()
+    result, heard = await finished_hearing(loop, flavour)
 
     assert (result.status, result.steps, len(wire.requests), heard) == ("failed", 1, 1, [])
     where = f"{said}, from" if said else "from"
@@ -761,15 +765,7 @@ async def test_a_stream_broken_mid_reply_is_retried(api: Api, flavour: str, how:
     body = api.cases["a final"]
     wire = Wire([(200, broken(api, how)), (200, Streamed(sse(api.events(body))))])
     loop = Loop(api.model(wire, flavour, stream=True), retry=NO_WAIT)
-    heard: list[object] = []
-    if flavour == "sync":
-        run: Any = loop.start(USER)
-        run.subscribe_deltas(heard.append)
-        result = run.finish()
-    else:
-        run = loop.astart(USER)
-        run.subscribe_deltas(heard.append)
-        result = await run.afinish()
+    result, heard = await finished_hearing(loop, flavour)
 
     assert (result.status, result.steps, len(wire.requests)) == ("finished", 2, 2)
     assert [e.trigger for e in result.events[:3]] == ["model_raised", "waited", "model_replied"]
