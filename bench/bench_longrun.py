@@ -590,8 +590,7 @@ def main() -> int:
     rounds = f"median of {ROUNDS} rounds" if not quick else "one round"
     table(f"CPU seconds ({rounds}; ~ extrapolated)", cpu, grid)
     mib = {name: {s: v / MIB for s, v in points.items()} for name, points in memory.items()}
-    if mib["agentloop"]:
-        table("peak memory growth, MiB (tracemalloc, one run apart; ~ extrapolated)", mib, grid)
+    table("peak memory growth, MiB (tracemalloc, one run apart; ~ extrapolated)", mib, grid)
     ours = cpu["agentloop"][largest]
     print(f"\nCPU at S={largest:,} over agentloop's:", end="")
     others = (name for name in cpu if name != "agentloop")
@@ -614,7 +613,7 @@ def main() -> int:
         )
     print("  (in memory: tracemalloc's growth over the run, the RunResult kept)")
 
-    print(f"\na model step's cost, µs (median of the last {LAST} steps of a run of S calls)")
+    print(f"\na model step's cost, µs of CPU (median of the last {LAST} steps of S calls)")
     print(f"  {'':<51} {f'S={small:,}':>9} {f'S={large:,}':>9} {'ratio':>7}")
     rows = (
         (
@@ -643,7 +642,7 @@ def main() -> int:
         ratio = size["ledger"] / size["runfile"]
         shown = f"{ratio:.2f}x ({size['ledger'] / size['transcript']:.1f}x transcript)"
         ok &= target("ledger", f"S={s:,}: ledger <= run file", ratio, 1.0, shown)
-    if mib["agentloop"] and mib.get("pydantic-ai"):
+    if "pydantic-ai" in mib:
         ours_mib = mib["agentloop"][largest]
         theirs, guessed = at(mib["pydantic-ai"], largest)
         shown = f"{ours_mib:.1f} vs {'~' if guessed else ''}{theirs:.1f} MiB"
