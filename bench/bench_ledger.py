@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from bench_core import scripted  # the same model as the core bench: k calls, then a final
+from engine_step import scripted  # the same model as the core bench: k calls, then a final
 
 from agentloop import LedgerError, Loop, SQLiteLedger
 from agentloop._durable.bodies import outcome_record, reply_record
