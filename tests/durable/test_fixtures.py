@@ -1,8 +1,11 @@
-"""Run files and a ledger written by the release before run file version 5 still open and go on.
+"""Every format this agentloop reads has committed fixtures, which open and go on.
 
-``tests/fixtures`` holds what that release wrote: version 4 run files (finished,
-paused for a person, cancelled mid-batch, malformed, failed) and a version 1
-ledger (a finished run, a paused one, one whose process died inside a tool).
+``tests/fixtures`` holds what was written in each: version 5 run files
+(finished, paused for a person, cancelled mid-batch, malformed, failed;
+``make_v5_run_files.py``) and a version 2 ledger (a finished run, a paused
+one, one whose process died inside a tool; ``make_v2_ledger.py``, read in
+``test_ledger_record.py``). Until now, run files before version 5 and
+ledgers of version 1 were read too.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import pytest
 
 import agentloop
 from agentloop import Loop, Tool, ToolRegistry
+from agentloop._review import runshape
 from agentloop.testing import ScriptedModel, final
 from tests.support import FIXTURES
 from tests.support.helpers import add
@@ -22,7 +26,8 @@ from tests.support.helpers import add
 if TYPE_CHECKING:
     from pathlib import Path
 
-RUN_FILES = sorted(FIXTURES.glob("v4-*.json"))
+RUN_FILES = sorted(FIXTURES.glob("v5-*.json"))
+OLD_RUN_FILES = sorted(FIXTURES.glob("v4-*.json"))
 
 
 def asks(call: dict[str, Any]) -> agentloop.Decision:
@@ -36,6 +41,26 @@ def tools() -> ToolRegistry:
 
 
 @pytest.mark.parametrize("path", RUN_FILES, ids=lambda path: path.stem)
+def test_a_run_file_fixture_opens_and_saves_as_it_was(path: Path, tmp_path: Path) -> None:
+    """Loaded and saved again, a fixture is the same file, byte for byte."""
+    assert orjson.loads(path.read_bytes())["version"] == runshape.VERSION
+    result = agentloop.load_run(path)
+    again = tmp_path / "again.json"
+    agentloop.save_run(result, again)
+    assert again.read_bytes() == path.read_bytes()
+
+
+def test_a_paused_run_file_goes_on_when_decided() -> None:
+    """The paused run waits for the call it asked about; approved, it runs and finishes."""
+    paused = agentloop.load_run(FIXTURES / "v5-paused.json")
+    assert [call.call_id for call in paused.pending] == ["c2"]
+    loop = Loop(ScriptedModel([final("502")]), tools=tools(), max_steps=5, max_calls=4)
+    result = loop.resume(paused, decisions={"c2": agentloop.approve()})
+    assert (result.status, result.output) == ("finished", "502")
+    assert [m["content"] for m in result.transcript if m["kind"] == "tool_result"] == [3, 501]
+
+
+@pytest.mark.parametrize("path", OLD_RUN_FILES, ids=lambda path: path.stem)
 def test_a_version_4_run_file_opens_and_saves_as_version_5(path: Path, tmp_path: Path) -> None:
     """Loaded, each event says what it was given; saved again, it is version 5, and equal."""
     assert orjson.loads(path.read_bytes())["version"] == 4
