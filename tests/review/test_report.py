@@ -19,8 +19,8 @@ import agentloop
 from agentloop import Loop, NotJSON, RunResult
 from agentloop._cli.demo import QUESTION, demo_loop
 from agentloop._core.messages import NOT_STARTED
+from agentloop._review.answers import result_of
 from agentloop._review.diagram import visited
-from agentloop._review.legacy_events import result_of
 from agentloop._review.report import report_html
 from agentloop._review.text import HEADERS, describe
 from agentloop.review import SVGUnavailableError, to_mermaid
