@@ -159,27 +159,6 @@ def test_times_do_not_take_part_in_equality_or_replay(tmp_path: Any) -> None:
     assert loaded.usage == Usage(5, 1, 0)
 
 
-def test_a_version_2_run_file_still_reads() -> None:
-    """Before usage and times: read with no usage, no token budget and no times."""
-    result = Loop(
-        ScriptedModel([call("c1", "add", a=1, b=2), final("3")]), tools={"add": Recorder()}
-    ).run("go")
-    document = orjson.loads(agentloop.review.run_to_json(result))
-    document["version"] = 2
-    del document["usage"], document["budget"]["max_total_tokens"], document["held"]
-    for event in document["events"]:
-        del event["usage"], event["at"], event["took"], event["pending"], event["decisions"]
-    loaded = agentloop.review.run_from_json(orjson.dumps(document))
-
-    assert loaded == result
-    assert loaded.budget.max_total_tokens is None
-    assert all(e.at is None and e.took is None for e in loaded.events)
-    # A field of version 3 in a version 2 file is refused, not silently kept.
-    document["events"][0]["took"] = "late"
-    with pytest.raises(agentloop.RunFileError, match=r"\$\.events\[0\]\.took"):
-        agentloop.review.run_from_json(orjson.dumps(document))
-
-
 def test_show_and_the_report_give_tokens_and_times(tmp_path: Any) -> None:
     """The run's token line, each reply's tokens, and how long each call took."""
     from agentloop._review.report import report_html

@@ -1,7 +1,7 @@
 """Every reader of a record is total: damaged run files and ledgers give a result or one error.
 
 Real records (``tests/support/records.py``: a run of every kind, as a ledger and as run
-files, with the ledgers and run files older agentloops wrote) are damaged one
+files, with the committed fixtures, ledgers and run files) are damaged one
 value at a time: any value, container or not, is replaced by a value of
 another JSON type, a number out of range, a string that names something else,
 or removed. Each reader then returns a result or raises exactly its typed
@@ -76,7 +76,7 @@ class Corpus(NamedTuple):
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     directory = tmp_path_factory.mktemp("records")
     made, files = records.make(directory)
-    for path in sorted(FIXTURES.glob("v4-*.json")):
+    for path in sorted(FIXTURES.glob("v*.json")):
         files[path.name] = path.read_bytes()
     ledgers = {"made": made}
     for name in OLD_LEDGERS:
@@ -493,13 +493,6 @@ def _event_index(document: dict[str, Any], found: Any) -> int:
             "$.context: expected a context policy this agentloop makes, got expected tokens "
             "to be an int of 1 or more, got 0",
             id="context of no tokens",
-        ),
-        pytest.param(
-            "v4-finished.json",
-            lambda d: ("events",),
-            True,
-            "$.events: expected array, got boolean True",
-            id="events not a list, version 4",
         ),
     ],
 )

@@ -18,6 +18,7 @@ import pytest
 
 import agentloop
 from agentloop import Loop, Tool, ToolRegistry
+from agentloop._durable import journal
 from agentloop._review import runshape
 from agentloop.testing import ScriptedModel, final
 from tests.support import FIXTURES
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 RUN_FILES = sorted(FIXTURES.glob("v5-*.json"))
-OLD_RUN_FILES = sorted(FIXTURES.glob("v4-*.json"))
 
 
 def asks(call: dict[str, Any]) -> agentloop.Decision:
@@ -38,6 +38,16 @@ def asks(call: dict[str, Any]) -> agentloop.Decision:
 def tools() -> ToolRegistry:
     """The tools the fixtures were made with."""
     return ToolRegistry([Tool(add, policy=asks)])
+
+
+def test_every_format_read_has_a_committed_fixture() -> None:
+    """Each run file and ledger version this agentloop reads, and no other, has fixtures."""
+    run_files = {int(path.name[1:].split("-")[0]) for path in FIXTURES.glob("v*.json")}
+    ledgers = {int(path.name[1:].split("-")[0]) for path in FIXTURES.glob("v*-ledger.db")}
+    assert run_files == set(runshape.READS)
+    assert ledgers == set(journal.READS)
+    assert runshape.VERSION in run_files
+    assert journal.VERSION in ledgers
 
 
 @pytest.mark.parametrize("path", RUN_FILES, ids=lambda path: path.stem)
@@ -53,33 +63,6 @@ def test_a_run_file_fixture_opens_and_saves_as_it_was(path: Path, tmp_path: Path
 def test_a_paused_run_file_goes_on_when_decided() -> None:
     """The paused run waits for the call it asked about; approved, it runs and finishes."""
     paused = agentloop.load_run(FIXTURES / "v5-paused.json")
-    assert [call.call_id for call in paused.pending] == ["c2"]
-    loop = Loop(ScriptedModel([final("502")]), tools=tools(), max_steps=5, max_calls=4)
-    result = loop.resume(paused, decisions={"c2": agentloop.approve()})
-    assert (result.status, result.output) == ("finished", "502")
-    assert [m["content"] for m in result.transcript if m["kind"] == "tool_result"] == [3, 501]
-
-
-@pytest.mark.parametrize("path", OLD_RUN_FILES, ids=lambda path: path.stem)
-def test_a_version_4_run_file_opens_and_saves_as_version_5(path: Path, tmp_path: Path) -> None:
-    """Loaded, each event says what it was given; saved again, it is version 5, and equal."""
-    assert orjson.loads(path.read_bytes())["version"] == 4
-    result = agentloop.load_run(path)
-    assert any(event.started or event.input_json for event in result.events) or not any(
-        event.trigger in ("model_replied", "tool_returned") for event in result.events
-    )
-    again = tmp_path / "again.json"
-    agentloop.save_run(result, again)
-    assert orjson.loads(again.read_bytes())["version"] == 5
-    assert agentloop.load_run(again) == result
-    assert [event.at for event in agentloop.load_run(again).events] == [
-        event.at for event in result.events
-    ]
-
-
-def test_a_paused_version_4_run_goes_on_when_decided() -> None:
-    """The paused run waits for the call it asked about; approved, it runs and finishes."""
-    paused = agentloop.load_run(FIXTURES / "v4-paused.json")
     assert [call.call_id for call in paused.pending] == ["c2"]
     loop = Loop(ScriptedModel([final("502")]), tools=tools(), max_steps=5, max_calls=4)
     result = loop.resume(paused, decisions={"c2": agentloop.approve()})

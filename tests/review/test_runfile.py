@@ -1,4 +1,4 @@
-"""Saved runs: the version 1 document, exact round trips, and refusing damaged files."""
+"""Saved runs: the run file document, exact round trips, and refusing damaged files."""
 
 from __future__ import annotations
 
@@ -323,7 +323,7 @@ def test_save_and_load_a_file(demo: RunResult, tmp_path: Path) -> None:
 def test_load_names_the_file_in_errors(tmp_path: Path) -> None:
     """A damaged file's error starts with its path; a missing one is an OSError."""
     path = tmp_path / "run.json"
-    path.write_text('{"format": "agentloop.run", "version": 2}')
+    path.write_text('{"format": "agentloop.run", "version": 5}')
 
     with pytest.raises(RunFileError, match=r"^.*run\.json: \$: expected the field 'status'"):
         agentloop.load_run(path)
@@ -341,7 +341,7 @@ def test_run_file_error_is_a_value_error_with_its_parts(doc: Doc) -> None:
     assert isinstance(error, ValueError)
     assert isinstance(error, agentloop.AgentloopError)
     assert error.where == "run file: $.version"
-    assert error.expected == "version 2, 3, 4 or 5 (the ones this agentloop reads)"
+    assert error.expected == "version 5 (what this agentloop reads)"
     assert error.found == "integer 1"
     assert str(error) == f"{error.where}: expected {error.expected}, got {error.found}"
 
