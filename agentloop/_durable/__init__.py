@@ -7,7 +7,7 @@ its idempotency key. A run's record is its events, as run files encode them:
 ``journal.py`` writes its records, ``recording.py`` is the engine that
 commits each transition before the driver acts on it, ``records.py`` reads
 them back, and ``resume.py`` feeds them to the one replay and hands the
-engine to a driver. ``legacy.py`` reads the first release's ledgers, and
-``bodies.py`` is their reports' encoding (DBOS's steps keep it).
+engine to a driver. ``bodies.py`` encodes a reply or a call's outcome as
+DBOS's steps keep it.
 ``view.py`` reads a run without running it, and records a person's decisions.
 """

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 from tests.support import FIXTURES
 
-OLD_LEDGERS = ("v1-ledger.db", "v2-ledger.db")
+LEDGERS = ("v2-ledger.db",)
 
 
 class Corpus(NamedTuple):
@@ -79,7 +79,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     for path in sorted(FIXTURES.glob("v*.json")):
         files[path.name] = path.read_bytes()
     ledgers = {"made": made}
-    for name in OLD_LEDGERS:
+    for name in LEDGERS:
         ledgers[name] = directory / name
         shutil.copy(FIXTURES / name, ledgers[name])
     runs = {}
@@ -705,15 +705,3 @@ def test_a_damaged_name_in_the_schema_is_one_line_on_the_command_line(
         assert (code, out) == (2, "")
         assert err.startswith("agentloop: error: ")
         assert err.count("\n") == 1
-
-
-def test_a_step_number_that_is_no_number_is_refused_in_an_old_ledger(corpus: Corpus) -> None:
-    """A version 1 reply keyed by a digit Python's int() does not take ('¹'): a LedgerError
-    naming the record (a bare ValueError before)."""
-    memory = memory_ledger(corpus, "v1-ledger.db")
-    run_id = next(r for (ledger, r) in corpus.runs if ledger == "v1-ledger.db")
-    kept = memory.records[run_id]
-    at = next(i for i, record in enumerate(kept) if record.kind == "reply")
-    kept[at] = kept[at]._replace(key="\u00b9")
-    with pytest.raises(LedgerError, match=r"expected a step number as its key, got '\u00b9'"):
-        view_run(memory, run_id)

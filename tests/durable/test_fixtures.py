@@ -10,7 +10,6 @@ ledgers of version 1 were read too.
 
 from __future__ import annotations
 
-import shutil
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -68,23 +67,3 @@ def test_a_paused_run_file_goes_on_when_decided() -> None:
     result = loop.resume(paused, decisions={"c2": agentloop.approve()})
     assert (result.status, result.output) == ("finished", "502")
     assert [m["content"] for m in result.transcript if m["kind"] == "tool_result"] == [3, 501]
-
-
-def test_a_version_1_ledger_opens_and_its_runs_go_on(tmp_path: Path) -> None:
-    """Read without a Loop; the finished run reads back, the paused one is decided, the crashed
-    one's call is unknown and not run again."""
-    path = tmp_path / "runs.db"
-    shutil.copy(FIXTURES / "v1-ledger.db", path)
-    ledger = agentloop.SQLiteLedger(path)
-    assert sorted(ledger.run_ids()) == ["crashed", "finished", "paused"]
-    assert agentloop.ledger.view_run(ledger, "paused").state == "awaiting_approval"
-
-    def loop(script: list[object]) -> Loop:
-        return Loop(ScriptedModel(script), tools=tools(), max_steps=5, max_calls=4, ledger=ledger)
-
-    assert loop([]).resume("finished").output == "3"
-    decided = loop([final("502")]).resume("paused", decisions={"c1": agentloop.approve()})
-    assert (decided.status, decided.transcript[2]["content"]) == ("finished", 502)
-    crashed = loop([final("after the crash")]).resume("crashed")
-    assert crashed.output == "after the crash"
-    assert crashed.transcript[2]["content"]["type"] == "OutcomeUnknown"
