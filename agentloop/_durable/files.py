@@ -13,13 +13,13 @@ while no connection has it open.
 from __future__ import annotations
 
 import os
-import sqlite3
 import struct
 from typing import TYPE_CHECKING, Final
 
 from agentloop._errors import LedgerError
 
 if TYPE_CHECKING:
+    import sqlite3
     from pathlib import Path
 
 _WAL_MAGIC: Final = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
@@ -41,21 +41,6 @@ _SCHEMA: Final = (
     " UNIQUE (run, kind, key))",
 )
 
-#: The tables as ledgers made before rows kept their time hold them.
-_UNTIMED_SCHEMA: Final = (
-    "CREATE TABLE runs ("
-    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    " run_id TEXT NOT NULL UNIQUE,"
-    " header BLOB NOT NULL)",
-    "CREATE TABLE records ("
-    " seq INTEGER PRIMARY KEY,"
-    " run INTEGER NOT NULL REFERENCES runs (id),"
-    " kind TEXT NOT NULL,"
-    " key TEXT NOT NULL,"
-    " body BLOB NOT NULL,"
-    " UNIQUE (run, kind, key))",
-)
-
 #: The tables a ledger holds, as ``sqlite_master`` keeps their SQL.
 _TABLES: Final = {statement.split()[2]: statement for statement in _SCHEMA}
 
@@ -67,28 +52,6 @@ def _tables_of(db: sqlite3.Connection) -> dict[str, str]:
         "WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
     )
     return dict(rows)
-
-
-def _made_before_times() -> tuple[dict[str, str], dict[str, str]]:
-    """A ledger's tables as made before rows kept their time, and once ``at`` is added.
-
-    Asked of SQLite itself, in memory: it keeps a table's SQL as it rewrites it.
-    """
-    db = sqlite3.connect(":memory:")
-    try:
-        for statement in _UNTIMED_SCHEMA:
-            db.execute(statement)
-        untimed = _tables_of(db)
-        db.execute("ALTER TABLE runs ADD COLUMN at REAL")
-        db.execute("ALTER TABLE records ADD COLUMN at REAL")
-        return untimed, _tables_of(db)
-    finally:
-        db.close()
-
-
-_UNTIMED, _TIMED_SINCE = _made_before_times()
-#: Every form of the tables a ledger this agentloop reads can have.
-_KNOWN_TABLES: Final = (_TABLES, _UNTIMED, _TIMED_SINCE)
 
 
 def _check_file(path: Path, given: Path, *, make: bool) -> None:

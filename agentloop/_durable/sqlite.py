@@ -2,8 +2,7 @@
 
 Two tables: ``runs`` (a row per run: its id and header) and ``records`` (a
 row per record, in append order, unique by ``(run, kind, key)``), each row
-with the time it was committed (``at``; ``NULL`` in a file an agentloop that
-kept no times wrote, which gets the column when next opened). Every
+with the time it was committed (``at``). Every
 append is one ``INSERT`` in autocommit mode, so it is committed when it
 returns. The file is in WAL mode: a commit appends to the ``-wal`` file,
 readers never block the writer, and a commit torn by a crash is discarded
@@ -52,10 +51,8 @@ from pathlib import Path
 from typing import Final, Literal
 
 from agentloop._durable.files import (
-    _KNOWN_TABLES,
     _SCHEMA,
     _TABLES,
-    _UNTIMED,
     _check_file,
     _check_log,
     _tables_of,
@@ -250,7 +247,7 @@ class SQLiteLedger:
     def changed(self) -> dict[str, float | None]:
         """When each run last changed: its last record's commit (or its start), as ``time.time()``.
 
-        ``None`` for a run with no time kept (recorded by an agentloop that kept none).
+        ``None`` for a run whose time the file holds damaged (no time a clock shows).
         """
         query = _CHANGED
         with self._using("listing runs"):
@@ -323,23 +320,13 @@ class SQLiteLedger:
                 f"version {VERSION} ({newer})"
             )
         tables = self._tables()
-        if tables not in _KNOWN_TABLES:
+        if tables != _TABLES:
             found = ", ".join(sorted(tables)) or "no tables"
             same_names = "defined otherwise, " if tables.keys() == _TABLES.keys() else ""
             raise LedgerError(
                 f"{self.path}: the ledger's tables are missing or not its own: expected "
                 f"{', '.join(sorted(_TABLES))} as agentloop makes them, got {same_names}{found}"
             )
-        if tables == _UNTIMED:
-            db.execute("BEGIN IMMEDIATE")  # made before rows kept their time: add the column
-            try:
-                if self._tables() == _UNTIMED:
-                    db.execute("ALTER TABLE runs ADD COLUMN at REAL")
-                    db.execute("ALTER TABLE records ADD COLUMN at REAL")
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
 
     def _no_ledger(self, *, written: bool, make: bool) -> None:
         """Refuse a file that holds no ledger yet, unless it is to be made one here."""

@@ -718,23 +718,3 @@ def test_a_run_that_does_not_replay_is_listed_as_unreadable(
         ["bad", "unreadable"],
     ]
     assert out.splitlines()[-1] == f"unreadable: {summaries[1].problem}"
-
-
-def test_a_ledger_that_kept_no_times_stays_readable(tmp_path: Path) -> None:
-    """A ledger file without the time column is opened as before and gets it; old runs'
-    last change is unknown, and every record from then on has its time."""
-    ledger = tmp_path / "runs.db"
-    loop = agentloop.Loop(lambda history: {"kind": "final", "text": "ok"})
-    with agentloop.SQLiteLedger(ledger) as opened:
-        agentloop.Loop(loop.model, ledger=opened).run("go", run_id="old")
-    with sqlite3.connect(ledger) as db:  # as the files made before times were kept
-        db.execute("ALTER TABLE records DROP COLUMN at")
-        db.execute("ALTER TABLE runs DROP COLUMN at")
-
-    with agentloop.SQLiteLedger(ledger) as opened:
-        agentloop.Loop(loop.model, ledger=opened).run("go", run_id="new")
-        changed = opened.changed()
-        assert [s.state for s in agentloop.ledger.list_runs(opened)] == ["finished", "finished"]
-    assert changed["old"] is None
-    assert changed["new"] is not None
-    assert time.time() - 60 < changed["new"] <= time.time()
