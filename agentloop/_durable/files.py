@@ -2,9 +2,9 @@
 
 What ``SQLiteLedger`` checks before it trusts a file, so that a lost or
 damaged log is never taken for a new, empty ledger (see ``sqlite.py``'s
-docstring): the tables are exactly the ledger's (in any form an agentloop
-made them), the database file has one name, and a log that holds committed
-pages not yet in the file is present, whole and of the same generation.
+docstring): the tables are exactly the ledger's, the database file has one
+name, and a log that holds committed pages not yet in the file is present,
+whole and of the same generation; and how the file is switched to WAL mode.
 A file SQLite may hold is never opened behind its back: the file itself is
 looked at with ``os.stat`` (what it holds, SQLite reads), and the log only
 while no connection has it open.
@@ -13,13 +13,14 @@ while no connection has it open.
 from __future__ import annotations
 
 import os
+import sqlite3
 import struct
+import time
 from typing import TYPE_CHECKING, Final
 
 from agentloop._errors import LedgerError
 
 if TYPE_CHECKING:
-    import sqlite3
     from pathlib import Path
 
 _WAL_MAGIC: Final = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
@@ -230,3 +231,29 @@ def _open_here(*paths: Path) -> bool:
         if (stat.st_dev, stat.st_ino) in files:
             return True
     return False
+
+
+def _has_log(path: Path) -> bool:
+    """Whether the ledger has a write-ahead log that is not empty (by ``os.stat``)."""
+    try:
+        return os.stat(f"{os.path.realpath(path)}-wal").st_size > 0
+    except FileNotFoundError:
+        return False
+
+
+def _wal_mode(db: sqlite3.Connection, timeout: float) -> str:
+    """``PRAGMA journal_mode = WAL``, tried again while another process opens the file.
+
+    SQLite answers "database is locked" at once, without waiting out the busy
+    timeout, when several connections switch a new file to WAL together.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            (mode,) = db.execute("PRAGMA journal_mode = WAL").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+        else:
+            return str(mode)

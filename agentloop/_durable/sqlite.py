@@ -55,7 +55,9 @@ from agentloop._durable.files import (
     _TABLES,
     _check_file,
     _check_log,
+    _has_log,
     _tables_of,
+    _wal_mode,
 )
 from agentloop._durable.lockfile import _close, _lock_file
 from agentloop._durable.protocol import END, LedgerRecord
@@ -492,32 +494,3 @@ def _run_id(raw: bytes, kind: str) -> str:
 def _time(at: float | None) -> float | None:
     """A commit's time, or None where the file holds none (or no time a clock shows)."""
     return None if at is None or not math.isfinite(at) else float(at)
-
-
-# -- fail fast on a file that is not a ledger ------------------------------------------
-
-
-def _has_log(path: Path) -> bool:
-    """Whether the ledger has a write-ahead log that is not empty (by ``os.stat``)."""
-    try:
-        return os.stat(f"{os.path.realpath(path)}-wal").st_size > 0
-    except FileNotFoundError:
-        return False
-
-
-def _wal_mode(db: sqlite3.Connection, timeout: float) -> str:
-    """``PRAGMA journal_mode = WAL``, tried again while another process opens the file.
-
-    SQLite answers "database is locked" at once, without waiting out the busy
-    timeout, when several connections switch a new file to WAL together.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            (mode,) = db.execute("PRAGMA journal_mode = WAL").fetchone()
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.005)
-        else:
-            return str(mode)
