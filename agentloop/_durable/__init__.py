@@ -1,8 +1,9 @@
 """Durable runs: the ledger protocol, its SQLite store, and the recording engine.
 
 ``protocol.py`` says what a store must do; ``sqlite.py`` is the store that
-ships (stdlib ``sqlite3``, WAL), with ``files.py`` (what its files must be)
-and ``lockfile.py`` (one writer per run); ``key.py`` hands a tool handler
+ships (stdlib ``sqlite3``, WAL), with ``files.py`` (what its files must be),
+``connection.py`` (what a failure of SQLite means) and ``lockfile.py`` (one
+writer per run); ``key.py`` hands a tool handler
 its idempotency key. A run's record is its events, as run files encode them:
 ``journal.py`` writes its records, ``recording.py`` is the engine that
 commits each transition before the driver acts on it, ``records.py`` reads
