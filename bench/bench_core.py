@@ -48,9 +48,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentloop import Budget, CancelToken, Loop, RunResult, State, ToolRegistry, Transition, Usage
+from agentloop import CancelToken, Loop, RunResult, State, ToolRegistry, Transition, Usage
 from agentloop._core.messages import History, input_messages, reply_problem, tool_result_json
-from agentloop.engine import Guard
+from agentloop.engine import Budget, Guard
 from agentloop.engine import Trigger as T
 from agentloop.review import run_from_json, run_to_json
 

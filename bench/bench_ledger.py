@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from bench_core import scripted  # the same model as the core bench: k calls, then a final
 
-from agentloop import LedgerError, Loop, SQLiteLedger
+from agentloop import Loop
+from agentloop.ledger import LedgerError, SQLiteLedger
 
 if TYPE_CHECKING:
     from agentloop.ledger import LedgerRecord, LedgerWriter

@@ -27,7 +27,8 @@ from typing import Any
 import orjson
 
 import agentloop
-from agentloop import Loop, RunFileError
+from agentloop import Loop
+from agentloop.review import RunFileError
 
 #: What v0.1 took to load the same 6,000-event run, as the issue measured it.
 V01_LOAD_MS = 640.0

@@ -47,8 +47,8 @@ class _Using:
                 if not _has_log(path):
                     raise LedgerError(
                         f"{path}: not a ledger: expected an SQLite database that "
-                        f"agentloop.SQLiteLedger made, got a file SQLite does not read as one "
-                        f"({exc})"
+                        f"agentloop.ledger.SQLiteLedger made, got a file SQLite does not read as "
+                        f"one ({exc})"
                     ) from exc
                 raise LedgerError(
                     f"{path}: open: the file or its write-ahead log ({path.name}-wal) is "

@@ -347,7 +347,7 @@ class SQLiteLedger:
             )
         if not make:
             raise LedgerError(
-                f"{self.path}: not a ledger: expected a ledger that agentloop.SQLiteLedger "
+                f"{self.path}: not a ledger: expected a ledger that agentloop.ledger.SQLiteLedger "
                 "made, got a file that holds none (make=False makes none)"
             )
 

@@ -115,7 +115,7 @@ class Loop:
     step with tools disabled, to answer; ``max_identical_calls=N`` refuses a
     tool called with the same arguments more than ``N`` times (the docs'
     "Loop guard and wrap-up" page). ``ledger`` (an
-    ``agentloop.SQLiteLedger``, or any ``Ledger``) makes every run durable:
+    ``agentloop.ledger.SQLiteLedger``, or any ``Ledger``) makes every run durable:
     recorded as it goes, and continued after a crash by ``resume(run_id)``.
     ``context`` (``agentloop.context.keep_last(tokens=...)`` or
     ``summarise(model, tokens=...)``) fits each model request to a context

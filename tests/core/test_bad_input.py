@@ -36,9 +36,11 @@ def test_budgets_are_checked_when_the_loop_is_built(
 
 def test_a_budget_defaults_to_the_loops_limits() -> None:
     """Budget(), Loop() and Engine() agree: 25 model steps, 100 tool calls, no token limit."""
-    default = agentloop.Budget(max_steps=25, max_calls=100, max_total_tokens=None)
-    assert agentloop.Budget() == default
-    assert agentloop.Budget(max_steps=3) == agentloop.Budget(max_steps=3, max_calls=100)
+    default = agentloop.engine.Budget(max_steps=25, max_calls=100, max_total_tokens=None)
+    assert agentloop.engine.Budget() == default
+    assert agentloop.engine.Budget(max_steps=3) == agentloop.engine.Budget(
+        max_steps=3, max_calls=100
+    )
     assert Loop(ScriptedModel([])).budget == default
     assert agentloop.engine.Engine("go").budget == default
 
@@ -338,9 +340,9 @@ def test_unresolvable_annotation_fails_when_the_loop_is_built() -> None:
     ("kwargs", "message"),
     [
         (
-            {"ledger": agentloop.SQLiteLedger},
+            {"ledger": agentloop.ledger.SQLiteLedger},
             r"^expected ledger to be a Ledger, got the class SQLiteLedger: make one \(say "
-            r"agentloop.SQLiteLedger\('runs.db'\)\)$",
+            r"agentloop.ledger.SQLiteLedger\('runs.db'\)\)$",
         ),
         (
             {"tools": agentloop.ToolRegistry},

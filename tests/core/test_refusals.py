@@ -32,8 +32,6 @@ from agentloop import (
     Decision,
     InvalidStateError,
     Loop,
-    RunBusyError,
-    SQLiteLedger,
     State,
     Tool,
     ToolRegistry,
@@ -43,6 +41,7 @@ from agentloop import (
     deny,
 )
 from agentloop.engine import Engine
+from agentloop.ledger import RunBusyError, SQLiteLedger
 from agentloop.testing import ScriptedModel, batch, call, final
 from tests.support.helpers import asking
 from tests.support.ledgers import decisions_of
@@ -233,8 +232,8 @@ def test_a_policys_ask_the_record_cannot_take_fails_closed(
     assert (first["id"], first["status"]) == ("c1", "error")
     assert "expected an ask's reason" in first["content"]["message"]
     path = tmp_path / "run.json"
-    agentloop.save_run(result, path)
-    assert agentloop.load_run(path) == result
+    agentloop.review.save_run(result, path)
+    assert agentloop.review.load_run(path) == result
     if store is not None:
         resumed = Loop(ScriptedModel([]), tools=desk.registry, ledger=store).resume("r1")
         assert (resumed.status, resumed.transcript) == (result.status, result.transcript)
@@ -503,7 +502,7 @@ def test_an_end_that_could_not_be_recorded_is_not_reported(tmp_path: Path) -> No
         run.finish()
     assert run.state == "awaiting_approval"  # the end it could not record was not made
     assert [event.dest for event in run.events][-1] == "awaiting_approval"
-    with pytest.raises(agentloop.LedgerError, match="the ledger failed earlier"):
+    with pytest.raises(agentloop.ledger.LedgerError, match="the ledger failed earlier"):
         run.finish()
     assert records(ledger, "r1")[-1][0] == "approval_asked"  # no end, no decision
     resumed = Loop(ScriptedModel([]), tools=desk.registry, ledger=ledger).resume("r1")
@@ -796,7 +795,7 @@ def test_bad_reports_to_the_engine_change_nothing(
         batch(*(call(f"b{b}c{c}", "pay", cents=c) for c in range(len(row))))
         for b, row in enumerate(plan)
     ] + [final("done")]
-    engines = [Engine("pay", budget=agentloop.Budget(max_calls=20)) for _ in "ab"]
+    engines = [Engine("pay", budget=agentloop.engine.Budget(max_calls=20)) for _ in "ab"]
     for engine in engines:
         engine.next()
         engine.replied(replies[0])

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 import agentloop
-from agentloop import CancelToken, InvalidStateError, Loop, RunFileError
+from agentloop import CancelToken, InvalidStateError, Loop
 from agentloop.engine import Engine, RunTool
-from agentloop.review import run_from_json, run_to_json
+from agentloop.review import RunFileError, run_from_json, run_to_json
 from agentloop.testing import ScriptedModel, assert_contract
 from tests.core.test_properties import check_paired
 from tests.support.helpers import Driver, Recorder, call, final, kinds
@@ -465,8 +465,8 @@ def test_a_calls_signature_is_kept_and_handed_back(driver: Driver, tmp_path: Any
     (history,) = seen
     assert history == result.transcript[:-1]
     path = tmp_path / "run.json"
-    agentloop.save_run(result, path)
-    assert agentloop.load_run(path) == result
+    agentloop.review.save_run(result, path)
+    assert agentloop.review.load_run(path) == result
 
 
 @SIZES
@@ -588,7 +588,7 @@ def test_batches_in_the_input_history() -> None:
 def test_str_arguments_are_accepted_and_counted() -> None:
     """Raw argument text that did not parse is a call the model can be told about."""
     reply = {"kind": "calls", "calls": [{"id": "c1", "name": "add", "arguments": '{"a": 1'}]}
-    engine = Engine("go", budget=agentloop.Budget(max_steps=2, max_calls=2))
+    engine = Engine("go", budget=agentloop.engine.Budget(max_steps=2, max_calls=2))
     engine.next()
     engine.replied(reply)
     engine.next()
@@ -600,7 +600,7 @@ def test_str_arguments_are_accepted_and_counted() -> None:
 
 def test_the_engine_protocol_for_batches() -> None:
     """next() hands out each call; returned() names it when several run; bad reports are refused."""
-    engine = Engine("go", budget=agentloop.Budget(max_steps=2, max_calls=3))
+    engine = Engine("go", budget=agentloop.engine.Budget(max_steps=2, max_calls=3))
     engine.next()
     engine.replied(batch(3))
     engine.next()
@@ -659,9 +659,9 @@ def test_the_saved_run_of_a_batch_reopens(driver: Driver, tmp_path: Any) -> None
     )
     assert result.status == "cancelled"
     path = tmp_path / "run.json"
-    agentloop.save_run(result, path)
+    agentloop.review.save_run(result, path)
 
-    assert agentloop.load_run(path) == result
+    assert agentloop.review.load_run(path) == result
 
 
 def test_max_concurrency_is_asyncio_only_and_checked() -> None:

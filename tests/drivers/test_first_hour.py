@@ -91,7 +91,7 @@ def parallel_agent(*widths: int) -> list[object]:
 def test_the_defaults_are_stated_once() -> None:
     """Loop's, Budget's and Engine's defaults agree: 25 steps, 100 calls, 10 calls at once."""
     parameters = inspect.signature(agentloop.Loop).parameters
-    budget = agentloop.Budget()
+    budget = agentloop.engine.Budget()
     assert (budget.max_steps, budget.max_calls) == (25, 100)
     assert parameters["max_steps"].default == budget.max_steps
     assert parameters["max_calls"].default == budget.max_calls
@@ -243,16 +243,16 @@ def test_a_traceback_and_a_repr_name_the_public_exception() -> None:
     error = agentloop.ConfigurationMismatchError("the budget differs", ["budget.max_calls"])
     (line,) = traceback.format_exception_only(error)
     assert line == "agentloop.ConfigurationMismatchError: the budget differs\n"
-    assert repr(agentloop.RunBusyError) == "<class 'agentloop.RunBusyError'>"
+    assert repr(agentloop.ledger.RunBusyError) == "<class 'agentloop.ledger.RunBusyError'>"
     assert repr(agentloop.providers.IncompleteReply) == (
         "<class 'agentloop.providers.IncompleteReply'>"
     )
-    again = pickle.loads(pickle.dumps(agentloop.RunBusyError("busy")))
-    assert (type(again), str(again)) == (agentloop.RunBusyError, "busy")
-    with pytest.raises(agentloop.RunFileError) as caught:
+    again = pickle.loads(pickle.dumps(agentloop.ledger.RunBusyError("busy")))
+    assert (type(again), str(again)) == (agentloop.ledger.RunBusyError, "busy")
+    with pytest.raises(agentloop.review.RunFileError) as caught:
         agentloop.review.run_from_json("{}")
     (line,) = traceback.format_exception_only(caught.value)
-    assert line.startswith("agentloop.RunFileError: ")
+    assert line.startswith("agentloop.review.RunFileError: ")
 
 
 # -- Loop(system=...) -----------------------------------------------------------------------------
@@ -314,7 +314,7 @@ def test_a_durable_run_records_its_system_prompt_and_resumes_with_it(tmp_path: A
     """The system message is part of the recorded input: a resume reads it from the ledger,
     whatever the resuming Loop's own system prompt (it starts new runs only)."""
     ask = agentloop.ToolRegistry([adder], policy=lambda c: agentloop.ask("check"))
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     paused = agentloop.Loop(
         ScriptedModel([call("c1", "adder", a=1, b=2)]),
         tools=ask,

@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import InvalidStateError, Loop, NotJSON
+from agentloop import InvalidStateError, Loop
 from agentloop.engine import TERMINAL
+from agentloop.review import NotJSON
 from agentloop.testing import (
     ScriptedModel,
     assert_paired,

@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import Loop, SQLiteLedger
+from agentloop import Loop
 from agentloop.context import keep_last, summarise
+from agentloop.ledger import SQLiteLedger
 from agentloop.models import RetryPolicy, fallback
 from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import assert_contract

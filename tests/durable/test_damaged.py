@@ -35,14 +35,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import InvalidStateError, LedgerError, RunFileError, SQLiteLedger
+from agentloop import InvalidStateError
 from agentloop.__main__ import main
 from agentloop._core.table import TERMINAL
 from agentloop._review.diagram import to_mermaid
 from agentloop._review.report import report_html
 from agentloop._review.text import run_lines
-from agentloop.ledger import LedgerRecord, list_runs, view_run
-from agentloop.review import run_from_json, run_to_json
+from agentloop.ledger import LedgerError, LedgerRecord, SQLiteLedger, list_runs, view_run
+from agentloop.review import RunFileError, run_from_json, run_to_json
 from tests.conftest import count
 from tests.support import records
 from tests.support.ledgers import MemoryLedger
@@ -504,7 +504,7 @@ def test_a_damaged_run_file_is_refused_where_it_is_damaged(
     path = tmp_path / "run.json"
     path.write_bytes(orjson.dumps(records.changed(document, where(document), value)))
     with pytest.raises(RunFileError) as raised:
-        agentloop.load_run(path)
+        agentloop.review.load_run(path)
     assert str(raised.value) == f"{path}: {said}" or str(raised.value).startswith(f"{path}: {said}")
     code, out, err = command("show", path)
     assert (code, out) == (2, "")

@@ -53,15 +53,15 @@ def test_every_format_read_has_a_committed_fixture() -> None:
 def test_a_run_file_fixture_opens_and_saves_as_it_was(path: Path, tmp_path: Path) -> None:
     """Loaded and saved again, a fixture is the same file, byte for byte."""
     assert orjson.loads(path.read_bytes())["version"] == runshape.VERSION
-    result = agentloop.load_run(path)
+    result = agentloop.review.load_run(path)
     again = tmp_path / "again.json"
-    agentloop.save_run(result, again)
+    agentloop.review.save_run(result, again)
     assert again.read_bytes() == path.read_bytes()
 
 
 def test_a_paused_run_file_goes_on_when_decided() -> None:
     """The paused run waits for the call it asked about; approved, it runs and finishes."""
-    paused = agentloop.load_run(FIXTURES / "v5-paused.json")
+    paused = agentloop.review.load_run(FIXTURES / "v5-paused.json")
     assert [call.call_id for call in paused.pending] == ["c2"]
     loop = Loop(ScriptedModel([final("502")]), tools=tools(), max_steps=5, max_calls=4)
     result = loop.resume(paused, decisions={"c2": agentloop.approve()})

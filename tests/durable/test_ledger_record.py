@@ -136,7 +136,7 @@ def test_a_version_2_ledger_opens_and_its_runs_go_on(tmp_path: Path) -> None:
     crashed one's call is unknown and not run again; each run's record is its events."""
     path = tmp_path / "runs.db"
     shutil.copy(FIXTURES / "v2-ledger.db", path)
-    ledger = agentloop.SQLiteLedger(path)
+    ledger = agentloop.ledger.SQLiteLedger(path)
     assert sorted(ledger.run_ids()) == ["crashed", "finished", "paused"]
     for run_id in ("crashed", "finished", "paused"):
         assert orjson.loads(ledger.read(run_id)[0])["version"] == 2
@@ -174,29 +174,33 @@ def test_damaged_records_are_named(tmp_path: Path) -> None:
             tools=tools(),
             max_steps=5,
             max_calls=4,
-            ledger=agentloop.SQLiteLedger(db),
+            ledger=agentloop.ledger.SQLiteLedger(db),
         )
 
     v2 = tmp_path / "v2.db"
-    body = orjson.loads(agentloop.SQLiteLedger(v2).read("finished")[1][3].body)
+    body = orjson.loads(agentloop.ledger.SQLiteLedger(v2).read("finished")[1][3].body)
     damage(
         v2,
         "UPDATE records SET body = ? WHERE kind = 'reply' AND key = '2'",
         orjson.dumps(body | {"at": 2}),
     )
-    with pytest.raises(agentloop.LedgerError, match=r"record 3 \(reply '2'\)\.at: expected its"):
+    with pytest.raises(
+        agentloop.ledger.LedgerError, match=r"record 3 \(reply '2'\)\.at: expected its"
+    ):
         loop(v2).resume("finished")
     damage(
         v2,
         "UPDATE records SET kind = 'decision', body = ? WHERE kind = 'reply' AND key = '2'",
         orjson.dumps(body),
     )
-    with pytest.raises(agentloop.LedgerError, match=r"expected the kind and key of its last"):
+    with pytest.raises(
+        agentloop.ledger.LedgerError, match=r"expected the kind and key of its last"
+    ):
         loop(v2).resume("finished")
     body["events"][0]["steps"] = "x"  # an event as no run file holds it
     damage(v2, "UPDATE records SET kind = 'reply', body = ? WHERE key = '2'", orjson.dumps(body))
     with pytest.raises(
-        agentloop.LedgerError, match=r"\$\.events\[3\]\.steps: expected integer, got"
+        agentloop.ledger.LedgerError, match=r"\$\.events\[3\]\.steps: expected integer, got"
     ):
         loop(v2).resume("finished")
 
@@ -226,7 +230,7 @@ def test_the_command_line_reads_and_decides(
         tools=tools(),
         max_steps=5,
         max_calls=4,
-        ledger=agentloop.SQLiteLedger(path),
+        ledger=agentloop.ledger.SQLiteLedger(path),
     )
     assert loop.resume("paused").output == "502"
 

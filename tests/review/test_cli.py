@@ -42,13 +42,13 @@ def saved(tmp_path: Path) -> tuple[RunResult, Path]:
     """The demo's run, saved as tmp_path/run.json."""
     result = demo_loop().run(QUESTION)
     path = tmp_path / "run.json"
-    agentloop.save_run(result, path)
+    agentloop.review.save_run(result, path)
     return result, path
 
 
 def save(result: RunResult, folder: Path) -> Path:
     path = folder / "run.json"
-    agentloop.save_run(result, path)
+    agentloop.review.save_run(result, path)
     return path
 
 
@@ -77,7 +77,7 @@ def test_demo_saves_its_run_trace_and_report(
     assert main(["demo", "--out", str(out)]) == 0
 
     printed = capsys.readouterr().out
-    loaded = agentloop.load_run(out / "run.json")
+    loaded = agentloop.review.load_run(out / "run.json")
     assert loaded.status == "finished"
     assert (
         loaded.output
@@ -902,7 +902,7 @@ def test_report_refuses_to_write_html_to_a_terminal(tmp_path: Path) -> None:
 
     result = Loop(ScriptedModel([final("hi \x1b[31m red")])).run("go")
     path = tmp_path / "run.json"
-    agentloop.save_run(result, path)
+    agentloop.review.save_run(result, path)
     leader, follower = pty.openpty()
     process = subprocess.run(
         [sys.executable, "-m", "agentloop", "report", str(path)],

@@ -14,19 +14,12 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import (
-    CancelToken,
-    JSONError,
-    Loop,
-    NotJSON,
-    RecordedException,
-    RunFileError,
-    RunResult,
-)
+from agentloop import CancelToken, JSONError, Loop, RunResult
 from agentloop._cli.demo import QUESTION, demo_loop
 
 # Private: the JSON intake check itself (public only through a run) and the demo's scenario.
 from agentloop._core.json import to_json
+from agentloop.review import NotJSON, RecordedException, RunFileError
 from agentloop.testing import ScriptedModel, batch
 from tests.support.helpers import call, final
 
@@ -313,11 +306,11 @@ def test_unprintable_rejected_reply_is_saved_with_a_placeholder() -> None:
 def test_save_and_load_a_file(demo: RunResult, tmp_path: Path) -> None:
     """save() writes the document (with a final newline) and load() reads it back equal."""
     path = tmp_path / "run.json"
-    agentloop.save_run(demo, path)
+    agentloop.review.save_run(demo, path)
 
     assert path.read_text(encoding="utf-8") == agentloop.review.run_to_json(demo) + "\n"
-    assert agentloop.load_run(path) == demo
-    assert agentloop.load_run(str(path)) == demo
+    assert agentloop.review.load_run(path) == demo
+    assert agentloop.review.load_run(str(path)) == demo
 
 
 def test_load_names_the_file_in_errors(tmp_path: Path) -> None:
@@ -326,9 +319,9 @@ def test_load_names_the_file_in_errors(tmp_path: Path) -> None:
     path.write_text('{"format": "agentloop.run", "version": 5}')
 
     with pytest.raises(RunFileError, match=r"^.*run\.json: \$: expected the field 'status'"):
-        agentloop.load_run(path)
+        agentloop.review.load_run(path)
     with pytest.raises(FileNotFoundError):
-        agentloop.load_run(tmp_path / "absent.json")
+        agentloop.review.load_run(tmp_path / "absent.json")
 
 
 def test_run_file_error_is_a_value_error_with_its_parts(doc: Doc) -> None:

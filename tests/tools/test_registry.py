@@ -1771,7 +1771,7 @@ def test_derived_tools_publish_and_accepted_values_arrive_typed(
     tool = Tool(handler, description=description)
     registry = ToolRegistry([tool])
     orjson.dumps(tool.parameters)
-    for format in typing.get_args(agentloop.SpecFormat):
+    for format in typing.get_args(agentloop.engine.SpecFormat):
         orjson.dumps(registry.specs(format))
 
     schema = tool.parameters
@@ -1784,9 +1784,11 @@ def test_derived_tools_publish_and_accepted_values_arrive_typed(
 
 
 def test_exports() -> None:
-    """The registry's names are public."""
-    for name in ("Tool", "ToolRegistry", "Decision", "Policy", "SpecFormat", "allow", "deny"):
+    """The registry's names are public; its type aliases are the engine's."""
+    for name in ("Tool", "ToolRegistry", "Decision", "allow", "deny"):
         assert name in agentloop.__all__
+    for name in ("Policy", "SpecFormat"):
+        assert name in agentloop.engine.__all__
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import Budget, CancelToken, Loop, RunResult, Usage
+from agentloop import CancelToken, Loop, RunResult, Usage
+from agentloop.engine import Budget
 from agentloop.testing import (
     AsyncScriptedModel,
     ContractViolation,
