@@ -169,3 +169,11 @@ def test_durable_runs_are_public() -> None:
     assert "run_id" in inspect.signature(agentloop.Loop.start).parameters
     assert "ledger" in inspect.signature(agentloop.Loop).parameters
     assert "idempotent" in inspect.signature(agentloop.Tool).parameters
+
+
+def test_the_registrys_names_are_public() -> None:
+    """The registry's names are public; its type aliases are the engine's."""
+    for name in ("Tool", "ToolRegistry", "Decision", "allow", "deny"):
+        assert name in agentloop.__all__
+    for name in ("Policy", "SpecFormat"):
+        assert name in agentloop.engine.__all__
