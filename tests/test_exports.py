@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pickle
 import pkgutil
 import sys
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +17,7 @@ import agentloop
 import agentloop.context
 import agentloop.mcp
 import agentloop.models
+import agentloop.providers
 import agentloop.streaming
 
 if TYPE_CHECKING:
@@ -177,3 +180,56 @@ def test_the_registrys_names_are_public() -> None:
         assert name in agentloop.__all__
     for name in ("Policy", "SpecFormat"):
         assert name in agentloop.engine.__all__
+
+
+# The modules whose names are public, each documented in its own docstring.
+PUBLIC_MODULES = [
+    "agentloop",
+    "agentloop.engine",
+    "agentloop.ledger",
+    "agentloop.review",
+    "agentloop.testing",
+    "agentloop.testing.strategies",
+    "agentloop.providers",
+    "agentloop.providers.openai",
+    "agentloop.providers.anthropic",
+    "agentloop.otel",
+    "agentloop.dbos",
+]
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
+def test_every_public_class_and_function_is_named_where_it_is_imported_from(module: str) -> None:
+    """``agentloop.X`` (or ``agentloop.testing.X``...), never a private module's path: data and
+    type aliases (ROWS, Model, SpecFormat...) have no module of their own."""
+    public = importlib.import_module(module)
+    named = {
+        name: getattr(public, name).__module__
+        for name in public.__all__
+        if inspect.isclass(getattr(public, name)) or inspect.isfunction(getattr(public, name))
+    }
+    assert named
+    # A name also in the front door (agentloop.State in agentloop.engine) is named there.
+    front = set(importlib.import_module("agentloop").__all__)
+    assert {
+        name: where
+        for name, where in named.items()
+        if where != module and not (name in front and where == "agentloop")
+    } == {}
+
+
+def test_a_traceback_and_a_repr_name_the_public_exception() -> None:
+    """``agentloop.ConfigurationMismatchError: ...`` in a traceback, and it still pickles."""
+    error = agentloop.ConfigurationMismatchError("the budget differs", ["budget.max_calls"])
+    (line,) = traceback.format_exception_only(error)
+    assert line == "agentloop.ConfigurationMismatchError: the budget differs\n"
+    assert repr(agentloop.ledger.RunBusyError) == "<class 'agentloop.ledger.RunBusyError'>"
+    assert repr(agentloop.providers.IncompleteReply) == (
+        "<class 'agentloop.providers.IncompleteReply'>"
+    )
+    again = pickle.loads(pickle.dumps(agentloop.ledger.RunBusyError("busy")))
+    assert (type(again), str(again)) == (agentloop.ledger.RunBusyError, "busy")
+    with pytest.raises(agentloop.review.RunFileError) as caught:
+        agentloop.review.run_from_json("{}")
+    (line,) = traceback.format_exception_only(caught.value)
+    assert line.startswith("agentloop.review.RunFileError: ")

@@ -29,6 +29,10 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+# The shared add, under the name some scripts call.
+adder = agentloop.Tool(add, name="adder")
+
+
 def mul(a: int, b: int) -> int:
     """Multiply two integers."""
     return a * b

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import agentloop
 from agentloop import Loop, Tool, ToolRegistry, allow, deny
 from agentloop.testing import ScriptedModel
-from tests.support.helpers import add, call, final, kinds, validator_says
+from tests.support.helpers import add, adder, call, final, kinds, validator_says
 from tests.support.tool_types import INTEGER, dispatch
 
 # -- the registry as a container and a decorator --------------------------------------
@@ -123,3 +124,13 @@ def test_mapping_form_validates_plain_annotations_through_the_loop() -> None:
     assert result.transcript[4]["content"] == [
         {"path": "", "message": validator_says({"required": ["b"]}, {})}
     ]
+
+
+def test_a_registry_gets_a_tool_by_name_as_a_dict_does() -> None:
+    """get(name) is the tool or None; get(name, default) is the tool or the default."""
+    registry = agentloop.ToolRegistry([adder])
+    assert registry.get("adder") is registry["adder"]
+    assert registry.get("missing") is None
+    fallback = agentloop.Tool(add, name="fallback")
+    assert registry.get("missing", fallback) is fallback
+    assert registry.get("adder", fallback) is registry["adder"]
