@@ -1,4 +1,4 @@
-"""What a new user meets first: the test tiers, the defaults, public names, ``Loop(system=...)``."""
+"""A Loop's settings: the defaults that fit a real agent, ``Loop(system=...)`` and ``owns=``."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from agentloop.testing import AsyncScriptedModel, ScriptedModel, batch, call, fi
 from tests.support.helpers import adder
 
 Message = dict[str, Any]
-
-# -- the two tiers --------------------------------------------------------------------------------
 
 
 # -- defaults that fit a real agent ---------------------------------------------------------------
@@ -129,9 +127,6 @@ def test_a_keyboard_interrupt_in_a_tool_under_the_default_concurrency_pairs_the_
         runner.close()
     assert (run.state, run.steps, run.calls, ran) == ("cancelled", 1, 1, [1])
     assert [m.get("status", m["kind"]) for m in run.transcript] == ["user", "call", "cancelled"]
-
-
-# -- small traps ----------------------------------------------------------------------------------
 
 
 # -- Loop(system=...) -----------------------------------------------------------------------------
