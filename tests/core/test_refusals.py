@@ -21,7 +21,6 @@ import re
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -45,6 +44,7 @@ from agentloop.ledger import RunBusyError, SQLiteLedger
 from agentloop.testing import ScriptedModel, batch, call, final
 from tests.support.helpers import asking
 from tests.support.ledgers import decisions_of
+from tests.support.payments import Desk, records, script, state_of, two
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -66,54 +66,6 @@ def forged(decision: Decision, reason: object) -> Decision:
     """``decision`` with its reason changed after it was made, past ``Decision``'s checks."""
     object.__setattr__(decision, "reason", reason)
     return decision
-
-
-class Desk:
-    """A ``pay`` tool that records what ran, and a policy that answers ``answer(call)``."""
-
-    def __init__(self, answer: Callable[[Message], Decision] | None = None) -> None:
-        self.ran: list[str] = []
-        self.asked: list[str] = []
-        self.answer = answer or (lambda call: ask("moves money"))
-        self.registry = ToolRegistry([Tool(self.pay, name="pay")], policy=self.policy)
-
-    def policy(self, call: Message) -> Decision:
-        self.asked.append(call["id"])
-        return self.answer(call)
-
-    def pay(self, cents: int) -> str:
-        self.ran.append(f"pay {cents}")
-        return f"paid {cents}"
-
-
-def two() -> Message:
-    """A batch of two payments: ``c1`` (10 cents), then ``c2`` (1 cent)."""
-    return batch(call("c1", "pay", cents=10), call("c2", "pay", cents=1))
-
-
-def script() -> ScriptedModel:
-    """The model: ``two()``, then a final reply."""
-    return ScriptedModel([two(), final("done")])
-
-
-def state_of(run: agentloop.Run | agentloop.AsyncRun) -> tuple[Any, ...]:
-    """Everything of a live run a refused input must leave as it was."""
-    return (
-        run.state,
-        run.steps,
-        run.calls,
-        run.transcript,
-        run.pending,
-        run.events,
-        agentloop.review.run_to_json(run.result())
-        if run.state is State.AWAITING_APPROVAL
-        else None,
-    )
-
-
-def records(ledger: SQLiteLedger, run_id: str) -> list[tuple[str, str, Any]]:
-    """A run's ledger records, decoded."""
-    return [(r.kind, r.key, orjson.loads(r.body)) for r in ledger.read(run_id)[1]]
 
 
 # -- 2 and 3: what the record cannot take is refused where it is made -------------------
