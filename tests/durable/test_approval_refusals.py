@@ -1,16 +1,13 @@
-"""A refused input changes nothing, every end is recorded before it is reported, no run wedges.
+"""A decision or an ask the record cannot take is refused where it is made, and changes nothing.
 
-Issue 23's defects 2, 3, 4, 8, 10 and 11, each at its cause: a decision or
-an ask the record cannot take is refused where it is made; a report the
-engine refuses leaves the run, its ledger and its run file as they were; an
-interruption in a task the asyncio driver made ends the run as the
-synchronous driver ends it; a claim is never left with an object the caller
-never got; a cancellation that cannot be recorded is not taken (and an end
-whose record failed is never reported); and a batch asked about twice across
-a restart waits only for the calls not decided. Then two Hypothesis
-properties: bad decisions, reasons and policy answers interleaved with good
-ones leave exactly the run the good ones make alone, through ``Loop`` (live,
-resumed by id, resumed from a run file) and through the engine itself.
+A decision or an ask whose reason the record cannot take is refused where
+it is made; a report the engine refuses leaves the run, its ledger and its
+run file as they were; a batch asked about twice across a restart waits
+only for the calls not decided; and on DBOS, ``decide`` checks before it
+sends. Then two Hypothesis properties: bad decisions, reasons and policy
+answers interleaved with good ones leave exactly the run the good ones make
+alone, through ``Loop`` (live, resumed by id, resumed from a run file) and
+through the engine itself.
 """
 
 from __future__ import annotations
@@ -62,7 +59,7 @@ def forged(decision: Decision, reason: object) -> Decision:
     return decision
 
 
-# -- 2 and 3: what the record cannot take is refused where it is made -------------------
+# -- what the record cannot take is refused where it is made ---------------------------
 
 
 @pytest.mark.parametrize(
@@ -229,7 +226,7 @@ def test_a_refused_ask_leaves_the_batch_to_be_reviewed_again() -> None:
     assert desk.ran == []
 
 
-# -- 11: a second ask in one batch after a restart ---------------------------------------
+# -- a second ask in one batch after a restart -------------------------------------------
 
 
 def test_a_second_ask_after_a_restart_waits_only_for_the_calls_not_decided(
