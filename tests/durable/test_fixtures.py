@@ -2,41 +2,31 @@
 
 ``tests/fixtures`` holds what was written in each: version 5 run files
 (finished, paused for a person, cancelled mid-batch, malformed, failed;
-``make_v5_run_files.py``) and a version 2 ledger (a finished run, a paused
-one, one whose process died inside a tool; ``make_v2_ledger.py``, read in
-``test_ledger_record.py``). Until now, run files before version 5 and
-ledgers of version 1 were read too.
+made by ``tests/support/make_v5_run_files.py``) and a version 2 ledger (a
+finished run, a paused one, one whose process died inside a tool; made by
+``tests/support/make_v2_ledger.py``, read in ``test_ledger_record.py``). A
+format change comes with its reader and a fixture of its own.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 import pytest
 
 import agentloop
-from agentloop import Loop, Tool, ToolRegistry
+from agentloop import Loop
 from agentloop._durable import journal
 from agentloop._review import runshape
 from agentloop.testing import ScriptedModel, final
 from tests.support import FIXTURES
-from tests.support.helpers import add
+from tests.support.fixture_tools import tools
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 RUN_FILES = sorted(FIXTURES.glob("v5-*.json"))
-
-
-def asks(call: dict[str, Any]) -> agentloop.Decision:
-    """The policy the fixtures were made with: a person decides about big sums."""
-    return agentloop.ask("moves money") if call["arguments"]["a"] > 100 else agentloop.allow()
-
-
-def tools() -> ToolRegistry:
-    """The tools the fixtures were made with."""
-    return ToolRegistry([Tool(add, policy=asks)])
 
 
 def test_every_format_read_has_a_committed_fixture() -> None:

@@ -23,8 +23,8 @@ from agentloop.__main__ import main
 from agentloop.testing import ScriptedModel, final
 from tests.durable.test_approval import Desk, banker, until_done
 from tests.durable.test_durable import DRIVERS, SCRIPT, Driver, World, go, make_loop
-from tests.durable.test_fixtures import tools
 from tests.support import FIXTURES
+from tests.support.fixture_tools import tools
 from tests.support.ledgers import MemoryLedger
 
 if TYPE_CHECKING:
