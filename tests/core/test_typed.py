@@ -25,6 +25,7 @@ from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import ScriptedModel, assert_contract, batch, strategies
 from tests.core import test_properties as props
 from tests.support.helpers import (
+    City,
     Driver,
     Recorder,
     call,
@@ -38,14 +39,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 A, V, D = "awaiting_model", "validating", "dispatching"
-
-
-@attrs.frozen
-class City:
-    """A city and its population."""
-
-    name: str
-    population: int
 
 
 @dataclasses.dataclass

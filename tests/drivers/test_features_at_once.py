@@ -24,7 +24,8 @@ from agentloop.models import RetryPolicy, fallback
 from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import assert_contract
 from tests.core import test_properties as props
-from tests.core.test_typed import TYPED_FINALS, City
+from tests.core.test_typed import TYPED_FINALS
+from tests.support.helpers import City
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -224,3 +224,11 @@ def import_error(missing: str, module: str, first: str = "") -> str:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return done.stdout.strip()
+
+
+@attrs.frozen
+class City:
+    """A city and its population."""
+
+    name: str
+    population: int

@@ -25,7 +25,7 @@ from agentloop.models import RetryPolicy, fallback
 from agentloop.review import run_to_json
 from agentloop.streaming import TextDelta
 from agentloop.testing import ScriptedModel, batch, call, final
-from tests.core.test_typed import City
+from tests.support.helpers import City
 from tests.support.ledgers import Crash, CrashingLedger
 
 if TYPE_CHECKING:
