@@ -230,6 +230,9 @@ def test_a_dbos_run_starts_with_the_loops_system_prompt(tmp_path: Any) -> None:
     assert result.transcript[0] == SYSTEM
 
 
+# -- what a Loop owns (owns=) --------------------------------------------------------------------
+
+
 class _Owned:
     """A context manager that notes when it is opened and closed."""
 
