@@ -55,9 +55,9 @@ import orjson
 from engine_step import Typed, echo, scripted
 from targets import verdict
 
-from agentloop import Budget, CancelToken, Loop, RunResult, State, ToolRegistry, Transition, Usage
+from agentloop import CancelToken, Loop, RunResult, State, ToolRegistry, Transition, Usage
 from agentloop._core.messages import History, input_messages, reply_problem, tool_result_json
-from agentloop.engine import Guard
+from agentloop.engine import Budget, Guard
 from agentloop.engine import Trigger as T
 from agentloop.review import run_from_json, run_to_json
 

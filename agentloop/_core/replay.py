@@ -109,14 +109,10 @@ def replay(
     typed = engine._output
     if typed is not None:  # the record's refusals stand, in its words, while it is replayed
         engine._output = typed.replaying(output_refusals(events, rejected))
-    # A repeated call's error stands in the words the record has, if an older agentloop's.
-    engine._recorded_words = frozenset(
-        event.error for event in events if event.guard is Guard.CALL_ID_RESERVED and event.error
-    )
     try:
         _fed(engine, events, rejected, token, budget, compare)
     finally:
-        engine._output, engine._recorded_words = typed, frozenset()
+        engine._output = typed
     return engine
 
 

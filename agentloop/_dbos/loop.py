@@ -239,7 +239,7 @@ class DBOSLoop:
 
         A step's ``cancel`` is the marker, read at the checkpoint it records.
         """
-        if isinstance(need, Wait):  # before a retry: cancel(run_id) cuts it short (its message)
+        if isinstance(need, Wait):  # before a retry: cancel_run(run_id) cuts it short (its message)
             message = DBOS.recv(APPROVAL_TOPIC, timeout_seconds=need.seconds)
             if type(message) is dict and message.get("cancel"):
                 token.cancel()  # the table's waited [cancel_requested] row ends the run
@@ -316,4 +316,4 @@ def _run(name: str, history: list[dict[str, Any]], recorded: dict[str, Any]) -> 
     return loop._drive(history, recorded)
 
 
-# pending, decide, cancel and cancel_requested are defined in agentloop._dbos: named as ours.
+# pending, decide, cancel_run and cancel_requested are defined in agentloop._dbos: named as ours.

@@ -35,8 +35,6 @@ from agentloop._core.values import (
 )
 from agentloop._durable.journal import events_body, record_of
 from agentloop._durable.key import KEY
-from agentloop._durable.legacy import end_body
-from agentloop._durable.protocol import END
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -91,9 +89,8 @@ class DurableEngine(Engine):
         self._recorded = 0  # the events the ledger holds
         #: While a resume feeds the records back: nothing is recorded, calls handed out are kept.
         self.replaying = False
-        #: A resume found the run ended before its end was written: ``record_end`` writes it
-        #: (as version 1 if True); ``None`` when there is none to write.
-        self.end_unrecorded: bool | None = None
+        #: A resume found the run ended before its end was written: ``record_end`` writes it.
+        self.end_unrecorded = False
 
     @property
     def run_id(self) -> str:
@@ -127,14 +124,10 @@ class DurableEngine(Engine):
         Left to the caller of the resume, so that a resume refused once the run is
         found ended (decisions given to it) writes nothing.
         """
-        legacy, self.end_unrecorded = self.end_unrecorded, None
+        unrecorded, self.end_unrecorded = self.end_unrecorded, False
         try:
-            if legacy is not None:
-                end = self._events[-1]
-                if legacy:
-                    self.journal.append(END, "", end_body(end, len(self._events) - 1))
-                else:
-                    self._commit(end)
+            if unrecorded:
+                self._commit(self._events[-1])
         finally:
             self.journal.release()
 

@@ -109,7 +109,7 @@ def forked(
         if run_id is not None:
             raise ValueError(
                 "run_id= names the fork in a ledger, and this Loop has none: make it with "
-                "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger)"
+                "ledger=agentloop.ledger.SQLiteLedger('runs.db') (or another Ledger)"
             )
         engine = cut(fresh(token), token)
     else:
@@ -164,7 +164,7 @@ def resumed(
         hint = (
             ": a live run goes on with its own step() or finish()"
             if isinstance(run, RunView)
-            else f": {what}(agentloop.load_run(path)) continues a saved run file"
+            else f": {what}(agentloop.review.load_run(path)) continues a saved run file"
             if isinstance(run, os.PathLike) and ledger is None
             else f": {what}(run_id) continues a run of this Loop's ledger"
             if isinstance(run, os.PathLike)
@@ -209,7 +209,7 @@ def resumed(
     if ledger is None:
         raise ValueError(
             f"{what} needs a ledger: make the Loop with "
-            "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger); a saved "
+            "ledger=agentloop.ledger.SQLiteLedger('runs.db') (or another Ledger); a saved "
             f"run awaiting approval goes on with {what}(load_run(path))"
         )
     return resume.resume(

@@ -1,4 +1,4 @@
-"""The engine of each run a ``Loop`` begins: fresh, resumed or forked.
+"""The engine of each run a ``Loop`` begins: fresh, continued, resumed or forked.
 
 A fresh one records as it goes when the Loop has a ledger; every one
 retries and falls back as the Loop does (``retry=``, ``fallback``).
@@ -10,21 +10,26 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._core.engine import Engine
 from agentloop._durable import resume
+from agentloop._durable.view import view_run
 from agentloop._errors import AgentloopError
-from agentloop._loop.continued import forked, resumed
+from agentloop._loop.continued import continued, forked, resumed
 from agentloop._loop.settings import checked_tool_names, no_ledger, timeout_bites
 
 if TYPE_CHECKING:
     from agentloop._core.values import CancelToken, RunResult
+    from agentloop._durable.view import LedgerRun
     from agentloop._loop.loop import Loop
 
 __all__ = [
+    "continued_engine",
     "forked_engine",
     "fresh_engine",
     "opened",
     "plain_engine",
+    "recorded_run",
     "resilient",
     "resumed_engine",
+    "saved_result",
 ]
 
 _E = TypeVar("_E", bound=Engine)
@@ -61,6 +66,33 @@ def fresh_engine(
             output=loop.output,
         ),
     )
+
+
+def continued_engine(
+    loop: Loop,
+    run: str | RunResult,
+    cancel: CancelToken | None,
+    run_id: str | None,
+    parent_run_id: str | None,
+) -> Engine:
+    """The engine of a run that continues ``run`` (a failed or exhausted one)."""
+    parent_run_id, result = continued(
+        run, parent_run_id, lambda old: recorded_run(loop, old, "continue_run")
+    )
+    return fresh_engine(loop, result.transcript, cancel, run_id, parent_run_id)
+
+
+def saved_result(loop: Loop, run: str | RunResult, call: str) -> RunResult:
+    """``run``'s result: given, or read by its id from the Loop's ledger."""
+    return recorded_run(loop, run, call).result if isinstance(run, str) else run
+
+
+def recorded_run(loop: Loop, run_id: str, call: str) -> LedgerRun:
+    """The run ``run_id`` of the Loop's ledger, as its records stand."""
+    if loop.ledger is None:
+        no_ledger(run_id, f"{call}({run_id!r:.60})")
+    assert loop.ledger is not None, "no_ledger refused the id"
+    return view_run(loop.ledger, run_id)
 
 
 def opened(loop: Loop) -> None:

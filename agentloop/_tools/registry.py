@@ -42,6 +42,7 @@ from typing import Any, Final, TypeVar, overload
 
 from agentloop._core.json import json_object
 from agentloop._drivers.callbacks import is_async
+from agentloop._tools.converters import refusals
 from agentloop._tools.policy import (
     Decision,
     Policy,
@@ -55,7 +56,6 @@ from agentloop._tools.policy import (
     strictest_answer,
 )
 from agentloop._tools.results import cut_to, failed, result_limit, returned
-from agentloop._tools.schema import refusals
 from agentloop._tools.specs import SpecFormat, build_specs
 from agentloop._tools.tool import Tool
 

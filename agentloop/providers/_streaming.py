@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agentloop._core.retry_policy import mark
 from agentloop._drivers.streams import between_chunks
 from agentloop._errors import IncompleteReply
-from agentloop.providers._convert import make_model
 from agentloop.providers._errors import aunstreamed, classify, stream_error_kind, unstreamed
+from agentloop.providers._model import make_model
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
     from agentloop._drivers.streams import Delta
     from agentloop._tools.specs import NameRule, SpecFormat
-    from agentloop.providers._convert import Message, Options
+    from agentloop.providers._convert import Message
+    from agentloop.providers._model import Options
 
     # An adapter's own marking of its SDK's errors (``make_model``'s ``errors``): it marks
     # the error and may give one to raise in its place.

@@ -6,10 +6,11 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from agentloop import Budget, Loop, State, load_run, save_run
+from agentloop import Loop, State
 from agentloop._core.intake import take_reply
 from agentloop._core.values import Usage
-from agentloop.engine import Effect, Engine, Guard, RunTool
+from agentloop.engine import Budget, Effect, Engine, Guard, RunTool
+from agentloop.review import load_run, save_run
 from agentloop.testing import ScriptedModel, call, final
 from tests.support import ROOT
 from tests.support.helpers import add

@@ -383,3 +383,30 @@ def test_to_thread_and_concurrency_stay_asyncio_only() -> None:
     for options in ({"to_thread": True}, {"max_concurrency": 2}):
         with pytest.raises(ValueError, match=r"needs the asyncio driver \(loop.arun or loop"):
             Loop(AsyncScriptedModel([final("x")]), **options).run("go")
+
+
+def test_an_async_model_is_awaited_by_the_sync_driver() -> None:
+    """An async def model runs under loop.run too (it was refused at start): it is awaited on
+    the run's own event loop."""
+
+    async def model(history: list[dict[str, Any]]) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        return final("awaited")
+
+    assert Loop(model).run("go").output == "awaited"
+
+
+def test_a_coroutine_returned_by_a_plain_model_is_awaited_without_a_warning() -> None:
+    """Either driver awaits it, as it would an async def model's (the sync one made the run
+    malformed); nothing warns of a coroutine never awaited."""
+
+    async def reply() -> dict[str, Any]:
+        return final("awaited")
+
+    loop = Loop(lambda history: reply())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        results = [loop.run("go"), asyncio.run(loop.arun("go"))]
+    for result in results:
+        assert (result.status, result.output) == ("finished", "awaited")
+        assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result

@@ -24,20 +24,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentloop import (
-    CancelToken,
-    Loop,
-    RunResult,
-    SQLiteLedger,
-    ToolRegistry,
-    Transition,
-    load_run,
-    report_progress,
-    save_run,
-)
+from agentloop import CancelToken, Loop, RunResult, ToolRegistry, Transition, report_progress
 from agentloop._cli.main import main
 from agentloop._review.report import report_html
+from agentloop.ledger import SQLiteLedger
 from agentloop.providers import IncompleteReply
+from agentloop.review import load_run, save_run
 from agentloop.streaming import (
     ArgumentsDelta,
     TextDelta,
@@ -624,7 +616,7 @@ def model(history):
     yield TextDelta(text="2+2 ")
     os.kill(os.getpid(), signal.SIGKILL)  # the process dies while the reply streams
 
-loop = agentloop.Loop(model, ledger=agentloop.SQLiteLedger(sys.argv[1]))
+loop = agentloop.Loop(model, ledger=agentloop.ledger.SQLiteLedger(sys.argv[1]))
 loop.run("What is 2+2?", run_id="r1")
 """
 

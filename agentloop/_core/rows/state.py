@@ -131,7 +131,6 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         "_parent_run_id",
         "_plan",
         "_policy",
-        "_recorded_words",
         "_rejected",
         "_reply",
         "_reserved",
@@ -219,8 +218,6 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         #: The budget that ran out, once the run wraps up (``on_exhausted='answer'``).
         self._wrapping: str | None = None
         self._calls_seen: _CallIndex | None = None  # the loop guard's, made when first asked
-        #: The errors of a record being replayed that an older agentloop worded otherwise.
-        self._recorded_words: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
@@ -354,12 +351,8 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
                 f"call id {call_id!r} appears twice in the batch; no call of it was run"
             )
             return
-        # The words of a record made before the error said where the id was first used.
-        older = f"call id {call_id!r} was already used in this run; the call was not run again"
         self._draft.error = (
-            older
-            if older in self._recorded_words
-            else f"call id {call_id!r} was already used in this run, first "
+            f"call id {call_id!r} was already used in this run, first "
             f"{self._first_use(call_id)}; the call was not run again"
         )
 
