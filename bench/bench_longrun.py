@@ -100,7 +100,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import orjson
 from targets import verdict
 
-from agentloop import Loop, SQLiteLedger, State, ToolRegistry, save_run
+from agentloop import Loop, State, ToolRegistry
+from agentloop.ledger import SQLiteLedger
+from agentloop.review import save_run
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
