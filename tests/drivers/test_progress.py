@@ -18,7 +18,7 @@ from agentloop import Loop, State, ToolRegistry, Transition, report_progress
 from agentloop._drivers.progress import REPORTER
 from agentloop.streaming import ToolProgress
 from agentloop.testing import ScriptedModel, batch
-from tests.support.helpers import call, drive, final
+from tests.support.helpers import SyncDriver, call, drive, final
 
 if TYPE_CHECKING:
     from tests.support.helpers import Driver
@@ -201,7 +201,7 @@ def test_an_interrupt_right_after_a_call_sets_its_reporter_leaves_none_behind(
     finally:
         sys.setprofile(None)
     assert run.state is State.CANCELLED
-    if driver.name == "sync":
+    if isinstance(driver, SyncDriver):
         assert REPORTER.get() is None
     else:  # the run's task ran in the runner's context: read it there
 
