@@ -50,7 +50,14 @@ from agentloop._drivers.callbacks import (
 from agentloop._drivers.concurrent import ConcurrentBatch
 from agentloop._drivers.progress import areporting
 from agentloop._drivers.streams import Discard, ListenerFailed, Partial, apull, in_time, is_stream
-from agentloop._drivers.transition import LOG, Carried, Streaming, carried, log, one_transition
+from agentloop._drivers.transition import (
+    LOG,
+    CapturedInterrupt,
+    Streaming,
+    capture_interrupt,
+    log,
+    one_transition,
+)
 from agentloop._drivers.waits import await_wait
 
 if TYPE_CHECKING:
@@ -95,7 +102,7 @@ class AsyncRun(ConcurrentBatch):
         self._to_thread = to_thread
         self._max_concurrency = max_concurrency
         # The running calls of a batch (max_concurrency > 1), by id, in start order.
-        self._tasks: dict[str, asyncio.Task[object | Carried]] = {}
+        self._tasks: dict[str, asyncio.Task[object | CapturedInterrupt]] = {}
         self._listeners: list[tuple[Listener, bool]] = []
         for listener in listeners:
             self.subscribe(listener)
@@ -250,9 +257,9 @@ class AsyncRun(ConcurrentBatch):
         """The policies' answers about the batch's calls, awaited together (not cancellable)."""
         review = self._review
         assert review is not None, "only a driver that reviews is asked to"
-        answers = await asyncio.gather(*(carried(review(call)) for call in need.calls))
+        answers = await asyncio.gather(*(capture_interrupt(review(call)) for call in need.calls))
         for answer in answers:
-            if type(answer) is Carried:
+            if type(answer) is CapturedInterrupt:
                 raise answer.exc  # here, in the task that drives the run: the run ends
         return {call["id"]: answer for call, answer in zip(need.calls, answers, strict=True)}
 

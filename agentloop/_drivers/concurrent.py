@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from agentloop._core.values import ReviewCalls, RunTool
 from agentloop._drivers.callbacks import TokenCancelled, ended_by_token, unless_cancelled
-from agentloop._drivers.transition import Carried, RunView, carried
+from agentloop._drivers.transition import CapturedInterrupt, RunView, capture_interrupt
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -31,7 +31,7 @@ class ConcurrentBatch(RunView):
     # Set by AsyncRun.__init__; ``_tasks``: the running calls of a batch, by id, in start order.
     _cancel: CancelToken | None
     _max_concurrency: int
-    _tasks: dict[str, asyncio.Task[object | Carried]]
+    _tasks: dict[str, asyncio.Task[object | CapturedInterrupt]]
 
     if TYPE_CHECKING:  # AsyncRun's
 
@@ -66,7 +66,7 @@ class ConcurrentBatch(RunView):
                 # Cancelled: the running calls were answered cancelled; their tasks end first.
                 await self._dropped(self._drop_tasks())
                 return need  # type: ignore[return-value]  # neither request: a transition
-            task = asyncio.ensure_future(carried(self._started(need)))
+            task = asyncio.ensure_future(capture_interrupt(self._started(need)))
             task.add_done_callback(_observed)
             tasks[need.call["id"]] = task
             await asyncio.sleep(0)  # the call starts now, before the next one's checkpoint
@@ -89,7 +89,7 @@ class ConcurrentBatch(RunView):
             task = tasks[call_id]
             if not task.cancelled() and task.exception() is None:
                 result = task.result()
-                if type(result) is Carried:
+                if type(result) is CapturedInterrupt:
                     del tasks[call_id]
                     raise result.exc
         # Of the calls done by now, the first in emission order is reported first.

@@ -39,11 +39,11 @@ Request = AskModel | Summarise | RunTool | ReviewCalls | Wait
 
 __all__ = [
     "LOG",
-    "Carried",
+    "CapturedInterrupt",
     "Request",
     "RunView",
     "Streaming",
-    "carried",
+    "capture_interrupt",
     "drain",
     "log",
     "one_transition",
@@ -305,12 +305,12 @@ class RunView:
         )
 
 
-class Carried:
+class CapturedInterrupt:
     """A ``KeyboardInterrupt`` or ``SystemExit`` raised in a task the driver made.
 
     asyncio raises those out of the event loop itself, past the task that
     drives the run, which then never ends it (``run_until_complete``) or sees
-    only its own ``CancelledError`` (``asyncio.run``). ``carried`` catches it
+    only its own ``CancelledError`` (``asyncio.run``). ``capture_interrupt`` catches it
     in the task and returns it as this value, for the driving task to raise.
     """
 
@@ -320,9 +320,9 @@ class Carried:
         self.exc = exc
 
 
-async def carried(awaitable: Awaitable[_T]) -> _T | Carried:
-    """Await ``awaitable`` in a task of its own; an interruption comes back as ``Carried``."""
+async def capture_interrupt(awaitable: Awaitable[_T]) -> _T | CapturedInterrupt:
+    """Await ``awaitable`` in a task of its own; an interruption comes back as a value."""
     try:
         return await awaitable
     except (KeyboardInterrupt, SystemExit) as exc:
-        return Carried(exc)
+        return CapturedInterrupt(exc)
