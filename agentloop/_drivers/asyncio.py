@@ -42,7 +42,9 @@ from agentloop._core.json import exception_said
 from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import AskModel, ReviewCalls, RunTool, Wait
 from agentloop._drivers.callbacks import (
+    CapturedInterrupt,
     TokenCancelled,
+    capture_interrupt,
     is_async,
     unless_cancelled,
     within,
@@ -50,14 +52,7 @@ from agentloop._drivers.callbacks import (
 from agentloop._drivers.concurrent import ConcurrentBatch
 from agentloop._drivers.progress import areporting
 from agentloop._drivers.streams import Discard, ListenerFailed, Partial, apull, in_time, is_stream
-from agentloop._drivers.transition import (
-    LOG,
-    CapturedInterrupt,
-    Streaming,
-    capture_interrupt,
-    log,
-    one_transition,
-)
+from agentloop._drivers.transition import LOG, Streaming, log, one_transition
 from agentloop._drivers.waits import await_wait
 
 if TYPE_CHECKING:

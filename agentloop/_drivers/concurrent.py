@@ -14,8 +14,14 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Final
 
 from agentloop._core.values import ReviewCalls, RunTool
-from agentloop._drivers.callbacks import TokenCancelled, ended_by_token, unless_cancelled
-from agentloop._drivers.transition import CapturedInterrupt, RunView, capture_interrupt
+from agentloop._drivers.callbacks import (
+    CapturedInterrupt,
+    TokenCancelled,
+    capture_interrupt,
+    ended_by_token,
+    unless_cancelled,
+)
+from agentloop._drivers.transition import RunView
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

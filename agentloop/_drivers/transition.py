@@ -25,7 +25,7 @@ from agentloop._drivers.callbacks import TokenCancelled, ended_by_token
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
+    from collections.abc import AsyncGenerator, Callable, Generator
 
     from agentloop._core.approval import PendingCall
     from agentloop._core.engine import Engine
@@ -39,11 +39,9 @@ Request = AskModel | Summarise | RunTool | ReviewCalls | Wait
 
 __all__ = [
     "LOG",
-    "CapturedInterrupt",
     "Request",
     "RunView",
     "Streaming",
-    "capture_interrupt",
     "drain",
     "log",
     "one_transition",
@@ -303,26 +301,3 @@ class RunView:
             f"{self.state.value!r}); step a run from one place at a time",
             state=self.state,
         )
-
-
-class CapturedInterrupt:
-    """A ``KeyboardInterrupt`` or ``SystemExit`` raised in a task the driver made.
-
-    asyncio raises those out of the event loop itself, past the task that
-    drives the run, which then never ends it (``run_until_complete``) or sees
-    only its own ``CancelledError`` (``asyncio.run``). ``capture_interrupt`` catches it
-    in the task and returns it as this value, for the driving task to raise.
-    """
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
-async def capture_interrupt(awaitable: Awaitable[_T]) -> _T | CapturedInterrupt:
-    """Await ``awaitable`` in a task of its own; an interruption comes back as a value."""
-    try:
-        return await awaitable
-    except (KeyboardInterrupt, SystemExit) as exc:
-        return CapturedInterrupt(exc)
