@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "forked_engine",
     "fresh_engine",
-    "opened",
+    "check_ready",
     "plain_engine",
     "resilient",
     "resumed_engine",
@@ -38,7 +38,7 @@ def fresh_engine(
     parent_run_id: str | None = None,
 ) -> Engine:
     """A fresh engine for a new run: a recording one when the Loop has a ledger."""
-    opened(loop)
+    check_ready(loop)
     messages = loop._input(messages)
     if loop.ledger is None:
         if run_id is not None:
@@ -63,7 +63,7 @@ def fresh_engine(
     )
 
 
-def opened(loop: Loop) -> None:
+def check_ready(loop: Loop) -> None:
     """Refuse a run the Loop cannot make now.
 
     Outside ``with loop:``, when it owns what only that opens; with a tool
@@ -104,7 +104,7 @@ def resumed_engine(
     loop: Loop, what: str, run: str | RunResult, cancel: CancelToken | None
 ) -> tuple[Engine, CancelToken | None]:
     """The run, fed to a fresh engine, and the token its driver is to watch."""
-    opened(loop)
+    check_ready(loop)
     engine, token = resumed(
         what,
         run,
@@ -122,7 +122,7 @@ def forked_engine(
     loop: Loop, run: RunResult, at: int, cancel: CancelToken | None, run_id: str | None
 ) -> tuple[Engine, CancelToken]:
     """A fork's engine (``Loop.fork``): ``run`` after its first ``at`` transitions; its token."""
-    opened(loop)
+    check_ready(loop)
     engine, token = forked(
         run,
         at,
