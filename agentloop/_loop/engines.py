@@ -19,11 +19,11 @@ if TYPE_CHECKING:
     from agentloop._loop.loop import Loop
 
 __all__ = [
+    "check_ready",
     "forked_engine",
     "fresh_engine",
-    "check_ready",
+    "make_resilient",
     "plain_engine",
-    "resilient",
     "resumed_engine",
 ]
 
@@ -46,7 +46,7 @@ def fresh_engine(
         engine = plain_engine(loop, messages, cancel)
         engine._parent_run_id = parent_run_id
         return engine
-    return resilient(
+    return make_resilient(
         loop,
         resume.begin(
             loop.ledger,
@@ -94,7 +94,7 @@ def plain_engine(
     )
 
 
-def resilient(loop: Loop, engine: _E) -> _E:
+def make_resilient(loop: Loop, engine: _E) -> _E:
     """``engine``, retrying and falling back as ``loop`` does (``retry=``, ``fallback``)."""
     engine._set_resilience(loop.retry, loop._model_names)
     return engine
@@ -115,7 +115,7 @@ def resumed_engine(
         context=loop.context,
         output=loop.output,
     )
-    return resilient(loop, engine), token
+    return make_resilient(loop, engine), token
 
 
 def forked_engine(
@@ -134,4 +134,4 @@ def forked_engine(
         context=loop.context,
         output=loop.output,
     )
-    return resilient(loop, engine), token
+    return make_resilient(loop, engine), token
