@@ -17,7 +17,7 @@ from agentloop._core.values import Budget, CancelToken, RunResult
 from agentloop._drivers.callbacks import bind_model
 from agentloop._drivers.tool_calls import async_dispatch
 from agentloop._durable.view import view_run
-from agentloop._loop.continued import continued, ended, released_on_error
+from agentloop._loop.continued import continued, read_ended, released_on_error
 from agentloop._loop.engines import forked_engine, fresh_engine, resumed_engine
 from agentloop._loop.fallback import Fallback
 from agentloop._loop.running import async_run, sync_run
@@ -300,7 +300,7 @@ class Loop:
         registry = self._sync_driver("loop.aresume", awaits=True)
         engine, token = resumed_engine(self, "resume", run, cancel)
         if engine.done:
-            return ended(engine, run, decisions)
+            return read_ended(engine, run, decisions)
         with released_on_error(engine):
             live = sync_run(self, engine, registry, token)
             if decisions is not None:
@@ -444,7 +444,7 @@ class Loop:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
         engine, token = resumed_engine(self, "aresume", run, cancel)
         if engine.done:
-            return ended(engine, run, decisions)
+            return read_ended(engine, run, decisions)
         with released_on_error(engine):
             live = async_run(self, engine, token)
             if decisions is not None:
