@@ -86,7 +86,7 @@ class _AOpened:
 def open_stream(create: Callable[..., Iterator[Any]]) -> Callable[..., _Opened]:
     """``create`` (the SDK's ``generate_content_stream``), its request sent by the call."""
 
-    def opened(**request: Any) -> _Opened:
+    def open_and_peek(**request: Any) -> _Opened:
         rest = create(**request)
         try:
             first = next(rest, None)
@@ -95,13 +95,13 @@ def open_stream(create: Callable[..., Iterator[Any]]) -> Callable[..., _Opened]:
             raise
         return _Opened(first, rest)
 
-    return opened
+    return open_and_peek
 
 
 def aopen_stream(create: Callable[..., Any]) -> Callable[..., Any]:
     """``open_stream`` for an async client's ``generate_content_stream``."""
 
-    async def opened(**request: Any) -> _AOpened:
+    async def open_and_peek(**request: Any) -> _AOpened:
         rest = await create(**request)
         try:
             first = await anext(rest, None)
@@ -112,7 +112,7 @@ def aopen_stream(create: Callable[..., Any]) -> Callable[..., Any]:
             raise
         return _AOpened(first, rest)
 
-    return opened
+    return open_and_peek
 
 
 async def _aclose_response(response: Any) -> None:
