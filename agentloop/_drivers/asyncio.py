@@ -50,8 +50,9 @@ from agentloop._drivers.callbacks import (
     within,
 )
 from agentloop._drivers.concurrent import ConcurrentBatch
+from agentloop._drivers.deltas import Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import areporting
-from agentloop._drivers.streams import Discard, ListenerFailed, Partial, apull, in_time, is_stream
+from agentloop._drivers.streams import apull, in_time, is_stream
 from agentloop._drivers.transition import LOG, Streaming, log, one_transition
 from agentloop._drivers.waits import await_wait
 
@@ -62,8 +63,8 @@ if TYPE_CHECKING:
     from agentloop._core.engine import Engine
     from agentloop._core.values import CancelToken, RunResult, Transition
     from agentloop._drivers.callbacks import Listener, Model
+    from agentloop._drivers.deltas import Delta
     from agentloop._drivers.progress import ToolProgress
-    from agentloop._drivers.streams import Delta
     from agentloop._drivers.transition import Request
 
 __all__ = ["AsyncRun"]

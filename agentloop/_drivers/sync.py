@@ -27,8 +27,9 @@ from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import AskModel, RunTool, Transition, Wait
 from agentloop._drivers.awaiter import Awaiter
 from agentloop._drivers.callbacks import TokenCancelled, is_async
+from agentloop._drivers.deltas import Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import reporting
-from agentloop._drivers.streams import Discard, ListenerFailed, Partial, in_time, is_stream, pull
+from agentloop._drivers.streams import in_time, is_stream, pull
 from agentloop._drivers.transition import LOG, RunView, Streaming, drain, log, pump
 from agentloop._drivers.waits import wait
 
@@ -39,8 +40,8 @@ if TYPE_CHECKING:
     from agentloop._core.engine import Engine
     from agentloop._core.values import RunResult
     from agentloop._drivers.callbacks import Listener, Model
+    from agentloop._drivers.deltas import Delta
     from agentloop._drivers.progress import ToolProgress
-    from agentloop._drivers.streams import Delta
     from agentloop._drivers.transition import Request
 
 __all__ = ["Run"]

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from agentloop._core.engine import Engine
     from agentloop._core.table import State
     from agentloop._core.values import Budget, RunResult, Transition, Usage
-    from agentloop._drivers.streams import Delta, Partial
+    from agentloop._drivers.deltas import Delta, Partial
 
 #: What a driver is asked to perform: call the model (or a context policy's summariser),
 #: run a tool, review a batch, wait before a retry.

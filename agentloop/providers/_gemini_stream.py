@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from google.genai import errors
 
-from agentloop._drivers.streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
+from agentloop._drivers.deltas import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._gemini_reply import GeminiParts
 from agentloop.providers._streaming import afolded, folded
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from google.genai import types
 
-    from agentloop._drivers.streams import Delta
+    from agentloop._drivers.deltas import Delta
     from agentloop.providers._convert import Message
     from agentloop.providers._streaming import Errors
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
     from types import ModuleType
 
-    from agentloop._drivers.streams import Delta
+    from agentloop._drivers.deltas import Delta
     from agentloop._tools.specs import NameRule, SpecFormat
     from agentloop.providers._convert import Message, Options
 
