@@ -135,7 +135,7 @@ class AsyncRun(ConcurrentBatch):
         """``finish()`` under asyncio: step until done (or awaiting approval), return the result."""
         engine = self._engine
         if not engine.done:
-            # Each step says where it went: no property reads per step to learn it.
+            # Each step says where it went: the engine need not be asked.
             while True:
                 transition = await self._step()
                 if transition is None or transition.dest in TERMINAL:

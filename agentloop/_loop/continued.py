@@ -292,7 +292,7 @@ class released_on_error:
     ``decisions=``, a listener that raised): the claim would otherwise stay
     with an object nobody holds, and ``resume`` would be refused until it is
     collected. A run that ended or waits for a person holds none already.
-    (A class, not a generator: it wraps every run, and costs less so.)
+    (A class, not a ``contextlib`` generator: it wraps every run, on its hot path.)
     """
 
     __slots__ = ("_engine",)

@@ -272,7 +272,7 @@ class Loop:
         The result does not hold the run's id: with a ledger, pass ``run_id=``,
         or use ``start()`` and read ``run.run_id`` (known before the first step).
         """
-        # start()'s body, one call fewer
+        # start()'s body, not start().finish(): the claim is given up if finishing raises too
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
         engine = fresh_engine(self, messages, cancel, run_id)
         with released_on_error(engine):
