@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Self
 from agentloop._core.messages import check_new_input
 from agentloop._core.values import Budget, CancelToken, RunResult
 from agentloop._drivers.callbacks import bind_model
-from agentloop._drivers.tool_calls import async_dispatch
+from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._durable.view import view_run
 from agentloop._loop.continued import continued, read_ended, released_on_error
 from agentloop._loop.engines import forked_engine, fresh_engine, resumed_engine
@@ -198,7 +198,7 @@ class Loop:
         self._asyncio_only = asyncio_only(
             models[0], self.model_timeout, self.tool_timeout, self.to_thread, max_concurrency
         )
-        self._adispatch = async_dispatch(
+        self._adispatch = asyncio_dispatch(
             self.dispatcher, to_thread=to_thread, tool_timeout=self.tool_timeout
         )
         self.ledger = checked_ledger(ledger)
