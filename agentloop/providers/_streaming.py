@@ -12,6 +12,7 @@ an ``IncompleteReply``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -323,22 +324,15 @@ def make_stream_model(
     itself): it yields the deltas ``convert`` makes of the SDK's events, then
     the whole reply.
     """
-    if inspect.iscoroutinefunction(inspect.unwrap(create)):
-
-        def aopen(source: Any) -> AsyncReplyStream:
-            return AsyncReplyStream(source, aconvert)
-
-        opened: Callable[[Any], Any] = aopen
-    else:
-
-        def open_(source: Any) -> ReplyStream:
-            return ReplyStream(source, convert)
-
-        opened = open_
+    open_stream: Callable[[Any], Any] = (  # make_model's parse: here, the stream opened
+        functools.partial(AsyncReplyStream, convert=aconvert)
+        if inspect.iscoroutinefunction(inspect.unwrap(create))
+        else functools.partial(ReplyStream, convert=convert)
+    )
     made: StreamModel | AsyncStreamModel = make_model(  # type: ignore[assignment]
         create,
         request,
-        opened,
+        open_stream,
         format,
         options,
         sdk=sdk,
