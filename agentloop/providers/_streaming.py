@@ -98,16 +98,13 @@ def folded(
         raise error from exc
     finally:
         events.close()  # the HTTP response, at once: the reply is in (or broke)
-    last = fold.missing()
-    if last is not None:
-        raise ended_early(last, began)
-    yield fold.reply()
+    yield _whole(fold, began)
 
 
 async def afolded(
     events: Any, fold: Fold, sdk: ModuleType | None = None, *, errors: Errors | None = None
 ) -> AsyncGenerator[Delta | Message, None]:
-    """``folded`` over an async SDK stream."""
+    """``folded`` over an async SDK stream: the same body, but where it awaits."""
     began = False
     try:
         async for event in events:
@@ -124,10 +121,15 @@ async def afolded(
         raise error from exc
     finally:
         await events.close()
+    yield _whole(fold, began)
+
+
+def _whole(fold: Fold, began: bool) -> Message:
+    """The reply ``fold`` made of a stream that ended: ``ended_early``'s error if it is not in."""
     last = fold.missing()
     if last is not None:
         raise ended_early(last, began)
-    yield fold.reply()
+    return fold.reply()
 
 
 def _broke(exc: Exception, sdk: ModuleType | None, errors: Errors | None) -> Exception:
