@@ -156,10 +156,21 @@ class AsyncRun(ConcurrentBatch):
         return transition
 
     async def _step(self, decisions: dict[str, Decision] | None = None) -> Transition | None:
-        """One transition, a stream's deltas dropped (the listeners heard them): ``_transition``."""
+        """One transition, a stream's deltas dropped (the listeners heard them): ``_transition``.
+
+        An interruption that lands here, between two deltas rather than inside
+        the step, is thrown into it, where the run ends as for any other.
+        """
         made: list[Transition] = []
-        async for _ in self._transition(made, decisions):
-            pass
+        steps = self._transition(made, decisions)
+        try:
+            async for _ in steps:
+                pass
+        except BaseException as exc:
+            # Suspended at a delta: ``exc`` is raised there, and again here once the run
+            # has ended. Ended already (``exc`` came from inside): athrow does nothing.
+            await steps.athrow(exc)
+            raise
         return made[0] if made else None
 
     async def _transition(
