@@ -53,7 +53,7 @@ from agentloop._drivers.concurrent import ConcurrentBatch
 from agentloop._drivers.deltas import Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import areporting
 from agentloop._drivers.streams import apull, in_time, is_stream
-from agentloop._drivers.transition import LOG, Streaming, log, one_transition
+from agentloop._drivers.transition import LOG, RunView, Streaming, log, one_transition
 from agentloop._drivers.waits import await_wait
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncRun"]
 
 
-class AsyncRun(ConcurrentBatch):
+class AsyncRun(RunView):
     """One run under asyncio, driven one transition at a time by ``astep()``."""
 
     def __init__(
@@ -86,7 +86,7 @@ class AsyncRun(ConcurrentBatch):
         listeners: tuple[Listener, ...] = (),
         review: Callable[[dict[str, Any]], Awaitable[object]] | None = None,
     ) -> None:
-        super().__init__(engine)
+        RunView.__init__(self, engine)
         self._model = model
         # ``review(call)`` asks the policies; ``dispatch(call, review=..., decision=...)``
         # takes their answer (handed back by the engine with the call).
@@ -96,9 +96,10 @@ class AsyncRun(ConcurrentBatch):
         self._cancel = cancel
         self._model_timeout = model_timeout
         self._to_thread = to_thread
-        self._max_concurrency = max_concurrency
         # The running calls of a batch (max_concurrency > 1), by id, in start order.
-        self._tasks: dict[str, asyncio.Task[object | CapturedInterrupt]] = {}
+        self._batch = (
+            ConcurrentBatch(engine, cancel, max_concurrency) if max_concurrency > 1 else None
+        )
         self._listeners: list[tuple[Listener, bool]] = []
         for listener in listeners:
             self.subscribe(listener)
@@ -187,7 +188,7 @@ class AsyncRun(ConcurrentBatch):
         an async generator cannot delegate to another (no ``yield from``),
         and a layer between them would pass each delta on once more.
         """
-        engine = self._engine
+        engine, batch = self._engine, self._batch
         refused = False
         try:
             # Taken inside the try: an interrupt right after it still reaches the finally.
@@ -198,11 +199,11 @@ class AsyncRun(ConcurrentBatch):
             if decisions is not None:
                 transition = engine.decided(decisions)
             elif (
-                self._max_concurrency > 1
+                batch is not None
                 and engine.state is State.DISPATCHING
-                and (self._tasks or engine.unstarted > 1)
+                and (batch.tasks or engine.unstarted > 1)
             ):  # calls to run at once; a lone call is awaited in place, as with 1
-                transition = await self._batch_step()
+                transition = await batch.step(self._reviewed, self._tool)
             else:  # the one transition, each request awaited (transition.pump, with awaits)
                 steps = one_transition(engine)
                 try:
@@ -231,7 +232,8 @@ class AsyncRun(ConcurrentBatch):
             if not (refused or isinstance(exc, Exception)):
                 # A cancelled task, Ctrl-C, or the caller left the loop mid-reply: the run ends.
                 self._notify_interrupted(self._interrupted(exc))
-                self._drop_tasks()
+                if batch is not None:
+                    batch.drop()
             raise
         finally:
             if not refused:
