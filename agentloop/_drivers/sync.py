@@ -148,7 +148,7 @@ class Run(RunView):
         while True:
             made: Transition | None
             if decisions is not None:
-                made = engine.decided(decisions)
+                made, decisions = engine.decided(decisions), None
             else:
                 need = engine.next()
                 if type(need) is Transition:  # made by the engine itself: nothing to perform
