@@ -157,28 +157,25 @@ class AsyncRun(RunView):
         return transition
 
     async def _step(self, decisions: dict[str, Decision] | None = None) -> Transition | None:
-        """One transition, a stream's deltas dropped (the listeners heard them): ``_transition``.
-
-        An interruption that lands here, between two deltas rather than inside
-        the step, is thrown into it, where the run ends as for any other.
-        """
+        """One transition: ``_transition``, its stream's deltas dropped where they are read."""
         made: list[Transition] = []
-        steps = self._transition(made, decisions)
-        try:
-            async for _ in steps:
-                pass
-        except BaseException as exc:
-            # Suspended at a delta: ``exc`` is raised there, and again here once the run
-            # has ended. Ended already (``exc`` came from inside): athrow does nothing.
-            await steps.athrow(exc)
-            raise
+        async for _ in self._transition(made, decisions):
+            pass  # nothing comes: the deltas are not handed on
         return made[0] if made else None
 
     async def _transition(
-        self, made: list[Transition], decisions: dict[str, Decision] | None = None
+        self,
+        made: list[Transition],
+        decisions: dict[str, Decision] | None = None,
+        *,
+        hand_on: bool = False,
     ) -> AsyncGenerator[Delta, None]:
         """One transition (or, with ``decisions``, the decision); a stream's deltas yielded.
 
+        ``hand_on``: each delta is yielded as it arrives (``astream()``);
+        else the step reads them to the end, their listeners hearing each, and
+        yields none: each delta yielded through one more async generator
+        would cost about as much again as reading it.
         The transition is told to the listeners and appended to ``made`` (an
         async generator returns nothing); none while the run awaits a person.
         Every way into the run goes through here: a step started while
@@ -214,8 +211,12 @@ class AsyncRun(RunView):
                             if type(answer) is Streaming:
                                 reading: AsyncGenerator[Delta, None] = answer.deltas  # type: ignore[assignment]
                                 try:
-                                    async for delta in reading:
-                                        yield delta
+                                    if hand_on:
+                                        async for delta in reading:
+                                            yield delta
+                                    else:  # drained here: the delta listeners heard each
+                                        async for _ in reading:
+                                            pass
                                 finally:
                                     await reading.aclose()
                                 answer = self._streamed_reply
@@ -332,7 +333,7 @@ class AsyncRun(RunView):
         engine = self._engine
         while not engine.done:
             made: list[Transition] = []
-            step = self._transition(made)
+            step = self._transition(made, hand_on=True)
             try:
                 async for delta in step:
                     yield delta

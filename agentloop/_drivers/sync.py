@@ -135,13 +135,17 @@ class Run(RunView):
         return drain(self._held(self._transitions(decisions)))  # type: ignore[return-value]
 
     def _transitions(
-        self, decisions: dict[str, Decision] | None = None, *, until_done: bool = False
+        self,
+        decisions: dict[str, Decision] | None = None,
+        *,
+        until_done: bool = False,
+        hand_on: bool = False,
     ) -> Generator[Delta, None, Transition | None]:
         """One transition (or, with ``decisions``, the decision), or each until the run is done.
 
-        Each pumped (a stream's deltas yielded as they arrive), logged, and
-        told to the listeners. ``None``: the run waits for a person's
-        decisions, and nothing happened.
+        Each pumped (with ``hand_on``, a stream's deltas yielded as they
+        arrive; ``pump``), logged, and told to the listeners. ``None``: the
+        run waits for a person's decisions, and nothing happened.
         """
         engine, listeners, perform = self._engine, self._listeners, self._perform
         debug = LOG.isEnabledFor(DEBUG)  # once a loop: logging is not reconfigured mid-run
@@ -154,7 +158,7 @@ class Run(RunView):
                 if type(need) is Transition:  # made by the engine itself: nothing to perform
                     made = need
                 else:
-                    made = yield from pump(engine, perform, need)
+                    made = yield from pump(engine, perform, need, hand_on=hand_on)
                     if made is None:
                         return None
             if debug:
@@ -274,7 +278,7 @@ class Run(RunView):
         """
         engine = self._engine
         while not engine.done and engine.state is not State.AWAITING_APPROVAL:
-            made = yield from self._held(self._transitions())
+            made = yield from self._held(self._transitions(hand_on=True))
             if made is None:
                 return
             yield made

@@ -8,9 +8,10 @@ thrown in), reports it, and returns the transition that followed.
 
 Each host pumps it in one place. ``pump`` is the loop for a host that
 performs with plain calls: ``Run`` and the DBOS workflow. A model's stream
-comes back from ``perform`` as ``Streaming``, whose deltas ``pump`` yields
-as they arrive, so the plain step is the streamed step drained
-(``drain``). ``AsyncRun`` pumps it with awaits, in the same shape.
+comes back from ``perform`` as ``Streaming``: ``pump`` reads it, yielding
+its deltas as they arrive for ``stream()``, or draining them where it reads
+them (``drain``) for the plain step, which is so the streamed step, drained.
+``AsyncRun`` pumps it with awaits, in the same shape.
 """
 
 from __future__ import annotations
@@ -123,16 +124,23 @@ class Streaming:
 
 
 def pump(
-    engine: Engine, perform: Callable[[Request], object], need: object = None
+    engine: Engine,
+    perform: Callable[[Request], object],
+    need: object = None,
+    *,
+    hand_on: bool = False,
 ) -> Generator[Delta, None, Transition | None]:
     """One transition of ``engine``, each request done by ``perform``; a stream's deltas yielded.
 
     The loop of a host that performs with plain calls. What ``perform``
     answers is sent in, and what it raises (an ``Exception``, or
     ``TokenCancelled``) is thrown in, for the engine to say what it means;
-    a ``Streaming`` answer's deltas are yielded as they come, and its reply
-    sent in. Returns what ``one_transition`` returns (``need``: what
-    ``engine.next()`` answered already).
+    a ``Streaming`` answer is read to its end and its reply sent in, its
+    deltas yielded as they come with ``hand_on`` (``stream()``), else
+    drained here: a delta passed up through each generator of the driver
+    would cost about as much again as reading it. Returns what
+    ``one_transition`` returns (``need``: what ``engine.next()`` answered
+    already).
     """
     steps = one_transition(engine, need)
     try:
@@ -143,7 +151,8 @@ def pump(
                 answer = perform(need)
                 if type(answer) is Streaming:
                     streaming = answer
-                    answer = yield from streaming.deltas  # type: ignore[misc]  # a sync reading
+                    reading: Generator[Delta, None, object] = answer.deltas  # type: ignore[assignment]
+                    answer = (yield from reading) if hand_on else drain(reading)
             except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
                 need = steps.throw(exc)
             else:
@@ -162,7 +171,7 @@ def drain(steps: Generator[Delta, None, _T]) -> _T:
     """What ``steps`` returns, the deltas it yields dropped (their listeners heard them).
 
     An interruption that lands here, between two deltas rather than inside
-    ``steps``, is thrown into it, where the run ends as for any other.
+    ``steps``, is thrown into it, where its stream closes at once.
     """
     try:
         while True:
@@ -170,7 +179,7 @@ def drain(steps: Generator[Delta, None, _T]) -> _T:
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
     except BaseException as exc:
-        steps.throw(exc)  # raises: ``exc`` again, once ``steps`` has ended the run
+        steps.throw(exc)  # raises: ``exc`` again, once ``steps`` has closed its stream
         raise
 
 
