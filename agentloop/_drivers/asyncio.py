@@ -133,14 +133,14 @@ class AsyncRun(RunView):
             yield transition
 
     async def afinish(self) -> RunResult:
-        """``finish()`` under asyncio: step until done (or awaiting approval), return the result."""
+        """``finish()`` under asyncio: step until done (or awaiting approval), return the result.
+
+        As ``finish()``, it holds the run for the whole loop: no other task
+        could step it between two steps anyway, as nothing is awaited there.
+        """
         engine = self._engine
         if not engine.done:
-            # Each step says where it went: the engine need not be asked.
-            while True:
-                transition = await self._step()
-                if transition is None or transition.dest in TERMINAL:
-                    break
+            await self._step(until_done=True)
         return engine.result()
 
     async def astep(self) -> Transition:
@@ -156,27 +156,30 @@ class AsyncRun(RunView):
         assert transition is not None, "a decision is a transition"
         return transition
 
-    async def _step(self, decisions: dict[str, Decision] | None = None) -> Transition | None:
-        """One transition: ``_transition``, its stream's deltas dropped where they are read."""
+    async def _step(
+        self, decisions: dict[str, Decision] | None = None, *, until_done: bool = False
+    ) -> Transition | None:
+        """``_transitions``, its deltas dropped where they are read; the last transition."""
         made: list[Transition] = []
-        async for _ in self._transition(made, decisions):
+        async for _ in self._transitions(made, decisions, until_done=until_done):
             pass  # nothing comes: the deltas are not handed on
-        return made[0] if made else None
+        return made[-1] if made else None
 
-    async def _transition(
+    async def _transitions(
         self,
         made: list[Transition],
         decisions: dict[str, Decision] | None = None,
         *,
+        until_done: bool = False,
         hand_on: bool = False,
     ) -> AsyncGenerator[Delta, None]:
-        """One transition (or, with ``decisions``, the decision); a stream's deltas yielded.
+        """One transition (or, with ``decisions``, the decision), or each until the run is done.
 
         ``hand_on``: each delta is yielded as it arrives (``astream()``);
         else the step reads them to the end, their listeners hearing each, and
         yields none: each delta yielded through one more async generator
         would cost about as much again as reading it.
-        The transition is told to the listeners and appended to ``made`` (an
+        Each transition is told to the listeners and appended to ``made`` (an
         async generator returns nothing); none while the run awaits a person.
         Every way into the run goes through here: a step started while
         another is under way is refused, and a cancelled task, a
@@ -192,43 +195,49 @@ class AsyncRun(RunView):
             if not self._busy.acquire(False):
                 refused = True
                 raise self._refused()
-            transition: Transition | None
-            if decisions is not None:
-                transition = engine.decided(decisions)
-            elif (
-                batch is not None
-                and engine.state is State.DISPATCHING
-                and (batch.tasks or engine.unstarted > 1)
-            ):  # calls to run at once; a lone call is awaited in place, as with 1
-                transition = await batch.step(self._reviewed, self._tool)
-            else:  # the one transition, each request awaited (transition.pump, with awaits)
-                steps = one_transition(engine)
-                try:
-                    need = steps.send(None)
-                    while True:
-                        try:
-                            answer = await self._perform(need)
-                            if type(answer) is Streaming:
-                                reading: AsyncGenerator[Delta, None] = answer.deltas  # type: ignore[assignment]
-                                try:
-                                    if hand_on:
-                                        async for delta in reading:
-                                            yield delta
-                                    else:  # drained here: the delta listeners heard each
-                                        async for _ in reading:
-                                            pass
-                                finally:
-                                    await reading.aclose()
-                                answer = self._streamed_reply
-                        except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
-                            need = steps.throw(exc)
-                        else:
-                            need = steps.send(answer)  # a streamed reply's stream: closed below
-                except StopIteration as stop:
-                    transition = stop.value
-            if transition is not None:
+            while True:
+                transition: Transition | None
+                if decisions is not None:
+                    transition, decisions = engine.decided(decisions), None
+                elif (
+                    batch is not None
+                    and engine.state is State.DISPATCHING
+                    and (batch.tasks or engine.unstarted > 1)
+                ):  # calls to run at once; a lone call is awaited in place, as with 1
+                    transition = await batch.step(self._reviewed, self._tool)
+                else:  # the one transition, each request awaited (transition.pump, with awaits)
+                    steps = one_transition(engine)
+                    try:
+                        need = steps.send(None)
+                        while True:
+                            try:
+                                answer = await self._perform(need)
+                                if type(answer) is Streaming:
+                                    reading: AsyncGenerator[Delta, None] = answer.deltas  # type: ignore[assignment]
+                                    try:
+                                        if hand_on:
+                                            async for delta in reading:
+                                                yield delta
+                                        else:  # drained here: the delta listeners heard each
+                                            async for _ in reading:
+                                                pass
+                                    finally:
+                                        await reading.aclose()
+                                    answer = self._streamed_reply
+                            except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
+                                need = steps.throw(exc)
+                            else:
+                                need = steps.send(answer)  # a streamed reply's stream: closed below
+                    except StopIteration as stop:
+                        transition = stop.value
+                if transition is None:
+                    return
                 await self._tell(transition)
                 made.append(transition)
+                if self._unclosed is not None:  # a streamed reply, taken and told: it closes
+                    await self._close_unclosed()
+                if not until_done or transition.dest in TERMINAL:
+                    return
         except BaseException as exc:
             if not (refused or isinstance(exc, Exception)):
                 # A cancelled task, Ctrl-C, or the caller left the loop mid-reply: the run ends.
@@ -243,7 +252,7 @@ class AsyncRun(RunView):
                     self._busy.release()
                 except RuntimeError:  # pragma: no cover - never taken: interrupted at once
                     pass
-                if self._unclosed is not None:  # a streamed reply, taken: its stream closes
+                if self._unclosed is not None:  # interrupted before its reply was told
                     await self._close_unclosed()
 
     async def _perform(self, need: Request) -> object:
@@ -333,7 +342,7 @@ class AsyncRun(RunView):
         engine = self._engine
         while not engine.done:
             made: list[Transition] = []
-            step = self._transition(made, hand_on=True)
+            step = self._transitions(made, hand_on=True)
             try:
                 async for delta in step:
                     yield delta
@@ -354,7 +363,7 @@ class AsyncRun(RunView):
         nothing). Read under the run's token (each awaited chunk) and
         ``model_timeout``, and closed at once however the reading ends, but for
         its reply: then once the engine has taken it, at the end of the step
-        (``_transition``). The text delivered so far is kept while it streams:
+        (``_transitions``). The text delivered so far is kept while it streams:
         a cut by the token, or an interruption, records it on its event. A
         stream that fails after deltas were told is followed by a ``Discard``.
         """
