@@ -1,4 +1,4 @@
-"""What the drivers share: one transition, written once, and the read-only view of a run.
+"""What the drivers share: one transition, the loop that pumps it, and the view of a run.
 
 ``one_transition(engine)`` is the one source of every driver (after trio's
 ``unrolled_run``): a generator that asks the engine what the run needs,
@@ -10,8 +10,9 @@ Each host pumps it in one place. ``pump`` is the loop for a host that
 performs with plain calls: ``Run`` and the DBOS workflow. A model's stream
 comes back from ``perform`` as ``Streaming``: ``pump`` reads it, yielding
 its deltas as they arrive for ``stream()``, or draining them where it reads
-them (``drain``) for the plain step, which is so the streamed step, drained.
-``AsyncRun`` pumps it with awaits, in the same shape.
+them (``drain``) for a plain step. The plain step is so the streamed step,
+drained: one loop, one reader of a stream. ``AsyncRun`` pumps it with
+awaits, in the same shape.
 """
 
 from __future__ import annotations
