@@ -61,7 +61,7 @@ class Run(RunView):
         awaiter: Awaiter | None = None,
         model_timeout: float | None = None,
     ) -> None:
-        RunView.__init__(self, engine)  # the one base: no MRO walk on every run
+        RunView.__init__(self, engine)  # its one base: super() would make an object per run
         self._model = model
         # An async model's reply, or tool's outcome, is awaited here; see Awaiter.
         self._awaiter = Awaiter() if awaiter is None else awaiter
