@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from agentloop._durable.protocol import Ledger
     from agentloop._durable.view import LedgerRun
 
-__all__ = ["continued", "ended", "forked", "released_on_error", "resumed"]
+__all__ = ["continued", "forked", "read_ended", "released_on_error", "resumed"]
 
 
 def forked(
@@ -264,7 +264,7 @@ def continued(
     return parent_run_id, result
 
 
-def ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:
+def read_ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:
     """A resumed run that had ended: its result, unless decisions came for it.
 
     Decisions are refused, and nothing is written; else a durable run's end
@@ -292,7 +292,7 @@ class released_on_error:
     ``decisions=``, a listener that raised): the claim would otherwise stay
     with an object nobody holds, and ``resume`` would be refused until it is
     collected. A run that ended or waits for a person holds none already.
-    (A class, not a generator: it wraps every run, and costs less so.)
+    (A class, not a ``contextlib`` generator: it wraps every run, on its hot path.)
     """
 
     __slots__ = ("_engine",)

@@ -21,13 +21,13 @@ if TYPE_CHECKING:
     from agentloop._loop.loop import Loop
 
 __all__ = [
+    "check_ready",
     "continued_engine",
     "forked_engine",
     "fresh_engine",
-    "opened",
+    "make_resilient",
     "plain_engine",
     "recorded_run",
-    "resilient",
     "resumed_engine",
     "saved_result",
 ]
@@ -43,7 +43,7 @@ def fresh_engine(
     parent_run_id: str | None = None,
 ) -> Engine:
     """A fresh engine for a new run: a recording one when the Loop has a ledger."""
-    opened(loop)
+    check_ready(loop)
     messages = loop._input(messages)
     if loop.ledger is None:
         if run_id is not None:
@@ -51,7 +51,7 @@ def fresh_engine(
         engine = plain_engine(loop, messages, cancel)
         engine._parent_run_id = parent_run_id
         return engine
-    return resilient(
+    return make_resilient(
         loop,
         resume.begin(
             loop.ledger,
@@ -95,7 +95,7 @@ def recorded_run(loop: Loop, run_id: str, call: str) -> LedgerRun:
     return view_run(loop.ledger, run_id)
 
 
-def opened(loop: Loop) -> None:
+def check_ready(loop: Loop) -> None:
     """Refuse a run the Loop cannot make now.
 
     Outside ``with loop:``, when it owns what only that opens; with a tool
@@ -126,7 +126,7 @@ def plain_engine(
     )
 
 
-def resilient(loop: Loop, engine: _E) -> _E:
+def make_resilient(loop: Loop, engine: _E) -> _E:
     """``engine``, retrying and falling back as ``loop`` does (``retry=``, ``fallback``)."""
     engine._set_resilience(loop.retry, loop._model_names)
     return engine
@@ -136,7 +136,7 @@ def resumed_engine(
     loop: Loop, what: str, run: str | RunResult, cancel: CancelToken | None
 ) -> tuple[Engine, CancelToken | None]:
     """The run, fed to a fresh engine, and the token its driver is to watch."""
-    opened(loop)
+    check_ready(loop)
     engine, token = resumed(
         what,
         run,
@@ -147,14 +147,14 @@ def resumed_engine(
         context=loop.context,
         output=loop.output,
     )
-    return resilient(loop, engine), token
+    return make_resilient(loop, engine), token
 
 
 def forked_engine(
     loop: Loop, run: RunResult, at: int, cancel: CancelToken | None, run_id: str | None
 ) -> tuple[Engine, CancelToken]:
     """A fork's engine (``Loop.fork``): ``run`` after its first ``at`` transitions; its token."""
-    opened(loop)
+    check_ready(loop)
     engine, token = forked(
         run,
         at,
@@ -166,4 +166,4 @@ def forked_engine(
         context=loop.context,
         output=loop.output,
     )
-    return resilient(loop, engine), token
+    return make_resilient(loop, engine), token

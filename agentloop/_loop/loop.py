@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Final, Self
 from agentloop._core.messages import check_new_input
 from agentloop._core.values import Budget, CancelToken, RunResult
 from agentloop._drivers.callbacks import bind_model
-from agentloop._drivers.tool_calls import async_dispatch
-from agentloop._loop.continued import ended, released_on_error
+from agentloop._drivers.tool_calls import asyncio_dispatch
+from agentloop._loop.continued import read_ended, released_on_error
 from agentloop._loop.engines import (
     continued_engine,
     forked_engine,
@@ -200,7 +200,7 @@ class Loop:
         self._asyncio_only = asyncio_only(
             models[0], self.model_timeout, self.tool_timeout, self.to_thread, max_concurrency
         )
-        self._adispatch = async_dispatch(
+        self._adispatch = asyncio_dispatch(
             self.dispatcher, to_thread=to_thread, tool_timeout=self.tool_timeout
         )
         self.ledger = checked_ledger(ledger)
@@ -274,7 +274,7 @@ class Loop:
         The result does not hold the run's id: with a ledger, pass ``run_id=``,
         or use ``start()`` and read ``run.run_id`` (known before the first step).
         """
-        # start()'s body, one call fewer
+        # start()'s body, not start().finish(): the claim is given up if finishing raises too
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
         engine = fresh_engine(self, messages, cancel, run_id)
         with released_on_error(engine):
@@ -302,7 +302,7 @@ class Loop:
         registry = self._sync_driver("loop.aresume", awaits=True)
         engine, token = resumed_engine(self, "resume", run, cancel)
         if engine.done:
-            return ended(engine, run, decisions)
+            return read_ended(engine, run, decisions)
         with released_on_error(engine):
             live = sync_run(self, engine, registry, token)
             if decisions is not None:
@@ -420,7 +420,7 @@ class Loop:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
         engine, token = resumed_engine(self, "aresume", run, cancel)
         if engine.done:
-            return ended(engine, run, decisions)
+            return read_ended(engine, run, decisions)
         with released_on_error(engine):
             live = async_run(self, engine, token)
             if decisions is not None:

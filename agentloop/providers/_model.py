@@ -223,6 +223,17 @@ def make_model(
     marked = errors or (lambda exc: classify(exc, sdk))  # None: the error as it is
     # Unstreamed, the SDK's raw response is read: a body that is not JSON is said so.
     raw = None if sent else raw_create(create)
+
+    # What the two callbacks share: each differs from the other only where it awaits.
+    def body_of(
+        history: list[Message], tools: list[Message] | None, choice: str | None, output: Any
+    ) -> tuple[dict[str, Any], bool]:
+        asked, wrapped = object_rooted(output)
+        return request(history, entries(tools, choice, asked)), wrapped
+
+    def reply_of(response: Any, wrapped: bool) -> Message:
+        return unwrapping(parse(response)) if wrapped else parse(response)
+
     made: Any
     if inspect.iscoroutinefunction(inspect.unwrap(create)):
 
@@ -233,8 +244,7 @@ def make_model(
             tool_choice: str | None = None,
             output: Message | None = None,
         ) -> Message:
-            asked, wrapped = object_rooted(output)
-            body = request(history, entries(tools, tool_choice, asked))
+            body, wrapped = body_of(history, tools, tool_choice, output)
             try:
                 if raw is None:
                     response = await create(**body, **sent)
@@ -245,7 +255,7 @@ def make_model(
                 if instead is None:
                     raise
                 raise instead from exc
-            return unwrapping(parse(response)) if wrapped else parse(response)
+            return reply_of(response, wrapped)
 
         made = amodel
     else:
@@ -257,8 +267,7 @@ def make_model(
             tool_choice: str | None = None,
             output: Message | None = None,
         ) -> Message:
-            asked, wrapped = object_rooted(output)
-            body = request(history, entries(tools, tool_choice, asked))
+            body, wrapped = body_of(history, tools, tool_choice, output)
             try:
                 response = create(**body, **sent) if raw is None else parsed(raw(**body))
             except Exception as exc:
@@ -266,7 +275,7 @@ def make_model(
                 if instead is None:
                     raise
                 raise instead from exc
-            return unwrapping(parse(response)) if wrapped else parse(response)
+            return reply_of(response, wrapped)
 
         made = model
     made.agentloop_retry = True

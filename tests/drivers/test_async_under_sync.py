@@ -138,6 +138,32 @@ def test_async_policies_under_loop_run() -> None:
     assert ran == [2, 4]
 
 
+@pytest.mark.parametrize("start", ["run", "arun"])
+def test_a_registry_denial_settles_the_call_before_the_tool_policy_is_asked(start: str) -> None:
+    """Under both drivers, async policies are asked in the same order as plain ones: the
+    registry's first, and its denial is the answer, the tool's policy never asked."""
+    asked: list[str] = []
+
+    async def registry_policy(c: Message) -> agentloop.Decision:
+        asked.append(f"registry {c['id']}")
+        return deny("read-only") if c["arguments"]["n"] > 1 else allow()
+
+    async def tool_policy(c: Message) -> agentloop.Decision:
+        asked.append(f"tool {c['id']}")
+        return allow()
+
+    tools = ToolRegistry([Tool(lambda n: n, name="f", policy=tool_policy)], policy=registry_policy)
+    loop = Loop(
+        ScriptedModel([batch(call("a", "f", n=1), call("b", "f", n=2)), final("x")]), tools=tools
+    )
+    result = loop.run("go") if start == "run" else asyncio.run(loop.arun("go"))
+    assert [(m["status"], m["content"]) for m in result.transcript[2:4]] == [
+        ("ok", 1),
+        ("denied", "read-only"),
+    ]
+    assert asked == ["registry a", "tool a", "registry b"]
+
+
 def test_a_custom_dispatcher_may_answer_with_an_awaitable() -> None:
     """Its awaitable outcome is awaited, as the asyncio driver awaits it."""
 
