@@ -205,7 +205,7 @@ class Engine(Interpreter, ReportChecks):
                 self._spent,
                 self._reply.json if state is State.AWAITING_APPROVAL else None,
                 self._policy,
-                self._parent_run_id,
+                self._continues,
                 None if self._output is None else self._output.schema_json,
                 self._run_id,
             ),

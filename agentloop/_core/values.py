@@ -366,7 +366,7 @@ class RunResult(NamedTuple):
     #: The context policy the run's requests were fitted by (``agentloop.context``), if any.
     context: ContextPolicy | None = None
     #: The run this one continues (``Loop.continue_run``), by id; ``None`` for a new run.
-    parent_run_id: str | None = None
+    continues: str | None = None
     #: The output schema's JSON, for a run made with ``Loop(output=T)``.
     output_schema_json: bytes | None = None
     #: The run's id, for a durable run (a ledger's, or DBOS's workflow id); else ``None``.

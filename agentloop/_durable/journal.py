@@ -131,12 +131,12 @@ def header(
     run_id: str,
     messages: list[dict[str, Any]],
     configuration: dict[str, Any],
-    parent_run_id: str | None = None,
+    continues: str | None = None,
     models: tuple[str, ...] = (),
 ) -> bytes:
     """A run's header: its input and the configuration it was started with.
 
-    Optional, only where used: ``parent_run_id`` links it to the run it
+    Optional, only where used: ``continues`` links it to the run it
     continues (``Loop.continue_run``); ``models`` names its fallback models,
     which its replay needs (``agentloop.models.fallback``).
     """
@@ -147,8 +147,8 @@ def header(
         "input": messages,
         "fingerprint": configuration,
     }
-    if parent_run_id is not None:
-        document["parent_run_id"] = parent_run_id
+    if continues is not None:
+        document["continues"] = continues
     if models:
         document["models"] = list(models)
     return orjson.dumps(document)

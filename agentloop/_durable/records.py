@@ -90,11 +90,11 @@ class Recorded:
             raise bad(run_id, "its header's fingerprint", "an object", configuration)
         self.input: list[dict[str, Any]] = messages
         self.fingerprint: dict[str, Any] = configuration
-        parent = document.get("parent_run_id")
+        parent = document.get("continues")
         if parent is not None and type(parent) is not str:
-            raise bad(run_id, "its header's parent_run_id", "a run id", parent)
+            raise bad(run_id, "its header's continues", "the id of the run it goes on from", parent)
         #: The run this one continues (``Loop.continue_run``), if any.
-        self.parent_run_id: str | None = parent
+        self.continues: str | None = parent
         models = document.get("models", [])
         if type(models) is not list or not all(type(name) is str for name in models):
             raise bad(run_id, "its header's models", "a list of model names", models)

@@ -69,7 +69,7 @@ def begin(
     dispatcher: object,
     cancel: CancelToken | None,
     context: ContextPolicy | None = None,
-    parent_run_id: str | None = None,
+    continues: str | None = None,
     models: tuple[str, ...] = (),
     output: OutputSchema | None = None,
 ) -> DurableEngine:
@@ -81,9 +81,9 @@ def begin(
     )
     configuration = fingerprint(budget, dispatcher, context, output)
     writer = ledger.create(
-        run_id, header(run_id, engine.history(), configuration, parent_run_id, models)
+        run_id, header(run_id, engine.history(), configuration, continues, models)
     )
-    engine._parent_run_id, engine._run_id = parent_run_id, run_id
+    engine._continues, engine._run_id = continues, run_id
     engine.journal = Journal(writer, run_id, idempotent_tools(dispatcher), ledger=ledger)
     weakref.finalize(engine, engine.journal.release)  # an abandoned run frees its claim
     return engine
@@ -188,7 +188,7 @@ def replayed(
             f"run {recorded.run_id!r}: the recorded input is not valid: {exc}"
         ) from None
     engine.journal = journal
-    engine._parent_run_id, engine._run_id = recorded.parent_run_id, recorded.run_id
+    engine._continues, engine._run_id = recorded.continues, recorded.run_id
     engine.replaying = True
     try:
         if recorded.events and recorded.at != 0:

@@ -249,7 +249,7 @@ def _result(engine: DurableEngine) -> RunResult:
             engine.events(),
             orjson.dumps(engine.history()),
             usage=engine.usage,
-            parent_run_id=engine._parent_run_id,
+            continues=engine._continues,
             run_id=engine._run_id,
         )
     events = tuple(event._replace(at=None, took=None) for event in result.events)

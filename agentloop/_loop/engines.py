@@ -40,7 +40,7 @@ def fresh_engine(
     messages: str | list[dict[str, Any]],
     cancel: CancelToken | None,
     run_id: str | None,
-    parent_run_id: str | None = None,
+    continues: str | None = None,
 ) -> Engine:
     """A fresh engine for a new run: a recording one when the Loop has a ledger."""
     check_ready(loop)
@@ -49,7 +49,7 @@ def fresh_engine(
         if run_id is not None:
             no_ledger(run_id)
         engine = plain_engine(loop, messages, cancel)
-        engine._parent_run_id = parent_run_id
+        engine._continues = continues
         return engine
     return make_resilient(
         loop,
@@ -61,7 +61,7 @@ def fresh_engine(
             dispatcher=loop.dispatcher,
             cancel=cancel,
             context=loop.context,
-            parent_run_id=parent_run_id,
+            continues=continues,
             models=loop._model_names,
             output=loop.output,
         ),
@@ -73,13 +73,13 @@ def continued_engine(
     run: str | RunResult,
     cancel: CancelToken | None,
     run_id: str | None,
-    parent_run_id: str | None,
+    continues: str | None,
 ) -> Engine:
     """The engine of a run that continues ``run`` (a failed or exhausted one)."""
-    parent_run_id, result = continued(
-        run, parent_run_id, lambda old: recorded_run(loop, old, "continue_run")
+    continues, result = continued(
+        run, continues, lambda old: recorded_run(loop, old, "continue_run")
     )
-    return fresh_engine(loop, result.transcript, cancel, run_id, parent_run_id)
+    return fresh_engine(loop, result.transcript, cancel, run_id, continues)
 
 
 def saved_result(loop: Loop, run: str | RunResult, call: str) -> RunResult:

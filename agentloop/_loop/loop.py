@@ -315,7 +315,7 @@ class Loop:
         *,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
-        parent_run_id: str | None = None,
+        continues: str | None = None,
     ) -> RunResult:
         """A new run that goes on from a ``failed`` or ``exhausted`` run's transcript.
 
@@ -324,13 +324,13 @@ class Loop:
         and made; a reply that ended it unrecorded is not among them), and
         it starts with this Loop's budgets afresh: ``max_steps`` and the
         others bound the new run alone, not the two together. It is linked to
-        the old one: its result's ``parent_run_id`` is the old run's id (the
-        id given, or a durable run's result's ``run_id``, or ``parent_run_id=``), kept in
+        the old one: its result's ``continues`` is the old run's id (the
+        id given, or a durable run's result's ``run_id``, or ``continues=``), kept in
         its run file and shown by ``show`` and the report. With a ledger the
         new run is durable, under ``run_id`` (a fresh one when not given).
         """
         registry = self._sync_driver("loop.acontinue_run", awaits=True)
-        engine = continued_engine(self, run, cancel, run_id, parent_run_id)
+        engine = continued_engine(self, run, cancel, run_id, continues)
         with released_on_error(engine):
             return sync_run(self, engine, registry, cancel).finish()
 
@@ -340,10 +340,10 @@ class Loop:
         *,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
-        parent_run_id: str | None = None,
+        continues: str | None = None,
     ) -> RunResult:
         """``continue_run`` under asyncio."""
-        engine = continued_engine(self, run, cancel, run_id, parent_run_id)
+        engine = continued_engine(self, run, cancel, run_id, continues)
         with released_on_error(engine):
             return await async_run(self, engine, cancel).afinish()
 
@@ -359,7 +359,7 @@ class Loop:
 
         ``run`` is a result (``load_run(path)``, a finished run's, a paused
         one's), or a run's id in this Loop's ledger, read as its records stand;
-        the fork's ``parent_run_id`` is that run's id when it was durable. Its
+        the fork's ``continues`` is that run's id when it was durable. Its
         first ``at`` events are replayed under this Loop's budget,
         and ``step()``/``finish()`` go on with this Loop's model and tools: to
         try another model or tool from any point of a run. With a ledger the

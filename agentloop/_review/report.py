@@ -160,7 +160,7 @@ def report_html(result: RunResult, *, svg: bool | None = None) -> str:
         ("calls", f"{result.calls} of {budget.max_calls}"),
         ("tokens", tokens_line(result)),
         ("transitions", len(result.events)),
-        ("continues", result.parent_run_id),  # Loop.continue_run: the run this one goes on from
+        ("continues", result.continues),  # Loop.continue_run: the run this one goes on from
     ]
     for name, value in summary:
         if value is not None:

@@ -240,7 +240,7 @@ def _build(document: dict[str, Any]) -> RunResult:
         usage=Usage(**document["usage"]),
         held_json=None if document["held"] is None else dumps(document["held"]),
         context=_policy(document.get("context")),
-        parent_run_id=document.get("parent_run_id"),
+        continues=document.get("continues"),
         run_id=document.get("run_id"),
         output_schema_json=None if schema is None else dumps(schema),
     )

@@ -149,7 +149,7 @@ SCHEMA["properties"]["events"]["items"]["properties"]["context"] = _record(
     tokens=_COUNT,
 )
 # Optional fields, written only when used: a continued run's links, a retry's wait, a model's name.
-SCHEMA["properties"]["parent_run_id"] = _STR
+SCHEMA["properties"]["continues"] = _STR
 SCHEMA["properties"]["run_id"] = _STR
 SCHEMA["properties"]["events"]["items"]["properties"].update(
     wait={"type": "number", "minimum": 0}, model=_STR

@@ -246,8 +246,8 @@ def document_of(result: RunResult, *, events: bool = True) -> dict[str, Any]:
         del document["events"]
     if result.context is not None:
         document["context"] = result.context.record()
-    if result.parent_run_id is not None:
-        document["parent_run_id"] = result.parent_run_id
+    if result.continues is not None:
+        document["continues"] = result.continues
     if result.run_id is not None:
         document["run_id"] = result.run_id
     if result.output_schema_json is not None:  # optional: a run with a typed output

@@ -368,8 +368,8 @@ def run_lines(
     tokens = tokens_line(result)
     if tokens is not None:
         lines.append(f"tokens   {tokens}")
-    if result.parent_run_id is not None:
-        lines.append(f"continues run {result.parent_run_id}")
+    if result.continues is not None:
+        lines.append(f"continues run {result.continues}")
     for name in ("output", "reason", "error"):
         # A typed output is shown as its JSON, as its run file keeps it.
         value = result.output_text if name == "output" else getattr(result, name)

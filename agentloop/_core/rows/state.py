@@ -128,7 +128,7 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         "_output",
         "_output_retries",
         "_outstanding",
-        "_parent_run_id",
+        "_continues",
         "_plan",
         "_policy",
         "_rejected",
@@ -208,7 +208,7 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         self._retry = retry
         self._models = models
         #: The run this one continues (``Loop.continue_run``), by id.
-        self._parent_run_id: str | None = None
+        self._continues: str | None = None
         #: This run's id, when it is durable (a ledger's or DBOS's): its result says it.
         self._run_id: str | None = None
         #: The schema a final answer must match (``Loop(output=T)``), if any.
