@@ -500,9 +500,7 @@ def test_a_fork_names_the_run_it_forks_and_takes_a_run_id(tmp_path: Path) -> Non
         "fork",
     )
     assert fork.events[:2] == tuple(e._replace(at=None, took=None) for e in first.events[:2])
-    assert Loop(ScriptedModel([]), tools=[add], ledger=ledger).resume("fork").continues == (
-        "first"
-    )
+    assert Loop(ScriptedModel([]), tools=[add], ledger=ledger).resume("fork").continues == ("first")
     assert run_from_json(run_to_json(fork)).continues == "first"
     assert view_run(ledger, "first").result.run_id == "first"  # a view names its run
     in_memory = Loop(ScriptedModel([final("3!")]), tools=[add]).fork(first, at=2).finish()
