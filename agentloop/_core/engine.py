@@ -208,6 +208,8 @@ class Engine(Interpreter, ReportChecks):
                 self._continues,
                 None if self._output is None else self._output.schema_json,
                 self._run_id,
+                self._conversation_id,
+                self._turn,
             ),
         )
 

@@ -365,12 +365,16 @@ class RunResult(NamedTuple):
     held_json: bytes | None = None
     #: The context policy the run's requests were fitted by (``agentloop.context``), if any.
     context: ContextPolicy | None = None
-    #: The run this one continues (``Loop.continue_run``), by id; ``None`` for a new run.
+    #: The run this one goes on from (``Loop.continue_run``, the turn before), by id, if any.
     continues: str | None = None
     #: The output schema's JSON, for a run made with ``Loop(output=T)``.
     output_schema_json: bytes | None = None
     #: The run's id, for a durable run (a ledger's, or DBOS's workflow id); else ``None``.
     run_id: str | None = None
+    #: The conversation this run is a turn of (``run(..., after=)``, ``conversation=``),
+    #: and which turn (from 1); both ``None`` for a run in no conversation.
+    conversation_id: str | None = None
+    turn: int | None = None
 
     @property
     def output_text(self) -> str | None:

@@ -133,12 +133,15 @@ def header(
     configuration: dict[str, Any],
     continues: str | None = None,
     models: tuple[str, ...] = (),
+    conversation: tuple[str, int] | None = None,
 ) -> bytes:
     """A run's header: its input and the configuration it was started with.
 
     Optional, only where used: ``continues`` links it to the run it
-    continues (``Loop.continue_run``); ``models`` names its fallback models,
-    which its replay needs (``agentloop.models.fallback``).
+    continues (``Loop.continue_run``, a conversation's turn before); ``models``
+    names its fallback models, which its replay needs
+    (``agentloop.models.fallback``); ``conversation`` is the conversation's id
+    and the turn the run is (``conversation_id``, ``turn``).
     """
     document: dict[str, Any] = {
         "format": FORMAT,
@@ -151,6 +154,8 @@ def header(
         document["continues"] = continues
     if models:
         document["models"] = list(models)
+    if conversation is not None:
+        document["conversation_id"], document["turn"] = conversation
     return orjson.dumps(document)
 
 

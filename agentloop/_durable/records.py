@@ -95,6 +95,20 @@ class Recorded:
             raise bad(run_id, "its header's continues", "the id of the run it goes on from", parent)
         #: The run this one continues (``Loop.continue_run``), if any.
         self.continues: str | None = parent
+        conversation_id, turn = document.get("conversation_id"), document.get("turn")
+        if (conversation_id is None) != (turn is None) or not (
+            conversation_id is None
+            or (type(conversation_id) is str and type(turn) is int and turn >= 1)
+        ):
+            raise bad(
+                run_id,
+                "its header's conversation_id and turn",
+                "a conversation's id and a turn from 1, or neither",
+                (conversation_id, turn),
+            )
+        #: The conversation the run is a turn of, and which turn, if any.
+        self.conversation_id: str | None = conversation_id
+        self.turn: int | None = turn
         models = document.get("models", [])
         if type(models) is not list or not all(type(name) is str for name in models):
             raise bad(run_id, "its header's models", "a list of model names", models)

@@ -225,25 +225,38 @@ class SQLiteLedger:
 
     # -- beyond the protocol -----------------------------------------------------------
 
-    def run_ids(self, *, finished: bool | None = None) -> list[str]:
+    def run_ids(self, *, finished: bool | None = None, prefix: str | None = None) -> list[str]:
         """Every run id recorded, oldest first; ``finished=False`` only those not yet ended.
 
         After a restart, ``for run_id in ledger.run_ids(finished=False):
-        loop.resume(run_id)`` continues every run the crash interrupted. An id
-        the file holds as something else than UTF-8 text (damaged) is listed as
-        its bytes, which no reader takes for a run id.
+        loop.resume(run_id)`` continues every run the crash interrupted.
+        ``prefix`` lists only the ids that start with it (a range of the ids'
+        index: ``prefix='user-42::'`` is the conversation ``user-42``'s turns).
+        An id the file holds as something else than UTF-8 text (damaged) is
+        listed as its bytes, which no reader takes for a run id.
         """
         if finished is not None and type(finished) is not bool:
             raise TypeError(
                 f"expected finished to be a bool or None, got {type(finished).__name__}"
             )
-        query = _RUN_IDS
+        if prefix is not None and (type(prefix) is not str or not prefix):
+            raise TypeError(f"expected prefix to be a non-empty str or None, got {prefix!r:.60}")
+        where: list[str] = []
+        arguments: list[object] = []
         if finished is not None:
             has_end = "EXISTS (SELECT 1 FROM records WHERE run = runs.id AND kind = ?)"
-            query += f" WHERE {'' if finished else 'NOT '}{has_end}"
-        query += " ORDER BY id"
+            where.append(f"{'' if finished else 'NOT '}{has_end}")
+            arguments.append(END)
+        if prefix is not None:
+            where.append("run_id >= ? AND substr(run_id, 1, ?) = ?")
+            arguments += (prefix, len(prefix), prefix)
+            after = ord(prefix[-1]) + 1  # the range's end, where there is a character after
+            if not 0xD800 <= after < 0xE000 and after <= 0x10FFFF:
+                where.append("run_id < ?")
+                arguments.append(prefix[:-1] + chr(after))
+        query = _RUN_IDS + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id"
         with self._using("listing runs"):
-            rows = self._db.execute(query, () if finished is None else (END,)).fetchall()
+            rows = self._db.execute(query, arguments).fetchall()
         return [_run_id(*row) for row in rows]
 
     def changed(self) -> dict[str, float | None]:

@@ -251,6 +251,8 @@ def _result(engine: DurableEngine) -> RunResult:
             usage=engine.usage,
             continues=engine._continues,
             run_id=engine._run_id,
+            conversation_id=engine._conversation_id,
+            turn=engine._turn,
         )
     events = tuple(event._replace(at=None, took=None) for event in result.events)
     return result._replace(events=events)

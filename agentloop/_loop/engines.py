@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._core.engine import Engine
 from agentloop._durable import resume
+from agentloop._durable.ids import turn_run_id
 from agentloop._durable.view import view_run
-from agentloop._errors import AgentloopError
+from agentloop._errors import AgentloopError, ConversationBusyError, RunExistsError
 from agentloop._loop.continued import continued, forked, resumed
 from agentloop._loop.settings import checked_tool_names, no_ledger, timeout_bites
 
@@ -41,8 +42,13 @@ def fresh_engine(
     cancel: CancelToken | None,
     run_id: str | None,
     continues: str | None = None,
+    conversation: tuple[str, int] | None = None,
 ) -> Engine:
-    """A fresh engine for a new run: a recording one when the Loop has a ledger."""
+    """A fresh engine for a new run: a recording one when the Loop has a ledger.
+
+    ``conversation`` (its id and the turn) makes the run that turn; in a
+    ledger, under the turn's id (``ConversationBusyError`` if it is taken).
+    """
     check_ready(loop)
     messages = loop._input(messages)
     if loop.ledger is None:
@@ -50,10 +56,11 @@ def fresh_engine(
             no_ledger(run_id)
         engine = plain_engine(loop, messages, cancel)
         engine._continues = continues
+        if conversation is not None:
+            engine._conversation_id, engine._turn = conversation
         return engine
-    return make_resilient(
-        loop,
-        resume.begin(
+    try:
+        engine = resume.begin(
             loop.ledger,
             run_id,
             messages,
@@ -64,8 +71,19 @@ def fresh_engine(
             continues=continues,
             models=loop._model_names,
             output=loop.output,
-        ),
-    )
+            conversation=conversation,
+        )
+    except RunExistsError:
+        if conversation is None:
+            raise
+        conversation_id, turn = conversation
+        raise ConversationBusyError(
+            f"turn {turn} of conversation {conversation_id!r} was begun elsewhere first (run "
+            f"{turn_run_id(*conversation)!r}): read it, and go on from it",
+            conversation_id,
+            turn,
+        ) from None
+    return make_resilient(loop, engine)
 
 
 def continued_engine(
@@ -75,11 +93,23 @@ def continued_engine(
     run_id: str | None,
     continues: str | None,
 ) -> Engine:
-    """The engine of a run that continues ``run`` (a failed or exhausted one)."""
+    """The engine of a run that continues ``run`` (a failed or exhausted one).
+
+    When ``run`` is a conversation's turn, the new run is its next turn.
+    """
     continues, result = continued(
         run, continues, lambda old: recorded_run(loop, old, "continue_run")
     )
-    return fresh_engine(loop, result.transcript, cancel, run_id, continues)
+    conversation = None
+    if result.conversation_id is not None and result.turn is not None:
+        if run_id is not None:
+            raise ValueError(
+                f"run {result.run_id or 'given'!s:.60} is turn {result.turn} of conversation "
+                f"{result.conversation_id!r}, and the run that continues it is the next turn, "
+                f"whose id is made for it: leave run_id= out, got {run_id!r:.60}"
+            )
+        conversation = (result.conversation_id, result.turn + 1)
+    return fresh_engine(loop, result.transcript, cancel, run_id, continues, conversation)
 
 
 def saved_result(loop: Loop, run: str | RunResult, call: str) -> RunResult:

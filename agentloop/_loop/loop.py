@@ -17,13 +17,8 @@ from agentloop._core.values import Budget, CancelToken, RunResult
 from agentloop._drivers.callbacks import bind_model
 from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._loop.continued import read_ended, released_on_error
-from agentloop._loop.engines import (
-    continued_engine,
-    forked_engine,
-    fresh_engine,
-    resumed_engine,
-    saved_result,
-)
+from agentloop._loop.conversation import conversation_results, turn_engine
+from agentloop._loop.engines import continued_engine, forked_engine, resumed_engine, saved_result
 from agentloop._loop.fallback import Fallback
 from agentloop._loop.running import async_run, sync_run
 from agentloop._loop.settings import (
@@ -251,14 +246,19 @@ class Loop:
         *,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
+        after: RunResult | None = None,
+        conversation: str | None = None,
     ) -> Run:
         """Begin a run driven by ``step()``; bad input raises here, before any model call.
 
         With a ledger, the run is recorded under ``run_id`` (a fresh one when
         not given: ``run.run_id``); ``RunExistsError`` if it is taken.
+        ``after=`` (a result) or ``conversation=`` (an id in the Loop's ledger)
+        makes the run a conversation's next turn: its input is the turn
+        before's transcript and ``messages`` (the docs' "Conversations" page).
         """
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        engine = fresh_engine(self, messages, cancel, run_id)
+        engine = turn_engine(self, messages, cancel, run_id, after, conversation)
         with released_on_error(engine):
             return sync_run(self, engine, registry, cancel)
 
@@ -268,15 +268,16 @@ class Loop:
         *,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
+        after: RunResult | None = None,
+        conversation: str | None = None,
     ) -> RunResult:
-        """Run to a terminal state and return the result.
+        """Run to a terminal state and return the result (``start``'s note on ``after=``).
 
-        The result does not hold the run's id: with a ledger, pass ``run_id=``,
-        or use ``start()`` and read ``run.run_id`` (known before the first step).
+        A durable run's result holds its id (``run_id``).
         """
         # start()'s body, not start().finish(): the claim is given up if finishing raises too
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        engine = fresh_engine(self, messages, cancel, run_id)
+        engine = turn_engine(self, messages, cancel, run_id, after, conversation)
         with released_on_error(engine):
             return sync_run(self, engine, registry, cancel).finish()
 
@@ -392,9 +393,11 @@ class Loop:
         *,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
+        after: RunResult | None = None,
+        conversation: str | None = None,
     ) -> AsyncRun:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
-        engine = fresh_engine(self, messages, cancel, run_id)
+        engine = turn_engine(self, messages, cancel, run_id, after, conversation)
         with released_on_error(engine):
             return async_run(self, engine, cancel)
 
@@ -404,9 +407,13 @@ class Loop:
         *,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
+        after: RunResult | None = None,
+        conversation: str | None = None,
     ) -> RunResult:
-        """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
-        live = self.astart(messages, cancel=cancel, run_id=run_id)
+        """Run to a terminal state under asyncio and return the result (``start``'s notes)."""
+        live = self.astart(
+            messages, cancel=cancel, run_id=run_id, after=after, conversation=conversation
+        )
         with released_on_error(live._engine):
             return await live.afinish()
 
@@ -426,6 +433,17 @@ class Loop:
             if decisions is not None:
                 await live.adecide(decisions)
             return await live.afinish()
+
+    def conversation(self, conversation_id: str) -> tuple[RunResult, ...]:
+        """The results of the conversation's turns in the Loop's ledger, oldest first.
+
+        Read, never run: a turn that has not ended has its working state as ``status``.
+        """
+        return conversation_results(self, conversation_id)
+
+    async def aconversation(self, conversation_id: str) -> tuple[RunResult, ...]:
+        """``conversation`` under asyncio."""
+        return conversation_results(self, conversation_id)
 
     def _sync_driver(self, instead: str, *, awaits: bool = False) -> ToolRegistry | None:
         """Refuse what needs the asyncio driver; the registry whose policies review, if any.

@@ -242,6 +242,8 @@ def _build(document: dict[str, Any]) -> RunResult:
         context=_policy(document.get("context")),
         continues=document.get("continues"),
         run_id=document.get("run_id"),
+        conversation_id=document.get("conversation_id"),
+        turn=document.get("turn"),
         output_schema_json=None if schema is None else dumps(schema),
     )
 

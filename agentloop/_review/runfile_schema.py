@@ -151,6 +151,10 @@ SCHEMA["properties"]["events"]["items"]["properties"]["context"] = _record(
 # Optional fields, written only when used: a continued run's links, a retry's wait, a model's name.
 SCHEMA["properties"]["continues"] = _STR
 SCHEMA["properties"]["run_id"] = _STR
+# A conversation's turn (``run(..., after=)``): both, or neither.
+SCHEMA["properties"]["conversation_id"] = _STR
+SCHEMA["properties"]["turn"] = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
+SCHEMA["dependentRequired"] = {"conversation_id": ["turn"], "turn": ["conversation_id"]}
 SCHEMA["properties"]["events"]["items"]["properties"].update(
     wait={"type": "number", "minimum": 0}, model=_STR
 )

@@ -250,6 +250,8 @@ def document_of(result: RunResult, *, events: bool = True) -> dict[str, Any]:
         document["continues"] = result.continues
     if result.run_id is not None:
         document["run_id"] = result.run_id
+    if result.conversation_id is not None:  # a conversation's turn
+        document["conversation_id"], document["turn"] = result.conversation_id, result.turn
     if result.output_schema_json is not None:  # optional: a run with a typed output
         document["output_schema"] = orjson.loads(result.output_schema_json)
     return document

@@ -93,8 +93,9 @@ def check_story(result: RunResult) -> RunResult:
         raise Mismatch(
             "$.transcript", "input messages a run accepts, then what was appended", str(exc)
         ) from None
-    # Links to runs (its own id, the one it continues): nothing to replay.
+    # Links to runs (its own id, the one it continues, its conversation): nothing to replay.
     engine._continues, engine._run_id = result.continues, result.run_id
+    engine._conversation_id, engine._turn = result.conversation_id, result.turn
     replayed = engine.result()
     if replayed.transcript_json != result.transcript_json:
         made = orjson.loads(replayed.transcript_json)

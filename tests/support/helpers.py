@@ -125,11 +125,14 @@ class SyncDriver:
 
     name = "sync"
 
-    def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None) -> Any:
-        return loop.start(messages, cancel=cancel)
+    def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **how: Any) -> Any:
+        return loop.start(messages, cancel=cancel, **how)
 
-    def run(self, loop: agentloop.Loop, messages: Any, cancel: Any = None) -> agentloop.RunResult:
-        return loop.run(messages, cancel=cancel)
+    def run(
+        self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **how: Any
+    ) -> agentloop.RunResult:
+        """``how``: the run's other keywords (``after=``, ``conversation=``)."""
+        return loop.run(messages, cancel=cancel, **how)
 
 
 class SteppedAsync:
@@ -201,13 +204,16 @@ class AsyncDriver:
             max_output_retries=loop.budget.max_output_retries,
             on_exhausted=loop.budget.on_exhausted,
             max_identical_calls=loop.budget.max_identical_calls,
+            ledger=loop.ledger,
         )
 
-    def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None) -> Any:
-        return SteppedAsync(self.as_async(loop).astart(messages, cancel=cancel), self.runner)
+    def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **how: Any) -> Any:
+        return SteppedAsync(self.as_async(loop).astart(messages, cancel=cancel, **how), self.runner)
 
-    def run(self, loop: agentloop.Loop, messages: Any, cancel: Any = None) -> agentloop.RunResult:
-        return self.runner.run(self.as_async(loop).arun(messages, cancel=cancel))
+    def run(
+        self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **how: Any
+    ) -> agentloop.RunResult:
+        return self.runner.run(self.as_async(loop).arun(messages, cancel=cancel, **how))
 
 
 Driver = SyncDriver | AsyncDriver

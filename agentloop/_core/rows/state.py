@@ -119,6 +119,7 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         "_clock",
         "_context",
         "_continues",
+        "_conversation_id",
         "_draft",
         "_events",
         "_handed",
@@ -143,6 +144,7 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         "_state",
         "_summary",
         "_tokens",
+        "_turn",
         "_view",
         "_wrapping",
         "calls",
@@ -207,8 +209,11 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         # Resilience (retry=, fallback models): off unless the Loop sets them.
         self._retry = retry
         self._models = models
-        #: The run this one continues (``Loop.continue_run``), by id.
+        #: The run this one continues (``Loop.continue_run``, a conversation's turn before), by id.
         self._continues: str | None = None
+        #: The conversation this run is a turn of, and its turn (from 1): set by the Loop.
+        self._conversation_id: str | None = None
+        self._turn: int | None = None
         #: This run's id, when it is durable (a ledger's or DBOS's): its result says it.
         self._run_id: str | None = None
         #: The schema a final answer must match (``Loop(output=T)``), if any.
