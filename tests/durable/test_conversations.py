@@ -1,0 +1,178 @@
+"""Durable conversations: ``conversation='id'`` on a Loop with a ledger.
+
+Turn ``n`` is the run ``id::n``; the next turn goes on from the stored transcript in
+any process (real processes here); two processes racing for one turn leave one turn
+and a ``ConversationBusyError``; ``Loop.conversation`` lists the turns' results.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pytest
+
+from agentloop import InvalidStateError, Loop, State, Tool, ask
+from agentloop.ledger import ConversationBusyError, SQLiteLedger, view_run
+from agentloop.testing import ScriptedModel, call, final
+from tests.support.helpers import AsyncDriver, Recorder, kinds
+from tests.support.ledgers import MemoryLedger
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.support.helpers import Driver
+
+
+def turn_in_a_process(
+    ledger: Path, conversation: str, message: str, *race: str
+) -> subprocess.Popen[str]:
+    """A process that runs the conversation's next turn (``tests.support.conversation_turn``)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.support.conversation_turn", str(ledger), conversation]
+        + [message, *race],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def outcome(process: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    return orjson.loads(out)  # type: ignore[no-any-return]
+
+
+def test_durable_turns_are_runs_of_the_ledger(driver: Driver, tmp_path: Path) -> None:
+    """Each turn is the run ``id::n``, its input the stored transcript; the Loop lists them."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    add = Recorder()
+    model = ScriptedModel([call("c1", "add", a=1, b=2), final("3"), final("you are welcome")])
+    loop = Loop(model, tools={"add": add}, ledger=ledger, max_steps=2)
+    first = driver.run(loop, "1+2?", conversation="chat")
+    second = driver.run(loop, "thanks", conversation="chat")
+    assert [
+        (r.run_id, r.turn, r.continues, r.status, r.steps, r.calls) for r in (first, second)
+    ] == [
+        ("chat::1", 1, None, State.FINISHED, 2, 1),
+        ("chat::2", 2, "chat::1", State.FINISHED, 1, 0),
+    ]
+    assert kinds(second.transcript) == [
+        "user", "call", "tool_result:ok", "final", "user", "final",
+    ]  # fmt: skip
+    assert add.calls == [{"a": 1, "b": 2}]
+    assert ledger.run_ids(prefix="chat::") == ["chat::1", "chat::2"]
+    listed = loop.conversation("chat")
+    assert [(r.run_id, r.turn, r.output) for r in listed] == [
+        ("chat::1", 1, "3"),
+        ("chat::2", 2, "you are welcome"),
+    ]
+    assert listed[1].transcript == second.transcript
+    assert AsyncDriver().runner.run(loop.aconversation("chat")) == listed
+    assert loop.conversation("nobody") == ()
+    # The record of a turn stands alone: its header holds its whole input.
+    assert view_run(ledger, "chat::2").result.transcript == second.transcript
+
+
+def test_durable_turn_in_another_process(tmp_path: Path) -> None:
+    """Turn 1 in one process, turn 2 in another, over one ledger file: from the stored transcript."""
+    path = tmp_path / "runs.db"
+    first = outcome(turn_in_a_process(path, "u", "hello"))
+    second = outcome(turn_in_a_process(path, "u", "again"))
+    assert (first["run_id"], first["status"], first["output"]) == (
+        "u::1",
+        "finished",
+        "heard hello",
+    )
+    assert (second["run_id"], second["turn"], second["continues"], second["output"]) == (
+        "u::2",
+        2,
+        "u::1",
+        "heard again",
+    )
+    assert (second["steps"], second["calls"]) == (2, 1)  # its own budgets' counters
+    assert path.with_suffix(".effects").read_text() == "u hello\nu again\n"
+    transcript = view_run(SQLiteLedger(path), "u::2").result.transcript
+    assert [m.get("text") for m in transcript if m["kind"] == "user"] == ["hello", "again"]
+
+
+def test_two_processes_race_for_one_turn(tmp_path: Path) -> None:
+    """Both read turn 4 as the last and begin turn 5 at once: one wins, the other is refused,
+    and nothing of the loser is written."""
+    path = tmp_path / "runs.db"
+    loop = Loop(
+        ScriptedModel([final(f"answer {n}") for n in range(1, 5)]), ledger=SQLiteLedger(path)
+    )
+    for n in range(1, 5):
+        loop.run(f"message {n}", conversation="u")
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    (barrier / "expect").write_text("a b")
+    racers = {
+        name: turn_in_a_process(path, "u", f"from {name}", str(barrier), name) for name in "ab"
+    }
+    results = {name: outcome(process) for name, process in racers.items()}
+    busy = [name for name, result in results.items() if result == {"busy": 5}]
+    assert len(busy) == 1, results
+    (winner,) = set(results) - set(busy)
+    assert (results[winner]["run_id"], results[winner]["status"]) == ("u::5", "finished")
+    ledger = SQLiteLedger(path)
+    assert ledger.run_ids(prefix="u::") == [f"u::{n}" for n in range(1, 6)]
+    header, _ = ledger.read("u::5")
+    assert f"from {winner}".encode() in header
+    assert f"from {busy[0]}".encode() not in header
+    assert path.with_suffix(".effects").read_text() == f"u from {winner}\n"
+
+
+def test_a_durable_turn_refused_while_the_last_awaits_approval(
+    driver: Driver, tmp_path: Path
+) -> None:
+    """A turn waiting for a person is named in the refusal; nothing is asked, run or recorded."""
+    paid: list[int] = []
+
+    def pay(amount: int) -> str:
+        """Pay."""
+        paid.append(amount)
+        return "paid"
+
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    model = ScriptedModel([call("p1", "pay", amount=50), final("paid")])
+    loop = Loop(model, tools=[Tool(pay, policy=lambda _call: ask("money"))], ledger=ledger)
+    assert driver.run(loop, "pay Bob", conversation="u").status is State.AWAITING_APPROVAL
+    with pytest.raises(
+        InvalidStateError,
+        match="turn 1 of conversation 'u' waits for decisions: decide and resume it first",
+    ):
+        driver.run(loop, "and now?", conversation="u")
+    assert (len(model.seen), paid, ledger.run_ids()) == (1, [], ["u::1"])
+
+
+def test_after_must_be_the_conversations_last_turn(tmp_path: Path) -> None:
+    """With both ``conversation=`` and ``after=``, ``after`` is the last turn, or refused."""
+    loop = Loop(
+        ScriptedModel([final("1"), final("2"), final("3")]), ledger=SQLiteLedger(tmp_path / "r.db")
+    )
+    first = loop.run("one", conversation="u")
+    second = loop.run("two", conversation="u", after=first)
+    with pytest.raises(
+        ValueError, match=r"the last turn of conversation 'u' \(u::2\), got run 'u::1'"
+    ):
+        loop.run("three", conversation="u", after=first)
+    assert loop.run("three", conversation="u", after=second).turn == 3
+    # after= alone on a durable Loop: the turn after it, in the same ledger.
+    with pytest.raises(
+        ConversationBusyError, match="turn 2 of conversation 'u' was begun elsewhere"
+    ):
+        loop.run("again", after=first)
+
+
+def test_a_ledger_that_cannot_list_runs_still_holds_conversations() -> None:
+    """A ``Ledger`` without ``run_ids(prefix=)`` is asked for turn 1, 2, ... until one is missing."""
+    ledger = MemoryLedger()
+    loop = Loop(ScriptedModel([final("1"), final("2")]), ledger=ledger)
+    loop.run("one", conversation="u")
+    second = loop.run("two", conversation="u")
+    assert (second.run_id, second.continues) == ("u::2", "u::1")
+    assert [r.output for r in loop.conversation("u")] == ["1", "2"]
