@@ -30,9 +30,9 @@ def turn_in_a_process(
     ledger: Path, conversation: str, message: str, *race: str
 ) -> subprocess.Popen[str]:
     """A process that runs the conversation's next turn (``tests.support.conversation_turn``)."""
+    command = [sys.executable, "-m", "tests.support.conversation_turn", str(ledger)]
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.conversation_turn", str(ledger), conversation]
-        + [message, *race],
+        [*command, conversation, message, *race],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -77,7 +77,7 @@ def test_durable_turns_are_runs_of_the_ledger(driver: Driver, tmp_path: Path) ->
 
 
 def test_durable_turn_in_another_process(tmp_path: Path) -> None:
-    """Turn 1 in one process, turn 2 in another, over one ledger file: from the stored transcript."""
+    """Turn 1 in one process, turn 2 in another (one ledger file), from the stored transcript."""
     path = tmp_path / "runs.db"
     first = outcome(turn_in_a_process(path, "u", "hello"))
     second = outcome(turn_in_a_process(path, "u", "again"))
@@ -169,7 +169,7 @@ def test_after_must_be_the_conversations_last_turn(tmp_path: Path) -> None:
 
 
 def test_a_ledger_that_cannot_list_runs_still_holds_conversations() -> None:
-    """A ``Ledger`` without ``run_ids(prefix=)`` is asked for turn 1, 2, ... until one is missing."""
+    """A ``Ledger`` without ``run_ids(prefix=)`` is asked for turns 1, 2, ... until one is not."""
     ledger = MemoryLedger()
     loop = Loop(ScriptedModel([final("1"), final("2")]), ledger=ledger)
     loop.run("one", conversation="u")
