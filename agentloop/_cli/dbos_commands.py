@@ -40,8 +40,19 @@ def is_url(text: str) -> bool:
     return _URL.match(text) is not None
 
 
-def runs(url: str, states: Iterable[str]) -> int:
-    """Every run on DBOS (of ``states`` only, if any): a line each."""
+def runs(
+    url: str, states: Iterable[str], *, flat: bool = False, conversation: str | None = None
+) -> int:
+    """Every run on DBOS (of ``states`` only, if any): a line each.
+
+    DBOS runs are in no conversation: ``flat`` changes nothing, and a ``conversation`` is refused.
+    """
+    del flat  # every run is on a line of its own already
+    if conversation is not None:
+        raise CommandError(
+            f"--conversation lists a conversation's turns, which a ledger file keeps; the DBOS "
+            f"runs at {url} are in none"
+        )
     wanted = set(states)
     rows = [("run", "state", "steps", "calls", "last change", "pending")]
     with _client(url) as (client, dbos):

@@ -55,28 +55,89 @@ def is_ledger(path: str) -> bool:
     return sqlite_header(path) is not None
 
 
-def runs(path: str, states: Iterable[str]) -> int:
-    """Every run of the ledger (of ``states`` only, if any): a line each."""
+def runs(
+    path: str, states: Iterable[str], *, flat: bool = False, conversation: str | None = None
+) -> int:
+    """Every run of the ledger (of ``states`` only, if any): a line each.
+
+    A conversation's turns are listed together under a line of their own, at
+    the place of its first turn, oldest first; ``flat`` lists every run on its
+    own, as recorded. ``conversation`` lists that conversation's turns only.
+    """
     wanted = set(states)
-    found = _listed(path)
-    rows = [("run", "state", "steps", "calls", "last change", "pending")]
+    shown = []
     problems = []
-    for run in found:
-        state = "unreadable" if run.state is None else DECIDED if run.decided else run.state.value
-        if wanted and state not in wanted:
+    for run in _listed(path):
+        state = _state(run)
+        if (wanted and state not in wanted) or (
+            conversation is not None and run.conversation_id != conversation
+        ):
             continue
         if run.problem is not None:
             problems.append(run.problem)
-        count = str(len(run.pending)) if run.pending else ""
-        rows.append((run.run_id, state, str(run.steps), str(run.calls), when(run.changed), count))
-    if len(rows) == 1:
+        shown.append(run)
+    if not shown:
         which = f" in state {' or '.join(sorted(wanted))}" if wanted else ""
-        print_lines([f"no run{which} in {path}"])
+        of = "" if conversation is None else f" of conversation {conversation}"
+        print_lines([f"no run{of}{which} in {path}"])
         return 0
+    rows: list[tuple[str, ...]] = [("run", "state", "steps", "calls", "last change", "pending")]
+    for entry in shown if flat else _runs_as_listed(shown):
+        if isinstance(entry, RunSummary):
+            rows.append(_run_row(entry))
+        else:  # a conversation's turns
+            rows.extend(_conversation_rows(entry))
     print_lines(columns(rows))
     for problem in problems:
         print_lines([f"unreadable: {problem}"])
     return 1 if problems else 0
+
+
+def _state(run: RunSummary) -> str:
+    return "unreadable" if run.state is None else DECIDED if run.decided else run.state.value
+
+
+def _run_row(run: RunSummary, indent: str = "") -> tuple[str, ...]:
+    count = str(len(run.pending)) if run.pending else ""
+    return (
+        indent + run.run_id,
+        _state(run),
+        str(run.steps),
+        str(run.calls),
+        when(run.changed),
+        count,
+    )
+
+
+def _runs_as_listed(found: list[RunSummary]) -> list[RunSummary | tuple[RunSummary, ...]]:
+    """Runs in their order, a conversation's turns together at the place of its first."""
+    turns: dict[str, list[RunSummary]] = {}
+    for run in found:
+        if run.conversation_id is not None:
+            turns.setdefault(run.conversation_id, []).append(run)
+    listed: list[RunSummary | tuple[RunSummary, ...]] = []
+    for run in found:
+        if run.conversation_id is None:
+            listed.append(run)
+        elif run.conversation_id in turns:  # its first turn: the whole conversation, here
+            together = turns.pop(run.conversation_id)
+            listed.append(tuple(sorted(together, key=lambda turn: turn.turn or 0)))
+    return listed
+
+
+def _conversation_rows(turns: tuple[RunSummary, ...]) -> list[tuple[str, ...]]:
+    """A conversation's line (its turns, last change and pending calls), then each turn's."""
+    changed = [run.changed for run in turns if run.changed is not None]
+    pending = sum(len(run.pending) for run in turns)
+    head = (
+        f"conversation {turns[0].conversation_id}",
+        f"{len(turns)} turn{'' if len(turns) == 1 else 's'}",
+        "",
+        "",
+        when(max(changed) if changed else None),
+        str(pending) if pending else "",
+    )
+    return [head, *(_run_row(run, "  ") for run in turns)]
 
 
 def show(path: str, run_id: str, limit: int | None) -> int:

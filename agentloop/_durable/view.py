@@ -120,6 +120,9 @@ class RunSummary(NamedTuple):
     problem: str | None = None
     #: A person decided and nothing ran since: it waits to be resumed (``LedgerRun.decided``).
     decided: bool = False
+    #: The conversation the run is a turn of, and which turn (from 1); else ``None``.
+    conversation_id: str | None = None
+    turn: int | None = None
 
 
 def view_run(ledger: Ledger, run_id: str) -> LedgerRun:
@@ -163,9 +166,18 @@ def list_runs(ledger: Ledger) -> list[RunSummary]:
         except LedgerError as exc:
             found.append(RunSummary(run_id, None, 0, 0, at, (), str(exc)))
             continue
+        result = run.result
         found.append(
             RunSummary(
-                run_id, run.state, run.steps, run.calls, at, run.pending, decided=run.decided
+                run_id,
+                run.state,
+                run.steps,
+                run.calls,
+                at,
+                run.pending,
+                decided=run.decided,
+                conversation_id=result.conversation_id,
+                turn=result.turn,
             )
         )
     return found

@@ -15,7 +15,10 @@ import orjson
 import pytest
 
 from agentloop import InvalidStateError, Loop, State, Tool, ask
+from agentloop.__main__ import main
+from agentloop._cli import ledger_commands
 from agentloop.ledger import ConversationBusyError, SQLiteLedger, view_run
+from agentloop.review import report_html
 from agentloop.testing import ScriptedModel, call, final
 from tests.support.helpers import AsyncDriver, Recorder, kinds
 from tests.support.ledgers import MemoryLedger
@@ -176,3 +179,58 @@ def test_a_ledger_that_cannot_list_runs_still_holds_conversations() -> None:
     second = loop.run("two", conversation="u")
     assert (second.run_id, second.continues) == ("u::2", "u::1")
     assert [r.output for r in loop.conversation("u")] == ["1", "2"]
+
+
+def test_runs_and_show_group_turns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``runs`` lists a conversation's turns together under a line of their own, oldest first
+    (``--flat``: each run as recorded; ``--conversation``: one); ``show`` and the report name
+    the conversation, the turn and the turn before."""
+    monkeypatch.setattr(ledger_commands, "when", lambda at: "T" if at else "unknown")
+    path = tmp_path / "runs.db"
+    loop = Loop(ScriptedModel([final(str(n)) for n in range(6)]), ledger=SQLiteLedger(path))
+    loop.run("a", conversation="u")
+    loop.run("b", run_id="plain")
+    loop.run("c", conversation="v")
+    loop.run("d", conversation="u")
+    loop.run("e", conversation="u")
+
+    assert run_main(capsys, "runs", path) == [
+        "run             state     steps  calls  last change  pending",
+        "conversation u  3 turns                 T",
+        "  u::1          finished  1      0      T",
+        "  u::2          finished  1      0      T",
+        "  u::3          finished  1      0      T",
+        "plain           finished  1      0      T",
+        "conversation v  1 turn                  T",
+        "  v::1          finished  1      0      T",
+    ]
+    assert [line.split()[0] for line in run_main(capsys, "runs", path, "--flat")[1:]] == [
+        "u::1", "plain", "v::1", "u::2", "u::3",
+    ]  # fmt: skip
+    assert run_main(capsys, "runs", path, "--conversation", "v") == [
+        "run             state     steps  calls  last change  pending",
+        "conversation v  1 turn                  T",
+        "  v::1          finished  1      0      T",
+    ]
+    assert run_main(capsys, "runs", path, "--conversation", "w") == [
+        f"no run of conversation w in {path}"
+    ]
+    shown = run_main(capsys, "show", path, "u::3")
+    assert shown[:2] == ["agentloop run u::3: finished", "conversation u, turn 3 (continues u::2)"]
+    assert not any(line.startswith("continues run") for line in shown)
+    assert run_main(capsys, "show", path, "u::1")[1] == "conversation u, turn 1"
+    assert run_main(capsys, "show", path, "plain")[1] == ""
+    page = report_html(view_run(SQLiteLedger(path), "u::3").result)
+    assert (
+        '<dt>conversation</dt><dd id="summary-conversation">'
+        "conversation u, turn 3 (continues u::2)</dd>"
+    ) in page
+    assert 'id="summary-continues"' not in page
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> list[str]:
+    """``agentloop ARGV``'s lines; it must succeed."""
+    assert main(list(map(str, argv))) == 0
+    return capsys.readouterr().out.splitlines()
