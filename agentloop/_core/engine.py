@@ -210,6 +210,7 @@ class Engine(Interpreter, ReportChecks):
                 self._run_id,
                 self._conversation_id,
                 self._turn,
+                self._carried,
             ),
         )
 

@@ -375,6 +375,8 @@ class RunResult(NamedTuple):
     #: and which turn (from 1); both ``None`` for a run in no conversation.
     conversation_id: str | None = None
     turn: int | None = None
+    #: The summary (turns folded, text) carried in from the turn before (``summarise``).
+    summary: tuple[int, str] | None = None
 
     @property
     def output_text(self) -> str | None:

@@ -134,6 +134,7 @@ def header(
     continues: str | None = None,
     models: tuple[str, ...] = (),
     conversation: tuple[str, int] | None = None,
+    summary: tuple[int, str] | None = None,
 ) -> bytes:
     """A run's header: its input and the configuration it was started with.
 
@@ -141,7 +142,8 @@ def header(
     continues (``Loop.continue_run``, a conversation's turn before); ``models``
     names its fallback models, which its replay needs
     (``agentloop.models.fallback``); ``conversation`` is the conversation's id
-    and the turn the run is (``conversation_id``, ``turn``).
+    and the turn the run is (``conversation_id``, ``turn``); ``summary`` the
+    summary carried in from the turn before (``{fold, text}``), which its replay needs.
     """
     document: dict[str, Any] = {
         "format": FORMAT,
@@ -156,6 +158,8 @@ def header(
         document["models"] = list(models)
     if conversation is not None:
         document["conversation_id"], document["turn"] = conversation
+    if summary is not None:
+        document["summary"] = {"fold": summary[0], "text": summary[1]}
     return orjson.dumps(document)
 
 

@@ -80,9 +80,16 @@ class DurableEngine(Engine):
         context: ContextPolicy | None = None,
         models: tuple[str, ...] = (),
         output: OutputSchema | None = None,
+        summary: tuple[int, str] | None = None,
     ) -> None:
         super().__init__(
-            messages, budget=budget, cancel=cancel, context=context, models=models, output=output
+            messages,
+            budget=budget,
+            cancel=cancel,
+            context=context,
+            models=models,
+            output=output,
+            summary=summary,
         )
         self.handed: list[RunTool] = []
         self._given: str | None = None  # the handed call last given to the driver

@@ -109,6 +109,19 @@ class Recorded:
         #: The conversation the run is a turn of, and which turn, if any.
         self.conversation_id: str | None = conversation_id
         self.turn: int | None = turn
+        summary = document.get("summary")
+        if summary is not None and (
+            type(summary) is not dict
+            or set(summary) != {"fold", "text"}
+            or type(summary["fold"]) is not int
+            or summary["fold"] < 1
+            or type(summary["text"]) is not str
+        ):
+            raise bad(run_id, "its header's summary", "{'fold': a count from 1, 'text'}", summary)
+        #: The summary carried in from the turn before: (turns folded, text), if any.
+        self.summary: tuple[int, str] | None = (
+            None if summary is None else (summary["fold"], summary["text"])
+        )
         models = document.get("models", [])
         if type(models) is not list or not all(type(name) is str for name in models):
             raise bad(run_id, "its header's models", "a list of model names", models)

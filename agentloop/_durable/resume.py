@@ -74,6 +74,7 @@ def begin(
     models: tuple[str, ...] = (),
     output: OutputSchema | None = None,
     conversation: tuple[str, int] | None = None,
+    summary: tuple[int, str] | None = None,
 ) -> DurableEngine:
     """A new durable run: the input checked, then its header recorded and the run claimed.
 
@@ -89,12 +90,19 @@ def begin(
         run_id = checked_run_id(run_id, new=True)
     # Bad input raises first.
     engine = DurableEngine(
-        messages, budget=budget, cancel=cancel, context=context, models=models, output=output
+        messages,
+        budget=budget,
+        cancel=cancel,
+        context=context,
+        models=models,
+        output=output,
+        summary=summary,
     )
     configuration = fingerprint(budget, dispatcher, context, output)
-    writer = ledger.create(
-        run_id, header(run_id, engine.history(), configuration, continues, models, conversation)
+    document = header(
+        run_id, engine.history(), configuration, continues, models, conversation, summary
     )
+    writer = ledger.create(run_id, document)
     engine._continues, engine._run_id = continues, run_id
     if conversation is not None:
         engine._conversation_id, engine._turn = conversation
@@ -196,6 +204,7 @@ def replayed(
             context=context,
             models=recorded.models,
             output=output,
+            summary=recorded.summary,
         )
     except (TypeError, ValueError) as exc:
         raise LedgerError(

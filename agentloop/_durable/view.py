@@ -265,6 +265,7 @@ def _result(engine: DurableEngine) -> RunResult:
             run_id=engine._run_id,
             conversation_id=engine._conversation_id,
             turn=engine._turn,
+            summary=engine._carried,
         )
     events = tuple(event._replace(at=None, took=None) for event in result.events)
     return result._replace(events=events)

@@ -101,7 +101,13 @@ def forked(
 
     def fresh(token: CancelToken) -> Engine:
         return Engine(
-            messages, budget=budget, cancel=token, context=context, models=models, output=output
+            messages,
+            budget=budget,
+            cancel=token,
+            context=context,
+            models=models,
+            output=output,
+            summary=run.summary,  # a turn's, carried in: its replay starts from it
         )
 
     token = CancelToken()  # the engine's; the caller's cancels it from now on
@@ -127,6 +133,7 @@ def forked(
             models=models,
             output=output,
             continues=run.run_id,
+            summary=run.summary,
         )
         try:
             cut(engine, token)  # recorded as it is fed, as a live run records

@@ -19,7 +19,7 @@ from agentloop._durable.conversations import checked_conversation_id, turn_ids
 from agentloop._durable.ids import turn_of
 from agentloop._durable.view import view_run
 from agentloop._errors import InvalidStateError
-from agentloop._loop.engines import fresh_engine
+from agentloop._loop.engines import carried_summary, fresh_engine
 
 if TYPE_CHECKING:
     from agentloop._core.engine import Engine
@@ -42,7 +42,9 @@ def turn_engine(
     turn = next_turn(loop, messages, after, conversation, run_id)
     if turn is None:
         return fresh_engine(loop, messages, cancel, run_id)
-    return fresh_engine(loop, turn.input, cancel, None, turn.continues, turn.conversation)
+    return fresh_engine(
+        loop, turn.input, cancel, None, turn.continues, turn.conversation, turn.summary
+    )
 
 
 class Turn(NamedTuple):
@@ -51,6 +53,8 @@ class Turn(NamedTuple):
     input: str | list[dict[str, Any]]
     conversation: tuple[str, int]
     continues: str | None
+    #: The summary in force when the turn before stopped (``summarise``), carried in.
+    summary: tuple[int, str] | None = None
 
 
 def next_turn(
@@ -93,7 +97,12 @@ def next_turn(
         return Turn(messages, (conversation_id, turn), None)
     _ended(previous, conversation_id, turn - 1)
     new = [{"kind": "user", "text": messages}] if type(messages) is str else messages
-    return Turn([*previous.transcript, *new], (conversation_id, turn), previous.run_id)
+    return Turn(
+        [*previous.transcript, *new],
+        (conversation_id, turn),
+        previous.run_id,
+        carried_summary(loop, previous),
+    )
 
 
 def conversation_results(loop: Loop, conversation_id: str) -> tuple[RunResult, ...]:

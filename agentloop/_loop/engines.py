@@ -15,6 +15,7 @@ from agentloop._durable.view import view_run
 from agentloop._errors import AgentloopError, ConversationBusyError, RunExistsError
 from agentloop._loop.continued import continued, forked, resumed
 from agentloop._loop.settings import checked_tool_names, no_ledger, timeout_bites
+from agentloop._review.runstory import summary_at_end
 
 if TYPE_CHECKING:
     from agentloop._core.values import CancelToken, RunResult
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from agentloop._loop.loop import Loop
 
 __all__ = [
+    "carried_summary",
     "check_ready",
     "continued_engine",
     "forked_engine",
@@ -43,18 +45,20 @@ def fresh_engine(
     run_id: str | None,
     continues: str | None = None,
     conversation: tuple[str, int] | None = None,
+    summary: tuple[int, str] | None = None,
 ) -> Engine:
     """A fresh engine for a new run: a recording one when the Loop has a ledger.
 
     ``conversation`` (its id and the turn) makes the run that turn; in a
-    ledger, under the turn's id (``ConversationBusyError`` if it is taken).
+    ledger, under the turn's id (``ConversationBusyError`` if it is taken);
+    ``summary`` is the summary it carries in from the turn before.
     """
     check_ready(loop)
     messages = loop._input(messages)
     if loop.ledger is None:
         if run_id is not None:
             no_ledger(run_id)
-        engine = plain_engine(loop, messages, cancel)
+        engine = plain_engine(loop, messages, cancel, summary)
         engine._continues = continues
         if conversation is not None:
             engine._conversation_id, engine._turn = conversation
@@ -72,6 +76,7 @@ def fresh_engine(
             models=loop._model_names,
             output=loop.output,
             conversation=conversation,
+            summary=summary,
         )
     except RunExistsError:
         if conversation is None:
@@ -109,7 +114,15 @@ def continued_engine(
                 f"whose id is made for it: leave run_id= out, got {run_id!r:.60}"
             )
         conversation = (result.conversation_id, result.turn + 1)
-    return fresh_engine(loop, result.transcript, cancel, run_id, continues, conversation)
+    summary = carried_summary(loop, result)
+    return fresh_engine(loop, result.transcript, cancel, run_id, continues, conversation, summary)
+
+
+def carried_summary(loop: Loop, before: RunResult) -> tuple[int, str] | None:
+    """The summary a turn after ``before`` begins with: ``before``'s at its end, under summarise."""
+    if loop.context is None or loop.context.summariser is None:
+        return None
+    return summary_at_end(before, loop.context)
 
 
 def saved_result(loop: Loop, run: str | RunResult, call: str) -> RunResult:
@@ -142,7 +155,10 @@ def check_ready(loop: Loop) -> None:
 
 
 def plain_engine(
-    loop: Loop, messages: str | list[dict[str, Any]], cancel: CancelToken | None
+    loop: Loop,
+    messages: str | list[dict[str, Any]],
+    cancel: CancelToken | None,
+    summary: tuple[int, str] | None = None,
 ) -> Engine:
     """An engine configured as ``loop`` is, recording nothing (the Loop's, and DBOS's)."""
     return Engine(
@@ -153,6 +169,7 @@ def plain_engine(
         retry=loop.retry,
         models=loop._model_names,
         output=loop.output,
+        summary=summary,
     )
 
 

@@ -155,6 +155,10 @@ SCHEMA["properties"]["run_id"] = _STR
 SCHEMA["properties"]["conversation_id"] = _STR
 SCHEMA["properties"]["turn"] = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
 SCHEMA["dependentRequired"] = {"conversation_id": ["turn"], "turn": ["conversation_id"]}
+#: The summary carried in from the turn before (``summarise``): the turns it folds, its text.
+SCHEMA["properties"]["summary"] = _record(
+    fold={"type": "integer", "minimum": 1, "maximum": 2**63 - 1}, text={"type": "string"}
+)
 SCHEMA["properties"]["events"]["items"]["properties"].update(
     wait={"type": "number", "minimum": 0}, model=_STR
 )

@@ -34,9 +34,10 @@ from agentloop._review.runshape import (
 )
 
 if TYPE_CHECKING:
+    from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.output_schema import OutputSchema
 
-__all__ = ["check_story", "reopen"]
+__all__ = ["check_story", "reopen", "summary_at_end"]
 
 
 # -- the story: replayed through the engine ---------------------------------------
@@ -134,6 +135,7 @@ def _replayed(
         context=result.context,
         models=models_named(result.events),
         output=output_of(result) if output is None else output,
+        summary=result.summary,
     )
     return replay_events(
         messages,
@@ -221,3 +223,21 @@ def _compare(want: dict[str, Any], got: dict[str, Any], where: str) -> None:
             )
     for name in got.keys() - want.keys():  # an optional field the replay does not make
         raise Mismatch(f"{where}.{name}", "no such field, as replaying gives", as_found(got[name]))
+
+
+def summary_at_end(result: RunResult, context: ContextPolicy) -> tuple[int, str] | None:
+    """The summary in force when ``result``'s run stopped, under ``context`` (``summarise``).
+
+    What a next turn carries. Found by the one replay of its events under
+    ``context`` (the next turn's policy, whose counter a record may not name);
+    ``None`` if it has none, or its events do not replay under ``context``.
+    """
+    transcript = orjson.loads(result.transcript_json)
+    appended = sum(len(event.appended_json) for event in result.events)
+    try:
+        engine = _replayed(
+            result._replace(context=context), transcript[: len(transcript) - appended]
+        )
+    except (Mismatch, TypeError, ValueError):  # run under another policy: nothing is carried
+        return None
+    return engine._summary_in_force()

@@ -17,9 +17,12 @@ import pytest
 from agentloop import InvalidStateError, Loop, State, Tool, ask
 from agentloop.__main__ import main
 from agentloop._cli import ledger_commands
+from agentloop.context import summarise
+from agentloop.engine import Engine
 from agentloop.ledger import ConversationBusyError, SQLiteLedger, view_run
-from agentloop.review import report_html
+from agentloop.review import load_run, report_html, save_run
 from agentloop.testing import ScriptedModel, call, final
+from tests.core.test_context import Chatty, echo, summary_writer, tokens_of
 from tests.support.helpers import AsyncDriver, Recorder, kinds
 from tests.support.ledgers import MemoryLedger
 
@@ -234,3 +237,63 @@ def run_main(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> list[str]
     """``agentloop ARGV``'s lines; it must succeed."""
     assert main(list(map(str, argv))) == 0
     return capsys.readouterr().out.splitlines()
+
+
+def test_summary_carried_into_the_next_turn(driver: Driver, tmp_path: Path) -> None:
+    """Under summarise, the summary in force when a turn ends is where the next one begins:
+    the summariser is not asked again for the same fold; the turn's header and run file keep
+    it, so the turn replays and is read back the same."""
+    model, writer = Chatty(6), summary_writer()
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    loop = Loop(
+        model, tools=[echo], context=summarise(writer, tokens=300), max_steps=40, ledger=ledger
+    )
+    first = driver.run(loop, "hello", conversation="c")
+    asked = len(writer.asked)  # type: ignore[attr-defined]
+    assert (first.status, first.summary) == (State.FINISHED, None)
+    assert asked > 0
+    second = driver.run(loop, "and?", conversation="c")  # Chatty answers at once now
+    assert (second.status, second.steps, second.turn) == (State.FINISHED, 1, 2)
+    assert len(writer.asked) == asked  # type: ignore[attr-defined]  # nothing folded again
+    assert second.summary is not None
+    assert second.summary[1] == "the story so far"
+    request = model.seen[-1]
+    assert request[0] == {"kind": "user", "text": "hello"}
+    assert request[1]["text"].endswith("the story so far")  # the carried summary, after the head
+    assert request[-1] == {"kind": "user", "text": "and?"}
+    assert tokens_of(request) <= 300
+    fold, text = second.summary
+    header, _ = ledger.read("c::2")
+    assert orjson.loads(header)["summary"] == {"fold": fold, "text": text}
+    read = view_run(ledger, "c::2").result
+    assert (read.summary, read.transcript, read.status) == (
+        second.summary,
+        second.transcript,
+        State.FINISHED,
+    )
+    save_run(second, tmp_path / "turn2.json")
+    assert load_run(tmp_path / "turn2.json").summary == second.summary  # its replay checked
+    # In memory too: the turn after it carries the summary in force at its end.
+    third = driver.run(Loop(model, tools=[echo], context=loop.context), "more", after=second)
+    assert (third.summary, len(writer.asked)) == (second.summary, asked)  # type: ignore[attr-defined]
+
+
+def test_a_carried_summary_is_checked_where_it_enters() -> None:
+    """An engine takes a summary only under summarise, and only of turns its input has."""
+    policy = summarise(summary_writer(), tokens=300)
+    messages = [
+        {"kind": "user", "text": "hello"},
+        {"kind": "final", "text": "hi"},
+        {"kind": "user", "text": "and?"},
+    ]
+    ask = Engine(messages, context=policy, summary=(1, "said hi")).next()
+    assert [m["text"][-7:] for m in ask.history] == ["hello", "said hi", "and?"]  # type: ignore[union-attr]
+    for summary, says in [
+        ((1, "x"), "under summarise"),
+        ((9, "x"), r"\(1 to 2\)"),
+        ((0, "x"), r"\(1 to 2\)"),
+        (("1", "x"), "got"),
+    ]:
+        context = None if says == "under summarise" else policy
+        with pytest.raises(ValueError, match=says):
+            Engine(messages, context=context, summary=summary)  # type: ignore[arg-type]

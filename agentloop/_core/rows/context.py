@@ -37,6 +37,7 @@ class ContextRows:
     if TYPE_CHECKING:  # what these rows read and assign, as RunState holds it
         _clock: Callable[[], float]
         _draft: _Draft
+        _carried: tuple[int, str] | None
         _events: list[Transition]
         _history: History
         _input: tuple[bytes, ...]
@@ -55,9 +56,16 @@ class ContextRows:
             None if policy is None else (Window(policy.counter, encoded), [0])
         )
         self._summary: Summary | None = None  # the summary in force
+        if self._carried is not None:  # carried from the turn before (a conversation's)
+            self._summary = _carried(policy, self._context, self._carried)
         self._plan: tuple[int, Summary | None, Plan | str] | None = None  # for this request
         self._seen: Seen | None = None  # what the request outstanding was sent
         self._view: bytearray | None = None  # the request's messages, when not the history
+
+    def _summary_in_force(self) -> tuple[int, str] | None:
+        """The summary in force (the turns it folds, its text): what a next turn carries."""
+        summary = self._summary
+        return None if summary is None else (summary.turns, summary.text)
 
     def _context_plan(self) -> Plan | str:
         """The view for the request about to be made (found once a request), or why none fits."""
@@ -162,3 +170,27 @@ class ContextRows:
         problem = reply.problem or f"expected a final answer, got a {reply.value['kind']!r} reply"
         self._draft.error = f"malformed summary: {problem}"
         self._rejected = reply.value  # kept for review (and a replay), as a rejected reply is
+
+
+def _carried(
+    policy: ContextPolicy | None, context: tuple[Window, list[int]] | None, carried: object
+) -> Summary:
+    """The summary a turn begins with, checked against its policy and its input's turns."""
+    if policy is None or policy.summariser is None or context is None:
+        raise ValueError(
+            "a summary is carried into a run under summarise(...) only, and this run has "
+            f"{'no context policy' if policy is None else 'keep_last'}"
+        )
+    window = context[0]
+    if (
+        type(carried) is not tuple
+        or len(carried) != 2
+        or type(carried[0]) is not int
+        or type(carried[1]) is not str
+        or not 1 <= carried[0] <= len(window.turns)
+    ):
+        raise ValueError(
+            "expected summary to be (turns, text): the number of the input's turns it "
+            f"folds (1 to {len(window.turns)}) and its text, got {carried!r:.80}"
+        )
+    return window.summary(*carried)

@@ -116,6 +116,7 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         "_budget",
         "_calls_seen",
         "_cancelled",
+        "_carried",
         "_clock",
         "_context",
         "_continues",
@@ -162,6 +163,7 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         retry: RetryPolicy | None = None,
         models: tuple[str, ...] = (),
         output: OutputSchema | None = None,
+        summary: tuple[int, str] | None = None,
     ) -> None:
         if context is not None and type(context) is not ContextPolicy:
             raise TypeError(
@@ -205,6 +207,7 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         self._batch: Batch | None = None  # the accepted batch in hand
         self._draft = _Draft(None)  # the transition being made
         self._reviews = False  # whether the driver reviews each batch (ReviewCalls)
+        self._carried = summary  # a conversation's: the summary in force as the turn begins
         self._init_context(context, encoded)
         # Resilience (retry=, fallback models): off unless the Loop sets them.
         self._retry = retry
