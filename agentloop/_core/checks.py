@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from agentloop._core.batch import check_decisions
 from agentloop._core.intake import not_json
-from agentloop._core.rows.state import RunState
+from agentloop._core.state import RunState
 from agentloop._core.table import State
 from agentloop._errors import InvalidStateError
 

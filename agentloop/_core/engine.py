@@ -44,7 +44,7 @@ from agentloop._core.intake import (
 )
 from agentloop._core.interpreter import Interpreter, _new
 from agentloop._core.json import exception_content
-from agentloop._core.rows.state import _Draft
+from agentloop._core.state import _Draft
 from agentloop._core.table import NEXT, REPORTS, TERMINAL, Report, State, Trigger
 from agentloop._core.values import (
     AskModel,

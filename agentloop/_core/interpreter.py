@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from agentloop._core.build import TABLE
-from agentloop._core.rows.state import RunState
+from agentloop._core.state import RunState
 from agentloop._core.table import MODEL_ANSWERS, Trigger
 from agentloop._core.values import Transition, Usage
 
 if TYPE_CHECKING:
     from agentloop._core.build import Row
-    from agentloop._core.rows.state import _Draft
+    from agentloop._core.state import _Draft
 
 __all__ = ["Interpreter"]
 

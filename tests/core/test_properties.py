@@ -20,7 +20,7 @@ from agentloop.engine import Engine
 from tests.support.helpers import DRIVERS, Driver
 
 if TYPE_CHECKING:
-    from agentloop._core.rows.state import _Draft
+    from agentloop._core.state import _Draft
     from agentloop._core.table import Trigger
 
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from agentloop._core.context_policy import ContextPolicy, Seen
     from agentloop._core.messages import History
-    from agentloop._core.rows.state import _Draft
+    from agentloop._core.state import _Draft
     from agentloop._core.values import Transition
     from agentloop._core.window import Plan, Summary
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from agentloop._core.batch import Batch
     from agentloop._core.intake import Reply
     from agentloop._core.output_schema import OutputSchema
-    from agentloop._core.rows.state import _Draft
+    from agentloop._core.state import _Draft
     from agentloop._core.values import Budget, Transition
 
 __all__ = ["OutputRows"]

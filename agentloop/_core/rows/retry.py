@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from agentloop._core.retry_policy import RetryPolicy
-    from agentloop._core.rows.state import _Draft
+    from agentloop._core.state import _Draft
     from agentloop._core.values import Transition
 
 __all__ = ["RetryRows"]

@@ -17,7 +17,7 @@ from agentloop._core.table import State
 if TYPE_CHECKING:
     from agentloop._core.approval import Decision, PendingCall
     from agentloop._core.batch import Batch
-    from agentloop._core.rows.state import _Draft
+    from agentloop._core.state import _Draft
     from agentloop._core.values import Transition
 
 __all__ = ["ReviewRows"]
