@@ -8,7 +8,8 @@ the driver reports what happened (``waited()`` once a ``Wait`` is over). A
 registry's ``review`` answers a ``ReviewCalls`` with a ``PreparedCall`` per
 call, which the engine hands back in ``RunTool.review``.
 The table it interprets is here too (``ROWS``: each a ``Row`` of ``State``,
-``Trigger``, ``Guard`` and ``Effect``), with the callback types a driver
+``Trigger``, ``Guard`` and ``Effect``; each feature's rows are a ``Feature``'s,
+in the table only when a configuration turns it on), with the callback types a driver
 calls (``Model``, ``Dispatcher``, ``Listener``). See the docs' "Writing a
 driver" page.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from agentloop._core.build import ROWS, Row
 from agentloop._core.engine import Engine
-from agentloop._core.table import TERMINAL, Effect, Guard, State, Trigger
+from agentloop._core.table import TERMINAL, Effect, Feature, Guard, State, Trigger
 from agentloop._core.values import (
     AskModel,
     AwaitApproval,
@@ -38,6 +39,7 @@ __all__ = [
     "Dispatcher",
     "Effect",
     "Engine",
+    "Feature",
     "Guard",
     "Listener",
     "Model",

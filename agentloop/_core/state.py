@@ -1,13 +1,10 @@
-"""The run's state, and the guards and effects the table's rows name, as its methods.
+"""The run's state: one plain class, what every guard and effect reads and changes.
 
-Each feature's are a mixin of ``RunState`` in a ``_rows_*.py`` module of its
-own (context, output, retry, review): still methods of the engine, by name.
-
-Each guard reads the state (and the report in hand, in the ``_Draft``) and
-answers a bool; each effect changes the state or fills in the ``_Draft`` of
-the transition being made. Nothing here chooses a row or commits one: that is
-``_choose`` and ``_record`` (``interpreter.py``), which call these by name, so a
-subclass or a patched method is what runs.
+``RunState`` holds one run's counters, reserved ids, history, batch and log,
+and the parts its configuration gave it; ``drafts.py`` has the transition
+being made. The guards and effects are functions of a ``RunState`` (``rows/``), the
+engine (``engine.py``) chooses and commits rows, and ``settle`` makes the
+state again from the log when an interruption lands half-way.
 """
 
 from __future__ import annotations
@@ -17,137 +14,84 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core.batch import Batch
-from agentloop._core.context_policy import ContextPolicy, Summarise
-from agentloop._core.intake import NO_REPLY, Outcome
-from agentloop._core.json import exception_said
-from agentloop._core.messages import CUT_OFF, History, input_messages
+from agentloop._core.context_policy import ContextPolicy
+from agentloop._core.drafts import Draft
+from agentloop._core.intake import NO_REPLY
+from agentloop._core.messages import History, ids_of, input_messages
 from agentloop._core.output_schema import OutputSchema
 from agentloop._core.retry_policy import checked_retry
-from agentloop._core.rows.context import ContextRows
-from agentloop._core.rows.output import _WRAP_UP_BEGUN, OutputRows
-from agentloop._core.rows.retry import RetryRows
-from agentloop._core.rows.review import ReviewRows, _approvals
-from agentloop._core.table import ANSWERS, Guard, State, Trigger
-from agentloop._core.values import (
-    AskModel,
-    AwaitApproval,
-    Budget,
-    CancelToken,
-    ReviewCalls,
-    RunTool,
-    Transition,
-    Usage,
-    Wait,
-)
+from agentloop._core.rows.context import init_context, rebuild_context
+from agentloop._core.rows.review import approvals
+from agentloop._core.rows.wrapup import WRAP_UP_BEGUN
+from agentloop._core.table import MODEL_ANSWERS, TERMINAL, Guard, State, Trigger
+from agentloop._core.values import Budget, CancelToken, RunResult, Transition, Usage
+from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agentloop._core.approval import Decision, PendingCall
+    from agentloop._core.batch import Batch
+    from agentloop._core.build import Row
+    from agentloop._core.context_policy import Seen
     from agentloop._core.intake import Reply
     from agentloop._core.retry_policy import RetryPolicy
-    from agentloop._core.rows.output import _CallIndex, _Identical
+    from agentloop._core.rows.loopguard import CallIndex
+    from agentloop._core.window import Plan, Summary, Window
 
 __all__ = ["RunState"]
 
 _DEFAULT_BUDGET: Final = Budget()
-_CUT_OFF: Final = orjson.dumps(CUT_OFF)
 _NO_IDS: Final[frozenset[str]] = frozenset()
 _NO_USAGE: Final = Usage()
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _SUMMARISE: Final = Trigger.SUMMARISE
 
 
-class _Draft:
-    """The transition being made: what its report brought, and the event's fields so far.
+class RunState:
+    """One run's counters, reserved ids, history, batch and log: what the rows read and change.
 
-    A fresh one for every transition, so nothing of one transition leaks into
-    the next. The class attributes are the defaults: an effect sets what its
-    row records, and the rest is read from here.
+    A plain class of plain attributes: the functions of ``rows/`` read and
+    set them. Only the engine holds one, and only the core touches it.
     """
 
-    #: The event's call: its id and tool name (``name_call`` sets it).
-    named: tuple[str | None, str | None] = (None, None)
-    status: str | None = None
-    reason: str | None = None
-    error: str | None = None
-    exception: BaseException | None = None
-    appended: tuple[bytes, ...] = ()
-    usage: Usage | None = None
-    pending: tuple[PendingCall, ...] = ()
-    decisions: tuple[tuple[str, Decision], ...] = ()
-    # What the report brought, for the effects.
-    outcome: Outcome | None = None
-    asked: tuple[PendingCall, ...] = ()
-    review: dict[str, object] | None = None
-    decisions_in: tuple[tuple[str, Decision], ...] = ()
-    cut: bytes = _CUT_OFF
-    # What came from outside with the report (the reply's or the content's JSON).
-    input_json: bytes | None = None
-    # What an internal row hands the driver.
-    request: AskModel | RunTool | AwaitApproval | ReviewCalls | Summarise | Wait | None = None
-    # The summariser's reply, taken in (on summary_written).
-    summary_in: Reply | None = None
-    #: The wait the retry policy chose for a failed model (``None``: no retry), and
-    #: the event's copy once ``plan_wait`` keeps it.
-    wait_in: float | None = None
-    wait: float | None = None
-    #: The fallback model that replied or raised, by name (``None`` with one model).
-    model: str | None = None
-    # What the output schema found wrong with the final in hand (None: not asked yet).
-    output_problems: list[str] | None = None
-    # The loop guard's findings about the batch in hand (None: not looked yet).
-    identical: _Identical | None = None
-
-    def __init__(self, call: tuple[str, str] | None, since: float | None = None) -> None:
-        #: The call in hand: being checked, handed out or reported (None: none is).
-        self.call = call
-        #: When the request this transition answers was handed out.
-        self.since = since
-
-
-class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
-    """One run's counters, reserved ids, history, batch and log: what the rows read and change."""
-
     __slots__ = (
-        "_applied",
-        "_batch",
-        "_budget",
-        "_calls_seen",
-        "_cancelled",
-        "_clock",
-        "_context",
-        "_draft",
-        "_events",
-        "_handed",
-        "_history",
-        "_input",
-        "_input_ids",
-        "_models",
-        "_output",
-        "_output_retries",
-        "_outstanding",
-        "_parent_run_id",
-        "_plan",
-        "_policy",
-        "_recorded_words",
-        "_rejected",
-        "_reply",
-        "_reserved",
-        "_retry",
-        "_reviews",
-        "_run_id",
-        "_seen",
-        "_since",
-        "_spent",
-        "_state",
-        "_summary",
-        "_tokens",
-        "_view",
-        "_wrapping",
+        "applied",
+        "batch",
+        "budget",
         "calls",
+        "calls_seen",
+        "cancelled",
+        "clock",
+        "context",
+        "draft",
+        "events",
+        "handed",
+        "history",
+        "input",
+        "input_ids",
+        "models",
+        "output",
+        "output_retries",
+        "outstanding",
+        "parent_run_id",
+        "plan",
+        "policy",
+        "recorded_words",
+        "rejected",
+        "reply",
+        "reserved",
+        "retry",
+        "reviews",
+        "run_id",
+        "seen",
+        "since",
+        "spent",
+        "state",
         "steps",
+        "summary",
+        "tokens",
+        "view",
+        "wrapping",
     )
 
     def __init__(
@@ -161,257 +105,178 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
         retry: RetryPolicy | None = None,
         models: tuple[str, ...] = (),
         output: OutputSchema | None = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
     ) -> None:
-        if context is not None and type(context) is not ContextPolicy:
-            raise TypeError(
-                "expected context to be a policy of agentloop.context (keep_last(tokens=...) "
-                f"or summarise(model, tokens=...)) or None, got {type(context).__name__}"
-            )
-        if type(budget) is not Budget:
-            raise TypeError(f"expected budget to be a Budget, got {type(budget).__name__}")
-        if cancel is not None and type(cancel) is not CancelToken:
-            raise TypeError(
-                f"expected cancel to be a CancelToken or None, got {type(cancel).__name__}"
-            )
-        _check_parts(clock, retry, models, output)
+        _check_parts(budget, cancel, clock, context, retry, models, output, run_id, parent_run_id)
         encoded, input_ids = input_messages(messages)
-        self._input_ids = frozenset(input_ids) if input_ids else _NO_IDS
-        self._reserved = input_ids
-        self._input = tuple(encoded)
-        self._history = History(encoded)
-        self._budget = budget
+        self.input_ids = frozenset(input_ids) if input_ids else _NO_IDS
+        self.reserved = input_ids
+        self.input = tuple(encoded)
+        self.history = History(encoded)
+        self.budget = budget
         # Without a token, nothing can cancel: ``bool()`` is False, and a C call.
-        self._cancelled = bool if cancel is None else cancel.check()
-        self._state = State.AWAITING_MODEL
+        self.cancelled: Callable[[], bool] = bool if cancel is None else cancel.check()
+        self.state = State.AWAITING_MODEL
         #: Model callback invocations so far.
         self.steps = 0
         #: Accepted tool attempts so far.
         self.calls = 0
-        # Tokens the model's replies reported so far (input plus output): usage.total.
-        self._tokens = 0
-        self._spent = _NO_USAGE  # what the replies reported, summed
+        # Tokens the model's replies reported so far (input plus output): spent.total.
+        self.tokens = 0
+        self.spent = _NO_USAGE  # what the replies reported, summed
         # Times are read, never slept on: a clock is the only outside thing the engine reads.
-        self._clock = clock
+        self.clock = clock
         # When the model was asked, and when each running call was handed out.
-        self._since: dict[str | None, float] = {}
-        self._events: list[Transition] = []
+        self.since: dict[str | None, float] = {}
+        self.events: list[Transition] = []
         # The calls handed out since the last transition: the next one records them.
-        self._handed: list[str] = []
-        self._applied = 0  # events whose effects on the state are done
-        self._outstanding: Trigger | None = None
-        self._rejected: object = None
-        self._reply: Reply = NO_REPLY  # the reply in hand
-        self._batch: Batch | None = None  # the accepted batch in hand
-        self._draft = _Draft(None)  # the transition being made
-        self._reviews = False  # whether the driver reviews each batch (ReviewCalls)
-        self._init_context(context, encoded)
+        self.handed: list[str] = []
+        self.applied = 0  # events whose effects on the state are done
+        self.outstanding: Trigger | None = None
+        self.rejected: object = None
+        self.reply: Reply = NO_REPLY  # the reply in hand
+        self.batch: Batch | None = None  # the accepted batch in hand
+        self.draft = Draft(None)  # the transition being made
+        self.reviews = False  # whether the driver reviews each batch (ReviewCalls)
+        # The context policy's window, summary, plan and views (rows/context.py).
+        self.policy: ContextPolicy | None = None
+        self.context: tuple[Window, list[int]] | None = None
+        self.summary: Summary | None = None
+        self.plan: tuple[int, Summary | None, Plan | str] | None = None
+        self.seen: Seen | None = None
+        self.view: bytearray | None = None
+        init_context(self, context, encoded)
         # Resilience (retry=, fallback models): off unless the Loop sets them.
-        self._retry = retry
-        self._models = models
+        self.retry = retry
+        self.models = models
         #: The run this one continues (``Loop.continue_run``), by id.
-        self._parent_run_id: str | None = None
+        self.parent_run_id = parent_run_id
         #: This run's id, when it is durable (a ledger's or DBOS's): its result says it.
-        self._run_id: str | None = None
+        self.run_id = run_id
         #: The schema a final answer must match (``Loop(output=T)``), if any.
-        self._output = output
+        self.output = output
         #: Invalid final answers sent back to the model so far.
-        self._output_retries = 0
+        self.output_retries = 0
         #: The budget that ran out, once the run wraps up (``on_exhausted='answer'``).
-        self._wrapping: str | None = None
-        self._calls_seen: _CallIndex | None = None  # the loop guard's, made when first asked
+        self.wrapping: str | None = None
+        self.calls_seen: CallIndex | None = None  # the loop guard's, made when first asked
         #: The errors of a record being replayed that an older agentloop worded otherwise.
-        self._recorded_words: frozenset[str] = frozenset()
+        self.recorded_words: frozenset[str] = frozenset()
 
-    def __repr__(self) -> str:
-        return f"<Engine state={self._state.value!r} steps={self.steps} calls={self.calls}>"
-
-    # -- guards (named in the table) ---------------------------------------------
-
-    def _cancel_requested(self) -> bool:
-        return self._cancelled()
-
-    def _steps_exhausted(self) -> bool:
-        return self.steps >= self._budget.max_steps
-
-    def _tokens_exhausted(self) -> bool:
-        limit = self._budget.max_total_tokens
-        return limit is not None and self._tokens >= limit
-
-    def _reply_malformed(self) -> bool:
-        return self._reply.problem is not None
-
-    def _reply_is_final(self) -> bool:
-        return self._reply.final
-
-    def _call_id_reserved(self) -> bool:
-        return self._repeated_id() is not None
-
-    def _calls_exhausted(self) -> bool:
-        return self.calls + len(self._reply.calls) > self._budget.max_calls
-
-    def _cancel_requested_mid_batch(self) -> bool:
-        return self._batch_underway() and self._cancelled()
-
-    def _batch_underway(self) -> bool:
-        return self._batch is not None and self._batch.underway
-
-    def _batch_open(self) -> bool:
-        batch = self._batch
-        assert batch is not None, "a tool returns in a batch"
-        return len(batch.results) + 1 < len(batch.calls)
-
-    # -- effects (named in the table) -------------------------------------------
-
-    def _count_step(self) -> None:
-        self.steps += 1
-
-    def _ask_for_reply(self) -> None:
-        self._outstanding = _ASK_MODEL
-        self._since[None] = self._clock()
-        view = self._view  # fit_context's, under a context policy
-        self._draft.request = AskModel(
-            *(self._history.request() if view is None else (view, len(view)))
+    def event(self, row: Row, draft: Draft) -> Transition:
+        """The event the chosen row makes: the row, the counters, and what its effects set."""
+        run = self
+        dest, (call_id, tool), since = row.dest, draft.named, draft.since
+        assert dest is not None, "a recorded row moves"
+        at = run.clock()
+        return Transition(
+            source=row.source,
+            dest=dest,
+            trigger=row.trigger,
+            guard=row.guard,
+            steps=run.steps,
+            calls=run.calls,
+            call_id=call_id,
+            tool=tool,
+            result_status=draft.status,
+            reason=draft.reason,
+            error=draft.error,
+            exception=draft.exception,
+            appended_json=draft.appended,
+            usage=draft.usage,
+            at=at,
+            took=None if since is None else at - since,
+            pending=draft.pending,
+            decisions=draft.decisions,
+            started=tuple(run.handed),
+            input_json=draft.input_json,
+            # The events that answer a model (or summariser) record what it was sent.
+            context=run.seen if row.trigger in MODEL_ANSWERS else None,
+            wait=draft.wait,
+            model=draft.model,
         )
 
-    def _name_call(self) -> None:
-        draft = self._draft
-        if draft.call is not None:
-            draft.named = draft.call
+    def append(self, transition: Transition, draft: Draft) -> Transition:
+        """Commit ``transition``: append it to the log (``settle`` redoes the rest); apply it."""
+        run = self
+        run.events.append(transition)
+        run.handed.clear()
+        appended, usage = draft.appended, draft.usage
+        if appended:
+            run.history.extend(appended)
+        if usage is not None:
+            run.spent = Usage(*(a + b for a, b in zip(run.spent, usage, strict=True)))
+            run.tokens = run.spent.total
+        run.state = transition.dest
+        batch = run.batch
+        run.outstanding = _START_TOOL if batch is not None and batch.running else None
+        run.applied += 1
+        return transition
 
-    def _reserve_calls(self) -> None:
-        calls, reserved = self._reply.calls, self._reserved
-        for call_id, _ in calls:
-            reserved.add(call_id)
-        self.calls += len(calls)
-        self._batch = Batch(self._reply)
-
-    def _start_call(self) -> None:
-        batch, draft = self._batch, self._draft
-        assert batch is not None, "a call is handed out of a batch"
-        assert draft.call is not None, "next() put the call to hand out in hand"
-        call_id = draft.call[0]
-        index = batch.next_index()
-        assert index is not None, "next() found the call to hand out"
-        batch.running[call_id] = index
-        batch.started = index + 1
-        batch.handed += 1
-        self._handed.append(call_id)
-        self._outstanding = _START_TOOL
-        self._since[call_id] = self._clock()
-        draft.request = RunTool(*batch.handed_out(index))
-
-    def _keep_result(self) -> None:
-        batch, draft = self._batch, self._draft
-        assert batch is not None, "a tool returns in a batch"
-        assert draft.call is not None, "the reported call is in hand"
-        assert draft.outcome is not None, "a tool report brings its outcome"
-        draft.status = draft.outcome.status
-        batch.answer(batch.running.pop(draft.call[0]), draft.status, draft.outcome.content_json)
-
-    def _answer_rest(self) -> None:
-        batch, draft = self._batch, self._draft
-        assert batch is not None, "a batch is answered"
-        if draft.call is not None and batch.calls.index(draft.call) not in batch.results:
-            draft.status = "cancelled"  # the call in hand is among those answered here
-        batch.answer_rest(draft.cut)
-
-    def _append_batch(self) -> None:
-        assert self._batch is not None, "a batch is appended"
-        self._draft.appended = self._batch.messages()
-
-    def _append_final(self) -> None:
-        self._draft.appended = (self._reply.json,)
-
-    def _reject_reply(self) -> None:
-        if self._reply is not NO_REPLY:
-            self._rejected = self._reply.value
-
-    def _note_max_steps(self) -> None:
-        self._draft.reason = "max_steps"
-
-    def _note_max_calls(self) -> None:
-        self._draft.reason = "max_calls"
-
-    def _note_max_total_tokens(self) -> None:
-        self._draft.reason = "max_total_tokens"
-
-    def _note_model_error(self) -> None:
-        draft = self._draft
-        assert draft.exception is not None, "the model raised"
-        draft.error = f"the model raised {exception_said(draft.exception)}"
-
-    def _note_malformed(self) -> None:
-        self._draft.error = f"malformed reply: {self._reply.problem}"
-
-    def _note_repeated_call(self) -> None:
-        call_id = self._repeated_id()
-        assert call_id is not None, "a call id is reserved"
-        calls = self._reply.calls
-        # The event names the reused id, in a batch too (name_call names only a lone call).
-        self._draft.named = (call_id, dict(calls)[call_id])
-        if len(calls) > 1 and call_id not in self._reserved:
-            self._draft.error = (
-                f"call id {call_id!r} appears twice in the batch; no call of it was run"
+    def result(self) -> RunResult:
+        """The run's result: once it is done, or while it waits for a person's decisions."""
+        run = self
+        state = run.state
+        if state not in TERMINAL and state is not State.AWAITING_APPROVAL:
+            raise InvalidStateError(
+                f"result() needs a finished run, but the run is still in state "
+                f"{state.value!r}; step it until it is done",
+                state=state,
             )
-            return
-        # The words of a record made before the error said where the id was first used.
-        older = f"call id {call_id!r} was already used in this run; the call was not run again"
-        self._draft.error = (
-            older
-            if older in self._recorded_words
-            else f"call id {call_id!r} was already used in this run, first "
-            f"{self._first_use(call_id)}; the call was not run again"
+        last = run.events[-1]
+        output = None
+        if last.dest is State.FINISHED:
+            final, reply = last.appended_json[-1], run.reply
+            # The reply in hand is the decoded copy of the final it appended: no decoding again.
+            output = (reply.value if final is reply.json else orjson.loads(final))["text"]
+            if run.output is not None:  # typed: converted as tool arguments are
+                output = run.output.value(output)
+        return RunResult(
+            status=state,
+            output=output,
+            steps=run.steps,
+            calls=run.calls,
+            budget=run.budget,
+            reason=last.reason,
+            error=last.error,
+            events=tuple(run.events),
+            transcript_json=run.history.to_json(),
+            rejected_value=run.rejected,
+            usage=run.spent,
+            held_json=run.reply.json if state is State.AWAITING_APPROVAL else None,
+            context=run.policy,
+            parent_run_id=run.parent_run_id,
+            output_schema_json=None if run.output is None else run.output.schema_json,
+            run_id=run.run_id,
         )
 
-    def _first_use(self, call_id: str) -> str:
-        """Where a reserved id was first used: ``in the input (transcript[3])``, ``at step 2``."""
-        at = 0
-        for data in self._input:
-            if call_id in _ids_of(orjson.loads(data)):
-                return f"in the input (transcript[{at}])"
-            at += 1
-        for event in self._events:
-            for data in event.appended_json:
-                if call_id in _ids_of(orjson.loads(data)):
-                    return f"at step {event.steps} (transcript[{at}])"
-                at += 1
-        raise AssertionError("a reserved id is in the input or in what the run appended")
-
-    def _repeated_id(self) -> str | None:
-        """The first id of the reply's batch that is reserved already or used twice in it."""
-        reserved, seen = self._reserved, set()
-        for call_id, _ in self._reply.calls:
-            if call_id in reserved or call_id in seen:
-                return call_id
-            seen.add(call_id)
-        return None
-
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """Make the state, counters, ids, history and batch again from the log of events.
 
-        Only an interruption needs this (and pays for it): it may have landed
-        between an effect and the commit (undone here) or after the commit
-        (completed here). Steps are the last event's, plus the one an
-        outstanding model request has spent.
+        Only an interruption, or a record sink that refused a transition, needs
+        this (and pays for it): what landed between an effect and the commit
+        is undone, what landed after the commit completed. Steps are the last
+        event's, plus the one an outstanding model request has spent.
         """
-        events = self._events
-        if self._applied != len(events):  # the last event was committed: its request is answered
-            self._outstanding = None
-        history = History(list(self._input))
+        events = self.events
+        if self.applied != len(events):  # the last event was committed: its request is answered
+            self.outstanding = None
+        history = History(list(self.input))
         for event in events:
             history.extend(event.appended_json)
-        self._history, self._applied = history, len(events)
+        self.history, self.applied = history, len(events)
         last = events[-1] if events else None
-        self._state = last.dest if last else State.AWAITING_MODEL
+        self.state = last.dest if last else State.AWAITING_MODEL
         self.calls = last.calls if last else 0
         reported = [event.usage for event in events if event.usage is not None]
-        self._spent = Usage(*map(sum, zip(*reported, strict=True))) if reported else _NO_USAGE
-        self._tokens = self._spent.total
-        self._reserved = set(self._input_ids) | _appended_ids(events)
-        batch = self._batch
-        if self._state is State.DISPATCHING and batch is not None:
+        self.spent = Usage(*map(sum, zip(*reported, strict=True))) if reported else _NO_USAGE
+        self.tokens = self.spent.total
+        self.reserved = set(self.input_ids) | _appended_ids(events)
+        batch = self.batch
+        if self.state is State.DISPATCHING and batch is not None:
             # The batch in hand was accepted: keep only the results its events committed.
-            self._reserved.update(call_id for call_id, _ in batch.calls)
+            self.reserved.update(call_id for call_id, _ in batch.calls)
             accepted = max(i for i, event in enumerate(events) if event.source is State.VALIDATING)
             answered = {event.call_id for event in events[accepted + 1 :]} | {
                 call_id
@@ -422,64 +287,58 @@ class RunState(ContextRows, OutputRows, RetryRows, ReviewRows):
             ids = [call_id for call_id, _ in batch.calls]
             batch.results = {i: r for i, r in batch.results.items() if ids[i] in answered}
             batch.running = {ids[i]: i for i in range(batch.started) if ids[i] not in answered}
-            self._outstanding = _START_TOOL if batch.running else None
+            self.outstanding = _START_TOOL if batch.running else None
             # Handed out and in no event yet: the next event records them.
             recorded = {call_id for event in events[accepted + 1 :] for call_id in event.started}
-            self._handed = [call_id for call_id in batch.running if call_id not in recorded]
+            self.handed = [call_id for call_id in batch.running if call_id not in recorded]
         else:
-            self._handed = []
-        if self._state in (State.DISPATCHING, State.AWAITING_APPROVAL) and batch is not None:
-            pending, decided = _approvals(events)
-            batch.pending, batch.decided = pending, decided
+            self.handed = []
+        if self.state in (State.DISPATCHING, State.AWAITING_APPROVAL) and batch is not None:
+            batch.pending, batch.decided = approvals(events)
         self.steps = (last.steps if last else 0) + (
-            self._outstanding is _ASK_MODEL or self._outstanding is _SUMMARISE
+            self.outstanding is _ASK_MODEL or self.outstanding is _SUMMARISE
         )
-        if self._policy is not None:
-            self._rebuild_context()
-        self._rejected = None  # only a terminal row rejects a reply
-        self._output_retries = sum(event.guard is Guard.OUTPUT_RETRY for event in events)
-        self._calls_seen = None  # read again from the record when next asked
-        self._wrapping = next(
-            (event.reason for event in events if event.guard in _WRAP_UP_BEGUN), None
+        if self.policy is not None:
+            rebuild_context(self)
+        self.rejected = None  # only a terminal row rejects a reply
+        self.output_retries = sum(event.guard is Guard.OUTPUT_RETRY for event in events)
+        self.calls_seen = None  # read again from the record when next asked
+        self.wrapping = next(
+            (event.reason for event in events if event.guard in WRAP_UP_BEGUN), None
         )
-
-    def _retract(self) -> Transition:
-        """Take back the last transition: the run is as it was before it, its request out again.
-
-        For a store that could not record an end (a durable driver): the
-        caller sees the failure, and the run in memory stays as its record says.
-        """
-        event = self._events.pop()
-        self._applied = len(self._events)
-        # Out again: the model or tool request it answered (a decision answers none).
-        answered = ANSWERS.get(event.trigger)
-        self._outstanding = answered if answered in (_ASK_MODEL, _START_TOOL) else None
-        self._settle()
-        return event
 
 
 def _appended_ids(events: list[Transition]) -> set[str]:
-    """The ids of every call the events appended: what _settle() reserves again."""
+    """The ids of every call the events appended: what settle() reserves again."""
     return {
         call_id
         for event in events
         for data in event.appended_json
-        for call_id in _ids_of(orjson.loads(data))
+        for call_id in ids_of(orjson.loads(data))
     }
 
 
-def _ids_of(message: dict[str, Any]) -> list[str]:
-    """The ids of the calls a message makes (none unless a ``call`` or ``calls``)."""
-    kind = message.get("kind")
-    if kind == "call":
-        return [message["id"]]
-    if kind == "calls":
-        return [call["id"] for call in message["calls"]]
-    return []
-
-
-def _check_parts(clock: object, retry: object, models: object, output: object) -> None:
+def _check_parts(
+    budget: object,
+    cancel: object,
+    clock: object,
+    context: object,
+    retry: object,
+    models: object,
+    output: object,
+    run_id: object,
+    parent_run_id: object,
+) -> None:
     """``TypeError`` naming an engine part of the wrong kind (a Loop passes checked ones)."""
+    if context is not None and type(context) is not ContextPolicy:
+        raise TypeError(
+            "expected context to be a policy of agentloop.context (keep_last(tokens=...) "
+            f"or summarise(model, tokens=...)) or None, got {type(context).__name__}"
+        )
+    if type(budget) is not Budget:
+        raise TypeError(f"expected budget to be a Budget, got {type(budget).__name__}")
+    if cancel is not None and type(cancel) is not CancelToken:
+        raise TypeError(f"expected cancel to be a CancelToken or None, got {type(cancel).__name__}")
     if not callable(clock):
         raise TypeError(f"expected clock to be a callable returning seconds, got {clock!r:.80}")
     checked_retry(retry)
@@ -492,3 +351,6 @@ def _check_parts(clock: object, retry: object, models: object, output: object) -
             "expected output to be an OutputSchema (a Loop's: loop.output) or None, "
             f"got {output!r:.80}"
         )
+    for name, value in (("run_id", run_id), ("parent_run_id", parent_run_id)):
+        if value is not None and type(value) is not str:
+            raise TypeError(f"expected {name} to be a str or None, got {type(value).__name__}")

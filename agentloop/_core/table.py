@@ -148,23 +148,22 @@ The goal is that nothing is. Today these are, and each says where:
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Required, TypedDict
 
-from agentloop._core.terms import Effect, Guard, State, Trigger
+from agentloop._core.terms import Effect, Feature, Guard, State, Trigger
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
-
-    from transitions.core import TransitionConfigDict
+    from collections.abc import Mapping
 
 __all__ = [
     "ANSWERS",
-    "DEFINITION",
     "MODEL_ANSWERS",
     "NEXT",
     "REPORTS",
     "TERMINAL",
     "Effect",
+    "Entry",
+    "Feature",
     "Guard",
     "Report",
     "State",
@@ -184,170 +183,26 @@ TERMINAL: Final = frozenset(
     }
 )
 
-S, T, G, E = State, Trigger, Guard, Effect
+S, T = State, Trigger
 
-# The table, as a ``transitions`` machine definition: ``conditions`` are guards,
-# ``before`` the effects (they run before the state changes). Order within a
-# (source, trigger) group is priority order.
-DEFINITION: Final[Sequence[TransitionConfigDict]] = (
-    # -- before the model is asked: the first three rows spend nothing
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    # -- (wrap-up) a budget ran out and on_exhausted='answer': the model is told, then
-    #    asked once more with tools disabled; that step is counted past max_steps. A
-    #    wrap-up request the context policy cannot fit is not sent
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAP_UP_OVERFLOWS],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_CONTEXT_OVERFLOW]},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAPPING_UP],
-     "dest": None, "before": [E.COUNT_STEP, E.FIT_CONTEXT, E.ASK_FOR_ANSWER]},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAP_UP_DUE],
-     "dest": S.AWAITING_MODEL, "before": [E.BEGIN_WRAP_UP]},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.STEPS_EXHAUSTED],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_STEPS]},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.TOKENS_EXHAUSTED],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_TOTAL_TOKENS]},
-    # -- (context policy) the newest turn cannot fit: nothing is sent; or a summary is due
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.CONTEXT_OVERFLOWS],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_CONTEXT_OVERFLOW]},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.SUMMARY_DUE],
-     "dest": S.SUMMARISING},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL,
-     "dest": None, "before": [E.COUNT_STEP, E.FIT_CONTEXT, E.ASK_FOR_REPLY]},
-    # -- the model answered, raised or was interrupted; the step was spent
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_REPLIED, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED, "before": [E.REJECT_REPLY]},
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_REPLIED,
-     "dest": S.VALIDATING},
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    # -- a failed model is retried after a wait (retry=), then a fallback model is asked;
-    #    every attempt spent its step. Only then does the run fail.
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [G.RETRY_PLANNED],
-     "dest": S.BACKING_OFF, "before": [E.NOTE_MODEL_ERROR, E.PLAN_WAIT]},
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [G.FALLBACK_LEFT],
-     "dest": S.AWAITING_MODEL, "before": [E.NOTE_MODEL_ERROR, E.NEXT_MODEL]},
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED,
-     "dest": S.FAILED, "before": [E.NOTE_MODEL_ERROR]},
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_INTERRUPTED,
-     "dest": S.CANCELLED},
-    # -- the reply is checked: a final is tried before any budget
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.REPLY_MALFORMED],
-     "dest": S.MALFORMED, "before": [E.NOTE_MALFORMED, E.REJECT_REPLY]},
-    # -- (typed output) a final the schema refuses goes back to the model, with what is wrong
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.OUTPUT_RETRY],
-     "dest": S.AWAITING_MODEL, "before": [E.APPEND_OUTPUT_ERRORS]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.OUTPUT_INVALID],
-     "dest": S.INVALID_OUTPUT, "before": [E.NOTE_INVALID_OUTPUT, E.REJECT_REPLY]},
-    # -- (wrap-up) the last step's final ends the run finished, its reason the budget
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.WRAP_UP_ANSWERED],
-     "dest": S.FINISHED, "before": [E.APPEND_FINAL, E.NOTE_WRAP_UP]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.REPLY_IS_FINAL],
-     "dest": S.FINISHED, "before": [E.APPEND_FINAL]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.WRAPPING_UP],
-     "dest": S.EXHAUSTED, "before": [E.NAME_CALL, E.NOTE_WRAP_UP, E.REJECT_REPLY]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALL_ID_RESERVED],
-     "dest": S.REPEATED_CALL, "before": [E.NAME_CALL, E.NOTE_REPEATED_CALL, E.REJECT_REPLY]},
-    # -- (loop guard) a call refused as identical, made again: the model persists
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.IDENTICAL_CALL_PERSISTS],
-     "dest": S.REPEATED_CALL, "before": [E.NAME_CALL, E.NOTE_IDENTICAL_CALLS, E.REJECT_REPLY]},
-    # -- (wrap-up) a batch past max_calls is not run; the model is asked for an answer
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALLS_EXHAUSTED_WRAP_UP],
-     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.NOTE_MAX_CALLS, E.BEGIN_WRAP_UP]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALLS_EXHAUSTED],
-     "dest": S.EXHAUSTED, "before": [E.NAME_CALL, E.NOTE_MAX_CALLS, E.REJECT_REPLY]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
-    # -- (loop guard) calls past max_identical_calls are answered error by the engine, unrun
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.IDENTICAL_CALLS_ONLY],
-     "dest": S.AWAITING_MODEL,
-     "before": [E.NAME_CALL, E.RESERVE_CALLS, E.REFUSE_IDENTICAL, E.APPEND_BATCH]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.IDENTICAL_CALLS_SOME],
-     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.RESERVE_CALLS, E.REFUSE_IDENTICAL]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE,
-     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.RESERVE_CALLS]},
-    # -- the last checkpoint before each tool runs; the calls stay counted. Once a call
-    #    of the batch has started, every call is answered, so the batch is appended.
-    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.CANCEL_REQUESTED_MID_BATCH],
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
-    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
-    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.BATCH_UNREVIEWED],
-     "dest": None, "before": [E.ASK_FOR_REVIEW]},
-    {"source": S.DISPATCHING, "trigger": T.START_TOOL,
-     "dest": None, "before": [E.START_CALL]},
-    # -- a call's result is kept until the batch is done; then the calls and their
-    #    results enter the history together
-    {"source": S.DISPATCHING, "trigger": T.TOOL_RETURNED, "conditions": [G.BATCH_OPEN],
-     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.KEEP_RESULT]},
-    {"source": S.DISPATCHING, "trigger": T.TOOL_RETURNED,
-     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.KEEP_RESULT, E.APPEND_BATCH]},
-    {"source": S.DISPATCHING, "trigger": T.TOOL_INTERRUPTED,
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
-    # -- reviewed: if a policy asked, the batch waits, reserved and counted, until a person
-    #    decides; cancelled meanwhile, every call is answered and none runs
-    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED, "conditions": [G.NOBODY_ASKED],
-     "dest": None, "before": [E.KEEP_REVIEW]},
-    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED,
-     "dest": S.AWAITING_APPROVAL, "before": [E.NAME_CALL, E.KEEP_REVIEW, E.HOLD_CALLS]},
-    {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
-    {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL,
-     "dest": None, "before": [E.ASK_FOR_DECISIONS]},
-    {"source": S.AWAITING_APPROVAL, "trigger": T.APPROVAL_DECIDED,
-     "conditions": [G.DENIALS_ANSWER_BATCH],
-     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.KEEP_DECISIONS, E.APPEND_BATCH]},
-    {"source": S.AWAITING_APPROVAL, "trigger": T.APPROVAL_DECIDED,
-     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.KEEP_DECISIONS]},
-    # -- (context policy: summarise) the oldest turns are folded into one summary by a model
-    #    call of its own: a step, under max_steps and max_total_tokens, failing, cancelled
-    #    and interrupted as the model's own. The history is not changed: only what is sent.
-    {"source": S.SUMMARISING, "trigger": T.SUMMARISE, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARISE, "conditions": [G.STEPS_EXHAUSTED],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_STEPS]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARISE, "conditions": [G.TOKENS_EXHAUSTED],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_TOTAL_TOKENS]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARISE,
-     "dest": None, "before": [E.COUNT_STEP, E.ASK_FOR_SUMMARY]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_WRITTEN, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_WRITTEN, "conditions": [G.SUMMARY_MALFORMED],
-     "dest": S.MALFORMED, "before": [E.NOTE_MALFORMED_SUMMARY]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_WRITTEN,
-     "dest": S.AWAITING_MODEL, "before": [E.KEEP_SUMMARY]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_RAISED, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_RAISED,
-     "dest": S.FAILED, "before": [E.NOTE_SUMMARY_ERROR]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_INTERRUPTED,
-     "dest": S.CANCELLED},
-    {"source": S.SUMMARISING, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED},
-    # -- the wait before a retry: cancellation wins before it, during it and after it
-    {"source": S.BACKING_OFF, "trigger": T.BACK_OFF, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.BACKING_OFF, "trigger": T.BACK_OFF,
-     "dest": None, "before": [E.ASK_FOR_WAIT]},
-    {"source": S.BACKING_OFF, "trigger": T.WAITED, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.BACKING_OFF, "trigger": T.WAITED,
-     "dest": S.AWAITING_MODEL},
-    {"source": S.BACKING_OFF, "trigger": T.WAIT_INTERRUPTED,
-     "dest": S.CANCELLED},
-    {"source": S.BACKING_OFF, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED},
-    # -- interrupted between checkpoints: the run ends, nothing is half-recorded
-    {"source": S.AWAITING_MODEL, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED},
-    {"source": S.VALIDATING, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
-    {"source": S.DISPATCHING, "trigger": T.INTERRUPTED, "conditions": [G.BATCH_UNDERWAY],
-     "dest": S.CANCELLED, "before": [E.ANSWER_REST, E.APPEND_BATCH]},
-    {"source": S.DISPATCHING, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
-    {"source": S.AWAITING_APPROVAL, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
-)  # fmt: skip
+
+class Entry(TypedDict, total=False):
+    """One row as a feature writes it: the ``transitions`` form, and where it goes.
+
+    ``conditions`` holds the row's guard (at most one), ``before`` its effects
+    (they run before the state changes); ``dest`` is ``None`` for an internal
+    row. ``ahead_of`` places a feature's row in a group of the basic rows:
+    just ahead of the basic row with that guard (without it, just ahead of
+    the group's unguarded last row).
+    """
+
+    source: Required[State]
+    trigger: Required[Trigger]
+    dest: Required[State | None]
+    conditions: list[Guard]
+    before: list[Effect]
+    ahead_of: Guard
+
 
 #: The trigger the engine fires itself in each working state.
 NEXT: Final[Mapping[State, Trigger]] = {

@@ -1,14 +1,16 @@
-"""The names the state table is written in: its states, triggers, guards and effects.
+"""The names the state table is written in: its states, triggers, guards, effects and features.
 
-Each member's comment says what it means; the rows that use them, and the
-rules around them, are in ``table.py`` (which re-exports these names).
+Each member's comment says what it means. The rows that use them are each
+feature's (``rows/``), where each guard and effect is the function registered
+against its member; the rules around them are in ``table.py`` (which
+re-exports these names).
 """
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["Effect", "Guard", "State", "Trigger"]
+__all__ = ["Effect", "Feature", "Guard", "State", "Trigger"]
 
 
 class State(enum.StrEnum):
@@ -87,7 +89,7 @@ class Trigger(enum.StrEnum):
 
 
 class Guard(enum.StrEnum):
-    """Conditions a row can require; each is an engine method of that name."""
+    """Conditions a row can require; each is the function registered against it (``@guard``)."""
 
     #: The cancel token is set.
     CANCEL_REQUESTED = "cancel_requested"
@@ -157,7 +159,7 @@ class Guard(enum.StrEnum):
 
 
 class Effect(enum.StrEnum):
-    """What a row does besides moving; each is an engine method of that name."""
+    """What a row does besides moving; each is the function registered against it (``@effect``)."""
 
     #: ``steps += 1``, before the model is called.
     COUNT_STEP = "count_step"
@@ -245,3 +247,28 @@ class Effect(enum.StrEnum):
     REFUSE_IDENTICAL = "refuse_identical"
     #: ``reason = 'max_identical_calls'``; ``error`` names the call the model repeated.
     NOTE_IDENTICAL_CALLS = "note_identical_calls"
+
+
+class Feature(enum.StrEnum):
+    """A group of rows, with its guards and effects, in a module of its own (``rows/``).
+
+    The engine consults the table of its configuration: the basic rows, and
+    the rows of each feature its configuration turns on. In this order they
+    are put together (``build.py``): a feature's row that joins a group of
+    the basic rows goes just ahead of the basic row it names.
+    """
+
+    #: Asking, checking, dispatching, the budgets, cancellation and interruption: every run.
+    BASIC = "basic"
+    #: Typed output: an ``output`` schema (``Loop(output=T)``).
+    OUTPUT = "output"
+    #: The loop guard: a budget's ``max_identical_calls``.
+    LOOP_GUARD = "loop_guard"
+    #: The wrap-up step: a budget's ``on_exhausted='answer'``.
+    WRAP_UP = "wrap_up"
+    #: A context policy (``agentloop.context``): requests fitted, turns summarised.
+    CONTEXT = "context"
+    #: Retries (a retry policy) and fallback models; or a model error with a wait to take.
+    RETRY = "retry"
+    #: Review and approval: a driver that reviews (``reviews``), or a review reported.
+    REVIEW = "review"

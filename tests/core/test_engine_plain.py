@@ -1,4 +1,4 @@
-"""The engine is a plain interpreter of its table: its guards and effects are methods that run."""
+"""The engine is a plain interpreter of its table: its guards and effects are functions that run."""
 
 from __future__ import annotations
 
@@ -6,8 +6,13 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from agentloop import Budget, Loop, State, load_run, save_run
+from agentloop._core.build import table_for
 from agentloop._core.intake import take_reply
+from agentloop._core.register import EFFECTS, GUARDS
+from agentloop._core.rows import basic, context, loopguard, output, retry, review, wrapup
 from agentloop._core.values import Usage
 from agentloop.engine import Effect, Engine, Guard, RunTool
 from agentloop.testing import ScriptedModel, call, final
@@ -15,24 +20,34 @@ from tests.support import ROOT
 from tests.support.helpers import add
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
     from types import FrameType
 
-    import pytest
+    from agentloop._core.state import RunState
 
 PACKAGE = ROOT / "agentloop"
 
 
-def test_a_replaced_effect_is_the_one_that_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Patching Engine._keep_result changes what a whole run records."""
+@pytest.fixture
+def rebuilt() -> Iterator[None]:
+    """Tables built afresh for the test, from the functions registered then, and after it."""
+    table_for.cache_clear()
+    yield
+    table_for.cache_clear()
+
+
+def test_a_replaced_effect_is_the_one_that_runs(
+    monkeypatch: pytest.MonkeyPatch, rebuilt: None
+) -> None:
+    """The function registered for an effect is what a table built then runs, a whole run long."""
     kept: list[str] = []
-    original = Engine._keep_result
 
-    def keep_result(self: Engine) -> None:
-        kept.append(self._draft.call[0])  # type: ignore[index]
-        original(self)
+    def keep_result(run: RunState) -> None:
+        kept.append(run.draft.call[0])  # type: ignore[index]
+        basic.keep_result(run)
 
-    monkeypatch.setattr(Engine, "_keep_result", keep_result)
+    monkeypatch.setitem(EFFECTS, Effect.KEEP_RESULT, keep_result)
     model = ScriptedModel([call("c1", "add", a=1, b=2), call("c2", "add", a=2, b=2), final("7")])
     result = Loop(model, tools={"add": add}).run("go")
 
@@ -40,10 +55,22 @@ def test_a_replaced_effect_is_the_one_that_runs(monkeypatch: pytest.MonkeyPatch)
     assert kept == ["c1", "c2"]
 
 
+def test_a_replaced_guard_decides_the_row(monkeypatch: pytest.MonkeyPatch, rebuilt: None) -> None:
+    """The function registered for a guard is the one the table consults."""
+    monkeypatch.setitem(GUARDS, Guard.CALLS_EXHAUSTED, lambda run: True)
+    engine = Engine("go", budget=Budget(max_steps=2, max_calls=5))
+    engine.next()
+    engine.replied(call("c1", "add", a=1, b=2))
+    transition = engine.next()
+
+    assert engine.state is State.EXHAUSTED
+    assert transition.reason == "max_calls"  # type: ignore[union-attr]
+
+
 def test_a_trace_in_a_guard_hits() -> None:
-    """sys.settrace sees Engine._calls_exhausted's own code run: a breakpoint there would hit."""
+    """sys.settrace sees calls_exhausted's own code run: a breakpoint there would hit."""
     hits: list[int] = []
-    code = Engine._calls_exhausted.__code__
+    code = basic.calls_exhausted.__code__
 
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:
         if frame.f_code is code and event == "call":
@@ -64,32 +91,27 @@ def test_a_trace_in_a_guard_hits() -> None:
     assert not isinstance(need, RunTool)  # the accepting transition, made by the engine
 
 
-def test_a_subclass_guard_decides_the_row() -> None:
-    """A guard overridden in a subclass is the one the table consults."""
-
-    class NoBudget(Engine):
-        __slots__ = ()
-
-        def _calls_exhausted(self) -> bool:
-            return True
-
-    engine = NoBudget("go", budget=Budget(max_steps=2, max_calls=5))
-    engine.next()
-    engine.replied(call("c1", "add", a=1, b=2))
-    transition = engine.next()
-
-    assert engine.state is State.EXHAUSTED
-    assert transition.reason == "max_calls"  # type: ignore[union-attr]
+def test_every_guard_and_effect_has_one_function_in_its_features_module() -> None:
+    """Each member is registered once, by a function of the rows module that names it."""
+    assert set(GUARDS) == set(Guard)
+    assert set(EFFECTS) == set(Effect)
+    for member, function in [*GUARDS.items(), *EFFECTS.items()]:
+        assert function.__module__.startswith("agentloop._core.rows."), (member, function)
+        assert function.__name__ == member.value, (member, function)
+    named = {
+        member
+        for module in (basic, output, loopguard, wrapup, context, retry, review)
+        for row in module.ROWS
+        for member in [*row.get("conditions", ()), *row.get("before", ())]
+    }
+    assert named == set(Guard) | set(Effect)
 
 
-def test_every_guard_and_effect_is_a_method_of_an_engine_without_a_dict() -> None:
-    """Each feature's rows are mixins of the engine: each name is found, no instance dict."""
+def test_the_state_and_the_engine_have_no_instance_dict() -> None:
+    """One plain state class of slots, and an engine of slots: no attribute can be made up."""
     engine = Engine("go")
-    names = [f"_{guard.value}" for guard in Guard] + [f"_{effect.value}" for effect in Effect]
-    missing = [name for name in names if not callable(getattr(engine, name, None))]
-
-    assert missing == []
-    assert not hasattr(engine, "__dict__")  # the slots are RunState's alone, the mixins add none
+    assert not hasattr(engine, "__dict__")
+    assert not hasattr(engine._run, "__dict__")
 
 
 def test_no_generated_code_anywhere_in_the_package() -> None:

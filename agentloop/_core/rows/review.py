@@ -1,95 +1,133 @@
-"""Review and approval: the rows' guards and effects that hold a batch for a person.
+"""Review and approval: the rows, guards and effects that hold a batch for a person.
 
 The driver's review of an accepted batch (``ReviewCalls``), the calls held
 for a person (``AwaitApproval``) and the decisions kept, denials answered by
-the engine itself. ``RunState`` inherits them.
+the engine itself.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import orjson
 
+from agentloop._core.register import effect, guard
 from agentloop._core.requests import AwaitApproval, ReviewCalls
-from agentloop._core.table import State
+from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 
 if TYPE_CHECKING:
     from agentloop._core.approval import Decision, PendingCall
-    from agentloop._core.batch import Batch
-    from agentloop._core.state import _Draft
+    from agentloop._core.state import RunState
     from agentloop._core.values import Transition
 
-__all__ = ["ReviewRows"]
+__all__ = ["FEATURE", "ROWS", "approvals"]
+
+FEATURE: Final = Feature.REVIEW
+
+S, T, G, E = State, Trigger, Guard, Effect
+
+ROWS: Final[tuple[Entry, ...]] = (
+    # -- before a batch's first call, a driver that reviews is handed its calls
+    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.BATCH_UNREVIEWED],
+     "dest": None, "before": [E.ASK_FOR_REVIEW]},
+    # -- reviewed: if a policy asked, the batch waits, reserved and counted, until a person
+    #    decides; cancelled meanwhile, every call is answered and none runs
+    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED, "conditions": [G.NOBODY_ASKED],
+     "dest": None, "before": [E.KEEP_REVIEW]},
+    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED,
+     "dest": S.AWAITING_APPROVAL, "before": [E.NAME_CALL, E.KEEP_REVIEW, E.HOLD_CALLS]},
+    {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL, "conditions": [G.CANCEL_REQUESTED],
+     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
+    {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL,
+     "dest": None, "before": [E.ASK_FOR_DECISIONS]},
+    {"source": S.AWAITING_APPROVAL, "trigger": T.APPROVAL_DECIDED,
+     "conditions": [G.DENIALS_ANSWER_BATCH],
+     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.KEEP_DECISIONS, E.APPEND_BATCH]},
+    {"source": S.AWAITING_APPROVAL, "trigger": T.APPROVAL_DECIDED,
+     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.KEEP_DECISIONS]},
+    {"source": S.AWAITING_APPROVAL, "trigger": T.INTERRUPTED,
+     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
+)  # fmt: skip
 
 
-class ReviewRows:
-    """The review and approval guards and effects, as methods of ``RunState`` (a mixin of it)."""
-
-    if TYPE_CHECKING:  # what these rows read, as RunState holds it
-        _batch: Batch | None
-        _draft: _Draft
-        _reviews: bool
-    else:
-        # RunState holds the slots (an instance has one layout). The type checker is not
-        # shown this empty tuple, which to it would forbid assigning RunState's slots here.
-        __slots__ = ()
-
-    def _denials_answer_batch(self) -> bool:
-        batch = self._batch
-        assert batch is not None, "a person decides about a batch"
-        denied = {call_id for call_id, d in self._draft.decisions_in if not d.allowed}
-        return all(
-            index in batch.results or call_id in denied
-            for index, (call_id, _) in enumerate(batch.calls)
-        )
-
-    def _batch_unreviewed(self) -> bool:
-        batch = self._batch
-        return self._reviews and batch is not None and batch.review is None and not batch.handed
-
-    def _nobody_asked(self) -> bool:
-        return not self._draft.asked
-
-    def _hold_calls(self) -> None:
-        assert self._batch is not None, "a batch waits"
-        self._batch.pending = self._draft.pending = self._draft.asked
-
-    def _keep_decisions(self) -> None:
-        batch, draft = self._batch, self._draft
-        assert batch is not None, "a person decides about a batch"
-        decisions = draft.decisions_in
-        # A denied call is answered here, by the engine: no driver is handed it to run.
-        # Every denial is encoded before anything is kept, so none is kept half-way.
-        place = {call_id: index for index, (call_id, _) in enumerate(batch.calls)}
-        denials = {
-            place[call_id]: orjson.dumps(decision.reason)
-            for call_id, decision in decisions
-            if not decision.allowed
-        }
-        draft.decisions = decisions
-        batch.decided.update(decisions)
-        for index, reason in denials.items():
-            batch.answer(index, "denied", reason)
-            if draft.call is not None and batch.calls[index] == draft.call:
-                draft.status = "denied"
-
-    def _ask_for_review(self) -> None:
-        assert self._batch is not None, "a batch is reviewed"
-        self._draft.request = ReviewCalls(self._batch.to_review())
-
-    def _keep_review(self) -> None:
-        assert self._batch is not None, "a batch is reviewed"
-        # Fed by a replay (no reviewing driver), only the asks were recorded: none is kept,
-        # so the driver that goes on reviews the calls no person decided again.
-        self._batch.review = self._draft.review if self._reviews else None
-
-    def _ask_for_decisions(self) -> None:
-        assert self._batch is not None, "a batch waits"
-        self._draft.request = AwaitApproval(self._batch.pending)
+@guard(G.BATCH_UNREVIEWED)
+def batch_unreviewed(run: RunState) -> bool:
+    """The driver reviews, and the batch in hand has not been reviewed nor started."""
+    batch = run.batch
+    return run.reviews and batch is not None and batch.review is None and not batch.handed
 
 
-def _approvals(events: list[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:
+@guard(G.NOBODY_ASKED)
+def nobody_asked(run: RunState) -> bool:
+    """No answer of the review asks a person."""
+    return not run.draft.asked
+
+
+@guard(G.DENIALS_ANSWER_BATCH)
+def denials_answer_batch(run: RunState) -> bool:
+    """The person denied every call of the batch that has no result yet."""
+    batch = run.batch
+    assert batch is not None, "a person decides about a batch"
+    denied = {call_id for call_id, d in run.draft.decisions_in if not d.allowed}
+    return all(
+        index in batch.results or call_id in denied
+        for index, (call_id, _) in enumerate(batch.calls)
+    )
+
+
+@effect(E.ASK_FOR_REVIEW)
+def ask_for_review(run: RunState) -> None:
+    """Hand the driver ``ReviewCalls``: the batch's calls no person decided."""
+    assert run.batch is not None, "a batch is reviewed"
+    run.draft.request = ReviewCalls(run.batch.to_review())
+
+
+@effect(E.KEEP_REVIEW)
+def keep_review(run: RunState) -> None:
+    """Keep the review's answers, each to be handed out with its call."""
+    assert run.batch is not None, "a batch is reviewed"
+    # Fed by a replay (no reviewing driver), only the asks were recorded: none is kept,
+    # so the driver that goes on reviews the calls no person decided again.
+    run.batch.review = run.draft.review if run.reviews else None
+
+
+@effect(E.HOLD_CALLS)
+def hold_calls(run: RunState) -> None:
+    """The event lists the calls a policy asked about (``pending``)."""
+    assert run.batch is not None, "a batch waits"
+    run.batch.pending = run.draft.pending = run.draft.asked
+
+
+@effect(E.ASK_FOR_DECISIONS)
+def ask_for_decisions(run: RunState) -> None:
+    """Hand the driver ``AwaitApproval``: the calls that wait for a person."""
+    assert run.batch is not None, "a batch waits"
+    run.draft.request = AwaitApproval(run.batch.pending)
+
+
+@effect(E.KEEP_DECISIONS)
+def keep_decisions(run: RunState) -> None:
+    """Keep a person's decisions; answer each denied call ``denied``, with their reason."""
+    batch, draft = run.batch, run.draft
+    assert batch is not None, "a person decides about a batch"
+    decisions = draft.decisions_in
+    # A denied call is answered here, by the engine: no driver is handed it to run.
+    # Every denial is encoded before anything is kept, so none is kept half-way.
+    place = {call_id: index for index, (call_id, _) in enumerate(batch.calls)}
+    denials = {
+        place[call_id]: orjson.dumps(decision.reason)
+        for call_id, decision in decisions
+        if not decision.allowed
+    }
+    draft.decisions = decisions
+    batch.decided.update(decisions)
+    for index, reason in denials.items():
+        batch.answer(index, "denied", reason)
+        if draft.call is not None and batch.calls[index] == draft.call:
+            draft.status = "denied"
+
+
+def approvals(events: list[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:
     """The batch in hand's pending calls and decisions, from the events since it was accepted."""
     pending: tuple[PendingCall, ...] = ()
     decided: dict[str, Decision] = {}
