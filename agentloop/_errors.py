@@ -59,18 +59,27 @@ class UnreadableResponse(AgentloopError):
     """A provider answered a request with a body that is not JSON (an HTML page, say).
 
     Raised by the ``agentloop.providers`` adapters, where the SDK would have
-    raised its JSON parser's error or handed back the text; the run ends
-    ``failed`` with this message as its ``error``. ``status`` is the HTTP
-    status, ``body`` the start of the body (at most 200 characters), ``url``
-    what was asked.
+    raised its JSON parser's error or handed back the text, and, with
+    ``expected='an event stream'``, for a streamed request answered with
+    anything but an event stream; the run ends ``failed`` with this message
+    as its ``error``. ``status`` is the HTTP status, ``body`` the start of
+    the body (at most 200 characters), ``url`` what was asked.
     """
 
     __module__ = "agentloop.providers"  # where it is imported from
 
-    def __init__(self, status: int, body: str, url: str, content_type: str | None) -> None:
+    def __init__(
+        self,
+        status: int,
+        body: str,
+        url: str,
+        content_type: str | None,
+        *,
+        expected: str = "JSON",
+    ) -> None:
         kind = f", content-type {content_type}" if content_type else ""
         super().__init__(
-            f"the provider's response was not JSON (HTTP {status}{kind}, from {url}): "
+            f"the provider's response was not {expected} (HTTP {status}{kind}, from {url}): "
             f"{body!r}; check that the client's base_url is the provider's API"
         )
         self.status, self.body, self.url = status, body, url

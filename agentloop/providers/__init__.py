@@ -13,9 +13,9 @@ model callback for ``Loop``: a plain function for a sync client, an
 passes its registry's specs with every request. This package itself
 imports no SDK; ``IncompleteReply`` is what the adapters raise for a reply cut
 off, refused or empty, ``UnreadableResponse`` for a response whose body is not
-JSON, and ``NameRule`` how an adapter declares its provider's
-rule for tool names (its callback's ``agentloop_tool_names``), which a
-``Loop`` made with it holds its tools to.
+JSON (streamed, not an event stream), and ``NameRule`` how an adapter declares
+its provider's rule for tool names (its callback's ``agentloop_tool_names``),
+which a ``Loop`` made with it holds its tools to.
 """
 
 from __future__ import annotations

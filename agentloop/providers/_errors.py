@@ -3,11 +3,14 @@
 The adapters' models catch what the SDK raises and mark it here (``classify``)
 before it propagates; the Loop's retry policy reads the mark. A response whose
 body is not JSON is said so here too (``parsed``), with its status and body,
-where the SDK would raise its JSON parser's error or hand back the text.
+where the SDK would raise its JSON parser's error or hand back the text; so is
+a streamed request's response that is not an event stream (``unstreamed``),
+where the SDK would find no event in it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 from typing import TYPE_CHECKING, Any, Final
@@ -23,16 +26,27 @@ if TYPE_CHECKING:
 
 __all__ = [
     "aparsed",
+    "aunstreamed",
     "classify",
+    "is_event_stream",
     "parsed",
     "raw_create",
     "retry_after",
     "stream_error_kind",
     "unreadable",
+    "unstreamed",
 ]
 
 #: How much of a body that is not JSON an ``UnreadableResponse`` quotes.
 _QUOTED: Final = 200
+#: How many bytes of a body in a stream's place are read to quote its start (UTF-8's widest).
+_HEAD: Final = 4 * _QUOTED
+
+#: A stream's content types: Server-Sent Events, and the AWS event-stream frames Bedrock
+#: streams in. Any other, or none (which a browser's EventSource refuses too), is a
+#: response in the stream's place: an HTML page, or a JSON body from a server that
+#: ignored ``stream=True``.
+_STREAMS: Final = frozenset({"text/event-stream", "application/vnd.amazon.eventstream"})
 
 #: A stream's error event, by its error type, when it may pass: the response itself was a 200,
 #: so its status says nothing. Anthropic's own types, the exceptions Bedrock's event
@@ -170,6 +184,61 @@ def _unreadable(response: Any) -> UnreadableResponse | None:
     return None
 
 
-def unreadable(status: int, text: str, url: str, content_type: str | None) -> UnreadableResponse:
-    """The error for a body that is not JSON, quoting its start."""
-    return UnreadableResponse(status, text[:_QUOTED], url, content_type)
+def unstreamed(events: Any) -> UnreadableResponse | None:
+    """The error for an SDK stream whose response is not an event stream; None when it is.
+
+    Read when the stream opens, before any event: the SDK would find none in
+    an HTML page, and the fold would say the reply was empty or ended early.
+    The start of the body is read to quote it (the stream's ``close()`` ends
+    the rest). None for a stand-in stream without an HTTP response.
+    """
+    http = _not_a_stream(events)
+    if http is None:
+        return None
+    head = b""
+    for chunk in http.iter_bytes():
+        head += chunk
+        if len(head) >= _HEAD:
+            break
+    return _unstreamed(http, head)
+
+
+async def aunstreamed(events: Any) -> UnreadableResponse | None:
+    """``unstreamed`` for an async SDK stream."""
+    http = _not_a_stream(events)
+    if http is None:
+        return None
+    head = b""
+    async with contextlib.aclosing(http.aiter_bytes()) as chunks:
+        async for chunk in chunks:
+            head += chunk
+            if len(head) >= _HEAD:
+                break
+    return _unstreamed(http, head)
+
+
+def _not_a_stream(events: Any) -> Any:
+    """The HTTP response of an SDK stream (its ``response``) if its content type is no stream's."""
+    http = getattr(events, "response", None)
+    if http is None:
+        return None  # a stand-in stream's
+    return None if is_event_stream(http.headers.get("content-type")) else http
+
+
+def is_event_stream(content_type: str | None) -> bool:
+    """Whether a response of ``content_type`` is a stream (any case, any parameters)."""
+    return (content_type or "").partition(";")[0].strip().lower() in _STREAMS
+
+
+def _unstreamed(http: Any, head: bytes) -> UnreadableResponse:
+    """The error for ``http``, whose body (``head`` its start) is not an event stream."""
+    text = head.decode("utf-8", "replace")
+    kind = http.headers.get("content-type")
+    return unreadable(http.status_code, text, str(http.request.url), kind, "an event stream")
+
+
+def unreadable(
+    status: int, text: str, url: str, content_type: str | None, expected: str = "JSON"
+) -> UnreadableResponse:
+    """The error for a body that is not ``expected`` (JSON, or an event stream), quoted."""
+    return UnreadableResponse(status, text[:_QUOTED], url, content_type, expected=expected)

@@ -3,7 +3,8 @@
 The SDK sends the request when its stream is first read, so ``open_stream``
 (``aopen_stream`` for an async client) reads the first chunk at once: an
 HTTP error is then raised by the model call itself, as the other adapters'
-are, and marked for the retry policy. ``generate_stream`` (``agenerate_stream``)
+are, and marked for the retry policy; so is a response that is no event
+stream (``_unstreamed``). ``generate_stream`` (``agenerate_stream``)
 reads the chunks through the fold loop every adapter's stream goes through
 (``folded``): a call arrives whole in one chunk (its start, then its
 arguments in one piece), usage is a running total (the last chunk's counts),
@@ -22,6 +23,7 @@ import orjson
 from google.genai import errors
 
 from agentloop._drivers.streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
+from agentloop.providers._errors import is_event_stream, unreadable
 from agentloop.providers._gemini_reply import GeminiParts
 from agentloop.providers._streaming import afolded, folded
 
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from google.genai import types
 
     from agentloop._drivers.streams import Delta
+    from agentloop._errors import UnreadableResponse
     from agentloop.providers._convert import Message
     from agentloop.providers._streaming import Errors
 
@@ -83,13 +86,20 @@ class _AOpened:
             await _aclose_response(self.failed)
 
 
-def open_stream(create: Callable[..., Iterator[Any]]) -> Callable[..., _Opened]:
-    """``create`` (the SDK's ``generate_content_stream``), its request sent by the call."""
+def open_stream(create: Callable[..., Iterator[Any]], url: str) -> Callable[..., _Opened]:
+    """``create`` (the SDK's ``generate_content_stream``), its request sent by the call.
+
+    A first chunk that came in a response that is no event stream is
+    ``_unstreamed``'s ``UnreadableResponse`` (``url``: what was asked).
+    """
 
     def opened(**request: Any) -> _Opened:
         rest = create(**request)
         try:
             first = next(rest, None)
+            page = _unstreamed(first, url)
+            if page is not None:
+                raise page
         except BaseException:
             rest.close()  # type: ignore[attr-defined]
             raise
@@ -98,13 +108,16 @@ def open_stream(create: Callable[..., Iterator[Any]]) -> Callable[..., _Opened]:
     return opened
 
 
-def aopen_stream(create: Callable[..., Any]) -> Callable[..., Any]:
+def aopen_stream(create: Callable[..., Any], url: str) -> Callable[..., Any]:
     """``open_stream`` for an async client's ``generate_content_stream``."""
 
     async def opened(**request: Any) -> _AOpened:
         rest = await create(**request)
         try:
             first = await anext(rest, None)
+            page = _unstreamed(first, url)
+            if page is not None:
+                raise page
         except BaseException as exc:
             await _aclose(rest)
             if isinstance(exc, errors.APIError):  # an error chunk first
@@ -113,6 +126,26 @@ def aopen_stream(create: Callable[..., Any]) -> Callable[..., Any]:
         return _AOpened(first, rest)
 
     return opened
+
+
+def _unstreamed(first: Any, url: str) -> UnreadableResponse | None:
+    """The error for a stream whose first chunk came in a response that is no event stream.
+
+    The SDK asks for Server-Sent Events (``alt=sse``), reads JSON lines too,
+    and hides its HTTP response: the content type is the one its first chunk
+    carries (``sdk_http_response``), and the quote is that chunk as the SDK
+    read it. A body that is not JSON at all never makes a chunk: the SDK's
+    parser error is ``classify_gemini``'s ``UnreadableResponse``. None for no
+    chunk, or one without the response's headers (a stand-in's).
+    """
+    headers = getattr(getattr(first, "sdk_http_response", None), "headers", None)
+    if headers is None:
+        return None
+    kind = next((value for key, value in headers.items() if key.lower() == "content-type"), None)
+    if is_event_stream(kind):
+        return None
+    said = first.model_dump_json(exclude={"sdk_http_response"}, exclude_none=True)
+    return unreadable(200, said, url, kind, "an event stream")
 
 
 async def _aclose_response(response: Any) -> None:

@@ -19,7 +19,7 @@ from agentloop._core.retry_policy import mark
 from agentloop._drivers.streams import between_chunks
 from agentloop._errors import IncompleteReply
 from agentloop.providers._convert import make_model
-from agentloop.providers._errors import classify, stream_error_kind
+from agentloop.providers._errors import aunstreamed, classify, stream_error_kind, unstreamed
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
@@ -80,10 +80,15 @@ def folded(
     reply is in (or the reading broke); a failure is ``broke_off``'s (or, for
     an SDK whose errors are named otherwise, marked by ``errors``, which may
     give an error to raise in its place), and a stream that ended before its
-    last event is ``ended_early``'s.
+    last event is ``ended_early``'s. A response that is no stream at all (an
+    HTML page in its place) is ``unstreamed``'s ``UnreadableResponse``,
+    unmarked: it would only come again.
     """
     began = False
     try:
+        page = unstreamed(events)
+        if page is not None:
+            raise page
         for event in events:
             began = True
             between_chunks()
@@ -109,6 +114,9 @@ async def afolded(
     """``folded`` over an async SDK stream."""
     began = False
     try:
+        page = await aunstreamed(events)
+        if page is not None:
+            raise page
         async for event in events:
             began = True
             between_chunks()
@@ -172,8 +180,8 @@ def ended_early(last: str, began: bool) -> IncompleteReply:
 
     One that ``began`` (some event came) and ended early lost its connection:
     marked so, for the retry policy, which asks for the whole reply again.
-    One that brought no event at all was never a stream of the reply (an
-    HTML page in its place, say): not marked, as it would only come again.
+    One that brought no event at all was never a stream of the reply: not
+    marked, as it would only come again.
     """
     error = IncompleteReply(f"the stream ended before the reply did (no {last})")
     if began:

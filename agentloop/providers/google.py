@@ -150,9 +150,12 @@ def gemini_generate_content(
     marked for the retry policy as the same error before the stream began
     is (a 429, a 408, a 5xx); a connection lost mid-stream raises the
     transport's error, marked as it would be before the stream began; a
-    chunk that is not JSON raises ``UnreadableResponse``; a stream that ends
-    before a chunk with a ``finish_reason`` raises ``IncompleteReply``,
-    marked as a lost connection (unless it brought no chunk at all).
+    chunk that is not JSON raises ``UnreadableResponse``, and so does a
+    response that is not an event stream (its first chunk's content type is
+    not ``text/event-stream``: a server that ignored ``alt=sse``); a stream
+    that ends before a chunk with a ``finish_reason`` raises
+    ``IncompleteReply``, marked as a lost connection (unless it brought no
+    chunk at all).
     """
     checked_client(
         "gemini_generate_content", client, model, "models.generate_content", "a google-genai"
@@ -176,10 +179,11 @@ def gemini_generate_content(
             aopen_stream if inspect.iscoroutinefunction(inspect.unwrap(create)) else open_stream
         )
         once = _single_attempts(client, config, create)
+        url = f"models/{model}:streamGenerateContent"
         # One marking of errors, whether the call raised them or the stream it began.
-        marked = partial(classify_gemini, url=f"models/{model}:streamGenerateContent")
+        marked = partial(classify_gemini, url=url)
         return make_stream_model(
-            opener(create),
+            opener(create, url),
             request,
             partial(generate_stream, errors=marked),
             partial(agenerate_stream, errors=marked),
@@ -188,7 +192,7 @@ def gemini_generate_content(
             _options,
             errors=marked,
             name=model,
-            retries_off=lambda: opener(once()),
+            retries_off=lambda: opener(once(), url),
         )
     return make_model(
         models.generate_content,

@@ -39,7 +39,7 @@ import json
 import os
 import secrets
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import attrs
 from starlette.applications import Starlette
@@ -52,7 +52,15 @@ from starlette.routing import Route
 import agentloop
 import agentloop.review
 from agentloop import AsyncRun, Loop, State, ToolRegistry, Transition
-from agentloop.streaming import ArgumentsDelta, Delta, TextDelta, ToolCallStart, chunked
+from agentloop.streaming import (
+    ArgumentsDelta,
+    Delta,
+    Discard,
+    TextDelta,
+    ToolCallStart,
+    UsageDelta,
+    chunked,
+)
 from agentloop.testing import batch, call, final
 
 if TYPE_CHECKING:
@@ -206,6 +214,10 @@ def described(item: Delta | Transition) -> tuple[str, object]:
         return "call", {"index": item.index, "id": item.id, "name": item.name}
     if isinstance(item, ArgumentsDelta):
         return "arguments", {"index": item.index, "text": item.text}
+    if isinstance(item, UsageDelta):
+        return "usage", attrs.asdict(item)
+    if isinstance(item, Discard):  # the reply streamed so far failed: the page drops it
+        return "discard", {"error": item.error}
     if isinstance(item, Transition):
         return "transition", {
             "source": item.source.value,
@@ -218,7 +230,7 @@ def described(item: Delta | Transition) -> tuple[str, object]:
                 if m["kind"] == "tool_result"
             ],
         }
-    return "usage", attrs.asdict(item)
+    assert_never(item)  # mypy: every kind of item has its event
 
 
 def drawn(run: AsyncRun) -> str:
@@ -450,6 +462,11 @@ const on = {  // what each event of the run does to the page
     $("decide").hidden = false;
   },
   usage() {},
+  discard(d) {  // the reply streamed so far failed mid-way: drop its text; a retry streams afresh
+    if (reply) reply.remove();
+    reply = null; calls = {};
+    line("reply dropped: " + d.error);
+  },
   done(d) {
     light(d.status); $("done").textContent = "Run " + d.status + (d.output ? ": " + d.output : "");
   },

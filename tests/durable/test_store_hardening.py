@@ -528,20 +528,11 @@ def db(tmp_path: Path) -> Path:
     return tmp_path / "runs.db"
 
 
-def test_opening_a_ledger_never_opens_sqlites_files_itself(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """While this process has the ledger open, neither a second SQLiteLedger, nor load_run
-    given its path, nor the command line opens the database, its WAL or its index with
-    open(): closing that descriptor would drop SQLite's locks. (The killed process's test
-    below shows what that loses.)"""
+def opens_of(db: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every path of the ledger at ``db`` (its file, WAL, index) opened with open() from now on."""
     import builtins
     import io
 
-    db = tmp_path / "runs.db"
-    ledger = SQLiteLedger(db)
-    Loop(agentloop.testing.ScriptedModel([final("done")]), ledger=ledger).run("hi", run_id="one")
-    assert Path(f"{db}-wal").exists()
     files = {str(db), f"{db}-wal", f"{db}-shm"}
     opened: list[str] = []
 
@@ -555,6 +546,21 @@ def test_opening_a_ledger_never_opens_sqlites_files_itself(
 
     for module, name in ((builtins, "open"), (io, "open"), (os, "open")):
         monkeypatch.setattr(module, name, watching(getattr(module, name)))
+    return opened
+
+
+def test_opening_a_ledger_never_opens_sqlites_files_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """While this process has the ledger open, neither a second SQLiteLedger, nor load_run
+    given its path, nor the command line opens the database, its WAL or its index with
+    open(): closing that descriptor would drop SQLite's locks. (The killed process's test
+    below shows what that loses.)"""
+    db = tmp_path / "runs.db"
+    ledger = SQLiteLedger(db)
+    Loop(agentloop.testing.ScriptedModel([final("done")]), ledger=ledger).run("hi", run_id="one")
+    assert Path(f"{db}-wal").exists()
+    opened = opens_of(db, monkeypatch)
     SQLiteLedger(db).close()
     with pytest.raises(RunFileError, match=r"expected a run file \(JSON\), got a SQLite database"):
         agentloop.load_run(db)  # given a ledger's path by mistake: never opened as a file
@@ -572,6 +578,42 @@ def test_opening_a_ledger_never_opens_sqlites_files_itself(
     assert opened == []
     SQLiteLedger(db).close()  # held by nobody: the log is checked (SQLite holds none of it)
     assert opened != []
+
+
+def _holding(db: str, ready: Any, done: Any) -> None:
+    """Open the ledger at ``db``, record a run in it, and keep it open until ``done``."""
+    with SQLiteLedger(db) as ledger:
+        model = agentloop.testing.ScriptedModel([final("done")])
+        Loop(model, ledger=ledger).run("hi", run_id="one")
+        ready.set()
+        done.wait(30)
+
+
+def test_a_ledger_another_process_has_open_is_opened_without_reading_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process has the ledger open, and may be copying its log into the file at any
+    moment (a checkpoint: the file's first page then says more pages than it holds yet).
+    Opening it here reads none of its files with open(): only SQLite reads them, under its
+    locks. (A look at the file outside them took a checkpoint under way for a truncated file,
+    now and then, when six processes opened a new ledger at once.)"""
+    import multiprocessing
+
+    db = tmp_path / "runs.db"
+    context = multiprocessing.get_context("fork")
+    ready, done = context.Event(), context.Event()
+    holder = context.Process(target=_holding, args=(str(db), ready, done))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        opened = opens_of(db, monkeypatch)
+        with SQLiteLedger(db) as here:
+            assert agentloop.ledger.view_run(here, "one").result.output == "done"
+        assert opened == []
+    finally:
+        done.set()
+        holder.join(30)
+    assert holder.exitcode == 0
 
 
 # -- a second ledger on a file this process has open -----------------------------------

@@ -5,12 +5,14 @@ site could act through a visitor's browser: another host name (DNS
 rebinding), another or no Origin, a body that is not JSON, a GET, a missing or
 wrong token, and a decision about another call than the held one. Each is
 refused, and nothing changes: no run starts, a waiting run still waits. They
-also play the page's own flow: two held calls decided at once, and the page
-closed while a run waits for a person, which cancels it.
+also play the page's own flow: two held calls decided at once, the page
+closed while a run waits for a person, which cancels it, and a reply that
+broke off mid-stream followed by its ``discard``.
 
 Headless Chromium (the long tier) plays the page itself: tokens appear before
 the reply is whole, the run's path is drawn and its state lit, two held calls
-are decided from the page, and closing the page cancels the run. A page of
+are decided from the page, a reply that broke off is dropped from the page,
+and closing the page cancels the run. A page of
 another site (another loopback address) and a page on a rebound name try to
 start and approve runs, and fail.
 """
@@ -34,6 +36,7 @@ import attrs
 import pytest
 
 from agentloop._core.approval import call_fingerprint
+from agentloop.models import fallback
 from agentloop.streaming import TextDelta
 from tests.review.test_report import chromium
 from tests.review.test_trace import renderer  # noqa: F401 - a fixture
@@ -372,6 +375,42 @@ def test_closing_the_page_while_the_model_is_asked_cancels_the_run() -> None:
         assert served.runs()[run_id].run.steps == 1
 
 
+#: What the model that fails mid-reply streams before its connection drops.
+DROPPED = "I will send 500 euros to"
+
+
+@pytest.fixture(scope="module")
+def flaky() -> Iterator[Served]:
+    """The app over a model whose reply breaks off mid-stream, then the scripted model (a
+    fallback, asked at once): a reply's text is streamed, then void."""
+
+    async def breaking(history: list[dict[str, Any]]) -> AsyncIterator[TextDelta]:
+        yield TextDelta(text=DROPPED)
+        raise ConnectionError("the peer closed the connection")
+
+    app = LIVE.create_app(model=fallback(breaking, LIVE.scripted(0), names=["flaky", "scripted"]))
+    with serving(app) as port:
+        yield Served(app, port)
+
+
+def test_a_reply_that_fails_mid_stream_is_discarded_before_the_next_one(flaky: Served) -> None:
+    """The text of a reply that broke off is followed by a ``discard`` event naming why, before
+    the failed step's transition; the next model's reply streams after it."""
+    stream = Stream(flaky, page_token(flaky))
+    stream.until("pending")
+    stream.close()
+
+    names = [name for name, _ in stream.seen]
+    assert names[:5] == ["run", "path", "text", "discard", "transition"]
+    assert stream.seen[2][1] == DROPPED
+    assert stream.seen[3][1] == {"error": "ConnectionError: the peer closed the connection"}
+    assert stream.seen[4][1]["trigger"] == "model_raised"
+    retried = names.index("transition", 5)
+    text = "".join(data for name, data in stream.seen[5:retried] if name == "text")
+    assert text == "Let me look at the balance before I send anything."
+    assert names.count("discard") == 1
+
+
 def tried(served: Served, waiting: Waiting, headers: dict[str, str]) -> tuple[Answer, Answer]:
     """Start a run, and approve both waiting calls, with ``headers``; nothing may change."""
     before = len(served.runs())
@@ -594,6 +633,24 @@ def test_the_page_streams_and_decides_two_held_calls(
     assert 'transfer (c3) denied: "denied on the page"' in log
     assert "awaiting_approval → dispatching (approval_decided)" in log
     assert page.inner_text("#state") == "finished"
+    page.close()
+
+
+@pytest.mark.slow
+def test_the_page_drops_a_reply_that_failed_mid_stream(browser: Browser, flaky: Served) -> None:
+    """The text of a reply that broke off leaves the page at its ``discard``, which the log
+    names; the next model's reply is shown in its place."""
+    page = opened(browser, flaky)
+    page.wait_for_selector("#approve-c3", timeout=10_000)
+
+    replies = page.eval_on_selector_all(".reply", "replies => replies.map(r => r.textContent)")
+    assert replies == [
+        "Let me look at the balance before I send anything. balance({})",
+        ' transfer({"amount":42,"to":"Ada"}) transfer({"amount":10,"to":"Bob"})',
+    ]
+    log = page.inner_text("#log")
+    assert "reply dropped: ConnectionError: the peer closed the connection" in log
+    assert DROPPED not in page.inner_text("body")
     page.close()
 
 

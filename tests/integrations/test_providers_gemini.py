@@ -612,6 +612,32 @@ async def test_a_body_that_is_not_json_fails_the_run_saying_so(flavour: str, str
     assert isinstance(result.events[0].exception, UnreadableResponse)
 
 
+@pytest.mark.parametrize("kind", ["application/json", None])
+async def test_json_in_place_of_a_stream_fails_the_run_saying_so(
+    flavour: str, kind: str | None
+) -> None:
+    """A streamed request answered with JSON (a server that ignored ``alt=sse``), or with no
+    content type: the run fails saying the response was not an event stream, with the
+    content type, what was asked, and the chunk as the SDK read it; asked once, not as a
+    stream cut short (which is retried)."""
+    body = Streamed(b'{"candidates": []}', content_type=kind)
+    wire = Wire([(200, body)])
+    loop = Loop(model_for(flavour, wire, stream=True), retry=RetryPolicy(sleep=lambda s, t: None))
+    result = await run(loop, flavour, "2+3?")
+    assert (result.status, result.steps, len(wire.requests)) == ("failed", 1, 1)
+    said = f", content-type {kind}" if kind else ""
+    assert result.error == (
+        "the model raised UnreadableResponse: the provider's response was not an event stream "
+        f"(HTTP 200{said}, from models/{MODEL}:streamGenerateContent): "
+        """'{"candidates":[]}'; """
+        "check that the client's base_url is the provider's API"
+    )
+    unread = result.events[0].exception
+    assert isinstance(unread, UnreadableResponse)
+    assert transient(unread) is None
+    assert body.closed_at is not None
+
+
 async def test_an_error_status_with_a_page_is_the_sdks_error(flavour: str) -> None:
     """A 502 whose body is a proxy's page is the SDK's ServerError, marked as a server error:
     the status says what happened."""

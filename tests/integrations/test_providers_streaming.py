@@ -29,14 +29,14 @@ from openai.types.responses import response_create_params
 
 from agentloop import CancelToken, Loop, ToolRegistry, Transition
 from agentloop.models import RetryPolicy, transient
-from agentloop.providers import IncompleteReply
+from agentloop.providers import IncompleteReply, UnreadableResponse
 from agentloop.providers.anthropic import anthropic_messages
 from agentloop.providers.google import gemini_generate_content
 from agentloop.providers.openai import openai_chat, openai_responses
 from agentloop.streaming import ArgumentsDelta, Discard, TextDelta, ToolCallStart, UsageDelta
 from tests.integrations import test_providers_gemini as gem
 from tests.integrations.test_providers_anthropic import message
-from tests.integrations.test_providers_openai import completion, response
+from tests.integrations.test_providers_openai import HTML, completion, response
 from tests.support.helpers import add, mul
 from tests.support.wire import FLAVOURS, Streamed, Wire, conforms, sse
 
@@ -350,6 +350,18 @@ async def outcome(run: Callable[[], Any]) -> Any:
         return (type(exc).__name__, str(exc), getattr(exc, "usage", None))
 
 
+async def finished_hearing(loop: Loop, flavour: str) -> tuple[Any, list[object]]:
+    """``USER``'s run to its end, by flavour; its result, and every delta its listener heard."""
+    heard: list[object] = []
+    if flavour == "sync":
+        run: Any = loop.start(USER)
+        run.subscribe_deltas(heard.append)
+        return run.finish(), heard
+    run = loop.astart(USER)
+    run.subscribe_deltas(heard.append)
+    return await run.afinish(), heard
+
+
 # -- the streamed reply is the whole reply -------------------------------------------------------
 
 
@@ -425,6 +437,60 @@ async def test_a_stream_cut_off_mid_reply_is_a_failed_call(api: Api, flavour: st
     assert got[0] == "IncompleteReply"
     assert "the stream ended before the reply did" in got[1]
     assert body.closed_at is not None
+
+
+#: A streamed request answered with something else: (body, content type, how the error says it).
+NOT_A_STREAM = [
+    pytest.param(HTML * 200, "text/html", "content-type text/html", id="a page"),
+    pytest.param(b'{"id": "x"}', "application/json", "content-type application/json", id="json"),
+    pytest.param(b"", None, "", id="no content type"),
+]
+
+
+#: The APIs whose SDK hands over its stream with its HTTP response (Gemini's hides it: its own
+#: tests check what its first chunk's content type says).
+SSE_STREAMS = [api for api in APIS if api.name != "gemini"]
+
+
+@pytest.mark.parametrize(("page", "kind", "said"), NOT_A_STREAM)
+@pytest.mark.parametrize("api", SSE_STREAMS, ids=str)
+async def test_a_response_that_is_not_an_event_stream_fails_the_run_saying_so(
+    api: Api, flavour: str, page: bytes, kind: str | None, said: str
+) -> None:
+    """A 200 that is not an event stream (a proxy's page, JSON from a server that ignored
+    ``stream=True``, a body of no content type): the run fails saying so, with its status,
+    content type, URL and start, as an unstreamed request's body that is not JSON does. It
+    is asked once (nothing says it will pass), nothing streamed, and only the start of the
+    body is read before the response is closed."""
+    body = Streamed(page, size=100, content_type=kind)
+    wire = Wire([(200, body)])
+    loop = Loop(api.model(wire, flavour, stream=True), retry=NO_WAIT)
+    result, heard = await finished_hearing(loop, flavour)
+
+    assert (result.status, result.steps, len(wire.requests), heard) == ("failed", 1, 1, [])
+    where = f"{said}, from" if said else "from"
+    assert result.error == (
+        "the model raised UnreadableResponse: the provider's response was not an event stream "
+        f"(HTTP 200, {where} {wire.sent[0].url}): {page.decode()[:200]!r}; "
+        "check that the client's base_url is the provider's API"
+    )
+    unread = result.events[0].exception
+    assert isinstance(unread, UnreadableResponse)
+    assert transient(unread) is None
+    assert (unread.status, unread.url) == (200, str(wire.sent[0].url))
+    assert body.closed_at is not None
+    assert body.sent * body.size <= 1000  # the start (800 bytes at most, read in chunks)
+
+
+@pytest.mark.parametrize("api", APIS, ids=str)
+async def test_an_event_stream_s_content_type_is_read_whatever_its_parameters(
+    api: Api, flavour: str
+) -> None:
+    """``text/event-stream`` is a stream in any case and with parameters (a charset)."""
+    body = api.cases["a final"]
+    streamed = Streamed(sse(api.events(body)), content_type="Text/Event-Stream; charset=utf-8")
+    items = await read(await answer(api.model(Wire([(200, streamed)]), flavour, stream=True)))
+    assert items[-1]["text"] == "2+3 is 5, and 2*3 is 6."
 
 
 @pytest.mark.parametrize("api", APIS, ids=str)
@@ -699,15 +765,7 @@ async def test_a_stream_broken_mid_reply_is_retried(api: Api, flavour: str, how:
     body = api.cases["a final"]
     wire = Wire([(200, broken(api, how)), (200, Streamed(sse(api.events(body))))])
     loop = Loop(api.model(wire, flavour, stream=True), retry=NO_WAIT)
-    heard: list[object] = []
-    if flavour == "sync":
-        run: Any = loop.start(USER)
-        run.subscribe_deltas(heard.append)
-        result = run.finish()
-    else:
-        run = loop.astart(USER)
-        run.subscribe_deltas(heard.append)
-        result = await run.afinish()
+    result, heard = await finished_hearing(loop, flavour)
 
     assert (result.status, result.steps, len(wire.requests)) == ("finished", 2, 2)
     assert [e.trigger for e in result.events[:3]] == ["model_raised", "waited", "model_replied"]

@@ -142,8 +142,8 @@ class Streamed(httpx2.SyncByteStream, httpx2.AsyncByteStream):
     drop: bool = False
     #: ``(n, call)``: once its first ``n`` bytes are sent, ``call()`` (a cancel from elsewhere).
     then: tuple[int, Callable[[], object]] | None = None
-    #: Server-Sent Events unless said (Bedrock's are AWS event-stream frames).
-    content_type: str = "text/event-stream"
+    #: Server-Sent Events unless said (Bedrock's are AWS event-stream frames); None: no header.
+    content_type: str | None = "text/event-stream"
     sent: int = 0
     closed_at: float | None = None
     _closed: threading.Event = attrs.field(factory=threading.Event)
@@ -211,7 +211,10 @@ class Wire:
             answer = answer(self.requests[-1])
         status, body, *headers = answer
         if isinstance(body, Streamed):
-            return httpx2.Response(status, stream=body, headers={"content-type": body.content_type})
+            kind = body.content_type
+            return httpx2.Response(
+                status, stream=body, headers={"content-type": kind} if kind else {}
+            )
         if isinstance(body, bytes):  # not JSON: an HTML page, say
             return httpx2.Response(status, content=body, headers=headers[0] if headers else {})
         # retry-after-ms: the SDK's retries run, without its half-second backoff.
