@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agentloop._core.approval import Decision
 from agentloop._core.batch import check_decisions
 from agentloop._core.intake import not_json
 from agentloop._core.table import State
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from agentloop._core.approval import Decision, PendingCall
+    from agentloop._core.approval import PendingCall
     from agentloop._core.state import RunState
 
 __all__ = ["answering", "checked_decisions", "checked_review", "refused"]
@@ -24,8 +25,14 @@ __all__ = ["answering", "checked_decisions", "checked_review", "refused"]
 
 def checked_review(
     run: RunState, answers: object
-) -> tuple[tuple[PendingCall, ...], dict[str, object]]:
-    """The calls ``reviewed(answers)`` would hold for a person, and the answers it keeps."""
+) -> tuple[tuple[PendingCall, ...], tuple[tuple[str, Decision], ...], dict[str, object]]:
+    """What ``reviewed(answers)`` would take: the calls asked about, the denials, the answers.
+
+    An answer asks a person when its ``asks`` is true; it denies its call when
+    it is a ``Decision`` that denies (``deny(reason)``), or carries one
+    (``decision``, as a registry's ``PreparedCall`` does). The denials are in
+    the batch's order, each about a call still without a result.
+    """
     batch = run.batch
     if (
         run.state is not State.DISPATCHING
@@ -57,7 +64,21 @@ def checked_review(
         for call_id, answer in taken.items()
         if getattr(answer, "asks", False) is True
     }
-    return (batch.asked(reasons) if reasons else ()), taken
+    denied = []
+    for index, (call_id, _) in enumerate(batch.calls):
+        decision = _denial(taken.get(call_id))
+        if decision is not None and index not in batch.results and call_id not in reasons:
+            denied.append((call_id, decision))
+    return (batch.asked(reasons) if reasons else ()), tuple(denied), taken
+
+
+def _denial(answer: object) -> Decision | None:
+    """The denial ``answer`` is or carries, made again so its one rule holds; else None."""
+    decision = answer if type(answer) is Decision else getattr(answer, "decision", None)
+    if type(decision) is not Decision or decision.allowed or decision.asks:
+        return None
+    # Made again: a Decision changed after it was made (object.__setattr__) raises here.
+    return Decision(False, decision.reason, False, decision.fingerprint)
 
 
 def checked_decisions(run: RunState, decisions: object) -> tuple[tuple[str, Decision], ...]:

@@ -15,7 +15,7 @@ import orjson
 from agentloop._core.intake import raised_usage, take_reply
 from agentloop._core.json import exception_content
 from agentloop._core.messages import CUT_OFF
-from agentloop._core.rows.retry import model_name, planned_wait
+from agentloop._core.rows.retry import Ask, model_name
 from agentloop._core.table import NEXT, REPORTS, Report, Trigger
 from agentloop._core.values import RecordedException
 from agentloop._errors import InvalidStateError
@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     from agentloop._core.values import Usage
 
 __all__ = [
-    "ASK_POLICY",
-    "Ask",
     "Draft",
     "exception_draft",
     "interruption_draft",
@@ -43,12 +41,6 @@ __all__ = [
 
 _CUT_OFF: Final = orjson.dumps(CUT_OFF)
 
-
-class Ask:
-    """Not given: ``raised`` asks the retry policy (a replay gives the recorded wait)."""
-
-
-ASK_POLICY: Final = Ask()
 _START_TOOL: Final = Trigger.START_TOOL
 _TIMED: Final = (Trigger.MODEL_INTERRUPTED, Trigger.SUMMARY_INTERRUPTED, Trigger.WAIT_INTERRUPTED)
 
@@ -74,6 +66,7 @@ class Draft:
     # What the report brought, for the effects.
     outcome: Outcome | None = None
     asked: tuple[PendingCall, ...] = ()
+    denied: tuple[tuple[str, Decision], ...] = ()
     review: dict[str, object] | None = None
     decisions_in: tuple[tuple[str, Decision], ...] = ()
     cut: bytes = _CUT_OFF
@@ -83,9 +76,10 @@ class Draft:
     request: AskModel | RunTool | AwaitApproval | ReviewCalls | Summarise | Wait | None = None
     # The summariser's reply, taken in (on summary_written).
     summary_in: Reply | None = None
-    #: The wait the retry policy chose for a failed model (``None``: no retry), and
-    #: the event's copy once ``plan_wait`` keeps it.
-    wait_in: float | None = None
+    #: The wait before a retry the report brought (a replay's, DBOS's; ``None``: no
+    #: retry), or ``ASK_POLICY``: ``retry_planned`` asks the retry policy; and the
+    #: event's copy once ``plan_wait`` keeps it.
+    wait_in: float | Ask | None = None
     wait: float | None = None
     #: The fallback model that replied or raised, by name (``None`` with one model).
     model: str | None = None
@@ -160,14 +154,14 @@ def outcome_draft(run: RunState, index: int, outcome: Outcome) -> Draft:
 
 
 def exception_draft(run: RunState, exc: Exception, wait: float | Ask | None) -> Draft:
-    """The model raised ``exc``; ``wait`` is the one given, else the retry policy is asked."""
+    """The model raised ``exc``; ``wait``, the wait given with it (else ``retry_planned`` asks)."""
     draft = Draft(run.reply.lone, run.since.get(None))
     # A failed call can still have cost tokens (IncompleteReply says how many).
     draft.usage = raised_usage(exc, run.spent)
     draft.exception = exc
     draft.model = model_name(run) if run.models else None
-    if isinstance(wait, Ask):  # a recorded exception brings the wait recorded with it
-        wait = exc.wait if isinstance(exc, RecordedException) else planned_wait(run, exc)
+    if isinstance(wait, Ask) and isinstance(exc, RecordedException):
+        wait = exc.wait  # a recorded exception brings the wait recorded with it
     draft.wait_in = wait
     return draft
 

@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Any, Final
 from agentloop._core.build import features_of, table_for
 from agentloop._core.checks import answering, checked_decisions, checked_review, refused
 from agentloop._core.drafts import (
-    ASK_POLICY,
-    Ask,
     Draft,
     exception_draft,
     interruption_draft,
@@ -28,7 +26,7 @@ from agentloop._core.drafts import (
     summary_draft,
 )
 from agentloop._core.intake import raised_outcome, take_outcome
-from agentloop._core.rows.retry import model_index
+from agentloop._core.rows.retry import ASK_POLICY, Ask, model_index
 from agentloop._core.state import RunState
 from agentloop._core.table import (
     REPORTS,
@@ -338,7 +336,8 @@ class Engine:
             draft = outcome_draft(run, answering(run, call_id), raised_outcome(exc))
         else:
             draft = exception_draft(run, exc, wait)
-            if draft.wait_in is not None:  # a wait to take: the retry rows take it
+            if draft.wait_in is not None and not isinstance(draft.wait_in, Ask):
+                # A wait given to take (a replay's, DBOS's): the retry rows take it.
                 self._turn_on(Feature.RETRY)
         return self._record(self._choose(trigger, draft), draft)
 
@@ -353,16 +352,18 @@ class Engine:
     def reviewed(self, answers: Mapping[str, object]) -> Transition | None:
         """The review answered about the batch's calls: ``{call_id: answer}`` (see ``ReviewCalls``).
 
-        Only before the batch's first call starts, once. An answer whose
-        ``asks`` is true makes the batch wait for a person: the
-        ``approval_asked`` transition is returned, and the run waits in
-        ``awaiting_approval`` until ``decided``. Else nothing is recorded, the
-        answers are kept and ``None`` is returned: ``next()`` hands out the
-        calls, each with its answer. A bad report raises and changes nothing.
+        Only before the batch's first call starts, once. A denial (an answer
+        that is or carries ``deny(reason)``) is answered ``denied`` here, by the
+        engine: that call is never handed out. An answer whose ``asks`` is true
+        makes the batch wait for a person in ``awaiting_approval`` until
+        ``decided``. Either is recorded: the ``approval_asked`` transition is
+        returned. Else nothing is recorded, the answers are kept and ``None``
+        is returned: ``next()`` hands out the calls, each with its answer. A
+        bad report raises and changes nothing.
         """
         run = self._run
         draft = Draft(run.reply.lone)
-        draft.asked, draft.review = checked_review(run, answers)
+        draft.asked, draft.denied, draft.review = checked_review(run, answers)
         self._turn_on(Feature.REVIEW)
         row = self._choose(Trigger.APPROVAL_ASKED, draft)
         return None if row.dest is None else self._record(row, draft)

@@ -267,12 +267,14 @@ _OUTPUT_REFUSED: Final = (Guard.OUTPUT_RETRY, Guard.OUTPUT_INVALID)
 
 
 def asked(engine: Engine, event: Transition) -> Transition:
-    """Feed the review an ``approval_asked`` event records: an ask for each pending call.
+    """Feed the review an ``approval_asked`` event records: its asks, and its denials.
 
     The review's other answers were not recorded (they moved nothing): the
     dispatcher asks those calls' policies again when they run.
     """
-    made = engine.reviewed({call.call_id: ask(call.reason) for call in event.pending})
+    answers: dict[str, object] = dict(event.decisions)
+    answers.update({call.call_id: ask(call.reason) for call in event.pending})
+    made = engine.reviewed(answers)
     if made is None:
         raise ValueError("the recorded review asked nobody")
     return made

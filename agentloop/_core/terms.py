@@ -65,8 +65,8 @@ class Trigger(enum.StrEnum):
     TOOL_INTERRUPTED = "tool_interrupted"
     #: (driver) The run was interrupted while nothing was outstanding.
     INTERRUPTED = "interrupted"
-    #: (driver) The review answered about the batch's calls, before any of it ran; the
-    #: run moves (and records it) only when an answer asks a person.
+    #: (driver) The review answered about the batch's calls, before any of it ran; it is
+    #: recorded when an answer asks a person or denies a call.
     APPROVAL_ASKED = "approval_asked"
     #: (engine) The batch waits for a person's decisions; cancellation is checked.
     AWAIT_APPROVAL = "await_approval"
@@ -116,8 +116,12 @@ class Guard(enum.StrEnum):
     DENIALS_ANSWER_BATCH = "denials_answer_batch"
     #: The driver reviews, and the batch in hand has not been reviewed nor started.
     BATCH_UNREVIEWED = "batch_unreviewed"
-    #: No answer of the review asks a person.
+    #: No answer of the review asks a person (tried after the denials' rows: none denies).
     NOBODY_ASKED = "nobody_asked"
+    #: No answer asks a person, and the review denies every call still without a result.
+    REVIEW_DENIES_ALL = "review_denies_all"
+    #: No answer asks a person, and the review denies a call of the batch.
+    REVIEW_DENIES = "review_denies"
     #: Under a context policy, even the newest turn (with the head) exceeds its ``tokens``.
     CONTEXT_OVERFLOWS = "context_overflows"
     #: Under ``summarise``, turns not yet summarised would be left out of the request, and
@@ -207,6 +211,9 @@ class Effect(enum.StrEnum):
     #: Keep the review's answers, each handed out with its call (``RunTool.review``);
     #: an engine whose driver does not review (a replay's) keeps none.
     KEEP_REVIEW = "keep_review"
+    #: Answer each call the review denied ``denied``, with the policy's reason; the event
+    #: keeps the denials (``decisions``), and none of those calls is handed out.
+    ANSWER_DENIALS = "answer_denials"
     #: Under a context policy, the request holds the head, the system messages and the
     #: newest whole turns that fit (with the summary in force); the answering event says which.
     FIT_CONTEXT = "fit_context"

@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agentloop import Budget, State
+from agentloop import Budget, CancelToken, State
 from agentloop._core import build
 from agentloop._core.build import ALL, DEFINITION, TABLE, build_table, merged, table_for
 from agentloop._core.register import EFFECTS, GUARDS, guard
+from agentloop._core.retry_policy import RetryPolicy, Transient
 from agentloop._core.rows import basic, review, wrapup
 from agentloop._errors import TableError
 from agentloop.engine import Effect, Engine, Feature, Guard, Trigger
@@ -168,3 +169,23 @@ def test_every_configuration_table_is_the_whole_table_less_the_rows_of_features_
         ) | {Feature.BASIC}
         rows = build.table_for(on).rows
         assert [row for row in whole if row in rows] == list(rows)
+
+
+def test_the_retry_policy_is_asked_by_the_row_that_plans_the_wait() -> None:
+    """retry_planned asks it, once, and only when it is tried: a cancelled run never does."""
+    asked: list[str] = []
+
+    def classify(exc: BaseException) -> Transient | None:
+        asked.append(str(exc))
+        return Transient(kind="timeout")
+
+    policy = RetryPolicy(base=0.0, jitter=0.0, classify=classify)
+    for cancelled in (False, True):
+        token = CancelToken()
+        engine = Engine("go", cancel=token, retry=policy)
+        engine.next()
+        if cancelled:
+            token.cancel()
+        made = engine.raised(TimeoutError(f"slow {cancelled}"))
+        assert made.guard is (Guard.CANCEL_REQUESTED if cancelled else Guard.RETRY_PLANNED)
+    assert asked == ["slow False"]

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from agentloop._core.state import RunState
     from agentloop._core.values import Transition
 
-__all__ = ["FEATURE", "ROWS", "model_index", "planned_wait", "retries"]
+__all__ = ["ASK_POLICY", "FEATURE", "ROWS", "Ask", "model_index", "planned_wait", "retries"]
 
 FEATURE: Final = Feature.RETRY
 
@@ -51,12 +51,26 @@ ROWS: Final[tuple[Entry, ...]] = (
 _BACK_OFF: Final = Trigger.BACK_OFF
 
 
+class Ask:
+    """No wait given with a model's error: ``retry_planned`` asks the retry policy."""
+
+
+#: What ``raised()`` takes when no wait is given (a replay and DBOS give the recorded one).
+ASK_POLICY: Final = Ask()
+
+
 # The wrap-up step is one model step past the budget, whatever it meets: no retry, no
 # fallback model (a model that raises there ends the run failed).
 @guard(G.RETRY_PLANNED)
 def retry_planned(run: RunState) -> bool:
-    """A wait was chosen for the failed model (by the retry policy, or given by a record)."""
-    return run.wrapping is None and run.draft.wait_in is not None
+    """A wait before a retry: the one the report brought (a replay's), else the policy's."""
+    if run.wrapping is not None:
+        return False
+    draft = run.draft
+    if isinstance(draft.wait_in, Ask):  # none brought: the retry policy chooses, once
+        assert draft.exception is not None, "the model raised"
+        draft.wait_in = planned_wait(run, draft.exception)
+    return draft.wait_in is not None
 
 
 @guard(G.FALLBACK_LEFT)
@@ -68,7 +82,9 @@ def fallback_left(run: RunState) -> bool:
 @effect(E.PLAN_WAIT)
 def plan_wait(run: RunState) -> None:
     """The event keeps the wait chosen (``wait``)."""
-    run.draft.wait = run.draft.wait_in
+    wait = run.draft.wait_in
+    assert not isinstance(wait, Ask), "retry_planned chose the wait"
+    run.draft.wait = wait
 
 
 @effect(E.ASK_FOR_WAIT)

@@ -1,8 +1,9 @@
 """Review and approval: the rows, guards and effects that hold a batch for a person.
 
 The driver's review of an accepted batch (``ReviewCalls``), the calls held
-for a person (``AwaitApproval``) and the decisions kept, denials answered by
-the engine itself.
+for a person (``AwaitApproval``) and the decisions kept. Every denial, a
+policy's at the review or a person's, is answered ``denied`` by the engine
+itself, recorded, and never handed out to be dispatched.
 """
 
 from __future__ import annotations
@@ -30,12 +31,20 @@ ROWS: Final[tuple[Entry, ...]] = (
     # -- before a batch's first call, a driver that reviews is handed its calls
     {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.BATCH_UNREVIEWED],
      "dest": None, "before": [E.ASK_FOR_REVIEW]},
-    # -- reviewed: if a policy asked, the batch waits, reserved and counted, until a person
-    #    decides; cancelled meanwhile, every call is answered and none runs
+    # -- reviewed: a policy's denials are answered here, and recorded; if a policy asked,
+    #    the batch waits, reserved and counted, until a person decides; cancelled
+    #    meanwhile, every call is answered and none runs. A review that neither denied nor
+    #    asked is kept, and nothing is recorded
+    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED, "conditions": [G.REVIEW_DENIES_ALL],
+     "dest": S.AWAITING_MODEL,
+     "before": [E.NAME_CALL, E.KEEP_REVIEW, E.ANSWER_DENIALS, E.APPEND_BATCH]},
+    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED, "conditions": [G.REVIEW_DENIES],
+     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.KEEP_REVIEW, E.ANSWER_DENIALS]},
     {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED, "conditions": [G.NOBODY_ASKED],
      "dest": None, "before": [E.KEEP_REVIEW]},
     {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED,
-     "dest": S.AWAITING_APPROVAL, "before": [E.NAME_CALL, E.KEEP_REVIEW, E.HOLD_CALLS]},
+     "dest": S.AWAITING_APPROVAL,
+     "before": [E.NAME_CALL, E.KEEP_REVIEW, E.ANSWER_DENIALS, E.HOLD_CALLS]},
     {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL, "conditions": [G.CANCEL_REQUESTED],
      "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
     {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL,
@@ -61,6 +70,28 @@ def batch_unreviewed(run: RunState) -> bool:
 def nobody_asked(run: RunState) -> bool:
     """No answer of the review asks a person."""
     return not run.draft.asked
+
+
+@guard(G.REVIEW_DENIES_ALL)
+def review_denies_all(run: RunState) -> bool:
+    """No answer asks a person, and the review denies every call still without a result."""
+    batch, draft = run.batch, run.draft
+    assert batch is not None, "a batch is reviewed"
+    denied = {call_id for call_id, _ in draft.denied}
+    return (
+        not draft.asked
+        and bool(denied)
+        and all(
+            index in batch.results or call_id in denied
+            for index, (call_id, _) in enumerate(batch.calls)
+        )
+    )
+
+
+@guard(G.REVIEW_DENIES)
+def review_denies(run: RunState) -> bool:
+    """No answer asks a person, and the review denies a call of the batch."""
+    return not run.draft.asked and bool(run.draft.denied)
 
 
 @guard(G.DENIALS_ANSWER_BATCH)
@@ -91,6 +122,15 @@ def keep_review(run: RunState) -> None:
     run.batch.review = run.draft.review if run.reviews else None
 
 
+@effect(E.ANSWER_DENIALS)
+def answer_denials(run: RunState) -> None:
+    """Answer each call the review denied ``denied``; the event keeps the denials."""
+    batch, draft = run.batch, run.draft
+    assert batch is not None, "a batch is reviewed"
+    draft.decisions = draft.denied
+    _answer_denied(run, draft.denied)
+
+
 @effect(E.HOLD_CALLS)
 def hold_calls(run: RunState) -> None:
     """The event lists the calls a policy asked about (``pending``)."""
@@ -110,7 +150,14 @@ def keep_decisions(run: RunState) -> None:
     """Keep a person's decisions; answer each denied call ``denied``, with their reason."""
     batch, draft = run.batch, run.draft
     assert batch is not None, "a person decides about a batch"
-    decisions = draft.decisions_in
+    draft.decisions = draft.decisions_in
+    _answer_denied(run, draft.decisions_in)
+
+
+def _answer_denied(run: RunState, decisions: tuple[tuple[str, Decision], ...]) -> None:
+    """Keep ``decisions``; answer each denied call ``denied`` with its reason, here."""
+    batch, draft = run.batch, run.draft
+    assert batch is not None, "a batch is decided about"
     # A denied call is answered here, by the engine: no driver is handed it to run.
     # Every denial is encoded before anything is kept, so none is kept half-way.
     place = {call_id: index for index, (call_id, _) in enumerate(batch.calls)}
@@ -119,7 +166,6 @@ def keep_decisions(run: RunState) -> None:
         for call_id, decision in decisions
         if not decision.allowed
     }
-    draft.decisions = decisions
     batch.decided.update(decisions)
     for index, reason in denials.items():
         batch.answer(index, "denied", reason)
