@@ -168,3 +168,84 @@ def test_usage_that_would_sum_past_64_bits_is_refused_when_it_enters(tmp_path: P
     path = tmp_path / "run.json"
     save_run(result, path)
     assert load_run(path) == result
+
+
+#: The driver protocol: Engine's public members, all of them.
+PROTOCOL = {
+    # what the run needs, and the reports
+    "next",
+    "replied",
+    "returned",
+    "raised",
+    "waited",
+    "reviewed",
+    "decided",
+    "interrupted",
+    # what a driver reads (reviews alone is set, by a driver that reviews)
+    "state",
+    "done",
+    "steps",
+    "calls",
+    "usage",
+    "budget",
+    "context",
+    "outstanding",
+    "running",
+    "unstarted",
+    "pending",
+    "reviews",
+    "run_id",
+    "parent_run_id",
+    "model_index",
+    "history",
+    "events",
+    "result",
+}
+
+
+def test_the_engines_public_members_are_the_driver_protocol_and_its_docstring_names_them() -> None:
+    """Nothing else is public, and the class docstring names every member."""
+    assert {name for name in dir(Engine) if not name.startswith("_")} == PROTOCOL
+    doc = Engine.__doc__ or ""
+    assert [name for name in sorted(PROTOCOL) if f"``{name}" not in doc] == []
+
+
+def test_the_engines_docstring_lists_every_answer_of_next() -> None:
+    """The bullets of the docstring are exactly the types next()'s annotation returns."""
+    annotation = Engine.next.__annotations__["return"]
+    returned = {name.strip() for name in str(annotation).split("|")}
+    listed = set(re.findall(r"^    \* ``(\w+)``:", Engine.__doc__ or "", re.MULTILINE))
+    assert returned == listed == {
+        "AskModel", "Summarise", "RunTool", "ReviewCalls", "AwaitApproval", "Wait", "Transition"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["steps", "calls", "run_id", "parent_run_id", "model_index"])
+def test_the_counters_and_the_runs_ids_are_read_only(name: str) -> None:
+    """A driver reads them; only the engine's own rows (or its constructor) set them."""
+    engine = Engine("go", run_id="r1", parent_run_id="p0")
+    with pytest.raises(AttributeError):
+        setattr(engine, name, 7)
+    assert (engine.steps, engine.calls, engine.run_id, engine.parent_run_id) == (0, 0, "r1", "p0")
+    assert engine.model_index == 0
+
+
+def test_a_run_id_of_the_wrong_kind_is_refused() -> None:
+    """run_id and parent_run_id are text or None: else a TypeError naming the parameter."""
+    with pytest.raises(TypeError, match="expected run_id to be a str or None, got int"):
+        Engine("go", run_id=7)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="expected parent_run_id to be a str or None, got bytes"):
+        Engine("go", parent_run_id=b"p")  # type: ignore[arg-type]
+
+
+def test_nothing_outside_the_core_reaches_into_the_engine() -> None:
+    """No module outside agentloop/_core reads or writes a private attribute of an engine."""
+    reaching = re.compile(r"\bengine\._[a-z]|\._engine\._[a-z]")
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "_core" not in path.relative_to(PACKAGE).parts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if reaching.search(line)
+    ]
+    assert found == []
