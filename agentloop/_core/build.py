@@ -65,6 +65,17 @@ class Row(NamedTuple):
     effects: tuple[Effect, ...]
 
     @property
+    def name(self) -> str:
+        """``source --trigger [guard]--> dest``: the row, as a test names it to pin it.
+
+        ``@pytest.mark.row(name)`` marks the test that pins the row
+        (``tests/core/test_row_map.py``); ``dest`` is ``(stays)`` for an internal row.
+        """
+        guard = f" [{self.guard.value}]" if self.guard else ""
+        dest = self.dest.value if self.dest is not None else "(stays)"
+        return f"{self.source.value} --{self.trigger.value}{guard}--> {dest}"
+
+    @property
     def label(self) -> str:
         """``trigger [guard] / effects``, as in UML."""
         text = self.trigger.value

@@ -10,6 +10,11 @@ not rows (what the engine fires itself, which reports answer which request,
 what a driver's report means) are small tables at the end of this file. The
 whole table is listed, row by row, in ``docs/concepts.md``.
 
+Each row is pinned by a test: a test marked ``@pytest.mark.row("validating
+--validate [calls_exhausted]--> exhausted")`` (``Row.name``) pins that row,
+and ``tests/core/test_row_map.py`` fails for a row of the table no test is
+marked for. Add the mark to the test that shows the row's behaviour.
+
 Theory of operation
 ===================
 

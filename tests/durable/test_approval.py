@@ -80,6 +80,12 @@ def three() -> Message:
     )
 
 
+@pytest.mark.row(
+    "dispatching --start_tool [batch_unreviewed]--> (stays)",
+    "dispatching --approval_asked--> awaiting_approval",
+    "awaiting_approval --await_approval--> (stays)",
+    "awaiting_approval --approval_decided--> dispatching",
+)
 def test_a_batch_waits_whole_until_a_person_decides_each_pending_call() -> None:
     desk = Desk()
     run = Loop(ScriptedModel([three(), final("ok")]), tools=desk.registry).start("go")
@@ -166,6 +172,10 @@ def test_decide_refuses_anything_but_one_decision_per_pending_call_and_changes_n
     assert len(desk.ran) == 3
 
 
+@pytest.mark.row(
+    "awaiting_approval --await_approval [cancel_requested]--> cancelled",
+    "awaiting_approval --interrupted--> cancelled",
+)
 @pytest.mark.parametrize("how", ["token", "interrupt"])
 def test_cancelled_while_waiting_every_call_is_answered_and_none_runs(how: str) -> None:
     desk = Desk()
@@ -631,6 +641,7 @@ def test_a_denied_call_never_runs_whatever_goes_on_with_the_run(tmp_path: Path) 
     assert [m["status"] for m in engine.result().transcript[2:5]] == ["denied", "ok", "ok"]
 
 
+@pytest.mark.row("awaiting_approval --approval_decided [denials_answer_batch]--> awaiting_model")
 def test_when_every_call_is_denied_the_model_is_asked_next() -> None:
     desk = Desk()
     only_payments = batch(call("b", "pay", amount=5), call("c", "pay", amount=7))
@@ -696,6 +707,7 @@ def test_a_tool_policy_that_denies_wins_over_a_registry_policy_that_asks() -> No
     ]
 
 
+@pytest.mark.row("dispatching --approval_asked [nobody_asked]--> (stays)")
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_policy_that_raises_is_asked_once_and_the_call_fails_closed(driver: str) -> None:
     asked: list[str] = []
@@ -898,6 +910,7 @@ class Guarded:
         return f"saw {q}"
 
 
+@pytest.mark.row("dispatching --approval_asked [review_denies]--> dispatching")
 def test_a_denied_call_of_a_batch_is_answered_at_the_review_and_never_handed_out(
     driver: Driver,
 ) -> None:
@@ -934,6 +947,7 @@ def test_a_denied_call_of_a_batch_is_answered_at_the_review_and_never_handed_out
     assert dispatched == ["a", "c"]
 
 
+@pytest.mark.row("dispatching --approval_asked [review_denies_all]--> awaiting_model")
 def test_a_lone_denied_call_is_answered_and_appended_at_the_review(driver: Driver) -> None:
     """Every call of the batch denied: the batch is appended there, the model asked next."""
     guarded = Guarded()
