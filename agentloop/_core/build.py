@@ -104,32 +104,40 @@ class Table(NamedTuple):
 
 def features_of(
     budget: Budget,
-    *,
     output: OutputSchema | None = None,
     context: ContextPolicy | None = None,
     retry: RetryPolicy | None = None,
     models: tuple[str, ...] = (),
-    reviews: bool = False,
 ) -> frozenset[Feature]:
     """The features a configuration turns on: the rows its table has.
 
     Every other feature's guards never hold under it, so its rows are left
-    out: the table is smaller, and the run the same.
+    out: the table is smaller, and the run the same. (Review is a driver's:
+    ``engine.reviews``.) One set a configuration, kept: its hash is too.
     """
-    on = {Feature.BASIC}
-    if output is not None:
-        on.add(Feature.OUTPUT)
-    if budget.max_identical_calls is not None:
-        on.add(Feature.LOOP_GUARD)
-    if budget.on_exhausted == "answer":
-        on.add(Feature.WRAP_UP)
-    if context is not None:
-        on.add(Feature.CONTEXT)
-    if retry is not None or len(models) > 1:
-        on.add(Feature.RETRY)
-    if reviews:
-        on.add(Feature.REVIEW)
-    return frozenset(on)
+    flags = (
+        output is not None,
+        budget.max_identical_calls is not None,
+        budget.on_exhausted == "answer",
+        context is not None,
+        retry is not None or len(models) > 1,
+    )
+    found = _FEATURE_SETS.get(flags)
+    if found is None:
+        on = [feature for feature, flag in zip(_CONFIGURED, flags, strict=True) if flag]
+        found = _FEATURE_SETS[flags] = frozenset((Feature.BASIC, *on))
+    return found
+
+
+# The features a configuration's parts turn on, in the order features_of reads them.
+_CONFIGURED: Final = (
+    Feature.OUTPUT,
+    Feature.LOOP_GUARD,
+    Feature.WRAP_UP,
+    Feature.CONTEXT,
+    Feature.RETRY,
+)
+_FEATURE_SETS: Final[dict[tuple[bool, ...], frozenset[Feature]]] = {}
 
 
 def merged(features: Iterable[Feature] = ALL) -> list[dict[str, Any]]:

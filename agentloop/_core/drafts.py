@@ -83,6 +83,8 @@ class Draft:
     wait: float | None = None
     #: The fallback model that replied or raised, by name (``None`` with one model).
     model: str | None = None
+    #: What a streaming reply delivered before an interruption cut it (for review).
+    partial_text: str | None = None
     # What the output schema found wrong with the final in hand (None: not asked yet).
     output_problems: list[str] | None = None
     # The loop guard's findings about the batch in hand (None: not looked yet).

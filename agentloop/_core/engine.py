@@ -3,9 +3,9 @@
 A plain interpreter (``Engine``): ``_choose`` takes the first row of a
 (state, trigger) group whose guard holds and calls the row's effects, each a
 function of the run's state (``state.py``) registered in its feature's
-module (``rows/``); ``_record`` commits the row by appending its event to
-the log, from which everything else is made again if an interruption lands
-half-way. What a report brings is checked first (``checks.py``) and taken
+module (``rows/``); ``RunState.commit`` commits the row by appending its
+event to the log, from which everything else is made again if an
+interruption lands half-way. What a report brings is checked first (``checks.py``) and taken
 in by ``intake.py``; what a transition is making is a fresh ``Draft``.
 """
 
@@ -132,22 +132,13 @@ class Engine:
         commit: Callable[[Transition, NotJSON | None], object] | None = None,
     ) -> None:
         run = RunState(
-            messages,
-            budget=budget,
-            cancel=cancel,
-            clock=clock,
-            context=context,
-            retry=retry,
-            models=models,
-            output=output,
-            run_id=run_id,
-            parent_run_id=parent_run_id,
+            messages, budget, cancel, clock, context, retry, models, output, run_id, parent_run_id
         )
         if commit is not None and not callable(commit):
             raise TypeError(f"expected commit to be a callable or None, got {commit!r:.80}")
         self._run, self._commit = run, commit
-        on = features_of(run.budget, output=output, context=context, retry=retry, models=models)
-        self._use(table_for(on))
+        table = table_for(features_of(budget, output, context, retry, models))
+        self._table, self._bound = table, table.bound
 
     def __repr__(self) -> str:
         run = self._run
@@ -275,12 +266,13 @@ class Engine:
         self,
     ) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Summarise | Wait | Transition:
         """What the run needs now: a request to perform, or the transition made by itself."""
-        trigger, draft = next_draft(self._run)
+        run = self._run
+        trigger, draft = next_draft(run)
         row = self._choose(trigger, draft)
         if row.dest is None:
             assert draft.request is not None, "an internal row hands the driver a request"
             return draft.request
-        return self._record(row, draft)
+        return run.commit(row, draft, self._commit)
 
     def replied(self, reply: object) -> Transition:
         """The model returned ``reply``; it is copied in before anything else.
@@ -291,11 +283,11 @@ class Engine:
         run = self._run
         if run.outstanding is _SUMMARISE:
             draft = summary_draft(run, reply)
-            return self._record(self._choose(Trigger.SUMMARY_WRITTEN, draft), draft)
+            return run.commit(self._choose(Trigger.SUMMARY_WRITTEN, draft), draft, self._commit)
         if run.outstanding is not _ASK_MODEL:
             raise refused(run, "a model reply")
         draft = reply_draft(run, reply)
-        return self._record(self._choose(_REPLIED, draft), draft)
+        return run.commit(self._choose(_REPLIED, draft), draft, self._commit)
 
     def returned(self, outcome: object, call_id: str | None = None) -> Transition:
         """The dispatcher returned ``outcome``: ``{'status', 'content'}`` (and ``'exception'``).
@@ -307,7 +299,7 @@ class Engine:
         if run.outstanding is not _START_TOOL:
             raise refused(run, "a tool outcome")
         draft = outcome_draft(run, answering(run, call_id), take_outcome(outcome))
-        return self._record(self._choose(Trigger.TOOL_RETURNED, draft), draft)
+        return run.commit(self._choose(Trigger.TOOL_RETURNED, draft), draft, self._commit)
 
     def raised(
         self, exc: Exception, call_id: str | None = None, *, wait: float | Ask | None = ASK_POLICY
@@ -339,7 +331,7 @@ class Engine:
             if draft.wait_in is not None and not isinstance(draft.wait_in, Ask):
                 # A wait given to take (a replay's, DBOS's): the retry rows take it.
                 self._turn_on(Feature.RETRY)
-        return self._record(self._choose(trigger, draft), draft)
+        return run.commit(self._choose(trigger, draft), draft, self._commit)
 
     def waited(self) -> Transition:
         """The wait the engine asked for (``Wait``) ended, its time passed or cut short."""
@@ -347,7 +339,7 @@ class Engine:
         if run.outstanding is not _BACK_OFF:
             raise refused(run, "the end of a wait")
         draft = Draft(None, run.since.get(None))
-        return self._record(self._choose(Trigger.WAITED, draft), draft)
+        return run.commit(self._choose(Trigger.WAITED, draft), draft, self._commit)
 
     def reviewed(self, answers: Mapping[str, object]) -> Transition | None:
         """The review answered about the batch's calls: ``{call_id: answer}`` (see ``ReviewCalls``).
@@ -366,7 +358,7 @@ class Engine:
         draft.asked, draft.denied, draft.review = checked_review(run, answers)
         self._turn_on(Feature.REVIEW)
         row = self._choose(Trigger.APPROVAL_ASKED, draft)
-        return None if row.dest is None else self._record(row, draft)
+        return None if row.dest is None else run.commit(row, draft, self._commit)
 
     def decided(self, decisions: Mapping[str, Decision]) -> Transition:
         """A person decided every pending call: ``{call_id: approve() | deny(reason)}``.
@@ -377,7 +369,7 @@ class Engine:
         run = self._run
         draft = Draft(run.reply.lone)
         draft.decisions_in = checked_decisions(run, decisions)
-        return self._record(self._choose(Trigger.APPROVAL_DECIDED, draft), draft)
+        return run.commit(self._choose(Trigger.APPROVAL_DECIDED, draft), draft, self._commit)
 
     def interrupted(
         self, exc: BaseException, *, partial_text: str | None = None
@@ -402,19 +394,16 @@ class Engine:
         if run.state in TERMINAL:
             return None
         trigger, draft = interruption_draft(run, exc)
-        transition = run.event(self._choose(trigger, draft), draft)
-        if partial_text and trigger is Trigger.MODEL_INTERRUPTED:
+        if trigger is Trigger.MODEL_INTERRUPTED:
             # A record field only: the reply never arrived, so nothing else changes.
-            transition = transition._replace(partial_text=partial_text)
-        if self._commit is not None:
-            try:
-                self._commit(transition, None)
-            except BaseException as refusal:
-                run.settle()  # not committed: the run is as its record says
-                if not isinstance(refusal, Exception):
-                    raise
-                return None  # the interruption propagates, not the refusal
-        return run.append(transition, draft)
+            draft.partial_text = partial_text or None
+        row = self._choose(trigger, draft)
+        try:
+            return run.commit(row, draft, self._commit)
+        except Exception:
+            if self._commit is None:
+                raise
+            return None  # refused: the run is as its record says; the interruption propagates
 
     # -- the interpreter ----------------------------------------------------------
 
@@ -428,16 +417,3 @@ class Engine:
                     effect(run)
                 return row
         raise AssertionError("unreachable: build_table ends each group with an unguarded row")
-
-    def _record(self, row: Row, draft: Draft) -> Transition:
-        """Commit the chosen row: its event first (offered to ``commit``), then what follows."""
-        transition = self._run.event(row, draft)
-        if self._commit is not None:
-            run = self._run
-            reply = run.reply.value if row.trigger is _REPLIED else None
-            try:
-                self._commit(transition, reply if type(reply) is NotJSON else None)
-            except BaseException:
-                run.settle()  # not committed: the row's effects are undone
-                raise
-        return self._run.append(transition, draft)

@@ -9,7 +9,6 @@ state again from the log when an interruption lands half-way.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -24,7 +23,7 @@ from agentloop._core.rows.context import init_context, rebuild_context
 from agentloop._core.rows.review import approvals
 from agentloop._core.rows.wrapup import WRAP_UP_BEGUN
 from agentloop._core.table import MODEL_ANSWERS, TERMINAL, Guard, State, Trigger
-from agentloop._core.values import Budget, CancelToken, RunResult, Transition, Usage
+from agentloop._core.values import Budget, CancelToken, NotJSON, RunResult, Transition, Usage
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
@@ -45,6 +44,7 @@ _NO_IDS: Final[frozenset[str]] = frozenset()
 _NO_USAGE: Final = Usage()
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _SUMMARISE: Final = Trigger.SUMMARISE
+_REPLIED: Final = Trigger.MODEL_REPLIED
 
 
 class RunState:
@@ -53,6 +53,16 @@ class RunState:
     A plain class of plain attributes: the functions of ``rows/`` read and
     set them. Only the engine holds one, and only the core touches it.
     """
+
+    # The context policy's, set by rows/context.py's init_context: the policy, its window
+    # and the events read into it, the summary in force, the plan for the request about to
+    # be made, what the request outstanding was sent, and its messages when not the history.
+    policy: ContextPolicy | None
+    context: tuple[Window, list[int]] | None
+    summary: Summary | None
+    plan: tuple[int, Summary | None, Plan | str] | None
+    seen: Seen | None
+    view: bytearray | None
 
     __slots__ = (
         "applied",
@@ -97,17 +107,17 @@ class RunState:
     def __init__(
         self,
         messages: str | list[dict[str, Any]],
-        *,
-        budget: Budget = _DEFAULT_BUDGET,
-        cancel: CancelToken | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        context: ContextPolicy | None = None,
-        retry: RetryPolicy | None = None,
-        models: tuple[str, ...] = (),
-        output: OutputSchema | None = None,
-        run_id: str | None = None,
-        parent_run_id: str | None = None,
+        budget: Budget,
+        cancel: CancelToken | None,
+        clock: Callable[[], float],
+        context: ContextPolicy | None,
+        retry: RetryPolicy | None,
+        models: tuple[str, ...],
+        output: OutputSchema | None,
+        run_id: str | None,
+        parent_run_id: str | None,
     ) -> None:
+        # The engine's parts, in the order Engine takes them (it alone makes a RunState).
         _check_parts(budget, cancel, clock, context, retry, models, output, run_id, parent_run_id)
         encoded, input_ids = input_messages(messages)
         self.input_ids = frozenset(input_ids) if input_ids else _NO_IDS
@@ -139,14 +149,7 @@ class RunState:
         self.batch: Batch | None = None  # the accepted batch in hand
         self.draft = Draft(None)  # the transition being made
         self.reviews = False  # whether the driver reviews each batch (ReviewCalls)
-        # The context policy's window, summary, plan and views (rows/context.py).
-        self.policy: ContextPolicy | None = None
-        self.context: tuple[Window, list[int]] | None = None
-        self.summary: Summary | None = None
-        self.plan: tuple[int, Summary | None, Plan | str] | None = None
-        self.seen: Seen | None = None
-        self.view: bytearray | None = None
-        init_context(self, context, encoded)
+        init_context(self, context, encoded)  # policy, context, summary, plan, seen, view
         # Resilience (retry=, fallback models): off unless the Loop sets them.
         self.retry = retry
         self.models = models
@@ -164,19 +167,28 @@ class RunState:
         #: The errors of a record being replayed that an older agentloop worded otherwise.
         self.recorded_words: frozenset[str] = frozenset()
 
-    def event(self, row: Row, draft: Draft) -> Transition:
-        """The event the chosen row makes: the row, the counters, and what its effects set."""
-        run = self
+    def commit(
+        self,
+        row: Row,
+        draft: Draft,
+        sink: Callable[[Transition, NotJSON | None], object] | None,
+    ) -> Transition:
+        """Commit the chosen row: its event, offered to ``sink`` first, then appended.
+
+        Appending the event to the log is the commit: ``settle`` makes the
+        rest (the state, the history, the counters) again from the log. If
+        ``sink`` raises, nothing is committed and the row's effects are undone.
+        """
         dest, (call_id, tool), since = row.dest, draft.named, draft.since
         assert dest is not None, "a recorded row moves"
-        at = run.clock()
-        return Transition(
+        at = self.clock()
+        transition = Transition(
             source=row.source,
             dest=dest,
             trigger=row.trigger,
             guard=row.guard,
-            steps=run.steps,
-            calls=run.calls,
+            steps=self.steps,
+            calls=self.calls,
             call_id=call_id,
             tool=tool,
             result_status=draft.status,
@@ -189,29 +201,33 @@ class RunState:
             took=None if since is None else at - since,
             pending=draft.pending,
             decisions=draft.decisions,
-            started=tuple(run.handed),
+            started=tuple(self.handed),
             input_json=draft.input_json,
             # The events that answer a model (or summariser) record what it was sent.
-            context=run.seen if row.trigger in MODEL_ANSWERS else None,
+            context=self.seen if row.trigger in MODEL_ANSWERS else None,
             wait=draft.wait,
             model=draft.model,
+            partial_text=draft.partial_text,
         )
-
-    def append(self, transition: Transition, draft: Draft) -> Transition:
-        """Commit ``transition``: append it to the log (``settle`` redoes the rest); apply it."""
-        run = self
-        run.events.append(transition)
-        run.handed.clear()
+        if sink is not None:
+            reply = self.reply.value if row.trigger is _REPLIED else None
+            try:
+                sink(transition, reply if type(reply) is NotJSON else None)
+            except BaseException:
+                self.settle()  # not committed: the row's effects are undone
+                raise
+        self.events.append(transition)  # the commit
+        self.handed.clear()
         appended, usage = draft.appended, draft.usage
         if appended:
-            run.history.extend(appended)
+            self.history.extend(appended)
         if usage is not None:
-            run.spent = Usage(*(a + b for a, b in zip(run.spent, usage, strict=True)))
-            run.tokens = run.spent.total
-        run.state = transition.dest
-        batch = run.batch
-        run.outstanding = _START_TOOL if batch is not None and batch.running else None
-        run.applied += 1
+            self.spent = spent = Usage(*(a + b for a, b in zip(self.spent, usage, strict=True)))
+            self.tokens = spent.total
+        self.state = dest
+        batch = self.batch
+        self.outstanding = _START_TOOL if batch is not None and batch.running else None
+        self.applied += 1
         return transition
 
     def result(self) -> RunResult:
