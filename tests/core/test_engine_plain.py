@@ -13,7 +13,7 @@ from agentloop._core.build import table_for
 from agentloop._core.intake import take_reply
 from agentloop._core.register import EFFECTS, GUARDS
 from agentloop._core.rows import basic, context, loopguard, output, retry, review, wrapup
-from agentloop._core.values import Usage
+from agentloop._core.values import NotJSON, Usage
 from agentloop.engine import Effect, Engine, Guard, RunTool
 from agentloop.testing import ScriptedModel, call, final
 from tests.support import ROOT
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from types import FrameType
 
+    from agentloop import Transition
     from agentloop._core.state import RunState
 
 PACKAGE = ROOT / "agentloop"
@@ -249,3 +250,56 @@ def test_nothing_outside_the_core_reaches_into_the_engine() -> None:
         if reaching.search(line)
     ]
     assert found == []
+
+
+def test_a_commit_hook_sees_each_transition_before_it_counts_and_may_refuse_it() -> None:
+    """A refused transition is not made: the run is as it was, and the report can come again."""
+    seen: list[Transition] = []
+    refuse = [False]
+
+    def commit(transition: Transition, rejected: object) -> None:
+        if refuse[0]:
+            raise OSError("the disk is full")
+        seen.append(transition)
+
+    engine = Engine("go", budget=Budget(max_steps=3, max_calls=2), commit=commit)
+    engine.next()
+    refuse[0] = True
+    before = (engine.state, engine.steps, engine.calls, engine.history(), engine.outstanding)
+    with pytest.raises(OSError, match="the disk is full"):
+        engine.replied(call("c1", "add", a=1, b=2))
+    assert (
+        engine.state,
+        engine.steps,
+        engine.calls,
+        engine.history(),
+        engine.outstanding,
+    ) == before
+    assert engine.events() == ()
+    refuse[0] = False
+    made = engine.replied(call("c1", "add", a=1, b=2))
+    assert seen == [made] == list(engine.events())
+    # After an interruption the refusal does not show: the interruption propagates.
+    refuse[0] = True
+    assert engine.interrupted(KeyboardInterrupt()) is None
+    assert (engine.state, engine.events()) == (State.VALIDATING, (made,))
+
+
+def test_the_commit_hook_is_given_a_reply_that_was_not_json() -> None:
+    """A reply the record cannot hold in its event comes with it, as the hook's second part."""
+    given: list[object] = []
+    engine = Engine("go", commit=lambda transition, rejected: given.append(rejected))
+    engine.next()
+    engine.replied({"kind": "final", "text": float("nan")})
+    assert type(given[0]) is NotJSON
+    assert given[0].problem
+
+
+def test_every_core_module_is_of_one_concern_and_at_most_450_lines() -> None:
+    """The core's modules stay short enough to read whole."""
+    long = {
+        str(path.relative_to(PACKAGE)): lines
+        for path in sorted((PACKAGE / "_core").rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > 450
+    }
+    assert long == {}
