@@ -125,10 +125,7 @@ def keep_review(run: RunState) -> None:
 @effect(E.ANSWER_DENIALS)
 def answer_denials(run: RunState) -> None:
     """Answer each call the review denied ``denied``; the event keeps the denials."""
-    batch, draft = run.batch, run.draft
-    assert batch is not None, "a batch is reviewed"
-    draft.decisions = draft.denied
-    _answer_denied(run, draft.denied)
+    _answer_denied(run, run.draft.denied)
 
 
 @effect(E.HOLD_CALLS)
@@ -148,16 +145,14 @@ def ask_for_decisions(run: RunState) -> None:
 @effect(E.KEEP_DECISIONS)
 def keep_decisions(run: RunState) -> None:
     """Keep a person's decisions; answer each denied call ``denied``, with their reason."""
-    batch, draft = run.batch, run.draft
-    assert batch is not None, "a person decides about a batch"
-    draft.decisions = draft.decisions_in
-    _answer_denied(run, draft.decisions_in)
+    _answer_denied(run, run.draft.decisions_in)
 
 
 def _answer_denied(run: RunState, decisions: tuple[tuple[str, Decision], ...]) -> None:
-    """Keep ``decisions``; answer each denied call ``denied`` with its reason, here."""
+    """The event and the batch keep ``decisions``; each denied call is answered ``denied``."""
     batch, draft = run.batch, run.draft
     assert batch is not None, "a batch is decided about"
+    draft.decisions = decisions
     # A denied call is answered here, by the engine: no driver is handed it to run.
     # Every denial is encoded before anything is kept, so none is kept half-way.
     place = {call_id: index for index, (call_id, _) in enumerate(batch.calls)}
