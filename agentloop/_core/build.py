@@ -48,7 +48,8 @@ __all__ = [
 
 # Each feature's rows, in the order they are put together (Feature's order).
 _FEATURES: Final = (basic, output, loopguard, wrapup, context, retry, review)
-assert [module.FEATURE for module in _FEATURES] == list(Feature), "one module a feature"
+if [module.FEATURE for module in _FEATURES] != list(Feature):
+    raise TableError("expected one module of rows a feature, in Feature's order")
 
 #: Every feature.
 ALL: Final = frozenset(Feature)
