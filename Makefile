@@ -49,7 +49,8 @@ $(DOCS): pyproject.toml uv.lock $(RUN)
 	$(SYNC) --extra svg --group docs
 	touch $@
 
-# The bench's peers: pydantic-ai's DBOSAgent, beside agentloop.dbos.
+# The bench's peers: pydantic-ai (its DBOSAgent beside agentloop.dbos), the OpenAI Agents SDK
+# and LangGraph (one long run beside agentloop's).
 $(BENCH): pyproject.toml uv.lock $(TEST)
 	$(SYNC) --extra svg --group test --group bench
 	touch $@
@@ -121,8 +122,8 @@ diagrams: $(RUN) ## Regenerate diagrams/ from the state table
 	$(BIN)/agentloop diagram --format dot > diagrams/agentloop.dot
 
 .PHONY: bench
-bench: $(BENCH) ## Benchmarks: engine vs hand-written loop, async driver, batches, copier, memory, tool registry, run files, provider adapters, streaming, the ledger, MCP calls, typed output and the loop guard, DBOS beside pydantic-ai (given a Postgres URL), context windows
-	@status=0; for bench in core tools async batches runfile providers streaming ledger mcp output dbos context; do \
+bench: $(BENCH) ## Benchmarks: engine vs hand-written loop, async driver, batches, copier, memory, tool registry, run files, provider adapters, streaming, the ledger, MCP calls, typed output and the loop guard, DBOS beside pydantic-ai (given a Postgres URL), context windows, one long run beside pydantic-ai, the Agents SDK and LangGraph, many runs at once
+	@status=0; for bench in core tools async batches runfile providers streaming ledger mcp output dbos context longrun concurrency; do \
 		echo "== bench/bench_$$bench.py"; $(BIN)/python bench/bench_$$bench.py || status=1; \
 	done; exit $$status
 

@@ -31,7 +31,7 @@ idempotent=True)``), which is run again under the same idempotency key
 its decisions by message, not by a step: an ``agentloop.tool_started`` step
 marks its start.
 
-Cancellation (``cancel(run_id)``, from any process) is a marker: a tiny
+Cancellation (``cancel_run(run_id)``, from any process) is a marker: a tiny
 workflow whose id is derived from the run id. The steps read whether it
 exists, by its key, and return that with their output, so the decision is
 recorded with the step and a recovery replays it at the same checkpoint:
@@ -64,7 +64,7 @@ except ImportError as exc:
 
 from agentloop._dbos.decisions import APPROVAL_TOPIC, PENDING_EVENT, decide, pending
 from agentloop._dbos.loop import STEPS, DBOSLoop
-from agentloop._dbos.marker import cancel, cancel_requested
+from agentloop._dbos.marker import cancel_requested, cancel_run
 from agentloop._names import publish as _publish
 
 __all__ = [
@@ -72,8 +72,8 @@ __all__ = [
     "PENDING_EVENT",
     "STEPS",
     "DBOSLoop",
-    "cancel",
     "cancel_requested",
+    "cancel_run",
     "decide",
     "pending",
 ]

@@ -38,8 +38,7 @@ reply into such a stream, for scripted models and tests.
 
 from __future__ import annotations
 
-from agentloop._drivers.progress import ToolProgress
-from agentloop._drivers.streams import (
+from agentloop._drivers.deltas import (
     ArgumentsDelta,
     Delta,
     Discard,
@@ -47,8 +46,9 @@ from agentloop._drivers.streams import (
     ToolCallStart,
     UsageDelta,
     chunked,
-    is_stream,
 )
+from agentloop._drivers.progress import ToolProgress
+from agentloop._drivers.streams import is_stream
 from agentloop._names import publish as _publish
 
 __all__ = [

@@ -53,7 +53,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentloop import Loop, SQLiteLedger
+from agentloop import Loop
+from agentloop.ledger import SQLiteLedger
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

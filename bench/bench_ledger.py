@@ -8,10 +8,6 @@
 2. Resuming a 1,000-call run: one that ended (read and replayed, nothing
    runs), and one cut off before its last reply (replayed, then one live
    model step and the end recorded). Median of the repeats.
-3. The same ended run recorded in both ledger formats, resumed side by side:
-   version 1 (the first release's: the reports, fed back by ``_durable/legacy.py``)
-   and version 2 (the events as run files encode them, fed back by the one
-   replay), with the bytes of each one's record bodies.
 
 Targets: a resume of a 1,000-call run within 250 ms; with ``NORMAL``, a step
 costs at most 1 ms more than in memory (a commit without a sync). ``FULL``
@@ -28,14 +24,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-from bench_core import scripted  # the same model as the core bench: k calls, then a final
+from engine_step import scripted  # the same model as the core bench: k calls, then a final
 
-from agentloop import LedgerError, Loop, SQLiteLedger
-from agentloop._durable.bodies import outcome_record, reply_record
-from agentloop._durable.legacy import end_body
-from agentloop._review.runfile import load_event
-from agentloop.ledger import LedgerRecord as LedgerRecordType
+from agentloop import Loop
+from agentloop.ledger import LedgerError, SQLiteLedger
 
 if TYPE_CHECKING:
     from agentloop.ledger import LedgerRecord, LedgerWriter
@@ -120,53 +112,6 @@ def resume_times(calls: int, repeats: int, directory: Path) -> tuple[float, floa
     return statistics.median(ended_ms), statistics.median(cut_ms), records
 
 
-def as_version_1(ledger: SQLiteLedger, run_id: str, to: str) -> None:
-    """Record run ``run_id`` again under ``to`` as the first release did (format version 1).
-
-    The same reports, in the same order, in that release's bodies: each reply,
-    each call's ``tool_started`` and outcome, the end.
-    """
-    head, records = ledger.read(run_id)
-    header = orjson.loads(head) | {"version": 1, "run_id": to}
-    events = [
-        event for record in records if record.kind != "tool_started"
-        for event in orjson.loads(record.body)["events"]
-    ]  # fmt: skip
-    writer = ledger.create(to, orjson.dumps(header))
-    for event in events:
-        if event["trigger"] == "model_replied":
-            reply = orjson.dumps(reply_record(event["input"])[0])
-            writer.append(LedgerRecordType("reply", str(event["steps"]), reply))
-        elif event["trigger"] == "tool_returned":
-            call_id = event["call_id"]
-            outcome = {"status": event["result_status"], "content": event["input"]}
-            started = orjson.dumps({"name": event["tool"]})
-            writer.append(LedgerRecordType("tool_started", call_id, started))
-            finished = orjson.dumps(outcome_record(outcome)[0])
-            writer.append(LedgerRecordType("tool_finished", call_id, finished))
-    end = load_event(len(events) - 1, events[-1])
-    writer.append(LedgerRecordType("end", "", end_body(end, len(events) - 1)))
-    writer.release()
-
-
-def resume_by_version(calls: int, repeats: int, directory: Path) -> tuple[float, float, int, int]:
-    """Median ms to resume an ended ``calls``-call run recorded in version 1 and in version 2
-    (side by side), and the bytes of each record's bodies."""
-    ledger = SQLiteLedger(directory / "versions.db", synchronous="NORMAL")
-    loop = Loop(scripted(calls), tools=Echo(), max_steps=calls + 1, max_calls=calls, ledger=ledger)
-    ended = loop.run("go", run_id="v2")
-    as_version_1(ledger, "v2", "v1")
-    times: dict[str, list[float]] = {"v1": [], "v2": []}
-    for _ in range(repeats):
-        for version in ("v1", "v2"):
-            start = time.perf_counter()
-            again = loop.resume(version)
-            times[version].append((time.perf_counter() - start) * 1000)
-            assert again == ended
-    size = {v: sum(len(r.body) for r in ledger.read(v)[1]) for v in times}
-    return statistics.median(times["v1"]), statistics.median(times["v2"]), size["v1"], size["v2"]
-
-
 class _DiesBeforeTheEnd:
     """A ledger whose process "dies" before the run's end is recorded: that write fails."""
 
@@ -213,12 +158,6 @@ def main() -> int:
         print(f"resume of a 1,000-call run ({records} records), median of 7:")
         print(f"  ended (read and replayed):                     {ended:6.1f} ms")
         print(f"  cut off before its last reply (then one step): {cut:6.1f} ms")
-        v1, v2, v1_bytes, v2_bytes = resume_by_version(1000, 7, directory)
-        print("the same ended 1,000-call run, by ledger format, median of 7 (side by side):")
-        print(f"  version 1 (reports; read by legacy.py):  {v1:6.1f} ms, {v1_bytes:>9,} bytes")
-        print(f"  version 2 (events; the one replay):       {v2:6.1f} ms, {v2_bytes:>9,} bytes")
-        ratio = v2_bytes / v1_bytes
-        print(f"  version 2 / version 1:                    {v2 / v1:6.2f} x, {ratio:9.2f} x")
         for name, ms in (("ended", ended), ("cut off", cut)):
             if ms > RESUME_TARGET_MS:
                 print(f"    MISSED: resume ({name}) over {RESUME_TARGET_MS:.0f} ms")

@@ -31,7 +31,7 @@ import httpx2
 import openai
 import orjson
 from anthropic.types import Message as AnthropicMessage
-from bench_core import scripted  # the same model as the core bench: k calls, then a final
+from engine_step import scripted  # the same model as the core bench: k calls, then a final
 from google import genai
 from google.genai import types
 from openai.types.chat import ChatCompletion

@@ -27,7 +27,8 @@ from typing import Any
 import orjson
 
 import agentloop
-from agentloop import Loop, RunFileError
+from agentloop import Loop
+from agentloop.review import RunFileError
 
 #: What v0.1 took to load the same 6,000-event run, as the issue measured it.
 V01_LOAD_MS = 640.0
@@ -139,7 +140,7 @@ def main() -> int:
         misses.append(f"run file load only {speedup:.1f}x")
 
     keys = {f"k{i}": i for i in range(40_000)}
-    hostile = orjson.dumps({"format": "agentloop.run", "version": 2, **keys})
+    hostile = orjson.dumps({"format": "agentloop.run", "version": 5, **keys})
     hostile = hostile[:-1] + b',"k0":0}'  # one duplicate, at the end
 
     def refuse(data: bytes, **kwargs: Any) -> None:

@@ -26,6 +26,7 @@ import json
 import statistics
 import sys
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anthropic
@@ -209,11 +210,20 @@ class AEvents(Events):
         pass
 
 
+def _unmarked(exc: Exception) -> Exception | None:
+    return None
+
+
 ADAPTERS: dict[str, tuple[Callable[[], bytes], Any, Any]] = {
     "chat": (chat_events, chat_stream, achat_stream),
     "responses": (responses_events, responses_stream, aresponses_stream),
     "anthropic": (messages_events, messages_stream, amessages_stream),
-    "gemini": (gemini_events, generate_stream, agenerate_stream),
+    # No marking of errors here (the adapter passes its own): none is raised.
+    "gemini": (
+        gemini_events,
+        partial(generate_stream, errors=_unmarked),
+        partial(agenerate_stream, errors=_unmarked),
+    ),
 }
 
 

@@ -184,15 +184,15 @@ def _open(path: str) -> SQLiteLedger:
         hint = f"; a run file is read by agentloop show {path}" if head[:1] == b"{" else ""
         raise CommandError(
             f"not a ledger: {path} is not an SQLite file (expected a ledger that "
-            f"agentloop.SQLiteLedger made, got a file starting with {head[:8]!r}){hint}"
+            f"agentloop.ledger.SQLiteLedger made, got a file starting with {head[:8]!r}){hint}"
         )
     application_id, tables = header
     # Refused here, in this command's words, before SQLiteLedger makes its lock file beside
     # another database.
     if application_id not in (0, APPLICATION_ID) or (application_id == 0 and tables):
         raise CommandError(
-            f"not a ledger: {path} is an SQLite database that agentloop.SQLiteLedger did not "
-            f"make (expected application_id {APPLICATION_ID:#x}, got {application_id:#x})"
+            f"not a ledger: {path} is an SQLite database that agentloop.ledger.SQLiteLedger did "
+            f"not make (expected application_id {APPLICATION_ID:#x}, got {application_id:#x})"
         )
     try:
         return SQLiteLedger(path, make=False)

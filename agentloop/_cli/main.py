@@ -99,10 +99,10 @@ def _command(
 
 
 _RUN_HELP = (
-    "a saved run (agentloop.save_run, or demo --out), or a ledger or a DBOS system "
+    "a saved run (agentloop.review.save_run, or demo --out), or a ledger or a DBOS system "
     "database URL (then RUN_ID)"
 )
-_LEDGER_HELP = "a ledger file (agentloop.SQLiteLedger), or a DBOS system database URL"
+_LEDGER_HELP = "a ledger file (agentloop.ledger.SQLiteLedger), or a DBOS system database URL"
 _RUN_ID_HELP = "the id of one of the ledger's runs (agentloop runs LEDGER lists them)"
 
 

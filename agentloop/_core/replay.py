@@ -108,18 +108,14 @@ def replay(
         if models is None:
             models = models_named(events)
         engine = Engine(messages, budget=budget, cancel=token, models=models, output=output)
-    run = engine._run  # the replay is the core's own: it reads the record's words in
+    run = engine._run  # the replay is the core's own: the record's refusals stand in it
     typed = run.output
     if typed is not None:  # the record's refusals stand, in its words, while it is replayed
         run.output = typed.replaying(output_refusals(events, rejected))
-    # A repeated call's error stands in the words the record has, if an older agentloop's.
-    run.recorded_words = frozenset(
-        event.error for event in events if event.guard is Guard.CALL_ID_RESERVED and event.error
-    )
     try:
         _fed(engine, events, rejected, token, budget, compare)
     finally:
-        run.output, run.recorded_words = typed, frozenset()
+        run.output = typed
     return engine
 
 

@@ -86,7 +86,6 @@ class RunState:
         "parent_run_id",
         "plan",
         "policy",
-        "recorded_words",
         "rejected",
         "reply",
         "reserved",
@@ -164,8 +163,6 @@ class RunState:
         #: The budget that ran out, once the run wraps up (``on_exhausted='answer'``).
         self.wrapping: str | None = None
         self.calls_seen: CallIndex | None = None  # the loop guard's, made when first asked
-        #: The errors of a record being replayed that an older agentloop worded otherwise.
-        self.recorded_words: frozenset[str] = frozenset()
 
     def commit(
         self,

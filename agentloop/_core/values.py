@@ -335,7 +335,7 @@ class Transition(NamedTuple):
 class RunResult(NamedTuple):
     """How a run ended: an immutable record. Every collection it hands out is a fresh copy.
 
-    Save and open it with ``agentloop.save_run`` / ``agentloop.load_run``
+    Save and open it with ``agentloop.review.save_run`` / ``agentloop.review.load_run``
     (``run_to_json`` / ``run_from_json`` for text).
     """
 

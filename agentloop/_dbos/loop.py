@@ -8,6 +8,7 @@ engine takes it. ``agentloop.dbos`` says what it guarantees; ``steps.py``,
 
 from __future__ import annotations
 
+import functools
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any, Final
 from uuid import uuid4
@@ -34,8 +35,7 @@ from agentloop._dbos.decisions import (
 )
 from agentloop._dbos.steps import StepRunner
 from agentloop._dbos.work import StepWork, batch_started, recorded_verdict
-from agentloop._drivers.callbacks import TokenCancelled
-from agentloop._drivers.transition import LOG, log, one_transition
+from agentloop._drivers.transition import LOG, drain, log, pump
 from agentloop._durable.bodies import recorded_answer, recorded_outcome
 from agentloop._durable.journal import fingerprint, idempotent_tools
 from agentloop._durable.resume import checked_run_id, differences, mismatch
@@ -185,10 +185,11 @@ class DBOSLoop:
     def _drive(self, history: list[dict[str, Any]], recorded: dict[str, Any]) -> RunResult:
         """The run, as a DBOS workflow: the one transition pumped, each request a DBOS step.
 
-        ``Run`` and ``AsyncRun`` pump the same generator (``agentloop._drivers.transition``);
+        Pumped by ``Run``'s own loop (``agentloop._drivers.transition.pump``);
         here a model ask, a tool call and a review are steps whose recorded
-        outputs a recovery reads back, and a wait (before a retry, or for a
-        person) is a durable ``DBOS.recv``.
+        outputs a recovery reads back (a streaming model's whole reply, read in
+        its step: no stream comes back to the pump), and a wait (before a
+        retry, or for a person) is a durable ``DBOS.recv``.
         """
         run_id = DBOS.workflow_id
         assert run_id is not None, "a run is driven inside its workflow"
@@ -203,18 +204,11 @@ class DBOSLoop:
         # that died did, and may have started the call that comes next).
         steps = StepRunner(uuid4().hex[:16])
         while not engine.done:
-            pumped = one_transition(engine)
+            perform = functools.partial(
+                self._perform, engine=engine, token=token, steps=steps, run_id=run_id
+            )
             try:
-                need = pumped.send(None)
-                while True:
-                    try:
-                        answer = self._perform(need, engine, token, steps, run_id)
-                    except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
-                        need = pumped.throw(exc)
-                    else:
-                        need = pumped.send(answer)
-            except StopIteration as stop:
-                made: Transition | None = stop.value
+                made = drain(pump(engine, perform))  # Run's loop: no stream comes back here
             except _Unasked:  # cancelled before the first ask: nothing happened yet
                 engine = self._engine(history, token, run_id)
                 continue
@@ -233,13 +227,13 @@ class DBOSLoop:
         return engine
 
     def _perform(
-        self, need: object, engine: Engine, token: CancelToken, steps: StepRunner, run_id: str
+        self, need: object, *, engine: Engine, token: CancelToken, steps: StepRunner, run_id: str
     ) -> object:
         """Do what the engine asked, as a DBOS step; what the step recorded is the answer.
 
         A step's ``cancel`` is the marker, read at the checkpoint it records.
         """
-        if isinstance(need, Wait):  # before a retry: cancel(run_id) cuts it short (its message)
+        if isinstance(need, Wait):  # before a retry: cancel_run(run_id) cuts it short (its message)
             message = DBOS.recv(APPROVAL_TOPIC, timeout_seconds=need.seconds)
             if type(message) is dict and message.get("cancel"):
                 token.cancel()  # the table's waited [cancel_requested] row ends the run
@@ -316,4 +310,4 @@ def _run(name: str, history: list[dict[str, Any]], recorded: dict[str, Any]) -> 
     return loop._drive(history, recorded)
 
 
-# pending, decide, cancel and cancel_requested are defined in agentloop._dbos: named as ours.
+# pending, decide, cancel_run and cancel_requested are defined in agentloop._dbos: named as ours.

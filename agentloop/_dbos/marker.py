@@ -1,6 +1,6 @@
 """Cancellation: the marker, a tiny workflow whose id is derived from the run id, and its read.
 
-``cancel(run_id)`` (from any process) starts it; each checkpoint of the run
+``cancel_run(run_id)`` (from any process) starts it; each checkpoint of the run
 reads whether it exists, by its key, in the step that records it.
 """
 
@@ -21,7 +21,7 @@ from agentloop._dbos.decisions import APPROVAL_TOPIC
 if TYPE_CHECKING:
     from dbos import DBOSClient, EnqueueOptions
 
-__all__ = ["cancel", "cancel_requested", "workflow_exists"]
+__all__ = ["cancel_requested", "cancel_run", "workflow_exists"]
 
 _CANCEL_PREFIX: Final = "agentloop.cancel:"
 
@@ -32,7 +32,7 @@ def _cancel_marker(run_id: str) -> str:
     return run_id
 
 
-def cancel(run_id: str, *, client: DBOSClient | None = None) -> None:
+def cancel_run(run_id: str, *, client: DBOSClient | None = None) -> None:
     """Cancel run ``run_id``; idempotent.
 
     From any process with DBOS launched, or through ``client`` (a
@@ -66,7 +66,7 @@ def cancel(run_id: str, *, client: DBOSClient | None = None) -> None:
 
 
 def cancel_requested(run_id: str, *, client: DBOSClient | None = None) -> bool:
-    """Whether ``cancel(run_id)`` was called (read live, where a step records it).
+    """Whether ``cancel_run(run_id)`` was called (read live, where a step records it).
 
     Through ``client`` in a process that does not launch DBOS.
     """

@@ -42,15 +42,18 @@ from agentloop._core.json import exception_said
 from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import AskModel, ReviewCalls, RunTool, Wait
 from agentloop._drivers.callbacks import (
+    CapturedInterrupt,
     TokenCancelled,
+    capture_interrupt,
     is_async,
     unless_cancelled,
     within,
 )
 from agentloop._drivers.concurrent import ConcurrentBatch
+from agentloop._drivers.deltas import Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import areporting
-from agentloop._drivers.streams import Discard, ListenerFailed, Partial, apull, in_time, is_stream
-from agentloop._drivers.transition import LOG, Carried, carried, log, one_transition
+from agentloop._drivers.streams import apull, in_time, is_stream
+from agentloop._drivers.transition import LOG, RunView, Streaming, log, one_transition
 from agentloop._drivers.waits import await_wait
 
 if TYPE_CHECKING:
@@ -60,14 +63,14 @@ if TYPE_CHECKING:
     from agentloop._core.engine import Engine
     from agentloop._core.values import CancelToken, RunResult, Transition
     from agentloop._drivers.callbacks import Listener, Model
+    from agentloop._drivers.deltas import Delta
     from agentloop._drivers.progress import ToolProgress
-    from agentloop._drivers.streams import Delta
     from agentloop._drivers.transition import Request
 
 __all__ = ["AsyncRun"]
 
 
-class AsyncRun(ConcurrentBatch):
+class AsyncRun(RunView):
     """One run under asyncio, driven one transition at a time by ``astep()``."""
 
     def __init__(
@@ -83,7 +86,7 @@ class AsyncRun(ConcurrentBatch):
         listeners: tuple[Listener, ...] = (),
         review: Callable[[dict[str, Any]], Awaitable[object]] | None = None,
     ) -> None:
-        super().__init__(engine)
+        RunView.__init__(self, engine)
         self._model = model
         # ``review(call)`` asks the policies; ``dispatch(call, review=..., decision=...)``
         # takes their answer (handed back by the engine with the call).
@@ -93,9 +96,10 @@ class AsyncRun(ConcurrentBatch):
         self._cancel = cancel
         self._model_timeout = model_timeout
         self._to_thread = to_thread
-        self._max_concurrency = max_concurrency
         # The running calls of a batch (max_concurrency > 1), by id, in start order.
-        self._tasks: dict[str, asyncio.Task[object | Carried]] = {}
+        self._batch = (
+            ConcurrentBatch(engine, cancel, max_concurrency) if max_concurrency > 1 else None
+        )
         self._listeners: list[tuple[Listener, bool]] = []
         for listener in listeners:
             self.subscribe(listener)
@@ -123,64 +127,123 @@ class AsyncRun(ConcurrentBatch):
     async def __aiter__(self) -> AsyncIterator[Transition]:
         """Step until done (or awaiting approval), yielding each transition."""
         while not self.done:
-            transition = await self._astep()
+            transition = await self._step()
             if transition is None:
                 return
             yield transition
 
     async def afinish(self) -> RunResult:
-        """``finish()`` under asyncio: step until done (or awaiting approval), return the result."""
+        """``finish()`` under asyncio: step until done (or awaiting approval), return the result.
+
+        As ``finish()``, it holds the run for the whole loop: no other task
+        could step it between two steps anyway, as nothing is awaited there.
+        """
         engine = self._engine
         if not engine.done:
-            # Each step says where it went: no property reads per step to learn it.
-            while True:
-                transition = await self._astep()
-                if transition is None or transition.dest in TERMINAL:
-                    break
+            await self._step(until_done=True)
         return engine.result()
 
     async def astep(self) -> Transition:
         """Perform exactly one transition and return it."""
-        transition = await self._astep()
+        transition = await self._step()
         if transition is None:
             raise self._awaiting()
         return transition
 
     async def adecide(self, decisions: dict[str, Decision]) -> Transition:
         """``Run.decide`` under asyncio: decide every pending call, then ``afinish()`` goes on."""
-        transition = await self._astep(decisions)
+        transition = await self._step(decisions)
         assert transition is not None, "a decision is a transition"
         return transition
 
-    async def _astep(self, decisions: dict[str, Decision] | None = None) -> Transition | None:
-        """One transition (or, with ``decisions``, the decision); ``None`` while awaiting one."""
-        engine = self._engine
+    async def _step(
+        self, decisions: dict[str, Decision] | None = None, *, until_done: bool = False
+    ) -> Transition | None:
+        """``_transitions``, its deltas dropped where they are read; the last transition."""
+        made: list[Transition] = []
+        async for _ in self._transitions(made, decisions, until_done=until_done):
+            pass  # nothing comes: the deltas are not handed on
+        return made[-1] if made else None
+
+    async def _transitions(
+        self,
+        made: list[Transition],
+        decisions: dict[str, Decision] | None = None,
+        *,
+        until_done: bool = False,
+        hand_on: bool = False,
+    ) -> AsyncGenerator[Delta, None]:
+        """One transition (or, with ``decisions``, the decision), or each until the run is done.
+
+        ``hand_on``: each delta is yielded as it arrives (``astream()``);
+        else the step reads them to the end, their listeners hearing each, and
+        yields none: each delta yielded through one more async generator
+        would cost about as much again as reading it.
+        Each transition is told to the listeners and appended to ``made`` (an
+        async generator returns nothing); none while the run awaits a person.
+        Every way into the run goes through here: a step started while
+        another is under way is refused, and a cancelled task, a
+        ``KeyboardInterrupt`` or the caller leaving ``astream()`` mid-reply
+        ends the run ``cancelled``. The hold and the pump are one function:
+        an async generator cannot delegate to another (no ``yield from``),
+        and a layer between them would pass each delta on once more.
+        """
+        engine, batch = self._engine, self._batch
         refused = False
         try:
             # Taken inside the try: an interrupt right after it still reaches the finally.
             if not self._busy.acquire(False):
                 refused = True
                 raise self._refused()
-            transition: Transition | None
-            if decisions is not None:
-                transition = engine.decided(decisions)
-            elif (
-                self._max_concurrency > 1
-                and engine.state is State.DISPATCHING
-                and (self._tasks or engine.unstarted > 1)
-            ):  # calls to run at once; a lone call is awaited in place, as with 1
-                transition = await self._batch_step()
-            else:
-                transition = await self._pumped()
-            if transition is None:
-                return None
-            await self._tell(transition)
-            return transition
+            while True:
+                transition: Transition | None
+                if decisions is not None:
+                    transition, decisions = engine.decided(decisions), None
+                elif (
+                    batch is not None
+                    and engine.state is State.DISPATCHING
+                    and (batch.tasks or engine.unstarted > 1)
+                ):  # calls to run at once; a lone call is awaited in place, as with 1
+                    transition = await batch.step(self._reviewed, self._tool)
+                else:  # the one transition, each request awaited (transition.pump, with awaits)
+                    steps = one_transition(engine)
+                    try:
+                        need = steps.send(None)
+                        while True:
+                            try:
+                                answer = await self._perform(need)
+                                if type(answer) is Streaming:
+                                    reading: AsyncGenerator[Delta, None] = answer.deltas  # type: ignore[assignment]
+                                    try:
+                                        if hand_on:
+                                            async for delta in reading:
+                                                yield delta
+                                        else:  # drained here: the delta listeners heard each
+                                            async for _ in reading:
+                                                pass
+                                    finally:
+                                        await reading.aclose()
+                                    answer = self._streamed_reply
+                            except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
+                                need = steps.throw(exc)
+                            else:
+                                need = steps.send(answer)  # a streamed reply's stream: closed below
+                    except StopIteration as stop:
+                        transition = stop.value
+                if transition is None:
+                    return
+                await self._tell(transition)
+                made.append(transition)
+                if self._unclosed is not None:  # a streamed reply, taken and told: it closes
+                    await self._close_unclosed()
+                if not until_done or transition.dest in TERMINAL:
+                    return
         except BaseException as exc:
             if not (refused or isinstance(exc, Exception)):
-                # A cancelled task, KeyboardInterrupt: the run ends.
+                # A cancelled task, Ctrl-C, or the caller left the loop mid-reply: the run ends.
                 self._notify_interrupted(self._interrupted(exc))
-                self._drop_tasks()
+                if batch is not None:
+                    batch.drop()
             raise
         finally:
             if not refused:
@@ -189,46 +252,33 @@ class AsyncRun(ConcurrentBatch):
                     self._busy.release()
                 except RuntimeError:  # pragma: no cover - never taken: interrupted at once
                     pass
-                if self._unclosed is not None:  # a streamed reply, taken: its stream closes
+                if self._unclosed is not None:  # interrupted before its reply was told
                     await self._close_unclosed()
 
-    async def _pumped(self) -> Transition | None:
-        """One transition, each request of it awaited (see ``transition.one_transition``)."""
-        steps = one_transition(self._engine)
-        try:
-            need = steps.send(None)
-            while True:
-                try:
-                    answer = await self._perform(need)
-                except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
-                    need = steps.throw(self._thrown(exc))
-                else:
-                    need = steps.send(answer)  # a streamed reply's stream: closed by _astep
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-
     async def _perform(self, need: Request) -> object:
-        """Await what the engine asked: the model, a tool (unless cancelled), the policies."""
+        """Await what the engine asked: the model, a tool (unless cancelled), the policies.
+
+        A model's stream is answered unread, as ``Streaming``: the pump reads it.
+        """
         if type(need) is ReviewCalls:
             return await self._reviewed(need)
         if type(need) is Wait:  # retry=: cut short by the token (the table then ends the run)
             await await_wait(need, self._cancel)
             return None
-        kind = type(need)
-        pending = (
-            self._tool(need)(need.call)  # type: ignore[arg-type, union-attr]
-            if kind is RunTool
-            else self._ask(need)  # type: ignore[arg-type]  # a model request
-        )
-        return await self._under_token(pending)
+        if type(need) is RunTool:
+            return await self._under_token(self._tool(need)(need.call))
+        answer = await self._under_token(self._answer(need))  # type: ignore[arg-type]
+        if type(answer) is not dict and is_stream(answer):  # read by the pump, as it arrives
+            return Streaming(self._delivered(answer))
+        return answer
 
     async def _reviewed(self, need: ReviewCalls) -> dict[str, object]:
         """The policies' answers about the batch's calls, awaited together (not cancellable)."""
         review = self._review
         assert review is not None, "only a driver that reviews is asked to"
-        answers = await asyncio.gather(*(carried(review(call)) for call in need.calls))
+        answers = await asyncio.gather(*(capture_interrupt(review(call)) for call in need.calls))
         for answer in answers:
-            if type(answer) is Carried:
+            if type(answer) is CapturedInterrupt:
                 raise answer.exc  # here, in the task that drives the run: the run ends
         return {call["id"]: answer for call, answer in zip(need.calls, answers, strict=True)}
 
@@ -237,13 +287,6 @@ class AsyncRun(ConcurrentBatch):
         if need.review is None and need.decision is None:
             return self._dispatch
         return functools.partial(self._dispatch, review=need.review, decision=need.decision)
-
-    async def _ask(self, need: AskModel | Summarise) -> object:
-        """The model's whole reply (a stream read to its end, its deltas told to the listeners)."""
-        answer = await self._answer(need)
-        if type(answer) is not dict and is_stream(answer):  # a streaming model
-            return await self._consumed(answer)
-        return answer
 
     async def _answer(self, need: AskModel | Summarise) -> object:
         """Call the model, plain or async, as configured, for a model request.
@@ -293,11 +336,13 @@ class AsyncRun(ConcurrentBatch):
 
         ``Run.stream()`` under asyncio. Leaving the loop while a reply streams
         closes the stream and ends the run ``cancelled``, as a cancelled task does.
+        The transition is told to the listeners, and the run let go, before
+        the caller sees it.
         """
         engine = self._engine
         while not engine.done:
             made: list[Transition] = []
-            step = self._astreamed_step(made)
+            step = self._transitions(made, hand_on=True)
             try:
                 async for delta in step:
                     yield delta
@@ -307,117 +352,20 @@ class AsyncRun(ConcurrentBatch):
                 return  # the run waits for a person
             yield made[0]
 
-    async def _astreamed_step(self, made: list[Transition]) -> AsyncGenerator[Delta, None]:
-        """``astep()``, a streaming model's deltas yielded as they arrive; its transition: ``made``.
-
-        The same one transition ``astep()`` pumps, and the same hold; the
-        transition is told to the listeners, and the run let go, before the
-        caller sees it.
-        """
-        engine = self._engine
-        if not self._busy.acquire(False):
-            raise self._refused()
-        try:
-            if (
-                self._max_concurrency > 1
-                and engine.state is State.DISPATCHING
-                and (self._tasks or engine.unstarted > 1)
-            ):  # calls to run at once, as astep() runs them
-                transition: Transition | None = await self._batch_step()
-            else:
-                steps = one_transition(engine)
-                try:
-                    need = steps.send(None)
-                    while True:
-                        try:
-                            if type(need) is AskModel or type(need) is Summarise:
-                                answer = await self._under_token(self._answer(need))
-                                if type(answer) is not dict and is_stream(answer):
-                                    reading = self._delivered(answer)
-                                    try:
-                                        async for item in reading:
-                                            yield item
-                                    finally:
-                                        await reading.aclose()
-                                    answer = self._streamed_reply
-                            else:
-                                answer = await self._perform(need)
-                        except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
-                            need = steps.throw(self._thrown(exc))
-                        else:
-                            need = steps.send(answer)  # its stream: closed in the finally
-                except StopIteration as stop:
-                    transition = stop.value
-            if transition is not None:
-                await self._tell(transition)
-                made.append(transition)
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
-                # A cancelled task, Ctrl-C, or the caller left the loop mid-reply: the run ends.
-                self._notify_interrupted(self._interrupted(exc))
-                self._drop_tasks()
-            raise
-        finally:
-            self._busy.release()
-            await self._close_unclosed()
-
     async def _under_token(self, pending: Awaitable[object]) -> object:
         """``pending``, awaited unless the run's token cancels it first."""
         return await (pending if self._cancel is None else unless_cancelled(self._cancel, pending))
 
-    async def _consumed(self, stream: object) -> object:
-        """The whole reply at the end of ``stream``; each delta before it told to the listeners.
-
-        Awaited under the step's own token and deadline: the token is only read
-        between the chunks of a stream read in place. The stream is closed at
-        once however the reading ends, but for its reply: then once the engine
-        has taken it, at the end of the step (``_astep``). A stream that fails
-        after deltas were told is followed by a ``Discard``.
-        """
-        self._partial = partial = Partial()
-        cancel = self._cancel
-        items = apull(
-            stream,
-            partial,
-            check=None if cancel is None else cancel.check(),
-            seconds=self._model_timeout,
-            since=self._asked_at,
-            to_thread=self._to_thread,
-        )
-        plain = [listener for listener, awaited in self._delta_listeners if not awaited]
-        told = self._tell_delta if len(plain) < len(self._delta_listeners) else None
-        heard = False
-        try:
-            async for item in items:
-                if type(item) is dict:
-                    self._partial = None
-                    self._unclosed = items  # closed once the engine has taken the reply
-                    return item
-                heard = True
-                if told is not None:
-                    await told(item)  # type: ignore[arg-type]  # a delta
-                else:  # plain listeners alone: no coroutine per delta
-                    for listener in plain:
-                        try:
-                            listener(item)  # type: ignore[arg-type]  # a delta
-                        except Exception as exc:
-                            raise ListenerFailed(exc) from exc
-        except Exception as exc:
-            self._partial = None  # a failed call: only an interruption keeps its partial text
-            await items.aclose()  # the stream itself, at once
-            if heard:
-                await self._tell_delta(Discard(error=exception_said(exc)))
-            raise
-        finally:
-            if self._unclosed is not items:
-                await items.aclose()  # the stream itself, at once
-        raise AssertionError("unreachable: apull ends with the reply or raises")
-
     async def _delivered(self, stream: object) -> AsyncGenerator[Delta, None]:
-        """``stream``'s deltas, told to the listeners and yielded; the reply: ``_streamed_reply``.
+        """``stream``'s deltas, each told to the delta listeners and yielded; then its reply.
 
-        ``_consumed`` for ``astream()``, which yields each delta as it arrives
-        (and a ``Discard`` after a failure that followed some).
+        The reply is left in ``_streamed_reply`` (an async generator returns
+        nothing). Read under the run's token (each awaited chunk) and
+        ``model_timeout``, and closed at once however the reading ends, but for
+        its reply: then once the engine has taken it, at the end of the step
+        (``_transitions``). The text delivered so far is kept while it streams:
+        a cut by the token, or an interruption, records it on its event. A
+        stream that fails after deltas were told is followed by a ``Discard``.
         """
         self._partial = partial = Partial()
         items = apull(
@@ -428,6 +376,8 @@ class AsyncRun(ConcurrentBatch):
             since=self._asked_at,
             to_thread=self._to_thread,
         )
+        plain = [listener for listener, awaited in self._delta_listeners if not awaited]
+        tell = self._tell_delta if len(plain) < len(self._delta_listeners) else None
         heard = False
         try:
             async for item in items:
@@ -436,8 +386,19 @@ class AsyncRun(ConcurrentBatch):
                     self._streamed_reply, self._unclosed = item, items  # closed once taken
                     return
                 heard = True
-                await self._tell_delta(item)  # type: ignore[arg-type]  # a delta
+                if tell is not None:
+                    await tell(item)  # type: ignore[arg-type]  # a delta
+                else:  # plain listeners alone: no coroutine per delta
+                    for listener in plain:
+                        try:
+                            listener(item)  # type: ignore[arg-type]  # a delta
+                        except Exception as exc:
+                            raise ListenerFailed(exc) from exc
                 yield item  # type: ignore[misc]  # a delta
+        except TokenCancelled as exc:
+            self._partial = None
+            exc.partial_text = partial.text  # the event keeps what had streamed
+            raise
         except Exception as exc:
             self._partial = None  # a failed call: only an interruption keeps its partial text
             await items.aclose()  # the stream itself, at once

@@ -27,11 +27,13 @@ if TYPE_CHECKING:
     from agentloop._core.values import CancelToken
 
 __all__ = [
+    "CapturedInterrupt",
     "Dispatcher",
     "Listener",
     "Model",
     "TokenCancelled",
     "bind_model",
+    "capture_interrupt",
     "ended_by_token",
     "is_async",
     "takes_keyword",
@@ -235,3 +237,26 @@ def ended_by_token(engine: Engine, exc: TokenCancelled) -> Transition:
     transition = engine.interrupted(exc, partial_text=exc.partial_text)
     assert transition is not None, "a request was outstanding, so the run was not over"
     return transition
+
+
+class CapturedInterrupt:
+    """A ``KeyboardInterrupt`` or ``SystemExit`` raised in a task the driver made.
+
+    asyncio raises those out of the event loop itself, past the task that
+    drives the run, which then never ends it (``run_until_complete``) or sees
+    only its own ``CancelledError`` (``asyncio.run``). ``capture_interrupt`` catches it
+    in the task and returns it as this value, for the driving task to raise.
+    """
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+async def capture_interrupt(awaitable: Awaitable[_T]) -> _T | CapturedInterrupt:
+    """Await ``awaitable`` in a task of its own; an interruption comes back as a value."""
+    try:
+        return await awaitable
+    except (KeyboardInterrupt, SystemExit) as exc:
+        return CapturedInterrupt(exc)

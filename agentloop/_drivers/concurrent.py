@@ -1,11 +1,12 @@
 """``ConcurrentBatch``: the asyncio driver's step that runs a batch's calls at once.
 
 With ``max_concurrency`` > 1, ``AsyncRun`` steps a batch of more than one
-call here: calls start in emission order, each in its own task (each passing
-the cancel checkpoint), and each completion is one step, in completion order;
-the engine still records the batch in emission order. Whatever ends the run
-early (the token, a cancelled task) cancels every running call's task, and
-waits for them to end.
+call with the ``ConcurrentBatch`` it holds: calls start in emission order,
+each in its own task (each passing the cancel checkpoint), and each
+completion is one step, in completion order; the engine still records the
+batch in emission order. Whatever ends the run early (the token, a
+cancelled task) cancels every running call's task, and waits for them to
+end.
 """
 
 from __future__ import annotations
@@ -14,32 +15,43 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Final
 
 from agentloop._core.values import ReviewCalls, RunTool
-from agentloop._drivers.callbacks import TokenCancelled, ended_by_token, unless_cancelled
-from agentloop._drivers.transition import Carried, RunView, carried
+from agentloop._drivers.callbacks import (
+    CapturedInterrupt,
+    TokenCancelled,
+    capture_interrupt,
+    ended_by_token,
+    unless_cancelled,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from agentloop._core.engine import Engine
     from agentloop._core.values import CancelToken, Transition
 
 __all__ = ["ConcurrentBatch"]
 
 
-class ConcurrentBatch(RunView):
-    """The concurrent batch step of ``AsyncRun`` (a mixin: ``AsyncRun`` sets what it reads)."""
+class ConcurrentBatch:
+    """The calls of one run's batches, up to ``limit`` at once, each in a task of its own.
 
-    # Set by AsyncRun.__init__; ``_tasks``: the running calls of a batch, by id, in start order.
-    _cancel: CancelToken | None
-    _max_concurrency: int
-    _tasks: dict[str, asyncio.Task[object | Carried]]
+    ``tasks``: the running calls, by id, in start order. It holds nothing of
+    the run that holds it (a dropped run is freed at once): each ``step`` is
+    handed the run's ``reviewed`` (how a batch's review is awaited) and
+    ``tool`` (the dispatch of a call).
+    """
 
-    if TYPE_CHECKING:  # AsyncRun's
+    __slots__ = ("_cancel", "_engine", "_limit", "tasks")
 
-        async def _reviewed(self, need: ReviewCalls) -> dict[str, object]: ...
+    def __init__(self, engine: Engine, cancel: CancelToken | None, limit: int) -> None:
+        self._engine, self._cancel, self._limit = engine, cancel, limit
+        self.tasks: dict[str, asyncio.Task[object | CapturedInterrupt]] = {}
 
-        def _tool(self, need: RunTool) -> Callable[[Any], Awaitable[object]]: ...
-
-    async def _batch_step(self) -> Transition:
+    async def step(
+        self,
+        reviewed: Callable[[ReviewCalls], Awaitable[dict[str, object]]],
+        tool: Callable[[RunTool], Callable[[Any], Awaitable[object]]],
+    ) -> Transition:
         """Start calls up to ``max_concurrency``, then report the first to complete.
 
         Each call starts right after its cancel checkpoint: its task runs up to
@@ -48,8 +60,8 @@ class ConcurrentBatch(RunView):
         Once the token is cancelled, the calls that finished are reported
         before the checkpoint that sees it: it cuts only the calls still out.
         """
-        engine, tasks, cancel = self._engine, self._tasks, self._cancel
-        while engine.unstarted and len(tasks) < self._max_concurrency:
+        engine, tasks, cancel = self._engine, self.tasks, self._cancel
+        while engine.unstarted and len(tasks) < self._limit:
             if (
                 cancel is not None
                 and cancel.cancelled
@@ -57,16 +69,16 @@ class ConcurrentBatch(RunView):
             ):
                 break  # reported first, each its own step; the checkpoint after them cuts
             need = engine.next()  # the cancel checkpoint before each call
-            if type(need) is ReviewCalls:  # before the batch's first call: as _pumped does
-                asked = engine.reviewed(await self._reviewed(need))
+            if type(need) is ReviewCalls:  # before the batch's first call, as the pump reviews it
+                asked = engine.reviewed(await reviewed(need))
                 if asked is not None:
                     return asked
                 continue
             if type(need) is not RunTool:
                 # Cancelled: the running calls were answered cancelled; their tasks end first.
-                await self._dropped(self._drop_tasks())
+                await self._dropped(self.drop())
                 return need  # type: ignore[return-value]  # neither request: a transition
-            task = asyncio.ensure_future(carried(self._started(need)))
+            task = asyncio.ensure_future(capture_interrupt(self._started(need, tool)))
             task.add_done_callback(_observed)
             tasks[need.call["id"]] = task
             await asyncio.sleep(0)  # the call starts now, before the next one's checkpoint
@@ -80,7 +92,7 @@ class ConcurrentBatch(RunView):
             # A call that finished before the token woke us is reported, not cut off:
             # the next checkpoint sees the token and answers the rest.
             if not any(task.done() and not task.cancelled() for task in tasks.values()):
-                dropped = self._drop_tasks()
+                dropped = self.drop()
                 transition = ended_by_token(engine, exc)  # recorded before the tasks end
                 await self._dropped(dropped)
                 return transition
@@ -89,7 +101,7 @@ class ConcurrentBatch(RunView):
             task = tasks[call_id]
             if not task.cancelled() and task.exception() is None:
                 result = task.result()
-                if type(result) is Carried:
+                if type(result) is CapturedInterrupt:
                     del tasks[call_id]
                     raise result.exc
         # Of the calls done by now, the first in emission order is reported first.
@@ -100,7 +112,7 @@ class ConcurrentBatch(RunView):
             # one. The run ends; the calls still out are answered cancelled, and told they
             # never began when none of them had.
             began = not all(_unstarted(other) for other in tasks.values())
-            dropped = self._drop_tasks()
+            dropped = self.drop()
             said = "cancelled by the run's CancelToken" if began else _CANCELLED_FIRST
             transition = ended_by_token(engine, TokenCancelled(said))
             await self._dropped(dropped)
@@ -115,7 +127,9 @@ class ConcurrentBatch(RunView):
             return engine.raised(error, call_id)
         raise error  # KeyboardInterrupt and the like end the run
 
-    async def _started(self, need: RunTool) -> object:
+    async def _started(
+        self, need: RunTool, tool: Callable[[RunTool], Callable[[Any], Awaitable[object]]]
+    ) -> object:
         """A call of the batch, in its task: not begun once the token is cancelled.
 
         The token is read here, right before the dispatch (and so the handler)
@@ -124,14 +138,14 @@ class ConcurrentBatch(RunView):
         cancel = self._cancel
         if cancel is not None and cancel.cancelled:
             return _UNSTARTED
-        return await self._tool(need)(need.call)
+        return await tool(need)(need.call)
 
-    def _drop_tasks(self) -> list[asyncio.Task[object]]:
+    def drop(self) -> list[asyncio.Task[object]]:
         """Cancel every running call's task: the engine has answered them ``cancelled``."""
-        dropped = list(self._tasks.values())
+        dropped = list(self.tasks.values())
         for task in dropped:
             task.cancel()
-        self._tasks.clear()
+        self.tasks.clear()
         return dropped
 
     @staticmethod

@@ -138,11 +138,14 @@ def reporting(
             _hear(listener, item)
 
     def dispatch_reporting(call: dict[str, Any], **options: object) -> Any:
-        token = REPORTER.set(Reporter(call["id"], tell))
+        # Set inside the try, and put back by value: a Ctrl-C landing as set() returns
+        # would leave no token to reset, and the reporter would outlive its call.
+        previous = REPORTER.get()
         try:
+            REPORTER.set(Reporter(call["id"], tell))
             return dispatch(call, **options)
         finally:
-            REPORTER.reset(token)
+            REPORTER.set(previous)
 
     return dispatch_reporting
 
@@ -168,11 +171,12 @@ def areporting(
                 task.add_done_callback(_logged)
 
     async def dispatch_reporting(call: dict[str, Any], **options: object) -> Any:
-        token = REPORTER.set(Reporter(call["id"], tell, asyncio.get_running_loop()))
+        previous = REPORTER.get()  # put back by value, as in ``reporting``
         try:
+            REPORTER.set(Reporter(call["id"], tell, asyncio.get_running_loop()))
             outcome = await dispatch(call, **options)
         finally:
-            REPORTER.reset(token)
+            REPORTER.set(previous)
         if hearing:
             await asyncio.wait(set(hearing))
         return outcome

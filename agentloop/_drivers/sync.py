@@ -27,9 +27,10 @@ from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import AskModel, RunTool, Transition, Wait
 from agentloop._drivers.awaiter import Awaiter
 from agentloop._drivers.callbacks import TokenCancelled, is_async
+from agentloop._drivers.deltas import Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import reporting
-from agentloop._drivers.streams import Discard, ListenerFailed, Partial, in_time, is_stream, pull
-from agentloop._drivers.transition import LOG, RunView, log, one_transition
+from agentloop._drivers.streams import in_time, is_stream, pull
+from agentloop._drivers.transition import LOG, RunView, Streaming, drain, log, pump
 from agentloop._drivers.waits import wait
 
 if TYPE_CHECKING:
@@ -39,8 +40,8 @@ if TYPE_CHECKING:
     from agentloop._core.engine import Engine
     from agentloop._core.values import RunResult
     from agentloop._drivers.callbacks import Listener, Model
+    from agentloop._drivers.deltas import Delta
     from agentloop._drivers.progress import ToolProgress
-    from agentloop._drivers.streams import Delta
     from agentloop._drivers.transition import Request
 
 __all__ = ["Run"]
@@ -60,7 +61,7 @@ class Run(RunView):
         awaiter: Awaiter | None = None,
         model_timeout: float | None = None,
     ) -> None:
-        RunView.__init__(self, engine)  # not super(): one object fewer for every run
+        RunView.__init__(self, engine)  # its one base: super() would make an object per run
         self._model = model
         # An async model's reply, or tool's outcome, is awaited here; see Awaiter.
         self._awaiter = Awaiter() if awaiter is None else awaiter
@@ -114,12 +115,15 @@ class Run(RunView):
         """
         engine = self._engine
         if not engine.done:
-            self._hold(self._steps)
+            drain(self._held(self._transitions(until_done=True)))
         return engine.result()
 
     def step(self) -> Transition:
         """Perform exactly one transition and return it."""
-        return self._hold(self._one_step)  # type: ignore[return-value]  # never None
+        made = drain(self._held(self._transitions()))
+        if made is None:
+            raise self._awaiting()
+        return made
 
     def decide(self, decisions: dict[str, Decision]) -> Transition:
         """Decide every pending call: ``{call_id: approve() | deny(reason)}``; see ``pending``.
@@ -128,41 +132,35 @@ class Run(RunView):
         or anything that is not a decision raises and changes nothing. Then
         ``step()`` or ``finish()`` runs the batch.
         """
-        return self._hold(lambda: self._told(self._engine.decided(decisions)))  # type: ignore[return-value]
+        return drain(self._held(self._transitions(decisions)))  # type: ignore[return-value]
 
-    def _one_step(self) -> Transition:
-        transition = self._steps(until_done=False)
-        if transition is None:
-            raise self._awaiting()
-        return transition
+    def _transitions(
+        self,
+        decisions: dict[str, Decision] | None = None,
+        *,
+        until_done: bool = False,
+        hand_on: bool = False,
+    ) -> Generator[Delta, None, Transition | None]:
+        """One transition (or, with ``decisions``, the decision), or each until the run is done.
 
-    def _steps(self, until_done: bool = True) -> Transition | None:
-        """Transitions until the run is done, or one: each pumped, logged, told to listeners.
-
-        ``None``: the run waits for a person's decisions, and nothing happened.
+        Each pumped (with ``hand_on``, a stream's deltas yielded as they
+        arrive; ``pump``), logged, and told to the listeners. ``None``: the
+        run waits for a person's decisions, and nothing happened.
         """
         engine, listeners, perform = self._engine, self._listeners, self._perform
         debug = LOG.isEnabledFor(DEBUG)  # once a loop: logging is not reconfigured mid-run
         while True:
             made: Transition | None
-            need = engine.next()
-            if type(need) is Transition:  # made by the engine itself: nothing to perform
-                made = need
+            if decisions is not None:
+                made, decisions = engine.decided(decisions), None
             else:
-                steps = one_transition(engine, need)
-                try:
-                    need = steps.send(None)
-                    while True:
-                        try:
-                            answer = perform(need)
-                        except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
-                            need = steps.throw(self._thrown(exc))
-                        else:
-                            need = self._taken(steps, answer)
-                except StopIteration as stop:
-                    made = stop.value
-            if made is None:
-                return None
+                need = engine.next()
+                if type(need) is Transition:  # made by the engine itself: nothing to perform
+                    made = need
+                else:
+                    made = yield from pump(engine, perform, need, hand_on=hand_on)
+                    if made is None:
+                        return None
             if debug:
                 log(made)
             for listener in listeners:
@@ -170,20 +168,51 @@ class Run(RunView):
             if not until_done or made.dest in TERMINAL:
                 return made
 
+    def _held(
+        self, steps: Generator[Delta, None, Transition | None]
+    ) -> Generator[Delta, None, Transition | None]:
+        """``steps``, run as the only step under way; an interruption ends the run.
+
+        Every way into the run goes through here (``step``, ``finish``,
+        ``decide``, ``stream``): a step started while another is under way is
+        refused, and a ``KeyboardInterrupt`` (or the caller leaving
+        ``stream()`` mid-reply) ends the run ``cancelled``, then propagates.
+        """
+        refused = False
+        try:
+            # Taken inside the try: an interrupt right after it still reaches the finally.
+            if not self._busy.acquire(False):
+                refused = True
+                raise self._refused()
+            return (yield from steps)
+        except BaseException as exc:
+            if not (refused or isinstance(exc, Exception)):
+                self._notify_interrupted(self._interrupted(exc))
+            raise
+        finally:
+            if not refused:
+                # Inline, no call: an interrupt cannot land before the release itself.
+                try:  # noqa: SIM105 - suppress() is a call, where an interrupt could land
+                    self._busy.release()
+                except RuntimeError:  # pragma: no cover - never taken: interrupted at once
+                    pass
+                self._close_unclosed()  # interrupted between a reply and its taking
+                if self._awaiter.open and self._engine.done:
+                    self._awaiter.close()  # the run is over: so is its event loop
+
     def _perform(self, need: Request) -> object:
-        """Do what the engine asked: call the model, run a tool, wait, or ask the policies."""
+        """Do what the engine asked: call the model, run a tool, wait, or ask the policies.
+
+        A model's stream is answered unread, as ``Streaming``: ``pump`` reads it.
+        """
         kind = type(need)
         if kind is AskModel or kind is Summarise:
             reply = self._asked(need)  # type: ignore[arg-type]  # a model request
             # A dict (any reply that is JSON) is never a stream: no check for it.
             if type(reply) is dict or not is_stream(reply):
                 return reply
-            deltas = self._delivered(reply)  # each delta told to the delta listeners
-            while True:
-                try:
-                    next(deltas)
-                except StopIteration as stop:
-                    return stop.value
+            # Read by the pump, each delta told to the delta listeners and yielded.
+            return Streaming(self._delivered(reply), self._close_unclosed)
         if kind is RunTool:
             call, review, decision = need  # type: ignore[misc]  # a RunTool
             if review is None and decision is None:
@@ -249,64 +278,10 @@ class Run(RunView):
         """
         engine = self._engine
         while not engine.done and engine.state is not State.AWAITING_APPROVAL:
-            made = yield from self._streamed_step()
+            made = yield from self._held(self._transitions(hand_on=True))
             if made is None:
                 return
             yield made
-
-    def _streamed_step(self) -> Generator[Delta, None, Transition | None]:
-        """``step()``, a streaming model's deltas yielded as they arrive (the run held meanwhile).
-
-        The same one transition ``step()`` pumps, and the same hold: a step
-        under way is refused, and an interruption (Ctrl-C, or the caller
-        leaving the loop mid-reply) ends the run.
-        """
-        engine = self._engine
-        if not self._busy.acquire(False):
-            raise self._refused()
-        try:
-            steps = one_transition(engine)
-            try:
-                need = steps.send(None)
-                while True:
-                    try:
-                        if type(need) is AskModel or type(need) is Summarise:
-                            answer = self._asked(need)
-                            if type(answer) is not dict and is_stream(answer):
-                                answer = yield from self._delivered(answer)
-                        else:
-                            answer = self._perform(need)
-                    except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
-                        need = steps.throw(self._thrown(exc))
-                    else:
-                        need = self._taken(steps, answer)
-            except StopIteration as stop:
-                made: Transition | None = stop.value
-            return None if made is None else self._told(made)
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
-                self._notify_interrupted(self._interrupted(exc))
-            raise
-        finally:
-            self._close_unclosed()
-            self._busy.release()
-            if self._awaiter.open and engine.done:
-                self._awaiter.close()
-
-    def _taken(
-        self, steps: Generator[Request, object, Transition | None], answer: object
-    ) -> Request:
-        """``steps.send(answer)``; a streamed reply's stream is closed once the engine took it.
-
-        Taken first: what the stream runs at its close (a generator's
-        ``finally``) cannot change the reply the run records and acts on.
-        """
-        if self._unclosed is None:
-            return steps.send(answer)
-        try:
-            return steps.send(answer)
-        finally:
-            self._close_unclosed()
 
     def _close_unclosed(self) -> None:
         """Close the stream whose reply was handed to the engine, if it is still open."""
@@ -319,9 +294,10 @@ class Run(RunView):
 
         Read under the run's token (between chunks) and ``model_timeout``, and
         closed at once however the reading ends, but for its reply: then once
-        the engine has taken it (``_taken``). The text delivered so far is kept
-        while it streams: an interruption records it on its event. A stream
-        that fails after deltas were handed on is followed by a ``Discard``.
+        the engine has taken it (``Streaming.taken``). The text delivered so
+        far is kept while it streams: a cut by the token, or an interruption,
+        records it on its event. A stream that fails after deltas were handed
+        on is followed by a ``Discard``.
         """
         awaiter = self._awaiter
         self._partial = partial = Partial()
@@ -348,6 +324,10 @@ class Run(RunView):
                     except Exception as exc:
                         raise ListenerFailed(exc) from exc
                 yield item  # type: ignore[misc]  # a delta
+        except TokenCancelled as exc:
+            self._partial = None
+            exc.partial_text = partial.text  # the event keeps what had streamed
+            raise
         except Exception as exc:
             self._partial = None  # a failed call: only an interruption keeps its partial text
             items.close()  # the stream itself, at once
@@ -364,36 +344,3 @@ class Run(RunView):
             if self._unclosed is not items:
                 items.close()  # the stream itself, at once
         raise AssertionError("unreachable: pull ends with the reply or raises")
-
-    def _told(self, transition: Transition) -> Transition:
-        """Log ``transition`` and tell the listeners (a report made outside ``_steps``)."""
-        if LOG.isEnabledFor(DEBUG):
-            log(transition)
-        for listener in self._listeners:
-            listener(transition)
-        return transition
-
-    def _hold(self, steps: Callable[[], Transition | None]) -> Transition | None:
-        """Run ``steps`` as the only step under way; an interruption ends the run."""
-        refused = False
-        try:
-            # Taken inside the try: an interrupt right after it still reaches the finally.
-            if not self._busy.acquire(False):
-                refused = True
-                raise self._refused()
-            return steps()
-        except BaseException as exc:
-            if not (refused or isinstance(exc, Exception)):
-                # A KeyboardInterrupt ends the run, then propagates.
-                self._notify_interrupted(self._interrupted(exc))
-            raise
-        finally:
-            if not refused:
-                # Inline, no call: an interrupt cannot land before the release itself.
-                try:  # noqa: SIM105 - suppress() is a call, where an interrupt could land
-                    self._busy.release()
-                except RuntimeError:  # pragma: no cover - never taken: interrupted at once
-                    pass
-                self._close_unclosed()  # interrupted between a reply and its taking
-                if self._awaiter.open and self._engine.done:
-                    self._awaiter.close()  # the run is over: so is its event loop

@@ -1,4 +1,4 @@
-"""``async_dispatch``: the tools' dispatcher as the asyncio driver calls it.
+"""``asyncio_dispatch``: the tools' dispatcher as the asyncio driver calls it.
 
 Its ``adispatch`` if it has one (an ``agentloop.ToolRegistry`` does), else its
 ``dispatch`` awaited as needed, in a worker thread with ``to_thread``, within
@@ -17,10 +17,10 @@ from agentloop._drivers.callbacks import within
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-__all__ = ["async_dispatch"]
+__all__ = ["asyncio_dispatch"]
 
 
-def async_dispatch(
+def asyncio_dispatch(
     dispatcher: object, *, to_thread: bool, tool_timeout: float | None
 ) -> Callable[..., Awaitable[object]]:
     """The dispatcher as the asyncio driver calls it: ``adispatch`` if it has one.

@@ -1,12 +1,18 @@
-"""What the drivers share: one transition, written once, and the read-only view of a run.
+"""What the drivers share: one transition, the loop that pumps it, and the view of a run.
 
 ``one_transition(engine)`` is the one source of every driver (after trio's
 ``unrolled_run``): a generator that asks the engine what the run needs,
 yields each request (``AskModel``, ``RunTool``, ``ReviewCalls``) to the
 driver that pumps it, takes the answer sent back in (or the exception
-thrown in), reports it, and returns the transition that followed. ``Run``
-pumps it with plain calls, ``AsyncRun`` with awaits: what a driver adds is
-only how it performs a request.
+thrown in), reports it, and returns the transition that followed.
+
+Each host pumps it in one place. ``pump`` is the loop for a host that
+performs with plain calls: ``Run`` and the DBOS workflow. A model's stream
+comes back from ``perform`` as ``Streaming``: ``pump`` reads it, yielding
+its deltas as they arrive for ``stream()``, or draining them where it reads
+them (``drain``) for a plain step. The plain step is so the streamed step,
+drained: one loop, one reader of a stream. ``AsyncRun`` pumps it with
+awaits, in the same shape.
 """
 
 from __future__ import annotations
@@ -21,19 +27,28 @@ from agentloop._drivers.callbacks import TokenCancelled, ended_by_token
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Generator
+    from collections.abc import AsyncGenerator, Callable, Generator
 
     from agentloop._core.approval import PendingCall
     from agentloop._core.engine import Engine
     from agentloop._core.table import State
     from agentloop._core.values import Budget, RunResult, Transition, Usage
-    from agentloop._drivers.streams import Partial
+    from agentloop._drivers.deltas import Delta, Partial
 
 #: What a driver is asked to perform: call the model (or a context policy's summariser),
 #: run a tool, review a batch, wait before a retry.
 Request = AskModel | Summarise | RunTool | ReviewCalls | Wait
 
-__all__ = ["LOG", "Carried", "Request", "RunView", "carried", "log", "one_transition"]
+__all__ = [
+    "LOG",
+    "Request",
+    "RunView",
+    "Streaming",
+    "drain",
+    "log",
+    "one_transition",
+    "pump",
+]
 
 _T = TypeVar("_T")
 
@@ -85,6 +100,86 @@ def one_transition(
         except Exception as exc:  # noqa: BLE001 - the engine says what it means
             return engine.raised(exc, call_id)
         return engine.replied(answer) if call_id is None else engine.returned(answer, call_id)
+
+
+class Streaming:
+    """What a driver's ``perform`` answers for a model's stream, in place of the reply.
+
+    ``deltas`` reads the stream: it yields each delta as it arrives (told to
+    the delta listeners already) and ends with the whole reply, which the
+    pump hands to the engine; ``taken``, if given, is called once the engine
+    has taken it (it closes the stream: what the stream runs at its close
+    cannot change the reply the run records).
+    """
+
+    __slots__ = ("deltas", "taken")
+
+    def __init__(
+        self,
+        deltas: Generator[Delta, None, object] | AsyncGenerator[Delta, None],
+        taken: Callable[[], None] | None = None,
+    ) -> None:
+        self.deltas, self.taken = deltas, taken
+
+
+def pump(
+    engine: Engine,
+    perform: Callable[[Request], object],
+    need: object = None,
+    *,
+    hand_on: bool = False,
+) -> Generator[Delta, None, Transition | None]:
+    """One transition of ``engine``, each request done by ``perform``; a stream's deltas yielded.
+
+    The loop of a host that performs with plain calls. What ``perform``
+    answers is sent in, and what it raises (an ``Exception``, or
+    ``TokenCancelled``) is thrown in, for the engine to say what it means;
+    a ``Streaming`` answer is read to its end and its reply sent in, its
+    deltas yielded as they come with ``hand_on`` (``stream()``), else
+    drained here: a delta passed up through each generator of the driver
+    would cost about as much again as reading it. Returns what
+    ``one_transition`` returns (``need``: what ``engine.next()`` answered
+    already).
+    """
+    steps = one_transition(engine, need)
+    try:
+        need = steps.send(None)
+        while True:
+            streaming = None
+            try:
+                answer = perform(need)
+                if type(answer) is Streaming:
+                    streaming = answer
+                    reading: Generator[Delta, None, object] = answer.deltas  # type: ignore[assignment]
+                    answer = (yield from reading) if hand_on else drain(reading)
+            except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
+                need = steps.throw(exc)
+            else:
+                if streaming is None or streaming.taken is None:
+                    need = steps.send(answer)
+                else:
+                    try:
+                        need = steps.send(answer)
+                    finally:
+                        streaming.taken()
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+def drain(steps: Generator[Delta, None, _T]) -> _T:
+    """What ``steps`` returns, the deltas it yields dropped (their listeners heard them).
+
+    An interruption that lands here, between two deltas rather than inside
+    ``steps``, is thrown into it, where its stream closes at once.
+    """
+    try:
+        while True:
+            next(steps)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    except BaseException as exc:
+        steps.throw(exc)  # raises: ``exc`` again, once ``steps`` has closed its stream
+        raise
 
 
 def log(transition: Transition) -> None:
@@ -177,13 +272,6 @@ class RunView:
         """The run's budget."""
         return self._engine.budget
 
-    def _thrown(self, exc: BaseException) -> BaseException:
-        """``exc``, to throw into the one transition; a token's cut keeps the text streamed."""
-        partial, self._partial = self._partial, None
-        if partial is not None and isinstance(exc, TokenCancelled):
-            exc.partial_text = partial.text
-        return exc
-
     def _interrupted(self, exc: BaseException) -> Transition | None:
         """``engine.interrupted``, keeping the text a streaming reply had delivered, if any."""
         partial, self._partial = self._partial, None
@@ -221,26 +309,3 @@ class RunView:
             f"{self.state.value!r}); step a run from one place at a time",
             state=self.state,
         )
-
-
-class Carried:
-    """A ``KeyboardInterrupt`` or ``SystemExit`` raised in a task the driver made.
-
-    asyncio raises those out of the event loop itself, past the task that
-    drives the run, which then never ends it (``run_until_complete``) or sees
-    only its own ``CancelledError`` (``asyncio.run``). ``carried`` catches it
-    in the task and returns it as this value, for the driving task to raise.
-    """
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
-async def carried(awaitable: Awaitable[_T]) -> _T | Carried:
-    """Await ``awaitable`` in a task of its own; an interruption comes back as ``Carried``."""
-    try:
-        return await awaitable
-    except (KeyboardInterrupt, SystemExit) as exc:
-        return Carried(exc)

@@ -1,4 +1,4 @@
-"""A report as version 1 ledgers recorded it, and as DBOS records its steps' values.
+"""A report as DBOS records its steps' values.
 
 A model's answer is ``{'reply': ...}``, ``{'not_json': {'repr', 'problem'}}``
 or ``{'raised': {'type', 'message'}, 'usage'?}``; a call's outcome is

@@ -2,9 +2,9 @@
 
 What ``SQLiteLedger`` checks before it trusts a file, so that a lost or
 damaged log is never taken for a new, empty ledger (see ``sqlite.py``'s
-docstring): the tables are exactly the ledger's (in any form an agentloop
-made them), the database file has one name, and a log that holds committed
-pages not yet in the file is present, whole and of the same generation.
+docstring): the tables are exactly the ledger's, the database file has one
+name, and a log that holds committed pages not yet in the file is present,
+whole and of the same generation; and how the file is switched to WAL mode.
 A file SQLite may hold is never opened behind its back: the file itself is
 looked at with ``os.stat`` (what it holds, SQLite reads), and the log only
 while no connection has it open.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import struct
+import time
 from typing import TYPE_CHECKING, Final
 
 from agentloop._errors import LedgerError
@@ -41,21 +42,6 @@ _SCHEMA: Final = (
     " UNIQUE (run, kind, key))",
 )
 
-#: The tables as ledgers made before rows kept their time hold them.
-_UNTIMED_SCHEMA: Final = (
-    "CREATE TABLE runs ("
-    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    " run_id TEXT NOT NULL UNIQUE,"
-    " header BLOB NOT NULL)",
-    "CREATE TABLE records ("
-    " seq INTEGER PRIMARY KEY,"
-    " run INTEGER NOT NULL REFERENCES runs (id),"
-    " kind TEXT NOT NULL,"
-    " key TEXT NOT NULL,"
-    " body BLOB NOT NULL,"
-    " UNIQUE (run, kind, key))",
-)
-
 #: The tables a ledger holds, as ``sqlite_master`` keeps their SQL.
 _TABLES: Final = {statement.split()[2]: statement for statement in _SCHEMA}
 
@@ -67,28 +53,6 @@ def _tables_of(db: sqlite3.Connection) -> dict[str, str]:
         "WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
     )
     return dict(rows)
-
-
-def _made_before_times() -> tuple[dict[str, str], dict[str, str]]:
-    """A ledger's tables as made before rows kept their time, and once ``at`` is added.
-
-    Asked of SQLite itself, in memory: it keeps a table's SQL as it rewrites it.
-    """
-    db = sqlite3.connect(":memory:")
-    try:
-        for statement in _UNTIMED_SCHEMA:
-            db.execute(statement)
-        untimed = _tables_of(db)
-        db.execute("ALTER TABLE runs ADD COLUMN at REAL")
-        db.execute("ALTER TABLE records ADD COLUMN at REAL")
-        return untimed, _tables_of(db)
-    finally:
-        db.close()
-
-
-_UNTIMED, _TIMED_SINCE = _made_before_times()
-#: Every form of the tables a ledger this agentloop reads can have.
-_KNOWN_TABLES: Final = (_TABLES, _UNTIMED, _TIMED_SINCE)
 
 
 def _check_file(path: Path, given: Path, *, make: bool) -> None:
@@ -267,3 +231,29 @@ def _open_here(*paths: Path) -> bool:
         if (stat.st_dev, stat.st_ino) in files:
             return True
     return False
+
+
+def _has_log(path: Path) -> bool:
+    """Whether the ledger has a write-ahead log that is not empty (by ``os.stat``)."""
+    try:
+        return os.stat(f"{os.path.realpath(path)}-wal").st_size > 0
+    except FileNotFoundError:
+        return False
+
+
+def _wal_mode(db: sqlite3.Connection, timeout: float) -> str:
+    """``PRAGMA journal_mode = WAL``, tried again while another process opens the file.
+
+    SQLite answers "database is locked" at once, without waiting out the busy
+    timeout, when several connections switch a new file to WAL together.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            (mode,) = db.execute("PRAGMA journal_mode = WAL").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+        else:
+            return str(mode)

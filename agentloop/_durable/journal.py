@@ -68,11 +68,10 @@ __all__ = [
 ]
 
 FORMAT: Final = "agentloop.ledger"
-#: The version of the header's and the records' JSON (a store keeps its own too):
-#: 2 records the events themselves; 1 (the first release's) recorded the reports.
+#: The version of the header's and the records' JSON (a store keeps its own too).
 VERSION: Final = 2
-#: The versions this agentloop reads (a version 1 run goes on in version 2 records).
-READS: Final = (1, 2)
+#: The versions this agentloop reads: a format change comes with its reader (and a fixture).
+READS: Final = (VERSION,)
 #: What a call gets when its ``tool_started`` is recorded and its outcome is not.
 OUTCOME_UNKNOWN: Final = {
     "type": "OutcomeUnknown",

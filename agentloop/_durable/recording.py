@@ -24,8 +24,6 @@ from agentloop._core.table import NEXT, TERMINAL, State, Trigger
 from agentloop._core.values import AskModel, AwaitApproval, ReviewCalls, RunTool, Transition, Wait
 from agentloop._durable.journal import events_body, record_of
 from agentloop._durable.key import KEY
-from agentloop._durable.legacy import end_body
-from agentloop._durable.protocol import END
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -128,9 +126,8 @@ class DurableEngine(Engine):
         )
         self._recorder = recorder
         self.handed: list[RunTool] = []
-        #: A resume found the run ended before its end was written: ``record_end`` writes it
-        #: (as version 1 if True); ``None`` when there is none to write.
-        self.end_unrecorded: bool | None = None
+        #: A resume found the run ended before its end was written: ``record_end`` writes it.
+        self.end_unrecorded = False
 
     @property
     def journal(self) -> Journal:
@@ -197,14 +194,10 @@ class DurableEngine(Engine):
         Left to the caller of the resume, so that a resume refused once the run is
         found ended (decisions given to it) writes nothing.
         """
-        legacy, self.end_unrecorded = self.end_unrecorded, None
+        unrecorded, self.end_unrecorded = self.end_unrecorded, False
         try:
-            if legacy is not None:
-                events = self.events()
-                if legacy:
-                    self.journal.append(END, "", end_body(events[-1], len(events) - 1))
-                else:
-                    self._recorder.flush()  # what replayed() held: the end is its last
+            if unrecorded:
+                self._recorder.flush()  # what replayed() held: the end is its last
         finally:
             self.journal.release()
 

@@ -1,9 +1,7 @@
 """Reading a run's records: its header, then its events, checked and decoded.
 
-A version 2 run's records are its events (``journal.py`` says how they are
-kept) and the ``tool_started`` marks. A version 1 run (the first release's)
-recorded reports instead; ``legacy.py`` reads those, and when such a run
-went on in a later agentloop, its version 2 records follow them. Every event
+A run's records are its events (``journal.py`` says how they are kept) and
+the ``tool_started`` marks. Every event
 is checked against the run file's schema of an event and decoded by the run
 file's own reader (``_review/_runfile.load_event``): one encoding. What is
 damaged is a ``LedgerError`` naming the record.
@@ -19,7 +17,6 @@ import orjson
 from agentloop._core.replay import Mismatch
 from agentloop._core.table import NEXT, TERMINAL
 from agentloop._durable.journal import FORMAT, READS, VERSION, record_of
-from agentloop._durable.legacy import Legacy
 from agentloop._durable.protocol import END, STARTED
 from agentloop._errors import LedgerError
 from agentloop._review.runfile import load_event
@@ -66,8 +63,7 @@ def bad(run_id: str, where: str, expected: str, found: object) -> LedgerError:
 class Recorded:
     """A run's header and records, checked and decoded; ``LedgerError`` on anything else.
 
-    ``events`` are the version 2 events, the ``at``-th first (0, unless
-    version 1 records, read into ``legacy``, come before them); ``started``
+    ``events`` are the run's events, the ``at``-th first; ``started``
     every call whose ``tool_started`` is recorded; ``rejected`` the reply
     taken that was not JSON; ``ended`` whether the run's end is recorded.
     """
@@ -108,17 +104,9 @@ class Recorded:
         self.events: list[Transition] = []
         self.at = 0
         self.rejected: object = None
-        self.legacy: Legacy | None = None
         self.ended = False
-        first = 0
-        if version == 1:  # its own records first, then any a later agentloop went on with
-            first = next(
-                (i for i, record in enumerate(records) if _holds_events(record)), len(records)
-            )
-            self.legacy = Legacy(run_id, records[:first])
-            self.started, self.ended = set(self.legacy.started), self.legacy.end is not None
-        for index in range(first, len(records)):
-            self._read(index, records[index])
+        for index, record in enumerate(records):
+            self._read(index, record)
 
     def _read(self, index: int, record: LedgerRecord) -> None:
         run_id = self.run_id
@@ -150,7 +138,7 @@ class Recorded:
             expected = f"its first event's index {self.at + len(self.events)} (the next one)"
             raise bad(run_id, f"{where}.at", expected, at)
         if not self.events:
-            self.at = at  # after version 1 records, checked against their replay
+            self.at = at  # checked by the resume: a run's records begin at event 0
         if "rejected" in body:
             error = None if whole else next(iter(_REJECTED.iter_errors(body["rejected"])), None)
             if error is not None:
@@ -195,14 +183,3 @@ class Recorded:
 
 
 _KINDS: Final = frozenset(("reply", "tool_finished", "approval_asked", "decision", END))
-
-
-def _holds_events(record: LedgerRecord) -> bool:
-    """Whether a record of a version 1 run is one a later agentloop wrote (version 2)."""
-    if record.kind == STARTED or not record.body.startswith(b'{"at":'):
-        return False  # a version 1 end begins so too: {"at": i, "event": {...}}
-    try:
-        body = orjson.loads(record.body)
-    except orjson.JSONDecodeError:
-        return False  # version 1's reader names the damage
-    return type(body) is dict and "events" in body

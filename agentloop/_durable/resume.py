@@ -15,8 +15,7 @@ again, and a finished call is never run again. Where the run was cut short:
   same idempotency key).
 
 A call the replay handed out whose outcome is not recorded is handed to the
-driver first (``DurableEngine.handed``). A run of the first release's ledgers
-(version 1) is replayed by its own reader (``legacy.py``) first.
+driver first (``DurableEngine.handed``).
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ from agentloop._core.replay import Mismatch, replay
 from agentloop._core.table import State
 from agentloop._core.values import CancelToken
 from agentloop._durable.journal import Journal, fingerprint, header, idempotent_tools
-from agentloop._durable.legacy import diverged, replay_legacy
 from agentloop._durable.recording import DurableEngine
 from agentloop._durable.records import Recorded
 from agentloop._errors import (
@@ -152,7 +150,7 @@ def resume(
         if recorded.ended:
             engine.journal.release()
         else:  # it ended before its end was written: the caller writes it (record_end)
-            engine.end_unrecorded = recorded.legacy is not None and not recorded.events
+            engine.end_unrecorded = True
             weakref.finalize(engine, engine.journal.release)
         return engine, None
     assert writer is not None, "a run that has not ended was claimed"
@@ -203,13 +201,7 @@ def replayed(
     engine.journal = journal
     engine.replaying = True
     try:
-        if recorded.legacy is not None:
-            replay_legacy(engine, recorded.legacy, token)
-            made = len(engine.events())
-            if recorded.events and recorded.at != made:
-                found = f"its records go on at event {recorded.at}; replayed, {made} events"
-                raise diverged(recorded.run_id, found)
-        elif recorded.events and recorded.at != 0:
+        if recorded.events and recorded.at != 0:
             raise diverged(recorded.run_id, f"its first record starts at event {recorded.at}")
         replay(
             recorded.input,
@@ -358,3 +350,11 @@ def _shown(value: object) -> str:
     """``repr(value)``; a long list or number cut short (a str, a type's name, is kept whole)."""
     text = repr(value)
     return text if len(text) <= 100 or type(value) is str else text[:97] + "..."
+
+
+def diverged(run_id: str, detail: str) -> LedgerError:
+    """The error for records that are not a run this engine makes."""
+    return LedgerError(
+        f"run {run_id!r}: its records do not replay through this engine ({detail}); "
+        "the ledger was changed, or written by another agentloop"
+    )

@@ -2,8 +2,7 @@
 
 Two tables: ``runs`` (a row per run: its id and header) and ``records`` (a
 row per record, in append order, unique by ``(run, kind, key)``), each row
-with the time it was committed (``at``; ``NULL`` in a file an agentloop that
-kept no times wrote, which gets the column when next opened). Every
+with the time it was committed (``at``). Every
 append is one ``INSERT`` in autocommit mode, so it is committed when it
 returns. The file is in WAL mode: a commit appends to the ``-wal`` file,
 readers never block the writer, and a commit torn by a crash is discarded
@@ -51,14 +50,14 @@ import weakref
 from pathlib import Path
 from typing import Final, Literal
 
+from agentloop._durable.connection import _Using
 from agentloop._durable.files import (
-    _KNOWN_TABLES,
     _SCHEMA,
     _TABLES,
-    _UNTIMED,
     _check_file,
     _check_log,
     _tables_of,
+    _wal_mode,
 )
 from agentloop._durable.lockfile import _close, _lock_file
 from agentloop._durable.protocol import END, LedgerRecord
@@ -250,7 +249,7 @@ class SQLiteLedger:
     def changed(self) -> dict[str, float | None]:
         """When each run last changed: its last record's commit (or its start), as ``time.time()``.
 
-        ``None`` for a run with no time kept (recorded by an agentloop that kept none).
+        ``None`` for a run whose time the file holds damaged (no time a clock shows).
         """
         query = _CHANGED
         with self._using("listing runs"):
@@ -323,23 +322,13 @@ class SQLiteLedger:
                 f"version {VERSION} ({newer})"
             )
         tables = self._tables()
-        if tables not in _KNOWN_TABLES:
+        if tables != _TABLES:
             found = ", ".join(sorted(tables)) or "no tables"
             same_names = "defined otherwise, " if tables.keys() == _TABLES.keys() else ""
             raise LedgerError(
                 f"{self.path}: the ledger's tables are missing or not its own: expected "
                 f"{', '.join(sorted(_TABLES))} as agentloop makes them, got {same_names}{found}"
             )
-        if tables == _UNTIMED:
-            db.execute("BEGIN IMMEDIATE")  # made before rows kept their time: add the column
-            try:
-                if self._tables() == _UNTIMED:
-                    db.execute("ALTER TABLE runs ADD COLUMN at REAL")
-                    db.execute("ALTER TABLE records ADD COLUMN at REAL")
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
 
     def _no_ledger(self, *, written: bool, make: bool) -> None:
         """Refuse a file that holds no ledger yet, unless it is to be made one here."""
@@ -358,7 +347,7 @@ class SQLiteLedger:
             )
         if not make:
             raise LedgerError(
-                f"{self.path}: not a ledger: expected a ledger that agentloop.SQLiteLedger "
+                f"{self.path}: not a ledger: expected a ledger that agentloop.ledger.SQLiteLedger "
                 "made, got a file that holds none (make=False makes none)"
             )
 
@@ -386,56 +375,6 @@ class SQLiteLedger:
                 "an SQLite connection cannot cross fork(): open a new SQLiteLedger here"
             )
         return _Using(self, what)
-
-
-class _Using:
-    """Hold the connection for one operation; an SQLite failure becomes a ``LedgerError``."""
-
-    __slots__ = ("_ledger", "_what")
-
-    def __init__(self, ledger: SQLiteLedger, what: str) -> None:
-        self._ledger, self._what = ledger, what
-
-    def __enter__(self) -> None:
-        ledger = self._ledger
-        ledger._lock.acquire()
-        if ledger._closed:
-            ledger._lock.release()
-            # Not damage: the file is fine, this object let go of it.
-            raise LedgerError(
-                f"{ledger.path}: {self._what}: this SQLiteLedger is closed; "
-                "open the file again with SQLiteLedger(path) to go on"
-            )
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, _: object
-    ) -> None:
-        self._ledger._lock.release()
-        if isinstance(exc, sqlite3.Error):
-            path = self._ledger.path
-            if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB" and self._what == "open":
-                if not _has_log(path):
-                    raise LedgerError(
-                        f"{path}: not a ledger: expected an SQLite database that "
-                        f"agentloop.SQLiteLedger made, got a file SQLite does not read as one "
-                        f"({exc})"
-                    ) from exc
-                raise LedgerError(
-                    f"{path}: open: the file or its write-ahead log ({path.name}-wal) is "
-                    f"damaged: {exc}"
-                ) from exc
-            damaged = isinstance(exc, sqlite3.DatabaseError) and not isinstance(
-                exc, sqlite3.OperationalError | sqlite3.IntegrityError
-            )
-            problem = "the file is damaged: " if damaged else ""
-            raise LedgerError(f"{self._ledger.path}: {self._what}: {problem}{exc}") from exc
-        if isinstance(exc, UnicodeDecodeError):
-            # SQLite's message quotes a damaged name from the schema, which Python
-            # fails to decode: the message is lost, the damage is not.
-            raise LedgerError(
-                f"{self._ledger.path}: {self._what}: the file is damaged: SQLite's message "
-                f"about it is not UTF-8 ({exc.object[:80]!r})"
-            ) from exc
 
 
 class _Writer:
@@ -505,32 +444,3 @@ def _run_id(raw: bytes, kind: str) -> str:
 def _time(at: float | None) -> float | None:
     """A commit's time, or None where the file holds none (or no time a clock shows)."""
     return None if at is None or not math.isfinite(at) else float(at)
-
-
-# -- fail fast on a file that is not a ledger ------------------------------------------
-
-
-def _has_log(path: Path) -> bool:
-    """Whether the ledger has a write-ahead log that is not empty (by ``os.stat``)."""
-    try:
-        return os.stat(f"{os.path.realpath(path)}-wal").st_size > 0
-    except FileNotFoundError:
-        return False
-
-
-def _wal_mode(db: sqlite3.Connection, timeout: float) -> str:
-    """``PRAGMA journal_mode = WAL``, tried again while another process opens the file.
-
-    SQLite answers "database is locked" at once, without waiting out the busy
-    timeout, when several connections switch a new file to WAL together.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            (mode,) = db.execute("PRAGMA journal_mode = WAL").fetchone()
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.005)
-        else:
-            return str(mode)

@@ -144,8 +144,8 @@ def list_runs(ledger: Ledger) -> list[RunSummary]:
     run_ids = getattr(ledger, "run_ids", None)
     if not callable(run_ids):
         raise TypeError(
-            "expected a ledger that lists its runs with run_ids() (say agentloop.SQLiteLedger), "
-            f"got {type(ledger).__name__}"
+            "expected a ledger that lists its runs with run_ids() (say "
+            f"agentloop.ledger.SQLiteLedger), got {type(ledger).__name__}"
         )
     changed = getattr(ledger, "changed", None)
     times: dict[str, float | None] = changed() if callable(changed) else {}

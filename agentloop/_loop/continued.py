@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from agentloop._durable.protocol import Ledger
     from agentloop._durable.view import LedgerRun
 
-__all__ = ["continued", "ended", "forked", "released_on_error", "resumed"]
+__all__ = ["continued", "forked", "read_ended", "released_on_error", "resumed"]
 
 
 def forked(
@@ -115,7 +115,7 @@ def forked(
         if run_id is not None:
             raise ValueError(
                 "run_id= names the fork in a ledger, and this Loop has none: make it with "
-                "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger)"
+                "ledger=agentloop.ledger.SQLiteLedger('runs.db') (or another Ledger)"
             )
         engine = cut(fresh(token), token)
     else:
@@ -169,7 +169,7 @@ def resumed(
         hint = (
             ": a live run goes on with its own step() or finish()"
             if isinstance(run, RunView)
-            else f": {what}(agentloop.load_run(path)) continues a saved run file"
+            else f": {what}(agentloop.review.load_run(path)) continues a saved run file"
             if isinstance(run, os.PathLike) and ledger is None
             else f": {what}(run_id) continues a run of this Loop's ledger"
             if isinstance(run, os.PathLike)
@@ -214,7 +214,7 @@ def resumed(
     if ledger is None:
         raise ValueError(
             f"{what} needs a ledger: make the Loop with "
-            "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger); a saved "
+            "ledger=agentloop.ledger.SQLiteLedger('runs.db') (or another Ledger); a saved "
             f"run awaiting approval goes on with {what}(load_run(path))"
         )
     return resume.resume(
@@ -269,7 +269,7 @@ def continued(
     return parent_run_id, result
 
 
-def ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:
+def read_ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:
     """A resumed run that had ended: its result, unless decisions came for it.
 
     Decisions are refused, and nothing is written; else a durable run's end
@@ -297,7 +297,7 @@ class released_on_error:
     ``decisions=``, a listener that raised): the claim would otherwise stay
     with an object nobody holds, and ``resume`` would be refused until it is
     collected. A run that ended or waits for a person holds none already.
-    (A class, not a generator: it wraps every run, and costs less so.)
+    (A class, not a ``contextlib`` generator: it wraps every run, on its hot path.)
     """
 
     __slots__ = ("_engine",)

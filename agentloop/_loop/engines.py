@@ -1,4 +1,4 @@
-"""The engine of each run a ``Loop`` begins: fresh, resumed or forked.
+"""The engine of each run a ``Loop`` begins: fresh, continued, resumed or forked.
 
 A fresh one records as it goes when the Loop has a ledger; every one
 retries and falls back as the Loop does (``retry=``, ``fallback``).
@@ -11,21 +11,26 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agentloop._core.engine import Engine
 from agentloop._core.replay import go_on
 from agentloop._durable import resume
+from agentloop._durable.view import view_run
 from agentloop._errors import AgentloopError
-from agentloop._loop.continued import forked, resumed
+from agentloop._loop.continued import continued, forked, resumed
 from agentloop._loop.settings import checked_tool_names, no_ledger, timeout_bites
 
 if TYPE_CHECKING:
     from agentloop._core.values import CancelToken, RunResult
+    from agentloop._durable.view import LedgerRun
     from agentloop._loop.loop import Loop
 
 __all__ = [
+    "check_ready",
+    "continued_engine",
     "forked_engine",
     "fresh_engine",
-    "opened",
+    "make_resilient",
     "plain_engine",
-    "resilient",
+    "recorded_run",
     "resumed_engine",
+    "saved_result",
 ]
 
 _E = TypeVar("_E", bound=Engine)
@@ -39,7 +44,7 @@ def fresh_engine(
     parent_run_id: str | None = None,
 ) -> Engine:
     """A fresh engine for a new run: a recording one when the Loop has a ledger."""
-    opened(loop)
+    check_ready(loop)
     messages = loop._input(messages)
     if loop.ledger is None:
         if run_id is not None:
@@ -60,7 +65,34 @@ def fresh_engine(
     )
 
 
-def opened(loop: Loop) -> None:
+def continued_engine(
+    loop: Loop,
+    run: str | RunResult,
+    cancel: CancelToken | None,
+    run_id: str | None,
+    parent_run_id: str | None,
+) -> Engine:
+    """The engine of a run that continues ``run`` (a failed or exhausted one)."""
+    parent_run_id, result = continued(
+        run, parent_run_id, lambda old: recorded_run(loop, old, "continue_run")
+    )
+    return fresh_engine(loop, result.transcript, cancel, run_id, parent_run_id)
+
+
+def saved_result(loop: Loop, run: str | RunResult, call: str) -> RunResult:
+    """``run``'s result: given, or read by its id from the Loop's ledger."""
+    return recorded_run(loop, run, call).result if isinstance(run, str) else run
+
+
+def recorded_run(loop: Loop, run_id: str, call: str) -> LedgerRun:
+    """The run ``run_id`` of the Loop's ledger, as its records stand."""
+    if loop.ledger is None:
+        no_ledger(run_id, f"{call}({run_id!r:.60})")
+    assert loop.ledger is not None, "no_ledger refused the id"
+    return view_run(loop.ledger, run_id)
+
+
+def check_ready(loop: Loop) -> None:
     """Refuse a run the Loop cannot make now.
 
     Outside ``with loop:``, when it owns what only that opens; with a tool
@@ -98,7 +130,7 @@ def plain_engine(
     )
 
 
-def resilient(loop: Loop, engine: _E) -> _E:
+def make_resilient(loop: Loop, engine: _E) -> _E:
     """A replayed ``engine``, going on retrying and falling back as ``loop`` does.
 
     Its record was replayed with the models it names; from here on it asks
@@ -112,7 +144,7 @@ def resumed_engine(
     loop: Loop, what: str, run: str | RunResult, cancel: CancelToken | None
 ) -> tuple[Engine, CancelToken | None]:
     """The run, fed to a fresh engine, and the token its driver is to watch."""
-    opened(loop)
+    check_ready(loop)
     engine, token = resumed(
         what,
         run,
@@ -123,14 +155,14 @@ def resumed_engine(
         context=loop.context,
         output=loop.output,
     )
-    return resilient(loop, engine), token
+    return make_resilient(loop, engine), token
 
 
 def forked_engine(
     loop: Loop, run: RunResult, at: int, cancel: CancelToken | None, run_id: str | None
 ) -> tuple[Engine, CancelToken]:
     """A fork's engine (``Loop.fork``): ``run`` after its first ``at`` transitions; its token."""
-    opened(loop)
+    check_ready(loop)
     engine, token = forked(
         run,
         at,
@@ -142,4 +174,4 @@ def forked_engine(
         context=loop.context,
         output=loop.output,
     )
-    return resilient(loop, engine), token
+    return make_resilient(loop, engine), token

@@ -15,10 +15,15 @@ from typing import TYPE_CHECKING, Any, Final, Self
 from agentloop._core.messages import check_new_input
 from agentloop._core.values import Budget, CancelToken, RunResult
 from agentloop._drivers.callbacks import bind_model
-from agentloop._drivers.tool_calls import async_dispatch
-from agentloop._durable.view import view_run
-from agentloop._loop.continued import continued, ended, released_on_error
-from agentloop._loop.engines import forked_engine, fresh_engine, resumed_engine
+from agentloop._drivers.tool_calls import asyncio_dispatch
+from agentloop._loop.continued import read_ended, released_on_error
+from agentloop._loop.engines import (
+    continued_engine,
+    forked_engine,
+    fresh_engine,
+    resumed_engine,
+    saved_result,
+)
 from agentloop._loop.fallback import Fallback
 from agentloop._loop.running import async_run, sync_run
 from agentloop._loop.settings import (
@@ -36,7 +41,6 @@ from agentloop._loop.settings import (
     default_retry,
     for_sync_driver,
     name_rules,
-    no_ledger,
     single_attempts,
     specs_of,
     timeout,
@@ -51,14 +55,12 @@ if TYPE_CHECKING:
 
     from agentloop._core.approval import Decision
     from agentloop._core.context_policy import ContextPolicy
-    from agentloop._core.engine import Engine
     from agentloop._core.output_schema import OutputSchema
     from agentloop._core.retry_policy import RetryPolicy
     from agentloop._drivers.asyncio import AsyncRun
     from agentloop._drivers.callbacks import Dispatcher, Listener, Model
     from agentloop._drivers.sync import Run
     from agentloop._durable.protocol import Ledger
-    from agentloop._durable.view import LedgerRun
     from agentloop._tools.registry import ToolRegistry
 
 __all__ = ["Loop"]
@@ -113,7 +115,7 @@ class Loop:
     step with tools disabled, to answer; ``max_identical_calls=N`` refuses a
     tool called with the same arguments more than ``N`` times (the docs'
     "Loop guard and wrap-up" page). ``ledger`` (an
-    ``agentloop.SQLiteLedger``, or any ``Ledger``) makes every run durable:
+    ``agentloop.ledger.SQLiteLedger``, or any ``Ledger``) makes every run durable:
     recorded as it goes, and continued after a crash by ``resume(run_id)``.
     ``context`` (``agentloop.context.keep_last(tokens=...)`` or
     ``summarise(model, tokens=...)``) fits each model request to a context
@@ -198,7 +200,7 @@ class Loop:
         self._asyncio_only = asyncio_only(
             models[0], self.model_timeout, self.tool_timeout, self.to_thread, max_concurrency
         )
-        self._adispatch = async_dispatch(
+        self._adispatch = asyncio_dispatch(
             self.dispatcher, to_thread=to_thread, tool_timeout=self.tool_timeout
         )
         self.ledger = checked_ledger(ledger)
@@ -272,7 +274,7 @@ class Loop:
         The result does not hold the run's id: with a ledger, pass ``run_id=``,
         or use ``start()`` and read ``run.run_id`` (known before the first step).
         """
-        # start()'s body, one call fewer
+        # start()'s body, not start().finish(): the claim is given up if finishing raises too
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
         engine = fresh_engine(self, messages, cancel, run_id)
         with released_on_error(engine):
@@ -300,7 +302,7 @@ class Loop:
         registry = self._sync_driver("loop.aresume", awaits=True)
         engine, token = resumed_engine(self, "resume", run, cancel)
         if engine.done:
-            return ended(engine, run, decisions)
+            return read_ended(engine, run, decisions)
         with released_on_error(engine):
             live = sync_run(self, engine, registry, token)
             if decisions is not None:
@@ -328,7 +330,7 @@ class Loop:
         new run is durable, under ``run_id`` (a fresh one when not given).
         """
         registry = self._sync_driver("loop.acontinue_run", awaits=True)
-        engine = self._continued(run, cancel, run_id, parent_run_id)
+        engine = continued_engine(self, run, cancel, run_id, parent_run_id)
         with released_on_error(engine):
             return sync_run(self, engine, registry, cancel).finish()
 
@@ -341,35 +343,9 @@ class Loop:
         parent_run_id: str | None = None,
     ) -> RunResult:
         """``continue_run`` under asyncio."""
-        engine = self._continued(run, cancel, run_id, parent_run_id)
+        engine = continued_engine(self, run, cancel, run_id, parent_run_id)
         with released_on_error(engine):
             return await async_run(self, engine, cancel).afinish()
-
-    def _continued(
-        self,
-        run: str | RunResult,
-        cancel: CancelToken | None,
-        run_id: str | None,
-        parent_run_id: str | None,
-    ) -> Engine:
-        """The engine of a run that continues ``run`` (a failed or exhausted one)."""
-        parent_run_id, result = continued(run, parent_run_id, self._to_continue)
-        return fresh_engine(self, result.transcript, cancel, run_id, parent_run_id)
-
-    def _to_continue(self, run_id: str) -> LedgerRun:
-        """The recorded run ``run_id``, read as its records stand, to continue (a ledger's)."""
-        return self._recorded(run_id, "continue_run")
-
-    def _saved(self, run: str | RunResult, call: str) -> RunResult:
-        """``run``'s result: given, or read by its id from this Loop's ledger."""
-        return self._recorded(run, call).result if isinstance(run, str) else run
-
-    def _recorded(self, run_id: str, call: str) -> LedgerRun:
-        """The run ``run_id`` of this Loop's ledger, as its records stand."""
-        if self.ledger is None:
-            no_ledger(run_id, f"{call}({run_id!r:.60})")
-        assert self.ledger is not None, "no_ledger refused the id"
-        return view_run(self.ledger, run_id)
 
     def fork(
         self,
@@ -393,7 +369,7 @@ class Loop:
         ``ValueError``. See the docs' "Reviewing runs" page.
         """
         registry = self._sync_driver("loop.afork", awaits=True)
-        engine, token = forked_engine(self, self._saved(run, "fork"), at, cancel, run_id)
+        engine, token = forked_engine(self, saved_result(self, run, "fork"), at, cancel, run_id)
         with released_on_error(engine):
             return sync_run(self, engine, registry, token)
 
@@ -406,7 +382,7 @@ class Loop:
         run_id: str | None = None,
     ) -> AsyncRun:
         """``fork`` under asyncio: the new run is driven by ``await run.astep()``."""
-        engine, token = forked_engine(self, self._saved(run, "afork"), at, cancel, run_id)
+        engine, token = forked_engine(self, saved_result(self, run, "afork"), at, cancel, run_id)
         with released_on_error(engine):
             return async_run(self, engine, token)
 
@@ -444,7 +420,7 @@ class Loop:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
         engine, token = resumed_engine(self, "aresume", run, cancel)
         if engine.done:
-            return ended(engine, run, decisions)
+            return read_ended(engine, run, decisions)
         with released_on_error(engine):
             live = async_run(self, engine, token)
             if decisions is not None:

@@ -82,7 +82,7 @@ def no_ledger(run_id: object, given: str = "run_id=") -> None:
     if run_id is not None:
         raise ValueError(
             f"{given} names a run in a ledger, and this Loop has none: make it with "
-            "ledger=agentloop.SQLiteLedger('runs.db') (or another Ledger)"
+            "ledger=agentloop.ledger.SQLiteLedger('runs.db') (or another Ledger)"
         )
 
 
@@ -219,11 +219,11 @@ def checked_ledger(ledger: object) -> Ledger | None:
     if isinstance(ledger, type):  # the class passes the protocol check: say what to do
         raise TypeError(
             f"expected ledger to be a Ledger, got the class {ledger.__name__}: make one "
-            "(say agentloop.SQLiteLedger('runs.db'))"
+            "(say agentloop.ledger.SQLiteLedger('runs.db'))"
         )
     if ledger is not None and not isinstance(ledger, Ledger):
         raise TypeError(
-            "expected ledger to be a Ledger (say agentloop.SQLiteLedger('runs.db')), "
+            "expected ledger to be a Ledger (say agentloop.ledger.SQLiteLedger('runs.db')), "
             f"got {type(ledger).__name__}"
         )
     return ledger

@@ -26,11 +26,9 @@ the events of a batch that waited for a person. A run awaiting approval can be
 saved too: its last event leaves it ``awaiting_approval``, and
 ``Loop.resume(result, decisions=...)`` goes on from it. ``started`` and
 ``input`` say what each event was given (the calls handed out before it, and
-the reply or the tool's content), which the one replay feeds back. A version
-4 file (before they were kept) is read by the replay that infers them; a
-version 3 file (before approvals) also with empty ``pending`` and
-``decisions``; a version 2 file (before usage and times) also with no usage,
-no token budget and no times. The shape and the encoding are
+the reply or the tool's content), which the one replay feeds back. Only
+version 5 is read: a format change comes with its reader and a committed
+fixture (``tests/fixtures``). The shape and the encoding are
 ``runshape.py``'s, the story's check ``runstory.py``'s.
 
 A transition's live ``exception`` is saved as ``{"type", "message"}`` (loaded
@@ -41,8 +39,8 @@ Everything else round-trips exactly: ``run_from_json(run_to_json(r)) == r``.
 Loading is linear in the file's size and stops at the first problem: the
 size limit (before anything is parsed), the JSON, no field twice in an
 object, the shape (a JSON Schema, checked by ``jsonschema-rs``), then the
-story: the run is replayed through a fresh engine (``legacy_events.py``) and must
-come out as the document says. Any failure raises ``RunFileError``; nothing
+story: the run is replayed through a fresh engine (``_core/replay.py``) and
+must come out as the document says. Any failure raises ``RunFileError``; nothing
 is ever half-loaded.
 """
 
@@ -84,9 +82,6 @@ from agentloop._review.runshape import (
     json_path,
     rejected_value,
     too_deep,
-    upgrade_from_2,
-    upgrade_from_3,
-    upgrade_from_4,
 )
 from agentloop._review.runstory import check_story
 
@@ -206,19 +201,12 @@ def run_from_json(
             ) from None
         written = dumps(document)
     check_unique_fields(text, written, source)
-    if document["version"] == 2:
-        upgrade_from_2(document)
-    if document["version"] == 3:
-        upgrade_from_3(document)
-    inferred = document["version"] == 4  # its events do not say what they were given
-    if inferred:
-        upgrade_from_4(document)
     error = next(iter(VALIDATOR.iter_errors(document)), None)
     if error is not None:
         raise RunFileError(f"{source}: {json_path(error.instance_path)}", *explain(error))
     try:
         result = _build(document)
-        return check_story(result, inferred=inferred)
+        return check_story(result)
     except Mismatch as found:
         raise RunFileError(f"{source}: {found.where}", found.expected, found.found) from None
 

@@ -45,7 +45,7 @@ def _record(**properties: object) -> dict[str, Any]:
 
 _USAGE: Final = _record(input_tokens=_COUNT, output_tokens=_COUNT, cached_tokens=_COUNT)
 
-#: The JSON Schema (Draft 2020-12) of a version 3 run file.
+#: The JSON Schema (Draft 2020-12) of a run file (version ``VERSION``).
 SCHEMA: Final = _record(
     format={"const": FORMAT},
     version={"const": VERSION},
@@ -135,8 +135,7 @@ SCHEMA: Final = _record(
 # Optional: the JSON Schema of a typed output (``Loop(output=T)``); its ``output`` is the JSON text.
 SCHEMA["properties"]["output_schema"] = {"type": ["object", "boolean"]}
 
-# Optional fields (a context policy's, agentloop.context): absent from runs without one,
-# so every other run file reads and writes as before.
+# Optional fields (a context policy's, agentloop.context): absent from runs without one.
 _SPAN: Final = {"type": "array", "items": _COUNT, "minItems": 2, "maxItems": 2}
 SCHEMA["properties"]["context"] = _record(
     policy={"enum": ["keep_last", "summarise"]},
@@ -149,13 +148,12 @@ SCHEMA["properties"]["events"]["items"]["properties"]["context"] = _record(
     summary={"oneOf": [{"type": "null"}, _SPAN]},
     tokens=_COUNT,
 )
-# Optional fields (absent in older files and when unused), so every file written before loads.
+# Optional fields, written only when used: a continued run's links, a retry's wait, a model's name.
 SCHEMA["properties"]["parent_run_id"] = _STR
 SCHEMA["properties"]["run_id"] = _STR
 SCHEMA["properties"]["events"]["items"]["properties"].update(
     wait={"type": "number", "minimum": 0}, model=_STR
 )
-# Optional event fields, not required: a file without them loads as before.
 #: The text a streaming reply had delivered when the run was cut off (streaming).
 SCHEMA["properties"]["events"]["items"]["properties"]["partial_text"] = {"type": "string"}
 

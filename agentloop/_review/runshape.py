@@ -1,4 +1,4 @@
-"""A run file's encoding: its JSON form, older versions upgraded, its header checked.
+"""A run file's encoding: its JSON form, and its header checked.
 
 The words that explain what breaks the shape are here too. The shape is
 checked with ``jsonschema-rs`` (Draft 2020-12, at Rust speed) against the
@@ -49,13 +49,10 @@ __all__ = [
     "rejected_record",
     "rejected_value",
     "too_deep",
-    "upgrade_from_2",
-    "upgrade_from_3",
-    "upgrade_from_4",
 ]
 
-#: Older versions this agentloop still reads (upgraded on load).
-READS: Final = (2, 3, 4, 5)
+#: The versions this agentloop reads: a format change comes with its reader (and a fixture).
+READS: Final = (VERSION,)
 #: The largest run file loaded unless asked for more (``max_bytes=``, ``--max-size``).
 MAX_BYTES: Final = 256 * 2**20
 
@@ -80,57 +77,9 @@ def check_header(document: object, source: str) -> None:
     if type(version) is not int or version not in READS:
         raise RunFileError(
             f"{source}: $.version",
-            f"version {', '.join(map(str, READS[:-1]))} or {READS[-1]} "
-            "(the ones this agentloop reads)",
+            f"version {' or '.join(map(str, READS))} (what this agentloop reads)",
             as_found(version) if "version" in document else "no version field",
         )
-
-
-def upgrade_from_2(document: dict[str, Any]) -> None:
-    """A version 2 document as version 3: no token budget, no usage, no times.
-
-    Only fields that are missing are added, so a v2 document with a stray v3
-    field still fails the schema as it should.
-    """
-    document["version"] = 3
-    if type(document.get("budget")) is dict:
-        document["budget"].setdefault("max_total_tokens", None)
-    document.setdefault("usage", {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0})
-    for event in _events(document):
-        if type(event) is dict:
-            for name in ("usage", "at", "took"):
-                event.setdefault(name, None)
-
-
-def upgrade_from_3(document: dict[str, Any]) -> None:
-    """A version 3 document as version 4: no batch waited for a person."""
-    document["version"] = 4
-    document.setdefault("held", None)
-    for event in _events(document):
-        if type(event) is dict:
-            for name in ("pending", "decisions"):
-                event.setdefault(name, [])
-
-
-def upgrade_from_4(document: dict[str, Any]) -> None:
-    """A version 4 document as version 5, but for what each event was given.
-
-    Before version 5 an event did not keep the calls handed out before it nor
-    what came with its report: the run is read by the replay that infers them
-    (``legacy_events.py``), and the events the engine makes there, which keep them,
-    are the loaded run's.
-    """
-    document["version"] = VERSION
-    for event in _events(document):
-        if type(event) is dict:
-            event.setdefault("started", [])
-            event.setdefault("input", None)
-
-
-def _events(document: dict[str, Any]) -> list[Any]:
-    """The document's events to upgrade: none unless a list (the schema then says so)."""
-    events = document.get("events")
-    return events if type(events) is list else []
 
 
 def too_deep(document: dict[str, Any]) -> bool:

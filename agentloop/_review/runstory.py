@@ -1,8 +1,8 @@
 """A run file's story: the chain of its events, then the run replayed through the engine.
 
-Version 5 events say what each was given, and the one replay feeds them back
-(``_core/replay.py``); older files' are inferred (``legacy_events.py``). Everything
-the engine makes must be what the document says, compared as JSON text.
+Each event says what it was given, and the one replay feeds it back
+(``_core/replay.py``). Everything the engine makes must be what the document
+says, compared as JSON text.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from agentloop._core.values import (
     require_result,
 )
 from agentloop._errors import RunFileError
-from agentloop._review.legacy_events import replay
 from agentloop._review.runshape import (
     as_found,
     as_shown,
@@ -77,13 +76,11 @@ _ROWS: Final = frozenset(
 )
 
 
-def check_story(result: RunResult, *, inferred: bool) -> RunResult:
+def check_story(result: RunResult) -> RunResult:
     """Replaying the run must give the document: each event, then the outcome; the result.
 
-    A version 5 file's events say what each was given, and the one replay feeds
-    them back (``_core/replay.py``); an older file's are inferred from what they
-    appended (``legacy_events.py``), and the loaded run takes the events made there,
-    with the file's times.
+    Each event says what it was given, and the one replay feeds it back
+    (``_core/replay.py``).
     """
     _check_chain(result.events)
     appended = sum(len(event.appended_json) for event in result.events)
@@ -91,10 +88,7 @@ def check_story(result: RunResult, *, inferred: bool) -> RunResult:
     if appended > len(transcript):
         raise _transcript_mismatch(appended, len(transcript))
     try:
-        if inferred:
-            engine = replay(result, len(transcript) - appended, _compare_events)
-        else:
-            engine = _replayed(result, transcript[: len(transcript) - appended])
+        engine = _replayed(result, transcript[: len(transcript) - appended])
     except (TypeError, ValueError) as exc:  # the input part is not one a run accepts
         raise Mismatch(
             "$.transcript", "input messages a run accepts, then what was appended", str(exc)
@@ -114,12 +108,7 @@ def check_story(result: RunResult, *, inferred: bool) -> RunResult:
     # The events were compared one by one during the replay.
     want, got = document_of(replayed, events=False), document_of(result, events=False)
     _compare(want, got, "$")
-    if not inferred:
-        return result
-    events = zip(replayed.events, result.events, strict=True)
-    return result._replace(
-        events=tuple(made._replace(at=saved.at, took=saved.took) for made, saved in events)
-    )
+    return result
 
 
 def _replayed(

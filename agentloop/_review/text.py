@@ -15,7 +15,7 @@ import orjson
 
 from agentloop._core.messages import NOT_STARTED
 from agentloop._core.table import State, Trigger
-from agentloop._review.legacy_events import Answers
+from agentloop._review.answers import Answers
 from agentloop._review.runshape import rejected_record
 
 if TYPE_CHECKING:

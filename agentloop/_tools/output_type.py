@@ -15,15 +15,10 @@ import typing
 from typing import Any
 
 from agentloop._core.output_schema import OutputRefused, OutputSchema, problem_line
+from agentloop._tools.annotated import Unsupported
+from agentloop._tools.converters import Converter, refusals
 from agentloop._tools.results import is_pydantic_model
-from agentloop._tools.schema import (
-    SUPPORTED,
-    Converter,
-    Deriver,
-    Unsupported,
-    refusals,
-    show,
-)
+from agentloop._tools.schema import SUPPORTED, Deriver, show
 from agentloop._tools.validation import bounded, checked_schema
 
 __all__ = ["output_schema"]

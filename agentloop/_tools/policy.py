@@ -11,8 +11,8 @@ takes the strictest answer is here too.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Generator, Iterable
+from typing import Any, TypeGuard, TypeVar
 
 import attrs
 import orjson
@@ -27,12 +27,17 @@ __all__ = [
     "PreparedCall",
     "allow",
     "ask",
+    "awaited",
     "checked_answer",
     "deny",
+    "leaves_open",
     "policy_answer",
     "stopped_by",
     "strictest_answer",
+    "unawaited",
 ]
+
+_T = TypeVar("_T")
 
 #: A permission policy: sees a copy of the call, answers (or, ``async``, awaits) a ``Decision``.
 Policy = Callable[[dict[str, Any]], Decision | Awaitable[Decision]]
@@ -79,16 +84,22 @@ def stopped_by(decision: Decision) -> dict[str, Any] | None:
 def strictest_answer(answers: Iterable[Decision | dict[str, Any]]) -> Decision | dict[str, Any]:
     """A failure (an ``error`` outcome) or a denial wins, then an ``ask``, then ``allow()``.
 
-    Every policy is asked, so that a registry's ``ask`` cannot hide a tool's
-    ``deny`` from the person who would approve.
+    The policies are asked in turn until one fails or denies, so that a
+    registry's ``ask`` cannot hide a tool's ``deny`` from the person who
+    would approve.
     """
     asked: Decision | None = None
     for answer in answers:
-        if isinstance(answer, dict) or not (answer.allowed or answer.asks):
+        if not leaves_open(answer):
             return answer
         if answer.asks and asked is None:
             asked = answer
     return asked or allow()
+
+
+def leaves_open(answer: Decision | dict[str, Any]) -> TypeGuard[Decision]:
+    """Whether a later policy can still matter: ``answer`` allows or asks (no failure or denial)."""
+    return not isinstance(answer, dict) and (answer.allowed or answer.asks)
 
 
 def policy_answer(policy: Policy, call: dict[str, Any]) -> object:
@@ -119,3 +130,31 @@ def checked_answer(tool: Tool, answer: object) -> Decision | dict[str, Any]:
             "expected agentloop.allow(), agentloop.deny(reason) or agentloop.ask(reason)"
         )
     )
+
+
+def unawaited(steps: Generator[Awaitable[object], object, _T]) -> _T:
+    """What ``steps`` returns, each awaitable it yields sent back as it is (nothing awaits here)."""
+    answer: object = None
+    try:
+        while True:
+            answer = steps.send(answer)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def awaited(steps: Generator[Awaitable[object], object, _T]) -> _T:
+    """What ``steps`` returns, each awaitable it yields awaited; what one raises is sent back.
+
+    A policy that raises fails its call closed, whether it raised at once or
+    when awaited: ``checked_answer`` takes the exception as its answer.
+    """
+    answer: object = None
+    try:
+        while True:
+            pending = steps.send(answer)
+            try:
+                answer = await pending
+            except Exception as exc:  # noqa: BLE001 - fail closed
+                answer = exc
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]

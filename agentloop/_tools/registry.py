@@ -37,25 +37,28 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Iterator, Mapping
 from typing import Any, Final, TypeVar, overload
 
 from agentloop._core.json import json_object
 from agentloop._drivers.callbacks import is_async
+from agentloop._tools.converters import refusals
 from agentloop._tools.policy import (
     Decision,
     Policy,
     PreparedCall,
     allow,
     ask,
+    awaited,
     checked_answer,
     deny,
+    leaves_open,
     policy_answer,
     stopped_by,
     strictest_answer,
+    unawaited,
 )
 from agentloop._tools.results import cut_to, failed, result_limit, returned
-from agentloop._tools.schema import refusals
 from agentloop._tools.specs import SpecFormat, build_specs
 from agentloop._tools.tool import Tool
 
@@ -239,18 +242,20 @@ class ToolRegistry:
         ``invalid_arguments``, or, when a policy raised or answered something
         else, an ``error`` (it fails closed, and no policy is asked again).
         """
-        prepared = self._prepare(call)
-        if isinstance(prepared, dict):
-            return prepared
-        answer = self._ask_policies(prepared[0], call)
-        return answer if isinstance(answer, dict) else PreparedCall(*prepared, answer)
+        return unawaited(self._reviewing(call))
 
     async def areview(self, call: dict[str, Any]) -> PreparedCall | dict[str, Any]:
         """``review`` for the async driver: an ``async def`` policy is awaited."""
+        return await awaited(self._reviewing(call))
+
+    def _reviewing(
+        self, call: dict[str, Any]
+    ) -> Generator[Awaitable[object], object, PreparedCall | dict[str, Any]]:
+        """``review`` and ``areview``: the call prepared, then its policies asked (``_asking``)."""
         prepared = self._prepare(call)
         if isinstance(prepared, dict):
             return prepared
-        answer = await self._aask_policies(prepared[0], call)
+        answer = yield from self._asking(prepared[0], call)
         return answer if isinstance(answer, dict) else PreparedCall(*prepared, answer)
 
     def dispatch(
@@ -344,7 +349,7 @@ class ToolRegistry:
         if decision is None:
             if self.policy is None and prepared[0].policy is None:
                 return prepared
-            answer = self._ask_policies(prepared[0], call)
+            answer = unawaited(self._asking(prepared[0], call))
             if isinstance(answer, dict):
                 return answer
             decision = answer
@@ -379,26 +384,26 @@ class ToolRegistry:
             return failed(exc)
         return tool, kwargs
 
-    def _ask_policies(self, tool: Tool, call: dict[str, Any]) -> Decision | dict[str, Any]:
-        """The policies' answer together: see ``strictest_answer``."""
-        return strictest_answer(
-            checked_answer(tool, policy_answer(policy, call))
-            for policy in (self.policy, tool.policy)
-            if policy is not None
-        )
+    def _asking(
+        self, tool: Tool, call: dict[str, Any]
+    ) -> Generator[Awaitable[object], object, Decision | dict[str, Any]]:
+        """The policies' answer, together (``strictest_answer``); an awaitable one yielded.
 
-    async def _aask_policies(self, tool: Tool, call: dict[str, Any]) -> Decision | dict[str, Any]:
-        """``_ask_policies``, awaiting an ``async def`` policy."""
+        The registry's policy is asked first, and a failure or a denial
+        is the answer (``leaves_open``): the tool's is not asked then. The async
+        side awaits what is yielded (``awaited``); the plain side sends it
+        back as it is (``unawaited``), and ``checked_answer`` fails the call
+        closed, saying the policy needs the async driver.
+        """
         answers = []
         for policy in (self.policy, tool.policy):
             if policy is not None:
                 answer = policy_answer(policy, call)
                 if inspect.isawaitable(answer):
-                    try:
-                        answer = await answer
-                    except Exception as exc:  # noqa: BLE001 - fail closed
-                        answer = exc
+                    answer = yield answer
                 answers.append(checked_answer(tool, answer))
+                if not leaves_open(answers[-1]):
+                    break
         return strictest_answer(answers)
 
     def specs(self, format: SpecFormat = "json-schema") -> list[dict[str, Any]]:

@@ -6,91 +6,43 @@ scalars, ``list``, ``dict[str, T]``, ``tuple``, unions, ``Literal``, enums,
 Classes are described once under ``$defs`` and referenced with ``$ref``;
 recursive ones work. Everything a schema would carry from the user's code
 (``Literal`` and enum values, descriptions, field names) must have a JSON
-form, or the annotation is refused when the tool is defined: a tool whose
-schema could not be sent to a provider is no tool.
+form, or the annotation is refused when the tool is defined
+(``annotated.py``). The converters are ``converters.py``'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import decimal
 import enum
 import inspect
 import re
 import types
 import typing
-import uuid
-from collections.abc import Callable
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
-from agentloop._core.json import to_json
-from agentloop._core.output_schema import instance_path, problem_line
 from agentloop._errors import JSONError
-from agentloop._tools.results import INT_MAX, INT_MIN, is_pydantic_model, json_form
-from agentloop._tools.validation import ArgumentsValidator, out_of_range
+from agentloop._tools.annotated import Unsupported, annotated_schema, published
+from agentloop._tools.converters import (
+    TEXT_TYPES,
+    class_converter,
+    converted_values,
+    refused_at,
+    to_decimal,
+    to_float,
+    to_int,
+)
+from agentloop._tools.results import is_pydantic_model, json_form
+from agentloop._tools.validation import ArgumentsValidator
 
-__all__ = [
-    "SUPPORTED",
-    "Converter",
-    "Deriver",
-    "Refused",
-    "Unpublishable",
-    "Unsupported",
-    "converted_values",
-    "fields_converter",
-    "json_default",
-    "refusals",
-    "show",
-    "summary",
-    "to_int",
-]
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-#: From valid JSON to what the handler asked for; ``None`` where the JSON is it already.
-Converter = Callable[[Any], Any]
+    from agentloop._tools.converters import Converter
 
-
-class Refused(ValueError):
-    """A converter's refusal, as problems at paths from the root of the value it converted.
-
-    ``original`` is the exception the refusing converter raised (a pydantic
-    ``ValidationError``, an attrs validator's ``ValueError``, ...).
-    """
-
-    def __init__(self, problems: list[dict[str, str]], original: Exception) -> None:
-        said = (problem_line(p["path"], p["message"]) for p in problems)
-        super().__init__("; ".join(said))
-        self.problems, self.original = problems, original
-
-
-def refusals(exc: Exception) -> list[dict[str, str]]:
-    """A converter's refusal as problems: a pydantic model's one per error, at its path."""
-    if isinstance(exc, Refused):
-        return exc.problems
-    errors = getattr(exc, "errors", None)  # pydantic's ValidationError lists its errors
-    if callable(errors):
-        try:
-            return [
-                {"path": instance_path(error["loc"]), "message": str(error["msg"])}
-                for error in errors()
-            ]
-        except Exception:  # noqa: BLE001, S110 - not pydantic's after all: said whole below
-            pass
-    return [{"path": "", "message": f"{type(exc).__name__}: {exc}"}]
-
-
-def _refused_at(step: str | int, exc: Exception) -> Refused:
-    """``exc``, raised converting the value at ``step`` (a key or an index), one step out."""
-    problems = [{**p, "path": _stepped(step, p["path"])} for p in refusals(exc)]
-    return Refused(problems, exc.original if isinstance(exc, Refused) else exc)
-
-
-def _stepped(step: str | int, path: str) -> str:
-    """``path`` (as ``instance_path`` writes one) from one step further out."""
-    head = instance_path([step])
-    return head + path if not path or path.startswith("[") else f"{head}.{path}"
+__all__ = ["SUPPORTED", "Deriver", "json_default", "show", "summary"]
 
 
 SUPPORTED: Final = (
@@ -113,18 +65,6 @@ _JSON_TYPES: Final = {
     list: {"array"},
     dict: {"object"},
 }
-
-
-class Unsupported(TypeError):
-    """An annotation with no JSON Schema; ``where`` says which class field held it."""
-
-    def __init__(self, annotation: object, where: str, why: str = "") -> None:
-        super().__init__(why)
-        self.annotation, self.where = annotation, where
-
-
-class Unpublishable(Unsupported):
-    """A supported annotation carrying a value with no JSON form (``Literal[2**64]``)."""
 
 
 def show(annotation: object) -> str:
@@ -168,61 +108,8 @@ def _kinds(schema: dict[str, Any]) -> set[str] | None:
     return None
 
 
-def _parsed(parse: Callable[[str], Any], what: str) -> Converter:
-    """A converter of text in ``what``'s format; ``ValueError`` naming it for other text."""
-
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except ValueError:
-            raise ValueError(f"expected {what}, got {text!r:.60}") from None
-
-    return convert
-
-
-# Types JSON has no value for, taken as text in the format the schema names (and that a
-# tool's result of that type is written in).
-_TEXT_TYPES: Final[dict[Any, tuple[str, Converter]]] = {
-    datetime.datetime: (
-        "date-time",
-        _parsed(datetime.datetime.fromisoformat, "an ISO 8601 date and time"),
-    ),
-    datetime.date: ("date", _parsed(datetime.date.fromisoformat, "an ISO 8601 date")),
-    datetime.time: ("time", _parsed(datetime.time.fromisoformat, "an ISO 8601 time")),
-    uuid.UUID: ("uuid", _parsed(uuid.UUID, "a UUID")),
-}
-
-
 # A decimal's text, as Decimal() reads it (no NaN or Infinity): what a model may send for one.
 _DECIMAL_TEXT: Final = r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$"
-
-
-def to_decimal(value: Any) -> decimal.Decimal:
-    """A ``Decimal`` from a JSON number or its text.
-
-    A number by its shortest text: ``0.1`` is ``Decimal('0.1')``, not the
-    binary float's 55 digits.
-    """
-    return decimal.Decimal(value if type(value) is str else repr(value))
-
-
-def to_float(value: Any) -> Any:
-    """A JSON integer given for a ``float`` as the ``float`` it equals (``3`` is ``3.0``)."""
-    return float(value) if type(value) is int else value
-
-
-def to_int(value: Any) -> Any:
-    """An integral float as the ``int`` it equals (JSON Schema counts ``2.0`` as an integer).
-
-    ``ValueError`` for an ``int`` beyond 64 bits: the validator's bounds catch
-    them, except one past 4,300 digits, which jsonschema-rs lets through (only
-    a direct ``dispatch`` can pass one: the loop's intake refuses them).
-    """
-    if type(value) is float:
-        return int(value)
-    if type(value) is int and not INT_MIN <= value <= INT_MAX:
-        raise ValueError(out_of_range(value))
-    return value
 
 
 def json_default(value: object) -> tuple[bool, Any]:
@@ -231,73 +118,6 @@ def json_default(value: object) -> tuple[bool, Any]:
         return True, json_form(value, "default")
     except JSONError:
         return False, None
-
-
-# The JSON Schema keyword of each constraint of annotated_types (Ge, Interval, MaxLen, ...)
-# and pydantic (Field(ge=...), conint, constr), by attribute; a length's is a string's or
-# an array's.
-_CONSTRAINTS: Final[dict[str, str | tuple[str, str]]] = {
-    "gt": "exclusiveMinimum",
-    "ge": "minimum",
-    "lt": "exclusiveMaximum",
-    "le": "maximum",
-    "multiple_of": "multipleOf",
-    "pattern": "pattern",
-    "min_length": ("minLength", "minItems"),
-    "max_length": ("maxLength", "maxItems"),
-}
-
-
-def _annotated(
-    schema: dict[str, Any], notes: tuple[Any, ...], ann: Any, where: str
-) -> dict[str, Any]:
-    """``schema`` with what ``Annotated`` adds to it, which the check then enforces.
-
-    A description (the first str, or a pydantic ``Field``'s), and the
-    constraints of annotated_types and pydantic. Other libraries' metadata is
-    left alone.
-    """
-    out = dict(schema)
-    texts = [note for note in notes if isinstance(note, str)]
-    for note in notes:
-        if type(note).__module__.split(".")[0] not in ("annotated_types", "pydantic"):
-            continue  # a str (below), or another library's
-        if hasattr(note, "metadata") and hasattr(note, "description"):  # pydantic's Field(...)
-            out = _annotated(out, tuple(note.metadata), ann, where)
-            if note.description:
-                texts.append(note.description)
-            continue
-        for attribute, value in _attributes(note).items():
-            if value is None or attribute == "strict":  # strict: JSON's types are strict already
-                continue
-            keyword = _CONSTRAINTS.get(attribute)
-            if keyword is None:
-                raise Unsupported(
-                    ann, where, f"{note!r:.80} cannot be checked from a JSON Schema ({attribute})"
-                )
-            if isinstance(keyword, tuple):
-                keyword = keyword[0] if out.get("type") == "string" else keyword[1]
-            _published(value, f"its {attribute}", ann, where)
-            out[keyword] = value
-    if texts:  # the first str; else a Field's description
-        _published(texts[0], "its description", ann, where)
-        out["description"] = texts[0]
-    return out
-
-
-def _attributes(note: object) -> dict[str, Any]:
-    """A constraint's attributes: an annotated_types dataclass's fields, or pydantic's."""
-    if dataclasses.is_dataclass(note):
-        return {field.name: getattr(note, field.name) for field in dataclasses.fields(note)}
-    return dict(getattr(note, "__dict__", {}))
-
-
-def _published(value: object, what: str, annotation: object, where: str) -> None:
-    """Refuse a value the schema would carry when it has no JSON form (NaN, 2**64, a surrogate)."""
-    try:
-        to_json(value, what)
-    except JSONError as exc:
-        raise Unpublishable(annotation, where, str(exc)) from None
 
 
 class Deriver:
@@ -326,7 +146,7 @@ class Deriver:
             return {}, None
         if origin is typing.Annotated:
             schema, convert = self.derive(args[0], where)
-            return _annotated(schema, ann.__metadata__, ann, where), convert
+            return annotated_schema(schema, ann.__metadata__, ann, where), convert
         if ann is None or ann is type(None):
             return {"type": "null"}, None
         if ann is bool:
@@ -340,8 +160,8 @@ class Deriver:
         if ann is decimal.Decimal:  # a number, or its text: a model may keep every digit
             text = {"type": "string", "pattern": _DECIMAL_TEXT}
             return {"anyOf": [{"type": "number"}, text]}, to_decimal
-        if isinstance(ann, type) and ann in _TEXT_TYPES:  # JSON has no such type: its text
-            form, convert = _TEXT_TYPES[ann]
+        if isinstance(ann, type) and ann in TEXT_TYPES:  # JSON has no such type: its text
+            form, convert = TEXT_TYPES[ann]
             return {"type": "string", "format": form}, convert
         if origin is typing.Union or origin is types.UnionType:
             return self._union(args, where)
@@ -349,7 +169,7 @@ class Deriver:
             if not all(arg is None or type(arg) in (str, int, bool) for arg in args):
                 raise Unsupported(ann, where, "Literal values must be str, int, bool or None")
             for arg in args:
-                _published(arg, f"its value {arg!r:.40}", ann, where)
+                published(arg, f"its value {arg!r:.40}", ann, where)
             # A valid float equals one of the ints (JSON Schema's enum compares numbers by value).
             return _enum_schema(list(args)), (to_int if int in map(type, args) else None)
         if isinstance(ann, type) and issubclass(ann, enum.Enum):
@@ -357,7 +177,7 @@ class Deriver:
             if not all(v is None or type(v) in (str, int, float, bool) for v in values):
                 raise Unsupported(ann, where, "Enum values must be str, int, float, bool or None")
             for value in values:
-                _published(value, f"its value {value!r:.40}", ann, where)
+                published(value, f"its value {value!r:.40}", ann, where)
             return _enum_schema(values), ann
         if ann is list or origin is list:
             return self._array(args[0] if args else Any, where, list)
@@ -455,7 +275,7 @@ class Deriver:
                 try:
                     out.append(convert(item))
                 except (TypeError, ValueError) as exc:
-                    raise _refused_at(index, exc) from exc
+                    raise refused_at(index, exc) from exc
             return out if kind is list else tuple(out)
 
         return schema, convert_items
@@ -479,7 +299,7 @@ class Deriver:
                 try:
                     out.append(item if convert is None else convert(item))
                 except (TypeError, ValueError) as exc:
-                    raise _refused_at(index, exc) from exc
+                    raise refused_at(index, exc) from exc
             return tuple(out)
 
         return schema, convert_members
@@ -553,7 +373,7 @@ class Deriver:
                     continue
                 key = field.alias or field.name
                 where = f"{cls.__name__}.{key}"
-                _published(key, "its field name", cls, where)
+                published(key, "its field name", cls, where)
                 schema, converters[key] = self.derive(hints.get(field.name, Any), where)
                 if field.default is attrs.NOTHING:
                     required.append(key)
@@ -578,7 +398,7 @@ class Deriver:
             total_keys = cls.__required_keys__  # type: ignore[attr-defined]
             for key, hint in hints.items():
                 where = f"{cls.__name__}.{key}"
-                _published(key, "its key", cls, where)
+                published(key, "its key", cls, where)
                 # Python 3.11 cannot see Required/NotRequired in string annotations,
                 # so __required_keys__ is trusted only for keys without them.
                 origin = typing.get_origin(hint)
@@ -592,77 +412,7 @@ class Deriver:
         out: dict[str, Any] = {"type": "object"}
         description = summary(cls.__doc__)
         if description and not description.startswith(f"{cls.__name__}("):  # a dataclass's own
-            _published(description, "its docstring", cls, "")
+            published(description, "its docstring", cls, "")
             out["description"] = description
         out.update(properties=properties, required=required, additionalProperties=False)
-        return out, _class_converter(cls, converters)
-
-
-def _class_converter(cls: type, converters: dict[str, Converter | None]) -> Converter | None:
-    """An attrs or dataclass instance (a TypedDict's dict) from a valid object, converted."""
-    convert = fields_converter(converters)
-    if not (attrs.has(cls) or dataclasses.is_dataclass(cls)):
-        return convert
-    if convert is None:
-        return lambda value: cls(**value)
-    return lambda value: cls(**convert(value))
-
-
-def fields_converter(
-    converters: dict[str, Converter | None],
-) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
-    """Converts the named values of a valid object; None when none needs it.
-
-    The object itself is returned when nothing changed (the caller unpacks it
-    anyway). ``int`` and ``float`` fields, the commonest, are converted inline:
-    a function call per field would cost more than the rest of the conversion.
-    """
-    ints = tuple(key for key, convert in converters.items() if convert is to_int)
-    floats = tuple(key for key, convert in converters.items() if convert is to_float)
-    others = tuple(
-        (key, convert)
-        for key, convert in converters.items()
-        if convert is not None and convert is not to_int and convert is not to_float
-    )
-    if not (ints or floats or others):
-        return None
-
-    def convert_fields(value: dict[str, Any]) -> dict[str, Any]:
-        out = value
-        for key in ints:  # to_int, inline
-            number = value.get(key)
-            if type(number) is int:
-                if not INT_MIN <= number <= INT_MAX:
-                    raise _refused_at(key, ValueError(out_of_range(number)))
-            elif type(number) is float:
-                out = dict(value) if out is value else out
-                out[key] = int(number)
-        for key in floats:  # to_float, inline: a copy only when an int came
-            if type(value.get(key)) is int:
-                out = dict(value) if out is value else out
-                out[key] = float(value[key])
-        if others:
-            out = dict(value) if out is value else out
-            for key, convert in others:
-                if key in out:
-                    try:
-                        out[key] = convert(out[key])
-                    except (TypeError, ValueError) as exc:
-                        raise _refused_at(key, exc) from exc
-        return out
-
-    return convert_fields
-
-
-def converted_values(
-    value: dict[str, Any], converters: dict[str, Converter | None], default: Converter | None
-) -> dict[str, Any]:
-    """An object's values, each by its key's converter (else ``default``; None: as it is)."""
-    out = {}
-    for key, item in value.items():
-        convert = converters.get(key, default)
-        try:
-            out[key] = item if convert is None else convert(item)
-        except (TypeError, ValueError) as exc:
-            raise _refused_at(key, exc) from exc
-    return out
+        return out, class_converter(cls, converters)

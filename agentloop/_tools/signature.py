@@ -21,14 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from agentloop._core.json import to_json
 from agentloop._errors import JSONError
+from agentloop._tools.annotated import Unpublishable, Unsupported
+from agentloop._tools.converters import Converter, converted_values, fields_converter
 from agentloop._tools.schema import (
     SUPPORTED,
-    Converter,
     Deriver,
-    Unpublishable,
-    Unsupported,
-    converted_values,
-    fields_converter,
     json_default,
     show,
 )

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import anthropic
 
-from agentloop._drivers.streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
+from agentloop._drivers.deltas import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._anthropic_reply import messages_outcome
 from agentloop.providers._convert import parsed_arguments
 from agentloop.providers._streaming import afolded, folded
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from anthropic.types import RawMessageStreamEvent
 
-    from agentloop._drivers.streams import Delta
+    from agentloop._drivers.deltas import Delta
     from agentloop.providers._convert import Message
 
 __all__ = ["amessages_stream", "messages_stream"]

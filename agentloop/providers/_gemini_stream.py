@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from google.genai import errors
 
-from agentloop._drivers.streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
+from agentloop._drivers.deltas import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._errors import is_event_stream, unreadable
 from agentloop.providers._gemini_reply import GeminiParts
 from agentloop.providers._streaming import afolded, folded
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from google.genai import types
 
-    from agentloop._drivers.streams import Delta
+    from agentloop._drivers.deltas import Delta
     from agentloop._errors import UnreadableResponse
     from agentloop.providers._convert import Message
     from agentloop.providers._streaming import Errors
@@ -93,7 +93,7 @@ def open_stream(create: Callable[..., Iterator[Any]], url: str) -> Callable[...,
     ``_unstreamed``'s ``UnreadableResponse`` (``url``: what was asked).
     """
 
-    def opened(**request: Any) -> _Opened:
+    def open_and_peek(**request: Any) -> _Opened:
         rest = create(**request)
         try:
             first = next(rest, None)
@@ -105,13 +105,13 @@ def open_stream(create: Callable[..., Iterator[Any]], url: str) -> Callable[...,
             raise
         return _Opened(first, rest)
 
-    return opened
+    return open_and_peek
 
 
 def aopen_stream(create: Callable[..., Any], url: str) -> Callable[..., Any]:
     """``open_stream`` for an async client's ``generate_content_stream``."""
 
-    async def opened(**request: Any) -> _AOpened:
+    async def open_and_peek(**request: Any) -> _AOpened:
         rest = await create(**request)
         try:
             first = await anext(rest, None)
@@ -125,7 +125,7 @@ def aopen_stream(create: Callable[..., Any], url: str) -> Callable[..., Any]:
             raise
         return _AOpened(first, rest)
 
-    return opened
+    return open_and_peek
 
 
 def _unstreamed(first: Any, url: str) -> UnreadableResponse | None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import openai
 import orjson
 
-from agentloop._drivers.streams import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
+from agentloop._drivers.deltas import ArgumentsDelta, TextDelta, ToolCallStart, UsageDelta
 from agentloop.providers._compat import CallIds, extra, thought_signature
 from agentloop.providers._openai_reply import chat_outcome, chat_usage, responses_reply
 from agentloop.providers._streaming import afolded, error_event, folded
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
     from openai.types.responses import Response, ResponseStreamEvent
 
-    from agentloop._drivers.streams import Delta
+    from agentloop._drivers.deltas import Delta
     from agentloop.providers._convert import Message
 
 __all__ = ["achat_stream", "aresponses_stream", "chat_stream", "responses_stream"]

@@ -12,22 +12,24 @@ an ``IncompleteReply``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentloop._core.retry_policy import mark
 from agentloop._drivers.streams import between_chunks
 from agentloop._errors import IncompleteReply
-from agentloop.providers._convert import make_model
 from agentloop.providers._errors import aunstreamed, classify, stream_error_kind, unstreamed
+from agentloop.providers._model import make_model
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
     from types import ModuleType
 
-    from agentloop._drivers.streams import Delta
+    from agentloop._drivers.deltas import Delta
     from agentloop._tools.specs import NameRule, SpecFormat
-    from agentloop.providers._convert import Message, Options
+    from agentloop.providers._convert import Message
+    from agentloop.providers._model import Options
 
     # An adapter's own marking of its SDK's errors (``make_model``'s ``errors``): it marks
     # the error and may give one to raise in its place.
@@ -102,16 +104,13 @@ def folded(
         raise error from exc
     finally:
         events.close()  # the HTTP response, at once: the reply is in (or broke)
-    last = fold.missing()
-    if last is not None:
-        raise ended_early(last, began)
-    yield fold.reply()
+    yield _whole(fold, began)
 
 
 async def afolded(
     events: Any, fold: Fold, sdk: ModuleType | None = None, *, errors: Errors | None = None
 ) -> AsyncGenerator[Delta | Message, None]:
-    """``folded`` over an async SDK stream."""
+    """``folded`` over an async SDK stream: the same body, but where it awaits."""
     began = False
     try:
         page = await aunstreamed(events)
@@ -131,10 +130,15 @@ async def afolded(
         raise error from exc
     finally:
         await events.close()
+    yield _whole(fold, began)
+
+
+def _whole(fold: Fold, began: bool) -> Message:
+    """The reply ``fold`` made of a stream that ended: ``ended_early``'s error if it is not in."""
     last = fold.missing()
     if last is not None:
         raise ended_early(last, began)
-    yield fold.reply()
+    return fold.reply()
 
 
 def _broke(exc: Exception, sdk: ModuleType | None, errors: Errors | None) -> Exception:
@@ -331,22 +335,15 @@ def make_stream_model(
     itself): it yields the deltas ``convert`` makes of the SDK's events, then
     the whole reply.
     """
-    if inspect.iscoroutinefunction(inspect.unwrap(create)):
-
-        def aopen(source: Any) -> AsyncReplyStream:
-            return AsyncReplyStream(source, aconvert)
-
-        opened: Callable[[Any], Any] = aopen
-    else:
-
-        def open_(source: Any) -> ReplyStream:
-            return ReplyStream(source, convert)
-
-        opened = open_
+    open_stream: Callable[[Any], Any] = (  # make_model's parse: here, the stream opened
+        functools.partial(AsyncReplyStream, convert=aconvert)
+        if inspect.iscoroutinefunction(inspect.unwrap(create))
+        else functools.partial(ReplyStream, convert=convert)
+    )
     made: StreamModel | AsyncStreamModel = make_model(  # type: ignore[assignment]
         create,
         request,
-        opened,
+        open_stream,
         format,
         options,
         sdk=sdk,

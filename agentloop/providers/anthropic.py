@@ -50,16 +50,13 @@ except ImportError as exc:
 
 from agentloop.providers._anthropic_reply import FINAL_ANSWER, messages_reply
 from agentloop.providers._anthropic_stream import amessages_stream, messages_stream
-from agentloop.providers._convert import (
+from agentloop.providers._convert import Message, assistant_turn, result_content, unknown_kind
+from agentloop.providers._model import (
     AsyncModel,
-    Message,
     SyncModel,
-    assistant_turn,
     checked_client,
     checked_params,
     make_model,
-    result_content,
-    unknown_kind,
     without_retries,
 )
 from agentloop.providers._streaming import (

@@ -52,14 +52,9 @@ except ImportError as exc:
 from agentloop._core.messages import SIGNATURE
 from agentloop.providers._compat import SKIP_SIGNATURE
 from agentloop.providers._convert import (
-    AsyncModel,
     Message,
-    SyncModel,
     assistant_turn,
-    checked_client,
-    checked_params,
     image_of,
-    make_model,
     part_text,
     result_parts,
     result_text,
@@ -73,6 +68,13 @@ from agentloop.providers._gemini_stream import (
     aopen_stream,
     generate_stream,
     open_stream,
+)
+from agentloop.providers._model import (
+    AsyncModel,
+    SyncModel,
+    checked_client,
+    checked_params,
+    make_model,
 )
 from agentloop.providers._streaming import (
     AsyncStreamModel,

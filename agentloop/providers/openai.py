@@ -43,19 +43,21 @@ except ImportError as exc:
 from agentloop._core.messages import SIGNATURE
 from agentloop.providers._compat import DEFAULT, SKIP_SIGNATURE, Compat, short_ids
 from agentloop.providers._convert import (
-    AsyncModel,
     Message,
-    SyncModel,
     arguments_text,
     assistant_turn,
+    result_content,
+    result_text,
+    turn_start,
+    unknown_kind,
+)
+from agentloop.providers._model import (
+    AsyncModel,
+    SyncModel,
     checked_client,
     checked_params,
     make_model,
-    result_content,
-    result_text,
     strict_schema,
-    turn_start,
-    unknown_kind,
     without_retries,
 )
 from agentloop.providers._openai_reply import chat_reply, responses_reply

@@ -36,9 +36,11 @@ def test_budgets_are_checked_when_the_loop_is_built(
 
 def test_a_budget_defaults_to_the_loops_limits() -> None:
     """Budget(), Loop() and Engine() agree: 25 model steps, 100 tool calls, no token limit."""
-    default = agentloop.Budget(max_steps=25, max_calls=100, max_total_tokens=None)
-    assert agentloop.Budget() == default
-    assert agentloop.Budget(max_steps=3) == agentloop.Budget(max_steps=3, max_calls=100)
+    default = agentloop.engine.Budget(max_steps=25, max_calls=100, max_total_tokens=None)
+    assert agentloop.engine.Budget() == default
+    assert agentloop.engine.Budget(max_steps=3) == agentloop.engine.Budget(
+        max_steps=3, max_calls=100
+    )
     assert Loop(ScriptedModel([])).budget == default
     assert agentloop.engine.Engine("go").budget == default
 
@@ -338,9 +340,9 @@ def test_unresolvable_annotation_fails_when_the_loop_is_built() -> None:
     ("kwargs", "message"),
     [
         (
-            {"ledger": agentloop.SQLiteLedger},
+            {"ledger": agentloop.ledger.SQLiteLedger},
             r"^expected ledger to be a Ledger, got the class SQLiteLedger: make one \(say "
-            r"agentloop.SQLiteLedger\('runs.db'\)\)$",
+            r"agentloop.ledger.SQLiteLedger\('runs.db'\)\)$",
         ),
         (
             {"tools": agentloop.ToolRegistry},
@@ -426,3 +428,32 @@ def test_an_engine_part_of_the_wrong_kind_is_refused_when_the_engine_is_made(
     typed = Loop(ScriptedModel([]), output=list[int]).output
     engine = Engine("go", output=typed, models=("a", "b"), clock=lambda: 0.0)
     assert engine.state == "awaiting_model"
+
+
+def test_a_budget_a_run_file_cannot_hold_is_refused_at_the_loop() -> None:
+    """max_steps past 2**63 - 1 is refused when the Loop is built, not at save time."""
+    with pytest.raises(ValueError, match=r"max_steps must be at most 2\*\*63 - 1"):
+        Loop(ScriptedModel([]), max_steps=10**30)
+    assert Loop(ScriptedModel([]), max_steps=2**63 - 1).budget.max_steps == 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    ("messages", "error", "message"),
+    [
+        pytest.param([{"kind": "tool_result", "id": ["c"]}], ValueError,
+                     r"messages\[0\]: expected a tool_result's 'id' to be a str, got \['c'\]",
+                     id="tool_result id is a list"),
+        pytest.param([{"kind": "user", "text": "\ud800"}], TypeError,
+                     r"messages\[0\]\.text: expected text that is valid Unicode, got a lone surr",
+                     id="lone surrogate"),
+        pytest.param([call("c"), call("c"), {"kind": "tool_result", "id": "c"}], ValueError,
+                     r"messages\[1\]: expected each call id once, got 'c' again",
+                     id="one result for two calls"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_named(
+    driver: Driver, messages: Any, error: type[Exception], message: str
+) -> None:
+    """Input the engine refuses says what was expected, at which message."""
+    with pytest.raises(error, match=message):
+        driver.start(Loop(ScriptedModel([])), messages)

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agentloop import Budget, CancelToken, Loop, State
+from agentloop import CancelToken, Loop, State
 from agentloop.context import summarise
-from agentloop.engine import Engine, Guard, Trigger
+from agentloop.engine import Budget, Engine, Guard, Trigger
 from agentloop.models import RetryPolicy
 from agentloop.testing import ScriptedModel, call, final
 from tests.support.helpers import add

@@ -356,7 +356,7 @@ def test_a_summary_that_is_not_json_is_kept_as_rejected_and_replays() -> None:
     assert result.status == "malformed"
     assert result.error is not None
     assert "malformed summary: " in result.error
-    assert isinstance(result.rejected, agentloop.NotJSON)
+    assert isinstance(result.rejected, agentloop.review.NotJSON)
     assert run_from_json(run_to_json(result)).events == result.events
 
 
@@ -435,7 +435,7 @@ def test_a_run_file_whose_references_were_changed_is_refused() -> None:
     document = orjson.loads(run_to_json(result))
     asked = [e for e in document["events"] if "context" in e]
     asked[-1]["context"]["kept"] = [[0, 1]]
-    with pytest.raises(agentloop.RunFileError, match=r"context"):
+    with pytest.raises(agentloop.review.RunFileError, match=r"context"):
         run_from_json(orjson.dumps(document))
 
 
@@ -462,7 +462,7 @@ def test_show_names_what_each_request_saw(
     loop = Loop(Chatty(8), tools=[echo], context=summarise(writer, tokens=300), max_steps=40)
     result = loop.run("a")
     path = tmp_path / "run.json"
-    agentloop.save_run(result, path)
+    agentloop.review.save_run(result, path)
     main(["show", str(path)])
     shown = capsys.readouterr().out
     assert "sent messages 0, 3-4 (" in shown or "sent messages 0, " in shown
@@ -815,14 +815,14 @@ def test_a_durable_run_is_fitted_and_resumed_under_its_recorded_policy(tmp_path:
             model,
             tools=registry,
             context=keep_last(tokens=tokens),
-            ledger=agentloop.SQLiteLedger(db),
+            ledger=agentloop.ledger.SQLiteLedger(db),
         )
 
     paused = loop(300).run("go", run_id="r1")
     assert paused.status == "awaiting_approval"
     with pytest.raises(agentloop.ConfigurationMismatchError, match="context"):
         loop(400).resume("r1", decisions={"g": agentloop.approve()})
-    viewed = view_run(agentloop.SQLiteLedger(db), "r1")
+    viewed = view_run(agentloop.ledger.SQLiteLedger(db), "r1")
     assert [e.context for e in viewed.events] == [e.context for e in paused.events]
     result = loop(300).resume("r1", decisions={"g": agentloop.approve()})
     assert result.status == "finished"
@@ -863,7 +863,7 @@ def test_a_durable_run_journals_its_summaries_and_resumes_without_asking_again(
             model,
             tools=registry,
             context=summarise(writer, tokens=300),
-            ledger=agentloop.SQLiteLedger(db),
+            ledger=agentloop.ledger.SQLiteLedger(db),
             max_steps=40,
         )
 
@@ -893,7 +893,7 @@ def test_a_durable_summary_interrupted_is_recorded_as_the_run_s_end(tmp_path: An
             Chatty(10),
             tools=[echo],
             context=summarise(writer, tokens=300),
-            ledger=agentloop.SQLiteLedger(db),
+            ledger=agentloop.ledger.SQLiteLedger(db),
         )
 
     run = loop().start("a", run_id="r1")

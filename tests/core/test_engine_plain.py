@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agentloop import Budget, Loop, State, load_run, save_run
+from agentloop import Loop, State
 from agentloop._core.build import table_for
 from agentloop._core.intake import take_reply
 from agentloop._core.register import EFFECTS, GUARDS
 from agentloop._core.rows import basic, context, loopguard, output, retry, review, wrapup
 from agentloop._core.values import NotJSON, Usage
-from agentloop.engine import Effect, Engine, Guard, RunTool
+from agentloop.engine import Budget, Effect, Engine, Guard, RunTool
+from agentloop.review import load_run, save_run
 from agentloop.testing import ScriptedModel, call, final
 from tests.support import ROOT
 from tests.support.helpers import add

@@ -6,14 +6,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agentloop import Budget, CancelToken, State
+from agentloop import CancelToken, State
 from agentloop._core import build
 from agentloop._core.build import ALL, DEFINITION, TABLE, build_table, merged, table_for
 from agentloop._core.register import EFFECTS, GUARDS, guard
 from agentloop._core.retry_policy import RetryPolicy, Transient
 from agentloop._core.rows import basic, review, wrapup
 from agentloop._errors import TableError
-from agentloop.engine import Effect, Engine, Feature, Guard, Trigger
+from agentloop.engine import Budget, Effect, Engine, Feature, Guard, Trigger
 from agentloop.testing import call, final
 
 if TYPE_CHECKING:

@@ -268,7 +268,7 @@ def test_engine_matches_transitions_on_random_runs(
     outcomes = []
     for engine_class in (Engine, ReferenceEngine):
         world = World(list(replies), cancel_at)
-        budget_ = agentloop.Budget(max_steps=budget[0], max_calls=budget[1])
+        budget_ = agentloop.engine.Budget(max_steps=budget[0], max_calls=budget[1])
         engine = engine_class("go", budget=budget_, cancel=world.token)
         drive_engine(engine, world)
         result = engine.result()

@@ -130,7 +130,7 @@ def test_a_fork_of_a_paused_run_waits_for_the_same_person() -> None:
 
 def test_a_fork_of_a_durable_run_is_a_durable_run_of_its_own(tmp_path: Path) -> None:
     """With a ledger, the fork is recorded under its own id, and resumes to itself."""
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     script = [batch(call("c1", "add", a=1, b=1), call("c2", "add", a=2, b=2)), final("2 and 4")]
     old = Loop(ScriptedModel(script), tools=[add], ledger=ledger).run("go", run_id="old")
 
@@ -167,7 +167,7 @@ def test_a_fork_refuses_a_cut_it_cannot_make() -> None:
 def test_a_refused_durable_fork_leaves_no_trace_in_the_ledger(tmp_path: Path, method: str) -> None:
     """A fork refused (a batch's calls running at the cut, a budget that cannot replay) is
     not recorded: its id stays free, no restart loop finds it, and nothing it held runs."""
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     ran: list[int] = []
 
     def noting(a: int, b: int) -> int:

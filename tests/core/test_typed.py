@@ -25,6 +25,7 @@ from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import ScriptedModel, assert_contract, batch, strategies
 from tests.core import test_properties as props
 from tests.support.helpers import (
+    City,
     Driver,
     Recorder,
     call,
@@ -38,14 +39,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 A, V, D = "awaiting_model", "validating", "dispatching"
-
-
-@attrs.frozen
-class City:
-    """A city and its population."""
-
-    name: str
-    population: int
 
 
 @dataclasses.dataclass
@@ -522,7 +515,7 @@ def test_the_kit_draws_outputs_the_loop_takes_and_ones_it_refuses(data: st.DataO
 
 def test_a_durable_typed_run_resumes_typed_and_refuses_another_schema(tmp_path: Path) -> None:
     """The ledger records the schema: resumed by id the output is a City; another T is refused."""
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     model = ScriptedModel([final("{}"), final(PARIS)])
     loop = Loop(model, output=City, ledger=ledger, max_identical_calls=3)
     result = loop.run("go", run_id="r1")
@@ -569,7 +562,7 @@ def test_the_new_rows_match_transitions_keep_the_contract_and_replay(
     keeps the contract and replays."""
     replies = data.draw(st.lists(props.REPLIES | TYPED_FINALS, max_size=10))
     cancel_at = data.draw(st.none() | st.integers(1, 8))
-    limits = agentloop.Budget(
+    limits = agentloop.engine.Budget(
         max_steps=budget[0],
         max_calls=budget[1],
         max_identical_calls=limit,
@@ -676,7 +669,7 @@ def test_a_run_file_and_a_ledger_replay_what_only_the_type_refused(
         City: PARIS,
     }.get(output, "[2]")
     texts = [refused, valid] if retried else [refused]
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     retries = 1 if retried else 0
     model = ScriptedModel([final(t) for t in texts])
     loop = Loop(model, output=output, ledger=ledger, max_output_retries=retries)
@@ -758,7 +751,7 @@ def test_output_text_is_the_json_inside_a_markdown_fence(driver: Driver, tmp_pat
     assert json.loads(document)["output"] == PARIS
     assert run_from_json(document).output_text == PARIS
     assert_contract(result, "go")
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     Loop(ScriptedModel([final(fenced)]), output=City, ledger=ledger).run("go", run_id="r")
     assert view_run(ledger, "r").result.output_text == PARIS
 
@@ -878,7 +871,7 @@ def test_a_durable_run_with_the_guard_and_the_wrap_up_resumes_to_the_same_result
     tmp_path: Path,
 ) -> None:
     """The ledger's replay makes the guard's and the wrap-up's rows again, from the records."""
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     same = [call(f"c{n}", "look", q="x") for n in range(1, 3)]
     loop = Loop(
         ScriptedModel([*same, final("wrapped")]),
@@ -902,7 +895,7 @@ def test_a_durable_run_with_the_guard_and_the_wrap_up_resumes_to_the_same_result
 
 def test_a_durable_batch_the_guard_cut_resumes_mid_batch(tmp_path: Path) -> None:
     """Resumed mid-batch, the calls the guard refused are not looked for among the records."""
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     ran: list[str] = []
 
     def stop_after(q: str) -> str:
@@ -937,7 +930,7 @@ def test_a_typed_durable_run_is_viewed_under_its_recorded_schema(tmp_path: Path)
     """view_run (agentloop show LEDGER RUN) replays the output retry the run recorded."""
     from agentloop.ledger import view_run
 
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     Loop(ScriptedModel([final("{}"), final(PARIS)]), output=City, ledger=ledger).run(
         "go", run_id="typed"
     )

@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 import agentloop
-from agentloop import Budget, CancelToken, Loop, Usage
-from agentloop.engine import Engine, RunTool
+from agentloop import CancelToken, Loop, Usage
+from agentloop.engine import Budget, Engine, RunTool
 from agentloop.testing import (
     ScriptedModel,
     assert_contract,
@@ -153,32 +153,11 @@ def test_times_do_not_take_part_in_equality_or_replay(tmp_path: Any) -> None:
     assert [e.at for e in first.events] != [e.at for e in second.events]
 
     path = tmp_path / "run.json"
-    agentloop.save_run(first, path)
-    loaded = agentloop.load_run(path)
+    agentloop.review.save_run(first, path)
+    loaded = agentloop.review.load_run(path)
     assert loaded == first
     assert [e.at for e in loaded.events] == [e.at for e in first.events]
     assert loaded.usage == Usage(5, 1, 0)
-
-
-def test_a_version_2_run_file_still_reads() -> None:
-    """Before usage and times: read with no usage, no token budget and no times."""
-    result = Loop(
-        ScriptedModel([call("c1", "add", a=1, b=2), final("3")]), tools={"add": Recorder()}
-    ).run("go")
-    document = orjson.loads(agentloop.review.run_to_json(result))
-    document["version"] = 2
-    del document["usage"], document["budget"]["max_total_tokens"], document["held"]
-    for event in document["events"]:
-        del event["usage"], event["at"], event["took"], event["pending"], event["decisions"]
-    loaded = agentloop.review.run_from_json(orjson.dumps(document))
-
-    assert loaded == result
-    assert loaded.budget.max_total_tokens is None
-    assert all(e.at is None and e.took is None for e in loaded.events)
-    # A field of version 3 in a version 2 file is refused, not silently kept.
-    document["events"][0]["took"] = "late"
-    with pytest.raises(agentloop.RunFileError, match=r"\$\.events\[0\]\.took"):
-        agentloop.review.run_from_json(orjson.dumps(document))
 
 
 def test_show_and_the_report_give_tokens_and_times(tmp_path: Any) -> None:
@@ -214,8 +193,8 @@ def test_a_refused_reply_still_counts_what_it_cost(tmp_path: Any) -> None:
     assert (result.status, result.usage) == ("failed", Usage(60, 402, 0))
     assert result.events[-1].usage == Usage(50, 400, 0)
     path = tmp_path / "run.json"
-    agentloop.save_run(result, path)
-    assert agentloop.load_run(path) == result
+    agentloop.review.save_run(result, path)
+    assert agentloop.review.load_run(path) == result
 
 
 def test_a_run_in_progress_shows_its_usage() -> None:
@@ -234,5 +213,5 @@ def test_a_negative_duration_in_a_run_file_is_refused() -> None:
     result = Loop(ScriptedModel([final("x")])).run("go")
     document = orjson.loads(agentloop.review.run_to_json(result))
     document["events"][0]["took"] = -5
-    with pytest.raises(agentloop.RunFileError, match=r"\$\.events\[0\]\.took"):
+    with pytest.raises(agentloop.review.RunFileError, match=r"\$\.events\[0\]\.took"):
         agentloop.review.run_from_json(orjson.dumps(document))

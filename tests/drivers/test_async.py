@@ -4,13 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agentloop import CancelToken, InvalidStateError, Loop, ToolRegistry, Transition
-from agentloop.testing import ScriptedModel
+import agentloop
+from agentloop import (
+    CancelToken,
+    Decision,
+    InvalidStateError,
+    Loop,
+    State,
+    Tool,
+    ToolRegistry,
+    Transition,
+    allow,
+)
+from agentloop.ledger import SQLiteLedger
+from agentloop.testing import ScriptedModel, batch
 from tests.support.helpers import Recorder, call, final, kinds
+from tests.support.payments import two
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 Message = dict[str, Any]
 
@@ -406,3 +422,58 @@ async def test_afinish_steps_to_the_end_like_finish() -> None:
     result = await run.afinish()
     assert (result.status, result.output, result.steps, result.calls) == ("finished", "3", 2, 1)
     assert await run.afinish() == result  # done: the same result again
+
+
+# -- an interruption in a task the driver made ends the run ------------------------------
+
+
+async def boom() -> str:
+    await asyncio.sleep(0)
+    raise KeyboardInterrupt
+
+
+async def fine(cents: int) -> str:
+    await asyncio.sleep(0)
+    return f"paid {cents}"
+
+
+def interrupted_loop(where: str, ledger: SQLiteLedger | None = None) -> Loop:
+    """A loop whose tool (under ``max_concurrency=2``) or async policy raises KeyboardInterrupt."""
+    if where == "tool":
+        tools = ToolRegistry([Tool(boom, name="boom"), Tool(fine, name="pay")])
+        reply = batch(call("c1", "boom"), call("c2", "pay", cents=1))
+    else:
+
+        async def policy(call: Message) -> Decision:
+            await asyncio.sleep(0)
+            if call["id"] == "c2":
+                raise KeyboardInterrupt
+            return allow()
+
+        tools = ToolRegistry([Tool(fine, name="pay")], policy=policy)
+        reply = two()
+    model = ScriptedModel([reply, final("done")])
+    return Loop(model, tools=tools, max_concurrency=2, ledger=ledger)
+
+
+@pytest.mark.parametrize("how", ["run_until_complete", "asyncio.run"])
+@pytest.mark.parametrize("where", ["tool", "policy"])
+def test_an_interrupt_in_a_task_the_driver_made_ends_the_run(
+    where: str, how: str, tmp_path: Path
+) -> None:
+    """One rule for both drivers: the run ends ``cancelled``, the interruption recorded."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    run = interrupted_loop(where, ledger).astart("pay", run_id="r1")
+    loop = asyncio.new_event_loop()
+    drive = asyncio.run if how == "asyncio.run" else loop.run_until_complete
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            drive(run.afinish())
+    finally:
+        loop.close()
+    assert run.state is State.CANCELLED
+    assert isinstance(run.events[-1].exception, KeyboardInterrupt)
+    agentloop.testing.assert_contract(run, "pay")
+    recorded = asyncio.run(interrupted_loop(where, ledger).aresume("r1"))
+    assert recorded.status is State.CANCELLED
+    assert getattr(recorded.events[-1].exception, "type_name", None) == "KeyboardInterrupt"

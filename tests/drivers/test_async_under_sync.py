@@ -138,6 +138,32 @@ def test_async_policies_under_loop_run() -> None:
     assert ran == [2, 4]
 
 
+@pytest.mark.parametrize("start", ["run", "arun"])
+def test_a_registry_denial_settles_the_call_before_the_tool_policy_is_asked(start: str) -> None:
+    """Under both drivers, async policies are asked in the same order as plain ones: the
+    registry's first, and its denial is the answer, the tool's policy never asked."""
+    asked: list[str] = []
+
+    async def registry_policy(c: Message) -> agentloop.Decision:
+        asked.append(f"registry {c['id']}")
+        return deny("read-only") if c["arguments"]["n"] > 1 else allow()
+
+    async def tool_policy(c: Message) -> agentloop.Decision:
+        asked.append(f"tool {c['id']}")
+        return allow()
+
+    tools = ToolRegistry([Tool(lambda n: n, name="f", policy=tool_policy)], policy=registry_policy)
+    loop = Loop(
+        ScriptedModel([batch(call("a", "f", n=1), call("b", "f", n=2)), final("x")]), tools=tools
+    )
+    result = loop.run("go") if start == "run" else asyncio.run(loop.arun("go"))
+    assert [(m["status"], m["content"]) for m in result.transcript[2:4]] == [
+        ("ok", 1),
+        ("denied", "read-only"),
+    ]
+    assert asked == ["registry a", "tool a", "registry b"]
+
+
 def test_a_custom_dispatcher_may_answer_with_an_awaitable() -> None:
     """Its awaitable outcome is awaited, as the asyncio driver awaits it."""
 
@@ -383,3 +409,30 @@ def test_to_thread_and_concurrency_stay_asyncio_only() -> None:
     for options in ({"to_thread": True}, {"max_concurrency": 2}):
         with pytest.raises(ValueError, match=r"needs the asyncio driver \(loop.arun or loop"):
             Loop(AsyncScriptedModel([final("x")]), **options).run("go")
+
+
+def test_an_async_model_is_awaited_by_the_sync_driver() -> None:
+    """An async def model runs under loop.run too (it was refused at start): it is awaited on
+    the run's own event loop."""
+
+    async def model(history: list[dict[str, Any]]) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        return final("awaited")
+
+    assert Loop(model).run("go").output == "awaited"
+
+
+def test_a_coroutine_returned_by_a_plain_model_is_awaited_without_a_warning() -> None:
+    """Either driver awaits it, as it would an async def model's (the sync one made the run
+    malformed); nothing warns of a coroutine never awaited."""
+
+    async def reply() -> dict[str, Any]:
+        return final("awaited")
+
+    loop = Loop(lambda history: reply())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        results = [loop.run("go"), asyncio.run(loop.arun("go"))]
+    for result in results:
+        assert (result.status, result.output) == ("finished", "awaited")
+        assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result

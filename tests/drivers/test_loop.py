@@ -315,7 +315,7 @@ def test_malformed_reply_is_kept_for_review(driver: Driver) -> None:
     reply: dict[str, Any] = {"kind": "call", "id": "c", "name": "add", "arguments": {"a": {1}}}
     result = driver.run(Loop(ScriptedModel([reply])), "go")
     reply["arguments"]["a"].add(2)
-    assert result.rejected == agentloop.NotJSON(
+    assert result.rejected == agentloop.review.NotJSON(
         "{'kind': 'call', 'id': 'c', 'name': 'add', 'arguments': {'a': {1}}}",
         "reply.arguments.a: expected a JSON value (dict, list, str, int, float, bool or None), "
         "got set",
@@ -554,7 +554,7 @@ def test_a_durable_run_whose_listener_raised_in_run_is_resumed_by_id(
     """``loop.run`` hands back no run when a listener raises: with a ledger, the run resumes
     by its id, from the transition the listener heard, and nothing runs twice."""
     add_ = Recorder()
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     model = ScriptedModel([call("c1", a=1, b=2), final("3")])
     loop = Loop(model, tools={"add": add_}, ledger=ledger, listeners=[FailsOnce("tool_returned")])
     with pytest.raises(RuntimeError, match="a listener's bug"):
@@ -747,7 +747,7 @@ def test_a_tool_timeout_a_plain_tool_would_run_past_is_refused(tmp_path: Path) -
         asked.append(len(history))
         return final()
 
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     loop = Loop(model, tools=registry, tool_timeout=0.1, ledger=ledger)
     registry.add(slow)
     with pytest.raises(ValueError, match=TIMEOUT_REFUSED):
@@ -890,17 +890,17 @@ def test_run_file_functions_name_what_they_expect(tmp_path: Path) -> None:
     result = Loop(ScriptedModel([final()])).run("go")
     path = tmp_path / "run.json"
     with pytest.raises(TypeError, match=r"^save_run\(\) expected a RunResult .*got PosixPath"):
-        agentloop.save_run(path, result)  # type: ignore[arg-type]
+        agentloop.review.save_run(path, result)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^save_run\(\) expected a path .*got int"):
-        agentloop.save_run(result, 3)  # type: ignore[arg-type]
+        agentloop.review.save_run(result, 3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^load_run\(\) expected a path .*got RunResult"):
-        agentloop.load_run(result)  # type: ignore[arg-type]
+        agentloop.review.load_run(result)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^run_from_json\(\) expected .*text .*got dict"):
         agentloop.review.run_from_json({"format": "agentloop-run"})  # type: ignore[arg-type]
     assert not path.exists()  # nothing was written by the refused call
-    agentloop.save_run(result, path)
-    assert agentloop.load_run(path) == result
-    assert agentloop.load_run(bytes(path)) == result  # what open() takes, load_run takes
+    agentloop.review.save_run(result, path)
+    assert agentloop.review.load_run(path) == result
+    assert agentloop.review.load_run(bytes(path)) == result  # what open() takes, load_run takes
     text = agentloop.review.run_to_json(result).encode()
     assert agentloop.review.run_from_json(bytearray(text)) == result
     assert agentloop.review.run_from_json(memoryview(text)) == result  # type: ignore[arg-type]

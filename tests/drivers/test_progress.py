@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 import agentloop
-from agentloop import Loop, ToolRegistry, Transition, report_progress
+from agentloop import Loop, State, ToolRegistry, Transition, report_progress
+from agentloop._drivers.progress import REPORTER
 from agentloop.streaming import ToolProgress
 from agentloop.testing import ScriptedModel, batch
-from tests.support.helpers import call, drive, final
+from tests.support.helpers import SyncDriver, call, drive, final
 
 if TYPE_CHECKING:
     from tests.support.helpers import Driver
@@ -173,3 +175,37 @@ def test_a_run_dropped_is_freed_at_once() -> None:
     for start in (loop.start, loop.astart):
         gone = weakref.ref(start("go"))
         assert gone() is None
+
+
+def _interrupt_right_after_the_reporter_is_set(frame: object, event: str, arg: Any) -> None:
+    """A profiler: KeyboardInterrupt as ``REPORTER.set`` returns, as a signal may land there."""
+    if event == "c_return" and getattr(arg, "__self__", None) is REPORTER:
+        sys.setprofile(None)
+        raise KeyboardInterrupt("right after the reporter was set")
+
+
+def test_an_interrupt_right_after_a_call_sets_its_reporter_leaves_none_behind(
+    driver: Driver,
+) -> None:
+    """Ctrl-C landing just after the dispatch set the call's reporter ends the run, and the
+    reporter is gone with it: a later call outside any run reports to nobody."""
+    run = driver.start(
+        Loop(ScriptedModel([call("a", "count", n=1), final()]), tools=counting()), "go"
+    )
+    run.step()  # the model asked for the call
+    run.step()  # which is valid
+    sys.setprofile(_interrupt_right_after_the_reporter_is_set)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run.step()
+    finally:
+        sys.setprofile(None)
+    assert run.state is State.CANCELLED
+    if isinstance(driver, SyncDriver):
+        assert REPORTER.get() is None
+    else:  # the run's task ran in the runner's context: read it there
+
+        async def reporter() -> object:
+            return REPORTER.get()
+
+        assert driver.runner.run(reporter()) is None

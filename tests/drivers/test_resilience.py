@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import CancelToken, InvalidStateError, Loop, SQLiteLedger
-from agentloop.engine import Engine, State, Trigger, Wait
-from agentloop.ledger import view_run
+from agentloop import CancelToken, InvalidStateError, Loop, State
+from agentloop.engine import Engine, Trigger, Wait
+from agentloop.ledger import SQLiteLedger, view_run
 from agentloop.models import RetryPolicy, Transient, fallback, mark, transient
 from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import AsyncScriptedModel, ScriptedModel, assert_contract
@@ -576,7 +576,7 @@ def die(seconds, token):
 loop = agentloop.Loop(
     ScriptedModel([TimeoutError("slow")]),
     retry=RetryPolicy(attempts=2, sleep=die),
-    ledger=agentloop.SQLiteLedger(sys.argv[1]),
+    ledger=agentloop.ledger.SQLiteLedger(sys.argv[1]),
 )
 loop.run("hi", run_id="r")
 """
@@ -613,7 +613,9 @@ def test_a_run_file_with_a_wait_the_replay_does_not_make_is_refused() -> None:
     text = run_to_json(Loop(ScriptedModel([ValueError("x")])).run("hi"))
     forged = text.replace('"input": null\n', '"input": null, "wait": 1.5\n', 1)
     assert forged != text
-    with pytest.raises(agentloop.RunFileError, match=r"\$\.events\[0\]: expected .*retry_planned"):
+    with pytest.raises(
+        agentloop.review.RunFileError, match=r"\$\.events\[0\]: expected .*retry_planned"
+    ):
         run_from_json(forged)
 
 

@@ -18,19 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentloop import (
-    CancelToken,
-    InvalidStateError,
-    Loop,
-    RunResult,
-    ToolRegistry,
-    Transition,
-    load_run,
-    save_run,
-)
+from agentloop import CancelToken, InvalidStateError, Loop, RunResult, ToolRegistry, Transition
 from agentloop.engine import TERMINAL
 from agentloop.ledger import view_run
 from agentloop.models import RetryPolicy
+from agentloop.review import load_run, save_run
 from agentloop.streaming import (
     ArgumentsDelta,
     Discard,

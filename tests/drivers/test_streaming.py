@@ -24,20 +24,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentloop import (
-    CancelToken,
-    Loop,
-    RunResult,
-    SQLiteLedger,
-    ToolRegistry,
-    Transition,
-    load_run,
-    report_progress,
-    save_run,
-)
+from agentloop import CancelToken, Loop, RunResult, ToolRegistry, Transition, report_progress
 from agentloop._cli.main import main
 from agentloop._review.report import report_html
+from agentloop.ledger import SQLiteLedger
 from agentloop.providers import IncompleteReply
+from agentloop.review import load_run, run_from_json, run_to_json, save_run
 from agentloop.streaming import (
     ArgumentsDelta,
     TextDelta,
@@ -379,6 +371,31 @@ def test_ctrl_c_in_a_delta_listener_ends_the_run_cancelled() -> None:
     assert run.events[-1].partial_text == "Hel"
 
 
+def test_ctrl_c_between_two_deltas_of_a_drained_step_ends_the_run_cancelled() -> None:
+    """``finish()`` drains a stream's deltas where the pump reads them: a ``KeyboardInterrupt``
+    that lands in the drain itself, between two deltas, closes the stream at once and ends the
+    run before it propagates (the lock let go, so the run can be read and saved)."""
+    stream = Tracked([TextDelta(text="Hel"), TextDelta(text="lo"), final("Hello")])
+    run = Loop(lambda history: stream).start(USER)
+
+    def interrupt_in_the_drain(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_return" and arg is next and frame.f_code.co_name == "drain":
+            sys.setprofile(None)
+            raise KeyboardInterrupt("between two deltas")
+
+    sys.setprofile(interrupt_in_the_drain)
+    try:
+        with pytest.raises(KeyboardInterrupt) as raised:
+            run.finish()
+    finally:
+        sys.setprofile(None)
+    assert raised.value.args == ("between two deltas",)  # held: its frames keep the step alive
+    assert run.state == "cancelled"
+    assert stream.closed_at is not None
+    assert run.events[-1].partial_text == "Hel"
+    assert run_from_json(run_to_json(run.result())) == run.result()
+
+
 @pytest.mark.parametrize("driver", ["sync", "async"])
 @pytest.mark.parametrize("stream_kind", ["generator", "async generator"])
 def test_a_stream_is_not_resumed_once_the_token_is_cancelled(driver: str, stream_kind: str) -> None:
@@ -624,7 +641,7 @@ def model(history):
     yield TextDelta(text="2+2 ")
     os.kill(os.getpid(), signal.SIGKILL)  # the process dies while the reply streams
 
-loop = agentloop.Loop(model, ledger=agentloop.SQLiteLedger(sys.argv[1]))
+loop = agentloop.Loop(model, ledger=agentloop.ledger.SQLiteLedger(sys.argv[1]))
 loop.run("What is 2+2?", run_id="r1")
 """
 

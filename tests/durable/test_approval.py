@@ -330,17 +330,17 @@ def test_a_paused_run_saved_to_a_file_goes_on_in_another_process(tmp_path: Path)
         f"""
         result = Loop(model, tools=tools).run("go")
         assert result.status == "awaiting_approval"
-        agentloop.save_run(result, {str(tmp_path / "run.json")!r})
+        agentloop.review.save_run(result, {str(tmp_path / "run.json")!r})
         """,
     )
     assert not (tmp_path / "effects").exists()  # nothing of the batch ran
-    saved = agentloop.load_run(tmp_path / "run.json")
+    saved = agentloop.review.load_run(tmp_path / "run.json")
     assert [p.call_id for p in saved.pending] == ["l"]
     fingerprint = saved.pending[0].fingerprint
     out = child(
         tmp_path,
         f"""
-        saved = agentloop.load_run({str(tmp_path / "run.json")!r})
+        saved = agentloop.review.load_run({str(tmp_path / "run.json")!r})
         result = Loop(model, tools=tools).resume(
             saved, decisions={{"l": agentloop.approve(fingerprint={fingerprint!r})}}
         )
@@ -356,7 +356,7 @@ def test_a_paused_durable_run_goes_on_after_its_process_is_gone(tmp_path: Path) 
     child(
         tmp_path,
         f"""
-        loop = Loop(model, tools=tools, ledger=agentloop.SQLiteLedger({str(ledger)!r}))
+        loop = Loop(model, tools=tools, ledger=agentloop.ledger.SQLiteLedger({str(ledger)!r}))
         assert loop.run("go", run_id="r1").status == "awaiting_approval"
         """,
     )
@@ -364,7 +364,7 @@ def test_a_paused_durable_run_goes_on_after_its_process_is_gone(tmp_path: Path) 
     out = child(
         tmp_path,
         f"""
-        loop = Loop(model, tools=tools, ledger=agentloop.SQLiteLedger({str(ledger)!r}))
+        loop = Loop(model, tools=tools, ledger=agentloop.ledger.SQLiteLedger({str(ledger)!r}))
         paused = loop.resume("r1")
         print(paused.status, [p.call_id for p in paused.pending])
         result = loop.resume("r1", decisions={{"l": agentloop.deny("too much")}})
@@ -378,7 +378,7 @@ def test_a_paused_durable_run_goes_on_after_its_process_is_gone(tmp_path: Path) 
         "finished",
     ]
     assert (tmp_path / "effects").read_text() == "pay 1\n"
-    records = agentloop.SQLiteLedger(ledger).read("r1")[1]
+    records = agentloop.ledger.SQLiteLedger(ledger).read("r1")[1]
     kinds = [(r.kind, r.key) for r in records]
     assert ("approval_asked", "l") in kinds
     assert ("decision", "l") in kinds
@@ -472,7 +472,7 @@ def test_show_and_the_report_list_pending_calls_and_decisions(tmp_path: Path) ->
     desk = Desk()
     run = Loop(ScriptedModel([three(), final("done")]), tools=desk.registry).start("go")
     paused = run.finish()
-    agentloop.save_run(paused, tmp_path / "paused.json")
+    agentloop.review.save_run(paused, tmp_path / "paused.json")
     shown = subprocess.run(
         [sys.executable, "-m", "agentloop", "show", str(tmp_path / "paused.json")],
         capture_output=True,
@@ -536,7 +536,7 @@ def test_a_crash_at_any_record_of_an_approval_resumes_to_the_same_run(when: str)
             dying = Loop(banker, tools=desk.registry, ledger=crashing)
             if dying.run("go", run_id="r").status == "awaiting_approval":
                 until_done(dying)
-        except (Crash, agentloop.LedgerError):
+        except (Crash, agentloop.ledger.LedgerError):
             assert crashing.dead
         del dying
         gc.collect()  # the dead process's claim goes with it
@@ -575,32 +575,24 @@ def test_a_damaged_approval_record_is_a_ledger_error() -> None:
             value = [call | {"reason": ""} for call in event["pending"]]
         event[field] = value
         records[at] = agentloop.ledger.LedgerRecord(kind, records[at].key, orjson.dumps(body))
-        with pytest.raises(agentloop.LedgerError, match=r"its records do not replay"):
+        with pytest.raises(agentloop.ledger.LedgerError, match=r"its records do not replay"):
             loop.resume("r")
         records[:] = kept
 
 
-def test_a_version_3_run_file_still_reads_and_a_paused_one_is_checked() -> None:
-    """Before approvals: read with no pending calls, no decisions and nothing held."""
+def test_a_paused_run_file_is_checked() -> None:
+    """A paused run's file is replayed like any other: pending calls it does not hold are
+    refused, and the batch that waits must be there."""
     desk = Desk()
-    plain = batch(call("a", "look", q="x"))
-    result = Loop(ScriptedModel([plain, final("done")]), tools=desk.registry).run("go")
-    document = orjson.loads(agentloop.review.run_to_json(result))
-    document["version"] = 3
-    del document["held"]
-    for event in document["events"]:
-        del event["pending"], event["decisions"]
-    assert agentloop.review.run_from_json(orjson.dumps(document)) == result
-    # A paused run's file is replayed like any other: pending calls it does not hold are refused.
     paused = Loop(ScriptedModel([three()]), tools=desk.registry).run("go")
     document = orjson.loads(agentloop.review.run_to_json(paused))
     assert document["held"] == three()
     document["events"][-1]["pending"][0]["arguments"] = {"amount": 5000}
-    with pytest.raises(agentloop.RunFileError, match=r"\$\.events\[2\]\.pending"):
+    with pytest.raises(agentloop.review.RunFileError, match=r"\$\.events\[2\]\.pending"):
         agentloop.review.run_from_json(orjson.dumps(document))
     document = orjson.loads(agentloop.review.run_to_json(paused))
     document["held"] = None  # the batch that waits must be there (the replay holds it)
-    with pytest.raises(agentloop.RunFileError, match=r"\$\.held: expected \{'calls'"):
+    with pytest.raises(agentloop.review.RunFileError, match=r"\$\.held: expected \{'calls'"):
         agentloop.review.run_from_json(orjson.dumps(document))
 
 
@@ -661,16 +653,18 @@ def test_when_every_call_is_denied_the_model_is_asked_next() -> None:
 def test_a_paused_durable_run_holds_no_claim(tmp_path: Path) -> None:
     """A Run that waits for a person frees the run: another process (or Loop) may decide;
     the Run that paused then refuses to go on, since the run went on elsewhere."""
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     first = Loop(banker, tools=Desk().registry, ledger=ledger)
     run = first.start("go", run_id="r")
     assert run.finish().status == "awaiting_approval"
     elsewhere = Desk()
-    second = Loop(banker, tools=elsewhere.registry, ledger=agentloop.SQLiteLedger(ledger.path))
+    second = Loop(
+        banker, tools=elsewhere.registry, ledger=agentloop.ledger.SQLiteLedger(ledger.path)
+    )
     result = second.resume("r", decisions={"b": approve(), "c": deny("no")})
     assert result.status == "finished"
     assert elsewhere.ran == [("look", "rates"), ("pay", 5)]
-    with pytest.raises(agentloop.RunBusyError, match="went on in another process"):
+    with pytest.raises(agentloop.ledger.RunBusyError, match="went on in another process"):
         run.decide({"b": approve(), "c": approve()})
     assert run.state is State.AWAITING_APPROVAL  # nothing changed here
     # Paused again, the same Run goes on once decided, claiming the run back.
@@ -786,13 +780,13 @@ def test_a_saved_result_that_ended_resumes_to_itself(tmp_path: Path) -> None:
     run.finish()
     run.decide({"b": approve(), "c": approve()})
     ended = run.finish()
-    agentloop.save_run(ended, tmp_path / "run.json")
+    agentloop.review.save_run(ended, tmp_path / "run.json")
     token = agentloop.CancelToken()
     token.cancel()
     cancelled = Loop(ScriptedModel([])).run("go", cancel=token)
     ran = list(desk.ran)
     again = Loop(ScriptedModel([]), tools=desk.registry)  # a model that would fail if asked
-    for saved in [agentloop.load_run(tmp_path / "run.json"), cancelled]:
+    for saved in [agentloop.review.load_run(tmp_path / "run.json"), cancelled]:
         resumed = again.resume(saved)
         assert resumed is saved  # itself: a replay cannot give back its events' times
         assert (resumed.status, resumed.steps, resumed.calls) == (
@@ -835,10 +829,10 @@ def test_an_unsaved_result_holding_live_exceptions_resumes_to_itself() -> None:
 
 
 def test_a_ledger_given_as_a_run_file_is_named(tmp_path: Path) -> None:
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     Loop(ScriptedModel([final("x")]), ledger=ledger).run("go")
-    with pytest.raises(agentloop.RunFileError, match="a SQLite database \\(a ledger\\?"):
-        agentloop.load_run(tmp_path / "runs.db")
+    with pytest.raises(agentloop.review.RunFileError, match="a SQLite database \\(a ledger\\?"):
+        agentloop.review.load_run(tmp_path / "runs.db")
 
 
 def test_a_reviewed_call_is_validated_and_converted_once(driver: Driver) -> None:
@@ -1003,7 +997,7 @@ def test_a_run_with_denials_replays_from_its_file_and_its_ledger(tmp_path: Path)
         call("c", "pay", amount=70),
         final("ok"),
     ]
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     loop = Loop(ScriptedModel(replies), tools=guarded.registry, ledger=ledger)
     result = loop.run("go", run_id="r1")
     assert result.status == "finished"

@@ -1,7 +1,7 @@
 """Every reader of a record is total: damaged run files and ledgers give a result or one error.
 
 Real records (``tests/support/records.py``: a run of every kind, as a ledger and as run
-files, with the ledgers and run files older agentloops wrote) are damaged one
+files, with the committed fixtures, ledgers and run files) are damaged one
 value at a time: any value, container or not, is replaced by a value of
 another JSON type, a number out of range, a string that names something else,
 or removed. Each reader then returns a result or raises exactly its typed
@@ -35,14 +35,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import InvalidStateError, LedgerError, RunFileError, SQLiteLedger
+from agentloop import InvalidStateError
 from agentloop.__main__ import main
 from agentloop._core.table import TERMINAL
 from agentloop._review.diagram import to_mermaid
 from agentloop._review.report import report_html
 from agentloop._review.text import run_lines
-from agentloop.ledger import LedgerRecord, list_runs, view_run
-from agentloop.review import run_from_json, run_to_json
+from agentloop.ledger import LedgerError, LedgerRecord, SQLiteLedger, list_runs, view_run
+from agentloop.review import RunFileError, run_from_json, run_to_json
 from tests.conftest import count
 from tests.support import records
 from tests.support.ledgers import MemoryLedger
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 from tests.support import FIXTURES
 
-OLD_LEDGERS = ("v1-ledger.db", "v2-ledger.db")
+LEDGERS = ("v2-ledger.db",)
 
 
 class Corpus(NamedTuple):
@@ -76,10 +76,10 @@ class Corpus(NamedTuple):
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     directory = tmp_path_factory.mktemp("records")
     made, files = records.make(directory)
-    for path in sorted(FIXTURES.glob("v4-*.json")):
+    for path in sorted(FIXTURES.glob("v*.json")):
         files[path.name] = path.read_bytes()
     ledgers = {"made": made}
-    for name in OLD_LEDGERS:
+    for name in LEDGERS:
         ledgers[name] = directory / name
         shutil.copy(FIXTURES / name, ledgers[name])
     runs = {}
@@ -494,13 +494,6 @@ def _event_index(document: dict[str, Any], found: Any) -> int:
             "to be an int of 1 or more, got 0",
             id="context of no tokens",
         ),
-        pytest.param(
-            "v4-finished.json",
-            lambda d: ("events",),
-            True,
-            "$.events: expected array, got boolean True",
-            id="events not a list, version 4",
-        ),
     ],
 )
 def test_a_damaged_run_file_is_refused_where_it_is_damaged(
@@ -511,7 +504,7 @@ def test_a_damaged_run_file_is_refused_where_it_is_damaged(
     path = tmp_path / "run.json"
     path.write_bytes(orjson.dumps(records.changed(document, where(document), value)))
     with pytest.raises(RunFileError) as raised:
-        agentloop.load_run(path)
+        agentloop.review.load_run(path)
     assert str(raised.value) == f"{path}: {said}" or str(raised.value).startswith(f"{path}: {said}")
     code, out, err = command("show", path)
     assert (code, out) == (2, "")
@@ -712,15 +705,3 @@ def test_a_damaged_name_in_the_schema_is_one_line_on_the_command_line(
         assert (code, out) == (2, "")
         assert err.startswith("agentloop: error: ")
         assert err.count("\n") == 1
-
-
-def test_a_step_number_that_is_no_number_is_refused_in_an_old_ledger(corpus: Corpus) -> None:
-    """A version 1 reply keyed by a digit Python's int() does not take ('¹'): a LedgerError
-    naming the record (a bare ValueError before)."""
-    memory = memory_ledger(corpus, "v1-ledger.db")
-    run_id = next(r for (ledger, r) in corpus.runs if ledger == "v1-ledger.db")
-    kept = memory.records[run_id]
-    at = next(i for i, record in enumerate(kept) if record.kind == "reply")
-    kept[at] = kept[at]._replace(key="\u00b9")
-    with pytest.raises(LedgerError, match=r"expected a step number as its key, got '\u00b9'"):
-        view_run(memory, run_id)

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import LedgerError, SQLiteLedger
+from agentloop.ledger import LedgerError, SQLiteLedger
 from agentloop.providers import IncompleteReply
 from agentloop.testing import ScriptedModel, batch, call, final
 from tests.support.ledgers import Crash, CrashingLedger, MemoryLedger, unknown_ids
@@ -265,9 +265,11 @@ def test_the_id_of_a_run_is_known_before_it_runs(db: Path) -> None:
 def test_run_ids_and_ledgers_are_checked(db: Path) -> None:
     loop = make_loop(SCRIPT, World(), SQLiteLedger(db))
     loop.run("go", run_id="taken")
-    with pytest.raises(agentloop.RunExistsError, match=r"run 'taken' is already recorded.*resume"):
+    with pytest.raises(
+        agentloop.ledger.RunExistsError, match=r"run 'taken' is already recorded.*resume"
+    ):
         loop.run("go", run_id="taken")
-    with pytest.raises(agentloop.RunNotFoundError, match=r"no run 'nope' is recorded"):
+    with pytest.raises(agentloop.ledger.RunNotFoundError, match=r"no run 'nope' is recorded"):
         loop.resume("nope")
     # A run id is any non-empty text: the wrong type is a TypeError, the wrong str a ValueError.
     empty = r"^expected run_id to be a non-empty str \(say 'order-42'\), got '': leave run_id out"
@@ -303,7 +305,7 @@ def test_a_new_run_id_has_no_colon_so_idempotency_keys_never_collide(db: Path) -
         loop.run("go", run_id="order:42")
     assert ledger.run_ids() == []
     # A recorded run is looked up by any id: one with a ':' is simply not there.
-    with pytest.raises(agentloop.RunNotFoundError, match=r"no run 'a:b' is recorded"):
+    with pytest.raises(agentloop.ledger.RunNotFoundError, match=r"no run 'a:b' is recorded"):
         loop.resume("a:b")
     assert loop.run("go", run_id="order-42").status == "finished"
 
@@ -498,7 +500,7 @@ def test_every_refused_operation_leaves_the_ledger_as_it_was() -> None:
     before = snapshot()
     refusals: list[tuple[Any, type[Exception]]] = [
         (lambda: done.run("go", run_id="a:b"), ValueError),
-        (lambda: done.run("go", run_id="finished"), agentloop.RunExistsError),
+        (lambda: done.run("go", run_id="finished"), agentloop.ledger.RunExistsError),
         (lambda: done.start("go", run_id=""), ValueError),
         (lambda: done.continue_run("paused"), agentloop.InvalidStateError),
         (lambda: done.continue_run("finished"), ValueError),
@@ -1031,9 +1033,11 @@ def test_one_writer_per_run_in_one_process(db: Path) -> None:
     loop = make_loop(SCRIPT, World(), SQLiteLedger(db))
     run = loop.start("go", run_id="r1")
     run.step()
-    with pytest.raises(agentloop.RunBusyError, match=r"run 'r1' is being driven in this process"):
+    with pytest.raises(
+        agentloop.ledger.RunBusyError, match=r"run 'r1' is being driven in this process"
+    ):
         loop.resume("r1")
-    with pytest.raises(agentloop.RunBusyError):  # another ledger object on the same file too
+    with pytest.raises(agentloop.ledger.RunBusyError):  # another ledger object on the same file too
         make_loop(SCRIPT, World(), SQLiteLedger(db)).resume("r1")
     del run
     gc.collect()  # an abandoned run frees its claim
@@ -1089,7 +1093,7 @@ def test_the_memory_ledger_keeps_the_protocol() -> None:
     assert make_loop(SCRIPT, World(), memory).resume("r1") == result
     assert isinstance(memory, agentloop.ledger.Ledger)
     memory.create("x", b"{}")
-    with pytest.raises(agentloop.RunBusyError):
+    with pytest.raises(agentloop.ledger.RunBusyError):
         memory.claim("x")
 
 
@@ -1273,7 +1277,7 @@ def test_resume_names_what_it_takes(db: Path, tmp_path: Path) -> None:
     """A live run or a path where a run id or a RunResult belongs: the error says which
     was given and what to do, with a ledger or without one."""
     for ledger, instead in (
-        (None, r"aresume\(agentloop.load_run\(path\)\) continues a saved run file"),
+        (None, r"aresume\(agentloop.review.load_run\(path\)\) continues a saved run file"),
         (SQLiteLedger(db), r"aresume\(run_id\) continues a run of this Loop's ledger"),
     ):
         loop = make_loop(SCRIPT, World(), ledger)

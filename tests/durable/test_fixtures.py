@@ -1,82 +1,59 @@
-"""Run files and a ledger written by the release before run file version 5 still open and go on.
+"""Every format this agentloop reads has committed fixtures, which open and go on.
 
-``tests/fixtures`` holds what that release wrote: version 4 run files (finished,
-paused for a person, cancelled mid-batch, malformed, failed) and a version 1
-ledger (a finished run, a paused one, one whose process died inside a tool).
+``tests/fixtures`` holds what was written in each: version 5 run files
+(finished, paused for a person, cancelled mid-batch, malformed, failed;
+made by ``tests/support/make_v5_run_files.py``) and a version 2 ledger (a
+finished run, a paused one, one whose process died inside a tool; made by
+``tests/support/make_v2_ledger.py``, read in ``test_ledger_record.py``). A
+format change comes with its reader and a fixture of its own.
 """
 
 from __future__ import annotations
 
-import shutil
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 import pytest
 
 import agentloop
-from agentloop import Loop, Tool, ToolRegistry
+from agentloop import Loop
+from agentloop._durable import journal
+from agentloop._review import runshape
 from agentloop.testing import ScriptedModel, final
 from tests.support import FIXTURES
-from tests.support.helpers import add
+from tests.support.fixture_tools import tools
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-RUN_FILES = sorted(FIXTURES.glob("v4-*.json"))
+RUN_FILES = sorted(FIXTURES.glob("v5-*.json"))
 
 
-def asks(call: dict[str, Any]) -> agentloop.Decision:
-    """The policy the fixtures were made with: a person decides about big sums."""
-    return agentloop.ask("moves money") if call["arguments"]["a"] > 100 else agentloop.allow()
-
-
-def tools() -> ToolRegistry:
-    """The tools the fixtures were made with."""
-    return ToolRegistry([Tool(add, policy=asks)])
+def test_every_format_read_has_a_committed_fixture() -> None:
+    """Each run file and ledger version this agentloop reads, and no other, has fixtures."""
+    run_files = {int(path.name[1:].split("-")[0]) for path in FIXTURES.glob("v*.json")}
+    ledgers = {int(path.name[1:].split("-")[0]) for path in FIXTURES.glob("v*-ledger.db")}
+    assert run_files == set(runshape.READS)
+    assert ledgers == set(journal.READS)
+    assert runshape.VERSION in run_files
+    assert journal.VERSION in ledgers
 
 
 @pytest.mark.parametrize("path", RUN_FILES, ids=lambda path: path.stem)
-def test_a_version_4_run_file_opens_and_saves_as_version_5(path: Path, tmp_path: Path) -> None:
-    """Loaded, each event says what it was given; saved again, it is version 5, and equal."""
-    assert orjson.loads(path.read_bytes())["version"] == 4
-    result = agentloop.load_run(path)
-    assert any(event.started or event.input_json for event in result.events) or not any(
-        event.trigger in ("model_replied", "tool_returned") for event in result.events
-    )
+def test_a_run_file_fixture_opens_and_saves_as_it_was(path: Path, tmp_path: Path) -> None:
+    """Loaded and saved again, a fixture is the same file, byte for byte."""
+    assert orjson.loads(path.read_bytes())["version"] == runshape.VERSION
+    result = agentloop.review.load_run(path)
     again = tmp_path / "again.json"
-    agentloop.save_run(result, again)
-    assert orjson.loads(again.read_bytes())["version"] == 5
-    assert agentloop.load_run(again) == result
-    assert [event.at for event in agentloop.load_run(again).events] == [
-        event.at for event in result.events
-    ]
+    agentloop.review.save_run(result, again)
+    assert again.read_bytes() == path.read_bytes()
 
 
-def test_a_paused_version_4_run_goes_on_when_decided() -> None:
+def test_a_paused_run_file_goes_on_when_decided() -> None:
     """The paused run waits for the call it asked about; approved, it runs and finishes."""
-    paused = agentloop.load_run(FIXTURES / "v4-paused.json")
+    paused = agentloop.review.load_run(FIXTURES / "v5-paused.json")
     assert [call.call_id for call in paused.pending] == ["c2"]
     loop = Loop(ScriptedModel([final("502")]), tools=tools(), max_steps=5, max_calls=4)
     result = loop.resume(paused, decisions={"c2": agentloop.approve()})
     assert (result.status, result.output) == ("finished", "502")
     assert [m["content"] for m in result.transcript if m["kind"] == "tool_result"] == [3, 501]
-
-
-def test_a_version_1_ledger_opens_and_its_runs_go_on(tmp_path: Path) -> None:
-    """Read without a Loop; the finished run reads back, the paused one is decided, the crashed
-    one's call is unknown and not run again."""
-    path = tmp_path / "runs.db"
-    shutil.copy(FIXTURES / "v1-ledger.db", path)
-    ledger = agentloop.SQLiteLedger(path)
-    assert sorted(ledger.run_ids()) == ["crashed", "finished", "paused"]
-    assert agentloop.ledger.view_run(ledger, "paused").state == "awaiting_approval"
-
-    def loop(script: list[object]) -> Loop:
-        return Loop(ScriptedModel(script), tools=tools(), max_steps=5, max_calls=4, ledger=ledger)
-
-    assert loop([]).resume("finished").output == "3"
-    decided = loop([final("502")]).resume("paused", decisions={"c1": agentloop.approve()})
-    assert (decided.status, decided.transcript[2]["content"]) == ("finished", 502)
-    crashed = loop([final("after the crash")]).resume("crashed")
-    assert crashed.output == "after the crash"
-    assert crashed.transcript[2]["content"]["type"] == "OutcomeUnknown"

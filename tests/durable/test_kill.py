@@ -216,7 +216,7 @@ def check(job: dict[str, Any], got: dict[str, Any], baseline: Baseline) -> set[s
     assert twice == []
     assert unstarted == []  # every outcome recorded is of a call recorded as started
     # This process, resuming the finished run, reads the same result.
-    ledger = agentloop.SQLiteLedger(job["db"])
+    ledger = agentloop.ledger.SQLiteLedger(job["db"])
     loop = durable_child.loop(job, ledger)
     again = loop.resume("r1") if job["driver"] == "sync" else asyncio.run(loop.aresume("r1"))
     ledger.close()
@@ -342,6 +342,6 @@ def test_processes_share_one_ledger_file(server: Server, tmp_path: Path) -> None
     ]
     results = server.race(jobs)
     assert all("result" in answer for answer in results), results
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     assert sorted(ledger.run_ids(finished=True)) == ["r0", "r1", "r2", "r3"]
     ledger.close()

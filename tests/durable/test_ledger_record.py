@@ -3,8 +3,7 @@
 A run recorded in a ledger holds, in its records' bodies, exactly the events
 its run file holds (without the times); a run stopped after any of its
 transitions resumes to the run that was never stopped, recorded the same;
-ledgers of the first release (version 1) and of this one (version 2, a
-committed fixture) open, resume and show.
+the committed fixture of this version (2) opens, resumes and shows.
 """
 
 from __future__ import annotations
@@ -24,8 +23,8 @@ from agentloop.__main__ import main
 from agentloop.testing import ScriptedModel, final
 from tests.durable.test_approval import Desk, banker, until_done
 from tests.durable.test_durable import DRIVERS, SCRIPT, Driver, World, go, make_loop
-from tests.durable.test_fixtures import tools
 from tests.support import FIXTURES
+from tests.support.fixture_tools import tools
 from tests.support.ledgers import MemoryLedger
 
 if TYPE_CHECKING:
@@ -129,30 +128,7 @@ def test_a_run_stopped_after_any_transition_resumes_to_the_run_never_stopped(
         ), k
 
 
-# -- older and newer ledgers -----------------------------------------------------------------
-
-
-def test_a_version_1_run_goes_on_in_version_2_records_and_reads_back(tmp_path: Path) -> None:
-    """The paused and the crashed run of the first release's ledger go on; their records are
-    then version 1 ones followed by version 2 ones, and they read back and resume the same."""
-    path = tmp_path / "runs.db"
-    shutil.copy(FIXTURES / "v1-ledger.db", path)
-    ledger = agentloop.SQLiteLedger(path)
-
-    def loop(script: list[object]) -> Loop:
-        return Loop(ScriptedModel(script), tools=tools(), max_steps=5, max_calls=4, ledger=ledger)
-
-    decided = loop([final("502")]).resume("paused", decisions={"c1": agentloop.approve()})
-    crashed = loop([final("after the crash")]).resume("crashed")
-    for run_id, result in (("paused", decided), ("crashed", crashed)):
-        kinds = [record.kind for record in ledger.read(run_id)[1]]
-        assert kinds[-1] == "end"
-        assert orjson.loads(ledger.read(run_id)[1][-1].body)["events"][-1]["dest"] == "finished"
-        assert loop([]).resume(run_id) == result
-        viewed = agentloop.ledger.view_run(ledger, run_id)
-        assert viewed.state == "finished"
-        assert viewed.events == result.events
-        assert viewed.transcript == result.transcript
+# -- the committed ledger ----------------------------------------------------------------------
 
 
 def test_a_version_2_ledger_opens_and_its_runs_go_on(tmp_path: Path) -> None:
@@ -160,7 +136,7 @@ def test_a_version_2_ledger_opens_and_its_runs_go_on(tmp_path: Path) -> None:
     crashed one's call is unknown and not run again; each run's record is its events."""
     path = tmp_path / "runs.db"
     shutil.copy(FIXTURES / "v2-ledger.db", path)
-    ledger = agentloop.SQLiteLedger(path)
+    ledger = agentloop.ledger.SQLiteLedger(path)
     assert sorted(ledger.run_ids()) == ["crashed", "finished", "paused"]
     for run_id in ("crashed", "finished", "paused"):
         assert orjson.loads(ledger.read(run_id)[0])["version"] == 2
@@ -182,11 +158,9 @@ def test_a_version_2_ledger_opens_and_its_runs_go_on(tmp_path: Path) -> None:
         assert recorded_events(ledger, run_id) == file_events(result)
 
 
-def test_damaged_records_of_either_version_are_named(tmp_path: Path) -> None:
-    """A version 1 body that is no report, a version 2 record out of place or under another
-    kind than its last event's: each a LedgerError naming the record."""
-    path = tmp_path / "runs.db"
-    shutil.copy(FIXTURES / "v1-ledger.db", path)
+def test_damaged_records_are_named(tmp_path: Path) -> None:
+    """A record out of place or under another kind than its last event's: each a LedgerError
+    naming the record."""
     shutil.copy(FIXTURES / "v2-ledger.db", tmp_path / "v2.db")
 
     def damage(db: Path, sql: str, *args: object) -> None:
@@ -200,43 +174,43 @@ def test_damaged_records_of_either_version_are_named(tmp_path: Path) -> None:
             tools=tools(),
             max_steps=5,
             max_calls=4,
-            ledger=agentloop.SQLiteLedger(db),
+            ledger=agentloop.ledger.SQLiteLedger(db),
         )
 
-    damage(path, "UPDATE records SET body = ? WHERE kind = 'reply' AND key = '2'", b'{"what": 1}')
-    with pytest.raises(agentloop.LedgerError, match=r"record 3 \(reply '2'\): expected one of"):
-        loop(path).resume("finished")
     v2 = tmp_path / "v2.db"
-    body = orjson.loads(agentloop.SQLiteLedger(v2).read("finished")[1][3].body)
+    body = orjson.loads(agentloop.ledger.SQLiteLedger(v2).read("finished")[1][3].body)
     damage(
         v2,
         "UPDATE records SET body = ? WHERE kind = 'reply' AND key = '2'",
         orjson.dumps(body | {"at": 2}),
     )
-    with pytest.raises(agentloop.LedgerError, match=r"record 3 \(reply '2'\)\.at: expected its"):
+    with pytest.raises(
+        agentloop.ledger.LedgerError, match=r"record 3 \(reply '2'\)\.at: expected its"
+    ):
         loop(v2).resume("finished")
     damage(
         v2,
         "UPDATE records SET kind = 'decision', body = ? WHERE kind = 'reply' AND key = '2'",
         orjson.dumps(body),
     )
-    with pytest.raises(agentloop.LedgerError, match=r"expected the kind and key of its last"):
+    with pytest.raises(
+        agentloop.ledger.LedgerError, match=r"expected the kind and key of its last"
+    ):
         loop(v2).resume("finished")
     body["events"][0]["steps"] = "x"  # an event as no run file holds it
     damage(v2, "UPDATE records SET kind = 'reply', body = ? WHERE key = '2'", orjson.dumps(body))
     with pytest.raises(
-        agentloop.LedgerError, match=r"\$\.events\[3\]\.steps: expected integer, got"
+        agentloop.ledger.LedgerError, match=r"\$\.events\[3\]\.steps: expected integer, got"
     ):
         loop(v2).resume("finished")
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_the_command_line_reads_and_decides_in_either_version(
-    version: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_the_command_line_reads_and_decides(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """runs, show, pending, report and decide on a fixture ledger; the decided run goes on."""
+    """runs, show, pending, report and decide on the fixture ledger; the decided run goes on."""
     path = tmp_path / "runs.db"
-    shutil.copy(FIXTURES / f"v{version}-ledger.db", path)
+    shutil.copy(FIXTURES / "v2-ledger.db", path)
     assert main(["runs", str(path)]) == 0
     states = {line.split()[0]: line.split()[1] for line in capsys.readouterr().out.splitlines()}
     assert (states["finished"], states["paused"], states["crashed"]) == (
@@ -256,7 +230,7 @@ def test_the_command_line_reads_and_decides_in_either_version(
         tools=tools(),
         max_steps=5,
         max_calls=4,
-        ledger=agentloop.SQLiteLedger(path),
+        ledger=agentloop.ledger.SQLiteLedger(path),
     )
     assert loop.resume("paused").output == "502"
 

@@ -14,22 +14,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import agentloop
-from agentloop import (
-    LedgerError,
-    Loop,
-    RunBusyError,
-    RunFileError,
-    SQLiteLedger,
-    Tool,
-    ToolRegistry,
-    approve,
-    ask,
-)
+from agentloop import Loop, Tool, ToolRegistry, approve, ask
 from agentloop.__main__ import main
 from agentloop._durable.protocol import LedgerRecord
 from agentloop._review import runfile
 from agentloop._review.report import report_html
 from agentloop._review.text import run_lines
+from agentloop.ledger import LedgerError, RunBusyError, SQLiteLedger
+from agentloop.review import RunFileError
 from agentloop.testing import batch, call, final
 from tests.conftest import count
 from tests.support import ROOT
@@ -182,7 +174,7 @@ def test_the_command_line_reads_each_event_a_bounded_number_of_times(
     reads = []
     for n in (200, 400):
         path = tmp_path / f"run{n}.json"
-        agentloop.save_run(_calls_one_by_one(n), path)
+        agentloop.review.save_run(_calls_one_by_one(n), path)
         reads.append(_reads_cli(command, path, tmp_path, monkeypatch))
     capsys.readouterr()
     assert reads[1] <= 2.5 * reads[0], reads
@@ -384,7 +376,7 @@ def test_a_written_ledger_whose_file_has_no_tables_is_refused(db: Path) -> None:
 
 _OPENER = """
 import os, signal, sys
-from agentloop import SQLiteLedger
+from agentloop.ledger import SQLiteLedger
 db, k, kill = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "kill"
 ledger = SQLiteLedger(db)
 writer = ledger.create(f"r{k}", b"{}")
@@ -563,7 +555,7 @@ def test_opening_a_ledger_never_opens_sqlites_files_itself(
     opened = opens_of(db, monkeypatch)
     SQLiteLedger(db).close()
     with pytest.raises(RunFileError, match=r"expected a run file \(JSON\), got a SQLite database"):
-        agentloop.load_run(db)  # given a ledger's path by mistake: never opened as a file
+        agentloop.review.load_run(db)  # given a ledger's path by mistake: never opened as a file
     assert main(["runs", str(db)]) == 0
     assert main(["show", str(db), "one"]) == 0
     assert main(["report", str(db), "one", "-o", str(tmp_path / "one.html")]) == 0
@@ -626,7 +618,7 @@ from tests.durable.test_store_hardening import pay_loop
 db, effects = sys.argv[1], sys.argv[2]
 run = pay_loop(db, effects).start("pay Ann", run_id="pay-ann")
 run.step()  # the model's reply, recorded
-with agentloop.SQLiteLedger(db) as second:  # durable.md's example: a second one, to look
+with agentloop.ledger.SQLiteLedger(db) as second:  # durable.md's example: a second one, to look
     assert agentloop.ledger.view_run(second, "pay-ann").steps == 1
 with contextlib.redirect_stdout(io.StringIO()):
     assert main(["show", db, "pay-ann"]) == 0  # the command line, in this process

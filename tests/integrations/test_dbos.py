@@ -325,7 +325,7 @@ def test_a_new_run_id_has_no_colon(make: Any) -> None:
 
 def test_a_dbos_loop_is_checked(system_db: str, tmp_path: Path) -> None:
     """No ledger, no asyncio-only settings, one loop per name, a closed loop starts nothing."""
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     with pytest.raises(ValueError, match="without a ledger"):
         DBOSLoop(agentloop.Loop(scripted([FINAL]), ledger=ledger), name="a")
     ledger.close()
@@ -351,7 +351,7 @@ def test_a_run_recorded_under_another_configuration_is_refused(make: Any) -> Non
     loop = agentloop.Loop(scripted([FINAL]), tools=World().registry(), max_steps=8, max_calls=4)
     runs = make(loop)
     recorded = agentloop._durable.journal.fingerprint(
-        agentloop.Budget(max_steps=9, max_calls=4), runs.loop.dispatcher
+        agentloop.engine.Budget(max_steps=9, max_calls=4), runs.loop.dispatcher
     )
     run_id = new_id()
     with SetWorkflowID(run_id):
@@ -393,7 +393,7 @@ def test_what_the_model_raises_is_recorded_as_the_engine_reports_it(make: Any) -
 def cancelled_like_the_engine(
     make: Any, script: list[Message], *, in_model: int | None = None, in_tool: int | None = None
 ) -> agentloop.RunResult:
-    """The DBOS run cancelled with ``cancel(run_id)`` against the plain run's token."""
+    """The DBOS run cancelled with ``cancel_run(run_id)`` against the plain run's token."""
     run_id = new_id()
     token = agentloop.CancelToken()
     plain_world, world = World(), World()
@@ -423,7 +423,7 @@ def cancelled_like_the_engine(
     ).run("go", cancel=token)
 
     def stop() -> None:  # from another thread, as from another process
-        thread = threading.Thread(target=agentloop.dbos.cancel, args=(run_id,))
+        thread = threading.Thread(target=agentloop.dbos.cancel_run, args=(run_id,))
         thread.start()
         thread.join()
 
@@ -438,8 +438,8 @@ def cancelled_like_the_engine(
 def test_cancel_before_the_run_starts(make: Any) -> None:
     runs = make(agentloop.Loop(scripted([FINAL])))
     run_id = new_id()
-    agentloop.dbos.cancel(run_id)
-    agentloop.dbos.cancel(run_id)  # idempotent
+    agentloop.dbos.cancel_run(run_id)
+    agentloop.dbos.cancel_run(run_id)  # idempotent
     assert agentloop.dbos.cancel_requested(run_id)
     result = runs.run("go", run_id=run_id)
     assert (result.status, result.steps) == (agentloop.State.CANCELLED, 0)
@@ -486,7 +486,7 @@ def test_cancel_while_the_policies_review_a_batch_runs_none_of_it(make: Any) -> 
         return agentloop.Loop(scripted(script), tools=registry)
 
     def stop() -> None:  # from another thread, as from another process
-        thread = threading.Thread(target=agentloop.dbos.cancel, args=(run_id,))
+        thread = threading.Thread(target=agentloop.dbos.cancel_run, args=(run_id,))
         thread.start()
         thread.join()
 
@@ -522,7 +522,7 @@ def test_the_marker_read_falls_back_to_the_public_one(
 ) -> None:
     """Where DBOS's system database is not as the key read expects, DBOS's public read answers."""
     run_id = new_id()
-    agentloop.dbos.cancel(run_id)
+    agentloop.dbos.cancel_run(run_id)
     assert agentloop.dbos.cancel_requested(run_id)
     monkeypatch.setattr(agentloop._dbos.marker, "_get_dbos_instance", lambda: object())
     assert agentloop.dbos.cancel_requested(run_id)
@@ -535,7 +535,7 @@ def test_cancel_of_a_finished_run_changes_nothing(make: Any) -> None:
     runs = make(agentloop.Loop(scripted([FINAL])))
     run_id = new_id()
     runs.run("go", run_id=run_id)
-    agentloop.dbos.cancel(run_id)
+    agentloop.dbos.cancel_run(run_id)
     assert runs.result(run_id).status is agentloop.State.FINISHED
 
 
@@ -662,7 +662,7 @@ def test_cancel_while_waiting_answers_every_call_and_runs_none(make: Any) -> Non
     run_id = new_id()
     handle = runs.start("go", run_id=run_id)
     assert agentloop.dbos.pending(run_id, timeout_seconds=30)
-    agentloop.dbos.cancel(run_id)
+    agentloop.dbos.cancel_run(run_id)
     result = handle.get_result()
     assert result.status is agentloop.State.CANCELLED
     assert world.effects == []
@@ -827,7 +827,7 @@ def test_fallback_models_under_dbos(make: Any) -> None:
 
 
 def test_cancel_during_a_durable_wait_ends_the_run_at_once(make: Any) -> None:
-    """cancel(run_id) wakes the wait before a retry: waited [cancel_requested], no new ask."""
+    """cancel_run(run_id) wakes the wait before a retry: waited [cancel_requested], no new ask."""
     run_id = new_id()
     asks: list[int] = []
 
@@ -837,7 +837,7 @@ def test_cancel_during_a_durable_wait_ends_the_run_at_once(make: Any) -> None:
 
     def cancel_on_backoff(transition: agentloop.Transition) -> None:
         if transition.dest == "backing_off":
-            agentloop.dbos.cancel(run_id)
+            agentloop.dbos.cancel_run(run_id)
 
     loop = agentloop.Loop(
         model, retry=RetryPolicy(base=60.0, jitter=0.0), listeners=[cancel_on_backoff]

@@ -206,7 +206,7 @@ def test_a_cancellation_outlives_the_worker(server: Server, tmp_path: Path, mode
     checkpoint right after it, ends cancelled."""
     from dbos import DBOSClient
 
-    from agentloop.dbos import cancel
+    from agentloop.dbos import cancel_run
 
     url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
     job = {
@@ -220,7 +220,7 @@ def test_a_cancellation_outlives_the_worker(server: Server, tmp_path: Path, mode
     assert ended.get("signal") == signal.SIGKILL, ended
     client = DBOSClient(system_database_url=url)
     try:
-        cancel("doomed", client=client)
+        cancel_run("doomed", client=client)
     finally:
         client.destroy()
     ended = server.job(job | {"mode": "recover"})
@@ -374,7 +374,7 @@ def test_runs_wait_for_a_person_across_a_killed_worker(
     does not launch DBOS, also cancels a waiting run and a run not started yet."""
     from dbos import DBOSClient, WorkflowHandle
 
-    from agentloop.dbos import DBOSLoop, cancel, cancel_requested, decide, pending
+    from agentloop.dbos import DBOSLoop, cancel_requested, cancel_run, decide, pending
 
     if store == "postgres":
         url, schema, table = request.getfixturevalue("postgres")
@@ -411,8 +411,8 @@ def test_runs_wait_for_a_person_across_a_killed_worker(
         workers["a"] = server.ask({"serve": worker | {"executor": "a"}})["pid"]
         waiting, early = run_ids.pop(), "early"
         assert not cancel_requested(waiting, client=client)
-        cancel(waiting, client=client)
-        cancel(early, client=client)  # before it is enqueued: it ends before its first step
+        cancel_run(waiting, client=client)
+        cancel_run(early, client=client)  # before it is enqueued: it ends before its first step
         assert cancel_requested(waiting, client=client)
         enqueuer.client_enqueue(client, dbos_worker.QUEUE, as_input(APPROVAL_SCRIPT), run_id=early)
         for index, run_id in enumerate(run_ids):

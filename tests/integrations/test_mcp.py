@@ -28,9 +28,10 @@ from mcp.shared.exceptions import MCPError
 from openai.types.responses import response_create_params
 
 import agentloop
-from agentloop import Loop, SQLiteLedger, State, ToolRegistry, allow, deny
+from agentloop import Loop, State, ToolRegistry, allow, deny
 from agentloop import mcp as amcp
 from agentloop.engine import PreparedCall
+from agentloop.ledger import SQLiteLedger
 from agentloop.providers import anthropic, openai
 from agentloop.streaming import ToolProgress
 from agentloop.testing import ScriptedModel, batch, call, final, strategies

@@ -20,8 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentloop import Loop, SQLiteLedger, ToolRegistry
+from agentloop import Loop, ToolRegistry
 from agentloop.context import keep_last
+from agentloop.ledger import SQLiteLedger
 from agentloop.models import RetryPolicy
 from agentloop.providers._compat import CallIds, short_ids
 from agentloop.providers.openai import Compat, openai_chat

@@ -1285,8 +1285,8 @@ async def test_made_ids_and_signatures_survive_a_saved_run_resumed_and_replayed(
     assert paused.status == "awaiting_approval"
     assert [p.call_id for p in paused.pending] == [MADE[1]]
     path = tmp_path / "run.json"
-    agentloop.save_run(paused, path)
-    loaded = agentloop.load_run(path)
+    agentloop.review.save_run(paused, path)
+    loaded = agentloop.review.load_run(path)
     assert loaded == paused
     wire = after_the_pause()
     again = Loop(model_for(flavour, wire), tools=registry)
@@ -1306,14 +1306,14 @@ async def test_made_ids_and_signatures_survive_a_durable_resume_in_a_new_loop(
 ) -> None:
     """The same through a ledger: a durable run pauses, a Loop made afresh resumes it by id."""
     registry = ToolRegistry([add, mul], policy=asking)
-    with agentloop.SQLiteLedger(tmp_path / "runs.db") as ledger:
+    with agentloop.ledger.SQLiteLedger(tmp_path / "runs.db") as ledger:
         first = Loop(model_for(flavour, paused_wire()), tools=registry, ledger=ledger)
         if flavour == "sync":
             paused = first.run("2+3, 2*3?", run_id="g-1")
         else:
             paused = await first.arun("2+3, 2*3?", run_id="g-1")
         assert paused.status == "awaiting_approval"
-    with agentloop.SQLiteLedger(tmp_path / "runs.db") as ledger:
+    with agentloop.ledger.SQLiteLedger(tmp_path / "runs.db") as ledger:
         wire = after_the_pause()
         again = Loop(model_for(flavour, wire), tools=registry, ledger=ledger)
         resume = again.resume if flavour == "sync" else again.aresume

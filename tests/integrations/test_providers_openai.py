@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion, completion_create_params
 from openai.types.responses import Response, response_create_params
 
-from agentloop import Loop, SpecFormat, Tool, ToolRegistry
+from agentloop import Loop, Tool, ToolRegistry
+from agentloop.engine import SpecFormat
 from agentloop.providers import IncompleteReply, UnreadableResponse
 from agentloop.providers.openai import openai_chat, openai_responses
 from tests.support.helpers import add, adding_after_a_tool, mul

@@ -42,13 +42,13 @@ def saved(tmp_path: Path) -> tuple[RunResult, Path]:
     """The demo's run, saved as tmp_path/run.json."""
     result = demo_loop().run(QUESTION)
     path = tmp_path / "run.json"
-    agentloop.save_run(result, path)
+    agentloop.review.save_run(result, path)
     return result, path
 
 
 def save(result: RunResult, folder: Path) -> Path:
     path = folder / "run.json"
-    agentloop.save_run(result, path)
+    agentloop.review.save_run(result, path)
     return path
 
 
@@ -77,7 +77,7 @@ def test_demo_saves_its_run_trace_and_report(
     assert main(["demo", "--out", str(out)]) == 0
 
     printed = capsys.readouterr().out
-    loaded = agentloop.load_run(out / "run.json")
+    loaded = agentloop.review.load_run(out / "run.json")
     assert loaded.status == "finished"
     assert (
         loaded.output
@@ -663,13 +663,13 @@ def test_missing_file_exits_2_in_one_line(
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
-        ('{"format": "agentloop.run", "version": 9}', "$.version: expected version 2"),
+        ('{"format": "agentloop.run", "version": 9}', "$.version: expected version 5"),
         ("{not json", "expected a JSON document, got invalid JSON"),
         (
             "\udcff\udcfe{}",  # written back as the bytes ff fe: not UTF-8 at all
             "expected a JSON document in UTF-8, got bytes that are not UTF-8 text (from byte 0)",
         ),
-        ('{"format": "agentloop.run", "version": 2}', "$: expected the field 'status'"),
+        ('{"format": "agentloop.run", "version": 5}', "$: expected the field 'status'"),
     ],
 )
 def test_damaged_file_exits_2_in_one_line(
@@ -902,7 +902,7 @@ def test_report_refuses_to_write_html_to_a_terminal(tmp_path: Path) -> None:
 
     result = Loop(ScriptedModel([final("hi \x1b[31m red")])).run("go")
     path = tmp_path / "run.json"
-    agentloop.save_run(result, path)
+    agentloop.review.save_run(result, path)
     leader, follower = pty.openpty()
     process = subprocess.run(
         [sys.executable, "-m", "agentloop", "report", str(path)],

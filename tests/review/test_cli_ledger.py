@@ -67,7 +67,7 @@ CHILD = textwrap.dedent(
         return {"kind": "final", "text": "hello"}
 
     tools = ToolRegistry([Tool(pay), Tool(crash)], policy=policy)
-    loop = Loop(model, tools=tools, ledger=agentloop.SQLiteLedger(ledger_path))
+    loop = Loop(model, tools=tools, ledger=agentloop.ledger.SQLiteLedger(ledger_path))
     if mode == "make":
         assert loop.run("pay", run_id="paused").status == "awaiting_approval"
         assert loop.run("hi", run_id="done").status == "finished"
@@ -118,7 +118,7 @@ def ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def records(path: Path) -> dict[str, list[agentloop.ledger.LedgerRecord]]:
     """Every record of every run, to show that a command wrote nothing."""
-    with agentloop.SQLiteLedger(path) as opened:
+    with agentloop.ledger.SQLiteLedger(path) as opened:
         return {run_id: opened.read(run_id)[1] for run_id in opened.run_ids()}
 
 
@@ -215,7 +215,7 @@ def test_report_of_a_ledger_run_is_its_page(ledger: Path, tmp_path: Path) -> Non
     """agentloop report LEDGER RUN_ID: the page report_html makes of the view's result."""
     page = tmp_path / "done.html"
     assert main(["report", str(ledger), "done", "-o", str(page)]) == 0
-    with agentloop.SQLiteLedger(ledger) as opened:
+    with agentloop.ledger.SQLiteLedger(ledger) as opened:
         expected = agentloop.review.report_html(agentloop.ledger.view_run(opened, "done").result)
     assert page.read_text(encoding="utf-8") == expected
     assert 'id="summary-output">hello</dd>' in expected
@@ -227,7 +227,7 @@ def test_diagram_draws_a_ledger_runs_path_as_it_draws_a_run_files(
     """agentloop diagram LEDGER RUN_ID: the path to_mermaid marks on the view's result; a
     ledger without RUN_ID is refused, naming what to add."""
     code, out, _ = run_main(capsys, "diagram", ledger, "paused")
-    with agentloop.SQLiteLedger(ledger) as opened:
+    with agentloop.ledger.SQLiteLedger(ledger) as opened:
         paused = agentloop.ledger.view_run(opened, "paused").result
     assert (code, out) == (0, agentloop.review.to_mermaid(paused))
     assert "awaiting_approval" in out
@@ -282,7 +282,7 @@ def test_decided_from_the_command_line_then_resumed_in_another_process(tmp_path:
             },
         }
     }
-    with agentloop.SQLiteLedger(ledger) as opened:
+    with agentloop.ledger.SQLiteLedger(ledger) as opened:
         view = agentloop.ledger.view_run(opened, "paused")
         assert view.state is State.DISPATCHING
         assert view.decided  # and nothing runs it until it is resumed
@@ -312,7 +312,7 @@ def test_decided_from_the_command_line_then_resumed_in_another_process(tmp_path:
         [["s", "ok", "paid"], ["l", "ok", "paid"], ["m", "denied", "over budget: ask Ana"]],
     ]
     assert (tmp_path / "effects").read_text() == "pay 1\npay 50\n"
-    with agentloop.SQLiteLedger(ledger) as opened:
+    with agentloop.ledger.SQLiteLedger(ledger) as opened:
         view = agentloop.ledger.view_run(opened, "paused")
         assert view.state is State.FINISHED
         assert not view.decided
@@ -352,7 +352,7 @@ def test_decided_from_the_command_line_then_resumed_in_another_process(tmp_path:
         (["pending", "{text}"], "not a ledger: {text} is not an SQLite file"),
         (
             ["runs", "{run_file}"],
-            "is not an SQLite file (expected a ledger that agentloop."
+            "is not an SQLite file (expected a ledger that agentloop.ledger."
             "SQLiteLedger made, got a file starting with b'{{",
         ),
         (["runs", "{run_file}"], "); a run file is read by agentloop show {run_file}"),
@@ -371,7 +371,7 @@ def test_bad_input_exits_2_in_one_line_and_records_nothing(
     text = tmp_path / "notes.txt"
     text.write_text("hello")
     run_file = tmp_path / "run.json"
-    agentloop.save_run(agentloop.Loop(ScriptedModel([final("hi")])).run("go"), run_file)
+    agentloop.review.save_run(agentloop.Loop(ScriptedModel([final("hi")])).run("go"), run_file)
     names = {
         "ledger": str(ledger),
         "missing": str(tmp_path / "absent.db"),
@@ -404,7 +404,7 @@ def test_another_sqlite_database_is_refused_untouched(
     assert code == 2
     assert err == (
         f"agentloop: error: not a ledger: {other} is an SQLite database that "
-        "agentloop.SQLiteLedger did not make (expected application_id 0x41474c4c, got 0x0)\n"
+        "agentloop.ledger.SQLiteLedger did not make (expected application_id 0x41474c4c, got 0x0)\n"
     )
     with contextlib.closing(sqlite3.connect(other)) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
@@ -434,7 +434,7 @@ def _paused_with_ids(path: Path, *ids: str) -> None:
     )
     calls = [{"id": i, "name": "pay", "arguments": {"n": k}} for k, i in enumerate(ids)]
     model = ScriptedModel([{"kind": "calls", "calls": calls}])
-    with agentloop.SQLiteLedger(path) as opened:
+    with agentloop.ledger.SQLiteLedger(path) as opened:
         loop = agentloop.Loop(model, tools=tools, ledger=opened)
         assert loop.run("go", run_id="odd").status == "awaiting_approval"
 
@@ -491,7 +491,7 @@ def test_decide_refuses_a_run_another_process_holds(
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, agentloop
-            writer = agentloop.SQLiteLedger({str(ledger)!r}).claim("paused")
+            writer = agentloop.ledger.SQLiteLedger({str(ledger)!r}).claim("paused")
             print("held", flush=True)
             sys.stdin.readline()
         """)],
@@ -626,7 +626,7 @@ def test_a_dbos_url_is_never_made_by_a_look(
 
 def test_view_run_needs_no_loop_and_never_claims(ledger: Path) -> None:
     """view_run: the state, counters, pending calls and a result, while the run is claimed."""
-    with agentloop.SQLiteLedger(ledger) as opened:
+    with agentloop.ledger.SQLiteLedger(ledger) as opened:
         writer = opened.claim("paused")  # as a live process would hold it
         try:
             view = agentloop.ledger.view_run(opened, "paused")
@@ -703,12 +703,12 @@ def test_a_run_that_does_not_replay_is_listed_as_unreadable(
 ) -> None:
     """A damaged run does not hide the others: listed as unreadable with its problem, exit 1."""
     ledger = tmp_path / "runs.db"
-    with agentloop.SQLiteLedger(ledger) as opened:
+    with agentloop.ledger.SQLiteLedger(ledger) as opened:
         loop = agentloop.Loop(lambda history: {"kind": "final", "text": "ok"}, ledger=opened)
         loop.run("go", run_id="good")
         opened.create("bad", b"not json").release()
 
-    summaries = agentloop.ledger.list_runs(agentloop.SQLiteLedger(ledger))
+    summaries = agentloop.ledger.list_runs(agentloop.ledger.SQLiteLedger(ledger))
     assert [(s.run_id, s.state) for s in summaries] == [("good", "finished"), ("bad", None)]
     assert str(summaries[1].problem).startswith("run 'bad': its header is not JSON: ")
     code, out, _ = run_main(capsys, "runs", ledger)
@@ -718,23 +718,3 @@ def test_a_run_that_does_not_replay_is_listed_as_unreadable(
         ["bad", "unreadable"],
     ]
     assert out.splitlines()[-1] == f"unreadable: {summaries[1].problem}"
-
-
-def test_a_ledger_that_kept_no_times_stays_readable(tmp_path: Path) -> None:
-    """A ledger file without the time column is opened as before and gets it; old runs'
-    last change is unknown, and every record from then on has its time."""
-    ledger = tmp_path / "runs.db"
-    loop = agentloop.Loop(lambda history: {"kind": "final", "text": "ok"})
-    with agentloop.SQLiteLedger(ledger) as opened:
-        agentloop.Loop(loop.model, ledger=opened).run("go", run_id="old")
-    with sqlite3.connect(ledger) as db:  # as the files made before times were kept
-        db.execute("ALTER TABLE records DROP COLUMN at")
-        db.execute("ALTER TABLE runs DROP COLUMN at")
-
-    with agentloop.SQLiteLedger(ledger) as opened:
-        agentloop.Loop(loop.model, ledger=opened).run("go", run_id="new")
-        changed = opened.changed()
-        assert [s.state for s in agentloop.ledger.list_runs(opened)] == ["finished", "finished"]
-    assert changed["old"] is None
-    assert changed["new"] is not None
-    assert time.time() - 60 < changed["new"] <= time.time()

@@ -16,14 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import Loop, NotJSON, RunResult
+from agentloop import Loop, RunResult
 from agentloop._cli.demo import QUESTION, demo_loop
 from agentloop._core.messages import NOT_STARTED
+from agentloop._review.answers import result_of
 from agentloop._review.diagram import visited
-from agentloop._review.legacy_events import result_of
 from agentloop._review.report import report_html
 from agentloop._review.text import HEADERS, describe
-from agentloop.review import SVGUnavailableError, to_mermaid
+from agentloop.review import NotJSON, SVGUnavailableError, to_mermaid
 from agentloop.testing import ScriptedModel, batch
 from tests.review.test_runfile import REPLIES, random_run
 from tests.review.test_trace import renderer  # noqa: F401 - a fixture

@@ -1,4 +1,4 @@
-"""Saved runs: the version 1 document, exact round trips, and refusing damaged files."""
+"""Saved runs: the run file document, exact round trips, and refusing damaged files."""
 
 from __future__ import annotations
 
@@ -14,19 +14,12 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import (
-    CancelToken,
-    JSONError,
-    Loop,
-    NotJSON,
-    RecordedException,
-    RunFileError,
-    RunResult,
-)
+from agentloop import CancelToken, JSONError, Loop, RunResult
 from agentloop._cli.demo import QUESTION, demo_loop
 
 # Private: the JSON intake check itself (public only through a run) and the demo's scenario.
 from agentloop._core.json import to_json
+from agentloop.review import NotJSON, RecordedException, RunFileError
 from agentloop.testing import ScriptedModel, batch
 from tests.support.helpers import call, final
 
@@ -313,22 +306,22 @@ def test_unprintable_rejected_reply_is_saved_with_a_placeholder() -> None:
 def test_save_and_load_a_file(demo: RunResult, tmp_path: Path) -> None:
     """save() writes the document (with a final newline) and load() reads it back equal."""
     path = tmp_path / "run.json"
-    agentloop.save_run(demo, path)
+    agentloop.review.save_run(demo, path)
 
     assert path.read_text(encoding="utf-8") == agentloop.review.run_to_json(demo) + "\n"
-    assert agentloop.load_run(path) == demo
-    assert agentloop.load_run(str(path)) == demo
+    assert agentloop.review.load_run(path) == demo
+    assert agentloop.review.load_run(str(path)) == demo
 
 
 def test_load_names_the_file_in_errors(tmp_path: Path) -> None:
     """A damaged file's error starts with its path; a missing one is an OSError."""
     path = tmp_path / "run.json"
-    path.write_text('{"format": "agentloop.run", "version": 2}')
+    path.write_text('{"format": "agentloop.run", "version": 5}')
 
     with pytest.raises(RunFileError, match=r"^.*run\.json: \$: expected the field 'status'"):
-        agentloop.load_run(path)
+        agentloop.review.load_run(path)
     with pytest.raises(FileNotFoundError):
-        agentloop.load_run(tmp_path / "absent.json")
+        agentloop.review.load_run(tmp_path / "absent.json")
 
 
 def test_run_file_error_is_a_value_error_with_its_parts(doc: Doc) -> None:
@@ -341,7 +334,7 @@ def test_run_file_error_is_a_value_error_with_its_parts(doc: Doc) -> None:
     assert isinstance(error, ValueError)
     assert isinstance(error, agentloop.AgentloopError)
     assert error.where == "run file: $.version"
-    assert error.expected == "version 2, 3, 4 or 5 (the ones this agentloop reads)"
+    assert error.expected == "version 5 (what this agentloop reads)"
     assert error.found == "integer 1"
     assert str(error) == f"{error.where}: expected {error.expected}, got {error.found}"
 

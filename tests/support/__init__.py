@@ -10,5 +10,5 @@ from typing import Final
 SUPPORT: Final = Path(__file__).resolve().parent
 #: The repository's root.
 ROOT: Final = SUPPORT.parent.parent
-#: Records an earlier agentloop wrote, which this one must read.
+#: The committed fixtures: records in each format version this agentloop reads.
 FIXTURES: Final = ROOT / "tests" / "fixtures"

@@ -145,7 +145,7 @@ def loop(job: dict[str, Any], ledger: agentloop.ledger.Ledger | None) -> agentlo
 class KillingLedger:
     """A ledger that SIGKILLs its own process around its n-th append."""
 
-    def __init__(self, inner: agentloop.SQLiteLedger) -> None:
+    def __init__(self, inner: agentloop.ledger.SQLiteLedger) -> None:
         self.inner = inner
 
     def create(self, run_id: str, header: bytes) -> agentloop.ledger.LedgerWriter:
@@ -194,7 +194,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     if job.get("barrier"):  # the race: both children start resuming at the same moment
         while time.time() < job["barrier"]:
             time.sleep(0.0005)
-    ledger = KillingLedger(agentloop.SQLiteLedger(job["db"], synchronous=job["synchronous"]))
+    ledger = KillingLedger(agentloop.ledger.SQLiteLedger(job["db"], synchronous=job["synchronous"]))
     the_loop = loop(job, ledger)
     try:
         if job["driver"] == "sync":

@@ -29,6 +29,10 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+# The shared add, under the name some scripts call.
+adder = agentloop.Tool(add, name="adder")
+
+
 def mul(a: int, b: int) -> int:
     """Multiply two integers."""
     return a * b
@@ -220,3 +224,11 @@ def import_error(missing: str, module: str, first: str = "") -> str:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return done.stdout.strip()
+
+
+@attrs.frozen
+class City:
+    """A city and its population."""
+
+    name: str
+    population: int

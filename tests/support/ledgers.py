@@ -40,7 +40,7 @@ class MemoryLedger:
     def create(self, run_id: str, header: bytes) -> MemoryWriter:
         with self._lock:
             if run_id in self.headers:
-                raise agentloop.RunExistsError(f"run {run_id!r} exists")
+                raise agentloop.ledger.RunExistsError(f"run {run_id!r} exists")
             self.headers[run_id], self.records[run_id] = header, []
             self.claimed.add(run_id)
         return MemoryWriter(self, run_id)
@@ -48,16 +48,16 @@ class MemoryLedger:
     def claim(self, run_id: str) -> MemoryWriter:
         with self._lock:
             if run_id not in self.headers:
-                raise agentloop.RunNotFoundError(f"no run {run_id!r}")
+                raise agentloop.ledger.RunNotFoundError(f"no run {run_id!r}")
             if run_id in self.claimed:
-                raise agentloop.RunBusyError(f"run {run_id!r} is claimed")
+                raise agentloop.ledger.RunBusyError(f"run {run_id!r} is claimed")
             self.claimed.add(run_id)
         return MemoryWriter(self, run_id)
 
     def read(self, run_id: str) -> tuple[bytes, list[LedgerRecord]]:
         with self._lock:
             if run_id not in self.headers:
-                raise agentloop.RunNotFoundError(f"no run {run_id!r}")
+                raise agentloop.ledger.RunNotFoundError(f"no run {run_id!r}")
             return self.headers[run_id], list(self.records[run_id])
 
 
@@ -71,10 +71,10 @@ class MemoryWriter:
         ledger = self.ledger
         with ledger._lock:
             if self.released:
-                raise agentloop.LedgerError("released")
+                raise agentloop.ledger.LedgerError("released")
             records = ledger.records[self.run_id]
             if any((r.kind, r.key) == (record.kind, record.key) for r in records):
-                raise agentloop.LedgerError(f"{record.kind} {record.key!r} twice")
+                raise agentloop.ledger.LedgerError(f"{record.kind} {record.key!r} twice")
             records.append(record)
             ledger.appends += 1
 
@@ -119,7 +119,7 @@ class CrashingWriter:
     def append(self, record: LedgerRecord) -> None:
         ledger = self.ledger
         if ledger.dead:
-            raise agentloop.LedgerError("the process is dead")
+            raise agentloop.ledger.LedgerError("the process is dead")
         ledger.appends += 1
         if ledger.appends == ledger.at and ledger.when == "before":
             ledger.die()

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 import agentloop
-from agentloop import CancelToken, Loop, SQLiteLedger, Tool, ToolRegistry, approve, ask, deny
+from agentloop import CancelToken, Loop, Tool, ToolRegistry, approve, ask, deny
 from agentloop.context import keep_last, summarise
+from agentloop.ledger import SQLiteLedger
 from agentloop.models import RetryPolicy, fallback
 from agentloop.review import run_to_json
 from agentloop.streaming import TextDelta
 from agentloop.testing import ScriptedModel, batch, call, final
-from tests.core.test_typed import City
+from tests.support.helpers import City
 from tests.support.ledgers import Crash, CrashingLedger
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ types (offline)."""
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anthropic.types
 import attrs
@@ -15,7 +15,10 @@ import openai.types.responses
 import pydantic
 import pytest
 
-from agentloop import SpecFormat, Tool, ToolRegistry
+from agentloop import Tool, ToolRegistry
+
+if TYPE_CHECKING:
+    from agentloop.engine import SpecFormat
 
 
 class Unit(enum.Enum):

@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import Budget, CancelToken, Loop, RunResult, Usage
+from agentloop import CancelToken, Loop, RunResult, Usage
+from agentloop.engine import Budget
 from agentloop.testing import (
     AsyncScriptedModel,
     ContractViolation,
@@ -41,7 +42,7 @@ from agentloop.testing import (
 from agentloop.testing import strategies as als
 from tests.support import ROOT
 from tests.support.helpers import DRIVERS, Driver, import_error
-from tests.tools.test_registry import Corner  # noqa: TC001 - as datetime
+from tests.support.tool_types import Corner  # noqa: TC001 - as datetime
 
 TESTING_PAGE = (ROOT / "docs" / "testing.md").read_text()
 MARKER = "<!-- tests/tools/test_testing.py runs this block -->"

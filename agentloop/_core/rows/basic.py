@@ -298,12 +298,8 @@ def note_repeated_call(run: RunState) -> None:
     if len(calls) > 1 and call_id not in run.reserved:
         draft.error = f"call id {call_id!r} appears twice in the batch; no call of it was run"
         return
-    # The words of a record made before the error said where the id was first used.
-    older = f"call id {call_id!r} was already used in this run; the call was not run again"
     draft.error = (
-        older
-        if older in run.recorded_words
-        else f"call id {call_id!r} was already used in this run, first "
+        f"call id {call_id!r} was already used in this run, first "
         f"{_first_use(run, call_id)}; the call was not run again"
     )
 

@@ -17,13 +17,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import Loop, SQLiteLedger
+from agentloop import Loop
 from agentloop.context import keep_last, summarise
+from agentloop.ledger import SQLiteLedger
 from agentloop.models import RetryPolicy, fallback
 from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import assert_contract
 from tests.core import test_properties as props
-from tests.core.test_typed import TYPED_FINALS, City
+from tests.core.test_typed import TYPED_FINALS
+from tests.support.helpers import City
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -1,57 +1,47 @@
-"""A refused input changes nothing, every end is recorded before it is reported, no run wedges.
+"""A decision or an ask the record cannot take is refused where it is made, and changes nothing.
 
-Issue 23's defects 2, 3, 4, 8, 10 and 11, each at its cause: a decision or
-an ask the record cannot take is refused where it is made; a report the
-engine refuses leaves the run, its ledger and its run file as they were; an
-interruption in a task the asyncio driver made ends the run as the
-synchronous driver ends it; a claim is never left with an object the caller
-never got; a cancellation that cannot be recorded is not taken (and an end
-whose record failed is never reported); and a batch asked about twice across
-a restart waits only for the calls not decided. Then two Hypothesis
-properties: bad decisions, reasons and policy answers interleaved with good
-ones leave exactly the run the good ones make alone, through ``Loop`` (live,
-resumed by id, resumed from a run file) and through the engine itself.
+A decision or an ask whose reason the record cannot take is refused where
+it is made; a report the engine refuses leaves the run, its ledger and its
+run file as they were; a batch asked about twice across a restart waits
+only for the calls not decided; and on DBOS, ``decide`` checks before it
+sends. Then two Hypothesis properties: bad decisions, reasons and policy
+answers interleaved with good ones leave exactly the run the good ones make
+alone, through ``Loop`` (live, resumed by id, resumed from a run file) and
+through the engine itself.
 """
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import re
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agentloop
 from agentloop import (
-    CancelToken,
     Decision,
-    InvalidStateError,
     Loop,
-    RunBusyError,
-    SQLiteLedger,
     State,
-    Tool,
-    ToolRegistry,
     allow,
     approve,
     ask,
     deny,
 )
 from agentloop.engine import Engine
+from agentloop.ledger import SQLiteLedger
 from agentloop.testing import ScriptedModel, batch, call, final
 from tests.support.helpers import asking
 from tests.support.ledgers import decisions_of
+from tests.support.payments import Desk, records, script, state_of, two
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
-    from agentloop.ledger import LedgerRecord, LedgerWriter
 
 Message = dict[str, Any]
 LONE = "bad \ud800 reason"
@@ -69,55 +59,7 @@ def forged(decision: Decision, reason: object) -> Decision:
     return decision
 
 
-class Desk:
-    """A ``pay`` tool that records what ran, and a policy that answers ``answer(call)``."""
-
-    def __init__(self, answer: Callable[[Message], Decision] | None = None) -> None:
-        self.ran: list[str] = []
-        self.asked: list[str] = []
-        self.answer = answer or (lambda call: ask("moves money"))
-        self.registry = ToolRegistry([Tool(self.pay, name="pay")], policy=self.policy)
-
-    def policy(self, call: Message) -> Decision:
-        self.asked.append(call["id"])
-        return self.answer(call)
-
-    def pay(self, cents: int) -> str:
-        self.ran.append(f"pay {cents}")
-        return f"paid {cents}"
-
-
-def two() -> Message:
-    """A batch of two payments: ``c1`` (10 cents), then ``c2`` (1 cent)."""
-    return batch(call("c1", "pay", cents=10), call("c2", "pay", cents=1))
-
-
-def script() -> ScriptedModel:
-    """The model: ``two()``, then a final reply."""
-    return ScriptedModel([two(), final("done")])
-
-
-def state_of(run: agentloop.Run | agentloop.AsyncRun) -> tuple[Any, ...]:
-    """Everything of a live run a refused input must leave as it was."""
-    return (
-        run.state,
-        run.steps,
-        run.calls,
-        run.transcript,
-        run.pending,
-        run.events,
-        agentloop.review.run_to_json(run.result())
-        if run.state is State.AWAITING_APPROVAL
-        else None,
-    )
-
-
-def records(ledger: SQLiteLedger, run_id: str) -> list[tuple[str, str, Any]]:
-    """A run's ledger records, decoded."""
-    return [(r.kind, r.key, orjson.loads(r.body)) for r in ledger.read(run_id)[1]]
-
-
-# -- 2 and 3: what the record cannot take is refused where it is made -------------------
+# -- what the record cannot take is refused where it is made ---------------------------
 
 
 @pytest.mark.parametrize(
@@ -233,8 +175,8 @@ def test_a_policys_ask_the_record_cannot_take_fails_closed(
     assert (first["id"], first["status"]) == ("c1", "error")
     assert "expected an ask's reason" in first["content"]["message"]
     path = tmp_path / "run.json"
-    agentloop.save_run(result, path)
-    assert agentloop.load_run(path) == result
+    agentloop.review.save_run(result, path)
+    assert agentloop.review.load_run(path) == result
     if store is not None:
         resumed = Loop(ScriptedModel([]), tools=desk.registry, ledger=store).resume("r1")
         assert (resumed.status, resumed.transcript) == (result.status, result.transcript)
@@ -284,233 +226,7 @@ def test_a_refused_ask_leaves_the_batch_to_be_reviewed_again() -> None:
     assert desk.ran == []
 
 
-# -- 4: an interruption in a task the asyncio driver made ends the run ------------------
-
-
-async def boom() -> str:
-    await asyncio.sleep(0)
-    raise KeyboardInterrupt
-
-
-async def fine(cents: int) -> str:
-    await asyncio.sleep(0)
-    return f"paid {cents}"
-
-
-def interrupted_loop(where: str, ledger: SQLiteLedger | None = None) -> Loop:
-    """A loop whose tool (under ``max_concurrency=2``) or async policy raises KeyboardInterrupt."""
-    if where == "tool":
-        tools = ToolRegistry([Tool(boom, name="boom"), Tool(fine, name="pay")])
-        reply = batch(call("c1", "boom"), call("c2", "pay", cents=1))
-    else:
-
-        async def policy(call: Message) -> Decision:
-            await asyncio.sleep(0)
-            if call["id"] == "c2":
-                raise KeyboardInterrupt
-            return allow()
-
-        tools = ToolRegistry([Tool(fine, name="pay")], policy=policy)
-        reply = two()
-    model = ScriptedModel([reply, final("done")])
-    return Loop(model, tools=tools, max_concurrency=2, ledger=ledger)
-
-
-@pytest.mark.parametrize("how", ["run_until_complete", "asyncio.run"])
-@pytest.mark.parametrize("where", ["tool", "policy"])
-def test_an_interrupt_in_a_task_the_driver_made_ends_the_run(
-    where: str, how: str, tmp_path: Path
-) -> None:
-    """One rule for both drivers: the run ends ``cancelled``, the interruption recorded."""
-    ledger = SQLiteLedger(tmp_path / "runs.db")
-    run = interrupted_loop(where, ledger).astart("pay", run_id="r1")
-    loop = asyncio.new_event_loop()
-    drive = asyncio.run if how == "asyncio.run" else loop.run_until_complete
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            drive(run.afinish())
-    finally:
-        loop.close()
-    assert run.state is State.CANCELLED
-    assert isinstance(run.events[-1].exception, KeyboardInterrupt)
-    agentloop.testing.assert_contract(run, "pay")
-    recorded = asyncio.run(interrupted_loop(where, ledger).aresume("r1"))
-    assert recorded.status is State.CANCELLED
-    assert getattr(recorded.events[-1].exception, "type_name", None) == "KeyboardInterrupt"
-
-
-# -- 8: a claim is never left with an object the caller never got -----------------------
-
-
-def test_resume_with_decisions_for_a_run_not_waiting_releases_it(tmp_path: Path) -> None:
-    """``InvalidStateError``, and the run can be resumed at once (it was ``RunBusyError``)."""
-    ledger = SQLiteLedger(tmp_path / "runs.db")
-    desk = Desk(lambda call: allow())
-    loop = Loop(ScriptedModel([two()]), tools=desk.registry, ledger=ledger)
-    run = loop.start("pay", run_id="r1")
-    run.step()  # the reply is recorded; the process stops here
-    del run
-    gc.collect()
-    again = Loop(ScriptedModel([final("done")]), tools=desk.registry, ledger=ledger)
-    with pytest.raises(InvalidStateError, match="not awaiting approval") as refused:
-        again.resume("r1", decisions={"c1": approve(), "c2": approve()})
-    assert refused.value is not None  # the traceback, and its frames, are still held here
-    assert again.resume("r1").status == "finished"
-    assert desk.ran == ["pay 10", "pay 1"]
-
-
-async def test_aresume_with_decisions_for_a_run_not_waiting_releases_it(tmp_path: Path) -> None:
-    """The asyncio driver's ``aresume`` releases the run as ``resume`` does."""
-    ledger = SQLiteLedger(tmp_path / "runs.db")
-    desk = Desk(lambda call: allow())
-    run = Loop(ScriptedModel([two()]), tools=desk.registry, ledger=ledger).start("pay", run_id="r1")
-    run.step()
-    del run
-    gc.collect()
-    again = Loop(ScriptedModel([final("done")]), tools=desk.registry, ledger=ledger)
-    with pytest.raises(InvalidStateError) as refused:
-        await again.aresume("r1", decisions={"c1": approve()})
-    assert refused.value is not None
-    assert (await again.aresume("r1")).status == "finished"
-
-
-def test_a_run_whose_listener_raised_is_released(tmp_path: Path) -> None:
-    """``loop.run`` that raises hands the caller no run: the claim goes with it."""
-    ledger = SQLiteLedger(tmp_path / "runs.db")
-    desk = Desk(lambda call: allow())
-
-    def listener(transition: agentloop.Transition) -> None:
-        if transition.dest is State.DISPATCHING:
-            raise RuntimeError("a listener that fails")
-
-    loop = Loop(script(), tools=desk.registry, ledger=ledger, listeners=[listener])
-    with pytest.raises(RuntimeError, match="a listener that fails") as failed:
-        loop.run("pay", run_id="r1")
-    assert failed.value is not None
-    result = Loop(ScriptedModel([final("done")]), tools=desk.registry, ledger=ledger).resume("r1")
-    assert (result.status, desk.ran) == ("finished", ["pay 10", "pay 1"])
-
-
-# -- 10: every end is recorded before it is reported -----------------------------------
-
-
-def test_a_cancellation_that_cannot_be_recorded_is_not_taken(tmp_path: Path) -> None:
-    """Another process holds the paused run: ``RunBusyError``, and the run still waits.
-
-    It used to end ``cancelled`` in memory only: a second ``finish()``
-    returned that unrecorded end while the ledger said ``awaiting_approval``.
-    """
-    ledger = SQLiteLedger(tmp_path / "runs.db")
-    desk, token = Desk(), CancelToken()
-    run = Loop(script(), tools=desk.registry, ledger=ledger).start("pay", run_id="r1", cancel=token)
-    assert run.finish().status == "awaiting_approval"
-    before, kept = state_of(run), records(ledger, "r1")
-    elsewhere = SQLiteLedger(ledger.path).claim("r1")  # another process, briefly
-    token.cancel()
-    with pytest.raises(RunBusyError):
-        run.finish()
-    assert state_of(run) == before
-    assert records(ledger, "r1") == kept
-    elsewhere.release()
-    assert run.finish().status == "cancelled"
-    assert records(ledger, "r1")[-1][0] == "end"
-    resumed = Loop(ScriptedModel([]), tools=desk.registry, ledger=ledger).resume("r1")
-    assert (resumed.status, desk.ran) == ("cancelled", [])
-
-
-class InterruptedClaim:
-    """A ledger whose next claim is interrupted, then refused: another process holds the run."""
-
-    def __init__(self, ledger: SQLiteLedger) -> None:
-        self.ledger, self.claims = ledger, 0
-
-    def create(self, run_id: str, header: bytes) -> LedgerWriter:
-        return self.ledger.create(run_id, header)
-
-    def claim(self, run_id: str) -> LedgerWriter:
-        self.claims += 1
-        if self.claims == 2:
-            raise KeyboardInterrupt
-        if self.claims == 3:
-            raise RunBusyError(f"run {run_id!r} is held elsewhere")
-        return self.ledger.claim(run_id)
-
-    def read(self, run_id: str) -> tuple[bytes, list[LedgerRecord]]:
-        return self.ledger.read(run_id)
-
-
-def test_an_interrupt_whose_end_cannot_be_recorded_leaves_the_run_waiting(tmp_path: Path) -> None:
-    """Interrupted while the paused run is held elsewhere: it still waits, in memory and ledger."""
-    ledger = SQLiteLedger(tmp_path / "runs.db")
-    flaky = InterruptedClaim(ledger)
-    desk, token = Desk(), CancelToken()
-    run = Loop(script(), tools=desk.registry, ledger=flaky).start("pay", run_id="r1", cancel=token)
-    run.finish()  # paused: its claim given up
-    flaky.claims = 1
-    before, kept = state_of(run), records(ledger, "r1")
-    token.cancel()
-    with pytest.raises(KeyboardInterrupt):
-        run.finish()  # the claim back is interrupted; the interruption's end, refused
-    assert state_of(run) == before
-    assert records(ledger, "r1") == kept
-    assert run.finish().status == "cancelled"  # claimed at last: recorded, then reported
-    assert records(ledger, "r1")[-1][0] == "end"
-
-
-class FullAtTheEnd:
-    """A ledger whose disk fills up just as a run's ``end`` is written."""
-
-    def __init__(self, ledger: SQLiteLedger) -> None:
-        self.ledger = ledger
-
-    def create(self, run_id: str, header: bytes) -> LedgerWriter:
-        return FullWriter(self.ledger.create(run_id, header))
-
-    def claim(self, run_id: str) -> LedgerWriter:
-        return FullWriter(self.ledger.claim(run_id))
-
-    def read(self, run_id: str) -> tuple[bytes, list[LedgerRecord]]:
-        return self.ledger.read(run_id)
-
-
-class FullWriter:
-    """A writer that fails on the ``end`` record."""
-
-    def __init__(self, writer: LedgerWriter) -> None:
-        self.writer = writer
-
-    def append(self, record: LedgerRecord) -> None:
-        if record.kind == "end":
-            raise OSError(28, "No space left on device")
-        self.writer.append(record)
-
-    def release(self) -> None:
-        self.writer.release()
-
-
-def test_an_end_that_could_not_be_recorded_is_not_reported(tmp_path: Path) -> None:
-    """The caller sees the failed write, then ``LedgerError``: never an unrecorded end.
-
-    A second ``finish()`` used to return the end the ledger never got.
-    """
-    ledger = SQLiteLedger(tmp_path / "runs.db")
-    desk, token = Desk(), CancelToken()
-    loop = Loop(script(), tools=desk.registry, ledger=FullAtTheEnd(ledger))
-    run = loop.start("pay", run_id="r1", cancel=token)
-    run.finish()
-    token.cancel()
-    with pytest.raises(OSError, match="No space left"):
-        run.finish()
-    assert run.state == "awaiting_approval"  # the end it could not record was not made
-    assert [event.dest for event in run.events][-1] == "awaiting_approval"
-    with pytest.raises(agentloop.LedgerError, match="the ledger failed earlier"):
-        run.finish()
-    assert records(ledger, "r1")[-1][0] == "approval_asked"  # no end, no decision
-    resumed = Loop(ScriptedModel([]), tools=desk.registry, ledger=ledger).resume("r1")
-    assert (resumed.status, desk.ran) == ("awaiting_approval", [])
-
-
-# -- 11: a second ask in one batch after a restart ---------------------------------------
+# -- a second ask in one batch after a restart -------------------------------------------
 
 
 def test_a_second_ask_after_a_restart_waits_only_for_the_calls_not_decided(
@@ -796,7 +512,7 @@ def test_bad_reports_to_the_engine_change_nothing(
         batch(*(call(f"b{b}c{c}", "pay", cents=c) for c in range(len(row))))
         for b, row in enumerate(plan)
     ] + [final("done")]
-    engines = [Engine("pay", budget=agentloop.Budget(max_calls=20)) for _ in "ab"]
+    engines = [Engine("pay", budget=agentloop.engine.Budget(max_calls=20)) for _ in "ab"]
     for engine in engines:
         engine.next()
         engine.replied(replies[0])

@@ -1,82 +1,22 @@
-"""What a new user meets first: the test tiers, the defaults, public names, ``Loop(system=...)``."""
+"""A Loop's settings: the defaults that fit a real agent, ``Loop(system=...)`` and ``owns=``."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
-import pickle
 import time
-import traceback
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import agentloop
-import agentloop.providers
 from agentloop.testing import AsyncScriptedModel, ScriptedModel, batch, call, final
-from tests import conftest
-from tests.conftest import FAST_EXAMPLES, LONG
-from tests.support.helpers import add
+from tests.support.helpers import adder
 
 Message = dict[str, Any]
 
-# -- the two tiers --------------------------------------------------------------------------------
-
-DRAWN: list[int] = []
-
-
-@settings(max_examples=400, deadline=None, database=None)
-@given(st.integers())
-def test_a_drawing_test_that_asks_for_400_examples(n: int) -> None:
-    """A Hypothesis test with an explicit count above the fast tier's cap (read below)."""
-    DRAWN.append(n)
-
-
-def test_the_fast_tier_caps_hypothesis_and_the_long_tier_does_not() -> None:
-    """make test draws at most FAST_EXAMPLES examples a test; make test-all what it asks for."""
-    drawing: Any = test_a_drawing_test_that_asks_for_400_examples
-    chosen = drawing._hypothesis_internal_use_settings
-    assert chosen.max_examples == (400 if LONG else FAST_EXAMPLES)
-    assert conftest.capped(settings(max_examples=300)).max_examples == (300 if LONG else 25)
-    assert conftest.capped(settings(max_examples=10)).max_examples == 10
-    assert settings.get_current_profile_name() == conftest.TIER
-
-
-@pytest.mark.slow
-def test_a_slow_test_runs_only_in_the_long_tier() -> None:
-    """Marked slow: make test leaves it out, make test-all runs it."""
-    assert LONG
-
-
-def test_the_fast_tier_leaves_out_every_slow_test(request: pytest.FixtureRequest) -> None:
-    """No test marked slow is in a fast session (this module's is left out); all run in the
-    long tier."""
-    slow = [item.nodeid for item in request.session.items if item.get_closest_marker("slow")]
-    if LONG:
-        assert conftest.LEFT_OUT == []
-    else:
-        assert slow == []
-    assert conftest.count(3, 500) == (500 if LONG else 3)
-
-
-def test_an_unknown_tier_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """AGENTLOOP_TESTS takes fast or all; anything else says so."""
-    monkeypatch.setenv("AGENTLOOP_TESTS", "quick")
-    expected = "expected AGENTLOOP_TESTS to be fast or all, got 'quick'"
-    with pytest.raises(pytest.UsageError, match=expected):
-        conftest._tier()
-    monkeypatch.setenv("AGENTLOOP_TESTS", "")
-    assert conftest._tier() == "fast"
-
 
 # -- defaults that fit a real agent ---------------------------------------------------------------
-
-
-# The shared add, under the name these scripts call.
-adder = agentloop.Tool(add, name="adder")
 
 
 def parallel_agent(*widths: int) -> list[object]:
@@ -91,7 +31,7 @@ def parallel_agent(*widths: int) -> list[object]:
 def test_the_defaults_are_stated_once() -> None:
     """Loop's, Budget's and Engine's defaults agree: 25 steps, 100 calls, 10 calls at once."""
     parameters = inspect.signature(agentloop.Loop).parameters
-    budget = agentloop.Budget()
+    budget = agentloop.engine.Budget()
     assert (budget.max_steps, budget.max_calls) == (25, 100)
     assert parameters["max_steps"].default == budget.max_steps
     assert parameters["max_calls"].default == budget.max_calls
@@ -189,72 +129,6 @@ def test_a_keyboard_interrupt_in_a_tool_under_the_default_concurrency_pairs_the_
     assert [m.get("status", m["kind"]) for m in run.transcript] == ["user", "call", "cancelled"]
 
 
-# -- small traps ----------------------------------------------------------------------------------
-
-
-def test_a_registry_gets_a_tool_by_name_as_a_dict_does() -> None:
-    """get(name) is the tool or None; get(name, default) is the tool or the default."""
-    registry = agentloop.ToolRegistry([adder])
-    assert registry.get("adder") is registry["adder"]
-    assert registry.get("missing") is None
-    fallback = agentloop.Tool(add, name="fallback")
-    assert registry.get("missing", fallback) is fallback
-    assert registry.get("adder", fallback) is registry["adder"]
-
-
-# The modules whose names are public, each documented in its own docstring.
-PUBLIC_MODULES = [
-    "agentloop",
-    "agentloop.engine",
-    "agentloop.ledger",
-    "agentloop.review",
-    "agentloop.testing",
-    "agentloop.testing.strategies",
-    "agentloop.providers",
-    "agentloop.providers.openai",
-    "agentloop.providers.anthropic",
-    "agentloop.otel",
-    "agentloop.dbos",
-]
-
-
-@pytest.mark.parametrize("module", PUBLIC_MODULES)
-def test_every_public_class_and_function_is_named_where_it_is_imported_from(module: str) -> None:
-    """``agentloop.X`` (or ``agentloop.testing.X``...), never a private module's path: data and
-    type aliases (ROWS, Model, SpecFormat...) have no module of their own."""
-    public = importlib.import_module(module)
-    named = {
-        name: getattr(public, name).__module__
-        for name in public.__all__
-        if inspect.isclass(getattr(public, name)) or inspect.isfunction(getattr(public, name))
-    }
-    assert named
-    # A name also in the front door (agentloop.State in agentloop.engine) is named there.
-    front = set(importlib.import_module("agentloop").__all__)
-    assert {
-        name: where
-        for name, where in named.items()
-        if where != module and not (name in front and where == "agentloop")
-    } == {}
-
-
-def test_a_traceback_and_a_repr_name_the_public_exception() -> None:
-    """``agentloop.ConfigurationMismatchError: ...`` in a traceback, and it still pickles."""
-    error = agentloop.ConfigurationMismatchError("the budget differs", ["budget.max_calls"])
-    (line,) = traceback.format_exception_only(error)
-    assert line == "agentloop.ConfigurationMismatchError: the budget differs\n"
-    assert repr(agentloop.RunBusyError) == "<class 'agentloop.RunBusyError'>"
-    assert repr(agentloop.providers.IncompleteReply) == (
-        "<class 'agentloop.providers.IncompleteReply'>"
-    )
-    again = pickle.loads(pickle.dumps(agentloop.RunBusyError("busy")))
-    assert (type(again), str(again)) == (agentloop.RunBusyError, "busy")
-    with pytest.raises(agentloop.RunFileError) as caught:
-        agentloop.review.run_from_json("{}")
-    (line,) = traceback.format_exception_only(caught.value)
-    assert line.startswith("agentloop.RunFileError: ")
-
-
 # -- Loop(system=...) -----------------------------------------------------------------------------
 
 SYSTEM: Message = {"kind": "system", "text": "You add numbers."}
@@ -314,7 +188,7 @@ def test_a_durable_run_records_its_system_prompt_and_resumes_with_it(tmp_path: A
     """The system message is part of the recorded input: a resume reads it from the ledger,
     whatever the resuming Loop's own system prompt (it starts new runs only)."""
     ask = agentloop.ToolRegistry([adder], policy=lambda c: agentloop.ask("check"))
-    ledger = agentloop.SQLiteLedger(tmp_path / "runs.db")
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     paused = agentloop.Loop(
         ScriptedModel([call("c1", "adder", a=1, b=2)]),
         tools=ask,
@@ -354,6 +228,9 @@ def test_a_dbos_run_starts_with_the_loops_system_prompt(tmp_path: Any) -> None:
     finally:
         dbos.DBOS.destroy(workflow_completion_timeout_sec=0)
     assert result.transcript[0] == SYSTEM
+
+
+# -- what a Loop owns (owns=) --------------------------------------------------------------------
 
 
 class _Owned:

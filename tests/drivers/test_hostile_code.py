@@ -14,7 +14,6 @@ import gc
 import os
 import signal
 import threading
-import warnings
 from typing import Any
 
 import pytest
@@ -22,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop import InvalidStateError, Loop, NotJSON
+from agentloop import InvalidStateError, Loop
 from agentloop.engine import TERMINAL
+from agentloop.review import NotJSON
 from agentloop.testing import (
     ScriptedModel,
     assert_paired,
@@ -127,40 +127,6 @@ def test_a_reply_that_is_not_plain_json_is_malformed_and_saves(driver: Driver, r
     assert isinstance(result.rejected, NotJSON)
     assert kinds(result.transcript) == ["user"]
     assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
-
-
-def test_an_async_model_is_awaited_by_the_sync_driver() -> None:
-    """An async def model runs under loop.run too (it was refused at start): it is awaited on
-    the run's own event loop."""
-
-    async def model(history: list[dict[str, Any]]) -> dict[str, Any]:
-        await asyncio.sleep(0)
-        return final("awaited")
-
-    assert Loop(model).run("go").output == "awaited"
-
-
-def test_a_coroutine_returned_by_a_plain_model_is_awaited_without_a_warning() -> None:
-    """Either driver awaits it, as it would an async def model's (the sync one made the run
-    malformed); nothing warns of a coroutine never awaited."""
-
-    async def reply() -> dict[str, Any]:
-        return final("awaited")
-
-    loop = Loop(lambda history: reply())
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        results = [loop.run("go"), asyncio.run(loop.arun("go"))]
-    for result in results:
-        assert (result.status, result.output) == ("finished", "awaited")
-        assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
-
-
-def test_a_budget_a_run_file_cannot_hold_is_refused_at_the_loop() -> None:
-    """max_steps past 2**63 - 1 is refused when the Loop is built, not at save time."""
-    with pytest.raises(ValueError, match=r"max_steps must be at most 2\*\*63 - 1"):
-        Loop(ScriptedModel([]), max_steps=10**30)
-    assert Loop(ScriptedModel([]), max_steps=2**63 - 1).budget.max_steps == 2**63 - 1
 
 
 def test_an_exception_message_with_a_lone_surrogate_is_recorded_escaped(driver: Driver) -> None:
@@ -346,28 +312,6 @@ def test_concurrent_steps_from_threads_are_refused() -> None:
 
 
 # -- defect 12: input messages -------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("messages", "error", "message"),
-    [
-        pytest.param([{"kind": "tool_result", "id": ["c"]}], ValueError,
-                     r"messages\[0\]: expected a tool_result's 'id' to be a str, got \['c'\]",
-                     id="tool_result id is a list"),
-        pytest.param([{"kind": "user", "text": "\ud800"}], TypeError,
-                     r"messages\[0\]\.text: expected text that is valid Unicode, got a lone surr",
-                     id="lone surrogate"),
-        pytest.param([call("c"), call("c"), {"kind": "tool_result", "id": "c"}], ValueError,
-                     r"messages\[1\]: expected each call id once, got 'c' again",
-                     id="one result for two calls"),
-    ],
-)  # fmt: skip
-def test_bad_input_is_named(
-    driver: Driver, messages: Any, error: type[Exception], message: str
-) -> None:
-    """Input the engine refuses says what was expected, at which message."""
-    with pytest.raises(error, match=message):
-        driver.start(Loop(ScriptedModel([])), messages)
 
 
 # -- principle 1: whatever user code does, a run is never wedged ----------------------------
