@@ -294,13 +294,3 @@ def test_the_commit_hook_is_given_a_reply_that_was_not_json() -> None:
     engine.replied({"kind": "final", "text": float("nan")})
     assert type(given[0]) is NotJSON
     assert given[0].problem
-
-
-def test_every_core_module_is_of_one_concern_and_at_most_450_lines() -> None:
-    """The core's modules stay short enough to read whole."""
-    long = {
-        str(path.relative_to(PACKAGE)): lines
-        for path in sorted((PACKAGE / "_core").rglob("*.py"))
-        if (lines := len(path.read_text().splitlines())) > 450
-    }
-    assert long == {}
