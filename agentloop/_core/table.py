@@ -4,8 +4,12 @@ Rule 1 (after h11): everything that decides a run's states and transitions is
 the table's. Its rows are written by feature, each in a module of its own
 beside the guards and effects they name (``rows/basic.py``, ``output.py``,
 ``loopguard.py``, ``wrapup.py``, ``context.py``, ``retry.py``,
-``review.py``): a row's guard and effects are the functions registered
-against their members there, one jump from the row. The few rules that are
+``review.py``). A row names its guard and effects by their members
+(``Guard.CALLS_EXHAUSTED``, in ``terms.py``); each member's function has the
+member's value for its name (``calls_exhausted``) and is registered against
+it (``@guard(Guard.CALLS_EXHAUSTED)``) in the module of the feature it
+belongs to, mostly the row's own: from a row, a symbol search finds it (an
+editor's go-to-definition reaches the member). The few rules that are
 not rows (what the engine fires itself, which reports answer which request,
 what a driver's report means) are small tables at the end of this file. The
 whole table is listed, row by row, in ``docs/concepts.md``.
@@ -153,6 +157,11 @@ The goal is that nothing is. Today these are, and each says where and why:
 * In ``dispatching`` ``next()`` may hand out the batch's next call while
   others still run (a driver that runs calls at once asks again); only when
   every call is out does it refuse (``drafts.next_draft``).
+* A resume of a durable run hands the driver again the calls its records
+  say were handed out and never answered, before the engine is asked
+  (``DurableEngine.next``, ``_durable/recording.py``): the engine fed by
+  the replay already holds them as running, and the table hands no call
+  out twice.
 * An interruption rebuilds the state from the log of events first
   (``RunState.settle``), so that a transition it cut short is undone or
   completed, then takes its row; a transition the engine's ``commit`` hook
