@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from transitions import Machine
 
-from agentloop._core.register import EFFECTS, GUARDS
+from agentloop._core.register import EFFECTS, GUARDS, MEMBERS
 from agentloop._core.rows import basic, context, loopguard, output, retry, review, wrapup
-from agentloop._core.table import Effect, Feature, Guard, State, Trigger
+from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 from agentloop._errors import TableError
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ def merged(features: Iterable[Feature] = ALL) -> list[dict[str, Any]]:
         if module.FEATURE not in on:
             continue
         for number, written in enumerate(module.ROWS):
-            entry: dict[str, Any] = dict(written)
+            entry = _members(module.FEATURE, number, written)
             anchor = entry.pop("ahead_of", None)
             key = (entry.get("source"), entry.get("trigger"))
             group = [i for i, row in enumerate(rows) if (row["source"], row["trigger"]) == key]
@@ -173,6 +173,28 @@ def merged(features: Iterable[Feature] = ALL) -> list[dict[str, Any]]:
             else:
                 rows.insert(group[-1] + 1 if group else len(rows), entry)
     return rows
+
+
+def _members(feature: Feature, number: int, written: Entry) -> dict[str, Any]:
+    """A feature's row with each function it names replaced by its member, as recorded."""
+
+    def member(function: Callable[..., object], kind: type[Guard | Effect]) -> Guard | Effect:
+        found = MEMBERS.get(function)
+        if not isinstance(found, kind):
+            decorator = "@guard" if kind is Guard else "@effect"
+            raise TableError(
+                f"{feature.value} row {number}: {getattr(function, '__qualname__', function)!r} "
+                f"is not a function registered with {decorator}(...)"
+            )
+        return found
+
+    entry: dict[str, Any] = dict(written)
+    for key, kind in (("conditions", Guard), ("before", Effect)):
+        if key in entry:
+            entry[key] = [member(function, kind) for function in entry[key]]
+    if "ahead_of" in entry:
+        entry["ahead_of"] = member(entry["ahead_of"], Guard)
+    return entry
 
 
 def _guard_of(entry: dict[str, Any]) -> object:

@@ -2,10 +2,11 @@
 
 ``@guard(Guard.CALLS_EXHAUSTED)`` over ``def calls_exhausted(run) -> bool``, and
 ``@effect(Effect.RESERVE_CALLS)`` over ``def reserve_calls(run) -> None``: each
-feature's module (``rows/``) registers its own, beside the rows that name
-them. ``build.py`` binds every row to these functions when it builds a table,
-and refuses a row whose guard or effect has none (``TableError``): nothing is
-looked up by name while a run goes.
+feature's module (``rows/``) registers its own, above the rows that name
+them. A row names the functions themselves (one go-to-definition away);
+``build.py`` reads each one's member here (``MEMBERS``: what the record keeps)
+and refuses a function that is not registered, and a member with no function
+(``TableError``): nothing is looked up by name while a run goes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from agentloop._core.state import RunState
     from agentloop._core.terms import Effect, Guard
 
-__all__ = ["EFFECTS", "GUARDS", "effect", "guard"]
+__all__ = ["EFFECTS", "GUARDS", "MEMBERS", "effect", "guard"]
 
 _Guard = TypeVar("_Guard", bound="Callable[[RunState], bool]")
 _Effect = TypeVar("_Effect", bound="Callable[[RunState], None]")
@@ -31,6 +32,8 @@ GUARDS: Final[dict[Guard, Callable[[RunState], bool]]] = {}
 #: Each effect's function, by its member: it changes the run, or fills in the draft of
 #: the transition being made.
 EFFECTS: Final[dict[Effect, Callable[[RunState], None]]] = {}
+#: Each registered function's member: how a row that names the function is recorded.
+MEMBERS: Final[dict[Callable[..., object], Guard | Effect]] = {}
 
 
 def guard(member: Guard) -> Callable[[_Guard], _Guard]:
@@ -39,6 +42,7 @@ def guard(member: Guard) -> Callable[[_Guard], _Guard]:
     def register(function: _Guard) -> _Guard:
         _refuse_twice("guard", member, GUARDS.get(member), function)
         GUARDS[member] = function
+        MEMBERS[function] = member
         return function
 
     return register
@@ -50,6 +54,7 @@ def effect(member: Effect) -> Callable[[_Effect], _Effect]:
     def register(function: _Effect) -> _Effect:
         _refuse_twice("effect", member, EFFECTS.get(member), function)
         EFFECTS[member] = function
+        MEMBERS[function] = member
         return function
 
     return register

@@ -4,12 +4,11 @@ Rule 1 (after h11): everything that decides a run's states and transitions is
 the table's. Its rows are written by feature, each in a module of its own
 beside the guards and effects they name (``rows/basic.py``, ``output.py``,
 ``loopguard.py``, ``wrapup.py``, ``context.py``, ``retry.py``,
-``review.py``). A row names its guard and effects by their members
-(``Guard.CALLS_EXHAUSTED``, in ``terms.py``); each member's function has the
-member's value for its name (``calls_exhausted``) and is registered against
-it (``@guard(Guard.CALLS_EXHAUSTED)``) in the module of the feature it
-belongs to, mostly the row's own: from a row, a symbol search finds it (an
-editor's go-to-definition reaches the member). The few rules that are
+``review.py``). A row names the functions of its guard and effects
+themselves (``"conditions": [calls_exhausted]``), one go-to-definition from
+the row; each is registered against its member, the name the record keeps
+(``@guard(Guard.CALLS_EXHAUSTED)``), in the module of its feature. The few
+rules that are
 not rows (what the engine fires itself, which reports answer which request,
 what a driver's report means) are small tables at the end of this file. The
 whole table is listed, row by row, in ``docs/concepts.md``.
@@ -190,7 +189,9 @@ from typing import TYPE_CHECKING, Final, Required, TypedDict
 from agentloop._core.terms import Effect, Feature, Guard, State, Trigger
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
+
+    from agentloop._core.state import RunState
 
 __all__ = [
     "ANSWERS",
@@ -226,19 +227,20 @@ S, T = State, Trigger
 class Entry(TypedDict, total=False):
     """One row as a feature writes it: the ``transitions`` form, and where it goes.
 
-    ``conditions`` holds the row's guard (at most one), ``before`` its effects
-    (they run before the state changes); ``dest`` is ``None`` for an internal
-    row. ``ahead_of`` places a feature's row in a group of the basic rows:
-    just ahead of the basic row with that guard (without it, just ahead of
-    the group's unguarded last row).
+    ``conditions`` holds the function of the row's guard (at most one),
+    ``before`` those of its effects (they run before the state changes), each
+    registered against its member (``register.py``); ``dest`` is ``None`` for
+    an internal row. ``ahead_of`` places a feature's row in a group of the
+    basic rows: just ahead of the basic row with that guard (without it, just
+    ahead of the group's unguarded last row).
     """
 
     source: Required[State]
     trigger: Required[Trigger]
     dest: Required[State | None]
-    conditions: list[Guard]
-    before: list[Effect]
-    ahead_of: Guard
+    conditions: list[Callable[[RunState], bool]]
+    before: list[Callable[[RunState], None]]
+    ahead_of: Callable[[RunState], bool]
 
 
 #: The trigger the engine fires itself in each working state.

@@ -68,7 +68,7 @@ def test_a_final_at_the_call_cap_reads_from_its_row_to_its_functions() -> None:
     row, guarded, effects = found
     assert row.dest is State.FINISHED
     assert (guarded, effects) == (basic.reply_is_final, (basic.append_final,))
-    assert any(entry.get("conditions") == [Guard.REPLY_IS_FINAL] for entry in basic.ROWS)
+    assert any(entry.get("conditions") == [basic.reply_is_final] for entry in basic.ROWS)
 
 
 def test_a_final_at_the_call_cap_is_decided_by_the_guards_arithmetic() -> None:
@@ -148,7 +148,7 @@ def test_a_feature_row_placed_ahead_of_a_row_its_group_lacks_is_refused(
 ) -> None:
     """ahead_of must name a guard of the group the row joins: else the error names the row."""
     misplaced = (
-        {**wrapup.ROWS[0], "ahead_of": Guard.REPLY_IS_FINAL},
+        {**wrapup.ROWS[0], "ahead_of": basic.reply_is_final},
         *wrapup.ROWS[1:],
     )
     monkeypatch.setattr(wrapup, "ROWS", misplaced)
@@ -157,6 +157,32 @@ def test_a_feature_row_placed_ahead_of_a_row_its_group_lacks_is_refused(
         match=r"wrap_up row 0 \(awaiting_model --ask_model \[wrap_up_overflows\]--> exhausted\): "
         r"ahead_of names 'reply_is_final', but no row of its group has that guard",
     ):
+        merged(ALL)
+
+
+@pytest.mark.parametrize(
+    ("changed", "message"),
+    [
+        (
+            {"conditions": [lambda run: True]},
+            r"'<lambda>' is not a function registered with @guard",
+        ),
+        (
+            {"before": [basic.steps_exhausted]},
+            r"'steps_exhausted' is not a function registered with @effect",
+        ),
+        (
+            {"ahead_of": basic.append_final},
+            r"'append_final' is not a function registered with @guard",
+        ),
+    ],
+)
+def test_a_row_naming_a_function_not_registered_for_its_place_is_refused(
+    monkeypatch: pytest.MonkeyPatch, changed: dict[str, object], message: str
+) -> None:
+    """A row names its guard's and effects' functions: one registered as neither is a TableError."""
+    monkeypatch.setattr(wrapup, "ROWS", ({**wrapup.ROWS[0], **changed}, *wrapup.ROWS[1:]))
+    with pytest.raises(TableError, match=r"^wrap_up row 0: " + message):
         merged(ALL)
 
 

@@ -18,6 +18,7 @@ from agentloop._core.messages import ids_of
 from agentloop._core.register import effect, guard
 from agentloop._core.requests import AskModel, RunTool
 from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
+from agentloop._core.window import context_plan
 
 if TYPE_CHECKING:
     from agentloop._core.state import RunState
@@ -27,69 +28,6 @@ __all__ = ["FEATURE", "ROWS"]
 FEATURE: Final = Feature.BASIC
 
 S, T, G, E = State, Trigger, Guard, Effect
-
-ROWS: Final[tuple[Entry, ...]] = (
-    # -- before the model is asked: nothing is spent by these rows
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.STEPS_EXHAUSTED],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_STEPS]},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.TOKENS_EXHAUSTED],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_TOTAL_TOKENS]},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL,
-     "dest": None, "before": [E.COUNT_STEP, E.FIT_CONTEXT, E.ASK_FOR_REPLY]},
-    # -- the model answered, raised or was interrupted; the step was spent
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_REPLIED, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED, "before": [E.REJECT_REPLY]},
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_REPLIED,
-     "dest": S.VALIDATING},
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED,
-     "dest": S.FAILED, "before": [E.NOTE_MODEL_ERROR]},
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_INTERRUPTED,
-     "dest": S.CANCELLED},
-    # -- the reply is checked, malformed first; then a final, before any budget. A final at
-    #    the call cap is accepted because calls_exhausted counts the calls the reply makes
-    #    (a final makes none), not because of where these rows stand
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.REPLY_MALFORMED],
-     "dest": S.MALFORMED, "before": [E.NOTE_MALFORMED, E.REJECT_REPLY]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.REPLY_IS_FINAL],
-     "dest": S.FINISHED, "before": [E.APPEND_FINAL]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALL_ID_RESERVED],
-     "dest": S.REPEATED_CALL, "before": [E.NAME_CALL, E.NOTE_REPEATED_CALL, E.REJECT_REPLY]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALLS_EXHAUSTED],
-     "dest": S.EXHAUSTED, "before": [E.NAME_CALL, E.NOTE_MAX_CALLS, E.REJECT_REPLY]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE,
-     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.RESERVE_CALLS]},
-    # -- the last checkpoint before each tool runs; the calls stay counted. Once a call
-    #    of the batch has started, every call is answered, so the batch is appended.
-    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.CANCEL_REQUESTED_MID_BATCH],
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
-    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
-    {"source": S.DISPATCHING, "trigger": T.START_TOOL,
-     "dest": None, "before": [E.START_CALL]},
-    # -- a call's result is kept until the batch is done; then the calls and their
-    #    results enter the history together
-    {"source": S.DISPATCHING, "trigger": T.TOOL_RETURNED, "conditions": [G.BATCH_OPEN],
-     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.KEEP_RESULT]},
-    {"source": S.DISPATCHING, "trigger": T.TOOL_RETURNED,
-     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.KEEP_RESULT, E.APPEND_BATCH]},
-    {"source": S.DISPATCHING, "trigger": T.TOOL_INTERRUPTED,
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
-    # -- interrupted between checkpoints: the run ends, nothing is half-recorded
-    {"source": S.AWAITING_MODEL, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED},
-    {"source": S.VALIDATING, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
-    {"source": S.DISPATCHING, "trigger": T.INTERRUPTED, "conditions": [G.BATCH_UNDERWAY],
-     "dest": S.CANCELLED, "before": [E.ANSWER_REST, E.APPEND_BATCH]},
-    {"source": S.DISPATCHING, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
-)  # fmt: skip
 
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 
@@ -327,3 +265,81 @@ def _first_use(run: RunState, call_id: str) -> str:
                 return f"at step {event.steps} (transcript[{at}])"
             at += 1
     raise AssertionError("a reserved id is in the input or in what the run appended")
+
+
+@effect(E.FIT_CONTEXT)
+def fit_context(run: RunState) -> None:
+    """Under a policy, the request holds what fits; the answering event says which."""
+    if run.policy is None:
+        return
+    plan = context_plan(run)
+    # Checked first, by context_overflows (or, in the wrap-up step, wrap_up_overflows).
+    assert not isinstance(plan, str), "context_overflows was checked first"
+    run.seen = plan.seen
+    run.view = None if plan.view is None else bytearray(plan.view)
+
+
+# -- the rows: each names the functions of its guard and effects (above, or imported)
+
+ROWS: Final[tuple[Entry, ...]] = (
+    # -- before the model is asked: nothing is spent by these rows
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [cancel_requested],
+     "dest": S.CANCELLED},
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [steps_exhausted],
+     "dest": S.EXHAUSTED, "before": [note_max_steps]},
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [tokens_exhausted],
+     "dest": S.EXHAUSTED, "before": [note_max_total_tokens]},
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL,
+     "dest": None, "before": [count_step, fit_context, ask_for_reply]},
+    # -- the model answered, raised or was interrupted; the step was spent
+    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_REPLIED, "conditions": [cancel_requested],
+     "dest": S.CANCELLED, "before": [reject_reply]},
+    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_REPLIED,
+     "dest": S.VALIDATING},
+    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [cancel_requested],
+     "dest": S.CANCELLED},
+    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED,
+     "dest": S.FAILED, "before": [note_model_error]},
+    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_INTERRUPTED,
+     "dest": S.CANCELLED},
+    # -- the reply is checked, malformed first; then a final, before any budget. A final at
+    #    the call cap is accepted because calls_exhausted counts the calls the reply makes
+    #    (a final makes none), not because of where these rows stand
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [reply_malformed],
+     "dest": S.MALFORMED, "before": [note_malformed, reject_reply]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [reply_is_final],
+     "dest": S.FINISHED, "before": [append_final]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [call_id_reserved],
+     "dest": S.REPEATED_CALL, "before": [name_call, note_repeated_call, reject_reply]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [calls_exhausted],
+     "dest": S.EXHAUSTED, "before": [name_call, note_max_calls, reject_reply]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [cancel_requested],
+     "dest": S.CANCELLED, "before": [name_call, reject_reply]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE,
+     "dest": S.DISPATCHING, "before": [name_call, reserve_calls]},
+    # -- the last checkpoint before each tool runs; the calls stay counted. Once a call
+    #    of the batch has started, every call is answered, so the batch is appended.
+    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [cancel_requested_mid_batch],
+     "dest": S.CANCELLED, "before": [name_call, answer_rest, append_batch]},
+    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [cancel_requested],
+     "dest": S.CANCELLED, "before": [name_call, reject_reply]},
+    {"source": S.DISPATCHING, "trigger": T.START_TOOL,
+     "dest": None, "before": [start_call]},
+    # -- a call's result is kept until the batch is done; then the calls and their
+    #    results enter the history together
+    {"source": S.DISPATCHING, "trigger": T.TOOL_RETURNED, "conditions": [batch_open],
+     "dest": S.DISPATCHING, "before": [name_call, keep_result]},
+    {"source": S.DISPATCHING, "trigger": T.TOOL_RETURNED,
+     "dest": S.AWAITING_MODEL, "before": [name_call, keep_result, append_batch]},
+    {"source": S.DISPATCHING, "trigger": T.TOOL_INTERRUPTED,
+     "dest": S.CANCELLED, "before": [name_call, answer_rest, append_batch]},
+    # -- interrupted between checkpoints: the run ends, nothing is half-recorded
+    {"source": S.AWAITING_MODEL, "trigger": T.INTERRUPTED,
+     "dest": S.CANCELLED},
+    {"source": S.VALIDATING, "trigger": T.INTERRUPTED,
+     "dest": S.CANCELLED, "before": [name_call, reject_reply]},
+    {"source": S.DISPATCHING, "trigger": T.INTERRUPTED, "conditions": [batch_underway],
+     "dest": S.CANCELLED, "before": [answer_rest, append_batch]},
+    {"source": S.DISPATCHING, "trigger": T.INTERRUPTED,
+     "dest": S.CANCELLED, "before": [name_call, reject_reply]},
+)  # fmt: skip

@@ -1,9 +1,11 @@
 """A context policy (``agentloop.context``): its rows, guards and effects, and their state.
 
 What a policy adds to a run: the window of its messages, the summary in
-force, and the plan for the request about to be made (``fit_context``,
-``context_overflows``, the ``summarising`` rows). It changes only what a
-request carries, never the history.
+force, and the plan for the request about to be made
+(``window.context_plan``, read by ``context_overflows``, the
+``summarising`` rows, and ``fit_context``: the effect of every run's ask
+row, in ``basic.py``, which does nothing without a policy). It changes only
+what a request carries, never the history.
 """
 
 from __future__ import annotations
@@ -15,52 +17,26 @@ import orjson
 from agentloop._core.context_policy import OVERFLOW, Summarise
 from agentloop._core.json import exception_said
 from agentloop._core.register import effect, guard
+from agentloop._core.rows.basic import (
+    cancel_requested,
+    count_step,
+    note_max_steps,
+    note_max_total_tokens,
+    steps_exhausted,
+    tokens_exhausted,
+)
 from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
-from agentloop._core.window import Window
+from agentloop._core.window import Window, context_plan
 
 if TYPE_CHECKING:
     from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.state import RunState
-    from agentloop._core.window import Plan
 
 __all__ = ["FEATURE", "ROWS", "init_context", "rebuild_context"]
 
 FEATURE: Final = Feature.CONTEXT
 
 S, T, G, E = State, Trigger, Guard, Effect
-
-ROWS: Final[tuple[Entry, ...]] = (
-    # -- the newest turn cannot fit: nothing is sent; or a summary is due
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.CONTEXT_OVERFLOWS],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_CONTEXT_OVERFLOW]},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.SUMMARY_DUE],
-     "dest": S.SUMMARISING},
-    # -- (summarise) the oldest turns are folded into one summary by a model call of its
-    #    own: a step, under max_steps and max_total_tokens, failing, cancelled and
-    #    interrupted as the model's own. The history is not changed: only what is sent.
-    {"source": S.SUMMARISING, "trigger": T.SUMMARISE, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARISE, "conditions": [G.STEPS_EXHAUSTED],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_STEPS]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARISE, "conditions": [G.TOKENS_EXHAUSTED],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_TOTAL_TOKENS]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARISE,
-     "dest": None, "before": [E.COUNT_STEP, E.ASK_FOR_SUMMARY]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_WRITTEN, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_WRITTEN, "conditions": [G.SUMMARY_MALFORMED],
-     "dest": S.MALFORMED, "before": [E.NOTE_MALFORMED_SUMMARY]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_WRITTEN,
-     "dest": S.AWAITING_MODEL, "before": [E.KEEP_SUMMARY]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_RAISED, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_RAISED,
-     "dest": S.FAILED, "before": [E.NOTE_SUMMARY_ERROR]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_INTERRUPTED,
-     "dest": S.CANCELLED},
-    {"source": S.SUMMARISING, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED},
-)  # fmt: skip
 
 _SUMMARISE: Final = Trigger.SUMMARISE
 _WRITTEN: Final = Trigger.SUMMARY_WRITTEN
@@ -97,31 +73,6 @@ def rebuild_context(run: RunState) -> None:
     read[0] = len(run.events)
 
 
-def context_plan(run: RunState) -> Plan | str:
-    """The view for the request about to be made (found once a request), or why none fits."""
-    policy, context = run.policy, run.context
-    assert policy is not None, "a context policy is set"
-    assert context is not None, "a policy has its window"
-    window, read = context
-    events = run.events
-    for event in events[read[0] :]:
-        for data in event.appended_json:
-            window.add(data)
-    read[0] = len(events)
-    cached, summary = run.plan, run.summary
-    if cached is not None and cached[0] == len(window.messages) and cached[1] is summary:
-        return cached[2]
-    plan = window.plan(
-        policy.tokens,
-        summary,
-        policy.summariser is not None,
-        policy.keep_tokens,
-        run.history.request()[0],
-    )
-    run.plan = (len(window.messages), summary, plan)
-    return plan
-
-
 @guard(G.CONTEXT_OVERFLOWS)
 def context_overflows(run: RunState) -> bool:
     """Under a policy, even the newest turn (with the head) exceeds its ``tokens``."""
@@ -145,18 +96,6 @@ def summary_malformed(run: RunState) -> bool:
     """The summariser's reply is not a well-formed final answer."""
     reply = run.draft.summary_in
     return reply is None or reply.problem is not None or not reply.final
-
-
-@effect(E.FIT_CONTEXT)
-def fit_context(run: RunState) -> None:
-    """Under a policy, the request holds what fits; the answering event says which."""
-    if run.policy is None:
-        return
-    plan = context_plan(run)
-    # Checked first, by context_overflows (or, in the wrap-up step, wrap_up_overflows).
-    assert not isinstance(plan, str), "context_overflows was checked first"
-    run.seen = plan.seen
-    run.view = None if plan.view is None else bytearray(plan.view)
 
 
 @effect(E.NOTE_CONTEXT_OVERFLOW)
@@ -209,3 +148,39 @@ def note_malformed_summary(run: RunState) -> None:
     problem = reply.problem or f"expected a final answer, got a {reply.value['kind']!r} reply"
     run.draft.error = f"malformed summary: {problem}"
     run.rejected = reply.value  # kept for review (and a replay), as a rejected reply is
+
+
+# -- the rows: each names the functions of its guard and effects (above, or imported)
+
+ROWS: Final[tuple[Entry, ...]] = (
+    # -- the newest turn cannot fit: nothing is sent; or a summary is due
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [context_overflows],
+     "dest": S.EXHAUSTED, "before": [note_context_overflow]},
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [summary_due],
+     "dest": S.SUMMARISING},
+    # -- (summarise) the oldest turns are folded into one summary by a model call of its
+    #    own: a step, under max_steps and max_total_tokens, failing, cancelled and
+    #    interrupted as the model's own. The history is not changed: only what is sent.
+    {"source": S.SUMMARISING, "trigger": T.SUMMARISE, "conditions": [cancel_requested],
+     "dest": S.CANCELLED},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARISE, "conditions": [steps_exhausted],
+     "dest": S.EXHAUSTED, "before": [note_max_steps]},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARISE, "conditions": [tokens_exhausted],
+     "dest": S.EXHAUSTED, "before": [note_max_total_tokens]},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARISE,
+     "dest": None, "before": [count_step, ask_for_summary]},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARY_WRITTEN, "conditions": [cancel_requested],
+     "dest": S.CANCELLED},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARY_WRITTEN, "conditions": [summary_malformed],
+     "dest": S.MALFORMED, "before": [note_malformed_summary]},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARY_WRITTEN,
+     "dest": S.AWAITING_MODEL, "before": [keep_summary]},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARY_RAISED, "conditions": [cancel_requested],
+     "dest": S.CANCELLED},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARY_RAISED,
+     "dest": S.FAILED, "before": [note_summary_error]},
+    {"source": S.SUMMARISING, "trigger": T.SUMMARY_INTERRUPTED,
+     "dest": S.CANCELLED},
+    {"source": S.SUMMARISING, "trigger": T.INTERRUPTED,
+     "dest": S.CANCELLED},
+)  # fmt: skip

@@ -14,6 +14,13 @@ import orjson
 
 from agentloop._core.approval import call_fingerprint
 from agentloop._core.register import effect, guard
+from agentloop._core.rows.basic import (
+    append_batch,
+    calls_exhausted,
+    name_call,
+    reject_reply,
+    reserve_calls,
+)
 from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 
 if TYPE_CHECKING:
@@ -25,20 +32,6 @@ __all__ = ["FEATURE", "ROWS", "CallIndex", "Identical"]
 FEATURE: Final = Feature.LOOP_GUARD
 
 S, T, G, E = State, Trigger, Guard, Effect
-
-ROWS: Final[tuple[Entry, ...]] = (
-    # -- a call refused as identical, made again: the model persists
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.IDENTICAL_CALL_PERSISTS],
-     "dest": S.REPEATED_CALL, "before": [E.NAME_CALL, E.NOTE_IDENTICAL_CALLS, E.REJECT_REPLY],
-     "ahead_of": G.CALLS_EXHAUSTED},
-    # -- calls past max_identical_calls are answered error by the engine, unrun (after
-    #    the budgets and cancellation, as any accepted batch)
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.IDENTICAL_CALLS_ONLY],
-     "dest": S.AWAITING_MODEL,
-     "before": [E.NAME_CALL, E.RESERVE_CALLS, E.REFUSE_IDENTICAL, E.APPEND_BATCH]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.IDENTICAL_CALLS_SOME],
-     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.RESERVE_CALLS, E.REFUSE_IDENTICAL]},
-)  # fmt: skip
 
 
 @guard(G.IDENTICAL_CALL_PERSISTS)
@@ -188,3 +181,20 @@ class CallIndex:
             else:
                 mine.append(call["id"])
         return Identical(over=tuple(over))
+
+
+# -- the rows: each names the functions of its guard and effects (above, or imported)
+
+ROWS: Final[tuple[Entry, ...]] = (
+    # -- a call refused as identical, made again: the model persists
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [identical_call_persists],
+     "dest": S.REPEATED_CALL, "before": [name_call, note_identical_calls, reject_reply],
+     "ahead_of": calls_exhausted},
+    # -- calls past max_identical_calls are answered error by the engine, unrun (after
+    #    the budgets and cancellation, as any accepted batch)
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [identical_calls_only],
+     "dest": S.AWAITING_MODEL,
+     "before": [name_call, reserve_calls, refuse_identical, append_batch]},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [identical_calls_some],
+     "dest": S.DISPATCHING, "before": [name_call, reserve_calls, refuse_identical]},
+)  # fmt: skip

@@ -13,6 +13,7 @@ import orjson
 
 from agentloop._core.output_schema import told
 from agentloop._core.register import effect, guard
+from agentloop._core.rows.basic import reject_reply, reply_is_final
 from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 
 if TYPE_CHECKING:
@@ -23,16 +24,6 @@ __all__ = ["FEATURE", "ROWS"]
 FEATURE: Final = Feature.OUTPUT
 
 S, T, G, E = State, Trigger, Guard, Effect
-
-ROWS: Final[tuple[Entry, ...]] = (
-    # -- a final the schema refuses goes back to the model, with what is wrong; checked
-    #    after the reply's shape, before it is accepted as the run's answer
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.OUTPUT_RETRY],
-     "dest": S.AWAITING_MODEL, "before": [E.APPEND_OUTPUT_ERRORS], "ahead_of": G.REPLY_IS_FINAL},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.OUTPUT_INVALID],
-     "dest": S.INVALID_OUTPUT, "before": [E.NOTE_INVALID_OUTPUT, E.REJECT_REPLY],
-     "ahead_of": G.REPLY_IS_FINAL},
-)  # fmt: skip
 
 
 @guard(G.OUTPUT_RETRY)
@@ -81,3 +72,16 @@ def final_problems(run: RunState) -> list[str]:
             output.problems(reply.value["text"]) if output is not None and reply.final else []
         )
     return draft.output_problems
+
+
+# -- the rows: each names the functions of its guard and effects (above, or imported)
+
+ROWS: Final[tuple[Entry, ...]] = (
+    # -- a final the schema refuses goes back to the model, with what is wrong; checked
+    #    after the reply's shape, before it is accepted as the run's answer
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [output_retry],
+     "dest": S.AWAITING_MODEL, "before": [append_output_errors], "ahead_of": reply_is_final},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [output_invalid],
+     "dest": S.INVALID_OUTPUT, "before": [note_invalid_output, reject_reply],
+     "ahead_of": reply_is_final},
+)  # fmt: skip

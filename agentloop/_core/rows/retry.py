@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Final
 
 from agentloop._core.register import effect, guard
 from agentloop._core.requests import Wait
+from agentloop._core.rows.basic import cancel_requested, note_model_error
 from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 
 if TYPE_CHECKING:
@@ -25,28 +26,6 @@ __all__ = ["ASK_POLICY", "FEATURE", "ROWS", "Ask", "model_index", "planned_wait"
 FEATURE: Final = Feature.RETRY
 
 S, T, G, E = State, Trigger, Guard, Effect
-
-ROWS: Final[tuple[Entry, ...]] = (
-    # -- a failed model is retried after a wait (retry=), then a fallback model is asked;
-    #    every attempt spent its step. Only then does the run fail.
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [G.RETRY_PLANNED],
-     "dest": S.BACKING_OFF, "before": [E.NOTE_MODEL_ERROR, E.PLAN_WAIT]},
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [G.FALLBACK_LEFT],
-     "dest": S.AWAITING_MODEL, "before": [E.NOTE_MODEL_ERROR, E.NEXT_MODEL]},
-    # -- the wait before a retry: cancellation wins before it, during it and after it
-    {"source": S.BACKING_OFF, "trigger": T.BACK_OFF, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.BACKING_OFF, "trigger": T.BACK_OFF,
-     "dest": None, "before": [E.ASK_FOR_WAIT]},
-    {"source": S.BACKING_OFF, "trigger": T.WAITED, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.BACKING_OFF, "trigger": T.WAITED,
-     "dest": S.AWAITING_MODEL},
-    {"source": S.BACKING_OFF, "trigger": T.WAIT_INTERRUPTED,
-     "dest": S.CANCELLED},
-    {"source": S.BACKING_OFF, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED},
-)  # fmt: skip
 
 _BACK_OFF: Final = Trigger.BACK_OFF
 
@@ -132,3 +111,28 @@ def model_name(run: RunState) -> str | None:
     """The name of the fallback model asked now (None with one model)."""
     models = run.models
     return models[model_index(run.events)] if models else None
+
+
+# -- the rows: each names the functions of its guard and effects (above, or imported)
+
+ROWS: Final[tuple[Entry, ...]] = (
+    # -- a failed model is retried after a wait (retry=), then a fallback model is asked;
+    #    every attempt spent its step. Only then does the run fail.
+    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [retry_planned],
+     "dest": S.BACKING_OFF, "before": [note_model_error, plan_wait]},
+    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [fallback_left],
+     "dest": S.AWAITING_MODEL, "before": [note_model_error, next_model]},
+    # -- the wait before a retry: cancellation wins before it, during it and after it
+    {"source": S.BACKING_OFF, "trigger": T.BACK_OFF, "conditions": [cancel_requested],
+     "dest": S.CANCELLED},
+    {"source": S.BACKING_OFF, "trigger": T.BACK_OFF,
+     "dest": None, "before": [ask_for_wait]},
+    {"source": S.BACKING_OFF, "trigger": T.WAITED, "conditions": [cancel_requested],
+     "dest": S.CANCELLED},
+    {"source": S.BACKING_OFF, "trigger": T.WAITED,
+     "dest": S.AWAITING_MODEL},
+    {"source": S.BACKING_OFF, "trigger": T.WAIT_INTERRUPTED,
+     "dest": S.CANCELLED},
+    {"source": S.BACKING_OFF, "trigger": T.INTERRUPTED,
+     "dest": S.CANCELLED},
+)  # fmt: skip

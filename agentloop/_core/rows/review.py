@@ -14,6 +14,7 @@ import orjson
 
 from agentloop._core.register import effect, guard
 from agentloop._core.requests import AwaitApproval, ReviewCalls
+from agentloop._core.rows.basic import answer_rest, append_batch, cancel_requested, name_call
 from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 
 if TYPE_CHECKING:
@@ -26,37 +27,6 @@ __all__ = ["FEATURE", "ROWS", "approvals"]
 FEATURE: Final = Feature.REVIEW
 
 S, T, G, E = State, Trigger, Guard, Effect
-
-ROWS: Final[tuple[Entry, ...]] = (
-    # -- before a batch's first call, a driver that reviews is handed its calls
-    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.BATCH_UNREVIEWED],
-     "dest": None, "before": [E.ASK_FOR_REVIEW]},
-    # -- reviewed: a policy's denials are answered here, and recorded; if a policy asked,
-    #    the batch waits, reserved and counted, until a person decides; cancelled
-    #    meanwhile, every call is answered and none runs. A review that neither denied nor
-    #    asked is kept, and nothing is recorded
-    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED, "conditions": [G.REVIEW_DENIES_ALL],
-     "dest": S.AWAITING_MODEL,
-     "before": [E.NAME_CALL, E.KEEP_REVIEW, E.ANSWER_DENIALS, E.APPEND_BATCH]},
-    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED, "conditions": [G.REVIEW_DENIES],
-     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.KEEP_REVIEW, E.ANSWER_DENIALS]},
-    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED, "conditions": [G.NOBODY_ASKED],
-     "dest": None, "before": [E.KEEP_REVIEW]},
-    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED,
-     "dest": S.AWAITING_APPROVAL,
-     "before": [E.NAME_CALL, E.KEEP_REVIEW, E.ANSWER_DENIALS, E.HOLD_CALLS]},
-    {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
-    {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL,
-     "dest": None, "before": [E.ASK_FOR_DECISIONS]},
-    {"source": S.AWAITING_APPROVAL, "trigger": T.APPROVAL_DECIDED,
-     "conditions": [G.DENIALS_ANSWER_BATCH],
-     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.KEEP_DECISIONS, E.APPEND_BATCH]},
-    {"source": S.AWAITING_APPROVAL, "trigger": T.APPROVAL_DECIDED,
-     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.KEEP_DECISIONS]},
-    {"source": S.AWAITING_APPROVAL, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
-)  # fmt: skip
 
 
 @guard(G.BATCH_UNREVIEWED)
@@ -179,3 +149,37 @@ def approvals(events: list[Transition]) -> tuple[tuple[PendingCall, ...], dict[s
             pending = event.pending
         decided.update(event.decisions)
     return pending, decided
+
+
+# -- the rows: each names the functions of its guard and effects (above, or imported)
+
+ROWS: Final[tuple[Entry, ...]] = (
+    # -- before a batch's first call, a driver that reviews is handed its calls
+    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [batch_unreviewed],
+     "dest": None, "before": [ask_for_review]},
+    # -- reviewed: a policy's denials are answered here, and recorded; if a policy asked,
+    #    the batch waits, reserved and counted, until a person decides; cancelled
+    #    meanwhile, every call is answered and none runs. A review that neither denied nor
+    #    asked is kept, and nothing is recorded
+    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED, "conditions": [review_denies_all],
+     "dest": S.AWAITING_MODEL,
+     "before": [name_call, keep_review, answer_denials, append_batch]},
+    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED, "conditions": [review_denies],
+     "dest": S.DISPATCHING, "before": [name_call, keep_review, answer_denials]},
+    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED, "conditions": [nobody_asked],
+     "dest": None, "before": [keep_review]},
+    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED,
+     "dest": S.AWAITING_APPROVAL,
+     "before": [name_call, keep_review, answer_denials, hold_calls]},
+    {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL, "conditions": [cancel_requested],
+     "dest": S.CANCELLED, "before": [name_call, answer_rest, append_batch]},
+    {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL,
+     "dest": None, "before": [ask_for_decisions]},
+    {"source": S.AWAITING_APPROVAL, "trigger": T.APPROVAL_DECIDED,
+     "conditions": [denials_answer_batch],
+     "dest": S.AWAITING_MODEL, "before": [name_call, keep_decisions, append_batch]},
+    {"source": S.AWAITING_APPROVAL, "trigger": T.APPROVAL_DECIDED,
+     "dest": S.DISPATCHING, "before": [name_call, keep_decisions]},
+    {"source": S.AWAITING_APPROVAL, "trigger": T.INTERRUPTED,
+     "dest": S.CANCELLED, "before": [name_call, answer_rest, append_batch]},
+)  # fmt: skip

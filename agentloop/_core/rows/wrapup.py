@@ -17,12 +17,20 @@ import orjson
 from agentloop._core.register import effect, guard
 from agentloop._core.requests import AskModel
 from agentloop._core.rows.basic import (
+    append_final,
     ask_for_reply,
+    call_id_reserved,
     calls_exhausted,
+    count_step,
+    fit_context,
+    name_call,
+    note_max_calls,
+    reject_reply,
+    reply_is_final,
     steps_exhausted,
     tokens_exhausted,
 )
-from agentloop._core.rows.context import context_overflows
+from agentloop._core.rows.context import context_overflows, note_context_overflow
 from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 
 if TYPE_CHECKING:
@@ -33,30 +41,6 @@ __all__ = ["FEATURE", "ROWS", "WRAP_UP_BEGUN"]
 FEATURE: Final = Feature.WRAP_UP
 
 S, T, G, E = State, Trigger, Guard, Effect
-
-ROWS: Final[tuple[Entry, ...]] = (
-    # -- a budget ran out: the model is told, then asked once more with tools disabled;
-    #    that step is counted past max_steps. A request the context policy cannot fit is
-    #    not sent
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAP_UP_OVERFLOWS],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_CONTEXT_OVERFLOW], "ahead_of": G.STEPS_EXHAUSTED},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAPPING_UP],
-     "dest": None, "before": [E.COUNT_STEP, E.FIT_CONTEXT, E.ASK_FOR_ANSWER],
-     "ahead_of": G.STEPS_EXHAUSTED},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAP_UP_DUE],
-     "dest": S.AWAITING_MODEL, "before": [E.BEGIN_WRAP_UP], "ahead_of": G.STEPS_EXHAUSTED},
-    # -- the last step's final ends the run finished, its reason the budget; any other
-    #    reply ends it exhausted
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.WRAP_UP_ANSWERED],
-     "dest": S.FINISHED, "before": [E.APPEND_FINAL, E.NOTE_WRAP_UP], "ahead_of": G.REPLY_IS_FINAL},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.WRAPPING_UP],
-     "dest": S.EXHAUSTED, "before": [E.NAME_CALL, E.NOTE_WRAP_UP, E.REJECT_REPLY],
-     "ahead_of": G.CALL_ID_RESERVED},
-    # -- a batch past max_calls is not run; the model is asked for an answer
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALLS_EXHAUSTED_WRAP_UP],
-     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.NOTE_MAX_CALLS, E.BEGIN_WRAP_UP],
-     "ahead_of": G.CALLS_EXHAUSTED},
-)  # fmt: skip
 
 #: The guards of the rows that begin the wrap-up: their events name the budget that ran out.
 WRAP_UP_BEGUN: Final = (Guard.WRAP_UP_DUE, Guard.CALLS_EXHAUSTED_WRAP_UP)
@@ -120,3 +104,30 @@ def ask_for_answer(run: RunState) -> None:
 def note_wrap_up(run: RunState) -> None:
     """``reason`` = the budget that ran out."""
     run.draft.reason = run.wrapping
+
+
+# -- the rows: each names the functions of its guard and effects (above, or imported)
+
+ROWS: Final[tuple[Entry, ...]] = (
+    # -- a budget ran out: the model is told, then asked once more with tools disabled;
+    #    that step is counted past max_steps. A request the context policy cannot fit is
+    #    not sent
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [wrap_up_overflows],
+     "dest": S.EXHAUSTED, "before": [note_context_overflow], "ahead_of": steps_exhausted},
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [wrapping_up],
+     "dest": None, "before": [count_step, fit_context, ask_for_answer],
+     "ahead_of": steps_exhausted},
+    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [wrap_up_due],
+     "dest": S.AWAITING_MODEL, "before": [begin_wrap_up], "ahead_of": steps_exhausted},
+    # -- the last step's final ends the run finished, its reason the budget; any other
+    #    reply ends it exhausted
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [wrap_up_answered],
+     "dest": S.FINISHED, "before": [append_final, note_wrap_up], "ahead_of": reply_is_final},
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [wrapping_up],
+     "dest": S.EXHAUSTED, "before": [name_call, note_wrap_up, reject_reply],
+     "ahead_of": call_id_reserved},
+    # -- a batch past max_calls is not run; the model is asked for an answer
+    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [calls_exhausted_wrap_up],
+     "dest": S.AWAITING_MODEL, "before": [name_call, note_max_calls, begin_wrap_up],
+     "ahead_of": calls_exhausted},
+)  # fmt: skip
