@@ -371,11 +371,10 @@ class RunResult(NamedTuple):
     output_schema_json: bytes | None = None
     #: The run's id, for a durable run (a ledger's, or DBOS's workflow id); else ``None``.
     run_id: str | None = None
-    #: The conversation this run is a turn of (``run(..., after=)``, ``conversation=``),
-    #: and which turn (from 1); both ``None`` for a run in no conversation.
+    #: A conversation's turn (``after=``, ``conversation=``): its id and number, from 1.
     conversation_id: str | None = None
     turn: int | None = None
-    #: The summary (turns folded, text) carried in from the turn before (``summarise``).
+    #: The summary (turns folded, text) the turn began with, under ``summarise``.
     summary: tuple[int, str] | None = None
 
     @property
@@ -414,10 +413,8 @@ class RunResult(NamedTuple):
         spent: dict[str, Usage] = {}
         for event in self.events:
             if event.model is not None and event.usage is not None:
-                before = spent.get(event.model, Usage())
-                spent[event.model] = Usage(
-                    *(a + b for a, b in zip(before, event.usage, strict=True))
-                )
+                was = spent.get(event.model, Usage())
+                spent[event.model] = Usage(*(a + b for a, b in zip(was, event.usage, strict=True)))
         return spent
 
     @property
@@ -444,11 +441,8 @@ class RunResult(NamedTuple):
 def require_result(value: object, where: str) -> RunResult:
     """``value`` if it is a ``RunResult``; else a ``TypeError`` that says how to get one."""
     if type(value) is not RunResult:
-        hint = (
-            "; call run.result() (or run.finish()) first"
-            if hasattr(value, "step") or hasattr(value, "astep")
-            else ""
-        )
+        live = hasattr(value, "step") or hasattr(value, "astep")
+        hint = "; call run.result() (or run.finish()) first" if live else ""
         raise TypeError(
             f"{where} expected a RunResult (a finished run's result(), or load_run(path)), "
             f"got {type(value).__name__}{hint}"

@@ -96,19 +96,17 @@ class Recorded:
         #: The run this one continues (``Loop.continue_run``), if any.
         self.continues: str | None = parent
         conversation_id, turn = document.get("conversation_id"), document.get("turn")
-        if (conversation_id is None) != (turn is None) or not (
-            conversation_id is None
-            or (type(conversation_id) is str and type(turn) is int and turn >= 1)
-        ):
-            raise bad(
-                run_id,
-                "its header's conversation_id and turn",
-                "a conversation's id and a turn from 1, or neither",
-                (conversation_id, turn),
-            )
         #: The conversation the run is a turn of, and which turn, if any.
-        self.conversation_id: str | None = conversation_id
-        self.turn: int | None = turn
+        self.conversation: tuple[str, int] | None = None
+        if conversation_id is not None or turn is not None:
+            if type(conversation_id) is not str or type(turn) is not int or turn < 1:
+                raise bad(
+                    run_id,
+                    "its header's conversation_id and turn",
+                    "a conversation's id and a turn from 1, or neither",
+                    (conversation_id, turn),
+                )
+            self.conversation = (conversation_id, turn)
         summary = document.get("summary")
         if summary is not None and (
             type(summary) is not dict

@@ -45,6 +45,7 @@ from agentloop._errors import (
 
 if TYPE_CHECKING:
     from agentloop._core.context_policy import ContextPolicy
+    from agentloop._core.retry_policy import RetryPolicy
     from agentloop._core.values import Budget
     from agentloop._durable.protocol import Ledger, LedgerRecord, LedgerWriter
 
@@ -73,13 +74,15 @@ def begin(
     continues: str | None = None,
     models: tuple[str, ...] = (),
     output: OutputSchema | None = None,
+    retry: RetryPolicy | None = None,
     conversation: tuple[str, int] | None = None,
     summary: tuple[int, str] | None = None,
 ) -> DurableEngine:
     """A new durable run: the input checked, then its header recorded and the run claimed.
 
     ``conversation`` (its id and the turn, from 1) makes the run that turn: its
-    id is then derived (``ids.turn_run_id``), and ``run_id`` must be ``None``.
+    id is then derived (``ids.turn_run_id``), and ``run_id`` must be ``None``;
+    ``summary`` is the summary it carries in from the turn before.
     """
     if conversation is not None:
         assert run_id is None, "a turn's id is derived"
@@ -94,8 +97,12 @@ def begin(
         budget=budget,
         cancel=cancel,
         context=context,
+        retry=retry,
         models=models,
         output=output,
+        run_id=run_id,
+        continues=continues,
+        conversation=conversation,
         summary=summary,
     )
     configuration = fingerprint(budget, dispatcher, context, output)
@@ -103,9 +110,6 @@ def begin(
         run_id, engine.history(), configuration, continues, models, conversation, summary
     )
     writer = ledger.create(run_id, document)
-    engine._continues, engine._run_id = continues, run_id
-    if conversation is not None:
-        engine._conversation_id, engine._turn = conversation
     engine.journal = Journal(writer, run_id, idempotent_tools(dispatcher), ledger=ledger)
     weakref.finalize(engine, engine.journal.release)  # an abandoned run frees its claim
     return engine
@@ -204,6 +208,9 @@ def replayed(
             context=context,
             models=recorded.models,
             output=output,
+            run_id=recorded.run_id,
+            continues=recorded.continues,
+            conversation=recorded.conversation,
             summary=recorded.summary,
         )
     except (TypeError, ValueError) as exc:
@@ -211,8 +218,6 @@ def replayed(
             f"run {recorded.run_id!r}: the recorded input is not valid: {exc}"
         ) from None
     engine.journal = journal
-    engine._continues, engine._run_id = recorded.continues, recorded.run_id
-    engine._conversation_id, engine._turn = recorded.conversation_id, recorded.turn
     engine.replaying = True
     try:
         if recorded.events and recorded.at != 0:

@@ -135,7 +135,7 @@ def view_run(ledger: Ledger, run_id: str) -> LedgerRun:
     run_id = checked_run_id(run_id)
     head, records = ledger.read(run_id)
     engine, recorded = _replayed(run_id, head, records, Journal(_Reader(run_id), run_id, _NONE))
-    return LedgerRun(run_id, _result(engine), _started(engine, recorded))
+    return LedgerRun(run_id, _result(engine, recorded), _started(engine, recorded))
 
 
 def list_runs(ledger: Ledger) -> list[RunSummary]:
@@ -245,7 +245,7 @@ def _replayed(
     return replayed(recorded, given, journal, CancelToken()), recorded
 
 
-def _result(engine: DurableEngine) -> RunResult:
+def _result(engine: DurableEngine, recorded: Recorded) -> RunResult:
     """The engine's result, in any state; its events without the replay's times."""
     if engine.done or engine.state is State.AWAITING_APPROVAL:
         result = engine.result()
@@ -261,11 +261,11 @@ def _result(engine: DurableEngine) -> RunResult:
             engine.events(),
             orjson.dumps(engine.history()),
             usage=engine.usage,
-            continues=engine._continues,
-            run_id=engine._run_id,
-            conversation_id=engine._conversation_id,
-            turn=engine._turn,
-            summary=engine._carried,
+            continues=engine.continues,
+            run_id=engine.run_id,
+            conversation_id=None if recorded.conversation is None else recorded.conversation[0],
+            turn=None if recorded.conversation is None else recorded.conversation[1],
+            summary=recorded.summary,
         )
     events = tuple(event._replace(at=None, took=None) for event in result.events)
     return result._replace(events=events)

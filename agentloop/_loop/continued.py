@@ -107,6 +107,7 @@ def forked(
             context=context,
             models=models,
             output=output,
+            continues=run.run_id,  # the run it forks, when that one was durable
             summary=run.summary,  # a turn's, carried in: its replay starts from it
         )
 
@@ -140,7 +141,6 @@ def forked(
         except BaseException:
             _release(engine)
             raise
-    engine._continues = run.run_id  # the run it forks, when that one was durable
     if cancel is not None:
         cancel.on_cancel(token.cancel)
     return engine, token

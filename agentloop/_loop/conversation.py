@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from agentloop._durable.protocol import Ledger
     from agentloop._loop.loop import Loop
 
-__all__ = ["Turn", "conversation_results", "next_turn", "turn_engine"]
+__all__ = ["Conversations", "Turn", "next_turn", "turn_engine"]
 
 
 def turn_engine(
@@ -80,7 +80,7 @@ def next_turn(
         turn = 2 if previous.turn is None else previous.turn + 1
     else:
         conversation_id = checked_conversation_id(conversation)
-        ledger = _ledger_of(loop)
+        ledger = _ledger_of(loop.ledger)
         turns = turn_ids(ledger, conversation_id)
         turn = 1
         if turns:
@@ -105,21 +105,35 @@ def next_turn(
     )
 
 
-def conversation_results(loop: Loop, conversation_id: str) -> tuple[RunResult, ...]:
-    """The results of the conversation's turns in the Loop's ledger, oldest first."""
-    ledger = _ledger_of(loop)
-    conversation_id = checked_conversation_id(conversation_id)
-    return tuple(view_run(ledger, run_id).result for run_id in turn_ids(ledger, conversation_id))
+class Conversations:
+    """What a ``Loop`` reads of its conversations (a mixin of it)."""
+
+    if TYPE_CHECKING:
+        ledger: Ledger | None
+
+    def conversation(self, conversation_id: str) -> tuple[RunResult, ...]:
+        """The results of the conversation's turns in the Loop's ledger, oldest first.
+
+        Read, never run: a turn that has not ended has its working state as ``status``.
+        """
+        ledger = _ledger_of(self.ledger)
+        conversation_id = checked_conversation_id(conversation_id)
+        found = turn_ids(ledger, conversation_id)
+        return tuple(view_run(ledger, run_id).result for run_id in found)
+
+    async def aconversation(self, conversation_id: str) -> tuple[RunResult, ...]:
+        """``conversation`` under asyncio."""
+        return self.conversation(conversation_id)
 
 
-def _ledger_of(loop: Loop) -> Ledger:
-    if loop.ledger is None:
+def _ledger_of(ledger: Ledger | None) -> Ledger:
+    if ledger is None:
         raise ValueError(
             "conversation= names a conversation kept in a ledger, and this Loop has none: go on "
             "from a result with loop.run(message, after=result), or make the Loop with "
             "ledger=agentloop.ledger.SQLiteLedger('runs.db')"
         )
-    return loop.ledger
+    return ledger
 
 
 def _ended(previous: RunResult, conversation_id: str, turn: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._core.engine import Engine
+from agentloop._core.replay import go_on
 from agentloop._durable import resume
 from agentloop._durable.ids import turn_run_id
 from agentloop._durable.view import view_run
@@ -58,13 +59,11 @@ def fresh_engine(
     if loop.ledger is None:
         if run_id is not None:
             no_ledger(run_id)
-        engine = plain_engine(loop, messages, cancel, summary)
-        engine._continues = continues
-        if conversation is not None:
-            engine._conversation_id, engine._turn = conversation
-        return engine
+        return plain_engine(
+            loop, messages, cancel, continues=continues, conversation=conversation, summary=summary
+        )
     try:
-        engine = resume.begin(
+        return resume.begin(
             loop.ledger,
             run_id,
             messages,
@@ -75,6 +74,7 @@ def fresh_engine(
             continues=continues,
             models=loop._model_names,
             output=loop.output,
+            retry=loop.retry,
             conversation=conversation,
             summary=summary,
         )
@@ -88,7 +88,6 @@ def fresh_engine(
             conversation_id,
             turn,
         ) from None
-    return make_resilient(loop, engine)
 
 
 def continued_engine(
@@ -158,6 +157,10 @@ def plain_engine(
     loop: Loop,
     messages: str | list[dict[str, Any]],
     cancel: CancelToken | None,
+    *,
+    run_id: str | None = None,
+    continues: str | None = None,
+    conversation: tuple[str, int] | None = None,
     summary: tuple[int, str] | None = None,
 ) -> Engine:
     """An engine configured as ``loop`` is, recording nothing (the Loop's, and DBOS's)."""
@@ -169,13 +172,20 @@ def plain_engine(
         retry=loop.retry,
         models=loop._model_names,
         output=loop.output,
+        run_id=run_id,
+        continues=continues,
+        conversation=conversation,
         summary=summary,
     )
 
 
 def make_resilient(loop: Loop, engine: _E) -> _E:
-    """``engine``, retrying and falling back as ``loop`` does (``retry=``, ``fallback``)."""
-    engine._set_resilience(loop.retry, loop._model_names)
+    """A replayed ``engine``, going on retrying and falling back as ``loop`` does.
+
+    Its record was replayed with the models it names; from here on it asks
+    the Loop's (``retry=``, ``fallback``).
+    """
+    go_on(engine, retry=loop.retry, models=loop._model_names)
     return engine
 
 

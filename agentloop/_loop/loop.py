@@ -17,7 +17,7 @@ from agentloop._core.values import Budget, CancelToken, RunResult
 from agentloop._drivers.callbacks import bind_model
 from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._loop.continued import read_ended, released_on_error
-from agentloop._loop.conversation import conversation_results, turn_engine
+from agentloop._loop.conversation import Conversations, turn_engine
 from agentloop._loop.engines import continued_engine, forked_engine, resumed_engine, saved_result
 from agentloop._loop.fallback import Fallback
 from agentloop._loop.running import async_run, sync_run
@@ -71,7 +71,7 @@ class _Default:
 _DEFAULT: Final = _Default()
 
 
-class Loop:
+class Loop(Conversations):
     """Configuration for runs: a model, its tools and its budgets. Reusable.
 
     ``max_steps`` bounds the model calls of a run (failed and malformed ones
@@ -253,9 +253,8 @@ class Loop:
 
         With a ledger, the run is recorded under ``run_id`` (a fresh one when
         not given: ``run.run_id``); ``RunExistsError`` if it is taken.
-        ``after=`` (a result) or ``conversation=`` (an id in the Loop's ledger)
-        makes the run a conversation's next turn: its input is the turn
-        before's transcript and ``messages`` (the docs' "Conversations" page).
+        ``after=`` (a result) or ``conversation=`` (an id in the Loop's ledger) makes it
+        a conversation's next turn, from the turn before's transcript ("Conversations").
         """
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
         engine = turn_engine(self, messages, cancel, run_id, after, conversation)
@@ -271,10 +270,7 @@ class Loop:
         after: RunResult | None = None,
         conversation: str | None = None,
     ) -> RunResult:
-        """Run to a terminal state and return the result (``start``'s note on ``after=``).
-
-        A durable run's result holds its id (``run_id``).
-        """
+        """Run to a terminal state and return the result (``start`` says what ``after=`` does)."""
         # start()'s body, not start().finish(): the claim is given up if finishing raises too
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
         engine = turn_engine(self, messages, cancel, run_id, after, conversation)
@@ -433,17 +429,6 @@ class Loop:
             if decisions is not None:
                 await live.adecide(decisions)
             return await live.afinish()
-
-    def conversation(self, conversation_id: str) -> tuple[RunResult, ...]:
-        """The results of the conversation's turns in the Loop's ledger, oldest first.
-
-        Read, never run: a turn that has not ended has its working state as ``status``.
-        """
-        return conversation_results(self, conversation_id)
-
-    async def aconversation(self, conversation_id: str) -> tuple[RunResult, ...]:
-        """``conversation`` under asyncio."""
-        return conversation_results(self, conversation_id)
 
     def _sync_driver(self, instead: str, *, awaits: bool = False) -> ToolRegistry | None:
         """Refuse what needs the asyncio driver; the registry whose policies review, if any.

@@ -94,10 +94,8 @@ def check_story(result: RunResult) -> RunResult:
         raise Mismatch(
             "$.transcript", "input messages a run accepts, then what was appended", str(exc)
         ) from None
-    # Links to runs (its own id, the one it continues, its conversation): nothing to replay.
-    engine._continues, engine._run_id = result.continues, result.run_id
-    engine._conversation_id, engine._turn = result.conversation_id, result.turn
-    replayed = engine.result()
+    # Links to runs (its own id, the one it continues): nothing to replay.
+    replayed = engine.result()._replace(continues=result.continues, run_id=result.run_id)
     if replayed.transcript_json != result.transcript_json:
         made = orjson.loads(replayed.transcript_json)
         for index, (want, got) in enumerate(zip(made, transcript, strict=False)):
@@ -135,6 +133,10 @@ def _replayed(
         context=result.context,
         models=models_named(result.events),
         output=output_of(result) if output is None else output,
+        # A conversation's turn: which it is, and the summary it began with.
+        conversation=None
+        if result.conversation_id is None or result.turn is None
+        else (result.conversation_id, result.turn),
         summary=result.summary,
     )
     return replay_events(
@@ -233,11 +235,9 @@ def summary_at_end(result: RunResult, context: ContextPolicy) -> tuple[int, str]
     ``None`` if it has none, or its events do not replay under ``context``.
     """
     transcript = orjson.loads(result.transcript_json)
-    appended = sum(len(event.appended_json) for event in result.events)
+    given = transcript[: len(transcript) - sum(len(e.appended_json) for e in result.events)]
     try:
-        engine = _replayed(
-            result._replace(context=context), transcript[: len(transcript) - appended]
-        )
+        engine = _replayed(result._replace(context=context), given)
     except (Mismatch, TypeError, ValueError):  # run under another policy: nothing is carried
         return None
-    return engine._summary_in_force()
+    return engine.summary
