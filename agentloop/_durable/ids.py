@@ -8,7 +8,7 @@ which no user's run id and no other conversation's turn has.
 
 from __future__ import annotations
 
-__all__ = ["turn_of", "turn_prefix", "turn_run_id"]
+__all__ = ["parse_turn", "turn_of", "turn_prefix", "turn_run_id"]
 
 
 def turn_run_id(conversation_id: str, turn: int) -> str:
@@ -31,3 +31,12 @@ def turn_of(run_id: str, conversation_id: str) -> int | None:
     if not number.isascii() or not number.isdigit() or number.startswith("0"):
         return None
     return int(number)
+
+
+def parse_turn(run_id: str) -> tuple[str, int] | None:
+    """``(conversation_id, turn)`` if ``run_id`` is a turn's id (``turn_run_id``); else ``None``."""
+    conversation_id, found, _ = run_id.rpartition("::")
+    if not found or not conversation_id or ":" in conversation_id:
+        return None
+    turn = turn_of(run_id, conversation_id)
+    return None if turn is None else (conversation_id, turn)

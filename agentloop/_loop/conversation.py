@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from agentloop._durable.protocol import Ledger
     from agentloop._loop.loop import Loop
 
-__all__ = ["Conversations", "Turn", "next_turn", "turn_engine"]
+__all__ = ["Conversations", "Turn", "next_turn", "turn_engine", "turn_input"]
 
 
 def turn_engine(
@@ -95,14 +95,21 @@ def next_turn(
                 )
     if previous is None:
         return Turn(messages, (conversation_id, turn), None)
-    _ended(previous, conversation_id, turn - 1)
-    new = [{"kind": "user", "text": messages}] if type(messages) is str else messages
     return Turn(
-        [*previous.transcript, *new],
+        turn_input(previous, messages, conversation_id, turn),
         (conversation_id, turn),
         previous.run_id,
         carried_summary(loop, previous),
     )
+
+
+def turn_input(
+    previous: RunResult, messages: str | list[dict[str, Any]], conversation_id: str, turn: int
+) -> list[dict[str, Any]]:
+    """Turn ``turn``'s input: the ended ``previous``'s transcript, then ``messages``."""
+    _ended(previous, conversation_id, turn - 1)
+    new = [{"kind": "user", "text": messages}] if type(messages) is str else messages
+    return [*previous.transcript, *new]
 
 
 class Conversations:
