@@ -12,7 +12,7 @@ import os
 import shlex
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import orjson
 
@@ -32,16 +32,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DECIDED",
+    "Listed",
     "columns",
     "decide",
+    "in_conversation",
     "is_ledger",
     "parse_verdicts",
     "pending",
     "report",
     "result",
+    "run_table",
     "runs",
     "show",
     "when",
+    "which_runs",
 ]
 
 _MAGIC: Final = b"SQLite format 3\x00"  # the first bytes of every SQLite file
@@ -58,79 +62,85 @@ def is_ledger(path: str) -> bool:
 def runs(
     path: str, states: Iterable[str], *, flat: bool = False, conversation: str | None = None
 ) -> int:
-    """Every run of the ledger (of ``states`` only, if any): a line each.
-
-    A conversation's turns are listed together under a line of their own, at
-    the place of its first turn, oldest first; ``flat`` lists every run on its
-    own, as recorded. ``conversation`` lists that conversation's turns only.
-    """
+    """Every run of the ledger (of ``states`` only, if any): a line each (``run_table``)."""
     wanted = set(states)
     shown = []
     problems = []
     for run in _listed(path):
-        state = _state(run)
-        if (wanted and state not in wanted) or (
-            conversation is not None and run.conversation_id != conversation
-        ):
+        state = "unreadable" if run.state is None else DECIDED if run.decided else run.state.value
+        turn = None if run.conversation_id is None else (run.conversation_id, run.turn or 0)
+        if (wanted and state not in wanted) or not in_conversation(turn, conversation):
             continue
         if run.problem is not None:
             problems.append(run.problem)
-        shown.append(run)
+        count = len(run.pending)
+        steps, calls = str(run.steps), str(run.calls)
+        shown.append(Listed(run.run_id, turn, state, steps, calls, run.changed, count))
     if not shown:
-        which = f" in state {' or '.join(sorted(wanted))}" if wanted else ""
-        of = "" if conversation is None else f" of conversation {conversation}"
-        print_lines([f"no run{of}{which} in {path}"])
+        print_lines([f"no run{which_runs(wanted, conversation)} in {path}"])
         return 0
-    rows: list[tuple[str, ...]] = [("run", "state", "steps", "calls", "last change", "pending")]
-    for entry in shown if flat else _runs_as_listed(shown):
-        if isinstance(entry, RunSummary):
-            rows.append(_run_row(entry))
-        else:  # a conversation's turns
-            rows.extend(_conversation_rows(entry))
-    print_lines(columns(rows))
+    print_lines(run_table(shown, flat=flat))
     for problem in problems:
         print_lines([f"unreadable: {problem}"])
     return 1 if problems else 0
 
 
-def _state(run: RunSummary) -> str:
-    return "unreadable" if run.state is None else DECIDED if run.decided else run.state.value
+class Listed(NamedTuple):
+    """A run as ``runs`` lists it (a ledger's or DBOS's)."""
+
+    run_id: str
+    #: The conversation it is a turn of, and the turn; else ``None``.
+    turn: tuple[str, int] | None
+    state: str
+    #: As shown: a DBOS run that has not ended shows ``-`` calls.
+    steps: str
+    calls: str
+    changed: float | None
+    pending: int
 
 
-def _run_row(run: RunSummary, indent: str = "") -> tuple[str, ...]:
-    count = str(len(run.pending)) if run.pending else ""
-    return (
-        indent + run.run_id,
-        _state(run),
-        str(run.steps),
-        str(run.calls),
-        when(run.changed),
-        count,
-    )
+def in_conversation(turn: tuple[str, int] | None, conversation: str | None) -> bool:
+    """Whether a run (a turn of ``turn[0]``, if a turn) is listed under ``--conversation``."""
+    return conversation is None or (turn is not None and turn[0] == conversation)
 
 
-def _runs_as_listed(found: list[RunSummary]) -> list[RunSummary | tuple[RunSummary, ...]]:
-    """Runs in their order, a conversation's turns together at the place of its first."""
-    turns: dict[str, list[RunSummary]] = {}
+def run_table(found: list[Listed], *, flat: bool) -> list[str]:
+    """The runs in columns; a conversation's turns together under a line of their own.
+
+    At the place of its first turn, oldest first; ``flat`` lists every run
+    on its own, as recorded.
+    """
+    rows: list[tuple[str, ...]] = [("run", "state", "steps", "calls", "last change", "pending")]
+    turns: dict[str, list[Listed]] = {}
     for run in found:
-        if run.conversation_id is not None:
-            turns.setdefault(run.conversation_id, []).append(run)
-    listed: list[RunSummary | tuple[RunSummary, ...]] = []
+        if run.turn is not None and not flat:
+            turns.setdefault(run.turn[0], []).append(run)
     for run in found:
-        if run.conversation_id is None:
-            listed.append(run)
-        elif run.conversation_id in turns:  # its first turn: the whole conversation, here
-            together = turns.pop(run.conversation_id)
-            listed.append(tuple(sorted(together, key=lambda turn: turn.turn or 0)))
-    return listed
+        if run.turn is None or flat:
+            rows.append(_run_row(run))
+        elif run.turn[0] in turns:  # its first turn: the whole conversation, here
+            together = sorted(turns.pop(run.turn[0]), key=lambda turn: turn.turn)
+            rows.extend(_conversation_rows(run.turn[0], together))
+    return columns(rows)
 
 
-def _conversation_rows(turns: tuple[RunSummary, ...]) -> list[tuple[str, ...]]:
+def which_runs(wanted: set[str], conversation: str | None) -> str:
+    """`` of conversation c in state s``: what ``runs`` looked for, when it found none."""
+    of = "" if conversation is None else f" of conversation {conversation}"
+    return of + (f" in state {' or '.join(sorted(wanted))}" if wanted else "")
+
+
+def _run_row(run: Listed, indent: str = "") -> tuple[str, ...]:
+    count = str(run.pending) if run.pending else ""
+    return (indent + run.run_id, run.state, run.steps, run.calls, when(run.changed), count)
+
+
+def _conversation_rows(conversation: str, turns: list[Listed]) -> list[tuple[str, ...]]:
     """A conversation's line (its turns, last change and pending calls), then each turn's."""
     changed = [run.changed for run in turns if run.changed is not None]
-    pending = sum(len(run.pending) for run in turns)
+    pending = sum(run.pending for run in turns)
     head = (
-        f"conversation {turns[0].conversation_id}",
+        f"conversation {conversation}",
         f"{len(turns)} turn{'' if len(turns) == 1 else 's'}",
         "",
         "",

@@ -29,6 +29,7 @@ import agentloop
 import agentloop._dbos.loop
 import agentloop._dbos.marker
 import agentloop.dbos
+from agentloop.__main__ import main
 from agentloop.dbos import DBOSLoop
 from agentloop.models import RetryPolicy, fallback
 from tests.durable.test_kill import CHECKPOINT_SCRIPT, FINAL, batch, call
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 
 Message = dict[str, Any]
 POSTGRES = os.environ.get("AGENTLOOP_TEST_POSTGRES")
+#: The SQLite system database's URL, once the fixture made it.
+SQLITE_URL: list[str] = []
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
@@ -55,6 +58,7 @@ def system_db(
     schema = None
     if request.param == "sqlite":
         config["system_database_url"] = f"sqlite:///{tmp_path_factory.mktemp('dbos')}/sys.sqlite"
+        SQLITE_URL[:] = [config["system_database_url"]]  # for the command line's tests
     else:
         if not POSTGRES:
             pytest.skip("no Postgres: set AGENTLOOP_TEST_POSTGRES to a URL (the README says how)")
@@ -881,9 +885,15 @@ def test_typed_output_the_loop_guard_and_the_wrap_up_under_dbos(make: Any) -> No
     ]
 
 
-def test_dbos_turns_and_race(make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dbos_turns_and_race(
+    make: Any,
+    system_db: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """conversation= on a DBOSLoop: turn n is the workflow c::n, from the last turn's transcript;
-    two starts of one turn with different messages: one ConversationBusyError."""
+    two starts of one turn with different messages: one ConversationBusyError; agentloop runs
+    lists the turns together."""
     world = World()
 
     def model(history: list[Message]) -> Message:
@@ -932,6 +942,13 @@ def test_dbos_turns_and_race(make: Any, monkeypatch: pytest.MonkeyPatch) -> None
     assert runs.run("four", conversation=conversation).turn == 4
     with pytest.raises(ValueError, match="leave run_id= out"):
         runs.start("x", run_id="y", conversation=conversation)
+    if system_db == "sqlite":
+        assert main(["runs", SQLITE_URL[0], "--conversation", conversation]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert [line.split()[:2] for line in lines[1:]] == [
+            ["conversation", conversation],
+            *([f"{conversation}::{n}", "finished"] for n in range(1, 5)),
+        ]
 
 
 def test_a_dbos_turn_is_refused_while_the_last_waits_for_decisions(make: Any) -> None:
