@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple
 
 import attrs
 import orjson
+from typing_extensions import TypeVar
 
 from agentloop._core.json import describe, unfenced
 from agentloop._core.requests import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
+from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,6 +37,7 @@ __all__ = [
     "Budget",
     "CancelToken",
     "NotJSON",
+    "OutputT",
     "RecordedException",
     "ReviewCalls",
     "RunResult",
@@ -43,6 +46,12 @@ __all__ = [
     "Usage",
     "Wait",
 ]
+
+#: What a run's output is: ``RunResult[OutputT]``, and ``Loop``'s, ``Run``'s and
+#: ``AsyncRun``'s parameter. Covariant: a ``RunResult[City]`` is a ``RunResult[object]``.
+#: ``Any`` by default: ``RunResult`` alone in an annotation (a loaded run's) is
+#: ``RunResult[Any]``, as it was before these classes took a parameter.
+OutputT = TypeVar("OutputT", covariant=True, default=Any)
 
 #: The largest budget a run file can record (JSON integers are kept within 64 bits).
 MAX_BUDGET: Final = 2**63 - 1
@@ -332,9 +341,14 @@ class Transition(NamedTuple):
         return f"Transition({fields})"
 
 
-class RunResult(NamedTuple):
+class RunResult(NamedTuple, Generic[OutputT]):
     """How a run ended: an immutable record. Every collection it hands out is a fresh copy.
 
+    Generic in its output: ``Loop(model, output=City).run(...)`` is a
+    ``RunResult[City]``, whose ``output`` is a ``City | None`` (``None`` unless
+    the run finished) and whose ``require_output()`` is a ``City``. A run of a
+    ``Loop`` without ``output=`` is a ``RunResult[str]``; a loaded run file's is
+    a ``RunResult[Any]`` (its output is the decoded JSON).
     Save and open it with ``agentloop.review.save_run`` / ``agentloop.review.load_run``
     (``run_to_json`` / ``run_from_json`` for text).
     """
@@ -343,8 +357,9 @@ class RunResult(NamedTuple):
     #: ``awaiting_approval`` for a run that waits for a person (see ``pending``).
     status: State
     #: The final answer's text, when the run finished; with ``Loop(output=T)``, the
-    #: answer as a ``T`` (a loaded run's: the decoded JSON).
-    output: Any
+    #: answer as a ``T`` (a loaded run's: the decoded JSON). ``None`` for a run that did
+    #: not finish: ``require_output()`` says why there is none.
+    output: OutputT | None
     steps: int
     calls: int
     budget: Budget
@@ -372,6 +387,28 @@ class RunResult(NamedTuple):
     #: The run's id, for a durable run (a ledger's, or DBOS's workflow id); else ``None``.
     run_id: str | None = None
 
+    def require_output(self) -> OutputT:
+        """The output of a run that finished; ``InvalidStateError`` for any other run.
+
+        The error names the run's status and why it has no output: the budget
+        that ran out, the error it failed with, or the calls it awaits a
+        decision on. A typed output that may itself be ``None`` is returned.
+        """
+        status = self.status
+        if status == "finished":
+            return self.output  # type: ignore[return-value]  # a finished run's is its O
+        if status == "awaiting_approval":
+            ids = [call.call_id for call in self.pending]
+            why = f": calls {ids} await a decision (decide them, then finish the run)"
+        elif self.reason is not None or self.error is not None:
+            why = f": {self.reason or self.error}"
+        else:
+            why = ""
+        raise InvalidStateError(
+            f"expected a finished run's output, got a run that is {status.value!r}{why}",
+            state=status,
+        )
+
     @property
     def output_text(self) -> str | None:
         """The final answer's text, when the run finished; with ``Loop(output=T)``, its JSON.
@@ -381,7 +418,7 @@ class RunResult(NamedTuple):
         it. The transcript keeps the final as the model wrote it.
         """
         if self.output_schema_json is None:
-            return self.output  # type: ignore[no-any-return]
+            return self.output  # type: ignore[return-value]  # without a schema: the text
         if self.output is None or self.status != "finished":
             return None
         return unfenced(orjson.loads(self.transcript_json)[-1]["text"])

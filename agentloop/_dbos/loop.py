@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Generic
 from uuid import uuid4
 
 from dbos import DBOS, SetWorkflowID
@@ -21,6 +21,7 @@ from agentloop._core.engine import Engine
 from agentloop._core.values import (
     AskModel,
     CancelToken,
+    OutputT,
     RecordedException,
     ReviewCalls,
     RunResult,
@@ -66,8 +67,11 @@ _REVIEW: Final[Any] = {"name": STEPS[3]}
 _LOOPS: dict[str, DBOSLoop] = {}
 
 
-class DBOSLoop:
+class DBOSLoop(Generic[OutputT]):
     """A ``Loop`` whose runs are DBOS workflows: durable, queueable, recovered by any worker.
+
+    Generic in its output as its ``Loop`` is: ``DBOSLoop(Loop(model, output=City),
+    name=...)`` is a ``DBOSLoop[City]``, whose runs' results are ``RunResult[City]``.
 
     ``name`` identifies the loop across processes: every worker that may
     serve its runs (or recover them) makes a ``DBOSLoop`` of that name with
@@ -82,7 +86,7 @@ class DBOSLoop:
     ``Run`` does): after a recovery, the replayed transitions too.
     """
 
-    def __init__(self, loop: Loop, *, name: str) -> None:
+    def __init__(self, loop: Loop[OutputT], *, name: str) -> None:
         if not isinstance(loop, Loop):
             raise TypeError(f"expected loop to be an agentloop.Loop, got {type(loop).__name__}")
         if type(name) is not str or not name:
@@ -111,7 +115,7 @@ class DBOSLoop:
 
     def start(
         self, messages: str | list[dict[str, Any]], *, run_id: str | None = None
-    ) -> WorkflowHandle[RunResult]:
+    ) -> WorkflowHandle[RunResult[OutputT]]:
         """Start a run in this process (a DBOS workflow with id ``run_id``); its handle.
 
         Bad input raises here, before anything is recorded. ``run_id`` is made
@@ -122,13 +126,15 @@ class DBOSLoop:
         with SetWorkflowID(run_id):
             return DBOS.start_workflow(_run, self.name, history, self._fingerprint)
 
-    def run(self, messages: str | list[dict[str, Any]], *, run_id: str | None = None) -> RunResult:
+    def run(
+        self, messages: str | list[dict[str, Any]], *, run_id: str | None = None
+    ) -> RunResult[OutputT]:
         """Start a run and wait for its result."""
         return self.start(messages, run_id=run_id).get_result()
 
     def enqueue(
         self, queue: Queue, messages: str | list[dict[str, Any]], *, run_id: str | None = None
-    ) -> WorkflowHandle[RunResult]:
+    ) -> WorkflowHandle[RunResult[OutputT]]:
         """Put a run on a DBOS ``Queue``: a worker process serving that queue drives it."""
         run_id, history = self._checked(messages, run_id)
         with SetWorkflowID(run_id):
@@ -141,7 +147,7 @@ class DBOSLoop:
         messages: str | list[dict[str, Any]],
         *,
         run_id: str | None = None,
-    ) -> WorkflowHandle[RunResult]:
+    ) -> WorkflowHandle[RunResult[OutputT]]:
         """Enqueue a run through a ``DBOSClient``: from a process that does not launch DBOS."""
         run_id, history = self._checked(messages, run_id)
         options: EnqueueOptions = {

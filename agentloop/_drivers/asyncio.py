@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from agentloop._core.context_policy import Summarise
 from agentloop._core.json import exception_said
 from agentloop._core.table import TERMINAL, State
-from agentloop._core.values import AskModel, ReviewCalls, RunTool, Wait
+from agentloop._core.values import AskModel, OutputT, ReviewCalls, RunTool, Wait
 from agentloop._drivers.callbacks import (
     CapturedInterrupt,
     TokenCancelled,
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncRun"]
 
 
-class AsyncRun(RunView):
+class AsyncRun(RunView[OutputT]):
     """One run under asyncio, driven one transition at a time by ``astep()``."""
 
     def __init__(
@@ -132,7 +132,7 @@ class AsyncRun(RunView):
                 return
             yield transition
 
-    async def afinish(self) -> RunResult:
+    async def afinish(self) -> RunResult[OutputT]:
         """``finish()`` under asyncio: step until done (or awaiting approval), return the result.
 
         As ``finish()``, it holds the run for the whole loop: no other task

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from agentloop._core.context_policy import Summarise
 from agentloop._core.json import exception_said
 from agentloop._core.table import TERMINAL, State
-from agentloop._core.values import AskModel, RunTool, Transition, Wait
+from agentloop._core.values import AskModel, OutputT, RunTool, Transition, Wait
 from agentloop._drivers.awaiter import Awaiter
 from agentloop._drivers.callbacks import TokenCancelled, is_async
 from agentloop._drivers.deltas import Discard, ListenerFailed, Partial
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["Run"]
 
 
-class Run(RunView):
+class Run(RunView[OutputT]):
     """One run, driven one transition at a time by ``step()``."""
 
     def __init__(
@@ -105,7 +105,7 @@ class Run(RunView):
         while not self.done and self.state is not State.AWAITING_APPROVAL:
             yield self.step()
 
-    def finish(self) -> RunResult:
+    def finish(self) -> RunResult[OutputT]:
         """Step until done (or awaiting approval) and return the result.
 
         One step after another, as ``step()`` makes them (listeners and the

@@ -9,10 +9,12 @@ durable (``agentloop._durable``): the engine records as it goes, and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, overload
+
+from typing_extensions import TypeVar, Unpack
 
 from agentloop._core.messages import check_new_input
-from agentloop._core.values import Budget, CancelToken, RunResult
+from agentloop._core.values import Budget, CancelToken, OutputT, RunResult
 from agentloop._drivers.callbacks import bind_model
 from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._loop.continued import read_ended, released_on_error
@@ -29,6 +31,7 @@ from agentloop._loop.running import async_run, sync_run
 from agentloop._loop.settings import (
     DEFAULT,
     Default,
+    LoopOptions,
     asyncio_only,
     checked_bool,
     checked_context,
@@ -67,8 +70,18 @@ if TYPE_CHECKING:
 __all__ = ["Loop"]
 
 
-class Loop(Owner):
+#: The output type an overload of ``Loop.__init__`` reads from ``output=``.
+_T = TypeVar("_T")
+
+
+# The dependencies' type (RunContext) comes as a second parameter with a default,
+# Loop[OutputT, DepsT]: Loop[City] keeps its meaning.
+class Loop(Owner, Generic[OutputT]):
     """Configuration for runs: a model, its tools and its budgets. Reusable.
+
+    Generic in its output: ``Loop(model)`` is a ``Loop[str]``, ``Loop(model,
+    output=City)`` a ``Loop[City]`` (its results are ``RunResult[City]``), and
+    an ``output`` that is not a class (a union, a JSON Schema) a ``Loop[Any]``.
 
     ``max_steps`` bounds the model calls of a run (failed and malformed ones
     included), ``max_calls`` its accepted tool calls (whatever their outcome);
@@ -121,6 +134,22 @@ class Loop(Owner):
     ``async with``) opens each in order and closes them in reverse.
     """
 
+    @overload
+    def __init__(
+        self: Loop[str],
+        model: Model | Fallback,
+        *,
+        output: None = None,
+        **options: Unpack[LoopOptions],
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Loop[_T], model: Model | Fallback, *, output: type[_T], **options: Unpack[LoopOptions]
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Loop[Any], model: Model | Fallback, *, output: object, **options: Unpack[LoopOptions]
+    ) -> None: ...
     def __init__(
         self,
         model: Model | Fallback,
@@ -208,7 +237,7 @@ class Loop(Owner):
         *,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
-    ) -> Run:
+    ) -> Run[OutputT]:
         """Begin a run driven by ``step()``; bad input raises here, before any model call.
 
         With a ledger, the run is recorded under ``run_id`` (a fresh one when
@@ -225,7 +254,7 @@ class Loop(Owner):
         *,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Run to a terminal state and return the result.
 
         The result does not hold the run's id: with a ledger, pass ``run_id=``,
@@ -243,18 +272,18 @@ class Loop(Owner):
         *,
         cancel: CancelToken | None = None,
         decisions: dict[str, Decision] | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Continue a run to its end: the recorded run ``run`` (an id), or a saved result.
 
         By id (a Loop with a ledger): recorded replies and outcomes are fed to
         a fresh engine, never asked for or run again, and a run that ended is
         only read. By ``RunResult`` (``load_run(path)``, a Loop without a
         ledger): its events are replayed into a fresh engine, and a result
-        that ended is returned as it is. Either way a run that has not ended
-        goes on with this Loop's model and tools; a run awaiting
-        approval takes ``decisions`` (as ``run.decide``), and without them
-        stays paused, which its result says. See the docs' "Durable runs and
-        approval" page.
+        that ended is returned as it is (a typed output made this Loop's type).
+        Either way a run that has not ended goes on with this Loop's model and
+        tools; a run awaiting approval takes ``decisions`` (as ``run.decide``),
+        and without them stays paused, which its result says. See the docs'
+        "Durable runs and approval" page.
         """
         registry = self._sync_driver("loop.aresume", awaits=True)
         engine, token = resumed_engine(self, "resume", run, cancel)
@@ -273,7 +302,7 @@ class Loop(Owner):
         cancel: CancelToken | None = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """A new run that goes on from a ``failed`` or ``exhausted`` run's transcript.
 
         ``run`` is the old run's result, or its id in this Loop's ledger. The
@@ -298,7 +327,7 @@ class Loop(Owner):
         cancel: CancelToken | None = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """``continue_run`` under asyncio."""
         engine = continued_engine(self, run, cancel, run_id, parent_run_id)
         with released_on_error(engine):
@@ -311,7 +340,7 @@ class Loop(Owner):
         at: int,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
-    ) -> Run:
+    ) -> Run[OutputT]:
         """A new run that starts as ``run`` was after its first ``at`` transitions.
 
         ``run`` is a result (``load_run(path)``, a finished run's, a paused
@@ -337,7 +366,7 @@ class Loop(Owner):
         at: int,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
-    ) -> AsyncRun:
+    ) -> AsyncRun[OutputT]:
         """``fork`` under asyncio: the new run is driven by ``await run.astep()``."""
         engine, token = forked_engine(self, saved_result(self, run, "afork"), at, cancel, run_id)
         with released_on_error(engine):
@@ -349,7 +378,7 @@ class Loop(Owner):
         *,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
-    ) -> AsyncRun:
+    ) -> AsyncRun[OutputT]:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
         engine = fresh_engine(self, messages, cancel, run_id)
         with released_on_error(engine):
@@ -361,7 +390,7 @@ class Loop(Owner):
         *,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
         live = self.astart(messages, cancel=cancel, run_id=run_id)
         with released_on_error(live._engine):
@@ -373,7 +402,7 @@ class Loop(Owner):
         *,
         cancel: CancelToken | None = None,
         decisions: dict[str, Decision] | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
         engine, token = resumed_engine(self, "aresume", run, cancel)
         if engine.done:

@@ -171,7 +171,7 @@ def test_which_errors_count_is_the_policys() -> None:
         RetryPolicy(factor=0.5)  # waits that shrink
     assert RetryPolicy(factor=1).factor == 1  # the same wait each time
     with pytest.raises(TypeError, match=r"expected retry to be an agentloop\.models\.RetryPolicy"):
-        Loop(ScriptedModel([]), retry=3)  # type: ignore[arg-type]
+        Loop(ScriptedModel([]), retry=3)  # type: ignore[call-overload]
 
 
 def test_a_cancel_before_the_wait_ends_the_run_without_waiting(driver: Driver) -> None:
