@@ -29,12 +29,15 @@ again if an interruption lands half-way, so a run is never half-changed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 import orjson
 
+from agentloop._core.approval import Decision, PendingCall
 from agentloop._core.batch import check_decisions
 from agentloop._core.checks import ReportChecks
+from agentloop._core.context_policy import Summarise
 from agentloop._core.intake import (
     Outcome,
     raised_outcome,
@@ -49,6 +52,7 @@ from agentloop._core.table import NEXT, REPORTS, TERMINAL, Report, State, Trigge
 from agentloop._core.values import (
     AskModel,
     AwaitApproval,
+    Budget,
     RecordedException,
     ReviewCalls,
     RunResult,
@@ -58,13 +62,6 @@ from agentloop._core.values import (
     Wait,
 )
 from agentloop._errors import InvalidStateError
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from agentloop._core.approval import Decision, PendingCall
-    from agentloop._core.context_policy import Summarise
-    from agentloop._core.values import Budget
 
 __all__ = ["Engine", "check_decisions"]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import functools
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any, Final, Generic
+from typing import Any, Final, Generic
 from uuid import uuid4
 
-from dbos import DBOS, SetWorkflowID
+from dbos import DBOS, DBOSClient, EnqueueOptions, Queue, SetWorkflowID, WorkflowHandle
 
 from agentloop._core.approval import Decision
 from agentloop._core.context_policy import Summarise
@@ -35,6 +35,7 @@ from agentloop._dbos.decisions import (
 )
 from agentloop._dbos.steps import StepRunner
 from agentloop._dbos.work import StepWork, batch_started, recorded_verdict
+from agentloop._drivers.callbacks import Listener
 from agentloop._drivers.transition import LOG, drain, log, pump
 from agentloop._durable.bodies import recorded_answer, recorded_outcome
 from agentloop._durable.journal import fingerprint, idempotent_tools
@@ -43,11 +44,6 @@ from agentloop._errors import AgentloopError
 from agentloop._loop.engines import plain_engine
 from agentloop._loop.loop import Loop
 from agentloop._tools.registry import reviewing
-
-if TYPE_CHECKING:
-    from dbos import DBOSClient, EnqueueOptions, Queue, WorkflowHandle
-
-    from agentloop._drivers.callbacks import Listener
 
 __all__ = ["STEPS", "DBOSLoop"]
 

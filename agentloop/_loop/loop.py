@@ -9,14 +9,22 @@ durable (``agentloop._durable``): the engine records as it goes, and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic, overload
+from collections.abc import Iterable
+from typing import Any, Generic, overload
 
 from typing_extensions import TypeVar, Unpack
 
+from agentloop._core.approval import Decision
+from agentloop._core.context_policy import ContextPolicy
 from agentloop._core.messages import check_new_input
+from agentloop._core.output_schema import OutputSchema
+from agentloop._core.retry_policy import RetryPolicy
 from agentloop._core.values import Budget, CancelToken, OutputT, RunResult
-from agentloop._drivers.callbacks import bind_model
+from agentloop._drivers.asyncio import AsyncRun
+from agentloop._drivers.callbacks import Dispatcher, Listener, Model, bind_model
+from agentloop._drivers.sync import Run
 from agentloop._drivers.tool_calls import asyncio_dispatch
+from agentloop._durable.protocol import Ledger
 from agentloop._loop.continued import read_ended, released_on_error
 from agentloop._loop.engines import (
     continued_engine,
@@ -53,19 +61,7 @@ from agentloop._loop.settings import (
 )
 from agentloop._tools.dispatcher import as_dispatcher
 from agentloop._tools.output_type import output_schema
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-
-    from agentloop._core.approval import Decision
-    from agentloop._core.context_policy import ContextPolicy
-    from agentloop._core.output_schema import OutputSchema
-    from agentloop._core.retry_policy import RetryPolicy
-    from agentloop._drivers.asyncio import AsyncRun
-    from agentloop._drivers.callbacks import Dispatcher, Listener, Model
-    from agentloop._drivers.sync import Run
-    from agentloop._durable.protocol import Ledger
-    from agentloop._tools.registry import ToolRegistry
+from agentloop._tools.registry import ToolRegistry
 
 __all__ = ["Loop"]
 

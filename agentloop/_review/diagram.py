@@ -32,18 +32,14 @@ import sys
 import tempfile
 import threading
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
 from agentloop._core.build import ROWS, Row
 from agentloop._core.table import ANSWERS, TERMINAL, Guard, State, Trigger
-from agentloop._core.values import require_result
+from agentloop._core.values import RunResult, require_result
 from agentloop._drivers.transition import RunView
 from agentloop._errors import SVGUnavailableError
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-    from agentloop._core.values import RunResult
 
 __all__ = [
     "edges",
