@@ -11,7 +11,8 @@ from typing import Any, Final
 from dbos import DBOS, DBOSClient
 
 from agentloop._core.approval import Decision, PendingCall
-from agentloop._core.engine import Engine, check_decisions
+from agentloop._core.batch import check_decisions
+from agentloop._core.engine import Engine
 from agentloop._core.table import State
 from agentloop._core.values import CancelToken, Transition
 from agentloop._errors import InvalidStateError
