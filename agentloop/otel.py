@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextvars
 import time
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 try:
     from opentelemetry import trace
@@ -36,20 +36,16 @@ except ImportError as exc:
         "agentloop.otel needs the OpenTelemetry API: pip install 'agentloop-fsm[otel]'"
     ) from exc
 
+from collections.abc import Callable, Mapping
+
 import attrs
+from opentelemetry.trace import TracerProvider
+from opentelemetry.util.types import AttributeValue
 
 from agentloop._core.json import exception_content
 from agentloop._core.table import MODEL_ANSWERS, TERMINAL, State, Trigger
-from agentloop._core.values import RecordedException
+from agentloop._core.values import RecordedException, Transition
 from agentloop._drivers.progress import ToolProgress
-
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-
-    from opentelemetry.trace import TracerProvider
-    from opentelemetry.util.types import AttributeValue
-
-    from agentloop._core.values import Transition
 
 __all__ = [
     "AGENTLOOP_CALLS",

@@ -34,15 +34,29 @@ import asyncio
 import functools
 import inspect
 import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agentloop._core.approval import Decision
 from agentloop._core.context_policy import Summarise
+from agentloop._core.engine import Engine
 from agentloop._core.json import exception_said
 from agentloop._core.table import TERMINAL, State
-from agentloop._core.values import AskModel, ReviewCalls, RunTool, Wait
+from agentloop._core.values import (
+    AskModel,
+    CancelToken,
+    OutputT,
+    ReviewCalls,
+    RunResult,
+    RunTool,
+    Transition,
+    Wait,
+)
 from agentloop._drivers.callbacks import (
     CapturedInterrupt,
+    Listener,
+    Model,
     TokenCancelled,
     capture_interrupt,
     is_async,
@@ -50,27 +64,16 @@ from agentloop._drivers.callbacks import (
     within,
 )
 from agentloop._drivers.concurrent import ConcurrentBatch
-from agentloop._drivers.deltas import Discard, ListenerFailed, Partial
-from agentloop._drivers.progress import areporting
+from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
+from agentloop._drivers.progress import ToolProgress, areporting
 from agentloop._drivers.streams import apull, in_time, is_stream
-from agentloop._drivers.transition import LOG, RunView, Streaming, log, one_transition
+from agentloop._drivers.transition import LOG, Request, RunView, Streaming, log, one_transition
 from agentloop._drivers.waits import await_wait
-
-if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-
-    from agentloop._core.approval import Decision
-    from agentloop._core.engine import Engine
-    from agentloop._core.values import CancelToken, RunResult, Transition
-    from agentloop._drivers.callbacks import Listener, Model
-    from agentloop._drivers.deltas import Delta
-    from agentloop._drivers.progress import ToolProgress
-    from agentloop._drivers.transition import Request
 
 __all__ = ["AsyncRun"]
 
 
-class AsyncRun(RunView):
+class AsyncRun(RunView[OutputT]):
     """One run under asyncio, driven one transition at a time by ``astep()``."""
 
     def __init__(
@@ -132,7 +135,7 @@ class AsyncRun(RunView):
                 return
             yield transition
 
-    async def afinish(self) -> RunResult:
+    async def afinish(self) -> RunResult[OutputT]:
         """``finish()`` under asyncio: step until done (or awaiting approval), return the result.
 
         As ``finish()``, it holds the run for the whole loop: no other task

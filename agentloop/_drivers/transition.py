@@ -19,10 +19,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from agentloop._core.context_policy import Summarise
-from agentloop._core.values import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
+from agentloop._core.values import (
+    AskModel,
+    AwaitApproval,
+    OutputT,
+    ReviewCalls,
+    RunTool,
+    Wait,
+)
 from agentloop._drivers.callbacks import TokenCancelled, ended_by_token
 from agentloop._errors import InvalidStateError
 
@@ -201,7 +208,7 @@ def log(transition: Transition) -> None:
     )
 
 
-class RunView:
+class RunView(Generic[OutputT]):
     """The state, counters and record of one run; drivers add the stepping."""
 
     def __init__(self, engine: Engine) -> None:
@@ -263,7 +270,7 @@ class RunView:
         """Every transition so far, in order."""
         return self._engine.events()
 
-    def result(self) -> RunResult:
+    def result(self) -> RunResult[OutputT]:
         """The result; raises ``InvalidStateError`` until the run is done."""
         return self._engine.result()
 
