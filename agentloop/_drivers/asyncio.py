@@ -58,6 +58,7 @@ from agentloop._drivers.waits import await_wait
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+    from contextlib import AbstractContextManager
 
     from agentloop._core.approval import Decision
     from agentloop._core.engine import Engine
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
     from agentloop._drivers.progress import ToolProgress
     from agentloop._drivers.transition import Request
 
-__all__ = ["AsyncRun"]
+__all__ = ["AsyncRun", "current_while_aread"]
 
 
 class AsyncRun(RunView):
@@ -118,7 +119,8 @@ class AsyncRun(RunView):
         """
         if not callable(listener):
             raise TypeError(f"expected a callable listener, got {type(listener).__name__}")
-        self._listeners.append((listener, is_async(listener)))
+        followed = self._following(listener)
+        self._listeners.append((followed, is_async(followed)))
 
     def _plain_listeners(self) -> list[Listener]:
         # An interrupted task cannot be relied on to await anything more.
@@ -204,22 +206,34 @@ class AsyncRun(RunView):
                     and engine.state is State.DISPATCHING
                     and (batch.tasks or engine.unstarted > 1)
                 ):  # calls to run at once; a lone call is awaited in place, as with 1
-                    transition = await batch.step(self._reviewed, self._tool)
+                    transition = await batch.step(self._reviewed, self._tool, self._around)
                 else:  # the one transition, each request awaited (transition.pump, with awaits)
+                    around = self._around
                     steps = one_transition(engine)
                     try:
                         need = steps.send(None)
                         while True:
                             try:
-                                answer = await self._perform(need)
+                                if around is None:
+                                    scope = None
+                                    answer = await self._perform(need)
+                                else:  # a tracing listener's span, current while it runs
+                                    scope = around(need)
+                                    with scope:
+                                        answer = await self._perform(need)
                                 if type(answer) is Streaming:
                                     reading: AsyncGenerator[Delta, None] = answer.deltas  # type: ignore[assignment]
+                                    pulled = (
+                                        reading
+                                        if scope is None
+                                        else current_while_aread(reading, scope)
+                                    )
                                     try:
                                         if hand_on:
-                                            async for delta in reading:
+                                            async for delta in pulled:
                                                 yield delta
                                         else:  # drained here: the delta listeners heard each
-                                            async for _ in reading:
+                                            async for _ in pulled:
                                                 pass
                                     finally:
                                         await reading.aclose()
@@ -436,3 +450,21 @@ class AsyncRun(RunView):
                 await listener(transition)  # type: ignore[misc]  # is_async said so
             else:
                 listener(transition)
+
+
+async def current_while_aread(
+    reading: AsyncGenerator[Delta, None], scope: AbstractContextManager[object]
+) -> AsyncGenerator[Delta, None]:
+    """``reading``, with ``scope`` entered around each pull and left before each yield.
+
+    ``transition.current_while_read`` under asyncio: the model's span is
+    current while its stream is read, never in the caller's code between
+    two deltas.
+    """
+    while True:
+        with scope:
+            try:
+                delta = await reading.__anext__()
+            except StopAsyncIteration:
+                return
+        yield delta
