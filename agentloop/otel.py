@@ -30,7 +30,7 @@ except ImportError as exc:
     ) from exc
 
 from agentloop._names import publish as _publish
-from agentloop._otel.spans import (
+from agentloop._otel.names import (
     AGENTLOOP_CALLS,
     AGENTLOOP_END_UNSEEN,
     AGENTLOOP_REASON,
@@ -40,8 +40,8 @@ from agentloop._otel.spans import (
     AGENTLOOP_STEPS,
     AGENTLOOP_TIME_TO_FIRST_TOKEN,
     AGENTLOOP_TRIGGER,
-    OtelListener,
 )
+from agentloop._otel.spans import OtelListener
 
 __all__ = [
     "AGENTLOOP_CALLS",

@@ -12,11 +12,24 @@ and output messages schemas.
 from __future__ import annotations
 
 import os
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-__all__ = ["CAPTURE_VARIABLE", "arguments_json", "captures", "input_messages", "output_messages"]
+from agentloop._core.json import exception_content
+
+if TYPE_CHECKING:
+    from agentloop._core.values import Transition
+
+__all__ = [
+    "CAPTURE_VARIABLE",
+    "arguments_json",
+    "call_arguments",
+    "captures",
+    "input_messages",
+    "output_messages",
+    "result_message",
+]
 
 #: The conventions' opt-in for content: ``true`` (older instrumentations' form),
 #: ``SPAN_ONLY`` or ``SPAN_AND_EVENT`` put it on spans; anything else does not.
@@ -54,6 +67,34 @@ def output_messages(reply_json: bytes) -> str:
 def arguments_json(call: dict[str, Any]) -> str:
     """``gen_ai.tool.call.arguments``: a call's arguments, as the model sent them."""
     return _dumps(call.get("arguments"))
+
+
+def call_arguments(reply_json: bytes) -> dict[str, str]:
+    """Each call's arguments in a reply, by id, as ``gen_ai.tool.call.arguments`` has them."""
+    reply = orjson.loads(reply_json)
+    if type(reply) is not dict:
+        return {}
+    calls = [reply] if reply.get("kind") == "call" else reply.get("calls")
+    if type(calls) is not list:
+        return {}
+    return {str(call.get("id")): arguments_json(call) for call in calls if type(call) is dict}
+
+
+def result_message(transition: Transition) -> str:
+    """``Type: message`` from an ``error`` result's content, as the model was told.
+
+    Mid-batch, the result is not appended yet: the exception behind it says the same.
+    """
+    for message in transition.appended:
+        if message.get("kind") == "tool_result" and message.get("id") == transition.call_id:
+            content = message.get("content")
+            if isinstance(content, dict):
+                return f"{content.get('type')}: {content.get('message')}"
+            return str(content)
+    if transition.exception is not None:
+        content = exception_content(transition.exception)
+        return f"{content['type']}: {content['message']}"
+    return "the tool failed"
 
 
 def _message(message: object) -> dict[str, Any]:

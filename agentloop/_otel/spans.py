@@ -22,19 +22,49 @@ import contextvars
 import time
 from typing import TYPE_CHECKING, Final
 
-import attrs
-import orjson
-from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agentloop._core.context_policy import Summarise
-from agentloop._core.json import exception_content
 from agentloop._core.table import MODEL_ANSWERS, TERMINAL, State, Trigger
 from agentloop._core.values import AskModel, RecordedException, RunTool
 from agentloop._drivers.progress import ToolProgress
-from agentloop._otel.content import arguments_json, captures, input_messages, output_messages
+from agentloop._otel.content import (
+    arguments_json,
+    call_arguments,
+    captures,
+    input_messages,
+    output_messages,
+    result_message,
+)
+from agentloop._otel.names import (
+    AGENT_NAME,
+    AGENTLOOP_CALLS,
+    AGENTLOOP_END_UNSEEN,
+    AGENTLOOP_REASON,
+    AGENTLOOP_RESULT_STATUS,
+    AGENTLOOP_RUN_ID,
+    AGENTLOOP_STATUS,
+    AGENTLOOP_STEPS,
+    AGENTLOOP_TIME_TO_FIRST_TOKEN,
+    AGENTLOOP_TRIGGER,
+    ERROR_TYPE,
+    INPUT_MESSAGES,
+    INPUT_TOKENS,
+    OPERATION,
+    OUTPUT_MESSAGES,
+    OUTPUT_TOKENS,
+    PROVIDER_NAME,
+    REQUEST_MODEL,
+    REQUEST_STREAM,
+    TIME_TO_FIRST_CHUNK,
+    TOOL_CALL_ARGUMENTS,
+    TOOL_CALL_ID,
+    TOOL_CALL_RESULT,
+    TOOL_NAME,
+    TOOL_TYPE,
+)
+from agentloop._otel.runs import OpenRun, Scope, began_at, end_open
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -45,57 +75,7 @@ if TYPE_CHECKING:
     from agentloop._core.values import Transition
     from agentloop._drivers.transition import Request, RunView
 
-__all__ = [
-    "AGENTLOOP_CALLS",
-    "AGENTLOOP_END_UNSEEN",
-    "AGENTLOOP_REASON",
-    "AGENTLOOP_RESULT_STATUS",
-    "AGENTLOOP_RUN_ID",
-    "AGENTLOOP_STATUS",
-    "AGENTLOOP_STEPS",
-    "AGENTLOOP_TIME_TO_FIRST_TOKEN",
-    "AGENTLOOP_TRIGGER",
-    "OtelListener",
-]
-
-# GenAI semantic conventions (development status), as strings: the
-# semantic-conventions package only has them in an unstable module.
-OPERATION: Final = "gen_ai.operation.name"
-AGENT_NAME: Final = "gen_ai.agent.name"
-PROVIDER_NAME: Final = "gen_ai.provider.name"
-REQUEST_MODEL: Final = "gen_ai.request.model"
-REQUEST_STREAM: Final = "gen_ai.request.stream"
-TIME_TO_FIRST_CHUNK: Final = "gen_ai.response.time_to_first_chunk"
-TOOL_NAME: Final = "gen_ai.tool.name"
-TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
-TOOL_TYPE: Final = "gen_ai.tool.type"
-INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
-OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
-ERROR_TYPE: Final = "error.type"
-# Content, captured only on the user's opt-in (``agentloop._otel.content``).
-INPUT_MESSAGES: Final = "gen_ai.input.messages"
-OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
-TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
-TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
-
-#: The counters after the transition that ended the span.
-AGENTLOOP_STEPS: Final = "agentloop.steps"
-AGENTLOOP_CALLS: Final = "agentloop.calls"
-#: On a run span: the terminal state, and ``max_steps``/``max_calls`` when exhausted.
-AGENTLOOP_STATUS: Final = "agentloop.status"
-AGENTLOOP_REASON: Final = "agentloop.reason"
-#: On a run span: the run's id in its ledger, for a durable run.
-AGENTLOOP_RUN_ID: Final = "agentloop.run_id"
-#: On a chat span: how the model call ended (``model_replied``, ``model_raised``, ...;
-#: ``summary_written`` and the like for a summary's call).
-AGENTLOOP_TRIGGER: Final = "agentloop.trigger"
-#: On a tool span: the result's status (``ok``, ``error``, ``denied``, ..., ``cancelled``).
-AGENTLOOP_RESULT_STATUS: Final = "agentloop.result_status"
-#: On a chat span whose reply streamed (``OtelListener.delta`` heard it): seconds from
-#: the call's start to its first delta (``gen_ai.response.time_to_first_chunk`` too).
-AGENTLOOP_TIME_TO_FIRST_TOKEN: Final = "agentloop.time_to_first_token"  # noqa: S105 - a name
-#: On a run span ended without its terminal transition (see ``OtelListener``).
-AGENTLOOP_END_UNSEEN: Final = "agentloop.end_unseen"
+__all__ = ["OtelListener"]
 
 _RAISED: Final = frozenset({Trigger.MODEL_RAISED, Trigger.SUMMARY_RAISED})
 _REPLIES: Final = frozenset({Trigger.MODEL_REPLIED, Trigger.SUMMARY_WRITTEN})
@@ -113,71 +93,6 @@ def _error_type(exc: BaseException | None) -> str:
     return "_OTHER" if exc is None else type(exc).__qualname__
 
 
-@attrs.define
-class _Run:
-    """One run's open span, and what the next transitions need to know."""
-
-    span: Span
-    context: Context
-    #: Where the run is, after the last transition seen.
-    state: State
-    steps: int
-    calls: int
-    #: When the last transition was seen: the next model call started no earlier.
-    mark: int
-    #: When the accepted call's tool was about to run, while it runs (heard after the fact).
-    tool_start: int | None = None
-    tokens: dict[str, int] = attrs.field(factory=dict)
-    #: The model call under way, and the calls under way by id: their spans, current
-    #: while they run (a run followed live).
-    chat: _Scope | None = None
-    tools: dict[str, _Scope] = attrs.field(factory=dict)
-    #: How many of this run's scopes are entered now: a run begun inside one (a child
-    #: run, in a tool) is nested in this one, not a sign that this one was abandoned.
-    active: int = 0
-    ended: bool = False
-    #: With content captured and heard after the fact: each call's arguments, by id,
-    #: from the reply that made the call.
-    arguments: dict[str, str] = attrs.field(factory=dict)
-
-    def continues(self, transition: Transition) -> bool:
-        """Whether ``transition`` is this run's next one (not a new run's first)."""
-        return (
-            transition.source is self.state
-            and transition.steps >= self.steps
-            and transition.calls >= self.calls
-        )
-
-
-class _Scope:
-    """A span made current around a request's performance, as often as the pump enters it.
-
-    The span is the model call's or the tool's, or ``None`` for the run's
-    own (around a review, a wait). ``pulls``: how often it was entered (more
-    than once: a stream was read); ``left``: when it was last left, which
-    ends its span (for a stream, after its last chunk).
-    """
-
-    __slots__ = ("_token", "began", "context", "left", "pulls", "run", "span")
-
-    def __init__(self, run: _Run, span: Span | None, began: int) -> None:
-        self.run, self.span, self.began = run, span, began
-        self.context = trace.set_span_in_context(run.span if span is None else span)
-        self.left: int | None = None
-        self.pulls = 0
-        self._token: object = None
-
-    def __enter__(self) -> None:
-        self._token = otel_context.attach(self.context)
-        self.run.active += 1
-        self.pulls += 1
-
-    def __exit__(self, *exc: object) -> None:
-        self.run.active -= 1
-        self.left = time.time_ns()
-        otel_context.detach(self._token)  # type: ignore[arg-type]  # attach's token
-
-
 class _Following:
     """``OtelListener.for_run(run)``: the listener of that one run, current around its requests."""
 
@@ -185,7 +100,7 @@ class _Following:
 
     def __init__(self, listener: OtelListener, run_id: str | None) -> None:
         self._listener, self._run_id = listener, run_id
-        self._run: _Run | None = None
+        self._run: OpenRun | None = None
 
     def __repr__(self) -> str:
         return f"{self._listener!r}.for_run(run_id={self._run_id!r})"
@@ -194,10 +109,10 @@ class _Following:
         now = time.time_ns()
         run = self._run
         if run is None or run.ended:  # a run subscribed mid-way, or going on after a pause
-            run = self._run = self._listener._begin(_began(transition, now, now), self._run_id)
+            run = self._run = self._listener._begin(began_at(transition, now, now), self._run_id)
         self._listener._heard(run, transition, now)
 
-    def around(self, need: Request) -> _Scope:
+    def around(self, need: Request) -> Scope:
         now = time.time_ns()
         run = self._run
         if run is None or run.ended:
@@ -267,10 +182,10 @@ class OtelListener:
         # The run heard by hand in this context (``__call__``), and the run followed live
         # that began last in it (``for_run``): a run begun after it while it is idle
         # means it was abandoned.
-        self._current: contextvars.ContextVar[_Run | None] = contextvars.ContextVar(
+        self._current: contextvars.ContextVar[OpenRun | None] = contextvars.ContextVar(
             f"agentloop.otel.{id(self):x}", default=None
         )
-        self._latest: contextvars.ContextVar[_Run | None] = contextvars.ContextVar(
+        self._latest: contextvars.ContextVar[OpenRun | None] = contextvars.ContextVar(
             f"agentloop.otel.latest.{id(self):x}", default=None
         )
         # When the model call under way sent its first delta (a streaming model).
@@ -298,7 +213,7 @@ class OtelListener:
             self._end_unseen(run)
             run = None
         if run is None:
-            run = self._begin(_began(transition, now, now), None, followed=False)
+            run = self._begin(began_at(transition, now, now), None, followed=False)
             self._current.set(run)
         self._heard(run, transition, now)
         if run.ended:
@@ -315,7 +230,7 @@ class OtelListener:
 
     # -- spans ----------------------------------------------------------------------
 
-    def _begin(self, now: int, run_id: str | None, *, followed: bool = True) -> _Run:
+    def _begin(self, now: int, run_id: str | None, *, followed: bool = True) -> OpenRun:
         if followed:
             previous = self._latest.get()
             if previous is not None and not previous.ended and not previous.active:
@@ -331,7 +246,7 @@ class OtelListener:
         span = self._tracer.start_span(
             name, kind=SpanKind.INTERNAL, start_time=now, attributes=attributes
         )
-        run = _Run(
+        run = OpenRun(
             span=span,
             context=trace.set_span_in_context(span),
             state=State.AWAITING_MODEL,
@@ -343,7 +258,7 @@ class OtelListener:
             self._latest.set(run)
         return run
 
-    def _scope(self, run: _Run, need: Request, now: int) -> _Scope:
+    def _scope(self, run: OpenRun, need: Request, now: int) -> Scope:
         """The scope of ``need``: a chat or tool span started now, or the run's own."""
         kind = type(need)
         if kind is AskModel or kind is Summarise:
@@ -355,7 +270,7 @@ class OtelListener:
                 name, context=run.context, kind=SpanKind.CLIENT, start_time=now,
                 attributes=attributes,
             )  # fmt: skip
-            scope = run.chat = _Scope(run, span, now)
+            scope = run.chat = Scope(run, span, now)
             return scope
         if kind is RunTool:
             call = need.call  # type: ignore[union-attr]
@@ -372,11 +287,11 @@ class OtelListener:
                 f"execute_tool {tool}", context=run.context, kind=SpanKind.INTERNAL,
                 start_time=now, attributes=attributes,
             )  # fmt: skip
-            scope = run.tools[call_id] = _Scope(run, span, now)
+            scope = run.tools[call_id] = Scope(run, span, now)
             return scope
-        return _Scope(run, None, now)  # a review, a wait: the run's span is current
+        return Scope(run, None, now)  # a review, a wait: the run's span is current
 
-    def _heard(self, run: _Run, transition: Transition, now: int) -> None:
+    def _heard(self, run: OpenRun, transition: Transition, now: int) -> None:
         trigger = transition.trigger
         if trigger in MODEL_ANSWERS:  # a summary (summarise's) is a model call too: a chat span
             self._model_call(run, transition, now)
@@ -395,7 +310,7 @@ class OtelListener:
             # its span ends here, and the run's continuation is a span of its own.
             self._end(run, transition, now)
 
-    def _model_call(self, run: _Run, transition: Transition, now: int) -> None:
+    def _model_call(self, run: OpenRun, transition: Transition, now: int) -> None:
         scope, run.chat = run.chat, None
         model = transition.model or self._model_name  # a fallback model names itself
         name = f"chat {model}" if model else "chat"
@@ -421,7 +336,7 @@ class OtelListener:
                     attributes[_TOKENS[key]] = count
                     run.tokens[key] = run.tokens.get(key, 0) + count
         if scope is None:
-            began, ended = _began(transition, now, run.mark), now
+            began, ended = began_at(transition, now, run.mark), now
         else:
             began, ended = scope.began, scope.left or now
             if scope.pulls > 1:  # entered again for the pulls of a stream
@@ -435,7 +350,7 @@ class OtelListener:
         if self._content and transition.trigger in _REPLIES and transition.input_json is not None:
             attributes[OUTPUT_MESSAGES] = output_messages(transition.input_json)
             if scope is None:  # heard after the fact: the calls' spans take their arguments here
-                run.arguments.update(_arguments(transition.input_json))
+                run.arguments.update(call_arguments(transition.input_json))
         if scope is None:
             span = self._tracer.start_span(
                 name, context=run.context, kind=SpanKind.CLIENT, start_time=began,
@@ -454,7 +369,7 @@ class OtelListener:
             span.set_status(Status(StatusCode.ERROR, said))
         span.end(end_time=ended)
 
-    def _tool_call(self, run: _Run, transition: Transition, now: int) -> None:
+    def _tool_call(self, run: OpenRun, transition: Transition, now: int) -> None:
         tool, call_id = transition.tool or "", transition.call_id
         scope = None if call_id is None else run.tools.pop(call_id, None)
         attributes: dict[str, AttributeValue] = {
@@ -477,7 +392,7 @@ class OtelListener:
             start = run.tool_start if run.tool_start is not None else run.mark
             span = self._tracer.start_span(
                 f"execute_tool {tool}", context=run.context, kind=SpanKind.INTERNAL,
-                start_time=_began(transition, now, start), attributes=attributes,
+                start_time=began_at(transition, now, start), attributes=attributes,
             )  # fmt: skip
             ended = now
         else:
@@ -490,10 +405,10 @@ class OtelListener:
             span.set_attribute(ERROR_TYPE, _error_type(exc))
             if exc is not None:
                 span.record_exception(exc, timestamp=now)
-            span.set_status(Status(StatusCode.ERROR, _result_message(transition)))
+            span.set_status(Status(StatusCode.ERROR, result_message(transition)))
         span.end(end_time=ended)
 
-    def _end(self, run: _Run, transition: Transition, now: int) -> None:
+    def _end(self, run: OpenRun, transition: Transition, now: int) -> None:
         span = run.span
         span.set_attribute(AGENTLOOP_STATUS, transition.dest.value)
         span.set_attribute(AGENTLOOP_STEPS, transition.steps)
@@ -505,67 +420,14 @@ class OtelListener:
         if transition.dest in _ERRORS:
             span.set_attribute(ERROR_TYPE, transition.dest.value)
             span.set_status(Status(StatusCode.ERROR, transition.error or transition.dest.value))
-        _end_open(run, now)
+        end_open(run, now)
         span.end(end_time=now)
         run.ended = True
 
-    def _end_unseen(self, run: _Run) -> None:
+    def _end_unseen(self, run: OpenRun) -> None:
         run.span.set_attribute(AGENTLOOP_END_UNSEEN, True)
         run.span.set_attribute(AGENTLOOP_STEPS, run.steps)
         run.span.set_attribute(AGENTLOOP_CALLS, run.calls)
-        _end_open(run, run.mark)
+        end_open(run, run.mark)
         run.span.end(end_time=run.mark)
         run.ended = True
-
-
-def _end_open(run: _Run, now: int) -> None:
-    """End the spans of requests the run never answered: calls cut off at its end, say."""
-    for scope in run.tools.values():
-        assert scope.span is not None, "a tool's scope has its span"
-        scope.span.set_attribute(AGENTLOOP_RESULT_STATUS, "cancelled")
-        scope.span.end(end_time=min(scope.left or now, now))
-    if run.chat is not None and run.chat.span is not None:
-        run.chat.span.end(end_time=min(run.chat.left or now, now))
-    run.tools.clear()
-    run.chat = None
-
-
-def _arguments(reply_json: bytes) -> dict[str, str]:
-    """Each call's arguments in a reply, by id, as ``gen_ai.tool.call.arguments`` has them."""
-    reply = orjson.loads(reply_json)
-    if type(reply) is not dict:
-        return {}
-    calls = [reply] if reply.get("kind") == "call" else reply.get("calls")
-    if type(calls) is not list:
-        return {}
-    return {str(call.get("id")): arguments_json(call) for call in calls if type(call) is dict}
-
-
-def _result_message(transition: Transition) -> str:
-    """``Type: message`` from an ``error`` result's content, as the model was told.
-
-    Mid-batch, the result is not appended yet: the exception behind it says the same.
-    """
-    for message in transition.appended:
-        if message.get("kind") == "tool_result" and message.get("id") == transition.call_id:
-            content = message.get("content")
-            if isinstance(content, dict):
-                return f"{content.get('type')}: {content.get('message')}"
-            return str(content)
-    if transition.exception is not None:
-        content = exception_content(transition.exception)
-        return f"{content['type']}: {content['message']}"
-    return "the tool failed"
-
-
-def _began(transition: Transition, now: int, otherwise: int) -> int:
-    """When the model call or tool that ``transition`` answers began, in ``time_ns``.
-
-    ``took`` is the engine's measure of it: each of several calls run at once
-    gets its own start, and a run's first model call its duration. Without
-    one (an interruption, a clock of the caller's own), the transition before.
-    """
-    took = transition.took
-    if took is None or not 0 <= took < 1e9:
-        return otherwise
-    return now - int(took * 1e9)
