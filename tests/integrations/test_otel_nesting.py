@@ -398,3 +398,48 @@ def test_a_durable_run_names_its_run_id(otel: Exported, tmp_path: Path) -> None:
     result = loop.run("hi", run_id="r1")
     assert result.run_id == "r1"
     assert attrs_of(otel.spans()[0])[AGENTLOOP_RUN_ID] == "r1"
+
+
+@both
+def test_two_tracing_listeners_on_one_run_each_make_the_whole_tree(driver: str) -> None:
+    """Each listener's spans are current around the same requests, the first subscribed
+    outermost: each backend gets the whole tree, a streamed reply one chat span each, and a
+    span a tool opens nests under the innermost listener's execute_tool."""
+    outer, inner = Exported(), Exported()  # two backends
+    tracer = inner.provider.get_tracer("app")
+
+    def work() -> str:
+        with tracer.start_as_current_span("inside"):
+            return "done"
+
+    async def awork() -> str:
+        return work()
+
+    script = [call("c1", "work"), lambda history: chunked(final("ok"), size=1)]
+    # Content: what a request sent is known only live, so each listener's is there.
+    listeners = [outer.listener(capture_content=True), inner.listener(capture_content=True)]
+    if driver == "sync":
+        run = Loop(ScriptedModel(script), tools={"work": work}, listeners=listeners).start("hi")
+        deltas = [item for item in run.stream() if not isinstance(item, Transition)]
+    else:
+
+        async def consume() -> list[object]:
+            aloop = Loop(AsyncScriptedModel(script), tools={"work": awork}, listeners=listeners)
+            arun = aloop.astart("hi")
+            return [item async for item in arun.astream() if not isinstance(item, Transition)]
+
+        deltas = asyncio.run(consume())
+    assert deltas
+    tree = [("invoke_agent", [("chat", []), ("execute_tool work", []), ("chat", [])])]
+    assert shape(outer.spans()) == tree
+    inside, *_ = [s for s in inner.spans() if s.name == "inside"]
+    (tool_span,) = [s for s in inner.spans() if s.name == "execute_tool work"]
+    assert inside.parent is not None
+    assert tool_span.context is not None
+    assert inside.parent.span_id == tool_span.context.span_id
+    assert shape([s for s in inner.spans() if s.name != "inside"]) == tree
+    for exported in (outer, inner):
+        chats = [s for s in exported.spans() if s.name == "chat"]
+        assert all("gen_ai.input.messages" in attrs_of(chat) for chat in chats)
+    for exported in (outer, inner):
+        exported.provider.shutdown()
