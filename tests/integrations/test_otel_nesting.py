@@ -420,7 +420,7 @@ def test_two_tracing_listeners_on_one_run_each_make_the_whole_tree(driver: str) 
     listeners = [outer.listener(capture_content=True), inner.listener(capture_content=True)]
     if driver == "sync":
         run = Loop(ScriptedModel(script), tools={"work": work}, listeners=listeners).start("hi")
-        deltas = [item for item in run.stream() if not isinstance(item, Transition)]
+        deltas: list[object] = [item for item in run.stream() if not isinstance(item, Transition)]
     else:
 
         async def consume() -> list[object]:
@@ -430,7 +430,7 @@ def test_two_tracing_listeners_on_one_run_each_make_the_whole_tree(driver: str) 
 
         deltas = asyncio.run(consume())
     assert deltas
-    tree = [("invoke_agent", [("chat", []), ("execute_tool work", []), ("chat", [])])]
+    tree: list[Any] = [("invoke_agent", [("chat", []), ("execute_tool work", []), ("chat", [])])]
     assert shape(outer.spans()) == tree
     inside, *_ = [s for s in inner.spans() if s.name == "inside"]
     (tool_span,) = [s for s in inner.spans() if s.name == "execute_tool work"]
