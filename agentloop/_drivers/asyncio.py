@@ -52,13 +52,12 @@ from agentloop._drivers.callbacks import (
 from agentloop._drivers.concurrent import ConcurrentBatch
 from agentloop._drivers.deltas import Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import areporting
-from agentloop._drivers.streams import apull, in_time, is_stream
+from agentloop._drivers.streams import apull, current_while_aread, in_time, is_stream
 from agentloop._drivers.transition import LOG, RunView, Streaming, log, one_transition
 from agentloop._drivers.waits import await_wait
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-    from contextlib import AbstractContextManager
 
     from agentloop._core.approval import Decision
     from agentloop._core.engine import Engine
@@ -68,7 +67,7 @@ if TYPE_CHECKING:
     from agentloop._drivers.progress import ToolProgress
     from agentloop._drivers.transition import Request
 
-__all__ = ["AsyncRun", "current_while_aread"]
+__all__ = ["AsyncRun"]
 
 
 class AsyncRun(RunView):
@@ -214,11 +213,10 @@ class AsyncRun(RunView):
                         need = steps.send(None)
                         while True:
                             try:
-                                if around is None:
-                                    scope = None
+                                scope = None if around is None else around(need)
+                                if scope is None:
                                     answer = await self._perform(need)
                                 else:  # a tracing listener's span, current while it runs
-                                    scope = around(need)
                                     with scope:
                                         answer = await self._perform(need)
                                 if type(answer) is Streaming:
@@ -450,21 +448,3 @@ class AsyncRun(RunView):
                 await listener(transition)  # type: ignore[misc]  # is_async said so
             else:
                 listener(transition)
-
-
-async def current_while_aread(
-    reading: AsyncGenerator[Delta, None], scope: AbstractContextManager[object]
-) -> AsyncGenerator[Delta, None]:
-    """``reading``, with ``scope`` entered around each pull and left before each yield.
-
-    ``transition.current_while_read`` under asyncio: the model's span is
-    current while its stream is read, never in the caller's code between
-    two deltas.
-    """
-    while True:
-        with scope:
-            try:
-                delta = await reading.__anext__()
-            except StopAsyncIteration:
-                return
-        yield delta

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 from agentloop._core.context_policy import Summarise
 from agentloop._core.values import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
 from agentloop._drivers.callbacks import TokenCancelled, ended_by_token
+from agentloop._drivers.streams import current_while_read
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
@@ -56,7 +57,6 @@ __all__ = [
     "Request",
     "RunView",
     "Streaming",
-    "current_while_read",
     "drain",
     "log",
     "one_transition",
@@ -214,35 +214,6 @@ def pump(
                         streaming.taken()
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
-
-
-def current_while_read(
-    reading: Generator[Delta, None, _T], scope: AbstractContextManager[object]
-) -> Generator[Delta, None, _T]:
-    """``yield from reading``, with ``scope`` entered around each pull and left at each yield.
-
-    A stream's reading runs inside the request's scope (its span is current
-    while the model's stream is read), and the caller's code between two
-    deltas runs outside it: a context entered across a ``yield`` would be
-    current in the caller's frame. What is thrown in at a yield is thrown
-    into ``reading``, inside the scope, as ``yield from`` would.
-    """
-    thrown: BaseException | None = None
-    while True:
-        with scope:
-            try:
-                delta = next(reading) if thrown is None else reading.throw(thrown)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-        thrown = None
-        try:
-            yield delta
-        except GeneratorExit:
-            with scope:
-                reading.close()
-            raise
-        except BaseException as exc:  # noqa: BLE001 - thrown into the reading, as yield from does
-            thrown = exc
 
 
 def drain(steps: Generator[Delta, None, _T]) -> _T:
