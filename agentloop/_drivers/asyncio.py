@@ -66,7 +66,7 @@ from agentloop._drivers.callbacks import (
 from agentloop._drivers.concurrent import ConcurrentBatch
 from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import ToolProgress, areporting
-from agentloop._drivers.streams import apull, in_time, is_stream
+from agentloop._drivers.streams import apull, current_while_aread, in_time, is_stream
 from agentloop._drivers.transition import LOG, Request, RunView, Streaming, log, one_transition
 from agentloop._drivers.waits import await_wait
 
@@ -121,7 +121,8 @@ class AsyncRun(RunView[OutputT]):
         """
         if not callable(listener):
             raise TypeError(f"expected a callable listener, got {type(listener).__name__}")
-        self._listeners.append((listener, is_async(listener)))
+        followed = self._following(listener)
+        self._listeners.append((followed, is_async(followed)))
 
     def _plain_listeners(self) -> list[Listener]:
         # An interrupted task cannot be relied on to await anything more.
@@ -207,22 +208,33 @@ class AsyncRun(RunView[OutputT]):
                     and engine.state is State.DISPATCHING
                     and (batch.tasks or engine.unstarted > 1)
                 ):  # calls to run at once; a lone call is awaited in place, as with 1
-                    transition = await batch.step(self._reviewed, self._tool)
+                    transition = await batch.step(self._reviewed, self._tool, self._around)
                 else:  # the one transition, each request awaited (transition.pump, with awaits)
+                    around = self._around
                     steps = one_transition(engine)
                     try:
                         need = steps.send(None)
                         while True:
                             try:
-                                answer = await self._perform(need)
+                                scope = None if around is None else around(need)
+                                if scope is None:
+                                    answer = await self._perform(need)
+                                else:  # a tracing listener's span, current while it runs
+                                    with scope:
+                                        answer = await self._perform(need)
                                 if type(answer) is Streaming:
                                     reading: AsyncGenerator[Delta, None] = answer.deltas  # type: ignore[assignment]
+                                    pulled = (
+                                        reading
+                                        if scope is None
+                                        else current_while_aread(reading, scope)
+                                    )
                                     try:
                                         if hand_on:
-                                            async for delta in reading:
+                                            async for delta in pulled:
                                                 yield delta
                                         else:  # drained here: the delta listeners heard each
-                                            async for _ in reading:
+                                            async for _ in pulled:
                                                 pass
                                     finally:
                                         await reading.aclose()

@@ -87,7 +87,7 @@ class Run(RunView[OutputT]):
                 f"expected a plain function as a listener of a synchronous run, got {got}; "
                 "async listeners need loop.astart() or loop.arun()"
             )
-        self._listeners.append(listener)
+        self._listeners.append(self._following(listener))
 
     def _plain_listeners(self) -> list[Listener]:
         return self._listeners
@@ -150,7 +150,9 @@ class Run(RunView[OutputT]):
                 if type(need) is Transition:  # made by the engine itself: nothing to perform
                     made = need
                 else:
-                    made = yield from pump(engine, perform, need, hand_on=hand_on)
+                    made = yield from pump(
+                        engine, perform, need, hand_on=hand_on, around=self._around
+                    )
                     if made is None:
                         return None
             if debug:
