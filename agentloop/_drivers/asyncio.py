@@ -3,21 +3,18 @@
 ``astep()`` is ``Run.step()`` with awaits, so every rule of the contract
 holds word for word. What only asyncio has:
 
-* A plain (non-``async``) model or tool is called directly on the event loop:
-  it blocks the loop while it runs. ``Loop(..., to_thread=True)`` runs plain
-  callables in a worker thread instead (``asyncio.to_thread``).
-* Cancelling the task that awaits ``astep()`` ends the run ``cancelled`` and
-  lets ``CancelledError`` propagate; ``token.cancel()`` interrupts an awaited
-  model or tool the same way, without cancelling the task. While the model is
-  awaited, the step counts and nothing is appended; while a tool is awaited,
-  its coroutine is cancelled too and the call is recorded with a
-  ``cancelled`` result, so no call is left unpaired. (A plain tool in a
-  worker thread cannot be stopped: its thread finishes, and its result is
-  discarded.)
-* Timeouts: a model that does not answer within ``model_timeout`` seconds is a
-  failed step; a tool that does not finish within ``tool_timeout`` gets an
-  ``error`` result and the loop goes on. They can only interrupt an await, so
-  they bite on async callables and on ``to_thread`` ones.
+* A plain (non-``async``) model or tool is called directly on the event loop: it blocks the
+  loop while it runs. ``Loop(..., to_thread=True)`` runs plain callables in a worker thread
+  instead (``asyncio.to_thread``).
+* Cancelling the task that awaits ``astep()`` ends the run ``cancelled`` and lets
+  ``CancelledError`` propagate; ``token.cancel()`` interrupts an awaited model or tool the same
+  way, without cancelling the task. While the model is awaited, the step counts and nothing is
+  appended; while a tool is awaited, its coroutine is cancelled too and the call is recorded
+  with a ``cancelled`` result, so no call is left unpaired. (A plain tool in a worker thread
+  cannot be stopped: its thread finishes, and its result is discarded.)
+* Timeouts: a model that does not answer within ``model_timeout`` seconds is a failed step; a
+  tool that does not finish within ``tool_timeout`` gets an ``error`` result and the loop goes
+  on. They can only interrupt an await, so they bite on async callables and ``to_thread`` ones.
 * ``max_concurrency`` > 1 runs up to that many calls of a batch at once, each
   in its own task. Calls start in emission order (each passing the cancel
   checkpoint), each completion is one ``astep()``, in completion order, and

@@ -20,15 +20,21 @@ from __future__ import annotations
 
 import contextvars
 import time
-from typing import TYPE_CHECKING, Final
+
+# Imported at run time, not under TYPE_CHECKING: typing.get_type_hints reads the public
+# signatures (tests/test_type_hints.py).
+from collections.abc import Callable, Mapping
+from typing import Final
 
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.util.types import AttributeValue
 
 from agentloop._core.context_policy import Summarise
 from agentloop._core.table import MODEL_ANSWERS, TERMINAL, State, Trigger
-from agentloop._core.values import AskModel, RecordedException, RunTool
+from agentloop._core.values import AskModel, RecordedException, RunTool, Transition
 from agentloop._drivers.progress import ToolProgress
+from agentloop._drivers.transition import Request, RunView
 from agentloop._otel.content import (
     arguments_json,
     call_arguments,
@@ -65,15 +71,6 @@ from agentloop._otel.names import (
     TOOL_TYPE,
 )
 from agentloop._otel.runs import OpenRun, Scope, began_at, end_open
-
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-
-    from opentelemetry.trace import TracerProvider
-    from opentelemetry.util.types import AttributeValue
-
-    from agentloop._core.values import Transition
-    from agentloop._drivers.transition import Request, RunView
 
 __all__ = ["OtelListener"]
 
