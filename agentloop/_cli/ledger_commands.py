@@ -119,7 +119,9 @@ def run_table(found: list[Listed], *, flat: bool) -> list[str]:
         if run.turn is None or flat:
             rows.append(_run_row(run))
         elif run.turn[0] in turns:  # its first turn: the whole conversation, here
-            together = sorted(turns.pop(run.turn[0]), key=lambda turn: turn.turn)
+            together = sorted(
+                turns.pop(run.turn[0]), key=lambda turn: turn.turn[1] if turn.turn else 0
+            )
             rows.extend(_conversation_rows(run.turn[0], together))
     return columns(rows)
 

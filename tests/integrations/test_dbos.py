@@ -28,6 +28,7 @@ from dbos import DBOS, SetWorkflowID
 import agentloop
 import agentloop._dbos.loop
 import agentloop._dbos.marker
+import agentloop._dbos.turns
 import agentloop.dbos
 from agentloop.__main__ import main
 from agentloop.dbos import DBOSLoop
@@ -921,18 +922,19 @@ def test_dbos_turns_and_race(
         ("effect", f"{conversation}::2:e5"),
     ]
     # Another process begins turn 3 between this one's reading turn 2 and its start.
-    real = agentloop._dbos.loop.next_turn
+    real = agentloop._dbos.turns.next_turn
 
     def raced(conversation_id: object, messages: Any) -> Any:
         turn_id, history = real(conversation_id, messages)
         _, theirs = real(conversation_id, "from elsewhere")
+        assert isinstance(theirs, list), "turn 3 goes on from turn 2's transcript"
         with SetWorkflowID(turn_id):
             DBOS.start_workflow(
                 agentloop._dbos.loop._run, runs.name, theirs, runs._fingerprint
             ).get_result()
         return turn_id, history
 
-    monkeypatch.setattr(agentloop._dbos.loop, "next_turn", raced)
+    monkeypatch.setattr("agentloop._dbos.loop.next_turn", raced)
     with pytest.raises(agentloop.ledger.ConversationBusyError, match="turn 3 of conversation"):
         runs.run("three", conversation=conversation)
     monkeypatch.undo()
@@ -958,7 +960,7 @@ def test_a_dbos_turn_is_refused_while_the_last_waits_for_decisions(make: Any) ->
     conversation = new_id()
     handle = runs.start("go", conversation=conversation)
     waiting = agentloop.dbos.pending(handle.workflow_id, timeout_seconds=30)
-    with pytest.raises(agentloop.InvalidStateError, match="turn 1 of .* waits for decisions"):
+    with pytest.raises(agentloop.InvalidStateError, match=r"turn 1 of .* waits for decisions"):
         runs.start("and?", conversation=conversation)
     assert DBOS.get_workflow_status(f"{conversation}::2") is None
     agentloop.dbos.decide(handle.workflow_id, {p.call_id: p.deny("no") for p in waiting})
