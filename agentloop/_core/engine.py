@@ -106,9 +106,9 @@ class Engine:
     what a driver reads (``state``, ``done``, ``steps``, ``calls``,
     ``usage``, ``budget``, ``context``, ``outstanding``, ``running``,
     ``unstarted``, ``pending``, ``reviews``, ``run_id``, ``continues``,
-    ``summary``, ``model_index``, ``history()``, ``events()``, ``result()``). A report out
-    of order raises ``InvalidStateError`` and changes nothing. See the docs'
-    "Writing a driver" page.
+    ``conversation``, ``summary``, ``model_index``, ``history()``, ``events()``,
+    ``result()``). A report out of order raises ``InvalidStateError`` and
+    changes nothing. See the docs' "Writing a driver" page.
     """
 
     __slots__ = ("_bound", "_commit", "_run", "_table")
@@ -204,6 +204,11 @@ class Engine:
     def continues(self) -> str | None:
         """The id of the run this one continues (``Loop.continue_run``, a fork), if any."""
         return self._run.continues
+
+    @property
+    def conversation(self) -> tuple[str, int] | None:
+        """The conversation this run is a turn of, and the turn (from 1), if any."""
+        return self._run.conversation
 
     @property
     def summary(self) -> tuple[int, str] | None:

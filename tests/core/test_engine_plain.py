@@ -198,6 +198,7 @@ PROTOCOL = {
     "reviews",
     "run_id",
     "continues",
+    "conversation",
     "summary",
     "model_index",
     "history",
