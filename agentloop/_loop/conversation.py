@@ -136,8 +136,8 @@ class Conversations:
 def _ledger_of(ledger: Ledger | None) -> Ledger:
     if ledger is None:
         raise ValueError(
-            "conversation= names a conversation kept in a ledger, and this Loop has none: go on "
-            "from a result with loop.run(message, after=result), or make the Loop with "
+            "a conversation by id (conversation=) is kept in a ledger, and this Loop has none: "
+            "go on from a result with loop.run(message, after=result), or make the Loop with "
             "ledger=agentloop.ledger.SQLiteLedger('runs.db')"
         )
     return ledger

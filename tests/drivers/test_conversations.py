@@ -187,3 +187,9 @@ def test_a_blank_message_is_refused_for_a_turn(driver: Driver) -> None:
     with pytest.raises(ValueError, match="a blank str"):
         driver.run(Loop(model), "  ", after=first)
     assert len(model.seen) == 1
+
+
+def test_a_loop_without_a_ledger_lists_no_conversation() -> None:
+    """Loop.conversation(id) reads a ledger: without one it says how to go on instead."""
+    with pytest.raises(ValueError, match=r"this Loop has none: go on from a result"):
+        Loop(ScriptedModel([])).conversation("u")
