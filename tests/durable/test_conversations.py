@@ -297,3 +297,22 @@ def test_a_carried_summary_is_checked_where_it_enters() -> None:
         context = None if says == "under summarise" else policy
         with pytest.raises(ValueError, match=says):
             Engine(messages, context=context, summary=summary)  # type: ignore[arg-type]
+
+
+def test_a_failed_durable_turn_continued_by_id_is_the_next_turn(tmp_path: Path) -> None:
+    """continue_run(id) of a turn that failed is the conversation's next turn, id and all."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    model = ScriptedModel([final("hi"), RuntimeError("down"), final("back")])
+    loop = Loop(model, ledger=ledger, max_steps=1)
+    loop.run("hello", conversation="u")
+    assert loop.run("more", conversation="u").status is State.FAILED
+    goes_on = loop.continue_run("u::2")
+    assert (goes_on.run_id, goes_on.turn, goes_on.continues, goes_on.output) == (
+        "u::3",
+        3,
+        "u::2",
+        "back",
+    )
+    with pytest.raises(ValueError, match="leave run_id= out"):
+        loop.continue_run("u::2", run_id="mine")
+    assert ledger.run_ids() == ["u::1", "u::2", "u::3"]
