@@ -7,6 +7,7 @@ and a ``ConversationBusyError``; ``Loop.conversation`` lists the turns' results.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
@@ -316,3 +317,28 @@ def test_a_failed_durable_turn_continued_by_id_is_the_next_turn(tmp_path: Path) 
     with pytest.raises(ValueError, match="leave run_id= out"):
         loop.continue_run("u::2", run_id="mine")
     assert ledger.run_ids() == ["u::1", "u::2", "u::3"]
+
+
+def test_a_turn_killed_mid_call_resumes_and_the_conversation_goes_on(tmp_path: Path) -> None:
+    """A turn's process killed while its tool runs: the turn has not ended, so no turn goes
+    on from it; resumed in another process, the call is not run again (its outcome is
+    unknown), the turn ends, and the next turn goes on from it."""
+    path = tmp_path / "runs.db"
+    assert outcome(turn_in_a_process(path, "u", "hello"))["status"] == "finished"
+    killed = turn_in_a_process(path, "u", "crash now")
+    killed.communicate(timeout=60)
+    assert killed.returncode == -signal.SIGKILL
+    effects = path.with_suffix(".effects")
+    assert effects.read_text() == "u hello\nu crash now\n"
+    loop = Loop(ScriptedModel([]), ledger=SQLiteLedger(path))
+    with pytest.raises(InvalidStateError, match="turn 2 of conversation 'u' has not ended"):
+        loop.run("too soon", conversation="u")
+    resumed = outcome(turn_in_a_process(path, "--resume", "u::2"))
+    assert (resumed["run_id"], resumed["status"], resumed["results"]) == (
+        "u::2",
+        "finished",
+        ["ok", "error"],  # turn 1's note, and the one cut off: not run again
+    )
+    third = outcome(turn_in_a_process(path, "u", "after"))
+    assert (third["run_id"], third["continues"], third["status"]) == ("u::3", "u::2", "finished")
+    assert effects.read_text() == "u hello\nu crash now\nu after\n"  # each note once

@@ -4,12 +4,16 @@
 runs the conversation's next turn and prints its result's id, turn, status and output
 as JSON, or ``{"busy": turn}`` when another process began that turn first. Its model
 notes each new message with the tool ``note`` (which appends to ``LEDGER.effects``),
-then answers. With ``BARRIER``, the turn's ``create`` waits until every process named
-in ``BARRIER``'s ``expect`` file has reached its own: the processes race for one turn.
+then answers; a message that starts with ``crash`` kills the process (SIGKILL) once
+noted. With ``BARRIER``, the turn's ``create`` waits until every process named in
+``BARRIER``'s ``expect`` file has reached its own: the processes race for one turn.
+``--resume RUN_ID`` in place of ``CONVERSATION MESSAGE`` resumes that run instead.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -47,6 +51,8 @@ def main(argv: list[str]) -> None:
         """Note a message."""
         with effects.open("a") as file:
             file.write(f"{conversation} {text}\n")
+        if text.startswith("crash"):
+            os.kill(os.getpid(), signal.SIGKILL)  # dies while its tool runs
         return "noted"
 
     def model(history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -59,7 +65,10 @@ def main(argv: list[str]) -> None:
     ledger = SQLiteLedger(path) if len(argv) == 3 else RacingLedger(path, Path(argv[3]), argv[4])
     loop = Loop(model, tools=[note], ledger=ledger)
     try:
-        result = loop.run(message, conversation=conversation)
+        if conversation == "--resume":
+            result = loop.resume(message)
+        else:
+            result = loop.run(message, conversation=conversation)
     except ConversationBusyError as exc:
         print(orjson.dumps({"busy": exc.turn}).decode())
         return
@@ -73,6 +82,7 @@ def main(argv: list[str]) -> None:
                 "output": result.output,
                 "steps": result.steps,
                 "calls": result.calls,
+                "results": [m["status"] for m in result.transcript if m["kind"] == "tool_result"],
             }
         ).decode()
     )
