@@ -50,8 +50,8 @@ from agentloop._drivers.callbacks import (
     within,
 )
 from agentloop._drivers.concurrent import ConcurrentBatch
+from agentloop._drivers.context import CallScope, ain_context, areviewed_in
 from agentloop._drivers.deltas import Discard, ListenerFailed, Partial
-from agentloop._drivers.progress import areporting
 from agentloop._drivers.streams import apull, in_time, is_stream
 from agentloop._drivers.transition import LOG, RunView, Streaming, log, one_transition
 from agentloop._drivers.waits import await_wait
@@ -85,6 +85,8 @@ class AsyncRun(RunView):
         max_concurrency: int = 1,
         listeners: tuple[Listener, ...] = (),
         review: Callable[[dict[str, Any]], Awaitable[object]] | None = None,
+        deps: object = None,
+        run_id: str | None = None,
     ) -> None:
         RunView.__init__(self, engine)
         self._model = model
@@ -108,8 +110,10 @@ class AsyncRun(RunView):
         self._streamed_reply: object = None
         # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
         self._asked_at: float | None = None
-        # Each call's handler may report progress (report_progress): the delta listeners hear it.
-        self._dispatch = areporting(dispatch, self._delta_listeners)
+        # Each call (and each review of one) runs in its context (RunContext): its deps,
+        # ids and counters, and its progress told to the delta listeners.
+        self._scope = CallScope(engine, deps, run_id, cancel)
+        self._dispatch = ain_context(dispatch, self._delta_listeners, self._scope)
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(transition)`` after every transition; it may be ``async``.
@@ -276,7 +280,10 @@ class AsyncRun(RunView):
         """The policies' answers about the batch's calls, awaited together (not cancellable)."""
         review = self._review
         assert review is not None, "only a driver that reviews is asked to"
-        answers = await asyncio.gather(*(capture_interrupt(review(call)) for call in need.calls))
+        context = self._scope.context
+        answers = await asyncio.gather(
+            *(capture_interrupt(areviewed_in(context(call), review(call))) for call in need.calls)
+        )
         for answer in answers:
             if type(answer) is CapturedInterrupt:
                 raise answer.exc  # here, in the task that drives the run: the run ends

@@ -27,8 +27,8 @@ from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import AskModel, RunTool, Transition, Wait
 from agentloop._drivers.awaiter import Awaiter
 from agentloop._drivers.callbacks import TokenCancelled, is_async
+from agentloop._drivers.context import CallScope, in_context, reviewed_in
 from agentloop._drivers.deltas import Discard, ListenerFailed, Partial
-from agentloop._drivers.progress import reporting
 from agentloop._drivers.streams import in_time, is_stream, pull
 from agentloop._drivers.transition import LOG, RunView, Streaming, drain, log, pump
 from agentloop._drivers.waits import wait
@@ -60,6 +60,8 @@ class Run(RunView):
         *,
         awaiter: Awaiter | None = None,
         model_timeout: float | None = None,
+        deps: object = None,
+        run_id: str | None = None,
     ) -> None:
         RunView.__init__(self, engine)  # its one base: super() would make an object per run
         self._model = model
@@ -79,8 +81,10 @@ class Run(RunView):
         self._partial: Partial | None = None
         # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
         self._asked_at: float | None = None
-        # Each call's handler may report progress (report_progress): the delta listeners hear it.
-        self._dispatch = reporting(dispatch, self._delta_listeners)
+        # Each call (and each review of one) runs in its context (RunContext): its deps,
+        # ids and counters, and its progress told to the delta listeners.
+        self._scope = CallScope(engine, deps, run_id, self._awaiter.cancel)
+        self._dispatch = in_context(dispatch, self._delta_listeners, self._scope)
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(transition)`` after every transition from now on.
@@ -223,7 +227,11 @@ class Run(RunView):
             return None
         review = self._review
         assert review is not None, "only a driver that reviews is asked to"
-        return {call["id"]: review(call) for call in need.calls}  # type: ignore[union-attr]
+        context = self._scope.context
+        return {
+            call["id"]: reviewed_in(context(call), review, call)
+            for call in need.calls  # type: ignore[union-attr]  # a ReviewCalls
+        }
 
     def _asked(self, need: AskModel | Summarise) -> object:
         """The model's answer (a summary is asked of the context policy's own model callback).

@@ -17,6 +17,7 @@ from agentloop._core.values import Budget, CancelToken, RunResult
 from agentloop._drivers.callbacks import bind_model
 from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._loop.continued import read_ended, released_on_error
+from agentloop._loop.deps import checked_deps_type, for_run
 from agentloop._loop.engines import (
     continued_engine,
     forked_engine,
@@ -128,6 +129,9 @@ class Loop:
     asked in turn. See the docs' "Resilience" page. ``owns`` are context
     managers the Loop opens and closes (MCP servers, say): ``with loop:`` (or
     ``async with``) opens each in order and closes them in reverse.
+    ``deps_type`` is the type of the dependencies every run is given
+    (``deps=`` on each way to run, resume, fork or continue one), which tools
+    and policies read from their ``RunContext`` (the docs' "Dependencies" page).
     """
 
     def __init__(
@@ -152,6 +156,7 @@ class Loop:
         on_exhausted: str = "stop",
         max_identical_calls: int | None = None,
         owns: Iterable[object] = (),
+        deps_type: object = None,
     ) -> None:
         models: tuple[Model, ...] = model.models if isinstance(model, Fallback) else (model,)
         if not isinstance(model, Fallback):
@@ -206,6 +211,8 @@ class Loop:
         self.ledger = checked_ledger(ledger)
         self.context = checked_context(context)
         self._owns = checked_owned(owns)
+        #: What each run's ``deps=`` is (``RunContext.deps``): checked against the tools here.
+        self.deps_type = checked_deps_type(deps_type, self.dispatcher)
         self._open: contextlib.ExitStack | contextlib.AsyncExitStack | None = None
 
     def __enter__(self) -> Self:
@@ -250,23 +257,28 @@ class Loop:
         messages: str | list[dict[str, Any]],
         *,
         cancel: CancelToken | None = None,
+        deps: object = None,
         run_id: str | None = None,
     ) -> Run:
         """Begin a run driven by ``step()``; bad input raises here, before any model call.
 
         With a ledger, the run is recorded under ``run_id`` (a fresh one when
-        not given: ``run.run_id``); ``RunExistsError`` if it is taken.
+        not given: ``run.run_id``); ``RunExistsError`` if it is taken. ``deps``
+        are the run's dependencies, which its tools read as ``ctx.deps``
+        (``RunContext``); never recorded, so ``resume`` and the others take them too.
         """
+        cancel = for_run(self, deps, cancel)
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
         engine = fresh_engine(self, messages, cancel, run_id)
         with released_on_error(engine):
-            return sync_run(self, engine, registry, cancel)
+            return sync_run(self, engine, registry, cancel, deps)
 
     def run(
         self,
         messages: str | list[dict[str, Any]],
         *,
         cancel: CancelToken | None = None,
+        deps: object = None,
         run_id: str | None = None,
     ) -> RunResult:
         """Run to a terminal state and return the result.
@@ -274,17 +286,19 @@ class Loop:
         The result does not hold the run's id: with a ledger, pass ``run_id=``,
         or use ``start()`` and read ``run.run_id`` (known before the first step).
         """
+        cancel = for_run(self, deps, cancel)
         # start()'s body, not start().finish(): the claim is given up if finishing raises too
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
         engine = fresh_engine(self, messages, cancel, run_id)
         with released_on_error(engine):
-            return sync_run(self, engine, registry, cancel).finish()
+            return sync_run(self, engine, registry, cancel, deps).finish()
 
     def resume(
         self,
         run: str | RunResult,
         *,
         cancel: CancelToken | None = None,
+        deps: object = None,
         decisions: dict[str, Decision] | None = None,
     ) -> RunResult:
         """Continue a run to its end: the recorded run ``run`` (an id), or a saved result.
@@ -299,12 +313,13 @@ class Loop:
         stays paused, which its result says. See the docs' "Durable runs and
         approval" page.
         """
+        cancel = for_run(self, deps, cancel)
         registry = self._sync_driver("loop.aresume", awaits=True)
         engine, token = resumed_engine(self, "resume", run, cancel)
         if engine.done:
             return read_ended(engine, run, decisions)
         with released_on_error(engine):
-            live = sync_run(self, engine, registry, token)
+            live = sync_run(self, engine, registry, token, deps)
             if decisions is not None:
                 live.decide(decisions)
             return live.finish()
@@ -314,6 +329,7 @@ class Loop:
         run: str | RunResult,
         *,
         cancel: CancelToken | None = None,
+        deps: object = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
     ) -> RunResult:
@@ -329,23 +345,26 @@ class Loop:
         its run file and shown by ``show`` and the report. With a ledger the
         new run is durable, under ``run_id`` (a fresh one when not given).
         """
+        cancel = for_run(self, deps, cancel)
         registry = self._sync_driver("loop.acontinue_run", awaits=True)
         engine = continued_engine(self, run, cancel, run_id, parent_run_id)
         with released_on_error(engine):
-            return sync_run(self, engine, registry, cancel).finish()
+            return sync_run(self, engine, registry, cancel, deps).finish()
 
     async def acontinue_run(
         self,
         run: str | RunResult,
         *,
         cancel: CancelToken | None = None,
+        deps: object = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
     ) -> RunResult:
         """``continue_run`` under asyncio."""
+        cancel = for_run(self, deps, cancel)
         engine = continued_engine(self, run, cancel, run_id, parent_run_id)
         with released_on_error(engine):
-            return await async_run(self, engine, cancel).afinish()
+            return await async_run(self, engine, cancel, deps).afinish()
 
     def fork(
         self,
@@ -353,6 +372,7 @@ class Loop:
         *,
         at: int,
         cancel: CancelToken | None = None,
+        deps: object = None,
         run_id: str | None = None,
     ) -> Run:
         """A new run that starts as ``run`` was after its first ``at`` transitions.
@@ -368,10 +388,11 @@ class Loop:
         a batch's calls are running, or that this budget cannot replay, raises
         ``ValueError``. See the docs' "Reviewing runs" page.
         """
+        cancel = for_run(self, deps, cancel)
         registry = self._sync_driver("loop.afork", awaits=True)
         engine, token = forked_engine(self, saved_result(self, run, "fork"), at, cancel, run_id)
         with released_on_error(engine):
-            return sync_run(self, engine, registry, token)
+            return sync_run(self, engine, registry, token, deps)
 
     def afork(
         self,
@@ -379,34 +400,39 @@ class Loop:
         *,
         at: int,
         cancel: CancelToken | None = None,
+        deps: object = None,
         run_id: str | None = None,
     ) -> AsyncRun:
         """``fork`` under asyncio: the new run is driven by ``await run.astep()``."""
+        cancel = for_run(self, deps, cancel)
         engine, token = forked_engine(self, saved_result(self, run, "afork"), at, cancel, run_id)
         with released_on_error(engine):
-            return async_run(self, engine, token)
+            return async_run(self, engine, token, deps)
 
     def astart(
         self,
         messages: str | list[dict[str, Any]],
         *,
         cancel: CancelToken | None = None,
+        deps: object = None,
         run_id: str | None = None,
     ) -> AsyncRun:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
+        cancel = for_run(self, deps, cancel)
         engine = fresh_engine(self, messages, cancel, run_id)
         with released_on_error(engine):
-            return async_run(self, engine, cancel)
+            return async_run(self, engine, cancel, deps)
 
     async def arun(
         self,
         messages: str | list[dict[str, Any]],
         *,
         cancel: CancelToken | None = None,
+        deps: object = None,
         run_id: str | None = None,
     ) -> RunResult:
         """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
-        live = self.astart(messages, cancel=cancel, run_id=run_id)
+        live = self.astart(messages, cancel=cancel, run_id=run_id, deps=deps)
         with released_on_error(live._engine):
             return await live.afinish()
 
@@ -415,14 +441,16 @@ class Loop:
         run: str | RunResult,
         *,
         cancel: CancelToken | None = None,
+        deps: object = None,
         decisions: dict[str, Decision] | None = None,
     ) -> RunResult:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
+        cancel = for_run(self, deps, cancel)
         engine, token = resumed_engine(self, "aresume", run, cancel)
         if engine.done:
             return read_ended(engine, run, decisions)
         with released_on_error(engine):
-            live = async_run(self, engine, token)
+            live = async_run(self, engine, token, deps)
             if decisions is not None:
                 await live.adecide(decisions)
             return await live.afinish()

@@ -30,9 +30,15 @@ __all__ = ["async_run", "model_of", "sync_run"]
 
 
 def sync_run(
-    loop: Loop, engine: Engine, registry: ToolRegistry | None, cancel: CancelToken | None
+    loop: Loop,
+    engine: Engine,
+    registry: ToolRegistry | None,
+    cancel: CancelToken | None,
+    deps: object = None,
 ) -> Run:
     """A synchronous run of ``engine``, reviewed by ``registry`` (``Loop._sync_driver``'s answer).
+
+    Its calls' contexts hold ``deps``, and the run's id when it is durable.
 
     Its ``Awaiter`` awaits what is async: an async tool's call (through the
     registry's ``adispatch``), an awaitable outcome, async policies.
@@ -63,6 +69,8 @@ def sync_run(
         review,
         awaiter=awaiter,
         model_timeout=loop.model_timeout,
+        deps=deps,
+        run_id=_durable_id(engine),
     )
 
 
@@ -74,8 +82,10 @@ def model_of(loop: Loop, engine: Engine) -> Model:
     return per_run(bound, engine, is_async(bound[0]))
 
 
-def async_run(loop: Loop, engine: Engine, cancel: CancelToken | None) -> AsyncRun:
-    """An asyncio run of ``engine``, reviewed by the tools' policies, if any."""
+def async_run(
+    loop: Loop, engine: Engine, cancel: CancelToken | None, deps: object = None
+) -> AsyncRun:
+    """An asyncio run of ``engine``, reviewed by the tools' policies, if any (``sync_run``'s)."""
     dispatch = loop._adispatch
     registry = reviewing(loop.dispatcher)
     if isinstance(engine, recording.DurableEngine):
@@ -90,4 +100,11 @@ def async_run(loop: Loop, engine: Engine, cancel: CancelToken | None) -> AsyncRu
         max_concurrency=loop.max_concurrency,
         listeners=loop.listeners,
         review=None if registry is None else registry.areview,
+        deps=deps,
+        run_id=_durable_id(engine),
     )
+
+
+def _durable_id(engine: Engine) -> str | None:
+    """The run's id, for its calls' contexts and idempotency keys: a durable run's alone."""
+    return engine.run_id if isinstance(engine, recording.DurableEngine) else None

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Generator, Iterable
-from typing import Any, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 import attrs
 import orjson
 
 from agentloop._core.approval import Decision, allow, ask, deny
+from agentloop._drivers.context import NO_RUN, RUN_CONTEXT
 from agentloop._tools.results import failed
 from agentloop._tools.tool import Tool
+
+if TYPE_CHECKING:
+    from agentloop._tools.signature import Context
 
 __all__ = [
     "Decision",
@@ -40,7 +44,9 @@ __all__ = [
 _T = TypeVar("_T")
 
 #: A permission policy: sees a copy of the call, answers (or, ``async``, awaits) a ``Decision``.
-Policy = Callable[[dict[str, Any]], Decision | Awaitable[Decision]]
+#: One may take the call's ``RunContext`` too, as a parameter annotated with it (so the
+#: type says no more than a callable).
+Policy = Callable[..., Decision | Awaitable[Decision]]
 
 
 @attrs.frozen
@@ -102,10 +108,16 @@ def leaves_open(answer: Decision | dict[str, Any]) -> TypeGuard[Decision]:
     return not isinstance(answer, dict) and (answer.allowed or answer.asks)
 
 
-def policy_answer(policy: Policy, call: dict[str, Any]) -> object:
-    """What ``policy`` answers about a copy of ``call``: a value, an awaitable, or its raise."""
+def policy_answer(policy: Policy, call: dict[str, Any], context: Context | None) -> object:
+    """What ``policy`` answers about a copy of ``call``: a value, an awaitable, or its raise.
+
+    ``context``: the policy's parameter that takes the call's ``RunContext``, if any.
+    """
     try:
-        return policy(orjson.loads(orjson.dumps(call)))
+        copy = orjson.loads(orjson.dumps(call))
+        if context is None:
+            return policy(copy)
+        return policy(copy, **{context[0]: RUN_CONTEXT.get() or NO_RUN})
     except Exception as exc:  # noqa: BLE001 - fail closed: the handler does not run
         return exc
 

@@ -18,13 +18,14 @@ from agentloop._core.json import to_json
 from agentloop._errors import JSONError
 from agentloop._tools.results import result_limit
 from agentloop._tools.schema import summary
-from agentloop._tools.signature import derive_parameters
+from agentloop._tools.signature import context_of, derive_parameters
 from agentloop._tools.validation import ArgumentsValidator, checked_schema
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from agentloop._tools.policy import Policy
+    from agentloop._tools.signature import Context
 
 __all__ = ["Tool"]
 
@@ -44,6 +45,9 @@ class Tool:
     cuts a longer result (a str as it is, other JSON as its text) before the
     history gets it, ending it with a marker that says how many characters
     were cut of how many; unset, the registry's ``max_result_chars`` applies.
+    A parameter of the handler (or of ``policy``) annotated
+    ``agentloop.RunContext`` (or ``RunContext[Deps]``) gets the call's
+    context, and is not in the schema.
     """
 
     __slots__ = (
@@ -51,12 +55,14 @@ class Tool:
         "_is_valid",
         "_published",
         "_validator",
+        "context",
         "description",
         "handler",
         "idempotent",
         "max_result_chars",
         "name",
         "policy",
+        "policy_context",
     )
 
     def __init__(
@@ -110,10 +116,17 @@ class Tool:
         #: A result longer than this (characters) is cut, with a marker, before the history
         #: gets it (None: the registry's default).
         self.max_result_chars = result_limit(f"tool {name!r}: max_result_chars", max_result_chars)
+        #: The handler's parameter that takes the call's context, and the deps it names.
+        self.context: Context | None
         if parameters is None:
-            schema, self._convert = derive_parameters(name, handler)
+            schema, self._convert, self.context = derive_parameters(name, handler)
         else:
             schema, self._convert = checked_schema(name, parameters), None
+            self.context = context_of(f"tool {name!r}", handler)
+        #: The policy's parameter that takes the call's context, and the deps it names.
+        self.policy_context = (
+            None if policy is None else context_of(f"the policy of tool {name!r}", policy)
+        )
         try:
             # Published as these bytes: every spec and every parameters copy come from them.
             self._published = to_json(schema, "parameters")

@@ -26,8 +26,8 @@ import orjson
 from mcp.server import Server as SDKServer
 from mcp.shared.exceptions import MCPError
 
-from agentloop._drivers.progress import REPORTER, Reporter
-from agentloop._durable.key import KEY
+from agentloop._drivers.context import RUN_CONTEXT, RunContext
+from agentloop._drivers.progress import Reporter
 from agentloop._tools.registry import ToolRegistry
 from agentloop.mcp._calls import KEY_META
 from agentloop.mcp._registration import HINTS, MCPTool, checked_annotations
@@ -105,14 +105,16 @@ def serve(
                 code=mcp.types.INVALID_PARAMS,
                 message=f"expected _meta[{KEY_META!r}] to be a non-empty string, got {key!r:.80}",
             )
-        keyed = KEY.set(key)
         sending = _Progress(ctx)
-        reporting = REPORTER.set(Reporter(call["id"], sending, asyncio.get_running_loop()))
+        reporter = Reporter(call["id"], sending, asyncio.get_running_loop())
+        context: RunContext[None] = RunContext(
+            call_id=call["id"], tool=params.name, idempotency_key=key, reporter=reporter
+        )
+        set_context = RUN_CONTEXT.set(context)
         try:
             outcome = await registry.adispatch(call, to_thread=True)
         finally:
-            REPORTER.reset(reporting)
-            KEY.reset(keyed)
+            RUN_CONTEXT.reset(set_context)
             await sending.sent()  # before the result: a report after it would name no request
         return _result(outcome)
 
