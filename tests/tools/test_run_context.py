@@ -438,3 +438,26 @@ def test_fork_and_continue_take_deps(driver: Driver) -> None:
     with pytest.raises(TypeError, match=r"^expected deps="):
         forking.fork(ended, at=2)
     assert forking.fork(ended, at=2, deps=bank()).finish().output == "500"
+
+
+def test_async_tools_and_policies_under_the_sync_driver_see_the_context() -> None:
+    """The synchronous driver awaits an async policy and an async tool on its own event loop:
+    each still sees its call's context there."""
+    seen: list[tuple[str, object, str | None]] = []
+
+    async def gate(call: dict[str, Any], ctx: RunContext[Bank]) -> agentloop.Decision:
+        await asyncio.sleep(0)
+        seen.append(("policy", ctx.deps, ctx.call_id))
+        return agentloop.allow()
+
+    async def fetch(ctx: RunContext[Bank], account: str) -> float:
+        await asyncio.sleep(0)
+        seen.append(("tool", ctx.deps, agentloop.current_context().call_id))  # type: ignore[union-attr]
+        return ctx.deps.balances[account]
+
+    deps = bank()
+    script = ScriptedModel([call("f1", "fetch", account="main"), final()])
+    result = Loop(script, tools=[Tool(fetch, policy=gate)], deps_type=Bank).run("go", deps=deps)
+    assert result.status == "finished"
+    assert [m["content"] for m in result.transcript if m["kind"] == "tool_result"] == [500.0]
+    assert seen == [("policy", deps, "f1"), ("tool", deps, "f1")]
