@@ -9,8 +9,7 @@ durable (``agentloop._durable``): the engine records as it goes, and
 
 from __future__ import annotations
 
-import contextlib
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Any
 
 from agentloop._core.messages import check_new_input
 from agentloop._core.values import Budget, CancelToken, RunResult
@@ -26,15 +25,17 @@ from agentloop._loop.engines import (
     saved_result,
 )
 from agentloop._loop.fallback import Fallback
+from agentloop._loop.owner import Owner
 from agentloop._loop.running import async_run, sync_run
 from agentloop._loop.settings import (
+    DEFAULT,
+    Default,
     asyncio_only,
     checked_bool,
     checked_context,
     checked_ledger,
     checked_listeners,
     checked_model,
-    checked_owned,
     checked_retry,
     checked_system,
     checked_tool_names,
@@ -67,17 +68,7 @@ if TYPE_CHECKING:
 __all__ = ["Loop"]
 
 
-class _Default:
-    """``retry=`` not given: on for the provider adapters, off for plain callbacks."""
-
-    def __repr__(self) -> str:
-        return "DEFAULT"
-
-
-_DEFAULT: Final = _Default()
-
-
-class Loop:
+class Loop(Owner):
     """Configuration for runs: a model, its tools and its budgets. Reusable.
 
     ``max_steps`` bounds the model calls of a run (failed and malformed ones
@@ -150,7 +141,7 @@ class Loop:
         max_concurrency: int | None = None,
         ledger: Ledger | None = None,
         context: ContextPolicy | None = None,
-        retry: RetryPolicy | _Default | None = _DEFAULT,
+        retry: RetryPolicy | Default | None = DEFAULT,
         output: object = None,
         max_output_retries: int = 1,
         on_exhausted: str = "stop",
@@ -167,9 +158,7 @@ class Loop:
         self._name_rules = name_rules(models)
         checked_tool_names(self._name_rules, self.dispatcher)
         self._model_names = model.names if isinstance(model, Fallback) else ()
-        self.retry: RetryPolicy | None = (
-            default_retry(models) if isinstance(retry, _Default) else checked_retry(retry)
-        )
+        self.retry = default_retry(models) if retry is DEFAULT else checked_retry(retry)
         if self.retry is not None:  # one layer retries: an adapter's SDK makes one attempt
             models = single_attempts(models)
         #: The final answer's schema and converter (``output=T``), or None: text.
@@ -210,41 +199,9 @@ class Loop:
         )
         self.ledger = checked_ledger(ledger)
         self.context = checked_context(context)
-        self._owns = checked_owned(owns)
+        Owner.__init__(self, owns)
         #: What each run's ``deps=`` is (``RunContext.deps``): checked against the tools here.
         self.deps_type = checked_deps_type(deps_type, self.dispatcher)
-        self._open: contextlib.ExitStack | contextlib.AsyncExitStack | None = None
-
-    def __enter__(self) -> Self:
-        """Open what the Loop owns (``owns=``), in order; one that fails closes the rest."""
-        with contextlib.ExitStack() as stack:
-            for owned in self._owns:
-                stack.enter_context(owned)  # type: ignore[arg-type]  # checked_owned said so
-            self._open = stack.pop_all()
-        return self
-
-    def __exit__(self, *exc_info: Any) -> bool | None:
-        """Close what the Loop owns, in reverse."""
-        opened, self._open = self._open, None
-        return None if opened is None else opened.__exit__(*exc_info)  # type: ignore[union-attr]
-
-    async def __aenter__(self) -> Self:
-        """``__enter__`` under asyncio: what has ``__aenter__`` is entered with it."""
-        async with contextlib.AsyncExitStack() as stack:
-            for owned in self._owns:
-                if hasattr(owned, "__aenter__"):
-                    await stack.enter_async_context(owned)  # type: ignore[arg-type]
-                else:
-                    stack.enter_context(owned)  # type: ignore[arg-type]
-            self._open = stack.pop_all()
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
-        """Close what the Loop owns, in reverse."""
-        opened, self._open = self._open, None
-        if opened is None:
-            return None
-        return await opened.__aexit__(*exc_info)  # type: ignore[union-attr]
 
     def __repr__(self) -> str:
         return (

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from agentloop._drivers.callbacks import Listener, Model
 
 __all__ = [
+    "DEFAULT",
     "DEFAULT_CONCURRENCY",
+    "Default",
     "async_policies",
     "asyncio_only",
     "checked_bool",
@@ -47,6 +49,16 @@ __all__ = [
 _CANNOT_AWAIT: Final = "that driver cannot await it"
 #: How many calls of a batch the asyncio driver runs at once unless told.
 DEFAULT_CONCURRENCY: Final = 10
+
+
+class Default:
+    """``retry=`` not given: on for the provider adapters, off for plain callbacks."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT: Final = Default()
 
 
 def with_system(system: str, messages: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -328,20 +340,3 @@ def for_sync_driver(
         reasons = "; ".join(dict.fromkeys(why for _, why, _ in asyncio_only))
         raise ValueError(f"{names} {needs} the asyncio driver ({instead}): {reasons}")
     return registry
-
-
-def checked_owned(owns: object) -> tuple[object, ...]:
-    """What a Loop owns (``owns=``): context managers, sync or async (MCP servers, say)."""
-    if isinstance(owns, str | bytes) or not hasattr(owns, "__iter__"):
-        raise TypeError(
-            "expected owns to be an iterable of context managers (say [server]), "
-            f"got {type(owns).__name__}"
-        )
-    taken = tuple(owns)
-    for index, owned in enumerate(taken):
-        if not (hasattr(owned, "__enter__") or hasattr(owned, "__aenter__")):
-            raise TypeError(
-                f"expected owns[{index}] to be a context manager (with __enter__ or "
-                f"__aenter__), got {type(owned).__name__}"
-            )
-    return taken
