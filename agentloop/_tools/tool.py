@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, overload
 
 import orjson
+from typing_extensions import TypeVar
 
 from agentloop._core.json import to_json
 from agentloop._errors import JSONError
@@ -24,13 +25,20 @@ from agentloop._tools.validation import ArgumentsValidator, checked_schema
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from agentloop._drivers.context import RunContext
     from agentloop._tools.policy import Policy
     from agentloop._tools.signature import Context
 
 __all__ = ["Tool"]
 
+#: The dependencies a tool's context wants: contravariant, since a tool that takes any deps
+#: serves a Loop of any (``Tool[object]``, a handler with no context, serves every Loop).
+ToolDeps = TypeVar("ToolDeps", contravariant=True, default=Any)
+_D = TypeVar("_D")
+_P = ParamSpec("_P")
 
-class Tool:
+
+class Tool(Generic[ToolDeps]):
     """A handler with its name, description and ``parameters`` JSON Schema.
 
     ``name`` defaults to the handler's ``__name__``; ``description`` to the
@@ -47,7 +55,9 @@ class Tool:
     were cut of how many; unset, the registry's ``max_result_chars`` applies.
     A parameter of the handler (or of ``policy``) annotated
     ``agentloop.RunContext`` (or ``RunContext[Deps]``) gets the call's
-    context, and is not in the schema.
+    context, and is not in the schema. A type checker reads the tool as a
+    ``Tool[Deps]`` when the handler's first parameter is ``RunContext[Deps]``,
+    and as a ``Tool[object]`` (for any deps) otherwise.
     """
 
     __slots__ = (
@@ -65,6 +75,30 @@ class Tool:
         "policy_context",
     )
 
+    @overload
+    def __init__(
+        self: Tool[_D],
+        handler: Callable[Concatenate[RunContext[_D], _P], Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        policy: Policy | None = None,
+        idempotent: bool = False,
+        max_result_chars: int | None = None,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Tool[object],
+        handler: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        policy: Policy | None = None,
+        idempotent: bool = False,
+        max_result_chars: int | None = None,
+    ) -> None: ...
     def __init__(
         self,
         handler: Callable[..., Any],
