@@ -30,10 +30,12 @@ if TYPE_CHECKING:
     from agentloop._core.engine import Engine
 
 __all__ = [
+    "NO_RUN",
     "RUN_CONTEXT",
+    "CallScope",
     "RunContext",
     "ain_context",
-    "call_context",
+    "areviewed_in",
     "current_context",
     "current_reporter",
     "idempotency_key",
@@ -114,7 +116,7 @@ def idempotency_key() -> str | None:
 def report_progress(
     progress: float, total: float | None = None, message: str | None = None
 ) -> None:
-    """Report how far the running tool call has come (``agentloop._drivers.progress``).
+    """Report how far the running tool call has come: delta listeners (or an MCP client) hear it.
 
     ``progress`` must increase with each report of a call (MCP requires it);
     ``total``, when given, is what it counts towards; ``message`` says what is
@@ -137,32 +139,6 @@ def key_of(run_id: str | None, call_id: str) -> str | None:
     return None if run_id is None else f"{run_id}:{call_id}"
 
 
-def call_context(
-    engine: Engine,
-    call: dict[str, Any],
-    *,
-    deps: object,
-    run_id: str | None,
-    cancel: CancelToken | None,
-    reporter: Reporter | None = None,
-) -> RunContext[Any]:
-    """The context of ``call``, handed out by ``engine`` now."""
-    call_id = call["id"]
-    return RunContext(
-        deps=deps,
-        run_id=run_id,
-        call_id=call_id,
-        tool=call["name"],
-        idempotency_key=key_of(run_id, call_id),
-        steps=engine.steps,
-        calls=engine.calls,
-        usage=engine.usage,
-        budget=engine.budget,
-        cancel=cancel,
-        reporter=reporter,
-    )
-
-
 class CallScope:
     """What a driver's runs give each call's context: the engine, deps, run id and token."""
 
@@ -174,12 +150,18 @@ class CallScope:
         self.engine, self.deps, self.run_id, self.cancel = engine, deps, run_id, cancel
 
     def context(self, call: dict[str, Any], reporter: Reporter | None = None) -> RunContext[Any]:
-        """``call``'s context, as the engine stands now."""
-        return call_context(
-            self.engine,
-            call,
+        """``call``'s context, as the engine stands now (the call handed out by it now)."""
+        engine, run_id, call_id = self.engine, self.run_id, call["id"]
+        return RunContext(
             deps=self.deps,
-            run_id=self.run_id,
+            run_id=run_id,
+            call_id=call_id,
+            tool=call["name"],
+            idempotency_key=key_of(run_id, call_id),
+            steps=engine.steps,
+            calls=engine.calls,
+            usage=engine.usage,
+            budget=engine.budget,
             cancel=self.cancel,
             reporter=reporter,
         )
