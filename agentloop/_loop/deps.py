@@ -75,12 +75,15 @@ def for_run(loop: Loop, deps: object, cancel: CancelToken | None) -> CancelToken
 
     A Loop with ``deps_type`` whose tools take a context refuses a run without
     ``deps=``, and one whose ``deps_type`` is a class refuses ``deps`` of
-    another. When the tools take a context and the caller gave no token, the
-    run gets one of its own: ``ctx.cancel`` is always the run's.
+    another; a tool added to its registry since the Loop was made is checked
+    against ``deps_type`` as the Loop checked its tools. When the tools take
+    a context and the caller gave no token, the run gets one of its own:
+    ``ctx.cancel`` is always the run's.
     """
     context = takes_context(loop.dispatcher)
     wanted = loop.deps_type
     if wanted is not None:
+        checked_deps_type(wanted, loop.dispatcher)
         if deps is None and context:
             raise TypeError(
                 f"expected deps= (a {_shown(wanted)}): this Loop's tools take "

@@ -359,6 +359,21 @@ def test_a_tool_for_other_deps_is_refused_at_loop() -> None:
     Loop(ScriptedModel([final()]), tools=tools(), deps_type=Vault)  # a subclass serves
 
 
+def test_a_tool_for_other_deps_added_since_is_refused_at_the_run() -> None:
+    """A tool added to the Loop's registry after it was made is checked when a run begins."""
+
+    def audit(ctx: RunContext[Other]) -> str:
+        return "audited"
+
+    registry = ToolRegistry(tools())
+    script = ScriptedModel([final()])
+    loop = Loop(script, tools=registry, deps_type=Bank)
+    registry.add(audit)
+    with pytest.raises(TypeError, match=r"^tool 'audit' takes RunContext\[Other\]"):
+        loop.run("go", deps=bank())
+    assert script.seen == []
+
+
 def test_a_policy_for_other_deps_is_refused_at_loop() -> None:
     def gate(call: dict[str, Any], ctx: RunContext[Other]) -> agentloop.Decision:
         return agentloop.allow()
