@@ -16,7 +16,7 @@ from agentloop._core.values import Budget, CancelToken, RunResult
 from agentloop._drivers.callbacks import bind_model
 from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._loop.continued import read_ended, released_on_error
-from agentloop._loop.deps import checked_deps_type, for_run
+from agentloop._loop.deps import checked_deps_type
 from agentloop._loop.engines import (
     continued_engine,
     forked_engine,
@@ -224,9 +224,8 @@ class Loop(Owner):
         are the run's dependencies, which its tools read as ``ctx.deps``
         (``RunContext``); never recorded, so ``resume`` and the others take them too.
         """
-        cancel = for_run(self, deps, cancel)
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        engine = fresh_engine(self, messages, cancel, run_id)
+        engine, cancel = fresh_engine(self, messages, cancel, run_id, deps)
         with released_on_error(engine):
             return sync_run(self, engine, registry, cancel, deps)
 
@@ -243,10 +242,9 @@ class Loop(Owner):
         The result does not hold the run's id: with a ledger, pass ``run_id=``,
         or use ``start()`` and read ``run.run_id`` (known before the first step).
         """
-        cancel = for_run(self, deps, cancel)
         # start()'s body, not start().finish(): the claim is given up if finishing raises too
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        engine = fresh_engine(self, messages, cancel, run_id)
+        engine, cancel = fresh_engine(self, messages, cancel, run_id, deps)
         with released_on_error(engine):
             return sync_run(self, engine, registry, cancel, deps).finish()
 
@@ -270,9 +268,8 @@ class Loop(Owner):
         stays paused, which its result says. See the docs' "Durable runs and
         approval" page.
         """
-        cancel = for_run(self, deps, cancel)
         registry = self._sync_driver("loop.aresume", awaits=True)
-        engine, token = resumed_engine(self, "resume", run, cancel)
+        engine, token = resumed_engine(self, "resume", run, cancel, deps)
         if engine.done:
             return read_ended(engine, run, decisions)
         with released_on_error(engine):
@@ -302,9 +299,8 @@ class Loop(Owner):
         its run file and shown by ``show`` and the report. With a ledger the
         new run is durable, under ``run_id`` (a fresh one when not given).
         """
-        cancel = for_run(self, deps, cancel)
         registry = self._sync_driver("loop.acontinue_run", awaits=True)
-        engine = continued_engine(self, run, cancel, run_id, parent_run_id)
+        engine, cancel = continued_engine(self, run, cancel, run_id, parent_run_id, deps)
         with released_on_error(engine):
             return sync_run(self, engine, registry, cancel, deps).finish()
 
@@ -318,8 +314,7 @@ class Loop(Owner):
         parent_run_id: str | None = None,
     ) -> RunResult:
         """``continue_run`` under asyncio."""
-        cancel = for_run(self, deps, cancel)
-        engine = continued_engine(self, run, cancel, run_id, parent_run_id)
+        engine, cancel = continued_engine(self, run, cancel, run_id, parent_run_id, deps)
         with released_on_error(engine):
             return await async_run(self, engine, cancel, deps).afinish()
 
@@ -345,9 +340,9 @@ class Loop(Owner):
         a batch's calls are running, or that this budget cannot replay, raises
         ``ValueError``. See the docs' "Reviewing runs" page.
         """
-        cancel = for_run(self, deps, cancel)
         registry = self._sync_driver("loop.afork", awaits=True)
-        engine, token = forked_engine(self, saved_result(self, run, "fork"), at, cancel, run_id)
+        saved = saved_result(self, run, "fork")
+        engine, token = forked_engine(self, saved, at, cancel, run_id, deps)
         with released_on_error(engine):
             return sync_run(self, engine, registry, token, deps)
 
@@ -361,8 +356,8 @@ class Loop(Owner):
         run_id: str | None = None,
     ) -> AsyncRun:
         """``fork`` under asyncio: the new run is driven by ``await run.astep()``."""
-        cancel = for_run(self, deps, cancel)
-        engine, token = forked_engine(self, saved_result(self, run, "afork"), at, cancel, run_id)
+        saved = saved_result(self, run, "afork")
+        engine, token = forked_engine(self, saved, at, cancel, run_id, deps)
         with released_on_error(engine):
             return async_run(self, engine, token, deps)
 
@@ -375,8 +370,7 @@ class Loop(Owner):
         run_id: str | None = None,
     ) -> AsyncRun:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
-        cancel = for_run(self, deps, cancel)
-        engine = fresh_engine(self, messages, cancel, run_id)
+        engine, cancel = fresh_engine(self, messages, cancel, run_id, deps)
         with released_on_error(engine):
             return async_run(self, engine, cancel, deps)
 
@@ -402,8 +396,7 @@ class Loop(Owner):
         decisions: dict[str, Decision] | None = None,
     ) -> RunResult:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
-        cancel = for_run(self, deps, cancel)
-        engine, token = resumed_engine(self, "aresume", run, cancel)
+        engine, token = resumed_engine(self, "aresume", run, cancel, deps)
         if engine.done:
             return read_ended(engine, run, decisions)
         with released_on_error(engine):
