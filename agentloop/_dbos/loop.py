@@ -44,6 +44,7 @@ from agentloop._errors import AgentloopError
 from agentloop._loop.deps import deps_provider
 from agentloop._loop.engines import plain_engine
 from agentloop._loop.loop import Loop
+from agentloop._loop.settings import run_input
 from agentloop._tools.registry import reviewing
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ class DBOSLoop:
             checked_run_id(run_id, new=True)  # text, and no ':' (the idempotency key's)
         if _LOOPS.get(self.name) is not self:
             raise ValueError(f"this DBOSLoop ({self.name!r}) was closed")
-        messages = self.loop._input(messages)  # as Loop.start takes a new run's input
+        messages = run_input(self.loop.system, messages)  # as Loop.start takes a new run's input
         history = Engine(messages, budget=self.loop.budget).history()  # bad input raises
         return run_id, history
 

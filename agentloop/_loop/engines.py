@@ -15,7 +15,7 @@ from agentloop._durable.view import view_run
 from agentloop._errors import AgentloopError
 from agentloop._loop.continued import continued, forked, resumed
 from agentloop._loop.deps import for_run
-from agentloop._loop.settings import checked_tool_names, no_ledger, timeout_bites
+from agentloop._loop.settings import checked_tool_names, no_ledger, run_input, timeout_bites
 
 if TYPE_CHECKING:
     from agentloop._core.values import CancelToken, RunResult
@@ -52,7 +52,7 @@ def fresh_engine(
     """
     check_ready(loop)
     cancel = for_run(loop, deps, cancel)
-    messages = loop._input(messages)
+    messages = run_input(loop.system, messages)
     if loop.ledger is None:
         if run_id is not None:
             no_ledger(run_id)

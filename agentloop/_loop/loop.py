@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentloop._core.messages import check_new_input
 from agentloop._core.values import Budget, CancelToken, RunResult
 from agentloop._drivers.callbacks import bind_model
 from agentloop._drivers.tool_calls import asyncio_dispatch
@@ -47,7 +46,6 @@ from agentloop._loop.settings import (
     specs_of,
     timeout,
     timeout_bites,
-    with_system,
 )
 from agentloop._tools.dispatcher import as_dispatcher
 from agentloop._tools.output_type import output_schema
@@ -415,8 +413,3 @@ class Loop(Owner):
         (``sync_run``).
         """
         return for_sync_driver(self._asyncio_only, self.dispatcher, instead, awaits=awaits)
-
-    def _input(self, messages: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-        """A new run's input, checked, and led by the system prompt if the Loop has one."""
-        check_new_input(messages)
-        return messages if self.system is None else with_system(self.system, messages)

@@ -9,6 +9,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Final
 
 from agentloop._core.context_policy import ContextPolicy
+from agentloop._core.messages import check_new_input
 from agentloop._core.retry_policy import RetryPolicy, checked_retry
 from agentloop._drivers.callbacks import is_async
 from agentloop._durable.protocol import Ledger
@@ -39,6 +40,7 @@ __all__ = [
     "for_sync_driver",
     "name_rules",
     "no_ledger",
+    "run_input",
     "single_attempts",
     "specs_of",
     "timeout",
@@ -340,3 +342,11 @@ def for_sync_driver(
         reasons = "; ".join(dict.fromkeys(why for _, why, _ in asyncio_only))
         raise ValueError(f"{names} {needs} the asyncio driver ({instead}): {reasons}")
     return registry
+
+
+def run_input(
+    system: str | None, messages: str | list[dict[str, Any]]
+) -> str | list[dict[str, Any]]:
+    """A new run's input, checked, and led by the system prompt if the Loop has one."""
+    check_new_input(messages)
+    return messages if system is None else with_system(system, messages)
