@@ -9,7 +9,9 @@ durable (``agentloop._durable``): the engine records as it goes, and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
+
+from typing_extensions import TypeVar
 
 from agentloop._core.values import Budget, CancelToken, RunResult
 from agentloop._drivers.callbacks import bind_model
@@ -66,7 +68,11 @@ if TYPE_CHECKING:
 __all__ = ["Loop"]
 
 
-class Loop(Owner):
+#: What each run of a Loop is given as ``deps=`` (``Loop(deps_type=D)`` makes a ``Loop[D]``).
+DepsT = TypeVar("DepsT", default=Any)
+
+
+class Loop(Owner, Generic[DepsT]):
     """Configuration for runs: a model, its tools and its budgets. Reusable.
 
     ``max_steps`` bounds the model calls of a run (failed and malformed ones
@@ -145,7 +151,7 @@ class Loop(Owner):
         on_exhausted: str = "stop",
         max_identical_calls: int | None = None,
         owns: Iterable[object] = (),
-        deps_type: object = None,
+        deps_type: type[DepsT] | None = None,
     ) -> None:
         models: tuple[Model, ...] = model.models if isinstance(model, Fallback) else (model,)
         if not isinstance(model, Fallback):
@@ -199,7 +205,7 @@ class Loop(Owner):
         self.context = checked_context(context)
         Owner.__init__(self, owns)
         #: What each run's ``deps=`` is (``RunContext.deps``): checked against the tools here.
-        self.deps_type = checked_deps_type(deps_type, self.dispatcher)
+        self.deps_type: Any = checked_deps_type(deps_type, self.dispatcher)
 
     def __repr__(self) -> str:
         return (
@@ -212,7 +218,7 @@ class Loop(Owner):
         messages: str | list[dict[str, Any]],
         *,
         cancel: CancelToken | None = None,
-        deps: object = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
     ) -> Run:
         """Begin a run driven by ``step()``; bad input raises here, before any model call.
@@ -232,7 +238,7 @@ class Loop(Owner):
         messages: str | list[dict[str, Any]],
         *,
         cancel: CancelToken | None = None,
-        deps: object = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
     ) -> RunResult:
         """Run to a terminal state and return the result.
@@ -251,7 +257,7 @@ class Loop(Owner):
         run: str | RunResult,
         *,
         cancel: CancelToken | None = None,
-        deps: object = None,
+        deps: DepsT | None = None,
         decisions: dict[str, Decision] | None = None,
     ) -> RunResult:
         """Continue a run to its end: the recorded run ``run`` (an id), or a saved result.
@@ -281,7 +287,7 @@ class Loop(Owner):
         run: str | RunResult,
         *,
         cancel: CancelToken | None = None,
-        deps: object = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
     ) -> RunResult:
@@ -307,7 +313,7 @@ class Loop(Owner):
         run: str | RunResult,
         *,
         cancel: CancelToken | None = None,
-        deps: object = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
     ) -> RunResult:
@@ -322,7 +328,7 @@ class Loop(Owner):
         *,
         at: int,
         cancel: CancelToken | None = None,
-        deps: object = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
     ) -> Run:
         """A new run that starts as ``run`` was after its first ``at`` transitions.
@@ -350,7 +356,7 @@ class Loop(Owner):
         *,
         at: int,
         cancel: CancelToken | None = None,
-        deps: object = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
     ) -> AsyncRun:
         """``fork`` under asyncio: the new run is driven by ``await run.astep()``."""
@@ -364,7 +370,7 @@ class Loop(Owner):
         messages: str | list[dict[str, Any]],
         *,
         cancel: CancelToken | None = None,
-        deps: object = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
     ) -> AsyncRun:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
@@ -377,7 +383,7 @@ class Loop(Owner):
         messages: str | list[dict[str, Any]],
         *,
         cancel: CancelToken | None = None,
-        deps: object = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
     ) -> RunResult:
         """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
@@ -390,7 +396,7 @@ class Loop(Owner):
         run: str | RunResult,
         *,
         cancel: CancelToken | None = None,
-        deps: object = None,
+        deps: DepsT | None = None,
         decisions: dict[str, Decision] | None = None,
     ) -> RunResult:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""

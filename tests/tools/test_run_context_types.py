@@ -3,15 +3,19 @@
 ``RunContext`` is covariant in its deps, ``Tool`` contravariant: a tool whose handler takes
 ``RunContext[Bank]`` is a ``Tool[Bank]``, and serves wherever a ``Tool`` of a subclass of
 ``Bank`` is wanted; a handler with no context makes a ``Tool[object]``, which serves any.
+``Loop(deps_type=D)`` is a ``Loop[D]``, whose runs take ``deps`` of ``D``.
 The lines a checker must refuse carry the ignore it needs (an unneeded one fails mypy).
 A tool for other deps than a Loop's is refused when the Loop is made, at run time.
 """
 
 from __future__ import annotations
 
-from typing import assert_type
+from typing import Any, assert_type
 
-from agentloop import RunContext, Tool
+import pytest
+
+from agentloop import Loop, RunContext, Tool
+from agentloop.testing import ScriptedModel, final
 
 
 class Bank:
@@ -19,6 +23,10 @@ class Bank:
 
 
 class Vault(Bank):
+    pass
+
+
+class Other:
     pass
 
 
@@ -52,3 +60,14 @@ def test_a_context_of_other_deps_is_refused() -> None:
     # A Tool[Other] made of lookup is not refused here: a checker that expects one takes the
     # overload for any handler, whose Tool[object] serves any deps. Loop(deps_type=Other)
     # refuses that tool when it is made (test_a_tool_for_other_deps_is_refused_at_loop).
+
+
+def test_a_loop_is_typed_by_its_deps_type() -> None:
+    """``deps=`` of a run is checked against the Loop's ``deps_type``: by the checker, and
+    when the run begins."""
+    loop = Loop(ScriptedModel([final("ok")]), tools=[lookup], deps_type=Bank)
+    assert_type(loop, Loop[Bank])
+    assert_type(Loop(ScriptedModel([])), Loop[Any])
+    assert loop.run("x", deps=Vault()).output == "ok"  # a Vault is a Bank
+    with pytest.raises(TypeError, match="expected deps to be a Bank"):
+        loop.run("x", deps=Other())  # type: ignore[arg-type]
