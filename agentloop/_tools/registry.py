@@ -133,6 +133,7 @@ class ToolRegistry:
     def policy(self, policy: Policy | None) -> None:
         if policy is not None and not callable(policy):
             raise TypeError(f"expected policy to be callable, got {type(policy).__name__}")
+        #: The policy's parameter that takes the call's context, and the deps it names.
         self.policy_context = None if policy is None else context_of("the policy", policy)
         self._policy = policy
 
