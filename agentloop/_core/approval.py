@@ -10,12 +10,22 @@ arguments) ties a decision to exactly the call that was shown.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, NamedTuple
 
 import attrs
 import orjson
 
-__all__ = ["Decision", "PendingCall", "allow", "approve", "ask", "call_fingerprint", "deny"]
+__all__ = [
+    "Decision",
+    "PendingCall",
+    "Policy",
+    "allow",
+    "approve",
+    "ask",
+    "call_fingerprint",
+    "deny",
+]
 
 
 def _shown(value: object) -> str:
@@ -173,3 +183,10 @@ class PendingCall(NamedTuple):
             f"PendingCall(call_id={self.call_id!r}, name={self.name!r}, "
             f"arguments={self.arguments!r}, reason={self.reason!r})"
         )
+
+
+#: A permission policy: sees a copy of the call, answers (or, ``async``, awaits) a ``Decision``.
+#: Here, beside ``Decision``, so that a ``Tool`` can name it (``agentloop._tools.policy``
+#: imports ``Tool``). One may take the call's ``RunContext`` too, as a parameter annotated
+#: with it (so the type says no more than a callable).
+Policy = Callable[..., Decision | Awaitable[Decision]]

@@ -7,15 +7,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import orjson
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from agentloop._core.approval import Decision, PendingCall
-    from agentloop._core.values import CancelToken
+from agentloop._core.approval import Decision, PendingCall
+from agentloop._core.cancel import CancelToken
 
 __all__ = ["AskModel", "AwaitApproval", "ReviewCalls", "RunTool", "Wait"]
 

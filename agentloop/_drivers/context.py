@@ -35,11 +35,13 @@ __all__ = [
     "CallScope",
     "RunContext",
     "ain_context",
+    "ain_context_reviews",
     "areviewed_in",
     "current_context",
     "current_reporter",
     "idempotency_key",
     "in_context",
+    "in_context_reviews",
     "key_of",
     "report_progress",
     "reviewed_in",
@@ -230,6 +232,20 @@ def ain_context(
         return outcome
 
     return dispatch_in_context
+
+
+def in_context_reviews(
+    review: Callable[[dict[str, Any]], Any], scope: CallScope
+) -> Callable[[dict[str, Any]], Any]:
+    """``review`` (the policies' review of a call), each call reviewed in its context."""
+    return lambda call: reviewed_in(scope.context(call), review, call)
+
+
+def ain_context_reviews(
+    review: Callable[[dict[str, Any]], Awaitable[Any]], scope: CallScope
+) -> Callable[[dict[str, Any]], Awaitable[Any]]:
+    """``in_context_reviews`` for an async ``review``: set in the task that awaits each."""
+    return lambda call: areviewed_in(scope.context(call), review(call))
 
 
 def reviewed_in(

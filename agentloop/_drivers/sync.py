@@ -18,36 +18,29 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agentloop._core.approval import Decision
 from agentloop._core.context_policy import Summarise
+from agentloop._core.engine import Engine
 from agentloop._core.json import exception_said
 from agentloop._core.table import TERMINAL, State
-from agentloop._core.values import AskModel, RunTool, Transition, Wait
+from agentloop._core.values import AskModel, OutputT, RunResult, RunTool, Transition, Wait
 from agentloop._drivers.awaiter import Awaiter
-from agentloop._drivers.callbacks import TokenCancelled, is_async
-from agentloop._drivers.context import CallScope, in_context, reviewed_in
-from agentloop._drivers.deltas import Discard, ListenerFailed, Partial
+from agentloop._drivers.callbacks import Listener, Model, TokenCancelled, is_async
+from agentloop._drivers.context import CallScope, in_context
+from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
+from agentloop._drivers.progress import ToolProgress
 from agentloop._drivers.streams import in_time, is_stream, pull
-from agentloop._drivers.transition import LOG, RunView, Streaming, drain, log, pump
+from agentloop._drivers.transition import LOG, Request, RunView, Streaming, drain, log, pump
 from agentloop._drivers.waits import wait
-
-if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Generator, Iterator
-
-    from agentloop._core.approval import Decision
-    from agentloop._core.engine import Engine
-    from agentloop._core.values import RunResult
-    from agentloop._drivers.callbacks import Listener, Model
-    from agentloop._drivers.deltas import Delta
-    from agentloop._drivers.progress import ToolProgress
-    from agentloop._drivers.transition import Request
 
 __all__ = ["Run"]
 
 
-class Run(RunView):
+class Run(RunView[OutputT]):
     """One run, driven one transition at a time by ``step()``."""
 
     def __init__(
@@ -60,8 +53,7 @@ class Run(RunView):
         *,
         awaiter: Awaiter | None = None,
         model_timeout: float | None = None,
-        deps: object = None,
-        run_id: str | None = None,
+        scope: CallScope | None = None,
     ) -> None:
         RunView.__init__(self, engine)  # its one base: super() would make an object per run
         self._model = model
@@ -81,10 +73,9 @@ class Run(RunView):
         self._partial: Partial | None = None
         # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
         self._asked_at: float | None = None
-        # Each call (and each review of one) runs in its context (RunContext): its deps,
-        # ids and counters, and its progress told to the delta listeners.
-        self._scope = CallScope(engine, deps, run_id, self._awaiter.cancel)
-        self._dispatch = in_context(dispatch, self._delta_listeners, self._scope)
+        # Each call runs in its context (scope: its deps and ids), its progress heard.
+        scope = scope or CallScope(engine, None, None, self._awaiter.cancel)
+        self._dispatch = in_context(dispatch, self._delta_listeners, scope)
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(transition)`` after every transition from now on.
@@ -99,7 +90,7 @@ class Run(RunView):
                 f"expected a plain function as a listener of a synchronous run, got {got}; "
                 "async listeners need loop.astart() or loop.arun()"
             )
-        self._listeners.append(listener)
+        self._listeners.append(self._following(listener))
 
     def _plain_listeners(self) -> list[Listener]:
         return self._listeners
@@ -109,7 +100,7 @@ class Run(RunView):
         while not self.done and self.state is not State.AWAITING_APPROVAL:
             yield self.step()
 
-    def finish(self) -> RunResult:
+    def finish(self) -> RunResult[OutputT]:
         """Step until done (or awaiting approval) and return the result.
 
         One step after another, as ``step()`` makes them (listeners and the
@@ -162,7 +153,9 @@ class Run(RunView):
                 if type(need) is Transition:  # made by the engine itself: nothing to perform
                     made = need
                 else:
-                    made = yield from pump(engine, perform, need, hand_on=hand_on)
+                    made = yield from pump(
+                        engine, perform, need, hand_on=hand_on, around=self._around
+                    )
                     if made is None:
                         return None
             if debug:
@@ -227,11 +220,7 @@ class Run(RunView):
             return None
         review = self._review
         assert review is not None, "only a driver that reviews is asked to"
-        context = self._scope.context
-        return {
-            call["id"]: reviewed_in(context(call), review, call)
-            for call in need.calls  # type: ignore[union-attr]  # a ReviewCalls
-        }
+        return {call["id"]: review(call) for call in need.calls}  # type: ignore[union-attr]
 
     def _asked(self, need: AskModel | Summarise) -> object:
         """The model's answer (a summary is asked of the context policy's own model callback).

@@ -170,17 +170,21 @@ def resumed_engine(
 
 def forked_engine(
     loop: Loop,
-    run: RunResult,
+    run: str | RunResult,
+    what: str,
     at: int,
     cancel: CancelToken | None,
     run_id: str | None,
     deps: object = None,
 ) -> tuple[Engine, CancelToken]:
-    """A fork's engine (``Loop.fork``): ``run`` after its first ``at`` transitions; its token."""
+    """A fork's engine (``Loop.fork``): ``run`` after its first ``at`` transitions; its token.
+
+    ``run`` is a result, or an id in the Loop's ledger (``what``, the call, names it).
+    """
     check_ready(loop)
     cancel = for_run(loop, deps, cancel)
     engine, token = forked(
-        run,
+        saved_result(loop, run, what),
         at,
         budget=loop.budget,
         ledger=loop.ledger,

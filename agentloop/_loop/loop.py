@@ -9,13 +9,21 @@ durable (``agentloop._durable``): the engine records as it goes, and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic
+from collections.abc import Iterable
+from typing import Any, Generic, overload
 
-from typing_extensions import TypeVar
+from typing_extensions import TypeVar, Unpack
 
-from agentloop._core.values import Budget, CancelToken, RunResult
-from agentloop._drivers.callbacks import bind_model
+from agentloop._core.approval import Decision
+from agentloop._core.context_policy import ContextPolicy
+from agentloop._core.output_schema import OutputSchema
+from agentloop._core.retry_policy import RetryPolicy
+from agentloop._core.values import Budget, CancelToken, OutputT, RunResult
+from agentloop._drivers.asyncio import AsyncRun
+from agentloop._drivers.callbacks import Dispatcher, Listener, Model, bind_model
+from agentloop._drivers.sync import Run
 from agentloop._drivers.tool_calls import asyncio_dispatch
+from agentloop._durable.protocol import Ledger
 from agentloop._loop.continued import read_ended, released_on_error
 from agentloop._loop.deps import checked_deps_type
 from agentloop._loop.engines import (
@@ -23,14 +31,15 @@ from agentloop._loop.engines import (
     forked_engine,
     fresh_engine,
     resumed_engine,
-    saved_result,
 )
 from agentloop._loop.fallback import Fallback
 from agentloop._loop.owner import Owner
 from agentloop._loop.running import async_run, sync_run
 from agentloop._loop.settings import (
     DEFAULT,
+    AnyOptions,
     Default,
+    LoopOptions,
     asyncio_only,
     checked_bool,
     checked_context,
@@ -51,29 +60,25 @@ from agentloop._loop.settings import (
 )
 from agentloop._tools.dispatcher import as_dispatcher
 from agentloop._tools.output_type import output_schema
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-
-    from agentloop._core.approval import Decision
-    from agentloop._core.context_policy import ContextPolicy
-    from agentloop._core.output_schema import OutputSchema
-    from agentloop._core.retry_policy import RetryPolicy
-    from agentloop._drivers.asyncio import AsyncRun
-    from agentloop._drivers.callbacks import Dispatcher, Listener, Model
-    from agentloop._drivers.sync import Run
-    from agentloop._durable.protocol import Ledger
-    from agentloop._tools.registry import ToolRegistry
+from agentloop._tools.registry import ToolRegistry
 
 __all__ = ["Loop"]
 
 
-#: What each run of a Loop is given as ``deps=`` (``Loop(deps_type=D)`` makes a ``Loop[D]``).
+#: What each run is given as ``deps=``: second, with a default, so Loop[City] keeps its meaning.
 DepsT = TypeVar("DepsT", default=Any)
+#: The output and deps types an overload of ``Loop.__init__`` reads (``output=``, ``deps_type=``).
+_T = TypeVar("_T")
+_D = TypeVar("_D")
 
 
-class Loop(Owner, Generic[DepsT]):
+class Loop(Owner, Generic[OutputT, DepsT]):
     """Configuration for runs: a model, its tools and its budgets. Reusable.
+
+    Generic in its output: ``Loop(model)`` is a ``Loop[str]``, ``Loop(model,
+    output=City)`` a ``Loop[City]`` (its results are ``RunResult[City]``), and
+    an ``output`` that is not a class (a union, a JSON Schema) a ``Loop[Any]``;
+    and in its ``deps_type``: ``Loop(model, deps_type=D)`` is a ``Loop[str, D]``.
 
     ``max_steps`` bounds the model calls of a run (failed and malformed ones
     included), ``max_calls`` its accepted tool calls (whatever their outcome);
@@ -124,11 +129,44 @@ class Loop(Owner, Generic[DepsT]):
     asked in turn. See the docs' "Resilience" page. ``owns`` are context
     managers the Loop opens and closes (MCP servers, say): ``with loop:`` (or
     ``async with``) opens each in order and closes them in reverse.
-    ``deps_type`` is the type of the dependencies every run is given
-    (``deps=`` on each way to run, resume, fork or continue one), which tools
-    and policies read from their ``RunContext`` (the docs' "Dependencies" page).
+    ``deps_type`` is the type of each run's ``deps=``, which its tools read in
+    their ``RunContext`` (the docs' "Dependencies" page).
     """
 
+    @overload
+    def __init__(
+        self: Loop[str],
+        model: Model | Fallback,
+        *,
+        output: None = None,
+        **options: Unpack[LoopOptions],
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Loop[_T], model: Model | Fallback, *, output: type[_T], **options: Unpack[LoopOptions]
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Loop[str, _D],
+        model: Model | Fallback,
+        *,
+        output: None = None,
+        deps_type: type[_D],
+        **options: Unpack[LoopOptions],
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Loop[_T, _D],
+        model: Model | Fallback,
+        *,
+        output: type[_T],
+        deps_type: type[_D],
+        **options: Unpack[LoopOptions],
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Loop[Any], model: Model | Fallback, *, output: object, **options: Unpack[AnyOptions]
+    ) -> None: ...
     def __init__(
         self,
         model: Model | Fallback,
@@ -151,7 +189,7 @@ class Loop(Owner, Generic[DepsT]):
         on_exhausted: str = "stop",
         max_identical_calls: int | None = None,
         owns: Iterable[object] = (),
-        deps_type: type[DepsT] | None = None,
+        deps_type: object = None,
     ) -> None:
         models: tuple[Model, ...] = model.models if isinstance(model, Fallback) else (model,)
         if not isinstance(model, Fallback):
@@ -204,7 +242,6 @@ class Loop(Owner, Generic[DepsT]):
         self.ledger = checked_ledger(ledger)
         self.context = checked_context(context)
         Owner.__init__(self, owns)
-        #: What each run's ``deps=`` is (``RunContext.deps``): checked against the tools here.
         self.deps_type: Any = checked_deps_type(deps_type, self.dispatcher)
 
     def __repr__(self) -> str:
@@ -220,7 +257,7 @@ class Loop(Owner, Generic[DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
-    ) -> Run:
+    ) -> Run[OutputT]:
         """Begin a run driven by ``step()``; bad input raises here, before any model call.
 
         With a ledger, the run is recorded under ``run_id`` (a fresh one when
@@ -240,7 +277,7 @@ class Loop(Owner, Generic[DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Run to a terminal state and return the result.
 
         The result does not hold the run's id: with a ledger, pass ``run_id=``,
@@ -259,18 +296,18 @@ class Loop(Owner, Generic[DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         decisions: dict[str, Decision] | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Continue a run to its end: the recorded run ``run`` (an id), or a saved result.
 
         By id (a Loop with a ledger): recorded replies and outcomes are fed to
         a fresh engine, never asked for or run again, and a run that ended is
         only read. By ``RunResult`` (``load_run(path)``, a Loop without a
         ledger): its events are replayed into a fresh engine, and a result
-        that ended is returned as it is. Either way a run that has not ended
-        goes on with this Loop's model and tools; a run awaiting
-        approval takes ``decisions`` (as ``run.decide``), and without them
-        stays paused, which its result says. See the docs' "Durable runs and
-        approval" page.
+        that ended is returned as it is (a typed output made this Loop's type).
+        Either way a run that has not ended goes on with this Loop's model and
+        tools; a run awaiting approval takes ``decisions`` (as ``run.decide``),
+        and without them stays paused, which its result says. See the docs'
+        "Durable runs and approval" page.
         """
         registry = self._sync_driver("loop.aresume", awaits=True)
         engine, token = resumed_engine(self, "resume", run, cancel, deps)
@@ -290,7 +327,7 @@ class Loop(Owner, Generic[DepsT]):
         deps: DepsT | None = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """A new run that goes on from a ``failed`` or ``exhausted`` run's transcript.
 
         ``run`` is the old run's result, or its id in this Loop's ledger. The
@@ -316,7 +353,7 @@ class Loop(Owner, Generic[DepsT]):
         deps: DepsT | None = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """``continue_run`` under asyncio."""
         engine, cancel = continued_engine(self, run, cancel, run_id, parent_run_id, deps)
         with released_on_error(engine):
@@ -330,7 +367,7 @@ class Loop(Owner, Generic[DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
-    ) -> Run:
+    ) -> Run[OutputT]:
         """A new run that starts as ``run`` was after its first ``at`` transitions.
 
         ``run`` is a result (``load_run(path)``, a finished run's, a paused
@@ -345,8 +382,7 @@ class Loop(Owner, Generic[DepsT]):
         ``ValueError``. See the docs' "Reviewing runs" page.
         """
         registry = self._sync_driver("loop.afork", awaits=True)
-        saved = saved_result(self, run, "fork")
-        engine, token = forked_engine(self, saved, at, cancel, run_id, deps)
+        engine, token = forked_engine(self, run, "fork", at, cancel, run_id, deps)
         with released_on_error(engine):
             return sync_run(self, engine, registry, token, deps)
 
@@ -358,10 +394,9 @@ class Loop(Owner, Generic[DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
-    ) -> AsyncRun:
+    ) -> AsyncRun[OutputT]:
         """``fork`` under asyncio: the new run is driven by ``await run.astep()``."""
-        saved = saved_result(self, run, "afork")
-        engine, token = forked_engine(self, saved, at, cancel, run_id, deps)
+        engine, token = forked_engine(self, run, "afork", at, cancel, run_id, deps)
         with released_on_error(engine):
             return async_run(self, engine, token, deps)
 
@@ -372,7 +407,7 @@ class Loop(Owner, Generic[DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
-    ) -> AsyncRun:
+    ) -> AsyncRun[OutputT]:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
         engine, cancel = fresh_engine(self, messages, cancel, run_id, deps)
         with released_on_error(engine):
@@ -385,7 +420,7 @@ class Loop(Owner, Generic[DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
         live = self.astart(messages, cancel=cancel, run_id=run_id, deps=deps)
         with released_on_error(live._engine):
@@ -398,7 +433,7 @@ class Loop(Owner, Generic[DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         decisions: dict[str, Decision] | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
         engine, token = resumed_engine(self, "aresume", run, cancel, deps)
         if engine.done:
@@ -410,12 +445,5 @@ class Loop(Owner, Generic[DepsT]):
             return await live.afinish()
 
     def _sync_driver(self, instead: str, *, awaits: bool = False) -> ToolRegistry | None:
-        """Refuse what needs the asyncio driver; the registry whose policies review, if any.
-
-        ``awaits``: the run awaits async callables on an event loop of its own
-        (``Run``; a DBOS workflow does not), which it cannot do inside a
-        running one. Read on every run, not when the Loop is made: tools may
-        be added to its registry since. The run made next takes this answer
-        (``sync_run``).
-        """
+        """``for_sync_driver`` for this Loop, read on every run: the run made next takes it."""
         return for_sync_driver(self._asyncio_only, self.dispatcher, instead, awaits=awaits)

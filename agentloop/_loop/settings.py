@@ -6,7 +6,7 @@ And what a synchronous run of it refuses: what only the asyncio driver can do.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from agentloop._core.context_policy import ContextPolicy
 from agentloop._core.messages import check_new_input
@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT",
     "DEFAULT_CONCURRENCY",
+    "AnyOptions",
     "Default",
+    "LoopOptions",
     "async_policies",
     "asyncio_only",
     "checked_bool",
@@ -61,6 +63,38 @@ class Default:
 
 
 DEFAULT: Final = Default()
+
+
+class LoopOptions(TypedDict, total=False):
+    """``Loop``'s keywords other than ``output``, for its overloads (``**options``).
+
+    The overloads choose the Loop's output type from ``output=``; these are
+    checked as the implementation's own keywords (its defaults are theirs).
+    """
+
+    tools: object
+    system: str | None
+    max_steps: int
+    max_calls: int
+    max_total_tokens: int | None
+    listeners: Iterable[Listener]
+    model_timeout: float | None
+    tool_timeout: float | None
+    to_thread: bool
+    max_concurrency: int | None
+    ledger: Ledger | None
+    context: ContextPolicy | None
+    retry: RetryPolicy | None
+    max_output_retries: int
+    on_exhausted: str
+    max_identical_calls: int | None
+    owns: Iterable[object]
+
+
+class AnyOptions(LoopOptions, total=False):
+    """``LoopOptions`` and a ``deps_type`` of any kind: for an output that is not a class."""
+
+    deps_type: object
 
 
 def with_system(system: str, messages: str | list[dict[str, Any]]) -> list[dict[str, Any]]:

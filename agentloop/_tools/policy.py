@@ -11,19 +11,17 @@ takes the strictest answer is here too.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Generator, Iterable
-from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
+from collections.abc import Awaitable, Generator, Iterable
+from typing import Any, TypeGuard, TypeVar
 
 import attrs
 import orjson
 
-from agentloop._core.approval import Decision, allow, ask, deny
+from agentloop._core.approval import Decision, Policy, allow, ask, deny
 from agentloop._drivers.context import NO_RUN, RUN_CONTEXT
 from agentloop._tools.results import failed
+from agentloop._tools.signature import Context
 from agentloop._tools.tool import Tool
-
-if TYPE_CHECKING:
-    from agentloop._tools.signature import Context
 
 __all__ = [
     "Decision",
@@ -42,11 +40,6 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
-
-#: A permission policy: sees a copy of the call, answers (or, ``async``, awaits) a ``Decision``.
-#: One may take the call's ``RunContext`` too, as a parameter annotated with it (so the
-#: type says no more than a callable).
-Policy = Callable[..., Decision | Awaitable[Decision]]
 
 
 @attrs.frozen

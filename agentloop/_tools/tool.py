@@ -10,24 +10,20 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, overload
+from collections.abc import Callable, Mapping
+from typing import Any, Concatenate, Generic, ParamSpec, overload
 
 import orjson
 from typing_extensions import TypeVar
 
+from agentloop._core.approval import Policy
 from agentloop._core.json import to_json
+from agentloop._drivers.context import RunContext
 from agentloop._errors import JSONError
 from agentloop._tools.results import result_limit
 from agentloop._tools.schema import summary
-from agentloop._tools.signature import context_of, derive_parameters
+from agentloop._tools.signature import Context, context_of, derive_parameters
 from agentloop._tools.validation import ArgumentsValidator, checked_schema
-
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-
-    from agentloop._drivers.context import RunContext
-    from agentloop._tools.policy import Policy
-    from agentloop._tools.signature import Context
 
 __all__ = ["Tool"]
 

@@ -174,7 +174,7 @@ def loop(*, listen: bool = True, policy: bool = False, provided: bool = False) -
         max_steps=MAX_STEPS,
         max_calls=MAX_CALLS,
         listeners=[_listener] if listen else [],
-        deps_type=Worker if provided else None,
+        deps_type=Worker,  # only the provided loop has a tool that takes a context
     )
 
 
