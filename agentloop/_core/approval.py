@@ -187,5 +187,6 @@ class PendingCall(NamedTuple):
 
 #: A permission policy: sees a copy of the call, answers (or, ``async``, awaits) a ``Decision``.
 #: Here, beside ``Decision``, so that a ``Tool`` can name it (``agentloop._tools.policy``
-#: imports ``Tool``).
-Policy = Callable[[dict[str, Any]], Decision | Awaitable[Decision]]
+#: imports ``Tool``). One may take the call's ``RunContext`` too, as a parameter annotated
+#: with it (so the type says no more than a callable).
+Policy = Callable[..., Decision | Awaitable[Decision]]
