@@ -15,6 +15,8 @@ from typing import Any, Final, NamedTuple
 import attrs
 import orjson
 
+from agentloop._core.json import kept
+
 __all__ = ["Decision", "PendingCall", "allow", "approve", "ask", "call_fingerprint", "deny"]
 
 
@@ -155,7 +157,7 @@ class PendingCall(NamedTuple):
         return cls(
             record["call_id"],
             record["name"],
-            orjson.dumps(record["arguments"]),
+            kept(orjson.dumps(record["arguments"])),
             record["reason"],
             record["fingerprint"],
         )

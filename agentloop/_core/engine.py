@@ -43,7 +43,7 @@ from agentloop._core.intake import (
     take_reply,
 )
 from agentloop._core.interpreter import Interpreter, _new
-from agentloop._core.json import exception_content
+from agentloop._core.json import exception_content, kept
 from agentloop._core.rows.state import _Draft
 from agentloop._core.table import NEXT, REPORTS, TERMINAL, Report, State, Trigger
 from agentloop._core.values import (
@@ -371,7 +371,7 @@ class Engine(Interpreter, ReportChecks):
             assert batch is not None, "a tool runs in a batch"
             call = batch.calls[min(batch.running.values())]
             draft = _Draft(call, self._since.get(call[0]))
-            draft.cut = orjson.dumps(exception_content(exc))
+            draft.cut = kept(orjson.dumps(exception_content(exc)))
         else:
             timed = trigger in (
                 Trigger.MODEL_INTERRUPTED,

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import orjson
 
-from agentloop._core.json import JSON, describe, to_json
+from agentloop._core.json import JSON, describe, kept, to_json
 
 __all__ = [
     "CUT_OFF",
@@ -152,7 +152,7 @@ def input_messages(messages: object, *, strict: bool = False) -> tuple[list[byte
         try:
             # Our own dict of one exact str: orjson writes it as it is or raises (a lone
             # surrogate), so the round trip ``to_json`` makes to check it is not needed.
-            return [orjson.dumps({"kind": "user", "text": messages})], set()
+            return [kept(orjson.dumps({"kind": "user", "text": messages}))], set()
         except orjson.JSONEncodeError:
             return [to_json({"kind": "user", "text": messages}, "messages")], set()  # explains
     if type(messages) is not list:

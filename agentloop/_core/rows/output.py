@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import orjson
 
 from agentloop._core.approval import call_fingerprint
+from agentloop._core.json import kept
 from agentloop._core.output_schema import told
 from agentloop._core.requests import AskModel
 from agentloop._core.table import Guard
@@ -123,7 +124,7 @@ class OutputRows:
     def _append_output_errors(self) -> None:
         problems = self._final_problems()
         message = {"kind": "user", "text": told(problems)}
-        self._draft.appended = (self._reply.json, orjson.dumps(message))
+        self._draft.appended = (self._reply.json, kept(orjson.dumps(message)))
         self._draft.error = "invalid output: " + "; ".join(problems)
         self._output_retries += 1
 
@@ -145,7 +146,7 @@ class OutputRows:
             "text": f"The run's budget ran out ({draft.reason}): tools are disabled. "
             "Give your final answer now, from what you have.",
         }
-        draft.appended = (orjson.dumps(note),)
+        draft.appended = (kept(orjson.dumps(note)),)
 
     def _ask_for_answer(self) -> None:
         self._ask_for_reply()
@@ -169,7 +170,7 @@ class OutputRows:
                 f"(max_identical_calls={limit}); the result is in the tool_result of call "
                 f"{earlier!r} above. Use it, or call with other arguments.",
             }
-            batch.answer(index, "error", orjson.dumps(content))
+            batch.answer(index, "error", kept(orjson.dumps(content)))
             if self._draft.call is not None and batch.calls[index] == self._draft.call:
                 self._draft.status = "error"
 

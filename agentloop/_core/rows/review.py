@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from agentloop._core.json import kept
 from agentloop._core.requests import AwaitApproval, ReviewCalls
 from agentloop._core.table import State
 
@@ -63,7 +64,7 @@ class ReviewRows:
         # Every denial is encoded before anything is kept, so none is kept half-way.
         place = {call_id: index for index, (call_id, _) in enumerate(batch.calls)}
         denials = {
-            place[call_id]: orjson.dumps(decision.reason)
+            place[call_id]: kept(orjson.dumps(decision.reason))
             for call_id, decision in decisions
             if not decision.allowed
         }
