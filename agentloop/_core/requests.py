@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
+from agentloop._core.messages import History
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -28,11 +30,13 @@ class AskModel:
     run-file replay uses neither).
     """
 
-    __slots__ = ("_buffer", "_size", "tools_disabled")
+    __slots__ = ("_count", "_record", "_size", "tools_disabled")
 
-    def __init__(self, buffer: bytearray, size: int) -> None:
-        # The history is append-only: its first ``size`` bytes stay what they were.
-        self._buffer, self._size = buffer, size
+    def __init__(self, record: History | bytearray, size: int) -> None:
+        # The run's history (append-only: its first ``size`` bytes stay what they were),
+        # or the request a context policy fitted, as one JSON array of ``size`` bytes.
+        self._record, self._size = record, size
+        self._count = record.count(size) if isinstance(record, History) else -1
         #: The wrap-up step (``on_exhausted='answer'``): the model is to answer without
         #: tools; a driver calls it ``model(history, tool_choice='none')`` (see ``options``).
         self.tools_disabled = False
@@ -45,15 +49,21 @@ class AskModel:
     @property
     def history(self) -> list[dict[str, Any]]:
         """A fresh copy of the history, as the model is to see it."""
-        buffer = self._buffer
-        if len(buffer) == self._size:  # nothing appended since: no slice to copy
-            return orjson.loads(buffer)  # type: ignore[no-any-return]
-        return orjson.loads(buffer[: self._size])  # type: ignore[no-any-return]
+        record = self._record
+        if isinstance(record, History):
+            return record.decoded(self._count)
+        return orjson.loads(record)  # type: ignore[no-any-return]
 
     @property
     def history_json(self) -> bytes:
         """The history as one JSON array."""
-        return bytes(self._buffer[: self._size])
+        record = self._record
+        buffer = record.buffer if isinstance(record, History) else record
+        if len(buffer) == self._size:
+            return bytes(buffer)
+        held = buffer[: self._size]  # messages appended since: a comma where the array closed
+        held[-1] = 0x5D  # ]
+        return bytes(held)
 
     def __repr__(self) -> str:
         return f"AskModel(<history of {self._size} bytes>)"

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentloop import Loop
+from agentloop._core.messages import History
+from agentloop._core.requests import AskModel
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -72,3 +74,23 @@ def test_a_finished_short_run_holds_at_most_8_kib() -> None:
     assert all((r.status, r.calls) == ("finished", 2) for r in results)
     # About 5 KB once every kept output is copied to size; about 24 KB in orjson's buffers.
     assert size / len(results) <= 8 * 1024, f"{size / len(results):,.0f} B a run"
+
+
+def test_a_fresh_copy_of_a_long_history_peaks_at_about_its_own_size() -> None:
+    history = History([orjson.dumps({"kind": "user", "text": "go"})])
+    for n in range(1000):
+        call = {"kind": "call", "id": f"c{n}", "name": "read", "arguments": {"n": n}}
+        result = {"kind": "tool_result", "id": f"c{n}", "name": "read", "status": "ok"}
+        history.extend((orjson.dumps(call), orjson.dumps({**result, "content": RESULT})))
+    need = AskModel(*history.request())
+    need.history  # noqa: B018 - warms the caches
+    tracemalloc.start()
+    try:
+        copy = need.history
+        size, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(copy) == 2001
+    # One orjson.loads of the whole array peaks at about 4.7 times the copy (its scratch);
+    # in chunks, at the copy and one chunk's scratch (about 1.15 times here).
+    assert peak <= 1.5 * size, f"a copy of {size:,} B peaked at {peak:,} B"

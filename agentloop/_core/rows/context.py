@@ -78,7 +78,7 @@ class ContextRows:
             summary,
             policy.summariser is not None,
             policy.keep_tokens,
-            self._history.request()[0],
+            self._history.buffer,
         )
         self._plan = (len(window.messages), summary, plan)
         return plan
