@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from agentloop._core.approval import Decision, PendingCall
     from agentloop._core.values import CancelToken
 
-__all__ = ["AskModel", "AwaitApproval", "ReviewCalls", "RunTool", "Wait"]
+__all__ = ["AskModel", "AwaitApproval", "Messages", "ReviewCalls", "RunTool", "Wait"]
 
 
 class AskModel:
@@ -27,7 +27,8 @@ class AskModel:
 
     ``history`` decodes a fresh copy on each access, and ``history_json`` is
     the same as one JSON array: a driver pays only for the form it uses (the
-    run-file replay uses neither).
+    run-file replay uses neither). ``messages`` is the record itself, read
+    only, for the built-in adapters (``Messages``).
     """
 
     __slots__ = ("_count", "_record", "_size", "tools_disabled")
@@ -55,6 +56,18 @@ class AskModel:
         return orjson.loads(record)  # type: ignore[no-any-return]
 
     @property
+    def messages(self) -> Messages | list[dict[str, Any]]:
+        """The history as the built-in adapters read it: the record's messages, read only.
+
+        Under a context policy the request is the fitted view, not the
+        record's messages: a fresh copy of it, which an adapter converts whole.
+        """
+        record = self._record
+        if isinstance(record, History):
+            return Messages(record, self._count)
+        return self.history
+
+    @property
     def history_json(self) -> bytes:
         """The history as one JSON array."""
         record = self._record
@@ -67,6 +80,44 @@ class AskModel:
 
     def __repr__(self) -> str:
         return f"AskModel(<history of {self._size} bytes>)"
+
+
+class Messages:
+    """The first messages of a run's history, read only: what a built-in adapter is given.
+
+    ``json(i)`` is message ``i``'s JSON and ``decoded(i)`` a fresh copy of it.
+    ``cache`` is the run's own, never another run's: an adapter keeps there
+    what it made of the messages (each converted once), as a message never
+    changes once recorded. No buffer is exported, so the run may go on
+    appending while a thread still reads (a model call interrupted); the
+    count is fixed when the request is made.
+    """
+
+    __slots__ = ("_count", "_history")
+
+    def __init__(self, history: History, count: int) -> None:
+        self._history, self._count = history, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def json(self, index: int) -> bytes:
+        """Message ``index``'s JSON."""
+        if not 0 <= index < self._count:
+            raise IndexError(f"expected a message index in [0, {self._count}), got {index}")
+        return self._history.message_json(index)
+
+    def decoded(self, index: int) -> dict[str, Any]:
+        """A fresh copy of message ``index``."""
+        return orjson.loads(self.json(index))  # type: ignore[no-any-return]
+
+    @property
+    def cache(self) -> dict[object, Any]:
+        """The run's place for what adapters make of its messages, by adapter."""
+        return self._history.cache
+
+    def __repr__(self) -> str:
+        return f"Messages(<{self._count} recorded messages>)"
 
 
 class RunTool(NamedTuple):

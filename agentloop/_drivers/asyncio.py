@@ -45,6 +45,7 @@ from agentloop._drivers.callbacks import (
     CapturedInterrupt,
     TokenCancelled,
     capture_interrupt,
+    given_history,
     is_async,
     unless_cancelled,
     within,
@@ -295,12 +296,13 @@ class AsyncRun(RunView):
         wrap-up step's request has its options (``tool_choice='none'``). Its
         answer, within ``model_timeout``: a reply, or a stream left unread.
         """
-        history = need.history
         model: Callable[..., object]
+        history: Any
         if isinstance(need, Summarise):
-            model, options = need.model, {}
+            model, options, history = need.model, {}, need.history
         else:
             model, options = self._model, need.options
+            history = given_history(model, need)
         seconds = self._model_timeout
         if seconds is not None:
             self._asked_at = time.monotonic()

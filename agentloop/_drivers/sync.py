@@ -26,7 +26,7 @@ from agentloop._core.json import exception_said
 from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import AskModel, RunTool, Transition, Wait
 from agentloop._drivers.awaiter import Awaiter
-from agentloop._drivers.callbacks import TokenCancelled, is_async
+from agentloop._drivers.callbacks import TokenCancelled, given_history, is_async
 from agentloop._drivers.deltas import Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import reporting
 from agentloop._drivers.streams import in_time, is_stream, pull
@@ -237,9 +237,9 @@ class Run(RunView):
         if isinstance(need, Summarise):
             reply = need.model(need.history)
         elif need.tools_disabled:  # the wrap-up step: tool_choice='none'
-            reply = self._model(need.history, **need.options)
+            reply = self._model(given_history(self._model, need), **need.options)
         else:
-            reply = self._model(need.history)
+            reply = self._model(given_history(self._model, need))
         # A dict (any reply that is JSON) is never awaitable: no check for it.
         if type(reply) is not dict and inspect.isawaitable(reply):
             return self._await_reply(reply)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentloop._drivers.callbacks import is_async
+from agentloop._drivers.callbacks import READS_RECORD, is_async, reads_record
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -94,14 +94,19 @@ def per_run(bound: tuple[Model, ...], engine: Engine, asynchronous: bool) -> Mod
     if len(bound) == 1:
         return bound[0]
     # ``options``: the request's (tool_choice='none' in the wrap-up step), as to one model.
+    ask: Model
     if asynchronous:
 
         async def ask_async(history: list[dict[str, Any]], **options: Any) -> object:
             return await bound[engine._model_index](history, **options)  # type: ignore[misc]
 
-        return ask_async
+        ask = ask_async
+    else:
 
-    def ask(history: list[dict[str, Any]], **options: Any) -> object:
-        return bound[engine._model_index](history, **options)
+        def ask_sync(history: list[dict[str, Any]], **options: Any) -> object:
+            return bound[engine._model_index](history, **options)
 
+        ask = ask_sync
+    if all(map(reads_record, bound)):  # built-in adapters all: each is given the record
+        setattr(ask, READS_RECORD, True)
     return ask

@@ -31,7 +31,7 @@ Needs the ``openai`` extra; importing this module without it raises an
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 try:
     import openai  # at run time, so that a missing SDK fails here
@@ -41,16 +41,16 @@ except ImportError as exc:
     ) from exc
 
 from agentloop._core.messages import SIGNATURE
-from agentloop.providers._compat import DEFAULT, SKIP_SIGNATURE, Compat, short_ids
+from agentloop.providers._compat import DEFAULT, SKIP_SIGNATURE, Compat, ShortIds
 from agentloop.providers._convert import (
     Message,
     arguments_text,
     assistant_turn,
     result_content,
     result_text,
-    turn_start,
     unknown_kind,
 )
+from agentloop.providers._fold import Fold, folded
 from agentloop.providers._model import (
     AsyncModel,
     SyncModel,
@@ -73,6 +73,9 @@ from agentloop.providers._streaming import (
     checked_stream,
     make_stream_model,
 )
+
+if TYPE_CHECKING:
+    from agentloop._core.requests import Messages
 
 __all__ = ["Compat", "openai_chat", "openai_responses"]
 
@@ -164,8 +167,8 @@ def openai_chat(
         {"messages": "it is the history"},
     )
 
-    def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
-        messages = _chat_messages(history, compat)
+    def request(history: list[Message] | Messages, tools: dict[str, Any]) -> dict[str, Any]:
+        messages = _chat_messages(history, compat, request)  # the record's kept under request
         return {"model": model, "messages": messages, **tools, **params}
 
     retries_off = without_retries("openai_chat", client, "chat.completions.create", openai)
@@ -259,8 +262,8 @@ def openai_responses(
         },
     )
 
-    def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
-        return {"model": model, "input": _responses_input(history), **tools, **params}
+    def request(history: list[Message] | Messages, tools: dict[str, Any]) -> dict[str, Any]:
+        return {"model": model, "input": _responses_input(history, request), **tools, **params}
 
     retries_off = without_retries("openai_responses", client, "responses.create", openai)
 
@@ -325,19 +328,36 @@ def _responses_options(
     return out
 
 
-def _chat_messages(history: list[Message], compat: Compat = DEFAULT) -> list[dict[str, Any]]:
-    """The history as Chat Completions ``messages``, as ``compat`` says the server takes them."""
-    out: list[dict[str, Any]] = []
-    wire = _wire_ids(history) if compat.short_ids else None
-    current = turn_start(history) if compat.thought_signatures else -1
-    for index, message in enumerate(history):  # the commonest kinds first
-        kind = message.get("kind")
+def _chat_messages(
+    history: list[Message] | Messages, compat: Compat = DEFAULT, key: object = None
+) -> list[dict[str, Any]]:
+    """The history as Chat Completions ``messages``, as ``compat`` says the server takes them.
+
+    The record's messages are converted once each, kept under ``key`` (``folded``).
+    """
+    return folded(history, key, partial(_ChatFold, compat))
+
+
+class _ChatFold(Fold[list[dict[str, Any]]]):
+    """Chat Completions ``messages``, a history message at a time."""
+
+    __slots__ = ("compat", "items", "signed", "wire")
+
+    def __init__(self, compat: Compat) -> None:
+        super().__init__()
+        self.compat = compat
+        self.items: list[dict[str, Any]] = []
+        self.wire = ShortIds() if compat.short_ids else None
+        self.signed: list[int] = []  # items given the stand-in signature in the current turn
+
+    def add(self, index: int, message: Message) -> None:  # the commonest kinds first
+        compat, wire, kind = self.compat, self.wire, message.get("kind")
         if kind == "tool_result":
-            call_id = message["id"] if wire is None else wire[message["id"]]
+            call_id = message["id"] if wire is None else wire(message["id"])
             tool = {"role": "tool", "tool_call_id": call_id, "content": result_text(message)}
             if compat.tool_names:
                 tool["name"] = message["name"]
-            out.append(tool)
+            self.items.append(tool)
         elif kind == "call" or kind == "calls":
             text, calls = assistant_turn(message)
             turn: dict[str, Any] = {"role": "assistant"}
@@ -345,7 +365,7 @@ def _chat_messages(history: list[Message], compat: Compat = DEFAULT) -> list[dic
                 turn["content"] = text
             turn["tool_calls"] = [
                 {
-                    "id": call["id"] if wire is None else wire[call["id"]],
+                    "id": call["id"] if wire is None else wire(call["id"]),
                     "type": "function",
                     "function": {
                         "name": call["name"],
@@ -354,40 +374,46 @@ def _chat_messages(history: list[Message], compat: Compat = DEFAULT) -> list[dic
                 }
                 for call in calls
             ]
-            if compat.thought_signatures:
-                _signed(turn["tool_calls"], calls, index > current)
-            out.append(turn)
+            if compat.thought_signatures and _signed(turn["tool_calls"], calls):
+                self.signed.append(len(self.items))
+            self.items.append(turn)
         elif kind == "user" or kind == "system":
-            out.append({"role": kind, "content": message["text"]})
+            if kind == "user":
+                self._turn_ends()
+            self.items.append({"role": kind, "content": message["text"]})
         elif kind == "final":
-            out.append({"role": "assistant", "content": message["text"]})
+            self.items.append({"role": "assistant", "content": message["text"]})
         else:
             raise unknown_kind(index, kind)
-    return out
+
+    def _turn_ends(self) -> None:
+        """A user message begins a turn: the steps before it need no stand-in signature."""
+        items = self.items
+        for at in self.signed:  # a new dict each: a request already sent keeps its own
+            first, *rest = items[at]["tool_calls"]
+            unsigned = {name: value for name, value in first.items() if name != "extra_content"}
+            items[at] = {**items[at], "tool_calls": [unsigned, *rest]}
+        self.signed.clear()
+
+    def made(self) -> list[dict[str, Any]]:
+        return [*self.items]
 
 
-def _signed(sent: list[dict[str, Any]], calls: list[Message], current: bool) -> None:
+def _signed(sent: list[dict[str, Any]], calls: list[Message]) -> bool:
     """Each call's thought signature in its tool call, as Gemini's endpoint takes it.
 
     In the current turn, a step whose first call has none gets Google's
-    stand-in there (another provider's calls, or a history written by hand).
+    stand-in there (another provider's calls, or a history written by hand):
+    whether it did, so that a later user message takes it back.
     """
+    stand_in = False
     for at, (entry, call) in enumerate(zip(sent, calls, strict=True)):
-        signature = call.get(SIGNATURE) or (SKIP_SIGNATURE if current and at == 0 else None)
+        signature = call.get(SIGNATURE)
+        if signature is None and at == 0:
+            signature, stand_in = SKIP_SIGNATURE, True
         if signature is not None:
             entry["extra_content"] = {"google": {"thought_signature": signature}}
-
-
-def _wire_ids(history: list[Message]) -> dict[str, str]:
-    """Every call id in the history, as nine letters and digits (``Compat.short_ids``)."""
-    ids = []
-    for message in history:
-        kind = message.get("kind")
-        if kind == "tool_result":
-            ids.append(message["id"])
-        elif kind == "call" or kind == "calls":
-            ids.extend(call["id"] for call in assistant_turn(message)[1])
-    return short_ids(ids)
+    return stand_in
 
 
 def _output(message: Message) -> str | list[dict[str, Any]]:
@@ -399,11 +425,22 @@ def _output(message: Message) -> str | list[dict[str, Any]]:
     )
 
 
-def _responses_input(history: list[Message]) -> list[dict[str, Any]]:
-    """The history as Responses API ``input`` items."""
-    out: list[dict[str, Any]] = []
-    for index, message in enumerate(history):  # the commonest kinds first
-        kind = message.get("kind")
+def _responses_input(history: list[Message] | Messages, key: object = None) -> list[dict[str, Any]]:
+    """The history as Responses API ``input`` items (the record's converted once, under ``key``)."""
+    return folded(history, key, _ResponsesFold)
+
+
+class _ResponsesFold(Fold[list[dict[str, Any]]]):
+    """Responses API ``input`` items, a history message at a time."""
+
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.items: list[dict[str, Any]] = []
+
+    def add(self, index: int, message: Message) -> None:  # the commonest kinds first
+        out, kind = self.items, message.get("kind")
         if kind == "tool_result":
             out.append(
                 {
@@ -431,4 +468,6 @@ def _responses_input(history: list[Message]) -> list[dict[str, Any]]:
             out.append({"role": "assistant", "content": message["text"]})
         else:
             raise unknown_kind(index, kind)
-    return out
+
+    def made(self) -> list[dict[str, Any]]:
+        return [*self.items]
