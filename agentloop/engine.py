@@ -10,7 +10,9 @@ registry's ``review`` asks each tool's ``Policy`` and answers a
 ``ReviewCalls`` with a ``PreparedCall`` per call, which the engine hands back
 in ``RunTool.review``; its ``specs(format)`` describes the tools for a
 provider's request, in a ``SpecFormat``. The table it interprets is here too (``ROWS``: each a
-``Row`` of ``agentloop.State``, ``Trigger``, ``Guard`` and ``Effect``), with
+``Row`` of ``agentloop.State``, ``Trigger``, ``Guard`` and ``Effect``; a
+``Feature``'s rows are in the table an engine consults only when its
+configuration turns the feature on), with
 the callback types a driver calls (``Model``, ``Dispatcher``, ``Listener``).
 See the docs' "Writing a driver" page.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from agentloop._core.build import ROWS, Row
 from agentloop._core.engine import Engine
-from agentloop._core.table import TERMINAL, Effect, Guard, Trigger
+from agentloop._core.table import TERMINAL, Effect, Feature, Guard, Trigger
 from agentloop._core.values import AskModel, AwaitApproval, Budget, ReviewCalls, RunTool, Wait
 from agentloop._drivers.callbacks import Dispatcher, Listener, Model
 from agentloop._names import publish as _publish
@@ -35,6 +37,7 @@ __all__ = [
     "Dispatcher",
     "Effect",
     "Engine",
+    "Feature",
     "Guard",
     "Listener",
     "Model",

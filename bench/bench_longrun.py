@@ -77,8 +77,8 @@ adapter's cost per step at S = 3,000 at most 2x its cost at S = 100. The
 adapter's is met (the built-in adapters convert each message once) and
 enforced; the others are the lean-records work still to do, so they are open
 (``targets.py``): each is printed with its measured value and PASS or MISS,
-and a MISS does not fail the bench. A target moves to ``ENFORCED`` once it is met, and from then on a
-MISS fails it, and ``make bench`` with it. The bench fails if a run does not
+and a MISS does not fail the bench. A target moves to ``ENFORCED`` once it is
+met, and from then on a MISS fails it, and ``make bench`` with it. The bench fails if a run does not
 end as it should.
 """
 

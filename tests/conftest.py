@@ -16,6 +16,7 @@ from typing import Final
 import pytest
 from hypothesis import settings
 
+from agentloop.engine import ROWS
 from tests.support.helpers import DRIVERS, Driver
 
 TIERS: Final = ("fast", "all")
@@ -82,6 +83,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         machine = getattr(case, "settings", None)
         if isinstance(machine, settings):  # a stateful test's TestCase
             case.settings = capped(machine)  # type: ignore[union-attr]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Each ``@pytest.mark.row`` names a row of the table (``Row.name``): a typo stops the run."""
+    names = {row.name for row in ROWS}
+    for item in session.items:
+        for mark in item.iter_markers("row"):
+            unknown = [name for name in mark.args if name not in names]
+            if unknown or not mark.args:
+                raise pytest.UsageError(
+                    f"{item.nodeid}: @pytest.mark.row expected names of rows of the table, "
+                    f"such as {ROWS[0].name!r}, got {unknown or 'none'}"
+                )
 
 
 @pytest.fixture(params=DRIVERS, ids=lambda d: d.name)

@@ -81,8 +81,18 @@ def _writable(out: str) -> Path:
     return folder
 
 
-def diagram(format_: str, run: RunResult | None, output: str | None, *, path: bool = False) -> int:
-    """The machine, or the path ``run`` took on it, in ``format_``; ``path``: that path alone."""
+def diagram(
+    format_: str,
+    run: RunResult | None,
+    output: str | None,
+    *,
+    path: bool = False,
+    features: list[str] | None = None,
+) -> int:
+    """The machine, or the path ``run`` took on it, in ``format_``; ``path``: that path alone.
+
+    ``features``: the machine of one configuration (the basic rows and these features').
+    """
     from agentloop._review.diagram import path_dot, path_svg, to_dot, to_mermaid, to_svg
 
     try:
@@ -90,7 +100,8 @@ def diagram(format_: str, run: RunResult | None, output: str | None, *, path: bo
             assert run is not None, "the command line asks for a run with --path"
             text = {"dot": path_dot, "svg": path_svg}[format_](run)
         else:
-            text = {"mermaid": to_mermaid, "dot": to_dot, "svg": to_svg}[format_](run)
+            draw = {"mermaid": to_mermaid, "dot": to_dot, "svg": to_svg}[format_]
+            text = draw(run, features=features)
     except SVGUnavailableError as exc:
         raise CommandError(str(exc)) from None
     write(text, output)

@@ -1,7 +1,8 @@
 """The parser and the dispatch: one subcommand per thing a person does from a terminal.
 
   agentloop demo [--out DIR]                 the scripted scenario, step by step
-  agentloop diagram [RUN.json | LEDGER RUN_ID] [--format mermaid|dot|svg] [--path] [-o FILE]
+  agentloop diagram [RUN.json | LEDGER RUN_ID] [--format mermaid|dot|svg] [--path]
+                    [--features NAMES] [-o FILE]
   agentloop show RUN.json [--full | --width N]   a saved run as text
   agentloop show LEDGER RUN_ID               a ledger's run as text (nothing is run)
   agentloop report RUN.json|LEDGER RUN_ID [-o run.html]   one self-contained page
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from agentloop._cli import dbos_commands, file_commands, ledger_commands
 from agentloop._cli.printing import CommandError, discard_stdout
-from agentloop._core.table import State
+from agentloop._core.table import Feature, State
 from agentloop._review.runshape import MAX_BYTES
 
 if TYPE_CHECKING:
@@ -151,7 +152,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "  agentloop diagram --format dot -o machine.dot\n"
         "  agentloop diagram run.json --format svg -o trace.svg   # the path it took\n"
         "  agentloop diagram run.json --format svg --path -o path.svg   # that path alone\n"
-        "  agentloop diagram runs.db order-42                  # a ledger's run",
+        "  agentloop diagram runs.db order-42                  # a ledger's run\n"
+        "  agentloop diagram --features output,wrap_up         # one configuration's table",
     )
     diagram.add_argument(
         "--format",
@@ -173,6 +175,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         action="store_true",
         help="draw only the states the run was in, compactly, as the report does "
         "(with a run, --format dot or svg)",
+    )
+    diagram.add_argument(
+        "--features",
+        metavar="NAMES",
+        help="draw one configuration's table: the basic rows and these features', "
+        "comma-separated (" + ", ".join(f.value for f in Feature if f is not Feature.BASIC) + "); "
+        "default: the whole table",
     )
     diagram.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
     _max_size(diagram)
@@ -304,7 +313,10 @@ def _run(args: argparse.Namespace) -> int:
         if args.path and args.format == "mermaid":
             raise CommandError("--path is drawn by Graphviz: expected --format dot or svg")
         run = None if args.run is None else _saved(args, store)
-        return file_commands.diagram(args.format, run, args.output, path=args.path)
+        features = None if args.features is None else _feature_names(args.features)
+        return file_commands.diagram(
+            args.format, run, args.output, path=args.path, features=features
+        )
     if command == "runs":
         return store.runs(args.ledger, args.state)
     if command == "pending":
@@ -320,6 +332,18 @@ def _run(args: argparse.Namespace) -> int:
     if command == "show":
         return file_commands.show(result, limit)
     return file_commands.report(result, args.output)
+
+
+def _feature_names(text: str) -> list[str]:
+    """``--features``' comma-separated names, each a feature's; else a ``CommandError``."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    known = [feature.value for feature in Feature]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise CommandError(
+            f"--features expected names among {', '.join(known)}, got {', '.join(unknown)}"
+        )
+    return names
 
 
 def _saved(args: argparse.Namespace, store: _Store) -> RunResult:

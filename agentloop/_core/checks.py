@@ -1,104 +1,124 @@
 """What a report brings, checked before the engine takes any of it in.
 
-A report out of turn is refused (``_refused``); a tool report names the
-running call it answers (``_answering``); a review's answers and a person's
-decisions are checked whole (``_checked_review``, ``_checked_decisions``), so
-a bad one raises and changes nothing. ``Engine`` inherits them.
+A report out of turn is refused (``refused``); a tool report names the
+running call it answers (``answering``); a review's answers and a person's
+decisions are checked whole (``checked_review``, ``checked_decisions``), so
+a bad one raises and changes nothing. Each is a function of the run's state.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agentloop._core.approval import Decision
 from agentloop._core.batch import check_decisions
 from agentloop._core.intake import not_json
-from agentloop._core.rows.state import RunState
 from agentloop._core.table import State
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from agentloop._core.approval import Decision, PendingCall
+    from agentloop._core.approval import PendingCall
+    from agentloop._core.state import RunState
 
-__all__ = ["ReportChecks"]
+__all__ = ["answering", "checked_decisions", "checked_review", "refused"]
 
 
-class ReportChecks(RunState):
-    """The run's state with the checks of what a report brings, made before any intake."""
+def checked_review(
+    run: RunState, answers: object
+) -> tuple[tuple[PendingCall, ...], tuple[tuple[str, Decision], ...], dict[str, object]]:
+    """What ``reviewed(answers)`` would take: the calls asked about, the denials, the answers.
 
-    __slots__ = ()
-
-    def _checked_review(self, answers: object) -> tuple[tuple[PendingCall, ...], dict[str, object]]:
-        """The calls ``reviewed(answers)`` would hold for a person, and the answers it keeps."""
-        batch = self._batch
-        if (
-            self._state is not State.DISPATCHING
-            or batch is None
-            or batch.handed
-            or batch.review is not None
-        ):
-            why = "was reviewed already" if batch and batch.review is not None else "is not one"
-            raise InvalidStateError(
-                f"cannot take a review in state {self._state.value!r}: only an accepted batch "
-                f"none of whose calls has started is reviewed, once (this {why})",
-                state=self._state,
-            )
-        if not isinstance(answers, dict):
-            raise TypeError(
-                "expected answers to be a dict of call id -> the review's answer, "
-                f"got {not_json(answers).text:.80}"
-            )
-        taken = dict(list(answers.items()))  # read once: what is checked is what is kept
-        ids = [call_id for call_id, _ in batch.calls]
-        unknown = [call_id for call_id in taken if call_id not in ids]
-        if unknown:
-            raise ValueError(
-                f"expected answers about calls of the batch (its calls: {ids}), "
-                f"got answers about {[not_json(i).text[:80] for i in unknown]}"
-            )
-        reasons = {
-            call_id: getattr(answer, "reason", None)
-            for call_id, answer in taken.items()
-            if getattr(answer, "asks", False) is True
-        }
-        return (batch.asked(reasons) if reasons else ()), taken
-
-    def _checked_decisions(self, decisions: object) -> tuple[tuple[str, Decision], ...]:
-        """The decisions ``decided`` would keep, in pending order; raises if it would refuse."""
-        if self._state is not State.AWAITING_APPROVAL or self._batch is None:
-            taken = "; this batch's decisions were taken already" if self._batch else ""
-            raise InvalidStateError(
-                f"cannot take decisions in state {self._state.value!r}: "
-                f"the run is not awaiting approval{taken}",
-                state=self._state,
-            )
-        return check_decisions(self._batch.pending, decisions)
-
-    def _refused(self, what: str) -> InvalidStateError:
-        """A report that answers nothing outstanding is refused, before any intake."""
-        if self._outstanding is None:
-            why = "no request is outstanding: call next() first"
-        else:
-            why = f"the outstanding request is {self._outstanding.value}"
-        return InvalidStateError(
-            f"cannot take {what} in state {self._state.value!r}: {why}", state=self._state
+    An answer asks a person when its ``asks`` is true; it denies its call when
+    it is a ``Decision`` that denies (``deny(reason)``), or carries one
+    (``decision``, as a registry's ``PreparedCall`` does). The denials are in
+    the batch's order, each about a call still without a result.
+    """
+    batch = run.batch
+    if (
+        run.state is not State.DISPATCHING
+        or batch is None
+        or batch.handed
+        or batch.review is not None
+    ):
+        why = "was reviewed already" if batch and batch.review is not None else "is not one"
+        raise InvalidStateError(
+            f"cannot take a review in state {run.state.value!r}: only an accepted batch "
+            f"none of whose calls has started is reviewed, once (this {why})",
+            state=run.state,
         )
+    if not isinstance(answers, dict):
+        raise TypeError(
+            "expected answers to be a dict of call id -> the review's answer, "
+            f"got {not_json(answers).text:.80}"
+        )
+    taken = dict(list(answers.items()))  # read once: what is checked is what is kept
+    ids = [call_id for call_id, _ in batch.calls]
+    unknown = [call_id for call_id in taken if call_id not in ids]
+    if unknown:
+        raise ValueError(
+            f"expected answers about calls of the batch (its calls: {ids}), "
+            f"got answers about {[not_json(i).text[:80] for i in unknown]}"
+        )
+    reasons = {
+        call_id: getattr(answer, "reason", None)
+        for call_id, answer in taken.items()
+        if getattr(answer, "asks", False) is True
+    }
+    denied = []
+    for index, (call_id, _) in enumerate(batch.calls):
+        decision = _denial(taken.get(call_id))
+        if decision is not None and index not in batch.results and call_id not in reasons:
+            denied.append((call_id, decision))
+    return (batch.asked(reasons) if reasons else ()), tuple(denied), taken
 
-    def _answering(self, call_id: str | None) -> int:
-        """The index of the running call a tool report answers; else the report is refused."""
-        batch = self._batch
-        running = {} if batch is None else batch.running
-        if call_id is None:
-            if len(running) != 1:
-                raise InvalidStateError(
-                    f"calls {list(running)} are running: say which one this report answers "
-                    "(call_id=)",
-                    state=self._state,
-                )
-            return next(iter(running.values()))
-        if call_id not in running:
+
+def _denial(answer: object) -> Decision | None:
+    """The denial ``answer`` is or carries, made again so its one rule holds; else None."""
+    decision = answer if type(answer) is Decision else getattr(answer, "decision", None)
+    if type(decision) is not Decision or decision.allowed or decision.asks:
+        return None
+    # Made again: a Decision changed after it was made (object.__setattr__) raises here.
+    return Decision(False, decision.reason, False, decision.fingerprint)
+
+
+def checked_decisions(run: RunState, decisions: object) -> tuple[tuple[str, Decision], ...]:
+    """The decisions ``decided`` would keep, in pending order; raises if it would refuse."""
+    if run.state is not State.AWAITING_APPROVAL or run.batch is None:
+        taken = "; this batch's decisions were taken already" if run.batch else ""
+        raise InvalidStateError(
+            f"cannot take decisions in state {run.state.value!r}: "
+            f"the run is not awaiting approval{taken}",
+            state=run.state,
+        )
+    return check_decisions(run.batch.pending, decisions)
+
+
+def refused(run: RunState, what: str) -> InvalidStateError:
+    """A report that answers nothing outstanding is refused, before any intake."""
+    if run.outstanding is None:
+        why = "no request is outstanding: call next() first"
+    else:
+        why = f"the outstanding request is {run.outstanding.value}"
+    return InvalidStateError(
+        f"cannot take {what} in state {run.state.value!r}: {why}", state=run.state
+    )
+
+
+def answering(run: RunState, call_id: str | None) -> int:
+    """The index of the running call a tool report answers; else the report is refused."""
+    batch = run.batch
+    running = {} if batch is None else batch.running
+    if call_id is None:
+        if len(running) != 1:
             raise InvalidStateError(
-                f"cannot take a report for call {call_id!r}: it is not running "
-                f"(running: {list(running)})",
-                state=self._state,
+                f"calls {list(running)} are running: say which one this report answers (call_id=)",
+                state=run.state,
             )
-        return running[call_id]
+        return next(iter(running.values()))
+    if call_id not in running:
+        raise InvalidStateError(
+            f"cannot take a report for call {call_id!r}: it is not running "
+            f"(running: {list(running)})",
+            state=run.state,
+        )
+    return running[call_id]

@@ -1,55 +1,46 @@
-"""The engine: one run's counters, reserved ids and record, with no I/O.
+"""The engine: one run's state machine, with no I/O, on the table of its configuration.
 
-A driver asks ``next()`` what the run needs and gets one of three answers:
-``AskModel`` (call the model with ``need.history``, a fresh copy of the history),
-``RunTool(call)`` (run this fresh copy of the accepted batch's next call), or
-the ``Transition`` the engine just made by itself. It then reports what
-happened to the request: ``replied(reply)``, ``returned(outcome, call_id)``,
-``raised(exc, call_id)`` (the id may be left out while one call runs); and
-``interrupted(exc)`` when a ``BaseException`` stops it anywhere in a step.
-Every report returns the transition it made. A driver whose tools have
-policies sets ``reviews``: ``next()`` then hands it each accepted batch as
-``ReviewCalls`` before its first call, and it reports ``reviewed(answers)``;
-if an answer asks a person, ``next()`` answers ``AwaitApproval`` until
-``decided(decisions)``.
-In ``dispatching``, ``next()`` may hand out a batch's next call while others
-run: a driver that runs calls at once asks again.
-
-The engine is a plain interpreter of the table in ``table.py``: ``_choose``
-(``interpreter.py``) takes the first row of a (state, trigger) group whose
-guard holds and calls the row's effects, each an ordinary method of this
-class named after it. What a report brings is checked first (``checks.py``).
-What a report brings is taken in by ``intake.py`` first, and what a
-transition is making is a fresh ``_Draft``; the batch in hand is a ``Batch``.
-
-A transition is committed by appending its event to the log; everything else
-it changes (the state, the history, the counters) is derived from that log
-again if an interruption lands half-way, so a run is never half-changed.
+A plain interpreter (``Engine``): ``_choose`` takes the first row of a
+(state, trigger) group whose guard holds and calls the row's effects, each a
+function of the run's state (``state.py``) registered in its feature's
+module (``rows/``); ``RunState.commit`` commits the row by appending its
+event to the log, from which everything else is made again if an
+interruption lands half-way. What a report brings is checked first (``checks.py``) and taken
+in by ``intake.py``; what a transition is making is a fresh ``Draft``.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Final
 
-import orjson
-
-from agentloop._core.batch import check_decisions
-from agentloop._core.checks import ReportChecks
-from agentloop._core.intake import (
-    Outcome,
-    raised_outcome,
-    raised_usage,
-    take_outcome,
-    take_reply,
+from agentloop._core.build import features_of, table_for
+from agentloop._core.checks import answering, checked_decisions, checked_review, refused
+from agentloop._core.drafts import (
+    Draft,
+    exception_draft,
+    interruption_draft,
+    next_draft,
+    outcome_draft,
+    reply_draft,
+    summary_draft,
 )
-from agentloop._core.interpreter import Interpreter, _new
-from agentloop._core.json import exception_content, kept
-from agentloop._core.rows.state import _Draft
-from agentloop._core.table import NEXT, REPORTS, TERMINAL, Report, State, Trigger
+from agentloop._core.intake import raised_outcome, take_outcome
+from agentloop._core.rows.retry import ASK_POLICY, Ask, model_index
+from agentloop._core.state import RunState
+from agentloop._core.table import (
+    REPORTS,
+    TERMINAL,
+    Feature,
+    Report,
+    State,
+    Trigger,
+)
 from agentloop._core.values import (
     AskModel,
     AwaitApproval,
-    RecordedException,
+    Budget,
+    NotJSON,
     ReviewCalls,
     RunResult,
     RunTool,
@@ -60,34 +51,51 @@ from agentloop._core.values import (
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from agentloop._core.approval import Decision, PendingCall
-    from agentloop._core.context_policy import Summarise
-    from agentloop._core.values import Budget
+    from agentloop._core.build import Row, Table
+    from agentloop._core.context_policy import ContextPolicy, Summarise
+    from agentloop._core.output_schema import OutputSchema
+    from agentloop._core.retry_policy import RetryPolicy
+    from agentloop._core.values import CancelToken
 
-__all__ = ["Engine", "check_decisions"]
+__all__ = ["Engine"]
 
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _SUMMARISE: Final = Trigger.SUMMARISE
 _BACK_OFF: Final = Trigger.BACK_OFF
+_REPLIED: Final = Trigger.MODEL_REPLIED
+_DEFAULT_BUDGET: Final = Budget()
 
 
-class _Ask:
-    """Not given: ``raised`` asks the retry policy (a replay gives the recorded wait)."""
-
-
-_ASK_POLICY: Final = _Ask()
-
-
-class Engine(Interpreter, ReportChecks):
+class Engine:
     """One run's state machine, with no I/O: the core every driver wraps.
 
-    ``Engine(messages, budget=..., cancel=..., output=...)`` checks and copies
-    the input (a ``str`` or a list of message dicts) and starts in
-    ``awaiting_model``; ``output``, an ``OutputSchema``, is what a final
-    answer's text must match (``Loop(output=T)`` makes one).
-    Then, until ``done``::
+    ``Engine(messages, budget=..., cancel=...)`` checks and copies the input
+    (a ``str`` or a list of message dicts) and starts in ``awaiting_model``.
+    Its other parts: ``output`` (an ``OutputSchema`` a final's text must
+    match), ``context``, ``retry`` and ``models`` (a context policy, a retry
+    policy, the fallback models' names), ``run_id`` and ``parent_run_id``
+    (what its result says), and ``commit``: called with each transition
+    before the engine commits it (and the reply it took, when not JSON); if
+    it raises, the transition is not made (a durable run's recording).
+
+    A driver asks ``next()`` what the run needs; it answers one of:
+
+    * ``AskModel``: call the model with ``need.history``, then report
+      ``replied(reply)`` or ``raised(exc)``;
+    * ``Summarise``: call the context policy's summariser, reported the same way;
+    * ``RunTool``: run ``need.call``, then report ``returned(outcome, call_id)``
+      or ``raised(exc, call_id)``;
+    * ``ReviewCalls``: review the batch's calls, then report ``reviewed(answers)``;
+    * ``AwaitApproval``: a person decides the pending calls: ``decided(decisions)``;
+    * ``Wait``: wait before a retry, then report ``waited()``;
+    * ``Transition``: the transition the engine just made by itself.
+
+    ``interrupted(exc)`` reports a ``BaseException`` anywhere in a step. Every
+    report returns the transition it made (``reviewed``: ``None`` when nothing
+    is recorded). Until ``done``::
 
         need = engine.next()
         if isinstance(need, AskModel):
@@ -97,29 +105,100 @@ class Engine(Interpreter, ReportChecks):
         else:
             transition = need                                  # made by the engine
 
-    A report out of order (a second ``next()`` while a request is
-    outstanding, a reply nobody asked for) raises ``InvalidStateError`` and
-    changes nothing. See the docs' "Writing a driver" page.
+    Its public members are the driver protocol: ``next``, the reports, and
+    what a driver reads (``state``, ``done``, ``steps``, ``calls``,
+    ``usage``, ``budget``, ``context``, ``outstanding``, ``running``,
+    ``unstarted``, ``pending``, ``reviews``, ``run_id``, ``parent_run_id``,
+    ``model_index``, ``history()``, ``events()``, ``result()``). A report out
+    of order raises ``InvalidStateError`` and changes nothing. See the docs'
+    "Writing a driver" page.
     """
 
-    __slots__ = ()
+    __slots__ = ("_bound", "_commit", "_run", "_table")
+
+    def __init__(
+        self,
+        messages: str | list[dict[str, Any]],
+        *,
+        budget: Budget = _DEFAULT_BUDGET,
+        cancel: CancelToken | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        context: ContextPolicy | None = None,
+        retry: RetryPolicy | None = None,
+        models: tuple[str, ...] = (),
+        output: OutputSchema | None = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+        commit: Callable[[Transition, NotJSON | None], object] | None = None,
+    ) -> None:
+        run = RunState(
+            messages, budget, cancel, clock, context, retry, models, output, run_id, parent_run_id
+        )
+        if commit is not None and not callable(commit):
+            raise TypeError(f"expected commit to be a callable or None, got {commit!r:.80}")
+        self._run, self._commit = run, commit
+        table = table_for(features_of(budget, output, context, retry, models))
+        self._table, self._bound = table, table.bound
+
+    def __repr__(self) -> str:
+        run = self._run
+        return f"<Engine state={run.state.value!r} steps={run.steps} calls={run.calls}>"
+
+    def _use(self, table: Table) -> None:
+        """Consult ``table`` from now on."""
+        self._table, self._bound = table, table.bound
+
+    def _turn_on(self, feature: Feature) -> None:
+        """Add ``feature``'s rows to the table consulted: a report only it takes came."""
+        if feature not in self._table.features:
+            self._use(table_for(self._table.features | {feature}))
 
     # -- what drivers and callers read ----------------------------------------
 
     @property
     def state(self) -> State:
         """The current state."""
-        return self._state
+        return self._run.state
 
     @property
     def done(self) -> bool:
         """Whether the run is in a terminal state."""
-        return self._state in TERMINAL
+        return self._run.state in TERMINAL
+
+    @property
+    def steps(self) -> int:
+        """Model callback invocations so far (failed and malformed ones too)."""
+        return self._run.steps
+
+    @property
+    def calls(self) -> int:
+        """Accepted tool attempts so far (denied and invalid ones too)."""
+        return self._run.calls
 
     @property
     def budget(self) -> Budget:
         """The run's budget."""
-        return self._budget
+        return self._run.budget
+
+    @property
+    def context(self) -> ContextPolicy | None:
+        """The run's context policy (``agentloop.context``), if it has one."""
+        return self._run.policy
+
+    @property
+    def run_id(self) -> str | None:
+        """The run's id, when it is durable (a ledger's, or DBOS's workflow id)."""
+        return self._run.run_id
+
+    @property
+    def parent_run_id(self) -> str | None:
+        """The id of the run this one continues (``Loop.continue_run``, a fork), if any."""
+        return self._run.parent_run_id
+
+    @property
+    def model_index(self) -> int:
+        """Which of the fallback models is asked now (0 with one model)."""
+        return model_index(self._run.events)
 
     @property
     def reviews(self) -> bool:
@@ -127,130 +206,73 @@ class Engine(Interpreter, ReportChecks):
 
         A driver whose tools have policies sets it before its first step.
         """
-        return self._reviews
+        return self._run.reviews
 
     @reviews.setter
     def reviews(self, value: bool) -> None:
         if type(value) is not bool:
             raise TypeError(f"expected reviews to be a bool, got {type(value).__name__}")
-        self._reviews = value
+        self._run.reviews = value
+        if value:
+            self._turn_on(Feature.REVIEW)
 
     @property
     def outstanding(self) -> Trigger | None:
         """The request handed out and not yet answered (``ask_model``, ``start_tool``), if any."""
-        return self._outstanding
+        return self._run.outstanding
 
     @property
     def running(self) -> tuple[str, ...]:
         """The ids of the batch's calls handed out to run and not yet answered."""
-        return () if self._batch is None else tuple(self._batch.running)
+        batch = self._run.batch
+        return () if batch is None else tuple(batch.running)
 
     @property
     def unstarted(self) -> int:
         """How many calls of the accepted batch are still to be handed out."""
-        if self._state is not State.DISPATCHING or self._batch is None:
+        run = self._run
+        if run.state is not State.DISPATCHING or run.batch is None:
             return 0
-        return self._batch.unstarted
+        return run.batch.unstarted
 
     @property
     def usage(self) -> Usage:
         """The tokens the model's replies reported so far, summed."""
-        return self._spent
+        return self._run.spent
 
     @property
     def pending(self) -> tuple[PendingCall, ...]:
         """The calls waiting for a person's decision (in ``awaiting_approval``)."""
-        if self._state is not State.AWAITING_APPROVAL or self._batch is None:
+        run = self._run
+        if run.state is not State.AWAITING_APPROVAL or run.batch is None:
             return ()
-        return self._batch.pending
+        return run.batch.pending
 
     def history(self) -> list[dict[str, Any]]:
         """A fresh copy of the history."""
-        return self._history.copy()
+        return self._run.history.copy()
 
     def events(self) -> tuple[Transition, ...]:
         """Every transition so far, in order."""
-        return tuple(self._events)
+        return tuple(self._run.events)
 
     def result(self) -> RunResult:
         """The run's result: once it is done, or while it waits for a person's decisions."""
-        state = self._state
-        if state not in TERMINAL and state is not State.AWAITING_APPROVAL:
-            raise InvalidStateError(
-                f"result() needs a finished run, but the run is still in state "
-                f"{state.value!r}; step it until it is done",
-                state=state,
-            )
-        last = self._events[-1]
-        output = None
-        if last.dest is State.FINISHED:
-            final, reply = last.appended_json[-1], self._reply
-            # The reply in hand is the decoded copy of the final it appended: no decoding again.
-            output = (reply.value if final is reply.json else orjson.loads(final))["text"]
-            if self._output is not None:  # typed: converted as tool arguments are
-                output = self._output.value(output)
-        return _new(
-            RunResult,
-            (
-                state,
-                output,
-                self.steps,
-                self.calls,
-                self._budget,
-                last.reason,
-                last.error,
-                tuple(self._events),
-                self._history.to_json(),
-                self._rejected,
-                self._spent,
-                self._reply.json if state is State.AWAITING_APPROVAL else None,
-                self._policy,
-                self._parent_run_id,
-                None if self._output is None else self._output.schema_json,
-                self._run_id,
-            ),
-        )
+        return self._run.result()
 
     # -- the driver protocol --------------------------------------------------
 
     def next(
         self,
     ) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Summarise | Wait | Transition:
-        """What the run needs now: the model's reply, a tool's outcome, or nothing.
-
-        Nothing means the engine made a transition by itself; it is returned.
-        """
-        state = self._state
-        trigger = NEXT.get(state)
-        if trigger is None:
-            raise InvalidStateError(
-                f"the run ended in state {state.value!r}: there is nothing next; read its result()",
-                state=state,
-            )
-        if trigger is _START_TOOL:
-            batch = self._batch
-            assert batch is not None, "a run dispatches an accepted batch"
-            index = batch.next_index()
-            if index is None:
-                raise InvalidStateError(
-                    f"cannot go on in state {state.value!r}: every call of the batch was "
-                    f"handed out, and the answers for {list(batch.running)} are outstanding",
-                    state=state,
-                )
-            draft = _Draft(batch.calls[index])
-        elif self._outstanding is not None:
-            raise InvalidStateError(
-                f"cannot go on in state {state.value!r}: the answer to "
-                f"{self._outstanding.value} is outstanding (one step at a time)",
-                state=state,
-            )
-        else:
-            draft = _Draft(self._reply.lone)
+        """What the run needs now: a request to perform, or the transition made by itself."""
+        run = self._run
+        trigger, draft = next_draft(run)
         row = self._choose(trigger, draft)
         if row.dest is None:
             assert draft.request is not None, "an internal row hands the driver a request"
             return draft.request
-        return self._record(row, draft)
+        return run.commit(row, draft, self._commit)
 
     def replied(self, reply: object) -> Transition:
         """The model returned ``reply``; it is copied in before anything else.
@@ -258,16 +280,14 @@ class Engine(Interpreter, ReportChecks):
         A ``usage`` key is the provider's bill for the step, not part of the
         reply: it goes on the event, never into the history.
         """
-        if self._outstanding is _SUMMARISE:
-            return self._summarised(reply)
-        if self._outstanding is not _ASK_MODEL:
-            raise self._refused("a model reply")
-        self._reply = taken = take_reply(reply, self._spent)
-        draft = _Draft(self._reply.lone, self._since.get(None))
-        draft.model = self._model_name()
-        draft.usage = taken.usage
-        draft.input_json = taken.json or None  # b"": not JSON (the rejected reply keeps it)
-        return self._record(self._choose(Trigger.MODEL_REPLIED, draft), draft)
+        run = self._run
+        if run.outstanding is _SUMMARISE:
+            draft = summary_draft(run, reply)
+            return run.commit(self._choose(Trigger.SUMMARY_WRITTEN, draft), draft, self._commit)
+        if run.outstanding is not _ASK_MODEL:
+            raise refused(run, "a model reply")
+        draft = reply_draft(run, reply)
+        return run.commit(self._choose(_REPLIED, draft), draft, self._commit)
 
     def returned(self, outcome: object, call_id: str | None = None) -> Transition:
         """The dispatcher returned ``outcome``: ``{'status', 'content'}`` (and ``'exception'``).
@@ -275,12 +295,14 @@ class Engine(Interpreter, ReportChecks):
         ``call_id`` says which running call it answers; it may be left out
         while only one is running.
         """
-        if self._outstanding is not _START_TOOL:
-            raise self._refused("a tool outcome")
-        return self._tool_returned(self._answering(call_id), take_outcome(outcome))
+        run = self._run
+        if run.outstanding is not _START_TOOL:
+            raise refused(run, "a tool outcome")
+        draft = outcome_draft(run, answering(run, call_id), take_outcome(outcome))
+        return run.commit(self._choose(Trigger.TOOL_RETURNED, draft), draft, self._commit)
 
     def raised(
-        self, exc: Exception, call_id: str | None = None, *, wait: float | _Ask | None = _ASK_POLICY
+        self, exc: Exception, call_id: str | None = None, *, wait: float | Ask | None = ASK_POLICY
     ) -> Transition:
         """The model or the tool raised ``exc``: what that means is the table's.
 
@@ -294,46 +316,49 @@ class Engine(Interpreter, ReportChecks):
                 f"raised() takes an Exception, got {type(exc).__name__}; "
                 "report an interruption with interrupted()"
             )
-        trigger = REPORTS.get((self._outstanding, Report.EXCEPTION))
+        run = self._run
+        trigger = REPORTS.get((run.outstanding, Report.EXCEPTION))
         if trigger is None:
             raise InvalidStateError(
-                f"cannot report an exception in state {self._state.value!r}: "
+                f"cannot report an exception in state {run.state.value!r}: "
                 "neither the model nor a tool is outstanding",
-                state=self._state,
+                state=run.state,
             )
         if trigger is Trigger.TOOL_RETURNED:
-            return self._tool_returned(self._answering(call_id), raised_outcome(exc))
-        draft = _Draft(self._reply.lone, self._since.get(None))
-        # A failed call can still have cost tokens (IncompleteReply says how many).
-        draft.usage = raised_usage(exc, self._spent)
-        draft.exception = exc
-        draft.model = self._model_name()
-        if isinstance(wait, _Ask):  # a recorded exception brings the wait recorded with it
-            wait = exc.wait if isinstance(exc, RecordedException) else self._planned_wait(exc)
-        draft.wait_in = wait
-        return self._record(self._choose(trigger, draft), draft)
+            draft = outcome_draft(run, answering(run, call_id), raised_outcome(exc))
+        else:
+            draft = exception_draft(run, exc, wait)
+            if draft.wait_in is not None and not isinstance(draft.wait_in, Ask):
+                # A wait given to take (a replay's, DBOS's): the retry rows take it.
+                self._turn_on(Feature.RETRY)
+        return run.commit(self._choose(trigger, draft), draft, self._commit)
 
     def waited(self) -> Transition:
         """The wait the engine asked for (``Wait``) ended, its time passed or cut short."""
-        if self._outstanding is not _BACK_OFF:
-            raise self._refused("the end of a wait")
-        draft = _Draft(None, self._since.get(None))
-        return self._record(self._choose(Trigger.WAITED, draft), draft)
+        run = self._run
+        if run.outstanding is not _BACK_OFF:
+            raise refused(run, "the end of a wait")
+        draft = Draft(None, run.since.get(None))
+        return run.commit(self._choose(Trigger.WAITED, draft), draft, self._commit)
 
     def reviewed(self, answers: Mapping[str, object]) -> Transition | None:
         """The review answered about the batch's calls: ``{call_id: answer}`` (see ``ReviewCalls``).
 
-        Only before the batch's first call starts, once. An answer whose
-        ``asks`` is true makes the batch wait for a person: the
-        ``approval_asked`` transition is returned, and the run waits in
-        ``awaiting_approval`` until ``decided``. Else nothing is recorded, the
-        answers are kept and ``None`` is returned: ``next()`` hands out the
-        calls, each with its answer. A bad report raises and changes nothing.
+        Only before the batch's first call starts, once. A denial (an answer
+        that is or carries ``deny(reason)``) is answered ``denied`` here, by the
+        engine: that call is never handed out. An answer whose ``asks`` is true
+        makes the batch wait for a person in ``awaiting_approval`` until
+        ``decided``. Either is recorded: the ``approval_asked`` transition is
+        returned. Else nothing is recorded, the answers are kept and ``None``
+        is returned: ``next()`` hands out the calls, each with its answer. A
+        bad report raises and changes nothing.
         """
-        draft = _Draft(self._reply.lone)
-        draft.asked, draft.review = self._checked_review(answers)
+        run = self._run
+        draft = Draft(run.reply.lone)
+        draft.asked, draft.denied, draft.review = checked_review(run, answers)
+        self._turn_on(Feature.REVIEW)
         row = self._choose(Trigger.APPROVAL_ASKED, draft)
-        return None if row.dest is None else self._record(row, draft)
+        return None if row.dest is None else run.commit(row, draft, self._commit)
 
     def decided(self, decisions: Mapping[str, Decision]) -> Transition:
         """A person decided every pending call: ``{call_id: approve() | deny(reason)}``.
@@ -341,9 +366,10 @@ class Engine(Interpreter, ReportChecks):
         A missing or extra id, a decision bound to another fingerprint, or
         anything that is not an ``approve``/``deny`` raises and changes nothing.
         """
-        draft = _Draft(self._reply.lone)
-        draft.decisions_in = self._checked_decisions(decisions)
-        return self._record(self._choose(Trigger.APPROVAL_DECIDED, draft), draft)
+        run = self._run
+        draft = Draft(run.reply.lone)
+        draft.decisions_in = checked_decisions(run, decisions)
+        return run.commit(self._choose(Trigger.APPROVAL_DECIDED, draft), draft, self._commit)
 
     def interrupted(
         self, exc: BaseException, *, partial_text: str | None = None
@@ -353,54 +379,41 @@ class Engine(Interpreter, ReportChecks):
         Safe at any point of a step: a transition the interruption cut short is
         completed from the log first. If a tool was running, its call is
         recorded with a ``cancelled`` result. Returns the transition, or None
-        when the run was already over. ``partial_text`` is what a streaming
-        reply had delivered: kept on a ``model_interrupted`` event for review.
+        when the run was already over (or ``commit`` refused the end: the run
+        is as its record says, and the interruption, not that, propagates).
+        ``partial_text`` is what a streaming reply had delivered: kept on a
+        ``model_interrupted`` event for review.
         """
         if not isinstance(exc, BaseException):
             raise TypeError(
                 "interrupted() takes what interrupted the driver (KeyboardInterrupt, a "
                 f"CancelledError), got {type(exc).__name__}"
             )
-        self._settle()
-        if self._state in TERMINAL:
+        run = self._run
+        run.settle()
+        if run.state in TERMINAL:
             return None
-        trigger = REPORTS[self._outstanding, Report.INTERRUPTION]
-        if trigger is Trigger.TOOL_INTERRUPTED:
-            # The running calls are cut off by this interruption; the first is in hand.
-            batch = self._batch
-            assert batch is not None, "a tool runs in a batch"
-            call = batch.calls[min(batch.running.values())]
-            draft = _Draft(call, self._since.get(call[0]))
-            draft.cut = kept(orjson.dumps(exception_content(exc)))
-        else:
-            timed = trigger in (
-                Trigger.MODEL_INTERRUPTED,
-                Trigger.SUMMARY_INTERRUPTED,
-                Trigger.WAIT_INTERRUPTED,
-            )
-            draft = _Draft(None, self._since.get(None) if timed else None)
-        draft.exception = exc
-        transition = self._record(self._choose(trigger, draft), draft)
-        if partial_text and trigger is Trigger.MODEL_INTERRUPTED:
+        trigger, draft = interruption_draft(run, exc)
+        if trigger is Trigger.MODEL_INTERRUPTED:
             # A record field only: the reply never arrived, so nothing else changes.
-            transition = self._events[-1] = transition._replace(partial_text=partial_text)
-        return transition
+            draft.partial_text = partial_text or None
+        row = self._choose(trigger, draft)
+        try:
+            return run.commit(row, draft, self._commit)
+        except Exception:
+            if self._commit is None:
+                raise
+            return None  # refused: the run is as its record says; the interruption propagates
 
-    # -- helpers ------------------------------------------------------------------
+    # -- the interpreter ----------------------------------------------------------
 
-    def _tool_returned(self, index: int, outcome: Outcome) -> Transition:
-        """A running call's outcome, reported or raised: one transition."""
-        assert self._batch is not None, "a tool returns in a batch"
-        call = self._batch.calls[index]
-        draft = _Draft(call, self._since.pop(call[0], None))
-        draft.outcome, draft.exception = outcome, outcome.exception
-        draft.input_json = outcome.content_json
-        return self._record(self._choose(Trigger.TOOL_RETURNED, draft), draft)
-
-    def _summarised(self, reply: object) -> Transition:
-        """The summariser returned ``reply``: taken in as a model's reply is, usage and all."""
-        taken = take_reply(reply, self._spent)
-        draft = _Draft(None, self._since.get(None))
-        draft.summary_in, draft.usage = taken, taken.usage
-        draft.input_json = taken.json or None
-        return self._record(self._choose(Trigger.SUMMARY_WRITTEN, draft), draft)
+    def _choose(self, trigger: Trigger, draft: Draft) -> Row:
+        """Take the first row of (state, ``trigger``) whose guard holds; run its effects."""
+        run = self._run
+        run.draft = draft
+        for row, guard, effects in self._bound[run.state, trigger]:
+            if guard is None or guard(run):
+                for effect in effects:
+                    effect(run)
+                return row
+        raise AssertionError("unreachable: build_table ends each group with an unguarded row")

@@ -25,6 +25,7 @@ __all__ = [
     "History",
     "batch_of",
     "check_new_input",
+    "ids_of",
     "input_messages",
     "reply_problem",
     "tool_result_json",
@@ -123,6 +124,16 @@ def batch_of(reply: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     if reply["kind"] == "call":
         return ((reply["id"], reply["name"]),)
     return tuple((call["id"], call["name"]) for call in reply["calls"])
+
+
+def ids_of(message: dict[str, Any]) -> list[str]:
+    """The ids of the calls a recorded message makes (none unless a ``call`` or ``calls``)."""
+    kind = message.get("kind")
+    if kind == "call":
+        return [message["id"]]
+    if kind == "calls":
+        return [call["id"] for call in message["calls"]]
+    return []
 
 
 def tool_result_json(call_id: str, name: str, status: str, content_json: bytes) -> bytes:

@@ -25,7 +25,8 @@ from agentloop._core.context_policy import Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.json import exception_content
 from agentloop._core.output_schema import told_problems
-from agentloop._core.table import NEXT, Guard, Trigger
+from agentloop._core.retry_policy import checked_retry
+from agentloop._core.table import NEXT, Feature, Guard, Trigger
 from agentloop._core.values import (
     AskModel,
     CancelToken,
@@ -40,9 +41,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from agentloop._core.output_schema import OutputSchema
+    from agentloop._core.retry_policy import RetryPolicy
     from agentloop._core.values import Budget
 
-__all__ = ["Mismatch", "asked", "models_named", "output_refusals", "replay", "row_text"]
+__all__ = ["Mismatch", "asked", "go_on", "models_named", "output_refusals", "replay", "row_text"]
 
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 # The reports that answer a model request: the ask that spent the step comes first.
@@ -106,14 +108,31 @@ def replay(
         if models is None:
             models = models_named(events)
         engine = Engine(messages, budget=budget, cancel=token, models=models, output=output)
-    typed = engine._output
+    run = engine._run  # the replay is the core's own: the record's refusals stand in it
+    typed = run.output
     if typed is not None:  # the record's refusals stand, in its words, while it is replayed
-        engine._output = typed.replaying(output_refusals(events, rejected))
+        run.output = typed.replaying(output_refusals(events, rejected))
     try:
         _fed(engine, events, rejected, token, budget, compare)
     finally:
-        engine._output = typed
+        run.output = typed
     return engine
+
+
+def go_on(engine: Engine, *, retry: RetryPolicy | None, models: tuple[str, ...]) -> None:
+    """A replayed ``engine`` goes on live: asking ``retry`` for waits, and the ``models``.
+
+    Its replay fed back the waits and the model names its record has (a
+    model moved on to and never asked is named by its place); from here on,
+    the retry policy chooses each wait and the fallback models are these.
+    """
+    checked_retry(retry)
+    if type(models) is not tuple or not all(type(name) is str for name in models):
+        raise TypeError(f"expected models to be a tuple of names (str), got {models!r:.80}")
+    run = engine._run  # the core's own: the engine takes its new parts here only
+    run.retry, run.models = retry, models
+    if retry is not None or len(models) > 1:
+        engine._turn_on(Feature.RETRY)
 
 
 def _fed(
@@ -244,12 +263,14 @@ _OUTPUT_REFUSED: Final = (Guard.OUTPUT_RETRY, Guard.OUTPUT_INVALID)
 
 
 def asked(engine: Engine, event: Transition) -> Transition:
-    """Feed the review an ``approval_asked`` event records: an ask for each pending call.
+    """Feed the review an ``approval_asked`` event records: its asks, and its denials.
 
     The review's other answers were not recorded (they moved nothing): the
     dispatcher asks those calls' policies again when they run.
     """
-    made = engine.reviewed({call.call_id: ask(call.reason) for call in event.pending})
+    answers: dict[str, object] = dict(event.decisions)
+    answers.update({call.call_id: ask(call.reason) for call in event.pending})
+    made = engine.reviewed(answers)
     if made is None:
         raise ValueError("the recorded review asked nobody")
     return made

@@ -1,10 +1,22 @@
-"""The agent loop's state table: everything that can happen to a run, in one file.
+"""The agent loop's state table: its theory of operation, and the rules around its rows.
 
-Rule 1 (after h11): everything that decides a run's states and transitions
-lives here. The rows below say which trigger, in which state, under which
-guard, leads where and with which effects; the few rules that are not rows
-(what the engine fires itself, which reports answer which request, what a
-driver's report means) are small tables at the end of this file.
+Rule 1 (after h11): everything that decides a run's states and transitions is
+the table's. Its rows are written by feature, each in a module of its own
+beside the guards and effects they name (``rows/basic.py``, ``output.py``,
+``loopguard.py``, ``wrapup.py``, ``context.py``, ``retry.py``,
+``review.py``). A row names the functions of its guard and effects
+themselves (``"conditions": [calls_exhausted]``), one go-to-definition from
+the row; each is registered against its member, the name the record keeps
+(``@guard(Guard.CALLS_EXHAUSTED)``), in the module of its feature. The few
+rules that are
+not rows (what the engine fires itself, which reports answer which request,
+what a driver's report means) are small tables at the end of this file. The
+whole table is listed, row by row, in ``docs/concepts.md``.
+
+Each row is pinned by a test: a test marked ``@pytest.mark.row("validating
+--validate [calls_exhausted]--> exhausted")`` (``Row.name``) pins that row,
+and ``tests/core/test_row_map.py`` fails for a row of the table no test is
+marked for. Add the mark to the test that shows the row's behaviour.
 
 Theory of operation
 ===================
@@ -16,14 +28,15 @@ no I/O; a driver asks it what it needs next and reports what happened:
 * In each working state the engine fires one trigger itself (``NEXT``):
   ``ask_model`` in ``awaiting_model``, ``validate`` in ``validating``,
   ``start_tool`` in ``dispatching``, ``await_approval`` in
-  ``awaiting_approval``, ``back_off`` in ``backing_off``. Cancellation and
-  the budgets are checked by the guards of those rows.
+  ``awaiting_approval``, ``summarise`` in ``summarising``, ``back_off`` in
+  ``backing_off``. Cancellation and the budgets are checked by the guards of
+  those rows.
 * When the row it takes is *internal* (``dest`` is ``None``: the state stays),
-  the engine hands the driver a request: ``ask_model``'s
-  internal row counts the step (``steps += 1`` happens before the call, so a
-  model that raises, hangs or is interrupted has still spent its step) and
-  asks for the model's reply; ``start_tool``'s hands out the batch's next call
-  and asks for its tool's outcome.
+  the engine hands the driver a request: ``ask_model``'s internal row counts
+  the step (``steps += 1`` happens before the call, so a model that raises,
+  hangs or is interrupted has still spent its step) and asks for the model's
+  reply; ``start_tool``'s hands out the batch's next call and asks for its
+  tool's outcome.
 * A reply is a final answer, or a batch of one or more calls (a single
   ``call`` is a batch of one). The whole batch is checked before anything is
   reserved; once accepted, its calls run one at a time in emission order (or
@@ -32,6 +45,10 @@ no I/O; a driver asks it what it needs next and reports what happened:
   and every result together. Cancellation seen after a call of the batch
   started still answers every call, so the history never holds a call
   without its result.
+* A final answer is accepted while a step remains even when the calls are
+  spent: ``calls_exhausted`` holds when ``calls + n > max_calls`` for a reply
+  of ``n`` calls, and a final makes none. That arithmetic decides it, not the
+  order of the rows (``reply_is_final`` comes first anyway).
 * The driver then reports exactly one answer to that request (``ANSWERS``):
   the model replied, raised or was interrupted; the tool returned (a tool
   that raised returns an ``error`` outcome) or was interrupted. ``REPORTS``
@@ -39,53 +56,59 @@ no I/O; a driver asks it what it needs next and reports what happened:
 * Before a batch's first call starts, a driver that reviews (its tools have
   policies) is handed the batch's calls by ``start_tool``'s
   ``batch_unreviewed`` row, and reports its policies' answers
-  (``approval_asked``). If any answer asks a person, the run waits in
+  (``approval_asked``). A denial is the engine's to answer, as a person's
+  is: the call is answered ``denied`` with the policy's reason and never
+  handed out, and the event keeps the denials (``review_denies``,
+  ``review_denies_all``). If any answer asks a person, the run waits in
   ``awaiting_approval`` (not a terminal state: it is where the run stops
   until a person decides); else the answers are kept, nothing is recorded,
   and the batch's calls are handed out, each with its answer. In
   ``awaiting_approval`` ``await_approval``'s internal row hands out the
   pending calls, and ``approval_decided`` (a decision for each) lets the
-  batch run as usual.
+  batch run as usual, each denied call answered by the engine.
 * A model that raised is retried when the Loop has a retry policy that
-  retries the error and has attempts left (``retry_planned``): the policy
-  chose the wait at intake, the event keeps it, and the run waits in
-  ``backing_off``, where ``back_off``'s internal row hands the driver
-  ``Wait(seconds)``; ``waited`` then leads back to ``awaiting_model``, whose
-  budgets bound the attempts like any step. Out of attempts (or for an error
-  not retried), a fallback model, if any is left (``fallback_left``), is
-  asked from then on; else the run fails.
+  retries the error and has attempts left (``retry_planned`` asks it, once,
+  unless the report brought the wait a replay recorded): the event keeps the
+  wait, and the run waits in ``backing_off``, where ``back_off``'s internal
+  row hands the driver ``Wait(seconds)``; ``waited`` then leads back to
+  ``awaiting_model``, whose budgets bound the attempts like any step. Out of
+  attempts (or for an error not retried), a fallback model, if any is left
+  (``fallback_left``), is asked from then on; else the run fails.
 * An interruption (``KeyboardInterrupt``, a cancelled asyncio task) that
   lands while nothing is outstanding (in a listener, say) is ``interrupted``.
   Every interruption ends the run ``cancelled``, and a call whose tool was
   running is recorded with a ``cancelled`` result, so it is paired and never
   run again.
 
-* Three features are rows whose guards are false unless the run's budget
-  (or its output schema) turns them on, so a run without them takes the rows
-  it always took:
+The engine consults the table of its configuration: the basic rows, and the
+rows of each feature it turns on (``Feature``; ``build.features_of``). A
+feature that is off is one whose guards could never hold, so its rows are
+left out and the run is the same (a property test runs both side by side):
 
-  - typed output (``Loop(output=T)``): in ``validating`` a final the schema
-    refuses goes back to the model with what is wrong (``output_retry``,
-    counted in ``output_retries`` and bounded by ``max_output_retries``; the
-    next ask spends a step like any other), or ends the run
-    ``invalid_output``;
-  - the wrap-up step (``on_exhausted='answer'``): where the steps or the
-    tokens would end the run ``exhausted``, ``ask_model [wrap_up_due]`` notes
-    the budget and appends a request for an answer, and ``[wrapping_up]`` asks
-    once more with ``AskModel.tools_disabled`` (the drivers pass
-    ``tool_choice='none'``); a batch past ``max_calls`` does the same from
-    ``validating``. Its final ends the run ``finished`` with that reason;
-  - the loop guard (``max_identical_calls=N``): a call whose fingerprint was
-    accepted ``N`` times is answered ``error`` by the engine, never run; one
-    the guard refused, made again, ends the run ``repeated_call``.
+* typed output (``Loop(output=T)``): in ``validating`` a final the schema
+  refuses goes back to the model with what is wrong (``output_retry``,
+  counted in ``output_retries`` and bounded by ``max_output_retries``; the
+  next ask spends a step like any other), or ends the run ``invalid_output``;
+* the wrap-up step (``on_exhausted='answer'``): where the steps or the tokens
+  would end the run ``exhausted``, ``ask_model [wrap_up_due]`` notes the
+  budget and appends a request for an answer, and ``[wrapping_up]`` asks once
+  more with ``AskModel.tools_disabled`` (the drivers pass
+  ``tool_choice='none'``); a batch past ``max_calls`` does the same from
+  ``validating``. Its final ends the run ``finished`` with that reason;
+* the loop guard (``max_identical_calls=N``): a call whose fingerprint was
+  accepted ``N`` times is answered ``error`` by the engine, never run; one
+  the guard refused, made again, ends the run ``repeated_call``;
+* a context policy, retries and fallback models, and review: below and above.
 
-For each (state, trigger) the rows are tried top to bottom; the first whose
-guard holds wins (``transitions`` resolves them the same way, and a property
-test runs both side by side). The last row of each group has no guard, so a
-report is never dropped. Effects run in the order listed, *before* the state
-changes; the event is then recorded, its messages appended to the history
-together, and the state changed. An event keeps the exception its report
-carried.
+Put together, a feature's row that joins a group of the basic rows goes just
+ahead of the basic row its ``ahead_of`` names (or of the group's unguarded
+last row); the features come in ``Feature``'s order. For each (state,
+trigger) the rows are then tried top to bottom; the first whose guard holds
+wins (``transitions`` resolves them the same way, and a property test runs
+both side by side). The last row of each group has no guard, so a report is
+never dropped. Effects run in the order listed, *before* the state changes;
+the event is then recorded, its messages appended to the history together,
+and the state changed. An event keeps the exception its report carried.
 
 A context policy (``agentloop.context``) changes only what a model request
 carries, never the history: ``fit_context`` picks the head, the system
@@ -102,42 +125,55 @@ run raises ``InvalidStateError``, never a silent no-op.
 WARNING: what is still decided outside the rows
 ===============================================
 
-The goal is that nothing is. Today these are, and each says where:
+The goal is that nothing is. Today these are, and each says where and why:
 
-* Intake (``intake.py``) takes a report in before any guard reads it: a
-  reply's JSON copy, its shape problem, its usage and its batch's calls; a
-  tool's outcome, where one that is not ``{'status', 'content'}`` becomes an
-  ``error`` result saying so. Intake decides what came, never which row fires.
-* When the model raises, intake also asks the Loop's retry policy how long
-  to wait (``RetryPolicy.wait_for``: ``None`` when it would not retry) and
-  names the model asked (fallback models); ``retry_planned`` reads that
-  answer, and a replay feeds back the recorded wait instead of asking (a
-  ``RecordedException``, as a DBOS step records one, brings its own).
+* Intake (``intake.py``, ``drafts.py``) takes a report in before any guard
+  reads it: a reply's JSON copy, its shape problem, its usage and its
+  batch's calls; a tool's outcome, where one that is not ``{'status',
+  'content'}`` becomes an ``error`` result saying so; a model's error, with
+  the wait a replay or DBOS recorded with it (a ``RecordedException``), and
+  the fallback model it names. Intake decides what came, never which row
+  fires: what came must be known before a guard can read it.
+* Which rows the engine consults is its configuration's (``features_of``,
+  at construction): the table cannot choose which tables there are. A report
+  only a feature takes brings that feature's rows on (a review reported, a
+  wait given to take: ``Engine._turn_on``), so a replay's engine takes what
+  its record holds; as every feature's guards are false when it is off, this
+  changes no run.
 * Which fallback model a driver calls is read, not decided, outside the
-  rows: ``engine._model_index`` counts the ``fallback_left`` rows taken, and
-  the Loop's per-run model (``_fallback.per_run``) calls that one.
+  rows: ``engine.model_index`` counts the ``fallback_left`` rows taken, and
+  the Loop's per-run model (``_loop/fallback.per_run``) calls that one.
 * A report that answers nothing outstanding (a reply nobody asked for, a
   second ``next()`` while a request is out) is refused with
-  ``InvalidStateError`` before intake, and changes nothing (``Engine``).
+  ``InvalidStateError`` before intake, and changes nothing (``checks.py``,
+  ``drafts.next_draft``): a refusal is no transition.
 * ``reviewed`` is refused once a call of the batch has been handed out, or
-  once the batch was reviewed (a raise in ``Engine.reviewed``, not a guard).
-  Whether a driver reviews at all is its own setting (``engine.reviews``),
-  read by ``batch_unreviewed``; an engine fed by a replay does not review,
-  and keeps none of the answers it is fed (``keep_review``).
+  once the batch was reviewed (a raise in ``checks.checked_review``, not a
+  guard, for the same reason). Whether a driver reviews at all is its own
+  setting (``engine.reviews``), read by ``batch_unreviewed``; an engine fed
+  by a replay does not review, and keeps none of the answers it is fed
+  (``keep_review``) but the asks and denials its record holds.
 * In ``dispatching`` ``next()`` may hand out the batch's next call while
   others still run (a driver that runs calls at once asks again); only when
-  every call is out does it refuse.
+  every call is out does it refuse (``drafts.next_draft``).
+* A resume of a durable run hands the driver again the calls its records
+  say were handed out and never answered, before the engine is asked
+  (``DurableEngine.next``, ``_durable/recording.py``): the engine fed by
+  the replay already holds them as running, and the table hands no call
+  out twice.
 * An interruption rebuilds the state from the log of events first
-  (``Engine._settle``), so that a transition it cut short is undone or
-  completed, then takes its row.
+  (``RunState.settle``), so that a transition it cut short is undone or
+  completed, then takes its row; a transition the engine's ``commit`` hook
+  refuses (a durable run's ledger failed) is undone the same way.
 * Under a context policy, which turns a request carries is found by
-  ``_context.Window.plan``, once per request, and read by ``context_overflows``,
-  ``summary_due`` and ``fit_context``; the summary in force is made again from
-  the events by ``Engine._settle`` after an interruption.
-* The output schema (``RunState._output``) and the loop guard's index of
-  the calls (``_CallIndex``) are read by guards, not rows: the schema is fixed
-  for the run and recorded with it, and the index is read from the record
-  (the input and every event's ``appended``), so a replay finds the same.
+  ``window.Window.plan``, once per request, and read by
+  ``context_overflows``, ``summary_due`` and ``fit_context``; the summary in
+  force is made again from the events by ``settle`` after an interruption.
+* The output schema (``RunState.output``) and the loop guard's index of the
+  calls (``rows/loopguard.CallIndex``) are read by guards, not rows: the
+  schema is fixed for the run and recorded with it, and the index is read
+  from the record (the input and every event's ``appended``), so a replay
+  finds the same.
 * The drivers differ in one place, by name: the asyncio driver can interrupt
   an awaited model when the token is cancelled (``model_interrupted``); the
   sync driver cannot, and sees the reply first
@@ -148,23 +184,24 @@ The goal is that nothing is. Today these are, and each says where:
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Required, TypedDict
 
-from agentloop._core.terms import Effect, Guard, State, Trigger
+from agentloop._core.terms import Effect, Feature, Guard, State, Trigger
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping
 
-    from transitions.core import TransitionConfigDict
+    from agentloop._core.state import RunState
 
 __all__ = [
     "ANSWERS",
-    "DEFINITION",
     "MODEL_ANSWERS",
     "NEXT",
     "REPORTS",
     "TERMINAL",
     "Effect",
+    "Entry",
+    "Feature",
     "Guard",
     "Report",
     "State",
@@ -184,170 +221,27 @@ TERMINAL: Final = frozenset(
     }
 )
 
-S, T, G, E = State, Trigger, Guard, Effect
+S, T = State, Trigger
 
-# The table, as a ``transitions`` machine definition: ``conditions`` are guards,
-# ``before`` the effects (they run before the state changes). Order within a
-# (source, trigger) group is priority order.
-DEFINITION: Final[Sequence[TransitionConfigDict]] = (
-    # -- before the model is asked: the first three rows spend nothing
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    # -- (wrap-up) a budget ran out and on_exhausted='answer': the model is told, then
-    #    asked once more with tools disabled; that step is counted past max_steps. A
-    #    wrap-up request the context policy cannot fit is not sent
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAP_UP_OVERFLOWS],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_CONTEXT_OVERFLOW]},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAPPING_UP],
-     "dest": None, "before": [E.COUNT_STEP, E.FIT_CONTEXT, E.ASK_FOR_ANSWER]},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.WRAP_UP_DUE],
-     "dest": S.AWAITING_MODEL, "before": [E.BEGIN_WRAP_UP]},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.STEPS_EXHAUSTED],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_STEPS]},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.TOKENS_EXHAUSTED],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_TOTAL_TOKENS]},
-    # -- (context policy) the newest turn cannot fit: nothing is sent; or a summary is due
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.CONTEXT_OVERFLOWS],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_CONTEXT_OVERFLOW]},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL, "conditions": [G.SUMMARY_DUE],
-     "dest": S.SUMMARISING},
-    {"source": S.AWAITING_MODEL, "trigger": T.ASK_MODEL,
-     "dest": None, "before": [E.COUNT_STEP, E.FIT_CONTEXT, E.ASK_FOR_REPLY]},
-    # -- the model answered, raised or was interrupted; the step was spent
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_REPLIED, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED, "before": [E.REJECT_REPLY]},
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_REPLIED,
-     "dest": S.VALIDATING},
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    # -- a failed model is retried after a wait (retry=), then a fallback model is asked;
-    #    every attempt spent its step. Only then does the run fail.
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [G.RETRY_PLANNED],
-     "dest": S.BACKING_OFF, "before": [E.NOTE_MODEL_ERROR, E.PLAN_WAIT]},
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED, "conditions": [G.FALLBACK_LEFT],
-     "dest": S.AWAITING_MODEL, "before": [E.NOTE_MODEL_ERROR, E.NEXT_MODEL]},
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_RAISED,
-     "dest": S.FAILED, "before": [E.NOTE_MODEL_ERROR]},
-    {"source": S.AWAITING_MODEL, "trigger": T.MODEL_INTERRUPTED,
-     "dest": S.CANCELLED},
-    # -- the reply is checked: a final is tried before any budget
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.REPLY_MALFORMED],
-     "dest": S.MALFORMED, "before": [E.NOTE_MALFORMED, E.REJECT_REPLY]},
-    # -- (typed output) a final the schema refuses goes back to the model, with what is wrong
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.OUTPUT_RETRY],
-     "dest": S.AWAITING_MODEL, "before": [E.APPEND_OUTPUT_ERRORS]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.OUTPUT_INVALID],
-     "dest": S.INVALID_OUTPUT, "before": [E.NOTE_INVALID_OUTPUT, E.REJECT_REPLY]},
-    # -- (wrap-up) the last step's final ends the run finished, its reason the budget
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.WRAP_UP_ANSWERED],
-     "dest": S.FINISHED, "before": [E.APPEND_FINAL, E.NOTE_WRAP_UP]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.REPLY_IS_FINAL],
-     "dest": S.FINISHED, "before": [E.APPEND_FINAL]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.WRAPPING_UP],
-     "dest": S.EXHAUSTED, "before": [E.NAME_CALL, E.NOTE_WRAP_UP, E.REJECT_REPLY]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALL_ID_RESERVED],
-     "dest": S.REPEATED_CALL, "before": [E.NAME_CALL, E.NOTE_REPEATED_CALL, E.REJECT_REPLY]},
-    # -- (loop guard) a call refused as identical, made again: the model persists
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.IDENTICAL_CALL_PERSISTS],
-     "dest": S.REPEATED_CALL, "before": [E.NAME_CALL, E.NOTE_IDENTICAL_CALLS, E.REJECT_REPLY]},
-    # -- (wrap-up) a batch past max_calls is not run; the model is asked for an answer
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALLS_EXHAUSTED_WRAP_UP],
-     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.NOTE_MAX_CALLS, E.BEGIN_WRAP_UP]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CALLS_EXHAUSTED],
-     "dest": S.EXHAUSTED, "before": [E.NAME_CALL, E.NOTE_MAX_CALLS, E.REJECT_REPLY]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
-    # -- (loop guard) calls past max_identical_calls are answered error by the engine, unrun
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.IDENTICAL_CALLS_ONLY],
-     "dest": S.AWAITING_MODEL,
-     "before": [E.NAME_CALL, E.RESERVE_CALLS, E.REFUSE_IDENTICAL, E.APPEND_BATCH]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [G.IDENTICAL_CALLS_SOME],
-     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.RESERVE_CALLS, E.REFUSE_IDENTICAL]},
-    {"source": S.VALIDATING, "trigger": T.VALIDATE,
-     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.RESERVE_CALLS]},
-    # -- the last checkpoint before each tool runs; the calls stay counted. Once a call
-    #    of the batch has started, every call is answered, so the batch is appended.
-    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.CANCEL_REQUESTED_MID_BATCH],
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
-    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
-    {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [G.BATCH_UNREVIEWED],
-     "dest": None, "before": [E.ASK_FOR_REVIEW]},
-    {"source": S.DISPATCHING, "trigger": T.START_TOOL,
-     "dest": None, "before": [E.START_CALL]},
-    # -- a call's result is kept until the batch is done; then the calls and their
-    #    results enter the history together
-    {"source": S.DISPATCHING, "trigger": T.TOOL_RETURNED, "conditions": [G.BATCH_OPEN],
-     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.KEEP_RESULT]},
-    {"source": S.DISPATCHING, "trigger": T.TOOL_RETURNED,
-     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.KEEP_RESULT, E.APPEND_BATCH]},
-    {"source": S.DISPATCHING, "trigger": T.TOOL_INTERRUPTED,
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
-    # -- reviewed: if a policy asked, the batch waits, reserved and counted, until a person
-    #    decides; cancelled meanwhile, every call is answered and none runs
-    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED, "conditions": [G.NOBODY_ASKED],
-     "dest": None, "before": [E.KEEP_REVIEW]},
-    {"source": S.DISPATCHING, "trigger": T.APPROVAL_ASKED,
-     "dest": S.AWAITING_APPROVAL, "before": [E.NAME_CALL, E.KEEP_REVIEW, E.HOLD_CALLS]},
-    {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
-    {"source": S.AWAITING_APPROVAL, "trigger": T.AWAIT_APPROVAL,
-     "dest": None, "before": [E.ASK_FOR_DECISIONS]},
-    {"source": S.AWAITING_APPROVAL, "trigger": T.APPROVAL_DECIDED,
-     "conditions": [G.DENIALS_ANSWER_BATCH],
-     "dest": S.AWAITING_MODEL, "before": [E.NAME_CALL, E.KEEP_DECISIONS, E.APPEND_BATCH]},
-    {"source": S.AWAITING_APPROVAL, "trigger": T.APPROVAL_DECIDED,
-     "dest": S.DISPATCHING, "before": [E.NAME_CALL, E.KEEP_DECISIONS]},
-    # -- (context policy: summarise) the oldest turns are folded into one summary by a model
-    #    call of its own: a step, under max_steps and max_total_tokens, failing, cancelled
-    #    and interrupted as the model's own. The history is not changed: only what is sent.
-    {"source": S.SUMMARISING, "trigger": T.SUMMARISE, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARISE, "conditions": [G.STEPS_EXHAUSTED],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_STEPS]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARISE, "conditions": [G.TOKENS_EXHAUSTED],
-     "dest": S.EXHAUSTED, "before": [E.NOTE_MAX_TOTAL_TOKENS]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARISE,
-     "dest": None, "before": [E.COUNT_STEP, E.ASK_FOR_SUMMARY]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_WRITTEN, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_WRITTEN, "conditions": [G.SUMMARY_MALFORMED],
-     "dest": S.MALFORMED, "before": [E.NOTE_MALFORMED_SUMMARY]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_WRITTEN,
-     "dest": S.AWAITING_MODEL, "before": [E.KEEP_SUMMARY]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_RAISED, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_RAISED,
-     "dest": S.FAILED, "before": [E.NOTE_SUMMARY_ERROR]},
-    {"source": S.SUMMARISING, "trigger": T.SUMMARY_INTERRUPTED,
-     "dest": S.CANCELLED},
-    {"source": S.SUMMARISING, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED},
-    # -- the wait before a retry: cancellation wins before it, during it and after it
-    {"source": S.BACKING_OFF, "trigger": T.BACK_OFF, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.BACKING_OFF, "trigger": T.BACK_OFF,
-     "dest": None, "before": [E.ASK_FOR_WAIT]},
-    {"source": S.BACKING_OFF, "trigger": T.WAITED, "conditions": [G.CANCEL_REQUESTED],
-     "dest": S.CANCELLED},
-    {"source": S.BACKING_OFF, "trigger": T.WAITED,
-     "dest": S.AWAITING_MODEL},
-    {"source": S.BACKING_OFF, "trigger": T.WAIT_INTERRUPTED,
-     "dest": S.CANCELLED},
-    {"source": S.BACKING_OFF, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED},
-    # -- interrupted between checkpoints: the run ends, nothing is half-recorded
-    {"source": S.AWAITING_MODEL, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED},
-    {"source": S.VALIDATING, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
-    {"source": S.DISPATCHING, "trigger": T.INTERRUPTED, "conditions": [G.BATCH_UNDERWAY],
-     "dest": S.CANCELLED, "before": [E.ANSWER_REST, E.APPEND_BATCH]},
-    {"source": S.DISPATCHING, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.REJECT_REPLY]},
-    {"source": S.AWAITING_APPROVAL, "trigger": T.INTERRUPTED,
-     "dest": S.CANCELLED, "before": [E.NAME_CALL, E.ANSWER_REST, E.APPEND_BATCH]},
-)  # fmt: skip
+
+class Entry(TypedDict, total=False):
+    """One row as a feature writes it: the ``transitions`` form, and where it goes.
+
+    ``conditions`` holds the function of the row's guard (at most one),
+    ``before`` those of its effects (they run before the state changes), each
+    registered against its member (``register.py``); ``dest`` is ``None`` for
+    an internal row. ``ahead_of`` places a feature's row in a group of the
+    basic rows: just ahead of the basic row with that guard (without it, just
+    ahead of the group's unguarded last row).
+    """
+
+    source: Required[State]
+    trigger: Required[Trigger]
+    dest: Required[State | None]
+    conditions: list[Callable[[RunState], bool]]
+    before: list[Callable[[RunState], None]]
+    ahead_of: Callable[[RunState], bool]
+
 
 #: The trigger the engine fires itself in each working state.
 NEXT: Final[Mapping[State, Trigger]] = {

@@ -1,14 +1,16 @@
-"""The names the state table is written in: its states, triggers, guards and effects.
+"""The names the state table is written in: its states, triggers, guards, effects and features.
 
-Each member's comment says what it means; the rows that use them, and the
-rules around them, are in ``table.py`` (which re-exports these names).
+Each member's comment says what it means. The rows that use them are each
+feature's (``rows/``), where each guard and effect is the function registered
+against its member; the rules around them are in ``table.py`` (which
+re-exports these names).
 """
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["Effect", "Guard", "State", "Trigger"]
+__all__ = ["Effect", "Feature", "Guard", "State", "Trigger"]
 
 
 class State(enum.StrEnum):
@@ -63,8 +65,8 @@ class Trigger(enum.StrEnum):
     TOOL_INTERRUPTED = "tool_interrupted"
     #: (driver) The run was interrupted while nothing was outstanding.
     INTERRUPTED = "interrupted"
-    #: (driver) The review answered about the batch's calls, before any of it ran; the
-    #: run moves (and records it) only when an answer asks a person.
+    #: (driver) The review answered about the batch's calls, before any of it ran; it is
+    #: recorded when an answer asks a person or denies a call.
     APPROVAL_ASKED = "approval_asked"
     #: (engine) The batch waits for a person's decisions; cancellation is checked.
     AWAIT_APPROVAL = "await_approval"
@@ -87,7 +89,7 @@ class Trigger(enum.StrEnum):
 
 
 class Guard(enum.StrEnum):
-    """Conditions a row can require; each is an engine method of that name."""
+    """Conditions a row can require; each is the function registered against it (``@guard``)."""
 
     #: The cancel token is set.
     CANCEL_REQUESTED = "cancel_requested"
@@ -114,8 +116,12 @@ class Guard(enum.StrEnum):
     DENIALS_ANSWER_BATCH = "denials_answer_batch"
     #: The driver reviews, and the batch in hand has not been reviewed nor started.
     BATCH_UNREVIEWED = "batch_unreviewed"
-    #: No answer of the review asks a person.
+    #: No answer of the review asks a person (tried after the denials' rows: none denies).
     NOBODY_ASKED = "nobody_asked"
+    #: No answer asks a person, and the review denies every call still without a result.
+    REVIEW_DENIES_ALL = "review_denies_all"
+    #: No answer asks a person, and the review denies a call of the batch.
+    REVIEW_DENIES = "review_denies"
     #: Under a context policy, even the newest turn (with the head) exceeds its ``tokens``.
     CONTEXT_OVERFLOWS = "context_overflows"
     #: Under ``summarise``, turns not yet summarised would be left out of the request, and
@@ -157,7 +163,7 @@ class Guard(enum.StrEnum):
 
 
 class Effect(enum.StrEnum):
-    """What a row does besides moving; each is an engine method of that name."""
+    """What a row does besides moving; each is the function registered against it (``@effect``)."""
 
     #: ``steps += 1``, before the model is called.
     COUNT_STEP = "count_step"
@@ -205,6 +211,9 @@ class Effect(enum.StrEnum):
     #: Keep the review's answers, each handed out with its call (``RunTool.review``);
     #: an engine whose driver does not review (a replay's) keeps none.
     KEEP_REVIEW = "keep_review"
+    #: Answer each call the review denied ``denied``, with the policy's reason; the event
+    #: keeps the denials (``decisions``), and none of those calls is handed out.
+    ANSWER_DENIALS = "answer_denials"
     #: Under a context policy, the request holds the head, the system messages and the
     #: newest whole turns that fit (with the summary in force); the answering event says which.
     FIT_CONTEXT = "fit_context"
@@ -245,3 +254,28 @@ class Effect(enum.StrEnum):
     REFUSE_IDENTICAL = "refuse_identical"
     #: ``reason = 'max_identical_calls'``; ``error`` names the call the model repeated.
     NOTE_IDENTICAL_CALLS = "note_identical_calls"
+
+
+class Feature(enum.StrEnum):
+    """A group of rows, with its guards and effects, in a module of its own (``rows/``).
+
+    The engine consults the table of its configuration: the basic rows, and
+    the rows of each feature its configuration turns on. In this order they
+    are put together (``build.py``): a feature's row that joins a group of
+    the basic rows goes just ahead of the basic row it names.
+    """
+
+    #: Asking, checking, dispatching, the budgets, cancellation and interruption: every run.
+    BASIC = "basic"
+    #: Typed output: an ``output`` schema (``Loop(output=T)``).
+    OUTPUT = "output"
+    #: The loop guard: a budget's ``max_identical_calls``.
+    LOOP_GUARD = "loop_guard"
+    #: The wrap-up step: a budget's ``on_exhausted='answer'``.
+    WRAP_UP = "wrap_up"
+    #: A context policy (``agentloop.context``): requests fitted, turns summarised.
+    CONTEXT = "context"
+    #: Retries (a retry policy) and fallback models; or a model error with a wait to take.
+    RETRY = "retry"
+    #: Review and approval: a driver that reviews (``reviews``), or a review reported.
+    REVIEW = "review"

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from agentloop._core.context_policy import Counter
+    from agentloop._core.state import RunState
 
-__all__ = ["Plan", "Summary", "Window", "summary_message"]
+__all__ = ["Plan", "Summary", "Window", "context_plan", "summary_message"]
 
 
 class Summary(NamedTuple):
@@ -250,3 +251,28 @@ class Window:
         span = (self.head, self.turns[fold] if fold < len(self.turns) else len(self.messages))
         message = summary_message(text, span)
         return Summary(fold, span, message, self.counter(message))
+
+
+def context_plan(run: RunState) -> Plan | str:
+    """The view for the request about to be made (found once a request), or why none fits."""
+    policy, context = run.policy, run.context
+    assert policy is not None, "a context policy is set"
+    assert context is not None, "a policy has its window"
+    window, read = context
+    events = run.events
+    for event in events[read[0] :]:
+        for data in event.appended_json:
+            window.add(data)
+    read[0] = len(events)
+    cached, summary = run.plan, run.summary
+    if cached is not None and cached[0] == len(window.messages) and cached[1] is summary:
+        return cached[2]
+    plan = window.plan(
+        policy.tokens,
+        summary,
+        policy.summariser is not None,
+        policy.keep_tokens,
+        run.history.buffer,
+    )
+    run.plan = (len(window.messages), summary, plan)
+    return plan

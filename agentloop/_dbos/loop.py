@@ -18,6 +18,7 @@ from dbos import DBOS, SetWorkflowID
 from agentloop._core.approval import Decision
 from agentloop._core.context_policy import Summarise
 from agentloop._core.engine import Engine
+from agentloop._core.rows.retry import retries
 from agentloop._core.values import (
     AskModel,
     CancelToken,
@@ -221,9 +222,8 @@ class DBOSLoop:
 
     def _engine(self, history: list[dict[str, Any]], token: CancelToken, run_id: str) -> Engine:
         """A fresh engine for the run ``run_id``, configured as the Loop is."""
-        engine = plain_engine(self.loop, history, token)
+        engine = plain_engine(self.loop, history, token, run_id=run_id)
         engine.reviews = reviewing(self.loop.dispatcher) is not None
-        engine._run_id = run_id
         return engine
 
     def _perform(
@@ -263,8 +263,8 @@ class DBOSLoop:
                 self._work.ask,
                 run_id,
                 need.history,
-                engine._model_index,
-                engine._retries(),
+                engine.model_index,
+                retries(engine.events()),
                 need.options,
                 not engine.events(),
             )

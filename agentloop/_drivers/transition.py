@@ -86,22 +86,20 @@ def one_transition(
                 return asked  # a policy asked a person: the batch waits
             need = None  # nothing recorded: on to the batch's first call
             continue
-        report: Callable[[object], Transition]
-        if kind is AskModel or kind is Summarise:
-            report = engine.replied
-        elif kind is RunTool:
-            report = engine.returned
+        call_id: str | None = None  # a tool's report names its call (a resume may run several)
+        if kind is RunTool:
+            call_id = need.call["id"]  # type: ignore[attr-defined]  # a RunTool
         elif kind is AwaitApproval:
             return None
-        else:
+        elif kind is not AskModel and kind is not Summarise:
             return need  # type: ignore[return-value]  # the engine moved by itself
         try:
             answer = yield need  # type: ignore[misc]  # a request
         except TokenCancelled as exc:
             return ended_by_token(engine, exc)
         except Exception as exc:  # noqa: BLE001 - the engine says what it means
-            return engine.raised(exc)
-        return report(answer)
+            return engine.raised(exc, call_id)
+        return engine.replied(answer) if call_id is None else engine.returned(answer, call_id)
 
 
 class Streaming:

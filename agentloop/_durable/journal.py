@@ -8,8 +8,8 @@ protocol's kinds, one commit per report, keyed as a report is unique:
 
 * ``reply`` (the step's number): the model replied or raised;
 * ``tool_finished`` (the call id): a call's outcome;
-* ``approval_asked``, ``decision`` (the first call's id): a person was asked,
-  or decided;
+* ``approval_asked``, ``decision`` (the first call's id): a person was asked
+  (or a policy denied a call at the review), or decided;
 * ``end`` (``""``): the record that holds the terminal transition.
 
 Each body is ``{"at": <the index of its first event>, "events": [...]}`` (the
@@ -177,8 +177,10 @@ def record_of(transition: Transition) -> tuple[str, str | None]:
         return END, ""
     if trigger is Trigger.TOOL_RETURNED:
         return FINISHED, transition.call_id
-    if trigger is Trigger.APPROVAL_ASKED:
-        return ASKED, transition.pending[0].call_id if transition.pending else None
+    if trigger is Trigger.APPROVAL_ASKED:  # by the first call a person is asked about, else denied
+        if transition.pending:
+            return ASKED, transition.pending[0].call_id
+        return ASKED, transition.decisions[0][0] if transition.decisions else None
     if trigger is Trigger.APPROVAL_DECIDED:
         return DECISION, transition.decisions[0][0] if transition.decisions else None
     return REPLY, str(transition.steps)  # the model replied or raised, at this step

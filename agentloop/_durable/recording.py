@@ -1,75 +1,102 @@
-"""The engine, recording: every transition committed before the driver acts on it.
+"""The engine, recording: every transition committed to the run's ledger before it counts.
 
-``DurableEngine`` is the engine with its driver protocol wrapped, nothing
-else: each report's transition (a reply, a call's outcome, a person asked or
-deciding) is committed with the transitions the engine made by itself before
-it, before the report returns to the driver; a terminal transition is
-committed before it is reported, wherever it is made. A commit that fails
-takes its transition back: the run in memory stays as its record says, and
-the failure shows. The dispatch wrappers commit ``tool_started`` before the
-dispatcher (and so the handler) is called, and set the idempotency key
-around it. The drivers are the usual ones.
+``DurableEngine`` is the engine with one commit hook (``Recorder``): each
+transition is handed to it before the engine commits it, and a report's
+transition (a reply, a call's outcome, a person asked or deciding) is written
+then, with the transitions the engine made by itself before it; a terminal
+transition is written wherever it is made. A write that fails refuses the
+transition: the run in memory stays as its record says, and the failure
+shows. The dispatch wrappers commit ``tool_started`` before the dispatcher
+(and so the handler) is called, and set the idempotency key around it. The
+drivers are the usual ones.
 
-Fed by the one replay (``_core/replay.py``) while ``replaying``, it records
+Fed by the one replay (``_core/replay.py``) while ``replaying``, it writes
 nothing: a resume rebuilds it from its records, then it goes on recording.
 A fork's replay into a new durable run records, as a live run does.
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Any, Final
 
-from agentloop._core.engine import _ASK_POLICY as _ASK
-from agentloop._core.engine import Engine, _Ask
+from agentloop._core.engine import Engine
 from agentloop._core.table import NEXT, TERMINAL, State, Trigger
-from agentloop._core.values import (
-    AskModel,
-    AwaitApproval,
-    NotJSON,
-    ReviewCalls,
-    RunResult,
-    RunTool,
-    Transition,
-    Wait,
-)
+from agentloop._core.values import AskModel, AwaitApproval, ReviewCalls, RunTool, Transition, Wait
 from agentloop._durable.journal import events_body, record_of
 from agentloop._durable.key import KEY
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Callable
 
-    from agentloop._core.approval import Decision
     from agentloop._core.context_policy import ContextPolicy, Summarise
     from agentloop._core.output_schema import OutputSchema
-    from agentloop._core.values import Budget, CancelToken
+    from agentloop._core.retry_policy import RetryPolicy
+    from agentloop._core.values import Budget, CancelToken, NotJSON
     from agentloop._durable.journal import Journal
 
-__all__ = ["DurableEngine", "async_dispatch", "sync_dispatch"]
+__all__ = ["DurableEngine", "Recorder", "async_dispatch", "sync_dispatch"]
 
-_ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
-_BY_ITSELF: Final = frozenset(NEXT.values())
+# The transitions that follow from the ones before: they go in the next record.
+_BY_ITSELF: Final = frozenset(NEXT.values()) | {Trigger.WAITED}
+
+
+class Recorder:
+    """The commit hook of a durable engine: what it writes to the journal, and when.
+
+    A report's transition is written with the ones the engine made by itself
+    since the last write (a step costs one commit), and a terminal one
+    wherever it is made; a wait is no effect, so its end goes in the next
+    record (killed before, it is waited again). After a person is asked, the
+    run waits holding no claim: any process may go on with it. While
+    ``replaying`` nothing is written; while ``holding``, nothing either: the
+    transitions wait for ``flush``.
+    """
+
+    __slots__ = ("at", "holding", "journal", "replaying", "unwritten")
+
+    def __init__(self) -> None:
+        self.journal: Journal | None = None
+        self.replaying = False
+        self.holding = False
+        self.at = 0  # the events the ledger holds
+        self.unwritten: list[Transition] = []
+
+    def __call__(self, transition: Transition, rejected: NotJSON | None) -> None:
+        if self.replaying:
+            return
+        self.unwritten.append(transition)
+        if self.holding or (transition.trigger in _BY_ITSELF and transition.dest not in TERMINAL):
+            return
+        try:
+            self.flush(rejected)
+        except BaseException:
+            self.unwritten.pop()  # refused: the engine does not make it
+            raise
+        if transition.dest is State.AWAITING_APPROVAL:
+            self.journal.pause()  # type: ignore[union-attr]  # a person may decide in any process
+
+    def flush(self, rejected: NotJSON | None = None) -> None:
+        """Write the unwritten transitions as one record, keyed by the last; raises if it fails."""
+        journal, events = self.journal, self.unwritten
+        assert journal is not None, "a durable engine records to its journal"
+        kind, key = record_of(events[-1])
+        assert key is not None, "the engine's transitions name their calls"
+        journal.append(kind, key, events_body(self.at, events, rejected))
+        self.at += len(events)
+        events.clear()
 
 
 class DurableEngine(Engine):
-    """The engine, with each transition committed to the run's ledger before it is acted on.
+    """The engine, with each transition committed to the run's ledger before it counts.
 
-    Only the protocol's methods are wrapped; the state machine is the
-    engine's own. ``handed`` holds the calls a resume handed out (so that the
-    outcomes recorded after them could be reported) and no driver has run
-    yet: ``next()`` hands them to the driver first, and ``unstarted`` counts them.
+    The state machine is the engine's own; recording is its commit hook
+    (``Recorder``). ``handed`` holds the calls a resume handed out (so that
+    the outcomes recorded after them could be reported) and no driver has
+    run yet: ``next()`` hands them to the driver first, and ``unstarted``
+    counts them.
     """
 
-    __slots__ = (
-        "__weakref__",
-        "_given",
-        "_recorded",
-        "end_unrecorded",
-        "handed",
-        "journal",
-        "replaying",
-    )
-    journal: Journal
+    __slots__ = ("__weakref__", "_recorder", "end_unrecorded", "handed")
 
     def __init__(
         self,
@@ -78,31 +105,70 @@ class DurableEngine(Engine):
         budget: Budget,
         cancel: CancelToken | None,
         context: ContextPolicy | None = None,
+        retry: RetryPolicy | None = None,
         models: tuple[str, ...] = (),
         output: OutputSchema | None = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
     ) -> None:
+        recorder = Recorder()
         super().__init__(
-            messages, budget=budget, cancel=cancel, context=context, models=models, output=output
+            messages,
+            budget=budget,
+            cancel=cancel,
+            context=context,
+            retry=retry,
+            models=models,
+            output=output,
+            run_id=run_id,
+            parent_run_id=parent_run_id,
+            commit=recorder,
         )
+        self._recorder = recorder
         self.handed: list[RunTool] = []
-        self._given: str | None = None  # the handed call last given to the driver
-        self._recorded = 0  # the events the ledger holds
-        #: While a resume feeds the records back: nothing is recorded, calls handed out are kept.
-        self.replaying = False
         #: A resume found the run ended before its end was written: ``record_end`` writes it.
         self.end_unrecorded = False
 
     @property
-    def run_id(self) -> str:
-        """The run's id in its ledger."""
-        return self.journal.run_id
+    def journal(self) -> Journal:
+        """The run's journal in its ledger."""
+        journal = self._recorder.journal
+        assert journal is not None, "a durable engine is given its journal when it begins"
+        return journal
+
+    @journal.setter
+    def journal(self, journal: Journal) -> None:
+        self._recorder.journal = journal
+
+    @property
+    def replaying(self) -> bool:
+        """Whether a resume is feeding the records back: nothing is written meanwhile."""
+        return self._recorder.replaying
+
+    @replaying.setter
+    def replaying(self, value: bool) -> None:
+        self._recorder.replaying = value
 
     def __repr__(self) -> str:
-        return f"<DurableEngine run_id={self.journal.run_id!r} {super().__repr__()[8:]}"
+        return f"<DurableEngine run_id={self.run_id!r} {super().__repr__()[8:]}"
 
     @property
     def unstarted(self) -> int:
         return super().unstarted + len(self.handed)
+
+    def next(
+        self,
+    ) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Summarise | Wait | Transition:
+        """The engine's next request; first, the calls a resume handed out and none ran."""
+        if self.replaying:
+            need = super().next()
+            if type(need) is RunTool:
+                self.handed.append(need)
+            return need
+        self.journal.check()  # nothing is asked of a run whose ledger failed
+        if self.handed and not self.done:
+            return self.handed.pop(0)  # its cancel checkpoint was passed when it was handed
+        return super().next()
 
     def replayed(self) -> None:
         """The records are fed back: from here on, every transition is recorded.
@@ -111,10 +177,14 @@ class DurableEngine(Engine):
         did or would have (that transition is the engine's own, recorded with
         the next report); if it ends the run, the end is not recorded yet.
         """
-        self._recorded = len(self._events)
+        recorder = self._recorder
+        recorder.at, recorder.replaying = len(self.events()), False
         if self.state is State.VALIDATING:
-            self.next()
-        self.replaying = False
+            recorder.holding = True  # the check goes in the next record (or record_end's)
+            try:
+                self.next()
+            finally:
+                recorder.holding = False
         running = set(self.running)
         self.handed = [need for need in self.handed if need.call["id"] in running]
 
@@ -127,164 +197,9 @@ class DurableEngine(Engine):
         unrecorded, self.end_unrecorded = self.end_unrecorded, False
         try:
             if unrecorded:
-                self._commit(self._events[-1])
+                self._recorder.flush()  # what replayed() held: the end is its last
         finally:
             self.journal.release()
-
-    def result(self) -> RunResult:
-        """The result, once its end is recorded: ``LedgerError`` if the ledger failed first.
-
-        Every end is recorded before it is reported: an end whose record could
-        not be written is not reported here (``loop.resume(run_id)`` goes on
-        from the last record).
-        """
-        if self.done:
-            self.journal.check()
-        return super().result()
-
-    def next(
-        self,
-    ) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Summarise | Wait | Transition:
-        if self.replaying:
-            need = super().next()
-            if type(need) is RunTool:
-                self.handed.append(need)
-            return need
-        self.journal.check()
-        if self.handed and not self.done:
-            # Handed out by the resume: its cancel checkpoint was passed then.
-            handed = self.handed.pop(0)
-            self._given = handed.call["id"]
-            return handed
-        self._given = None
-        if self.journal.paused and self.state is State.AWAITING_APPROVAL:
-            return self._next_while_paused()
-        need = super().next()
-        if type(need) is Transition and need.dest in TERMINAL:
-            self._commit(need)
-        return need
-
-    def _next_while_paused(self) -> AwaitApproval | Transition:
-        """``next()`` of a run that waits holding no claim: it ends only once claimed back.
-
-        Every end is recorded before it is reported: a cancellation is taken
-        only once the run is claimed again, so a claim refused (another process
-        holds the run, or went on with it) raises and changes nothing; the
-        cancellation is still to come. The token is read once: a cancellation
-        that lands after that reading is taken at the next step.
-        """
-        cancelled = self._cancelled
-        if cancelled():
-            self.journal.reclaim()  # RunBusyError here: the run is as it was
-            need = super().next()
-        else:
-            self._cancelled = bool  # bool() is False: as the engine's check without a token
-            try:
-                need = super().next()
-            finally:
-                self._cancelled = cancelled
-        if type(need) is Transition and need.dest in TERMINAL:
-            self._commit(need)
-        return need  # type: ignore[return-value]  # awaiting approval: no request to hand out
-
-    def replied(self, reply: object) -> Transition:
-        if self.replaying:
-            return super().replied(reply)
-        self.journal.check()
-        return self._commit(super().replied(reply))
-
-    def returned(self, outcome: object, call_id: str | None = None) -> Transition:
-        if self.replaying:
-            return super().returned(outcome, call_id)
-        self.journal.check()
-        if call_id is None:  # a one-at-a-time driver reports on the call it was given last
-            call_id = self._given
-        return self._commit(super().returned(outcome, call_id))
-
-    def raised(
-        self, exc: Exception, call_id: str | None = None, *, wait: float | _Ask | None = _ASK
-    ) -> Transition:
-        if self.replaying:
-            return super().raised(exc, call_id, wait=wait)
-        self.journal.check()
-        if call_id is None:
-            call_id = self._given
-        # The retry policy's wait is chosen once, here, and recorded on the event.
-        return self._commit(super().raised(exc, call_id, wait=wait))
-
-    def waited(self) -> Transition:
-        if self.replaying:
-            return super().waited()
-        self.journal.check()
-        made = super().waited()
-        if made.dest in TERMINAL:
-            return self._commit(made)
-        # A wait is no effect: the next record holds it (killed before, it is waited again).
-        return made
-
-    def reviewed(self, answers: Mapping[str, object]) -> Transition | None:
-        if self.replaying:
-            return super().reviewed(answers)
-        self.journal.check()
-        # The engine takes what was checked, not the caller's mapping again.
-        _, taken = self._checked_review(answers)
-        transition = super().reviewed(taken)
-        if transition is None:
-            return None  # nobody asked: nothing to record
-        self._commit(transition)
-        self.journal.pause()  # a person may decide in any process
-        return transition
-
-    def decided(self, decisions: Mapping[str, Decision]) -> Transition:
-        if self.replaying:
-            return super().decided(decisions)
-        checked = self._checked_decisions(decisions)
-        self.journal.reclaim()  # RunBusyError here: the run waits, as its ledger says
-        return self._commit(super().decided(dict(checked)))  # what was checked, read once
-
-    def interrupted(
-        self, exc: BaseException, *, partial_text: str | None = None
-    ) -> Transition | None:
-        if self.replaying:
-            return super().interrupted(exc, partial_text=partial_text)
-        if self.journal.paused and self.state is State.AWAITING_APPROVAL:
-            # Its end could not be recorded: the run stays waiting, as its ledger says.
-            try:
-                self.journal.reclaim()
-            except Exception:  # noqa: BLE001 - the interruption propagates, not this
-                return None
-        made = super().interrupted(exc, partial_text=partial_text)
-        if made is not None:
-            # The interruption propagates, not a failed write (the journal is broken then,
-            # and a resume goes on from the last record).
-            with contextlib.suppress(Exception):
-                self._commit(made)
-        return made
-
-    def _commit(self, transition: Transition) -> Transition:
-        """Record ``transition`` with the ones the engine made by itself before it.
-
-        If that fails, the transition is taken back before the error shows:
-        every report is recorded before it is acted on.
-        """
-        if transition.trigger in _BY_ITSELF and transition.dest not in TERMINAL:
-            return transition  # it follows from the ones before: it goes in the next record
-        events = self._events
-        at = self._recorded
-        rejected = self._reply.value if transition.trigger is Trigger.MODEL_REPLIED else None
-        kind, key = record_of(transition)
-        assert key is not None, "the engine's transitions name their calls"
-        try:
-            self.journal.append(
-                kind,
-                key,
-                events_body(at, events[at:], rejected if type(rejected) is NotJSON else None),
-            )
-        except BaseException:
-            self._retract()
-            raise
-        self._recorded = len(events)
-        return transition
 
 
 def sync_dispatch(engine: DurableEngine, dispatch: Callable[..., object]) -> Callable[..., object]:

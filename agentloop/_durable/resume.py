@@ -44,6 +44,7 @@ from agentloop._errors import (
 
 if TYPE_CHECKING:
     from agentloop._core.context_policy import ContextPolicy
+    from agentloop._core.retry_policy import RetryPolicy
     from agentloop._core.values import Budget
     from agentloop._durable.protocol import Ledger, LedgerRecord, LedgerWriter
 
@@ -72,18 +73,26 @@ def begin(
     parent_run_id: str | None = None,
     models: tuple[str, ...] = (),
     output: OutputSchema | None = None,
+    retry: RetryPolicy | None = None,
 ) -> DurableEngine:
     """A new durable run: the input checked, then its header recorded and the run claimed."""
     run_id = uuid4().hex if run_id is None else checked_run_id(run_id, new=True)
     # Bad input raises first.
     engine = DurableEngine(
-        messages, budget=budget, cancel=cancel, context=context, models=models, output=output
+        messages,
+        budget=budget,
+        cancel=cancel,
+        context=context,
+        retry=retry,
+        models=models,
+        output=output,
+        run_id=run_id,
+        parent_run_id=parent_run_id,
     )
     configuration = fingerprint(budget, dispatcher, context, output)
     writer = ledger.create(
         run_id, header(run_id, engine.history(), configuration, parent_run_id, models)
     )
-    engine._parent_run_id, engine._run_id = parent_run_id, run_id
     engine.journal = Journal(writer, run_id, idempotent_tools(dispatcher), ledger=ledger)
     weakref.finalize(engine, engine.journal.release)  # an abandoned run frees its claim
     return engine
@@ -182,13 +191,14 @@ def replayed(
             context=context,
             models=recorded.models,
             output=output,
+            run_id=recorded.run_id,
+            parent_run_id=recorded.parent_run_id,
         )
     except (TypeError, ValueError) as exc:
         raise LedgerError(
             f"run {recorded.run_id!r}: the recorded input is not valid: {exc}"
         ) from None
     engine.journal = journal
-    engine._parent_run_id, engine._run_id = recorded.parent_run_id, recorded.run_id
     engine.replaying = True
     try:
         if recorded.events and recorded.at != 0:

@@ -249,8 +249,8 @@ def _result(engine: DurableEngine) -> RunResult:
             engine.events(),
             orjson.dumps(engine.history()),
             usage=engine.usage,
-            parent_run_id=engine._parent_run_id,
-            run_id=engine._run_id,
+            parent_run_id=engine.parent_run_id,
+            run_id=engine.run_id,
         )
     events = tuple(event._replace(at=None, took=None) for event in result.events)
     return result._replace(events=events)

@@ -101,7 +101,13 @@ def forked(
 
     def fresh(token: CancelToken) -> Engine:
         return Engine(
-            messages, budget=budget, cancel=token, context=context, models=models, output=output
+            messages,
+            budget=budget,
+            cancel=token,
+            context=context,
+            models=models,
+            output=output,
+            parent_run_id=run.run_id,  # the run it forks, when that one was durable
         )
 
     token = CancelToken()  # the engine's; the caller's cancels it from now on
@@ -133,7 +139,6 @@ def forked(
         except BaseException:
             _release(engine)
             raise
-    engine._parent_run_id = run.run_id  # the run it forks, when that one was durable
     if cancel is not None:
         cancel.on_cancel(token.cancel)
     return engine, token

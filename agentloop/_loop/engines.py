@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._core.engine import Engine
+from agentloop._core.replay import go_on
 from agentloop._durable import resume
 from agentloop._durable.view import view_run
 from agentloop._errors import AgentloopError
@@ -48,23 +49,19 @@ def fresh_engine(
     if loop.ledger is None:
         if run_id is not None:
             no_ledger(run_id)
-        engine = plain_engine(loop, messages, cancel)
-        engine._parent_run_id = parent_run_id
-        return engine
-    return make_resilient(
-        loop,
-        resume.begin(
-            loop.ledger,
-            run_id,
-            messages,
-            budget=loop.budget,
-            dispatcher=loop.dispatcher,
-            cancel=cancel,
-            context=loop.context,
-            parent_run_id=parent_run_id,
-            models=loop._model_names,
-            output=loop.output,
-        ),
+        return plain_engine(loop, messages, cancel, parent_run_id=parent_run_id)
+    return resume.begin(
+        loop.ledger,
+        run_id,
+        messages,
+        budget=loop.budget,
+        dispatcher=loop.dispatcher,
+        cancel=cancel,
+        context=loop.context,
+        parent_run_id=parent_run_id,
+        models=loop._model_names,
+        output=loop.output,
+        retry=loop.retry,
     )
 
 
@@ -112,7 +109,12 @@ def check_ready(loop: Loop) -> None:
 
 
 def plain_engine(
-    loop: Loop, messages: str | list[dict[str, Any]], cancel: CancelToken | None
+    loop: Loop,
+    messages: str | list[dict[str, Any]],
+    cancel: CancelToken | None,
+    *,
+    run_id: str | None = None,
+    parent_run_id: str | None = None,
 ) -> Engine:
     """An engine configured as ``loop`` is, recording nothing (the Loop's, and DBOS's)."""
     return Engine(
@@ -123,12 +125,18 @@ def plain_engine(
         retry=loop.retry,
         models=loop._model_names,
         output=loop.output,
+        run_id=run_id,
+        parent_run_id=parent_run_id,
     )
 
 
 def make_resilient(loop: Loop, engine: _E) -> _E:
-    """``engine``, retrying and falling back as ``loop`` does (``retry=``, ``fallback``)."""
-    engine._set_resilience(loop.retry, loop._model_names)
+    """A replayed ``engine``, going on retrying and falling back as ``loop`` does.
+
+    Its record was replayed with the models it names; from here on it asks
+    the Loop's (``retry=``, ``fallback``).
+    """
+    go_on(engine, retry=loop.retry, models=loop._model_names)
     return engine
 
 

@@ -2,7 +2,7 @@
 
 ``Fallback`` only names the models; the engine's ``fallback_left`` row decides
 when to move on (a model's error is not retried, or its retries ran out), and
-counts the move in the record, so ``engine._model_index`` says which model is
+counts the move in the record, so ``engine.model_index`` says which model is
 asked. ``per_run`` is the one model callable a driver calls, reading it.
 """
 
@@ -98,13 +98,13 @@ def per_run(bound: tuple[Model, ...], engine: Engine, asynchronous: bool) -> Mod
     if asynchronous:
 
         async def ask_async(history: list[dict[str, Any]], **options: Any) -> object:
-            return await bound[engine._model_index](history, **options)  # type: ignore[misc]
+            return await bound[engine.model_index](history, **options)  # type: ignore[misc]
 
         ask = ask_async
     else:
 
         def ask_sync(history: list[dict[str, Any]], **options: Any) -> object:
-            return bound[engine._model_index](history, **options)
+            return bound[engine.model_index](history, **options)
 
         ask = ask_sync
     if all(map(reads_record, bound)):  # built-in adapters all: each is given the record

@@ -1,8 +1,10 @@
 """Mermaid, DOT and SVG for the state machine, generated from the table.
 
-The edges are the table's own ``ROWS``, the ones the engine compiles, so a
-diagram cannot show a row the engine does not run. Internal rows (which
-keep the state) are drawn as self-loops, dashed in DOT.
+The edges are the table's own rows, the ones the engine runs, so a diagram
+cannot show a row the engine does not run: by default the whole table
+(``ROWS``), or with ``features=`` the table of one configuration (the basic
+rows and those of the features named, ``agentloop.engine.Feature``). Internal
+rows (which keep the state) are drawn as self-loops, dashed in DOT.
 
 Given a run (live or loaded from a run file), the same diagram marks its path:
 visited states are filled, and each row's label ends with how many times the
@@ -34,14 +36,14 @@ import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from agentloop._core.build import ROWS, Row
-from agentloop._core.table import ANSWERS, TERMINAL, Guard, State, Trigger
+from agentloop._core.build import ROWS, Row, table_for
+from agentloop._core.table import ANSWERS, TERMINAL, Feature, Guard, State, Trigger
 from agentloop._core.values import require_result
 from agentloop._drivers.transition import RunView
 from agentloop._errors import SVGUnavailableError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
     from agentloop._core.values import RunResult
 
@@ -61,9 +63,33 @@ __all__ = [
 _PATH, _PATH_FILL, _FAINT, _FAINT_TEXT = "#1d4ed8", "#dbeafe", "#cbd5e1", "#94a3b8"
 
 
-def edges() -> tuple[Row, ...]:
-    """Every row of the table, in table order."""
-    return ROWS
+def edges(features: Iterable[Feature | str] | None = None) -> tuple[Row, ...]:
+    """The rows of the table, in table order: all of them, or one configuration's.
+
+    ``features`` names the features a configuration turns on (``Feature``
+    members or their values, ``'output'``, ``'wrap_up'``...): its table is
+    the basic rows and theirs.
+    """
+    if features is None:
+        return ROWS
+    return table_for(_features(features)).rows
+
+
+def _features(features: Iterable[Feature | str]) -> frozenset[Feature]:
+    """``features`` as members; else a ``TypeError``/``ValueError`` naming the known ones."""
+    known = ", ".join(repr(feature.value) for feature in Feature)
+    if isinstance(features, str) or not hasattr(features, "__iter__"):
+        raise TypeError(
+            f"expected features to be an iterable of features ({known}), "
+            f"got {type(features).__name__}"
+        )
+    on = {Feature.BASIC}
+    for feature in features:
+        try:
+            on.add(Feature(feature))
+        except ValueError:
+            raise ValueError(f"expected features among {known}, got {feature!r:.40}") from None
+    return frozenset(on)
 
 
 def taken(result: RunResult | RunView) -> dict[Row, int]:
@@ -112,6 +138,21 @@ def _title(result: RunResult) -> str:
     )
 
 
+def _machine(features: Iterable[Feature | str] | None) -> str:
+    """The title of the machine's diagram: its configuration's features, when one is drawn."""
+    if features is None:
+        return "agentloop"
+    on = _features(features)
+    # Quoted: the colon would end the YAML front matter's value.
+    return '"agentloop: ' + ", ".join(feature.value for feature in Feature if feature in on) + '"'
+
+
+def _states(rows: tuple[Row, ...]) -> list[State]:
+    """The states ``rows`` join, and the initial one, in ``State``'s order."""
+    joined = {State.AWAITING_MODEL} | {row.source for row in rows} | {row.dest for row in rows}
+    return [state for state in State if state in joined]
+
+
 def _counted(label: str, count: int) -> str:
     return f"{label} ({count}x)" if count else label
 
@@ -120,44 +161,55 @@ def _trigger_guard(row: Row) -> str:
     return row.trigger.value + (f" [{row.guard.value}]" if row.guard else "")
 
 
-def to_mermaid(run: RunResult | None = None) -> str:
+def to_mermaid(
+    run: RunResult | None = None, *, features: Iterable[Feature | str] | None = None
+) -> str:
     """A Mermaid ``stateDiagram-v2`` of the machine, with ``run``'s path marked if given.
 
     Laid out left to right, with one arrow per pair of states: the rows
     between them are its label, one ``trigger [guard]`` a line in table order
     (effects are left out: Mermaid's layout puts long labels over each other;
-    DOT shows them).
+    DOT shows them). ``features``: draw one configuration's table (see ``edges``).
     """
     counts = taken(require_result(run, "to_mermaid()")) if run is not None else {}
+    rows = edges(features)
     # The run's title has a colon in it, so it is quoted for the YAML front matter.
-    title = f'"{_title(run)}"' if run is not None else "agentloop"
+    title = f'"{_title(run)}"' if run is not None else _machine(features)
     lines = ["---", f"title: {title}", "---", "stateDiagram-v2", "    direction LR"]
     lines.append(f"    [*] --> {State.AWAITING_MODEL.value}")
     pairs: dict[tuple[State, State], list[str]] = {}
-    for edge in edges():
+    for edge in rows:
         label = _counted(_trigger_guard(edge), counts.get(edge, 0))
         pairs.setdefault((edge.source, edge.dest or edge.source), []).append(label)
     for (source, dest), labels in pairs.items():
         lines.append(f"    {source.value} --> {dest.value}: {'<br>'.join(labels)}")
-    lines.extend(f"    {state.value} --> [*]" for state in State if state in TERMINAL)
+    drawn = _states(rows)
+    lines.extend(f"    {state.value} --> [*]" for state in drawn if state in TERMINAL)
     if run is not None:
         seen = visited(run)
         lines.append(f"    classDef visited fill:{_PATH_FILL},stroke:{_PATH},stroke-width:3px")
         lines.append(f"    classDef unvisited fill:#f8fafc,stroke:{_FAINT},color:{_FAINT_TEXT}")
-        for name, states in (("visited", seen), ("unvisited", set(State) - seen)):
+        for name, states in (("visited", seen & set(drawn)), ("unvisited", set(drawn) - seen)):
             if states:
-                ordered = [state.value for state in State if state in states]
+                ordered = [state.value for state in drawn if state in states]
                 lines.append(f"    class {', '.join(ordered)} {name}")
     return "\n".join(lines) + "\n"
 
 
-def to_dot(run: RunResult | None = None, *, rankdir: str = "TB") -> str:
+def to_dot(
+    run: RunResult | None = None,
+    *,
+    rankdir: str = "TB",
+    features: Iterable[Feature | str] | None = None,
+) -> str:
     """A Graphviz DOT digraph of the machine; terminal states are double circles.
 
     With ``run``, its path is drawn bold and blue with counts, the rest faint.
     ``rankdir="LR"`` lays it out left to right (the report does: wide pages).
+    ``features``: draw one configuration's table (see ``edges``).
     """
     counts = taken(require_result(run, "to_dot()")) if run is not None else {}
+    rows = edges(features)
     seen = visited(run) if run is not None else set()
     lines = [
         "digraph agentloop {",
@@ -165,7 +217,7 @@ def to_dot(run: RunResult | None = None, *, rankdir: str = "TB") -> str:
         '    node [shape="box", style="rounded"];',
         '    "__start__" [shape="point", label=""];',
     ]
-    for state in State:
+    for state in _states(rows):
         shape = "doublecircle" if state in TERMINAL else "box"
         mark = ""
         # Traced nodes name themselves: with a graph label, Graphviz blanks the default one.
@@ -178,7 +230,7 @@ def to_dot(run: RunResult | None = None, *, rankdir: str = "TB") -> str:
             mark = f', label="{state.value}", color="{_FAINT}", fontcolor="{_FAINT_TEXT}"'
         lines.append(f'    "{state.value}" [shape="{shape}"{mark}];')
     lines.append(f'    "__start__" -> "{State.AWAITING_MODEL.value}";')
-    for edge in edges():
+    for edge in rows:
         dest = edge.dest if edge.dest is not None else edge.source
         style = ', style="dashed"' if edge.dest is None else ""
         count = counts.get(edge, 0)
@@ -275,14 +327,19 @@ def path_svg(run: RunResult | RunView) -> str:
     return _render(path_dot(run))
 
 
-def to_svg(run: RunResult | None = None, *, rankdir: str = "TB") -> str:
+def to_svg(
+    run: RunResult | None = None,
+    *,
+    rankdir: str = "TB",
+    features: Iterable[Feature | str] | None = None,
+) -> str:
     """The DOT diagram rendered to SVG in-process by Graphviz (the ``svg`` extra).
 
     Raises ``SVGUnavailableError`` when ``pygraphviz`` is not installed.
     """
     if run is not None:
         require_result(run, "to_svg()")
-    return _render(to_dot(run, rankdir=rankdir))
+    return _render(to_dot(run, rankdir=rankdir, features=features))
 
 
 def _render(dot: str) -> str:

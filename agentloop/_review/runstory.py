@@ -94,8 +94,7 @@ def check_story(result: RunResult) -> RunResult:
             "$.transcript", "input messages a run accepts, then what was appended", str(exc)
         ) from None
     # Links to runs (its own id, the one it continues): nothing to replay.
-    engine._parent_run_id, engine._run_id = result.parent_run_id, result.run_id
-    replayed = engine.result()
+    replayed = engine.result()._replace(parent_run_id=result.parent_run_id, run_id=result.run_id)
     if replayed.transcript_json != result.transcript_json:
         made = orjson.loads(replayed.transcript_json)
         for index, (want, got) in enumerate(zip(made, transcript, strict=False)):

@@ -32,7 +32,7 @@ _ASKS: Final = _MODEL_ASKS | {"summary_written", "summary_raised", "summary_inte
 def _policy_of(run: RunLike) -> ContextPolicy | None:
     if isinstance(run, RunResult):
         return run.context
-    return run._engine._policy
+    return run._engine.context
 
 
 def assert_requests_fit(run: RunLike) -> None:

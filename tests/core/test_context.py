@@ -138,6 +138,7 @@ def test_off_by_default_nothing_changes() -> None:
     assert "context" not in orjson.loads(run_to_json(result))
 
 
+@pytest.mark.row("awaiting_model --ask_model [context_overflows]--> exhausted")
 def test_a_turn_that_cannot_fit_ends_the_run_exhausted_before_any_request() -> None:
     """When even the newest turn is over budget, nothing is sent: exhausted, reason 'context'."""
     model = Chatty(3, size=2000)
@@ -195,6 +196,11 @@ def test_a_batch_is_never_separated_from_its_results() -> None:
 # -- summarise ------------------------------------------------------------------------
 
 
+@pytest.mark.row(
+    "awaiting_model --ask_model [summary_due]--> summarising",
+    "summarising --summarise--> (stays)",
+    "summarising --summary_written--> awaiting_model",
+)
 @pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
 def test_summarise_folds_the_oldest_turns_on_a_row_and_a_step_of_its_own(driver: Driver) -> None:
     """The summary is its own model call: a step, recorded, and sent after the head."""
@@ -314,6 +320,7 @@ def test_a_summariser_usage_counts_toward_max_total_tokens() -> None:
     assert result.usage.total == 510
 
 
+@pytest.mark.row("summarising --summary_raised--> failed")
 def test_a_summariser_that_raises_fails_the_run() -> None:
     """A failing summary call ends the run failed, saying the summariser raised."""
 
@@ -326,6 +333,7 @@ def test_a_summariser_that_raises_fails_the_run() -> None:
     assert result.events[-1].trigger == "summary_raised"
 
 
+@pytest.mark.row("summarising --summary_written [summary_malformed]--> malformed")
 def test_a_summary_that_is_not_a_final_is_malformed() -> None:
     """The summariser must answer a final answer; a call is refused, nothing is kept."""
 
@@ -352,6 +360,7 @@ def test_a_summary_that_is_not_json_is_kept_as_rejected_and_replays() -> None:
     assert run_from_json(run_to_json(result)).events == result.events
 
 
+@pytest.mark.row("summarising --summary_written [cancel_requested]--> cancelled")
 def test_a_summary_cancelled_while_written_is_dropped() -> None:
     """Cancelled while the summariser worked: the run ends cancelled, nothing kept."""
     token = CancelToken()
@@ -367,6 +376,7 @@ def test_a_summary_cancelled_while_written_is_dropped() -> None:
     assert result.events[-1].guard == "cancel_requested"
 
 
+@pytest.mark.row("summarising --summary_interrupted--> cancelled")
 def test_a_summary_interrupted_ends_the_run_cancelled() -> None:
     """A KeyboardInterrupt in the summariser ends the run cancelled, its step spent."""
 

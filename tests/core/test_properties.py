@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
+from unittest import mock
 
 import attrs
 import pytest
@@ -11,16 +13,21 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import agentloop
+import agentloop.context
+import agentloop.models
 from agentloop import CancelToken, InvalidStateError, Loop, State
 
 # Private by necessity: the reference engine swaps the engine's one seam (row choice)
 # for transitions, and nothing public can.
-from agentloop._core.build import TABLE, Row, reference_machine
-from agentloop.engine import Engine
+from agentloop._core import engine as engine_module
+from agentloop._core.build import ALL, TABLE, Row, reference_machine
+from agentloop._core.register import EFFECTS, GUARDS
+from agentloop.engine import Effect, Engine, Guard
+from agentloop.testing import final
 from tests.support.helpers import DRIVERS, Driver
 
 if TYPE_CHECKING:
-    from agentloop._core.rows.state import _Draft
+    from agentloop._core.drafts import Draft
     from agentloop._core.table import Trigger
 
 
@@ -195,20 +202,28 @@ def test_random_runs_keep_the_contract(
 
 
 class _Model:
-    """transitions' model: every guard and effect it names is the engine's own method."""
+    """transitions' model: each guard and effect it names is the registered function, on the run."""
 
     def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+        self.run = engine._run
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.engine, f"_{name}")
+        function: Any
+        if name in Guard.__members__.values():
+            function = GUARDS[Guard(name)]
+        elif name in Effect.__members__.values():
+            function = EFFECTS[Effect(name)]
+        else:
+            raise AttributeError(name)
+        return lambda: function(self.run)
 
 
 class ReferenceEngine(Engine):
-    """The engine with each row chosen, and its effects run, by ``transitions``.
+    """The engine with each row chosen, and its effects run, by ``transitions``, on the whole table.
 
     It replaces ``_choose``: that is the one seam between the engine and its
-    table, and nothing public can swap it.
+    table, and nothing public can swap it. The engine runs its configuration's
+    table; this one, every feature's rows.
     """
 
     __slots__ = ("_machine", "_model", "_taken")
@@ -219,8 +234,8 @@ class ReferenceEngine(Engine):
         self._taken: list[Row] = []
         self._machine = reference_machine(TABLE, self._model, on_row=self._taken.append)
 
-    def _choose(self, trigger: Trigger, draft: _Draft) -> Row:
-        self._draft = draft
+    def _choose(self, trigger: Trigger, draft: Draft) -> Row:
+        self._run.draft = draft
         self._machine.set_state(self.state.value, self._model)
         self._taken.clear()
         assert self._model.trigger(trigger.value)
@@ -267,6 +282,57 @@ def test_engine_matches_transitions_on_random_runs(
                 result.error,
                 world.handler_runs,
             )
+        )
+    assert outcomes[0] == outcomes[1]
+
+
+def _policy(call: dict[str, Any]) -> agentloop.Decision:
+    """Ask about one tool, deny another, allow the rest: the review's rows all fire."""
+    if call["name"] == "boom":
+        return agentloop.deny("no booms")
+    return agentloop.ask("a stop?") if call["name"] == "stop" else agentloop.allow()
+
+
+configurations = st.fixed_dictionaries(
+    {
+        "max_steps": st.integers(0, 8),
+        "max_calls": st.integers(0, 5),
+        "on_exhausted": st.sampled_from(["stop", "answer"]),
+        "max_identical_calls": st.sampled_from([None, 1, 2]),
+        "output": st.sampled_from([None, int]),
+        "retry": st.sampled_from(
+            [None, agentloop.models.RetryPolicy(base=0.0, jitter=0.0, sleep=lambda s, t: None)]
+        ),
+        "context": st.sampled_from([None, agentloop.context.keep_last(tokens=400)]),
+        "reviewed": st.booleans(),
+    }
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.data(),
+    configuration=configurations,
+    cancel_at=st.none() | st.integers(1, 8),
+)
+def test_a_configurations_table_runs_as_the_whole_table_does(
+    data: st.DataObject, configuration: dict[str, Any], cancel_at: int | None
+) -> None:
+    """Rows of features that are off never fire: on its own table and on the whole, one run."""
+    replies = data.draw(
+        st.lists(REPLIES | st.builds(TimeoutError) | st.sampled_from([final("7")]), max_size=10)
+    )
+    reviewed = configuration.pop("reviewed")
+    outcomes = []
+    for whole in (False, True):
+        world = World(list(replies), cancel_at)
+        tools = agentloop.ToolRegistry(world.tools(), policy=_policy if reviewed else None)
+        loop = Loop(world.model, tools=tools, max_concurrency=1, **configuration)
+        every = mock.patch.object(engine_module, "features_of", return_value=ALL)
+        with every if whole else contextlib.nullcontext():
+            result = loop.run("go", cancel=world.token)
+        outcomes.append(
+            (result.events, result.transcript, result.rejected, result.error, world.handler_runs)
         )
     assert outcomes[0] == outcomes[1]
 

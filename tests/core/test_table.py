@@ -16,8 +16,8 @@ from agentloop import State
 
 # Private: the definition, its builder and its transitions form are what these tests
 # check; only the built rows are public.
-from agentloop._core.build import TABLE, build_table, reference_machine
-from agentloop._core.table import ANSWERS, DEFINITION, NEXT, REPORTS, Report
+from agentloop._core.build import DEFINITION, TABLE, build_table, reference_machine
+from agentloop._core.table import ANSWERS, NEXT, REPORTS, Report
 from agentloop._errors import TableError
 from agentloop.engine import ROWS, TERMINAL, Effect, Guard, Trigger
 from tests.support import ROOT

@@ -63,6 +63,7 @@ PARIS = '{"name": "Paris", "population": 2100000}'
 # -- typed output ---------------------------------------------------------------------
 
 
+@pytest.mark.row("validating --validate [output_retry]--> awaiting_model")
 def test_an_invalid_final_goes_back_to_the_model_then_a_valid_one_finishes(driver: Driver) -> None:
     """The invalid final and what is wrong go back to the model; it costs a step; the next wins."""
     model = ScriptedModel([final('{"name": "Paris"}'), final(PARIS)])
@@ -92,6 +93,7 @@ def test_an_invalid_final_goes_back_to_the_model_then_a_valid_one_finishes(drive
     assert_contract(result, "Biggest French city?")
 
 
+@pytest.mark.row("validating --validate [output_invalid]--> invalid_output")
 def test_past_max_output_retries_the_run_ends_invalid_output(driver: Driver) -> None:
     """Each invalid final costs a step; past the bound the run ends invalid_output, rejected."""
     script = [final("not json"), final('{"name": 1, "population": 2}')]
@@ -216,6 +218,11 @@ def look(q: str) -> str:
     return f"found {q}"
 
 
+@pytest.mark.row(
+    "awaiting_model --ask_model [wrap_up_due]--> awaiting_model",
+    "awaiting_model --ask_model [wrapping_up]--> (stays)",
+    "validating --validate [wrap_up_answered]--> finished",
+)
 def test_the_wrap_up_step_answers_when_the_steps_run_out(driver: Driver) -> None:
     """on_exhausted='answer': the model is told, asked once more, and the run finishes."""
     model = ScriptedModel([looking(1), looking(2), final("my best answer")])
@@ -257,6 +264,7 @@ def test_the_wrap_up_step_asks_with_tools_disabled() -> None:
     assert (result.status, result.reason, result.steps) == ("finished", "max_steps", 4)
 
 
+@pytest.mark.row("validating --validate [calls_exhausted_wrap_up]--> awaiting_model")
 def test_the_wrap_up_step_after_max_calls_runs_none_of_the_batch(driver: Driver) -> None:
     """A batch past max_calls is not run: the model is asked for an answer instead."""
     tool = Recorder(lambda q: q)
@@ -272,6 +280,7 @@ def test_the_wrap_up_step_after_max_calls_runs_none_of_the_batch(driver: Driver)
     assert_contract(result, "go")
 
 
+@pytest.mark.row("validating --validate [wrapping_up]--> exhausted")
 def test_a_wrap_up_reply_that_is_no_final_ends_exhausted(driver: Driver) -> None:
     """The model calls a tool anyway in the wrap-up step: the run ends exhausted, unrun."""
     model = ScriptedModel([looking(1), looking(2)])
@@ -298,6 +307,7 @@ def test_the_wrap_up_step_answers_when_the_tokens_run_out() -> None:
     assert_contract(result, "go")
 
 
+@pytest.mark.row("awaiting_model --ask_model [wrap_up_overflows]--> exhausted")
 def test_a_wrap_up_request_the_context_cannot_fit_is_not_sent(driver: Driver) -> None:
     """Under keep_last, the budget's note can push the newest turn past the tokens: the
     wrap-up request is not sent, and the run ends exhausted for the context."""
@@ -348,6 +358,10 @@ def test_on_exhausted_is_checked() -> None:
 # -- the loop guard -------------------------------------------------------------------
 
 
+@pytest.mark.row(
+    "validating --validate [identical_calls_only]--> awaiting_model",
+    "validating --validate [identical_call_persists]--> repeated_call",
+)
 def test_identical_calls_beyond_n_are_refused_then_the_run_ends(driver: Driver) -> None:
     """Past N the call is answered error pointing at the earlier one; again, repeated_call."""
     tool = Recorder(lambda q: f"found {q}")
@@ -387,6 +401,7 @@ def test_identical_calls_beyond_n_are_refused_then_the_run_ends(driver: Driver) 
     assert_contract(result, "go")
 
 
+@pytest.mark.row("validating --validate [identical_calls_some]--> dispatching")
 def test_the_guard_refuses_only_the_calls_beyond_n_in_a_batch(driver: Driver) -> None:
     """In a batch, the identical call past N is answered error; the others run."""
     tool = Recorder(lambda q: q)

@@ -40,6 +40,7 @@ def test_usage_goes_on_the_reply_event_and_sums_on_the_result(driver: Driver) ->
     assert_contract(result, "go")
 
 
+@pytest.mark.row("awaiting_model --ask_model [tokens_exhausted]--> exhausted")
 def test_the_token_budget_stops_before_the_next_model_call(driver: Driver) -> None:
     """Tokens reach max_total_tokens: exhausted before asking; the step budget is checked first."""
     model = ScriptedModel([with_usage(call("c1", "add", a=1, b=1), 700, 300), final("never asked")])

@@ -49,6 +49,7 @@ def results_of(transcript: list[dict[str, Any]]) -> list[tuple[str, str, object]
     return [(m["id"], m["status"], m["content"]) for m in transcript if m["kind"] == "tool_result"]
 
 
+@pytest.mark.row("dispatching --tool_returned [batch_open]--> dispatching")
 @SIZES
 def test_a_batch_then_a_final(driver: Driver, n: int) -> None:
     """Each step runs one call; the last appends the batch and every result together."""
@@ -244,6 +245,7 @@ def test_cancellation_before_the_first_call_appends_nothing(driver: Driver) -> N
     assert result.rejected == batch(3)
 
 
+@pytest.mark.row("dispatching --start_tool [cancel_requested_mid_batch]--> cancelled")
 @pytest.mark.parametrize("kind", ["plain", "async def"])
 def test_a_tool_that_cancels_mid_batch_stops_the_calls_after_it(driver: Driver, kind: str) -> None:
     """[a, stop, b, d] at the default max_concurrency: stop cancels the token, and neither b nor
@@ -540,6 +542,7 @@ def test_a_keyboard_interrupt_mid_batch_answers_every_call() -> None:
     )
 
 
+@pytest.mark.row("dispatching --interrupted [batch_underway]--> cancelled")
 def test_an_interrupt_between_calls_answers_every_call() -> None:
     """Interrupted in a listener after the first call: the batch is appended, answered."""
 

@@ -210,6 +210,7 @@ def test_an_adispatch_that_cannot_be_read_is_refused_at_the_loop() -> None:
 # -- defect 6 and 12: listeners -----------------------------------------------------------
 
 
+@pytest.mark.row("dispatching --interrupted--> cancelled")
 async def test_cancelling_the_task_in_an_async_listener_ends_the_run_cancelled() -> None:
     """The transition is made; the cancellation then ends the run; the call never runs."""
     ran: list[object] = []

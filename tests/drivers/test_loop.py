@@ -19,6 +19,13 @@ if TYPE_CHECKING:
 A, V, D = "awaiting_model", "validating", "dispatching"
 
 
+@pytest.mark.row(
+    "awaiting_model --ask_model--> (stays)",
+    "awaiting_model --model_replied--> validating",
+    "validating --validate--> dispatching",
+    "dispatching --start_tool--> (stays)",
+    "dispatching --tool_returned--> awaiting_model",
+)
 def test_tool_then_final(driver: Driver) -> None:
     """A call is dispatched, its result fed back, and the final answer ends the run."""
     add = Recorder()
@@ -89,6 +96,7 @@ def test_tools_may_be_a_list_of_tools_and_handlers(driver: Driver) -> None:
     assert (results[2]["status"], results[2]["content"]) == ("ok", 2)
 
 
+@pytest.mark.row("validating --validate [calls_exhausted]--> exhausted")
 def test_call_beyond_budget_is_exhausted(driver: Driver) -> None:
     """A new call after the last permitted one stops the run; nothing runs."""
     add = Recorder()
@@ -105,6 +113,7 @@ def test_call_beyond_budget_is_exhausted(driver: Driver) -> None:
     assert result.events[-1].call_id == "c2"
 
 
+@pytest.mark.row("validating --validate [reply_is_final]--> finished")
 def test_final_after_last_call_is_accepted(driver: Driver) -> None:
     """Final is checked before the call budget: a conclusion at the cap is kept."""
     model = ScriptedModel([call("c1", a=1, b=2), final("3")])
@@ -114,6 +123,7 @@ def test_final_after_last_call_is_accepted(driver: Driver) -> None:
     assert (result.output, result.steps, result.calls) == ("3", 2, 1)
 
 
+@pytest.mark.row("awaiting_model --ask_model [steps_exhausted]--> exhausted")
 def test_final_needs_a_step_left(driver: Driver) -> None:
     """With no model step left the run is exhausted before the model is asked."""
     model = ScriptedModel([call("c1", a=1, b=2), final("3")])
@@ -125,6 +135,7 @@ def test_final_needs_a_step_left(driver: Driver) -> None:
     assert len(model.seen) == 1  # the model was not asked a second time
 
 
+@pytest.mark.row("validating --validate [call_id_reserved]--> repeated_call")
 def test_repeated_id_stops_and_nothing_runs_twice(driver: Driver) -> None:
     """Reusing a call id ends the run with repeated_call; the tool ran once."""
     add = Recorder()
@@ -163,6 +174,7 @@ def test_repeated_id_is_checked_before_the_call_budget(driver: Driver) -> None:
     assert result.status == "repeated_call"
 
 
+@pytest.mark.row("awaiting_model --model_replied [cancel_requested]--> cancelled")
 def test_cancel_from_inside_the_model(driver: Driver) -> None:
     """The model cancels while working: its reply is dropped and no tool runs."""
     token = CancelToken()
@@ -190,6 +202,7 @@ def test_cancel_from_inside_the_model(driver: Driver) -> None:
     assert result.rejected == call("c1", a=1, b=1)
 
 
+@pytest.mark.row("awaiting_model --model_raised [cancel_requested]--> cancelled")
 def test_cancel_while_the_model_raises(driver: Driver) -> None:
     """A cancellation seen after the model raised wins over failed."""
     token = CancelToken()
@@ -203,6 +216,7 @@ def test_cancel_while_the_model_raises(driver: Driver) -> None:
     assert (result.steps, result.error) == (1, None)
 
 
+@pytest.mark.row("awaiting_model --ask_model [cancel_requested]--> cancelled")
 def test_cancel_before_asking_the_model(driver: Driver) -> None:
     """A token cancelled up front stops the run without calling the model."""
     token = CancelToken()
@@ -214,6 +228,7 @@ def test_cancel_before_asking_the_model(driver: Driver) -> None:
     assert (run.steps, model.seen) == (0, [])
 
 
+@pytest.mark.row("dispatching --start_tool [cancel_requested]--> cancelled")
 def test_cancel_between_validating_and_the_tool(driver: Driver) -> None:
     """Cancelled after validation accepted the call: the tool still does not run."""
     token = CancelToken()
@@ -234,6 +249,7 @@ def test_cancel_between_validating_and_the_tool(driver: Driver) -> None:
     assert result.calls == 1  # it was accepted and counted before the cancellation
 
 
+@pytest.mark.row("validating --validate [cancel_requested]--> cancelled")
 def test_cancel_seen_at_validation(driver: Driver) -> None:
     """Cancelled after the reply was accepted but before validation: nothing counted."""
     token = CancelToken()
@@ -258,6 +274,7 @@ def test_final_wins_over_cancel_at_validation(driver: Driver) -> None:
     assert run.step().dest == "finished"
 
 
+@pytest.mark.row("validating --validate [reply_malformed]--> malformed")
 @pytest.mark.parametrize(
     ("reply", "fragment"),
     [
@@ -305,6 +322,7 @@ def test_malformed_reply_is_kept_for_review(driver: Driver) -> None:
     )
 
 
+@pytest.mark.row("awaiting_model --model_raised--> failed")
 def test_model_exception(driver: Driver) -> None:
     """A model that raises ends the run failed; the step counts and the error says what."""
     error = RuntimeError("provider down")
@@ -320,6 +338,7 @@ def test_model_exception(driver: Driver) -> None:
     assert kinds(result.transcript) == ["user"]
 
 
+@pytest.mark.row("awaiting_model --model_interrupted--> cancelled")
 def test_keyboard_interrupt_in_the_model_propagates(driver: Driver) -> None:
     """A non-Exception propagates unchanged; the run ends cancelled, the step counted."""
     interrupt = KeyboardInterrupt()
@@ -336,6 +355,7 @@ def test_keyboard_interrupt_in_the_model_propagates(driver: Driver) -> None:
     assert run.result().status == "cancelled"
 
 
+@pytest.mark.row("dispatching --tool_interrupted--> cancelled")
 def test_keyboard_interrupt_in_a_tool_pairs_the_call(driver: Driver) -> None:
     """A tool interrupted by a non-Exception: the call gets a cancelled result, never re-runs."""
     runs = []

@@ -56,6 +56,11 @@ def rows(result: RunResult) -> list[tuple[str, str, str]]:
 # -- retries ------------------------------------------------------------------------
 
 
+@pytest.mark.row(
+    "awaiting_model --model_raised [retry_planned]--> backing_off",
+    "backing_off --back_off--> (stays)",
+    "backing_off --waited--> awaiting_model",
+)
 def test_a_failed_step_waits_then_asks_again_step_by_step() -> None:
     """Each attempt is a step; backing_off hands out the wait; the transcript gains nothing."""
     sleeps = Sleeps()
@@ -174,6 +179,7 @@ def test_which_errors_count_is_the_policys() -> None:
         Loop(ScriptedModel([]), retry=3)  # type: ignore[arg-type]
 
 
+@pytest.mark.row("backing_off --back_off [cancel_requested]--> cancelled")
 def test_a_cancel_before_the_wait_ends_the_run_without_waiting(driver: Driver) -> None:
     """Cancelled as the run enters backing_off: back_off [cancel_requested], nothing waited."""
     token, sleeps = CancelToken(), Sleeps()
@@ -190,6 +196,7 @@ def test_a_cancel_before_the_wait_ends_the_run_without_waiting(driver: Driver) -
     assert sleeps.waits == []
 
 
+@pytest.mark.row("backing_off --waited [cancel_requested]--> cancelled")
 def test_a_cancel_during_the_wait_wins_at_once(driver: Driver) -> None:
     """A wait of a minute, cancelled as it starts, ends at once: waited [cancel_requested]."""
     token = CancelToken()
@@ -223,6 +230,7 @@ async def test_a_cancel_from_another_thread_wakes_the_asyncio_wait() -> None:
     assert rows(result)[-1] == ("waited", "cancel_requested", "cancelled")
 
 
+@pytest.mark.row("backing_off --wait_interrupted--> cancelled")
 def test_an_interrupt_during_the_wait_ends_the_run_cancelled() -> None:
     """A KeyboardInterrupt in the wait is wait_interrupted; the run ends, then it propagates."""
 
@@ -301,6 +309,7 @@ def test_attempts_never_exceed_the_policy_and_all_are_steps(
 # -- fallback models --------------------------------------------------------------------
 
 
+@pytest.mark.row("awaiting_model --model_raised [fallback_left]--> awaiting_model")
 def test_the_fallback_answers_when_the_primary_fails_for_good(driver: Driver) -> None:
     """A non-retryable error moves on at once; the event names each model; usage per model."""
     primary = ScriptedModel([ValueError("down")])

@@ -80,6 +80,12 @@ def three() -> Message:
     )
 
 
+@pytest.mark.row(
+    "dispatching --start_tool [batch_unreviewed]--> (stays)",
+    "dispatching --approval_asked--> awaiting_approval",
+    "awaiting_approval --await_approval--> (stays)",
+    "awaiting_approval --approval_decided--> dispatching",
+)
 def test_a_batch_waits_whole_until_a_person_decides_each_pending_call() -> None:
     desk = Desk()
     run = Loop(ScriptedModel([three(), final("ok")]), tools=desk.registry).start("go")
@@ -166,6 +172,10 @@ def test_decide_refuses_anything_but_one_decision_per_pending_call_and_changes_n
     assert len(desk.ran) == 3
 
 
+@pytest.mark.row(
+    "awaiting_approval --await_approval [cancel_requested]--> cancelled",
+    "awaiting_approval --interrupted--> cancelled",
+)
 @pytest.mark.parametrize("how", ["token", "interrupt"])
 def test_cancelled_while_waiting_every_call_is_answered_and_none_runs(how: str) -> None:
     desk = Desk()
@@ -623,6 +633,7 @@ def test_a_denied_call_never_runs_whatever_goes_on_with_the_run(tmp_path: Path) 
     assert [m["status"] for m in engine.result().transcript[2:5]] == ["denied", "ok", "ok"]
 
 
+@pytest.mark.row("awaiting_approval --approval_decided [denials_answer_batch]--> awaiting_model")
 def test_when_every_call_is_denied_the_model_is_asked_next() -> None:
     desk = Desk()
     only_payments = batch(call("b", "pay", amount=5), call("c", "pay", amount=7))
@@ -690,6 +701,7 @@ def test_a_tool_policy_that_denies_wins_over_a_registry_policy_that_asks() -> No
     ]
 
 
+@pytest.mark.row("dispatching --approval_asked [nobody_asked]--> (stays)")
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_policy_that_raises_is_asked_once_and_the_call_fails_closed(driver: str) -> None:
     asked: list[str] = []
@@ -863,3 +875,132 @@ def test_a_reviewed_call_is_validated_and_converted_once(driver: Driver) -> None
     )
     assert checked == converted == [{"q": "rates"}, {"amount": 5}, {"amount": 7}]
     assert desk.asked == ["a", "b", "c"]
+
+
+# -- a policy's denial is the engine's answer, through a row, never a dispatch ----------
+
+
+class Guarded:
+    """Tools that record what ran; a policy that denies ``pay`` over 10 and asks about 10."""
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[str, Any]] = []
+        self.registry = ToolRegistry(policy=self.policy)
+        self.registry.add(Tool(self.pay, name="pay"))
+        self.registry.add(Tool(self.look, name="look"))
+
+    def policy(self, call: Message) -> Decision:
+        amount = call["arguments"].get("amount", 0)
+        if amount > 10:
+            return deny(f"{amount} EUR is over the limit")
+        return ask("exactly ten?") if amount == 10 else allow()
+
+    def pay(self, amount: int) -> str:
+        self.ran.append(("pay", amount))
+        return f"paid {amount}"
+
+    def look(self, q: str) -> str:
+        self.ran.append(("look", q))
+        return f"saw {q}"
+
+
+@pytest.mark.row("dispatching --approval_asked [review_denies]--> dispatching")
+def test_a_denied_call_of_a_batch_is_answered_at_the_review_and_never_handed_out(
+    driver: Driver,
+) -> None:
+    """The review's denial is recorded and answered denied; the batch's other calls run."""
+    guarded = Guarded()
+    three = batch(
+        call("a", "look", q="rates"), call("b", "pay", amount=50), call("c", "pay", amount=5)
+    )
+    model = ScriptedModel([three, final("ok")])
+    run = driver.start(Loop(model, tools=guarded.registry), "go")
+    run.step()
+    run.step()
+    reviewed = run.step()
+    assert (reviewed.trigger, reviewed.guard, reviewed.dest) == (
+        Trigger.APPROVAL_ASKED,
+        agentloop.engine.Guard.REVIEW_DENIES,
+        State.DISPATCHING,
+    )
+    assert reviewed.decisions == (("b", deny("50 EUR is over the limit")),)
+    assert (reviewed.pending, reviewed.appended_json, run.calls) == ((), (), 3)
+    for _ in run:
+        pass
+    result = run.result()
+    assert (result.status, result.steps, result.calls) == ("finished", 2, 3)
+    assert guarded.ran == [("look", "rates"), ("pay", 5)]
+    assert [(m["id"], m["status"], m["content"]) for m in result.transcript[2:5]] == [
+        ("a", "ok", "saw rates"),
+        ("b", "denied", "50 EUR is over the limit"),
+        ("c", "ok", "paid 5"),
+    ]
+    # Never handed out: no event started it, and no dispatcher answered it.
+    assert [call_id for event in result.events for call_id in event.started] == ["a", "c"]
+    dispatched = [e.call_id for e in result.events if e.trigger is Trigger.TOOL_RETURNED]
+    assert dispatched == ["a", "c"]
+
+
+@pytest.mark.row("dispatching --approval_asked [review_denies_all]--> awaiting_model")
+def test_a_lone_denied_call_is_answered_and_appended_at_the_review(driver: Driver) -> None:
+    """Every call of the batch denied: the batch is appended there, the model asked next."""
+    guarded = Guarded()
+    model = ScriptedModel([call("b", "pay", amount=50), final("ok")])
+    result = driver.run(Loop(model, tools=guarded.registry), "go")
+
+    assert (result.status, result.steps, result.calls) == ("finished", 2, 1)
+    assert guarded.ran == []
+    reviewed = result.events[2]
+    assert (reviewed.trigger, reviewed.guard, reviewed.dest) == (
+        Trigger.APPROVAL_ASKED,
+        agentloop.engine.Guard.REVIEW_DENIES_ALL,
+        State.AWAITING_MODEL,
+    )
+    assert (reviewed.call_id, reviewed.result_status, reviewed.calls) == ("b", "denied", 1)
+    assert result.transcript[1:3] == [
+        call("b", "pay", amount=50),
+        {"kind": "tool_result", "id": "b", "name": "pay", "status": "denied",
+         "content": "50 EUR is over the limit"},
+    ]  # fmt: skip
+    assert not any(event.started for event in result.events)
+
+
+def test_a_denial_beside_an_ask_is_answered_before_the_person_decides() -> None:
+    """Denied and asked in one review: the denial is the event's, the ask waits for a person."""
+    guarded = Guarded()
+    model = ScriptedModel(
+        [batch(call("a", "pay", amount=10), call("b", "pay", amount=50)), final("ok")]
+    )
+    run = Loop(model, tools=guarded.registry).start("go")
+    run.step()
+    run.step()
+    asked = run.step()
+    assert (asked.guard, asked.dest) == (None, State.AWAITING_APPROVAL)
+    assert [p.call_id for p in asked.pending] == ["a"]
+    assert asked.decisions == (("b", deny("50 EUR is over the limit")),)
+    decided = run.decide({"a": approve()})
+    assert (decided.guard, decided.dest) == (None, State.DISPATCHING)
+    result = run.finish()
+    assert guarded.ran == [("pay", 10)]
+    assert [(m["id"], m["status"]) for m in result.transcript[2:4]] == [
+        ("a", "ok"),
+        ("b", "denied"),
+    ]
+    assert [call_id for event in result.events for call_id in event.started] == ["a"]
+
+
+def test_a_run_with_denials_replays_from_its_file_and_its_ledger(tmp_path: Path) -> None:
+    """The denials are in the record: a run file and a ledger replay the same events."""
+    guarded = Guarded()
+    replies = [
+        batch(call("a", "look", q="rates"), call("b", "pay", amount=50)),
+        call("c", "pay", amount=70),
+        final("ok"),
+    ]
+    ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
+    loop = Loop(ScriptedModel(replies), tools=guarded.registry, ledger=ledger)
+    result = loop.run("go", run_id="r1")
+    assert result.status == "finished"
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
+    assert agentloop.ledger.view_run(ledger, "r1").result == result
+    assert loop.resume("r1") == result

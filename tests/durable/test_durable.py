@@ -1318,3 +1318,49 @@ def test_processes_opening_a_new_ledger_at_once_all_open_it(tmp_path: Path) -> N
         for worker in workers:
             worker.join(timeout=60)
         assert got == ["ok"] * 6, (round_, got)
+
+
+def test_a_durable_engine_records_through_the_commit_hook_alone() -> None:
+    """DurableEngine overrides no report, nor result(): the ledger hears each transition
+    from the engine's one commit hook; only next() is its own (a resume's handed calls)."""
+    from agentloop._core.engine import Engine
+    from agentloop._durable.recording import DurableEngine
+
+    reports = {"replied", "returned", "raised", "waited", "reviewed", "decided", "interrupted"}
+    overridden = {name for name in vars(DurableEngine) if name in dir(Engine)}
+    assert overridden & (reports | {"result"}) == set()
+    assert overridden - {"__init__", "__repr__", "__slots__", "__doc__", "__module__"} == {
+        "next",
+        "unstarted",
+    }
+
+
+def add(a: int, b: int) -> int:
+    """Add two ints."""
+    return a + b
+
+
+def test_a_durable_run_writes_one_record_a_report(tmp_path: Path) -> None:
+    """Through the hook: each reply, each outcome and the end are one record each, in order."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    loop = agentloop.Loop(
+        ScriptedModel([call("c1", "add", a=1, b=2), final("3")]), tools={"add": add}, ledger=ledger
+    )
+    result = loop.run("go", run_id="r1")
+    records = ledger.read("r1")[1]
+    assert [(record.kind, record.key) for record in records] == [
+        ("reply", "1"),
+        ("tool_started", "c1"),
+        ("tool_finished", "c1"),
+        ("reply", "2"),
+        ("end", ""),
+    ]
+    # What the engine made by itself (the checks) goes with the report after it.
+    written = [orjson.loads(record.body) for record in records if record.kind != "tool_started"]
+    assert [(body["at"], len(body["events"])) for body in written] == [
+        (0, 1),
+        (1, 2),
+        (3, 1),
+        (4, 1),
+    ]
+    assert len(result.events) == 5

@@ -23,9 +23,10 @@ from agentloop import Loop, RunResult
 from agentloop._core.messages import History
 from agentloop._core.requests import AskModel, Messages
 from agentloop.providers._compat import SKIP_SIGNATURE as CHAT_SKIP
+from agentloop.providers._openai_request import _chat_messages, _responses_input
 from agentloop.providers.anthropic import _messages_request
 from agentloop.providers.google import _SKIP, _contents
-from agentloop.providers.openai import Compat, _chat_messages, _responses_input
+from agentloop.providers.openai import Compat
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -241,18 +242,18 @@ def requests_match(result: RunResult, client: Client) -> None:
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_run_converts_each_message_once(driver: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentloop.providers import openai as adapters
+    from agentloop.providers import _openai_request, openai
 
     converted: list[int] = []
-    add = adapters._ChatFold.add
+    add = _openai_request._ChatFold.add
 
     def counted(fold: Any, index: int, message: Message) -> None:
         converted.append(index)
         add(fold, index, message)
 
-    monkeypatch.setattr(adapters._ChatFold, "add", counted)
+    monkeypatch.setattr(_openai_request._ChatFold, "add", counted)
     client = Client(calls=6, asynchronous=driver == "async")
-    loop = Loop(adapters.openai_chat(cast("Any", client), "m"), tools=[read], max_steps=10)
+    loop = Loop(openai.openai_chat(cast("Any", client), "m"), tools=[read], max_steps=10)
     result = loop.run("go") if driver == "sync" else asyncio.run(loop.arun("go"))
     assert (result.status, result.calls, result.steps, result.output) == ("finished", 6, 7, "done")
     # The last request held every message but the answer; each was converted once, in order.

@@ -7,7 +7,9 @@ import re
 import pytest
 
 from agentloop import State
-from agentloop.engine import ROWS, TERMINAL
+from agentloop._cli.main import main
+from agentloop._core.build import table_for
+from agentloop.engine import ROWS, TERMINAL, Feature
 from agentloop.review import to_dot, to_mermaid
 from tests.support import ROOT
 
@@ -67,3 +69,41 @@ def test_dot_marks_terminal_states_and_internal_rows() -> None:
     dashed = [line for line in dot.splitlines() if 'style="dashed"' in line]
     assert len(dashed) == sum(row.dest is None for row in ROWS) == 8
     assert len([line for line in dot.splitlines() if " -> " in line]) == len(ROWS) + 1
+
+
+def test_one_configurations_table_is_drawn_with_its_features_rows_alone() -> None:
+    """features=: the basic rows and the named features', the states they join, a title."""
+    mermaid = to_mermaid(features=["output"])
+    assert mermaid.startswith('---\ntitle: "agentloop: basic, output"\n---\n')
+    assert "validate [output_retry]" in mermaid
+    assert "wrap_up" not in mermaid
+    assert "summarising" not in mermaid  # no context policy: a state no row joins
+    rows = table_for(frozenset({Feature.BASIC, Feature.OUTPUT})).rows
+    dot = to_dot(features=[Feature.OUTPUT])
+    assert len([line for line in dot.splitlines() if " -> " in line]) == len(rows) + 1
+    assert to_dot(features=list(Feature)) == to_dot()  # every feature: the whole table
+
+
+@pytest.mark.parametrize(
+    ("features", "error", "message"),
+    [
+        ("output", TypeError, "expected features to be an iterable of features"),
+        (["outputs"], ValueError, "expected features among 'basic', 'output'"),
+    ],
+)
+def test_features_that_are_no_features_are_refused(
+    features: object, error: type[Exception], message: str
+) -> None:
+    """A str, or a name no feature has, is refused naming the features there are."""
+    with pytest.raises(error, match=message):
+        to_mermaid(features=features)  # type: ignore[arg-type]
+
+
+def test_the_command_line_draws_one_configurations_table(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """agentloop diagram --features names them, comma-separated; a name no feature has fails."""
+    assert main(["diagram", "--features", "wrap_up, retry"]) == 0
+    assert capsys.readouterr().out == to_mermaid(features=["wrap_up", "retry"])
+    assert main(["diagram", "--features", "wrap-up"]) == 2
+    assert "--features expected names among basic, output" in capsys.readouterr().err

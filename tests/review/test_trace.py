@@ -111,9 +111,13 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
     )
     assert (
         "    dispatching --> dispatching: start_tool [batch_unreviewed]<br>start_tool (3x)"
-        "<br>tool_returned [batch_open] (1x)<br>approval_asked [nobody_asked]\n" in mermaid
+        "<br>tool_returned [batch_open] (1x)<br>approval_asked [review_denies]"
+        "<br>approval_asked [nobody_asked]\n" in mermaid
     )
-    assert "    dispatching --> awaiting_model: tool_returned (2x)\n" in mermaid
+    assert (
+        "    dispatching --> awaiting_model: tool_returned (2x)<br>approval_asked "
+        "[review_denies_all]\n" in mermaid
+    )
     assert (
         "    validating --> finished: validate [wrap_up_answered]<br>"
         "validate [reply_is_final] (1x)\n" in mermaid

@@ -1,8 +1,14 @@
-"""The run's state (``state.py``) and each feature's guards and effects, named by the table.
+"""Each feature's rows, with the guards and effects they name, one module a feature.
 
-``context.py`` (context policies), ``output.py`` (typed output, wrap-up, the
-loop guard), ``retry.py`` (retries and fallback models) and ``review.py``
-(policies and a person's decisions).
+``basic.py`` (every run's rows), ``output.py`` (typed output),
+``loopguard.py`` (``max_identical_calls``), ``wrapup.py``
+(``on_exhausted='answer'``), ``context.py`` (context policies), ``retry.py``
+(retries and fallback models) and ``review.py`` (policies and a person's
+decisions). Each guard and effect is a function of the run's state
+(``_core/state.py``), registered against its member (``_core/register.py``).
+A module's functions come first and its rows (``ROWS``) last, naming them, or
+the basic rows' own, imported: the rows of a feature import from ``basic.py``
+(and the wrap-up's from ``context.py``), and ``basic.py`` from none of them.
 """
 
 from __future__ import annotations

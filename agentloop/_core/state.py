@@ -1,0 +1,369 @@
+"""The run's state: one plain class, what every guard and effect reads and changes.
+
+``RunState`` holds one run's counters, reserved ids, history, batch and log,
+and the parts its configuration gave it; ``drafts.py`` has the transition
+being made. The guards and effects are functions of a ``RunState`` (``rows/``), the
+engine (``engine.py``) chooses and commits rows, and ``settle`` makes the
+state again from the log when an interruption lands half-way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from agentloop._core.context_policy import ContextPolicy
+from agentloop._core.drafts import Draft
+from agentloop._core.intake import NO_REPLY
+from agentloop._core.messages import History, ids_of, input_messages
+from agentloop._core.output_schema import OutputSchema
+from agentloop._core.retry_policy import checked_retry
+from agentloop._core.rows.context import init_context, rebuild_context
+from agentloop._core.rows.review import approvals
+from agentloop._core.rows.wrapup import WRAP_UP_BEGUN
+from agentloop._core.table import MODEL_ANSWERS, TERMINAL, Guard, State, Trigger
+from agentloop._core.values import Budget, CancelToken, NotJSON, RunResult, Transition, Usage
+from agentloop._errors import InvalidStateError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agentloop._core.batch import Batch
+    from agentloop._core.build import Row
+    from agentloop._core.context_policy import Seen
+    from agentloop._core.intake import Reply
+    from agentloop._core.retry_policy import RetryPolicy
+    from agentloop._core.rows.loopguard import CallIndex
+    from agentloop._core.window import Plan, Summary, Window
+
+__all__ = ["RunState"]
+
+_DEFAULT_BUDGET: Final = Budget()
+_NO_IDS: Final[frozenset[str]] = frozenset()
+_NO_USAGE: Final = Usage()
+_ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
+_SUMMARISE: Final = Trigger.SUMMARISE
+_REPLIED: Final = Trigger.MODEL_REPLIED
+
+
+class RunState:
+    """One run's counters, reserved ids, history, batch and log: what the rows read and change.
+
+    A plain class of plain attributes: the functions of ``rows/`` read and
+    set them. Only the engine holds one, and only the core touches it.
+    """
+
+    # The context policy's, set by rows/context.py's init_context: the policy, its window
+    # and the events read into it, the summary in force, the plan for the request about to
+    # be made, what the request outstanding was sent, and its messages when not the history.
+    policy: ContextPolicy | None
+    context: tuple[Window, list[int]] | None
+    summary: Summary | None
+    plan: tuple[int, Summary | None, Plan | str] | None
+    seen: Seen | None
+    view: bytearray | None
+
+    __slots__ = (
+        "applied",
+        "batch",
+        "budget",
+        "calls",
+        "calls_seen",
+        "cancelled",
+        "clock",
+        "context",
+        "draft",
+        "events",
+        "handed",
+        "history",
+        "input",
+        "input_ids",
+        "models",
+        "output",
+        "output_retries",
+        "outstanding",
+        "parent_run_id",
+        "plan",
+        "policy",
+        "rejected",
+        "reply",
+        "reserved",
+        "retry",
+        "reviews",
+        "run_id",
+        "seen",
+        "since",
+        "spent",
+        "state",
+        "steps",
+        "summary",
+        "tokens",
+        "view",
+        "wrapping",
+    )
+
+    def __init__(
+        self,
+        messages: str | list[dict[str, Any]],
+        budget: Budget,
+        cancel: CancelToken | None,
+        clock: Callable[[], float],
+        context: ContextPolicy | None,
+        retry: RetryPolicy | None,
+        models: tuple[str, ...],
+        output: OutputSchema | None,
+        run_id: str | None,
+        parent_run_id: str | None,
+    ) -> None:
+        # The engine's parts, in the order Engine takes them (it alone makes a RunState).
+        _check_parts(budget, cancel, clock, context, retry, models, output, run_id, parent_run_id)
+        encoded, input_ids = input_messages(messages)
+        self.input_ids = frozenset(input_ids) if input_ids else _NO_IDS
+        self.reserved = input_ids
+        self.input = tuple(encoded)
+        self.history = History(encoded)
+        self.budget = budget
+        # Without a token, nothing can cancel: ``bool()`` is False, and a C call.
+        self.cancelled: Callable[[], bool] = bool if cancel is None else cancel.check()
+        self.state = State.AWAITING_MODEL
+        #: Model callback invocations so far.
+        self.steps = 0
+        #: Accepted tool attempts so far.
+        self.calls = 0
+        # Tokens the model's replies reported so far (input plus output): spent.total.
+        self.tokens = 0
+        self.spent = _NO_USAGE  # what the replies reported, summed
+        # Times are read, never slept on: a clock is the only outside thing the engine reads.
+        self.clock = clock
+        # When the model was asked, and when each running call was handed out.
+        self.since: dict[str | None, float] = {}
+        self.events: list[Transition] = []
+        # The calls handed out since the last transition: the next one records them.
+        self.handed: list[str] = []
+        self.applied = 0  # events whose effects on the state are done
+        self.outstanding: Trigger | None = None
+        self.rejected: object = None
+        self.reply: Reply = NO_REPLY  # the reply in hand
+        self.batch: Batch | None = None  # the accepted batch in hand
+        self.draft = Draft(None)  # the transition being made
+        self.reviews = False  # whether the driver reviews each batch (ReviewCalls)
+        init_context(self, context, encoded)  # policy, context, summary, plan, seen, view
+        # Resilience (retry=, fallback models): off unless the Loop sets them.
+        self.retry = retry
+        self.models = models
+        #: The run this one continues (``Loop.continue_run``), by id.
+        self.parent_run_id = parent_run_id
+        #: This run's id, when it is durable (a ledger's or DBOS's): its result says it.
+        self.run_id = run_id
+        #: The schema a final answer must match (``Loop(output=T)``), if any.
+        self.output = output
+        #: Invalid final answers sent back to the model so far.
+        self.output_retries = 0
+        #: The budget that ran out, once the run wraps up (``on_exhausted='answer'``).
+        self.wrapping: str | None = None
+        self.calls_seen: CallIndex | None = None  # the loop guard's, made when first asked
+
+    def commit(
+        self,
+        row: Row,
+        draft: Draft,
+        sink: Callable[[Transition, NotJSON | None], object] | None,
+    ) -> Transition:
+        """Commit the chosen row: its event, offered to ``sink`` first, then appended.
+
+        Appending the event to the log is the commit: ``settle`` makes the
+        rest (the state, the history, the counters) again from the log. If
+        ``sink`` raises, nothing is committed and the row's effects are undone.
+        """
+        dest, (call_id, tool), since = row.dest, draft.named, draft.since
+        assert dest is not None, "a recorded row moves"
+        at = self.clock()
+        transition = Transition(
+            source=row.source,
+            dest=dest,
+            trigger=row.trigger,
+            guard=row.guard,
+            steps=self.steps,
+            calls=self.calls,
+            call_id=call_id,
+            tool=tool,
+            result_status=draft.status,
+            reason=draft.reason,
+            error=draft.error,
+            exception=draft.exception,
+            appended_json=draft.appended,
+            usage=draft.usage,
+            at=at,
+            took=None if since is None else at - since,
+            pending=draft.pending,
+            decisions=draft.decisions,
+            started=tuple(self.handed),
+            input_json=draft.input_json,
+            # The events that answer a model (or summariser) record what it was sent.
+            context=self.seen if row.trigger in MODEL_ANSWERS else None,
+            wait=draft.wait,
+            model=draft.model,
+            partial_text=draft.partial_text,
+        )
+        if sink is not None:
+            reply = self.reply.value if row.trigger is _REPLIED else None
+            try:
+                sink(transition, reply if type(reply) is NotJSON else None)
+            except BaseException:
+                self.settle()  # not committed: the row's effects are undone
+                raise
+        self.events.append(transition)  # the commit
+        self.handed.clear()
+        appended, usage = draft.appended, draft.usage
+        if appended:
+            self.history.extend(appended)
+        if usage is not None:
+            self.spent = spent = Usage(*(a + b for a, b in zip(self.spent, usage, strict=True)))
+            self.tokens = spent.total
+        self.state = dest
+        batch = self.batch
+        self.outstanding = _START_TOOL if batch is not None and batch.running else None
+        self.applied += 1
+        return transition
+
+    def result(self) -> RunResult:
+        """The run's result: once it is done, or while it waits for a person's decisions."""
+        run = self
+        state = run.state
+        if state not in TERMINAL and state is not State.AWAITING_APPROVAL:
+            raise InvalidStateError(
+                f"result() needs a finished run, but the run is still in state "
+                f"{state.value!r}; step it until it is done",
+                state=state,
+            )
+        last = run.events[-1]
+        output = None
+        if last.dest is State.FINISHED:
+            final, reply = last.appended_json[-1], run.reply
+            # The reply in hand is the decoded copy of the final it appended: no decoding again.
+            output = (reply.value if final is reply.json else orjson.loads(final))["text"]
+            if run.output is not None:  # typed: converted as tool arguments are
+                output = run.output.value(output)
+        return RunResult(
+            status=state,
+            output=output,
+            steps=run.steps,
+            calls=run.calls,
+            budget=run.budget,
+            reason=last.reason,
+            error=last.error,
+            events=tuple(run.events),
+            transcript_json=run.history.to_json(),
+            rejected_value=run.rejected,
+            usage=run.spent,
+            held_json=run.reply.json if state is State.AWAITING_APPROVAL else None,
+            context=run.policy,
+            parent_run_id=run.parent_run_id,
+            output_schema_json=None if run.output is None else run.output.schema_json,
+            run_id=run.run_id,
+        )
+
+    def settle(self) -> None:
+        """Make the state, counters, ids, history and batch again from the log of events.
+
+        Only an interruption, or a record sink that refused a transition, needs
+        this (and pays for it): what landed between an effect and the commit
+        is undone, what landed after the commit completed. Steps are the last
+        event's, plus the one an outstanding model request has spent.
+        """
+        events = self.events
+        if self.applied != len(events):  # the last event was committed: its request is answered
+            self.outstanding = None
+        history = History(list(self.input))
+        for event in events:
+            history.extend(event.appended_json)
+        self.history, self.applied = history, len(events)
+        last = events[-1] if events else None
+        self.state = last.dest if last else State.AWAITING_MODEL
+        self.calls = last.calls if last else 0
+        reported = [event.usage for event in events if event.usage is not None]
+        self.spent = Usage(*map(sum, zip(*reported, strict=True))) if reported else _NO_USAGE
+        self.tokens = self.spent.total
+        self.reserved = set(self.input_ids) | _appended_ids(events)
+        batch = self.batch
+        if self.state is State.DISPATCHING and batch is not None:
+            # The batch in hand was accepted: keep only the results its events committed.
+            self.reserved.update(call_id for call_id, _ in batch.calls)
+            accepted = max(i for i, event in enumerate(events) if event.source is State.VALIDATING)
+            answered = {event.call_id for event in events[accepted + 1 :]} | {
+                call_id
+                for event in events[accepted + 1 :]
+                for call_id, decision in event.decisions
+                if not decision.allowed
+            }
+            ids = [call_id for call_id, _ in batch.calls]
+            batch.results = {i: r for i, r in batch.results.items() if ids[i] in answered}
+            batch.running = {ids[i]: i for i in range(batch.started) if ids[i] not in answered}
+            self.outstanding = _START_TOOL if batch.running else None
+            # Handed out and in no event yet: the next event records them.
+            recorded = {call_id for event in events[accepted + 1 :] for call_id in event.started}
+            self.handed = [call_id for call_id in batch.running if call_id not in recorded]
+        else:
+            self.handed = []
+        if self.state in (State.DISPATCHING, State.AWAITING_APPROVAL) and batch is not None:
+            batch.pending, batch.decided = approvals(events)
+        self.steps = (last.steps if last else 0) + (
+            self.outstanding is _ASK_MODEL or self.outstanding is _SUMMARISE
+        )
+        if self.policy is not None:
+            rebuild_context(self)
+        self.rejected = None  # only a terminal row rejects a reply
+        self.output_retries = sum(event.guard is Guard.OUTPUT_RETRY for event in events)
+        self.calls_seen = None  # read again from the record when next asked
+        self.wrapping = next(
+            (event.reason for event in events if event.guard in WRAP_UP_BEGUN), None
+        )
+
+
+def _appended_ids(events: list[Transition]) -> set[str]:
+    """The ids of every call the events appended: what settle() reserves again."""
+    return {
+        call_id
+        for event in events
+        for data in event.appended_json
+        for call_id in ids_of(orjson.loads(data))
+    }
+
+
+def _check_parts(
+    budget: object,
+    cancel: object,
+    clock: object,
+    context: object,
+    retry: object,
+    models: object,
+    output: object,
+    run_id: object,
+    parent_run_id: object,
+) -> None:
+    """``TypeError`` naming an engine part of the wrong kind (a Loop passes checked ones)."""
+    if context is not None and type(context) is not ContextPolicy:
+        raise TypeError(
+            "expected context to be a policy of agentloop.context (keep_last(tokens=...) "
+            f"or summarise(model, tokens=...)) or None, got {type(context).__name__}"
+        )
+    if type(budget) is not Budget:
+        raise TypeError(f"expected budget to be a Budget, got {type(budget).__name__}")
+    if cancel is not None and type(cancel) is not CancelToken:
+        raise TypeError(f"expected cancel to be a CancelToken or None, got {type(cancel).__name__}")
+    if not callable(clock):
+        raise TypeError(f"expected clock to be a callable returning seconds, got {clock!r:.80}")
+    checked_retry(retry)
+    if type(models) is not tuple or not all(type(name) is str for name in models):
+        raise TypeError(
+            f"expected models to be a tuple of the fallback models' names (str), got {models!r:.80}"
+        )
+    if output is not None and not isinstance(output, OutputSchema):
+        raise TypeError(
+            "expected output to be an OutputSchema (a Loop's: loop.output) or None, "
+            f"got {output!r:.80}"
+        )
+    for name, value in (("run_id", run_id), ("parent_run_id", parent_run_id)):
+        if value is not None and type(value) is not str:
+            raise TypeError(f"expected {name} to be a str or None, got {type(value).__name__}")
