@@ -32,7 +32,7 @@ from agentloop import Loop, State, ToolRegistry, allow, deny
 from agentloop import mcp as amcp
 from agentloop.engine import PreparedCall
 from agentloop.ledger import SQLiteLedger
-from agentloop.providers import _openai_request, anthropic, openai
+from agentloop.providers import _openai_request, anthropic
 from agentloop.streaming import ToolProgress
 from agentloop.testing import ScriptedModel, batch, call, final, strategies
 from tests.support import SUPPORT
