@@ -1,9 +1,10 @@
 """Message shapes: the reply, the input history, tool results, and the history buffer.
 
 The history is one ``orjson`` byte buffer: handing the model a fresh copy of
-it on every step is a single ``orjson.loads`` call, about 3x faster than a
-recursive Python copier and 10x faster than ``copy.deepcopy`` (see
-``make bench``). Every message enters it already encoded by ``to_json``.
+it on every step is a few ``orjson.loads`` calls (one a ``CHUNK`` of JSON),
+about 3x faster than a recursive Python copier and 10x faster than
+``copy.deepcopy`` (see ``make bench``). Every message enters it already
+encoded by ``to_json``.
 """
 
 from __future__ import annotations
@@ -348,7 +349,7 @@ class History:
 
     ``copy()`` decodes a fresh, independent list: what the caller or the model
     does to it never reaches the record. ``extend`` is one slice assignment, so
-    a transition's messages enter together or not at all. ``ends`` says where
+    a transition's messages enter together or not at all. It keeps where
     each message ends (the comma or bracket after it), so a message, or a run
     of them, is read without decoding the rest. ``cache`` is the run's own
     place for what the built-in adapters make of its messages (``Messages``):
