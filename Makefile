@@ -101,10 +101,13 @@ lock: $(UV) ## Refresh uv.lock to the newest releases pyproject.toml allows (the
 	$(UV) lock --upgrade
 
 .PHONY: check
-check: $(LINT) ## ruff check, ruff format --check, mypy --strict and lint-imports (the layers)
+# pyright checks tests/typing ([tool.pyright]) with the Node.js its nodejs extra brings;
+# PYRIGHT_PYTHON_IGNORE_WARNINGS: it asks no index for a newer version of itself.
+check: $(LINT) ## ruff check, ruff format --check, mypy --strict, pyright (tests/typing) and lint-imports (the layers)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(BIN)/pyright
 	$(BIN)/lint-imports
 
 .PHONY: docs

@@ -13,10 +13,9 @@ the run's ``failed`` error.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from agentloop._core.table import State
+# The one name from above: an InvalidStateError names the State it met, and typing.get_type_hints
+# reads its signature here. terms.py is a leaf (it imports only enum), so there is no cycle.
+from agentloop._core.terms import State
 
 __all__ = [
     "AgentloopError",

@@ -15,8 +15,6 @@ the newest turn cannot fit, the run ends ``exhausted`` with reason
 
 from __future__ import annotations
 
-import typing as _typing
-
 from agentloop._core.context_policy import (
     SUMMARY_PROMPT,
     ContextPolicy,
@@ -24,13 +22,11 @@ from agentloop._core.context_policy import (
     Seen,
     Summarise,
     approx_tokens,
+    keep_last,
+    summarise,
     tiktoken_tokens,
 )
 from agentloop._names import publish as _publish
-
-if _typing.TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any
 
 __all__ = [
     "SUMMARY_PROMPT",
@@ -43,50 +39,6 @@ __all__ = [
     "summarise",
     "tiktoken_tokens",
 ]
-
-
-def keep_last(*, tokens: int, counter: Counter = approx_tokens) -> ContextPolicy:
-    """Send the head, the system messages and the newest whole turns that fit ``tokens``.
-
-    The oldest turns are left out of the request (never out of the record).
-    ``counter`` counts a message's tokens from its JSON: ``approx_tokens`` (the
-    default, no download) or ``tiktoken_tokens('o200k_base')`` (the extra).
-    """
-    return ContextPolicy(tokens=tokens, counter=counter)
-
-
-def summarise(
-    model: Callable[..., Any],
-    *,
-    tokens: int,
-    keep_tokens: int | None = None,
-    counter: Counter = approx_tokens,
-) -> ContextPolicy:
-    """Like ``keep_last``, but the turns left out are first folded into one summary.
-
-    ``model`` is a model callback (the Loop's own will do): it is called with a
-    system message (``SUMMARY_PROMPT``) and a user message holding the summary so
-    far and the turns to fold, and answers a final answer, whose text is the
-    summary. Each summary is a step (under ``max_steps``; its usage counts
-    toward ``max_total_tokens``). A fold leaves at most ``keep_tokens`` of the
-    newest turns (half of ``tokens`` unless told), so that it is not needed at
-    every step.
-    """
-    if not callable(model):
-        raise TypeError(
-            f"expected model to be a model callback that writes the summary, "
-            f"got {type(model).__name__}"
-        )
-    if keep_tokens is None:
-        keep_tokens = tokens // 2 if type(tokens) is int else 0
-    if type(keep_tokens) is not int or keep_tokens < 0:
-        raise ValueError(f"expected keep_tokens to be a non-negative int, got {keep_tokens!r:.40}")
-    if type(tokens) is int and keep_tokens >= tokens:  # (tokens itself: ContextPolicy checks)
-        raise ValueError(
-            f"expected keep_tokens to be less than tokens={tokens}, got {keep_tokens}: a fold "
-            "that keeps as much as a request holds would have to fold again at every step"
-        )
-    return ContextPolicy(tokens=tokens, counter=counter, summariser=model, keep_tokens=keep_tokens)
 
 
 _publish(__name__, globals(), ["keep_last", "summarise", "ContextPolicy", "Seen", "Summarise"])

@@ -10,6 +10,7 @@ arguments) ties a decision to exactly the call that was shown.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, NamedTuple
 
 import attrs
@@ -17,7 +18,16 @@ import orjson
 
 from agentloop._core.json import kept
 
-__all__ = ["Decision", "PendingCall", "allow", "approve", "ask", "call_fingerprint", "deny"]
+__all__ = [
+    "Decision",
+    "PendingCall",
+    "Policy",
+    "allow",
+    "approve",
+    "ask",
+    "call_fingerprint",
+    "deny",
+]
 
 
 def _shown(value: object) -> str:
@@ -175,3 +185,9 @@ class PendingCall(NamedTuple):
             f"PendingCall(call_id={self.call_id!r}, name={self.name!r}, "
             f"arguments={self.arguments!r}, reason={self.reason!r})"
         )
+
+
+#: A permission policy: sees a copy of the call, answers (or, ``async``, awaits) a ``Decision``.
+#: Here, beside ``Decision``, so that a ``Tool`` can name it (``agentloop._tools.policy``
+#: imports ``Tool``).
+Policy = Callable[[dict[str, Any]], Decision | Awaitable[Decision]]

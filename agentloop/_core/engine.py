@@ -12,10 +12,13 @@ in by ``intake.py``; what a transition is making is a fresh ``Draft``.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
-from agentloop._core.build import features_of, table_for
+from agentloop._core.approval import Decision, PendingCall
+from agentloop._core.build import Row, Table, features_of, table_for
 from agentloop._core.checks import answering, checked_decisions, checked_review, refused
+from agentloop._core.context_policy import ContextPolicy, Summarise
 from agentloop._core.drafts import (
     Draft,
     exception_draft,
@@ -26,6 +29,8 @@ from agentloop._core.drafts import (
     summary_draft,
 )
 from agentloop._core.intake import raised_outcome, take_outcome
+from agentloop._core.output_schema import OutputSchema
+from agentloop._core.retry_policy import RetryPolicy
 from agentloop._core.rows.retry import ASK_POLICY, Ask, model_index
 from agentloop._core.state import RunState
 from agentloop._core.table import (
@@ -40,6 +45,7 @@ from agentloop._core.values import (
     AskModel,
     AwaitApproval,
     Budget,
+    CancelToken,
     NotJSON,
     ReviewCalls,
     RunResult,
@@ -49,16 +55,6 @@ from agentloop._core.values import (
     Wait,
 )
 from agentloop._errors import InvalidStateError
-
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-
-    from agentloop._core.approval import Decision, PendingCall
-    from agentloop._core.build import Row, Table
-    from agentloop._core.context_policy import ContextPolicy, Summarise
-    from agentloop._core.output_schema import OutputSchema
-    from agentloop._core.retry_policy import RetryPolicy
-    from agentloop._core.values import CancelToken
 
 __all__ = ["Engine"]
 

@@ -7,17 +7,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import orjson
 
+from agentloop._core.approval import Decision, PendingCall
+from agentloop._core.cancel import CancelToken
 from agentloop._core.messages import History
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from agentloop._core.approval import Decision, PendingCall
-    from agentloop._core.values import CancelToken
 
 __all__ = ["AskModel", "AwaitApproval", "Messages", "ReviewCalls", "RunTool", "Wait"]
 

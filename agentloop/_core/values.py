@@ -13,21 +13,19 @@ anyone else. This module is data only: saving and loading runs lives in
 from __future__ import annotations
 
 import copy
-import threading
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import Any, Final, Generic, NamedTuple
 
 import attrs
 import orjson
+from typing_extensions import TypeVar
 
+from agentloop._core.approval import Decision, PendingCall
+from agentloop._core.cancel import CancelToken
+from agentloop._core.context_policy import ContextPolicy, Seen
 from agentloop._core.json import describe, unfenced
 from agentloop._core.requests import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from agentloop._core.approval import Decision, PendingCall
-    from agentloop._core.context_policy import ContextPolicy, Seen
-    from agentloop._core.table import Guard, State, Trigger
+from agentloop._core.table import Guard, State, Trigger
+from agentloop._errors import InvalidStateError
 
 __all__ = [
     "AskModel",
@@ -35,6 +33,7 @@ __all__ = [
     "Budget",
     "CancelToken",
     "NotJSON",
+    "OutputT",
     "RecordedException",
     "ReviewCalls",
     "RunResult",
@@ -43,6 +42,12 @@ __all__ = [
     "Usage",
     "Wait",
 ]
+
+#: What a run's output is: ``RunResult[OutputT]``, and ``Loop``'s, ``Run``'s and
+#: ``AsyncRun``'s parameter. Covariant: a ``RunResult[City]`` is a ``RunResult[object]``.
+#: ``Any`` by default: ``RunResult`` alone in an annotation (a loaded run's) is
+#: ``RunResult[Any]``, as it was before these classes took a parameter.
+OutputT = TypeVar("OutputT", covariant=True, default=Any)
 
 #: The largest budget a run file can record (JSON integers are kept within 64 bits).
 MAX_BUDGET: Final = 2**63 - 1
@@ -129,51 +134,6 @@ class Usage(NamedTuple):
     def total(self) -> int:
         """``input_tokens + output_tokens``."""
         return self.input_tokens + self.output_tokens
-
-
-class CancelToken:
-    """A flag a caller sets to stop a run at its next checkpoint.
-
-    ``cancel()`` is safe from any thread; the run checks ``cancelled`` before
-    asking the model, right after its reply, and right before a tool runs.
-    The asyncio driver also interrupts an awaited model or tool as soon as
-    ``cancel()`` is called (it is woken through ``on_cancel``).
-    """
-
-    __slots__ = ("_flag", "_waiters")
-
-    def __init__(self) -> None:
-        # The flag is a lock, held once cancelled: ``acquire(False)`` sets it from any
-        # thread (again is a no-op) and ``locked()`` reads it, both C calls. Nothing ever
-        # waits on it; a threading.Event (a Condition around a lock) costs far more to make,
-        # and most runs make a token.
-        self._flag = threading.Lock()
-        self._waiters: list[Any] = []
-
-    def cancel(self) -> None:
-        """Request cancellation. Idempotent."""
-        self._flag.acquire(False)
-        for wake in list(self._waiters):
-            wake()
-
-    @property
-    def cancelled(self) -> bool:
-        """Whether cancellation has been requested."""
-        return self._flag.locked()
-
-    def check(self) -> Callable[[], bool]:
-        """A function answering ``cancelled``: what the engine calls at each checkpoint."""
-        return self._flag.locked
-
-    def on_cancel(self, wake: Any) -> Any:
-        """Call ``wake()`` (from the cancelling thread) once cancelled; returns an undo."""
-        self._waiters.append(wake)
-        if self._flag.locked():
-            wake()
-        return lambda: self._waiters.remove(wake) if wake in self._waiters else None
-
-    def __repr__(self) -> str:
-        return f"CancelToken(cancelled={self.cancelled})"
 
 
 class RecordedException(Exception):
@@ -332,9 +292,14 @@ class Transition(NamedTuple):
         return f"Transition({fields})"
 
 
-class RunResult(NamedTuple):
+class RunResult(NamedTuple, Generic[OutputT]):
     """How a run ended: an immutable record. Every collection it hands out is a fresh copy.
 
+    Generic in its output: ``Loop(model, output=City).run(...)`` is a
+    ``RunResult[City]``, whose ``output`` is a ``City | None`` (``None`` unless
+    the run finished) and whose ``require_output()`` is a ``City``. A run of a
+    ``Loop`` without ``output=`` is a ``RunResult[str]``; a loaded run file's is
+    a ``RunResult[Any]`` (its output is the decoded JSON).
     Save and open it with ``agentloop.review.save_run`` / ``agentloop.review.load_run``
     (``run_to_json`` / ``run_from_json`` for text).
     """
@@ -343,8 +308,9 @@ class RunResult(NamedTuple):
     #: ``awaiting_approval`` for a run that waits for a person (see ``pending``).
     status: State
     #: The final answer's text, when the run finished; with ``Loop(output=T)``, the
-    #: answer as a ``T`` (a loaded run's: the decoded JSON).
-    output: Any
+    #: answer as a ``T`` (a loaded run's: the decoded JSON). ``None`` for a run that did
+    #: not finish: ``require_output()`` says why there is none.
+    output: OutputT | None
     steps: int
     calls: int
     budget: Budget
@@ -372,6 +338,28 @@ class RunResult(NamedTuple):
     #: The run's id, for a durable run (a ledger's, or DBOS's workflow id); else ``None``.
     run_id: str | None = None
 
+    def require_output(self) -> OutputT:
+        """The output of a run that finished; ``InvalidStateError`` for any other run.
+
+        The error names the run's status and why it has no output: the budget
+        that ran out, the error it failed with, or the calls it awaits a
+        decision on. A typed output that may itself be ``None`` is returned.
+        """
+        status = self.status
+        if status == "finished":
+            return self.output  # type: ignore[return-value]  # a finished run's is its O
+        if status == "awaiting_approval":
+            ids = [call.call_id for call in self.pending]
+            why = f": calls {ids} await a decision (decide them, then finish the run)"
+        elif self.reason is not None or self.error is not None:
+            why = f": {self.reason or self.error}"
+        else:
+            why = ""
+        raise InvalidStateError(
+            f"expected a finished run's output, got a run that is {status.value!r}{why}",
+            state=status,
+        )
+
     @property
     def output_text(self) -> str | None:
         """The final answer's text, when the run finished; with ``Loop(output=T)``, its JSON.
@@ -381,7 +369,7 @@ class RunResult(NamedTuple):
         it. The transcript keeps the final as the model wrote it.
         """
         if self.output_schema_json is None:
-            return self.output  # type: ignore[no-any-return]
+            return self.output  # type: ignore[return-value]  # without a schema: the text
         if self.output is None or self.status != "finished":
             return None
         return unfenced(orjson.loads(self.transcript_json)[-1]["text"])

@@ -6,20 +6,16 @@ and the worker that recovers it takes the decisions.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from dbos import DBOS
+from dbos import DBOS, DBOSClient
 
 from agentloop._core.approval import Decision, PendingCall
 from agentloop._core.batch import check_decisions
+from agentloop._core.engine import Engine
 from agentloop._core.table import State
 from agentloop._core.values import CancelToken, Transition
 from agentloop._errors import InvalidStateError
-
-if TYPE_CHECKING:
-    from dbos import DBOSClient
-
-    from agentloop._core.engine import Engine
 
 __all__ = ["APPROVAL_TOPIC", "PENDING_EVENT", "decide", "pending", "wait_for_decisions"]
 

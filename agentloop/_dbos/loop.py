@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import functools
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Generic
 from uuid import uuid4
 
-from dbos import DBOS, SetWorkflowID
+from dbos import DBOS, DBOSClient, EnqueueOptions, Queue, SetWorkflowID, WorkflowHandle
 
 from agentloop._core.approval import Decision
 from agentloop._core.context_policy import Summarise
@@ -22,6 +22,7 @@ from agentloop._core.rows.retry import retries
 from agentloop._core.values import (
     AskModel,
     CancelToken,
+    OutputT,
     RecordedException,
     ReviewCalls,
     RunResult,
@@ -35,6 +36,7 @@ from agentloop._dbos.decisions import (
 )
 from agentloop._dbos.steps import StepRunner
 from agentloop._dbos.work import StepWork, batch_started, recorded_verdict
+from agentloop._drivers.callbacks import Listener
 from agentloop._drivers.transition import LOG, drain, log, pump
 from agentloop._durable.bodies import recorded_answer, recorded_outcome
 from agentloop._durable.journal import fingerprint, idempotent_tools
@@ -43,11 +45,6 @@ from agentloop._errors import AgentloopError
 from agentloop._loop.engines import plain_engine
 from agentloop._loop.loop import Loop
 from agentloop._tools.registry import reviewing
-
-if TYPE_CHECKING:
-    from dbos import DBOSClient, EnqueueOptions, Queue, WorkflowHandle
-
-    from agentloop._drivers.callbacks import Listener
 
 __all__ = ["STEPS", "DBOSLoop"]
 
@@ -67,8 +64,11 @@ _REVIEW: Final[Any] = {"name": STEPS[3]}
 _LOOPS: dict[str, DBOSLoop] = {}
 
 
-class DBOSLoop:
+class DBOSLoop(Generic[OutputT]):
     """A ``Loop`` whose runs are DBOS workflows: durable, queueable, recovered by any worker.
+
+    Generic in its output as its ``Loop`` is: ``DBOSLoop(Loop(model, output=City),
+    name=...)`` is a ``DBOSLoop[City]``, whose runs' results are ``RunResult[City]``.
 
     ``name`` identifies the loop across processes: every worker that may
     serve its runs (or recover them) makes a ``DBOSLoop`` of that name with
@@ -83,7 +83,7 @@ class DBOSLoop:
     ``Run`` does): after a recovery, the replayed transitions too.
     """
 
-    def __init__(self, loop: Loop, *, name: str) -> None:
+    def __init__(self, loop: Loop[OutputT], *, name: str) -> None:
         if not isinstance(loop, Loop):
             raise TypeError(f"expected loop to be an agentloop.Loop, got {type(loop).__name__}")
         if type(name) is not str or not name:
@@ -112,7 +112,7 @@ class DBOSLoop:
 
     def start(
         self, messages: str | list[dict[str, Any]], *, run_id: str | None = None
-    ) -> WorkflowHandle[RunResult]:
+    ) -> WorkflowHandle[RunResult[OutputT]]:
         """Start a run in this process (a DBOS workflow with id ``run_id``); its handle.
 
         Bad input raises here, before anything is recorded. ``run_id`` is made
@@ -123,13 +123,15 @@ class DBOSLoop:
         with SetWorkflowID(run_id):
             return DBOS.start_workflow(_run, self.name, history, self._fingerprint)
 
-    def run(self, messages: str | list[dict[str, Any]], *, run_id: str | None = None) -> RunResult:
+    def run(
+        self, messages: str | list[dict[str, Any]], *, run_id: str | None = None
+    ) -> RunResult[OutputT]:
         """Start a run and wait for its result."""
         return self.start(messages, run_id=run_id).get_result()
 
     def enqueue(
         self, queue: Queue, messages: str | list[dict[str, Any]], *, run_id: str | None = None
-    ) -> WorkflowHandle[RunResult]:
+    ) -> WorkflowHandle[RunResult[OutputT]]:
         """Put a run on a DBOS ``Queue``: a worker process serving that queue drives it."""
         run_id, history = self._checked(messages, run_id)
         with SetWorkflowID(run_id):
@@ -142,7 +144,7 @@ class DBOSLoop:
         messages: str | list[dict[str, Any]],
         *,
         run_id: str | None = None,
-    ) -> WorkflowHandle[RunResult]:
+    ) -> WorkflowHandle[RunResult[OutputT]]:
         """Enqueue a run through a ``DBOSClient``: from a process that does not launch DBOS."""
         run_id, history = self._checked(messages, run_id)
         options: EnqueueOptions = {

@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import sqlalchemy as sa
-from dbos import DBOS, SetWorkflowID
+from dbos import DBOS, DBOSClient, EnqueueOptions, SetWorkflowID
 from dbos._dbos import _get_dbos_instance
 from dbos._error import DBOSNonExistentWorkflowError
 from dbos._utils import INTERNAL_QUEUE_NAME
 
 from agentloop._dbos.decisions import APPROVAL_TOPIC
-
-if TYPE_CHECKING:
-    from dbos import DBOSClient, EnqueueOptions
 
 __all__ = ["cancel_requested", "cancel_run", "workflow_exists"]
 

@@ -3,21 +3,18 @@
 ``astep()`` is ``Run.step()`` with awaits, so every rule of the contract
 holds word for word. What only asyncio has:
 
-* A plain (non-``async``) model or tool is called directly on the event loop:
-  it blocks the loop while it runs. ``Loop(..., to_thread=True)`` runs plain
-  callables in a worker thread instead (``asyncio.to_thread``).
-* Cancelling the task that awaits ``astep()`` ends the run ``cancelled`` and
-  lets ``CancelledError`` propagate; ``token.cancel()`` interrupts an awaited
-  model or tool the same way, without cancelling the task. While the model is
-  awaited, the step counts and nothing is appended; while a tool is awaited,
-  its coroutine is cancelled too and the call is recorded with a
-  ``cancelled`` result, so no call is left unpaired. (A plain tool in a
-  worker thread cannot be stopped: its thread finishes, and its result is
-  discarded.)
-* Timeouts: a model that does not answer within ``model_timeout`` seconds is a
-  failed step; a tool that does not finish within ``tool_timeout`` gets an
-  ``error`` result and the loop goes on. They can only interrupt an await, so
-  they bite on async callables and on ``to_thread`` ones.
+* A plain (non-``async``) model or tool is called directly on the event loop: it blocks the
+  loop while it runs. ``Loop(..., to_thread=True)`` runs plain callables in a worker thread
+  instead (``asyncio.to_thread``).
+* Cancelling the task that awaits ``astep()`` ends the run ``cancelled`` and lets
+  ``CancelledError`` propagate; ``token.cancel()`` interrupts an awaited model or tool the same
+  way, without cancelling the task. While the model is awaited, the step counts and nothing is
+  appended; while a tool is awaited, its coroutine is cancelled too and the call is recorded
+  with a ``cancelled`` result, so no call is left unpaired. (A plain tool in a worker thread
+  cannot be stopped: its thread finishes, and its result is discarded.)
+* Timeouts: a model that does not answer within ``model_timeout`` seconds is a failed step; a
+  tool that does not finish within ``tool_timeout`` gets an ``error`` result and the loop goes
+  on. They can only interrupt an await, so they bite on async callables and ``to_thread`` ones.
 * ``max_concurrency`` > 1 runs up to that many calls of a batch at once, each
   in its own task. Calls start in emission order (each passing the cancel
   checkpoint), each completion is one ``astep()``, in completion order, and
@@ -34,15 +31,29 @@ import asyncio
 import functools
 import inspect
 import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agentloop._core.approval import Decision
 from agentloop._core.context_policy import Summarise
+from agentloop._core.engine import Engine
 from agentloop._core.json import exception_said
 from agentloop._core.table import TERMINAL, State
-from agentloop._core.values import AskModel, ReviewCalls, RunTool, Wait
+from agentloop._core.values import (
+    AskModel,
+    CancelToken,
+    OutputT,
+    ReviewCalls,
+    RunResult,
+    RunTool,
+    Transition,
+    Wait,
+)
 from agentloop._drivers.callbacks import (
     CapturedInterrupt,
+    Listener,
+    Model,
     TokenCancelled,
     capture_interrupt,
     given_history,
@@ -51,27 +62,16 @@ from agentloop._drivers.callbacks import (
     within,
 )
 from agentloop._drivers.concurrent import ConcurrentBatch
-from agentloop._drivers.deltas import Discard, ListenerFailed, Partial
-from agentloop._drivers.progress import areporting
-from agentloop._drivers.streams import apull, in_time, is_stream
-from agentloop._drivers.transition import LOG, RunView, Streaming, log, one_transition
+from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
+from agentloop._drivers.progress import ToolProgress, areporting
+from agentloop._drivers.streams import apull, current_while_aread, in_time, is_stream
+from agentloop._drivers.transition import LOG, Request, RunView, Streaming, log, one_transition
 from agentloop._drivers.waits import await_wait
-
-if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-
-    from agentloop._core.approval import Decision
-    from agentloop._core.engine import Engine
-    from agentloop._core.values import CancelToken, RunResult, Transition
-    from agentloop._drivers.callbacks import Listener, Model
-    from agentloop._drivers.deltas import Delta
-    from agentloop._drivers.progress import ToolProgress
-    from agentloop._drivers.transition import Request
 
 __all__ = ["AsyncRun"]
 
 
-class AsyncRun(RunView):
+class AsyncRun(RunView[OutputT]):
     """One run under asyncio, driven one transition at a time by ``astep()``."""
 
     def __init__(
@@ -119,7 +119,8 @@ class AsyncRun(RunView):
         """
         if not callable(listener):
             raise TypeError(f"expected a callable listener, got {type(listener).__name__}")
-        self._listeners.append((listener, is_async(listener)))
+        followed = self._following(listener)
+        self._listeners.append((followed, is_async(followed)))
 
     def _plain_listeners(self) -> list[Listener]:
         # An interrupted task cannot be relied on to await anything more.
@@ -133,7 +134,7 @@ class AsyncRun(RunView):
                 return
             yield transition
 
-    async def afinish(self) -> RunResult:
+    async def afinish(self) -> RunResult[OutputT]:
         """``finish()`` under asyncio: step until done (or awaiting approval), return the result.
 
         As ``finish()``, it holds the run for the whole loop: no other task
@@ -205,22 +206,33 @@ class AsyncRun(RunView):
                     and engine.state is State.DISPATCHING
                     and (batch.tasks or engine.unstarted > 1)
                 ):  # calls to run at once; a lone call is awaited in place, as with 1
-                    transition = await batch.step(self._reviewed, self._tool)
+                    transition = await batch.step(self._reviewed, self._tool, self._around)
                 else:  # the one transition, each request awaited (transition.pump, with awaits)
+                    around = self._around
                     steps = one_transition(engine)
                     try:
                         need = steps.send(None)
                         while True:
                             try:
-                                answer = await self._perform(need)
+                                scope = None if around is None else around(need)
+                                if scope is None:
+                                    answer = await self._perform(need)
+                                else:  # a tracing listener's span, current while it runs
+                                    with scope:
+                                        answer = await self._perform(need)
                                 if type(answer) is Streaming:
                                     reading: AsyncGenerator[Delta, None] = answer.deltas  # type: ignore[assignment]
+                                    pulled = (
+                                        reading
+                                        if scope is None
+                                        else current_while_aread(reading, scope)
+                                    )
                                     try:
                                         if hand_on:
-                                            async for delta in reading:
+                                            async for delta in pulled:
                                                 yield delta
                                         else:  # drained here: the delta listeners heard each
-                                            async for _ in reading:
+                                            async for _ in pulled:
                                                 pass
                                     finally:
                                         await reading.aclose()
@@ -297,12 +309,10 @@ class AsyncRun(RunView):
         answer, within ``model_timeout``: a reply, or a stream left unread.
         """
         model: Callable[..., object]
-        history: Any
         if isinstance(need, Summarise):
             model, options, history = need.model, {}, need.history
         else:
-            model, options = self._model, need.options
-            history = given_history(model, need)
+            model, options, history = self._model, need.options, given_history(self._model, need)
         seconds = self._model_timeout
         if seconds is not None:
             self._asked_at = time.monotonic()

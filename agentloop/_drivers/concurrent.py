@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from agentloop._core.engine import Engine
     from agentloop._core.values import CancelToken, Transition
+    from agentloop._drivers.transition import Around
 
 __all__ = ["ConcurrentBatch"]
 
@@ -51,6 +52,7 @@ class ConcurrentBatch:
         self,
         reviewed: Callable[[ReviewCalls], Awaitable[dict[str, object]]],
         tool: Callable[[RunTool], Callable[[Any], Awaitable[object]]],
+        around: Around | None = None,
     ) -> Transition:
         """Start calls up to ``max_concurrency``, then report the first to complete.
 
@@ -59,6 +61,8 @@ class ConcurrentBatch:
         checkpoint, so a call that cancels the token stops every call after it.
         Once the token is cancelled, the calls that finished are reported
         before the checkpoint that sees it: it cuts only the calls still out.
+        ``around(need)`` (a tracing listener's) is entered around the review,
+        and around each call inside its own task, where it is current.
         """
         engine, tasks, cancel = self._engine, self.tasks, self._cancel
         while engine.unstarted and len(tasks) < self._limit:
@@ -70,7 +74,12 @@ class ConcurrentBatch:
                 break  # reported first, each its own step; the checkpoint after them cuts
             need = engine.next()  # the cancel checkpoint before each call
             if type(need) is ReviewCalls:  # before the batch's first call, as the pump reviews it
-                asked = engine.reviewed(await reviewed(need))
+                if around is None:
+                    answers = await reviewed(need)
+                else:
+                    with around(need):
+                        answers = await reviewed(need)
+                asked = engine.reviewed(answers)
                 if asked is not None:
                     return asked
                 continue
@@ -78,7 +87,7 @@ class ConcurrentBatch:
                 # Cancelled: the running calls were answered cancelled; their tasks end first.
                 await self._dropped(self.drop())
                 return need  # type: ignore[return-value]  # neither request: a transition
-            task = asyncio.ensure_future(capture_interrupt(self._started(need, tool)))
+            task = asyncio.ensure_future(capture_interrupt(self._started(need, tool, around)))
             task.add_done_callback(_observed)
             tasks[need.call["id"]] = task
             await asyncio.sleep(0)  # the call starts now, before the next one's checkpoint
@@ -128,17 +137,24 @@ class ConcurrentBatch:
         raise error  # KeyboardInterrupt and the like end the run
 
     async def _started(
-        self, need: RunTool, tool: Callable[[RunTool], Callable[[Any], Awaitable[object]]]
+        self,
+        need: RunTool,
+        tool: Callable[[RunTool], Callable[[Any], Awaitable[object]]],
+        around: Around | None,
     ) -> object:
         """A call of the batch, in its task: not begun once the token is cancelled.
 
         The token is read here, right before the dispatch (and so the handler)
         starts, for a call handed out while an earlier one was still running.
+        ``around(need)`` is entered here, in the call's own task.
         """
         cancel = self._cancel
         if cancel is not None and cancel.cancelled:
             return _UNSTARTED
-        return await tool(need)(need.call)
+        if around is None:
+            return await tool(need)(need.call)
+        with around(need):
+            return await tool(need)(need.call)
 
     def drop(self) -> list[asyncio.Task[object]]:
         """Cancel every running call's task: the engine has answered them ``cancelled``."""

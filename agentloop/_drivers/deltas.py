@@ -13,7 +13,8 @@ A stream that fails after its deltas were handed on is followed by a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Iterator
+from typing import Any, Final
 
 import attrs
 import orjson
@@ -21,10 +22,7 @@ import orjson
 from agentloop._core.json import describe, intake
 from agentloop._core.values import MAX_BUDGET
 
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-    Message = dict[str, Any]
+Message = dict[str, Any]
 
 __all__ = [
     "DELTAS",

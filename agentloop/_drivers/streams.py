@@ -35,12 +35,16 @@ from agentloop._errors import IncompleteReply
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Callable, Generator, Iterator
+    from contextlib import AbstractContextManager
 
     from agentloop._core.values import CancelToken
+    from agentloop._drivers.deltas import Delta
 
 __all__ = [
     "apull",
     "between_chunks",
+    "current_while_aread",
+    "current_while_read",
     "in_time",
     "is_stream",
     "pull",
@@ -316,3 +320,50 @@ async def _aclose(stream: Any, to_thread: bool) -> None:
                 await asyncio.to_thread(close)
             else:
                 close()
+
+
+def current_while_read(
+    reading: Generator[Delta, None, _T], scope: AbstractContextManager[object]
+) -> Generator[Delta, None, _T]:
+    """``yield from reading``, with ``scope`` entered around each pull and left at each yield.
+
+    A stream's reading runs inside the request's scope (its span is current
+    while the model's stream is read), and the caller's code between two
+    deltas runs outside it: a context entered across a ``yield`` would be
+    current in the caller's frame. What is thrown in at a yield is thrown
+    into ``reading``, inside the scope, as ``yield from`` would.
+    """
+    thrown: BaseException | None = None
+    while True:
+        with scope:
+            try:
+                delta = next(reading) if thrown is None else reading.throw(thrown)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+        thrown = None
+        try:
+            yield delta
+        except GeneratorExit:
+            with scope:
+                reading.close()
+            raise
+        except BaseException as exc:  # noqa: BLE001 - thrown into the reading, as yield from does
+            thrown = exc
+
+
+async def current_while_aread(
+    reading: AsyncGenerator[Delta, None], scope: AbstractContextManager[object]
+) -> AsyncGenerator[Delta, None]:
+    """``reading``, with ``scope`` entered around each pull and left before each yield.
+
+    ``current_while_read`` under asyncio: the model's span is
+    current while its stream is read, never in the caller's code between
+    two deltas.
+    """
+    while True:
+        with scope:
+            try:
+                delta = await reading.__anext__()
+            except StopAsyncIteration:
+                return
+        yield delta

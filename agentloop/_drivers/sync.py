@@ -18,36 +18,28 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agentloop._core.approval import Decision
 from agentloop._core.context_policy import Summarise
+from agentloop._core.engine import Engine
 from agentloop._core.json import exception_said
 from agentloop._core.table import TERMINAL, State
-from agentloop._core.values import AskModel, RunTool, Transition, Wait
+from agentloop._core.values import AskModel, OutputT, RunResult, RunTool, Transition, Wait
 from agentloop._drivers.awaiter import Awaiter
-from agentloop._drivers.callbacks import TokenCancelled, given_history, is_async
-from agentloop._drivers.deltas import Discard, ListenerFailed, Partial
-from agentloop._drivers.progress import reporting
+from agentloop._drivers.callbacks import Listener, Model, TokenCancelled, given_history, is_async
+from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
+from agentloop._drivers.progress import ToolProgress, reporting
 from agentloop._drivers.streams import in_time, is_stream, pull
-from agentloop._drivers.transition import LOG, RunView, Streaming, drain, log, pump
+from agentloop._drivers.transition import LOG, Request, RunView, Streaming, drain, log, pump
 from agentloop._drivers.waits import wait
-
-if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Generator, Iterator
-
-    from agentloop._core.approval import Decision
-    from agentloop._core.engine import Engine
-    from agentloop._core.values import RunResult
-    from agentloop._drivers.callbacks import Listener, Model
-    from agentloop._drivers.deltas import Delta
-    from agentloop._drivers.progress import ToolProgress
-    from agentloop._drivers.transition import Request
 
 __all__ = ["Run"]
 
 
-class Run(RunView):
+class Run(RunView[OutputT]):
     """One run, driven one transition at a time by ``step()``."""
 
     def __init__(
@@ -95,7 +87,7 @@ class Run(RunView):
                 f"expected a plain function as a listener of a synchronous run, got {got}; "
                 "async listeners need loop.astart() or loop.arun()"
             )
-        self._listeners.append(listener)
+        self._listeners.append(self._following(listener))
 
     def _plain_listeners(self) -> list[Listener]:
         return self._listeners
@@ -105,7 +97,7 @@ class Run(RunView):
         while not self.done and self.state is not State.AWAITING_APPROVAL:
             yield self.step()
 
-    def finish(self) -> RunResult:
+    def finish(self) -> RunResult[OutputT]:
         """Step until done (or awaiting approval) and return the result.
 
         One step after another, as ``step()`` makes them (listeners and the
@@ -158,7 +150,9 @@ class Run(RunView):
                 if type(need) is Transition:  # made by the engine itself: nothing to perform
                     made = need
                 else:
-                    made = yield from pump(engine, perform, need, hand_on=hand_on)
+                    made = yield from pump(
+                        engine, perform, need, hand_on=hand_on, around=self._around
+                    )
                     if made is None:
                         return None
             if debug:

@@ -13,21 +13,39 @@ its deltas as they arrive for ``stream()``, or draining them where it reads
 them (``drain``) for a plain step. The plain step is so the streamed step,
 drained: one loop, one reader of a stream. ``AsyncRun`` pumps it with
 awaits, in the same shape.
+
+A listener that traces (``agentloop.otel.OtelListener``) has
+``for_run(run)``: the listener of that one run, with ``around(request)``,
+a context manager that the pump enters around the performance of each
+request (and, for a stream, around each pull of it, left before each
+delta is handed on), so that its span is current while the model or the
+tool runs. A run without one pays one ``is None`` per request.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from agentloop._core.context_policy import Summarise
-from agentloop._core.values import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
+from agentloop._core.values import (
+    AskModel,
+    AwaitApproval,
+    OutputT,
+    ReviewCalls,
+    RunTool,
+    Wait,
+)
 from agentloop._drivers.callbacks import TokenCancelled, ended_by_token
+from agentloop._drivers.streams import current_while_read
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Callable, Generator
+    from collections.abc import AsyncGenerator, Generator
 
     from agentloop._core.approval import PendingCall
     from agentloop._core.engine import Engine
@@ -41,6 +59,8 @@ Request = AskModel | Summarise | RunTool | ReviewCalls | Wait
 
 __all__ = [
     "LOG",
+    "Around",
+    "Follower",
     "Request",
     "RunView",
     "Streaming",
@@ -51,6 +71,28 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+_L = TypeVar("_L")
+
+#: What the pump enters around the performance of a request: a context manager it may
+#: enter again and again (once per pull of a stream), never twice at once.
+Around = Callable[[Request], AbstractContextManager[object]]
+
+
+class Follower(Protocol):
+    """What a tracing listener's ``for_run(run)`` gives: the listener of that one run.
+
+    It hears the run's transitions, as any listener does, and ``around(need)``
+    is entered around the performance of each request ``need``.
+    """
+
+    def __call__(self, transition: Transition) -> object:
+        """Hear ``transition``."""
+        ...
+
+    def around(self, need: Request) -> AbstractContextManager[object]:
+        """A context manager to be current in while ``need`` is performed."""
+        ...
+
 
 #: A tool's outcome, as a dispatcher answers: ``{'status', 'content'}``.
 Outcome = dict[str, Any]
@@ -128,6 +170,7 @@ def pump(
     need: object = None,
     *,
     hand_on: bool = False,
+    around: Around | None = None,
 ) -> Generator[Delta, None, Transition | None]:
     """One transition of ``engine``, each request done by ``perform``; a stream's deltas yielded.
 
@@ -137,7 +180,9 @@ def pump(
     a ``Streaming`` answer is read to its end and its reply sent in, its
     deltas yielded as they come with ``hand_on`` (``stream()``), else
     drained here: a delta passed up through each generator of the driver
-    would cost about as much again as reading it. Returns what
+    would cost about as much again as reading it. ``around(need)``, if
+    given, is entered around each request's performance, and around each
+    pull of its stream (``current_while_read``). Returns what
     ``one_transition`` returns (``need``: what ``engine.next()`` answered
     already).
     """
@@ -147,11 +192,23 @@ def pump(
         while True:
             streaming = None
             try:
-                answer = perform(need)
+                if around is None:
+                    scope = None
+                    answer = perform(need)
+                else:
+                    scope = around(need)
+                    with scope:
+                        answer = perform(need)
                 if type(answer) is Streaming:
                     streaming = answer
                     reading: Generator[Delta, None, object] = answer.deltas  # type: ignore[assignment]
-                    answer = (yield from reading) if hand_on else drain(reading)
+                    if scope is None:
+                        answer = (yield from reading) if hand_on else drain(reading)
+                    elif hand_on:
+                        answer = yield from current_while_read(reading, scope)
+                    else:
+                        with scope:
+                            answer = drain(reading)
             except (Exception, TokenCancelled) as exc:  # noqa: BLE001 - thrown in: the engine says
                 need = steps.throw(exc)
             else:
@@ -201,7 +258,7 @@ def log(transition: Transition) -> None:
     )
 
 
-class RunView:
+class RunView(Generic[OutputT]):
     """The state, counters and record of one run; drivers add the stepping."""
 
     def __init__(self, engine: Engine) -> None:
@@ -213,6 +270,8 @@ class RunView:
         self._partial: Partial | None = None
         # The reading of a stream whose reply was handed to the engine: closed once taken.
         self._unclosed: Any = None
+        # What the pump enters around each request: the tracing listeners' (``_following``).
+        self._around: Around | None = None
 
     def __repr__(self) -> str:
         name = type(self).__name__
@@ -263,7 +322,7 @@ class RunView:
         """Every transition so far, in order."""
         return self._engine.events()
 
-    def result(self) -> RunResult:
+    def result(self) -> RunResult[OutputT]:
         """The result; raises ``InvalidStateError`` until the run is done."""
         return self._engine.result()
 
@@ -271,6 +330,22 @@ class RunView:
     def budget(self) -> Budget:
         """The run's budget."""
         return self._engine.budget
+
+    def _following(self, listener: _L) -> _L | Follower:
+        """``listener``, or, if it traces (``for_run``), its listener of this run.
+
+        That one's ``around`` is entered around each request of the run (see
+        ``pump``): with several, the first subscribed outermost.
+        """
+        for_run = getattr(listener, "for_run", None)
+        if for_run is None:
+            return listener
+        follower: Follower = for_run(self)
+        around = self._around
+        self._around = (
+            follower.around if around is None else functools.partial(_both, around, follower.around)
+        )
+        return follower
 
     def _interrupted(self, exc: BaseException) -> Transition | None:
         """``engine.interrupted``, keeping the text a streaming reply had delivered, if any."""
@@ -309,3 +384,33 @@ class RunView:
             f"{self.state.value!r}); step a run from one place at a time",
             state=self.state,
         )
+
+
+def _both(outer: Around, inner: Around, need: Request) -> AbstractContextManager[object]:
+    """``outer(need)`` and ``inner(need)``, entered in that order (and left in the other)."""
+    return _Both(outer(need), inner(need))
+
+
+class _Both:
+    """Two scopes as one, entered (as each of them may be) again and again."""
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(
+        self, outer: AbstractContextManager[object], inner: AbstractContextManager[object]
+    ) -> None:
+        self._outer, self._inner = outer, inner
+
+    def __enter__(self) -> None:
+        self._outer.__enter__()
+        try:
+            self._inner.__enter__()
+        except BaseException:
+            self._outer.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._inner.__exit__(*exc)  # type: ignore[arg-type]
+        finally:
+            self._outer.__exit__(*exc)  # type: ignore[arg-type]

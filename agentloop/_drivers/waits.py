@@ -16,10 +16,8 @@ import contextlib
 import inspect
 import threading
 import time
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from agentloop._core.values import CancelToken, Wait
+from agentloop._core.values import CancelToken, Wait
 
 __all__ = ["asleep", "await_wait", "sleep", "wait"]
 

@@ -11,23 +11,20 @@ process that has its ``Loop`` resumes it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import attrs
 import orjson
 
+from agentloop._core.approval import Decision, PendingCall
 from agentloop._core.table import TERMINAL, State, Trigger
-from agentloop._core.values import Budget, CancelToken, RunResult
+from agentloop._core.values import Budget, CancelToken, RunResult, Transition, Usage
 from agentloop._durable.journal import Journal
+from agentloop._durable.protocol import Ledger, LedgerRecord
+from agentloop._durable.recording import DurableEngine
 from agentloop._durable.records import Recorded
 from agentloop._durable.resume import checked_run_id, replayed
 from agentloop._errors import InvalidStateError, LedgerError
-
-if TYPE_CHECKING:
-    from agentloop._core.approval import Decision, PendingCall
-    from agentloop._core.values import Transition, Usage
-    from agentloop._durable.protocol import Ledger, LedgerRecord
-    from agentloop._durable.recording import DurableEngine
 
 __all__ = ["LedgerRun", "RunSummary", "decide_run", "list_runs", "view_run"]
 

@@ -274,7 +274,8 @@ def read_ended(engine: Engine, run: str | RunResult, decisions: object) -> RunRe
 
     Decisions are refused, and nothing is written; else a durable run's end
     is written if the resume made it. A saved result is returned itself, once
-    its replay checked it: a replay cannot give back its events' times.
+    its replay checked it (a replay cannot give back its events' times), with
+    a typed output made the Loop's type.
     """
     if decisions is not None:
         _release(engine)  # refused: nothing is written
@@ -287,7 +288,12 @@ def read_ended(engine: Engine, run: str | RunResult, decisions: object) -> RunRe
         )
     if isinstance(engine, recording.DurableEngine):
         engine.record_end()  # an end the resume made, not yet written
-    return run if isinstance(run, RunResult) else engine.result()
+    if not isinstance(run, RunResult):
+        return engine.result()
+    if run.output_schema_json is None or run.status is not State.FINISHED:
+        return run
+    # A run file holds a typed output's JSON: the Loop's type makes it a T (RunResult[T]).
+    return run._replace(output=engine.result().output)
 
 
 class released_on_error:

@@ -8,15 +8,11 @@ asked. ``per_run`` is the one model callable a driver calls, reading it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-from agentloop._drivers.callbacks import READS_RECORD, is_async, reads_record
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from agentloop._core.engine import Engine
-    from agentloop._drivers.callbacks import Model
+from agentloop._core.engine import Engine
+from agentloop._drivers.callbacks import READS_RECORD, Model, is_async, reads_record
 
 __all__ = ["Fallback", "fallback", "model_name", "per_run"]
 

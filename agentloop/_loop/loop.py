@@ -9,13 +9,22 @@ durable (``agentloop._durable``): the engine records as it goes, and
 
 from __future__ import annotations
 
-import contextlib
-from typing import TYPE_CHECKING, Any, Final, Self
+from collections.abc import Iterable
+from typing import Any, Generic, overload
 
+from typing_extensions import TypeVar, Unpack
+
+from agentloop._core.approval import Decision
+from agentloop._core.context_policy import ContextPolicy
 from agentloop._core.messages import check_new_input
-from agentloop._core.values import Budget, CancelToken, RunResult
-from agentloop._drivers.callbacks import bind_model
+from agentloop._core.output_schema import OutputSchema
+from agentloop._core.retry_policy import RetryPolicy
+from agentloop._core.values import Budget, CancelToken, OutputT, RunResult
+from agentloop._drivers.asyncio import AsyncRun
+from agentloop._drivers.callbacks import Dispatcher, Listener, Model, bind_model
+from agentloop._drivers.sync import Run
 from agentloop._drivers.tool_calls import asyncio_dispatch
+from agentloop._durable.protocol import Ledger
 from agentloop._loop.continued import read_ended, released_on_error
 from agentloop._loop.engines import (
     continued_engine,
@@ -25,15 +34,18 @@ from agentloop._loop.engines import (
     saved_result,
 )
 from agentloop._loop.fallback import Fallback
+from agentloop._loop.owner import Owner
 from agentloop._loop.running import async_run, sync_run
 from agentloop._loop.settings import (
+    DEFAULT,
+    Default,
+    LoopOptions,
     asyncio_only,
     checked_bool,
     checked_context,
     checked_ledger,
     checked_listeners,
     checked_model,
-    checked_owned,
     checked_retry,
     checked_system,
     checked_tool_names,
@@ -49,35 +61,23 @@ from agentloop._loop.settings import (
 )
 from agentloop._tools.dispatcher import as_dispatcher
 from agentloop._tools.output_type import output_schema
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-
-    from agentloop._core.approval import Decision
-    from agentloop._core.context_policy import ContextPolicy
-    from agentloop._core.output_schema import OutputSchema
-    from agentloop._core.retry_policy import RetryPolicy
-    from agentloop._drivers.asyncio import AsyncRun
-    from agentloop._drivers.callbacks import Dispatcher, Listener, Model
-    from agentloop._drivers.sync import Run
-    from agentloop._durable.protocol import Ledger
-    from agentloop._tools.registry import ToolRegistry
+from agentloop._tools.registry import ToolRegistry
 
 __all__ = ["Loop"]
 
 
-class _Default:
-    """``retry=`` not given: on for the provider adapters, off for plain callbacks."""
-
-    def __repr__(self) -> str:
-        return "DEFAULT"
+#: The output type an overload of ``Loop.__init__`` reads from ``output=``.
+_T = TypeVar("_T")
 
 
-_DEFAULT: Final = _Default()
-
-
-class Loop:
+# The dependencies' type (RunContext) comes as a second parameter with a default,
+# Loop[OutputT, DepsT]: Loop[City] keeps its meaning.
+class Loop(Owner, Generic[OutputT]):
     """Configuration for runs: a model, its tools and its budgets. Reusable.
+
+    Generic in its output: ``Loop(model)`` is a ``Loop[str]``, ``Loop(model,
+    output=City)`` a ``Loop[City]`` (its results are ``RunResult[City]``), and
+    an ``output`` that is not a class (a union, a JSON Schema) a ``Loop[Any]``.
 
     ``max_steps`` bounds the model calls of a run (failed and malformed ones
     included), ``max_calls`` its accepted tool calls (whatever their outcome);
@@ -130,6 +130,22 @@ class Loop:
     ``async with``) opens each in order and closes them in reverse.
     """
 
+    @overload
+    def __init__(
+        self: Loop[str],
+        model: Model | Fallback,
+        *,
+        output: None = None,
+        **options: Unpack[LoopOptions],
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Loop[_T], model: Model | Fallback, *, output: type[_T], **options: Unpack[LoopOptions]
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Loop[Any], model: Model | Fallback, *, output: object, **options: Unpack[LoopOptions]
+    ) -> None: ...
     def __init__(
         self,
         model: Model | Fallback,
@@ -146,7 +162,7 @@ class Loop:
         max_concurrency: int | None = None,
         ledger: Ledger | None = None,
         context: ContextPolicy | None = None,
-        retry: RetryPolicy | _Default | None = _DEFAULT,
+        retry: RetryPolicy | Default | None = DEFAULT,
         output: object = None,
         max_output_retries: int = 1,
         on_exhausted: str = "stop",
@@ -162,9 +178,7 @@ class Loop:
         self._name_rules = name_rules(models)
         checked_tool_names(self._name_rules, self.dispatcher)
         self._model_names = model.names if isinstance(model, Fallback) else ()
-        self.retry: RetryPolicy | None = (
-            default_retry(models) if isinstance(retry, _Default) else checked_retry(retry)
-        )
+        self.retry = default_retry(models) if retry is DEFAULT else checked_retry(retry)
         if self.retry is not None:  # one layer retries: an adapter's SDK makes one attempt
             models = single_attempts(models)
         #: The final answer's schema and converter (``output=T``), or None: text.
@@ -205,39 +219,7 @@ class Loop:
         )
         self.ledger = checked_ledger(ledger)
         self.context = checked_context(context)
-        self._owns = checked_owned(owns)
-        self._open: contextlib.ExitStack | contextlib.AsyncExitStack | None = None
-
-    def __enter__(self) -> Self:
-        """Open what the Loop owns (``owns=``), in order; one that fails closes the rest."""
-        with contextlib.ExitStack() as stack:
-            for owned in self._owns:
-                stack.enter_context(owned)  # type: ignore[arg-type]  # checked_owned said so
-            self._open = stack.pop_all()
-        return self
-
-    def __exit__(self, *exc_info: Any) -> bool | None:
-        """Close what the Loop owns, in reverse."""
-        opened, self._open = self._open, None
-        return None if opened is None else opened.__exit__(*exc_info)  # type: ignore[union-attr]
-
-    async def __aenter__(self) -> Self:
-        """``__enter__`` under asyncio: what has ``__aenter__`` is entered with it."""
-        async with contextlib.AsyncExitStack() as stack:
-            for owned in self._owns:
-                if hasattr(owned, "__aenter__"):
-                    await stack.enter_async_context(owned)  # type: ignore[arg-type]
-                else:
-                    stack.enter_context(owned)  # type: ignore[arg-type]
-            self._open = stack.pop_all()
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
-        """Close what the Loop owns, in reverse."""
-        opened, self._open = self._open, None
-        if opened is None:
-            return None
-        return await opened.__aexit__(*exc_info)  # type: ignore[union-attr]
+        Owner.__init__(self, owns)
 
     def __repr__(self) -> str:
         return (
@@ -251,7 +233,7 @@ class Loop:
         *,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
-    ) -> Run:
+    ) -> Run[OutputT]:
         """Begin a run driven by ``step()``; bad input raises here, before any model call.
 
         With a ledger, the run is recorded under ``run_id`` (a fresh one when
@@ -268,7 +250,7 @@ class Loop:
         *,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Run to a terminal state and return the result.
 
         The result does not hold the run's id: with a ledger, pass ``run_id=``,
@@ -286,18 +268,18 @@ class Loop:
         *,
         cancel: CancelToken | None = None,
         decisions: dict[str, Decision] | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Continue a run to its end: the recorded run ``run`` (an id), or a saved result.
 
         By id (a Loop with a ledger): recorded replies and outcomes are fed to
         a fresh engine, never asked for or run again, and a run that ended is
         only read. By ``RunResult`` (``load_run(path)``, a Loop without a
         ledger): its events are replayed into a fresh engine, and a result
-        that ended is returned as it is. Either way a run that has not ended
-        goes on with this Loop's model and tools; a run awaiting
-        approval takes ``decisions`` (as ``run.decide``), and without them
-        stays paused, which its result says. See the docs' "Durable runs and
-        approval" page.
+        that ended is returned as it is (a typed output made this Loop's type).
+        Either way a run that has not ended goes on with this Loop's model and
+        tools; a run awaiting approval takes ``decisions`` (as ``run.decide``),
+        and without them stays paused, which its result says. See the docs'
+        "Durable runs and approval" page.
         """
         registry = self._sync_driver("loop.aresume", awaits=True)
         engine, token = resumed_engine(self, "resume", run, cancel)
@@ -316,7 +298,7 @@ class Loop:
         cancel: CancelToken | None = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """A new run that goes on from a ``failed`` or ``exhausted`` run's transcript.
 
         ``run`` is the old run's result, or its id in this Loop's ledger. The
@@ -341,7 +323,7 @@ class Loop:
         cancel: CancelToken | None = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """``continue_run`` under asyncio."""
         engine = continued_engine(self, run, cancel, run_id, parent_run_id)
         with released_on_error(engine):
@@ -354,7 +336,7 @@ class Loop:
         at: int,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
-    ) -> Run:
+    ) -> Run[OutputT]:
         """A new run that starts as ``run`` was after its first ``at`` transitions.
 
         ``run`` is a result (``load_run(path)``, a finished run's, a paused
@@ -380,7 +362,7 @@ class Loop:
         at: int,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
-    ) -> AsyncRun:
+    ) -> AsyncRun[OutputT]:
         """``fork`` under asyncio: the new run is driven by ``await run.astep()``."""
         engine, token = forked_engine(self, saved_result(self, run, "afork"), at, cancel, run_id)
         with released_on_error(engine):
@@ -392,7 +374,7 @@ class Loop:
         *,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
-    ) -> AsyncRun:
+    ) -> AsyncRun[OutputT]:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
         engine = fresh_engine(self, messages, cancel, run_id)
         with released_on_error(engine):
@@ -404,7 +386,7 @@ class Loop:
         *,
         cancel: CancelToken | None = None,
         run_id: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
         live = self.astart(messages, cancel=cancel, run_id=run_id)
         with released_on_error(live._engine):
@@ -416,7 +398,7 @@ class Loop:
         *,
         cancel: CancelToken | None = None,
         decisions: dict[str, Decision] | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
         engine, token = resumed_engine(self, "aresume", run, cancel)
         if engine.done:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import TypeVar
+
 from agentloop._drivers.asyncio import AsyncRun
 from agentloop._drivers.awaiter import Awaiter, awaiting
 from agentloop._drivers.callbacks import is_async
@@ -28,10 +30,12 @@ if TYPE_CHECKING:
 
 __all__ = ["async_run", "model_of", "sync_run"]
 
+_O = TypeVar("_O")
+
 
 def sync_run(
-    loop: Loop, engine: Engine, registry: ToolRegistry | None, cancel: CancelToken | None
-) -> Run:
+    loop: Loop[_O], engine: Engine, registry: ToolRegistry | None, cancel: CancelToken | None
+) -> Run[_O]:
     """A synchronous run of ``engine``, reviewed by ``registry`` (``Loop._sync_driver``'s answer).
 
     Its ``Awaiter`` awaits what is async: an async tool's call (through the
@@ -74,7 +78,7 @@ def model_of(loop: Loop, engine: Engine) -> Model:
     return per_run(bound, engine, is_async(bound[0]))
 
 
-def async_run(loop: Loop, engine: Engine, cancel: CancelToken | None) -> AsyncRun:
+def async_run(loop: Loop[_O], engine: Engine, cancel: CancelToken | None) -> AsyncRun[_O]:
     """An asyncio run of ``engine``, reviewed by the tools' policies, if any."""
     dispatch = loop._adispatch
     registry = reviewing(loop.dispatcher)

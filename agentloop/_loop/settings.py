@@ -6,7 +6,7 @@ And what a synchronous run of it refuses: what only the asyncio driver can do.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from agentloop._core.context_policy import ContextPolicy
 from agentloop._core.retry_policy import RetryPolicy, checked_retry
@@ -21,7 +21,10 @@ if TYPE_CHECKING:
     from agentloop._drivers.callbacks import Listener, Model
 
 __all__ = [
+    "DEFAULT",
     "DEFAULT_CONCURRENCY",
+    "Default",
+    "LoopOptions",
     "async_policies",
     "asyncio_only",
     "checked_bool",
@@ -47,6 +50,42 @@ __all__ = [
 _CANNOT_AWAIT: Final = "that driver cannot await it"
 #: How many calls of a batch the asyncio driver runs at once unless told.
 DEFAULT_CONCURRENCY: Final = 10
+
+
+class Default:
+    """``retry=`` not given: on for the provider adapters, off for plain callbacks."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT: Final = Default()
+
+
+class LoopOptions(TypedDict, total=False):
+    """``Loop``'s keywords other than ``output``, for its overloads (``**options``).
+
+    The overloads choose the Loop's output type from ``output=``; these are
+    checked as the implementation's own keywords (its defaults are theirs).
+    """
+
+    tools: object
+    system: str | None
+    max_steps: int
+    max_calls: int
+    max_total_tokens: int | None
+    listeners: Iterable[Listener]
+    model_timeout: float | None
+    tool_timeout: float | None
+    to_thread: bool
+    max_concurrency: int | None
+    ledger: Ledger | None
+    context: ContextPolicy | None
+    retry: RetryPolicy | None
+    max_output_retries: int
+    on_exhausted: str
+    max_identical_calls: int | None
+    owns: Iterable[object]
 
 
 def with_system(system: str, messages: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -328,20 +367,3 @@ def for_sync_driver(
         reasons = "; ".join(dict.fromkeys(why for _, why, _ in asyncio_only))
         raise ValueError(f"{names} {needs} the asyncio driver ({instead}): {reasons}")
     return registry
-
-
-def checked_owned(owns: object) -> tuple[object, ...]:
-    """What a Loop owns (``owns=``): context managers, sync or async (MCP servers, say)."""
-    if isinstance(owns, str | bytes) or not hasattr(owns, "__iter__"):
-        raise TypeError(
-            "expected owns to be an iterable of context managers (say [server]), "
-            f"got {type(owns).__name__}"
-        )
-    taken = tuple(owns)
-    for index, owned in enumerate(taken):
-        if not (hasattr(owned, "__enter__") or hasattr(owned, "__aenter__")):
-            raise TypeError(
-                f"expected owns[{index}] to be a context manager (with __enter__ or "
-                f"__aenter__), got {type(owned).__name__}"
-            )
-    return taken

@@ -34,18 +34,14 @@ import sys
 import tempfile
 import threading
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from agentloop._core.build import ROWS, Row, table_for
 from agentloop._core.table import ANSWERS, TERMINAL, Feature, Guard, State, Trigger
-from agentloop._core.values import require_result
+from agentloop._core.values import RunResult, require_result
 from agentloop._drivers.transition import RunView
 from agentloop._errors import SVGUnavailableError
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
-
-    from agentloop._core.values import RunResult
 
 __all__ = [
     "edges",

@@ -14,18 +14,14 @@ from the table's own names.
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-from agentloop._core.values import require_result
+from agentloop._core.values import RunResult, require_result
 from agentloop._errors import SVGUnavailableError
 from agentloop._review.diagram import path_svg, to_mermaid
 from agentloop._review.runshape import FORMAT, VERSION
-
-if TYPE_CHECKING:
-    from agentloop._core.values import RunResult
-
 from agentloop._review.text import (
     HEADERS,
     LIMIT,

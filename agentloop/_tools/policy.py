@@ -11,13 +11,13 @@ takes the strictest answer is here too.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Generator, Iterable
+from collections.abc import Awaitable, Generator, Iterable
 from typing import Any, TypeGuard, TypeVar
 
 import attrs
 import orjson
 
-from agentloop._core.approval import Decision, allow, ask, deny
+from agentloop._core.approval import Decision, Policy, allow, ask, deny
 from agentloop._tools.results import failed
 from agentloop._tools.tool import Tool
 
@@ -38,9 +38,6 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
-
-#: A permission policy: sees a copy of the call, answers (or, ``async``, awaits) a ``Decision``.
-Policy = Callable[[dict[str, Any]], Decision | Awaitable[Decision]]
 
 
 @attrs.frozen

@@ -33,8 +33,6 @@ class NameRule:
     refuses, naming the rule, before any request.
     """
 
-    __module__ = "agentloop.providers"  # where it is imported from
-
     #: Whose rule it is, as a message names it (``'OpenAI'``).
     provider: str
     #: The provider's documented rule, as a regular expression matched in full.

@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import orjson
 
+from agentloop._core.approval import Policy
 from agentloop._core.json import to_json
 from agentloop._errors import JSONError
 from agentloop._tools.results import result_limit
 from agentloop._tools.schema import summary
 from agentloop._tools.signature import derive_parameters
 from agentloop._tools.validation import ArgumentsValidator, checked_schema
-
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-
-    from agentloop._tools.policy import Policy
 
 __all__ = ["Tool"]
 

@@ -19,23 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any, Final, cast
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, cast
 
 import mcp
+import mcp.types
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
-from agentloop._drivers.progress import REPORTER
+from agentloop._drivers.progress import REPORTER, Reporter
 from agentloop._durable.key import idempotency_key
 from agentloop.mcp._results import NotRun, OutcomeUnknown, content_of
 from agentloop.mcp._session import SessionHolder, describe_exception
-
-if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
-
-    import mcp.types
-    from mcp.shared.dispatcher import ProgressFnT
-
-    from agentloop._drivers.progress import Reporter
 
 __all__ = ["KEY_META", "ToolCaller"]
 

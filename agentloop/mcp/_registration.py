@@ -10,8 +10,6 @@ import weakref
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from agentloop._core.approval import Decision, allow, ask
-from agentloop._tools.tool import Tool
-from agentloop.mcp._results import wraps_result
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -20,11 +18,10 @@ if TYPE_CHECKING:
 
     from agentloop._tools.policy import Policy
     from agentloop._tools.registry import ToolRegistry
-    from agentloop.mcp._server import Server
+    from agentloop.mcp._server import MCPTool
 
 __all__ = [
     "HINTS",
-    "MCPTool",
     "Registration",
     "add_all_or_none",
     "ask_before_destructive",
@@ -45,47 +42,6 @@ def ask_before_destructive(call: dict[str, Any]) -> Decision:
         f"the MCP tool {call['name']!r} may change or delete data "
         "(its server does not say it is read-only or non-destructive)"
     )
-
-
-class MCPTool(Tool):
-    """A ``Tool`` whose handler calls a tool of an MCP server.
-
-    ``remote_name`` is the server's name for it (``name`` may carry a prefix);
-    ``read_only``, ``destructive`` and ``idempotent`` are the server's
-    annotations with the user's declarations over them.
-    """
-
-    __slots__ = ("destructive", "read_only", "remote_name", "server")
-
-    def __init__(
-        self,
-        server: Server,
-        listed: mcp.types.Tool,
-        *,
-        name: str,
-        hints: Mapping[str, bool],
-        policy: Policy | None,
-    ) -> None:
-        self.server = server
-        self.remote_name = listed.name
-        #: True when the tool only reads (so is idempotent too).
-        self.read_only = hints["readOnlyHint"]
-        #: True unless the tool reads only or says it is not destructive (MCP's default).
-        self.destructive = not self.read_only and hints["destructiveHint"]
-        try:
-            super().__init__(
-                server._handler(listed.name, wraps_result(listed.name, listed.output_schema)),
-                name=name,
-                description=listed.description or listed.title or "",
-                parameters=listed.input_schema,
-                policy=policy,
-                idempotent=hints["idempotentHint"] or self.read_only,
-            )
-        except TypeError as exc:
-            raise TypeError(f"MCP server {server.name!r}: {exc}") from None
-
-    def __repr__(self) -> str:
-        return f"MCPTool({self.name!r}, server={self.server.name!r})"
 
 
 def task_only(listed: mcp.types.Tool) -> bool:

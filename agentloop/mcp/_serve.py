@@ -19,27 +19,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import mcp.types
 import orjson
 from mcp.server import Server as SDKServer
+from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from agentloop._drivers.progress import REPORTER, Reporter
+from agentloop._drivers.progress import REPORTER, Reporter, ToolProgress
 from agentloop._durable.key import KEY
 from agentloop._tools.registry import ToolRegistry
+from agentloop._tools.tool import Tool
 from agentloop.mcp._calls import KEY_META
-from agentloop.mcp._registration import HINTS, MCPTool, checked_annotations
+from agentloop.mcp._registration import HINTS, checked_annotations
+from agentloop.mcp._server import MCPTool
 from agentloop.mcp._session import AGENTLOOP
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from mcp.server.context import ServerRequestContext
-
-    from agentloop._drivers.progress import ToolProgress
-    from agentloop._tools.tool import Tool
 
 __all__ = ["serve"]
 

@@ -34,20 +34,25 @@ when the run is about to ask the model, never while a batch runs.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any
 
 import mcp
 import mcp.types
+from mcp.client._transport import Transport, TransportStreams
 
 from agentloop._core.table import State
+from agentloop._core.values import Transition
+from agentloop._tools.policy import Policy
 from agentloop._tools.registry import ToolRegistry
+from agentloop._tools.tool import Tool
 from agentloop.mcp._calls import ToolCaller
 from agentloop.mcp._registration import (
     HINTS,
-    MCPTool,
     Registration,
     add_all_or_none,
     ask_before_destructive,
@@ -56,17 +61,50 @@ from agentloop.mcp._registration import (
     task_only,
     tool_hints,
 )
-
-if TYPE_CHECKING:
-    import asyncio
-    from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-
-    from mcp.client._transport import Transport, TransportStreams
-
-    from agentloop._core.values import Transition
-    from agentloop._tools.policy import Policy
+from agentloop.mcp._results import wraps_result
 
 __all__ = ["HINTS", "MCPTool", "Server", "ask_before_destructive", "http", "stdio"]
+
+
+class MCPTool(Tool):
+    """A ``Tool`` whose handler calls a tool of an MCP server.
+
+    ``remote_name`` is the server's name for it (``name`` may carry a prefix);
+    ``read_only``, ``destructive`` and ``idempotent`` are the server's
+    annotations with the user's declarations over them.
+    """
+
+    __slots__ = ("destructive", "read_only", "remote_name", "server")
+
+    def __init__(
+        self,
+        server: Server,
+        listed: mcp.types.Tool,
+        *,
+        name: str,
+        hints: Mapping[str, bool],
+        policy: Policy | None,
+    ) -> None:
+        self.server = server
+        self.remote_name = listed.name
+        #: True when the tool only reads (so is idempotent too).
+        self.read_only = hints["readOnlyHint"]
+        #: True unless the tool reads only or says it is not destructive (MCP's default).
+        self.destructive = not self.read_only and hints["destructiveHint"]
+        try:
+            super().__init__(
+                server._handler(listed.name, wraps_result(listed.name, listed.output_schema)),
+                name=name,
+                description=listed.description or listed.title or "",
+                parameters=listed.input_schema,
+                policy=policy,
+                idempotent=hints["idempotentHint"] or self.read_only,
+            )
+        except TypeError as exc:
+            raise TypeError(f"MCP server {server.name!r}: {exc}") from None
+
+    def __repr__(self) -> str:
+        return f"MCPTool({self.name!r}, server={self.server.name!r})"
 
 
 class Server(ToolCaller):

@@ -13,15 +13,12 @@ import asyncio
 import contextlib
 import importlib.metadata
 import threading
-from typing import TYPE_CHECKING, Any, Final, Self
+from collections.abc import Callable
+from typing import Any, Final, Self
 
 import mcp
 import mcp.types
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from mcp.client._transport import Transport
+from mcp.client._transport import Transport
 
 __all__ = ["AGENTLOOP", "SessionHolder", "describe_exception"]
 

@@ -21,6 +21,9 @@ which a ``Loop`` made with it holds its tools to.
 from __future__ import annotations
 
 from agentloop._errors import IncompleteReply, UnreadableResponse
+from agentloop._names import publish as _publish
 from agentloop._tools.specs import NameRule
 
 __all__ = ["IncompleteReply", "NameRule", "UnreadableResponse"]
+
+_publish(__name__, globals(), ["NameRule"])

@@ -42,7 +42,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal, overload
 
 try:
-    from google import genai  # noqa: TC002 - at run time, so that a missing SDK fails here
+    from google import genai  # at run time, so that a missing SDK fails here
     from google.genai import types
 except ImportError as exc:
     raise ImportError(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from collections.abc import Sequence
+from typing import Final
 
 from agentloop._core.json import unfenced
 from agentloop._core.messages import RESULT_STATUSES
@@ -19,9 +20,6 @@ from agentloop.testing._record import (
     short_repr,
 )
 from agentloop.testing._requests import assert_requests_fit
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
 
 __all__ = [
     "ContractViolation",

@@ -22,7 +22,7 @@ docs' Testing page.)
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 try:
     from hypothesis import assume, note
@@ -33,7 +33,10 @@ except ImportError as exc:  # pragma: no cover - exercised with hypothesis hidde
         "(or the testing extra, pip install 'agentloop-fsm[testing]')"
     ) from exc
 
+from collections.abc import Callable, Iterable, Mapping
+
 import orjson
+from hypothesis.strategies import DrawFn, SearchStrategy
 
 from agentloop._names import publish
 from agentloop._tools.output_type import output_schema
@@ -52,11 +55,6 @@ from agentloop.testing._draw import (
     text,
 )
 from agentloop.testing._schemas import SchemaGenerator, generator_for
-
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
-
-    from hypothesis.strategies import DrawFn, SearchStrategy
 
 __all__ = [
     "BREAKS",

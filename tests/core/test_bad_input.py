@@ -372,7 +372,7 @@ def test_a_class_where_an_instance_is_meant_is_refused(
 def test_model_must_be_callable() -> None:
     """A model that is not callable is refused."""
     with pytest.raises(TypeError, match=r"expected model to be a callable.*got str"):
-        Loop("gpt")  # type: ignore[arg-type]
+        Loop("gpt")  # type: ignore[call-overload]
 
 
 def test_cancel_must_be_a_token(driver: Driver) -> None:

@@ -488,7 +488,7 @@ def test_bad_policies_are_refused_with_what_was_expected() -> None:
         summarise(Chatty(1), tokens=400, keep_tokens=400)
     assert summarise(Chatty(1), tokens=400, keep_tokens=399).keep_tokens == 399
     with pytest.raises(TypeError, match=r"expected context to be agentloop\.context\.keep_last"):
-        Loop(Chatty(1), context=1000)  # type: ignore[arg-type]
+        Loop(Chatty(1), context=1000)  # type: ignore[call-overload]
 
 
 def test_tiktoken_tokens_counts_with_an_encoding_given() -> None:

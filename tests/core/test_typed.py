@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import datetime
 import json
+import re
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import attrs
@@ -25,6 +26,7 @@ from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import ScriptedModel, assert_contract, batch, strategies
 from tests.core import test_properties as props
 from tests.support.helpers import (
+    AsyncDriver,
     City,
     Driver,
     Recorder,
@@ -597,10 +599,10 @@ def test_an_output_the_converter_refuses_goes_back_to_the_model() -> None:
     assert "64 bits" in result.transcript[2]["text"] or "maximum" in result.transcript[2]["text"]
 
     refused = Loop(ScriptedModel([final('{"age": 3}')]), output=Adult, max_output_retries=0)
-    result = refused.run("go")
-    assert result.status == "invalid_output"
-    assert result.error is not None
-    assert "expected an adult" in result.error
+    young = refused.run("go")
+    assert young.status == "invalid_output"
+    assert young.error is not None
+    assert "expected an adult" in young.error
 
 
 class Adult(pydantic.BaseModel):
@@ -834,6 +836,70 @@ def test_a_saved_typed_run_awaiting_approval_resumes_typed_under_its_schema() ->
         loop_of(Point).resume(saved, decisions={"x": agentloop.approve()})
     result = loop_of(City, final(PARIS)).resume(saved, decisions={"x": agentloop.approve()})
     assert (result.status, result.output) == ("finished", City("Paris", 2100000))
+
+
+def test_a_saved_typed_run_that_ended_resumes_to_its_output_as_the_loops_type(
+    driver: Driver,
+) -> None:
+    """A run file holds the output's JSON; resume(saved) of a run that ended runs nothing
+    and hands the output back as the Loop's type (a RunResult[City] holds a City)."""
+    saved = run_from_json(run_to_json(Loop(ScriptedModel([final(PARIS)]), output=City).run("go")))
+    assert saved.output == {"name": "Paris", "population": 2100000}
+    loop = Loop(ScriptedModel([]), output=City)  # a model that would fail if asked
+    if isinstance(driver, AsyncDriver):
+        resumed = driver.runner.run(loop.aresume(saved))
+    else:
+        resumed = loop.resume(saved)
+    assert (resumed.status, resumed.output) == ("finished", City("Paris", 2100000))
+    assert (resumed.steps, resumed.calls, resumed.events) == (
+        saved.steps,
+        saved.calls,
+        saved.events,
+    )
+    assert resumed.transcript == saved.transcript
+    assert resumed.output_text == saved.output_text == PARIS
+
+
+def test_require_output_is_a_finished_runs_output_and_says_why_another_has_none(
+    driver: Driver,
+) -> None:
+    """The status and its reason, error or pending calls are in the error; the run is
+    unchanged, and a finished run's output is returned."""
+
+    def careful(call: dict[str, Any]) -> agentloop.Decision:
+        return agentloop.ask("big")
+
+    def pay(amount: int) -> int:
+        """Pay."""
+        return amount
+
+    def broken(history: list[dict[str, Any]]) -> dict[str, Any]:
+        raise ConnectionError("the provider is down")
+
+    tools = agentloop.ToolRegistry([agentloop.Tool(pay, policy=careful)])
+    cancelled = agentloop.CancelToken()
+    cancelled.cancel()
+    ended = {
+        "exhausted": (Loop(ScriptedModel([]), output=City, max_steps=0), None, "max_steps"),
+        "failed": (Loop(broken, output=City), None, "ConnectionError: the provider is down"),
+        "awaiting_approval": (
+            Loop(ScriptedModel([call("k1", "pay", amount=3)]), tools=tools, output=City),
+            None,
+            "calls ['k1'] await a decision",
+        ),
+        "cancelled": (Loop(ScriptedModel([]), output=City), cancelled, "'cancelled'"),
+    }
+    for status, (loop, token, why) in ended.items():
+        result = driver.run(loop, "go", cancel=token)
+        assert (result.status, result.output) == (status, None)
+        with pytest.raises(agentloop.InvalidStateError, match=re.escape(why)) as raised:
+            result.require_output()
+        assert raised.value.state == status
+        assert f"a run that is {status!r}" in str(raised.value)
+    done = driver.run(Loop(ScriptedModel([final(PARIS)]), output=City), "go")
+    assert done.require_output() == City("Paris", 2100000) == done.output
+    text = driver.run(Loop(ScriptedModel([final("Paris")])), "go")
+    assert text.require_output() == "Paris"
 
 
 def test_a_saved_run_resumes_under_a_type_whose_words_changed_as_a_ledgers_does() -> None:

@@ -119,7 +119,7 @@ def test_a_usage_of_the_wrong_shape_makes_the_reply_malformed(usage: object) -> 
 def test_the_token_budget_is_checked_when_the_loop_is_built() -> None:
     """None or an int from 0 to 2**63 - 1, as the other budgets."""
     with pytest.raises(TypeError, match="max_total_tokens must be a non-negative int or None, got"):
-        Loop(ScriptedModel([]), max_total_tokens="1000")  # type: ignore[arg-type]
+        Loop(ScriptedModel([]), max_total_tokens="1000")  # type: ignore[call-overload]
     with pytest.raises(ValueError, match="max_total_tokens must be a non-negative int"):
         Loop(ScriptedModel([]), max_total_tokens=-1)
     assert Loop(ScriptedModel([])).budget.max_total_tokens is None

@@ -306,7 +306,7 @@ def test_timeouts_must_be_positive_numbers(
     with pytest.raises(
         error, match=f"model_timeout must be a positive number of seconds or None, got {given}"
     ):
-        Loop(ScriptedModel([]), model_timeout=value)  # type: ignore[arg-type]
+        Loop(ScriptedModel([]), model_timeout=value)  # type: ignore[call-overload]
 
 
 async def test_a_thousand_concurrent_runs() -> None:

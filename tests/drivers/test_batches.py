@@ -674,7 +674,7 @@ def test_max_concurrency_is_asyncio_only_and_checked() -> None:
     with pytest.raises(
         TypeError, match="expected max_concurrency to be an int of 1 or more, got float"
     ):
-        Loop(ScriptedModel([]), max_concurrency=2.0)  # type: ignore[arg-type]
+        Loop(ScriptedModel([]), max_concurrency=2.0)  # type: ignore[call-overload]
     with pytest.raises(
         ValueError, match="expected max_concurrency to be an int of 1 or more, got 0"
     ):

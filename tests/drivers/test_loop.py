@@ -865,7 +865,7 @@ def test_listeners_are_checked_when_the_loop_is_built() -> None:
 def test_a_single_listener_not_in_a_list_is_refused() -> None:
     """listeners=fn (not [fn]) says what was expected, rather than 'not iterable'."""
     with pytest.raises(TypeError, match=r"expected listeners to be an iterable of callables"):
-        Loop(ScriptedModel([]), listeners=print)  # type: ignore[arg-type]
+        Loop(ScriptedModel([]), listeners=print)  # type: ignore[call-overload]
 
 
 def test_review_functions_refuse_a_run_in_place_of_its_result() -> None:

@@ -179,7 +179,7 @@ def test_an_input_led_by_another_system_message_is_refused() -> None:
     with pytest.raises(ValueError, match=r"this Loop's system prompt .*got another: 'You mul"):
         loop.run(other)
     with pytest.raises(TypeError, match="expected system to be a str or None, got list"):
-        agentloop.Loop(ScriptedModel([]), system=["You add numbers."])  # type: ignore[arg-type]
+        agentloop.Loop(ScriptedModel([]), system=["You add numbers."])  # type: ignore[call-overload]
     plain = agentloop.Loop(ScriptedModel([final("done")])).run(other)  # without system=, as given
     assert plain.transcript[0] == other[0]
 
@@ -314,4 +314,4 @@ async def test_a_loop_opens_what_it_owns_under_asyncio_too() -> None:
 def test_what_a_loop_owns_is_checked_when_it_is_made(owns: object, message: str) -> None:
     """Anything but context managers is refused, naming what was expected."""
     with pytest.raises(TypeError, match=message):
-        agentloop.Loop(ScriptedModel([final("done")]), owns=owns)  # type: ignore[arg-type]
+        agentloop.Loop(ScriptedModel([final("done")]), owns=owns)  # type: ignore[call-overload]

@@ -176,7 +176,7 @@ def test_which_errors_count_is_the_policys() -> None:
         RetryPolicy(factor=0.5)  # waits that shrink
     assert RetryPolicy(factor=1).factor == 1  # the same wait each time
     with pytest.raises(TypeError, match=r"expected retry to be an agentloop\.models\.RetryPolicy"):
-        Loop(ScriptedModel([]), retry=3)  # type: ignore[arg-type]
+        Loop(ScriptedModel([]), retry=3)  # type: ignore[call-overload]
 
 
 @pytest.mark.row("backing_off --back_off [cancel_requested]--> cancelled")

@@ -290,7 +290,7 @@ def test_run_ids_and_ledgers_are_checked(db: Path) -> None:
     with pytest.raises(ValueError, match=r"resume needs a ledger"):
         plain.resume("x")
     with pytest.raises(TypeError, match=r"expected ledger to be a Ledger"):
-        agentloop.Loop(by_history(SCRIPT), ledger="runs.db")  # type: ignore[arg-type]
+        agentloop.Loop(by_history(SCRIPT), ledger="runs.db")  # type: ignore[call-overload]
     with pytest.raises(ValueError, match=r"'FULL' or 'NORMAL'"):
         SQLiteLedger(db, synchronous="OFF")  # type: ignore[arg-type]
 

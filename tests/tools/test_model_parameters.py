@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime  # noqa: TC003 - the registry resolves tools' annotations at run time
+import datetime  # the registry resolves tools' annotations at run time
 from typing import TYPE_CHECKING, Any, Literal
 
 import pydantic

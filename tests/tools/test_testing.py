@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import decimal  # noqa: TC003 - the registry resolves tools' annotations at run time
+import decimal  # the registry resolves tools' annotations at run time
 import inspect
 import re
-import uuid  # noqa: TC003 - as datetime
+import uuid  # as decimal
 from typing import Annotated, Any, Literal
 
 import annotated_types
@@ -42,7 +42,7 @@ from agentloop.testing import (
 from agentloop.testing import strategies as als
 from tests.support import ROOT
 from tests.support.helpers import DRIVERS, Driver, import_error
-from tests.support.tool_types import Corner  # noqa: TC001 - as datetime
+from tests.support.tool_types import Corner  # as decimal
 
 TESTING_PAGE = (ROOT / "docs" / "testing.md").read_text()
 MARKER = "<!-- tests/tools/test_testing.py runs this block -->"
