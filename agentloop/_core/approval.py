@@ -16,6 +16,8 @@ from typing import Any, Final, NamedTuple
 import attrs
 import orjson
 
+from agentloop._core.json import kept
+
 __all__ = [
     "Decision",
     "PendingCall",
@@ -165,7 +167,7 @@ class PendingCall(NamedTuple):
         return cls(
             record["call_id"],
             record["name"],
-            orjson.dumps(record["arguments"]),
+            kept(orjson.dumps(record["arguments"])),
             record["reason"],
             record["fingerprint"],
         )

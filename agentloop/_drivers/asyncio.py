@@ -53,6 +53,7 @@ from agentloop._drivers.callbacks import (
     Model,
     TokenCancelled,
     capture_interrupt,
+    given_history,
     is_async,
     unless_cancelled,
     within,
@@ -307,12 +308,11 @@ class AsyncRun(RunView[OutputT]):
         wrap-up step's request has its options (``tool_choice='none'``). Its
         answer, within ``model_timeout``: a reply, or a stream left unread.
         """
-        history = need.history
         model: Callable[..., object]
         if isinstance(need, Summarise):
-            model, options = need.model, {}
+            model, options, history = need.model, {}, need.history
         else:
-            model, options = self._model, need.options
+            model, options, history = self._model, need.options, given_history(self._model, need)
         seconds = self._model_timeout
         if seconds is not None:
             self._asked_at = time.monotonic()

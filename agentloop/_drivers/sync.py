@@ -29,7 +29,7 @@ from agentloop._core.json import exception_said
 from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import AskModel, OutputT, RunResult, RunTool, Transition, Wait
 from agentloop._drivers.awaiter import Awaiter
-from agentloop._drivers.callbacks import Listener, Model, TokenCancelled, is_async
+from agentloop._drivers.callbacks import Listener, Model, TokenCancelled, given_history, is_async
 from agentloop._drivers.context import CallScope, in_context
 from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import ToolProgress
@@ -234,9 +234,9 @@ class Run(RunView[OutputT]):
         if isinstance(need, Summarise):
             reply = need.model(need.history)
         elif need.tools_disabled:  # the wrap-up step: tool_choice='none'
-            reply = self._model(need.history, **need.options)
+            reply = self._model(given_history(self._model, need), **need.options)
         else:
-            reply = self._model(need.history)
+            reply = self._model(given_history(self._model, need))
         # A dict (any reply that is JSON) is never awaitable: no check for it.
         if type(reply) is not dict and inspect.isawaitable(reply):
             return self._await_reply(reply)
