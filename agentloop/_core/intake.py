@@ -17,7 +17,7 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
-from agentloop._core.json import exception_content, intake
+from agentloop._core.json import exception_content, intake, kept
 from agentloop._core.messages import DISPATCH_STATUSES, batch_of, reply_problem
 from agentloop._core.values import MAX_BUDGET, NotJSON, Usage
 from agentloop._errors import JSONError
@@ -151,7 +151,7 @@ def take_outcome(outcome: object) -> Outcome:
 
 def raised_outcome(exc: BaseException) -> Outcome:
     """The outcome of a tool that raised ``exc``: an ``error`` naming it."""
-    return Outcome("error", orjson.dumps(exception_content(exc)), exc)
+    return Outcome("error", kept(orjson.dumps(exception_content(exc))), exc)
 
 
 def checked_outcome(outcome: object) -> tuple[str, bytes]:
@@ -167,13 +167,15 @@ def checked_outcome(outcome: object) -> tuple[str, bytes]:
             try:
                 return status, intake(outcome["content"], "content")[0]
             except JSONError as exc:
-                return "error", orjson.dumps(f"the tool returned a value that is not JSON: {exc}")
+                return "error", kept(
+                    orjson.dumps(f"the tool returned a value that is not JSON: {exc}")
+                )
     problem = (
         "the dispatcher's outcome was not valid: expected {'status': one of "
         f"{sorted(DISPATCH_STATUSES)}, 'content': JSON, optionally 'exception': "
         f"the exception behind an error}}, got {not_json(outcome).text:.200}"
     )
-    return "error", orjson.dumps(problem)
+    return "error", kept(orjson.dumps(problem))
 
 
 def not_json(reply: object, problem: str = "") -> NotJSON:

@@ -35,15 +35,16 @@ def turn_engine(
     messages: str | list[dict[str, Any]],
     cancel: CancelToken | None,
     run_id: str | None,
+    deps: object,
     after: RunResult | None,
     conversation: str | None,
-) -> Engine:
-    """The engine of a new run: a conversation's next turn with ``after=`` or ``conversation=``."""
+) -> tuple[Engine, CancelToken | None]:
+    """A new run's engine and token (``fresh_engine``): a turn with ``after=``/``conversation=``."""
     turn = next_turn(loop, messages, after, conversation, run_id)
     if turn is None:
-        return fresh_engine(loop, messages, cancel, run_id)
+        return fresh_engine(loop, messages, cancel, run_id, deps)
     return fresh_engine(
-        loop, turn.input, cancel, None, turn.continues, turn.conversation, turn.summary
+        loop, turn.input, cancel, None, deps, turn.continues, turn.conversation, turn.summary
     )
 
 

@@ -15,7 +15,8 @@ from agentloop._durable.ids import turn_run_id
 from agentloop._durable.view import view_run
 from agentloop._errors import AgentloopError, ConversationBusyError, RunExistsError
 from agentloop._loop.continued import continued, forked, resumed
-from agentloop._loop.settings import checked_tool_names, no_ledger, timeout_bites
+from agentloop._loop.deps import for_run
+from agentloop._loop.settings import checked_tool_names, no_ledger, run_input, timeout_bites
 from agentloop._review.runstory import summary_at_end
 
 if TYPE_CHECKING:
@@ -44,26 +45,31 @@ def fresh_engine(
     messages: str | list[dict[str, Any]],
     cancel: CancelToken | None,
     run_id: str | None,
+    deps: object = None,
     continues: str | None = None,
     conversation: tuple[str, int] | None = None,
     summary: tuple[int, str] | None = None,
-) -> Engine:
-    """A fresh engine for a new run: a recording one when the Loop has a ledger.
+) -> tuple[Engine, CancelToken | None]:
+    """A fresh engine for a new run (a recording one when the Loop has a ledger); its token.
 
-    ``conversation`` (its id and the turn) makes the run that turn; in a
-    ledger, under the turn's id (``ConversationBusyError`` if it is taken);
-    ``summary`` is the summary it carries in from the turn before.
+    The token is ``cancel``, or the run's own (``for_run``, which checks
+    ``deps`` first, before anything is recorded). ``conversation`` (its id
+    and the turn) makes the run that turn; in a ledger, under the turn's id
+    (``ConversationBusyError`` if it is taken); ``summary`` is the summary it
+    carries in from the turn before.
     """
     check_ready(loop)
-    messages = loop._input(messages)
+    cancel = for_run(loop, deps, cancel)
+    messages = run_input(loop.system, messages)
     if loop.ledger is None:
         if run_id is not None:
             no_ledger(run_id)
-        return plain_engine(
+        engine = plain_engine(
             loop, messages, cancel, continues=continues, conversation=conversation, summary=summary
         )
+        return engine, cancel
     try:
-        return resume.begin(
+        engine = resume.begin(
             loop.ledger,
             run_id,
             messages,
@@ -81,13 +87,14 @@ def fresh_engine(
     except RunExistsError:
         if conversation is None:
             raise
-        conversation_id, turn = conversation
+        conversation_id, turn_number = conversation
         raise ConversationBusyError(
-            f"turn {turn} of conversation {conversation_id!r} was begun elsewhere first (run "
-            f"{turn_run_id(*conversation)!r}): read it, and go on from it",
+            f"turn {turn_number} of conversation {conversation_id!r} was begun elsewhere first "
+            f"(run {turn_run_id(*conversation)!r}): read it, and go on from it",
             conversation_id,
-            turn,
+            turn_number,
         ) from None
+    return engine, cancel
 
 
 def continued_engine(
@@ -96,8 +103,9 @@ def continued_engine(
     cancel: CancelToken | None,
     run_id: str | None,
     continues: str | None,
-) -> Engine:
-    """The engine of a run that continues ``run`` (a failed or exhausted one).
+    deps: object = None,
+) -> tuple[Engine, CancelToken | None]:
+    """The engine of a run that continues ``run`` (a failed or exhausted one); its token.
 
     When ``run`` is a conversation's turn, the new run is its next turn.
     """
@@ -114,7 +122,9 @@ def continued_engine(
             )
         conversation = (result.conversation_id, result.turn + 1)
     summary = carried_summary(loop, result)
-    return fresh_engine(loop, result.transcript, cancel, run_id, continues, conversation, summary)
+    return fresh_engine(
+        loop, result.transcript, cancel, run_id, deps, continues, conversation, summary
+    )
 
 
 def carried_summary(loop: Loop, before: RunResult) -> tuple[int, str] | None:
@@ -190,10 +200,11 @@ def make_resilient(loop: Loop, engine: _E) -> _E:
 
 
 def resumed_engine(
-    loop: Loop, what: str, run: str | RunResult, cancel: CancelToken | None
+    loop: Loop, what: str, run: str | RunResult, cancel: CancelToken | None, deps: object = None
 ) -> tuple[Engine, CancelToken | None]:
-    """The run, fed to a fresh engine, and the token its driver is to watch."""
+    """The run, fed to a fresh engine, and the token its driver is to watch (``fresh_engine``'s)."""
     check_ready(loop)
+    cancel = for_run(loop, deps, cancel)
     engine, token = resumed(
         what,
         run,
@@ -208,12 +219,22 @@ def resumed_engine(
 
 
 def forked_engine(
-    loop: Loop, run: RunResult, at: int, cancel: CancelToken | None, run_id: str | None
+    loop: Loop,
+    run: str | RunResult,
+    what: str,
+    at: int,
+    cancel: CancelToken | None,
+    run_id: str | None,
+    deps: object = None,
 ) -> tuple[Engine, CancelToken]:
-    """A fork's engine (``Loop.fork``): ``run`` after its first ``at`` transitions; its token."""
+    """A fork's engine (``Loop.fork``): ``run`` after its first ``at`` transitions; its token.
+
+    ``run`` is a result, or an id in the Loop's ledger (``what``, the call, names it).
+    """
     check_ready(loop)
+    cancel = for_run(loop, deps, cancel)
     engine, token = forked(
-        run,
+        saved_result(loop, run, what),
         at,
         budget=loop.budget,
         ledger=loop.ledger,

@@ -125,14 +125,13 @@ class SyncDriver:
 
     name = "sync"
 
-    def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **how: Any) -> Any:
-        return loop.start(messages, cancel=cancel, **how)
+    def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **options: Any) -> Any:
+        return loop.start(messages, cancel=cancel, **options)
 
     def run(
-        self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **how: Any
+        self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **options: Any
     ) -> agentloop.RunResult:
-        """``how``: the run's other keywords (``after=``, ``conversation=``)."""
-        return loop.run(messages, cancel=cancel, **how)
+        return loop.run(messages, cancel=cancel, **options)
 
 
 class SteppedAsync:
@@ -204,16 +203,19 @@ class AsyncDriver:
             max_output_retries=loop.budget.max_output_retries,
             on_exhausted=loop.budget.on_exhausted,
             max_identical_calls=loop.budget.max_identical_calls,
+            deps_type=loop.deps_type,
             ledger=loop.ledger,
         )
 
-    def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **how: Any) -> Any:
-        return SteppedAsync(self.as_async(loop).astart(messages, cancel=cancel, **how), self.runner)
+    def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **options: Any) -> Any:
+        return SteppedAsync(
+            self.as_async(loop).astart(messages, cancel=cancel, **options), self.runner
+        )
 
     def run(
-        self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **how: Any
+        self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **options: Any
     ) -> agentloop.RunResult:
-        return self.runner.run(self.as_async(loop).arun(messages, cancel=cancel, **how))
+        return self.runner.run(self.as_async(loop).arun(messages, cancel=cancel, **options))
 
 
 Driver = SyncDriver | AsyncDriver
