@@ -30,6 +30,9 @@ from agentloop._errors import (
     JSONError,
 )
 from agentloop._loop.loop import Loop
+
+# isort: split
+from agentloop._loop.handoff import handoff  # after Loop, which it imports
 from agentloop._names import publish as _publish
 from agentloop._tools.registry import Decision, Tool, ToolRegistry, allow, deny
 
@@ -56,6 +59,7 @@ __all__ = [
     "ask",
     "current_context",
     "deny",
+    "handoff",
     "idempotency_key",
     "report_progress",
 ]

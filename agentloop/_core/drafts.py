@@ -85,6 +85,8 @@ class Draft:
     model: str | None = None
     #: What a streaming reply delivered before an interruption cut it (for review).
     partial_text: str | None = None
+    #: The agent a handoff hands to (``switch_agent`` sets it).
+    agent: str | None = None
     # What the output schema found wrong with the final in hand (None: not asked yet).
     output_problems: list[str] | None = None
     # The loop guard's findings about the batch in hand (None: not looked yet).

@@ -40,6 +40,7 @@ from agentloop._errors import InvalidStateError
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from agentloop._core.agents import Agents
     from agentloop._core.output_schema import OutputSchema
     from agentloop._core.retry_policy import RetryPolicy
     from agentloop._core.values import Budget
@@ -88,6 +89,7 @@ def replay(
     compare: Callable[[Transition, Transition, str], None] | None = None,
     models: tuple[str, ...] | None = None,
     output: OutputSchema | None = None,
+    agents: Agents | None = None,
 ) -> Engine:
     """A fresh engine that has made ``events`` again, from ``messages`` and ``budget``.
 
@@ -100,14 +102,16 @@ def replay(
     fallback models (by default, those the events name, in order). A model
     that raised gets back the wait its event recorded: the retry policy is
     not asked again. ``output`` is the run's output schema
-    (``Loop(output=T)``), if it had one. Raises ``Mismatch`` where the engine
-    does something else.
+    (``Loop(output=T)``), if it had one; ``agents`` its team, if it had
+    handoffs. Raises ``Mismatch`` where the engine does something else.
     """
     token = CancelToken() if token is None else token
     if engine is None:
         if models is None:
             models = models_named(events)
-        engine = Engine(messages, budget=budget, cancel=token, models=models, output=output)
+        engine = Engine(
+            messages, budget=budget, cancel=token, models=models, output=output, agents=agents
+        )
     run = engine._run  # the replay is the core's own: the record's refusals stand in it
     typed = run.output
     if typed is not None:  # the record's refusals stand, in its words, while it is replayed

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from agentloop._core.agents import Agents, checked_agents
 from agentloop._core.context_policy import ContextPolicy
 from agentloop._core.drafts import Draft
 from agentloop._core.intake import NO_REPLY
@@ -20,6 +21,7 @@ from agentloop._core.messages import History, ids_of, input_messages
 from agentloop._core.output_schema import OutputSchema
 from agentloop._core.retry_policy import checked_retry
 from agentloop._core.rows.context import init_context, rebuild_context
+from agentloop._core.rows.handoff import agent_in_force
 from agentloop._core.rows.review import approvals
 from agentloop._core.rows.wrapup import WRAP_UP_BEGUN
 from agentloop._core.table import MODEL_ANSWERS, TERMINAL, Guard, State, Trigger
@@ -65,6 +67,8 @@ class RunState:
     view: bytearray | None
 
     __slots__ = (
+        "agent",
+        "agents",
         "applied",
         "batch",
         "budget",
@@ -119,6 +123,7 @@ class RunState:
         continues: str | None,
         conversation: tuple[str, int] | None,
         summary: tuple[int, str] | None,
+        agents: Agents | None,
     ) -> None:
         # The engine's parts, in the order Engine takes them (it alone makes a RunState).
         _check_parts(budget, cancel, clock, context, retry, models, output, run_id, continues)
@@ -172,6 +177,9 @@ class RunState:
         #: The budget that ran out, once the run wraps up (``on_exhausted='answer'``).
         self.wrapping: str | None = None
         self.calls_seen: CallIndex | None = None  # the loop guard's, made when first asked
+        #: A team's (``Loop(handoffs=...)``): the agents, and the one in force.
+        self.agents = checked_agents(agents)
+        self.agent = None if agents is None else agents.start
 
     def commit(
         self,
@@ -214,6 +222,7 @@ class RunState:
             wait=draft.wait,
             model=draft.model,
             partial_text=draft.partial_text,
+            agent=draft.agent or (self.agent if row.trigger in MODEL_ANSWERS else None),
         )
         if sink is not None:
             reply = self.reply.value if row.trigger is _REPLIED else None
@@ -274,6 +283,8 @@ class RunState:
             conversation_id=None if run.conversation is None else run.conversation[0],
             turn=None if run.conversation is None else run.conversation[1],
             summary=run.carried,
+            agent=run.agent,
+            agents=run.agents,
         )
 
     def settle(self) -> None:
@@ -331,6 +342,7 @@ class RunState:
         self.wrapping = next(
             (event.reason for event in events if event.guard in WRAP_UP_BEGUN), None
         )
+        self.agent = agent_in_force(self)
 
 
 def _appended_ids(events: list[Transition]) -> set[str]:

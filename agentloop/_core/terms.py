@@ -160,6 +160,13 @@ class Guard(enum.StrEnum):
     IDENTICAL_CALLS_ONLY = "identical_calls_only"
     #: Some call of the batch repeats a tool and arguments accepted ``N`` times already.
     IDENTICAL_CALLS_SOME = "identical_calls_some"
+    # -- handoffs (``Loop(handoffs=...)``)
+    #: The reply is one call, to a handoff of the agent in force.
+    HANDOFF_ALONE = "handoff_alone"
+    #: Every call of the batch (two or more) is to a handoff of the agent in force.
+    HANDOFFS_ONLY = "handoffs_only"
+    #: Some call of the batch, beside others, is to a handoff of the agent in force.
+    HANDOFF_IN_BATCH = "handoff_in_batch"
 
 
 class Effect(enum.StrEnum):
@@ -254,6 +261,14 @@ class Effect(enum.StrEnum):
     REFUSE_IDENTICAL = "refuse_identical"
     #: ``reason = 'max_identical_calls'``; ``error`` names the call the model repeated.
     NOTE_IDENTICAL_CALLS = "note_identical_calls"
+    # -- handoffs
+    #: Answer the handoff call ``ok`` with ``{"handed_off_to": name}``, unrun.
+    ANSWER_HANDOFF = "answer_handoff"
+    #: The agent the call hands to is the one in force from now on; the event names it.
+    SWITCH_AGENT = "switch_agent"
+    #: Answer each handoff call of the batch ``error`` (a handoff is taken only alone),
+    #: unrun; the batch's other calls run.
+    REFUSE_HANDOFF = "refuse_handoff"
 
 
 class Feature(enum.StrEnum):
@@ -279,3 +294,5 @@ class Feature(enum.StrEnum):
     RETRY = "retry"
     #: Review and approval: a driver that reviews (``reviews``), or a review reported.
     REVIEW = "review"
+    #: Handoffs: a team of agents (``Loop(handoffs=...)``), one in force at a time.
+    HANDOFF = "handoff"

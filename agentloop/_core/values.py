@@ -19,6 +19,7 @@ import attrs
 import orjson
 from typing_extensions import TypeVar
 
+from agentloop._core.agents import Agents
 from agentloop._core.approval import Decision, PendingCall
 from agentloop._core.cancel import CancelToken
 from agentloop._core.context_policy import ContextPolicy, Seen
@@ -241,6 +242,9 @@ class Transition(NamedTuple):
     #: The text a streaming reply had delivered when the run was interrupted (on
     #: ``model_interrupted`` only, and only then): for review, never in the history.
     partial_text: str | None = None
+    #: With handoffs (``Loop(handoffs=...)``): the agent in force, on the events that
+    #: answer a model; the agent handed to, on a handoff's.
+    agent: str | None = None
 
     @property
     def appended(self) -> list[dict[str, Any]]:
@@ -260,6 +264,7 @@ class Transition(NamedTuple):
             self.context,
             self.wait,
             self.model,
+            self.agent,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -275,7 +280,7 @@ class Transition(NamedTuple):
         return hash(self._compared())
 
     def __repr__(self) -> str:
-        shown = (*self._fields[:11], "usage", "pending", "decisions", "wait", "model")
+        shown = (*self._fields[:11], "usage", "pending", "decisions", "wait", "model", "agent")
         values = (
             *self[:11],
             self.usage,
@@ -283,6 +288,7 @@ class Transition(NamedTuple):
             self.decisions or None,
             self.wait,
             self.model,
+            self.agent,
         )
         fields = ", ".join(
             f"{name}={value!r}"
@@ -342,6 +348,10 @@ class RunResult(NamedTuple, Generic[OutputT]):
     turn: int | None = None
     #: The summary (turns folded, text) the turn began with, under ``summarise``.
     summary: tuple[int, str] | None = None
+    #: With handoffs: the agent in force at the end (who gave the final answer), and
+    #: the team (``Agents``: the first agent and each agent's handoffs).
+    agent: str | None = None
+    agents: Agents | None = None
 
     def require_output(self) -> OutputT:
         """The output of a run that finished; ``InvalidStateError`` for any other run.

@@ -93,8 +93,11 @@ def fingerprint(
     dispatcher: object,
     context: ContextPolicy | None = None,
     output: OutputSchema | None = None,
+    team: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a run's record depends on: the budget, each tool's schema, the context and output.
+
+    With handoffs, ``team`` (the agents, their handoffs, tools and system prompts) too.
 
     The budget's newer limits (typed output, the loop guard, the wrap-up) are
     in it only when they are not the default, so a run recorded before them
@@ -109,6 +112,8 @@ def fingerprint(
         found["context"] = context.record()
     if output is not None:
         found["output"] = output.schema
+    if team is not None:
+        found["agents"] = team
     if isinstance(dispatcher, ToolRegistry):
         found["tools"] = {
             tool.name: {"parameters": tool.parameters, "idempotent": tool.idempotent}

@@ -17,7 +17,7 @@ prefix is recorded in it as it is fed, exactly as a live run records.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import orjson
@@ -162,10 +162,12 @@ def resumed(
     dispatcher: object,
     context: ContextPolicy | None = None,
     output: OutputSchema | None = None,
+    team: dict[str, Any] | None = None,
 ) -> tuple[Engine, CancelToken | None]:
     """Run ``run`` fed to a fresh engine, and the token its driver is to watch.
 
-    ``run`` is an id in ``ledger``, or a saved result (which no ledger holds).
+    ``run`` is an id in ``ledger``, or a saved result (which no ledger holds);
+    ``team`` is the Loop's, with handoffs (``handoff.team_record``).
     """
     if not isinstance(run, str | RunResult):
         hint = (
@@ -194,6 +196,11 @@ def resumed(
             found.append(
                 f"context: the run's {run.context and run.context.record()}, "
                 f"this Loop's {context and context.record()}"
+            )
+        mine = None if team is None else {"start": team["start"], "handoffs": team["handoffs"]}
+        if (run.agents and run.agents.as_json()) != mine:
+            found.append(
+                f"agents: the run's {run.agents and run.agents.as_json()}, this Loop's {mine}"
             )
         if found:
             raise ConfigurationMismatchError(
@@ -227,6 +234,7 @@ def resumed(
         cancel=cancel,
         context=context,
         output=output,
+        team=team,
     )
 
 

@@ -126,6 +126,9 @@ def test_validation_tries_the_contract_order() -> None:
         Guard.CANCEL_REQUESTED,
         Guard.IDENTICAL_CALLS_ONLY,
         Guard.IDENTICAL_CALLS_SOME,
+        Guard.HANDOFF_ALONE,
+        Guard.HANDOFFS_ONLY,
+        Guard.HANDOFF_IN_BATCH,
         None,
     ]
     asks = [row.guard for row in TABLE.groups[State.AWAITING_MODEL, Trigger.ASK_MODEL]]

@@ -106,8 +106,8 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
         "ask_model [wrap_up_due]<br>ask_model (3x)<br>model_raised [fallback_left]\n" in mermaid
     )
     assert (
-        "    validating --> dispatching: validate [identical_calls_some]<br>validate (2x)\n"
-        in mermaid
+        "    validating --> dispatching: validate [identical_calls_some]<br>"
+        "validate [handoff_in_batch]<br>validate (2x)\n" in mermaid
     )
     assert (
         "    dispatching --> dispatching: start_tool [batch_unreviewed]<br>start_tool (3x)"

@@ -1,0 +1,125 @@
+"""A run's team: every agent reachable by handoffs, and what its driver calls.
+
+The engine decides when a handoff is taken (``_core/rows/handoff.py``) and
+which agent is in force (``engine.agent``); here the Loop finds its team,
+checks it, and gives the driver one model and one dispatch that read the
+agent in force at each request: that agent's model, its system prompt in
+place of the first message's, and its tools.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agentloop._core.agents import Agents
+from agentloop._drivers.callbacks import Model, is_async
+from agentloop._tools.registry import ToolRegistry, reviewing
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agentloop._core.engine import Engine
+    from agentloop._loop.loop import Loop
+
+__all__ = ["team_dispatch", "team_model", "team_of", "team_record"]
+
+
+def team_of(loop: Loop[Any, Any]) -> tuple[Agents, dict[str, Loop[Any, Any]]] | None:
+    """The team a run of ``loop`` has: every agent reachable by handoffs, by name; None: none.
+
+    Refuses two agents of one name, a fallback model, and tools with policies
+    (a team's review is not built yet), each naming the agent.
+    """
+    if not loop.handoffs:
+        return None
+    found: dict[str, Loop[Any, Any]] = {}
+    waiting = [loop]
+    while waiting:
+        agent = waiting.pop(0)
+        known = found.get(agent.name)
+        if known is agent:
+            continue
+        if known is not None:
+            raise ValueError(
+                f"expected the agents of a team to have different names, got two named "
+                f"{agent.name!r}: pass name= to Loop(...)"
+            )
+        found[agent.name] = agent
+        waiting.extend(given.target for given in agent.handoffs)
+        if agent._model_names:
+            raise ValueError(
+                f"expected each agent of a team to have one model, got fallback models "
+                f"for {agent.name!r}: a team with fallback models is not supported yet"
+            )
+        if is_async(agent._bound_model) is not is_async(loop._bound_model):
+            raise TypeError(
+                f"expected the models of a team to be all plain or all async def, got a mix "
+                f"({loop.name!r} and {agent.name!r}): one driver asks them all"
+            )
+        if reviewing(agent.dispatcher) is not None:
+            raise ValueError(
+                f"expected the agents of a team to have tools without policies, got policies "
+                f"in {agent.name!r}'s tools: a team's approval is not supported yet"
+            )
+    agents = Agents(
+        loop.name,
+        {
+            name: {h.tool_name: h.target.name for h in agent.handoffs}
+            for name, agent in found.items()
+        },
+    )
+    return agents, found
+
+
+def team_record(loop: Loop[Any, Any]) -> dict[str, Any] | None:
+    """What a durable run's header keeps of the team: the handoffs and each agent's tools."""
+    team = team_of(loop)
+    if team is None:
+        return None
+    agents, found = team
+    tools = {
+        name: {t.name: t.parameters for t in agent.dispatcher}
+        if isinstance(agent.dispatcher, ToolRegistry)
+        else type(agent.dispatcher).__qualname__
+        for name, agent in found.items()
+    }
+    return {**agents.as_json(), "tools": tools, "systems": {n: a.system for n, a in found.items()}}
+
+
+def team_model(found: dict[str, Loop[Any, Any]], engine: Engine) -> Model:
+    """The model a driver calls for a team's run: the agent in force's, with its system prompt."""
+    first = next(iter(found.values()))
+    if is_async(first._bound_model):
+
+        async def ask_async(history: list[dict[str, Any]], **options: Any) -> object:
+            agent = found[engine.agent or ""]
+            return await agent._bound_model(_as_seen(agent, history), **options)  # type: ignore[misc]
+
+        return ask_async
+
+    def ask(history: list[dict[str, Any]], **options: Any) -> object:
+        agent = found[engine.agent or ""]
+        return agent._bound_model(_as_seen(agent, history), **options)
+
+    return ask
+
+
+def _as_seen(agent: Loop[Any, Any], history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history as ``agent`` sees it: its own system prompt in place of the first message's."""
+    if history and history[0].get("kind") == "system":
+        history = history[1:]
+    return history if agent.system is None else [{"kind": "system", "text": agent.system}, *history]
+
+
+def team_dispatch(
+    found: dict[str, Loop[Any, Any]],
+    engine: Engine,
+    dispatch_of: Callable[[Loop[Any, Any]], Callable[..., object]],
+) -> Callable[..., object]:
+    """One dispatch for a team's run: each call goes to the agent in force's tools."""
+    made = {name: dispatch_of(agent) for name, agent in found.items()}
+
+    def dispatch(call: dict[str, Any], **options: Any) -> object:
+        return made[engine.agent or ""](call, **options)
+
+    return dispatch

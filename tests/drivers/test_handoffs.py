@@ -1,0 +1,331 @@
+"""Handoffs: one agent hands the run to another, step by step, on both drivers."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import agentloop
+from agentloop import Loop
+from agentloop.engine import Engine
+from agentloop.ledger import SQLiteLedger
+from agentloop.review import load_run, run_from_json, run_to_json, save_run
+from agentloop.testing import assert_contract, batch
+from tests.support.helpers import Recorder, call, final
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+Message = dict[str, Any]
+
+#: What a triage run is given: its system prompt, then the customer's message.
+SENT = [
+    {"kind": "system", "text": "Route the customer."},
+    {"kind": "user", "text": "I was charged twice"},
+]
+BOTH = pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+
+
+class Team:
+    """A triage agent and two specialists whose models answer from one script, in turn.
+
+    Each request is noted as ``(agent, system prompt, tools offered, messages sent)``.
+    """
+
+    def __init__(self, script: list[Message], *, asynchronous: bool, **budget: Any) -> None:
+        self.script, self.asked = list(script), list[tuple[str, str | None, list[str], int]]()
+        self.refund, self.diagnose = Recorder(lambda: "refunded"), Recorder(lambda: "rebooted")
+        self.billing = Loop(
+            self.model("billing", asynchronous),
+            name="billing",
+            system="You handle billing.",
+            tools={"refund": self.refund},
+        )
+        self.tech = Loop(
+            self.model("tech", asynchronous),
+            name="tech",
+            system="You fix connections.",
+            tools={"diagnose": self.diagnose},
+        )
+        self.triage = Loop(
+            self.model("triage", asynchronous),
+            name="triage",
+            system="Route the customer.",
+            tools={"lookup": Recorder(lambda: "customer 7")},
+            handoffs=[
+                agentloop.handoff(self.billing, description="Billing questions"),
+                agentloop.handoff(self.tech),
+            ],
+            **budget,
+        )
+        self.billing.add_handoff(agentloop.handoff(self.triage))
+
+    def model(self, name: str, asynchronous: bool) -> Any:
+        def answer(history: list[Message], tools: list[Message]) -> Message:
+            system = history[0]["text"] if history[0]["kind"] == "system" else None
+            self.asked.append((name, system, [tool["name"] for tool in tools], len(history)))
+            return self.script.pop(0)
+
+        async def aanswer(history: list[Message], tools: list[Message]) -> Message:
+            return answer(history, tools)
+
+        return aanswer if asynchronous else answer
+
+    def run(self, asynchronous: bool, text: str = "I was charged twice") -> agentloop.RunResult:
+        result: agentloop.RunResult = (
+            asyncio.run(self.triage.arun(text)) if asynchronous else self.triage.run(text)
+        )
+        return result
+
+
+def model_events(result: agentloop.RunResult) -> list[str | None]:
+    return [event.agent for event in result.events if event.trigger == "model_replied"]
+
+
+@BOTH
+@pytest.mark.row("validating --validate [handoff_alone]--> awaiting_model")
+def test_handoff_switches_agent_and_carries_budgets(asynchronous: bool) -> None:
+    """Taken alone: answered ok; the next request is billing's (prompt, tools); counters go on."""
+    script = [
+        call("c1", "lookup"),
+        call("c2", "transfer_to_billing"),
+        call("c3", "refund"),
+        final("refunded"),
+    ]
+    team = Team(script, asynchronous=asynchronous)
+    result = team.run(asynchronous)
+
+    assert (result.status, result.output, result.agent) == ("finished", "refunded", "billing")
+    assert (result.steps, result.calls) == (4, 3)  # one run: the handoff is a call
+    assert team.asked == [
+        ("triage", "Route the customer.", ["lookup", "transfer_to_billing", "transfer_to_tech"], 2),
+        ("triage", "Route the customer.", ["lookup", "transfer_to_billing", "transfer_to_tech"], 4),
+        ("billing", "You handle billing.", ["refund", "transfer_to_triage"], 6),
+        ("billing", "You handle billing.", ["refund", "transfer_to_triage"], 8),
+    ]
+    assert model_events(result) == ["triage", "triage", "billing", "billing"]
+    handed = next(event for event in result.events if event.guard == "handoff_alone")
+    assert (handed.call_id, handed.tool, handed.result_status, handed.agent) == (
+        "c2",
+        "transfer_to_billing",
+        "ok",
+        "billing",
+    )
+    assert (handed.steps, handed.calls) == (2, 2)
+    assert handed.appended[1]["content"] == {"handed_off_to": "billing"}
+    assert (len(team.refund.calls), result.transcript[0]["text"]) == (1, "Route the customer.")
+    assert_contract(result, SENT)
+
+
+@BOTH
+@pytest.mark.row("validating --validate [handoff_in_batch]--> dispatching")
+def test_handoff_beside_other_calls_is_refused(asynchronous: bool) -> None:
+    """Beside another call the handoff is answered error, unrun; the other call runs."""
+    script = [batch(call("c1", "lookup"), call("c2", "transfer_to_tech")), final("sorted")]
+    team = Team(script, asynchronous=asynchronous)
+    result = team.run(asynchronous)
+
+    assert (result.status, result.agent, result.calls) == ("finished", "triage", 2)
+    results = [m for m in result.transcript if m["kind"] == "tool_result"]
+    assert [(m["id"], m["status"]) for m in results] == [("c1", "ok"), ("c2", "error")]
+    assert results[1]["content"]["type"] == "HandoffRefused"
+    assert [name for name, *_ in team.asked] == ["triage", "triage"]
+    assert model_events(result) == ["triage", "triage"]
+    assert_contract(result, SENT)
+
+
+@BOTH
+@pytest.mark.row("validating --validate [handoffs_only]--> awaiting_model")
+def test_two_handoffs_at_once_are_both_refused(asynchronous: bool) -> None:
+    """Two handoffs in one reply: neither is taken, both answered error, the agent stays."""
+    script = [
+        batch(call("c1", "transfer_to_billing"), call("c2", "transfer_to_tech")),
+        final("stayed"),
+    ]
+    team = Team(script, asynchronous=asynchronous)
+    result = team.run(asynchronous)
+
+    assert (result.status, result.agent, result.steps, result.calls) == ("finished", "triage", 2, 2)
+    refused = next(event for event in result.events if event.guard == "handoffs_only")
+    assert [m["status"] for m in refused.appended[1:]] == ["error", "error"]
+    assert [name for name, *_ in team.asked] == ["triage", "triage"]
+    assert_contract(result, SENT)
+
+
+@BOTH
+def test_handoff_past_max_calls_exhausts(asynchronous: bool) -> None:
+    """A handoff that would pass max_calls ends the run exhausted, as any call does."""
+    team = Team(
+        [call("c1", "lookup"), call("c2", "transfer_to_billing")],
+        asynchronous=asynchronous,
+        max_calls=1,
+    )
+    result = team.run(asynchronous)
+
+    assert (result.status, result.reason, result.calls, result.agent) == (
+        "exhausted",
+        "max_calls",
+        1,
+        "triage",
+    )
+    assert not any(event.guard == "handoff_alone" for event in result.events)
+    assert_contract(result, SENT)
+
+
+@BOTH
+def test_final_beats_call_budget_across_a_handoff(asynchronous: bool) -> None:
+    """The handoff spends the last call; the next agent's final is still accepted."""
+    team = Team(
+        [call("c1", "transfer_to_billing"), final("refunded")],
+        asynchronous=asynchronous,
+        max_calls=1,
+    )
+    result = team.run(asynchronous)
+
+    assert (result.status, result.output, result.calls, result.agent) == (
+        "finished",
+        "refunded",
+        1,
+        "billing",
+    )
+    assert_contract(result, SENT)
+
+
+def test_a_handoff_to_an_agent_not_offered_is_an_unknown_tool() -> None:
+    """tech has no handoffs: a transfer_to_billing it calls is a tool it lacks, unknown_tool."""
+    script = [call("c1", "transfer_to_tech"), call("c2", "transfer_to_billing"), final("ok")]
+    team = Team(script, asynchronous=False)
+    result = team.run(False)
+
+    assert (result.status, result.agent) == ("finished", "tech")
+    assert [m["status"] for m in result.transcript if m["kind"] == "tool_result"] == [
+        "ok",
+        "unknown_tool",
+    ]
+
+
+def test_a_run_with_a_handoff_replays_from_its_file(tmp_path: Path) -> None:
+    """load_run replays the events (the agents in them) and gives back the run; resume reads it."""
+    script = [call("c1", "transfer_to_billing"), call("c2", "refund"), final("refunded")]
+    team = Team(script, asynchronous=False)
+    result = team.run(False)
+    path = tmp_path / "run.json"
+    save_run(result, path)
+
+    loaded = load_run(path)
+    assert loaded == result
+    assert (loaded.agent, loaded.agents) == ("billing", result.agents)
+    assert run_from_json(run_to_json(result)).events == result.events
+    assert team.triage.resume(loaded) == result  # ended: only read, replayed under the team
+
+
+def test_resume_with_another_team_is_refused(tmp_path: Path) -> None:
+    """A durable run with a handoff resumes with the right agent; a changed team is refused."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    script = [call("c1", "transfer_to_billing"), final("refunded")]
+    team = Team(script, asynchronous=False)
+    team.triage.ledger = ledger
+    run = team.triage.start("I was charged twice")
+    while not any(event.guard == "handoff_alone" for event in run.events):
+        run.step()
+    assert run.state == "awaiting_model"
+    assert run.events[-1].agent == "billing"
+    run_id = run.run_id
+    assert run_id is not None
+    del run
+
+    other = Team([final("nope")], asynchronous=False)
+    other.triage.ledger = ledger
+    other.billing.system = "Another prompt."
+    with pytest.raises(agentloop.ConfigurationMismatchError):
+        other.triage.resume(run_id)
+
+    again = Team([final("refunded")], asynchronous=False)
+    again.triage.ledger = ledger
+    result = again.triage.resume(run_id)
+    assert (result.status, result.output, result.agent, result.steps) == (
+        "finished",
+        "refunded",
+        "billing",
+        2,
+    )
+    assert [name for name, *_ in again.asked] == ["billing"]
+
+
+def test_agents_share_one_output_type_and_deps_type() -> None:
+    """Loop(...) refuses a handoff to an agent whose output or deps differ, naming both."""
+    answers = Loop(lambda history: final("x"), name="answers")
+    typed = Loop(lambda history: final("1"), name="typed", output=int)
+    with pytest.raises(TypeError, match="share one output type"):
+        Loop(lambda history: final("x"), name="first", handoffs=[agentloop.handoff(typed)])
+    with pytest.raises(TypeError, match="share one deps_type"):
+        Loop(lambda history: final("x"), deps_type=int, handoffs=[agentloop.handoff(answers)])
+    with pytest.raises(TypeError, match="expected target to be a Loop"):
+        agentloop.handoff("answers")  # type: ignore[arg-type]
+
+
+def test_two_agents_of_one_name_are_refused() -> None:
+    one = Loop(lambda history: final("x"), name="twin")
+    two = Loop(lambda history: final("x"), name="twin")
+    first = Loop(lambda history: final("x"), name="first", handoffs=[agentloop.handoff(one)])
+    first.add_handoff(agentloop.handoff(two, tool_name="transfer_to_other_twin"))
+    with pytest.raises(ValueError, match="different names"):
+        first.run("go")
+
+
+def test_a_dbos_loop_refuses_handoffs() -> None:
+    """DBOS does not record a handoff yet: a DBOSLoop over a team is refused, saying why."""
+    pytest.importorskip("dbos")
+    from agentloop.dbos import DBOSLoop
+
+    team = Team([], asynchronous=False)
+    with pytest.raises(ValueError, match="handoffs are not supported on DBOS"):
+        DBOSLoop(team.triage, name="team-refused")
+
+
+def test_the_engine_knows_the_agent_in_force_after_an_interruption() -> None:
+    """settle() finds the agent in force from the events."""
+    from agentloop._core.agents import Agents
+
+    agents = Agents("a", {"a": {"transfer_to_b": "b"}, "b": {}})
+    engine = Engine("go", agents=agents)
+    engine.next()
+    engine.replied(call("c1", "transfer_to_b"))
+    engine.next()
+    assert engine.agent == "b"
+    engine.next()
+    engine.interrupted(KeyboardInterrupt())
+    assert (engine.state, engine.agent) == ("cancelled", "b")
+
+
+def test_handoff_resumes_with_the_right_agent(tmp_path: Path) -> None:
+    """Killed (SIGKILL) in billing's tool after the handoff: the resume goes on with billing."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.support import ROOT, handoff_team
+
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.support.handoff_team", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
+    assert (tmp_path / "effects").read_text() == "refund A-7\n"
+
+    asked: list[str] = []
+    result = handoff_team.team(tmp_path, kill=False, asked=asked).resume(handoff_team.RUN_ID)
+
+    assert (result.status, result.output, result.agent) == ("finished", "Refunded.", "billing")
+    assert asked == ["billing"]  # the recorded replies are fed, not asked again
+    assert (tmp_path / "effects").read_text() == "refund A-7\n"  # not run a second time
+    assert [e.agent for e in result.events if e.trigger == "model_replied"] == [
+        "triage",
+        "billing",
+        "billing",
+    ]
