@@ -42,6 +42,7 @@ from agentloop._durable.bodies import recorded_answer, recorded_outcome
 from agentloop._durable.journal import fingerprint, idempotent_tools
 from agentloop._durable.resume import checked_run_id, differences, mismatch
 from agentloop._errors import AgentloopError
+from agentloop._loop.agent_tool import refuse_durable
 from agentloop._loop.engines import plain_engine
 from agentloop._loop.loop import Loop
 from agentloop._tools.registry import reviewing
@@ -93,6 +94,7 @@ class DBOSLoop(Generic[OutputT]):
                 "a DBOSLoop's runs are recorded by DBOS: make its Loop without a ledger"
             )
         loop._sync_driver("a DBOSLoop drives its runs synchronously, inside a DBOS workflow")
+        refuse_durable(loop.dispatcher, "DBOSLoop")
         if name in _LOOPS:
             raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
         self.loop, self.name = loop, name

@@ -15,14 +15,13 @@ holds word for word. What only asyncio has:
 * Timeouts: a model that does not answer within ``model_timeout`` seconds is a failed step; a
   tool that does not finish within ``tool_timeout`` gets an ``error`` result and the loop goes
   on. They can only interrupt an await, so they bite on async callables and ``to_thread`` ones.
-* ``max_concurrency`` > 1 runs up to that many calls of a batch at once, each
-  in its own task. Calls start in emission order (each passing the cancel
-  checkpoint), each completion is one ``astep()``, in completion order, and
-  the engine still records the batch in emission order. Whatever ends the run
-  early (the token, a cancelled task) cancels every running call's task.
-* Policies may be ``async def``: each batch is reviewed (awaited) before its
-  first call starts, and a run whose policy asks stops in
-  ``awaiting_approval`` until ``adecide``.
+* ``max_concurrency`` > 1 runs up to that many calls of a batch at once, each in its own
+  task. Calls start in emission order (each passing the cancel checkpoint), each completion
+  is one ``astep()``, in completion order, and the engine still records the batch in emission
+  order. Whatever ends the run early (the token, a cancelled task) cancels every running
+  call's task.
+* Policies may be ``async def``: each batch is reviewed (awaited) before its first call
+  starts, and a run whose policy asks stops in ``awaiting_approval`` until ``adecide``.
 """
 
 from __future__ import annotations
@@ -62,7 +61,7 @@ from agentloop._drivers.callbacks import (
 )
 from agentloop._drivers.concurrent import ConcurrentBatch
 from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
-from agentloop._drivers.progress import ToolProgress, areporting
+from agentloop._drivers.progress import Parent, ToolProgress, areporting
 from agentloop._drivers.streams import apull, current_while_aread, in_time, is_stream
 from agentloop._drivers.transition import LOG, Request, RunView, Streaming, log, one_transition
 from agentloop._drivers.waits import await_wait
@@ -109,7 +108,8 @@ class AsyncRun(RunView[OutputT]):
         # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
         self._asked_at: float | None = None
         # Each call's handler may report progress (report_progress): the delta listeners hear it.
-        self._dispatch = areporting(dispatch, self._delta_listeners)
+        parent = Parent(cancel, engine, self.children)  # for an agent tool's child run
+        self._dispatch = areporting(dispatch, self._delta_listeners, parent)
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(transition)`` after every transition; it may be ``async``.
@@ -142,7 +142,7 @@ class AsyncRun(RunView[OutputT]):
         engine = self._engine
         if not engine.done:
             await self._step(until_done=True)
-        return engine.result()
+        return self.result()
 
     async def astep(self) -> Transition:
         """Perform exactly one transition and return it."""

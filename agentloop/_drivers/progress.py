@@ -32,8 +32,12 @@ from agentloop._drivers.transition import LOG
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from agentloop._core.engine import Engine
+    from agentloop._core.values import CancelToken, RunResult
+
 __all__ = [
     "REPORTER",
+    "Parent",
     "Reporter",
     "ToolProgress",
     "areporting",
@@ -57,29 +61,52 @@ class ToolProgress:
     message: str | None = None
 
 
+class Parent:
+    """What an agent tool's child run (``Loop.as_tool``) takes of the run whose call it answers.
+
+    Its token, its engine (budget and usage so far) and the dict its
+    children's results go in (the run's own, which its result reads); never
+    the run itself, so that a run dropped is collected at once.
+    """
+
+    __slots__ = ("cancel", "children", "engine")
+
+    def __init__(
+        self, cancel: CancelToken | None, engine: Engine, children: dict[str, RunResult[Any]]
+    ) -> None:
+        self.cancel, self.engine, self.children = cancel, engine, children
+
+
 class Reporter:
     """Where one call's progress goes: ``tell(item)``, on ``loop``'s thread when one is given.
 
     A handler may report from another thread (a worker thread under
     ``to_thread``): the report is then handed to the loop, whose listeners
-    may be ``async``. ``last``: the progress last reported.
+    may be ``async``. ``last``: the progress last reported. ``parent``: what
+    an agent tool's child run takes of the run (``Parent``).
     """
 
-    __slots__ = ("call_id", "home", "last", "loop", "tell")
+    __slots__ = ("call_id", "home", "last", "loop", "parent", "tell")
 
     def __init__(
         self,
         call_id: str,
-        tell: Callable[[ToolProgress], None],
+        tell: Callable[[Any], None],
         loop: asyncio.AbstractEventLoop | None = None,
+        parent: Parent | None = None,
     ) -> None:
-        self.call_id, self.tell, self.loop = call_id, tell, loop
+        self.call_id, self.tell, self.loop, self.parent = call_id, tell, loop, parent
         self.home = None if loop is None else threading.get_ident()
         self.last: float | None = None
 
     def __call__(self, progress: float, total: float | None, message: str | None) -> None:
         """Tell a report as it came (checked by ``report_progress``, or an MCP server's)."""
-        item = ToolProgress(call_id=self.call_id, progress=progress, total=total, message=message)
+        self.hand_on(
+            ToolProgress(call_id=self.call_id, progress=progress, total=total, message=message)
+        )
+
+    def hand_on(self, item: object) -> None:
+        """Tell ``item`` (a progress report, or a child run's ``Nested`` item) to the listeners."""
         if self.loop is None or threading.get_ident() == self.home:
             self.tell(item)
         else:
@@ -126,14 +153,17 @@ def _check_number(what: str, value: object) -> None:
 
 
 def reporting(
-    dispatch: Callable[..., Any], listeners: list[Callable[[Any], object]]
+    dispatch: Callable[..., Any],
+    listeners: list[Callable[[Any], object]],
+    parent: Parent | None = None,
 ) -> Callable[..., Any]:
     """``dispatch`` with each call's reporter set around it: its progress goes to ``listeners``.
 
-    It holds the run's list of listeners, not the run: a run dropped is collected at once.
+    It holds the run's list of listeners (and ``parent``, handed to each
+    reporter), not the run: a run dropped is collected at once.
     """
 
-    def tell(item: ToolProgress) -> None:
+    def tell(item: Any) -> None:
         for listener in listeners:
             _hear(listener, item)
 
@@ -142,7 +172,7 @@ def reporting(
         # would leave no token to reset, and the reporter would outlive its call.
         previous = REPORTER.get()
         try:
-            REPORTER.set(Reporter(call["id"], tell))
+            REPORTER.set(Reporter(call["id"], tell, None, parent))
             return dispatch(call, **options)
         finally:
             REPORTER.set(previous)
@@ -151,7 +181,9 @@ def reporting(
 
 
 def areporting(
-    dispatch: Callable[..., Any], listeners: list[tuple[Callable[[Any], object], bool]]
+    dispatch: Callable[..., Any],
+    listeners: list[tuple[Callable[[Any], object], bool]],
+    parent: Parent | None = None,
 ) -> Callable[..., Any]:
     """``reporting`` for an async ``dispatch``, whose ``listeners`` say if they are ``async``.
 
@@ -161,7 +193,7 @@ def areporting(
     """
     hearing: set[asyncio.Future[object]] = set()
 
-    def tell(item: ToolProgress) -> None:
+    def tell(item: Any) -> None:
         for listener, awaited in listeners:
             heard = _hear(listener, item)
             if awaited and heard is not None:
@@ -173,7 +205,7 @@ def areporting(
     async def dispatch_reporting(call: dict[str, Any], **options: object) -> Any:
         previous = REPORTER.get()  # put back by value, as in ``reporting``
         try:
-            REPORTER.set(Reporter(call["id"], tell, asyncio.get_running_loop()))
+            REPORTER.set(Reporter(call["id"], tell, asyncio.get_running_loop(), parent))
             outcome = await dispatch(call, **options)
         finally:
             REPORTER.set(previous)
@@ -184,12 +216,16 @@ def areporting(
     return dispatch_reporting
 
 
-def _hear(listener: Callable[[Any], object], item: ToolProgress) -> object:
-    """``listener(item)``; if it raises, logged and None (see the module: progress is advice)."""
+def _hear(listener: Callable[[Any], object], item: Any) -> object:
+    """``listener(item)``; if it raises, logged and None (see the module: progress is advice).
+
+    ``item``: a ``ToolProgress``, or a child run's ``Nested`` item, which is advice too.
+    """
     try:
         return listener(item)
     except Exception:  # noqa: BLE001 - a listener's fault never changes the call
-        LOG.exception("a listener raised on hearing the progress of call %r", item.call_id)
+        call_id = item.call_id if isinstance(item, ToolProgress) else item.path[0]
+        LOG.exception("a listener raised on hearing the progress of call %r", call_id)
         return None
 
 

@@ -31,7 +31,7 @@ from agentloop._core.values import AskModel, OutputT, RunResult, RunTool, Transi
 from agentloop._drivers.awaiter import Awaiter
 from agentloop._drivers.callbacks import Listener, Model, TokenCancelled, is_async
 from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
-from agentloop._drivers.progress import ToolProgress, reporting
+from agentloop._drivers.progress import Parent, ToolProgress, reporting
 from agentloop._drivers.streams import in_time, is_stream, pull
 from agentloop._drivers.transition import LOG, Request, RunView, Streaming, drain, log, pump
 from agentloop._drivers.waits import wait
@@ -72,7 +72,8 @@ class Run(RunView[OutputT]):
         # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
         self._asked_at: float | None = None
         # Each call's handler may report progress (report_progress): the delta listeners hear it.
-        self._dispatch = reporting(dispatch, self._delta_listeners)
+        parent = Parent(self._awaiter.cancel, engine, self.children)  # for an agent tool's child
+        self._dispatch = reporting(dispatch, self._delta_listeners, parent)
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(transition)`` after every transition from now on.
@@ -108,7 +109,7 @@ class Run(RunView[OutputT]):
         engine = self._engine
         if not engine.done:
             drain(self._held(self._transitions(until_done=True)))
-        return engine.result()
+        return self.result()
 
     def step(self) -> Transition:
         """Perform exactly one transition and return it."""

@@ -50,6 +50,10 @@ def fresh_engine(
         if run_id is not None:
             no_ledger(run_id)
         return plain_engine(loop, messages, cancel, parent_run_id=parent_run_id)
+    # Here, not at the top: agent_tool makes its child's engines with this module's check.
+    from agentloop._loop.agent_tool import refuse_durable
+
+    refuse_durable(loop.dispatcher, "a run with a ledger")  # a tool added since Loop(...)
     return resume.begin(
         loop.ledger,
         run_id,

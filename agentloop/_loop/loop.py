@@ -14,7 +14,7 @@ from typing import Any, Generic, overload
 
 from typing_extensions import TypeVar, Unpack
 
-from agentloop._core.approval import Decision
+from agentloop._core.approval import Decision, Policy
 from agentloop._core.context_policy import ContextPolicy
 from agentloop._core.messages import check_new_input
 from agentloop._core.output_schema import OutputSchema
@@ -25,6 +25,7 @@ from agentloop._drivers.callbacks import Dispatcher, Listener, Model, bind_model
 from agentloop._drivers.sync import Run
 from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._durable.protocol import Ledger
+from agentloop._loop.agent_tool import AgentTool, refuse_durable
 from agentloop._loop.continued import read_ended, released_on_error
 from agentloop._loop.engines import (
     continued_engine,
@@ -218,6 +219,8 @@ class Loop(Owner, Generic[OutputT]):
             self.dispatcher, to_thread=to_thread, tool_timeout=self.tool_timeout
         )
         self.ledger = checked_ledger(ledger)
+        if self.ledger is not None:
+            refuse_durable(self.dispatcher, "Loop(ledger=...)")
         self.context = checked_context(context)
         Owner.__init__(self, owns)
 
@@ -408,6 +411,27 @@ class Loop(Owner, Generic[OutputT]):
             if decisions is not None:
                 await live.adecide(decisions)
             return await live.afinish()
+
+    def as_tool(
+        self,
+        name: str,
+        description: str,
+        *,
+        policy: Policy | None = None,
+        max_result_chars: int | None = None,
+    ) -> AgentTool:
+        """A tool of another Loop that runs this one: the model's ``input`` in, its output out.
+
+        See ``docs/agents.md``: the child's own budgets, its usage rolled into
+        the parent's, the parent's token and listeners (``Nested`` items).
+        """
+        return AgentTool(
+            self,
+            name=name,
+            description=description,
+            policy=policy,
+            max_result_chars=max_result_chars,
+        )
 
     def _sync_driver(self, instead: str, *, awaits: bool = False) -> ToolRegistry | None:
         """Refuse what needs the asyncio driver; the registry whose policies review, if any.

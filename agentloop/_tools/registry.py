@@ -58,7 +58,7 @@ from agentloop._tools.policy import (
     strictest_answer,
     unawaited,
 )
-from agentloop._tools.results import cut_to, failed, result_limit, returned
+from agentloop._tools.results import Answered, cut_to, failed, result_limit, returned
 from agentloop._tools.specs import SpecFormat, build_specs
 from agentloop._tools.tool import Tool
 
@@ -275,6 +275,8 @@ class ToolRegistry:
             value = tool.handler(**kwargs)
         except Exception as exc:  # noqa: BLE001 - a failing tool is an outcome
             return self._cut(tool, failed(exc))
+        if type(value) is Answered:  # an agent tool's child run (Loop.as_tool)
+            return self._cut(tool, value.outcome)
         if type(value) not in _PLAIN and inspect.isawaitable(value):
             getattr(value, "close", lambda: None)()  # never awaited: say so, without a warning
             return failed(
@@ -330,6 +332,8 @@ class ToolRegistry:
                 value = await value
         except Exception as exc:  # noqa: BLE001 - a failing tool is an outcome
             return self._cut(tool, failed(exc))
+        if type(value) is Answered:  # an agent tool's child run (Loop.as_tool)
+            return self._cut(tool, value.outcome)
         return self._cut(tool, returned(tool.name, value))
 
     def _ready(
