@@ -385,3 +385,16 @@ def test_agent_calls_of_a_batch_run_at_once_under_asyncio() -> None:
         "found b",
     ]
     assert_contract(result, "write")
+
+
+def test_a_parents_run_file_replays_with_its_childs_usage() -> None:
+    """The usage on the event that answers an agent call is recorded, and replays."""
+    from agentloop.review import run_from_json, run_to_json
+
+    child, _ = researcher([with_usage(final("x"), 7, 3)])
+    parent = writer(child, [call("c1", "research", input="go"), with_usage(final("y"), 2, 1)])
+    result = parent.run("write")
+    loaded = run_from_json(run_to_json(result))
+    assert loaded.usage == result.usage == agentloop.Usage(9, 4, 0)
+    assert loaded.events == result.events
+    assert loaded.children == {}  # a run file does not hold the children
