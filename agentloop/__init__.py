@@ -21,9 +21,8 @@ from agentloop._core.approval import PendingCall, approve, ask
 from agentloop._core.table import State
 from agentloop._core.values import CancelToken, RunResult, Transition, Usage
 from agentloop._drivers.asyncio import AsyncRun
-from agentloop._drivers.progress import report_progress
+from agentloop._drivers.context import RunContext, current_context, idempotency_key, report_progress
 from agentloop._drivers.sync import Run
-from agentloop._durable.key import idempotency_key
 from agentloop._errors import (
     AgentloopError,
     ConfigurationMismatchError,
@@ -45,6 +44,7 @@ __all__ = [
     "Loop",
     "PendingCall",
     "Run",
+    "RunContext",
     "RunResult",
     "State",
     "Tool",
@@ -54,6 +54,7 @@ __all__ = [
     "allow",
     "approve",
     "ask",
+    "current_context",
     "deny",
     "idempotency_key",
     "report_progress",

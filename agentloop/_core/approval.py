@@ -16,6 +16,8 @@ from typing import Any, Final, NamedTuple
 import attrs
 import orjson
 
+from agentloop._core.json import kept
+
 __all__ = [
     "Decision",
     "PendingCall",
@@ -165,7 +167,7 @@ class PendingCall(NamedTuple):
         return cls(
             record["call_id"],
             record["name"],
-            orjson.dumps(record["arguments"]),
+            kept(orjson.dumps(record["arguments"])),
             record["reason"],
             record["fingerprint"],
         )
@@ -187,5 +189,6 @@ class PendingCall(NamedTuple):
 
 #: A permission policy: sees a copy of the call, answers (or, ``async``, awaits) a ``Decision``.
 #: Here, beside ``Decision``, so that a ``Tool`` can name it (``agentloop._tools.policy``
-#: imports ``Tool``).
-Policy = Callable[[dict[str, Any]], Decision | Awaitable[Decision]]
+#: imports ``Tool``). One may take the call's ``RunContext`` too, as a parameter annotated
+#: with it (so the type says no more than a callable).
+Policy = Callable[..., Decision | Awaitable[Decision]]

@@ -16,6 +16,7 @@ import orjson
 
 from agentloop._core.approval import Decision, PendingCall, call_fingerprint
 from agentloop._core.intake import Reply, not_json
+from agentloop._core.json import kept
 from agentloop._core.messages import CUT_OFF, NOT_STARTED, tool_result_json
 
 __all__ = ["Batch", "check_decisions"]
@@ -141,7 +142,7 @@ class Batch:
                     PendingCall(
                         call_id,
                         name,
-                        orjson.dumps(arguments),
+                        kept(orjson.dumps(arguments)),
                         taken[call_id],
                         call_fingerprint(name, arguments),
                     )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 import orjson
 
 from agentloop._core.intake import raised_usage, take_reply
-from agentloop._core.json import exception_content
+from agentloop._core.json import exception_content, kept
 from agentloop._core.messages import CUT_OFF
 from agentloop._core.rows.retry import Ask, model_name
 from agentloop._core.table import NEXT, REPORTS, Report, Trigger
@@ -178,7 +178,7 @@ def interruption_draft(run: RunState, exc: BaseException) -> tuple[Trigger, Draf
         assert batch is not None, "a tool runs in a batch"
         call = batch.calls[min(batch.running.values())]
         draft = Draft(call, run.since.get(call[0]))
-        draft.cut = orjson.dumps(exception_content(exc))
+        draft.cut = kept(orjson.dumps(exception_content(exc)))
     else:
         draft = Draft(None, run.since.get(None) if trigger in _TIMED else None)
     draft.exception = exc

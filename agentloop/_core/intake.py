@@ -17,7 +17,7 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
-from agentloop._core.json import exception_content, intake
+from agentloop._core.json import exception_content, intake, kept
 from agentloop._core.messages import DISPATCH_STATUSES, batch_of, reply_problem
 from agentloop._core.values import MAX_BUDGET, NotJSON, Usage
 from agentloop._errors import JSONError
@@ -154,7 +154,8 @@ def take_outcome(outcome: object, spent: Usage = _NO_USAGE) -> Outcome:
     if type(outcome) is dict and "usage" in outcome:
         usage = checked_usage(outcome["usage"], spent)
         if type(usage) is str:
-            return _new(Outcome, ("error", orjson.dumps(f"the tool's usage: {usage}"), None, None))
+            problem = kept(orjson.dumps(f"the tool's usage: {usage}"))
+            return _new(Outcome, ("error", problem, None, None))
     return _new(
         Outcome,
         (status, content, exception if isinstance(exception, BaseException) else None, usage),
@@ -163,7 +164,7 @@ def take_outcome(outcome: object, spent: Usage = _NO_USAGE) -> Outcome:
 
 def raised_outcome(exc: BaseException) -> Outcome:
     """The outcome of a tool that raised ``exc``: an ``error`` naming it."""
-    return Outcome("error", orjson.dumps(exception_content(exc)), exc, None)
+    return Outcome("error", kept(orjson.dumps(exception_content(exc))), exc, None)
 
 
 def checked_outcome(outcome: object) -> tuple[str, bytes]:
@@ -179,14 +180,16 @@ def checked_outcome(outcome: object) -> tuple[str, bytes]:
             try:
                 return status, intake(outcome["content"], "content")[0]
             except JSONError as exc:
-                return "error", orjson.dumps(f"the tool returned a value that is not JSON: {exc}")
+                return "error", kept(
+                    orjson.dumps(f"the tool returned a value that is not JSON: {exc}")
+                )
     problem = (
         "the dispatcher's outcome was not valid: expected {'status': one of "
         f"{sorted(DISPATCH_STATUSES)}, 'content': JSON, optionally 'exception': "
         "the exception behind an error and 'usage': the tokens it spent}, got "
         f"{not_json(outcome).text:.200}"
     )
-    return "error", orjson.dumps(problem)
+    return "error", kept(orjson.dumps(problem))
 
 
 def not_json(reply: object, problem: str = "") -> NotJSON:

@@ -26,6 +26,7 @@ __all__ = [
     "exception_said",
     "intake",
     "json_object",
+    "kept",
     "to_json",
     "unfenced",
 ]
@@ -91,6 +92,16 @@ def json_object(raw: str) -> tuple[dict[str, Any] | None, str]:
     return value, ""
 
 
+def kept(data: bytes) -> bytes:
+    """``data`` copied to its size, for bytes from ``orjson.dumps`` that outlive a step.
+
+    orjson 3.12+ hands back each result in the 4 KiB buffer it wrote it into and
+    never shrinks it: a run that kept its replies and contents so would hold about
+    29 times its transcript. The copy costs one small allocation.
+    """
+    return bytes(memoryview(data))
+
+
 def to_json(value: object, where: str = "value") -> bytes:
     """Serialize a plain JSON value, refusing anything JSON would change."""
     return intake(value, where)[0]
@@ -105,7 +116,7 @@ def intake(value: object, where: str = "value") -> tuple[bytes, Any]:
     immutable). ``_find_non_json`` explains a failure only on that slow path.
     """
     try:
-        data = orjson.dumps(value, option=_STRICT)
+        data = kept(orjson.dumps(value, option=_STRICT))  # the record keeps it
         if type(value) in _EXACT:
             return data, value  # immutable, and orjson writes it as it is or raises
         copy = orjson.loads(data)

@@ -14,8 +14,9 @@ import orjson
 
 from agentloop._core.approval import Decision, PendingCall
 from agentloop._core.cancel import CancelToken
+from agentloop._core.messages import History
 
-__all__ = ["AskModel", "AwaitApproval", "ReviewCalls", "RunTool", "Wait"]
+__all__ = ["AskModel", "AwaitApproval", "Messages", "ReviewCalls", "RunTool", "Wait"]
 
 
 class AskModel:
@@ -23,14 +24,17 @@ class AskModel:
 
     ``history`` decodes a fresh copy on each access, and ``history_json`` is
     the same as one JSON array: a driver pays only for the form it uses (the
-    run-file replay uses neither).
+    run-file replay uses neither). ``messages`` is the record itself, read
+    only, for the built-in adapters (``Messages``).
     """
 
-    __slots__ = ("_buffer", "_size", "tools_disabled")
+    __slots__ = ("_count", "_record", "_size", "tools_disabled")
 
-    def __init__(self, buffer: bytearray, size: int) -> None:
-        # The history is append-only: its first ``size`` bytes stay what they were.
-        self._buffer, self._size = buffer, size
+    def __init__(self, record: History | bytearray, size: int) -> None:
+        # The run's history (append-only: its first ``size`` bytes stay what they were),
+        # or the request a context policy fitted, as one JSON array of ``size`` bytes.
+        self._record, self._size = record, size
+        self._count = record.count(size) if isinstance(record, History) else -1
         #: The wrap-up step (``on_exhausted='answer'``): the model is to answer without
         #: tools; a driver calls it ``model(history, tool_choice='none')`` (see ``options``).
         self.tools_disabled = False
@@ -43,18 +47,74 @@ class AskModel:
     @property
     def history(self) -> list[dict[str, Any]]:
         """A fresh copy of the history, as the model is to see it."""
-        buffer = self._buffer
-        if len(buffer) == self._size:  # nothing appended since: no slice to copy
-            return orjson.loads(buffer)  # type: ignore[no-any-return]
-        return orjson.loads(buffer[: self._size])  # type: ignore[no-any-return]
+        record = self._record
+        if isinstance(record, History):
+            return record.decoded(self._count)
+        return orjson.loads(record)  # type: ignore[no-any-return]
+
+    @property
+    def messages(self) -> Messages | list[dict[str, Any]]:
+        """The history as the built-in adapters read it: the record's messages, read only.
+
+        Under a context policy the request is the fitted view, not the
+        record's messages: a fresh copy of it, which an adapter converts whole.
+        """
+        record = self._record
+        if isinstance(record, History):
+            return Messages(record, self._count)
+        return self.history
 
     @property
     def history_json(self) -> bytes:
         """The history as one JSON array."""
-        return bytes(self._buffer[: self._size])
+        record = self._record
+        buffer = record.buffer if isinstance(record, History) else record
+        if len(buffer) == self._size:
+            return bytes(buffer)
+        held = buffer[: self._size]  # messages appended since: a comma where the array closed
+        held[-1] = 0x5D  # ]
+        return bytes(held)
 
     def __repr__(self) -> str:
         return f"AskModel(<history of {self._size} bytes>)"
+
+
+class Messages:
+    """The first messages of a run's history, read only: what a built-in adapter is given.
+
+    ``json(i)`` is message ``i``'s JSON and ``decoded(i)`` a fresh copy of it.
+    ``cache`` is the run's own, never another run's: an adapter keeps there
+    what it made of the messages (each converted once), as a message never
+    changes once recorded. No buffer is exported, so the run may go on
+    appending while a thread still reads (a model call interrupted); the
+    count is fixed when the request is made.
+    """
+
+    __slots__ = ("_count", "_history")
+
+    def __init__(self, history: History, count: int) -> None:
+        self._history, self._count = history, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def json(self, index: int) -> bytes:
+        """Message ``index``'s JSON."""
+        if not 0 <= index < self._count:
+            raise IndexError(f"expected a message index in [0, {self._count}), got {index}")
+        return self._history.message_json(index)
+
+    def decoded(self, index: int) -> dict[str, Any]:
+        """A fresh copy of message ``index``."""
+        return orjson.loads(self.json(index))  # type: ignore[no-any-return]
+
+    @property
+    def cache(self) -> dict[object, Any]:
+        """The run's place for what adapters make of its messages, by adapter."""
+        return self._history.cache
+
+    def __repr__(self) -> str:
+        return f"Messages(<{self._count} recorded messages>)"
 
 
 class RunTool(NamedTuple):

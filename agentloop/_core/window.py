@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from agentloop._core.context_policy import SUMMARY_PROMPT, Seen
+from agentloop._core.json import kept
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -38,14 +39,16 @@ class Summary(NamedTuple):
 
 def summary_message(text: str, span: tuple[int, int]) -> bytes:
     """The message a summary is sent as: a user message right after the head."""
-    return orjson.dumps(
-        {
-            "kind": "user",
-            "text": (
-                f"[Summary of the earlier conversation (messages {span[0]}-{span[1] - 1}), "
-                f"written to fit the context window]\n{text}"
-            ),
-        }
+    return kept(
+        orjson.dumps(
+            {
+                "kind": "user",
+                "text": (
+                    f"[Summary of the earlier conversation (messages {span[0]}-{span[1] - 1}), "
+                    f"written to fit the context window]\n{text}"
+                ),
+            }
+        )
     )
 
 
@@ -269,7 +272,7 @@ def context_plan(run: RunState) -> Plan | str:
         summary,
         policy.summariser is not None,
         policy.keep_tokens,
-        run.history.request()[0],
+        run.history.buffer,
     )
     run.plan = (len(window.messages), summary, plan)
     return plan

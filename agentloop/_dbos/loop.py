@@ -9,6 +9,7 @@ engine takes it. ``agentloop.dbos`` says what it guarantees; ``steps.py``,
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from logging import DEBUG
 from typing import Any, Final, Generic
 from uuid import uuid4
@@ -37,14 +38,17 @@ from agentloop._dbos.decisions import (
 from agentloop._dbos.steps import StepRunner
 from agentloop._dbos.work import StepWork, batch_started, recorded_verdict
 from agentloop._drivers.callbacks import Listener
+from agentloop._drivers.context import CallScope
 from agentloop._drivers.transition import LOG, drain, log, pump
 from agentloop._durable.bodies import recorded_answer, recorded_outcome
 from agentloop._durable.journal import fingerprint, idempotent_tools
 from agentloop._durable.resume import checked_run_id, differences, mismatch
 from agentloop._errors import AgentloopError
 from agentloop._loop.agent_tool import refuse_durable
+from agentloop._loop.deps import deps_provider
 from agentloop._loop.engines import plain_engine
 from agentloop._loop.loop import Loop
+from agentloop._loop.settings import run_input
 from agentloop._tools.registry import reviewing
 
 __all__ = ["STEPS", "DBOSLoop"]
@@ -79,12 +83,20 @@ class DBOSLoop(Generic[OutputT]):
     ``Loop`` must have no ledger (DBOS is the ledger here) and must not need
     the asyncio driver: the workflow drives the engine synchronously.
 
+    ``deps`` provides a run's dependencies (``RunContext.deps``): ``deps(run_id)``
+    is called in the worker that drives the run, once for each time it drives
+    it (a recovery calls it again), since DBOS records a workflow's arguments
+    and dependencies are never recorded. A Loop with ``deps_type`` whose
+    tools take a context needs it.
+
     Listeners (``Loop(listeners=...)``) hear each transition as the workflow
     makes it, in whichever process drives it (which logs it at DEBUG, as a
     ``Run`` does): after a recovery, the replayed transitions too.
     """
 
-    def __init__(self, loop: Loop[OutputT], *, name: str) -> None:
+    def __init__(
+        self, loop: Loop[OutputT], *, name: str, deps: Callable[[str], object] | None = None
+    ) -> None:
         if not isinstance(loop, Loop):
             raise TypeError(f"expected loop to be an agentloop.Loop, got {type(loop).__name__}")
         if type(name) is not str or not name:
@@ -95,6 +107,7 @@ class DBOSLoop(Generic[OutputT]):
             )
         loop._sync_driver("a DBOSLoop drives its runs synchronously, inside a DBOS workflow")
         refuse_durable(loop.dispatcher, "DBOSLoop")
+        self._deps = deps_provider(loop, deps)
         if name in _LOOPS:
             raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
         self.loop, self.name = loop, name
@@ -180,7 +193,7 @@ class DBOSLoop(Generic[OutputT]):
             checked_run_id(run_id, new=True)  # text, and no ':' (the idempotency key's)
         if _LOOPS.get(self.name) is not self:
             raise ValueError(f"this DBOSLoop ({self.name!r}) was closed")
-        messages = self.loop._input(messages)  # as Loop.start takes a new run's input
+        messages = run_input(self.loop.system, messages)  # as Loop.start takes a new run's input
         history = Engine(messages, budget=self.loop.budget).history()  # bad input raises
         return run_id, history
 
@@ -201,6 +214,7 @@ class DBOSLoop(Generic[OutputT]):
         if found:
             raise mismatch(run_id, found)
         token = CancelToken()
+        deps = None if self._deps is None else self._deps(run_id)
         engine = self._engine(history, token, run_id)
         listeners = self.loop.listeners
         # Each step's output says which execution recorded it: the last one's tells whether
@@ -209,7 +223,10 @@ class DBOSLoop(Generic[OutputT]):
         steps = StepRunner(uuid4().hex[:16])
         while not engine.done:
             perform = functools.partial(
-                self._perform, engine=engine, token=token, steps=steps, run_id=run_id
+                self._perform,
+                engine=engine,
+                steps=steps,
+                scope=CallScope(engine, deps, run_id, token),
             )
             try:
                 made = drain(pump(engine, perform))  # Run's loop: no stream comes back here
@@ -231,19 +248,23 @@ class DBOSLoop(Generic[OutputT]):
         return engine
 
     def _perform(
-        self, need: object, *, engine: Engine, token: CancelToken, steps: StepRunner, run_id: str
+        self, need: object, *, engine: Engine, steps: StepRunner, scope: CallScope
     ) -> object:
         """Do what the engine asked, as a DBOS step; what the step recorded is the answer.
 
         A step's ``cancel`` is the marker, read at the checkpoint it records.
+        ``scope``: what each call's context holds (the run's deps, id and token).
         """
+        token, run_id = scope.cancel, scope.run_id
+        assert token is not None, "a workflow has its token"
+        assert run_id is not None, "and its id"
         if isinstance(need, Wait):  # before a retry: cancel_run(run_id) cuts it short (its message)
             message = DBOS.recv(APPROVAL_TOPIC, timeout_seconds=need.seconds)
             if type(message) is dict and message.get("cancel"):
                 token.cancel()  # the table's waited [cancel_requested] row ends the run
             return None
         if isinstance(need, ReviewCalls):
-            answer = steps.run(_REVIEW, self._work.review, run_id, need.calls)
+            answer = steps.run(_REVIEW, self._work.review, run_id, need.calls, scope)
             if answer["cancel"]:
                 token.cancel()  # the checkpoint before the batch's first call
             return {call_id: recorded_verdict(data) for call_id, data in answer["answers"].items()}
@@ -253,7 +274,7 @@ class DBOSLoop(Generic[OutputT]):
                 return verdict
             recorded = verdict.record() if isinstance(verdict, Decision) else None
             again = steps.replayed()
-            outcome = steps.run(_TOOL, self._work.call, run_id, need.call, again, recorded)
+            outcome = steps.run(_TOOL, self._work.call, run_id, need.call, again, recorded, scope)
             if outcome.pop("cancel"):
                 token.cancel()  # the checkpoint before the next tool or model ask
             if "raised" in outcome:

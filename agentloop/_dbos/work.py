@@ -14,6 +14,7 @@ import attrs
 from agentloop._core.approval import Decision
 from agentloop._core.json import exception_content
 from agentloop._dbos.marker import cancel_requested
+from agentloop._drivers.context import CallScope, in_context, reviewed_in
 from agentloop._drivers.streams import is_stream, whole_reply
 from agentloop._durable.bodies import (
     outcome_record,
@@ -22,7 +23,6 @@ from agentloop._durable.bodies import (
     reply_record,
 )
 from agentloop._durable.journal import OUTCOME_UNKNOWN
-from agentloop._durable.key import KEY
 from agentloop._tools.registry import PreparedCall, reviewing
 
 if TYPE_CHECKING:
@@ -92,16 +92,27 @@ class StepWork:
         answer["cancel"] = cancel_requested(run_id)
         return answer
 
-    def review(self, run_id: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
-        """The ``agentloop.review`` step: what the policies answer about each call, as data."""
+    def review(self, run_id: str, calls: list[dict[str, Any]], scope: CallScope) -> dict[str, Any]:
+        """The ``agentloop.review`` step: what the policies answer about each call, as data.
+
+        Each call reviewed in its context (``scope``: the run's deps, id and counters).
+        """
         registry = reviewing(self.loop.dispatcher)
         assert registry is not None, "a batch is reviewed only when the tools have policies"
         # By call id, under a key of its own: a call's id is the model's, any string.
-        answers = {call["id"]: _verdict_data(registry.review(call)) for call in calls}
+        answers = {
+            call["id"]: _verdict_data(reviewed_in(scope.context(call), registry.review, call))
+            for call in calls
+        }
         return {"answers": answers, "cancel": cancel_requested(run_id)}
 
     def call(
-        self, run_id: str, call: dict[str, Any], again: bool, decision: dict[str, Any] | None
+        self,
+        run_id: str,
+        call: dict[str, Any],
+        again: bool,
+        decision: dict[str, Any] | None,
+        scope: CallScope,
     ) -> dict[str, Any]:
         """The ``agentloop.tool`` step: the call's outcome, as data.
 
@@ -109,23 +120,22 @@ class StepWork:
         died: it may have started this call, so its handler may have run.
         Only an idempotent tool runs then. ``decision``: what the policies or
         a person answered about the call at its review, if it had one.
+        ``scope``: what the call's context holds (the run's deps, id and counters).
         """
         outcome: dict[str, Any]
         if again and call["name"] not in self._idempotent:
             outcome = {"status": "error", "content": dict(OUTCOME_UNKNOWN), "exception": None}
         else:
-            key = KEY.set(f"{run_id}:{call['id']}")
+            dispatch = in_context(self.loop.dispatcher.dispatch, [], scope)
             try:
                 if decision is None:
-                    got = self.loop.dispatcher.dispatch(call)
+                    got = dispatch(call)
                 else:  # only a registry's calls are reviewed
-                    got = self.loop.dispatcher.dispatch(call, decision=Decision(**decision))  # type: ignore[call-arg]
+                    got = dispatch(call, decision=Decision(**decision))
             except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
                 outcome = {"raised": exception_content(exc)}
             else:
                 outcome = outcome_record(got)[0]
-            finally:
-                KEY.reset(key)
         outcome["cancel"] = cancel_requested(run_id)
         return outcome
 

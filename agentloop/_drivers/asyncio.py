@@ -1,7 +1,6 @@
 """``AsyncRun``, the asyncio driver: the same protocol over the same engine, with awaits.
 
-``astep()`` is ``Run.step()`` with awaits, so every rule of the contract
-holds word for word. What only asyncio has:
+``astep()`` is ``Run.step()`` with awaits: every rule of the contract holds. Only asyncio has:
 
 * A plain (non-``async``) model or tool is called directly on the event loop: it blocks the
   loop while it runs. ``Loop(..., to_thread=True)`` runs plain callables in a worker thread
@@ -15,11 +14,10 @@ holds word for word. What only asyncio has:
 * Timeouts: a model that does not answer within ``model_timeout`` seconds is a failed step; a
   tool that does not finish within ``tool_timeout`` gets an ``error`` result and the loop goes
   on. They can only interrupt an await, so they bite on async callables and ``to_thread`` ones.
-* ``max_concurrency`` > 1 runs up to that many calls of a batch at once, each in its own
-  task. Calls start in emission order (each passing the cancel checkpoint), each completion
-  is one ``astep()``, in completion order, and the engine still records the batch in emission
-  order. Whatever ends the run early (the token, a cancelled task) cancels every running
-  call's task.
+* ``max_concurrency`` > 1 runs up to that many calls of a batch at once, each in its own task.
+  Calls start in emission order (each passing the cancel checkpoint), each completion is one
+  ``astep()``, in completion order, and the engine still records the batch in emission order.
+  Whatever ends the run early (the token, a cancelled task) cancels every running call's task.
 * Policies may be ``async def``: each batch is reviewed (awaited) before its first call
   starts, and a run whose policy asks stops in ``awaiting_approval`` until ``adecide``.
 """
@@ -55,13 +53,15 @@ from agentloop._drivers.callbacks import (
     Model,
     TokenCancelled,
     capture_interrupt,
+    given_history,
     is_async,
     unless_cancelled,
     within,
 )
 from agentloop._drivers.concurrent import ConcurrentBatch
+from agentloop._drivers.context import CallScope, ain_context
 from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
-from agentloop._drivers.progress import Parent, ToolProgress, areporting
+from agentloop._drivers.progress import ToolProgress
 from agentloop._drivers.streams import apull, current_while_aread, in_time, is_stream
 from agentloop._drivers.transition import LOG, Request, RunView, Streaming, log, one_transition
 from agentloop._drivers.waits import await_wait
@@ -84,6 +84,7 @@ class AsyncRun(RunView[OutputT]):
         max_concurrency: int = 1,
         listeners: tuple[Listener, ...] = (),
         review: Callable[[dict[str, Any]], Awaitable[object]] | None = None,
+        scope: CallScope | None = None,
     ) -> None:
         RunView.__init__(self, engine)
         self._model = model
@@ -107,9 +108,9 @@ class AsyncRun(RunView[OutputT]):
         self._streamed_reply: object = None
         # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
         self._asked_at: float | None = None
-        # Each call's handler may report progress (report_progress): the delta listeners hear it.
-        parent = Parent(cancel, engine, self.children)  # for an agent tool's child run
-        self._dispatch = areporting(dispatch, self._delta_listeners, parent)
+        scope = scope or CallScope(engine, None, None, cancel)  # each call's: its deps, ids
+        self.children = scope.children  # an agent tool's child runs' results, by call id
+        self._dispatch = ain_context(dispatch, self._delta_listeners, scope)
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(transition)`` after every transition; it may be ``async``.
@@ -307,12 +308,11 @@ class AsyncRun(RunView[OutputT]):
         wrap-up step's request has its options (``tool_choice='none'``). Its
         answer, within ``model_timeout``: a reply, or a stream left unread.
         """
-        history = need.history
         model: Callable[..., object]
         if isinstance(need, Summarise):
-            model, options = need.model, {}
+            model, options, history = need.model, {}, need.history
         else:
-            model, options = self._model, need.options
+            model, options, history = self._model, need.options, given_history(self._model, need)
         seconds = self._model_timeout
         if seconds is not None:
             self._asked_at = time.monotonic()

@@ -24,6 +24,7 @@ from agentloop._core.values import Transition
 
 if TYPE_CHECKING:
     from agentloop._core.engine import Engine
+    from agentloop._core.requests import AskModel
     from agentloop._core.values import CancelToken
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "bind_model",
     "capture_interrupt",
     "ended_by_token",
+    "given_history",
     "is_async",
     "takes_keyword",
     "takes_tools",
@@ -95,6 +97,21 @@ def takes_tools(model: object) -> bool:
     return parameter is not None and parameter.kind in _BY_KEYWORD
 
 
+#: A model that reads the record (``AskModel.messages``): the built-in adapters, which never
+#: change what they read, so they need no fresh copy of the history each step.
+READS_RECORD: Final = "agentloop_reads_record"
+
+
+def reads_record(model: object) -> bool:
+    """Whether ``model`` is given the record itself (``agentloop_reads_record``), not a copy."""
+    return getattr(model, READS_RECORD, False) is True
+
+
+def given_history(model: object, need: AskModel) -> Any:  # the Model type names a list
+    """What ``model`` is given for ``need``: the record, read only, or a fresh copy of it."""
+    return need.messages if reads_record(model) else need.history
+
+
 def bind_model(
     model: Model,
     specs: Callable[[], list[dict[str, Any]]],
@@ -113,8 +130,22 @@ def bind_model(
     ``bound(history, tool_choice='none')`` in the wrap-up step: passed on to a
     model that takes ``tool_choice``, dropped for one that does not. Any other
     model is returned as it is. An ``async def`` model stays one, so that
-    ``to_thread`` still tells the two apart.
+    ``to_thread`` still tells the two apart, and a model that reads the record
+    (``reads_record``) still does.
     """
+    bound = _bound(model, specs, output, wraps_up=wraps_up)
+    if bound is not model and reads_record(model):
+        setattr(bound, READS_RECORD, True)
+    return bound
+
+
+def _bound(
+    model: Model,
+    specs: Callable[[], list[dict[str, Any]]],
+    output: dict[str, Any] | None,
+    *,
+    wraps_up: bool,
+) -> Model:
     fixed: dict[str, Any] = {}
     if output is not None and takes_keyword(model, "output"):
         fixed["output"] = output

@@ -29,9 +29,10 @@ from agentloop._core.json import exception_said
 from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import AskModel, OutputT, RunResult, RunTool, Transition, Wait
 from agentloop._drivers.awaiter import Awaiter
-from agentloop._drivers.callbacks import Listener, Model, TokenCancelled, is_async
+from agentloop._drivers.callbacks import Listener, Model, TokenCancelled, given_history, is_async
+from agentloop._drivers.context import CallScope, in_context
 from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
-from agentloop._drivers.progress import Parent, ToolProgress, reporting
+from agentloop._drivers.progress import ToolProgress
 from agentloop._drivers.streams import in_time, is_stream, pull
 from agentloop._drivers.transition import LOG, Request, RunView, Streaming, drain, log, pump
 from agentloop._drivers.waits import wait
@@ -52,6 +53,7 @@ class Run(RunView[OutputT]):
         *,
         awaiter: Awaiter | None = None,
         model_timeout: float | None = None,
+        scope: CallScope | None = None,
     ) -> None:
         RunView.__init__(self, engine)  # its one base: super() would make an object per run
         self._model = model
@@ -71,9 +73,10 @@ class Run(RunView[OutputT]):
         self._partial: Partial | None = None
         # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
         self._asked_at: float | None = None
-        # Each call's handler may report progress (report_progress): the delta listeners hear it.
-        parent = Parent(self._awaiter.cancel, engine, self.children)  # for an agent tool's child
-        self._dispatch = reporting(dispatch, self._delta_listeners, parent)
+        # Each call runs in its context (scope: its deps and ids), its progress heard.
+        scope = scope or CallScope(engine, None, None, self._awaiter.cancel)
+        self.children = scope.children  # an agent tool's child runs' results, by call id
+        self._dispatch = in_context(dispatch, self._delta_listeners, scope)
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(transition)`` after every transition from now on.
@@ -232,9 +235,9 @@ class Run(RunView[OutputT]):
         if isinstance(need, Summarise):
             reply = need.model(need.history)
         elif need.tools_disabled:  # the wrap-up step: tool_choice='none'
-            reply = self._model(need.history, **need.options)
+            reply = self._model(given_history(self._model, need), **need.options)
         else:
-            reply = self._model(need.history)
+            reply = self._model(given_history(self._model, need))
         # A dict (any reply that is JSON) is never awaitable: no check for it.
         if type(reply) is not dict and inspect.isawaitable(reply):
             return self._await_reply(reply)

@@ -7,8 +7,8 @@ then, with the transitions the engine made by itself before it; a terminal
 transition is written wherever it is made. A write that fails refuses the
 transition: the run in memory stays as its record says, and the failure
 shows. The dispatch wrappers commit ``tool_started`` before the dispatcher
-(and so the handler) is called, and set the idempotency key around it. The
-drivers are the usual ones.
+(and so the handler) is called; the driver's call context holds the call's
+idempotency key. The drivers are the usual ones.
 
 Fed by the one replay (``_core/replay.py``) while ``replaying``, it writes
 nothing: a resume rebuilds it from its records, then it goes on recording.
@@ -23,7 +23,6 @@ from agentloop._core.engine import Engine
 from agentloop._core.table import NEXT, TERMINAL, State, Trigger
 from agentloop._core.values import AskModel, AwaitApproval, ReviewCalls, RunTool, Transition, Wait
 from agentloop._durable.journal import events_body, record_of
-from agentloop._durable.key import KEY
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -203,19 +202,14 @@ class DurableEngine(Engine):
 
 
 def sync_dispatch(engine: DurableEngine, dispatch: Callable[..., object]) -> Callable[..., object]:
-    """``dispatch`` with ``tool_started`` recorded first and the idempotency key set."""
+    """``dispatch`` with ``tool_started`` recorded first."""
     journal = engine.journal
-    prefix = f"{journal.run_id}:"
 
     def durable(call: dict[str, Any], **review: object) -> object:
         settled = journal.before_call(call)
         if settled is not None:
             return settled
-        token = KEY.set(prefix + call["id"])
-        try:
-            return dispatch(call, **review)
-        finally:
-            KEY.reset(token)
+        return dispatch(call, **review)
 
     return durable
 
@@ -225,16 +219,11 @@ def async_dispatch(
 ) -> Callable[..., Awaitable[object]]:
     """The asyncio driver's dispatch, recorded as ``sync_dispatch`` records."""
     journal = engine.journal
-    prefix = f"{journal.run_id}:"
 
     async def durable(call: dict[str, Any], **review: object) -> object:
         settled = journal.before_call(call)
         if settled is not None:
             return settled
-        token = KEY.set(prefix + call["id"])  # a task of its own, or this one: reset below
-        try:
-            return await dispatch(call, **review)
-        finally:
-            KEY.reset(token)
+        return await dispatch(call, **review)
 
     return durable

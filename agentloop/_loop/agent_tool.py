@@ -24,7 +24,7 @@ nor have one (``refuse_durable``), so that nothing could run twice after a crash
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
 
@@ -32,10 +32,12 @@ from agentloop._core.engine import Engine
 from agentloop._core.json import exception_content
 from agentloop._core.table import State
 from agentloop._drivers.callbacks import TokenCancelled
+from agentloop._drivers.context import RUN_CONTEXT, RunContext
 from agentloop._drivers.delegation import Nested
-from agentloop._drivers.progress import REPORTER, Reporter
+from agentloop._loop.deps import for_run
 from agentloop._loop.engines import check_ready
 from agentloop._loop.running import async_run, sync_run
+from agentloop._loop.settings import run_input
 from agentloop._tools.registry import ToolRegistry
 from agentloop._tools.results import Answered, returned
 from agentloop._tools.tool import Tool
@@ -44,10 +46,13 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable
 
     from agentloop._core.approval import Policy
-    from agentloop._core.values import RunResult
+    from agentloop._core.values import CancelToken, RunResult
+    from agentloop._drivers.progress import Reporter
     from agentloop._loop.loop import Loop
 
-__all__ = ["AgentTool", "ChildRunEnded", "refuse_durable"]
+__all__ = ["AgentTool", "AsTool", "ChildRunEnded", "durable_ledger", "refuse_durable"]
+
+_L = TypeVar("_L")
 
 #: The arguments of an agent tool: the text the child run starts from.
 INPUT_SCHEMA: Final = {
@@ -103,60 +108,64 @@ class AgentTool(Tool):
 
     def _call(self, input: str) -> Answered | Awaitable[Answered]:
         """Run the child: under asyncio (its coroutine, awaited by the registry) or here."""
-        reporter = REPORTER.get()
+        ctx = RUN_CONTEXT.get()
+        reporter = None if ctx is None else ctx._reporter
         if reporter is not None and reporter.loop is not None:
-            return self._arun(input, reporter)
+            return self._arun(input, ctx)  # type: ignore[arg-type]  # a run's, with a reporter
         child = self.loop
         registry = child._sync_driver("an asyncio parent (loop.arun)", awaits=True)
-        cancel = None if reporter is None or reporter.parent is None else reporter.parent.cancel
-        run = sync_run(child, self._engine(input, reporter), registry, cancel)
+        engine, cancel = self._engine(input, ctx)
+        run = sync_run(child, engine, registry, cancel, None if ctx is None else ctx.deps)
         if reporter is not None:
             run.subscribe(_forwarding(reporter))
             run.subscribe_deltas(_forwarding(reporter))
-        return self._answer(run.finish(), reporter)
+        return self._answer(run.finish(), ctx)
 
-    async def _arun(self, input: str, reporter: Reporter) -> Answered:
+    async def _arun(self, input: str, ctx: RunContext[Any]) -> Answered:
         """The child, run under asyncio as its parent is."""
-        child = self.loop
-        cancel = None if reporter.parent is None else reporter.parent.cancel
-        run = async_run(child, self._engine(input, reporter), cancel)
+        engine, cancel = self._engine(input, ctx)
+        run = async_run(self.loop, engine, cancel, ctx.deps)
+        reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # under asyncio: one
         run.subscribe(_forwarding(reporter))
         run.subscribe_deltas(_forwarding(reporter))
-        return self._answer(await run.afinish(), reporter)
+        return self._answer(await run.afinish(), ctx)
 
-    def _engine(self, input: str, reporter: Reporter | None) -> Engine:
-        """The child's engine: the child Loop's budget, within what the parent has left."""
+    def _engine(self, input: str, ctx: RunContext[Any] | None) -> tuple[Engine, CancelToken | None]:
+        """The child's engine and token: the child Loop's budget, within the parent's tokens.
+
+        The child is given the parent's deps and token (``for_run`` checks the
+        deps against the child's tools, and makes a token if there is none).
+        """
         child = self.loop
         check_ready(child)
+        cancel = for_run(child, None if ctx is None else ctx.deps, ctx and ctx.cancel)
         budget = child.budget
-        parent = None if reporter is None else reporter.parent
-        limit = None if parent is None else parent.engine.budget.max_total_tokens
-        if parent is not None and limit is not None:
-            left = max(0, limit - parent.engine.usage.total)
+        limit = None if ctx is None or ctx.budget is None else ctx.budget.max_total_tokens
+        if ctx is not None and limit is not None:
+            left = max(0, limit - ctx.usage.total)  # spent when this call was handed out
             if budget.max_total_tokens is None or left < budget.max_total_tokens:
                 budget = attrs.evolve(budget, max_total_tokens=left)
-        return Engine(
-            child._input(input),
+        engine = Engine(
+            run_input(child.system, input),
             budget=budget,
-            cancel=None if parent is None else parent.cancel,
+            cancel=cancel,
             context=child.context,
             retry=child.retry,
             models=child._model_names,
             output=child.output,
         )
+        return engine, cancel
 
-    def _answer(self, result: RunResult[Any], reporter: Reporter | None) -> Answered:
+    def _answer(self, result: RunResult[Any], ctx: RunContext[Any] | None) -> Answered:
         """The parent's call's outcome: the child's output, or an error saying how it ended.
 
         A child cancelled by the parent's token answers nothing: the parent's
         call is answered ``cancelled`` as the parent ends so.
         """
-        parent = None if reporter is None else reporter.parent
-        cancel = None if parent is None else parent.cancel
-        if parent is not None:
-            parent.children[reporter.call_id] = result  # type: ignore[union-attr]  # with it
+        if ctx is not None and ctx._children is not None and ctx.call_id is not None:
+            ctx._children[ctx.call_id] = result
         status = result.status
-        if status is State.CANCELLED and cancel is not None and cancel.cancelled:
+        if status is State.CANCELLED and ctx is not None and ctx.cancel and ctx.cancel.cancelled:
             raise TokenCancelled(f"agent {self.name!r}: its run was cancelled with its parent's")
         if status is State.FINISHED:
             outcome = returned(self.name, result.output)
@@ -170,6 +179,34 @@ class AgentTool(Tool):
         return Answered({**outcome, "usage": result.usage._asdict()})
 
 
+class AsTool:
+    """``Loop.as_tool``, kept here with the tool it makes (a base of ``Loop``)."""
+
+    __slots__ = ()
+
+    def as_tool(
+        self,
+        name: str,
+        description: str,
+        *,
+        policy: Policy | None = None,
+        max_result_chars: int | None = None,
+    ) -> AgentTool:
+        """A tool of another Loop that runs this one: the model's ``input`` in, its output out.
+
+        The child has its own budgets; its usage rolls into the parent's, it
+        runs under the parent's token and deps, and its items reach the
+        parent's delta listeners as ``Nested``. See the docs' "Agents as tools".
+        """
+        return AgentTool(
+            self,  # type: ignore[arg-type]  # a Loop's base
+            name=name,
+            description=description,
+            policy=policy,
+            max_result_chars=max_result_chars,
+        )
+
+
 def _forwarding(reporter: Reporter) -> Any:
     """A listener of the child that tells each of its items to the parent's, nested."""
     call_id = reporter.call_id
@@ -178,6 +215,13 @@ def _forwarding(reporter: Reporter) -> Any:
         reporter.hand_on(item.under(call_id) if type(item) is Nested else Nested((call_id,), item))  # type: ignore[arg-type]
 
     return forward
+
+
+def durable_ledger(ledger: _L, dispatcher: object) -> _L:
+    """``ledger``, once a Loop with it and ``dispatcher`` is known to have no agent tool."""
+    if ledger is not None:
+        refuse_durable(dispatcher, "Loop(ledger=...)")
+    return ledger
 
 
 def refuse_durable(dispatcher: object, what: str) -> None:

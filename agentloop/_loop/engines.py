@@ -14,7 +14,8 @@ from agentloop._durable import resume
 from agentloop._durable.view import view_run
 from agentloop._errors import AgentloopError
 from agentloop._loop.continued import continued, forked, resumed
-from agentloop._loop.settings import checked_tool_names, no_ledger, timeout_bites
+from agentloop._loop.deps import for_run
+from agentloop._loop.settings import checked_tool_names, no_ledger, run_input, timeout_bites
 
 if TYPE_CHECKING:
     from agentloop._core.values import CancelToken, RunResult
@@ -41,20 +42,26 @@ def fresh_engine(
     messages: str | list[dict[str, Any]],
     cancel: CancelToken | None,
     run_id: str | None,
+    deps: object = None,
     parent_run_id: str | None = None,
-) -> Engine:
-    """A fresh engine for a new run: a recording one when the Loop has a ledger."""
+) -> tuple[Engine, CancelToken | None]:
+    """A fresh engine for a new run (a recording one when the Loop has a ledger); its token.
+
+    The token is ``cancel``, or the run's own (``for_run``, which checks
+    ``deps`` first, before anything is recorded).
+    """
     check_ready(loop)
-    messages = loop._input(messages)
+    cancel = for_run(loop, deps, cancel)
+    messages = run_input(loop.system, messages)
     if loop.ledger is None:
         if run_id is not None:
             no_ledger(run_id)
-        return plain_engine(loop, messages, cancel, parent_run_id=parent_run_id)
+        return plain_engine(loop, messages, cancel, parent_run_id=parent_run_id), cancel
     # Here, not at the top: agent_tool makes its child's engines with this module's check.
     from agentloop._loop.agent_tool import refuse_durable
 
     refuse_durable(loop.dispatcher, "a run with a ledger")  # a tool added since Loop(...)
-    return resume.begin(
+    engine = resume.begin(
         loop.ledger,
         run_id,
         messages,
@@ -67,6 +74,7 @@ def fresh_engine(
         output=loop.output,
         retry=loop.retry,
     )
+    return engine, cancel
 
 
 def continued_engine(
@@ -75,12 +83,13 @@ def continued_engine(
     cancel: CancelToken | None,
     run_id: str | None,
     parent_run_id: str | None,
-) -> Engine:
-    """The engine of a run that continues ``run`` (a failed or exhausted one)."""
+    deps: object = None,
+) -> tuple[Engine, CancelToken | None]:
+    """The engine of a run that continues ``run`` (a failed or exhausted one); its token."""
     parent_run_id, result = continued(
         run, parent_run_id, lambda old: recorded_run(loop, old, "continue_run")
     )
-    return fresh_engine(loop, result.transcript, cancel, run_id, parent_run_id)
+    return fresh_engine(loop, result.transcript, cancel, run_id, deps, parent_run_id)
 
 
 def saved_result(loop: Loop, run: str | RunResult, call: str) -> RunResult:
@@ -145,10 +154,11 @@ def make_resilient(loop: Loop, engine: _E) -> _E:
 
 
 def resumed_engine(
-    loop: Loop, what: str, run: str | RunResult, cancel: CancelToken | None
+    loop: Loop, what: str, run: str | RunResult, cancel: CancelToken | None, deps: object = None
 ) -> tuple[Engine, CancelToken | None]:
-    """The run, fed to a fresh engine, and the token its driver is to watch."""
+    """The run, fed to a fresh engine, and the token its driver is to watch (``fresh_engine``'s)."""
     check_ready(loop)
+    cancel = for_run(loop, deps, cancel)
     engine, token = resumed(
         what,
         run,
@@ -163,12 +173,22 @@ def resumed_engine(
 
 
 def forked_engine(
-    loop: Loop, run: RunResult, at: int, cancel: CancelToken | None, run_id: str | None
+    loop: Loop,
+    run: str | RunResult,
+    what: str,
+    at: int,
+    cancel: CancelToken | None,
+    run_id: str | None,
+    deps: object = None,
 ) -> tuple[Engine, CancelToken]:
-    """A fork's engine (``Loop.fork``): ``run`` after its first ``at`` transitions; its token."""
+    """A fork's engine (``Loop.fork``): ``run`` after its first ``at`` transitions; its token.
+
+    ``run`` is a result, or an id in the Loop's ledger (``what``, the call, names it).
+    """
     check_ready(loop)
+    cancel = for_run(loop, deps, cancel)
     engine, token = forked(
-        run,
+        saved_result(loop, run, what),
         at,
         budget=loop.budget,
         ledger=loop.ledger,

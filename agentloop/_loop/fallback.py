@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentloop._core.engine import Engine
-from agentloop._drivers.callbacks import Model, is_async
+from agentloop._drivers.callbacks import READS_RECORD, Model, is_async, reads_record
 
 __all__ = ["Fallback", "fallback", "model_name", "per_run"]
 
@@ -90,14 +90,19 @@ def per_run(bound: tuple[Model, ...], engine: Engine, asynchronous: bool) -> Mod
     if len(bound) == 1:
         return bound[0]
     # ``options``: the request's (tool_choice='none' in the wrap-up step), as to one model.
+    ask: Model
     if asynchronous:
 
         async def ask_async(history: list[dict[str, Any]], **options: Any) -> object:
             return await bound[engine.model_index](history, **options)  # type: ignore[misc]
 
-        return ask_async
+        ask = ask_async
+    else:
 
-    def ask(history: list[dict[str, Any]], **options: Any) -> object:
-        return bound[engine.model_index](history, **options)
+        def ask_sync(history: list[dict[str, Any]], **options: Any) -> object:
+            return bound[engine.model_index](history, **options)
 
+        ask = ask_sync
+    if all(map(reads_record, bound)):  # built-in adapters all: each is given the record
+        setattr(ask, READS_RECORD, True)
     return ask

@@ -14,9 +14,8 @@ from typing import Any, Generic, overload
 
 from typing_extensions import TypeVar, Unpack
 
-from agentloop._core.approval import Decision, Policy
+from agentloop._core.approval import Decision
 from agentloop._core.context_policy import ContextPolicy
-from agentloop._core.messages import check_new_input
 from agentloop._core.output_schema import OutputSchema
 from agentloop._core.retry_policy import RetryPolicy
 from agentloop._core.values import Budget, CancelToken, OutputT, RunResult
@@ -25,20 +24,21 @@ from agentloop._drivers.callbacks import Dispatcher, Listener, Model, bind_model
 from agentloop._drivers.sync import Run
 from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._durable.protocol import Ledger
-from agentloop._loop.agent_tool import AgentTool, refuse_durable
+from agentloop._loop.agent_tool import AsTool, durable_ledger
 from agentloop._loop.continued import read_ended, released_on_error
+from agentloop._loop.deps import checked_deps_type
 from agentloop._loop.engines import (
     continued_engine,
     forked_engine,
     fresh_engine,
     resumed_engine,
-    saved_result,
 )
 from agentloop._loop.fallback import Fallback
 from agentloop._loop.owner import Owner
 from agentloop._loop.running import async_run, sync_run
 from agentloop._loop.settings import (
     DEFAULT,
+    AnyOptions,
     Default,
     LoopOptions,
     asyncio_only,
@@ -58,7 +58,6 @@ from agentloop._loop.settings import (
     specs_of,
     timeout,
     timeout_bites,
-    with_system,
 )
 from agentloop._tools.dispatcher import as_dispatcher
 from agentloop._tools.output_type import output_schema
@@ -67,18 +66,20 @@ from agentloop._tools.registry import ToolRegistry
 __all__ = ["Loop"]
 
 
-#: The output type an overload of ``Loop.__init__`` reads from ``output=``.
+#: What each run is given as ``deps=``: second, with a default, so Loop[City] keeps its meaning.
+DepsT = TypeVar("DepsT", default=Any)
+#: The output and deps types an overload of ``Loop.__init__`` reads (``output=``, ``deps_type=``).
 _T = TypeVar("_T")
+_D = TypeVar("_D")
 
 
-# The dependencies' type (RunContext) comes as a second parameter with a default,
-# Loop[OutputT, DepsT]: Loop[City] keeps its meaning.
-class Loop(Owner, Generic[OutputT]):
+class Loop(Owner, AsTool, Generic[OutputT, DepsT]):
     """Configuration for runs: a model, its tools and its budgets. Reusable.
 
     Generic in its output: ``Loop(model)`` is a ``Loop[str]``, ``Loop(model,
     output=City)`` a ``Loop[City]`` (its results are ``RunResult[City]``), and
-    an ``output`` that is not a class (a union, a JSON Schema) a ``Loop[Any]``.
+    an ``output`` that is not a class (a union, a JSON Schema) a ``Loop[Any]``;
+    and in its ``deps_type``: ``Loop(model, deps_type=D)`` is a ``Loop[str, D]``.
 
     ``max_steps`` bounds the model calls of a run (failed and malformed ones
     included), ``max_calls`` its accepted tool calls (whatever their outcome);
@@ -129,6 +130,8 @@ class Loop(Owner, Generic[OutputT]):
     asked in turn. See the docs' "Resilience" page. ``owns`` are context
     managers the Loop opens and closes (MCP servers, say): ``with loop:`` (or
     ``async with``) opens each in order and closes them in reverse.
+    ``deps_type`` is the type of each run's ``deps=``, which its tools read in
+    their ``RunContext`` (the docs' "Dependencies" page).
     """
 
     @overload
@@ -145,7 +148,25 @@ class Loop(Owner, Generic[OutputT]):
     ) -> None: ...
     @overload
     def __init__(
-        self: Loop[Any], model: Model | Fallback, *, output: object, **options: Unpack[LoopOptions]
+        self: Loop[str, _D],
+        model: Model | Fallback,
+        *,
+        output: None = None,
+        deps_type: type[_D],
+        **options: Unpack[LoopOptions],
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Loop[_T, _D],
+        model: Model | Fallback,
+        *,
+        output: type[_T],
+        deps_type: type[_D],
+        **options: Unpack[LoopOptions],
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Loop[Any], model: Model | Fallback, *, output: object, **options: Unpack[AnyOptions]
     ) -> None: ...
     def __init__(
         self,
@@ -169,6 +190,7 @@ class Loop(Owner, Generic[OutputT]):
         on_exhausted: str = "stop",
         max_identical_calls: int | None = None,
         owns: Iterable[object] = (),
+        deps_type: object = None,
     ) -> None:
         models: tuple[Model, ...] = model.models if isinstance(model, Fallback) else (model,)
         if not isinstance(model, Fallback):
@@ -218,11 +240,10 @@ class Loop(Owner, Generic[OutputT]):
         self._adispatch = asyncio_dispatch(
             self.dispatcher, to_thread=to_thread, tool_timeout=self.tool_timeout
         )
-        self.ledger = checked_ledger(ledger)
-        if self.ledger is not None:
-            refuse_durable(self.dispatcher, "Loop(ledger=...)")
+        self.ledger = durable_ledger(checked_ledger(ledger), self.dispatcher)
         self.context = checked_context(context)
         Owner.__init__(self, owns)
+        self.deps_type: Any = checked_deps_type(deps_type, self.dispatcher)
 
     def __repr__(self) -> str:
         return (
@@ -235,23 +256,27 @@ class Loop(Owner, Generic[OutputT]):
         messages: str | list[dict[str, Any]],
         *,
         cancel: CancelToken | None = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
     ) -> Run[OutputT]:
         """Begin a run driven by ``step()``; bad input raises here, before any model call.
 
         With a ledger, the run is recorded under ``run_id`` (a fresh one when
-        not given: ``run.run_id``); ``RunExistsError`` if it is taken.
+        not given: ``run.run_id``); ``RunExistsError`` if it is taken. ``deps``
+        are the run's dependencies, which its tools read as ``ctx.deps``
+        (``RunContext``); never recorded, so ``resume`` and the others take them too.
         """
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        engine = fresh_engine(self, messages, cancel, run_id)
+        engine, cancel = fresh_engine(self, messages, cancel, run_id, deps)
         with released_on_error(engine):
-            return sync_run(self, engine, registry, cancel)
+            return sync_run(self, engine, registry, cancel, deps)
 
     def run(
         self,
         messages: str | list[dict[str, Any]],
         *,
         cancel: CancelToken | None = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
     ) -> RunResult[OutputT]:
         """Run to a terminal state and return the result.
@@ -261,15 +286,16 @@ class Loop(Owner, Generic[OutputT]):
         """
         # start()'s body, not start().finish(): the claim is given up if finishing raises too
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        engine = fresh_engine(self, messages, cancel, run_id)
+        engine, cancel = fresh_engine(self, messages, cancel, run_id, deps)
         with released_on_error(engine):
-            return sync_run(self, engine, registry, cancel).finish()
+            return sync_run(self, engine, registry, cancel, deps).finish()
 
     def resume(
         self,
         run: str | RunResult,
         *,
         cancel: CancelToken | None = None,
+        deps: DepsT | None = None,
         decisions: dict[str, Decision] | None = None,
     ) -> RunResult[OutputT]:
         """Continue a run to its end: the recorded run ``run`` (an id), or a saved result.
@@ -285,11 +311,11 @@ class Loop(Owner, Generic[OutputT]):
         "Durable runs and approval" page.
         """
         registry = self._sync_driver("loop.aresume", awaits=True)
-        engine, token = resumed_engine(self, "resume", run, cancel)
+        engine, token = resumed_engine(self, "resume", run, cancel, deps)
         if engine.done:
             return read_ended(engine, run, decisions)
         with released_on_error(engine):
-            live = sync_run(self, engine, registry, token)
+            live = sync_run(self, engine, registry, token, deps)
             if decisions is not None:
                 live.decide(decisions)
             return live.finish()
@@ -299,6 +325,7 @@ class Loop(Owner, Generic[OutputT]):
         run: str | RunResult,
         *,
         cancel: CancelToken | None = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
     ) -> RunResult[OutputT]:
@@ -315,22 +342,23 @@ class Loop(Owner, Generic[OutputT]):
         new run is durable, under ``run_id`` (a fresh one when not given).
         """
         registry = self._sync_driver("loop.acontinue_run", awaits=True)
-        engine = continued_engine(self, run, cancel, run_id, parent_run_id)
+        engine, cancel = continued_engine(self, run, cancel, run_id, parent_run_id, deps)
         with released_on_error(engine):
-            return sync_run(self, engine, registry, cancel).finish()
+            return sync_run(self, engine, registry, cancel, deps).finish()
 
     async def acontinue_run(
         self,
         run: str | RunResult,
         *,
         cancel: CancelToken | None = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
     ) -> RunResult[OutputT]:
         """``continue_run`` under asyncio."""
-        engine = continued_engine(self, run, cancel, run_id, parent_run_id)
+        engine, cancel = continued_engine(self, run, cancel, run_id, parent_run_id, deps)
         with released_on_error(engine):
-            return await async_run(self, engine, cancel).afinish()
+            return await async_run(self, engine, cancel, deps).afinish()
 
     def fork(
         self,
@@ -338,6 +366,7 @@ class Loop(Owner, Generic[OutputT]):
         *,
         at: int,
         cancel: CancelToken | None = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
     ) -> Run[OutputT]:
         """A new run that starts as ``run`` was after its first ``at`` transitions.
@@ -354,9 +383,9 @@ class Loop(Owner, Generic[OutputT]):
         ``ValueError``. See the docs' "Reviewing runs" page.
         """
         registry = self._sync_driver("loop.afork", awaits=True)
-        engine, token = forked_engine(self, saved_result(self, run, "fork"), at, cancel, run_id)
+        engine, token = forked_engine(self, run, "fork", at, cancel, run_id, deps)
         with released_on_error(engine):
-            return sync_run(self, engine, registry, token)
+            return sync_run(self, engine, registry, token, deps)
 
     def afork(
         self,
@@ -364,34 +393,37 @@ class Loop(Owner, Generic[OutputT]):
         *,
         at: int,
         cancel: CancelToken | None = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
     ) -> AsyncRun[OutputT]:
         """``fork`` under asyncio: the new run is driven by ``await run.astep()``."""
-        engine, token = forked_engine(self, saved_result(self, run, "afork"), at, cancel, run_id)
+        engine, token = forked_engine(self, run, "afork", at, cancel, run_id, deps)
         with released_on_error(engine):
-            return async_run(self, engine, token)
+            return async_run(self, engine, token, deps)
 
     def astart(
         self,
         messages: str | list[dict[str, Any]],
         *,
         cancel: CancelToken | None = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
     ) -> AsyncRun[OutputT]:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
-        engine = fresh_engine(self, messages, cancel, run_id)
+        engine, cancel = fresh_engine(self, messages, cancel, run_id, deps)
         with released_on_error(engine):
-            return async_run(self, engine, cancel)
+            return async_run(self, engine, cancel, deps)
 
     async def arun(
         self,
         messages: str | list[dict[str, Any]],
         *,
         cancel: CancelToken | None = None,
+        deps: DepsT | None = None,
         run_id: str | None = None,
     ) -> RunResult[OutputT]:
         """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
-        live = self.astart(messages, cancel=cancel, run_id=run_id)
+        live = self.astart(messages, cancel=cancel, run_id=run_id, deps=deps)
         with released_on_error(live._engine):
             return await live.afinish()
 
@@ -400,51 +432,19 @@ class Loop(Owner, Generic[OutputT]):
         run: str | RunResult,
         *,
         cancel: CancelToken | None = None,
+        deps: DepsT | None = None,
         decisions: dict[str, Decision] | None = None,
     ) -> RunResult[OutputT]:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
-        engine, token = resumed_engine(self, "aresume", run, cancel)
+        engine, token = resumed_engine(self, "aresume", run, cancel, deps)
         if engine.done:
             return read_ended(engine, run, decisions)
         with released_on_error(engine):
-            live = async_run(self, engine, token)
+            live = async_run(self, engine, token, deps)
             if decisions is not None:
                 await live.adecide(decisions)
             return await live.afinish()
 
-    def as_tool(
-        self,
-        name: str,
-        description: str,
-        *,
-        policy: Policy | None = None,
-        max_result_chars: int | None = None,
-    ) -> AgentTool:
-        """A tool of another Loop that runs this one: the model's ``input`` in, its output out.
-
-        See ``docs/agents.md``: the child's own budgets, its usage rolled into
-        the parent's, the parent's token and listeners (``Nested`` items).
-        """
-        return AgentTool(
-            self,
-            name=name,
-            description=description,
-            policy=policy,
-            max_result_chars=max_result_chars,
-        )
-
     def _sync_driver(self, instead: str, *, awaits: bool = False) -> ToolRegistry | None:
-        """Refuse what needs the asyncio driver; the registry whose policies review, if any.
-
-        ``awaits``: the run awaits async callables on an event loop of its own
-        (``Run``; a DBOS workflow does not), which it cannot do inside a
-        running one. Read on every run, not when the Loop is made: tools may
-        be added to its registry since. The run made next takes this answer
-        (``sync_run``).
-        """
+        """``for_sync_driver`` for this Loop, read on every run: the run made next takes it."""
         return for_sync_driver(self._asyncio_only, self.dispatcher, instead, awaits=awaits)
-
-    def _input(self, messages: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-        """A new run's input, checked, and led by the system prompt if the Loop has one."""
-        check_new_input(messages)
-        return messages if self.system is None else with_system(self.system, messages)

@@ -14,6 +14,7 @@ from typing_extensions import TypeVar
 from agentloop._drivers.asyncio import AsyncRun
 from agentloop._drivers.awaiter import Awaiter, awaiting
 from agentloop._drivers.callbacks import is_async
+from agentloop._drivers.context import CallScope, ain_context_reviews, in_context_reviews
 from agentloop._drivers.sync import Run
 from agentloop._durable import recording
 from agentloop._loop.fallback import per_run
@@ -34,9 +35,15 @@ _O = TypeVar("_O")
 
 
 def sync_run(
-    loop: Loop[_O], engine: Engine, registry: ToolRegistry | None, cancel: CancelToken | None
+    loop: Loop[_O],
+    engine: Engine,
+    registry: ToolRegistry | None,
+    cancel: CancelToken | None,
+    deps: object = None,
 ) -> Run[_O]:
     """A synchronous run of ``engine``, reviewed by ``registry`` (``Loop._sync_driver``'s answer).
+
+    Its calls and their reviews run in their contexts (``call_scope``), which hold ``deps``.
 
     Its ``Awaiter`` awaits what is async: an async tool's call (through the
     registry's ``adispatch``), an awaitable outcome, async policies.
@@ -51,6 +58,7 @@ def sync_run(
         dispatch = awaiting(dispatch, awaiter, loop.tool_timeout)
     if isinstance(engine, recording.DurableEngine):
         dispatch = recording.sync_dispatch(engine, dispatch)
+    scope = call_scope(engine, deps, cancel)
     review: Callable[[dict[str, Any]], Any] | None = None
     if registry is not None:
         areview = registry.areview
@@ -59,6 +67,7 @@ def sync_run(
             if async_policies(registry)
             else registry.review
         )
+        review = in_context_reviews(review, scope)
     return Run(
         engine,
         model_of(loop, engine),
@@ -67,6 +76,7 @@ def sync_run(
         review,
         awaiter=awaiter,
         model_timeout=loop.model_timeout,
+        scope=scope,
     )
 
 
@@ -78,12 +88,15 @@ def model_of(loop: Loop, engine: Engine) -> Model:
     return per_run(bound, engine, is_async(bound[0]))
 
 
-def async_run(loop: Loop[_O], engine: Engine, cancel: CancelToken | None) -> AsyncRun[_O]:
-    """An asyncio run of ``engine``, reviewed by the tools' policies, if any."""
+def async_run(
+    loop: Loop[_O], engine: Engine, cancel: CancelToken | None, deps: object = None
+) -> AsyncRun[_O]:
+    """An asyncio run of ``engine``, reviewed by the tools' policies, if any (``sync_run``'s)."""
     dispatch = loop._adispatch
     registry = reviewing(loop.dispatcher)
     if isinstance(engine, recording.DurableEngine):
         dispatch = recording.async_dispatch(engine, dispatch)
+    scope = call_scope(engine, deps, cancel)
     return AsyncRun(
         engine,
         model_of(loop, engine),
@@ -93,5 +106,12 @@ def async_run(loop: Loop[_O], engine: Engine, cancel: CancelToken | None) -> Asy
         to_thread=loop.to_thread,
         max_concurrency=loop.max_concurrency,
         listeners=loop.listeners,
-        review=None if registry is None else registry.areview,
+        review=None if registry is None else ain_context_reviews(registry.areview, scope),
+        scope=scope,
     )
+
+
+def call_scope(engine: Engine, deps: object, cancel: CancelToken | None) -> CallScope:
+    """What each call's context holds: ``deps``, and the run's id when it is durable (its key's)."""
+    durable = isinstance(engine, recording.DurableEngine)
+    return CallScope(engine, deps, engine.run_id if durable else None, cancel)

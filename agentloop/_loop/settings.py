@@ -9,6 +9,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from agentloop._core.context_policy import ContextPolicy
+from agentloop._core.messages import check_new_input
 from agentloop._core.retry_policy import RetryPolicy, checked_retry
 from agentloop._drivers.callbacks import is_async
 from agentloop._durable.protocol import Ledger
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT",
     "DEFAULT_CONCURRENCY",
+    "AnyOptions",
     "Default",
     "LoopOptions",
     "async_policies",
@@ -40,6 +42,7 @@ __all__ = [
     "for_sync_driver",
     "name_rules",
     "no_ledger",
+    "run_input",
     "single_attempts",
     "specs_of",
     "timeout",
@@ -86,6 +89,12 @@ class LoopOptions(TypedDict, total=False):
     on_exhausted: str
     max_identical_calls: int | None
     owns: Iterable[object]
+
+
+class AnyOptions(LoopOptions, total=False):
+    """``LoopOptions`` and a ``deps_type`` of any kind: for an output that is not a class."""
+
+    deps_type: object
 
 
 def with_system(system: str, messages: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -367,3 +376,11 @@ def for_sync_driver(
         reasons = "; ".join(dict.fromkeys(why for _, why, _ in asyncio_only))
         raise ValueError(f"{names} {needs} the asyncio driver ({instead}): {reasons}")
     return registry
+
+
+def run_input(
+    system: str | None, messages: str | list[dict[str, Any]]
+) -> str | list[dict[str, Any]]:
+    """A new run's input, checked, and led by the system prompt if the Loop has one."""
+    check_new_input(messages)
+    return messages if system is None else with_system(system, messages)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any, Final
 
 import attrs
 
+from agentloop._core.json import json_object
 from agentloop._core.output_schema import instance_path, problem_line
 from agentloop._tools.results import INT_MAX, INT_MIN
 from agentloop._tools.validation import out_of_range
@@ -27,6 +29,7 @@ __all__ = [
     "class_converter",
     "converted_values",
     "fields_converter",
+    "not_an_object",
     "refusals",
     "refused_at",
     "to_decimal",
@@ -201,3 +204,17 @@ def converted_values(
         except (TypeError, ValueError) as exc:
             raise refused_at(key, exc) from exc
     return out
+
+
+def not_an_object(raw: str) -> dict[str, str]:
+    """The problem with arguments that arrived as text: why they are not a JSON object."""
+    value, why = json_object(raw)
+    # A str that holds an object is a caller's slip, not the model's: name it so.
+    why = "they arrived as text, not as an object" if value is not None else f"they are {why}"
+    # JSON-quoted and cut short: the model sees what it sent (Anthropic's history cannot
+    # carry the text itself), with any lone surrogate escaped rather than unencodable.
+    shown = json.dumps(raw[:200]) + (" (cut at 200 characters)" if len(raw) > 200 else "")
+    return {
+        "path": "",
+        "message": f"expected the arguments to be a JSON object, but {why}; received {shown}",
+    }

@@ -18,7 +18,9 @@ import attrs
 import orjson
 
 from agentloop._core.approval import Decision, Policy, allow, ask, deny
+from agentloop._drivers.context import NO_RUN, RUN_CONTEXT
 from agentloop._tools.results import failed
+from agentloop._tools.signature import Context
 from agentloop._tools.tool import Tool
 
 __all__ = [
@@ -99,10 +101,16 @@ def leaves_open(answer: Decision | dict[str, Any]) -> TypeGuard[Decision]:
     return not isinstance(answer, dict) and (answer.allowed or answer.asks)
 
 
-def policy_answer(policy: Policy, call: dict[str, Any]) -> object:
-    """What ``policy`` answers about a copy of ``call``: a value, an awaitable, or its raise."""
+def policy_answer(policy: Policy, call: dict[str, Any], context: Context | None) -> object:
+    """What ``policy`` answers about a copy of ``call``: a value, an awaitable, or its raise.
+
+    ``context``: the policy's parameter that takes the call's ``RunContext``, if any.
+    """
     try:
-        return policy(orjson.loads(orjson.dumps(call)))
+        copy = orjson.loads(orjson.dumps(call))
+        if context is None:
+            return policy(copy)
+        return policy(copy, **{context[0]: RUN_CONTEXT.get() or NO_RUN})
     except Exception as exc:  # noqa: BLE001 - fail closed: the handler does not run
         return exc
 

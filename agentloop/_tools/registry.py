@@ -36,13 +36,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Iterator, Mapping
 from typing import Any, Final, TypeVar, overload
 
-from agentloop._core.json import json_object
 from agentloop._drivers.callbacks import is_async
-from agentloop._tools.converters import refusals
+from agentloop._drivers.context import NO_RUN, RUN_CONTEXT
+from agentloop._tools.converters import not_an_object, refusals
 from agentloop._tools.policy import (
     Decision,
     Policy,
@@ -58,7 +57,8 @@ from agentloop._tools.policy import (
     strictest_answer,
     unawaited,
 )
-from agentloop._tools.results import Answered, cut_to, failed, result_limit, returned
+from agentloop._tools.results import cut_to, failed, result_limit, returned
+from agentloop._tools.signature import Context, context_of
 from agentloop._tools.specs import SpecFormat, build_specs
 from agentloop._tools.tool import Tool
 
@@ -103,8 +103,6 @@ class ToolRegistry:
         policy: Policy | None = None,
         max_result_chars: int | None = None,
     ) -> None:
-        if policy is not None and not callable(policy):
-            raise TypeError(f"expected policy to be callable, got {type(policy).__name__}")
         self.policy = policy
         #: The longest result (characters) a tool without its own ``max_result_chars`` gives
         #: the history; a longer one is cut, with a marker saying how much (None: no limit).
@@ -125,6 +123,19 @@ class ToolRegistry:
 
     def __repr__(self) -> str:
         return f"ToolRegistry({sorted(self._tools)})"
+
+    @property
+    def policy(self) -> Policy | None:
+        """The registry's policy, asked about every call before a tool's own."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: Policy | None) -> None:
+        if policy is not None and not callable(policy):
+            raise TypeError(f"expected policy to be callable, got {type(policy).__name__}")
+        #: The policy's parameter that takes the call's context, and the deps it names.
+        self.policy_context = None if policy is None else context_of("the policy", policy)
+        self._policy = policy
 
     def __len__(self) -> int:
         return len(self._tools)
@@ -271,12 +282,12 @@ class ToolRegistry:
         if isinstance(ready, dict):
             return ready
         tool, kwargs = ready
+        if tool.context is not None:  # the call's context, set by the driver around it
+            kwargs = {**kwargs, tool.context[0]: RUN_CONTEXT.get() or NO_RUN}
         try:
             value = tool.handler(**kwargs)
         except Exception as exc:  # noqa: BLE001 - a failing tool is an outcome
             return self._cut(tool, failed(exc))
-        if type(value) is Answered:  # an agent tool's child run (Loop.as_tool)
-            return self._cut(tool, value.outcome)
         if type(value) not in _PLAIN and inspect.isawaitable(value):
             getattr(value, "close", lambda: None)()  # never awaited: say so, without a warning
             return failed(
@@ -323,6 +334,8 @@ class ToolRegistry:
         if isinstance(ready, dict):
             return ready
         tool, kwargs = ready
+        if tool.context is not None:  # the call's context, set by the driver around it
+            kwargs = {**kwargs, tool.context[0]: RUN_CONTEXT.get() or NO_RUN}
         try:
             if to_thread and not inspect.iscoroutinefunction(tool.handler):
                 value = await asyncio.to_thread(tool.handler, **kwargs)
@@ -332,8 +345,6 @@ class ToolRegistry:
                 value = await value
         except Exception as exc:  # noqa: BLE001 - a failing tool is an outcome
             return self._cut(tool, failed(exc))
-        if type(value) is Answered:  # an agent tool's child run (Loop.as_tool)
-            return self._cut(tool, value.outcome)
         return self._cut(tool, returned(tool.name, value))
 
     def _ready(
@@ -377,7 +388,7 @@ class ToolRegistry:
                 "content": f"no tool named {name!r}; available: {available}",
             }
         if type(arguments) is str:
-            return {"status": "invalid_arguments", "content": [_not_an_object(arguments)]}
+            return {"status": "invalid_arguments", "content": [not_an_object(arguments)]}
         if not tool._is_valid(arguments):  # one compiled check; the list only when it fails
             return {"status": "invalid_arguments", "content": tool.problems(arguments)}
         try:
@@ -400,9 +411,13 @@ class ToolRegistry:
         closed, saying the policy needs the async driver.
         """
         answers = []
-        for policy in (self.policy, tool.policy):
+        asked: tuple[tuple[Policy | None, Context | None], ...] = (
+            (self._policy, self.policy_context),
+            (tool.policy, tool.policy_context),
+        )
+        for policy, context in asked:
             if policy is not None:
-                answer = policy_answer(policy, call)
+                answer = policy_answer(policy, call, context)
                 if inspect.isawaitable(answer):
                     answer = yield answer
                 answers.append(checked_answer(tool, answer))
@@ -431,17 +446,3 @@ def reviewing(dispatcher: object) -> ToolRegistry | None:
     if isinstance(dispatcher, ToolRegistry) and dispatcher.has_policies:
         return dispatcher
     return None
-
-
-def _not_an_object(raw: str) -> dict[str, str]:
-    """The problem with arguments that arrived as text: why they are not a JSON object."""
-    value, why = json_object(raw)
-    # A str that holds an object is a caller's slip, not the model's: name it so.
-    why = "they arrived as text, not as an object" if value is not None else f"they are {why}"
-    # JSON-quoted and cut short: the model sees what it sent (Anthropic's history cannot
-    # carry the text itself), with any lone surrogate escaped rather than unencodable.
-    shown = json.dumps(raw[:200]) + (" (cut at 200 characters)" if len(raw) > 200 else "")
-    return {
-        "path": "",
-        "message": f"expected the arguments to be a JSON object, but {why}; received {shown}",
-    }

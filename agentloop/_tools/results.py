@@ -116,7 +116,12 @@ class Answered:
 
 
 def returned(tool_name: str, value: object) -> dict[str, Any]:
-    """The outcome of a handler that returned ``value``: ``ok``, or ``error`` if it has no JSON."""
+    """The outcome of a handler that returned ``value``: ``ok``, or ``error`` if it has no JSON.
+
+    An ``Answered`` (an agent tool's) is its outcome already.
+    """
+    if type(value) is Answered:
+        return value.outcome
     try:
         return {"status": "ok", "content": json_form(value, "result")}
     except JSONError as exc:

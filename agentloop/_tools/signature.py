@@ -8,18 +8,22 @@ read by ``docstring_parser``) gets that ``description``, unless its
 type ``T``; ``*args`` and positional-only parameters are refused, since
 arguments arrive by name. Only the parameters' annotations are resolved, one
 by one, so the return annotation may name a type imported under
-``TYPE_CHECKING``.
+``TYPE_CHECKING``. A parameter annotated ``RunContext`` (or
+``RunContext[Deps]``), in any position, is no property: the registry fills
+it with the call's context (``context_of``).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import re
 import types
 import typing
 from typing import TYPE_CHECKING, Any
 
 from agentloop._core.json import to_json
+from agentloop._drivers.context import RunContext
 from agentloop._errors import JSONError
 from agentloop._tools.annotated import Unpublishable, Unsupported
 from agentloop._tools.converters import Converter, converted_values, fields_converter
@@ -33,15 +37,24 @@ from agentloop._tools.schema import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["derive_parameters"]
+__all__ = ["Context", "context_of", "derive_parameters"]
+
+#: A parameter that takes the call's context: its name, and the deps its annotation names
+#: (``Any`` for a bare ``RunContext``, or one whose annotation could not be resolved).
+Context = tuple[str, object]
+
+# An annotation that names RunContext, as text: taken as one even if it cannot be resolved
+# (its Deps imported under TYPE_CHECKING, say).
+_CONTEXT_TEXT = re.compile(r"(?:\w+\.)*RunContext(?:\[.*\])?")
 
 
 def derive_parameters(
     name: str, handler: Callable[..., Any]
-) -> tuple[dict[str, Any], Callable[[dict[str, Any]], dict[str, Any]] | None]:
-    """The schema of ``handler``'s parameters, and the converter of valid arguments for it.
+) -> tuple[dict[str, Any], Callable[[dict[str, Any]], dict[str, Any]] | None, Context | None]:
+    """The schema of ``handler``'s parameters, the converter of valid arguments for it, its context.
 
-    The converter is None when the JSON is what the handler asked for.
+    The converter is None when the JSON is what the handler asked for. The
+    context is the parameter that takes the call's ``RunContext``, if any.
 
     Raises ``TypeError`` naming the tool and the parameter when one cannot be
     described (or published) as JSON Schema.
@@ -57,7 +70,8 @@ def derive_parameters(
             "from its class, which the model would be asked for; register it from an "
             "instance (obj.method), or make it a staticmethod"
         )
-    hints = _parameter_hints(name, handler, signature)
+    hints = _parameter_hints(f"tool {name!r}", handler, signature)
+    context = _context_in(f"tool {name!r}", signature, hints)
     described = _described(name, handler)
     deriver = Deriver()
     properties: dict[str, Any] = {}
@@ -76,6 +90,8 @@ def derive_parameters(
                 f"tool {name!r}: parameter {param.name!r} is {kind} ({param}); "
                 f"arguments arrive by name, {why}"
             )
+        if context is not None and param.name == context[0]:
+            continue
         try:
             schema, convert = deriver.derive(hints.get(param.name, Any), "")
         except Unsupported as exc:
@@ -101,7 +117,44 @@ def derive_parameters(
     }
     if deriver.defs:
         out["$defs"] = deriver.defs
-    return out, _arguments_converter(converters, extra_converter)
+    return out, _arguments_converter(converters, extra_converter), context
+
+
+def context_of(what: str, handler: Callable[..., Any]) -> Context | None:
+    """The parameter of ``handler`` that takes the call's context, if any.
+
+    ``handler`` is a tool's with its own ``parameters=``, or a policy; ``what``
+    names it in a ``TypeError`` ("tool 'x'").
+    """
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):  # a callable with no signature to read takes no context
+        return None
+    hints = _parameter_hints(what, handler, signature, strict=False)
+    return _context_in(what, signature, hints)
+
+
+def _context_in(what: str, signature: inspect.Signature, hints: dict[str, Any]) -> Context | None:
+    """The one parameter annotated ``RunContext`` (or ``RunContext[...]``), if any."""
+    found = []
+    for param, hint in hints.items():
+        if hint is RunContext or typing.get_origin(hint) is RunContext:
+            args = typing.get_args(hint)
+            found.append((param, args[0] if args else Any))
+    if len(found) > 1:
+        raise TypeError(
+            f"{what}: expected at most one RunContext parameter, got "
+            f"{', '.join(repr(param) for param, _ in found)}"
+        )
+    if found and signature.parameters[found[0][0]].kind not in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    ):
+        raise TypeError(
+            f"{what}: its RunContext parameter {found[0][0]!r} must be one that can be "
+            "passed by name (not positional-only, *args or **kwargs)"
+        )
+    return found[0] if found else None
 
 
 def _described(name: str, handler: Callable[..., Any]) -> dict[str, str]:
@@ -164,9 +217,13 @@ def _hint_source(handler: Callable[..., Any]) -> Any:
 
 
 def _parameter_hints(
-    name: str, handler: Callable[..., Any], signature: inspect.Signature
+    what: str, handler: Callable[..., Any], signature: inspect.Signature, *, strict: bool = True
 ) -> dict[str, Any]:
-    """The parameters' annotations, resolved one by one (the return annotation is not)."""
+    """The parameters' annotations, resolved one by one (the return annotation is not).
+
+    Not ``strict`` (a policy's, of which only the context matters): one that
+    cannot be resolved is left out, not refused.
+    """
     source = _hint_source(handler)
     annotations = getattr(source, "__annotations__", None) or {}
     globalns = getattr(inspect.unwrap(source), "__globals__", {})
@@ -179,8 +236,15 @@ def _parameter_hints(
         try:
             hints[param] = typing.get_type_hints(holder, globalns, include_extras=True)[param]
         except Exception as exc:
+            if isinstance(annotations[param], str) and _CONTEXT_TEXT.fullmatch(
+                annotations[param].replace(" ", "")
+            ):
+                hints[param] = RunContext  # its deps unknown here: the run's are given
+                continue
+            if not strict:
+                continue
             raise TypeError(
-                f"tool {name!r}: parameter {param!r}: cannot resolve its annotation "
+                f"{what}: parameter {param!r}: cannot resolve its annotation "
                 f"{annotations[param]!r}: {exc}"
             ) from exc
     return hints

@@ -11,22 +11,30 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Concatenate, Generic, ParamSpec, overload
 
 import orjson
+from typing_extensions import TypeVar
 
 from agentloop._core.approval import Policy
 from agentloop._core.json import to_json
+from agentloop._drivers.context import RunContext
 from agentloop._errors import JSONError
 from agentloop._tools.results import result_limit
 from agentloop._tools.schema import summary
-from agentloop._tools.signature import derive_parameters
+from agentloop._tools.signature import Context, context_of, derive_parameters
 from agentloop._tools.validation import ArgumentsValidator, checked_schema
 
 __all__ = ["Tool"]
 
+#: The dependencies a tool's context wants: contravariant, since a tool that takes any deps
+#: serves a Loop of any (``Tool[object]``, a handler with no context, serves every Loop).
+ToolDeps = TypeVar("ToolDeps", contravariant=True, default=Any)
+_D = TypeVar("_D")
+_P = ParamSpec("_P")
 
-class Tool:
+
+class Tool(Generic[ToolDeps]):
     """A handler with its name, description and ``parameters`` JSON Schema.
 
     ``name`` defaults to the handler's ``__name__``; ``description`` to the
@@ -41,6 +49,11 @@ class Tool:
     cuts a longer result (a str as it is, other JSON as its text) before the
     history gets it, ending it with a marker that says how many characters
     were cut of how many; unset, the registry's ``max_result_chars`` applies.
+    A parameter of the handler (or of ``policy``) annotated
+    ``agentloop.RunContext`` (or ``RunContext[Deps]``) gets the call's
+    context, and is not in the schema. A type checker reads the tool as a
+    ``Tool[Deps]`` when the handler's first parameter is ``RunContext[Deps]``,
+    and as a ``Tool[object]`` (for any deps) otherwise.
     """
 
     __slots__ = (
@@ -48,14 +61,40 @@ class Tool:
         "_is_valid",
         "_published",
         "_validator",
+        "context",
         "description",
         "handler",
         "idempotent",
         "max_result_chars",
         "name",
         "policy",
+        "policy_context",
     )
 
+    @overload
+    def __init__(
+        self: Tool[_D],
+        handler: Callable[Concatenate[RunContext[_D], _P], Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        policy: Policy | None = None,
+        idempotent: bool = False,
+        max_result_chars: int | None = None,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Tool[object],
+        handler: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        policy: Policy | None = None,
+        idempotent: bool = False,
+        max_result_chars: int | None = None,
+    ) -> None: ...
     def __init__(
         self,
         handler: Callable[..., Any],
@@ -107,10 +146,17 @@ class Tool:
         #: A result longer than this (characters) is cut, with a marker, before the history
         #: gets it (None: the registry's default).
         self.max_result_chars = result_limit(f"tool {name!r}: max_result_chars", max_result_chars)
+        #: The handler's parameter that takes the call's context, and the deps it names.
+        self.context: Context | None
         if parameters is None:
-            schema, self._convert = derive_parameters(name, handler)
+            schema, self._convert, self.context = derive_parameters(name, handler)
         else:
             schema, self._convert = checked_schema(name, parameters), None
+            self.context = context_of(f"tool {name!r}", handler)
+        #: The policy's parameter that takes the call's context, and the deps it names.
+        self.policy_context = (
+            None if policy is None else context_of(f"the policy of tool {name!r}", policy)
+        )
         try:
             # Published as these bytes: every spec and every parameters copy come from them.
             self._published = to_json(schema, "parameters")

@@ -27,8 +27,8 @@ import mcp.types
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
-from agentloop._drivers.progress import REPORTER, Reporter
-from agentloop._durable.key import idempotency_key
+from agentloop._drivers.context import current_reporter, idempotency_key
+from agentloop._drivers.progress import Reporter
 from agentloop.mcp._results import NotRun, OutcomeUnknown, content_of
 from agentloop.mcp._session import SessionHolder, describe_exception
 
@@ -58,7 +58,7 @@ class ToolCaller(SessionHolder):
         if loop is None or self._client is None:
             raise NotRun(f"MCP server {self.name!r}: {self._lost or 'not connected'}")
         here = asyncio.get_running_loop()
-        reporter = REPORTER.get()  # read here: the connection's loop runs in no run's context
+        reporter = current_reporter()  # read here: the connection's loop runs in no run's context
         progress = None if reporter is None else _forwarding(reporter, here, loop)
         called = self._call_there(remote, arguments, idempotency_key(), progress)
         if here is loop:

@@ -28,8 +28,8 @@ from mcp.server import Server as SDKServer
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from agentloop._drivers.progress import REPORTER, Reporter, ToolProgress
-from agentloop._durable.key import KEY
+from agentloop._drivers.context import RUN_CONTEXT, RunContext
+from agentloop._drivers.progress import Reporter, ToolProgress
 from agentloop._tools.registry import ToolRegistry
 from agentloop._tools.tool import Tool
 from agentloop.mcp._calls import KEY_META
@@ -101,14 +101,16 @@ def serve(
                 code=mcp.types.INVALID_PARAMS,
                 message=f"expected _meta[{KEY_META!r}] to be a non-empty string, got {key!r:.80}",
             )
-        keyed = KEY.set(key)
         sending = _Progress(ctx)
-        reporting = REPORTER.set(Reporter(call["id"], sending, asyncio.get_running_loop()))
+        reporter = Reporter(call["id"], sending, asyncio.get_running_loop())
+        context: RunContext[None] = RunContext(
+            call_id=call["id"], tool=params.name, idempotency_key=key, reporter=reporter
+        )
+        set_context = RUN_CONTEXT.set(context)
         try:
             outcome = await registry.adispatch(call, to_thread=True)
         finally:
-            REPORTER.reset(reporting)
-            KEY.reset(keyed)
+            RUN_CONTEXT.reset(set_context)
             await sending.sent()  # before the result: a report after it would name no request
         return _result(outcome)
 

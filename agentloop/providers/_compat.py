@@ -28,6 +28,7 @@ __all__ = [
     "SKIP_SIGNATURE",
     "CallIds",
     "Compat",
+    "ShortIds",
     "extra",
     "fresh_id",
     "short_ids",
@@ -140,23 +141,39 @@ def short_ids(ids: list[str]) -> dict[str, str]:
 
     The digest (SHA-256, in base 62) is the same in every request, so a
     call and its result keep one id; two ids that would share one (a chance
-    of one in 10**16 a pair) get different ones, in order.
+    of one in 10**16 a pair) get different ones, in order (``ShortIds``).
     """
-    out: dict[str, str] = {}
-    taken = {one for one in ids if _SHORT.fullmatch(one)}
+    wire = ShortIds()
     for one in ids:
-        if one in out:
-            continue
-        if _SHORT.fullmatch(one):
-            out[one] = one
-            continue
+        wire(one)
+    return wire.given
+
+
+class ShortIds:
+    """Call ids made short as a history grows: an id keeps its short form once it has one.
+
+    Decided in the history's order, so the ids of a request already sent
+    never change when the history grows: a digest avoids the short forms
+    given before it, and an id that is already short stays itself unless an
+    earlier id's digest took it (then it gets a digest too).
+    """
+
+    __slots__ = ("given", "taken")
+
+    def __init__(self) -> None:
+        self.given: dict[str, str] = {}
+        self.taken: set[str] = set()
+
+    def __call__(self, one: str) -> str:
+        short = self.given.get(one)
+        if short is not None:
+            return short
+        short = one
         salt = 0
-        while True:
+        while not _SHORT.fullmatch(short) or short in self.taken:
             number = int.from_bytes(hashlib.sha256(f"{salt}:{one}".encode()).digest()[:8])
             short = "".join(_DIGITS[(number // 62**at) % 62] for at in range(9))
-            if short not in taken:
-                break
             salt += 1
-        taken.add(short)
-        out[one] = short
-    return out
+        self.taken.add(short)
+        self.given[one] = short
+        return short

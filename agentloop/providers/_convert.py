@@ -29,7 +29,6 @@ __all__ = [
     "result_content",
     "result_parts",
     "result_text",
-    "turn_start",
     "unknown_kind",
     "usage",
 ]
@@ -45,15 +44,6 @@ def unknown_kind(index: int, kind: object) -> ValueError:
     return ValueError(
         f"history[{index}]: expected kind to be one of {', '.join(KINDS)}; got {kind!r}"
     )
-
-
-def turn_start(history: list[Message]) -> int:
-    """Where the current turn starts: the last user message (-1 for none).
-
-    Gemini 3 checks the thought signatures of the calls after it, the steps
-    of the current turn, and refuses a step whose first call has none.
-    """
-    return max((i for i, m in enumerate(history) if m.get("kind") == "user"), default=-1)
 
 
 def assistant_turn(message: Message) -> tuple[str, list[Message]]:

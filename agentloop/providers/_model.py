@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias
 
 import orjson
 
@@ -25,7 +25,11 @@ if TYPE_CHECKING:
     from collections.abc import Coroutine
     from types import ModuleType
 
+    from agentloop._core.requests import Messages
     from agentloop._tools.specs import NameRule, SpecFormat
+
+#: What an adapter's callback is given: a history as a list, or the record (from the drivers).
+GivenHistory: TypeAlias = "list[Message] | Messages"
 
 __all__ = [
     "AsyncModel",
@@ -184,7 +188,7 @@ def request_tools(specs: list[Message] | None, format: SpecFormat) -> dict[str, 
 
 def make_model(
     create: Callable[..., Any],
-    request: Callable[[list[Message], dict[str, Any]], dict[str, Any]],
+    request: Callable[[GivenHistory, dict[str, Any]], dict[str, Any]],
     parse: Callable[[Any], Message],
     format: SpecFormat,
     options: Options | None = None,
@@ -226,7 +230,7 @@ def make_model(
 
     # What the two callbacks share: each differs from the other only where it awaits.
     def body_of(
-        history: list[Message], tools: list[Message] | None, choice: str | None, output: Any
+        history: GivenHistory, tools: list[Message] | None, choice: str | None, output: Any
     ) -> tuple[dict[str, Any], bool]:
         asked, wrapped = object_rooted(output)
         return request(history, entries(tools, choice, asked)), wrapped
@@ -238,7 +242,7 @@ def make_model(
     if inspect.iscoroutinefunction(inspect.unwrap(create)):
 
         async def amodel(
-            history: list[Message],
+            history: GivenHistory,
             *,
             tools: list[Message] | None = None,
             tool_choice: str | None = None,
@@ -261,7 +265,7 @@ def make_model(
     else:
 
         def model(
-            history: list[Message],
+            history: GivenHistory,
             *,
             tools: list[Message] | None = None,
             tool_choice: str | None = None,
@@ -279,6 +283,8 @@ def make_model(
 
         made = model
     made.agentloop_retry = True
+    # The drivers give it the record itself (``Messages``): it converts each message once.
+    made.agentloop_reads_record = True
     made.agentloop_name = name or format
     made.agentloop_tool_names = names or PROVIDER_NAMES.get(format)
     if retries_off is not None:

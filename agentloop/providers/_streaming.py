@@ -20,7 +20,7 @@ from agentloop._core.retry_policy import mark
 from agentloop._drivers.streams import between_chunks
 from agentloop._errors import IncompleteReply
 from agentloop.providers._errors import aunstreamed, classify, stream_error_kind, unstreamed
-from agentloop.providers._model import make_model
+from agentloop.providers._model import GivenHistory, make_model
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
@@ -314,7 +314,7 @@ async def _achanged(
 
 def make_stream_model(
     create: Callable[..., Any],
-    request: Callable[[list[Message], dict[str, Any]], dict[str, Any]],
+    request: Callable[[GivenHistory, dict[str, Any]], dict[str, Any]],
     convert: Callable[[Any], Generator[Delta | Message, None, None]],
     aconvert: Callable[[Any], AsyncGenerator[Delta | Message, None]],
     format: SpecFormat,

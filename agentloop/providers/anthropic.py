@@ -38,7 +38,7 @@ Needs the ``anthropic`` extra; importing this module without it raises an
 from __future__ import annotations
 
 import inspect
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 try:
     import anthropic  # at run time, so that a missing SDK fails here
@@ -51,6 +51,7 @@ except ImportError as exc:
 from agentloop.providers._anthropic_reply import FINAL_ANSWER, messages_reply
 from agentloop.providers._anthropic_stream import amessages_stream, messages_stream
 from agentloop.providers._convert import Message, assistant_turn, result_content, unknown_kind
+from agentloop.providers._fold import Turns, folded
 from agentloop.providers._model import (
     AsyncModel,
     SyncModel,
@@ -65,6 +66,9 @@ from agentloop.providers._streaming import (
     checked_stream,
     make_stream_model,
 )
+
+if TYPE_CHECKING:
+    from agentloop._core.requests import Messages
 
 __all__ = ["DEFAULT_MAX_TOKENS", "anthropic_messages"]
 
@@ -152,8 +156,9 @@ def anthropic_messages(
     )
     checked_stream("anthropic_messages", stream)
 
-    def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
-        body = {"model": model, "max_tokens": max_tokens, **_messages_request(history)}
+    def request(history: list[Message] | Messages, tools: dict[str, Any]) -> dict[str, Any]:
+        converted = _messages_request(history, request)  # the record's kept under request
+        body = {"model": model, "max_tokens": max_tokens, **converted}
         return {**body, **tools, **params}
 
     native = "output_config" in inspect.signature(client.messages.create).parameters
@@ -226,11 +231,27 @@ def _tool_options(tools: bool, tool_choice: str | None, output: Message | None) 
     return out
 
 
-def _messages_request(history: list[Message]) -> dict[str, Any]:
-    """The history as the Messages API's ``messages``, and ``system`` if there is one."""
-    system: list[str] = []
-    turns: list[dict[str, Any]] = []
-    for index, message in enumerate(history):  # the commonest kinds first
+def _messages_request(history: list[Message] | Messages, key: object = None) -> dict[str, Any]:
+    """The history as the Messages API's ``messages``, and ``system`` if there is one.
+
+    The record's messages are converted once each, kept under ``key`` (``folded``).
+    """
+    turns, system = folded(history, key, _MessagesFold)
+    out: dict[str, Any] = {"messages": turns}
+    if system:
+        out["system"] = "\n\n".join(system)
+    return out
+
+
+class _MessagesFold(Turns):
+    """The Messages API's turns and system texts, a history message at a time."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__("content")
+
+    def add(self, index: int, message: Message) -> None:  # the commonest kinds first
         kind = message.get("kind")
         if kind == "tool_result":
             block: dict[str, Any] = {
@@ -240,7 +261,7 @@ def _messages_request(history: list[Message]) -> dict[str, Any]:
             }
             if message["status"] != "ok":
                 block["is_error"] = True
-            content = _turn(turns, "user")
+            content = self.turn("user")
             if content and content[-1]["type"] != "tool_result":
                 # Before the text already in the turn, after its other results.
                 at = next(i for i, b in enumerate(content) if b["type"] != "tool_result")
@@ -249,7 +270,7 @@ def _messages_request(history: list[Message]) -> dict[str, Any]:
                 content.append(block)
         elif kind == "call" or kind == "calls":
             text, calls = assistant_turn(message)
-            content = _turn(turns, "assistant")
+            content = self.turn("assistant")
             if text:
                 content.append({"type": "text", "text": text})
             for call in calls:
@@ -263,22 +284,11 @@ def _messages_request(history: list[Message]) -> dict[str, Any]:
                     }
                 )
         elif kind == "system":
-            system.append(message["text"])
+            self.system.append(message["text"])
         elif kind == "user" or kind == "final":
             if message["text"]:
-                _turn(turns, "user" if kind == "user" else "assistant").append(
+                self.turn("user" if kind == "user" else "assistant").append(
                     {"type": "text", "text": message["text"]}
                 )
         else:
             raise unknown_kind(index, kind)
-    out: dict[str, Any] = {"messages": turns}
-    if system:
-        out["system"] = "\n\n".join(system)
-    return out
-
-
-def _turn(turns: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
-    """The content of the last turn if it is ``role``'s, else of a new one (roles alternate)."""
-    if not turns or turns[-1]["role"] != role:
-        turns.append({"role": role, "content": []})
-    return turns[-1]["content"]  # type: ignore[no-any-return]

@@ -58,9 +58,9 @@ from agentloop.providers._convert import (
     part_text,
     result_parts,
     result_text,
-    turn_start,
     unknown_kind,
 )
+from agentloop.providers._fold import Turns, folded
 from agentloop.providers._gemini_errors import classify_gemini
 from agentloop.providers._gemini_reply import MADE_ID, generate_reply
 from agentloop.providers._gemini_stream import (
@@ -85,6 +85,8 @@ from agentloop.providers._streaming import (
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from agentloop._core.requests import Messages
 
 __all__ = ["SKIP_SIGNATURE", "gemini_generate_content"]
 
@@ -166,8 +168,8 @@ def gemini_generate_content(
     checked_params("gemini_generate_content", _config_fields, config, _RESERVED)
     models: Any = client.models
 
-    def request(history: list[Message], entries: dict[str, Any]) -> dict[str, Any]:
-        contents, system = _contents(history)
+    def request(history: list[Message] | Messages, entries: dict[str, Any]) -> dict[str, Any]:
+        contents, system = _contents(history, request)  # the record's kept under request
         settings: dict[str, Any] = {"automatic_function_calling": {"disable": True}}
         if system:
             settings["system_instruction"] = system
@@ -284,16 +286,32 @@ def _options(tools: bool, tool_choice: str | None, output: Message | None) -> di
     return out
 
 
-def _contents(history: list[Message]) -> tuple[list[dict[str, Any]], str | None]:
-    """The history as Gemini's ``contents``, and the system instruction if there is one."""
-    system: list[str] = []
-    contents: list[dict[str, Any]] = []
-    turn = turn_start(history)
-    for index, message in enumerate(history):  # the commonest kinds first
+def _contents(
+    history: list[Message] | Messages, key: object = None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The history as Gemini's ``contents``, and the system instruction if there is one.
+
+    The record's messages are converted once each, kept under ``key`` (``folded``).
+    """
+    contents, system = folded(history, key, _ContentsFold)
+    return contents, "\n\n".join(system) or None
+
+
+class _ContentsFold(Turns):
+    """Gemini's contents and system texts, a history message at a time."""
+
+    __slots__ = ("_stand_ins",)
+
+    def __init__(self) -> None:
+        super().__init__("parts")
+        # The parts given the stand-in signature in the current turn, as (content, part).
+        self._stand_ins: list[tuple[int, int]] = []
+
+    def add(self, index: int, message: Message) -> None:  # the commonest kinds first
         kind = message.get("kind")
         if kind == "tool_result":
             part = {"function_response": _function_response(message)}
-            parts = _turn(contents, "user")
+            parts = self.turn("user")
             if parts and "function_response" not in parts[-1]:
                 # Before the text already in the turn, after its other results.
                 at = next(i for i, p in enumerate(parts) if "function_response" not in p)
@@ -302,21 +320,34 @@ def _contents(history: list[Message]) -> tuple[list[dict[str, Any]], str | None]
                 parts.append(part)
         elif kind == "call" or kind == "calls":
             text, calls = assistant_turn(message)
-            parts = _turn(contents, "model")
+            parts = self.turn("model")
             if text:
                 parts.append({"text": text})
             for number, call in enumerate(calls):
-                parts.append(_function_call(call, index, number == 0 and index > turn))
+                sent = _function_call(call, index, number == 0)
+                if sent.get("thought_signature") is _SKIP:
+                    self._stand_ins.append((len(self.turns) - 1, len(parts)))
+                parts.append(sent)
         elif kind == "system":
-            system.append(message["text"])
+            self.system.append(message["text"])
         elif kind == "user" or kind == "final":
+            if kind == "user":
+                self._turn_ends()
             if message["text"]:
-                _turn(contents, "user" if kind == "user" else "model").append(
-                    {"text": message["text"]}
-                )
+                self.turn("user" if kind == "user" else "model").append({"text": message["text"]})
         else:
             raise unknown_kind(index, kind)
-    return contents, "\n\n".join(system) or None
+
+    def _turn_ends(self) -> None:
+        """A user message begins a turn: the steps before it need no stand-in signature.
+
+        Gemini 3 checks the thought signatures of the calls after the last user
+        message, and refuses a step whose first call has none.
+        """
+        for at, number in self._stand_ins:
+            parts = self.blocks(at)
+            parts[number] = {k: v for k, v in parts[number].items() if k != "thought_signature"}
+        self._stand_ins.clear()
 
 
 def _function_call(call: Message, index: int, first_in_turn: bool) -> dict[str, Any]:
@@ -369,10 +400,3 @@ def _function_response(message: Message) -> dict[str, Any]:
         for media, data in images
     ]
     return out
-
-
-def _turn(contents: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
-    """The parts of the last content if it is ``role``'s, else of a new one (roles alternate)."""
-    if not contents or contents[-1]["role"] != role:
-        contents.append({"role": role, "parts": []})
-    return contents[-1]["parts"]  # type: ignore[no-any-return]

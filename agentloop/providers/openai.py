@@ -31,7 +31,7 @@ Needs the ``openai`` extra; importing this module without it raises an
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 try:
     import openai  # at run time, so that a missing SDK fails here
@@ -40,17 +40,7 @@ except ImportError as exc:
         "agentloop.providers.openai needs the OpenAI SDK: pip install 'agentloop-fsm[openai]'"
     ) from exc
 
-from agentloop._core.messages import SIGNATURE
-from agentloop.providers._compat import DEFAULT, SKIP_SIGNATURE, Compat, short_ids
-from agentloop.providers._convert import (
-    Message,
-    arguments_text,
-    assistant_turn,
-    result_content,
-    result_text,
-    turn_start,
-    unknown_kind,
-)
+from agentloop.providers._compat import DEFAULT, Compat
 from agentloop.providers._model import (
     AsyncModel,
     SyncModel,
@@ -61,6 +51,7 @@ from agentloop.providers._model import (
     without_retries,
 )
 from agentloop.providers._openai_reply import chat_reply, responses_reply
+from agentloop.providers._openai_request import _chat_messages, _responses_input
 from agentloop.providers._openai_stream import (
     achat_stream,
     aresponses_stream,
@@ -73,6 +64,10 @@ from agentloop.providers._streaming import (
     checked_stream,
     make_stream_model,
 )
+
+if TYPE_CHECKING:
+    from agentloop._core.requests import Messages
+    from agentloop.providers._convert import Message
 
 __all__ = ["Compat", "openai_chat", "openai_responses"]
 
@@ -164,8 +159,8 @@ def openai_chat(
         {"messages": "it is the history"},
     )
 
-    def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
-        messages = _chat_messages(history, compat)
+    def request(history: list[Message] | Messages, tools: dict[str, Any]) -> dict[str, Any]:
+        messages = _chat_messages(history, compat, request)  # the record's kept under request
         return {"model": model, "messages": messages, **tools, **params}
 
     retries_off = without_retries("openai_chat", client, "chat.completions.create", openai)
@@ -259,8 +254,8 @@ def openai_responses(
         },
     )
 
-    def request(history: list[Message], tools: dict[str, Any]) -> dict[str, Any]:
-        return {"model": model, "input": _responses_input(history), **tools, **params}
+    def request(history: list[Message] | Messages, tools: dict[str, Any]) -> dict[str, Any]:
+        return {"model": model, "input": _responses_input(history, request), **tools, **params}
 
     retries_off = without_retries("openai_responses", client, "responses.create", openai)
 
@@ -322,113 +317,4 @@ def _responses_options(
                 "strict": strict_schema(output["schema"]),
             }
         }
-    return out
-
-
-def _chat_messages(history: list[Message], compat: Compat = DEFAULT) -> list[dict[str, Any]]:
-    """The history as Chat Completions ``messages``, as ``compat`` says the server takes them."""
-    out: list[dict[str, Any]] = []
-    wire = _wire_ids(history) if compat.short_ids else None
-    current = turn_start(history) if compat.thought_signatures else -1
-    for index, message in enumerate(history):  # the commonest kinds first
-        kind = message.get("kind")
-        if kind == "tool_result":
-            call_id = message["id"] if wire is None else wire[message["id"]]
-            tool = {"role": "tool", "tool_call_id": call_id, "content": result_text(message)}
-            if compat.tool_names:
-                tool["name"] = message["name"]
-            out.append(tool)
-        elif kind == "call" or kind == "calls":
-            text, calls = assistant_turn(message)
-            turn: dict[str, Any] = {"role": "assistant"}
-            if text:
-                turn["content"] = text
-            turn["tool_calls"] = [
-                {
-                    "id": call["id"] if wire is None else wire[call["id"]],
-                    "type": "function",
-                    "function": {
-                        "name": call["name"],
-                        "arguments": arguments_text(call["arguments"]),
-                    },
-                }
-                for call in calls
-            ]
-            if compat.thought_signatures:
-                _signed(turn["tool_calls"], calls, index > current)
-            out.append(turn)
-        elif kind == "user" or kind == "system":
-            out.append({"role": kind, "content": message["text"]})
-        elif kind == "final":
-            out.append({"role": "assistant", "content": message["text"]})
-        else:
-            raise unknown_kind(index, kind)
-    return out
-
-
-def _signed(sent: list[dict[str, Any]], calls: list[Message], current: bool) -> None:
-    """Each call's thought signature in its tool call, as Gemini's endpoint takes it.
-
-    In the current turn, a step whose first call has none gets Google's
-    stand-in there (another provider's calls, or a history written by hand).
-    """
-    for at, (entry, call) in enumerate(zip(sent, calls, strict=True)):
-        signature = call.get(SIGNATURE) or (SKIP_SIGNATURE if current and at == 0 else None)
-        if signature is not None:
-            entry["extra_content"] = {"google": {"thought_signature": signature}}
-
-
-def _wire_ids(history: list[Message]) -> dict[str, str]:
-    """Every call id in the history, as nine letters and digits (``Compat.short_ids``)."""
-    ids = []
-    for message in history:
-        kind = message.get("kind")
-        if kind == "tool_result":
-            ids.append(message["id"])
-        elif kind == "call" or kind == "calls":
-            ids.extend(call["id"] for call in assistant_turn(message)[1])
-    return short_ids(ids)
-
-
-def _output(message: Message) -> str | list[dict[str, Any]]:
-    """A ``function_call_output``'s output: text, or input items when the result holds an image."""
-    return result_content(
-        message,
-        lambda text: {"type": "input_text", "text": text},
-        lambda media, data: {"type": "input_image", "image_url": f"data:{media};base64,{data}"},
-    )
-
-
-def _responses_input(history: list[Message]) -> list[dict[str, Any]]:
-    """The history as Responses API ``input`` items."""
-    out: list[dict[str, Any]] = []
-    for index, message in enumerate(history):  # the commonest kinds first
-        kind = message.get("kind")
-        if kind == "tool_result":
-            out.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": message["id"],
-                    "output": _output(message),
-                }
-            )
-        elif kind == "call" or kind == "calls":
-            text, calls = assistant_turn(message)
-            if text:
-                out.append({"role": "assistant", "content": text})
-            for call in calls:
-                out.append(
-                    {
-                        "type": "function_call",
-                        "call_id": call["id"],
-                        "name": call["name"],
-                        "arguments": arguments_text(call["arguments"]),
-                    }
-                )
-        elif kind == "user" or kind == "system":
-            out.append({"role": kind, "content": message["text"]})
-        elif kind == "final":
-            out.append({"role": "assistant", "content": message["text"]})
-        else:
-            raise unknown_kind(index, kind)
     return out

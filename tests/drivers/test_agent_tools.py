@@ -398,3 +398,29 @@ def test_a_parents_run_file_replays_with_its_childs_usage() -> None:
     assert loaded.usage == result.usage == agentloop.Usage(9, 4, 0)
     assert loaded.events == result.events
     assert loaded.children == {}  # a run file does not hold the children
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
+def test_the_child_gets_the_parents_deps_and_token(driver: Driver) -> None:
+    """A child's tool reads the deps given to the parent's run, and the parent's token."""
+    seen: list[Any] = []
+
+    def lookup(ctx: agentloop.RunContext[dict[str, int]], q: str) -> int:
+        """Look a question up in the deps."""
+        seen.append((ctx.deps, ctx.cancel, ctx.call_id))
+        return ctx.deps[q]
+
+    child = Loop(ScriptedModel([call("k1", "lookup", q="a"), final("x")]), tools=[lookup])
+    parent = writer(child, [call("c1", "research", input="go"), final("y")])
+    deps, token = {"a": 1}, CancelToken()
+    if driver.name == "sync":
+        result = parent.run("write", deps=deps, cancel=token)
+    else:
+        as_async = driver.as_async(parent)  # type: ignore[union-attr]
+        result = driver.runner.run(as_async.arun("write", deps=deps, cancel=token))  # type: ignore[union-attr]
+    assert result.status == "finished"
+    assert len(seen) == 1
+    assert seen[0][0] is deps
+    assert seen[0][1] is token
+    assert seen[0][2] == "k1"
+    assert result.children["c1"].transcript[2]["content"] == 1

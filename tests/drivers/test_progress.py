@@ -15,7 +15,7 @@ import pytest
 
 import agentloop
 from agentloop import Loop, State, ToolRegistry, Transition, report_progress
-from agentloop._drivers.progress import REPORTER
+from agentloop._drivers.context import RUN_CONTEXT
 from agentloop.streaming import ToolProgress
 from agentloop.testing import ScriptedModel, batch
 from tests.support.helpers import SyncDriver, call, drive, final
@@ -178,8 +178,10 @@ def test_a_run_dropped_is_freed_at_once() -> None:
 
 
 def _interrupt_right_after_the_reporter_is_set(frame: object, event: str, arg: Any) -> None:
-    """A profiler: KeyboardInterrupt as ``REPORTER.set`` returns, as a signal may land there."""
-    if event == "c_return" and getattr(arg, "__self__", None) is REPORTER:
+    """A profiler: KeyboardInterrupt as ``RUN_CONTEXT.set`` returns, as a signal may land there.
+
+    The call's context holds its reporter: set with it, gone with it."""
+    if event == "c_return" and getattr(arg, "__self__", None) is RUN_CONTEXT:
         sys.setprofile(None)
         raise KeyboardInterrupt("right after the reporter was set")
 
@@ -202,10 +204,10 @@ def test_an_interrupt_right_after_a_call_sets_its_reporter_leaves_none_behind(
         sys.setprofile(None)
     assert run.state is State.CANCELLED
     if isinstance(driver, SyncDriver):
-        assert REPORTER.get() is None
+        assert RUN_CONTEXT.get() is None
     else:  # the run's task ran in the runner's context: read it there
 
         async def reporter() -> object:
-            return REPORTER.get()
+            return RUN_CONTEXT.get()
 
         assert driver.runner.run(reporter()) is None

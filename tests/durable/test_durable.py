@@ -907,7 +907,7 @@ def test_idempotency_key_inside_and_outside_durable_runs(db: Path) -> None:
 
 def test_tool_idempotent_is_checked_and_declared() -> None:
     with pytest.raises(TypeError, match=r"tool 'f': expected idempotent to be a bool, got int"):
-        agentloop.Tool(lambda: 1, name="f", idempotent=1)  # type: ignore[arg-type]
+        agentloop.Tool(lambda: 1, name="f", idempotent=1)  # type: ignore[call-overload]
     registry = agentloop.ToolRegistry()
 
     @registry.tool(idempotent=True)

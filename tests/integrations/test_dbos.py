@@ -17,6 +17,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -879,3 +880,61 @@ def test_typed_output_the_loop_guard_and_the_wrap_up_under_dbos(make: Any) -> No
         "wrap_up_due",
         "wrap_up_answered",
     ]
+
+
+@attrs.define
+class Shop:
+    """A DBOS run's deps: made by the provider in the worker, never recorded."""
+
+    run_id: str
+    sold: list[tuple[str | None, str | None]] = attrs.field(factory=list)
+
+
+def test_dbos_deps_provider_in_the_worker(make: Any) -> None:
+    """DBOSLoop(deps=provider): each time a worker drives a run it calls provider(run_id),
+    and every tool step and review step gets the deps, the ids and the idempotency key in
+    its context. A fork from the tool step (another execution driving the run, as a
+    recovery does) calls the provider again, for the fork's id; a Loop with deps_type whose
+    tools take a context is refused without a provider."""
+    made: list[Shop] = []
+
+    def provide(run_id: str) -> Shop:
+        made.append(Shop(run_id))
+        return made[-1]
+
+    def sell(ctx: agentloop.RunContext[Shop], item: str) -> str:
+        ctx.deps.sold.append((item, ctx.idempotency_key))
+        return f"sold {item} in {ctx.deps.run_id}"
+
+    def policy(call: Message, ctx: agentloop.RunContext[Shop]) -> agentloop.Decision:
+        ctx.deps.sold.append(("reviewed", ctx.call_id))
+        return agentloop.allow()
+
+    loop = agentloop.Loop(
+        scripted(
+            [{"kind": "call", "id": "c1", "name": "sell", "arguments": {"item": "tea"}}, FINAL]
+        ),
+        tools=[agentloop.Tool(sell, policy=policy)],
+        deps_type=Shop,
+    )
+    with pytest.raises(TypeError, match=r"^expected deps= \(a callable of the run id"):
+        DBOSLoop(loop, name=f"t-{uuid.uuid4().hex[:8]}")
+    runs = DBOSLoop(loop, name=f"t-{uuid.uuid4().hex[:8]}", deps=provide)
+    try:
+        run_id = new_id()
+        result = runs.run("go", run_id=run_id)
+        assert result.status == "finished"
+        assert [m["content"] for m in result.transcript if m["kind"] == "tool_result"] == [
+            f"sold tea in {run_id}"
+        ]
+        assert [(shop.run_id, shop.sold) for shop in made] == [
+            (run_id, [("reviewed", "c1"), ("tea", f"{run_id}:c1")])
+        ]
+        steps = DBOS.list_workflow_steps(run_id)
+        tool = next(s["function_id"] for s in steps if s["function_name"] == "agentloop.tool")
+        fork = DBOS.fork_workflow(run_id, tool)
+        assert fork.get_result().status == "finished"
+        assert [shop.run_id for shop in made] == [run_id, fork.workflow_id]
+        assert made[1].sold == []  # the call's step may have run: not again (not idempotent)
+    finally:
+        runs.close()

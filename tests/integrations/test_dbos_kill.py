@@ -451,3 +451,44 @@ def test_runs_wait_for_a_person_across_a_killed_worker(
         assert effects.get(("effect", f"{run_id}:c1")) == 1
         assert effects.get(("effect", f"{run_id}:c2"), 0) == (0 if denied else 1)
         assert effects.get(("idem", f"{run_id}:c3")) == 1
+
+
+@pytest.mark.slow
+def test_a_recovering_worker_makes_the_runs_deps_again(server: Server, tmp_path: Path) -> None:
+    """A DBOSLoop's deps provider runs in the worker that drives the run: killed right after
+    c1's effect, the run is recovered by a new process, which calls the provider again for
+    the same run id; c1 is answered outcome-unknown (not idempotent), and c2, run there,
+    answers with the new process's deps. Dependencies are never recorded: nothing of the
+    first process's reaches the second."""
+    script: list[Message] = [
+        {"kind": "call", "id": "c1", "name": "stamp", "arguments": {"n": 1}},
+        {"kind": "call", "id": "c2", "name": "stamp", "arguments": {"n": 2}},
+        {"kind": "final", "text": "done"},
+    ]
+    job = {
+        "db": f"sqlite:///{tmp_path / 'dbos.sqlite'}",
+        "sink": {"file": str(tmp_path / "effects")},
+        "out": str(tmp_path / "out.json"),
+        "run_id": "given",
+        "input": as_input(script),
+        "loop": "provided",
+    }
+    ended = server.job(job | {"mode": "start", "kill": {"effect": 1}})
+    assert ended.get("signal") == signal.SIGKILL, ended
+    ended = server.job(job | {"mode": "recover"})
+    assert "result" in ended, ended
+    lines = [line.split(" ") for line in (tmp_path / "effects").read_text().splitlines()]
+    provided = [key for kind, key in lines if kind == "provided"]
+    assert len(provided) == 2
+    (first, first_run), (second, second_run) = (key.split(":") for key in provided)
+    assert first != second
+    assert first_run == second_run == "given"
+    assert [(kind, key) for kind, key in lines if kind == "stamp"] == [
+        ("stamp", "given:c1"),
+        ("stamp", "given:c2"),
+    ]
+    result = ended["result"]
+    assert (result["status"], result["steps"], result["calls"]) == ("finished", 3, 2)
+    contents = {m["id"]: m["content"] for m in result["transcript"] if m["kind"] == "tool_result"}
+    assert contents["c1"]["type"] == "OutcomeUnknown"
+    assert contents["c2"] == f"{second}:given"

@@ -32,7 +32,7 @@ from agentloop import Loop, State, ToolRegistry, allow, deny
 from agentloop import mcp as amcp
 from agentloop.engine import PreparedCall
 from agentloop.ledger import SQLiteLedger
-from agentloop.providers import anthropic, openai
+from agentloop.providers import _openai_request, anthropic
 from agentloop.streaming import ToolProgress
 from agentloop.testing import ScriptedModel, batch, call, final, strategies
 from tests.support import SUPPORT
@@ -443,13 +443,16 @@ def test_an_image_part_goes_to_the_providers_that_take_images() -> None:
         },
         {"type": "text", "text": '{"type":"audio","data":"aGk=","mimeType":"audio/wav"}'},
     ]
-    responses_body: dict[str, Any] = {"model": "m", "input": openai._responses_input(history)}
+    responses_body: dict[str, Any] = {
+        "model": "m",
+        "input": _openai_request._responses_input(history),
+    }
     conforms(responses_body, RESPONSES)
     assert responses_body["input"][2]["output"][1] == {
         "type": "input_image",
         "image_url": "data:image/png;base64,aGVsbG8=",
     }
-    chat = openai._chat_messages(history)
+    chat = _openai_request._chat_messages(history)
     assert chat[2]["content"] == orjson.dumps(PICTURE).decode()
     # Parts without an image a provider takes, and results not ok, stay text.
     for content, status in ((PICTURE[::2], "ok"), (PICTURE, "error")):

@@ -13,6 +13,11 @@ line from stdin and answers with one JSON line on stdout:
   serves it until it is killed; answered ``{"pid": n}`` once it is serving;
 * ``{"reap": pid}``: wait for a killed worker; answered ``{"reaped": pid}``.
 
+A job's ``"loop"`` names the DBOSLoop it starts or recovers a run of:
+``"scripted"`` (the default), or ``"provided"``, whose runs are given deps by
+a provider that writes each call of it as an effect (``"provided"``, with the
+process id and the run id).
+
 The model reads its script from the run's input (the first message's text
 is the script as JSON), so one ``DBOSLoop`` serves runs of any script. The
 tools are ``tests/support/durable_child.py``'s three (an effect, an idempotent one,
@@ -34,6 +39,7 @@ import threading
 import traceback
 from typing import Any
 
+import attrs
 import orjson
 
 import agentloop
@@ -59,9 +65,12 @@ def _reached(point: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _record(kind: str) -> None:
-    """Write the effect outside DBOS: committed (or written) before the tool returns."""
-    key = agentloop.idempotency_key()
+def _record(kind: str, key: str | None = None) -> None:
+    """Write the effect outside DBOS: committed (or written) before the tool returns.
+
+    ``key``: the call's idempotency key unless given.
+    """
+    key = agentloop.idempotency_key() if key is None else key
     sink = _STATE["sink"]
     if sink is None:
         return
@@ -106,6 +115,26 @@ def fail(n: int) -> int:
     raise ValueError(f"failed on {n}")
 
 
+@attrs.frozen
+class Worker:
+    """The deps of a run of the "provided" loop: made by the process that drives it."""
+
+    pid: int
+    run_id: str
+
+
+def provide(run_id: str) -> Worker:
+    """The "provided" loop's deps provider: each time it is called is written as an effect."""
+    _record("provided", f"{os.getpid()}:{run_id}")
+    return Worker(os.getpid(), run_id)
+
+
+def stamp(ctx: agentloop.RunContext[Worker], n: int) -> str:
+    """A tool with an effect that answers with the deps it was given."""
+    _effect("stamp")
+    return f"{ctx.deps.pid}:{ctx.deps.run_id}"
+
+
 def model(history: list[Message]) -> Message:
     """Answers by the history alone: the script (the input) at the replies so far."""
     _reached("model")
@@ -124,16 +153,18 @@ def _listener(transition: agentloop.Transition) -> None:
     _reached("transition")
 
 
-def loop(*, listen: bool = True, policy: bool = False) -> agentloop.Loop:
+def loop(*, listen: bool = True, policy: bool = False, provided: bool = False) -> agentloop.Loop:
     """The scripted loop (the same in every process; ``listen`` only adds the kill hook).
 
     ``policy``: the approving loop's, whose runs wait for a person about big calls.
+    ``provided``: the loop whose runs are given deps (``Worker``), with a ``stamp`` tool.
     """
     tools = agentloop.ToolRegistry(
         [
             agentloop.Tool(effect, name="effect"),
             agentloop.Tool(idem, name="idem", idempotent=True),
             agentloop.Tool(fail, name="fail"),
+            *([agentloop.Tool(stamp)] if provided else []),
         ],
         policy=asks_big if policy else None,
     )
@@ -143,6 +174,7 @@ def loop(*, listen: bool = True, policy: bool = False) -> agentloop.Loop:
         max_steps=MAX_STEPS,
         max_calls=MAX_CALLS,
         listeners=[_listener] if listen else [],
+        deps_type=Worker,  # only the provided loop has a tool that takes a context
     )
 
 
@@ -174,7 +206,10 @@ def _launch(job: dict[str, Any]) -> DBOSLoop:
     from dbos import DBOS
 
     _STATE["sink"], _STATE["kill"] = job.get("sink"), job.get("kill")
-    runs = DBOSLoop(loop(), name="scripted")
+    loops = {
+        "scripted": DBOSLoop(loop(), name="scripted"),
+        "provided": DBOSLoop(loop(provided=True), name="provided", deps=provide),
+    }
     DBOSLoop(loop(policy=True), name="approving")
     from dbos._dbos import _get_or_create_dbos_registry
 
@@ -186,7 +221,7 @@ def _launch(job: dict[str, Any]) -> DBOSLoop:
     DBOS.register_queue(
         QUEUE, worker_concurrency=job.get("concurrency", 8), polling_interval_sec=0.02
     )
-    return runs
+    return loops[job.get("loop", "scripted")]
 
 
 def _job(job: dict[str, Any]) -> None:

@@ -125,11 +125,13 @@ class SyncDriver:
 
     name = "sync"
 
-    def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None) -> Any:
-        return loop.start(messages, cancel=cancel)
+    def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **options: Any) -> Any:
+        return loop.start(messages, cancel=cancel, **options)
 
-    def run(self, loop: agentloop.Loop, messages: Any, cancel: Any = None) -> agentloop.RunResult:
-        return loop.run(messages, cancel=cancel)
+    def run(
+        self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **options: Any
+    ) -> agentloop.RunResult:
+        return loop.run(messages, cancel=cancel, **options)
 
 
 class SteppedAsync:
@@ -201,13 +203,19 @@ class AsyncDriver:
             max_output_retries=loop.budget.max_output_retries,
             on_exhausted=loop.budget.on_exhausted,
             max_identical_calls=loop.budget.max_identical_calls,
+            deps_type=loop.deps_type,
+            ledger=loop.ledger,
         )
 
-    def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None) -> Any:
-        return SteppedAsync(self.as_async(loop).astart(messages, cancel=cancel), self.runner)
+    def start(self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **options: Any) -> Any:
+        return SteppedAsync(
+            self.as_async(loop).astart(messages, cancel=cancel, **options), self.runner
+        )
 
-    def run(self, loop: agentloop.Loop, messages: Any, cancel: Any = None) -> agentloop.RunResult:
-        return self.runner.run(self.as_async(loop).arun(messages, cancel=cancel))
+    def run(
+        self, loop: agentloop.Loop, messages: Any, cancel: Any = None, **options: Any
+    ) -> agentloop.RunResult:
+        return self.runner.run(self.as_async(loop).arun(messages, cancel=cancel, **options))
 
 
 Driver = SyncDriver | AsyncDriver

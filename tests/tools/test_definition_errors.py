@@ -111,7 +111,7 @@ def test_bad_definitions() -> None:
     with pytest.raises(TypeError, match="expected tool names to be non-empty str, got ''"):
         Tool(f, name="")
     with pytest.raises(TypeError, match="tool 'x': expected a callable handler, got int"):
-        Tool(3, name="x")  # type: ignore[arg-type]
+        Tool(3, name="x")  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="expected a callable handler, got int"):
         ToolRegistry([3])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="expected name= for a handler without a __name__"):
@@ -121,11 +121,11 @@ def test_bad_definitions() -> None:
     with pytest.raises(
         TypeError, match="tool 'f': expected parameters to be a JSON Schema as a dict"
     ):
-        Tool(f, parameters='{"type": "object"}')  # type: ignore[arg-type]
+        Tool(f, parameters='{"type": "object"}')  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="expected parameters to describe an object"):
         Tool(f, parameters={"type": "array"})
     with pytest.raises(TypeError, match="tool 'f': expected policy to be callable, got str"):
-        Tool(f, policy="deny")  # type: ignore[arg-type]
+        Tool(f, policy="deny")  # type: ignore[call-overload]
     with pytest.raises(ValueError, match="expected unique tool names, got 'f' twice"):
         ToolRegistry([f, Tool(f)])
     with pytest.raises(TypeError, match="expected a denial's reason to be a non-empty str, got ''"):
@@ -303,7 +303,7 @@ def test_class_names_are_made_safe_for_refs() -> None:
     def place(here: Café, there: Slashed) -> None:  # type: ignore[valid-type]
         seen.append((here, there))
 
-    tool = Tool(place)
+    tool: Tool[Any] = Tool(place)
     assert tool.parameters["properties"] == {
         "here": {"$ref": "#/$defs/Caf_"},
         "there": {"$ref": "#/$defs/a_b"},

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import orjson
 
 from agentloop._core.approval import call_fingerprint
+from agentloop._core.json import kept
 from agentloop._core.register import effect, guard
 from agentloop._core.rows.basic import (
     append_batch,
@@ -68,7 +69,7 @@ def refuse_identical(run: RunState) -> None:
             f"(max_identical_calls={limit}); the result is in the tool_result of call "
             f"{earlier!r} above. Use it, or call with other arguments.",
         }
-        batch.answer(index, "error", orjson.dumps(content))
+        batch.answer(index, "error", kept(orjson.dumps(content)))
         if draft.call is not None and batch.calls[index] == draft.call:
             draft.status = "error"
 

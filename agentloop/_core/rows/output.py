@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
+from agentloop._core.json import kept
 from agentloop._core.output_schema import told
 from agentloop._core.register import effect, guard
 from agentloop._core.rows.basic import reject_reply, reply_is_final
@@ -47,7 +48,7 @@ def append_output_errors(run: RunState) -> None:
     """Append the refused final and a ``user`` message listing what is wrong; count the retry."""
     problems = final_problems(run)
     message = {"kind": "user", "text": told(problems)}
-    run.draft.appended = (run.reply.json, orjson.dumps(message))
+    run.draft.appended = (run.reply.json, kept(orjson.dumps(message)))
     run.draft.error = "invalid output: " + "; ".join(problems)
     run.output_retries += 1
 

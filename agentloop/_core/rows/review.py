@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
+from agentloop._core.json import kept
 from agentloop._core.register import effect, guard
 from agentloop._core.requests import AwaitApproval, ReviewCalls
 from agentloop._core.rows.basic import answer_rest, append_batch, cancel_requested, name_call
@@ -127,7 +128,7 @@ def _answer_denied(run: RunState, decisions: tuple[tuple[str, Decision], ...]) -
     # Every denial is encoded before anything is kept, so none is kept half-way.
     place = {call_id: index for index, (call_id, _) in enumerate(batch.calls)}
     denials = {
-        place[call_id]: orjson.dumps(decision.reason)
+        place[call_id]: kept(orjson.dumps(decision.reason))
         for call_id, decision in decisions
         if not decision.allowed
     }

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
+from agentloop._core.json import kept
 from agentloop._core.register import effect, guard
 from agentloop._core.requests import AskModel
 from agentloop._core.rows.basic import (
@@ -88,7 +89,7 @@ def begin_wrap_up(run: RunState) -> None:
         "text": f"The run's budget ran out ({draft.reason}): tools are disabled. "
         "Give your final answer now, from what you have.",
     }
-    draft.appended = (orjson.dumps(note),)
+    draft.appended = (kept(orjson.dumps(note)),)
 
 
 @effect(E.ASK_FOR_ANSWER)

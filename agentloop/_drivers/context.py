@@ -1,0 +1,278 @@
+"""``RunContext``: what a tool or a policy is told about the run and the call it serves.
+
+A tool handler (or a policy) that declares a parameter annotated
+``RunContext`` (or ``RunContext[Deps]``) gets the context of its call there;
+the parameter is not published in the tool's schema. The drivers set one
+context variable, ``RUN_CONTEXT``, around each call they run and each call
+their policies review (``in_context``, ``ain_context``, ``reviewed_in``):
+``idempotency_key()``, ``report_progress()`` and ``current_context()`` read
+it, so a handler without the parameter (or a dispatcher of one's own) reads
+the same context.
+
+The dependencies (``deps``) are the caller's live objects, given per run
+(``loop.run(..., deps=...)``): never copied, never recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
+
+import attrs
+
+from agentloop._core.values import Budget, CancelToken, Usage
+from agentloop._drivers.progress import Reporter, checked_report, hear, logged
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from agentloop._core.engine import Engine
+
+__all__ = [
+    "NO_RUN",
+    "RUN_CONTEXT",
+    "CallScope",
+    "RunContext",
+    "ain_context",
+    "ain_context_reviews",
+    "areviewed_in",
+    "current_context",
+    "current_reporter",
+    "idempotency_key",
+    "in_context",
+    "in_context_reviews",
+    "key_of",
+    "report_progress",
+    "reviewed_in",
+]
+
+Deps = TypeVar("Deps", covariant=True)
+
+
+@attrs.frozen(kw_only=True)
+class RunContext(Generic[Deps]):
+    """The run and the call a tool handler (or a policy) serves; annotate a parameter with it.
+
+    ``deps``: what the run was given with ``deps=`` (the caller's own objects,
+    never copied or recorded). ``run_id``: the run's id in a durable run,
+    else ``None``. ``call_id`` and ``tool``: the call. ``idempotency_key``:
+    the call's key in a durable run (as ``agentloop.idempotency_key()``),
+    else ``None``. ``steps``, ``calls``, ``usage`` and ``budget``: the run's
+    counters and budget when the call was handed out. ``cancel``: the run's
+    ``CancelToken`` (``ctx.cancel.cancelled`` to look; ``ctx.cancel.cancel()``
+    stops the run at its next checkpoint), ``None`` in a run given none whose
+    tools take no context. ``report_progress`` reports how far the call has come.
+    """
+
+    deps: Deps = None  # type: ignore[assignment]  # no deps given: None
+    run_id: str | None = None
+    call_id: str | None = None
+    tool: str | None = None
+    idempotency_key: str | None = None
+    steps: int = 0
+    calls: int = 0
+    usage: Usage = attrs.field(factory=Usage)
+    budget: Budget | None = None
+    cancel: CancelToken | None = None
+    _reporter: Reporter | None = attrs.field(default=None, repr=False, eq=False)
+    # Where an agent tool's child run's result goes: the run's ``children``, by call id.
+    _children: dict[str, Any] | None = attrs.field(default=None, repr=False, eq=False)
+
+    def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Report how far the call has come: ``agentloop.report_progress``, for this call."""
+        checked_report(self._reporter, progress, total, message)
+
+
+#: The context of the call whose handler (or policy) runs here (a task or thread gets a copy).
+RUN_CONTEXT: Final[ContextVar[RunContext[Any] | None]] = ContextVar(
+    "agentloop_run_context", default=None
+)
+#: What a tool called outside any run (a registry dispatched on its own) is given.
+NO_RUN: Final[RunContext[Any]] = RunContext()
+
+
+def current_context() -> RunContext[Any] | None:
+    """The ``RunContext`` of the call being run or reviewed here, or ``None`` outside one.
+
+    For a dispatcher of one's own (``Loop(tools=obj)`` with ``obj.dispatch``),
+    which is handed the call and no context parameter.
+    """
+    return RUN_CONTEXT.get()
+
+
+def idempotency_key() -> str | None:
+    """The idempotency key of the call being run: ``f"{run_id}:{call_id}"``, or ``None``.
+
+    Inside a tool handler of a durable run (``Loop(..., ledger=...)``) this is
+    the same string every time the call runs, in any process: pass it to an
+    external system that deduplicates (an ``Idempotency-Key`` header, a unique
+    column) so that a re-run after a crash has no second effect. Anywhere
+    else (no ledger, outside a handler) it is ``None``. ``ctx.idempotency_key``
+    is the same string.
+    """
+    context = RUN_CONTEXT.get()
+    return None if context is None else context.idempotency_key
+
+
+def report_progress(
+    progress: float, total: float | None = None, message: str | None = None
+) -> None:
+    """Report how far the running tool call has come: delta listeners (or an MCP client) hear it.
+
+    ``progress`` must increase with each report of a call (MCP requires it);
+    ``total``, when given, is what it counts towards; ``message`` says what is
+    happening. Numbers are finite ints or floats. Outside a tool handler of a
+    run or of ``agentloop.mcp.serve`` it does nothing. It never raises for a
+    listener's fault (logged instead); it raises ``TypeError`` or
+    ``ValueError`` for a report that is wrong.
+    """
+    checked_report(current_reporter(), progress, total, message)
+
+
+def current_reporter() -> Reporter | None:
+    """Where the running call's progress goes, if anywhere (an MCP client call forwards it)."""
+    context = RUN_CONTEXT.get()
+    return None if context is None else context._reporter
+
+
+def key_of(run_id: str | None, call_id: str) -> str | None:
+    """A call's idempotency key in the run ``run_id`` (``None``: not a durable run)."""
+    return None if run_id is None else f"{run_id}:{call_id}"
+
+
+class CallScope:
+    """What a driver's runs give each call's context: the engine, deps, run id and token.
+
+    ``children``: where the results of its agent tools' child runs go, by call
+    id (the run's own dict, which its result reads).
+    """
+
+    __slots__ = ("cancel", "children", "deps", "engine", "run_id")
+
+    def __init__(
+        self, engine: Engine, deps: object, run_id: str | None, cancel: CancelToken | None
+    ) -> None:
+        self.engine, self.deps, self.run_id, self.cancel = engine, deps, run_id, cancel
+        self.children: dict[str, Any] = {}
+
+    def context(self, call: dict[str, Any], reporter: Reporter | None = None) -> RunContext[Any]:
+        """``call``'s context, as the engine stands now (the call handed out by it now)."""
+        engine, run_id, call_id = self.engine, self.run_id, call["id"]
+        return RunContext(
+            deps=self.deps,
+            run_id=run_id,
+            call_id=call_id,
+            tool=call["name"],
+            idempotency_key=key_of(run_id, call_id),
+            steps=engine.steps,
+            calls=engine.calls,
+            usage=engine.usage,
+            budget=engine.budget,
+            cancel=self.cancel,
+            reporter=reporter,
+            children=self.children,
+        )
+
+
+def in_context(
+    dispatch: Callable[..., Any],
+    listeners: list[Callable[[Any], object]],
+    scope: CallScope,
+) -> Callable[..., Any]:
+    """``dispatch`` with each call's context set around it: its progress goes to ``listeners``.
+
+    It holds the run's list of listeners, not the run: a run dropped is collected at once.
+    """
+
+    def tell(item: Any) -> None:
+        for listener in listeners:
+            hear(listener, item)
+
+    def dispatch_in_context(call: dict[str, Any], **options: object) -> Any:
+        # Set inside the try, and put back by value: a Ctrl-C landing as set() returns
+        # would leave no token to reset, and the context would outlive its call.
+        previous = RUN_CONTEXT.get()
+        try:
+            RUN_CONTEXT.set(scope.context(call, Reporter(call["id"], tell)))
+            return dispatch(call, **options)
+        finally:
+            RUN_CONTEXT.set(previous)
+
+    return dispatch_in_context
+
+
+def ain_context(
+    dispatch: Callable[..., Any],
+    listeners: list[tuple[Callable[[Any], object], bool]],
+    scope: CallScope,
+) -> Callable[..., Any]:
+    """``in_context`` for an async ``dispatch``, whose ``listeners`` say if they are ``async``.
+
+    The context is set in the call's own task, and progress told on the run's
+    loop: an async listener hears in a task of its own, and the call's
+    outcome is handed on once those tasks are done, so that no report is
+    heard after it.
+    """
+    hearing: set[asyncio.Future[object]] = set()
+
+    def tell(item: Any) -> None:
+        for listener, awaited in listeners:
+            heard = hear(listener, item)
+            if awaited and heard is not None:
+                task = asyncio.ensure_future(cast("Awaitable[object]", heard))
+                hearing.add(task)
+                task.add_done_callback(hearing.discard)
+                task.add_done_callback(logged)
+
+    async def dispatch_in_context(call: dict[str, Any], **options: object) -> Any:
+        previous = RUN_CONTEXT.get()  # put back by value, as in ``in_context``
+        try:
+            reporter = Reporter(call["id"], tell, asyncio.get_running_loop())
+            RUN_CONTEXT.set(scope.context(call, reporter))
+            outcome = await dispatch(call, **options)
+        finally:
+            RUN_CONTEXT.set(previous)
+        if hearing:
+            await asyncio.wait(set(hearing))
+        return outcome
+
+    return dispatch_in_context
+
+
+def in_context_reviews(
+    review: Callable[[dict[str, Any]], Any], scope: CallScope
+) -> Callable[[dict[str, Any]], Any]:
+    """``review`` (the policies' review of a call), each call reviewed in its context."""
+    return lambda call: reviewed_in(scope.context(call), review, call)
+
+
+def ain_context_reviews(
+    review: Callable[[dict[str, Any]], Awaitable[Any]], scope: CallScope
+) -> Callable[[dict[str, Any]], Awaitable[Any]]:
+    """``in_context_reviews`` for an async ``review``: set in the task that awaits each."""
+    return lambda call: areviewed_in(scope.context(call), review(call))
+
+
+def reviewed_in(
+    context: RunContext[Any], review: Callable[[dict[str, Any]], Any], call: dict[str, Any]
+) -> Any:
+    """``review(call)`` (the policies' review of one call) with ``call``'s ``context`` set."""
+    previous = RUN_CONTEXT.get()
+    try:
+        RUN_CONTEXT.set(context)
+        return review(call)
+    finally:
+        RUN_CONTEXT.set(previous)
+
+
+async def areviewed_in(context: RunContext[Any], review: Awaitable[Any]) -> Any:
+    """``reviewed_in`` for an awaitable review: the context set in the task that awaits it."""
+    previous = RUN_CONTEXT.get()
+    try:
+        RUN_CONTEXT.set(context)
+        return await review
+    finally:
+        RUN_CONTEXT.set(previous)

@@ -1,0 +1,116 @@
+"""A Loop's dependencies: ``deps_type=`` checked against its tools, ``deps=`` against each run.
+
+A tool (or a policy) that takes ``RunContext[Deps]`` names the dependencies
+it expects; ``Loop(deps_type=D)`` says what its runs are given. Both are
+checked when they meet: a tool for other dependencies when the Loop is
+made, a run without (or with other) ``deps=`` when it starts. Dependencies
+are live objects and never recorded, so a resumed run is given them again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agentloop._core.values import CancelToken
+from agentloop._tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from agentloop._loop.loop import Loop
+
+__all__ = ["checked_deps_type", "deps_provider", "for_run", "takes_context"]
+
+
+def _contexts(dispatcher: object) -> Iterator[tuple[str, object]]:
+    """What each tool and policy of a registry that takes a context names: (who, deps)."""
+    if not isinstance(dispatcher, ToolRegistry):
+        return
+    if dispatcher.policy_context is not None:
+        yield "the registry's policy", dispatcher.policy_context[1]
+    for tool in dispatcher:
+        if tool.context is not None:
+            yield f"tool {tool.name!r}", tool.context[1]
+        if tool.policy_context is not None:
+            yield f"the policy of tool {tool.name!r}", tool.policy_context[1]
+
+
+def takes_context(dispatcher: object) -> bool:
+    """Whether a tool or a policy of ``dispatcher`` takes the call's ``RunContext``."""
+    return next(_contexts(dispatcher), None) is not None
+
+
+def checked_deps_type(deps_type: object, dispatcher: object) -> object:
+    """``deps_type``, once every tool's and policy's ``RunContext[X]`` accepts it.
+
+    ``X`` accepts ``deps_type`` when it is a class ``deps_type`` subclasses,
+    or equals it (a type that is no class), or says nothing (bare, ``Any``, a
+    type variable). Else ``TypeError``, naming the tool and both types.
+    """
+    if deps_type is None:
+        return None
+    for who, wanted in _contexts(dispatcher):
+        if not _accepts(wanted, deps_type):
+            raise TypeError(
+                f"{who} takes RunContext[{_shown(wanted)}], but this Loop's deps_type is "
+                f"{_shown(deps_type)}"
+            )
+    return deps_type
+
+
+def _accepts(wanted: object, given: object) -> bool:
+    if wanted is Any or isinstance(wanted, TypeVar):
+        return True
+    if isinstance(wanted, type) and isinstance(given, type):
+        return issubclass(given, wanted)
+    return wanted == given
+
+
+def _shown(kind: object) -> str:
+    return kind.__qualname__ if isinstance(kind, type) else repr(kind)
+
+
+def for_run(loop: Loop, deps: object, cancel: CancelToken | None) -> CancelToken | None:
+    """A run's token, once its ``deps`` are what the Loop's tools expect (``TypeError`` else).
+
+    A Loop with ``deps_type`` whose tools take a context refuses a run without
+    ``deps=``, and one whose ``deps_type`` is a class refuses ``deps`` of
+    another; a tool added to its registry since the Loop was made is checked
+    against ``deps_type`` as the Loop checked its tools. When the tools take
+    a context and the caller gave no token, the run gets one of its own:
+    ``ctx.cancel`` is always the run's.
+    """
+    context = takes_context(loop.dispatcher)
+    wanted = loop.deps_type
+    if wanted is not None:
+        checked_deps_type(wanted, loop.dispatcher)
+        if deps is None and context:
+            raise TypeError(
+                f"expected deps= (a {_shown(wanted)}): this Loop's tools take "
+                f"RunContext[{_shown(wanted)}], and a run was given none (dependencies are "
+                "never recorded, so a resumed run is given them again)"
+            )
+        if deps is not None and isinstance(wanted, type) and not isinstance(deps, wanted):
+            raise TypeError(
+                f"expected deps to be a {_shown(wanted)} (this Loop's deps_type), got "
+                f"{type(deps).__qualname__}"
+            )
+    return CancelToken() if cancel is None and context else cancel
+
+
+def deps_provider(
+    loop: Loop, provider: Callable[[str], object] | None
+) -> Callable[[str], object] | None:
+    """A DBOSLoop's ``deps=``: a callable of the run id, needed when its tools take a context."""
+    if provider is not None and not callable(provider):
+        raise TypeError(
+            f"expected deps to be a callable of the run id (lambda run_id: Deps(...)), "
+            f"got {type(provider).__name__}: DBOS records a workflow's arguments, and "
+            "dependencies are never recorded"
+        )
+    if provider is None and loop.deps_type is not None and takes_context(loop.dispatcher):
+        raise TypeError(
+            f"expected deps= (a callable of the run id that makes a {_shown(loop.deps_type)}): "
+            f"this Loop's tools take RunContext[{_shown(loop.deps_type)}]"
+        )
+    return provider

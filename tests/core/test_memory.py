@@ -1,0 +1,96 @@
+"""What a run holds in memory: a finished run weighs about what its transcript does.
+
+tracemalloc's growth over a run, the ``RunResult`` kept (after a collection),
+against the run's transcript as compact JSON. A run made once before warms
+every first-use cache, so only the run's own memory is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import tracemalloc
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from agentloop import Loop
+from agentloop._core.messages import History
+from agentloop._core.requests import AskModel
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agentloop import RunResult
+
+RESULT = "r" * 200
+
+
+def read(n: int) -> str:
+    """Read item ``n``: 200 characters."""
+    return RESULT
+
+
+def long_run(steps: int) -> Loop:
+    """``steps`` calls, one a model step, then an answer (issue 38's long run)."""
+
+    async def model(history: list[dict[str, Any]]) -> dict[str, Any]:
+        done = (len(history) - 1) // 2
+        if done < steps:
+            return {"kind": "call", "id": f"c{done}", "name": "read", "arguments": {"n": done}}
+        return {"kind": "final", "text": "ok"}
+
+    return Loop(model, tools=[read], max_steps=steps + 1, max_calls=steps)
+
+
+def held(run: Callable[[], RunResult], times: int = 1) -> tuple[int, list[RunResult]]:
+    """The memory ``times`` finished runs hold, their results kept, and the results."""
+    run()  # warms the caches
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [run() for _ in range(times)]
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before, kept
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_finished_long_run_holds_at_most_8_times_its_transcript() -> None:
+    loop = long_run(200)
+    with asyncio.Runner() as runner:
+        size, (result,) = held(lambda: runner.run(loop.arun("go")))
+    assert (result.status, result.calls, result.steps) == ("finished", 200, 201)
+    transcript = len(orjson.dumps(result.transcript))
+    # Each kept orjson output in its 4 KiB buffer made it about 29 times.
+    assert size <= 8 * transcript, f"{size:,} B held for a {transcript:,} B transcript"
+
+
+def test_a_finished_short_run_holds_at_most_8_kib() -> None:
+    loop = long_run(2)
+    with asyncio.Runner() as runner:
+        size, results = held(lambda: runner.run(loop.arun("go")), times=20)
+    assert all((r.status, r.calls) == ("finished", 2) for r in results)
+    # About 5 KB once every kept output is copied to size; about 24 KB in orjson's buffers.
+    assert size / len(results) <= 8 * 1024, f"{size / len(results):,.0f} B a run"
+
+
+def test_a_fresh_copy_of_a_long_history_peaks_at_about_its_own_size() -> None:
+    history = History([orjson.dumps({"kind": "user", "text": "go"})])
+    for n in range(1000):
+        call = {"kind": "call", "id": f"c{n}", "name": "read", "arguments": {"n": n}}
+        result = {"kind": "tool_result", "id": f"c{n}", "name": "read", "status": "ok"}
+        history.extend((orjson.dumps(call), orjson.dumps({**result, "content": RESULT})))
+    need = AskModel(*history.request())
+    need.history  # noqa: B018 - warms the caches
+    tracemalloc.start()
+    try:
+        copy = need.history
+        size, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(copy) == 2001
+    # One orjson.loads of the whole array peaks at about 4.7 times the copy (its scratch);
+    # in chunks, at the copy and one chunk's scratch (about 1.15 times here).
+    assert peak <= 1.5 * size, f"a copy of {size:,} B peaked at {peak:,} B"
