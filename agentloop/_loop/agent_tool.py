@@ -138,7 +138,8 @@ class AgentTool(Tool):
         """
         child = self.loop
         check_ready(child)
-        cancel = for_run(child, None if ctx is None else ctx.deps, ctx and ctx.cancel)
+        deps, cancel = (None, None) if ctx is None else (ctx.deps, ctx.cancel)
+        cancel = for_run(child, deps, cancel)
         budget = child.budget
         limit = None if ctx is None or ctx.budget is None else ctx.budget.max_total_tokens
         if ctx is not None and limit is not None:

@@ -424,3 +424,19 @@ def test_the_child_gets_the_parents_deps_and_token(driver: Driver) -> None:
     assert seen[0][1] is token
     assert seen[0][2] == "k1"
     assert result.children["c1"].transcript[2]["content"] == 1
+
+
+def test_a_child_that_wants_other_deps_answers_an_error() -> None:
+    """The child's deps are checked as any run's: the mismatch is the call's error."""
+
+    def lookup(ctx: agentloop.RunContext[int], q: str) -> int:
+        """Look a question up."""
+        return ctx.deps
+
+    child = Loop(ScriptedModel([final("never")]), tools=[lookup], deps_type=int)
+    parent = writer(child, [call("c1", "research", input="go"), final("y")])
+    result = parent.run("write", deps="not an int")
+    assert result.status == "finished"
+    assert result.transcript[2]["status"] == "error"
+    assert result.transcript[2]["content"]["type"] == "TypeError"
+    assert "c1" not in result.children  # no child run began
