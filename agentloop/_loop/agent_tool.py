@@ -35,7 +35,7 @@ from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.context import RUN_CONTEXT, RunContext
 from agentloop._drivers.delegation import Nested
 from agentloop._loop.deps import for_run
-from agentloop._loop.engines import check_ready
+from agentloop._loop.engines import check_ready, plain_engine
 from agentloop._loop.running import async_run, sync_run
 from agentloop._loop.settings import run_input
 from agentloop._tools.registry import ToolRegistry
@@ -146,16 +146,7 @@ class AgentTool(Tool):
             left = max(0, limit - ctx.usage.total)  # spent when this call was handed out
             if budget.max_total_tokens is None or left < budget.max_total_tokens:
                 budget = attrs.evolve(budget, max_total_tokens=left)
-        engine = Engine(
-            run_input(child.system, input),
-            budget=budget,
-            cancel=cancel,
-            context=child.context,
-            retry=child.retry,
-            models=child._model_names,
-            output=child.output,
-        )
-        return engine, cancel
+        return plain_engine(child, run_input(child.system, input), cancel, budget=budget), cancel
 
     def _answer(self, result: RunResult[Any], ctx: RunContext[Any] | None) -> Answered:
         """The parent's call's outcome: the child's output, or an error saying how it ended.

@@ -18,7 +18,7 @@ from agentloop._loop.deps import for_run
 from agentloop._loop.settings import checked_tool_names, no_ledger, run_input, timeout_bites
 
 if TYPE_CHECKING:
-    from agentloop._core.values import CancelToken, RunResult
+    from agentloop._core.values import Budget, CancelToken, RunResult
     from agentloop._durable.view import LedgerRun
     from agentloop._loop.loop import Loop
 
@@ -128,11 +128,15 @@ def plain_engine(
     *,
     run_id: str | None = None,
     parent_run_id: str | None = None,
+    budget: Budget | None = None,
 ) -> Engine:
-    """An engine configured as ``loop`` is, recording nothing (the Loop's, and DBOS's)."""
+    """An engine configured as ``loop`` is, recording nothing (the Loop's, DBOS's, a child's).
+
+    ``budget``: another than the Loop's (an agent tool's child, within its parent's tokens).
+    """
     return Engine(
         messages,
-        budget=loop.budget,
+        budget=loop.budget if budget is None else budget,
         cancel=cancel,
         context=loop.context,
         retry=loop.retry,
