@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from agentloop._core.approval import Policy
     from agentloop._core.values import CancelToken, RunResult
     from agentloop._drivers.progress import Reporter
+    from agentloop._drivers.transition import RunView
     from agentloop._loop.loop import Loop
 
 __all__ = ["AgentTool", "AsTool", "ChildRunEnded", "durable_ledger", "refuse_durable"]
@@ -119,7 +120,10 @@ class AgentTool(Tool):
         if reporter is not None:
             run.subscribe(_forwarding(reporter))
             run.subscribe_deltas(_forwarding(reporter))
-        return self._answer(run.finish(), ctx)
+        try:
+            return self._answer(run.finish(), ctx)
+        finally:
+            _kept(run, ctx)
 
     async def _arun(self, input: str, ctx: RunContext[Any]) -> Answered:
         """The child, run under asyncio as its parent is."""
@@ -128,7 +132,10 @@ class AgentTool(Tool):
         reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # under asyncio: one
         run.subscribe(_forwarding(reporter))
         run.subscribe_deltas(_forwarding(reporter))
-        return self._answer(await run.afinish(), ctx)
+        try:
+            return self._answer(await run.afinish(), ctx)
+        finally:  # interrupted too (the parent's task cancelled while the child ran)
+            _kept(run, ctx)
 
     def _engine(self, input: str, ctx: RunContext[Any] | None) -> tuple[Engine, CancelToken | None]:
         """The child's engine and token: the child Loop's budget, within the parent's tokens.
@@ -154,8 +161,6 @@ class AgentTool(Tool):
         A child cancelled by the parent's token answers nothing: the parent's
         call is answered ``cancelled`` as the parent ends so.
         """
-        if ctx is not None and ctx._children is not None and ctx.call_id is not None:
-            ctx._children[ctx.call_id] = result
         status = result.status
         if status is State.CANCELLED and ctx is not None and ctx.cancel and ctx.cancel.cancelled:
             raise TokenCancelled(f"agent {self.name!r}: its run was cancelled with its parent's")
@@ -197,6 +202,13 @@ class AsTool:
             policy=policy,
             max_result_chars=max_result_chars,
         )
+
+
+def _kept(run: RunView[Any], ctx: RunContext[Any] | None) -> None:
+    """The child's result, once it ended (however) or waits, kept on the parent's by call id."""
+    ended = run.done or run.state is State.AWAITING_APPROVAL
+    if ended and ctx is not None and ctx._children is not None and ctx.call_id is not None:
+        ctx._children[ctx.call_id] = run.result()
 
 
 def _forwarding(reporter: Reporter) -> Any:

@@ -440,3 +440,49 @@ def test_a_child_that_wants_other_deps_answers_an_error() -> None:
     assert result.transcript[2]["status"] == "error"
     assert result.transcript[2]["content"]["type"] == "TypeError"
     assert "c1" not in result.children  # no child run began
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_a_cancel_during_a_childs_async_tool_ends_both_paired(concurrency: int) -> None:
+    """Under asyncio the token cuts the child's awaited tool; every call of both is answered."""
+    token = CancelToken()
+    effects: list[tuple[str, str]] = []
+
+    async def lookup(q: str) -> str:
+        """Look a question up, slowly."""
+        effects.append(("start", q))
+        if q == "a":
+            await asyncio.sleep(0.01)
+            token.cancel()
+        await asyncio.sleep(5)
+        effects.append(("end", q))
+        return q
+
+    def model(history: list[dict[str, Any]]) -> dict[str, Any]:
+        question = history[0]["text"]
+        return call("k1", "lookup", q=question) if len(history) == 1 else final(question)
+
+    child = Loop(model, tools=[lookup])
+    parent = Loop(
+        ScriptedModel(
+            [
+                batch(call("c1", "research", input="a"), call("c2", "research", input="b")),
+                final("x"),
+            ]
+        ),
+        tools=[child.as_tool("research", "Research.")],
+        max_concurrency=concurrency,
+    )
+    result = asyncio.run(parent.arun("write", cancel=token))
+
+    assert (result.status, result.steps, result.calls) == ("cancelled", 1, 2)
+    answers = [(m["id"], m["status"]) for m in result.transcript if m["kind"] == "tool_result"]
+    assert answers == [("c1", "cancelled"), ("c2", "cancelled")]
+    started = ["a"] if concurrency == 1 else ["a", "b"]  # c2 never began with one at a time
+    assert effects == [("start", q) for q in started]
+    assert sorted(result.children) == ["c1", "c2"][: len(started)]
+    for kid in result.children.values():
+        assert kid.status == "cancelled"
+        assert kid.transcript[2]["status"] == "cancelled"
+        assert_paired(kid)
+    assert_contract(result, "write")
