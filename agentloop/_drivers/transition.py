@@ -311,6 +311,12 @@ class RunView(Generic[OutputT]):
         return getattr(self._engine, "run_id", None)
 
     @property
+    def conversation_id(self) -> str | None:
+        """The conversation the run is a turn of (``after=``, ``conversation=``); else ``None``."""
+        turn = self._engine.conversation
+        return None if turn is None else turn[0]
+
+    @property
     def pending(self) -> tuple[PendingCall, ...]:
         """The calls waiting for a person's decision (in ``awaiting_approval``): see ``decide``."""
         return self._engine.pending

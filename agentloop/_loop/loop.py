@@ -26,13 +26,9 @@ from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._durable.protocol import Ledger
 from agentloop._loop.agent_tool import AsTool, durable_ledger
 from agentloop._loop.continued import read_ended, released_on_error
+from agentloop._loop.conversation import Conversations, turn_engine
 from agentloop._loop.deps import checked_deps_type
-from agentloop._loop.engines import (
-    continued_engine,
-    forked_engine,
-    fresh_engine,
-    resumed_engine,
-)
+from agentloop._loop.engines import continued_engine, forked_engine, resumed_engine
 from agentloop._loop.fallback import Fallback
 from agentloop._loop.owner import Owner
 from agentloop._loop.running import async_run, sync_run
@@ -73,7 +69,7 @@ _T = TypeVar("_T")
 _D = TypeVar("_D")
 
 
-class Loop(Owner, AsTool, Generic[OutputT, DepsT]):
+class Loop(Owner, Conversations, AsTool, Generic[OutputT, DepsT]):
     """Configuration for runs: a model, its tools and its budgets. Reusable.
 
     Generic in its output: ``Loop(model)`` is a ``Loop[str]``, ``Loop(model,
@@ -128,10 +124,9 @@ class Loop(Owner, AsTool, Generic[OutputT, DepsT]):
     adapters' models get ``RetryPolicy()`` and plain callbacks none. ``model``
     may be ``agentloop.models.fallback(primary, secondary, ...)``: models
     asked in turn. See the docs' "Resilience" page. ``owns`` are context
-    managers the Loop opens and closes (MCP servers, say): ``with loop:`` (or
-    ``async with``) opens each in order and closes them in reverse.
-    ``deps_type`` is the type of each run's ``deps=``, which its tools read in
-    their ``RunContext`` (the docs' "Dependencies" page).
+    managers the Loop opens and closes (MCP servers, say): ``with loop:`` (or ``async with``)
+    opens each in order and closes them in reverse. ``deps_type`` is the type of each run's
+    ``deps=``, which its tools read in their ``RunContext`` (the docs' "Dependencies" page).
     """
 
     @overload
@@ -258,6 +253,8 @@ class Loop(Owner, AsTool, Generic[OutputT, DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
+        after: RunResult | None = None,
+        conversation: str | None = None,
     ) -> Run[OutputT]:
         """Begin a run driven by ``step()``; bad input raises here, before any model call.
 
@@ -265,9 +262,10 @@ class Loop(Owner, AsTool, Generic[OutputT, DepsT]):
         not given: ``run.run_id``); ``RunExistsError`` if it is taken. ``deps``
         are the run's dependencies, which its tools read as ``ctx.deps``
         (``RunContext``); never recorded, so ``resume`` and the others take them too.
+        ``after=`` or ``conversation=``: a conversation's next turn (the docs' "Conversations").
         """
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        engine, cancel = fresh_engine(self, messages, cancel, run_id, deps)
+        engine, cancel = turn_engine(self, messages, cancel, run_id, deps, after, conversation)
         with released_on_error(engine):
             return sync_run(self, engine, registry, cancel, deps)
 
@@ -278,15 +276,13 @@ class Loop(Owner, AsTool, Generic[OutputT, DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
+        after: RunResult | None = None,
+        conversation: str | None = None,
     ) -> RunResult[OutputT]:
-        """Run to a terminal state and return the result.
-
-        The result does not hold the run's id: with a ledger, pass ``run_id=``,
-        or use ``start()`` and read ``run.run_id`` (known before the first step).
-        """
+        """Run to a terminal state and return the result (``start``'s notes)."""
         # start()'s body, not start().finish(): the claim is given up if finishing raises too
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        engine, cancel = fresh_engine(self, messages, cancel, run_id, deps)
+        engine, cancel = turn_engine(self, messages, cancel, run_id, deps, after, conversation)
         with released_on_error(engine):
             return sync_run(self, engine, registry, cancel, deps).finish()
 
@@ -327,7 +323,7 @@ class Loop(Owner, AsTool, Generic[OutputT, DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
-        parent_run_id: str | None = None,
+        continues: str | None = None,
     ) -> RunResult[OutputT]:
         """A new run that goes on from a ``failed`` or ``exhausted`` run's transcript.
 
@@ -336,13 +332,13 @@ class Loop(Owner, AsTool, Generic[OutputT, DepsT]):
         and made; a reply that ended it unrecorded is not among them), and
         it starts with this Loop's budgets afresh: ``max_steps`` and the
         others bound the new run alone, not the two together. It is linked to
-        the old one: its result's ``parent_run_id`` is the old run's id (the
-        id given, or a durable run's result's ``run_id``, or ``parent_run_id=``), kept in
+        the old one: its result's ``continues`` is the old run's id (the
+        id given, or a durable run's result's ``run_id``, or ``continues=``), kept in
         its run file and shown by ``show`` and the report. With a ledger the
         new run is durable, under ``run_id`` (a fresh one when not given).
         """
         registry = self._sync_driver("loop.acontinue_run", awaits=True)
-        engine, cancel = continued_engine(self, run, cancel, run_id, parent_run_id, deps)
+        engine, cancel = continued_engine(self, run, cancel, run_id, continues, deps)
         with released_on_error(engine):
             return sync_run(self, engine, registry, cancel, deps).finish()
 
@@ -353,10 +349,10 @@ class Loop(Owner, AsTool, Generic[OutputT, DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
-        parent_run_id: str | None = None,
+        continues: str | None = None,
     ) -> RunResult[OutputT]:
         """``continue_run`` under asyncio."""
-        engine, cancel = continued_engine(self, run, cancel, run_id, parent_run_id, deps)
+        engine, cancel = continued_engine(self, run, cancel, run_id, continues, deps)
         with released_on_error(engine):
             return await async_run(self, engine, cancel, deps).afinish()
 
@@ -373,7 +369,7 @@ class Loop(Owner, AsTool, Generic[OutputT, DepsT]):
 
         ``run`` is a result (``load_run(path)``, a finished run's, a paused
         one's), or a run's id in this Loop's ledger, read as its records stand;
-        the fork's ``parent_run_id`` is that run's id when it was durable. Its
+        the fork's ``continues`` is that run's id when it was durable. Its
         first ``at`` events are replayed under this Loop's budget,
         and ``step()``/``finish()`` go on with this Loop's model and tools: to
         try another model or tool from any point of a run. With a ledger the
@@ -408,9 +404,11 @@ class Loop(Owner, AsTool, Generic[OutputT, DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
+        after: RunResult | None = None,
+        conversation: str | None = None,
     ) -> AsyncRun[OutputT]:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
-        engine, cancel = fresh_engine(self, messages, cancel, run_id, deps)
+        engine, cancel = turn_engine(self, messages, cancel, run_id, deps, after, conversation)
         with released_on_error(engine):
             return async_run(self, engine, cancel, deps)
 
@@ -421,11 +419,13 @@ class Loop(Owner, AsTool, Generic[OutputT, DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
+        after: RunResult | None = None,
+        conversation: str | None = None,
     ) -> RunResult[OutputT]:
-        """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
-        live = self.astart(messages, cancel=cancel, run_id=run_id, deps=deps)
-        with released_on_error(live._engine):
-            return await live.afinish()
+        """Run to a terminal state under asyncio and return the result (``start``'s notes)."""
+        engine, cancel = turn_engine(self, messages, cancel, run_id, deps, after, conversation)
+        with released_on_error(engine):
+            return await async_run(self, engine, cancel, deps).afinish()
 
     async def aresume(
         self,
