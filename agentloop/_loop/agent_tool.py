@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
+import orjson
 
 from agentloop._core.engine import Engine
 from agentloop._core.json import exception_content
@@ -38,14 +39,16 @@ from agentloop._loop.deps import for_run
 from agentloop._loop.engines import check_ready, plain_engine
 from agentloop._loop.running import async_run, sync_run
 from agentloop._loop.settings import run_input
+from agentloop._tools.output_type import output_schema
 from agentloop._tools.registry import ToolRegistry
 from agentloop._tools.results import Answered, returned
 from agentloop._tools.tool import Tool
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Callable
 
     from agentloop._core.approval import Policy
+    from agentloop._core.output_schema import OutputSchema
     from agentloop._core.values import CancelToken, RunResult
     from agentloop._drivers.progress import Reporter
     from agentloop._drivers.transition import RunView
@@ -71,7 +74,7 @@ class ChildRunEnded(Exception):
 class AgentTool(Tool):
     """A tool whose call runs ``loop`` (the child) on the model's ``input``: see the module."""
 
-    __slots__ = ("loop",)
+    __slots__ = ("_input", "_prompt", "loop")
 
     def __init__(
         self,
@@ -79,6 +82,8 @@ class AgentTool(Tool):
         *,
         name: str,
         description: str,
+        input: object = None,
+        prompt: Callable[[Any], str] | None = None,
         policy: Policy | None = None,
         max_result_chars: int | None = None,
     ) -> None:
@@ -94,11 +99,20 @@ class AgentTool(Tool):
                 f"agent tool {name!r}: its Loop has a ledger; a child run is not recorded "
                 "(durable agent tools are not supported yet), so make its Loop without one"
             )
+        if prompt is not None and (input is None or not callable(prompt)):
+            raise TypeError(
+                f"agent tool {name!r}: expected prompt to be a function of the input= type's "
+                f"value, given with input=, got {prompt!r:.80}"
+                + (" without input=" if input is None else "")
+            )
+        #: The arguments' type (``input=``), as a schema and converter; None: ``{"input": str}``.
+        self._input = None if input is None else _input_schema(name, input)
+        self._prompt = prompt
         super().__init__(
             self._call,
             name=name,
             description=description,
-            parameters=INPUT_SCHEMA,
+            parameters=INPUT_SCHEMA if self._input is None else self._input.schema,
             policy=policy,
             max_result_chars=max_result_chars,
         )
@@ -107,8 +121,9 @@ class AgentTool(Tool):
     def __repr__(self) -> str:
         return f"AgentTool({self.name!r})"
 
-    def _call(self, input: str) -> Answered | Awaitable[Answered]:
+    def _call(self, **arguments: Any) -> Answered | Awaitable[Answered]:
         """Run the child: under asyncio (its coroutine, awaited by the registry) or here."""
+        input = self._text(arguments)
         ctx = RUN_CONTEXT.get()
         reporter = None if ctx is None else ctx._reporter
         if reporter is not None and reporter.loop is not None:
@@ -124,6 +139,19 @@ class AgentTool(Tool):
             return self._answer(run.finish(), ctx)
         finally:
             _kept(run, ctx)
+
+    def _text(self, arguments: dict[str, Any]) -> str:
+        """The child's input: the ``input`` text, or ``prompt(value)``, or the arguments' JSON."""
+        schema = self._input
+        if schema is None:
+            return arguments["input"]  # type: ignore[no-any-return]  # the schema's str
+        if self._prompt is None:
+            return orjson.dumps(arguments).decode()
+        value = arguments if schema.convert is None else schema.convert(arguments)
+        text = self._prompt(value)
+        if not isinstance(text, str):
+            raise TypeError(f"expected prompt= to return a str, got {type(text).__name__}")
+        return text
 
     async def _arun(self, input: str, ctx: RunContext[Any]) -> Answered:
         """The child, run under asyncio as its parent is."""
@@ -176,6 +204,17 @@ class AgentTool(Tool):
         return Answered({**outcome, "usage": result.usage._asdict()})
 
 
+def _input_schema(name: str, input: object) -> OutputSchema:
+    """``input=`` as a schema the tool publishes: a type (or schema) whose JSON is an object."""
+    schema = output_schema(input)
+    if schema.schema.get("type") != "object":
+        raise TypeError(
+            f"agent tool {name!r}: expected input= to be a type whose JSON is an object (an "
+            f"attrs class, a dataclass, a TypedDict, a pydantic model), got {input!r:.80}"
+        )
+    return schema
+
+
 class AsTool:
     """``Loop.as_tool``, kept here with the tool it makes (a base of ``Loop``)."""
 
@@ -186,19 +225,25 @@ class AsTool:
         name: str,
         description: str,
         *,
+        input: object = None,
+        prompt: Callable[[Any], str] | None = None,
         policy: Policy | None = None,
         max_result_chars: int | None = None,
     ) -> AgentTool:
         """A tool of another Loop that runs this one: the model's ``input`` in, its output out.
 
-        The child has its own budgets; its usage rolls into the parent's, it
-        runs under the parent's token and deps, and its items reach the
-        parent's delta listeners as ``Nested``. See the docs' "Agents as tools".
+        The model sends ``{"input": str}``, or, with ``input=T``, a ``T``: the
+        child's input is then ``prompt(value)``, or the arguments' JSON. The
+        child has its own budgets; its usage rolls into the parent's, it runs
+        under the parent's token and deps, and its items reach the parent's
+        delta listeners as ``Nested``. See the docs' "Agents as tools".
         """
         return AgentTool(
             self,  # type: ignore[arg-type]  # a Loop's base
             name=name,
             description=description,
+            input=input,
+            prompt=prompt,
             policy=policy,
             max_result_chars=max_result_chars,
         )

@@ -486,3 +486,48 @@ def test_a_cancel_during_a_childs_async_tool_ends_both_paired(concurrency: int) 
         assert kid.transcript[2]["status"] == "cancelled"
         assert_paired(kid)
     assert_contract(result, "write")
+
+
+@attrs.frozen
+class Query:
+    topic: str
+    depth: int = 1
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
+def test_a_typed_input_is_published_and_given_to_the_child(driver: Driver) -> None:
+    """``input=Query`` publishes Query's schema; the child starts from prompt(query) or its JSON."""
+    shown: list[Query] = []
+
+    def prompt(query: Query) -> str:
+        shown.append(query)
+        return f"research {query.topic} to depth {query.depth}"
+
+    for asked, expected in [
+        (prompt, "research heat to depth 2"),
+        (None, '{"topic":"heat","depth":2}'),
+    ]:
+        child = Loop(ScriptedModel([final("found")]))
+        tool = child.as_tool("research", "Research.", input=Query, prompt=asked)
+        assert tool.parameters["properties"].keys() == {"topic", "depth"}
+        assert tool.parameters["required"] == ["topic"]
+        parent = Loop(
+            ScriptedModel([call("c1", "research", topic="heat", depth=2), final("y")]),
+            tools=[tool],
+        )
+        result = result_of(driver, parent)
+        assert result.children["c1"].transcript[0] == {"kind": "user", "text": expected}
+        assert result.transcript[2]["content"] == "found"
+    assert shown == [Query("heat", 2)]
+
+
+def test_a_typed_input_refuses_what_is_not_an_object() -> None:
+    child, _ = researcher([])
+    with pytest.raises(TypeError, match="expected input= to be a type whose JSON is an object"):
+        child.as_tool("research", "Research.", input=int)
+    with pytest.raises(TypeError, match=r"given with input=, got .* without input="):
+        child.as_tool("research", "Research.", prompt=str)
+    parent = writer(child, [call("c1", "research", input=3), final("y")])
+    result = parent.run("write")  # the default {"input": str} is checked as any schema is
+    assert result.transcript[2]["status"] == "invalid_arguments"
+    assert "c1" not in result.children
