@@ -33,7 +33,7 @@ from agentloop._core.engine import Engine
 from agentloop._core.json import exception_content
 from agentloop._core.table import State
 from agentloop._drivers.callbacks import TokenCancelled
-from agentloop._drivers.context import RUN_CONTEXT, RunContext
+from agentloop._drivers.context import NO_RUN, RUN_CONTEXT, RunContext
 from agentloop._drivers.delegation import Nested
 from agentloop._loop.deps import for_run
 from agentloop._loop.engines import check_ready, plain_engine
@@ -74,7 +74,7 @@ class ChildRunEnded(Exception):
 class AgentTool(Tool):
     """A tool whose call runs ``loop`` (the child) on the model's ``input``: see the module."""
 
-    __slots__ = ("_input", "_prompt", "loop")
+    __slots__ = ("_deps", "_input", "_prompt", "loop")
 
     def __init__(
         self,
@@ -84,6 +84,7 @@ class AgentTool(Tool):
         description: str,
         input: object = None,
         prompt: Callable[[Any], str] | None = None,
+        deps: Callable[[RunContext[Any]], object] | None = None,
         policy: Policy | None = None,
         max_result_chars: int | None = None,
     ) -> None:
@@ -108,6 +109,12 @@ class AgentTool(Tool):
         #: The arguments' type (``input=``), as a schema and converter; None: ``{"input": str}``.
         self._input = None if input is None else _input_schema(name, input)
         self._prompt = prompt
+        if deps is not None and not callable(deps):
+            raise TypeError(
+                f"agent tool {name!r}: expected deps to be a function of the parent call's "
+                f"RunContext, got {type(deps).__name__}"
+            )
+        self._deps = deps  # the child's deps from the parent's call context (None: its deps)
         super().__init__(
             self._call,
             name=name,
@@ -130,8 +137,8 @@ class AgentTool(Tool):
             return self._arun(input, ctx)  # type: ignore[arg-type]  # a run's, with a reporter
         child = self.loop
         registry = child._sync_driver("an asyncio parent (loop.arun)", awaits=True)
-        engine, cancel = self._engine(input, ctx)
-        run = sync_run(child, engine, registry, cancel, None if ctx is None else ctx.deps)
+        engine, cancel, deps = self._engine(input, ctx)
+        run = sync_run(child, engine, registry, cancel, deps)
         if reporter is not None:
             run.subscribe(_forwarding(reporter))
             run.subscribe_deltas(_forwarding(reporter))
@@ -155,8 +162,8 @@ class AgentTool(Tool):
 
     async def _arun(self, input: str, ctx: RunContext[Any]) -> Answered:
         """The child, run under asyncio as its parent is."""
-        engine, cancel = self._engine(input, ctx)
-        run = async_run(self.loop, engine, cancel, ctx.deps)
+        engine, cancel, deps = self._engine(input, ctx)
+        run = async_run(self.loop, engine, cancel, deps)
         reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # under asyncio: one
         run.subscribe(_forwarding(reporter))
         run.subscribe_deltas(_forwarding(reporter))
@@ -165,15 +172,20 @@ class AgentTool(Tool):
         finally:  # interrupted too (the parent's task cancelled while the child ran)
             _kept(run, ctx)
 
-    def _engine(self, input: str, ctx: RunContext[Any] | None) -> tuple[Engine, CancelToken | None]:
-        """The child's engine and token: the child Loop's budget, within the parent's tokens.
+    def _engine(
+        self, input: str, ctx: RunContext[Any] | None
+    ) -> tuple[Engine, CancelToken | None, object]:
+        """The child's engine, token and deps: its Loop's budget, within the parent's tokens.
 
-        The child is given the parent's deps and token (``for_run`` checks the
-        deps against the child's tools, and makes a token if there is none).
+        The child is given the parent's deps (or ``deps(ctx)``'s) and token
+        (``for_run`` checks the deps against the child's tools, and makes a
+        token if there is none).
         """
         child = self.loop
         check_ready(child)
         deps, cancel = (None, None) if ctx is None else (ctx.deps, ctx.cancel)
+        if self._deps is not None:
+            deps = self._deps(NO_RUN if ctx is None else ctx)
         cancel = for_run(child, deps, cancel)
         budget = child.budget
         limit = None if ctx is None or ctx.budget is None else ctx.budget.max_total_tokens
@@ -181,7 +193,8 @@ class AgentTool(Tool):
             left = max(0, limit - ctx.usage.total)  # spent when this call was handed out
             if budget.max_total_tokens is None or left < budget.max_total_tokens:
                 budget = attrs.evolve(budget, max_total_tokens=left)
-        return plain_engine(child, run_input(child.system, input), cancel, budget=budget), cancel
+        engine = plain_engine(child, run_input(child.system, input), cancel, budget=budget)
+        return engine, cancel, deps
 
     def _answer(self, result: RunResult[Any], ctx: RunContext[Any] | None) -> Answered:
         """The parent's call's outcome: the child's output, or an error saying how it ended.
@@ -227,6 +240,7 @@ class AsTool:
         *,
         input: object = None,
         prompt: Callable[[Any], str] | None = None,
+        deps: Callable[[RunContext[Any]], object] | None = None,
         policy: Policy | None = None,
         max_result_chars: int | None = None,
     ) -> AgentTool:
@@ -235,8 +249,9 @@ class AsTool:
         The model sends ``{"input": str}``, or, with ``input=T``, a ``T``: the
         child's input is then ``prompt(value)``, or the arguments' JSON. The
         child has its own budgets; its usage rolls into the parent's, it runs
-        under the parent's token and deps, and its items reach the parent's
-        delta listeners as ``Nested``. See the docs' "Agents as tools".
+        under the parent's token and deps (or ``deps(ctx)``, the parent call's
+        context mapped), and its items reach the parent's delta listeners as
+        ``Nested``. See the docs' "Agents as tools".
         """
         return AgentTool(
             self,  # type: ignore[arg-type]  # a Loop's base
@@ -244,6 +259,7 @@ class AsTool:
             description=description,
             input=input,
             prompt=prompt,
+            deps=deps,
             policy=policy,
             max_result_chars=max_result_chars,
         )

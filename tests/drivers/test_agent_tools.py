@@ -531,3 +531,29 @@ def test_a_typed_input_refuses_what_is_not_an_object() -> None:
     result = parent.run("write")  # the default {"input": str} is checked as any schema is
     assert result.transcript[2]["status"] == "invalid_arguments"
     assert "c1" not in result.children
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
+def test_deps_maps_the_parents_context_to_the_childs_deps(driver: Driver) -> None:
+    """``as_tool(deps=f)``: the child's deps are ``f(ctx)`` of the parent's call."""
+    seen: list[Any] = []
+
+    def lookup(ctx: agentloop.RunContext[str], q: str) -> str:
+        """Look a question up."""
+        seen.append(ctx.deps)
+        return q
+
+    child = Loop(ScriptedModel([call("k1", "lookup", q="a"), final("x")]), tools=[lookup])
+    tool = child.as_tool(
+        "research", "Research.", deps=lambda ctx: f"{ctx.deps['db']}/{ctx.call_id}"
+    )
+    parent = Loop(ScriptedModel([call("c1", "research", input="go"), final("y")]), tools=[tool])
+    if driver.name == "sync":
+        result = parent.run("write", deps={"db": "main"})
+    else:
+        as_async = driver.as_async(parent)  # type: ignore[union-attr]
+        result = driver.runner.run(as_async.arun("write", deps={"db": "main"}))  # type: ignore[union-attr]
+    assert result.status == "finished"
+    assert seen == ["main/c1"]
+    with pytest.raises(TypeError, match="expected deps to be a function"):
+        child.as_tool("research", "Research.", deps="main")  # type: ignore[arg-type]
