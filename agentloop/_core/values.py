@@ -13,6 +13,7 @@ anyone else. This module is data only: saving and loading runs lives in
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any, Final, Generic, NamedTuple
 
 import attrs
@@ -22,6 +23,7 @@ from typing_extensions import TypeVar
 from agentloop._core.agents import Agents
 from agentloop._core.approval import Decision, PendingCall
 from agentloop._core.cancel import CancelToken
+from agentloop._core.children import Children
 from agentloop._core.context_policy import ContextPolicy, Seen
 from agentloop._core.json import describe, unfenced
 from agentloop._core.requests import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
@@ -52,6 +54,8 @@ OutputT = TypeVar("OutputT", covariant=True, default=Any)
 
 #: The largest budget a run file can record (JSON integers are kept within 64 bits).
 MAX_BUDGET: Final = 2**63 - 1
+#: A result's children when its run ran no agent tool: read-only, shared.
+NO_CHILDREN: Final[Mapping[str, Any]] = Children()
 
 
 def _budget(_: object, attribute: attrs.Attribute[int], value: object) -> None:
@@ -255,17 +259,8 @@ class Transition(NamedTuple):
         # Times are left out too: two runs of the same story are equal whenever they ran.
         # So are started and input_json: what the engine was given, which a replay feeds
         # back; the rest says what it made of it.
-        return (
-            *self[:11],
-            self.appended_json,
-            self.usage,
-            self.pending,
-            self.decisions,
-            self.context,
-            self.wait,
-            self.model,
-            self.agent,
-        )
+        made = (*self[:11], self.appended_json, self.usage, self.pending, self.decisions)
+        return (*made, self.context, self.wait, self.model, self.agent)
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not Transition:
@@ -348,6 +343,9 @@ class RunResult(NamedTuple, Generic[OutputT]):
     turn: int | None = None
     #: The summary (turns folded, text) the turn began with, under ``summarise``.
     summary: tuple[int, str] | None = None
+    #: The results of the child runs its agent tools ran (``Loop.as_tool``), by call id:
+    #: a read-only mapping (kept by a live run; a saved run file does not hold them).
+    children: Mapping[str, RunResult[Any]] = NO_CHILDREN
     #: With handoffs: the agent in force at the end (who gave the final answer), and
     #: the team (``Agents``: the first agent and each agent's handoffs).
     agent: str | None = None

@@ -24,6 +24,7 @@ from agentloop._drivers.callbacks import Dispatcher, Listener, Model, bind_model
 from agentloop._drivers.sync import Run
 from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._durable.protocol import Ledger
+from agentloop._loop.agent_tool import AsTool, durable_ledger
 from agentloop._loop.continued import read_ended, released_on_error
 from agentloop._loop.conversation import Conversations, turn_engine
 from agentloop._loop.deps import checked_deps_type
@@ -69,7 +70,7 @@ _T = TypeVar("_T")
 _D = TypeVar("_D")
 
 
-class Loop(Owner, Conversations, Generic[OutputT, DepsT]):
+class Loop(Owner, Conversations, AsTool, Generic[OutputT, DepsT]):
     """Configuration for runs: a model, its tools and its budgets. Reusable.
 
     Generic in its output: ``Loop(model)`` is a ``Loop[str]``, ``Loop(model, output=City)`` a
@@ -192,8 +193,7 @@ class Loop(Owner, Conversations, Generic[OutputT, DepsT]):
         self.retry = default_retry(models) if retry is DEFAULT else checked_retry(retry)
         if self.retry is not None:  # one layer retries: an adapter's SDK makes one attempt
             models = single_attempts(models)
-        #: The final answer's schema and converter (``output=T``), or None: text.
-        # output=str is a plain text answer (as without output=), not a JSON string.
+        #: The final answer's schema and converter (``output=T``), or None: text (output=str too).
         plain = output is None or output is str
         self.output: OutputSchema | None = None if plain else output_schema(output)
         self.budget = Budget(
@@ -203,7 +203,8 @@ class Loop(Owner, Conversations, Generic[OutputT, DepsT]):
             max_output_retries=max_output_retries,
             max_identical_calls=max_identical_calls,
             on_exhausted=on_exhausted,
-        )  # what the drivers call: each model with its tools' and handoffs' specs (bind_model)
+        )
+        # What the drivers call: each model with its tools' and handoffs' specs (bind_model).
         tools, self.handoffs = specs_of(self.dispatcher), list[Handoff[OutputT]]()
         specs = lambda: [*tools(), *(given.spec() for given in self.handoffs)]  # noqa: E731
         requested = None if self.output is None else self.output.request()
@@ -218,15 +219,14 @@ class Loop(Owner, Conversations, Generic[OutputT, DepsT]):
         timeout_bites(self.dispatcher, self.tool_timeout, self.to_thread)
         self.system = checked_system(system)
         self.max_concurrency = concurrency(max_concurrency)
-        # What only the asyncio driver can do, and why a synchronous run cannot; the
-        # first three only where there is no event loop of the run's own (DBOS).
+        # What only asyncio can do, and why a sync run cannot (the first three: no loop of its own).
         self._asyncio_only = asyncio_only(
             models[0], self.model_timeout, self.tool_timeout, self.to_thread, max_concurrency
         )
         self._adispatch = asyncio_dispatch(
             self.dispatcher, to_thread=to_thread, tool_timeout=self.tool_timeout
         )
-        self.ledger = checked_ledger(ledger)
+        self.ledger = durable_ledger(checked_ledger(ledger), self.dispatcher)
         self.context = checked_context(context)
         Owner.__init__(self, owns)
         self.deps_type: Any = checked_deps_type(deps_type, self.dispatcher)
