@@ -9,8 +9,11 @@ agent a run starts with, and for each agent the handoff tools it is offered
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from agentloop._core.values import Transition
 
 __all__ = ["Agents", "checked_agents"]
 
@@ -22,6 +25,11 @@ class Agents(NamedTuple):
     start: str
     #: For each agent, by name: each handoff tool it is offered, and the agent it hands to.
     handoffs: Mapping[str, Mapping[str, str]]
+
+    def in_turn(self, events: Iterable[Transition]) -> list[str]:
+        """The agents in force over ``events``, in turn: the first, then each handed to."""
+        named = [self.start, *(event.agent for event in events if event.agent is not None)]
+        return [name for at, name in enumerate(named) if not at or named[at - 1] != name]
 
     def as_json(self) -> dict[str, Any]:
         """Plain JSON: ``{"start": name, "handoffs": {agent: {tool: target}}}``."""

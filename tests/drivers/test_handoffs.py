@@ -329,3 +329,18 @@ def test_handoff_resumes_with_the_right_agent(tmp_path: Path) -> None:
         "billing",
         "billing",
     ]
+
+
+def test_report_names_the_agent() -> None:
+    """show's text and the HTML report name the agents in turn, each model step's, the handoff."""
+    from agentloop._review.text import run_lines
+    from agentloop.review import report_html
+
+    script = [call("c1", "transfer_to_billing"), call("c2", "refund"), final("refunded")]
+    result = Team(script, asynchronous=False).run(False)
+    text = "\n".join(run_lines(result, title="run", limit=None))
+    assert "agents   triage → billing" in text
+    assert "handed off to billing" in text
+    replied = [line.split()[-1] for line in text.splitlines() if "model_replied" in line]
+    assert replied == ["triage", "billing", "billing"]  # who was asked, at each step
+    assert 'id="summary-agents">triage → billing<' in report_html(result)
