@@ -56,6 +56,13 @@ def team_of(loop: Loop[Any, Any]) -> tuple[Agents, dict[str, Loop[Any, Any]]] | 
                 f"expected the models of a team to be all plain or all async def, got a mix "
                 f"({loop.name!r} and {agent.name!r}): one driver asks them all"
             )
+        if loop.budget.on_exhausted != agent.budget.on_exhausted:
+            raise ValueError(
+                f"expected the agents of a team to share on_exhausted, got "
+                f"{loop.budget.on_exhausted!r} for {loop.name!r} and "
+                f"{agent.budget.on_exhausted!r} for {agent.name!r}: each agent's model is bound "
+                "for the wrap-up step (tools disabled) by its own Loop"
+            )
         if reviewing(agent.dispatcher) is not None:
             raise ValueError(
                 f"expected the agents of a team to have tools without policies, got policies "

@@ -344,3 +344,39 @@ def test_report_names_the_agent() -> None:
     replied = [line.split()[-1] for line in text.splitlines() if "model_replied" in line]
     assert replied == ["triage", "billing", "billing"]  # who was asked, at each step
     assert 'id="summary-agents">triage → billing<' in report_html(result)
+
+
+def test_a_team_wraps_up_with_the_agent_in_force() -> None:
+    """on_exhausted='answer' on every agent: the wrap-up asks the agent in force, tools disabled."""
+    choices: list[object] = []
+
+    def billing_model(history: list[Message], tools: Any, tool_choice: Any = None) -> Message:
+        choices.append(tool_choice)
+        return final("wrapped") if tool_choice == "none" else call("c2", "refund")
+
+    billing = Loop(
+        billing_model, name="billing", tools={"refund": lambda: "ok"}, on_exhausted="answer"
+    )
+    triage = Loop(
+        lambda history: call("c1", "transfer_to_billing"),
+        name="triage",
+        handoffs=[agentloop.handoff(billing)],
+        max_steps=2,
+        on_exhausted="answer",
+    )
+    result = triage.run("go")
+    assert (result.status, result.output, result.agent, result.reason) == (
+        "finished",
+        "wrapped",
+        "billing",
+        "max_steps",
+    )
+    assert choices == [None, "none"]
+
+    mixed = Loop(billing_model, name="other", tools={"refund": lambda: "ok"})
+    with pytest.raises(ValueError, match="share on_exhausted"):
+        Loop(
+            lambda history: final("x"),
+            handoffs=[agentloop.handoff(mixed)],
+            on_exhausted="answer",
+        ).run("go")
