@@ -350,7 +350,7 @@ def test_a_team_wraps_up_with_the_agent_in_force() -> None:
     """on_exhausted='answer' on every agent: the wrap-up asks the agent in force, tools disabled."""
     choices: list[object] = []
 
-    def billing_model(history: list[Message], tools: Any, tool_choice: Any = None) -> Message:
+    def billing_model(history: list[Message], tools: Any = (), tool_choice: Any = None) -> Message:
         choices.append(tool_choice)
         return final("wrapped") if tool_choice == "none" else call("c2", "refund")
 
