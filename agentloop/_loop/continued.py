@@ -34,6 +34,7 @@ from agentloop._review.runstory import reopen
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from agentloop._core.agents import Agents
     from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.output_schema import OutputSchema
     from agentloop._core.values import Budget
@@ -54,8 +55,12 @@ def forked(
     cancel: CancelToken | None,
     context: ContextPolicy | None = None,
     output: OutputSchema | None = None,
+    agents: Agents | None = None,
+    team: dict[str, Any] | None = None,
 ) -> tuple[Engine, CancelToken]:
     """The engine of ``run`` after its first ``at`` transitions, and the token it watches.
+
+    ``agents`` and ``team`` are the Loop's, with handoffs (``team.team_of``, ``team_record``).
 
     Refuses (``ValueError``) a cut the budget cannot replay, and a cut where a
     call of a batch is running (its outcome would be neither the old run's nor
@@ -109,6 +114,7 @@ def forked(
             output=output,
             continues=run.run_id,  # the run it forks, when that one was durable
             summary=run.summary,  # a turn's, carried in: its replay starts from it
+            agents=agents,
         )
 
     token = CancelToken()  # the engine's; the caller's cancels it from now on
@@ -135,6 +141,8 @@ def forked(
             output=output,
             continues=run.run_id,
             summary=run.summary,
+            agents=agents,
+            team=team,
         )
         try:
             cut(engine, token)  # recorded as it is fed, as a live run records

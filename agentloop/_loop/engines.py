@@ -263,5 +263,7 @@ def forked_engine(
         cancel=cancel,
         context=loop.context,
         output=loop.output,
+        agents=agents_of(loop),
+        team=team_record(loop),
     )
     return make_resilient(loop, engine), token

@@ -380,3 +380,15 @@ def test_a_team_wraps_up_with_the_agent_in_force() -> None:
             handoffs=[agentloop.handoff(mixed)],
             on_exhausted="answer",
         ).run("go")
+
+
+def test_a_fork_after_the_handoff_goes_on_with_the_agent_handed_to() -> None:
+    """fork(result, at=k) replays the handoff under the Loop's team: billing answers anew."""
+    script = [call("c1", "transfer_to_billing"), final("refunded")]
+    result = Team(script, asynchronous=False).run(False)
+    at = next(i for i, e in enumerate(result.events) if e.guard == "handoff_alone") + 1
+
+    again = Team([final("refunded again")], asynchronous=False)
+    forked = again.triage.fork(result, at=at).finish()
+    assert (forked.status, forked.output, forked.agent) == ("finished", "refunded again", "billing")
+    assert [name for name, *_ in again.asked] == ["billing"]
