@@ -6,6 +6,8 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agentloop
 from agentloop import Loop
@@ -13,6 +15,7 @@ from agentloop.engine import Engine
 from agentloop.ledger import SQLiteLedger
 from agentloop.review import load_run, run_from_json, run_to_json, save_run
 from agentloop.testing import assert_contract, batch
+from tests.conftest import capped
 from tests.support.helpers import Recorder, call, final
 
 if TYPE_CHECKING:
@@ -392,3 +395,43 @@ def test_a_fork_after_the_handoff_goes_on_with_the_agent_handed_to() -> None:
     forked = again.triage.fork(result, at=at).finish()
     assert (forked.status, forked.output, forked.agent) == ("finished", "refunded again", "billing")
     assert [name for name, *_ in again.asked] == ["billing"]
+
+
+_NAMES = [
+    "lookup",
+    "refund",
+    "diagnose",
+    "transfer_to_billing",
+    "transfer_to_tech",
+    "transfer_to_triage",
+]
+
+
+@st.composite
+def _replies(draw: st.DrawFn) -> list[Message]:
+    """A script of replies: calls and batches among the team's tools and handoffs, then finals."""
+    ids = iter(range(1, 100))
+    script: list[Message] = []
+    for _ in range(draw(st.integers(0, 6))):
+        names = draw(st.lists(st.sampled_from(_NAMES), min_size=1, max_size=3))
+        calls = [call(f"c{next(ids)}", name) for name in names]
+        script.append(calls[0] if len(calls) == 1 else batch(*calls))
+    return [*script, final("done")]
+
+
+@capped(settings(max_examples=200, deadline=None))
+@given(script=_replies(), max_calls=st.integers(1, 6), max_steps=st.integers(1, 8))
+def test_any_script_keeps_the_contract_and_replays(
+    script: list[Message], max_calls: int, max_steps: int
+) -> None:
+    """Handoffs taken, refused or unknown, under any budget: the contract holds, it replays."""
+    team = Team(script, asynchronous=False, max_calls=max_calls, max_steps=max_steps)
+    result = team.run(False)
+    assert_contract(result, SENT)
+    assert run_from_json(run_to_json(result)) == result
+    assert result.agents is not None
+    assert result.agent == result.agents.in_turn(result.events)[-1]
+    for (agent, *_), event in zip(
+        team.asked, [e for e in result.events if e.trigger == "model_replied"], strict=True
+    ):
+        assert event.agent == agent  # each model event names the agent that was asked
