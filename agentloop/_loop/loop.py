@@ -24,7 +24,7 @@ from agentloop._drivers.callbacks import Dispatcher, Listener, Model, bind_model
 from agentloop._drivers.sync import Run
 from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._durable.protocol import Ledger
-from agentloop._loop.continued import read_ended, released_on_error
+from agentloop._loop.continued import read_ended, release_claim, released_on_error
 from agentloop._loop.deps import checked_deps_type
 from agentloop._loop.engines import (
     continued_engine,
@@ -423,8 +423,13 @@ class Loop(Owner, Generic[OutputT, DepsT]):
     ) -> RunResult[OutputT]:
         """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
         live = self.astart(messages, cancel=cancel, run_id=run_id, deps=deps)
-        with released_on_error(live._engine):
+        # A try, not ``released_on_error``: the context manager and its bound ``__exit__``
+        # would be two more objects each run in flight holds.
+        try:
             return await live.afinish()
+        except BaseException:
+            release_claim(live._engine)
+            raise
 
     async def aresume(
         self,
