@@ -20,6 +20,7 @@ from agentloop._core.terms import State
 __all__ = [
     "AgentloopError",
     "ConfigurationMismatchError",
+    "ConversationBusyError",
     "IncompleteReply",
     "InvalidStateError",
     "JSONError",
@@ -133,6 +134,20 @@ class RunNotFoundError(LedgerError, LookupError):
 
 class RunExistsError(LedgerError, ValueError):
     """``start`` or ``run`` was given a run id the ledger has already recorded."""
+
+
+class ConversationBusyError(RunExistsError):
+    """Another process began the conversation's next turn first: read it and go on from it.
+
+    Nothing of the turn that lost is written; ``turn`` and ``conversation_id`` name the one taken.
+    """
+
+    def __init__(self, message: str, conversation_id: str, turn: int) -> None:
+        super().__init__(message)
+        self.conversation_id, self.turn = conversation_id, turn
+
+    def __reduce__(self) -> tuple[type[ConversationBusyError], tuple[str, str, int]]:
+        return type(self), (str(self), self.conversation_id, self.turn)
 
 
 class RunBusyError(LedgerError):

@@ -7,7 +7,8 @@ ships: ``Loop(model, ledger=SQLiteLedger("runs.db"))``. ``view_run``,
 decisions without a ``Loop``, a model or tools: what the command line's
 ``runs``, ``show``, ``pending`` and ``decide`` do. The errors only a ledger
 raises are here: ``LedgerError`` (a store that cannot be read or written),
-and its kinds ``RunNotFoundError``, ``RunExistsError`` and
+and its kinds ``RunNotFoundError``, ``RunExistsError`` (and
+``ConversationBusyError``, a conversation's next turn begun elsewhere first) and
 ``RunBusyError``. A tool handler reads its idempotency key with
 ``agentloop.idempotency_key()``. See the docs' "Durable runs and approval"
 page.
@@ -18,10 +19,17 @@ from __future__ import annotations
 from agentloop._durable.protocol import Ledger, LedgerRecord, LedgerWriter
 from agentloop._durable.sqlite import SQLiteLedger
 from agentloop._durable.view import LedgerRun, RunSummary, decide_run, list_runs, view_run
-from agentloop._errors import LedgerError, RunBusyError, RunExistsError, RunNotFoundError
+from agentloop._errors import (
+    ConversationBusyError,
+    LedgerError,
+    RunBusyError,
+    RunExistsError,
+    RunNotFoundError,
+)
 from agentloop._names import publish as _publish
 
 __all__ = [
+    "ConversationBusyError",
     "Ledger",
     "LedgerError",
     "LedgerRecord",

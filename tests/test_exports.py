@@ -123,6 +123,9 @@ def test_every_exported_error_is_raised_by_a_public_call(
     raised[agentloop.ledger.RunBusyError] = lambda: durable.resume("held")
     raised[agentloop.ledger.RunNotFoundError] = lambda: durable.resume("nobody")
     durable.run("go", run_id="done")
+    turn_1 = durable.run("go", conversation="chat")
+    durable.run("again", after=turn_1)  # turn 2: a second one after turn 1 is refused
+    raised[agentloop.ledger.ConversationBusyError] = lambda: durable.run("too", after=turn_1)
     other = agentloop.Loop(model, ledger=ledger, max_steps=3)
     raised[agentloop.ConfigurationMismatchError] = lambda: other.resume("done")
     monkeypatch.setitem(sys.modules, "pygraphviz", None)  # the svg extra, not installed

@@ -17,9 +17,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from agentloop._cli import file_commands
-from agentloop._cli.ledger_commands import columns, parse_verdicts, when
+from agentloop._cli.ledger_commands import (
+    Listed,
+    columns,
+    in_conversation,
+    parse_verdicts,
+    run_table,
+    which_runs,
+)
 from agentloop._cli.printing import CommandError, print_lines, self_command
 from agentloop._core.values import RunResult
+from agentloop._durable.ids import parse_turn
 from agentloop._errors import AgentloopError
 
 if TYPE_CHECKING:
@@ -40,23 +48,26 @@ def is_url(text: str) -> bool:
     return _URL.match(text) is not None
 
 
-def runs(url: str, states: Iterable[str]) -> int:
-    """Every run on DBOS (of ``states`` only, if any): a line each."""
+def runs(
+    url: str, states: Iterable[str], *, flat: bool = False, conversation: str | None = None
+) -> int:
+    """Every run on DBOS (of ``states`` only, if any): a line each, as for a ledger."""
     wanted = set(states)
-    rows = [("run", "state", "steps", "calls", "last change", "pending")]
+    shown = []
     with _client(url) as (client, dbos):
         for status in client.list_workflows(name=_WORKFLOW, load_input=False):
+            turn = parse_turn(status.workflow_id)  # a conversation's turn: its id says so
             state, steps, calls, waiting = _summary(client, dbos, status)
-            if wanted and state not in wanted:
+            if (wanted and state not in wanted) or not in_conversation(turn, conversation):
                 continue
             changed = None if status.updated_at is None else status.updated_at / 1000
-            count = str(len(waiting)) if waiting else ""
-            rows.append((status.workflow_id, state, steps, calls, when(changed), count))
-    if len(rows) == 1:
-        which = f" in state {' or '.join(sorted(wanted))}" if wanted else ""
-        print_lines([f"no run{which} in the DBOS system database"])
+            shown.append(
+                Listed(status.workflow_id, turn, state, steps, calls, changed, len(waiting))
+            )
+    if not shown:
+        print_lines([f"no run{which_runs(wanted, conversation)} in the DBOS system database"])
         return 0
-    print_lines(columns(rows))
+    print_lines(run_table(shown, flat=flat))
     return 0
 
 

@@ -12,7 +12,7 @@ import os
 import shlex
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import orjson
 
@@ -32,16 +32,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DECIDED",
+    "Listed",
     "columns",
     "decide",
+    "in_conversation",
     "is_ledger",
     "parse_verdicts",
     "pending",
     "report",
     "result",
+    "run_table",
     "runs",
     "show",
     "when",
+    "which_runs",
 ]
 
 _MAGIC: Final = b"SQLite format 3\x00"  # the first bytes of every SQLite file
@@ -55,28 +59,97 @@ def is_ledger(path: str) -> bool:
     return sqlite_header(path) is not None
 
 
-def runs(path: str, states: Iterable[str]) -> int:
-    """Every run of the ledger (of ``states`` only, if any): a line each."""
+def runs(
+    path: str, states: Iterable[str], *, flat: bool = False, conversation: str | None = None
+) -> int:
+    """Every run of the ledger (of ``states`` only, if any): a line each (``run_table``)."""
     wanted = set(states)
-    found = _listed(path)
-    rows = [("run", "state", "steps", "calls", "last change", "pending")]
+    shown = []
     problems = []
-    for run in found:
+    for run in _listed(path):
         state = "unreadable" if run.state is None else DECIDED if run.decided else run.state.value
-        if wanted and state not in wanted:
+        turn = None if run.conversation_id is None else (run.conversation_id, run.turn or 0)
+        if (wanted and state not in wanted) or not in_conversation(turn, conversation):
             continue
         if run.problem is not None:
             problems.append(run.problem)
-        count = str(len(run.pending)) if run.pending else ""
-        rows.append((run.run_id, state, str(run.steps), str(run.calls), when(run.changed), count))
-    if len(rows) == 1:
-        which = f" in state {' or '.join(sorted(wanted))}" if wanted else ""
-        print_lines([f"no run{which} in {path}"])
+        count = len(run.pending)
+        steps, calls = str(run.steps), str(run.calls)
+        shown.append(Listed(run.run_id, turn, state, steps, calls, run.changed, count))
+    if not shown:
+        print_lines([f"no run{which_runs(wanted, conversation)} in {path}"])
         return 0
-    print_lines(columns(rows))
+    print_lines(run_table(shown, flat=flat))
     for problem in problems:
         print_lines([f"unreadable: {problem}"])
     return 1 if problems else 0
+
+
+class Listed(NamedTuple):
+    """A run as ``runs`` lists it (a ledger's or DBOS's)."""
+
+    run_id: str
+    #: The conversation it is a turn of, and the turn; else ``None``.
+    turn: tuple[str, int] | None
+    state: str
+    #: As shown: a DBOS run that has not ended shows ``-`` calls.
+    steps: str
+    calls: str
+    changed: float | None
+    pending: int
+
+
+def in_conversation(turn: tuple[str, int] | None, conversation: str | None) -> bool:
+    """Whether a run (a turn of ``turn[0]``, if a turn) is listed under ``--conversation``."""
+    return conversation is None or (turn is not None and turn[0] == conversation)
+
+
+def run_table(found: list[Listed], *, flat: bool) -> list[str]:
+    """The runs in columns; a conversation's turns together under a line of their own.
+
+    At the place of its first turn, oldest first; ``flat`` lists every run
+    on its own, as recorded.
+    """
+    rows: list[tuple[str, ...]] = [("run", "state", "steps", "calls", "last change", "pending")]
+    turns: dict[str, list[Listed]] = {}
+    for run in found:
+        if run.turn is not None and not flat:
+            turns.setdefault(run.turn[0], []).append(run)
+    for run in found:
+        if run.turn is None or flat:
+            rows.append(_run_row(run))
+        elif run.turn[0] in turns:  # its first turn: the whole conversation, here
+            together = sorted(
+                turns.pop(run.turn[0]), key=lambda turn: turn.turn[1] if turn.turn else 0
+            )
+            rows.extend(_conversation_rows(run.turn[0], together))
+    return columns(rows)
+
+
+def which_runs(wanted: set[str], conversation: str | None) -> str:
+    """`` of conversation c in state s``: what ``runs`` looked for, when it found none."""
+    of = "" if conversation is None else f" of conversation {conversation}"
+    return of + (f" in state {' or '.join(sorted(wanted))}" if wanted else "")
+
+
+def _run_row(run: Listed, indent: str = "") -> tuple[str, ...]:
+    count = str(run.pending) if run.pending else ""
+    return (indent + run.run_id, run.state, run.steps, run.calls, when(run.changed), count)
+
+
+def _conversation_rows(conversation: str, turns: list[Listed]) -> list[tuple[str, ...]]:
+    """A conversation's line (its turns, last change and pending calls), then each turn's."""
+    changed = [run.changed for run in turns if run.changed is not None]
+    pending = sum(run.pending for run in turns)
+    head = (
+        f"conversation {conversation}",
+        f"{len(turns)} turn{'' if len(turns) == 1 else 's'}",
+        "",
+        "",
+        when(max(changed) if changed else None),
+        str(pending) if pending else "",
+    )
+    return [head, *(_run_row(run, "  ") for run in turns)]
 
 
 def show(path: str, run_id: str, limit: int | None) -> int:

@@ -47,7 +47,9 @@ class _Store(Protocol):
     Both answer the same commands.
     """
 
-    def runs(self, path: str, states: Iterable[str], /) -> int: ...
+    def runs(
+        self, path: str, states: Iterable[str], /, *, flat: bool, conversation: str | None
+    ) -> int: ...
     def pending(self, path: str, /) -> int: ...
     def decide(self, path: str, run_id: str, verdicts: list[str], /) -> int: ...
     def show(self, path: str, run_id: str, limit: int | None, /) -> int: ...
@@ -227,9 +229,19 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "list a ledger's runs: id, state, steps, calls, last change, pending approvals",
         "  agentloop runs runs.db\n"
         "  agentloop runs runs.db --state awaiting_approval\n"
-        "  agentloop runs runs.db --state dispatching awaiting_model",
+        "  agentloop runs runs.db --state dispatching awaiting_model\n"
+        "  agentloop runs runs.db --conversation user-42",
     )
     runs.add_argument("ledger", metavar="LEDGER", help=_LEDGER_HELP)
+    runs.add_argument(
+        "--flat",
+        action="store_true",
+        help="every run on a line of its own, in the order recorded (by default a "
+        "conversation's turns are listed together, under a line of their own)",
+    )
+    runs.add_argument(
+        "--conversation", metavar="ID", help="only the turns of conversation ID, oldest first"
+    )
     runs.add_argument(
         "--state",
         metavar="STATE",
@@ -318,7 +330,7 @@ def _run(args: argparse.Namespace) -> int:
             args.format, run, args.output, path=args.path, features=features
         )
     if command == "runs":
-        return store.runs(args.ledger, args.state)
+        return store.runs(args.ledger, args.state, flat=args.flat, conversation=args.conversation)
     if command == "pending":
         return store.pending(args.ledger)
     if command == "decide":

@@ -31,6 +31,7 @@ from agentloop._core.drafts import (
 from agentloop._core.intake import raised_outcome, take_outcome
 from agentloop._core.output_schema import OutputSchema
 from agentloop._core.retry_policy import RetryPolicy
+from agentloop._core.rows.context import summary_in_force
 from agentloop._core.rows.retry import ASK_POLICY, Ask, model_index
 from agentloop._core.state import RunState
 from agentloop._core.table import (
@@ -72,7 +73,7 @@ class Engine:
     (a ``str`` or a list of message dicts) and starts in ``awaiting_model``.
     Its other parts: ``output`` (an ``OutputSchema`` a final's text must
     match), ``context``, ``retry`` and ``models`` (a context policy, a retry
-    policy, the fallback models' names), ``run_id`` and ``parent_run_id``
+    policy, the fallback models' names), ``run_id`` and ``continues``
     (what its result says), and ``commit``: called with each transition
     before the engine commits it (and the reply it took, when not JSON); if
     it raises, the transition is not made (a durable run's recording).
@@ -104,10 +105,10 @@ class Engine:
     Its public members are the driver protocol: ``next``, the reports, and
     what a driver reads (``state``, ``done``, ``steps``, ``calls``,
     ``usage``, ``budget``, ``context``, ``outstanding``, ``running``,
-    ``unstarted``, ``pending``, ``reviews``, ``run_id``, ``parent_run_id``,
-    ``model_index``, ``history()``, ``events()``, ``result()``). A report out
-    of order raises ``InvalidStateError`` and changes nothing. See the docs'
-    "Writing a driver" page.
+    ``unstarted``, ``pending``, ``reviews``, ``run_id``, ``continues``,
+    ``conversation``, ``summary``, ``model_index``, ``history()``, ``events()``,
+    ``result()``). A report out of order raises ``InvalidStateError`` and
+    changes nothing. See the docs' "Writing a driver" page.
     """
 
     __slots__ = ("_bound", "_commit", "_run", "_table")
@@ -124,11 +125,24 @@ class Engine:
         models: tuple[str, ...] = (),
         output: OutputSchema | None = None,
         run_id: str | None = None,
-        parent_run_id: str | None = None,
+        continues: str | None = None,
         commit: Callable[[Transition, NotJSON | None], object] | None = None,
+        conversation: tuple[str, int] | None = None,
+        summary: tuple[int, str] | None = None,
     ) -> None:
         run = RunState(
-            messages, budget, cancel, clock, context, retry, models, output, run_id, parent_run_id
+            messages,
+            budget,
+            cancel,
+            clock,
+            context,
+            retry,
+            models,
+            output,
+            run_id,
+            continues,
+            conversation,
+            summary,
         )
         if commit is not None and not callable(commit):
             raise TypeError(f"expected commit to be a callable or None, got {commit!r:.80}")
@@ -187,9 +201,22 @@ class Engine:
         return self._run.run_id
 
     @property
-    def parent_run_id(self) -> str | None:
+    def continues(self) -> str | None:
         """The id of the run this one continues (``Loop.continue_run``, a fork), if any."""
-        return self._run.parent_run_id
+        return self._run.continues
+
+    @property
+    def conversation(self) -> tuple[str, int] | None:
+        """The conversation this run is a turn of, and the turn (from 1), if any."""
+        return self._run.conversation
+
+    @property
+    def summary(self) -> tuple[int, str] | None:
+        """The summary in force under ``summarise`` (turns folded, text), or None.
+
+        What a conversation's next turn begins with (``Engine(summary=...)``).
+        """
+        return summary_in_force(self._run)
 
     @property
     def model_index(self) -> int:
@@ -294,7 +321,7 @@ class Engine:
         run = self._run
         if run.outstanding is not _START_TOOL:
             raise refused(run, "a tool outcome")
-        draft = outcome_draft(run, answering(run, call_id), take_outcome(outcome))
+        draft = outcome_draft(run, answering(run, call_id), take_outcome(outcome, run.spent))
         return run.commit(self._choose(Trigger.TOOL_RETURNED, draft), draft, self._commit)
 
     def raised(

@@ -71,8 +71,11 @@ class RunState:
         "calls",
         "calls_seen",
         "cancelled",
+        "carried",
         "clock",
         "context",
+        "continues",
+        "conversation",
         "draft",
         "events",
         "handed",
@@ -83,7 +86,6 @@ class RunState:
         "output",
         "output_retries",
         "outstanding",
-        "parent_run_id",
         "plan",
         "policy",
         "rejected",
@@ -114,10 +116,13 @@ class RunState:
         models: tuple[str, ...],
         output: OutputSchema | None,
         run_id: str | None,
-        parent_run_id: str | None,
+        continues: str | None,
+        conversation: tuple[str, int] | None,
+        summary: tuple[int, str] | None,
     ) -> None:
         # The engine's parts, in the order Engine takes them (it alone makes a RunState).
-        _check_parts(budget, cancel, clock, context, retry, models, output, run_id, parent_run_id)
+        _check_parts(budget, cancel, clock, context, retry, models, output, run_id, continues)
+        _check_conversation(conversation)
         encoded, input_ids = input_messages(messages)
         self.input_ids = frozenset(input_ids) if input_ids else _NO_IDS
         self.reserved = input_ids
@@ -149,12 +154,16 @@ class RunState:
         self.batch: Batch | None = None  # the accepted batch in hand
         self.draft = Draft(None)  # the transition being made
         self.reviews = False  # whether the driver reviews each batch (ReviewCalls)
+        #: A conversation's: the summary in force as the turn begins (turns folded, text).
+        self.carried = summary
         init_context(self, context, encoded)  # policy, context, summary, plan, seen, view
         # Resilience (retry=, fallback models): off unless the Loop sets them.
         self.retry = retry
         self.models = models
-        #: The run this one continues (``Loop.continue_run``), by id.
-        self.parent_run_id = parent_run_id
+        #: The run this one continues (``Loop.continue_run``, the turn before), by id.
+        self.continues = continues
+        #: The conversation this run is a turn of, and its turn (from 1), if any.
+        self.conversation = conversation
         #: This run's id, when it is durable (a ledger's or DBOS's): its result says it.
         self.run_id = run_id
         #: The schema a final answer must match (``Loop(output=T)``), if any.
@@ -260,9 +269,12 @@ class RunState:
             usage=run.spent,
             held_json=run.reply.json if state is State.AWAITING_APPROVAL else None,
             context=run.policy,
-            parent_run_id=run.parent_run_id,
+            continues=run.continues,
             output_schema_json=None if run.output is None else run.output.schema_json,
             run_id=run.run_id,
+            conversation_id=None if run.conversation is None else run.conversation[0],
+            turn=None if run.conversation is None else run.conversation[1],
+            summary=run.carried,
         )
 
     def settle(self) -> None:
@@ -341,7 +353,7 @@ def _check_parts(
     models: object,
     output: object,
     run_id: object,
-    parent_run_id: object,
+    continues: object,
 ) -> None:
     """``TypeError`` naming an engine part of the wrong kind (a Loop passes checked ones)."""
     if context is not None and type(context) is not ContextPolicy:
@@ -365,6 +377,23 @@ def _check_parts(
             "expected output to be an OutputSchema (a Loop's: loop.output) or None, "
             f"got {output!r:.80}"
         )
-    for name, value in (("run_id", run_id), ("parent_run_id", parent_run_id)):
+    for name, value in (("run_id", run_id), ("continues", continues)):
         if value is not None and type(value) is not str:
             raise TypeError(f"expected {name} to be a str or None, got {type(value).__name__}")
+
+
+def _check_conversation(conversation: object) -> None:
+    """``TypeError`` unless ``conversation`` is ``(conversation_id, turn from 1)`` or None."""
+    if conversation is None:
+        return
+    if (
+        type(conversation) is not tuple
+        or len(conversation) != 2
+        or type(conversation[0]) is not str
+        or type(conversation[1]) is not int
+        or conversation[1] < 1
+    ):
+        raise TypeError(
+            "expected conversation to be (conversation_id, turn), a str and a turn from 1, "
+            f"or None, got {conversation!r:.80}"
+        )

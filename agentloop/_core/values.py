@@ -13,6 +13,7 @@ anyone else. This module is data only: saving and loading runs lives in
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any, Final, Generic, NamedTuple
 
 import attrs
@@ -21,6 +22,7 @@ from typing_extensions import TypeVar
 
 from agentloop._core.approval import Decision, PendingCall
 from agentloop._core.cancel import CancelToken
+from agentloop._core.children import Children
 from agentloop._core.context_policy import ContextPolicy, Seen
 from agentloop._core.json import describe, unfenced
 from agentloop._core.requests import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
@@ -51,6 +53,8 @@ OutputT = TypeVar("OutputT", covariant=True, default=Any)
 
 #: The largest budget a run file can record (JSON integers are kept within 64 bits).
 MAX_BUDGET: Final = 2**63 - 1
+#: A result's children when its run ran no agent tool: read-only, shared.
+NO_CHILDREN: Final[Mapping[str, Any]] = Children()
 
 
 def _budget(_: object, attribute: attrs.Attribute[int], value: object) -> None:
@@ -331,12 +335,20 @@ class RunResult(NamedTuple, Generic[OutputT]):
     held_json: bytes | None = None
     #: The context policy the run's requests were fitted by (``agentloop.context``), if any.
     context: ContextPolicy | None = None
-    #: The run this one continues (``Loop.continue_run``), by id; ``None`` for a new run.
-    parent_run_id: str | None = None
+    #: The run this one goes on from (``Loop.continue_run``, the turn before), by id, if any.
+    continues: str | None = None
     #: The output schema's JSON, for a run made with ``Loop(output=T)``.
     output_schema_json: bytes | None = None
     #: The run's id, for a durable run (a ledger's, or DBOS's workflow id); else ``None``.
     run_id: str | None = None
+    #: A conversation's turn (``after=``, ``conversation=``): its id and number, from 1.
+    conversation_id: str | None = None
+    turn: int | None = None
+    #: The summary (turns folded, text) the turn began with, under ``summarise``.
+    summary: tuple[int, str] | None = None
+    #: The results of the child runs its agent tools ran (``Loop.as_tool``), by call id:
+    #: a read-only mapping (kept by a live run; a saved run file does not hold them).
+    children: Mapping[str, RunResult[Any]] = NO_CHILDREN
 
     def require_output(self) -> OutputT:
         """The output of a run that finished; ``InvalidStateError`` for any other run.
@@ -396,10 +408,8 @@ class RunResult(NamedTuple, Generic[OutputT]):
         spent: dict[str, Usage] = {}
         for event in self.events:
             if event.model is not None and event.usage is not None:
-                before = spent.get(event.model, Usage())
-                spent[event.model] = Usage(
-                    *(a + b for a, b in zip(before, event.usage, strict=True))
-                )
+                was = spent.get(event.model, Usage())
+                spent[event.model] = Usage(*(a + b for a, b in zip(was, event.usage, strict=True)))
         return spent
 
     @property
@@ -426,11 +436,8 @@ class RunResult(NamedTuple, Generic[OutputT]):
 def require_result(value: object, where: str) -> RunResult:
     """``value`` if it is a ``RunResult``; else a ``TypeError`` that says how to get one."""
     if type(value) is not RunResult:
-        hint = (
-            "; call run.result() (or run.finish()) first"
-            if hasattr(value, "step") or hasattr(value, "astep")
-            else ""
-        )
+        live = hasattr(value, "step") or hasattr(value, "astep")
+        hint = "; call run.result() (or run.finish()) first" if live else ""
         raise TypeError(
             f"{where} expected a RunResult (a finished run's result(), or load_run(path)), "
             f"got {type(value).__name__}{hint}"

@@ -35,6 +35,8 @@ class Summary(NamedTuple):
     span: tuple[int, int]
     message: bytes
     tokens: int
+    #: What the summariser wrote (carried into a conversation's next turn with ``turns``).
+    text: str
 
 
 def summary_message(text: str, span: tuple[int, int]) -> bytes:
@@ -250,7 +252,7 @@ class Window:
         """The summary of turns ``[0, fold)`` whose text is ``text``."""
         span = (self.head, self.turns[fold] if fold < len(self.turns) else len(self.messages))
         message = summary_message(text, span)
-        return Summary(fold, span, message, self.counter(message))
+        return Summary(fold, span, message, self.counter(message), text)
 
 
 def context_plan(run: RunState) -> Plan | str:

@@ -36,14 +36,17 @@ from agentloop._dbos.decisions import (
     wait_for_decisions,
 )
 from agentloop._dbos.steps import StepRunner
+from agentloop._dbos.turns import busy, next_turn
 from agentloop._dbos.work import StepWork, batch_started, recorded_verdict
 from agentloop._drivers.callbacks import Listener
 from agentloop._drivers.context import CallScope
 from agentloop._drivers.transition import LOG, drain, log, pump
 from agentloop._durable.bodies import recorded_answer, recorded_outcome
+from agentloop._durable.ids import parse_turn, turn_run_id
 from agentloop._durable.journal import fingerprint, idempotent_tools
 from agentloop._durable.resume import checked_run_id, differences, mismatch
 from agentloop._errors import AgentloopError
+from agentloop._loop.agent_tool import refuse_durable
 from agentloop._loop.deps import deps_provider
 from agentloop._loop.engines import plain_engine
 from agentloop._loop.loop import Loop
@@ -105,6 +108,7 @@ class DBOSLoop(Generic[OutputT]):
                 "a DBOSLoop's runs are recorded by DBOS: make its Loop without a ledger"
             )
         loop._sync_driver("a DBOSLoop drives its runs synchronously, inside a DBOS workflow")
+        refuse_durable(loop.dispatcher, "DBOSLoop")
         self._deps = deps_provider(loop, deps)
         if name in _LOOPS:
             raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
@@ -124,23 +128,43 @@ class DBOSLoop(Generic[OutputT]):
     # -- starting runs ------------------------------------------------------------------
 
     def start(
-        self, messages: str | list[dict[str, Any]], *, run_id: str | None = None
+        self,
+        messages: str | list[dict[str, Any]],
+        *,
+        run_id: str | None = None,
+        conversation: str | None = None,
     ) -> WorkflowHandle[RunResult[OutputT]]:
         """Start a run in this process (a DBOS workflow with id ``run_id``); its handle.
 
         Bad input raises here, before anything is recorded. ``run_id`` is made
         when not given (``handle.workflow_id``). Starting an id that exists
         returns the existing run's handle (DBOS starts a workflow id once).
+        ``conversation="user-42"`` makes the run the conversation's next turn,
+        the workflow ``user-42::n``, from the last turn's transcript;
+        ``ConversationBusyError`` if another process began that turn first.
         """
-        run_id, history = self._checked(messages, run_id)
+        turn = conversation is not None
+        if turn:
+            if run_id is not None:
+                raise ValueError(f"a turn's id is made for it: leave run_id= out, got {run_id!r}")
+            run_id, messages = next_turn(conversation, messages)
+        run_id, history = self._checked(messages, run_id, derived=turn)
         with SetWorkflowID(run_id):
-            return DBOS.start_workflow(_run, self.name, history, self._fingerprint)
+            handle = DBOS.start_workflow(_run, self.name, history, self._fingerprint)
+        taken = busy(run_id, history) if turn else None
+        if taken is not None:
+            raise taken
+        return handle
 
     def run(
-        self, messages: str | list[dict[str, Any]], *, run_id: str | None = None
+        self,
+        messages: str | list[dict[str, Any]],
+        *,
+        run_id: str | None = None,
+        conversation: str | None = None,
     ) -> RunResult[OutputT]:
-        """Start a run and wait for its result."""
-        return self.start(messages, run_id=run_id).get_result()
+        """Start a run (``start``'s ``conversation=`` too) and wait for its result."""
+        return self.start(messages, run_id=run_id, conversation=conversation).get_result()
 
     def enqueue(
         self, queue: Queue, messages: str | list[dict[str, Any]], *, run_id: str | None = None
@@ -181,14 +205,14 @@ class DBOSLoop(Generic[OutputT]):
         return handle.get_result(polling_interval_sec=polling_interval_sec)
 
     def _checked(
-        self, messages: str | list[dict[str, Any]], run_id: str | None
+        self, messages: str | list[dict[str, Any]], run_id: str | None, *, derived: bool = False
     ) -> tuple[str, list[dict[str, Any]]]:
         if run_id is None:
             run_id = uuid4().hex
         elif type(run_id) is not str or not run_id:
             raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
         else:
-            checked_run_id(run_id, new=True)  # text, and no ':' (the idempotency key's)
+            checked_run_id(run_id, new=True, derived=derived)  # no ':' unless agentloop's
         if _LOOPS.get(self.name) is not self:
             raise ValueError(f"this DBOSLoop ({self.name!r}) was closed")
         messages = run_input(self.loop.system, messages)  # as Loop.start takes a new run's input
@@ -241,7 +265,11 @@ class DBOSLoop(Generic[OutputT]):
 
     def _engine(self, history: list[dict[str, Any]], token: CancelToken, run_id: str) -> Engine:
         """A fresh engine for the run ``run_id``, configured as the Loop is."""
-        engine = plain_engine(self.loop, history, token, run_id=run_id)
+        turn = parse_turn(run_id)  # a conversation's turn (its id is derived), or None
+        before = None if turn is None or turn[1] == 1 else turn_run_id(turn[0], turn[1] - 1)
+        engine = plain_engine(
+            self.loop, history, token, run_id=run_id, continues=before, conversation=turn
+        )
         engine.reviews = reviewing(self.loop.dispatcher) is not None
         return engine
 

@@ -109,8 +109,8 @@ class AsyncRun(RunView[OutputT]):
         self._streamed_reply: object = None
         # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
         self._asked_at: float | None = None
-        # Each call runs in its context (scope: its deps and ids), its progress heard.
-        scope = scope or CallScope(engine, None, None, cancel)
+        scope = scope or CallScope(engine, None, None, cancel)  # each call's: its deps, ids
+        self.children = scope.children  # an agent tool's child runs' results, by call id
         self._dispatch = ain_context(dispatch, self._delta_listeners, scope)
 
     def subscribe(self, listener: Listener) -> None:
@@ -144,7 +144,7 @@ class AsyncRun(RunView[OutputT]):
         engine = self._engine
         if not engine.done:
             await self._step(until_done=True)
-        return engine.result()
+        return self.result()
 
     async def astep(self) -> Transition:
         """Perform exactly one transition and return it."""
@@ -279,8 +279,7 @@ class AsyncRun(RunView[OutputT]):
         if type(need) is Wait:  # retry=: cut short by the token (the table then ends the run)
             await await_wait(need, self._cancel)
             return None
-        # Awaited in place, under the token if any: no coroutine of its own for a run to hold.
-        cancel = self._cancel
+        cancel = self._cancel  # awaited in place: no coroutine of its own for a run to hold
         if type(need) is RunTool:
             running = self._tool(need)(need.call)
             return await (running if cancel is None else unless_cancelled(cancel, running))

@@ -131,14 +131,19 @@ def header(
     run_id: str,
     messages: list[dict[str, Any]],
     configuration: dict[str, Any],
-    parent_run_id: str | None = None,
+    continues: str | None = None,
     models: tuple[str, ...] = (),
+    conversation: tuple[str, int] | None = None,
+    summary: tuple[int, str] | None = None,
 ) -> bytes:
     """A run's header: its input and the configuration it was started with.
 
-    Optional, only where used: ``parent_run_id`` links it to the run it
-    continues (``Loop.continue_run``); ``models`` names its fallback models,
-    which its replay needs (``agentloop.models.fallback``).
+    Optional, only where used: ``continues`` links it to the run it
+    continues (``Loop.continue_run``, a conversation's turn before); ``models``
+    names its fallback models, which its replay needs
+    (``agentloop.models.fallback``); ``conversation`` is the conversation's id
+    and the turn the run is (``conversation_id``, ``turn``); ``summary`` the
+    summary carried in from the turn before (``{fold, text}``), which its replay needs.
     """
     document: dict[str, Any] = {
         "format": FORMAT,
@@ -147,10 +152,14 @@ def header(
         "input": messages,
         "fingerprint": configuration,
     }
-    if parent_run_id is not None:
-        document["parent_run_id"] = parent_run_id
+    if continues is not None:
+        document["continues"] = continues
     if models:
         document["models"] = list(models)
+    if conversation is not None:
+        document["conversation_id"], document["turn"] = conversation
+    if summary is not None:
+        document["summary"] = {"fold": summary[0], "text": summary[1]}
     return orjson.dumps(document)
 
 

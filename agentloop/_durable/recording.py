@@ -108,7 +108,9 @@ class DurableEngine(Engine):
         models: tuple[str, ...] = (),
         output: OutputSchema | None = None,
         run_id: str | None = None,
-        parent_run_id: str | None = None,
+        continues: str | None = None,
+        conversation: tuple[str, int] | None = None,
+        summary: tuple[int, str] | None = None,
     ) -> None:
         recorder = Recorder()
         super().__init__(
@@ -120,8 +122,10 @@ class DurableEngine(Engine):
             models=models,
             output=output,
             run_id=run_id,
-            parent_run_id=parent_run_id,
+            continues=continues,
             commit=recorder,
+            conversation=conversation,
+            summary=summary,
         )
         self._recorder = recorder
         self.handed: list[RunTool] = []

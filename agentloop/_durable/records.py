@@ -90,11 +90,36 @@ class Recorded:
             raise bad(run_id, "its header's fingerprint", "an object", configuration)
         self.input: list[dict[str, Any]] = messages
         self.fingerprint: dict[str, Any] = configuration
-        parent = document.get("parent_run_id")
+        parent = document.get("continues")
         if parent is not None and type(parent) is not str:
-            raise bad(run_id, "its header's parent_run_id", "a run id", parent)
+            raise bad(run_id, "its header's continues", "the id of the run it goes on from", parent)
         #: The run this one continues (``Loop.continue_run``), if any.
-        self.parent_run_id: str | None = parent
+        self.continues: str | None = parent
+        conversation_id, turn = document.get("conversation_id"), document.get("turn")
+        #: The conversation the run is a turn of, and which turn, if any.
+        self.conversation: tuple[str, int] | None = None
+        if conversation_id is not None or turn is not None:
+            if type(conversation_id) is not str or type(turn) is not int or turn < 1:
+                raise bad(
+                    run_id,
+                    "its header's conversation_id and turn",
+                    "a conversation's id and a turn from 1, or neither",
+                    (conversation_id, turn),
+                )
+            self.conversation = (conversation_id, turn)
+        summary = document.get("summary")
+        if summary is not None and (
+            type(summary) is not dict
+            or set(summary) != {"fold", "text"}
+            or type(summary["fold"]) is not int
+            or summary["fold"] < 1
+            or type(summary["text"]) is not str
+        ):
+            raise bad(run_id, "its header's summary", "{'fold': a count from 1, 'text'}", summary)
+        #: The summary carried in from the turn before: (turns folded, text), if any.
+        self.summary: tuple[int, str] | None = (
+            None if summary is None else (summary["fold"], summary["text"])
+        )
         models = document.get("models", [])
         if type(models) is not list or not all(type(name) is str for name in models):
             raise bad(run_id, "its header's models", "a list of model names", models)

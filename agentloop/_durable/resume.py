@@ -32,6 +32,7 @@ from agentloop._core.output_schema import OutputSchema
 from agentloop._core.replay import Mismatch, replay
 from agentloop._core.table import State
 from agentloop._core.values import CancelToken
+from agentloop._durable.ids import turn_run_id
 from agentloop._durable.journal import Journal, fingerprint, header, idempotent_tools
 from agentloop._durable.recording import DurableEngine
 from agentloop._durable.records import Recorded
@@ -70,13 +71,26 @@ def begin(
     dispatcher: object,
     cancel: CancelToken | None,
     context: ContextPolicy | None = None,
-    parent_run_id: str | None = None,
+    continues: str | None = None,
     models: tuple[str, ...] = (),
     output: OutputSchema | None = None,
     retry: RetryPolicy | None = None,
+    conversation: tuple[str, int] | None = None,
+    summary: tuple[int, str] | None = None,
 ) -> DurableEngine:
-    """A new durable run: the input checked, then its header recorded and the run claimed."""
-    run_id = uuid4().hex if run_id is None else checked_run_id(run_id, new=True)
+    """A new durable run: the input checked, then its header recorded and the run claimed.
+
+    ``conversation`` (its id and the turn, from 1) makes the run that turn: its
+    id is then derived (``ids.turn_run_id``), and ``run_id`` must be ``None``;
+    ``summary`` is the summary it carries in from the turn before.
+    """
+    if conversation is not None:
+        assert run_id is None, "a turn's id is derived"
+        run_id = checked_run_id(turn_run_id(*conversation), new=True, derived=True)
+    elif run_id is None:
+        run_id = uuid4().hex
+    else:
+        run_id = checked_run_id(run_id, new=True)
     # Bad input raises first.
     engine = DurableEngine(
         messages,
@@ -87,12 +101,15 @@ def begin(
         models=models,
         output=output,
         run_id=run_id,
-        parent_run_id=parent_run_id,
+        continues=continues,
+        conversation=conversation,
+        summary=summary,
     )
     configuration = fingerprint(budget, dispatcher, context, output)
-    writer = ledger.create(
-        run_id, header(run_id, engine.history(), configuration, parent_run_id, models)
+    document = header(
+        run_id, engine.history(), configuration, continues, models, conversation, summary
     )
+    writer = ledger.create(run_id, document)
     engine.journal = Journal(writer, run_id, idempotent_tools(dispatcher), ledger=ledger)
     weakref.finalize(engine, engine.journal.release)  # an abandoned run frees its claim
     return engine
@@ -192,7 +209,9 @@ def replayed(
             models=recorded.models,
             output=output,
             run_id=recorded.run_id,
-            parent_run_id=recorded.parent_run_id,
+            continues=recorded.continues,
+            conversation=recorded.conversation,
+            summary=recorded.summary,
         )
     except (TypeError, ValueError) as exc:
         raise LedgerError(
@@ -249,12 +268,13 @@ def _recorded_output(recorded: Recorded) -> OutputSchema | None:
         raise LedgerError(f"run {recorded.run_id!r}: its header's output schema: {exc}") from None
 
 
-def checked_run_id(run_id: object, *, new: bool = False) -> str:
+def checked_run_id(run_id: object, *, new: bool = False, derived: bool = False) -> str:
     """``run_id`` if it is a run id: any non-empty str of text (``'order-42'``, a uuid).
 
     A ``new`` run's id has no ``':'``: the idempotency key ``f"{run_id}:{call_id}"``
     then names one call of one run (``'a:b'`` + ``'c'`` and ``'a'`` + ``'b:c'`` would
-    share a key). Runs recorded before this rule still resume.
+    share a key). Runs recorded before this rule still resume. A ``derived`` id is
+    agentloop's own (a conversation's turn, ``ids.py``): its ``':'`` are the rule's.
     """
     if type(run_id) is not str:
         raise TypeError(
@@ -271,7 +291,7 @@ def checked_run_id(run_id: object, *, new: bool = False) -> str:
         raise ValueError(
             f"expected run_id to be text (it is stored as UTF-8), got {run_id!r:.80}: {exc.reason}"
         ) from None
-    if new and ":" in run_id:
+    if new and not derived and ":" in run_id:
         raise ValueError(
             f"expected a new run's id without ':', got {run_id!r:.80}: a call's idempotency "
             "key is f'{run_id}:{call_id}', and a ':' in the run id would let calls of two "

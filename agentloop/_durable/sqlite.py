@@ -2,14 +2,13 @@
 
 Two tables: ``runs`` (a row per run: its id and header) and ``records`` (a
 row per record, in append order, unique by ``(run, kind, key)``), each row
-with the time it was committed (``at``). Every
-append is one ``INSERT`` in autocommit mode, so it is committed when it
-returns. The file is in WAL mode: a commit appends to the ``-wal`` file,
-readers never block the writer, and a commit torn by a crash is discarded
-whole when the file is next opened (each WAL frame carries a checksum).
-``synchronous=FULL`` (the default) syncs the WAL on every commit, so a
-record survives a power cut; ``NORMAL`` syncs only at checkpoints: a
-record survives a killed process but not a power cut.
+with the time it was committed (``at``). Every append is one ``INSERT`` in
+autocommit mode, so it is committed when it returns. The file is in WAL mode:
+a commit appends to the ``-wal`` file, readers never block the writer, and a
+commit torn by a crash is discarded whole when the file is next opened (each
+WAL frame carries a checksum). ``synchronous=FULL`` (the default) syncs the
+WAL on every commit, so a record survives a power cut; ``NORMAL`` syncs only
+at checkpoints: a record survives a killed process but not a power cut.
 
 One writer per run: a claim is a POSIX lock on one byte of ``<path>-lock``
 (``lockfile.py``), which the kernel drops when its process dies, so a
@@ -225,26 +224,31 @@ class SQLiteLedger:
 
     # -- beyond the protocol -----------------------------------------------------------
 
-    def run_ids(self, *, finished: bool | None = None) -> list[str]:
-        """Every run id recorded, oldest first; ``finished=False`` only those not yet ended.
+    def run_ids(self, *, finished: bool | None = None, prefix: str | None = None) -> list[str]:
+        """Every run id recorded, oldest first (one held damaged, not as text: its bytes).
 
-        After a restart, ``for run_id in ledger.run_ids(finished=False):
-        loop.resume(run_id)`` continues every run the crash interrupted. An id
-        the file holds as something else than UTF-8 text (damaged) is listed as
-        its bytes, which no reader takes for a run id.
+        ``finished=False`` lists those not yet ended: after a restart, ``for run_id in
+        ledger.run_ids(finished=False): loop.resume(run_id)`` continues every run the
+        crash interrupted. ``prefix`` lists those that start with it (``'user-42::'``).
         """
         if finished is not None and type(finished) is not bool:
             raise TypeError(
                 f"expected finished to be a bool or None, got {type(finished).__name__}"
             )
-        query = _RUN_IDS
+        if prefix is not None and (type(prefix) is not str or not prefix):
+            raise TypeError(f"expected prefix to be a non-empty str or None, got {prefix!r:.60}")
+        where: list[str] = []
+        arguments: list[object] = []
         if finished is not None:
             has_end = "EXISTS (SELECT 1 FROM records WHERE run = runs.id AND kind = ?)"
-            query += f" WHERE {'' if finished else 'NOT '}{has_end}"
-        query += " ORDER BY id"
+            where.append(f"{'' if finished else 'NOT '}{has_end}")
+            arguments.append(END)
+        if prefix is not None:  # from the prefix on in the ids' index, while they start with it
+            where.append("run_id >= ? AND substr(run_id, 1, ?) = ?")
+            arguments += (prefix, len(prefix), prefix)
+        query = _RUN_IDS + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id"
         with self._using("listing runs"):
-            rows = self._db.execute(query, () if finished is None else (END,)).fetchall()
-        return [_run_id(*row) for row in rows]
+            return [_run_id(*row) for row in self._db.execute(query, arguments).fetchall()]
 
     def changed(self) -> dict[str, float | None]:
         """When each run last changed: its last record's commit (or its start), as ``time.time()``.

@@ -117,6 +117,9 @@ class RunSummary(NamedTuple):
     problem: str | None = None
     #: A person decided and nothing ran since: it waits to be resumed (``LedgerRun.decided``).
     decided: bool = False
+    #: The conversation the run is a turn of, and which turn (from 1); else ``None``.
+    conversation_id: str | None = None
+    turn: int | None = None
 
 
 def view_run(ledger: Ledger, run_id: str) -> LedgerRun:
@@ -129,7 +132,7 @@ def view_run(ledger: Ledger, run_id: str) -> LedgerRun:
     run_id = checked_run_id(run_id)
     head, records = ledger.read(run_id)
     engine, recorded = _replayed(run_id, head, records, Journal(_Reader(run_id), run_id, _NONE))
-    return LedgerRun(run_id, _result(engine), _started(engine, recorded))
+    return LedgerRun(run_id, _result(engine, recorded), _started(engine, recorded))
 
 
 def list_runs(ledger: Ledger) -> list[RunSummary]:
@@ -160,9 +163,18 @@ def list_runs(ledger: Ledger) -> list[RunSummary]:
         except LedgerError as exc:
             found.append(RunSummary(run_id, None, 0, 0, at, (), str(exc)))
             continue
+        result = run.result
         found.append(
             RunSummary(
-                run_id, run.state, run.steps, run.calls, at, run.pending, decided=run.decided
+                run_id,
+                run.state,
+                run.steps,
+                run.calls,
+                at,
+                run.pending,
+                decided=run.decided,
+                conversation_id=result.conversation_id,
+                turn=result.turn,
             )
         )
     return found
@@ -230,7 +242,7 @@ def _replayed(
     return replayed(recorded, given, journal, CancelToken()), recorded
 
 
-def _result(engine: DurableEngine) -> RunResult:
+def _result(engine: DurableEngine, recorded: Recorded) -> RunResult:
     """The engine's result, in any state; its events without the replay's times."""
     if engine.done or engine.state is State.AWAITING_APPROVAL:
         result = engine.result()
@@ -246,8 +258,11 @@ def _result(engine: DurableEngine) -> RunResult:
             engine.events(),
             orjson.dumps(engine.history()),
             usage=engine.usage,
-            parent_run_id=engine.parent_run_id,
+            continues=engine.continues,
             run_id=engine.run_id,
+            conversation_id=None if recorded.conversation is None else recorded.conversation[0],
+            turn=None if recorded.conversation is None else recorded.conversation[1],
+            summary=recorded.summary,
         )
     events = tuple(event._replace(at=None, took=None) for event in result.events)
     return result._replace(events=events)

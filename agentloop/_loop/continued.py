@@ -107,7 +107,8 @@ def forked(
             context=context,
             models=models,
             output=output,
-            parent_run_id=run.run_id,  # the run it forks, when that one was durable
+            continues=run.run_id,  # the run it forks, when that one was durable
+            summary=run.summary,  # a turn's, carried in: its replay starts from it
         )
 
     token = CancelToken()  # the engine's; the caller's cancels it from now on
@@ -132,7 +133,8 @@ def forked(
             context=context,
             models=models,
             output=output,
-            parent_run_id=run.run_id,
+            continues=run.run_id,
+            summary=run.summary,
         )
         try:
             cut(engine, token)  # recorded as it is fed, as a live run records
@@ -229,20 +231,20 @@ def resumed(
 
 
 def continued(
-    run: str | RunResult, parent_run_id: str | None, recorded: Callable[[str], LedgerRun]
+    run: str | RunResult, continues: str | None, recorded: Callable[[str], LedgerRun]
 ) -> tuple[str | None, RunResult]:
     """The run that ``run`` names, to continue (a failed or exhausted one): its id and result.
 
-    ``run`` is a result (whose parent is ``parent_run_id`` if given, else the
+    ``run`` is a result (the run it goes on from is ``continues`` if given, else the
     result's own ``run_id``: ``None`` for a run that was not durable), or an
     id, whose recorded run ``recorded(run)`` reads as its records stand (with
     the configuration they record: the new run has this Loop's own).
     """
     if isinstance(run, str):
-        if parent_run_id is not None:
+        if continues is not None:
             raise ValueError(
-                "parent_run_id= names the run a result continues; a run given by id "
-                f"is its own parent, got both {run!r} and {parent_run_id!r}"
+                "continues= names the run a result goes on from; a run given by id "
+                f"is the one it goes on from, got both {run!r} and {continues!r}"
             )
         old = recorded(run)
         if not old.done:
@@ -251,22 +253,22 @@ def continued(
                 "continue it once it has failed or run out of budget",
                 state=old.state,
             )
-        parent_run_id, result = run, old.result
+        continues, result = run, old.result
     else:
         result = require_result(run, "continue_run()")
-        if parent_run_id is not None and type(parent_run_id) is not str:
+        if continues is not None and type(continues) is not str:
             raise TypeError(
-                f"expected parent_run_id to be a str or None, got {type(parent_run_id).__name__}"
+                f"expected continues to be a str or None, got {type(continues).__name__}"
             )
-        if parent_run_id is None:
-            parent_run_id = result.run_id
+        if continues is None:
+            continues = result.run_id
     if result.status not in (State.FAILED, State.EXHAUSTED):
         raise ValueError(
             f"expected a failed or exhausted run to continue, got one that is "
             f"{result.status.value!r}"
             + (": fork it or resume it instead" if result.status is not State.FINISHED else "")
         )
-    return parent_run_id, result
+    return continues, result
 
 
 def read_ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:

@@ -11,18 +11,21 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agentloop._core.engine import Engine
 from agentloop._core.replay import go_on
 from agentloop._durable import resume
+from agentloop._durable.ids import turn_run_id
 from agentloop._durable.view import view_run
-from agentloop._errors import AgentloopError
+from agentloop._errors import AgentloopError, ConversationBusyError, RunExistsError
 from agentloop._loop.continued import continued, forked, resumed
 from agentloop._loop.deps import for_run
 from agentloop._loop.settings import checked_tool_names, no_ledger, run_input, timeout_bites
+from agentloop._review.runstory import summary_at_end
 
 if TYPE_CHECKING:
-    from agentloop._core.values import CancelToken, RunResult
+    from agentloop._core.values import Budget, CancelToken, RunResult
     from agentloop._durable.view import LedgerRun
     from agentloop._loop.loop import Loop
 
 __all__ = [
+    "carried_summary",
     "check_ready",
     "continued_engine",
     "forked_engine",
@@ -43,12 +46,17 @@ def fresh_engine(
     cancel: CancelToken | None,
     run_id: str | None,
     deps: object = None,
-    parent_run_id: str | None = None,
+    continues: str | None = None,
+    conversation: tuple[str, int] | None = None,
+    summary: tuple[int, str] | None = None,
 ) -> tuple[Engine, CancelToken | None]:
     """A fresh engine for a new run (a recording one when the Loop has a ledger); its token.
 
     The token is ``cancel``, or the run's own (``for_run``, which checks
-    ``deps`` first, before anything is recorded).
+    ``deps`` first, before anything is recorded). ``conversation`` (its id
+    and the turn) makes the run that turn; in a ledger, under the turn's id
+    (``ConversationBusyError`` if it is taken); ``summary`` is the summary it
+    carries in from the turn before.
     """
     check_ready(loop)
     cancel = for_run(loop, deps, cancel)
@@ -56,20 +64,40 @@ def fresh_engine(
     if loop.ledger is None:
         if run_id is not None:
             no_ledger(run_id)
-        return plain_engine(loop, messages, cancel, parent_run_id=parent_run_id), cancel
-    engine = resume.begin(
-        loop.ledger,
-        run_id,
-        messages,
-        budget=loop.budget,
-        dispatcher=loop.dispatcher,
-        cancel=cancel,
-        context=loop.context,
-        parent_run_id=parent_run_id,
-        models=loop._model_names,
-        output=loop.output,
-        retry=loop.retry,
-    )
+        engine = plain_engine(
+            loop, messages, cancel, continues=continues, conversation=conversation, summary=summary
+        )
+        return engine, cancel
+    # Here, not at the top: agent_tool makes its child's engines with this module's check.
+    from agentloop._loop.agent_tool import refuse_durable
+
+    refuse_durable(loop.dispatcher, "a run with a ledger")  # a tool added since Loop(...)
+    try:
+        engine = resume.begin(
+            loop.ledger,
+            run_id,
+            messages,
+            budget=loop.budget,
+            dispatcher=loop.dispatcher,
+            cancel=cancel,
+            context=loop.context,
+            continues=continues,
+            models=loop._model_names,
+            output=loop.output,
+            retry=loop.retry,
+            conversation=conversation,
+            summary=summary,
+        )
+    except RunExistsError:
+        if conversation is None:
+            raise
+        conversation_id, turn_number = conversation
+        raise ConversationBusyError(
+            f"turn {turn_number} of conversation {conversation_id!r} was begun elsewhere first "
+            f"(run {turn_run_id(*conversation)!r}): read it, and go on from it",
+            conversation_id,
+            turn_number,
+        ) from None
     return engine, cancel
 
 
@@ -78,14 +106,36 @@ def continued_engine(
     run: str | RunResult,
     cancel: CancelToken | None,
     run_id: str | None,
-    parent_run_id: str | None,
+    continues: str | None,
     deps: object = None,
 ) -> tuple[Engine, CancelToken | None]:
-    """The engine of a run that continues ``run`` (a failed or exhausted one); its token."""
-    parent_run_id, result = continued(
-        run, parent_run_id, lambda old: recorded_run(loop, old, "continue_run")
+    """The engine of a run that continues ``run`` (a failed or exhausted one); its token.
+
+    When ``run`` is a conversation's turn, the new run is its next turn.
+    """
+    continues, result = continued(
+        run, continues, lambda old: recorded_run(loop, old, "continue_run")
     )
-    return fresh_engine(loop, result.transcript, cancel, run_id, deps, parent_run_id)
+    conversation = None
+    if result.conversation_id is not None and result.turn is not None:
+        if run_id is not None:
+            raise ValueError(
+                f"run {result.run_id or 'given'!s:.60} is turn {result.turn} of conversation "
+                f"{result.conversation_id!r}, and the run that continues it is the next turn, "
+                f"whose id is made for it: leave run_id= out, got {run_id!r:.60}"
+            )
+        conversation = (result.conversation_id, result.turn + 1)
+    summary = carried_summary(loop, result)
+    return fresh_engine(
+        loop, result.transcript, cancel, run_id, deps, continues, conversation, summary
+    )
+
+
+def carried_summary(loop: Loop, before: RunResult) -> tuple[int, str] | None:
+    """The summary a turn after ``before`` begins with: ``before``'s at its end, under summarise."""
+    if loop.context is None or loop.context.summariser is None:
+        return None
+    return summary_at_end(before, loop.context)
 
 
 def saved_result(loop: Loop, run: str | RunResult, call: str) -> RunResult:
@@ -123,19 +173,27 @@ def plain_engine(
     cancel: CancelToken | None,
     *,
     run_id: str | None = None,
-    parent_run_id: str | None = None,
+    continues: str | None = None,
+    conversation: tuple[str, int] | None = None,
+    summary: tuple[int, str] | None = None,
+    budget: Budget | None = None,
 ) -> Engine:
-    """An engine configured as ``loop`` is, recording nothing (the Loop's, and DBOS's)."""
+    """An engine configured as ``loop`` is, recording nothing (the Loop's, DBOS's, a child's).
+
+    ``budget``: another than the Loop's (an agent tool's child, within its parent's tokens).
+    """
     return Engine(
         messages,
-        budget=loop.budget,
+        budget=loop.budget if budget is None else budget,
         cancel=cancel,
         context=loop.context,
         retry=loop.retry,
         models=loop._model_names,
         output=loop.output,
         run_id=run_id,
-        parent_run_id=parent_run_id,
+        continues=continues,
+        conversation=conversation,
+        summary=summary,
     )
 
 

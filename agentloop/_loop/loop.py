@@ -24,14 +24,11 @@ from agentloop._drivers.callbacks import Dispatcher, Listener, Model, bind_model
 from agentloop._drivers.sync import Run
 from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._durable.protocol import Ledger
+from agentloop._loop.agent_tool import AsTool, durable_ledger
 from agentloop._loop.continued import read_ended, release_claim, released_on_error
+from agentloop._loop.conversation import Conversations, turn_engine
 from agentloop._loop.deps import checked_deps_type
-from agentloop._loop.engines import (
-    continued_engine,
-    forked_engine,
-    fresh_engine,
-    resumed_engine,
-)
+from agentloop._loop.engines import continued_engine, forked_engine, resumed_engine
 from agentloop._loop.fallback import Fallback
 from agentloop._loop.owner import Owner
 from agentloop._loop.running import async_run, sync_run
@@ -72,7 +69,7 @@ _T = TypeVar("_T")
 _D = TypeVar("_D")
 
 
-class Loop(Owner, Generic[OutputT, DepsT]):
+class Loop(Owner, Conversations, AsTool, Generic[OutputT, DepsT]):
     """Configuration for runs: a model, its tools and its budgets. Reusable.
 
     Generic in its output: ``Loop(model)`` is a ``Loop[str]``, ``Loop(model,
@@ -112,24 +109,20 @@ class Loop(Owner, Generic[OutputT, DepsT]):
     and ``RunResult.output`` is the value as that type; an invalid one goes
     back to the model up to ``max_output_retries`` times (each a model step),
     then the run ends ``invalid_output`` (the docs' "Typed output" page).
-    ``on_exhausted='answer'`` gives a run whose budget runs out one last model
-    step with tools disabled, to answer; ``max_identical_calls=N`` refuses a
-    tool called with the same arguments more than ``N`` times (the docs'
-    "Loop guard and wrap-up" page). ``ledger`` (an
-    ``agentloop.ledger.SQLiteLedger``, or any ``Ledger``) makes every run durable:
-    recorded as it goes, and continued after a crash by ``resume(run_id)``.
-    ``context`` (``agentloop.context.keep_last(tokens=...)`` or
-    ``summarise(model, tokens=...)``) fits each model request to a context
-    window in whole turns; the record keeps the whole history.
-    ``retry`` (an ``agentloop.models.RetryPolicy``, or ``None`` for none)
-    retries a model that failed with a passing error (a rate limit, a 5xx, a
-    timeout, a lost connection) after a wait; unless given, the provider
-    adapters' models get ``RetryPolicy()`` and plain callbacks none. ``model``
-    may be ``agentloop.models.fallback(primary, secondary, ...)``: models
-    asked in turn. See the docs' "Resilience" page. ``owns`` are context
-    managers the Loop opens and closes (MCP servers, say): ``with loop:`` (or
-    ``async with``) opens each in order and closes them in reverse.
-    ``deps_type`` is the type of each run's ``deps=``, which its tools read in
+    ``on_exhausted='answer'`` gives a run whose budget runs out one last model step with tools
+    disabled, to answer; ``max_identical_calls=N`` refuses a tool called with the same arguments
+    more than ``N`` times (the docs' "Loop guard and wrap-up" page). ``ledger`` (an
+    ``agentloop.ledger.SQLiteLedger``, or any ``Ledger``) makes every run durable: recorded as
+    it goes, and continued after a crash by ``resume(run_id)``. ``context``
+    (``agentloop.context.keep_last(tokens=...)`` or ``summarise(model, tokens=...)``) fits each
+    model request to a context window in whole turns; the record keeps the whole history.
+    ``retry`` (an ``agentloop.models.RetryPolicy``, or ``None`` for none) retries a model that
+    failed with a passing error (a rate limit, a 5xx, a timeout, a lost connection) after a
+    wait; unless given, the provider adapters' models get ``RetryPolicy()`` and plain callbacks
+    none. ``model`` may be ``agentloop.models.fallback(primary, secondary, ...)``: models asked
+    in turn. See the docs' "Resilience" page. ``owns`` are context managers the Loop opens and
+    closes (MCP servers, say): ``with loop:`` (or ``async with``) opens each in order and closes
+    them in reverse. ``deps_type`` is the type of each run's ``deps=``, which its tools read in
     their ``RunContext`` (the docs' "Dependencies" page).
     """
 
@@ -215,9 +208,8 @@ class Loop(Owner, Generic[OutputT, DepsT]):
             max_identical_calls=max_identical_calls,
             on_exhausted=on_exhausted,
         )
-        # What the drivers call: each model (a fallback chain's in turn) with the tools'
-        # specs for one that takes them, the output schema for one that takes ``output``,
-        # and tool_choice in the wrap-up step.
+        # What the drivers call: each model (a fallback chain's in turn) with what it takes
+        # of the tools' specs, the output schema and the wrap-up step's tool_choice.
         specs = specs_of(self.dispatcher)
         requested = None if self.output is None else self.output.request()
         self._bound_models = tuple(
@@ -239,7 +231,7 @@ class Loop(Owner, Generic[OutputT, DepsT]):
         self._adispatch = asyncio_dispatch(
             self.dispatcher, to_thread=to_thread, tool_timeout=self.tool_timeout
         )
-        self.ledger = checked_ledger(ledger)
+        self.ledger = durable_ledger(checked_ledger(ledger), self.dispatcher)
         self.context = checked_context(context)
         Owner.__init__(self, owns)
         self.deps_type: Any = checked_deps_type(deps_type, self.dispatcher)
@@ -257,6 +249,8 @@ class Loop(Owner, Generic[OutputT, DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
+        after: RunResult | None = None,
+        conversation: str | None = None,
     ) -> Run[OutputT]:
         """Begin a run driven by ``step()``; bad input raises here, before any model call.
 
@@ -264,9 +258,10 @@ class Loop(Owner, Generic[OutputT, DepsT]):
         not given: ``run.run_id``); ``RunExistsError`` if it is taken. ``deps``
         are the run's dependencies, which its tools read as ``ctx.deps``
         (``RunContext``); never recorded, so ``resume`` and the others take them too.
+        ``after=`` or ``conversation=``: a conversation's next turn (the docs' "Conversations").
         """
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        engine, cancel = fresh_engine(self, messages, cancel, run_id, deps)
+        engine, cancel = turn_engine(self, messages, cancel, run_id, deps, after, conversation)
         with released_on_error(engine):
             return sync_run(self, engine, registry, cancel, deps)
 
@@ -277,15 +272,13 @@ class Loop(Owner, Generic[OutputT, DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
+        after: RunResult | None = None,
+        conversation: str | None = None,
     ) -> RunResult[OutputT]:
-        """Run to a terminal state and return the result.
-
-        The result does not hold the run's id: with a ledger, pass ``run_id=``,
-        or use ``start()`` and read ``run.run_id`` (known before the first step).
-        """
+        """Run to a terminal state and return the result (``start``'s notes)."""
         # start()'s body, not start().finish(): the claim is given up if finishing raises too
         registry = self._sync_driver("loop.arun or loop.astart", awaits=True)
-        engine, cancel = fresh_engine(self, messages, cancel, run_id, deps)
+        engine, cancel = turn_engine(self, messages, cancel, run_id, deps, after, conversation)
         with released_on_error(engine):
             return sync_run(self, engine, registry, cancel, deps).finish()
 
@@ -326,7 +319,7 @@ class Loop(Owner, Generic[OutputT, DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
-        parent_run_id: str | None = None,
+        continues: str | None = None,
     ) -> RunResult[OutputT]:
         """A new run that goes on from a ``failed`` or ``exhausted`` run's transcript.
 
@@ -335,13 +328,13 @@ class Loop(Owner, Generic[OutputT, DepsT]):
         and made; a reply that ended it unrecorded is not among them), and
         it starts with this Loop's budgets afresh: ``max_steps`` and the
         others bound the new run alone, not the two together. It is linked to
-        the old one: its result's ``parent_run_id`` is the old run's id (the
-        id given, or a durable run's result's ``run_id``, or ``parent_run_id=``), kept in
+        the old one: its result's ``continues`` is the old run's id (the
+        id given, or a durable run's result's ``run_id``, or ``continues=``), kept in
         its run file and shown by ``show`` and the report. With a ledger the
         new run is durable, under ``run_id`` (a fresh one when not given).
         """
         registry = self._sync_driver("loop.acontinue_run", awaits=True)
-        engine, cancel = continued_engine(self, run, cancel, run_id, parent_run_id, deps)
+        engine, cancel = continued_engine(self, run, cancel, run_id, continues, deps)
         with released_on_error(engine):
             return sync_run(self, engine, registry, cancel, deps).finish()
 
@@ -352,10 +345,10 @@ class Loop(Owner, Generic[OutputT, DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
-        parent_run_id: str | None = None,
+        continues: str | None = None,
     ) -> RunResult[OutputT]:
         """``continue_run`` under asyncio."""
-        engine, cancel = continued_engine(self, run, cancel, run_id, parent_run_id, deps)
+        engine, cancel = continued_engine(self, run, cancel, run_id, continues, deps)
         with released_on_error(engine):
             return await async_run(self, engine, cancel, deps).afinish()
 
@@ -372,7 +365,7 @@ class Loop(Owner, Generic[OutputT, DepsT]):
 
         ``run`` is a result (``load_run(path)``, a finished run's, a paused
         one's), or a run's id in this Loop's ledger, read as its records stand;
-        the fork's ``parent_run_id`` is that run's id when it was durable. Its
+        the fork's ``continues`` is that run's id when it was durable. Its
         first ``at`` events are replayed under this Loop's budget,
         and ``step()``/``finish()`` go on with this Loop's model and tools: to
         try another model or tool from any point of a run. With a ledger the
@@ -407,9 +400,11 @@ class Loop(Owner, Generic[OutputT, DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
+        after: RunResult | None = None,
+        conversation: str | None = None,
     ) -> AsyncRun[OutputT]:
         """Begin a run driven by ``await run.astep()`` (or ``async for``) under asyncio."""
-        engine, cancel = fresh_engine(self, messages, cancel, run_id, deps)
+        engine, cancel = turn_engine(self, messages, cancel, run_id, deps, after, conversation)
         with released_on_error(engine):
             return async_run(self, engine, cancel, deps)
 
@@ -420,15 +415,15 @@ class Loop(Owner, Generic[OutputT, DepsT]):
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
         run_id: str | None = None,
+        after: RunResult | None = None,
+        conversation: str | None = None,
     ) -> RunResult[OutputT]:
-        """Run to a terminal state under asyncio and return the result (``run``'s note on ids)."""
-        live = self.astart(messages, cancel=cancel, run_id=run_id, deps=deps)
-        # A try, not ``released_on_error``: the context manager and its bound ``__exit__``
-        # would be two more objects each run in flight holds.
-        try:
-            return await live.afinish()
+        """Run to a terminal state under asyncio and return the result (``start``'s notes)."""
+        engine, cancel = turn_engine(self, messages, cancel, run_id, deps, after, conversation)
+        try:  # not ``released_on_error``: it and its ``__exit__`` are two objects a run holds
+            return await async_run(self, engine, cancel, deps).afinish()
         except BaseException:
-            release_claim(live._engine)
+            release_claim(engine)
             raise
 
     async def aresume(

@@ -15,6 +15,7 @@ __all__ = [
     "AGENTLOOP_TIME_TO_FIRST_TOKEN",
     "AGENTLOOP_TRIGGER",
     "AGENT_NAME",
+    "CONVERSATION_ID",
     "ERROR_TYPE",
     "INPUT_MESSAGES",
     "INPUT_TOKENS",
@@ -35,6 +36,8 @@ __all__ = [
 # GenAI semantic conventions (development status), as strings: the
 # semantic-conventions package only has them in an unstable module.
 OPERATION: Final = "gen_ai.operation.name"
+#: On a run span: the conversation a run is a turn of (``after=``, ``conversation=``).
+CONVERSATION_ID: Final = "gen_ai.conversation.id"
 AGENT_NAME: Final = "gen_ai.agent.name"
 PROVIDER_NAME: Final = "gen_ai.provider.name"
 REQUEST_MODEL: Final = "gen_ai.request.model"

@@ -54,6 +54,7 @@ from agentloop._otel.names import (
     AGENTLOOP_STEPS,
     AGENTLOOP_TIME_TO_FIRST_TOKEN,
     AGENTLOOP_TRIGGER,
+    CONVERSATION_ID,
     ERROR_TYPE,
     INPUT_MESSAGES,
     INPUT_TOKENS,
@@ -93,10 +94,13 @@ def _error_type(exc: BaseException | None) -> str:
 class _Following:
     """``OtelListener.for_run(run)``: the listener of that one run, current around its requests."""
 
-    __slots__ = ("_listener", "_run", "_run_id")
+    __slots__ = ("_conversation_id", "_listener", "_run", "_run_id")
 
-    def __init__(self, listener: OtelListener, run_id: str | None) -> None:
+    def __init__(
+        self, listener: OtelListener, run_id: str | None, conversation_id: str | None
+    ) -> None:
         self._listener, self._run_id = listener, run_id
+        self._conversation_id = conversation_id
         self._run: OpenRun | None = None
 
     def __repr__(self) -> str:
@@ -106,14 +110,15 @@ class _Following:
         now = time.time_ns()
         run = self._run
         if run is None or run.ended:  # a run subscribed mid-way, or going on after a pause
-            run = self._run = self._listener._begin(began_at(transition, now, now), self._run_id)
+            began = began_at(transition, now, now)
+            run = self._run = self._listener._begin(began, self._run_id, self._conversation_id)
         self._listener._heard(run, transition, now)
 
     def around(self, need: Request) -> Scope:
         now = time.time_ns()
         run = self._run
         if run is None or run.ended:
-            run = self._run = self._listener._begin(now, self._run_id)
+            run = self._run = self._listener._begin(now, self._run_id, self._conversation_id)
         return self._listener._scope(run, need, now)
 
 
@@ -200,7 +205,7 @@ class OtelListener:
         ``Loop``, or by ``run.subscribe``), subscribe what it returns, and
         enter its ``around(request)`` around each request they perform.
         """
-        return _Following(self, run.run_id)
+        return _Following(self, run.run_id, run.conversation_id)
 
     def __call__(self, transition: Transition) -> None:
         """Record ``transition`` heard by hand: open, extend or close its run's spans."""
@@ -210,7 +215,7 @@ class OtelListener:
             self._end_unseen(run)
             run = None
         if run is None:
-            run = self._begin(began_at(transition, now, now), None, followed=False)
+            run = self._begin(began_at(transition, now, now), None, None, followed=False)
             self._current.set(run)
         self._heard(run, transition, now)
         if run.ended:
@@ -227,7 +232,9 @@ class OtelListener:
 
     # -- spans ----------------------------------------------------------------------
 
-    def _begin(self, now: int, run_id: str | None, *, followed: bool = True) -> OpenRun:
+    def _begin(
+        self, now: int, run_id: str | None, conversation_id: str | None, *, followed: bool = True
+    ) -> OpenRun:
         if followed:
             previous = self._latest.get()
             if previous is not None and not previous.ended and not previous.active:
@@ -238,6 +245,8 @@ class OtelListener:
             attributes[AGENT_NAME] = self._agent_name
         if run_id is not None:
             attributes[AGENTLOOP_RUN_ID] = run_id
+        if conversation_id is not None:
+            attributes[CONVERSATION_ID] = conversation_id
         # The current context is the caller's (or, for a run inside a tool, the tool's span):
         # the run nests under it.
         span = self._tracer.start_span(

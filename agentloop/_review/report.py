@@ -27,6 +27,7 @@ from agentloop._review.text import (
     LIMIT,
     Events,
     commentary,
+    conversation_line,
     event_cells,
     groups,
     held_calls,
@@ -156,7 +157,9 @@ def report_html(result: RunResult, *, svg: bool | None = None) -> str:
         ("calls", f"{result.calls} of {budget.max_calls}"),
         ("tokens", tokens_line(result)),
         ("transitions", len(result.events)),
-        ("continues", result.parent_run_id),  # Loop.continue_run: the run this one goes on from
+        # A conversation's turn, and the turn before; else the run continue_run went on from.
+        ("conversation", conversation_line(result)),
+        ("continues", None if result.conversation_id else result.continues),
     ]
     for name, value in summary:
         if value is not None:

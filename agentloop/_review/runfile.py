@@ -217,7 +217,7 @@ def _build(document: dict[str, Any]) -> RunResult:
         budget = Budget(**document["budget"])
     except (TypeError, ValueError) as exc:
         raise Mismatch("$.budget", "a budget of int counts", str(exc)) from None
-    schema = document.get("output_schema")
+    schema, summary = document.get("output_schema"), document.get("summary")
     output = document["output"]
     if schema is not None:  # a typed output: the file keeps its JSON text, read back as JSON
         try:
@@ -240,8 +240,11 @@ def _build(document: dict[str, Any]) -> RunResult:
         usage=Usage(**document["usage"]),
         held_json=None if document["held"] is None else dumps(document["held"]),
         context=_policy(document.get("context")),
-        parent_run_id=document.get("parent_run_id"),
+        continues=document.get("continues"),
         run_id=document.get("run_id"),
+        conversation_id=document.get("conversation_id"),
+        turn=document.get("turn"),
+        summary=None if summary is None else (summary["fold"], summary["text"]),
         output_schema_json=None if schema is None else dumps(schema),
     )
 

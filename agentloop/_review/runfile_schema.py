@@ -149,8 +149,16 @@ SCHEMA["properties"]["events"]["items"]["properties"]["context"] = _record(
     tokens=_COUNT,
 )
 # Optional fields, written only when used: a continued run's links, a retry's wait, a model's name.
-SCHEMA["properties"]["parent_run_id"] = _STR
+SCHEMA["properties"]["continues"] = _STR
 SCHEMA["properties"]["run_id"] = _STR
+# A conversation's turn (``run(..., after=)``): both, or neither.
+SCHEMA["properties"]["conversation_id"] = _STR
+SCHEMA["properties"]["turn"] = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
+SCHEMA["dependentRequired"] = {"conversation_id": ["turn"], "turn": ["conversation_id"]}
+#: The summary carried in from the turn before (``summarise``): the turns it folds, its text.
+SCHEMA["properties"]["summary"] = _record(
+    fold={"type": "integer", "minimum": 1, "maximum": 2**63 - 1}, text={"type": "string"}
+)
 SCHEMA["properties"]["events"]["items"]["properties"].update(
     wait={"type": "number", "minimum": 0}, model=_STR
 )

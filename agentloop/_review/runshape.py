@@ -246,10 +246,14 @@ def document_of(result: RunResult, *, events: bool = True) -> dict[str, Any]:
         del document["events"]
     if result.context is not None:
         document["context"] = result.context.record()
-    if result.parent_run_id is not None:
-        document["parent_run_id"] = result.parent_run_id
+    if result.continues is not None:
+        document["continues"] = result.continues
     if result.run_id is not None:
         document["run_id"] = result.run_id
+    if result.conversation_id is not None:  # a conversation's turn
+        document["conversation_id"], document["turn"] = result.conversation_id, result.turn
+    if result.summary is not None:  # carried in from the turn before
+        document["summary"] = {"fold": result.summary[0], "text": result.summary[1]}
     if result.output_schema_json is not None:  # optional: a run with a typed output
         document["output_schema"] = orjson.loads(result.output_schema_json)
     return document

@@ -34,9 +34,10 @@ from agentloop._review.runshape import (
 )
 
 if TYPE_CHECKING:
+    from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.output_schema import OutputSchema
 
-__all__ = ["check_story", "reopen"]
+__all__ = ["check_story", "reopen", "summary_at_end"]
 
 
 # -- the story: replayed through the engine ---------------------------------------
@@ -94,7 +95,7 @@ def check_story(result: RunResult) -> RunResult:
             "$.transcript", "input messages a run accepts, then what was appended", str(exc)
         ) from None
     # Links to runs (its own id, the one it continues): nothing to replay.
-    replayed = engine.result()._replace(parent_run_id=result.parent_run_id, run_id=result.run_id)
+    replayed = engine.result()._replace(continues=result.continues, run_id=result.run_id)
     if replayed.transcript_json != result.transcript_json:
         made = orjson.loads(replayed.transcript_json)
         for index, (want, got) in enumerate(zip(made, transcript, strict=False)):
@@ -132,6 +133,11 @@ def _replayed(
         context=result.context,
         models=models_named(result.events),
         output=output_of(result) if output is None else output,
+        # A conversation's turn: which it is, and the summary it began with.
+        conversation=None
+        if result.conversation_id is None or result.turn is None
+        else (result.conversation_id, result.turn),
+        summary=result.summary,
     )
     return replay_events(
         messages,
@@ -219,3 +225,19 @@ def _compare(want: dict[str, Any], got: dict[str, Any], where: str) -> None:
             )
     for name in got.keys() - want.keys():  # an optional field the replay does not make
         raise Mismatch(f"{where}.{name}", "no such field, as replaying gives", as_found(got[name]))
+
+
+def summary_at_end(result: RunResult, context: ContextPolicy) -> tuple[int, str] | None:
+    """The summary in force when ``result``'s run stopped, under ``context`` (``summarise``).
+
+    What a next turn carries. Found by the one replay of its events under
+    ``context`` (the next turn's policy, whose counter a record may not name);
+    ``None`` if it has none, or its events do not replay under ``context``.
+    """
+    transcript = orjson.loads(result.transcript_json)
+    given = transcript[: len(transcript) - sum(len(e.appended_json) for e in result.events)]
+    try:
+        engine = _replayed(result._replace(context=context), given)
+    except (Mismatch, TypeError, ValueError):  # run under another policy: nothing is carried
+        return None
+    return engine.summary

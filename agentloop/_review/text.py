@@ -247,6 +247,14 @@ def tokens_line(result: RunResult) -> str | None:
     return f"{usage.total}{of}: {_tokens(usage)}"
 
 
+def conversation_line(result: RunResult) -> str | None:
+    """``conversation c, turn 3 (continues c::2)`` for a conversation's turn; else None."""
+    if result.conversation_id is None:
+        return None
+    before = "" if result.continues is None else f" (continues {result.continues})"
+    return f"conversation {result.conversation_id}, turn {result.turn}{before}"
+
+
 def _tokens(usage: Usage) -> str:
     return f"{usage.input_tokens} in ({usage.cached_tokens} cached), {usage.output_tokens} out"
 
@@ -351,7 +359,8 @@ def run_lines(
     """
     run = Events(result)
     rows = [event_cells(run, index, limit) for index in range(len(result.events))]
-    lines = [title, ""]
+    turn = conversation_line(result)
+    lines = [title, ""] if turn is None else [title, turn, ""]
     given = input_messages(result)
     if given:
         lines.extend(["input", *_input_lines(given, limit), ""])
@@ -368,8 +377,8 @@ def run_lines(
     tokens = tokens_line(result)
     if tokens is not None:
         lines.append(f"tokens   {tokens}")
-    if result.parent_run_id is not None:
-        lines.append(f"continues run {result.parent_run_id}")
+    if result.continues is not None and turn is None:  # a turn's first lines name it
+        lines.append(f"continues run {result.continues}")
     for name in ("output", "reason", "error"):
         # A typed output is shown as its JSON, as its run file keeps it.
         value = result.output_text if name == "output" else getattr(result, name)

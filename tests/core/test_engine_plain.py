@@ -197,7 +197,9 @@ PROTOCOL = {
     "pending",
     "reviews",
     "run_id",
-    "parent_run_id",
+    "continues",
+    "conversation",
+    "summary",
     "model_index",
     "history",
     "events",
@@ -222,22 +224,22 @@ def test_the_engines_docstring_lists_every_answer_of_next() -> None:
     }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", ["steps", "calls", "run_id", "parent_run_id", "model_index"])
+@pytest.mark.parametrize("name", ["steps", "calls", "run_id", "continues", "model_index"])
 def test_the_counters_and_the_runs_ids_are_read_only(name: str) -> None:
     """A driver reads them; only the engine's own rows (or its constructor) set them."""
-    engine = Engine("go", run_id="r1", parent_run_id="p0")
+    engine = Engine("go", run_id="r1", continues="p0")
     with pytest.raises(AttributeError):
         setattr(engine, name, 7)
-    assert (engine.steps, engine.calls, engine.run_id, engine.parent_run_id) == (0, 0, "r1", "p0")
+    assert (engine.steps, engine.calls, engine.run_id, engine.continues) == (0, 0, "r1", "p0")
     assert engine.model_index == 0
 
 
 def test_a_run_id_of_the_wrong_kind_is_refused() -> None:
-    """run_id and parent_run_id are text or None: else a TypeError naming the parameter."""
+    """run_id and continues are text or None: else a TypeError naming the parameter."""
     with pytest.raises(TypeError, match="expected run_id to be a str or None, got int"):
         Engine("go", run_id=7)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="expected parent_run_id to be a str or None, got bytes"):
-        Engine("go", parent_run_id=b"p")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="expected continues to be a str or None, got bytes"):
+        Engine("go", continues=b"p")  # type: ignore[arg-type]
 
 
 def test_nothing_outside_the_core_reaches_into_the_engine() -> None:

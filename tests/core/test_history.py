@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,3 +82,16 @@ def test_a_request_reads_only_what_the_history_held_when_it_was_made() -> None:
     assert need.history == [{"kind": "user", "text": "go"}]
     assert need.history_json == b'[{"kind":"user","text":"go"}]'
     assert AskModel(*history.request()).history[1]["text"] == "x" * CHUNK
+
+
+def test_history_json_decodes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    history = history_of([{"kind": "user", "text": "go"}], [[{"kind": "final", "text": "x" * 9}]])
+    need = AskModel(*history.request())
+
+    def refuse(data: Any) -> Any:
+        raise AssertionError("history_json decoded the record")
+
+    monkeypatch.setattr(orjson, "loads", refuse)
+    assert need.history_json == history.to_json()
+    monkeypatch.undo()
+    assert orjson.loads(need.history_json)[1] == {"kind": "final", "text": "x" * 9}

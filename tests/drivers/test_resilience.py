@@ -431,15 +431,15 @@ def test_continue_run_goes_on_from_the_transcript_with_fresh_budgets(driver: Dri
     old = Loop(ScriptedModel([call("c1"), ValueError("down")]), tools=[add], max_steps=5).run("hi")
     assert old.status == "failed"
     loop = Loop(ScriptedModel([final("done")]), tools=[add], max_steps=1)
-    new = loop.continue_run(old, parent_run_id="old-1")
-    assert (new.status, new.output, new.steps, new.parent_run_id) == (
+    new = loop.continue_run(old, continues="old-1")
+    assert (new.status, new.output, new.steps, new.continues) == (
         "finished",
         "done",
         1,
         "old-1",
     )
     assert new.transcript[: len(old.transcript)] == old.transcript
-    assert run_from_json(run_to_json(new)).parent_run_id == "old-1"
+    assert run_from_json(run_to_json(new)).continues == "old-1"
     assert_contract(new, old.transcript)
 
 
@@ -447,7 +447,7 @@ def test_continue_run_takes_an_exhausted_run_and_refuses_a_finished_one() -> Non
     """Exhausted goes on; finished or cancelled is refused, naming the status."""
     exhausted = Loop(ScriptedModel([call("c1")]), tools=[add], max_steps=1).run("hi")
     assert exhausted.status == "exhausted"
-    assert Loop(ScriptedModel([final()]), tools=[add]).continue_run(exhausted).parent_run_id is None
+    assert Loop(ScriptedModel([final()]), tools=[add]).continue_run(exhausted).continues is None
     finished = Loop(ScriptedModel([final()])).run("hi")
     with pytest.raises(
         ValueError,
@@ -459,16 +459,16 @@ def test_continue_run_takes_an_exhausted_run_and_refuses_a_finished_one() -> Non
 
 
 def test_continue_run_by_id_in_a_ledger_is_linked_in_the_record(tmp_path: Path) -> None:
-    """A durable failed run is continued by id: the new run's header keeps its parent."""
+    """A durable failed run is continued by id: the new run's header keeps the run it continues."""
     ledger = SQLiteLedger(tmp_path / "runs.db")
     Loop(ScriptedModel([ValueError("down")]), ledger=ledger).run("hi", run_id="first")
     new = Loop(ScriptedModel([final("ok")]), ledger=ledger).continue_run("first", run_id="second")
-    assert (new.status, new.parent_run_id) == ("finished", "first")
+    assert (new.status, new.continues) == ("finished", "first")
     again = Loop(ScriptedModel([]), ledger=ledger).resume("second")
     assert again == new
-    assert again.parent_run_id == "first"
-    with pytest.raises(ValueError, match="a run given by id is its own parent"):
-        Loop(ScriptedModel([]), ledger=ledger).continue_run("first", parent_run_id="x")
+    assert again.continues == "first"
+    with pytest.raises(ValueError, match="a run given by id is the one it goes on from"):
+        Loop(ScriptedModel([]), ledger=ledger).continue_run("first", continues="x")
 
 
 def test_continue_run_by_id_takes_this_loops_budget_and_tools(tmp_path: Path) -> None:
@@ -485,7 +485,7 @@ def test_continue_run_by_id_takes_this_loops_budget_and_tools(tmp_path: Path) ->
     model = ScriptedModel([call("c3", name="mul", a=2, b=3), final("6")])
     loop = Loop(model, tools=[add, mul], max_steps=5, ledger=ledger)
     new = loop.continue_run("first", run_id="second")
-    assert (new.status, new.output, new.steps, new.parent_run_id) == ("finished", "6", 2, "first")
+    assert (new.status, new.output, new.steps, new.continues) == ("finished", "6", 2, "first")
     assert new.transcript[: len(old.transcript)] == old.transcript
     assert new.transcript[len(old.transcript) + 1]["content"] == 6
     running = Loop(ScriptedModel([call("c9", a=1, b=1)]), tools=[add], ledger=ledger)
@@ -496,48 +496,46 @@ def test_continue_run_by_id_takes_this_loops_budget_and_tools(tmp_path: Path) ->
 
 def test_a_fork_names_the_run_it_forks_and_takes_a_run_id(tmp_path: Path) -> None:
     """fork("first", at=...) reads a ledger's run by id; a fork of a durable run is linked to
-    it as continue_run's new run is (parent_run_id, kept by its header and its run file)."""
+    it as continue_run's new run is (continues, kept by its header and its run file)."""
     ledger = SQLiteLedger(tmp_path / "runs.db")
     script = [call("c1", a=1, b=2), final("3")]
     first = Loop(ScriptedModel(script), tools=[add], ledger=ledger).run("hi", run_id="first")
     loop = Loop(ScriptedModel([final("three")]), tools=[add], ledger=ledger)
     fork = loop.fork("first", at=2, run_id="fork").finish()
-    assert (fork.status, fork.output, fork.parent_run_id, fork.run_id) == (
+    assert (fork.status, fork.output, fork.continues, fork.run_id) == (
         "finished",
         "three",
         "first",
         "fork",
     )
     assert fork.events[:2] == tuple(e._replace(at=None, took=None) for e in first.events[:2])
-    assert Loop(ScriptedModel([]), tools=[add], ledger=ledger).resume("fork").parent_run_id == (
-        "first"
-    )
-    assert run_from_json(run_to_json(fork)).parent_run_id == "first"
+    assert Loop(ScriptedModel([]), tools=[add], ledger=ledger).resume("fork").continues == ("first")
+    assert run_from_json(run_to_json(fork)).continues == "first"
     assert view_run(ledger, "first").result.run_id == "first"  # a view names its run
     in_memory = Loop(ScriptedModel([final("3!")]), tools=[add]).fork(first, at=2).finish()
-    assert in_memory.parent_run_id == "first"
+    assert in_memory.continues == "first"
     plain = Loop(ScriptedModel(script), tools=[add]).run("hi")
     again = Loop(ScriptedModel([final("3!")]), tools=[add]).fork(plain, at=2).finish()
-    assert again.parent_run_id is None  # a run that was not durable has no id to name
+    assert again.continues is None  # a run that was not durable has no id to name
 
 
 def test_a_durable_runs_result_names_it_and_continuing_the_result_links_to_it(
     tmp_path: Path,
 ) -> None:
     """result.run_id is the ledger's id, kept by its run file; continue_run(result) links to
-    it without parent_run_id=, which still wins when given; a plain run's id is None."""
+    it without continues=, which still wins when given; a plain run's id is None."""
     ledger = SQLiteLedger(tmp_path / "runs.db")
     failed = Loop(ScriptedModel([ValueError("down")]), ledger=ledger).run("hi", run_id="first")
     assert failed.run_id == "first"
     assert run_from_json(run_to_json(failed)).run_id == "first"
     new = Loop(ScriptedModel([final("ok")]), ledger=ledger).continue_run(failed, run_id="second")
-    assert (new.run_id, new.parent_run_id) == ("second", "first")
-    named = Loop(ScriptedModel([final("ok")])).continue_run(failed, parent_run_id="mine")
-    assert (named.run_id, named.parent_run_id) == (None, "mine")
+    assert (new.run_id, new.continues) == ("second", "first")
+    named = Loop(ScriptedModel([final("ok")])).continue_run(failed, continues="mine")
+    assert (named.run_id, named.continues) == (None, "mine")
     assert Loop(ScriptedModel([final()])).run("hi").run_id is None
 
 
-def test_agentloop_show_names_the_parent_of_a_ledger_run(
+def test_agentloop_show_names_the_run_a_ledger_run_continues(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``agentloop show runs.db <id>`` prints which run a continued run goes on from."""
@@ -551,13 +549,13 @@ def test_agentloop_show_names_the_parent_of_a_ledger_run(
     assert "continues run one" in capsys.readouterr().out
 
 
-def test_show_and_the_report_name_the_parent_run() -> None:
+def test_show_and_the_report_name_the_run_continued() -> None:
     """The text view and the HTML report say which run this one continues."""
     from agentloop._review.report import report_html
     from agentloop._review.text import run_lines
 
     old = Loop(ScriptedModel([ValueError("down")])).run("hi")
-    new = Loop(ScriptedModel([final()])).continue_run(old, parent_run_id="old-7")
+    new = Loop(ScriptedModel([final()])).continue_run(old, continues="old-7")
     assert "continues run old-7" in run_lines(new, title="t", limit=None)
     assert 'id="summary-continues">old-7<' in report_html(new)
 
@@ -658,5 +656,5 @@ def test_the_drivers_own_tiny_wait_then_the_retry(
 async def test_acontinue_run_goes_on_under_asyncio() -> None:
     """The asyncio form takes a failed run and an async model the same way."""
     failed = await Loop(AsyncScriptedModel([ValueError("down")])).arun("hi")
-    new = await Loop(AsyncScriptedModel([final("ok")])).acontinue_run(failed, parent_run_id="p")
-    assert (new.status, new.output, new.parent_run_id) == ("finished", "ok", "p")
+    new = await Loop(AsyncScriptedModel([final("ok")])).acontinue_run(failed, continues="p")
+    assert (new.status, new.output, new.continues) == ("finished", "ok", "p")

@@ -505,7 +505,7 @@ def test_every_refused_operation_leaves_the_ledger_as_it_was() -> None:
         (lambda: done.continue_run("paused"), agentloop.InvalidStateError),
         (lambda: done.continue_run("finished"), ValueError),
         (lambda: done.continue_run("failed", run_id="x:y"), ValueError),
-        (lambda: done.continue_run("failed", parent_run_id="p"), ValueError),
+        (lambda: done.continue_run("failed", continues="p"), ValueError),
         (lambda: paused.resume("paused", decisions={"c9": agentloop.approve()}), ValueError),
         (lambda: paused.resume("paused", decisions={}), ValueError),
         (lambda: done.resume("finished", decisions={}), agentloop.InvalidStateError),

@@ -29,7 +29,9 @@ from dbos import DBOS, SetWorkflowID
 import agentloop
 import agentloop._dbos.loop
 import agentloop._dbos.marker
+import agentloop._dbos.turns
 import agentloop.dbos
+from agentloop.__main__ import main
 from agentloop.dbos import DBOSLoop
 from agentloop.models import RetryPolicy, fallback
 from tests.durable.test_kill import CHECKPOINT_SCRIPT, FINAL, batch, call
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
 
 Message = dict[str, Any]
 POSTGRES = os.environ.get("AGENTLOOP_TEST_POSTGRES")
+#: The SQLite system database's URL, once the fixture made it.
+SQLITE_URL: list[str] = []
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
@@ -56,6 +60,7 @@ def system_db(
     schema = None
     if request.param == "sqlite":
         config["system_database_url"] = f"sqlite:///{tmp_path_factory.mktemp('dbos')}/sys.sqlite"
+        SQLITE_URL[:] = [config["system_database_url"]]  # for the command line's tests
     else:
         if not POSTGRES:
             pytest.skip("no Postgres: set AGENTLOOP_TEST_POSTGRES to a URL (the README says how)")
@@ -880,6 +885,87 @@ def test_typed_output_the_loop_guard_and_the_wrap_up_under_dbos(make: Any) -> No
         "wrap_up_due",
         "wrap_up_answered",
     ]
+
+
+def test_dbos_turns_and_race(
+    make: Any,
+    system_db: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """conversation= on a DBOSLoop: turn n is the workflow c::n, from the last turn's transcript;
+    two starts of one turn with different messages: one ConversationBusyError; agentloop runs
+    lists the turns together."""
+    world = World()
+
+    def model(history: list[Message]) -> Message:
+        if history[-1]["kind"] == "user":
+            return call(f"e{len(history)}", "effect", len(history))
+        return {"kind": "final", "text": f"heard {history[-3]['text']}"}
+
+    runs = make(agentloop.Loop(model, tools=world.registry()))
+    conversation = new_id()
+    first = runs.run("one", conversation=conversation)
+    second = runs.run("two", conversation=conversation)
+    assert [(r.run_id, r.turn, r.continues, r.conversation_id) for r in (first, second)] == [
+        (f"{conversation}::1", 1, None, conversation),
+        (f"{conversation}::2", 2, f"{conversation}::1", conversation),
+    ]
+    assert (second.status, second.output, second.steps, second.calls) == (
+        "finished",
+        "heard two",
+        2,
+        1,
+    )
+    assert second.transcript[: len(first.transcript)] == first.transcript
+    assert world.effects == [
+        ("effect", f"{conversation}::1:e1"),
+        ("effect", f"{conversation}::2:e5"),
+    ]
+    # Another process begins turn 3 between this one's reading turn 2 and its start.
+    real = agentloop._dbos.turns.next_turn
+
+    def raced(conversation_id: object, messages: Any) -> Any:
+        turn_id, history = real(conversation_id, messages)
+        _, theirs = real(conversation_id, "from elsewhere")
+        assert isinstance(theirs, list), "turn 3 goes on from turn 2's transcript"
+        with SetWorkflowID(turn_id):
+            DBOS.start_workflow(
+                agentloop._dbos.loop._run, runs.name, theirs, runs._fingerprint
+            ).get_result()
+        return turn_id, history
+
+    monkeypatch.setattr("agentloop._dbos.loop.next_turn", raced)
+    with pytest.raises(agentloop.ledger.ConversationBusyError, match="turn 3 of conversation"):
+        runs.run("three", conversation=conversation)
+    monkeypatch.undo()
+    third = runs.result(f"{conversation}::3")
+    assert third.transcript[len(second.transcript)]["text"] == "from elsewhere"
+    assert len(world.effects) == 3  # the loser's turn ran nothing
+    assert runs.run("four", conversation=conversation).turn == 4
+    with pytest.raises(ValueError, match="leave run_id= out"):
+        runs.start("x", run_id="y", conversation=conversation)
+    if system_db == "sqlite":
+        assert main(["runs", SQLITE_URL[0], "--conversation", conversation]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert [line.split()[:2] for line in lines[1:]] == [
+            ["conversation", conversation],
+            *([f"{conversation}::{n}", "finished"] for n in range(1, 5)),
+        ]
+
+
+def test_a_dbos_turn_is_refused_while_the_last_waits_for_decisions(make: Any) -> None:
+    """The turn before must have ended: one that waits for a person is named in the refusal."""
+    world = World()
+    runs = make(approving(world))
+    conversation = new_id()
+    handle = runs.start("go", conversation=conversation)
+    waiting = agentloop.dbos.pending(handle.workflow_id, timeout_seconds=30)
+    with pytest.raises(agentloop.InvalidStateError, match=r"turn 1 of .* waits for decisions"):
+        runs.start("and?", conversation=conversation)
+    assert DBOS.get_workflow_status(f"{conversation}::2") is None
+    agentloop.dbos.decide(handle.workflow_id, {p.call_id: p.deny("no") for p in waiting})
+    assert handle.get_result().turn == 1
 
 
 @attrs.define

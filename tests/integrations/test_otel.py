@@ -559,3 +559,23 @@ def test_a_summary_is_a_chat_span_of_its_own(otel: Exported) -> None:
                 and span.name == "chat"]  # fmt: skip
     assert attrs_of(error)["agentloop.trigger"] == "summary_raised"
     assert attrs_of(error)["error.type"] == "ConnectionError"
+
+
+@both
+def test_a_turns_run_span_names_its_conversation(otel: Exported, driver: str) -> None:
+    """gen_ai.conversation.id on the invoke_agent span of each turn, and of no other run."""
+    listener = otel.listener()
+    replies = [final("one"), final("two")]
+    if driver == "sync":
+        loop = Loop(ScriptedModel(replies), listeners=[listener])
+        first = loop.run("hi")
+        second = loop.run("again", after=first)
+    else:
+        aloop = Loop(AsyncScriptedModel(replies), listeners=[listener])
+        first = asyncio.run(aloop.arun("hi"))
+        second = asyncio.run(aloop.arun("again", after=first))
+    runs = [s for s in otel.spans() if s.name == "invoke_agent"]
+    assert [attrs_of(s).get("gen_ai.conversation.id") for s in runs] == [
+        None,
+        second.conversation_id,
+    ]

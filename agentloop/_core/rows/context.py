@@ -31,8 +31,9 @@ from agentloop._core.window import Window, context_plan
 if TYPE_CHECKING:
     from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.state import RunState
+    from agentloop._core.window import Summary
 
-__all__ = ["FEATURE", "ROWS", "init_context", "rebuild_context"]
+__all__ = ["FEATURE", "ROWS", "init_context", "rebuild_context", "summary_in_force"]
 
 FEATURE: Final = Feature.CONTEXT
 
@@ -48,6 +49,8 @@ def init_context(run: RunState, policy: ContextPolicy | None, encoded: list[byte
     #: The messages as the policy reads them (None: no policy), and the events read in.
     run.context = None if policy is None else (Window(policy.counter, encoded), [0])
     run.summary = None  # the summary in force
+    if run.carried is not None:  # carried from the turn before (a conversation's)
+        run.summary = _carried(policy, run.context, run.carried)
     run.plan = None  # the plan for the request about to be made
     run.seen = None  # what the request outstanding was sent
     run.view = None  # the request's messages, when not the history
@@ -71,6 +74,36 @@ def rebuild_context(run: RunState) -> None:
         for data in event.appended_json:
             window.add(data)
     read[0] = len(run.events)
+
+
+def summary_in_force(run: RunState) -> tuple[int, str] | None:
+    """The summary in force (the turns it folds, its text): what a next turn carries."""
+    summary = run.summary
+    return None if summary is None else (summary.turns, summary.text)
+
+
+def _carried(
+    policy: ContextPolicy | None, context: tuple[Window, list[int]] | None, carried: object
+) -> Summary:
+    """The summary a turn begins with, checked against its policy and its input's turns."""
+    if policy is None or policy.summariser is None or context is None:
+        raise ValueError(
+            "a summary is carried into a run under summarise(...) only, and this run has "
+            f"{'no context policy' if policy is None else 'keep_last'}"
+        )
+    window = context[0]
+    if (
+        type(carried) is not tuple
+        or len(carried) != 2
+        or type(carried[0]) is not int
+        or type(carried[1]) is not str
+        or not 1 <= carried[0] <= len(window.turns)
+    ):
+        raise ValueError(
+            "expected summary to be (turns, text): the number of the input's turns it "
+            f"folds (1 to {len(window.turns)}) and its text, got {carried!r:.80}"
+        )
+    return window.summary(*carried)
 
 
 @guard(G.CONTEXT_OVERFLOWS)
