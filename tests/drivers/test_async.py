@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -477,3 +478,56 @@ def test_an_interrupt_in_a_task_the_driver_made_ends_the_run(
     recorded = asyncio.run(interrupted_loop(where, ledger).aresume("r1"))
     assert recorded.status is State.CANCELLED
     assert getattr(recorded.events[-1].exception, "type_name", None) == "KeyboardInterrupt"
+
+
+#: GC-tracked objects a run in flight under ``arun`` holds, at most (docs/performance.md):
+#: the cyclic collector's full collections walk each of them for every run at once, so what
+#: one run holds sets how CPU per run grows with the number of runs in flight.
+HELD_AT_THE_MODEL = 36
+HELD_AT_A_TOOL = 49
+
+
+@pytest.mark.parametrize(
+    ("held_at", "most"), [("model", HELD_AT_THE_MODEL), ("tool", HELD_AT_A_TOOL)]
+)
+async def test_a_run_in_flight_holds_few_objects_the_collector_walks(
+    held_at: str, most: int
+) -> None:
+    """Runs held at their model (or their tool) each hold at most ``most`` tracked objects."""
+    runs = 50
+    waiting = asyncio.Event()
+    go = asyncio.Event()
+
+    async def wait_here(where: str) -> None:
+        if where == held_at and not go.is_set():
+            arrived.append(where)
+            if len(arrived) == runs:
+                waiting.set()
+            await go.wait()
+
+    arrived: list[str] = []
+
+    async def model(history: list[Message]) -> Message:
+        if len(history) == 1:
+            await wait_here("model")
+            return call("c0", name="echo", value="x")
+        return final("ok")
+
+    async def echo(value: str) -> str:
+        await wait_here("tool")
+        return value
+
+    loop = Loop(model, tools={"echo": echo}, max_steps=2, max_calls=1)
+    go.set()
+    await asyncio.gather(*(loop.arun("go") for _ in range(3)))  # first-call caches, not held
+    go.clear()
+    gc.collect()
+    before = len(gc.get_objects())
+    gathered = asyncio.gather(*(loop.arun("go") for _ in range(runs)))
+    await waiting.wait()
+    gc.collect()
+    held = (len(gc.get_objects()) - before) / runs
+    go.set()
+    results = await gathered
+    assert [(r.status, r.steps, r.calls) for r in results] == [("finished", 2, 1)] * runs
+    assert held <= most, f"a run in flight holds {held:.1f} tracked objects, more than {most}"
