@@ -29,10 +29,8 @@ from agentloop._errors import (
     InvalidStateError,
     JSONError,
 )
+from agentloop._loop.handoff import handoff
 from agentloop._loop.loop import Loop
-
-# isort: split
-from agentloop._loop.handoff import handoff  # after Loop, which it imports
 from agentloop._names import publish as _publish
 from agentloop._tools.registry import Decision, Tool, ToolRegistry, allow, deny
 

@@ -25,11 +25,11 @@ from agentloop._drivers.sync import Run
 from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._durable.protocol import Ledger
 from agentloop._loop.agent_tool import AsTool, durable_ledger
-from agentloop._loop.continued import read_ended, released_on_error
+from agentloop._loop.continued import read_ended, release_claim, released_on_error
 from agentloop._loop.conversation import Conversations, turn_engine
 from agentloop._loop.deps import checked_deps_type
 from agentloop._loop.engines import continued_engine, forked_engine, resumed_engine
-from agentloop._loop.fallback import Fallback, model_name
+from agentloop._loop.fallback import Fallback
 from agentloop._loop.owner import Owner
 from agentloop._loop.running import async_run, sync_run
 from agentloop._loop.settings import (
@@ -43,7 +43,6 @@ from agentloop._loop.settings import (
     checked_ledger,
     checked_listeners,
     checked_model,
-    checked_name,
     checked_retry,
     checked_system,
     checked_tool_names,
@@ -56,6 +55,7 @@ from agentloop._loop.settings import (
     timeout,
     timeout_bites,
 )
+from agentloop._loop.team import Handoff, Handoffs
 from agentloop._tools.dispatcher import as_dispatcher
 from agentloop._tools.output_type import output_schema
 from agentloop._tools.registry import ToolRegistry
@@ -70,55 +70,62 @@ _T = TypeVar("_T")
 _D = TypeVar("_D")
 
 
-class Loop(Owner, Conversations, AsTool, Generic[OutputT, DepsT]):
+class Loop(Owner, Conversations, AsTool, Handoffs, Generic[OutputT, DepsT]):
     """Configuration for runs: a model, its tools and its budgets. Reusable.
 
-    Generic in its output: ``Loop(model)`` is a ``Loop[str]``, ``Loop(model, output=City)`` a
-    ``Loop[City]`` (its results are ``RunResult[City]``), and an ``output`` that is not a class (a
-    union, a JSON Schema) a ``Loop[Any]``; and in its ``deps_type``: ``Loop(model, deps_type=D)``
-    is a ``Loop[str, D]``.
+    Generic in its output: ``Loop(model)`` is a ``Loop[str]``, ``Loop(model,
+    output=City)`` a ``Loop[City]`` (its results are ``RunResult[City]``), and
+    an ``output`` that is not a class (a union, a JSON Schema) a ``Loop[Any]``;
+    and in its ``deps_type``: ``Loop(model, deps_type=D)`` is a ``Loop[str, D]``.
 
-    ``max_steps`` bounds the model calls of a run (failed and malformed ones included),
-    ``max_calls`` its accepted tool calls (whatever their outcome); a run that would pass either
-    ends ``exhausted``. ``max_total_tokens`` (optional) ends a run ``exhausted`` before a model
-    call once the tokens its replies reported (``usage``) reach it. ``tools`` is a mapping of name
-    to handler or a list of ``Tool`` objects and handlers (either becomes a ``ToolRegistry``), a
-    ``ToolRegistry``, or any object with ``dispatch(call) -> {'status': ..., 'content': ...}``.
-    ``listeners`` are called with each transition of every run; one that raises does so from
-    ``step()``/``finish()``/``run()`` after the transition was made, and the run, consistent, goes
-    on when finished again. ``system`` (a str) is the system prompt: every run's input starts with
-    ``{'kind': 'system', 'text': system}`` (an input that starts with that same message, a previous
-    run's transcript, is taken as it is; one that starts with another system message is refused).
-    ``model_timeout`` and ``tool_timeout`` (seconds) bite on an awaited model or tool (an ``async
-    def`` one, which ``run`` awaits on an event loop of the run's own, or a ``to_thread`` one); a
-    ``tool_timeout`` over a registry's plain tool, which it could not interrupt, is refused with a
-    ``ValueError`` naming the tool. ``to_thread`` (run plain callables in a worker thread) and
-    ``max_concurrency`` (run up to that many calls of a batch at once; 1 runs them one at a time)
-    need the asyncio driver: a synchronous run cannot run two calls at once, so ``start``/``run``
-    refuse them. Unless given, ``max_concurrency`` is 10 under asyncio, and a synchronous run runs
-    one call at a time. A model that takes a keyword parameter ``tools`` is called ``model(history,
-    tools=specs)``, the specs of the tools (``{'name', 'description', 'parameters'}`` each) made
-    for every request. ``output`` (a type, or a JSON Schema as a dict) asks for a typed final
-    answer: its text must be JSON that matches ``output``'s schema, and ``RunResult.output`` is the
-    value as that type; an invalid one goes back to the model up to ``max_output_retries`` times
-    (each a model step), then the run ends ``invalid_output`` (the docs' "Typed output" page).
+    ``max_steps`` bounds the model calls of a run (failed and malformed ones
+    included), ``max_calls`` its accepted tool calls (whatever their outcome);
+    a run that would pass either ends ``exhausted``. ``max_total_tokens``
+    (optional) ends a run ``exhausted`` before a model call once the tokens
+    its replies reported (``usage``) reach it.
+    ``tools`` is a mapping of name to handler or a list of ``Tool`` objects and
+    handlers (either becomes a ``ToolRegistry``), a ``ToolRegistry``, or any
+    object with ``dispatch(call) -> {'status': ..., 'content': ...}``.
+    ``listeners`` are called with each transition of every run; one that
+    raises does so from ``step()``/``finish()``/``run()`` after the transition
+    was made, and the run, consistent, goes on when finished again.
+    ``system`` (a str) is the system prompt: every run's input starts with
+    ``{'kind': 'system', 'text': system}`` (an input that starts with that
+    same message, a previous run's transcript, is taken as it is; one that
+    starts with another system message is refused).
+    ``model_timeout`` and ``tool_timeout`` (seconds) bite on an awaited model
+    or tool (an ``async def`` one, which ``run`` awaits on an event loop of the
+    run's own, or a ``to_thread`` one); a ``tool_timeout`` over a registry's
+    plain tool, which it could not interrupt, is refused with a
+    ``ValueError`` naming the tool. ``to_thread`` (run plain callables in
+    a worker thread) and ``max_concurrency`` (run up to that many calls of a
+    batch at once; 1 runs them one at a time) need the asyncio driver: a
+    synchronous run cannot run two calls at once, so ``start``/``run`` refuse
+    them. Unless given, ``max_concurrency`` is 10 under asyncio, and a
+    synchronous run runs one call at a time. A model that takes a keyword
+    parameter ``tools`` is called ``model(history, tools=specs)``, the specs
+    of the tools (``{'name', 'description', 'parameters'}`` each) made for
+    every request. ``output`` (a type, or a JSON Schema as a dict) asks for a
+    typed final answer: its text must be JSON that matches ``output``'s schema,
+    and ``RunResult.output`` is the value as that type; an invalid one goes
+    back to the model up to ``max_output_retries`` times (each a model step),
+    then the run ends ``invalid_output`` (the docs' "Typed output" page).
     ``on_exhausted='answer'`` gives a run whose budget runs out one last model step with tools
     disabled, to answer; ``max_identical_calls=N`` refuses a tool called with the same arguments
     more than ``N`` times (the docs' "Loop guard and wrap-up" page). ``ledger`` (an
-    ``agentloop.ledger.SQLiteLedger``, or any ``Ledger``) makes every run durable: recorded as it
-    goes, and continued after a crash by ``resume(run_id)``. ``context``
+    ``agentloop.ledger.SQLiteLedger``, or any ``Ledger``) makes every run durable: recorded as
+    it goes, and continued after a crash by ``resume(run_id)``. ``context``
     (``agentloop.context.keep_last(tokens=...)`` or ``summarise(model, tokens=...)``) fits each
-    model request to a context window in whole turns; the record keeps the whole history. ``retry``
-    (an ``agentloop.models.RetryPolicy``, or ``None`` for none) retries a model that failed with a
-    passing error (a rate limit, a 5xx, a timeout, a lost connection) after a wait; unless given,
-    the provider adapters' models get ``RetryPolicy()`` and plain callbacks none. ``model`` may be
-    ``agentloop.models.fallback(primary, secondary, ...)``: models asked in turn. See the docs'
-    "Resilience" page. ``owns`` are context managers the Loop opens and closes (MCP servers, say):
-    ``with loop:`` (or ``async with``) opens each in order and closes them in reverse.
-    ``deps_type`` is the type of each run's ``deps=``, which its tools read in their ``RunContext``
-    (the docs' "Dependencies" page). ``name`` names the Loop as an agent (by default, its model's
-    name); ``handoffs`` (``agentloop.handoff(loop)`` each, or ``add_handoff``) let its model hand
-    the run to another agent (the docs' "Handoffs" page).
+    model request to a context window in whole turns; the record keeps the whole history.
+    ``retry`` (an ``agentloop.models.RetryPolicy``, or ``None`` for none) retries a model that
+    failed with a passing error (a rate limit, a 5xx, a timeout, a lost connection) after a
+    wait; unless given, the provider adapters' models get ``RetryPolicy()`` and plain callbacks
+    none. ``model`` may be ``agentloop.models.fallback(primary, secondary, ...)``: models asked
+    in turn. See the docs' "Resilience" page. ``owns`` are context managers the Loop opens and
+    closes (MCP servers, say): ``with loop:`` (or ``async with``) opens each in order and closes
+    them in reverse. ``deps_type`` is the type of each run's ``deps=``, which its tools read in
+    their ``RunContext`` (the docs' "Dependencies" page). ``name`` (by default, its model's) and
+    ``handoffs`` (``agentloop.handoff(loop)`` each) make it an agent of a team (docs: "Handoffs").
     """
 
     @overload
@@ -193,8 +200,8 @@ class Loop(Owner, Conversations, AsTool, Generic[OutputT, DepsT]):
         self.retry = default_retry(models) if retry is DEFAULT else checked_retry(retry)
         if self.retry is not None:  # one layer retries: an adapter's SDK makes one attempt
             models = single_attempts(models)
-        #: The final answer's schema and converter (``output=T``), or None: text (output=str too).
-        plain = output is None or output is str
+        plain = output is None or output is str  # output=str: a plain text answer, not JSON
+        #: The final answer's schema and converter (``output=T``), or None: text.
         self.output: OutputSchema | None = None if plain else output_schema(output)
         self.budget = Budget(
             max_steps=max_steps,
@@ -204,9 +211,7 @@ class Loop(Owner, Conversations, AsTool, Generic[OutputT, DepsT]):
             max_identical_calls=max_identical_calls,
             on_exhausted=on_exhausted,
         )
-        # What the drivers call: each model with its tools' and handoffs' specs (bind_model).
-        tools, self.handoffs = specs_of(self.dispatcher), list[Handoff[OutputT]]()
-        specs = lambda: [*tools(), *(given.spec() for given in self.handoffs)]  # noqa: E731
+        specs = self._with_handoffs(specs_of(self.dispatcher))  # what bind_model offers a model
         requested = None if self.output is None else self.output.request()
         self._bound_models = tuple(
             bind_model(one, specs, requested, wraps_up=on_exhausted == "answer") for one in models
@@ -230,12 +235,7 @@ class Loop(Owner, Conversations, AsTool, Generic[OutputT, DepsT]):
         self.context = checked_context(context)
         Owner.__init__(self, owns)
         self.deps_type: Any = checked_deps_type(deps_type, self.dispatcher)
-        self.name = model_name(model) if name is None else checked_name(name)
-        list(map(self.add_handoff, handoffs))  # each checked as add_handoff checks it
-
-    def add_handoff(self, given: Handoff[OutputT]) -> None:
-        """Offer the model a handoff to another agent too (a cycle is made this way)."""
-        self.handoffs.append(checked_handoff(self, given))
+        Handoffs.__init__(self, name, model, handoffs)  # each checked against this Loop
 
     def __repr__(self) -> str:
         return (
@@ -421,8 +421,11 @@ class Loop(Owner, Conversations, AsTool, Generic[OutputT, DepsT]):
     ) -> RunResult[OutputT]:
         """Run to a terminal state under asyncio and return the result (``start``'s notes)."""
         engine, cancel = turn_engine(self, messages, cancel, run_id, deps, after, conversation)
-        with released_on_error(engine):
+        try:  # not ``released_on_error``: it and its ``__exit__`` are two objects a run holds
             return await async_run(self, engine, cancel, deps).afinish()
+        except BaseException:
+            release_claim(engine)
+            raise
 
     async def aresume(
         self,
@@ -445,6 +448,3 @@ class Loop(Owner, Conversations, AsTool, Generic[OutputT, DepsT]):
     def _sync_driver(self, instead: str, *, awaits: bool = False) -> ToolRegistry | None:
         """``for_sync_driver`` for this Loop, read on every run: the run made next takes it."""
         return for_sync_driver(self._asyncio_only, self.dispatcher, instead, awaits=awaits)
-
-
-from agentloop._loop.handoff import Handoff, checked_handoff  # noqa: E402  (it imports Loop)

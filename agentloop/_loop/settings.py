@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from agentloop._drivers.callbacks import Listener, Model
-    from agentloop._loop.handoff import Handoff
+    from agentloop._loop.team import Handoff
 
 __all__ = [
     "DEFAULT",

@@ -9,19 +9,109 @@ place of the first message's, and its tools.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 from agentloop._core.agents import Agents
+from agentloop._core.values import OutputT
 from agentloop._drivers.callbacks import Model, is_async
+from agentloop._loop.fallback import model_name
+from agentloop._loop.settings import checked_name, specs_of
 from agentloop._tools.registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from agentloop._core.engine import Engine
     from agentloop._loop.loop import Loop
 
-__all__ = ["team_dispatch", "team_model", "team_of", "team_record"]
+__all__ = [
+    "Handoff",
+    "Handoffs",
+    "checked_handoff",
+    "team_dispatch",
+    "team_model",
+    "team_of",
+    "team_record",
+]
+
+
+class Handoff(Generic[OutputT]):
+    """A handoff to ``target`` (a ``Loop``), offered to the model as the tool ``tool_name``."""
+
+    __slots__ = ("description", "target", "tool_name")
+
+    def __init__(self, target: Loop[OutputT, Any], tool_name: str, description: str) -> None:
+        self.target, self.tool_name, self.description = target, tool_name, description
+
+    def __repr__(self) -> str:
+        return f"handoff({self.target.name!r}, tool_name={self.tool_name!r})"
+
+    def spec(self) -> dict[str, Any]:
+        """The tool's spec, as a model is offered it: no arguments."""
+        return {
+            "name": self.tool_name,
+            "description": self.description,
+            "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+        }
+
+
+class Handoffs:
+    """A Loop as an agent: its name, and its handoffs (``Loop(name=, handoffs=)``)."""
+
+    name: str
+    handoffs: list[Handoff[Any]]
+
+    def __init__(self, name: str | None, model: object, handoffs: Iterable[Handoff[Any]]) -> None:
+        self.name = model_name(model) if name is None else checked_name(name)
+        self.handoffs = []
+        for given in handoffs:
+            self.add_handoff(given)
+
+    def add_handoff(self, given: Handoff[Any]) -> None:
+        """Offer the model a handoff to another agent too (a cycle is made this way)."""
+        self.handoffs.append(checked_handoff(self, given))  # type: ignore[arg-type]  # a Loop
+
+    def _with_handoffs(self, tools: Callable[[], list[Any]]) -> Callable[[], list[Any]]:
+        """The specs a model is offered: its tools', then its handoffs' (read at each request)."""
+        return lambda: [*tools(), *(given.spec() for given in self.handoffs)]
+
+
+def checked_handoff(loop: Loop[Any, Any], given: object) -> Handoff[Any]:
+    """``given``, a ``Handoff`` whose target ``loop`` may share a run with; else an error."""
+    if not isinstance(given, Handoff):
+        raise TypeError(
+            f"expected each handoff to be agentloop.handoff(loop, ...), got {type(given).__name__}"
+        )
+    target = given.target
+    mine = None if loop.output is None else loop.output.schema
+    theirs = None if target.output is None else target.output.schema
+    if mine != theirs:
+        raise TypeError(
+            f"expected the agents of a team to share one output type: {loop.name!r} answers "
+            f"{_said(mine)}, and {target.name!r}, which it hands to, {_said(theirs)}"
+        )
+    if loop.deps_type != target.deps_type:
+        raise TypeError(
+            f"expected the agents of a team to share one deps_type: {loop.name!r} has "
+            f"{loop.deps_type!r}, and {target.name!r}, which it hands to, {target.deps_type!r}"
+        )
+    if given.tool_name in _tool_names(loop) or any(
+        h.tool_name == given.tool_name for h in loop.handoffs
+    ):
+        raise ValueError(
+            f"expected the handoff's tool name to be new to {loop.name!r}, got "
+            f"{given.tool_name!r}, which it already has: pass tool_name= to handoff()"
+        )
+    return given
+
+
+def _tool_names(loop: Loop[Any, Any]) -> set[str]:
+    """The names of ``loop``'s tools, as its models are offered them."""
+    return {str(spec.get("name")) for spec in specs_of(loop.dispatcher)()}
+
+
+def _said(schema: object) -> str:
+    return "text" if schema is None else f"the schema {schema!r:.120}"
 
 
 def team_of(loop: Loop[Any, Any]) -> tuple[Agents, dict[str, Loop[Any, Any]]] | None:
