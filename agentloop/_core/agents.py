@@ -13,9 +13,12 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agentloop._core.engine import Engine
     from agentloop._core.values import Transition
 
-__all__ = ["Agents", "checked_agents"]
+__all__ = ["Agents", "checked_agents", "with_filters"]
 
 
 class Agents(NamedTuple):
@@ -25,6 +28,8 @@ class Agents(NamedTuple):
     start: str
     #: For each agent, by name: each handoff tool it is offered, and the agent it hands to.
     handoffs: Mapping[str, Mapping[str, str]]
+    #: The handoffs that have a filter, as ``(agent, tool)``: the filter's view is recorded.
+    filtered: frozenset[tuple[str, str]] = frozenset()
 
     def in_turn(self, events: Iterable[Transition]) -> list[str]:
         """The agents in force over ``events``, in turn: the first, then each handed to."""
@@ -33,10 +38,13 @@ class Agents(NamedTuple):
 
     def as_json(self) -> dict[str, Any]:
         """Plain JSON: ``{"start": name, "handoffs": {agent: {tool: target}}}``."""
-        return {
+        found: dict[str, Any] = {
             "start": self.start,
             "handoffs": {agent: dict(tools) for agent, tools in self.handoffs.items()},
         }
+        if self.filtered:
+            found["filtered"] = sorted(map(list, self.filtered))
+        return found
 
     @classmethod
     def from_json(cls, document: object) -> Agents:
@@ -54,7 +62,14 @@ class Agents(NamedTuple):
                 'expected agents to be {"start": name, "handoffs": {agent: {tool: target}}}, '
                 f"got {document!r:.120}"
             )
-        return cls(document["start"], {a: dict(t) for a, t in document["handoffs"].items()})
+        filtered = document.get("filtered", [])
+        if type(filtered) is not list or not all(
+            type(pair) is list and len(pair) == 2 and all(type(n) is str for n in pair)
+            for pair in filtered
+        ):
+            raise ValueError(f"expected filtered to be [[agent, tool], ...], got {filtered!r:.120}")
+        handoffs = {a: dict(t) for a, t in document["handoffs"].items()}
+        return cls(document["start"], handoffs, frozenset((a, t) for a, t in filtered))
 
 
 def checked_agents(agents: object) -> Agents | None:
@@ -71,3 +86,12 @@ def checked_agents(agents: object) -> Agents | None:
             f"be one of the team {sorted(team)}, got {sorted(unknown | {agents.start} - team)}"
         )
     return agents
+
+
+def with_filters(engine: Engine, filters: Mapping[tuple[str, str], Callable[..., Any]]) -> None:
+    """``engine`` asks these handoff filters, by ``(agent, tool)`` (the Loop's, never recorded).
+
+    A replay needs none (it feeds back the views its record holds); a run
+    that goes on live asks them.
+    """
+    engine._run.filters = dict(filters)  # the core's own: the engine takes its live parts here

@@ -22,12 +22,12 @@ from agentloop._core.checks import answering, checked_decisions, checked_review,
 from agentloop._core.context_policy import ContextPolicy, Summarise
 from agentloop._core.drafts import (
     Draft,
+    aside_draft,
     exception_draft,
     interruption_draft,
     next_draft,
     outcome_draft,
     reply_draft,
-    summary_draft,
 )
 from agentloop._core.intake import raised_outcome, take_outcome
 from agentloop._core.output_schema import OutputSchema
@@ -62,7 +62,7 @@ __all__ = ["Engine"]
 
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _SUMMARISE: Final = Trigger.SUMMARISE
-_BACK_OFF: Final = Trigger.BACK_OFF
+_BACK_OFF, _HAND_OFF = Trigger.BACK_OFF, Trigger.HAND_OFF
 _REPLIED: Final = Trigger.MODEL_REPLIED
 _DEFAULT_BUDGET: Final = Budget()
 
@@ -312,9 +312,9 @@ class Engine:
         reply: it goes on the event, never into the history.
         """
         run = self._run
-        if run.outstanding is _SUMMARISE:
-            draft = summary_draft(run, reply)
-            return run.commit(self._choose(Trigger.SUMMARY_WRITTEN, draft), draft, self._commit)
+        if run.outstanding is _SUMMARISE or run.outstanding is _HAND_OFF:  # a summary, a view
+            trigger, draft = aside_draft(run, reply)
+            return run.commit(self._choose(trigger, draft), draft, self._commit)
         if run.outstanding is not _ASK_MODEL:
             raise refused(run, "a model reply")
         draft = reply_draft(run, reply)

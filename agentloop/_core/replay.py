@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from agentloop._core.approval import ask
-from agentloop._core.context_policy import Summarise
+from agentloop._core.context_policy import FilterHistory, Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.json import exception_content
 from agentloop._core.output_schema import told_problems
@@ -51,6 +51,7 @@ _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 # The reports that answer a model request: the ask that spent the step comes first.
 _ASKED: Final = (Trigger.MODEL_REPLIED, Trigger.MODEL_RAISED, Trigger.MODEL_INTERRUPTED)
 _INTERRUPTIONS: Final = (
+    Trigger.FILTER_INTERRUPTED,
     Trigger.MODEL_INTERRUPTED,
     Trigger.TOOL_INTERRUPTED,
     Trigger.INTERRUPTED,
@@ -59,6 +60,8 @@ _INTERRUPTIONS: Final = (
 )
 # The reports that answer the summariser (a context policy's): its ask spent the step.
 _SUMMARISED: Final = (Trigger.SUMMARY_WRITTEN, Trigger.SUMMARY_RAISED, Trigger.SUMMARY_INTERRUPTED)
+# The reports that answer a handoff's filter: the engine hands out its request first.
+_FILTERED: Final = (Trigger.HANDED_OFF, Trigger.FILTER_RAISED, Trigger.FILTER_INTERRUPTED)
 # The reports that end a wait: the engine hands out the wait first.
 _WAITED: Final = (Trigger.WAITED, Trigger.WAIT_INTERRUPTED)
 _BY_ITSELF: Final = frozenset(NEXT.values())
@@ -67,6 +70,7 @@ _HANDED: Final[dict[Trigger, tuple[type, str]]] = {
     **dict.fromkeys(_ASKED, (AskModel, "the model asked here")),
     **dict.fromkeys(_SUMMARISED, (Summarise, "the summariser asked here")),
     **dict.fromkeys(_WAITED, (Wait, "a wait before a retry here")),
+    **dict.fromkeys(_FILTERED, (FilterHistory, "the handoff's filter asked here")),
 }
 
 
@@ -207,12 +211,14 @@ def _feed(
         interrupted = engine.interrupted(_exception(event, where), partial_text=event.partial_text)
         assert interrupted is not None, "a run that is not over is interrupted"
         return interrupted
+    if trigger is Trigger.HANDED_OFF:  # the view the filter answered, not asked again
+        return engine.replied(None if event.input_json is None else orjson.loads(event.input_json))
     if trigger is Trigger.MODEL_REPLIED or trigger is Trigger.SUMMARY_WRITTEN:
         reply: object = rejected if event.input_json is None else orjson.loads(event.input_json)
         if event.usage is not None and type(reply) is dict:
             reply = {**reply, "usage": event.usage._asdict()}  # what the reply reported
         return engine.replied(reply)
-    if trigger is Trigger.MODEL_RAISED or trigger is Trigger.SUMMARY_RAISED:
+    if trigger in (Trigger.MODEL_RAISED, Trigger.SUMMARY_RAISED, Trigger.FILTER_RAISED):
         exc = _exception(event, where)
         exc.usage = None if event.usage is None else event.usage._asdict()
         return engine.raised(exc, wait=event.wait)

@@ -21,7 +21,7 @@ from agentloop._core.messages import History, ids_of, input_messages
 from agentloop._core.output_schema import OutputSchema
 from agentloop._core.retry_policy import checked_retry
 from agentloop._core.rows.context import init_context, rebuild_context
-from agentloop._core.rows.handoff import agent_in_force
+from agentloop._core.rows.handoff import agent_in_force, team_view
 from agentloop._core.rows.review import approvals
 from agentloop._core.rows.wrapup import WRAP_UP_BEGUN
 from agentloop._core.table import MODEL_ANSWERS, TERMINAL, Guard, State, Trigger
@@ -82,6 +82,7 @@ class RunState:
         "conversation",
         "draft",
         "events",
+        "filters",
         "handed",
         "history",
         "input",
@@ -104,6 +105,7 @@ class RunState:
         "state",
         "steps",
         "summary",
+        "team_view",
         "tokens",
         "view",
         "wrapping",
@@ -181,6 +183,10 @@ class RunState:
         #: A team's (``Loop(handoffs=...)``): the agents, and the one in force.
         self.agents = checked_agents(agents)
         self.agent = None if agents is None else agents.start
+        #: The handoffs' filters, by ``(agent, tool)`` (the Loop's: a replay asks none).
+        self.filters: dict[tuple[str, str], Callable[..., Any]] = {}
+        #: The last filter's view in force (its JSON), and where the history went on after it.
+        self.team_view: tuple[bytes, int] | None = None
 
     def commit(
         self,
@@ -311,6 +317,8 @@ class RunState:
         self.tokens = self.spent.total
         self.reserved = set(self.input_ids) | _appended_ids(events)
         batch = self.batch
+        if self.state is State.HANDING_OFF and batch is not None:  # the handoff was accepted
+            self.reserved.update(call_id for call_id, _ in batch.calls)
         if self.state is State.DISPATCHING and batch is not None:
             # The batch in hand was accepted: keep only the results its events committed.
             self.reserved.update(call_id for call_id, _ in batch.calls)
@@ -343,7 +351,7 @@ class RunState:
         self.wrapping = next(
             (event.reason for event in events if event.guard in WRAP_UP_BEGUN), None
         )
-        self.agent = agent_in_force(self)
+        self.agent, self.team_view = agent_in_force(self), team_view(self)
 
 
 def _appended_ids(events: list[Transition]) -> set[str]:

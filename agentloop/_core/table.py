@@ -21,7 +21,7 @@ marked for. Add the mark to the test that shows the row's behaviour.
 Theory of operation
 ===================
 
-A run is a finite-state machine over six working states and seven terminal
+A run is a finite-state machine over seven working states and seven terminal
 ones. The engine (``engine.py``) holds the counters and the record and does
 no I/O; a driver asks it what it needs next and reports what happened:
 
@@ -29,7 +29,7 @@ no I/O; a driver asks it what it needs next and reports what happened:
   ``ask_model`` in ``awaiting_model``, ``validate`` in ``validating``,
   ``start_tool`` in ``dispatching``, ``await_approval`` in
   ``awaiting_approval``, ``summarise`` in ``summarising``, ``back_off`` in
-  ``backing_off``. Cancellation and the budgets are checked by the guards of
+  ``backing_off``, ``hand_off`` in ``handing_off``. Cancellation and the budgets are checked by the guards of
   those rows.
 * When the row it takes is *internal* (``dest`` is ``None``: the state stays),
   the engine hands the driver a request: ``ask_model``'s internal row counts
@@ -104,7 +104,11 @@ left out and the run is the same (a property test runs both side by side):
   (``handoff_alone``, whose event names it in ``agent``); beside other calls
   it is answered ``error``, unrun (``handoffs_only``, ``handoff_in_batch``).
   These rows come after the budgets, the reused ids, the loop guard and
-  cancellation, so a handoff is a call as any other;
+  cancellation, so a handoff is a call as any other. A handoff with a filter
+  goes through ``handing_off``, where ``hand_off`` hands the driver
+  ``FilterHistory`` (cancellation checked first); ``handed_off`` keeps the
+  view the filter answered on its event (a replay feeds it back), which the
+  next agent's requests start from (``keep_view``);
 * a context policy, retries and fallback models, and review: below and above.
 
 Put together, a feature's row that joins a group of the basic rows goes just
@@ -262,6 +266,7 @@ NEXT: Final[Mapping[State, Trigger]] = {
     S.AWAITING_APPROVAL: T.AWAIT_APPROVAL,
     S.SUMMARISING: T.SUMMARISE,
     S.BACKING_OFF: T.BACK_OFF,
+    S.HANDING_OFF: T.HAND_OFF,
 }
 
 
@@ -292,6 +297,9 @@ REPORTS: Final[Mapping[tuple[Trigger | None, Report], Trigger]] = {
     (T.SUMMARISE, Report.ANSWER): T.SUMMARY_WRITTEN,
     (T.SUMMARISE, Report.EXCEPTION): T.SUMMARY_RAISED,
     (T.SUMMARISE, Report.INTERRUPTION): T.SUMMARY_INTERRUPTED,
+    (T.HAND_OFF, Report.ANSWER): T.HANDED_OFF,
+    (T.HAND_OFF, Report.EXCEPTION): T.FILTER_RAISED,
+    (T.HAND_OFF, Report.INTERRUPTION): T.FILTER_INTERRUPTED,
 }
 
 #: The request each reported trigger answers.

@@ -38,6 +38,7 @@ from agentloop._durable.protocol import (
     DECISION,
     END,
     FINISHED,
+    HANDOFF,
     REPLY,
     STARTED,
     LedgerRecord,
@@ -195,6 +196,8 @@ def record_of(transition: Transition) -> tuple[str, str | None]:
         if transition.pending:
             return ASKED, transition.pending[0].call_id
         return ASKED, transition.decisions[0][0] if transition.decisions else None
+    if trigger is Trigger.HANDED_OFF or trigger is Trigger.FILTER_RAISED:
+        return HANDOFF, transition.call_id  # what a handoff's filter answered, by the call
     if trigger is Trigger.APPROVAL_DECIDED:
         return DECISION, transition.decisions[0][0] if transition.decisions else None
     return REPLY, str(transition.steps)  # the model replied or raised, at this step

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import TypeVar
 
+from agentloop._core.agents import with_filters
 from agentloop._drivers.asyncio import AsyncRun
 from agentloop._drivers.awaiter import Awaiter, awaiting
 from agentloop._drivers.callbacks import is_async
@@ -19,7 +20,7 @@ from agentloop._drivers.sync import Run
 from agentloop._durable import recording
 from agentloop._loop.fallback import per_run
 from agentloop._loop.settings import async_policies
-from agentloop._loop.team import team_dispatch, team_model, team_of
+from agentloop._loop.team import filters_of, team_dispatch, team_model, team_of
 from agentloop._tools.registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ def sync_run(
     dispatch = _sync_dispatch(loop, awaiter, loop)
     team = team_of(loop)
     if team is not None:  # each call goes to the tools of the agent in force
+        with_filters(engine, filters_of(team[1]))
         dispatch = team_dispatch(
             team[1], engine, lambda agent: _sync_dispatch(agent, awaiter, loop)
         )
@@ -110,6 +112,7 @@ def async_run(
     dispatch = loop._adispatch
     team = team_of(loop)
     if team is not None:  # each call goes to the tools of the agent in force
+        with_filters(engine, filters_of(team[1]))
         dispatch = team_dispatch(team[1], engine, lambda agent: agent._adispatch)  # type: ignore[assignment]
     registry = reviewing(loop.dispatcher)
     if isinstance(engine, recording.DurableEngine):

@@ -28,6 +28,7 @@ __all__ = [
     "Handoff",
     "Handoffs",
     "checked_handoff",
+    "filters_of",
     "team_dispatch",
     "team_model",
     "team_of",
@@ -38,10 +39,18 @@ __all__ = [
 class Handoff(Generic[OutputT]):
     """A handoff to ``target`` (a ``Loop``), offered to the model as the tool ``tool_name``."""
 
-    __slots__ = ("description", "target", "tool_name")
+    __slots__ = ("description", "filter", "target", "tool_name")
 
-    def __init__(self, target: Loop[OutputT, Any], tool_name: str, description: str) -> None:
+    def __init__(
+        self,
+        target: Loop[OutputT, Any],
+        tool_name: str,
+        description: str,
+        filter: Callable[[list[dict[str, Any]], str], list[dict[str, Any]]] | None = None,
+    ) -> None:
         self.target, self.tool_name, self.description = target, tool_name, description
+        #: What the next agent is sent: ``filter(history, to)``'s view (None: the history).
+        self.filter = filter
 
     def __repr__(self) -> str:
         return f"handoff({self.target.name!r}, tool_name={self.tool_name!r})"
@@ -153,6 +162,12 @@ def team_of(loop: Loop[Any, Any]) -> tuple[Agents, dict[str, Loop[Any, Any]]] | 
                 f"{agent.budget.on_exhausted!r} for {agent.name!r}: each agent's model is bound "
                 "for the wrap-up step (tools disabled) by its own Loop"
             )
+        if loop.context is not None and any(given.filter for given in agent.handoffs):
+            raise ValueError(
+                f"expected a team under a context policy to have no handoff filters, got one "
+                f"in {agent.name!r}'s handoffs: a filter's view and a context policy cannot be "
+                "combined yet"
+            )
         if reviewing(agent.dispatcher) is not None:
             raise ValueError(
                 f"expected the agents of a team to have tools without policies, got policies "
@@ -164,8 +179,19 @@ def team_of(loop: Loop[Any, Any]) -> tuple[Agents, dict[str, Loop[Any, Any]]] | 
             name: {h.tool_name: h.target.name for h in agent.handoffs}
             for name, agent in found.items()
         },
+        frozenset(filters_of(found)),
     )
     return agents, found
+
+
+def filters_of(found: dict[str, Loop[Any, Any]]) -> dict[tuple[str, str], Callable[..., Any]]:
+    """Each handoff filter of a team, by ``(agent, tool)``."""
+    return {
+        (name, given.tool_name): given.filter
+        for name, agent in found.items()
+        for given in agent.handoffs
+        if given.filter is not None
+    }
 
 
 def team_record(loop: Loop[Any, Any]) -> dict[str, Any] | None:

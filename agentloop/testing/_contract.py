@@ -37,8 +37,14 @@ _MODEL_ANSWERS: Final = frozenset({"model_replied", "model_raised"})
 _WRAP_UP_BEGUN: Final = frozenset({"wrap_up_due", "calls_exhausted_wrap_up"})
 
 
-#: The rows that accept a batch the engine answers whole: it goes back to awaiting_model.
-_ANSWERED_BY_ENGINE: Final = ("identical_calls_only", "handoff_alone", "handoffs_only")
+#: The rows that accept a batch the engine answers whole (it goes back to awaiting_model),
+#: or a handoff whose filter is asked next.
+_ANSWERED_BY_ENGINE: Final = (
+    "identical_calls_only",
+    "handoff_alone",
+    "handoffs_only",
+    "handoff_filtered",
+)
 
 
 def assert_paired(run: RunLike) -> None:

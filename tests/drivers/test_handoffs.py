@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -420,12 +421,19 @@ def _replies(draw: st.DrawFn) -> list[Message]:
 
 
 @capped(settings(max_examples=200, deadline=None))
-@given(script=_replies(), max_calls=st.integers(1, 6), max_steps=st.integers(1, 8))
+@given(
+    script=_replies(),
+    max_calls=st.integers(1, 6),
+    max_steps=st.integers(1, 8),
+    filtered=st.booleans(),
+)
 def test_any_script_keeps_the_contract_and_replays(
-    script: list[Message], max_calls: int, max_steps: int
+    script: list[Message], max_calls: int, max_steps: int, filtered: bool
 ) -> None:
     """Handoffs taken, refused or unknown, under any budget: the contract holds, it replays."""
     team = Team(script, asynchronous=False, max_calls=max_calls, max_steps=max_steps)
+    if filtered:  # the handoff to billing goes through its filter
+        team.triage.handoffs[0].filter = last_user
     result = team.run(False)
     assert_contract(result, SENT)
     assert run_from_json(run_to_json(result)) == result
@@ -435,3 +443,173 @@ def test_any_script_keeps_the_contract_and_replays(
         team.asked, [e for e in result.events if e.trigger == "model_replied"], strict=True
     ):
         assert event.agent == agent  # each model event names the agent that was asked
+
+
+# -- a handoff with a filter: what the next agent is sent is the filter's view, recorded
+
+
+def last_user(history: list[Message], to: str) -> list[Message]:
+    """A filter: the first message and the customer's last words, with a note of who takes over."""
+    said = [m for m in history if m["kind"] == "user"][-1]
+    return [history[0], {"kind": "user", "text": f"(for {to}) {said['text']}"}]
+
+
+def filtered_team(
+    script: list[Message], filter: Any, *, asynchronous: bool = False, **budget: Any
+) -> Team:
+    """The team, whose handoff to billing has ``filter``."""
+    team = Team(script, asynchronous=asynchronous, **budget)
+    team.triage.handoffs[0].filter = filter
+    return team
+
+
+@BOTH
+@pytest.mark.row("validating --validate [handoff_filtered]--> handing_off")
+@pytest.mark.row("handing_off --hand_off--> (stays)")
+@pytest.mark.row("handing_off --handed_off--> awaiting_model")
+def test_handoff_filter_view_is_recorded_and_replayed(asynchronous: bool, tmp_path: Path) -> None:
+    """Billing is sent the filter's view and what follows; the view is on the event; a replay
+    of the run file does not call the filter."""
+    asked: list[tuple[list[Message], str]] = []
+
+    def counted(history: list[Message], to: str) -> list[Message]:
+        asked.append((history, to))
+        return last_user(history, to)
+
+    script = [
+        call("c1", "lookup"),
+        call("c2", "transfer_to_billing"),
+        call("c3", "refund"),
+        final("refunded"),
+    ]
+    team = filtered_team(script, counted, asynchronous=asynchronous)
+    result = team.run(asynchronous)
+
+    assert (result.status, result.agent, result.steps, result.calls) == (
+        "finished",
+        "billing",
+        4,
+        3,
+    )
+    assert len(asked) == 1
+    assert asked[0][1] == "billing"
+    # The history so far: the handoff's call is appended with its answer, after the filter.
+    assert [m["kind"] for m in asked[0][0]] == ["system", "user", "call", "tool_result"]
+    assert [(name, length) for name, _, _, length in team.asked] == [
+        ("triage", 2),
+        ("triage", 4),
+        ("billing", 2),  # the view alone
+        ("billing", 4),  # the view, then billing's call and its result
+    ]
+    handed = next(e for e in result.events if e.trigger == "handed_off")
+    assert (handed.call_id, handed.result_status, handed.agent) == ("c2", "ok", "billing")
+    assert handed.input_json is not None
+    assert orjson.loads(handed.input_json)[1]["text"] == "(for billing) I was charged twice"
+    assert len(result.transcript) == 9  # the record keeps the whole history
+    assert_contract(result, SENT)
+
+    path = tmp_path / "run.json"
+    save_run(result, path)
+    assert load_run(path) == result
+    assert len(asked) == 1  # the replay fed the recorded view back
+
+
+@BOTH
+@pytest.mark.row("handing_off --filter_raised--> awaiting_model")
+def test_filter_that_raises_answers_error(asynchronous: bool) -> None:
+    """A filter that raises (or answers no history): the call is answered error, triage stays."""
+
+    def broken(history: list[Message], to: str) -> list[Message]:
+        raise ValueError("no view today")
+
+    for filter in (broken, lambda history, to: [{"kind": "call", "id": "x", "name": "y"}]):
+        team = filtered_team(
+            [call("c1", "transfer_to_billing"), final("stayed")], filter, asynchronous=asynchronous
+        )
+        result = team.run(asynchronous)
+        assert (result.status, result.agent, result.calls) == ("finished", "triage", 1)
+        failed = next(e for e in result.events if e.trigger == "filter_raised")
+        assert (failed.call_id, failed.result_status) == ("c1", "error")
+        assert failed.appended[1]["content"]["type"] == "HandoffFilterFailed"
+        assert [name for name, *_ in team.asked] == ["triage", "triage"]
+        assert_contract(result, SENT)
+        assert run_from_json(run_to_json(result)) == result
+
+
+@pytest.mark.row("handing_off --hand_off [cancel_requested]--> cancelled")
+def test_cancel_in_handing_off() -> None:
+    """Cancelled before the filter is asked: the call is answered cancelled; no filter runs."""
+    asked: list[str] = []
+
+    def noted(history: list[Message], to: str) -> list[Message]:
+        asked.append(to)
+        return last_user(history, to)
+
+    team = filtered_team([call("c1", "transfer_to_billing")], noted)
+    token = agentloop.CancelToken()
+    run = team.triage.start("I was charged twice", cancel=token)
+    while run.state != "handing_off":
+        run.step()
+    token.cancel()
+    result = run.finish()
+    assert (result.status, result.calls, asked) == ("cancelled", 1, [])
+    assert result.transcript[-1]["status"] == "cancelled"
+    assert_contract(result, SENT)
+
+
+@pytest.mark.row("handing_off --filter_interrupted--> cancelled")
+def test_an_interrupted_filter_ends_the_run_cancelled() -> None:
+    """KeyboardInterrupt in the filter: the run ends cancelled, the call answered, it propagates."""
+
+    def interrupted(history: list[Message], to: str) -> list[Message]:
+        raise KeyboardInterrupt
+
+    team = filtered_team([call("c1", "transfer_to_billing")], interrupted)
+    run = team.triage.start("I was charged twice")
+    with pytest.raises(KeyboardInterrupt):
+        run.finish()
+    result = run.result()
+    assert (result.status, result.events[-1].trigger) == ("cancelled", "filter_interrupted")
+    assert result.transcript[-1]["status"] == "cancelled"
+    assert_contract(result, SENT)
+
+
+@pytest.mark.row("handing_off --interrupted--> cancelled")
+def test_interrupted_between_checkpoints_in_handing_off() -> None:
+    """An interruption in handing_off with nothing outstanding ends the run, the call answered."""
+    from agentloop._core.agents import Agents
+
+    agents = Agents(
+        "a", {"a": {"transfer_to_b": "b"}, "b": {}}, frozenset({("a", "transfer_to_b")})
+    )
+    engine = Engine("go", agents=agents)
+    engine.next()
+    engine.replied(call("c1", "transfer_to_b"))
+    accepted = engine.next()
+    assert isinstance(accepted, agentloop.Transition)
+    assert accepted.dest == "handing_off"
+    made = engine.interrupted(KeyboardInterrupt())
+    assert made is not None
+    assert (made.trigger, engine.state, engine.agent) == ("interrupted", "cancelled", "a")
+    assert [m["status"] for m in engine.history() if m["kind"] == "tool_result"] == ["cancelled"]
+
+
+def test_a_filtered_handoff_resumes_from_the_ledger(tmp_path: Path) -> None:
+    """Stopped after the handoff: a resume feeds the recorded view back, never the filter."""
+    team = filtered_team([call("c1", "transfer_to_billing")], last_user)
+    team.triage.ledger = SQLiteLedger(tmp_path / "runs.db")
+    run = team.triage.start("I was charged twice")
+    while not any(event.trigger == "handed_off" for event in run.events):
+        run.step()
+    run_id = run.run_id
+    assert run_id is not None
+    del run
+
+    def never(history: list[Message], to: str) -> list[Message]:
+        raise AssertionError("the recorded view is fed back")
+
+    again = filtered_team([final("refunded")], never)
+    again.triage.ledger = team.triage.ledger
+    result = again.triage.resume(run_id)
+    assert (result.status, result.agent, result.output) == ("finished", "billing", "refunded")
+    assert again.asked == [("billing", "You handle billing.", ["refund", "transfer_to_triage"], 2)]
