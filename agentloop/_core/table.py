@@ -29,8 +29,8 @@ no I/O; a driver asks it what it needs next and reports what happened:
   ``ask_model`` in ``awaiting_model``, ``validate`` in ``validating``,
   ``start_tool`` in ``dispatching``, ``await_approval`` in
   ``awaiting_approval``, ``summarise`` in ``summarising``, ``back_off`` in
-  ``backing_off``, ``hand_off`` in ``handing_off``. Cancellation and the budgets are checked by the guards of
-  those rows.
+  ``backing_off``, ``hand_off`` in ``handing_off``. Cancellation and the
+  budgets are checked by the guards of those rows.
 * When the row it takes is *internal* (``dest`` is ``None``: the state stays),
   the engine hands the driver a request: ``ask_model``'s internal row counts
   the step (``steps += 1`` happens before the call, so a model that raises,
