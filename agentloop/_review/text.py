@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 import orjson
 
 from agentloop._core.messages import NOT_STARTED
-from agentloop._core.table import Guard, State, Trigger
+from agentloop._core.table import State, Trigger
 from agentloop._review.answers import Answers
 from agentloop._review.runshape import rejected_record
 
@@ -46,7 +46,7 @@ HEADERS = ("step", "from → to", "trigger [guard]", "steps", "calls", "took", "
 
 #: How many characters of a value ``describe`` and ``run_lines`` show by default.
 LIMIT: Final = 80
-_HANDED: Final = Guard.HANDOFF_ALONE  # its event names the agent handed to
+_HANDED: Final = (Trigger.VALIDATE, Trigger.HANDED_OFF)  # a handoff's: the agent handed to
 
 
 # -- text for a terminal -----------------------------------------------------------
@@ -180,7 +180,7 @@ def event_cells(run: Events, index: int, limit: int | None) -> tuple[str, ...]:
         outcome = f"{transition.model}: {outcome}" if outcome else transition.model
     if (agent := transition.agent) is not None:  # handoffs: the agent asked, or handed to
         named = f"{agent}: {outcome}" if outcome else agent
-        outcome = f"handed off to {agent}" if transition.guard is _HANDED else named
+        outcome = f"handed off to {agent}" if transition.trigger in _HANDED else named
     outcome = _context_text(transition, outcome, limit)
     if transition.partial_text:  # a streaming reply cut off: what had arrived, never recorded
         outcome += f"; streamed before the cut: {_short(transition.partial_text, limit)!r}"

@@ -613,3 +613,15 @@ def test_a_filtered_handoff_resumes_from_the_ledger(tmp_path: Path) -> None:
     result = again.triage.resume(run_id)
     assert (result.status, result.agent, result.output) == ("finished", "billing", "refunded")
     assert again.asked == [("billing", "You handle billing.", ["refund", "transfer_to_triage"], 2)]
+
+
+def test_report_names_a_filtered_handoff() -> None:
+    """A handoff through its filter is 'handed off to billing' in show's text too."""
+    from agentloop._review.text import run_lines
+
+    team = filtered_team([call("c1", "transfer_to_billing"), final("refunded")], last_user)
+    text = "\n".join(run_lines(team.run(False), title="run", limit=None))
+    handed = [line for line in text.splitlines() if "handed_off" in line]
+    assert len(handed) == 1
+    assert handed[0].endswith("handed off to billing")
+    assert "agents   triage → billing" in text
