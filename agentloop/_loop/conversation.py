@@ -77,7 +77,11 @@ def next_turn(
     previous: RunResult | None = None
     if conversation is None:
         previous = require_result(after, "after=")
-        conversation_id = previous.conversation_id or uuid4().hex
+        conversation_id = (
+            uuid4().hex
+            if previous.conversation_id is None  # a run file's, or a caller's _replace: checked
+            else checked_conversation_id(previous.conversation_id, "after=.conversation_id")
+        )
         turn = 2 if previous.turn is None else previous.turn + 1
     else:
         conversation_id = checked_conversation_id(conversation)

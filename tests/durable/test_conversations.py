@@ -175,6 +175,25 @@ def test_after_must_be_the_conversations_last_turn(tmp_path: Path) -> None:
         loop.run("again", after=first)
 
 
+@pytest.mark.parametrize("conversation_id", ["u::1", "a:b", ""])
+def test_after_a_result_whose_conversation_id_no_turn_can_have_is_refused(
+    conversation_id: str, tmp_path: Path
+) -> None:
+    """A run file edited by hand cannot make a turn's id that ``conversation=`` refuses."""
+    turn = Loop(ScriptedModel([final("1")])).run(
+        "one", after=Loop(ScriptedModel([final("0")])).run("zero")
+    )
+    save_run(turn, tmp_path / "turn.json")
+    document = orjson.loads((tmp_path / "turn.json").read_bytes())
+    document["conversation_id"] = conversation_id
+    (tmp_path / "edited.json").write_bytes(orjson.dumps(document))
+    edited = load_run(tmp_path / "edited.json")
+    model, ledger = ScriptedModel([final("2")]), SQLiteLedger(tmp_path / "r.db")
+    with pytest.raises(ValueError, match=r"expected after=\.conversation_id to be a non-empty str"):
+        Loop(model, ledger=ledger).run("two", after=edited)
+    assert (model.seen, ledger.run_ids()) == ([], [])
+
+
 def test_a_ledger_that_cannot_list_runs_still_holds_conversations() -> None:
     """A ``Ledger`` without ``run_ids(prefix=)`` is asked for turns 1, 2, ... until one is not."""
     ledger = MemoryLedger()
