@@ -31,6 +31,11 @@ A tool call that runs long may say how far it has come
 (``agentloop.report_progress``, or an MCP server's progress): the same
 listeners hear a ``ToolProgress`` naming the call.
 
+A child run of an agent tool (``Loop.as_tool``) is heard by its parent's
+delta listeners: each of its deltas, progress reports and transitions comes
+as ``Nested(path, item)``, ``path`` the call ids it came through, the
+parent's first.
+
 The provider adapters stream when given ``stream=True``
 (``openai_chat(client, "gpt-4.1", stream=True)``). ``chunked`` turns a whole
 reply into such a stream, for scripted models and tests.
@@ -38,6 +43,7 @@ reply into such a stream, for scripted models and tests.
 
 from __future__ import annotations
 
+from agentloop._drivers.delegation import Nested
 from agentloop._drivers.deltas import (
     ArgumentsDelta,
     Delta,
@@ -55,6 +61,7 @@ __all__ = [
     "ArgumentsDelta",
     "Delta",
     "Discard",
+    "Nested",
     "TextDelta",
     "ToolCallStart",
     "ToolProgress",

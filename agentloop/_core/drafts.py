@@ -152,6 +152,7 @@ def outcome_draft(run: RunState, index: int, outcome: Outcome) -> Draft:
     draft = Draft(call, run.since.pop(call[0], None))
     draft.outcome, draft.exception = outcome, outcome.exception
     draft.input_json = outcome.content_json
+    draft.usage = outcome.usage  # a child run's tokens (an agent tool), rolled into the run's
     return draft
 
 

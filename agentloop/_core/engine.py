@@ -321,7 +321,7 @@ class Engine:
         run = self._run
         if run.outstanding is not _START_TOOL:
             raise refused(run, "a tool outcome")
-        draft = outcome_draft(run, answering(run, call_id), take_outcome(outcome))
+        draft = outcome_draft(run, answering(run, call_id), take_outcome(outcome, run.spent))
         return run.commit(self._choose(Trigger.TOOL_RETURNED, draft), draft, self._commit)
 
     def raised(

@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 _USAGE_KEYS: Final = frozenset(Usage._fields)
-_OUTCOME_KEYS_AT_MOST: Final = frozenset({"status", "content", "exception"})
+_OUTCOME_KEYS_AT_MOST: Final = frozenset({"status", "content", "exception", "usage"})
 _NO_USAGE: Final = Usage()
 # tuple.__new__ makes a NamedTuple from all its fields without the Python-level __new__.
 _new: Final = tuple.__new__
@@ -138,20 +138,33 @@ class Outcome(NamedTuple):
     status: str
     content_json: bytes
     exception: BaseException | None = None
+    #: The tokens the call spent on models (an agent tool's child run), rolled into the run's.
+    usage: Usage | None = None
 
 
-def take_outcome(outcome: object) -> Outcome:
-    """A dispatcher's outcome taken in: a bad one becomes an ``error`` saying what was wrong."""
+def take_outcome(outcome: object, spent: Usage = _NO_USAGE) -> Outcome:
+    """A dispatcher's outcome taken in: a bad one becomes an ``error`` saying what was wrong.
+
+    Its ``usage``, if it has one (an agent tool's: its child run's), is checked
+    as a reply's is, against what the run has ``spent``.
+    """
     status, content = checked_outcome(outcome)
     exception = outcome.get("exception") if type(outcome) is dict else None
+    usage: Usage | str | None = None
+    if type(outcome) is dict and "usage" in outcome:
+        usage = checked_usage(outcome["usage"], spent)
+        if type(usage) is str:
+            problem = kept(orjson.dumps(f"the tool's usage: {usage}"))
+            return _new(Outcome, ("error", problem, None, None))
     return _new(
-        Outcome, (status, content, exception if isinstance(exception, BaseException) else None)
+        Outcome,
+        (status, content, exception if isinstance(exception, BaseException) else None, usage),
     )
 
 
 def raised_outcome(exc: BaseException) -> Outcome:
     """The outcome of a tool that raised ``exc``: an ``error`` naming it."""
-    return Outcome("error", kept(orjson.dumps(exception_content(exc))), exc)
+    return Outcome("error", kept(orjson.dumps(exception_content(exc))), exc, None)
 
 
 def checked_outcome(outcome: object) -> tuple[str, bytes]:
@@ -173,7 +186,8 @@ def checked_outcome(outcome: object) -> tuple[str, bytes]:
     problem = (
         "the dispatcher's outcome was not valid: expected {'status': one of "
         f"{sorted(DISPATCH_STATUSES)}, 'content': JSON, optionally 'exception': "
-        f"the exception behind an error}}, got {not_json(outcome).text:.200}"
+        "the exception behind an error and 'usage': the tokens it spent}, got "
+        f"{not_json(outcome).text:.200}"
     )
     return "error", kept(orjson.dumps(problem))
 

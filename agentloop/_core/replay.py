@@ -221,6 +221,8 @@ def _feed(
         outcome: dict[str, Any] = {"status": event.result_status, "content": content}
         if event.exception is not None:
             outcome["exception"] = event.exception
+        if event.usage is not None:  # an agent tool's: its child run's tokens
+            outcome["usage"] = event.usage._asdict()
         return engine.returned(outcome, event.call_id)
     try:
         if trigger is Trigger.APPROVAL_ASKED:

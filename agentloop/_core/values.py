@@ -13,6 +13,7 @@ anyone else. This module is data only: saving and loading runs lives in
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any, Final, Generic, NamedTuple
 
 import attrs
@@ -21,6 +22,7 @@ from typing_extensions import TypeVar
 
 from agentloop._core.approval import Decision, PendingCall
 from agentloop._core.cancel import CancelToken
+from agentloop._core.children import Children
 from agentloop._core.context_policy import ContextPolicy, Seen
 from agentloop._core.json import describe, unfenced
 from agentloop._core.requests import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
@@ -51,6 +53,8 @@ OutputT = TypeVar("OutputT", covariant=True, default=Any)
 
 #: The largest budget a run file can record (JSON integers are kept within 64 bits).
 MAX_BUDGET: Final = 2**63 - 1
+#: A result's children when its run ran no agent tool: read-only, shared.
+NO_CHILDREN: Final[Mapping[str, Any]] = Children()
 
 
 def _budget(_: object, attribute: attrs.Attribute[int], value: object) -> None:
@@ -342,6 +346,9 @@ class RunResult(NamedTuple, Generic[OutputT]):
     turn: int | None = None
     #: The summary (turns folded, text) the turn began with, under ``summarise``.
     summary: tuple[int, str] | None = None
+    #: The results of the child runs its agent tools ran (``Loop.as_tool``), by call id:
+    #: a read-only mapping (kept by a live run; a saved run file does not hold them).
+    children: Mapping[str, RunResult[Any]] = NO_CHILDREN
 
     def require_output(self) -> OutputT:
         """The output of a run that finished; ``InvalidStateError`` for any other run.

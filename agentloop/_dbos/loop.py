@@ -46,6 +46,7 @@ from agentloop._durable.ids import parse_turn, turn_run_id
 from agentloop._durable.journal import fingerprint, idempotent_tools
 from agentloop._durable.resume import checked_run_id, differences, mismatch
 from agentloop._errors import AgentloopError
+from agentloop._loop.agent_tool import refuse_durable
 from agentloop._loop.deps import deps_provider
 from agentloop._loop.engines import plain_engine
 from agentloop._loop.loop import Loop
@@ -107,6 +108,7 @@ class DBOSLoop(Generic[OutputT]):
                 "a DBOSLoop's runs are recorded by DBOS: make its Loop without a ledger"
             )
         loop._sync_driver("a DBOSLoop drives its runs synchronously, inside a DBOS workflow")
+        refuse_durable(loop.dispatcher, "DBOSLoop")
         self._deps = deps_provider(loop, deps)
         if name in _LOOPS:
             raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")

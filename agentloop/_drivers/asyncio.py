@@ -108,8 +108,8 @@ class AsyncRun(RunView[OutputT]):
         self._streamed_reply: object = None
         # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
         self._asked_at: float | None = None
-        # Each call runs in its context (scope: its deps and ids), its progress heard.
-        scope = scope or CallScope(engine, None, None, cancel)
+        scope = scope or CallScope(engine, None, None, cancel)  # each call's: its deps, ids
+        self.children = scope.children  # an agent tool's child runs' results, by call id
         self._dispatch = ain_context(dispatch, self._delta_listeners, scope)
 
     def subscribe(self, listener: Listener) -> None:
@@ -143,7 +143,7 @@ class AsyncRun(RunView[OutputT]):
         engine = self._engine
         if not engine.done:
             await self._step(until_done=True)
-        return engine.result()
+        return self.result()
 
     async def astep(self) -> Transition:
         """Perform exactly one transition and return it."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 import attrs
 
 from agentloop._core.values import Budget, CancelToken, Usage
-from agentloop._drivers.progress import Reporter, ToolProgress, checked_report, hear, logged
+from agentloop._drivers.progress import Reporter, checked_report, hear, logged
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -76,6 +76,8 @@ class RunContext(Generic[Deps]):
     budget: Budget | None = None
     cancel: CancelToken | None = None
     _reporter: Reporter | None = attrs.field(default=None, repr=False, eq=False)
+    # Where an agent tool's child run's result goes: the run's ``children``, by call id.
+    _children: dict[str, Any] | None = attrs.field(default=None, repr=False, eq=False)
 
     def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
@@ -142,14 +144,19 @@ def key_of(run_id: str | None, call_id: str) -> str | None:
 
 
 class CallScope:
-    """What a driver's runs give each call's context: the engine, deps, run id and token."""
+    """What a driver's runs give each call's context: the engine, deps, run id and token.
 
-    __slots__ = ("cancel", "deps", "engine", "run_id")
+    ``children``: where the results of its agent tools' child runs go, by call
+    id (the run's own dict, which its result reads).
+    """
+
+    __slots__ = ("cancel", "children", "deps", "engine", "run_id")
 
     def __init__(
         self, engine: Engine, deps: object, run_id: str | None, cancel: CancelToken | None
     ) -> None:
         self.engine, self.deps, self.run_id, self.cancel = engine, deps, run_id, cancel
+        self.children: dict[str, Any] = {}
 
     def context(self, call: dict[str, Any], reporter: Reporter | None = None) -> RunContext[Any]:
         """``call``'s context, as the engine stands now (the call handed out by it now)."""
@@ -166,6 +173,7 @@ class CallScope:
             budget=engine.budget,
             cancel=self.cancel,
             reporter=reporter,
+            children=self.children,
         )
 
 
@@ -179,7 +187,7 @@ def in_context(
     It holds the run's list of listeners, not the run: a run dropped is collected at once.
     """
 
-    def tell(item: ToolProgress) -> None:
+    def tell(item: Any) -> None:
         for listener in listeners:
             hear(listener, item)
 
@@ -210,7 +218,7 @@ def ain_context(
     """
     hearing: set[asyncio.Future[object]] = set()
 
-    def tell(item: ToolProgress) -> None:
+    def tell(item: Any) -> None:
         for listener, awaited in listeners:
             heard = hear(listener, item)
             if awaited and heard is not None:

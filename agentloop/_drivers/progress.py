@@ -62,7 +62,7 @@ class Reporter:
     def __init__(
         self,
         call_id: str,
-        tell: Callable[[ToolProgress], None],
+        tell: Callable[[Any], None],
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.call_id, self.tell, self.loop = call_id, tell, loop
@@ -71,7 +71,12 @@ class Reporter:
 
     def __call__(self, progress: float, total: float | None, message: str | None) -> None:
         """Tell a report as it came (checked by ``checked_report``, or an MCP server's)."""
-        item = ToolProgress(call_id=self.call_id, progress=progress, total=total, message=message)
+        self.hand_on(
+            ToolProgress(call_id=self.call_id, progress=progress, total=total, message=message)
+        )
+
+    def hand_on(self, item: Any) -> None:
+        """Tell ``item`` (a progress report, or a child run's ``Nested`` item) to the listeners."""
         if self.loop is None or threading.get_ident() == self.home:
             self.tell(item)
         else:
@@ -104,12 +109,16 @@ def _check_number(what: str, value: object) -> None:
         raise TypeError(f"expected {what} to be a finite int or float, got {value!r:.40}")
 
 
-def hear(listener: Callable[[Any], object], item: ToolProgress) -> object:
-    """``listener(item)``; if it raises, logged and None (see the module: progress is advice)."""
+def hear(listener: Callable[[Any], object], item: Any) -> object:
+    """``listener(item)``; if it raises, logged and None (see the module: progress is advice).
+
+    ``item``: a ``ToolProgress``, or a child run's ``Nested`` item, which is advice too.
+    """
     try:
         return listener(item)
     except Exception:  # noqa: BLE001 - a listener's fault never changes the call
-        LOG.exception("a listener raised on hearing the progress of call %r", item.call_id)
+        call_id = item.call_id if isinstance(item, ToolProgress) else item.path[0]
+        LOG.exception("a listener raised on hearing the progress of call %r", call_id)
         return None
 
 

@@ -75,6 +75,7 @@ class Run(RunView[OutputT]):
         self._asked_at: float | None = None
         # Each call runs in its context (scope: its deps and ids), its progress heard.
         scope = scope or CallScope(engine, None, None, self._awaiter.cancel)
+        self.children = scope.children  # an agent tool's child runs' results, by call id
         self._dispatch = in_context(dispatch, self._delta_listeners, scope)
 
     def subscribe(self, listener: Listener) -> None:
@@ -111,7 +112,7 @@ class Run(RunView[OutputT]):
         engine = self._engine
         if not engine.done:
             drain(self._held(self._transitions(until_done=True)))
-        return engine.result()
+        return self.result()
 
     def step(self) -> Transition:
         """Perform exactly one transition and return it."""

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
+from agentloop._core.children import Children
 from agentloop._core.context_policy import Summarise
 from agentloop._core.values import (
     AskModel,
@@ -272,6 +273,8 @@ class RunView(Generic[OutputT]):
         self._unclosed: Any = None
         # What the pump enters around each request: the tracing listeners' (``_following``).
         self._around: Around | None = None
+        # The results of the child runs its agent tools ran (Loop.as_tool), by call id.
+        self.children: dict[str, RunResult[Any]] = {}
 
     def __repr__(self) -> str:
         name = type(self).__name__
@@ -330,7 +333,10 @@ class RunView(Generic[OutputT]):
 
     def result(self) -> RunResult[OutputT]:
         """The result; raises ``InvalidStateError`` until the run is done."""
-        return self._engine.result()
+        result = self._engine.result()
+        if self.children:  # the child runs of its agent tools (Loop.as_tool), by call id
+            return result._replace(children=Children(self.children))
+        return result
 
     @property
     def budget(self) -> Budget:

@@ -20,7 +20,7 @@ from agentloop._loop.settings import checked_tool_names, no_ledger, run_input, t
 from agentloop._review.runstory import summary_at_end
 
 if TYPE_CHECKING:
-    from agentloop._core.values import CancelToken, RunResult
+    from agentloop._core.values import Budget, CancelToken, RunResult
     from agentloop._durable.view import LedgerRun
     from agentloop._loop.loop import Loop
 
@@ -68,6 +68,10 @@ def fresh_engine(
             loop, messages, cancel, continues=continues, conversation=conversation, summary=summary
         )
         return engine, cancel
+    # Here, not at the top: agent_tool makes its child's engines with this module's check.
+    from agentloop._loop.agent_tool import refuse_durable
+
+    refuse_durable(loop.dispatcher, "a run with a ledger")  # a tool added since Loop(...)
     try:
         engine = resume.begin(
             loop.ledger,
@@ -172,11 +176,15 @@ def plain_engine(
     continues: str | None = None,
     conversation: tuple[str, int] | None = None,
     summary: tuple[int, str] | None = None,
+    budget: Budget | None = None,
 ) -> Engine:
-    """An engine configured as ``loop`` is, recording nothing (the Loop's, and DBOS's)."""
+    """An engine configured as ``loop`` is, recording nothing (the Loop's, DBOS's, a child's).
+
+    ``budget``: another than the Loop's (an agent tool's child, within its parent's tokens).
+    """
     return Engine(
         messages,
-        budget=loop.budget,
+        budget=loop.budget if budget is None else budget,
         cancel=cancel,
         context=loop.context,
         retry=loop.retry,

@@ -24,6 +24,7 @@ from agentloop._drivers.callbacks import Dispatcher, Listener, Model, bind_model
 from agentloop._drivers.sync import Run
 from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._durable.protocol import Ledger
+from agentloop._loop.agent_tool import AsTool, durable_ledger
 from agentloop._loop.continued import read_ended, released_on_error
 from agentloop._loop.conversation import Conversations, turn_engine
 from agentloop._loop.deps import checked_deps_type
@@ -68,7 +69,7 @@ _T = TypeVar("_T")
 _D = TypeVar("_D")
 
 
-class Loop(Owner, Conversations, Generic[OutputT, DepsT]):
+class Loop(Owner, Conversations, AsTool, Generic[OutputT, DepsT]):
     """Configuration for runs: a model, its tools and its budgets. Reusable.
 
     Generic in its output: ``Loop(model)`` is a ``Loop[str]``, ``Loop(model,
@@ -123,10 +124,9 @@ class Loop(Owner, Conversations, Generic[OutputT, DepsT]):
     adapters' models get ``RetryPolicy()`` and plain callbacks none. ``model``
     may be ``agentloop.models.fallback(primary, secondary, ...)``: models
     asked in turn. See the docs' "Resilience" page. ``owns`` are context
-    managers the Loop opens and closes (MCP servers, say): ``with loop:`` (or
-    ``async with``) opens each in order and closes them in reverse.
-    ``deps_type`` is the type of each run's ``deps=``, which its tools read in
-    their ``RunContext`` (the docs' "Dependencies" page).
+    managers the Loop opens and closes (MCP servers, say): ``with loop:`` (or ``async with``)
+    opens each in order and closes them in reverse. ``deps_type`` is the type of each run's
+    ``deps=``, which its tools read in their ``RunContext`` (the docs' "Dependencies" page).
     """
 
     @overload
@@ -235,7 +235,7 @@ class Loop(Owner, Conversations, Generic[OutputT, DepsT]):
         self._adispatch = asyncio_dispatch(
             self.dispatcher, to_thread=to_thread, tool_timeout=self.tool_timeout
         )
-        self.ledger = checked_ledger(ledger)
+        self.ledger = durable_ledger(checked_ledger(ledger), self.dispatcher)
         self.context = checked_context(context)
         Owner.__init__(self, owns)
         self.deps_type: Any = checked_deps_type(deps_type, self.dispatcher)

@@ -30,6 +30,7 @@ from agentloop._errors import JSONError
 __all__ = [
     "INT_MAX",
     "INT_MIN",
+    "Answered",
     "cut_marker",
     "cut_to",
     "failed",
@@ -101,8 +102,26 @@ def json_form(value: object, where: str) -> Any:
     return converted
 
 
+class Answered:
+    """What a handler returns when it answers with an outcome, not a value (an agent tool).
+
+    The registry hands ``outcome`` on as the call's (cut to the tool's
+    ``max_result_chars``): its status, and the ``usage`` its child run spent.
+    """
+
+    __slots__ = ("outcome",)
+
+    def __init__(self, outcome: dict[str, Any]) -> None:
+        self.outcome = outcome
+
+
 def returned(tool_name: str, value: object) -> dict[str, Any]:
-    """The outcome of a handler that returned ``value``: ``ok``, or ``error`` if it has no JSON."""
+    """The outcome of a handler that returned ``value``: ``ok``, or ``error`` if it has no JSON.
+
+    An ``Answered`` (an agent tool's) is its outcome already.
+    """
+    if type(value) is Answered:
+        return value.outcome
     try:
         return {"status": "ok", "content": json_form(value, "result")}
     except JSONError as exc:

@@ -1,0 +1,29 @@
+"""``Nested``: what a child run (an agent tool's, ``Loop.as_tool``) says, as its parent hears it.
+
+A child run's deltas, progress and transitions reach the parent's delta
+listeners tagged with the path of calls they came through: the parent's call
+id first. Each level prepends its own, so a grandchild's delta reaches the top
+run as ``Nested(("c1", "k2"), TextDelta(...))``, flat, never nested twice.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from agentloop._core.values import Transition
+from agentloop._drivers.deltas import Delta
+from agentloop._drivers.progress import ToolProgress
+
+__all__ = ["Nested"]
+
+
+@attrs.frozen
+class Nested:
+    """An ``item`` of the child run reached through ``path``: call ids, the outermost first."""
+
+    path: tuple[str, ...]
+    item: Delta | ToolProgress | Transition
+
+    def under(self, call_id: str) -> Nested:
+        """The same item, one level further out: reached through ``call_id`` first."""
+        return Nested((call_id, *self.path), self.item)

@@ -1,0 +1,301 @@
+"""``AgentTool``: a ``Loop`` as a tool of another ``Loop`` (``loop.as_tool``).
+
+The model's arguments are the child run's input; the child's output is the
+call's result. To the parent's engine an agent call is a call like any other:
+reserved, counted as one call, answered and appended with its batch. The
+child is a run of its own, with its own ``max_steps`` and ``max_calls``,
+driven as its parent is (synchronously, or under asyncio) under the parent's
+``CancelToken``:
+
+* its usage rolls into the parent's (the ``tool_returned`` event that answers
+  the call carries it), and the parent's ``max_total_tokens`` bounds both: the
+  child starts with what the parent has left of it;
+* a cancel stops the child at its own checkpoints; its calls are answered,
+  and the parent's call is answered ``cancelled`` as the parent ends so;
+* a child that ends otherwise than ``finished`` answers the call with an
+  ``error`` naming the child's status and why (``ChildRunEnded``);
+* its deltas, progress and transitions reach the parent's delta listeners as
+  ``Nested((call_id, ...), item)``;
+* its result is kept on the parent's, in ``children``, by call id.
+
+A child is not recorded: a Loop with a ledger can neither be an agent tool
+nor have one (``refuse_durable``), so that nothing could run twice after a crash.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import attrs
+import orjson
+
+from agentloop._core.engine import Engine
+from agentloop._core.json import exception_content
+from agentloop._core.table import State
+from agentloop._drivers.callbacks import TokenCancelled
+from agentloop._drivers.context import NO_RUN, RUN_CONTEXT, RunContext
+from agentloop._drivers.delegation import Nested
+from agentloop._loop.deps import for_run
+from agentloop._loop.engines import check_ready, plain_engine
+from agentloop._loop.running import async_run, sync_run
+from agentloop._loop.settings import run_input
+from agentloop._tools.output_type import output_schema
+from agentloop._tools.registry import ToolRegistry
+from agentloop._tools.results import Answered, returned
+from agentloop._tools.tool import Tool
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from agentloop._core.approval import Policy
+    from agentloop._core.output_schema import OutputSchema
+    from agentloop._core.values import CancelToken, RunResult
+    from agentloop._drivers.progress import Reporter
+    from agentloop._drivers.transition import RunView
+    from agentloop._loop.loop import Loop
+
+__all__ = ["AgentTool", "AsTool", "ChildRunEnded", "durable_ledger", "refuse_durable"]
+
+_L = TypeVar("_L")
+
+#: The arguments of an agent tool: the text the child run starts from.
+INPUT_SCHEMA: Final = {
+    "type": "object",
+    "properties": {"input": {"type": "string", "description": "What to ask the agent."}},
+    "required": ["input"],
+    "additionalProperties": False,
+}
+
+
+class ChildRunEnded(Exception):
+    """An agent tool's child run ended without an output: its ``status`` says how."""
+
+
+class AgentTool(Tool):
+    """A tool whose call runs ``loop`` (the child) on the model's ``input``: see the module."""
+
+    __slots__ = ("_deps", "_input", "_prompt", "loop")
+
+    def __init__(
+        self,
+        loop: Loop[Any],
+        *,
+        name: str,
+        description: str,
+        input: object = None,
+        prompt: Callable[[Any], str] | None = None,
+        deps: Callable[[RunContext[Any]], object] | None = None,
+        policy: Policy | None = None,
+        max_result_chars: int | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"expected as_tool's name to be a non-empty str, got {name!r:.80}")
+        if not isinstance(description, str):
+            raise TypeError(
+                f"agent tool {name!r}: expected description to be a str, "
+                f"got {type(description).__name__}"
+            )
+        if loop.ledger is not None:
+            raise ValueError(
+                f"agent tool {name!r}: its Loop has a ledger; a child run is not recorded "
+                "(durable agent tools are not supported yet), so make its Loop without one"
+            )
+        if prompt is not None and (input is None or not callable(prompt)):
+            raise TypeError(
+                f"agent tool {name!r}: expected prompt to be a function of the input= type's "
+                f"value, given with input=, got {prompt!r:.80}"
+                + (" without input=" if input is None else "")
+            )
+        #: The arguments' type (``input=``), as a schema and converter; None: ``{"input": str}``.
+        self._input = None if input is None else _input_schema(name, input)
+        self._prompt = prompt
+        if deps is not None and not callable(deps):
+            raise TypeError(
+                f"agent tool {name!r}: expected deps to be a function of the parent call's "
+                f"RunContext, got {type(deps).__name__}"
+            )
+        self._deps = deps  # the child's deps from the parent's call context (None: its deps)
+        super().__init__(
+            self._call,
+            name=name,
+            description=description,
+            parameters=INPUT_SCHEMA if self._input is None else self._input.schema,
+            policy=policy,
+            max_result_chars=max_result_chars,
+        )
+        self.loop = loop
+
+    def __repr__(self) -> str:
+        return f"AgentTool({self.name!r})"
+
+    def _call(self, **arguments: Any) -> Answered | Awaitable[Answered]:
+        """Run the child: under asyncio (its coroutine, awaited by the registry) or here."""
+        input = self._text(arguments)
+        ctx = RUN_CONTEXT.get()
+        reporter = None if ctx is None else ctx._reporter
+        if reporter is not None and reporter.loop is not None:
+            return self._arun(input, ctx)  # type: ignore[arg-type]  # a run's, with a reporter
+        child = self.loop
+        registry = child._sync_driver("an asyncio parent (loop.arun)", awaits=True)
+        engine, cancel, deps = self._engine(input, ctx)
+        run = sync_run(child, engine, registry, cancel, deps)
+        if reporter is not None:
+            run.subscribe(_forwarding(reporter))
+            run.subscribe_deltas(_forwarding(reporter))
+        try:
+            return self._answer(run.finish(), ctx)
+        finally:
+            _kept(run, ctx)
+
+    def _text(self, arguments: dict[str, Any]) -> str:
+        """The child's input: the ``input`` text, or ``prompt(value)``, or the arguments' JSON."""
+        schema = self._input
+        if schema is None:
+            return arguments["input"]  # type: ignore[no-any-return]  # the schema's str
+        if self._prompt is None:
+            return orjson.dumps(arguments).decode()
+        value = arguments if schema.convert is None else schema.convert(arguments)
+        text = self._prompt(value)
+        if not isinstance(text, str):
+            raise TypeError(f"expected prompt= to return a str, got {type(text).__name__}")
+        return text
+
+    async def _arun(self, input: str, ctx: RunContext[Any]) -> Answered:
+        """The child, run under asyncio as its parent is."""
+        engine, cancel, deps = self._engine(input, ctx)
+        run = async_run(self.loop, engine, cancel, deps)
+        reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # under asyncio: one
+        run.subscribe(_forwarding(reporter))
+        run.subscribe_deltas(_forwarding(reporter))
+        try:
+            return self._answer(await run.afinish(), ctx)
+        finally:  # interrupted too (the parent's task cancelled while the child ran)
+            _kept(run, ctx)
+
+    def _engine(
+        self, input: str, ctx: RunContext[Any] | None
+    ) -> tuple[Engine, CancelToken | None, object]:
+        """The child's engine, token and deps: its Loop's budget, within the parent's tokens.
+
+        The child is given the parent's deps (or ``deps(ctx)``'s) and token
+        (``for_run`` checks the deps against the child's tools, and makes a
+        token if there is none).
+        """
+        child = self.loop
+        check_ready(child)
+        deps, cancel = (None, None) if ctx is None else (ctx.deps, ctx.cancel)
+        if self._deps is not None:
+            deps = self._deps(NO_RUN if ctx is None else ctx)
+        cancel = for_run(child, deps, cancel)
+        budget = child.budget
+        limit = None if ctx is None or ctx.budget is None else ctx.budget.max_total_tokens
+        if ctx is not None and limit is not None:
+            left = max(0, limit - ctx.usage.total)  # spent when this call was handed out
+            if budget.max_total_tokens is None or left < budget.max_total_tokens:
+                budget = attrs.evolve(budget, max_total_tokens=left)
+        engine = plain_engine(child, run_input(child.system, input), cancel, budget=budget)
+        return engine, cancel, deps
+
+    def _answer(self, result: RunResult[Any], ctx: RunContext[Any] | None) -> Answered:
+        """The parent's call's outcome: the child's output, or an error saying how it ended.
+
+        A child cancelled by the parent's token answers nothing: the parent's
+        call is answered ``cancelled`` as the parent ends so.
+        """
+        status = result.status
+        if status is State.CANCELLED and ctx is not None and ctx.cancel and ctx.cancel.cancelled:
+            raise TokenCancelled(f"agent {self.name!r}: its run was cancelled with its parent's")
+        if status is State.FINISHED:
+            outcome = returned(self.name, result.output)
+        else:
+            why = result.reason or result.error
+            exc = ChildRunEnded(
+                f"agent {self.name!r} ended {status.value}" + (f" ({why})" if why else "")
+            )
+            content = {**exception_content(exc), "status": status.value}
+            outcome = {"status": "error", "content": content, "exception": exc}
+        return Answered({**outcome, "usage": result.usage._asdict()})
+
+
+def _input_schema(name: str, input: object) -> OutputSchema:
+    """``input=`` as a schema the tool publishes: a type (or schema) whose JSON is an object."""
+    schema = output_schema(input)
+    if schema.schema.get("type") != "object":
+        raise TypeError(
+            f"agent tool {name!r}: expected input= to be a type whose JSON is an object (an "
+            f"attrs class, a dataclass, a TypedDict, a pydantic model), got {input!r:.80}"
+        )
+    return schema
+
+
+class AsTool:
+    """``Loop.as_tool``, kept here with the tool it makes (a base of ``Loop``)."""
+
+    __slots__ = ()
+
+    def as_tool(
+        self,
+        name: str,
+        description: str,
+        *,
+        input: object = None,
+        prompt: Callable[[Any], str] | None = None,
+        deps: Callable[[RunContext[Any]], object] | None = None,
+        policy: Policy | None = None,
+        max_result_chars: int | None = None,
+    ) -> AgentTool:
+        """A tool of another Loop that runs this one: the model's ``input`` in, its output out.
+
+        The model sends ``{"input": str}``, or, with ``input=T``, a ``T``: the
+        child's input is then ``prompt(value)``, or the arguments' JSON. The
+        child has its own budgets; its usage rolls into the parent's, it runs
+        under the parent's token and deps (or ``deps(ctx)``, the parent call's
+        context mapped), and its items reach the parent's delta listeners as
+        ``Nested``. See the docs' "Agents as tools".
+        """
+        return AgentTool(
+            self,  # type: ignore[arg-type]  # a Loop's base
+            name=name,
+            description=description,
+            input=input,
+            prompt=prompt,
+            deps=deps,
+            policy=policy,
+            max_result_chars=max_result_chars,
+        )
+
+
+def _kept(run: RunView[Any], ctx: RunContext[Any] | None) -> None:
+    """The child's result, once it ended (however) or waits, kept on the parent's by call id."""
+    ended = run.done or run.state is State.AWAITING_APPROVAL
+    if ended and ctx is not None and ctx._children is not None and ctx.call_id is not None:
+        ctx._children[ctx.call_id] = run.result()
+
+
+def _forwarding(reporter: Reporter) -> Any:
+    """A listener of the child that tells each of its items to the parent's, nested."""
+    call_id = reporter.call_id
+
+    def forward(item: object) -> None:
+        reporter.hand_on(item.under(call_id) if type(item) is Nested else Nested((call_id,), item))  # type: ignore[arg-type]
+
+    return forward
+
+
+def durable_ledger(ledger: _L, dispatcher: object) -> _L:
+    """``ledger``, once a Loop with it and ``dispatcher`` is known to have no agent tool."""
+    if ledger is not None:
+        refuse_durable(dispatcher, "Loop(ledger=...)")
+    return ledger
+
+
+def refuse_durable(dispatcher: object, what: str) -> None:
+    """Refuse a durable run (``what``) of a Loop with an agent tool: a child is not recorded."""
+    if isinstance(dispatcher, ToolRegistry):
+        for tool in dispatcher:
+            if isinstance(tool, AgentTool):
+                raise ValueError(
+                    f"{what}: tool {tool.name!r} is an agent tool (Loop.as_tool), whose child "
+                    "run is not recorded, so a resume could run it twice; durable agent tools "
+                    "are not supported yet: make this Loop without a ledger"
+                )
