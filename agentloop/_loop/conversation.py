@@ -16,9 +16,9 @@ from agentloop._core.messages import check_new_input
 from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import require_result
 from agentloop._durable.conversations import checked_conversation_id, turn_ids
-from agentloop._durable.ids import turn_of
+from agentloop._durable.ids import turn_of, turn_run_id
 from agentloop._durable.view import view_run
-from agentloop._errors import InvalidStateError
+from agentloop._errors import InvalidStateError, RunNotFoundError
 from agentloop._loop.engines import carried_summary, fresh_engine
 
 if TYPE_CHECKING:
@@ -83,6 +83,8 @@ def next_turn(
             else checked_conversation_id(previous.conversation_id, "after=.conversation_id")
         )
         turn = 2 if previous.turn is None else previous.turn + 1
+        if loop.ledger is not None:
+            _recorded_before(loop.ledger, previous, conversation_id, turn)
     else:
         conversation_id = checked_conversation_id(conversation)
         ledger = _ledger_of(loop.ledger)
@@ -136,6 +138,32 @@ class Conversations:
     async def aconversation(self, conversation_id: str) -> tuple[RunResult, ...]:
         """``conversation`` under asyncio."""
         return self.conversation(conversation_id)
+
+
+def _recorded_before(ledger: Ledger, previous: RunResult, conversation_id: str, turn: int) -> None:
+    """Refuse a durable turn ``turn`` whose turn before is not in ``ledger`` as ``c::(turn-1)``.
+
+    A conversation is listed from its turns' ids (``turn_ids``): a durable
+    turn 2 after an in-memory turn 1, a plain run or a fork would be a
+    conversation without its turn 1, which a ledger that lists ids by prefix
+    shows from turn 2 and one that asks for turn 1, 2, ... shows empty.
+    """
+    expected = turn_run_id(conversation_id, turn - 1)
+    given = previous.run_id
+    if given == expected:
+        try:
+            ledger.read(expected)
+        except RunNotFoundError:
+            pass
+        else:
+            return
+    what = "a result in memory" if given is None else f"run {given!r}"
+    raise ValueError(
+        f"expected after= to be turn {turn - 1} of its conversation as recorded in this "
+        f"Loop's ledger (run {expected!r}), got {what}, which is not: a durable turn goes on "
+        "from the ledger's turn before. Begin a conversation in this ledger from its "
+        "transcript instead: loop.run([*result.transcript, message], conversation=...)"
+    )
 
 
 def _ledger_of(ledger: Ledger | None) -> Ledger:
