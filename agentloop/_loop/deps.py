@@ -95,7 +95,34 @@ def for_run(loop: Loop, deps: object, cancel: CancelToken | None) -> CancelToken
                 f"expected deps to be a {_shown(wanted)} (this Loop's deps_type), got "
                 f"{type(deps).__qualname__}"
             )
+    if context:
+        _given_what_tools_take(loop, deps)
     return CancelToken() if cancel is None and context else cancel
+
+
+def _given_what_tools_take(loop: Loop, deps: object) -> None:
+    """Refuse ``deps`` that is not an ``X`` for a tool's or policy's ``RunContext[X]``.
+
+    ``X`` a class other than ``object``; a type ``isinstance`` cannot check (a
+    ``Protocol`` that is not runtime-checkable, a ``TypedDict``) is left to
+    the type checker. Without it a Loop with no ``deps_type`` would run the
+    tool with ``deps=None``, and the model would read its ``AttributeError``.
+    """
+    for who, wanted in _contexts(loop.dispatcher):
+        if not isinstance(wanted, type) or wanted is object:
+            continue
+        try:
+            fits = isinstance(deps, wanted)
+        except TypeError:
+            continue
+        if not fits:
+            given = "no deps=" if deps is None else f"deps of type {type(deps).__qualname__}"
+            raise TypeError(
+                f"{who} takes RunContext[{_shown(wanted)}], and this run was given {given}: "
+                f"pass deps={_shown(wanted)}(...) to the run, and say so with "
+                f"Loop(deps_type={_shown(wanted)}) (dependencies are never recorded, so a "
+                "resumed run is given them again)"
+            )
 
 
 def deps_provider(
