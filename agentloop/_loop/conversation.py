@@ -9,20 +9,24 @@ new messages, so the ids of earlier calls stay reserved.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple
 from uuid import uuid4
+
+import orjson
 
 from agentloop._core.messages import check_new_input
 from agentloop._core.table import TERMINAL, State
-from agentloop._core.values import require_result
+from agentloop._core.values import OutputT, require_result
 from agentloop._durable.conversations import checked_conversation_id, turn_ids
 from agentloop._durable.ids import turn_of, turn_run_id
+from agentloop._durable.resume import differences
 from agentloop._durable.view import view_run
-from agentloop._errors import InvalidStateError, RunNotFoundError
+from agentloop._errors import ConfigurationMismatchError, InvalidStateError, RunNotFoundError
 from agentloop._loop.engines import carried_summary, fresh_engine
 
 if TYPE_CHECKING:
     from agentloop._core.engine import Engine
+    from agentloop._core.output_schema import OutputSchema
     from agentloop._core.values import CancelToken, RunResult
     from agentloop._durable.protocol import Ledger
     from agentloop._loop.loop import Loop
@@ -119,25 +123,45 @@ def turn_input(
     return [*previous.transcript, *new]
 
 
-class Conversations:
+class Conversations(Generic[OutputT]):
     """What a ``Loop`` reads of its conversations (a mixin of it)."""
 
     if TYPE_CHECKING:
         ledger: Ledger | None
+        output: OutputSchema | None
 
-    def conversation(self, conversation_id: str) -> tuple[RunResult, ...]:
+    def conversation(self, conversation_id: str) -> tuple[RunResult[OutputT], ...]:
         """The results of the conversation's turns in the Loop's ledger, oldest first.
 
-        Read, never run: a turn that has not ended has its working state as ``status``.
+        Read, never run: a turn that has not ended has its working state as
+        ``status``. A finished turn's output is the Loop's type, as ``resume``
+        gives it (a ``City`` under ``Loop(output=City)``).
         """
         ledger = _ledger_of(self.ledger)
         conversation_id = checked_conversation_id(conversation_id)
         found = turn_ids(ledger, conversation_id)
-        return tuple(view_run(ledger, run_id).result for run_id in found)
+        return tuple(self._typed(view_run(ledger, run_id).result) for run_id in found)
 
-    async def aconversation(self, conversation_id: str) -> tuple[RunResult, ...]:
+    async def aconversation(self, conversation_id: str) -> tuple[RunResult[OutputT], ...]:
         """``conversation`` under asyncio."""
         return self.conversation(conversation_id)
+
+    def _typed(self, result: RunResult) -> RunResult[OutputT]:
+        """``result`` with a finished turn's output made the Loop's type (its schema checked)."""
+        if result.status is not State.FINISHED:
+            return result
+        output = self.output
+        recorded = (
+            None if result.output_schema_json is None else orjson.loads(result.output_schema_json)
+        )
+        if differences({"output": recorded}, {"output": output and output.schema}):
+            found = [f"$.output_schema: run {result.run_id!r}'s is not this Loop's output="]
+            raise ConfigurationMismatchError(
+                "a turn was made with another output than this Loop's: " + found[0], found
+            )
+        if output is None:
+            return result
+        return result._replace(output=output.value(result.output_text or ""))
 
 
 def _recorded_before(ledger: Ledger, previous: RunResult, conversation_id: str, turn: int) -> None:
