@@ -408,3 +408,23 @@ def test_a_durable_turn_after_one_its_ledger_lacks_is_refused_on_every_ledger(
     )
     assert (again.run_id, again.turn) == ("d::1", 1)
     assert [r.run_id for r in loop.conversation("c")] == ["c::1", "c::2"]
+
+
+def test_show_of_a_conversations_id_lists_its_turns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``show DB u`` of a conversation says so, lists its turns and how to show the last."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["/opt/somewhere/bin/agentloop"])  # not on PATH
+    loop = Loop(ScriptedModel([final("1"), final("2")]), ledger=SQLiteLedger(tmp_path / "runs.db"))
+    loop.run("a", conversation="u")
+    loop.run("b", conversation="u")
+    for command in ("show", "report"):
+        assert main([command, "runs.db", "u"]) == 2
+        assert capsys.readouterr().err == (
+            "agentloop: error: 'u' is a conversation, not a run: its 2 turns are the runs "
+            "u::1, u::2; show one by its id (agentloop show runs.db u::2 shows the last)\n"
+        )
+    assert main(["show", "runs.db", "w"]) == 2
+    assert "no run 'w' is recorded" in capsys.readouterr().err
+    assert run_main(capsys, "show", "runs.db", "u::2")[0] == "agentloop run u::2: finished"
