@@ -21,12 +21,18 @@ uses a fresh DBOS system schema, dropped afterwards.
    otherwise, from 160 to 960), then served by one worker process at worker
    concurrency 1, 8, 32 and 64, and by 2 and 4 at concurrency 8 and 32:
    runs per second; the workers' CPU per run, and the cores they kept busy;
-   how busy the machine's cores were (theirs, Postgres's, anyone's). Target:
-   one worker at concurrency 32 completes at least 20x the runs per second
-   of concurrency 1, measured in turn beside DBOS alone (a workflow of the
-   same three steps with nothing in them: what any driver of such runs
-   costs at the least) and (with pydantic-ai installed) the peer's
-   ``run_sync`` workflows, one worker at concurrency 1 and 32 each.
+   how busy the machine's cores were (theirs, Postgres's, anyone's); the
+   machine's load average as the row ended. Target (issue 38, what scales
+   out): two workers at concurrency 32 complete at least 20x the runs per
+   second of one worker at concurrency 1. One worker at concurrency 32 is
+   bounded by DBOS's own steps (about 80% of its CPU): it is measured in turn
+   beside DBOS alone (a workflow of the same three steps with nothing in
+   them: what any driver of such runs costs at the least), DBOS alone as an
+   ``async def`` workflow (its steps ``run_step_async``, the model's wait an
+   ``asyncio.sleep``: whether DBOS's async workflows lift a worker's
+   ceiling) and (with pydantic-ai installed) the peer's ``run_sync``
+   workflows, one worker at concurrency 1 and 32 each; each with its runs
+   per CPU-second (the worker's CPU seconds per run, inverted).
 3. CPU-bound runs (the model answers at once; K = 3): runs per second with 1,
    2 and 4 worker processes (concurrency 8 each), against the SQLite ledger
    in one process.
@@ -39,6 +45,7 @@ syncs each to disk).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib.util
 import os
@@ -52,6 +59,8 @@ import uuid
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from targets import verdict
 
 from agentloop import Loop
 from agentloop.ledger import SQLiteLedger
@@ -318,9 +327,21 @@ def floor_workflow() -> None:
         DBOS.run_step({"name": "bench.model"}, reply, sleep)
         return "ok"
 
+    async def areply(sleep: float) -> Message:
+        await asyncio.sleep(sleep)
+        return {"kind": "final", "text": "ok"}
+
+    @DBOS.workflow(name="bench.floor_async")
+    async def floor_async(prompt: str, sleep: float) -> str:
+        await DBOS.run_step_async({"name": "bench.model"}, areply, sleep)
+        await DBOS.run_step_async({"name": "bench.tool"}, outcome)
+        await DBOS.run_step_async({"name": "bench.model"}, areply, sleep)
+        return "ok"
+
 
 def worker(who: str, schema: str, executor: str, concurrency: int, k: int, sleep: float) -> None:
-    """A worker process of ``who``'s runs (``agentloop``, ``peer`` or ``dbos``: DBOS alone):
+    """A worker process of ``who``'s runs (``agentloop``, ``peer``, or DBOS alone: ``dbos``,
+    ``dbos-async``):
     launched, it serves the queue from a "go" line until its stdin closes, then prints the CPU
     seconds it spent serving."""
     from dbos import DBOS
@@ -329,7 +350,7 @@ def worker(who: str, schema: str, executor: str, concurrency: int, k: int, sleep
 
     if who == "peer":
         peer_agent(k, sleep)
-    elif who == "dbos":
+    elif who in ("dbos", "dbos-async"):
         floor_workflow()
     else:
         DBOSLoop(loop(k, sleep=sleep), name="bench")
@@ -349,8 +370,8 @@ def throughput(
 ) -> tuple[float, float, float]:
     """Runs completed per second by ``workers`` processes; their CPU seconds per run; and how
     busy the machine's cores were meanwhile (0 to 1: every process's, Postgres's and others').
-    ``who``: ``agentloop`` (a DBOSLoop's runs), ``peer`` (DBOSAgent's ``run_sync``) or
-    ``dbos`` (DBOS alone: ``floor_workflow``).
+    ``who``: ``agentloop`` (a DBOSLoop's runs), ``peer`` (DBOSAgent's ``run_sync``),
+    ``dbos`` or ``dbos-async`` (DBOS alone: ``floor_workflow``'s threaded or async one).
 
     The runs are enqueued first (a ``DBOSClient``), then every worker is told
     to serve the queue at once: timed from then to the last run's end (as
@@ -381,9 +402,10 @@ def throughput(
         if who == "peer":
             options: Any = {"workflow_name": f"peer{k}.run_sync", "queue_name": QUEUE}
             handles: list[Any] = [client.enqueue(options, "go", deps=None) for _ in range(runs)]
-        elif who == "dbos":
+        elif who in ("dbos", "dbos-async"):
             assert k == 1, "DBOS alone makes the steps of a run of one call"
-            options = {"workflow_name": "bench.floor", "queue_name": QUEUE}
+            name = "bench.floor" if who == "dbos" else "bench.floor_async"
+            options = {"workflow_name": name, "queue_name": QUEUE}
             handles = [client.enqueue(options, "go", sleep) for _ in range(runs)]
         else:
             handles = [enqueuer.client_enqueue(client, QUEUE, "go") for _ in range(runs)]
@@ -474,7 +496,7 @@ def part_io_bound() -> bool:
     print(f"2. I/O-bound runs: a model waiting {SLEEP * 1000:.0f} ms a reply, 2 replies a run:")
     print(
         f"  {'workers':>7} {'concurrency':>11} {'runs':>5} {'runs/s':>8} "
-        f"{'worker CPU ms/run':>18} {'worker cores':>12} {'machine busy':>12}"
+        f"{'worker CPU ms/run':>18} {'worker cores':>12} {'machine busy':>12} {'load':>5}"
     )
     rates: dict[tuple[int, int], float] = {}
     for workers, concurrency in SHAPES:
@@ -484,35 +506,56 @@ def part_io_bound() -> bool:
         rates[workers, concurrency] = rate
         print(
             f"  {workers:>7} {concurrency:>11} {count:>5} {rate:8.1f} {spent * 1000:18.1f} "
-            f"{rate * spent:12.2f} {load:12.0%}"
+            f"{rate * spent:12.2f} {load:12.0%} {os.getloadavg()[0]:5.2f}"
         )
+    scaled = rates[2, 32] / rates[1, 1]
+    met = verdict(
+        "2 workers at concurrency 32 over 1 at 1, runs/s",
+        scaled,
+        CONCURRENCY_TARGET,
+        f"{scaled:.1f}x (>= {CONCURRENCY_TARGET:.0f}x)",
+        at_least=True,
+    )
     # One worker at concurrency 1 and 32, beside DBOS alone (the same three steps, with nothing
     # in them) and the peer: taken in turn, so that the machine's drift weighs on each alike.
-    who = ["agentloop", "dbos"] + (["peer"] if importlib.util.find_spec("pydantic_ai") else [])
-    names = {"agentloop": "agentloop", "dbos": "DBOS alone", "peer": "DBOSAgent"}
+    who = ["agentloop", "dbos", "dbos-async"] + (
+        ["peer"] if importlib.util.find_spec("pydantic_ai") else []
+    )
+    names = {
+        "agentloop": "agentloop",
+        "dbos": "DBOS alone",
+        "dbos-async": "DBOS async",
+        "peer": "DBOSAgent",
+    }
     got: dict[tuple[str, int], float] = {}
-    print("  one worker, side by side:")
+    print(
+        "  one worker, side by side (DBOS alone: its steps, with nothing in them; async: an "
+        "async def workflow):"
+    )
+    print(
+        f"  {'':>10} {'concurrency':>11} {'runs':>5} {'runs/s':>8} {'worker CPU ms/run':>18} "
+        f"{'worker cores':>12} {'machine busy':>12} {'load':>5} {'runs/CPU-s':>10}"
+    )
     for concurrency in (1, 32):
         count = 20 if concurrency == 1 else 15 * concurrency
         for name in who:
             rate, spent, load = throughput(1, concurrency, count, 1, SLEEP, who=name)
             got[name, concurrency] = rate
             print(
-                f"  {names[name]:>10} {concurrency:>8} {count:>5} {rate:8.1f} "
-                f"{spent * 1000:18.1f} {rate * spent:12.2f} {load:12.0%}"
+                f"  {names[name]:>10} {concurrency:>11} {count:>5} {rate:8.1f} "
+                f"{spent * 1000:18.1f} {rate * spent:12.2f} {load:12.0%} "
+                f"{os.getloadavg()[0]:5.2f} {1 / spent:10.1f}"
             )
     gains = {name: got[name, 32] / got[name, 1] for name in who}
-    mark = "" if gains["agentloop"] >= CONCURRENCY_TARGET else "  MISSED"
     print(
-        f"  concurrency 32 against 1: agentloop {gains['agentloop']:.1f}x{mark} (target >= "
-        f"{CONCURRENCY_TARGET:.0f}x), "
-        + ", ".join(f"{names[name]} {gains[name]:.1f}x" for name in who[1:])
+        "  one worker, concurrency 32 against 1 (reported): "
+        + ", ".join(f"{names[name]} {gains[name]:.1f}x" for name in who)
     )
     print(
         f"  agentloop's runs/s at 32: {got['agentloop', 32] / got['dbos', 32]:.2f}x DBOS alone's"
         + (f", {got['agentloop', 32] / got['peer', 32]:.1f}x DBOSAgent's" if "peer" in who else "")
     )
-    return not mark
+    return met
 
 
 def part_cpu_bound() -> bool:

@@ -144,8 +144,9 @@ class RunState:
         # When the model was asked, and when each running call was handed out.
         self.since: dict[str | None, float] = {}
         self.events: list[Transition] = []
-        # The calls handed out since the last transition: the next one records them.
-        self.handed: list[str] = []
+        # The calls handed out since the last transition: the next one records them. A tuple,
+        # () most of the time: no list of its own for each run in flight to hold.
+        self.handed: tuple[str, ...] = ()
         self.applied = 0  # events whose effects on the state are done
         self.outstanding: Trigger | None = None
         self.rejected: object = None
@@ -207,7 +208,7 @@ class RunState:
             took=None if since is None else at - since,
             pending=draft.pending,
             decisions=draft.decisions,
-            started=tuple(self.handed),
+            started=self.handed,
             input_json=draft.input_json,
             # The events that answer a model (or summariser) record what it was sent.
             context=self.seen if row.trigger in MODEL_ANSWERS else None,
@@ -223,7 +224,7 @@ class RunState:
                 self.settle()  # not committed: the row's effects are undone
                 raise
         self.events.append(transition)  # the commit
-        self.handed.clear()
+        self.handed = ()
         appended, usage = draft.appended, draft.usage
         if appended:
             self.history.extend(appended)
@@ -315,9 +316,9 @@ class RunState:
             self.outstanding = _START_TOOL if batch.running else None
             # Handed out and in no event yet: the next event records them.
             recorded = {call_id for event in events[accepted + 1 :] for call_id in event.started}
-            self.handed = [call_id for call_id in batch.running if call_id not in recorded]
+            self.handed = tuple(call_id for call_id in batch.running if call_id not in recorded)
         else:
-            self.handed = []
+            self.handed = ()
         if self.state in (State.DISPATCHING, State.AWAITING_APPROVAL) and batch is not None:
             batch.pending, batch.decided = approvals(events)
         self.steps = (last.steps if last else 0) + (

@@ -100,7 +100,8 @@ class AsyncRun(RunView[OutputT]):
         self._batch = (
             ConcurrentBatch(engine, cancel, max_concurrency) if max_concurrency > 1 else None
         )
-        self._listeners: list[tuple[Listener, bool]] = []
+        # A tuple, () unless subscribed: no list of its own for each run in flight to hold.
+        self._listeners: tuple[tuple[Listener, bool], ...] = ()
         for listener in listeners:
             self.subscribe(listener)
         # -- streaming: who hears each delta (awaited if async); the reply astream() read
@@ -120,7 +121,7 @@ class AsyncRun(RunView[OutputT]):
         if not callable(listener):
             raise TypeError(f"expected a callable listener, got {type(listener).__name__}")
         followed = self._following(listener)
-        self._listeners.append((followed, is_async(followed)))
+        self._listeners += ((followed, is_async(followed)),)
 
     def _plain_listeners(self) -> list[Listener]:
         # An interrupted task cannot be relied on to await anything more.
@@ -278,9 +279,12 @@ class AsyncRun(RunView[OutputT]):
         if type(need) is Wait:  # retry=: cut short by the token (the table then ends the run)
             await await_wait(need, self._cancel)
             return None
+        cancel = self._cancel  # awaited in place: no coroutine of its own for a run to hold
         if type(need) is RunTool:
-            return await self._under_token(self._tool(need)(need.call))
-        answer = await self._under_token(self._answer(need))  # type: ignore[arg-type]
+            running = self._tool(need)(need.call)
+            return await (running if cancel is None else unless_cancelled(cancel, running))
+        asked = self._answer(need)  # type: ignore[arg-type]
+        answer = await (asked if cancel is None else unless_cancelled(cancel, asked))
         if type(answer) is not dict and is_stream(answer):  # read by the pump, as it arrives
             return Streaming(self._delivered(answer))
         return answer
@@ -363,10 +367,6 @@ class AsyncRun(RunView[OutputT]):
             if not made:
                 return  # the run waits for a person
             yield made[0]
-
-    async def _under_token(self, pending: Awaitable[object]) -> object:
-        """``pending``, awaited unless the run's token cancels it first."""
-        return await (pending if self._cancel is None else unless_cancelled(self._cancel, pending))
 
     async def _delivered(self, stream: object) -> AsyncGenerator[Delta, None]:
         """``stream``'s deltas, each told to the delta listeners and yielded; then its reply.

@@ -216,42 +216,51 @@ def in_context(
     return dispatch_in_context
 
 
-def ain_context(
-    dispatch: Callable[..., Any],
-    listeners: list[tuple[Callable[[Any], object], bool]],
-    scope: CallScope,
-) -> Callable[..., Any]:
+class ain_context:
     """``in_context`` for an async ``dispatch``, whose ``listeners`` say if they are ``async``.
 
     The context is set in the call's own task, and progress told on the run's
     loop: an async listener hears in a task of its own, and the call's
     outcome is handed on once those tasks are done, so that no report is
-    heard after it.
+    heard after it. One object with slots, not closures: a run in flight
+    holds it, and each object a run holds is one more the garbage
+    collector's full collections walk for every run at once.
     """
-    hearing: set[asyncio.Future[object]] = set()
 
-    def tell(item: Any) -> None:
-        for listener, awaited in listeners:
+    __slots__ = ("_dispatch", "_hearing", "_listeners", "_scope")
+
+    def __init__(
+        self,
+        dispatch: Callable[..., Any],
+        listeners: list[tuple[Callable[[Any], object], bool]],
+        scope: CallScope,
+    ) -> None:
+        self._dispatch, self._listeners, self._scope = dispatch, listeners, scope
+        # The async listeners' tasks still hearing a report: made with the first of them.
+        self._hearing: set[asyncio.Future[object]] | None = None
+
+    def _tell(self, item: Any) -> None:
+        for listener, awaited in self._listeners:
             heard = hear(listener, item)
             if awaited and heard is not None:
+                if self._hearing is None:
+                    self._hearing = set()
                 task = asyncio.ensure_future(cast("Awaitable[object]", heard))
-                hearing.add(task)
-                task.add_done_callback(hearing.discard)
+                self._hearing.add(task)
+                task.add_done_callback(self._hearing.discard)
                 task.add_done_callback(logged)
 
-    async def dispatch_in_context(call: dict[str, Any], **options: object) -> Any:
+    async def __call__(self, call: dict[str, Any], **options: object) -> Any:
         previous = RUN_CONTEXT.get()  # put back by value, as in ``in_context``
         try:
-            reporter = Reporter(call["id"], tell, asyncio.get_running_loop())
-            RUN_CONTEXT.set(scope.context(call, reporter))
-            outcome = await dispatch(call, **options)
+            reporter = Reporter(call["id"], self._tell, asyncio.get_running_loop())
+            RUN_CONTEXT.set(self._scope.context(call, reporter))
+            outcome = await self._dispatch(call, **options)
         finally:
             RUN_CONTEXT.set(previous)
-        if hearing:
-            await asyncio.wait(set(hearing))
+        if self._hearing:
+            await asyncio.wait(set(self._hearing))
         return outcome
-
-    return dispatch_in_context
 
 
 def in_context_reviews(

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from agentloop._durable.protocol import Ledger
     from agentloop._durable.view import LedgerRun
 
-__all__ = ["continued", "forked", "read_ended", "released_on_error", "resumed"]
+__all__ = ["continued", "forked", "read_ended", "release_claim", "released_on_error", "resumed"]
 
 
 def forked(
@@ -317,5 +317,11 @@ class released_on_error:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        if kind is not None and isinstance(self._engine, recording.DurableEngine):
-            self._engine.journal.release()
+        if kind is not None:
+            release_claim(self._engine)
+
+
+def release_claim(engine: Engine) -> None:
+    """Give up a durable run's claim (``released_on_error``'s, on an error)."""
+    if isinstance(engine, recording.DurableEngine):
+        engine.journal.release()

@@ -25,7 +25,7 @@ from agentloop._drivers.sync import Run
 from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._durable.protocol import Ledger
 from agentloop._loop.agent_tool import AsTool, durable_ledger
-from agentloop._loop.continued import read_ended, released_on_error
+from agentloop._loop.continued import read_ended, release_claim, released_on_error
 from agentloop._loop.conversation import Conversations, turn_engine
 from agentloop._loop.deps import checked_deps_type
 from agentloop._loop.engines import continued_engine, forked_engine, resumed_engine
@@ -109,24 +109,21 @@ class Loop(Owner, Conversations[OutputT], AsTool, Generic[OutputT, DepsT]):
     and ``RunResult.output`` is the value as that type; an invalid one goes
     back to the model up to ``max_output_retries`` times (each a model step),
     then the run ends ``invalid_output`` (the docs' "Typed output" page).
-    ``on_exhausted='answer'`` gives a run whose budget runs out one last model
-    step with tools disabled, to answer; ``max_identical_calls=N`` refuses a
-    tool called with the same arguments more than ``N`` times (the docs'
-    "Loop guard and wrap-up" page). ``ledger`` (an
-    ``agentloop.ledger.SQLiteLedger``, or any ``Ledger``) makes every run durable:
-    recorded as it goes, and continued after a crash by ``resume(run_id)``.
-    ``context`` (``agentloop.context.keep_last(tokens=...)`` or
-    ``summarise(model, tokens=...)``) fits each model request to a context
-    window in whole turns; the record keeps the whole history.
-    ``retry`` (an ``agentloop.models.RetryPolicy``, or ``None`` for none)
-    retries a model that failed with a passing error (a rate limit, a 5xx, a
-    timeout, a lost connection) after a wait; unless given, the provider
-    adapters' models get ``RetryPolicy()`` and plain callbacks none. ``model``
-    may be ``agentloop.models.fallback(primary, secondary, ...)``: models
-    asked in turn. See the docs' "Resilience" page. ``owns`` are context
-    managers the Loop opens and closes (MCP servers, say): ``with loop:`` (or ``async with``)
-    opens each in order and closes them in reverse. ``deps_type`` is the type of each run's
-    ``deps=``, which its tools read in their ``RunContext`` (the docs' "Dependencies" page).
+    ``on_exhausted='answer'`` gives a run whose budget runs out one last model step with tools
+    disabled, to answer; ``max_identical_calls=N`` refuses a tool called with the same arguments
+    more than ``N`` times (the docs' "Loop guard and wrap-up" page). ``ledger`` (an
+    ``agentloop.ledger.SQLiteLedger``, or any ``Ledger``) makes every run durable: recorded as
+    it goes, and continued after a crash by ``resume(run_id)``. ``context``
+    (``agentloop.context.keep_last(tokens=...)`` or ``summarise(model, tokens=...)``) fits each
+    model request to a context window in whole turns; the record keeps the whole history.
+    ``retry`` (an ``agentloop.models.RetryPolicy``, or ``None`` for none) retries a model that
+    failed with a passing error (a rate limit, a 5xx, a timeout, a lost connection) after a
+    wait; unless given, the provider adapters' models get ``RetryPolicy()`` and plain callbacks
+    none. ``model`` may be ``agentloop.models.fallback(primary, secondary, ...)``: models asked
+    in turn. See the docs' "Resilience" page. ``owns`` are context managers the Loop opens and
+    closes (MCP servers, say): ``with loop:`` (or ``async with``) opens each in order and closes
+    them in reverse. ``deps_type`` is the type of each run's ``deps=``, which its tools read in
+    their ``RunContext`` (the docs' "Dependencies" page).
     """
 
     @overload
@@ -211,9 +208,8 @@ class Loop(Owner, Conversations[OutputT], AsTool, Generic[OutputT, DepsT]):
             max_identical_calls=max_identical_calls,
             on_exhausted=on_exhausted,
         )
-        # What the drivers call: each model (a fallback chain's in turn) with the tools'
-        # specs for one that takes them, the output schema for one that takes ``output``,
-        # and tool_choice in the wrap-up step.
+        # What the drivers call: each model (a fallback chain's in turn) with what it takes
+        # of the tools' specs, the output schema and the wrap-up step's tool_choice.
         specs = specs_of(self.dispatcher)
         requested = None if self.output is None else self.output.request()
         self._bound_models = tuple(
@@ -424,8 +420,11 @@ class Loop(Owner, Conversations[OutputT], AsTool, Generic[OutputT, DepsT]):
     ) -> RunResult[OutputT]:
         """Run to a terminal state under asyncio and return the result (``start``'s notes)."""
         engine, cancel = turn_engine(self, messages, cancel, run_id, deps, after, conversation)
-        with released_on_error(engine):
+        try:  # not ``released_on_error``: it and its ``__exit__`` are two objects a run holds
             return await async_run(self, engine, cancel, deps).afinish()
+        except BaseException:
+            release_claim(engine)
+            raise
 
     async def aresume(
         self,

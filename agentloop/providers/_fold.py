@@ -8,10 +8,16 @@ the run's cache, so a step converts only the messages recorded since the last
 one: the cost of a step no longer grows with the history. What a request
 holds is never changed afterwards: ``made()`` gives each request its own
 lists, and a fold copies a turn a request holds before it grows it.
+
+A request shares its earlier messages with the run's cache (copying them all
+would cost what the cache saves), but its last message is a deep copy of its
+own: a client that marks the last message in place (a prompt-cache
+breakpoint, say) changes that request alone.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -22,9 +28,17 @@ if TYPE_CHECKING:
 
     from agentloop.providers._convert import Message
 
-__all__ = ["Fold", "Turns", "folded"]
+__all__ = ["Fold", "Turns", "folded", "last_own"]
 
 _Made = TypeVar("_Made")
+
+
+def last_own(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``items`` in a list of its own whose last item is a deep copy (see the module's notes)."""
+    made = [*items]
+    if made:
+        made[-1] = copy.deepcopy(made[-1])
+    return made
 
 
 class Fold(Generic[_Made]):
@@ -114,4 +128,4 @@ class Turns(Fold[tuple[list[dict[str, Any]], list[str]]]):
     def made(self) -> tuple[list[dict[str, Any]], list[str]]:
         """The turns and system texts, in lists of the request's own; a request holds each turn."""
         self._owned.clear()
-        return [*self.turns], [*self.system]
+        return last_own(self.turns), [*self.system]

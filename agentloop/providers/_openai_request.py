@@ -19,7 +19,7 @@ from agentloop.providers._convert import (
     result_text,
     unknown_kind,
 )
-from agentloop.providers._fold import Fold, folded
+from agentloop.providers._fold import Fold, folded, last_own
 
 if TYPE_CHECKING:
     from agentloop._core.requests import Messages
@@ -95,7 +95,7 @@ class _ChatFold(Fold[list[dict[str, Any]]]):
         self.signed.clear()
 
     def made(self) -> list[dict[str, Any]]:
-        return [*self.items]
+        return last_own(self.items)
 
 
 def _signed(sent: list[dict[str, Any]], calls: list[Message]) -> bool:
@@ -169,4 +169,4 @@ class _ResponsesFold(Fold[list[dict[str, Any]]]):
             raise unknown_kind(index, kind)
 
     def made(self) -> list[dict[str, Any]]:
-        return [*self.items]
+        return last_own(self.items)

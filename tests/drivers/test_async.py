@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from tests.support.helpers import Recorder, call, final, kinds
 from tests.support.payments import two
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
     from pathlib import Path
 
 Message = dict[str, Any]
@@ -477,3 +479,80 @@ def test_an_interrupt_in_a_task_the_driver_made_ends_the_run(
     recorded = asyncio.run(interrupted_loop(where, ledger).aresume("r1"))
     assert recorded.status is State.CANCELLED
     assert getattr(recorded.events[-1].exception, "type_name", None) == "KeyboardInterrupt"
+
+
+#: GC-tracked objects a run in flight under ``arun`` holds beyond what a bare task waiting
+#: the same way holds, at most (docs/performance.md): the cyclic collector's full collections
+#: walk each of them for every run at once, so what one run holds sets how CPU per run grows
+#: with the number of runs in flight. Counted beside the bare task, so that an interpreter
+#: whose tasks and coroutines hold a different count moves both alike.
+HELD_AT_THE_MODEL = 24
+HELD_AT_A_TOOL = 37
+
+
+async def held_per_task(
+    runs: int,
+    start: Callable[[], Awaitable[Any]],
+    arrived: list[str],
+    waiting: asyncio.Event,
+    go: asyncio.Event,
+) -> tuple[float, list[Any]]:
+    """The tracked objects each of ``runs`` tasks holds while it waits at ``go``; their results."""
+    go.clear()
+    arrived.clear()
+    waiting.clear()
+    gc.collect()
+    before = len(gc.get_objects())
+    gathered = asyncio.gather(*(start() for _ in range(runs)))
+    await waiting.wait()
+    gc.collect()
+    held = (len(gc.get_objects()) - before) / runs
+    go.set()
+    return held, await gathered
+
+
+@pytest.mark.parametrize(
+    ("held_at", "most"), [("model", HELD_AT_THE_MODEL), ("tool", HELD_AT_A_TOOL)]
+)
+async def test_a_run_in_flight_holds_few_objects_the_collector_walks(
+    held_at: str, most: int
+) -> None:
+    """Runs held at their model (or tool) each hold at most ``most`` objects over a bare task."""
+    runs = 50
+    waiting = asyncio.Event()
+    go = asyncio.Event()
+    arrived: list[str] = []
+
+    async def wait_here(where: str) -> None:
+        if where == held_at and not go.is_set():
+            arrived.append(where)
+            if len(arrived) == runs:
+                waiting.set()
+            await go.wait()
+
+    async def model(history: list[Message]) -> Message:
+        if len(history) == 1:
+            await wait_here("model")
+            return call("c0", name="echo", value="x")
+        return final("ok")
+
+    async def echo(value: str) -> str:
+        await wait_here("tool")
+        return value
+
+    async def bare() -> str:
+        await wait_here(held_at)
+        return "ok"
+
+    loop = Loop(model, tools={"echo": echo}, max_steps=2, max_calls=1)
+    go.set()
+    await asyncio.gather(*(loop.arun("go") for _ in range(3)))  # first-call caches, not held
+    await asyncio.gather(*(bare() for _ in range(3)))
+    baseline, _ = await held_per_task(runs, bare, arrived, waiting, go)
+    held, results = await held_per_task(runs, lambda: loop.arun("go"), arrived, waiting, go)
+    assert [(r.status, r.steps, r.calls) for r in results] == [("finished", 2, 1)] * runs
+    extra = held - baseline
+    assert extra <= most, (
+        f"a run in flight holds {held:.1f} tracked objects, {extra:.1f} more than a bare task"
+        f" waiting the same way ({baseline:.1f}); at most {most} more"
+    )

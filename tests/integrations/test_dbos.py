@@ -551,14 +551,20 @@ def test_cancel_of_a_finished_run_changes_nothing(make: Any) -> None:
 def test_enqueued_runs_respect_the_queue_concurrency(make: Any) -> None:
     """Ten runs on a queue of worker concurrency 2: two at once, never more, all finish."""
     lock, running, most = threading.Lock(), [0], [0]
+    paired = threading.Event()
     inner = scripted([call("c1", "effect", 1), FINAL])
 
     def model(history: list[Message]) -> Message:
         with lock:
             running[0] += 1
             most[0] = max(most[0], running[0])
+            if running[0] == 2:
+                paired.set()
         try:
-            time.sleep(0.05)  # long enough that runs the queue let through overlap
+            # The first runs wait for a second to be let through, however busy the machine
+            # (a time to overlap in was not enough on loaded cores); then a third would show.
+            paired.wait(timeout=30)
+            time.sleep(0.02)
             reply: Message = inner(history)
             return reply
         finally:

@@ -340,3 +340,35 @@ def test_a_fallback_with_a_user_callback_gives_every_model_a_copy() -> None:
     reads = getattr(adapter, "agentloop_reads_record", False)
     result = Loop(fallback(plain, adapter)).run("go")
     assert (reads, result.output, given) == (True, "done", [list])
+
+
+def last_message(request: Any) -> dict[str, Any]:
+    """The last message of an adapter's request, whatever its shape."""
+    if isinstance(request, dict):
+        request = request["messages"]
+    if isinstance(request, tuple):
+        request = request[0]
+    return cast("dict[str, Any]", request[-1])
+
+
+@pytest.mark.parametrize("adapter", CONVERSIONS)
+def test_a_client_that_marks_the_last_message_changes_that_request_alone(adapter: str) -> None:
+    """A prompt-cache breakpoint set in place on each request's last message: one a request."""
+    convert = CONVERSIONS[adapter]
+    history: list[Message] = [{"kind": "user", "text": "go"}]
+    for n in range(3):
+        history += [
+            {"kind": "calls", "calls": [{"id": f"c{n}", "name": "t", "arguments": {}}]},
+            {"kind": "tool_result", "id": f"c{n}", "name": "t", "status": "ok", "content": n},
+        ]
+    record = record_of([])
+    for count, message in enumerate(history, 1):
+        record.extend((orjson.dumps(message),))
+        request = convert(AskModel(*record.request()).messages, "key")
+        assert request == convert(history[:count], None)  # no earlier request's mark
+        marked = last_message(request)
+        for value in marked.values():  # the innermost block, as the recipes mark it
+            if isinstance(value, list) and value and isinstance(value[-1], dict):
+                marked = value[-1]
+        marked["cache_control"] = {"type": "ephemeral"}
+        assert repr(request).count("'cache_control'") == 1

@@ -146,7 +146,7 @@ def start_call(run: RunState) -> None:
     batch.running[call_id] = index
     batch.started = index + 1
     batch.handed += 1
-    run.handed.append(call_id)
+    run.handed += (call_id,)
     run.outstanding = _START_TOOL
     run.since[call_id] = run.clock()
     draft.request = RunTool(*batch.handed_out(index))
