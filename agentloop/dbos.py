@@ -57,7 +57,7 @@ from __future__ import annotations
 
 try:
     import dbos as _dbos  # noqa: F401 - only to say what is missing, before anything else
-except ImportError as exc:
+except ModuleNotFoundError as exc:  # missing; a script named like it fails on its own
     raise ImportError(
         "agentloop.dbos needs DBOS Transact: the dbos extra (see the docs' Install page)"
     ) from exc

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 try:
     import opentelemetry.trace as _trace  # noqa: F401 - only to say what is missing, first
-except ImportError as exc:
+except ModuleNotFoundError as exc:  # missing; a script named like it fails on its own
     raise ImportError(
         "agentloop.otel needs the OpenTelemetry API: pip install 'agentloop-fsm[otel]'"
     ) from exc

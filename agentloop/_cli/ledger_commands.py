@@ -20,6 +20,7 @@ from agentloop._cli.file_commands import show as show_result
 from agentloop._cli.file_commands import write_page
 from agentloop._cli.printing import CommandError, print_lines, self_command, shell_path
 from agentloop._core.approval import Decision, approve, deny
+from agentloop._durable.conversations import turn_ids
 from agentloop._durable.sqlite import APPLICATION_ID, SQLiteLedger
 from agentloop._durable.view import LedgerRun, RunSummary, decide_run, list_runs, view_run
 from agentloop._errors import InvalidStateError, LedgerError, RunNotFoundError
@@ -289,11 +290,24 @@ def _view(path: str, run_id: str) -> LedgerRun:
         try:
             return view_run(ledger, run_id)
         except RunNotFoundError as exc:
+            turns = [] if ":" in run_id else turn_ids(ledger, run_id)
+            if turns:
+                raise CommandError(_a_conversation(path, run_id, turns)) from None
             raise CommandError(f"{exc} ({_again(path, 'runs')} lists them)") from None
         except LedgerError as exc:
             raise CommandError(str(exc)) from None
         except (TypeError, ValueError) as exc:  # not a run id at all
             raise CommandError(str(exc)) from None
+
+
+def _a_conversation(path: str, conversation_id: str, turns: list[str]) -> str:
+    """What ``show``/``report`` of a conversation's id say: its turns, and how to show one."""
+    count = f"{len(turns)} turn{'' if len(turns) == 1 else 's'}"
+    last = f"agentloop show {shell_path(Path(path))} {shlex.quote(turns[-1])}"
+    return (
+        f"{conversation_id!r} is a conversation, not a run: its {count} are the runs "
+        f"{', '.join(turns)}; show one by its id ({last} shows the last)"
+    )
 
 
 def parse_verdicts(verdicts: list[str], pending: Iterable[str] = ()) -> dict[str, str | None]:

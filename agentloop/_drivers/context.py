@@ -106,6 +106,9 @@ def current_context() -> RunContext[Any] | None:
 def idempotency_key() -> str | None:
     """The idempotency key of the call being run: ``f"{run_id}:{call_id}"``, or ``None``.
 
+    A ``%`` or ``:`` in the call id is written ``%25`` or ``%3A``, so that no
+    two calls of two runs share a key (provider ids have neither).
+
     Inside a tool handler of a durable run (``Loop(..., ledger=...)``) this is
     the same string every time the call runs, in any process: pass it to an
     external system that deduplicates (an ``Idempotency-Key`` header, a unique
@@ -139,8 +142,17 @@ def current_reporter() -> Reporter | None:
 
 
 def key_of(run_id: str | None, call_id: str) -> str | None:
-    """A call's idempotency key in the run ``run_id`` (``None``: not a durable run)."""
-    return None if run_id is None else f"{run_id}:{call_id}"
+    """A call's idempotency key in the run ``run_id`` (``None``: not a durable run).
+
+    ``f"{run_id}:{esc(call_id)}"``, where ``esc`` writes ``%`` as ``%25`` and
+    ``:`` as ``%3A``: the escaped call id has no ``':'``, so the key's last
+    ``':'`` ends the run id, and a plain run ``u``'s call ``":2:x"`` is not
+    turn ``u::2``'s call ``"x"``. Provider ids hold neither character, so
+    their keys read as ``f"{run_id}:{call_id}"``.
+    """
+    if run_id is None:
+        return None
+    return f"{run_id}:{call_id.replace('%', '%25').replace(':', '%3A')}"
 
 
 class CallScope:

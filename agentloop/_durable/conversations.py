@@ -19,16 +19,19 @@ if TYPE_CHECKING:
 __all__ = ["checked_conversation_id", "turn_ids"]
 
 
-def checked_conversation_id(conversation_id: object) -> str:
-    """``conversation_id`` if it can name a conversation: a non-empty str without ``':'``."""
+def checked_conversation_id(conversation_id: object, where: str = "conversation") -> str:
+    """``conversation_id`` if it can name a conversation: a non-empty str without ``':'``.
+
+    ``where`` names what gave it in the error (``conversation=``, or the result ``after=``).
+    """
     if type(conversation_id) is not str:
         raise TypeError(
-            "expected conversation to be a conversation's id, a non-empty str (say 'user-42'), "
+            f"expected {where} to be a conversation's id, a non-empty str (say 'user-42'), "
             f"got {type(conversation_id).__name__}"
         )
     if not conversation_id or ":" in conversation_id:
         raise ValueError(
-            "expected conversation to be a non-empty str without ':' (say "
+            f"expected {where} to be a non-empty str without ':' (say "
             f"'user-42'; its turns are the runs 'user-42::1', 'user-42::2', ...), got "
             f"{conversation_id!r:.80}"
         )
@@ -36,7 +39,7 @@ def checked_conversation_id(conversation_id: object) -> str:
         conversation_id.encode()
     except UnicodeEncodeError as exc:
         raise ValueError(
-            f"expected conversation to be text, got {conversation_id!r:.80}: {exc.reason}"
+            f"expected {where} to be text, got {conversation_id!r:.80}: {exc.reason}"
         ) from None
     return conversation_id
 

@@ -286,9 +286,10 @@ def _recorded_output(recorded: Recorded) -> OutputSchema | None:
 def checked_run_id(run_id: object, *, new: bool = False, derived: bool = False) -> str:
     """``run_id`` if it is a run id: any non-empty str of text (``'order-42'``, a uuid).
 
-    A ``new`` run's id has no ``':'``: the idempotency key ``f"{run_id}:{call_id}"``
-    then names one call of one run (``'a:b'`` + ``'c'`` and ``'a'`` + ``'b:c'`` would
-    share a key). Runs recorded before this rule still resume. A ``derived`` id is
+    A ``new`` run's id has no ``':'``: ``':'`` belongs to the ids agentloop derives
+    (a conversation's turn ``'c::3'``), and the idempotency key
+    ``f"{run_id}:{esc(call_id)}"`` ends its run id at its last ``':'``
+    (``key_of``). Runs recorded before this rule still resume. A ``derived`` id is
     agentloop's own (a conversation's turn, ``ids.py``): its ``':'`` are the rule's.
     """
     if type(run_id) is not str:
@@ -308,9 +309,9 @@ def checked_run_id(run_id: object, *, new: bool = False, derived: bool = False) 
         ) from None
     if new and not derived and ":" in run_id:
         raise ValueError(
-            f"expected a new run's id without ':', got {run_id!r:.80}: a call's idempotency "
-            "key is f'{run_id}:{call_id}', and a ':' in the run id would let calls of two "
-            "runs share one"
+            f"expected a new run's id without ':', got {run_id!r:.80}: ':' belongs to the "
+            "ids agentloop makes (a conversation's turn 'c::3'), and a call's idempotency "
+            "key is f'{run_id}:{call_id}'"
         )
     return run_id
 

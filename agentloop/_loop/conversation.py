@@ -9,20 +9,24 @@ new messages, so the ids of earlier calls stay reserved.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple
 from uuid import uuid4
+
+import orjson
 
 from agentloop._core.messages import check_new_input
 from agentloop._core.table import TERMINAL, State
-from agentloop._core.values import require_result
+from agentloop._core.values import OutputT, require_result
 from agentloop._durable.conversations import checked_conversation_id, turn_ids
-from agentloop._durable.ids import turn_of
+from agentloop._durable.ids import turn_of, turn_run_id
+from agentloop._durable.resume import differences
 from agentloop._durable.view import view_run
-from agentloop._errors import InvalidStateError
+from agentloop._errors import ConfigurationMismatchError, InvalidStateError, RunNotFoundError
 from agentloop._loop.engines import carried_summary, fresh_engine
 
 if TYPE_CHECKING:
     from agentloop._core.engine import Engine
+    from agentloop._core.output_schema import OutputSchema
     from agentloop._core.values import CancelToken, RunResult
     from agentloop._durable.protocol import Ledger
     from agentloop._loop.loop import Loop
@@ -77,8 +81,14 @@ def next_turn(
     previous: RunResult | None = None
     if conversation is None:
         previous = require_result(after, "after=")
-        conversation_id = previous.conversation_id or uuid4().hex
+        conversation_id = (
+            uuid4().hex
+            if previous.conversation_id is None  # a run file's, or a caller's _replace: checked
+            else checked_conversation_id(previous.conversation_id, "after=.conversation_id")
+        )
         turn = 2 if previous.turn is None else previous.turn + 1
+        if loop.ledger is not None:
+            _recorded_before(loop.ledger, previous, conversation_id, turn)
     else:
         conversation_id = checked_conversation_id(conversation)
         ledger = _ledger_of(loop.ledger)
@@ -113,25 +123,71 @@ def turn_input(
     return [*previous.transcript, *new]
 
 
-class Conversations:
+class Conversations(Generic[OutputT]):
     """What a ``Loop`` reads of its conversations (a mixin of it)."""
 
     if TYPE_CHECKING:
         ledger: Ledger | None
+        output: OutputSchema | None
 
-    def conversation(self, conversation_id: str) -> tuple[RunResult, ...]:
+    def conversation(self, conversation_id: str) -> tuple[RunResult[OutputT], ...]:
         """The results of the conversation's turns in the Loop's ledger, oldest first.
 
-        Read, never run: a turn that has not ended has its working state as ``status``.
+        Read, never run: a turn that has not ended has its working state as
+        ``status``. A finished turn's output is the Loop's type, as ``resume``
+        gives it (a ``City`` under ``Loop(output=City)``).
         """
         ledger = _ledger_of(self.ledger)
         conversation_id = checked_conversation_id(conversation_id)
         found = turn_ids(ledger, conversation_id)
-        return tuple(view_run(ledger, run_id).result for run_id in found)
+        return tuple(self._typed(view_run(ledger, run_id).result) for run_id in found)
 
-    async def aconversation(self, conversation_id: str) -> tuple[RunResult, ...]:
+    async def aconversation(self, conversation_id: str) -> tuple[RunResult[OutputT], ...]:
         """``conversation`` under asyncio."""
         return self.conversation(conversation_id)
+
+    def _typed(self, result: RunResult) -> RunResult[OutputT]:
+        """``result`` with a finished turn's output made the Loop's type (its schema checked)."""
+        if result.status is not State.FINISHED:
+            return result
+        output = self.output
+        recorded = (
+            None if result.output_schema_json is None else orjson.loads(result.output_schema_json)
+        )
+        if differences({"output": recorded}, {"output": output and output.schema}):
+            found = [f"$.output_schema: run {result.run_id!r}'s is not this Loop's output="]
+            raise ConfigurationMismatchError(
+                "a turn was made with another output than this Loop's: " + found[0], found
+            )
+        if output is None:
+            return result
+        return result._replace(output=output.value(result.output_text or ""))
+
+
+def _recorded_before(ledger: Ledger, previous: RunResult, conversation_id: str, turn: int) -> None:
+    """Refuse a durable turn ``turn`` whose turn before is not in ``ledger`` as ``c::(turn-1)``.
+
+    A conversation is listed from its turns' ids (``turn_ids``): a durable
+    turn 2 after an in-memory turn 1, a plain run or a fork would be a
+    conversation without its turn 1, which a ledger that lists ids by prefix
+    shows from turn 2 and one that asks for turn 1, 2, ... shows empty.
+    """
+    expected = turn_run_id(conversation_id, turn - 1)
+    given = previous.run_id
+    if given == expected:
+        try:
+            ledger.read(expected)
+        except RunNotFoundError:
+            pass
+        else:
+            return
+    what = "a result in memory" if given is None else f"run {given!r}"
+    raise ValueError(
+        f"expected after= to be turn {turn - 1} of its conversation as recorded in this "
+        f"Loop's ledger (run {expected!r}), got {what}, which is not: a durable turn goes on "
+        "from the ledger's turn before. Begin a conversation in this ledger from its "
+        "transcript instead: loop.run([*result.transcript, message], conversation=...)"
+    )
 
 
 def _ledger_of(ledger: Ledger | None) -> Ledger:

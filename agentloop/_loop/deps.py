@@ -95,7 +95,46 @@ def for_run(loop: Loop, deps: object, cancel: CancelToken | None) -> CancelToken
                 f"expected deps to be a {_shown(wanted)} (this Loop's deps_type), got "
                 f"{type(deps).__qualname__}"
             )
+    if context:
+        _given_what_tools_take(loop, deps)
     return CancelToken() if cancel is None and context else cancel
+
+
+def _given_what_tools_take(loop: Loop, deps: object) -> None:
+    """Refuse ``deps`` that is not an ``X`` for a tool's or policy's ``RunContext[X]``.
+
+    Without it a Loop with no ``deps_type`` would run the tool with
+    ``deps=None``, and the model would read its ``AttributeError``.
+    """
+    unfit = _unfit(loop, deps)
+    if unfit is not None:
+        who, wanted = unfit
+        given = "no deps=" if deps is None else f"deps of type {type(deps).__qualname__}"
+        raise TypeError(
+            f"{who} takes RunContext[{wanted}], and this run was given {given}: "
+            f"pass deps={wanted}(...) to the run, and say so with "
+            f"Loop(deps_type={wanted}) (dependencies are never recorded, so a "
+            "resumed run is given them again)"
+        )
+
+
+def _unfit(loop: Loop, deps: object) -> tuple[str, str] | None:
+    """The first tool or policy whose ``RunContext[X]`` ``deps`` is no ``X`` of: (who, X).
+
+    ``X`` a class other than ``object``; a type ``isinstance`` cannot check (a
+    ``Protocol`` that is not runtime-checkable, a ``TypedDict``) is left to
+    the type checker.
+    """
+    for who, wanted in _contexts(loop.dispatcher):
+        if not isinstance(wanted, type) or wanted is object:
+            continue
+        try:
+            fits = isinstance(deps, wanted)
+        except TypeError:
+            continue
+        if not fits:
+            return who, _shown(wanted)
+    return None
 
 
 def deps_provider(
@@ -107,6 +146,13 @@ def deps_provider(
             f"expected deps to be a callable of the run id (lambda run_id: Deps(...)), "
             f"got {type(provider).__name__}: DBOS records a workflow's arguments, and "
             "dependencies are never recorded"
+        )
+    unfit = None if provider is not None else _unfit(loop, None)
+    if unfit is not None and loop.deps_type is None:
+        who, wanted = unfit
+        raise TypeError(
+            f"expected deps= (a callable of the run id that makes a {wanted}): {who} takes "
+            f"RunContext[{wanted}]; say so with Loop(deps_type={wanted}) too"
         )
     if provider is None and loop.deps_type is not None and takes_context(loop.dispatcher):
         raise TypeError(

@@ -70,7 +70,7 @@ _T = TypeVar("_T")
 _D = TypeVar("_D")
 
 
-class Loop(Owner, Conversations, AsTool, Handoffs, Generic[OutputT, DepsT]):
+class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, DepsT]):
     """Configuration for runs: a model, its tools and its budgets. Reusable.
 
     Generic in its output: ``Loop(model)`` is a ``Loop[str]``, ``Loop(model,

@@ -152,8 +152,14 @@ def explain(error: jsonschema_rs.ValidationError, field: str = "") -> tuple[str,
     if name == "const":
         return repr(rule), as_found(value)
     if name in ("minimum", "maximum"):
-        expected = "a count from 0 to 2**63 - 1" if type(value) is int else "integer"
-        return expected, as_found(value)
+        if type(value) is float and value.is_integer():  # past 64 bits: the parser's float
+            return "integer", as_found(value)
+        if type(value) is not int:  # a number field's (a wait, a time taken): its bound
+            return f"a number {'of at least' if name == 'minimum' else 'of at most'} {rule}", (
+                as_found(value)
+            )
+        low = rule if name == "minimum" else 0  # a count's lowest is the schema's (a turn's 1)
+        return f"a count from {low} to 2**63 - 1", as_found(value)
     if name == "minItems":
         return f"at least {rule} item{'s' * (rule != 1)}", as_found(value)
     if name == "maxItems":

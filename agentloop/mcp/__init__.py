@@ -30,7 +30,7 @@ from __future__ import annotations
 
 try:
     import mcp as _mcp  # noqa: F401 - the extra, checked before any module that imports it
-except ImportError as exc:
+except ModuleNotFoundError as exc:  # missing; a script named like it fails on its own
     raise ImportError(
         "agentloop.mcp needs the official mcp SDK: pip install 'agentloop-fsm[mcp]'"
     ) from exc

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 try:
     import anthropic  # at run time, so that a missing SDK fails here
-except ImportError as exc:
+except ModuleNotFoundError as exc:  # missing; a script named like it fails on its own
     raise ImportError(
         "agentloop.providers.anthropic needs the Anthropic SDK: "
         "pip install 'agentloop-fsm[anthropic]'"

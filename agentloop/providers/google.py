@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, overload
 try:
     from google import genai  # at run time, so that a missing SDK fails here
     from google.genai import types
-except ImportError as exc:
+except ModuleNotFoundError as exc:  # missing; a script named like it fails on its own
     raise ImportError(
         "agentloop.providers.google needs Google's SDK: pip install 'agentloop-fsm[google]'"
     ) from exc

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 try:
     import openai  # at run time, so that a missing SDK fails here
-except ImportError as exc:
+except ModuleNotFoundError as exc:  # missing; a script named like it fails on its own
     raise ImportError(
         "agentloop.providers.openai needs the OpenAI SDK: pip install 'agentloop-fsm[openai]'"
     ) from exc

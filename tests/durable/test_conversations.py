@@ -7,6 +7,7 @@ and a ``ConversationBusyError``; ``Loop.conversation`` lists the turns' results.
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -173,6 +174,25 @@ def test_after_must_be_the_conversations_last_turn(tmp_path: Path) -> None:
         ConversationBusyError, match="turn 2 of conversation 'u' was begun elsewhere"
     ):
         loop.run("again", after=first)
+
+
+@pytest.mark.parametrize("conversation_id", ["u::1", "a:b", ""])
+def test_after_a_result_whose_conversation_id_no_turn_can_have_is_refused(
+    conversation_id: str, tmp_path: Path
+) -> None:
+    """A run file edited by hand cannot make a turn's id that ``conversation=`` refuses."""
+    turn = Loop(ScriptedModel([final("1")])).run(
+        "one", after=Loop(ScriptedModel([final("0")])).run("zero")
+    )
+    save_run(turn, tmp_path / "turn.json")
+    document = orjson.loads((tmp_path / "turn.json").read_bytes())
+    document["conversation_id"] = conversation_id
+    (tmp_path / "edited.json").write_bytes(orjson.dumps(document))
+    edited = load_run(tmp_path / "edited.json")
+    model, ledger = ScriptedModel([final("2")]), SQLiteLedger(tmp_path / "r.db")
+    with pytest.raises(ValueError, match=r"expected after=\.conversation_id to be a non-empty str"):
+        Loop(model, ledger=ledger).run("two", after=edited)
+    assert (model.seen, ledger.run_ids()) == ([], [])
 
 
 def test_a_ledger_that_cannot_list_runs_still_holds_conversations() -> None:
@@ -342,3 +362,69 @@ def test_a_turn_killed_mid_call_resumes_and_the_conversation_goes_on(tmp_path: P
     third = outcome(turn_in_a_process(path, "u", "after"))
     assert (third["run_id"], third["continues"], third["status"]) == ("u::3", "u::2", "finished")
     assert effects.read_text() == "u hello\nu crash now\nu after\n"  # each note once
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_durable_turn_after_one_its_ledger_lacks_is_refused_on_every_ledger(
+    driver: Driver, kind: str, tmp_path: Path
+) -> None:
+    """after= an in-memory turn, a plain run or a fork would make a conversation without turn 1.
+
+    A ledger that lists ids by prefix would show it from turn 2, one that asks for turn
+    1, 2, ... would show none: both refuse it instead, before anything is written.
+    """
+    ledger = MemoryLedger() if kind == "memory" else SQLiteLedger(tmp_path / "runs.db")
+    model = ScriptedModel([final(str(n)) for n in range(5)])
+    loop = Loop(model, ledger=ledger)
+    in_memory = driver.run(Loop(ScriptedModel([final("m")])), "zero")
+    in_memory_turn = driver.run(Loop(ScriptedModel([final("m")])), "one", after=in_memory)
+    plain = driver.run(loop, "plain", run_id="p")
+    first = driver.run(loop, "one", conversation="c")
+    fork = loop.fork("c::1", at=0, run_id="f").finish()
+    assert (fork.conversation_id, fork.turn, fork.continues) == (None, None, "c::1")
+
+    cases = [
+        (in_memory, r"got a result in memory"),
+        (in_memory_turn, r"got a result in memory"),
+        (plain, r"got run 'p', which is not"),
+        (fork, r"got run 'f', which is not"),
+    ]
+    for after, given in cases:
+        seen = len(model.seen)
+        with pytest.raises(
+            ValueError, match=r"expected after= to be turn \d+ of its conversation"
+        ) as refused:
+            driver.run(loop, "next", after=after)
+        assert re.search(given, str(refused.value))
+        assert len(model.seen) == seen
+    assert [r.run_id for r in loop.conversation("c")] == ["c::1"]
+    held = ledger.run_ids() if isinstance(ledger, SQLiteLedger) else list(ledger.headers)
+    assert sorted(held) == ["c::1", "f", "p"]
+    # The turn before as this ledger holds it goes on; and a result begins a new conversation.
+    second = driver.run(loop, "two", after=first)
+    assert (second.run_id, second.turn, second.continues) == ("c::2", 2, "c::1")
+    again = driver.run(
+        loop, [*fork.transcript, {"kind": "user", "text": "go on"}], conversation="d"
+    )
+    assert (again.run_id, again.turn) == ("d::1", 1)
+    assert [r.run_id for r in loop.conversation("c")] == ["c::1", "c::2"]
+
+
+def test_show_of_a_conversations_id_lists_its_turns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``show DB u`` of a conversation says so, lists its turns and how to show the last."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["/opt/somewhere/bin/agentloop"])  # not on PATH
+    loop = Loop(ScriptedModel([final("1"), final("2")]), ledger=SQLiteLedger(tmp_path / "runs.db"))
+    loop.run("a", conversation="u")
+    loop.run("b", conversation="u")
+    for command in ("show", "report"):
+        assert main([command, "runs.db", "u"]) == 2
+        assert capsys.readouterr().err == (
+            "agentloop: error: 'u' is a conversation, not a run: its 2 turns are the runs "
+            "u::1, u::2; show one by its id (agentloop show runs.db u::2 shows the last)\n"
+        )
+    assert main(["show", "runs.db", "w"]) == 2
+    assert "no run 'w' is recorded" in capsys.readouterr().err
+    assert run_main(capsys, "show", "runs.db", "u::2")[0] == "agentloop run u::2: finished"

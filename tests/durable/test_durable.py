@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import agentloop
@@ -1364,3 +1364,70 @@ def test_a_durable_run_writes_one_record_a_report(tmp_path: Path) -> None:
         (4, 1),
     ]
     assert len(result.events) == 5
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_plain_runs_call_and_a_turns_call_never_share_a_key(db: Path, driver: Driver) -> None:
+    """Plain run 'u' with call ':2:x' and turn 'u::2' with call 'x' were both 'u::2:x'."""
+    keys: list[str | None] = []
+
+    def note() -> int:
+        keys.append(agentloop.idempotency_key())
+        return 1
+
+    ledger = SQLiteLedger(db)
+    plain = agentloop.Loop(
+        by_history([batch(call(":2:x", "note")), final("a")]), tools={"note": note}, ledger=ledger
+    )
+    turns = agentloop.Loop(
+        by_history([final("hi"), batch(call("x", "note")), final("b")]),
+        tools={"note": note},
+        ledger=ledger,
+    )
+
+    def run(loop: agentloop.Loop, **how: Any) -> agentloop.RunResult[str]:
+        if driver == "sync":
+            return loop.run("go", **how)
+        return asyncio.run(loop.arun("go", **how))
+
+    assert run(plain, run_id="u").status == "finished"
+    assert run(turns, conversation="u").run_id == "u::1"
+    second = run(turns, conversation="u")
+    assert (second.run_id, second.status, second.calls) == ("u::2", "finished", 1)
+    assert keys == ["u:%3A2%3Ax", "u::2:x"]
+    assert ledger.run_ids() == ["u", "u::1", "u::2"]
+
+
+def test_an_id_with_percent_is_escaped_so_escapes_cannot_collide() -> None:
+    from agentloop._drivers.context import key_of
+
+    assert key_of("r", "call_abc123") == "r:call_abc123"
+    assert key_of("r", "%3A") == "r:%253A"
+    assert key_of("r", ":") == "r:%3A"
+    assert key_of(None, "x") is None
+
+
+_ids = st.text(st.sampled_from("a1:%3A"), min_size=1, max_size=5)
+
+
+@example(run="u", other="u::2", call_id=":2:x", other_call="x")
+@given(
+    run=st.one_of(
+        _ids.filter(lambda s: ":" not in s),
+        st.builds(lambda c, n: f"{c}::{n}", _ids.filter(lambda s: ":" not in s), st.integers(1, 3)),
+    ),
+    other=st.one_of(
+        _ids.filter(lambda s: ":" not in s),
+        st.builds(lambda c, n: f"{c}::{n}", _ids.filter(lambda s: ":" not in s), st.integers(1, 3)),
+    ),
+    call_id=_ids,
+    other_call=_ids,
+)
+def test_distinct_run_and_call_ids_give_distinct_keys(
+    run: str, other: str, call_id: str, other_call: str
+) -> None:
+    """Run ids as the library allows them (a user's, no ':'; a turn's, 'c::n'), any call ids."""
+    from agentloop._drivers.context import key_of
+
+    if (run, call_id) != (other, other_call):
+        assert key_of(run, call_id) != key_of(other, other_call)

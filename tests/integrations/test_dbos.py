@@ -1011,6 +1011,13 @@ def test_dbos_deps_provider_in_the_worker(make: Any) -> None:
     )
     with pytest.raises(TypeError, match=r"^expected deps= \(a callable of the run id"):
         DBOSLoop(loop, name=f"t-{uuid.uuid4().hex[:8]}")
+    untyped = agentloop.Loop(scripted([FINAL]), tools=[agentloop.Tool(sell)])
+    with pytest.raises(
+        TypeError,
+        match=r"^expected deps= \(a callable of the run id that makes a Shop\): tool 'sell' "
+        r"takes RunContext\[Shop\]; say so with Loop\(deps_type=Shop\) too$",
+    ):
+        DBOSLoop(untyped, name=f"t-{uuid.uuid4().hex[:8]}")
     runs = DBOSLoop(loop, name=f"t-{uuid.uuid4().hex[:8]}", deps=provide)
     try:
         run_id = new_id()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,7 @@ from tests.support.helpers import add, import_error
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
+    from pathlib import Path
 
 
 class Exported:
@@ -427,6 +430,18 @@ def test_importing_without_opentelemetry_names_the_extra() -> None:
     assert import_error("opentelemetry", "agentloop.otel") == (
         "agentloop.otel needs the OpenTelemetry API: pip install 'agentloop-fsm[otel]'"
     )
+
+
+def test_a_script_named_like_opentelemetry_is_not_told_to_install_it(tmp_path: Path) -> None:
+    """A user's opentelemetry.py shadows the package: its own ImportError, not the extra's."""
+    script = tmp_path / "opentelemetry.py"
+    script.write_text("from agentloop.otel import OtelListener\n")
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith("ImportError: ")
+    assert "agentloop-fsm[otel]" not in done.stderr
 
 
 def test_the_docs_example_traces_a_run(otel: Exported, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -388,6 +388,13 @@ DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
     ("float counter", _set("events.2.steps", 1.0), "$.events[2].steps", "got number 1.0"),
     ("bool counter", _set("calls", True), "$.calls", "expected integer, got boolean True"),
     ("negative", _set("budget.max_calls", -1), "$.budget.max_calls", "a count from 0"),
+    (
+        "turn 0",
+        _all(_set("conversation_id", "u"), _set("turn", 0)),
+        "$.turn",
+        "expected a count from 1 to 2**63 - 1, got integer 0",
+    ),
+    ("time taken", _set("events.2.took", -0.5), "$.events[2].took", "a number of at least 0"),
     ("unknown state", _set("status", "done"), "$.status", "got string 'done'"),
     ("unknown trigger", _set("events.0.trigger", "poke"), "$.events[0].trigger", "'poke'"),
     ("unknown guard", _set("events.0.guard", "maybe"), "$.events[0].guard", "'maybe'"),

@@ -400,6 +400,39 @@ def test_a_run_without_deps_or_with_other_deps_is_refused(driver: Driver) -> Non
     assert driver.run(loop, "go", deps=Vault({})).status == "finished"
 
 
+def test_a_tools_context_class_is_checked_on_a_loop_without_deps_type(
+    driver: Driver, tmp_path: Path
+) -> None:
+    """Without deps_type a tool of RunContext[Bank] ran with deps=None: refused at the start."""
+    script = ScriptedModel([call("b1", "balance", account="main"), final("500")])
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    loop = Loop(script, tools=tools(), ledger=ledger)
+    with pytest.raises(TypeError) as caught:
+        driver.run(loop, "go")
+    assert str(caught.value).startswith(
+        "tool 'balance' takes RunContext[Bank], and this run was given no deps=: "
+        "pass deps=Bank(...) to the run, and say so with Loop(deps_type=Bank)"
+    )
+    with pytest.raises(TypeError, match=r"given deps of type Other: pass deps=Bank"):
+        driver.run(loop, "go", deps=Other())
+    assert (script.seen, ledger.run_ids()) == ([], [])
+    done = driver.run(loop, "go", deps=Vault({"main": 500.0}))
+    assert (done.status, done.calls, done.output) == (State.FINISHED, 1, "500")
+    assert done.transcript[2]["content"] == 500.0
+    # RunContext[object], bare RunContext and RunContext[Any] take whatever the run has.
+
+    def anything(ctx: RunContext[object]) -> str:
+        """Anything."""
+        return repr(ctx.deps)
+
+    def untyped(ctx: RunContext, x: int) -> int:  # type: ignore[type-arg]
+        """Untyped."""
+        return x
+
+    plain = Loop(ScriptedModel([final()]), tools=[Tool(anything), Tool(untyped)])
+    assert driver.run(plain, "go").status == "finished"
+
+
 # -- resume takes the deps again ----------------------------------------------------------
 
 

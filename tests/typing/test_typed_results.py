@@ -12,8 +12,9 @@ import attrs
 import pytest
 
 import agentloop
-from agentloop import AsyncRun, InvalidStateError, Loop, Run, RunResult
+from agentloop import AsyncRun, ConfigurationMismatchError, InvalidStateError, Loop, Run, RunResult
 from agentloop.dbos import DBOSLoop
+from agentloop.ledger import SQLiteLedger
 from agentloop.review import load_run, save_run
 from agentloop.testing import ScriptedModel, final
 
@@ -97,6 +98,25 @@ async def test_resumed_continued_and_forked_runs_keep_the_loops_type(tmp_path: P
     continued = Loop(paris(), output=City).continue_run(ran_out)
     assert_type(continued, RunResult[City])
     assert continued.require_output() == City("Paris", 2100000)
+
+
+async def test_a_conversations_turns_have_the_loops_type(tmp_path: Path) -> None:
+    """conversation() gives each turn's output as resume does: a City, not its JSON."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+    lyon = '{"name": "Lyon", "population": 520000}'
+    loop = Loop(
+        ScriptedModel([final(PARIS), final(f"```json\n{lyon}\n```")]), output=City, ledger=ledger
+    )
+    loop.run("Biggest city?", conversation="u")
+    loop.run("And the next?", conversation="u")
+    turns = loop.conversation("u")
+    assert_type(turns, tuple[RunResult[City], ...])
+    assert [t.output for t in turns] == [City("Paris", 2100000), City("Lyon", 520000)]
+    assert_type(await loop.aconversation("u"), tuple[RunResult[City], ...])
+    assert await loop.aconversation("u") == turns
+    # A Loop of another output reads no City as its own.
+    with pytest.raises(ConfigurationMismatchError, match=r"another output than this Loop's"):
+        Loop(ScriptedModel([]), ledger=ledger).conversation("u")
 
 
 def test_an_output_that_is_not_a_class_gives_a_loop_of_any() -> None:
