@@ -29,6 +29,7 @@ from agentloop._errors import (
     InvalidStateError,
     JSONError,
 )
+from agentloop._loop.handoff import handoff
 from agentloop._loop.loop import Loop
 from agentloop._names import publish as _publish
 from agentloop._tools.registry import Decision, Tool, ToolRegistry, allow, deny
@@ -56,6 +57,7 @@ __all__ = [
     "ask",
     "current_context",
     "deny",
+    "handoff",
     "idempotency_key",
     "report_progress",
 ]

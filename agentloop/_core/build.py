@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 from transitions import Machine
 
 from agentloop._core.register import EFFECTS, GUARDS, MEMBERS
-from agentloop._core.rows import basic, context, loopguard, output, retry, review, wrapup
+from agentloop._core.rows import (
+    basic,
+    context,
+    handoff,
+    loopguard,
+    output,
+    retry,
+    review,
+    wrapup,
+)
 from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 from agentloop._errors import TableError
 
@@ -26,6 +35,7 @@ if TYPE_CHECKING:
     import enum
     from collections.abc import Callable, Iterable, Mapping
 
+    from agentloop._core.agents import Agents
     from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.output_schema import OutputSchema
     from agentloop._core.retry_policy import RetryPolicy
@@ -47,7 +57,7 @@ __all__ = [
 ]
 
 # Each feature's rows, in the order they are put together (Feature's order).
-_FEATURES: Final = (basic, output, loopguard, wrapup, context, retry, review)
+_FEATURES: Final = (basic, output, loopguard, wrapup, context, retry, review, handoff)
 if [module.FEATURE for module in _FEATURES] != list(Feature):
     raise TableError("expected one module of rows a feature, in Feature's order")
 
@@ -109,6 +119,7 @@ def features_of(
     context: ContextPolicy | None = None,
     retry: RetryPolicy | None = None,
     models: tuple[str, ...] = (),
+    agents: Agents | None = None,
 ) -> frozenset[Feature]:
     """The features a configuration turns on: the rows its table has.
 
@@ -122,6 +133,7 @@ def features_of(
         budget.on_exhausted == "answer",
         context is not None,
         retry is not None or len(models) > 1,
+        agents is not None,
     )
     found = _FEATURE_SETS.get(flags)
     if found is None:
@@ -137,6 +149,7 @@ _CONFIGURED: Final = (
     Feature.WRAP_UP,
     Feature.CONTEXT,
     Feature.RETRY,
+    Feature.HANDOFF,
 )
 _FEATURE_SETS: Final[dict[tuple[bool, ...], frozenset[Feature]]] = {}
 

@@ -40,6 +40,7 @@ __all__ = [
     "SUMMARY_PROMPT",
     "ContextPolicy",
     "Counter",
+    "FilterHistory",
     "Seen",
     "Summarise",
     "approx_tokens",
@@ -305,6 +306,24 @@ class Summarise:
 
     def __repr__(self) -> str:
         return f"Summarise(<request of {len(self._json)} bytes>)"
+
+
+class FilterHistory(Summarise):
+    """The engine's request: ask a handoff's filter what the next agent ``to`` is sent.
+
+    ``model`` is the filter, given a copy of the history; it answers the
+    view, a list of messages. Reported as a summariser's reply is:
+    ``replied(view)``, ``raised(exc)``, ``interrupted(exc)``.
+    """
+
+    __slots__ = ("to",)
+
+    def __init__(self, model: Callable[..., Any], history_json: bytes, to: str) -> None:
+        super().__init__(model, history_json)
+        self.to = to
+
+    def __repr__(self) -> str:
+        return f"FilterHistory(to={self.to!r}, <history of {len(self.history_json)} bytes>)"
 
 
 def keep_last(*, tokens: int, counter: Counter = approx_tokens) -> ContextPolicy:

@@ -14,9 +14,9 @@ import orjson
 
 from agentloop._core.intake import raised_usage, take_reply
 from agentloop._core.json import exception_content, kept
-from agentloop._core.messages import CUT_OFF
+from agentloop._core.messages import CUT_OFF, input_messages
 from agentloop._core.rows.retry import Ask, model_name
-from agentloop._core.table import NEXT, REPORTS, Report, Trigger
+from agentloop._core.table import NEXT, REPORTS, Report, State, Trigger
 from agentloop._core.values import RecordedException
 from agentloop._errors import InvalidStateError
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Draft",
+    "aside_draft",
     "exception_draft",
     "interruption_draft",
     "next_draft",
@@ -42,7 +43,12 @@ __all__ = [
 _CUT_OFF: Final = orjson.dumps(CUT_OFF)
 
 _START_TOOL: Final = Trigger.START_TOOL
-_TIMED: Final = (Trigger.MODEL_INTERRUPTED, Trigger.SUMMARY_INTERRUPTED, Trigger.WAIT_INTERRUPTED)
+_TIMED: Final = (
+    Trigger.MODEL_INTERRUPTED,
+    Trigger.SUMMARY_INTERRUPTED,
+    Trigger.WAIT_INTERRUPTED,
+    Trigger.FILTER_INTERRUPTED,
+)
 
 
 class Draft:
@@ -85,6 +91,8 @@ class Draft:
     model: str | None = None
     #: What a streaming reply delivered before an interruption cut it (for review).
     partial_text: str | None = None
+    #: The agent a handoff hands to (``switch_agent`` sets it).
+    agent: str | None = None
     # What the output schema found wrong with the final in hand (None: not asked yet).
     output_problems: list[str] | None = None
     # The loop guard's findings about the batch in hand (None: not looked yet).
@@ -145,6 +153,19 @@ def summary_draft(run: RunState, reply: object) -> Draft:
     return draft
 
 
+def aside_draft(run: RunState, reply: object) -> tuple[Trigger, Draft]:
+    """The summariser's reply, or a handoff filter's view (one that is no history: it raised)."""
+    if run.outstanding is not Trigger.HAND_OFF:
+        return Trigger.SUMMARY_WRITTEN, summary_draft(run, reply)
+    try:
+        encoded, _ = input_messages(reply)  # checked as a run's input: every call answered
+    except (TypeError, ValueError) as exc:
+        return Trigger.FILTER_RAISED, exception_draft(run, exc, None)
+    draft = Draft(run.reply.lone, run.since.get(None))
+    draft.input_json = b"[" + b",".join(encoded) + b"]"
+    return Trigger.HANDED_OFF, draft
+
+
 def outcome_draft(run: RunState, index: int, outcome: Outcome) -> Draft:
     """A running call's outcome, reported or raised."""
     assert run.batch is not None, "a tool returns in a batch"
@@ -179,7 +200,8 @@ def interruption_draft(run: RunState, exc: BaseException) -> tuple[Trigger, Draf
         call = batch.calls[min(batch.running.values())]
         draft = Draft(call, run.since.get(call[0]))
         draft.cut = kept(orjson.dumps(exception_content(exc)))
-    else:
-        draft = Draft(None, run.since.get(None) if trigger in _TIMED else None)
+    else:  # in handing_off, the handoff's call is in hand: it is answered
+        lone = run.reply.lone if run.state is State.HANDING_OFF else None
+        draft = Draft(lone, run.since.get(None) if trigger in _TIMED else None)
     draft.exception = exc
     return trigger, draft

@@ -15,18 +15,19 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from agentloop._core.agents import Agents
 from agentloop._core.approval import Decision, PendingCall
 from agentloop._core.build import Row, Table, features_of, table_for
 from agentloop._core.checks import answering, checked_decisions, checked_review, refused
 from agentloop._core.context_policy import ContextPolicy, Summarise
 from agentloop._core.drafts import (
     Draft,
+    aside_draft,
     exception_draft,
     interruption_draft,
     next_draft,
     outcome_draft,
     reply_draft,
-    summary_draft,
 )
 from agentloop._core.intake import raised_outcome, take_outcome
 from agentloop._core.output_schema import OutputSchema
@@ -61,7 +62,7 @@ __all__ = ["Engine"]
 
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _SUMMARISE: Final = Trigger.SUMMARISE
-_BACK_OFF: Final = Trigger.BACK_OFF
+_BACK_OFF, _HAND_OFF = Trigger.BACK_OFF, Trigger.HAND_OFF
 _REPLIED: Final = Trigger.MODEL_REPLIED
 _DEFAULT_BUDGET: Final = Budget()
 
@@ -106,7 +107,7 @@ class Engine:
     what a driver reads (``state``, ``done``, ``steps``, ``calls``,
     ``usage``, ``budget``, ``context``, ``outstanding``, ``running``,
     ``unstarted``, ``pending``, ``reviews``, ``run_id``, ``continues``,
-    ``conversation``, ``summary``, ``model_index``, ``history()``, ``events()``,
+    ``conversation``, ``summary``, ``model_index``, ``agent``, ``history()``, ``events()``,
     ``result()``). A report out of order raises ``InvalidStateError`` and
     changes nothing. See the docs' "Writing a driver" page.
     """
@@ -129,6 +130,7 @@ class Engine:
         commit: Callable[[Transition, NotJSON | None], object] | None = None,
         conversation: tuple[str, int] | None = None,
         summary: tuple[int, str] | None = None,
+        agents: Agents | None = None,
     ) -> None:
         run = RunState(
             messages,
@@ -143,11 +145,12 @@ class Engine:
             continues,
             conversation,
             summary,
+            agents,
         )
         if commit is not None and not callable(commit):
             raise TypeError(f"expected commit to be a callable or None, got {commit!r:.80}")
         self._run, self._commit = run, commit
-        table = table_for(features_of(budget, output, context, retry, models))
+        table = table_for(features_of(budget, output, context, retry, models, agents))
         self._table, self._bound = table, table.bound
 
     def __repr__(self) -> str:
@@ -222,6 +225,11 @@ class Engine:
     def model_index(self) -> int:
         """Which of the fallback models is asked now (0 with one model)."""
         return model_index(self._run.events)
+
+    @property
+    def agent(self) -> str | None:
+        """With handoffs (``agents=``): the agent in force, whose model is asked next."""
+        return self._run.agent
 
     @property
     def reviews(self) -> bool:
@@ -304,9 +312,9 @@ class Engine:
         reply: it goes on the event, never into the history.
         """
         run = self._run
-        if run.outstanding is _SUMMARISE:
-            draft = summary_draft(run, reply)
-            return run.commit(self._choose(Trigger.SUMMARY_WRITTEN, draft), draft, self._commit)
+        if run.outstanding is _SUMMARISE or run.outstanding is _HAND_OFF:  # a summary, a view
+            trigger, draft = aside_draft(run, reply)
+            return run.commit(self._choose(trigger, draft), draft, self._commit)
         if run.outstanding is not _ASK_MODEL:
             raise refused(run, "a model reply")
         draft = reply_draft(run, reply)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from agentloop._core.approval import ask
-from agentloop._core.context_policy import Summarise
+from agentloop._core.context_policy import FilterHistory, Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.json import exception_content
 from agentloop._core.output_schema import told_problems
@@ -40,6 +40,7 @@ from agentloop._errors import InvalidStateError
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from agentloop._core.agents import Agents
     from agentloop._core.output_schema import OutputSchema
     from agentloop._core.retry_policy import RetryPolicy
     from agentloop._core.values import Budget
@@ -50,6 +51,7 @@ _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 # The reports that answer a model request: the ask that spent the step comes first.
 _ASKED: Final = (Trigger.MODEL_REPLIED, Trigger.MODEL_RAISED, Trigger.MODEL_INTERRUPTED)
 _INTERRUPTIONS: Final = (
+    Trigger.FILTER_INTERRUPTED,
     Trigger.MODEL_INTERRUPTED,
     Trigger.TOOL_INTERRUPTED,
     Trigger.INTERRUPTED,
@@ -58,6 +60,8 @@ _INTERRUPTIONS: Final = (
 )
 # The reports that answer the summariser (a context policy's): its ask spent the step.
 _SUMMARISED: Final = (Trigger.SUMMARY_WRITTEN, Trigger.SUMMARY_RAISED, Trigger.SUMMARY_INTERRUPTED)
+# The reports that answer a handoff's filter: the engine hands out its request first.
+_FILTERED: Final = (Trigger.HANDED_OFF, Trigger.FILTER_RAISED, Trigger.FILTER_INTERRUPTED)
 # The reports that end a wait: the engine hands out the wait first.
 _WAITED: Final = (Trigger.WAITED, Trigger.WAIT_INTERRUPTED)
 _BY_ITSELF: Final = frozenset(NEXT.values())
@@ -66,6 +70,7 @@ _HANDED: Final[dict[Trigger, tuple[type, str]]] = {
     **dict.fromkeys(_ASKED, (AskModel, "the model asked here")),
     **dict.fromkeys(_SUMMARISED, (Summarise, "the summariser asked here")),
     **dict.fromkeys(_WAITED, (Wait, "a wait before a retry here")),
+    **dict.fromkeys(_FILTERED, (FilterHistory, "the handoff's filter asked here")),
 }
 
 
@@ -88,6 +93,7 @@ def replay(
     compare: Callable[[Transition, Transition, str], None] | None = None,
     models: tuple[str, ...] | None = None,
     output: OutputSchema | None = None,
+    agents: Agents | None = None,
 ) -> Engine:
     """A fresh engine that has made ``events`` again, from ``messages`` and ``budget``.
 
@@ -100,14 +106,16 @@ def replay(
     fallback models (by default, those the events name, in order). A model
     that raised gets back the wait its event recorded: the retry policy is
     not asked again. ``output`` is the run's output schema
-    (``Loop(output=T)``), if it had one. Raises ``Mismatch`` where the engine
-    does something else.
+    (``Loop(output=T)``), if it had one; ``agents`` its team, if it had
+    handoffs. Raises ``Mismatch`` where the engine does something else.
     """
     token = CancelToken() if token is None else token
     if engine is None:
         if models is None:
             models = models_named(events)
-        engine = Engine(messages, budget=budget, cancel=token, models=models, output=output)
+        engine = Engine(
+            messages, budget=budget, cancel=token, models=models, output=output, agents=agents
+        )
     run = engine._run  # the replay is the core's own: the record's refusals stand in it
     typed = run.output
     if typed is not None:  # the record's refusals stand, in its words, while it is replayed
@@ -203,12 +211,14 @@ def _feed(
         interrupted = engine.interrupted(_exception(event, where), partial_text=event.partial_text)
         assert interrupted is not None, "a run that is not over is interrupted"
         return interrupted
+    if trigger is Trigger.HANDED_OFF:  # the view the filter answered, not asked again
+        return engine.replied(None if event.input_json is None else orjson.loads(event.input_json))
     if trigger is Trigger.MODEL_REPLIED or trigger is Trigger.SUMMARY_WRITTEN:
         reply: object = rejected if event.input_json is None else orjson.loads(event.input_json)
         if event.usage is not None and type(reply) is dict:
             reply = {**reply, "usage": event.usage._asdict()}  # what the reply reported
         return engine.replied(reply)
-    if trigger is Trigger.MODEL_RAISED or trigger is Trigger.SUMMARY_RAISED:
+    if trigger in (Trigger.MODEL_RAISED, Trigger.SUMMARY_RAISED, Trigger.FILTER_RAISED):
         exc = _exception(event, where)
         exc.usage = None if event.usage is None else event.usage._asdict()
         return engine.raised(exc, wait=event.wait)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from agentloop._core.agents import Agents, checked_agents
 from agentloop._core.context_policy import ContextPolicy
 from agentloop._core.drafts import Draft
 from agentloop._core.intake import NO_REPLY
@@ -20,6 +21,7 @@ from agentloop._core.messages import History, ids_of, input_messages
 from agentloop._core.output_schema import OutputSchema
 from agentloop._core.retry_policy import checked_retry
 from agentloop._core.rows.context import init_context, rebuild_context
+from agentloop._core.rows.handoff import agent_in_force, team_view
 from agentloop._core.rows.review import approvals
 from agentloop._core.rows.wrapup import WRAP_UP_BEGUN
 from agentloop._core.table import MODEL_ANSWERS, TERMINAL, Guard, State, Trigger
@@ -65,6 +67,8 @@ class RunState:
     view: bytearray | None
 
     __slots__ = (
+        "agent",
+        "agents",
         "applied",
         "batch",
         "budget",
@@ -78,6 +82,7 @@ class RunState:
         "conversation",
         "draft",
         "events",
+        "filters",
         "handed",
         "history",
         "input",
@@ -100,6 +105,7 @@ class RunState:
         "state",
         "steps",
         "summary",
+        "team_view",
         "tokens",
         "view",
         "wrapping",
@@ -119,6 +125,7 @@ class RunState:
         continues: str | None,
         conversation: tuple[str, int] | None,
         summary: tuple[int, str] | None,
+        agents: Agents | None,
     ) -> None:
         # The engine's parts, in the order Engine takes them (it alone makes a RunState).
         _check_parts(budget, cancel, clock, context, retry, models, output, run_id, continues)
@@ -173,6 +180,13 @@ class RunState:
         #: The budget that ran out, once the run wraps up (``on_exhausted='answer'``).
         self.wrapping: str | None = None
         self.calls_seen: CallIndex | None = None  # the loop guard's, made when first asked
+        #: A team's (``Loop(handoffs=...)``): the agents, and the one in force.
+        self.agents = checked_agents(agents)
+        self.agent = None if agents is None else agents.start
+        #: The handoffs' filters, by ``(agent, tool)`` (the Loop's: a replay asks none).
+        self.filters: dict[tuple[str, str], Callable[..., Any]] = {}
+        #: The last filter's view in force (its JSON), and where the history went on after it.
+        self.team_view: tuple[bytes, int] | None = None
 
     def commit(
         self,
@@ -215,6 +229,7 @@ class RunState:
             wait=draft.wait,
             model=draft.model,
             partial_text=draft.partial_text,
+            agent=draft.agent or (self.agent if row.trigger in MODEL_ANSWERS else None),
         )
         if sink is not None:
             reply = self.reply.value if row.trigger is _REPLIED else None
@@ -275,6 +290,8 @@ class RunState:
             conversation_id=None if run.conversation is None else run.conversation[0],
             turn=None if run.conversation is None else run.conversation[1],
             summary=run.carried,
+            agent=run.agent,
+            agents=run.agents,
         )
 
     def settle(self) -> None:
@@ -300,6 +317,8 @@ class RunState:
         self.tokens = self.spent.total
         self.reserved = set(self.input_ids) | _appended_ids(events)
         batch = self.batch
+        if self.state is State.HANDING_OFF and batch is not None:  # the handoff was accepted
+            self.reserved.update(call_id for call_id, _ in batch.calls)
         if self.state is State.DISPATCHING and batch is not None:
             # The batch in hand was accepted: keep only the results its events committed.
             self.reserved.update(call_id for call_id, _ in batch.calls)
@@ -332,6 +351,7 @@ class RunState:
         self.wrapping = next(
             (event.reason for event in events if event.guard in WRAP_UP_BEGUN), None
         )
+        self.agent, self.team_view = agent_in_force(self), team_view(self)
 
 
 def _appended_ids(events: list[Transition]) -> set[str]:

@@ -4,7 +4,7 @@ Rule 1 (after h11): everything that decides a run's states and transitions is
 the table's. Its rows are written by feature, each in a module of its own
 beside the guards and effects they name (``rows/basic.py``, ``output.py``,
 ``loopguard.py``, ``wrapup.py``, ``context.py``, ``retry.py``,
-``review.py``). A row names the functions of its guard and effects
+``review.py``, ``handoff.py``). A row names the functions of its guard and effects
 themselves (``"conditions": [calls_exhausted]``), one go-to-definition from
 the row; each is registered against its member, the name the record keeps
 (``@guard(Guard.CALLS_EXHAUSTED)``), in the module of its feature. The few
@@ -21,7 +21,7 @@ marked for. Add the mark to the test that shows the row's behaviour.
 Theory of operation
 ===================
 
-A run is a finite-state machine over six working states and seven terminal
+A run is a finite-state machine over seven working states and seven terminal
 ones. The engine (``engine.py``) holds the counters and the record and does
 no I/O; a driver asks it what it needs next and reports what happened:
 
@@ -29,8 +29,8 @@ no I/O; a driver asks it what it needs next and reports what happened:
   ``ask_model`` in ``awaiting_model``, ``validate`` in ``validating``,
   ``start_tool`` in ``dispatching``, ``await_approval`` in
   ``awaiting_approval``, ``summarise`` in ``summarising``, ``back_off`` in
-  ``backing_off``. Cancellation and the budgets are checked by the guards of
-  those rows.
+  ``backing_off``, ``hand_off`` in ``handing_off``. Cancellation and the
+  budgets are checked by the guards of those rows.
 * When the row it takes is *internal* (``dest`` is ``None``: the state stays),
   the engine hands the driver a request: ``ask_model``'s internal row counts
   the step (``steps += 1`` happens before the call, so a model that raises,
@@ -98,6 +98,17 @@ left out and the run is the same (a property test runs both side by side):
 * the loop guard (``max_identical_calls=N``): a call whose fingerprint was
   accepted ``N`` times is answered ``error`` by the engine, never run; one
   the guard refused, made again, ends the run ``repeated_call``;
+* handoffs (``Loop(handoffs=...)``, the engine's ``agents``): a call to a
+  handoff of the agent in force, alone in its reply, is answered ``ok`` by
+  the engine and the other agent is in force from then on
+  (``handoff_alone``, whose event names it in ``agent``); beside other calls
+  it is answered ``error``, unrun (``handoffs_only``, ``handoff_in_batch``).
+  These rows come after the budgets, the reused ids, the loop guard and
+  cancellation, so a handoff is a call as any other. A handoff with a filter
+  goes through ``handing_off``, where ``hand_off`` hands the driver
+  ``FilterHistory`` (cancellation checked first); ``handed_off`` keeps the
+  view the filter answered on its event (a replay feeds it back), which the
+  next agent's requests start from (``keep_view``);
 * a context policy, retries and fallback models, and review: below and above.
 
 Put together, a feature's row that joins a group of the basic rows goes just
@@ -143,6 +154,10 @@ The goal is that nothing is. Today these are, and each says where and why:
 * Which fallback model a driver calls is read, not decided, outside the
   rows: ``engine.model_index`` counts the ``fallback_left`` rows taken, and
   the Loop's per-run model (``_loop/fallback.per_run``) calls that one.
+* Which agent's model and tools a driver calls is read, not decided, outside
+  the rows: ``engine.agent`` is the ``agent`` of the last event that names
+  one (``rows/handoff.agent_in_force``), and the Loop's per-run model and
+  dispatch (``_loop/team.py``) call that agent's.
 * A report that answers nothing outstanding (a reply nobody asked for, a
   second ``next()`` while a request is out) is refused with
   ``InvalidStateError`` before intake, and changes nothing (``checks.py``,
@@ -251,6 +266,7 @@ NEXT: Final[Mapping[State, Trigger]] = {
     S.AWAITING_APPROVAL: T.AWAIT_APPROVAL,
     S.SUMMARISING: T.SUMMARISE,
     S.BACKING_OFF: T.BACK_OFF,
+    S.HANDING_OFF: T.HAND_OFF,
 }
 
 
@@ -281,6 +297,9 @@ REPORTS: Final[Mapping[tuple[Trigger | None, Report], Trigger]] = {
     (T.SUMMARISE, Report.ANSWER): T.SUMMARY_WRITTEN,
     (T.SUMMARISE, Report.EXCEPTION): T.SUMMARY_RAISED,
     (T.SUMMARISE, Report.INTERRUPTION): T.SUMMARY_INTERRUPTED,
+    (T.HAND_OFF, Report.ANSWER): T.HANDED_OFF,
+    (T.HAND_OFF, Report.EXCEPTION): T.FILTER_RAISED,
+    (T.HAND_OFF, Report.INTERRUPTION): T.FILTER_INTERRUPTED,
 }
 
 #: The request each reported trigger answers.

@@ -28,6 +28,8 @@ class State(enum.StrEnum):
     SUMMARISING = "summarising"
     #: The model failed with an error the retry policy retries: the run waits, then asks again.
     BACKING_OFF = "backing_off"
+    #: A handoff with a filter was accepted: the filter is asked what the next agent sees.
+    HANDING_OFF = "handing_off"
     #: The model gave a final answer; it is the run's output.
     FINISHED = "finished"
     #: Cancellation was requested (or the run interrupted) and seen at a checkpoint.
@@ -86,6 +88,14 @@ class Trigger(enum.StrEnum):
     WAITED = "waited"
     #: (driver) The run was interrupted during the wait.
     WAIT_INTERRUPTED = "wait_interrupted"
+    #: (engine) A handoff's filter is to be asked; cancellation is checked.
+    HAND_OFF = "hand_off"
+    #: (driver) The handoff's filter answered the view the next agent is sent.
+    HANDED_OFF = "handed_off"
+    #: (driver) The handoff's filter raised, or answered a view that is not a history.
+    FILTER_RAISED = "filter_raised"
+    #: (driver) The run was interrupted while the handoff's filter worked.
+    FILTER_INTERRUPTED = "filter_interrupted"
 
 
 class Guard(enum.StrEnum):
@@ -160,6 +170,15 @@ class Guard(enum.StrEnum):
     IDENTICAL_CALLS_ONLY = "identical_calls_only"
     #: Some call of the batch repeats a tool and arguments accepted ``N`` times already.
     IDENTICAL_CALLS_SOME = "identical_calls_some"
+    # -- handoffs (``Loop(handoffs=...)``)
+    #: The reply is one call, to a handoff of the agent in force that has a filter.
+    HANDOFF_FILTERED = "handoff_filtered"
+    #: The reply is one call, to a handoff of the agent in force.
+    HANDOFF_ALONE = "handoff_alone"
+    #: Every call of the batch (two or more) is to a handoff of the agent in force.
+    HANDOFFS_ONLY = "handoffs_only"
+    #: Some call of the batch, beside others, is to a handoff of the agent in force.
+    HANDOFF_IN_BATCH = "handoff_in_batch"
 
 
 class Effect(enum.StrEnum):
@@ -254,6 +273,20 @@ class Effect(enum.StrEnum):
     REFUSE_IDENTICAL = "refuse_identical"
     #: ``reason = 'max_identical_calls'``; ``error`` names the call the model repeated.
     NOTE_IDENTICAL_CALLS = "note_identical_calls"
+    # -- handoffs
+    #: Answer the handoff call ``ok`` with ``{"handed_off_to": name}``, unrun.
+    ANSWER_HANDOFF = "answer_handoff"
+    #: The agent the call hands to is the one in force from now on; the event names it.
+    SWITCH_AGENT = "switch_agent"
+    #: Answer each handoff call of the batch ``error`` (a handoff is taken only alone),
+    #: unrun; the batch's other calls run.
+    REFUSE_HANDOFF = "refuse_handoff"
+    #: The driver is handed ``FilterHistory``: the handoff's filter, and a copy of the history.
+    ASK_FOR_FILTER = "ask_for_filter"
+    #: The filter's view is what the next agent is sent, followed by what comes after it.
+    KEEP_VIEW = "keep_view"
+    #: Answer the handoff call ``error``: its filter failed; the agent does not change.
+    ANSWER_HANDOFF_FAILED = "answer_handoff_failed"
 
 
 class Feature(enum.StrEnum):
@@ -279,3 +312,5 @@ class Feature(enum.StrEnum):
     RETRY = "retry"
     #: Review and approval: a driver that reviews (``reviews``), or a review reported.
     REVIEW = "review"
+    #: Handoffs: a team of agents (``Loop(handoffs=...)``), one in force at a time.
+    HANDOFF = "handoff"

@@ -20,6 +20,7 @@ import attrs
 import orjson
 from typing_extensions import TypeVar
 
+from agentloop._core.agents import Agents
 from agentloop._core.approval import Decision, PendingCall
 from agentloop._core.cancel import CancelToken
 from agentloop._core.children import Children
@@ -245,6 +246,9 @@ class Transition(NamedTuple):
     #: The text a streaming reply had delivered when the run was interrupted (on
     #: ``model_interrupted`` only, and only then): for review, never in the history.
     partial_text: str | None = None
+    #: With handoffs (``Loop(handoffs=...)``): the agent in force, on the events that
+    #: answer a model; the agent handed to, on a handoff's.
+    agent: str | None = None
 
     @property
     def appended(self) -> list[dict[str, Any]]:
@@ -255,16 +259,8 @@ class Transition(NamedTuple):
         # Times are left out too: two runs of the same story are equal whenever they ran.
         # So are started and input_json: what the engine was given, which a replay feeds
         # back; the rest says what it made of it.
-        return (
-            *self[:11],
-            self.appended_json,
-            self.usage,
-            self.pending,
-            self.decisions,
-            self.context,
-            self.wait,
-            self.model,
-        )
+        made = (*self[:11], self.appended_json, self.usage, self.pending, self.decisions)
+        return (*made, self.context, self.wait, self.model, self.agent)
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not Transition:
@@ -279,7 +275,7 @@ class Transition(NamedTuple):
         return hash(self._compared())
 
     def __repr__(self) -> str:
-        shown = (*self._fields[:11], "usage", "pending", "decisions", "wait", "model")
+        shown = (*self._fields[:11], "usage", "pending", "decisions", "wait", "model", "agent")
         values = (
             *self[:11],
             self.usage,
@@ -287,6 +283,7 @@ class Transition(NamedTuple):
             self.decisions or None,
             self.wait,
             self.model,
+            self.agent,
         )
         fields = ", ".join(
             f"{name}={value!r}"
@@ -349,6 +346,10 @@ class RunResult(NamedTuple, Generic[OutputT]):
     #: The results of the child runs its agent tools ran (``Loop.as_tool``), by call id:
     #: a read-only mapping (kept by a live run; a saved run file does not hold them).
     children: Mapping[str, RunResult[Any]] = NO_CHILDREN
+    #: With handoffs: the agent in force at the end (who gave the final answer), and
+    #: the team (``Agents``: the first agent and each agent's handoffs).
+    agent: str | None = None
+    agents: Agents | None = None
 
     def require_output(self) -> OutputT:
         """The output of a run that finished; ``InvalidStateError`` for any other run.

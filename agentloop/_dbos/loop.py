@@ -109,6 +109,7 @@ class DBOSLoop(Generic[OutputT]):
             )
         loop._sync_driver("a DBOSLoop drives its runs synchronously, inside a DBOS workflow")
         refuse_durable(loop.dispatcher, "DBOSLoop")
+        no_handoffs(loop)
         self._deps = deps_provider(loop, deps)
         if name in _LOOPS:
             raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
@@ -265,6 +266,7 @@ class DBOSLoop(Generic[OutputT]):
 
     def _engine(self, history: list[dict[str, Any]], token: CancelToken, run_id: str) -> Engine:
         """A fresh engine for the run ``run_id``, configured as the Loop is."""
+        no_handoffs(self.loop)  # one added to the Loop since
         turn = parse_turn(run_id)  # a conversation's turn (its id is derived), or None
         before = None if turn is None or turn[1] == 1 else turn_run_id(turn[0], turn[1] - 1)
         engine = plain_engine(
@@ -362,3 +364,14 @@ def _run(name: str, history: list[dict[str, Any]], recorded: dict[str, Any]) -> 
 
 
 # pending, decide, cancel_run and cancel_requested are defined in agentloop._dbos: named as ours.
+
+
+def no_handoffs(loop: Loop) -> None:
+    """``ValueError`` for a Loop with handoffs: a DBOS workflow does not record a handoff yet."""
+    if loop.handoffs:
+        raise ValueError(
+            f"expected a DBOSLoop's Loop to have no handoffs, got {loop.name!r} with "
+            f"{[given.tool_name for given in loop.handoffs]}: a DBOS workflow runs one agent's "
+            "model and tools, so handoffs are not supported on DBOS yet; run the team with "
+            "Loop(..., ledger=SQLiteLedger(...)) for a durable run"
+        )

@@ -23,7 +23,7 @@ from logging import DEBUG
 from typing import Any
 
 from agentloop._core.approval import Decision
-from agentloop._core.context_policy import Summarise
+from agentloop._core.context_policy import FilterHistory, Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.json import exception_said
 from agentloop._core.table import TERMINAL, State
@@ -204,7 +204,7 @@ class Run(RunView[OutputT]):
         A model's stream is answered unread, as ``Streaming``: ``pump`` reads it.
         """
         kind = type(need)
-        if kind is AskModel or kind is Summarise:
+        if kind is AskModel or kind is Summarise or kind is FilterHistory:
             reply = self._asked(need)  # type: ignore[arg-type]  # a model request
             # A dict (any reply that is JSON) is never a stream: no check for it.
             if type(reply) is dict or not is_stream(reply):

@@ -32,7 +32,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from agentloop._core.children import Children
-from agentloop._core.context_policy import Summarise
+from agentloop._core.context_policy import FilterHistory, Summarise
 from agentloop._core.values import (
     AskModel,
     AwaitApproval,
@@ -134,7 +134,7 @@ def one_transition(
             call_id = need.call["id"]  # type: ignore[attr-defined]  # a RunTool
         elif kind is AwaitApproval:
             return None
-        elif kind is not AskModel and kind is not Summarise:
+        elif kind is not AskModel and kind is not Summarise and kind is not FilterHistory:
             return need  # type: ignore[return-value]  # the engine moved by itself
         try:
             answer = yield need  # type: ignore[misc]  # a request

@@ -38,6 +38,7 @@ from agentloop._durable.protocol import (
     DECISION,
     END,
     FINISHED,
+    HANDOFF,
     REPLY,
     STARTED,
     LedgerRecord,
@@ -93,8 +94,11 @@ def fingerprint(
     dispatcher: object,
     context: ContextPolicy | None = None,
     output: OutputSchema | None = None,
+    team: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a run's record depends on: the budget, each tool's schema, the context and output.
+
+    With handoffs, ``team`` (the agents, their handoffs, tools and system prompts) too.
 
     The budget's newer limits (typed output, the loop guard, the wrap-up) are
     in it only when they are not the default, so a run recorded before them
@@ -109,6 +113,8 @@ def fingerprint(
         found["context"] = context.record()
     if output is not None:
         found["output"] = output.schema
+    if team is not None:
+        found["agents"] = team
     if isinstance(dispatcher, ToolRegistry):
         found["tools"] = {
             tool.name: {"parameters": tool.parameters, "idempotent": tool.idempotent}
@@ -190,6 +196,8 @@ def record_of(transition: Transition) -> tuple[str, str | None]:
         if transition.pending:
             return ASKED, transition.pending[0].call_id
         return ASKED, transition.decisions[0][0] if transition.decisions else None
+    if trigger is Trigger.HANDED_OFF or trigger is Trigger.FILTER_RAISED:
+        return HANDOFF, transition.call_id  # what a handoff's filter answered, by the call
     if trigger is Trigger.APPROVAL_DECIDED:
         return DECISION, transition.decisions[0][0] if transition.decisions else None
     return REPLY, str(transition.steps)  # the model replied or raised, at this step

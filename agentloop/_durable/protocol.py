@@ -27,6 +27,7 @@ __all__ = [
     "DECISION",
     "END",
     "FINISHED",
+    "HANDOFF",
     "KINDS",
     "REPLY",
     "STARTED",
@@ -45,9 +46,11 @@ FINISHED = "tool_finished"
 ASKED = "approval_asked"
 #: A person's decisions about those calls, keyed by the first's id.
 DECISION = "decision"
+#: What a handoff's filter answered (the view, or that it raised), keyed by the call's id.
+HANDOFF = "handoff"
 #: The run's terminal transition, keyed by ``""``.
 END = "end"
-KINDS = (REPLY, STARTED, FINISHED, ASKED, DECISION, END)
+KINDS = (REPLY, STARTED, FINISHED, ASKED, DECISION, HANDOFF, END)
 
 
 class LedgerRecord(NamedTuple):

@@ -27,6 +27,7 @@ from agentloop._durable.journal import events_body, record_of
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from agentloop._core.agents import Agents
     from agentloop._core.context_policy import ContextPolicy, Summarise
     from agentloop._core.output_schema import OutputSchema
     from agentloop._core.retry_policy import RetryPolicy
@@ -111,6 +112,7 @@ class DurableEngine(Engine):
         continues: str | None = None,
         conversation: tuple[str, int] | None = None,
         summary: tuple[int, str] | None = None,
+        agents: Agents | None = None,
     ) -> None:
         recorder = Recorder()
         super().__init__(
@@ -126,6 +128,7 @@ class DurableEngine(Engine):
             commit=recorder,
             conversation=conversation,
             summary=summary,
+            agents=agents,
         )
         self._recorder = recorder
         self.handed: list[RunTool] = []

@@ -27,6 +27,7 @@ from uuid import uuid4
 
 import orjson
 
+from agentloop._core.agents import Agents
 from agentloop._core.context_policy import policy_from_record
 from agentloop._core.output_schema import OutputSchema
 from agentloop._core.replay import Mismatch, replay
@@ -77,8 +78,13 @@ def begin(
     retry: RetryPolicy | None = None,
     conversation: tuple[str, int] | None = None,
     summary: tuple[int, str] | None = None,
+    agents: Agents | None = None,
+    team: dict[str, Any] | None = None,
 ) -> DurableEngine:
     """A new durable run: the input checked, then its header recorded and the run claimed.
+
+    With handoffs, ``agents`` is the team as the engine knows it, and ``team``
+    what the header keeps of it (``fingerprint``).
 
     ``conversation`` (its id and the turn, from 1) makes the run that turn: its
     id is then derived (``ids.turn_run_id``), and ``run_id`` must be ``None``;
@@ -104,8 +110,9 @@ def begin(
         continues=continues,
         conversation=conversation,
         summary=summary,
+        agents=agents,
     )
-    configuration = fingerprint(budget, dispatcher, context, output)
+    configuration = fingerprint(budget, dispatcher, context, output, team)
     document = header(
         run_id, engine.history(), configuration, continues, models, conversation, summary
     )
@@ -124,6 +131,7 @@ def resume(
     cancel: CancelToken | None,
     context: ContextPolicy | None = None,
     output: OutputSchema | None = None,
+    team: dict[str, Any] | None = None,
 ) -> tuple[DurableEngine, CancelToken | None]:
     """The run, replayed from its records: done, or ready for a driver to go on live.
 
@@ -145,7 +153,7 @@ def resume(
         if busy is not None and not recorded.ended:
             raise busy
         differences_found = differences(
-            recorded.fingerprint, fingerprint(budget, dispatcher, context, output)
+            recorded.fingerprint, fingerprint(budget, dispatcher, context, output, team)
         )
         if differences_found:
             raise mismatch(run_id, differences_found)
@@ -212,6 +220,7 @@ def replayed(
             continues=recorded.continues,
             conversation=recorded.conversation,
             summary=recorded.summary,
+            agents=_recorded_agents(recorded),
         )
     except (TypeError, ValueError) as exc:
         raise LedgerError(
@@ -238,6 +247,12 @@ def replayed(
         raise diverged(recorded.run_id, str(exc)) from None
     engine.replayed()
     return engine
+
+
+def _recorded_agents(recorded: Recorded) -> Agents | None:
+    """The team a run's header recorded (its handoffs); None when it had none."""
+    record = recorded.fingerprint.get("agents")
+    return None if record is None else Agents.from_json(record)
 
 
 def _recorded_context(recorded: Recorded) -> ContextPolicy | None:

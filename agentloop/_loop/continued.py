@@ -17,7 +17,7 @@ prefix is recorded in it as it is fed, exactly as a live run records.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import orjson
@@ -34,6 +34,7 @@ from agentloop._review.runstory import reopen
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from agentloop._core.agents import Agents
     from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.output_schema import OutputSchema
     from agentloop._core.values import Budget
@@ -54,8 +55,12 @@ def forked(
     cancel: CancelToken | None,
     context: ContextPolicy | None = None,
     output: OutputSchema | None = None,
+    agents: Agents | None = None,
+    team: dict[str, Any] | None = None,
 ) -> tuple[Engine, CancelToken]:
     """The engine of ``run`` after its first ``at`` transitions, and the token it watches.
+
+    ``agents`` and ``team`` are the Loop's, with handoffs (``team.team_of``, ``team_record``).
 
     Refuses (``ValueError``) a cut the budget cannot replay, and a cut where a
     call of a batch is running (its outcome would be neither the old run's nor
@@ -109,6 +114,7 @@ def forked(
             output=output,
             continues=run.run_id,  # the run it forks, when that one was durable
             summary=run.summary,  # a turn's, carried in: its replay starts from it
+            agents=agents,
         )
 
     token = CancelToken()  # the engine's; the caller's cancels it from now on
@@ -135,6 +141,8 @@ def forked(
             output=output,
             continues=run.run_id,
             summary=run.summary,
+            agents=agents,
+            team=team,
         )
         try:
             cut(engine, token)  # recorded as it is fed, as a live run records
@@ -162,10 +170,12 @@ def resumed(
     dispatcher: object,
     context: ContextPolicy | None = None,
     output: OutputSchema | None = None,
+    team: dict[str, Any] | None = None,
 ) -> tuple[Engine, CancelToken | None]:
     """Run ``run`` fed to a fresh engine, and the token its driver is to watch.
 
-    ``run`` is an id in ``ledger``, or a saved result (which no ledger holds).
+    ``run`` is an id in ``ledger``, or a saved result (which no ledger holds);
+    ``team`` is the Loop's, with handoffs (``handoff.team_record``).
     """
     if not isinstance(run, str | RunResult):
         hint = (
@@ -194,6 +204,11 @@ def resumed(
             found.append(
                 f"context: the run's {run.context and run.context.record()}, "
                 f"this Loop's {context and context.record()}"
+            )
+        mine = None if team is None else {"start": team["start"], "handoffs": team["handoffs"]}
+        if (run.agents and run.agents.as_json()) != mine:
+            found.append(
+                f"agents: the run's {run.agents and run.agents.as_json()}, this Loop's {mine}"
             )
         if found:
             raise ConfigurationMismatchError(
@@ -227,6 +242,7 @@ def resumed(
         cancel=cancel,
         context=context,
         output=output,
+        team=team,
     )
 
 

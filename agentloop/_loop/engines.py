@@ -17,9 +17,11 @@ from agentloop._errors import AgentloopError, ConversationBusyError, RunExistsEr
 from agentloop._loop.continued import continued, forked, resumed
 from agentloop._loop.deps import for_run
 from agentloop._loop.settings import checked_tool_names, no_ledger, run_input, timeout_bites
+from agentloop._loop.team import team_of, team_record
 from agentloop._review.runstory import summary_at_end
 
 if TYPE_CHECKING:
+    from agentloop._core.agents import Agents
     from agentloop._core.values import Budget, CancelToken, RunResult
     from agentloop._durable.view import LedgerRun
     from agentloop._loop.loop import Loop
@@ -87,6 +89,8 @@ def fresh_engine(
             retry=loop.retry,
             conversation=conversation,
             summary=summary,
+            agents=agents_of(loop),
+            team=team_record(loop),
         )
     except RunExistsError:
         if conversation is None:
@@ -194,7 +198,14 @@ def plain_engine(
         continues=continues,
         conversation=conversation,
         summary=summary,
+        agents=agents_of(loop),
     )
+
+
+def agents_of(loop: Loop) -> Agents | None:
+    """The team of ``loop``'s runs, as its engine knows it (None: no handoffs)."""
+    team = team_of(loop)
+    return None if team is None else team[0]
 
 
 def make_resilient(loop: Loop, engine: _E) -> _E:
@@ -222,6 +233,7 @@ def resumed_engine(
         dispatcher=loop.dispatcher,
         context=loop.context,
         output=loop.output,
+        team=team_record(loop),
     )
     return make_resilient(loop, engine), token
 
@@ -251,5 +263,7 @@ def forked_engine(
         cancel=cancel,
         context=loop.context,
         output=loop.output,
+        agents=agents_of(loop),
+        team=team_record(loop),
     )
     return make_resilient(loop, engine), token

@@ -55,6 +55,7 @@ from agentloop._loop.settings import (
     timeout,
     timeout_bites,
 )
+from agentloop._loop.team import Handoff, Handoffs
 from agentloop._tools.dispatcher import as_dispatcher
 from agentloop._tools.output_type import output_schema
 from agentloop._tools.registry import ToolRegistry
@@ -69,7 +70,7 @@ _T = TypeVar("_T")
 _D = TypeVar("_D")
 
 
-class Loop(Owner, Conversations[OutputT], AsTool, Generic[OutputT, DepsT]):
+class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, DepsT]):
     """Configuration for runs: a model, its tools and its budgets. Reusable.
 
     Generic in its output: ``Loop(model)`` is a ``Loop[str]``, ``Loop(model,
@@ -123,7 +124,8 @@ class Loop(Owner, Conversations[OutputT], AsTool, Generic[OutputT, DepsT]):
     in turn. See the docs' "Resilience" page. ``owns`` are context managers the Loop opens and
     closes (MCP servers, say): ``with loop:`` (or ``async with``) opens each in order and closes
     them in reverse. ``deps_type`` is the type of each run's ``deps=``, which its tools read in
-    their ``RunContext`` (the docs' "Dependencies" page).
+    their ``RunContext`` (the docs' "Dependencies" page). ``name`` (by default, its model's) and
+    ``handoffs`` (``agentloop.handoff(loop)`` each) make it an agent of a team (docs: "Handoffs").
     """
 
     @overload
@@ -183,6 +185,8 @@ class Loop(Owner, Conversations[OutputT], AsTool, Generic[OutputT, DepsT]):
         max_identical_calls: int | None = None,
         owns: Iterable[object] = (),
         deps_type: object = None,
+        name: str | None = None,
+        handoffs: Iterable[Handoff[OutputT]] = (),
     ) -> None:
         models: tuple[Model, ...] = model.models if isinstance(model, Fallback) else (model,)
         if not isinstance(model, Fallback):
@@ -196,9 +200,8 @@ class Loop(Owner, Conversations[OutputT], AsTool, Generic[OutputT, DepsT]):
         self.retry = default_retry(models) if retry is DEFAULT else checked_retry(retry)
         if self.retry is not None:  # one layer retries: an adapter's SDK makes one attempt
             models = single_attempts(models)
+        plain = output is None or output is str  # output=str: a plain text answer, not JSON
         #: The final answer's schema and converter (``output=T``), or None: text.
-        # output=str is a plain text answer (as without output=), not a JSON string.
-        plain = output is None or output is str
         self.output: OutputSchema | None = None if plain else output_schema(output)
         self.budget = Budget(
             max_steps=max_steps,
@@ -208,9 +211,7 @@ class Loop(Owner, Conversations[OutputT], AsTool, Generic[OutputT, DepsT]):
             max_identical_calls=max_identical_calls,
             on_exhausted=on_exhausted,
         )
-        # What the drivers call: each model (a fallback chain's in turn) with what it takes
-        # of the tools' specs, the output schema and the wrap-up step's tool_choice.
-        specs = specs_of(self.dispatcher)
+        specs = self._with_handoffs(specs_of(self.dispatcher))  # what bind_model offers a model
         requested = None if self.output is None else self.output.request()
         self._bound_models = tuple(
             bind_model(one, specs, requested, wraps_up=on_exhausted == "answer") for one in models
@@ -223,8 +224,7 @@ class Loop(Owner, Conversations[OutputT], AsTool, Generic[OutputT, DepsT]):
         timeout_bites(self.dispatcher, self.tool_timeout, self.to_thread)
         self.system = checked_system(system)
         self.max_concurrency = concurrency(max_concurrency)
-        # What only the asyncio driver can do, and why a synchronous run cannot; the
-        # first three only where there is no event loop of the run's own (DBOS).
+        # What only asyncio can do, and why a sync run cannot (the first three: no loop of its own).
         self._asyncio_only = asyncio_only(
             models[0], self.model_timeout, self.tool_timeout, self.to_thread, max_concurrency
         )
@@ -235,6 +235,7 @@ class Loop(Owner, Conversations[OutputT], AsTool, Generic[OutputT, DepsT]):
         self.context = checked_context(context)
         Owner.__init__(self, owns)
         self.deps_type: Any = checked_deps_type(deps_type, self.dispatcher)
+        Handoffs.__init__(self, name, model, handoffs)  # each checked against this Loop
 
     def __repr__(self) -> str:
         return (

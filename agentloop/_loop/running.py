@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import TypeVar
 
+from agentloop._core.agents import with_filters
 from agentloop._drivers.asyncio import AsyncRun
 from agentloop._drivers.awaiter import Awaiter, awaiting
 from agentloop._drivers.callbacks import is_async
@@ -19,6 +20,7 @@ from agentloop._drivers.sync import Run
 from agentloop._durable import recording
 from agentloop._loop.fallback import per_run
 from agentloop._loop.settings import async_policies
+from agentloop._loop.team import filters_of, team_dispatch, team_model, team_of
 from agentloop._tools.registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
@@ -49,13 +51,13 @@ def sync_run(
     registry's ``adispatch``), an awaitable outcome, async policies.
     """
     awaiter = Awaiter(cancel)
-    dispatcher = loop.dispatcher
-    dispatch: Callable[..., object] = dispatcher.dispatch
-    if isinstance(dispatcher, ToolRegistry):
-        if dispatcher.async_tools:
-            dispatch = awaiting(dispatcher.dispatch_or_adispatch, awaiter, loop.tool_timeout)
-    else:  # a dispatcher of the user's may answer with an awaitable
-        dispatch = awaiting(dispatch, awaiter, loop.tool_timeout)
+    dispatch = _sync_dispatch(loop, awaiter, loop)
+    team = team_of(loop)
+    if team is not None:  # each call goes to the tools of the agent in force
+        with_filters(engine, filters_of(team[1]))
+        dispatch = team_dispatch(
+            team[1], engine, lambda agent: _sync_dispatch(agent, awaiter, loop)
+        )
     if isinstance(engine, recording.DurableEngine):
         dispatch = recording.sync_dispatch(engine, dispatch)
     scope = call_scope(engine, deps, cancel)
@@ -80,8 +82,23 @@ def sync_run(
     )
 
 
+def _sync_dispatch(agent: Loop, awaiter: Awaiter, loop: Loop) -> Callable[..., object]:
+    """``agent``'s tools as the synchronous driver of ``loop``'s run calls them, awaiting any."""
+    dispatcher = agent.dispatcher
+    dispatch: Callable[..., object] = dispatcher.dispatch
+    if isinstance(dispatcher, ToolRegistry):
+        if dispatcher.async_tools:
+            dispatch = awaiting(dispatcher.dispatch_or_adispatch, awaiter, loop.tool_timeout)
+    else:  # a dispatcher of the user's may answer with an awaitable
+        dispatch = awaiting(dispatch, awaiter, loop.tool_timeout)
+    return dispatch
+
+
 def model_of(loop: Loop, engine: Engine) -> Model:
-    """What the driver calls: the model, or the fallback model the run has come to."""
+    """What the driver calls: the model, the fallback model the run has come to, or an agent's."""
+    team = team_of(loop)
+    if team is not None:
+        return team_model(team[1], engine)
     bound = loop._bound_models
     if len(bound) == 1:  # one model: nothing to choose, nothing made per run
         return loop._bound_model
@@ -93,6 +110,10 @@ def async_run(
 ) -> AsyncRun[_O]:
     """An asyncio run of ``engine``, reviewed by the tools' policies, if any (``sync_run``'s)."""
     dispatch = loop._adispatch
+    team = team_of(loop)
+    if team is not None:  # each call goes to the tools of the agent in force
+        with_filters(engine, filters_of(team[1]))
+        dispatch = team_dispatch(team[1], engine, lambda agent: agent._adispatch)  # type: ignore[assignment]
     registry = reviewing(loop.dispatcher)
     if isinstance(engine, recording.DurableEngine):
         dispatch = recording.async_dispatch(engine, dispatch)

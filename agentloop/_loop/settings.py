@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from agentloop._drivers.callbacks import Listener, Model
+    from agentloop._loop.team import Handoff
 
 __all__ = [
     "DEFAULT",
@@ -34,6 +35,7 @@ __all__ = [
     "checked_ledger",
     "checked_listeners",
     "checked_model",
+    "checked_name",
     "checked_retry",
     "checked_system",
     "checked_tool_names",
@@ -89,6 +91,9 @@ class LoopOptions(TypedDict, total=False):
     on_exhausted: str
     max_identical_calls: int | None
     owns: Iterable[object]
+    name: str | None
+    #: Checked at ``Loop(...)``: every agent of a team has the Loop's output and deps types.
+    handoffs: Iterable[Handoff[Any]]
 
 
 class AnyOptions(LoopOptions, total=False):
@@ -384,3 +389,12 @@ def run_input(
     """A new run's input, checked, and led by the system prompt if the Loop has one."""
     check_new_input(messages)
     return messages if system is None else with_system(system, messages)
+
+
+def checked_name(name: object) -> str:
+    """A Loop's ``name=``: a non-empty str of letters, digits, ``_`` and ``-`` (a tool name's)."""
+    if type(name) is not str or not name or not all(c.isalnum() or c in "_-" for c in name):
+        raise ValueError(
+            f"expected name to be a non-empty str of letters, digits, _ and -, got {name!r:.80}"
+        )
+    return name

@@ -329,6 +329,8 @@ class OtelListener:
         }
         if transition.model is not None:
             attributes[REQUEST_MODEL] = transition.model
+        if transition.agent is not None:  # handoffs: the agent asked
+            attributes[AGENT_NAME] = transition.agent
         reported = (
             self._usage(transition)
             if self._usage is not None

@@ -26,6 +26,7 @@ from agentloop._review.text import (
     HEADERS,
     LIMIT,
     Events,
+    agents_line,
     commentary,
     conversation_line,
     event_cells,
@@ -159,6 +160,7 @@ def report_html(result: RunResult, *, svg: bool | None = None) -> str:
         ("transitions", len(result.events)),
         # A conversation's turn, and the turn before; else the run continue_run went on from.
         ("conversation", conversation_line(result)),
+        ("agents", agents_line(result)),
         ("continues", None if result.conversation_id else result.continues),
     ]
     for name, value in summary:

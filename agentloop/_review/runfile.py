@@ -56,6 +56,7 @@ from typing import Any, Final
 
 import orjson
 
+from agentloop._core.agents import Agents
 from agentloop._core.approval import Decision, PendingCall
 from agentloop._core.context_policy import ContextPolicy, Seen, policy_from_record
 from agentloop._core.output_schema import OutputSchema
@@ -246,7 +247,17 @@ def _build(document: dict[str, Any]) -> RunResult:
         turn=document.get("turn"),
         summary=None if summary is None else (summary["fold"], summary["text"]),
         output_schema_json=None if schema is None else dumps(schema),
+        agent=document.get("agent"),
+        agents=None if document.get("agents") is None else _team(document["agents"]),
     )
+
+
+def _team(document: object) -> Agents:
+    """A run file's team of agents (``agents``), or ``Mismatch`` saying what is wrong."""
+    try:
+        return Agents.from_json(document)
+    except ValueError as exc:
+        raise Mismatch("$.agents", "the team of a run with handoffs", str(exc)) from None
 
 
 def _policy(record: dict[str, Any] | None) -> ContextPolicy | None:
@@ -311,4 +322,5 @@ def load_event(index: int, event: dict[str, Any]) -> Transition:
         event.get("wait"),
         event.get("model"),
         event.get("partial_text"),
+        event.get("agent"),
     )

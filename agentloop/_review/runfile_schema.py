@@ -164,5 +164,9 @@ SCHEMA["properties"]["events"]["items"]["properties"].update(
 )
 #: The text a streaming reply had delivered when the run was cut off (streaming).
 SCHEMA["properties"]["events"]["items"]["properties"]["partial_text"] = {"type": "string"}
+#: A run with handoffs: the agent of each model's event and handoff, the team, and the last agent.
+SCHEMA["properties"]["events"]["items"]["properties"]["agent"] = _STR
+SCHEMA["properties"]["agent"] = _STR
+SCHEMA["properties"]["agents"] = {"type": "object"}
 
 VALIDATOR: Final = jsonschema_rs.Draft202012Validator(SCHEMA)

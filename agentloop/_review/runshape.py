@@ -260,6 +260,8 @@ def document_of(result: RunResult, *, events: bool = True) -> dict[str, Any]:
         document["conversation_id"], document["turn"] = result.conversation_id, result.turn
     if result.summary is not None:  # carried in from the turn before
         document["summary"] = {"fold": result.summary[0], "text": result.summary[1]}
+    if result.agents is not None:  # a run with handoffs: the team, and the agent at the end
+        document["agents"], document["agent"] = result.agents.as_json(), result.agent
     if result.output_schema_json is not None:  # optional: a run with a typed output
         document["output_schema"] = orjson.loads(result.output_schema_json)
     return document
@@ -297,6 +299,8 @@ def event_record(event: Transition) -> dict[str, Any]:
         record["model"] = event.model
     if event.partial_text is not None:  # optional: written only when a stream was cut off
         record["partial_text"] = event.partial_text
+    if event.agent is not None:  # optional: a run with handoffs
+        record["agent"] = event.agent
     return record
 
 

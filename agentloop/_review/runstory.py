@@ -138,6 +138,7 @@ def _replayed(
         if result.conversation_id is None or result.turn is None
         else (result.conversation_id, result.turn),
         summary=result.summary,
+        agents=result.agents,
     )
     return replay_events(
         messages,
@@ -192,6 +193,7 @@ def _compare_events(made: Transition, saved: Transition, where: str) -> None:
         and made.context == saved.context
         and made.wait == saved.wait
         and made.model == saved.model
+        and made.agent == saved.agent
         and type(saved.steps) is int
         and type(saved.calls) is int
         and exception_record(made.exception) == exception_record(saved.exception)

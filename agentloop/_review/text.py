@@ -28,6 +28,7 @@ __all__ = [
     "HEADERS",
     "LIMIT",
     "Events",
+    "agents_line",
     "commentary",
     "describe",
     "event_cells",
@@ -45,6 +46,7 @@ HEADERS = ("step", "from → to", "trigger [guard]", "steps", "calls", "took", "
 
 #: How many characters of a value ``describe`` and ``run_lines`` show by default.
 LIMIT: Final = 80
+_HANDED: Final = (Trigger.VALIDATE, Trigger.HANDED_OFF)  # a handoff's: the agent handed to
 
 
 # -- text for a terminal -----------------------------------------------------------
@@ -176,6 +178,9 @@ def event_cells(run: Events, index: int, limit: int | None) -> tuple[str, ...]:
         outcome += f"; retry after {_seconds(transition.wait)}"
     if transition.model is not None:  # fallback models: which one this was
         outcome = f"{transition.model}: {outcome}" if outcome else transition.model
+    if (agent := transition.agent) is not None:  # handoffs: the agent asked, or handed to
+        named = f"{agent}: {outcome}" if outcome else agent
+        outcome = f"handed off to {agent}" if transition.trigger in _HANDED else named
     outcome = _context_text(transition, outcome, limit)
     if transition.partial_text:  # a streaming reply cut off: what had arrived, never recorded
         outcome += f"; streamed before the cut: {_short(transition.partial_text, limit)!r}"
@@ -253,6 +258,11 @@ def conversation_line(result: RunResult) -> str | None:
         return None
     before = "" if result.continues is None else f" (continues {result.continues})"
     return f"conversation {result.conversation_id}, turn {result.turn}{before}"
+
+
+def agents_line(result: RunResult) -> str | None:
+    """``triage → billing``: the agents in force, in turn, for a run with handoffs; else None."""
+    return None if result.agents is None else " → ".join(result.agents.in_turn(result.events))
 
 
 def _tokens(usage: Usage) -> str:
@@ -377,6 +387,8 @@ def run_lines(
     tokens = tokens_line(result)
     if tokens is not None:
         lines.append(f"tokens   {tokens}")
+    if (agents := agents_line(result)) is not None:
+        lines.append(f"agents   {agents}")
     if result.continues is not None and turn is None:  # a turn's first lines name it
         lines.append(f"continues run {result.continues}")
     for name in ("output", "reason", "error"):

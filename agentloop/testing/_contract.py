@@ -37,6 +37,16 @@ _MODEL_ANSWERS: Final = frozenset({"model_replied", "model_raised"})
 _WRAP_UP_BEGUN: Final = frozenset({"wrap_up_due", "calls_exhausted_wrap_up"})
 
 
+#: The rows that accept a batch the engine answers whole (it goes back to awaiting_model),
+#: or a handoff whose filter is asked next.
+_ANSWERED_BY_ENGINE: Final = (
+    "identical_calls_only",
+    "handoff_alone",
+    "handoffs_only",
+    "handoff_filtered",
+)
+
+
 def assert_paired(run: RunLike) -> None:
     """Every call in the transcript is answered by its tool_result, and appended with it.
 
@@ -158,10 +168,10 @@ def assert_within_budget(run: RunLike) -> None:
             if value > limit:
                 raise ContractViolation(where, f"{name} <= max_{name}={limit}", f"{name}={value}")
             # A step is one model call; calls grow only when a batch is accepted, by its size.
-            # (The loop guard may answer every call of a batch it accepts: it goes back
-            # to awaiting_model, identical_calls_only.)
+            # (The loop guard may answer every call of a batch it accepts, and a handoff is
+            # answered by the engine: each goes back to awaiting_model.)
             accepts = name == "calls" and (
-                (event.source, event.dest) == _ACCEPT or event.guard == "identical_calls_only"
+                (event.source, event.dest) == _ACCEPT or event.guard in _ANSWERED_BY_ENGINE
             )
             most = value if accepts else before[name] + (name == "steps")
             if not before[name] <= value <= most:

@@ -12,7 +12,7 @@ from agentloop import Loop, State
 from agentloop._core.build import table_for
 from agentloop._core.intake import take_reply
 from agentloop._core.register import EFFECTS, GUARDS, MEMBERS
-from agentloop._core.rows import basic, context, loopguard, output, retry, review, wrapup
+from agentloop._core.rows import basic, context, handoff, loopguard, output, retry, review, wrapup
 from agentloop._core.values import NotJSON, Usage
 from agentloop.engine import Budget, Effect, Engine, Guard, RunTool
 from agentloop.review import load_run, save_run
@@ -102,7 +102,7 @@ def test_every_guard_and_effect_has_one_function_in_its_features_module() -> Non
         assert function.__name__ == member.value, (member, function)
     named = {
         MEMBERS[function]
-        for module in (basic, output, loopguard, wrapup, context, retry, review)
+        for module in (basic, output, loopguard, wrapup, context, retry, review, handoff)
         for row in module.ROWS
         for function in [*row.get("conditions", ()), *row.get("before", ())]
     }
@@ -196,6 +196,7 @@ PROTOCOL = {
     "unstarted",
     "pending",
     "reviews",
+    "agent",
     "run_id",
     "continues",
     "conversation",

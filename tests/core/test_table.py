@@ -126,6 +126,10 @@ def test_validation_tries_the_contract_order() -> None:
         Guard.CANCEL_REQUESTED,
         Guard.IDENTICAL_CALLS_ONLY,
         Guard.IDENTICAL_CALLS_SOME,
+        Guard.HANDOFF_FILTERED,
+        Guard.HANDOFF_ALONE,
+        Guard.HANDOFFS_ONLY,
+        Guard.HANDOFF_IN_BATCH,
         None,
     ]
     asks = [row.guard for row in TABLE.groups[State.AWAITING_MODEL, Trigger.ASK_MODEL]]
@@ -162,6 +166,7 @@ def test_every_report_has_rows_where_its_request_is_handed_out() -> None:
         (State.DISPATCHING, Trigger.APPROVAL_ASKED),
         (State.SUMMARISING, Trigger.SUMMARISE),
         (State.BACKING_OFF, Trigger.BACK_OFF),
+        (State.HANDING_OFF, Trigger.HAND_OFF),
     }
 
 

@@ -594,3 +594,17 @@ def test_a_turns_run_span_names_its_conversation(otel: Exported, driver: str) ->
         None,
         second.conversation_id,
     ]
+
+
+def test_each_chat_span_names_the_agent_asked(otel: Exported) -> None:
+    """With handoffs, each chat span's gen_ai.agent.name is the agent that was asked."""
+    billing = Loop(ScriptedModel([final("refunded")]), name="billing")
+    triage = Loop(
+        ScriptedModel([call("c1", "transfer_to_billing")]),
+        name="triage",
+        handoffs=[agentloop.handoff(billing)],
+        listeners=[otel.listener()],
+    )
+    assert triage.run("hi").agent == "billing"
+    chats = [s for s in otel.spans() if attrs_of(s).get("gen_ai.operation.name") == "chat"]
+    assert [attrs_of(s).get("gen_ai.agent.name") for s in chats] == ["triage", "billing"]

@@ -106,8 +106,8 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
         "ask_model [wrap_up_due]<br>ask_model (3x)<br>model_raised [fallback_left]\n" in mermaid
     )
     assert (
-        "    validating --> dispatching: validate [identical_calls_some]<br>validate (2x)\n"
-        in mermaid
+        "    validating --> dispatching: validate [identical_calls_some]<br>"
+        "validate [handoff_in_batch]<br>validate (2x)\n" in mermaid
     )
     assert (
         "    dispatching --> dispatching: start_tool [batch_unreviewed]<br>start_tool (3x)"
@@ -125,8 +125,8 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
     assert "    awaiting_model --> failed: model_raised\n" in mermaid
     assert "    class awaiting_model, validating, dispatching, finished visited\n" in mermaid
     assert (
-        "    class awaiting_approval, summarising, backing_off, cancelled, exhausted, "
-        "repeated_call, malformed, failed, invalid_output unvisited\n" in mermaid
+        "    class awaiting_approval, summarising, backing_off, handing_off, cancelled, "
+        "exhausted, repeated_call, malformed, failed, invalid_output unvisited\n" in mermaid
     )
     assert not any(line != line.rstrip() for line in mermaid.splitlines())
 
@@ -235,7 +235,9 @@ def test_path_diagram_lists_where_else_each_state_leads(demo: RunResult) -> None
 
     assert lists == {
         "awaiting_model": "cancelled\\nexhausted\\nsummarising\\nbacking_off\\nfailed",
-        "validating": "malformed\\ninvalid_output\\nexhausted\\nrepeated_call\\ncancelled",
+        "validating": (
+            "malformed\\ninvalid_output\\nexhausted\\nrepeated_call\\ncancelled\\nhanding_off"
+        ),
         "dispatching": "cancelled\\nawaiting_approval",
     }
     # Each list is what the table allows and the run did not do, from a visited state.

@@ -3,12 +3,13 @@
 ``basic.py`` (every run's rows), ``output.py`` (typed output),
 ``loopguard.py`` (``max_identical_calls``), ``wrapup.py``
 (``on_exhausted='answer'``), ``context.py`` (context policies), ``retry.py``
-(retries and fallback models) and ``review.py`` (policies and a person's
-decisions). Each guard and effect is a function of the run's state
-(``_core/state.py``), registered against its member (``_core/register.py``).
-A module's functions come first and its rows (``ROWS``) last, naming them, or
-the basic rows' own, imported: the rows of a feature import from ``basic.py``
-(and the wrap-up's from ``context.py``), and ``basic.py`` from none of them.
+(retries and fallback models), ``review.py`` (policies and a person's
+decisions) and ``handoff.py`` (a team of agents). Each guard and effect is a
+function of the run's state (``_core/state.py``), registered against its member
+(``_core/register.py``). A module's functions come first and its rows
+(``ROWS``) last, naming them, or the basic rows' own, imported: the rows of a
+feature import from ``basic.py`` (and the wrap-up's from ``context.py``), and
+``basic.py`` from none of them.
 """
 
 from __future__ import annotations

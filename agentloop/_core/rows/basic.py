@@ -113,7 +113,19 @@ def ask_for_reply(run: RunState) -> None:
     run.outstanding = _ASK_MODEL
     run.since[None] = run.clock()
     view = run.view  # fit_context's, under a context policy
+    if view is None and run.team_view is not None:  # a handoff filter's, and what followed
+        view = filtered_view(run)
     run.draft.request = AskModel(*(run.history.request() if view is None else (view, len(view))))
+
+
+def filtered_view(run: RunState) -> bytearray:
+    """A handoff filter's view (its messages), then every message appended after the handoff."""
+    assert run.team_view is not None, "a filter's view is in force"
+    given, after = run.team_view
+    history = run.history
+    shown = [orjson.dumps(message) for message in orjson.loads(given)]
+    later = [history.message_json(i) for i in range(after, len(history))]
+    return bytearray(b"[" + b",".join([*shown, *later]) + b"]")
 
 
 @effect(E.NAME_CALL)
