@@ -8,10 +8,8 @@ here keeps every call with its result, so the engine's check of a view
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
+from collections.abc import Callable  # at run time: get_type_hints reads last_turns' return
+from typing import Any
 
 __all__ = ["last_turns", "without_tools"]
 
