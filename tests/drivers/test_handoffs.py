@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from typing import TYPE_CHECKING, Any
+from unittest.mock import ANY
 
 import orjson
 import pytest
@@ -44,6 +45,7 @@ class Team:
     def __init__(self, script: list[Message], *, asynchronous: bool, **budget: Any) -> None:
         self.script, self.asked = list(script), list[tuple[str, str | None, list[str], int]]()
         self.refund, self.diagnose = Recorder(lambda: "refunded"), Recorder(lambda: "rebooted")
+        self.lookup = Recorder(lambda **_: "customer 7")
         self.billing = Loop(
             self.model("billing", asynchronous),
             name="billing",
@@ -60,7 +62,7 @@ class Team:
             self.model("triage", asynchronous),
             name="triage",
             system="Route the customer.",
-            tools={"lookup": Recorder(lambda: "customer 7")},
+            tools={"lookup": self.lookup},
             handoffs=[
                 agentloop.handoff(self.billing, description="Billing questions"),
                 agentloop.handoff(self.tech),
@@ -140,6 +142,42 @@ def test_handoff_beside_other_calls_is_refused(asynchronous: bool) -> None:
     assert results[1]["content"]["type"] == "HandoffRefused"
     assert [name for name, *_ in team.asked] == ["triage", "triage"]
     assert model_events(result) == ["triage", "triage"]
+    assert_contract(result, SENT)
+
+
+@BOTH
+@pytest.mark.parametrize(
+    "beside", [[], [call("c4", "lookup", order="A-7")]], ids=["", "and_a_call"]
+)
+def test_a_handoff_beside_calls_the_loop_guard_refuses_is_refused(
+    asynchronous: bool, beside: list[Message]
+) -> None:
+    """Beside a call past max_identical_calls, a handoff is refused as a handoff, unrun and not
+    taken; a call that is neither runs."""
+    script = [
+        call("c1", "lookup"),
+        batch(call("c2", "lookup"), call("c3", "transfer_to_billing"), *beside),
+        final("stayed"),
+    ]
+    team = Team(script, asynchronous=asynchronous, max_identical_calls=1)
+    result = team.run(asynchronous)
+
+    assert (result.status, result.agent, result.steps, result.calls) == (
+        "finished",
+        "triage",
+        3,
+        3 + len(beside),
+    )
+    results = {m["id"]: m for m in result.transcript if m["kind"] == "tool_result"}
+    said = [(results[i]["status"], results[i]["content"]) for i in ("c2", "c3")]
+    assert said == [
+        ("error", {"type": "IdenticalCall", "message": ANY}),
+        ("error", {"type": "HandoffRefused", "message": ANY}),
+    ]
+    assert [name for name, *_ in team.asked] == ["triage", "triage", "triage"]
+    assert team.lookup.calls == [{}, *({"order": "A-7"} for _ in beside)]
+    refused = next(e for e in result.events if e.guard and e.guard.startswith("identical"))
+    assert refused.guard == ("identical_calls_some" if beside else "identical_calls_only")
     assert_contract(result, SENT)
 
 
