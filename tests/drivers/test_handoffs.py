@@ -182,6 +182,35 @@ def test_a_handoff_beside_calls_the_loop_guard_refuses_is_refused(
 
 
 @BOTH
+def test_a_handoff_the_loop_guard_refuses_keeps_the_loop_guards_answer(asynchronous: bool) -> None:
+    """A handoff made again past max_identical_calls, beside a call, is the loop guard's: its
+    answer says so (and a repeat of it is then the guard's repeated call); the call runs."""
+    script = [
+        call("c1", "transfer_to_billing"),
+        call("c2", "transfer_to_triage"),
+        batch(call("c3", "transfer_to_billing"), call("c4", "lookup")),
+        final("stayed"),
+    ]
+    team = Team(script, asynchronous=asynchronous, max_identical_calls=1)
+    result = team.run(asynchronous)
+
+    assert (result.status, result.agent, result.steps, result.calls) == (
+        "finished",
+        "triage",
+        4,
+        4,
+    )
+    results = {m["id"]: m for m in result.transcript if m["kind"] == "tool_result"}
+    assert (results["c3"]["status"], results["c3"]["content"]["type"]) == (
+        "error",
+        "IdenticalCall",
+    )
+    assert (results["c4"]["status"], team.lookup.calls) == ("ok", [{}])
+    assert model_events(result) == ["triage", "billing", "triage", "triage"]
+    assert_contract(result, SENT)
+
+
+@BOTH
 @pytest.mark.row("validating --validate [handoffs_only]--> awaiting_model")
 def test_two_handoffs_at_once_are_both_refused(asynchronous: bool) -> None:
     """Two handoffs in one reply: neither is taken, both answered error, the agent stays."""
