@@ -15,6 +15,7 @@ import pytest
 
 import agentloop
 import agentloop.context
+import agentloop.handoff_filters
 import agentloop.mcp
 import agentloop.models
 import agentloop.providers
@@ -44,6 +45,7 @@ PUBLIC = [
     agentloop.context,
     agentloop.models,
     agentloop.streaming,
+    agentloop.handoff_filters,
 ]
 
 
@@ -199,6 +201,7 @@ PUBLIC_MODULES = [
     "agentloop.providers.anthropic",
     "agentloop.otel",
     "agentloop.dbos",
+    "agentloop.handoff_filters",
 ]
 
 

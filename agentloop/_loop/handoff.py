@@ -35,7 +35,8 @@ def handoff(
     given, is called ``filter(history, to)`` (a copy of the history, and the
     name of the agent handed to) and answers what the next agent is sent in
     place of the history: its answer is recorded on the handoff's event, so
-    a replay does not call it again.
+    a replay does not call it again. ``agentloop.handoff_filters`` has
+    ready-made ones (``without_tools``, ``last_turns(n)``).
     """
     if not isinstance(target, Loop):
         raise TypeError(f"expected target to be a Loop, got {type(target).__name__}")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import TYPE_CHECKING, Any
+from unittest.mock import ANY
 
 import orjson
 import pytest
@@ -12,11 +14,13 @@ from hypothesis import strategies as st
 
 import agentloop
 from agentloop import Loop
+from agentloop._core.messages import input_messages
 from agentloop.engine import Engine
+from agentloop.handoff_filters import last_turns, without_tools
 from agentloop.ledger import SQLiteLedger
 from agentloop.review import load_run, run_from_json, run_to_json, save_run
 from agentloop.testing import assert_contract, batch
-from tests.conftest import capped
+from tests.conftest import capped, count
 from tests.support.helpers import Recorder, call, final
 
 if TYPE_CHECKING:
@@ -41,6 +45,7 @@ class Team:
     def __init__(self, script: list[Message], *, asynchronous: bool, **budget: Any) -> None:
         self.script, self.asked = list(script), list[tuple[str, str | None, list[str], int]]()
         self.refund, self.diagnose = Recorder(lambda: "refunded"), Recorder(lambda: "rebooted")
+        self.lookup = Recorder(lambda **_: "customer 7")
         self.billing = Loop(
             self.model("billing", asynchronous),
             name="billing",
@@ -57,7 +62,7 @@ class Team:
             self.model("triage", asynchronous),
             name="triage",
             system="Route the customer.",
-            tools={"lookup": Recorder(lambda: "customer 7")},
+            tools={"lookup": self.lookup},
             handoffs=[
                 agentloop.handoff(self.billing, description="Billing questions"),
                 agentloop.handoff(self.tech),
@@ -137,6 +142,71 @@ def test_handoff_beside_other_calls_is_refused(asynchronous: bool) -> None:
     assert results[1]["content"]["type"] == "HandoffRefused"
     assert [name for name, *_ in team.asked] == ["triage", "triage"]
     assert model_events(result) == ["triage", "triage"]
+    assert_contract(result, SENT)
+
+
+@BOTH
+@pytest.mark.parametrize(
+    "beside", [[], [call("c4", "lookup", order="A-7")]], ids=["", "and_a_call"]
+)
+def test_a_handoff_beside_calls_the_loop_guard_refuses_is_refused(
+    asynchronous: bool, beside: list[Message]
+) -> None:
+    """Beside a call past max_identical_calls, a handoff is refused as a handoff, unrun and not
+    taken; a call that is neither runs."""
+    script = [
+        call("c1", "lookup"),
+        batch(call("c2", "lookup"), call("c3", "transfer_to_billing"), *beside),
+        final("stayed"),
+    ]
+    team = Team(script, asynchronous=asynchronous, max_identical_calls=1)
+    result = team.run(asynchronous)
+
+    assert (result.status, result.agent, result.steps, result.calls) == (
+        "finished",
+        "triage",
+        3,
+        3 + len(beside),
+    )
+    results = {m["id"]: m for m in result.transcript if m["kind"] == "tool_result"}
+    said = [(results[i]["status"], results[i]["content"]) for i in ("c2", "c3")]
+    assert said == [
+        ("error", {"type": "IdenticalCall", "message": ANY}),
+        ("error", {"type": "HandoffRefused", "message": ANY}),
+    ]
+    assert [name for name, *_ in team.asked] == ["triage", "triage", "triage"]
+    assert team.lookup.calls == [{}, *({"order": "A-7"} for _ in beside)]
+    refused = next(e for e in result.events if e.guard and e.guard.startswith("identical"))
+    assert refused.guard == ("identical_calls_some" if beside else "identical_calls_only")
+    assert_contract(result, SENT)
+
+
+@BOTH
+def test_a_handoff_the_loop_guard_refuses_keeps_the_loop_guards_answer(asynchronous: bool) -> None:
+    """A handoff made again past max_identical_calls, beside a call, is the loop guard's: its
+    answer says so (and a repeat of it is then the guard's repeated call); the call runs."""
+    script = [
+        call("c1", "transfer_to_billing"),
+        call("c2", "transfer_to_triage"),
+        batch(call("c3", "transfer_to_billing"), call("c4", "lookup")),
+        final("stayed"),
+    ]
+    team = Team(script, asynchronous=asynchronous, max_identical_calls=1)
+    result = team.run(asynchronous)
+
+    assert (result.status, result.agent, result.steps, result.calls) == (
+        "finished",
+        "triage",
+        4,
+        4,
+    )
+    results = {m["id"]: m for m in result.transcript if m["kind"] == "tool_result"}
+    assert (results["c3"]["status"], results["c3"]["content"]["type"]) == (
+        "error",
+        "IdenticalCall",
+    )
+    assert (results["c4"]["status"], team.lookup.calls) == ("ok", [{}])
+    assert model_events(result) == ["triage", "billing", "triage", "triage"]
     assert_contract(result, SENT)
 
 
@@ -625,3 +695,135 @@ def test_report_names_a_filtered_handoff() -> None:
     assert len(handed) == 1
     assert handed[0].endswith("handed off to billing")
     assert "agents   triage → billing" in text
+
+
+# -- the ready-made filters (agentloop.handoff_filters)
+
+#: Before the customer's complaint, a first exchange: two user turns in all.
+EARLIER = [
+    {"kind": "user", "text": "Hello"},
+    {"kind": "final", "text": "Hi, how can I help?"},
+    {"kind": "user", "text": "I was charged twice"},
+]
+
+
+@BOTH
+@pytest.mark.parametrize("name", ["without_tools", "last_turns"])
+def test_ready_made_filters_send_billing_their_view(asynchronous: bool, name: str) -> None:
+    """Each filter's view is what billing is sent first (then what follows), and is recorded."""
+    filter = {"without_tools": without_tools, "last_turns": last_turns(1)}[name]
+    script = [
+        batch(call("c1", "lookup"), text="Looking you up."),
+        call("c2", "transfer_to_billing"),
+        call("c3", "refund"),
+        final("refunded"),
+    ]
+    team = filtered_team(script, filter, asynchronous=asynchronous)
+    result = asyncio.run(team.triage.arun(EARLIER)) if asynchronous else team.triage.run(EARLIER)
+
+    assert (result.status, result.agent, result.steps, result.calls) == (
+        "finished",
+        "billing",
+        4,
+        3,
+    )
+    view = {
+        "without_tools": [
+            {"kind": "system", "text": "Route the customer."},
+            *EARLIER,
+            {"kind": "final", "text": "Looking you up."},  # said beside the call: kept
+        ],
+        "last_turns": [
+            {"kind": "system", "text": "Route the customer."},
+            EARLIER[2],
+            result.transcript[4],  # the lookup, with its result: the last turn, whole
+            result.transcript[5],
+        ],
+    }[name]
+    handed = next(e for e in result.events if e.trigger == "handed_off")
+    assert handed.input_json is not None
+    assert orjson.loads(handed.input_json) == view
+    assert [(who, length) for who, _, _, length in team.asked] == [
+        ("triage", 4),
+        ("triage", 6),
+        ("billing", len(view)),
+        ("billing", len(view) + 2),  # then billing's call and its result
+    ]
+    assert len(team.refund.calls) == 1
+    assert len(result.transcript) == 11  # the record keeps the whole history
+    assert_contract(result, [{"kind": "system", "text": "Route the customer."}, *EARLIER])
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[Message]:
+    """A valid history: system, user and final messages, and calls each answered, in any order
+    and with user messages (``and then``) between a call and its result."""
+    history: list[Message] = []
+    made = 0
+    for _ in range(draw(st.integers(0, 10))):
+        step = draw(st.sampled_from(["system", "user", "final", "call", "calls"]))
+        if step in ("system", "user", "final"):
+            history.append({"kind": step, "text": draw(st.sampled_from(["go", "ok", "done"]))})
+            continue
+        ids = [
+            f"c{made + number}"
+            for number in range(1 if step == "call" else draw(st.integers(1, 3)))
+        ]
+        made += len(ids)
+        elements = [{"id": id, "name": "read", "arguments": {}} for id in ids]
+        if step == "call":
+            history.append({"kind": "call", **elements[0]})
+        else:
+            text = draw(st.sampled_from([None, "", "Reading."]))
+            history.append(
+                {"kind": "calls", "calls": elements} | ({} if text is None else {"text": text})
+            )
+        answered = draw(st.permutations(ids))
+        for at, id in enumerate(answered, 1):
+            history.append(
+                {"kind": "tool_result", "id": id, "name": "read", "status": "ok", "content": 1}
+            )
+            if at < len(answered) and draw(st.integers(0, 4)) == 0:
+                history.append({"kind": "user", "text": "and then"})  # a user message mid-batch
+    return history
+
+
+@settings(max_examples=count(60, 500))
+@given(history=histories(), n=st.integers(1, 4))
+def test_every_filters_view_is_a_history_the_engine_accepts(history: list[Message], n: int) -> None:
+    """Whatever the history, each filter's view keeps every call with its result (the engine's
+    check of a view, held to a new run's, accepts it), and keeps what it promises."""
+    input_messages(history, strict=True)  # the strategy's histories are valid ones
+    said = [m for m in history if m["kind"] in ("system", "user", "final")]
+
+    bare = without_tools(copy.deepcopy(history), "billing")
+    input_messages(bare, strict=True)
+    assert {m["kind"] for m in bare} <= {"system", "user", "final"}
+    assert [m for m in bare if m not in said] == [
+        {"kind": "final", "text": m["text"]}
+        for m in history
+        if m["kind"] == "calls" and m.get("text")
+    ]
+
+    kept = last_turns(n)(copy.deepcopy(history), "billing")
+    input_messages(kept, strict=True)
+    # The view is the system messages before some cut, then everything from the cut on;
+    # the cut is the start (a user message with no call waiting) or where a turn starts,
+    # with n turns from it (or every turn, when there are no more).
+    assert any(
+        kept == [m for m in history[:at] if m["kind"] == "system"] + history[at:]
+        and (at == 0 or (history[at]["kind"] == "user" and history[at]["text"] != "and then"))
+        and turns(history[at:]) == min(n, turns(history))
+        for at in range(len(history))
+    ) or (history == kept == [])
+
+
+def turns(history: list[Message]) -> int:
+    """The turns of a history of ``histories()``: its user messages but those mid-batch."""
+    return sum(m["kind"] == "user" and m["text"] != "and then" for m in history)
+
+
+def test_last_turns_refuses_a_count_below_one() -> None:
+    for wrong in (0, -1, 1.5, "2"):
+        with pytest.raises(ValueError, match="n an int of 1 or more"):
+            last_turns(wrong)  # type: ignore[arg-type]

@@ -32,7 +32,7 @@ from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 if TYPE_CHECKING:
     from agentloop._core.state import RunState
 
-__all__ = ["FEATURE", "ROWS", "agent_in_force", "team_view"]
+__all__ = ["FEATURE", "ROWS", "agent_in_force", "handoff_calls", "refuse_handoff", "team_view"]
 
 FEATURE: Final = Feature.HANDOFF
 
@@ -55,19 +55,19 @@ def handoff_filtered(run: RunState) -> bool:
 @guard(G.HANDOFF_ALONE)
 def handoff_alone(run: RunState) -> bool:
     """The reply is one call, to a handoff of the agent in force."""
-    return len(run.reply.calls) == 1 and _handoffs(run) == [0]
+    return len(run.reply.calls) == 1 and handoff_calls(run) == [0]
 
 
 @guard(G.HANDOFFS_ONLY)
 def handoffs_only(run: RunState) -> bool:
     """Every call of the batch (two or more) is to a handoff of the agent in force."""
-    return len(_handoffs(run)) == len(run.reply.calls) > 1
+    return len(handoff_calls(run)) == len(run.reply.calls) > 1
 
 
 @guard(G.HANDOFF_IN_BATCH)
 def handoff_in_batch(run: RunState) -> bool:
     """Some call of the batch, beside others, is to a handoff of the agent in force."""
-    return bool(_handoffs(run))
+    return bool(handoff_calls(run))
 
 
 @effect(E.ANSWER_HANDOFF)
@@ -88,10 +88,15 @@ def switch_agent(run: RunState) -> None:
 
 @effect(E.REFUSE_HANDOFF)
 def refuse_handoff(run: RunState) -> None:
-    """Answer each handoff call of the batch ``error``, unrun: a handoff is taken alone."""
+    """Answer each handoff call of the batch ``error``, unrun: a handoff is taken alone.
+
+    One the loop guard answered already (a repeat past ``max_identical_calls``) keeps its answer.
+    """
     batch = run.batch
     assert batch is not None, "a batch was accepted"
-    for index in _handoffs(run):
+    for index in handoff_calls(run):
+        if index in batch.results:
+            continue
         name = batch.calls[index][1]
         content = {
             "type": "HandoffRefused",
@@ -163,7 +168,7 @@ def team_view(run: RunState) -> tuple[bytes, int] | None:
     return found
 
 
-def _handoffs(run: RunState) -> list[int]:
+def handoff_calls(run: RunState) -> list[int]:
     """The indices of the reply's calls that are handoffs of the agent in force (none: no team)."""
     agents, agent = run.agents, run.agent
     if agents is None or agent is None:

@@ -22,6 +22,7 @@ from agentloop._core.rows.basic import (
     reject_reply,
     reserve_calls,
 )
+from agentloop._core.rows.handoff import handoff_calls, refuse_handoff
 from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 
 if TYPE_CHECKING:
@@ -43,9 +44,9 @@ def identical_call_persists(run: RunState) -> bool:
 
 @guard(G.IDENTICAL_CALLS_ONLY)
 def identical_calls_only(run: RunState) -> bool:
-    """Every call of the batch is beyond ``max_identical_calls``."""
-    over = identical_found(run).over
-    return bool(over) and len(over) == len(run.reply.calls)
+    """Every call of the batch is beyond ``max_identical_calls``, or a handoff beside them."""
+    over = {index for index, _ in identical_found(run).over}
+    return bool(over) and len(over | set(handoff_calls(run))) == len(run.reply.calls)
 
 
 @guard(G.IDENTICAL_CALLS_SOME)
@@ -192,10 +193,12 @@ ROWS: Final[tuple[Entry, ...]] = (
      "dest": S.REPEATED_CALL, "before": [name_call, note_identical_calls, reject_reply],
      "ahead_of": calls_exhausted},
     # -- calls past max_identical_calls are answered error by the engine, unrun (after
-    #    the budgets and cancellation, as any accepted batch)
+    #    the budgets and cancellation, as any accepted batch); a handoff beside them is
+    #    refused as the handoff rows refuse one beside other calls
     {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [identical_calls_only],
      "dest": S.AWAITING_MODEL,
-     "before": [name_call, reserve_calls, refuse_identical, append_batch]},
+     "before": [name_call, reserve_calls, refuse_identical, refuse_handoff, append_batch]},
     {"source": S.VALIDATING, "trigger": T.VALIDATE, "conditions": [identical_calls_some],
-     "dest": S.DISPATCHING, "before": [name_call, reserve_calls, refuse_identical]},
+     "dest": S.DISPATCHING,
+     "before": [name_call, reserve_calls, refuse_identical, refuse_handoff]},
 )  # fmt: skip
