@@ -21,7 +21,12 @@ from agentloop._core.approval import PendingCall, approve, ask
 from agentloop._core.table import State
 from agentloop._core.values import CancelToken, RunResult, Transition, Usage
 from agentloop._drivers.asyncio import AsyncRun
-from agentloop._drivers.context import RunContext, current_context, idempotency_key, report_progress
+from agentloop._drivers.run_context import (
+    RunContext,
+    current_context,
+    idempotency_key,
+    report_progress,
+)
 from agentloop._drivers.sync import Run
 from agentloop._errors import (
     AgentloopError,
@@ -29,7 +34,7 @@ from agentloop._errors import (
     InvalidStateError,
     JSONError,
 )
-from agentloop._loop.handoff import handoff
+from agentloop._loop.handoffs import handoff
 from agentloop._loop.loop import Loop
 from agentloop._names import publish as _publish
 from agentloop._tools.registry import Decision, Tool, ToolRegistry, allow, deny

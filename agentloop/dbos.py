@@ -62,8 +62,8 @@ except ModuleNotFoundError as exc:  # missing; a script named like it fails on i
         "agentloop.dbos needs DBOS Transact: the dbos extra (see the docs' Install page)"
     ) from exc
 
+from agentloop._dbos.dbos_loop import STEPS, DBOSLoop
 from agentloop._dbos.decisions import APPROVAL_TOPIC, PENDING_EVENT, decide, pending
-from agentloop._dbos.loop import STEPS, DBOSLoop
 from agentloop._dbos.marker import cancel_requested, cancel_run
 from agentloop._names import publish as _publish
 

@@ -39,3 +39,13 @@ def test_every_module_is_at_most_450_lines() -> None:
         if (lines := len(path.read_text().splitlines())) > 450
     }
     assert long == {}
+
+
+def test_no_two_private_modules_share_a_name() -> None:
+    """Inside the private packages each module's name is its own: a name leads to one file."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        inside = path.relative_to(PACKAGE).parts
+        if path.name != "__init__.py" and len(inside) > 1 and inside[0].startswith("_"):
+            seen.setdefault(path.stem, []).append("/".join(inside))
+    assert {name: where for name, where in seen.items() if len(where) > 1} == {}

@@ -14,7 +14,7 @@ import attrs
 from agentloop._core.approval import Decision
 from agentloop._core.json import exception_content
 from agentloop._dbos.marker import cancel_requested
-from agentloop._drivers.context import CallScope, in_context, reviewed_in
+from agentloop._drivers.run_context import CallScope, in_context, reviewed_in
 from agentloop._drivers.streams import is_stream, whole_reply
 from agentloop._durable.bodies import (
     outcome_record,

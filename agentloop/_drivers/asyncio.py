@@ -59,9 +59,9 @@ from agentloop._drivers.callbacks import (
     within,
 )
 from agentloop._drivers.concurrent import ConcurrentBatch
-from agentloop._drivers.context import CallScope, ain_context
 from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import ToolProgress
+from agentloop._drivers.run_context import CallScope, ain_context
 from agentloop._drivers.streams import apull, current_while_aread, in_time, is_stream
 from agentloop._drivers.transition import LOG, Request, RunView, Streaming, log, one_transition
 from agentloop._drivers.waits import await_wait

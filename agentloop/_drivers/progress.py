@@ -13,7 +13,7 @@ Progress is advice, never an outcome: nothing of it enters the history or
 the record, and a listener that raises on hearing it is logged and skipped,
 so that a broken progress bar never changes what a call did or what the
 model is told about it. The drivers give each call's context
-(``agentloop._drivers.context``) a reporter that tells its progress on.
+(``agentloop._drivers.run_context``) a reporter that tells its progress on.
 """
 
 from __future__ import annotations

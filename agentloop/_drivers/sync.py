@@ -30,9 +30,9 @@ from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import AskModel, OutputT, RunResult, RunTool, Transition, Wait
 from agentloop._drivers.awaiter import Awaiter
 from agentloop._drivers.callbacks import Listener, Model, TokenCancelled, given_history, is_async
-from agentloop._drivers.context import CallScope, in_context
 from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import ToolProgress
+from agentloop._drivers.run_context import CallScope, in_context
 from agentloop._drivers.streams import in_time, is_stream, pull
 from agentloop._drivers.transition import LOG, Request, RunView, Streaming, drain, log, pump
 from agentloop._drivers.waits import wait

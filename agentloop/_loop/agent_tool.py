@@ -33,8 +33,8 @@ from agentloop._core.engine import Engine
 from agentloop._core.json import exception_content
 from agentloop._core.table import State
 from agentloop._drivers.callbacks import TokenCancelled
-from agentloop._drivers.context import NO_RUN, RUN_CONTEXT, RunContext
 from agentloop._drivers.delegation import Nested
+from agentloop._drivers.run_context import NO_RUN, RUN_CONTEXT, RunContext
 from agentloop._loop.deps import for_run
 from agentloop._loop.engines import check_ready, plain_engine
 from agentloop._loop.running import async_run, sync_run

@@ -15,7 +15,7 @@ from agentloop._core.agents import with_filters
 from agentloop._drivers.asyncio import AsyncRun
 from agentloop._drivers.awaiter import Awaiter, awaiting
 from agentloop._drivers.callbacks import is_async
-from agentloop._drivers.context import CallScope, ain_context_reviews, in_context_reviews
+from agentloop._drivers.run_context import CallScope, ain_context_reviews, in_context_reviews
 from agentloop._drivers.sync import Run
 from agentloop._durable import recording
 from agentloop._loop.fallback import per_run

@@ -18,7 +18,7 @@ import attrs
 import orjson
 
 from agentloop._core.approval import Decision, Policy, allow, ask, deny
-from agentloop._drivers.context import NO_RUN, RUN_CONTEXT
+from agentloop._drivers.run_context import NO_RUN, RUN_CONTEXT
 from agentloop._tools.results import failed
 from agentloop._tools.signature import Context
 from agentloop._tools.tool import Tool

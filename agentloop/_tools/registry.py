@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable,
 from typing import Any, Final, TypeVar, overload
 
 from agentloop._drivers.callbacks import is_async
-from agentloop._drivers.context import NO_RUN, RUN_CONTEXT
+from agentloop._drivers.run_context import NO_RUN, RUN_CONTEXT
 from agentloop._tools.converters import not_an_object, refusals
 from agentloop._tools.policy import (
     Decision,

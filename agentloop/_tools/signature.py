@@ -23,7 +23,7 @@ import typing
 from typing import TYPE_CHECKING, Any
 
 from agentloop._core.json import to_json
-from agentloop._drivers.context import RunContext
+from agentloop._drivers.run_context import RunContext
 from agentloop._errors import JSONError
 from agentloop._tools.annotated import Unpublishable, Unsupported
 from agentloop._tools.converters import Converter, converted_values, fields_converter

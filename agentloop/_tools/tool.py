@@ -18,7 +18,7 @@ from typing_extensions import TypeVar
 
 from agentloop._core.approval import Policy
 from agentloop._core.json import to_json
-from agentloop._drivers.context import RunContext
+from agentloop._drivers.run_context import RunContext
 from agentloop._errors import JSONError
 from agentloop._tools.results import result_limit
 from agentloop._tools.schema import summary

@@ -27,8 +27,8 @@ import mcp.types
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
-from agentloop._drivers.context import current_reporter, idempotency_key
 from agentloop._drivers.progress import Reporter
+from agentloop._drivers.run_context import current_reporter, idempotency_key
 from agentloop.mcp._results import NotRun, OutcomeUnknown, content_of
 from agentloop.mcp._session import SessionHolder, describe_exception
 

@@ -28,8 +28,8 @@ from mcp.server import Server as SDKServer
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from agentloop._drivers.context import RUN_CONTEXT, RunContext
 from agentloop._drivers.progress import Reporter, ToolProgress
+from agentloop._drivers.run_context import RUN_CONTEXT, RunContext
 from agentloop._tools.registry import ToolRegistry
 from agentloop._tools.tool import Tool
 from agentloop.mcp._calls import KEY_META

@@ -15,7 +15,7 @@ import pytest
 
 import agentloop
 from agentloop import Loop, State, ToolRegistry, Transition, report_progress
-from agentloop._drivers.context import RUN_CONTEXT
+from agentloop._drivers.run_context import RUN_CONTEXT
 from agentloop.streaming import ToolProgress
 from agentloop.testing import ScriptedModel, batch
 from tests.support.helpers import SyncDriver, call, drive, final

@@ -1399,7 +1399,7 @@ def test_a_plain_runs_call_and_a_turns_call_never_share_a_key(db: Path, driver: 
 
 
 def test_an_id_with_percent_is_escaped_so_escapes_cannot_collide() -> None:
-    from agentloop._drivers.context import key_of
+    from agentloop._drivers.run_context import key_of
 
     assert key_of("r", "call_abc123") == "r:call_abc123"
     assert key_of("r", "%3A") == "r:%253A"
@@ -1427,7 +1427,7 @@ def test_distinct_run_and_call_ids_give_distinct_keys(
     run: str, other: str, call_id: str, other_call: str
 ) -> None:
     """Run ids as the library allows them (a user's, no ':'; a turn's, 'c::n'), any call ids."""
-    from agentloop._drivers.context import key_of
+    from agentloop._drivers.run_context import key_of
 
     if (run, call_id) != (other, other_call):
         assert key_of(run, call_id) != key_of(other, other_call)

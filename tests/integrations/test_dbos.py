@@ -27,7 +27,7 @@ pytest.importorskip("dbos")
 from dbos import DBOS, SetWorkflowID
 
 import agentloop
-import agentloop._dbos.loop
+import agentloop._dbos.dbos_loop
 import agentloop._dbos.marker
 import agentloop._dbos.turns
 import agentloop.dbos
@@ -362,7 +362,7 @@ def test_a_run_recorded_under_another_configuration_is_refused(make: Any) -> Non
     run_id = new_id()
     with SetWorkflowID(run_id):
         handle = DBOS.start_workflow(
-            agentloop._dbos.loop._run, runs.name, [{"kind": "user", "text": "go"}], recorded
+            agentloop._dbos.dbos_loop._run, runs.name, [{"kind": "user", "text": "go"}], recorded
         )
     with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
         handle.get_result()
@@ -372,7 +372,7 @@ def test_a_run_recorded_under_another_configuration_is_refused(make: Any) -> Non
 def test_a_run_of_a_loop_this_process_lacks_fails_saying_so(system_db: str) -> None:
     run_id = new_id()
     with SetWorkflowID(run_id):
-        handle = DBOS.start_workflow(agentloop._dbos.loop._run, "missing", [], {})
+        handle = DBOS.start_workflow(agentloop._dbos.dbos_loop._run, "missing", [], {})
     with pytest.raises(agentloop.AgentloopError, match="none of that name"):
         handle.get_result()
 
@@ -937,11 +937,11 @@ def test_dbos_turns_and_race(
         assert isinstance(theirs, list), "turn 3 goes on from turn 2's transcript"
         with SetWorkflowID(turn_id):
             DBOS.start_workflow(
-                agentloop._dbos.loop._run, runs.name, theirs, runs._fingerprint
+                agentloop._dbos.dbos_loop._run, runs.name, theirs, runs._fingerprint
             ).get_result()
         return turn_id, history
 
-    monkeypatch.setattr("agentloop._dbos.loop.next_turn", raced)
+    monkeypatch.setattr("agentloop._dbos.dbos_loop.next_turn", raced)
     with pytest.raises(agentloop.ledger.ConversationBusyError, match="turn 3 of conversation"):
         runs.run("three", conversation=conversation)
     monkeypatch.undo()

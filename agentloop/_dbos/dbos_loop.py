@@ -39,7 +39,7 @@ from agentloop._dbos.steps import StepRunner
 from agentloop._dbos.turns import busy, next_turn
 from agentloop._dbos.work import StepWork, batch_started, recorded_verdict
 from agentloop._drivers.callbacks import Listener
-from agentloop._drivers.context import CallScope
+from agentloop._drivers.run_context import CallScope
 from agentloop._drivers.transition import LOG, drain, log, pump
 from agentloop._durable.bodies import recorded_answer, recorded_outcome
 from agentloop._durable.ids import parse_turn, turn_run_id
