@@ -131,7 +131,11 @@ _new = tuple.__new__
 # The fields after ``started`` (what came in, and the newer features' fields): none here.
 _AFTER_STARTED = (None,) * (len(Transition._fields) - Transition._fields.index("input_json"))
 # RunResult's fields after ``usage``: none of them here either.
-_RESULT_REST = (None,) * (len(RunResult._fields) - RunResult._fields.index("usage") - 1)
+# The fields after usage, at their defaults (as a RunResult of a plain run holds them).
+_RESULT_REST = tuple(
+    RunResult._field_defaults[name]
+    for name in RunResult._fields[RunResult._fields.index("usage") + 1 :]
+)
 _NO_USAGE = Usage()
 _AM, _VA, _DI, _FI = State.AWAITING_MODEL, State.VALIDATING, State.DISPATCHING, State.FINISHED
 _REPLIED, _VALIDATE, _RETURNED = T.MODEL_REPLIED, T.VALIDATE, T.TOOL_RETURNED
