@@ -290,7 +290,10 @@ def _view(path: str, run_id: str) -> LedgerRun:
         try:
             return view_run(ledger, run_id)
         except RunNotFoundError as exc:
-            turns = [] if ":" in run_id else turn_ids(ledger, run_id)
+            try:  # a conversation's id names its turns (a damaged file is said as any is)
+                turns = [] if ":" in run_id else turn_ids(ledger, run_id)
+            except LedgerError as damaged:
+                raise CommandError(str(damaged)) from None
             if turns:
                 raise CommandError(_a_conversation(path, run_id, turns)) from None
             raise CommandError(f"{exc} ({_again(path, 'runs')} lists them)") from None

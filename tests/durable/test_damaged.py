@@ -705,3 +705,15 @@ def test_a_damaged_name_in_the_schema_is_one_line_on_the_command_line(
         assert (code, out) == (2, "")
         assert err.startswith("agentloop: error: ")
         assert err.count("\n") == 1
+
+
+def test_show_of_a_run_a_damaged_file_cannot_find_says_so_in_one_line(tmp_path: Path) -> None:
+    """The run is not found, and looking for a conversation of that id meets the damage too."""
+    path = tmp_path / "runs.db"
+    shutil.copy(FIXTURES / "v2-ledger.db", path)
+    data = bytearray(path.read_bytes())
+    data[4096] ^= 1  # a page of the runs' index (as a long-tier draw found)
+    path.write_bytes(bytes(data))
+    code, _, err = command("show", path, "plain")
+    said_in_one_line(code, err)
+    assert code == 2
