@@ -21,7 +21,7 @@ import orjson
 from typing_extensions import TypeVar
 
 from agentloop._core.agents import Agents
-from agentloop._core.approval import Decision, PendingCall
+from agentloop._core.approval import Decision, DecisionKey, PendingCall
 from agentloop._core.cancel import CancelToken
 from agentloop._core.children import Children
 from agentloop._core.context_policy import ContextPolicy, Seen
@@ -225,7 +225,7 @@ class Transition(NamedTuple):
     #: The calls a policy asked about (on ``approval_asked`` only).
     pending: tuple[PendingCall, ...] = ()
     #: A person's decision for each of them, by call id (on ``approval_decided`` only).
-    decisions: tuple[tuple[str, Decision], ...] = ()
+    decisions: tuple[tuple[DecisionKey, Decision], ...] = ()
     #: The ids of the calls handed out to run since the transition before this one.
     started: tuple[str, ...] = ()
     #: What came from outside with this report, as JSON: the model's reply (on

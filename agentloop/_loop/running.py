@@ -7,11 +7,14 @@ policies, listeners and timeouts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final
 
 from typing_extensions import TypeVar
 
 from agentloop._core.agents import with_filters
+from agentloop._core.values import RunResult
 from agentloop._drivers.asyncio import AsyncRun
 from agentloop._drivers.awaiter import Awaiter, awaiting
 from agentloop._drivers.callbacks import is_async
@@ -31,9 +34,10 @@ if TYPE_CHECKING:
     from agentloop._drivers.callbacks import Model
     from agentloop._loop.loop import Loop
 
-__all__ = ["async_run", "model_of", "sync_run"]
+__all__ = ["async_run", "children_of", "model_of", "sync_run"]
 
 _O = TypeVar("_O")
+_NONE: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
 def sync_run(
@@ -42,10 +46,12 @@ def sync_run(
     registry: ToolRegistry | None,
     cancel: CancelToken | None,
     deps: object = None,
+    children: Mapping[str, RunResult[Any]] = _NONE,
 ) -> Run[_O]:
     """A synchronous run of ``engine``, reviewed by ``registry`` (``Loop._sync_driver``'s answer).
 
-    Its calls and their reviews run in their contexts (``call_scope``), which hold ``deps``.
+    Its calls and their reviews run in their contexts (``call_scope``), which hold ``deps``
+    and ``children``, the child runs of a resumed run's agent tools (``children_of``).
 
     Its ``Awaiter`` awaits what is async: an async tool's call (through the
     registry's ``adispatch``), an awaitable outcome, async policies.
@@ -60,7 +66,7 @@ def sync_run(
         )
     if isinstance(engine, recording.DurableEngine):
         dispatch = recording.sync_dispatch(engine, dispatch)
-    scope = call_scope(engine, deps, cancel)
+    scope = call_scope(engine, deps, cancel, children)
     review: Callable[[dict[str, Any]], Any] | None = None
     if registry is not None:
         areview = registry.areview
@@ -106,7 +112,11 @@ def model_of(loop: Loop, engine: Engine) -> Model:
 
 
 def async_run(
-    loop: Loop[_O], engine: Engine, cancel: CancelToken | None, deps: object = None
+    loop: Loop[_O],
+    engine: Engine,
+    cancel: CancelToken | None,
+    deps: object = None,
+    children: Mapping[str, RunResult[Any]] = _NONE,
 ) -> AsyncRun[_O]:
     """An asyncio run of ``engine``, reviewed by the tools' policies, if any (``sync_run``'s)."""
     dispatch = loop._adispatch
@@ -117,7 +127,7 @@ def async_run(
     registry = reviewing(loop.dispatcher)
     if isinstance(engine, recording.DurableEngine):
         dispatch = recording.async_dispatch(engine, dispatch)
-    scope = call_scope(engine, deps, cancel)
+    scope = call_scope(engine, deps, cancel, children)
     return AsyncRun(
         engine,
         model_of(loop, engine),
@@ -132,7 +142,36 @@ def async_run(
     )
 
 
-def call_scope(engine: Engine, deps: object, cancel: CancelToken | None) -> CallScope:
-    """What each call's context holds: ``deps``, and the run's id when it is durable (its key's)."""
+def call_scope(
+    engine: Engine,
+    deps: object,
+    cancel: CancelToken | None,
+    children: Mapping[str, RunResult[Any]] = _NONE,
+) -> CallScope:
+    """What each call's context holds: ``deps``, and the run's id when it is durable (its key's).
+
+    ``children``: the results of the child runs the run's agent tools ran so
+    far (a resumed run's): a call that waited on its child resumes it from there.
+    """
     durable = isinstance(engine, recording.DurableEngine)
-    return CallScope(engine, deps, engine.run_id if durable else None, cancel)
+    scope = CallScope(engine, deps, engine.run_id if durable else None, cancel)
+    scope.children.update(children)
+    return scope
+
+
+def children_of(run: object) -> Mapping[str, RunResult[Any]]:
+    """The child runs of a saved result's agent tools (a run given by id: none in memory).
+
+    A result that waits on a child's calls must hold that child: a run file
+    keeps no children, so one loaded from a file is refused (``ValueError``).
+    """
+    if not isinstance(run, RunResult):
+        return _NONE
+    missing = sorted({p.path[0] for p in run.pending if p.path and p.path[0] not in run.children})
+    if missing:
+        raise ValueError(
+            f"the run waits on the child runs of calls {missing}, which this result does not "
+            "hold (a run file keeps no child runs): resume it from the RunResult the run "
+            "returned, whose children hold them"
+        )
+    return run.children

@@ -57,7 +57,7 @@ from typing import Any, Final
 import orjson
 
 from agentloop._core.agents import Agents
-from agentloop._core.approval import Decision, PendingCall
+from agentloop._core.approval import Decision, DecisionKey, PendingCall
 from agentloop._core.context_policy import ContextPolicy, Seen, policy_from_record
 from agentloop._core.output_schema import OutputSchema
 from agentloop._core.replay import Mismatch
@@ -284,9 +284,17 @@ _TRIGGERS: Final = {trigger.value: trigger for trigger in Trigger}
 _GUARDS: Final[dict[str | None, Guard | None]] = {None: None, **{g.value: g for g in Guard}}
 
 
+def _key(record: dict[str, Any]) -> DecisionKey:
+    """A decision's key: its call's id, or a child run's call's path (``decision_record``)."""
+    path = record.get("path")
+    return record["call_id"] if path is None else (*path, record["call_id"])
+
+
 def _decision(record: dict[str, Any], index: int) -> Decision:
     try:
-        return Decision(**{key: value for key, value in record.items() if key != "call_id"})
+        return Decision(
+            **{key: value for key, value in record.items() if key not in ("call_id", "path")}
+        )
     except TypeError as exc:  # a denial with no reason
         raise Mismatch(
             f"$.events[{index}].decisions", "approve() or deny(reason), as decisions", str(exc)
@@ -315,7 +323,7 @@ def load_event(index: int, event: dict[str, Any]) -> Transition:
         event["took"],
         # The schema's depth limit leaves arguments shallow enough for orjson to write.
         tuple(PendingCall.from_record(call) for call in event["pending"]),
-        tuple((call["call_id"], _decision(call, index)) for call in event["decisions"]),
+        tuple((_key(call), _decision(call, index)) for call in event["decisions"]),
         tuple(event["started"]),
         None if event["input"] is None else dumps(event["input"]),
         None if event.get("context") is None else Seen.from_record(event["context"]),

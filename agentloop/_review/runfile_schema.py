@@ -168,5 +168,9 @@ SCHEMA["properties"]["events"]["items"]["properties"]["partial_text"] = {"type":
 SCHEMA["properties"]["events"]["items"]["properties"]["agent"] = _STR
 SCHEMA["properties"]["agent"] = _STR
 SCHEMA["properties"]["agents"] = {"type": "object"}
+#: A child run's call (an agent tool's), pending in its parent and decided there: its path.
+_EVENT: Final = SCHEMA["properties"]["events"]["items"]["properties"]
+for _field in ("pending", "decisions"):
+    _EVENT[_field]["items"]["properties"]["path"] = {"type": "array", "items": _STR, "minItems": 1}
 
 VALIDATOR: Final = jsonschema_rs.Draft202012Validator(SCHEMA)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from agentloop._core.approval import decision_record
 from agentloop._core.json import exception_content
 from agentloop._core.output_schema import OutputSchema
 from agentloop._core.values import (
@@ -286,9 +287,7 @@ def event_record(event: Transition) -> dict[str, Any]:
         "at": event.at,
         "took": event.took,
         "pending": [call.record() for call in event.pending],
-        "decisions": [
-            {"call_id": call_id, **decision.record()} for call_id, decision in event.decisions
-        ],
+        "decisions": [decision_record(key, decision) for key, decision in event.decisions],
         "started": list(event.started),
         "input": None if event.input_json is None else orjson.loads(event.input_json),
         **({} if event.context is None else {"context": event.context.record()}),
