@@ -362,7 +362,7 @@ class RunResult(NamedTuple, Generic[OutputT]):
         if status == "finished":
             return self.output  # type: ignore[return-value]  # a finished run's is its O
         if status == "awaiting_approval":
-            ids = [call.call_id for call in self.pending]
+            ids = [call.key for call in self.pending]
             why = f": calls {ids} await a decision (decide them, then finish the run)"
         elif self.reason is not None or self.error is not None:
             why = f": {self.reason or self.error}"

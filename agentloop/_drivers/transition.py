@@ -396,11 +396,11 @@ class RunView(Generic[OutputT]):
 
     def _awaiting(self) -> InvalidStateError:
         """A step of a run that waits for a person is refused: it needs ``decide`` first."""
-        ids = [call.call_id for call in self._engine.pending]
+        ids = [call.key for call in self._engine.pending]
         decide = "await run.adecide" if hasattr(self, "adecide") else "run.decide"
         return InvalidStateError(
-            f"the run is awaiting approval of calls {ids}: call {decide}({{call_id: "
-            "approve() | deny(reason)}) first (run.pending lists them)",
+            f"the run is awaiting approval of calls {ids}: call {decide}({{key: "
+            "approve() | deny(reason)}) first (run.pending lists them, each with its key)",
             state=self.state,
         )
 

@@ -17,7 +17,9 @@ Then open http://127.0.0.1:8000. The pieces:
   transitions in order; when it stops in ``awaiting_approval`` the page shows
   the held calls.
 - ``POST /runs/{id}/decisions`` decides every held call at once, each decision
-  bound to the call's fingerprint, and ``run.adecide`` goes on.
+  bound to the call's fingerprint, and ``run.adecide`` goes on. A held call of
+  a child run (an agent tool's, ``Loop.as_tool``) is shown under its path and
+  named by it (``"c1/k1"``); its decision is keyed by ``PendingCall.key``.
 - ``GET /runs/{id}`` reads a run's state.
 
 The page can move money, so nothing in a browser's reach is trusted: every
@@ -51,7 +53,7 @@ from starlette.routing import Route
 
 import agentloop
 import agentloop.review
-from agentloop import AsyncRun, Loop, State, ToolRegistry, Transition
+from agentloop import AsyncRun, Loop, PendingCall, State, ToolRegistry, Transition
 from agentloop.streaming import (
     ArgumentsDelta,
     Delta,
@@ -233,6 +235,11 @@ def described(item: Delta | Transition) -> tuple[str, object]:
     assert_never(item)  # mypy: every kind of item has its event
 
 
+def named(pending: PendingCall) -> str:
+    """How the page names a held call: its id, or a child run's call's path (``"c1/k1"``)."""
+    return "/".join((*pending.path, pending.call_id))
+
+
 def drawn(run: AsyncRun) -> str:
     """The run's path so far, drawn as the report draws it; its states as boxes without Graphviz.
 
@@ -247,11 +254,15 @@ def drawn(run: AsyncRun) -> str:
 
 
 def create_app(
-    *, delay: float = 0.05, model: Any = None, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
+    *,
+    delay: float = 0.05,
+    model: Any = None,
+    hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
+    tools: ToolRegistry = tools,
 ) -> Starlette:
     """The app: the page, its runs and their decisions. ``hosts``: the names it answers to.
 
-    ``app.state.runs`` holds every run it started, by id.
+    ``app.state.runs`` holds every run it started, by id. ``tools``: its runs' tools.
     """
     loop = Loop(model or model_from_environment(delay), tools=tools)
     runs: dict[str, Live] = {}
@@ -297,7 +308,8 @@ def create_app(
                     "pending",
                     [
                         {
-                            "id": p.call_id,
+                            "id": named(p),
+                            "path": list(p.path),  # a child run's call: the calls it is under
                             "name": p.name,
                             "arguments": p.arguments,
                             "why": p.reason,
@@ -336,13 +348,14 @@ def create_app(
         # adecide checks the rest, and refuses without changing anything: an undecided or
         # unknown call, a fingerprint that is not the held call's (a decision is about
         # exactly the call the page showed), a run that no longer waits.
+        keys = {named(p): p.key for p in live.run.pending}  # a child's call: by its path
         try:
             transition = await live.run.adecide(
                 {
-                    call_id: agentloop.approve(fingerprint=each["fingerprint"])
+                    keys.get(name, name): agentloop.approve(fingerprint=each["fingerprint"])
                     if each["approve"]
                     else agentloop.deny("denied on the page", fingerprint=each["fingerprint"])
-                    for call_id, each in said.items()
+                    for name, each in said.items()
                 }
             )
         except (agentloop.InvalidStateError, ValueError) as exc:
@@ -450,7 +463,8 @@ const on = {  // what each event of the run does to the page
     pending = held; $("pending").textContent = "";
     for (const p of held) {
       const div = document.createElement("div"); div.className = "ask";
-      div.append(p.name + " " + JSON.stringify(p.arguments) + ": " + p.why);
+      const under = p.path.length ? " (in " + p.path.join(" / ") + ")" : "";  // a child's call
+      div.append(p.name + " " + JSON.stringify(p.arguments) + under + ": " + p.why);
       for (const what of ["approve", "deny"]) {
         const label = document.createElement("label"), input = document.createElement("input");
         Object.assign(input, {type: "radio", name: p.id, value: what, id: what + "-" + p.id,
