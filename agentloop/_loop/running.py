@@ -11,26 +11,31 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
+import orjson
 from typing_extensions import TypeVar
 
 from agentloop._core.agents import with_filters
-from agentloop._core.values import RunResult
+from agentloop._core.children import Children
+from agentloop._core.output_schema import OutputSchema
+from agentloop._core.table import State
+from agentloop._core.values import CancelToken, RunResult
 from agentloop._drivers.asyncio import AsyncRun
 from agentloop._drivers.awaiter import Awaiter, awaiting
-from agentloop._drivers.callbacks import is_async
+from agentloop._drivers.callbacks import TokenCancelled, is_async
+from agentloop._drivers.child_waits import WaitingChild, end_waiting
 from agentloop._drivers.run_context import CallScope, ain_context_reviews, in_context_reviews
 from agentloop._drivers.sync import Run
 from agentloop._durable import recording
 from agentloop._loop.fallback import per_run
 from agentloop._loop.settings import async_policies
 from agentloop._loop.team import filters_of, team_dispatch, team_model, team_of
+from agentloop._review.runstory import reopen
 from agentloop._tools.registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from agentloop._core.engine import Engine
-    from agentloop._core.values import CancelToken
     from agentloop._drivers.callbacks import Model
     from agentloop._loop.loop import Loop
 
@@ -156,7 +161,41 @@ def call_scope(
     durable = isinstance(engine, recording.DurableEngine)
     scope = CallScope(engine, deps, engine.run_id if durable else None, cancel)
     scope.children.update(children)
+    scope.waiting.update(waiting_children(children))
     return scope
+
+
+def waiting_children(children: Mapping[str, RunResult[Any]]) -> dict[str, WaitingChild]:
+    """The children among ``children`` that wait for a person, to end if their parent ends first."""
+    return {
+        call_id: SavedChild(child)
+        for call_id, child in children.items()
+        if child.status is State.AWAITING_APPROVAL
+    }
+
+
+class SavedChild:
+    """A waiting child that a resumed run holds as its result (``WaitingChild``).
+
+    If the run ends first (cancelled), the child ends ``cancelled`` too:
+    its events replayed into an engine, then interrupted, as a live child's
+    driver ends it; its own waiting children first.
+    """
+
+    __slots__ = ("_result",)
+
+    def __init__(self, result: RunResult[Any]) -> None:
+        self._result = result
+
+    def _end_cancelled(self) -> RunResult[Any]:
+        result = self._result
+        saved = result.output_schema_json
+        output = None if saved is None else OutputSchema(orjson.loads(saved))
+        engine = reopen(result, CancelToken(), output)
+        children = dict(result.children)
+        end_waiting(children, waiting_children(children))
+        engine.interrupted(TokenCancelled("its parent run ended while it waited for a person"))
+        return engine.result()._replace(children=Children(children))
 
 
 def children_of(run: object) -> Mapping[str, RunResult[Any]]:

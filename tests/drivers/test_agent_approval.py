@@ -207,6 +207,39 @@ def test_cancelling_while_a_child_waits_ends_both_cancelled(driver: Driver) -> N
     assert_paired(kid)
 
 
+@pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
+def test_a_resumed_run_cancelled_before_its_child_goes_on_ends_both(driver: Driver) -> None:
+    """Resumed from its result with a cancelled token, decisions and all: the cancel checkpoint
+    wins before the waiting call is handed out again; the child (and its own waiting child,
+    held as results) end cancelled, unrun."""
+    grandchild, sent = mailer()
+    middle = Loop(
+        ScriptedModel([call("k2", "post", input="to bob"), final("posted")]),
+        tools=[grandchild.as_tool("post", "Post a letter.")],
+    )
+    top = Loop(
+        ScriptedModel([call("c1", "office", input="post it"), final("all done")]),
+        tools=[middle.as_tool("office", "Run the office.")],
+    )
+    waiting = top.run("write")
+    token = CancelToken()
+    token.cancel()
+    decisions = {p.key: p.approve() for p in waiting.pending}
+    result = resume(driver, top, waiting, cancel=token, decisions=decisions)
+
+    assert (result.status, result.steps, result.calls, sent) == ("cancelled", 1, 1, [])
+    assert [(t.trigger, t.guard) for t in result.events[-2:]] == [
+        ("approval_decided", None),
+        ("start_tool", "cancel_requested_mid_batch"),
+    ]
+    kid = result.children["c1"]
+    grandkid = kid.children["k2"]
+    assert (kid.status, grandkid.status) == ("cancelled", "cancelled")
+    for run in (result, kid, grandkid):
+        assert kinds(run.transcript)[-1] == "tool_result:cancelled"
+        assert_paired(run)
+
+
 def test_a_task_cancelled_while_a_child_waits_and_a_sibling_runs_ends_both() -> None:
     """asyncio: the parent's task is cancelled while c1's child waits and c2 runs; the parent
     ends cancelled with both calls answered, and the waiting child ends cancelled too."""
