@@ -440,3 +440,21 @@ def test_a_child_waits_under_a_parent_whose_own_policy_asked_first() -> None:
     result = parent.resume(second, decisions={("c1", "k1"): deny("no")})
     assert (result.status, sent) == ("finished", [])
     assert result.children["c1"].transcript[2]["status"] == "denied"
+
+
+def test_a_fork_where_a_call_waits_on_its_child_is_refused() -> None:
+    """As a cut while a call runs: the waiting call's child would be neither run's."""
+    child, _ = mailer()
+    parent = parent_of(child)
+    waiting = parent.run("write")
+    at = len(waiting.events)  # just after call_waits
+    with pytest.raises(ValueError, match=r"calls \['c1'\] of a batch are running \(or wait"):
+        parent.fork(waiting, at=at)
+    other, sent = mailer()
+    fork = parent_of(other, [final("done")]).fork(waiting, at=2).finish()  # before c1 starts
+    assert (fork.status, [p.key for p in fork.pending], sent) == (
+        "awaiting_approval",
+        [("c1", "k1")],
+        [],
+    )
+    assert fork.children["c1"].status == "awaiting_approval"  # a child of the fork's own

@@ -25,11 +25,13 @@ from agentloop._core.rows.basic import batch_open, keep_result, name_call
 from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from agentloop._core.approval import Decision, DecisionKey
     from agentloop._core.state import RunState
     from agentloop._core.values import Transition
 
-__all__ = ["FEATURE", "ROWS", "delegated", "still_waiting", "waits_draft"]
+__all__ = ["FEATURE", "ROWS", "delegated", "still_waiting", "waiting_at", "waits_draft"]
 
 FEATURE: Final = Feature.NESTED_APPROVAL
 
@@ -138,7 +140,7 @@ def delegated(run: RunState, call_id: str) -> dict[DecisionKey, Decision] | None
     return None if batch is None else batch.resumed.get(call_id)
 
 
-def still_waiting(events: list[Transition]) -> dict[str, tuple[PendingCall, ...]]:
+def still_waiting(events: Sequence[Transition]) -> dict[str, tuple[PendingCall, ...]]:
     """The batch's waiting calls, as its events since it was accepted leave them."""
     waiting: dict[str, tuple[PendingCall, ...]] = {}
     for event in events:
@@ -147,6 +149,14 @@ def still_waiting(events: list[Transition]) -> dict[str, tuple[PendingCall, ...]
         if event.trigger is Trigger.CALL_WAITS and event.call_id is not None:
             waiting[event.call_id] = tuple(p for p in event.pending if p.path[0] == event.call_id)
     return waiting
+
+
+def waiting_at(state: State, events: Sequence[Transition]) -> list[str]:
+    """The calls that wait on their child runs once ``events`` are made (ending in ``state``)."""
+    if state is not S.DISPATCHING and state is not S.AWAITING_APPROVAL:
+        return []
+    accepted = max(i for i, event in enumerate(events) if event.source is S.VALIDATING)
+    return list(still_waiting(events[accepted + 1 :]))
 
 
 # -- the rows: each names the functions of its guard and effects (above, or imported)
