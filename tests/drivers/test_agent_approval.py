@@ -9,12 +9,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agentloop
 from agentloop import CancelToken, Loop, PendingCall, approve, ask, deny
 from agentloop.review import load_run, save_run
 from agentloop.testing import ScriptedModel, assert_contract, assert_paired, batch, call, final
+from tests.conftest import capped, count
 from tests.support.helpers import DRIVERS, AsyncDriver, Driver, kinds
 
 ASKS = "mail leaves the house"
@@ -458,3 +462,127 @@ def test_a_fork_where_a_call_waits_on_its_child_is_refused() -> None:
         [],
     )
     assert fork.children["c1"].status == "awaiting_approval"  # a child of the fork's own
+
+
+@attrs.frozen
+class Shape:
+    """A parent's batch of agent calls (each child asks a person or not), a plain call or none,
+    the driver and its concurrency, and what the person does at each wait."""
+
+    asks: tuple[bool, ...]
+    plain: bool
+    asyncio: bool
+    concurrency: int
+    verdicts: tuple[bool, ...]  # approve each pending call in turn, or deny it
+    cancel_at: int | None  # the wait at which the token is cancelled instead
+
+
+SHAPES = st.builds(
+    Shape,
+    asks=st.lists(st.booleans(), min_size=1, max_size=3).map(tuple),
+    plain=st.booleans(),
+    asyncio=st.booleans(),
+    concurrency=st.integers(1, 3),
+    verdicts=st.lists(st.booleans(), min_size=4, max_size=4).map(tuple),
+    cancel_at=st.none() | st.integers(0, 2),
+)
+
+
+@capped(settings(max_examples=count(25, 300), deadline=None))
+@given(SHAPES)
+def test_any_batch_of_waiting_children_keeps_the_contract(shape: Shape) -> None:
+    """Every record (parent and children) is paired and chained, a call waits until decided,
+    each approved send ran once and no denied one ran, and the parent's record replays."""
+    sent: list[str] = []
+    tools: list[Any] = []
+    calls = []
+    for i, asks in enumerate(shape.asks):
+
+        def send(to: str) -> str:
+            """Send a letter."""
+            sent.append(to)
+            return to
+
+        policy = (lambda call: ask(ASKS)) if asks else (lambda call: agentloop.allow())
+        child = Loop(
+            ScriptedModel([call(f"k{i}", "send", to=f"p{i}"), final(f"done {i}")]),
+            tools=[agentloop.Tool(send, policy=policy)],
+        )
+        tools.append(child.as_tool(f"agent{i}", "An agent."))
+        calls.append(call(f"c{i}", f"agent{i}", input=f"go {i}"))
+
+    def note(q: str) -> str:
+        """Note something."""
+        return q
+
+    if shape.plain:
+        tools.append(note)
+        calls.append(call("n", "note", q="x"))
+    token = CancelToken()
+    parent = Loop(
+        ScriptedModel([batch(*calls), final("end")]),
+        tools=tools,
+        max_concurrency=shape.concurrency if shape.asyncio else 1,
+    )
+    approved: set[str] = set()
+    verdicts = iter(shape.verdicts * 3)
+
+    def decisions(pending: tuple[PendingCall, ...]) -> dict[Any, agentloop.Decision]:
+        chosen = {p.key: p.approve() if next(verdicts) else p.deny("no") for p in pending}
+        approved.update(p.arguments["to"] for p in pending if chosen[p.key].allowed)
+        return chosen
+
+    waits = 0
+    if shape.asyncio:
+
+        async def main() -> agentloop.RunResult[str]:
+            nonlocal waits
+            run = parent.astart("write", cancel=token)
+            result = await run.afinish()
+            while result.status == "awaiting_approval":
+                assert all(len(p.path) == 1 for p in result.pending)
+                if waits == shape.cancel_at:
+                    token.cancel()
+                else:
+                    await run.adecide(decisions(run.pending))
+                waits += 1
+                result = await run.afinish()
+            return result
+
+        result = asyncio.run(main())
+    else:
+        run = parent.start("write", cancel=token)
+        result = run.finish()
+        while result.status == "awaiting_approval":
+            assert all(len(p.path) == 1 for p in result.pending)
+            if waits == shape.cancel_at:
+                token.cancel()
+            else:
+                run.decide(decisions(run.pending))
+            waits += 1
+            result = run.finish()
+
+    cancelled = token.cancelled
+    assert result.status == ("cancelled" if cancelled else "finished")
+    assert result.calls == len(calls)
+    assert sorted(sent) == sorted(
+        approved | {f"p{i}" for i, asks in enumerate(shape.asks) if not asks}
+        if not cancelled
+        else set(sent)
+    )
+    assert approved <= set(sent)  # an approved call ran; a denied one never did
+    assert_contract(result, "write")
+    results = {m["id"]: m for m in result.transcript if m["kind"] == "tool_result"}
+    for i, _ in enumerate(shape.asks):
+        kid = result.children.get(f"c{i}")
+        if kid is None:  # never started: the run was cancelled first
+            assert cancelled
+            assert results[f"c{i}"]["status"] == "cancelled"
+            continue
+        assert_paired(kid)
+        assert kid.status in (("finished", "cancelled") if cancelled else ("finished",))
+        if kid.status == "finished":
+            assert results[f"c{i}"]["content"] == f"done {i}"
+    if not cancelled:
+        replayed = Loop(ScriptedModel([]), tools=tools).resume(result)
+        assert replayed == result  # an ended run is only read, once its replay checked it
