@@ -124,12 +124,12 @@ class Events:
         self._named = 0  # the events whose pending calls are in ``_names``
 
     def names_before(self, index: int) -> dict[str, str]:
-        """Each call a person was asked about before event ``index``: its tool's name, by id."""
+        """Each call a person was asked about before event ``index``: its tool's name, by key."""
         if index < self._named:  # asked out of order: count again from the start
             self._names, self._named = {}, 0
         events = self.result.events
         for at in range(self._named, index):
-            self._names.update((call.call_id, call.name) for call in events[at].pending)
+            self._names.update((key_text(call.key), call.name) for call in events[at].pending)
         self._named = max(self._named, index)
         return self._names
 

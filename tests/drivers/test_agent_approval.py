@@ -7,6 +7,8 @@ and transcript, the child's, and what the child's tool did, checked together.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 from typing import Any
 
 import attrs
@@ -16,6 +18,7 @@ from hypothesis import strategies as st
 
 import agentloop
 from agentloop import CancelToken, Loop, PendingCall, approve, ask, deny
+from agentloop.__main__ import main
 from agentloop.review import load_run, save_run
 from agentloop.testing import ScriptedModel, assert_contract, assert_paired, batch, call, final
 from tests.conftest import capped, count
@@ -586,3 +589,24 @@ def test_any_batch_of_waiting_children_keeps_the_contract(shape: Shape) -> None:
     if not cancelled:
         replayed = Loop(ScriptedModel([]), tools=tools).resume(result)
         assert replayed == result  # an ended run is only read, once its replay checked it
+
+
+def test_show_names_a_childs_call_by_its_path(tmp_path: Any) -> None:
+    """``agentloop show``: the wait asks about send#c1/k1, and the decision approves it."""
+    child, _ = mailer()
+    parent = parent_of(child)
+    waiting = parent.run("write")
+    result = parent.resume(waiting, decisions={("c1", "k1"): approve()})
+    save_run(result, tmp_path / "run.json")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["show", str(tmp_path / "run.json")]) == 0
+    rows = [line.split() for line in out.getvalue().splitlines() if "post#c1" in line]
+    assert [row[4] for row in rows] == [
+        "validate",
+        "call_waits",
+        "approval_decided",
+        "tool_returned",
+    ]
+    assert rows[1][-5:] == ["send#c1/k1", "(mail", "leaves", "the", "house)"]
+    assert rows[2][-2:] == ["approved", "send#c1/k1"]
