@@ -59,6 +59,7 @@ from agentloop._drivers.callbacks import (
     within,
 )
 from agentloop._drivers.concurrent import ConcurrentBatch
+from agentloop._drivers.delegation import HeardNested, Nested
 from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import ToolProgress
 from agentloop._drivers.run_context import CallScope, ain_context
@@ -347,26 +348,32 @@ class AsyncRun(RunView[OutputT]):
             raise TypeError(f"expected a callable delta listener, got {type(listener).__name__}")
         self._delta_listeners.append((listener, is_async(listener)))
 
-    async def astream(self) -> AsyncGenerator[Delta | Transition, None]:
+    async def astream(self) -> AsyncGenerator[Delta | Nested | Transition, None]:
         """Step until done (or awaiting approval), yielding each delta and each transition.
 
-        ``Run.stream()`` under asyncio. Leaving the loop while a reply streams
-        closes the stream and ends the run ``cancelled``, as a cancelled task does.
-        The transition is told to the listeners, and the run let go, before
-        the caller sees it.
+        ``Run.stream()`` under asyncio (a child run's ``Nested`` items as there).
+        Leaving the loop while a reply streams closes the stream and ends the
+        run ``cancelled``, as a cancelled task does. The transition is told to
+        the listeners, and the run let go, before the caller sees it.
         """
-        engine = self._engine
-        while not engine.done:
-            made: list[Transition] = []
-            step = self._transitions(made, hand_on=True)
-            try:
-                async for delta in step:
-                    yield delta
-            finally:
-                await step.aclose()
-            if not made:
-                return  # the run waits for a person
-            yield made[0]
+        engine, heard = self._engine, HeardNested()
+        self._delta_listeners.append((heard, False))
+        try:
+            while not engine.done:
+                made: list[Transition] = []
+                step = self._transitions(made, hand_on=True)
+                try:
+                    async for delta in step:
+                        yield delta
+                finally:
+                    await step.aclose()
+                for item in heard.taken():
+                    yield item
+                if not made:
+                    return  # the run waits for a person
+                yield made[0]
+        finally:
+            self._delta_listeners.remove((heard, False))
 
     async def _delivered(self, stream: object) -> AsyncGenerator[Delta, None]:
         """``stream``'s deltas, each told to the delta listeners and yielded; then its reply.

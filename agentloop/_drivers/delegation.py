@@ -14,7 +14,7 @@ from agentloop._core.values import Transition
 from agentloop._drivers.deltas import Delta
 from agentloop._drivers.progress import ToolProgress
 
-__all__ = ["Nested"]
+__all__ = ["HeardNested", "Nested"]
 
 
 @attrs.frozen
@@ -27,3 +27,25 @@ class Nested:
     def under(self, call_id: str) -> Nested:
         """The same item, one level further out: reached through ``call_id`` first."""
         return Nested((call_id, *self.path), self.item)
+
+
+class HeardNested:
+    """A delta listener that keeps the ``Nested`` items it hears, for a stream to yield.
+
+    A child runs inside its call, where no stream of its parent can yield:
+    ``stream()`` yields what was heard once the step that ran the call is made.
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self) -> None:
+        self._items: list[Nested] = []
+
+    def __call__(self, item: object) -> None:
+        if type(item) is Nested:
+            self._items.append(item)
+
+    def taken(self) -> list[Nested]:
+        """The items heard since last taken, in the order heard."""
+        items, self._items = self._items, []
+        return items
