@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from bench_core import contract_loop
 from engine_step import Typed, echo, scripted  # the core bench's workload: k calls, then a final
@@ -213,7 +213,9 @@ class Floor:
             )
 
 
-def against_floor(k: int, sync: str, pairs: int, directory: Path) -> tuple[float, float, float]:
+def against_floor(
+    k: int, sync: Literal["FULL", "NORMAL"], pairs: int, directory: Path
+) -> tuple[float, float, float]:
     """The median ratio of ledger to floor over ``pairs`` paired runs; each's µs a step."""
     ledger = _Capturing(SQLiteLedger(directory / f"floor-{k}-{sync}-al.db", synchronous=sync))
     loop = Loop(scripted(k), tools=Typed(echo), max_steps=k + 1, max_calls=k, ledger=ledger)
@@ -250,7 +252,8 @@ def main() -> int:
                 print(f"    MISSED: NORMAL adds more than {NORMAL_TARGET_US:.0f} µs a step")
                 failed = True
         print("the ledger beside its floor (paired runs, median of the ratios):")
-        for sync in ("FULL", "NORMAL"):
+        syncs: tuple[Literal["FULL", "NORMAL"], ...] = ("FULL", "NORMAL")
+        for sync in syncs:
             for k in (1, 10):
                 ratio, ours, theirs = against_floor(
                     k, sync, 41 if sync == "FULL" else 101, directory
