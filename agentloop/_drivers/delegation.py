@@ -8,13 +8,17 @@ run as ``Nested(("c1", "k2"), TextDelta(...))``, flat, never nested twice.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
 import attrs
 
 from agentloop._core.values import Transition
 from agentloop._drivers.deltas import Delta
 from agentloop._drivers.progress import ToolProgress
 
-__all__ = ["HeardNested", "Nested"]
+__all__ = ["HeardNested", "Nested", "listening"]
 
 
 @attrs.frozen
@@ -49,3 +53,13 @@ class HeardNested:
         """The items heard since last taken, in the order heard."""
         items, self._items = self._items, []
         return items
+
+
+@contextlib.contextmanager
+def listening(listeners: list[Any], listener: object) -> Iterator[None]:
+    """``listener`` among a run's delta ``listeners`` while the block runs."""
+    listeners.append(listener)
+    try:
+        yield
+    finally:
+        listeners.remove(listener)

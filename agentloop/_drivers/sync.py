@@ -30,7 +30,7 @@ from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import AskModel, OutputT, RunResult, RunTool, Transition, Wait
 from agentloop._drivers.awaiter import Awaiter
 from agentloop._drivers.callbacks import Listener, Model, TokenCancelled, given_history, is_async
-from agentloop._drivers.delegation import HeardNested, Nested
+from agentloop._drivers.delegation import HeardNested, Nested, listening
 from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import ToolProgress
 from agentloop._drivers.run_context import CallScope, in_context
@@ -278,16 +278,13 @@ class Run(RunView[OutputT]):
         and ends the run ``cancelled``, as an interrupt does.
         """
         engine, heard = self._engine, HeardNested()
-        self._delta_listeners.append(heard)
-        try:
+        with listening(self._delta_listeners, heard):
             while not engine.done and engine.state is not State.AWAITING_APPROVAL:
                 made = yield from self._held(self._transitions(hand_on=True))
                 yield from heard.taken()
                 if made is None:
                     return
                 yield made
-        finally:
-            self._delta_listeners.remove(heard)
 
     def _close_unclosed(self) -> None:
         """Close the stream whose reply was handed to the engine, if it is still open."""
