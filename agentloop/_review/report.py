@@ -60,7 +60,8 @@ dl.summary { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 
 dl.summary dt { color: var(--mute); }
 dl.summary dd { margin: 0; overflow-wrap: anywhere; }
 figure { margin: 0; padding: .5rem; border: 1px solid var(--line); border-radius: 6px; }
-details.child { margin: .5rem 0 .5rem .5rem; padding-left: .75rem; border-left: 2px solid var(--line); }
+details.child { margin: .5rem 0 .5rem .5rem; padding-left: .75rem;
+                border-left: 2px solid var(--line); }
 details.child > summary { cursor: pointer; }
 /* Drawn at its own size, and shrunk to fit a narrow column (the width and
    height Graphviz writes would hold it at its full size). */
