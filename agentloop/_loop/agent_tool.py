@@ -41,7 +41,7 @@ from agentloop._core.values import CancelToken
 from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.child_waits import Waiting
 from agentloop._drivers.delegation import Nested
-from agentloop._drivers.run_context import NO_RUN, RUN_CONTEXT, RunContext
+from agentloop._drivers.run_context import NO_RUN, RunContext, current_context
 from agentloop._loop.deps import for_run
 from agentloop._loop.engines import check_ready, make_resilient, plain_engine
 from agentloop._loop.running import async_run, sync_run
@@ -140,7 +140,7 @@ class AgentTool(Tool):
     def _call(self, **arguments: Any) -> Answered | Awaitable[Answered]:
         """Run the child: under asyncio (its coroutine, awaited by the registry) or here."""
         input = self._text(arguments)
-        ctx = RUN_CONTEXT.get()
+        ctx = current_context()
         reporter = None if ctx is None else ctx._reporter
         if reporter is not None and reporter.loop is not None:
             return self._arun(input, ctx)  # type: ignore[arg-type]  # a run's, with a reporter

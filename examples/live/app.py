@@ -58,8 +58,10 @@ from agentloop.streaming import (
     ArgumentsDelta,
     Delta,
     Discard,
+    Nested,
     TextDelta,
     ToolCallStart,
+    ToolProgress,
     UsageDelta,
     chunked,
 )
@@ -208,8 +210,8 @@ def sse(event: str, data: object) -> str:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n"
 
 
-def described(item: Delta | Transition) -> tuple[str, object]:
-    """A delta or a transition as the page's event name and data."""
+def described(item: Delta | ToolProgress | Nested | Transition) -> tuple[str, object]:
+    """A delta, a child run's item or a transition as the page's event name and data."""
     if isinstance(item, TextDelta):
         return "text", item.text
     if isinstance(item, ToolCallStart):
@@ -220,6 +222,11 @@ def described(item: Delta | Transition) -> tuple[str, object]:
         return "usage", attrs.asdict(item)
     if isinstance(item, Discard):  # the reply streamed so far failed: the page drops it
         return "discard", {"error": item.error}
+    if isinstance(item, ToolProgress):
+        return "progress", {"id": item.call_id, "progress": item.progress, "total": item.total}
+    if isinstance(item, Nested):  # a child run's (an agent tool's), under the calls it came by
+        name, data = described(item.item)
+        return "child", {"path": list(item.path), "event": name, "data": data}
     if isinstance(item, Transition):
         return "transition", {
             "source": item.source.value,
@@ -476,6 +483,12 @@ const on = {  // what each event of the run does to the page
     $("decide").hidden = false;
   },
   usage() {},
+  progress() {},
+  child(c) {  // a child run's item (an agent tool's): its transitions, under its call
+    if (c.event === "transition") {
+      line("  " + c.path.join("/") + ": " + c.data.source + " → " + c.data.dest);
+    }
+  },
   discard(d) {  // the reply streamed so far failed mid-way: drop its text; a retry streams afresh
     if (reply) reply.remove();
     reply = null; calls = {};
