@@ -47,6 +47,21 @@ def parent_of(child: Loop[Any], script: list[Any] | None = None, **options: Any)
     return Loop(ScriptedModel(script), tools=[child.as_tool("post", "Post a letter.")], **options)
 
 
+def office_of_a_mailer() -> tuple[Loop[str], list[str]]:
+    """Depth two: a parent whose agent ``office`` (call c1) has an agent ``post`` (call k2),
+    the mailer, whose ``send`` (call k1) waits for a person; what it sent."""
+    grandchild, sent = mailer()
+    middle = Loop(
+        ScriptedModel([call("k2", "post", input="to bob"), final("posted")]),
+        tools=[grandchild.as_tool("post", "Post a letter.")],
+    )
+    top = Loop(
+        ScriptedModel([call("c1", "office", input="post it"), final("all done")]),
+        tools=[middle.as_tool("office", "Run the office.")],
+    )
+    return top, sent
+
+
 def resume(driver: Driver, loop: Loop[Any], result: Any, **options: Any) -> Any:
     """``loop.resume`` on ``driver`` (``aresume`` under asyncio, its model awaited)."""
     if isinstance(driver, AsyncDriver):
@@ -219,15 +234,7 @@ def test_a_resumed_run_cancelled_before_its_child_goes_on_ends_both(driver: Driv
     """Resumed from its result with a cancelled token, decisions and all: the cancel checkpoint
     wins before the waiting call is handed out again; the child (and its own waiting child,
     held as results) end cancelled, unrun."""
-    grandchild, sent = mailer()
-    middle = Loop(
-        ScriptedModel([call("k2", "post", input="to bob"), final("posted")]),
-        tools=[grandchild.as_tool("post", "Post a letter.")],
-    )
-    top = Loop(
-        ScriptedModel([call("c1", "office", input="post it"), final("all done")]),
-        tools=[middle.as_tool("office", "Run the office.")],
-    )
+    top, sent = office_of_a_mailer()
     waiting = top.run("write")
     token = CancelToken()
     token.cancel()
@@ -400,15 +407,7 @@ def test_two_children_wait_together_and_are_decided_at_once() -> None:
 
 def test_a_grandchilds_call_is_pending_at_the_top_under_two_calls() -> None:
     """Depth two: the key is (parent's call, child's call, grandchild's call)."""
-    grandchild, sent = mailer()
-    middle = Loop(
-        ScriptedModel([call("k2", "post", input="to bob"), final("posted")]),
-        tools=[grandchild.as_tool("post", "Post a letter.")],
-    )
-    top = Loop(
-        ScriptedModel([call("c1", "office", input="post it"), final("all done")]),
-        tools=[middle.as_tool("office", "Run the office.")],
-    )
+    top, sent = office_of_a_mailer()
     waiting = top.run("write")
     assert [(p.key, p.path) for p in waiting.pending] == [(("c1", "k2", "k1"), ("c1", "k2"))]
     assert waiting.children["c1"].children["k2"].status == "awaiting_approval"
