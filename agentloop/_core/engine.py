@@ -87,14 +87,14 @@ class Engine:
 
     ``interrupted(exc)`` reports a ``BaseException`` anywhere in a step. Every
     report returns the transition it made (``reviewed``: ``None`` when nothing
-    is recorded). Its public members are the driver protocol: ``next``, the reports, and
-    what a driver reads (``state``, ``done``, ``steps``, ``calls``,
-    ``usage``, ``budget``, ``context``, ``outstanding``, ``running``,
-    ``unstarted``, ``pending``, ``reviews``, ``run_id``, ``continues``,
-    ``conversation``, ``summary``, ``model_index``, ``agent``, ``delegated``, ``history()``,
-    ``events()``,
-    ``result()``). A report out of order raises ``InvalidStateError`` and
-    changes nothing. See the docs' "Writing a driver" page.
+    is recorded). Its public members are the driver protocol: ``next``, the
+    reports, and what a driver reads (``state``, ``done``, ``steps``,
+    ``calls``, ``usage``, ``budget``, ``context``, ``outstanding``,
+    ``running``, ``unstarted``, ``pending``, ``reviews``, ``run_id``,
+    ``continues``, ``conversation``, ``summary``, ``model_index``, ``agent``,
+    ``delegated``, ``history()``, ``events()``, ``result()``). A report out of
+    order raises ``InvalidStateError`` and changes nothing. See the docs'
+    "Writing a driver" page, whose loop a driver follows.
     """
 
     __slots__ = ("_bound", "_commit", "_run", "_table")

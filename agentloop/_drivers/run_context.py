@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 import attrs
 
 from agentloop._core.values import Budget, CancelToken, Usage
+from agentloop._drivers.child_waits import WaitingChild
 from agentloop._drivers.progress import Reporter, checked_report, hear, logged
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class CallScope:
     ) -> None:
         self.engine, self.deps, self.run_id, self.cancel = engine, deps, run_id, cancel
         self.children: dict[str, Any] = {}
-        self.waiting: dict[str, Any] = {}
+        self.waiting: dict[str, WaitingChild] = {}
 
     def handed(self, call: dict[str, Any], reporter: Reporter | None = None) -> Handed:
         """``call``, handed out by the engine now: its context as the engine stands now."""
