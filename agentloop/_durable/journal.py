@@ -1,10 +1,10 @@
-"""Writing a run's records: its header, its events as run files encode them, and the marks.
+"""Writing a run's records: its header, its events, and the marks.
 
-A run's record is the ordered log of its transitions, each encoded as a run
-file encodes an event (``_review/_runshape.event_record``: with what it was
-given, ``started`` and ``input``), so the one replay (``_core/replay.py``)
-rebuilds the run from it. The events go in records of the ``Ledger``
-protocol's kinds, one commit per report, keyed as a report is unique:
+A run's record is the ordered log of its transitions, each encoded whole
+(``_review/eventrecord.event_record``: with what it was given, ``started``
+and ``input``), so the one replay (``_core/replay.py``) rebuilds the run
+from it. The events go in records of the ``Ledger`` protocol's kinds,
+one commit per report, keyed as a report is unique:
 
 * ``reply`` (the step's number): the model replied or raised;
 * ``tool_finished`` (the call id): a call's outcome;
@@ -44,7 +44,8 @@ from agentloop._durable.protocol import (
     LedgerRecord,
 )
 from agentloop._errors import LedgerError, RunBusyError
-from agentloop._review.runshape import dumps, event_record, rejected_record
+from agentloop._review.eventrecord import event_record, rejected_record
+from agentloop._review.runshape import dumps
 from agentloop._tools.registry import ToolRegistry
 
 if TYPE_CHECKING:

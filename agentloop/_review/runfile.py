@@ -47,46 +47,32 @@ is ever half-loaded.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import sqlite3
 import stat
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import orjson
 
-from agentloop._core.agents import Agents
-from agentloop._core.approval import Decision, PendingCall
-from agentloop._core.context_policy import ContextPolicy, Seen, policy_from_record
-from agentloop._core.output_schema import OutputSchema
 from agentloop._core.replay import Mismatch
-from agentloop._core.table import Guard, State, Trigger
-from agentloop._core.values import (
-    Budget,
-    RecordedException,
-    RunResult,
-    Transition,
-    Usage,
-    require_result,
-)
+from agentloop._core.values import RunResult, require_result
 from agentloop._errors import RunFileError
+from agentloop._review.runencode import document_of, run_text
+from agentloop._review.runread import run_of
 from agentloop._review.runshape import (
     MAX_BYTES,
     MAX_DEPTH,
     VALIDATOR,
     check_header,
     check_unique_fields,
-    document_of,
     dumps,
     explain,
     json_path,
-    rejected_value,
     too_deep,
 )
-from agentloop._review.runstory import check_story
 
-__all__ = ["load_event", "load_run", "run_from_json", "run_to_json", "save_run", "sqlite_header"]
+__all__ = ["load_run", "run_from_json", "run_to_json", "save_run", "sqlite_header"]
 
 # -- saving --------------------------------------------------------------------
 
@@ -107,7 +93,7 @@ def save_run(result: RunResult, path: str | os.PathLike[str]) -> None:
 
 
 def _run_text(result: object, where: str) -> str:
-    return dumps(document_of(require_result(result, where)), orjson.OPT_INDENT_2).decode()
+    return run_text(document_of(require_result(result, where))).decode()
 
 
 # -- loading -------------------------------------------------------------------
@@ -206,121 +192,6 @@ def run_from_json(
     if error is not None:
         raise RunFileError(f"{source}: {json_path(error.instance_path)}", *explain(error))
     try:
-        result = _build(document)
-        return check_story(result)
+        return run_of(document)
     except Mismatch as found:
         raise RunFileError(f"{source}: {found.where}", found.expected, found.found) from None
-
-
-def _build(document: dict[str, Any]) -> RunResult:
-    """The result, from a document whose shape has been checked."""
-    try:
-        budget = Budget(**document["budget"])
-    except (TypeError, ValueError) as exc:
-        raise Mismatch("$.budget", "a budget of int counts", str(exc)) from None
-    schema, summary = document.get("output_schema"), document.get("summary")
-    output = document["output"]
-    if schema is not None:  # a typed output: the file keeps its JSON text, read back as JSON
-        try:
-            checked = OutputSchema(schema)
-        except TypeError as exc:
-            raise Mismatch("$.output_schema", "a Draft 2020-12 JSON Schema", str(exc)) from None
-        if output is not None and not checked.problems(output):
-            output = checked.value(output)
-    return RunResult(
-        status=State(document["status"]),
-        output=output,
-        steps=document["steps"],
-        calls=document["calls"],
-        budget=budget,
-        reason=document["reason"],
-        error=document["error"],
-        events=tuple(itertools.starmap(load_event, enumerate(document["events"]))),
-        transcript_json=dumps(document["transcript"]),
-        rejected_value=rejected_value(document["rejected"]),
-        usage=Usage(**document["usage"]),
-        held_json=None if document["held"] is None else dumps(document["held"]),
-        context=_policy(document.get("context")),
-        continues=document.get("continues"),
-        run_id=document.get("run_id"),
-        conversation_id=document.get("conversation_id"),
-        turn=document.get("turn"),
-        summary=None if summary is None else (summary["fold"], summary["text"]),
-        output_schema_json=None if schema is None else dumps(schema),
-        agent=document.get("agent"),
-        agents=None if document.get("agents") is None else _team(document["agents"]),
-    )
-
-
-def _team(document: object) -> Agents:
-    """A run file's team of agents (``agents``), or ``Mismatch`` saying what is wrong."""
-    try:
-        return Agents.from_json(document)
-    except ValueError as exc:
-        raise Mismatch("$.agents", "the team of a run with handoffs", str(exc)) from None
-
-
-def _policy(record: dict[str, Any] | None) -> ContextPolicy | None:
-    """The run's context policy made again (its summaries are in its events), if it had one."""
-    if record is None:
-        return None
-    try:
-        policy = policy_from_record(record)
-    except (TypeError, ValueError) as exc:
-        raise Mismatch("$.context", "a context policy this agentloop makes", str(exc)) from None
-    if policy is None:
-        raise Mismatch(
-            "$.context.counter",
-            "a token counter this agentloop can make again ('approx', or 'tiktoken:<encoding>' "
-            "with the tiktoken extra)",
-            repr(record["counter"]),
-        )
-    return policy
-
-
-# Names to members by dict: calling an Enum to look one up costs a microsecond.
-_STATES: Final = {state.value: state for state in State}
-_TRIGGERS: Final = {trigger.value: trigger for trigger in Trigger}
-_GUARDS: Final[dict[str | None, Guard | None]] = {None: None, **{g.value: g for g in Guard}}
-
-
-def _decision(record: dict[str, Any], index: int) -> Decision:
-    try:
-        return Decision(**{key: value for key, value in record.items() if key != "call_id"})
-    except TypeError as exc:  # a denial with no reason
-        raise Mismatch(
-            f"$.events[{index}].decisions", "approve() or deny(reason), as decisions", str(exc)
-        ) from None
-
-
-def load_event(index: int, event: dict[str, Any]) -> Transition:
-    """The event a run file's ``$.events[index]`` holds (checked in shape): a ledger's too."""
-    exception = event["exception"]
-    return Transition(
-        _STATES[event["source"]],
-        _STATES[event["dest"]],
-        _TRIGGERS[event["trigger"]],
-        _GUARDS[event["guard"]],
-        event["steps"],
-        event["calls"],
-        event["call_id"],
-        event["tool"],
-        event["result_status"],
-        event["reason"],
-        event["error"],
-        RecordedException.from_content(exception) if exception else None,
-        tuple(dumps(message) for message in event["appended"]),
-        None if event["usage"] is None else Usage(**event["usage"]),
-        event["at"],
-        event["took"],
-        # The schema's depth limit leaves arguments shallow enough for orjson to write.
-        tuple(PendingCall.from_record(call) for call in event["pending"]),
-        tuple((call["call_id"], _decision(call, index)) for call in event["decisions"]),
-        tuple(event["started"]),
-        None if event["input"] is None else dumps(event["input"]),
-        None if event.get("context") is None else Seen.from_record(event["context"]),
-        event.get("wait"),
-        event.get("model"),
-        event.get("partial_text"),
-        event.get("agent"),
-    )

@@ -388,7 +388,8 @@ def test_agent_calls_of_a_batch_run_at_once_under_asyncio() -> None:
 
 
 def test_a_parents_run_file_replays_with_its_childs_usage() -> None:
-    """The usage on the event that answers an agent call is recorded, and replays."""
+    """The usage on the event that answers an agent call is recorded, and replays; the
+    child's run is a run file inside the parent's, under its call id."""
     from agentloop.review import run_from_json, run_to_json
 
     child, _ = researcher([with_usage(final("x"), 7, 3)])
@@ -397,7 +398,10 @@ def test_a_parents_run_file_replays_with_its_childs_usage() -> None:
     loaded = run_from_json(run_to_json(result))
     assert loaded.usage == result.usage == agentloop.Usage(9, 4, 0)
     assert loaded.events == result.events
-    assert loaded.children == {}  # a run file does not hold the children
+    assert loaded.children == result.children
+    assert loaded.children["c1"].usage == agentloop.Usage(7, 3, 0)
+    assert loaded == result
+    assert run_to_json(loaded) == run_to_json(result)
 
 
 @pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
