@@ -55,19 +55,16 @@ def document_of(result: RunResult) -> dict[str, Any]:
         "version": VERSION,
         "status": result.status.value,
         "output": result.output_text,
+        **({} if result.reason is None else {"reason": result.reason}),
+        **({} if result.error is None else {"error": result.error}),
         "steps": result.steps,
         "calls": result.calls,
         "budget": budget_record(result.budget),
+        **({} if result.usage == Usage() else {"usage": list(result.usage)}),
         "input": len(transcript) - sum(len(event.appended_json) for event in result.events),
         "transcript": transcript,
         "events": _Events(result, transcript).records(),
     }
-    if result.reason is not None:
-        document["reason"] = result.reason
-    if result.error is not None:
-        document["error"] = result.error
-    if result.usage != Usage():
-        document["usage"] = list(result.usage)
     if result.context is not None:
         document["context"] = result.context.record()
     if result.continues is not None:

@@ -59,7 +59,7 @@ from agentloop._core.replay import Mismatch
 from agentloop._core.values import RunResult, require_result
 from agentloop._errors import RunFileError
 from agentloop._review.runencode import document_of, run_text
-from agentloop._review.runread import run_of
+from agentloop._review.runread import check_written, run_of
 from agentloop._review.runshape import (
     MAX_BYTES,
     MAX_DEPTH,
@@ -192,6 +192,8 @@ def run_from_json(
     if error is not None:
         raise RunFileError(f"{source}: {json_path(error.instance_path)}", *explain(error))
     try:
-        return run_of(document)
+        result = run_of(document)
+        check_written(result, document)
     except Mismatch as found:
         raise RunFileError(f"{source}: {found.where}", found.expected, found.found) from None
+    return result

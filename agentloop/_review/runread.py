@@ -34,10 +34,10 @@ from agentloop._core.values import (
 )
 from agentloop._errors import InvalidStateError
 from agentloop._review.eventrecord import decision_of
-from agentloop._review.runencode import Look, held
+from agentloop._review.runencode import Look, document_of, held
 from agentloop._review.runshape import as_found, as_shown, dumps
 
-__all__ = ["run_of"]
+__all__ = ["check_written", "run_of"]
 
 _TRIGGERS: Final = {trigger.value: trigger for trigger in Trigger}
 _GUARDS: Final[dict[str | None, Guard | None]] = {None: None, **{g.value: g for g in Guard}}
@@ -53,13 +53,6 @@ def run_of(document: dict[str, Any]) -> RunResult:
     if given > len(transcript):
         raise Mismatch("$.input", f"at most the transcript's {len(transcript)} messages", given)
     records: list[dict[str, Any]] = document["events"]
-    first = records[0]
-    if "at" in first and first["at"] != first.get("took", 0):
-        raise Mismatch(  # so a run file saved again is the same file
-            "$.events[0].at",
-            f"{first.get('took', 0)} (the first event's took: times count from the run's start)",
-            as_found(first["at"]),
-        )
     feeds = [_report(index, record) for index, record in enumerate(records)]
     rejected = [_not_json(record) for record in records]
     output = _output(document.get("output_schema"))
@@ -94,6 +87,10 @@ def run_of(document: dict[str, Any]) -> RunResult:
                 refused[reader.look.text] = record["problems"]
             try:
                 made = feed(engine, report, reply, token, where)
+            except Mismatch as found:  # named by the file's row, not the report made of it
+                if found.where != where:
+                    raise
+                raise Mismatch(where, found.expected, _row(record)) from None
             except InvalidStateError:
                 raise Mismatch(
                     where,
@@ -111,7 +108,7 @@ def run_of(document: dict[str, Any]) -> RunResult:
             f"a run left {engine.state.value!r}",
         )
     reader.ended()
-    result = engine.result()._replace(
+    return engine.result()._replace(
         events=tuple(events),
         continues=document.get("continues"),
         run_id=document.get("run_id"),
@@ -119,8 +116,6 @@ def run_of(document: dict[str, Any]) -> RunResult:
             {call_id: run_of(child) for call_id, child in document.get("children", {}).items()}
         ),
     )
-    _check_outcome(result, document)
-    return result
 
 
 def _report(index: int, record: dict[str, Any]) -> Transition:
@@ -313,25 +308,35 @@ def _policy(record: dict[str, Any] | None) -> ContextPolicy | None:
     return policy
 
 
-def _check_outcome(result: RunResult, document: dict[str, Any]) -> None:
-    """The top level must say what the replay made: status, output, counters, words, usage."""
-    made: dict[str, object] = {
-        "status": result.status.value,
-        "output": result.output_text,
-        "steps": result.steps,
-        "calls": result.calls,
-        "reason": result.reason,
-        "error": result.error,
-        "usage": None if result.usage == Usage() else list(result.usage),
-    }
-    for name, value in made.items():
-        found = document.get(name)
-        if dumps(found) != dumps(value):  # as JSON text: 1, 1.0 and true differ
-            raise Mismatch(
-                f"$.{name}",
-                f"{as_shown(value)}, as replaying the run gives",
-                "none" if name not in document else as_found(found),
-            )
+def check_written(result: RunResult, document: dict[str, Any]) -> None:
+    """The document must be the one this agentloop writes of the run it replayed to.
+
+    So the outcome is the replay's (status, output, counters, words, usage),
+    each event holds what it adds and nothing else, and a file that loads is
+    saved again as it was. Compared as JSON text: ``1``, ``1.0`` and ``true`` differ.
+    """
+    _differs(document_of(result), document, "$")
+
+
+def _differs(made: object, found: object, where: str) -> None:
+    """Raise at the first place where ``found`` is not ``made``."""
+    if dumps(made, orjson.OPT_SORT_KEYS) == dumps(found, orjson.OPT_SORT_KEYS):
+        return
+    if type(made) is dict and type(found) is dict:
+        for name, value in made.items():
+            if name not in found:
+                raise Mismatch(f"{where}.{name}", f"{as_shown(value)}, as replaying gives", "none")
+        for name, value in found.items():
+            if name not in made:
+                raise Mismatch(
+                    f"{where}.{name}", "no such field, as replaying the run gives", as_found(value)
+                )
+        for name, value in made.items():
+            _differs(value, found[name], f"{where}.{name}")
+    if type(made) is list and type(found) is list and len(made) == len(found):
+        for index, (mine, theirs) in enumerate(zip(made, found, strict=True)):
+            _differs(mine, theirs, f"{where}[{index}]")
+    raise Mismatch(where, f"{as_shown(made)}, as replaying the run gives", as_found(found))
 
 
 def _row(record: dict[str, Any]) -> str:
