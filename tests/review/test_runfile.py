@@ -14,12 +14,13 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import agentloop
-from agentloop._review.runencode import run_text
 from agentloop import CancelToken, JSONError, Loop, RunResult
 from agentloop._cli.demo import QUESTION, demo_loop
 
-# Private: the JSON intake check itself (public only through a run) and the demo's scenario.
+# Private: the JSON intake check itself (public only through a run) and the demo's scenario;
+# the run file's layout, to compare a damaged document with.
 from agentloop._core.json import to_json
+from agentloop._review.runencode import run_text
 from agentloop.review import NotJSON, RecordedException, RunFileError
 from agentloop.testing import ScriptedModel, batch
 from tests.support.helpers import call, final
@@ -185,10 +186,10 @@ def test_document_has_every_version_6_field(demo: RunResult, doc: Doc) -> None:
     assert doc["transcript"] == demo.transcript
     assert len(doc["events"]) == len(demo.events) == 9
     began = demo.events[0].at - demo.events[0].took
-    for record, event in zip(doc["events"], demo.events, strict=True):
+    for record, made in zip(doc["events"], demo.events, strict=True):
         at, took = record.pop("at"), record.pop("took", None)
-        assert at == round(event.at - began, 6) or at == round(event.took, 6)
-        assert took == (None if event.took is None else round(event.took, 6))
+        assert at == round(made.at - began, 6) or at == round(made.took, 6)
+        assert took == (None if made.took is None else round(made.took, 6))
     assert doc["events"] == [
         {"on": "model_replied"},  # its reply is the transcript's next message
         {"on": "validate"},
