@@ -225,9 +225,11 @@ def _origin(first: Transition) -> float:
 
 
 def run_text(document: dict[str, Any]) -> bytes:
-    """A document as a run file: indented, each message and each event on one line.
+    """A document as a run file: indented, each message and each event on a line of its own.
 
-    (orjson's ``OPT_INDENT_2`` would spread a message over many lines.)
+    orjson's ``OPT_INDENT_2`` would spread a message over many lines. The lines
+    of messages and events start at column 0: indenting them would cost
+    about 1.5% of a long run's file.
     """
     return _text(document, "").encode()
 
@@ -238,7 +240,7 @@ def _text(document: dict[str, Any], indent: str) -> str:
     for key, value in document.items():
         name = orjson.dumps(key).decode()
         if key in ("transcript", "events") and value:
-            items = ",\n".join(inner + "  " + dumps(item).decode() for item in value)
+            items = ",\n".join(dumps(item).decode() for item in value)  # at column 0: bytes
             lines.append(f"{inner}{name}: [\n{items}\n{inner}]")
         elif key == "children":
             children = ",\n".join(
