@@ -272,7 +272,7 @@ def _budget(record: dict[str, Any]) -> Budget:
         raise Mismatch("$.budget", "a budget of int counts", str(exc)) from None
 
 
-def _output(schema: object) -> OutputSchema | None:
+def _output(schema: Any) -> OutputSchema | None:
     """A typed output's schema, which the file keeps as JSON."""
     if schema is None:
         return None

@@ -17,7 +17,7 @@ import agentloop
 from agentloop import Loop, Tool, ToolRegistry, approve, ask
 from agentloop.__main__ import main
 from agentloop._durable.protocol import LedgerRecord
-from agentloop._review import runfile
+from agentloop._review import runfile, runread
 from agentloop._review.report import report_html
 from agentloop._review.text import run_lines
 from agentloop.ledger import LedgerError, RunBusyError, SQLiteLedger
@@ -112,7 +112,7 @@ def _reads_while(load: Callable[[], object], monkeypatch: pytest.MonkeyPatch) ->
     """Events read while ``load()`` runs: of every run file's records it replays, and of the
     results it makes."""
     made: list[_Counted | _CountedRecords] = []
-    replay = runfile.run_of
+    replay = runread.run_of
 
     def counting_replay(document: dict[str, Any]) -> RunResult:
         records = _CountedRecords(document["events"])

@@ -32,7 +32,9 @@ from tests.review.test_runfile import REPLIES, random_run
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agentloop import Message, RunResult
+    from agentloop import RunResult
+
+Message = dict[str, Any]
 
 _SETTINGS = capped(
     settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -35,7 +35,9 @@ from tests.support.fixture_tools import tools
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from agentloop import Message, RunResult
+    from agentloop import RunResult
+
+Message = dict[str, Any]
 
 
 class Adult(pydantic.BaseModel):
