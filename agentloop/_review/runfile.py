@@ -1,46 +1,69 @@
 """Saved runs: a ``RunResult`` as a versioned JSON document, and back.
 
-A run file is one JSON object (format ``agentloop.run``, version 5)::
+A run file is one JSON object (format ``agentloop.run``, version 6). It
+holds the transcript once, one message a line, and each event on a line of
+its own holding only what it adds::
 
-    {"format": "agentloop.run", "version": 5,
-     "status": "finished", "output": "...", "reason": null, "error": null,
-     "steps": 3, "calls": 2,
-     "budget": {"max_steps": 5, "max_calls": 2, "max_total_tokens": null},
-     "usage": {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0},
-     "transcript": [{"kind": "user", ...}, ...],
-     "events": [{"source": "awaiting_model", "dest": "validating",
-                 "trigger": "model_replied", "guard": null, "steps": 1, "calls": 0,
-                 "call_id": null, "tool": null, "result_status": null, "reason": null,
-                 "error": null, "exception": null, "appended": [],
-                 "usage": null | {"input_tokens", "output_tokens", "cached_tokens"},
-                 "at": 12.5, "took": 0.8,
-                 "pending": [{"call_id", "name", "arguments", "reason", "fingerprint"}, ...],
-                 "decisions": [{"call_id", "allowed", "reason", "fingerprint"}, ...],
-                 "started": ["c1", ...], "input": null | <the reply or content>}, ...],
-     "rejected": null | {"json": <the reply>} | {"repr": "...", "problem": "..."},
-     "held": null | <the batch that waits for a person>}
+    {
+      "format": "agentloop.run",
+      "version": 6,
+      "status": "finished",
+      "output": "3",
+      "steps": 2,
+      "calls": 1,
+      "budget": {"max_steps":5,"max_calls":4},
+      "input": 1,
+      "transcript": [
+    {"kind":"user","text":"go"},
+    {"kind":"call","id":"c1","name":"add","arguments":{"a":1,"b":2}},
+    {"kind":"tool_result","id":"c1","name":"add","status":"ok","content":3},
+    {"kind":"final","text":"3"}
+      ],
+      "events": [
+    {"on":"model_replied","at":0.000041,"took":0.000041},
+    {"on":"validate","at":0.000063},
+    {"on":"tool_returned","at":0.000112,"took":0.000031,"started":["c1"]},
+    {"on":"model_replied","at":0.000139,"took":0.000012},
+    {"on":"validate","if":"reply_is_final","at":0.000145}
+      ]
+    }
 
-``at`` and ``took`` are seconds of the run's monotonic clock (or null); replay
-and comparisons ignore them. ``pending`` and ``decisions`` are empty but on
-the events of a batch that waited for a person. A run awaiting approval can be
-saved too: its last event leaves it ``awaiting_approval``, and
-``Loop.resume(result, decisions=...)`` goes on from it. ``started`` and
-``input`` say what each event was given (the calls handed out before it, and
-the reply or the tool's content), which the one replay feeds back. Only
-version 5 is read: a format change comes with its reader and a committed
-fixture (``tests/fixtures``). The shape and the encoding are
-``runshape.py``'s, the story's check ``runstory.py``'s.
+(The messages and events start at column 0 in the file; they are indented
+here only as this docstring is.) At the top level, ``reason``, ``error``,
+``usage`` (``[input, output, cached]``), the budget's other limits and the
+links and features of a run (``context``, ``output_schema``, ``run_id``,
+``continues``, ``conversation_id`` and ``turn``, ``summary``, ``agents``,
+``children``: its agent tools' runs, by call id, each a run file of its
+own) are written only when the run has them. ``input`` counts the
+transcript's first messages that were the run's input.
+
+An event holds its row (``on`` the trigger, ``if`` the guard), ``at``
+(seconds since the run began, to the microsecond) and ``took``, the calls
+handed out before it (``started``), and what came from outside only where
+the transcript does not hold it where the replay looks (``Look``): a reply
+is the transcript's message at the history's length, a tool's outcome its
+batch's reply's place + 1 + the call's place. Else ``input`` (and a tool's
+``status``), ``not_json``, ``exception``, ``usage``, ``asked``,
+``decided``, ``problems`` (an output check's refusal), ``wait``, ``model``,
+``partial_text``, ``call`` (when it did not start just the call it
+answers) say it. Everything else (states, counters, the messages each event
+appended, the engine's words, the batch that waits for a person, the
+rejected reply) the one replay makes again. Only version 6 is read: a
+format change comes with its reader and committed fixtures
+(``tests/fixtures``). The encoding is ``runencode.py``'s, the shape's check
+``runshape.py``'s and ``runfile_schema.py``'s, the replay ``runread.py``'s.
 
 A transition's live ``exception`` is saved as ``{"type", "message"}`` (loaded
-back as a ``RecordedException``); a rejected reply that was not JSON is kept
-by the engine as its ``repr`` and what was wrong with it (``NotJSON``).
-Everything else round-trips exactly: ``run_from_json(run_to_json(r)) == r``.
+back as a ``RecordedException``). Everything else round-trips exactly:
+``run_from_json(run_to_json(r)) == r`` (times aside), and a loaded run is
+saved again as the same text.
 
 Loading is linear in the file's size and stops at the first problem: the
 size limit (before anything is parsed), the JSON, no field twice in an
 object, the shape (a JSON Schema, checked by ``jsonschema-rs``), then the
-story: the run is replayed through a fresh engine (``_core/replay.py``) and
-must come out as the document says. Any failure raises ``RunFileError``; nothing
+run replayed through a fresh engine (``_core/replay.py``), which must append
+the transcript's messages, and of which the file must be the one this
+agentloop writes. Any failure raises ``RunFileError`` naming where; nothing
 is ever half-loaded.
 """
 
