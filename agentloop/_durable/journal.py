@@ -15,8 +15,8 @@ one commit per report, keyed as a report is unique:
 Each body is ``{"at": <the index of its first event>, "events": [...]}`` (the
 events' times left out: a run's record is the same whenever it ran; the
 store keeps when each record was committed), with
-``"rejected"`` when the reply it took was not JSON (the run file keeps that
-one reply beside its events too). A transition the engine makes by itself
+``"rejected"`` when the reply it took was not JSON (a run file keeps it on
+its event, as ``not_json``). A transition the engine makes by itself
 (``next()``) follows from the ones before: it goes in the next record, so a
 step costs one commit, as a report does. Beside the events, at most once
 needs one mark: ``tool_started`` (the call id), committed before the call's
