@@ -15,7 +15,6 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 import orjson
-import pydantic
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,6 +27,7 @@ from agentloop.review import RunFileError, run_from_json, run_to_json
 from agentloop.testing import ScriptedModel, batch, call, final, with_usage
 from tests.conftest import capped
 from tests.review.test_runfile import REPLIES, random_run
+from tests.support.make_v6_run_files import Adult
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,19 +39,6 @@ Message = dict[str, Any]
 _SETTINGS = capped(
     settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 )
-
-
-class Adult(pydantic.BaseModel):
-    """A typed output whose converter refuses what its schema accepts."""
-
-    age: int
-
-    @pydantic.field_validator("age")
-    @classmethod
-    def grown(cls, age: int) -> int:
-        if age < 18:
-            raise ValueError("expected an adult")
-        return age
 
 
 def add(a: int = 0, b: int = 0) -> int:
