@@ -190,7 +190,7 @@ SCHEMA: Final = _fields(
         # A run with handoffs: the team.
         "agents": {"type": "object"},
         # The child runs of its agent tools (``Loop.as_tool``), by call id: run files too.
-        "children": {"type": "object", "additionalProperties": {"type": "object"}},
+        "children": {"type": "object", "additionalProperties": {"$ref": "#"}},
     },
 )
 SCHEMA["dependentRequired"] = {"conversation_id": ["turn"], "turn": ["conversation_id"]}

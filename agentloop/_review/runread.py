@@ -113,9 +113,21 @@ def run_of(document: dict[str, Any]) -> RunResult:
         continues=document.get("continues"),
         run_id=document.get("run_id"),
         children=Children(
-            {call_id: run_of(child) for call_id, child in document.get("children", {}).items()}
+            {
+                call_id: _child(call_id, child)
+                for call_id, child in document.get("children", {}).items()
+            }
         ),
     )
+
+
+def _child(call_id: str, document: dict[str, Any]) -> RunResult:
+    """An agent tool's child run, a run file inside its parent's; named by its place there."""
+    try:
+        return run_of(document)
+    except Mismatch as found:
+        where = f"$.children.{call_id}{found.where[1:]}"
+        raise Mismatch(where, found.expected, found.found) from None
 
 
 def _report(index: int, record: dict[str, Any]) -> Transition:
@@ -210,10 +222,13 @@ class _Reader:
                     or type(message.get("status")) is not str
                     or "content" not in message
                 ):
+                    looks = (
+                        "its batch has no such call" if place is None else f"$.transcript[{place}]"
+                    )
                     raise Mismatch(
                         f"{where}.input",
                         f"the outcome of {call_id!r} (input and status), as the transcript does "
-                        f"not hold it where the replay looks ($.transcript[{place}])",
+                        f"not hold it where the replay looks ({looks})",
                         "none",
                     )
                 assert place is not None
