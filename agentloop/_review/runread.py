@@ -51,7 +51,9 @@ def run_of(document: dict[str, Any]) -> RunResult:
     transcript: list[Any] = document["transcript"]
     given = document["input"]
     if given > len(transcript):
-        raise Mismatch("$.input", f"at most the transcript's {len(transcript)} messages", given)
+        raise Mismatch(
+            "$.input", f"at most the transcript's {len(transcript)} messages", as_found(given)
+        )
     records: list[dict[str, Any]] = document["events"]
     feeds = [_report(index, record) for index, record in enumerate(records)]
     rejected = [_not_json(record) for record in records]

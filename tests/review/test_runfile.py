@@ -471,6 +471,12 @@ DAMAGE: list[tuple[str, Callable[[Doc], None], str, str]] = [
     ),
     ("version 2.0", _set("version", 2.0), "$.version", "got number 2.0"),
     (
+        "input past the transcript",
+        _set("input", 99),
+        "$.input",
+        "expected at most the transcript's 7 messages, got integer 99",
+    ),
+    (
         "transcript edited",
         _set("transcript.2.id", "c9"),
         "$.events[2].input",
