@@ -28,7 +28,6 @@ __all__ = [
     "approve",
     "ask",
     "call_fingerprint",
-    "decision_record",
     "deny",
     "key_text",
 ]
@@ -122,13 +121,6 @@ def key_text(key: DecisionKey) -> str:
     if type(key) is str:
         return key
     return "/".join(part.replace("%", "%25").replace("/", "%2F") for part in key)
-
-
-def decision_record(key: DecisionKey, decision: Decision) -> dict[str, Any]:
-    """A decision about the call ``key`` names, as run files keep it (with its ``path``, if any)."""
-    if type(key) is str:
-        return {"call_id": key, **decision.record()}
-    return {"call_id": key[-1], **decision.record(), "path": list(key[:-1])}
 
 
 def allow() -> Decision:

@@ -201,8 +201,7 @@ class SavedChild:
 def children_of(run: object) -> Mapping[str, RunResult[Any]]:
     """The child runs of a saved result's agent tools (a run given by id: none in memory).
 
-    A result that waits on a child's calls must hold that child: a run file
-    keeps no children, so one loaded from a file is refused (``ValueError``).
+    A result that waits on a child's calls must hold that child (``ValueError``).
     """
     if not isinstance(run, RunResult):
         return _NONE
@@ -210,7 +209,7 @@ def children_of(run: object) -> Mapping[str, RunResult[Any]]:
     if missing:
         raise ValueError(
             f"the run waits on the child runs of calls {missing}, which this result does not "
-            "hold (a run file keeps no child runs): resume it from the RunResult the run "
-            "returned, whose children hold them"
+            "hold: resume it from the RunResult the run returned (or its run file), whose "
+            "children hold them"
         )
     return run.children

@@ -418,20 +418,27 @@ def test_a_grandchilds_call_is_pending_at_the_top_under_two_calls() -> None:
     assert result.children["c1"].events[3].decisions[0][0] == ("k2", "k1")
 
 
-def test_a_waiting_parent_saved_to_a_file_replays_and_its_resume_is_refused(tmp_path: Any) -> None:
-    """A run file keeps the paths and replays; it keeps no child: a resume from it is refused."""
+def test_a_waiting_parent_saved_to_a_file_resumes_from_it(tmp_path: Any) -> None:
+    """A run file keeps the paths and the waiting child: the loaded run resumes to its end.
+
+    A result that does not hold the child its call waits on is refused, unrun.
+    """
     child, sent = mailer()
     parent = parent_of(child)
     waiting = parent.run("write")
     save_run(waiting, tmp_path / "w.json")
     loaded = load_run(tmp_path / "w.json")
     assert (loaded.status, loaded.pending) == ("awaiting_approval", waiting.pending)
+    assert loaded.children["c1"].status == "awaiting_approval"
     with pytest.raises(ValueError, match=r"calls \['c1'\], which this result does not hold"):
-        parent.resume(loaded, decisions={("c1", "k1"): approve()})
+        parent.resume(loaded._replace(children={}), decisions={("c1", "k1"): approve()})
     assert sent == []
-    result = parent.resume(waiting, decisions={("c1", "k1"): approve()})
+    result = parent.resume(loaded, decisions={("c1", "k1"): approve()})
+    assert (result.status, result.output, sent) == ("finished", "done", ["bob"])
     save_run(result, tmp_path / "done.json")
-    assert load_run(tmp_path / "done.json").events[3].decisions == result.events[3].decisions
+    again = load_run(tmp_path / "done.json")
+    assert again.events[3].decisions == result.events[3].decisions
+    assert again.children["c1"].output == "the letter went out"
 
 
 def test_a_child_waits_under_a_parent_whose_own_policy_asked_first() -> None:
