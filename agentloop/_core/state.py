@@ -22,6 +22,7 @@ from agentloop._core.output_schema import OutputSchema
 from agentloop._core.retry_policy import checked_retry
 from agentloop._core.rows.context import init_context, rebuild_context
 from agentloop._core.rows.handoff import agent_in_force, team_view
+from agentloop._core.rows.nested_approval import still_waiting
 from agentloop._core.rows.review import approvals
 from agentloop._core.rows.wrapup import WRAP_UP_BEGUN
 from agentloop._core.table import MODEL_ANSWERS, TERMINAL, Guard, State, Trigger
@@ -47,6 +48,7 @@ _NO_USAGE: Final = Usage()
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _SUMMARISE: Final = Trigger.SUMMARISE
 _REPLIED: Final = Trigger.MODEL_REPLIED
+_WAITS: Final = Trigger.CALL_WAITS
 
 
 class RunState:
@@ -323,7 +325,9 @@ class RunState:
             # The batch in hand was accepted: keep only the results its events committed.
             self.reserved.update(call_id for call_id, _ in batch.calls)
             accepted = max(i for i, event in enumerate(events) if event.source is State.VALIDATING)
-            answered = {event.call_id for event in events[accepted + 1 :]} | {
+            since = events[accepted + 1 :]
+            batch.waiting = waits = still_waiting(since)  # calls whose child waits, no result
+            answered = {event.call_id for event in since if event.trigger is not _WAITS} | {
                 call_id
                 for event in events[accepted + 1 :]
                 for call_id, decision in event.decisions
@@ -331,7 +335,11 @@ class RunState:
             }
             ids = [call_id for call_id, _ in batch.calls]
             batch.results = {i: r for i, r in batch.results.items() if ids[i] in answered}
-            batch.running = {ids[i]: i for i in range(batch.started) if ids[i] not in answered}
+            batch.running = {
+                ids[i]: i
+                for i in range(batch.started)
+                if ids[i] not in answered and ids[i] not in waits
+            }
             self.outstanding = _START_TOOL if batch.running else None
             # Handed out and in no event yet: the next event records them.
             recorded = {call_id for event in events[accepted + 1 :] for call_id in event.started}
