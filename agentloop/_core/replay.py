@@ -25,6 +25,7 @@ from agentloop._core.context_policy import FilterHistory, Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.json import exception_content
 from agentloop._core.output_schema import told_problems
+from agentloop._core.requests import CheckOutput
 from agentloop._core.retry_policy import checked_retry
 from agentloop._core.table import NEXT, Feature, Guard, Trigger
 from agentloop._core.values import (
@@ -57,11 +58,14 @@ _INTERRUPTIONS: Final = (
     Trigger.INTERRUPTED,
     Trigger.SUMMARY_INTERRUPTED,
     Trigger.WAIT_INTERRUPTED,
+    Trigger.CHECK_INTERRUPTED,
 )
 # The reports that answer the summariser (a context policy's): its ask spent the step.
 _SUMMARISED: Final = (Trigger.SUMMARY_WRITTEN, Trigger.SUMMARY_RAISED, Trigger.SUMMARY_INTERRUPTED)
 # The reports that answer a handoff's filter: the engine hands out its request first.
 _FILTERED: Final = (Trigger.HANDED_OFF, Trigger.FILTER_RAISED, Trigger.FILTER_INTERRUPTED)
+# The reports that answer the output validators: the engine hands out the check first.
+_CHECKED: Final = (Trigger.OUTPUT_CHECKED, Trigger.CHECK_INTERRUPTED)
 # The reports that end a wait: the engine hands out the wait first.
 _WAITED: Final = (Trigger.WAITED, Trigger.WAIT_INTERRUPTED)
 _BY_ITSELF: Final = frozenset(NEXT.values())
@@ -71,6 +75,7 @@ _HANDED: Final[dict[Trigger, tuple[type, str]]] = {
     **dict.fromkeys(_SUMMARISED, (Summarise, "the summariser asked here")),
     **dict.fromkeys(_WAITED, (Wait, "a wait before a retry here")),
     **dict.fromkeys(_FILTERED, (FilterHistory, "the handoff's filter asked here")),
+    **dict.fromkeys(_CHECKED, (CheckOutput, "the output validators asked here")),
 }
 
 
@@ -117,14 +122,21 @@ def replay(
             messages, budget=budget, cancel=token, models=models, output=output, agents=agents
         )
     run = engine._run  # the replay is the core's own: the record's refusals stand in it
-    typed = run.output
+    typed, check = run.output, run.output_check
     if typed is not None:  # the record's refusals stand, in its words, while it is replayed
         run.output = typed.replaying(output_refusals(events, rejected))
+    if any(event.trigger in _CHECKED for event in events):
+        engine.output_check = _never_asked  # handed out, as recorded; the record answers
     try:
         _fed(engine, events, rejected, token, budget, compare)
     finally:
-        run.output = typed
+        run.output, run.output_check = typed, check
     return engine
+
+
+def _never_asked(value: object) -> object:
+    """The check a replay's engine hands out: the record's answer is fed instead."""
+    raise AssertionError("a replay feeds the output check its record holds")
 
 
 def go_on(engine: Engine, *, retry: RetryPolicy | None, models: tuple[str, ...]) -> None:
@@ -235,6 +247,8 @@ def _feed(
             outcome["usage"] = event.usage._asdict()
         return engine.returned(outcome, event.call_id)
     try:
+        if trigger is Trigger.OUTPUT_CHECKED:  # what the validators answered, not asked again
+            return engine.output_checked(orjson.loads(event.input_json or b"null"))
         if trigger is Trigger.APPROVAL_ASKED:
             return asked(engine, event)
         return engine.decided(dict(event.decisions))
@@ -255,6 +269,8 @@ def output_refusals(events: Sequence[Transition], rejected: object) -> dict[str,
     for event in events:
         if event.trigger is Trigger.MODEL_REPLIED:
             reply = rejected if event.input_json is None else orjson.loads(event.input_json)
+        elif event.trigger is Trigger.OUTPUT_CHECKED:
+            reply = None  # the validators refused it, not the schema: their event says so
         elif event.guard in _OUTPUT_REFUSED and event.error and type(reply) is dict:
             # After "invalid output: " or "...(after N output retries): ".
             mark = ": " if event.guard is Guard.OUTPUT_RETRY else "): "

@@ -188,6 +188,20 @@ class CallScope:
             children=self.children,
         )
 
+    def output_context(self) -> RunContext[Any]:
+        """The context of a check of the run's output (its validators'): no call's."""
+        engine = self.engine
+        return RunContext(
+            deps=self.deps,
+            run_id=self.run_id,
+            steps=engine.steps,
+            calls=engine.calls,
+            usage=engine.usage,
+            budget=engine.budget,
+            cancel=self.cancel,
+            children=self.children,
+        )
+
 
 def in_context(
     dispatch: Callable[..., Any],

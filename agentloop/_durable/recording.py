@@ -20,15 +20,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from agentloop._core.engine import Engine
+from agentloop._core.requests import Need
 from agentloop._core.table import NEXT, TERMINAL, State, Trigger
-from agentloop._core.values import AskModel, AwaitApproval, ReviewCalls, RunTool, Transition, Wait
+from agentloop._core.values import RunTool, Transition
 from agentloop._durable.journal import events_body, record_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from agentloop._core.agents import Agents
-    from agentloop._core.context_policy import ContextPolicy, Summarise
+    from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.output_schema import OutputSchema
     from agentloop._core.retry_policy import RetryPolicy
     from agentloop._core.values import Budget, CancelToken, NotJSON
@@ -162,9 +163,7 @@ class DurableEngine(Engine):
     def unstarted(self) -> int:
         return super().unstarted + len(self.handed)
 
-    def next(
-        self,
-    ) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Summarise | Wait | Transition:
+    def next(self) -> Need | Transition:
         """The engine's next request; first, the calls a resume handed out and none ran."""
         if self.replaying:
             need = super().next()
