@@ -233,7 +233,7 @@ class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, Dep
         self.ledger = durable_ledger(checked_ledger(ledger), self.dispatcher)
         self.context = checked_context(context)
         Owner.__init__(self, owns)
-        self.deps_type: Any = checked_deps_type(deps_type, self.dispatcher)
+        self.deps_type: Any = checked_deps_type(deps_type, self.dispatcher, self.output_validators)
         Handoffs.__init__(self, name, model, handoffs)  # each checked against this Loop
 
     def __repr__(self) -> str:

@@ -20,10 +20,10 @@ counters and token; ``call_id`` and ``tool`` are ``None``), set as
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from agentloop._drivers.run_context import areviewed_in, reviewed_in
-from agentloop._tools.signature import context_of
+from agentloop._tools.signature import Context, context_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from agentloop._drivers.awaiter import Awaiter
     from agentloop._drivers.run_context import CallScope, RunContext
 
-__all__ = ["Retry", "Validators", "acheck", "check"]
+__all__ = ["NONE", "Retry", "Validators", "acheck", "check", "name_of"]
 
 
 class Retry(Exception):
@@ -45,10 +45,10 @@ class Retry(Exception):
 
 
 class Validators(tuple["Callable[..., Any]", ...]):
-    """A Loop's output validators, in order; ``parameters``: each one's context parameter."""
+    """A Loop's output validators, in order; ``contexts``: what each one's context parameter is."""
 
-    #: The name of each validator's ``RunContext`` parameter (None: it takes none).
-    parameters: tuple[str | None, ...]
+    #: Each validator's ``RunContext`` parameter, and the deps it names (None: it takes none).
+    contexts: tuple[Context | None, ...]
 
     def __new__(cls, validators: Iterable[object]) -> Validators:
         if isinstance(validators, Validators):  # another Loop's: found already
@@ -59,19 +59,23 @@ class Validators(tuple["Callable[..., Any]", ...]):
                 f"{type(validators).__name__}"
             )
         functions: list[Callable[..., Any]] = []
-        parameters: list[str | None] = []
+        contexts: list[Context | None] = []
         for validator in validators:
             if not callable(validator):
                 raise TypeError(
                     "expected each output validator to be a function (value[, ctx]), got "
                     f"{type(validator).__name__}"
                 )
-            context = context_of(f"output validator {_name(validator)}", validator)
+            context = context_of(f"output validator {name_of(validator)}", validator)
             functions.append(validator)
-            parameters.append(None if context is None else context[0])
+            contexts.append(context)
         made = super().__new__(cls, functions)
-        made.parameters = tuple(parameters)
+        made.contexts = tuple(contexts)
         return made
+
+
+#: No output validators: what a Loop without ``output_validators=`` has.
+NONE: Final = Validators(())
 
 
 def check(validators: Validators, scope: CallScope, awaiter: Awaiter) -> Callable[[Any], list[str]]:
@@ -81,12 +85,12 @@ def check(validators: Validators, scope: CallScope, awaiter: Awaiter) -> Callabl
     """
 
     def checked(value: Any) -> list[str]:
-        context = scope.output_context()
-        for validator, parameter in zip(validators, validators.parameters, strict=True):
+        given = scope.output_context()
+        for validator, context in zip(validators, validators.contexts, strict=True):
             try:
-                answer = reviewed_in(context, _calling(validator, parameter, context), value)
+                answer = reviewed_in(given, _calling(validator, context, given), value)
                 if inspect.isawaitable(answer):
-                    awaiter(areviewed_in(context, answer), cancellable=False)
+                    awaiter(areviewed_in(given, answer), cancellable=False)
             except Exception as exc:  # noqa: BLE001 - a problem, said: the run stays in the table
                 return [_problem(validator, exc)]
         return []
@@ -98,12 +102,12 @@ def acheck(validators: Validators, scope: CallScope) -> Callable[[Any], Awaitabl
     """What an asyncio run checks a final with: each validator awaited, if async, in turn."""
 
     async def checked(value: Any) -> list[str]:
-        context = scope.output_context()
-        for validator, parameter in zip(validators, validators.parameters, strict=True):
+        given = scope.output_context()
+        for validator, context in zip(validators, validators.contexts, strict=True):
             try:
-                answer = reviewed_in(context, _calling(validator, parameter, context), value)
+                answer = reviewed_in(given, _calling(validator, context, given), value)
                 if inspect.isawaitable(answer):
-                    await areviewed_in(context, answer)
+                    await areviewed_in(given, answer)
             except Exception as exc:  # noqa: BLE001 - a problem, said: the run stays in the table
                 return [_problem(validator, exc)]
         return []
@@ -112,20 +116,21 @@ def acheck(validators: Validators, scope: CallScope) -> Callable[[Any], Awaitabl
 
 
 def _calling(
-    validator: Callable[..., Any], parameter: str | None, context: RunContext[Any]
+    validator: Callable[..., Any], context: Context | None, given: RunContext[Any]
 ) -> Callable[[Any], Any]:
     """``validator`` as a function of the value alone: its context given by name."""
-    if parameter is None:
+    if context is None:
         return validator
-    return lambda value: validator(value, **{parameter: context})
+    return lambda value: validator(value, **{context[0]: given})
 
 
 def _problem(validator: Callable[..., Any], exc: Exception) -> str:
     """What the model is told: a ``Retry``'s message, or what the validator raised."""
     if type(exc) is Retry or isinstance(exc, Retry):
-        return str(exc) or f"the output validator {_name(validator)} asked for another answer"
-    return f"the output validator {_name(validator)} raised {type(exc).__name__}: {exc}"[:2000]
+        return str(exc) or f"the output validator {name_of(validator)} asked for another answer"
+    return f"the output validator {name_of(validator)} raised {type(exc).__name__}: {exc}"[:2000]
 
 
-def _name(validator: object) -> str:
+def name_of(validator: object) -> str:
+    """How an error names a validator: its qualified name, quoted."""
     return repr(getattr(validator, "__qualname__", None) or type(validator).__name__)

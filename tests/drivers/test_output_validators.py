@@ -305,3 +305,27 @@ def test_bad_validators_are_refused_when_the_loop_is_made() -> None:
         Loop(model, output_validators=never)  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="each output validator to be a function"):
         Loop(model, output_validators=["never"])  # type: ignore[list-item]
+
+
+@attrs.frozen
+class Other:
+    """Dependencies of another kind."""
+
+
+def test_a_validators_deps_are_checked_as_a_tools_are() -> None:
+    """RunContext[X] in a validator: X must accept deps_type, and a run must be given deps."""
+
+    def wants_other(text: str, ctx: RunContext[Other]) -> None:
+        return None
+
+    def wants_deps(text: str, ctx: RunContext[Deps]) -> None:
+        assert ctx.deps == Deps("FR")
+
+    with pytest.raises(
+        TypeError, match=r"output validator .*wants_other.* takes RunContext\[Other\]"
+    ):
+        Loop(ScriptedModel([]), output_validators=[wants_other], deps_type=Deps)
+    loop = Loop(ScriptedModel([final("done")]), output_validators=[wants_deps], deps_type=Deps)
+    with pytest.raises(TypeError, match="expected deps="):
+        loop.run("go")
+    assert loop.run("go", deps=Deps("FR")).output == "done"
