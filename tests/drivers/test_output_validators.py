@@ -17,6 +17,8 @@ import pytest
 
 import agentloop
 from agentloop import Loop, Retry, RunContext
+from agentloop._review.diagram import taken
+from agentloop._review.text import describe
 from agentloop.engine import CheckOutput, Engine
 from agentloop.review import load_run, save_run
 from agentloop.testing import ScriptedModel, assert_contract
@@ -329,3 +331,29 @@ def test_a_validators_deps_are_checked_as_a_tools_are() -> None:
     with pytest.raises(TypeError, match="expected deps="):
         loop.run("go")
     assert loop.run("go", deps=Deps("FR")).output == "done"
+
+
+def test_review_counts_each_check_and_says_what_it_found() -> None:
+    """The diagram counts the check's internal row; show and the report say refused or accepted."""
+    loop = Loop(
+        ScriptedModel([final(ROME), final(PARIS)]), output=City, output_validators=[InFrance()]
+    )
+    result = loop.run("a city")
+    counts = {row.name: n for row, n in taken(result).items() if n}
+    assert counts["validating --validate [output_check_due]--> (stays)"] == 2
+    assert counts["validating --output_checked--> validating"] == 2
+    assert counts["validating --validate [reply_is_final]--> finished"] == 1
+    outcomes = [describe(result, i)[-1] for i, e in enumerate(result.events)]
+    assert outcomes[1] == "refused: Rome is not in France"
+    assert outcomes[4] == "accepted"
+    assert "refused: Rome is not in France" in agentloop.review.report_html(result)
+
+
+def test_a_dbos_loop_refuses_output_validators() -> None:
+    """No DBOS step records a check's answer yet: a DBOSLoop with validators is refused."""
+    pytest.importorskip("dbos")
+    from agentloop.dbos import DBOSLoop
+
+    loop = Loop(ScriptedModel([]), output_validators=[never])
+    with pytest.raises(ValueError, match="does not run output validators"):
+        DBOSLoop(loop, name="validators-refused")
