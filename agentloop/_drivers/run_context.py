@@ -111,7 +111,7 @@ class Handed:
 
     @classmethod
     def given(cls, context: RunContext[Any]) -> Handed:
-        """A context made already (an MCP server's call, which has no run)."""
+        """A context made already (an MCP server's call, which has no run; an output check)."""
         handed = cls(None, {"id": context.call_id, "name": context.tool}, context._reporter)
         handed._made = context
         return handed

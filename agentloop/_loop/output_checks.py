@@ -22,7 +22,7 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, Final
 
-from agentloop._drivers.run_context import areviewed_in, reviewed_in
+from agentloop._drivers.run_context import Handed, areviewed_in, reviewed_in
 from agentloop._tools.signature import Context, context_of
 
 if TYPE_CHECKING:
@@ -85,10 +85,10 @@ def check(validators: Validators, scope: CallScope, awaiter: Awaiter) -> Callabl
     """
 
     def checked(value: Any) -> list[str]:
-        given = scope.output_context()
+        given = Handed.given(scope.output_context())  # current_context() in the validators
         for validator, context in zip(validators, validators.contexts, strict=True):
             try:
-                answer = reviewed_in(given, _calling(validator, context, given), value)
+                answer = reviewed_in(given, _calling(validator, context, given.context()), value)
                 if inspect.isawaitable(answer):
                     awaiter(areviewed_in(given, answer), cancellable=False)
             except Exception as exc:  # noqa: BLE001 - a problem, said: the run stays in the table
@@ -102,10 +102,10 @@ def acheck(validators: Validators, scope: CallScope) -> Callable[[Any], Awaitabl
     """What an asyncio run checks a final with: each validator awaited, if async, in turn."""
 
     async def checked(value: Any) -> list[str]:
-        given = scope.output_context()
+        given = Handed.given(scope.output_context())  # current_context() in the validators
         for validator, context in zip(validators, validators.contexts, strict=True):
             try:
-                answer = reviewed_in(given, _calling(validator, context, given), value)
+                answer = reviewed_in(given, _calling(validator, context, given.context()), value)
                 if inspect.isawaitable(answer):
                     await areviewed_in(given, answer)
             except Exception as exc:  # noqa: BLE001 - a problem, said: the run stays in the table
