@@ -384,7 +384,7 @@ class Engine:
     def output_checked(self, problems: list[str]) -> Transition:
         """The output check (``CheckOutput``) answered what is wrong with the final (recorded).
 
-        None: the final is taken; else it goes back as the schema's problems do.
+        No problems: the final is taken; else it goes back as the schema's problems do.
         """
         run = self._run
         draft = Draft(None, run.since.get(None))

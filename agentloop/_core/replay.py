@@ -25,7 +25,7 @@ from agentloop._core.context_policy import FilterHistory, Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.json import exception_content
 from agentloop._core.output_schema import told_problems
-from agentloop._core.requests import CheckOutput
+from agentloop._core.requests import CheckOutput, uncalled_check
 from agentloop._core.retry_policy import checked_retry
 from agentloop._core.table import NEXT, Feature, Guard, Trigger
 from agentloop._core.values import (
@@ -126,17 +126,12 @@ def replay(
     if typed is not None:  # the record's refusals stand, in its words, while it is replayed
         run.output = typed.replaying(output_refusals(events, rejected))
     if any(event.trigger in _CHECKED for event in events):
-        engine.output_check = _never_asked  # handed out, as recorded; the record answers
+        engine.output_check = uncalled_check  # handed out, as recorded; the record answers
     try:
         _fed(engine, events, rejected, token, budget, compare)
     finally:
         run.output, run.output_check = typed, check
     return engine
-
-
-def _never_asked(value: object) -> object:
-    """The check a replay's engine hands out: the record's answer is fed instead."""
-    raise AssertionError("a replay feeds the output check its record holds")
 
 
 def go_on(engine: Engine, *, retry: RetryPolicy | None, models: tuple[str, ...]) -> None:

@@ -2,8 +2,8 @@
 
 ``AskModel`` (call the model), ``RunTool`` (run a call), ``ReviewCalls``
 (review an accepted batch), ``AwaitApproval`` (a person decides), ``Wait``
-(back off before a retry) and ``CheckOutput`` (the output validators).
-``agentloop._core.values`` re-exports them.
+(back off before a retry), which ``agentloop._core.values`` re-exports, and
+``CheckOutput`` (a final for the driver's output validators).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ __all__ = [
     "ReviewCalls",
     "RunTool",
     "Wait",
+    "uncalled_check",
 ]
 
 
@@ -193,6 +194,15 @@ class CheckOutput(NamedTuple):
 
     value: Any
     check: Callable[[Any], object]
+
+
+def uncalled_check(value: object) -> object:
+    """The output check of an engine nothing asks to check: it hands out ``CheckOutput`` only.
+
+    A replay's (the record answers each check) and a resumed run's until its
+    driver sets its own.
+    """
+    raise AssertionError(f"an output check that is never to be called was called on {value!r:.80}")
 
 
 #: What ``Engine.next()`` hands a driver to do (``Summarise`` is a context policy's).

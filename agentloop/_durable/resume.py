@@ -31,6 +31,7 @@ from agentloop._core.agents import Agents
 from agentloop._core.context_policy import policy_from_record
 from agentloop._core.output_schema import OutputSchema
 from agentloop._core.replay import Mismatch, replay
+from agentloop._core.requests import uncalled_check
 from agentloop._core.table import State
 from agentloop._core.values import CancelToken
 from agentloop._durable.ids import turn_run_id
@@ -233,7 +234,7 @@ def replayed(
     engine.journal = journal
     engine.replaying = True
     if checks:  # the driver sets its own check before it asks: this one is never called
-        engine.output_check = _set_by_the_driver
+        engine.output_check = uncalled_check
     try:
         if recorded.events and recorded.at != 0:
             raise diverged(recorded.run_id, f"its first record starts at event {recorded.at}")
@@ -253,10 +254,6 @@ def replayed(
         raise diverged(recorded.run_id, str(exc)) from None
     engine.replayed()
     return engine
-
-
-def _set_by_the_driver(value: object) -> object:
-    raise AssertionError("the driver of a resumed run sets its own output check")
 
 
 def _recorded_agents(recorded: Recorded) -> Agents | None:

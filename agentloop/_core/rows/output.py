@@ -25,7 +25,7 @@ from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 if TYPE_CHECKING:
     from agentloop._core.state import RunState
 
-__all__ = ["FEATURE", "ROWS", "final_value", "kept_check", "told_refused"]
+__all__ = ["FEATURE", "ROWS"]
 
 FEATURE: Final = Feature.OUTPUT
 
