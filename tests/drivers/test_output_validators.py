@@ -14,14 +14,17 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agentloop
 from agentloop import Loop, Retry, RunContext
 from agentloop._review.diagram import taken
 from agentloop._review.text import describe
 from agentloop.engine import CheckOutput, Engine
-from agentloop.review import load_run, save_run
+from agentloop.review import load_run, run_from_json, run_to_json, save_run
 from agentloop.testing import ScriptedModel, assert_contract
+from tests.conftest import capped
 from tests.support.helpers import DRIVERS, Driver, call, final
 
 if TYPE_CHECKING:
@@ -357,3 +360,46 @@ def test_a_dbos_loop_refuses_output_validators() -> None:
     loop = Loop(ScriptedModel([]), output_validators=[never])
     with pytest.raises(ValueError, match="does not run output validators"):
         DBOSLoop(loop, name="validators-refused")
+
+
+@capped(settings(max_examples=200, deadline=None))
+@given(
+    verdicts=st.lists(st.sampled_from(["ok", "retry", "raise"]), min_size=1, max_size=5),
+    retries=st.integers(0, 3),
+)
+def test_any_verdicts_end_as_the_rows_say_and_replay_without_the_validators(
+    verdicts: list[str], retries: int
+) -> None:
+    """A final per verdict: the run takes the first accepted, or ends invalid_output past
+    max_output_retries; each final checked once, the record replays with no validator."""
+    retries = min(retries, len(verdicts) - 1)  # a final for each ask the retries allow
+    seen: list[str] = []
+
+    def judge(text: str) -> None:
+        seen.append(text)
+        verdict = verdicts[int(text)]
+        if verdict == "retry":
+            raise Retry(f"not {text}")
+        if verdict == "raise":
+            raise LookupError(text)
+
+    finals = [final(str(i)) for i in range(len(verdicts))]
+    loop = Loop(
+        ScriptedModel(finals), output_validators=[judge], max_output_retries=retries, max_steps=9
+    )
+    result = loop.run("go")
+    accepted = verdicts.index("ok") if "ok" in verdicts else None
+    if accepted is not None and accepted <= retries:
+        assert (result.status, result.output) == ("finished", str(accepted))
+    else:
+        assert (result.status, result.steps) == ("invalid_output", retries + 1)
+    checked = [str(i) for i in range(result.steps)]
+    assert seen == checked  # each final checked once
+    assert_contract(result, "go")
+    again = run_from_json(run_to_json(result))  # replayed: no validator is called
+    assert (again.status, again.steps, len(again.events)) == (
+        result.status,
+        result.steps,
+        len(result.events),
+    )
+    assert seen == checked
