@@ -403,3 +403,29 @@ def test_any_verdicts_end_as_the_rows_say_and_replay_without_the_validators(
         len(result.events),
     )
     assert seen == checked
+
+
+def test_a_teams_finals_are_checked_by_the_first_agents_validators() -> None:
+    """With handoffs, the Loop the run started from checks every agent's final."""
+    seen: list[str] = []
+
+    def short_only(text: str) -> None:
+        seen.append(text)
+        if len(text) > 6:
+            raise Retry("shorter")
+
+    def unused(text: str) -> None:
+        raise AssertionError("only the first agent's validators check")
+
+    billing = Loop(
+        ScriptedModel([final("too long"), final("short")]), name="b", output_validators=[unused]
+    )
+    triage = Loop(
+        ScriptedModel([call("h1", "transfer_to_b")]),
+        name="a",
+        handoffs=[agentloop.handoff(billing)],
+        output_validators=[short_only],
+    )
+    result = triage.run("go")
+    assert (result.status, result.output, result.agent) == ("finished", "short", "b")
+    assert seen == ["too long", "short"]
