@@ -126,7 +126,7 @@ def _calling(
 
 def _problem(validator: Callable[..., Any], exc: Exception) -> str:
     """What the model is told: a ``Retry``'s message, or what the validator raised."""
-    if type(exc) is Retry or isinstance(exc, Retry):
+    if isinstance(exc, Retry):
         return str(exc) or f"the output validator {name_of(validator)} asked for another answer"
     return f"the output validator {name_of(validator)} raised {type(exc).__name__}: {exc}"[:2000]
 
