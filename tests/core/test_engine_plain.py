@@ -186,7 +186,7 @@ PROTOCOL = {
     "output_checked",
     "decided",
     "interrupted",
-    # what a driver reads (reviews alone is set, by a driver that reviews)
+    # what a driver reads (reviews and output_check are set, by a driver that reviews or checks)
     "state",
     "done",
     "steps",
