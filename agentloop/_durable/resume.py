@@ -32,7 +32,7 @@ from agentloop._core.context_policy import policy_from_record
 from agentloop._core.output_schema import OutputSchema
 from agentloop._core.replay import Mismatch, replay
 from agentloop._core.requests import uncalled_check
-from agentloop._core.table import State
+from agentloop._core.table import State, Trigger
 from agentloop._core.values import CancelToken
 from agentloop._durable.ids import turn_run_id
 from agentloop._durable.journal import Journal, fingerprint, header, idempotent_tools
@@ -198,7 +198,7 @@ def replayed(
     token: CancelToken,
     context: ContextPolicy | None = None,
     output: OutputSchema | None = None,
-    checks: bool = False,
+    checks: bool | None = None,
 ) -> DurableEngine:
     """A fresh engine fed ``recorded``: ended, or stopped where the records stop.
 
@@ -207,7 +207,8 @@ def replayed(
     ``context`` and ``output`` are the run's context policy and output schema;
     when not given, the ones its header recorded (read without a Loop:
     ``show``, ``pending``). ``checks``: a final recorded and not checked is
-    handed out to the driver's output validators, whose check it sets.
+    handed out to the driver's output validators, whose check it sets (the
+    Loop's say; read without one, a run that recorded a check had them).
     """
     if context is None:
         context = _recorded_context(recorded)
@@ -233,6 +234,8 @@ def replayed(
         ) from None
     engine.journal = journal
     engine.replaying = True
+    if checks is None:
+        checks = any(event.trigger is Trigger.OUTPUT_CHECKED for event in recorded.events)
     if checks:  # the driver sets its own check before it asks: this one is never called
         engine.output_check = uncalled_check
     try:

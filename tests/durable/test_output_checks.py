@@ -14,7 +14,7 @@ import pytest
 
 import agentloop
 from agentloop import Loop, Retry
-from agentloop.ledger import LedgerError
+from agentloop.ledger import LedgerError, view_run
 from agentloop.testing import call, final
 from tests.support.ledgers import Crash, CrashingLedger, MemoryLedger
 
@@ -120,3 +120,21 @@ def test_a_run_paused_for_a_person_resumes_without_asking_its_recorded_check() -
         b'["too short"]',
         b"[]",
     ]
+
+
+def test_a_view_without_the_loop_leaves_an_unchecked_final_unchecked() -> None:
+    """Stopped between a final's reply and its check, a run that recorded checks shows validating.
+
+    Read without its Loop (``view_run``, ``agentloop show``), the record says the
+    run has validators: the final waits for them, as a resume hands it to them.
+    """
+    memory = MemoryLedger()
+    script = [final("short"), final("a long enough answer")]
+    with pytest.raises(Crash):  # the records: reply, output_checked, reply; then the crash
+        go(make_loop(CrashingLedger(memory, 4, "before"), Counted(), script), "sync")
+    viewed = view_run(memory, "r1").result
+    assert (viewed.status, viewed.steps) == ("validating", 2)
+    assert [e.trigger for e in viewed.events][-1] == "model_replied"
+    again = Counted()
+    resumed = go(make_loop(memory, again, script), "sync", resume=True)
+    assert (resumed.status, again.calls) == ("finished", 1)
