@@ -91,6 +91,7 @@ class RunState:
         "input_ids",
         "models",
         "output",
+        "output_check",
         "output_retries",
         "outstanding",
         "plan",
@@ -177,6 +178,8 @@ class RunState:
         self.run_id = run_id
         #: The schema a final answer must match (``Loop(output=T)``), if any.
         self.output = output
+        #: The driver's check of a final the schema accepts (output validators), if any.
+        self.output_check: Callable[[Any], object] | None = None
         #: Invalid final answers sent back to the model so far.
         self.output_retries = 0
         #: The budget that ran out, once the run wraps up (``on_exhausted='answer'``).

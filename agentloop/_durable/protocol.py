@@ -24,6 +24,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 __all__ = [
     "ASKED",
+    "CHECKED",
     "DECISION",
     "END",
     "FINISHED",
@@ -48,9 +49,11 @@ ASKED = "approval_asked"
 DECISION = "decision"
 #: What a handoff's filter answered (the view, or that it raised), keyed by the call's id.
 HANDOFF = "handoff"
+#: What the output validators answered about a step's final, keyed by the step's number.
+CHECKED = "output_checked"
 #: The run's terminal transition, keyed by ``""``.
 END = "end"
-KINDS = (REPLY, STARTED, FINISHED, ASKED, DECISION, HANDOFF, END)
+KINDS = (REPLY, STARTED, FINISHED, ASKED, DECISION, HANDOFF, CHECKED, END)
 
 
 class LedgerRecord(NamedTuple):

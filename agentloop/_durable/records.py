@@ -208,4 +208,6 @@ class Recorded:
             raise bad(self.run_id, f"{where}: $.events[{index}]", "an event", str(exc)) from None
 
 
-_KINDS: Final = frozenset(("reply", "tool_finished", "approval_asked", "decision", "handoff", END))
+_KINDS: Final = frozenset(
+    ("reply", "tool_finished", "approval_asked", "decision", "handoff", "output_checked", END)
+)
