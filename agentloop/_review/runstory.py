@@ -34,6 +34,8 @@ from agentloop._review.runshape import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.output_schema import OutputSchema
 
@@ -43,7 +45,7 @@ __all__ = ["check_story", "reopen", "summary_at_end"]
 # -- the story: replayed through the engine ---------------------------------------
 
 
-def _check_chain(events: tuple[Transition, ...]) -> None:
+def _check_chain(events: Sequence[Transition]) -> None:
     """Each event is a row of the table, from where the last one left the run, to one end."""
     state = State.AWAITING_MODEL
     last = len(events) - 1

@@ -19,6 +19,8 @@ from agentloop._core.rows.basic import answer_rest, append_batch, cancel_request
 from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from agentloop._core.approval import Decision, PendingCall
     from agentloop._core.state import RunState
     from agentloop._core.values import Transition
@@ -139,7 +141,7 @@ def _answer_denied(run: RunState, decisions: tuple[tuple[str, Decision], ...]) -
             draft.status = "denied"
 
 
-def approvals(events: list[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:
+def approvals(events: Sequence[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:
     """The batch in hand's pending calls and decisions, from the events since it was accepted."""
     pending: tuple[PendingCall, ...] = ()
     decided: dict[str, Decision] = {}
