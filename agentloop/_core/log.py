@@ -20,6 +20,7 @@ field by field, times included, to the ones the engine handed out.
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from array import array
 from collections.abc import Iterator, Sequence
@@ -78,7 +79,7 @@ class Log(list[Transition | None]):
     leaves the log as it was.
     """
 
-    __slots__ = ("columns", "exact", "given", "held", "named", "rare", "started")
+    __slots__ = ("columns", "exact", "given", "held", "named", "rare", "started", "tools")
 
     def __init__(self, given: int) -> None:
         super().__init__()
@@ -88,7 +89,8 @@ class Log(list[Transition | None]):
         # Floats, exact for counts below 2**53. Both are the shared empty ones until the
         # first compaction.
         self.columns = _NO_COLUMNS
-        self.named: list[tuple[str | None, str | None]] = _NO_NAMES  # (call_id, tool)
+        self.named: list[str | None] = _NO_NAMES  # the call_id of each
+        self.tools: list[str | None] = _NO_NAMES  # and its tool (one str a name)
         # By compacted event, where there are any (the shared empty one until then too):
         self.started: dict[int, tuple[str, ...]] = _NO_ENTRIES  # the calls it started
         self.rare: dict[int, tuple[Any, ...]] = _NO_ENTRIES  # the rare fields it set
@@ -117,9 +119,9 @@ class Log(list[Transition | None]):
         """Compact the oldest ``KEEP`` events kept as made into the columns."""
         made, first = self, len(self.columns) // _WIDTH
         if not first:
-            self.columns, self.named = array("d"), []
+            self.columns, self.named, self.tools = array("d"), [], []
             self.started, self.rare, self.held, self.exact = {}, {}, {}, {}
-        del self.named[first:]  # what an interrupted compaction left
+        del self.named[first:], self.tools[first:]  # what an interrupted compaction left
         mark = self.mark(first - 1)
         numbers: list[float] = []
         for index in range(first, first + KEEP):
@@ -143,7 +145,8 @@ class Log(list[Transition | None]):
                 self.rare[index] = rare
             if event.started:
                 self.started[index] = event.started
-            self.named.append((event.call_id, event.tool))
+            self.named.append(event.call_id)
+            self.tools.append(None if event.tool is None else sys.intern(event.tool))
             numbers += (
                 _row_code(event),
                 event.steps,
@@ -204,7 +207,7 @@ class Log(list[Transition | None]):
     def named_call(self, index: int) -> str | None:
         """The id of the call event ``index`` names, if any."""
         event = self[index]
-        return self.named[index][0] if event is None else event.call_id
+        return self.named[index] if event is None else event.call_id
 
     def started_calls(self, index: int) -> tuple[str, ...]:
         """The ids of the calls event ``index`` records as started."""
@@ -275,7 +278,8 @@ class Log(list[Transition | None]):
                 row.guard,
                 int(steps),
                 int(calls),
-                *self.named[index],
+                self.named[index],
+                self.tools[index],
                 _STATUSES[int(status)],  # result_status
                 *rare[:3],  # reason, error, exception
                 appended,

@@ -99,8 +99,7 @@ def test_every_transition_handed_out_is_what_the_result_gives_back(
 ) -> None:
     with every_result_checked(keep) as checked:
         HARNESSES[harness]()
-    assert checked
-    assert max(checked) > 2
+    assert checked  # results were made, and each was checked
 
 
 @pytest.mark.parametrize("keep", [None, 1], ids=["default", "compacting"])
