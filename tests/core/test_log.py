@@ -11,6 +11,7 @@ default compaction, and with one that compacts all but the newest event.
 from __future__ import annotations
 
 import contextlib
+import gc
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -26,7 +27,7 @@ from agentloop.testing import with_usage
 from tests.core import test_context, test_properties, test_typed
 from tests.drivers import test_features_at_once, test_resilience
 from tests.review import test_runfile
-from tests.support.helpers import DRIVERS
+from tests.support.helpers import DRIVERS, Driver
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -258,3 +259,23 @@ def reply(history: list[dict[str, Any]]) -> dict[str, Any]:
     if done < 3:
         return {"kind": "call", "id": f"c{done}", "name": "read", "arguments": {}}
     return {"kind": "final", "text": "ok"}
+
+
+def test_a_long_run_holds_only_its_newest_transitions_as_made(driver: Driver) -> None:
+    """While a long run goes on, at most twice ``KEEP`` of its transitions are objects:
+    the rest are columns (a driver that kept every transition of a step kept them all)."""
+    alive: list[int] = []
+
+    def model(history: list[dict[str, Any]]) -> dict[str, Any]:
+        done = (len(history) - 1) // 2
+        if done < 150:
+            return {"kind": "call", "id": f"c{done}", "name": "read", "arguments": {}}
+        alive.append(sum(type(thing) is Transition for thing in gc.get_objects()))
+        return {"kind": "final", "text": "ok"}
+
+    def read() -> str:
+        return "r" * 50
+
+    result = driver.run(Loop(model, tools=[read], max_steps=151, max_calls=150), "go")
+    assert (result.status, len(result.events)) == ("finished", 452)
+    assert alive and alive[0] <= 2 * log_module.KEEP + 2, alive
