@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 import attrs
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -388,7 +389,8 @@ def test_agent_calls_of_a_batch_run_at_once_under_asyncio() -> None:
 
 
 def test_a_parents_run_file_replays_with_its_childs_usage() -> None:
-    """The usage on the event that answers an agent call is recorded, and replays."""
+    """The usage on the event that answers an agent call is recorded, and replays; the
+    child's run is a run file inside the parent's, under its call id."""
     from agentloop.review import run_from_json, run_to_json
 
     child, _ = researcher([with_usage(final("x"), 7, 3)])
@@ -397,7 +399,42 @@ def test_a_parents_run_file_replays_with_its_childs_usage() -> None:
     loaded = run_from_json(run_to_json(result))
     assert loaded.usage == result.usage == agentloop.Usage(9, 4, 0)
     assert loaded.events == result.events
-    assert loaded.children == {}  # a run file does not hold the children
+    assert loaded.children == result.children
+    assert loaded.children["c1"].usage == agentloop.Usage(7, 3, 0)
+    assert loaded == result
+    assert run_to_json(loaded) == run_to_json(result)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "said"),
+    [
+        (("events",), None, "$.children.c1.events: expected array, got null"),
+        (("version",), 5, "$.children.c1.version: expected 6, got integer 5"),
+        (  # the reply is the transcript's: another answer than the file's output
+            ("transcript", 1, "text"),
+            "other",
+            "$.children.c1.output: expected 'other', as replaying the run gives, got string 'x'",
+        ),
+        (("transcript", 1, "kind"), "call", "$.children.c1.events[1]: expected validating"),
+        (("output",), "z", "$.children.c1.output: expected 'x', as replaying the run gives"),
+    ],
+)
+def test_a_damaged_child_run_is_refused_where_it_is_in_its_parents_file(
+    path: tuple[str | int, ...], value: object, said: str
+) -> None:
+    """A child's run file is checked as any run file, and named by its place in the parent's."""
+    from agentloop.review import RunFileError, run_from_json, run_to_json
+
+    child, _ = researcher([final("x")])
+    parent = writer(child, [call("c1", "research", input="go"), final("y")])
+    document = orjson.loads(run_to_json(parent.run("write")))
+    target = document["children"]["c1"]
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    with pytest.raises(RunFileError) as caught:
+        run_from_json(orjson.dumps(document))
+    assert str(caught.value).startswith(f"run file: {said}")
 
 
 @pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
@@ -557,3 +594,76 @@ def test_deps_maps_the_parents_context_to_the_childs_deps(driver: Driver) -> Non
     assert seen == ["main/c1"]
     with pytest.raises(TypeError, match="expected deps to be a function"):
         child.as_tool("research", "Research.", deps="main")  # type: ignore[arg-type]
+
+
+def streamed_family() -> tuple[Loop[Any], Loop[Any]]:
+    """A parent whose streaming model calls a child whose streaming model answers."""
+    child = Loop(ScriptedModel([chunked(final("mid"), 2)]))
+    parent = Loop(
+        ScriptedModel([chunked(call("c1", "research", input="go"), 2), chunked(final("top"), 2)]),
+        tools=[child.as_tool("research", "Research one question.")],
+    )
+    return parent, child
+
+
+def shown(items: list[Any]) -> list[tuple[Any, ...]]:
+    """What a stream yielded, each item as (kind, path, what): in the order yielded."""
+    out: list[tuple[Any, ...]] = []
+    for item in items:
+        path, inner = ((), item) if type(item) is not Nested else (item.path, item.item)
+        if isinstance(inner, agentloop.Transition):
+            out.append(("transition", path, inner.trigger.value, inner.dest.value))
+        elif type(inner) is TextDelta:
+            out.append(("text", path, inner.text))
+    return out
+
+
+STREAMED = [
+    ("transition", (), "model_replied", "validating"),
+    ("transition", (), "validate", "dispatching"),
+    ("text", ("c1",), "mi"),
+    ("text", ("c1",), "d"),
+    ("transition", ("c1",), "model_replied", "validating"),
+    ("transition", ("c1",), "validate", "finished"),
+    ("transition", (), "tool_returned", "awaiting_model"),
+    ("text", (), "to"),
+    ("text", (), "p"),
+    ("transition", (), "model_replied", "validating"),
+    ("transition", (), "validate", "finished"),
+]
+
+
+def test_a_child_run_reaches_the_parents_stream_before_its_calls_transition() -> None:
+    parent, _ = streamed_family()
+    run = parent.start("write")
+    heard: list[Any] = []
+    run.subscribe_deltas(heard.append)
+    items = list(run.stream())
+
+    assert shown(items) == STREAMED
+    assert [item for item in items if type(item) is Nested] == [
+        item for item in heard if type(item) is Nested
+    ]  # the same items the listeners heard, in the same order
+    result = run.result()
+    assert result.status == "finished"
+    assert (result.steps, result.calls) == (2, 1)
+    assert result.transcript[2]["content"] == "mid"
+    assert result.children["c1"].output == "mid"
+    assert_paired(result)
+    assert_paired(result.children["c1"])
+
+
+def test_a_child_run_reaches_the_parents_astream_before_its_calls_transition() -> None:
+    parent, _ = streamed_family()
+
+    async def main() -> tuple[list[Any], Any]:
+        run = parent.astart("write")
+        items = [item async for item in run.astream()]
+        return items, run.result()
+
+    items, result = asyncio.run(main())
+    assert shown(items) == STREAMED
+    assert result.status == "finished"
+    assert (result.steps, result.calls) == (2, 1)
+    assert result.children["c1"].output == "mid"
+    assert_paired(result)
