@@ -2,12 +2,12 @@
 
 The transcript is the run's ``History``: one JSON buffer and where each
 message ends. The newest events are kept as the engine made them (a list
-append a transition: the engine's step pays nothing for its record); every
-``KEEP`` of them, the oldest ``KEEP`` are compacted into columns that hold
+append a transition: the engine's step pays nothing for its record); once
+twice ``KEEP`` are, the oldest ``KEEP`` are compacted into columns that hold
 only what each event adds. Its row (source, dest, trigger, guard), its
 counters, how many messages the history held after it, its times and its
-result status, as numbers; its call (the batch's own ``(id, tool)`` tuple)
-and the calls it started. What came from outside with it (``input_json``)
+result status, as numbers; its call's id and tool name, and the calls it
+started. What came from outside with it (``input_json``)
 becomes a reference into the transcript wherever a message holds those
 bytes, whole or as a tool result's content; else the bytes are kept. The
 fields few events set (reason, error, usage, decisions...) are kept for
@@ -86,12 +86,12 @@ class Log(list[Transition | None]):
         self.given = given  # the input's messages
         # _WIDTH numbers a compacted event: its row's code, steps, calls, mark (messages
         # after it), its input's message and length, its status's code, at and took.
-        # Floats, exact for counts below 2**53. Both are the shared empty ones until the
-        # first compaction.
+        # Floats, exact for counts below 2**53. These and the lists and dicts below are
+        # the shared empty ones until the first compaction.
         self.columns = _NO_COLUMNS
         self.named: list[str | None] = _NO_NAMES  # the call_id of each
         self.tools: list[str | None] = _NO_NAMES  # and its tool (one str a name)
-        # By compacted event, where there are any (the shared empty one until then too):
+        # By compacted event, where there are any:
         self.started: dict[int, tuple[str, ...]] = _NO_ENTRIES  # the calls it started
         self.rare: dict[int, tuple[Any, ...]] = _NO_ENTRIES  # the rare fields it set
         self.held: dict[int, bytes] = _NO_ENTRIES  # its input, where no message holds it

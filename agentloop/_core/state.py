@@ -153,7 +153,7 @@ class RunState:
         self.clock = clock
         # When the model was asked, and when each running call was handed out.
         self.since: dict[str | None, float] = {}
-        #: The record: every event, as columns over the history (``log.py``).
+        #: The record: the newest events as made, the rest as columns over the history.
         self.log = Log(len(encoded))
         # The calls handed out since the last transition: the next one records them. A tuple,
         # () most of the time: no list of its own for each run in flight to hold.
