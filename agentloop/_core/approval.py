@@ -10,7 +10,7 @@ arguments) ties a decision to exactly the call that was shown.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, NamedTuple
 
 import attrs
@@ -20,6 +20,8 @@ from agentloop._core.json import kept
 
 __all__ = [
     "Decision",
+    "DecisionKey",
+    "Decisions",
     "PendingCall",
     "Policy",
     "allow",
@@ -27,6 +29,7 @@ __all__ = [
     "ask",
     "call_fingerprint",
     "deny",
+    "key_text",
 ]
 
 
@@ -51,6 +54,11 @@ def _check_text(text: str, what: str) -> None:
             f"expected {what} to be valid Unicode text (it is recorded as UTF-8), got a str "
             f"with a lone surrogate at index {exc.start}"
         ) from None
+
+
+#: What a decision about a pending call is keyed by: its call id, or, for a call of a
+#: child run (an agent tool's), its path of call ids, the outermost first.
+DecisionKey = str | tuple[str, ...]
 
 
 @attrs.frozen
@@ -104,6 +112,17 @@ class Decision:
 _ALLOW: Final = Decision(allowed=True)
 
 
+def key_text(key: DecisionKey) -> str:
+    """A decision's key as text: the call id, or a child's call's path joined by ``/``.
+
+    ``("c1", "k1")`` is ``"c1/k1"``; each id's ``%`` is written ``%25`` and its
+    ``/`` ``%2F``, so that no two paths read the same (provider ids have neither).
+    """
+    if type(key) is str:
+        return key
+    return "/".join(part.replace("%", "%25").replace("/", "%2F") for part in key)
+
+
 def allow() -> Decision:
     """The policy answer that lets a call run."""
     return _ALLOW
@@ -135,7 +154,12 @@ def call_fingerprint(name: str, arguments: object) -> str:
 
 
 class PendingCall(NamedTuple):
-    """A call that waits for a person's decision, as ``run.pending`` lists it."""
+    """A call that waits for a person's decision, as ``run.pending`` lists it.
+
+    A call of a child run (an agent tool's, ``Loop.as_tool``) is pending in
+    its parent too, under its ``path``: the call ids it is reached through,
+    the parent's first. ``key`` is what a decision about it is keyed by.
+    """
 
     call_id: str
     name: str
@@ -145,6 +169,17 @@ class PendingCall(NamedTuple):
     reason: str
     #: ``call_fingerprint(name, arguments)``: what a bound decision must match.
     fingerprint: str
+    #: The calls of the runs it is reached through, the outermost first: ``()`` in its own run.
+    path: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> DecisionKey:
+        """What ``decide`` takes its decision under: ``call_id``, or ``(*path, call_id)``."""
+        return (*self.path, self.call_id) if self.path else self.call_id
+
+    def under(self, call_id: str) -> PendingCall:
+        """The same call as the parent whose call ``call_id`` runs its run lists it."""
+        return self._replace(path=(call_id, *self.path))
 
     @property
     def arguments(self) -> Any:
@@ -153,13 +188,16 @@ class PendingCall(NamedTuple):
 
     def record(self) -> dict[str, Any]:
         """The pending call as run files and DBOS keep it: ``from_record`` reads it back."""
-        return {
+        record: dict[str, Any] = {
             "call_id": self.call_id,
             "name": self.name,
             "arguments": self.arguments,
             "reason": self.reason,
             "fingerprint": self.fingerprint,
         }
+        if self.path:  # a child's call: written only then
+            record["path"] = list(self.path)
+        return record
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> PendingCall:
@@ -170,6 +208,7 @@ class PendingCall(NamedTuple):
             kept(orjson.dumps(record["arguments"])),
             record["reason"],
             record["fingerprint"],
+            tuple(record.get("path", ())),
         )
 
     def approve(self) -> Decision:
@@ -181,9 +220,10 @@ class PendingCall(NamedTuple):
         return deny(reason, fingerprint=self.fingerprint)
 
     def __repr__(self) -> str:
+        path = f", path={self.path!r}" if self.path else ""
         return (
             f"PendingCall(call_id={self.call_id!r}, name={self.name!r}, "
-            f"arguments={self.arguments!r}, reason={self.reason!r})"
+            f"arguments={self.arguments!r}, reason={self.reason!r}{path})"
         )
 
 
@@ -192,3 +232,9 @@ class PendingCall(NamedTuple):
 #: imports ``Tool``). One may take the call's ``RunContext`` too, as a parameter annotated
 #: with it (so the type says no more than a callable).
 Policy = Callable[..., Decision | Awaitable[Decision]]
+
+#: A person's decisions, as ``run.decide`` and ``resume(decisions=...)`` take them: each
+#: pending call's ``key`` (its id, or a child's call's path) -> ``approve()`` or ``deny(reason)``.
+#: The keys are checked when decided (a ``Mapping`` is invariant in its keys, so that a
+#: literal keyed by ``("c1", "k1")`` type-checks, they are ``Any`` here).
+Decisions = Mapping[Any, Decision]

@@ -14,7 +14,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from agentloop._core.approval import Decision, PendingCall, call_fingerprint
+from agentloop._core.approval import Decision, DecisionKey, PendingCall, call_fingerprint
 from agentloop._core.intake import Reply, not_json
 from agentloop._core.json import kept
 from agentloop._core.messages import CUT_OFF, NOT_STARTED, tool_result_json
@@ -45,6 +45,14 @@ class Batch:
     decided: dict[str, Decision] = attrs.field(factory=dict)
     #: What the driver's review answered about each call, by id (None: not reviewed).
     review: dict[str, object] | None = None
+    #: The calls whose child run (an agent tool's) waits for a person: id -> its pending
+    #: calls, each under that id. No call is handed out while one of them is undecided.
+    waiting: dict[str, tuple[PendingCall, ...]] = attrs.field(factory=dict)
+    #: A person's decisions about a waiting call's child's calls, by the call's id, keyed
+    #: as the child keys them: set once decided, and read when the call is handed out again.
+    resumes: dict[str, dict[DecisionKey, Decision]] = attrs.field(factory=dict)
+    #: Those decisions of each waiting call handed out again, read by its child's resume.
+    resumed: dict[str, dict[DecisionKey, Decision]] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self.calls = self.reply.calls
@@ -52,20 +60,32 @@ class Batch:
     @property
     def underway(self) -> bool:
         """Whether a call of the batch has started or been answered."""
-        return bool(self.results or self.running)
+        return bool(self.results or self.running or self.waiting)
 
     @property
     def unstarted(self) -> int:
-        """How many calls are still to be handed out."""
-        results = self.results
-        return sum(i not in results for i in range(self.started, len(self.calls)))
+        """How many calls are still to be handed out (none while a wait is undecided)."""
+        results, waiting = self.results, self.waiting
+        if waiting and len(self.resumes) < len(waiting):
+            return 0
+        return len(waiting) + sum(i not in results for i in range(self.started, len(self.calls)))
 
     def next_index(self) -> int | None:
-        """The index of the next call to hand out (one already answered is skipped), or None."""
+        """The index of the next call to hand out, or None.
+
+        A waiting call a person decided about comes first; then the calls not
+        yet handed out (one already answered is skipped).
+        """
+        for call_id in self.resumes:
+            return self.index(call_id)
         index, results = self.started, self.results
         while index in results:
             index += 1
         return index if index < len(self.calls) else None
+
+    def index(self, call_id: str) -> int:
+        """The index of the call ``call_id`` in the batch."""
+        return next(i for i, (found, _) in enumerate(self.calls) if found == call_id)
 
     def call(self, index: int) -> dict[str, Any]:
         """A fresh copy of call ``index``, as a ``call`` message."""
@@ -101,11 +121,14 @@ class Batch:
 
     def answer_rest(self, cut: bytes = _CUT_OFF) -> None:
         """Answer each call without a result ``cancelled``: ``cut`` if it ran, else not started."""
-        running = self.running
+        running, waiting = self.running, self.waiting
         for index, (call_id, _) in enumerate(self.calls):
             if index not in self.results:
-                self.answer(index, "cancelled", cut if call_id in running else _NOT_STARTED)
+                ran = call_id in running or call_id in waiting
+                self.answer(index, "cancelled", cut if ran else _NOT_STARTED)
         running.clear()
+        waiting.clear()
+        self.resumes.clear()
 
     def asked(self, reasons: object) -> tuple[PendingCall, ...]:
         """The calls ``{call_id: reason}`` asks a person about, in emission order; or a raise."""
@@ -157,12 +180,17 @@ class Batch:
 
 def check_decisions(
     pending: tuple[PendingCall, ...], decisions: object
-) -> tuple[tuple[str, Decision], ...]:
-    """A person's decisions, one per pending call in its order; else what is wrong, raised."""
-    ids = [call.call_id for call in pending]
+) -> tuple[tuple[DecisionKey, Decision], ...]:
+    """A person's decisions, one per pending call in its order; else what is wrong, raised.
+
+    Each is keyed by its pending call's ``key``: its id, or, for a child run's
+    call, its path of call ids (a tuple).
+    """
+    ids = [call.key for call in pending]
     if not isinstance(decisions, dict):
         raise TypeError(
-            "expected decisions to be a dict of call id -> approve() or deny(reason), "
+            "expected decisions to be a dict of call id (or a child's call's path, "
+            "PendingCall.key) -> approve() or deny(reason), "
             f"got {not_json(decisions).text:.80}"
         )
     missing = [call_id for call_id in ids if call_id not in decisions]
@@ -173,13 +201,13 @@ def check_decisions(
             + (f"; missing: {missing}" if missing else "")
             + (f"; not pending: {extra}" if extra else "")
         )
-    checked: list[tuple[str, Decision]] = []
+    checked: list[tuple[DecisionKey, Decision]] = []
     for call in pending:
         # Read once: what is checked is what is kept (a dict subclass may answer twice).
-        decision = decisions[call.call_id]
+        decision = decisions[call.key]
         if type(decision) is not Decision or decision.asks:
             raise TypeError(
-                f"expected the decision for call {call.call_id!r} to be approve() or "
+                f"expected the decision for call {call.key!r} to be approve() or "
                 f"deny(reason), got {not_json(decision).text:.80}"
             )
         # Made again, so the one rule of a Decision holds even for one changed after it was
@@ -187,10 +215,10 @@ def check_decisions(
         Decision(decision.allowed, decision.reason, decision.asks, decision.fingerprint)
         if decision.fingerprint not in (None, call.fingerprint):
             raise ValueError(
-                f"expected the decision for call {call.call_id!r} to be bound to that call or "
+                f"expected the decision for call {call.key!r} to be bound to that call or "
                 f"to none, got one that is bound to fingerprint "
                 f"{decision.fingerprint[:80]!r}, not to the pending call's "
                 f"{call.fingerprint!r}: {call.name}({call.arguments_json.decode()[:80]})"
             )
-        checked.append((call.call_id, decision))
+        checked.append((call.key, decision))
     return tuple(checked)

@@ -23,6 +23,7 @@ from agentloop._core.rows import (
     context,
     handoff,
     loopguard,
+    nested_approval,
     output,
     retry,
     review,
@@ -57,7 +58,17 @@ __all__ = [
 ]
 
 # Each feature's rows, in the order they are put together (Feature's order).
-_FEATURES: Final = (basic, output, loopguard, wrapup, context, retry, review, handoff)
+_FEATURES: Final = (
+    basic,
+    output,
+    loopguard,
+    wrapup,
+    context,
+    retry,
+    review,
+    handoff,
+    nested_approval,
+)
 if [module.FEATURE for module in _FEATURES] != list(Feature):
     raise TableError("expected one module of rows a feature, in Feature's order")
 

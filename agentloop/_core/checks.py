@@ -17,7 +17,7 @@ from agentloop._core.table import State
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from agentloop._core.approval import PendingCall
+    from agentloop._core.approval import DecisionKey, PendingCall
     from agentloop._core.state import RunState
 
 __all__ = ["answering", "checked_decisions", "checked_review", "refused"]
@@ -81,7 +81,7 @@ def _denial(answer: object) -> Decision | None:
     return Decision(False, decision.reason, False, decision.fingerprint)
 
 
-def checked_decisions(run: RunState, decisions: object) -> tuple[tuple[str, Decision], ...]:
+def checked_decisions(run: RunState, decisions: object) -> tuple[tuple[DecisionKey, Decision], ...]:
     """The decisions ``decided`` would keep, in pending order; raises if it would refuse."""
     if run.state is not State.AWAITING_APPROVAL or run.batch is None:
         taken = "; this batch's decisions were taken already" if run.batch else ""

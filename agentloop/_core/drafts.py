@@ -21,7 +21,7 @@ from agentloop._core.values import RecordedException
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from agentloop._core.approval import Decision, PendingCall
+    from agentloop._core.approval import Decision, DecisionKey, PendingCall
     from agentloop._core.context_policy import Summarise
     from agentloop._core.intake import Outcome, Reply
     from agentloop._core.requests import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
@@ -68,13 +68,13 @@ class Draft:
     appended: tuple[bytes, ...] = ()
     usage: Usage | None = None
     pending: tuple[PendingCall, ...] = ()
-    decisions: tuple[tuple[str, Decision], ...] = ()
+    decisions: tuple[tuple[DecisionKey, Decision], ...] = ()
     # What the report brought, for the effects.
     outcome: Outcome | None = None
     asked: tuple[PendingCall, ...] = ()
     denied: tuple[tuple[str, Decision], ...] = ()
     review: dict[str, object] | None = None
-    decisions_in: tuple[tuple[str, Decision], ...] = ()
+    decisions_in: tuple[tuple[DecisionKey, Decision], ...] = ()
     cut: bytes = _CUT_OFF
     # What came from outside with the report (the reply's or the content's JSON).
     input_json: bytes | None = None

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from agentloop._core.agents import Agents
-from agentloop._core.approval import Decision, PendingCall
+from agentloop._core.approval import Decision, DecisionKey, Decisions, PendingCall
 from agentloop._core.build import Row, Table, features_of, table_for
 from agentloop._core.checks import answering, checked_decisions, checked_review, refused
 from agentloop._core.context_policy import ContextPolicy, Summarise
@@ -33,16 +33,10 @@ from agentloop._core.intake import raised_outcome, take_outcome
 from agentloop._core.output_schema import OutputSchema
 from agentloop._core.retry_policy import RetryPolicy
 from agentloop._core.rows.context import summary_in_force
+from agentloop._core.rows.nested_approval import delegated, waits_draft
 from agentloop._core.rows.retry import ASK_POLICY, Ask, model_index
 from agentloop._core.state import RunState
-from agentloop._core.table import (
-    REPORTS,
-    TERMINAL,
-    Feature,
-    Report,
-    State,
-    Trigger,
-)
+from agentloop._core.table import REPORTS, TERMINAL, Feature, Report, State, Trigger
 from agentloop._core.values import (
     AskModel,
     AwaitApproval,
@@ -85,7 +79,7 @@ class Engine:
       ``replied(reply)`` or ``raised(exc)``;
     * ``Summarise``: call the context policy's summariser, reported the same way;
     * ``RunTool``: run ``need.call``, then report ``returned(outcome, call_id)``
-      or ``raised(exc, call_id)``;
+      or ``raised(exc, call_id)`` (or ``call_waits(pending, call_id)``: its child waits);
     * ``ReviewCalls``: review the batch's calls, then report ``reviewed(answers)``;
     * ``AwaitApproval``: a person decides the pending calls: ``decided(decisions)``;
     * ``Wait``: wait before a retry, then report ``waited()``;
@@ -93,23 +87,14 @@ class Engine:
 
     ``interrupted(exc)`` reports a ``BaseException`` anywhere in a step. Every
     report returns the transition it made (``reviewed``: ``None`` when nothing
-    is recorded). Until ``done``::
-
-        need = engine.next()
-        if isinstance(need, AskModel):
-            transition = engine.replied(model(need.history))   # or raised(exc)
-        elif isinstance(need, RunTool):
-            transition = engine.returned(tool(need.call))      # or raised(exc)
-        else:
-            transition = need                                  # made by the engine
-
-    Its public members are the driver protocol: ``next``, the reports, and
-    what a driver reads (``state``, ``done``, ``steps``, ``calls``,
-    ``usage``, ``budget``, ``context``, ``outstanding``, ``running``,
-    ``unstarted``, ``pending``, ``reviews``, ``run_id``, ``continues``,
-    ``conversation``, ``summary``, ``model_index``, ``agent``, ``history()``, ``events()``,
-    ``result()``). A report out of order raises ``InvalidStateError`` and
-    changes nothing. See the docs' "Writing a driver" page.
+    is recorded). Its public members are the driver protocol: ``next``, the
+    reports, and what a driver reads (``state``, ``done``, ``steps``,
+    ``calls``, ``usage``, ``budget``, ``context``, ``outstanding``,
+    ``running``, ``unstarted``, ``pending``, ``reviews``, ``run_id``,
+    ``continues``, ``conversation``, ``summary``, ``model_index``, ``agent``,
+    ``delegated``, ``history()``, ``events()``, ``result()``). A report out of
+    order raises ``InvalidStateError`` and changes nothing. See the docs'
+    "Writing a driver" page, whose loop a driver follows.
     """
 
     __slots__ = ("_bound", "_commit", "_run", "_table")
@@ -161,10 +146,10 @@ class Engine:
         """Consult ``table`` from now on."""
         self._table, self._bound = table, table.bound
 
-    def _turn_on(self, feature: Feature) -> None:
-        """Add ``feature``'s rows to the table consulted: a report only it takes came."""
-        if feature not in self._table.features:
-            self._use(table_for(self._table.features | {feature}))
+    def _turn_on(self, *features: Feature) -> None:
+        """Add ``features``' rows to the table consulted: a report only they take came."""
+        if not self._table.features.issuperset(features):
+            self._use(table_for(self._table.features | set(features)))
 
     # -- what drivers and callers read ----------------------------------------
 
@@ -391,8 +376,20 @@ class Engine:
         row = self._choose(Trigger.APPROVAL_ASKED, draft)
         return None if row.dest is None else run.commit(row, draft, self._commit)
 
-    def decided(self, decisions: Mapping[str, Decision]) -> Transition:
-        """A person decided every pending call: ``{call_id: approve() | deny(reason)}``.
+    def call_waits(
+        self, pending: tuple[PendingCall, ...], call_id: str | None = None
+    ) -> Transition:
+        """A running call's child run (an agent tool's) waits for a person on its ``pending``."""
+        run, draft = self._run, waits_draft(self._run, pending, call_id)
+        self._turn_on(Feature.NESTED_APPROVAL, Feature.REVIEW)  # the run may wait for a person
+        return run.commit(self._choose(Trigger.CALL_WAITS, draft), draft, self._commit)
+
+    def delegated(self, call_id: str) -> dict[DecisionKey, Decision] | None:
+        """The decisions about its child's calls a waiting call was handed out again with."""
+        return delegated(self._run, call_id)
+
+    def decided(self, decisions: Decisions) -> Transition:
+        """A person decided every pending call: ``{call.key: approve() | deny(reason)}``.
 
         A missing or extra id, a decision bound to another fingerprint, or
         anything that is not an ``approve``/``deny`` raises and changes nothing.

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core.approval import ask
+from agentloop._core.approval import Decision, DecisionKey, ask
 from agentloop._core.context_policy import FilterHistory, Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.json import exception_content
@@ -255,10 +255,14 @@ def feed(
         if event.usage is not None:  # an agent tool's: its child run's tokens
             outcome["usage"] = event.usage._asdict()
         return engine.returned(outcome, event.call_id)
+    if trigger is Trigger.CALL_WAITS:  # the child's pending calls, as its run listed them
+        call_id = event.call_id or ""
+        own = tuple(p._replace(path=p.path[1:]) for p in event.pending if p.path[:1] == (call_id,))
+        return engine.call_waits(own, call_id)
     try:
         if trigger is Trigger.APPROVAL_ASKED:
             return asked(engine, event)
-        return engine.decided(dict(event.decisions))
+        return engine.decided(dict[DecisionKey, Decision](event.decisions))
     except (TypeError, ValueError) as refused:
         raise Mismatch(where, "a report the engine takes", str(refused)) from None
 
@@ -301,7 +305,7 @@ def asked(engine: Engine, event: Transition) -> Transition:
     The review's other answers were not recorded (they moved nothing): the
     dispatcher asks those calls' policies again when they run.
     """
-    answers: dict[str, object] = dict(event.decisions)
+    answers: dict[str, object] = {key: d for key, d in event.decisions if type(key) is str}
     answers.update({call.call_id: ask(call.reason) for call in event.pending})
     made = engine.reviewed(answers)
     if made is None:

@@ -24,6 +24,7 @@ from agentloop._core.output_schema import OutputSchema
 from agentloop._core.retry_policy import checked_retry
 from agentloop._core.rows.context import init_context, rebuild_context
 from agentloop._core.rows.handoff import agent_in_force, team_view
+from agentloop._core.rows.nested_approval import still_waiting
 from agentloop._core.rows.review import approvals
 from agentloop._core.rows.wrapup import WRAP_UP_BEGUN
 from agentloop._core.table import MODEL_ANSWERS, TERMINAL, Guard, State, Trigger
@@ -50,6 +51,7 @@ _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _SUMMARISE: Final = Trigger.SUMMARISE
 _REPLIED: Final = Trigger.MODEL_REPLIED
 _new: Final = tuple.__new__
+_WAITS: Final = Trigger.CALL_WAITS
 
 
 class RunState:
@@ -343,7 +345,9 @@ class RunState:
             self.reserved.update(call_id for call_id, _ in batch.calls)
             accepted = max(i for i, row in enumerate(rows) if row.source is State.VALIDATING)
             since = range(accepted + 1, count)
-            answered = {log.named_call(i) for i in since} | {
+            # Calls whose child waits, with no result.
+            batch.waiting = waits = still_waiting(self.events[accepted + 1 :])
+            answered = {log.named_call(i) for i in since if rows[i].trigger is not _WAITS} | {
                 call_id
                 for i in since
                 for call_id, decision in log.field(i, "decisions")
@@ -351,7 +355,11 @@ class RunState:
             }
             ids = [call_id for call_id, _ in batch.calls]
             batch.results = {i: r for i, r in batch.results.items() if ids[i] in answered}
-            batch.running = {ids[i]: i for i in range(batch.started) if ids[i] not in answered}
+            batch.running = {
+                ids[i]: i
+                for i in range(batch.started)
+                if ids[i] not in answered and ids[i] not in waits
+            }
             self.outstanding = _START_TOOL if batch.running else None
             # Handed out and in no event yet: the next event records them.
             recorded = {call_id for i in since for call_id in log.started_calls(i)}

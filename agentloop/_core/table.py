@@ -4,12 +4,12 @@ Rule 1 (after h11): everything that decides a run's states and transitions is
 the table's. Its rows are written by feature, each in a module of its own
 beside the guards and effects they name (``rows/basic.py``, ``output.py``,
 ``loopguard.py``, ``wrapup.py``, ``context.py``, ``retry.py``,
-``review.py``, ``handoff.py``). A row names the functions of its guard and effects
-themselves (``"conditions": [calls_exhausted]``), one go-to-definition from
-the row; each is registered against its member, the name the record keeps
+``review.py``, ``handoff.py``, ``nested_approval.py``). A row names the
+functions of its guard and effects themselves
+(``"conditions": [calls_exhausted]``), one go-to-definition from the row;
+each is registered against its member, the name the record keeps
 (``@guard(Guard.CALLS_EXHAUSTED)``), in the module of its feature. The few
-rules that are
-not rows (what the engine fires itself, which reports answer which request,
+rules that are not rows (what the engine fires itself, which reports answer which request,
 what a driver's report means) are small tables at the end of this file. The
 whole table is listed, row by row, in ``docs/concepts.md``.
 
@@ -109,6 +109,19 @@ left out and the run is the same (a property test runs both side by side):
   ``FilterHistory`` (cancellation checked first); ``handed_off`` keeps the
   view the filter answered on its event (a replay feeds it back), which the
   next agent's requests start from (``keep_view``);
+* a child run that waits (agents as tools, ``Loop.as_tool``; on once a
+  driver reports ``call_waits``, with review's rows): a running call whose
+  child run stops for a person has no outcome yet; its child's pending calls
+  are kept under the call's id (``keep_wait``, ``PendingCall.path``). The
+  batch hands out no new call while a wait is undecided; once no call of it
+  runs (``call_waits`` alone, or ``tool_returned [waits_kept]`` for the last
+  sibling) the run waits in ``awaiting_approval`` with every child's calls
+  pending (``hold_waiting``). The decisions are keyed by path; each waiting
+  call is handed out again first (``start_tool [call_resumes]``) with its
+  child's decisions (``engine.delegated``); a child's denial answers the
+  child's call, never this run's. Cancellation keeps its rows: the waiting
+  call is answered ``cancelled``, and the driver ends the waiting child
+  ``cancelled`` too;
 * a context policy, retries and fallback models, and review: below and above.
 
 Put together, a feature's row that joins a group of the basic rows goes just

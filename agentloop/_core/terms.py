@@ -96,6 +96,9 @@ class Trigger(enum.StrEnum):
     FILTER_RAISED = "filter_raised"
     #: (driver) The run was interrupted while the handoff's filter worked.
     FILTER_INTERRUPTED = "filter_interrupted"
+    #: (driver) A running call's child run (an agent tool's) waits for a person's decisions:
+    #: the call has no outcome yet, and its child's pending calls are pending here too.
+    CALL_WAITS = "call_waits"
 
 
 class Guard(enum.StrEnum):
@@ -179,6 +182,13 @@ class Guard(enum.StrEnum):
     HANDOFFS_ONLY = "handoffs_only"
     #: Some call of the batch, beside others, is to a handoff of the agent in force.
     HANDOFF_IN_BATCH = "handoff_in_batch"
+    # -- agents as tools (``Loop.as_tool``): a child run that waits for a person
+    #: A call of the batch besides the one reported is still running.
+    CALLS_RUNNING = "calls_running"
+    #: A call of the batch waits on its child, and no call besides the one reported runs.
+    WAITS_KEPT = "waits_kept"
+    #: The call in hand waited on its child, and a person decided its child's pending calls.
+    CALL_RESUMES = "call_resumes"
 
 
 class Effect(enum.StrEnum):
@@ -287,6 +297,16 @@ class Effect(enum.StrEnum):
     KEEP_VIEW = "keep_view"
     #: Answer the handoff call ``error``: its filter failed; the agent does not change.
     ANSWER_HANDOFF_FAILED = "answer_handoff_failed"
+    # -- agents as tools
+    #: Keep the reported call waiting on its child: its child's pending calls, each under
+    #: the call's id (``PendingCall.path``); the event lists them. No call is handed out
+    #: while a wait is kept.
+    KEEP_WAIT = "keep_wait"
+    #: The run waits for a person: ``pending`` lists every waiting call's child's pending calls.
+    HOLD_WAITING = "hold_waiting"
+    #: The waiting call in hand is handed to the driver again (``RunTool``), its child's
+    #: decisions with it (``engine.delegated``), before any call not yet handed out.
+    RESUME_CALL = "resume_call"
 
 
 class Feature(enum.StrEnum):
@@ -314,3 +334,5 @@ class Feature(enum.StrEnum):
     REVIEW = "review"
     #: Handoffs: a team of agents (``Loop(handoffs=...)``), one in force at a time.
     HANDOFF = "handoff"
+    #: Agents as tools (``Loop.as_tool``): a call that waits on its child run's person.
+    NESTED_APPROVAL = "nested_approval"

@@ -21,7 +21,7 @@ import orjson
 from typing_extensions import TypeVar
 
 from agentloop._core.agents import Agents
-from agentloop._core.approval import Decision, PendingCall
+from agentloop._core.approval import Decision, DecisionKey, PendingCall
 from agentloop._core.cancel import CancelToken
 from agentloop._core.children import Children
 from agentloop._core.context_policy import ContextPolicy, Seen
@@ -225,7 +225,7 @@ class Transition(NamedTuple):
     #: The calls a policy asked about (on ``approval_asked`` only).
     pending: tuple[PendingCall, ...] = ()
     #: A person's decision for each of them, by call id (on ``approval_decided`` only).
-    decisions: tuple[tuple[str, Decision], ...] = ()
+    decisions: tuple[tuple[DecisionKey, Decision], ...] = ()
     #: The ids of the calls handed out to run since the transition before this one.
     started: tuple[str, ...] = ()
     #: What came from outside with this report, as JSON: the model's reply (on
@@ -363,7 +363,7 @@ class RunResult(NamedTuple, Generic[OutputT]):
         if status == "finished":
             return self.output  # type: ignore[return-value]  # a finished run's is its O
         if status == "awaiting_approval":
-            ids = [call.call_id for call in self.pending]
+            ids = [call.key for call in self.pending]
             why = f": calls {ids} await a decision (decide them, then finish the run)"
         elif self.reason is not None or self.error is not None:
             why = f": {self.reason or self.error}"

@@ -32,7 +32,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from logging import DEBUG
 from typing import Any
 
-from agentloop._core.approval import Decision
+from agentloop._core.approval import Decisions
 from agentloop._core.context_policy import Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.json import exception_said
@@ -58,6 +58,7 @@ from agentloop._drivers.callbacks import (
     unless_cancelled,
     within,
 )
+from agentloop._drivers.child_waits import end_waiting
 from agentloop._drivers.concurrent import ConcurrentBatch
 from agentloop._drivers.delegation import HeardNested, Nested, listening
 from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
@@ -94,9 +95,7 @@ class AsyncRun(RunView[OutputT]):
         self._review = review
         if review is not None:
             engine.reviews = True
-        self._cancel = cancel
-        self._model_timeout = model_timeout
-        self._to_thread = to_thread
+        self._cancel, self._model_timeout, self._to_thread = cancel, model_timeout, to_thread
         # The running calls of a batch (max_concurrency > 1), by id, in start order.
         self._batch = (
             ConcurrentBatch(engine, cancel, max_concurrency) if max_concurrency > 1 else None
@@ -111,7 +110,8 @@ class AsyncRun(RunView[OutputT]):
         # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
         self._asked_at: float | None = None
         scope = scope or CallScope(engine, None, None, cancel)  # each call's: its deps, ids
-        self.children = scope.children  # an agent tool's child runs' results, by call id
+        # Its agent tools' child runs' results, and the children that wait, by call id.
+        self.children, self._waiting = scope.children, scope.waiting
         self._dispatch = ain_context(dispatch, self._delta_listeners, scope)
 
     def subscribe(self, listener: Listener) -> None:
@@ -150,14 +150,12 @@ class AsyncRun(RunView[OutputT]):
             raise self._awaiting()
         return transition
 
-    async def adecide(self, decisions: dict[str, Decision]) -> Transition:
+    async def adecide(self, decisions: Decisions) -> Transition:
         """``Run.decide`` under asyncio: decide every pending call, then ``afinish()`` goes on."""
-        transition = await self._step(decisions)
-        assert transition is not None, "a decision is a transition"
-        return transition
+        return await self._step(decisions)  # type: ignore[return-value]  # a decision is one
 
     async def _step(
-        self, decisions: dict[str, Decision] | None = None, *, until_done: bool = False
+        self, decisions: Decisions | None = None, *, until_done: bool = False
     ) -> Transition | None:
         """``_transitions``, its deltas dropped where they are read; the last transition."""
         made: list[Transition] = []
@@ -168,7 +166,7 @@ class AsyncRun(RunView[OutputT]):
     async def _transitions(
         self,
         made: list[Transition],
-        decisions: dict[str, Decision] | None = None,
+        decisions: Decisions | None = None,
         *,
         until_done: bool = False,
         hand_on: bool = False,
@@ -264,6 +262,8 @@ class AsyncRun(RunView[OutputT]):
                     pass
                 if self._unclosed is not None:  # interrupted before its reply was told
                     await self._close_unclosed()
+                if self._waiting and engine.done:  # ended while a child waited
+                    end_waiting(self.children, self._waiting)
 
     async def _perform(self, need: Request) -> object:
         """Await what the engine asked: the model, a tool (unless cancelled), the policies.

@@ -22,6 +22,7 @@ from agentloop._drivers.callbacks import (
     ended_by_token,
     unless_cancelled,
 )
+from agentloop._drivers.child_waits import Waiting
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -131,7 +132,10 @@ class ConcurrentBatch:
             raise asyncio.CancelledError(f"the tool of call {call_id!r} was cancelled")
         error = task.exception()
         if error is None:
-            return engine.returned(task.result(), call_id)
+            outcome = task.result()
+            if type(outcome) is Waiting:  # an agent tool's child run waits for a person
+                return engine.call_waits(outcome.pending, call_id)
+            return engine.returned(outcome, call_id)
         if isinstance(error, Exception):
             return engine.raised(error, call_id)
         raise error  # KeyboardInterrupt and the like end the run

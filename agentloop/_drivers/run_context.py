@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 import attrs
 
 from agentloop._core.values import Budget, CancelToken, Usage
+from agentloop._drivers.child_waits import WaitingChild
 from agentloop._drivers.progress import Reporter, checked_report, hear, logged
 
 if TYPE_CHECKING:
@@ -52,6 +53,30 @@ __all__ = [
 Deps = TypeVar("Deps", covariant=True)
 
 
+class CallScope:
+    """What a driver's runs give each call's context: the engine, deps, run id and token.
+
+    ``children``: where the results of its agent tools' child runs go, by call
+    id (the run's own dict, which its result reads); ``waiting``: the child
+    runs that wait for a person, by call id (the driver ends them cancelled if
+    the run ends first). Defined before ``RunContext``, whose ``__init__`` names
+    it: attrs makes that in this module's names as they stand then.
+    """
+
+    __slots__ = ("cancel", "children", "deps", "engine", "run_id", "waiting")
+
+    def __init__(
+        self, engine: Engine, deps: object, run_id: str | None, cancel: CancelToken | None
+    ) -> None:
+        self.engine, self.deps, self.run_id, self.cancel = engine, deps, run_id, cancel
+        self.children: dict[str, Any] = {}
+        self.waiting: dict[str, WaitingChild] = {}
+
+    def handed(self, call: dict[str, Any], reporter: Reporter | None = None) -> Handed:
+        """``call``, handed out by the engine now: its context as the engine stands now."""
+        return Handed(self, call, reporter)
+
+
 @attrs.frozen(kw_only=True)
 class RunContext(Generic[Deps]):
     """The run and the call a tool handler (or a policy) serves; annotate a parameter with it.
@@ -78,8 +103,9 @@ class RunContext(Generic[Deps]):
     budget: Budget | None = None
     cancel: CancelToken | None = None
     _reporter: Reporter | None = attrs.field(default=None, repr=False, eq=False)
-    # Where an agent tool's child run's result goes: the run's ``children``, by call id.
-    _children: dict[str, Any] | None = attrs.field(default=None, repr=False, eq=False)
+    # The run's calls' scope: where an agent tool's child run's result goes (``children``)
+    # and its waiting child (``waiting``), and the engine that holds its decisions.
+    _scope: CallScope | None = attrs.field(default=None, repr=False, eq=False)
 
     def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
@@ -142,7 +168,7 @@ class Handed:
                 budget=scope.engine.budget,
                 cancel=scope.cancel,
                 reporter=self.reporter,
-                children=scope.children,
+                scope=scope,
             )
         return made
 
@@ -219,26 +245,6 @@ def key_of(run_id: str | None, call_id: str) -> str | None:
     if run_id is None:
         return None
     return f"{run_id}:{call_id.replace('%', '%25').replace(':', '%3A')}"
-
-
-class CallScope:
-    """What a driver's runs give each call's context: the engine, deps, run id and token.
-
-    ``children``: where the results of its agent tools' child runs go, by call
-    id (the run's own dict, which its result reads).
-    """
-
-    __slots__ = ("cancel", "children", "deps", "engine", "run_id")
-
-    def __init__(
-        self, engine: Engine, deps: object, run_id: str | None, cancel: CancelToken | None
-    ) -> None:
-        self.engine, self.deps, self.run_id, self.cancel = engine, deps, run_id, cancel
-        self.children: dict[str, Any] = {}
-
-    def handed(self, call: dict[str, Any], reporter: Reporter | None = None) -> Handed:
-        """``call``, handed out by the engine now: its context as the engine stands now."""
-        return Handed(self, call, reporter)
 
 
 def in_context(

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterator
 from logging import DEBUG
 from typing import Any
 
-from agentloop._core.approval import Decision
+from agentloop._core.approval import Decisions
 from agentloop._core.context_policy import FilterHistory, Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.json import exception_said
@@ -30,6 +30,7 @@ from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import AskModel, OutputT, RunResult, RunTool, Transition, Wait
 from agentloop._drivers.awaiter import Awaiter
 from agentloop._drivers.callbacks import Listener, Model, TokenCancelled, given_history, is_async
+from agentloop._drivers.child_waits import end_waiting
 from agentloop._drivers.delegation import HeardNested, Nested, listening
 from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import ToolProgress
@@ -76,7 +77,8 @@ class Run(RunView[OutputT]):
         self._asked_at: float | None = None
         # Each call runs in its context (scope: its deps and ids), its progress heard.
         scope = scope or CallScope(engine, None, None, self._awaiter.cancel)
-        self.children = scope.children  # an agent tool's child runs' results, by call id
+        # Its agent tools' child runs' results, and the children that wait, by call id.
+        self.children, self._waiting = scope.children, scope.waiting
         self._dispatch = in_context(dispatch, self._delta_listeners, scope)
 
     def subscribe(self, listener: Listener) -> None:
@@ -122,7 +124,7 @@ class Run(RunView[OutputT]):
             raise self._awaiting()
         return made
 
-    def decide(self, decisions: dict[str, Decision]) -> Transition:
+    def decide(self, decisions: Decisions) -> Transition:
         """Decide every pending call: ``{call_id: approve() | deny(reason)}``; see ``pending``.
 
         A missing or extra id, a decision bound to another call's fingerprint,
@@ -133,7 +135,7 @@ class Run(RunView[OutputT]):
 
     def _transitions(
         self,
-        decisions: dict[str, Decision] | None = None,
+        decisions: Decisions | None = None,
         *,
         until_done: bool = False,
         hand_on: bool = False,
@@ -196,6 +198,8 @@ class Run(RunView[OutputT]):
                 except RuntimeError:  # pragma: no cover - never taken: interrupted at once
                     pass
                 self._close_unclosed()  # interrupted between a reply and its taking
+                if self._waiting and self._engine.done:  # ended while a child waited
+                    end_waiting(self.children, self._waiting)
                 if self._awaiter.open and self._engine.done:
                     self._awaiter.close()  # the run is over: so is its event loop
 

@@ -42,6 +42,7 @@ from agentloop._core.values import (
     Wait,
 )
 from agentloop._drivers.callbacks import TokenCancelled, ended_by_token
+from agentloop._drivers.child_waits import Waiting, WaitingChild, end_waiting
 from agentloop._drivers.streams import current_while_read
 from agentloop._errors import InvalidStateError
 
@@ -142,7 +143,11 @@ def one_transition(
             return ended_by_token(engine, exc)
         except Exception as exc:  # noqa: BLE001 - the engine says what it means
             return engine.raised(exc, call_id)
-        return engine.replied(answer) if call_id is None else engine.returned(answer, call_id)
+        if call_id is None:
+            return engine.replied(answer)
+        if type(answer) is Waiting:  # an agent tool's child run waits for a person
+            return engine.call_waits(answer.pending, call_id)
+        return engine.returned(answer, call_id)
 
 
 class Streaming:
@@ -273,8 +278,10 @@ class RunView(Generic[OutputT]):
         self._unclosed: Any = None
         # What the pump enters around each request: the tracing listeners' (``_following``).
         self._around: Around | None = None
-        # The results of the child runs its agent tools ran (Loop.as_tool), by call id.
+        # The results of the child runs its agent tools ran (Loop.as_tool), by call id, and
+        # those of the children that wait for a person (their calls wait on them).
         self.children: dict[str, RunResult[Any]] = {}
+        self._waiting: dict[str, WaitingChild] = {}
 
     def __repr__(self) -> str:
         name = type(self).__name__
@@ -359,6 +366,16 @@ class RunView(Generic[OutputT]):
         )
         return follower
 
+    def _end_cancelled(self) -> RunResult[OutputT]:
+        """End a child run that waits for a person, whose parent ended: ``cancelled`` too.
+
+        Its own waiting children end first (``end_waiting``); its listeners hear its end.
+        """
+        end_waiting(self.children, self._waiting)
+        ended = TokenCancelled("its parent run ended while it waited for a person")
+        self._notify_interrupted(self._interrupted(ended))
+        return self.result()
+
     def _interrupted(self, exc: BaseException) -> Transition | None:
         """``engine.interrupted``, keeping the text a streaming reply had delivered, if any."""
         partial, self._partial = self._partial, None
@@ -379,11 +396,11 @@ class RunView(Generic[OutputT]):
 
     def _awaiting(self) -> InvalidStateError:
         """A step of a run that waits for a person is refused: it needs ``decide`` first."""
-        ids = [call.call_id for call in self._engine.pending]
+        ids = [call.key for call in self._engine.pending]
         decide = "await run.adecide" if hasattr(self, "adecide") else "run.decide"
         return InvalidStateError(
-            f"the run is awaiting approval of calls {ids}: call {decide}({{call_id: "
-            "approve() | deny(reason)}) first (run.pending lists them)",
+            f"the run is awaiting approval of calls {ids}: call {decide}({{key: "
+            "approve() | deny(reason)}) first (run.pending lists them, each with its key)",
             state=self.state,
         )
 

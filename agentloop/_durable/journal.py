@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import orjson
 
+from agentloop._core.approval import key_text
 from agentloop._core.table import TERMINAL, Trigger
 from agentloop._core.values import Budget
 from agentloop._durable.protocol import (
@@ -196,11 +197,11 @@ def record_of(transition: Transition) -> tuple[str, str | None]:
     if trigger is Trigger.APPROVAL_ASKED:  # by the first call a person is asked about, else denied
         if transition.pending:
             return ASKED, transition.pending[0].call_id
-        return ASKED, transition.decisions[0][0] if transition.decisions else None
+        return ASKED, key_text(transition.decisions[0][0]) if transition.decisions else None
     if trigger is Trigger.HANDED_OFF or trigger is Trigger.FILTER_RAISED:
         return HANDOFF, transition.call_id  # what a handoff's filter answered, by the call
     if trigger is Trigger.APPROVAL_DECIDED:
-        return DECISION, transition.decisions[0][0] if transition.decisions else None
+        return DECISION, key_text(transition.decisions[0][0]) if transition.decisions else None
     return REPLY, str(transition.steps)  # the model replied or raised, at this step
 
 

@@ -16,7 +16,12 @@ driven as its parent is (synchronously, or under asyncio) under the parent's
   ``error`` naming the child's status and why (``ChildRunEnded``);
 * its deltas, progress and transitions reach the parent's delta listeners as
   ``Nested((call_id, ...), item)``;
-* its result is kept on the parent's, in ``children``, by call id.
+* its result is kept on the parent's, in ``children``, by call id;
+* a child that stops for a person makes its call wait (``Waiting``): its
+  pending calls are pending in the parent, under the call's id, and the
+  parent waits too. Decided there (``PendingCall.key``), the call is handed
+  out again with its child's decisions (``engine.delegated``), and the child
+  goes on from its waiting result (``_waiting_child``), which answers the call.
 
 A child is not recorded: a Loop with a ledger can neither be an agent tool
 nor have one (``refuse_durable``), so that nothing could run twice after a crash.
@@ -32,24 +37,27 @@ import orjson
 from agentloop._core.engine import Engine
 from agentloop._core.json import exception_content
 from agentloop._core.table import State
+from agentloop._core.values import CancelToken
 from agentloop._drivers.callbacks import TokenCancelled
+from agentloop._drivers.child_waits import Waiting
 from agentloop._drivers.delegation import Nested
 from agentloop._drivers.run_context import NO_RUN, RunContext, current_context
 from agentloop._loop.deps import for_run
-from agentloop._loop.engines import check_ready, plain_engine
+from agentloop._loop.engines import check_ready, make_resilient, plain_engine
 from agentloop._loop.running import async_run, sync_run
 from agentloop._loop.settings import run_input
+from agentloop._review.runstory import reopen
 from agentloop._tools.output_type import output_schema
 from agentloop._tools.registry import ToolRegistry
 from agentloop._tools.results import Answered, returned
 from agentloop._tools.tool import Tool
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Mapping
 
-    from agentloop._core.approval import Policy
+    from agentloop._core.approval import Decisions, Policy
     from agentloop._core.output_schema import OutputSchema
-    from agentloop._core.values import CancelToken, RunResult
+    from agentloop._core.values import RunResult
     from agentloop._drivers.progress import Reporter
     from agentloop._drivers.transition import RunView
     from agentloop._loop.loop import Loop
@@ -57,6 +65,7 @@ if TYPE_CHECKING:
 __all__ = ["AgentTool", "AsTool", "ChildRunEnded", "durable_ledger", "refuse_durable"]
 
 _L = TypeVar("_L")
+_NO_CHILDREN: Final[dict[str, Any]] = {}
 
 #: The arguments of an agent tool: the text the child run starts from.
 INPUT_SCHEMA: Final = {
@@ -137,12 +146,14 @@ class AgentTool(Tool):
             return self._arun(input, ctx)  # type: ignore[arg-type]  # a run's, with a reporter
         child = self.loop
         registry = child._sync_driver("an asyncio parent (loop.arun)", awaits=True)
-        engine, cancel, deps = self._engine(input, ctx)
-        run = sync_run(child, engine, registry, cancel, deps)
+        engine, cancel, deps, children, decisions = self._child(input, ctx)
+        run = sync_run(child, engine, registry, cancel, deps, children)
         if reporter is not None:
             run.subscribe(_forwarding(reporter))
             run.subscribe_deltas(_forwarding(reporter))
         try:
+            if decisions is not None:
+                run.decide(decisions)
             return self._answer(run.finish(), ctx)
         finally:
             _kept(run, ctx)
@@ -162,24 +173,28 @@ class AgentTool(Tool):
 
     async def _arun(self, input: str, ctx: RunContext[Any]) -> Answered:
         """The child, run under asyncio as its parent is."""
-        engine, cancel, deps = self._engine(input, ctx)
-        run = async_run(self.loop, engine, cancel, deps)
+        engine, cancel, deps, children, decisions = self._child(input, ctx)
+        run = async_run(self.loop, engine, cancel, deps, children)
         reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # under asyncio: one
         run.subscribe(_forwarding(reporter))
         run.subscribe_deltas(_forwarding(reporter))
         try:
+            if decisions is not None:
+                await run.adecide(decisions)
             return self._answer(await run.afinish(), ctx)
         finally:  # interrupted too (the parent's task cancelled while the child ran)
             _kept(run, ctx)
 
-    def _engine(
+    def _child(
         self, input: str, ctx: RunContext[Any] | None
-    ) -> tuple[Engine, CancelToken | None, object]:
-        """The child's engine, token and deps: its Loop's budget, within the parent's tokens.
+    ) -> tuple[Engine, CancelToken | None, object, Mapping[str, Any], Decisions | None]:
+        """What the call's child run is driven from: a fresh engine, or the waiting child's.
 
-        The child is given the parent's deps (or ``deps(ctx)``'s) and token
-        (``for_run`` checks the deps against the child's tools, and makes a
-        token if there is none).
+        With its token, deps, the results of its own children so far, and the
+        decisions to take first (``None``: a fresh child decides nothing). A
+        call handed out again after its child waited (``engine.delegated``
+        holds the decisions a person took) goes on from that child
+        (``_waiting_child``); any other starts one (``_engine``).
         """
         child = self.loop
         check_ready(child)
@@ -187,14 +202,45 @@ class AgentTool(Tool):
         if self._deps is not None:
             deps = self._deps(NO_RUN if ctx is None else ctx)
         cancel = for_run(child, deps, cancel)
+        scope = None if ctx is None else ctx._scope
+        if scope is not None and ctx is not None and ctx.call_id is not None:
+            decisions = scope.engine.delegated(ctx.call_id)
+            if decisions is not None:
+                scope.waiting.pop(ctx.call_id, None)  # its live run, which waited: gone on from
+                waiting = self._waiting_child(scope.children[ctx.call_id], cancel)
+                return waiting, cancel, deps, scope.children[ctx.call_id].children, decisions
+        return self._engine(input, ctx, cancel), cancel, deps, _NO_CHILDREN, None
+
+    def _waiting_child(self, waiting: RunResult[Any], cancel: CancelToken | None) -> Engine:
+        """The engine of the child whose result ``waiting`` awaits approval, to go on with.
+
+        The hook a durable child replaces: in memory, its events are replayed
+        into a fresh engine (its budget the one it started with) that watches
+        ``cancel``, the parent's token, through a token of its own.
+        """
+        token = CancelToken()
+        engine = make_resilient(self.loop, reopen(waiting, token, self.loop.output))
+        if cancel is not None:
+            cancel.on_cancel(token.cancel)
+        return engine
+
+    def _engine(
+        self, input: str, ctx: RunContext[Any] | None, cancel: CancelToken | None
+    ) -> Engine:
+        """A fresh child's engine: its Loop's budget, within the parent's tokens.
+
+        The child is given the parent's deps (or ``deps(ctx)``'s) and token
+        (``for_run`` checks the deps against the child's tools, and makes a
+        token if there is none).
+        """
+        child = self.loop
         budget = child.budget
         limit = None if ctx is None or ctx.budget is None else ctx.budget.max_total_tokens
         if ctx is not None and limit is not None:
             left = max(0, limit - ctx.usage.total)  # spent when this call was handed out
             if budget.max_total_tokens is None or left < budget.max_total_tokens:
                 budget = attrs.evolve(budget, max_total_tokens=left)
-        engine = plain_engine(child, run_input(child.system, input), cancel, budget=budget)
-        return engine, cancel, deps
+        return plain_engine(child, run_input(child.system, input), cancel, budget=budget)
 
     def _answer(self, result: RunResult[Any], ctx: RunContext[Any] | None) -> Answered:
         """The parent's call's outcome: the child's output, or an error saying how it ended.
@@ -205,6 +251,8 @@ class AgentTool(Tool):
         status = result.status
         if status is State.CANCELLED and ctx is not None and ctx.cancel and ctx.cancel.cancelled:
             raise TokenCancelled(f"agent {self.name!r}: its run was cancelled with its parent's")
+        if status is State.AWAITING_APPROVAL:  # the call waits: its child's calls are pending
+            return Answered(Waiting(result.pending))
         if status is State.FINISHED:
             outcome = returned(self.name, result.output)
         else:
@@ -266,10 +314,17 @@ class AsTool:
 
 
 def _kept(run: RunView[Any], ctx: RunContext[Any] | None) -> None:
-    """The child's result, once it ended (however) or waits, kept on the parent's by call id."""
-    ended = run.done or run.state is State.AWAITING_APPROVAL
-    if ended and ctx is not None and ctx._children is not None and ctx.call_id is not None:
-        ctx._children[ctx.call_id] = run.result()
+    """The child's result, once it ended (however) or waits, kept on the parent's by call id.
+
+    A child that waits is kept live too, for the parent's driver to end it
+    cancelled if the parent ends first (``end_waiting``).
+    """
+    waits = run.state is State.AWAITING_APPROVAL
+    scope = None if ctx is None else ctx._scope
+    if (run.done or waits) and scope is not None and ctx is not None and ctx.call_id is not None:
+        scope.children[ctx.call_id] = run.result()
+        if waits:
+            scope.waiting[ctx.call_id] = run
 
 
 def _forwarding(reporter: Reporter) -> Any:

@@ -24,6 +24,7 @@ import orjson
 
 from agentloop._core.engine import Engine
 from agentloop._core.replay import Mismatch, models_named, replay
+from agentloop._core.rows.nested_approval import waiting_at
 from agentloop._core.table import State
 from agentloop._core.values import CancelToken, RunResult, require_result
 from agentloop._drivers.transition import RunView
@@ -96,11 +97,12 @@ def forked(
                 f"(max_steps={budget.max_steps}, max_calls={budget.max_calls}): "
                 f"{exc.where}: expected {exc.expected}, got {exc.found}"
             ) from None
-        if engine.running:
+        running = [*engine.running, *waiting_at(engine.state, events[:at])]
+        if running:
             raise ValueError(
                 f"expected a fork to start where no call is running, got at={at}, where calls "
-                f"{list(engine.running)} of a batch are running: fork before its calls start "
-                "or after they return"
+                f"{running} of a batch are running (or wait on their child runs): fork before "
+                "its calls start or after they return"
             )
         return engine
 

@@ -14,7 +14,7 @@ from typing import Any, Generic, overload
 
 from typing_extensions import TypeVar, Unpack
 
-from agentloop._core.approval import Decision
+from agentloop._core.approval import Decisions
 from agentloop._core.context_policy import ContextPolicy
 from agentloop._core.output_schema import OutputSchema
 from agentloop._core.retry_policy import RetryPolicy
@@ -31,7 +31,7 @@ from agentloop._loop.deps import checked_deps_type
 from agentloop._loop.engines import continued_engine, forked_engine, resumed_engine
 from agentloop._loop.fallback import Fallback
 from agentloop._loop.owner import Owner
-from agentloop._loop.running import async_run, sync_run
+from agentloop._loop.running import async_run, children_of, sync_run
 from agentloop._loop.settings import (
     DEFAULT,
     AnyOptions,
@@ -289,7 +289,7 @@ class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, Dep
         *,
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
-        decisions: dict[str, Decision] | None = None,
+        decisions: Decisions | None = None,
     ) -> RunResult[OutputT]:
         """Continue a run to its end: the recorded run ``run`` (an id), or a saved result.
 
@@ -308,7 +308,7 @@ class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, Dep
         if engine.done:
             return read_ended(engine, run, decisions)
         with released_on_error(engine):
-            live = sync_run(self, engine, registry, token, deps)
+            live = sync_run(self, engine, registry, token, deps, children_of(run))
             if decisions is not None:
                 live.decide(decisions)
             return live.finish()
@@ -433,14 +433,14 @@ class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, Dep
         *,
         cancel: CancelToken | None = None,
         deps: DepsT | None = None,
-        decisions: dict[str, Decision] | None = None,
+        decisions: Decisions | None = None,
     ) -> RunResult[OutputT]:
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
         engine, token = resumed_engine(self, "aresume", run, cancel, deps)
         if engine.done:
             return read_ended(engine, run, decisions)
         with released_on_error(engine):
-            live = async_run(self, engine, token, deps)
+            live = async_run(self, engine, token, deps, children_of(run))
             if decisions is not None:
                 await live.adecide(decisions)
             return await live.afinish()

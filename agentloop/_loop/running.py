@@ -7,33 +7,42 @@ policies, listeners and timeouts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final
 
+import orjson
 from typing_extensions import TypeVar
 
 from agentloop._core.agents import with_filters
+from agentloop._core.children import Children
+from agentloop._core.output_schema import OutputSchema
+from agentloop._core.table import State
+from agentloop._core.values import CancelToken, RunResult
 from agentloop._drivers.asyncio import AsyncRun
 from agentloop._drivers.awaiter import Awaiter, awaiting
-from agentloop._drivers.callbacks import is_async
+from agentloop._drivers.callbacks import TokenCancelled, is_async
+from agentloop._drivers.child_waits import WaitingChild, end_waiting
 from agentloop._drivers.run_context import CallScope, ain_context_reviews, in_context_reviews
 from agentloop._drivers.sync import Run
 from agentloop._durable import recording
 from agentloop._loop.fallback import per_run
 from agentloop._loop.settings import async_policies
 from agentloop._loop.team import filters_of, team_dispatch, team_model, team_of
+from agentloop._review.runstory import reopen
 from agentloop._tools.registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from agentloop._core.engine import Engine
-    from agentloop._core.values import CancelToken
     from agentloop._drivers.callbacks import Model
     from agentloop._loop.loop import Loop
 
-__all__ = ["async_run", "model_of", "sync_run"]
+__all__ = ["async_run", "children_of", "model_of", "sync_run"]
 
 _O = TypeVar("_O")
+_NONE: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
 def sync_run(
@@ -42,10 +51,12 @@ def sync_run(
     registry: ToolRegistry | None,
     cancel: CancelToken | None,
     deps: object = None,
+    children: Mapping[str, RunResult[Any]] = _NONE,
 ) -> Run[_O]:
     """A synchronous run of ``engine``, reviewed by ``registry`` (``Loop._sync_driver``'s answer).
 
-    Its calls and their reviews run in their contexts (``call_scope``), which hold ``deps``.
+    Its calls and their reviews run in their contexts (``call_scope``), which hold ``deps``
+    and ``children``, the child runs of a resumed run's agent tools (``children_of``).
 
     Its ``Awaiter`` awaits what is async: an async tool's call (through the
     registry's ``adispatch``), an awaitable outcome, async policies.
@@ -60,7 +71,7 @@ def sync_run(
         )
     if isinstance(engine, recording.DurableEngine):
         dispatch = recording.sync_dispatch(engine, dispatch)
-    scope = call_scope(engine, deps, cancel)
+    scope = call_scope(engine, deps, cancel, children)
     review: Callable[[dict[str, Any]], Any] | None = None
     if registry is not None:
         areview = registry.areview
@@ -106,7 +117,11 @@ def model_of(loop: Loop, engine: Engine) -> Model:
 
 
 def async_run(
-    loop: Loop[_O], engine: Engine, cancel: CancelToken | None, deps: object = None
+    loop: Loop[_O],
+    engine: Engine,
+    cancel: CancelToken | None,
+    deps: object = None,
+    children: Mapping[str, RunResult[Any]] = _NONE,
 ) -> AsyncRun[_O]:
     """An asyncio run of ``engine``, reviewed by the tools' policies, if any (``sync_run``'s)."""
     dispatch = loop._adispatch
@@ -117,7 +132,7 @@ def async_run(
     registry = reviewing(loop.dispatcher)
     if isinstance(engine, recording.DurableEngine):
         dispatch = recording.async_dispatch(engine, dispatch)
-    scope = call_scope(engine, deps, cancel)
+    scope = call_scope(engine, deps, cancel, children)
     return AsyncRun(
         engine,
         model_of(loop, engine),
@@ -132,7 +147,69 @@ def async_run(
     )
 
 
-def call_scope(engine: Engine, deps: object, cancel: CancelToken | None) -> CallScope:
-    """What each call's context holds: ``deps``, and the run's id when it is durable (its key's)."""
+def call_scope(
+    engine: Engine,
+    deps: object,
+    cancel: CancelToken | None,
+    children: Mapping[str, RunResult[Any]] = _NONE,
+) -> CallScope:
+    """What each call's context holds: ``deps``, and the run's id when it is durable (its key's).
+
+    ``children``: the results of the child runs the run's agent tools ran so
+    far (a resumed run's): a call that waited on its child resumes it from there.
+    """
     durable = isinstance(engine, recording.DurableEngine)
-    return CallScope(engine, deps, engine.run_id if durable else None, cancel)
+    scope = CallScope(engine, deps, engine.run_id if durable else None, cancel)
+    scope.children.update(children)
+    scope.waiting.update(waiting_children(children))
+    return scope
+
+
+def waiting_children(children: Mapping[str, RunResult[Any]]) -> dict[str, WaitingChild]:
+    """The children among ``children`` that wait for a person, to end if their parent ends first."""
+    return {
+        call_id: SavedChild(child)
+        for call_id, child in children.items()
+        if child.status is State.AWAITING_APPROVAL
+    }
+
+
+class SavedChild:
+    """A waiting child that a resumed run holds as its result (``WaitingChild``).
+
+    If the run ends first (cancelled), the child ends ``cancelled`` too:
+    its events replayed into an engine, then interrupted, as a live child's
+    driver ends it; its own waiting children first.
+    """
+
+    __slots__ = ("_result",)
+
+    def __init__(self, result: RunResult[Any]) -> None:
+        self._result = result
+
+    def _end_cancelled(self) -> RunResult[Any]:
+        result = self._result
+        saved = result.output_schema_json
+        output = None if saved is None else OutputSchema(orjson.loads(saved))
+        engine = reopen(result, CancelToken(), output)
+        children = dict(result.children)
+        end_waiting(children, waiting_children(children))
+        engine.interrupted(TokenCancelled("its parent run ended while it waited for a person"))
+        return engine.result()._replace(children=Children(children))
+
+
+def children_of(run: object) -> Mapping[str, RunResult[Any]]:
+    """The child runs of a saved result's agent tools (a run given by id: none in memory).
+
+    A result that waits on a child's calls must hold that child (``ValueError``).
+    """
+    if not isinstance(run, RunResult):
+        return _NONE
+    missing = sorted({p.path[0] for p in run.pending if p.path and p.path[0] not in run.children})
+    if missing:
+        raise ValueError(
+            f"the run waits on the child runs of calls {missing}, which this result does not "
+            "hold: resume it from the RunResult the run returned (or its run file), whose "
+            "children hold them"
+        )
+    return run.children

@@ -135,9 +135,17 @@ class _Events:
             record["exception"] = exception_content(event.exception)
         if event.usage is not None:
             record["usage"] = list(event.usage)
-        if event.pending:
+        if event.trigger is Trigger.CALL_WAITS:  # the call whose child waits: no outcome names it
+            record["call"] = event.call_id
+        if event.pending and event.pending[0].path:  # a child run's calls: whole, with paths
+            record["waits"] = [call.record() for call in event.pending]
+        elif event.pending:
             record["asked"] = {call.call_id: call.reason for call in event.pending}
-        if event.decisions:
+        if event.decisions and type(event.decisions[0][0]) is tuple:  # about a child's calls
+            record["decided_paths"] = [
+                {"key": list(key), **made.record()} for key, made in event.decisions
+            ]
+        elif event.decisions:
             record["decided"] = {call_id: made.record() for call_id, made in event.decisions}
         if event.wait is not None:
             record["wait"] = event.wait

@@ -132,6 +132,27 @@ EVENT: Final = _fields(
         "usage": _TOKENS,
         "asked": {"type": "object", "additionalProperties": _STR, "minProperties": 1},
         "decided": {"type": "object", "additionalProperties": _DECISION, "minProperties": 1},
+        # A child run's calls (an agent tool's), pending here under their paths, and the
+        # decisions about them by path: written whole, as no batch of this run holds them.
+        "waits": {
+            "type": "array",
+            "minItems": 1,
+            "items": _record(
+                call_id=_STR,
+                name=_STR,
+                arguments={},
+                reason=_STR,
+                fingerprint=_STR,
+                path={"type": "array", "items": _STR, "minItems": 1},
+            ),
+        },
+        "decided_paths": {
+            "type": "array",
+            "minItems": 1,
+            "items": _record(
+                key={"type": "array", "items": _STR, "minItems": 2}, **_DECISION["properties"]
+            ),
+        },
         "problems": {"type": "array", "items": _STR},
         "wait": {"type": "number", "minimum": 0},
         "model": _STR,

@@ -16,7 +16,7 @@ from typing import Any, Final
 import orjson
 
 from agentloop._core.agents import Agents
-from agentloop._core.approval import PendingCall
+from agentloop._core.approval import Decision, DecisionKey, PendingCall
 from agentloop._core.children import Children
 from agentloop._core.context_policy import ContextPolicy, policy_from_record
 from agentloop._core.engine import Engine
@@ -153,17 +153,25 @@ def _report(index: int, record: dict[str, Any]) -> Transition:
         pending=tuple(
             PendingCall(call_id, "", b"", reason, "")
             for call_id, reason in record.get("asked", {}).items()
-        ),
+        )
+        + tuple(PendingCall.from_record(call) for call in record.get("waits", ())),
         decisions=tuple(
             (call_id, decision_of(decided, where))
             for call_id, decided in record.get("decided", {}).items()
-        ),
+        )
+        + tuple(_path_decision(decided, where) for decided in record.get("decided_paths", ())),
         started=tuple(record.get("started", ())),
         input_json=None if "input" not in record else dumps(record["input"]),
         wait=record.get("wait"),
         model=record.get("model"),
         partial_text=record.get("partial_text"),
     )
+
+
+def _path_decision(record: dict[str, Any], where: str) -> tuple[DecisionKey, Decision]:
+    """A decision about a child run's call, under its path (``decided_paths``)."""
+    decided = {name: value for name, value in record.items() if name != "key"}
+    return tuple(record["key"]), decision_of(decided, where)
 
 
 def _not_json(record: dict[str, Any]) -> NotJSON | None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import orjson
 
+from agentloop._core.approval import key_text
 from agentloop._core.messages import NOT_STARTED
 from agentloop._core.table import State, Trigger
 from agentloop._review.answers import Answers
@@ -123,12 +124,12 @@ class Events:
         self._named = 0  # the events whose pending calls are in ``_names``
 
     def names_before(self, index: int) -> dict[str, str]:
-        """Each call a person was asked about before event ``index``: its tool's name, by id."""
+        """Each call a person was asked about before event ``index``: its tool's name, by key."""
         if index < self._named:  # asked out of order: count again from the start
             self._names, self._named = {}, 0
         events = self.result.events
         for at in range(self._named, index):
-            self._names.update((call.call_id, call.name) for call in events[at].pending)
+            self._names.update((key_text(call.key), call.name) for call in events[at].pending)
         self._named = max(self._named, index)
         return self._names
 
@@ -157,9 +158,8 @@ def event_cells(run: Events, index: int, limit: int | None) -> tuple[str, ...]:
     elif transition.source is State.VALIDATING and transition.dest is State.DISPATCHING:
         outcome = _accepted(run, index, limit)
     elif transition.pending:
-        outcome = "asks a person: " + _short(
-            "; ".join(f"{c.name}#{c.call_id} ({c.reason})" for c in transition.pending), limit
-        )
+        asks = "; ".join(f"{c.name}#{key_text(c.key)} ({c.reason})" for c in transition.pending)
+        outcome = "asks a person: " + _short(asks, limit)
     elif transition.decisions:
         outcome = _short(_decided(run, index), limit)
     elif answer is not None:
@@ -213,9 +213,9 @@ def _decided(run: Events, index: int) -> str:
     """What a person decided, call by call: ``approved pay#b; denied pay#c: too much``."""
     names = run.names_before(index)
     return "; ".join(
-        f"{'approved' if d.allowed else 'denied'} {names.get(call_id, '?')}#{call_id}"
+        f"{'approved' if d.allowed else 'denied'} {names.get(key_text(key), '?')}#{key_text(key)}"
         + ("" if d.allowed else f": {d.reason}")
-        for call_id, d in run.result.events[index].decisions
+        for key, d in run.result.events[index].decisions
     )
 
 

@@ -17,7 +17,9 @@ Then open http://127.0.0.1:8000. The pieces:
   transitions in order; when it stops in ``awaiting_approval`` the page shows
   the held calls.
 - ``POST /runs/{id}/decisions`` decides every held call at once, each decision
-  bound to the call's fingerprint, and ``run.adecide`` goes on.
+  bound to the call's fingerprint, and ``run.adecide`` goes on. A held call of
+  a child run (an agent tool's, ``Loop.as_tool``) is shown under its path and
+  named by it (``"c1/k1"``); its decision is keyed by ``PendingCall.key``.
 - ``GET /runs/{id}`` reads a run's state.
 
 The page can move money, so nothing in a browser's reach is trusted: every
@@ -51,13 +53,15 @@ from starlette.routing import Route
 
 import agentloop
 import agentloop.review
-from agentloop import AsyncRun, Loop, State, ToolRegistry, Transition
+from agentloop import AsyncRun, Loop, PendingCall, State, ToolRegistry, Transition
 from agentloop.streaming import (
     ArgumentsDelta,
     Delta,
     Discard,
+    Nested,
     TextDelta,
     ToolCallStart,
+    ToolProgress,
     UsageDelta,
     chunked,
 )
@@ -206,8 +210,8 @@ def sse(event: str, data: object) -> str:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n"
 
 
-def described(item: Delta | Transition) -> tuple[str, object]:
-    """A delta or a transition as the page's event name and data."""
+def described(item: Delta | ToolProgress | Nested | Transition) -> tuple[str, object]:
+    """A delta, a child run's item or a transition as the page's event name and data."""
     if isinstance(item, TextDelta):
         return "text", item.text
     if isinstance(item, ToolCallStart):
@@ -218,6 +222,11 @@ def described(item: Delta | Transition) -> tuple[str, object]:
         return "usage", attrs.asdict(item)
     if isinstance(item, Discard):  # the reply streamed so far failed: the page drops it
         return "discard", {"error": item.error}
+    if isinstance(item, ToolProgress):
+        return "progress", {"id": item.call_id, "progress": item.progress, "total": item.total}
+    if isinstance(item, Nested):  # a child run's (an agent tool's), under the calls it came by
+        name, data = described(item.item)
+        return "child", {"path": list(item.path), "event": name, "data": data}
     if isinstance(item, Transition):
         return "transition", {
             "source": item.source.value,
@@ -231,6 +240,11 @@ def described(item: Delta | Transition) -> tuple[str, object]:
             ],
         }
     assert_never(item)  # mypy: every kind of item has its event
+
+
+def named(pending: PendingCall) -> str:
+    """How the page names a held call: its id, or a child run's call's path (``"c1/k1"``)."""
+    return "/".join((*pending.path, pending.call_id))
 
 
 def drawn(run: AsyncRun) -> str:
@@ -247,11 +261,15 @@ def drawn(run: AsyncRun) -> str:
 
 
 def create_app(
-    *, delay: float = 0.05, model: Any = None, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
+    *,
+    delay: float = 0.05,
+    model: Any = None,
+    hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
+    tools: ToolRegistry = tools,
 ) -> Starlette:
     """The app: the page, its runs and their decisions. ``hosts``: the names it answers to.
 
-    ``app.state.runs`` holds every run it started, by id.
+    ``app.state.runs`` holds every run it started, by id. ``tools``: its runs' tools.
     """
     loop = Loop(model or model_from_environment(delay), tools=tools)
     runs: dict[str, Live] = {}
@@ -297,7 +315,8 @@ def create_app(
                     "pending",
                     [
                         {
-                            "id": p.call_id,
+                            "id": named(p),
+                            "path": list(p.path),  # a child run's call: the calls it is under
                             "name": p.name,
                             "arguments": p.arguments,
                             "why": p.reason,
@@ -336,13 +355,14 @@ def create_app(
         # adecide checks the rest, and refuses without changing anything: an undecided or
         # unknown call, a fingerprint that is not the held call's (a decision is about
         # exactly the call the page showed), a run that no longer waits.
+        keys = {named(p): p.key for p in live.run.pending}  # a child's call: by its path
         try:
             transition = await live.run.adecide(
                 {
-                    call_id: agentloop.approve(fingerprint=each["fingerprint"])
+                    keys.get(name, name): agentloop.approve(fingerprint=each["fingerprint"])
                     if each["approve"]
                     else agentloop.deny("denied on the page", fingerprint=each["fingerprint"])
-                    for call_id, each in said.items()
+                    for name, each in said.items()
                 }
             )
         except (agentloop.InvalidStateError, ValueError) as exc:
@@ -450,7 +470,8 @@ const on = {  // what each event of the run does to the page
     pending = held; $("pending").textContent = "";
     for (const p of held) {
       const div = document.createElement("div"); div.className = "ask";
-      div.append(p.name + " " + JSON.stringify(p.arguments) + ": " + p.why);
+      const under = p.path.length ? " (in " + p.path.join(" / ") + ")" : "";  // a child's call
+      div.append(p.name + " " + JSON.stringify(p.arguments) + under + ": " + p.why);
       for (const what of ["approve", "deny"]) {
         const label = document.createElement("label"), input = document.createElement("input");
         Object.assign(input, {type: "radio", name: p.id, value: what, id: what + "-" + p.id,
@@ -462,6 +483,12 @@ const on = {  // what each event of the run does to the page
     $("decide").hidden = false;
   },
   usage() {},
+  progress() {},
+  child(c) {  // a child run's item (an agent tool's): its transitions, under its call
+    if (c.event === "transition") {
+      line("  " + c.path.join("/") + ": " + c.data.source + " → " + c.data.dest);
+    }
+  },
   discard(d) {  // the reply streamed so far failed mid-way: drop its text; a retry streams afresh
     if (reply) reply.remove();
     reply = null; calls = {};

@@ -12,7 +12,17 @@ from agentloop import Loop, State
 from agentloop._core.build import table_for
 from agentloop._core.intake import take_reply
 from agentloop._core.register import EFFECTS, GUARDS, MEMBERS
-from agentloop._core.rows import basic, context, handoff, loopguard, output, retry, review, wrapup
+from agentloop._core.rows import (
+    basic,
+    context,
+    handoff,
+    loopguard,
+    nested_approval,
+    output,
+    retry,
+    review,
+    wrapup,
+)
 from agentloop._core.values import NotJSON, Usage
 from agentloop.engine import Budget, Effect, Engine, Guard, RunTool
 from agentloop.review import load_run, save_run
@@ -102,7 +112,17 @@ def test_every_guard_and_effect_has_one_function_in_its_features_module() -> Non
         assert function.__name__ == member.value, (member, function)
     named = {
         MEMBERS[function]
-        for module in (basic, output, loopguard, wrapup, context, retry, review, handoff)
+        for module in (
+            basic,
+            output,
+            loopguard,
+            wrapup,
+            context,
+            retry,
+            review,
+            handoff,
+            nested_approval,
+        )
         for row in module.ROWS
         for function in [*row.get("conditions", ()), *row.get("before", ())]
     }
@@ -183,9 +203,11 @@ PROTOCOL = {
     "reviewed",
     "decided",
     "interrupted",
+    "call_waits",
     # what a driver reads (reviews alone is set, by a driver that reviews)
     "state",
     "done",
+    "delegated",
     "steps",
     "calls",
     "usage",

@@ -323,29 +323,6 @@ def test_usage_is_the_parents_own_plus_the_childs(own: list[int], kid: list[int]
     assert_contract(result, "write")
 
 
-def test_a_child_that_waits_for_a_person_answers_an_error() -> None:
-    """Approval inside a child is not carried to its parent: the call says the child waits."""
-
-    def asks(call: dict[str, Any]) -> agentloop.Decision:
-        return agentloop.ask("a person decides")
-
-    asked: list[str] = []
-
-    def lookup(q: str) -> str:
-        """Look a question up."""
-        asked.append(q)
-        return q
-
-    tools = agentloop.ToolRegistry([lookup], policy=asks)
-    child = Loop(ScriptedModel([call("k1", "lookup", q="a"), final("x")]), tools=tools)
-    parent = writer(child, [call("c1", "research", input="go"), final("sorry")])
-    result = parent.run("write")
-    kid = result.children["c1"]
-    assert (kid.status, asked) == ("awaiting_approval", [])
-    assert (result.status, result.transcript[2]["status"]) == ("finished", "error")
-    assert result.transcript[2]["content"]["status"] == "awaiting_approval"
-
-
 def test_agent_calls_of_a_batch_run_at_once_under_asyncio() -> None:
     """With max_concurrency=2, two children are under way together; both answer their calls."""
     under_way: list[int] = []

@@ -35,9 +35,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import pytest
 
+from agentloop import Loop, ToolRegistry
 from agentloop._core.approval import call_fingerprint
 from agentloop.models import fallback
 from agentloop.streaming import TextDelta
+from agentloop.testing import ScriptedModel, call, final
 from tests.review.test_report import chromium
 from tests.review.test_trace import renderer  # noqa: F401 - a fixture
 from tests.support import ROOT
@@ -299,7 +301,47 @@ def test_two_held_calls_are_decided_together(quick: Served, waiting: Waiting) ->
     assert (again.status, "not awaiting approval" in again.body) == (409, True)
 
 
-@pytest.mark.usefixtures("renderer")
+@pytest.fixture
+def clerk() -> Iterator[Served]:
+    """The app whose one tool is an agent (``Loop.as_tool``) that makes a transfer to approve."""
+    child = Loop(
+        ScriptedModel([call("k1", "transfer", amount=42, to="Ada"), final("sent it")]),
+        tools=LIVE.tools,
+    )
+    model = ScriptedModel([call("c1", "clerk", input="send 42 to Ada"), final("The clerk did.")])
+    tools = ToolRegistry([child.as_tool("clerk", "Ask the clerk to pay.")])
+    app = LIVE.create_app(model=model, tools=tools)
+    with serving(app) as port:
+        yield Served(app, port)
+
+
+def test_a_child_runs_held_call_is_shown_under_its_path_and_decided(clerk: Served) -> None:
+    """The agent tool's child waits: its call is held on the page as c1/k1, decided as such."""
+    token = page_token(clerk)
+    stream = Stream(clerk, token)
+    run_id = stream.until("run")["id"]
+    (held,) = stream.until("pending")
+    assert (held["id"], held["path"], held["name"], held["arguments"]) == (
+        "c1/k1",
+        ["c1"],
+        "transfer",
+        {"amount": 42, "to": "Ada"},
+    )
+    decision = {"approve": True, "fingerprint": held["fingerprint"]}
+    url = f"/runs/{run_id}/decisions"
+    refused = send(clerk, "POST", url, {"k1": decision}, from_page(clerk, token))
+    assert (refused.status, "missing: [('c1', 'k1')]" in refused.body) == (409, True)
+    assert send(clerk, "POST", url, {"c1/k1": decision}, from_page(clerk, token)).status == 204
+    assert stream.until("done") == {"status": "finished", "output": "The clerk did."}
+    stream.close()
+    result = clerk.runs()[run_id].run.result()
+    assert result.transcript[2]["content"] == "sent it"
+    kid = result.children["c1"]
+    assert [(m["id"], m["status"]) for m in kid.transcript if m["kind"] == "tool_result"] == [
+        ("k1", "ok")
+    ]
+
+
 def test_the_page_draws_the_runs_path_as_it_goes(quick: Served, waiting: Waiting) -> None:
     """After each transition the page gets the run's path so far, as the report draws it."""
     paths = [data for name, data in waiting.stream.seen if name == "path"]

@@ -67,7 +67,7 @@ def test_dot_marks_terminal_states_and_internal_rows() -> None:
         shape = "doublecircle" if state in TERMINAL else "box"
         assert f'"{state.value}" [shape="{shape}"];' in dot
     dashed = [line for line in dot.splitlines() if 'style="dashed"' in line]
-    assert len(dashed) == sum(row.dest is None for row in ROWS) == 9
+    assert len(dashed) == sum(row.dest is None for row in ROWS) == 10
     assert len([line for line in dot.splitlines() if " -> " in line]) == len(ROWS) + 1
 
 

@@ -110,9 +110,10 @@ def test_mermaid_marks_the_demo_path(demo: RunResult) -> None:
         "validate [handoff_in_batch]<br>validate (2x)\n" in mermaid
     )
     assert (
-        "    dispatching --> dispatching: start_tool [batch_unreviewed]<br>start_tool (3x)"
-        "<br>tool_returned [batch_open] (1x)<br>approval_asked [review_denies]"
-        "<br>approval_asked [nobody_asked]\n" in mermaid
+        "    dispatching --> dispatching: start_tool [batch_unreviewed]<br>start_tool "
+        "[call_resumes]<br>start_tool (3x)<br>tool_returned [batch_open] (1x)<br>approval_asked "
+        "[review_denies]<br>approval_asked [nobody_asked]<br>call_waits [calls_running]\n"
+        in mermaid
     )
     assert (
         "    dispatching --> awaiting_model: tool_returned (2x)<br>approval_asked "

@@ -16,12 +16,13 @@ from agentloop._core.json import kept
 from agentloop._core.register import effect, guard
 from agentloop._core.requests import AwaitApproval, ReviewCalls
 from agentloop._core.rows.basic import answer_rest, append_batch, cancel_requested, name_call
+from agentloop._core.rows.nested_approval import keep_child_decisions
 from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from agentloop._core.approval import Decision, PendingCall
+    from agentloop._core.approval import Decision, DecisionKey, PendingCall
     from agentloop._core.state import RunState
     from agentloop._core.values import Transition
 
@@ -121,20 +122,27 @@ def keep_decisions(run: RunState) -> None:
     _answer_denied(run, run.draft.decisions_in)
 
 
-def _answer_denied(run: RunState, decisions: tuple[tuple[str, Decision], ...]) -> None:
-    """The event and the batch keep ``decisions``; each denied call is answered ``denied``."""
+def _answer_denied(run: RunState, decisions: tuple[tuple[DecisionKey, Decision], ...]) -> None:
+    """The event and the batch keep ``decisions``; each denied call is answered ``denied``.
+
+    A decision about a child run's call (keyed by its path) is kept for the
+    call that waits on that child: it answers nothing here (``nested_approval.py``).
+    """
     batch, draft = run.batch, run.draft
     assert batch is not None, "a batch is decided about"
     draft.decisions = decisions
+    own = [(key, decision) for key, decision in decisions if type(key) is str]
     # A denied call is answered here, by the engine: no driver is handed it to run.
     # Every denial is encoded before anything is kept, so none is kept half-way.
     place = {call_id: index for index, (call_id, _) in enumerate(batch.calls)}
     denials = {
         place[call_id]: kept(orjson.dumps(decision.reason))
-        for call_id, decision in decisions
+        for call_id, decision in own
         if not decision.allowed
     }
-    batch.decided.update(decisions)
+    if len(own) < len(decisions):
+        keep_child_decisions(run, decisions)
+    batch.decided.update(own)  # the str keys: this run's calls
     for index, reason in denials.items():
         batch.answer(index, "denied", reason)
         if draft.call is not None and batch.calls[index] == draft.call:
@@ -148,9 +156,9 @@ def approvals(events: Sequence[Transition]) -> tuple[tuple[PendingCall, ...], di
     for event in reversed(events):
         if event.source is State.VALIDATING:
             break
-        if event.pending and not pending:
+        if event.pending and not pending and event.dest is State.AWAITING_APPROVAL:
             pending = event.pending
-        decided.update(event.decisions)
+        decided.update((key, d) for key, d in event.decisions if type(key) is str)
     return pending, decided
 
 
