@@ -12,7 +12,7 @@ in by ``intake.py``; what a transition is making is a fresh ``Draft``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from agentloop._core.agents import Agents
@@ -206,7 +206,7 @@ class Engine:
     @property
     def model_index(self) -> int:
         """Which of the fallback models is asked now (0 with one model)."""
-        return model_index(self._run.events)
+        return model_index(self._run.log.rows)
 
     @property
     def agent(self) -> str | None:
@@ -278,9 +278,9 @@ class Engine:
         """A fresh copy of the history."""
         return self._run.history.copy()
 
-    def events(self) -> tuple[Transition, ...]:
-        """Every transition so far, in order."""
-        return tuple(self._run.events)
+    def events(self) -> Sequence[Transition]:
+        """Every transition so far, in order (made on demand from the run's record)."""
+        return self._run.events
 
     def result(self) -> RunResult:
         """The run's result: once it is done, or while it waits for a person's decisions."""

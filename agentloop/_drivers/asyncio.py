@@ -178,8 +178,8 @@ class AsyncRun(RunView[OutputT]):
         the step reads them to the end, their listeners hearing each, and
         yields none (a delta yielded through one more async generator costs
         about as much again). Each transition is told to the listeners and
-        appended to ``made`` (an async generator returns nothing); none while
-        the run awaits a person. Every way into the run goes through here: a
+        left in ``made``, the newest only (an async generator returns nothing);
+        none while the run awaits a person. Every way into the run goes through here: a
         step started while another is under way is refused, and a cancelled
         task, a ``KeyboardInterrupt`` or the caller leaving ``astream()``
         mid-reply ends the run ``cancelled``. The hold and the pump are one
@@ -242,7 +242,7 @@ class AsyncRun(RunView[OutputT]):
                 if transition is None:
                     return
                 await self._tell(transition)
-                made.append(transition)
+                made[:1] = (transition,)  # the newest only: the record keeps the rest
                 if self._unclosed is not None:  # a streamed reply, taken and told: it closes
                     await self._close_unclosed()
                 if not until_done or transition.dest in TERMINAL:

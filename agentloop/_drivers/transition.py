@@ -48,7 +48,7 @@ from agentloop._drivers.streams import current_while_read
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Generator
+    from collections.abc import AsyncGenerator, Generator, Sequence
 
     from agentloop._core.approval import PendingCall
     from agentloop._core.engine import Engine
@@ -338,8 +338,8 @@ class RunView(Generic[OutputT]):
         return self._engine.history()
 
     @property
-    def events(self) -> tuple[Transition, ...]:
-        """Every transition so far, in order."""
+    def events(self) -> Sequence[Transition]:
+        """Every transition so far, in order (a read-only sequence)."""
         return self._engine.events()
 
     def result(self) -> RunResult[OutputT]:
