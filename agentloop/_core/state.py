@@ -229,7 +229,8 @@ class RunState:
                 row.guard,
                 self.steps,
                 self.calls,
-                *named,  # call_id, tool
+                named[0],  # call_id
+                named[1],  # tool
                 draft.status,  # result_status
                 draft.reason,
                 draft.error,

@@ -41,6 +41,8 @@ def _contexts(dispatcher: object, validators: Validators = NONE) -> Iterator[tup
 
 def takes_context(dispatcher: object, validators: Validators = NONE) -> bool:
     """Whether a tool or a policy of ``dispatcher`` (or an output validator) takes a context."""
+    if not validators and not isinstance(dispatcher, ToolRegistry):
+        return False  # asked at every run: a dispatcher of one's own takes none
     return next(_contexts(dispatcher, validators), None) is not None
 
 

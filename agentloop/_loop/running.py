@@ -165,8 +165,9 @@ def call_scope(
     """
     durable = isinstance(engine, recording.DurableEngine)
     scope = CallScope(engine, deps, engine.run_id if durable else None, cancel)
-    scope.children.update(children)
-    scope.waiting.update(waiting_children(children))
+    if children:  # a resumed run's
+        scope.children.update(children)
+        scope.waiting.update(waiting_children(children))
     return scope
 
 
