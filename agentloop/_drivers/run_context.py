@@ -39,6 +39,7 @@ __all__ = [
     "areviewed_in",
     "current_context",
     "current_reporter",
+    "esc",
     "idempotency_key",
     "in_context",
     "in_context_reviews",
@@ -78,6 +79,8 @@ class RunContext(Generic[Deps]):
     _reporter: Reporter | None = attrs.field(default=None, repr=False, eq=False)
     # Where an agent tool's child run's result goes: the run's ``children``, by call id.
     _children: dict[str, Any] | None = attrs.field(default=None, repr=False, eq=False)
+    # A durable run's ledger, where an agent tool's child run is recorded; else None.
+    _ledger: object = attrs.field(default=None, repr=False, eq=False)
 
     def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
@@ -152,22 +155,34 @@ def key_of(run_id: str | None, call_id: str) -> str | None:
     """
     if run_id is None:
         return None
-    return f"{run_id}:{call_id.replace('%', '%25').replace(':', '%3A')}"
+    return f"{run_id}:{esc(call_id)}"
+
+
+def esc(call_id: str) -> str:
+    """``call_id`` with ``%`` written ``%25`` and ``:`` written ``%3A``: an id with no ``':'``."""
+    return call_id.replace("%", "%25").replace(":", "%3A")
 
 
 class CallScope:
     """What a driver's runs give each call's context: the engine, deps, run id and token.
 
     ``children``: where the results of its agent tools' child runs go, by call
-    id (the run's own dict, which its result reads).
+    id (the run's own dict, which its result reads). ``ledger``: a durable
+    run's, where its agent tools' child runs are recorded.
     """
 
-    __slots__ = ("cancel", "children", "deps", "engine", "run_id")
+    __slots__ = ("cancel", "children", "deps", "engine", "ledger", "run_id")
 
     def __init__(
-        self, engine: Engine, deps: object, run_id: str | None, cancel: CancelToken | None
+        self,
+        engine: Engine,
+        deps: object,
+        run_id: str | None,
+        cancel: CancelToken | None,
+        ledger: object = None,
     ) -> None:
         self.engine, self.deps, self.run_id, self.cancel = engine, deps, run_id, cancel
+        self.ledger = ledger
         self.children: dict[str, Any] = {}
 
     def context(self, call: dict[str, Any], reporter: Reporter | None = None) -> RunContext[Any]:
@@ -186,6 +201,7 @@ class CallScope:
             cancel=self.cancel,
             reporter=reporter,
             children=self.children,
+            ledger=self.ledger,
         )
 
 

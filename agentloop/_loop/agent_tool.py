@@ -18,13 +18,16 @@ driven as its parent is (synchronously, or under asyncio) under the parent's
   ``Nested((call_id, ...), item)``;
 * its result is kept on the parent's, in ``children``, by call id.
 
-A child is not recorded: a Loop with a ledger can neither be an agent tool
-nor have one (``refuse_durable``), so that nothing could run twice after a crash.
+Under a durable parent (``Loop(ledger=...)``) the child is recorded in the
+parent's ledger, under an id derived from the parent's run id and call id,
+and a resume of the parent resumes it where it was (``child_runs.py``). A
+child Loop has no ledger of its own; a ``DBOSLoop`` refuses agent tools
+(``refuse_durable``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import orjson
@@ -35,6 +38,7 @@ from agentloop._core.table import State
 from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.delegation import Nested
 from agentloop._drivers.run_context import NO_RUN, RUN_CONTEXT, RunContext
+from agentloop._loop.child_runs import durable_child
 from agentloop._loop.deps import for_run
 from agentloop._loop.engines import check_ready, plain_engine
 from agentloop._loop.running import async_run, sync_run
@@ -52,11 +56,10 @@ if TYPE_CHECKING:
     from agentloop._core.values import CancelToken, RunResult
     from agentloop._drivers.progress import Reporter
     from agentloop._drivers.transition import RunView
+    from agentloop._durable.protocol import Ledger
     from agentloop._loop.loop import Loop
 
-__all__ = ["AgentTool", "AsTool", "ChildRunEnded", "durable_ledger", "refuse_durable"]
-
-_L = TypeVar("_L")
+__all__ = ["AgentTool", "AsTool", "ChildRunEnded", "refuse_durable"]
 
 #: The arguments of an agent tool: the text the child run starts from.
 INPUT_SCHEMA: Final = {
@@ -97,8 +100,8 @@ class AgentTool(Tool):
             )
         if loop.ledger is not None:
             raise ValueError(
-                f"agent tool {name!r}: its Loop has a ledger; a child run is not recorded "
-                "(durable agent tools are not supported yet), so make its Loop without one"
+                f"agent tool {name!r}: its Loop has a ledger; a child run is recorded in its "
+                "parent's ledger, when the parent has one: make the child's Loop without one"
             )
         if prompt is not None and (input is None or not callable(prompt)):
             raise TypeError(
@@ -122,6 +125,7 @@ class AgentTool(Tool):
             parameters=INPUT_SCHEMA if self._input is None else self._input.schema,
             policy=policy,
             max_result_chars=max_result_chars,
+            idempotent=True,  # run again, it resumes the same child (a durable parent's)
         )
         self.loop = loop
 
@@ -138,6 +142,8 @@ class AgentTool(Tool):
         child = self.loop
         registry = child._sync_driver("an asyncio parent (loop.arun)", awaits=True)
         engine, cancel, deps = self._engine(input, ctx)
+        if engine.done:  # a durable child that had ended: its recorded result answers
+            return self._answer(_ended(engine, ctx), ctx)
         run = sync_run(child, engine, registry, cancel, deps)
         if reporter is not None:
             run.subscribe(_forwarding(reporter))
@@ -163,6 +169,8 @@ class AgentTool(Tool):
     async def _arun(self, input: str, ctx: RunContext[Any]) -> Answered:
         """The child, run under asyncio as its parent is."""
         engine, cancel, deps = self._engine(input, ctx)
+        if engine.done:
+            return self._answer(_ended(engine, ctx), ctx)
         run = async_run(self.loop, engine, cancel, deps)
         reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # under asyncio: one
         run.subscribe(_forwarding(reporter))
@@ -193,8 +201,13 @@ class AgentTool(Tool):
             left = max(0, limit - ctx.usage.total)  # spent when this call was handed out
             if budget.max_total_tokens is None or left < budget.max_total_tokens:
                 budget = attrs.evolve(budget, max_total_tokens=left)
-        engine = plain_engine(child, run_input(child.system, input), cancel, budget=budget)
-        return engine, cancel, deps
+        messages = run_input(child.system, input)
+        if ctx is not None and ctx._ledger is not None:  # a durable parent's: in its ledger
+            caller = (str(ctx.run_id), str(ctx.call_id))  # a durable run's call has both
+            ledger: Ledger = ctx._ledger  # type: ignore[assignment]  # a durable run's
+            engine, cancel = durable_child(child, ledger, caller, messages, budget, cancel)
+            return engine, cancel, deps
+        return plain_engine(child, messages, cancel, budget=budget), cancel, deps
 
     def _answer(self, result: RunResult[Any], ctx: RunContext[Any] | None) -> Answered:
         """The parent's call's outcome: the child's output, or an error saying how it ended.
@@ -272,6 +285,14 @@ def _kept(run: RunView[Any], ctx: RunContext[Any] | None) -> None:
         ctx._children[ctx.call_id] = run.result()
 
 
+def _ended(engine: Engine, ctx: RunContext[Any] | None) -> RunResult[Any]:
+    """The result of a child found ended, kept on the parent's as a child run's is."""
+    result = engine.result()
+    if ctx is not None and ctx._children is not None and ctx.call_id is not None:
+        ctx._children[ctx.call_id] = result
+    return result
+
+
 def _forwarding(reporter: Reporter) -> Any:
     """A listener of the child that tells each of its items to the parent's, nested."""
     call_id = reporter.call_id
@@ -282,20 +303,13 @@ def _forwarding(reporter: Reporter) -> Any:
     return forward
 
 
-def durable_ledger(ledger: _L, dispatcher: object) -> _L:
-    """``ledger``, once a Loop with it and ``dispatcher`` is known to have no agent tool."""
-    if ledger is not None:
-        refuse_durable(dispatcher, "Loop(ledger=...)")
-    return ledger
-
-
 def refuse_durable(dispatcher: object, what: str) -> None:
-    """Refuse a durable run (``what``) of a Loop with an agent tool: a child is not recorded."""
+    """Refuse a ``DBOSLoop`` (``what``) of a Loop with an agent tool: DBOS records no child."""
     if isinstance(dispatcher, ToolRegistry):
         for tool in dispatcher:
             if isinstance(tool, AgentTool):
                 raise ValueError(
                     f"{what}: tool {tool.name!r} is an agent tool (Loop.as_tool), whose child "
-                    "run is not recorded, so a resume could run it twice; durable agent tools "
-                    "are not supported yet: make this Loop without a ledger"
+                    "run DBOS does not record, so a recovery could run it twice; agent tools "
+                    "are durable under Loop(ledger=...), not yet under DBOS"
                 )

@@ -18,6 +18,7 @@ from agentloop._drivers.callbacks import is_async
 from agentloop._drivers.run_context import CallScope, ain_context_reviews, in_context_reviews
 from agentloop._drivers.sync import Run
 from agentloop._durable import recording
+from agentloop._loop.child_runs import recorded_children
 from agentloop._loop.fallback import per_run
 from agentloop._loop.settings import async_policies
 from agentloop._loop.team import filters_of, team_dispatch, team_model, team_of
@@ -60,7 +61,7 @@ def sync_run(
         )
     if isinstance(engine, recording.DurableEngine):
         dispatch = recording.sync_dispatch(engine, dispatch)
-    scope = call_scope(engine, deps, cancel)
+    scope = call_scope(loop, engine, deps, cancel)
     review: Callable[[dict[str, Any]], Any] | None = None
     if registry is not None:
         areview = registry.areview
@@ -117,7 +118,7 @@ def async_run(
     registry = reviewing(loop.dispatcher)
     if isinstance(engine, recording.DurableEngine):
         dispatch = recording.async_dispatch(engine, dispatch)
-    scope = call_scope(engine, deps, cancel)
+    scope = call_scope(loop, engine, deps, cancel)
     return AsyncRun(
         engine,
         model_of(loop, engine),
@@ -132,7 +133,14 @@ def async_run(
     )
 
 
-def call_scope(engine: Engine, deps: object, cancel: CancelToken | None) -> CallScope:
-    """What each call's context holds: ``deps``, and the run's id when it is durable (its key's)."""
-    durable = isinstance(engine, recording.DurableEngine)
-    return CallScope(engine, deps, engine.run_id if durable else None, cancel)
+def call_scope(loop: Loop, engine: Engine, deps: object, cancel: CancelToken | None) -> CallScope:
+    """What each call's context holds: ``deps``; the run's id (its key's) and ledger if durable.
+
+    A resumed durable run's ``children`` start with those of the agent calls it had answered.
+    """
+    if not isinstance(engine, recording.DurableEngine):
+        return CallScope(engine, deps, None, cancel)
+    scope = CallScope(engine, deps, engine.run_id, cancel, engine.journal.ledger)
+    if engine.events():
+        scope.children.update(recorded_children(loop, engine))
+    return scope

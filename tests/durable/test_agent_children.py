@@ -1,0 +1,274 @@
+"""Agents as tools under a durable parent: the child recorded in the parent's ledger.
+
+The child that answers call ``c1`` of run ``r1`` is the run ``r1:c1`` of the
+same ledger, its header naming its caller. Crashes are simulated in process
+at every append of parent and child (``CrashingLedger``, whose count spans
+both) and inside each of the child's tools; the kill tests
+(``test_kill_children.py``) do it with real processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+
+import agentloop
+from agentloop.ledger import LedgerError, SQLiteLedger, view_run
+from agentloop.testing import assert_contract, batch, call, final
+from tests.durable.test_durable import DRIVERS, Driver, World, by_history
+from tests.support.ledgers import Crash, CrashingLedger, MemoryLedger, check_effects, unknown_ids
+
+Message = dict[str, Any]
+
+CHILD_SCRIPT: list[object] = [
+    call("k1", "effect", n=1),
+    batch(call("k2", "idem", n=2), call("k3", "effect", n=3)),
+    final("found it"),
+]
+PARENT_SCRIPT: list[object] = [
+    call("c1", "research", input="look it up"),
+    final("done"),
+]
+
+
+class Asked:
+    """A model that answers by the history, counting how often it is asked."""
+
+    def __init__(self, script: list[object], driver: Driver) -> None:
+        self.model, self.asked = by_history(script), 0
+        self.driver = driver
+
+    def __call__(self, history: list[Message]) -> object:
+        self.asked += 1
+        return self.model(history)
+
+    def bound(self) -> Any:
+        if self.driver == "sync":
+            return self
+
+        async def amodel(history: list[Message]) -> object:
+            await asyncio.sleep(0)
+            return self(history)
+
+        return amodel
+
+
+class Family:
+    """A parent Loop whose tool ``research`` is a child Loop, both with fresh models."""
+
+    def __init__(self, world: World, ledger: Any, driver: Driver) -> None:
+        self.child_model = Asked(CHILD_SCRIPT, driver)
+        self.parent_model = Asked(PARENT_SCRIPT, driver)
+        child = agentloop.Loop(
+            self.child_model.bound(), tools=world.registry(driver), max_steps=4, max_calls=8
+        )
+        self.loop = agentloop.Loop(
+            self.parent_model.bound(),
+            tools=[child.as_tool("research", "Research one question.")],
+            max_steps=3,
+            ledger=ledger,
+        )
+        self.driver = driver
+
+    def run(self) -> agentloop.RunResult:
+        if self.driver == "sync":
+            return self.loop.run("go", run_id="r1")
+        return asyncio.run(self.loop.arun("go", run_id="r1"))
+
+    def resume(self) -> agentloop.RunResult:
+        if self.driver == "sync":
+            return self.loop.resume("r1")
+        return asyncio.run(self.loop.aresume("r1"))
+
+
+class OrderedLedger(MemoryLedger):
+    """A ``MemoryLedger`` that also keeps every append's (run, kind, key), in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.order: list[tuple[str, str, str]] = []
+
+    def create(self, run_id: str, header: bytes) -> Any:
+        return _Logging(self, super().create(run_id, header))
+
+    def claim(self, run_id: str) -> Any:
+        return _Logging(self, super().claim(run_id))
+
+
+class _Logging:
+    def __init__(self, ledger: OrderedLedger, inner: Any) -> None:
+        self.ledger, self.inner = ledger, inner
+
+    def append(self, record: Any) -> None:
+        self.inner.append(record)
+        self.ledger.order.append((self.inner.run_id, record.kind, record.key))
+
+    def release(self) -> None:
+        self.inner.release()
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_the_child_is_recorded_in_the_parents_ledger_under_its_call(driver: Driver) -> None:
+    world, ledger = World(), OrderedLedger()
+    family = Family(world, ledger, driver)
+    result = family.run()
+
+    assert (result.status, result.output, result.steps, result.calls) == ("finished", "done", 2, 1)
+    assert result.transcript[2] == {
+        "kind": "tool_result",
+        "id": "c1",
+        "name": "research",
+        "status": "ok",
+        "content": "found it",
+    }
+    child = result.children["c1"]
+    assert (child.status, child.run_id, child.steps, child.calls) == ("finished", "r1:c1", 3, 3)
+    assert sorted(ledger.headers) == ["r1", "r1:c1"]
+    header = orjson.loads(ledger.headers["r1:c1"])
+    assert header["caller"] == {"run_id": "r1", "call_id": "c1"}
+    assert header["input"] == [{"kind": "user", "text": "look it up"}]
+    assert "caller" not in orjson.loads(ledger.headers["r1"])
+    # The child's tools run under keys of its own run: at most once, as everywhere.
+    assert world.effects == [("effect", "r1:c1:k1"), ("idem", "r1:c1:k2"), ("effect", "r1:c1:k3")]
+    # The child's end is committed before the parent's outcome that answers from it.
+    assert ledger.order == [
+        ("r1", "reply", "1"),
+        ("r1", "tool_started", "c1"),
+        ("r1:c1", "reply", "1"),
+        ("r1:c1", "tool_started", "k1"),
+        ("r1:c1", "tool_finished", "k1"),
+        ("r1:c1", "reply", "2"),
+        # the batch k2, k3: one after the other, or at once under asyncio
+        *ledger.order[6:10],
+        ("r1:c1", "reply", "3"),
+        ("r1:c1", "end", ""),
+        ("r1", "tool_finished", "c1"),
+        ("r1", "reply", "2"),
+        ("r1", "end", ""),
+    ]
+    batch_records = ledger.order[6:10]
+    assert sorted(batch_records) == [
+        ("r1:c1", kind, key) for kind in ("tool_finished", "tool_started") for key in ("k2", "k3")
+    ]
+    for key in ("k2", "k3"):
+        started = batch_records.index(("r1:c1", "tool_started", key))
+        assert started < batch_records.index(("r1:c1", "tool_finished", key))
+    assert ledger.claimed == set()  # both claims given up at their ends
+    assert_contract(result, "go")
+    assert_contract(child, "look it up")
+    # Viewed without a Loop, the parent holds its child, read from the ledger by its id.
+    viewed = view_run(ledger, "r1")
+    assert viewed.result.children["c1"].transcript == child.transcript
+    assert view_run(ledger, "r1:c1").caller == ("r1", "c1")
+    # Resumed once ended, it is only read: no model asked, no tool run, the child kept.
+    again = Family(world, ledger, driver)
+    read = again.resume()
+    assert (read.status, read.transcript) == (result.status, result.transcript)
+    assert read.children["c1"].transcript == child.transcript
+    assert (again.parent_model.asked, again.child_model.asked, len(world.effects)) == (0, 0, 3)
+
+
+def test_a_call_id_with_a_colon_is_escaped_in_the_childs_id(tmp_path: Any) -> None:
+    world = World()
+    with SQLiteLedger(tmp_path / "runs.db") as ledger:
+        child = agentloop.Loop(by_history([final("ok")]), tools=world.registry())
+        parent = agentloop.Loop(
+            by_history([call("a:b%", "research", input="x"), final("done")]),
+            tools=[child.as_tool("research", "Research.")],
+            ledger=ledger,
+        )
+        result = parent.run("go", run_id="r1")
+        assert result.children["a:b%"].run_id == "r1:a%3Ab%25"
+        assert sorted(ledger.run_ids()) == ["r1", "r1:a%3Ab%25"]
+
+
+def crash_then_resume(
+    driver: Driver, at: int = 0, when: str = "before", crash_in: str | None = None
+) -> tuple[agentloop.RunResult, World, MemoryLedger, Family]:
+    """Run until the crash, then resume in a "new process" (new Loops, the same ledger).
+
+    Each model is asked once for each step whose reply the crash left unrecorded, never for
+    a step recorded.
+    """
+    memory, world = MemoryLedger(), World()
+    crashing = CrashingLedger(memory, at, when)  # type: ignore[arg-type]
+    world.ledger, world.crash_in = crashing, crash_in
+    with pytest.raises((Crash, LedgerError)):
+        Family(world, crashing, driver).run()
+    assert crashing.dead
+    replies = {
+        run: sum(record.kind == "reply" for record in records)
+        for run, records in memory.records.items()
+    }
+    world.ledger = None
+    family = Family(world, memory, driver)
+    result = family.resume()
+    assert family.parent_model.asked == 2 - replies.get("r1", 0)
+    assert family.child_model.asked == 3 - replies.get("r1:c1", 0)
+    return result, world, memory, family
+
+
+def check_resumed(
+    result: agentloop.RunResult, world: World, memory: MemoryLedger, baseline: agentloop.RunResult
+) -> set[str]:
+    """The resumed parent and its child against an uncrashed run; the child's unknown calls."""
+    assert (result.status, result.steps, result.calls) == ("finished", 2, 1)
+    assert result.transcript == baseline.transcript
+    child = view_run(memory, "r1:c1")
+    want = baseline.children["c1"]
+    assert (child.state, child.steps, child.calls, child.caller) == ("finished", 3, 3, ("r1", "c1"))
+    unknown = unknown_ids(child.transcript, want.transcript, {"idem"})
+    effects = [key for _, key in world.effects]
+    check_effects(child.transcript, unknown, lambda r: effects.count(f"r1:c1:{r['id']}"), "r1:c1")
+    assert result.children["c1"].transcript == child.transcript
+    assert memory.claimed == set()
+    assert sorted(memory.headers) == ["r1", "r1:c1"]
+    return unknown
+
+
+def baseline_of(driver: Driver) -> tuple[agentloop.RunResult, int]:
+    memory = MemoryLedger()
+    return Family(World(), memory, driver).run(), memory.appends
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_crash_at_each_append_of_parent_and_child_resumes_the_child(driver: Driver) -> None:
+    """Before and after each of the 15 appends (the child's 10 among the parent's 5)."""
+    baseline, appends = baseline_of(driver)
+    assert appends == 15
+    unknown_seen: set[str] = set()
+    for at in range(1, appends + 1):
+        for when in ("before", "after"):
+            result, world, memory, _ = crash_then_resume(driver, at, when)
+            unknown_seen |= check_resumed(result, world, memory, baseline)
+    assert unknown_seen == {"k1", "k3"}  # the child's effects cut by a crash; idem k2 ran again
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("crash_in", ["k1", "k3"])
+def test_a_crash_inside_a_childs_tool_keeps_it_at_most_once(driver: Driver, crash_in: str) -> None:
+    baseline, _ = baseline_of(driver)
+    result, world, memory, _ = crash_then_resume(driver, crash_in=crash_in)
+    assert check_resumed(result, world, memory, baseline) == {crash_in}
+    assert [key for _, key in world.effects].count(f"r1:c1:{crash_in}") == 1
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_child_that_ended_answers_the_parents_call_from_its_record(driver: Driver) -> None:
+    """Killed after the child's end is committed, before the parent's outcome."""
+    baseline, _ = baseline_of(driver)
+    result, world, memory, family = crash_then_resume(driver, at=12, when="after")
+    assert orjson.loads(memory.records["r1:c1"][-1].body)["events"][-1]["dest"] == "finished"
+    assert [record.kind for record in memory.records["r1"]] == [
+        "reply",
+        "tool_started",
+        "tool_finished",
+        "reply",
+        "end",
+    ]
+    assert check_resumed(result, world, memory, baseline) == set()
+    assert family.child_model.asked == 0  # the child is only read
+    assert len(world.effects) == 3
