@@ -23,7 +23,8 @@ import orjson
 
 from agentloop._durable import resume
 from agentloop._durable.ids import child_run_id
-from agentloop._errors import RunNotFoundError
+from agentloop._durable.view import view_run
+from agentloop._errors import ConfigurationMismatchError, RunNotFoundError
 from agentloop._loop.engines import agents_of, make_resilient
 from agentloop._loop.team import team_record
 from agentloop._tools.registry import ToolRegistry
@@ -133,6 +134,9 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
             ended, _ = durable_child(child, ledger, caller, [], child.budget, None, read=True)
         except RunNotFoundError:
             continue  # answered without a child (its arguments refused, say)
+        except ConfigurationMismatchError:  # the child's Loop changed since: read as recorded
+            found[message["id"]] = view_run(ledger, child_run_id(*caller)).result
+            continue
         if ended.done:
             found[message["id"]] = ended.result()
     return found

@@ -19,6 +19,8 @@ import agentloop
 from agentloop.ledger import LedgerError, SQLiteLedger, view_run
 from agentloop.testing import assert_contract, batch, call, final
 from tests.durable.test_durable import DRIVERS, Driver, World, by_history
+from tests.support.helpers import DRIVERS as STEPPED
+from tests.support.helpers import Driver as SteppedDriver
 from tests.support.ledgers import Crash, CrashingLedger, MemoryLedger, check_effects, unknown_ids
 
 Message = dict[str, Any]
@@ -272,3 +274,151 @@ def test_a_child_that_ended_answers_the_parents_call_from_its_record(driver: Dri
     assert check_resumed(result, world, memory, baseline) == set()
     assert family.child_model.asked == 0  # the child is only read
     assert len(world.effects) == 3
+
+
+class Watching(World):
+    """A world whose tools also note which runs of ``memory`` are claimed as they run."""
+
+    def __init__(self, memory: MemoryLedger) -> None:
+        super().__init__()
+        self.memory = memory
+        self.claims: list[set[str]] = []
+
+    def _effect(self, tool: str) -> None:
+        self.claims.append(set(self.memory.claimed))
+        super()._effect(tool)
+
+
+@pytest.mark.parametrize("driver", STEPPED, ids=lambda d: d.name)
+def test_step_by_step_the_child_ends_in_the_ledger_before_the_call_is_answered(
+    driver: SteppedDriver,
+) -> None:
+    """Each parent step on both drivers: its counters, the ledger's runs and records, claims."""
+    memory = MemoryLedger()
+    world = Watching(memory)
+    family = Family(world, memory, "sync")  # the driver below makes the parent's model async
+    run = driver.start(family.loop, "go", run_id="r1")
+    seen = []
+    for transition in run:
+        records = {name: [(r.kind, r.key) for r in memory.records[name]] for name in memory.records}
+        seen.append((transition.trigger.value, transition.dest.value, run.steps, run.calls))
+        if transition.trigger == "model_replied" and run.steps == 1:
+            assert records == {"r1": [("reply", "1")]}  # the call not yet handed out
+        if transition.trigger == "tool_returned":
+            # The child ran inside the call: ended and recorded, before the parent's outcome.
+            assert records["r1:c1"][-1] == ("end", "")
+            assert records["r1"][-1] == ("tool_finished", "c1")
+            assert memory.claimed == {"r1"}  # the child's claim went with its end
+    assert seen == [
+        ("model_replied", "validating", 1, 0),
+        ("validate", "dispatching", 1, 1),
+        ("tool_returned", "awaiting_model", 1, 1),
+        ("model_replied", "validating", 2, 1),
+        ("validate", "finished", 2, 1),
+    ]
+    result = run.result()
+    assert (result.status, result.output, result.children["c1"].output) == (
+        "finished",
+        "done",
+        "found it",
+    )
+    # While the child's tools ran, the parent and the child were both claimed.
+    assert world.claims == [{"r1", "r1:c1"}] * 3
+    assert memory.claimed == set()
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_resuming_the_parent_claims_the_child(driver: Driver) -> None:
+    """Cut after the child's first tool: the resumed parent holds both claims as it goes on."""
+    memory = MemoryLedger()
+    crashing = CrashingLedger(memory, 5, "after")  # after k1's outcome
+    with pytest.raises((Crash, LedgerError)):
+        Family(World(), crashing, driver).run()
+    assert [r.kind for r in memory.records["r1:c1"]] == ["reply", "tool_started", "tool_finished"]
+    assert memory.claimed == set()  # a dead process's claims went with it
+    world = Watching(memory)
+    result = Family(world, memory, driver).resume()
+    assert result.status == "finished"
+    assert world.claims == [{"r1", "r1:c1"}] * 2  # k2 and k3, run by the resumed child
+    assert [key for _, key in world.effects] == ["r1:c1:k2", "r1:c1:k3"]
+    assert memory.claimed == set()
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_cancel_inside_the_child_ends_both_records_paired(driver: Driver) -> None:
+    """The parent's token, cancelled in the child's first tool: both end cancelled, recorded."""
+    memory, token = MemoryLedger(), agentloop.CancelToken()
+    world = World()
+    world.registry = _cancelling(world.registry, token)  # type: ignore[method-assign]
+    family = Family(world, memory, driver)
+    if driver == "sync":
+        result = family.loop.run("go", run_id="r1", cancel=token)
+    else:
+        result = asyncio.run(family.loop.arun("go", run_id="r1", cancel=token))
+    assert (result.status, result.transcript[2]["status"]) == ("cancelled", "cancelled")
+    child = view_run(memory, "r1:c1")
+    assert child.state == "cancelled"
+    # Sync: k1 ran to its end, and the child stopped before asking again; asyncio: the token
+    # interrupted k1 as it awaited.
+    answered = "ok" if driver == "sync" else "cancelled"
+    assert [m["status"] for m in child.transcript if m["kind"] == "tool_result"] == [answered]
+    assert [r.kind for r in memory.records["r1:c1"]][-1] == "end"
+    # The child's end first; the parent's end answers its call cancelled.
+    assert [r.kind for r in memory.records["r1"]][-2:] == ["tool_started", "end"]
+    assert_contract(result, "go")
+    assert_contract(child.result, "look it up")
+    # Read again, the parent is as it ended; the child's cancel is not run again.
+    again = Family(World(), memory, driver).resume()
+    assert (again.status, again.transcript) == (result.status, result.transcript)
+
+
+def _cancelling(registry: Any, token: agentloop.CancelToken) -> Any:
+    """``registry``, its tools cancelling ``token`` as they run."""
+
+    def made(driver: Driver = "sync") -> agentloop.ToolRegistry:
+        tools = registry(driver)
+
+        def stop(**_: Any) -> None:
+            token.cancel()
+
+        return agentloop.ToolRegistry(
+            [
+                agentloop.Tool(
+                    _then(tool.handler, stop), name=tool.name, idempotent=tool.idempotent
+                )
+                for tool in tools
+            ]
+        )
+
+    return made
+
+
+def _then(handler: Any, stop: Any) -> Any:
+    if asyncio.iscoroutinefunction(handler):
+
+        async def ahandler(n: int) -> int:
+            stop()
+            return await handler(n)  # type: ignore[no-any-return]
+
+        return ahandler
+
+    def handler_then(n: int) -> int:
+        stop()
+        return handler(n)  # type: ignore[no-any-return]
+
+    return handler_then
+
+
+def test_a_finished_parent_reads_a_child_whose_loop_changed_since() -> None:
+    """Only read: the child is given as its records hold it, not refused as a resume would."""
+    memory = MemoryLedger()
+    result = Family(World(), memory, "sync").run()
+    changed = World()
+    changed.registry = _cancelling(changed.registry, agentloop.CancelToken())  # type: ignore[method-assign]
+    family = Family(changed, memory, "sync")
+    family.loop.dispatcher["research"].loop.dispatcher.add(  # type: ignore[index]
+        agentloop.Tool(lambda n: n, name="more", description="More.")
+    )
+    read = family.resume()
+    assert read.children["c1"].transcript == result.children["c1"].transcript
+    assert read.children["c1"].status == "finished"
