@@ -265,6 +265,11 @@ class Journal:
                 "is recorded here: continue the run with loop.resume(run_id)"
             )
 
+    def broken_by(self, exc: BaseException) -> None:
+        """Break the journal for ``exc`` (a child run's record failed): as a failed write does."""
+        self._broken = f"{type(exc).__name__}: {exc}"
+        self.release()
+
     def pause(self) -> None:
         """Give up the claim while the run waits for a person: any process may go on with it."""
         self._writer.release()
@@ -300,8 +305,7 @@ class Journal:
         try:
             self._writer.append(LedgerRecord(kind, key, body))
         except Exception as exc:
-            self._broken = f"{type(exc).__name__}: {exc}"
-            self.release()
+            self.broken_by(exc)
             raise
         self._records += 1
         if kind == END:

@@ -38,7 +38,7 @@ from agentloop._core.table import State
 from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.delegation import Nested
 from agentloop._drivers.run_context import NO_RUN, RUN_CONTEXT, RunContext
-from agentloop._loop.child_runs import durable_child
+from agentloop._loop.child_runs import durable_child, recorded_in
 from agentloop._loop.deps import for_run
 from agentloop._loop.engines import check_ready, plain_engine
 from agentloop._loop.running import async_run, sync_run
@@ -141,17 +141,18 @@ class AgentTool(Tool):
             return self._arun(input, ctx)  # type: ignore[arg-type]  # a run's, with a reporter
         child = self.loop
         registry = child._sync_driver("an asyncio parent (loop.arun)", awaits=True)
-        engine, cancel, deps = self._engine(input, ctx)
-        if engine.done:  # a durable child that had ended: its recorded result answers
-            return self._answer(_ended(engine, ctx), ctx)
-        run = sync_run(child, engine, registry, cancel, deps)
-        if reporter is not None:
-            run.subscribe(_forwarding(reporter))
-            run.subscribe_deltas(_forwarding(reporter))
-        try:
-            return self._answer(run.finish(), ctx)
-        finally:
-            _kept(run, ctx)
+        with recorded_in(ctx):
+            engine, cancel, deps = self._engine(input, ctx)
+            if engine.done:  # a durable child that had ended: its recorded result answers
+                return self._answer(_ended(engine, ctx), ctx)
+            run = sync_run(child, engine, registry, cancel, deps)
+            if reporter is not None:
+                run.subscribe(_forwarding(reporter))
+                run.subscribe_deltas(_forwarding(reporter))
+            try:
+                return self._answer(run.finish(), ctx)
+            finally:
+                _kept(run, ctx)
 
     def _text(self, arguments: dict[str, Any]) -> str:
         """The child's input: the ``input`` text, or ``prompt(value)``, or the arguments' JSON."""
@@ -168,17 +169,18 @@ class AgentTool(Tool):
 
     async def _arun(self, input: str, ctx: RunContext[Any]) -> Answered:
         """The child, run under asyncio as its parent is."""
-        engine, cancel, deps = self._engine(input, ctx)
-        if engine.done:
-            return self._answer(_ended(engine, ctx), ctx)
-        run = async_run(self.loop, engine, cancel, deps)
-        reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # under asyncio: one
-        run.subscribe(_forwarding(reporter))
-        run.subscribe_deltas(_forwarding(reporter))
-        try:
-            return self._answer(await run.afinish(), ctx)
-        finally:  # interrupted too (the parent's task cancelled while the child ran)
-            _kept(run, ctx)
+        with recorded_in(ctx):
+            engine, cancel, deps = self._engine(input, ctx)
+            if engine.done:
+                return self._answer(_ended(engine, ctx), ctx)
+            run = async_run(self.loop, engine, cancel, deps)
+            reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # under asyncio: one
+            run.subscribe(_forwarding(reporter))
+            run.subscribe_deltas(_forwarding(reporter))
+            try:
+                return self._answer(await run.afinish(), ctx)
+            finally:  # interrupted too (the parent's task cancelled while the child ran)
+                _kept(run, ctx)
 
     def _engine(
         self, input: str, ctx: RunContext[Any] | None

@@ -23,19 +23,21 @@ import orjson
 
 from agentloop._durable import resume
 from agentloop._durable.ids import child_run_id
+from agentloop._durable.recording import ChildUnrecorded
 from agentloop._durable.view import view_run
-from agentloop._errors import ConfigurationMismatchError, RunNotFoundError
+from agentloop._errors import ConfigurationMismatchError, LedgerError, RunNotFoundError
 from agentloop._loop.engines import agents_of, make_resilient
 from agentloop._loop.team import team_record
 from agentloop._tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from agentloop._core.values import Budget, CancelToken, RunResult
+    from agentloop._drivers.run_context import RunContext
     from agentloop._durable.protocol import Ledger
     from agentloop._durable.recording import DurableEngine
     from agentloop._loop.loop import Loop
 
-__all__ = ["durable_child", "recorded_children"]
+__all__ = ["durable_child", "recorded_children", "recorded_in"]
 
 
 def durable_child(
@@ -92,6 +94,32 @@ def durable_child(
     elif read:
         engine.journal.release()
     return make_resilient(child, engine), token
+
+
+class recorded_in:
+    """Around a child run of a call with context ``ctx``: a failure of its record stops the parent.
+
+    Under a durable parent, a ``LedgerError`` of the child (a write that
+    failed, its Loop changed since it was recorded, another process holding
+    it) is raised as ``ChildUnrecorded``, which the parent's durable dispatch
+    raises again, unanswered: never the call's outcome, which would leave the
+    child unended for good. (A class, not a ``contextlib`` generator: it
+    wraps every agent call.)
+    """
+
+    __slots__ = ("_durable",)
+
+    def __init__(self, ctx: RunContext[Any] | None) -> None:
+        self._durable = ctx is not None and ctx._ledger is not None
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, _: object
+    ) -> None:
+        if self._durable and isinstance(exc, LedgerError):
+            raise ChildUnrecorded(exc) from exc
 
 
 def _started_with(head: bytes, budget: Budget) -> Budget:

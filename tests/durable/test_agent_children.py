@@ -422,3 +422,68 @@ def test_a_finished_parent_reads_a_child_whose_loop_changed_since() -> None:
     read = family.resume()
     assert read.children["c1"].transcript == result.children["c1"].transcript
     assert read.children["c1"].status == "finished"
+
+
+class FailingChild(MemoryLedger):
+    """A ``MemoryLedger`` whose writes to the child run fail from its ``at``-th on (disk full)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.child_appends = at, 0
+
+    def create(self, run_id: str, header: bytes) -> Any:
+        return self._failing(super().create(run_id, header))
+
+    def claim(self, run_id: str) -> Any:
+        return self._failing(super().claim(run_id))
+
+    def _failing(self, writer: Any) -> Any:
+        if writer.run_id != "r1:c1":
+            return writer
+        ledger, append = self, writer.append
+
+        def failing(record: Any) -> None:
+            ledger.child_appends += 1
+            if ledger.child_appends >= ledger.at:
+                raise LedgerError("disk full")
+            append(record)
+
+        writer.append = failing
+        return writer
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_childs_failed_write_stops_the_parent_unanswered(driver: Driver) -> None:
+    """Not the call's outcome: the parent stops with the error, its call started, and a
+    resume goes on with the child."""
+    baseline, _ = baseline_of(driver)
+    for at in (1, 3, 10):  # the child's first reply, k1's outcome, its end
+        ledger, world = FailingChild(at), World()
+        with pytest.raises(LedgerError, match="disk full"):
+            Family(world, ledger, driver).run()
+        assert [(r.kind, r.key) for r in ledger.records["r1"]] == [
+            ("reply", "1"),
+            ("tool_started", "c1"),
+        ]
+        assert ledger.claimed == set()
+        ledger.at = 1_000  # the disk has room again
+        result = Family(world, ledger, driver).resume()
+        check_resumed(result, world, ledger, baseline)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_child_whose_loop_changed_is_refused_when_the_parent_resumes(driver: Driver) -> None:
+    memory = MemoryLedger()
+    crashing = CrashingLedger(memory, 5, "after")  # after k1's outcome
+    with pytest.raises((Crash, LedgerError)):
+        Family(World(), crashing, driver).run()
+    changed = Family(World(), memory, driver)
+    changed.loop.dispatcher["research"].loop.dispatcher.add(  # type: ignore[index]
+        agentloop.Tool(lambda n: n, name="more", description="More.")
+    )
+    with pytest.raises(LedgerError, match=r"ConfigurationMismatchError: run 'r1:c1'.*tools\.more"):
+        changed.resume()
+    assert [r.kind for r in memory.records["r1"]] == ["reply", "tool_started"]  # unanswered
+    assert memory.claimed == set()
+    result = Family(World(), memory, driver).resume()  # the Loops as recorded: it goes on
+    assert (result.status, result.transcript[2]["content"]) == ("finished", "found it")
