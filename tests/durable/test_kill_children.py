@@ -16,7 +16,9 @@ start, and the child's end before the parent's outcome that answers from it.
 from __future__ import annotations
 
 import asyncio
+import random
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +28,13 @@ import agentloop
 from agentloop.ledger import view_run
 from tests.durable.test_kill import (
     FINAL,
+    FUZZ,
     Server,
     batch,
     call,
     checkpoints,
     job_for,
+    random_script,
     run_with_kills,
     server,  # noqa: F401 - the module's fork server, a fixture
 )
@@ -66,7 +70,7 @@ class Baseline:
 
 
 def family_job(tmp: Path, driver: str, **more: Any) -> dict[str, Any]:
-    return job_for(tmp, driver, PARENT, child=CHILD, **more)
+    return job_for(tmp, driver, PARENT, **({"child": CHILD} | more))
 
 
 def check(job: dict[str, Any], got: dict[str, Any], baseline: Baseline) -> set[str]:
@@ -166,3 +170,41 @@ def test_sigkill_at_each_checkpoint_of_parent_and_child(
         assert killed == 1, kill
         unknown_seen |= check(job, got, baseline)
     assert unknown_seen == {"k1", "k3", "k4"}  # the idempotent k2 is run again instead
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_sigkill_at_random_points_of_parent_and_child(
+    server: Server,  # noqa: F811 - the fixture
+    tmp_path: Path,
+    driver: str,
+) -> None:
+    """Random child scripts, killed at a random checkpoint of parent or child, or a random
+    moment; now and then the resuming process is killed too. 100 runs a driver (the long
+    tier's), times ``AGENTLOOP_FUZZ``."""
+    rng = random.Random(f"kill-children-{driver}-{FUZZ}")
+    probe = family_job(tmp_path, driver, db=str(tmp_path / "probe.db"))
+    began = time.perf_counter()
+    run_with_kills(server, probe, [])
+    span_ms = (time.perf_counter() - began) * 1000
+    killed_runs = 0
+    for index in range(100 * FUZZ):
+        case = tmp_path / f"r{index}"
+        case.mkdir()
+        job = family_job(
+            case,
+            driver,
+            child=random_script(rng),
+            concurrency=rng.choice([1, 2, 3]) if driver == "async" else 1,
+            synchronous=rng.choice(["FULL", "NORMAL"]),
+        )
+        baseline = Baseline(job)
+        points = checkpoints(baseline)  # type: ignore[arg-type]  # its counts
+        kills: list[dict[str, Any] | None] = [
+            {"after_ms": rng.uniform(0, span_ms)} if rng.random() < 0.25 else rng.choice(points)
+            for _ in range(rng.choice([1, 1, 1, 2]))
+        ]
+        got, killed = run_with_kills(server, job, kills)
+        check(job, got, baseline)
+        killed_runs += killed > 0
+    assert killed_runs > 50 * FUZZ  # most random moments fall inside a run
