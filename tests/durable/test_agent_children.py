@@ -487,3 +487,51 @@ def test_a_child_whose_loop_changed_is_refused_when_the_parent_resumes(driver: D
     assert memory.claimed == set()
     result = Family(World(), memory, driver).resume()  # the Loops as recorded: it goes on
     assert (result.status, result.transcript[2]["content"]) == ("finished", "found it")
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_crash_at_each_append_of_three_generations(driver: Driver) -> None:
+    """A child with an agent tool of its own: the grandchild ``r1:c1:g1`` resumes as its parent."""
+
+    def family(world: World, ledger: Any) -> agentloop.Loop:
+        grandchild = agentloop.Loop(
+            Asked(CHILD_SCRIPT, driver).bound(), tools=world.registry(driver), max_steps=4
+        )
+        child = agentloop.Loop(
+            Asked([call("g1", "dig", input="deeper"), final("dug")], driver).bound(),
+            tools=[grandchild.as_tool("dig", "Dig.")],
+        )
+        return agentloop.Loop(
+            Asked(PARENT_SCRIPT, driver).bound(),
+            tools=[child.as_tool("research", "Research.")],
+            ledger=ledger,
+        )
+
+    def go(loop: agentloop.Loop, resume: bool = False) -> agentloop.RunResult:
+        if driver == "sync":
+            return loop.resume("r1") if resume else loop.run("go", run_id="r1")
+        return asyncio.run(loop.aresume("r1") if resume else loop.arun("go", run_id="r1"))
+
+    memory = MemoryLedger()
+    baseline = go(family(World(), memory))
+    deepest = baseline.children["c1"].children["g1"]
+    assert (deepest.run_id, memory.appends) == ("r1:c1:g1", 20)
+    for at in range(1, memory.appends + 1):
+        for when in ("before", "after"):
+            memory, world = MemoryLedger(), World()
+            crashing = CrashingLedger(memory, at, when)  # type: ignore[arg-type]
+            world.ledger = crashing
+            with pytest.raises((Crash, LedgerError)):
+                go(family(world, crashing))
+            world.ledger = None
+            result = go(family(world, memory), resume=True)
+            assert result.transcript == baseline.transcript
+            assert result.children["c1"].transcript == baseline.children["c1"].transcript
+            grandchild = view_run(memory, "r1:c1:g1")
+            assert grandchild.caller == ("r1:c1", "g1")
+            unknown = unknown_ids(grandchild.transcript, deepest.transcript, {"idem"})
+            effects = [key for _, key in world.effects]
+            check_effects(
+                grandchild.transcript, unknown, lambda r: effects.count(f"r1:c1:g1:{r['id']}")
+            )
+            assert memory.claimed == set()
