@@ -10,6 +10,7 @@ both) and inside each of the child's tools; the kill tests
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 import orjson
@@ -519,7 +520,7 @@ def test_a_crash_at_each_append_of_three_generations(driver: Driver) -> None:
     for at in range(1, memory.appends + 1):
         for when in ("before", "after"):
             memory, world = MemoryLedger(), World()
-            crashing = CrashingLedger(memory, at, when)  # type: ignore[arg-type]
+            crashing = CrashingLedger(memory, at, when)
             world.ledger = crashing
             with pytest.raises((Crash, LedgerError)):
                 go(family(world, crashing))
@@ -530,8 +531,12 @@ def test_a_crash_at_each_append_of_three_generations(driver: Driver) -> None:
             grandchild = view_run(memory, "r1:c1:g1")
             assert grandchild.caller == ("r1:c1", "g1")
             unknown = unknown_ids(grandchild.transcript, deepest.transcript, {"idem"})
-            effects = [key for _, key in world.effects]
-            check_effects(
-                grandchild.transcript, unknown, lambda r: effects.count(f"r1:c1:g1:{r['id']}")
-            )
+            check_effects(grandchild.transcript, unknown, ran_under(world, "r1:c1:g1"))
+
             assert memory.claimed == set()
+
+
+def ran_under(world: World, run_id: str) -> Any:
+    """How many times the call a tool result answers took effect, in the run ``run_id``."""
+    ran = Counter(key for _, key in world.effects)
+    return lambda result: ran[f"{run_id}:{result['id']}"]
