@@ -34,7 +34,8 @@ listeners hear a ``ToolProgress`` naming the call.
 A child run of an agent tool (``Loop.as_tool``) is heard by its parent's
 delta listeners: each of its deltas, progress reports and transitions comes
 as ``Nested(path, item)``, ``path`` the call ids it came through, the
-parent's first.
+parent's first. ``stream()`` yields the same items once the call returns,
+before its transition.
 
 The provider adapters stream when given ``stream=True``
 (``openai_chat(client, "gpt-4.1", stream=True)``). ``chunked`` turns a whole

@@ -5,28 +5,42 @@
    10 and 100 tool calls a run (K + 1 model steps; each call step commits three
    records: the reply, ``tool_started``, ``tool_finished``). Interleaved, best
    of the repeats.
-2. Resuming a 1,000-call run: one that ended (read and replayed, nothing
+2. The ledger beside its floor (issue 38): the core bench's hand-written
+   ``contract`` loop, committing the same transactions with the same payloads
+   (the header, then each record the ledger commits, captured from an
+   agentloop run of the same workload) into the same tables, with the same WAL
+   and ``synchronous`` setting, through ``sqlite3`` directly. What is left
+   between them is agentloop's own work: the engine, the journal, the claim.
+   Paired, one agentloop run then one floor run, the median of the ratios of
+   the pairs, at K = 1 and 10, ``FULL`` and ``NORMAL``.
+3. Resuming a 1,000-call run: one that ended (read and replayed, nothing
    runs), and one cut off before its last reply (replayed, then one live
    model step and the end recorded). Median of the repeats.
 
 Targets: a resume of a 1,000-call run within 250 ms; with ``NORMAL``, a step
 costs at most 1 ms more than in memory (a commit without a sync). ``FULL``
 syncs to the disk three times a step: its cost is the disk's, reported only.
+Against the floor (open in issue 38): at most 1.15x with ``FULL`` and 1.5x
+with ``NORMAL``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from engine_step import scripted  # the same model as the core bench: k calls, then a final
+from bench_core import contract_loop
+from engine_step import Typed, echo, scripted  # the core bench's workload: k calls, then a final
+from targets import verdict
 
-from agentloop import Loop
+from agentloop import CancelToken, Loop
+from agentloop._durable.files import _SCHEMA
 from agentloop.ledger import LedgerError, SQLiteLedger
 
 if TYPE_CHECKING:
@@ -36,6 +50,7 @@ Message = dict[str, Any]
 
 RESUME_TARGET_MS = 250.0
 NORMAL_TARGET_US = 1000.0
+FLOOR_TARGETS = {"FULL": 1.15, "NORMAL": 1.5}
 
 
 class Echo:
@@ -139,6 +154,88 @@ class _DiesBeforeTheEnd:
         return self.inner.read(run_id)
 
 
+class _Capturing:
+    """A ledger that keeps what it is given to commit: the floor commits the same."""
+
+    def __init__(self, inner: SQLiteLedger) -> None:
+        self.inner = inner
+        self.header = b""
+        self.records: list[tuple[str, str, bytes]] = []
+
+    def create(self, run_id: str, header: bytes) -> LedgerWriter:
+        self.header = header
+        writer = self.inner.create(run_id, header)
+        records = self.records
+
+        class Writer:
+            def append(self, record: LedgerRecord) -> None:
+                records.append((record.kind, record.key, record.body))
+                writer.append(record)
+
+            def release(self) -> None:
+                writer.release()
+
+        return Writer()
+
+    def claim(self, run_id: str) -> LedgerWriter:
+        return self.inner.claim(run_id)
+
+    def read(self, run_id: str) -> tuple[bytes, list[LedgerRecord]]:
+        return self.inner.read(run_id)
+
+
+class Floor:
+    """The hand-written loop, committing the ledger's transactions through ``sqlite3``."""
+
+    def __init__(self, path: Path, sync: str, header: bytes, records: list[Any]) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute(f"PRAGMA synchronous = {sync}")
+        for statement in _SCHEMA:
+            self.db.execute(statement)
+        self.header, self.records, self.runs = header, list(records), 0
+
+    def run(self, k: int) -> None:
+        """One run: the loop's work, then its transactions, each committed as the ledger does."""
+        events = contract_loop(scripted(k), Typed(echo), "go", k + 1, k, CancelToken())
+        assert events[-1][1] == "finished"
+        db, self.runs = self.db, self.runs + 1
+        db.execute("BEGIN IMMEDIATE")
+        row = db.execute(
+            "INSERT INTO runs (run_id, header, at) VALUES (?, ?, ?)",
+            (f"floor{self.runs}", self.header, time.time()),
+        ).lastrowid
+        db.execute("COMMIT")
+        for kind, key, body in self.records:  # autocommit: one transaction each
+            db.execute(
+                "INSERT INTO records (run, kind, key, body, at) VALUES (?, ?, ?, ?, ?)",
+                (row, kind, key, body, time.time()),
+            )
+
+
+def against_floor(
+    k: int, sync: Literal["FULL", "NORMAL"], pairs: int, directory: Path
+) -> tuple[float, float, float]:
+    """The median ratio of ledger to floor over ``pairs`` paired runs; each's µs a step."""
+    ledger = _Capturing(SQLiteLedger(directory / f"floor-{k}-{sync}-al.db", synchronous=sync))
+    loop = Loop(scripted(k), tools=Typed(echo), max_steps=k + 1, max_calls=k, ledger=ledger)
+    assert loop.run("go", cancel=CancelToken()).status == "finished"  # captures one run's
+    floor = Floor(directory / f"floor-{k}-{sync}.db", sync, ledger.header, ledger.records)
+    floor.run(k)
+    ratios, ours, theirs = [], [], []
+    for _ in range(pairs):
+        start = time.perf_counter_ns()
+        result = loop.run("go", cancel=CancelToken())
+        middle = time.perf_counter_ns()
+        floor.run(k)
+        end = time.perf_counter_ns()
+        assert result.status == "finished"
+        ours.append((middle - start) / ((k + 1) * 1000))
+        theirs.append((end - middle) / ((k + 1) * 1000))
+        ratios.append((middle - start) / (end - middle))
+    return statistics.median(ratios), statistics.median(ours), statistics.median(theirs)
+
+
 def main() -> int:
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
@@ -154,6 +251,20 @@ def main() -> int:
             if extra > NORMAL_TARGET_US:
                 print(f"    MISSED: NORMAL adds more than {NORMAL_TARGET_US:.0f} µs a step")
                 failed = True
+        print("the ledger beside its floor (paired runs, median of the ratios):")
+        syncs: tuple[Literal["FULL", "NORMAL"], ...] = ("FULL", "NORMAL")
+        for sync in syncs:
+            for k in (1, 10):
+                ratio, ours, theirs = against_floor(
+                    k, sync, 41 if sync == "FULL" else 101, directory
+                )
+                failed |= not verdict(
+                    f"{sync}, K={k}: ledger over floor (≤ {FLOOR_TARGETS[sync]}x)",
+                    ratio,
+                    FLOOR_TARGETS[sync],
+                    f"{ratio:.2f}x ({ours:.0f} / {theirs:.0f} µs)",
+                    open_in="issue 38",
+                )
         ended, cut, records = resume_times(1000, 7, directory)
         print(f"resume of a 1,000-call run ({records} records), median of 7:")
         print(f"  ended (read and replayed):                     {ended:6.1f} ms")

@@ -411,6 +411,8 @@ class History:
         one chunk's, and a copy's peak is about the copy itself.
         """
         buffer, ends = self._buffer, self._ends
+        if count == len(ends) and len(buffer) <= CHUNK:
+            return orjson.loads(buffer)  # type: ignore[no-any-return]  # whole, in one chunk
         out: list[dict[str, JSON]] = []
         first, begin = 0, 0  # the chunk's first message, and the byte before it
         while first < count:

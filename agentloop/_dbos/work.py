@@ -101,7 +101,7 @@ class StepWork:
         assert registry is not None, "a batch is reviewed only when the tools have policies"
         # By call id, under a key of its own: a call's id is the model's, any string.
         answers = {
-            call["id"]: _verdict_data(reviewed_in(scope.context(call), registry.review, call))
+            call["id"]: _verdict_data(reviewed_in(scope.handed(call), registry.review, call))
             for call in calls
         }
         return {"answers": answers, "cancel": cancel_requested(run_id)}

@@ -59,6 +59,7 @@ from agentloop._drivers.callbacks import (
     within,
 )
 from agentloop._drivers.concurrent import ConcurrentBatch
+from agentloop._drivers.delegation import HeardNested, Nested, listening
 from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import ToolProgress
 from agentloop._drivers.run_context import CallScope, ain_context
@@ -129,10 +130,7 @@ class AsyncRun(RunView[OutputT]):
 
     async def __aiter__(self) -> AsyncIterator[Transition]:
         """Step until done (or awaiting approval), yielding each transition."""
-        while not self.done:
-            transition = await self._step()
-            if transition is None:
-                return
+        while not self.done and (transition := await self._step()) is not None:
             yield transition
 
     async def afinish(self) -> RunResult[OutputT]:
@@ -141,8 +139,7 @@ class AsyncRun(RunView[OutputT]):
         As ``finish()``, it holds the run for the whole loop: no other task
         could step it between two steps anyway, as nothing is awaited there.
         """
-        engine = self._engine
-        if not engine.done:
+        if not self._engine.done:
             await self._step(until_done=True)
         return self.result()
 
@@ -178,18 +175,17 @@ class AsyncRun(RunView[OutputT]):
     ) -> AsyncGenerator[Delta, None]:
         """One transition (or, with ``decisions``, the decision), or each until the run is done.
 
-        ``hand_on``: each delta is yielded as it arrives (``astream()``);
-        else the step reads them to the end, their listeners hearing each, and
-        yields none: each delta yielded through one more async generator
-        would cost about as much again as reading it.
-        Each transition is told to the listeners and appended to ``made`` (an
-        async generator returns nothing); none while the run awaits a person.
-        Every way into the run goes through here: a step started while
-        another is under way is refused, and a cancelled task, a
-        ``KeyboardInterrupt`` or the caller leaving ``astream()`` mid-reply
-        ends the run ``cancelled``. The hold and the pump are one function:
-        an async generator cannot delegate to another (no ``yield from``),
-        and a layer between them would pass each delta on once more.
+        ``hand_on``: each delta is yielded as it arrives (``astream()``); else
+        the step reads them to the end, their listeners hearing each, and
+        yields none (a delta yielded through one more async generator costs
+        about as much again). Each transition is told to the listeners and
+        appended to ``made`` (an async generator returns nothing); none while
+        the run awaits a person. Every way into the run goes through here: a
+        step started while another is under way is refused, and a cancelled
+        task, a ``KeyboardInterrupt`` or the caller leaving ``astream()``
+        mid-reply ends the run ``cancelled``. The hold and the pump are one
+        function: an async generator cannot delegate to another (no ``yield
+        from``), and a layer between them would pass each delta on once more.
         """
         engine, batch = self._engine, self._batch
         refused = False
@@ -347,37 +343,40 @@ class AsyncRun(RunView[OutputT]):
             raise TypeError(f"expected a callable delta listener, got {type(listener).__name__}")
         self._delta_listeners.append((listener, is_async(listener)))
 
-    async def astream(self) -> AsyncGenerator[Delta | Transition, None]:
+    async def astream(self) -> AsyncGenerator[Delta | Nested | Transition, None]:
         """Step until done (or awaiting approval), yielding each delta and each transition.
 
-        ``Run.stream()`` under asyncio. Leaving the loop while a reply streams
-        closes the stream and ends the run ``cancelled``, as a cancelled task does.
-        The transition is told to the listeners, and the run let go, before
-        the caller sees it.
+        ``Run.stream()`` under asyncio (a child run's ``Nested`` items too).
+        Leaving the loop while a reply streams closes the stream and ends the
+        run ``cancelled``, as a cancelled task does. A transition is told to
+        the listeners, and the run let go, before the caller sees it.
         """
-        engine = self._engine
-        while not engine.done:
-            made: list[Transition] = []
-            step = self._transitions(made, hand_on=True)
-            try:
-                async for delta in step:
-                    yield delta
-            finally:
-                await step.aclose()
-            if not made:
-                return  # the run waits for a person
-            yield made[0]
+        engine, heard = self._engine, HeardNested()
+        with listening(self._delta_listeners, (heard, False)):
+            while not engine.done:
+                made: list[Transition] = []
+                step = self._transitions(made, hand_on=True)
+                try:
+                    async for delta in step:
+                        yield delta
+                finally:
+                    await step.aclose()
+                for item in heard.taken():
+                    yield item
+                if not made:
+                    return  # the run waits for a person
+                yield made[0]
 
     async def _delivered(self, stream: object) -> AsyncGenerator[Delta, None]:
         """``stream``'s deltas, each told to the delta listeners and yielded; then its reply.
 
         The reply is left in ``_streamed_reply`` (an async generator returns
         nothing). Read under the run's token (each awaited chunk) and
-        ``model_timeout``, and closed at once however the reading ends, but for
-        its reply: then once the engine has taken it, at the end of the step
-        (``_transitions``). The text delivered so far is kept while it streams:
-        a cut by the token, or an interruption, records it on its event. A
-        stream that fails after deltas were told is followed by a ``Discard``.
+        ``model_timeout``, and closed at once however the reading ends, but its
+        reply's: once the engine has taken it, at the end of the step. The text
+        delivered so far is kept while it streams: a cut by the token, or an
+        interruption, records it on its event. A stream that fails after deltas
+        were told is followed by a ``Discard``.
         """
         self._partial = partial = Partial()
         items = apull(

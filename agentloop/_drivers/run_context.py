@@ -33,10 +33,12 @@ __all__ = [
     "NO_RUN",
     "RUN_CONTEXT",
     "CallScope",
+    "Handed",
     "RunContext",
     "ain_context",
     "ain_context_reviews",
     "areviewed_in",
+    "context_here",
     "current_context",
     "current_reporter",
     "esc",
@@ -89,10 +91,68 @@ class RunContext(Generic[Deps]):
         checked_report(self._reporter, progress, total, message)
 
 
-#: The context of the call whose handler (or policy) runs here (a task or thread gets a copy).
-RUN_CONTEXT: Final[ContextVar[RunContext[Any] | None]] = ContextVar(
-    "agentloop_run_context", default=None
-)
+class Handed:
+    """A call as its driver handed it out: its ``RunContext`` is made when first read.
+
+    Most calls' handlers never read their context, and a ``RunContext`` costs
+    a microsecond to make; what the context says as of the hand-out (the
+    counters, the usage) is kept here, a handful of references.
+    """
+
+    __slots__ = ("_made", "call_id", "calls", "reporter", "scope", "steps", "tool", "usage")
+
+    def __init__(
+        self, scope: CallScope | None, call: dict[str, Any], reporter: Reporter | None
+    ) -> None:
+        self.scope, self.reporter = scope, reporter
+        self.call_id: str = call["id"]
+        self.tool: str = call["name"]
+        self._made: RunContext[Any] | None = None
+        if scope is not None:  # the counters as of the hand-out: a batch's others go on
+            engine = scope.engine
+            self.steps, self.calls, self.usage = engine.steps, engine.calls, engine.usage
+
+    @classmethod
+    def given(cls, context: RunContext[Any]) -> Handed:
+        """A context made already (an MCP server's call, which has no run)."""
+        handed = cls(None, {"id": context.call_id, "name": context.tool}, context._reporter)
+        handed._made = context
+        return handed
+
+    @property
+    def key(self) -> str | None:
+        """The call's idempotency key (``RunContext.idempotency_key``)."""
+        made, scope = self._made, self.scope
+        if made is not None or scope is None:
+            return None if made is None else made.idempotency_key
+        return key_of(scope.run_id, self.call_id)
+
+    def context(self) -> RunContext[Any]:
+        """The call's ``RunContext``, made once."""
+        made = self._made
+        if made is None:
+            scope = self.scope
+            assert scope is not None, "a context given is made already"
+            self._made = made = RunContext(
+                deps=scope.deps,
+                run_id=scope.run_id,
+                call_id=self.call_id,
+                tool=self.tool,
+                idempotency_key=self.key,
+                steps=self.steps,
+                calls=self.calls,
+                usage=self.usage,
+                budget=scope.engine.budget,
+                cancel=scope.cancel,
+                reporter=self.reporter,
+                children=scope.children,
+                ledger=scope.ledger,
+            )
+        return made
+
+
+#: The call whose handler (or policy) runs here (a task or thread gets a copy).
+RUN_CONTEXT: Final[ContextVar[Handed | None]] = ContextVar("agentloop_run_context", default=None)
 #: What a tool called outside any run (a registry dispatched on its own) is given.
 NO_RUN: Final[RunContext[Any]] = RunContext()
 
@@ -103,7 +163,14 @@ def current_context() -> RunContext[Any] | None:
     For a dispatcher of one's own (``Loop(tools=obj)`` with ``obj.dispatch``),
     which is handed the call and no context parameter.
     """
-    return RUN_CONTEXT.get()
+    handed = RUN_CONTEXT.get()
+    return None if handed is None else handed.context()
+
+
+def context_here() -> RunContext[Any]:
+    """The context a handler or policy taking one is given: ``NO_RUN`` outside any run."""
+    handed = RUN_CONTEXT.get()
+    return NO_RUN if handed is None else handed.context()
 
 
 def idempotency_key() -> str | None:
@@ -119,8 +186,8 @@ def idempotency_key() -> str | None:
     else (no ledger, outside a handler) it is ``None``. ``ctx.idempotency_key``
     is the same string.
     """
-    context = RUN_CONTEXT.get()
-    return None if context is None else context.idempotency_key
+    handed = RUN_CONTEXT.get()
+    return None if handed is None else handed.key
 
 
 def report_progress(
@@ -140,8 +207,8 @@ def report_progress(
 
 def current_reporter() -> Reporter | None:
     """Where the running call's progress goes, if anywhere (an MCP client call forwards it)."""
-    context = RUN_CONTEXT.get()
-    return None if context is None else context._reporter
+    handed = RUN_CONTEXT.get()
+    return None if handed is None else handed.reporter
 
 
 def key_of(run_id: str | None, call_id: str) -> str | None:
@@ -185,24 +252,9 @@ class CallScope:
         self.ledger = ledger
         self.children: dict[str, Any] = {}
 
-    def context(self, call: dict[str, Any], reporter: Reporter | None = None) -> RunContext[Any]:
-        """``call``'s context, as the engine stands now (the call handed out by it now)."""
-        engine, run_id, call_id = self.engine, self.run_id, call["id"]
-        return RunContext(
-            deps=self.deps,
-            run_id=run_id,
-            call_id=call_id,
-            tool=call["name"],
-            idempotency_key=key_of(run_id, call_id),
-            steps=engine.steps,
-            calls=engine.calls,
-            usage=engine.usage,
-            budget=engine.budget,
-            cancel=self.cancel,
-            reporter=reporter,
-            children=self.children,
-            ledger=self.ledger,
-        )
+    def handed(self, call: dict[str, Any], reporter: Reporter | None = None) -> Handed:
+        """``call``, handed out by the engine now: its context as the engine stands now."""
+        return Handed(self, call, reporter)
 
 
 def in_context(
@@ -224,7 +276,7 @@ def in_context(
         # would leave no token to reset, and the context would outlive its call.
         previous = RUN_CONTEXT.get()
         try:
-            RUN_CONTEXT.set(scope.context(call, Reporter(call["id"], tell)))
+            RUN_CONTEXT.set(Handed(scope, call, Reporter(call["id"], tell)))
             return dispatch(call, **options)
         finally:
             RUN_CONTEXT.set(previous)
@@ -270,7 +322,7 @@ class ain_context:
         previous = RUN_CONTEXT.get()  # put back by value, as in ``in_context``
         try:
             reporter = Reporter(call["id"], self._tell, asyncio.get_running_loop())
-            RUN_CONTEXT.set(self._scope.context(call, reporter))
+            RUN_CONTEXT.set(Handed(self._scope, call, reporter))
             outcome = await self._dispatch(call, **options)
         finally:
             RUN_CONTEXT.set(previous)
@@ -283,18 +335,18 @@ def in_context_reviews(
     review: Callable[[dict[str, Any]], Any], scope: CallScope
 ) -> Callable[[dict[str, Any]], Any]:
     """``review`` (the policies' review of a call), each call reviewed in its context."""
-    return lambda call: reviewed_in(scope.context(call), review, call)
+    return lambda call: reviewed_in(scope.handed(call), review, call)
 
 
 def ain_context_reviews(
     review: Callable[[dict[str, Any]], Awaitable[Any]], scope: CallScope
 ) -> Callable[[dict[str, Any]], Awaitable[Any]]:
     """``in_context_reviews`` for an async ``review``: set in the task that awaits each."""
-    return lambda call: areviewed_in(scope.context(call), review(call))
+    return lambda call: areviewed_in(scope.handed(call), review(call))
 
 
 def reviewed_in(
-    context: RunContext[Any], review: Callable[[dict[str, Any]], Any], call: dict[str, Any]
+    context: Handed, review: Callable[[dict[str, Any]], Any], call: dict[str, Any]
 ) -> Any:
     """``review(call)`` (the policies' review of one call) with ``call``'s ``context`` set."""
     previous = RUN_CONTEXT.get()
@@ -305,7 +357,7 @@ def reviewed_in(
         RUN_CONTEXT.set(previous)
 
 
-async def areviewed_in(context: RunContext[Any], review: Awaitable[Any]) -> Any:
+async def areviewed_in(context: Handed, review: Awaitable[Any]) -> Any:
     """``reviewed_in`` for an awaitable review: the context set in the task that awaits it."""
     previous = RUN_CONTEXT.get()
     try:

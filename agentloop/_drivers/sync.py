@@ -30,6 +30,7 @@ from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import AskModel, OutputT, RunResult, RunTool, Transition, Wait
 from agentloop._drivers.awaiter import Awaiter
 from agentloop._drivers.callbacks import Listener, Model, TokenCancelled, given_history, is_async
+from agentloop._drivers.delegation import HeardNested, Nested, listening
 from agentloop._drivers.deltas import Delta, Discard, ListenerFailed, Partial
 from agentloop._drivers.progress import ToolProgress
 from agentloop._drivers.run_context import CallScope, in_context
@@ -266,20 +267,24 @@ class Run(RunView[OutputT]):
             )
         self._delta_listeners.append(listener)
 
-    def stream(self) -> Generator[Delta | Transition, None, None]:
+    def stream(self) -> Generator[Delta | Nested | Transition, None, None]:
         """Step until done (or awaiting approval), yielding each delta and each transition.
 
         In the order they happen: a streaming model's deltas, then the
-        transition its whole reply made. Leaving the loop while a reply
-        streams (``break``, an exception) closes the stream and ends the run
-        ``cancelled``, as an interrupt does.
+        transition its whole reply made. An agent tool's child run is heard
+        as ``Nested`` items, yielded when its call returns, before the call's
+        transition (its delta listeners hear each as it happens). Leaving the
+        loop while a reply streams (``break``, an exception) closes the stream
+        and ends the run ``cancelled``, as an interrupt does.
         """
-        engine = self._engine
-        while not engine.done and engine.state is not State.AWAITING_APPROVAL:
-            made = yield from self._held(self._transitions(hand_on=True))
-            if made is None:
-                return
-            yield made
+        engine, heard = self._engine, HeardNested()
+        with listening(self._delta_listeners, heard):
+            while not engine.done and engine.state is not State.AWAITING_APPROVAL:
+                made = yield from self._held(self._transitions(hand_on=True))
+                yield from heard.taken()
+                if made is None:
+                    return
+                yield made
 
     def _close_unclosed(self) -> None:
         """Close the stream whose reply was handed to the engine, if it is still open."""

@@ -37,7 +37,7 @@ from agentloop._core.json import exception_content
 from agentloop._core.table import State
 from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.delegation import Nested
-from agentloop._drivers.run_context import NO_RUN, RUN_CONTEXT, RunContext
+from agentloop._drivers.run_context import NO_RUN, RunContext, current_context
 from agentloop._loop.child_runs import durable_child, recorded_in
 from agentloop._loop.deps import for_run
 from agentloop._loop.engines import check_ready, plain_engine
@@ -135,7 +135,7 @@ class AgentTool(Tool):
     def _call(self, **arguments: Any) -> Answered | Awaitable[Answered]:
         """Run the child: under asyncio (its coroutine, awaited by the registry) or here."""
         input = self._text(arguments)
-        ctx = RUN_CONTEXT.get()
+        ctx = current_context()
         reporter = None if ctx is None else ctx._reporter
         if reporter is not None and reporter.loop is not None:
             return self._arun(input, ctx)  # type: ignore[arg-type]  # a run's, with a reporter

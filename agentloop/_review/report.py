@@ -60,6 +60,9 @@ dl.summary { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 
 dl.summary dt { color: var(--mute); }
 dl.summary dd { margin: 0; overflow-wrap: anywhere; }
 figure { margin: 0; padding: .5rem; border: 1px solid var(--line); border-radius: 6px; }
+details.child { margin: .5rem 0 .5rem .5rem; padding-left: .75rem;
+                border-left: 2px solid var(--line); }
+details.child > summary { cursor: pointer; }
 /* Drawn at its own size, and shrunk to fit a narrow column (the width and
    height Graphviz writes would hold it at its full size). */
 figure svg { display: block; margin: 0 auto; max-width: 100%; height: auto; }
@@ -134,7 +137,6 @@ def report_html(result: RunResult, *, svg: bool | None = None) -> str:
     always shows the Mermaid source.
     """
     status = require_result(result, "report_html()").status.value
-    budget = result.budget
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -147,8 +149,61 @@ def report_html(result: RunResult, *, svg: bool | None = None) -> str:
         "</head>",
         "<body>",
         f'<h1>agentloop run <span id="status" class="status {_e(status)}">{_e(status)}</span></h1>',
-        '<dl class="summary">',
     ]
+    parts.extend(_summary(result, ""))
+    parts.extend(_diagram(result, svg))
+    parts.extend(_run(result, ""))
+    parts.append(
+        f'<p class="note">Run file format {_e(FORMAT)} version {VERSION}. '
+        "Made by agentloop; this page loads nothing from anywhere.</p>"
+    )
+    parts.extend(["</body>", "</html>"])
+    return "\n".join(parts) + "\n"
+
+
+def _run(result: RunResult, prefix: str) -> list[str]:
+    """What the page shows of a run, below its summary and diagram: each id begins ``prefix``."""
+    return [
+        *_timeline(result, prefix),
+        *_rejected(result, prefix),
+        *_pending(result, prefix),
+        *_transitions(result, prefix),
+        *_children(result, prefix),
+    ]
+
+
+def _children(result: RunResult, prefix: str) -> list[str]:
+    """Each agent tool's child run, under its call, in the order the calls were made.
+
+    A ``<details>`` element each, closed: its summary names the call, the
+    tool and how the child ended; inside, the child's own summary, transcript,
+    transitions and children, every id prefixed with the path of call ids.
+    """
+    if not result.children:
+        return []
+    tools: dict[str, str | None] = {}  # each call's tool, in the order the calls were made
+    for event in result.events:
+        if event.call_id is not None:
+            tools.setdefault(event.call_id, event.tool)
+    parts = [f'<h2 id="{_e(prefix)}children">Child runs</h2>']
+    for call_id in sorted(result.children, key=list(tools).index):
+        child, tool, inner = result.children[call_id], tools[call_id], f"{prefix}{call_id}-"
+        parts.append(
+            f'<details class="child" id="{_e(inner)}run"><summary>call {_e(call_id)}'
+            f"{'' if tool is None else f' · {_e(tool)}'} · "
+            f'<span class="status {_e(child.status.value)}">{_e(child.status.value)}</span> · '
+            f"{child.steps} steps, {child.calls} calls</summary>"
+        )
+        parts.extend(_summary(child, inner))
+        parts.extend(_run(child, inner))
+        parts.append("</details>")
+    return parts
+
+
+def _summary(result: RunResult, prefix: str) -> list[str]:
+    budget = result.budget
+    status = result.status.value
+    parts = ['<dl class="summary">']
     summary: list[tuple[str, object]] = [
         ("status", status),
         ("output", result.output_text),  # a typed output's JSON, as its run file keeps it
@@ -165,19 +220,9 @@ def report_html(result: RunResult, *, svg: bool | None = None) -> str:
     ]
     for name, value in summary:
         if value is not None:
-            parts.append(f'<dt>{name}</dt><dd id="summary-{name}">{_e(value)}</dd>')
+            parts.append(f'<dt>{name}</dt><dd id="{_e(prefix)}summary-{name}">{_e(value)}</dd>')
     parts.append("</dl>")
-    parts.extend(_diagram(result, svg))
-    parts.extend(_timeline(result))
-    parts.extend(_rejected(result))
-    parts.extend(_pending(result))
-    parts.extend(_transitions(result))
-    parts.append(
-        f'<p class="note">Run file format {_e(FORMAT)} version {VERSION}. '
-        "Made by agentloop; this page loads nothing from anywhere.</p>"
-    )
-    parts.extend(["</body>", "</html>"])
-    return "\n".join(parts) + "\n"
+    return parts
 
 
 def _diagram(result: RunResult, svg: bool | None) -> list[str]:
@@ -211,7 +256,7 @@ def _diagram(result: RunResult, svg: bool | None) -> list[str]:
     return parts
 
 
-def _timeline(result: RunResult) -> list[str]:
+def _timeline(result: RunResult, prefix: str) -> list[str]:
     """The transcript in order; each call sits beside its result, a batch's calls in one group."""
     transcript = result.transcript
     appended = sum(len(event.appended_json) for event in result.events)
@@ -220,7 +265,7 @@ def _timeline(result: RunResult) -> list[str]:
     def entry(index: int) -> str:
         return _entry(index, transcript[index], input_=index < first_of_run)
 
-    parts = ['<h2 id="transcript">Transcript</h2>', '<ol class="timeline">']
+    parts = [f'<h2 id="{_e(prefix)}transcript">Transcript</h2>', '<ol class="timeline">']
     for index, message, answered in groups(transcript):
         if message.get("kind") == "calls":
             parts.append(f'<li class="batch">{entry(index)}')
@@ -267,24 +312,24 @@ def _entry(index: int | None, message: dict[str, Any], *, input_: bool) -> str:
     return f'<div class="{classes}" {mark}><div class="who">{number}{who}{origin}</div>{body}</div>'
 
 
-def _rejected(result: RunResult) -> list[str]:
+def _rejected(result: RunResult, prefix: str) -> list[str]:
     if result.rejected_value is None:
         return []
     shown, note = rejected_text(result.rejected_value)
     return [
-        '<h2 id="rejected">Rejected reply</h2>',
+        f'<h2 id="{_e(prefix)}rejected">Rejected reply</h2>',
         '<p class="note">The reply the run was handling when it ended.'
         + (f" ({_e(note)})" if note else "")
         + "</p>",
-        f'<pre id="rejected-reply">{_e(shown)}</pre>',
+        f'<pre id="{_e(prefix)}rejected-reply">{_e(shown)}</pre>',
     ]
 
 
-def _pending(result: RunResult) -> list[str]:
+def _pending(result: RunResult, prefix: str) -> list[str]:
     if not result.pending:
         return []
     parts = [
-        '<h2 id="pending">Pending approval</h2>',
+        f'<h2 id="{_e(prefix)}pending">Pending approval</h2>',
         '<p class="note">The run waits for a person to decide the calls marked pending '
         "(<code>loop.resume(result, decisions=...)</code>); the others of the batch need no "
         "person and run with them. No call of the batch has run.</p>",
@@ -308,8 +353,8 @@ def _pending(result: RunResult) -> list[str]:
     return parts
 
 
-def _transitions(result: RunResult) -> list[str]:
-    parts = ['<h2 id="transitions">Transitions</h2>', "<table>", "<thead><tr>"]
+def _transitions(result: RunResult, prefix: str) -> list[str]:
+    parts = [f'<h2 id="{_e(prefix)}transitions">Transitions</h2>', "<table>", "<thead><tr>"]
     parts.extend(f"<th>{_e(header)}</th>" for header in HEADERS)
     parts.append("</tr></thead><tbody>")
     run = Events(result)

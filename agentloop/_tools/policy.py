@@ -18,7 +18,7 @@ import attrs
 import orjson
 
 from agentloop._core.approval import Decision, Policy, allow, ask, deny
-from agentloop._drivers.run_context import NO_RUN, RUN_CONTEXT
+from agentloop._drivers.run_context import context_here
 from agentloop._tools.results import failed
 from agentloop._tools.signature import Context
 from agentloop._tools.tool import Tool
@@ -110,7 +110,7 @@ def policy_answer(policy: Policy, call: dict[str, Any], context: Context | None)
         copy = orjson.loads(orjson.dumps(call))
         if context is None:
             return policy(copy)
-        return policy(copy, **{context[0]: RUN_CONTEXT.get() or NO_RUN})
+        return policy(copy, **{context[0]: context_here()})
     except Exception as exc:  # noqa: BLE001 - fail closed: the handler does not run
         return exc
 

@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable,
 from typing import Any, Final, TypeVar, overload
 
 from agentloop._drivers.callbacks import is_async
-from agentloop._drivers.run_context import NO_RUN, RUN_CONTEXT
+from agentloop._drivers.run_context import context_here
 from agentloop._tools.converters import not_an_object, refusals
 from agentloop._tools.policy import (
     Decision,
@@ -283,7 +283,7 @@ class ToolRegistry:
             return ready
         tool, kwargs = ready
         if tool.context is not None:  # the call's context, set by the driver around it
-            kwargs = {**kwargs, tool.context[0]: RUN_CONTEXT.get() or NO_RUN}
+            kwargs = {**kwargs, tool.context[0]: context_here()}
         try:
             value = tool.handler(**kwargs)
         except Exception as exc:  # noqa: BLE001 - a failing tool is an outcome
@@ -335,7 +335,7 @@ class ToolRegistry:
             return ready
         tool, kwargs = ready
         if tool.context is not None:  # the call's context, set by the driver around it
-            kwargs = {**kwargs, tool.context[0]: RUN_CONTEXT.get() or NO_RUN}
+            kwargs = {**kwargs, tool.context[0]: context_here()}
         try:
             if to_thread and not inspect.iscoroutinefunction(tool.handler):
                 value = await asyncio.to_thread(tool.handler, **kwargs)

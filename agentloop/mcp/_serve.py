@@ -29,7 +29,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from agentloop._drivers.progress import Reporter, ToolProgress
-from agentloop._drivers.run_context import RUN_CONTEXT, RunContext
+from agentloop._drivers.run_context import RUN_CONTEXT, Handed, RunContext
 from agentloop._tools.registry import ToolRegistry
 from agentloop._tools.tool import Tool
 from agentloop.mcp._calls import KEY_META
@@ -106,7 +106,7 @@ def serve(
         context: RunContext[None] = RunContext(
             call_id=call["id"], tool=params.name, idempotency_key=key, reporter=reporter
         )
-        set_context = RUN_CONTEXT.set(context)
+        set_context = RUN_CONTEXT.set(Handed.given(context))
         try:
             outcome = await registry.adispatch(call, to_thread=True)
         finally:

@@ -11,8 +11,8 @@ client and the request parameters are checked when the adapter is called.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, TypeVar
 
 import orjson
 
@@ -22,7 +22,6 @@ from agentloop.providers._convert import Message
 from agentloop.providers._errors import aparsed, classify, parsed, raw_create
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine
     from types import ModuleType
 
     from agentloop._core.requests import Messages
@@ -33,6 +32,7 @@ GivenHistory: TypeAlias = "list[Message] | Messages"
 
 __all__ = [
     "AsyncModel",
+    "ModelCallback",
     "Options",
     "SyncModel",
     "checked_client",
@@ -44,11 +44,15 @@ __all__ = [
 ]
 
 
-class SyncModel(Protocol):
-    """The model callback for a sync client: the Loop passes its tools' specs.
+ReplyT = TypeVar("ReplyT", covariant=True)
+
+
+class ModelCallback(Protocol[ReplyT]):
+    """An adapter's model callback: the Loop passes its tools' specs.
 
     And, with ``Loop(output=T)``, ``output`` (``{'name', 'schema'}``); in the
-    wrap-up step (``on_exhausted='answer'``), ``tool_choice='none'``.
+    wrap-up step (``on_exhausted='answer'``), ``tool_choice='none'``. What it
+    returns is the adapter's: a reply, a stream of one, or either awaited.
     """
 
     def __call__(
@@ -58,24 +62,15 @@ class SyncModel(Protocol):
         tools: list[Message] | None = None,
         tool_choice: str | None = None,
         output: Message | None = None,
-    ) -> Message:
-        """The reply to ``history``, with ``tools`` (neutral specs) offered."""
+    ) -> ReplyT:
+        """The reply to ``history`` (or its stream), with ``tools`` (neutral specs) offered."""
         ...
 
 
-class AsyncModel(Protocol):
-    """The model callback for an async client: ``SyncModel``, awaited."""
-
-    def __call__(
-        self,
-        history: list[Message],
-        *,
-        tools: list[Message] | None = None,
-        tool_choice: str | None = None,
-        output: Message | None = None,
-    ) -> Coroutine[Any, Any, Message]:
-        """The reply to ``history``, with ``tools`` (neutral specs) offered."""
-        ...
+#: The model callback for a sync client.
+SyncModel = ModelCallback[Message]
+#: The model callback for an async client: ``SyncModel``, awaited.
+AsyncModel = ModelCallback[Coroutine[Any, Any, Message]]
 
 
 #: What an adapter adds to a request for ``tool_choice`` and ``output`` (its own keys).

@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentloop._core.retry_policy import mark
 from agentloop._drivers.streams import between_chunks
 from agentloop._errors import IncompleteReply
 from agentloop.providers._errors import aunstreamed, classify, stream_error_kind, unstreamed
-from agentloop.providers._model import GivenHistory, make_model
+from agentloop.providers._model import GivenHistory, ModelCallback, make_model
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
+    from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator
     from types import ModuleType
 
     from agentloop._drivers.deltas import Delta
@@ -193,36 +194,6 @@ def ended_early(last: str, began: bool) -> IncompleteReply:
     return error
 
 
-class StreamModel(Protocol):
-    """The streaming model callback for a sync client: deltas, then the whole reply."""
-
-    def __call__(
-        self,
-        history: list[Message],
-        *,
-        tools: list[Message] | None = None,
-        tool_choice: str | None = None,
-        output: Message | None = None,
-    ) -> ReplyStream:
-        """The stream of the reply to ``history``, with ``tools`` (neutral specs) offered."""
-        ...
-
-
-class AsyncStreamModel(Protocol):
-    """The streaming model callback for an async client: ``StreamModel``, awaited."""
-
-    def __call__(
-        self,
-        history: list[Message],
-        *,
-        tools: list[Message] | None = None,
-        tool_choice: str | None = None,
-        output: Message | None = None,
-    ) -> Coroutine[Any, Any, AsyncReplyStream]:
-        """The stream of the reply to ``history``, with ``tools`` (neutral specs) offered."""
-        ...
-
-
 def checked_stream(adapter: str, stream: object) -> None:
     """Refuse a ``stream`` that is not a bool, now."""
     if type(stream) is not bool:
@@ -354,3 +325,9 @@ def make_stream_model(
         errors=errors,
     )  # its parse opens the stream its create answers
     return made
+
+
+#: The streaming model callback for a sync client: deltas, then the whole reply.
+StreamModel = ModelCallback[ReplyStream]
+#: The streaming model callback for an async client: ``StreamModel``, awaited.
+AsyncStreamModel = ModelCallback[Coroutine[Any, Any, AsyncReplyStream]]

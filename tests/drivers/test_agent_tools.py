@@ -550,3 +550,76 @@ def test_deps_maps_the_parents_context_to_the_childs_deps(driver: Driver) -> Non
     assert seen == ["main/c1"]
     with pytest.raises(TypeError, match="expected deps to be a function"):
         child.as_tool("research", "Research.", deps="main")  # type: ignore[arg-type]
+
+
+def streamed_family() -> tuple[Loop[Any], Loop[Any]]:
+    """A parent whose streaming model calls a child whose streaming model answers."""
+    child = Loop(ScriptedModel([chunked(final("mid"), 2)]))
+    parent = Loop(
+        ScriptedModel([chunked(call("c1", "research", input="go"), 2), chunked(final("top"), 2)]),
+        tools=[child.as_tool("research", "Research one question.")],
+    )
+    return parent, child
+
+
+def shown(items: list[Any]) -> list[tuple[Any, ...]]:
+    """What a stream yielded, each item as (kind, path, what): in the order yielded."""
+    out: list[tuple[Any, ...]] = []
+    for item in items:
+        path, inner = ((), item) if type(item) is not Nested else (item.path, item.item)
+        if isinstance(inner, agentloop.Transition):
+            out.append(("transition", path, inner.trigger.value, inner.dest.value))
+        elif type(inner) is TextDelta:
+            out.append(("text", path, inner.text))
+    return out
+
+
+STREAMED = [
+    ("transition", (), "model_replied", "validating"),
+    ("transition", (), "validate", "dispatching"),
+    ("text", ("c1",), "mi"),
+    ("text", ("c1",), "d"),
+    ("transition", ("c1",), "model_replied", "validating"),
+    ("transition", ("c1",), "validate", "finished"),
+    ("transition", (), "tool_returned", "awaiting_model"),
+    ("text", (), "to"),
+    ("text", (), "p"),
+    ("transition", (), "model_replied", "validating"),
+    ("transition", (), "validate", "finished"),
+]
+
+
+def test_a_child_run_reaches_the_parents_stream_before_its_calls_transition() -> None:
+    parent, _ = streamed_family()
+    run = parent.start("write")
+    heard: list[Any] = []
+    run.subscribe_deltas(heard.append)
+    items = list(run.stream())
+
+    assert shown(items) == STREAMED
+    assert [item for item in items if type(item) is Nested] == [
+        item for item in heard if type(item) is Nested
+    ]  # the same items the listeners heard, in the same order
+    result = run.result()
+    assert result.status == "finished"
+    assert (result.steps, result.calls) == (2, 1)
+    assert result.transcript[2]["content"] == "mid"
+    assert result.children["c1"].output == "mid"
+    assert_paired(result)
+    assert_paired(result.children["c1"])
+
+
+def test_a_child_run_reaches_the_parents_astream_before_its_calls_transition() -> None:
+    parent, _ = streamed_family()
+
+    async def main() -> tuple[list[Any], Any]:
+        run = parent.astart("write")
+        items = [item async for item in run.astream()]
+        return items, run.result()
+
+    items, result = asyncio.run(main())
+    assert shown(items) == STREAMED
+    assert result.status == "finished"
+    assert (result.steps, result.calls) == (2, 1)
+    assert result.children["c1"].output == "mid"
+    assert_paired(result)

@@ -733,3 +733,51 @@ def test_the_report_shows_controls_and_bidi_characters_escaped() -> None:
         assert char not in page
     assert "paid\\u202e01$ \\u2066x\\u2069 \\x1b[2J\\x07 line\nnext\tcell" in page
     assert "go\\u202ein" in page
+
+
+def family() -> RunResult:
+    """A parent calling its agent tool twice; the child calls one of its own (``<`` in its id)."""
+    grandchild = Loop(lambda history: final("deep <down>"))
+
+    def middle(history: list[Any]) -> Any:  # plays for each child run, not once as a script
+        answered = any(message["kind"] == "tool_result" for message in history)
+        return final("mid") if answered else call("g<1", "dig", input="x")
+
+    child = Loop(middle, tools=[grandchild.as_tool("dig", "Dig deeper.")])
+    parent = Loop(
+        ScriptedModel(
+            [
+                call("c1", "research", input="go"),
+                call("c2", "research", input="again"),
+                final("top"),
+            ]
+        ),
+        tools=[child.as_tool("research", "Research one question.")],
+    )
+    return parent.run("write")
+
+
+def test_report_nests_each_child_run_under_its_call() -> None:
+    result = family()
+    page = report_html(result, svg=False)
+
+    ids = re.findall(r'id="([^"]*)"', page)
+    assert ids.index("children") < ids.index("c1-run") < ids.index("c1-g&lt;1-run")
+    assert ids.index("c1-g&lt;1-run") < ids.index("c2-run")  # c1's own children first
+    assert "c1-summary-status" in ids
+    assert len(ids) == len(set(ids))  # no id twice
+    opened = page.index('id="c1-run"')
+    assert page.count("<details") == page.count("</details>") == 4  # c1, its g<1, c2, its g<1
+    assert "call c1 · research · " in page[opened : page.index("</summary>", opened)]
+    # The child's own transcript and counters, inside its block.
+    block = page[opened : page.index('id="c2-run"')]
+    assert f'id="c1-summary-steps">{result.children["c1"].steps} of ' in block
+    assert "deep &lt;down&gt;" in block  # the grandchild's answer, escaped
+    assert "<down>" not in page
+
+
+def test_report_of_a_run_without_children_has_no_child_section() -> None:
+    page = report_html(demo_loop().run("go"), svg=False)
+
+    assert 'id="children"' not in page
+    assert "<details" not in page
