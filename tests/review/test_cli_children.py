@@ -125,3 +125,16 @@ def test_show_of_a_child_begins_with_whose_child_it_is(
     assert "      child w:c1:k1 (call k1): finished" in lines
     _, lines = run_main(capsys, "show", ledger, "w:c1:k1")
     assert lines[:2] == ["child of w:c1, call k1", "agentloop run w:c1:k1: finished"]
+
+
+def test_report_of_a_ledger_run_nests_its_children(
+    ledger: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The report reads the children from the ledger, as show does: the child and its child."""
+    page = tmp_path / "w.html"
+    code, _ = run_main(capsys, "report", ledger, "w", "-o", page)
+
+    assert code == 0
+    html = page.read_text()
+    assert html.count('<details class="child"') == 2
+    assert html.index("call k1 · dig") > html.index("call c1 · research")
