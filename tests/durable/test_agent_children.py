@@ -328,13 +328,19 @@ def test_step_by_step_the_child_ends_in_the_ledger_before_the_call_is_answered(
     assert memory.claimed == set()
 
 
+def cut_after_k1(driver: Driver) -> MemoryLedger:
+    """The ledger of a family whose process died right after the child's k1 outcome."""
+    memory = MemoryLedger()
+    crashing = CrashingLedger(memory, 5, "after")
+    with pytest.raises((Crash, LedgerError)):
+        Family(World(), crashing, driver).run()
+    return memory
+
+
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_resuming_the_parent_claims_the_child(driver: Driver) -> None:
     """Cut after the child's first tool: the resumed parent holds both claims as it goes on."""
-    memory = MemoryLedger()
-    crashing = CrashingLedger(memory, 5, "after")  # after k1's outcome
-    with pytest.raises((Crash, LedgerError)):
-        Family(World(), crashing, driver).run()
+    memory = cut_after_k1(driver)
     assert [r.kind for r in memory.records["r1:c1"]] == ["reply", "tool_started", "tool_finished"]
     assert memory.claimed == set()  # a dead process's claims went with it
     world = Watching(memory)
@@ -474,10 +480,7 @@ def test_a_childs_failed_write_stops_the_parent_unanswered(driver: Driver) -> No
 
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_child_whose_loop_changed_is_refused_when_the_parent_resumes(driver: Driver) -> None:
-    memory = MemoryLedger()
-    crashing = CrashingLedger(memory, 5, "after")  # after k1's outcome
-    with pytest.raises((Crash, LedgerError)):
-        Family(World(), crashing, driver).run()
+    memory = cut_after_k1(driver)
     changed = Family(World(), memory, driver)
     changed.loop.dispatcher["research"].loop.dispatcher.add(  # type: ignore[index]
         agentloop.Tool(lambda n: n, name="more", description="More.")

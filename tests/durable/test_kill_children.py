@@ -26,6 +26,7 @@ import pytest
 
 import agentloop
 from agentloop.ledger import view_run
+from tests.durable import test_kill
 from tests.durable.test_kill import (
     FINAL,
     FUZZ,
@@ -39,7 +40,7 @@ from tests.durable.test_kill import (
     server,  # noqa: F401 - the module's fork server, a fixture
 )
 from tests.support import durable_child
-from tests.support.ledgers import MemoryLedger, check_effects, unknown_ids
+from tests.support.ledgers import check_effects, unknown_ids
 
 Message = dict[str, Any]
 
@@ -52,21 +53,12 @@ CHILD = [
 ]
 
 
-class Baseline:
-    """The uninterrupted run in this process: parent's result, child's transcript, counts."""
+class Baseline(test_kill.Baseline):
+    """The uninterrupted run in this process (run ``count``), and its child's transcript."""
 
     def __init__(self, job: dict[str, Any]) -> None:
-        memory = MemoryLedger()
-        handlers = durable_child._STATE["handlers"]
-        loop = durable_child.loop(job, memory)
-        if job["driver"] == "sync":
-            result = loop.run("go", run_id="r1")
-        else:
-            result = asyncio.run(loop.arun("go", run_id="r1"))
-        self.result = durable_child.result_json(result)
-        self.child = view_run(memory, "r1:cA").transcript
-        self.appends = memory.appends
-        self.handlers = durable_child._STATE["handlers"] - handlers
+        super().__init__(job)
+        self.child = view_run(self.ledger, "count:cA").transcript
 
 
 def family_job(tmp: Path, driver: str, **more: Any) -> dict[str, Any]:
@@ -162,7 +154,7 @@ def test_sigkill_at_each_checkpoint_of_parent_and_child(
     baseline = Baseline(family_job(tmp_path, driver, concurrency=concurrency))
     assert (baseline.appends, baseline.handlers) == (20, 5)
     unknown_seen: set[str] = set()
-    for index, kill in enumerate(checkpoints(baseline)):  # type: ignore[arg-type]  # its counts
+    for index, kill in enumerate(checkpoints(baseline)):
         case = tmp_path / f"k{index}"
         case.mkdir()
         job = family_job(case, driver, concurrency=concurrency)
@@ -199,7 +191,7 @@ def test_sigkill_at_random_points_of_parent_and_child(
             synchronous=rng.choice(["FULL", "NORMAL"]),
         )
         baseline = Baseline(job)
-        points = checkpoints(baseline)  # type: ignore[arg-type]  # its counts
+        points = checkpoints(baseline)
         kills: list[dict[str, Any] | None] = [
             {"after_ms": rng.uniform(0, span_ms)} if rng.random() < 0.25 else rng.choice(points)
             for _ in range(rng.choice([1, 1, 1, 2]))
