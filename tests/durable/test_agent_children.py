@@ -18,7 +18,7 @@ import pytest
 
 import agentloop
 from agentloop.ledger import LedgerError, SQLiteLedger, view_run
-from agentloop.testing import assert_contract, batch, call, final
+from agentloop.testing import assert_contract, batch, call, final, with_usage
 from tests.durable.test_durable import DRIVERS, Driver, World, by_history
 from tests.support.helpers import DRIVERS as STEPPED
 from tests.support.helpers import Driver as SteppedDriver
@@ -543,3 +543,41 @@ def ran_under(world: World, run_id: str) -> Any:
     """How many times the call a tool result answers took effect, in the run ``run_id``."""
     ran = Counter(key for _, key in world.effects)
     return lambda result: ran[f"{run_id}:{result['id']}"]
+
+
+def test_children_at_once_resume_with_the_token_limit_they_began_with() -> None:
+    """Two agent calls of a batch run at once under a parent's max_total_tokens: each child
+    began with what the parent had left then; resumed after the other's answer, it keeps it."""
+
+    def family(world: World, ledger: Any) -> agentloop.Loop:
+        child = agentloop.Loop(
+            Asked(
+                [with_usage(call("k1", "idem", n=1), 30, 5), with_usage(final("found"), 30, 5)],
+                "async",
+            ).bound(),
+            tools=world.registry("async"),
+        )
+        two = batch(call("c1", "research", input="a"), call("c2", "research", input="b"))
+        return agentloop.Loop(
+            Asked([with_usage(two, 100, 10), final("done")], "async").bound(),
+            tools=[child.as_tool("research", "Research.")],
+            max_total_tokens=1_000,
+            max_concurrency=2,
+            ledger=ledger,
+        )
+
+    memory = MemoryLedger()
+    baseline = asyncio.run(family(World(), memory).arun("go", run_id="r1"))
+    limits = {view_run(memory, f"r1:{c}").budget.max_total_tokens for c in ("c1", "c2")}
+    assert limits == {890}  # both handed out before either answered
+    assert baseline.usage.total == 110 + 2 * 70
+    for at in range(1, memory.appends + 1):
+        memory, world = MemoryLedger(), World()
+        crashing = CrashingLedger(memory, at, "after")
+        world.ledger = crashing
+        with pytest.raises((Crash, LedgerError)):
+            asyncio.run(family(world, crashing).arun("go", run_id="r1"))
+        result = asyncio.run(family(World(), memory).aresume("r1"))
+        assert (result.transcript, result.usage) == (baseline.transcript, baseline.usage)
+        for c in ("c1", "c2"):
+            assert view_run(memory, f"r1:{c}").budget.max_total_tokens == 890
