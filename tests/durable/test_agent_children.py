@@ -581,3 +581,44 @@ def test_children_at_once_resume_with_the_token_limit_they_began_with() -> None:
         assert (result.transcript, result.usage) == (baseline.transcript, baseline.usage)
         for c in ("c1", "c2"):
             assert view_run(memory, f"r1:{c}").budget.max_total_tokens == 890
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_an_agent_call_refused_before_it_runs_makes_no_child(driver: Driver) -> None:
+    """Invalid arguments answer the call without a child; a resume reads it so."""
+    memory = MemoryLedger()
+    family = Family(World(), memory, driver)
+    family.parent_model.model = by_history(
+        [call("c1", "research", question="no input"), final("done")]
+    )
+    result = family.run()
+    assert (result.status, result.transcript[2]["status"]) == ("finished", "invalid_arguments")
+    assert (sorted(memory.headers), dict(result.children)) == (["r1"], {})
+    again = Family(World(), memory, driver).resume()
+    assert (again.transcript, dict(again.children)) == (result.transcript, {})
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_an_agent_call_approved_in_another_process_starts_its_child_there(
+    driver: Driver,
+) -> None:
+    """A policy on the agent tool asks before the child starts: no child until decided."""
+    memory, world = MemoryLedger(), World()
+
+    def asking(world: World) -> Family:
+        family = Family(world, memory, driver)
+        tool = family.loop.dispatcher["research"]  # type: ignore[index]
+        tool.policy = lambda call: agentloop.ask("runs an agent")
+        return family
+
+    paused = asking(world).run()
+    assert (paused.status, [p.call_id for p in paused.pending]) == ("awaiting_approval", ["c1"])
+    assert (sorted(memory.headers), world.effects, memory.claimed) == (["r1"], [], set())
+    resumed = asking(world)
+    if driver == "sync":
+        result = resumed.loop.resume("r1", decisions={"c1": agentloop.approve()})
+    else:
+        result = asyncio.run(resumed.loop.aresume("r1", decisions={"c1": agentloop.approve()}))
+    assert (result.status, result.transcript[2]["content"]) == ("finished", "found it")
+    assert result.children["c1"].run_id == "r1:c1"
+    assert [key for _, key in world.effects] == ["r1:c1:k1", "r1:c1:k2", "r1:c1:k3"]
