@@ -27,7 +27,7 @@ from agentloop._durable.recording import ChildUnrecorded
 from agentloop._durable.view import view_run
 from agentloop._errors import ConfigurationMismatchError, LedgerError, RunNotFoundError
 from agentloop._loop.engines import agents_of, make_resilient
-from agentloop._loop.team import team_record
+from agentloop._loop.team import team_of, team_record
 from agentloop._tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -146,12 +146,16 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
     from agentloop._loop.agent_tool import AgentTool  # it makes its children here
 
     ledger = engine.journal.ledger
-    dispatcher = loop.dispatcher
-    if ledger is None or not isinstance(dispatcher, ToolRegistry):
-        return {}
-    agents = {tool.name: tool.loop for tool in dispatcher if isinstance(tool, AgentTool)}
+    team = team_of(loop)  # with handoffs, any agent's agent tools
+    agents = {
+        tool.name: tool.loop
+        for member in ([loop] if team is None else team[1].values())
+        if isinstance(member.dispatcher, ToolRegistry)
+        for tool in member.dispatcher
+        if isinstance(tool, AgentTool)
+    }
     found: dict[str, RunResult[Any]] = {}
-    if not agents:
+    if ledger is None or not agents:
         return found
     for message in engine.history():
         child = agents.get(message.get("name", "")) if message["kind"] == "tool_result" else None

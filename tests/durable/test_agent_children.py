@@ -622,3 +622,31 @@ def test_an_agent_call_approved_in_another_process_starts_its_child_there(
     assert (result.status, result.transcript[2]["content"]) == ("finished", "found it")
     assert result.children["c1"].run_id == "r1:c1"
     assert [key for _, key in world.effects] == ["r1:c1:k1", "r1:c1:k2", "r1:c1:k3"]
+
+
+def test_a_child_of_an_agent_handed_to_is_read_back_with_the_run() -> None:
+    """With handoffs: the agent in force's agent tool records its child; a resume reads it."""
+    memory = MemoryLedger()
+
+    def team(world: World) -> agentloop.Loop:
+        child = agentloop.Loop(by_history(CHILD_SCRIPT), tools=world.registry(), max_steps=4)
+        expert = agentloop.Loop(
+            by_history(["unused", call("c2", "research", input="look"), final("done")]),
+            name="expert",
+            tools=[child.as_tool("research", "Research.")],
+        )
+        return agentloop.Loop(
+            by_history([call("c1", "transfer_to_expert")]),
+            name="triage",
+            handoffs=[agentloop.handoff(expert)],
+            ledger=memory,
+        )
+
+    result = team(World()).run("go", run_id="r1")
+    assert (result.status, result.agent, result.children["c2"].run_id) == (
+        "finished",
+        "expert",
+        "r1:c2",
+    )
+    again = team(World()).resume("r1")
+    assert again.children["c2"].transcript == result.children["c2"].transcript
