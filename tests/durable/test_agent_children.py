@@ -650,3 +650,28 @@ def test_a_child_of_an_agent_handed_to_is_read_back_with_the_run() -> None:
     )
     again = team(World()).resume("r1")
     assert again.children["c2"].transcript == result.children["c2"].transcript
+
+
+def test_a_ctrl_c_inside_the_child_records_the_childs_end_first() -> None:
+    """Sync driver: the interrupt ends the child cancelled, then the parent, each recorded."""
+    ledger, world = OrderedLedger(), World()
+
+    def interrupting(driver: Driver = "sync") -> agentloop.ToolRegistry:
+        def effect(n: int) -> int:
+            """Interrupted."""
+            raise KeyboardInterrupt
+
+        return agentloop.ToolRegistry([agentloop.Tool(effect, name="effect")])
+
+    world.registry = interrupting  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        Family(world, ledger, "sync").run()
+    ends = [(run, kind) for run, kind, _ in ledger.order if kind == "end"]
+    assert ends == [("r1:c1", "end"), ("r1", "end")]
+    assert (view_run(ledger, "r1").state, view_run(ledger, "r1:c1").state) == (
+        "cancelled",
+        "cancelled",
+    )
+    assert_contract(view_run(ledger, "r1").result, "go")
+    assert_contract(view_run(ledger, "r1:c1").result, "look it up")
+    assert ledger.claimed == set()
