@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Final
 from agentloop._core.table import Trigger
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agentloop._core.values import RunResult
 
 __all__ = ["INDENT", "nested_lines", "who_calls"]
@@ -23,7 +25,9 @@ __all__ = ["INDENT", "nested_lines", "who_calls"]
 INDENT: Final = "      "
 
 
-def nested_lines(result: RunResult, lines: list[str], show: object) -> list[str]:
+def nested_lines(
+    result: RunResult, lines: list[str], show: Callable[[RunResult, str], list[str]]
+) -> list[str]:
     """``lines`` (``result`` as ``run_lines`` prints it) with each child's lines put in.
 
     ``show(child, title)`` gives a child's own lines (``run_lines``'s).
@@ -43,7 +47,7 @@ def nested_lines(result: RunResult, lines: list[str], show: object) -> list[str]
     for call_id, child in result.children.items():
         row = answered.get(call_id, rows - 1)
         title = f"child {child.run_id} (call {call_id}): {child.status.value}"
-        own = nested_lines(child, show(child, title), show)  # type: ignore[operator]
+        own = nested_lines(child, show(child, title), show)
         under.setdefault(row, []).extend(INDENT + line if line else "" for line in own)
     found: list[str] = []
     for at, line in enumerate(lines):

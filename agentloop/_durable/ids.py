@@ -5,26 +5,20 @@ is agentloop's own. Turn ``n`` of conversation ``c`` is the run ``f"{c}::{n}"``
 (turns counted from 1): a conversation's turns share the prefix ``f"{c}::"``,
 which no user's run id and no other conversation's turn has. The child run
 that answers call ``k`` of run ``r`` is ``f"{r}:{esc(k)}"``, the call's
-idempotency key: the escaped call id has no ``':'``, so a run's children are
-the ids that add one ``':'`` and no other to its own.
+idempotency key: the escaped call id has no ``':'``, so a child's id is its
+parent's with one ``':'`` and no other added.
 """
 
 from __future__ import annotations
 
 from agentloop._drivers.run_context import esc
 
-__all__ = ["child_run_id", "is_child_of", "parse_turn", "turn_of", "turn_prefix", "turn_run_id"]
+__all__ = ["child_run_id", "parse_turn", "turn_of", "turn_prefix", "turn_run_id"]
 
 
 def child_run_id(parent_run_id: str, call_id: str) -> str:
     """The run id of the child run that answers call ``call_id`` of run ``parent_run_id``."""
     return f"{parent_run_id}:{esc(call_id)}"
-
-
-def is_child_of(run_id: str, parent_run_id: str) -> bool:
-    """Whether ``run_id`` is the id of a child run of ``parent_run_id`` (``child_run_id``)."""
-    rest = run_id[len(parent_run_id) + 1 :]
-    return run_id.startswith(f"{parent_run_id}:") and bool(rest) and ":" not in rest
 
 
 def turn_run_id(conversation_id: str, turn: int) -> str:

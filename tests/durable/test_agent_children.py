@@ -15,10 +15,14 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agentloop
+from agentloop._durable.ids import child_run_id, parse_turn
 from agentloop.ledger import LedgerError, SQLiteLedger, view_run
 from agentloop.testing import assert_contract, batch, call, final, with_usage
+from tests.conftest import count
 from tests.durable.test_durable import DRIVERS, Driver, World, by_history
 from tests.support.helpers import DRIVERS as STEPPED
 from tests.support.helpers import Driver as SteppedDriver
@@ -675,3 +679,35 @@ def test_a_ctrl_c_inside_the_child_records_the_childs_end_first() -> None:
     assert_contract(view_run(ledger, "r1").result, "go")
     assert_contract(view_run(ledger, "r1:c1").result, "look it up")
     assert ledger.claimed == set()
+
+
+_CALL_IDS = st.text(st.sampled_from("ab:%1"), min_size=1, max_size=4)
+_RUN_IDS = st.text(st.sampled_from("ab%1"), min_size=1, max_size=3)
+
+
+def descendant(run_id: str, path: list[str]) -> str:
+    for call_id in path:
+        run_id = child_run_id(run_id, call_id)
+    return run_id
+
+
+@settings(max_examples=count(300, 5_000), deadline=None)
+@given(
+    _RUN_IDS,
+    st.one_of(st.none(), _RUN_IDS),
+    st.lists(_CALL_IDS, min_size=1, max_size=3),
+    st.lists(_CALL_IDS, min_size=1, max_size=3),
+)
+def test_a_descendants_id_names_one_run_and_one_path_of_calls(
+    run_id: str, other: str | None, path: list[str], other_path: list[str]
+) -> None:
+    """(a user's run id, the call ids down to a descendant) -> its id is injective: two
+    descendants never share an id, and none is a conversation's turn."""
+    other = run_id if other is None else other  # mostly the same run, other paths
+    if (run_id, path) != (other, other_path):
+        assert descendant(run_id, path) != descendant(other, other_path)
+    assert parse_turn(descendant(run_id, path)) is None
+    # The nearest miss: two calls of a path joined into one call id with a ':' in it.
+    for at in range(len(path) - 1):
+        joined = [*path[:at], f"{path[at]}:{path[at + 1]}", *path[at + 2 :]]
+        assert descendant(run_id, path) != descendant(run_id, joined)
