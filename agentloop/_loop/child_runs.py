@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import orjson
 
+from agentloop._core.table import State
 from agentloop._durable import resume
 from agentloop._durable.ids import child_run_id
 from agentloop._durable.recording import ChildUnrecorded
@@ -169,6 +170,6 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
         except ConfigurationMismatchError:  # the child's Loop changed since: read as recorded
             found[message["id"]] = view_run(ledger, child_run_id(*caller)).result
             continue
-        if ended.done:
+        if ended.done or ended.state is State.AWAITING_APPROVAL:  # as the answering run kept it
             found[message["id"]] = ended.result()
     return found

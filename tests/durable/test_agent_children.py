@@ -725,4 +725,6 @@ def test_a_child_that_asks_a_person_answers_the_call_and_stays_paused() -> None:
     assert result.transcript[2]["content"]["status"] == "awaiting_approval"
     assert view_run(memory, "r1:c1").state == "awaiting_approval"
     assert (world.effects, memory.claimed) == ([], set())
-    assert Family(World(), memory, "sync").resume().transcript == result.transcript
+    again = Family(World(), memory, "sync").resume()
+    assert again.transcript == result.transcript
+    assert again.children["c1"].pending == result.children["c1"].pending
