@@ -140,7 +140,7 @@ def main() -> int:
         misses.append(f"run file load only {speedup:.1f}x")
 
     keys = {f"k{i}": i for i in range(40_000)}
-    hostile = orjson.dumps({"format": "agentloop.run", "version": 5, **keys})
+    hostile = orjson.dumps({"format": "agentloop.run", "version": 6, **keys})
     hostile = hostile[:-1] + b',"k0":0}'  # one duplicate, at the end
 
     def refuse(data: bytes, **kwargs: Any) -> None:

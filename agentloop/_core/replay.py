@@ -16,6 +16,7 @@ reading a run file, ``Loop.resume(result)`` and ``Loop.fork(result, at=k)``.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -38,14 +39,24 @@ from agentloop._core.values import (
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from agentloop._core.agents import Agents
     from agentloop._core.output_schema import OutputSchema
     from agentloop._core.retry_policy import RetryPolicy
     from agentloop._core.values import Budget
 
-__all__ = ["Mismatch", "asked", "go_on", "models_named", "output_refusals", "replay", "row_text"]
+__all__ = [
+    "Mismatch",
+    "asked",
+    "feed",
+    "go_on",
+    "models_named",
+    "output_refusals",
+    "refusals_standing",
+    "replay",
+    "row_text",
+]
 
 _CANCELS: Final = (Guard.CANCEL_REQUESTED, Guard.CANCEL_REQUESTED_MID_BATCH)
 # The reports that answer a model request: the ask that spent the step comes first.
@@ -116,15 +127,25 @@ def replay(
         engine = Engine(
             messages, budget=budget, cancel=token, models=models, output=output, agents=agents
         )
-    run = engine._run  # the replay is the core's own: the record's refusals stand in it
-    typed = run.output
-    if typed is not None:  # the record's refusals stand, in its words, while it is replayed
-        run.output = typed.replaying(output_refusals(events, rejected))
-    try:
+    with refusals_standing(engine, output_refusals(events, rejected)):
         _fed(engine, events, rejected, token, budget, compare)
+    return engine
+
+
+@contextmanager
+def refusals_standing(engine: Engine, refused: dict[str, list[str]]) -> Iterator[None]:
+    """While replaying, the record's refusals of final answers stand, in its own words.
+
+    ``refused`` (final answer to the problems listed) may grow while it stands.
+    """
+    run = engine._run  # the replay is the core's own
+    typed = run.output
+    if typed is not None:
+        run.output = typed.replaying(refused)
+    try:
+        yield
     finally:
         run.output = typed
-    return engine
 
 
 def go_on(engine: Engine, *, retry: RetryPolicy | None, models: tuple[str, ...]) -> None:
@@ -155,7 +176,7 @@ def _fed(
     for index, event in enumerate(events):
         where = f"$.events[{index}]"
         try:
-            made = _feed(engine, event, rejected, token, where)
+            made = feed(engine, event, rejected, token, where)
         except InvalidStateError:
             raise Mismatch(
                 where, f"a report the engine takes in state {engine.state.value!r}", row_text(event)
@@ -179,7 +200,7 @@ def _fed(
             raise Mismatch(where, _described(made, budget), row_text(event))
 
 
-def _feed(
+def feed(
     engine: Engine, event: Transition, rejected: object, token: CancelToken, where: str
 ) -> Transition:
     """Give the engine what ``event`` says it was given; the transition it makes."""

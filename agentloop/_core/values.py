@@ -344,7 +344,7 @@ class RunResult(NamedTuple, Generic[OutputT]):
     #: The summary (turns folded, text) the turn began with, under ``summarise``.
     summary: tuple[int, str] | None = None
     #: The results of the child runs its agent tools ran (``Loop.as_tool``), by call id:
-    #: a read-only mapping (kept by a live run; a saved run file does not hold them).
+    #: a read-only mapping (a saved run file holds them too, each a run file of its own).
     children: Mapping[str, RunResult[Any]] = NO_CHILDREN
     #: With handoffs: the agent in force at the end (who gave the final answer), and
     #: the team (``Agents``: the first agent and each agent's handoffs).

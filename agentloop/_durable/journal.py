@@ -1,10 +1,10 @@
-"""Writing a run's records: its header, its events as run files encode them, and the marks.
+"""Writing a run's records: its header, its events, and the marks.
 
-A run's record is the ordered log of its transitions, each encoded as a run
-file encodes an event (``_review/_runshape.event_record``: with what it was
-given, ``started`` and ``input``), so the one replay (``_core/replay.py``)
-rebuilds the run from it. The events go in records of the ``Ledger``
-protocol's kinds, one commit per report, keyed as a report is unique:
+A run's record is the ordered log of its transitions, each encoded whole
+(``_review/eventrecord.event_record``: with what it was given, ``started``
+and ``input``), so the one replay (``_core/replay.py``) rebuilds the run
+from it. The events go in records of the ``Ledger`` protocol's kinds,
+one commit per report, keyed as a report is unique:
 
 * ``reply`` (the step's number): the model replied or raised;
 * ``tool_finished`` (the call id): a call's outcome;
@@ -15,8 +15,8 @@ protocol's kinds, one commit per report, keyed as a report is unique:
 Each body is ``{"at": <the index of its first event>, "events": [...]}`` (the
 events' times left out: a run's record is the same whenever it ran; the
 store keeps when each record was committed), with
-``"rejected"`` when the reply it took was not JSON (the run file keeps that
-one reply beside its events too). A transition the engine makes by itself
+``"rejected"`` when the reply it took was not JSON (a run file keeps it on
+its event, as ``not_json``). A transition the engine makes by itself
 (``next()``) follows from the ones before: it goes in the next record, so a
 step costs one commit, as a report does. Beside the events, at most once
 needs one mark: ``tool_started`` (the call id), committed before the call's
@@ -44,7 +44,8 @@ from agentloop._durable.protocol import (
     LedgerRecord,
 )
 from agentloop._errors import LedgerError, RunBusyError
-from agentloop._review.runshape import dumps, event_record, rejected_record
+from agentloop._review.eventrecord import event_record, rejected_record
+from agentloop._review.runshape import dumps
 from agentloop._tools.registry import ToolRegistry
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 A run's records are its events (``journal.py`` says how they are kept) and
 the ``tool_started`` marks. Every event
 is checked against the run file's schema of an event and decoded by the run
-file's own reader (``_review/_runfile.load_event``): one encoding. What is
+file's event record (``_review/eventrecord.py``): one encoding. What is
 damaged is a ``LedgerError`` naming the record.
 """
 
@@ -19,8 +19,9 @@ from agentloop._core.table import NEXT, TERMINAL
 from agentloop._durable.journal import FORMAT, READS, VERSION, record_of
 from agentloop._durable.protocol import END, STARTED
 from agentloop._errors import LedgerError
-from agentloop._review.runfile import load_event
-from agentloop._review.runshape import SCHEMA, explain, json_path, rejected_value
+from agentloop._review.eventrecord import load_event, rejected_value
+from agentloop._review.runfile_schema import EVENT_RECORD, REJECTED
+from agentloop._review.runshape import explain, json_path
 
 if TYPE_CHECKING:
     from agentloop._core.values import Transition
@@ -28,16 +29,16 @@ if TYPE_CHECKING:
 
 __all__ = ["Recorded", "bad", "json_of"]
 
-_EVENT: Final = jsonschema_rs.Draft202012Validator(SCHEMA["properties"]["events"]["items"])
-_REJECTED: Final = jsonschema_rs.Draft202012Validator(SCHEMA["properties"]["rejected"])
+_EVENT: Final = jsonschema_rs.Draft202012Validator(EVENT_RECORD)
+_REJECTED: Final = jsonschema_rs.Draft202012Validator(REJECTED)
 # A whole body at once, in one call (the fast path); what fails is then named piece by piece.
 _WHOLE: Final = jsonschema_rs.Draft202012Validator(
     {
         "type": "object",
         "properties": {
             "at": {"type": "integer", "minimum": 0},
-            "events": {**SCHEMA["properties"]["events"], "minItems": 1},
-            "rejected": SCHEMA["properties"]["rejected"],
+            "events": {"type": "array", "items": EVENT_RECORD, "minItems": 1},
+            "rejected": REJECTED,
         },
         "required": ["at", "events"],
         "additionalProperties": False,

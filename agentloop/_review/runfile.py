@@ -1,92 +1,101 @@
 """Saved runs: a ``RunResult`` as a versioned JSON document, and back.
 
-A run file is one JSON object (format ``agentloop.run``, version 5)::
+A run file is one JSON object (format ``agentloop.run``, version 6). It
+holds the transcript once, one message a line, and each event on a line of
+its own holding only what it adds::
 
-    {"format": "agentloop.run", "version": 5,
-     "status": "finished", "output": "...", "reason": null, "error": null,
-     "steps": 3, "calls": 2,
-     "budget": {"max_steps": 5, "max_calls": 2, "max_total_tokens": null},
-     "usage": {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0},
-     "transcript": [{"kind": "user", ...}, ...],
-     "events": [{"source": "awaiting_model", "dest": "validating",
-                 "trigger": "model_replied", "guard": null, "steps": 1, "calls": 0,
-                 "call_id": null, "tool": null, "result_status": null, "reason": null,
-                 "error": null, "exception": null, "appended": [],
-                 "usage": null | {"input_tokens", "output_tokens", "cached_tokens"},
-                 "at": 12.5, "took": 0.8,
-                 "pending": [{"call_id", "name", "arguments", "reason", "fingerprint"}, ...],
-                 "decisions": [{"call_id", "allowed", "reason", "fingerprint"}, ...],
-                 "started": ["c1", ...], "input": null | <the reply or content>}, ...],
-     "rejected": null | {"json": <the reply>} | {"repr": "...", "problem": "..."},
-     "held": null | <the batch that waits for a person>}
+    {
+      "format": "agentloop.run",
+      "version": 6,
+      "status": "finished",
+      "output": "3",
+      "steps": 2,
+      "calls": 1,
+      "budget": {"max_steps":5,"max_calls":4},
+      "input": 1,
+      "transcript": [
+    {"kind":"user","text":"go"},
+    {"kind":"call","id":"c1","name":"add","arguments":{"a":1,"b":2}},
+    {"kind":"tool_result","id":"c1","name":"add","status":"ok","content":3},
+    {"kind":"final","text":"3"}
+      ],
+      "events": [
+    {"on":"model_replied","at":0.000041,"took":0.000041},
+    {"on":"validate","at":0.000063},
+    {"on":"tool_returned","at":0.000112,"took":0.000031,"started":["c1"]},
+    {"on":"model_replied","at":0.000139,"took":0.000012},
+    {"on":"validate","if":"reply_is_final","at":0.000145}
+      ]
+    }
 
-``at`` and ``took`` are seconds of the run's monotonic clock (or null); replay
-and comparisons ignore them. ``pending`` and ``decisions`` are empty but on
-the events of a batch that waited for a person. A run awaiting approval can be
-saved too: its last event leaves it ``awaiting_approval``, and
-``Loop.resume(result, decisions=...)`` goes on from it. ``started`` and
-``input`` say what each event was given (the calls handed out before it, and
-the reply or the tool's content), which the one replay feeds back. Only
-version 5 is read: a format change comes with its reader and a committed
-fixture (``tests/fixtures``). The shape and the encoding are
-``runshape.py``'s, the story's check ``runstory.py``'s.
+(The messages and events start at column 0 in the file; they are indented
+here only as this docstring is.) At the top level, ``reason``, ``error``,
+``usage`` (``[input, output, cached]``), the budget's other limits and the
+links and features of a run (``context``, ``output_schema``, ``run_id``,
+``continues``, ``conversation_id`` and ``turn``, ``summary``, ``agents``,
+``children``: its agent tools' runs, by call id, each a run file of its
+own) are written only when the run has them. ``input`` counts the
+transcript's first messages that were the run's input.
+
+An event holds its row (``on`` the trigger, ``if`` the guard), ``at``
+(seconds since the run began, to the microsecond) and ``took``, the calls
+handed out before it (``started``), and what came from outside only where
+the transcript does not hold it where the replay looks (``Look``): a reply
+is the transcript's message at the history's length, a tool's outcome its
+batch's reply's place + 1 + the call's place. Else ``input`` (and a tool's
+``status``), ``not_json``, ``exception``, ``usage``, ``asked``,
+``decided``, ``problems`` (an output check's refusal), ``wait``, ``model``,
+``partial_text``, ``call`` (when it did not start just the call it
+answers) say it. Everything else (states, counters, the messages each event
+appended, the engine's words, the batch that waits for a person, the
+rejected reply) the one replay makes again. Only version 6 is read: a
+format change comes with its reader and committed fixtures
+(``tests/fixtures``). The encoding is ``runencode.py``'s, the shape's check
+``runshape.py``'s and ``runfile_schema.py``'s, the replay ``runread.py``'s.
 
 A transition's live ``exception`` is saved as ``{"type", "message"}`` (loaded
-back as a ``RecordedException``); a rejected reply that was not JSON is kept
-by the engine as its ``repr`` and what was wrong with it (``NotJSON``).
-Everything else round-trips exactly: ``run_from_json(run_to_json(r)) == r``.
+back as a ``RecordedException``). Everything else round-trips exactly:
+``run_from_json(run_to_json(r)) == r`` (times aside), and a loaded run is
+saved again as the same text.
 
 Loading is linear in the file's size and stops at the first problem: the
 size limit (before anything is parsed), the JSON, no field twice in an
 object, the shape (a JSON Schema, checked by ``jsonschema-rs``), then the
-story: the run is replayed through a fresh engine (``_core/replay.py``) and
-must come out as the document says. Any failure raises ``RunFileError``; nothing
+run replayed through a fresh engine (``_core/replay.py``), which must append
+the transcript's messages, and of which the file must be the one this
+agentloop writes. Any failure raises ``RunFileError`` naming where; nothing
 is ever half-loaded.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import sqlite3
 import stat
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import orjson
 
-from agentloop._core.agents import Agents
-from agentloop._core.approval import Decision, PendingCall
-from agentloop._core.context_policy import ContextPolicy, Seen, policy_from_record
-from agentloop._core.output_schema import OutputSchema
 from agentloop._core.replay import Mismatch
-from agentloop._core.table import Guard, State, Trigger
-from agentloop._core.values import (
-    Budget,
-    RecordedException,
-    RunResult,
-    Transition,
-    Usage,
-    require_result,
-)
+from agentloop._core.values import RunResult, require_result
 from agentloop._errors import RunFileError
+from agentloop._review.runencode import document_of, run_text
+from agentloop._review.runread import check_written, run_of
 from agentloop._review.runshape import (
     MAX_BYTES,
     MAX_DEPTH,
     VALIDATOR,
     check_header,
     check_unique_fields,
-    document_of,
     dumps,
     explain,
     json_path,
-    rejected_value,
     too_deep,
 )
-from agentloop._review.runstory import check_story
 
-__all__ = ["load_event", "load_run", "run_from_json", "run_to_json", "save_run", "sqlite_header"]
+__all__ = ["load_run", "run_from_json", "run_to_json", "save_run", "sqlite_header"]
 
 # -- saving --------------------------------------------------------------------
 
@@ -107,7 +116,7 @@ def save_run(result: RunResult, path: str | os.PathLike[str]) -> None:
 
 
 def _run_text(result: object, where: str) -> str:
-    return dumps(document_of(require_result(result, where)), orjson.OPT_INDENT_2).decode()
+    return run_text(document_of(require_result(result, where))).decode()
 
 
 # -- loading -------------------------------------------------------------------
@@ -206,121 +215,8 @@ def run_from_json(
     if error is not None:
         raise RunFileError(f"{source}: {json_path(error.instance_path)}", *explain(error))
     try:
-        result = _build(document)
-        return check_story(result)
+        result = run_of(document)
+        check_written(result, document)
     except Mismatch as found:
         raise RunFileError(f"{source}: {found.where}", found.expected, found.found) from None
-
-
-def _build(document: dict[str, Any]) -> RunResult:
-    """The result, from a document whose shape has been checked."""
-    try:
-        budget = Budget(**document["budget"])
-    except (TypeError, ValueError) as exc:
-        raise Mismatch("$.budget", "a budget of int counts", str(exc)) from None
-    schema, summary = document.get("output_schema"), document.get("summary")
-    output = document["output"]
-    if schema is not None:  # a typed output: the file keeps its JSON text, read back as JSON
-        try:
-            checked = OutputSchema(schema)
-        except TypeError as exc:
-            raise Mismatch("$.output_schema", "a Draft 2020-12 JSON Schema", str(exc)) from None
-        if output is not None and not checked.problems(output):
-            output = checked.value(output)
-    return RunResult(
-        status=State(document["status"]),
-        output=output,
-        steps=document["steps"],
-        calls=document["calls"],
-        budget=budget,
-        reason=document["reason"],
-        error=document["error"],
-        events=tuple(itertools.starmap(load_event, enumerate(document["events"]))),
-        transcript_json=dumps(document["transcript"]),
-        rejected_value=rejected_value(document["rejected"]),
-        usage=Usage(**document["usage"]),
-        held_json=None if document["held"] is None else dumps(document["held"]),
-        context=_policy(document.get("context")),
-        continues=document.get("continues"),
-        run_id=document.get("run_id"),
-        conversation_id=document.get("conversation_id"),
-        turn=document.get("turn"),
-        summary=None if summary is None else (summary["fold"], summary["text"]),
-        output_schema_json=None if schema is None else dumps(schema),
-        agent=document.get("agent"),
-        agents=None if document.get("agents") is None else _team(document["agents"]),
-    )
-
-
-def _team(document: object) -> Agents:
-    """A run file's team of agents (``agents``), or ``Mismatch`` saying what is wrong."""
-    try:
-        return Agents.from_json(document)
-    except ValueError as exc:
-        raise Mismatch("$.agents", "the team of a run with handoffs", str(exc)) from None
-
-
-def _policy(record: dict[str, Any] | None) -> ContextPolicy | None:
-    """The run's context policy made again (its summaries are in its events), if it had one."""
-    if record is None:
-        return None
-    try:
-        policy = policy_from_record(record)
-    except (TypeError, ValueError) as exc:
-        raise Mismatch("$.context", "a context policy this agentloop makes", str(exc)) from None
-    if policy is None:
-        raise Mismatch(
-            "$.context.counter",
-            "a token counter this agentloop can make again ('approx', or 'tiktoken:<encoding>' "
-            "with the tiktoken extra)",
-            repr(record["counter"]),
-        )
-    return policy
-
-
-# Names to members by dict: calling an Enum to look one up costs a microsecond.
-_STATES: Final = {state.value: state for state in State}
-_TRIGGERS: Final = {trigger.value: trigger for trigger in Trigger}
-_GUARDS: Final[dict[str | None, Guard | None]] = {None: None, **{g.value: g for g in Guard}}
-
-
-def _decision(record: dict[str, Any], index: int) -> Decision:
-    try:
-        return Decision(**{key: value for key, value in record.items() if key != "call_id"})
-    except TypeError as exc:  # a denial with no reason
-        raise Mismatch(
-            f"$.events[{index}].decisions", "approve() or deny(reason), as decisions", str(exc)
-        ) from None
-
-
-def load_event(index: int, event: dict[str, Any]) -> Transition:
-    """The event a run file's ``$.events[index]`` holds (checked in shape): a ledger's too."""
-    exception = event["exception"]
-    return Transition(
-        _STATES[event["source"]],
-        _STATES[event["dest"]],
-        _TRIGGERS[event["trigger"]],
-        _GUARDS[event["guard"]],
-        event["steps"],
-        event["calls"],
-        event["call_id"],
-        event["tool"],
-        event["result_status"],
-        event["reason"],
-        event["error"],
-        RecordedException.from_content(exception) if exception else None,
-        tuple(dumps(message) for message in event["appended"]),
-        None if event["usage"] is None else Usage(**event["usage"]),
-        event["at"],
-        event["took"],
-        # The schema's depth limit leaves arguments shallow enough for orjson to write.
-        tuple(PendingCall.from_record(call) for call in event["pending"]),
-        tuple((call["call_id"], _decision(call, index)) for call in event["decisions"]),
-        tuple(event["started"]),
-        None if event["input"] is None else dumps(event["input"]),
-        None if event.get("context") is None else Seen.from_record(event["context"]),
-        event.get("wait"),
-        event.get("model"),
-        event.get("partial_text"),
-        event.get("agent"),
-    )
+    return result

@@ -1,7 +1,8 @@
 """A run file's JSON Schema (Draft 2020-12): each field stated once, as data.
 
-Optional fields (a context policy's, a typed output's, streaming's) are added
-to the schema after it, so every file written without them loads as before.
+A run file's fields, and an event's, are required or optional: an optional
+one is written only when it says something. A ledger's event (every field,
+with what it was given) has its own schema here too, ``EVENT_RECORD``.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import jsonschema_rs
 
 from agentloop._core.table import Guard, State, Trigger
 
-__all__ = ["FORMAT", "SCHEMA", "VALIDATOR", "VERSION"]
+__all__ = ["EVENT", "EVENT_RECORD", "FORMAT", "REJECTED", "SCHEMA", "VALIDATOR", "VERSION"]
 
 FORMAT: Final = "agentloop.run"
-VERSION: Final = 5
+VERSION: Final = 6
 
 _STR: Final = {"type": "string"}
 _STR_OR_NULL: Final = {"type": ["string", "null"]}
@@ -44,129 +45,154 @@ def _record(**properties: object) -> dict[str, Any]:
 
 
 _USAGE: Final = _record(input_tokens=_COUNT, output_tokens=_COUNT, cached_tokens=_COUNT)
+# Tokens as a run file keeps them: [input, output, cached].
+_TOKENS: Final = {"type": "array", "items": _COUNT, "minItems": 3, "maxItems": 3}
+_EXCEPTION: Final = _record(type={"type": "string"}, message={"type": "string"})
+_ONE_OF_EXCEPTION: Final = 'null or {"type": str, "message": str}'
+_DECISION: Final = _record(
+    allowed={"type": "boolean"}, reason={"type": "string"}, fingerprint=_STR_OR_NULL
+)
 
-#: The JSON Schema (Draft 2020-12) of a run file (version ``VERSION``).
-SCHEMA: Final = _record(
-    format={"const": FORMAT},
-    version={"const": VERSION},
-    status=_enum(State),
-    output=_STR_OR_NULL,
-    reason=_STR_OR_NULL,
-    error=_STR_OR_NULL,
+
+def _fields(required: dict[str, Any], optional: dict[str, Any]) -> dict[str, Any]:
+    """An object with the ``required`` fields, and the ``optional`` ones only when present."""
+    return {
+        "type": "object",
+        "properties": {**required, **optional},
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+#: An event as a ledger keeps it (every field, with what it was given): ``eventrecord.py``.
+EVENT_RECORD: Final = _record(
+    source=_enum(State),
+    dest=_enum(State),
+    trigger=_enum(Trigger),
+    guard=_enum(Guard, null=True),
     steps=_COUNT,
     calls=_COUNT,
-    budget={
-        **_record(
-            max_steps=_COUNT,
-            max_calls=_COUNT,
-            max_total_tokens={"oneOf": [{"type": "null"}, _COUNT]},
-        ),
-        # Optional (written only when not the default): typed output, loop guard, wrap-up.
-        "properties": {
-            "max_steps": _COUNT,
-            "max_calls": _COUNT,
-            "max_total_tokens": {"oneOf": [{"type": "null"}, _COUNT]},
-            "max_output_retries": _COUNT,
-            "max_identical_calls": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
-            "on_exhausted": {"enum": ["stop", "answer"]},
-        },
-    },
-    usage=_USAGE,
-    transcript={"type": "array", "items": _MESSAGE},
-    events={
+    call_id=_STR_OR_NULL,
+    tool=_STR_OR_NULL,
+    result_status=_STR_OR_NULL,
+    reason=_STR_OR_NULL,
+    error=_STR_OR_NULL,
+    exception={"description": _ONE_OF_EXCEPTION, "oneOf": [{"type": "null"}, _EXCEPTION]},
+    appended={"type": "array", "items": _MESSAGE},
+    usage={"oneOf": [{"type": "null"}, _USAGE]},
+    at=_SECONDS,
+    took={"type": ["number", "null"], "minimum": 0},
+    pending={
         "type": "array",
-        "minItems": 1,
-        "items": _record(
-            source=_enum(State),
-            dest=_enum(State),
-            trigger=_enum(Trigger),
-            guard=_enum(Guard, null=True),
-            steps=_COUNT,
-            calls=_COUNT,
-            call_id=_STR_OR_NULL,
-            tool=_STR_OR_NULL,
-            result_status=_STR_OR_NULL,
-            reason=_STR_OR_NULL,
-            error=_STR_OR_NULL,
-            exception={
-                "description": 'null or {"type": str, "message": str}',
-                "oneOf": [
-                    {"type": "null"},
-                    _record(type={"type": "string"}, message={"type": "string"}),
-                ],
-            },
-            appended={"type": "array", "items": _MESSAGE},
-            usage={"oneOf": [{"type": "null"}, _USAGE]},
-            at=_SECONDS,
-            took={"type": ["number", "null"], "minimum": 0},
-            pending={
-                "type": "array",
-                "items": _record(
-                    call_id=_STR,
-                    name=_STR,
-                    arguments={},
-                    reason=_STR,
-                    fingerprint=_STR,
-                ),
-            },
-            decisions={
-                "type": "array",
-                "items": _record(
-                    call_id=_STR,
-                    allowed={"type": "boolean"},
-                    reason={"type": "string"},
-                    fingerprint=_STR_OR_NULL,
-                ),
-            },
-            started={"type": "array", "items": _STR},
-            input={"description": "the reply or the content that came with the report, or null"},
-        ),
+        "items": _record(call_id=_STR, name=_STR, arguments={}, reason=_STR, fingerprint=_STR),
     },
-    rejected={
-        "description": 'null, {"json": the reply} or {"repr": str, "problem": str}',
-        "oneOf": [
-            {"type": "null"},
-            _record(json={}),
-            _record(repr={"type": "string"}, problem={"type": "string"}),
-        ],
+    decisions={
+        "type": "array",
+        "items": _record(call_id=_STR, **_DECISION["properties"]),
     },
-    held={"description": "null, or the batch a run awaiting approval holds"},
+    started={"type": "array", "items": _STR},
+    input={"description": "the reply or the content that came with the report, or null"},
 )
-# Optional: the JSON Schema of a typed output (``Loop(output=T)``); its ``output`` is the JSON text.
-SCHEMA["properties"]["output_schema"] = {"type": ["object", "boolean"]}
-
-# Optional fields (a context policy's, agentloop.context): absent from runs without one.
 _SPAN: Final = {"type": "array", "items": _COUNT, "minItems": 2, "maxItems": 2}
-SCHEMA["properties"]["context"] = _record(
-    policy={"enum": ["keep_last", "summarise"]},
-    tokens=_COUNT,
-    counter=_STR,
-    keep_tokens=_COUNT,
+# Optional fields of a ledger's event, written only when used.
+EVENT_RECORD["properties"].update(
+    context=_record(
+        kept={"type": "array", "items": _SPAN},
+        summary={"oneOf": [{"type": "null"}, _SPAN]},
+        tokens=_COUNT,
+    ),
+    wait={"type": "number", "minimum": 0},
+    model=_STR,
+    partial_text=_STR,
+    agent=_STR,
 )
-SCHEMA["properties"]["events"]["items"]["properties"]["context"] = _record(
-    kept={"type": "array", "items": _SPAN},
-    summary={"oneOf": [{"type": "null"}, _SPAN]},
-    tokens=_COUNT,
+#: The reply that ended a run unrecorded, as a ledger keeps it.
+REJECTED: Final = {
+    "description": 'null, {"json": the reply} or {"repr": str, "problem": str}',
+    "oneOf": [
+        {"type": "null"},
+        _record(json={}),
+        _record(repr={"type": "string"}, problem={"type": "string"}),
+    ],
+}
+
+#: An event of a run file: its row, its times, and only what it adds (``runfile.py``).
+EVENT: Final = _fields(
+    {"on": _enum(Trigger)},
+    {
+        "if": _enum(Guard),
+        "at": {"type": "number"},
+        "took": {"type": "number", "minimum": 0},
+        "started": {"type": "array", "items": _STR, "minItems": 1},
+        "call": _STR,
+        "input": {"description": "the reply or the content that came with the report"},
+        "status": _STR,
+        "not_json": _record(repr=_STR, problem=_STR),
+        "exception": _EXCEPTION,
+        "usage": _TOKENS,
+        "asked": {"type": "object", "additionalProperties": _STR, "minProperties": 1},
+        "decided": {"type": "object", "additionalProperties": _DECISION, "minProperties": 1},
+        "problems": {"type": "array", "items": _STR},
+        "wait": {"type": "number", "minimum": 0},
+        "model": _STR,
+        "partial_text": _STR,
+    },
 )
-# Optional fields, written only when used: a continued run's links, a retry's wait, a model's name.
-SCHEMA["properties"]["continues"] = _STR
-SCHEMA["properties"]["run_id"] = _STR
-# A conversation's turn (``run(..., after=)``): both, or neither.
-SCHEMA["properties"]["conversation_id"] = _STR
-SCHEMA["properties"]["turn"] = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
+# An outcome's status comes with the outcome: both, or neither (the transcript holds them).
+EVENT["dependentRequired"] = {"status": ["input"]}
+
+#: The JSON Schema (Draft 2020-12) of a run file (version ``VERSION``).
+SCHEMA: Final = _fields(
+    {
+        "format": {"const": FORMAT},
+        "version": {"const": VERSION},
+        "status": _enum(State),
+        "output": _STR_OR_NULL,
+        "steps": _COUNT,
+        "calls": _COUNT,
+        # The other limits only when not the default: tokens, typed output, loop guard, wrap-up.
+        "budget": _fields(
+            {"max_steps": _COUNT, "max_calls": _COUNT},
+            {
+                "max_total_tokens": {"oneOf": [{"type": "null"}, _COUNT]},
+                "max_output_retries": _COUNT,
+                "max_identical_calls": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+                "on_exhausted": {"enum": ["stop", "answer"]},
+            },
+        ),
+        "input": _COUNT,
+        "transcript": {"type": "array", "items": _MESSAGE},
+        "events": {"type": "array", "minItems": 1, "items": EVENT},
+    },
+    {
+        "reason": _STR,
+        "error": _STR,
+        "usage": _TOKENS,
+        # A context policy's (agentloop.context): the policy the requests were fitted by.
+        "context": _record(
+            policy={"enum": ["keep_last", "summarise"]},
+            tokens=_COUNT,
+            counter=_STR,
+            keep_tokens=_COUNT,
+        ),
+        # A typed output's JSON Schema (``Loop(output=T)``); its ``output`` is the JSON text.
+        "output_schema": {"type": ["object", "boolean"]},
+        # A continued run's links.
+        "continues": _STR,
+        "run_id": _STR,
+        # A conversation's turn (``run(..., after=)``): both, or neither.
+        "conversation_id": _STR,
+        "turn": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+        # The summary carried in from the turn before (``summarise``): the turns it folds, its text.
+        "summary": _record(
+            fold={"type": "integer", "minimum": 1, "maximum": 2**63 - 1}, text={"type": "string"}
+        ),
+        # A run with handoffs: the team.
+        "agents": {"type": "object"},
+        # The child runs of its agent tools (``Loop.as_tool``), by call id: run files too.
+        "children": {"type": "object", "additionalProperties": {"$ref": "#"}},
+    },
+)
 SCHEMA["dependentRequired"] = {"conversation_id": ["turn"], "turn": ["conversation_id"]}
-#: The summary carried in from the turn before (``summarise``): the turns it folds, its text.
-SCHEMA["properties"]["summary"] = _record(
-    fold={"type": "integer", "minimum": 1, "maximum": 2**63 - 1}, text={"type": "string"}
-)
-SCHEMA["properties"]["events"]["items"]["properties"].update(
-    wait={"type": "number", "minimum": 0}, model=_STR
-)
-#: The text a streaming reply had delivered when the run was cut off (streaming).
-SCHEMA["properties"]["events"]["items"]["properties"]["partial_text"] = {"type": "string"}
-#: A run with handoffs: the agent of each model's event and handoff, the team, and the last agent.
-SCHEMA["properties"]["events"]["items"]["properties"]["agent"] = _STR
-SCHEMA["properties"]["agent"] = _STR
-SCHEMA["properties"]["agents"] = {"type": "object"}
 
 VALIDATOR: Final = jsonschema_rs.Draft202012Validator(SCHEMA)

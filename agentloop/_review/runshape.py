@@ -1,6 +1,6 @@
-"""A run file's encoding: its JSON form, and its header checked.
+"""A run file's shape: its header checked, and what breaks its shape explained.
 
-The words that explain what breaks the shape are here too. The shape is
+(The encoding of a result is ``runencode.py``'s.) The shape is
 checked with ``jsonschema-rs`` (Draft 2020-12, at Rust speed) against the
 schema in ``runfile_schema.py`` (re-exported here): every violation comes with its
 exact JSON path. What relates fields to each other is ``runstory.py``'s.
@@ -14,14 +14,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from agentloop._core.json import exception_content
-from agentloop._core.output_schema import OutputSchema
-from agentloop._core.values import (
-    Budget,
-    NotJSON,
-    RunResult,
-    Transition,
-)
 from agentloop._errors import RunFileError
 from agentloop._review.runfile_schema import FORMAT, SCHEMA, VALIDATOR, VERSION  # re-exported
 
@@ -40,14 +32,9 @@ __all__ = [
     "as_shown",
     "check_header",
     "check_unique_fields",
-    "document_of",
     "dumps",
-    "event_record",
-    "exception_record",
     "explain",
     "json_path",
-    "rejected_record",
-    "rejected_value",
     "too_deep",
 ]
 
@@ -58,7 +45,8 @@ MAX_BYTES: Final = 256 * 2**20
 
 
 # The deepest a run file nests: orjson writes values up to 254 levels deep, a
-# tool result wraps its content in one more, and ``$.events[i].appended[j]`` is 4 down.
+# tool result wraps its content in one more, and ``$.children.c1.transcript[j]`` is
+# 4 down (a child's child deeper still, as deep as agent tools nest).
 MAX_DEPTH: Final = 254 + 1 + 4
 
 # Short reprs for messages, safe on any nesting.
@@ -201,125 +189,6 @@ def as_shown(value: object) -> str:
     return f"{shown[:100]}{'...' if len(shown) > 100 else ''}"
 
 
-# -- the encoding ----------------------------------------------------------------
-
-
-def output_of(result: RunResult) -> OutputSchema | None:
-    """The output schema a run was made with (``Loop(output=T)``), from its result."""
-    schema = result.output_schema_json
-    return None if schema is None else OutputSchema(orjson.loads(schema))
-
-
-def _budget_record(budget: Budget) -> dict[str, Any]:
-    """The budget as a run file keeps it: the newer limits only when they are not the default."""
-    record: dict[str, Any] = {
-        "max_steps": budget.max_steps,
-        "max_calls": budget.max_calls,
-        "max_total_tokens": budget.max_total_tokens,
-    }
-    for name in ("max_output_retries", "max_identical_calls", "on_exhausted"):
-        value = getattr(budget, name)
-        if value != _DEFAULT_BUDGET_VALUES[name]:
-            record[name] = value
-    return record
-
-
-_DEFAULT_BUDGET_VALUES: Final = {
-    "max_output_retries": Budget().max_output_retries,
-    "max_identical_calls": Budget().max_identical_calls,
-    "on_exhausted": Budget().on_exhausted,
-}
-
-
-def document_of(result: RunResult, *, events: bool = True) -> dict[str, Any]:
-    document = {
-        "format": FORMAT,
-        "version": VERSION,
-        "status": result.status.value,
-        "output": result.output_text,
-        "reason": result.reason,
-        "error": result.error,
-        "steps": result.steps,
-        "calls": result.calls,
-        "budget": _budget_record(result.budget),
-        "usage": result.usage._asdict(),
-        "transcript": orjson.loads(result.transcript_json),
-        "events": [event_record(event) for event in result.events] if events else None,
-        "rejected": rejected_record(result.rejected_value),
-        "held": result.held,
-    }
-    if not events:
-        del document["events"]
-    if result.context is not None:
-        document["context"] = result.context.record()
-    if result.continues is not None:
-        document["continues"] = result.continues
-    if result.run_id is not None:
-        document["run_id"] = result.run_id
-    if result.conversation_id is not None:  # a conversation's turn
-        document["conversation_id"], document["turn"] = result.conversation_id, result.turn
-    if result.summary is not None:  # carried in from the turn before
-        document["summary"] = {"fold": result.summary[0], "text": result.summary[1]}
-    if result.agents is not None:  # a run with handoffs: the team, and the agent at the end
-        document["agents"], document["agent"] = result.agents.as_json(), result.agent
-    if result.output_schema_json is not None:  # optional: a run with a typed output
-        document["output_schema"] = orjson.loads(result.output_schema_json)
-    return document
-
-
-def event_record(event: Transition) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "source": event.source.value,
-        "dest": event.dest.value,
-        "trigger": event.trigger.value,
-        "guard": event.guard.value if event.guard else None,
-        "steps": event.steps,
-        "calls": event.calls,
-        "call_id": event.call_id,
-        "tool": event.tool,
-        "result_status": event.result_status,
-        "reason": event.reason,
-        "error": event.error,
-        "exception": exception_record(event.exception),
-        "appended": event.appended,
-        "usage": None if event.usage is None else event.usage._asdict(),
-        "at": event.at,
-        "took": event.took,
-        "pending": [call.record() for call in event.pending],
-        "decisions": [
-            {"call_id": call_id, **decision.record()} for call_id, decision in event.decisions
-        ],
-        "started": list(event.started),
-        "input": None if event.input_json is None else orjson.loads(event.input_json),
-        **({} if event.context is None else {"context": event.context.record()}),
-    }
-    if event.wait is not None:  # optional fields: written only when used
-        record["wait"] = event.wait
-    if event.model is not None:
-        record["model"] = event.model
-    if event.partial_text is not None:  # optional: written only when a stream was cut off
-        record["partial_text"] = event.partial_text
-    if event.agent is not None:  # optional: a run with handoffs
-        record["agent"] = event.agent
-    return record
-
-
-def rejected_record(value: object) -> dict[str, Any] | None:
-    """A rejected reply as the run file keeps it: ``{"json": ...}``, ``{"repr", "problem"}``."""
-    if value is None:
-        return None
-    if isinstance(value, NotJSON):
-        return {"repr": value.text, "problem": value.problem}
-    return {"json": value}  # the engine keeps only its own decoded copy of a JSON reply
-
-
-def rejected_value(record: dict[str, Any] | None) -> object:
-    """The rejected reply a ``rejected_record`` (checked in shape) keeps."""
-    if record is None:
-        return None
-    return NotJSON(record["repr"], record["problem"]) if "repr" in record else record["json"]
-
-
 def dumps(value: object, option: int = 0) -> bytes:
     """``orjson.dumps`` past its depth limit: what it cannot reach goes in as fragments.
 
@@ -336,7 +205,3 @@ def dumps(value: object, option: int = 0) -> bytes:
         else:
             raise
         return orjson.dumps(value, option=option)
-
-
-def exception_record(exc: BaseException | None) -> dict[str, str] | None:
-    return None if exc is None else exception_content(exc)

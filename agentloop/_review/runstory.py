@@ -1,8 +1,9 @@
-"""A run file's story: the chain of its events, then the run replayed through the engine.
+"""A result's story: the chain of its events, then the run replayed through the engine.
 
-Each event says what it was given, and the one replay feeds it back
-(``_core/replay.py``). Everything the engine makes must be what the document
-says, compared as JSON text.
+What ``Loop.resume`` and ``Loop.fork`` go on from. Each event says what it
+was given, and the one replay feeds it back (``_core/replay.py``).
+Everything the engine makes must be what the result says, compared as JSON
+text. (A run file is read by ``runread.py``.)
 """
 
 from __future__ import annotations
@@ -23,21 +24,15 @@ from agentloop._core.values import (
     require_result,
 )
 from agentloop._errors import RunFileError
-from agentloop._review.runshape import (
-    as_found,
-    as_shown,
-    document_of,
-    dumps,
-    event_record,
-    exception_record,
-    output_of,
-)
+from agentloop._review.eventrecord import event_record, exception_record
+from agentloop._review.runencode import output_of
+from agentloop._review.runshape import as_found, as_shown, dumps
 
 if TYPE_CHECKING:
     from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.output_schema import OutputSchema
 
-__all__ = ["check_story", "reopen", "summary_at_end"]
+__all__ = ["reopen", "summary_at_end"]
 
 
 # -- the story: replayed through the engine ---------------------------------------
@@ -75,41 +70,6 @@ def _check_chain(events: tuple[Transition, ...]) -> None:
 _ROWS: Final = frozenset(
     (row.source, row.trigger, row.guard, row.dest) for row in ROWS if row.dest is not None
 )
-
-
-def check_story(result: RunResult) -> RunResult:
-    """Replaying the run must give the document: each event, then the outcome; the result.
-
-    Each event says what it was given, and the one replay feeds it back
-    (``_core/replay.py``).
-    """
-    _check_chain(result.events)
-    appended = sum(len(event.appended_json) for event in result.events)
-    transcript = orjson.loads(result.transcript_json)
-    if appended > len(transcript):
-        raise _transcript_mismatch(appended, len(transcript))
-    try:
-        engine = _replayed(result, transcript[: len(transcript) - appended])
-    except (TypeError, ValueError) as exc:  # the input part is not one a run accepts
-        raise Mismatch(
-            "$.transcript", "input messages a run accepts, then what was appended", str(exc)
-        ) from None
-    # Links to runs (its own id, the one it continues): nothing to replay.
-    replayed = engine.result()._replace(continues=result.continues, run_id=result.run_id)
-    if replayed.transcript_json != result.transcript_json:
-        made = orjson.loads(replayed.transcript_json)
-        for index, (want, got) in enumerate(zip(made, transcript, strict=False)):
-            if dumps(want) != dumps(got):
-                raise Mismatch(
-                    f"$.transcript[{index}]",
-                    f"{as_shown(want)}, as the events appended it",
-                    as_found(got),
-                )
-        raise _transcript_mismatch(appended, len(transcript))
-    # The events were compared one by one during the replay.
-    want, got = document_of(replayed, events=False), document_of(result, events=False)
-    _compare(want, got, "$")
-    return result
 
 
 def _replayed(
@@ -171,14 +131,6 @@ def reopen(result: RunResult, token: CancelToken, output: OutputSchema | None = 
         ) from None
     except Mismatch as found:
         raise RunFileError(f"result: {found.where}", found.expected, found.found) from None
-
-
-def _transcript_mismatch(appended: int, length: int) -> Mismatch:
-    return Mismatch(
-        "$.transcript",
-        f"the input followed by the {appended} messages the events appended",
-        f"a transcript of {length} messages that does not end with them",
-    )
 
 
 def _compare_events(made: Transition, saved: Transition, where: str) -> None:

@@ -16,7 +16,7 @@ import orjson
 from agentloop._core.messages import NOT_STARTED
 from agentloop._core.table import State, Trigger
 from agentloop._review.answers import Answers
-from agentloop._review.runshape import rejected_record
+from agentloop._review.eventrecord import rejected_record
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

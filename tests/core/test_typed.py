@@ -196,7 +196,7 @@ def test_without_output_a_final_is_text_as_before() -> None:
     assert result.output_schema_json is None
     document = json.loads(run_to_json(result))
     assert "output_schema" not in document
-    assert set(document["budget"]) == {"max_steps", "max_calls", "max_total_tokens"}
+    assert set(document["budget"]) == {"max_steps", "max_calls"}
 
 
 def test_output_str_is_the_plain_text_answer() -> None:

@@ -145,7 +145,8 @@ def test_transitions_record_when_and_how_long() -> None:
 
 
 def test_times_do_not_take_part_in_equality_or_replay(tmp_path: Any) -> None:
-    """Two runs of the same story are equal; a saved run replays and keeps its own times."""
+    """Two runs of the same story are equal; a saved run replays and keeps its own times,
+    as seconds since the run began (its first request), to the microsecond."""
     script = [with_usage(call("c1", "add", a=1, b=2), 5, 1), final("3")]
     first = Loop(ScriptedModel(list(script)), tools={"add": Recorder()}).run("go")
     second = Loop(ScriptedModel(list(script)), tools={"add": Recorder()}).run("go")
@@ -156,7 +157,12 @@ def test_times_do_not_take_part_in_equality_or_replay(tmp_path: Any) -> None:
     agentloop.review.save_run(first, path)
     loaded = agentloop.review.load_run(path)
     assert loaded == first
-    assert [e.at for e in loaded.events] == [e.at for e in first.events]
+    times = [(e.at or 0.0, e.took) for e in first.events]
+    began = times[0][0] - (times[0][1] or 0.0)
+    assert [e.at for e in loaded.events] == pytest.approx([at - began for at, _ in times], abs=1e-6)
+    assert [e.took for e in loaded.events] == pytest.approx(
+        [e.took for e in first.events], abs=1e-6
+    )
     assert loaded.usage == Usage(5, 1, 0)
 
 

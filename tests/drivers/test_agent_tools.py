@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 import attrs
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -381,7 +382,8 @@ def test_agent_calls_of_a_batch_run_at_once_under_asyncio() -> None:
 
 
 def test_a_parents_run_file_replays_with_its_childs_usage() -> None:
-    """The usage on the event that answers an agent call is recorded, and replays."""
+    """The usage on the event that answers an agent call is recorded, and replays; the
+    child's run is a run file inside the parent's, under its call id."""
     from agentloop.review import run_from_json, run_to_json
 
     child, _ = researcher([with_usage(final("x"), 7, 3)])
@@ -390,7 +392,42 @@ def test_a_parents_run_file_replays_with_its_childs_usage() -> None:
     loaded = run_from_json(run_to_json(result))
     assert loaded.usage == result.usage == agentloop.Usage(9, 4, 0)
     assert loaded.events == result.events
-    assert loaded.children == {}  # a run file does not hold the children
+    assert loaded.children == result.children
+    assert loaded.children["c1"].usage == agentloop.Usage(7, 3, 0)
+    assert loaded == result
+    assert run_to_json(loaded) == run_to_json(result)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "said"),
+    [
+        (("events",), None, "$.children.c1.events: expected array, got null"),
+        (("version",), 5, "$.children.c1.version: expected 6, got integer 5"),
+        (  # the reply is the transcript's: another answer than the file's output
+            ("transcript", 1, "text"),
+            "other",
+            "$.children.c1.output: expected 'other', as replaying the run gives, got string 'x'",
+        ),
+        (("transcript", 1, "kind"), "call", "$.children.c1.events[1]: expected validating"),
+        (("output",), "z", "$.children.c1.output: expected 'x', as replaying the run gives"),
+    ],
+)
+def test_a_damaged_child_run_is_refused_where_it_is_in_its_parents_file(
+    path: tuple[str | int, ...], value: object, said: str
+) -> None:
+    """A child's run file is checked as any run file, and named by its place in the parent's."""
+    from agentloop.review import RunFileError, run_from_json, run_to_json
+
+    child, _ = researcher([final("x")])
+    parent = writer(child, [call("c1", "research", input="go"), final("y")])
+    document = orjson.loads(run_to_json(parent.run("write")))
+    target = document["children"]["c1"]
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    with pytest.raises(RunFileError) as caught:
+        run_from_json(orjson.dumps(document))
+    assert str(caught.value).startswith(f"run file: {said}")
 
 
 @pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)

@@ -581,18 +581,17 @@ def test_a_damaged_approval_record_is_a_ledger_error() -> None:
 
 
 def test_a_paused_run_file_is_checked() -> None:
-    """A paused run's file is replayed like any other: pending calls it does not hold are
-    refused, and the batch that waits must be there."""
+    """A paused run's file is replayed like any other: an ask about a call the batch does not
+    hold is refused, and the batch that waits is the replay's, equal to the run's."""
     desk = Desk()
     paused = Loop(ScriptedModel([three()]), tools=desk.registry).run("go")
     document = orjson.loads(agentloop.review.run_to_json(paused))
-    assert document["held"] == three()
-    document["events"][-1]["pending"][0]["arguments"] = {"amount": 5000}
-    with pytest.raises(agentloop.review.RunFileError, match=r"\$\.events\[2\]\.pending"):
-        agentloop.review.run_from_json(orjson.dumps(document))
-    document = orjson.loads(agentloop.review.run_to_json(paused))
-    document["held"] = None  # the batch that waits must be there (the replay holds it)
-    with pytest.raises(agentloop.review.RunFileError, match=r"\$\.held: expected \{'calls'"):
+    assert "held" not in document
+    assert document["events"][-1]["asked"] == {"b": "sends 5 EUR", "c": "sends 7 EUR"}
+    loaded = agentloop.review.run_from_json(orjson.dumps(document))
+    assert (loaded.held, loaded.pending) == (three(), paused.pending)
+    document["events"][-1]["asked"] = {"zz": "why"}
+    with pytest.raises(agentloop.review.RunFileError, match=r"\$\.events\[2\]: expected"):
         agentloop.review.run_from_json(orjson.dumps(document))
 
 

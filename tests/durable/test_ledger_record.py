@@ -20,6 +20,7 @@ import pytest
 import agentloop
 from agentloop import Loop
 from agentloop.__main__ import main
+from agentloop._review.eventrecord import event_record
 from agentloop.testing import ScriptedModel, final
 from tests.durable.test_approval import Desk, banker, until_done
 from tests.durable.test_durable import DRIVERS, SCRIPT, Driver, World, go, make_loop
@@ -47,9 +48,9 @@ def recorded_events(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
 
 
 def file_events(result: agentloop.RunResult) -> list[dict[str, Any]]:
-    """The events the run's run file holds, without their times."""
-    events = orjson.loads(agentloop.review.run_to_json(result))["events"]
-    return [event | {"at": None, "took": None} for event in events]
+    """The events the run's run file holds, as a ledger encodes them, without their times."""
+    loaded = agentloop.review.run_from_json(agentloop.review.run_to_json(result))
+    return [event_record(event) | {"at": None, "took": None} for event in loaded.events]
 
 
 def records_of(ledger: MemoryLedger, run_id: str) -> list[tuple[str, str, Any]]:

@@ -17,7 +17,7 @@ import agentloop
 from agentloop import Loop, Tool, ToolRegistry, approve, ask
 from agentloop.__main__ import main
 from agentloop._durable.protocol import LedgerRecord
-from agentloop._review import runfile
+from agentloop._review import runfile, runread
 from agentloop._review.report import report_html
 from agentloop._review.text import run_lines
 from agentloop.ledger import LedgerError, RunBusyError, SQLiteLedger
@@ -50,6 +50,22 @@ class _Counted(tuple["Transition", ...]):
         for event in super().__iter__():
             self.reads += 1
             yield event
+
+    def __getitem__(self, key: Any) -> Any:
+        found = super().__getitem__(key)
+        self.reads += len(found) if isinstance(key, slice) else 1
+        return found
+
+
+class _CountedRecords(list[dict[str, Any]]):
+    """A run file's event records, counting each one read."""
+
+    reads: int = 0
+
+    def __iter__(self) -> Any:
+        for record in super().__iter__():
+            self.reads += 1
+            yield record
 
     def __getitem__(self, key: Any) -> Any:
         found = super().__getitem__(key)
@@ -93,23 +109,26 @@ def _counted(result: RunResult) -> tuple[RunResult, _Counted]:
 
 
 def _reads_while(load: Callable[[], object], monkeypatch: pytest.MonkeyPatch) -> int:
-    """Events read while ``load()`` runs, of every run file it builds (story check included)."""
-    made: list[_Counted] = []
-    build = runfile._build
+    """Events read while ``load()`` runs: of every run file's records it replays, and of the
+    results it makes."""
+    made: list[_Counted | _CountedRecords] = []
+    replay = runread.run_of
 
-    def counting_build(document: dict[str, Any]) -> RunResult:
-        result, events = _counted(build(document))
+    def counting_replay(document: dict[str, Any]) -> RunResult:
+        records = _CountedRecords(document["events"])
+        made.append(records)
+        result, events = _counted(replay({**document, "events": records}))
         made.append(events)
         return result
 
     with monkeypatch.context() as patch:
-        patch.setattr(runfile, "_build", counting_build)
+        patch.setattr(runfile, "run_of", counting_replay)
         load()
     return sum(events.reads for events in made)
 
 
 def _reads_loading(text: bytes, monkeypatch: pytest.MonkeyPatch) -> int:
-    """Events read by ``run_from_json`` while it checks the story (from the events it built)."""
+    """Event records read by ``run_from_json`` while it replays them, and events of its result."""
     return _reads_while(lambda: agentloop.review.run_from_json(text), monkeypatch)
 
 

@@ -663,13 +663,13 @@ def test_missing_file_exits_2_in_one_line(
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
-        ('{"format": "agentloop.run", "version": 9}', "$.version: expected version 5"),
+        ('{"format": "agentloop.run", "version": 9}', "$.version: expected version 6"),
         ("{not json", "expected a JSON document, got invalid JSON"),
         (
             "\udcff\udcfe{}",  # written back as the bytes ff fe: not UTF-8 at all
             "expected a JSON document in UTF-8, got bytes that are not UTF-8 text (from byte 0)",
         ),
-        ('{"format": "agentloop.run", "version": 5}', "$: expected the field 'status'"),
+        ('{"format": "agentloop.run", "version": 6}', "$: expected the field 'status'"),
     ],
 )
 def test_damaged_file_exits_2_in_one_line(
