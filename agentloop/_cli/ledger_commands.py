@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import orjson
 
-from agentloop._cli.file_commands import write_page
-from agentloop._cli.nesting import nested_lines, who_calls
+from agentloop._cli.file_commands import shown_lines, write_page
+from agentloop._cli.nesting import who_calls
 from agentloop._cli.printing import CommandError, print_lines, self_command, shell_path
 from agentloop._core.approval import Decision, approve, deny
 from agentloop._durable.conversations import turn_ids
@@ -188,12 +188,7 @@ def show(path: str, run_id: str, limit: int | None) -> int:
             f"(loop.resume({run_id!r}))"
         )
     state = DECIDED if run.decided else run.state.value
-    from agentloop._review.text import run_lines
-
-    shown = run_lines(run.result, title=f"agentloop run {run_id}: {state}", limit=limit)
-    shown = nested_lines(
-        run.result, shown, lambda child, title: run_lines(child, title=title, limit=limit)
-    )
+    shown = shown_lines(run.result, limit, f"agentloop run {run_id}: {state}")
     print_lines([*([] if run.caller is None else [who_calls(run.caller)]), *shown, *lines])
     return 0
 

@@ -1,7 +1,8 @@
 """Agent tools' child runs in ``show``: each printed indented under the call it answers.
 
-A durable parent's child runs are runs of its ledger (``ids.child_run_id``);
-``view_run`` reads them into the parent's result's ``children``, by call id.
+A run file holds its child runs; a durable parent's are runs of its ledger
+(``ids.child_run_id``), which ``view_run`` reads into the parent's result's
+``children``, by call id.
 ``show`` prints each child's own lines (its title, input, transitions and
 end) under the row of the transition that answered its call, or, while the
 call has no outcome, after the parent's last row; a grandchild under its
@@ -46,7 +47,8 @@ def nested_lines(
     under: dict[int, list[str]] = {}
     for call_id, child in result.children.items():
         row = answered.get(call_id, rows - 1)
-        title = f"child {child.run_id} (call {call_id}): {child.status.value}"
+        named = "child" if child.run_id is None else f"child {child.run_id}"  # durable: its id
+        title = f"{named} (call {call_id}): {child.status.value}"
         own = nested_lines(child, show(child, title), show)
         under.setdefault(row, []).extend(INDENT + line if line else "" for line in own)
     found: list[str] = []

@@ -138,3 +138,23 @@ def test_report_of_a_ledger_run_nests_its_children(
     html = page.read_text()
     assert html.count('<details class="child"') == 2
     assert html.index("call k1 · dig") > html.index("call c1 · research")
+
+
+def test_show_of_a_run_file_prints_its_children_under_their_calls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run file holds the child runs of a run without a ledger: show nests them as well."""
+    child = agentloop.Loop(by_history([final("kid")]))
+    parent = agentloop.Loop(
+        by_history([call("c1", "research", input="x"), final("done")]),
+        tools=[child.as_tool("research", "Research.")],
+    )
+    path = tmp_path / "run.json"
+    agentloop.review.save_run(parent.run("go"), path)
+    code, lines = run_main(capsys, "show", path)
+
+    assert code == 0
+    answered = next(i for i, line in enumerate(lines) if "research#c1" in line and "ok:" in line)
+    assert lines[answered + 1 : answered + 3] == ["", "      child (call c1): finished"]
+    assert "      output   kid" in lines
+    assert lines[-1] == "output   done"
