@@ -681,27 +681,6 @@ def test_max_concurrency_is_asyncio_only_and_checked() -> None:
         Loop(ScriptedModel([]), max_concurrency=0)
 
 
-class Clock:
-    """Async tools that sleep given times and log starts, ends and overlap."""
-
-    def __init__(self, delays: dict[int, float]) -> None:
-        self.delays = delays
-        self.log: list[tuple[str, int]] = []
-        self.running = 0
-        self.most = 0
-
-    async def add(self, a: int, b: int) -> int:
-        self.log.append(("start", a))
-        self.running += 1
-        self.most = max(self.most, self.running)
-        try:
-            await asyncio.sleep(self.delays.get(a, 0))
-        finally:
-            self.running -= 1
-        self.log.append(("end", a))
-        return a + b
-
-
 async def test_concurrent_calls_complete_in_any_order_and_record_in_emission_order() -> None:
     """max_concurrency=4: up to 4 at once; one transition per completion; record in order.
 
@@ -807,20 +786,36 @@ async def test_a_call_that_finished_before_the_token_woke_the_driver_keeps_its_r
     assert result.events[-1].guard == "cancel_requested_mid_batch"
 
 
-async def test_a_batch_of_ten_sleeping_calls_overlaps() -> None:
-    """max_concurrency=10: ten calls awaiting sleep all run at once (the bench times it)."""
-    clock = Clock(dict.fromkeys(range(1, 11), 0.01))
+async def test_a_batch_of_ten_waiting_calls_overlaps() -> None:
+    """max_concurrency=10: ten calls all run at once (the bench times it with sleeps).
+
+    Each call waits until all ten have started, so none can end first however
+    loaded the machine is; run one at a time, the first would wait forever (cut
+    at 10 s, a failure).
+    """
+    log: list[tuple[str, int]] = []
+    all_started = asyncio.Event()
+
+    async def add(a: int, b: int) -> int:
+        log.append(("start", a))
+        if len(log) == 10:
+            all_started.set()
+        await asyncio.wait_for(all_started.wait(), 10)
+        log.append(("end", a))
+        return a + b
+
     loop = Loop(
         ScriptedModel([batch(10), final()]),
-        tools={"add": clock.add},
+        tools={"add": add},
         max_calls=10,
         max_concurrency=10,
     )
     result = await loop.arun("go")
 
     assert result.status == "finished"
-    assert clock.most == 10
-    assert [what for what, _ in clock.log[:10]] == ["start"] * 10
+    assert [what for what, _ in log[:10]] == ["start"] * 10
+    assert sorted(a for what, a in log if what == "end") == list(range(1, 11))
+    assert [status for _, status, _ in results_of(result.transcript)] == ["ok"] * 10
 
 
 async def test_cancelling_concurrent_batches_at_random_points_answers_every_call() -> None:
