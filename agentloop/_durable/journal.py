@@ -143,6 +143,7 @@ def header(
     models: tuple[str, ...] = (),
     conversation: tuple[str, int] | None = None,
     summary: tuple[int, str] | None = None,
+    caller: tuple[str, str] | None = None,
 ) -> bytes:
     """A run's header: its input and the configuration it was started with.
 
@@ -151,7 +152,8 @@ def header(
     names its fallback models, which its replay needs
     (``agentloop.models.fallback``); ``conversation`` is the conversation's id
     and the turn the run is (``conversation_id``, ``turn``); ``summary`` the
-    summary carried in from the turn before (``{fold, text}``), which its replay needs.
+    summary carried in from the turn before (``{fold, text}``), which its replay needs;
+    ``caller`` the run and call an agent tool's child run answers (``{run_id, call_id}``).
     """
     document: dict[str, Any] = {
         "format": FORMAT,
@@ -168,6 +170,8 @@ def header(
         document["conversation_id"], document["turn"] = conversation
     if summary is not None:
         document["summary"] = {"fold": summary[0], "text": summary[1]}
+    if caller is not None:
+        document["caller"] = {"run_id": caller[0], "call_id": caller[1]}
     return orjson.dumps(document)
 
 
@@ -263,10 +267,20 @@ class Journal:
                 "is recorded here: continue the run with loop.resume(run_id)"
             )
 
+    def broken_by(self, exc: BaseException) -> None:
+        """Break the journal for ``exc`` (a child run's record failed): as a failed write does."""
+        self._broken = f"{type(exc).__name__}: {exc}"
+        self.release()
+
     def pause(self) -> None:
         """Give up the claim while the run waits for a person: any process may go on with it."""
         self._writer.release()
         self._paused = True
+
+    @property
+    def ledger(self) -> Ledger | None:
+        """The store the run is recorded in (its agent tools' children are recorded there too)."""
+        return self._ledger
 
     @property
     def paused(self) -> bool:
@@ -293,8 +307,7 @@ class Journal:
         try:
             self._writer.append(LedgerRecord(kind, key, body))
         except Exception as exc:
-            self._broken = f"{type(exc).__name__}: {exc}"
-            self.release()
+            self.broken_by(exc)
             raise
         self._records += 1
         if kind == END:

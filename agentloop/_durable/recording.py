@@ -23,6 +23,7 @@ from agentloop._core.engine import Engine
 from agentloop._core.table import NEXT, TERMINAL, State, Trigger
 from agentloop._core.values import AskModel, AwaitApproval, ReviewCalls, RunTool, Transition, Wait
 from agentloop._durable.journal import events_body, record_of
+from agentloop._errors import LedgerError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from agentloop._core.values import Budget, CancelToken, NotJSON
     from agentloop._durable.journal import Journal
 
-__all__ = ["DurableEngine", "Recorder", "async_dispatch", "sync_dispatch"]
+__all__ = ["ChildUnrecorded", "DurableEngine", "Recorder", "async_dispatch", "sync_dispatch"]
 
 # The transitions that follow from the ones before: they go in the next record.
 _BY_ITSELF: Final = frozenset(NEXT.values()) | {Trigger.WAITED}
@@ -208,6 +209,29 @@ class DurableEngine(Engine):
             self.journal.release()
 
 
+class ChildUnrecorded(Exception):
+    """An agent tool's child run could not be recorded in the run's ledger (its ``cause``).
+
+    Raised in the call, so the registry makes it the call's outcome: the
+    durable dispatch raises ``cause`` instead, and the run stops as it does
+    when its own record fails. The call keeps ``tool_started`` and no
+    outcome, and a resume resumes the child.
+    """
+
+    def __init__(self, cause: LedgerError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _recorded(journal: Journal, outcome: object) -> object:
+    """``outcome``, unless it says a child run could not be recorded: then that raises."""
+    if type(outcome) is dict and type(outcome.get("exception")) is ChildUnrecorded:
+        cause = outcome["exception"].cause
+        journal.broken_by(cause)
+        raise cause
+    return outcome
+
+
 def sync_dispatch(engine: DurableEngine, dispatch: Callable[..., object]) -> Callable[..., object]:
     """``dispatch`` with ``tool_started`` recorded first."""
     journal = engine.journal
@@ -216,7 +240,7 @@ def sync_dispatch(engine: DurableEngine, dispatch: Callable[..., object]) -> Cal
         settled = journal.before_call(call)
         if settled is not None:
             return settled
-        return dispatch(call, **review)
+        return _recorded(journal, dispatch(call, **review))
 
     return durable
 
@@ -231,6 +255,6 @@ def async_dispatch(
         settled = journal.before_call(call)
         if settled is not None:
             return settled
-        return await dispatch(call, **review)
+        return _recorded(journal, await dispatch(call, **review))
 
     return durable

@@ -17,14 +17,16 @@ import attrs
 import orjson
 
 from agentloop._core.approval import Decision, PendingCall
+from agentloop._core.children import Children
 from agentloop._core.table import TERMINAL, State, Trigger
 from agentloop._core.values import Budget, CancelToken, RunResult, Transition, Usage
+from agentloop._durable.ids import child_run_id
 from agentloop._durable.journal import Journal
 from agentloop._durable.protocol import Ledger, LedgerRecord
 from agentloop._durable.recording import DurableEngine
 from agentloop._durable.records import Recorded
 from agentloop._durable.resume import checked_run_id, replayed
-from agentloop._errors import InvalidStateError, LedgerError
+from agentloop._errors import InvalidStateError, LedgerError, RunNotFoundError
 
 __all__ = ["LedgerRun", "RunSummary", "decide_run", "list_runs", "view_run"]
 
@@ -44,6 +46,8 @@ class LedgerRun:
     run_id: str
     result: RunResult
     started: tuple[dict[str, Any], ...] = ()
+    #: The parent's run id and call id, when the run is an agent tool's child run.
+    caller: tuple[str, str] | None = None
 
     @property
     def state(self) -> State:
@@ -120,19 +124,42 @@ class RunSummary(NamedTuple):
     #: The conversation the run is a turn of, and which turn (from 1); else ``None``.
     conversation_id: str | None = None
     turn: int | None = None
+    #: The parent's run id and call id, when the run is an agent tool's child run.
+    caller: tuple[str, str] | None = None
 
 
-def view_run(ledger: Ledger, run_id: str) -> LedgerRun:
+def view_run(ledger: Ledger, run_id: str, *, children: bool = True) -> LedgerRun:
     """Run ``run_id`` of ``ledger`` as its records stand; nothing is run, claimed or written.
 
     Needs no ``Loop``: the records are fed to a fresh engine with no model and
     no tools. ``RunNotFoundError`` if the ledger has no such run, ``LedgerError``
-    if its records are damaged.
+    if its records are damaged. Its agent tools' child runs, recorded under
+    ids derived from its own (``ids.child_run_id``), are in its result's
+    ``children`` by call id, each viewed so (unless ``children=False``).
     """
     run_id = checked_run_id(run_id)
     head, records = ledger.read(run_id)
     engine, recorded = _replayed(run_id, head, records, Journal(_Reader(run_id), run_id, _NONE))
-    return LedgerRun(run_id, _result(engine, recorded), _started(engine, recorded))
+    result = _result(engine, recorded)
+    if children:
+        found = _children(ledger, run_id, result)
+        if found:
+            result = result._replace(children=Children(found))
+    return LedgerRun(run_id, result, _started(engine, recorded), recorded.caller)
+
+
+def _children(ledger: Ledger, run_id: str, result: RunResult) -> dict[str, RunResult]:
+    """The child runs recorded for the calls of run ``run_id``, by call id, in call order."""
+    found: dict[str, RunResult] = {}
+    calls = dict.fromkeys(event.call_id for event in result.events if event.call_id is not None)
+    for call_id in calls:
+        try:
+            child = view_run(ledger, child_run_id(run_id, call_id))
+        except RunNotFoundError:
+            continue
+        if child.caller == (run_id, call_id):
+            found[call_id] = child.result
+    return found
 
 
 def list_runs(ledger: Ledger) -> list[RunSummary]:
@@ -159,7 +186,7 @@ def list_runs(ledger: Ledger) -> list[RunSummary]:
             found.append(RunSummary(shown, None, 0, 0, at, (), f"its id is damaged: {exc}"))
             continue
         try:
-            run = view_run(ledger, run_id)
+            run = view_run(ledger, run_id, children=False)
         except LedgerError as exc:
             found.append(RunSummary(run_id, None, 0, 0, at, (), str(exc)))
             continue
@@ -175,6 +202,7 @@ def list_runs(ledger: Ledger) -> list[RunSummary]:
                 decided=run.decided,
                 conversation_id=result.conversation_id,
                 turn=result.turn,
+                caller=run.caller,
             )
         )
     return found

@@ -17,7 +17,10 @@ Where the child dies is chosen by the job:
 The tools write their effect (the call's idempotency key, a line) to a file
 outside the ledger: ``effect`` has a plain effect, ``idem`` is idempotent,
 ``fail`` raises. The model is a function of the history, as a real one is:
-the script's entry for the number of replies appended so far.
+the script's entry for the number of replies appended so far. A job with
+``"child"`` has an agent tool too, ``research``, whose child run (recorded in
+the same ledger) runs that script: the appends counted are the parent's and
+the child's, in the order they are made.
 """
 
 from __future__ import annotations
@@ -120,9 +123,15 @@ def scripted(script: list[Message]) -> Callable[[list[Message]], Message]:
     return turn
 
 
-def loop(job: dict[str, Any], ledger: agentloop.ledger.Ledger | None) -> agentloop.Loop:
-    """The job's Loop: its script, its tools, its driver's settings."""
-    turn = scripted(job["script"])
+def loop(
+    job: dict[str, Any], ledger: agentloop.ledger.Ledger | None, script: str = "script"
+) -> agentloop.Loop:
+    """The job's Loop: its script, its tools, its driver's settings.
+
+    With ``"child"`` (a script), it has one more tool, ``research``: an agent
+    tool whose child Loop runs that script with the same three tools.
+    """
+    turn = scripted(job[script])
     model: Any = turn
     if job["driver"] == "async":
 
@@ -132,10 +141,13 @@ def loop(job: dict[str, Any], ledger: agentloop.ledger.Ledger | None) -> agentlo
             return reply
 
         model = amodel
+    registry = tools(job["driver"])
+    if script == "script" and job.get("child"):
+        registry.add(loop(job, None, "child").as_tool("research", "Research one question."))
     return agentloop.Loop(
         model,
-        tools=tools(job["driver"]),
-        max_steps=len(job["script"]) + 1,
+        tools=registry,
+        max_steps=len(job[script]) + 1,
         max_calls=64,
         max_concurrency=job.get("concurrency", 1),
         ledger=ledger,
