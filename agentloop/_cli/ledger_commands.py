@@ -20,7 +20,7 @@ import orjson
 from agentloop._cli.file_commands import shown_lines, write_page
 from agentloop._cli.nesting import who_calls
 from agentloop._cli.printing import CommandError, print_lines, self_command, shell_path
-from agentloop._core.approval import Decision, approve, deny
+from agentloop._core.approval import Decision, DecisionKey, approve, deny, key_text
 from agentloop._durable.conversations import turn_ids
 from agentloop._durable.sqlite import APPLICATION_ID, SQLiteLedger
 from agentloop._durable.view import LedgerRun, RunSummary, decide_run, list_runs, view_run
@@ -213,9 +213,13 @@ def pending(path: str) -> int:
     """Every call waiting for a person in the ledger: run, call, tool, reason, arguments."""
     found = _listed(path)
     rows = [("run", "call", "tool", "reason", "arguments")]
+    # A child run's calls are listed under the top run that waits on it, by their paths.
+    waited = {(run.run_id, c.path[0]) for run in found for c in run.pending if c.path}
     for run in found:
+        if run.caller is not None and run.caller in waited:
+            continue
         rows.extend(
-            (run.run_id, c.call_id, c.name, c.reason, c.arguments_json.decode())
+            (run.run_id, key_text(c.key), c.name, c.reason, c.arguments_json.decode())
             for c in run.pending
         )
     # A damaged run may have calls waiting that cannot be read: said, never left out.
@@ -231,14 +235,16 @@ def pending(path: str) -> int:
 def decide(path: str, run_id: str, verdicts: list[str]) -> int:
     """Record a person's decisions about paused run ``run_id``, all or nothing."""
     run = _view(path, run_id)
-    given = parse_verdicts(verdicts, [call.call_id for call in run.pending])
+    # A child run's call is decided by its path key: c1/k1.
+    keys: dict[str, DecisionKey] = {key_text(call.key): call.key for call in run.pending}
+    given = parse_verdicts(verdicts, keys)
     # Bound to the calls shown: a call that changed since is refused, not decided.
-    prints = {call.call_id: call.fingerprint for call in run.pending}
-    decisions: dict[str, Decision] = {
-        call_id: approve(fingerprint=prints.get(call_id))
+    prints = {key_text(call.key): call.fingerprint for call in run.pending}
+    decisions: dict[DecisionKey, Decision] = {
+        keys.get(text, text): approve(fingerprint=prints.get(text))
         if reason is None
-        else deny(reason, fingerprint=prints.get(call_id))
-        for call_id, reason in given.items()
+        else deny(reason, fingerprint=prints.get(text))
+        for text, reason in given.items()
     }
     with _open(path) as ledger:
         try:

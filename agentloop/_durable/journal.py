@@ -10,6 +10,8 @@ one commit per report, keyed as a report is unique:
 * ``tool_finished`` (the call id): a call's outcome;
 * ``approval_asked``, ``decision`` (the first call's id): a person was asked
   (or a policy denied a call at the review), or decided;
+* ``call_waits`` (the first pending call's path key, ``c1/k1``): a call's
+  child run waits for a person;
 * ``end`` (``""``): the record that holds the terminal transition.
 
 Each body is ``{"at": <the index of its first event>, "events": [...]}`` (the
@@ -36,6 +38,7 @@ from agentloop._core.table import TERMINAL, Trigger
 from agentloop._core.values import Budget
 from agentloop._durable.protocol import (
     ASKED,
+    CALL_WAITS,
     DECISION,
     END,
     FINISHED,
@@ -202,6 +205,8 @@ def record_of(transition: Transition) -> tuple[str, str | None]:
         if transition.pending:
             return ASKED, transition.pending[0].call_id
         return ASKED, key_text(transition.decisions[0][0]) if transition.decisions else None
+    if trigger is Trigger.CALL_WAITS:  # by the first pending call's path key: c1/k1
+        return CALL_WAITS, key_text(transition.pending[0].key) if transition.pending else None
     if trigger is Trigger.HANDED_OFF or trigger is Trigger.FILTER_RAISED:
         return HANDOFF, transition.call_id  # what a handoff's filter answered, by the call
     if trigger is Trigger.APPROVAL_DECIDED:

@@ -53,7 +53,7 @@ class Recorder:
     transitions wait for ``flush``.
     """
 
-    __slots__ = ("at", "holding", "journal", "replaying", "unwritten")
+    __slots__ = ("at", "before_end", "holding", "journal", "replaying", "unwritten")
 
     def __init__(self) -> None:
         self.journal: Journal | None = None
@@ -61,10 +61,14 @@ class Recorder:
         self.holding = False
         self.at = 0  # the events the ledger holds
         self.unwritten: list[Transition] = []
+        #: Called before the run's end is written: the driver ends the children that wait.
+        self.before_end: Callable[[], object] | None = None
 
     def __call__(self, transition: Transition, rejected: NotJSON | None) -> None:
         if self.replaying:
             return
+        if transition.dest in TERMINAL and self.before_end is not None:
+            self.before_end()  # a waiting child's end is committed before its parent's
         self.unwritten.append(transition)
         if self.holding or (transition.trigger in _BY_ITSELF and transition.dest not in TERMINAL):
             return
@@ -194,6 +198,10 @@ class DurableEngine(Engine):
                 recorder.holding = False
         running = set(self.running)
         self.handed = [need for need in self.handed if need.call["id"] in running]
+
+    def before_end(self, call: Callable[[], object]) -> None:
+        """Call ``call`` before the run's end is written (its waiting children end first)."""
+        self._recorder.before_end = call
 
     def record_end(self) -> None:
         """Write the end a resume made (a reply checked), if any (``end_unrecorded``); release.

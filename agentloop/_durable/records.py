@@ -17,7 +17,7 @@ import orjson
 from agentloop._core.replay import Mismatch
 from agentloop._core.table import NEXT, TERMINAL
 from agentloop._durable.journal import FORMAT, READS, VERSION, record_of
-from agentloop._durable.protocol import END, STARTED
+from agentloop._durable.protocol import END, KINDS, STARTED
 from agentloop._errors import LedgerError
 from agentloop._review.eventrecord import load_event, rejected_value
 from agentloop._review.runfile_schema import EVENT_RECORD, REJECTED
@@ -220,4 +220,4 @@ class Recorded:
             raise bad(self.run_id, f"{where}: $.events[{index}]", "an event", str(exc)) from None
 
 
-_KINDS: Final = frozenset(("reply", "tool_finished", "approval_asked", "decision", "handoff", END))
+_KINDS: Final = frozenset(KINDS) - {STARTED}

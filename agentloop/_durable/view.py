@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import attrs
 import orjson
 
-from agentloop._core.approval import Decision, PendingCall
+from agentloop._core.approval import Decision, DecisionKey, PendingCall, key_text
 from agentloop._core.children import Children
 from agentloop._core.table import TERMINAL, State, Trigger
 from agentloop._core.values import Budget, CancelToken, RunResult, Transition, Usage
@@ -208,11 +208,13 @@ def list_runs(ledger: Ledger) -> list[RunSummary]:
     return found
 
 
-def decide_run(ledger: Ledger, run_id: str, decisions: dict[str, Decision]) -> None:
+def decide_run(ledger: Ledger, run_id: str, decisions: dict[DecisionKey, Decision]) -> None:
     """Record a person's decisions about paused run ``run_id``, as ``run.decide`` would.
 
-    ``decisions`` maps every pending call's id to ``approve()`` or
-    ``deny(reason)``, and no other (all or nothing). The run is claimed while
+    ``decisions`` maps every pending call's key (``PendingCall.key``: its id,
+    or a child run's call's path) to ``approve()`` or ``deny(reason)``, and no
+    other (all or nothing). A child run whose parent waits on it is refused
+    (``InvalidStateError`` naming the parent and the keys to decide there). The run is claimed while
     its records are checked and the decision written (``RunBusyError`` while a
     process drives it); a run that does not await approval is refused
     (``InvalidStateError``). The run goes on when a process that has its
@@ -223,7 +225,8 @@ def decide_run(ledger: Ledger, run_id: str, decisions: dict[str, Decision]) -> N
     try:
         head, records = ledger.read(run_id)
         journal = Journal(writer, run_id, _NONE, ledger=ledger, records=len(records))
-        engine, _ = _replayed(run_id, head, records, journal)
+        engine, recorded = _replayed(run_id, head, records, journal)
+        _not_waited_on(ledger, run_id, recorded.caller, engine.pending)
         if engine.state is not State.AWAITING_APPROVAL:
             raise InvalidStateError(
                 f"run {run_id!r} is {engine.state.value!r}, not awaiting approval: it takes "
@@ -236,6 +239,31 @@ def decide_run(ledger: Ledger, run_id: str, decisions: dict[str, Decision]) -> N
 
 
 # -- inside ---------------------------------------------------------------------------
+
+
+def _not_waited_on(
+    ledger: Ledger, run_id: str, caller: tuple[str, str] | None, pending: tuple[PendingCall, ...]
+) -> None:
+    """Refuse to decide on a child run whose parent waits on it: decided on the parent.
+
+    So that a decision is made in one place, the parent's record, which hands
+    it to the child when it goes on.
+    """
+    if caller is None or not pending:
+        return
+    parent, call_id = caller
+    try:
+        waits = view_run(ledger, parent).result.pending
+    except (LedgerError, RunNotFoundError):
+        return  # a parent that cannot be read waits on nothing here
+    keys = [key_text(p.key) for p in waits if p.path and p.path[0] == call_id]
+    if keys:
+        raise InvalidStateError(
+            f"run {run_id!r} is the child of {parent!r}, which waits on it: decide on "
+            f"{parent!r} with {' '.join(f'{key}=...' for key in keys)}; nothing was recorded",
+            state=State.AWAITING_APPROVAL,
+        )
+
 
 _NONE: frozenset[str] = frozenset()  # no tool is run here, idempotent or not
 

@@ -45,7 +45,7 @@ from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.child_waits import Waiting
 from agentloop._drivers.delegation import Nested
 from agentloop._drivers.run_context import NO_RUN, RunContext, current_context
-from agentloop._loop.child_runs import durable_child, recorded_in
+from agentloop._loop.child_runs import durable_child, recorded_in, waiting_child
 from agentloop._loop.deps import for_run
 from agentloop._loop.engines import check_ready, make_resilient, plain_engine
 from agentloop._loop.running import async_run, sync_run
@@ -218,6 +218,11 @@ class AgentTool(Tool):
             decisions = scope.engine.delegated(ctx.call_id)
             if decisions is not None:
                 scope.waiting.pop(ctx.call_id, None)  # its live run, which waited: gone on from
+                ledger = _ledger_of(ctx)
+                if ledger is not None:  # the durable child, from the parent's ledger
+                    caller = (str(ctx.run_id), ctx.call_id)
+                    resumed, cancel, left = waiting_child(child, ledger, caller, cancel, decisions)
+                    return resumed, cancel, deps, _NO_CHILDREN, left
                 waiting = self._waiting_child(scope.children[ctx.call_id], cancel)
                 return waiting, cancel, deps, scope.children[ctx.call_id].children, decisions
         engine, cancel = self._engine(input, ctx, cancel)
@@ -226,7 +231,8 @@ class AgentTool(Tool):
     def _waiting_child(self, waiting: RunResult[Any], cancel: CancelToken | None) -> Engine:
         """The engine of the child whose result ``waiting`` awaits approval, to go on with.
 
-        The hook a durable child replaces: in memory, its events are replayed
+        In memory (a durable child is resumed from the ledger instead,
+        ``waiting_child``): its events are replayed
         into a fresh engine (its budget the one it started with) that watches
         ``cancel``, the parent's token, through a token of its own.
         """
@@ -270,8 +276,8 @@ class AgentTool(Tool):
         status = result.status
         if status is State.CANCELLED and ctx is not None and ctx.cancel and ctx.cancel.cancelled:
             raise TokenCancelled(f"agent {self.name!r}: its run was cancelled with its parent's")
-        if status is State.AWAITING_APPROVAL and _ledger_of(ctx) is None:
-            return Answered(Waiting(result.pending))  # the call waits: its child's calls pending
+        if status is State.AWAITING_APPROVAL:  # the call waits: its child's calls are pending
+            return Answered(Waiting(result.pending))
         if status is State.FINISHED:
             outcome = returned(self.name, result.output)
         else:
@@ -336,14 +342,13 @@ def _kept(run: RunView[Any], ctx: RunContext[Any] | None) -> None:
     """The child's result, once it ended (however) or waits, kept on the parent's by call id.
 
     A child that waits is kept live too, for the parent's driver to end it
-    cancelled if the parent ends first (``end_waiting``); under a durable
-    parent it answered the call, and stays paused in the ledger.
+    cancelled if the parent ends first (``end_waiting``).
     """
     waits = run.state is State.AWAITING_APPROVAL
     scope = None if ctx is None else ctx._scope
     if (run.done or waits) and scope is not None and ctx is not None and ctx.call_id is not None:
         scope.children[ctx.call_id] = run.result()
-        if waits and scope.ledger is None:
+        if waits:
             scope.waiting[ctx.call_id] = run
 
 

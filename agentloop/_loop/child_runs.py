@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import orjson
 
-from agentloop._core.table import State
+from agentloop._core.table import State, Trigger
+from agentloop._drivers.callbacks import TokenCancelled
+from agentloop._drivers.child_waits import WaitingChild, end_waiting
 from agentloop._durable import resume
 from agentloop._durable.ids import child_run_id
 from agentloop._durable.recording import ChildUnrecorded
@@ -32,13 +34,21 @@ from agentloop._loop.team import team_of, team_record
 from agentloop._tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
+    from agentloop._core.approval import Decisions
     from agentloop._core.values import Budget, CancelToken, RunResult
     from agentloop._drivers.run_context import RunContext
     from agentloop._durable.protocol import Ledger
     from agentloop._durable.recording import DurableEngine
     from agentloop._loop.loop import Loop
 
-__all__ = ["durable_child", "recorded_children", "recorded_in"]
+__all__ = [
+    "RecordedChild",
+    "durable_child",
+    "recorded_children",
+    "recorded_in",
+    "recorded_waiting",
+    "waiting_child",
+]
 
 
 def durable_child(
@@ -144,17 +154,8 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
     By call id, as the run that answered them kept them (``RunResult.children``):
     each resumed through its agent tool's Loop, only read (it has ended).
     """
-    from agentloop._loop.agent_tool import AgentTool  # it makes its children here
-
     ledger = engine.journal.ledger
-    team = team_of(loop)  # with handoffs, any agent's agent tools
-    agents = {
-        tool.name: tool.loop
-        for member in ([loop] if team is None else team[1].values())
-        if isinstance(member.dispatcher, ToolRegistry)
-        for tool in member.dispatcher
-        if isinstance(tool, AgentTool)
-    }
+    agents = _agent_loops(loop)
     found: dict[str, RunResult[Any]] = {}
     if ledger is None or not agents:
         return found
@@ -173,3 +174,97 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
         if ended.done or ended.state is State.AWAITING_APPROVAL:  # as the answering run kept it
             found[message["id"]] = ended.result()
     return found
+
+
+def waiting_child(
+    child: Loop[Any],
+    ledger: Ledger,
+    caller: tuple[str, str],
+    cancel: CancelToken | None,
+    decisions: Decisions,
+) -> tuple[DurableEngine, CancelToken | None, Decisions | None]:
+    """The child that waited for a person, resumed from ``ledger`` to go on with ``decisions``.
+
+    The parent's call ``caller`` was handed out again with the decisions a
+    person took about its child's calls. Also the decisions the child is
+    still to take: ``None`` when its record holds them already (a crash came
+    after the child recorded them and before the parent went on), which must
+    then be the parent's, else ``LedgerError``.
+    """
+    run_id = child_run_id(*caller)
+    try:
+        ledger.read(run_id)
+    except RunNotFoundError:
+        raise LedgerError(
+            f"run {caller[0]!r} waits on its call {caller[1]!r}'s child run {run_id!r}, "
+            "which the ledger does not hold"
+        ) from None
+    engine, token = durable_child(child, ledger, caller, [], child.budget, cancel)
+    keys = set(decisions)
+    for event in engine.events():
+        if event.trigger is not Trigger.APPROVAL_DECIDED or {k for k, _ in event.decisions} != keys:
+            continue
+        if dict(event.decisions) != dict(decisions):
+            engine.journal.release()
+            disagree = sorted(k for k, d in event.decisions if decisions.get(k) != d)
+            raise LedgerError(
+                f"the records of {caller[0]!r} and {run_id!r} disagree about call "
+                f"{', '.join(map(str, disagree))}: the child recorded other decisions than its "
+                "parent's; nothing more was recorded"
+            )
+        return engine, token, None  # decided already: it goes on from its records
+    return engine, token, decisions
+
+
+class RecordedChild:
+    """A durable child that waits for a person, as a resumed parent holds it (``WaitingChild``).
+
+    If the parent ends first (cancelled), the child is resumed from the ledger
+    and ended ``cancelled`` there, its own waiting children first: each end
+    committed before its parent's.
+    """
+
+    __slots__ = ("_caller", "_child", "_ledger")
+
+    def __init__(self, child: Loop[Any], ledger: Ledger, caller: tuple[str, str]) -> None:
+        self._child, self._ledger, self._caller = child, ledger, caller
+
+    def _end_cancelled(self) -> RunResult[Any]:
+        engine, _ = durable_child(
+            self._child, self._ledger, self._caller, [], self._child.budget, None
+        )
+        children = recorded_children(self._child, engine)
+        if not engine.done:
+            end_waiting(children, recorded_waiting(self._child, engine))
+            engine.interrupted(TokenCancelled("its parent run ended while it waited for a person"))
+        return engine.result()._replace(children=children)
+
+
+def recorded_waiting(loop: Loop[Any], engine: DurableEngine) -> dict[str, WaitingChild]:
+    """The children a resumed durable run waits on, by call id, to end if it ends first."""
+    ledger = engine.journal.ledger
+    agents = _agent_loops(loop)
+    found: dict[str, WaitingChild] = {}
+    if ledger is None or engine.state is not State.AWAITING_APPROVAL:
+        return found
+    waits = {p.path[0] for p in engine.pending if p.path}
+    for event in engine.events():
+        child = agents.get(event.tool or "") if event.trigger is Trigger.CALL_WAITS else None
+        if child is not None and event.call_id in waits:
+            caller = (str(engine.run_id), str(event.call_id))
+            found[str(event.call_id)] = RecordedChild(child, ledger, caller)
+    return found
+
+
+def _agent_loops(loop: Loop[Any]) -> dict[str, Loop[Any]]:
+    """The child Loops of ``loop``'s agent tools by tool name (with handoffs, any agent's)."""
+    from agentloop._loop.agent_tool import AgentTool  # it makes its children here
+
+    team = team_of(loop)
+    return {
+        tool.name: tool.loop
+        for member in ([loop] if team is None else team[1].values())
+        if isinstance(member.dispatcher, ToolRegistry)
+        for tool in member.dispatcher
+        if isinstance(tool, AgentTool)
+    }

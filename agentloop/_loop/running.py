@@ -26,7 +26,7 @@ from agentloop._drivers.child_waits import WaitingChild, end_waiting
 from agentloop._drivers.run_context import CallScope, ain_context_reviews, in_context_reviews
 from agentloop._drivers.sync import Run
 from agentloop._durable import recording
-from agentloop._loop.child_runs import recorded_children
+from agentloop._loop.child_runs import recorded_children, recorded_waiting
 from agentloop._loop.fallback import per_run
 from agentloop._loop.settings import async_policies
 from agentloop._loop.team import filters_of, team_dispatch, team_model, team_of
@@ -166,6 +166,9 @@ def call_scope(
         scope = CallScope(engine, deps, engine.run_id, cancel, engine.journal.ledger)
         if engine.events():
             scope.children.update(recorded_children(loop, engine))
+            scope.waiting.update(recorded_waiting(loop, engine))
+        # A waiting child's end is committed before its parent's.
+        engine.before_end(lambda: end_waiting(scope.children, scope.waiting))
     else:
         scope = CallScope(engine, deps, None, cancel)
     scope.children.update(children)

@@ -711,20 +711,3 @@ def test_a_descendants_id_names_one_run_and_one_path_of_calls(
     for at in range(len(path) - 1):
         joined = [*path[:at], f"{path[at]}:{path[at + 1]}", *path[at + 2 :]]
         assert descendant(run_id, path) != descendant(run_id, joined)
-
-
-def test_a_child_that_asks_a_person_answers_the_call_and_stays_paused() -> None:
-    """Approval under a path is not built: the call is answered with an error, as in memory;
-    the child's record stays paused, unclaimed, and a resume of the parent reads the same."""
-    memory, world = MemoryLedger(), World()
-    family = Family(world, memory, "sync")
-    child = family.loop.dispatcher["research"].loop  # type: ignore[index]
-    child.dispatcher["effect"].policy = lambda call: agentloop.ask("moves money")
-    result = family.run()
-    assert result.status == "finished"
-    assert result.transcript[2]["content"]["status"] == "awaiting_approval"
-    assert view_run(memory, "r1:c1").state == "awaiting_approval"
-    assert (world.effects, memory.claimed) == ([], set())
-    again = Family(World(), memory, "sync").resume()
-    assert again.transcript == result.transcript
-    assert again.children["c1"].pending == result.children["c1"].pending
