@@ -200,3 +200,51 @@ def test_sigkill_at_random_points_of_parent_and_child(
         check(job, got, baseline)
         killed_runs += killed > 0
     assert killed_runs > 50 * FUZZ  # most random moments fall inside a run
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_killed_after_the_childs_decision_before_the_parent_goes_on(
+    server: Server,  # noqa: F811 - the fixture
+    tmp_path: Path,
+    driver: str,
+) -> None:
+    """A child asks a person; the resume that approves cA/k1 is SIGKILLed right after the
+    child's decision record (the parent's is first). A new process resumes without decisions:
+    the child's decision is not recorded twice, k1 runs once, and both end paired."""
+    job = family_job(tmp_path, driver, child=[call("k1", "effect", 1), FINAL], ask=True)
+    waits = server.job(job | {"mode": "start", "kill": None})
+    assert waits["result"]["status"] == "awaiting_approval"
+    decided = job | {"mode": "resume", "decide": [["cA", "k1"]]}
+    killed = server.job(decided | {"kill": {"append": 2, "when": "after"}})
+    assert killed == {"signal": 9}
+    with sqlite3.connect(job["db"]) as raw:
+        decisions = raw.execute(
+            "SELECT runs.run_id, key FROM records JOIN runs ON runs.id = records.run "
+            "WHERE kind = 'decision' ORDER BY seq"
+        ).fetchall()
+    raw.close()
+    assert decisions == [("r1", "cA/k1"), ("r1:cA", "k1")]
+    assert Path(job["effects"]).read_text() == ""  # killed before k1 ran
+    got = server.job(job | {"mode": "resume", "kill": None})["result"]
+    assert got["status"] == "finished"
+    assert Path(job["effects"]).read_text().splitlines() == ["effect r1:cA:k1", "effect r1:c2"]
+    with sqlite3.connect(job["db"]) as raw:
+        order = raw.execute(
+            "SELECT runs.run_id, kind, key FROM records JOIN runs ON runs.id = records.run "
+            "WHERE kind IN ('decision', 'end') OR (kind = 'tool_finished' AND key = 'cA') "
+            "ORDER BY seq"
+        ).fetchall()
+    raw.close()
+    assert order == [
+        ("r1", "decision", "cA/k1"),
+        ("r1:cA", "decision", "k1"),
+        ("r1:cA", "end", ""),
+        ("r1", "tool_finished", "cA"),
+        ("r1", "end", ""),
+    ]
+    ledger = agentloop.ledger.SQLiteLedger(job["db"])
+    assert (view_run(ledger, "r1").state.value, view_run(ledger, "r1:cA").state.value) == (
+        "finished",
+        "finished",
+    )
+    ledger.close()

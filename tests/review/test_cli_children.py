@@ -158,3 +158,56 @@ def test_show_of_a_run_file_prints_its_children_under_their_calls(
     assert lines[answered + 1 : answered + 3] == ["", "      child (call c1): finished"]
     assert "      output   kid" in lines
     assert lines[-1] == "output   done"
+
+
+# -- a child that asks a person: decided on the top run, by path key ----------------------------
+
+sent: list[str] = []
+
+
+def send(to: str) -> str:
+    """Send a letter."""
+    sent.append(to)
+    return f"sent to {to}"
+
+
+def office(ledger: agentloop.ledger.Ledger) -> agentloop.Loop:
+    """Run ``o``'s Loop: its agent call c1's child asks a person before its send k1 runs."""
+    clerk = agentloop.Loop(
+        by_history([call("k1", "send", to="bob"), final("it went out")]),
+        tools=[agentloop.Tool(send, policy=lambda call: agentloop.ask("a letter leaves"))],
+    )
+    return agentloop.Loop(
+        by_history([call("c1", "post", input="Write to Bob."), final("Bob has it.")]),
+        tools=[clerk.as_tool("post", "Post.")],
+        ledger=ledger,
+    )
+
+
+def test_pending_and_decide_take_a_childs_call_by_its_path_on_the_top_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pending lists c1/k1 under o (the child's own run is not listed apart); decide on o
+    records it there; deciding on the child is refused, naming its parent; a resume goes on."""
+    path = tmp_path / "runs.db"
+    with agentloop.ledger.SQLiteLedger(path) as opened:
+        assert office(opened).run("Tell Bob", run_id="o").status == "awaiting_approval"
+    code, lines = run_main(capsys, "pending", path)
+    assert code == 0
+    rows = [re.split(r"  +", line) for line in lines[: lines.index("")]]
+    assert rows == [
+        ["run", "call", "tool", "reason", "arguments"],
+        ["o", "c1/k1", "send", "a letter leaves", '{"to":"bob"}'],
+    ]
+
+    code = main(["decide", str(path), "o:c1", "k1=approve"])
+    _, err = capsys.readouterr()
+    assert code != 0
+    assert "run 'o:c1' is the child of 'o', which waits on it: decide on 'o' with c1/k1=" in err
+
+    code, lines = run_main(capsys, "decide", path, "o", "c1/k1=approve")
+    assert (code, lines[0]) == (0, "recorded for run o: c1/k1 approved")
+    with agentloop.ledger.SQLiteLedger(path) as opened:
+        result = office(opened).resume("o")
+    assert (result.status, result.output, sent) == ("finished", "Bob has it.", ["bob"])
+    assert result.children["c1"].run_id == "o:c1"

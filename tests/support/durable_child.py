@@ -20,7 +20,8 @@ outside the ledger: ``effect`` has a plain effect, ``idem`` is idempotent,
 the script's entry for the number of replies appended so far. A job with
 ``"child"`` has an agent tool too, ``research``, whose child run (recorded in
 the same ledger) runs that script: the appends counted are the parent's and
-the child's, in the order they are made.
+the child's, in the order they are made. With ``"ask"``, the child's ``effect``
+asks a person; ``"decide"`` (a list of paths) resumes with each approved.
 """
 
 from __future__ import annotations
@@ -142,6 +143,8 @@ def loop(
 
         model = amodel
     registry = tools(job["driver"])
+    if script == "child" and job.get("ask"):
+        registry["effect"].policy = lambda call: agentloop.ask("a person decides")
     if script == "script" and job.get("child"):
         registry.add(loop(job, None, "child").as_tool("research", "Research one question."))
     return agentloop.Loop(
@@ -208,16 +211,17 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             time.sleep(0.0005)
     ledger = KillingLedger(agentloop.ledger.SQLiteLedger(job["db"], synchronous=job["synchronous"]))
     the_loop = loop(job, ledger)
+    decisions = {tuple(path): agentloop.approve() for path in job.get("decide", ())} or None
     try:
         if job["driver"] == "sync":
             if job["mode"] == "start":
                 result = the_loop.run("go", run_id=job["run_id"])
             else:
-                result = the_loop.resume(job["run_id"])
+                result = the_loop.resume(job["run_id"], decisions=decisions)
         elif job["mode"] == "start":
             result = asyncio.run(the_loop.arun("go", run_id=job["run_id"]))
         else:
-            result = asyncio.run(the_loop.aresume(job["run_id"]))
+            result = asyncio.run(the_loop.aresume(job["run_id"], decisions=decisions))
     except agentloop.AgentloopError as exc:
         return {"error": type(exc).__name__, "message": str(exc)}
     return {"result": result_json(result)}
