@@ -167,8 +167,10 @@ def call_scope(
         if engine.events():
             scope.children.update(recorded_children(loop, engine))
             scope.waiting.update(recorded_waiting(loop, engine))
-        # A waiting child's end is committed before its parent's.
-        engine.before_end(lambda: end_waiting(scope.children, scope.waiting))
+        # A waiting child's end is committed before its parent's. (Not through ``scope``,
+        # which holds the engine: a cycle would keep a dropped run's claim until collected.)
+        children, waiting = scope.children, scope.waiting
+        engine.before_end(lambda: end_waiting(children, waiting))
     else:
         scope = CallScope(engine, deps, None, cancel)
     scope.children.update(children)
