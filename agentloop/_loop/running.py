@@ -173,8 +173,8 @@ def call_scope(
         engine.before_end(lambda: end_waiting(children, waiting))
     else:
         scope = CallScope(engine, deps, None, cancel)
+        scope.waiting.update(waiting_children(children))
     scope.children.update(children)
-    scope.waiting.update(waiting_children(children))
     return scope
 
 

@@ -98,6 +98,43 @@ def test_a_durable_parent_waits_under_the_childs_path_and_is_decided_in_another_
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
+def test_a_live_durable_parent_is_decided_by_path_key(driver: Driver) -> None:
+    """run.decide on the Run that waits: the child resumed from the ledger, decided there."""
+    ledger, world = OrderedLedger(), World()
+    loop = asking(world, ledger, driver).loop
+    decisions: list[dict[Any, agentloop.Decision]] = [
+        {("c1", "k1"): agentloop.approve()},
+        {("c1", "k3"): agentloop.approve()},
+    ]
+    if driver == "sync":
+        run = loop.start("go", run_id="r1")
+        for decided in decisions:
+            assert run.finish().status == "awaiting_approval"
+            run.decide(decided)
+        result = run.finish()
+    else:
+
+        async def go() -> agentloop.RunResult:
+            run = loop.astart("go", run_id="r1")
+            for decided in decisions:
+                assert (await run.afinish()).status == "awaiting_approval"
+                await run.adecide(decided)
+            return await run.afinish()
+
+        result = asyncio.run(go())
+    assert (result.status, result.children["c1"].output) == ("finished", "found it")
+    assert sorted(str(key) for _, key in world.effects) == ["r1:c1:k1", "r1:c1:k2", "r1:c1:k3"]
+    assert [key for _, kind, key in ledger.order if kind == "decision"] == [
+        "c1/k1",
+        "k1",
+        "c1/k3",
+        "k3",
+    ]
+    assert ledger.claimed == set()
+    assert_contract(view_run(ledger, "r1").result, "go")
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
 def test_a_crash_after_the_childs_decision_goes_on_from_it(driver: Driver) -> None:
     """Killed after the child recorded the decision, before the parent went on: the resume
     decides nothing twice, and the child's recorded decision is the parent's."""
