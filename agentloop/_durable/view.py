@@ -214,11 +214,11 @@ def decide_run(ledger: Ledger, run_id: str, decisions: dict[DecisionKey, Decisio
     ``decisions`` maps every pending call's key (``PendingCall.key``: its id,
     or a child run's call's path) to ``approve()`` or ``deny(reason)``, and no
     other (all or nothing). A child run whose parent waits on it is refused
-    (``InvalidStateError`` naming the parent and the keys to decide there). The run is claimed while
-    its records are checked and the decision written (``RunBusyError`` while a
-    process drives it); a run that does not await approval is refused
-    (``InvalidStateError``). The run goes on when a process that has its
-    ``Loop`` resumes it: ``loop.resume(run_id)``.
+    (``InvalidStateError`` naming the parent and the keys to decide there).
+    The run is claimed while its records are checked and the decision
+    written (``RunBusyError`` while a process drives it); a run that does not
+    await approval is refused (``InvalidStateError``). The run goes on when a
+    process that has its ``Loop`` resumes it: ``loop.resume(run_id)``.
     """
     run_id = checked_run_id(run_id)
     writer = ledger.claim(run_id)

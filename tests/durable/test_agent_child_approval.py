@@ -17,9 +17,9 @@ import pytest
 
 import agentloop
 from agentloop.ledger import LedgerError, decide_run, view_run
-from agentloop.testing import assert_contract
+from agentloop.testing import assert_contract, call, final
 from tests.durable.test_agent_children import Family, OrderedLedger
-from tests.durable.test_durable import DRIVERS, Driver, World
+from tests.durable.test_durable import DRIVERS, Driver, World, by_history
 from tests.support.ledgers import Crash as _Cut
 from tests.support.ledgers import MemoryLedger
 
@@ -252,3 +252,49 @@ class _CutWriter:
 
     def release(self) -> None:
         self.inner.release()
+
+
+def test_a_grandchilds_call_is_decided_from_the_top_and_cancelled_innermost_first() -> None:
+    """Depth two: pending at the top as c1/k2/k1; each level records the decision under its own
+    path, innermost last; a cancel ends the grandchild, then the child, then the parent."""
+    sent: list[str] = []
+
+    def send(to: str) -> str:
+        """Send a letter."""
+        sent.append(to)
+        return "sent"
+
+    def family(ledger: OrderedLedger) -> agentloop.Loop:
+        grandchild = agentloop.Loop(
+            by_history([call("k1", "send", to="bob"), final("sent it")]),
+            tools=[agentloop.Tool(send, policy=lambda call: agentloop.ask("a letter"))],
+        )
+        child = agentloop.Loop(
+            by_history([call("k2", "dig", input="x"), final("dug")]),
+            tools=[grandchild.as_tool("dig", "Dig.")],
+        )
+        return agentloop.Loop(
+            by_history([call("c1", "research", input="y"), final("done")]),
+            tools=[child.as_tool("research", "Research.")],
+            ledger=ledger,
+        )
+
+    ledger = OrderedLedger()
+    waiting = family(ledger).run("go", run_id="r1")
+    assert [p.key for p in waiting.pending] == [("c1", "k2", "k1")]
+    result = family(ledger).resume("r1", decisions={("c1", "k2", "k1"): agentloop.approve()})
+    assert (result.status, result.output, sent) == ("finished", "done", ["bob"])
+    assert [(run, key) for run, kind, key in ledger.order if kind == "decision"] == [
+        ("r1", "c1/k2/k1"),
+        ("r1:c1", "k2/k1"),
+        ("r1:c1:k2", "k1"),
+    ]
+    assert [run for run, kind, _ in ledger.order if kind == "end"] == ["r1:c1:k2", "r1:c1", "r1"]
+
+    ledger = OrderedLedger()
+    family(ledger).run("go", run_id="r1")
+    token = agentloop.CancelToken()
+    token.cancel()
+    assert family(ledger).resume("r1", cancel=token).status == "cancelled"
+    assert [run for run, kind, _ in ledger.order if kind == "end"] == ["r1:c1:k2", "r1:c1", "r1"]
+    assert (sent, ledger.claimed) == (["bob"], set())
