@@ -36,6 +36,7 @@ from agentloop._errors import (
 )
 from agentloop._loop.handoffs import handoff
 from agentloop._loop.loop import Loop
+from agentloop._loop.output_checks import Retry
 from agentloop._names import publish as _publish
 from agentloop._tools.registry import Decision, Tool, ToolRegistry, allow, deny
 
@@ -49,6 +50,7 @@ __all__ = [
     "JSONError",
     "Loop",
     "PendingCall",
+    "Retry",
     "Run",
     "RunContext",
     "RunResult",

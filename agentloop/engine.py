@@ -5,7 +5,9 @@ run's input and its ``Budget``: ``next()`` says what the run needs
 (``AskModel``, ``RunTool``, ``ReviewCalls``, ``AwaitApproval``, ``Wait``
 before a retry, or the ``agentloop.Transition`` it made by itself;
 ``agentloop.context.Summarise`` under a context policy that summarises), and
-the driver reports what happened (``waited()`` once a ``Wait`` is over). A
+the driver reports what happened (``waited()`` once a ``Wait`` is over;
+``output_checked(problems)`` once a ``CheckOutput``, handed out only to a
+driver that set ``engine.output_check``, is answered). A
 registry's ``review`` asks each tool's ``Policy`` and answers a
 ``ReviewCalls`` with a ``PreparedCall`` per call, which the engine hands back
 in ``RunTool.review``; its ``specs(format)`` describes the tools for a
@@ -21,8 +23,16 @@ from __future__ import annotations
 
 from agentloop._core.build import ROWS, Row
 from agentloop._core.engine import Engine
+from agentloop._core.requests import CheckOutput
 from agentloop._core.table import TERMINAL, Effect, Feature, Guard, Trigger
-from agentloop._core.values import AskModel, AwaitApproval, Budget, ReviewCalls, RunTool, Wait
+from agentloop._core.values import (
+    AskModel,
+    AwaitApproval,
+    Budget,
+    ReviewCalls,
+    RunTool,
+    Wait,
+)
 from agentloop._drivers.callbacks import Dispatcher, Listener, Model
 from agentloop._names import publish as _publish
 from agentloop._tools.policy import Policy, PreparedCall
@@ -34,6 +44,7 @@ __all__ = [
     "AskModel",
     "AwaitApproval",
     "Budget",
+    "CheckOutput",
     "Dispatcher",
     "Effect",
     "Engine",

@@ -92,8 +92,8 @@ def test_no_name_is_exported_from_two_modules() -> None:
 
 def test_the_front_door_is_small() -> None:
     """About 20 names: what a user of Loop, tools and approval needs (a tool's RunContext and
-    current_context among them); run files are review's."""
-    assert len(agentloop.__all__) <= 25
+    current_context among them, and an output validator's Retry); run files are review's."""
+    assert len(agentloop.__all__) <= 26
     assert {"Loop", "Tool", "ToolRegistry", "RunResult", "ask", "approve"} <= set(agentloop.__all__)
     assert {"load_run", "save_run", "RunFileError"} <= set(agentloop.review.__all__)
     assert "Engine" not in agentloop.__all__  # agentloop.engine, for writing a driver

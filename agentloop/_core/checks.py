@@ -10,17 +10,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import orjson
+
 from agentloop._core.approval import Decision
 from agentloop._core.batch import check_decisions
 from agentloop._core.intake import not_json
-from agentloop._core.table import State
+from agentloop._core.table import REPORTS, Report, State, Trigger
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
     from agentloop._core.approval import DecisionKey, PendingCall
     from agentloop._core.state import RunState
 
-__all__ = ["answering", "checked_decisions", "checked_review", "refused"]
+__all__ = [
+    "answering",
+    "checked_decisions",
+    "checked_interruption",
+    "checked_problems",
+    "checked_raised",
+    "checked_review",
+    "refused",
+]
 
 
 def checked_review(
@@ -122,3 +132,41 @@ def answering(run: RunState, call_id: str | None) -> int:
             state=run.state,
         )
     return running[call_id]
+
+
+def checked_raised(run: RunState, exc: object) -> Trigger:
+    """What ``raised(exc)`` means where the run is; refused unless the model or a tool is out."""
+    if not isinstance(exc, Exception):
+        raise TypeError(
+            f"raised() takes an Exception, got {type(exc).__name__}; "
+            "report an interruption with interrupted()"
+        )
+    trigger = REPORTS.get((run.outstanding, Report.EXCEPTION))
+    if trigger is None:
+        raise InvalidStateError(
+            f"cannot report an exception in state {run.state.value!r}: "
+            "neither the model nor a tool is outstanding",
+            state=run.state,
+        )
+    return trigger
+
+
+def checked_interruption(exc: object) -> None:
+    """``interrupted(exc)`` takes what interrupted the driver, a ``BaseException``."""
+    if not isinstance(exc, BaseException):
+        raise TypeError(
+            "interrupted() takes what interrupted the driver (KeyboardInterrupt, a "
+            f"CancelledError), got {type(exc).__name__}"
+        )
+
+
+def checked_problems(run: RunState, problems: object) -> bytes:
+    """What ``output_checked(problems)`` records: the problems as JSON, a list of strings."""
+    if run.outstanding is not Trigger.VALIDATE:
+        raise refused(run, "an output check")
+    if not isinstance(problems, (list, tuple)) or not all(type(p) is str for p in problems):
+        raise TypeError(
+            "expected the output check's problems to be a list of str (empty: none), "
+            f"got {not_json(problems).text:.80}"
+        )
+    return orjson.dumps(list(problems))

@@ -22,9 +22,8 @@ from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
     from agentloop._core.approval import Decision, DecisionKey, PendingCall
-    from agentloop._core.context_policy import Summarise
     from agentloop._core.intake import Outcome, Reply
-    from agentloop._core.requests import AskModel, AwaitApproval, ReviewCalls, RunTool, Wait
+    from agentloop._core.requests import Need
     from agentloop._core.rows.loopguard import Identical
     from agentloop._core.state import RunState
     from agentloop._core.values import Usage
@@ -48,6 +47,7 @@ _TIMED: Final = (
     Trigger.SUMMARY_INTERRUPTED,
     Trigger.WAIT_INTERRUPTED,
     Trigger.FILTER_INTERRUPTED,
+    Trigger.CHECK_INTERRUPTED,
 )
 
 
@@ -79,7 +79,7 @@ class Draft:
     # What came from outside with the report (the reply's or the content's JSON).
     input_json: bytes | None = None
     # What an internal row hands the driver.
-    request: AskModel | RunTool | AwaitApproval | ReviewCalls | Summarise | Wait | None = None
+    request: Need | None = None
     # The summariser's reply, taken in (on summary_written).
     summary_in: Reply | None = None
     #: The wait before a retry the report brought (a replay's, DBOS's; ``None``: no

@@ -12,14 +12,22 @@ in by ``intake.py``; what a transition is making is a fresh ``Draft``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from agentloop._core.agents import Agents
 from agentloop._core.approval import Decision, DecisionKey, Decisions, PendingCall
 from agentloop._core.build import Row, Table, features_of, table_for
-from agentloop._core.checks import answering, checked_decisions, checked_review, refused
-from agentloop._core.context_policy import ContextPolicy, Summarise
+from agentloop._core.checks import (
+    answering,
+    checked_decisions,
+    checked_interruption,
+    checked_problems,
+    checked_raised,
+    checked_review,
+    refused,
+)
+from agentloop._core.context_policy import ContextPolicy
 from agentloop._core.drafts import (
     Draft,
     aside_draft,
@@ -31,26 +39,14 @@ from agentloop._core.drafts import (
 )
 from agentloop._core.intake import raised_outcome, take_outcome
 from agentloop._core.output_schema import OutputSchema
+from agentloop._core.requests import Need
 from agentloop._core.retry_policy import RetryPolicy
 from agentloop._core.rows.context import summary_in_force
 from agentloop._core.rows.nested_approval import delegated, waits_draft
 from agentloop._core.rows.retry import ASK_POLICY, Ask, model_index
 from agentloop._core.state import RunState
-from agentloop._core.table import REPORTS, TERMINAL, Feature, Report, State, Trigger
-from agentloop._core.values import (
-    AskModel,
-    AwaitApproval,
-    Budget,
-    CancelToken,
-    NotJSON,
-    ReviewCalls,
-    RunResult,
-    RunTool,
-    Transition,
-    Usage,
-    Wait,
-)
-from agentloop._errors import InvalidStateError
+from agentloop._core.table import TERMINAL, Feature, State, Trigger
+from agentloop._core.values import Budget, CancelToken, NotJSON, RunResult, Transition, Usage
 
 __all__ = ["Engine"]
 
@@ -83,18 +79,19 @@ class Engine:
     * ``ReviewCalls``: review the batch's calls, then report ``reviewed(answers)``;
     * ``AwaitApproval``: a person decides the pending calls: ``decided(decisions)``;
     * ``Wait``: wait before a retry, then report ``waited()``;
+    * ``CheckOutput``: ``need.check(need.value)``, then ``output_checked(problems)``;
     * ``Transition``: the transition the engine just made by itself.
 
     ``interrupted(exc)`` reports a ``BaseException`` anywhere in a step. Every
     report returns the transition it made (``reviewed``: ``None`` when nothing
     is recorded). Its public members are the driver protocol: ``next``, the
-    reports, and what a driver reads (``state``, ``done``, ``steps``,
-    ``calls``, ``usage``, ``budget``, ``context``, ``outstanding``,
-    ``running``, ``unstarted``, ``pending``, ``reviews``, ``run_id``,
-    ``continues``, ``conversation``, ``summary``, ``model_index``, ``agent``,
-    ``delegated``, ``history()``, ``events()``, ``result()``). A report out of
-    order raises ``InvalidStateError`` and changes nothing. See the docs'
-    "Writing a driver" page, whose loop a driver follows.
+    reports, and what a driver reads (``state``, ``done``, ``steps``, ``calls``,
+    ``usage``, ``budget``, ``context``, ``outstanding``, ``running``,
+    ``unstarted``, ``pending``, ``reviews``, ``output_check``, ``run_id``, ``continues``,
+    ``conversation``, ``summary``, ``model_index``, ``agent``, ``delegated``,
+    ``history()``, ``events()``, ``result()``). A report out of order raises
+    ``InvalidStateError`` and changes nothing. See the docs' "Writing a driver" page, whose
+    loop a driver follows.
     """
 
     __slots__ = ("_bound", "_commit", "_run", "_table")
@@ -209,7 +206,7 @@ class Engine:
     @property
     def model_index(self) -> int:
         """Which of the fallback models is asked now (0 with one model)."""
-        return model_index(self._run.events)
+        return model_index(self._run.log.rows)
 
     @property
     def agent(self) -> str | None:
@@ -231,6 +228,19 @@ class Engine:
         self._run.reviews = value
         if value:
             self._turn_on(Feature.REVIEW)
+
+    @property
+    def output_check(self) -> Callable[[Any], object] | None:
+        """What checks a final the schema accepts (``CheckOutput``): a driver's validators."""
+        return self._run.output_check
+
+    @output_check.setter
+    def output_check(self, check: Callable[[Any], object] | None) -> None:
+        if check is not None and not callable(check):
+            raise TypeError(f"expected output_check to be a callable or None, got {check!r:.80}")
+        self._run.output_check = check
+        if check is not None:
+            self._turn_on(Feature.OUTPUT)
 
     @property
     def outstanding(self) -> Trigger | None:
@@ -268,9 +278,9 @@ class Engine:
         """A fresh copy of the history."""
         return self._run.history.copy()
 
-    def events(self) -> tuple[Transition, ...]:
-        """Every transition so far, in order."""
-        return tuple(self._run.events)
+    def events(self) -> Sequence[Transition]:
+        """Every transition so far, in order (made on demand from the run's record)."""
+        return self._run.events
 
     def result(self) -> RunResult:
         """The run's result: once it is done, or while it waits for a person's decisions."""
@@ -278,9 +288,7 @@ class Engine:
 
     # -- the driver protocol --------------------------------------------------
 
-    def next(
-        self,
-    ) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Summarise | Wait | Transition:
+    def next(self) -> Need | Transition:
         """What the run needs now: a request to perform, or the transition made by itself."""
         run = self._run
         trigger, draft = next_draft(run)
@@ -327,19 +335,8 @@ class Engine:
         asked how long to wait before a retry, unless ``wait`` is given (what
         a replay or a journal recorded; ``None``: not retried).
         """
-        if not isinstance(exc, Exception):
-            raise TypeError(
-                f"raised() takes an Exception, got {type(exc).__name__}; "
-                "report an interruption with interrupted()"
-            )
         run = self._run
-        trigger = REPORTS.get((run.outstanding, Report.EXCEPTION))
-        if trigger is None:
-            raise InvalidStateError(
-                f"cannot report an exception in state {run.state.value!r}: "
-                "neither the model nor a tool is outstanding",
-                state=run.state,
-            )
+        trigger = checked_raised(run, exc)
         if trigger is Trigger.TOOL_RETURNED:
             draft = outcome_draft(run, answering(run, call_id), raised_outcome(exc))
         else:
@@ -388,6 +385,16 @@ class Engine:
         """The decisions about its child's calls a waiting call was handed out again with."""
         return delegated(self._run, call_id)
 
+    def output_checked(self, problems: list[str]) -> Transition:
+        """The output check (``CheckOutput``) answered what is wrong with the final (recorded).
+
+        No problems: the final is taken; else it goes back as the schema's problems do.
+        """
+        run = self._run
+        draft = Draft(None, run.since.get(None))
+        draft.input_json = checked_problems(run, problems)
+        return run.commit(self._choose(Trigger.OUTPUT_CHECKED, draft), draft, self._commit)
+
     def decided(self, decisions: Decisions) -> Transition:
         """A person decided every pending call: ``{call.key: approve() | deny(reason)}``.
 
@@ -412,11 +419,7 @@ class Engine:
         ``partial_text`` is what a streaming reply had delivered: kept on a
         ``model_interrupted`` event for review.
         """
-        if not isinstance(exc, BaseException):
-            raise TypeError(
-                "interrupted() takes what interrupted the driver (KeyboardInterrupt, a "
-                f"CancelledError), got {type(exc).__name__}"
-            )
+        checked_interruption(exc)
         run = self._run
         run.settle()
         if run.state in TERMINAL:

@@ -393,6 +393,22 @@ class History:
         """The JSON array itself, for slicing (never to be changed or held)."""
         return self._buffer
 
+    @property
+    def ends(self) -> array[int]:
+        """Where each message ends in ``buffer`` (only ever appended to)."""
+        return self._ends
+
+    def cut(self, count: int) -> History:
+        """The first ``count`` messages: this one if it holds just them (whole), else a new one."""
+        ends = self._ends
+        if len(ends) == count and len(self._buffer) == (ends[-1] + 1 if count else 2):
+            return self
+        cut = History([])
+        if count:
+            cut._buffer, cut._ends = self._buffer[: ends[count - 1] + 1], ends[:count]
+            cut._buffer[-1] = 0x5D  # ]
+        return cut
+
     def count(self, size: int) -> int:
         """How many messages the first ``size`` bytes hold (as ``request()`` gave them)."""
         return bisect.bisect_right(self._ends, size - 1)

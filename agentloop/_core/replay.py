@@ -26,6 +26,7 @@ from agentloop._core.context_policy import FilterHistory, Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.json import exception_content
 from agentloop._core.output_schema import told_problems
+from agentloop._core.requests import CheckOutput, uncalled_check
 from agentloop._core.retry_policy import checked_retry
 from agentloop._core.table import NEXT, Feature, Guard, Trigger
 from agentloop._core.values import (
@@ -68,11 +69,14 @@ _INTERRUPTIONS: Final = (
     Trigger.INTERRUPTED,
     Trigger.SUMMARY_INTERRUPTED,
     Trigger.WAIT_INTERRUPTED,
+    Trigger.CHECK_INTERRUPTED,
 )
 # The reports that answer the summariser (a context policy's): its ask spent the step.
 _SUMMARISED: Final = (Trigger.SUMMARY_WRITTEN, Trigger.SUMMARY_RAISED, Trigger.SUMMARY_INTERRUPTED)
 # The reports that answer a handoff's filter: the engine hands out its request first.
 _FILTERED: Final = (Trigger.HANDED_OFF, Trigger.FILTER_RAISED, Trigger.FILTER_INTERRUPTED)
+# The reports that answer the output validators: the engine hands out the check first.
+_CHECKED: Final = (Trigger.OUTPUT_CHECKED, Trigger.CHECK_INTERRUPTED)
 # The reports that end a wait: the engine hands out the wait first.
 _WAITED: Final = (Trigger.WAITED, Trigger.WAIT_INTERRUPTED)
 _BY_ITSELF: Final = frozenset(NEXT.values())
@@ -82,6 +86,7 @@ _HANDED: Final[dict[Trigger, tuple[type, str]]] = {
     **dict.fromkeys(_SUMMARISED, (Summarise, "the summariser asked here")),
     **dict.fromkeys(_WAITED, (Wait, "a wait before a retry here")),
     **dict.fromkeys(_FILTERED, (FilterHistory, "the handoff's filter asked here")),
+    **dict.fromkeys(_CHECKED, (CheckOutput, "the output validators asked here")),
 }
 
 
@@ -137,15 +142,17 @@ def refusals_standing(engine: Engine, refused: dict[str, list[str]]) -> Iterator
     """While replaying, the record's refusals of final answers stand, in its own words.
 
     ``refused`` (final answer to the problems listed) may grow while it stands.
+    The output check ``feed`` sets, where the record answers a check, is taken
+    back after: the engine goes on with its driver's own, or none.
     """
     run = engine._run  # the replay is the core's own
-    typed = run.output
+    typed, check = run.output, run.output_check
     if typed is not None:
         run.output = typed.replaying(refused)
     try:
         yield
     finally:
-        run.output = typed
+        run.output, run.output_check = typed, check
 
 
 def go_on(engine: Engine, *, retry: RetryPolicy | None, models: tuple[str, ...]) -> None:
@@ -213,6 +220,8 @@ def feed(
                 f"{where}.started", f"call {call_id!r} handed out here", repr(need)[:200]
             )
     trigger = event.trigger
+    if trigger in _CHECKED and engine.output_check is None:
+        engine.output_check = uncalled_check  # the record answers each check: none is called
     handed = _HANDED.get(trigger)
     if handed is not None:  # the request this report answers is handed out first
         need = engine.next()
@@ -260,6 +269,8 @@ def feed(
         own = tuple(p._replace(path=p.path[1:]) for p in event.pending if p.path[:1] == (call_id,))
         return engine.call_waits(own, call_id)
     try:
+        if trigger is Trigger.OUTPUT_CHECKED:  # what the validators answered, not asked again
+            return engine.output_checked(orjson.loads(event.input_json or b"null"))
         if trigger is Trigger.APPROVAL_ASKED:
             return asked(engine, event)
         return engine.decided(dict[DecisionKey, Decision](event.decisions))
@@ -280,6 +291,8 @@ def output_refusals(events: Sequence[Transition], rejected: object) -> dict[str,
     for event in events:
         if event.trigger is Trigger.MODEL_REPLIED:
             reply = rejected if event.input_json is None else orjson.loads(event.input_json)
+        elif event.trigger is Trigger.OUTPUT_CHECKED:
+            reply = None  # the validators refused it, not the schema: their event says so
         elif event.guard in _OUTPUT_REFUSED and event.error and type(reply) is dict:
             # After "invalid output: " or "...(after N output retries): ".
             mark = ": " if event.guard is Guard.OUTPUT_RETRY else "): "

@@ -1,8 +1,9 @@
 """The engine's requests: what ``next()`` hands a driver to do, and to report on.
 
 ``AskModel`` (call the model), ``RunTool`` (run a call), ``ReviewCalls``
-(review an accepted batch), ``AwaitApproval`` (a person decides) and ``Wait``
-(back off before a retry). ``agentloop._core.values`` re-exports them.
+(review an accepted batch), ``AwaitApproval`` (a person decides), ``Wait``
+(back off before a retry), which ``agentloop._core.values`` re-exports, and
+``CheckOutput`` (a final for the driver's output validators).
 """
 
 from __future__ import annotations
@@ -14,9 +15,20 @@ import orjson
 
 from agentloop._core.approval import Decision, PendingCall
 from agentloop._core.cancel import CancelToken
+from agentloop._core.context_policy import Summarise
 from agentloop._core.messages import History
 
-__all__ = ["AskModel", "AwaitApproval", "Messages", "ReviewCalls", "RunTool", "Wait"]
+__all__ = [
+    "AskModel",
+    "AwaitApproval",
+    "CheckOutput",
+    "Messages",
+    "Need",
+    "ReviewCalls",
+    "RunTool",
+    "Wait",
+    "uncalled_check",
+]
 
 
 class AskModel:
@@ -167,3 +179,31 @@ class Wait(NamedTuple):
 
     seconds: float
     sleep: Callable[[float, CancelToken | None], object] | None = None
+
+
+class CheckOutput(NamedTuple):
+    """The engine's request in ``validating``: check the final the output schema accepted.
+
+    ``value`` is the final's output (``RunResult.output`` as it would be);
+    ``check`` is what the driver set (``engine.output_check``): the driver
+    calls ``check(value)`` and reports ``output_checked(problems)``, a list of
+    strings (empty: the final stands; else it goes back to the model, as the
+    schema's problems do). Handed out only to a driver that checks outputs,
+    once a final; a replay feeds the recorded problems back instead.
+    """
+
+    value: Any
+    check: Callable[[Any], object]
+
+
+def uncalled_check(value: object) -> object:
+    """The output check of an engine nothing asks to check: it hands out ``CheckOutput`` only.
+
+    A replay's (the record answers each check) and a resumed run's until its
+    driver sets its own.
+    """
+    raise AssertionError(f"an output check that is never to be called was called on {value!r:.80}")
+
+
+#: What ``Engine.next()`` hands a driver to do (``Summarise`` is a context policy's).
+Need = AskModel | RunTool | ReviewCalls | AwaitApproval | Summarise | Wait | CheckOutput

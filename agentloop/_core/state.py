@@ -16,7 +16,9 @@ import orjson
 from agentloop._core.agents import Agents, checked_agents
 from agentloop._core.context_policy import ContextPolicy
 from agentloop._core.drafts import Draft
+from agentloop._core.events import Events
 from agentloop._core.intake import NO_REPLY
+from agentloop._core.log import Log
 from agentloop._core.messages import History, ids_of, input_messages
 from agentloop._core.output_schema import OutputSchema
 from agentloop._core.retry_policy import checked_retry
@@ -48,6 +50,7 @@ _NO_USAGE: Final = Usage()
 _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _SUMMARISE: Final = Trigger.SUMMARISE
 _REPLIED: Final = Trigger.MODEL_REPLIED
+_new: Final = tuple.__new__
 _WAITS: Final = Trigger.CALL_WAITS
 
 
@@ -83,14 +86,15 @@ class RunState:
         "continues",
         "conversation",
         "draft",
-        "events",
         "filters",
         "handed",
         "history",
         "input",
         "input_ids",
+        "log",
         "models",
         "output",
+        "output_check",
         "output_retries",
         "outstanding",
         "plan",
@@ -152,7 +156,8 @@ class RunState:
         self.clock = clock
         # When the model was asked, and when each running call was handed out.
         self.since: dict[str | None, float] = {}
-        self.events: list[Transition] = []
+        #: The record: the newest events as made, the rest as columns over the history.
+        self.log = Log(len(encoded))
         # The calls handed out since the last transition: the next one records them. A tuple,
         # () most of the time: no list of its own for each run in flight to hold.
         self.handed: tuple[str, ...] = ()
@@ -177,6 +182,8 @@ class RunState:
         self.run_id = run_id
         #: The schema a final answer must match (``Loop(output=T)``), if any.
         self.output = output
+        #: The driver's check of a final the schema accepts (output validators), if any.
+        self.output_check: Callable[[Any], object] | None = None
         #: Invalid final answers sent back to the model so far.
         self.output_retries = 0
         #: The budget that ran out, once the run wraps up (``on_exhausted='answer'``).
@@ -190,6 +197,12 @@ class RunState:
         #: The last filter's view in force (its JSON), and where the history went on after it.
         self.team_view: tuple[bytes, int] | None = None
 
+    @property
+    def events(self) -> Events:
+        """The events so far, as ``Transition``s made on demand (the log's own reads are faster)."""
+        log, history = self.log, self.history
+        return log.view(len(log), history.buffer, history.ends)
+
     def commit(
         self,
         row: Row,
@@ -202,49 +215,54 @@ class RunState:
         rest (the state, the history, the counters) again from the log. If
         ``sink`` raises, nothing is committed and the row's effects are undone.
         """
-        dest, (call_id, tool), since = row.dest, draft.named, draft.since
+        dest, named, since, trigger = row.dest, draft.named, draft.since, row.trigger
         assert dest is not None, "a recorded row moves"
         at = self.clock()
-        transition = Transition(
-            source=row.source,
-            dest=dest,
-            trigger=row.trigger,
-            guard=row.guard,
-            steps=self.steps,
-            calls=self.calls,
-            call_id=call_id,
-            tool=tool,
-            result_status=draft.status,
-            reason=draft.reason,
-            error=draft.error,
-            exception=draft.exception,
-            appended_json=draft.appended,
-            usage=draft.usage,
-            at=at,
-            took=None if since is None else at - since,
-            pending=draft.pending,
-            decisions=draft.decisions,
-            started=self.handed,
-            input_json=draft.input_json,
-            # The events that answer a model (or summariser) record what it was sent.
-            context=self.seen if row.trigger in MODEL_ANSWERS else None,
-            wait=draft.wait,
-            model=draft.model,
-            partial_text=draft.partial_text,
-            agent=draft.agent or (self.agent if row.trigger in MODEL_ANSWERS else None),
+        answers = trigger in MODEL_ANSWERS
+        appended = draft.appended
+        transition: Transition = _new(  # positional, in Transition's order: 5x cheaper
+            Transition,
+            (
+                row.source,
+                dest,
+                trigger,
+                row.guard,
+                self.steps,
+                self.calls,
+                *named,  # call_id, tool
+                draft.status,  # result_status
+                draft.reason,
+                draft.error,
+                draft.exception,
+                appended,  # appended_json
+                draft.usage,
+                at,
+                None if since is None else at - since,  # took
+                draft.pending,
+                draft.decisions,
+                self.handed,  # started
+                draft.input_json,
+                # The events that answer a model (or summariser) record what it was sent.
+                self.seen if answers else None,  # context
+                draft.wait,
+                draft.model,
+                draft.partial_text,
+                draft.agent or (self.agent if answers else None),  # agent
+            ),
         )
         if sink is not None:
-            reply = self.reply.value if row.trigger is _REPLIED else None
+            reply = self.reply.value if trigger is _REPLIED else None
             try:
                 sink(transition, reply if type(reply) is NotJSON else None)
             except BaseException:
                 self.settle()  # not committed: the row's effects are undone
                 raise
-        self.events.append(transition)  # the commit
-        self.handed = ()
-        appended, usage = draft.appended, draft.usage
+        history = self.history
         if appended:
-            self.history.extend(appended)
+            history.extend(appended)
+        self.log.add(transition)  # the commit
+        self.handed = ()
+        usage = draft.usage
         if usage is not None:
             self.spent = spent = Usage(*(a + b for a, b in zip(self.spent, usage, strict=True)))
             self.tokens = spent.total
@@ -264,7 +282,8 @@ class RunState:
                 f"{state.value!r}; step it until it is done",
                 state=state,
             )
-        last = run.events[-1]
+        log, history = run.log, run.history
+        last = log.last
         output = None
         if last.dest is State.FINISHED:
             final, reply = last.appended_json[-1], run.reply
@@ -272,6 +291,7 @@ class RunState:
             output = (reply.value if final is reply.json else orjson.loads(final))["text"]
             if run.output is not None:  # typed: converted as tool arguments are
                 output = run.output.value(output)
+        transcript_json = history.to_json()
         return RunResult(
             status=state,
             output=output,
@@ -280,8 +300,9 @@ class RunState:
             budget=run.budget,
             reason=last.reason,
             error=last.error,
-            events=tuple(run.events),
-            transcript_json=run.history.to_json(),
+            # The transitions read from the transcript's own bytes: the record, held once.
+            events=log.view(len(log), transcript_json, history.ends, final=state in TERMINAL),
+            transcript_json=transcript_json,
             rejected_value=run.rejected,
             usage=run.spent,
             held_json=run.reply.json if state is State.AWAITING_APPROVAL else None,
@@ -304,33 +325,35 @@ class RunState:
         is undone, what landed after the commit completed. Steps are the last
         event's, plus the one an outstanding model request has spent.
         """
-        events = self.events
-        if self.applied != len(events):  # the last event was committed: its request is answered
+        log = self.log
+        count = len(log)
+        if self.applied != count:  # the last event was committed: its request is answered
             self.outstanding = None
-        history = History(list(self.input))
-        for event in events:
-            history.extend(event.appended_json)
-        self.history, self.applied = history, len(events)
-        last = events[-1] if events else None
-        self.state = last.dest if last else State.AWAITING_MODEL
-        self.calls = last.calls if last else 0
-        reported = [event.usage for event in events if event.usage is not None]
+        # The history the record says: an interrupted commit may have extended it already.
+        self.history = history = self.history.cut(log.mark(count - 1))
+        self.applied = count
+        rows = log.rows
+        last = rows[-1] if rows else None
+        self.state = State.AWAITING_MODEL if last is None or last.dest is None else last.dest
+        steps, self.calls = log.counts(count - 1) if count else (0, 0)
+        reported = log.usages()
         self.spent = Usage(*map(sum, zip(*reported, strict=True))) if reported else _NO_USAGE
         self.tokens = self.spent.total
-        self.reserved = set(self.input_ids) | _appended_ids(events)
+        self.reserved = set(self.input_ids) | _appended_ids(history, len(self.input))
         batch = self.batch
         if self.state is State.HANDING_OFF and batch is not None:  # the handoff was accepted
             self.reserved.update(call_id for call_id, _ in batch.calls)
         if self.state is State.DISPATCHING and batch is not None:
             # The batch in hand was accepted: keep only the results its events committed.
             self.reserved.update(call_id for call_id, _ in batch.calls)
-            accepted = max(i for i, event in enumerate(events) if event.source is State.VALIDATING)
-            since = events[accepted + 1 :]
-            batch.waiting = waits = still_waiting(since)  # calls whose child waits, no result
-            answered = {event.call_id for event in since if event.trigger is not _WAITS} | {
+            accepted = max(i for i, row in enumerate(rows) if row.source is State.VALIDATING)
+            since = range(accepted + 1, count)
+            # Calls whose child waits, with no result.
+            batch.waiting = waits = still_waiting(self.events[accepted + 1 :])
+            answered = {log.named_call(i) for i in since if rows[i].trigger is not _WAITS} | {
                 call_id
-                for event in events[accepted + 1 :]
-                for call_id, decision in event.decisions
+                for i in since
+                for call_id, decision in log.field(i, "decisions")
                 if not decision.allowed
             }
             ids = [call_id for call_id, _ in batch.calls]
@@ -342,33 +365,31 @@ class RunState:
             }
             self.outstanding = _START_TOOL if batch.running else None
             # Handed out and in no event yet: the next event records them.
-            recorded = {call_id for event in events[accepted + 1 :] for call_id in event.started}
+            recorded = {call_id for i in since for call_id in log.started_calls(i)}
             self.handed = tuple(call_id for call_id in batch.running if call_id not in recorded)
         else:
             self.handed = ()
         if self.state in (State.DISPATCHING, State.AWAITING_APPROVAL) and batch is not None:
-            batch.pending, batch.decided = approvals(events)
-        self.steps = (last.steps if last else 0) + (
-            self.outstanding is _ASK_MODEL or self.outstanding is _SUMMARISE
-        )
+            batch.pending, batch.decided = approvals(self.events)
+        self.steps = steps + (self.outstanding is _ASK_MODEL or self.outstanding is _SUMMARISE)
         if self.policy is not None:
             rebuild_context(self)
         self.rejected = None  # only a terminal row rejects a reply
-        self.output_retries = sum(event.guard is Guard.OUTPUT_RETRY for event in events)
+        self.output_retries = sum(row.guard is Guard.OUTPUT_RETRY for row in rows)
         self.calls_seen = None  # read again from the record when next asked
         self.wrapping = next(
-            (event.reason for event in events if event.guard in WRAP_UP_BEGUN), None
+            (log.field(i, "reason") for i, row in enumerate(rows) if row.guard in WRAP_UP_BEGUN),
+            None,
         )
         self.agent, self.team_view = agent_in_force(self), team_view(self)
 
 
-def _appended_ids(events: list[Transition]) -> set[str]:
-    """The ids of every call the events appended: what settle() reserves again."""
+def _appended_ids(history: History, given: int) -> set[str]:
+    """The ids of every call the run appended to ``history``: what settle() reserves again."""
     return {
         call_id
-        for event in events
-        for data in event.appended_json
-        for call_id in ids_of(orjson.loads(data))
+        for index in range(given, len(history))
+        for call_id in ids_of(orjson.loads(history.message_json(index)))
     }
 
 

@@ -88,7 +88,14 @@ left out and the run is the same (a property test runs both side by side):
 * typed output (``Loop(output=T)``): in ``validating`` a final the schema
   refuses goes back to the model with what is wrong (``output_retry``,
   counted in ``output_retries`` and bounded by ``max_output_retries``; the
-  next ask spends a step like any other), or ends the run ``invalid_output``;
+  next ask spends a step like any other), or ends the run ``invalid_output``.
+  With output validators (a driver that checks outputs, ``output_check``),
+  a final the schema accepts is first handed out (``validate
+  [output_check_due]`` hands the driver ``CheckOutput``), and the
+  validators' problems come back on ``output_checked``, recorded as its
+  event's input (a replay feeds them back, never asking a validator): the
+  same two rows send them back or end the run. The check is no cancel
+  checkpoint: a final the schema and the validators accept is taken;
 * the wrap-up step (``on_exhausted='answer'``): where the steps or the tokens
   would end the run ``exhausted``, ``ask_model [wrap_up_due]`` notes the
   budget and appends a request for an answer, and ``[wrapping_up]`` asks once
@@ -313,6 +320,8 @@ REPORTS: Final[Mapping[tuple[Trigger | None, Report], Trigger]] = {
     (T.HAND_OFF, Report.ANSWER): T.HANDED_OFF,
     (T.HAND_OFF, Report.EXCEPTION): T.FILTER_RAISED,
     (T.HAND_OFF, Report.INTERRUPTION): T.FILTER_INTERRUPTED,
+    (T.VALIDATE, Report.ANSWER): T.OUTPUT_CHECKED,
+    (T.VALIDATE, Report.INTERRUPTION): T.CHECK_INTERRUPTED,
 }
 
 #: The request each reported trigger answers.

@@ -99,6 +99,11 @@ class Trigger(enum.StrEnum):
     #: (driver) A running call's child run (an agent tool's) waits for a person's decisions:
     #: the call has no outcome yet, and its child's pending calls are pending here too.
     CALL_WAITS = "call_waits"
+    #: (driver) The output validators answered about the final the schema accepted: their
+    #: problems (none: the final stands), recorded.
+    OUTPUT_CHECKED = "output_checked"
+    #: (driver) The run was interrupted while the output validators ran.
+    CHECK_INTERRUPTED = "check_interrupted"
 
 
 class Guard(enum.StrEnum):
@@ -149,11 +154,15 @@ class Guard(enum.StrEnum):
     #: never in the wrap-up step).
     FALLBACK_LEFT = "fallback_left"
     # -- typed output (``Loop(output=T)``)
-    #: The reply is a final answer the output schema refuses, and an output retry is left
+    #: The reply is a final answer the output schema (or the output validators) refuses, and
+    #: an output retry is left
     #: (``output_retries < max_output_retries``; never in the wrap-up step).
     OUTPUT_RETRY = "output_retry"
-    #: The reply is a final answer the output schema refuses.
+    #: The reply is a final answer the output schema refuses (or the output validators did).
     OUTPUT_INVALID = "output_invalid"
+    #: The driver checks outputs (``output_validators=``), the reply is a final answer the
+    #: schema accepts, and the validators have not answered about it yet.
+    OUTPUT_CHECK_DUE = "output_check_due"
     # -- the wrap-up step (``on_exhausted='answer'``)
     #: ``on_exhausted='answer'``, and the steps or the tokens ran out.
     WRAP_UP_DUE = "wrap_up_due"
@@ -268,6 +277,8 @@ class Effect(enum.StrEnum):
     APPEND_OUTPUT_ERRORS = "append_output_errors"
     #: ``error`` says what the output schema found wrong with the final answer.
     NOTE_INVALID_OUTPUT = "note_invalid_output"
+    #: The driver is handed ``CheckOutput``: the final's value, for the output validators.
+    ASK_FOR_OUTPUT_CHECK = "ask_for_output_check"
     # -- the wrap-up step
     #: The run wraps up: ``reason`` = the budget that ran out (``max_steps``,
     #: ``max_total_tokens``, or ``max_calls`` noted already), and a ``user`` message
@@ -320,7 +331,8 @@ class Feature(enum.StrEnum):
 
     #: Asking, checking, dispatching, the budgets, cancellation and interruption: every run.
     BASIC = "basic"
-    #: Typed output: an ``output`` schema (``Loop(output=T)``).
+    #: Typed output: an ``output`` schema (``Loop(output=T)``), or a driver that checks
+    #: outputs (``output_validators=``), or an output check reported.
     OUTPUT = "output"
     #: The loop guard: a budget's ``max_identical_calls``.
     LOOP_GUARD = "loop_guard"

@@ -13,7 +13,7 @@ anyone else. This module is data only: saving and loading runs lives in
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Generic, NamedTuple
 
 import attrs
@@ -319,8 +319,9 @@ class RunResult(NamedTuple, Generic[OutputT]):
     reason: str | None
     #: A human-readable description for failed, malformed and repeated_call.
     error: str | None
-    #: Every transition, in order: the complete budget ledger.
-    events: tuple[Transition, ...]
+    #: Every transition, in order: the complete budget ledger. A read-only sequence; a
+    #: finished run's are made on demand from its record, held once.
+    events: Sequence[Transition]
     #: The transcript's JSON; ``transcript`` decodes a fresh copy.
     transcript_json: bytes
     #: The reply that ended the run unrecorded (its decoded copy, or ``NotJSON``).

@@ -261,11 +261,10 @@ def context_plan(run: RunState) -> Plan | str:
     assert policy is not None, "a context policy is set"
     assert context is not None, "a policy has its window"
     window, read = context
-    events = run.events
-    for event in events[read[0] :]:
-        for data in event.appended_json:
-            window.add(data)
-    read[0] = len(events)
+    history = run.history
+    for index in range(read[0], len(history)):
+        window.add(history.message_json(index))
+    read[0] = len(history)
     cached, summary = run.plan, run.summary
     if cached is not None and cached[0] == len(window.messages) and cached[1] is summary:
         return cached[2]

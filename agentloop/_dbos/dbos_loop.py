@@ -110,6 +110,11 @@ class DBOSLoop(Generic[OutputT]):
         loop._sync_driver("a DBOSLoop drives its runs synchronously, inside a DBOS workflow")
         refuse_durable(loop.dispatcher, "DBOSLoop")
         no_handoffs(loop)
+        if loop.output_validators:
+            raise ValueError(
+                "a DBOSLoop does not run output validators: its steps would have to record "
+                "their answers; make its Loop without output_validators="
+            )
         self._deps = deps_provider(loop, deps)
         if name in _LOOPS:
             raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")

@@ -36,6 +36,7 @@ from agentloop._core.approval import Decisions
 from agentloop._core.context_policy import Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.json import exception_said
+from agentloop._core.requests import CheckOutput
 from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import (
     AskModel,
@@ -177,8 +178,8 @@ class AsyncRun(RunView[OutputT]):
         the step reads them to the end, their listeners hearing each, and
         yields none (a delta yielded through one more async generator costs
         about as much again). Each transition is told to the listeners and
-        appended to ``made`` (an async generator returns nothing); none while
-        the run awaits a person. Every way into the run goes through here: a
+        left in ``made``, the newest only (an async generator returns nothing);
+        none while the run awaits a person. Every way into the run goes through here: a
         step started while another is under way is refused, and a cancelled
         task, a ``KeyboardInterrupt`` or the caller leaving ``astream()``
         mid-reply ends the run ``cancelled``. The hold and the pump are one
@@ -241,7 +242,7 @@ class AsyncRun(RunView[OutputT]):
                 if transition is None:
                     return
                 await self._tell(transition)
-                made.append(transition)
+                made[:1] = (transition,)  # the newest only: the record keeps the rest
                 if self._unclosed is not None:  # a streamed reply, taken and told: it closes
                     await self._close_unclosed()
                 if not until_done or transition.dest in TERMINAL:
@@ -266,22 +267,21 @@ class AsyncRun(RunView[OutputT]):
                     end_waiting(self.children, self._waiting)
 
     async def _perform(self, need: Request) -> object:
-        """Await what the engine asked: the model, a tool (unless cancelled), the policies.
-
-        A model's stream is answered unread, as ``Streaming``: the pump reads it.
-        """
+        """Await the model, a tool (unless cancelled), the policies or the output's check."""
         if type(need) is ReviewCalls:
             return await self._reviewed(need)
         if type(need) is Wait:  # retry=: cut short by the token (the table then ends the run)
             await await_wait(need, self._cancel)
             return None
+        if type(need) is CheckOutput:  # the output validators: awaited to their end
+            return await need.check(need.value)  # type: ignore[misc]  # an async check
         cancel = self._cancel  # awaited in place: no coroutine of its own for a run to hold
         if type(need) is RunTool:
             running = self._tool(need)(need.call)
             return await (running if cancel is None else unless_cancelled(cancel, running))
         asked = self._answer(need)  # type: ignore[arg-type]
         answer = await (asked if cancel is None else unless_cancelled(cancel, asked))
-        if type(answer) is not dict and is_stream(answer):  # read by the pump, as it arrives
+        if type(answer) is not dict and is_stream(answer):  # unread: the pump reads it
             return Streaming(self._delivered(answer))
         return answer
 

@@ -85,6 +85,20 @@ class CallScope:
         """``call``, handed out by the engine now: its context as the engine stands now."""
         return Handed(self, call, reporter)
 
+    def output_context(self) -> RunContext[Any]:
+        """The context of a check of the run's output (its validators'): no call's."""
+        engine = self.engine
+        return RunContext(
+            deps=self.deps,
+            run_id=self.run_id,
+            steps=engine.steps,
+            calls=engine.calls,
+            usage=engine.usage,
+            budget=engine.budget,
+            cancel=self.cancel,
+            scope=self,
+        )
+
 
 @attrs.frozen(kw_only=True)
 class RunContext(Generic[Deps]):
@@ -147,7 +161,7 @@ class Handed:
 
     @classmethod
     def given(cls, context: RunContext[Any]) -> Handed:
-        """A context made already (an MCP server's call, which has no run)."""
+        """A context made already (an MCP server's call, which has no run; an output check)."""
         handed = cls(None, {"id": context.call_id, "name": context.tool}, context._reporter)
         handed._made = context
         return handed

@@ -26,6 +26,7 @@ from agentloop._core.approval import Decisions
 from agentloop._core.context_policy import FilterHistory, Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.json import exception_said
+from agentloop._core.requests import CheckOutput
 from agentloop._core.table import TERMINAL, State
 from agentloop._core.values import AskModel, OutputT, RunResult, RunTool, Transition, Wait
 from agentloop._drivers.awaiter import Awaiter
@@ -224,6 +225,8 @@ class Run(RunView[OutputT]):
         if kind is Wait:  # retry=: cut short by the token (the table then ends the run)
             wait(need, self._awaiter.cancel)  # type: ignore[arg-type]  # a Wait
             return None
+        if kind is CheckOutput:  # the output validators (their check awaits any async one)
+            return need.check(need.value)  # type: ignore[union-attr]  # a CheckOutput
         review = self._review
         assert review is not None, "only a driver that reviews is asked to"
         return {call["id"]: review(call) for call in need.calls}  # type: ignore[union-attr]

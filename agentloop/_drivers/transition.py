@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from agentloop._core.children import Children
 from agentloop._core.context_policy import FilterHistory, Summarise
+from agentloop._core.requests import CheckOutput
 from agentloop._core.values import (
     AskModel,
     AwaitApproval,
@@ -47,7 +48,7 @@ from agentloop._drivers.streams import current_while_read
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Generator
+    from collections.abc import AsyncGenerator, Generator, Sequence
 
     from agentloop._core.approval import PendingCall
     from agentloop._core.engine import Engine
@@ -56,8 +57,8 @@ if TYPE_CHECKING:
     from agentloop._drivers.deltas import Delta, Partial
 
 #: What a driver is asked to perform: call the model (or a context policy's summariser),
-#: run a tool, review a batch, wait before a retry.
-Request = AskModel | Summarise | RunTool | ReviewCalls | Wait
+#: run a tool, review a batch, wait before a retry, check a final (output validators).
+Request = AskModel | Summarise | RunTool | ReviewCalls | Wait | CheckOutput
 
 __all__ = [
     "LOG",
@@ -130,6 +131,9 @@ def one_transition(
                 return asked  # a policy asked a person: the batch waits
             need = None  # nothing recorded: on to the batch's first call
             continue
+        if kind is CheckOutput:  # the output validators' problems: the driver's check says them
+            problems: Any = yield need  # type: ignore[misc]  # a request
+            return engine.output_checked(problems)
         call_id: str | None = None  # a tool's report names its call (a resume may run several)
         if kind is RunTool:
             call_id = need.call["id"]  # type: ignore[attr-defined]  # a RunTool
@@ -334,8 +338,8 @@ class RunView(Generic[OutputT]):
         return self._engine.history()
 
     @property
-    def events(self) -> tuple[Transition, ...]:
-        """Every transition so far, in order."""
+    def events(self) -> Sequence[Transition]:
+        """Every transition so far, in order (a read-only sequence)."""
         return self._engine.events()
 
     def result(self) -> RunResult[OutputT]:

@@ -12,6 +12,8 @@ one commit per report, keyed as a report is unique:
   (or a policy denied a call at the review), or decided;
 * ``call_waits`` (the first pending call's path key, ``c1/k1``): a call's
   child run waits for a person;
+* ``handoff`` (the call id): what a handoff's filter answered;
+* ``output_checked`` (the step's number): what the output validators answered;
 * ``end`` (``""``): the record that holds the terminal transition.
 
 Each body is ``{"at": <the index of its first event>, "events": [...]}`` (the
@@ -39,6 +41,7 @@ from agentloop._core.values import Budget
 from agentloop._durable.protocol import (
     ASKED,
     CALL_WAITS,
+    CHECKED,
     DECISION,
     END,
     FINISHED,
@@ -209,6 +212,8 @@ def record_of(transition: Transition) -> tuple[str, str | None]:
         return CALL_WAITS, key_text(transition.pending[0].key) if transition.pending else None
     if trigger is Trigger.HANDED_OFF or trigger is Trigger.FILTER_RAISED:
         return HANDOFF, transition.call_id  # what a handoff's filter answered, by the call
+    if trigger is Trigger.OUTPUT_CHECKED:
+        return CHECKED, str(transition.steps)  # what the output validators answered
     if trigger is Trigger.APPROVAL_DECIDED:
         return DECISION, key_text(transition.decisions[0][0]) if transition.decisions else None
     return REPLY, str(transition.steps)  # the model replied or raised, at this step

@@ -25,6 +25,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 __all__ = [
     "ASKED",
     "CALL_WAITS",
+    "CHECKED",
     "DECISION",
     "END",
     "FINISHED",
@@ -52,9 +53,11 @@ DECISION = "decision"
 CALL_WAITS = "call_waits"
 #: What a handoff's filter answered (the view, or that it raised), keyed by the call's id.
 HANDOFF = "handoff"
+#: What the output validators answered about a step's final, keyed by the step's number.
+CHECKED = "output_checked"
 #: The run's terminal transition, keyed by ``""``.
 END = "end"
-KINDS = (REPLY, STARTED, FINISHED, ASKED, CALL_WAITS, DECISION, HANDOFF, END)
+KINDS = (REPLY, STARTED, FINISHED, ASKED, CALL_WAITS, DECISION, HANDOFF, CHECKED, END)
 
 
 class LedgerRecord(NamedTuple):

@@ -20,8 +20,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from agentloop._core.engine import Engine
+from agentloop._core.requests import CheckOutput, Need
 from agentloop._core.table import NEXT, TERMINAL, State, Trigger
-from agentloop._core.values import AskModel, AwaitApproval, ReviewCalls, RunTool, Transition, Wait
+from agentloop._core.values import RunTool, Transition
 from agentloop._durable.journal import events_body, record_of
 from agentloop._errors import LedgerError
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from agentloop._core.agents import Agents
-    from agentloop._core.context_policy import ContextPolicy, Summarise
+    from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.output_schema import OutputSchema
     from agentloop._core.retry_policy import RetryPolicy
     from agentloop._core.values import Budget, CancelToken, NotJSON
@@ -101,7 +102,7 @@ class DurableEngine(Engine):
     counts them.
     """
 
-    __slots__ = ("__weakref__", "_recorder", "end_unrecorded", "handed")
+    __slots__ = ("__weakref__", "_recorder", "checking", "end_unrecorded", "handed")
 
     def __init__(
         self,
@@ -139,6 +140,8 @@ class DurableEngine(Engine):
         self.handed: list[RunTool] = []
         #: A resume found the run ended before its end was written: ``record_end`` writes it.
         self.end_unrecorded = False
+        #: The output check a resume handed out (a final recorded, its check not): next()'s.
+        self.checking: CheckOutput | None = None
 
     @property
     def journal(self) -> Journal:
@@ -167,9 +170,7 @@ class DurableEngine(Engine):
     def unstarted(self) -> int:
         return super().unstarted + len(self.handed)
 
-    def next(
-        self,
-    ) -> AskModel | RunTool | ReviewCalls | AwaitApproval | Summarise | Wait | Transition:
+    def next(self) -> Need | Transition:
         """The engine's next request; first, the calls a resume handed out and none ran."""
         if self.replaying:
             need = super().next()
@@ -177,6 +178,9 @@ class DurableEngine(Engine):
                 self.handed.append(need)
             return need
         self.journal.check()  # nothing is asked of a run whose ledger failed
+        if self.checking is not None:  # with the check the driver set since
+            held, self.checking = self.checking, None
+            return held._replace(check=self.output_check or held.check)
         if self.handed and not self.done:
             return self.handed.pop(0)  # its cancel checkpoint was passed when it was handed
         return super().next()
@@ -186,16 +190,20 @@ class DurableEngine(Engine):
 
         A reply recorded and not yet checked is checked now, as the live run
         did or would have (that transition is the engine's own, recorded with
-        the next report); if it ends the run, the end is not recorded yet.
+        the next report); if it ends the run, the end is not recorded yet. A
+        final its output validators are to check is handed out here, and kept
+        for the driver's first ``next()`` (``checking``).
         """
         recorder = self._recorder
         recorder.at, recorder.replaying = len(self.events()), False
         if self.state is State.VALIDATING:
             recorder.holding = True  # the check goes in the next record (or record_end's)
             try:
-                self.next()
+                need = self.next()
             finally:
                 recorder.holding = False
+            if type(need) is CheckOutput:
+                self.checking = need
         running = set(self.running)
         self.handed = [need for need in self.handed if need.call["id"] in running]
 

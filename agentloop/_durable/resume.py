@@ -31,7 +31,8 @@ from agentloop._core.agents import Agents
 from agentloop._core.context_policy import policy_from_record
 from agentloop._core.output_schema import OutputSchema
 from agentloop._core.replay import Mismatch, replay
-from agentloop._core.table import State
+from agentloop._core.requests import uncalled_check
+from agentloop._core.table import State, Trigger
 from agentloop._core.values import CancelToken
 from agentloop._durable.ids import child_run_id, turn_run_id
 from agentloop._durable.journal import Journal, fingerprint, header, idempotent_tools
@@ -138,10 +139,12 @@ def resume(
     context: ContextPolicy | None = None,
     output: OutputSchema | None = None,
     team: dict[str, Any] | None = None,
+    checks: bool = False,
 ) -> tuple[DurableEngine, CancelToken | None]:
     """The run, replayed from its records: done, or ready for a driver to go on live.
 
     Also returns the token the driver is to watch (``None`` without ``cancel``).
+    ``checks``: the Loop has output validators (a final recorded unchecked is theirs).
     A finished run is only read; any other is claimed first, so its records
     cannot change while they are replayed. A run found ended whose end is not
     recorded keeps its claim: ``engine.record_end()`` writes the end.
@@ -172,7 +175,7 @@ def resume(
             ledger=ledger,
             records=len(records),
         )
-        engine = replayed(recorded, budget, journal, token, context, output)
+        engine = replayed(recorded, budget, journal, token, context, output, checks)
     except BaseException:
         if writer is not None:
             writer.release()
@@ -201,6 +204,7 @@ def replayed(
     token: CancelToken,
     context: ContextPolicy | None = None,
     output: OutputSchema | None = None,
+    checks: bool | None = None,
 ) -> DurableEngine:
     """A fresh engine fed ``recorded``: ended, or stopped where the records stop.
 
@@ -208,7 +212,9 @@ def replayed(
     ``token`` is what it watches: the replay cancels it where the run was cancelled.
     ``context`` and ``output`` are the run's context policy and output schema;
     when not given, the ones its header recorded (read without a Loop:
-    ``show``, ``pending``).
+    ``show``, ``pending``). ``checks``: a final recorded and not checked is
+    handed out to the driver's output validators, whose check it sets (the
+    Loop's say; read without one, a run that recorded a check had them).
     """
     if context is None:
         context = _recorded_context(recorded)
@@ -234,6 +240,10 @@ def replayed(
         ) from None
     engine.journal = journal
     engine.replaying = True
+    if checks is None:
+        checks = any(event.trigger is Trigger.OUTPUT_CHECKED for event in recorded.events)
+    if checks:  # the driver sets its own check before it asks: this one is never called
+        engine.output_check = uncalled_check
     try:
         if recorded.events and recorded.at != 0:
             raise diverged(recorded.run_id, f"its first record starts at event {recorded.at}")

@@ -11,6 +11,7 @@ process that has its ``Loop`` resumes it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import attrs
@@ -90,8 +91,8 @@ class LedgerRun:
         return self.result.usage
 
     @property
-    def events(self) -> tuple[Transition, ...]:
-        """Every transition so far, in order."""
+    def events(self) -> Sequence[Transition]:
+        """Every transition so far, in order (a read-only sequence)."""
         return self.result.events
 
     @property

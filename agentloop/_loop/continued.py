@@ -175,11 +175,13 @@ def resumed(
     context: ContextPolicy | None = None,
     output: OutputSchema | None = None,
     team: dict[str, Any] | None = None,
+    checks: bool = False,
 ) -> tuple[Engine, CancelToken | None]:
     """Run ``run`` fed to a fresh engine, and the token its driver is to watch.
 
     ``run`` is an id in ``ledger``, or a saved result (which no ledger holds);
-    ``team`` is the Loop's, with handoffs (``handoff.team_record``).
+    ``team`` is the Loop's, with handoffs (``handoff.team_record``); ``checks``:
+    it has output validators.
     """
     if not isinstance(run, str | RunResult):
         hint = (
@@ -247,6 +249,7 @@ def resumed(
         context=context,
         output=output,
         team=team,
+        checks=checks,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._core.values import CancelToken
+from agentloop._loop.output_checks import NONE, Validators, name_of
 from agentloop._tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -22,8 +23,11 @@ if TYPE_CHECKING:
 __all__ = ["checked_deps_type", "deps_provider", "for_run", "takes_context"]
 
 
-def _contexts(dispatcher: object) -> Iterator[tuple[str, object]]:
-    """What each tool and policy of a registry that takes a context names: (who, deps)."""
+def _contexts(dispatcher: object, validators: Validators = NONE) -> Iterator[tuple[str, object]]:
+    """What each tool, policy and output validator that takes a context names: (who, deps)."""
+    for validator, context in zip(validators, validators.contexts, strict=True):
+        if context is not None:
+            yield f"output validator {name_of(validator)}", context[1]
     if not isinstance(dispatcher, ToolRegistry):
         return
     if dispatcher.policy_context is not None:
@@ -35,12 +39,14 @@ def _contexts(dispatcher: object) -> Iterator[tuple[str, object]]:
             yield f"the policy of tool {tool.name!r}", tool.policy_context[1]
 
 
-def takes_context(dispatcher: object) -> bool:
-    """Whether a tool or a policy of ``dispatcher`` takes the call's ``RunContext``."""
-    return next(_contexts(dispatcher), None) is not None
+def takes_context(dispatcher: object, validators: Validators = NONE) -> bool:
+    """Whether a tool or a policy of ``dispatcher`` (or an output validator) takes a context."""
+    return next(_contexts(dispatcher, validators), None) is not None
 
 
-def checked_deps_type(deps_type: object, dispatcher: object) -> object:
+def checked_deps_type(
+    deps_type: object, dispatcher: object, validators: Validators = NONE
+) -> object:
     """``deps_type``, once every tool's and policy's ``RunContext[X]`` accepts it.
 
     ``X`` accepts ``deps_type`` when it is a class ``deps_type`` subclasses,
@@ -49,7 +55,7 @@ def checked_deps_type(deps_type: object, dispatcher: object) -> object:
     """
     if deps_type is None:
         return None
-    for who, wanted in _contexts(dispatcher):
+    for who, wanted in _contexts(dispatcher, validators):
         if not _accepts(wanted, deps_type):
             raise TypeError(
                 f"{who} takes RunContext[{_shown(wanted)}], but this Loop's deps_type is "
@@ -80,10 +86,10 @@ def for_run(loop: Loop, deps: object, cancel: CancelToken | None) -> CancelToken
     a context and the caller gave no token, the run gets one of its own:
     ``ctx.cancel`` is always the run's.
     """
-    context = takes_context(loop.dispatcher)
+    context = takes_context(loop.dispatcher, loop.output_validators)
     wanted = loop.deps_type
     if wanted is not None:
-        checked_deps_type(wanted, loop.dispatcher)
+        checked_deps_type(wanted, loop.dispatcher, loop.output_validators)
         if deps is None and context:
             raise TypeError(
                 f"expected deps= (a {_shown(wanted)}): this Loop's tools take "
@@ -125,7 +131,7 @@ def _unfit(loop: Loop, deps: object) -> tuple[str, str] | None:
     ``Protocol`` that is not runtime-checkable, a ``TypedDict``) is left to
     the type checker.
     """
-    for who, wanted in _contexts(loop.dispatcher):
+    for who, wanted in _contexts(loop.dispatcher, loop.output_validators):
         if not isinstance(wanted, type) or wanted is object:
             continue
         try:

@@ -230,6 +230,7 @@ def resumed_engine(
         context=loop.context,
         output=loop.output,
         team=team_record(loop),
+        checks=bool(loop.output_validators),
     )
     return make_resilient(loop, engine), token
 

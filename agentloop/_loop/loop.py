@@ -9,14 +9,13 @@ durable (``agentloop._durable``): the engine records as it goes, and
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, overload
 
 from typing_extensions import TypeVar, Unpack
 
 from agentloop._core.approval import Decisions
 from agentloop._core.context_policy import ContextPolicy
-from agentloop._core.output_schema import OutputSchema
 from agentloop._core.retry_policy import RetryPolicy
 from agentloop._core.values import Budget, CancelToken, OutputT, RunResult
 from agentloop._drivers.asyncio import AsyncRun
@@ -30,6 +29,7 @@ from agentloop._loop.conversation import Conversations, turn_engine
 from agentloop._loop.deps import checked_deps_type
 from agentloop._loop.engines import continued_engine, forked_engine, resumed_engine
 from agentloop._loop.fallback import Fallback
+from agentloop._loop.output_checks import Validators
 from agentloop._loop.owner import Owner
 from agentloop._loop.running import async_run, children_of, sync_run
 from agentloop._loop.settings import (
@@ -93,23 +93,21 @@ class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, Dep
     ``{'kind': 'system', 'text': system}`` (an input that starts with that
     same message, a previous run's transcript, is taken as it is; one that
     starts with another system message is refused).
-    ``model_timeout`` and ``tool_timeout`` (seconds) bite on an awaited model
-    or tool (an ``async def`` one, which ``run`` awaits on an event loop of the
-    run's own, or a ``to_thread`` one); a ``tool_timeout`` over a registry's
-    plain tool, which it could not interrupt, is refused with a
-    ``ValueError`` naming the tool. ``to_thread`` (run plain callables in
-    a worker thread) and ``max_concurrency`` (run up to that many calls of a
-    batch at once; 1 runs them one at a time) need the asyncio driver: a
-    synchronous run cannot run two calls at once, so ``start``/``run`` refuse
-    them. Unless given, ``max_concurrency`` is 10 under asyncio, and a
-    synchronous run runs one call at a time. A model that takes a keyword
-    parameter ``tools`` is called ``model(history, tools=specs)``, the specs
-    of the tools (``{'name', 'description', 'parameters'}`` each) made for
-    every request. ``output`` (a type, or a JSON Schema as a dict) asks for a
-    typed final answer: its text must be JSON that matches ``output``'s schema,
-    and ``RunResult.output`` is the value as that type; an invalid one goes
-    back to the model up to ``max_output_retries`` times (each a model step),
-    then the run ends ``invalid_output`` (the docs' "Typed output" page).
+    ``model_timeout`` and ``tool_timeout`` (seconds) bite on an awaited model or tool (an
+    ``async def`` one, which ``run`` awaits on an event loop of the run's own, or a
+    ``to_thread`` one); a ``tool_timeout`` over a registry's plain tool, which it could not
+    interrupt, is refused with a ``ValueError`` naming the tool. ``to_thread`` (run plain
+    callables in a worker thread) and ``max_concurrency`` (run up to that many calls of a batch
+    at once; 1 runs them one at a time) need the asyncio driver: a synchronous run cannot run
+    two calls at once, so ``start``/``run`` refuse them. Unless given, ``max_concurrency`` is 10
+    under asyncio, and a synchronous run runs one call at a time. A model that takes a keyword
+    parameter ``tools`` is called ``model(history, tools=specs)``, the specs of the tools
+    (``{'name', 'description', 'parameters'}`` each) made for every request. ``output`` (a type,
+    or a JSON Schema as a dict) asks for a typed final answer: its text must be JSON that
+    matches ``output``'s schema, and ``RunResult.output`` is the value as that type; an invalid
+    one goes back to the model up to ``max_output_retries`` times (each a model step), then the
+    run ends ``invalid_output``; ``output_validators`` (``fn(value[, ctx])``, raising
+    ``agentloop.Retry(why)``) check a final further (the docs' "Typed output" page).
     ``on_exhausted='answer'`` gives a run whose budget runs out one last model step with tools
     disabled, to answer; ``max_identical_calls=N`` refuses a tool called with the same arguments
     more than ``N`` times (the docs' "Loop guard and wrap-up" page). ``ledger`` (an
@@ -181,6 +179,7 @@ class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, Dep
         retry: RetryPolicy | Default | None = DEFAULT,
         output: object = None,
         max_output_retries: int = 1,
+        output_validators: Iterable[Callable[..., Any]] = (),
         on_exhausted: str = "stop",
         max_identical_calls: int | None = None,
         owns: Iterable[object] = (),
@@ -200,9 +199,9 @@ class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, Dep
         self.retry = default_retry(models) if retry is DEFAULT else checked_retry(retry)
         if self.retry is not None:  # one layer retries: an adapter's SDK makes one attempt
             models = single_attempts(models)
-        plain = output is None or output is str  # output=str: a plain text answer, not JSON
-        #: The final answer's schema and converter (``output=T``), or None: text.
-        self.output: OutputSchema | None = None if plain else output_schema(output)
+        #: The final's schema and converter (``output=T``), or None: text (``output=str`` too).
+        self.output = None if output is None or output is str else output_schema(output)
+        self.output_validators = Validators(output_validators)  # checks of a final, in order
         self.budget = Budget(
             max_steps=max_steps,
             max_calls=max_calls,
@@ -234,7 +233,7 @@ class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, Dep
         self.ledger = checked_ledger(ledger)
         self.context = checked_context(context)
         Owner.__init__(self, owns)
-        self.deps_type: Any = checked_deps_type(deps_type, self.dispatcher)
+        self.deps_type: Any = checked_deps_type(deps_type, self.dispatcher, self.output_validators)
         Handoffs.__init__(self, name, model, handoffs)  # each checked against this Loop
 
     def __repr__(self) -> str:

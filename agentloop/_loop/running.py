@@ -28,6 +28,7 @@ from agentloop._drivers.sync import Run
 from agentloop._durable import recording
 from agentloop._loop.child_runs import recorded_children, recorded_waiting
 from agentloop._loop.fallback import per_run
+from agentloop._loop.output_checks import acheck, check
 from agentloop._loop.settings import async_policies
 from agentloop._loop.team import filters_of, team_dispatch, team_model, team_of
 from agentloop._review.runstory import reopen
@@ -73,6 +74,8 @@ def sync_run(
     if isinstance(engine, recording.DurableEngine):
         dispatch = recording.sync_dispatch(engine, dispatch)
     scope = call_scope(loop, engine, deps, cancel, children)
+    if loop.output_validators:  # each final the schema accepts is checked by them first
+        engine.output_check = check(loop.output_validators, scope, awaiter)
     review: Callable[[dict[str, Any]], Any] | None = None
     if registry is not None:
         areview = registry.areview
@@ -134,6 +137,8 @@ def async_run(
     if isinstance(engine, recording.DurableEngine):
         dispatch = recording.async_dispatch(engine, dispatch)
     scope = call_scope(loop, engine, deps, cancel, children)
+    if loop.output_validators:  # each final the schema accepts is checked by them first
+        engine.output_check = acheck(loop.output_validators, scope)
     return AsyncRun(
         engine,
         model_of(loop, engine),

@@ -88,6 +88,7 @@ class LoopOptions(TypedDict, total=False):
     context: ContextPolicy | None
     retry: RetryPolicy | None
     max_output_retries: int
+    output_validators: Iterable[Callable[..., Any]]
     on_exhausted: str
     max_identical_calls: int | None
     owns: Iterable[object]

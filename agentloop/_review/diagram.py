@@ -100,6 +100,8 @@ def taken(result: RunResult | RunView) -> dict[Row, int]:
         wrapping = wrapping or event.guard in _WRAP_UP_BEGUN
         answers = ANSWERS.get(event.trigger)
         guard = Guard.WRAPPING_UP if wrapping and answers is Trigger.ASK_MODEL else None
+        if answers is Trigger.VALIDATE:  # the output validators' check: its own row hands it out
+            guard = Guard.OUTPUT_CHECK_DUE
         answered[event.source, answers, guard] += 1
     reviews = Counter(e.source for e in result.events if e.trigger is Trigger.APPROVAL_ASKED)
 

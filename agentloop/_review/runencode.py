@@ -165,8 +165,8 @@ class _Events:
                 rejected = self.result.rejected_value
                 if isinstance(rejected, NotJSON):
                     record["not_json"] = {"repr": rejected.text, "problem": rejected.problem}
-            elif held(messages, at) != data:
-                record["input"] = orjson.loads(data)
+            elif trigger is Trigger.SUMMARY_WRITTEN or held(messages, at) != data:
+                record["input"] = orjson.loads(data)  # a summary: never in the transcript
         elif trigger is Trigger.TOOL_RETURNED:
             call_id, tool, status = event.call_id or "", event.tool or "", event.result_status
             if event.started != (call_id,):

@@ -198,6 +198,12 @@ class _Reader:
         if trigger in _REPLIES:
             data = report.input_json
             if "input" not in record and "not_json" not in record:
+                if trigger is Trigger.SUMMARY_WRITTEN:
+                    raise Mismatch(
+                        f"{where}.input",
+                        "the summariser's reply, which the transcript never holds",
+                        "none",
+                    )
                 data = held(self.messages, self.position)
                 if data is None:
                     raise Mismatch(

@@ -29,6 +29,8 @@ from agentloop._review.runencode import output_of
 from agentloop._review.runshape import as_found, as_shown, dumps
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.output_schema import OutputSchema
 
@@ -38,7 +40,7 @@ __all__ = ["reopen", "summary_at_end"]
 # -- the story: replayed through the engine ---------------------------------------
 
 
-def _check_chain(events: tuple[Transition, ...]) -> None:
+def _check_chain(events: Sequence[Transition]) -> None:
     """Each event is a row of the table, from where the last one left the run, to one end."""
     state = State.AWAITING_MODEL
     last = len(events) - 1

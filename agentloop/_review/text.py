@@ -157,6 +157,9 @@ def event_cells(run: Events, index: int, limit: int | None) -> tuple[str, ...]:
         outcome = f"budget spent: {transition.reason}"
     elif transition.source is State.VALIDATING and transition.dest is State.DISPATCHING:
         outcome = _accepted(run, index, limit)
+    elif transition.trigger is Trigger.OUTPUT_CHECKED:  # what the output validators found
+        found = orjson.loads(transition.input_json or b"[]")
+        outcome = "refused: " + _short("; ".join(found), limit) if found else "accepted"
     elif transition.pending:
         asks = "; ".join(f"{c.name}#{key_text(c.key)} ({c.reason})" for c in transition.pending)
         outcome = "asks a person: " + _short(asks, limit)
@@ -221,12 +224,8 @@ def _decided(run: Events, index: int) -> str:
 
 def _accepted(run: Events, index: int, limit: int | None) -> str:
     """What a batch's accepting row says: how many calls, and the model's text beside them."""
-    closer = run.answers.closer(index)
-    batch = (
-        run.result.held
-        if closer is None
-        else orjson.loads(run.result.events[closer].appended_json[0])
-    )
+    closer, events = run.answers.closer(index), run.result.events
+    batch = run.result.held if closer is None else orjson.loads(events[closer].appended_json[0])
     if type(batch) is not dict or batch.get("kind") != "calls":
         return ""  # a lone call: the call cell names it
     text = batch.get("text")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 import attrs
@@ -38,7 +39,7 @@ class _Record:
     """What the assertions read, from a result or a run in progress."""
 
     transcript: list[Message]
-    events: tuple[Transition, ...]
+    events: Sequence[Transition]
     steps: int
     calls: int
     budget: Budget

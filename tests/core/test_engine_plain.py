@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 import sys
+import typing
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from agentloop import Loop, State
+from agentloop._core import requests
 from agentloop._core.build import table_for
 from agentloop._core.intake import take_reply
 from agentloop._core.register import EFFECTS, GUARDS, MEMBERS
@@ -201,10 +203,11 @@ PROTOCOL = {
     "raised",
     "waited",
     "reviewed",
+    "output_checked",
     "decided",
     "interrupted",
     "call_waits",
-    # what a driver reads (reviews alone is set, by a driver that reviews)
+    # what a driver reads (reviews and output_check are set, by a driver that reviews or checks)
     "state",
     "done",
     "delegated",
@@ -218,6 +221,7 @@ PROTOCOL = {
     "unstarted",
     "pending",
     "reviews",
+    "output_check",
     "agent",
     "run_id",
     "continues",
@@ -240,10 +244,12 @@ def test_the_engines_public_members_are_the_driver_protocol_and_its_docstring_na
 def test_the_engines_docstring_lists_every_answer_of_next() -> None:
     """The bullets of the docstring are exactly the types next()'s annotation returns."""
     annotation = Engine.next.__annotations__["return"]
-    returned = {name.strip() for name in str(annotation).split("|")}
+    needs = {need.__name__ for need in typing.get_args(requests.Need)}  # Need: the requests
+    returned = {name.strip() for name in str(annotation).split("|")} - {"Need"} | needs
     listed = set(re.findall(r"^    \* ``(\w+)``:", Engine.__doc__ or "", re.MULTILINE))
     assert returned == listed == {
-        "AskModel", "Summarise", "RunTool", "ReviewCalls", "AwaitApproval", "Wait", "Transition"
+        "AskModel", "Summarise", "RunTool", "ReviewCalls", "AwaitApproval", "Wait", "CheckOutput",
+        "Transition",
     }  # fmt: skip
 
 

@@ -255,6 +255,10 @@ def drive_engine(engine: Engine, world: World) -> None:
                 engine.raised(exc)
         elif isinstance(need, agentloop.engine.RunTool):
             engine.returned(tools.dispatch(need.call))
+        elif isinstance(need, agentloop.engine.CheckOutput):
+            problems = need.check(need.value)
+            assert isinstance(problems, list)
+            engine.output_checked(problems)
 
 
 @settings(max_examples=1000, deadline=None)
@@ -263,13 +267,15 @@ def test_engine_matches_transitions_on_random_runs(
     data: st.DataObject, budget: tuple[int, int]
 ) -> None:
     """transitions, running the engine's real guards and effects, makes the same run."""
-    replies = data.draw(st.lists(REPLIES, max_size=10))
+    replies = data.draw(st.lists(REPLIES | st.sampled_from([final("7")]), max_size=10))
     cancel_at = data.draw(st.none() | st.integers(1, 8))
+    checked = data.draw(st.booleans())  # a driver with output validators: it checks each final
     outcomes = []
     for engine_class in (Engine, ReferenceEngine):
         world = World(list(replies), cancel_at)
         budget_ = agentloop.engine.Budget(max_steps=budget[0], max_calls=budget[1])
         engine = engine_class("go", budget=budget_, cancel=world.token)
+        engine.output_check = _no_sevens_told if checked else None
         drive_engine(engine, world)
         result = engine.result()
         outcomes.append(
@@ -284,6 +290,17 @@ def test_engine_matches_transitions_on_random_runs(
             )
         )
     assert outcomes[0] == outcomes[1]
+
+
+def _no_sevens(value: object) -> None:
+    """An output validator: a final of 7 goes back to the model."""
+    if str(value) == "7":
+        raise agentloop.Retry("not 7")
+
+
+def _no_sevens_told(value: object) -> list[str]:
+    """``_no_sevens`` as a driver's check reports it."""
+    return ["not 7"] if str(value) == "7" else []
 
 
 def _policy(call: dict[str, Any]) -> agentloop.Decision:
@@ -305,6 +322,7 @@ configurations = st.fixed_dictionaries(
         ),
         "context": st.sampled_from([None, agentloop.context.keep_last(tokens=400)]),
         "reviewed": st.booleans(),
+        "output_validators": st.sampled_from([(), (_no_sevens,)]),
     }
 )
 

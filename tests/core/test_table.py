@@ -116,6 +116,7 @@ def test_validation_tries_the_contract_order() -> None:
         Guard.REPLY_MALFORMED,
         Guard.OUTPUT_RETRY,
         Guard.OUTPUT_INVALID,
+        Guard.OUTPUT_CHECK_DUE,
         Guard.WRAP_UP_ANSWERED,
         Guard.REPLY_IS_FINAL,
         Guard.WRAPPING_UP,
@@ -167,6 +168,7 @@ def test_every_report_has_rows_where_its_request_is_handed_out() -> None:
         (State.SUMMARISING, Trigger.SUMMARISE),
         (State.BACKING_OFF, Trigger.BACK_OFF),
         (State.HANDING_OFF, Trigger.HAND_OFF),
+        (State.VALIDATING, Trigger.VALIDATE),
     }
 
 

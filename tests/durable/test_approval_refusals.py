@@ -39,7 +39,7 @@ from tests.support.ledgers import decisions_of
 from tests.support.payments import Desk, records, script, state_of, two
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
     from pathlib import Path
 
 
@@ -341,7 +341,7 @@ def named(exc: BaseException) -> tuple[str, str]:
     return getattr(exc, "type_name", type(exc).__name__), str(exc)
 
 
-def event_rows(events: tuple[agentloop.Transition, ...]) -> list[tuple[Any, ...]]:
+def event_rows(events: Sequence[agentloop.Transition]) -> list[tuple[Any, ...]]:
     """Events as compared: every field but the times; an exception by its type and message."""
     return [
         (

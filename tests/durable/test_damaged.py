@@ -470,8 +470,8 @@ def _event_index(document: dict[str, Any], found: Any) -> int:
             "summarised",
             lambda d: ("events", _event_index(d, lambda e: e["on"] == "summary_written"), "input"),
             records.REMOVED,
-            "$.events[10]: expected summarising --summary_written [summary_malformed]--> "
-            "malformed, which the table takes here, got --summary_written-->",
+            "$.events[10].input: expected the summariser's reply, which the transcript "
+            "never holds, got none",
             id="summary gone",
         ),
         pytest.param(

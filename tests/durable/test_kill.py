@@ -187,6 +187,32 @@ def run_with_kills(
     raise AssertionError(f"no process finished the run: {job}")
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_kill_around_a_check_asks_it_again_only_if_unrecorded(
+    server: Server, tmp_path: Path, driver: str
+) -> None:
+    """Killed before a check's record, a resume runs it again; after it, never.
+
+    The records: the first reply (1), its check (2), the second reply (3), its
+    check (4), the end (5). Each check is an effect ``check:<text>``.
+    """
+    script = [{"kind": "final", "text": "short"}, {"kind": "final", "text": "long enough"}]
+    for at, when, short, long in [
+        (2, "before", 2, 1),
+        (2, "after", 1, 1),
+        (4, "before", 1, 2),
+        (4, "after", 1, 1),
+    ]:
+        job = job_for(tmp_path / f"{at}{when}", driver, script, validate=True)
+        Path(job["db"]).parent.mkdir()
+        got, killed = run_with_kills(server, job, [{"append": at, "when": when}])
+        assert killed == 1
+        assert (got["status"], got["steps"]) == ("finished", 2)
+        checks = Path(job["effects"]).read_text().splitlines()
+        ran = [line.split(" ")[0] for line in checks]
+        assert (ran.count("check:short"), ran.count("check:long")) == (short, long), (at, when)
+
+
 def check(job: dict[str, Any], got: dict[str, Any], baseline: Baseline) -> set[str]:
     """The resumed run against the uninterrupted one; effects and records; the unknown ids."""
     want = baseline.result

@@ -57,7 +57,9 @@ def test_mermaid_draws_one_arrow_per_pair_of_states() -> None:
     assert " / " not in to_mermaid()
     # In table order within an arrow: the first guard that holds wins.
     arrows = dict(re.findall(r"^    (\w+ --> \w+): (.*)$", to_mermaid(), re.MULTILINE))
-    assert arrows["validating --> cancelled"] == "validate [cancel_requested]<br>interrupted"
+    assert arrows["validating --> cancelled"] == (
+        "validate [cancel_requested]<br>interrupted<br>check_interrupted"
+    )
 
 
 def test_dot_marks_terminal_states_and_internal_rows() -> None:
@@ -67,7 +69,7 @@ def test_dot_marks_terminal_states_and_internal_rows() -> None:
         shape = "doublecircle" if state in TERMINAL else "box"
         assert f'"{state.value}" [shape="{shape}"];' in dot
     dashed = [line for line in dot.splitlines() if 'style="dashed"' in line]
-    assert len(dashed) == sum(row.dest is None for row in ROWS) == 10
+    assert len(dashed) == sum(row.dest is None for row in ROWS) == 11
     assert len([line for line in dot.splitlines() if " -> " in line]) == len(ROWS) + 1
 
 

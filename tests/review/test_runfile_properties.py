@@ -187,3 +187,24 @@ def test_an_input_left_out_that_the_transcript_does_not_hold_is_named(
     with pytest.raises(RunFileError) as caught:
         run_from_json(orjson.dumps(document))
     assert caught.value.where.startswith(f"run file: $.events[{index}]")
+
+
+def test_a_summary_left_out_is_refused_even_where_the_next_reply_matches_it() -> None:
+    """A summary is never in the transcript: its input is always written, never looked for.
+
+    Here the summariser says exactly what the model says next, so a file without the
+    summary's input would otherwise take the model's reply as the summary, and load.
+    """
+    steps = [call("c0", "add", a=0, b=1), batch(call("c1", "add", a=0, b=1))]
+    policy = summarise(ScriptedModel([final("end")] * 20), tokens=80)
+    result = _ran(Loop(ScriptedModel([*steps, *[final("end")] * 8]), tools=[add], context=policy))
+    document = orjson.loads(run_to_json(result))
+    summaries = [
+        i for i, event in enumerate(document["events"]) if event["on"] == "summary_written"
+    ]
+    assert summaries
+    assert all("input" in document["events"][i] for i in summaries)
+    del document["events"][summaries[0]]["input"]
+    with pytest.raises(RunFileError) as caught:
+        run_from_json(orjson.dumps(document))
+    assert caught.value.where.startswith(f"run file: $.events[{summaries[0]}].input")

@@ -14,6 +14,9 @@ Where the child dies is chosen by the job:
 * ``{"effect": k}``: inside the k-th handler call, right after its effect;
 * ``{"after_ms": t}``: the server kills it ``t`` ms after the fork, wherever it is.
 
+A job with ``"validate": true`` has an output validator too (``long_enough``),
+whose every call is an effect ``check:<text>``.
+
 The tools write their effect (the call's idempotency key, a line) to a file
 outside the ledger: ``effect`` has a plain effect, ``idem`` is idempotent,
 ``fail`` raises. The model is a function of the history, as a real one is:
@@ -101,6 +104,13 @@ async def afail(n: int) -> int:
     return fail(n)
 
 
+def long_enough(text: str) -> None:
+    """An output validator with an effect (``check:<text>``): it refuses a final under 10."""
+    _effect(f"check:{text}")
+    if len(text) < 10:
+        raise agentloop.Retry("too short")
+
+
 def tools(driver: str) -> agentloop.ToolRegistry:
     """The three tools, plain or async."""
     plain = driver == "sync"
@@ -117,7 +127,7 @@ def scripted(script: list[Message]) -> Callable[[list[Message]], Message]:
     """A model that answers by the history alone: the entry for the replies so far."""
 
     def turn(history: list[Message]) -> Message:
-        done = sum(1 for message in history if message["kind"] in ("call", "calls"))
+        done = sum(1 for message in history if message["kind"] in ("call", "calls", "final"))
         reply: Message = script[done]
         return reply
 
@@ -154,6 +164,7 @@ def loop(
         max_calls=64,
         max_concurrency=job.get("concurrency", 1),
         ledger=ledger,
+        output_validators=[long_enough] if job.get("validate") else (),
     )
 
 

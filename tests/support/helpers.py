@@ -201,6 +201,7 @@ class AsyncDriver:
             context=loop.context,
             output=loop.output,
             max_output_retries=loop.budget.max_output_retries,
+            output_validators=loop.output_validators,
             on_exhausted=loop.budget.on_exhausted,
             max_identical_calls=loop.budget.max_identical_calls,
             deps_type=loop.deps_type,

@@ -46,8 +46,8 @@ _WRITTEN: Final = Trigger.SUMMARY_WRITTEN
 def init_context(run: RunState, policy: ContextPolicy | None, encoded: list[bytes]) -> None:
     """The policy's state, fresh: its window over ``encoded``, no summary, no plan."""
     run.policy = policy
-    #: The messages as the policy reads them (None: no policy), and the events read in.
-    run.context = None if policy is None else (Window(policy.counter, encoded), [0])
+    #: The messages as the policy reads them (None: no policy), and how many it read.
+    run.context = None if policy is None else (Window(policy.counter, encoded), [len(encoded)])
     run.summary = None  # the summary in force
     if run.carried is not None:  # carried from the turn before (a conversation's)
         run.summary = _carried(policy, run.context, run.carried)
@@ -73,7 +73,7 @@ def rebuild_context(run: RunState) -> None:
             run.summary = window.summary(plan.fold, orjson.loads(event.input_json)["text"])
         for data in event.appended_json:
             window.add(data)
-    read[0] = len(run.events)
+    read[0] = len(run.history)
 
 
 def summary_in_force(run: RunState) -> tuple[int, str] | None:
@@ -117,8 +117,8 @@ def summary_due(run: RunState) -> bool:
     """Under ``summarise``, turns not yet summarised would be left out of the request."""
     if run.policy is None or run.policy.summariser is None:
         return False
-    events = run.events
-    if events and events[-1].trigger is _WRITTEN:
+    rows = run.log.rows
+    if rows and rows[-1].trigger is _WRITTEN:
         return False  # a summary was just written: the request goes next, with or without it
     plan = context_plan(run)
     return not isinstance(plan, str) and plan.fold > plan.folded

@@ -26,8 +26,8 @@ from agentloop._core.rows.handoff import handoff_calls, refuse_handoff
 from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 
 if TYPE_CHECKING:
+    from agentloop._core.messages import History
     from agentloop._core.state import RunState
-    from agentloop._core.values import Transition
 
 __all__ = ["FEATURE", "ROWS", "CallIndex", "Identical"]
 
@@ -109,7 +109,7 @@ def _call_index(run: RunState) -> CallIndex:
     index = run.calls_seen
     if index is None:
         index = run.calls_seen = CallIndex(run.input)
-    index.update(run.events)
+    index.update(run.history)
     return index
 
 
@@ -135,20 +135,19 @@ class CallIndex:
     ``IdenticalCall`` error). ``settle`` drops the index, which is read again.
     """
 
-    __slots__ = ("events", "made", "refused", "seen")
+    __slots__ = ("made", "read", "refused", "seen")
 
     def __init__(self, input_json: tuple[bytes, ...]) -> None:
         self.seen: dict[str, list[str]] = {}  # fingerprint -> ids of its calls, in order
         self.refused: dict[str, str] = {}  # fingerprint -> id of a call the guard refused
         self.made: dict[str, str] = {}  # call id -> fingerprint
-        self.events = 0  # events read so far
+        self.read = len(input_json)  # the history's messages read so far
         self._read(input_json)
 
-    def update(self, events: list[Transition]) -> None:
-        """Read the messages of the events not read yet."""
-        for event in events[self.events :]:
-            self._read(event.appended_json)
-        self.events = len(events)
+    def update(self, history: History) -> None:
+        """Read the messages the run appended to ``history`` since, not read yet."""
+        self._read(tuple(history.message_json(i) for i in range(self.read, len(history))))
+        self.read = len(history)
 
     def _read(self, messages: tuple[bytes, ...]) -> None:
         for data in messages:

@@ -8,7 +8,7 @@ needs settling.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from agentloop._core.register import effect, guard
 from agentloop._core.requests import Wait
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from agentloop._core.state import RunState
-    from agentloop._core.values import Transition
 
 __all__ = ["ASK_POLICY", "FEATURE", "ROWS", "Ask", "model_index", "planned_wait", "retries"]
 
@@ -55,7 +54,7 @@ def retry_planned(run: RunState) -> bool:
 @guard(G.FALLBACK_LEFT)
 def fallback_left(run: RunState) -> bool:
     """A fallback model comes after the one that failed."""
-    return run.wrapping is None and model_index(run.events) + 1 < len(run.models)
+    return run.wrapping is None and model_index(run.log.rows) + 1 < len(run.models)
 
 
 @effect(E.PLAN_WAIT)
@@ -82,12 +81,22 @@ def next_model(run: RunState) -> None:
     # model_index counts the rows that took it: nothing to keep but the event.
 
 
-def model_index(events: Sequence[Transition]) -> int:
+class Taken(Protocol):
+    """What the retry rows read of an event: a ``Transition``, or the log's ``Row``."""
+
+    @property
+    def trigger(self) -> Trigger: ...
+
+    @property
+    def guard(self) -> Guard | None: ...
+
+
+def model_index(events: Sequence[Taken]) -> int:
     """Which fallback model is asked now: the rows that moved on to the next, counted."""
     return sum(event.guard is Guard.FALLBACK_LEFT for event in events)
 
 
-def retries(events: Sequence[Transition]) -> int:
+def retries(events: Sequence[Taken]) -> int:
     """The retries of the model ask in hand made so far.
 
     The ``retry_planned`` rows since the model last replied or a fallback model took over.
@@ -104,13 +113,13 @@ def retries(events: Sequence[Transition]) -> int:
 def planned_wait(run: RunState, exc: BaseException) -> float | None:
     """The wait the retry policy chooses after the model raised ``exc`` (None: no retry)."""
     policy = run.retry
-    return None if policy is None else policy.wait_for(exc, retries(run.events))
+    return None if policy is None else policy.wait_for(exc, retries(run.log.rows))
 
 
 def model_name(run: RunState) -> str | None:
     """The name of the fallback model asked now (None with one model)."""
     models = run.models
-    return models[model_index(run.events)] if models else None
+    return models[model_index(run.log.rows)] if models else None
 
 
 # -- the rows: each names the functions of its guard and effects (above, or imported)

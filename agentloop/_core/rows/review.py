@@ -20,6 +20,8 @@ from agentloop._core.rows.nested_approval import keep_child_decisions
 from agentloop._core.table import Effect, Entry, Feature, Guard, State, Trigger
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from agentloop._core.approval import Decision, DecisionKey, PendingCall
     from agentloop._core.state import RunState
     from agentloop._core.values import Transition
@@ -147,7 +149,7 @@ def _answer_denied(run: RunState, decisions: tuple[tuple[DecisionKey, Decision],
             draft.status = "denied"
 
 
-def approvals(events: list[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:
+def approvals(events: Sequence[Transition]) -> tuple[tuple[PendingCall, ...], dict[str, Decision]]:
     """The batch in hand's pending calls and decisions, from the events since it was accepted."""
     pending: tuple[PendingCall, ...] = ()
     decided: dict[str, Decision] = {}
