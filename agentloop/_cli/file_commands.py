@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agentloop._cli.nesting import nested_lines
 from agentloop._cli.printing import (
     CommandError,
     print_lines,
@@ -19,7 +20,7 @@ from agentloop._errors import RunFileError, SVGUnavailableError
 if TYPE_CHECKING:
     from agentloop._core.values import RunResult
 
-__all__ = ["demo", "diagram", "load", "report", "show", "unreadable"]
+__all__ = ["demo", "diagram", "load", "report", "show", "shown_lines", "unreadable"]
 
 
 def load(path: str, max_bytes: int) -> RunResult:
@@ -111,12 +112,20 @@ def diagram(
 def show(
     result: RunResult, limit: int | None, *, title: str | None = None, more: tuple[str, ...] = ()
 ) -> int:
-    """``result`` as text (values cut to ``limit``), then the lines ``more``."""
+    """``result`` as text (values cut to ``limit``, its child runs nested), then ``more``."""
+    print_lines([*shown_lines(result, limit, title), *more])
+    return 0
+
+
+def shown_lines(result: RunResult, limit: int | None, title: str | None = None) -> list[str]:
+    """What ``show`` prints of ``result``: its lines, each child run's put under its call."""
     from agentloop._review.text import run_lines
 
     title = f"agentloop run: {result.status.value}" if title is None else title
-    print_lines([*run_lines(result, title=title, limit=limit), *more])
-    return 0
+    lines = run_lines(result, title=title, limit=limit)
+    return nested_lines(
+        result, lines, lambda child, heading: run_lines(child, title=heading, limit=limit)
+    )
 
 
 def report(result: RunResult, output: str | None) -> int:

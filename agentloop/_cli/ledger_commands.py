@@ -11,15 +11,16 @@ from __future__ import annotations
 import os
 import shlex
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import orjson
 
-from agentloop._cli.file_commands import show as show_result
-from agentloop._cli.file_commands import write_page
+from agentloop._cli.file_commands import shown_lines, write_page
+from agentloop._cli.nesting import who_calls
 from agentloop._cli.printing import CommandError, print_lines, self_command, shell_path
-from agentloop._core.approval import Decision, approve, deny
+from agentloop._core.approval import Decision, DecisionKey, approve, deny, key_text
 from agentloop._durable.conversations import turn_ids
 from agentloop._durable.sqlite import APPLICATION_ID, SQLiteLedger
 from agentloop._durable.view import LedgerRun, RunSummary, decide_run, list_runs, view_run
@@ -63,11 +64,20 @@ def is_ledger(path: str) -> bool:
 def runs(
     path: str, states: Iterable[str], *, flat: bool = False, conversation: str | None = None
 ) -> int:
-    """Every run of the ledger (of ``states`` only, if any): a line each (``run_table``)."""
+    """Every run of the ledger (of ``states`` only, if any): a line each (``run_table``).
+
+    An agent tool's child run is counted on its parent's line, not listed
+    (``flat`` lists it too): ``show`` prints it under its call.
+    """
     wanted = set(states)
     shown = []
     problems = []
-    for run in _listed(path):
+    listed = _listed(path)
+    ids = {run.run_id for run in listed}
+    children = Counter(run.caller[0] for run in listed if run.caller is not None)
+    for run in listed:
+        if run.caller is not None and run.caller[0] in ids and not flat:
+            continue  # on its parent's line
         state = "unreadable" if run.state is None else DECIDED if run.decided else run.state.value
         turn = None if run.conversation_id is None else (run.conversation_id, run.turn or 0)
         if (wanted and state not in wanted) or not in_conversation(turn, conversation):
@@ -76,7 +86,8 @@ def runs(
             problems.append(run.problem)
         count = len(run.pending)
         steps, calls = str(run.steps), str(run.calls)
-        shown.append(Listed(run.run_id, turn, state, steps, calls, run.changed, count))
+        mine = children[run.run_id]
+        shown.append(Listed(run.run_id, turn, state, steps, calls, run.changed, count, mine))
     if not shown:
         print_lines([f"no run{which_runs(wanted, conversation)} in {path}"])
         return 0
@@ -98,6 +109,8 @@ class Listed(NamedTuple):
     calls: str
     changed: float | None
     pending: int
+    #: Its agent tools' child runs (a ledger's): ``show`` prints them under their calls.
+    children: int = 0
 
 
 def in_conversation(turn: tuple[str, int] | None, conversation: str | None) -> bool:
@@ -109,9 +122,11 @@ def run_table(found: list[Listed], *, flat: bool) -> list[str]:
     """The runs in columns; a conversation's turns together under a line of their own.
 
     At the place of its first turn, oldest first; ``flat`` lists every run
-    on its own, as recorded.
+    on its own, as recorded. A column counts each run's child runs, when any has one.
     """
     rows: list[tuple[str, ...]] = [("run", "state", "steps", "calls", "last change", "pending")]
+    if any(run.children for run in found):
+        rows = [(*rows[0], "children")]
     turns: dict[str, list[Listed]] = {}
     for run in found:
         if run.turn is not None and not flat:
@@ -124,7 +139,8 @@ def run_table(found: list[Listed], *, flat: bool) -> list[str]:
                 turns.pop(run.turn[0]), key=lambda turn: turn.turn[1] if turn.turn else 0
             )
             rows.extend(_conversation_rows(run.turn[0], together))
-    return columns(rows)
+    width = len(rows[0])
+    return columns([row + ("",) * (width - len(row)) for row in rows])
 
 
 def which_runs(wanted: set[str], conversation: str | None) -> str:
@@ -135,7 +151,8 @@ def which_runs(wanted: set[str], conversation: str | None) -> str:
 
 def _run_row(run: Listed, indent: str = "") -> tuple[str, ...]:
     count = str(run.pending) if run.pending else ""
-    return (indent + run.run_id, run.state, run.steps, run.calls, when(run.changed), count)
+    row = (indent + run.run_id, run.state, run.steps, run.calls, when(run.changed), count)
+    return (*row, str(run.children)) if run.children else row
 
 
 def _conversation_rows(conversation: str, turns: list[Listed]) -> list[tuple[str, ...]]:
@@ -154,7 +171,11 @@ def _conversation_rows(conversation: str, turns: list[Listed]) -> list[tuple[str
 
 
 def show(path: str, run_id: str, limit: int | None) -> int:
-    """One run of the ledger as text, as ``show`` prints a run file, and what comes next."""
+    """One run of the ledger as text, as ``show`` prints a run file, and what comes next.
+
+    Its agent tools' child runs are printed under their calls; a child's
+    first line says whose child it is.
+    """
     run = _view(path, run_id)
     lines = [f"started  {_call_text(call)}  ({_RUNNING})" for call in run.started]
     if run.pending:
@@ -167,9 +188,9 @@ def show(path: str, run_id: str, limit: int | None) -> int:
             f"(loop.resume({run_id!r}))"
         )
     state = DECIDED if run.decided else run.state.value
-    return show_result(
-        run.result, limit, title=f"agentloop run {run_id}: {state}", more=tuple(lines)
-    )
+    shown = shown_lines(run.result, limit, f"agentloop run {run_id}: {state}")
+    print_lines([*([] if run.caller is None else [who_calls(run.caller)]), *shown, *lines])
+    return 0
 
 
 def report(path: str, run_id: str, output: str | None) -> int:
@@ -192,9 +213,13 @@ def pending(path: str) -> int:
     """Every call waiting for a person in the ledger: run, call, tool, reason, arguments."""
     found = _listed(path)
     rows = [("run", "call", "tool", "reason", "arguments")]
+    # A child run's calls are listed under the top run that waits on it, by their paths.
+    waited = {(run.run_id, c.path[0]) for run in found for c in run.pending if c.path}
     for run in found:
+        if run.caller is not None and run.caller in waited:
+            continue
         rows.extend(
-            (run.run_id, c.call_id, c.name, c.reason, c.arguments_json.decode())
+            (run.run_id, key_text(c.key), c.name, c.reason, c.arguments_json.decode())
             for c in run.pending
         )
     # A damaged run may have calls waiting that cannot be read: said, never left out.
@@ -210,14 +235,16 @@ def pending(path: str) -> int:
 def decide(path: str, run_id: str, verdicts: list[str]) -> int:
     """Record a person's decisions about paused run ``run_id``, all or nothing."""
     run = _view(path, run_id)
-    given = parse_verdicts(verdicts, [call.call_id for call in run.pending])
+    # A child run's call is decided by its path key: c1/k1.
+    keys: dict[str, DecisionKey] = {key_text(call.key): call.key for call in run.pending}
+    given = parse_verdicts(verdicts, keys)
     # Bound to the calls shown: a call that changed since is refused, not decided.
-    prints = {call.call_id: call.fingerprint for call in run.pending}
-    decisions: dict[str, Decision] = {
-        call_id: approve(fingerprint=prints.get(call_id))
+    prints = {key_text(call.key): call.fingerprint for call in run.pending}
+    decisions: dict[DecisionKey, Decision] = {
+        keys.get(text, text): approve(fingerprint=prints.get(text))
         if reason is None
-        else deny(reason, fingerprint=prints.get(call_id))
-        for call_id, reason in given.items()
+        else deny(reason, fingerprint=prints.get(text))
+        for text, reason in given.items()
     }
     with _open(path) as ledger:
         try:

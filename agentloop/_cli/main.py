@@ -226,7 +226,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     runs = _command(
         commands,
         "runs",
-        "list a ledger's runs: id, state, steps, calls, last change, pending approvals",
+        "list a ledger's runs: id, state, steps, calls, last change, pending approvals "
+        "(and child runs, when any has some)",
         "  agentloop runs runs.db\n"
         "  agentloop runs runs.db --state awaiting_approval\n"
         "  agentloop runs runs.db --state dispatching awaiting_model\n"
@@ -237,7 +238,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "--flat",
         action="store_true",
         help="every run on a line of its own, in the order recorded (by default a "
-        "conversation's turns are listed together, under a line of their own)",
+        "conversation's turns are listed together, under a line of their own, and an agent "
+        "tool's child runs are counted on their parent's line)",
     )
     runs.add_argument(
         "--conversation", metavar="ID", help="only the turns of conversation ID, oldest first"

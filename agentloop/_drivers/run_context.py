@@ -42,6 +42,7 @@ __all__ = [
     "context_here",
     "current_context",
     "current_reporter",
+    "esc",
     "idempotency_key",
     "in_context",
     "in_context_reviews",
@@ -59,16 +60,24 @@ class CallScope:
     ``children``: where the results of its agent tools' child runs go, by call
     id (the run's own dict, which its result reads); ``waiting``: the child
     runs that wait for a person, by call id (the driver ends them cancelled if
-    the run ends first). Defined before ``RunContext``, whose ``__init__`` names
-    it: attrs makes that in this module's names as they stand then.
+    the run ends first); ``ledger``: a durable run's, where its agent tools'
+    child runs are recorded (else ``None``). Defined before ``RunContext``,
+    whose ``__init__`` names it: attrs makes that in this module's names as
+    they stand then.
     """
 
-    __slots__ = ("cancel", "children", "deps", "engine", "run_id", "waiting")
+    __slots__ = ("cancel", "children", "deps", "engine", "ledger", "run_id", "waiting")
 
     def __init__(
-        self, engine: Engine, deps: object, run_id: str | None, cancel: CancelToken | None
+        self,
+        engine: Engine,
+        deps: object,
+        run_id: str | None,
+        cancel: CancelToken | None,
+        ledger: object = None,
     ) -> None:
         self.engine, self.deps, self.run_id, self.cancel = engine, deps, run_id, cancel
+        self.ledger = ledger
         self.children: dict[str, Any] = {}
         self.waiting: dict[str, WaitingChild] = {}
 
@@ -118,7 +127,8 @@ class RunContext(Generic[Deps]):
     cancel: CancelToken | None = None
     _reporter: Reporter | None = attrs.field(default=None, repr=False, eq=False)
     # The run's calls' scope: where an agent tool's child run's result goes (``children``)
-    # and its waiting child (``waiting``), and the engine that holds its decisions.
+    # and its waiting child (``waiting``), the engine that holds its decisions, and a
+    # durable run's ledger, where the child is recorded.
     _scope: CallScope | None = attrs.field(default=None, repr=False, eq=False)
 
     def report_progress(
@@ -258,7 +268,12 @@ def key_of(run_id: str | None, call_id: str) -> str | None:
     """
     if run_id is None:
         return None
-    return f"{run_id}:{call_id.replace('%', '%25').replace(':', '%3A')}"
+    return f"{run_id}:{esc(call_id)}"
+
+
+def esc(call_id: str) -> str:
+    """``call_id`` with ``%`` written ``%25`` and ``:`` written ``%3A``: an id with no ``':'``."""
+    return call_id.replace("%", "%25").replace(":", "%3A")
 
 
 def in_context(

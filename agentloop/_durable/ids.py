@@ -1,14 +1,24 @@
-"""The run ids agentloop derives: a conversation's turns.
+"""The run ids agentloop derives: a conversation's turns, and an agent tool's child runs.
 
 A user's run id has no ``':'`` (``resume.checked_run_id``), so an id with one
 is agentloop's own. Turn ``n`` of conversation ``c`` is the run ``f"{c}::{n}"``
 (turns counted from 1): a conversation's turns share the prefix ``f"{c}::"``,
-which no user's run id and no other conversation's turn has.
+which no user's run id and no other conversation's turn has. The child run
+that answers call ``k`` of run ``r`` is ``f"{r}:{esc(k)}"``, the call's
+idempotency key: the escaped call id has no ``':'``, so a child's id is its
+parent's with one ``':'`` and no other added.
 """
 
 from __future__ import annotations
 
-__all__ = ["parse_turn", "turn_of", "turn_prefix", "turn_run_id"]
+from agentloop._drivers.run_context import esc
+
+__all__ = ["child_run_id", "parse_turn", "turn_of", "turn_prefix", "turn_run_id"]
+
+
+def child_run_id(parent_run_id: str, call_id: str) -> str:
+    """The run id of the child run that answers call ``call_id`` of run ``parent_run_id``."""
+    return f"{parent_run_id}:{esc(call_id)}"
 
 
 def turn_run_id(conversation_id: str, turn: int) -> str:

@@ -10,6 +10,8 @@ one commit per report, keyed as a report is unique:
 * ``tool_finished`` (the call id): a call's outcome;
 * ``approval_asked``, ``decision`` (the first call's id): a person was asked
   (or a policy denied a call at the review), or decided;
+* ``call_waits`` (the first pending call's path key, ``c1/k1``): a call's
+  child run waits for a person;
 * ``handoff`` (the call id): what a handoff's filter answered;
 * ``output_checked`` (the step's number): what the output validators answered;
 * ``end`` (``""``): the record that holds the terminal transition.
@@ -38,6 +40,7 @@ from agentloop._core.table import TERMINAL, Trigger
 from agentloop._core.values import Budget
 from agentloop._durable.protocol import (
     ASKED,
+    CALL_WAITS,
     CHECKED,
     DECISION,
     END,
@@ -146,6 +149,7 @@ def header(
     models: tuple[str, ...] = (),
     conversation: tuple[str, int] | None = None,
     summary: tuple[int, str] | None = None,
+    caller: tuple[str, str] | None = None,
 ) -> bytes:
     """A run's header: its input and the configuration it was started with.
 
@@ -154,7 +158,8 @@ def header(
     names its fallback models, which its replay needs
     (``agentloop.models.fallback``); ``conversation`` is the conversation's id
     and the turn the run is (``conversation_id``, ``turn``); ``summary`` the
-    summary carried in from the turn before (``{fold, text}``), which its replay needs.
+    summary carried in from the turn before (``{fold, text}``), which its replay needs;
+    ``caller`` the run and call an agent tool's child run answers (``{run_id, call_id}``).
     """
     document: dict[str, Any] = {
         "format": FORMAT,
@@ -171,6 +176,8 @@ def header(
         document["conversation_id"], document["turn"] = conversation
     if summary is not None:
         document["summary"] = {"fold": summary[0], "text": summary[1]}
+    if caller is not None:
+        document["caller"] = {"run_id": caller[0], "call_id": caller[1]}
     return orjson.dumps(document)
 
 
@@ -201,6 +208,8 @@ def record_of(transition: Transition) -> tuple[str, str | None]:
         if transition.pending:
             return ASKED, transition.pending[0].call_id
         return ASKED, key_text(transition.decisions[0][0]) if transition.decisions else None
+    if trigger is Trigger.CALL_WAITS:  # by the first pending call's path key: c1/k1
+        return CALL_WAITS, key_text(transition.pending[0].key) if transition.pending else None
     if trigger is Trigger.HANDED_OFF or trigger is Trigger.FILTER_RAISED:
         return HANDOFF, transition.call_id  # what a handoff's filter answered, by the call
     if trigger is Trigger.OUTPUT_CHECKED:
@@ -268,10 +277,20 @@ class Journal:
                 "is recorded here: continue the run with loop.resume(run_id)"
             )
 
+    def broken_by(self, exc: BaseException) -> None:
+        """Break the journal for ``exc`` (a child run's record failed): as a failed write does."""
+        self._broken = f"{type(exc).__name__}: {exc}"
+        self.release()
+
     def pause(self) -> None:
         """Give up the claim while the run waits for a person: any process may go on with it."""
         self._writer.release()
         self._paused = True
+
+    @property
+    def ledger(self) -> Ledger | None:
+        """The store the run is recorded in (its agent tools' children are recorded there too)."""
+        return self._ledger
 
     @property
     def paused(self) -> bool:
@@ -298,8 +317,7 @@ class Journal:
         try:
             self._writer.append(LedgerRecord(kind, key, body))
         except Exception as exc:
-            self._broken = f"{type(exc).__name__}: {exc}"
-            self.release()
+            self.broken_by(exc)
             raise
         self._records += 1
         if kind == END:

@@ -24,6 +24,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 __all__ = [
     "ASKED",
+    "CALL_WAITS",
     "CHECKED",
     "DECISION",
     "END",
@@ -47,13 +48,16 @@ FINISHED = "tool_finished"
 ASKED = "approval_asked"
 #: A person's decisions about those calls, keyed by the first's id.
 DECISION = "decision"
+#: A call waits on its child run, which asks a person: keyed by the first pending call's path
+#: key (``c1/k1``: ``approval.key_text``).
+CALL_WAITS = "call_waits"
 #: What a handoff's filter answered (the view, or that it raised), keyed by the call's id.
 HANDOFF = "handoff"
 #: What the output validators answered about a step's final, keyed by the step's number.
 CHECKED = "output_checked"
 #: The run's terminal transition, keyed by ``""``.
 END = "end"
-KINDS = (REPLY, STARTED, FINISHED, ASKED, DECISION, HANDOFF, CHECKED, END)
+KINDS = (REPLY, STARTED, FINISHED, ASKED, CALL_WAITS, DECISION, HANDOFF, CHECKED, END)
 
 
 class LedgerRecord(NamedTuple):

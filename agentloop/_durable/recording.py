@@ -24,6 +24,7 @@ from agentloop._core.requests import CheckOutput, Need
 from agentloop._core.table import NEXT, TERMINAL, State, Trigger
 from agentloop._core.values import RunTool, Transition
 from agentloop._durable.journal import events_body, record_of
+from agentloop._errors import LedgerError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from agentloop._core.values import Budget, CancelToken, NotJSON
     from agentloop._durable.journal import Journal
 
-__all__ = ["DurableEngine", "Recorder", "async_dispatch", "sync_dispatch"]
+__all__ = ["ChildUnrecorded", "DurableEngine", "Recorder", "async_dispatch", "sync_dispatch"]
 
 # The transitions that follow from the ones before: they go in the next record.
 _BY_ITSELF: Final = frozenset(NEXT.values()) | {Trigger.WAITED}
@@ -53,7 +54,7 @@ class Recorder:
     transitions wait for ``flush``.
     """
 
-    __slots__ = ("at", "holding", "journal", "replaying", "unwritten")
+    __slots__ = ("at", "before_end", "holding", "journal", "replaying", "unwritten")
 
     def __init__(self) -> None:
         self.journal: Journal | None = None
@@ -61,10 +62,14 @@ class Recorder:
         self.holding = False
         self.at = 0  # the events the ledger holds
         self.unwritten: list[Transition] = []
+        #: Called before the run's end is written: the driver ends the children that wait.
+        self.before_end: Callable[[], object] | None = None
 
     def __call__(self, transition: Transition, rejected: NotJSON | None) -> None:
         if self.replaying:
             return
+        if transition.dest in TERMINAL and self.before_end is not None:
+            self.before_end()  # a waiting child's end is committed before its parent's
         self.unwritten.append(transition)
         if self.holding or (transition.trigger in _BY_ITSELF and transition.dest not in TERMINAL):
             return
@@ -202,6 +207,10 @@ class DurableEngine(Engine):
         running = set(self.running)
         self.handed = [need for need in self.handed if need.call["id"] in running]
 
+    def before_end(self, call: Callable[[], object]) -> None:
+        """Call ``call`` before the run's end is written (its waiting children end first)."""
+        self._recorder.before_end = call
+
     def record_end(self) -> None:
         """Write the end a resume made (a reply checked), if any (``end_unrecorded``); release.
 
@@ -216,6 +225,29 @@ class DurableEngine(Engine):
             self.journal.release()
 
 
+class ChildUnrecorded(Exception):
+    """An agent tool's child run could not be recorded in the run's ledger (its ``cause``).
+
+    Raised in the call, so the registry makes it the call's outcome: the
+    durable dispatch raises ``cause`` instead, and the run stops as it does
+    when its own record fails. The call keeps ``tool_started`` and no
+    outcome, and a resume resumes the child.
+    """
+
+    def __init__(self, cause: LedgerError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _recorded(journal: Journal, outcome: object) -> object:
+    """``outcome``, unless it says a child run could not be recorded: then that raises."""
+    if type(outcome) is dict and type(outcome.get("exception")) is ChildUnrecorded:
+        cause = outcome["exception"].cause
+        journal.broken_by(cause)
+        raise cause
+    return outcome
+
+
 def sync_dispatch(engine: DurableEngine, dispatch: Callable[..., object]) -> Callable[..., object]:
     """``dispatch`` with ``tool_started`` recorded first."""
     journal = engine.journal
@@ -224,7 +256,7 @@ def sync_dispatch(engine: DurableEngine, dispatch: Callable[..., object]) -> Cal
         settled = journal.before_call(call)
         if settled is not None:
             return settled
-        return dispatch(call, **review)
+        return _recorded(journal, dispatch(call, **review))
 
     return durable
 
@@ -239,6 +271,6 @@ def async_dispatch(
         settled = journal.before_call(call)
         if settled is not None:
             return settled
-        return await dispatch(call, **review)
+        return _recorded(journal, await dispatch(call, **review))
 
     return durable

@@ -17,7 +17,7 @@ import orjson
 from agentloop._core.replay import Mismatch
 from agentloop._core.table import NEXT, TERMINAL
 from agentloop._durable.journal import FORMAT, READS, VERSION, record_of
-from agentloop._durable.protocol import END, STARTED
+from agentloop._durable.protocol import END, KINDS, STARTED
 from agentloop._errors import LedgerError
 from agentloop._review.eventrecord import load_event, rejected_value
 from agentloop._review.runfile_schema import EVENT_RECORD, REJECTED
@@ -121,6 +121,18 @@ class Recorded:
         self.summary: tuple[int, str] | None = (
             None if summary is None else (summary["fold"], summary["text"])
         )
+        caller = document.get("caller")
+        if caller is not None and (
+            type(caller) is not dict
+            or set(caller) != {"run_id", "call_id"}
+            or type(caller["run_id"]) is not str
+            or type(caller["call_id"]) is not str
+        ):
+            raise bad(run_id, "its header's caller", "{'run_id', 'call_id'} of a call", caller)
+        #: The run and call an agent tool's child run answers, if it is one.
+        self.caller: tuple[str, str] | None = (
+            None if caller is None else (caller["run_id"], caller["call_id"])
+        )
         models = document.get("models", [])
         if type(models) is not list or not all(type(name) is str for name in models):
             raise bad(run_id, "its header's models", "a list of model names", models)
@@ -208,6 +220,4 @@ class Recorded:
             raise bad(self.run_id, f"{where}: $.events[{index}]", "an event", str(exc)) from None
 
 
-_KINDS: Final = frozenset(
-    ("reply", "tool_finished", "approval_asked", "decision", "handoff", "output_checked", END)
-)
+_KINDS: Final = frozenset(KINDS) - {STARTED}

@@ -34,7 +34,7 @@ from agentloop._core.replay import Mismatch, replay
 from agentloop._core.requests import uncalled_check
 from agentloop._core.table import State, Trigger
 from agentloop._core.values import CancelToken
-from agentloop._durable.ids import turn_run_id
+from agentloop._durable.ids import child_run_id, turn_run_id
 from agentloop._durable.journal import Journal, fingerprint, header, idempotent_tools
 from agentloop._durable.recording import DurableEngine
 from agentloop._durable.records import Recorded
@@ -81,6 +81,7 @@ def begin(
     summary: tuple[int, str] | None = None,
     agents: Agents | None = None,
     team: dict[str, Any] | None = None,
+    caller: tuple[str, str] | None = None,
 ) -> DurableEngine:
     """A new durable run: the input checked, then its header recorded and the run claimed.
 
@@ -90,8 +91,13 @@ def begin(
     ``conversation`` (its id and the turn, from 1) makes the run that turn: its
     id is then derived (``ids.turn_run_id``), and ``run_id`` must be ``None``;
     ``summary`` is the summary it carries in from the turn before.
+    ``caller`` (the parent's run id and call id) makes it the child run that
+    answers that call of an agent tool: its id is then derived (``ids.child_run_id``).
     """
-    if conversation is not None:
+    if caller is not None:
+        assert run_id is None, "a child's id is derived"
+        run_id = checked_run_id(child_run_id(*caller), new=True, derived=True)
+    elif conversation is not None:
         assert run_id is None, "a turn's id is derived"
         run_id = checked_run_id(turn_run_id(*conversation), new=True, derived=True)
     elif run_id is None:
@@ -115,7 +121,7 @@ def begin(
     )
     configuration = fingerprint(budget, dispatcher, context, output, team)
     document = header(
-        run_id, engine.history(), configuration, continues, models, conversation, summary
+        run_id, engine.history(), configuration, continues, models, conversation, summary, caller
     )
     writer = ledger.create(run_id, document)
     engine.journal = Journal(writer, run_id, idempotent_tools(dispatcher), ledger=ledger)
@@ -300,7 +306,8 @@ def checked_run_id(run_id: object, *, new: bool = False, derived: bool = False) 
     (a conversation's turn ``'c::3'``), and the idempotency key
     ``f"{run_id}:{esc(call_id)}"`` ends its run id at its last ``':'``
     (``key_of``). Runs recorded before this rule still resume. A ``derived`` id is
-    agentloop's own (a conversation's turn, ``ids.py``): its ``':'`` are the rule's.
+    agentloop's own (a conversation's turn, an agent tool's child run, ``ids.py``): its
+    ``':'`` are the rule's.
     """
     if type(run_id) is not str:
         raise TypeError(

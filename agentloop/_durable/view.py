@@ -17,15 +17,17 @@ from typing import Any, NamedTuple
 import attrs
 import orjson
 
-from agentloop._core.approval import Decision, PendingCall
+from agentloop._core.approval import Decision, DecisionKey, PendingCall, key_text
+from agentloop._core.children import Children
 from agentloop._core.table import TERMINAL, State, Trigger
 from agentloop._core.values import Budget, CancelToken, RunResult, Transition, Usage
+from agentloop._durable.ids import child_run_id
 from agentloop._durable.journal import Journal
 from agentloop._durable.protocol import Ledger, LedgerRecord
 from agentloop._durable.recording import DurableEngine
 from agentloop._durable.records import Recorded
 from agentloop._durable.resume import checked_run_id, replayed
-from agentloop._errors import InvalidStateError, LedgerError
+from agentloop._errors import InvalidStateError, LedgerError, RunNotFoundError
 
 __all__ = ["LedgerRun", "RunSummary", "decide_run", "list_runs", "view_run"]
 
@@ -45,6 +47,8 @@ class LedgerRun:
     run_id: str
     result: RunResult
     started: tuple[dict[str, Any], ...] = ()
+    #: The parent's run id and call id, when the run is an agent tool's child run.
+    caller: tuple[str, str] | None = None
 
     @property
     def state(self) -> State:
@@ -121,19 +125,42 @@ class RunSummary(NamedTuple):
     #: The conversation the run is a turn of, and which turn (from 1); else ``None``.
     conversation_id: str | None = None
     turn: int | None = None
+    #: The parent's run id and call id, when the run is an agent tool's child run.
+    caller: tuple[str, str] | None = None
 
 
-def view_run(ledger: Ledger, run_id: str) -> LedgerRun:
+def view_run(ledger: Ledger, run_id: str, *, children: bool = True) -> LedgerRun:
     """Run ``run_id`` of ``ledger`` as its records stand; nothing is run, claimed or written.
 
     Needs no ``Loop``: the records are fed to a fresh engine with no model and
     no tools. ``RunNotFoundError`` if the ledger has no such run, ``LedgerError``
-    if its records are damaged.
+    if its records are damaged. Its agent tools' child runs, recorded under
+    ids derived from its own (``ids.child_run_id``), are in its result's
+    ``children`` by call id, each viewed so (unless ``children=False``).
     """
     run_id = checked_run_id(run_id)
     head, records = ledger.read(run_id)
     engine, recorded = _replayed(run_id, head, records, Journal(_Reader(run_id), run_id, _NONE))
-    return LedgerRun(run_id, _result(engine, recorded), _started(engine, recorded))
+    result = _result(engine, recorded)
+    if children:
+        found = _children(ledger, run_id, result)
+        if found:
+            result = result._replace(children=Children(found))
+    return LedgerRun(run_id, result, _started(engine, recorded), recorded.caller)
+
+
+def _children(ledger: Ledger, run_id: str, result: RunResult) -> dict[str, RunResult]:
+    """The child runs recorded for the calls of run ``run_id``, by call id, in call order."""
+    found: dict[str, RunResult] = {}
+    calls = dict.fromkeys(event.call_id for event in result.events if event.call_id is not None)
+    for call_id in calls:
+        try:
+            child = view_run(ledger, child_run_id(run_id, call_id))
+        except RunNotFoundError:
+            continue
+        if child.caller == (run_id, call_id):
+            found[call_id] = child.result
+    return found
 
 
 def list_runs(ledger: Ledger) -> list[RunSummary]:
@@ -160,7 +187,7 @@ def list_runs(ledger: Ledger) -> list[RunSummary]:
             found.append(RunSummary(shown, None, 0, 0, at, (), f"its id is damaged: {exc}"))
             continue
         try:
-            run = view_run(ledger, run_id)
+            run = view_run(ledger, run_id, children=False)
         except LedgerError as exc:
             found.append(RunSummary(run_id, None, 0, 0, at, (), str(exc)))
             continue
@@ -176,27 +203,31 @@ def list_runs(ledger: Ledger) -> list[RunSummary]:
                 decided=run.decided,
                 conversation_id=result.conversation_id,
                 turn=result.turn,
+                caller=run.caller,
             )
         )
     return found
 
 
-def decide_run(ledger: Ledger, run_id: str, decisions: dict[str, Decision]) -> None:
+def decide_run(ledger: Ledger, run_id: str, decisions: dict[DecisionKey, Decision]) -> None:
     """Record a person's decisions about paused run ``run_id``, as ``run.decide`` would.
 
-    ``decisions`` maps every pending call's id to ``approve()`` or
-    ``deny(reason)``, and no other (all or nothing). The run is claimed while
-    its records are checked and the decision written (``RunBusyError`` while a
-    process drives it); a run that does not await approval is refused
-    (``InvalidStateError``). The run goes on when a process that has its
-    ``Loop`` resumes it: ``loop.resume(run_id)``.
+    ``decisions`` maps every pending call's key (``PendingCall.key``: its id,
+    or a child run's call's path) to ``approve()`` or ``deny(reason)``, and no
+    other (all or nothing). A child run whose parent waits on it is refused
+    (``InvalidStateError`` naming the parent and the keys to decide there).
+    The run is claimed while its records are checked and the decision
+    written (``RunBusyError`` while a process drives it); a run that does not
+    await approval is refused (``InvalidStateError``). The run goes on when a
+    process that has its ``Loop`` resumes it: ``loop.resume(run_id)``.
     """
     run_id = checked_run_id(run_id)
     writer = ledger.claim(run_id)
     try:
         head, records = ledger.read(run_id)
         journal = Journal(writer, run_id, _NONE, ledger=ledger, records=len(records))
-        engine, _ = _replayed(run_id, head, records, journal)
+        engine, recorded = _replayed(run_id, head, records, journal)
+        _not_waited_on(ledger, run_id, recorded.caller, engine.pending)
         if engine.state is not State.AWAITING_APPROVAL:
             raise InvalidStateError(
                 f"run {run_id!r} is {engine.state.value!r}, not awaiting approval: it takes "
@@ -209,6 +240,31 @@ def decide_run(ledger: Ledger, run_id: str, decisions: dict[str, Decision]) -> N
 
 
 # -- inside ---------------------------------------------------------------------------
+
+
+def _not_waited_on(
+    ledger: Ledger, run_id: str, caller: tuple[str, str] | None, pending: tuple[PendingCall, ...]
+) -> None:
+    """Refuse to decide on a child run whose parent waits on it: decided on the parent.
+
+    So that a decision is made in one place, the parent's record, which hands
+    it to the child when it goes on.
+    """
+    if caller is None or not pending:
+        return
+    parent, call_id = caller
+    try:
+        waits = view_run(ledger, parent).result.pending
+    except (LedgerError, RunNotFoundError):
+        return  # a parent that cannot be read waits on nothing here
+    keys = [key_text(p.key) for p in waits if p.path and p.path[0] == call_id]
+    if keys:
+        raise InvalidStateError(
+            f"run {run_id!r} is the child of {parent!r}, which waits on it: decide on "
+            f"{parent!r} with {' '.join(f'{key}=...' for key in keys)}; nothing was recorded",
+            state=State.AWAITING_APPROVAL,
+        )
+
 
 _NONE: frozenset[str] = frozenset()  # no tool is run here, idempotent or not
 

@@ -23,13 +23,16 @@ driven as its parent is (synchronously, or under asyncio) under the parent's
   out again with its child's decisions (``engine.delegated``), and the child
   goes on from its waiting result (``_waiting_child``), which answers the call.
 
-A child is not recorded: a Loop with a ledger can neither be an agent tool
-nor have one (``refuse_durable``), so that nothing could run twice after a crash.
+Under a durable parent (``Loop(ledger=...)``) the child is recorded in the
+parent's ledger, under an id derived from the parent's run id and call id,
+and a resume of the parent resumes it where it was (``child_runs.py``). A
+child Loop has no ledger of its own; a ``DBOSLoop`` refuses agent tools
+(``refuse_durable``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import orjson
@@ -42,6 +45,7 @@ from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.child_waits import Waiting
 from agentloop._drivers.delegation import Nested
 from agentloop._drivers.run_context import NO_RUN, RunContext, current_context
+from agentloop._loop.child_runs import durable_child, recorded_in, waiting_child
 from agentloop._loop.deps import for_run
 from agentloop._loop.engines import check_ready, make_resilient, plain_engine
 from agentloop._loop.running import async_run, sync_run
@@ -60,11 +64,11 @@ if TYPE_CHECKING:
     from agentloop._core.values import RunResult
     from agentloop._drivers.progress import Reporter
     from agentloop._drivers.transition import RunView
+    from agentloop._durable.protocol import Ledger
     from agentloop._loop.loop import Loop
 
-__all__ = ["AgentTool", "AsTool", "ChildRunEnded", "durable_ledger", "refuse_durable"]
+__all__ = ["AgentTool", "AsTool", "ChildRunEnded", "refuse_durable"]
 
-_L = TypeVar("_L")
 _NO_CHILDREN: Final[dict[str, Any]] = {}
 
 #: The arguments of an agent tool: the text the child run starts from.
@@ -106,8 +110,8 @@ class AgentTool(Tool):
             )
         if loop.ledger is not None:
             raise ValueError(
-                f"agent tool {name!r}: its Loop has a ledger; a child run is not recorded "
-                "(durable agent tools are not supported yet), so make its Loop without one"
+                f"agent tool {name!r}: its Loop has a ledger; a child run is recorded in its "
+                "parent's ledger, when the parent has one: make the child's Loop without one"
             )
         if prompt is not None and (input is None or not callable(prompt)):
             raise TypeError(
@@ -131,6 +135,7 @@ class AgentTool(Tool):
             parameters=INPUT_SCHEMA if self._input is None else self._input.schema,
             policy=policy,
             max_result_chars=max_result_chars,
+            idempotent=True,  # run again, it resumes the same child (a durable parent's)
         )
         self.loop = loop
 
@@ -146,17 +151,20 @@ class AgentTool(Tool):
             return self._arun(input, ctx)  # type: ignore[arg-type]  # a run's, with a reporter
         child = self.loop
         registry = child._sync_driver("an asyncio parent (loop.arun)", awaits=True)
-        engine, cancel, deps, children, decisions = self._child(input, ctx)
-        run = sync_run(child, engine, registry, cancel, deps, children)
-        if reporter is not None:
-            run.subscribe(_forwarding(reporter))
-            run.subscribe_deltas(_forwarding(reporter))
-        try:
-            if decisions is not None:
-                run.decide(decisions)
-            return self._answer(run.finish(), ctx)
-        finally:
-            _kept(run, ctx)
+        with recorded_in(ctx):
+            engine, cancel, deps, children, decisions = self._child(input, ctx)
+            if engine.done:  # a durable child that had ended: its recorded result answers
+                return self._answer(_ended(engine, ctx), ctx)
+            run = sync_run(child, engine, registry, cancel, deps, children)
+            if reporter is not None:
+                run.subscribe(_forwarding(reporter))
+                run.subscribe_deltas(_forwarding(reporter))
+            try:
+                if decisions is not None:
+                    run.decide(decisions)
+                return self._answer(run.finish(), ctx)
+            finally:
+                _kept(run, ctx)
 
     def _text(self, arguments: dict[str, Any]) -> str:
         """The child's input: the ``input`` text, or ``prompt(value)``, or the arguments' JSON."""
@@ -173,17 +181,20 @@ class AgentTool(Tool):
 
     async def _arun(self, input: str, ctx: RunContext[Any]) -> Answered:
         """The child, run under asyncio as its parent is."""
-        engine, cancel, deps, children, decisions = self._child(input, ctx)
-        run = async_run(self.loop, engine, cancel, deps, children)
-        reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # under asyncio: one
-        run.subscribe(_forwarding(reporter))
-        run.subscribe_deltas(_forwarding(reporter))
-        try:
-            if decisions is not None:
-                await run.adecide(decisions)
-            return self._answer(await run.afinish(), ctx)
-        finally:  # interrupted too (the parent's task cancelled while the child ran)
-            _kept(run, ctx)
+        with recorded_in(ctx):
+            engine, cancel, deps, children, decisions = self._child(input, ctx)
+            if engine.done:
+                return self._answer(_ended(engine, ctx), ctx)
+            run = async_run(self.loop, engine, cancel, deps, children)
+            reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # under asyncio: one
+            run.subscribe(_forwarding(reporter))
+            run.subscribe_deltas(_forwarding(reporter))
+            try:
+                if decisions is not None:
+                    await run.adecide(decisions)
+                return self._answer(await run.afinish(), ctx)
+            finally:  # interrupted too (the parent's task cancelled while the child ran)
+                _kept(run, ctx)
 
     def _child(
         self, input: str, ctx: RunContext[Any] | None
@@ -207,14 +218,21 @@ class AgentTool(Tool):
             decisions = scope.engine.delegated(ctx.call_id)
             if decisions is not None:
                 scope.waiting.pop(ctx.call_id, None)  # its live run, which waited: gone on from
+                ledger = _ledger_of(ctx)
+                if ledger is not None:  # the durable child, from the parent's ledger
+                    caller = (str(ctx.run_id), ctx.call_id)
+                    resumed, cancel, left = waiting_child(child, ledger, caller, cancel, decisions)
+                    return resumed, cancel, deps, _NO_CHILDREN, left
                 waiting = self._waiting_child(scope.children[ctx.call_id], cancel)
                 return waiting, cancel, deps, scope.children[ctx.call_id].children, decisions
-        return self._engine(input, ctx, cancel), cancel, deps, _NO_CHILDREN, None
+        engine, cancel = self._engine(input, ctx, cancel)
+        return engine, cancel, deps, _NO_CHILDREN, None
 
     def _waiting_child(self, waiting: RunResult[Any], cancel: CancelToken | None) -> Engine:
         """The engine of the child whose result ``waiting`` awaits approval, to go on with.
 
-        The hook a durable child replaces: in memory, its events are replayed
+        In memory (a durable child is resumed from the ledger instead,
+        ``waiting_child``): its events are replayed
         into a fresh engine (its budget the one it started with) that watches
         ``cancel``, the parent's token, through a token of its own.
         """
@@ -226,12 +244,14 @@ class AgentTool(Tool):
 
     def _engine(
         self, input: str, ctx: RunContext[Any] | None, cancel: CancelToken | None
-    ) -> Engine:
-        """A fresh child's engine: its Loop's budget, within the parent's tokens.
+    ) -> tuple[Engine, CancelToken | None]:
+        """A fresh child's engine and its token: its Loop's budget, within the parent's tokens.
 
         The child is given the parent's deps (or ``deps(ctx)``'s) and token
         (``for_run`` checks the deps against the child's tools, and makes a
-        token if there is none).
+        token if there is none). Under a durable parent it is the child
+        recorded in the parent's ledger (``durable_child``): begun, or resumed
+        where its records stop.
         """
         child = self.loop
         budget = child.budget
@@ -240,7 +260,12 @@ class AgentTool(Tool):
             left = max(0, limit - ctx.usage.total)  # spent when this call was handed out
             if budget.max_total_tokens is None or left < budget.max_total_tokens:
                 budget = attrs.evolve(budget, max_total_tokens=left)
-        return plain_engine(child, run_input(child.system, input), cancel, budget=budget)
+        messages = run_input(child.system, input)
+        ledger: Ledger | None = _ledger_of(ctx)
+        if ledger is not None and ctx is not None:  # a durable parent's: in its ledger
+            caller = (str(ctx.run_id), str(ctx.call_id))  # a durable run's call has both
+            return durable_child(child, ledger, caller, messages, budget, cancel)
+        return plain_engine(child, messages, cancel, budget=budget), cancel
 
     def _answer(self, result: RunResult[Any], ctx: RunContext[Any] | None) -> Answered:
         """The parent's call's outcome: the child's output, or an error saying how it ended.
@@ -327,6 +352,21 @@ def _kept(run: RunView[Any], ctx: RunContext[Any] | None) -> None:
             scope.waiting[ctx.call_id] = run
 
 
+def _ended(engine: Engine, ctx: RunContext[Any] | None) -> RunResult[Any]:
+    """The result of a child found ended, kept on the parent's as a child run's is."""
+    result = engine.result()
+    scope = None if ctx is None else ctx._scope
+    if scope is not None and ctx is not None and ctx.call_id is not None:
+        scope.children[ctx.call_id] = result
+    return result
+
+
+def _ledger_of(ctx: RunContext[Any] | None) -> Ledger | None:
+    """The ledger of a durable parent whose call has context ``ctx``, else ``None``."""
+    scope = None if ctx is None else ctx._scope
+    return None if scope is None else scope.ledger  # type: ignore[return-value]  # a Ledger
+
+
 def _forwarding(reporter: Reporter) -> Any:
     """A listener of the child that tells each of its items to the parent's, nested."""
     call_id = reporter.call_id
@@ -337,20 +377,13 @@ def _forwarding(reporter: Reporter) -> Any:
     return forward
 
 
-def durable_ledger(ledger: _L, dispatcher: object) -> _L:
-    """``ledger``, once a Loop with it and ``dispatcher`` is known to have no agent tool."""
-    if ledger is not None:
-        refuse_durable(dispatcher, "Loop(ledger=...)")
-    return ledger
-
-
 def refuse_durable(dispatcher: object, what: str) -> None:
-    """Refuse a durable run (``what``) of a Loop with an agent tool: a child is not recorded."""
+    """Refuse a ``DBOSLoop`` (``what``) of a Loop with an agent tool: DBOS records no child."""
     if isinstance(dispatcher, ToolRegistry):
         for tool in dispatcher:
             if isinstance(tool, AgentTool):
                 raise ValueError(
                     f"{what}: tool {tool.name!r} is an agent tool (Loop.as_tool), whose child "
-                    "run is not recorded, so a resume could run it twice; durable agent tools "
-                    "are not supported yet: make this Loop without a ledger"
+                    "run DBOS does not record, so a recovery could run it twice; agent tools "
+                    "are durable under Loop(ledger=...), not yet under DBOS"
                 )

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import orjson
 
+from agentloop._core.children import Children
 from agentloop._core.engine import Engine
 from agentloop._core.replay import Mismatch, models_named, replay
 from agentloop._core.rows.nested_approval import waiting_at
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from agentloop._core.values import Budget
     from agentloop._durable.protocol import Ledger
     from agentloop._durable.view import LedgerRun
+    from agentloop._loop.loop import Loop
 
 __all__ = ["continued", "forked", "read_ended", "release_claim", "released_on_error", "resumed"]
 
@@ -292,11 +294,14 @@ def continued(
     return continues, result
 
 
-def read_ended(engine: Engine, run: str | RunResult, decisions: object) -> RunResult:
+def read_ended(
+    engine: Engine, run: str | RunResult, decisions: object, loop: Loop | None = None
+) -> RunResult:
     """A resumed run that had ended: its result, unless decisions came for it.
 
     Decisions are refused, and nothing is written; else a durable run's end
-    is written if the resume made it. A saved result is returned itself, once
+    is written if the resume made it, and its result holds the child runs
+    of ``loop``'s agent tools that answered its calls. A saved result is returned itself, once
     its replay checked it (a replay cannot give back its events' times), with
     a typed output made the Loop's type.
     """
@@ -311,6 +316,11 @@ def read_ended(engine: Engine, run: str | RunResult, decisions: object) -> RunRe
         )
     if isinstance(engine, recording.DurableEngine):
         engine.record_end()  # an end the resume made, not yet written
+        from agentloop._loop.child_runs import recorded_children  # it reads children as runs
+
+        children = {} if loop is None else recorded_children(loop, engine)
+        if children:
+            return engine.result()._replace(children=Children(children))
     if not isinstance(run, RunResult):
         return engine.result()
     if run.output_schema_json is None or run.status is not State.FINISHED:

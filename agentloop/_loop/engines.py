@@ -70,10 +70,6 @@ def fresh_engine(
             loop, messages, cancel, continues=continues, conversation=conversation, summary=summary
         )
         return engine, cancel
-    # Here, not at the top: agent_tool makes its child's engines with this module's check.
-    from agentloop._loop.agent_tool import refuse_durable
-
-    refuse_durable(loop.dispatcher, "a run with a ledger")  # a tool added since Loop(...)
     try:
         engine = resume.begin(
             loop.ledger,

@@ -23,7 +23,7 @@ from agentloop._drivers.callbacks import Dispatcher, Listener, Model, bind_model
 from agentloop._drivers.sync import Run
 from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._durable.protocol import Ledger
-from agentloop._loop.agent_tool import AsTool, durable_ledger
+from agentloop._loop.agent_tool import AsTool
 from agentloop._loop.continued import read_ended, release_claim, released_on_error
 from agentloop._loop.conversation import Conversations, turn_engine
 from agentloop._loop.deps import checked_deps_type
@@ -230,7 +230,7 @@ class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, Dep
         self._adispatch = asyncio_dispatch(
             self.dispatcher, to_thread=to_thread, tool_timeout=self.tool_timeout
         )
-        self.ledger = durable_ledger(checked_ledger(ledger), self.dispatcher)
+        self.ledger = checked_ledger(ledger)
         self.context = checked_context(context)
         Owner.__init__(self, owns)
         self.deps_type: Any = checked_deps_type(deps_type, self.dispatcher, self.output_validators)
@@ -305,7 +305,7 @@ class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, Dep
         registry = self._sync_driver("loop.aresume", awaits=True)
         engine, token = resumed_engine(self, "resume", run, cancel, deps)
         if engine.done:
-            return read_ended(engine, run, decisions)
+            return read_ended(engine, run, decisions, self)
         with released_on_error(engine):
             live = sync_run(self, engine, registry, token, deps, children_of(run))
             if decisions is not None:
@@ -437,7 +437,7 @@ class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, Dep
         """``resume`` under asyncio: the run goes on with the asyncio driver."""
         engine, token = resumed_engine(self, "aresume", run, cancel, deps)
         if engine.done:
-            return read_ended(engine, run, decisions)
+            return read_ended(engine, run, decisions, self)
         with released_on_error(engine):
             live = async_run(self, engine, token, deps, children_of(run))
             if decisions is not None:

@@ -26,6 +26,7 @@ from agentloop._drivers.child_waits import WaitingChild, end_waiting
 from agentloop._drivers.run_context import CallScope, ain_context_reviews, in_context_reviews
 from agentloop._drivers.sync import Run
 from agentloop._durable import recording
+from agentloop._loop.child_runs import recorded_children, recorded_waiting
 from agentloop._loop.fallback import per_run
 from agentloop._loop.output_checks import acheck, check
 from agentloop._loop.settings import async_policies
@@ -72,7 +73,7 @@ def sync_run(
         )
     if isinstance(engine, recording.DurableEngine):
         dispatch = recording.sync_dispatch(engine, dispatch)
-    scope = call_scope(engine, deps, cancel, children)
+    scope = call_scope(loop, engine, deps, cancel, children)
     if loop.output_validators:  # each final the schema accepts is checked by them first
         engine.output_check = check(loop.output_validators, scope, awaiter)
     review: Callable[[dict[str, Any]], Any] | None = None
@@ -135,7 +136,7 @@ def async_run(
     registry = reviewing(loop.dispatcher)
     if isinstance(engine, recording.DurableEngine):
         dispatch = recording.async_dispatch(engine, dispatch)
-    scope = call_scope(engine, deps, cancel, children)
+    scope = call_scope(loop, engine, deps, cancel, children)
     if loop.output_validators:  # each final the schema accepts is checked by them first
         engine.output_check = acheck(loop.output_validators, scope)
     return AsyncRun(
@@ -153,21 +154,34 @@ def async_run(
 
 
 def call_scope(
+    loop: Loop[Any],
     engine: Engine,
     deps: object,
     cancel: CancelToken | None,
     children: Mapping[str, RunResult[Any]] = _NONE,
 ) -> CallScope:
-    """What each call's context holds: ``deps``, and the run's id when it is durable (its key's).
+    """What each call's context holds: ``deps``; the run's id (its key's) and ledger if durable.
 
     ``children``: the results of the child runs the run's agent tools ran so
     far (a resumed run's): a call that waited on its child resumes it from there.
+    A resumed durable run's start with those of the agent calls it had answered,
+    read from its ledger.
     """
-    durable = isinstance(engine, recording.DurableEngine)
-    scope = CallScope(engine, deps, engine.run_id if durable else None, cancel)
-    if children:  # a resumed run's
+    if isinstance(engine, recording.DurableEngine):
+        scope = CallScope(engine, deps, engine.run_id, cancel, engine.journal.ledger)
+        if engine.events():
+            scope.children.update(recorded_children(loop, engine))
+            scope.waiting.update(recorded_waiting(loop, engine))
+        # A waiting child's end is committed before its parent's. (Not through ``scope``,
+        # which holds the engine: a cycle would keep a dropped run's claim until collected.)
+        children_of_run, waiting = scope.children, scope.waiting
+        engine.before_end(lambda: end_waiting(children_of_run, waiting))
+    else:
+        scope = CallScope(engine, deps, None, cancel)
+        if children:  # a resumed result's
+            scope.waiting.update(waiting_children(children))
+    if children:
         scope.children.update(children)
-        scope.waiting.update(waiting_children(children))
     return scope
 
 

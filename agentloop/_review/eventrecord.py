@@ -11,7 +11,7 @@ from typing import Any, Final
 
 import orjson
 
-from agentloop._core.approval import Decision, PendingCall
+from agentloop._core.approval import Decision, DecisionKey, PendingCall
 from agentloop._core.context_policy import Seen
 from agentloop._core.json import exception_content
 from agentloop._core.replay import Mismatch
@@ -74,6 +74,11 @@ def decision_of(record: dict[str, Any], where: str) -> Decision:
         raise Mismatch(where, "approve() or deny(reason), as decisions", str(exc)) from None
 
 
+def _key(call_id: str | list[str]) -> DecisionKey:
+    """A decision's key as a record keeps it: a call id, or a child's call's path (a list)."""
+    return call_id if type(call_id) is str else tuple(call_id)
+
+
 def load_event(index: int, event: dict[str, Any]) -> Transition:
     """The event a ledger's ``events[index]`` holds (checked in shape)."""
     exception = event["exception"]
@@ -97,7 +102,7 @@ def load_event(index: int, event: dict[str, Any]) -> Transition:
         event["took"],
         # The schema's depth limit leaves arguments shallow enough for orjson to write.
         tuple(PendingCall.from_record(call) for call in event["pending"]),
-        tuple((call["call_id"], decision_of(call, where)) for call in event["decisions"]),
+        tuple((_key(call["call_id"]), decision_of(call, where)) for call in event["decisions"]),
         tuple(event["started"]),
         None if event["input"] is None else dumps(event["input"]),
         None if event.get("context") is None else Seen.from_record(event["context"]),

@@ -84,11 +84,19 @@ EVENT_RECORD: Final = _record(
     took={"type": ["number", "null"], "minimum": 0},
     pending={
         "type": "array",
-        "items": _record(call_id=_STR, name=_STR, arguments={}, reason=_STR, fingerprint=_STR),
+        # A child run's call (a call_waits event's) has its path too.
+        "items": _fields(
+            {"call_id": _STR, "name": _STR, "arguments": {}, "reason": _STR, "fingerprint": _STR},
+            {"path": {"type": "array", "items": _STR, "minItems": 1}},
+        ),
     },
     decisions={
         "type": "array",
-        "items": _record(call_id=_STR, **_DECISION["properties"]),
+        # Keyed by the call id, or by a child run's call's path (parent's call first).
+        "items": _record(
+            call_id={"oneOf": [_STR, {"type": "array", "items": _STR, "minItems": 2}]},
+            **_DECISION["properties"],
+        ),
     },
     started={"type": "array", "items": _STR},
     input={"description": "the reply or the content that came with the report, or null"},

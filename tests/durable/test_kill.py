@@ -152,6 +152,7 @@ class Baseline:
         self.result = durable_child.result_json(result)
         self.appends = memory.appends
         self.handlers = durable_child._STATE["handlers"] - handlers
+        self.ledger = memory  # its records (a child run's, say), to compare with
 
 
 def job_for(tmp: Path, driver: str, script: list[Message], **more: Any) -> dict[str, Any]:

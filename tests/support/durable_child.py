@@ -20,7 +20,11 @@ whose every call is an effect ``check:<text>``.
 The tools write their effect (the call's idempotency key, a line) to a file
 outside the ledger: ``effect`` has a plain effect, ``idem`` is idempotent,
 ``fail`` raises. The model is a function of the history, as a real one is:
-the script's entry for the number of replies appended so far.
+the script's entry for the number of replies appended so far. A job with
+``"child"`` has an agent tool too, ``research``, whose child run (recorded in
+the same ledger) runs that script: the appends counted are the parent's and
+the child's, in the order they are made. With ``"ask"``, the child's ``effect``
+asks a person; ``"decide"`` (a list of paths) resumes with each approved.
 """
 
 from __future__ import annotations
@@ -130,9 +134,15 @@ def scripted(script: list[Message]) -> Callable[[list[Message]], Message]:
     return turn
 
 
-def loop(job: dict[str, Any], ledger: agentloop.ledger.Ledger | None) -> agentloop.Loop:
-    """The job's Loop: its script, its tools, its driver's settings."""
-    turn = scripted(job["script"])
+def loop(
+    job: dict[str, Any], ledger: agentloop.ledger.Ledger | None, script: str = "script"
+) -> agentloop.Loop:
+    """The job's Loop: its script, its tools, its driver's settings.
+
+    With ``"child"`` (a script), it has one more tool, ``research``: an agent
+    tool whose child Loop runs that script with the same three tools.
+    """
+    turn = scripted(job[script])
     model: Any = turn
     if job["driver"] == "async":
 
@@ -142,10 +152,15 @@ def loop(job: dict[str, Any], ledger: agentloop.ledger.Ledger | None) -> agentlo
             return reply
 
         model = amodel
+    registry = tools(job["driver"])
+    if script == "child" and job.get("ask"):
+        registry["effect"].policy = lambda call: agentloop.ask("a person decides")
+    if script == "script" and job.get("child"):
+        registry.add(loop(job, None, "child").as_tool("research", "Research one question."))
     return agentloop.Loop(
         model,
-        tools=tools(job["driver"]),
-        max_steps=len(job["script"]) + 1,
+        tools=registry,
+        max_steps=len(job[script]) + 1,
         max_calls=64,
         max_concurrency=job.get("concurrency", 1),
         ledger=ledger,
@@ -207,16 +222,17 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             time.sleep(0.0005)
     ledger = KillingLedger(agentloop.ledger.SQLiteLedger(job["db"], synchronous=job["synchronous"]))
     the_loop = loop(job, ledger)
+    decisions = {tuple(path): agentloop.approve() for path in job.get("decide", ())} or None
     try:
         if job["driver"] == "sync":
             if job["mode"] == "start":
                 result = the_loop.run("go", run_id=job["run_id"])
             else:
-                result = the_loop.resume(job["run_id"])
+                result = the_loop.resume(job["run_id"], decisions=decisions)
         elif job["mode"] == "start":
             result = asyncio.run(the_loop.arun("go", run_id=job["run_id"]))
         else:
-            result = asyncio.run(the_loop.aresume(job["run_id"]))
+            result = asyncio.run(the_loop.aresume(job["run_id"], decisions=decisions))
     except agentloop.AgentloopError as exc:
         return {"error": type(exc).__name__, "message": str(exc)}
     return {"result": result_json(result)}

@@ -1,0 +1,65 @@
+"""Agent tools' child runs in ``show``: each printed indented under the call it answers.
+
+A run file holds its child runs; a durable parent's are runs of its ledger
+(``ids.child_run_id``), which ``view_run`` reads into the parent's result's
+``children``, by call id.
+``show`` prints each child's own lines (its title, input, transitions and
+end) under the row of the transition that answered its call, or, while the
+call has no outcome, after the parent's last row; a grandchild under its
+child's call, and so on.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from agentloop._core.table import Trigger
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agentloop._core.values import RunResult
+
+__all__ = ["INDENT", "nested_lines", "who_calls"]
+
+#: How far a child's lines are indented under its parent's.
+INDENT: Final = "      "
+
+
+def nested_lines(
+    result: RunResult, lines: list[str], show: Callable[[RunResult, str], list[str]]
+) -> list[str]:
+    """``lines`` (``result`` as ``run_lines`` prints it) with each child's lines put in.
+
+    ``show(child, title)`` gives a child's own lines (``run_lines``'s).
+    """
+    if not result.children:
+        return lines
+    table = next((at for at, line in enumerate(lines) if line.startswith("step ")), None)
+    if table is None:  # pragma: no cover - run_lines always prints its table
+        return lines
+    rows = len(result.events)
+    answered = {
+        event.call_id: index
+        for index, event in enumerate(result.events)
+        if event.trigger is Trigger.TOOL_RETURNED and event.call_id is not None
+    }
+    under: dict[int, list[str]] = {}
+    for call_id, child in result.children.items():
+        row = answered.get(call_id, rows - 1)
+        named = "child" if child.run_id is None else f"child {child.run_id}"  # durable: its id
+        title = f"{named} (call {call_id}): {child.status.value}"
+        own = nested_lines(child, show(child, title), show)
+        under.setdefault(row, []).extend(INDENT + line if line else "" for line in own)
+    found: list[str] = []
+    for at, line in enumerate(lines):
+        found.append(line)
+        block = under.get(at - table - 1)
+        if block:
+            found.extend(["", *block, ""])
+    return found
+
+
+def who_calls(caller: tuple[str, str]) -> str:
+    """The line that begins ``show`` of a child run: whose child it is, and for which call."""
+    return f"child of {caller[0]}, call {caller[1]}"
