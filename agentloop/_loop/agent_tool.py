@@ -292,8 +292,11 @@ class AgentTool(Tool):
 
 def _input_schema(name: str, input: object) -> OutputSchema:
     """``input=`` as a schema the tool publishes: a type (or schema) whose JSON is an object."""
-    schema = output_schema(input)
-    if schema.schema.get("type") != "object":
+    try:
+        schema: OutputSchema | None = output_schema(input)
+    except TypeError:  # its words are about output=: this is input=
+        schema = None
+    if schema is None or schema.schema.get("type") != "object":
         raise TypeError(
             f"agent tool {name!r}: expected input= to be a type whose JSON is an object (an "
             f"attrs class, a dataclass, a TypedDict, a pydantic model), got {input!r:.80}"

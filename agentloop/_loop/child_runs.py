@@ -99,6 +99,7 @@ def durable_child(
         context=child.context,
         output=child.output,
         team=team_record(child),
+        checks=bool(child.output_validators),  # a check the crash cut is made again
     )
     if engine.done:
         engine.record_end()  # an end the resume made (a reply checked), not yet written

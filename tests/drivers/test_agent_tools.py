@@ -532,6 +532,8 @@ def test_a_typed_input_refuses_what_is_not_an_object() -> None:
     child, _ = researcher([])
     with pytest.raises(TypeError, match="expected input= to be a type whose JSON is an object"):
         child.as_tool("research", "Research.", input=int)
+    with pytest.raises(TypeError, match="agent tool 'research': expected input= to be a type"):
+        child.as_tool("research", "Research.", input="str")  # no type at all: input= is named
     with pytest.raises(TypeError, match=r"given with input=, got .* without input="):
         child.as_tool("research", "Research.", prompt=str)
     parent = writer(child, [call("c1", "research", input=3), final("y")])

@@ -208,3 +208,35 @@ def test_a_summary_left_out_is_refused_even_where_the_next_reply_matches_it() ->
     with pytest.raises(RunFileError) as caught:
         run_from_json(orjson.dumps(document))
     assert caught.value.where.startswith(f"run file: $.events[{summaries[0]}].input")
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda e: e.pop("call"),
+        lambda e: e.update(call="zz"),
+        lambda e: e["waits"][0].update(path=["zz"]),
+    ],
+    ids=["no call", "a call not running", "a path under another call"],
+)
+def test_a_damaged_call_waits_event_is_refused_where_it_is(edit: Callable[[Any], Any]) -> None:
+    """A wait naming no call, or a call that does not run, is the file's damage at that event."""
+
+    def send(to: str) -> str:
+        """Send."""
+        return "sent"
+
+    clerk = Loop(
+        ScriptedModel([call("k1", "send", to="b"), final("x")]),
+        tools=[agentloop.Tool(send, policy=lambda c: agentloop.ask("a person decides"))],
+    )
+    office = Loop(
+        ScriptedModel([call("c1", "post", input="w"), final("y")]),
+        tools=[clerk.as_tool("post", "Post.")],
+    )
+    document = orjson.loads(run_to_json(office.run("t")))
+    index = next(i for i, e in enumerate(document["events"]) if e["on"] == "call_waits")
+    edit(document["events"][index])
+    with pytest.raises(RunFileError) as caught:
+        run_from_json(orjson.dumps(document))
+    assert caught.value.where.startswith(f"run file: $.events[{index}]")
