@@ -45,7 +45,7 @@ from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.child_waits import Waiting
 from agentloop._drivers.delegation import Nested
 from agentloop._drivers.run_context import NO_RUN, RunContext, current_context
-from agentloop._loop.child_runs import durable_child, recorded_in, waiting_child
+from agentloop._loop.child_runs import durable_child, read_child, recorded_in, waiting_child
 from agentloop._loop.deps import for_run
 from agentloop._loop.engines import check_ready, make_resilient, plain_engine
 from agentloop._loop.running import async_run, sync_run
@@ -360,7 +360,9 @@ def _ended(engine: Engine, ctx: RunContext[Any] | None) -> RunResult[Any]:
     result = engine.result()
     scope = None if ctx is None else ctx._scope
     if scope is not None and ctx is not None and ctx.call_id is not None:
-        scope.children[ctx.call_id] = result
+        ledger, caller = _ledger_of(ctx), (str(scope.run_id), ctx.call_id)
+        # Read from the ledger, where it holds its own children too (none live here).
+        scope.children[ctx.call_id] = result if ledger is None else read_child(ledger, caller)
     return result
 
 

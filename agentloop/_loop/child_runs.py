@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RecordedChild",
     "durable_child",
+    "read_child",
     "recorded_children",
     "recorded_in",
     "recorded_waiting",
@@ -149,6 +150,10 @@ def _started_with(head: bytes, budget: Budget) -> Budget:
     return budget
 
 
+#: The events after which a call's child run has ended, or waits for a person.
+_CHILD_ENDS = (Trigger.TOOL_RETURNED, Trigger.CALL_WAITS)
+
+
 def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunResult[Any]]:
     """The child runs of the agent calls a resumed run had answered, read from its ledger.
 
@@ -160,21 +165,27 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
     found: dict[str, RunResult[Any]] = {}
     if ledger is None or not agents:
         return found
-    for message in engine.history():
-        child = agents.get(message.get("name", "")) if message["kind"] == "tool_result" else None
-        if child is None:
+    # Every agent call answered (a batch's before it was appended too) or waiting on its child.
+    for event in engine.events():
+        call_id, child = event.call_id, agents.get(event.tool or "")
+        if event.trigger not in _CHILD_ENDS or child is None or call_id is None:
             continue
-        caller = (str(engine.run_id), message["id"])
+        caller = (str(engine.run_id), call_id)
         try:
             ended, _ = durable_child(child, ledger, caller, [], child.budget, None, read=True)
         except RunNotFoundError:
             continue  # answered without a child (its arguments refused, say)
         except ConfigurationMismatchError:  # the child's Loop changed since: read as recorded
-            found[message["id"]] = view_run(ledger, child_run_id(*caller)).result
+            found[call_id] = read_child(ledger, caller)
             continue
         if ended.done or ended.state is State.AWAITING_APPROVAL:  # as the answering run kept it
-            found[message["id"]] = ended.result()
+            found[call_id] = read_child(ledger, caller)
     return found
+
+
+def read_child(ledger: Ledger, caller: tuple[str, str]) -> RunResult[Any]:
+    """A recorded child's result as its records stand, its own children read too."""
+    return view_run(ledger, child_run_id(*caller)).result
 
 
 def waiting_child(

@@ -376,3 +376,15 @@ def test_a_run_call_whose_id_has_a_slash_is_not_a_childs_path() -> None:
     assert (done.status, wiped, sent) == ("finished", ["all"], [])
     keys = [r.key for r in ledger.records["r"] if r.kind == "decision"]
     assert keys == ["c1%2Fk1", "c1/k1"]
+
+
+def test_a_waiting_parent_resumed_without_decisions_holds_its_waiting_child() -> None:
+    sent: list[str] = []
+    ledger = MemoryLedger()
+    script = [call("c1", "post", input="a"), final("done")]
+    first = _clerks(sent, script, ledger=ledger).run("t", run_id="r")
+    again = _clerks(sent, script, ledger=ledger).resume("r")
+    assert (again.status, [p.key for p in again.pending]) == ("awaiting_approval", [("c1", "k1")])
+    assert list(again.children) == list(first.children) == ["c1"]
+    assert again.children["c1"].status == "awaiting_approval"
+    assert sent == []
