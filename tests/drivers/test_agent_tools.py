@@ -639,3 +639,29 @@ def test_a_child_run_reaches_the_parents_astream_before_its_calls_transition() -
     assert (result.steps, result.calls) == (2, 1)
     assert result.children["c1"].output == "mid"
     assert_paired(result)
+
+
+def test_a_fork_past_an_agent_call_carries_its_child_and_one_before_runs_a_new_one() -> None:
+    def answering(script: list[Any]) -> Any:
+        return lambda history: script[sum(m["kind"] in ("call", "calls") for m in history)]
+
+    asked: list[str] = []
+
+    def look(q: str) -> str:
+        """Look."""
+        asked.append(q)
+        return "seen"
+
+    kid = Loop(answering([call("k1", "look", q="b"), final("kid out")]), tools=[look])
+    parent = Loop(
+        answering([call("c1", "post", input="w"), final("y")]),
+        tools=[kid.as_tool("post", "Post.")],
+    )
+    whole = parent.run("t")
+    returned = next(i for i, e in enumerate(whole.events) if e.trigger == "tool_returned")
+    carried = parent.fork(whole, at=returned + 1).finish()
+    assert (list(carried.children), carried.children["c1"]) == (["c1"], whole.children["c1"])
+    assert asked == ["b"]  # carried, not run again
+    fresh = parent.fork(whole, at=1).finish()  # before the agent call: a child of its own
+    assert fresh.children["c1"].output == "kid out"
+    assert asked == ["b", "b"]
