@@ -495,6 +495,48 @@ def test_a_cancel_during_a_childs_async_tool_ends_both_paired(concurrency: int) 
     assert_contract(result, "write")
 
 
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_a_childs_model_that_cancels_beside_a_sibling_ends_the_parent_cancelled(
+    concurrency: int,
+) -> None:
+    """asyncio: the child's model cancels the parent's token while a plain sibling call is out.
+    The child ends cancelled, and its call answers ``cancelled`` as the run ends so: with
+    calls at once, the call's task ends in ``TokenCancelled`` (a ``CancelledError``), which is
+    the token's cut, not a task cancelled by its tool."""
+    token = CancelToken()
+    effects: list[int] = []
+
+    async def note(n: int) -> int:
+        """Note a number."""
+        await asyncio.sleep(0)
+        effects.append(n)
+        return n
+
+    async def cancelling(history: list[dict[str, Any]]) -> dict[str, Any]:
+        await asyncio.sleep(0)  # the sibling's task starts meanwhile
+        token.cancel()
+        return final("never")
+
+    child = Loop(cancelling)
+    parent = Loop(
+        ScriptedModel(
+            [batch(call("c1", "research", input="a"), call("c2", "note", n=1)), final("x")]
+        ),
+        tools=[child.as_tool("research", "Research."), note],
+        max_concurrency=concurrency,
+    )
+    result = asyncio.run(parent.arun("write", cancel=token))
+
+    assert (result.status, result.steps, result.calls) == ("cancelled", 1, 2)
+    answers = [(m["id"], m["status"]) for m in result.transcript if m["kind"] == "tool_result"]
+    assert answers == [("c1", "cancelled"), ("c2", "cancelled")]
+    kid = result.children["c1"]
+    assert (kid.status, kid.steps, kid.calls) == ("cancelled", 1, 0)
+    assert effects == []  # c2 never ran, or was cut as it awaited
+    assert_paired(kid)
+    assert_contract(result, "write")
+
+
 @attrs.frozen
 class Query:
     topic: str
