@@ -45,7 +45,7 @@ from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.child_waits import Waiting
 from agentloop._drivers.delegation import Nested
 from agentloop._drivers.run_context import NO_RUN, RunContext, current_context
-from agentloop._loop.child_runs import durable_child, recorded_in, waiting_child
+from agentloop._loop.child_runs import durable_child, recorded_in, recorded_result, waiting_child
 from agentloop._loop.deps import for_run
 from agentloop._loop.engines import check_ready, make_resilient, plain_engine
 from agentloop._loop.running import async_run, sync_run
@@ -154,7 +154,7 @@ class AgentTool(Tool):
         with recorded_in(ctx):
             engine, cancel, deps, children, decisions = self._child(input, ctx)
             if engine.done:  # a durable child that had ended: its recorded result answers
-                return self._answer(_ended(engine, ctx), ctx)
+                return self._answer(_ended(self.loop, engine, ctx), ctx, found=True)
             run = sync_run(child, engine, registry, cancel, deps, children)
             if reporter is not None:
                 run.subscribe(_forwarding(reporter))
@@ -184,7 +184,7 @@ class AgentTool(Tool):
         with recorded_in(ctx):
             engine, cancel, deps, children, decisions = self._child(input, ctx)
             if engine.done:
-                return self._answer(_ended(engine, ctx), ctx)
+                return self._answer(_ended(self.loop, engine, ctx), ctx, found=True)
             run = async_run(self.loop, engine, cancel, deps, children)
             reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # under asyncio: one
             run.subscribe(_forwarding(reporter))
@@ -267,14 +267,19 @@ class AgentTool(Tool):
             return durable_child(child, ledger, caller, messages, budget, cancel)
         return plain_engine(child, messages, cancel, budget=budget), cancel
 
-    def _answer(self, result: RunResult[Any], ctx: RunContext[Any] | None) -> Answered:
+    def _answer(
+        self, result: RunResult[Any], ctx: RunContext[Any] | None, *, found: bool = False
+    ) -> Answered:
         """The parent's call's outcome: the child's output, or an error saying how it ended.
 
         A child cancelled by the parent's token answers nothing: the parent's
-        call is answered ``cancelled`` as the parent ends so.
+        call is answered ``cancelled`` as the parent ends so. So does a durable
+        child ``found`` ended cancelled (the process died before its parent's
+        end): the cancel was seen, and it wins in the resumed parent too.
         """
         status = result.status
-        if status is State.CANCELLED and ctx is not None and ctx.cancel and ctx.cancel.cancelled:
+        cut = found or (ctx is not None and ctx.cancel is not None and ctx.cancel.cancelled)
+        if status is State.CANCELLED and cut:
             raise TokenCancelled(f"agent {self.name!r}: its run was cancelled with its parent's")
         if status is State.AWAITING_APPROVAL:  # the call waits: its child's calls are pending
             return Answered(Waiting(result.pending))
@@ -352,9 +357,9 @@ def _kept(run: RunView[Any], ctx: RunContext[Any] | None) -> None:
             scope.waiting[ctx.call_id] = run
 
 
-def _ended(engine: Engine, ctx: RunContext[Any] | None) -> RunResult[Any]:
-    """The result of a child found ended, kept on the parent's as a child run's is."""
-    result = engine.result()
+def _ended(child: Loop[Any], engine: Engine, ctx: RunContext[Any] | None) -> RunResult[Any]:
+    """The result of a durable child found ended, with its own children: kept on the parent's."""
+    result = recorded_result(child, engine)  # type: ignore[arg-type]  # a durable child's
     scope = None if ctx is None else ctx._scope
     if scope is not None and ctx is not None and ctx.call_id is not None:
         scope.children[ctx.call_id] = result

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import orjson
 
+from agentloop._core.children import Children
 from agentloop._core.table import State, Trigger
 from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.child_waits import WaitingChild, end_waiting
@@ -46,6 +47,7 @@ __all__ = [
     "durable_child",
     "recorded_children",
     "recorded_in",
+    "recorded_result",
     "recorded_waiting",
     "waiting_child",
 ]
@@ -159,21 +161,45 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
     found: dict[str, RunResult[Any]] = {}
     if ledger is None or not agents:
         return found
-    for message in engine.history():
-        child = agents.get(message.get("name", "")) if message["kind"] == "tool_result" else None
-        if child is None:
-            continue
-        caller = (str(engine.run_id), message["id"])
+    for call_id, child in _agent_calls(engine, agents).items():
+        caller = (str(engine.run_id), call_id)
         try:
             ended, _ = durable_child(child, ledger, caller, [], child.budget, None, read=True)
         except RunNotFoundError:
             continue  # answered without a child (its arguments refused, say)
         except ConfigurationMismatchError:  # the child's Loop changed since: read as recorded
-            found[message["id"]] = view_run(ledger, child_run_id(*caller)).result
+            found[call_id] = view_run(ledger, child_run_id(*caller)).result
             continue
         if ended.done or ended.state is State.AWAITING_APPROVAL:  # as the answering run kept it
-            found[message["id"]] = ended.result()
+            found[call_id] = recorded_result(child, ended)
     return found
+
+
+def _agent_calls(engine: DurableEngine, agents: dict[str, Loop[Any]]) -> dict[str, Loop[Any]]:
+    """The child Loop of each agent call of ``engine``'s run, by call id.
+
+    The calls its history answers, and those of a batch still out: answered
+    (``tool_returned``) or waiting on a child, which the history holds only
+    once the whole batch is appended.
+    """
+    calls = {
+        message["id"]: child
+        for message in engine.history()
+        if message["kind"] == "tool_result"
+        and (child := agents.get(message.get("name", ""))) is not None
+    }
+    for event in engine.events():
+        child = agents.get(event.tool or "")
+        if child is not None and event.call_id is not None:
+            calls.setdefault(event.call_id, child)
+    return calls
+
+
+def recorded_result(loop: Loop[Any], engine: DurableEngine) -> RunResult[Any]:
+    """The result of the resumed durable run ``engine``, holding its children as it kept them."""
+    children = recorded_children(loop, engine)
+    result = engine.result()
+    return result._replace(children=Children(children)) if children else result
 
 
 def waiting_child(

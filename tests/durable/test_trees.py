@@ -1,0 +1,368 @@
+"""A property over random trees of durable parent and child runs, crashed and resumed.
+
+Hypothesis draws a tree of Loops (up to three generations, up to two agent
+tools a node), each with a model that answers by the history (calls of its
+plain tools and of its agent tools, batches, finals), small budgets that
+sometimes run out, policies that ask a person on some tools, a verdict for
+each pending path key (approve, deny, or cancel the run while it waits), and
+a cancellation by one node's model at one of its steps. The tree runs
+durably twice on the drawn driver: once as the baseline, and once crashed at
+a drawn append (``CrashingLedger``, whose count spans every run of the tree
+and every process) and resumed in a "new process" (new Loops over the same
+ledger) until it ends. For every run in the ledger: the contract holds, each
+plain tool took effect at most once per call (once where its outcome is
+known), the run ends as the baseline's (but for ``OutcomeUnknown`` results of
+a non-idempotent tool cut by the crash), and its run file loads back equal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections import Counter
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import agentloop
+from agentloop._durable.ids import child_run_id
+from agentloop.ledger import LedgerError, view_run
+from agentloop.review import run_from_json, run_to_json
+from agentloop.testing import assert_contract, batch, call, final
+from tests.conftest import count
+from tests.durable.test_durable import DRIVERS, Driver, World
+from tests.support.ledgers import Crash, CrashingLedger, MemoryLedger, unknown_ids
+
+Message = dict[str, Any]
+PLAIN = ("effect", "idem", "fail")
+
+
+@attrs.frozen
+class Node:
+    """One Loop of the tree: its model's replies, budgets, asking tools and agent tools."""
+
+    name: str  # its place in the tree ("n", "n.0", "n.0.1"): where a cancel lands
+    script: tuple[Message, ...]
+    children: tuple[Node, ...]
+    max_steps: int
+    max_calls: int
+    asks: frozenset[str]  # the tools (plain or agent) whose policy asks a person
+
+
+@attrs.frozen
+class Tree:
+    """A drawn tree and what happens to it: driver, concurrency, verdicts, cancel, crash."""
+
+    top: Node
+    driver: Driver
+    concurrency: int
+    seed: int  # with a path key, the person's verdict on it
+    cancels: bool  # whether some verdicts cancel the waiting run instead
+    cancel_at: tuple[str, int] | None  # (node, reply index) whose model cancels the token
+    crash_point: float
+    crash_when: str
+
+
+@st.composite
+def nodes(draw: st.DrawFn, name: str = "n", depth: int = 1) -> Node:
+    fan_out = draw(st.integers(0, 2)) if depth < 3 else 0
+    children = tuple(draw(nodes(f"{name}.{i}", depth + 1)) for i in range(fan_out))
+    tools = [*PLAIN, *(f"agent{i}" for i in range(fan_out))]
+    script: list[Message] = []
+    number = 0
+    for _ in range(draw(st.integers(0, 3))):
+        calls = []
+        for _ in range(draw(st.integers(1, 2))):
+            number += 1
+            tool = draw(st.sampled_from(tools))
+            arguments = {"input": f"{name} asks {number}"} if tool.startswith("agent") else {}
+            calls.append(call(f"c{number}", tool, **arguments, **({} if arguments else {"n": 1})))
+        script.append(calls[0] if len(calls) == 1 and draw(st.booleans()) else batch(*calls))
+    script.append(final(f"{name} done"))
+    asks = draw(st.frozensets(st.sampled_from(tools), max_size=2)) if draw(st.booleans()) else ()
+    return Node(
+        name=name,
+        script=tuple(script),
+        children=children,
+        max_steps=draw(st.integers(max(1, len(script) - 1), len(script) + 1)),
+        max_calls=draw(st.integers(1, 5)),
+        asks=frozenset(asks),
+    )
+
+
+def names(node: Node) -> list[Node]:
+    return [node, *(n for child in node.children for n in names(child))]
+
+
+@st.composite
+def trees(draw: st.DrawFn) -> Tree:
+    top = draw(nodes())
+    driver = draw(st.sampled_from(DRIVERS))
+    cancel_at = None
+    if draw(st.integers(0, 3)) == 0:
+        where = draw(st.sampled_from(names(top)))
+        cancel_at = (where.name, draw(st.integers(0, len(where.script) - 1)))
+    return Tree(
+        top=top,
+        driver=driver,
+        concurrency=draw(st.integers(1, 2)) if driver == "async" else 1,
+        seed=draw(st.integers(0, 2**16)),
+        cancels=draw(st.integers(0, 3)) == 0,
+        cancel_at=cancel_at,
+        crash_point=draw(st.floats(0, 1, exclude_max=True)),
+        crash_when=draw(st.sampled_from(["before", "after"])),
+    )
+
+
+class Process:
+    """One "process": the tree's Loops made afresh, over ``ledger``, with its own token."""
+
+    def __init__(self, tree: Tree, world: World, ledger: Any) -> None:
+        self.tree, self.world, self.token = tree, world, agentloop.CancelToken()
+        self.loop = self._loop(tree.top, ledger)
+
+    def _loop(self, node: Node, ledger: Any) -> agentloop.Loop:
+        registry = self.world.registry(self.tree.driver)
+        for i, child in enumerate(node.children):
+            registry.add(self._loop(child, None).as_tool(f"agent{i}", "An agent."))
+        for name in node.asks:
+            registry[name].policy = lambda call: agentloop.ask("a person decides")
+        return agentloop.Loop(
+            self._model(node),
+            tools=registry,
+            max_steps=node.max_steps,
+            max_calls=node.max_calls,
+            max_concurrency=self.tree.concurrency,
+            ledger=ledger,
+        )
+
+    def _model(self, node: Node) -> Any:
+        """A model that answers by the history; at the drawn step it cancels the token too."""
+
+        def reply(history: list[Message]) -> Message:
+            done = sum(1 for m in history if m["kind"] in ("call", "calls", "final"))
+            if self.tree.cancel_at == (node.name, done):
+                self.token.cancel()
+            return node.script[min(done, len(node.script) - 1)]
+
+        if self.tree.driver == "sync":
+            return reply
+
+        async def areply(history: list[Message]) -> Message:
+            await asyncio.sleep(0)
+            return reply(history)
+
+        return areply
+
+    def go(
+        self, start: bool, decisions: Any = None, cancelled: bool = False
+    ) -> agentloop.RunResult[Any]:
+        token = self.token
+        if cancelled:
+            token.cancel()
+        loop, driver = self.loop, self.tree.driver
+        if start:
+            work = loop.arun("go", run_id="r1", cancel=token) if driver == "async" else None
+            return asyncio.run(work) if work else loop.run("go", run_id="r1", cancel=token)
+        if driver == "async":
+            return asyncio.run(loop.aresume("r1", decisions=decisions, cancel=token))
+        return loop.resume("r1", decisions=decisions, cancel=token)
+
+
+def verdict(tree: Tree, key: object) -> str:
+    """The person's verdict on the call pending under ``key``: the same in every process."""
+    drawn = zlib.crc32(f"{tree.seed}{key}".encode()) % (3 if tree.cancels else 2)
+    return ("approve", "deny", "cancel")[drawn]
+
+
+def to_the_end(tree: Tree, world: World, ledger: Any, start: bool) -> agentloop.RunResult:
+    """Start (or resume) the top run and decide each wait by the verdicts, until it ends."""
+    result = Process(tree, world, ledger).go(start)
+    while result.status == "awaiting_approval":
+        verdicts = {p.key: verdict(tree, p.key) for p in result.pending}
+        process = Process(tree, world, ledger)
+        if "cancel" in verdicts.values():
+            result = process.go(False, cancelled=True)
+        else:
+            decisions = {
+                key: agentloop.approve() if v == "approve" else agentloop.deny("no")
+                for key, v in verdicts.items()
+            }
+            result = process.go(False, decisions)
+    return result
+
+
+def crashed(tree: Tree, at: int) -> tuple[agentloop.RunResult, World, MemoryLedger]:
+    """The tree crashed at its ``at``-th append, then resumed in new processes to its end."""
+    memory, world = MemoryLedger(), World()
+    crashing = CrashingLedger(memory, at, tree.crash_when)  # type: ignore[arg-type]
+    try:
+        to_the_end(tree, world, crashing, start=True)
+    except (Crash, LedgerError):
+        assert crashing.dead
+    else:
+        raise AssertionError(f"the crash at append {at} was never reached")
+    return to_the_end(tree, world, memory, start=False), world, memory
+
+
+def check_record(memory: MemoryLedger, run_id: str, baseline: MemoryLedger, world: World) -> None:
+    """One run of the tree against the baseline's: contract, end, effects, run file."""
+    viewed, want = view_run(memory, run_id), view_run(baseline, run_id)
+    result = viewed.result
+    assert_contract(result, result.transcript[:1])
+    assert (viewed.state, viewed.steps, viewed.calls, viewed.caller) == (
+        want.state,
+        want.steps,
+        want.calls,
+        want.caller,
+    ), run_id
+    assert result.output == want.result.output, run_id
+    unknown = unknown_ids(result.transcript, want.result.transcript, {"idem"})
+    if viewed.caller is not None:
+        assert run_id == child_run_id(*viewed.caller)
+        parent = view_run(memory, viewed.caller[0], children=False)
+        assert parent.state != "awaiting_approval" or viewed.state is not None
+    ran = Counter(key for _, key in world.effects)
+    for message in result.transcript:
+        if message["kind"] != "tool_result" or message["name"] not in PLAIN:
+            continue
+        times = ran[f"{run_id}:{message['id']}"]
+        if message["name"] != "idem":
+            assert times <= 1, f"{run_id}: {message['id']} took effect {times} times"
+        known = message["id"] not in unknown and message["status"] in ("ok", "error")
+        if known and message["name"] != "idem":
+            assert times == 1, f"{run_id}: {message['id']} answered, never ran"
+        if message["status"] == "denied":
+            assert times == 0, f"{run_id}: {message['id']} denied, ran"
+    loaded = run_from_json(run_to_json(result))
+    assert loaded == result, run_id
+
+
+@settings(max_examples=count(10, 400), deadline=None)
+@given(trees())
+def test_a_random_tree_crashed_anywhere_resumes_to_its_uncrashed_end(tree: Tree) -> None:
+    baseline, world = MemoryLedger(), World()
+    want = to_the_end(tree, world, baseline, start=True)
+    assert_contract(want, "go")
+    at = 1 + int(tree.crash_point * baseline.appends)
+    result, world, memory = crashed(tree, at)
+    assert (result.status, result.steps, result.calls, result.output) == (
+        want.status,
+        want.steps,
+        want.calls,
+        want.output,
+    )
+    assert sorted(memory.headers) == sorted(baseline.headers)
+    for run_id in memory.headers:
+        check_record(memory, run_id, baseline, world)
+    assert memory.claimed == set()
+    # Ended, the top run is only read: the same result again.
+    assert Process(tree, world, memory).go(False) == result
+
+
+def _line(depth: int, driver: Driver) -> Tree:
+    """A tree of ``depth`` generations, each calling the next once, on ``driver``."""
+    node = Node("n" + ".0" * (depth - 1), (final("last"),), (), 2, 2, frozenset())
+    for level in reversed(range(depth - 1)):
+        script = (call("c1", "agent0", input="go on"), final(f"{level} done"))
+        node = Node("n" + ".0" * level, script, (node,), 3, 2, frozenset())
+    return Tree(node, driver, 1, 0, False, None, 0.0, "after")
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_child_read_back_keeps_its_own_children(driver: Driver) -> None:
+    """Three generations: resumed once ended, and resumed after a crash at each append (a
+    child found ended answers its call), the child holds its child as the live run kept it."""
+    tree = _line(3, driver)
+    memory = MemoryLedger()
+    want = to_the_end(tree, World(), memory, start=True)
+    grandchild = want.children["c1"].children["c1"]
+    assert (grandchild.run_id, grandchild.output) == ("r1:c1:c1", "last")
+    assert Process(tree, World(), memory).go(False) == want
+    for at in range(1, memory.appends + 1):
+        result, _, _ = crashed(attrs.evolve(tree, crash_point=(at - 1) / memory.appends), at)
+        assert result == want, at
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_run_resumed_mid_batch_holds_the_children_its_batch_answered(driver: Driver) -> None:
+    """A batch of two agent calls, each child asking a person: c1's child ended, c2's waits.
+    Resumed in another process (read, then cancelled), the run holds both children."""
+    child = Node("n.0", (call("c1", "effect", n=1), final("sent")), (), 3, 2, frozenset(["effect"]))
+    two = batch(call("c1", "agent0", input="a"), call("c2", "agent0", input="b"))
+    tree = Tree(
+        Node("n", (two, final("done")), (child,), 3, 3, frozenset()),
+        driver,
+        1,
+        0,
+        False,
+        None,
+        0.0,
+        "after",
+    )
+    memory, world = MemoryLedger(), World()
+    first = Process(tree, world, memory).go(True)
+    assert [p.key for p in first.pending] == [("c1", "c1")]
+    second = Process(tree, world, memory).go(False, {("c1", "c1"): agentloop.approve()})
+    assert [p.key for p in second.pending] == [("c2", "c1")]
+    assert {k: c.status for k, c in second.children.items()} == {
+        "c1": "finished",
+        "c2": "awaiting_approval",
+    }
+    read = Process(tree, world, memory).go(False)
+    assert read == second
+    cancelled = Process(tree, world, memory).go(False, cancelled=True)
+    assert {k: c.status for k, c in cancelled.children.items()} == {
+        "c1": "finished",
+        "c2": "cancelled",
+    }
+    assert Process(tree, world, memory).go(False) == cancelled
+    assert [key for _, key in world.effects] == ["r1:c1:c1"]
+
+
+def test_two_children_of_a_batch_wait_at_once_each_recorded_under_its_call() -> None:
+    """asyncio, max_concurrency=2: each ``call_waits`` is keyed by its own call's first pending
+    path (c1/c1, then c2/c1), not by the first of all (c1/c1 twice, refused by the ledger)."""
+    child = Node("n.0", (call("c1", "effect", n=1), final("sent")), (), 3, 2, frozenset(["effect"]))
+    two = batch(call("c1", "agent0", input="a"), call("c2", "agent0", input="b"))
+    top = Node("n", (two, final("done")), (child,), 3, 3, frozenset())
+    tree = Tree(top, "async", 2, 0, False, None, 0.0, "after")
+    memory, world = MemoryLedger(), World()
+    waiting = Process(tree, world, memory).go(True)
+    assert [p.key for p in waiting.pending] == [("c1", "c1"), ("c2", "c1")]
+    assert [r.key for r in memory.records["r1"] if r.kind == "call_waits"] == ["c1/c1", "c2/c1"]
+    decisions = {p.key: agentloop.approve() for p in waiting.pending}
+    result = Process(tree, world, memory).go(False, decisions)
+    assert (result.status, result.output) == ("finished", "done")
+    assert sorted(str(key) for _, key in world.effects) == ["r1:c1:c1", "r1:c2:c1"]
+    assert Process(tree, world, memory).go(False) == result
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_child_found_cancelled_ends_its_resumed_parent_cancelled(driver: Driver) -> None:
+    """The child's model cancels the token; the process dies right after the child's end
+    (cancelled) is committed, before the parent's. The cancel was seen, and wins: resumed with a
+    token never cancelled, the parent ends cancelled as it would have, its next call unrun."""
+    child = Node("n.0", (final("never"),), (), 2, 2, frozenset())
+    script = (call("c1", "agent0", input="a"), call("c2", "effect", n=1), final("done"))
+    tree = Tree(
+        Node("n", script, (child,), 4, 4, frozenset()), driver, 1, 0, False, ("n.0", 0), 0, "after"
+    )
+    baseline = MemoryLedger()
+    want = to_the_end(tree, World(), baseline, start=True)
+    assert (want.status, want.children["c1"].status) == ("cancelled", "cancelled")
+    child_end = 1 + [r.key for r in baseline.records["r1"]].index("c1") + 1  # r1's reply, c1
+    memory, world = MemoryLedger(), World()
+    crashing = CrashingLedger(memory, child_end, "after")
+    with pytest.raises((Crash, LedgerError)):
+        Process(tree, world, crashing).go(True)
+    assert [r.kind for r in memory.records["r1:c1"]] == ["end"]
+    assert [r.kind for r in memory.records["r1"]] == ["reply", "tool_started"]
+    result = to_the_end(attrs.evolve(tree, cancel_at=None), world, memory, start=False)
+    assert (result.status, result.steps, result.calls) == (want.status, want.steps, want.calls)
+    assert result.transcript == want.transcript
+    assert world.effects == []
+    assert sorted(memory.headers) == ["r1", "r1:c1"]
