@@ -154,7 +154,7 @@ class AgentTool(Tool):
         with recorded_in(ctx):
             engine, cancel, deps, children, decisions = self._child(input, ctx)
             if engine.done:  # a durable child that had ended: its recorded result answers
-                return self._answer(_ended(self.loop, engine, ctx), ctx, found=True)
+                return self._answer(_ended(self.loop, engine, ctx), ctx)
             run = sync_run(child, engine, registry, cancel, deps, children)
             if reporter is not None:
                 run.subscribe(_forwarding(reporter))
@@ -184,7 +184,7 @@ class AgentTool(Tool):
         with recorded_in(ctx):
             engine, cancel, deps, children, decisions = self._child(input, ctx)
             if engine.done:
-                return self._answer(_ended(self.loop, engine, ctx), ctx, found=True)
+                return self._answer(_ended(self.loop, engine, ctx), ctx)
             run = async_run(self.loop, engine, cancel, deps, children)
             reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # under asyncio: one
             run.subscribe(_forwarding(reporter))
@@ -267,19 +267,16 @@ class AgentTool(Tool):
             return durable_child(child, ledger, caller, messages, budget, cancel)
         return plain_engine(child, messages, cancel, budget=budget), cancel
 
-    def _answer(
-        self, result: RunResult[Any], ctx: RunContext[Any] | None, *, found: bool = False
-    ) -> Answered:
+    def _answer(self, result: RunResult[Any], ctx: RunContext[Any] | None) -> Answered:
         """The parent's call's outcome: the child's output, or an error saying how it ended.
 
-        A child cancelled by the parent's token answers nothing: the parent's
-        call is answered ``cancelled`` as the parent ends so. So does a durable
-        child ``found`` ended cancelled (the process died before its parent's
-        end): the cancel was seen, and it wins in the resumed parent too.
+        A child that ended cancelled answers nothing: a cancel reached it (the
+        parent's token, or, resumed after a crash, the cancel its record or
+        its own child's holds), and the cancel wins: the parent's call is
+        answered ``cancelled`` as the parent ends so, at every level.
         """
         status = result.status
-        cut = found or (ctx is not None and ctx.cancel is not None and ctx.cancel.cancelled)
-        if status is State.CANCELLED and cut:
+        if status is State.CANCELLED:
             raise TokenCancelled(f"agent {self.name!r}: its run was cancelled with its parent's")
         if status is State.AWAITING_APPROVAL:  # the call waits: its child's calls are pending
             return Answered(Waiting(result.pending))

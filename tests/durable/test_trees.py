@@ -18,21 +18,25 @@ a non-idempotent tool cut by the crash), and its run file loads back equal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import tempfile
 import zlib
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import agentloop
 from agentloop._durable.ids import child_run_id
-from agentloop.ledger import LedgerError, view_run
+from agentloop.ledger import LedgerError, SQLiteLedger, view_run
 from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import assert_contract, batch, call, final
 from tests.conftest import count
+from tests.durable.test_agent_children import OrderedLedger
 from tests.durable.test_durable import DRIVERS, Driver, World
 from tests.support.ledgers import Crash, CrashingLedger, MemoryLedger, unknown_ids
 
@@ -64,32 +68,35 @@ class Tree:
     cancel_at: tuple[str, int] | None  # (node, reply index) whose model cancels the token
     crash_point: float
     crash_when: str
+    sqlite: bool = False  # the ledger: a SQLiteLedger in a file, else a MemoryLedger
 
 
 @st.composite
 def nodes(draw: st.DrawFn, name: str = "n", depth: int = 1) -> Node:
-    fan_out = draw(st.integers(0, 2)) if depth < 3 else 0
+    fan_out = draw(st.integers(1 if depth == 1 else 0, 2)) if depth < 3 else 0
     children = tuple(draw(nodes(f"{name}.{i}", depth + 1)) for i in range(fan_out))
-    tools = [*PLAIN, *(f"agent{i}" for i in range(fan_out))]
+    agents = [f"agent{i}" for i in range(fan_out)]
+    tools = [*PLAIN, *agents]
     script: list[Message] = []
     number = 0
-    for _ in range(draw(st.integers(0, 3))):
+    for _ in range(draw(st.integers(1 if depth == 1 else 0, 3))):
         calls = []
         for _ in range(draw(st.integers(1, 2))):
             number += 1
-            tool = draw(st.sampled_from(tools))
+            agent = bool(agents) and draw(st.booleans())  # an agent call as often as a plain one
+            tool = draw(st.sampled_from(agents if agent else PLAIN))
             arguments = {"input": f"{name} asks {number}"} if tool.startswith("agent") else {}
             calls.append(call(f"c{number}", tool, **arguments, **({} if arguments else {"n": 1})))
         script.append(calls[0] if len(calls) == 1 and draw(st.booleans()) else batch(*calls))
     script.append(final(f"{name} done"))
-    asks = draw(st.frozensets(st.sampled_from(tools), max_size=2)) if draw(st.booleans()) else ()
+    asks = draw(st.frozensets(st.sampled_from(tools), max_size=2))
     return Node(
         name=name,
         script=tuple(script),
         children=children,
         max_steps=draw(st.integers(max(1, len(script) - 1), len(script) + 1)),
         max_calls=draw(st.integers(1, 5)),
-        asks=frozenset(asks),
+        asks=asks,
     )
 
 
@@ -114,6 +121,7 @@ def trees(draw: st.DrawFn) -> Tree:
         cancel_at=cancel_at,
         crash_point=draw(st.floats(0, 1, exclude_max=True)),
         crash_when=draw(st.sampled_from(["before", "after"])),
+        sqlite=draw(st.booleans()),
     )
 
 
@@ -195,9 +203,11 @@ def to_the_end(tree: Tree, world: World, ledger: Any, start: bool) -> agentloop.
     return result
 
 
-def crashed(tree: Tree, at: int) -> tuple[agentloop.RunResult, World, MemoryLedger]:
+def crashed(
+    tree: Tree, at: int, memory: Any = None
+) -> tuple[agentloop.RunResult, World, MemoryLedger]:
     """The tree crashed at its ``at``-th append, then resumed in new processes to its end."""
-    memory, world = MemoryLedger(), World()
+    memory, world = MemoryLedger() if memory is None else memory, World()
     crashing = CrashingLedger(memory, at, tree.crash_when)  # type: ignore[arg-type]
     try:
         to_the_end(tree, world, crashing, start=True)
@@ -208,8 +218,11 @@ def crashed(tree: Tree, at: int) -> tuple[agentloop.RunResult, World, MemoryLedg
     return to_the_end(tree, world, memory, start=False), world, memory
 
 
-def check_record(memory: MemoryLedger, run_id: str, baseline: MemoryLedger, world: World) -> None:
-    """One run of the tree against the baseline's: contract, end, effects, run file."""
+def check_record(memory: Any, run_id: str, baseline: Any, world: World) -> int:
+    """One run of the tree against the baseline's: contract, end, effects, run file.
+
+    How many of its outcomes the crash left unknown.
+    """
     viewed, want = view_run(memory, run_id), view_run(baseline, run_id)
     result = viewed.result
     assert_contract(result, result.transcript[:1])
@@ -224,7 +237,8 @@ def check_record(memory: MemoryLedger, run_id: str, baseline: MemoryLedger, worl
     if viewed.caller is not None:
         assert run_id == child_run_id(*viewed.caller)
         parent = view_run(memory, viewed.caller[0], children=False)
-        assert parent.state != "awaiting_approval" or viewed.state is not None
+        if viewed.state == "awaiting_approval":  # no child waits under a parent that ended
+            assert parent.state == "awaiting_approval", run_id
     ran = Counter(key for _, key in world.effects)
     for message in result.transcript:
         if message["kind"] != "tool_result" or message["name"] not in PLAIN:
@@ -239,28 +253,53 @@ def check_record(memory: MemoryLedger, run_id: str, baseline: MemoryLedger, worl
             assert times == 0, f"{run_id}: {message['id']} denied, ran"
     loaded = run_from_json(run_to_json(result))
     assert loaded == result, run_id
+    return len(unknown)
 
 
 @settings(max_examples=count(10, 400), deadline=None)
 @given(trees())
 def test_a_random_tree_crashed_anywhere_resumes_to_its_uncrashed_end(tree: Tree) -> None:
-    baseline, world = MemoryLedger(), World()
-    want = to_the_end(tree, world, baseline, start=True)
-    assert_contract(want, "go")
-    at = 1 + int(tree.crash_point * baseline.appends)
-    result, world, memory = crashed(tree, at)
-    assert (result.status, result.steps, result.calls, result.output) == (
-        want.status,
-        want.steps,
-        want.calls,
-        want.output,
-    )
-    assert sorted(memory.headers) == sorted(baseline.headers)
-    for run_id in memory.headers:
-        check_record(memory, run_id, baseline, world)
-    assert memory.claimed == set()
-    # Ended, the top run is only read: the same result again.
-    assert Process(tree, world, memory).go(False) == result
+    """Every run of the tree, crashed at a drawn append and resumed, ends as uncrashed."""
+    with tempfile.TemporaryDirectory() as folder, contextlib.ExitStack() as closing:
+        counted = CrashingLedger(closing.enter_context(ledger_of(tree, folder, "baseline")), 0)
+        world = World()
+        want = to_the_end(tree, world, counted, start=True)
+        baseline = counted.inner
+        assert_contract(want, "go")
+        at = 1 + int(tree.crash_point * counted.appends)
+        result, world, memory = crashed(
+            tree, at, closing.enter_context(ledger_of(tree, folder, "crashed"))
+        )
+        assert (result.status, result.steps, result.calls, result.output) == (
+            want.status,
+            want.steps,
+            want.calls,
+            want.output,
+        )
+        assert run_ids(memory) == run_ids(baseline)
+        unknown = 0
+        for run_id in run_ids(memory):
+            unknown += check_record(memory, run_id, baseline, world)
+        event(f"the top run ended {want.status.value}")  # --hypothesis-show-statistics
+        event(f"{len(run_ids(memory)) - 1} child runs")
+        event("a person was asked" if any(e.decisions for e in want.events) else "nobody asked")
+        event("an outcome cut by the crash" if unknown else "no outcome cut")
+        # Ended, the top run is only read: the same result again.
+        assert Process(tree, world, memory).go(False) == result
+        if isinstance(memory, MemoryLedger):
+            assert memory.claimed == set()
+
+
+def ledger_of(tree: Tree, folder: str, name: str) -> Any:
+    """The tree's ledger: a SQLiteLedger in ``folder``, or a MemoryLedger."""
+    if tree.sqlite:
+        return SQLiteLedger(Path(folder) / f"{name}.db")
+    return contextlib.nullcontext(MemoryLedger())
+
+
+def run_ids(ledger: Any) -> list[str]:
+    """The ids of every run ``ledger`` holds, sorted."""
+    return sorted(ledger.headers if isinstance(ledger, MemoryLedger) else ledger.run_ids())
 
 
 def _line(depth: int, driver: Driver) -> Tree:
@@ -342,27 +381,26 @@ def test_two_children_of_a_batch_wait_at_once_each_recorded_under_its_call() -> 
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
-def test_a_child_found_cancelled_ends_its_resumed_parent_cancelled(driver: Driver) -> None:
-    """The child's model cancels the token; the process dies right after the child's end
-    (cancelled) is committed, before the parent's. The cancel was seen, and wins: resumed with a
-    token never cancelled, the parent ends cancelled as it would have, its next call unrun."""
-    child = Node("n.0", (final("never"),), (), 2, 2, frozenset())
-    script = (call("c1", "agent0", input="a"), call("c2", "effect", n=1), final("done"))
-    tree = Tree(
-        Node("n", script, (child,), 4, 4, frozenset()), driver, 1, 0, False, ("n.0", 0), 0, "after"
-    )
-    baseline = MemoryLedger()
-    want = to_the_end(tree, World(), baseline, start=True)
-    assert (want.status, want.children["c1"].status) == ("cancelled", "cancelled")
-    child_end = 1 + [r.key for r in baseline.records["r1"]].index("c1") + 1  # r1's reply, c1
+@pytest.mark.parametrize("depth", [2, 3])
+def test_a_child_found_cancelled_ends_its_resumed_parents_cancelled(
+    driver: Driver, depth: int
+) -> None:
+    """The deepest child's model cancels the token; the process dies right after that child's
+    end (cancelled) is committed, before its parent's. The cancel was seen, and wins: resumed
+    with a token never cancelled, every run above ends cancelled as it would have."""
+    line = _line(depth, driver)
+    deepest = "r1" + ":c1" * (depth - 1)
+    tree = attrs.evolve(line, cancel_at=(names(line.top)[-1].name, 0))
+    ordered = OrderedLedger()
+    want = to_the_end(tree, World(), ordered, start=True)
+    assert want.status == "cancelled"
+    child_end = ordered.order.index((deepest, "end", "")) + 1
     memory, world = MemoryLedger(), World()
-    crashing = CrashingLedger(memory, child_end, "after")
     with pytest.raises((Crash, LedgerError)):
-        Process(tree, world, crashing).go(True)
-    assert [r.kind for r in memory.records["r1:c1"]] == ["end"]
+        Process(tree, world, CrashingLedger(memory, child_end, "after")).go(True)
+    assert [r.kind for r in memory.records[deepest]] == ["end"]
     assert [r.kind for r in memory.records["r1"]] == ["reply", "tool_started"]
     result = to_the_end(attrs.evolve(tree, cancel_at=None), world, memory, start=False)
+    for run_id in run_ids(memory):
+        check_record(memory, run_id, ordered, world)
     assert (result.status, result.steps, result.calls) == (want.status, want.steps, want.calls)
-    assert result.transcript == want.transcript
-    assert world.effects == []
-    assert sorted(memory.headers) == ["r1", "r1:c1"]
