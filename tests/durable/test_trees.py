@@ -69,6 +69,7 @@ class Tree:
     crash_point: float
     crash_when: str
     sqlite: bool = False  # the ledger: a SQLiteLedger in a file, else a MemoryLedger
+    crash_in: str | None = None  # or die first right after the effect of a call of this id
 
 
 @st.composite
@@ -83,7 +84,8 @@ def nodes(draw: st.DrawFn, name: str = "n", depth: int = 1) -> Node:
         calls = []
         for _ in range(draw(st.integers(1, 2))):
             number += 1
-            agent = bool(agents) and draw(st.booleans())  # an agent call as often as a plain one
+            # The top's first call is an agent's; any other, as often an agent's as a plain one.
+            agent = bool(agents) and ((depth, number) == (1, 1) or draw(st.booleans()))
             tool = draw(st.sampled_from(agents if agent else PLAIN))
             arguments = {"input": f"{name} asks {number}"} if tool.startswith("agent") else {}
             calls.append(call(f"c{number}", tool, **arguments, **({} if arguments else {"n": 1})))
@@ -122,6 +124,7 @@ def trees(draw: st.DrawFn) -> Tree:
         crash_point=draw(st.floats(0, 1, exclude_max=True)),
         crash_when=draw(st.sampled_from(["before", "after"])),
         sqlite=draw(st.booleans()),
+        crash_in=draw(st.none() | st.sampled_from(["c1", "c2", "c3"])),
     )
 
 
@@ -206,15 +209,18 @@ def to_the_end(tree: Tree, world: World, ledger: Any, start: bool) -> agentloop.
 def crashed(
     tree: Tree, at: int, memory: Any = None
 ) -> tuple[agentloop.RunResult, World, MemoryLedger]:
-    """The tree crashed at its ``at``-th append, then resumed in new processes to its end."""
+    """The tree crashed at its ``at``-th append (or in its first tool of a call ``crash_in``,
+    right after its effect, if that comes first), then resumed in new processes to its end."""
     memory, world = MemoryLedger() if memory is None else memory, World()
     crashing = CrashingLedger(memory, at, tree.crash_when)  # type: ignore[arg-type]
+    world.ledger, world.crash_in = crashing, tree.crash_in
     try:
         to_the_end(tree, world, crashing, start=True)
     except (Crash, LedgerError):
         assert crashing.dead
     else:
         raise AssertionError(f"the crash at append {at} was never reached")
+    world.ledger = None
     return to_the_end(tree, world, memory, start=False), world, memory
 
 
