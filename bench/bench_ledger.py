@@ -44,6 +44,8 @@ from agentloop._durable.files import _SCHEMA
 from agentloop.ledger import LedgerError, SQLiteLedger
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agentloop.ledger import LedgerRecord, LedgerWriter
 
 Message = dict[str, Any]
@@ -106,7 +108,7 @@ def resume_times(calls: int, repeats: int, directory: Path) -> tuple[float, floa
         tools=Echo(),
         max_steps=calls + 1,
         max_calls=calls,
-        ledger=_DiesBeforeTheEnd(ledger),
+        ledger=_Heard(ledger, _dies_before_the_end),
     )
     ended_ms, cut_ms = [], []
     for index in range(repeats):
@@ -127,49 +129,24 @@ def resume_times(calls: int, repeats: int, directory: Path) -> tuple[float, floa
     return statistics.median(ended_ms), statistics.median(cut_ms), records
 
 
-class _DiesBeforeTheEnd:
-    """A ledger whose process "dies" before the run's end is recorded: that write fails."""
+class _Heard:
+    """A ledger that hands each record to ``hear`` before its writer commits it.
 
-    def __init__(self, inner: SQLiteLedger) -> None:
-        self.inner = inner
+    ``hear`` may raise (a process "dying" before a write) or keep what it is
+    given (what the floor commits); ``header`` is the last run's.
+    """
 
-    def create(self, run_id: str, header: bytes) -> LedgerWriter:
-        writer = self.inner.create(run_id, header)
-
-        class Writer:
-            def append(self, record: LedgerRecord) -> None:
-                if record.kind == "end":
-                    raise LedgerError("the process died")
-                writer.append(record)
-
-            def release(self) -> None:
-                writer.release()
-
-        return Writer()
-
-    def claim(self, run_id: str) -> LedgerWriter:
-        return self.inner.claim(run_id)
-
-    def read(self, run_id: str) -> tuple[bytes, list[LedgerRecord]]:
-        return self.inner.read(run_id)
-
-
-class _Capturing:
-    """A ledger that keeps what it is given to commit: the floor commits the same."""
-
-    def __init__(self, inner: SQLiteLedger) -> None:
-        self.inner = inner
+    def __init__(self, inner: SQLiteLedger, hear: Callable[[LedgerRecord], None]) -> None:
+        self.inner, self.hear = inner, hear
         self.header = b""
-        self.records: list[tuple[str, str, bytes]] = []
 
     def create(self, run_id: str, header: bytes) -> LedgerWriter:
         self.header = header
-        writer = self.inner.create(run_id, header)
-        records = self.records
+        writer, hear = self.inner.create(run_id, header), self.hear
 
         class Writer:
             def append(self, record: LedgerRecord) -> None:
-                records.append((record.kind, record.key, record.body))
+                hear(record)
                 writer.append(record)
 
             def release(self) -> None:
@@ -182,6 +159,12 @@ class _Capturing:
 
     def read(self, run_id: str) -> tuple[bytes, list[LedgerRecord]]:
         return self.inner.read(run_id)
+
+
+def _dies_before_the_end(record: LedgerRecord) -> None:
+    """The process "dies" before the run's end is recorded: that write fails."""
+    if record.kind == "end":
+        raise LedgerError("the process died")
 
 
 class Floor:
@@ -217,10 +200,14 @@ def against_floor(
     k: int, sync: Literal["FULL", "NORMAL"], pairs: int, directory: Path
 ) -> tuple[float, float, float]:
     """The median ratio of ledger to floor over ``pairs`` paired runs; each's µs a step."""
-    ledger = _Capturing(SQLiteLedger(directory / f"floor-{k}-{sync}-al.db", synchronous=sync))
+    records: list[tuple[str, str, bytes]] = []
+    ledger = _Heard(
+        SQLiteLedger(directory / f"floor-{k}-{sync}-al.db", synchronous=sync),
+        lambda record: records.append((record.kind, record.key, record.body)),
+    )
     loop = Loop(scripted(k), tools=Typed(echo), max_steps=k + 1, max_calls=k, ledger=ledger)
     assert loop.run("go", cancel=CancelToken()).status == "finished"  # captures one run's
-    floor = Floor(directory / f"floor-{k}-{sync}.db", sync, ledger.header, ledger.records)
+    floor = Floor(directory / f"floor-{k}-{sync}.db", sync, ledger.header, records)
     floor.run(k)
     ratios, ours, theirs = [], [], []
     for _ in range(pairs):

@@ -116,10 +116,11 @@ def key_text(key: DecisionKey) -> str:
     """A decision's key as text: the call id, or a child's call's path joined by ``/``.
 
     ``("c1", "k1")`` is ``"c1/k1"``; each id's ``%`` is written ``%25`` and its
-    ``/`` ``%2F``, so that no two paths read the same (provider ids have neither).
+    ``/`` ``%2F``, a run's own call id's too, so that no two keys read the same
+    (a call ``"c1/k1"`` of the run is ``"c1%2Fk1"``; provider ids have neither).
     """
     if type(key) is str:
-        return key
+        return key.replace("%", "%25").replace("/", "%2F")
     return "/".join(part.replace("%", "%25").replace("/", "%2F") for part in key)
 
 

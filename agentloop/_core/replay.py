@@ -264,11 +264,12 @@ def feed(
         if event.usage is not None:  # an agent tool's: its child run's tokens
             outcome["usage"] = event.usage._asdict()
         return engine.returned(outcome, event.call_id)
-    if trigger is Trigger.CALL_WAITS:  # the child's pending calls, as its run listed them
-        call_id = event.call_id or ""
-        own = tuple(p._replace(path=p.path[1:]) for p in event.pending if p.path[:1] == (call_id,))
-        return engine.call_waits(own, call_id)
     try:
+        if trigger is Trigger.CALL_WAITS:  # the child's pending calls, as its run listed them
+            call_id = event.call_id or ""
+            under = (call_id,)
+            own = tuple(p._replace(path=p.path[1:]) for p in event.pending if p.path[:1] == under)
+            return engine.call_waits(own, call_id)
         if trigger is Trigger.OUTPUT_CHECKED:  # what the validators answered, not asked again
             return engine.output_checked(orjson.loads(event.input_json or b"null"))
         if trigger is Trigger.APPROVAL_ASKED:

@@ -10,9 +10,8 @@ one commit per report, keyed as a report is unique:
 * ``tool_finished`` (the call id): a call's outcome;
 * ``approval_asked``, ``decision`` (the first call's id): a person was asked
   (or a policy denied a call at the review), or decided;
-* ``call_waits`` (the path key of the first call pending under the waiting
-  call, ``c1/k1``): a call's child run waits for a person (under asyncio,
-  several calls of a batch may wait, each its own record);
+* ``call_waits`` (its child's first pending call's path key, ``c1/k1``): a call's
+  child run waits for a person;
 * ``handoff`` (the call id): what a handoff's filter answered;
 * ``output_checked`` (the step's number): what the output validators answered;
 * ``end`` (``""``): the record that holds the terminal transition.
@@ -209,8 +208,10 @@ def record_of(transition: Transition) -> tuple[str, str | None]:
         if transition.pending:
             return ASKED, transition.pending[0].call_id
         return ASKED, key_text(transition.decisions[0][0]) if transition.decisions else None
-    if trigger is Trigger.CALL_WAITS:  # by the first pending path key under its call: c1/k1
-        return CALL_WAITS, _waiting_key(transition)
+    if trigger is Trigger.CALL_WAITS:  # by its own first pending call's path key: c1/k1
+        # The last of several waiting calls holds every one's pending calls: its own name it.
+        own = [p for p in transition.pending if p.path[:1] == (transition.call_id,)]
+        return CALL_WAITS, key_text((own or transition.pending)[0].key) if own else None
     if trigger is Trigger.HANDED_OFF or trigger is Trigger.FILTER_RAISED:
         return HANDOFF, transition.call_id  # what a handoff's filter answered, by the call
     if trigger is Trigger.OUTPUT_CHECKED:
@@ -218,17 +219,6 @@ def record_of(transition: Transition) -> tuple[str, str | None]:
     if trigger is Trigger.APPROVAL_DECIDED:
         return DECISION, key_text(transition.decisions[0][0]) if transition.decisions else None
     return REPLY, str(transition.steps)  # the model replied or raised, at this step
-
-
-def _waiting_key(transition: Transition) -> str | None:
-    """The key of a ``call_waits``: the first pending path key under its call.
-
-    ``pending`` holds every call pending so far, those of a sibling that
-    waited first too: the first of them would key two records alike.
-    """
-    mine = [p.key for p in transition.pending if p.path[:1] == (transition.call_id,)]
-    keys = mine or [p.key for p in transition.pending]  # a damaged record's: keyed as it is
-    return key_text(keys[0]) if keys else None
 
 
 class Journal:

@@ -45,7 +45,7 @@ from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.child_waits import Waiting
 from agentloop._drivers.delegation import Nested
 from agentloop._drivers.run_context import NO_RUN, RunContext, current_context
-from agentloop._loop.child_runs import durable_child, recorded_in, recorded_result, waiting_child
+from agentloop._loop.child_runs import durable_child, read_child, recorded_in, waiting_child
 from agentloop._loop.deps import for_run
 from agentloop._loop.engines import check_ready, make_resilient, plain_engine
 from agentloop._loop.running import async_run, sync_run
@@ -154,7 +154,7 @@ class AgentTool(Tool):
         with recorded_in(ctx):
             engine, cancel, deps, children, decisions = self._child(input, ctx)
             if engine.done:  # a durable child that had ended: its recorded result answers
-                return self._answer(_ended(self.loop, engine, ctx), ctx)
+                return self._answer(_ended(engine, ctx), ctx)
             run = sync_run(child, engine, registry, cancel, deps, children)
             if reporter is not None:
                 run.subscribe(_forwarding(reporter))
@@ -184,7 +184,7 @@ class AgentTool(Tool):
         with recorded_in(ctx):
             engine, cancel, deps, children, decisions = self._child(input, ctx)
             if engine.done:
-                return self._answer(_ended(self.loop, engine, ctx), ctx)
+                return self._answer(_ended(engine, ctx), ctx)
             run = async_run(self.loop, engine, cancel, deps, children)
             reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # under asyncio: one
             run.subscribe(_forwarding(reporter))
@@ -294,8 +294,11 @@ class AgentTool(Tool):
 
 def _input_schema(name: str, input: object) -> OutputSchema:
     """``input=`` as a schema the tool publishes: a type (or schema) whose JSON is an object."""
-    schema = output_schema(input)
-    if schema.schema.get("type") != "object":
+    try:
+        schema: OutputSchema | None = output_schema(input)
+    except TypeError:  # its words are about output=: this is input=
+        schema = None
+    if schema is None or schema.schema.get("type") != "object":
         raise TypeError(
             f"agent tool {name!r}: expected input= to be a type whose JSON is an object (an "
             f"attrs class, a dataclass, a TypedDict, a pydantic model), got {input!r:.80}"
@@ -354,12 +357,14 @@ def _kept(run: RunView[Any], ctx: RunContext[Any] | None) -> None:
             scope.waiting[ctx.call_id] = run
 
 
-def _ended(child: Loop[Any], engine: Engine, ctx: RunContext[Any] | None) -> RunResult[Any]:
-    """The result of a durable child found ended, with its own children: kept on the parent's."""
-    result = recorded_result(child, engine)  # type: ignore[arg-type]  # a durable child's
+def _ended(engine: Engine, ctx: RunContext[Any] | None) -> RunResult[Any]:
+    """The result of a child found ended, kept on the parent's as a child run's is."""
+    result = engine.result()
     scope = None if ctx is None else ctx._scope
     if scope is not None and ctx is not None and ctx.call_id is not None:
-        scope.children[ctx.call_id] = result
+        ledger, caller = _ledger_of(ctx), (str(scope.run_id), ctx.call_id)
+        # Read from the ledger, where it holds its own children too (none live here).
+        scope.children[ctx.call_id] = result if ledger is None else read_child(ledger, caller)
     return result
 
 

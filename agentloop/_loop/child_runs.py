@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import orjson
 
-from agentloop._core.children import Children
 from agentloop._core.table import State, Trigger
 from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.child_waits import WaitingChild, end_waiting
@@ -45,9 +44,9 @@ if TYPE_CHECKING:
 __all__ = [
     "RecordedChild",
     "durable_child",
+    "read_child",
     "recorded_children",
     "recorded_in",
-    "recorded_result",
     "recorded_waiting",
     "waiting_child",
 ]
@@ -101,6 +100,7 @@ def durable_child(
         context=child.context,
         output=child.output,
         team=team_record(child),
+        checks=bool(child.output_validators),  # a check the crash cut is made again
     )
     if engine.done:
         engine.record_end()  # an end the resume made (a reply checked), not yet written
@@ -150,6 +150,10 @@ def _started_with(head: bytes, budget: Budget) -> Budget:
     return budget
 
 
+#: The events after which a call's child run has ended, or waits for a person.
+_CHILD_ENDS = (Trigger.TOOL_RETURNED, Trigger.CALL_WAITS)
+
+
 def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunResult[Any]]:
     """The child runs of the agent calls a resumed run had answered, read from its ledger.
 
@@ -161,45 +165,32 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
     found: dict[str, RunResult[Any]] = {}
     if ledger is None or not agents:
         return found
-    for call_id, child in _agent_calls(engine, agents).items():
+    # Every agent call answered (a batch's before it was appended too) or waiting on its child,
+    # and those the history answers otherwise: a call cut by a cancel, answered by the run's end.
+    calls = {e.call_id: e.tool for e in engine.events() if e.trigger in _CHILD_ENDS}
+    for message in engine.history():
+        if message["kind"] == "tool_result":
+            calls.setdefault(message["id"], message["name"])
+    for call_id, tool in calls.items():
+        child = agents.get(tool or "")
+        if child is None or call_id is None:
+            continue
         caller = (str(engine.run_id), call_id)
         try:
             ended, _ = durable_child(child, ledger, caller, [], child.budget, None, read=True)
         except RunNotFoundError:
             continue  # answered without a child (its arguments refused, say)
         except ConfigurationMismatchError:  # the child's Loop changed since: read as recorded
-            found[call_id] = view_run(ledger, child_run_id(*caller)).result
+            found[call_id] = read_child(ledger, caller)
             continue
         if ended.done or ended.state is State.AWAITING_APPROVAL:  # as the answering run kept it
-            found[call_id] = recorded_result(child, ended)
+            found[call_id] = read_child(ledger, caller)
     return found
 
 
-def _agent_calls(engine: DurableEngine, agents: dict[str, Loop[Any]]) -> dict[str, Loop[Any]]:
-    """The child Loop of each agent call of ``engine``'s run, by call id.
-
-    The calls its history answers, and those of a batch still out: answered
-    (``tool_returned``) or waiting on a child, which the history holds only
-    once the whole batch is appended.
-    """
-    calls = {
-        message["id"]: child
-        for message in engine.history()
-        if message["kind"] == "tool_result"
-        and (child := agents.get(message.get("name", ""))) is not None
-    }
-    for event in engine.events():
-        child = agents.get(event.tool or "")
-        if child is not None and event.call_id is not None:
-            calls.setdefault(event.call_id, child)
-    return calls
-
-
-def recorded_result(loop: Loop[Any], engine: DurableEngine) -> RunResult[Any]:
-    """The result of the resumed durable run ``engine``, holding its children as it kept them."""
-    children = recorded_children(loop, engine)
-    result = engine.result()
-    return result._replace(children=Children(children)) if children else result
+def read_child(ledger: Ledger, caller: tuple[str, str]) -> RunResult[Any]:
+    """A recorded child's result as its records stand, its own children read too."""
+    return view_run(ledger, child_run_id(*caller)).result
 
 
 def waiting_child(

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._core.engine import Engine
 from agentloop._core.replay import go_on
+from agentloop._core.table import Trigger
 from agentloop._durable import resume
 from agentloop._durable.ids import turn_run_id
 from agentloop._durable.view import view_run
@@ -243,15 +244,17 @@ def forked_engine(
     cancel: CancelToken | None,
     run_id: str | None,
     deps: object = None,
-) -> tuple[Engine, CancelToken]:
+) -> tuple[Engine, CancelToken, dict[str, RunResult[Any]]]:
     """A fork's engine (``Loop.fork``): ``run`` after its first ``at`` transitions; its token.
 
     ``run`` is a result, or an id in the Loop's ledger (``what``, the call, names it).
+    With them, the children the fork carries: those of the agent calls it replayed.
     """
     check_ready(loop)
     cancel = for_run(loop, deps, cancel)
+    source = saved_result(loop, run, what)
     engine, token = forked(
-        saved_result(loop, run, what),
+        source,
         at,
         budget=loop.budget,
         ledger=loop.ledger,
@@ -263,4 +266,10 @@ def forked_engine(
         agents=agents_of(loop),
         team=team_record(loop),
     )
-    return make_resilient(loop, engine), token
+    return make_resilient(loop, engine), token, carried_children(source, engine)
+
+
+def carried_children(source: RunResult, engine: Engine) -> dict[str, RunResult[Any]]:
+    """The children of ``source`` whose calls its fork ``engine`` replayed the answers of."""
+    answered = {e.call_id for e in engine.events() if e.trigger is Trigger.TOOL_RETURNED}
+    return {call_id: child for call_id, child in source.children.items() if call_id in answered}

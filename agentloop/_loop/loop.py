@@ -375,9 +375,9 @@ class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, Dep
         ``ValueError``. See the docs' "Reviewing runs" page.
         """
         registry = self._sync_driver("loop.afork", awaits=True)
-        engine, token = forked_engine(self, run, "fork", at, cancel, run_id, deps)
+        engine, token, children = forked_engine(self, run, "fork", at, cancel, run_id, deps)
         with released_on_error(engine):
-            return sync_run(self, engine, registry, token, deps)
+            return sync_run(self, engine, registry, token, deps, children)
 
     def afork(
         self,
@@ -389,9 +389,9 @@ class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, Dep
         run_id: str | None = None,
     ) -> AsyncRun[OutputT]:
         """``fork`` under asyncio: the new run is driven by ``await run.astep()``."""
-        engine, token = forked_engine(self, run, "afork", at, cancel, run_id, deps)
+        engine, token, children = forked_engine(self, run, "afork", at, cancel, run_id, deps)
         with released_on_error(engine):
-            return async_run(self, engine, token, deps)
+            return async_run(self, engine, token, deps, children)
 
     def astart(
         self,

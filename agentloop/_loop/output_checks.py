@@ -67,11 +67,27 @@ class Validators(tuple["Callable[..., Any]", ...]):
                     f"{type(validator).__name__}"
                 )
             context = context_of(f"output validator {name_of(validator)}", validator)
+            _takes_a_value(validator, context)
             functions.append(validator)
             contexts.append(context)
         made = super().__new__(cls, functions)
         made.contexts = tuple(contexts)
         return made
+
+
+def _takes_a_value(validator: Callable[..., Any], context: Context | None) -> None:
+    """Refuse, now, a validator that cannot be called as it will be: ``fn(value[, ctx=])``."""
+    try:
+        signature = inspect.signature(validator)
+    except (TypeError, ValueError):  # a builtin that says nothing of itself: its call will
+        return
+    try:
+        signature.bind(None, **({} if context is None else {context[0]: None}))
+    except TypeError:
+        raise TypeError(
+            f"expected output validator {name_of(validator)} to be a function of the final's "
+            f"value (value[, ctx]), got one whose parameters are {signature}"
+        ) from None
 
 
 #: No output validators: what a Loop without ``output_validators=`` has.

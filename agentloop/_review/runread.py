@@ -110,17 +110,62 @@ def run_of(document: dict[str, Any]) -> RunResult:
             f"a run left {engine.state.value!r}",
         )
     reader.ended()
-    return engine.result()._replace(
+    result = engine.result()
+    children = {
+        call_id: _child(call_id, child) for call_id, child in document.get("children", {}).items()
+    }
+    _children_agree(result, events, children)
+    return result._replace(
         events=tuple(events),
         continues=document.get("continues"),
         run_id=document.get("run_id"),
-        children=Children(
-            {
-                call_id: _child(call_id, child)
-                for call_id, child in document.get("children", {}).items()
-            }
-        ),
+        children=Children(children),
     )
+
+
+def _children_agree(
+    result: RunResult, events: list[Transition], children: dict[str, RunResult]
+) -> None:
+    """Refuse children the run's own record does not vouch for.
+
+    A child must be under a call the run answered or waits on (or handed out
+    and answered ``cancelled`` as it ended: a cancel cut it); an answered
+    one's tokens are those its call's outcome reported; a waiting one waits
+    on the calls the run lists under it, so what a person is shown is what
+    would run.
+    """
+    answers = {
+        e.call_id: e for e in events if e.trigger in (Trigger.TOOL_RETURNED, Trigger.CALL_WAITS)
+    }
+    cut = (
+        {call_id for e in events for call_id in e.started}
+        if result.status is State.CANCELLED
+        else set()
+    )
+    for call_id, child in children.items():
+        where, answer = f"$.children.{call_id}", answers.get(call_id)
+        if answer is None and call_id not in cut:
+            raise Mismatch(
+                where, "the child run of a call the run answered or waits on", "no such call"
+            )
+        if (
+            answer is not None
+            and answer.trigger is Trigger.TOOL_RETURNED
+            and answer.usage != child.usage
+        ):
+            raise Mismatch(
+                where,
+                f"a child whose tokens its call's outcome reported ({answer.usage})",
+                f"one of {child.usage}",
+            )
+        listed = [p._replace(path=p.path[1:]) for p in result.pending if p.path[:1] == (call_id,)]
+        if listed and listed != list(child.pending):
+            raise Mismatch(
+                where,
+                "a child waiting on the calls its parent lists under it",
+                f"one waiting on {[p.key for p in child.pending]!r:.120}, "
+                "other calls or other arguments",
+            )
 
 
 def _child(call_id: str, document: dict[str, Any]) -> RunResult:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import agentloop
 from agentloop import CancelToken, Loop
 from agentloop.ledger import SQLiteLedger
+from agentloop.review import run_from_json, run_to_json
 from agentloop.streaming import Nested, TextDelta, chunked
 from agentloop.testing import (
     ScriptedModel,
@@ -449,6 +450,23 @@ def test_a_child_that_wants_other_deps_answers_an_error() -> None:
     assert "c1" not in result.children  # no child run began
 
 
+@pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
+def test_a_parent_cut_by_a_cancel_in_its_child_loads_back_from_its_run_file(
+    driver: Driver,
+) -> None:
+    """The child's call is answered ``cancelled`` by the run's end, not by an outcome: the
+    run file's check still finds the call it was handed out under, and loads it back equal."""
+    token = CancelToken()
+    child = Loop(ScriptedModel([cancel(token), final("never")]))
+    parent = writer(child, [call("c1", "research", input="go"), final("never")])
+    result = result_of(driver, parent, token)
+    assert (result.status, result.transcript[2]["status"]) == ("cancelled", "cancelled")
+    assert result.children["c1"].status == "cancelled"
+    loaded = run_from_json(run_to_json(result))
+    assert loaded == result
+    assert loaded.children["c1"].transcript == result.children["c1"].transcript
+
+
 @pytest.mark.parametrize("concurrency", [1, 2])
 def test_a_cancel_during_a_childs_async_tool_ends_both_paired(concurrency: int) -> None:
     """Under asyncio the token cuts the child's awaited tool; every call of both is answered."""
@@ -574,6 +592,8 @@ def test_a_typed_input_refuses_what_is_not_an_object() -> None:
     child, _ = researcher([])
     with pytest.raises(TypeError, match="expected input= to be a type whose JSON is an object"):
         child.as_tool("research", "Research.", input=int)
+    with pytest.raises(TypeError, match="agent tool 'research': expected input= to be a type"):
+        child.as_tool("research", "Research.", input="str")  # no type at all: input= is named
     with pytest.raises(TypeError, match=r"given with input=, got .* without input="):
         child.as_tool("research", "Research.", prompt=str)
     parent = writer(child, [call("c1", "research", input=3), final("y")])
@@ -679,3 +699,29 @@ def test_a_child_run_reaches_the_parents_astream_before_its_calls_transition() -
     assert (result.steps, result.calls) == (2, 1)
     assert result.children["c1"].output == "mid"
     assert_paired(result)
+
+
+def test_a_fork_past_an_agent_call_carries_its_child_and_one_before_runs_a_new_one() -> None:
+    def answering(script: list[Any]) -> Any:
+        return lambda history: script[sum(m["kind"] in ("call", "calls") for m in history)]
+
+    asked: list[str] = []
+
+    def look(q: str) -> str:
+        """Look."""
+        asked.append(q)
+        return "seen"
+
+    kid = Loop(answering([call("k1", "look", q="b"), final("kid out")]), tools=[look])
+    parent = Loop(
+        answering([call("c1", "post", input="w"), final("y")]),
+        tools=[kid.as_tool("post", "Post.")],
+    )
+    whole = parent.run("t")
+    returned = next(i for i, e in enumerate(whole.events) if e.trigger == "tool_returned")
+    carried = parent.fork(whole, at=returned + 1).finish()
+    assert (list(carried.children), carried.children["c1"]) == (["c1"], whole.children["c1"])
+    assert asked == ["b"]  # carried, not run again
+    fresh = parent.fork(whole, at=1).finish()  # before the agent call: a child of its own
+    assert fresh.children["c1"].output == "kid out"
+    assert asked == ["b", "b"]

@@ -429,3 +429,11 @@ def test_a_teams_finals_are_checked_by_the_first_agents_validators() -> None:
     result = triage.run("go")
     assert (result.status, result.output, result.agent) == ("finished", "short", "b")
     assert seen == ["too long", "short"]
+
+
+@pytest.mark.parametrize("validator", [lambda: None, lambda a, b, c: None], ids=["none", "three"])
+def test_a_validator_that_cannot_take_the_value_is_refused_when_the_loop_is_made(
+    validator: Any,
+) -> None:
+    with pytest.raises(TypeError, match=r"output validator '<lambda>'.*\(value\[, ctx\]\)"):
+        Loop(ScriptedModel([final("x")]), output_validators=[validator])

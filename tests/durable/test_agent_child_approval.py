@@ -1,6 +1,6 @@
 """Approval under a path, durable: a child that asks a person makes its durable parent wait.
 
-The parent's record holds ``call_waits`` (keyed by the first pending call's
+The parent's record holds ``call_waits`` (keyed by its child's first pending call's
 path key, ``c1/k1``) and ends ``awaiting_approval`` with the child's calls
 pending under their paths. ``loop.resume(run_id, decisions={("c1", "k1"): ...})``
 in another process (here: new Loops over the same ledger) records the decision
@@ -298,3 +298,93 @@ def test_a_grandchilds_call_is_decided_from_the_top_and_cancelled_innermost_firs
     assert family(ledger).resume("r1", cancel=token).status == "cancelled"
     assert [run for run, kind, _ in ledger.order if kind == "end"] == ["r1:c1:k2", "r1:c1", "r1"]
     assert (sent, ledger.claimed) == (["bob"], set())
+
+
+def _answering(script: list[Any]) -> Any:
+    """A model that answers by how many of its replies the history holds (any run, any time)."""
+    return lambda history: script[sum(m["kind"] in ("call", "calls") for m in history)]
+
+
+def _clerks(
+    sent: list[str], parent_script: list[Any], *more: agentloop.Tool, **options: Any
+) -> agentloop.Loop:
+    """A parent whose agent tool ``post``'s child asks a person before each ``send``."""
+
+    async def send(to: str) -> str:
+        """Send."""
+        sent.append(to)
+        return "sent"
+
+    clerk = agentloop.Loop(
+        _answering([call("k1", "send", to="bob"), final("posted")]),
+        tools=[agentloop.Tool(send, policy=lambda c: agentloop.ask("sends mail"))],
+    )
+    return agentloop.Loop(
+        _answering(parent_script), tools=[clerk.as_tool("post", "Post."), *more], **options
+    )
+
+
+def test_two_children_waiting_at_once_under_a_durable_parent_are_decided_together() -> None:
+    """Each waiting call's record is named by its own path: the second wait is no repeat."""
+    sent: list[str] = []
+    script = [agentloop.testing.batch(call("c1", "post", input="a"), call("c2", "post", input="b"))]
+    script.append(final("done"))
+    ledger = MemoryLedger()
+    waiting = asyncio.run(
+        _clerks(sent, script, ledger=ledger, max_concurrency=2).arun("t", run_id="r")
+    )
+    assert (waiting.status, sorted(p.key for p in waiting.pending)) == (
+        "awaiting_approval",
+        [("c1", "k1"), ("c2", "k1")],
+    )
+    waits = sorted(r.key for r in ledger.records["r"] if r.kind == "call_waits")
+    assert waits == ["c1/k1", "c2/k1"]
+    decided = asyncio.run(
+        _clerks(sent, script, ledger=ledger, max_concurrency=2).aresume(
+            "r", decisions={("c1", "k1"): agentloop.approve(), ("c2", "k1"): agentloop.approve()}
+        )
+    )
+    assert (decided.status, decided.calls, sent) == ("finished", 2, ["bob", "bob"])
+    assert_contract(decided, "t")
+
+
+def test_a_run_call_whose_id_has_a_slash_is_not_a_childs_path() -> None:
+    """The parent's own call ``c1/k1`` and its child's ``("c1", "k1")`` are two keys."""
+    sent: list[str] = []
+    wiped: list[str] = []
+
+    def wipe(what: str) -> str:
+        """Wipe."""
+        wiped.append(what)
+        return "wiped"
+
+    script = [
+        agentloop.testing.batch(call("c1/k1", "wipe", what="all"), call("c1", "post", input="a")),
+        final("done"),
+    ]
+    ledger = MemoryLedger()
+
+    def parent() -> agentloop.Loop:
+        asked = agentloop.Tool(wipe, policy=lambda c: agentloop.ask("wipes"))
+        return _clerks(sent, script, asked, ledger=ledger)
+
+    first = parent().run("t", run_id="r")
+    assert (first.status, [p.key for p in first.pending]) == ("awaiting_approval", ["c1/k1"])
+    second = parent().resume("r", decisions={"c1/k1": agentloop.approve()})
+    assert [p.key for p in second.pending] == [("c1", "k1")]
+    done = parent().resume("r", decisions={("c1", "k1"): agentloop.deny("no mail")})
+    assert (done.status, wiped, sent) == ("finished", ["all"], [])
+    keys = [r.key for r in ledger.records["r"] if r.kind == "decision"]
+    assert keys == ["c1%2Fk1", "c1/k1"]
+
+
+def test_a_waiting_parent_resumed_without_decisions_holds_its_waiting_child() -> None:
+    sent: list[str] = []
+    ledger = MemoryLedger()
+    script = [call("c1", "post", input="a"), final("done")]
+    first = _clerks(sent, script, ledger=ledger).run("t", run_id="r")
+    again = _clerks(sent, script, ledger=ledger).resume("r")
+    assert (again.status, [p.key for p in again.pending]) == ("awaiting_approval", [("c1", "k1")])
+    assert list(again.children) == list(first.children) == ["c1"]
+    assert again.children["c1"].status == "awaiting_approval"
+    assert sent == []

@@ -711,3 +711,50 @@ def test_a_descendants_id_names_one_run_and_one_path_of_calls(
     for at in range(len(path) - 1):
         joined = [*path[:at], f"{path[at]}:{path[at + 1]}", *path[at + 2 :]]
         assert descendant(run_id, path) != descendant(run_id, joined)
+
+
+def _grand_family(ledger: Any, ran: list[str]) -> agentloop.Loop:
+    """A parent's batch: an agent call ``c1`` (whose child calls an agent ``k1`` of its own)
+    and a plain call ``c2``; every model answers by how many replies its history holds."""
+
+    def answering(script: list[Any]) -> Any:
+        return lambda history: script[sum(m["kind"] in ("call", "calls") for m in history)]
+
+    def note(what: str) -> str:
+        """Note."""
+        ran.append(what)
+        return what
+
+    grandchild = agentloop.Loop(answering([final("deep")]))
+    child = agentloop.Loop(
+        answering([call("k1", "dig", input="x"), final("mid")]),
+        tools=[grandchild.as_tool("dig", "Dig.")],
+    )
+    parent_script = [
+        batch(call("c1", "ask", input="q"), call("c2", "note", what="n")),
+        final("top"),
+    ]
+    return agentloop.Loop(
+        answering(parent_script),
+        tools=[child.as_tool("ask", "Ask."), note],
+        ledger=ledger,
+    )
+
+
+def test_a_resumed_parent_holds_every_recorded_child_and_its_children() -> None:
+    """Crashed at any append: the resumed result's children are those view_run reads,
+    a child answered in a batch not yet appended and a grandchild included."""
+    whole = _grand_family(MemoryLedger(), []).run("go", run_id="r1")
+    assert list(whole.children) == ["c1"]
+    assert list(whole.children["c1"].children) == ["k1"]
+    memory = MemoryLedger()
+    _grand_family(memory, []).run("go", run_id="r1")
+    for at in range(1, memory.appends + 1):
+        crashed = MemoryLedger()
+        with pytest.raises((Crash, LedgerError)):
+            _grand_family(CrashingLedger(crashed, at), []).run("go", run_id="r1")
+        result = _grand_family(crashed, []).resume("r1")
+        assert result.status == "finished", at
+        assert list(result.children) == ["c1"], at
+        assert list(result.children["c1"].children) == ["k1"], at
+        assert result.children["c1"].output == "mid", at

@@ -138,3 +138,43 @@ def test_a_view_without_the_loop_leaves_an_unchecked_final_unchecked() -> None:
     again = Counted()
     resumed = go(make_loop(memory, again, script), "sync", resume=True)
     assert (resumed.status, again.calls) == ("finished", 1)
+
+
+def family(ledger: Ledger, validator: Counted) -> Loop:
+    """A durable parent whose agent tool's child has the validator."""
+
+    def parent_model(history: list[dict[str, Any]]) -> object:
+        answered = any(m["kind"] == "tool_result" for m in history)
+        return final("done") if answered else call("c1", "research", input="q")
+
+    def child_model(history: list[dict[str, Any]]) -> object:
+        return SCRIPT[sum(m["kind"] == "final" for m in history)]
+
+    child = Loop(child_model, output_validators=[validator])
+    return Loop(parent_model, tools=[child.as_tool("research", "Research.")], ledger=ledger)
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_crash_around_a_childs_check_never_leaves_its_final_unchecked(driver: Driver) -> None:
+    """A child's checks are kept as a top run's are: a check the crash cut runs again."""
+    memory = MemoryLedger()
+    go(family(memory, Counted()), driver)
+    appends = memory.appends
+    for at in range(1, appends + 1):
+        for when in ("before", "after"):
+            memory = MemoryLedger()
+            with pytest.raises((Crash, LedgerError)):
+                go(family(CrashingLedger(memory, at, when), Counted()), driver)
+            if when == "after" and at == appends:
+                continue  # the parent's end is recorded: nothing to resume
+            recorded = sum(r.kind == "output_checked" for r in memory.records.get("r1:c1", []))
+            again = Counted()
+            result = go(family(memory, again), driver, resume=True)
+            assert result.status == "finished", (at, when)
+            assert result.transcript[2]["content"] == "a long enough answer", (at, when)
+            assert again.calls == 2 - recorded, (at, when)
+            child = view_run(memory, "r1:c1").result
+            assert [e.input_json for e in child.events if e.trigger == "output_checked"] == [
+                b'["too short"]',
+                b"[]",
+            ], (at, when)

@@ -410,3 +410,17 @@ def test_a_child_found_cancelled_ends_its_resumed_parents_cancelled(
     for run_id in run_ids(memory):
         check_record(memory, run_id, ordered, world)
     assert (result.status, result.steps, result.calls) == (want.status, want.steps, want.calls)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_parent_cut_by_its_childs_cancel_reads_back_with_the_child(driver: Driver) -> None:
+    """The call cut by the cancel is answered by the run's end, not by an outcome: read back,
+    the ended parent still holds the child of that call."""
+    line = _line(2, driver)
+    tree = attrs.evolve(line, cancel_at=("n.0", 0))
+    memory = MemoryLedger()
+    want = to_the_end(tree, World(), memory, start=True)
+    assert (want.status, want.children["c1"].status) == ("cancelled", "cancelled")
+    read = Process(tree, World(), memory).go(False)
+    assert read == want
+    assert read.children["c1"].run_id == "r1:c1"

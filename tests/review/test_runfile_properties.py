@@ -208,3 +208,97 @@ def test_a_summary_left_out_is_refused_even_where_the_next_reply_matches_it() ->
     with pytest.raises(RunFileError) as caught:
         run_from_json(orjson.dumps(document))
     assert caught.value.where.startswith(f"run file: $.events[{summaries[0]}].input")
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda e: e.pop("call"),
+        lambda e: e.update(call="zz"),
+        lambda e: e["waits"][0].update(path=["zz"]),
+    ],
+    ids=["no call", "a call not running", "a path under another call"],
+)
+def test_a_damaged_call_waits_event_is_refused_where_it_is(edit: Callable[[Any], Any]) -> None:
+    """A wait naming no call, or a call that does not run, is the file's damage at that event."""
+
+    def send(to: str) -> str:
+        """Send."""
+        return "sent"
+
+    clerk = Loop(
+        ScriptedModel([call("k1", "send", to="b"), final("x")]),
+        tools=[agentloop.Tool(send, policy=lambda c: agentloop.ask("a person decides"))],
+    )
+    office = Loop(
+        ScriptedModel([call("c1", "post", input="w"), final("y")]),
+        tools=[clerk.as_tool("post", "Post.")],
+    )
+    document = orjson.loads(run_to_json(office.run("t")))
+    index = next(i for i, e in enumerate(document["events"]) if e["on"] == "call_waits")
+    edit(document["events"][index])
+    with pytest.raises(RunFileError) as caught:
+        run_from_json(orjson.dumps(document))
+    assert caught.value.where.startswith(f"run file: $.events[{index}]")
+
+
+def _office(script: list[Any], asks: bool) -> Loop[Any]:
+    """A parent whose agent tool ``post``'s child sends mail (asking a person first, or not)."""
+
+    def send(to: str) -> str:
+        """Send."""
+        return "sent"
+
+    def answering(replies: list[Any]) -> Any:
+        return lambda history: replies[sum(m["kind"] in ("call", "calls") for m in history)]
+
+    policy = (lambda c: agentloop.ask("a person decides")) if asks else None
+    clerk = Loop(
+        answering([call("k1", "send", to="bob"), with_usage(final("x"), 3, 2)]),
+        tools=[Tool(send, policy=policy)],
+    )
+    return Loop(answering(script), tools=[clerk.as_tool("post", "Post."), add])
+
+
+def _edit_waiting_child(d: dict[str, Any]) -> str:
+    d["children"]["c1"]["events"][0]["input"]["arguments"]["to"] = "eve"
+    return "$.children.c1"
+
+
+def _move_child(d: dict[str, Any]) -> str:
+    d["children"]["c2"] = d["children"].pop("c1")
+    return "$.children.c2"
+
+
+def _extra_child(d: dict[str, Any]) -> str:
+    d["children"]["zz"] = d["children"]["c1"]
+    return "$.children.zz"
+
+
+def _edit_usage(d: dict[str, Any]) -> str:
+    answer = next(e for e in d["events"] if e["on"] == "tool_returned" and "usage" in e)
+    answer["usage"] = [500, 2, 0]
+    return "$.children.c1"
+
+
+@pytest.mark.parametrize(
+    ("asks", "edit"),
+    [
+        (True, _edit_waiting_child),
+        (False, _move_child),
+        (False, _extra_child),
+        (False, _edit_usage),
+    ],
+    ids=["a waiting child's call edited", "moved under a plain call", "under no call", "tokens"],
+)
+def test_children_their_parent_does_not_vouch_for_are_refused(
+    asks: bool, edit: Callable[[dict[str, Any]], str]
+) -> None:
+    """A child under a call the run did not answer from it, with other tokens than the call
+    reported, or waiting on other calls than the run lists: the file's damage, named."""
+    script = [batch(call("c1", "post", input="w"), call("c2", "add", a=1, b=2)), final("y")]
+    document = orjson.loads(run_to_json(_office(script, asks).run("t")))
+    where = edit(document)
+    with pytest.raises(RunFileError) as caught:
+        run_from_json(orjson.dumps(document))
+    assert caught.value.where.startswith(f"run file: {where}")
