@@ -128,8 +128,8 @@ def _children_agree(
 ) -> None:
     """Refuse children the run's own record does not vouch for.
 
-    A child must be under a call the run answered or waits on (or handed out
-    and answered ``cancelled`` as it ended: a cancel cut it); an answered
+    A child must be under a call the run answered or waits on (or answered
+    ``cancelled`` as it ended: a cancel cut it); an answered
     one's tokens are those its call's outcome reported; a waiting one waits
     on the calls the run lists under it, so what a person is shown is what
     would run.
@@ -137,8 +137,8 @@ def _children_agree(
     answers = {
         e.call_id: e for e in events if e.trigger in (Trigger.TOOL_RETURNED, Trigger.CALL_WAITS)
     }
-    cut = (
-        {call_id for e in events for call_id in e.started}
+    cut = (  # the calls a cancel cut: answered cancelled by the run's end
+        {m["id"] for m in result.transcript if m.get("status") == "cancelled"}
         if result.status is State.CANCELLED
         else set()
     )
