@@ -127,6 +127,12 @@ class ConcurrentBatch:
             transition = ended_by_token(engine, TokenCancelled(said))
             await self._dropped(dropped)
             return transition
+        cut = None if task.cancelled() or task.exception() else task.result()
+        if type(cut) is _Cut:  # the token cut the call inside (an agent tool's child, cancelled)
+            dropped = self.drop()
+            transition = ended_by_token(engine, cut.exc)
+            await self._dropped(dropped)
+            return transition
         del tasks[call_id]
         if task.cancelled():  # the tool cancelled itself: an interruption, as when awaited
             raise asyncio.CancelledError(f"the tool of call {call_id!r} was cancelled")
@@ -155,10 +161,14 @@ class ConcurrentBatch:
         cancel = self._cancel
         if cancel is not None and cancel.cancelled:
             return _UNSTARTED
-        if around is None:
-            return await tool(need)(need.call)
-        with around(need):
-            return await tool(need)(need.call)
+        try:
+            if around is None:
+                return await tool(need)(need.call)
+            with around(need):
+                return await tool(need)(need.call)
+        except TokenCancelled as exc:
+            # A CancelledError: raised out of the task, it would read as the task cancelled.
+            return _Cut(exc)
 
     def drop(self) -> list[asyncio.Task[object]]:
         """Cancel every running call's task: the engine has answered them ``cancelled``."""
@@ -173,6 +183,15 @@ class ConcurrentBatch:
         """Wait for cancelled calls to end, as a task group does: no tool outlives its run."""
         if tasks:
             await asyncio.wait(tasks)
+
+
+class _Cut:
+    """What a call's task answers when the token cut its call (``TokenCancelled`` inside)."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: TokenCancelled) -> None:
+        self.exc = exc
 
 
 #: What a call's task answers when it found the token cancelled before its call began.

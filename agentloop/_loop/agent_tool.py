@@ -270,11 +270,13 @@ class AgentTool(Tool):
     def _answer(self, result: RunResult[Any], ctx: RunContext[Any] | None) -> Answered:
         """The parent's call's outcome: the child's output, or an error saying how it ended.
 
-        A child cancelled by the parent's token answers nothing: the parent's
-        call is answered ``cancelled`` as the parent ends so.
+        A child that ended cancelled answers nothing: a cancel reached it (the
+        parent's token, or, resumed after a crash, the cancel its record or
+        its own child's holds), and the cancel wins: the parent's call is
+        answered ``cancelled`` as the parent ends so, at every level.
         """
         status = result.status
-        if status is State.CANCELLED and ctx is not None and ctx.cancel and ctx.cancel.cancelled:
+        if status is State.CANCELLED:
             raise TokenCancelled(f"agent {self.name!r}: its run was cancelled with its parent's")
         if status is State.AWAITING_APPROVAL:  # the call waits: its child's calls are pending
             return Answered(Waiting(result.pending))

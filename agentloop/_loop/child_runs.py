@@ -165,10 +165,15 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
     found: dict[str, RunResult[Any]] = {}
     if ledger is None or not agents:
         return found
-    # Every agent call answered (a batch's before it was appended too) or waiting on its child.
-    for event in engine.events():
-        call_id, child = event.call_id, agents.get(event.tool or "")
-        if event.trigger not in _CHILD_ENDS or child is None or call_id is None:
+    # Every agent call answered (a batch's before it was appended too) or waiting on its child,
+    # and those the history answers otherwise: a call cut by a cancel, answered by the run's end.
+    calls = {e.call_id: e.tool for e in engine.events() if e.trigger in _CHILD_ENDS}
+    for message in engine.history():
+        if message["kind"] == "tool_result":
+            calls.setdefault(message["id"], message["name"])
+    for call_id, tool in calls.items():
+        child = agents.get(tool or "")
+        if child is None or call_id is None:
             continue
         caller = (str(engine.run_id), call_id)
         try:

@@ -128,7 +128,8 @@ def _children_agree(
 ) -> None:
     """Refuse children the run's own record does not vouch for.
 
-    A child must be under a call the run answered or waits on; an answered
+    A child must be under a call the run answered or waits on (or answered
+    ``cancelled`` as it ended: a cancel cut it); an answered
     one's tokens are those its call's outcome reported; a waiting one waits
     on the calls the run lists under it, so what a person is shown is what
     would run.
@@ -136,13 +137,22 @@ def _children_agree(
     answers = {
         e.call_id: e for e in events if e.trigger in (Trigger.TOOL_RETURNED, Trigger.CALL_WAITS)
     }
+    cut = (  # the calls a cancel cut: answered cancelled by the run's end
+        {m["id"] for m in result.transcript if m.get("status") == "cancelled"}
+        if result.status is State.CANCELLED
+        else set()
+    )
     for call_id, child in children.items():
         where, answer = f"$.children.{call_id}", answers.get(call_id)
-        if answer is None:
+        if answer is None and call_id not in cut:
             raise Mismatch(
                 where, "the child run of a call the run answered or waits on", "no such call"
             )
-        if answer.trigger is Trigger.TOOL_RETURNED and answer.usage != child.usage:
+        if (
+            answer is not None
+            and answer.trigger is Trigger.TOOL_RETURNED
+            and answer.usage != child.usage
+        ):
             raise Mismatch(
                 where,
                 f"a child whose tokens its call's outcome reported ({answer.usage})",

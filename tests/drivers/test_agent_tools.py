@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import agentloop
 from agentloop import CancelToken, Loop
 from agentloop.ledger import SQLiteLedger
+from agentloop.review import run_from_json, run_to_json
 from agentloop.streaming import Nested, TextDelta, chunked
 from agentloop.testing import (
     ScriptedModel,
@@ -449,6 +450,23 @@ def test_a_child_that_wants_other_deps_answers_an_error() -> None:
     assert "c1" not in result.children  # no child run began
 
 
+@pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
+def test_a_parent_cut_by_a_cancel_in_its_child_loads_back_from_its_run_file(
+    driver: Driver,
+) -> None:
+    """The child's call is answered ``cancelled`` by the run's end, not by an outcome: the
+    run file's check still finds the call it was handed out under, and loads it back equal."""
+    token = CancelToken()
+    child = Loop(ScriptedModel([cancel(token), final("never")]))
+    parent = writer(child, [call("c1", "research", input="go"), final("never")])
+    result = result_of(driver, parent, token)
+    assert (result.status, result.transcript[2]["status"]) == ("cancelled", "cancelled")
+    assert result.children["c1"].status == "cancelled"
+    loaded = run_from_json(run_to_json(result))
+    assert loaded == result
+    assert loaded.children["c1"].transcript == result.children["c1"].transcript
+
+
 @pytest.mark.parametrize("concurrency", [1, 2])
 def test_a_cancel_during_a_childs_async_tool_ends_both_paired(concurrency: int) -> None:
     """Under asyncio the token cuts the child's awaited tool; every call of both is answered."""
@@ -492,6 +510,48 @@ def test_a_cancel_during_a_childs_async_tool_ends_both_paired(concurrency: int) 
         assert kid.status == "cancelled"
         assert kid.transcript[2]["status"] == "cancelled"
         assert_paired(kid)
+    assert_contract(result, "write")
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_a_childs_model_that_cancels_beside_a_sibling_ends_the_parent_cancelled(
+    concurrency: int,
+) -> None:
+    """asyncio: the child's model cancels the parent's token while a plain sibling call is out.
+    The child ends cancelled, and its call answers ``cancelled`` as the run ends so: with
+    calls at once, the call's task ends in ``TokenCancelled`` (a ``CancelledError``), which is
+    the token's cut, not a task cancelled by its tool."""
+    token = CancelToken()
+    effects: list[int] = []
+
+    async def note(n: int) -> int:
+        """Note a number."""
+        await asyncio.sleep(0)
+        effects.append(n)
+        return n
+
+    async def cancelling(history: list[dict[str, Any]]) -> dict[str, Any]:
+        await asyncio.sleep(0)  # the sibling's task starts meanwhile
+        token.cancel()
+        return final("never")
+
+    child = Loop(cancelling)
+    parent = Loop(
+        ScriptedModel(
+            [batch(call("c1", "research", input="a"), call("c2", "note", n=1)), final("x")]
+        ),
+        tools=[child.as_tool("research", "Research."), note],
+        max_concurrency=concurrency,
+    )
+    result = asyncio.run(parent.arun("write", cancel=token))
+
+    assert (result.status, result.steps, result.calls) == ("cancelled", 1, 2)
+    answers = [(m["id"], m["status"]) for m in result.transcript if m["kind"] == "tool_result"]
+    assert answers == [("c1", "cancelled"), ("c2", "cancelled")]
+    kid = result.children["c1"]
+    assert (kid.status, kid.steps, kid.calls) == ("cancelled", 1, 0)
+    assert effects == []  # c2 never ran, or was cut as it awaited
+    assert_paired(kid)
     assert_contract(result, "write")
 
 
