@@ -206,7 +206,10 @@ class SQLiteLedger:
             db.execute("BEGIN")  # one snapshot for both reads
             try:
                 row = self._row(run_id)
-                (header,) = db.execute("SELECT header FROM runs WHERE id = ?", (row,)).fetchone()
+                found = db.execute("SELECT header FROM runs WHERE id = ?", (row,)).fetchone()
+                if found is None:  # the id's index names a row the table does not hold
+                    raise LedgerError(f"{self.path}: run {run_id!r}: its header is damaged")
+                (header,) = found
                 records = [
                     LedgerRecord(kind, key, body)
                     for kind, key, body in db.execute(

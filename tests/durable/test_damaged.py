@@ -712,3 +712,17 @@ def test_show_of_a_run_a_damaged_file_cannot_find_says_so_in_one_line(tmp_path: 
     code, _, err = command("show", path, "plain")
     said_in_one_line(code, err)
     assert code == 2
+
+
+def test_runs_of_a_file_whose_index_names_a_row_the_table_lacks_says_so_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """A run id's index entry leads to no row of the runs' table: that run's damage, said."""
+    path = tmp_path / "runs.db"
+    shutil.copy(FIXTURES / "v2-ledger.db", path)
+    data = bytearray(path.read_bytes())
+    data[12264] ^= 3  # a row of the runs' table (as a long-tier draw found)
+    path.write_bytes(bytes(data))
+    code, out, err = command("runs", path)
+    said_in_one_line(code, err)
+    assert "its header is damaged" in out + err
