@@ -206,10 +206,7 @@ class SQLiteLedger:
             db.execute("BEGIN")  # one snapshot for both reads
             try:
                 row = self._row(run_id)
-                found = db.execute("SELECT header FROM runs WHERE id = ?", (row,)).fetchone()
-                if found is None:  # the id's index names a row the table does not hold
-                    raise LedgerError(f"{self.path}: run {run_id!r}: its header is damaged")
-                (header,) = found
+                header = db.execute("SELECT header FROM runs WHERE id = ?", (row,)).fetchone()
                 records = [
                     LedgerRecord(kind, key, body)
                     for kind, key, body in db.execute(
@@ -218,12 +215,12 @@ class SQLiteLedger:
                 ]
             finally:
                 db.execute("COMMIT")
-        for record in records:
-            if not (type(record.kind) is str and type(record.key) is str):
-                raise LedgerError(f"{self.path}: run {run_id!r}: a record's kind or key is damaged")
-            if type(record.body) is not bytes or type(header) is not bytes:
-                raise LedgerError(f"{self.path}: run {run_id!r}: a record is not stored as bytes")
-        return header, records
+        if header is None or type(header[0]) is not bytes:  # None: an index names no row
+            raise LedgerError(f"{self.path}: run {run_id!r}: its header is damaged")
+        for kind, key, body in records:
+            if not (type(kind) is str and type(key) is str and type(body) is bytes):
+                raise LedgerError(f"{self.path}: run {run_id!r}: a record is damaged")
+        return header[0], records
 
     # -- beyond the protocol -----------------------------------------------------------
 
