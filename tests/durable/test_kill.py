@@ -27,6 +27,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -213,8 +214,11 @@ def test_a_kill_around_a_check_asks_it_again_only_if_unrecorded(
         assert (ran.count("check:short"), ran.count("check:long")) == (short, long), (at, when)
 
 
-def check(job: dict[str, Any], got: dict[str, Any], baseline: Baseline) -> set[str]:
-    """The resumed run against the uninterrupted one; effects and records; the unknown ids."""
+def ended_as_baseline(
+    job: dict[str, Any], got: dict[str, Any], baseline: Baseline
+) -> tuple[set[str], dict[str, int]]:
+    """The resumed run ended as the uninterrupted one did: its unknown ids, and how often
+    each effect the job's tools logged happened."""
     want = baseline.result
     assert (got["status"], got["steps"], got["calls"]) == (
         want["status"],
@@ -222,10 +226,14 @@ def check(job: dict[str, Any], got: dict[str, Any], baseline: Baseline) -> set[s
         want["calls"],
     )
     unknown = unknown_ids(got["transcript"], want["transcript"], {"idem"})
-    effects: dict[str, int] = {}
     path = Path(job["effects"])
-    for line in path.read_text().splitlines() if path.exists() else []:
-        effects[line] = effects.get(line, 0) + 1
+    effects = Counter(path.read_text().splitlines() if path.exists() else [])
+    return unknown, effects
+
+
+def check(job: dict[str, Any], got: dict[str, Any], baseline: Baseline) -> set[str]:
+    """The resumed run against the uninterrupted one; effects and records; the unknown ids."""
+    unknown, effects = ended_as_baseline(job, got, baseline)
     check_effects(
         got["transcript"],
         unknown,

@@ -67,18 +67,8 @@ def family_job(tmp: Path, driver: str, **more: Any) -> dict[str, Any]:
 
 def check(job: dict[str, Any], got: dict[str, Any], baseline: Baseline) -> set[str]:
     """Parent and child against the uninterrupted run; effects and records; unknown child ids."""
-    want = baseline.result
-    assert (got["status"], got["steps"], got["calls"]) == (
-        want["status"],
-        want["steps"],
-        want["calls"],
-    )
-    parent_unknown = unknown_ids(got["transcript"], want["transcript"], {"idem"})
+    parent_unknown, effects = test_kill.ended_as_baseline(job, got, baseline)
     assert "cA" not in parent_unknown  # an agent call is resumed, never left unknown
-    effects: dict[str, int] = {}
-    path = Path(job["effects"])
-    for line in path.read_text().splitlines() if path.exists() else []:
-        effects[line] = effects.get(line, 0) + 1
     own = [message for message in got["transcript"] if message.get("name") != "research"]
     check_effects(own, parent_unknown, lambda r: effects.get(f"{r['name']} r1:{r['id']}", 0))
     ledger = agentloop.ledger.SQLiteLedger(job["db"])
