@@ -38,10 +38,10 @@ import attrs
 import orjson
 
 from agentloop._core.engine import Engine
-from agentloop._core.json import exception_content
 from agentloop._core.table import State
 from agentloop._core.values import CancelToken
 from agentloop._drivers.callbacks import TokenCancelled
+from agentloop._drivers.child_answers import ChildRunEnded, ended_content
 from agentloop._drivers.child_waits import Waiting
 from agentloop._drivers.delegation import Nested
 from agentloop._drivers.run_context import NO_RUN, RunContext, current_context
@@ -78,10 +78,6 @@ INPUT_SCHEMA: Final = {
     "required": ["input"],
     "additionalProperties": False,
 }
-
-
-class ChildRunEnded(Exception):
-    """An agent tool's child run ended without an output: its ``status`` says how."""
 
 
 class AgentTool(Tool):
@@ -283,11 +279,7 @@ class AgentTool(Tool):
         if status is State.FINISHED:
             outcome = returned(self.name, result.output)
         else:
-            why = result.reason or result.error
-            exc = ChildRunEnded(
-                f"agent {self.name!r} ended {status.value}" + (f" ({why})" if why else "")
-            )
-            content = {**exception_content(exc), "status": status.value}
+            content, exc = ended_content(self.name, result)
             outcome = {"status": "error", "content": content, "exception": exc}
         return Answered({**outcome, "usage": result.usage._asdict()})
 
