@@ -3,7 +3,9 @@
 The child that answers call ``c1`` of run ``r1`` is the run ``r1:c1`` of the
 same ledger (``test_agent_children.py``). Given to ``resume`` or ``aresume``
 it is refused before anything is claimed or written, and the error names the
-run to resume instead, which still goes on as if nothing was asked.
+run to resume instead, which still goes on as if nothing was asked. And a
+crash that unwinds a child in process leaves no claim behind: the parent
+resumes at once.
 """
 
 from __future__ import annotations
@@ -143,3 +145,58 @@ def test_a_grandchild_names_the_run_at_the_top_of_its_tree() -> None:
     # An ended child is refused too: it is read with its parent (view_run, the result's children).
     with pytest.raises(ValueError, match="resume 'r1'"):
         loop.resume("r1:c1")
+
+
+class Dying(CrashingLedger):
+    """A process that dies in place: once a tool has called ``die``, every write raises
+    ``Crash`` again (a ``BaseException``, as an interrupt that keeps coming), so no run can
+    record its end, and nothing the journal catches (an ``Exception``) gives its claim up."""
+
+    def __init__(self, inner: MemoryLedger) -> None:
+        super().__init__(inner, 0)
+
+    def create(self, run_id: str, header: bytes) -> Any:
+        return _DyingWriter(self, self.inner.create(run_id, header))
+
+    def claim(self, run_id: str) -> Any:
+        return _DyingWriter(self, self.inner.claim(run_id))
+
+
+class _DyingWriter:
+    def __init__(self, ledger: Dying, inner: Any) -> None:
+        self.ledger, self.inner = ledger, inner
+
+    def append(self, record: Any) -> None:
+        if self.ledger.dead:
+            raise Crash("the process is dying")
+        self.inner.append(record)
+
+    def release(self) -> None:
+        self.inner.release()
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_crash_that_escapes_the_child_gives_up_its_claim_at_once(driver: Driver) -> None:
+    """The child's first tool dies after its effect; the crash unwinds the child's driver
+    and then the parent's, neither able to record its end. Handled in the same process,
+    while the crash (and every frame it went through) is still held, the parent resumes at
+    once: both claims were given up as the drivers unwound, not when collected."""
+    memory, world = MemoryLedger(), World()
+    dying = Dying(memory)
+    world.ledger, world.crash_in = dying, "k1"
+    with pytest.raises(Crash) as caught:
+        Family(world, dying, driver).run()
+    # Still held, as by a handler: the frames it went through, and the engines in them, live.
+    assert caught.value.__traceback__ is not None
+    assert dying.dead
+    assert memory.claimed == set()
+    assert [r.kind for r in memory.records["r1:c1"]] == ["reply", "tool_started"]
+    world.ledger = None
+    result = Family(world, memory, driver).resume()
+    assert caught.value.__traceback__ is not None
+    assert (result.status, result.output, result.steps, result.calls) == ("finished", "done", 2, 1)
+    child = result.children["c1"]
+    assert (child.status, child.steps, child.calls) == ("finished", 3, 3)
+    assert child.transcript[2]["content"]["type"] == "OutcomeUnknown"  # k1 died mid-call
+    assert [key for _, key in world.effects] == ["r1:c1:k1", "r1:c1:k2", "r1:c1:k3"]
+    assert memory.claimed == set()
