@@ -215,8 +215,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         metavar="N",
         type=_depth,
         help="nest agent tools' child runs N generations deep: 0 the run alone, 1 with its "
-        "child runs, 2 with theirs too (default: every generation); a last line counts "
-        "the runs left out",
+        "child runs, 2 with theirs too (default: every generation); a line after the run "
+        "counts the runs left out",
     )
     _max_size(show)
 

@@ -7,8 +7,8 @@ A run file holds its child runs; a durable parent's are runs of its ledger
 end) under the row of the transition that answered its call, or, while the
 call has no outcome, after the parent's last row; a grandchild under its
 child's call, and so on, down to ``--depth`` generations (all by default).
-The runs a depth leaves out are counted on the last line, never dropped
-unsaid.
+The runs a depth leaves out are counted on a line after the run's, never
+dropped unsaid.
 """
 
 from __future__ import annotations

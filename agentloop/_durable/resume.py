@@ -206,8 +206,8 @@ def _refuse_child(ledger: Ledger, run_id: str) -> None:
 
     A child goes on only inside the call it answers: resumed alone, its end
     would answer nothing, and its parent would be left waiting. The error
-    names the run to resume instead, the top of its tree. Only a derived id
-    has a ``':'`` (``ids.py``), so no other run's header is read twice.
+    names the run to resume instead, the top of its tree. A run id without
+    ``':'`` is never a child's (``ids.py``): its header is not read here.
     """
     if ":" not in run_id:
         return

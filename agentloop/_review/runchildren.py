@@ -1,11 +1,14 @@
 """A run file's child runs (agent tools'), checked against what their parent's record says.
 
 A run file embeds each child run under ``children``, by the id of the call it
-answered (``runencode.py``). The parent's own events vouch for each: the
-call it is under was answered from it or waits on it, an answered child's
-tokens are those its call's outcome reported, its output is what the call's
-outcome holds (``child_answers.py``: cut to ``max_result_chars`` as any
-result), and a waiting one waits on the calls the parent lists under it.
+answered (``runencode.py``). The parent's own events vouch for each. As
+the run is read (``children_agree``): the call it is under was answered
+from it or waits on it, an answered child's tokens are those its call's
+outcome reported, and a waiting one waits on the calls the parent lists
+under it. Once the whole file is known to be what its replay writes
+(``answers_agree``): an answered child's output, or how it ended, is what
+its call's outcome holds (``child_answers.py``), cut to
+``max_result_chars`` as any result (``cuts.py``).
 """
 
 from __future__ import annotations

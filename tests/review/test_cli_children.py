@@ -140,10 +140,8 @@ def test_report_of_a_ledger_run_nests_its_children(
     assert html.index("call k1 · dig") > html.index("call c1 · research")
 
 
-def test_show_of_a_run_file_prints_its_children_under_their_calls(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A run file holds the child runs of a run without a ledger: show nests them as well."""
+def run_file_with_a_child(tmp_path: Path) -> Path:
+    """A run file whose call ``c1`` its child answered: a run without a ledger."""
     child = agentloop.Loop(by_history([final("kid")]))
     parent = agentloop.Loop(
         by_history([call("c1", "research", input="x"), final("done")]),
@@ -151,6 +149,14 @@ def test_show_of_a_run_file_prints_its_children_under_their_calls(
     )
     path = tmp_path / "run.json"
     agentloop.review.save_run(parent.run("go"), path)
+    return path
+
+
+def test_show_of_a_run_file_prints_its_children_under_their_calls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run file holds the child runs of a run without a ledger: show nests them as well."""
+    path = run_file_with_a_child(tmp_path)
     code, lines = run_main(capsys, "show", path)
 
     assert code == 0
@@ -251,13 +257,7 @@ def test_show_depth_nests_that_many_generations_and_counts_the_rest(
 def test_show_depth_on_a_run_file_and_a_run_without_children(
     tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    child = agentloop.Loop(by_history([final("kid")]))
-    parent = agentloop.Loop(
-        by_history([call("c1", "research", input="x"), final("done")]),
-        tools=[child.as_tool("research", "Research.")],
-    )
-    path = tmp_path / "run.json"
-    agentloop.review.save_run(parent.run("go"), path)
+    path = run_file_with_a_child(tmp_path)
     _, lines = run_main(capsys, "show", path, "--depth", "0", "--full")
     assert "      child (call c1): finished" not in lines
     assert lines[-2:] == [
