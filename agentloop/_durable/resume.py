@@ -140,16 +140,20 @@ def resume(
     output: OutputSchema | None = None,
     team: dict[str, Any] | None = None,
     checks: bool = False,
+    child: bool = False,
 ) -> tuple[DurableEngine, CancelToken | None]:
     """The run, replayed from its records: done, or ready for a driver to go on live.
 
     Also returns the token the driver is to watch (``None`` without ``cancel``).
     ``checks``: the Loop has output validators.
+    ``child``: the run is a child, resumed inside its parent's call (else one is refused).
     A finished run is only read; any other is claimed first, so its records
     cannot change while they are replayed. A run found ended whose end is not
     recorded keeps its claim: ``engine.record_end()`` writes the end.
     """
     run_id = checked_run_id(run_id)
+    if not child:
+        _refuse_child(ledger, run_id)
     writer: LedgerWriter | None
     busy: RunBusyError | None = None
     try:
@@ -195,6 +199,36 @@ def resume(
         return engine, None
     engine.journal.link(cancel.on_cancel(token.cancel))  # the caller's token, from now on
     return engine, token
+
+
+def _refuse_child(ledger: Ledger, run_id: str) -> None:
+    """Refuse to resume an agent tool's child run by itself, before anything is claimed.
+
+    A child goes on only inside the call it answers: resumed alone, its end
+    would answer nothing, and its parent would be left waiting. The error
+    names the run to resume instead, the top of its tree. A run id without
+    ``':'`` is never a child's (``ids.py``): its header is not read here.
+    """
+    if ":" not in run_id:
+        return
+    caller = Recorded(run_id, ledger.read(run_id)[0], []).caller
+    if caller is None:
+        return
+    top, seen = caller[0], {run_id}
+    while top not in seen:  # up the callers to a run that has none (a damaged ledger's may loop)
+        seen.add(top)
+        try:
+            above = Recorded(top, ledger.read(top)[0], []).caller
+        except LedgerError:
+            break  # its parent is not readable: name it all the same
+        if above is None:
+            break
+        top = above[0]
+    raise ValueError(
+        f"expected the id of a run to resume, got {run_id!r}, the child run that answers "
+        f"call {caller[1]!r} of run {caller[0]!r} (an agent tool's): a child goes on only "
+        f"inside that call; resume {top!r}, which resumes it where it stopped"
+    )
 
 
 def replayed(

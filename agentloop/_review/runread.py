@@ -34,6 +34,7 @@ from agentloop._core.values import (
 )
 from agentloop._errors import InvalidStateError
 from agentloop._review.eventrecord import decision_of
+from agentloop._review.runchildren import children_agree
 from agentloop._review.runencode import Look, document_of, held
 from agentloop._review.runshape import as_found, as_shown, dumps
 
@@ -114,58 +115,13 @@ def run_of(document: dict[str, Any]) -> RunResult:
     children = {
         call_id: _child(call_id, child) for call_id, child in document.get("children", {}).items()
     }
-    _children_agree(result, events, children)
+    children_agree(result, events, children)
     return result._replace(
         events=tuple(events),
         continues=document.get("continues"),
         run_id=document.get("run_id"),
         children=Children(children),
     )
-
-
-def _children_agree(
-    result: RunResult, events: list[Transition], children: dict[str, RunResult]
-) -> None:
-    """Refuse children the run's own record does not vouch for.
-
-    A child must be under a call the run answered or waits on (or answered
-    ``cancelled`` as it ended: a cancel cut it); an answered
-    one's tokens are those its call's outcome reported; a waiting one waits
-    on the calls the run lists under it, so what a person is shown is what
-    would run.
-    """
-    answers = {
-        e.call_id: e for e in events if e.trigger in (Trigger.TOOL_RETURNED, Trigger.CALL_WAITS)
-    }
-    cut = (  # the calls a cancel cut: answered cancelled by the run's end
-        {m["id"] for m in result.transcript if m.get("status") == "cancelled"}
-        if result.status is State.CANCELLED
-        else set()
-    )
-    for call_id, child in children.items():
-        where, answer = f"$.children.{call_id}", answers.get(call_id)
-        if answer is None and call_id not in cut:
-            raise Mismatch(
-                where, "the child run of a call the run answered or waits on", "no such call"
-            )
-        if (
-            answer is not None
-            and answer.trigger is Trigger.TOOL_RETURNED
-            and answer.usage != child.usage
-        ):
-            raise Mismatch(
-                where,
-                f"a child whose tokens its call's outcome reported ({answer.usage})",
-                f"one of {child.usage}",
-            )
-        listed = [p._replace(path=p.path[1:]) for p in result.pending if p.path[:1] == (call_id,)]
-        if listed and listed != list(child.pending):
-            raise Mismatch(
-                where,
-                "a child waiting on the calls its parent lists under it",
-                f"one waiting on {[p.key for p in child.pending]!r:.120}, "
-                "other calls or other arguments",
-            )
 
 
 def _child(call_id: str, document: dict[str, Any]) -> RunResult:
