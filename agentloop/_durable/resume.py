@@ -30,7 +30,7 @@ import orjson
 from agentloop._core.agents import Agents
 from agentloop._core.context_policy import policy_from_record
 from agentloop._core.output_schema import OutputSchema
-from agentloop._core.replay import Mismatch, replay
+from agentloop._core.replay import Mismatch, refusals_standing
 from agentloop._core.requests import uncalled_check
 from agentloop._core.table import State, Trigger
 from agentloop._core.values import CancelToken
@@ -145,7 +145,7 @@ def resume(
     """The run, replayed from its records: done, or ready for a driver to go on live.
 
     Also returns the token the driver is to watch (``None`` without ``cancel``).
-    ``checks``: the Loop has output validators (a final recorded unchecked is theirs).
+    ``checks``: the Loop has output validators.
     ``child``: the run is a child, resumed inside its parent's call (else one is refused).
     A finished run is only read; any other is claimed first, so its records
     cannot change while they are replayed. A run found ended whose end is not
@@ -246,9 +246,9 @@ def replayed(
     ``token`` is what it watches: the replay cancels it where the run was cancelled.
     ``context`` and ``output`` are the run's context policy and output schema;
     when not given, the ones its header recorded (read without a Loop:
-    ``show``, ``pending``). ``checks``: a final recorded and not checked is
-    handed out to the driver's output validators, whose check it sets (the
-    Loop's say; read without one, a run that recorded a check had them).
+    ``show``, ``pending``). ``checks``: the run's finals are checked by output
+    validators, whose recorded answers the engine takes (the Loop's say; read
+    without one, a run that recorded a check had them).
     """
     if context is None:
         context = _recorded_context(recorded)
@@ -275,20 +275,14 @@ def replayed(
     engine.journal = journal
     engine.replaying = True
     if checks is None:
-        checks = any(event.trigger is Trigger.OUTPUT_CHECKED for event in recorded.events)
+        checks = any(report.trigger is Trigger.OUTPUT_CHECKED for report in recorded.reports)
     if checks:  # the driver sets its own check before it asks: this one is never called
         engine.output_check = uncalled_check
     try:
-        if recorded.events and recorded.at != 0:
+        if recorded.reports and recorded.at != 0:
             raise diverged(recorded.run_id, f"its first record starts at event {recorded.at}")
-        replay(
-            recorded.input,
-            budget,
-            recorded.events,
-            rejected=recorded.rejected,
-            token=token,
-            engine=engine,
-        )
+        with refusals_standing(engine, recorded.refused):
+            recorded.feed(engine, token)
     except Mismatch as exc:
         where = exc.where.replace("$.events[", "event [", 1)
         detail = f"{where}: expected {exc.expected}, got {exc.found}"

@@ -38,7 +38,7 @@ from agentloop._review.runchildren import children_agree
 from agentloop._review.runencode import Look, document_of, held
 from agentloop._review.runshape import as_found, as_shown, dumps
 
-__all__ = ["check_written", "run_of"]
+__all__ = ["check_written", "report_of", "run_of"]
 
 _TRIGGERS: Final = {trigger.value: trigger for trigger in Trigger}
 _GUARDS: Final[dict[str | None, Guard | None]] = {None: None, **{g.value: g for g in Guard}}
@@ -56,7 +56,7 @@ def run_of(document: dict[str, Any]) -> RunResult:
             "$.input", f"at most the transcript's {len(transcript)} messages", as_found(given)
         )
     records: list[dict[str, Any]] = document["events"]
-    feeds = [_report(index, record) for index, record in enumerate(records)]
+    feeds = [report_of(index, record) for index, record in enumerate(records)]
     rejected = [_not_json(record) for record in records]
     output = _output(document.get("output_schema"))
     token = CancelToken()
@@ -133,8 +133,11 @@ def _child(call_id: str, document: dict[str, Any]) -> RunResult:
         raise Mismatch(where, found.expected, found.found) from None
 
 
-def _report(index: int, record: dict[str, Any]) -> Transition:
-    """The report ``$.events[index]`` records, with what it says it was given."""
+def report_of(index: int, record: dict[str, Any]) -> Transition:
+    """The report ``$.events[index]`` records, with what it says it was given.
+
+    A ledger's record reads its events with it too (``_durable/records.py``).
+    """
     exception, usage = record.get("exception"), record.get("usage")
     where = f"$.events[{index}].decided"
     return Transition(

@@ -58,7 +58,7 @@ def test_resuming_a_child_by_its_id_is_refused_and_its_parent_still_resumes(
     driver: Driver,
 ) -> None:
     ledger = crashed_in_the_child(driver)
-    assert [r.kind for r in ledger.records["r1:c1"]] == ["reply", "tool_started", "tool_finished"]
+    assert [r.kind for r in ledger.records["r1:c1"]] == ["tool_started", "tool_finished"]
     before = as_it_stands(ledger)
     world = World()
     family = Family(world, ledger, driver)
@@ -124,14 +124,14 @@ def test_a_child_held_by_its_running_parent_is_refused_as_a_child_not_as_busy(
 
 
 def test_a_grandchild_names_the_run_at_the_top_of_its_tree() -> None:
-    """Cut before the grandchild ``r1:c1:k1``'s first reply: it names its parent's call,
-    and the top run to resume."""
+    """Cut before the grandchild ``r1:c1:k1``'s end (its reply, with it, unrecorded): it
+    names its parent's call, and the top run to resume."""
     whole = MemoryLedger()
     _grand_family(whole, []).run("go", run_id="r1")
     assert sorted(whole.headers) == ["r1", "r1:c1", "r1:c1:k1"]
     ledger = Claims()
     with pytest.raises((Crash, agentloop.ledger.LedgerError)):
-        _grand_family(CrashingLedger(ledger, 5), []).run("go", run_id="r1")
+        _grand_family(CrashingLedger(ledger, 3), []).run("go", run_id="r1")
     assert sorted(ledger.headers) == ["r1", "r1:c1", "r1:c1:k1"]
     before = as_it_stands(ledger)
     loop = _grand_family(ledger, [])
@@ -190,7 +190,7 @@ def test_a_crash_that_escapes_the_child_gives_up_its_claim_at_once(driver: Drive
     assert caught.value.__traceback__ is not None
     assert dying.dead
     assert memory.claimed == set()
-    assert [r.kind for r in memory.records["r1:c1"]] == ["reply", "tool_started"]
+    assert [r.kind for r in memory.records["r1:c1"]] == ["tool_started"]
     world.ledger = None
     result = Family(world, memory, driver).resume()
     assert caught.value.__traceback__ is not None
