@@ -91,8 +91,10 @@ class Log(list[Transition | None]):
         self.columns = _NO_COLUMNS
         self.named: list[str | None] = _NO_NAMES  # the call_id of each
         self.tools: list[str | None] = _NO_NAMES  # and its tool (one str a name)
+        # And the calls it started: the shared (), or one call's id (no tuple to hold), or
+        # the ids of several.
+        self.started: list[tuple[str, ...] | str] = _NO_NAMES
         # By compacted event, where there are any:
-        self.started: dict[int, tuple[str, ...]] = _NO_ENTRIES  # the calls it started
         self.rare: dict[int, tuple[Any, ...]] = _NO_ENTRIES  # the rare fields it set
         self.held: dict[int, bytes] = _NO_ENTRIES  # its input, where no message holds it
         self.exact: dict[int, tuple[Any, Any]] = _NO_ENTRIES  # its times, if not floats
@@ -119,9 +121,10 @@ class Log(list[Transition | None]):
         """Compact the oldest ``KEEP`` events kept as made into the columns."""
         made, first = self, len(self.columns) // _WIDTH
         if not first:
-            self.columns, self.named, self.tools = array("d"), [], []
-            self.started, self.rare, self.held, self.exact = {}, {}, {}, {}
-        del self.named[first:], self.tools[first:]  # what an interrupted compaction left
+            self.columns, self.named, self.tools, self.started = array("d"), [], [], []
+            self.rare, self.held, self.exact = {}, {}, {}
+        # What an interrupted compaction left.
+        del self.named[first:], self.tools[first:], self.started[first:]
         mark = self.mark(first - 1)
         numbers: list[float] = []
         for index in range(first, first + KEEP):
@@ -143,8 +146,8 @@ class Log(list[Transition | None]):
             rare = _rare_of(event)
             if rare != _USUAL:
                 self.rare[index] = rare
-            if event.started:
-                self.started[index] = event.started
+            started = event.started
+            self.started.append(started[0] if len(started) == 1 else started)
             self.named.append(event.call_id)
             self.tools.append(None if event.tool is None else sys.intern(event.tool))
             numbers += (
@@ -212,7 +215,7 @@ class Log(list[Transition | None]):
     def started_calls(self, index: int) -> tuple[str, ...]:
         """The ids of the calls event ``index`` records as started."""
         event = self[index]
-        return self.started.get(index, ()) if event is None else event.started
+        return _calls(self.started[index]) if event is None else event.started
 
     def field(self, index: int, name: str) -> Any:
         """One of the fields few events set (``reason``, ``usage``...) of event ``index``."""
@@ -286,7 +289,7 @@ class Log(list[Transition | None]):
                 rare[3],  # usage
                 *times,
                 *rare[4:6],  # pending, decisions
-                self.started.get(index, ()),
+                _calls(self.started[index]),
                 given,
                 *rare[6:],  # context, wait, model, partial_text, agent
             ),
@@ -372,6 +375,10 @@ class _Rows(Sequence[Moved]):
         moved = self._log.moved
         for index in reversed(range(len(self._log))):
             yield moved(index)
+
+
+def _calls(started: tuple[str, ...] | str) -> tuple[str, ...]:
+    return (started,) if type(started) is str else started
 
 
 def _message(buffer: bytes | bytearray, ends: Sequence[int], index: int) -> bytes:
