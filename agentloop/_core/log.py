@@ -39,7 +39,8 @@ __all__ = ["KEEP", "Log", "Moved"]
 KEEP: Final = 32
 _new: Final = tuple.__new__  # a NamedTuple made positionally: five times cheaper
 _NONE: Final = math.nan  # a time that is None, in a column of floats
-_WIDTH: Final = 9  # numbers an event: row, steps, calls, mark, where, length, status, at, took
+_WIDTH: Final = 7  # numbers an event: row, steps, calls, mark, where, length, status
+_LARGEST: Final = 2**31 - 1  # what a column holds (a C int)
 _WHOLE: Final = -1  # an input's length: the whole message
 _NOWHERE: Final = -1  # an input's message: none (or its bytes are kept)
 # The fields few events set: kept, as one tuple, only for an event that sets one.
@@ -48,7 +49,8 @@ _rare_of: Final = itemgetter(*_RARE)
 _RARE_NAMES: Final = tuple(Transition._fields[i] for i in _RARE)
 _USUAL: Final = tuple(Transition._field_defaults[Transition._fields[i]] for i in _RARE)
 _REPLIED: Final = Trigger.MODEL_REPLIED
-_NO_COLUMNS: Final = array("d")  # never extended: a log's until its first compaction
+_NO_COLUMNS: Final = array("i")  # never extended: a log's until its first compaction
+_NO_TIMES: Final = array("d")  # likewise
 _NO_NAMES: Final[list[Any]] = []  # never appended to, likewise
 _NO_ENTRIES: Final[dict[int, Any]] = {}  # never written to, likewise
 
@@ -79,16 +81,18 @@ class Log(list[Transition | None]):
     leaves the log as it was.
     """
 
-    __slots__ = ("columns", "exact", "given", "held", "named", "rare", "started", "tools")
+    __slots__ = ("columns", "exact", "given", "held", "named", "rare", "started", "times", "tools")
 
     def __init__(self, given: int) -> None:
         super().__init__()
         self.given = given  # the input's messages
         # _WIDTH numbers a compacted event: its row's code, steps, calls, mark (messages
-        # after it), its input's message and length, its status's code, at and took.
-        # Floats, exact for counts below 2**53. These and the lists and dicts below are
-        # the shared empty ones until the first compaction.
+        # after it), its input's message and length, its status's code. C ints, 4 bytes:
+        # a run of 2**31 events or messages would hold tens of GB first, and an input
+        # longer than that is kept as bytes. These and the lists, dicts and times below
+        # are the shared empty ones until the first compaction.
         self.columns = _NO_COLUMNS
+        self.times = _NO_TIMES  # two floats each: at and took (NaN: None)
         self.named: list[str | None] = _NO_NAMES  # the call_id of each
         self.tools: list[str | None] = _NO_NAMES  # and its tool (one str a name)
         # And the calls it started: the shared (), or one call's id (no tuple to hold), or
@@ -121,12 +125,14 @@ class Log(list[Transition | None]):
         """Compact the oldest ``KEEP`` events kept as made into the columns."""
         made, first = self, len(self.columns) // _WIDTH
         if not first:
-            self.columns, self.named, self.tools, self.started = array("d"), [], [], []
+            self.columns, self.times = array("i"), array("d")
+            self.named, self.tools, self.started = [], [], []
             self.rare, self.held, self.exact = {}, {}, {}
         # What an interrupted compaction left.
-        del self.named[first:], self.tools[first:], self.started[first:]
+        del self.times[2 * first :], self.named[first:], self.tools[first:], self.started[first:]
         mark = self.mark(first - 1)
-        numbers: list[float] = []
+        numbers: list[int] = []
+        times: list[float] = []
         for index in range(first, first + KEEP):
             event = made[index]
             assert event is not None, "kept as made until compacted"
@@ -135,7 +141,7 @@ class Log(list[Transition | None]):
             given = event.input_json
             if given is not None:
                 found = self._find(given, index, mark - len(event.appended_json))
-                if found is None:
+                if found is None or found[1] > _LARGEST:
                     self.held[index] = given
                 else:
                     where, length = found
@@ -158,9 +164,9 @@ class Log(list[Transition | None]):
                 where,
                 length,
                 _status_code(event.result_status),
-                at,
-                _NONE if took is None else took,
             )
+            times += (at, _NONE if took is None else took)
+        self.times.fromlist(times)
         self.columns.fromlist(numbers)  # the compaction's commit
         made[first : first + KEEP] = [None] * KEEP
 
@@ -191,7 +197,7 @@ class Log(list[Transition | None]):
             return self.given
         first = len(self.columns) // _WIDTH
         if index < first:
-            return int(self.columns[index * _WIDTH + 3])
+            return self.columns[index * _WIDTH + 3]
         mark = self.mark(first - 1)
         for event in self[first : index + 1]:
             assert event is not None, "kept as made"
@@ -205,7 +211,7 @@ class Log(list[Transition | None]):
             assert event is not None, "kept as made"
             return event.steps, event.calls
         at = index * _WIDTH
-        return int(self.columns[at + 1]), int(self.columns[at + 2])
+        return self.columns[at + 1], self.columns[at + 2]
 
     def named_call(self, index: int) -> str | None:
         """The id of the call event ``index`` names, if any."""
@@ -241,7 +247,7 @@ class Log(list[Transition | None]):
         event = self[index]
         if event is not None:
             return event
-        return _ROWS[int(self.columns[index * _WIDTH])]
+        return _ROWS[self.columns[index * _WIDTH]]
 
     def view(
         self, count: int, buffer: bytes | bytearray, ends: Sequence[int], *, final: bool = False
@@ -262,14 +268,15 @@ class Log(list[Transition | None]):
     def event(self, index: int, buffer: bytes | bytearray, ends: Sequence[int]) -> Transition:
         """Compacted event ``index`` as a ``Transition``, its messages read from ``buffer``."""
         at = index * _WIDTH
-        code, steps, calls, mark, where, length, status, time, took = self.columns[at : at + _WIDTH]
-        row, mark = _ROWS[int(code)], int(mark)
+        code, steps, calls, mark, where, length, status = self.columns[at : at + _WIDTH]
+        row = _ROWS[code]
         appended = tuple(_message(buffer, ends, k) for k in range(self.mark(index - 1), mark))
         given = self.held.get(index)
         if given is None and where >= 0:
-            given = _message(buffer, ends, int(where))
+            given = _message(buffer, ends, where)
             if length != _WHOLE:
-                given = given[len(given) - 1 - int(length) : len(given) - 1]
+                given = given[len(given) - 1 - length : len(given) - 1]
+        time, took = self.times[2 * index : 2 * index + 2]
         times = self.exact.get(index) or (time, None if math.isnan(took) else took)
         rare = self.rare.get(index, _USUAL)
         return _new(  # the fields, in Transition's order
@@ -279,11 +286,11 @@ class Log(list[Transition | None]):
                 row.dest,
                 row.trigger,
                 row.guard,
-                int(steps),
-                int(calls),
+                steps,
+                calls,
                 self.named[index],
                 self.tools[index],
-                _STATUSES[int(status)],  # result_status
+                _STATUSES[status],  # result_status
                 *rare[:3],  # reason, error, exception
                 appended,
                 rare[3],  # usage

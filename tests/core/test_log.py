@@ -144,6 +144,23 @@ def test_a_long_run_holds_its_older_events_as_columns_and_gives_them_back(usage:
     assert loaded.usage == result.usage
 
 
+def test_an_input_longer_than_a_column_holds_is_kept_as_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tool's content is a length into its result's message, in a column of C ints; one
+    longer than a column holds (here: 20 bytes) is kept as its bytes, and comes back equal."""
+    monkeypatch.setattr(log_module, "_LARGEST", 20)
+    with every_result_checked() as checked:
+        result = long_loop(40).run("go")
+    assert checked == [len(result.events)] == [122]
+    record = result.events._log  # type: ignore[attr-defined]
+    compacted = range(record.compacted)
+    returned = [i for i in compacted if result.events[i].trigger is Trigger.TOOL_RETURNED]
+    assert returned
+    assert sorted(record.held) == returned  # each content (52 bytes); each reply is whole
+    assert all(record.held[i] == b'"' + b"r" * 50 + b'"' for i in returned)
+
+
 def test_a_result_taken_while_waiting_keeps_saying_what_it_said() -> None:
     """A result taken while the run waits for a person is not changed by the run going on."""
 
