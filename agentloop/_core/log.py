@@ -5,9 +5,10 @@ message ends. The newest events are kept as the engine made them (a list
 append a transition: the engine's step pays nothing for its record); once
 twice ``KEEP`` are, the oldest ``KEEP`` are compacted into columns that hold
 only what each event adds. Its row (source, dest, trigger, guard), its
-counters, how many messages the history held after it, its times and its
-result status, as numbers; its call's id and tool name, and the calls it
-started. What came from outside with it (``input_json``)
+counters, how many messages the history held after it, its result status,
+its tool and whether it started its own call, as C ints (4 bytes each); its
+times as floats; its call's id. The calls it started, when they are not
+just its own, are kept. What came from outside with it (``input_json``)
 becomes a reference into the transcript wherever a message holds those
 bytes, whole or as a tool result's content; else the bytes are kept. The
 fields few events set (reason, error, usage, decisions...) are kept for
@@ -20,7 +21,6 @@ field by field, times included, to the ones the engine handed out.
 from __future__ import annotations
 
 import math
-import sys
 import threading
 from array import array
 from collections.abc import Iterator, Sequence
@@ -39,10 +39,12 @@ __all__ = ["KEEP", "Log", "Moved"]
 KEEP: Final = 32
 _new: Final = tuple.__new__  # a NamedTuple made positionally: five times cheaper
 _NONE: Final = math.nan  # a time that is None, in a column of floats
-_WIDTH: Final = 7  # numbers an event: row, steps, calls, mark, where, length, status
+# Numbers an event: row, steps, calls, mark, where, length, status, tool, started.
+_WIDTH: Final = 9
 _LARGEST: Final = 2**31 - 1  # what a column holds (a C int)
 _WHOLE: Final = -1  # an input's length: the whole message
 _NOWHERE: Final = -1  # an input's message: none (or its bytes are kept)
+_NO_CALLS, _ITS_CALL, _CALLS = 0, 1, 2  # the calls it started: none, the one it names, kept
 # The fields few events set: kept, as one tuple, only for an event that sets one.
 _RARE: Final = (9, 10, 11, 13, 16, 17, 20, 21, 22, 23, 24)
 _rare_of: Final = itemgetter(*_RARE)
@@ -87,18 +89,17 @@ class Log(list[Transition | None]):
         super().__init__()
         self.given = given  # the input's messages
         # _WIDTH numbers a compacted event: its row's code, steps, calls, mark (messages
-        # after it), its input's message and length, its status's code. C ints, 4 bytes:
-        # a run of 2**31 events or messages would hold tens of GB first, and an input
-        # longer than that is kept as bytes. These and the lists, dicts and times below
-        # are the shared empty ones until the first compaction.
+        # after it), its input's message and length, its status's code, its tool's code
+        # and which calls it started. C ints, 4 bytes: a run of 2**31 events or messages
+        # would hold tens of GB first, and an input longer than that is kept as bytes.
+        # These and the lists, dicts and times below are the shared empty ones until the
+        # first compaction.
         self.columns = _NO_COLUMNS
         self.times = _NO_TIMES  # two floats each: at and took (NaN: None)
         self.named: list[str | None] = _NO_NAMES  # the call_id of each
-        self.tools: list[str | None] = _NO_NAMES  # and its tool (one str a name)
-        # And the calls it started: the shared (), or one call's id (no tuple to hold), or
-        # the ids of several.
-        self.started: list[tuple[str, ...] | str] = _NO_NAMES
+        self.tools: list[str | None] = _NO_NAMES  # the tools, by code (0: None)
         # By compacted event, where there are any:
+        self.started: dict[int, tuple[str, ...]] = _NO_ENTRIES  # calls, but its own, started
         self.rare: dict[int, tuple[Any, ...]] = _NO_ENTRIES  # the rare fields it set
         self.held: dict[int, bytes] = _NO_ENTRIES  # its input, where no message holds it
         self.exact: dict[int, tuple[Any, Any]] = _NO_ENTRIES  # its times, if not floats
@@ -126,10 +127,9 @@ class Log(list[Transition | None]):
         made, first = self, len(self.columns) // _WIDTH
         if not first:
             self.columns, self.times = array("i"), array("d")
-            self.named, self.tools, self.started = [], [], []
-            self.rare, self.held, self.exact = {}, {}, {}
-        # What an interrupted compaction left.
-        del self.times[2 * first :], self.named[first:], self.tools[first:], self.started[first:]
+            self.named, self.tools = [], [None]
+            self.started, self.rare, self.held, self.exact = {}, {}, {}, {}
+        del self.times[2 * first :], self.named[first:]  # what an interrupted compaction left
         mark = self.mark(first - 1)
         numbers: list[int] = []
         times: list[float] = []
@@ -152,10 +152,14 @@ class Log(list[Transition | None]):
             rare = _rare_of(event)
             if rare != _USUAL:
                 self.rare[index] = rare
-            started = event.started
-            self.started.append(started[0] if len(started) == 1 else started)
-            self.named.append(event.call_id)
-            self.tools.append(None if event.tool is None else sys.intern(event.tool))
+            call_id, started = event.call_id, event.started
+            if not started:
+                begun = _NO_CALLS
+            elif len(started) == 1 and started[0] == call_id:
+                begun = _ITS_CALL
+            else:
+                begun, self.started[index] = _CALLS, started
+            self.named.append(call_id)
             numbers += (
                 _row_code(event),
                 event.steps,
@@ -164,11 +168,23 @@ class Log(list[Transition | None]):
                 where,
                 length,
                 _status_code(event.result_status),
+                self._tool_code(event.tool),
+                begun,
             )
             times += (at, _NONE if took is None else took)
         self.times.fromlist(times)
         self.columns.fromlist(numbers)  # the compaction's commit
         made[first : first + KEEP] = [None] * KEEP
+
+    def _tool_code(self, tool: str | None) -> int:
+        tools = self.tools
+        if tool is None:
+            return 0
+        try:
+            return tools.index(tool)  # a run calls a few tools
+        except ValueError:
+            tools.append(tool)
+            return len(tools) - 1
 
     def _find(self, data: bytes, index: int, at: int) -> tuple[int, int] | None:
         """Where a message from ``at`` on holds ``data``: its index, and the length in it.
@@ -221,7 +237,14 @@ class Log(list[Transition | None]):
     def started_calls(self, index: int) -> tuple[str, ...]:
         """The ids of the calls event ``index`` records as started."""
         event = self[index]
-        return _calls(self.started[index]) if event is None else event.started
+        return self._started(index) if event is None else event.started
+
+    def _started(self, index: int) -> tuple[str, ...]:
+        """The calls compacted event ``index`` started."""
+        begun = self.columns[index * _WIDTH + 8]
+        if begun == _ITS_CALL:
+            return (self.named[index],)  # type: ignore[return-value]  # a call's id: a str
+        return () if begun == _NO_CALLS else self.started[index]
 
     def field(self, index: int, name: str) -> Any:
         """One of the fields few events set (``reason``, ``usage``...) of event ``index``."""
@@ -268,7 +291,7 @@ class Log(list[Transition | None]):
     def event(self, index: int, buffer: bytes | bytearray, ends: Sequence[int]) -> Transition:
         """Compacted event ``index`` as a ``Transition``, its messages read from ``buffer``."""
         at = index * _WIDTH
-        code, steps, calls, mark, where, length, status = self.columns[at : at + _WIDTH]
+        code, steps, calls, mark, where, length, status, tool = self.columns[at : at + _WIDTH - 1]
         row = _ROWS[code]
         appended = tuple(_message(buffer, ends, k) for k in range(self.mark(index - 1), mark))
         given = self.held.get(index)
@@ -289,14 +312,14 @@ class Log(list[Transition | None]):
                 steps,
                 calls,
                 self.named[index],
-                self.tools[index],
+                self.tools[tool],
                 _STATUSES[status],  # result_status
                 *rare[:3],  # reason, error, exception
                 appended,
                 rare[3],  # usage
                 *times,
                 *rare[4:6],  # pending, decisions
-                _calls(self.started[index]),
+                self._started(index),
                 given,
                 *rare[6:],  # context, wait, model, partial_text, agent
             ),
@@ -382,10 +405,6 @@ class _Rows(Sequence[Moved]):
         moved = self._log.moved
         for index in reversed(range(len(self._log))):
             yield moved(index)
-
-
-def _calls(started: tuple[str, ...] | str) -> tuple[str, ...]:
-    return (started,) if type(started) is str else started
 
 
 def _message(buffer: bytes | bytearray, ends: Sequence[int], index: int) -> bytes:
