@@ -2,9 +2,9 @@
 
 1. µs per model step of ``run`` with ``SQLiteLedger(synchronous="NORMAL")``
    and ``"FULL"`` beside the same run without a ledger (in memory), at K = 1,
-   10 and 100 tool calls a run (K + 1 model steps; each call step commits three
-   records: the reply, ``tool_started``, ``tool_finished``). Interleaved, best
-   of the repeats.
+   10 and 100 tool calls a run (K + 1 model steps; each call step commits two
+   records: ``tool_started`` with the reply, ``tool_finished``). Interleaved,
+   best of the repeats.
 2. The ledger beside its floor (issue 38): the core bench's hand-written
    ``contract`` loop, committing the same transactions with the same payloads
    (the header, then each record the ledger commits, captured from an
@@ -19,7 +19,7 @@
 
 Targets: a resume of a 1,000-call run within 250 ms; with ``NORMAL``, a step
 costs at most 1 ms more than in memory (a commit without a sync). ``FULL``
-syncs to the disk three times a step: its cost is the disk's, reported only.
+syncs to the disk twice a call step: its cost is the disk's, reported only.
 Against the floor (open in issue 38): at most 1.15x with ``FULL`` and 1.5x
 with ``NORMAL``.
 """

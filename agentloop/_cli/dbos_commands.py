@@ -113,10 +113,11 @@ def decide(url: str, run_id: str, verdicts: list[str]) -> int:
     return 0
 
 
-def show(url: str, run_id: str, limit: int | None) -> int:
+def show(url: str, run_id: str, limit: int | None, depth: int | None) -> int:
     """A run on DBOS that has ended, as ``show`` prints a run file."""
     result = _ended(url, run_id)
-    return file_commands.show(result, limit, title=f"agentloop run {run_id}: {result.status.value}")
+    title = f"agentloop run {run_id}: {result.status.value}"
+    return file_commands.show(result, limit, title=title, depth=depth)
 
 
 def report(url: str, run_id: str, output: str | None) -> int:

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agentloop._cli.nesting import nested_lines
+from agentloop._cli.nesting import nested_lines, unshown
 from agentloop._cli.printing import (
     CommandError,
     print_lines,
@@ -110,22 +110,29 @@ def diagram(
 
 
 def show(
-    result: RunResult, limit: int | None, *, title: str | None = None, more: tuple[str, ...] = ()
+    result: RunResult, limit: int | None, *, title: str | None = None, depth: int | None = None
 ) -> int:
-    """``result`` as text (values cut to ``limit``, its child runs nested), then ``more``."""
-    print_lines([*shown_lines(result, limit, title), *more])
+    """``result`` as text (values cut to ``limit``, its child runs nested ``depth`` deep)."""
+    print_lines(shown_lines(result, limit, title, depth))
     return 0
 
 
-def shown_lines(result: RunResult, limit: int | None, title: str | None = None) -> list[str]:
-    """What ``show`` prints of ``result``: its lines, each child run's put under its call."""
+def shown_lines(
+    result: RunResult, limit: int | None, title: str | None = None, depth: int | None = None
+) -> list[str]:
+    """What ``show`` prints of ``result``: its lines, each child run's put under its call.
+
+    Child runs down to ``depth`` generations (``None``: all); a line counts those left out.
+    """
     from agentloop._review.text import run_lines
 
     title = f"agentloop run: {result.status.value}" if title is None else title
     lines = run_lines(result, title=title, limit=limit)
-    return nested_lines(
-        result, lines, lambda child, heading: run_lines(child, title=heading, limit=limit)
+    lines = nested_lines(
+        result, lines, lambda child, heading: run_lines(child, title=heading, limit=limit), depth
     )
+    left_out = unshown(result, depth)
+    return lines if left_out is None else [*lines, left_out]
 
 
 def report(result: RunResult, output: str | None) -> int:

@@ -170,11 +170,11 @@ def _conversation_rows(conversation: str, turns: list[Listed]) -> list[tuple[str
     return [head, *(_run_row(run, "  ") for run in turns)]
 
 
-def show(path: str, run_id: str, limit: int | None) -> int:
+def show(path: str, run_id: str, limit: int | None, depth: int | None) -> int:
     """One run of the ledger as text, as ``show`` prints a run file, and what comes next.
 
-    Its agent tools' child runs are printed under their calls; a child's
-    first line says whose child it is.
+    Its agent tools' child runs are printed under their calls, ``depth``
+    generations deep (``None``: all); a child's first line says whose child it is.
     """
     run = _view(path, run_id)
     lines = [f"started  {_call_text(call)}  ({_RUNNING})" for call in run.started]
@@ -188,7 +188,7 @@ def show(path: str, run_id: str, limit: int | None) -> int:
             f"(loop.resume({run_id!r}))"
         )
     state = DECIDED if run.decided else run.state.value
-    shown = shown_lines(run.result, limit, f"agentloop run {run_id}: {state}")
+    shown = shown_lines(run.result, limit, f"agentloop run {run_id}: {state}", depth)
     print_lines([*([] if run.caller is None else [who_calls(run.caller)]), *shown, *lines])
     return 0
 

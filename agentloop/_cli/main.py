@@ -3,8 +3,8 @@
   agentloop demo [--out DIR]                 the scripted scenario, step by step
   agentloop diagram [RUN.json | LEDGER RUN_ID] [--format mermaid|dot|svg] [--path]
                     [--features NAMES] [-o FILE]
-  agentloop show RUN.json [--full | --width N]   a saved run as text
-  agentloop show LEDGER RUN_ID               a ledger's run as text (nothing is run)
+  agentloop show RUN.json [--full | --width N] [--depth N]   a saved run as text
+  agentloop show LEDGER RUN_ID [--depth N]   a ledger's run as text (nothing is run)
   agentloop report RUN.json|LEDGER RUN_ID [-o run.html]   one self-contained page
   agentloop runs LEDGER [--state STATE ...]  a ledger's runs, a line each
   agentloop pending LEDGER                   every call waiting for a person
@@ -52,7 +52,7 @@ class _Store(Protocol):
     ) -> int: ...
     def pending(self, path: str, /) -> int: ...
     def decide(self, path: str, run_id: str, verdicts: list[str], /) -> int: ...
-    def show(self, path: str, run_id: str, limit: int | None, /) -> int: ...
+    def show(self, path: str, run_id: str, limit: int | None, depth: int | None, /) -> int: ...
     def report(self, path: str, run_id: str, output: str | None, /) -> int: ...
     def result(self, path: str, run_id: str, /) -> RunResult: ...
 
@@ -85,6 +85,7 @@ def _whole(least: int, expected: str) -> Callable[[str], int]:
 
 _bytes = _whole(1, "a positive number of bytes")
 _width = _whole(2, "a number of characters >= 2")
+_depth = _whole(0, "a number of generations >= 0 (0: the run alone)")
 _Commands = argparse._SubParsersAction  # the type argparse keeps private
 
 
@@ -195,7 +196,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "  agentloop show run.json\n"
         "  agentloop show run.json --full       # values whole, not cut\n"
         "  agentloop show run.json --width 200\n"
-        "  agentloop show runs.db order-42      # a ledger's run, never run by this",
+        "  agentloop show runs.db order-42      # a ledger's run, never run by this\n"
+        "  agentloop show runs.db order-42 --depth 1   # its child runs, not theirs",
     )
     show.add_argument("run", metavar="RUN.json|LEDGER", help=_RUN_HELP)
     show.add_argument("run_id", metavar="RUN_ID", nargs="?", help=_RUN_ID_HELP)
@@ -207,6 +209,14 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         type=_width,
         default=80,
         help="cut input messages, calls and outcomes to N characters (default: %(default)s)",
+    )
+    show.add_argument(
+        "--depth",
+        metavar="N",
+        type=_depth,
+        help="nest agent tools' child runs N generations deep: 0 the run alone, 1 with its "
+        "child runs, 2 with theirs too (default: every generation); a line after the run "
+        "counts the runs left out",
     )
     _max_size(show)
 
@@ -340,11 +350,11 @@ def _run(args: argparse.Namespace) -> int:
     limit = None if command == "report" or args.full else args.width
     if _in_store(args, store):
         if command == "show":
-            return store.show(args.run, args.run_id, limit)
+            return store.show(args.run, args.run_id, limit, args.depth)
         return store.report(args.run, args.run_id, args.output)
     result = file_commands.load(args.run, args.max_size)
     if command == "show":
-        return file_commands.show(result, limit)
+        return file_commands.show(result, limit, depth=args.depth)
     return file_commands.report(result, args.output)
 
 

@@ -36,7 +36,8 @@ import attrs
 import orjson
 
 from agentloop._core.approval import key_text
-from agentloop._core.table import TERMINAL, Trigger
+from agentloop._core.replay import output_refusals
+from agentloop._core.table import TERMINAL, Guard, Trigger
 from agentloop._core.values import Budget
 from agentloop._durable.protocol import (
     ASKED,
@@ -46,12 +47,11 @@ from agentloop._durable.protocol import (
     END,
     FINISHED,
     HANDOFF,
-    REPLY,
-    STARTED,
     LedgerRecord,
 )
 from agentloop._errors import LedgerError, RunBusyError
-from agentloop._review.eventrecord import event_record, rejected_record
+from agentloop._review.eventrecord import rejected_record
+from agentloop._review.runencode import event_fields
 from agentloop._review.runshape import dumps
 from agentloop._tools.registry import ToolRegistry
 
@@ -78,7 +78,7 @@ __all__ = [
 
 FORMAT: Final = "agentloop.ledger"
 #: The version of the header's and the records' JSON (a store keeps its own too).
-VERSION: Final = 2
+VERSION: Final = 3
 #: The versions this agentloop reads: a format change comes with its reader (and a fixture).
 READS: Final = (VERSION,)
 #: What a call gets when its ``tool_started`` is recorded and its outcome is not.
@@ -182,19 +182,55 @@ def header(
 
 
 def events_body(at: int, events: Sequence[Transition], rejected: object = None) -> bytes:
-    """A record's body: ``events`` (the ``at``-th first) as a run file encodes them."""
-    records = [event_record(event) for event in events]
-    for record in records:  # no times: a run's record is the same whenever it ran
-        record["at"] = record["took"] = None
+    """A record's body: ``events`` (the ``at``-th first), each only what it adds.
+
+    As a run file writes an event (``_review/runencode.event_fields``), less its
+    times (a run's record is the same whenever it ran; the store keeps when each
+    record was committed), and with every input written out: a ledger keeps no
+    transcript to find them in.
+    """
+    records = [event_fields(event, _row(event)) for event in events]
+    text = None  # the last reply's text: what an output check refused
+    refused = None
+    for event, record in zip(events, records, strict=True):
+        data = event.input_json
+        if event.trigger is Trigger.TOOL_RETURNED:
+            if event.started != (event.call_id,):
+                record["call"] = event.call_id
+            record["status"] = event.result_status
+            record["input"] = None if data is None else orjson.loads(data)
+        elif data is not None:
+            record["input"] = orjson.loads(data)
+        if event.trigger is Trigger.MODEL_REPLIED:
+            reply = record.get("input")
+            text = str(reply.get("text")) if type(reply) is dict else None
+        elif event.guard in _REFUSED and text is not None:
+            if refused is None:
+                refused = output_refusals(events, rejected)
+            if text in refused:
+                record["problems"] = refused[text]
     body: dict[str, Any] = {"at": at, "events": records}
     if rejected is not None:
         body["rejected"] = rejected_record(rejected)
     return dumps(body)
 
 
-def record_of(transition: Transition) -> tuple[str, str | None]:
-    """The (kind, key) of the record a report's transition ends.
+def _row(event: Transition) -> dict[str, Any]:
+    if event.guard is None:
+        return {"on": event.trigger.value}
+    return {"on": event.trigger.value, "if": event.guard.value}
 
+
+_REFUSED: Final = (Guard.OUTPUT_RETRY, Guard.OUTPUT_INVALID)
+
+
+def record_of(transition: Transition) -> tuple[str, str | None] | None:
+    """The (kind, key) of the record ``transition`` ends; None if it waits for another.
+
+    A reply (or a model's exception, a summary, a wait's end) is written with
+    what first acts on it: the start of a call (``tool_started``), a person
+    asked, the output validators' answer, or the run's end. Killed before
+    that, the model is asked again, as when killed while it worked.
     The key is None where the transition does not name its call (an outcome
     without a call id, an approval without calls): the engine makes none
     such, a damaged record may hold one.
@@ -218,7 +254,7 @@ def record_of(transition: Transition) -> tuple[str, str | None]:
         return CHECKED, str(transition.steps)  # what the output validators answered
     if trigger is Trigger.APPROVAL_DECIDED:
         return DECISION, key_text(transition.decisions[0][0]) if transition.decisions else None
-    return REPLY, str(transition.steps)  # the model replied or raised, at this step
+    return None
 
 
 class Journal:
@@ -325,16 +361,19 @@ class Journal:
         if kind == END:
             self.release()
 
-    def before_call(self, call: dict[str, Any]) -> dict[str, Any] | None:
-        """Record ``tool_started``, or the outcome this call gets without running.
+    def before_call(
+        self, call: dict[str, Any], record_start: Callable[[str], object]
+    ) -> dict[str, Any] | None:
+        """Record ``tool_started`` (``record_start``), or the outcome the call gets unrun.
 
         ``None``: run the call (first time, or again for an idempotent tool).
+        ``record_start(call_id)`` commits the ``tool_started`` record.
         """
         call_id = call["id"]
         if call_id in self.started:
             if call["name"] in self._idempotent:
                 return None  # run again, under the same idempotency key
             return {"status": "error", "content": dict(OUTCOME_UNKNOWN)}
-        self.append(STARTED, call_id, orjson.dumps({"name": call["name"]}))
+        record_start(call_id)
         self.started.add(call_id)
         return None

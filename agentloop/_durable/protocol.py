@@ -38,9 +38,11 @@ __all__ = [
     "LedgerWriter",
 ]
 
-#: A model step's reply (or what the model raised), keyed by the step's number.
+#: The model's answers (a reply, or what it raised) no record holds yet, written before the
+#: run waits on the model or on a retry's wait again; keyed by the last one's step number.
 REPLY = "reply"
-#: A call is about to be handed to the dispatcher, keyed by its call id.
+#: A call is about to be handed to the dispatcher, keyed by its call id (with the events
+#: before it that no record holds yet: the reply that asked for it).
 STARTED = "tool_started"
 #: A call's outcome, keyed by its call id.
 FINISHED = "tool_finished"

@@ -1,13 +1,14 @@
 """The engine, recording: every transition committed to the run's ledger before it counts.
 
 ``DurableEngine`` is the engine with one commit hook (``Recorder``): each
-transition is handed to it before the engine commits it, and a report's
-transition (a reply, a call's outcome, a person asked or deciding) is written
-then, with the transitions the engine made by itself before it; a terminal
-transition is written wherever it is made. A write that fails refuses the
-transition: the run in memory stays as its record says, and the failure
-shows. The dispatch wrappers commit ``tool_started`` before the dispatcher
-(and so the handler) is called; the driver's call context holds the call's
+transition is handed to it before the engine commits it. Where the run acts
+on the outside (a call's outcome taken, a person asked or deciding, a
+handoff's view, the output validators' answer, the run's end) the
+transitions not yet written are written, as one record; a write that fails
+refuses the transition, and the failure shows. A reply is written with what
+first acts on it: the dispatch wrappers commit ``tool_started``, with the
+transitions before it, before the dispatcher (and so the handler) is called.
+So a call step costs two commits. The driver's call context holds the call's
 idempotency key. The drivers are the usual ones.
 
 Fed by the one replay (``_core/replay.py``) while ``replaying``, it writes
@@ -19,11 +20,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
+from agentloop._core.context_policy import Summarise
 from agentloop._core.engine import Engine
-from agentloop._core.requests import CheckOutput, Need
-from agentloop._core.table import NEXT, TERMINAL, State, Trigger
+from agentloop._core.requests import AskModel, Need, Wait
+from agentloop._core.table import MODEL_ANSWERS, TERMINAL, State
 from agentloop._core.values import RunTool, Transition
 from agentloop._durable.journal import events_body, record_of
+from agentloop._durable.protocol import REPLY, STARTED
 from agentloop._errors import LedgerError
 
 if TYPE_CHECKING:
@@ -36,25 +39,25 @@ if TYPE_CHECKING:
     from agentloop._core.values import Budget, CancelToken, NotJSON
     from agentloop._durable.journal import Journal
 
-__all__ = ["ChildUnrecorded", "DurableEngine", "Recorder", "async_dispatch", "sync_dispatch"]
+# The requests the run waits on the outside for: the model's answers are kept before them.
+_WAITS: Final = (AskModel, Summarise, Wait)
 
-# The transitions that follow from the ones before: they go in the next record.
-_BY_ITSELF: Final = frozenset(NEXT.values()) | {Trigger.WAITED}
+__all__ = ["ChildUnrecorded", "DurableEngine", "Recorder", "async_dispatch", "sync_dispatch"]
 
 
 class Recorder:
     """The commit hook of a durable engine: what it writes to the journal, and when.
 
-    A report's transition is written with the ones the engine made by itself
-    since the last write (a step costs one commit), and a terminal one
-    wherever it is made; a wait is no effect, so its end goes in the next
-    record (killed before, it is waited again). After a person is asked, the
-    run waits holding no claim: any process may go on with it. While
-    ``replaying`` nothing is written; while ``holding``, nothing either: the
-    transitions wait for ``flush``.
+    The transitions not yet written are written as one record where the run
+    acts (``journal.record_of``) and before a call starts (``record_start``).
+    A reply, a model's exception, a summary or a wait's end acts on nothing
+    by itself: killed before what acts on it is written, the model is asked
+    (or the wait waited) again. After a person is asked, the run waits holding
+    no claim: any process may go on with it. While ``replaying`` nothing is
+    written; while ``holding``, nothing either: the transitions wait for ``flush``.
     """
 
-    __slots__ = ("at", "before_end", "holding", "journal", "replaying", "unwritten")
+    __slots__ = ("at", "before_end", "holding", "journal", "rejected", "replaying", "unwritten")
 
     def __init__(self) -> None:
         self.journal: Journal | None = None
@@ -62,6 +65,7 @@ class Recorder:
         self.holding = False
         self.at = 0  # the events the ledger holds
         self.unwritten: list[Transition] = []
+        self.rejected: NotJSON | None = None  # an unwritten reply that was not JSON
         #: Called before the run's end is written: the driver ends the children that wait.
         self.before_end: Callable[[], object] | None = None
 
@@ -71,25 +75,49 @@ class Recorder:
         if transition.dest in TERMINAL and self.before_end is not None:
             self.before_end()  # a waiting child's end is committed before its parent's
         self.unwritten.append(transition)
-        if self.holding or (transition.trigger in _BY_ITSELF and transition.dest not in TERMINAL):
+        if rejected is not None:
+            self.rejected = rejected
+        if self.holding:
+            return
+        mark = record_of(transition)
+        if mark is None:  # it goes with what first acts on it
             return
         try:
-            self.flush(rejected)
+            self.flush(mark)
         except BaseException:
             self.unwritten.pop()  # refused: the engine does not make it
             raise
         if transition.dest is State.AWAITING_APPROVAL:
             self.journal.pause()  # type: ignore[union-attr]  # a person may decide in any process
 
-    def flush(self, rejected: NotJSON | None = None) -> None:
-        """Write the unwritten transitions as one record, keyed by the last; raises if it fails."""
+    def keep_answers(self) -> None:
+        """Write the model's answers no record holds yet, before the run waits on the outside.
+
+        A reply that started no call (an output retry's, say), or what the model
+        raised, is kept before the model is asked again or a retry's wait begins:
+        killed then, it is not asked for again.
+        """
+        for event in reversed(self.unwritten):
+            if event.trigger in MODEL_ANSWERS:
+                self.flush((REPLY, str(event.steps)))
+                return
+
+    def flush(self, mark: tuple[str, str | None] | None = None) -> None:
+        """Write the unwritten transitions as one record, of the kind and key ``mark`` says.
+
+        By default, the last one's (``record_of``). Raises if the write fails.
+        """
         journal, events = self.journal, self.unwritten
         assert journal is not None, "a durable engine records to its journal"
-        kind, key = record_of(events[-1])
+        if mark is None:
+            mark = record_of(events[-1])
+            assert mark is not None, "a record ends where the run acts on what it holds"
+        kind, key = mark
         assert key is not None, "the engine's transitions name their calls"
-        journal.append(kind, key, events_body(self.at, events, rejected))
+        journal.append(kind, key, events_body(self.at, events, self.rejected))
         self.at += len(events)
         events.clear()
+        self.rejected = None
 
 
 class DurableEngine(Engine):
@@ -102,7 +130,7 @@ class DurableEngine(Engine):
     counts them.
     """
 
-    __slots__ = ("__weakref__", "_recorder", "checking", "end_unrecorded", "handed")
+    __slots__ = ("__weakref__", "_recorder", "end_unrecorded", "handed")
 
     def __init__(
         self,
@@ -140,8 +168,6 @@ class DurableEngine(Engine):
         self.handed: list[RunTool] = []
         #: A resume found the run ended before its end was written: ``record_end`` writes it.
         self.end_unrecorded = False
-        #: The output check a resume handed out (a final recorded, its check not): next()'s.
-        self.checking: CheckOutput | None = None
 
     @property
     def journal(self) -> Journal:
@@ -178,34 +204,37 @@ class DurableEngine(Engine):
                 self.handed.append(need)
             return need
         self.journal.check()  # nothing is asked of a run whose ledger failed
-        if self.checking is not None:  # with the check the driver set since
-            held, self.checking = self.checking, None
-            return held._replace(check=self.output_check or held.check)
         if self.handed and not self.done:
             return self.handed.pop(0)  # its cancel checkpoint was passed when it was handed
-        return super().next()
+        need = super().next()
+        if type(need) in _WAITS and self._recorder.unwritten:
+            self._recorder.keep_answers()
+        return need
 
     def replayed(self) -> None:
         """The records are fed back: from here on, every transition is recorded.
 
-        A reply recorded and not yet checked is checked now, as the live run
-        did or would have (that transition is the engine's own, recorded with
-        the next report); if it ends the run, the end is not recorded yet. A
-        final its output validators are to check is handed out here, and kept
-        for the driver's first ``next()`` (``checking``).
+        A final whose output validators' answer is recorded and not yet taken
+        is taken now, as the live run did or would have (that transition is the
+        engine's own, recorded with the next record); if it ends the run, the
+        end is not recorded yet. (A final is recorded with its check, so none
+        waits for the validators here.)
         """
         recorder = self._recorder
         recorder.at, recorder.replaying = len(self.events()), False
         if self.state is State.VALIDATING:
             recorder.holding = True  # the check goes in the next record (or record_end's)
             try:
-                need = self.next()
+                taken = self.next()
             finally:
                 recorder.holding = False
-            if type(need) is CheckOutput:
-                self.checking = need
+            assert type(taken) is Transition, "a final is recorded with its check"
         running = set(self.running)
         self.handed = [need for need in self.handed if need.call["id"] in running]
+
+    def record_start(self, call_id: str) -> None:
+        """Commit ``tool_started`` for ``call_id``, with the transitions not yet written."""
+        self._recorder.flush(mark=(STARTED, call_id))
 
     def before_end(self, call: Callable[[], object]) -> None:
         """Call ``call`` before the run's end is written (its waiting children end first)."""
@@ -253,7 +282,7 @@ def sync_dispatch(engine: DurableEngine, dispatch: Callable[..., object]) -> Cal
     journal = engine.journal
 
     def durable(call: dict[str, Any], **review: object) -> object:
-        settled = journal.before_call(call)
+        settled = journal.before_call(call, engine.record_start)
         if settled is not None:
             return settled
         return _recorded(journal, dispatch(call, **review))
@@ -268,7 +297,7 @@ def async_dispatch(
     journal = engine.journal
 
     async def durable(call: dict[str, Any], **review: object) -> object:
-        settled = journal.before_call(call)
+        settled = journal.before_call(call, engine.record_start)
         if settled is not None:
             return settled
         return _recorded(journal, await dispatch(call, **review))

@@ -1,10 +1,12 @@
-"""Reading a run's records: its header, then its events, checked and decoded.
+"""Reading a run's records: its header, then its events, checked, decoded and fed back.
 
-A run's records are its events (``journal.py`` says how they are kept) and
-the ``tool_started`` marks. Every event
-is checked against the run file's schema of an event and decoded by the run
-file's event record (``_review/eventrecord.py``): one encoding. What is
-damaged is a ``LedgerError`` naming the record.
+A run's records are its events (``journal.py`` says how they are kept), each
+only what it adds, as a run file keeps an event, with every input written
+out. Every event is checked against the run file's schema of an event and
+made the report it records (``_review/runread.report_of``): one encoding.
+The one replay (``_core/replay.feed``) makes the rest again, and each record's
+kind and key are checked against the events it ends. What is damaged is a
+``LedgerError`` naming the record; what does not replay, a ``Mismatch``.
 """
 
 from __future__ import annotations
@@ -14,22 +16,25 @@ from typing import TYPE_CHECKING, Any, Final
 import jsonschema_rs
 import orjson
 
-from agentloop._core.replay import Mismatch
-from agentloop._core.table import NEXT, TERMINAL
+from agentloop._core.replay import Mismatch, feed, row_text
+from agentloop._core.table import MODEL_ANSWERS, Trigger
 from agentloop._durable.journal import FORMAT, READS, VERSION, record_of
-from agentloop._durable.protocol import END, KINDS, STARTED
-from agentloop._errors import LedgerError
-from agentloop._review.eventrecord import load_event, rejected_value
-from agentloop._review.runfile_schema import EVENT_RECORD, REJECTED
+from agentloop._durable.protocol import END, KINDS, REPLY, STARTED
+from agentloop._errors import InvalidStateError, LedgerError
+from agentloop._review.eventrecord import rejected_value
+from agentloop._review.runencode import Look
+from agentloop._review.runfile_schema import EVENT, REJECTED
+from agentloop._review.runread import report_of
 from agentloop._review.runshape import explain, json_path
 
 if TYPE_CHECKING:
-    from agentloop._core.values import Transition
+    from agentloop._core.engine import Engine
+    from agentloop._core.values import CancelToken, Transition
     from agentloop._durable.protocol import LedgerRecord
 
 __all__ = ["Recorded", "bad", "json_of"]
 
-_EVENT: Final = jsonschema_rs.Draft202012Validator(EVENT_RECORD)
+_EVENT: Final = jsonschema_rs.Draft202012Validator(EVENT)
 _REJECTED: Final = jsonschema_rs.Draft202012Validator(REJECTED)
 # A whole body at once, in one call (the fast path); what fails is then named piece by piece.
 _WHOLE: Final = jsonschema_rs.Draft202012Validator(
@@ -37,15 +42,15 @@ _WHOLE: Final = jsonschema_rs.Draft202012Validator(
         "type": "object",
         "properties": {
             "at": {"type": "integer", "minimum": 0},
-            "events": {"type": "array", "items": EVENT_RECORD, "minItems": 1},
+            "events": {"type": "array", "items": EVENT},
             "rejected": REJECTED,
         },
         "required": ["at", "events"],
         "additionalProperties": False,
     }
 )
-_BY_ITSELF: Final = frozenset(NEXT.values())
-_BODY: Final = "{'at': the index of its first event, 'events': [one event or more]}"
+_BODY: Final = "{'at': the index of its first event, 'events': [its events]}"
+_REPLIES: Final = (Trigger.MODEL_REPLIED, Trigger.SUMMARY_WRITTEN)
 
 
 def json_of(run_id: str, data: bytes, where: str) -> Any:
@@ -64,9 +69,10 @@ def bad(run_id: str, where: str, expected: str, found: object) -> LedgerError:
 class Recorded:
     """A run's header and records, checked and decoded; ``LedgerError`` on anything else.
 
-    ``events`` are the run's events, the ``at``-th first; ``started``
-    every call whose ``tool_started`` is recorded; ``rejected`` the reply
-    taken that was not JSON; ``ended`` whether the run's end is recorded.
+    ``reports`` are what the run's events were given, the ``at``-th first
+    (``feed`` gives them to an engine); ``started`` every call whose
+    ``tool_started`` is recorded; ``rejected`` the reply taken that was not
+    JSON; ``ended`` whether the run's end is recorded.
     """
 
     def __init__(self, run_id: str, head: bytes, records: list[LedgerRecord]) -> None:
@@ -139,10 +145,17 @@ class Recorded:
         #: The fallback models its replay needs, by name, in order.
         self.models: tuple[str, ...] = tuple(models)
         self.started: set[str] = set()
-        self.events: list[Transition] = []
+        #: The events' reports, in order: what each was given (``report_of``).
+        self.reports: list[Transition] = []
+        #: Each record but a call's start, by the index of its last event: its kind, its key,
+        #: and its name.
+        self.marks: list[tuple[int, str, str, str]] = []
+        #: The final answers an output check refused, with the problems the record lists.
+        self.refused: dict[str, list[str]] = {}
         self.at = 0
         self.rejected: object = None
         self.ended = False
+        self._reply = Look()  # the last reply: its calls, and its text (what a check refused)
         for index, record in enumerate(records):
             self._read(index, record)
 
@@ -151,31 +164,27 @@ class Recorded:
         where = f"record {index} ({record.kind} {record.key!r})"
         if self.ended:
             raise LedgerError(f"run {run_id!r}: {where} comes after the run's end")
-        body = json_of(run_id, record.body, where)
-        if record.kind == STARTED:
-            if type(body) is not dict or body.keys() != {"name"} or type(body["name"]) is not str:
-                raise bad(run_id, where, "{'name': the tool's name}", body)
-            self.started.add(record.key)
-            return
-        if record.kind not in _KINDS:
+        if record.kind not in KINDS:
             raise LedgerError(
                 f"run {run_id!r}: {where}: unknown record kind {record.kind!r} "
                 "(written by a newer agentloop?)"
             )
+        body = json_of(run_id, record.body, where)
         whole = _WHOLE.is_valid(body)
         if not whole and (
             type(body) is not dict
             or not {"at", "events"} <= body.keys() <= {"at", "events", "rejected"}
             or type(body["at"]) is not int
             or type(body["events"]) is not list
-            or not body["events"]
         ):
             raise bad(run_id, where, _BODY, body)
         at, events = body["at"], body["events"]
-        if self.events and at != self.at + len(self.events):
-            expected = f"its first event's index {self.at + len(self.events)} (the next one)"
+        if not events and record.kind != STARTED:  # only a call's start may follow no event
+            raise bad(run_id, f"{where}.events", "one event or more", events)
+        if self.reports and at != self.at + len(self.reports):
+            expected = f"its first event's index {self.at + len(self.reports)} (the next one)"
             raise bad(run_id, f"{where}.at", expected, at)
-        if not self.events:
+        if not self.reports:
             self.at = at  # checked by the resume: a run's records begin at event 0
         if "rejected" in body:
             error = None if whole else next(iter(_REJECTED.iter_errors(body["rejected"])), None)
@@ -184,26 +193,27 @@ class Recorded:
                     run_id, f"{where}.rejected", explain(error, "rejected")[0], body["rejected"]
                 )
             self.rejected = rejected_value(body["rejected"])
-        made = [
-            self._event(where, at + offset, event, checked=whole)
-            for offset, event in enumerate(events)
-        ]
-        last = made[-1]
-        if last.trigger in _BY_ITSELF and last.dest not in TERMINAL:
-            raise bad(run_id, where, "a report's transition last", last.trigger.value)
-        kind, key = record_of(last)
-        if key is None:
-            path = f"$.events[{at + len(made) - 1}]"
-            expected = "an event naming its call (the record's key)"
-            raise LedgerError(f"run {run_id!r}: {where}: {path}: expected {expected}, got none")
-        if (kind, key) != (record.kind, record.key):
-            expected = "the kind and key of its last event's record"
-            raise bad(run_id, where, expected, f"{kind} {key!r}")
-        self.events.extend(made)
+        for offset, event in enumerate(events):
+            report = self._report(where, at + offset, event, checked=whole)
+            if report.trigger in _REPLIES and report.input_json is None and "rejected" not in body:
+                path = f"{where}: $.events[{at + offset}].input"
+                raise bad(run_id, path, "the reply (a ledger keeps every input)", None)
+            self.reports.append(report)
+        if record.kind == REPLY and not any(
+            report.trigger in MODEL_ANSWERS for report in self.reports[at - self.at :]
+        ):
+            raise bad(run_id, f"{where}.events", "a model's answer among them", events)
+        if record.kind == STARTED:
+            if record.key not in self._reply.ids:
+                expected = "the start of a call the reply before it asked for"
+                raise bad(run_id, where, expected, record.key)
+            self.started.add(record.key)
+        else:
+            self.marks.append((len(self.reports) - 1, record.kind, record.key, where))
         self.ended = record.kind == END
 
-    def _event(self, where: str, index: int, event: object, *, checked: bool) -> Transition:
-        """An event of the record, checked as a run file's ``$.events[index]`` and decoded."""
+    def _report(self, where: str, index: int, event: object, *, checked: bool) -> Transition:
+        """An event of the record, checked as a run file's ``$.events[index]``; its report."""
         error = None if checked else next(iter(_EVENT.iter_errors(event)), None)
         if error is not None:
             path = json_path(["events", index, *error.instance_path])
@@ -213,11 +223,68 @@ class Recorded:
             )
         assert type(event) is dict, "checked by the schema"
         try:
-            return load_event(index, event)
+            report = report_of(index, event)
         except Mismatch as found:
             raise bad(self.run_id, f"{where}: {found.where}", found.expected, found.found) from None
-        except (TypeError, ValueError) as exc:
-            raise bad(self.run_id, f"{where}: $.events[{index}]", "an event", str(exc)) from None
+        path = f"$.events[{index}]"
+        if report.trigger is Trigger.TOOL_RETURNED:
+            if "status" not in event:
+                raise bad(self.run_id, f"{where}: {path}.status", "the outcome's status", None)
+            if report.call_id is None:  # the call it started just before, unless it names one
+                if len(report.started) != 1:
+                    expected = "the call it answers, as it did not start just that call"
+                    raise bad(self.run_id, f"{where}: {path}.call", expected, None)
+                report = report._replace(call_id=report.started[0])
+        elif report.trigger is Trigger.MODEL_REPLIED:
+            self._reply.replied(0, report.input_json)
+        if "problems" in event and self._reply.text is not None:
+            self.refused[self._reply.text] = event["problems"]
+        return report
+
+    def feed(self, engine: Engine, token: CancelToken) -> None:
+        """Feed ``engine`` the reports, as the run was fed them.
+
+        ``Mismatch`` where the engine makes another row, or where a record's
+        kind or key is not what its last event ends.
+        """
+        marks = iter(self.marks)
+        mark = next(marks, None)
+        for index, report in enumerate(self.reports):
+            where = f"$.events[{index}]"
+            rejected = self.rejected if report.input_json is None else None
+            try:
+                made = feed(engine, report, rejected, token, where)
+            except InvalidStateError:
+                raise Mismatch(
+                    where,
+                    f"a report the engine takes in state {engine.state.value!r}",
+                    row_text(report),
+                ) from None
+            if made.trigger is not report.trigger or made.guard is not report.guard:
+                raise Mismatch(where, f"{row_text(made)}, which the table takes here", _row(report))
+            while mark is not None and mark[0] == index:
+                _check_mark(made, mark)
+                mark = next(marks, None)
 
 
-_KINDS: Final = frozenset(KINDS) - {STARTED}
+def _check_mark(made: Transition, mark: tuple[int, str, str, str]) -> None:
+    """A record's kind and key are what its last event (``made``) ends."""
+    _, kind, key, where = mark
+    if kind == REPLY:  # the model's answers, kept before the run waited on it again
+        if key != str(made.steps):
+            expected = f"reply {str(made.steps)!r}, the step of the answers it holds"
+            raise Mismatch(where, expected, f"{kind} {key!r}")
+        return
+    ends = record_of(made)
+    if ends is None:
+        expected = "a record that ends where the run acts (a reply goes with what acts on it)"
+        raise Mismatch(where, expected, f"one that ends at {made.trigger.value}")
+    if ends != (kind, key):
+        expected = f"{ends[0]} {ends[1]!r}, the record its last event ends"
+        raise Mismatch(where, expected, f"{kind} {key!r}")
+
+
+def _row(report: Transition) -> str:
+    """A report's row as the record names it: its trigger, and its guard."""
+    guard = "" if report.guard is None else f" if {report.guard.value}"
+    return f"{report.trigger.value}{guard}"

@@ -30,7 +30,7 @@ import orjson
 from agentloop._core.agents import Agents
 from agentloop._core.context_policy import policy_from_record
 from agentloop._core.output_schema import OutputSchema
-from agentloop._core.replay import Mismatch, replay
+from agentloop._core.replay import Mismatch, refusals_standing
 from agentloop._core.requests import uncalled_check
 from agentloop._core.table import State, Trigger
 from agentloop._core.values import CancelToken
@@ -140,16 +140,20 @@ def resume(
     output: OutputSchema | None = None,
     team: dict[str, Any] | None = None,
     checks: bool = False,
+    child: bool = False,
 ) -> tuple[DurableEngine, CancelToken | None]:
     """The run, replayed from its records: done, or ready for a driver to go on live.
 
     Also returns the token the driver is to watch (``None`` without ``cancel``).
-    ``checks``: the Loop has output validators (a final recorded unchecked is theirs).
+    ``checks``: the Loop has output validators.
+    ``child``: the run is a child, resumed inside its parent's call (else one is refused).
     A finished run is only read; any other is claimed first, so its records
     cannot change while they are replayed. A run found ended whose end is not
     recorded keeps its claim: ``engine.record_end()`` writes the end.
     """
     run_id = checked_run_id(run_id)
+    if not child:
+        _refuse_child(ledger, run_id)
     writer: LedgerWriter | None
     busy: RunBusyError | None = None
     try:
@@ -197,6 +201,36 @@ def resume(
     return engine, token
 
 
+def _refuse_child(ledger: Ledger, run_id: str) -> None:
+    """Refuse to resume an agent tool's child run by itself, before anything is claimed.
+
+    A child goes on only inside the call it answers: resumed alone, its end
+    would answer nothing, and its parent would be left waiting. The error
+    names the run to resume instead, the top of its tree. A run id without
+    ``':'`` is never a child's (``ids.py``): its header is not read here.
+    """
+    if ":" not in run_id:
+        return
+    caller = Recorded(run_id, ledger.read(run_id)[0], []).caller
+    if caller is None:
+        return
+    top, seen = caller[0], {run_id}
+    while top not in seen:  # up the callers to a run that has none (a damaged ledger's may loop)
+        seen.add(top)
+        try:
+            above = Recorded(top, ledger.read(top)[0], []).caller
+        except LedgerError:
+            break  # its parent is not readable: name it all the same
+        if above is None:
+            break
+        top = above[0]
+    raise ValueError(
+        f"expected the id of a run to resume, got {run_id!r}, the child run that answers "
+        f"call {caller[1]!r} of run {caller[0]!r} (an agent tool's): a child goes on only "
+        f"inside that call; resume {top!r}, which resumes it where it stopped"
+    )
+
+
 def replayed(
     recorded: Recorded,
     budget: Budget,
@@ -212,9 +246,9 @@ def replayed(
     ``token`` is what it watches: the replay cancels it where the run was cancelled.
     ``context`` and ``output`` are the run's context policy and output schema;
     when not given, the ones its header recorded (read without a Loop:
-    ``show``, ``pending``). ``checks``: a final recorded and not checked is
-    handed out to the driver's output validators, whose check it sets (the
-    Loop's say; read without one, a run that recorded a check had them).
+    ``show``, ``pending``). ``checks``: the run's finals are checked by output
+    validators, whose recorded answers the engine takes (the Loop's say; read
+    without one, a run that recorded a check had them).
     """
     if context is None:
         context = _recorded_context(recorded)
@@ -241,20 +275,14 @@ def replayed(
     engine.journal = journal
     engine.replaying = True
     if checks is None:
-        checks = any(event.trigger is Trigger.OUTPUT_CHECKED for event in recorded.events)
+        checks = any(report.trigger is Trigger.OUTPUT_CHECKED for report in recorded.reports)
     if checks:  # the driver sets its own check before it asks: this one is never called
         engine.output_check = uncalled_check
     try:
-        if recorded.events and recorded.at != 0:
+        if recorded.reports and recorded.at != 0:
             raise diverged(recorded.run_id, f"its first record starts at event {recorded.at}")
-        replay(
-            recorded.input,
-            budget,
-            recorded.events,
-            rejected=recorded.rejected,
-            token=token,
-            engine=engine,
-        )
+        with refusals_standing(engine, recorded.refused):
+            recorded.feed(engine, token)
     except Mismatch as exc:
         where = exc.where.replace("$.events[", "event [", 1)
         detail = f"{where}: expected {exc.expected}, got {exc.found}"

@@ -38,14 +38,15 @@ import attrs
 import orjson
 
 from agentloop._core.engine import Engine
-from agentloop._core.json import exception_content
 from agentloop._core.table import State
 from agentloop._core.values import CancelToken
 from agentloop._drivers.callbacks import TokenCancelled
+from agentloop._drivers.child_answers import ChildRunEnded, ended_content
 from agentloop._drivers.child_waits import Waiting
 from agentloop._drivers.delegation import Nested
 from agentloop._drivers.run_context import NO_RUN, RunContext, current_context
 from agentloop._loop.child_runs import durable_child, read_child, recorded_in, waiting_child
+from agentloop._loop.continued import release_claim, released_on_error
 from agentloop._loop.deps import for_run
 from agentloop._loop.engines import check_ready, make_resilient, plain_engine
 from agentloop._loop.running import async_run, sync_run
@@ -78,10 +79,6 @@ INPUT_SCHEMA: Final = {
     "required": ["input"],
     "additionalProperties": False,
 }
-
-
-class ChildRunEnded(Exception):
-    """An agent tool's child run ended without an output: its ``status`` says how."""
 
 
 class AgentTool(Tool):
@@ -155,16 +152,17 @@ class AgentTool(Tool):
             engine, cancel, deps, children, decisions = self._child(input, ctx)
             if engine.done:  # a durable child that had ended: its recorded result answers
                 return self._answer(_ended(engine, ctx), ctx)
-            run = sync_run(child, engine, registry, cancel, deps, children)
-            if reporter is not None:
-                run.subscribe(_forwarding(reporter))
-                run.subscribe_deltas(_forwarding(reporter))
-            try:
-                if decisions is not None:
-                    run.decide(decisions)
-                return self._answer(run.finish(), ctx)
-            finally:
-                _kept(run, ctx)
+            with released_on_error(engine):  # its driver unwound: nothing holds the claim
+                run = sync_run(child, engine, registry, cancel, deps, children)
+                if reporter is not None:
+                    run.subscribe(_forwarding(reporter))
+                    run.subscribe_deltas(_forwarding(reporter))
+                try:
+                    if decisions is not None:
+                        run.decide(decisions)
+                    return self._answer(run.finish(), ctx)
+                finally:
+                    _kept(run, ctx)
 
     def _text(self, arguments: dict[str, Any]) -> str:
         """The child's input: the ``input`` text, or ``prompt(value)``, or the arguments' JSON."""
@@ -185,16 +183,20 @@ class AgentTool(Tool):
             engine, cancel, deps, children, decisions = self._child(input, ctx)
             if engine.done:
                 return self._answer(_ended(engine, ctx), ctx)
-            run = async_run(self.loop, engine, cancel, deps, children)
-            reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # under asyncio: one
-            run.subscribe(_forwarding(reporter))
-            run.subscribe_deltas(_forwarding(reporter))
-            try:
-                if decisions is not None:
-                    await run.adecide(decisions)
-                return self._answer(await run.afinish(), ctx)
-            finally:  # interrupted too (the parent's task cancelled while the child ran)
-                _kept(run, ctx)
+            try:  # not ``released_on_error``, as ``Loop.arun``: a coroutine's frame holds it
+                run = async_run(self.loop, engine, cancel, deps, children)
+                reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # asyncio: one
+                run.subscribe(_forwarding(reporter))
+                run.subscribe_deltas(_forwarding(reporter))
+                try:
+                    if decisions is not None:
+                        await run.adecide(decisions)
+                    return self._answer(await run.afinish(), ctx)
+                finally:  # interrupted too (the parent's task cancelled while the child ran)
+                    _kept(run, ctx)
+            except BaseException:
+                release_claim(engine)  # its driver unwound: nothing holds the claim
+                raise
 
     def _child(
         self, input: str, ctx: RunContext[Any] | None
@@ -283,11 +285,7 @@ class AgentTool(Tool):
         if status is State.FINISHED:
             outcome = returned(self.name, result.output)
         else:
-            why = result.reason or result.error
-            exc = ChildRunEnded(
-                f"agent {self.name!r} ended {status.value}" + (f" ({why})" if why else "")
-            )
-            content = {**exception_content(exc), "status": status.value}
+            content, exc = ended_content(self.name, result)
             outcome = {"status": "error", "content": content, "exception": exc}
         return Answered({**outcome, "usage": result.usage._asdict()})
 

@@ -101,6 +101,7 @@ def durable_child(
         output=child.output,
         team=team_record(child),
         checks=bool(child.output_validators),  # a check the crash cut is made again
+        child=True,
     )
     if engine.done:
         engine.record_end()  # an end the resume made (a reply checked), not yet written

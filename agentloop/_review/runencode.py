@@ -20,7 +20,15 @@ from agentloop._core.table import Guard, Trigger
 from agentloop._core.values import Budget, NotJSON, RunResult, Transition, Usage
 from agentloop._review.runshape import FORMAT, VERSION, dumps
 
-__all__ = ["Look", "budget_record", "document_of", "held", "output_of", "run_text"]
+__all__ = [
+    "Look",
+    "budget_record",
+    "document_of",
+    "event_fields",
+    "held",
+    "output_of",
+    "run_text",
+]
 
 
 def output_of(result: RunResult) -> OutputSchema | None:
@@ -86,6 +94,39 @@ def document_of(result: RunResult) -> dict[str, Any]:
     return document
 
 
+def event_fields(event: Transition, record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (an event's row, and its times) with the rest of what ``event`` adds.
+
+    Its inputs aside: what the run file and the ledger both keep of an event.
+    Each writes the inputs it does not find elsewhere.
+    """
+    if event.started:
+        record["started"] = list(event.started)
+    if event.exception is not None:
+        record["exception"] = exception_content(event.exception)
+    if event.usage is not None:
+        record["usage"] = list(event.usage)
+    if event.trigger is Trigger.CALL_WAITS:  # the call whose child waits: no outcome names it
+        record["call"] = event.call_id
+    if event.pending and event.pending[0].path:  # a child run's calls: whole, with paths
+        record["waits"] = [call.record() for call in event.pending]
+    elif event.pending:
+        record["asked"] = {call.call_id: call.reason for call in event.pending}
+    if event.decisions and type(event.decisions[0][0]) is tuple:  # about a child's calls
+        record["decided_paths"] = [
+            {"key": list(key), **made.record()} for key, made in event.decisions
+        ]
+    elif event.decisions:
+        record["decided"] = {call_id: made.record() for call_id, made in event.decisions}
+    if event.wait is not None:
+        record["wait"] = event.wait
+    if event.model is not None:
+        record["model"] = event.model
+    if event.partial_text is not None:
+        record["partial_text"] = event.partial_text
+    return record
+
+
 _REPLIES: Final = (Trigger.MODEL_REPLIED, Trigger.SUMMARY_WRITTEN)
 _REFUSED: Final = (Guard.OUTPUT_RETRY, Guard.OUTPUT_INVALID)
 
@@ -129,31 +170,7 @@ class _Events:
             record["at"] = round(event.at - origin if took is None else took, 6)
         if event.took is not None:
             record["took"] = round(event.took, 6)
-        if event.started:
-            record["started"] = list(event.started)
-        if event.exception is not None:
-            record["exception"] = exception_content(event.exception)
-        if event.usage is not None:
-            record["usage"] = list(event.usage)
-        if event.trigger is Trigger.CALL_WAITS:  # the call whose child waits: no outcome names it
-            record["call"] = event.call_id
-        if event.pending and event.pending[0].path:  # a child run's calls: whole, with paths
-            record["waits"] = [call.record() for call in event.pending]
-        elif event.pending:
-            record["asked"] = {call.call_id: call.reason for call in event.pending}
-        if event.decisions and type(event.decisions[0][0]) is tuple:  # about a child's calls
-            record["decided_paths"] = [
-                {"key": list(key), **made.record()} for key, made in event.decisions
-            ]
-        elif event.decisions:
-            record["decided"] = {call_id: made.record() for call_id, made in event.decisions}
-        if event.wait is not None:
-            record["wait"] = event.wait
-        if event.model is not None:
-            record["model"] = event.model
-        if event.partial_text is not None:
-            record["partial_text"] = event.partial_text
-        return record
+        return event_fields(event, record)
 
     def inputs(self, event: Transition, record: dict[str, Any], look: Look, at: int) -> None:
         """What came from outside with ``event``, where the transcript does not hold it."""

@@ -81,6 +81,7 @@ import orjson
 from agentloop._core.replay import Mismatch
 from agentloop._core.values import RunResult, require_result
 from agentloop._errors import RunFileError
+from agentloop._review.runchildren import answers_agree
 from agentloop._review.runencode import document_of, run_text
 from agentloop._review.runread import check_written, run_of
 from agentloop._review.runshape import (
@@ -217,6 +218,7 @@ def run_from_json(
     try:
         result = run_of(document)
         check_written(result, document)
+        answers_agree(result)
     except Mismatch as found:
         raise RunFileError(f"{source}: {found.where}", found.expected, found.found) from None
     return result

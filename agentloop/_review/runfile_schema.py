@@ -1,8 +1,8 @@
 """A run file's JSON Schema (Draft 2020-12): each field stated once, as data.
 
 A run file's fields, and an event's, are required or optional: an optional
-one is written only when it says something. A ledger's event (every field,
-with what it was given) has its own schema here too, ``EVENT_RECORD``.
+one is written only when it says something. A ledger's records hold events
+of the same schema (``_durable/records.py``), each with its inputs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import jsonschema_rs
 
 from agentloop._core.table import Guard, State, Trigger
 
-__all__ = ["EVENT", "EVENT_RECORD", "FORMAT", "REJECTED", "SCHEMA", "VALIDATOR", "VERSION"]
+__all__ = ["EVENT", "FORMAT", "REJECTED", "SCHEMA", "VALIDATOR", "VERSION"]
 
 FORMAT: Final = "agentloop.run"
 VERSION: Final = 6
@@ -21,7 +21,6 @@ VERSION: Final = 6
 _STR: Final = {"type": "string"}
 _STR_OR_NULL: Final = {"type": ["string", "null"]}
 _COUNT: Final = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
-_SECONDS: Final = {"type": ["number", "null"]}
 _MESSAGE: Final = {
     "type": "object",
     "required": ["kind"],
@@ -44,11 +43,9 @@ def _record(**properties: object) -> dict[str, Any]:
     }
 
 
-_USAGE: Final = _record(input_tokens=_COUNT, output_tokens=_COUNT, cached_tokens=_COUNT)
 # Tokens as a run file keeps them: [input, output, cached].
 _TOKENS: Final = {"type": "array", "items": _COUNT, "minItems": 3, "maxItems": 3}
 _EXCEPTION: Final = _record(type={"type": "string"}, message={"type": "string"})
-_ONE_OF_EXCEPTION: Final = 'null or {"type": str, "message": str}'
 _DECISION: Final = _record(
     allowed={"type": "boolean"}, reason={"type": "string"}, fingerprint=_STR_OR_NULL
 )
@@ -64,56 +61,6 @@ def _fields(required: dict[str, Any], optional: dict[str, Any]) -> dict[str, Any
     }
 
 
-#: An event as a ledger keeps it (every field, with what it was given): ``eventrecord.py``.
-EVENT_RECORD: Final = _record(
-    source=_enum(State),
-    dest=_enum(State),
-    trigger=_enum(Trigger),
-    guard=_enum(Guard, null=True),
-    steps=_COUNT,
-    calls=_COUNT,
-    call_id=_STR_OR_NULL,
-    tool=_STR_OR_NULL,
-    result_status=_STR_OR_NULL,
-    reason=_STR_OR_NULL,
-    error=_STR_OR_NULL,
-    exception={"description": _ONE_OF_EXCEPTION, "oneOf": [{"type": "null"}, _EXCEPTION]},
-    appended={"type": "array", "items": _MESSAGE},
-    usage={"oneOf": [{"type": "null"}, _USAGE]},
-    at=_SECONDS,
-    took={"type": ["number", "null"], "minimum": 0},
-    pending={
-        "type": "array",
-        # A child run's call (a call_waits event's) has its path too.
-        "items": _fields(
-            {"call_id": _STR, "name": _STR, "arguments": {}, "reason": _STR, "fingerprint": _STR},
-            {"path": {"type": "array", "items": _STR, "minItems": 1}},
-        ),
-    },
-    decisions={
-        "type": "array",
-        # Keyed by the call id, or by a child run's call's path (parent's call first).
-        "items": _record(
-            call_id={"oneOf": [_STR, {"type": "array", "items": _STR, "minItems": 2}]},
-            **_DECISION["properties"],
-        ),
-    },
-    started={"type": "array", "items": _STR},
-    input={"description": "the reply or the content that came with the report, or null"},
-)
-_SPAN: Final = {"type": "array", "items": _COUNT, "minItems": 2, "maxItems": 2}
-# Optional fields of a ledger's event, written only when used.
-EVENT_RECORD["properties"].update(
-    context=_record(
-        kept={"type": "array", "items": _SPAN},
-        summary={"oneOf": [{"type": "null"}, _SPAN]},
-        tokens=_COUNT,
-    ),
-    wait={"type": "number", "minimum": 0},
-    model=_STR,
-    partial_text=_STR,
-    agent=_STR,
-)
 #: The reply that ended a run unrecorded, as a ledger keeps it.
 REJECTED: Final = {
     "description": 'null, {"json": the reply} or {"repr": str, "problem": str}',

@@ -34,10 +34,11 @@ from agentloop._core.values import (
 )
 from agentloop._errors import InvalidStateError
 from agentloop._review.eventrecord import decision_of
+from agentloop._review.runchildren import children_agree
 from agentloop._review.runencode import Look, document_of, held
 from agentloop._review.runshape import as_found, as_shown, dumps
 
-__all__ = ["check_written", "run_of"]
+__all__ = ["check_written", "report_of", "run_of"]
 
 _TRIGGERS: Final = {trigger.value: trigger for trigger in Trigger}
 _GUARDS: Final[dict[str | None, Guard | None]] = {None: None, **{g.value: g for g in Guard}}
@@ -55,7 +56,7 @@ def run_of(document: dict[str, Any]) -> RunResult:
             "$.input", f"at most the transcript's {len(transcript)} messages", as_found(given)
         )
     records: list[dict[str, Any]] = document["events"]
-    feeds = [_report(index, record) for index, record in enumerate(records)]
+    feeds = [report_of(index, record) for index, record in enumerate(records)]
     rejected = [_not_json(record) for record in records]
     output = _output(document.get("output_schema"))
     token = CancelToken()
@@ -114,58 +115,13 @@ def run_of(document: dict[str, Any]) -> RunResult:
     children = {
         call_id: _child(call_id, child) for call_id, child in document.get("children", {}).items()
     }
-    _children_agree(result, events, children)
+    children_agree(result, events, children)
     return result._replace(
         events=tuple(events),
         continues=document.get("continues"),
         run_id=document.get("run_id"),
         children=Children(children),
     )
-
-
-def _children_agree(
-    result: RunResult, events: list[Transition], children: dict[str, RunResult]
-) -> None:
-    """Refuse children the run's own record does not vouch for.
-
-    A child must be under a call the run answered or waits on (or answered
-    ``cancelled`` as it ended: a cancel cut it); an answered
-    one's tokens are those its call's outcome reported; a waiting one waits
-    on the calls the run lists under it, so what a person is shown is what
-    would run.
-    """
-    answers = {
-        e.call_id: e for e in events if e.trigger in (Trigger.TOOL_RETURNED, Trigger.CALL_WAITS)
-    }
-    cut = (  # the calls a cancel cut: answered cancelled by the run's end
-        {m["id"] for m in result.transcript if m.get("status") == "cancelled"}
-        if result.status is State.CANCELLED
-        else set()
-    )
-    for call_id, child in children.items():
-        where, answer = f"$.children.{call_id}", answers.get(call_id)
-        if answer is None and call_id not in cut:
-            raise Mismatch(
-                where, "the child run of a call the run answered or waits on", "no such call"
-            )
-        if (
-            answer is not None
-            and answer.trigger is Trigger.TOOL_RETURNED
-            and answer.usage != child.usage
-        ):
-            raise Mismatch(
-                where,
-                f"a child whose tokens its call's outcome reported ({answer.usage})",
-                f"one of {child.usage}",
-            )
-        listed = [p._replace(path=p.path[1:]) for p in result.pending if p.path[:1] == (call_id,)]
-        if listed and listed != list(child.pending):
-            raise Mismatch(
-                where,
-                "a child waiting on the calls its parent lists under it",
-                f"one waiting on {[p.key for p in child.pending]!r:.120}, "
-                "other calls or other arguments",
-            )
 
 
 def _child(call_id: str, document: dict[str, Any]) -> RunResult:
@@ -177,8 +133,11 @@ def _child(call_id: str, document: dict[str, Any]) -> RunResult:
         raise Mismatch(where, found.expected, found.found) from None
 
 
-def _report(index: int, record: dict[str, Any]) -> Transition:
-    """The report ``$.events[index]`` records, with what it says it was given."""
+def report_of(index: int, record: dict[str, Any]) -> Transition:
+    """The report ``$.events[index]`` records, with what it says it was given.
+
+    A ledger's record reads its events with it too (``_durable/records.py``).
+    """
     exception, usage = record.get("exception"), record.get("usage")
     where = f"$.events[{index}].decided"
     return Transition(

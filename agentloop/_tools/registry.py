@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable,
 from typing import Any, Final, TypeVar, overload
 
 from agentloop._drivers.callbacks import is_async
+from agentloop._drivers.cuts import cut_to
 from agentloop._drivers.run_context import context_here
 from agentloop._tools.converters import not_an_object, refusals
 from agentloop._tools.policy import (
@@ -57,7 +58,7 @@ from agentloop._tools.policy import (
     strictest_answer,
     unawaited,
 )
-from agentloop._tools.results import cut_to, failed, result_limit, returned
+from agentloop._tools.results import failed, result_limit, returned
 from agentloop._tools.signature import Context, context_of
 from agentloop._tools.specs import SpecFormat, build_specs
 from agentloop._tools.tool import Tool

@@ -22,7 +22,6 @@ import uuid
 from typing import Any, Final
 
 import attrs
-import orjson
 
 from agentloop._core.json import exception_content, to_json
 from agentloop._errors import JSONError
@@ -31,8 +30,6 @@ __all__ = [
     "INT_MAX",
     "INT_MIN",
     "Answered",
-    "cut_marker",
-    "cut_to",
     "failed",
     "is_pydantic_model",
     "json_form",
@@ -137,34 +134,6 @@ def result_limit(what: str, value: object) -> int | None:
             f"{what}: expected an int of 1 or more or None, got {value!r:.40}"
         )
     return value
-
-
-def cut_marker(kept: int, size: int, limit: int) -> str:
-    """What ends a result cut to ``max_result_chars``: how much was cut, of how much."""
-    return (
-        f"\n[... cut: {size - kept} of {size} characters; the result was longer than "
-        f"max_result_chars={limit}]"
-    )
-
-
-def cut_to(outcome: dict[str, Any], limit: int | None) -> dict[str, Any]:
-    """``outcome`` with content longer than ``limit`` characters cut, ending with a marker.
-
-    A str is measured as it is; other JSON by its text (which the cut content
-    then is). The marker says how many characters were cut, of how many, so the
-    record (and the model) know the result is not whole.
-    """
-    if limit is None:
-        return outcome
-    content = outcome["content"]
-    text = content if type(content) is str else None
-    if text is None:
-        if type(content) in (int, float, bool) or content is None:
-            return outcome  # a scalar is short
-        text = orjson.dumps(content).decode()
-    if len(text) <= limit:
-        return outcome
-    return {**outcome, "content": text[:limit] + cut_marker(limit, len(text), limit)}
 
 
 def failed(exc: BaseException) -> dict[str, Any]:

@@ -298,14 +298,14 @@ def test_a_run_with_a_handoff_replays_from_its_file(tmp_path: Path) -> None:
 def test_resume_with_another_team_is_refused(tmp_path: Path) -> None:
     """A durable run with a handoff resumes with the right agent; a changed team is refused."""
     ledger = SQLiteLedger(tmp_path / "runs.db")
-    script = [call("c1", "transfer_to_billing"), final("refunded")]
+    script = [call("c1", "transfer_to_billing"), call("c2", "refund"), final("refunded")]
     team = Team(script, asynchronous=False)
     team.triage.ledger = ledger
     run = team.triage.start("I was charged twice")
-    while not any(event.guard == "handoff_alone" for event in run.events):
+    while not any(e.trigger == "tool_returned" and e.call_id == "c2" for e in run.events):
         run.step()
     assert run.state == "awaiting_model"
-    assert run.events[-1].agent == "billing"
+    assert [e.agent for e in run.events if e.trigger == "model_replied"] == ["triage", "billing"]
     run_id = run.run_id
     assert run_id is not None
     del run
@@ -323,7 +323,7 @@ def test_resume_with_another_team_is_refused(tmp_path: Path) -> None:
         "finished",
         "refunded",
         "billing",
-        2,
+        3,
     )
     assert [name for name, *_ in again.asked] == ["billing"]
 

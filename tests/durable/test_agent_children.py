@@ -26,7 +26,14 @@ from tests.conftest import count
 from tests.durable.test_durable import DRIVERS, Driver, World, by_history
 from tests.support.helpers import DRIVERS as STEPPED
 from tests.support.helpers import Driver as SteppedDriver
-from tests.support.ledgers import Crash, CrashingLedger, MemoryLedger, check_effects, unknown_ids
+from tests.support.ledgers import (
+    Crash,
+    CrashingLedger,
+    MemoryLedger,
+    check_effects,
+    replies_recorded,
+    unknown_ids,
+)
 
 Message = dict[str, Any]
 
@@ -141,22 +148,20 @@ def test_the_child_is_recorded_in_the_parents_ledger_under_its_call(driver: Driv
     # The child's tools run under keys of its own run: at most once, as everywhere.
     assert world.effects == [("effect", "r1:c1:k1"), ("idem", "r1:c1:k2"), ("effect", "r1:c1:k3")]
     # The child's end is committed before the parent's outcome that answers from it.
-    assert ledger.order == [
-        ("r1", "reply", "1"),
-        ("r1", "tool_started", "c1"),
-        ("r1:c1", "reply", "1"),
-        ("r1:c1", "tool_started", "k1"),
-        ("r1:c1", "tool_finished", "k1"),
-        ("r1:c1", "reply", "2"),
-        # the batch k2, k3: one after the other, or at once under asyncio
-        *ledger.order[6:10],
-        ("r1:c1", "reply", "3"),
-        ("r1:c1", "end", ""),
-        ("r1", "tool_finished", "c1"),
-        ("r1", "reply", "2"),
-        ("r1", "end", ""),
-    ]
-    batch_records = ledger.order[6:10]
+    assert (
+        ledger.order
+        == [
+            ("r1", "tool_started", "c1"),  # each reply goes with the first call it starts
+            ("r1:c1", "tool_started", "k1"),
+            ("r1:c1", "tool_finished", "k1"),
+            # the batch k2, k3: one after the other, or at once under asyncio
+            *ledger.order[3:7],
+            ("r1:c1", "end", ""),
+            ("r1", "tool_finished", "c1"),
+            ("r1", "end", ""),
+        ]
+    )
+    batch_records = ledger.order[3:7]
     assert sorted(batch_records) == [
         ("r1:c1", kind, key) for kind in ("tool_finished", "tool_started") for key in ("k2", "k3")
     ]
@@ -206,10 +211,7 @@ def crash_then_resume(
     with pytest.raises((Crash, LedgerError)):
         Family(world, crashing, driver).run()
     assert crashing.dead
-    replies = {
-        run: sum(record.kind == "reply" for record in records)
-        for run, records in memory.records.items()
-    }
+    replies = {run: replies_recorded(records) for run, records in memory.records.items()}
     world.ledger = None
     family = Family(world, memory, driver)
     result = family.resume()
@@ -243,9 +245,9 @@ def baseline_of(driver: Driver) -> tuple[agentloop.RunResult, int]:
 
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_crash_at_each_append_of_parent_and_child_resumes_the_child(driver: Driver) -> None:
-    """Before and after each of the 15 appends (the child's 10 among the parent's 5)."""
+    """Before and after each of the 10 appends (the child's 7 among the parent's 3)."""
     baseline, appends = baseline_of(driver)
-    assert appends == 15
+    assert appends == 10
     unknown_seen: set[str] = set()
     for at in range(1, appends + 1):
         for when in ("before", "after"):
@@ -267,13 +269,11 @@ def test_a_crash_inside_a_childs_tool_keeps_it_at_most_once(driver: Driver, cras
 def test_a_child_that_ended_answers_the_parents_call_from_its_record(driver: Driver) -> None:
     """Killed after the child's end is committed, before the parent's outcome."""
     baseline, _ = baseline_of(driver)
-    result, world, memory, family = crash_then_resume(driver, at=12, when="after")
-    assert orjson.loads(memory.records["r1:c1"][-1].body)["events"][-1]["dest"] == "finished"
+    result, world, memory, family = crash_then_resume(driver, at=8, when="after")
+    assert memory.records["r1:c1"][-1].kind == "end"
     assert [record.kind for record in memory.records["r1"]] == [
-        "reply",
         "tool_started",
         "tool_finished",
-        "reply",
         "end",
     ]
     assert check_resumed(result, world, memory, baseline) == set()
@@ -308,7 +308,7 @@ def test_step_by_step_the_child_ends_in_the_ledger_before_the_call_is_answered(
         records = {name: [(r.kind, r.key) for r in memory.records[name]] for name in memory.records}
         seen.append((transition.trigger.value, transition.dest.value, run.steps, run.calls))
         if transition.trigger == "model_replied" and run.steps == 1:
-            assert records == {"r1": [("reply", "1")]}  # the call not yet handed out
+            assert records == {"r1": []}  # the reply goes with the call it starts
         if transition.trigger == "tool_returned":
             # The child ran inside the call: ended and recorded, before the parent's outcome.
             assert records["r1:c1"][-1] == ("end", "")
@@ -335,7 +335,7 @@ def test_step_by_step_the_child_ends_in_the_ledger_before_the_call_is_answered(
 def cut_after_k1(driver: Driver) -> MemoryLedger:
     """The ledger of a family whose process died right after the child's k1 outcome."""
     memory = MemoryLedger()
-    crashing = CrashingLedger(memory, 5, "after")
+    crashing = CrashingLedger(memory, 3, "after")
     with pytest.raises((Crash, LedgerError)):
         Family(World(), crashing, driver).run()
     return memory
@@ -345,7 +345,7 @@ def cut_after_k1(driver: Driver) -> MemoryLedger:
 def test_resuming_the_parent_claims_the_child(driver: Driver) -> None:
     """Cut after the child's first tool: the resumed parent holds both claims as it goes on."""
     memory = cut_after_k1(driver)
-    assert [r.kind for r in memory.records["r1:c1"]] == ["reply", "tool_started", "tool_finished"]
+    assert [r.kind for r in memory.records["r1:c1"]] == ["tool_started", "tool_finished"]
     assert memory.claimed == set()  # a dead process's claims went with it
     world = Watching(memory)
     result = Family(world, memory, driver).resume()
@@ -468,14 +468,11 @@ def test_a_childs_failed_write_stops_the_parent_unanswered(driver: Driver) -> No
     """Not the call's outcome: the parent stops with the error, its call started, and a
     resume goes on with the child."""
     baseline, _ = baseline_of(driver)
-    for at in (1, 3, 10):  # the child's first reply, k1's outcome, its end
+    for at in (1, 2, 7):  # the child's first call's start (with its reply), k1's outcome, its end
         ledger, world = FailingChild(at), World()
         with pytest.raises(LedgerError, match="disk full"):
             Family(world, ledger, driver).run()
-        assert [(r.kind, r.key) for r in ledger.records["r1"]] == [
-            ("reply", "1"),
-            ("tool_started", "c1"),
-        ]
+        assert [(r.kind, r.key) for r in ledger.records["r1"]] == [("tool_started", "c1")]
         assert ledger.claimed == set()
         ledger.at = 1_000  # the disk has room again
         result = Family(world, ledger, driver).resume()
@@ -491,7 +488,7 @@ def test_a_child_whose_loop_changed_is_refused_when_the_parent_resumes(driver: D
     )
     with pytest.raises(LedgerError, match=r"ConfigurationMismatchError: run 'r1:c1'.*tools\.more"):
         changed.resume()
-    assert [r.kind for r in memory.records["r1"]] == ["reply", "tool_started"]  # unanswered
+    assert [r.kind for r in memory.records["r1"]] == ["tool_started"]  # unanswered
     assert memory.claimed == set()
     result = Family(World(), memory, driver).resume()  # the Loops as recorded: it goes on
     assert (result.status, result.transcript[2]["content"]) == ("finished", "found it")
@@ -523,7 +520,7 @@ def test_a_crash_at_each_append_of_three_generations(driver: Driver) -> None:
     memory = MemoryLedger()
     baseline = go(family(World(), memory))
     deepest = baseline.children["c1"].children["g1"]
-    assert (deepest.run_id, memory.appends) == ("r1:c1:g1", 20)
+    assert (deepest.run_id, memory.appends) == ("r1:c1:g1", 13)
     for at in range(1, memory.appends + 1):
         for when in ("before", "after"):
             memory, world = MemoryLedger(), World()

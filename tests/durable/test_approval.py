@@ -385,11 +385,11 @@ def test_a_paused_durable_run_goes_on_after_its_process_is_gone(tmp_path: Path) 
     assert kinds.index(("decision", "l")) < kinds.index(("tool_started", "s"))
     # Each record ends with its report's event, as a run file encodes it.
     asked = orjson.loads(records[kinds.index(("approval_asked", "l"))].body)["events"][-1]
-    assert {call["call_id"]: call["reason"] for call in asked["pending"]} == {"l": "money"}
+    assert asked["asked"] == {"l": "money"}
     decided = orjson.loads(records[kinds.index(("decision", "l"))].body)["events"][-1]
-    assert decided["decisions"] == [
-        {"call_id": "l", "allowed": False, "reason": "too much", "fingerprint": None}
-    ]
+    assert decided["decided"] == {
+        "l": {"allowed": False, "reason": "too much", "fingerprint": None}
+    }
 
 
 # -- the property --------------------------------------------------------------------------
@@ -528,7 +528,7 @@ def test_a_crash_at_any_record_of_an_approval_resumes_to_the_same_run(when: str)
     baseline = until_done(first)
     assert baseline_desk.ran == [("look", "rates"), ("pay", 5)]
     appends = baseline_memory.appends
-    assert appends >= 8
+    assert appends >= 7
     for at in range(1, appends + 1):
         memory, desk = MemoryLedger(), Desk()
         crashing = CrashingLedger(memory, at, when)  # type: ignore[arg-type]
@@ -563,16 +563,17 @@ def test_a_damaged_approval_record_is_a_ledger_error() -> None:
     loop.run("go", run_id="r")
     until_done(loop)
     records = memory.records["r"]
-    for kind, field, value in [
-        ("decision", "decisions", [{"call_id": "b", **approve(fingerprint="0" * 64).record()}]),
-        ("approval_asked", "pending", None),  # b's reason made empty below
-    ]:
+    cases: list[tuple[str, str, dict[str, Any] | None]] = [
+        ("decision", "decided", {"b": approve(fingerprint="0" * 64).record()}),
+        ("approval_asked", "asked", None),  # b's reason made empty below
+    ]
+    for kind, field, value in cases:
         kept = list(records)
         at = next(i for i, r in enumerate(records) if r.kind == kind)
         body = orjson.loads(records[at].body)
         event = body["events"][-1]
         if value is None:
-            value = [call | {"reason": ""} for call in event["pending"]]
+            value = dict.fromkeys(event["asked"], "")
         event[field] = value
         records[at] = agentloop.ledger.LedgerRecord(kind, records[at].key, orjson.dumps(body))
         with pytest.raises(agentloop.ledger.LedgerError, match=r"its records do not replay"):

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 import agentloop
-from agentloop import CancelToken, InvalidStateError, Loop, State, allow, approve
+from agentloop import CancelToken, InvalidStateError, Loop, allow, approve
+from agentloop.engine import Trigger
 from agentloop.ledger import LedgerRecord, LedgerWriter, RunBusyError, SQLiteLedger
 from agentloop.testing import ScriptedModel, final
 from tests.support.payments import Desk, records, script, state_of, two
@@ -27,8 +28,9 @@ def test_resume_with_decisions_for_a_run_not_waiting_releases_it(tmp_path: Path)
     desk = Desk(lambda call: allow())
     loop = Loop(ScriptedModel([two()]), tools=desk.registry, ledger=ledger)
     run = loop.start("pay", run_id="r1")
-    run.step()  # the reply is recorded; the process stops here
-    del run
+    while not desk.ran:  # the reply is recorded with the first call it starts
+        run.step()
+    del run  # the process stops here
     gc.collect()
     again = Loop(ScriptedModel([final("done")]), tools=desk.registry, ledger=ledger)
     with pytest.raises(InvalidStateError, match="not awaiting approval") as refused:
@@ -59,7 +61,7 @@ def test_a_run_whose_listener_raised_is_released(tmp_path: Path) -> None:
     desk = Desk(lambda call: allow())
 
     def listener(transition: agentloop.Transition) -> None:
-        if transition.dest is State.DISPATCHING:
+        if transition.trigger is Trigger.TOOL_RETURNED:  # the first call's outcome, recorded
             raise RuntimeError("a listener that fails")
 
     loop = Loop(script(), tools=desk.registry, ledger=ledger, listeners=[listener])

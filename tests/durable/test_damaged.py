@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 from tests.support import FIXTURES
 
-LEDGERS = ("v2-ledger.db",)
+LEDGERS = ("v3-ledger.db",)
 
 
 class Corpus(NamedTuple):
@@ -516,28 +516,28 @@ def _record(kept: list[LedgerRecord], kind: str, key: str) -> int:
         pytest.param(
             "decided",
             ("tool_finished", "c1"),
-            ("events", -1, "call_id"),
-            None,
-            "record 4 (tool_finished 'c1'): $.events[4]: expected an event naming its call "
-            "(the record's key), got none",
-            id="a call id of null after an approval",
+            ("events", -1, "started"),
+            records.REMOVED,
+            "record 3 (tool_finished 'c1'): $.events[4].call: expected the call it answers, "
+            "as it did not start just that call, got None",
+            id="an outcome naming no call after an approval",
         ),
         pytest.param(
             "decided",
             ("approval_asked", "c1"),
-            ("events", -1, "pending"),
-            [],
-            "record 1 (approval_asked 'c1'): $.events[2]: expected an event naming its call "
-            "(the record's key), got none",
+            ("events", -1, "asked"),
+            records.REMOVED,
+            "its records do not replay through this engine (event [2]: expected a report the "
+            "engine takes, got the recorded review asked nobody)",
             id="an approval asked of nobody",
         ),
         pytest.param(
             "decided",
             ("decision", "c1"),
-            ("events", -1, "decisions"),
-            [],
-            "record 2 (decision 'c1'): $.events[3]: expected an event naming its call "
-            "(the record's key), got none",
+            ("events", -1, "decided"),
+            records.REMOVED,
+            "its records do not replay through this engine (event [3]: expected a report the "
+            "engine takes",
             id="a decision of nothing",
         ),
         pytest.param(
@@ -566,10 +566,10 @@ def _record(kept: list[LedgerRecord], kind: str, key: str) -> int:
         ),
         pytest.param(
             "rejected",
-            ("reply", "1"),
+            ("end", ""),
             ("rejected",),
             {"x": 1},
-            "record 0 (reply '1').rejected: expected null, {\"json\": the reply} or "
+            "record 0 (end '').rejected: expected null, {\"json\": the reply} or "
             '{"repr": str, "problem": str}',
             id="a rejected reply of another shape",
         ),
@@ -705,7 +705,7 @@ def test_a_damaged_name_in_the_schema_is_one_line_on_the_command_line(
 def test_show_of_a_run_a_damaged_file_cannot_find_says_so_in_one_line(tmp_path: Path) -> None:
     """The run is not found, and looking for a conversation of that id meets the damage too."""
     path = tmp_path / "runs.db"
-    shutil.copy(FIXTURES / "v2-ledger.db", path)
+    shutil.copy(FIXTURES / "v3-ledger.db", path)
     data = bytearray(path.read_bytes())
     data[4096] ^= 1  # a page of the runs' index (as a long-tier draw found)
     path.write_bytes(bytes(data))
@@ -719,7 +719,7 @@ def test_runs_of_a_file_whose_index_names_a_row_the_table_lacks_says_so_in_one_l
 ) -> None:
     """A run id's index entry leads to no row of the runs' table: that run's damage, said."""
     path = tmp_path / "runs.db"
-    shutil.copy(FIXTURES / "v2-ledger.db", path)
+    shutil.copy(FIXTURES / "v3-ledger.db", path)
     data = bytearray(path.read_bytes())
     data[12264] ^= 3  # a row of the runs' table (as a long-tier draw found)
     path.write_bytes(bytes(data))

@@ -178,26 +178,27 @@ def test_the_records_come_before_what_they_record(db: Path) -> None:
     make_loop(SCRIPT, World(), ledger).run("go", run_id="r1")
     _, records = ledger.read("r1")
     assert [(r.kind, r.key) for r in records] == [
-        ("reply", "1"),
-        ("tool_started", "c1"),
+        ("tool_started", "c1"),  # with the reply that asked for it
         ("tool_finished", "c1"),
-        ("reply", "2"),
         ("tool_started", "c2"),
         ("tool_finished", "c2"),
         ("tool_started", "c3"),
         ("tool_finished", "c3"),
         ("tool_started", "c4"),
         ("tool_finished", "c4"),
-        ("reply", "3"),
-        ("end", ""),
+        ("end", ""),  # with the final reply
     ]
     # Each record holds the events since the last one, as a run file encodes them.
-    finished = orjson.loads(records[9].body)["events"][-1]
-    assert finished["result_status"] == "error"
+    started = orjson.loads(records[0].body)
+    assert [event["on"] for event in started["events"]] == ["model_replied", "validate"]
+    assert started["events"][0]["input"] == call("c1", "effect", n=1)
+    assert orjson.loads(records[4].body) == {"at": 6, "events": []}  # c3: its batch's second
+    finished = orjson.loads(records[7].body)["events"][-1]
+    assert (finished["on"], finished["status"]) == ("tool_returned", "error")
     assert finished["exception"] == {"type": "ValueError", "message": "failed on 4"}
     end = orjson.loads(records[-1].body)
-    assert end["at"] == 9  # the tenth event
-    assert end["events"][-1]["dest"] == "finished"
+    assert end["at"] == 8  # the ninth event
+    assert [event["on"] for event in end["events"]] == ["model_replied", "validate"]
 
 
 def test_each_record_is_committed_before_the_engine_acts_on_it(db: Path) -> None:
@@ -223,7 +224,7 @@ def test_each_record_is_committed_before_the_engine_acts_on_it(db: Path) -> None
     loop = agentloop.Loop(model, tools={"probe": probe}, ledger=ledger, listeners=[listener])
     loop.run("go", run_id="r1")
     assert seen["model"] == []
-    assert seen["handler"] == [("reply", "1"), ("tool_started", "c1")]
+    assert seen["handler"] == [("tool_started", "c1")]  # with the reply that asked for it
     assert seen["after the call"][-1] == ("tool_finished", "c1")
 
 
@@ -412,7 +413,7 @@ def check_against_baseline(
 def test_a_crash_at_any_append_resumes_to_the_same_run(driver: Driver, concurrency: int) -> None:
     options = {"max_concurrency": concurrency}
     total = appends_of(SCRIPT, driver, **options)
-    assert total == 12
+    assert total == 9  # two a call (its start, with the reply, and its outcome), and the end
     seen_unknown = set()
     for at in range(1, total + 1):
         for when in ("before", "after"):
@@ -467,16 +468,19 @@ def test_decisions_for_a_run_whose_end_is_unrecorded_are_refused_and_record_noth
     """A run that ended before its end was written, resumed with decisions: refused as any
     ended run is, and the ledger is left as it was; resumed without, its end is written."""
     memory = MemoryLedger()
+    checked: dict[str, Any] = {"output_validators": [lambda text: None]}  # recorded with it
     with pytest.raises(Crash):  # dies as the end is about to be recorded
-        make_loop([final("done")], World(), CrashingLedger(memory, 2)).run("go", run_id="r1")
+        make_loop([final("done")], World(), CrashingLedger(memory, 2), **checked).run(
+            "go", run_id="r1"
+        )
     before = list(memory.records["r1"])
-    assert [record.kind for record in before] == ["reply"]
-    loop = make_loop([final("done")], World(), memory)
+    assert [record.kind for record in before] == ["output_checked"]
+    loop = make_loop([final("done")], World(), memory, **checked)
     with pytest.raises(agentloop.InvalidStateError, match=r"run 'r1' ended 'finished'"):
         loop.resume("r1", decisions={"c1": agentloop.approve()})
     assert memory.records["r1"] == before
     assert loop.resume("r1").output == "done"
-    assert [record.kind for record in memory.records["r1"]] == ["reply", "end"]
+    assert [record.kind for record in memory.records["r1"]] == ["output_checked", "end"]
 
 
 def test_every_refused_operation_leaves_the_ledger_as_it_was() -> None:
@@ -761,8 +765,8 @@ def _slow_registry(
     )
 
 
-# b finishes first, then c, then a; the crash comes right after b's tool_finished, the fifth
-# append (reply, three tool_started, then b's), while a and c still run.
+# b finishes first, then c, then a; the crash comes right after b's tool_finished, the fourth
+# append (three tool_started, the first with the reply, then b's), while a and c still run.
 MID_BATCH = [
     batch(call("a", "slow", n=9), call("b", "slow", n=1), call("c", "slow", n=3)),
     final("x"),
@@ -775,7 +779,7 @@ def test_a_crash_while_an_earlier_call_ran_resumes_as_the_ended_run_reads_back(
     idempotent: bool, resumer: str
 ) -> None:
     memory = MemoryLedger()
-    crashing = CrashingLedger(memory, 5, "after")
+    crashing = CrashingLedger(memory, 4, "after")
     first = agentloop.Loop(
         by_history(MID_BATCH), tools=_slow_registry(idempotent), ledger=crashing, max_concurrency=3
     )
@@ -998,9 +1002,12 @@ def test_a_parameter_description_that_changed_is_no_other_configuration(db: Path
     """Descriptions are words for the model: a run recorded without one resumes with one
     (a docstring's, say); a type that changed is still refused."""
     script = [call("c1", "find", place="Lyon"), final("there")]
-    agentloop.Loop(ScriptedModel(script), tools=[find], ledger=SQLiteLedger(db)).start(
+    run = agentloop.Loop(ScriptedModel(script), tools=[find], ledger=SQLiteLedger(db)).start(
         "go", run_id="r1"
-    ).step()
+    )
+    for _ in range(3):  # the reply, its check and the call: recorded with the call's start
+        run.step()
+    del run
     gc.collect()
 
     def typed(place: int) -> str:
@@ -1243,18 +1250,27 @@ def test_damaged_records_are_named(db: Path) -> None:
     loop = make_loop(SCRIPT, World(), None)
     loop.ledger = SQLiteLedger(db)
     assert loop.resume("r1").status == "finished"
-    step_2 = orjson.loads(SQLiteLedger(db).read("r1")[1][3].body)
-    damage("UPDATE records SET body = ? WHERE kind = 'reply' AND key = '2'", b"{not json")
-    with pytest.raises(LedgerError, match=r"run 'r1': record 3 \(reply '2'\) is not JSON"):
+    step_2 = orjson.loads(SQLiteLedger(db).read("r1")[1][2].body)  # with its first call's start
+    where = "WHERE kind = 'tool_started' AND key = 'c2'"
+    damage(f"UPDATE records SET body = ? {where}", b"{not json")
+    with pytest.raises(LedgerError, match=r"run 'r1': record 2 \(tool_started 'c2'\) is not JSON"):
         loop.resume("r1")
-    damage("UPDATE records SET body = ? WHERE kind = 'reply' AND key = '2'", b'{"what": 1}')
-    with pytest.raises(LedgerError, match=r"record 3 \(reply '2'\): expected \{'at': the index"):
+    damage(f"UPDATE records SET body = ? {where}", b'{"what": 1}')
+    with pytest.raises(LedgerError, match=r"record 2 \(tool_started 'c2'\): expected \{'at': the"):
         loop.resume("r1")
-    damage("UPDATE records SET kind = 'approval' WHERE kind = 'reply' AND key = '2'")
+    damage(f"UPDATE records SET kind = 'approval' {where}")
     with pytest.raises(LedgerError, match=r"unknown record kind 'approval' \(written by a newer"):
         loop.resume("r1")
-    step_2["events"][-1]["input"] = 5  # the model's reply, as recorded
-    damage("UPDATE records SET kind = 'reply', body = ? WHERE key = '2'", orjson.dumps(step_2))
+    replied, step_2["events"][0]["input"] = step_2["events"][0]["input"], 5  # the reply
+    damage(
+        "UPDATE records SET kind = 'tool_started', body = ? WHERE kind = 'approval'",
+        orjson.dumps(step_2),
+    )
+    with pytest.raises(LedgerError, match=r"record 2 .*: expected the start of a call the reply"):
+        loop.resume("r1")
+    step_2["events"][0]["input"] = replied
+    step_2["events"][1]["if"] = "calls_exhausted"  # not the row the engine takes there
+    damage(f"UPDATE records SET body = ? {where}", orjson.dumps(step_2))
     with pytest.raises(LedgerError, match=r"its records do not replay through this engine"):
         loop.resume("r1")
     header = orjson.loads(SQLiteLedger(db).read("r1")[0])
@@ -1340,8 +1356,9 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def test_a_durable_run_writes_one_record_a_report(tmp_path: Path) -> None:
-    """Through the hook: each reply, each outcome and the end are one record each, in order."""
+def test_a_durable_call_step_commits_two_records(tmp_path: Path) -> None:
+    """Through the hook: a call's start (with the reply that asked for it), its outcome, and
+    the end (with the final reply), one record each, in order."""
     ledger = SQLiteLedger(tmp_path / "runs.db")
     loop = agentloop.Loop(
         ScriptedModel([call("c1", "add", a=1, b=2), final("3")]), tools={"add": add}, ledger=ledger
@@ -1349,20 +1366,18 @@ def test_a_durable_run_writes_one_record_a_report(tmp_path: Path) -> None:
     result = loop.run("go", run_id="r1")
     records = ledger.read("r1")[1]
     assert [(record.kind, record.key) for record in records] == [
-        ("reply", "1"),
         ("tool_started", "c1"),
         ("tool_finished", "c1"),
-        ("reply", "2"),
         ("end", ""),
     ]
-    # What the engine made by itself (the checks) goes with the report after it.
-    written = [orjson.loads(record.body) for record in records if record.kind != "tool_started"]
-    assert [(body["at"], len(body["events"])) for body in written] == [
-        (0, 1),
-        (1, 2),
-        (3, 1),
-        (4, 1),
+    # What the engine made by itself (the checks) goes with the record after it.
+    written = [orjson.loads(record.body) for record in records]
+    assert [[event["on"] for event in body["events"]] for body in written] == [
+        ["model_replied", "validate"],
+        ["tool_returned"],
+        ["model_replied", "validate"],
     ]
+    assert [body["at"] for body in written] == [0, 2, 3]
     assert len(result.events) == 5
 
 

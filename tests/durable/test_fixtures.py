@@ -3,9 +3,9 @@
 ``tests/fixtures`` holds what was written in each: version 6 run files
 (finished, paused for a person, cancelled mid-batch, malformed, failed, and
 what version 6 records where the transcript does not hold it; made by
-``tests/support/make_v6_run_files.py``) and a version 2 ledger (a
+``tests/support/make_v6_run_files.py``) and a version 3 ledger (a
 finished run, a paused one, one whose process died inside a tool; made by
-``tests/support/make_v2_ledger.py``, read in ``test_ledger_record.py``). A
+``tests/support/make_v3_ledger.py``, read in ``test_ledger_record.py``). A
 format change comes with its reader and a fixture of its own.
 """
 

@@ -194,15 +194,15 @@ def test_a_kill_around_a_check_asks_it_again_only_if_unrecorded(
 ) -> None:
     """Killed before a check's record, a resume runs it again; after it, never.
 
-    The records: the first reply (1), its check (2), the second reply (3), its
-    check (4), the end (5). Each check is an effect ``check:<text>``.
+    The records: the first reply with its check (1), the second reply with its
+    check (2), the end (3). Each check is an effect ``check:<text>``.
     """
     script = [{"kind": "final", "text": "short"}, {"kind": "final", "text": "long enough"}]
     for at, when, short, long in [
-        (2, "before", 2, 1),
+        (1, "before", 2, 1),
+        (1, "after", 1, 1),
+        (2, "before", 1, 2),
         (2, "after", 1, 1),
-        (4, "before", 1, 2),
-        (4, "after", 1, 1),
     ]:
         job = job_for(tmp_path / f"{at}{when}", driver, script, validate=True)
         Path(job["db"]).parent.mkdir()
@@ -277,11 +277,11 @@ def checkpoints(baseline: Baseline) -> list[dict[str, Any]]:
 def test_sigkill_at_each_checkpoint(
     server: Server, tmp_path: Path, driver: str, concurrency: int
 ) -> None:
-    """Before and after each record (a reply, tool_started, tool_finished, the end), and inside
-    each tool after its effect: the batch's steps included."""
+    """Before and after each record (tool_started with the reply before it, tool_finished, the
+    end), and inside each tool after its effect: the batch's steps included."""
     template = job_for(tmp_path, driver, CHECKPOINT_SCRIPT, concurrency=concurrency)
     baseline = Baseline(template)
-    assert baseline.appends == 12
+    assert baseline.appends == 9
     assert baseline.handlers == 4
     unknown_seen = set()
     for index, kill in enumerate(checkpoints(baseline)):

@@ -115,8 +115,8 @@ def test_killed_inside_a_childs_tool_and_after_the_childs_end(
     """The fast tier's two kills: right after the child's k1 effect, and right after the child's
     end is committed (before the parent's outcome)."""
     baseline = Baseline(family_job(tmp_path, "sync"))
-    assert (baseline.appends, baseline.handlers) == (20, 5)
-    ended = 13  # r1: reply, tool_started cA; then r1:cA: 11 records, its end the last
+    assert (baseline.appends, baseline.handlers) == (14, 5)
+    ended = 10  # r1: tool_started cA, with its reply; then r1:cA: 9 records, its end the last
     kills: list[dict[str, Any]] = [{"effect": 1}, {"append": ended, "when": "after"}]
     for index, kill in enumerate(kills):
         case = tmp_path / f"k{index}"

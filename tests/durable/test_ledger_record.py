@@ -1,9 +1,10 @@
 """A ledger's record is the run's events, as a run file encodes them; one replay rebuilds the run.
 
-A run recorded in a ledger holds, in its records' bodies, exactly the events
-its run file holds (without the times); a run stopped after any of its
-transitions resumes to the run that was never stopped, recorded the same;
-the committed fixture of this version (2) opens, resumes and shows.
+A run recorded in a ledger holds, in its records' bodies, the events its run
+file holds (without the times, with every input written out); a run stopped
+after any of its transitions resumes to the run that was never stopped,
+recorded the same; the committed fixture of this version (3) opens, resumes
+and shows.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ import pytest
 import agentloop
 from agentloop import Loop
 from agentloop.__main__ import main
-from agentloop._review.eventrecord import event_record
+from agentloop._durable.journal import events_body
+from agentloop.models import RetryPolicy
 from agentloop.testing import ScriptedModel, final
 from tests.durable.test_approval import Desk, banker, until_done
 from tests.durable.test_durable import DRIVERS, SCRIPT, Driver, World, go, make_loop
 from tests.support import FIXTURES
 from tests.support.fixture_tools import tools
+from tests.support.helpers import City
 from tests.support.ledgers import MemoryLedger
 
 if TYPE_CHECKING:
@@ -33,24 +36,33 @@ if TYPE_CHECKING:
 
     from agentloop.ledger import Ledger
 
-EVENT_KINDS = ("reply", "tool_finished", "approval_asked", "decision", "end")
+PARIS = '{"name": "Paris", "population": 2100000}'
 
 
 def recorded_events(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
     """The events a run's records hold, in order (their ``at`` checked)."""
     events: list[dict[str, Any]] = []
     for record in ledger.read(run_id)[1]:
-        if record.kind in EVENT_KINDS:
-            body = orjson.loads(record.body)
-            assert body["at"] == len(events)
-            events.extend(body["events"])
+        body = orjson.loads(record.body)
+        assert body["at"] == len(events)
+        events.extend(body["events"])
     return events
 
 
 def file_events(result: agentloop.RunResult) -> list[dict[str, Any]]:
-    """The events the run's run file holds, as a ledger encodes them, without their times."""
+    """The events of the run read back from its run file, as a ledger encodes them.
+
+    Each holds what the run file's event holds, its times aside, and every input.
+    """
     loaded = agentloop.review.run_from_json(agentloop.review.run_to_json(result))
-    return [event_record(event) | {"at": None, "took": None} for event in loaded.events]
+    document = orjson.loads(agentloop.review.run_to_json(result))
+    encoded: list[dict[str, Any]] = orjson.loads(
+        events_body(0, loaded.events, loaded.rejected_value)
+    )["events"]
+    for in_file, in_ledger in zip(document["events"], encoded, strict=True):
+        held = {name: value for name, value in in_file.items() if name not in ("at", "took")}
+        assert held.items() <= in_ledger.items(), (in_file, in_ledger)
+    return encoded
 
 
 def records_of(ledger: MemoryLedger, run_id: str) -> list[tuple[str, str, Any]]:
@@ -77,7 +89,7 @@ def test_a_run_that_waited_for_a_person_records_the_events_its_run_file_holds() 
     result = until_done(loop)
     assert result.status == "finished"
     assert recorded_events(memory, "r") == file_events(result)
-    triggers = [event["trigger"] for event in recorded_events(memory, "r")]
+    triggers = [event["on"] for event in recorded_events(memory, "r")]
     assert "approval_asked" in triggers
     assert "approval_decided" in triggers
 
@@ -132,15 +144,15 @@ def test_a_run_stopped_after_any_transition_resumes_to_the_run_never_stopped(
 # -- the committed ledger ----------------------------------------------------------------------
 
 
-def test_a_version_2_ledger_opens_and_its_runs_go_on(tmp_path: Path) -> None:
-    """The committed version 2 fixture: a finished run reads back, a paused one is decided, a
+def test_a_version_3_ledger_opens_and_its_runs_go_on(tmp_path: Path) -> None:
+    """The committed version 3 fixture: a finished run reads back, a paused one is decided, a
     crashed one's call is unknown and not run again; each run's record is its events."""
     path = tmp_path / "runs.db"
-    shutil.copy(FIXTURES / "v2-ledger.db", path)
+    shutil.copy(FIXTURES / "v3-ledger.db", path)
     ledger = agentloop.ledger.SQLiteLedger(path)
     assert sorted(ledger.run_ids()) == ["crashed", "finished", "paused"]
     for run_id in ("crashed", "finished", "paused"):
-        assert orjson.loads(ledger.read(run_id)[0])["version"] == 2
+        assert orjson.loads(ledger.read(run_id)[0])["version"] == 3
     assert agentloop.ledger.view_run(ledger, "paused").state == "awaiting_approval"
     assert agentloop.ledger.view_run(ledger, "crashed").started[0]["id"] == "c1"
 
@@ -160,50 +172,47 @@ def test_a_version_2_ledger_opens_and_its_runs_go_on(tmp_path: Path) -> None:
 
 
 def test_damaged_records_are_named(tmp_path: Path) -> None:
-    """A record out of place or under another kind than its last event's: each a LedgerError
-    naming the record."""
-    shutil.copy(FIXTURES / "v2-ledger.db", tmp_path / "v2.db")
+    """A record out of place, under another kind than its last event's, or with an event no
+    run file holds: each a LedgerError naming the record."""
+    v3 = tmp_path / "v3.db"
+    shutil.copy(FIXTURES / "v3-ledger.db", v3)
 
-    def damage(db: Path, sql: str, *args: object) -> None:
-        with sqlite3.connect(db) as raw:
+    def damage(sql: str, *args: object) -> None:
+        with sqlite3.connect(v3) as raw:
             raw.execute(sql, args)
         raw.close()
 
-    def loop(db: Path) -> Loop:
+    def loop() -> Loop:
         return Loop(
             ScriptedModel([]),
             tools=tools(),
             max_steps=5,
             max_calls=4,
-            ledger=agentloop.ledger.SQLiteLedger(db),
+            ledger=agentloop.ledger.SQLiteLedger(v3),
         )
 
-    v2 = tmp_path / "v2.db"
-    body = orjson.loads(agentloop.ledger.SQLiteLedger(v2).read("finished")[1][3].body)
-    damage(
-        v2,
-        "UPDATE records SET body = ? WHERE kind = 'reply' AND key = '2'",
-        orjson.dumps(body | {"at": 2}),
-    )
+    body = orjson.loads(agentloop.ledger.SQLiteLedger(v3).read("finished")[1][1].body)
+    outcome = "WHERE kind = 'tool_finished' AND key = 'c1'"
+    damage(f"UPDATE records SET body = ? {outcome}", orjson.dumps(body | {"at": 1}))
     with pytest.raises(
-        agentloop.ledger.LedgerError, match=r"record 3 \(reply '2'\)\.at: expected its"
+        agentloop.ledger.LedgerError, match=r"record 1 \(tool_finished 'c1'\)\.at: expected its"
     ):
-        loop(v2).resume("finished")
+        loop().resume("finished")
+    damage(f"UPDATE records SET kind = 'decision', body = ? {outcome}", orjson.dumps(body))
+    with pytest.raises(
+        agentloop.ledger.LedgerError,
+        match=r"record 1 \(decision 'c1'\): expected tool_finished 'c1', the record its last",
+    ):
+        loop().resume("finished")
+    body["events"][0]["status"] = 5  # an event as no run file holds it
     damage(
-        v2,
-        "UPDATE records SET kind = 'decision', body = ? WHERE kind = 'reply' AND key = '2'",
+        "UPDATE records SET kind = 'tool_finished', body = ? WHERE kind = 'decision'",
         orjson.dumps(body),
     )
     with pytest.raises(
-        agentloop.ledger.LedgerError, match=r"expected the kind and key of its last"
+        agentloop.ledger.LedgerError, match=r"\$\.events\[2\]\.status: expected string, got"
     ):
-        loop(v2).resume("finished")
-    body["events"][0]["steps"] = "x"  # an event as no run file holds it
-    damage(v2, "UPDATE records SET kind = 'reply', body = ? WHERE key = '2'", orjson.dumps(body))
-    with pytest.raises(
-        agentloop.ledger.LedgerError, match=r"\$\.events\[3\]\.steps: expected integer, got"
-    ):
-        loop(v2).resume("finished")
+        loop().resume("finished")
 
 
 def test_the_command_line_reads_and_decides(
@@ -211,7 +220,7 @@ def test_the_command_line_reads_and_decides(
 ) -> None:
     """runs, show, pending, report and decide on the fixture ledger; the decided run goes on."""
     path = tmp_path / "runs.db"
-    shutil.copy(FIXTURES / "v2-ledger.db", path)
+    shutil.copy(FIXTURES / "v3-ledger.db", path)
     assert main(["runs", str(path)]) == 0
     states = {line.split()[0]: line.split()[1] for line in capsys.readouterr().out.splitlines()}
     assert (states["finished"], states["paused"], states["crashed"]) == (
@@ -270,3 +279,61 @@ def test_a_run_that_waits_for_a_person_stopped_anywhere_resumes_to_the_same_run(
         assert result == expected, k
         assert records_of(stopped, "r") == records_of(whole, "r"), k
         assert desk.ran == whole_desk.ran, k
+
+
+# -- when a model's answer is written ----------------------------------------------------------
+
+
+def test_an_answer_that_starts_no_call_is_kept_before_the_model_is_asked_again() -> None:
+    """What the model raised is kept before the retry's wait; a final refused for its output
+    before the model is asked again: killed then, neither is asked for again (and both count)."""
+    memory = MemoryLedger()
+    seen: list[list[tuple[str, str]]] = []
+    answers: list[object] = [TimeoutError("slow"), final('{"name": "Paris"}'), final(PARIS)]
+
+    def model(history: list[dict[str, Any]]) -> object:
+        seen.append([(r.kind, r.key) for r in memory.records["r1"]])
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def sleep(seconds: float, token: agentloop.CancelToken | None) -> None:
+        seen.append([(r.kind, r.key) for r in memory.records["r1"]])
+
+    retry = RetryPolicy(attempts=2, base=0.0, jitter=0.0, sleep=sleep)
+    loop = Loop(model, output=City, retry=retry, max_steps=4, ledger=memory)
+    result = loop.run("Biggest French city?", run_id="r1")
+    assert (result.status, result.steps) == ("finished", 3)
+    assert seen == [
+        [],  # the first ask
+        [("reply", "1")],  # the wait: what the model raised is kept
+        [("reply", "1")],  # the second ask, after the wait (its end is no answer)
+        [("reply", "1"), ("reply", "2")],  # the third: the refused final is kept
+    ]
+    assert [(r.kind, r.key) for r in memory.records["r1"]] == [
+        ("reply", "1"),
+        ("reply", "2"),
+        ("end", ""),
+    ]
+    assert loop.resume("r1") == result  # read back from those records
+
+
+def test_a_reply_record_that_holds_no_answer_or_another_step_is_refused() -> None:
+    """A ``reply`` record keeps a model's answers, keyed by the last one's step."""
+    memory = MemoryLedger()
+    loop = Loop(
+        ScriptedModel([final('{"name": "Paris"}'), final(PARIS)]), output=City, ledger=memory
+    )
+    loop.run("Biggest French city?", run_id="r1")
+    records = memory.records["r1"]
+    kept = list(records)
+    assert [(r.kind, r.key) for r in records] == [("reply", "1"), ("end", "")]
+    records[0] = kept[0]._replace(key="2")
+    with pytest.raises(agentloop.ledger.LedgerError, match=r"expected reply '1', the step of"):
+        loop.resume("r1")
+    body = orjson.loads(kept[0].body)
+    body["events"] = body["events"][1:]  # the validate only: no answer
+    records[:] = [kept[0]._replace(body=orjson.dumps(body)), kept[1]]
+    with pytest.raises(agentloop.ledger.LedgerError, match=r"expected a model's answer among"):
+        loop.resume("r1")

@@ -71,10 +71,8 @@ def test_a_crash_at_any_append_never_asks_a_recorded_check_again(driver: Driver)
     memory = MemoryLedger()
     go(make_loop(memory, Counted(), SCRIPT), driver)
     appends = memory.appends
-    assert [r.kind for r in memory.records["r1"]] == [
-        "reply",
+    assert [r.kind for r in memory.records["r1"]] == [  # each with the reply it checked
         "output_checked",
-        "reply",
         "output_checked",
         "end",
     ]
@@ -122,22 +120,23 @@ def test_a_run_paused_for_a_person_resumes_without_asking_its_recorded_check() -
     ]
 
 
-def test_a_view_without_the_loop_leaves_an_unchecked_final_unchecked() -> None:
-    """Stopped between a final's reply and its check, a run that recorded checks shows validating.
+def test_a_final_stopped_before_its_check_is_recorded_is_asked_again() -> None:
+    """Stopped between a final's reply and its check's record, nothing of that step is kept.
 
-    Read without its Loop (``view_run``, ``agentloop show``), the record says the
-    run has validators: the final waits for them, as a resume hands it to them.
+    A final is recorded with its check: read without its Loop (``view_run``,
+    ``agentloop show``), the run waits for the model after the first check's
+    retry; a resume asks the model and the validators again.
     """
     memory = MemoryLedger()
     script = [final("short"), final("a long enough answer")]
-    with pytest.raises(Crash):  # the records: reply, output_checked, reply; then the crash
-        go(make_loop(CrashingLedger(memory, 4, "before"), Counted(), script), "sync")
+    with pytest.raises(Crash):  # the first check recorded; the crash before the second's
+        go(make_loop(CrashingLedger(memory, 2, "before"), Counted(), script), "sync")
     viewed = view_run(memory, "r1").result
-    assert (viewed.status, viewed.steps) == ("validating", 2)
-    assert [e.trigger for e in viewed.events][-1] == "model_replied"
+    assert (viewed.status, viewed.steps) == ("awaiting_model", 1)
+    assert [e.trigger for e in viewed.events] == ["model_replied", "output_checked", "validate"]
     again = Counted()
     resumed = go(make_loop(memory, again, script), "sync", resume=True)
-    assert (resumed.status, again.calls) == ("finished", 1)
+    assert (resumed.status, resumed.steps, again.calls) == ("finished", 2, 1)
 
 
 def family(ledger: Ledger, validator: Counted) -> Loop:

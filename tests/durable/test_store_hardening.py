@@ -636,9 +636,9 @@ from agentloop.__main__ import main
 from tests.durable.test_store_hardening import pay_loop
 db, effects = sys.argv[1], sys.argv[2]
 run = pay_loop(db, effects).start("pay Ann", run_id="pay-ann")
-run.step()  # the model's reply, recorded
+run.step()  # the model's reply: recorded with the payment's start, below
 with agentloop.ledger.SQLiteLedger(db) as second:  # durable.md's example: a second one, to look
-    assert agentloop.ledger.view_run(second, "pay-ann").steps == 1
+    assert agentloop.ledger.view_run(second, "pay-ann").state == "awaiting_model"
 with contextlib.redirect_stdout(io.StringIO()):
     assert main(["show", db, "pay-ann"]) == 0  # the command line, in this process
 print("ready", flush=True)

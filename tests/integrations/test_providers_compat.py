@@ -16,6 +16,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 import openai
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,6 +31,7 @@ from agentloop.review import load_run, save_run
 from agentloop.streaming import ToolCallStart
 from tests.integrations.test_providers_streaming import pieces
 from tests.support.helpers import add, mul
+from tests.support.ledgers import Crash, CrashingLedger
 from tests.support.wire import FLAVOURS, Streamed, Wire, run, sse
 
 if TYPE_CHECKING:
@@ -316,25 +318,24 @@ async def test_fresh_ids_make_every_id_unique(flavour: str, streamed: bool) -> N
 
 
 async def test_a_made_id_is_kept_by_a_resumed_run(tmp_path: Path, flavour: str) -> None:
-    """The made id is recorded with the reply: a run resumed after it was recorded (the tool
-    not yet run) runs the call under that id, and never asks the model for it again."""
+    """The made id is recorded with the reply, which goes with the call's start: a run resumed
+    after that (the process died before the tool ran) answers the call under that id, and never
+    asks the model for it again."""
     db = tmp_path / "runs.db"
     first = Wire([answer(completion(calls=[tool_call("")]), False)])
-    loop = Loop(model(first, "sync", False), tools=tools(), ledger=SQLiteLedger(db))
-    started = loop.start("2+3?", run_id="r1")
-    assert started.step().trigger == "model_replied"  # recorded
-    accepted = started.step()
-    assert accepted.trigger == "validate"
-    made = accepted.call_id
-    assert made is not None
+    dying = CrashingLedger(SQLiteLedger(db), 1, "after")  # dies once the call's start is kept
+    loop = Loop(model(first, "sync", False), tools=tools(), ledger=dying)
+    with pytest.raises(Crash):
+        loop.run("2+3?", run_id="r1")
+    made = orjson.loads(SQLiteLedger(db).read("r1")[1][0].body)["events"][0]["input"]["id"]
     assert MADE.fullmatch(made)
-    del started  # the process dies before the call runs
 
     second = Wire([answer(DONE, False)])
     again = Loop(model(second, flavour, False), tools=tools(), ledger=SQLiteLedger(db))
     result = again.resume("r1") if flavour == "sync" else await again.aresume("r1")
     assert (result.status, result.output) == ("finished", "5.")
     assert result.transcript[1]["id"] == result.transcript[2]["id"] == made
+    assert result.transcript[2]["content"]["type"] == "OutcomeUnknown"  # never run twice
     assert (len(first.requests), sent_calls(second)) == (1, [[(made, made)]])
 
 

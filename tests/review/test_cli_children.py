@@ -140,10 +140,8 @@ def test_report_of_a_ledger_run_nests_its_children(
     assert html.index("call k1 · dig") > html.index("call c1 · research")
 
 
-def test_show_of_a_run_file_prints_its_children_under_their_calls(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A run file holds the child runs of a run without a ledger: show nests them as well."""
+def run_file_with_a_child(tmp_path: Path) -> Path:
+    """A run file whose call ``c1`` its child answered: a run without a ledger."""
     child = agentloop.Loop(by_history([final("kid")]))
     parent = agentloop.Loop(
         by_history([call("c1", "research", input="x"), final("done")]),
@@ -151,6 +149,14 @@ def test_show_of_a_run_file_prints_its_children_under_their_calls(
     )
     path = tmp_path / "run.json"
     agentloop.review.save_run(parent.run("go"), path)
+    return path
+
+
+def test_show_of_a_run_file_prints_its_children_under_their_calls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run file holds the child runs of a run without a ledger: show nests them as well."""
+    path = run_file_with_a_child(tmp_path)
     code, lines = run_main(capsys, "show", path)
 
     assert code == 0
@@ -211,3 +217,67 @@ def test_pending_and_decide_take_a_childs_call_by_its_path_on_the_top_run(
         result = office(opened).resume("o")
     assert (result.status, result.output, sent) == ("finished", "Bob has it.", ["bob"])
     assert result.children["c1"].run_id == "o:c1"
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2])
+def test_show_depth_nests_that_many_generations_and_counts_the_rest(
+    ledger: Path, capsys: pytest.CaptureFixture[str], depth: int
+) -> None:
+    """w has a child w:c1, which has its own w:c1:k1: --depth cuts the tree below depth N."""
+    _, whole = run_main(capsys, "show", ledger, "w")
+    code, lines = run_main(capsys, "show", ledger, "w", "--depth", depth)
+
+    assert code == 0
+    indent = "      "
+    child, grandchild = f"{indent}child w:c1 (call c1): finished", f"{indent * 2}output   deep"
+    assert (child in lines, grandchild in lines) == (depth >= 1, depth >= 2)
+    left_out = {0: "2 child runs", 1: "1 child run"}.get(depth)
+    if left_out is None:  # every generation shown: as without --depth
+        assert lines == whole
+    else:
+        assert (
+            lines[-1]
+            == f"{left_out} below --depth {depth} not shown (--depth {depth + 1} shows more)"
+        )
+        # Lines of the whole show, in its order: only the deeper runs' lines are left out.
+        rest = iter(whole)
+        assert all(line in rest for line in lines[:-1])
+        assert len(whole) - len(lines) > 10
+        assert "output   done" in lines
+        assert (
+            f"{indent}output   dug" in lines if depth == 1 else f"{indent}output   dug" not in lines
+        )
+    # Of a child's id, the depth counts from the child.
+    _, lines = run_main(capsys, "show", ledger, "w:c1", "--depth", "0")
+    assert lines[:2] == ["child of w, call c1", "agentloop run w:c1: finished"]
+    assert lines[-1] == "1 child run below --depth 0 not shown (--depth 1 shows more)"
+    assert not any("child w:c1:k1" in line for line in lines)
+
+
+def test_show_depth_on_a_run_file_and_a_run_without_children(
+    tmp_path: Path, ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = run_file_with_a_child(tmp_path)
+    _, lines = run_main(capsys, "show", path, "--depth", "0", "--full")
+    assert "      child (call c1): finished" not in lines
+    assert lines[-2:] == [
+        "output   done",
+        "1 child run below --depth 0 not shown (--depth 1 shows more)",
+    ]
+    _, lines = run_main(capsys, "show", path, "--depth", "1")
+    assert "      child (call c1): finished" in lines
+    assert lines[-1] == "output   done"
+    # Nothing is left out of a run without children: no closing count.
+    _, whole = run_main(capsys, "show", ledger, "plain")
+    assert run_main(capsys, "show", ledger, "plain", "--depth", "0") == (0, whole)
+
+
+@pytest.mark.parametrize("given", ["-1", "one", "1.5"])
+def test_show_depth_refuses_what_is_not_a_number_of_generations(
+    ledger: Path, capsys: pytest.CaptureFixture[str], given: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["show", str(ledger), "w", "--depth", given])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"expected a number of generations >= 0 (0: the run alone), got '{given}'" in err

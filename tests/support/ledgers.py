@@ -27,6 +27,15 @@ class Crash(BaseException):
     """The simulated death of the process."""
 
 
+def replies_recorded(records: list[LedgerRecord]) -> int:
+    """How many model replies ``records`` hold (each goes with what first acts on it)."""
+    return sum(
+        event["on"] == "model_replied"
+        for record in records
+        for event in orjson.loads(record.body)["events"]
+    )
+
+
 class MemoryLedger:
     """The ``Ledger`` protocol over dicts: one writer per run, unique ``(kind, key)``."""
 
@@ -180,7 +189,6 @@ def check_effects(
 def decisions_of(body: bytes) -> dict[str, dict[str, Any]]:
     """A ``decision`` record's decisions, by call id, as its last event encodes them."""
     event = orjson.loads(body)["events"][-1]
-    assert event["trigger"] == "approval_decided", event
-    return {
-        d["call_id"]: {k: v for k, v in d.items() if k != "call_id"} for d in event["decisions"]
-    }
+    assert event["on"] == "approval_decided", event
+    decided: dict[str, dict[str, Any]] = event["decided"]
+    return decided
