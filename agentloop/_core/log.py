@@ -177,6 +177,7 @@ class Log(list[Transition | None]):
         made[first : first + KEEP] = [None] * KEEP
 
     def _tool_code(self, tool: str | None) -> int:
+        """``tool``'s code: its place among the run's tools, added if new."""
         tools = self.tools
         if tool is None:
             return 0
