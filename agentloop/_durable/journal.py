@@ -276,6 +276,7 @@ class Journal:
         "_records",
         "_unlink",
         "_writer",
+        "cut",
         "run_id",
         "started",
     )
@@ -295,6 +296,8 @@ class Journal:
         self._ledger, self._records, self._paused = ledger, records, False
         self.started = set() if started is None else started
         self._broken: str | None = None
+        #: An interrupt came while a record was written: nothing more is, in this process.
+        self.cut = False
         self._unlink: Callable[[], object] | None = None
 
     def link(self, unlink: Callable[[], object]) -> None:
@@ -319,6 +322,7 @@ class Journal:
     def broken_by(self, exc: BaseException) -> None:
         """Break the journal for ``exc`` (a child run's record failed): as a failed write does."""
         self._broken = f"{type(exc).__name__}: {exc}"
+        self.cut = not isinstance(exc, Exception)
         self.release()
 
     def pause(self) -> None:
@@ -351,11 +355,15 @@ class Journal:
             self._writer, self._paused = writer, False
 
     def append(self, kind: str, key: str, body: bytes) -> None:
-        """Commit one record (claiming a paused run back first); a failure breaks the journal."""
+        """Commit one record (claiming a paused run back first); a failure breaks the journal.
+
+        So does an interrupt (a ``BaseException``): it may have come once the record was
+        committed, so whether the store holds it is unknown, and nothing more is written.
+        """
         self.reclaim()
         try:
             self._writer.append(LedgerRecord(kind, key, body))
-        except Exception as exc:
+        except BaseException as exc:
             self.broken_by(exc)
             raise
         self._records += 1

@@ -71,6 +71,8 @@ class Recorder:
     def __call__(self, transition: Transition, rejected: NotJSON | None) -> None:
         if self.replaying:
             return
+        if self.journal is not None and self.journal.cut:
+            return  # interrupted as a record was written: the record stops where it stands
         if transition.dest in TERMINAL and self.before_end is not None:
             self.before_end()  # a waiting child's end is committed before its parent's
         self.unwritten.append(transition)

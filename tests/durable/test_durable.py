@@ -27,7 +27,13 @@ from agentloop._durable.queries import KINDS
 from agentloop.ledger import LedgerError, SQLiteLedger
 from agentloop.providers import IncompleteReply
 from agentloop.testing import ScriptedModel, batch, call, final
-from tests.support.ledgers import Crash, CrashingLedger, MemoryLedger, unknown_ids
+from tests.support.ledgers import (
+    Crash,
+    CrashingLedger,
+    InterruptingLedger,
+    MemoryLedger,
+    unknown_ids,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -423,6 +429,27 @@ def test_a_crash_at_any_append_resumes_to_the_same_run(driver: Driver, concurren
                 result
             )
     assert seen_unknown == {"c1", "c3", "c4"}  # idem (c2) is run again instead
+
+
+@pytest.mark.parametrize(
+    ("driver", "concurrency"), [("sync", 1), ("async", 1), ("async", 3)], ids=str
+)
+def test_an_interrupt_as_a_record_is_written_leaves_a_record_that_resumes(
+    driver: Driver, concurrency: int
+) -> None:
+    """A KeyboardInterrupt before or after any append's commit: the run stops with it and
+    holds no claim, and its record resumes to the uninterrupted run, each call at most once
+    (an interrupt after the commit left records the run in memory had refused)."""
+    options = {"max_concurrency": concurrency}
+    for at in range(1, appends_of(SCRIPT, driver, **options) + 1):
+        for when in ("before", "after"):
+            memory, world = MemoryLedger(), World()
+            interrupting = InterruptingLedger(memory, at, when)  # type: ignore[arg-type]
+            with pytest.raises(KeyboardInterrupt):
+                go(make_loop(SCRIPT, world, interrupting, driver, **options), driver, "r1")
+            assert memory.claimed == set(), (at, when)
+            result = resume(make_loop(SCRIPT, world, memory, driver, **options), driver, "r1")
+            check_against_baseline(result, world, SCRIPT, driver, **options)
 
 
 @pytest.mark.parametrize("driver", DRIVERS)

@@ -147,6 +147,14 @@ class CrashingLedger:
         return self.inner.read(run_id)
 
 
+class InterruptingLedger(CrashingLedger):
+    """A ``CrashingLedger`` whose chosen append is interrupted (``KeyboardInterrupt``) before
+    or after its commit, once: the process lives on, and later appends go through."""
+
+    def die(self) -> None:
+        raise KeyboardInterrupt("interrupted as a record was written")
+
+
 class CrashingWriter:
     """A writer that crashes at its ledger's chosen append, then records nothing more."""
 
