@@ -444,7 +444,7 @@ def test_an_interrupt_as_a_record_is_written_leaves_a_record_that_resumes(
     for at in range(1, appends_of(SCRIPT, driver, **options) + 1):
         for when in ("before", "after"):
             memory, world = MemoryLedger(), World()
-            interrupting = InterruptingLedger(memory, at, when)  # type: ignore[arg-type]
+            interrupting = InterruptingLedger(memory, at, when)
             with pytest.raises(KeyboardInterrupt):
                 go(make_loop(SCRIPT, world, interrupting, driver, **options), driver, "r1")
             assert memory.claimed == set(), (at, when)

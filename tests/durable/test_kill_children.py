@@ -130,7 +130,7 @@ def test_sigkill_at_each_checkpoint_of_parent_and_child(
 ) -> None:
     """Before and after each append of parent and child, and inside each tool after its effect."""
     baseline = Baseline(family_job(tmp_path, driver, concurrency=concurrency))
-    assert (baseline.appends, baseline.handlers) == (20, 5)
+    assert (baseline.appends, baseline.handlers) == (14, 5)
     unknown_seen: set[str] = set()
     for index, kill in enumerate(checkpoints(baseline)):
         case = tmp_path / f"k{index}"
