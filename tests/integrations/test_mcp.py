@@ -794,7 +794,7 @@ def test_a_crash_after_an_mcp_call_resumes_by_the_ledgers_rules() -> None:
             ("r1", [call("a", "key"), final("ok")]),
             ("r2", [call("b", "echo", text="x"), final("ok")]),
         ):
-            # Appends: tool_started (with the reply), then tool_finished: the process dies before it.
+            # Appends: tool_started (with the reply), then tool_finished: dies before it.
             with pytest.raises(Crash):
                 Loop(ScriptedModel(script), tools=tools, ledger=CrashingLedger(memory, 2)).run(
                     "go", run_id=run_id
