@@ -41,6 +41,7 @@ from targets import verdict
 
 from agentloop import CancelToken, Loop
 from agentloop._durable.files import _SCHEMA
+from agentloop._durable.queries import KINDS, RUN
 from agentloop.ledger import LedgerError, SQLiteLedger
 
 if TYPE_CHECKING:
@@ -189,10 +190,11 @@ class Floor:
             (f"floor{self.runs}", self.header, time.time()),
         ).lastrowid
         db.execute("COMMIT")
-        for kind, key, body in self.records:  # autocommit: one transaction each
+        assert row is not None
+        for place, (kind, key, body) in enumerate(self.records):  # autocommit: one each
             db.execute(
-                "INSERT INTO records (run, kind, key, body, at) VALUES (?, ?, ?, ?, ?)",
-                (row, kind, key, body, time.time()),
+                "INSERT INTO records (place, kind, key, body, at) VALUES (?, ?, ?, ?, ?)",
+                (row * RUN + place, KINDS[kind], key, body, time.time()),
             )
 
 

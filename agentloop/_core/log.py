@@ -5,9 +5,10 @@ message ends. The newest events are kept as the engine made them (a list
 append a transition: the engine's step pays nothing for its record); once
 twice ``KEEP`` are, the oldest ``KEEP`` are compacted into columns that hold
 only what each event adds. Its row (source, dest, trigger, guard), its
-counters, how many messages the history held after it, its times and its
-result status, as numbers; its call's id and tool name, and the calls it
-started. What came from outside with it (``input_json``)
+counters, how many messages the history held after it, its result status,
+its tool and whether it started its own call, as C ints (4 bytes each); its
+times as floats; its call's id. The calls it started, when they are not
+just its own, are kept. What came from outside with it (``input_json``)
 becomes a reference into the transcript wherever a message holds those
 bytes, whole or as a tool result's content; else the bytes are kept. The
 fields few events set (reason, error, usage, decisions...) are kept for
@@ -20,7 +21,6 @@ field by field, times included, to the ones the engine handed out.
 from __future__ import annotations
 
 import math
-import sys
 import threading
 from array import array
 from collections.abc import Iterator, Sequence
@@ -39,16 +39,20 @@ __all__ = ["KEEP", "Log", "Moved"]
 KEEP: Final = 32
 _new: Final = tuple.__new__  # a NamedTuple made positionally: five times cheaper
 _NONE: Final = math.nan  # a time that is None, in a column of floats
-_WIDTH: Final = 9  # numbers an event: row, steps, calls, mark, where, length, status, at, took
+# Numbers an event: row, steps, calls, mark, where, length, status, tool, started.
+_WIDTH: Final = 9
+_LARGEST: Final = 2**31 - 1  # what a column holds (a C int)
 _WHOLE: Final = -1  # an input's length: the whole message
 _NOWHERE: Final = -1  # an input's message: none (or its bytes are kept)
+_NO_CALLS, _ITS_CALL, _CALLS = 0, 1, 2  # the calls it started: none, the one it names, kept
 # The fields few events set: kept, as one tuple, only for an event that sets one.
 _RARE: Final = (9, 10, 11, 13, 16, 17, 20, 21, 22, 23, 24)
 _rare_of: Final = itemgetter(*_RARE)
 _RARE_NAMES: Final = tuple(Transition._fields[i] for i in _RARE)
 _USUAL: Final = tuple(Transition._field_defaults[Transition._fields[i]] for i in _RARE)
 _REPLIED: Final = Trigger.MODEL_REPLIED
-_NO_COLUMNS: Final = array("d")  # never extended: a log's until its first compaction
+_NO_COLUMNS: Final = array("i")  # never extended: a log's until its first compaction
+_NO_TIMES: Final = array("d")  # likewise
 _NO_NAMES: Final[list[Any]] = []  # never appended to, likewise
 _NO_ENTRIES: Final[dict[int, Any]] = {}  # never written to, likewise
 
@@ -79,20 +83,23 @@ class Log(list[Transition | None]):
     leaves the log as it was.
     """
 
-    __slots__ = ("columns", "exact", "given", "held", "named", "rare", "started", "tools")
+    __slots__ = ("columns", "exact", "given", "held", "named", "rare", "started", "times", "tools")
 
     def __init__(self, given: int) -> None:
         super().__init__()
         self.given = given  # the input's messages
         # _WIDTH numbers a compacted event: its row's code, steps, calls, mark (messages
-        # after it), its input's message and length, its status's code, at and took.
-        # Floats, exact for counts below 2**53. These and the lists and dicts below are
-        # the shared empty ones until the first compaction.
+        # after it), its input's message and length, its status's code, its tool's code
+        # and which calls it started. C ints, 4 bytes: a run of 2**31 events or messages
+        # would hold tens of GB first, and an input longer than that is kept as bytes.
+        # These and the lists, dicts and times below are the shared empty ones until the
+        # first compaction.
         self.columns = _NO_COLUMNS
+        self.times = _NO_TIMES  # two floats each: at and took (NaN: None)
         self.named: list[str | None] = _NO_NAMES  # the call_id of each
-        self.tools: list[str | None] = _NO_NAMES  # and its tool (one str a name)
+        self.tools: list[str | None] = _NO_NAMES  # the tools, by code (0: None)
         # By compacted event, where there are any:
-        self.started: dict[int, tuple[str, ...]] = _NO_ENTRIES  # the calls it started
+        self.started: dict[int, tuple[str, ...]] = _NO_ENTRIES  # calls, but its own, started
         self.rare: dict[int, tuple[Any, ...]] = _NO_ENTRIES  # the rare fields it set
         self.held: dict[int, bytes] = _NO_ENTRIES  # its input, where no message holds it
         self.exact: dict[int, tuple[Any, Any]] = _NO_ENTRIES  # its times, if not floats
@@ -119,11 +126,13 @@ class Log(list[Transition | None]):
         """Compact the oldest ``KEEP`` events kept as made into the columns."""
         made, first = self, len(self.columns) // _WIDTH
         if not first:
-            self.columns, self.named, self.tools = array("d"), [], []
+            self.columns, self.times = array("i"), array("d")
+            self.named, self.tools = [], [None]
             self.started, self.rare, self.held, self.exact = {}, {}, {}, {}
-        del self.named[first:], self.tools[first:]  # what an interrupted compaction left
+        del self.times[2 * first :], self.named[first:]  # what an interrupted compaction left
         mark = self.mark(first - 1)
-        numbers: list[float] = []
+        numbers: list[int] = []
+        times: list[float] = []
         for index in range(first, first + KEEP):
             event = made[index]
             assert event is not None, "kept as made until compacted"
@@ -132,7 +141,7 @@ class Log(list[Transition | None]):
             given = event.input_json
             if given is not None:
                 found = self._find(given, index, mark - len(event.appended_json))
-                if found is None:
+                if found is None or found[1] > _LARGEST:
                     self.held[index] = given
                 else:
                     where, length = found
@@ -143,10 +152,14 @@ class Log(list[Transition | None]):
             rare = _rare_of(event)
             if rare != _USUAL:
                 self.rare[index] = rare
-            if event.started:
-                self.started[index] = event.started
-            self.named.append(event.call_id)
-            self.tools.append(None if event.tool is None else sys.intern(event.tool))
+            call_id, started = event.call_id, event.started
+            if not started:
+                begun = _NO_CALLS
+            elif len(started) == 1 and started[0] == call_id:
+                begun = _ITS_CALL
+            else:
+                begun, self.started[index] = _CALLS, started
+            self.named.append(call_id)
             numbers += (
                 _row_code(event),
                 event.steps,
@@ -155,11 +168,24 @@ class Log(list[Transition | None]):
                 where,
                 length,
                 _status_code(event.result_status),
-                at,
-                _NONE if took is None else took,
+                self._tool_code(event.tool),
+                begun,
             )
+            times += (at, _NONE if took is None else took)
+        self.times.fromlist(times)
         self.columns.fromlist(numbers)  # the compaction's commit
         made[first : first + KEEP] = [None] * KEEP
+
+    def _tool_code(self, tool: str | None) -> int:
+        """``tool``'s code: its place among the run's tools, added if new."""
+        tools = self.tools
+        if tool is None:
+            return 0
+        try:
+            return tools.index(tool)  # a run calls a few tools
+        except ValueError:
+            tools.append(tool)
+            return len(tools) - 1
 
     def _find(self, data: bytes, index: int, at: int) -> tuple[int, int] | None:
         """Where a message from ``at`` on holds ``data``: its index, and the length in it.
@@ -188,7 +214,7 @@ class Log(list[Transition | None]):
             return self.given
         first = len(self.columns) // _WIDTH
         if index < first:
-            return int(self.columns[index * _WIDTH + 3])
+            return self.columns[index * _WIDTH + 3]
         mark = self.mark(first - 1)
         for event in self[first : index + 1]:
             assert event is not None, "kept as made"
@@ -202,7 +228,7 @@ class Log(list[Transition | None]):
             assert event is not None, "kept as made"
             return event.steps, event.calls
         at = index * _WIDTH
-        return int(self.columns[at + 1]), int(self.columns[at + 2])
+        return self.columns[at + 1], self.columns[at + 2]
 
     def named_call(self, index: int) -> str | None:
         """The id of the call event ``index`` names, if any."""
@@ -212,7 +238,14 @@ class Log(list[Transition | None]):
     def started_calls(self, index: int) -> tuple[str, ...]:
         """The ids of the calls event ``index`` records as started."""
         event = self[index]
-        return self.started.get(index, ()) if event is None else event.started
+        return self._started(index) if event is None else event.started
+
+    def _started(self, index: int) -> tuple[str, ...]:
+        """The calls compacted event ``index`` started."""
+        begun = self.columns[index * _WIDTH + 8]
+        if begun == _ITS_CALL:
+            return (self.named[index],)  # type: ignore[return-value]  # a call's id: a str
+        return () if begun == _NO_CALLS else self.started[index]
 
     def field(self, index: int, name: str) -> Any:
         """One of the fields few events set (``reason``, ``usage``...) of event ``index``."""
@@ -238,7 +271,7 @@ class Log(list[Transition | None]):
         event = self[index]
         if event is not None:
             return event
-        return _ROWS[int(self.columns[index * _WIDTH])]
+        return _ROWS[self.columns[index * _WIDTH]]
 
     def view(
         self, count: int, buffer: bytes | bytearray, ends: Sequence[int], *, final: bool = False
@@ -259,14 +292,15 @@ class Log(list[Transition | None]):
     def event(self, index: int, buffer: bytes | bytearray, ends: Sequence[int]) -> Transition:
         """Compacted event ``index`` as a ``Transition``, its messages read from ``buffer``."""
         at = index * _WIDTH
-        code, steps, calls, mark, where, length, status, time, took = self.columns[at : at + _WIDTH]
-        row, mark = _ROWS[int(code)], int(mark)
+        code, steps, calls, mark, where, length, status, tool = self.columns[at : at + _WIDTH - 1]
+        row = _ROWS[code]
         appended = tuple(_message(buffer, ends, k) for k in range(self.mark(index - 1), mark))
         given = self.held.get(index)
         if given is None and where >= 0:
-            given = _message(buffer, ends, int(where))
+            given = _message(buffer, ends, where)
             if length != _WHOLE:
-                given = given[len(given) - 1 - int(length) : len(given) - 1]
+                given = given[len(given) - 1 - length : len(given) - 1]
+        time, took = self.times[2 * index : 2 * index + 2]
         times = self.exact.get(index) or (time, None if math.isnan(took) else took)
         rare = self.rare.get(index, _USUAL)
         return _new(  # the fields, in Transition's order
@@ -276,17 +310,17 @@ class Log(list[Transition | None]):
                 row.dest,
                 row.trigger,
                 row.guard,
-                int(steps),
-                int(calls),
+                steps,
+                calls,
                 self.named[index],
-                self.tools[index],
-                _STATUSES[int(status)],  # result_status
+                self.tools[tool],
+                _STATUSES[status],  # result_status
                 *rare[:3],  # reason, error, exception
                 appended,
                 rare[3],  # usage
                 *times,
                 *rare[4:6],  # pending, decisions
-                self.started.get(index, ()),
+                self._started(index),
                 given,
                 *rare[6:],  # context, wait, model, partial_text, agent
             ),

@@ -67,6 +67,8 @@ class ConcurrentBatch:
         """
         engine, tasks, cancel = self._engine, self.tasks, self._cancel
         while engine.unstarted and len(tasks) < self._limit:
+            if any(_interrupted(task) for task in tasks.values()):
+                break  # no call starts after an interruption: it is raised below
             if (
                 cancel is not None
                 and cancel.cancelled
@@ -213,3 +215,13 @@ def _observed(task: asyncio.Task[Any]) -> None:
     """Retrieve a dropped task's exception, so asyncio does not log it as never retrieved."""
     if not task.cancelled():
         task.exception()
+
+
+def _interrupted(task: asyncio.Task[object | CapturedInterrupt]) -> bool:
+    """Whether ``task`` ended with an interruption (a ``BaseException`` it captured)."""
+    return (
+        task.done()
+        and not task.cancelled()
+        and task.exception() is None
+        and type(task.result()) is CapturedInterrupt
+    )

@@ -32,18 +32,23 @@ _SCHEMA: Final = (
     " run_id TEXT NOT NULL UNIQUE,"
     " header BLOB NOT NULL,"
     " at REAL)",
+    # A record's row id is its place: the run's row id * 2**32 + its place in the run. A run's
+    # records are one range of the one B-tree, in order; a place is taken once.
+    # A record's kind is its number in ``queries.KINDS``.
     "CREATE TABLE records ("
-    " seq INTEGER PRIMARY KEY,"
-    " run INTEGER NOT NULL REFERENCES runs (id),"
-    " kind TEXT NOT NULL,"
+    " place INTEGER PRIMARY KEY,"
+    " kind INTEGER NOT NULL,"
     " key TEXT NOT NULL,"
     " body BLOB NOT NULL,"
-    " at REAL,"
-    " UNIQUE (run, kind, key))",
+    " at REAL)",
+    # The runs that ended (their end, kind 9), found without reading the others' records.
+    "CREATE INDEX ends ON records (place) WHERE kind = 9",
 )
 
 #: The tables a ledger holds, as ``sqlite_master`` keeps their SQL.
-_TABLES: Final = {statement.split()[2]: statement for statement in _SCHEMA}
+_TABLES: Final = {
+    statement.split()[2]: statement for statement in _SCHEMA if statement.startswith("CREATE TABLE")
+}
 
 
 def _tables_of(db: sqlite3.Connection) -> dict[str, str]:

@@ -1,13 +1,20 @@
 """Writing a run's records: its header, its events, and the marks.
 
-A run's record is the ordered log of its transitions, each encoded whole
-(``_review/eventrecord.event_record``: with what it was given, ``started``
-and ``input``), so the one replay (``_core/replay.py``) rebuilds the run
-from it. The events go in records of the ``Ledger`` protocol's kinds,
-one commit per report, keyed as a report is unique:
+A run's record is the ordered log of its transitions, each only what it
+adds, as a run file encodes it (``_review/runencode.event_fields``), with
+every input written out; the one replay (``_core/replay.py``) makes the rest
+again. The transitions go in records of the ``Ledger`` protocol's kinds,
+written where the run acts on what they hold, each holding the transitions
+since the last record and keyed as what it ends is unique:
 
-* ``reply`` (the step's number): the model replied or raised;
+* ``tool_started`` (the call id): before a call's handler runs; with the
+  reply that asked for it, for the batch's first call. At most once needs
+  this mark: a call with it and no outcome is never run again (but for an
+  idempotent tool): it gets ``OUTCOME_UNKNOWN``;
 * ``tool_finished`` (the call id): a call's outcome;
+* ``reply`` (the step's number): the model's answers nothing acted on yet (a
+  final refused for its output, what the model raised), before the model is
+  asked again or a retry's wait begins;
 * ``approval_asked``, ``decision`` (the first call's id): a person was asked
   (or a policy denied a call at the review), or decided;
 * ``call_waits`` (its child's first pending call's path key, ``c1/k1``): a call's
@@ -16,16 +23,10 @@ one commit per report, keyed as a report is unique:
 * ``output_checked`` (the step's number): what the output validators answered;
 * ``end`` (``""``): the record that holds the terminal transition.
 
-Each body is ``{"at": <the index of its first event>, "events": [...]}`` (the
-events' times left out: a run's record is the same whenever it ran; the
-store keeps when each record was committed), with
-``"rejected"`` when the reply it took was not JSON (a run file keeps it on
-its event, as ``not_json``). A transition the engine makes by itself
-(``next()``) follows from the ones before: it goes in the next record, so a
-step costs one commit, as a report does. Beside the events, at most once
-needs one mark: ``tool_started`` (the call id), committed before the call's
-handler runs. A call with that mark and no outcome is never run again (but
-for an idempotent tool): it gets ``OUTCOME_UNKNOWN``.
+Each body is the JSON array of its events (their times left out: a run's
+record is the same whenever it ran; the store keeps when each record was
+committed). A call step costs two
+commits: its start, with the reply, and its outcome.
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ from agentloop._durable.protocol import (
     LedgerRecord,
 )
 from agentloop._errors import LedgerError, RunBusyError
-from agentloop._review.eventrecord import rejected_record
 from agentloop._review.runencode import event_fields
 from agentloop._review.runshape import dumps
 from agentloop._tools.registry import ToolRegistry
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
     from agentloop._core.context_policy import ContextPolicy
     from agentloop._core.output_schema import OutputSchema
-    from agentloop._core.values import Transition
+    from agentloop._core.values import NotJSON, Transition
     from agentloop._durable.protocol import Ledger, LedgerWriter
 
 __all__ = [
@@ -181,13 +181,14 @@ def header(
     return orjson.dumps(document)
 
 
-def events_body(at: int, events: Sequence[Transition], rejected: object = None) -> bytes:
-    """A record's body: ``events`` (the ``at``-th first), each only what it adds.
+def events_body(events: Sequence[Transition], rejected: NotJSON | None = None) -> bytes:
+    """A record's body: its ``events``, each only what it adds, as a JSON array.
 
     As a run file writes an event (``_review/runencode.event_fields``), less its
     times (a run's record is the same whenever it ran; the store keeps when each
     record was committed), and with every input written out: a ledger keeps no
-    transcript to find them in.
+    transcript to find them in. A reply that was not JSON (``rejected``) is
+    kept as its ``not_json``, as a run file keeps it.
     """
     records = [event_fields(event, _row(event)) for event in events]
     text = None  # the last reply's text: what an output check refused
@@ -201,6 +202,8 @@ def events_body(at: int, events: Sequence[Transition], rejected: object = None) 
             record["input"] = None if data is None else orjson.loads(data)
         elif data is not None:
             record["input"] = orjson.loads(data)
+        elif rejected is not None and event.trigger in _REPLIES:  # what the engine kept of it
+            record["not_json"] = {"repr": rejected.text, "problem": rejected.problem}
         if event.trigger is Trigger.MODEL_REPLIED:
             reply = record.get("input")
             text = str(reply.get("text")) if type(reply) is dict else None
@@ -209,10 +212,7 @@ def events_body(at: int, events: Sequence[Transition], rejected: object = None) 
                 refused = output_refusals(events, rejected)
             if text in refused:
                 record["problems"] = refused[text]
-    body: dict[str, Any] = {"at": at, "events": records}
-    if rejected is not None:
-        body["rejected"] = rejected_record(rejected)
-    return dumps(body)
+    return dumps(records)
 
 
 def _row(event: Transition) -> dict[str, Any]:
@@ -222,6 +222,7 @@ def _row(event: Transition) -> dict[str, Any]:
 
 
 _REFUSED: Final = (Guard.OUTPUT_RETRY, Guard.OUTPUT_INVALID)
+_REPLIES: Final = (Trigger.MODEL_REPLIED, Trigger.SUMMARY_WRITTEN)
 
 
 def record_of(transition: Transition) -> tuple[str, str | None] | None:
@@ -275,6 +276,7 @@ class Journal:
         "_records",
         "_unlink",
         "_writer",
+        "cut",
         "run_id",
         "started",
     )
@@ -294,6 +296,8 @@ class Journal:
         self._ledger, self._records, self._paused = ledger, records, False
         self.started = set() if started is None else started
         self._broken: str | None = None
+        #: An interrupt came while a record was written: nothing more is, in this process.
+        self.cut = False
         self._unlink: Callable[[], object] | None = None
 
     def link(self, unlink: Callable[[], object]) -> None:
@@ -318,6 +322,7 @@ class Journal:
     def broken_by(self, exc: BaseException) -> None:
         """Break the journal for ``exc`` (a child run's record failed): as a failed write does."""
         self._broken = f"{type(exc).__name__}: {exc}"
+        self.cut = not isinstance(exc, Exception)
         self.release()
 
     def pause(self) -> None:
@@ -350,11 +355,15 @@ class Journal:
             self._writer, self._paused = writer, False
 
     def append(self, kind: str, key: str, body: bytes) -> None:
-        """Commit one record (claiming a paused run back first); a failure breaks the journal."""
+        """Commit one record (claiming a paused run back first); a failure breaks the journal.
+
+        So does an interrupt (a ``BaseException``): it may have come once the record was
+        committed, so whether the store holds it is unknown, and nothing more is written.
+        """
         self.reclaim()
         try:
             self._writer.append(LedgerRecord(kind, key, body))
-        except Exception as exc:
+        except BaseException as exc:
             self.broken_by(exc)
             raise
         self._records += 1

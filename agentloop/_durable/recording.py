@@ -57,13 +57,12 @@ class Recorder:
     written; while ``holding``, nothing either: the transitions wait for ``flush``.
     """
 
-    __slots__ = ("at", "before_end", "holding", "journal", "rejected", "replaying", "unwritten")
+    __slots__ = ("before_end", "holding", "journal", "rejected", "replaying", "unwritten")
 
     def __init__(self) -> None:
         self.journal: Journal | None = None
         self.replaying = False
         self.holding = False
-        self.at = 0  # the events the ledger holds
         self.unwritten: list[Transition] = []
         self.rejected: NotJSON | None = None  # an unwritten reply that was not JSON
         #: Called before the run's end is written: the driver ends the children that wait.
@@ -72,6 +71,8 @@ class Recorder:
     def __call__(self, transition: Transition, rejected: NotJSON | None) -> None:
         if self.replaying:
             return
+        if self.journal is not None and self.journal.cut:
+            return  # interrupted as a record was written: the record stops where it stands
         if transition.dest in TERMINAL and self.before_end is not None:
             self.before_end()  # a waiting child's end is committed before its parent's
         self.unwritten.append(transition)
@@ -114,8 +115,7 @@ class Recorder:
             assert mark is not None, "a record ends where the run acts on what it holds"
         kind, key = mark
         assert key is not None, "the engine's transitions name their calls"
-        journal.append(kind, key, events_body(self.at, events, self.rejected))
-        self.at += len(events)
+        journal.append(kind, key, events_body(events, self.rejected))
         events.clear()
         self.rejected = None
 
@@ -221,7 +221,7 @@ class DurableEngine(Engine):
         waits for the validators here.)
         """
         recorder = self._recorder
-        recorder.at, recorder.replaying = len(self.events()), False
+        recorder.replaying = False
         if self.state is State.VALIDATING:
             recorder.holding = True  # the check goes in the next record (or record_end's)
             try:

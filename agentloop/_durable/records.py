@@ -21,35 +21,22 @@ from agentloop._core.table import MODEL_ANSWERS, Trigger
 from agentloop._durable.journal import FORMAT, READS, VERSION, record_of
 from agentloop._durable.protocol import END, KINDS, REPLY, STARTED
 from agentloop._errors import InvalidStateError, LedgerError
-from agentloop._review.eventrecord import rejected_value
 from agentloop._review.runencode import Look
-from agentloop._review.runfile_schema import EVENT, REJECTED
-from agentloop._review.runread import report_of
+from agentloop._review.runfile_schema import EVENT
+from agentloop._review.runread import not_json_of, report_of
 from agentloop._review.runshape import explain, json_path
 
 if TYPE_CHECKING:
     from agentloop._core.engine import Engine
-    from agentloop._core.values import CancelToken, Transition
+    from agentloop._core.values import CancelToken, NotJSON, Transition
     from agentloop._durable.protocol import LedgerRecord
 
 __all__ = ["Recorded", "bad", "json_of"]
 
 _EVENT: Final = jsonschema_rs.Draft202012Validator(EVENT)
-_REJECTED: Final = jsonschema_rs.Draft202012Validator(REJECTED)
 # A whole body at once, in one call (the fast path); what fails is then named piece by piece.
-_WHOLE: Final = jsonschema_rs.Draft202012Validator(
-    {
-        "type": "object",
-        "properties": {
-            "at": {"type": "integer", "minimum": 0},
-            "events": {"type": "array", "items": EVENT},
-            "rejected": REJECTED,
-        },
-        "required": ["at", "events"],
-        "additionalProperties": False,
-    }
-)
-_BODY: Final = "{'at': the index of its first event, 'events': [its events]}"
+_WHOLE: Final = jsonschema_rs.Draft202012Validator({"type": "array", "items": EVENT})
+_BODY: Final = "an array of its events"
 _REPLIES: Final = (Trigger.MODEL_REPLIED, Trigger.SUMMARY_WRITTEN)
 
 
@@ -69,10 +56,9 @@ def bad(run_id: str, where: str, expected: str, found: object) -> LedgerError:
 class Recorded:
     """A run's header and records, checked and decoded; ``LedgerError`` on anything else.
 
-    ``reports`` are what the run's events were given, the ``at``-th first
-    (``feed`` gives them to an engine); ``started`` every call whose
-    ``tool_started`` is recorded; ``rejected`` the reply taken that was not
-    JSON; ``ended`` whether the run's end is recorded.
+    ``reports`` are what the run's events were given (``feed`` gives them to
+    an engine); ``started`` every call whose ``tool_started`` is recorded;
+    ``ended`` whether the run's end is recorded.
     """
 
     def __init__(self, run_id: str, head: bytes, records: list[LedgerRecord]) -> None:
@@ -152,8 +138,8 @@ class Recorded:
         self.marks: list[tuple[int, str, str, str]] = []
         #: The final answers an output check refused, with the problems the record lists.
         self.refused: dict[str, list[str]] = {}
-        self.at = 0
-        self.rejected: object = None
+        #: What the engine kept of each reply that was not JSON, by its report's index.
+        self.rejected: list[NotJSON | None] = []
         self.ended = False
         self._reply = Look()  # the last reply: its calls, and its text (what a check refused)
         for index, record in enumerate(records):
@@ -171,38 +157,23 @@ class Recorded:
             )
         body = json_of(run_id, record.body, where)
         whole = _WHOLE.is_valid(body)
-        if not whole and (
-            type(body) is not dict
-            or not {"at", "events"} <= body.keys() <= {"at", "events", "rejected"}
-            or type(body["at"]) is not int
-            or type(body["events"]) is not list
-        ):
+        if not whole and type(body) is not list:
             raise bad(run_id, where, _BODY, body)
-        at, events = body["at"], body["events"]
+        events, at = body, len(self.reports)
         if not events and record.kind != STARTED:  # only a call's start may follow no event
-            raise bad(run_id, f"{where}.events", "one event or more", events)
-        if self.reports and at != self.at + len(self.reports):
-            expected = f"its first event's index {self.at + len(self.reports)} (the next one)"
-            raise bad(run_id, f"{where}.at", expected, at)
-        if not self.reports:
-            self.at = at  # checked by the resume: a run's records begin at event 0
-        if "rejected" in body:
-            error = None if whole else next(iter(_REJECTED.iter_errors(body["rejected"])), None)
-            if error is not None:
-                raise bad(
-                    run_id, f"{where}.rejected", explain(error, "rejected")[0], body["rejected"]
-                )
-            self.rejected = rejected_value(body["rejected"])
+            raise bad(run_id, where, "an array of one event or more", events)
         for offset, event in enumerate(events):
             report = self._report(where, at + offset, event, checked=whole)
-            if report.trigger in _REPLIES and report.input_json is None and "rejected" not in body:
+            rejected = not_json_of(event)
+            if report.trigger in _REPLIES and report.input_json is None and rejected is None:
                 path = f"{where}: $.events[{at + offset}].input"
                 raise bad(run_id, path, "the reply (a ledger keeps every input)", None)
             self.reports.append(report)
+            self.rejected.append(rejected)
         if record.kind == REPLY and not any(
-            report.trigger in MODEL_ANSWERS for report in self.reports[at - self.at :]
+            report.trigger in MODEL_ANSWERS for report in self.reports[at:]
         ):
-            raise bad(run_id, f"{where}.events", "a model's answer among them", events)
+            raise bad(run_id, where, "an array of events with a model's answer", events)
         if record.kind == STARTED:
             if record.key not in self._reply.ids:
                 expected = "the start of a call the reply before it asked for"
@@ -251,9 +222,8 @@ class Recorded:
         mark = next(marks, None)
         for index, report in enumerate(self.reports):
             where = f"$.events[{index}]"
-            rejected = self.rejected if report.input_json is None else None
             try:
-                made = feed(engine, report, rejected, token, where)
+                made = feed(engine, report, self.rejected[index], token, where)
             except InvalidStateError:
                 raise Mismatch(
                     where,

@@ -141,12 +141,15 @@ def resume(
     team: dict[str, Any] | None = None,
     checks: bool = False,
     child: bool = False,
+    models: tuple[str, ...] = (),
 ) -> tuple[DurableEngine, CancelToken | None]:
     """The run, replayed from its records: done, or ready for a driver to go on live.
 
     Also returns the token the driver is to watch (``None`` without ``cancel``).
     ``checks``: the Loop has output validators.
     ``child``: the run is a child, resumed inside its parent's call (else one is refused).
+    ``models``: the Loop's fallback models, by name, which must be the ones recorded (a
+    run's events name the model of each answer, or none: not some of them).
     A finished run is only read; any other is claimed first, so its records
     cannot change while they are replayed. A run found ended whose end is not
     recorded keeps its claim: ``engine.record_end()`` writes the end.
@@ -168,6 +171,10 @@ def resume(
         differences_found = differences(
             recorded.fingerprint, fingerprint(budget, dispatcher, context, output, team)
         )
+        if recorded.models != models:
+            differences_found.append(
+                f"models: recorded {list(recorded.models)}, now {list(models)}"
+            )
         if differences_found:
             raise mismatch(run_id, differences_found)
         token = CancelToken()  # cancellation comes from the record until the run goes live
@@ -279,8 +286,6 @@ def replayed(
     if checks:  # the driver sets its own check before it asks: this one is never called
         engine.output_check = uncalled_check
     try:
-        if recorded.reports and recorded.at != 0:
-            raise diverged(recorded.run_id, f"its first record starts at event {recorded.at}")
         with refusals_standing(engine, recorded.refused):
             recorded.feed(engine, token)
     except Mismatch as exc:

@@ -1,14 +1,17 @@
 """``SQLiteLedger``: the ledger in one SQLite file, through the standard library.
 
 Two tables: ``runs`` (a row per run: its id and header) and ``records`` (a
-row per record, in append order, unique by ``(run, kind, key)``), each row
-with the time it was committed (``at``). Every append is one ``INSERT`` in
-autocommit mode, so it is committed when it returns. The file is in WAL mode:
-a commit appends to the ``-wal`` file, readers never block the writer, and a
-commit torn by a crash is discarded whole when the file is next opened (each
-WAL frame carries a checksum). ``synchronous=FULL`` (the default) syncs the
-WAL on every commit, so a record survives a power cut; ``NORMAL`` syncs only
-at checkpoints: a record survives a killed process but not a power cut.
+row per record, keyed by its place: the run's row id * 2**32 + its place in
+the run, so a run's records are one range of one B-tree and a place is taken
+once), each row with the time it was committed (``at``). A run's writer keeps
+its ``(kind, key)``s, read when it claims the run, and refuses a second.
+Every append is one ``INSERT`` in autocommit mode, so it is committed when it
+returns. The file is in WAL mode: a commit appends to the ``-wal`` file,
+readers never block the writer, and a commit torn by a crash is discarded
+whole when the file is next opened (each WAL frame carries a checksum).
+``synchronous=FULL`` (the default) syncs the WAL on every commit, so a record
+survives a power cut; ``NORMAL`` syncs only at checkpoints: a record survives
+a killed process but not a power cut.
 
 One writer per run: a claim is a POSIX lock on one byte of ``<path>-lock``
 (``lockfile.py``), which the kernel drops when its process dies, so a
@@ -39,8 +42,6 @@ finds it), and the WAL and its index only while no connection holds them.
 
 from __future__ import annotations
 
-import contextlib
-import math
 import os
 import sqlite3
 import threading
@@ -59,7 +60,19 @@ from agentloop._durable.files import (
     _wal_mode,
 )
 from agentloop._durable.lockfile import _close, _lock_file
-from agentloop._durable.protocol import END, LedgerRecord
+from agentloop._durable.protocol import LedgerRecord
+from agentloop._durable.queries import (
+    CHANGED,
+    ENDED,
+    KEYS,
+    KINDS,
+    RECORDS,
+    RUN,
+    RUN_IDS,
+    commit_time,
+    read_run_id,
+    records_read,
+)
 from agentloop._errors import LedgerError, RunExistsError, RunNotFoundError
 
 __all__ = ["APPLICATION_ID", "VERSION", "SQLiteLedger"]
@@ -67,7 +80,7 @@ __all__ = ["APPLICATION_ID", "VERSION", "SQLiteLedger"]
 #: ``PRAGMA application_id`` of an agentloop ledger ("AGLL").
 APPLICATION_ID: Final = 0x41474C4C
 #: ``PRAGMA user_version``: the layout of the tables (each run's header versions its records).
-VERSION: Final = 1
+VERSION: Final = 2
 
 
 class SQLiteLedger:
@@ -190,14 +203,19 @@ class SQLiteLedger:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
-        return _Writer(self, row, run_id)
+        return _Writer(self, row, run_id, [])
 
     def claim(self, run_id: str) -> _Writer:
         """Claim a recorded run; ``RunBusyError`` if held, ``RunNotFoundError`` if unknown."""
         with self._using(f"run {run_id!r}"):
             row = self._row(run_id)
             self._locks.acquire(row, run_id, self.path)
-        return _Writer(self, row, run_id)
+            try:
+                held = self._db.execute(KEYS, (row * RUN, row * RUN + RUN - 1)).fetchall()
+            except BaseException:
+                self._locks.release(row)
+                raise
+        return _Writer(self, row, run_id, held)
 
     def read(self, run_id: str) -> tuple[bytes, list[LedgerRecord]]:
         """The run's header and its records, in the order they were appended."""
@@ -207,20 +225,13 @@ class SQLiteLedger:
             try:
                 row = self._row(run_id)
                 header = db.execute("SELECT header FROM runs WHERE id = ?", (row,)).fetchone()
-                records = [
-                    LedgerRecord(kind, key, body)
-                    for kind, key, body in db.execute(
-                        "SELECT kind, key, body FROM records WHERE run = ? ORDER BY seq", (row,)
-                    )
-                ]
+                places = (row * RUN, row * RUN + RUN - 1)
+                rows = db.execute(RECORDS, places).fetchall()
             finally:
                 db.execute("COMMIT")
         if header is None or type(header[0]) is not bytes:  # None: an index names no row
             raise LedgerError(f"{self.path}: run {run_id!r}: its header is damaged")
-        for kind, key, body in records:
-            if not (type(kind) is str and type(key) is str and type(body) is bytes):
-                raise LedgerError(f"{self.path}: run {run_id!r}: a record is damaged")
-        return header[0], records
+        return header[0], records_read(f"{self.path}: run {run_id!r}", rows)
 
     # -- beyond the protocol -----------------------------------------------------------
 
@@ -240,25 +251,23 @@ class SQLiteLedger:
         where: list[str] = []
         arguments: list[object] = []
         if finished is not None:
-            has_end = "EXISTS (SELECT 1 FROM records WHERE run = runs.id AND kind = ?)"
-            where.append(f"{'' if finished else 'NOT '}{has_end}")
-            arguments.append(END)
+            where.append(f"{'' if finished else 'NOT '}{ENDED}")
         if prefix is not None:  # from the prefix on in the ids' index, while they start with it
             where.append("run_id >= ? AND substr(run_id, 1, ?) = ?")
             arguments += (prefix, len(prefix), prefix)
-        query = _RUN_IDS + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id"
+        query = RUN_IDS + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id"
         with self._using("listing runs"):
-            return [_run_id(*row) for row in self._db.execute(query, arguments).fetchall()]
+            return [read_run_id(*row) for row in self._db.execute(query, arguments).fetchall()]
 
     def changed(self) -> dict[str, float | None]:
         """When each run last changed: its last record's commit (or its start), as ``time.time()``.
 
         ``None`` for a run whose time the file holds damaged (no time a clock shows).
         """
-        query = _CHANGED
+        query = CHANGED
         with self._using("listing runs"):
             rows = self._db.execute(query).fetchall()
-        return {_run_id(raw, kind): _time(at) for raw, kind, at in rows}
+        return {read_run_id(raw, kind): commit_time(at) for raw, kind, at in rows}
 
     def check(self) -> None:
         """Read the whole file (``PRAGMA quick_check``); ``LedgerError`` listing what is damaged."""
@@ -384,11 +393,15 @@ class SQLiteLedger:
 class _Writer:
     """The claim on one run of an ``SQLiteLedger``, and the one way to append to it."""
 
-    __slots__ = ("_ledger", "_released", "_row", "run_id")
+    __slots__ = ("_held", "_ledger", "_place", "_released", "_row", "run_id")
 
-    def __init__(self, ledger: SQLiteLedger, row: int, run_id: str) -> None:
+    def __init__(
+        self, ledger: SQLiteLedger, row: int, run_id: str, held: list[tuple[int, str]]
+    ) -> None:
         self._ledger, self._row, self.run_id = ledger, row, run_id
         self._released = False
+        self._held = set(held)  # the run's (kind number, key)s: none is recorded twice
+        self._place = row * RUN + len(held)  # where the next record goes
 
     def __repr__(self) -> str:
         return f"<SQLiteLedger writer of run {self.run_id!r}>"
@@ -401,50 +414,34 @@ class _Writer:
                 f"{ledger.path}: run {self.run_id!r}: this writer released its claim; "
                 "nothing more can be recorded through it"
             )
+        kind, key = record.kind, record.key
+        number = KINDS.get(kind)
+        if number is None:
+            raise LedgerError(
+                f"{ledger.path}: run {self.run_id!r}: expected a record of one of the kinds "
+                f"{', '.join(KINDS)}, got one of kind {kind!r}"
+            )
+        if (number, key) in self._held:
+            raise LedgerError(
+                f"{ledger.path}: run {self.run_id!r} already holds a {kind} record "
+                f"for {key!r}; nothing is recorded twice"
+            )
         with ledger._using(f"run {self.run_id!r}"):
             try:
                 ledger._db.execute(
-                    "INSERT INTO records (run, kind, key, body, at) VALUES (?, ?, ?, ?, ?)",
-                    (self._row, record.kind, record.key, record.body, time.time()),
+                    "INSERT INTO records (place, kind, key, body, at) VALUES (?, ?, ?, ?, ?)",
+                    (self._place, number, key, record.body, time.time()),
                 )
-            except sqlite3.IntegrityError:
+            except sqlite3.IntegrityError:  # its place is taken: another wrote since the claim
                 raise LedgerError(
-                    f"{ledger.path}: run {self.run_id!r} already holds a {record.kind} record "
-                    f"for {record.key!r}; nothing is recorded twice"
+                    f"{ledger.path}: run {self.run_id!r} was recorded by another writer since "
+                    "this one claimed it; nothing more is recorded through this one"
                 ) from None
+        self._held.add((number, key))
+        self._place += 1
 
     def release(self) -> None:
         """Give up the claim (idempotent)."""
         if not self._released:
             self._released = True
             self._ledger._locks.release(self._row)
-
-
-# -- reading what may be damaged ------------------------------------------------------
-#
-# A run's id is read as bytes with its SQLite type (``_run_id`` makes it text), so that
-# text that is not UTF-8 in one run's id is that run's damage, not every listing's; a
-# commit time is read only where it is a number (anything else is damage: no time).
-
-#: Each run's id.
-_RUN_IDS: Final = "SELECT CAST(run_id AS BLOB), typeof(run_id) FROM runs"
-#: Each run's id and its last record's commit time, else its start's.
-_CHANGED: Final = (
-    "SELECT CAST(run_id AS BLOB), typeof(run_id), COALESCE("
-    "(SELECT MAX(CASE WHEN typeof(at) IN ('integer', 'real') THEN at END) "
-    "FROM records WHERE run = runs.id), "
-    "CASE WHEN typeof(at) IN ('integer', 'real') THEN at END) FROM runs ORDER BY id"
-)
-
-
-def _run_id(raw: bytes, kind: str) -> str:
-    """A run's id as read: its text, or the bytes stored when they are not text."""
-    if kind == "text":
-        with contextlib.suppress(UnicodeDecodeError):
-            return raw.decode()
-    return raw  # type: ignore[return-value]  # damaged: no run id, as readers see
-
-
-def _time(at: float | None) -> float | None:
-    """A commit's time, or None where the file holds none (or no time a clock shows)."""
-    return None if at is None or not math.isfinite(at) else float(at)

@@ -102,6 +102,7 @@ def durable_child(
         team=team_record(child),
         checks=bool(child.output_validators),  # a check the crash cut is made again
         child=True,
+        models=child._model_names,
     )
     if engine.done:
         engine.record_end()  # an end the resume made (a reply checked), not yet written

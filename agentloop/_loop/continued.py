@@ -176,12 +176,14 @@ def resumed(
     output: OutputSchema | None = None,
     team: dict[str, Any] | None = None,
     checks: bool = False,
+    models: tuple[str, ...] = (),
 ) -> tuple[Engine, CancelToken | None]:
     """Run ``run`` fed to a fresh engine, and the token its driver is to watch.
 
     ``run`` is an id in ``ledger``, or a saved result (which no ledger holds);
     ``team`` is the Loop's, with handoffs (``handoff.team_record``); ``checks``:
-    it has output validators.
+    it has output validators; ``models`` its fallback models' names (the ones the run's
+    events name, and any after them: every answer of a run names its model, or none does).
     """
     if not isinstance(run, str | RunResult):
         hint = (
@@ -216,6 +218,9 @@ def resumed(
             found.append(
                 f"agents: the run's {run.agents and run.agents.as_json()}, this Loop's {mine}"
             )
+        named = models_named(run.events)
+        if bool(named) != bool(models) or models[: len(named)] != named:
+            found.append(f"models: the run's {list(named)}, this Loop's {list(models)}")
         if found:
             raise ConfigurationMismatchError(
                 "the saved run was made with another budget than this Loop's: " + "; ".join(found),
@@ -250,6 +255,7 @@ def resumed(
         output=output,
         team=team,
         checks=checks,
+        models=models,
     )
 
 

@@ -232,6 +232,7 @@ def resumed_engine(
         output=loop.output,
         team=team_record(loop),
         checks=bool(loop.output_validators),
+        models=loop._model_names,
     )
     return make_resilient(loop, engine), token
 

@@ -21,7 +21,6 @@ __all__ = [
     "event_record",
     "exception_record",
     "rejected_record",
-    "rejected_value",
 ]
 
 
@@ -78,13 +77,6 @@ def rejected_record(value: object) -> dict[str, Any] | None:
     if isinstance(value, NotJSON):
         return {"repr": value.text, "problem": value.problem}
     return {"json": value}  # the engine keeps only its own decoded copy of a JSON reply
-
-
-def rejected_value(record: dict[str, Any] | None) -> object:
-    """The rejected reply a ``rejected_record`` (checked in shape) keeps."""
-    if record is None:
-        return None
-    return NotJSON(record["repr"], record["problem"]) if "repr" in record else record["json"]
 
 
 def exception_record(exc: BaseException | None) -> dict[str, str] | None:

@@ -13,7 +13,7 @@ import jsonschema_rs
 
 from agentloop._core.table import Guard, State, Trigger
 
-__all__ = ["EVENT", "FORMAT", "REJECTED", "SCHEMA", "VALIDATOR", "VERSION"]
+__all__ = ["EVENT", "FORMAT", "SCHEMA", "VALIDATOR", "VERSION"]
 
 FORMAT: Final = "agentloop.run"
 VERSION: Final = 6
@@ -60,16 +60,6 @@ def _fields(required: dict[str, Any], optional: dict[str, Any]) -> dict[str, Any
         "additionalProperties": False,
     }
 
-
-#: The reply that ended a run unrecorded, as a ledger keeps it.
-REJECTED: Final = {
-    "description": 'null, {"json": the reply} or {"repr": str, "problem": str}',
-    "oneOf": [
-        {"type": "null"},
-        _record(json={}),
-        _record(repr={"type": "string"}, problem={"type": "string"}),
-    ],
-}
 
 #: An event of a run file: its row, its times, and only what it adds (``runfile.py``).
 EVENT: Final = _fields(

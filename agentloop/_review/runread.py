@@ -38,7 +38,7 @@ from agentloop._review.runchildren import children_agree
 from agentloop._review.runencode import Look, document_of, held
 from agentloop._review.runshape import as_found, as_shown, dumps
 
-__all__ = ["check_written", "report_of", "run_of"]
+__all__ = ["check_written", "not_json_of", "report_of", "run_of"]
 
 _TRIGGERS: Final = {trigger.value: trigger for trigger in Trigger}
 _GUARDS: Final[dict[str | None, Guard | None]] = {None: None, **{g.value: g for g in Guard}}
@@ -57,7 +57,7 @@ def run_of(document: dict[str, Any]) -> RunResult:
         )
     records: list[dict[str, Any]] = document["events"]
     feeds = [report_of(index, record) for index, record in enumerate(records)]
-    rejected = [_not_json(record) for record in records]
+    rejected = [not_json_of(record) for record in records]
     output = _output(document.get("output_schema"))
     token = CancelToken()
     summary = document.get("summary")
@@ -178,7 +178,7 @@ def _path_decision(record: dict[str, Any], where: str) -> tuple[DecisionKey, Dec
     return tuple(record["key"]), decision_of(decided, where)
 
 
-def _not_json(record: dict[str, Any]) -> NotJSON | None:
+def not_json_of(record: dict[str, Any]) -> NotJSON | None:
     """A reply that was not JSON: what the engine kept of it, in place of its input."""
     kept = record.get("not_json")
     return None if kept is None else NotJSON(kept["repr"], kept["problem"])

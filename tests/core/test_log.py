@@ -10,6 +10,7 @@ but the newest event (and at the default, over long runs).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 from typing import TYPE_CHECKING, Any
@@ -142,6 +143,50 @@ def test_a_long_run_holds_its_older_events_as_columns_and_gives_them_back(usage:
     loaded = agentloop.review.run_from_json(agentloop.review.run_to_json(result))
     assert loaded == result
     assert loaded.usage == result.usage
+
+
+def test_an_input_longer_than_a_column_holds_is_kept_as_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tool's content is a length into its result's message, in a column of C ints; one
+    longer than a column holds (here: 20 bytes) is kept as its bytes, and comes back equal."""
+    monkeypatch.setattr(log_module, "_LARGEST", 20)
+    with every_result_checked() as checked:
+        result = long_loop(40).run("go")
+    assert checked == [len(result.events)] == [122]
+    record = result.events._log  # type: ignore[attr-defined]
+    compacted = range(record.compacted)
+    returned = [i for i in compacted if result.events[i].trigger is Trigger.TOOL_RETURNED]
+    assert returned
+    assert sorted(record.held) == returned  # each content (52 bytes); each reply is whole
+    assert all(record.held[i] == b'"' + b"r" * 50 + b'"' for i in returned)
+
+
+def test_calls_run_at_once_come_back_with_the_event_that_started_them() -> None:
+    """Under ``arun`` a batch's calls run at once: the event after they are handed out
+    records them all as started. Compacted, each event gives back the calls it started:
+    none, its own, or those of others."""
+
+    async def model(history: list[dict[str, Any]]) -> dict[str, Any]:
+        done = sum(message["kind"] == "tool_result" for message in history)
+        if done == 60:
+            return {"kind": "final", "text": "ok"}
+        calls = [{"id": f"c{done + i}", "name": "read", "arguments": {}} for i in range(3)]
+        return {"kind": "calls", "calls": calls}
+
+    async def read() -> str:
+        await asyncio.sleep(0)
+        return "r" * 50
+
+    with every_result_checked() as checked:
+        loop = Loop(model, tools=[read], max_steps=21, max_calls=60)
+        result = asyncio.run(loop.arun("go"))
+    assert (result.status, result.calls) == ("finished", 60)
+    assert checked == [len(result.events)]
+    record = result.events._log  # type: ignore[attr-defined]
+    assert ("c3", "c4", "c5") in [event.started for event in result.events[: record.compacted]]
+    started = [call_id for event in result.events for call_id in event.started]
+    assert started == [f"c{n}" for n in range(60)]
 
 
 def test_a_result_taken_while_waiting_keeps_saying_what_it_said() -> None:

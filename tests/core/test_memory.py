@@ -63,9 +63,21 @@ def test_a_finished_long_run_holds_at_most_4_times_its_transcript() -> None:
         size, (result,) = held(lambda: runner.run(loop.arun("go")))
     assert (result.status, result.calls, result.steps) == ("finished", 200, 201)
     transcript = len(orjson.dumps(result.transcript))
-    # The transcript once, and each event as a few numbers over it: about 3.3 times (3.1 at
+    # The transcript once, and each event as a few numbers over it: about 2.3 times (1.9 at
     # S = 1,000). Each event a Transition, with the messages and inputs again: 6.1 times.
     assert size <= 4 * transcript, f"{size:,} B held for a {transcript:,} B transcript"
+
+
+def test_an_event_of_a_finished_long_run_costs_at_most_140_bytes_beyond_its_messages() -> None:
+    loop = long_run(300)
+    with asyncio.Runner() as runner:
+        size, (result,) = held(lambda: runner.run(loop.arun("go")))
+    assert (result.status, len(result.events)) == ("finished", 902)
+    beyond = (size - len(orjson.dumps(result.transcript))) / len(result.events)
+    # About 118 B: an older event is 52 bytes of columns (nine C ints, two floats) and its
+    # call's id, and the history's ends and reserved ids; the newest 32 to 64 are as made.
+    # 178 B with nine floats, and a list of tools and a dict of the calls each started.
+    assert beyond <= 140, f"{beyond:,.0f} B an event beyond the transcript"
 
 
 def test_a_finished_short_run_holds_at_most_6_kib() -> None:

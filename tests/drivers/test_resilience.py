@@ -658,3 +658,27 @@ async def test_acontinue_run_goes_on_under_asyncio() -> None:
     failed = await Loop(AsyncScriptedModel([ValueError("down")])).arun("hi")
     new = await Loop(AsyncScriptedModel([final("ok")])).acontinue_run(failed, continues="p")
     assert (new.status, new.output, new.continues) == ("finished", "ok", "p")
+
+
+def test_a_run_resumed_under_other_fallback_models_is_refused(tmp_path: Path) -> None:
+    """A run's answers each name their model, or none does: under other fallback models (or
+    none) its record could not be read back, so a resume is refused, naming the models."""
+    ledger = SQLiteLedger(tmp_path / "runs.db")
+
+    def chain(*script: list[object], names: list[str]) -> Any:
+        return fallback(*(ScriptedModel(replies) for replies in script), names=names)
+
+    recorded = chain([ValueError("down")], [final("b")], names=["one", "two"])
+    assert Loop(recorded, ledger=ledger).run("hi", run_id="f").output == "b"
+    for other, now in (
+        (ScriptedModel([]), []),
+        (chain([], [], names=["two", "one"]), ["two", "one"]),
+    ):
+        with pytest.raises(agentloop.ConfigurationMismatchError) as refused:
+            Loop(other, ledger=ledger).resume("f")
+        assert refused.value.differences == [f"models: recorded ['one', 'two'], now {now}"]
+    assert Loop(chain([], [], names=["one", "two"]), ledger=ledger).resume("f").output == "b"
+    saved = Loop(chain([ValueError("down")], [final("b")], names=["one", "two"])).run("hi")
+    with pytest.raises(agentloop.ConfigurationMismatchError, match=r"models: the run's \['one'"):
+        Loop(ScriptedModel([])).resume(saved)
+    assert Loop(chain([], [], names=["one", "two"])).resume(saved) == saved

@@ -384,9 +384,9 @@ def test_a_paused_durable_run_goes_on_after_its_process_is_gone(tmp_path: Path) 
     assert ("decision", "l") in kinds
     assert kinds.index(("decision", "l")) < kinds.index(("tool_started", "s"))
     # Each record ends with its report's event, as a run file encodes it.
-    asked = orjson.loads(records[kinds.index(("approval_asked", "l"))].body)["events"][-1]
+    asked = orjson.loads(records[kinds.index(("approval_asked", "l"))].body)[-1]
     assert asked["asked"] == {"l": "money"}
-    decided = orjson.loads(records[kinds.index(("decision", "l"))].body)["events"][-1]
+    decided = orjson.loads(records[kinds.index(("decision", "l"))].body)[-1]
     assert decided["decided"] == {
         "l": {"allowed": False, "reason": "too much", "fingerprint": None}
     }
@@ -571,7 +571,7 @@ def test_a_damaged_approval_record_is_a_ledger_error() -> None:
         kept = list(records)
         at = next(i for i, r in enumerate(records) if r.kind == kind)
         body = orjson.loads(records[at].body)
-        event = body["events"][-1]
+        event = body[-1]
         if value is None:
             value = dict.fromkeys(event["asked"], "")
         event[field] = value

@@ -152,8 +152,11 @@ def encoded(document: object) -> bytes:
 
 @st.composite
 def damaged_document(draw: st.DrawFn, document: object) -> bytes:
-    """``document`` with one value replaced or removed, as JSON bytes."""
-    path = draw(st.sampled_from(list(records.paths(document))), label="path")
+    """``document`` with one value replaced or removed, as JSON bytes (an empty one, replaced)."""
+    paths = list(records.paths(document))
+    if not paths:  # an empty body (a batch's later call's start): another value instead
+        return encoded(draw(_SCALARS | st.lists(_SCALARS, min_size=1, max_size=3), label="value"))
+    path = draw(st.sampled_from(paths), label="path")
     return encoded(records.changed(document, path, draw(VALUES, label="value")))
 
 
@@ -342,7 +345,7 @@ _COLUMN_VALUES = st.one_of(
     st.floats(allow_nan=False),
     st.text(max_size=6),
     st.binary(max_size=6),
-    st.sampled_from(["not utf-8", "c1", "", "reply", "end", "tool_started"]),
+    st.sampled_from(["not utf-8", "c1", "", "reply", "end", "tool_started", 1, 2, 9]),
 )
 
 
@@ -356,25 +359,26 @@ def damage_file(path: Path, data: st.DataObject, corpus: Corpus, name: str) -> s
     )
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
         (row,) = db.execute("SELECT id FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        seqs = [
+        seqs = [  # the run's records' places: its row id * 2**32 + a place
             seq
-            for (seq,) in db.execute("SELECT seq FROM records WHERE run = ? ORDER BY seq", (row,))
+            for (seq,) in db.execute(
+                "SELECT place FROM records WHERE place >> 32 = ? ORDER BY place", (row,)
+            )
         ]
         if how == "json" and seqs:
             at = data.draw(st.integers(0, len(seqs) - 1), label="record")
             body = data.draw(damaged_document(orjson.loads(kept[at].body)))
-            db.execute("UPDATE records SET body = ? WHERE seq = ?", (body, seqs[at]))
+            db.execute("UPDATE records SET body = ? WHERE place = ?", (body, seqs[at]))
         elif how in ("json", "header"):
             body = data.draw(damaged_document(orjson.loads(header)))
             db.execute("UPDATE runs SET header = ? WHERE id = ?", (body, row))
         elif how == "column" and seqs:
             column = data.draw(st.sampled_from(["kind", "key", "body"]), label="column")
             value = _sql(data.draw(_COLUMN_VALUES, label="value"))
-            with contextlib.suppress(sqlite3.IntegrityError):  # a (kind, key) taken
-                db.execute(
-                    f"UPDATE records SET {column} = {value[0]} WHERE seq = ?",
-                    (*value[1], data.draw(st.sampled_from(seqs))),
-                )
+            db.execute(
+                f"UPDATE records SET {column} = {value[0]} WHERE place = ?",
+                (*value[1], data.draw(st.sampled_from(seqs))),
+            )
         elif how == "run_id":
             value = _sql(data.draw(_COLUMN_VALUES, label="value"))
             with contextlib.suppress(sqlite3.IntegrityError):  # an id taken
@@ -382,9 +386,11 @@ def damage_file(path: Path, data: st.DataObject, corpus: Corpus, name: str) -> s
         elif how == "at":
             value = _sql(data.draw(_COLUMN_VALUES, label="value"))
             db.execute(f"UPDATE runs SET at = {value[0]} WHERE id = ?", (*value[1], row))
-            db.execute(f"UPDATE records SET at = {value[0]} WHERE run = ?", (*value[1], row))
+            db.execute(
+                f"UPDATE records SET at = {value[0]} WHERE place >> 32 = ?", (*value[1], row)
+            )
         elif how == "row" and seqs:
-            db.execute("DELETE FROM records WHERE seq = ?", (data.draw(st.sampled_from(seqs)),))
+            db.execute("DELETE FROM records WHERE place = ?", (data.draw(st.sampled_from(seqs)),))
         elif how == "byte":
             db.close()
             whole = bytearray(path.read_bytes())
@@ -516,7 +522,7 @@ def _record(kept: list[LedgerRecord], kind: str, key: str) -> int:
         pytest.param(
             "decided",
             ("tool_finished", "c1"),
-            ("events", -1, "started"),
+            (-1, "started"),
             records.REMOVED,
             "record 3 (tool_finished 'c1'): $.events[4].call: expected the call it answers, "
             "as it did not start just that call, got None",
@@ -525,7 +531,7 @@ def _record(kept: list[LedgerRecord], kind: str, key: str) -> int:
         pytest.param(
             "decided",
             ("approval_asked", "c1"),
-            ("events", -1, "asked"),
+            (-1, "asked"),
             records.REMOVED,
             "its records do not replay through this engine (event [2]: expected a report the "
             "engine takes, got the recorded review asked nobody)",
@@ -534,7 +540,7 @@ def _record(kept: list[LedgerRecord], kind: str, key: str) -> int:
         pytest.param(
             "decided",
             ("decision", "c1"),
-            ("events", -1, "decided"),
+            (-1, "decided"),
             records.REMOVED,
             "its records do not replay through this engine (event [3]: expected a report the "
             "engine takes",
@@ -567,10 +573,9 @@ def _record(kept: list[LedgerRecord], kind: str, key: str) -> int:
         pytest.param(
             "rejected",
             ("end", ""),
-            ("rejected",),
+            (0, "not_json"),
             {"x": 1},
-            "record 0 (end '').rejected: expected null, {\"json\": the reply} or "
-            '{"repr": str, "problem": str}',
+            "record 0 (end ''): $.events[0].not_json: expected",
             id="a rejected reply of another shape",
         ),
     ],
@@ -629,7 +634,7 @@ def _stored(corpus: Corpus, tmp_path: Path) -> Path:
             id="an empty id",
         ),
         pytest.param(
-            "UPDATE records SET key = CAST(x'ff' AS TEXT) WHERE kind = 'end' AND run = "
+            "UPDATE records SET key = CAST(x'ff' AS TEXT) WHERE kind = 9 AND place >> 32 = "
             "(SELECT id FROM runs WHERE run_id = 'plain')",
             "plain",
             "run 'plain': Could not decode to UTF-8",
@@ -673,10 +678,11 @@ def test_a_commit_time_that_is_no_time_is_shown_unknown(corpus: Corpus, tmp_path
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
         db.execute("UPDATE runs SET at = CAST(x'ff' AS TEXT) WHERE run_id = 'plain'")
         plain = "(SELECT id FROM runs WHERE run_id = 'plain')"
-        db.execute(f"UPDATE records SET at = 'noon' WHERE run = {plain}")
+        db.execute(f"UPDATE records SET at = 'noon' WHERE place >> 32 = {plain}")
         db.execute("UPDATE runs SET at = 1e300 WHERE run_id = 'typed'")
         db.execute(
-            "UPDATE records SET at = 1e300 WHERE run = (SELECT id FROM runs WHERE run_id = 'typed')"
+            "UPDATE records SET at = 1e300 "
+            "WHERE place >> 32 = (SELECT id FROM runs WHERE run_id = 'typed')"
         )
     code, out, err = command("runs", path)
     assert (code, err) == (0, "")

@@ -23,10 +23,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import agentloop
+from agentloop._durable.queries import KINDS
 from agentloop.ledger import LedgerError, SQLiteLedger
 from agentloop.providers import IncompleteReply
 from agentloop.testing import ScriptedModel, batch, call, final
-from tests.support.ledgers import Crash, CrashingLedger, MemoryLedger, unknown_ids
+from tests.support.ledgers import (
+    Crash,
+    CrashingLedger,
+    InterruptingLedger,
+    MemoryLedger,
+    unknown_ids,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -190,15 +197,14 @@ def test_the_records_come_before_what_they_record(db: Path) -> None:
     ]
     # Each record holds the events since the last one, as a run file encodes them.
     started = orjson.loads(records[0].body)
-    assert [event["on"] for event in started["events"]] == ["model_replied", "validate"]
-    assert started["events"][0]["input"] == call("c1", "effect", n=1)
-    assert orjson.loads(records[4].body) == {"at": 6, "events": []}  # c3: its batch's second
-    finished = orjson.loads(records[7].body)["events"][-1]
+    assert [event["on"] for event in started] == ["model_replied", "validate"]
+    assert started[0]["input"] == call("c1", "effect", n=1)
+    assert orjson.loads(records[4].body) == []  # c3: its batch's second, with nothing new
+    finished = orjson.loads(records[7].body)[-1]
     assert (finished["on"], finished["status"]) == ("tool_returned", "error")
     assert finished["exception"] == {"type": "ValueError", "message": "failed on 4"}
     end = orjson.loads(records[-1].body)
-    assert end["at"] == 8  # the ninth event
-    assert [event["on"] for event in end["events"]] == ["model_replied", "validate"]
+    assert [event["on"] for event in end] == ["model_replied", "validate"]
 
 
 def test_each_record_is_committed_before_the_engine_acts_on_it(db: Path) -> None:
@@ -425,6 +431,27 @@ def test_a_crash_at_any_append_resumes_to_the_same_run(driver: Driver, concurren
     assert seen_unknown == {"c1", "c3", "c4"}  # idem (c2) is run again instead
 
 
+@pytest.mark.parametrize(
+    ("driver", "concurrency"), [("sync", 1), ("async", 1), ("async", 3)], ids=str
+)
+def test_an_interrupt_as_a_record_is_written_leaves_a_record_that_resumes(
+    driver: Driver, concurrency: int
+) -> None:
+    """A KeyboardInterrupt before or after any append's commit: the run stops with it and
+    holds no claim, and its record resumes to the uninterrupted run, each call at most once
+    (an interrupt after the commit left records the run in memory had refused)."""
+    options = {"max_concurrency": concurrency}
+    for at in range(1, appends_of(SCRIPT, driver, **options) + 1):
+        for when in ("before", "after"):
+            memory, world = MemoryLedger(), World()
+            interrupting = InterruptingLedger(memory, at, when)
+            with pytest.raises(KeyboardInterrupt):
+                go(make_loop(SCRIPT, world, interrupting, driver, **options), driver, "r1")
+            assert memory.claimed == set(), (at, when)
+            result = resume(make_loop(SCRIPT, world, memory, driver, **options), driver, "r1")
+            check_against_baseline(result, world, SCRIPT, driver, **options)
+
+
 @pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("call_id", ["c1", "c2", "c3", "c4"])
 def test_a_crash_inside_a_tool_after_its_effect(driver: Driver, call_id: str) -> None:
@@ -458,7 +485,7 @@ def test_an_unknown_outcome_is_recorded_and_kept_on_the_next_resume() -> None:
     with pytest.raises(Crash):
         make_loop(SCRIPT, World(), again).resume("r1")
     finished = [r for r in memory.records["r1"] if r.kind == "tool_finished"]
-    assert orjson.loads(finished[0].body)["events"][-1]["input"]["type"] == "OutcomeUnknown"
+    assert orjson.loads(finished[0].body)[-1]["input"]["type"] == "OutcomeUnknown"
     result = make_loop(SCRIPT, World(), memory).resume("r1")
     assert result.transcript[2]["content"]["type"] == "OutcomeUnknown"
     assert [tool for tool, _ in world.effects] == ["effect"]  # c1 ran once, in the first process
@@ -1157,10 +1184,10 @@ def test_a_write_ahead_log_of_garbage(db: Path) -> None:
 def test_a_future_format_version(db: Path) -> None:
     finished_ledger(db)
     with sqlite3.connect(db) as raw:
-        raw.execute("PRAGMA user_version = 2")
+        raw.execute("PRAGMA user_version = 3")
     raw.close()
     with pytest.raises(
-        LedgerError, match=r"ledger format version 2, but this agentloop reads version 1 \(a newer"
+        LedgerError, match=r"ledger format version 3, but this agentloop reads version 2 \(a newer"
     ):
         SQLiteLedger(db)
 
@@ -1251,25 +1278,25 @@ def test_damaged_records_are_named(db: Path) -> None:
     loop.ledger = SQLiteLedger(db)
     assert loop.resume("r1").status == "finished"
     step_2 = orjson.loads(SQLiteLedger(db).read("r1")[1][2].body)  # with its first call's start
-    where = "WHERE kind = 'tool_started' AND key = 'c2'"
+    where = f"WHERE kind = {KINDS['tool_started']} AND key = 'c2'"  # kinds as their numbers
     damage(f"UPDATE records SET body = ? {where}", b"{not json")
     with pytest.raises(LedgerError, match=r"run 'r1': record 2 \(tool_started 'c2'\) is not JSON"):
         loop.resume("r1")
     damage(f"UPDATE records SET body = ? {where}", b'{"what": 1}')
-    with pytest.raises(LedgerError, match=r"record 2 \(tool_started 'c2'\): expected \{'at': the"):
+    with pytest.raises(LedgerError, match=r"record 2 \(tool_started 'c2'\): expected an array of"):
         loop.resume("r1")
-    damage(f"UPDATE records SET kind = 'approval' {where}")
-    with pytest.raises(LedgerError, match=r"unknown record kind 'approval' \(written by a newer"):
+    damage(f"UPDATE records SET kind = 99 {where}")
+    with pytest.raises(LedgerError, match=r"record 2 is damaged: no kind numbered 99 \(a newer"):
         loop.resume("r1")
-    replied, step_2["events"][0]["input"] = step_2["events"][0]["input"], 5  # the reply
+    replied, step_2[0]["input"] = step_2[0]["input"], 5  # the reply
     damage(
-        "UPDATE records SET kind = 'tool_started', body = ? WHERE kind = 'approval'",
+        f"UPDATE records SET kind = {KINDS['tool_started']}, body = ? WHERE kind = 99",
         orjson.dumps(step_2),
     )
     with pytest.raises(LedgerError, match=r"record 2 .*: expected the start of a call the reply"):
         loop.resume("r1")
-    step_2["events"][0]["input"] = replied
-    step_2["events"][1]["if"] = "calls_exhausted"  # not the row the engine takes there
+    step_2[0]["input"] = replied
+    step_2[1]["if"] = "calls_exhausted"  # not the row the engine takes there
     damage(f"UPDATE records SET body = ? {where}", orjson.dumps(step_2))
     with pytest.raises(LedgerError, match=r"its records do not replay through this engine"):
         loop.resume("r1")
@@ -1372,12 +1399,11 @@ def test_a_durable_call_step_commits_two_records(tmp_path: Path) -> None:
     ]
     # What the engine made by itself (the checks) goes with the record after it.
     written = [orjson.loads(record.body) for record in records]
-    assert [[event["on"] for event in body["events"]] for body in written] == [
+    assert [[event["on"] for event in body] for body in written] == [
         ["model_replied", "validate"],
         ["tool_returned"],
         ["model_replied", "validate"],
     ]
-    assert [body["at"] for body in written] == [0, 2, 3]
     assert len(result.events) == 5
 
 

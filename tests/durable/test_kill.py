@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import sqlite3
 import subprocess
 import sys
 import time
@@ -37,7 +36,7 @@ import pytest
 import agentloop
 from tests.conftest import count
 from tests.support import ROOT, durable_child
-from tests.support.ledgers import MemoryLedger, check_effects, unknown_ids
+from tests.support.ledgers import MemoryLedger, check_effects, stored, unknown_ids, unsound
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -239,15 +238,7 @@ def check(job: dict[str, Any], got: dict[str, Any], baseline: Baseline) -> set[s
         unknown,
         lambda result: effects.get(f"{result['name']} r1:{result['id']}", 0),
     )
-    with sqlite3.connect(job["db"]) as raw:
-        twice = raw.execute(
-            "SELECT kind, key FROM records GROUP BY run, kind, key HAVING count(*) > 1"
-        ).fetchall()
-        unstarted = raw.execute(
-            "SELECT key FROM records AS f WHERE kind = 'tool_finished' AND NOT EXISTS "
-            "(SELECT 1 FROM records WHERE run = f.run AND kind = 'tool_started' AND key = f.key)"
-        ).fetchall()
-    raw.close()
+    twice, unstarted = unsound(stored(job["db"]))
     assert twice == []
     assert unstarted == []  # every outcome recorded is of a call recorded as started
     # This process, resuming the finished run, reads the same result.

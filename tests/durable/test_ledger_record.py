@@ -21,7 +21,9 @@ import pytest
 import agentloop
 from agentloop import Loop
 from agentloop.__main__ import main
+from agentloop._core.values import NotJSON
 from agentloop._durable.journal import events_body
+from agentloop._durable.queries import KINDS
 from agentloop.models import RetryPolicy
 from agentloop.testing import ScriptedModel, final
 from tests.durable.test_approval import Desk, banker, until_done
@@ -40,12 +42,10 @@ PARIS = '{"name": "Paris", "population": 2100000}'
 
 
 def recorded_events(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
-    """The events a run's records hold, in order (their ``at`` checked)."""
+    """The events a run's records hold, in order."""
     events: list[dict[str, Any]] = []
     for record in ledger.read(run_id)[1]:
-        body = orjson.loads(record.body)
-        assert body["at"] == len(events)
-        events.extend(body["events"])
+        events.extend(orjson.loads(record.body))
     return events
 
 
@@ -56,9 +56,9 @@ def file_events(result: agentloop.RunResult) -> list[dict[str, Any]]:
     """
     loaded = agentloop.review.run_from_json(agentloop.review.run_to_json(result))
     document = orjson.loads(agentloop.review.run_to_json(result))
-    encoded: list[dict[str, Any]] = orjson.loads(
-        events_body(0, loaded.events, loaded.rejected_value)
-    )["events"]
+    rejected = loaded.rejected_value
+    assert rejected is None or isinstance(rejected, NotJSON)
+    encoded: list[dict[str, Any]] = orjson.loads(events_body(loaded.events, rejected))
     for in_file, in_ledger in zip(document["events"], encoded, strict=True):
         held = {name: value for name, value in in_file.items() if name not in ("at", "took")}
         assert held.items() <= in_ledger.items(), (in_file, in_ledger)
@@ -172,8 +172,8 @@ def test_a_version_3_ledger_opens_and_its_runs_go_on(tmp_path: Path) -> None:
 
 
 def test_damaged_records_are_named(tmp_path: Path) -> None:
-    """A record out of place, under another kind than its last event's, or with an event no
-    run file holds: each a LedgerError naming the record."""
+    """A record that is not an array of events, under another kind than its last event's, or
+    with an event no run file holds: each a LedgerError naming the record."""
     v3 = tmp_path / "v3.db"
     shutil.copy(FIXTURES / "v3-ledger.db", v3)
 
@@ -192,21 +192,23 @@ def test_damaged_records_are_named(tmp_path: Path) -> None:
         )
 
     body = orjson.loads(agentloop.ledger.SQLiteLedger(v3).read("finished")[1][1].body)
-    outcome = "WHERE kind = 'tool_finished' AND key = 'c1'"
-    damage(f"UPDATE records SET body = ? {outcome}", orjson.dumps(body | {"at": 1}))
+    outcome = f"WHERE kind = {KINDS['tool_finished']} AND key = 'c1'"  # kinds as their numbers
+    damage(f"UPDATE records SET body = ? {outcome}", orjson.dumps({"events": body}))
     with pytest.raises(
-        agentloop.ledger.LedgerError, match=r"record 1 \(tool_finished 'c1'\)\.at: expected its"
+        agentloop.ledger.LedgerError,
+        match=r"record 1 \(tool_finished 'c1'\): expected an array of its events",
     ):
         loop().resume("finished")
-    damage(f"UPDATE records SET kind = 'decision', body = ? {outcome}", orjson.dumps(body))
+    damage(f"UPDATE records SET kind = {KINDS['decision']}, body = ? {outcome}", orjson.dumps(body))
     with pytest.raises(
         agentloop.ledger.LedgerError,
         match=r"record 1 \(decision 'c1'\): expected tool_finished 'c1', the record its last",
     ):
         loop().resume("finished")
-    body["events"][0]["status"] = 5  # an event as no run file holds it
+    body[0]["status"] = 5  # an event as no run file holds it
     damage(
-        "UPDATE records SET kind = 'tool_finished', body = ? WHERE kind = 'decision'",
+        f"UPDATE records SET kind = {KINDS['tool_finished']}, body = ? "
+        f"WHERE kind = {KINDS['decision']}",
         orjson.dumps(body),
     )
     with pytest.raises(
@@ -333,7 +335,9 @@ def test_a_reply_record_that_holds_no_answer_or_another_step_is_refused() -> Non
     with pytest.raises(agentloop.ledger.LedgerError, match=r"expected reply '1', the step of"):
         loop.resume("r1")
     body = orjson.loads(kept[0].body)
-    body["events"] = body["events"][1:]  # the validate only: no answer
+    body = body[1:]  # the validate only: no answer
     records[:] = [kept[0]._replace(body=orjson.dumps(body)), kept[1]]
-    with pytest.raises(agentloop.ledger.LedgerError, match=r"expected a model's answer among"):
+    with pytest.raises(
+        agentloop.ledger.LedgerError, match=r"expected an array of events with a model's answer"
+    ):
         loop.resume("r1")

@@ -794,9 +794,9 @@ def test_a_crash_after_an_mcp_call_resumes_by_the_ledgers_rules() -> None:
             ("r1", [call("a", "key"), final("ok")]),
             ("r2", [call("b", "echo", text="x"), final("ok")]),
         ):
-            # Appends: the reply, tool_started, then tool_finished: the process dies before it.
+            # Appends: tool_started (with the reply), then tool_finished: dies before it.
             with pytest.raises(Crash):
-                Loop(ScriptedModel(script), tools=tools, ledger=CrashingLedger(memory, 3)).run(
+                Loop(ScriptedModel(script), tools=tools, ledger=CrashingLedger(memory, 2)).run(
                     "go", run_id=run_id
                 )
         rerun = Loop(ScriptedModel([call("a", "key"), final("ok")]), tools=tools, ledger=memory)
@@ -853,8 +853,8 @@ def test_a_durable_run_resumed_after_a_crash_charges_a_served_tool_once() -> Non
     with amcp.stdio(sys.executable, [SERVED], name="served") as served:
         tools = registry_of(served, allow=["charge", "charges"])
         assert tools["charge"].idempotent
-        with pytest.raises(Crash):  # the reply, tool_started, then tool_finished: dies there
-            Loop(ScriptedModel(script), tools=tools, ledger=CrashingLedger(memory, 3)).run(
+        with pytest.raises(Crash):  # tool_started (with the reply), then tool_finished: dies there
+            Loop(ScriptedModel(script), tools=tools, ledger=CrashingLedger(memory, 2)).run(
                 "go", run_id="r1"
             )
         resumed = Loop(ScriptedModel(script), tools=tools, ledger=memory).resume("r1")

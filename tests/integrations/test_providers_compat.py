@@ -327,7 +327,7 @@ async def test_a_made_id_is_kept_by_a_resumed_run(tmp_path: Path, flavour: str) 
     loop = Loop(model(first, "sync", False), tools=tools(), ledger=dying)
     with pytest.raises(Crash):
         loop.run("2+3?", run_id="r1")
-    made = orjson.loads(SQLiteLedger(db).read("r1")[1][0].body)["events"][0]["input"]["id"]
+    made = orjson.loads(SQLiteLedger(db).read("r1")[1][0].body)[0]["input"]["id"]
     assert MADE.fullmatch(made)
 
     second = Wire([answer(DONE, False)])

@@ -10,15 +10,19 @@ everything) around that append, and refuses every later one, so nothing the
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import threading
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
 import agentloop
+from agentloop._durable.queries import KIND_OF
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from agentloop.ledger import LedgerRecord
 
@@ -27,12 +31,36 @@ class Crash(BaseException):
     """The simulated death of the process."""
 
 
+def stored(path: str | Path) -> list[tuple[str, str, str]]:
+    """Every record an ``SQLiteLedger`` file holds, in commit order: (run id, kind, key).
+
+    Read with SQL, as the file holds them (a record's place: its run's row id * 2**32 + its
+    place in the run; its kind, a number); across runs, in the order of their commit times.
+    """
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        rows = raw.execute(
+            "SELECT runs.run_id, records.kind, records.key FROM records "
+            "JOIN runs ON runs.id = records.place >> 32 ORDER BY records.at, records.place"
+        ).fetchall()
+    return [(run_id, KIND_OF[kind], key) for run_id, kind, key in rows]
+
+
+def unsound(records: list[tuple[str, str, str]]) -> tuple[list[object], list[object]]:
+    """What no ledger may hold: a (run, kind, key) twice, and an outcome of a call not started."""
+    twice = [record for record in set(records) if records.count(record) > 1]
+    started = {(run_id, key) for run_id, kind, key in records if kind == "tool_started"}
+    unstarted = [
+        (run_id, key)
+        for run_id, kind, key in records
+        if kind == "tool_finished" and (run_id, key) not in started
+    ]
+    return list(twice), list(unstarted)
+
+
 def replies_recorded(records: list[LedgerRecord]) -> int:
     """How many model replies ``records`` hold (each goes with what first acts on it)."""
     return sum(
-        event["on"] == "model_replied"
-        for record in records
-        for event in orjson.loads(record.body)["events"]
+        event["on"] == "model_replied" for record in records for event in orjson.loads(record.body)
     )
 
 
@@ -119,6 +147,14 @@ class CrashingLedger:
         return self.inner.read(run_id)
 
 
+class InterruptingLedger(CrashingLedger):
+    """A ``CrashingLedger`` whose chosen append is interrupted (``KeyboardInterrupt``) before
+    or after its commit, once: the process lives on, and later appends go through."""
+
+    def die(self) -> None:
+        raise KeyboardInterrupt("interrupted as a record was written")
+
+
 class CrashingWriter:
     """A writer that crashes at its ledger's chosen append, then records nothing more."""
 
@@ -188,7 +224,7 @@ def check_effects(
 
 def decisions_of(body: bytes) -> dict[str, dict[str, Any]]:
     """A ``decision`` record's decisions, by call id, as its last event encodes them."""
-    event = orjson.loads(body)["events"][-1]
+    event = orjson.loads(body)[-1]
     assert event["on"] == "approval_decided", event
     decided: dict[str, dict[str, Any]] = event["decided"]
     return decided

@@ -121,6 +121,14 @@ class _Cancelled:
         yield TextDelta(text="lo")
 
 
+def _recorded_names(model: Any) -> Any:
+    """``model``, or ``answers`` under the fallback names the run was recorded with."""
+    return fallback(answers, answers, names=_NAMES) if model is answers else model
+
+
+_NAMES = ["primary", "secondary"]
+
+
 def _retried_model(replies: list[object]) -> Any:
     left = iter(replies)
 
@@ -133,7 +141,7 @@ def _retried_model(replies: list[object]) -> Any:
     def down(history: list[Message]) -> Message:
         raise ValueError("the primary is down")
 
-    return fallback(down, flaky, names=["primary", "secondary"])
+    return fallback(down, flaky, names=_NAMES)
 
 
 #: Each kind of run, by its run id.
@@ -177,7 +185,9 @@ KINDS: dict[str, Kind] = {
         _run,
     ),
     "retried": Kind(
-        lambda ledger, model: Loop(model, tools=_tools(), retry=NEVER_SLEEP, ledger=ledger),
+        lambda ledger, model: Loop(
+            _recorded_names(model), tools=_tools(), retry=NEVER_SLEEP, ledger=ledger
+        ),
         lambda: _retried_model([ConnectionError("reset"), call("c1", "add", a=1, b=1)]),
         _run,
     ),
