@@ -27,7 +27,6 @@ from agentloop._core.table import MODEL_ANSWERS, TERMINAL, State
 from agentloop._core.values import RunTool, Transition
 from agentloop._durable.journal import events_body, record_of
 from agentloop._durable.protocol import REPLY, STARTED
-from agentloop._errors import LedgerError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -257,13 +256,14 @@ class DurableEngine(Engine):
 class ChildUnrecorded(Exception):
     """An agent tool's child run could not be recorded in the run's ledger (its ``cause``).
 
-    Raised in the call, so the registry makes it the call's outcome: the
-    durable dispatch raises ``cause`` instead, and the run stops as it does
-    when its own record fails. The call keeps ``tool_started`` and no
-    outcome, and a resume resumes the child.
+    ``cause`` is the child's ``LedgerError``, or the interrupt that came while the
+    child wrote a record (``journal.cut_by``). Raised in the call, so the registry
+    makes it the call's outcome: the durable dispatch raises ``cause`` instead,
+    and the run stops as it does when its own record fails (or is interrupted).
+    The call keeps ``tool_started`` and no outcome, and a resume resumes the child.
     """
 
-    def __init__(self, cause: LedgerError) -> None:
+    def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause
 

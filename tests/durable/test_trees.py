@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import orjson
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -39,7 +40,13 @@ from agentloop.testing import assert_contract, batch, call, final
 from tests.conftest import count
 from tests.durable.test_agent_children import OrderedLedger
 from tests.durable.test_durable import DRIVERS, Driver, World
-from tests.support.ledgers import Crash, CrashingLedger, MemoryLedger, unknown_ids
+from tests.support.ledgers import (
+    Crash,
+    CrashingLedger,
+    InterruptingLedger,
+    MemoryLedger,
+    unknown_ids,
+)
 
 Message = dict[str, Any]
 PLAIN = ("effect", "idem", "fail")
@@ -440,3 +447,33 @@ def test_a_parent_cut_by_its_childs_cancel_reads_back_with_the_child(driver: Dri
     read = Process(tree, World(), memory).go(False)
     assert read == want
     assert read.children["c1"].run_id == "r1:c1"
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_an_interrupt_as_a_child_writes_stops_its_parents_recording_too(
+    driver: Driver, when: str
+) -> None:
+    """Three generations; a KeyboardInterrupt as any record of the tree is written, before or
+    after its commit. It stops the recording of the run that wrote and of every run above it
+    (none writes its interruption as its end): resumed, the tree ends as it would have."""
+    tree = attrs.evolve(_line(3, driver), crash_when=when)
+    ordered = OrderedLedger()
+    want = to_the_end(tree, World(), ordered, start=True)
+    assert (want.status, want.output) == ("finished", "0 done")
+    for at in range(1, len(ordered.order) + 1):
+        memory, world = MemoryLedger(), World()
+        with pytest.raises(KeyboardInterrupt):
+            Process(tree, world, InterruptingLedger(memory, at, when)).go(True)
+        assert memory.claimed == set(), at
+        ends = [orjson.loads(r.body)[-1]["on"] for rs in memory.records.values() for r in rs]
+        assert not [on for on in ends if on.endswith("interrupted")], at  # no run wrote it
+        result = to_the_end(tree, world, memory, start=False)
+        assert (result.status, result.steps, result.calls, result.output) == (
+            want.status,
+            want.steps,
+            want.calls,
+            want.output,
+        ), at
+        for run_id in run_ids(memory):
+            check_record(memory, run_id, ordered, world)
