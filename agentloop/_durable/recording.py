@@ -25,7 +25,7 @@ from agentloop._core.engine import Engine
 from agentloop._core.requests import AskModel, Need, Wait
 from agentloop._core.table import MODEL_ANSWERS, TERMINAL, State
 from agentloop._core.values import RunTool, Transition
-from agentloop._durable.journal import events_body, record_of
+from agentloop._durable.journal import cut_by, events_body, record_of
 from agentloop._durable.protocol import REPLY, STARTED
 
 if TYPE_CHECKING:
@@ -56,7 +56,15 @@ class Recorder:
     written; while ``holding``, nothing either: the transitions wait for ``flush``.
     """
 
-    __slots__ = ("before_end", "holding", "journal", "rejected", "replaying", "unwritten")
+    __slots__ = (
+        "before_end",
+        "holding",
+        "journal",
+        "left_waiting",
+        "rejected",
+        "replaying",
+        "unwritten",
+    )
 
     def __init__(self) -> None:
         self.journal: Journal | None = None
@@ -66,14 +74,26 @@ class Recorder:
         self.rejected: NotJSON | None = None  # an unwritten reply that was not JSON
         #: Called before the run's end is written: the driver ends the children that wait.
         self.before_end: Callable[[], object] | None = None
+        #: Called as the run ends once its recording was cut: its waiting children stay so.
+        self.left_waiting: Callable[[], object] | None = None
 
     def __call__(self, transition: Transition, rejected: NotJSON | None) -> None:
         if self.replaying:
             return
-        if self.journal is not None and self.journal.cut:
-            return  # interrupted as a record was written: the record stops where it stands
+        journal = self.journal
+        if journal is not None and journal.cut:
+            # Interrupted as a record was written: the record stops where it stands, its
+            # waiting children's too (a resume goes on with them).
+            if transition.dest in TERMINAL and self.left_waiting is not None:
+                self.left_waiting()
+            return
         if transition.dest in TERMINAL and self.before_end is not None:
-            self.before_end()  # a waiting child's end is committed before its parent's
+            try:
+                self.before_end()  # a waiting child's end is committed before its parent's
+            except BaseException as exc:
+                if journal is not None and cut_by(exc):  # interrupted as that end was written
+                    journal.broken_by(exc)
+                raise
         self.unwritten.append(transition)
         if rejected is not None:
             self.rejected = rejected
@@ -235,9 +255,13 @@ class DurableEngine(Engine):
         """Commit ``tool_started`` for ``call_id``, with the transitions not yet written."""
         self._recorder.flush(mark=(STARTED, call_id))
 
-    def before_end(self, call: Callable[[], object]) -> None:
-        """Call ``call`` before the run's end is written (its waiting children end first)."""
-        self._recorder.before_end = call
+    def before_end(self, call: Callable[[], object], left: Callable[[], object]) -> None:
+        """Call ``call`` before the run's end is written (its waiting children end first).
+
+        ``left`` instead, as the run ends once its recording was cut (``Journal.cut``):
+        its waiting children are left waiting, as their records and its own say.
+        """
+        self._recorder.before_end, self._recorder.left_waiting = call, left
 
     def record_end(self) -> None:
         """Write the end a resume made (a reply checked), if any (``end_unrecorded``); release.

@@ -24,7 +24,7 @@ import tempfile
 import zlib
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import orjson
@@ -331,6 +331,14 @@ def run_ids(ledger: Any) -> list[str]:
     return sorted(ledger.headers if isinstance(ledger, MemoryLedger) else ledger.run_ids())
 
 
+def ended_by(memory: MemoryLedger) -> list[str]:
+    """What each recorded end of ``memory`` holds that ended the run: an exception's type."""
+    ends = [
+        orjson.loads(r.body)[-1] for rs in memory.records.values() for r in rs if r.kind == "end"
+    ]
+    return [end.get("exception", {}).get("type", end["on"]) for end in ends]
+
+
 def _line(depth: int, driver: Driver) -> Tree:
     """A tree of ``depth`` generations, each calling the next once, on ``driver``."""
     node = Node("n" + ".0" * (depth - 1), (final("last"),), (), 2, 2, frozenset())
@@ -452,7 +460,7 @@ def test_a_parent_cut_by_its_childs_cancel_reads_back_with_the_child(driver: Dri
 @pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_an_interrupt_as_a_child_writes_stops_its_parents_recording_too(
-    driver: Driver, when: str
+    driver: Driver, when: Literal["before", "after"]
 ) -> None:
     """Three generations; a KeyboardInterrupt as any record of the tree is written, before or
     after its commit. It stops the recording of the run that wrote and of every run above it
@@ -466,14 +474,44 @@ def test_an_interrupt_as_a_child_writes_stops_its_parents_recording_too(
         with pytest.raises(KeyboardInterrupt):
             Process(tree, world, InterruptingLedger(memory, at, when)).go(True)
         assert memory.claimed == set(), at
-        ends = [orjson.loads(r.body)[-1]["on"] for rs in memory.records.values() for r in rs]
-        assert not [on for on in ends if on.endswith("interrupted")], at  # no run wrote it
+        assert "KeyboardInterrupt" not in ended_by(memory), at  # no run wrote it as its end
         result = to_the_end(tree, world, memory, start=False)
         assert (result.status, result.steps, result.calls, result.output) == (
             want.status,
             want.steps,
             want.calls,
             want.output,
+        ), at
+        for run_id in run_ids(memory):
+            check_record(memory, run_id, ordered, world)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("cancels", [False, True])
+def test_an_interrupt_as_a_waiting_childs_parent_writes_leaves_the_child_waiting(
+    driver: Driver, when: Literal["before", "after"], cancels: bool
+) -> None:
+    """A child asks a person; a KeyboardInterrupt as any record is written (the parent's
+    ``call_waits``, the child's end as its cancelled parent ends it): no run writes more in
+    that process, the waiting child is not ended by its parent's unwinding, and the tree,
+    resumed and decided, ends as it would have (finished, or cancelled as the person chose)."""
+    child = Node("n.0", (call("c1", "effect", n=1), final("sent")), (), 3, 2, frozenset(["effect"]))
+    top = Node("n", (call("c1", "agent0", input="a"), final("done")), (child,), 3, 2, frozenset())
+    tree = Tree(top, driver, 1, 5, cancels, None, 0.0, when)  # seed 5: approve, or cancel
+    ordered = OrderedLedger()
+    want = to_the_end(tree, World(), ordered, start=True)
+    assert want.status == ("cancelled" if cancels else "finished")
+    for at in range(1, len(ordered.order) + 1):
+        memory, world = MemoryLedger(), World()
+        with contextlib.suppress(KeyboardInterrupt):
+            to_the_end(tree, world, InterruptingLedger(memory, at, when), start=True)
+        assert "KeyboardInterrupt" not in ended_by(memory), at  # no run wrote it as its end
+        result = to_the_end(tree, world, memory, start=False)
+        assert (result.status, result.steps, result.calls) == (
+            want.status,
+            want.steps,
+            want.calls,
         ), at
         for run_id in run_ids(memory):
             check_record(memory, run_id, ordered, world)
