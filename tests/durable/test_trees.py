@@ -8,11 +8,13 @@ each pending path key (approve, deny, or cancel the run while it waits), and
 a cancellation by one node's model at one of its steps. The tree runs
 durably twice on the drawn driver: once as the baseline, and once crashed at
 a drawn append (``CrashingLedger``, whose count spans every run of the tree
-and every process) and resumed in a "new process" (new Loops over the same
-ledger) until it ends. For every run in the ledger: the contract holds, each
-plain tool took effect at most once per call (once where its outcome is
-known), the run ends as the baseline's (but for ``OutcomeUnknown`` results of
-a non-idempotent tool cut by the crash), and its run file loads back equal.
+and every process), or interrupted there (``InterruptingLedger``: a
+``KeyboardInterrupt`` before or after its commit, the process living on), and
+resumed in a "new process" (new Loops over the same ledger) until it ends.
+For every run in the ledger: the contract holds, each plain tool took effect
+at most once per call (once where its outcome is known), the run ends as the
+baseline's (but for ``OutcomeUnknown`` results of a non-idempotent tool cut
+by the crash), and its run file loads back equal.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class Tree:
     crash_when: str
     sqlite: bool = False  # the ledger: a SQLiteLedger in a file, else a MemoryLedger
     crash_in: str | None = None  # or die first right after the effect of a call of this id
+    interrupts: bool = False  # a KeyboardInterrupt at the append instead: the process lives on
 
 
 @st.composite
@@ -134,6 +137,7 @@ def trees(draw: st.DrawFn) -> Tree:
     if draw(st.integers(0, 3)) == 0:
         where = draw(st.sampled_from(unasked(top)))
         cancel_at = (where.name, draw(st.integers(0, len(where.script) - 1)))
+    interrupts = draw(st.booleans())
     return Tree(
         top=top,
         driver=driver,
@@ -144,7 +148,9 @@ def trees(draw: st.DrawFn) -> Tree:
         crash_point=draw(st.floats(0, 1, exclude_max=True)),
         crash_when=draw(st.sampled_from(["before", "after"])),
         sqlite=draw(st.booleans()),
-        crash_in=draw(st.none() | st.sampled_from(["c1", "c2", "c3"])),
+        # An interrupt in a tool is the run's recorded end (cancelled): only at an append.
+        crash_in=None if interrupts else draw(st.none() | st.sampled_from(["c1", "c2", "c3"])),
+        interrupts=interrupts,
     )
 
 
@@ -232,12 +238,15 @@ def crashed(
     """The tree crashed at its ``at``-th append (or in its first tool of a call ``crash_in``,
     right after its effect, if that comes first), then resumed in new processes to its end."""
     memory, world = MemoryLedger() if memory is None else memory, World()
-    crashing = CrashingLedger(memory, at, tree.crash_when)  # type: ignore[arg-type]
+    kind = InterruptingLedger if tree.interrupts else CrashingLedger
+    crashing = kind(memory, at, tree.crash_when)  # type: ignore[arg-type]
     world.ledger, world.crash_in = crashing, tree.crash_in
     try:
         to_the_end(tree, world, crashing, start=True)
     except (Crash, LedgerError):
         assert crashing.dead
+    except KeyboardInterrupt:
+        assert tree.interrupts
     else:
         raise AssertionError(f"the crash at append {at} was never reached")
     world.ledger = None
