@@ -241,6 +241,10 @@ class DurableEngine(Engine):
         """
         recorder = self._recorder
         recorder.replaying = False
+        # Only the calls still running are handed out again (first, so that a check is
+        # taken here, not a call an earlier batch's replay handed out).
+        running = set(self.running)
+        self.handed = [need for need in self.handed if need.call["id"] in running]
         if self.state is State.VALIDATING:
             recorder.holding = True  # the check goes in the next record (or record_end's)
             try:
@@ -248,8 +252,6 @@ class DurableEngine(Engine):
             finally:
                 recorder.holding = False
             assert type(taken) is Transition, "a final is recorded with its check"
-        running = set(self.running)
-        self.handed = [need for need in self.handed if need.call["id"] in running]
 
     def record_start(self, call_id: str) -> None:
         """Commit ``tool_started`` for ``call_id``, with the transitions not yet written."""
