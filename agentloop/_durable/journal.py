@@ -96,7 +96,7 @@ OUTCOME_UNKNOWN: Final = {
 _CUT: Final = "_agentloop_cut"
 
 
-def cut_by(exc: BaseException | None) -> bool:
+def cut_by(exc: BaseException) -> bool:
     """Whether ``exc`` is an interrupt that came while a run's record was written."""
     return getattr(exc, _CUT, False) is True
 

@@ -136,8 +136,8 @@ class recorded_in:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, _: object
     ) -> None:
-        if self._durable and (isinstance(exc, LedgerError) or cut_by(exc)):
-            raise ChildUnrecorded(exc) from exc  # type: ignore[arg-type]  # not None: raised
+        if self._durable and exc is not None and (isinstance(exc, LedgerError) or cut_by(exc)):
+            raise ChildUnrecorded(exc) from exc
 
 
 def _started_with(head: bytes, budget: Budget) -> Budget:
