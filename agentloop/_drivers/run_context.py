@@ -361,8 +361,9 @@ def timed_out_child(exc: TimeoutError) -> dict[str, Any] | None:
     answered child's do. ``None`` when no child ran under the call.
     """
     handed = RUN_CONTEXT.get()
-    scope = None if handed is None else handed.scope
-    child = None if scope is None or handed is None else scope.children.get(handed.call_id)
+    if handed is None or handed.scope is None:
+        return None
+    child = handed.scope.children.get(handed.call_id)
     if child is None:
         return None
     return {
