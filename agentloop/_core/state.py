@@ -51,7 +51,8 @@ _ASK_MODEL, _START_TOOL = Trigger.ASK_MODEL, Trigger.START_TOOL
 _SUMMARISE: Final = Trigger.SUMMARISE
 _REPLIED: Final = Trigger.MODEL_REPLIED
 _new: Final = tuple.__new__
-_WAITS: Final = Trigger.CALL_WAITS
+# Events that name a call of the batch without answering it.
+_UNANSWERED: Final = (Trigger.CALL_WAITS, Trigger.APPROVAL_ASKED, Trigger.APPROVAL_DECIDED)
 
 
 class RunState:
@@ -351,7 +352,7 @@ class RunState:
             since = range(accepted + 1, count)
             # Calls whose child waits, with no result.
             batch.waiting = waits = still_waiting(self.events[accepted + 1 :])
-            answered = {log.named_call(i) for i in since if rows[i].trigger is not _WAITS} | {
+            answered = {log.named_call(i) for i in since if rows[i].trigger not in _UNANSWERED} | {
                 call_id
                 for i in since
                 for call_id, decision in log.field(i, "decisions")

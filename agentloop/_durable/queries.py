@@ -59,11 +59,13 @@ ENDED: Final = (
 )
 #: Each run's id.
 RUN_IDS: Final = "SELECT CAST(run_id AS BLOB), typeof(run_id) FROM runs"
-#: Each run's id and its last record's commit time, else its start's.
+#: Each run's id and its last record's commit time, else its start's: the last record is
+#: found at the end of the run's range, without reading the others.
 CHANGED: Final = (
     "SELECT CAST(run_id AS BLOB), typeof(run_id), COALESCE("
-    "(SELECT MAX(CASE WHEN typeof(at) IN ('integer', 'real') THEN at END) FROM records "
-    "WHERE place BETWEEN runs.id * 4294967296 AND runs.id * 4294967296 + 4294967295), "
+    "(SELECT CASE WHEN typeof(at) IN ('integer', 'real') THEN at END FROM records "
+    "WHERE place BETWEEN runs.id * 4294967296 AND runs.id * 4294967296 + 4294967295 "
+    "ORDER BY place DESC LIMIT 1), "
     "CASE WHEN typeof(at) IN ('integer', 'real') THEN at END) FROM runs ORDER BY id"
 )
 

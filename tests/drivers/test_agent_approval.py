@@ -616,3 +616,58 @@ def test_show_names_a_childs_call_by_its_path(tmp_path: Any) -> None:
     ]
     assert rows[1][-5:] == ["send#c1/k1", "(mail", "leaves", "the", "house)"]
     assert rows[2][-2:] == ["approved", "send#c1/k1"]
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
+def test_an_interrupt_inside_a_call_a_person_approved_answers_it_cancelled(driver: Driver) -> None:
+    """The call ran (its effect happened), then the run was interrupted inside it: the call is
+    in the history with a cancelled result, never dropped with its batch."""
+    sent: list[str] = []
+
+    def send(to: str) -> str:
+        """Send a letter."""
+        sent.append(to)
+        raise KeyboardInterrupt
+
+    tool = agentloop.Tool(send, policy=lambda call: ask(ASKS))
+    loop = Loop(ScriptedModel([call("k1", "send", to="bob"), final("sent")]), tools=[tool])
+    run = driver.start(loop, "write")
+    step_to_wait(run)
+    run.decide({"k1": approve()})
+    with pytest.raises(KeyboardInterrupt):
+        run.step()
+    result = run.result()
+    assert (result.status, result.steps, result.calls, sent) == ("cancelled", 1, 1, ["bob"])
+    assert kinds(result.transcript) == ["user", "call", "tool_result:cancelled"]
+    assert [(t.trigger, t.dest) for t in result.events[-2:]] == [
+        ("approval_decided", "dispatching"),
+        ("tool_interrupted", "cancelled"),
+    ]
+    assert_paired(result)
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
+def test_a_cancel_inside_an_approved_agent_call_answers_it_and_keeps_its_child(
+    driver: Driver,
+) -> None:
+    """Approved, the agent call's child cancels the run's token as it runs: the parent ends
+    cancelled with that call answered, its child kept under it, and its run file reads back."""
+    token = CancelToken()
+
+    def cancelling(history: list[dict[str, Any]]) -> dict[str, Any]:
+        token.cancel()
+        return final("the child's answer")
+
+    child = Loop(cancelling)
+    tools = agentloop.ToolRegistry(
+        [child.as_tool("post", "Post a letter.")], policy=lambda call: ask(ASKS)
+    )
+    parent = Loop(ScriptedModel([call("c1", "post", input="x"), final("done")]), tools=tools)
+    waiting = driver.run(parent, "write")
+    assert waiting.status == "awaiting_approval"
+    result = resume(driver, parent, waiting, cancel=token, decisions={"c1": approve()})
+    assert (result.status, result.steps, result.calls) == ("cancelled", 1, 1)
+    assert kinds(result.transcript) == ["user", "call", "tool_result:cancelled"]
+    assert list(result.children) == ["c1"]
+    assert_paired(result)
+    assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
