@@ -51,6 +51,7 @@ __all__ = [
     "Mismatch",
     "asked",
     "feed",
+    "feed_row",
     "go_on",
     "models_named",
     "output_refusals",
@@ -277,6 +278,28 @@ def feed(
         return engine.decided(dict[DecisionKey, Decision](event.decisions))
     except (TypeError, ValueError) as refused:
         raise Mismatch(where, "a report the engine takes", str(refused)) from None
+
+
+def feed_row(
+    engine: Engine,
+    event: Transition,
+    rejected: object,
+    token: CancelToken,
+    where: str,
+    named: Callable[[], str],
+) -> Transition:
+    """``feed``, where the record gives only each event's row: the engine must make that row.
+
+    ``named()`` is the row as the record writes it, for the ``Mismatch`` that says otherwise.
+    """
+    try:
+        made = feed(engine, event, rejected, token, where)
+    except InvalidStateError:
+        expected = f"a report the engine takes in state {engine.state.value!r}"
+        raise Mismatch(where, expected, named()) from None
+    if made.trigger is not event.trigger or made.guard is not event.guard:
+        raise Mismatch(where, f"{row_text(made)}, which the table takes here", named())
+    return made
 
 
 def output_refusals(events: Sequence[Transition], rejected: object) -> dict[str, list[str]]:

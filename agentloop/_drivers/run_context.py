@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 import attrs
 
+from agentloop._core.json import exception_content
 from agentloop._core.values import Budget, CancelToken, Usage
 from agentloop._drivers.child_waits import WaitingChild
 from agentloop._drivers.progress import Reporter, checked_report, hear, logged
@@ -49,6 +50,7 @@ __all__ = [
     "key_of",
     "report_progress",
     "reviewed_in",
+    "timed_out_child",
 ]
 
 Deps = TypeVar("Deps", covariant=True)
@@ -348,6 +350,28 @@ class ain_context:
         if self._hearing:
             await asyncio.wait(set(self._hearing))
         return outcome
+
+
+def timed_out_child(exc: TimeoutError) -> dict[str, Any] | None:
+    """The outcome of the call being run, cut by its ``tool_timeout`` (``exc``) once its child ran.
+
+    The ``error`` the engine makes of the exception, with the tokens the
+    agent tool's child run spent (its result, kept by call id before the
+    timeout reached the driver): they roll into the parent's usage as an
+    answered child's do. ``None`` when no child ran under the call.
+    """
+    handed = RUN_CONTEXT.get()
+    if handed is None or handed.scope is None:
+        return None
+    child = handed.scope.children.get(handed.call_id)
+    if child is None:
+        return None
+    return {
+        "status": "error",
+        "content": exception_content(exc),
+        "exception": exc,
+        "usage": child.usage._asdict(),
+    }
 
 
 def in_context_reviews(

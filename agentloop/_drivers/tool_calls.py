@@ -2,7 +2,8 @@
 
 Its ``adispatch`` if it has one (an ``agentloop.ToolRegistry`` does), else its
 ``dispatch`` awaited as needed, in a worker thread with ``to_thread``, within
-``tool_timeout``.
+``tool_timeout``. An agent call the timeout cuts is answered with the
+timeout's error and the tokens its child run spent (``timed_out_child``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import inspect
 from typing import TYPE_CHECKING, Any
 
 from agentloop._drivers.callbacks import within
+from agentloop._drivers.run_context import timed_out_child
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -52,6 +54,12 @@ def asyncio_dispatch(
                 return pending
         if tool_timeout is None:
             return await pending
-        return await within(tool_timeout, expired, pending)
+        try:
+            return await within(tool_timeout, expired, pending)
+        except TimeoutError as exc:  # an agent call's child is cut: what it spent still counts
+            cut = timed_out_child(exc)
+            if cut is None:
+                raise
+            return cut
 
     return run

@@ -11,16 +11,17 @@ kind and key are checked against the events it ends. What is damaged is a
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 import jsonschema_rs
 import orjson
 
-from agentloop._core.replay import Mismatch, feed, row_text
+from agentloop._core.replay import Mismatch, feed_row
 from agentloop._core.table import MODEL_ANSWERS, Trigger
 from agentloop._durable.journal import FORMAT, READS, VERSION, record_of
 from agentloop._durable.protocol import END, KINDS, REPLY, STARTED
-from agentloop._errors import InvalidStateError, LedgerError
+from agentloop._errors import LedgerError
 from agentloop._review.runencode import Look
 from agentloop._review.runfile_schema import EVENT
 from agentloop._review.runread import not_json_of, report_of
@@ -222,16 +223,8 @@ class Recorded:
         mark = next(marks, None)
         for index, report in enumerate(self.reports):
             where = f"$.events[{index}]"
-            try:
-                made = feed(engine, report, self.rejected[index], token, where)
-            except InvalidStateError:
-                raise Mismatch(
-                    where,
-                    f"a report the engine takes in state {engine.state.value!r}",
-                    row_text(report),
-                ) from None
-            if made.trigger is not report.trigger or made.guard is not report.guard:
-                raise Mismatch(where, f"{row_text(made)}, which the table takes here", _row(report))
+            rejected = self.rejected[index]
+            made = feed_row(engine, report, rejected, token, where, partial(_row, report))
             while mark is not None and mark[0] == index:
                 _check_mark(made, mark)
                 mark = next(marks, None)

@@ -11,6 +11,7 @@ transcript that the replay does not append there is named by its event.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Final
 
 import orjson
@@ -21,7 +22,7 @@ from agentloop._core.children import Children
 from agentloop._core.context_policy import ContextPolicy, policy_from_record
 from agentloop._core.engine import Engine
 from agentloop._core.output_schema import OutputSchema
-from agentloop._core.replay import Mismatch, feed, models_named, refusals_standing, row_text
+from agentloop._core.replay import Mismatch, feed_row, models_named, refusals_standing
 from agentloop._core.table import TERMINAL, Guard, State, Trigger
 from agentloop._core.values import (
     Budget,
@@ -32,7 +33,6 @@ from agentloop._core.values import (
     Transition,
     Usage,
 )
-from agentloop._errors import InvalidStateError
 from agentloop._review.eventrecord import decision_of
 from agentloop._review.runchildren import children_agree
 from agentloop._review.runencode import Look, document_of, held
@@ -89,19 +89,11 @@ def run_of(document: dict[str, Any]) -> RunResult:
             if "problems" in record and reader.look.text is not None:
                 refused[reader.look.text] = record["problems"]
             try:
-                made = feed(engine, report, reply, token, where)
+                made = feed_row(engine, report, reply, token, where, partial(_row, record))
             except Mismatch as found:  # named by the file's row, not the report made of it
                 if found.where != where:
                     raise
                 raise Mismatch(where, found.expected, _row(record)) from None
-            except InvalidStateError:
-                raise Mismatch(
-                    where,
-                    f"a report the engine takes in state {engine.state.value!r}",
-                    _row(record),
-                ) from None
-            if made.trigger is not report.trigger or made.guard is not report.guard:
-                raise Mismatch(where, f"{row_text(made)}, which the table takes here", _row(record))
             reader.appended(made, index)
             events.append(made._replace(at=report.at, took=report.took))
     if engine.state not in _STOPS:
