@@ -69,6 +69,7 @@ __all__ = [
     "READS",
     "VERSION",
     "Journal",
+    "cut_by",
     "events_body",
     "fingerprint",
     "header",
@@ -89,6 +90,15 @@ OUTCOME_UNKNOWN: Final = {
         "it was not run again"
     ),
 }
+
+
+#: Set on an interrupt that cut a journal (``Journal.cut``), so a parent run stops writing too.
+_CUT: Final = "_agentloop_cut"
+
+
+def cut_by(exc: BaseException) -> bool:
+    """Whether ``exc`` is an interrupt that came while a run's record was written."""
+    return getattr(exc, _CUT, False) is True
 
 
 _NEWER_LIMITS: Final = {
@@ -323,6 +333,8 @@ class Journal:
         """Break the journal for ``exc`` (a child run's record failed): as a failed write does."""
         self._broken = f"{type(exc).__name__}: {exc}"
         self.cut = not isinstance(exc, Exception)
+        if self.cut:  # whether the store holds the record is unknown: no run above writes either
+            setattr(exc, _CUT, True)
         self.release()
 
     def pause(self) -> None:

@@ -25,9 +25,8 @@ from agentloop._core.engine import Engine
 from agentloop._core.requests import AskModel, Need, Wait
 from agentloop._core.table import MODEL_ANSWERS, TERMINAL, State
 from agentloop._core.values import RunTool, Transition
-from agentloop._durable.journal import events_body, record_of
+from agentloop._durable.journal import cut_by, events_body, record_of
 from agentloop._durable.protocol import REPLY, STARTED
-from agentloop._errors import LedgerError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -57,7 +56,15 @@ class Recorder:
     written; while ``holding``, nothing either: the transitions wait for ``flush``.
     """
 
-    __slots__ = ("before_end", "holding", "journal", "rejected", "replaying", "unwritten")
+    __slots__ = (
+        "before_end",
+        "holding",
+        "journal",
+        "left_waiting",
+        "rejected",
+        "replaying",
+        "unwritten",
+    )
 
     def __init__(self) -> None:
         self.journal: Journal | None = None
@@ -67,14 +74,26 @@ class Recorder:
         self.rejected: NotJSON | None = None  # an unwritten reply that was not JSON
         #: Called before the run's end is written: the driver ends the children that wait.
         self.before_end: Callable[[], object] | None = None
+        #: Called as the run ends once its recording was cut: its waiting children stay so.
+        self.left_waiting: Callable[[], object] | None = None
 
     def __call__(self, transition: Transition, rejected: NotJSON | None) -> None:
         if self.replaying:
             return
-        if self.journal is not None and self.journal.cut:
-            return  # interrupted as a record was written: the record stops where it stands
+        journal = self.journal
+        if journal is not None and journal.cut:
+            # Interrupted as a record was written: the record stops where it stands, its
+            # waiting children's too (a resume goes on with them).
+            if transition.dest in TERMINAL and self.left_waiting is not None:
+                self.left_waiting()
+            return
         if transition.dest in TERMINAL and self.before_end is not None:
-            self.before_end()  # a waiting child's end is committed before its parent's
+            try:
+                self.before_end()  # a waiting child's end is committed before its parent's
+            except BaseException as exc:
+                if journal is not None and cut_by(exc):  # interrupted as that end was written
+                    journal.broken_by(exc)
+                raise
         self.unwritten.append(transition)
         if rejected is not None:
             self.rejected = rejected
@@ -222,6 +241,10 @@ class DurableEngine(Engine):
         """
         recorder = self._recorder
         recorder.replaying = False
+        # Only the calls still running are handed out again (first, so that a check is
+        # taken here, not a call an earlier batch's replay handed out).
+        running = set(self.running)
+        self.handed = [need for need in self.handed if need.call["id"] in running]
         if self.state is State.VALIDATING:
             recorder.holding = True  # the check goes in the next record (or record_end's)
             try:
@@ -229,16 +252,18 @@ class DurableEngine(Engine):
             finally:
                 recorder.holding = False
             assert type(taken) is Transition, "a final is recorded with its check"
-        running = set(self.running)
-        self.handed = [need for need in self.handed if need.call["id"] in running]
 
     def record_start(self, call_id: str) -> None:
         """Commit ``tool_started`` for ``call_id``, with the transitions not yet written."""
         self._recorder.flush(mark=(STARTED, call_id))
 
-    def before_end(self, call: Callable[[], object]) -> None:
-        """Call ``call`` before the run's end is written (its waiting children end first)."""
-        self._recorder.before_end = call
+    def before_end(self, call: Callable[[], object], left: Callable[[], object]) -> None:
+        """Call ``call`` before the run's end is written (its waiting children end first).
+
+        ``left`` instead, as the run ends once its recording was cut (``Journal.cut``):
+        its waiting children are left waiting, as their records and its own say.
+        """
+        self._recorder.before_end, self._recorder.left_waiting = call, left
 
     def record_end(self) -> None:
         """Write the end a resume made (a reply checked), if any (``end_unrecorded``); release.
@@ -257,13 +282,14 @@ class DurableEngine(Engine):
 class ChildUnrecorded(Exception):
     """An agent tool's child run could not be recorded in the run's ledger (its ``cause``).
 
-    Raised in the call, so the registry makes it the call's outcome: the
-    durable dispatch raises ``cause`` instead, and the run stops as it does
-    when its own record fails. The call keeps ``tool_started`` and no
-    outcome, and a resume resumes the child.
+    ``cause`` is the child's ``LedgerError``, or the interrupt that came while the
+    child wrote a record (``journal.cut_by``). Raised in the call, so the registry
+    makes it the call's outcome: the durable dispatch raises ``cause`` instead,
+    and the run stops as it does when its own record fails (or is interrupted).
+    The call keeps ``tool_started`` and no outcome, and a resume resumes the child.
     """
 
-    def __init__(self, cause: LedgerError) -> None:
+    def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause
 

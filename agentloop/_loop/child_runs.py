@@ -26,6 +26,7 @@ from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.child_waits import WaitingChild, end_waiting
 from agentloop._durable import resume
 from agentloop._durable.ids import child_run_id
+from agentloop._durable.journal import cut_by
 from agentloop._durable.recording import ChildUnrecorded
 from agentloop._durable.view import view_run
 from agentloop._errors import ConfigurationMismatchError, LedgerError, RunNotFoundError
@@ -118,7 +119,9 @@ class recorded_in:
     failed, its Loop changed since it was recorded, another process holding
     it) is raised as ``ChildUnrecorded``, which the parent's durable dispatch
     raises again, unanswered: never the call's outcome, which would leave the
-    child unended for good. (A class, not a ``contextlib`` generator: it
+    child unended for good. So is an interrupt that came while the child wrote
+    a record: the child wrote nothing more, and neither does the parent (its
+    interruption is not its end). (A class, not a ``contextlib`` generator: it
     wraps every agent call.)
     """
 
@@ -133,7 +136,7 @@ class recorded_in:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, _: object
     ) -> None:
-        if self._durable and isinstance(exc, LedgerError):
+        if self._durable and exc is not None and (isinstance(exc, LedgerError) or cut_by(exc)):
             raise ChildUnrecorded(exc) from exc
 
 

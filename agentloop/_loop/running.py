@@ -175,7 +175,7 @@ def call_scope(
         # A waiting child's end is committed before its parent's. (Not through ``scope``,
         # which holds the engine: a cycle would keep a dropped run's claim until collected.)
         children_of_run, waiting = scope.children, scope.waiting
-        engine.before_end(lambda: end_waiting(children_of_run, waiting))
+        engine.before_end(lambda: end_waiting(children_of_run, waiting), waiting.clear)
     else:
         scope = CallScope(engine, deps, None, cancel)
         if children:  # a resumed result's

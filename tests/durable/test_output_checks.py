@@ -95,6 +95,38 @@ def test_a_crash_at_any_append_never_asks_a_recorded_check_again(driver: Driver)
             assert again.calls == 2 - recorded, (at, when)  # a recorded check is never asked
 
 
+def _noted(text: str) -> str:
+    """Notes a text."""
+    return text
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_check_recorded_after_a_call_resumes_past_the_call(driver: Driver) -> None:
+    """A call, then a final refused and one accepted: resumed after a crash at each check's
+    record or the end's (before or after its commit), the run takes its recorded check (the
+    call it replayed is not handed out again) and ends as uncrashed, each check asked once."""
+    script = [call("c1", "noted", text="x"), *SCRIPT]
+    tools = [agentloop.Tool(_noted, name="noted")]
+    baseline = go(make_loop(MemoryLedger(), Counted(), script, tools=tools), driver)
+    assert (baseline.status, baseline.steps, baseline.calls) == ("finished", 3, 1)
+    memory = MemoryLedger()
+    go(make_loop(memory, Counted(), script, tools=tools), driver)
+    kinds = [r.kind for r in memory.records["r1"]]
+    assert kinds == ["tool_started", "tool_finished", "output_checked", "output_checked", "end"]
+    for at in range(3, len(kinds) + 1):  # from the first check on: the call's outcome is known
+        for when in ("before", "after"):
+            memory = MemoryLedger()
+            with pytest.raises((Crash, LedgerError)):
+                go(
+                    make_loop(CrashingLedger(memory, at, when), Counted(), script, tools=tools),
+                    driver,
+                )
+            recorded, again = checked_records(memory), Counted()
+            result = go(make_loop(memory, again, script, tools=tools), driver, resume=True)
+            assert shape(result) == shape(baseline), (at, when)
+            assert again.calls == 2 - recorded, (at, when)
+
+
 def test_a_run_paused_for_a_person_resumes_without_asking_its_recorded_check() -> None:
     """Refused once, then paused on an asking policy: the resume calls the validator once, live."""
     memory = MemoryLedger()

@@ -8,11 +8,13 @@ each pending path key (approve, deny, or cancel the run while it waits), and
 a cancellation by one node's model at one of its steps. The tree runs
 durably twice on the drawn driver: once as the baseline, and once crashed at
 a drawn append (``CrashingLedger``, whose count spans every run of the tree
-and every process) and resumed in a "new process" (new Loops over the same
-ledger) until it ends. For every run in the ledger: the contract holds, each
-plain tool took effect at most once per call (once where its outcome is
-known), the run ends as the baseline's (but for ``OutcomeUnknown`` results of
-a non-idempotent tool cut by the crash), and its run file loads back equal.
+and every process), or interrupted there (``InterruptingLedger``: a
+``KeyboardInterrupt`` before or after its commit, the process living on), and
+resumed in a "new process" (new Loops over the same ledger) until it ends.
+For every run in the ledger: the contract holds, each plain tool took effect
+at most once per call (once where its outcome is known), the run ends as the
+baseline's (but for ``OutcomeUnknown`` results of a non-idempotent tool cut
+by the crash), and its run file loads back equal.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ import tempfile
 import zlib
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
+import orjson
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -39,7 +42,13 @@ from agentloop.testing import assert_contract, batch, call, final
 from tests.conftest import count
 from tests.durable.test_agent_children import OrderedLedger
 from tests.durable.test_durable import DRIVERS, Driver, World
-from tests.support.ledgers import Crash, CrashingLedger, MemoryLedger, unknown_ids
+from tests.support.ledgers import (
+    Crash,
+    CrashingLedger,
+    InterruptingLedger,
+    MemoryLedger,
+    unknown_ids,
+)
 
 Message = dict[str, Any]
 PLAIN = ("effect", "idem", "fail")
@@ -71,6 +80,7 @@ class Tree:
     crash_when: str
     sqlite: bool = False  # the ledger: a SQLiteLedger in a file, else a MemoryLedger
     crash_in: str | None = None  # or die first right after the effect of a call of this id
+    interrupts: bool = False  # a KeyboardInterrupt at the append instead: the process lives on
 
 
 @st.composite
@@ -115,6 +125,7 @@ def trees(draw: st.DrawFn) -> Tree:
     if draw(st.integers(0, 3)) == 0:
         where = draw(st.sampled_from(names(top)))
         cancel_at = (where.name, draw(st.integers(0, len(where.script) - 1)))
+    interrupts = draw(st.booleans())
     return Tree(
         top=top,
         driver=driver,
@@ -125,7 +136,9 @@ def trees(draw: st.DrawFn) -> Tree:
         crash_point=draw(st.floats(0, 1, exclude_max=True)),
         crash_when=draw(st.sampled_from(["before", "after"])),
         sqlite=draw(st.booleans()),
-        crash_in=draw(st.none() | st.sampled_from(["c1", "c2", "c3"])),
+        # An interrupt in a tool is the run's recorded end (cancelled): only at an append.
+        crash_in=None if interrupts else draw(st.none() | st.sampled_from(["c1", "c2", "c3"])),
+        interrupts=interrupts,
     )
 
 
@@ -213,12 +226,15 @@ def crashed(
     """The tree crashed at its ``at``-th append (or in its first tool of a call ``crash_in``,
     right after its effect, if that comes first), then resumed in new processes to its end."""
     memory, world = MemoryLedger() if memory is None else memory, World()
-    crashing = CrashingLedger(memory, at, tree.crash_when)  # type: ignore[arg-type]
+    kind = InterruptingLedger if tree.interrupts else CrashingLedger
+    crashing = kind(memory, at, tree.crash_when)  # type: ignore[arg-type]
     world.ledger, world.crash_in = crashing, tree.crash_in
     try:
         to_the_end(tree, world, crashing, start=True)
     except (Crash, LedgerError):
         assert crashing.dead
+    except KeyboardInterrupt:
+        assert tree.interrupts
     else:
         raise AssertionError(f"the crash at append {at} was never reached")
     world.ledger = None
@@ -310,6 +326,14 @@ def ledger_of(tree: Tree, folder: str, name: str) -> Any:
 def run_ids(ledger: Any) -> list[str]:
     """The ids of every run ``ledger`` holds, sorted."""
     return sorted(ledger.headers if isinstance(ledger, MemoryLedger) else ledger.run_ids())
+
+
+def ended_by(memory: MemoryLedger) -> list[str]:
+    """What each recorded end of ``memory`` holds that ended the run: an exception's type."""
+    ends = [
+        orjson.loads(r.body)[-1] for rs in memory.records.values() for r in rs if r.kind == "end"
+    ]
+    return [end.get("exception", {}).get("type", end["on"]) for end in ends]
 
 
 def _line(depth: int, driver: Driver) -> Tree:
@@ -428,3 +452,63 @@ def test_a_parent_cut_by_its_childs_cancel_reads_back_with_the_child(driver: Dri
     read = Process(tree, World(), memory).go(False)
     assert read == want
     assert read.children["c1"].run_id == "r1:c1"
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_an_interrupt_as_a_child_writes_stops_its_parents_recording_too(
+    driver: Driver, when: Literal["before", "after"]
+) -> None:
+    """Three generations; a KeyboardInterrupt as any record of the tree is written, before or
+    after its commit. It stops the recording of the run that wrote and of every run above it
+    (none writes its interruption as its end): resumed, the tree ends as it would have."""
+    tree = attrs.evolve(_line(3, driver), crash_when=when)
+    ordered = OrderedLedger()
+    want = to_the_end(tree, World(), ordered, start=True)
+    assert (want.status, want.output) == ("finished", "0 done")
+    for at in range(1, len(ordered.order) + 1):
+        memory, world = MemoryLedger(), World()
+        with pytest.raises(KeyboardInterrupt):
+            Process(tree, world, InterruptingLedger(memory, at, when)).go(True)
+        assert memory.claimed == set(), at
+        assert "KeyboardInterrupt" not in ended_by(memory), at  # no run wrote it as its end
+        result = to_the_end(tree, world, memory, start=False)
+        assert (result.status, result.steps, result.calls, result.output) == (
+            want.status,
+            want.steps,
+            want.calls,
+            want.output,
+        ), at
+        for run_id in run_ids(memory):
+            check_record(memory, run_id, ordered, world)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("cancels", [False, True])
+def test_an_interrupt_as_a_waiting_childs_parent_writes_leaves_the_child_waiting(
+    driver: Driver, when: Literal["before", "after"], cancels: bool
+) -> None:
+    """A child asks a person; a KeyboardInterrupt as any record is written (the parent's
+    ``call_waits``, the child's end as its cancelled parent ends it): no run writes more in
+    that process, the waiting child is not ended by its parent's unwinding, and the tree,
+    resumed and decided, ends as it would have (finished, or cancelled as the person chose)."""
+    child = Node("n.0", (call("c1", "effect", n=1), final("sent")), (), 3, 2, frozenset(["effect"]))
+    top = Node("n", (call("c1", "agent0", input="a"), final("done")), (child,), 3, 2, frozenset())
+    tree = Tree(top, driver, 1, 5, cancels, None, 0.0, when)  # seed 5: approve, or cancel
+    ordered = OrderedLedger()
+    want = to_the_end(tree, World(), ordered, start=True)
+    assert want.status == ("cancelled" if cancels else "finished")
+    for at in range(1, len(ordered.order) + 1):
+        memory, world = MemoryLedger(), World()
+        with contextlib.suppress(KeyboardInterrupt):
+            to_the_end(tree, world, InterruptingLedger(memory, at, when), start=True)
+        assert "KeyboardInterrupt" not in ended_by(memory), at  # no run wrote it as its end
+        result = to_the_end(tree, world, memory, start=False)
+        assert (result.status, result.steps, result.calls) == (
+            want.status,
+            want.steps,
+            want.calls,
+        ), at
+        for run_id in run_ids(memory):
+            check_record(memory, run_id, ordered, world)
