@@ -381,9 +381,13 @@ def test_a_listener_called_by_hand_makes_the_spans_after_the_fact(otel: Exported
     for event in result.events:
         listener(event)
     spans = otel.spans()
-    assert shape(spans) == [
-        ("invoke_agent", [("chat", []), ("execute_tool add", []), ("chat", [])])
-    ]
+    # Heard at once, each span ends as it is heard and starts its event's ``took`` before: under
+    # load a tool's span may start before its chat's, so the tree is compared as sets.
+    ((root, children),) = shape(spans)
+    assert (root, sorted(children)) == (
+        "invoke_agent",
+        [("chat", []), ("chat", []), ("execute_tool add", [])],
+    )
     _, chat1, tool, _ = spans
     assert "gen_ai.input.messages" not in attrs_of(chat1)
     assert "gen_ai.output.messages" in attrs_of(chat1)
