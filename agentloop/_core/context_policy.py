@@ -177,9 +177,10 @@ class Seen(NamedTuple):
 
 
 def _positive(_: object, attribute: attrs.Attribute[int], value: object) -> None:
-    if type(value) is not int or value < 1:
+    # At most 2**63 - 1: a run file and a ledger keep 64-bit integers.
+    if type(value) is not int or not 1 <= value <= 2**63 - 1:
         raise (TypeError if type(value) is not int else ValueError)(
-            f"expected {attribute.name} to be an int of 1 or more, got {value!r:.40}"
+            f"expected {attribute.name} to be an int from 1 to 2**63 - 1, got {value!r:.40}"
         )
 
 
@@ -256,7 +257,7 @@ def policy_from_record(
         or "tokens" not in record
         or type(record.get("counter")) is not str
         or type(record.get("keep_tokens")) is not int
-        or record["keep_tokens"] < 0
+        or not 0 <= record["keep_tokens"] <= 2**63 - 1
     ):
         raise ValueError(
             "expected a context policy's record {'policy': 'keep_last' or 'summarise', "

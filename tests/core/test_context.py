@@ -476,9 +476,13 @@ def test_show_names_what_each_request_saw(
 
 def test_bad_policies_are_refused_with_what_was_expected() -> None:
     """keep_last, summarise and Loop(context=) name what they expected."""
-    with pytest.raises(ValueError, match="expected tokens to be an int of 1 or more, got 0"):
+    with pytest.raises(
+        ValueError, match=r"expected tokens to be an int from 1 to 2\*\*63 - 1, got 0"
+    ):
         keep_last(tokens=0)
-    with pytest.raises(TypeError, match="expected tokens to be an int of 1 or more"):
+    with pytest.raises(ValueError, match=r"from 1 to 2\*\*63 - 1, got 9223372036854775808"):
+        keep_last(tokens=2**63)  # more than a run file or a ledger can keep
+    with pytest.raises(TypeError, match=r"expected tokens to be an int from 1 to 2\*\*63 - 1"):
         keep_last(tokens="10")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="expected model to be a model callback"):
         summarise("gpt", tokens=10)  # type: ignore[arg-type]

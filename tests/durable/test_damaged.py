@@ -492,7 +492,7 @@ def _event_index(document: dict[str, Any], found: Any) -> int:
             lambda d: ("context", "tokens"),
             0,
             "$.context: expected a context policy this agentloop makes, got expected tokens "
-            "to be an int of 1 or more, got 0",
+            "to be an int from 1 to 2**63 - 1, got 0",
             id="context of no tokens",
         ),
     ],
@@ -569,6 +569,14 @@ def _record(kept: list[LedgerRecord], kind: str, key: str) -> int:
             records.REMOVED,
             "its header's context policy: expected a context policy's record",
             id="a context of no size",
+        ),
+        pytest.param(
+            "kept-last",
+            None,
+            ("fingerprint", "context", "tokens"),
+            2**63,
+            "its header's context policy: expected tokens to be an int from 1 to 2**63 - 1",
+            id="a context larger than a run file keeps",
         ),
         pytest.param(
             "rejected",
