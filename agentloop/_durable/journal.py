@@ -280,13 +280,14 @@ class Journal:
 
     __slots__ = (
         "_broken",
+        "_cut",
         "_idempotent",
         "_ledger",
         "_paused",
         "_records",
         "_unlink",
         "_writer",
-        "cut",
+        "parent",
         "run_id",
         "started",
     )
@@ -306,8 +307,9 @@ class Journal:
         self._ledger, self._records, self._paused = ledger, records, False
         self.started = set() if started is None else started
         self._broken: str | None = None
-        #: An interrupt came while a record was written: nothing more is, in this process.
-        self.cut = False
+        self._cut = False  # an interrupt came while this run's record was written
+        #: The journal of the run whose call this run (an agent tool's child) answers.
+        self.parent: Journal | None = None
         self._unlink: Callable[[], object] | None = None
 
     def link(self, unlink: Callable[[], object]) -> None:
@@ -321,6 +323,15 @@ class Journal:
             unlink()
         self._writer.release()
 
+    @property
+    def cut(self) -> bool:
+        """An interrupt came while this run's record, or a run's above it, was written.
+
+        Whether the store holds that record is unknown: nothing more of the tree is
+        written in this process, a child's end neither (a resume goes on with it).
+        """
+        return self._cut or (self.parent is not None and self.parent.cut)
+
     def check(self) -> None:
         """Raise ``LedgerError`` if a write failed: the run cannot go on in this process."""
         if self._broken is not None:
@@ -328,12 +339,17 @@ class Journal:
                 f"run {self.run_id!r}: the ledger failed earlier ({self._broken}); nothing more "
                 "is recorded here: continue the run with loop.resume(run_id)"
             )
+        if self.parent is not None and self.parent.cut:
+            raise LedgerError(
+                f"run {self.run_id!r}: its parent's record was interrupted as it was written; "
+                "nothing more is recorded here: resume the top run"
+            )
 
     def broken_by(self, exc: BaseException) -> None:
         """Break the journal for ``exc`` (a child run's record failed): as a failed write does."""
         self._broken = f"{type(exc).__name__}: {exc}"
-        self.cut = not isinstance(exc, Exception)
-        if self.cut:  # whether the store holds the record is unknown: no run above writes either
+        self._cut = not isinstance(exc, Exception)
+        if self._cut:  # whether the store holds the record is unknown: no run above writes either
             setattr(exc, _CUT, True)
         self.release()
 

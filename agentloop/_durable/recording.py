@@ -49,11 +49,14 @@ class Recorder:
 
     The transitions not yet written are written as one record where the run
     acts (``journal.record_of``) and before a call starts (``record_start``).
-    A reply, a model's exception, a summary or a wait's end acts on nothing
-    by itself: killed before what acts on it is written, the model is asked
-    (or the wait waited) again. After a person is asked, the run waits holding
-    no claim: any process may go on with it. While ``replaying`` nothing is
-    written; while ``holding``, nothing either: the transitions wait for ``flush``.
+    A reply acts on nothing by itself: it goes with what first acts on it
+    (killed before, the model is asked again). What the model answered and
+    nothing acted on (a refused final, an exception) is kept before the run
+    waits on the outside again (``keep_answers``); a wait's end goes with the
+    next record (killed before, it is waited again). After a person is asked,
+    the run waits holding no claim: any process may go on with it. While
+    ``replaying`` nothing is written; while ``holding``, nothing either: the
+    transitions wait for ``flush``.
     """
 
     __slots__ = (

@@ -4,7 +4,7 @@ A run's records are its events (``journal.py`` says how they are kept), each
 only what it adds, as a run file keeps an event, with every input written
 out. Every event is checked against the run file's schema of an event and
 made the report it records (``_review/runread.report_of``): one encoding.
-The one replay (``_core/replay.feed``) makes the rest again, and each record's
+The one replay (``_core/replay.feed_row``) makes the rest again, and each record's
 kind and key are checked against the events it ends. What is damaged is a
 ``LedgerError`` naming the record; what does not replay, a ``Mismatch``.
 """

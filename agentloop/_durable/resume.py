@@ -4,7 +4,7 @@ A resume reads the run's records (``records.py``) and feeds its events to a
 fresh ``DurableEngine`` through the one replay (``_core/replay.py``), the
 replay that reads run files and forks runs: each event is given back what it
 was given (the calls handed out before it, the reply or the outcome) and
-must come out as recorded. The engine then goes on live with the usual
+must come out as the row recorded. The engine then goes on live with the usual
 driver, model and tools, recording. So a recorded reply is never asked for
 again, and a finished call is never run again. Where the run was cut short:
 

@@ -45,7 +45,13 @@ from agentloop._drivers.child_answers import ChildRunEnded, ended_content
 from agentloop._drivers.child_waits import Waiting
 from agentloop._drivers.delegation import Nested
 from agentloop._drivers.run_context import NO_RUN, RunContext, current_context
-from agentloop._loop.child_runs import durable_child, read_child, recorded_in, waiting_child
+from agentloop._loop.child_runs import (
+    durable_child,
+    read_child,
+    recorded_in,
+    under,
+    waiting_child,
+)
 from agentloop._loop.continued import release_claim, released_on_error
 from agentloop._loop.deps import for_run
 from agentloop._loop.engines import check_ready, make_resilient, plain_engine
@@ -224,10 +230,12 @@ class AgentTool(Tool):
                 if ledger is not None:  # the durable child, from the parent's ledger
                     caller = (str(ctx.run_id), ctx.call_id)
                     resumed, cancel, left = waiting_child(child, ledger, caller, cancel, decisions)
-                    return resumed, cancel, deps, _NO_CHILDREN, left
+                    return under(resumed, scope.engine), cancel, deps, _NO_CHILDREN, left
                 waiting = self._waiting_child(scope.children[ctx.call_id], cancel)
                 return waiting, cancel, deps, scope.children[ctx.call_id].children, decisions
         engine, cancel = self._engine(input, ctx, cancel)
+        if scope is not None:
+            engine = under(engine, scope.engine)
         return engine, cancel, deps, _NO_CHILDREN, None
 
     def _waiting_child(self, waiting: RunResult[Any], cancel: CancelToken | None) -> Engine:

@@ -16,7 +16,7 @@ claims the child when it resumes it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import orjson
@@ -27,7 +27,7 @@ from agentloop._drivers.child_waits import WaitingChild, end_waiting
 from agentloop._durable import resume
 from agentloop._durable.ids import child_run_id
 from agentloop._durable.journal import cut_by
-from agentloop._durable.recording import ChildUnrecorded
+from agentloop._durable.recording import ChildUnrecorded, DurableEngine
 from agentloop._durable.view import view_run
 from agentloop._errors import ConfigurationMismatchError, LedgerError, RunNotFoundError
 from agentloop._loop.engines import agents_of, make_resilient
@@ -36,10 +36,10 @@ from agentloop._tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from agentloop._core.approval import Decisions
+    from agentloop._core.engine import Engine
     from agentloop._core.values import Budget, CancelToken, RunResult
     from agentloop._drivers.run_context import RunContext
     from agentloop._durable.protocol import Ledger
-    from agentloop._durable.recording import DurableEngine
     from agentloop._loop.loop import Loop
 
 __all__ = [
@@ -110,6 +110,21 @@ def durable_child(
     elif read:
         engine.journal.release()
     return make_resilient(child, engine), token
+
+
+_E = TypeVar("_E", bound="Engine")
+
+
+def under(engine: _E, parent: Engine) -> _E:
+    """``engine``, a durable child's, whose record stops with its ``parent``'s (``Journal.cut``).
+
+    An interrupt that comes while the parent's record is written stops the
+    whole tree's: the child, still running in a task of the parent's batch,
+    writes nothing more, its end neither, and a resume goes on with it.
+    """
+    if isinstance(engine, DurableEngine) and isinstance(parent, DurableEngine):
+        engine.journal.parent = parent.journal
+    return engine
 
 
 class recorded_in:
