@@ -8,7 +8,9 @@ a DBOS step, so DBOS records it before the engine takes it:
 * ``agentloop.model``: each model call, with its reply (or what the model
   raised) as the step's output: recovery never asks the model again;
 * ``agentloop.tool``: each call's outcome (the dispatcher, so the handler,
-  runs inside it).
+  runs inside it);
+* ``agentloop.review``: the policies' answers about a batch, and
+  ``agentloop.check_output``: the output validators' problems with a final.
 
 After a crash, DBOS runs the workflow again from the top in a worker; every
 step it recorded returns its recorded output instead of running, so a fresh

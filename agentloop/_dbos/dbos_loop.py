@@ -19,6 +19,7 @@ from dbos import DBOS, DBOSClient, EnqueueOptions, Queue, SetWorkflowID, Workflo
 from agentloop._core.approval import Decision
 from agentloop._core.context_policy import Summarise
 from agentloop._core.engine import Engine
+from agentloop._core.requests import CheckOutput, uncalled_check
 from agentloop._core.rows.retry import retries
 from agentloop._core.values import (
     AskModel,
@@ -62,11 +63,13 @@ STEPS: Final = (
     "agentloop.tool_started",
     "agentloop.tool",
     "agentloop.review",
+    "agentloop.check_output",
 )
 _MODEL: Final[Any] = {"name": STEPS[0]}
 _STARTED: Final[Any] = {"name": STEPS[1]}
 _TOOL: Final[Any] = {"name": STEPS[2]}
 _REVIEW: Final[Any] = {"name": STEPS[3]}
+_CHECK: Final[Any] = {"name": STEPS[4]}
 #: The DBOSLoops of this process, by name: what a run's workflow is driven with.
 _LOOPS: dict[str, DBOSLoop] = {}
 
@@ -110,11 +113,6 @@ class DBOSLoop(Generic[OutputT]):
         loop._sync_driver("a DBOSLoop drives its runs synchronously, inside a DBOS workflow")
         refuse_durable(loop.dispatcher, "DBOSLoop")
         no_handoffs(loop)
-        if loop.output_validators:
-            raise ValueError(
-                "a DBOSLoop does not run output validators: its steps would have to record "
-                "their answers; make its Loop without output_validators="
-            )
         self._deps = deps_provider(loop, deps)
         if name in _LOOPS:
             raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
@@ -278,6 +276,8 @@ class DBOSLoop(Generic[OutputT]):
             self.loop, history, token, run_id=run_id, continues=before, conversation=turn
         )
         engine.reviews = reviewing(self.loop.dispatcher) is not None
+        if self.loop.output_validators:  # each final the schema accepts: a step checks it
+            engine.output_check = uncalled_check
         return engine
 
     def _perform(
@@ -296,6 +296,8 @@ class DBOSLoop(Generic[OutputT]):
             if type(message) is dict and message.get("cancel"):
                 token.cancel()  # the table's waited [cancel_requested] row ends the run
             return None
+        if isinstance(need, CheckOutput):  # the output validators: their problems recorded
+            return steps.run(_CHECK, self._work.check_output, need.value, scope)["problems"]
         if isinstance(need, ReviewCalls):
             answer = steps.run(_REVIEW, self._work.review, run_id, need.calls, scope)
             if answer["cancel"]:

@@ -1,4 +1,4 @@
-"""What each DBOS step of a run does: ask the model, write a summary, review a batch, call a tool.
+"""What each DBOS step of a run does: ask, summarise, review a batch, call a tool, check a final.
 
 Each returns its outcome as data (what the step records), with the cancel
 marker read at the checkpoint the step records. How a review's answers are
@@ -14,6 +14,7 @@ import attrs
 from agentloop._core.approval import Decision
 from agentloop._core.json import exception_content
 from agentloop._dbos.marker import cancel_requested
+from agentloop._drivers.awaiter import Awaiter
 from agentloop._drivers.run_context import CallScope, in_context, reviewed_in
 from agentloop._drivers.streams import is_stream, whole_reply
 from agentloop._durable.bodies import (
@@ -23,6 +24,7 @@ from agentloop._durable.bodies import (
     reply_record,
 )
 from agentloop._durable.journal import OUTCOME_UNKNOWN
+from agentloop._loop.output_checks import check
 from agentloop._tools.registry import PreparedCall, reviewing
 
 if TYPE_CHECKING:
@@ -91,6 +93,20 @@ class StepWork:
             answer = reply_record(reply)[0]
         answer["cancel"] = cancel_requested(run_id)
         return answer
+
+    def check_output(self, value: Any, scope: CallScope) -> dict[str, Any]:
+        """The ``agentloop.check_output`` step: the output validators' problems with a final.
+
+        Run as a synchronous run runs them (``output_checks.check``): in the
+        output's context, an async one awaited on an event loop of the step's own.
+        """
+        awaiter = Awaiter()
+        try:
+            problems = check(self.loop.output_validators, scope, awaiter)(value)
+        finally:
+            if awaiter.open:
+                awaiter.close()
+        return {"problems": problems}
 
     def review(self, run_id: str, calls: list[dict[str, Any]], scope: CallScope) -> dict[str, Any]:
         """The ``agentloop.review`` step: what the policies answer about each call, as data.

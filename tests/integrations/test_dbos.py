@@ -18,6 +18,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -225,7 +226,7 @@ def test_each_reply_and_call_is_a_step_in_order(make: Any) -> None:
     run_id = new_id()
     runs.run("go", run_id=run_id)
     steps = DBOS.list_workflow_steps(run_id)
-    model, _, tool, _ = agentloop.dbos.STEPS
+    model, _, tool, _, _ = agentloop.dbos.STEPS
     assert [step["function_name"] for step in steps] == [
         *(model, tool),  # c1
         *(model, tool, tool, tool),  # c2, c3, c4
@@ -1035,5 +1036,54 @@ def test_dbos_deps_provider_in_the_worker(make: Any) -> None:
         assert fork.get_result().status == "finished"
         assert [shop.run_id for shop in made] == [run_id, fork.workflow_id]
         assert made[1].sold == []  # the call's step may have run: not again (not idempotent)
+    finally:
+        runs.close()
+
+
+def test_output_validators_are_a_step_whose_problems_a_recovery_reads_back(make: Any) -> None:
+    """Each final the schema accepts is checked by the validators in an agentloop.check_output
+    step, in the output's context (the provider's deps, the run id; an async validator
+    awaited): its problems go back to the model as a plain run's do, and an execution that
+    replays the step (a fork from the next ask, as a recovery) reads them back, the
+    validators not called again."""
+    checked: list[tuple[str, str | None, str]] = []
+
+    def in_france(city: dict[str, str], ctx: agentloop.RunContext[Shop]) -> None:
+        checked.append((city["name"], ctx.run_id, ctx.deps.run_id))
+        if city["name"] != "Paris":
+            raise agentloop.Retry(f"{city['name']} is not in France")
+
+    async def named(city: dict[str, str]) -> None:
+        if not city["name"]:
+            raise agentloop.Retry("name the city")
+
+    def model(history: list[Message]) -> Message:
+        city = ["Rome", "Paris"][sum(message["kind"] == "user" for message in history) - 1]
+        return {"kind": "final", "text": orjson.dumps({"name": city}).decode()}
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    options: Any = {"output": schema, "output_validators": [named, in_france]}
+    plain = agentloop.Loop(model, deps_type=Shop, **options).run("a city", deps=Shop("plain"))
+    assert [name for name, _, _ in checked] == ["Rome", "Paris"]
+    checked.clear()
+    runs = DBOSLoop(
+        agentloop.Loop(model, deps_type=Shop, **options),
+        name=f"t-{uuid.uuid4().hex[:8]}",
+        deps=Shop,
+    )
+    try:
+        run_id = new_id()
+        result = runs.run("a city", run_id=run_id)
+        assert (result.status, result.output, result.steps) == ("finished", {"name": "Paris"}, 2)
+        assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+        assert checked == [("Rome", run_id, run_id), ("Paris", run_id, run_id)]
+        steps = DBOS.list_workflow_steps(run_id)
+        model_step, check_step = agentloop.dbos.STEPS[0], agentloop.dbos.STEPS[4]
+        assert [step["function_name"] for step in steps] == [model_step, check_step] * 2
+        assert dict(steps[1]["output"] or {})["problems"] == ["Rome is not in France"]
+        fork = DBOS.fork_workflow(run_id, steps[2]["function_id"])
+        again = fork.get_result()
+        assert dbos_worker.result_json(again) == dbos_worker.result_json(result)
+        assert checked[2:] == [("Paris", fork.workflow_id, fork.workflow_id)]
     finally:
         runs.close()
