@@ -13,7 +13,7 @@ import attrs
 
 from agentloop._core.approval import Decision
 from agentloop._core.json import exception_content
-from agentloop._dbos.marker import cancel_requested
+from agentloop._dbos.marker import cancelled
 from agentloop._drivers.awaiter import Awaiter
 from agentloop._drivers.run_context import CallScope, in_context, reviewed_in
 from agentloop._drivers.streams import is_stream, whole_reply
@@ -43,7 +43,7 @@ class StepWork:
 
     def ask(
         self,
-        run_id: str,
+        watched: tuple[str, ...],
         history: list[dict[str, Any]],
         model: int = 0,
         retries: int = 0,
@@ -58,7 +58,7 @@ class StepWork:
         ``options`` are the request's (``tool_choice='none'`` in the wrap-up step).
         ``first``: the run's first ask, before which the marker is read too.
         """
-        if first and cancel_requested(run_id):
+        if first and cancelled(watched):
             return {"cancel": True, "unasked": True}
         answer: dict[str, Any]
         bound = self.loop._bound_models[model]  # with the tools, for a model that takes them
@@ -76,10 +76,10 @@ class StepWork:
                 answer["wait"] = wait
         else:
             answer = reply_record(reply)[0]
-        answer["cancel"] = cancel_requested(run_id)
+        answer["cancel"] = cancelled(watched)
         return answer
 
-    def summarise(self, run_id: str, history: list[dict[str, Any]]) -> dict[str, Any]:
+    def summarise(self, watched: tuple[str, ...], history: list[dict[str, Any]]) -> dict[str, Any]:
         """(context) The ``agentloop.model`` step of a summary: its writer's reply, as data."""
         policy = self.loop.context
         assert policy is not None, "a summary is asked only under a context policy"
@@ -91,7 +91,7 @@ class StepWork:
             answer = raised_record(exc)
         else:
             answer = reply_record(reply)[0]
-        answer["cancel"] = cancel_requested(run_id)
+        answer["cancel"] = cancelled(watched)
         return answer
 
     def check_output(self, value: Any, scope: CallScope) -> dict[str, Any]:
@@ -108,7 +108,9 @@ class StepWork:
                 awaiter.close()
         return {"problems": problems}
 
-    def review(self, run_id: str, calls: list[dict[str, Any]], scope: CallScope) -> dict[str, Any]:
+    def review(
+        self, watched: tuple[str, ...], calls: list[dict[str, Any]], scope: CallScope
+    ) -> dict[str, Any]:
         """The ``agentloop.review`` step: what the policies answer about each call, as data.
 
         Each call reviewed in its context (``scope``: the run's deps, id and counters).
@@ -120,11 +122,11 @@ class StepWork:
             call["id"]: _verdict_data(reviewed_in(scope.handed(call), registry.review, call))
             for call in calls
         }
-        return {"answers": answers, "cancel": cancel_requested(run_id)}
+        return {"answers": answers, "cancel": cancelled(watched)}
 
     def call(
         self,
-        run_id: str,
+        watched: tuple[str, ...],
         call: dict[str, Any],
         again: bool,
         decision: dict[str, Any] | None,
@@ -152,7 +154,7 @@ class StepWork:
                 outcome = {"raised": exception_content(exc)}
             else:
                 outcome = outcome_record(got)[0]
-        outcome["cancel"] = cancel_requested(run_id)
+        outcome["cancel"] = cancelled(watched)
         return outcome
 
 
@@ -172,10 +174,10 @@ def recorded_verdict(data: dict[str, Any] | None) -> Decision | dict[str, Any] |
     return recorded_outcome(data["outcome"])
 
 
-def batch_started(run_id: str) -> dict[str, Any]:
+def batch_started(watched: tuple[str, ...]) -> dict[str, Any]:
     """The ``agentloop.tool_started`` step, after a batch waited for a person: its start.
 
     The decisions came by message, which is no step of ours; this step's
     record marks the batch's first call as started.
     """
-    return {"cancel": cancel_requested(run_id)}
+    return {"cancel": cancelled(watched)}
