@@ -492,3 +492,64 @@ def test_a_recovering_worker_makes_the_runs_deps_again(server: Server, tmp_path:
     contents = {m["id"]: m["content"] for m in result["transcript"] if m["kind"] == "tool_result"}
     assert contents["c1"]["type"] == "OutcomeUnknown"
     assert contents["c2"] == f"{second}:given"
+
+
+# -- agents as tools: a worker killed while a child workflow's tool runs --------------------------
+
+CHILD_SCRIPT: list[Message] = [
+    {"kind": "call", "id": "k1", "name": "effect", "arguments": {"n": 1}},
+    {"kind": "call", "id": "k2", "name": "idem", "arguments": {"n": 2}},
+    {"kind": "final", "text": "child done"},
+]
+TEAM_SCRIPT: list[Message] = [
+    {"kind": "call", "id": "c1", "name": "agent", "arguments": {"input": as_input(CHILD_SCRIPT)}},
+    {"kind": "final", "text": "done"},
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill", [{"handler": 1}, {"effect": 1}])
+def test_a_killed_workers_child_workflow_resumes_where_it_was(
+    server: Server, tmp_path: Path, kill: dict[str, int]
+) -> None:
+    """The parent's agent call runs its child as a child workflow; the worker is killed
+    inside the child's non-idempotent tool (before or after its effect). The next process
+    recovers both: the parent gets its child's handle back, and the child goes on from its
+    recorded steps (only its unrecorded replies are asked for), its cut call answered
+    OutcomeUnknown, its effect at most once; the parent finishes with the child's result."""
+    from dbos import DBOSClient
+
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    job = {
+        "db": url,
+        "sink": {"file": str(tmp_path / "effects")},
+        "out": str(tmp_path / "out.json"),
+        "run_id": "team",
+        "input": as_input(TEAM_SCRIPT),
+        "loop": "team",
+    }
+    ended = server.job(job | {"mode": "start", "kill": kill})
+    assert ended.get("signal") == signal.SIGKILL, ended
+    ended = server.job(job | {"mode": "recover"})
+    assert "result" in ended, ended
+    # Recorded before the kill: the parent's first reply and the child's; not asked again.
+    assert ended["asked"] == 3
+    got = ended["result"]
+    assert (got["status"], got["steps"], got["calls"]) == ("finished", 2, 1)
+    assert [(m["id"], m["status"], m["content"]) for m in got["transcript"] if "status" in m] == [
+        ("c1", "ok", "child done")
+    ]
+    sink = tmp_path / "effects"
+    lines = sink.read_text().splitlines() if sink.exists() else []
+    assert lines == ([] if "handler" in kill else ["effect team:c1:k1"]) + ["idem team:c1:k2"]
+    client = DBOSClient(system_database_url=url)
+    try:
+        child: agentloop.RunResult = client.retrieve_workflow("team:c1").get_result()
+        status = client.retrieve_workflow("team:c1").get_status()
+    finally:
+        client.destroy()
+    assert (child.status, child.steps, child.calls) == ("finished", 3, 2)
+    results = {m["id"]: m for m in child.transcript if m["kind"] == "tool_result"}
+    assert results["k1"]["content"]["type"] == "OutcomeUnknown"
+    assert (results["k2"]["status"], results["k2"]["content"]) == ("ok", 6)
+    assert status.parent_workflow_id == "team"

@@ -14,9 +14,10 @@ line from stdin and answers with one JSON line on stdout:
 * ``{"reap": pid}``: wait for a killed worker; answered ``{"reaped": pid}``.
 
 A job's ``"loop"`` names the DBOSLoop it starts or recovers a run of:
-``"scripted"`` (the default), or ``"provided"``, whose runs are given deps by
+``"scripted"`` (the default); ``"provided"``, whose runs are given deps by
 a provider that writes each call of it as an effect (``"provided"``, with the
-process id and the run id).
+process id and the run id); or ``"team"``, whose agent tool ``agent`` runs the
+scripted loop as a child workflow (its input is the child's script).
 
 The model reads its script from the run's input (the first message's text
 is the script as JSON), so one ``DBOSLoop`` serves runs of any script. The
@@ -178,6 +179,24 @@ def loop(*, listen: bool = True, policy: bool = False, provided: bool = False) -
     )
 
 
+def team() -> agentloop.Loop:
+    """The "team" loop: the scripted loop's tools and an agent tool, ``agent``, running it.
+
+    The parent's script calls ``agent`` with a child's script as its input.
+    """
+    tools = agentloop.ToolRegistry(
+        [
+            agentloop.Tool(effect, name="effect"),
+            agentloop.Tool(idem, name="idem", idempotent=True),
+            agentloop.Tool(fail, name="fail"),
+            loop().as_tool("agent", "A child run of the scripted loop."),
+        ]
+    )
+    return agentloop.Loop(
+        model, tools=tools, max_steps=MAX_STEPS, max_calls=MAX_CALLS, listeners=[_listener]
+    )
+
+
 def result_json(result: agentloop.RunResult) -> dict[str, Any]:
     """What the tests compare: status, counters, transcript."""
     return {
@@ -209,6 +228,7 @@ def _launch(job: dict[str, Any]) -> DBOSLoop:
     loops = {
         "scripted": DBOSLoop(loop(), name="scripted"),
         "provided": DBOSLoop(loop(provided=True), name="provided", deps=provide),
+        "team": DBOSLoop(team(), name="team"),
     }
     DBOSLoop(loop(policy=True), name="approving")
     from dbos._dbos import _get_or_create_dbos_registry
