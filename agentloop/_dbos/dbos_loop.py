@@ -3,7 +3,8 @@
 The workflow is a driver like ``Run``: a short loop over the engine's
 protocol, where what comes from outside is a DBOS step, recorded before the
 engine takes it. ``agentloop.dbos`` says what it guarantees; ``steps.py``,
-``work.py``, ``marker.py`` and ``decisions.py`` beside this module are its parts.
+``work.py``, ``marker.py``, ``decisions.py`` and ``child_workflows.py`` (agent
+calls) beside this module are its parts.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """What each DBOS step of a run does: ask, summarise, review a batch, call a tool, check a final.
 
 Each returns its outcome as data (what the step records), with the cancel
-marker read at the checkpoint the step records. How a review's answers are
-recorded (``_verdict_data``) and read back (``recorded_verdict``) is here too.
+markers read at the checkpoint the step records: ``watched``, the run's id
+and, for an agent call's child run, its ancestors' (``marker.cancelled``).
+How a review's answers are recorded (``_verdict_data``) and read back
+(``recorded_verdict``) is here too.
 """
 
 from __future__ import annotations

@@ -1268,7 +1268,8 @@ def test_an_exhausted_child_answers_the_call_with_an_error_as_in_memory(make: An
 def test_a_dbos_child_is_given_its_parents_deps_or_its_tools_mapping(system_db: str) -> None:
     """Each child's worker makes its deps again: the top run's provider's, or the agent
     tool's deps=(ctx) of them, ctx the parent call's (its run and call ids); a grandchild
-    is given its child's. A child whose tools take deps its parent cannot give is refused."""
+    is given its child's; deps its tools cannot take answer the call with a TypeError. A
+    child whose tools take a context is refused without a provider."""
     sold: list[tuple[str, str | None, str | None]] = []
 
     def sell(ctx: agentloop.RunContext[Shop], item: str) -> str:
@@ -1288,10 +1289,18 @@ def test_a_dbos_child_is_given_its_parents_deps_or_its_tools_mapping(system_db: 
 
     deeper = seller().as_tool("deeper", "Sell deeper.")
     parent = agentloop.Loop(
-        scripted([agent_call("c1", "plain"), agent_call("c2", "mapped"), FINAL]),
+        scripted(
+            [
+                agent_call("c1", "plain"),
+                agent_call("c2", "mapped"),
+                agent_call("c3", "wrong"),
+                FINAL,
+            ]
+        ),
         tools=[
             seller().as_tool("plain", "Sell."),
             seller(deeper).as_tool("mapped", "Sell.", deps=mapped),
+            seller().as_tool("wrong", "Sell.", deps=lambda ctx: "no shop"),
         ],
         deps_type=Shop,
     )
@@ -1305,6 +1314,10 @@ def test_a_dbos_child_is_given_its_parents_deps_or_its_tools_mapping(system_db: 
         result = runs.run("go", run_id=run_id)
         assert result.status == "finished"
         assert result.children["c2"].children["k2"].status == "finished"
+        # Deps its tools cannot take fail the child's workflow: the call's error, as in memory.
+        (wrong,) = [m for m in result.transcript if m.get("id") == "c3" and "status" in m]
+        assert (wrong["status"], wrong["content"]["type"]) == ("error", "TypeError")
+        assert "c3" not in result.children
         c1, c2 = f"{run_id}:c1", f"{run_id}:c2"
         assert sold == [
             (run_id, c1, f"{c1}:k1"),
