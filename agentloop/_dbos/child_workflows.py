@@ -149,7 +149,8 @@ class AgentCalls:
     ) -> RunResult[Any]:
         """Start the child workflow of the call ``ctx`` (or get its handle back); its result."""
         child = self._children.get(tool.name)
-        if child is None or child._agents.caller != (self._loop, tool):
+        caller = None if child is None else child._agents.caller
+        if child is None or caller is None or caller[1] is not tool:
             raise AgentloopError(
                 f"agent tool {tool.name!r} was added to the Loop after its DBOSLoop "
                 f"{self._loop.name!r} was made: make the DBOSLoop with every tool it will have"

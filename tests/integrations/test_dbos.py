@@ -1356,3 +1356,26 @@ def test_a_dbos_loop_makes_its_childrens_loops_and_refuses_a_child_that_may_ask(
     with pytest.raises(ValueError, match=r"agent tool 'asking' runs a Loop whose tools have"):
         DBOSLoop(parent, name=name)
     assert not [known for known in loops if known.startswith(name)]
+
+
+def test_an_agent_tool_added_after_its_dbos_loop_answers_with_an_error(make: Any) -> None:
+    """The DBOSLoop made no child DBOSLoop for it (so no worker could recover its child):
+    its call is answered with an error saying so, and nothing of the child runs."""
+    asked: list[int] = []
+    parent = agentloop.Loop(
+        scripted(
+            [{"kind": "call", "id": "c1", "name": "late", "arguments": {"input": "x"}}, FINAL]
+        ),
+        tools=agentloop.ToolRegistry(),
+    )
+    runs = make(parent)
+    parent.dispatcher.add(agentloop.Loop(scripted([FINAL], asked)).as_tool("late", "Late."))
+    result = runs.run("go", run_id=new_id())
+    (answer,) = [m for m in result.transcript if m["kind"] == "tool_result"]
+    assert (result.status, answer["status"], answer["content"]["type"]) == (
+        "finished",
+        "error",
+        "AgentloopError",
+    )
+    assert "was added to the Loop after its DBOSLoop" in answer["content"]["message"]
+    assert (asked, dict(result.children)) == ([], {})
