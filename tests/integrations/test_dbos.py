@@ -1362,14 +1362,15 @@ def test_an_agent_tool_added_after_its_dbos_loop_answers_with_an_error(make: Any
     """The DBOSLoop made no child DBOSLoop for it (so no worker could recover its child):
     its call is answered with an error saying so, and nothing of the child runs."""
     asked: list[int] = []
+    tools = agentloop.ToolRegistry()
     parent = agentloop.Loop(
         scripted(
             [{"kind": "call", "id": "c1", "name": "late", "arguments": {"input": "x"}}, FINAL]
         ),
-        tools=agentloop.ToolRegistry(),
+        tools=tools,
     )
     runs = make(parent)
-    parent.dispatcher.add(agentloop.Loop(scripted([FINAL], asked)).as_tool("late", "Late."))
+    tools.add(agentloop.Loop(scripted([FINAL], asked)).as_tool("late", "Late."))
     result = runs.run("go", run_id=new_id())
     (answer,) = [m for m in result.transcript if m["kind"] == "tool_result"]
     assert (result.status, answer["status"], answer["content"]["type"]) == (
