@@ -1126,11 +1126,14 @@ def names(steps: list[Any]) -> list[str]:
     return [step["function_name"] for step in steps]
 
 
-def test_a_dbos_agent_call_runs_its_child_as_a_child_workflow(make: Any) -> None:
+def test_a_dbos_agent_call_runs_its_child_as_a_child_workflow(
+    make: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The parent's run and its child's equal the plain Loop's (status, counters, transcript,
     events, the child's usage rolled up); the child is the workflow f"{run_id}:c1", the
     parent's child, with its own steps; the parent records its start, its result and the
-    call's outcome (with the child's usage)."""
+    call's outcome (with the child's usage). agentloop runs DBOS_URL counts the child on its
+    parent's line (--flat lists it), and show prints it under its call."""
     plain_world, world = World(), World()
     plain = team(plain_world, CHILD_SCRIPT).run("go")
     runs = make(team(world, CHILD_SCRIPT))
@@ -1175,6 +1178,17 @@ def test_a_dbos_agent_call_runs_its_child_as_a_child_workflow(make: Any) -> None
         run_id,
     )
     assert runs.run("go", run_id=run_id).children["c1"] == child  # the run's result, kept
+    capsys.readouterr()
+    for flat in ([], ["--flat"]):
+        assert main(["runs", SQLITE_URL[0], *flat]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        rows = {line.split()[0]: line.split() for line in lines if line.startswith(run_id)}
+        assert (rows[run_id][1], rows[run_id][-1]) == ("finished", "1")  # one child
+        assert (child_id in rows) == bool(flat)
+    assert main(["show", SQLITE_URL[0], run_id]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    indented = [line for line in shown if line.startswith(" ") and line.split()[:1] == ["output"]]
+    assert [line.split() for line in indented] == [["output", "done"]]  # the child's, under c1
 
 
 def test_a_fork_after_the_child_started_answers_the_call_from_its_recorded_child(
