@@ -1347,7 +1347,7 @@ def test_a_dbos_loop_makes_its_childrens_loops_and_refuses_a_child_that_may_ask(
 ) -> None:
     """A DBOSLoop makes one for each agent tool's Loop under f"{name}/{tool}" (and theirs
     below), and close() forgets them all; a child whose tools have policies (which may ask
-    a person) is refused, with nothing made."""
+    a person), or that needs the asyncio driver, is refused, with nothing made."""
     loops = agentloop._dbos.dbos_loop._LOOPS
     leaf = agentloop.Loop(scripted([FINAL]))
     middle = agentloop.Loop(scripted([FINAL]), tools=[leaf.as_tool("leaf", "A leaf.")])
@@ -1369,6 +1369,14 @@ def test_a_dbos_loop_makes_its_childrens_loops_and_refuses_a_child_that_may_ask(
     parent = agentloop.Loop(scripted([FINAL]), tools=[deep.as_tool("deep", "Deep.")])
     with pytest.raises(ValueError, match=r"agent tool 'asking' runs a Loop whose tools have"):
         DBOSLoop(parent, name=name)
+    assert not [known for known in loops if known.startswith(name)]
+
+    async def amodel(history: list[Message]) -> Message:
+        return FINAL
+
+    awaiting = agentloop.Loop(amodel).as_tool("awaiting", "Async.")
+    with pytest.raises(ValueError, match="asyncio driver"):
+        DBOSLoop(agentloop.Loop(scripted([FINAL]), tools=[awaiting]), name=name)
     assert not [known for known in loops if known.startswith(name)]
 
 
