@@ -16,8 +16,8 @@ from uuid import uuid4
 
 from dbos import DBOS, DBOSClient, EnqueueOptions, Queue, SetWorkflowID, WorkflowHandle
 
-from agentloop._core.approval import Decision
 from agentloop._core.agents import with_filters
+from agentloop._core.approval import Decision
 from agentloop._core.context_policy import FilterHistory, Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.requests import CheckOutput, uncalled_check
