@@ -1090,7 +1090,7 @@ def test_output_validators_are_a_step_whose_problems_a_recovery_reads_back(make:
         runs.close()
 
 
-TEAM_SCRIPT = [
+TEAM_SCRIPT: list[Message] = [
     {"kind": "call", "id": "c1", "name": "lookup", "arguments": {}},
     {"kind": "call", "id": "c2", "name": "transfer_to_billing", "arguments": {}},
     {"kind": "call", "id": "c3", "name": "refund", "arguments": {}},
