@@ -492,3 +492,43 @@ def test_a_recovering_worker_makes_the_runs_deps_again(server: Server, tmp_path:
     contents = {m["id"]: m["content"] for m in result["transcript"] if m["kind"] == "tool_result"}
     assert contents["c1"]["type"] == "OutcomeUnknown"
     assert contents["c2"] == f"{second}:given"
+
+
+@pytest.mark.parametrize("kill", [{"model": 2}, {"effect": 1}], ids=["special-asked", "effect"])
+def test_a_team_killed_after_its_handoff_recovers_with_the_agent_in_force(
+    server: Server, tmp_path: Path, kill: dict[str, int]
+) -> None:
+    """A team's run killed after its handoff (inside the specialist's first ask, or right
+    after its first call's effect): the recovery goes on with the specialist, asks only for
+    the replies not recorded, and runs no effect twice (c2's cut one is OutcomeUnknown)."""
+    script: list[Message] = [
+        {"kind": "call", "id": "c1", "name": "transfer_to_special", "arguments": {}},
+        {"kind": "call", "id": "c2", "name": "effect", "arguments": {"n": 1}},
+        {"kind": "call", "id": "c3", "name": "idem", "arguments": {"n": 2}},
+        {"kind": "final", "text": "done"},
+    ]
+    job = {
+        "db": f"sqlite:///{tmp_path / 'dbos.sqlite'}",
+        "sink": {"file": str(tmp_path / "effects")},
+        "out": str(tmp_path / "out.json"),
+        "run_id": "team",
+        "input": as_input(script),
+        "loop": "team",
+    }
+    ended = server.job(job | {"mode": "start", "kill": kill})
+    assert ended.get("signal") == signal.SIGKILL, ended
+    ended = server.job(job | {"mode": "recover"})
+    assert "result" in ended, ended
+    result = ended["result"]
+    assert (result["status"], result["steps"], result["calls"]) == ("finished", 4, 3)
+    assert ended["agent"] == "special"
+    assert ended["asked"] == (3 if "model" in kill else 2)  # the replies not recorded
+    lines = (tmp_path / "effects").read_text().splitlines()
+    assert sorted(lines) == ["effect team:c2", "idem team:c3"]  # each once
+    contents = {m["id"]: m["content"] for m in result["transcript"] if m["kind"] == "tool_result"}
+    assert contents["c1"] == {"handed_off_to": "special"}
+    assert contents["c3"] == 6
+    if "effect" in kill:
+        assert contents["c2"]["type"] == "OutcomeUnknown"
+    else:
+        assert contents["c2"] == 2
