@@ -9,8 +9,10 @@ a DBOS step, so DBOS records it before the engine takes it:
   raised) as the step's output: recovery never asks the model again;
 * ``agentloop.tool``: each call's outcome (the dispatcher, so the handler,
   runs inside it);
-* ``agentloop.review``: the policies' answers about a batch, and
-  ``agentloop.check_output``: the output validators' problems with a final.
+* ``agentloop.review``: the policies' answers about a batch;
+  ``agentloop.check_output``: the output validators' problems with a final;
+  ``agentloop.handoff_filter``: the view a handoff's filter sends the next
+  agent (with handoffs, each model step asks the agent in force's model).
 
 After a crash, DBOS runs the workflow again from the top in a worker; every
 step it recorded returns its recorded output instead of running, so a fresh

@@ -35,7 +35,7 @@ from agentloop._drivers.run_context import CallScope, RunContext, in_context, ke
 from agentloop._durable.bodies import outcome_record, recorded_outcome
 from agentloop._durable.ids import child_run_id
 from agentloop._errors import AgentloopError
-from agentloop._loop.agent_tool import AgentTool
+from agentloop._loop.agent_tool import AgentTool, refuse_durable
 from agentloop._loop.deps import for_run
 from agentloop._tools.registry import ToolRegistry
 
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
     from agentloop._dbos.dbos_loop import DBOSLoop
     from agentloop._dbos.steps import StepRunner
+    from agentloop._loop.loop import Loop
 
 __all__ = ["AgentCalls", "Handout", "child_deps", "driven_with"]
 
@@ -56,26 +57,32 @@ Handout = dict[str, Any]
 class AgentCalls:
     """The agent tools of a DBOSLoop: the DBOSLoops of their Loops, and their calls' work.
 
-    ``caller``: for a child's DBOSLoop, the parent's and the agent tool whose
-    calls it runs (``None`` for a top one).
+    With handoffs, every agent's agent tools: a child's DBOSLoop is then named
+    ``f"{name}/{agent}/{tool}"``. ``caller``: for a child's DBOSLoop, the
+    parent's and the agent tool whose calls it runs (``None`` for a top one).
     """
 
-    __slots__ = ("_children", "_loop", "_workflow", "caller")
+    __slots__ = ("_agents", "_children", "_loop", "_workflow", "caller")
 
     def __init__(self, loop: DBOSLoop[Any], workflow: Callable[..., Any]) -> None:
         self._loop, self._workflow = loop, workflow
         self.caller: tuple[DBOSLoop[Any], AgentTool] | None = None
-        self._children: dict[str, DBOSLoop[Any]] = {}
-        dispatcher = loop.loop.dispatcher
-        tools = dispatcher if isinstance(dispatcher, ToolRegistry) else ()
+        self._children: dict[int, DBOSLoop[Any]] = {}  # by the agent tool's id
+        # Each agent's Loop, by name (``None``: the Loop's own, without handoffs).
+        team = loop._team
+        self._agents: dict[str | None, Loop[Any, Any]] = {None: loop.loop}
+        if team is not None:
+            self._agents = dict[str | None, Loop[Any, Any]](team[1])
         try:
-            for tool in tools:
-                if isinstance(tool, AgentTool):
-                    # Given by the tool's deps=(ctx) when it has one: checked when the child runs.
+            for agent, member in self._agents.items():
+                refuse_durable(member.dispatcher, "DBOSLoop")
+                for tool in _agent_tools(member.dispatcher):
+                    # Given by the tool's deps=(ctx) when it has one: checked when it runs.
                     provider = loop._deps if tool._deps is None else _mapped
-                    child = type(loop)(tool.loop, name=f"{loop.name}/{tool.name}", deps=provider)
+                    under = tool.name if agent is None else f"{agent}/{tool.name}"
+                    child = type(loop)(tool.loop, name=f"{loop.name}/{under}", deps=provider)
                     child._agents.caller = (loop, tool)
-                    self._children[tool.name] = child
+                    self._children[id(tool)] = child
         except BaseException:
             self.close()
             raise
@@ -85,9 +92,14 @@ class AgentCalls:
         for child in self._children.values():
             child.close()
 
-    def answers(self, call: dict[str, Any]) -> bool:
-        """Whether ``call`` is an agent tool's: a child workflow answers it."""
-        return call["name"] in self._children
+    def answers(self, call: dict[str, Any], scope: CallScope) -> bool:
+        """Whether ``call`` is an agent tool's (the agent in force's): its child is a workflow."""
+        tool = _tool_of(self._in_force(scope).dispatcher, call["name"])
+        return tool is not None and id(tool) in self._children
+
+    def _in_force(self, scope: CallScope) -> Loop[Any, Any]:
+        """The Loop of the agent in force, whose tools a call is of."""
+        return self._agents[None if None in self._agents else scope.engine.agent]
 
     def call(
         self,
@@ -107,7 +119,7 @@ class AgentCalls:
         which ends the run ``cancelled``, as in memory) with the marker read
         after it. An error of DBOS's own raises, the call unanswered.
         """
-        dispatch = in_context(self._loop.loop.dispatcher.dispatch, [], scope)
+        dispatch = in_context(self._in_force(scope).dispatcher.dispatch, [], scope)
         answer: dict[str, Any]
         try:
             if decision is None:
@@ -148,9 +160,8 @@ class AgentCalls:
         self, lineage: list[dict[str, Any]], tool: AgentTool, input: str, ctx: RunContext[Any]
     ) -> RunResult[Any]:
         """Start the child workflow of the call ``ctx`` (or get its handle back); its result."""
-        child = self._children.get(tool.name)
-        caller = None if child is None else child._agents.caller
-        if child is None or caller is None or caller[1] is not tool:
+        child = self._children.get(id(tool))
+        if child is None:
             raise AgentloopError(
                 f"agent tool {tool.name!r} was added to the Loop after its DBOSLoop "
                 f"{self._loop.name!r} was made: make the DBOSLoop with every tool it will have"
@@ -235,6 +246,17 @@ def child_deps(
         cancel=token,
     )
     return tool._deps(ctx)
+
+
+def _agent_tools(dispatcher: object) -> list[AgentTool]:
+    """The agent tools of ``dispatcher`` (a registry's; none for a dispatcher of one's own)."""
+    tools = dispatcher if isinstance(dispatcher, ToolRegistry) else ()
+    return [tool for tool in tools if isinstance(tool, AgentTool)]
+
+
+def _tool_of(dispatcher: object, name: str) -> object:
+    """The tool named ``name`` of ``dispatcher``, if it is a registry that has one."""
+    return dispatcher.get(name) if isinstance(dispatcher, ToolRegistry) else None
 
 
 def _answered(answer: dict[str, Any], watched: tuple[str, ...]) -> dict[str, Any]:

@@ -17,9 +17,10 @@ from uuid import uuid4
 
 from dbos import DBOS, DBOSClient, EnqueueOptions, Queue, SetWorkflowID, WorkflowHandle
 
+from agentloop._core.agents import with_filters
 from agentloop._core.approval import Decision
 from agentloop._core.children import Children
-from agentloop._core.context_policy import Summarise
+from agentloop._core.context_policy import FilterHistory, Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.requests import CheckOutput, uncalled_check
 from agentloop._core.rows.retry import retries
@@ -48,14 +49,14 @@ from agentloop._drivers.run_context import CallScope
 from agentloop._drivers.transition import LOG, drain, log, pump
 from agentloop._durable.bodies import recorded_answer, recorded_outcome
 from agentloop._durable.ids import parse_turn, turn_run_id
-from agentloop._durable.journal import fingerprint, idempotent_tools
+from agentloop._durable.journal import fingerprint
 from agentloop._durable.resume import checked_run_id, differences, mismatch
 from agentloop._errors import AgentloopError
-from agentloop._loop.agent_tool import refuse_durable
 from agentloop._loop.deps import deps_provider
 from agentloop._loop.engines import plain_engine
 from agentloop._loop.loop import Loop
 from agentloop._loop.settings import run_input
+from agentloop._loop.team import filters_of, team_of, team_record
 from agentloop._tools.registry import reviewing
 
 __all__ = ["STEPS", "DBOSLoop"]
@@ -68,12 +69,14 @@ STEPS: Final = (
     "agentloop.tool",
     "agentloop.review",
     "agentloop.check_output",
+    "agentloop.handoff_filter",
 )
 _MODEL: Final[Any] = {"name": STEPS[0]}
 _STARTED: Final[Any] = {"name": STEPS[1]}
 _TOOL: Final[Any] = {"name": STEPS[2]}
 _REVIEW: Final[Any] = {"name": STEPS[3]}
 _CHECK: Final[Any] = {"name": STEPS[4]}
+_FILTER: Final[Any] = {"name": STEPS[5]}
 #: The DBOSLoops of this process, by name: what a run's workflow is driven with.
 _LOOPS: dict[str, DBOSLoop] = {}
 
@@ -115,14 +118,16 @@ class DBOSLoop(Generic[OutputT]):
                 "a DBOSLoop's runs are recorded by DBOS: make its Loop without a ledger"
             )
         loop._sync_driver("a DBOSLoop drives its runs synchronously, inside a DBOS workflow")
-        refuse_durable(loop.dispatcher, "DBOSLoop")
-        no_handoffs(loop)
+        team = team_of(loop)  # with handoffs: checked, each agent's Loop by name
         self._deps = deps_provider(loop, deps)
         if name in _LOOPS:
             raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
         self.loop, self.name = loop, name
-        self._fingerprint = fingerprint(loop.budget, loop.dispatcher, loop.context, loop.output)
-        self._work = StepWork(loop, idempotent_tools(loop.dispatcher))  # what each step does
+        self._fingerprint = fingerprint(
+            loop.budget, loop.dispatcher, loop.context, loop.output, team_record(loop)
+        )
+        self._team = team
+        self._work = StepWork(loop, None if team is None else team[1])  # what each step does
         self._agents = AgentCalls(self, _run)  # its agent tools' DBOSLoops, made and named
         _LOOPS[name] = self
 
@@ -225,6 +230,7 @@ class DBOSLoop(Generic[OutputT]):
             checked_run_id(run_id, new=True, derived=derived)  # no ':' unless agentloop's
         if _LOOPS.get(self.name) is not self:
             raise ValueError(f"this DBOSLoop ({self.name!r}) was closed")
+        same_team(self.loop, self._fingerprint)
         messages = run_input(self.loop.system, messages)  # as Loop.start takes a new run's input
         history = Engine(messages, budget=self.loop.budget).history()  # bad input raises
         return run_id, history
@@ -289,7 +295,7 @@ class DBOSLoop(Generic[OutputT]):
 
         ``budget``: a child run's (its token limit within its parent's); else the Loop's.
         """
-        no_handoffs(self.loop)  # one added to the Loop since
+        same_team(self.loop, self._fingerprint)  # none added to the Loop since
         # A conversation's turn (its id is derived), or None; a child is no turn.
         turn = parse_turn(run_id) if budget is None else None
         before = None if turn is None or turn[1] == 1 else turn_run_id(turn[0], turn[1] - 1)
@@ -303,6 +309,8 @@ class DBOSLoop(Generic[OutputT]):
             budget=budget,
         )
         engine.reviews = reviewing(self.loop.dispatcher) is not None
+        if self._team is not None:  # the handoffs' filters, asked in their own step
+            with_filters(engine, filters_of(self._team[1]))
         if self.loop.output_validators:  # each final the schema accepts: a step checks it
             engine.output_check = uncalled_check
         return engine
@@ -341,7 +349,7 @@ class DBOSLoop(Generic[OutputT]):
             if isinstance(verdict, dict):  # a policy failed: the review recorded the outcome
                 return verdict
             recorded = verdict.record() if isinstance(verdict, Decision) else None
-            if self._agents.answers(need.call):  # an agent tool's: its child is a workflow
+            if self._agents.answers(need.call, scope):  # an agent tool's: a child workflow
                 return self._agents.call(need.call, recorded, scope, steps, _TOOL, watched)
             again = steps.replayed()
             outcome = steps.run(_TOOL, self._work.call, watched, need.call, again, recorded, scope)
@@ -362,7 +370,10 @@ class DBOSLoop(Generic[OutputT]):
                 retries(engine.events()),
                 need.options,
                 not engine.events(),
+                engine.agent,
             )
+        elif isinstance(need, FilterHistory):  # a handoff's filter: the view it sends
+            answer = steps.run(_FILTER, self._work.filter, watched, need.model, need.history)
         else:  # Summarise: a model step too, of the context policy's own model callback
             assert isinstance(need, Summarise), need
             answer = steps.run(_MODEL, self._work.summarise, watched, need.history)
@@ -416,12 +427,10 @@ def _run(
 # pending, decide, cancel_run and cancel_requested are defined in agentloop._dbos: named as ours.
 
 
-def no_handoffs(loop: Loop) -> None:
-    """``ValueError`` for a Loop with handoffs: a DBOS workflow does not record a handoff yet."""
-    if loop.handoffs:
+def same_team(loop: Loop, made: dict[str, Any]) -> None:
+    """``ValueError`` for a Loop whose handoffs changed since its DBOSLoop was made (``made``)."""
+    if team_record(loop) != made.get("agents"):
         raise ValueError(
-            f"expected a DBOSLoop's Loop to have no handoffs, got {loop.name!r} with "
-            f"{[given.tool_name for given in loop.handoffs]}: a DBOS workflow runs one agent's "
-            "model and tools, so handoffs are not supported on DBOS yet; run the team with "
-            "Loop(..., ledger=SQLiteLedger(...)) for a durable run"
+            f"the handoffs of the DBOSLoop's Loop {loop.name!r} changed since the DBOSLoop "
+            "was made (add_handoff after DBOSLoop(...)): make the team first, then the DBOSLoop"
         )

@@ -1,4 +1,4 @@
-"""What each DBOS step of a run does: ask, summarise, review a batch, call a tool, check a final.
+"""What each DBOS step of a run does: ask, summarise, filter, review, call a tool, check a final.
 
 Each returns its outcome as data (what the step records), with the cancel
 markers read at the checkpoint the step records: ``watched``, the run's id
@@ -25,23 +25,40 @@ from agentloop._durable.bodies import (
     recorded_outcome,
     reply_record,
 )
-from agentloop._durable.journal import OUTCOME_UNKNOWN
+from agentloop._durable.journal import OUTCOME_UNKNOWN, idempotent_tools
 from agentloop._loop.output_checks import check
+from agentloop._loop.team import agent_asked
 from agentloop._tools.registry import PreparedCall, reviewing
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agentloop._loop.loop import Loop
 
 __all__ = ["StepWork", "batch_started", "recorded_verdict"]
 
 
 class StepWork:
-    """The work of a DBOSLoop's steps, each run by ``DBOS.run_step`` (through ``StepRunner``)."""
+    """The work of a DBOSLoop's steps, each run by ``DBOS.run_step`` (through ``StepRunner``).
 
-    __slots__ = ("_idempotent", "loop")
+    With handoffs, ``team`` holds each agent's Loop by name: a step asks the
+    agent in force's model, and calls its tools.
+    """
 
-    def __init__(self, loop: Loop, idempotent: frozenset[str]) -> None:
-        self.loop, self._idempotent = loop, idempotent
+    __slots__ = ("_idempotent", "_team", "loop")
+
+    def __init__(self, loop: Loop, team: dict[str, Loop] | None) -> None:
+        self.loop, self._team = loop, team
+        # The tools a crash may run again, by agent (None: the Loop's own, without a team).
+        self._idempotent: dict[str | None, frozenset[str]] = {
+            None: idempotent_tools(loop.dispatcher)
+        }
+        for name, agent in (team or {}).items():
+            self._idempotent[name] = idempotent_tools(agent.dispatcher)
+
+    def _agent(self, agent: str | None) -> Loop:
+        """The Loop whose model and tools a step uses: the agent in force's, or the Loop."""
+        return self.loop if agent is None or self._team is None else self._team[agent]
 
     def ask(
         self,
@@ -51,6 +68,7 @@ class StepWork:
         retries: int = 0,
         options: dict[str, Any] | None = None,
         first: bool = False,
+        agent: str | None = None,
     ) -> dict[str, Any]:
         """The ``agentloop.model`` step: the model's reply (or what it raised), as data.
 
@@ -59,13 +77,16 @@ class StepWork:
         (the policy's jitter is random): a recovered workflow reads it back.
         ``options`` are the request's (``tool_choice='none'`` in the wrap-up step).
         ``first``: the run's first ask, before which the marker is read too.
+        ``agent``: with handoffs, the agent in force, whose model is asked.
         """
         if first and cancelled(watched):
             return {"cancel": True, "unasked": True}
         answer: dict[str, Any]
-        bound = self.loop._bound_models[model]  # with the tools, for a model that takes them
         try:
-            reply = bound(history, **(options or {}))
+            if agent is None:  # with the tools, for a model that takes them
+                reply = self.loop._bound_models[model](history, **(options or {}))
+            else:  # with its own system prompt and tools
+                reply = agent_asked(self._agent(agent), history, options or {})
             if type(reply) is not dict and is_stream(reply):  # a streaming model
                 # The step records the whole reply, not the deltas: taken before the stream
                 # is closed, so that nothing it runs at its close changes what is recorded.
@@ -110,6 +131,23 @@ class StepWork:
                 awaiter.close()
         return {"problems": problems}
 
+    def filter(
+        self,
+        watched: tuple[str, ...],
+        handoff_filter: Callable[..., Any],
+        history: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        """The ``agentloop.handoff_filter`` step: what a handoff's filter sends the next agent."""
+        answer: dict[str, Any]
+        try:
+            view = handoff_filter(history)
+        except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
+            answer = raised_record(exc)
+        else:
+            answer = reply_record(view)[0]
+        answer["cancel"] = cancelled(watched)
+        return answer
+
     def review(
         self, watched: tuple[str, ...], calls: list[dict[str, Any]], scope: CallScope
     ) -> dict[str, Any]:
@@ -143,10 +181,11 @@ class StepWork:
         ``scope``: what the call's context holds (the run's deps, id and counters).
         """
         outcome: dict[str, Any]
-        if again and call["name"] not in self._idempotent:
+        agent = scope.engine.agent  # with handoffs: whose tools the call is of
+        if again and call["name"] not in self._idempotent[agent if self._team else None]:
             outcome = {"status": "error", "content": dict(OUTCOME_UNKNOWN), "exception": None}
         else:
-            dispatch = in_context(self.loop.dispatcher.dispatch, [], scope)
+            dispatch = in_context(self._agent(agent).dispatcher.dispatch, [], scope)
             try:
                 if decision is None:
                     got = dispatch(call)

@@ -35,6 +35,7 @@ import agentloop.dbos
 from agentloop.__main__ import main
 from agentloop.dbos import DBOSLoop
 from agentloop.models import RetryPolicy, fallback
+from tests.drivers.test_handoffs import Team
 from tests.durable.test_kill import CHECKPOINT_SCRIPT, FINAL, batch, call
 from tests.support import dbos_worker
 
@@ -226,7 +227,7 @@ def test_each_reply_and_call_is_a_step_in_order(make: Any) -> None:
     run_id = new_id()
     runs.run("go", run_id=run_id)
     steps = DBOS.list_workflow_steps(run_id)
-    model, _, tool, _, _ = agentloop.dbos.STEPS
+    model, tool = agentloop.dbos.STEPS[0], agentloop.dbos.STEPS[2]
     assert [step["function_name"] for step in steps] == [
         *(model, tool),  # c1
         *(model, tool, tool, tool),  # c2, c3, c4
@@ -1402,3 +1403,106 @@ def test_an_agent_tool_added_after_its_dbos_loop_answers_with_an_error(make: Any
     )
     assert "was added to the Loop after its DBOSLoop" in answer["content"]["message"]
     assert (asked, dict(result.children)) == ([], {})
+
+
+TEAM_SCRIPT: list[Message] = [
+    {"kind": "call", "id": "c1", "name": "lookup", "arguments": {}},
+    {"kind": "call", "id": "c2", "name": "transfer_to_billing", "arguments": {}},
+    {"kind": "call", "id": "c3", "name": "refund", "arguments": {}},
+    {"kind": "final", "text": "refunded"},
+]
+
+
+def test_a_team_under_dbos_is_the_team_without_dbos(make: Any) -> None:
+    """A handoff under DBOS: each ask is the agent in force's model (its system prompt and
+    tools), each call its tools' step, the handoff a transition of the engine (no step of
+    its own); the result, the agent of each step and the requests are the plain run's. A
+    fork from billing's last ask (another execution, as a recovery) goes on with billing:
+    no earlier model asked, no tool run again."""
+    plain_team = Team(list(TEAM_SCRIPT), asynchronous=False)
+    plain = plain_team.triage.run("I was charged twice")
+    team = Team(list(TEAM_SCRIPT), asynchronous=False)
+    runs = make(team.triage)
+    run_id = new_id()
+    result = runs.run("I was charged twice", run_id=run_id)
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert (result.status, result.output, result.agent) == ("finished", "refunded", "billing")
+    assert team.asked == plain_team.asked
+    assert [e.agent for e in result.events] == [e.agent for e in plain.events]
+    assert (len(team.lookup.calls), len(team.refund.calls)) == (1, 1)
+    model, tool = agentloop.dbos.STEPS[0], agentloop.dbos.STEPS[2]
+    steps = DBOS.list_workflow_steps(run_id)
+    assert [step["function_name"] for step in steps] == [model, tool, model, model, tool, model]
+    asked = len(team.asked)
+    team.script[:] = TEAM_SCRIPT[3:]  # what billing answers, asked again
+    fork = DBOS.fork_workflow(run_id, steps[5]["function_id"])
+    again = fork.get_result()
+    assert dbos_worker.result_json(again) == dbos_worker.result_json(result)
+    assert again.agent == "billing"
+    assert team.asked[asked:] == [plain_team.asked[-1]]  # billing's last ask alone
+    assert len(team.refund.calls) == 1  # its step was recorded: not run again
+
+
+def test_a_handoff_filter_under_dbos_is_a_step_a_recovery_reads_back(make: Any) -> None:
+    """A handoff's filter runs in an agentloop.handoff_filter step: its view is what the next
+    agent is sent, as without DBOS, and a fork after it reads the view back."""
+    filtered: list[str] = []
+
+    def only_the_customer(history: list[Message], to: str) -> list[Message]:
+        filtered.append(to)
+        return [m for m in history if m["kind"] in ("system", "user")]
+
+    def make_team() -> Team:
+        team = Team(list(TEAM_SCRIPT), asynchronous=False)
+        billing = agentloop.Loop(
+            team.model("billing", False),
+            name="billing",
+            system="You handle billing.",
+            tools={"refund": team.refund},
+        )
+        team.triage = agentloop.Loop(
+            team.model("triage", False),
+            name="triage",
+            system="Route the customer.",
+            tools={"lookup": team.lookup},
+            handoffs=[agentloop.handoff(billing, filter=only_the_customer)],
+        )
+        return team
+
+    plain_team = make_team()
+    plain = plain_team.triage.run("I was charged twice")
+    team = make_team()
+    runs = make(team.triage)
+    run_id = new_id()
+    result = runs.run("I was charged twice", run_id=run_id)
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert team.asked == plain_team.asked
+    assert team.asked[2] == ("billing", "You handle billing.", ["refund"], 2)  # the view
+    assert filtered == ["billing", "billing"]  # once each run
+    model, tool, handoff_filter = (agentloop.dbos.STEPS[i] for i in (0, 2, 5))
+    steps = DBOS.list_workflow_steps(run_id)
+    assert [step["function_name"] for step in steps] == [
+        *(model, tool, model, handoff_filter, model, tool, model)
+    ]
+    team.script[:] = TEAM_SCRIPT[2:]
+    fork = DBOS.fork_workflow(run_id, steps[4]["function_id"])
+    assert dbos_worker.result_json(fork.get_result()) == dbos_worker.result_json(result)
+    assert filtered == ["billing", "billing"]  # read back: not called again
+
+
+def test_a_dbos_team_is_checked_when_made_and_when_run(make: Any) -> None:
+    """A team the plain Loop refuses is refused by DBOSLoop(...); a handoff added to the
+    Loop after its DBOSLoop was made is refused before anything is recorded."""
+    team = Team([], asynchronous=False)
+    twin = agentloop.Loop(team.model("billing", False), name="billing")
+    team.triage.add_handoff(agentloop.handoff(twin, tool_name="transfer_to_twin"))
+    with pytest.raises(ValueError, match="different names"):
+        make(team.triage)
+    team = Team(list(TEAM_SCRIPT), asynchronous=False)
+    runs = make(team.triage)
+    team.triage.add_handoff(agentloop.handoff(team.tech, tool_name="transfer_again"))
+    run_id = new_id()
+    with pytest.raises(ValueError, match="changed since the DBOSLoop was made"):
+        runs.run("I was charged twice", run_id=run_id)
+    assert team.asked == []
+    assert DBOS.get_workflow_status(run_id) is None

@@ -494,6 +494,46 @@ def test_a_recovering_worker_makes_the_runs_deps_again(server: Server, tmp_path:
     assert contents["c2"] == f"{second}:given"
 
 
+@pytest.mark.parametrize("kill", [{"model": 2}, {"effect": 1}], ids=["special-asked", "effect"])
+def test_a_team_killed_after_its_handoff_recovers_with_the_agent_in_force(
+    server: Server, tmp_path: Path, kill: dict[str, int]
+) -> None:
+    """A team's run killed after its handoff (inside the specialist's first ask, or right
+    after its first call's effect): the recovery goes on with the specialist, asks only for
+    the replies not recorded, and runs no effect twice (c2's cut one is OutcomeUnknown)."""
+    script: list[Message] = [
+        {"kind": "call", "id": "c1", "name": "transfer_to_special", "arguments": {}},
+        {"kind": "call", "id": "c2", "name": "effect", "arguments": {"n": 1}},
+        {"kind": "call", "id": "c3", "name": "idem", "arguments": {"n": 2}},
+        {"kind": "final", "text": "done"},
+    ]
+    job = {
+        "db": f"sqlite:///{tmp_path / 'dbos.sqlite'}",
+        "sink": {"file": str(tmp_path / "effects")},
+        "out": str(tmp_path / "out.json"),
+        "run_id": "team",
+        "input": as_input(script),
+        "loop": "team",
+    }
+    ended = server.job(job | {"mode": "start", "kill": kill})
+    assert ended.get("signal") == signal.SIGKILL, ended
+    ended = server.job(job | {"mode": "recover"})
+    assert "result" in ended, ended
+    result = ended["result"]
+    assert (result["status"], result["steps"], result["calls"]) == ("finished", 4, 3)
+    assert ended["agent"] == "special"
+    assert ended["asked"] == (3 if "model" in kill else 2)  # the replies not recorded
+    lines = (tmp_path / "effects").read_text().splitlines()
+    assert sorted(lines) == ["effect team:c2", "idem team:c3"]  # each once
+    contents = {m["id"]: m["content"] for m in result["transcript"] if m["kind"] == "tool_result"}
+    assert contents["c1"] == {"handed_off_to": "special"}
+    assert contents["c3"] == 6
+    if "effect" in kill:
+        assert contents["c2"]["type"] == "OutcomeUnknown"
+    else:
+        assert contents["c2"] == 2
+
+
 # -- agents as tools: a worker killed while a child workflow's tool runs --------------------------
 
 CHILD_SCRIPT: list[Message] = [
@@ -501,7 +541,7 @@ CHILD_SCRIPT: list[Message] = [
     {"kind": "call", "id": "k2", "name": "idem", "arguments": {"n": 2}},
     {"kind": "final", "text": "child done"},
 ]
-TEAM_SCRIPT: list[Message] = [
+PARENT_SCRIPT: list[Message] = [
     {"kind": "call", "id": "c1", "name": "agent", "arguments": {"input": as_input(CHILD_SCRIPT)}},
     {"kind": "final", "text": "done"},
 ]
@@ -524,9 +564,9 @@ def test_a_killed_workers_child_workflow_resumes_where_it_was(
         "db": url,
         "sink": {"file": str(tmp_path / "effects")},
         "out": str(tmp_path / "out.json"),
-        "run_id": "team",
-        "input": as_input(TEAM_SCRIPT),
-        "loop": "team",
+        "run_id": "boss",
+        "input": as_input(PARENT_SCRIPT),
+        "loop": "parent",
     }
     ended = server.job(job | {"mode": "start", "kill": kill})
     assert ended.get("signal") == signal.SIGKILL, ended
@@ -541,15 +581,15 @@ def test_a_killed_workers_child_workflow_resumes_where_it_was(
     ]
     sink = tmp_path / "effects"
     lines = sink.read_text().splitlines() if sink.exists() else []
-    assert lines == ([] if "handler" in kill else ["effect team:c1:k1"]) + ["idem team:c1:k2"]
+    assert lines == ([] if "handler" in kill else ["effect boss:c1:k1"]) + ["idem boss:c1:k2"]
     client = DBOSClient(system_database_url=url)
     try:
-        child: agentloop.RunResult = client.retrieve_workflow("team:c1").get_result()
-        status = client.retrieve_workflow("team:c1").get_status()
+        child: agentloop.RunResult = client.retrieve_workflow("boss:c1").get_result()
+        status = client.retrieve_workflow("boss:c1").get_status()
     finally:
         client.destroy()
     assert (child.status, child.steps, child.calls) == ("finished", 3, 2)
     results = {m["id"]: m for m in child.transcript if m["kind"] == "tool_result"}
     assert results["k1"]["content"]["type"] == "OutcomeUnknown"
     assert (results["k2"]["status"], results["k2"]["content"]) == ("ok", 6)
-    assert status.parent_workflow_id == "team"
+    assert status.parent_workflow_id == "boss"
