@@ -72,7 +72,9 @@ class AgentCalls:
         team = loop._team
         self._agents: dict[str | None, Loop[Any, Any]] = {None: loop.loop}
         if team is not None:
-            self._agents = dict[str | None, Loop[Any, Any]](team[1])
+            self._agents = {}
+            for name, each in team[1].items():
+                self._agents[name] = each
         try:
             for agent, member in self._agents.items():
                 refuse_durable(member.dispatcher, "DBOSLoop")

@@ -1158,7 +1158,7 @@ def test_a_dbos_agent_call_runs_its_child_as_a_child_workflow(
         ("idem", f"{child_id}:k2"),
         ("fail", f"{child_id}:k3"),
     ]
-    model, _, tool, _, _ = agentloop.dbos.STEPS
+    model, tool = agentloop.dbos.STEPS[0], agentloop.dbos.STEPS[2]
     steps = DBOS.list_workflow_steps(run_id)
     assert names(steps) == [model, "agentloop.run", "DBOS.getResult", tool, model]
     assert steps[1]["child_workflow_id"] == child_id
@@ -1506,3 +1506,35 @@ def test_a_dbos_team_is_checked_when_made_and_when_run(make: Any) -> None:
         runs.run("I was charged twice", run_id=run_id)
     assert team.asked == []
     assert DBOS.get_workflow_status(run_id) is None
+
+
+def test_an_agent_tool_of_a_teams_specialist_runs_as_a_child_workflow(make: Any) -> None:
+    """With handoffs, the agent in force's agent tool: made under f"{name}/{agent}/{tool}",
+    its call's child is a child workflow, and the team's run is the plain one's."""
+
+    def team(world: World) -> agentloop.Loop:
+        script: list[Message] = [
+            {"kind": "call", "id": "c1", "name": "transfer_to_special", "arguments": {}},
+            {"kind": "call", "id": "c2", "name": "research", "arguments": {"input": "look"}},
+            {"kind": "final", "text": "all done"},
+        ]
+        researcher = agentloop.Loop(scripted(CHILD_SCRIPT), tools=world.registry())
+        special = agentloop.Loop(
+            scripted(script), tools=[researcher.as_tool("research", "Look.")], name="special"
+        )
+        return agentloop.Loop(
+            scripted(script), name="triage", handoffs=[agentloop.handoff(special)]
+        )
+
+    plain = team(World()).run("go")
+    world = World()
+    runs = make(team(world))
+    assert f"{runs.name}/special/research" in agentloop._dbos.dbos_loop._LOOPS
+    run_id = new_id()
+    result = runs.run("go", run_id=run_id)
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert (result.agent, result.usage) == ("special", plain.usage)
+    child = result.children["c2"]
+    assert dbos_worker.result_json(child) == dbos_worker.result_json(plain.children["c2"])
+    assert child.run_id == f"{run_id}:c2"
+    assert [key for _, key in world.effects] == [f"{run_id}:c2:{k}" for k in ("k1", "k2", "k3")]
