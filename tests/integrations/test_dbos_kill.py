@@ -593,3 +593,45 @@ def test_a_killed_workers_child_workflow_resumes_where_it_was(
     assert results["k1"]["content"]["type"] == "OutcomeUnknown"
     assert (results["k2"]["status"], results["k2"]["content"]) == ("ok", 6)
     assert status.parent_workflow_id == "boss"
+
+
+@pytest.mark.slow
+def test_a_parents_cancellation_reaches_its_child_across_a_killed_worker(
+    server: Server, tmp_path: Path
+) -> None:
+    """Killed inside the child's second ask, then cancel_run of the parent from this process
+    (a client): the recovered child takes the reply and, at the checkpoint right after it,
+    reads its parent's marker and ends cancelled; the parent's call is answered cancelled,
+    and the parent ends cancelled. The child's first call's effect happened once."""
+    from dbos import DBOSClient
+
+    from agentloop.dbos import cancel_run
+
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    job = {
+        "db": url,
+        "sink": {"file": str(tmp_path / "effects")},
+        "out": str(tmp_path / "out.json"),
+        "run_id": "doomed",
+        "input": as_input(PARENT_SCRIPT),
+        "loop": "parent",
+    }
+    # The parent's first ask, then the child's first and second: killed in the third.
+    ended = server.job(job | {"mode": "start", "kill": {"model": 3}})
+    assert ended.get("signal") == signal.SIGKILL, ended
+    client = DBOSClient(system_database_url=url)
+    try:
+        cancel_run("doomed", client=client)
+        ended = server.job(job | {"mode": "recover"})
+        child: agentloop.RunResult = client.retrieve_workflow("doomed:c1").get_result()
+    finally:
+        client.destroy()
+    got = ended["result"]
+    assert (got["status"], got["steps"], got["calls"]) == ("cancelled", 1, 1)
+    assert [(m["id"], m["status"]) for m in got["transcript"] if "status" in m] == [
+        ("c1", "cancelled")
+    ]
+    assert (child.status, child.steps, child.calls) == ("cancelled", 2, 1)
+    assert [(m["id"], m["status"]) for m in child.transcript if "status" in m] == [("k1", "ok")]
+    assert ended["asked"] == 1  # the child's second ask, whose reply the cancel rejected
+    assert (tmp_path / "effects").read_text().splitlines() == ["effect doomed:c1:k1"]
