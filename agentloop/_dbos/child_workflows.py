@@ -2,14 +2,15 @@
 
 The child that answers call ``k`` of run ``r`` is the ``agentloop.run``
 workflow ``child_run_id(r, k)``, of a DBOSLoop of the agent tool's Loop that
-the parent's made with itself, named ``f"{name}/{tool}"`` (grandchildren's
-below theirs): every worker that makes the parent can drive the child, and
-recover it. The parent's workflow starts it (DBOS records it as the parent's
-child: a recovery of the parent gets the same handle back, and never starts
-it again) and awaits its result (which DBOS records in the parent too). The
-call is answered from that result as a run in memory answers it (the agent
-tool's own ``_answer``), in an ``agentloop.tool`` step that records the
-outcome, with the child's usage, and the cancel marker read after it.
+the parent's made with itself, named ``f"{name}/{tool}"`` (in a team,
+``f"{name}/{agent}/{tool}"``; grandchildren's below theirs): every worker
+that makes the parent can drive the child, and recover it. The parent's
+workflow starts it (DBOS records it as the parent's child: a recovery of
+the parent gets the same handle back, and never starts it again) and awaits
+its result (which DBOS records in the parent too). The call is answered
+from that result as a run in memory answers it (the agent tool's own
+``_answer``), in an ``agentloop.tool`` step that records the outcome, with
+the child's usage, and the cancel marker read after it.
 
 The child's hand-out is a workflow input, so it is recorded: the token
 limit it starts with (what the parent had left), and its lineage, the
@@ -67,7 +68,8 @@ class AgentCalls:
     def __init__(self, loop: DBOSLoop[Any], workflow: Callable[..., Any]) -> None:
         self._loop, self._workflow = loop, workflow
         self.caller: tuple[DBOSLoop[Any], AgentTool] | None = None
-        self._children: dict[int, DBOSLoop[Any]] = {}  # by the agent tool's id
+        # By the agent tool's id (each child's caller holds its tool: the id stays its own).
+        self._children: dict[int, DBOSLoop[Any]] = {}
         # Each agent's Loop, by name (``None``: the Loop's own, without handoffs).
         team = loop._team
         self._agents: dict[str | None, Loop[Any, Any]] = {None: loop.loop}
