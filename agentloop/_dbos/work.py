@@ -107,15 +107,7 @@ class StepWork:
         policy = self.loop.context
         assert policy is not None, "a summary is asked only under a context policy"
         assert policy.summariser is not None, "and only under summarise"
-        answer: dict[str, Any]
-        try:
-            reply = policy.summariser(history)
-        except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
-            answer = raised_record(exc)
-        else:
-            answer = reply_record(reply)[0]
-        answer["cancel"] = cancelled(watched)
-        return answer
+        return _written(watched, policy.summariser, history)
 
     def check_output(self, value: Any, scope: CallScope) -> dict[str, Any]:
         """The ``agentloop.check_output`` step: the output validators' problems with a final.
@@ -138,15 +130,7 @@ class StepWork:
         history: list[dict[str, Any]],
     ) -> dict[str, Any]:
         """The ``agentloop.handoff_filter`` step: what a handoff's filter sends the next agent."""
-        answer: dict[str, Any]
-        try:
-            view = handoff_filter(history)
-        except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
-            answer = raised_record(exc)
-        else:
-            answer = reply_record(view)[0]
-        answer["cancel"] = cancelled(watched)
-        return answer
+        return _written(watched, handoff_filter, history)
 
     def review(
         self, watched: tuple[str, ...], calls: list[dict[str, Any]], scope: CallScope
@@ -197,6 +181,26 @@ class StepWork:
                 outcome = outcome_record(got)[0]
         outcome["cancel"] = cancelled(watched)
         return outcome
+
+
+def _written(
+    watched: tuple[str, ...],
+    writer: Callable[[list[dict[str, Any]]], object],
+    history: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """What ``writer`` (a summariser, a handoff's filter) answers ``history``, as data.
+
+    The markers of ``watched`` (the run and its ancestors) are read after it.
+    """
+    answer: dict[str, Any]
+    try:
+        written = writer(history)
+    except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
+        answer = raised_record(exc)
+    else:
+        answer = reply_record(written)[0]
+    answer["cancel"] = cancelled(watched)
+    return answer
 
 
 def _verdict_data(answer: PreparedCall | dict[str, Any]) -> dict[str, Any]:

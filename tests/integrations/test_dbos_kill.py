@@ -126,6 +126,30 @@ def stop(server: Server, workers: dict[str, int], client: Any, enqueuer: Any) ->
         enqueuer.close()
 
 
+def sqlite_job(tmp_path: Path, run_id: str, script: list[Message], **more: Any) -> dict[str, Any]:
+    """A job on the SQLite system database in ``tmp_path``, its effects written to a file there."""
+    return {
+        "db": f"sqlite:///{tmp_path / 'dbos.sqlite'}",
+        "sink": {"file": str(tmp_path / "effects")},
+        "out": str(tmp_path / "out.json"),
+        "run_id": run_id,
+        "input": as_input(script),
+        **more,
+    }
+
+
+def killed_and_recovered(
+    server: Server, job: dict[str, Any], kill: dict[str, int]
+) -> dict[str, Any]:
+    """``job``'s run started in a process killed at ``kill``, then recovered by another: its
+    answer (``result``, and how often it asked the model)."""
+    ended = server.job(job | {"mode": "start", "kill": kill})
+    assert ended.get("signal") == signal.SIGKILL, (kill, ended)
+    ended = server.job(job | {"mode": "recover"})
+    assert "result" in ended, (kill, ended)
+    return ended
+
+
 def effects_of(lines: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
     counted: dict[tuple[str, str], int] = {}
     for kind, key in lines:
@@ -173,18 +197,8 @@ def test_sigkill_at_each_checkpoint_then_dbos_recovers(server: Server, tmp_path:
     unknown_seen: set[str] = set()
     for index, kill in enumerate(points):
         run_id = f"r{index}"
-        job = {
-            # One system database for all (DBOS makes its tables once): each run its own id.
-            "db": f"sqlite:///{tmp_path / 'dbos.sqlite'}",
-            "sink": {"file": str(tmp_path / "effects")},
-            "out": str(tmp_path / "out.json"),
-            "run_id": run_id,
-            "input": as_input(CHECKPOINT_SCRIPT),
-        }
-        ended = server.job(job | {"mode": "start", "kill": kill})
-        assert ended.get("signal") == signal.SIGKILL, (kill, ended)
-        ended = server.job(job | {"mode": "recover"})
-        assert "result" in ended, (kill, ended)
+        # One system database for all (DBOS makes its tables once): each run its own id.
+        ended = killed_and_recovered(server, sqlite_job(tmp_path, run_id, CHECKPOINT_SCRIPT), kill)
         # Recovery asks the model only for the replies the killed process had not got.
         assert ended["asked"] == baseline.counts["model"] - baseline.replies_before(kill), kill
         lines = (tmp_path / "effects").read_text().splitlines()
@@ -465,18 +479,8 @@ def test_a_recovering_worker_makes_the_runs_deps_again(server: Server, tmp_path:
         {"kind": "call", "id": "c2", "name": "stamp", "arguments": {"n": 2}},
         {"kind": "final", "text": "done"},
     ]
-    job = {
-        "db": f"sqlite:///{tmp_path / 'dbos.sqlite'}",
-        "sink": {"file": str(tmp_path / "effects")},
-        "out": str(tmp_path / "out.json"),
-        "run_id": "given",
-        "input": as_input(script),
-        "loop": "provided",
-    }
-    ended = server.job(job | {"mode": "start", "kill": {"effect": 1}})
-    assert ended.get("signal") == signal.SIGKILL, ended
-    ended = server.job(job | {"mode": "recover"})
-    assert "result" in ended, ended
+    job = sqlite_job(tmp_path, "given", script, loop="provided")
+    ended = killed_and_recovered(server, job, {"effect": 1})
     lines = [line.split(" ") for line in (tmp_path / "effects").read_text().splitlines()]
     provided = [key for kind, key in lines if kind == "provided"]
     assert len(provided) == 2
@@ -507,18 +511,7 @@ def test_a_team_killed_after_its_handoff_recovers_with_the_agent_in_force(
         {"kind": "call", "id": "c3", "name": "idem", "arguments": {"n": 2}},
         {"kind": "final", "text": "done"},
     ]
-    job = {
-        "db": f"sqlite:///{tmp_path / 'dbos.sqlite'}",
-        "sink": {"file": str(tmp_path / "effects")},
-        "out": str(tmp_path / "out.json"),
-        "run_id": "team",
-        "input": as_input(script),
-        "loop": "team",
-    }
-    ended = server.job(job | {"mode": "start", "kill": kill})
-    assert ended.get("signal") == signal.SIGKILL, ended
-    ended = server.job(job | {"mode": "recover"})
-    assert "result" in ended, ended
+    ended = killed_and_recovered(server, sqlite_job(tmp_path, "team", script, loop="team"), kill)
     result = ended["result"]
     assert (result["status"], result["steps"], result["calls"]) == ("finished", 4, 3)
     assert ended["agent"] == "special"
