@@ -552,19 +552,9 @@ def test_a_killed_workers_child_workflow_resumes_where_it_was(
     OutcomeUnknown, its effect at most once; the parent finishes with the child's result."""
     from dbos import DBOSClient
 
-    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
-    job = {
-        "db": url,
-        "sink": {"file": str(tmp_path / "effects")},
-        "out": str(tmp_path / "out.json"),
-        "run_id": "boss",
-        "input": as_input(PARENT_SCRIPT),
-        "loop": "parent",
-    }
-    ended = server.job(job | {"mode": "start", "kill": kill})
-    assert ended.get("signal") == signal.SIGKILL, ended
-    ended = server.job(job | {"mode": "recover"})
-    assert "result" in ended, ended
+    job = sqlite_job(tmp_path, "boss", PARENT_SCRIPT, loop="parent")
+    url = job["db"]
+    ended = killed_and_recovered(server, job, kill)
     # Recorded before the kill: the parent's first reply and the child's; not asked again.
     assert ended["asked"] == 3
     got = ended["result"]
@@ -600,15 +590,8 @@ def test_a_parents_cancellation_reaches_its_child_across_a_killed_worker(
 
     from agentloop.dbos import cancel_run
 
-    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
-    job = {
-        "db": url,
-        "sink": {"file": str(tmp_path / "effects")},
-        "out": str(tmp_path / "out.json"),
-        "run_id": "doomed",
-        "input": as_input(PARENT_SCRIPT),
-        "loop": "parent",
-    }
+    job = sqlite_job(tmp_path, "doomed", PARENT_SCRIPT, loop="parent")
+    url = job["db"]
     # The parent's first ask, then the child's first and second: killed in the third.
     ended = server.job(job | {"mode": "start", "kill": {"model": 3}})
     assert ended.get("signal") == signal.SIGKILL, ended
