@@ -52,6 +52,16 @@ process) and waits in ``DBOS.recv`` for the decisions ``decide(run_id,
 the run waits leaves it waiting, and the worker that recovers it takes the
 decisions.
 
+Agents as tools (``Loop.as_tool``): the child run of each agent call is a
+DBOS child workflow of the run's, ``child_run_id(run_id, call_id)``, of a
+``DBOSLoop`` the parent's made for the agent tool's Loop (named
+``f"{name}/{tool}"``). The parent records its start and its result (a
+recovery gets the same child back, never starting it again), then the
+call's outcome in an ``agentloop.tool`` step; the child records its own
+steps, and reads its ancestors' cancel markers as well as its own. A child
+Loop whose tools have policies is refused: its wait for a person would not
+reach its parent's.
+
 Needs the ``dbos`` extra; importing this module without it raises an
 ``ImportError`` that says so. Import it before ``DBOS.launch()``: it
 registers its two workflows (``agentloop.run`` and ``agentloop.cancel``).

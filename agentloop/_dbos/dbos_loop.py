@@ -3,7 +3,8 @@
 The workflow is a driver like ``Run``: a short loop over the engine's
 protocol, where what comes from outside is a DBOS step, recorded before the
 engine takes it. ``agentloop.dbos`` says what it guarantees; ``steps.py``,
-``work.py``, ``marker.py`` and ``decisions.py`` beside this module are its parts.
+``work.py``, ``marker.py``, ``decisions.py`` and ``child_workflows.py`` (agent
+calls) beside this module are its parts.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from dbos import DBOS, DBOSClient, EnqueueOptions, Queue, SetWorkflowID, Workflo
 
 from agentloop._core.agents import with_filters
 from agentloop._core.approval import Decision
+from agentloop._core.children import Children
 from agentloop._core.context_policy import FilterHistory, Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.requests import CheckOutput, uncalled_check
 from agentloop._core.rows.retry import retries
 from agentloop._core.values import (
     AskModel,
+    Budget,
     CancelToken,
     OutputT,
     RecordedException,
@@ -33,6 +36,7 @@ from agentloop._core.values import (
     Transition,
     Wait,
 )
+from agentloop._dbos.child_workflows import AgentCalls, Handout, driven_with
 from agentloop._dbos.decisions import (
     APPROVAL_TOPIC,
     wait_for_decisions,
@@ -48,7 +52,6 @@ from agentloop._durable.ids import parse_turn, turn_run_id
 from agentloop._durable.journal import fingerprint
 from agentloop._durable.resume import checked_run_id, differences, mismatch
 from agentloop._errors import AgentloopError
-from agentloop._loop.agent_tool import refuse_durable
 from agentloop._loop.deps import deps_provider
 from agentloop._loop.engines import plain_engine
 from agentloop._loop.loop import Loop
@@ -115,7 +118,6 @@ class DBOSLoop(Generic[OutputT]):
                 "a DBOSLoop's runs are recorded by DBOS: make its Loop without a ledger"
             )
         loop._sync_driver("a DBOSLoop drives its runs synchronously, inside a DBOS workflow")
-        refuse_durable(loop.dispatcher, "DBOSLoop")
         team = team_of(loop)  # with handoffs: checked, each agent's Loop by name
         self._deps = deps_provider(loop, deps)
         if name in _LOOPS:
@@ -126,15 +128,17 @@ class DBOSLoop(Generic[OutputT]):
         )
         self._team = team
         self._work = StepWork(loop, None if team is None else team[1])  # what each step does
+        self._agents = AgentCalls(self, _run)  # its agent tools' DBOSLoops, made and named
         _LOOPS[name] = self
 
     def __repr__(self) -> str:
         return f"DBOSLoop({self.loop!r}, name={self.name!r})"
 
     def close(self) -> None:
-        """Forget this loop in this process: its name can be used again."""
+        """Forget this loop (and its agent tools' children) in this process: its name is free."""
         if _LOOPS.get(self.name) is self:
             del _LOOPS[self.name]
+            self._agents.close()
 
     # -- starting runs ------------------------------------------------------------------
 
@@ -233,7 +237,12 @@ class DBOSLoop(Generic[OutputT]):
 
     # -- the workflow's body: the driver ------------------------------------------------
 
-    def _drive(self, history: list[dict[str, Any]], recorded: dict[str, Any]) -> RunResult:
+    def _drive(
+        self,
+        history: list[dict[str, Any]],
+        recorded: dict[str, Any],
+        handout: Handout | None = None,
+    ) -> RunResult:
         """The run, as a DBOS workflow: the one transition pumped, each request a DBOS step.
 
         Pumped by ``Run``'s own loop (``agentloop._drivers.transition.pump``);
@@ -248,40 +257,56 @@ class DBOSLoop(Generic[OutputT]):
         if found:
             raise mismatch(run_id, found)
         token = CancelToken()
-        deps = None if self._deps is None else self._deps(run_id)
-        engine = self._engine(history, token, run_id)
+        deps, budget, watched, lineage = driven_with(self, run_id, handout, token)
+        engine = self._engine(history, token, run_id, budget)
         listeners = self.loop.listeners
         # Each step's output says which execution recorded it: the last one's tells whether
         # this execution recorded it (it drove the run up to here) or replayed it (a process
         # that died did, and may have started the call that comes next).
         steps = StepRunner(uuid4().hex[:16])
+        scope = CallScope(engine, deps, run_id, token)
+        scope.run_child = self._agents.runner(lineage)  # as child workflows
         while not engine.done:
             perform = functools.partial(
-                self._perform,
-                engine=engine,
-                steps=steps,
-                scope=CallScope(engine, deps, run_id, token),
+                self._perform, engine=engine, steps=steps, scope=scope, watched=watched
             )
             try:
                 made = drain(pump(engine, perform))  # Run's loop: no stream comes back here
             except _Unasked:  # cancelled before the first ask: nothing happened yet
-                engine = self._engine(history, token, run_id)
+                engine = scope.engine = self._engine(history, token, run_id, budget)
                 continue
             if made is None:  # the batch waits for a person: decisions come by message
                 made = wait_for_decisions(engine, token, engine.pending)
                 # No step of ours took them: a step marks the batch's start.
-                if not engine.done and steps.run(_STARTED, batch_started, run_id).pop("cancel"):
+                if not engine.done and steps.run(_STARTED, batch_started, watched).pop("cancel"):
                     token.cancel()  # the checkpoint before the batch's first call
             _tell(listeners, made)
-        return engine.result()
+        result = engine.result()
+        return result._replace(children=Children(scope.children)) if scope.children else result
 
-    def _engine(self, history: list[dict[str, Any]], token: CancelToken, run_id: str) -> Engine:
-        """A fresh engine for the run ``run_id``, configured as the Loop is."""
+    def _engine(
+        self,
+        history: list[dict[str, Any]],
+        token: CancelToken,
+        run_id: str,
+        budget: Budget | None = None,
+    ) -> Engine:
+        """A fresh engine for the run ``run_id``, configured as the Loop is.
+
+        ``budget``: a child run's (its token limit within its parent's); else the Loop's.
+        """
         same_team(self.loop, self._fingerprint)  # none added to the Loop since
-        turn = parse_turn(run_id)  # a conversation's turn (its id is derived), or None
+        # A conversation's turn (its id is derived), or None; a child is no turn.
+        turn = parse_turn(run_id) if budget is None else None
         before = None if turn is None or turn[1] == 1 else turn_run_id(turn[0], turn[1] - 1)
         engine = plain_engine(
-            self.loop, history, token, run_id=run_id, continues=before, conversation=turn
+            self.loop,
+            history,
+            token,
+            run_id=run_id,
+            continues=before,
+            conversation=turn,
+            budget=budget,
         )
         engine.reviews = reviewing(self.loop.dispatcher) is not None
         if self._team is not None:  # the handoffs' filters, asked in their own step
@@ -291,16 +316,22 @@ class DBOSLoop(Generic[OutputT]):
         return engine
 
     def _perform(
-        self, need: object, *, engine: Engine, steps: StepRunner, scope: CallScope
+        self,
+        need: object,
+        *,
+        engine: Engine,
+        steps: StepRunner,
+        scope: CallScope,
+        watched: tuple[str, ...],
     ) -> object:
         """Do what the engine asked, as a DBOS step; what the step recorded is the answer.
 
-        A step's ``cancel`` is the marker, read at the checkpoint it records.
+        A step's ``cancel`` is the markers', read at the checkpoint it records
+        (``watched``: the run's id, and its ancestors' for a child run).
         ``scope``: what each call's context holds (the run's deps, id and token).
         """
-        token, run_id = scope.cancel, scope.run_id
+        token = scope.cancel
         assert token is not None, "a workflow has its token"
-        assert run_id is not None, "and its id"
         if isinstance(need, Wait):  # before a retry: cancel_run(run_id) cuts it short (its message)
             message = DBOS.recv(APPROVAL_TOPIC, timeout_seconds=need.seconds)
             if type(message) is dict and message.get("cancel"):
@@ -309,7 +340,7 @@ class DBOSLoop(Generic[OutputT]):
         if isinstance(need, CheckOutput):  # the output validators: their problems recorded
             return steps.run(_CHECK, self._work.check_output, need.value, scope)["problems"]
         if isinstance(need, ReviewCalls):
-            answer = steps.run(_REVIEW, self._work.review, run_id, need.calls, scope)
+            answer = steps.run(_REVIEW, self._work.review, watched, need.calls, scope)
             if answer["cancel"]:
                 token.cancel()  # the checkpoint before the batch's first call
             return {call_id: recorded_verdict(data) for call_id, data in answer["answers"].items()}
@@ -318,8 +349,10 @@ class DBOSLoop(Generic[OutputT]):
             if isinstance(verdict, dict):  # a policy failed: the review recorded the outcome
                 return verdict
             recorded = verdict.record() if isinstance(verdict, Decision) else None
+            if self._agents.answers(need.call, scope):  # an agent tool's: a child workflow
+                return self._agents.call(need.call, recorded, scope, steps, _TOOL, watched)
             again = steps.replayed()
-            outcome = steps.run(_TOOL, self._work.call, run_id, need.call, again, recorded, scope)
+            outcome = steps.run(_TOOL, self._work.call, watched, need.call, again, recorded, scope)
             if outcome.pop("cancel"):
                 token.cancel()  # the checkpoint before the next tool or model ask
             if "raised" in outcome:
@@ -331,7 +364,7 @@ class DBOSLoop(Generic[OutputT]):
             answer = steps.run(
                 _MODEL,
                 self._work.ask,
-                run_id,
+                watched,
                 need.history,
                 engine.model_index,
                 retries(engine.events()),
@@ -340,10 +373,10 @@ class DBOSLoop(Generic[OutputT]):
                 engine.agent,
             )
         elif isinstance(need, FilterHistory):  # a handoff's filter: the view it sends
-            answer = steps.run(_FILTER, self._work.filter, run_id, need.model, need.history)
+            answer = steps.run(_FILTER, self._work.filter, watched, need.model, need.history)
         else:  # Summarise: a model step too, of the context policy's own model callback
             assert isinstance(need, Summarise), need
-            answer = steps.run(_MODEL, self._work.summarise, run_id, need.history)
+            answer = steps.run(_MODEL, self._work.summarise, watched, need.history)
         if answer.pop("cancel"):
             token.cancel()  # right after the reply (or, the first, before the ask)
         if "unasked" in answer:
@@ -371,8 +404,16 @@ _MISSING: Final = RecordedException("Missing", "no answer was recorded for this 
 
 
 @DBOS.workflow(name="agentloop.run")
-def _run(name: str, history: list[dict[str, Any]], recorded: dict[str, Any]) -> RunResult:
-    """A run of the DBOSLoop ``name``: its workflow id is the run id."""
+def _run(
+    name: str,
+    history: list[dict[str, Any]],
+    recorded: dict[str, Any],
+    handout: Handout | None = None,
+) -> RunResult:
+    """A run of the DBOSLoop ``name``: its workflow id is the run id.
+
+    ``handout``: a child run's, started by its parent's agent call (``child_workflows``).
+    """
     loop = _LOOPS.get(name)
     if loop is None:
         raise AgentloopError(
@@ -380,7 +421,7 @@ def _run(name: str, history: list[dict[str, Any]], recorded: dict[str, Any]) -> 
             f"none of that name (it has {sorted(_LOOPS)}): make it before DBOS.launch() in "
             "every worker process"
         )
-    return loop._drive(history, recorded)
+    return loop._drive(history, recorded, handout)
 
 
 # pending, decide, cancel_run and cancel_requested are defined in agentloop._dbos: named as ours.

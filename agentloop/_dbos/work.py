@@ -1,8 +1,10 @@
 """What each DBOS step of a run does: ask, summarise, filter, review, call a tool, check a final.
 
 Each returns its outcome as data (what the step records), with the cancel
-marker read at the checkpoint the step records. How a review's answers are
-recorded (``_verdict_data``) and read back (``recorded_verdict``) is here too.
+markers read at the checkpoint the step records: ``watched``, the run's id
+and, for an agent call's child run, its ancestors' (``marker.cancelled``).
+How a review's answers are recorded (``_verdict_data``) and read back
+(``recorded_verdict``) is here too.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import attrs
 
 from agentloop._core.approval import Decision
 from agentloop._core.json import exception_content
-from agentloop._dbos.marker import cancel_requested
+from agentloop._dbos.marker import cancelled
 from agentloop._drivers.awaiter import Awaiter
 from agentloop._drivers.run_context import CallScope, in_context, reviewed_in
 from agentloop._drivers.streams import is_stream, whole_reply
@@ -60,7 +62,7 @@ class StepWork:
 
     def ask(
         self,
-        run_id: str,
+        watched: tuple[str, ...],
         history: list[dict[str, Any]],
         model: int = 0,
         retries: int = 0,
@@ -77,7 +79,7 @@ class StepWork:
         ``first``: the run's first ask, before which the marker is read too.
         ``agent``: with handoffs, the agent in force, whose model is asked.
         """
-        if first and cancel_requested(run_id):
+        if first and cancelled(watched):
             return {"cancel": True, "unasked": True}
         answer: dict[str, Any]
         try:
@@ -97,15 +99,15 @@ class StepWork:
                 answer["wait"] = wait
         else:
             answer = reply_record(reply)[0]
-        answer["cancel"] = cancel_requested(run_id)
+        answer["cancel"] = cancelled(watched)
         return answer
 
-    def summarise(self, run_id: str, history: list[dict[str, Any]]) -> dict[str, Any]:
+    def summarise(self, watched: tuple[str, ...], history: list[dict[str, Any]]) -> dict[str, Any]:
         """(context) The ``agentloop.model`` step of a summary: its writer's reply, as data."""
         policy = self.loop.context
         assert policy is not None, "a summary is asked only under a context policy"
         assert policy.summariser is not None, "and only under summarise"
-        return _written(run_id, policy.summariser, history)
+        return _written(watched, policy.summariser, history)
 
     def check_output(self, value: Any, scope: CallScope) -> dict[str, Any]:
         """The ``agentloop.check_output`` step: the output validators' problems with a final.
@@ -122,12 +124,17 @@ class StepWork:
         return {"problems": problems}
 
     def filter(
-        self, run_id: str, handoff_filter: Callable[..., Any], history: list[dict[str, Any]]
+        self,
+        watched: tuple[str, ...],
+        handoff_filter: Callable[..., Any],
+        history: list[dict[str, Any]],
     ) -> dict[str, Any]:
         """The ``agentloop.handoff_filter`` step: what a handoff's filter sends the next agent."""
-        return _written(run_id, handoff_filter, history)
+        return _written(watched, handoff_filter, history)
 
-    def review(self, run_id: str, calls: list[dict[str, Any]], scope: CallScope) -> dict[str, Any]:
+    def review(
+        self, watched: tuple[str, ...], calls: list[dict[str, Any]], scope: CallScope
+    ) -> dict[str, Any]:
         """The ``agentloop.review`` step: what the policies answer about each call, as data.
 
         Each call reviewed in its context (``scope``: the run's deps, id and counters).
@@ -139,11 +146,11 @@ class StepWork:
             call["id"]: _verdict_data(reviewed_in(scope.handed(call), registry.review, call))
             for call in calls
         }
-        return {"answers": answers, "cancel": cancel_requested(run_id)}
+        return {"answers": answers, "cancel": cancelled(watched)}
 
     def call(
         self,
-        run_id: str,
+        watched: tuple[str, ...],
         call: dict[str, Any],
         again: bool,
         decision: dict[str, Any] | None,
@@ -172,14 +179,19 @@ class StepWork:
                 outcome = {"raised": exception_content(exc)}
             else:
                 outcome = outcome_record(got)[0]
-        outcome["cancel"] = cancel_requested(run_id)
+        outcome["cancel"] = cancelled(watched)
         return outcome
 
 
 def _written(
-    run_id: str, writer: Callable[[list[dict[str, Any]]], object], history: list[dict[str, Any]]
+    watched: tuple[str, ...],
+    writer: Callable[[list[dict[str, Any]]], object],
+    history: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """What ``writer`` (a summariser, a handoff's filter) answers ``history``, as data."""
+    """What ``writer`` (a summariser, a handoff's filter) answers ``history``, as data.
+
+    The markers of ``watched`` (the run and its ancestors) are read after it.
+    """
     answer: dict[str, Any]
     try:
         written = writer(history)
@@ -187,7 +199,7 @@ def _written(
         answer = raised_record(exc)
     else:
         answer = reply_record(written)[0]
-    answer["cancel"] = cancel_requested(run_id)
+    answer["cancel"] = cancelled(watched)
     return answer
 
 
@@ -207,10 +219,10 @@ def recorded_verdict(data: dict[str, Any] | None) -> Decision | dict[str, Any] |
     return recorded_outcome(data["outcome"])
 
 
-def batch_started(run_id: str) -> dict[str, Any]:
+def batch_started(watched: tuple[str, ...]) -> dict[str, Any]:
     """The ``agentloop.tool_started`` step, after a batch waited for a person: its start.
 
     The decisions came by message, which is no step of ours; this step's
     record marks the batch's first call as started.
     """
-    return {"cancel": cancel_requested(run_id)}
+    return {"cancel": cancelled(watched)}

@@ -525,3 +525,89 @@ def test_a_team_killed_after_its_handoff_recovers_with_the_agent_in_force(
         assert contents["c2"]["type"] == "OutcomeUnknown"
     else:
         assert contents["c2"] == 2
+
+
+# -- agents as tools: a worker killed while a child workflow's tool runs --------------------------
+
+CHILD_SCRIPT: list[Message] = [
+    {"kind": "call", "id": "k1", "name": "effect", "arguments": {"n": 1}},
+    {"kind": "call", "id": "k2", "name": "idem", "arguments": {"n": 2}},
+    {"kind": "final", "text": "child done"},
+]
+PARENT_SCRIPT: list[Message] = [
+    {"kind": "call", "id": "c1", "name": "agent", "arguments": {"input": as_input(CHILD_SCRIPT)}},
+    {"kind": "final", "text": "done"},
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill", [{"handler": 1}, {"effect": 1}])
+def test_a_killed_workers_child_workflow_resumes_where_it_was(
+    server: Server, tmp_path: Path, kill: dict[str, int]
+) -> None:
+    """The parent's agent call runs its child as a child workflow; the worker is killed
+    inside the child's non-idempotent tool (before or after its effect). The next process
+    recovers both: the parent gets its child's handle back, and the child goes on from its
+    recorded steps (only its unrecorded replies are asked for), its cut call answered
+    OutcomeUnknown, its effect at most once; the parent finishes with the child's result."""
+    from dbos import DBOSClient
+
+    job = sqlite_job(tmp_path, "boss", PARENT_SCRIPT, loop="parent")
+    url = job["db"]
+    ended = killed_and_recovered(server, job, kill)
+    # Recorded before the kill: the parent's first reply and the child's; not asked again.
+    assert ended["asked"] == 3
+    got = ended["result"]
+    assert (got["status"], got["steps"], got["calls"]) == ("finished", 2, 1)
+    assert [(m["id"], m["status"], m["content"]) for m in got["transcript"] if "status" in m] == [
+        ("c1", "ok", "child done")
+    ]
+    sink = tmp_path / "effects"
+    lines = sink.read_text().splitlines() if sink.exists() else []
+    assert lines == ([] if "handler" in kill else ["effect boss:c1:k1"]) + ["idem boss:c1:k2"]
+    client = DBOSClient(system_database_url=url)
+    try:
+        child: agentloop.RunResult = client.retrieve_workflow("boss:c1").get_result()
+        status = client.retrieve_workflow("boss:c1").get_status()
+    finally:
+        client.destroy()
+    assert (child.status, child.steps, child.calls) == ("finished", 3, 2)
+    results = {m["id"]: m for m in child.transcript if m["kind"] == "tool_result"}
+    assert results["k1"]["content"]["type"] == "OutcomeUnknown"
+    assert (results["k2"]["status"], results["k2"]["content"]) == ("ok", 6)
+    assert status.parent_workflow_id == "boss"
+
+
+@pytest.mark.slow
+def test_a_parents_cancellation_reaches_its_child_across_a_killed_worker(
+    server: Server, tmp_path: Path
+) -> None:
+    """Killed inside the child's second ask, then cancel_run of the parent from this process
+    (a client): the recovered child takes the reply and, at the checkpoint right after it,
+    reads its parent's marker and ends cancelled; the parent's call is answered cancelled,
+    and the parent ends cancelled. The child's first call's effect happened once."""
+    from dbos import DBOSClient
+
+    from agentloop.dbos import cancel_run
+
+    job = sqlite_job(tmp_path, "doomed", PARENT_SCRIPT, loop="parent")
+    url = job["db"]
+    # The parent's first ask, then the child's first and second: killed in the third.
+    ended = server.job(job | {"mode": "start", "kill": {"model": 3}})
+    assert ended.get("signal") == signal.SIGKILL, ended
+    client = DBOSClient(system_database_url=url)
+    try:
+        cancel_run("doomed", client=client)
+        ended = server.job(job | {"mode": "recover"})
+        child: agentloop.RunResult = client.retrieve_workflow("doomed:c1").get_result()
+    finally:
+        client.destroy()
+    got = ended["result"]
+    assert (got["status"], got["steps"], got["calls"]) == ("cancelled", 1, 1)
+    assert [(m["id"], m["status"]) for m in got["transcript"] if "status" in m] == [
+        ("c1", "cancelled")
+    ]
+    assert (child.status, child.steps, child.calls) == ("cancelled", 2, 1)
+    assert [(m["id"], m["status"]) for m in child.transcript if "status" in m] == [("k1", "ok")]
+    assert ended["asked"] == 1  # the child's second ask, whose reply the cancel rejected
+    assert (tmp_path / "effects").read_text().splitlines() == ["effect doomed:c1:k1"]

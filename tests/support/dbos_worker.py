@@ -16,8 +16,10 @@ line from stdin and answers with one JSON line on stdout:
 A job's ``"loop"`` names the DBOSLoop it starts or recovers a run of:
 ``"scripted"`` (the default); ``"provided"``, whose runs are given deps by
 a provider that writes each call of it as an effect (``"provided"``, with the
-process id and the run id); or ``"team"``, whose "triage" agent may hand the
-run to "special" (``transfer_to_special``).
+process id and the run id); ``"team"``, whose "triage" agent may hand the
+run to "special" (``transfer_to_special``); or ``"parent"``, whose agent tool
+``agent`` runs the scripted loop as a child workflow (its input is the
+child's script).
 
 The model reads its script from the run's input (the first message's text
 is the script as JSON), so one ``DBOSLoop`` serves runs of any script. The
@@ -188,6 +190,24 @@ def team() -> agentloop.Loop:
     return loop(name="triage", handoffs=[agentloop.handoff(loop(name="special"))])
 
 
+def parent() -> agentloop.Loop:
+    """The "parent" loop: the scripted loop's tools and an agent tool, ``agent``, running it.
+
+    The parent's script calls ``agent`` with a child's script as its input.
+    """
+    tools = agentloop.ToolRegistry(
+        [
+            agentloop.Tool(effect, name="effect"),
+            agentloop.Tool(idem, name="idem", idempotent=True),
+            agentloop.Tool(fail, name="fail"),
+            loop().as_tool("agent", "A child run of the scripted loop."),
+        ]
+    )
+    return agentloop.Loop(
+        model, tools=tools, max_steps=MAX_STEPS, max_calls=MAX_CALLS, listeners=[_listener]
+    )
+
+
 def result_json(result: agentloop.RunResult) -> dict[str, Any]:
     """What the tests compare: status, counters, transcript."""
     return {
@@ -220,6 +240,7 @@ def _launch(job: dict[str, Any]) -> DBOSLoop:
         "scripted": DBOSLoop(loop(), name="scripted"),
         "provided": DBOSLoop(loop(provided=True), name="provided", deps=provide),
         "team": DBOSLoop(team(), name="team"),
+        "parent": DBOSLoop(parent(), name="parent"),
     }
     DBOSLoop(loop(policy=True), name="approving")
     from dbos._dbos import _get_or_create_dbos_registry
