@@ -36,7 +36,7 @@ from agentloop._drivers.run_context import CallScope, RunContext, in_context, ke
 from agentloop._durable.bodies import outcome_record, recorded_outcome
 from agentloop._durable.ids import child_run_id
 from agentloop._errors import AgentloopError
-from agentloop._loop.agent_tool import AgentTool, refuse_durable
+from agentloop._loop.agent_tool import AgentTool
 from agentloop._loop.deps import for_run
 from agentloop._tools.registry import ToolRegistry
 
@@ -79,7 +79,6 @@ class AgentCalls:
                 self._agents[name] = each
         try:
             for agent, member in self._agents.items():
-                refuse_durable(member.dispatcher, "DBOSLoop")
                 for tool in _agent_tools(member.dispatcher):
                     # Given by the tool's deps=(ctx) when it has one: checked when it runs.
                     provider = loop._deps if tool._deps is None else _mapped

@@ -17,6 +17,7 @@ from dbos._error import DBOSNonExistentWorkflowError
 from dbos._utils import INTERNAL_QUEUE_NAME
 
 from agentloop._dbos.decisions import APPROVAL_TOPIC
+from agentloop._dbos.descendants import runs_below
 
 __all__ = ["cancel_requested", "cancel_run", "cancelled", "workflow_exists"]
 
@@ -37,7 +38,9 @@ def cancel_run(run_id: str, *, client: DBOSClient | None = None) -> None:
     crash of the run's worker. The run ends ``cancelled`` at its next
     checkpoint: before its next model ask (or its first), right after a
     reply, or before its next tool, with every call of its batch answered.
-    A run that ended already is unchanged. (``DBOS.cancel_workflow`` stops
+    A run that ended already is unchanged. The runs below it (its agent
+    calls' child workflows) end ``cancelled`` too, at their next checkpoint,
+    or at once if one waits for a person. (``DBOS.cancel_workflow`` stops
     a workflow where it is instead: the run then has no result, and a call
     cut off has no answer.)
     """
@@ -56,10 +59,14 @@ def cancel_run(run_id: str, *, client: DBOSClient | None = None) -> None:
             "workflow_id": marker,
         }
         client.enqueue(options, run_id)
-    # A run waiting for a person waits in recv, where no step reads the marker.
+    # A run waiting for a person waits in recv, where no step reads the marker; so may a run
+    # below it (an agent call's child), which reads the run's marker at its checkpoints. Each
+    # that began before the marker is found here; one begun after reads the marker first.
     via: Any = DBOS if client is None else client
-    with contextlib.suppress(DBOSNonExistentWorkflowError):  # not started yet: the marker does
-        via.send(run_id, {"cancel": True}, APPROVAL_TOPIC)
+    woken = [run_id, *(below for _, below in runs_below(run_id, via))]
+    for waiting in woken:
+        with contextlib.suppress(DBOSNonExistentWorkflowError):  # not started: the marker does
+            via.send(waiting, {"cancel": True}, APPROVAL_TOPIC)
 
 
 def cancel_requested(run_id: str, *, client: DBOSClient | None = None) -> bool:
