@@ -90,9 +90,9 @@ def runs(
 def _child_of(status: Any, ids: set[str]) -> str | None:
     """The run whose agent call ``status``'s run answers, if it is one listed in ``ids``."""
     parent: str | None = status.parent_workflow_id
-    if parent is not None and parent in ids and child_call_id(parent, status.workflow_id) is not None:
-        return parent
-    return None
+    if parent is None or parent not in ids:
+        return None
+    return parent if child_call_id(parent, status.workflow_id) is not None else None
 
 
 def pending(url: str) -> int:

@@ -18,6 +18,10 @@ calls above it (each run's id, call id and counters at the hand-out). Its
 steps read its ancestors' cancel markers as well as its own, and its
 worker makes its deps again from the lineage: the top run's provider's, each
 agent tool's ``deps=`` applied on the way down (``child_deps``).
+
+A child whose policy asks a person waits in its own workflow, as any run
+does (``decisions.py``), while its parent's workflow waits for its result:
+the parent's ``pending`` and ``decide`` reach it by its derived id.
 """
 
 from __future__ import annotations

@@ -400,4 +400,3 @@ def _forwarding(reporter: Reporter) -> Any:
         reporter.hand_on(item.under(call_id) if type(item) is Nested else Nested((call_id,), item))  # type: ignore[arg-type]
 
     return forward
-

@@ -1684,7 +1684,8 @@ def test_decisions_for_a_dbos_child_are_checked_before_anything_is_sent(
 ) -> None:
     """A key that is not a pending call's (the child's call id alone, another call's path),
     a missing one, a decision bound to another call: refused with what was expected and
-    what was given, nothing sent; the child still waits, and goes on once decided."""
+    what was given, nothing sent; the child still waits, and goes on once decided (here
+    on the child itself, by its own call ids)."""
     world = World()
     runs = make(asking_team(world))
     run_id = new_id()
@@ -1709,7 +1710,8 @@ def test_decisions_for_a_dbos_child_are_checked_before_anything_is_sent(
     assert sent == []
     assert agentloop.dbos.pending(run_id) == waiting
     monkeypatch.setattr(DBOS, "send", send)
-    agentloop.dbos.decide(run_id, {p.key: p.approve() for p in waiting})
+    # On the child itself, by its own call ids: the same wait.
+    agentloop.dbos.decide(f"{run_id}:c1", {p.call_id: p.approve() for p in waiting})
     result = handle.get_result()
     assert (result.status, result.children["c1"].status) == ("finished", "finished")
     assert [kind for kind, _ in world.effects] == ["effect", "effect", "idem"]
@@ -1788,3 +1790,35 @@ def test_the_command_line_lists_and_decides_a_dbos_childs_call_by_its_path(
     result = handle.get_result()
     assert (result.status, result.children["c1"].status) == ("finished", "finished")
     assert [kind for kind, _ in world.effects] == ["effect", "idem"]
+
+
+def test_cancel_run_of_the_parent_wakes_a_child_waiting_before_a_retry(make: Any) -> None:
+    """The message cancel_run sends reaches the runs below the parent too: a child in a
+    long wait before a retry is woken at once (waited [cancel_requested], no new ask), and
+    both end cancelled."""
+    run_id = new_id()
+    asks: list[int] = []
+
+    def model(history: list[Message]) -> Message:
+        asks.append(1)
+        raise TimeoutError("slow")
+
+    def cancel_on_backoff(transition: agentloop.Transition) -> None:
+        if transition.dest == "backing_off":
+            sent_from_another_thread(agentloop.dbos.cancel_run, run_id)
+
+    child = agentloop.Loop(
+        model, retry=RetryPolicy(base=60.0, jitter=0.0), listeners=[cancel_on_backoff]
+    )
+    parent = agentloop.Loop(
+        scripted(PARENT_SCRIPT), tools=[child.as_tool("research", "Look it up.")]
+    )
+    started = time.monotonic()
+    result = make(parent).run("go", run_id=run_id)
+    assert time.monotonic() - started < 20  # not the wait (at least 30 s)
+    kid = result.children["c1"]
+    assert [(t.trigger, t.guard) for t in kid.events][-1] == ("waited", "cancel_requested")
+    assert (result.status, kid.status, len(asks)) == ("cancelled", "cancelled", 1)
+    assert [(m["id"], m["status"]) for m in result.transcript if "status" in m] == [
+        ("c1", "cancelled")
+    ]
