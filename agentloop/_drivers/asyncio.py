@@ -97,9 +97,11 @@ class AsyncRun(RunView[OutputT]):
         if review is not None:
             engine.reviews = True
         self._cancel, self._model_timeout, self._to_thread = cancel, model_timeout, to_thread
+        scope = scope or CallScope(engine, None, None, cancel)  # each call's: its deps, ids
         # The running calls of a batch (max_concurrency > 1), by id, in start order.
+        concurrent = max_concurrency > 1
         self._batch = (
-            ConcurrentBatch(engine, cancel, max_concurrency) if max_concurrency > 1 else None
+            ConcurrentBatch(engine, cancel, max_concurrency, scope.children) if concurrent else None
         )
         # A tuple, () unless subscribed: no list of its own for each run in flight to hold.
         self._listeners: tuple[tuple[Listener, bool], ...] = ()
@@ -110,7 +112,6 @@ class AsyncRun(RunView[OutputT]):
         self._streamed_reply: object = None
         # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
         self._asked_at: float | None = None
-        scope = scope or CallScope(engine, None, None, cancel)  # each call's: its deps, ids
         # Its agent tools' child runs' results, and the children that wait, by call id.
         self.children, self._waiting = scope.children, scope.waiting
         self._dispatch = ain_context(dispatch, self._delta_listeners, scope)
@@ -205,7 +206,7 @@ class AsyncRun(RunView[OutputT]):
                     transition = await batch.step(self._reviewed, self._tool, self._around)
                 else:  # the one transition, each request awaited (transition.pump, with awaits)
                     around = self._around
-                    steps = one_transition(engine)
+                    steps = one_transition(engine, None, self.children)
                     try:
                         need = steps.send(None)
                         while True:

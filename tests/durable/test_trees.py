@@ -615,3 +615,25 @@ def test_a_run_cut_mid_batch_reads_back_with_the_child_of_each_call_its_end_answ
     assert Process(tree, world, memory).go(False) == want
     for run_id in run_ids(memory):
         check_record(memory, run_id, None, world)
+
+
+@pytest.mark.parametrize("interrupts", [False, True])
+def test_a_crash_as_a_cut_child_writes_its_end_stops_the_tree(interrupts: bool) -> None:
+    """asyncio, two agent calls at once; a grandchild's model cancels the token, and the
+    process dies (or is interrupted) as c2's child, cut by it, writes its end. Nothing is
+    written after: the parent does not end as though its cut child had ended."""
+    leaf = Node("n.0.0", (final("n.0.0 done"),), (), 1, 1, frozenset())
+    middle = Node(
+        "n.0", (call("c1", "agent0", input="deeper"), final("n.0 done")), (leaf,), 1, 1, frozenset()
+    )
+    two = batch(call("c1", "agent0", input="a"), call("c2", "agent0", input="b"))
+    top = Node("n", (two, final("n done")), (middle,), 1, 2, frozenset())
+    tree = Tree(top, "async", 2, 0, False, ("n.0.0", 0), 0.0, "before", interrupts=interrupts)
+    ordered = OrderedLedger()
+    to_the_end(tree, World(), ordered, start=True)
+    at = ordered.order.index(("r1:c2", "end", "")) + 1
+    memory = MemoryLedger()
+    kind = InterruptingLedger if interrupts else CrashingLedger
+    with pytest.raises(KeyboardInterrupt if interrupts else Crash):
+        Process(tree, World(), kind(memory, at, "before")).go(True)
+    assert [r.kind for r in memory.records["r1"]] == ["tool_started", "tool_started"]
