@@ -637,3 +637,41 @@ def test_a_crash_as_a_cut_child_writes_its_end_stops_the_tree(interrupts: bool) 
     with pytest.raises(KeyboardInterrupt if interrupts else Crash):
         Process(tree, World(), kind(memory, at, "before")).go(True)
     assert [r.kind for r in memory.records["r1"]] == ["tool_started", "tool_started"]
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_a_child_begun_before_a_crash_ends_with_its_parent_cancelled_on_resume(
+    driver: Driver, concurrency: int
+) -> None:
+    """The process dies inside a child, its first call started; the parent is resumed with
+    its token cancelled, so the agent call never runs again. The child ends cancelled first,
+    not left mid-batch under a parent that ended: as a resumed run the cancel stops before
+    its started call runs again, its reply is rejected (no call without its result)."""
+    if driver == "sync" and concurrency == 2:
+        pytest.skip("calls at once are asyncio's")
+    child = Node("n.0", (call("c1", "effect", n=1), final("n.0 done")), (), 3, 3, frozenset())
+    two = batch(call("c1", "agent0", input="go"), call("c2", "idem", n=1))
+    top = Node("n", (two, final("n done")), (child,), 2, 2, frozenset())
+    tree = Tree(top, driver, concurrency, 0, False, None, 0.0, "after")
+    ordered = OrderedLedger()
+    to_the_end(tree, World(), ordered, start=True)
+    at = ordered.order.index(("r1:c1", "tool_started", "c1")) + 1
+    memory, world = MemoryLedger(), World()
+    with pytest.raises((Crash, LedgerError)):
+        Process(tree, world, CrashingLedger(memory, at, "after")).go(True)
+    gc.collect()
+    result = Process(tree, world, memory).go(False, cancelled=True)
+    assert (result.status, result.children["c1"].status) == ("cancelled", "cancelled")
+    kid = view_run(memory, "r1:c1").result
+    assert (kid.status, kid.steps, kid.calls, kid.transcript) == (
+        "cancelled",
+        1,
+        1,
+        [{"kind": "user", "text": "go"}],
+    )
+    assert [r.kind for r in memory.records["r1:c1"]] == ["tool_started", "end"]
+    assert Process(tree, world, memory).go(False) == result
+    for run_id in run_ids(memory):
+        check_record(memory, run_id, None, world)
+    assert memory.claimed == set()
