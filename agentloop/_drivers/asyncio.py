@@ -98,11 +98,8 @@ class AsyncRun(RunView[OutputT]):
             engine.reviews = True
         self._cancel, self._model_timeout, self._to_thread = cancel, model_timeout, to_thread
         scope = scope or CallScope(engine, None, None, cancel)  # each call's: its deps, ids
-        # The running calls of a batch (max_concurrency > 1), by id, in start order.
-        concurrent = max_concurrency > 1
-        self._batch = (
-            ConcurrentBatch(engine, cancel, max_concurrency, scope.children) if concurrent else None
-        )
+        limit = max_concurrency  # above 1: the running calls of a batch, by id, in start order
+        self._batch = ConcurrentBatch(engine, cancel, limit, scope.children) if limit > 1 else None
         # A tuple, () unless subscribed: no list of its own for each run in flight to hold.
         self._listeners: tuple[tuple[Listener, bool], ...] = ()
         for listener in listeners:
@@ -251,6 +248,8 @@ class AsyncRun(RunView[OutputT]):
         except BaseException as exc:
             if not (refused or isinstance(exc, Exception)):
                 # A cancelled task, Ctrl-C, or the caller left the loop mid-reply: the run ends.
+                if batch is not None:
+                    await batch.interrupted(exc)
                 self._notify_interrupted(self._interrupted(exc))
                 if batch is not None:
                     batch.drop()

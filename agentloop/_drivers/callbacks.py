@@ -35,6 +35,7 @@ __all__ = [
     "TokenCancelled",
     "bind_model",
     "capture_interrupt",
+    "cut_usage",
     "ended_by_token",
     "given_history",
     "is_async",
@@ -215,7 +216,7 @@ class TokenCancelled(asyncio.CancelledError):
 
     #: What a streaming reply had delivered when the token cut it off (the driver sets it).
     partial_text: str | None = None
-    #: What the child runs of the calls it cut spent (``ended_by_token`` sets it).
+    #: What the child runs of the calls it cut spent (``cut_usage`` sets it).
     usage: dict[str, int] | None = None
 
 
@@ -268,16 +269,27 @@ def ended_by_token(
     """The run, interrupted by its token while a request was out, ends cancelled.
 
     What a streaming reply had delivered (``exc.partial_text``) is kept on the event, and
-    what the child runs of the calls it cuts spent (``children``: agent tools' results by
-    call id, each ended by now) on its usage, rolled into the run's as an answer's is.
+    what the child runs of the calls it cuts spent on its usage (``cut_usage``).
+    """
+    cut_usage(engine, exc, children)
+    transition = engine.interrupted(exc, partial_text=exc.partial_text)
+    assert transition is not None, "a request was outstanding, so the run was not over"
+    return transition
+
+
+def cut_usage(
+    engine: Engine, exc: BaseException, children: Mapping[str, RunResult[Any]] | None
+) -> None:
+    """Put on ``exc`` what the child runs of the running calls it cuts spent, if anything.
+
+    ``children``: the run's agent calls' child runs by call id, each ended by now. The
+    engine reads ``exc.usage`` as the interruption's (a failed model call's is read so):
+    it rolls into the run's usage, as an answered child's does.
     """
     spent = [children[c].usage for c in engine.running if c in children] if children else ()
     total = Usage(*map(sum, zip(*spent, strict=True))) if spent else Usage()
     if total != Usage():
-        exc.usage = total._asdict()
-    transition = engine.interrupted(exc, partial_text=exc.partial_text)
-    assert transition is not None, "a request was outstanding, so the run was not over"
-    return transition
+        exc.usage = total._asdict()  # type: ignore[attr-defined]  # read from its own dict
 
 
 class CapturedInterrupt:

@@ -20,6 +20,7 @@ from agentloop._drivers.callbacks import (
     CapturedInterrupt,
     TokenCancelled,
     capture_interrupt,
+    cut_usage,
     ended_by_token,
     unless_cancelled,
 )
@@ -180,6 +181,16 @@ class ConcurrentBatch:
         """
         await self._dropped(self.drop())
         return ended_by_token(self._engine, exc, self._children)
+
+    async def interrupted(self, exc: BaseException) -> None:
+        """The run's task was cancelled (``exc``) while calls ran: their tasks end first.
+
+        As a task group's do, each agent call's child run with its own (``cut_usage``).
+        Ctrl-C and the like wait for none: the process is going down.
+        """
+        if isinstance(exc, asyncio.CancelledError) and self.tasks:
+            await asyncio.wait(self.drop())  # what raised in them is dropped: exc goes on
+            cut_usage(self._engine, exc, self._children)
 
     def drop(self) -> list[asyncio.Task[object]]:
         """Cancel every running call's task: the engine has answered them ``cancelled``."""

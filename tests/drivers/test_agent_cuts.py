@@ -21,22 +21,23 @@ from agentloop.ledger import SQLiteLedger, view_run
 from agentloop.review import run_from_json, run_to_json
 from agentloop.testing import ScriptedModel, assert_contract, batch, call, final, with_usage
 from tests.support.helpers import DRIVERS, AsyncDriver, Driver
+from tests.support.ledgers import stored
 
 Message = dict[str, Any]
 
 
-def child_of(token: CancelToken, wait_on: str | None = None) -> Loop[Any]:
+def child_of(token: CancelToken, wait_on: str | None = None, cancels: str = "b") -> Loop[Any]:
     """A child that spends 12 tokens on its first reply, a call of ``lookup`` on its input.
 
-    ``lookup("b")`` cancels the token; ``lookup(wait_on)`` awaits until cancelled.
+    ``lookup(cancels)`` cancels the token; ``lookup(wait_on)`` awaits until cancelled.
     """
 
     async def lookup(q: str) -> str:
         """Look a question up."""
         await asyncio.sleep(0)
-        if q == "b":
+        if q == cancels:
             token.cancel()
-        if q == wait_on:
+        if q in (wait_on or ""):
             await asyncio.Event().wait()
         return f"found {q}"
 
@@ -125,4 +126,32 @@ def test_a_durable_parent_records_the_usage_of_children_a_cancel_cut(
     assert (read.usage, read.events[-1].usage) == (live.usage, live.events[-1].usage)
     assert read == live
     assert asyncio.run(parent.aresume("r1")) == live
+    ledger.close()
+
+
+def test_a_parent_whose_task_is_cancelled_ends_after_its_children_at_once(
+    tmp_path: Path,
+) -> None:
+    """asyncio, calls at once: both children wait in their tools when the parent's task is
+    cancelled (not its token). The calls' tasks end first, as a task group's do: each
+    child's end is committed before the parent's, and their tokens count in its usage."""
+    path = tmp_path / "runs.db"
+    ledger = SQLiteLedger(path)
+    parent = parent_of(child_of(CancelToken(), wait_on="ab", cancels=""), 2, ledger)
+
+    async def cancelled_while_they_wait() -> None:
+        task = asyncio.ensure_future(parent.arun("write", run_id="r1"))
+        for _ in range(20):
+            await asyncio.sleep(0)  # both children reach their tools, and wait there
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled_while_they_wait())
+    read = view_run(ledger, "r1").result
+    check_cut(read, {"c1": ("cancelled", 12), "c2": ("cancelled", 12)})
+    ends = [run_id for run_id, kind, _ in stored(path) if kind == "end"]
+    assert ends[-1] == "r1"
+    assert sorted(ends[:-1]) == ["r1:c1", "r1:c2"]
+    assert asyncio.run(parent.aresume("r1")) == read
     ledger.close()
