@@ -8,7 +8,11 @@ a DBOS step, so DBOS records it before the engine takes it:
 * ``agentloop.model``: each model call, with its reply (or what the model
   raised) as the step's output: recovery never asks the model again;
 * ``agentloop.tool``: each call's outcome (the dispatcher, so the handler,
-  runs inside it).
+  runs inside it);
+* ``agentloop.review``: the policies' answers about a batch;
+  ``agentloop.check_output``: the output validators' problems with a final;
+  ``agentloop.handoff_filter``: the view a handoff's filter sends the next
+  agent (with handoffs, each model step asks the agent in force's model).
 
 After a crash, DBOS runs the workflow again from the top in a worker; every
 step it recorded returns its recorded output instead of running, so a fresh
@@ -47,6 +51,16 @@ process) and waits in ``DBOS.recv`` for the decisions ``decide(run_id,
 ...)`` sends from any process. Both are durable: a worker that dies while
 the run waits leaves it waiting, and the worker that recovers it takes the
 decisions.
+
+Agents as tools (``Loop.as_tool``): the child run of each agent call is a
+DBOS child workflow of the run's, ``child_run_id(run_id, call_id)``, of a
+``DBOSLoop`` the parent's made for the agent tool's Loop (named
+``f"{name}/{tool}"``). The parent records its start and its result (a
+recovery gets the same child back, never starting it again), then the
+call's outcome in an ``agentloop.tool`` step; the child records its own
+steps, and reads its ancestors' cancel markers as well as its own. A child
+Loop whose tools have policies is refused: its wait for a person would not
+reach its parent's.
 
 Needs the ``dbos`` extra; importing this module without it raises an
 ``ImportError`` that says so. Import it before ``DBOS.launch()``: it

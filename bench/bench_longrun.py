@@ -30,7 +30,10 @@ collector walks, or its freed memory) are another's cost:
 
 Which S: the CPU at 100, 300 and 1,000 for every framework, and at 3,000 for
 agentloop and the peer fastest at 300 (LangGraph); memory at 100 and 300 for
-every framework, at 1,000 for those two, at 3,000 for agentloop. On a shared
+every framework, at 1,000 for those two, at 3,000 for agentloop; and for
+pydantic-ai, whose peak the target names, at every S (traced at 3,000 it
+takes about a quarter of an hour: an extrapolation understated it by a
+quarter). On a shared
 2-core machine the slow peers took 15 s (pydantic-ai) and 28 s (the Agents
 SDK) of CPU at 1,000 and would take about 219 s and 455 s at 3,000, traced 4
 to 8 times that: run there, they would make ``make bench`` a half-hour job.
@@ -77,15 +80,10 @@ And the cost of a model step as the history grows, at S = 100 and 3,000:
 Targets (issue 38): a finished run in memory at most 4x its transcript's
 compact JSON; its run file at most 1.5x; its ledger no larger than its run
 file; agentloop's peak memory growth at S = 3,000 at most pydantic-ai's; the
-adapter's cost per step at S = 3,000 at most 2x its cost at S = 100. The
-adapter's is met (the built-in adapters convert each message once) and
-enforced, and so is the run file's (version 6: the transcript once, each event
-only what it adds; 1.48x at S = 1,000 and 3,000); the others are the
-lean-records work still to do, so they are open
-(``targets.py``): each is printed with its measured value and PASS or MISS,
-and a MISS does not fail the bench. A target moves to ``ENFORCED`` once it is
-met, and from then on a MISS fails it, and ``make bench`` with it. The bench fails if a run does not
-end as it should.
+adapter's cost per step at S = 3,000 at most 2x its cost at S = 100. Each is
+met and enforced (``ENFORCED``): printed with its measured value and PASS or
+MISS (``targets.py``), and a MISS fails the bench, and ``make bench`` with
+it. The bench fails too if a run does not end as it should.
 """
 
 from __future__ import annotations
@@ -131,7 +129,7 @@ MIB = 2**20
 
 #: The targets of issue 38 that are met, and so may no longer be missed (``targets.py``):
 #: "memory", "runfile", "ledger", "peak", "adapter".
-ENFORCED: frozenset[str] = frozenset({"adapter", "memory", "runfile"})
+ENFORCED: frozenset[str] = frozenset({"adapter", "ledger", "memory", "peak", "runfile"})
 
 
 def read(n: int) -> str:
@@ -388,6 +386,11 @@ def at(points: dict[int, float], s: int) -> tuple[float, bool]:
     return points[largest] * (s / largest) ** local, True
 
 
+#: The peer whose peak memory growth agentloop's must not pass (issue 38): traced at every S,
+#: since an extrapolation understates it (from S=300 and 1,000: 4.96 MiB; measured: 6.57).
+PEAK_PEER = "pydantic-ai"
+
+
 def long_runs(
     names: list[str], quick: bool, every: bool
 ) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, float]]]:
@@ -400,6 +403,8 @@ def long_runs(
     for s in grid:
         timed = names if every or s <= grid[-2] else fast
         traced = names if every or s <= 300 else fast if s <= 1000 else ["agentloop"]
+        if not quick and PEAK_PEER in names:  # the peak target's figure: measured, never ~
+            traced = list(dict.fromkeys([*traced, PEAK_PEER]))
         for turn in range(rounds):
             for name in timed[turn % len(timed) :] + timed[: turn % len(timed)]:
                 times = cpu[name].setdefault(s, [])
@@ -657,7 +662,10 @@ def main() -> int:
         theirs, guessed = at(mib["pydantic-ai"], largest)
         shown = f"{ours_mib:.1f} vs {'~' if guessed else ''}{theirs:.1f} MiB"
         label = f"S={largest:,}: peak memory <= pydantic-ai's"
-        ok &= target("peak", label, ours_mib, theirs, shown)
+        if guessed:  # --quick: not traced there; a guess judges nothing
+            verdict(label, ours_mib, theirs, shown, open_in="pydantic-ai's figure extrapolated")
+        else:
+            ok &= target("peak", label, ours_mib, theirs, shown)
     step = adapter[large][0] / adapter[small][0]
     label = f"openai_chat step: S={large:,} <= 2x S={small}"
     ok &= target("adapter", label, step, 2.0, f"{step:.1f}x")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -51,24 +52,44 @@ def is_url(text: str) -> bool:
 def runs(
     url: str, states: Iterable[str], *, flat: bool = False, conversation: str | None = None
 ) -> int:
-    """Every run on DBOS (of ``states`` only, if any): a line each, as for a ledger."""
+    """Every run on DBOS (of ``states`` only, if any): a line each, as for a ledger.
+
+    An agent tool's child run (a child workflow of a run, under its derived
+    id) is counted on its parent's line, not listed (``flat`` lists it too).
+    """
     wanted = set(states)
     shown = []
     with _client(url) as (client, dbos):
-        for status in client.list_workflows(name=_WORKFLOW, load_input=False):
+        found = client.list_workflows(name=_WORKFLOW, load_input=False)
+        ids = {status.workflow_id for status in found}
+        children = Counter(
+            status.parent_workflow_id for status in found if _child_of(status, ids) is not None
+        )
+        for status in found:
+            if not flat and _child_of(status, ids) is not None:
+                continue  # on its parent's line
             turn = parse_turn(status.workflow_id)  # a conversation's turn: its id says so
             state, steps, calls, waiting = _summary(client, dbos, status)
             if (wanted and state not in wanted) or not in_conversation(turn, conversation):
                 continue
             changed = None if status.updated_at is None else status.updated_at / 1000
+            mine = children[status.workflow_id]
             shown.append(
-                Listed(status.workflow_id, turn, state, steps, calls, changed, len(waiting))
+                Listed(status.workflow_id, turn, state, steps, calls, changed, len(waiting), mine)
             )
     if not shown:
         print_lines([f"no run{which_runs(wanted, conversation)} in the DBOS system database"])
         return 0
     print_lines(run_table(shown, flat=flat))
     return 0
+
+
+def _child_of(status: Any, ids: set[str]) -> str | None:
+    """The run whose agent call ``status``'s run answers, if it is one listed in ``ids``."""
+    parent, run_id = status.parent_workflow_id, status.workflow_id
+    if parent in ids and run_id.startswith(f"{parent}:"):  # child_run_id: one ':' more
+        return parent if ":" not in run_id[len(parent) + 1 :] else None
+    return None
 
 
 def pending(url: str) -> int:

@@ -1,7 +1,9 @@
 """The DBOS driver: ``DBOSLoop`` (``loop.py``), runs as DBOS workflows, and its parts.
 
 The step runner (``steps.py``), each step's work (``work.py``), the cancel
-marker (``marker.py``) and the wait for a person (``decisions.py``).
+marker (``marker.py``), the wait for a person (``decisions.py``),
+conversations (``turns.py``) and agent calls' child workflows
+(``child_workflows.py``).
 ``agentloop.dbos`` is the public module; it checks that DBOS is installed
 before it imports anything here.
 """

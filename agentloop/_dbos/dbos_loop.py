@@ -3,7 +3,8 @@
 The workflow is a driver like ``Run``: a short loop over the engine's
 protocol, where what comes from outside is a DBOS step, recorded before the
 engine takes it. ``agentloop.dbos`` says what it guarantees; ``steps.py``,
-``work.py``, ``marker.py`` and ``decisions.py`` beside this module are its parts.
+``work.py``, ``marker.py``, ``decisions.py`` and ``child_workflows.py`` (agent
+calls) beside this module are its parts.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ from uuid import uuid4
 
 from dbos import DBOS, DBOSClient, EnqueueOptions, Queue, SetWorkflowID, WorkflowHandle
 
+from agentloop._core.agents import with_filters
 from agentloop._core.approval import Decision
-from agentloop._core.context_policy import Summarise
+from agentloop._core.children import Children
+from agentloop._core.context_policy import FilterHistory, Summarise
 from agentloop._core.engine import Engine
+from agentloop._core.requests import CheckOutput, uncalled_check
 from agentloop._core.rows.retry import retries
 from agentloop._core.values import (
     AskModel,
+    Budget,
     CancelToken,
     OutputT,
     RecordedException,
@@ -31,6 +36,7 @@ from agentloop._core.values import (
     Transition,
     Wait,
 )
+from agentloop._dbos.child_workflows import AgentCalls, Handout, driven_with
 from agentloop._dbos.decisions import (
     APPROVAL_TOPIC,
     wait_for_decisions,
@@ -43,14 +49,14 @@ from agentloop._drivers.run_context import CallScope
 from agentloop._drivers.transition import LOG, drain, log, pump
 from agentloop._durable.bodies import recorded_answer, recorded_outcome
 from agentloop._durable.ids import parse_turn, turn_run_id
-from agentloop._durable.journal import fingerprint, idempotent_tools
+from agentloop._durable.journal import fingerprint
 from agentloop._durable.resume import checked_run_id, differences, mismatch
 from agentloop._errors import AgentloopError
-from agentloop._loop.agent_tool import refuse_durable
 from agentloop._loop.deps import deps_provider
 from agentloop._loop.engines import plain_engine
 from agentloop._loop.loop import Loop
 from agentloop._loop.settings import run_input
+from agentloop._loop.team import filters_of, team_of, team_record
 from agentloop._tools.registry import reviewing
 
 __all__ = ["STEPS", "DBOSLoop"]
@@ -62,11 +68,15 @@ STEPS: Final = (
     "agentloop.tool_started",
     "agentloop.tool",
     "agentloop.review",
+    "agentloop.check_output",
+    "agentloop.handoff_filter",
 )
 _MODEL: Final[Any] = {"name": STEPS[0]}
 _STARTED: Final[Any] = {"name": STEPS[1]}
 _TOOL: Final[Any] = {"name": STEPS[2]}
 _REVIEW: Final[Any] = {"name": STEPS[3]}
+_CHECK: Final[Any] = {"name": STEPS[4]}
+_FILTER: Final[Any] = {"name": STEPS[5]}
 #: The DBOSLoops of this process, by name: what a run's workflow is driven with.
 _LOOPS: dict[str, DBOSLoop] = {}
 
@@ -108,28 +118,27 @@ class DBOSLoop(Generic[OutputT]):
                 "a DBOSLoop's runs are recorded by DBOS: make its Loop without a ledger"
             )
         loop._sync_driver("a DBOSLoop drives its runs synchronously, inside a DBOS workflow")
-        refuse_durable(loop.dispatcher, "DBOSLoop")
-        no_handoffs(loop)
-        if loop.output_validators:
-            raise ValueError(
-                "a DBOSLoop does not run output validators: its steps would have to record "
-                "their answers; make its Loop without output_validators="
-            )
+        team = team_of(loop)  # with handoffs: checked, each agent's Loop by name
         self._deps = deps_provider(loop, deps)
         if name in _LOOPS:
             raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
         self.loop, self.name = loop, name
-        self._fingerprint = fingerprint(loop.budget, loop.dispatcher, loop.context, loop.output)
-        self._work = StepWork(loop, idempotent_tools(loop.dispatcher))  # what each step does
+        self._fingerprint = fingerprint(
+            loop.budget, loop.dispatcher, loop.context, loop.output, team_record(loop)
+        )
+        self._team = team
+        self._work = StepWork(loop, None if team is None else team[1])  # what each step does
+        self._agents = AgentCalls(self, _run)  # its agent tools' DBOSLoops, made and named
         _LOOPS[name] = self
 
     def __repr__(self) -> str:
         return f"DBOSLoop({self.loop!r}, name={self.name!r})"
 
     def close(self) -> None:
-        """Forget this loop in this process: its name can be used again."""
+        """Forget this loop (and its agent tools' children) in this process: its name is free."""
         if _LOOPS.get(self.name) is self:
             del _LOOPS[self.name]
+            self._agents.close()
 
     # -- starting runs ------------------------------------------------------------------
 
@@ -221,13 +230,19 @@ class DBOSLoop(Generic[OutputT]):
             checked_run_id(run_id, new=True, derived=derived)  # no ':' unless agentloop's
         if _LOOPS.get(self.name) is not self:
             raise ValueError(f"this DBOSLoop ({self.name!r}) was closed")
+        same_team(self.loop, self._fingerprint)
         messages = run_input(self.loop.system, messages)  # as Loop.start takes a new run's input
         history = Engine(messages, budget=self.loop.budget).history()  # bad input raises
         return run_id, history
 
     # -- the workflow's body: the driver ------------------------------------------------
 
-    def _drive(self, history: list[dict[str, Any]], recorded: dict[str, Any]) -> RunResult:
+    def _drive(
+        self,
+        history: list[dict[str, Any]],
+        recorded: dict[str, Any],
+        handout: Handout | None = None,
+    ) -> RunResult:
         """The run, as a DBOS workflow: the one transition pumped, each request a DBOS step.
 
         Pumped by ``Run``'s own loop (``agentloop._drivers.transition.pump``);
@@ -242,62 +257,90 @@ class DBOSLoop(Generic[OutputT]):
         if found:
             raise mismatch(run_id, found)
         token = CancelToken()
-        deps = None if self._deps is None else self._deps(run_id)
-        engine = self._engine(history, token, run_id)
+        deps, budget, watched, lineage = driven_with(self, run_id, handout, token)
+        engine = self._engine(history, token, run_id, budget)
         listeners = self.loop.listeners
         # Each step's output says which execution recorded it: the last one's tells whether
         # this execution recorded it (it drove the run up to here) or replayed it (a process
         # that died did, and may have started the call that comes next).
         steps = StepRunner(uuid4().hex[:16])
+        scope = CallScope(engine, deps, run_id, token)
+        scope.run_child = self._agents.runner(lineage)  # as child workflows
         while not engine.done:
             perform = functools.partial(
-                self._perform,
-                engine=engine,
-                steps=steps,
-                scope=CallScope(engine, deps, run_id, token),
+                self._perform, engine=engine, steps=steps, scope=scope, watched=watched
             )
             try:
                 made = drain(pump(engine, perform))  # Run's loop: no stream comes back here
             except _Unasked:  # cancelled before the first ask: nothing happened yet
-                engine = self._engine(history, token, run_id)
+                engine = scope.engine = self._engine(history, token, run_id, budget)
                 continue
             if made is None:  # the batch waits for a person: decisions come by message
                 made = wait_for_decisions(engine, token, engine.pending)
                 # No step of ours took them: a step marks the batch's start.
-                if not engine.done and steps.run(_STARTED, batch_started, run_id).pop("cancel"):
+                if not engine.done and steps.run(_STARTED, batch_started, watched).pop("cancel"):
                     token.cancel()  # the checkpoint before the batch's first call
             _tell(listeners, made)
-        return engine.result()
+        result = engine.result()
+        return result._replace(children=Children(scope.children)) if scope.children else result
 
-    def _engine(self, history: list[dict[str, Any]], token: CancelToken, run_id: str) -> Engine:
-        """A fresh engine for the run ``run_id``, configured as the Loop is."""
-        no_handoffs(self.loop)  # one added to the Loop since
-        turn = parse_turn(run_id)  # a conversation's turn (its id is derived), or None
+    def _engine(
+        self,
+        history: list[dict[str, Any]],
+        token: CancelToken,
+        run_id: str,
+        budget: Budget | None = None,
+    ) -> Engine:
+        """A fresh engine for the run ``run_id``, configured as the Loop is.
+
+        ``budget``: a child run's (its token limit within its parent's); else the Loop's.
+        """
+        same_team(self.loop, self._fingerprint)  # none added to the Loop since
+        # A conversation's turn (its id is derived), or None; a child is no turn.
+        turn = parse_turn(run_id) if budget is None else None
         before = None if turn is None or turn[1] == 1 else turn_run_id(turn[0], turn[1] - 1)
         engine = plain_engine(
-            self.loop, history, token, run_id=run_id, continues=before, conversation=turn
+            self.loop,
+            history,
+            token,
+            run_id=run_id,
+            continues=before,
+            conversation=turn,
+            budget=budget,
         )
         engine.reviews = reviewing(self.loop.dispatcher) is not None
+        if self._team is not None:  # the handoffs' filters, asked in their own step
+            with_filters(engine, filters_of(self._team[1]))
+        if self.loop.output_validators:  # each final the schema accepts: a step checks it
+            engine.output_check = uncalled_check
         return engine
 
     def _perform(
-        self, need: object, *, engine: Engine, steps: StepRunner, scope: CallScope
+        self,
+        need: object,
+        *,
+        engine: Engine,
+        steps: StepRunner,
+        scope: CallScope,
+        watched: tuple[str, ...],
     ) -> object:
         """Do what the engine asked, as a DBOS step; what the step recorded is the answer.
 
-        A step's ``cancel`` is the marker, read at the checkpoint it records.
+        A step's ``cancel`` is the markers', read at the checkpoint it records
+        (``watched``: the run's id, and its ancestors' for a child run).
         ``scope``: what each call's context holds (the run's deps, id and token).
         """
-        token, run_id = scope.cancel, scope.run_id
+        token = scope.cancel
         assert token is not None, "a workflow has its token"
-        assert run_id is not None, "and its id"
         if isinstance(need, Wait):  # before a retry: cancel_run(run_id) cuts it short (its message)
             message = DBOS.recv(APPROVAL_TOPIC, timeout_seconds=need.seconds)
             if type(message) is dict and message.get("cancel"):
                 token.cancel()  # the table's waited [cancel_requested] row ends the run
             return None
+        if isinstance(need, CheckOutput):  # the output validators: their problems recorded
+            return steps.run(_CHECK, self._work.check_output, need.value, scope)["problems"]
         if isinstance(need, ReviewCalls):
-            answer = steps.run(_REVIEW, self._work.review, run_id, need.calls, scope)
+            answer = steps.run(_REVIEW, self._work.review, watched, need.calls, scope)
             if answer["cancel"]:
                 token.cancel()  # the checkpoint before the batch's first call
             return {call_id: recorded_verdict(data) for call_id, data in answer["answers"].items()}
@@ -306,8 +349,10 @@ class DBOSLoop(Generic[OutputT]):
             if isinstance(verdict, dict):  # a policy failed: the review recorded the outcome
                 return verdict
             recorded = verdict.record() if isinstance(verdict, Decision) else None
+            if self._agents.answers(need.call, scope):  # an agent tool's: a child workflow
+                return self._agents.call(need.call, recorded, scope, steps, _TOOL, watched)
             again = steps.replayed()
-            outcome = steps.run(_TOOL, self._work.call, run_id, need.call, again, recorded, scope)
+            outcome = steps.run(_TOOL, self._work.call, watched, need.call, again, recorded, scope)
             if outcome.pop("cancel"):
                 token.cancel()  # the checkpoint before the next tool or model ask
             if "raised" in outcome:
@@ -319,16 +364,19 @@ class DBOSLoop(Generic[OutputT]):
             answer = steps.run(
                 _MODEL,
                 self._work.ask,
-                run_id,
+                watched,
                 need.history,
                 engine.model_index,
                 retries(engine.events()),
                 need.options,
                 not engine.events(),
+                engine.agent,
             )
+        elif isinstance(need, FilterHistory):  # a handoff's filter: the view it sends
+            answer = steps.run(_FILTER, self._work.filter, watched, need.model, need.history)
         else:  # Summarise: a model step too, of the context policy's own model callback
             assert isinstance(need, Summarise), need
-            answer = steps.run(_MODEL, self._work.summarise, run_id, need.history)
+            answer = steps.run(_MODEL, self._work.summarise, watched, need.history)
         if answer.pop("cancel"):
             token.cancel()  # right after the reply (or, the first, before the ask)
         if "unasked" in answer:
@@ -356,8 +404,16 @@ _MISSING: Final = RecordedException("Missing", "no answer was recorded for this 
 
 
 @DBOS.workflow(name="agentloop.run")
-def _run(name: str, history: list[dict[str, Any]], recorded: dict[str, Any]) -> RunResult:
-    """A run of the DBOSLoop ``name``: its workflow id is the run id."""
+def _run(
+    name: str,
+    history: list[dict[str, Any]],
+    recorded: dict[str, Any],
+    handout: Handout | None = None,
+) -> RunResult:
+    """A run of the DBOSLoop ``name``: its workflow id is the run id.
+
+    ``handout``: a child run's, started by its parent's agent call (``child_workflows``).
+    """
     loop = _LOOPS.get(name)
     if loop is None:
         raise AgentloopError(
@@ -365,18 +421,16 @@ def _run(name: str, history: list[dict[str, Any]], recorded: dict[str, Any]) -> 
             f"none of that name (it has {sorted(_LOOPS)}): make it before DBOS.launch() in "
             "every worker process"
         )
-    return loop._drive(history, recorded)
+    return loop._drive(history, recorded, handout)
 
 
 # pending, decide, cancel_run and cancel_requested are defined in agentloop._dbos: named as ours.
 
 
-def no_handoffs(loop: Loop) -> None:
-    """``ValueError`` for a Loop with handoffs: a DBOS workflow does not record a handoff yet."""
-    if loop.handoffs:
+def same_team(loop: Loop, made: dict[str, Any]) -> None:
+    """``ValueError`` for a Loop whose handoffs changed since its DBOSLoop was made (``made``)."""
+    if team_record(loop) != made.get("agents"):
         raise ValueError(
-            f"expected a DBOSLoop's Loop to have no handoffs, got {loop.name!r} with "
-            f"{[given.tool_name for given in loop.handoffs]}: a DBOS workflow runs one agent's "
-            "model and tools, so handoffs are not supported on DBOS yet; run the team with "
-            "Loop(..., ledger=SQLiteLedger(...)) for a durable run"
+            f"the handoffs of the DBOSLoop's Loop {loop.name!r} changed since the DBOSLoop "
+            "was made (add_handoff after DBOSLoop(...)): make the team first, then the DBOSLoop"
         )

@@ -18,7 +18,7 @@ from dbos._utils import INTERNAL_QUEUE_NAME
 
 from agentloop._dbos.decisions import APPROVAL_TOPIC
 
-__all__ = ["cancel_requested", "cancel_run", "workflow_exists"]
+__all__ = ["cancel_requested", "cancel_run", "cancelled", "workflow_exists"]
 
 _CANCEL_PREFIX: Final = "agentloop.cancel:"
 
@@ -74,6 +74,14 @@ def cancel_requested(run_id: str, *, client: DBOSClient | None = None) -> bool:
     except DBOSNonExistentWorkflowError:
         return False
     return True
+
+
+def cancelled(watched: tuple[str, ...]) -> bool:
+    """Whether any of ``watched`` was cancelled: a run's id, then its ancestors' (a child's).
+
+    Read in the step that records it: ``cancel_run`` of a parent reaches its child runs.
+    """
+    return any(cancel_requested(run_id) for run_id in watched)
 
 
 def workflow_exists(workflow_id: str) -> bool:

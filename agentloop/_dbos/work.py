@@ -1,8 +1,10 @@
-"""What each DBOS step of a run does: ask the model, write a summary, review a batch, call a tool.
+"""What each DBOS step of a run does: ask, summarise, filter, review, call a tool, check a final.
 
 Each returns its outcome as data (what the step records), with the cancel
-marker read at the checkpoint the step records. How a review's answers are
-recorded (``_verdict_data``) and read back (``recorded_verdict``) is here too.
+markers read at the checkpoint the step records: ``watched``, the run's id
+and, for an agent call's child run, its ancestors' (``marker.cancelled``).
+How a review's answers are recorded (``_verdict_data``) and read back
+(``recorded_verdict``) is here too.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import attrs
 
 from agentloop._core.approval import Decision
 from agentloop._core.json import exception_content
-from agentloop._dbos.marker import cancel_requested
+from agentloop._dbos.marker import cancelled
+from agentloop._drivers.awaiter import Awaiter
 from agentloop._drivers.run_context import CallScope, in_context, reviewed_in
 from agentloop._drivers.streams import is_stream, whole_reply
 from agentloop._durable.bodies import (
@@ -22,31 +25,50 @@ from agentloop._durable.bodies import (
     recorded_outcome,
     reply_record,
 )
-from agentloop._durable.journal import OUTCOME_UNKNOWN
+from agentloop._durable.journal import OUTCOME_UNKNOWN, idempotent_tools
+from agentloop._loop.output_checks import check
+from agentloop._loop.team import agent_asked
 from agentloop._tools.registry import PreparedCall, reviewing
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agentloop._loop.loop import Loop
 
 __all__ = ["StepWork", "batch_started", "recorded_verdict"]
 
 
 class StepWork:
-    """The work of a DBOSLoop's steps, each run by ``DBOS.run_step`` (through ``StepRunner``)."""
+    """The work of a DBOSLoop's steps, each run by ``DBOS.run_step`` (through ``StepRunner``).
 
-    __slots__ = ("_idempotent", "loop")
+    With handoffs, ``team`` holds each agent's Loop by name: a step asks the
+    agent in force's model, and calls its tools.
+    """
 
-    def __init__(self, loop: Loop, idempotent: frozenset[str]) -> None:
-        self.loop, self._idempotent = loop, idempotent
+    __slots__ = ("_idempotent", "_team", "loop")
+
+    def __init__(self, loop: Loop, team: dict[str, Loop] | None) -> None:
+        self.loop, self._team = loop, team
+        # The tools a crash may run again, by agent (None: the Loop's own, without a team).
+        self._idempotent: dict[str | None, frozenset[str]] = {
+            None: idempotent_tools(loop.dispatcher)
+        }
+        for name, agent in (team or {}).items():
+            self._idempotent[name] = idempotent_tools(agent.dispatcher)
+
+    def _agent(self, agent: str | None) -> Loop:
+        """The Loop whose model and tools a step uses: the agent in force's, or the Loop."""
+        return self.loop if agent is None or self._team is None else self._team[agent]
 
     def ask(
         self,
-        run_id: str,
+        watched: tuple[str, ...],
         history: list[dict[str, Any]],
         model: int = 0,
         retries: int = 0,
         options: dict[str, Any] | None = None,
         first: bool = False,
+        agent: str | None = None,
     ) -> dict[str, Any]:
         """The ``agentloop.model`` step: the model's reply (or what it raised), as data.
 
@@ -55,13 +77,16 @@ class StepWork:
         (the policy's jitter is random): a recovered workflow reads it back.
         ``options`` are the request's (``tool_choice='none'`` in the wrap-up step).
         ``first``: the run's first ask, before which the marker is read too.
+        ``agent``: with handoffs, the agent in force, whose model is asked.
         """
-        if first and cancel_requested(run_id):
+        if first and cancelled(watched):
             return {"cancel": True, "unasked": True}
         answer: dict[str, Any]
-        bound = self.loop._bound_models[model]  # with the tools, for a model that takes them
         try:
-            reply = bound(history, **(options or {}))
+            if agent is None:  # with the tools, for a model that takes them
+                reply = self.loop._bound_models[model](history, **(options or {}))
+            else:  # with its own system prompt and tools
+                reply = agent_asked(self._agent(agent), history, options or {})
             if type(reply) is not dict and is_stream(reply):  # a streaming model
                 # The step records the whole reply, not the deltas: taken before the stream
                 # is closed, so that nothing it runs at its close changes what is recorded.
@@ -74,25 +99,42 @@ class StepWork:
                 answer["wait"] = wait
         else:
             answer = reply_record(reply)[0]
-        answer["cancel"] = cancel_requested(run_id)
+        answer["cancel"] = cancelled(watched)
         return answer
 
-    def summarise(self, run_id: str, history: list[dict[str, Any]]) -> dict[str, Any]:
+    def summarise(self, watched: tuple[str, ...], history: list[dict[str, Any]]) -> dict[str, Any]:
         """(context) The ``agentloop.model`` step of a summary: its writer's reply, as data."""
         policy = self.loop.context
         assert policy is not None, "a summary is asked only under a context policy"
         assert policy.summariser is not None, "and only under summarise"
-        answer: dict[str, Any]
-        try:
-            reply = policy.summariser(history)
-        except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
-            answer = raised_record(exc)
-        else:
-            answer = reply_record(reply)[0]
-        answer["cancel"] = cancel_requested(run_id)
-        return answer
+        return _written(watched, policy.summariser, history)
 
-    def review(self, run_id: str, calls: list[dict[str, Any]], scope: CallScope) -> dict[str, Any]:
+    def check_output(self, value: Any, scope: CallScope) -> dict[str, Any]:
+        """The ``agentloop.check_output`` step: the output validators' problems with a final.
+
+        Run as a synchronous run runs them (``output_checks.check``): in the
+        output's context, an async one awaited on an event loop of the step's own.
+        """
+        awaiter = Awaiter()
+        try:
+            problems = check(self.loop.output_validators, scope, awaiter)(value)
+        finally:
+            if awaiter.open:
+                awaiter.close()
+        return {"problems": problems}
+
+    def filter(
+        self,
+        watched: tuple[str, ...],
+        handoff_filter: Callable[..., Any],
+        history: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        """The ``agentloop.handoff_filter`` step: what a handoff's filter sends the next agent."""
+        return _written(watched, handoff_filter, history)
+
+    def review(
+        self, watched: tuple[str, ...], calls: list[dict[str, Any]], scope: CallScope
+    ) -> dict[str, Any]:
         """The ``agentloop.review`` step: what the policies answer about each call, as data.
 
         Each call reviewed in its context (``scope``: the run's deps, id and counters).
@@ -104,11 +146,11 @@ class StepWork:
             call["id"]: _verdict_data(reviewed_in(scope.handed(call), registry.review, call))
             for call in calls
         }
-        return {"answers": answers, "cancel": cancel_requested(run_id)}
+        return {"answers": answers, "cancel": cancelled(watched)}
 
     def call(
         self,
-        run_id: str,
+        watched: tuple[str, ...],
         call: dict[str, Any],
         again: bool,
         decision: dict[str, Any] | None,
@@ -123,10 +165,11 @@ class StepWork:
         ``scope``: what the call's context holds (the run's deps, id and counters).
         """
         outcome: dict[str, Any]
-        if again and call["name"] not in self._idempotent:
+        agent = scope.engine.agent  # with handoffs: whose tools the call is of
+        if again and call["name"] not in self._idempotent[agent if self._team else None]:
             outcome = {"status": "error", "content": dict(OUTCOME_UNKNOWN), "exception": None}
         else:
-            dispatch = in_context(self.loop.dispatcher.dispatch, [], scope)
+            dispatch = in_context(self._agent(agent).dispatcher.dispatch, [], scope)
             try:
                 if decision is None:
                     got = dispatch(call)
@@ -136,8 +179,28 @@ class StepWork:
                 outcome = {"raised": exception_content(exc)}
             else:
                 outcome = outcome_record(got)[0]
-        outcome["cancel"] = cancel_requested(run_id)
+        outcome["cancel"] = cancelled(watched)
         return outcome
+
+
+def _written(
+    watched: tuple[str, ...],
+    writer: Callable[[list[dict[str, Any]]], object],
+    history: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """What ``writer`` (a summariser, a handoff's filter) answers ``history``, as data.
+
+    The markers of ``watched`` (the run and its ancestors) are read after it.
+    """
+    answer: dict[str, Any]
+    try:
+        written = writer(history)
+    except Exception as exc:  # noqa: BLE001 - recorded; the engine says what it means
+        answer = raised_record(exc)
+    else:
+        answer = reply_record(written)[0]
+    answer["cancel"] = cancelled(watched)
+    return answer
 
 
 def _verdict_data(answer: PreparedCall | dict[str, Any]) -> dict[str, Any]:
@@ -156,10 +219,10 @@ def recorded_verdict(data: dict[str, Any] | None) -> Decision | dict[str, Any] |
     return recorded_outcome(data["outcome"])
 
 
-def batch_started(run_id: str) -> dict[str, Any]:
+def batch_started(watched: tuple[str, ...]) -> dict[str, Any]:
     """The ``agentloop.tool_started`` step, after a batch waited for a person: its start.
 
     The decisions came by message, which is no step of ours; this step's
     record marks the batch's first call as started.
     """
-    return {"cancel": cancel_requested(run_id)}
+    return {"cancel": cancelled(watched)}

@@ -63,12 +63,14 @@ class CallScope:
     id (the run's own dict, which its result reads); ``waiting``: the child
     runs that wait for a person, by call id (the driver ends them cancelled if
     the run ends first); ``ledger``: a durable run's, where its agent tools'
-    child runs are recorded (else ``None``). Defined before ``RunContext``,
+    child runs are recorded (else ``None``); ``run_child``: how the driver runs
+    an agent tool's child itself, ``run_child(tool, input, ctx)`` its result
+    (a DBOS child workflow), else ``None``: the tool runs it. Defined before ``RunContext``,
     whose ``__init__`` names it: attrs makes that in this module's names as
     they stand then.
     """
 
-    __slots__ = ("cancel", "children", "deps", "engine", "ledger", "run_id", "waiting")
+    __slots__ = ("cancel", "children", "deps", "engine", "ledger", "run_child", "run_id", "waiting")
 
     def __init__(
         self,
@@ -80,6 +82,7 @@ class CallScope:
     ) -> None:
         self.engine, self.deps, self.run_id, self.cancel = engine, deps, run_id, cancel
         self.ledger = ledger
+        self.run_child: Callable[[Any, str, RunContext[Any]], Any] | None = None
         self.children: dict[str, Any] = {}
         self.waiting: dict[str, WaitingChild] = {}
 

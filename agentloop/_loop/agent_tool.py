@@ -26,8 +26,11 @@ driven as its parent is (synchronously, or under asyncio) under the parent's
 Under a durable parent (``Loop(ledger=...)``) the child is recorded in the
 parent's ledger, under an id derived from the parent's run id and call id,
 and a resume of the parent resumes it where it was (``child_runs.py``). A
-child Loop has no ledger of its own; a ``DBOSLoop`` refuses agent tools
-(``refuse_durable``).
+child Loop has no ledger of its own. A driver may run the child itself
+(``CallScope.run_child``): a ``DBOSLoop`` runs it as a DBOS child workflow
+(``agentloop._dbos.child_workflows``), and the call is answered here from its
+result (``_answer``); it refuses an agent tool whose Loop has policies, which
+may ask a person (``refuse_durable``).
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from agentloop._loop.running import async_run, sync_run
 from agentloop._loop.settings import run_input
 from agentloop._review.runstory import reopen
 from agentloop._tools.output_type import output_schema
-from agentloop._tools.registry import ToolRegistry
+from agentloop._tools.registry import ToolRegistry, reviewing
 from agentloop._tools.results import Answered, returned
 from agentloop._tools.tool import Tool
 
@@ -68,7 +71,7 @@ if TYPE_CHECKING:
 
     from agentloop._core.approval import Decisions, Policy
     from agentloop._core.output_schema import OutputSchema
-    from agentloop._core.values import RunResult
+    from agentloop._core.values import Budget, RunResult
     from agentloop._drivers.progress import Reporter
     from agentloop._drivers.transition import RunView
     from agentloop._durable.protocol import Ledger
@@ -149,6 +152,11 @@ class AgentTool(Tool):
         """Run the child: under asyncio (its coroutine, awaited by the registry) or here."""
         input = self._text(arguments)
         ctx = current_context()
+        scope = None if ctx is None else ctx._scope
+        if scope is not None and scope.run_child is not None and ctx is not None:
+            result = scope.run_child(self, input, ctx)  # the driver's own (a DBOS child workflow)
+            scope.children[str(ctx.call_id)] = result
+            return self._answer(result, ctx)
         reporter = None if ctx is None else ctx._reporter
         if reporter is not None and reporter.loop is not None:
             return self._arun(input, ctx)  # type: ignore[arg-type]  # a run's, with a reporter
@@ -265,18 +273,23 @@ class AgentTool(Tool):
         where its records stop.
         """
         child = self.loop
-        budget = child.budget
-        limit = None if ctx is None or ctx.budget is None else ctx.budget.max_total_tokens
-        if ctx is not None and limit is not None:
-            left = max(0, limit - ctx.usage.total)  # spent when this call was handed out
-            if budget.max_total_tokens is None or left < budget.max_total_tokens:
-                budget = attrs.evolve(budget, max_total_tokens=left)
+        budget = self.child_budget(ctx)
         messages = run_input(child.system, input)
         ledger: Ledger | None = _ledger_of(ctx)
         if ledger is not None and ctx is not None:  # a durable parent's: in its ledger
             caller = (str(ctx.run_id), str(ctx.call_id))  # a durable run's call has both
             return durable_child(child, ledger, caller, messages, budget, cancel)
         return plain_engine(child, messages, cancel, budget=budget), cancel
+
+    def child_budget(self, ctx: RunContext[Any] | None) -> Budget:
+        """The child's budget: its Loop's, its token limit within what the parent has left."""
+        budget = self.loop.budget
+        limit = None if ctx is None or ctx.budget is None else ctx.budget.max_total_tokens
+        if ctx is not None and limit is not None:
+            left = max(0, limit - ctx.usage.total)  # spent when this call was handed out
+            if budget.max_total_tokens is None or left < budget.max_total_tokens:
+                budget = attrs.evolve(budget, max_total_tokens=left)
+        return budget
 
     def _answer(self, result: RunResult[Any], ctx: RunContext[Any] | None) -> Answered:
         """The parent's call's outcome: the child's output, or an error saying how it ended.
@@ -392,12 +405,19 @@ def _forwarding(reporter: Reporter) -> Any:
 
 
 def refuse_durable(dispatcher: object, what: str) -> None:
-    """Refuse a ``DBOSLoop`` (``what``) of a Loop with an agent tool: DBOS records no child."""
+    """Refuse a ``DBOSLoop`` (``what``) of a Loop with an agent tool whose child may ask a person.
+
+    DBOS runs each agent call's child as a child workflow, but a child that
+    waits for a person would wait in its own workflow, which its parent's
+    ``pending`` and ``decide`` do not reach: any policy may ask.
+    """
     if isinstance(dispatcher, ToolRegistry):
         for tool in dispatcher:
-            if isinstance(tool, AgentTool):
+            if isinstance(tool, AgentTool) and reviewing(tool.loop.dispatcher) is not None:
                 raise ValueError(
-                    f"{what}: tool {tool.name!r} is an agent tool (Loop.as_tool), whose child "
-                    "run DBOS does not record, so a recovery could run it twice; agent tools "
-                    "are durable under Loop(ledger=...), not yet under DBOS"
+                    f"{what}: agent tool {tool.name!r} runs a Loop whose tools have policies, "
+                    "which may ask a person; a DBOS child run cannot wait for one yet (its "
+                    "parent's pending and decide would not reach it): give that Loop no "
+                    "policies, or run the parent with Loop(ledger=...), where approval inside "
+                    "a child is durable"
                 )

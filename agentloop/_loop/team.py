@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Handoff",
     "Handoffs",
+    "agent_asked",
     "checked_handoff",
     "filters_of",
     "team_dispatch",
@@ -221,10 +222,14 @@ def team_model(found: dict[str, Loop[Any, Any]], engine: Engine) -> Model:
         return ask_async
 
     def ask(history: list[dict[str, Any]], **options: Any) -> object:
-        agent = found[engine.agent or ""]
-        return agent._bound_model(_as_seen(agent, history), **options)
+        return agent_asked(found[engine.agent or ""], history, options)
 
     return ask
+
+
+def agent_asked(agent: Loop[Any, Any], history: list[dict[str, Any]], options: Any) -> object:
+    """What ``agent``'s (plain) model answers: the history with its own system prompt."""
+    return agent._bound_model(_as_seen(agent, history), **options)
 
 
 def _as_seen(agent: Loop[Any, Any], history: list[dict[str, Any]]) -> list[dict[str, Any]]:

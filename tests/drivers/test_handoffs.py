@@ -349,16 +349,6 @@ def test_two_agents_of_one_name_are_refused() -> None:
         first.run("go")
 
 
-def test_a_dbos_loop_refuses_handoffs() -> None:
-    """DBOS does not record a handoff yet: a DBOSLoop over a team is refused, saying why."""
-    pytest.importorskip("dbos")
-    from agentloop.dbos import DBOSLoop
-
-    team = Team([], asynchronous=False)
-    with pytest.raises(ValueError, match="handoffs are not supported on DBOS"):
-        DBOSLoop(team.triage, name="team-refused")
-
-
 def test_the_engine_knows_the_agent_in_force_after_an_interruption() -> None:
     """settle() finds the agent in force from the events."""
     from agentloop._core.agents import Agents

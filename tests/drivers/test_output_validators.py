@@ -352,16 +352,6 @@ def test_review_counts_each_check_and_says_what_it_found() -> None:
     assert "refused: Rome is not in France" in agentloop.review.report_html(result)
 
 
-def test_a_dbos_loop_refuses_output_validators() -> None:
-    """No DBOS step records a check's answer yet: a DBOSLoop with validators is refused."""
-    pytest.importorskip("dbos")
-    from agentloop.dbos import DBOSLoop
-
-    loop = Loop(ScriptedModel([]), output_validators=[never])
-    with pytest.raises(ValueError, match="does not run output validators"):
-        DBOSLoop(loop, name="validators-refused")
-
-
 @capped(settings(max_examples=200, deadline=None))
 @given(
     verdicts=st.lists(st.sampled_from(["ok", "retry", "raise"]), min_size=1, max_size=5),

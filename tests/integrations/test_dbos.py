@@ -18,6 +18,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -34,6 +35,7 @@ import agentloop.dbos
 from agentloop.__main__ import main
 from agentloop.dbos import DBOSLoop
 from agentloop.models import RetryPolicy, fallback
+from tests.drivers.test_handoffs import Team
 from tests.durable.test_kill import CHECKPOINT_SCRIPT, FINAL, batch, call
 from tests.support import dbos_worker
 
@@ -225,7 +227,7 @@ def test_each_reply_and_call_is_a_step_in_order(make: Any) -> None:
     run_id = new_id()
     runs.run("go", run_id=run_id)
     steps = DBOS.list_workflow_steps(run_id)
-    model, _, tool, _ = agentloop.dbos.STEPS
+    model, tool = agentloop.dbos.STEPS[0], agentloop.dbos.STEPS[2]
     assert [step["function_name"] for step in steps] == [
         *(model, tool),  # c1
         *(model, tool, tool, tool),  # c2, c3, c4
@@ -1037,3 +1039,502 @@ def test_dbos_deps_provider_in_the_worker(make: Any) -> None:
         assert made[1].sold == []  # the call's step may have run: not again (not idempotent)
     finally:
         runs.close()
+
+
+def test_output_validators_are_a_step_whose_problems_a_recovery_reads_back(make: Any) -> None:
+    """Each final the schema accepts is checked by the validators in an agentloop.check_output
+    step, in the output's context (the provider's deps, the run id; an async validator
+    awaited): its problems go back to the model as a plain run's do, and an execution that
+    replays the step (a fork from the next ask, as a recovery) reads them back, the
+    validators not called again."""
+    checked: list[tuple[str, str | None, str]] = []
+
+    def in_france(city: dict[str, str], ctx: agentloop.RunContext[Shop]) -> None:
+        checked.append((city["name"], ctx.run_id, ctx.deps.run_id))
+        if city["name"] != "Paris":
+            raise agentloop.Retry(f"{city['name']} is not in France")
+
+    async def named(city: dict[str, str]) -> None:
+        if not city["name"]:
+            raise agentloop.Retry("name the city")
+
+    def model(history: list[Message]) -> Message:
+        city = ["Rome", "Paris"][sum(message["kind"] == "user" for message in history) - 1]
+        return {"kind": "final", "text": orjson.dumps({"name": city}).decode()}
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    options: Any = {"output": schema, "output_validators": [named, in_france]}
+    plain = agentloop.Loop(model, deps_type=Shop, **options).run("a city", deps=Shop("plain"))
+    assert [name for name, _, _ in checked] == ["Rome", "Paris"]
+    checked.clear()
+    runs = DBOSLoop(
+        agentloop.Loop(model, deps_type=Shop, **options),
+        name=f"t-{uuid.uuid4().hex[:8]}",
+        deps=Shop,
+    )
+    try:
+        run_id = new_id()
+        result = runs.run("a city", run_id=run_id)
+        assert (result.status, result.output, result.steps) == ("finished", {"name": "Paris"}, 2)
+        assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+        assert checked == [("Rome", run_id, run_id), ("Paris", run_id, run_id)]
+        steps = DBOS.list_workflow_steps(run_id)
+        model_step, check_step = agentloop.dbos.STEPS[0], agentloop.dbos.STEPS[4]
+        assert [step["function_name"] for step in steps] == [model_step, check_step] * 2
+        assert dict(steps[1]["output"] or {})["problems"] == ["Rome is not in France"]
+        fork = DBOS.fork_workflow(run_id, steps[2]["function_id"])
+        again = fork.get_result()
+        assert dbos_worker.result_json(again) == dbos_worker.result_json(result)
+        assert checked[2:] == [("Paris", fork.workflow_id, fork.workflow_id)]
+    finally:
+        runs.close()
+
+
+# -- agents as tools: each agent call's child run is a DBOS child workflow ------------------------
+
+
+def spent(tokens: int) -> Message:
+    return {"input_tokens": tokens, "output_tokens": 1, "cached_tokens": 0}
+
+
+CHILD_SCRIPT: list[Message] = [
+    call("k1", "effect", 1) | {"usage": spent(10)},
+    batch(call("k2", "idem", 2), call("k3", "fail", 3)) | {"usage": spent(20)},
+    FINAL | {"usage": spent(30)},
+]
+PARENT_SCRIPT: list[Message] = [
+    {"kind": "call", "id": "c1", "name": "research", "arguments": {"input": "look"}}
+    | {"usage": spent(5)},
+    {"kind": "final", "text": "all done"},
+]
+
+
+def team(
+    world: World,
+    child: list[Message],
+    hook: Any = None,
+    asked: list[int] | None = None,
+    **options: Any,
+) -> agentloop.Loop:
+    """A parent whose one tool, research, is an agent tool running ``child``'s script."""
+    researcher = agentloop.Loop(scripted(child, asked), tools=world.registry(hook), **options)
+    return agentloop.Loop(
+        scripted(PARENT_SCRIPT), tools=[researcher.as_tool("research", "Look it up.")]
+    )
+
+
+def names(steps: list[Any]) -> list[str]:
+    return [step["function_name"] for step in steps]
+
+
+def test_a_dbos_agent_call_runs_its_child_as_a_child_workflow(
+    make: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The parent's run and its child's equal the plain Loop's (status, counters, transcript,
+    events, the child's usage rolled up); the child is the workflow f"{run_id}:c1", the
+    parent's child, with its own steps; the parent records its start, its result and the
+    call's outcome (with the child's usage). agentloop runs DBOS_URL counts the child on its
+    parent's line (--flat lists it), and show prints it under its call."""
+    plain_world, world = World(), World()
+    plain = team(plain_world, CHILD_SCRIPT).run("go")
+    runs = make(team(world, CHILD_SCRIPT))
+    run_id = new_id()
+    child_id = f"{run_id}:c1"
+    result = runs.run("go", run_id=run_id)
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert result.usage == plain.usage == agentloop.Usage(5 + 10 + 20 + 30, 1 + 3, 0)
+    assert [(t.source, t.dest, t.trigger, t.usage) for t in result.events] == [
+        (t.source, t.dest, t.trigger, t.usage) for t in plain.events
+    ]
+    child = result.children["c1"]
+    assert dbos_worker.result_json(child) == dbos_worker.result_json(plain.children["c1"])
+    assert (child.output, child.usage, child.run_id) == (
+        "done",
+        plain.children["c1"].usage,
+        child_id,
+    )
+    assert world.effects == [
+        ("effect", f"{child_id}:k1"),
+        ("idem", f"{child_id}:k2"),
+        ("fail", f"{child_id}:k3"),
+    ]
+    model, tool = agentloop.dbos.STEPS[0], agentloop.dbos.STEPS[2]
+    steps = DBOS.list_workflow_steps(run_id)
+    assert names(steps) == [model, "agentloop.run", "DBOS.getResult", tool, model]
+    assert steps[1]["child_workflow_id"] == child_id
+    answered = {k: v for k, v in dict(steps[3]["output"] or {}).items() if k != "by"}
+    assert answered == {
+        "status": "ok",
+        "content": "done",
+        "exception": None,
+        "usage": {"input_tokens": 60, "output_tokens": 3, "cached_tokens": 0},
+        "cancel": False,
+    }
+    assert names(DBOS.list_workflow_steps(child_id)) == [model, tool, model, tool, tool, model]
+    status = DBOS.get_workflow_status(child_id)
+    assert status is not None
+    assert (status.status, status.name, status.parent_workflow_id) == (
+        "SUCCESS",
+        "agentloop.run",
+        run_id,
+    )
+    assert runs.run("go", run_id=run_id).children["c1"] == child  # the run's result, kept
+    capsys.readouterr()
+    for flat in ([], ["--flat"]):
+        assert main(["runs", SQLITE_URL[0], *flat]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        rows = {line.split()[0]: line.split() for line in lines if line.startswith(run_id)}
+        assert (rows[run_id][1], rows[run_id][-1]) == ("finished", "1")  # one child
+        assert (child_id in rows) == bool(flat)
+    assert main(["show", SQLITE_URL[0], run_id]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    indented = [line for line in shown if line.startswith(" ") and line.split()[:1] == ["output"]]
+    assert [line.split() for line in indented] == [["output", "done"]]  # the child's, under c1
+
+
+def test_a_fork_after_the_child_started_answers_the_call_from_its_recorded_child(
+    make: Any,
+) -> None:
+    """Forked (as a recovery replays) from the step that awaits the child's result, the
+    parent gets the recorded child's handle back: nothing of the child runs again, and the
+    call is answered from its result. Forked from the child's start, the fork starts a
+    child of its own, under its own id."""
+    world, asked = World(), list[int]()
+    runs = make(team(world, CHILD_SCRIPT, asked=asked))
+    run_id = new_id()
+    result = runs.run("go", run_id=run_id)
+    assert (len(asked), len(world.effects)) == (3, 3)
+    steps = {
+        step["function_name"]: step["function_id"] for step in DBOS.list_workflow_steps(run_id)
+    }
+    fork = DBOS.fork_workflow(run_id, steps["DBOS.getResult"])
+    again: agentloop.RunResult = fork.get_result()
+    assert dbos_worker.result_json(again) == dbos_worker.result_json(result)
+    assert again.children["c1"] == result.children["c1"]
+    assert again.children["c1"].run_id == f"{run_id}:c1"
+    assert DBOS.get_workflow_status(f"{fork.workflow_id}:c1") is None
+    assert (len(asked), len(world.effects)) == (3, 3)
+    fork = DBOS.fork_workflow(run_id, steps["agentloop.run"])
+    again = fork.get_result()
+    assert again.children["c1"].run_id == f"{fork.workflow_id}:c1"
+    assert dbos_worker.result_json(again) == dbos_worker.result_json(result)
+    assert [key for _, key in world.effects[3:]] == [
+        f"{fork.workflow_id}:c1:{k}" for k in ("k1", "k2", "k3")
+    ]
+
+
+def test_cancel_run_of_the_parent_stops_its_child_at_its_next_checkpoint(make: Any) -> None:
+    """cancel_run(parent) while the child's first tool runs: the child's steps read the
+    parent's marker, so the child answers the rest of its batch cancelled and ends
+    cancelled, and the parent's call is answered cancelled: both as the plain runs under
+    one token, every call of both answered."""
+    script = [batch(call("k1", "effect", 1), call("k2", "effect", 2)), FINAL]
+    token = agentloop.CancelToken()
+    plain_world, world = World(), World()
+
+    def stopping(stop: Any) -> Any:
+        return lambda n: stop() if n == 1 else None
+
+    plain = team(plain_world, script, stopping(token.cancel)).run("go", cancel=token)
+    run_id = new_id()
+
+    def cancel() -> None:  # from another thread, as from another process
+        thread = threading.Thread(target=agentloop.dbos.cancel_run, args=(run_id,))
+        thread.start()
+        thread.join()
+
+    result = make(team(world, script, stopping(cancel))).run("go", run_id=run_id)
+    child = result.children["c1"]
+    assert (result.status, child.status) == ("cancelled", "cancelled")
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert dbos_worker.result_json(child) == dbos_worker.result_json(plain.children["c1"])
+    for run in (result, child):
+        calls = [m["id"] for m in run.transcript if m["kind"] == "call"] + [
+            c["id"] for m in run.transcript if m["kind"] == "calls" for c in m["calls"]
+        ]
+        answered = [m["id"] for m in run.transcript if m["kind"] == "tool_result"]
+        assert sorted(calls) == sorted(answered)
+    assert [(m["id"], m["status"]) for m in child.transcript if "status" in m] == [
+        ("k1", "ok"),
+        ("k2", "cancelled"),
+    ]
+    assert [(m["id"], m["status"]) for m in result.transcript if "status" in m] == [
+        ("c1", "cancelled")
+    ]
+    assert world.effects == [("effect", f"{run_id}:c1:k1")]
+
+
+def test_an_exhausted_child_answers_the_call_with_an_error_as_in_memory(make: Any) -> None:
+    """A child that ends exhausted answers the call with ChildRunEnded, as in memory; the
+    parent goes on and finishes."""
+    script = [call("k1", "effect", 1), call("k2", "effect", 2), FINAL]
+    plain = team(World(), script, max_steps=1).run("go")
+    result = make(team(World(), script, max_steps=1)).run("go", run_id=new_id())
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert (result.status, result.children["c1"].status) == ("finished", "exhausted")
+    (answer,) = [m for m in result.transcript if m["kind"] == "tool_result"]
+    assert answer["status"] == "error"
+    assert (answer["content"]["type"], answer["content"]["status"]) == (
+        "ChildRunEnded",
+        "exhausted",
+    )
+
+
+def test_a_dbos_child_is_given_its_parents_deps_or_its_tools_mapping(system_db: str) -> None:
+    """Each child's worker makes its deps again: the top run's provider's, or the agent
+    tool's deps=(ctx) of them, ctx the parent call's (its run and call ids); a grandchild
+    is given its child's; deps its tools cannot take answer the call with a TypeError. A
+    child whose tools take a context is refused without a provider."""
+    sold: list[tuple[str, str | None, str | None]] = []
+
+    def sell(ctx: agentloop.RunContext[Shop], item: str) -> str:
+        sold.append((ctx.deps.run_id, ctx.run_id, ctx.idempotency_key))
+        return f"sold {item}"
+
+    def seller(*more: agentloop.Tool) -> agentloop.Loop:
+        selling = {"kind": "call", "id": "k1", "name": "sell", "arguments": {"item": "tea"}}
+        script = [selling, *([] if not more else [agent_call("k2", "deeper")]), FINAL]
+        return agentloop.Loop(scripted(script), tools=[agentloop.Tool(sell), *more], deps_type=Shop)
+
+    def agent_call(call_id: str, name: str) -> Message:
+        return {"kind": "call", "id": call_id, "name": name, "arguments": {"input": "sell"}}
+
+    def mapped(ctx: agentloop.RunContext[Shop]) -> Shop:
+        return Shop(f"{ctx.deps.run_id}>{ctx.call_id}")
+
+    deeper = seller().as_tool("deeper", "Sell deeper.")
+    parent = agentloop.Loop(
+        scripted(
+            [
+                agent_call("c1", "plain"),
+                agent_call("c2", "mapped"),
+                agent_call("c3", "wrong"),
+                FINAL,
+            ]
+        ),
+        tools=[
+            seller().as_tool("plain", "Sell."),
+            seller(deeper).as_tool("mapped", "Sell.", deps=mapped),
+            seller().as_tool("wrong", "Sell.", deps=lambda ctx: "no shop"),
+        ],
+        deps_type=Shop,
+    )
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(TypeError, match=r"^expected deps= \(a callable of the run id"):
+        DBOSLoop(parent, name=name)
+    assert not [known for known in agentloop._dbos.dbos_loop._LOOPS if known.startswith(name)]
+    runs = DBOSLoop(parent, name=name, deps=Shop)
+    try:
+        run_id = new_id()
+        result = runs.run("go", run_id=run_id)
+        assert result.status == "finished"
+        assert result.children["c2"].children["k2"].status == "finished"
+        # Deps its tools cannot take fail the child's workflow: the call's error, as in memory.
+        (wrong,) = [m for m in result.transcript if m.get("id") == "c3" and "status" in m]
+        assert (wrong["status"], wrong["content"]["type"]) == ("error", "TypeError")
+        assert "c3" not in result.children
+        c1, c2 = f"{run_id}:c1", f"{run_id}:c2"
+        assert sold == [
+            (run_id, c1, f"{c1}:k1"),
+            (f"{run_id}>c2", c2, f"{c2}:k1"),
+            (f"{run_id}>c2", f"{c2}:k2", f"{c2}:k2:k1"),
+        ]
+    finally:
+        runs.close()
+
+
+def test_a_dbos_loop_makes_its_childrens_loops_and_refuses_a_child_that_may_ask(
+    system_db: str,
+) -> None:
+    """A DBOSLoop makes one for each agent tool's Loop under f"{name}/{tool}" (and theirs
+    below), and close() forgets them all; a child whose tools have policies (which may ask
+    a person), or that needs the asyncio driver, is refused, with nothing made."""
+    loops = agentloop._dbos.dbos_loop._LOOPS
+    leaf = agentloop.Loop(scripted([FINAL]))
+    middle = agentloop.Loop(scripted([FINAL]), tools=[leaf.as_tool("leaf", "A leaf.")])
+    top = agentloop.Loop(scripted([FINAL]), tools=[middle.as_tool("middle", "A middle.")])
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    runs = DBOSLoop(top, name=name)
+    assert sorted(known for known in loops if known.startswith(name)) == [
+        name,
+        f"{name}/middle",
+        f"{name}/middle/leaf",
+    ]
+    runs.close()
+    assert not [known for known in loops if known.startswith(name)]
+    DBOSLoop(top, name=name).close()  # its names are free again
+    guarded = agentloop.ToolRegistry([agentloop.Tool(lambda n: n, name="work")])
+    guarded.policy = asks_over_4
+    asking = agentloop.Loop(scripted([FINAL]), tools=guarded)
+    deep = agentloop.Loop(scripted([FINAL]), tools=[asking.as_tool("asking", "Asks.")])
+    parent = agentloop.Loop(scripted([FINAL]), tools=[deep.as_tool("deep", "Deep.")])
+    with pytest.raises(ValueError, match=r"agent tool 'asking' runs a Loop whose tools have"):
+        DBOSLoop(parent, name=name)
+    assert not [known for known in loops if known.startswith(name)]
+
+    async def amodel(history: list[Message]) -> Message:
+        return FINAL
+
+    awaiting = agentloop.Loop(amodel).as_tool("awaiting", "Async.")
+    with pytest.raises(ValueError, match="asyncio driver"):
+        DBOSLoop(agentloop.Loop(scripted([FINAL]), tools=[awaiting]), name=name)
+    assert not [known for known in loops if known.startswith(name)]
+
+
+def test_an_agent_tool_added_after_its_dbos_loop_answers_with_an_error(make: Any) -> None:
+    """The DBOSLoop made no child DBOSLoop for it (so no worker could recover its child):
+    its call is answered with an error saying so, and nothing of the child runs."""
+    asked: list[int] = []
+    tools = agentloop.ToolRegistry()
+    parent = agentloop.Loop(
+        scripted(
+            [{"kind": "call", "id": "c1", "name": "late", "arguments": {"input": "x"}}, FINAL]
+        ),
+        tools=tools,
+    )
+    runs = make(parent)
+    tools.add(agentloop.Loop(scripted([FINAL], asked)).as_tool("late", "Late."))
+    result = runs.run("go", run_id=new_id())
+    (answer,) = [m for m in result.transcript if m["kind"] == "tool_result"]
+    assert (result.status, answer["status"], answer["content"]["type"]) == (
+        "finished",
+        "error",
+        "AgentloopError",
+    )
+    assert "was added to the Loop after its DBOSLoop" in answer["content"]["message"]
+    assert (asked, dict(result.children)) == ([], {})
+
+
+TEAM_SCRIPT: list[Message] = [
+    {"kind": "call", "id": "c1", "name": "lookup", "arguments": {}},
+    {"kind": "call", "id": "c2", "name": "transfer_to_billing", "arguments": {}},
+    {"kind": "call", "id": "c3", "name": "refund", "arguments": {}},
+    {"kind": "final", "text": "refunded"},
+]
+
+
+def test_a_team_under_dbos_is_the_team_without_dbos(make: Any) -> None:
+    """A handoff under DBOS: each ask is the agent in force's model (its system prompt and
+    tools), each call its tools' step, the handoff a transition of the engine (no step of
+    its own); the result, the agent of each step and the requests are the plain run's. A
+    fork from billing's last ask (another execution, as a recovery) goes on with billing:
+    no earlier model asked, no tool run again."""
+    plain_team = Team(list(TEAM_SCRIPT), asynchronous=False)
+    plain = plain_team.triage.run("I was charged twice")
+    team = Team(list(TEAM_SCRIPT), asynchronous=False)
+    runs = make(team.triage)
+    run_id = new_id()
+    result = runs.run("I was charged twice", run_id=run_id)
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert (result.status, result.output, result.agent) == ("finished", "refunded", "billing")
+    assert team.asked == plain_team.asked
+    assert [e.agent for e in result.events] == [e.agent for e in plain.events]
+    assert (len(team.lookup.calls), len(team.refund.calls)) == (1, 1)
+    model, tool = agentloop.dbos.STEPS[0], agentloop.dbos.STEPS[2]
+    steps = DBOS.list_workflow_steps(run_id)
+    assert [step["function_name"] for step in steps] == [model, tool, model, model, tool, model]
+    asked = len(team.asked)
+    team.script[:] = TEAM_SCRIPT[3:]  # what billing answers, asked again
+    fork = DBOS.fork_workflow(run_id, steps[5]["function_id"])
+    again = fork.get_result()
+    assert dbos_worker.result_json(again) == dbos_worker.result_json(result)
+    assert again.agent == "billing"
+    assert team.asked[asked:] == [plain_team.asked[-1]]  # billing's last ask alone
+    assert len(team.refund.calls) == 1  # its step was recorded: not run again
+
+
+def test_a_handoff_filter_under_dbos_is_a_step_a_recovery_reads_back(make: Any) -> None:
+    """A handoff's filter runs in an agentloop.handoff_filter step: its view is what the next
+    agent is sent, as without DBOS, and a fork after it reads the view back."""
+    filtered: list[str] = []
+
+    def only_the_customer(history: list[Message], to: str) -> list[Message]:
+        filtered.append(to)
+        return [m for m in history if m["kind"] in ("system", "user")]
+
+    def make_team() -> Team:
+        team = Team(list(TEAM_SCRIPT), asynchronous=False)
+        billing = agentloop.Loop(
+            team.model("billing", False),
+            name="billing",
+            system="You handle billing.",
+            tools={"refund": team.refund},
+        )
+        team.triage = agentloop.Loop(
+            team.model("triage", False),
+            name="triage",
+            system="Route the customer.",
+            tools={"lookup": team.lookup},
+            handoffs=[agentloop.handoff(billing, filter=only_the_customer)],
+        )
+        return team
+
+    plain_team = make_team()
+    plain = plain_team.triage.run("I was charged twice")
+    team = make_team()
+    runs = make(team.triage)
+    run_id = new_id()
+    result = runs.run("I was charged twice", run_id=run_id)
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert team.asked == plain_team.asked
+    assert team.asked[2] == ("billing", "You handle billing.", ["refund"], 2)  # the view
+    assert filtered == ["billing", "billing"]  # once each run
+    model, tool, handoff_filter = (agentloop.dbos.STEPS[i] for i in (0, 2, 5))
+    steps = DBOS.list_workflow_steps(run_id)
+    assert [step["function_name"] for step in steps] == [
+        *(model, tool, model, handoff_filter, model, tool, model)
+    ]
+    team.script[:] = TEAM_SCRIPT[2:]
+    fork = DBOS.fork_workflow(run_id, steps[4]["function_id"])
+    assert dbos_worker.result_json(fork.get_result()) == dbos_worker.result_json(result)
+    assert filtered == ["billing", "billing"]  # read back: not called again
+
+
+def test_a_dbos_team_is_checked_when_made_and_when_run(make: Any) -> None:
+    """A team the plain Loop refuses is refused by DBOSLoop(...); a handoff added to the
+    Loop after its DBOSLoop was made is refused before anything is recorded."""
+    team = Team([], asynchronous=False)
+    twin = agentloop.Loop(team.model("billing", False), name="billing")
+    team.triage.add_handoff(agentloop.handoff(twin, tool_name="transfer_to_twin"))
+    with pytest.raises(ValueError, match="different names"):
+        make(team.triage)
+    team = Team(list(TEAM_SCRIPT), asynchronous=False)
+    runs = make(team.triage)
+    team.triage.add_handoff(agentloop.handoff(team.tech, tool_name="transfer_again"))
+    run_id = new_id()
+    with pytest.raises(ValueError, match="changed since the DBOSLoop was made"):
+        runs.run("I was charged twice", run_id=run_id)
+    assert team.asked == []
+    assert DBOS.get_workflow_status(run_id) is None
+
+
+def test_an_agent_tool_of_a_teams_specialist_runs_as_a_child_workflow(make: Any) -> None:
+    """With handoffs, the agent in force's agent tool: made under f"{name}/{agent}/{tool}",
+    its call's child is a child workflow, and the team's run is the plain one's."""
+
+    def team(world: World) -> agentloop.Loop:
+        script: list[Message] = [
+            {"kind": "call", "id": "c1", "name": "transfer_to_special", "arguments": {}},
+            {"kind": "call", "id": "c2", "name": "research", "arguments": {"input": "look"}},
+            {"kind": "final", "text": "all done"},
+        ]
+        researcher = agentloop.Loop(scripted(CHILD_SCRIPT), tools=world.registry())
+        special = agentloop.Loop(
+            scripted(script), tools=[researcher.as_tool("research", "Look.")], name="special"
+        )
+        return agentloop.Loop(
+            scripted(script), name="triage", handoffs=[agentloop.handoff(special)]
+        )
+
+    plain = team(World()).run("go")
+    world = World()
+    runs = make(team(world))
+    assert f"{runs.name}/special/research" in agentloop._dbos.dbos_loop._LOOPS
+    run_id = new_id()
+    result = runs.run("go", run_id=run_id)
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert (result.agent, result.usage) == ("special", plain.usage)
+    child = result.children["c2"]
+    assert dbos_worker.result_json(child) == dbos_worker.result_json(plain.children["c2"])
+    assert child.run_id == f"{run_id}:c2"
+    assert [key for _, key in world.effects] == [f"{run_id}:c2:{k}" for k in ("k1", "k2", "k3")]

@@ -126,6 +126,30 @@ def stop(server: Server, workers: dict[str, int], client: Any, enqueuer: Any) ->
         enqueuer.close()
 
 
+def sqlite_job(tmp_path: Path, run_id: str, script: list[Message], **more: Any) -> dict[str, Any]:
+    """A job on the SQLite system database in ``tmp_path``, its effects written to a file there."""
+    return {
+        "db": f"sqlite:///{tmp_path / 'dbos.sqlite'}",
+        "sink": {"file": str(tmp_path / "effects")},
+        "out": str(tmp_path / "out.json"),
+        "run_id": run_id,
+        "input": as_input(script),
+        **more,
+    }
+
+
+def killed_and_recovered(
+    server: Server, job: dict[str, Any], kill: dict[str, int]
+) -> dict[str, Any]:
+    """``job``'s run started in a process killed at ``kill``, then recovered by another: its
+    answer (``result``, and how often it asked the model)."""
+    ended = server.job(job | {"mode": "start", "kill": kill})
+    assert ended.get("signal") == signal.SIGKILL, (kill, ended)
+    ended = server.job(job | {"mode": "recover"})
+    assert "result" in ended, (kill, ended)
+    return ended
+
+
 def effects_of(lines: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
     counted: dict[tuple[str, str], int] = {}
     for kind, key in lines:
@@ -173,18 +197,8 @@ def test_sigkill_at_each_checkpoint_then_dbos_recovers(server: Server, tmp_path:
     unknown_seen: set[str] = set()
     for index, kill in enumerate(points):
         run_id = f"r{index}"
-        job = {
-            # One system database for all (DBOS makes its tables once): each run its own id.
-            "db": f"sqlite:///{tmp_path / 'dbos.sqlite'}",
-            "sink": {"file": str(tmp_path / "effects")},
-            "out": str(tmp_path / "out.json"),
-            "run_id": run_id,
-            "input": as_input(CHECKPOINT_SCRIPT),
-        }
-        ended = server.job(job | {"mode": "start", "kill": kill})
-        assert ended.get("signal") == signal.SIGKILL, (kill, ended)
-        ended = server.job(job | {"mode": "recover"})
-        assert "result" in ended, (kill, ended)
+        # One system database for all (DBOS makes its tables once): each run its own id.
+        ended = killed_and_recovered(server, sqlite_job(tmp_path, run_id, CHECKPOINT_SCRIPT), kill)
         # Recovery asks the model only for the replies the killed process had not got.
         assert ended["asked"] == baseline.counts["model"] - baseline.replies_before(kill), kill
         lines = (tmp_path / "effects").read_text().splitlines()
@@ -465,18 +479,8 @@ def test_a_recovering_worker_makes_the_runs_deps_again(server: Server, tmp_path:
         {"kind": "call", "id": "c2", "name": "stamp", "arguments": {"n": 2}},
         {"kind": "final", "text": "done"},
     ]
-    job = {
-        "db": f"sqlite:///{tmp_path / 'dbos.sqlite'}",
-        "sink": {"file": str(tmp_path / "effects")},
-        "out": str(tmp_path / "out.json"),
-        "run_id": "given",
-        "input": as_input(script),
-        "loop": "provided",
-    }
-    ended = server.job(job | {"mode": "start", "kill": {"effect": 1}})
-    assert ended.get("signal") == signal.SIGKILL, ended
-    ended = server.job(job | {"mode": "recover"})
-    assert "result" in ended, ended
+    job = sqlite_job(tmp_path, "given", script, loop="provided")
+    ended = killed_and_recovered(server, job, {"effect": 1})
     lines = [line.split(" ") for line in (tmp_path / "effects").read_text().splitlines()]
     provided = [key for kind, key in lines if kind == "provided"]
     assert len(provided) == 2
@@ -492,3 +496,118 @@ def test_a_recovering_worker_makes_the_runs_deps_again(server: Server, tmp_path:
     contents = {m["id"]: m["content"] for m in result["transcript"] if m["kind"] == "tool_result"}
     assert contents["c1"]["type"] == "OutcomeUnknown"
     assert contents["c2"] == f"{second}:given"
+
+
+@pytest.mark.parametrize("kill", [{"model": 2}, {"effect": 1}], ids=["special-asked", "effect"])
+def test_a_team_killed_after_its_handoff_recovers_with_the_agent_in_force(
+    server: Server, tmp_path: Path, kill: dict[str, int]
+) -> None:
+    """A team's run killed after its handoff (inside the specialist's first ask, or right
+    after its first call's effect): the recovery goes on with the specialist, asks only for
+    the replies not recorded, and runs no effect twice (c2's cut one is OutcomeUnknown)."""
+    script: list[Message] = [
+        {"kind": "call", "id": "c1", "name": "transfer_to_special", "arguments": {}},
+        {"kind": "call", "id": "c2", "name": "effect", "arguments": {"n": 1}},
+        {"kind": "call", "id": "c3", "name": "idem", "arguments": {"n": 2}},
+        {"kind": "final", "text": "done"},
+    ]
+    ended = killed_and_recovered(server, sqlite_job(tmp_path, "team", script, loop="team"), kill)
+    result = ended["result"]
+    assert (result["status"], result["steps"], result["calls"]) == ("finished", 4, 3)
+    assert ended["agent"] == "special"
+    assert ended["asked"] == (3 if "model" in kill else 2)  # the replies not recorded
+    lines = (tmp_path / "effects").read_text().splitlines()
+    assert sorted(lines) == ["effect team:c2", "idem team:c3"]  # each once
+    contents = {m["id"]: m["content"] for m in result["transcript"] if m["kind"] == "tool_result"}
+    assert contents["c1"] == {"handed_off_to": "special"}
+    assert contents["c3"] == 6
+    if "effect" in kill:
+        assert contents["c2"]["type"] == "OutcomeUnknown"
+    else:
+        assert contents["c2"] == 2
+
+
+# -- agents as tools: a worker killed while a child workflow's tool runs --------------------------
+
+CHILD_SCRIPT: list[Message] = [
+    {"kind": "call", "id": "k1", "name": "effect", "arguments": {"n": 1}},
+    {"kind": "call", "id": "k2", "name": "idem", "arguments": {"n": 2}},
+    {"kind": "final", "text": "child done"},
+]
+PARENT_SCRIPT: list[Message] = [
+    {"kind": "call", "id": "c1", "name": "agent", "arguments": {"input": as_input(CHILD_SCRIPT)}},
+    {"kind": "final", "text": "done"},
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill", [{"handler": 1}, {"effect": 1}])
+def test_a_killed_workers_child_workflow_resumes_where_it_was(
+    server: Server, tmp_path: Path, kill: dict[str, int]
+) -> None:
+    """The parent's agent call runs its child as a child workflow; the worker is killed
+    inside the child's non-idempotent tool (before or after its effect). The next process
+    recovers both: the parent gets its child's handle back, and the child goes on from its
+    recorded steps (only its unrecorded replies are asked for), its cut call answered
+    OutcomeUnknown, its effect at most once; the parent finishes with the child's result."""
+    from dbos import DBOSClient
+
+    job = sqlite_job(tmp_path, "boss", PARENT_SCRIPT, loop="parent")
+    url = job["db"]
+    ended = killed_and_recovered(server, job, kill)
+    # Recorded before the kill: the parent's first reply and the child's; not asked again.
+    assert ended["asked"] == 3
+    got = ended["result"]
+    assert (got["status"], got["steps"], got["calls"]) == ("finished", 2, 1)
+    assert [(m["id"], m["status"], m["content"]) for m in got["transcript"] if "status" in m] == [
+        ("c1", "ok", "child done")
+    ]
+    sink = tmp_path / "effects"
+    lines = sink.read_text().splitlines() if sink.exists() else []
+    assert lines == ([] if "handler" in kill else ["effect boss:c1:k1"]) + ["idem boss:c1:k2"]
+    client = DBOSClient(system_database_url=url)
+    try:
+        child: agentloop.RunResult = client.retrieve_workflow("boss:c1").get_result()
+        status = client.retrieve_workflow("boss:c1").get_status()
+    finally:
+        client.destroy()
+    assert (child.status, child.steps, child.calls) == ("finished", 3, 2)
+    results = {m["id"]: m for m in child.transcript if m["kind"] == "tool_result"}
+    assert results["k1"]["content"]["type"] == "OutcomeUnknown"
+    assert (results["k2"]["status"], results["k2"]["content"]) == ("ok", 6)
+    assert status.parent_workflow_id == "boss"
+
+
+@pytest.mark.slow
+def test_a_parents_cancellation_reaches_its_child_across_a_killed_worker(
+    server: Server, tmp_path: Path
+) -> None:
+    """Killed inside the child's second ask, then cancel_run of the parent from this process
+    (a client): the recovered child takes the reply and, at the checkpoint right after it,
+    reads its parent's marker and ends cancelled; the parent's call is answered cancelled,
+    and the parent ends cancelled. The child's first call's effect happened once."""
+    from dbos import DBOSClient
+
+    from agentloop.dbos import cancel_run
+
+    job = sqlite_job(tmp_path, "doomed", PARENT_SCRIPT, loop="parent")
+    url = job["db"]
+    # The parent's first ask, then the child's first and second: killed in the third.
+    ended = server.job(job | {"mode": "start", "kill": {"model": 3}})
+    assert ended.get("signal") == signal.SIGKILL, ended
+    client = DBOSClient(system_database_url=url)
+    try:
+        cancel_run("doomed", client=client)
+        ended = server.job(job | {"mode": "recover"})
+        child: agentloop.RunResult = client.retrieve_workflow("doomed:c1").get_result()
+    finally:
+        client.destroy()
+    got = ended["result"]
+    assert (got["status"], got["steps"], got["calls"]) == ("cancelled", 1, 1)
+    assert [(m["id"], m["status"]) for m in got["transcript"] if "status" in m] == [
+        ("c1", "cancelled")
+    ]
+    assert (child.status, child.steps, child.calls) == ("cancelled", 2, 1)
+    assert [(m["id"], m["status"]) for m in child.transcript if "status" in m] == [("k1", "ok")]
+    assert ended["asked"] == 1  # the child's second ask, whose reply the cancel rejected
+    assert (tmp_path / "effects").read_text().splitlines() == ["effect doomed:c1:k1"]

@@ -14,9 +14,12 @@ line from stdin and answers with one JSON line on stdout:
 * ``{"reap": pid}``: wait for a killed worker; answered ``{"reaped": pid}``.
 
 A job's ``"loop"`` names the DBOSLoop it starts or recovers a run of:
-``"scripted"`` (the default), or ``"provided"``, whose runs are given deps by
+``"scripted"`` (the default); ``"provided"``, whose runs are given deps by
 a provider that writes each call of it as an effect (``"provided"``, with the
-process id and the run id).
+process id and the run id); ``"team"``, whose "triage" agent may hand the
+run to "special" (``transfer_to_special``); or ``"parent"``, whose agent tool
+``agent`` runs the scripted loop as a child workflow (its input is the
+child's script).
 
 The model reads its script from the run's input (the first message's text
 is the script as JSON), so one ``DBOSLoop`` serves runs of any script. The
@@ -153,11 +156,14 @@ def _listener(transition: agentloop.Transition) -> None:
     _reached("transition")
 
 
-def loop(*, listen: bool = True, policy: bool = False, provided: bool = False) -> agentloop.Loop:
+def loop(
+    *, listen: bool = True, policy: bool = False, provided: bool = False, **options: Any
+) -> agentloop.Loop:
     """The scripted loop (the same in every process; ``listen`` only adds the kill hook).
 
     ``policy``: the approving loop's, whose runs wait for a person about big calls.
     ``provided``: the loop whose runs are given deps (``Worker``), with a ``stamp`` tool.
+    ``options``: more of ``Loop``'s (a team's agent: ``name=``, ``handoffs=``).
     """
     tools = agentloop.ToolRegistry(
         [
@@ -175,6 +181,30 @@ def loop(*, listen: bool = True, policy: bool = False, provided: bool = False) -
         max_calls=MAX_CALLS,
         listeners=[_listener] if listen else [],
         deps_type=Worker,  # only the provided loop has a tool that takes a context
+        **options,
+    )
+
+
+def team() -> agentloop.Loop:
+    """The team: "triage" may hand the run to "special"; both the scripted model and tools."""
+    return loop(name="triage", handoffs=[agentloop.handoff(loop(name="special"))])
+
+
+def parent() -> agentloop.Loop:
+    """The "parent" loop: the scripted loop's tools and an agent tool, ``agent``, running it.
+
+    The parent's script calls ``agent`` with a child's script as its input.
+    """
+    tools = agentloop.ToolRegistry(
+        [
+            agentloop.Tool(effect, name="effect"),
+            agentloop.Tool(idem, name="idem", idempotent=True),
+            agentloop.Tool(fail, name="fail"),
+            loop().as_tool("agent", "A child run of the scripted loop."),
+        ]
+    )
+    return agentloop.Loop(
+        model, tools=tools, max_steps=MAX_STEPS, max_calls=MAX_CALLS, listeners=[_listener]
     )
 
 
@@ -209,6 +239,8 @@ def _launch(job: dict[str, Any]) -> DBOSLoop:
     loops = {
         "scripted": DBOSLoop(loop(), name="scripted"),
         "provided": DBOSLoop(loop(provided=True), name="provided", deps=provide),
+        "team": DBOSLoop(team(), name="team"),
+        "parent": DBOSLoop(parent(), name="parent"),
     }
     DBOSLoop(loop(policy=True), name="approving")
     from dbos._dbos import _get_or_create_dbos_registry
@@ -236,6 +268,7 @@ def _job(job: dict[str, Any]) -> None:
         answer: dict[str, Any] = {
             "result": result_json(result),
             "asked": _STATE["counts"].get("model", 0),
+            "agent": result.agent,
         }
         # Everything is committed: exit without DBOS.destroy(), which takes a second.
     except BaseException:  # noqa: BLE001 - reported to the test, which fails on it
