@@ -294,8 +294,9 @@ def recorded_begun(loop: Loop[Any], engine: DurableEngine) -> dict[str, WaitingC
     """The children a resumed durable run had begun under calls it has not answered.
 
     By call id: each call started (``tool_started``) in a process that died, its child
-    recorded but not ended. A call run again resumes its child; one the run ends before
-    (a cancel) ends it ``cancelled`` first, as a waiting child is (``RecordedChild``).
+    recorded there. A call run again resumes its child; one the run ends before (a
+    cancel) ends it ``cancelled`` first, as a waiting child is (``RecordedChild``), or
+    only reads it if it had ended.
     """
     ledger, agents = engine.journal.ledger, _agent_loops(loop)
     answered = {m["id"] for m in engine.history() if m["kind"] == "tool_result"}
