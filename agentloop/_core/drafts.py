@@ -204,4 +204,5 @@ def interruption_draft(run: RunState, exc: BaseException) -> tuple[Trigger, Draf
         lone = run.reply.lone if run.state is State.HANDING_OFF else None
         draft = Draft(lone, run.since.get(None) if trigger in _TIMED else None)
     draft.exception = exc
+    draft.usage = raised_usage(exc, run.spent)  # what the child runs of the cut calls spent
     return trigger, draft

@@ -239,7 +239,9 @@ def feed(
             raise Mismatch(where, "a transition the engine makes by itself", row_text(event))
         return made
     if trigger in _INTERRUPTIONS:
-        interrupted = engine.interrupted(_exception(event, where), partial_text=event.partial_text)
+        exc = _exception(event, where)
+        exc.usage = None if event.usage is None else event.usage._asdict()  # cut children's
+        interrupted = engine.interrupted(exc, partial_text=event.partial_text)
         assert interrupted is not None, "a run that is not over is interrupted"
         return interrupted
     if trigger is Trigger.HANDED_OFF:  # the view the filter answered, not asked again

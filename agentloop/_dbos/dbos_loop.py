@@ -270,8 +270,8 @@ class DBOSLoop(Generic[OutputT]):
             perform = functools.partial(
                 self._perform, engine=engine, steps=steps, scope=scope, watched=watched
             )
-            try:
-                made = drain(pump(engine, perform))  # Run's loop: no stream comes back here
+            try:  # Run's loop, no stream coming back here; a cut child's tokens count
+                made = drain(pump(engine, perform, children=scope.children))
             except _Unasked:  # cancelled before the first ask: nothing happened yet
                 engine = scope.engine = self._engine(history, token, run_id, budget)
                 continue

@@ -97,10 +97,9 @@ class AsyncRun(RunView[OutputT]):
         if review is not None:
             engine.reviews = True
         self._cancel, self._model_timeout, self._to_thread = cancel, model_timeout, to_thread
-        # The running calls of a batch (max_concurrency > 1), by id, in start order.
-        self._batch = (
-            ConcurrentBatch(engine, cancel, max_concurrency) if max_concurrency > 1 else None
-        )
+        scope = scope or CallScope(engine, None, None, cancel)  # each call's: its deps, ids
+        limit = max_concurrency  # above 1: the running calls of a batch, by id, in start order
+        self._batch = ConcurrentBatch(engine, cancel, limit, scope.children) if limit > 1 else None
         # A tuple, () unless subscribed: no list of its own for each run in flight to hold.
         self._listeners: tuple[tuple[Listener, bool], ...] = ()
         for listener in listeners:
@@ -110,7 +109,6 @@ class AsyncRun(RunView[OutputT]):
         self._streamed_reply: object = None
         # When the model was last asked (with a model_timeout): its reply's deadline runs from it.
         self._asked_at: float | None = None
-        scope = scope or CallScope(engine, None, None, cancel)  # each call's: its deps, ids
         # Its agent tools' child runs' results, and the children that wait, by call id.
         self.children, self._waiting = scope.children, scope.waiting
         self._dispatch = ain_context(dispatch, self._delta_listeners, scope)
@@ -205,7 +203,7 @@ class AsyncRun(RunView[OutputT]):
                     transition = await batch.step(self._reviewed, self._tool, self._around)
                 else:  # the one transition, each request awaited (transition.pump, with awaits)
                     around = self._around
-                    steps = one_transition(engine)
+                    steps = one_transition(engine, None, self.children)
                     try:
                         need = steps.send(None)
                         while True:
@@ -250,6 +248,8 @@ class AsyncRun(RunView[OutputT]):
         except BaseException as exc:
             if not (refused or isinstance(exc, Exception)):
                 # A cancelled task, Ctrl-C, or the caller left the loop mid-reply: the run ends.
+                if batch is not None:
+                    await batch.interrupted(exc)
                 self._notify_interrupted(self._interrupted(exc))
                 if batch is not None:
                     batch.drop()

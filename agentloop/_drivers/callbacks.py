@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, runtime_checkable
 
-from agentloop._core.values import Transition
+from agentloop._core.values import Transition, Usage
 
 if TYPE_CHECKING:
     from agentloop._core.engine import Engine
     from agentloop._core.requests import AskModel
-    from agentloop._core.values import CancelToken
+    from agentloop._core.values import CancelToken, RunResult
 
 __all__ = [
     "CapturedInterrupt",
@@ -35,6 +35,7 @@ __all__ = [
     "TokenCancelled",
     "bind_model",
     "capture_interrupt",
+    "cut_usage",
     "ended_by_token",
     "given_history",
     "is_async",
@@ -215,6 +216,8 @@ class TokenCancelled(asyncio.CancelledError):
 
     #: What a streaming reply had delivered when the token cut it off (the driver sets it).
     partial_text: str | None = None
+    #: What the child runs of the calls it cut spent (``cut_usage`` sets it).
+    usage: dict[str, int] | None = None
 
 
 async def unless_cancelled(
@@ -260,14 +263,33 @@ async def unless_cancelled(
         undo()
 
 
-def ended_by_token(engine: Engine, exc: TokenCancelled) -> Transition:
+def ended_by_token(
+    engine: Engine, exc: TokenCancelled, children: Mapping[str, RunResult[Any]] | None = None
+) -> Transition:
     """The run, interrupted by its token while a request was out, ends cancelled.
 
-    What a streaming reply had delivered (``exc.partial_text``) is kept on the event.
+    What a streaming reply had delivered (``exc.partial_text``) is kept on the event, and
+    what the child runs of the calls it cuts spent on its usage (``cut_usage``).
     """
+    cut_usage(engine, exc, children)
     transition = engine.interrupted(exc, partial_text=exc.partial_text)
     assert transition is not None, "a request was outstanding, so the run was not over"
     return transition
+
+
+def cut_usage(
+    engine: Engine, exc: BaseException, children: Mapping[str, RunResult[Any]] | None
+) -> None:
+    """Put on ``exc`` what the child runs of the running calls it cuts spent, if anything.
+
+    ``children``: the run's agent calls' child runs by call id, each ended by now. The
+    engine reads ``exc.usage`` as the interruption's (a failed model call's is read so):
+    it rolls into the run's usage, as an answered child's does.
+    """
+    spent = [children[c].usage for c in engine.running if c in children] if children else ()
+    total = Usage(*map(sum, zip(*spent, strict=True))) if spent else Usage()
+    if total != Usage():
+        exc.usage = total._asdict()  # type: ignore[attr-defined]  # read from its own dict
 
 
 class CapturedInterrupt:

@@ -6,7 +6,8 @@ each in its own task (each passing the cancel checkpoint), and each
 completion is one step, in completion order; the engine still records the
 batch in emission order. Whatever ends the run early (the token, a
 cancelled task) cancels every running call's task, and waits for them to
-end.
+end: the token's end is recorded once they have, with what the child runs
+of agent calls among them spent (``ended_by_token``).
 """
 
 from __future__ import annotations
@@ -19,16 +20,17 @@ from agentloop._drivers.callbacks import (
     CapturedInterrupt,
     TokenCancelled,
     capture_interrupt,
+    cut_usage,
     ended_by_token,
     unless_cancelled,
 )
 from agentloop._drivers.child_waits import Waiting
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Mapping
 
     from agentloop._core.engine import Engine
-    from agentloop._core.values import CancelToken, Transition
+    from agentloop._core.values import CancelToken, RunResult, Transition
     from agentloop._drivers.transition import Around
 
 __all__ = ["ConcurrentBatch"]
@@ -43,10 +45,17 @@ class ConcurrentBatch:
     ``tool`` (the dispatch of a call).
     """
 
-    __slots__ = ("_cancel", "_engine", "_limit", "tasks")
+    __slots__ = ("_cancel", "_children", "_engine", "_limit", "tasks")
 
-    def __init__(self, engine: Engine, cancel: CancelToken | None, limit: int) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        cancel: CancelToken | None,
+        limit: int,
+        children: Mapping[str, RunResult[Any]] | None = None,
+    ) -> None:
         self._engine, self._cancel, self._limit = engine, cancel, limit
+        self._children = children  # the run's agent calls' child runs, kept as each ends
         self.tasks: dict[str, asyncio.Task[object | CapturedInterrupt]] = {}
 
     async def step(
@@ -69,12 +78,13 @@ class ConcurrentBatch:
         while engine.unstarted and len(tasks) < self._limit:
             if any(_interrupted(task) for task in tasks.values()):
                 break  # no call starts after an interruption: it is raised below
-            if (
-                cancel is not None
-                and cancel.cancelled
-                and any(task.done() for task in tasks.values())
-            ):
-                break  # reported first, each its own step; the checkpoint after them cuts
+            if cancel is not None and cancel.cancelled and tasks:
+                if any(task.done() for task in tasks.values()):
+                    break  # reported first, each its own step; the checkpoint after them cuts
+                running = list(tasks)
+                await self._dropped(self.drop())  # each child run ends first, kept by call id
+                if set(running) & set(self._children or ()):  # and what it spent counts
+                    return ended_by_token(engine, TokenCancelled(_CANCELLED), self._children)
             need = engine.next()  # the cancel checkpoint before each call
             if type(need) is ReviewCalls:  # before the batch's first call, as the pump reviews it
                 if around is None:
@@ -104,10 +114,7 @@ class ConcurrentBatch:
             # A call that finished before the token woke us is reported, not cut off:
             # the next checkpoint sees the token and answers the rest.
             if not any(task.done() and not task.cancelled() for task in tasks.values()):
-                dropped = self.drop()
-                transition = ended_by_token(engine, exc)  # recorded before the tasks end
-                await self._dropped(dropped)
-                return transition
+                return await self._cut(exc)
         done = [call_id for call_id, task in tasks.items() if task.done()]
         for call_id in done:  # an interruption in a call's task ends the run, raised here
             task = tasks[call_id]
@@ -124,17 +131,11 @@ class ConcurrentBatch:
             # one. The run ends; the calls still out are answered cancelled, and told they
             # never began when none of them had.
             began = not all(_unstarted(other) for other in tasks.values())
-            dropped = self.drop()
-            said = "cancelled by the run's CancelToken" if began else _CANCELLED_FIRST
-            transition = ended_by_token(engine, TokenCancelled(said))
-            await self._dropped(dropped)
-            return transition
+            said = _CANCELLED if began else _CANCELLED_FIRST
+            return await self._cut(TokenCancelled(said))
         cut = None if task.cancelled() or task.exception() else task.result()
         if type(cut) is _Cut:  # the token cut the call inside (an agent tool's child, cancelled)
-            dropped = self.drop()
-            transition = ended_by_token(engine, cut.exc)
-            await self._dropped(dropped)
-            return transition
+            return await self._cut(cut.exc)
         del tasks[call_id]
         if task.cancelled():  # the tool cancelled itself: an interruption, as when awaited
             raise asyncio.CancelledError(f"the tool of call {call_id!r} was cancelled")
@@ -172,6 +173,25 @@ class ConcurrentBatch:
             # A CancelledError: raised out of the task, it would read as the task cancelled.
             return _Cut(exc)
 
+    async def _cut(self, exc: TokenCancelled) -> Transition:
+        """The token ends the run: the running calls' tasks end first, then the run.
+
+        Each agent call's child run ends with its task (kept by call id), so its end is
+        committed before its parent's, and what it spent counts in the parent's usage.
+        """
+        await self._dropped(self.drop())
+        return ended_by_token(self._engine, exc, self._children)
+
+    async def interrupted(self, exc: BaseException) -> None:
+        """The run's task was cancelled (``exc``) while calls ran: their tasks end first.
+
+        As a task group's do, each agent call's child run with its own (``cut_usage``).
+        Ctrl-C and the like wait for none: the process is going down.
+        """
+        if isinstance(exc, asyncio.CancelledError) and self.tasks:
+            await asyncio.wait(self.drop())  # what raised in them is dropped: exc goes on
+            cut_usage(self._engine, exc, self._children)
+
     def drop(self) -> list[asyncio.Task[object]]:
         """Cancel every running call's task: the engine has answered them ``cancelled``."""
         dropped = list(self.tasks.values())
@@ -182,9 +202,19 @@ class ConcurrentBatch:
 
     @staticmethod
     async def _dropped(tasks: list[asyncio.Task[object]]) -> None:
-        """Wait for cancelled calls to end, as a task group does: no tool outlives its run."""
+        """Wait for cancelled calls to end, as a task group does: no tool outlives its run.
+
+        An interruption in one (a ``BaseException`` of its own) is raised here, as a
+        reported call's is: the run does not end as if nothing had come.
+        """
         if tasks:
             await asyncio.wait(tasks)
+        for task in tasks:
+            error = None if task.cancelled() else task.exception()
+            if _interrupted(task):
+                raise task.result().exc  # type: ignore[attr-defined]  # a CapturedInterrupt
+            if error is not None and not isinstance(error, (Exception, asyncio.CancelledError)):
+                raise error
 
 
 class _Cut:
@@ -198,7 +228,8 @@ class _Cut:
 
 #: What a call's task answers when it found the token cancelled before its call began.
 _UNSTARTED: Final = object()
-_CANCELLED_FIRST: Final = "cancelled by the run's CancelToken before the call began"
+_CANCELLED: Final = "cancelled by the run's CancelToken"
+_CANCELLED_FIRST: Final = f"{_CANCELLED} before the call began"
 
 
 def _unstarted(task: asyncio.Task[Any]) -> bool:

@@ -158,8 +158,9 @@ class Run(RunView[OutputT]):
                 if type(need) is Transition:  # made by the engine itself: nothing to perform
                     made = need
                 else:
+                    around, children = self._around, self.children
                     made = yield from pump(
-                        engine, perform, need, hand_on=hand_on, around=self._around
+                        engine, perform, need, hand_on=hand_on, around=around, children=children
                     )
                     if made is None:
                         return None

@@ -48,7 +48,7 @@ from agentloop._drivers.streams import current_while_read
 from agentloop._errors import InvalidStateError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Generator, Sequence
+    from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
 
     from agentloop._core.approval import PendingCall
     from agentloop._core.engine import Engine
@@ -107,7 +107,7 @@ _DEBUG: Final = logging.DEBUG
 
 
 def one_transition(
-    engine: Engine, need: object = None
+    engine: Engine, need: object = None, children: Mapping[str, RunResult[Any]] | None = None
 ) -> Generator[Request, object, Transition | None]:
     """One transition of ``engine``: its requests yielded, their answers reported, it returned.
 
@@ -115,7 +115,8 @@ def one_transition(
     ``Exception`` (or ``TokenCancelled``) performing it raised; the engine
     says what either means. ``None``: the run waits for a person's
     decisions, and nothing happened. ``need``: what ``engine.next()``
-    answered already, if the driver asked it.
+    answered already, if the driver asked it; ``children``: the run's agent
+    calls' child runs (a cut one's usage counts, ``ended_by_token``).
     """
     while True:
         if need is None:
@@ -144,7 +145,7 @@ def one_transition(
         try:
             answer = yield need  # type: ignore[misc]  # a request
         except TokenCancelled as exc:
-            return ended_by_token(engine, exc)
+            return ended_by_token(engine, exc, children)
         except Exception as exc:  # noqa: BLE001 - the engine says what it means
             return engine.raised(exc, call_id)
         if call_id is None:
@@ -181,6 +182,7 @@ def pump(
     *,
     hand_on: bool = False,
     around: Around | None = None,
+    children: Mapping[str, RunResult[Any]] | None = None,
 ) -> Generator[Delta, None, Transition | None]:
     """One transition of ``engine``, each request done by ``perform``; a stream's deltas yielded.
 
@@ -193,10 +195,9 @@ def pump(
     would cost about as much again as reading it. ``around(need)``, if
     given, is entered around each request's performance, and around each
     pull of its stream (``current_while_read``). Returns what
-    ``one_transition`` returns (``need``: what ``engine.next()`` answered
-    already).
+    ``one_transition`` returns (``need``, ``children``: as it takes them).
     """
-    steps = one_transition(engine, need)
+    steps = one_transition(engine, need, children)
     try:
         need = steps.send(None)
         while True:

@@ -150,9 +150,14 @@ def view_run(ledger: Ledger, run_id: str, *, children: bool = True) -> LedgerRun
 
 
 def _children(ledger: Ledger, run_id: str, result: RunResult) -> dict[str, RunResult]:
-    """The child runs recorded for the calls of run ``run_id``, by call id, in call order."""
+    """The child runs recorded for the calls of run ``run_id``, by call id, in call order.
+
+    Each call an event names, and each the history answers otherwise: a call of
+    a batch a cancel cut, answered by the run's end (which names the first).
+    """
     found: dict[str, RunResult] = {}
     calls = dict.fromkeys(event.call_id for event in result.events if event.call_id is not None)
+    calls.update((m["id"], None) for m in result.transcript if m["kind"] == "tool_result")
     for call_id in calls:
         try:
             child = view_run(ledger, child_run_id(run_id, call_id))

@@ -241,7 +241,8 @@ class AgentTool(Tool):
                 waiting = self._waiting_child(scope.children[ctx.call_id], cancel)
                 return waiting, cancel, deps, scope.children[ctx.call_id].children, decisions
         engine, cancel = self._engine(input, ctx, cancel)
-        if scope is not None:
+        if scope is not None and ctx is not None:
+            scope.waiting.pop(str(ctx.call_id), None)  # a begun child (a crash's): resumed here
             engine = under(engine, scope.engine)
         return engine, cancel, deps, _NO_CHILDREN, None
 

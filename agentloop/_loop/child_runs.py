@@ -16,6 +16,7 @@ claims the child when it resumes it.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
@@ -46,6 +47,7 @@ __all__ = [
     "RecordedChild",
     "durable_child",
     "read_child",
+    "recorded_begun",
     "recorded_children",
     "recorded_in",
     "recorded_waiting",
@@ -186,11 +188,14 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
     if ledger is None or not agents:
         return found
     # Every agent call answered (a batch's before it was appended too) or waiting on its child,
-    # and those the history answers otherwise: a call cut by a cancel, answered by the run's end.
+    # those the history answers otherwise (a call cut by a cancel, answered by the run's end),
+    # and those its record started whose reply a cancel rejected (their children ended too).
     calls = {e.call_id: e.tool for e in engine.events() if e.trigger in _CHILD_ENDS}
     for message in engine.history():
         if message["kind"] == "tool_result":
             calls.setdefault(message["id"], message["name"])
+    for begun, name in _started(engine).items() if engine.done else ():
+        calls.setdefault(begun, name)  # a begun child, ended with its parent
     for call_id, tool in calls.items():
         child = agents.get(tool or "")
         if child is None or call_id is None:
@@ -258,13 +263,20 @@ class RecordedChild:
 
     If the parent ends first (cancelled), the child is resumed from the ledger
     and ended ``cancelled`` there, its own waiting children first: each end
-    committed before its parent's.
+    committed before its parent's. So is a child a crash cut mid-run
+    (``recorded_begun``) whose call the parent ends before running it again.
     """
 
-    __slots__ = ("_caller", "_child", "_ledger")
+    __slots__ = ("_caller", "_child", "_ledger", "_said")
 
-    def __init__(self, child: Loop[Any], ledger: Ledger, caller: tuple[str, str]) -> None:
-        self._child, self._ledger, self._caller = child, ledger, caller
+    def __init__(
+        self,
+        child: Loop[Any],
+        ledger: Ledger,
+        caller: tuple[str, str],
+        said: str = "its parent run ended while it waited for a person",
+    ) -> None:
+        self._child, self._ledger, self._caller, self._said = child, ledger, caller, said
 
     def _end_cancelled(self) -> RunResult[Any]:
         engine, _ = durable_child(
@@ -272,9 +284,42 @@ class RecordedChild:
         )
         children = recorded_children(self._child, engine)
         if not engine.done:
-            end_waiting(children, recorded_waiting(self._child, engine))
-            engine.interrupted(TokenCancelled("its parent run ended while it waited for a person"))
+            left = {**recorded_begun(self._child, engine), **recorded_waiting(self._child, engine)}
+            end_waiting(children, left)
+            engine.interrupted(TokenCancelled(self._said))
         return engine.result()._replace(children=children)
+
+
+def recorded_begun(loop: Loop[Any], engine: DurableEngine) -> dict[str, WaitingChild]:
+    """The children a resumed durable run had begun under calls it has not answered.
+
+    By call id: each call started (``tool_started``) in a process that died, its child
+    recorded there. A call run again resumes its child; one the run ends before (a
+    cancel) ends it ``cancelled`` first, as a waiting child is (``RecordedChild``), or
+    only reads it if it had ended.
+    """
+    ledger, agents = engine.journal.ledger, _agent_loops(loop)
+    answered = {m["id"] for m in engine.history() if m["kind"] == "tool_result"}
+    answered |= {e.call_id for e in engine.events() if e.trigger in _CHILD_ENDS}
+    found: dict[str, WaitingChild] = {}
+    for call_id, tool in _started(engine).items():
+        child = agents.get(tool)
+        if ledger is None or child is None or call_id in answered:
+            continue
+        caller = (str(engine.run_id), call_id)
+        with contextlib.suppress(RunNotFoundError):  # begun only if its header was written
+            ledger.read(child_run_id(*caller))
+            found[call_id] = RecordedChild(child, ledger, caller, "its parent run ended first")
+    return found
+
+
+def _started(engine: DurableEngine) -> dict[str, str]:
+    """The calls of the run's last reply its record started, by id: their tools' names."""
+    replies = [e for e in engine.events() if e.trigger is Trigger.MODEL_REPLIED]
+    reply = orjson.loads(replies[-1].input_json or b"null") if replies else None
+    calls = (reply.get("calls", [reply]) if type(reply) is dict else None) or ()
+    started = engine.journal.started
+    return {str(c.get("id")): str(c.get("name")) for c in calls if c.get("id") in started}
 
 
 def recorded_waiting(loop: Loop[Any], engine: DurableEngine) -> dict[str, WaitingChild]:

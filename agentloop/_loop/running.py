@@ -26,7 +26,7 @@ from agentloop._drivers.child_waits import WaitingChild, end_waiting
 from agentloop._drivers.run_context import CallScope, ain_context_reviews, in_context_reviews
 from agentloop._drivers.sync import Run
 from agentloop._durable import recording
-from agentloop._loop.child_runs import recorded_children, recorded_waiting
+from agentloop._loop.child_runs import recorded_begun, recorded_children, recorded_waiting
 from agentloop._loop.fallback import per_run
 from agentloop._loop.output_checks import acheck, check
 from agentloop._loop.settings import async_policies
@@ -172,6 +172,7 @@ def call_scope(
         if engine.events():
             scope.children.update(recorded_children(loop, engine))
             scope.waiting.update(recorded_waiting(loop, engine))
+            scope.waiting.update(recorded_begun(loop, engine))  # ended unless run again
         # A waiting child's end is committed before its parent's. (Not through ``scope``,
         # which holds the engine: a cycle would keep a dropped run's claim until collected.)
         children_of_run, waiting = scope.children, scope.waiting

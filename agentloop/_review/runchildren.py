@@ -33,16 +33,18 @@ def children_agree(
 ) -> None:
     """Refuse children the run's own record does not vouch for (``Mismatch``).
 
-    A child must be under a call the run answered or waits on (or answered
-    ``cancelled`` as it ended: a cancel cut it); an answered one's tokens are
+    A child must be under a call the run answered or waits on (or one its
+    cancelled end answered or rejected: a cancel cut it); an answered one's tokens are
     those its call's outcome reported; a waiting one waits on the calls the
     run lists under it, so what a person is shown is what would run.
     """
     answers = {
         e.call_id: e for e in events if e.trigger in (Trigger.TOOL_RETURNED, Trigger.CALL_WAITS)
     }
-    cut = (  # the calls a cancel cut: answered cancelled by the run's end
+    cut = (  # the calls a cancel cut: answered cancelled by the run's end, or its reply
+        # rejected by it (a resumed run's, whose record had started the call)
         {m["id"] for m in result.transcript if m.get("status") == "cancelled"}
+        | {e.call_id for e in events if e.call_id is not None}
         if result.status is State.CANCELLED
         else set()
     )

@@ -1227,8 +1227,8 @@ def test_cancel_run_of_the_parent_stops_its_child_at_its_next_checkpoint(make: A
     """cancel_run(parent) while the child's first tool runs: the child's steps read the
     parent's marker, so the child answers the rest of its batch cancelled and ends
     cancelled, and the parent's call is answered cancelled: both as the plain runs under
-    one token, every call of both answered."""
-    script = [batch(call("k1", "effect", 1), call("k2", "effect", 2)), FINAL]
+    one token, every call of both answered, the cut child's tokens in the parent's usage."""
+    script = [batch(call("k1", "effect", 1), call("k2", "effect", 2)) | {"usage": spent(10)}, FINAL]
     token = agentloop.CancelToken()
     plain_world, world = World(), World()
 
@@ -1262,6 +1262,8 @@ def test_cancel_run_of_the_parent_stops_its_child_at_its_next_checkpoint(make: A
         ("c1", "cancelled")
     ]
     assert world.effects == [("effect", f"{run_id}:c1:k1")]
+    assert child.usage == agentloop.Usage(10, 1, 0)
+    assert result.usage == plain.usage == agentloop.Usage(5 + 10, 1 + 1, 0)
 
 
 def test_an_exhausted_child_answers_the_call_with_an_error_as_in_memory(make: Any) -> None:
