@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from dbos import DBOS, DBOSClient
 
-from agentloop._core.approval import Decision, DecisionKey, PendingCall
+from agentloop._core.approval import Decision, Decisions, PendingCall
 from agentloop._core.batch import check_decisions
 from agentloop._core.engine import Engine
 from agentloop._core.table import State
@@ -87,9 +87,7 @@ def pending(
         time.sleep(min(_POLL_SECONDS, left))
 
 
-def decide(
-    run_id: str, decisions: dict[DecisionKey, Decision], *, client: DBOSClient | None = None
-) -> None:
+def decide(run_id: str, decisions: Decisions, *, client: DBOSClient | None = None) -> None:
     """Send a person's decisions to run ``run_id``, waiting in ``awaiting_approval``.
 
     ``{key: approve() | deny(reason)}`` for every pending call ``pending(run_id)``
