@@ -840,10 +840,9 @@ def test_fallback_models_under_dbos(make: Any) -> None:
     assert [t.model for t in result.events][:2] == ["primary", "secondary"]
 
 
-def test_cancel_during_a_durable_wait_ends_the_run_at_once(make: Any) -> None:
-    """cancel_run(run_id) wakes the wait before a retry: waited [cancel_requested], no new ask."""
-    run_id = new_id()
-    asks: list[int] = []
+def cancelled_in_its_wait(asks: list[int], cancel: Any) -> agentloop.Loop:
+    """A Loop whose model times out (``asks`` counts it), then waits 30 s or more before a
+    retry; ``cancel()`` is called as the wait begins."""
 
     def model(history: list[Message]) -> Message:
         asks.append(1)
@@ -851,11 +850,18 @@ def test_cancel_during_a_durable_wait_ends_the_run_at_once(make: Any) -> None:
 
     def cancel_on_backoff(transition: agentloop.Transition) -> None:
         if transition.dest == "backing_off":
-            agentloop.dbos.cancel_run(run_id)
+            cancel()
 
-    loop = agentloop.Loop(
+    return agentloop.Loop(
         model, retry=RetryPolicy(base=60.0, jitter=0.0), listeners=[cancel_on_backoff]
     )
+
+
+def test_cancel_during_a_durable_wait_ends_the_run_at_once(make: Any) -> None:
+    """cancel_run(run_id) wakes the wait before a retry: waited [cancel_requested], no new ask."""
+    run_id = new_id()
+    asks: list[int] = []
+    loop = cancelled_in_its_wait(asks, lambda: agentloop.dbos.cancel_run(run_id))
     result = make(loop).run("go", run_id=run_id)
     assert [(t.trigger, t.guard) for t in result.events][-1] == ("waited", "cancel_requested")
     assert (result.status, len(asks)) == ("cancelled", 1)
@@ -1352,7 +1358,9 @@ def test_a_dbos_loop_makes_its_childrens_loops_and_refuses_a_child_that_needs_as
     below), and close() forgets them all, a child whose tools have policies (which may ask
     a person) too; a child that needs the asyncio driver is refused, with nothing made."""
     loops = agentloop._dbos.dbos_loop._LOOPS
-    leaf = agentloop.Loop(scripted([FINAL]))
+    guarded = agentloop.ToolRegistry([agentloop.Tool(lambda n: n, name="work")])
+    guarded.policy = asks_over_4  # a leaf that may ask a person: made as any other
+    leaf = agentloop.Loop(scripted([FINAL]), tools=guarded)
     middle = agentloop.Loop(scripted([FINAL]), tools=[leaf.as_tool("leaf", "A leaf.")])
     top = agentloop.Loop(scripted([FINAL]), tools=[middle.as_tool("middle", "A middle.")])
     name = f"t-{uuid.uuid4().hex[:8]}"
@@ -1365,19 +1373,6 @@ def test_a_dbos_loop_makes_its_childrens_loops_and_refuses_a_child_that_needs_as
     runs.close()
     assert not [known for known in loops if known.startswith(name)]
     DBOSLoop(top, name=name).close()  # its names are free again
-    guarded = agentloop.ToolRegistry([agentloop.Tool(lambda n: n, name="work")])
-    guarded.policy = asks_over_4
-    asking = agentloop.Loop(scripted([FINAL]), tools=guarded)
-    deep = agentloop.Loop(scripted([FINAL]), tools=[asking.as_tool("asking", "Asks.")])
-    parent = agentloop.Loop(scripted([FINAL]), tools=[deep.as_tool("deep", "Deep.")])
-    asks = DBOSLoop(parent, name=name)
-    assert sorted(known for known in loops if known.startswith(name)) == [
-        name,
-        f"{name}/deep",
-        f"{name}/deep/asking",
-    ]
-    asks.close()
-    assert not [known for known in loops if known.startswith(name)]
 
     async def amodel(history: list[Message]) -> Message:
         return FINAL
@@ -1800,17 +1795,8 @@ def test_cancel_run_of_the_parent_wakes_a_child_waiting_before_a_retry(make: Any
     both end cancelled."""
     run_id = new_id()
     asks: list[int] = []
-
-    def model(history: list[Message]) -> Message:
-        asks.append(1)
-        raise TimeoutError("slow")
-
-    def cancel_on_backoff(transition: agentloop.Transition) -> None:
-        if transition.dest == "backing_off":
-            sent_from_another_thread(agentloop.dbos.cancel_run, run_id)
-
-    child = agentloop.Loop(
-        model, retry=RetryPolicy(base=60.0, jitter=0.0), listeners=[cancel_on_backoff]
+    child = cancelled_in_its_wait(
+        asks, lambda: sent_from_another_thread(agentloop.dbos.cancel_run, run_id)
     )
     parent = agentloop.Loop(
         scripted(PARENT_SCRIPT), tools=[child.as_tool("research", "Look it up.")]
