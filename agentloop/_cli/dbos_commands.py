@@ -29,6 +29,7 @@ from agentloop._cli.ledger_commands import (
 from agentloop._cli.printing import CommandError, print_lines, self_command
 from agentloop._core.approval import DecisionKey, key_text
 from agentloop._core.values import RunResult
+from agentloop._dbos.descendants import NOT_ENDED, RUN_WORKFLOW
 from agentloop._durable.ids import child_call_id, parse_turn
 from agentloop._errors import AgentloopError
 
@@ -39,11 +40,8 @@ __all__ = ["STATES", "decide", "is_url", "pending", "report", "result", "runs", 
 
 #: What ``runs`` says of a workflow that has not returned a result, by its DBOS status.
 _STATUS: Final = {"PENDING": "running", "ENQUEUED": "enqueued", "ERROR": "error"}
-#: The DBOS statuses of a workflow that has not ended (a recovered one is ENQUEUED till taken).
-_NOT_ENDED: Final = ["PENDING", "ENQUEUED"]
 #: The states only a run on DBOS is in (besides ``awaiting_approval`` and the terminal ones).
 STATES: Final = tuple(_STATUS.values())
-_WORKFLOW: Final = "agentloop.run"
 _URL: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -63,7 +61,7 @@ def runs(
     wanted = set(states)
     shown = []
     with _client(url) as (client, dbos):
-        found = client.list_workflows(name=_WORKFLOW, load_input=False)
+        found = client.list_workflows(name=RUN_WORKFLOW, load_input=False)
         ids = {status.workflow_id for status in found}
         children = Counter(
             status.parent_workflow_id for status in found if _child_of(status, ids) is not None
@@ -103,7 +101,7 @@ def pending(url: str) -> int:
     """
     rows = [("run", "call", "tool", "reason", "arguments")]
     with _client(url) as (client, dbos):
-        found = client.list_workflows(name=_WORKFLOW, status=_NOT_ENDED, load_input=False)
+        found = client.list_workflows(name=RUN_WORKFLOW, status=list(NOT_ENDED), load_input=False)
         ids = {status.workflow_id for status in found}
         for status in found:
             if _child_of(status, ids) is not None:
@@ -217,7 +215,7 @@ class _Agentloop:
 def _status(client: Any, run_id: str) -> Any:
     if not run_id:
         raise CommandError("expected a run id (agentloop runs DBOS_URL lists them), got ''")
-    found = client.list_workflows(workflow_ids=[run_id], name=_WORKFLOW)
+    found = client.list_workflows(workflow_ids=[run_id], name=RUN_WORKFLOW)
     if not found:
         raise CommandError(
             f"no run {run_id!r} is in the DBOS system database (agentloop runs DBOS_URL lists them)"

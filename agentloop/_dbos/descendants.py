@@ -15,11 +15,13 @@ from agentloop._durable.ids import child_call_id
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["runs_below"]
+__all__ = ["NOT_ENDED", "RUN_WORKFLOW", "runs_below"]
 
-_WORKFLOW: Final = "agentloop.run"
-# A recovered workflow is ENQUEUED on DBOS's internal queue until a worker takes it again.
-_NOT_ENDED: Final = ["PENDING", "ENQUEUED"]
+#: The name of a run's workflow.
+RUN_WORKFLOW: Final = "agentloop.run"
+#: The DBOS statuses of a workflow that has not ended (a recovered one is ENQUEUED on DBOS's
+#: internal queue until a worker takes it again).
+NOT_ENDED: Final = ("PENDING", "ENQUEUED")
 
 
 def runs_below(run_id: str, via: Any) -> Iterator[tuple[tuple[str, ...], str]]:
@@ -31,8 +33,8 @@ def runs_below(run_id: str, via: Any) -> Iterator[tuple[tuple[str, ...], str]]:
     """
     found = via.list_workflows(
         parent_workflow_id=run_id,
-        name=_WORKFLOW,
-        status=_NOT_ENDED,
+        name=RUN_WORKFLOW,
+        status=list(NOT_ENDED),
         load_input=False,
         load_output=False,
     )
