@@ -29,7 +29,7 @@ from agentloop._durable.records import Recorded
 from agentloop._durable.resume import checked_run_id, replayed
 from agentloop._errors import InvalidStateError, LedgerError, RunNotFoundError
 
-__all__ = ["LedgerRun", "RunSummary", "decide_run", "list_runs", "view_run"]
+__all__ = ["LedgerRun", "RunSummary", "carried", "decide_run", "list_runs", "view_run"]
 
 
 @attrs.frozen
@@ -149,6 +149,9 @@ def view_run(ledger: Ledger, run_id: str, *, children: bool = True) -> LedgerRun
     return LedgerRun(run_id, result, _started(engine, recorded), recorded.caller)
 
 
+_RETURNED = Trigger.TOOL_RETURNED
+
+
 def _children(ledger: Ledger, run_id: str, result: RunResult) -> dict[str, RunResult]:
     """The child runs recorded for the calls of run ``run_id``, by call id, in call order.
 
@@ -165,7 +168,27 @@ def _children(ledger: Ledger, run_id: str, result: RunResult) -> dict[str, RunRe
             continue
         if child.caller == (run_id, call_id):
             found[call_id] = child.result
+    # An agent call's answer carries its child's usage; a plain call's carries none.
+    agents = [e.call_id for e in result.events if e.trigger is _RETURNED and e.usage is not None]
+    found.update(carried(ledger, result.continues, [c for c in agents if c not in found]))
     return found
+
+
+def carried(ledger: Ledger, source: str | None, calls: list[str | None]) -> dict[str, RunResult]:
+    """The children a fork carries, recorded under the run it was forked from.
+
+    Of ``calls`` (answered agent calls with no child under the run's own id), those of
+    ``source`` (its ``continues``), as ``Loop.fork`` kept them; none when ``source`` is not
+    in ``ledger``. Read only when there are such calls. A turn's and a continued run's calls
+    are their own (their ids new, their children under their own run's id).
+    """
+    if source is None or not calls:
+        return {}
+    try:
+        kept = view_run(ledger, source).result.children
+    except RunNotFoundError:
+        return {}
+    return {call_id: kept[call_id] for call_id in calls if call_id is not None and call_id in kept}
 
 
 def list_runs(ledger: Ledger) -> list[RunSummary]:

@@ -29,7 +29,7 @@ from agentloop._durable import resume
 from agentloop._durable.ids import child_run_id
 from agentloop._durable.journal import cut_by
 from agentloop._durable.recording import ChildUnrecorded, DurableEngine
-from agentloop._durable.view import view_run
+from agentloop._durable.view import carried, view_run
 from agentloop._errors import ConfigurationMismatchError, LedgerError, RunNotFoundError
 from agentloop._loop.engines import agents_of, make_resilient
 from agentloop._loop.team import team_of, team_record
@@ -196,7 +196,8 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
             calls.setdefault(message["id"], message["name"])
     for begun, name in _started(engine).items() if engine.done else ():
         calls.setdefault(begun, name)  # a begun child, ended with its parent
-    for call_id, tool in calls.items():
+    unfound: list[str | None] = []  # a fork's carried calls among them: their children are
+    for call_id, tool in calls.items():  # under the run it was forked from (``carried``)
         child = agents.get(tool or "")
         if child is None or call_id is None:
             continue
@@ -204,12 +205,15 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
         try:
             ended, _ = durable_child(child, ledger, caller, [], child.budget, None, read=True)
         except RunNotFoundError:
-            continue  # answered without a child (its arguments refused, say)
+            unfound.append(call_id)  # answered without a child (its arguments refused, say)
+            continue
         except ConfigurationMismatchError:  # the child's Loop changed since: read as recorded
             found[call_id] = read_child(ledger, caller)
             continue
         if ended.done or ended.state is State.AWAITING_APPROVAL:  # as the answering run kept it
             found[call_id] = read_child(ledger, caller)
+    answered = {e.call_id for e in engine.events() if e.trigger is Trigger.TOOL_RETURNED}
+    found.update(carried(ledger, engine.continues, [c for c in unfound if c in answered]))
     return found
 
 

@@ -755,3 +755,49 @@ def test_a_resumed_parent_holds_every_recorded_child_and_its_children() -> None:
         assert list(result.children) == ["c1"], at
         assert list(result.children["c1"].children) == ["k1"], at
         assert result.children["c1"].output == "mid", at
+
+
+def test_a_durable_fork_reads_back_and_resumes_with_the_children_it_carries(
+    tmp_path: Any,
+) -> None:
+    """A fork of a durable run past an agent call carries that call's child, recorded under
+    the run it was forked from: view_run of the fork, a resume of it in another process (new
+    Loops and ledger object over the file) and a fork of the fork all hold it, as the source
+    does; its tool did not run again. A turn after the source claims none of its children."""
+    asked: list[str] = []
+
+    def look(q: str) -> str:
+        """Look."""
+        asked.append(q)
+        return "seen"
+
+    def answering(script: list[Any]) -> Any:
+        return lambda history: script[sum(m["kind"] in ("call", "calls") for m in history)]
+
+    def parent(ledger: SQLiteLedger) -> agentloop.Loop:
+        kid = agentloop.Loop(answering([call("k1", "look", q="b"), final("kid out")]), tools=[look])
+        script = [call("c1", "post", input="w"), final("y")]
+        return agentloop.Loop(
+            answering(script), tools=[kid.as_tool("post", "Post.")], ledger=ledger
+        )
+
+    def shown(run: agentloop.RunResult) -> tuple[Any, ...]:
+        return run.status, run.output, run.usage, run.transcript
+
+    loop = parent(SQLiteLedger(tmp_path / "runs.db"))
+    source = loop.run("t", conversation="chat")  # turn 1: chat::1
+    returned = next(i for i, e in enumerate(source.events) if e.trigger == "tool_returned")
+    fork = loop.fork("chat::1", at=returned + 1, run_id="fork").finish()
+    assert shown(fork.children["c1"]) == shown(source.children["c1"])
+    ledger = SQLiteLedger(tmp_path / "runs.db")  # another process, as far as it knows
+    again = parent(ledger)
+    for read in (view_run(ledger, "fork").result, again.resume("fork")):
+        assert list(read.children) == ["c1"]
+        assert shown(read.children["c1"]) == shown(source.children["c1"])
+    twice = again.fork("fork", at=returned + 1, run_id="twice").finish()
+    assert shown(view_run(ledger, "twice").result.children["c1"]) == shown(twice.children["c1"])
+    assert shown(twice.children["c1"]) == shown(source.children["c1"])
+    assert asked == ["b"]  # carried each time, never run again
+    turn = again.run("more", conversation="chat")  # its input holds turn 1's answered call
+    assert (turn.run_id, turn.status) == ("chat::2", "finished")
+    assert list(view_run(ledger, "chat::2").result.children) == []
