@@ -35,6 +35,7 @@ import agentloop.dbos
 from agentloop.__main__ import main
 from agentloop.dbos import DBOSLoop
 from agentloop.models import RetryPolicy, fallback
+from tests.conftest import count
 from tests.drivers.test_handoffs import Team
 from tests.durable.test_kill import CHECKPOINT_SCRIPT, FINAL, batch, call
 from tests.support import dbos_worker
@@ -1810,3 +1811,83 @@ def test_cancel_run_of_the_parent_wakes_a_child_waiting_before_a_retry(make: Any
     assert [(m["id"], m["status"]) for m in result.transcript if "status" in m] == [
         ("c1", "cancelled")
     ]
+
+
+@settings(max_examples=count(6, 60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    answers=st.lists(ANSWERS, min_size=1, max_size=3),
+    approvals=st.lists(st.booleans(), min_size=3, max_size=3),
+    cancel=st.booleans(),
+)
+def test_a_dbos_childs_approval_ends_as_the_tree_without_dbos(
+    system_db: str, answers: list[str], approvals: list[bool], cancel: bool
+) -> None:
+    """Random policy answers in the child (a failing policy too), random decisions by path
+    from the parent, or cancel_run of the parent while the child waits: the parent and the
+    child end as the plain tree given the same does (but for the content of the parent's
+    cancelled call, see the cancel test above), and only the allowed and approved ran."""
+    ids = [f"k{n}" for n in range(len(answers))]
+    said = dict(zip(ids, answers, strict=True))
+    asks = [i for i in ids if said[i] == "ask"]
+    decisions = {
+        ("c1", i): agentloop.approve() if approvals[n] else agentloop.deny("person")
+        for n, i in enumerate(asks)
+    }
+
+    def tree(ran: list[str]) -> agentloop.Loop:
+        def policy(call: Message) -> agentloop.Decision:
+            answer = said[call["id"]]
+            if answer == "raise":
+                raise RuntimeError("policy store down")
+            if answer == "ask":
+                return agentloop.ask("?")
+            return agentloop.allow() if answer == "allow" else agentloop.deny("policy")
+
+        def work(n: int) -> int:
+            ran.append(f"k{n}")
+            return n
+
+        tools = agentloop.ToolRegistry([agentloop.Tool(work)], policy=policy)
+        child_script = [batch(*(call(i, "work", n) for n, i in enumerate(ids))), FINAL]
+        child = agentloop.Loop(scripted(child_script), tools=tools)
+        return agentloop.Loop(
+            scripted(PARENT_SCRIPT), tools=[child.as_tool("research", "Look it up.")]
+        )
+
+    plain_ran: list[str] = []
+    token = agentloop.CancelToken()
+    plain = tree(plain_ran).start("go", cancel=token)
+    plain.finish()
+    if asks:
+        if cancel:
+            token.cancel()
+        else:
+            plain.decide(decisions)
+    expected = plain.finish()
+    ran: list[str] = []
+    runs = DBOSLoop(tree(ran), name=f"p-{uuid.uuid4().hex[:8]}")
+    try:
+        run_id = new_id()
+        handle = runs.start("go", run_id=run_id)
+        if asks:
+            waiting = agentloop.dbos.pending(run_id, timeout_seconds=30)
+            assert [p.key for p in waiting] == list(decisions)
+            assert ran == []  # nothing of the child's batch ran
+            if cancel:
+                sent_from_another_thread(agentloop.dbos.cancel_run, run_id)
+            else:
+                sent_from_another_thread(agentloop.dbos.decide, run_id, decisions)
+        result = handle.get_result()
+    finally:
+        runs.close()
+    child, plain_child = result.children["c1"], expected.children["c1"]
+    assert dbos_worker.result_json(child) == dbos_worker.result_json(plain_child)
+    if asks and cancel:
+        assert (result.status, result.steps, result.calls) == ("cancelled", 1, 1)
+        assert result.transcript[:-1] == expected.transcript[:-1]
+        assert result.transcript[-1]["status"] == expected.transcript[-1]["status"]
+    else:
+        assert dbos_worker.result_json(result) == dbos_worker.result_json(expected)
+    assert sorted(ran) == sorted(plain_ran)
+    answered = [m["id"] for m in child.transcript if m["kind"] == "tool_result"]
+    assert answered == ids
