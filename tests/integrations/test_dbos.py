@@ -1090,6 +1090,46 @@ def test_output_validators_are_a_step_whose_problems_a_recovery_reads_back(make:
         runs.close()
 
 
+def test_cancel_while_the_validators_check_a_final_ends_the_run_before_the_next_ask(
+    make: Any,
+) -> None:
+    """cancel_run while an output validator refuses a final: the check step reads the marker
+    after the validators, so the run ends cancelled before the model is asked again, as a
+    plain run whose token is cancelled there (one model step, the refusal in the transcript)."""
+    asked: list[int] = []
+
+    def model(history: list[Message]) -> Message:
+        asked.append(len(history))
+        return {"kind": "final", "text": orjson.dumps({"name": "Rome"}).decode()}
+
+    stop: list[Any] = []
+
+    def in_france(city: dict[str, str]) -> None:
+        stop[0]()
+        raise agentloop.Retry(f"{city['name']} is not in France")
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    token = agentloop.CancelToken()
+    stop[:] = [token.cancel]
+    plain = agentloop.Loop(model, output=schema, output_validators=[in_france]).run(
+        "a city", cancel=token
+    )
+    assert (plain.status, plain.steps, len(asked)) == ("cancelled", 1, 1)
+    run_id = new_id()
+
+    def cancel() -> None:  # from another thread, as from another process
+        thread = threading.Thread(target=agentloop.dbos.cancel_run, args=(run_id,))
+        thread.start()
+        thread.join()
+
+    stop[:] = [cancel]
+    runs = make(agentloop.Loop(model, output=schema, output_validators=[in_france]))
+    result = runs.run("a city", run_id=run_id)
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert (result.status, result.steps, len(asked)) == ("cancelled", 1, 2)
+    assert dict(DBOS.list_workflow_steps(run_id)[1]["output"] or {})["cancel"] is True
+
+
 # -- agents as tools: each agent call's child run is a DBOS child workflow ------------------------
 
 
