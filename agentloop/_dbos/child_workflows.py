@@ -59,8 +59,9 @@ class AgentCalls:
     """The agent tools of a DBOSLoop: the DBOSLoops of their Loops, and their calls' work.
 
     With handoffs, every agent's agent tools: a child's DBOSLoop is then named
-    ``f"{name}/{agent}/{tool}"``. ``caller``: for a child's DBOSLoop, the
-    parent's and the agent tool whose calls it runs (``None`` for a top one).
+    ``f"{name}/{agent}/{tool}"`` (one tool that two agents have: the first's).
+    ``caller``: for a child's DBOSLoop, the parent's and the agent tool whose
+    calls it runs (``None`` for a top one).
     """
 
     __slots__ = ("_agents", "_children", "_loop", "_workflow", "caller")
@@ -81,6 +82,8 @@ class AgentCalls:
             for agent, member in self._agents.items():
                 refuse_durable(member.dispatcher, "DBOSLoop")
                 for tool in _agent_tools(member.dispatcher):
+                    if id(tool) in self._children:  # in two agents' tools: the first's child
+                        continue
                     # Given by the tool's deps=(ctx) when it has one: checked when it runs.
                     provider = loop._deps if tool._deps is None else _mapped
                     under = tool.name if agent is None else f"{agent}/{tool.name}"

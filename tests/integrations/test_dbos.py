@@ -1580,3 +1580,45 @@ def test_an_agent_tool_of_a_teams_specialist_runs_as_a_child_workflow(make: Any)
     assert dbos_worker.result_json(child) == dbos_worker.result_json(plain.children["c2"])
     assert child.run_id == f"{run_id}:c2"
     assert [key for _, key in world.effects] == [f"{run_id}:c2:{k}" for k in ("k1", "k2", "k3")]
+
+
+def test_an_agent_tool_two_agents_share_has_one_child_loop_which_close_forgets(
+    make: Any,
+) -> None:
+    """One agent tool in two agents' tools: one DBOSLoop for it, under the first agent's
+    name, whose child workflows answer either agent's calls as in memory; close() forgets
+    every name the DBOSLoop made, so it can be made again."""
+    loops = agentloop._dbos.dbos_loop._LOOPS
+
+    def team(world: World) -> agentloop.Loop:
+        script: list[Message] = [
+            {"kind": "call", "id": "c1", "name": "research", "arguments": {"input": "look"}},
+            {"kind": "call", "id": "c2", "name": "transfer_to_special", "arguments": {}},
+            {"kind": "call", "id": "c3", "name": "research", "arguments": {"input": "look"}},
+            {"kind": "final", "text": "all done"},
+        ]
+        research = agentloop.Loop(scripted([FINAL]), tools=world.registry()).as_tool(
+            "research", "Look."
+        )
+        special = agentloop.Loop(scripted(script), tools=[research], name="special")
+        return agentloop.Loop(
+            scripted(script), tools=[research], name="triage", handoffs=[agentloop.handoff(special)]
+        )
+
+    plain = team(World()).run("go")
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    shared = team(World())
+    runs = DBOSLoop(shared, name=name)
+    try:
+        assert sorted(known for known in loops if known.startswith(name)) == [
+            name,
+            f"{name}/triage/research",
+        ]
+        run_id = new_id()
+        result = runs.run("go", run_id=run_id)
+        assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+        assert sorted(result.children) == ["c1", "c3"]
+    finally:
+        runs.close()
+    assert not [known for known in loops if known.startswith(name)]
+    DBOSLoop(shared, name=name).close()  # its names are free again
