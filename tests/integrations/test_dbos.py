@@ -1622,3 +1622,32 @@ def test_an_agent_tool_two_agents_share_has_one_child_loop_which_close_forgets(
         runs.close()
     assert not [known for known in loops if known.startswith(name)]
     DBOSLoop(shared, name=name).close()  # its names are free again
+
+
+def test_show_says_a_run_whose_workflow_failed_ended_with_no_result(
+    make: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A child whose deps raise fails its workflow (the call's error, as in memory): runs
+    lists it as error, and show says it failed, with what it raised, not that it runs."""
+
+    def no_shop(ctx: agentloop.RunContext[Any]) -> object:
+        raise LookupError("no shop today")
+
+    researcher = agentloop.Loop(scripted([FINAL]))
+    runs = make(
+        agentloop.Loop(
+            scripted(PARENT_SCRIPT), tools=[researcher.as_tool("research", "L.", deps=no_shop)]
+        )
+    )
+    run_id = new_id()
+    result = runs.run("go", run_id=run_id)
+    (answer,) = [m for m in result.transcript if m["kind"] == "tool_result"]
+    assert (result.status, answer["content"]["type"]) == ("finished", "LookupError")
+    capsys.readouterr()
+    assert main(["runs", SQLITE_URL[0], "--flat"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()}
+    assert rows[f"{run_id}:c1"][1] == "error"
+    assert main(["show", SQLITE_URL[0], f"{run_id}:c1"]) == 2
+    err = capsys.readouterr().err
+    assert f"run '{run_id}:c1' failed with no result" in err
+    assert "LookupError: no shop today" in err
