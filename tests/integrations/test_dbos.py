@@ -1347,6 +1347,44 @@ def test_cancel_run_of_the_parent_stops_its_child_at_its_next_checkpoint(make: A
     assert result.usage == plain.usage == agentloop.Usage(5 + 10, 1 + 1, 0)
 
 
+def test_cancel_run_of_the_parent_wakes_its_child_waiting_before_a_retry(make: Any) -> None:
+    """cancel_run(parent) while its child waits (durably) before a retry: the child is woken,
+    ends cancelled without asking its model again, and the parent's call is answered
+    cancelled, as the plain runs under one token."""
+    asks = {"plain": 0, "dbos": 0}
+
+    def tree(which: str, stop: Any) -> agentloop.Loop:
+        def model(history: list[Message]) -> Message:
+            asks[which] += 1
+            raise TimeoutError("slow")
+
+        def on_backoff(transition: agentloop.Transition) -> None:
+            if transition.dest == "backing_off":
+                stop()
+
+        child = agentloop.Loop(
+            model, retry=RetryPolicy(base=60.0, jitter=0.0), listeners=[on_backoff]
+        )
+        return agentloop.Loop(scripted(PARENT_SCRIPT), tools=[child.as_tool("research", "L.")])
+
+    token = agentloop.CancelToken()
+    plain = tree("plain", token.cancel).run("go", cancel=token)
+    run_id = new_id()
+
+    def cancel() -> None:  # from another thread, as from another process
+        thread = threading.Thread(target=agentloop.dbos.cancel_run, args=(run_id,))
+        thread.start()
+        thread.join()
+
+    result = make(tree("dbos", cancel)).run("go", run_id=run_id)
+    child = result.children["c1"]
+    assert (result.status, child.status, asks["dbos"]) == ("cancelled", "cancelled", 1)
+    assert asks == {"plain": 1, "dbos": 1}
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert dbos_worker.result_json(child) == dbos_worker.result_json(plain.children["c1"])
+    assert [(t.trigger, t.guard) for t in child.events][-1] == ("waited", "cancel_requested")
+
+
 def test_an_exhausted_child_answers_the_call_with_an_error_as_in_memory(make: Any) -> None:
     """A child that ends exhausted answers the call with ChildRunEnded, as in memory; the
     parent goes on and finishes."""
