@@ -1502,6 +1502,29 @@ def test_a_dbos_loop_makes_its_childrens_loops_and_refuses_a_child_that_may_ask(
     assert not [known for known in loops if known.startswith(name)]
 
 
+def test_a_dbos_loop_refuses_an_agent_tool_that_calls_back_up(system_db: str) -> None:
+    """A Loop that is its own agent tool, or whose agent tool's Loop hands back to it: its
+    DBOSLoop would make child DBOSLoops without end; it is refused with a ValueError saying
+    so (not a RecursionError), with nothing made. The same Loop as a team's agent and an
+    agent tool's, calling nothing back, is no recursion."""
+    loops = agentloop._dbos.dbos_loop._LOOPS
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    tools = agentloop.ToolRegistry()
+    itself = agentloop.Loop(scripted([FINAL]), tools=tools)
+    tools.add(itself.as_tool("itself", "Me again."))
+    assert itself.run("go").status == "finished"  # in memory it runs
+    with pytest.raises(ValueError, match=r"agent tool 'itself' runs the Loop .* its own caller"):
+        DBOSLoop(itself, name=name)
+    team = Team([], asynchronous=False)  # billing hands back to triage
+    team.triage.dispatcher.add(team.billing.as_tool("ask_billing", "Ask billing."))
+    with pytest.raises(ValueError, match=r"agent tool 'ask_billing' runs the Loop 'billing'"):
+        DBOSLoop(team.triage, name=name)
+    assert not [known for known in loops if known.startswith(name)]
+    team = Team([], asynchronous=False)
+    team.triage.dispatcher.add(team.tech.as_tool("ask_tech", "Ask tech."))
+    DBOSLoop(team.triage, name=name).close()
+
+
 def test_an_agent_tool_added_after_its_dbos_loop_answers_with_an_error(make: Any) -> None:
     """The DBOSLoop made no child DBOSLoop for it (so no worker could recover its child):
     its call is answered with an error saying so, and nothing of the child runs."""
