@@ -1516,12 +1516,16 @@ def test_a_dbos_loop_refuses_an_agent_tool_that_calls_back_up(system_db: str) ->
     with pytest.raises(ValueError, match=r"agent tool 'itself' runs the Loop .* its own caller"):
         DBOSLoop(itself, name=name)
     team = Team([], asynchronous=False)  # billing hands back to triage
-    team.triage.dispatcher.add(team.billing.as_tool("ask_billing", "Ask billing."))
+    triage_tools = team.triage.dispatcher
+    assert isinstance(triage_tools, agentloop.ToolRegistry)
+    triage_tools.add(team.billing.as_tool("ask_billing", "Ask billing."))
     with pytest.raises(ValueError, match=r"agent tool 'ask_billing' runs the Loop 'billing'"):
         DBOSLoop(team.triage, name=name)
     assert not [known for known in loops if known.startswith(name)]
     team = Team([], asynchronous=False)
-    team.triage.dispatcher.add(team.tech.as_tool("ask_tech", "Ask tech."))
+    triage_tools = team.triage.dispatcher
+    assert isinstance(triage_tools, agentloop.ToolRegistry)
+    triage_tools.add(team.tech.as_tool("ask_tech", "Ask tech."))
     DBOSLoop(team.triage, name=name).close()
 
 
