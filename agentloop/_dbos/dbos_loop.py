@@ -338,7 +338,10 @@ class DBOSLoop(Generic[OutputT]):
                 token.cancel()  # the table's waited [cancel_requested] row ends the run
             return None
         if isinstance(need, CheckOutput):  # the output validators: their problems recorded
-            return steps.run(_CHECK, self._work.check_output, need.value, scope)["problems"]
+            checked = steps.run(_CHECK, self._work.check_output, watched, need.value, scope)
+            if checked.get("cancel"):
+                token.cancel()  # the checkpoint before the ask that refused finals go back to
+            return checked["problems"]
         if isinstance(need, ReviewCalls):
             answer = steps.run(_REVIEW, self._work.review, watched, need.calls, scope)
             if answer["cancel"]:

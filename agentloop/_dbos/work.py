@@ -109,11 +109,15 @@ class StepWork:
         assert policy.summariser is not None, "and only under summarise"
         return _written(watched, policy.summariser, history)
 
-    def check_output(self, value: Any, scope: CallScope) -> dict[str, Any]:
+    def check_output(
+        self, watched: tuple[str, ...], value: Any, scope: CallScope
+    ) -> dict[str, Any]:
         """The ``agentloop.check_output`` step: the output validators' problems with a final.
 
         Run as a synchronous run runs them (``output_checks.check``): in the
         output's context, an async one awaited on an event loop of the step's own.
+        The markers are read after them: a refused final goes back to the model,
+        and a cancel that came while they ran is seen before it is asked.
         """
         awaiter = Awaiter()
         try:
@@ -121,7 +125,7 @@ class StepWork:
         finally:
             if awaiter.open:
                 awaiter.close()
-        return {"problems": problems}
+        return {"problems": problems, "cancel": cancelled(watched)}
 
     def filter(
         self,

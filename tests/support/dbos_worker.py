@@ -17,9 +17,9 @@ A job's ``"loop"`` names the DBOSLoop it starts or recovers a run of:
 ``"scripted"`` (the default); ``"provided"``, whose runs are given deps by
 a provider that writes each call of it as an effect (``"provided"``, with the
 process id and the run id); ``"team"``, whose "triage" agent may hand the
-run to "special" (``transfer_to_special``); or ``"parent"``, whose agent tool
+run to "special" (``transfer_to_special``); ``"parent"``, whose agent tool
 ``agent`` runs the scripted loop as a child workflow (its input is the
-child's script).
+child's script); or ``"team_parent"``, a team whose "special" is a parent.
 
 The model reads its script from the run's input (the first message's text
 is the script as JSON), so one ``DBOSLoop`` serves runs of any script. The
@@ -190,10 +190,11 @@ def team() -> agentloop.Loop:
     return loop(name="triage", handoffs=[agentloop.handoff(loop(name="special"))])
 
 
-def parent() -> agentloop.Loop:
+def parent(**options: Any) -> agentloop.Loop:
     """The "parent" loop: the scripted loop's tools and an agent tool, ``agent``, running it.
 
     The parent's script calls ``agent`` with a child's script as its input.
+    ``options``: more of ``Loop``'s (a team's agent: ``name=``).
     """
     tools = agentloop.ToolRegistry(
         [
@@ -204,7 +205,19 @@ def parent() -> agentloop.Loop:
         ]
     )
     return agentloop.Loop(
-        model, tools=tools, max_steps=MAX_STEPS, max_calls=MAX_CALLS, listeners=[_listener]
+        model,
+        tools=tools,
+        max_steps=MAX_STEPS,
+        max_calls=MAX_CALLS,
+        listeners=[_listener],
+        **options,
+    )
+
+
+def team_parent() -> agentloop.Loop:
+    """The "team_parent" team: "triage" may hand the run to "special", a parent (``agent``)."""
+    return loop(
+        name="triage", handoffs=[agentloop.handoff(parent(name="special", deps_type=Worker))]
     )
 
 
@@ -241,6 +254,7 @@ def _launch(job: dict[str, Any]) -> DBOSLoop:
         "provided": DBOSLoop(loop(provided=True), name="provided", deps=provide),
         "team": DBOSLoop(team(), name="team"),
         "parent": DBOSLoop(parent(), name="parent"),
+        "team_parent": DBOSLoop(team_parent(), name="team_parent"),
     }
     DBOSLoop(loop(policy=True), name="approving")
     from dbos._dbos import _get_or_create_dbos_registry
