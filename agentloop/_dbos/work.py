@@ -167,7 +167,11 @@ class StepWork:
         Only an idempotent tool runs then. ``decision``: what the policies or
         a person answered about the call at its review, if it had one.
         ``scope``: what the call's context holds (the run's deps, id and counters).
+        The markers are read before the handler (``unrun``: cancelled, it does not run;
+        a call another execution may have started is answered as above) and after it.
         """
+        if not again and cancelled(watched):  # right before the tool: cancelled since the step
+            return {"cancel": True, "unrun": True}  # before read it; the handler never runs
         outcome: dict[str, Any]
         agent = scope.engine.agent  # with handoffs: whose tools the call is of
         if again and call["name"] not in self._idempotent[agent if self._team else None]:

@@ -35,6 +35,7 @@ import agentloop.dbos
 from agentloop.__main__ import main
 from agentloop.dbos import DBOSLoop
 from agentloop.models import RetryPolicy, fallback
+from agentloop.testing import assert_contract
 from tests.drivers.test_handoffs import Team
 from tests.durable.test_kill import CHECKPOINT_SCRIPT, FINAL, batch, call
 from tests.support import dbos_worker
@@ -477,45 +478,34 @@ def test_cancel_after_the_last_call_ends_the_run_before_the_model_is_asked(make:
     assert result.steps == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the checkpoint before a tool is the marker read at the end of the step before it "
-    "(the model step, or the call before in the batch): a cancel_run made after that read and "
-    "before the tool starts (here by a listener, which hears the reply between the two) is not "
-    "seen, so the tool runs; a plain run's token is checked right before the tool",
-)
 def test_cancel_between_a_reply_and_its_call_runs_no_tool(make: Any) -> None:
-    """cancel_run made by a listener as it hears the reply asking for a call (after the model
-    step read the marker): the call is answered cancelled and its tool never runs, as a plain
-    run whose token a listener cancels there."""
+    """cancel_run made by a listener as it hears the reply asking for a call, after the model
+    step read the marker: the tool step reads it first, so the handler never runs, and the
+    call is answered cancelled. (A plain run's token, cancelled there, is seen before the
+    reply is taken, which it rejects: each run sees the cancel at its next checkpoint.)"""
     script = [call("c1", "effect", 1), FINAL]
-    token = agentloop.CancelToken()
-    plain_world, world = World(), World()
-
-    def listening(stop: Any) -> Any:
-        def listener(transition: agentloop.Transition) -> None:
-            if transition.trigger == "model_replied" and transition.dest != "finished":
-                stop()
-
-        return listener
-
-    plain = agentloop.Loop(
-        scripted(script), tools=plain_world.registry(), listeners=[listening(token.cancel)]
-    ).run("go", cancel=token)
-    assert (plain.status, plain_world.effects) == ("cancelled", [])
+    world = World()
     run_id = new_id()
 
-    def cancel() -> None:  # from another thread, as from another process
-        thread = threading.Thread(target=agentloop.dbos.cancel_run, args=(run_id,))
-        thread.start()
-        thread.join()
+    def listener(transition: agentloop.Transition) -> None:
+        if transition.trigger == "model_replied" and transition.dest != "finished":
+            # From another thread, as from another process.
+            thread = threading.Thread(target=agentloop.dbos.cancel_run, args=(run_id,))
+            thread.start()
+            thread.join()
 
-    runs = make(
-        agentloop.Loop(scripted(script), tools=world.registry(), listeners=[listening(cancel)])
-    )
+    runs = make(agentloop.Loop(scripted(script), tools=world.registry(), listeners=[listener]))
     result = runs.run("go", run_id=run_id)
-    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert (result.status, result.steps, result.calls) == ("cancelled", 1, 1)
+    assert [(m["id"], m["status"]) for m in result.transcript if "status" in m] == [
+        ("c1", "cancelled")
+    ]
     assert world.effects == []
+    assert_contract(result, [{"kind": "user", "text": "go"}])
+    (step,) = [
+        s for s in DBOS.list_workflow_steps(run_id) if s["function_name"] == "agentloop.tool"
+    ]
+    assert dict(step["output"] or {}).get("unrun") is True  # recorded: a recovery reads it back
 
 
 def test_cancel_while_the_policies_review_a_batch_runs_none_of_it(make: Any) -> None:
@@ -550,8 +540,9 @@ def test_cancel_while_the_policies_review_a_batch_runs_none_of_it(make: Any) -> 
 def test_the_marker_is_read_at_each_checkpoint_and_nowhere_else(
     make: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before the first ask and after each reply (in the model step), after each call (in its
-    step: before the next tool or ask): eight reads for three replies and four calls."""
+    """Before the first ask and after each reply (in the model step), before and after each
+    call (in its step: before its handler, and before the next tool or ask): twelve reads for
+    three replies and four calls."""
     reads: list[str] = []
     exists = agentloop._dbos.marker.workflow_exists
 
@@ -563,7 +554,7 @@ def test_the_marker_is_read_at_each_checkpoint_and_nowhere_else(
     runs = make(agentloop.Loop(scripted(CHECKPOINT_SCRIPT), tools=World().registry()))
     run_id = new_id()
     assert runs.run("go", run_id=run_id).status is agentloop.State.FINISHED
-    assert reads == [f"agentloop.cancel:{run_id}"] * (1 + 3 + 4)
+    assert reads == [f"agentloop.cancel:{run_id}"] * (1 + 3 + 2 * 4)
 
 
 def test_the_marker_read_falls_back_to_the_public_one(
