@@ -41,7 +41,8 @@ exists, by its key, and return that with their output, so the decision is
 recorded with the step and a recovery replays it at the same checkpoint:
 before the first model ask and right after each reply (the model step reads
 it), before each tool and before each later ask (the step before reads it,
-once its work is done). A run waiting for a person also gets it as a message.
+once its work is done; a tool's step reads it again before its handler). A
+run waiting for a person also gets it as a message.
 
 Human approval: when the loop's tools have policies, an ``agentloop.review``
 step asks them about each batch before its first call (each policy once).

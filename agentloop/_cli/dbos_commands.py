@@ -241,6 +241,13 @@ def _ended(url: str, run_id: str) -> RunResult:
         if isinstance(status.output, RunResult):
             return status.output
         state, *_ = _summary(client, dbos, status)
+    if status.status == "ERROR":  # ended, with no result: what its workflow raised
+        error = status.error
+        raised = type(error).__name__ if isinstance(error, BaseException) else "an error"
+        first = (str(error or "").splitlines() or [""])[0]
+        raise CommandError(
+            f"run {run_id!r} failed with no result: its workflow raised {raised}: {first[:200]}"
+        )
     raise CommandError(
         f"run {run_id!r} has not ended (it is {state}): on DBOS, show and report read a run "
         "once it ends (agentloop pending DBOS_URL lists the calls it waits for)"

@@ -26,6 +26,7 @@ the parent's ``pending`` and ``decide`` reach it by its derived id.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -63,8 +64,9 @@ class AgentCalls:
     """The agent tools of a DBOSLoop: the DBOSLoops of their Loops, and their calls' work.
 
     With handoffs, every agent's agent tools: a child's DBOSLoop is then named
-    ``f"{name}/{agent}/{tool}"``. ``caller``: for a child's DBOSLoop, the
-    parent's and the agent tool whose calls it runs (``None`` for a top one).
+    ``f"{name}/{agent}/{tool}"`` (one tool that two agents have: the first's).
+    ``caller``: for a child's DBOSLoop, the parent's and the agent tool whose
+    calls it runs (``None`` for a top one).
     """
 
     __slots__ = ("_agents", "_children", "_loop", "_workflow", "caller")
@@ -81,9 +83,14 @@ class AgentCalls:
             self._agents = {}
             for name, each in team[1].items():
                 self._agents[name] = each
+        making: set[int] = _MAKING.__dict__.setdefault("loops", set())
+        making.add(id(loop.loop))
         try:
             for agent, member in self._agents.items():
                 for tool in _agent_tools(member.dispatcher):
+                    if id(tool) in self._children:  # in two agents' tools: the first's child
+                        continue
+                    _refuse_recursion(tool, making)
                     # Given by the tool's deps=(ctx) when it has one: checked when it runs.
                     provider = loop._deps if tool._deps is None else _mapped
                     under = tool.name if agent is None else f"{agent}/{tool.name}"
@@ -93,6 +100,8 @@ class AgentCalls:
         except BaseException:
             self.close()
             raise
+        finally:
+            making.discard(id(loop.loop))
 
     def close(self) -> None:
         """Forget the children's DBOSLoops (and theirs) in this process."""
@@ -253,6 +262,25 @@ def child_deps(
         cancel=token,
     )
     return tool._deps(ctx)
+
+
+#: The Loops whose DBOSLoops this thread is making (by id): each makes its children's first.
+_MAKING = threading.local()
+
+
+def _refuse_recursion(tool: AgentTool, making: set[int]) -> None:
+    """``ValueError`` for an agent tool that runs a Loop whose DBOSLoop is being made above it.
+
+    Its child DBOSLoop would make that Loop's children again, without end.
+    """
+    if id(tool.loop) in making:
+        raise ValueError(
+            f"DBOSLoop: agent tool {tool.name!r} runs the Loop {tool.loop.name!r}, which is "
+            "its own caller or one above it (an agent that calls itself, by a tool or through "
+            "its team): a DBOSLoop names a child DBOSLoop for each agent tool at each level, "
+            "so it cannot make one for a Loop that recurses: run it without DBOS, or "
+            "give the agent tool a Loop that does not call back up"
+        )
 
 
 def _agent_tools(dispatcher: object) -> list[AgentTool]:

@@ -44,7 +44,7 @@ from agentloop._dbos.decisions import (
 from agentloop._dbos.steps import StepRunner
 from agentloop._dbos.turns import busy, next_turn
 from agentloop._dbos.work import StepWork, batch_started, recorded_verdict
-from agentloop._drivers.callbacks import Listener
+from agentloop._drivers.callbacks import Listener, TokenCancelled
 from agentloop._drivers.run_context import CallScope
 from agentloop._drivers.transition import LOG, drain, log, pump
 from agentloop._durable.bodies import recorded_answer, recorded_outcome
@@ -338,7 +338,10 @@ class DBOSLoop(Generic[OutputT]):
                 token.cancel()  # the table's waited [cancel_requested] row ends the run
             return None
         if isinstance(need, CheckOutput):  # the output validators: their problems recorded
-            return steps.run(_CHECK, self._work.check_output, need.value, scope)["problems"]
+            checked = steps.run(_CHECK, self._work.check_output, watched, need.value, scope)
+            if checked.get("cancel"):
+                token.cancel()  # the checkpoint before the ask that refused finals go back to
+            return checked["problems"]
         if isinstance(need, ReviewCalls):
             answer = steps.run(_REVIEW, self._work.review, watched, need.calls, scope)
             if answer["cancel"]:
@@ -353,6 +356,9 @@ class DBOSLoop(Generic[OutputT]):
                 return self._agents.call(need.call, recorded, scope, steps, _TOOL, watched)
             again = steps.replayed()
             outcome = steps.run(_TOOL, self._work.call, watched, need.call, again, recorded, scope)
+            if outcome.pop("unrun", False):  # cancelled right before it: it never ran
+                token.cancel()
+                raise TokenCancelled
             if outcome.pop("cancel"):
                 token.cancel()  # the checkpoint before the next tool or model ask
             if "raised" in outcome:

@@ -109,11 +109,15 @@ class StepWork:
         assert policy.summariser is not None, "and only under summarise"
         return _written(watched, policy.summariser, history)
 
-    def check_output(self, value: Any, scope: CallScope) -> dict[str, Any]:
+    def check_output(
+        self, watched: tuple[str, ...], value: Any, scope: CallScope
+    ) -> dict[str, Any]:
         """The ``agentloop.check_output`` step: the output validators' problems with a final.
 
         Run as a synchronous run runs them (``output_checks.check``): in the
         output's context, an async one awaited on an event loop of the step's own.
+        The markers are read after them: a refused final goes back to the model,
+        and a cancel that came while they ran is seen before it is asked.
         """
         awaiter = Awaiter()
         try:
@@ -121,7 +125,7 @@ class StepWork:
         finally:
             if awaiter.open:
                 awaiter.close()
-        return {"problems": problems}
+        return {"problems": problems, "cancel": cancelled(watched)}
 
     def filter(
         self,
@@ -163,7 +167,11 @@ class StepWork:
         Only an idempotent tool runs then. ``decision``: what the policies or
         a person answered about the call at its review, if it had one.
         ``scope``: what the call's context holds (the run's deps, id and counters).
+        The markers are read before the handler (``unrun``: cancelled, it does not run;
+        a call another execution may have started is answered as above) and after it.
         """
+        if not again and cancelled(watched):  # right before the tool: cancelled since the step
+            return {"cancel": True, "unrun": True}  # before read it; the handler never runs
         outcome: dict[str, Any]
         agent = scope.engine.agent  # with handoffs: whose tools the call is of
         if again and call["name"] not in self._idempotent[agent if self._team else None]:

@@ -35,6 +35,7 @@ import agentloop.dbos
 from agentloop.__main__ import main
 from agentloop.dbos import DBOSLoop
 from agentloop.models import RetryPolicy, fallback
+from agentloop.testing import assert_contract
 from tests.conftest import count
 from tests.drivers.test_handoffs import Team
 from tests.durable.test_kill import CHECKPOINT_SCRIPT, FINAL, batch, call
@@ -478,6 +479,36 @@ def test_cancel_after_the_last_call_ends_the_run_before_the_model_is_asked(make:
     assert result.steps == 1
 
 
+def test_cancel_between_a_reply_and_its_call_runs_no_tool(make: Any) -> None:
+    """cancel_run made by a listener as it hears the reply asking for a call, after the model
+    step read the marker: the tool step reads it first, so the handler never runs, and the
+    call is answered cancelled. (A plain run's token, cancelled there, is seen before the
+    reply is taken, which it rejects: each run sees the cancel at its next checkpoint.)"""
+    script = [call("c1", "effect", 1), FINAL]
+    world = World()
+    run_id = new_id()
+
+    def listener(transition: agentloop.Transition) -> None:
+        if transition.trigger == "model_replied" and transition.dest != "finished":
+            # From another thread, as from another process.
+            thread = threading.Thread(target=agentloop.dbos.cancel_run, args=(run_id,))
+            thread.start()
+            thread.join()
+
+    runs = make(agentloop.Loop(scripted(script), tools=world.registry(), listeners=[listener]))
+    result = runs.run("go", run_id=run_id)
+    assert (result.status, result.steps, result.calls) == ("cancelled", 1, 1)
+    assert [(m["id"], m["status"]) for m in result.transcript if "status" in m] == [
+        ("c1", "cancelled")
+    ]
+    assert world.effects == []
+    assert_contract(result, [{"kind": "user", "text": "go"}])
+    (step,) = [
+        s for s in DBOS.list_workflow_steps(run_id) if s["function_name"] == "agentloop.tool"
+    ]
+    assert dict(step["output"] or {}).get("unrun") is True  # recorded: a recovery reads it back
+
+
 def test_cancel_while_the_policies_review_a_batch_runs_none_of_it(make: Any) -> None:
     """The review is a checkpoint: cancelled while the policies answer, the batch stops
     before its first call, as with a CancelToken."""
@@ -510,8 +541,9 @@ def test_cancel_while_the_policies_review_a_batch_runs_none_of_it(make: Any) -> 
 def test_the_marker_is_read_at_each_checkpoint_and_nowhere_else(
     make: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before the first ask and after each reply (in the model step), after each call (in its
-    step: before the next tool or ask): eight reads for three replies and four calls."""
+    """Before the first ask and after each reply (in the model step), before and after each
+    call (in its step: before its handler, and before the next tool or ask): twelve reads for
+    three replies and four calls."""
     reads: list[str] = []
     exists = agentloop._dbos.marker.workflow_exists
 
@@ -523,7 +555,7 @@ def test_the_marker_is_read_at_each_checkpoint_and_nowhere_else(
     runs = make(agentloop.Loop(scripted(CHECKPOINT_SCRIPT), tools=World().registry()))
     run_id = new_id()
     assert runs.run("go", run_id=run_id).status is agentloop.State.FINISHED
-    assert reads == [f"agentloop.cancel:{run_id}"] * (1 + 3 + 4)
+    assert reads == [f"agentloop.cancel:{run_id}"] * (1 + 3 + 2 * 4)
 
 
 def test_the_marker_read_falls_back_to_the_public_one(
@@ -841,9 +873,10 @@ def test_fallback_models_under_dbos(make: Any) -> None:
     assert [t.model for t in result.events][:2] == ["primary", "secondary"]
 
 
-def cancelled_in_its_wait(asks: list[int], cancel: Any) -> agentloop.Loop:
-    """A Loop whose model times out (``asks`` counts it), then waits 30 s or more before a
-    retry; ``cancel()`` is called as the wait begins."""
+def test_cancel_during_a_durable_wait_ends_the_run_at_once(make: Any) -> None:
+    """cancel_run(run_id) wakes the wait before a retry: waited [cancel_requested], no new ask."""
+    run_id = new_id()
+    asks: list[int] = []
 
     def model(history: list[Message]) -> Message:
         asks.append(1)
@@ -851,18 +884,11 @@ def cancelled_in_its_wait(asks: list[int], cancel: Any) -> agentloop.Loop:
 
     def cancel_on_backoff(transition: agentloop.Transition) -> None:
         if transition.dest == "backing_off":
-            cancel()
+            agentloop.dbos.cancel_run(run_id)
 
-    return agentloop.Loop(
+    loop = agentloop.Loop(
         model, retry=RetryPolicy(base=60.0, jitter=0.0), listeners=[cancel_on_backoff]
     )
-
-
-def test_cancel_during_a_durable_wait_ends_the_run_at_once(make: Any) -> None:
-    """cancel_run(run_id) wakes the wait before a retry: waited [cancel_requested], no new ask."""
-    run_id = new_id()
-    asks: list[int] = []
-    loop = cancelled_in_its_wait(asks, lambda: agentloop.dbos.cancel_run(run_id))
     result = make(loop).run("go", run_id=run_id)
     assert [(t.trigger, t.guard) for t in result.events][-1] == ("waited", "cancel_requested")
     assert (result.status, len(asks)) == ("cancelled", 1)
@@ -1097,6 +1123,46 @@ def test_output_validators_are_a_step_whose_problems_a_recovery_reads_back(make:
         runs.close()
 
 
+def test_cancel_while_the_validators_check_a_final_ends_the_run_before_the_next_ask(
+    make: Any,
+) -> None:
+    """cancel_run while an output validator refuses a final: the check step reads the marker
+    after the validators, so the run ends cancelled before the model is asked again, as a
+    plain run whose token is cancelled there (one model step, the refusal in the transcript)."""
+    asked: list[int] = []
+
+    def model(history: list[Message]) -> Message:
+        asked.append(len(history))
+        return {"kind": "final", "text": orjson.dumps({"name": "Rome"}).decode()}
+
+    stop: list[Any] = []
+
+    def in_france(city: dict[str, str]) -> None:
+        stop[0]()
+        raise agentloop.Retry(f"{city['name']} is not in France")
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    token = agentloop.CancelToken()
+    stop[:] = [token.cancel]
+    plain = agentloop.Loop(model, output=schema, output_validators=[in_france]).run(
+        "a city", cancel=token
+    )
+    assert (plain.status, plain.steps, len(asked)) == ("cancelled", 1, 1)
+    run_id = new_id()
+
+    def cancel() -> None:  # from another thread, as from another process
+        thread = threading.Thread(target=agentloop.dbos.cancel_run, args=(run_id,))
+        thread.start()
+        thread.join()
+
+    stop[:] = [cancel]
+    runs = make(agentloop.Loop(model, output=schema, output_validators=[in_france]))
+    result = runs.run("a city", run_id=run_id)
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert (result.status, result.steps, len(asked)) == ("cancelled", 1, 2)
+    assert dict(DBOS.list_workflow_steps(run_id)[1]["output"] or {})["cancel"] is True
+
+
 # -- agents as tools: each agent call's child run is a DBOS child workflow ------------------------
 
 
@@ -1275,6 +1341,44 @@ def test_cancel_run_of_the_parent_stops_its_child_at_its_next_checkpoint(make: A
     assert result.usage == plain.usage == agentloop.Usage(5 + 10, 1 + 1, 0)
 
 
+def test_cancel_run_of_the_parent_wakes_its_child_waiting_before_a_retry(make: Any) -> None:
+    """cancel_run(parent) while its child waits (durably) before a retry: the child is woken,
+    ends cancelled without asking its model again, and the parent's call is answered
+    cancelled, as the plain runs under one token."""
+    asks = {"plain": 0, "dbos": 0}
+
+    def tree(which: str, stop: Any) -> agentloop.Loop:
+        def model(history: list[Message]) -> Message:
+            asks[which] += 1
+            raise TimeoutError("slow")
+
+        def on_backoff(transition: agentloop.Transition) -> None:
+            if transition.dest == "backing_off":
+                stop()
+
+        child = agentloop.Loop(
+            model, retry=RetryPolicy(base=60.0, jitter=0.0), listeners=[on_backoff]
+        )
+        return agentloop.Loop(scripted(PARENT_SCRIPT), tools=[child.as_tool("research", "L.")])
+
+    token = agentloop.CancelToken()
+    plain = tree("plain", token.cancel).run("go", cancel=token)
+    run_id = new_id()
+
+    def cancel() -> None:  # from another thread, as from another process
+        thread = threading.Thread(target=agentloop.dbos.cancel_run, args=(run_id,))
+        thread.start()
+        thread.join()
+
+    result = make(tree("dbos", cancel)).run("go", run_id=run_id)
+    child = result.children["c1"]
+    assert (result.status, child.status, asks["dbos"]) == ("cancelled", "cancelled", 1)
+    assert asks == {"plain": 1, "dbos": 1}
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert dbos_worker.result_json(child) == dbos_worker.result_json(plain.children["c1"])
+    assert [(t.trigger, t.guard) for t in child.events][-1] == ("waited", "cancel_requested")
+
+
 def test_an_exhausted_child_answers_the_call_with_an_error_as_in_memory(make: Any) -> None:
     """A child that ends exhausted answers the call with ChildRunEnded, as in memory; the
     parent goes on and finishes."""
@@ -1384,6 +1488,33 @@ def test_a_dbos_loop_makes_its_childrens_loops_and_refuses_a_child_that_needs_as
     with pytest.raises(ValueError, match="asyncio driver"):
         DBOSLoop(agentloop.Loop(scripted([FINAL]), tools=[awaiting]), name=name)
     assert not [known for known in loops if known.startswith(name)]
+
+
+def test_a_dbos_loop_refuses_an_agent_tool_that_calls_back_up(system_db: str) -> None:
+    """A Loop that is its own agent tool, or whose agent tool's Loop hands back to it: its
+    DBOSLoop would make child DBOSLoops without end; it is refused with a ValueError saying
+    so (not a RecursionError), with nothing made. The same Loop as a team's agent and an
+    agent tool's, calling nothing back, is no recursion."""
+    loops = agentloop._dbos.dbos_loop._LOOPS
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    tools = agentloop.ToolRegistry()
+    itself = agentloop.Loop(scripted([FINAL]), tools=tools)
+    tools.add(itself.as_tool("itself", "Me again."))
+    assert itself.run("go").status == "finished"  # in memory it runs
+    with pytest.raises(ValueError, match=r"agent tool 'itself' runs the Loop .* its own caller"):
+        DBOSLoop(itself, name=name)
+    team = Team([], asynchronous=False)  # billing hands back to triage
+    triage_tools = team.triage.dispatcher
+    assert isinstance(triage_tools, agentloop.ToolRegistry)
+    triage_tools.add(team.billing.as_tool("ask_billing", "Ask billing."))
+    with pytest.raises(ValueError, match=r"agent tool 'ask_billing' runs the Loop 'billing'"):
+        DBOSLoop(team.triage, name=name)
+    assert not [known for known in loops if known.startswith(name)]
+    team = Team([], asynchronous=False)
+    triage_tools = team.triage.dispatcher
+    assert isinstance(triage_tools, agentloop.ToolRegistry)
+    triage_tools.add(team.tech.as_tool("ask_tech", "Ask tech."))
+    DBOSLoop(team.triage, name=name).close()
 
 
 def test_an_agent_tool_added_after_its_dbos_loop_answers_with_an_error(make: Any) -> None:
@@ -1794,29 +1925,6 @@ def test_the_command_line_lists_and_decides_a_dbos_childs_call_by_its_path(
     assert [kind for kind, _ in world.effects] == ["effect", "idem"]
 
 
-def test_cancel_run_of_the_parent_wakes_a_child_waiting_before_a_retry(make: Any) -> None:
-    """The message cancel_run sends reaches the runs below the parent too: a child in a
-    long wait before a retry is woken at once (waited [cancel_requested], no new ask), and
-    both end cancelled."""
-    run_id = new_id()
-    asks: list[int] = []
-    child = cancelled_in_its_wait(
-        asks, lambda: sent_from_another_thread(agentloop.dbos.cancel_run, run_id)
-    )
-    parent = agentloop.Loop(
-        scripted(PARENT_SCRIPT), tools=[child.as_tool("research", "Look it up.")]
-    )
-    started = time.monotonic()
-    result = make(parent).run("go", run_id=run_id)
-    assert time.monotonic() - started < 20  # not the wait (at least 30 s)
-    kid = result.children["c1"]
-    assert [(t.trigger, t.guard) for t in kid.events][-1] == ("waited", "cancel_requested")
-    assert (result.status, kid.status, len(asks)) == ("cancelled", "cancelled", 1)
-    assert [(m["id"], m["status"]) for m in result.transcript if "status" in m] == [
-        ("c1", "cancelled")
-    ]
-
-
 @settings(max_examples=count(6, 60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     answers=st.lists(ANSWERS, min_size=1, max_size=3),
@@ -1895,3 +2003,74 @@ def test_a_dbos_childs_approval_ends_as_the_tree_without_dbos(
     assert sorted(ran) == sorted(plain_ran)
     answered = [m["id"] for m in child.transcript if m["kind"] == "tool_result"]
     assert answered == ids
+
+
+def test_an_agent_tool_two_agents_share_has_one_child_loop_which_close_forgets(
+    make: Any,
+) -> None:
+    """One agent tool in two agents' tools: one DBOSLoop for it, under the first agent's
+    name, whose child workflows answer either agent's calls as in memory; close() forgets
+    every name the DBOSLoop made, so it can be made again."""
+    loops = agentloop._dbos.dbos_loop._LOOPS
+
+    def team(world: World) -> agentloop.Loop:
+        script: list[Message] = [
+            {"kind": "call", "id": "c1", "name": "research", "arguments": {"input": "look"}},
+            {"kind": "call", "id": "c2", "name": "transfer_to_special", "arguments": {}},
+            {"kind": "call", "id": "c3", "name": "research", "arguments": {"input": "look"}},
+            {"kind": "final", "text": "all done"},
+        ]
+        research = agentloop.Loop(scripted([FINAL]), tools=world.registry()).as_tool(
+            "research", "Look."
+        )
+        special = agentloop.Loop(scripted(script), tools=[research], name="special")
+        return agentloop.Loop(
+            scripted(script), tools=[research], name="triage", handoffs=[agentloop.handoff(special)]
+        )
+
+    plain = team(World()).run("go")
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    shared = team(World())
+    runs = DBOSLoop(shared, name=name)
+    try:
+        assert sorted(known for known in loops if known.startswith(name)) == [
+            name,
+            f"{name}/triage/research",
+        ]
+        run_id = new_id()
+        result = runs.run("go", run_id=run_id)
+        assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+        assert sorted(result.children) == ["c1", "c3"]
+    finally:
+        runs.close()
+    assert not [known for known in loops if known.startswith(name)]
+    DBOSLoop(shared, name=name).close()  # its names are free again
+
+
+def test_show_says_a_run_whose_workflow_failed_ended_with_no_result(
+    make: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A child whose deps raise fails its workflow (the call's error, as in memory): runs
+    lists it as error, and show says it failed, with what it raised, not that it runs."""
+
+    def no_shop(ctx: agentloop.RunContext[Any]) -> object:
+        raise LookupError("no shop today")
+
+    researcher = agentloop.Loop(scripted([FINAL]))
+    runs = make(
+        agentloop.Loop(
+            scripted(PARENT_SCRIPT), tools=[researcher.as_tool("research", "L.", deps=no_shop)]
+        )
+    )
+    run_id = new_id()
+    result = runs.run("go", run_id=run_id)
+    (answer,) = [m for m in result.transcript if m["kind"] == "tool_result"]
+    assert (result.status, answer["content"]["type"]) == ("finished", "LookupError")
+    capsys.readouterr()
+    assert main(["runs", SQLITE_URL[0], "--flat"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()}
+    assert rows[f"{run_id}:c1"][1] == "error"
+    assert main(["show", SQLITE_URL[0], f"{run_id}:c1"]) == 2
+    err = capsys.readouterr().err
+    assert f"run '{run_id}:c1' failed with no result" in err
+    assert "LookupError: no shop today" in err

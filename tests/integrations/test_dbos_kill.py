@@ -677,3 +677,36 @@ def test_a_child_waiting_for_a_person_outlives_its_killed_worker(
         ("k2", "ok"),
     ]
     assert effects.read_text().splitlines() == ["effect boss:c1:k1", "effect boss:c1:k2"]
+
+
+@pytest.mark.slow
+def test_a_specialists_child_workflow_killed_in_its_tool_recovers_with_the_agent_in_force(
+    server: Server, tmp_path: Path
+) -> None:
+    """A team's run hands off to a specialist whose agent call's child runs as a child
+    workflow; the worker is killed right after the child's non-idempotent effect. The next
+    process recovers both: the parent goes on with the specialist (its agent tool's
+    DBOSLoop, f"team_parent/special/agent", drives the child), the child's cut call is
+    OutcomeUnknown, every effect ran at most once, and the specialist finishes."""
+    script: list[Message] = [
+        {"kind": "call", "id": "c1", "name": "transfer_to_special", "arguments": {}},
+        {
+            "kind": "call",
+            "id": "c2",
+            "name": "agent",
+            "arguments": {"input": as_input(CHILD_SCRIPT)},
+        },
+        {"kind": "final", "text": "done"},
+    ]
+    job = sqlite_job(tmp_path, "desk", script, loop="team_parent")
+    ended = killed_and_recovered(server, job, {"effect": 1})
+    assert ended["agent"] == "special"
+    assert ended["asked"] == 3  # the child's last two replies and the specialist's final
+    got = ended["result"]
+    assert (got["status"], got["steps"], got["calls"]) == ("finished", 3, 2)
+    assert [(m["id"], m["status"], m["content"]) for m in got["transcript"] if "status" in m] == [
+        ("c1", "ok", {"handed_off_to": "special"}),
+        ("c2", "ok", "child done"),
+    ]
+    lines = (tmp_path / "effects").read_text().splitlines()
+    assert lines == ["effect desk:c2:k1", "idem desk:c2:k2"]  # each once

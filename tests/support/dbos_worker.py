@@ -19,8 +19,9 @@ a provider that writes each call of it as an effect (``"provided"``, with the
 process id and the run id); ``"team"``, whose "triage" agent may hand the
 run to "special" (``transfer_to_special``); ``"parent"``, whose agent tool
 ``agent`` runs the scripted loop as a child workflow (its input is the
-child's script); or ``"asking_parent"``, whose ``agent`` runs the approving
-loop (a person decides any call whose n is 100 or more).
+child's script); ``"team_parent"``, a team whose "special" is a parent; or
+``"asking_parent"``, whose ``agent`` runs the approving loop (a person
+decides any call whose n is 100 or more).
 
 The model reads its script from the run's input (the first message's text
 is the script as JSON), so one ``DBOSLoop`` serves runs of any script. The
@@ -191,11 +192,12 @@ def team() -> agentloop.Loop:
     return loop(name="triage", handoffs=[agentloop.handoff(loop(name="special"))])
 
 
-def parent(*, policy: bool = False) -> agentloop.Loop:
+def parent(*, policy: bool = False, **options: Any) -> agentloop.Loop:
     """The "parent" loop: the scripted loop's tools and an agent tool, ``agent``, running it.
 
     The parent's script calls ``agent`` with a child's script as its input.
     ``policy``: the "asking_parent" loop, whose child is the approving loop.
+    ``options``: more of ``Loop``'s (a team's agent: ``name=``).
     """
     tools = agentloop.ToolRegistry(
         [
@@ -206,7 +208,19 @@ def parent(*, policy: bool = False) -> agentloop.Loop:
         ]
     )
     return agentloop.Loop(
-        model, tools=tools, max_steps=MAX_STEPS, max_calls=MAX_CALLS, listeners=[_listener]
+        model,
+        tools=tools,
+        max_steps=MAX_STEPS,
+        max_calls=MAX_CALLS,
+        listeners=[_listener],
+        **options,
+    )
+
+
+def team_parent() -> agentloop.Loop:
+    """The "team_parent" team: "triage" may hand the run to "special", a parent (``agent``)."""
+    return loop(
+        name="triage", handoffs=[agentloop.handoff(parent(name="special", deps_type=Worker))]
     )
 
 
@@ -243,6 +257,7 @@ def _launch(job: dict[str, Any]) -> DBOSLoop:
         "provided": DBOSLoop(loop(provided=True), name="provided", deps=provide),
         "team": DBOSLoop(team(), name="team"),
         "parent": DBOSLoop(parent(), name="parent"),
+        "team_parent": DBOSLoop(team_parent(), name="team_parent"),
         "asking_parent": DBOSLoop(parent(policy=True), name="asking_parent"),
     }
     DBOSLoop(loop(policy=True), name="approving")
