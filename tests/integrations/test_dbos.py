@@ -736,6 +736,31 @@ def test_dbos_threads_leave_the_global_random_alone(system_db: str) -> None:
 ANSWERS = st.sampled_from(["allow", "deny", "ask", "raise"])
 
 
+def said_batch(said: dict[str, str], ran: list[str], asked: list[str]) -> agentloop.Loop:
+    """A Loop whose one batch calls ``work`` once per id of ``said`` (in order, ``n`` its
+    index), then answers; its policy answers each call as ``said`` says ("allow", "deny",
+    "ask", or "raise": the policy fails), each id it is asked about appended to ``asked``;
+    ``ran`` gets each id whose handler ran."""
+    ids = list(said)
+
+    def policy(call: Message) -> agentloop.Decision:
+        asked.append(call["id"])
+        answer = said[call["id"]]
+        if answer == "raise":
+            raise RuntimeError("policy store down")
+        if answer == "ask":
+            return agentloop.ask("?")
+        return agentloop.allow() if answer == "allow" else agentloop.deny("policy")
+
+    def work(n: int) -> int:
+        ran.append(ids[n])
+        return n
+
+    tools = agentloop.ToolRegistry([agentloop.Tool(work)], policy=policy)
+    script = [batch(*(call(i, "work", n) for n, i in enumerate(ids))), FINAL]
+    return agentloop.Loop(scripted(script), tools=tools)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     answers=st.lists(ANSWERS, min_size=1, max_size=4),
@@ -755,22 +780,7 @@ def test_no_call_runs_before_it_is_approved_and_every_call_is_answered_once(
     }
 
     def looping(ran: list[str], asked: list[str]) -> agentloop.Loop:
-        def policy(call: Message) -> agentloop.Decision:
-            asked.append(call["id"])
-            answer = said[call["id"]]
-            if answer == "raise":
-                raise RuntimeError("policy store down")
-            if answer == "ask":
-                return agentloop.ask("?")
-            return agentloop.allow() if answer == "allow" else agentloop.deny("policy")
-
-        def work(n: int) -> int:
-            ran.append(f"c{n}")
-            return n
-
-        tools = agentloop.ToolRegistry([agentloop.Tool(work)], policy=policy)
-        script = [batch(*(call(i, "work", n) for n, i in enumerate(ids))), FINAL]
-        return agentloop.Loop(scripted(script), tools=tools)
+        return said_batch(said, ran, asked)
 
     plain_ran: list[str] = []
     plain = looping(plain_ran, []).start("go")
@@ -1947,21 +1957,7 @@ def test_a_dbos_childs_approval_ends_as_the_tree_without_dbos(
     }
 
     def tree(ran: list[str]) -> agentloop.Loop:
-        def policy(call: Message) -> agentloop.Decision:
-            answer = said[call["id"]]
-            if answer == "raise":
-                raise RuntimeError("policy store down")
-            if answer == "ask":
-                return agentloop.ask("?")
-            return agentloop.allow() if answer == "allow" else agentloop.deny("policy")
-
-        def work(n: int) -> int:
-            ran.append(f"k{n}")
-            return n
-
-        tools = agentloop.ToolRegistry([agentloop.Tool(work)], policy=policy)
-        child_script = [batch(*(call(i, "work", n) for n, i in enumerate(ids))), FINAL]
-        child = agentloop.Loop(scripted(child_script), tools=tools)
+        child = said_batch(said, ran, [])
         return agentloop.Loop(
             scripted(PARENT_SCRIPT), tools=[child.as_tool("research", "Look it up.")]
         )
