@@ -60,8 +60,11 @@ DBOS child workflow of the run's, ``child_run_id(run_id, call_id)``, of a
 recovery gets the same child back, never starting it again), then the
 call's outcome in an ``agentloop.tool`` step; the child records its own
 steps, and reads its ancestors' cancel markers as well as its own. A child
-Loop whose tools have policies is refused: its wait for a person would not
-reach its parent's.
+whose policy asks a person waits in its own workflow while its parent's
+waits for its result: ``pending(parent_id)`` lists its calls under their
+paths (the parent's call id, then the child's), ``decide(parent_id,
+{("c1", "k1"): ...})`` sends them to it, and ``cancel_run(parent_id)``
+wakes it.
 
 Needs the ``dbos`` extra; importing this module without it raises an
 ``ImportError`` that says so. Import it before ``DBOS.launch()``: it

@@ -27,8 +27,10 @@ from agentloop._cli.ledger_commands import (
     which_runs,
 )
 from agentloop._cli.printing import CommandError, print_lines, self_command
+from agentloop._core.approval import DecisionKey, key_text
 from agentloop._core.values import RunResult
-from agentloop._durable.ids import parse_turn
+from agentloop._dbos.descendants import NOT_ENDED, RUN_WORKFLOW
+from agentloop._durable.ids import child_call_id, parse_turn
 from agentloop._errors import AgentloopError
 
 if TYPE_CHECKING:
@@ -40,7 +42,6 @@ __all__ = ["STATES", "decide", "is_url", "pending", "report", "result", "runs", 
 _STATUS: Final = {"PENDING": "running", "ENQUEUED": "enqueued", "ERROR": "error"}
 #: The states only a run on DBOS is in (besides ``awaiting_approval`` and the terminal ones).
 STATES: Final = tuple(_STATUS.values())
-_WORKFLOW: Final = "agentloop.run"
 _URL: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -60,7 +61,7 @@ def runs(
     wanted = set(states)
     shown = []
     with _client(url) as (client, dbos):
-        found = client.list_workflows(name=_WORKFLOW, load_input=False)
+        found = client.list_workflows(name=RUN_WORKFLOW, load_input=False)
         ids = {status.workflow_id for status in found}
         children = Counter(
             status.parent_workflow_id for status in found if _child_of(status, ids) is not None
@@ -86,19 +87,27 @@ def runs(
 
 def _child_of(status: Any, ids: set[str]) -> str | None:
     """The run whose agent call ``status``'s run answers, if it is one listed in ``ids``."""
-    parent, run_id = status.parent_workflow_id, status.workflow_id
-    if parent in ids and run_id.startswith(f"{parent}:"):  # child_run_id: one ':' more
-        return parent if ":" not in run_id[len(parent) + 1 :] else None
-    return None
+    parent: str | None = status.parent_workflow_id
+    if parent is None or parent not in ids:
+        return None
+    return parent if child_call_id(parent, status.workflow_id) is not None else None
 
 
 def pending(url: str) -> int:
-    """Every call of a run on DBOS that waits for a person: run, call, tool, reason, arguments."""
+    """Every call of a run on DBOS that waits for a person: run, call, tool, reason, arguments.
+
+    A child run's calls are listed under the top run that waits on it, by
+    their path keys (``c1/k1``), as for a ledger; its own workflow not apart.
+    """
     rows = [("run", "call", "tool", "reason", "arguments")]
     with _client(url) as (client, dbos):
-        for status in client.list_workflows(name=_WORKFLOW, status="PENDING", load_input=False):
+        found = client.list_workflows(name=RUN_WORKFLOW, status=list(NOT_ENDED), load_input=False)
+        ids = {status.workflow_id for status in found}
+        for status in found:
+            if _child_of(status, ids) is not None:
+                continue  # under its parent, which waits on it
             rows.extend(
-                (status.workflow_id, c.call_id, c.name, c.reason, c.arguments_json.decode())
+                (status.workflow_id, key_text(c.key), c.name, c.reason, c.arguments_json.decode())
                 for c in dbos.pending(status.workflow_id, client=client)
             )
     if len(rows) == 1:
@@ -110,17 +119,22 @@ def pending(url: str) -> int:
 
 
 def decide(url: str, run_id: str, verdicts: list[str]) -> int:
-    """Send a person's decisions to run ``run_id``, waiting on DBOS; all or nothing."""
+    """Send a person's decisions to run ``run_id``, waiting on DBOS; all or nothing.
+
+    A child run's call is decided on the top run by its path key, ``c1/k1``.
+    """
     with _client(url) as (client, dbos):
         _status(client, run_id)
+        waiting = dbos.pending(run_id, client=client)
+        keys: dict[str, DecisionKey] = {key_text(call.key): call.key for call in waiting}
+        given = parse_verdicts(verdicts, keys)
         # Bound to the calls shown: a call that changed since is refused, not decided.
-        prints = {c.call_id: c.fingerprint for c in dbos.pending(run_id, client=client)}
-        given = parse_verdicts(verdicts, prints)
+        prints = {key_text(call.key): call.fingerprint for call in waiting}
         decisions = {
-            call_id: dbos.approve(fingerprint=prints.get(call_id))
+            keys.get(text, text): dbos.approve(fingerprint=prints.get(text))
             if reason is None
-            else dbos.deny(reason, fingerprint=prints.get(call_id))
-            for call_id, reason in given.items()
+            else dbos.deny(reason, fingerprint=prints.get(text))
+            for text, reason in given.items()
         }
         try:
             dbos.decide(run_id, decisions, client=client)
@@ -201,7 +215,7 @@ class _Agentloop:
 def _status(client: Any, run_id: str) -> Any:
     if not run_id:
         raise CommandError("expected a run id (agentloop runs DBOS_URL lists them), got ''")
-    found = client.list_workflows(workflow_ids=[run_id], name=_WORKFLOW)
+    found = client.list_workflows(workflow_ids=[run_id], name=RUN_WORKFLOW)
     if not found:
         raise CommandError(
             f"no run {run_id!r} is in the DBOS system database (agentloop runs DBOS_URL lists them)"

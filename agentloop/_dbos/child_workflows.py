@@ -18,6 +18,10 @@ calls above it (each run's id, call id and counters at the hand-out). Its
 steps read its ancestors' cancel markers as well as its own, and its
 worker makes its deps again from the lineage: the top run's provider's, each
 agent tool's ``deps=`` applied on the way down (``child_deps``).
+
+A child whose policy asks a person waits in its own workflow, as any run
+does (``decisions.py``), while its parent's workflow waits for its result:
+the parent's ``pending`` and ``decide`` reach it by its derived id.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from agentloop._drivers.run_context import CallScope, RunContext, in_context, ke
 from agentloop._durable.bodies import outcome_record, recorded_outcome
 from agentloop._durable.ids import child_run_id
 from agentloop._errors import AgentloopError
-from agentloop._loop.agent_tool import AgentTool, refuse_durable
+from agentloop._loop.agent_tool import AgentTool
 from agentloop._loop.deps import for_run
 from agentloop._tools.registry import ToolRegistry
 
@@ -83,7 +87,6 @@ class AgentCalls:
         making.add(id(loop.loop))
         try:
             for agent, member in self._agents.items():
-                refuse_durable(member.dispatcher, "DBOSLoop")
                 for tool in _agent_tools(member.dispatcher):
                     if id(tool) in self._children:  # in two agents' tools: the first's child
                         continue

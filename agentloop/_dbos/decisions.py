@@ -1,20 +1,25 @@
 """The wait for a person: a run's pending calls published, and decisions sent from any process.
 
 Both are durable: a worker that dies while the run waits leaves it waiting,
-and the worker that recovers it takes the decisions.
+and the worker that recovers it takes the decisions. A child run (an agent
+call's child workflow) waits as any run does, in its own workflow, while its
+parent's workflow waits for its result; ``pending`` and ``decide`` of the
+parent reach it, under the path of call ids it is reached through.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Final
 
 from dbos import DBOS, DBOSClient
 
-from agentloop._core.approval import Decision, PendingCall
+from agentloop._core.approval import Decision, Decisions, PendingCall
 from agentloop._core.batch import check_decisions
 from agentloop._core.engine import Engine
 from agentloop._core.table import State
 from agentloop._core.values import CancelToken, Transition
+from agentloop._dbos.descendants import runs_below
 from agentloop._errors import InvalidStateError
 
 __all__ = ["APPROVAL_TOPIC", "PENDING_EVENT", "decide", "pending", "wait_for_decisions"]
@@ -25,6 +30,8 @@ APPROVAL_TOPIC: Final = "agentloop.approval"
 PENDING_EVENT: Final = "agentloop.pending"
 # How long one wait for decisions lasts before it is begun again (each is recorded).
 _WAIT_SECONDS: Final = 3600.0
+# How often ``pending`` reads again while it waits for a call to wait.
+_POLL_SECONDS: Final = 0.05
 
 
 def wait_for_decisions(
@@ -62,35 +69,62 @@ def pending(
 ) -> tuple[PendingCall, ...]:
     """The calls run ``run_id`` waits for a person to decide (none when it does not wait).
 
-    From any process with DBOS launched, or through ``client`` (a
-    ``DBOSClient``). ``timeout_seconds``: how long to wait for a run that has
-    not published them yet.
+    Its own, and those of the runs below it (its agent calls' child
+    workflows, and theirs) that wait, each under its ``path``: the call ids
+    it is reached through, this run's first (``PendingCall.key`` is what
+    ``decide`` takes its decision under). From any process with DBOS
+    launched, or through ``client`` (a ``DBOSClient``). ``timeout_seconds``:
+    how long to wait for a call to wait, read again every few tens of
+    milliseconds; none by then, ``()``.
     """
     via: Any = DBOS if client is None else client
-    found = via.get_event(run_id, PENDING_EVENT, timeout_seconds)
-    return tuple(PendingCall.from_record(data) for data in found or ())
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        waiting = tuple(call for _, calls in _waiting(run_id, via) for call in calls)
+        left = deadline - time.monotonic()
+        if waiting or left <= 0:
+            return waiting
+        time.sleep(min(_POLL_SECONDS, left))
 
 
-def decide(
-    run_id: str, decisions: dict[str, Decision], *, client: DBOSClient | None = None
-) -> None:
+def decide(run_id: str, decisions: Decisions, *, client: DBOSClient | None = None) -> None:
     """Send a person's decisions to run ``run_id``, waiting in ``awaiting_approval``.
 
-    ``{call_id: approve() | deny(reason)}`` for every pending call, checked
-    here as ``run.decide`` checks them (a missing or extra id, another call's
+    ``{key: approve() | deny(reason)}`` for every pending call ``pending(run_id)``
+    lists, keyed by its ``key``: its call id, or for a call of a run below
+    (an agent call's child) its path, ``("c1", "k1")``. Checked here as
+    ``run.decide`` checks them (a missing or extra key, another call's
     fingerprint, anything but a decision raises, and nothing is sent);
-    ``InvalidStateError`` when the run waits for nothing. From any process
-    with DBOS launched, or through ``client``; the worker holding the run
-    goes on with it.
+    ``InvalidStateError`` when nothing waits. Each waiting run is sent its
+    own calls' decisions, by their call ids. From any process with DBOS
+    launched, or through ``client``; the worker holding each run goes on
+    with it.
     """
-    waiting = pending(run_id, client=client)
+    via: Any = DBOS if client is None else client
+    found = _waiting(run_id, via)
+    waiting = tuple(call for _, calls in found for call in calls)
     if not waiting:
         raise InvalidStateError(
-            f"run {run_id!r} is not awaiting approval: no call of it waits for a decision "
-            "(were they taken already?)",
+            f"run {run_id!r} is not awaiting approval: no call of it, nor of a run below it, "
+            "waits for a decision (were they taken already?)",
             state=State.AWAITING_APPROVAL,
         )
-    checked = check_decisions(waiting, decisions)
-    via: Any = DBOS if client is None else client
-    message = {"decisions": {call_id: d.record() for call_id, d in checked}}
-    via.send(run_id, message, APPROVAL_TOPIC)
+    checked = dict(check_decisions(waiting, decisions))
+    for waits, calls in found:  # every key checked above: now each run's are sent
+        message = {"decisions": {call.call_id: checked[call.key].record() for call in calls}}
+        via.send(waits, message, APPROVAL_TOPIC)
+
+
+def _waiting(run_id: str, via: Any) -> list[tuple[str, tuple[PendingCall, ...]]]:
+    """Each run of ``run_id``'s tree that waits for a person: its id, and its pending calls.
+
+    The run's own first, then the runs below it (``runs_below``), each call
+    under the path it is reached through.
+    """
+    found = []
+    for path, waits in [((), run_id), *runs_below(run_id, via)]:
+        published = via.get_event(waits, PENDING_EVENT, 0.0)
+        calls = tuple(PendingCall.from_record(data) for data in published or ())
+        if calls:
+            found.append((waits, tuple(call._replace(path=(*path, *call.path)) for call in calls)))
+    return found

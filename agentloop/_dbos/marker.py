@@ -17,6 +17,7 @@ from dbos._error import DBOSNonExistentWorkflowError
 from dbos._utils import INTERNAL_QUEUE_NAME
 
 from agentloop._dbos.decisions import APPROVAL_TOPIC
+from agentloop._dbos.descendants import runs_below
 
 __all__ = ["cancel_requested", "cancel_run", "cancelled", "workflow_exists"]
 
@@ -37,9 +38,9 @@ def cancel_run(run_id: str, *, client: DBOSClient | None = None) -> None:
     crash of the run's worker. The run ends ``cancelled`` at its next
     checkpoint: before its next model ask (or its first), right after a
     reply, or before its next tool, with every call of its batch answered.
-    A run that ended already is unchanged. Its agent calls' child runs (and
-    theirs) end ``cancelled`` too: they read its marker, and one waiting
-    before a retry is woken. (``DBOS.cancel_workflow`` stops
+    A run that ended already is unchanged. The runs below it (its agent
+    calls' child workflows) end ``cancelled`` too, at their next checkpoint,
+    or at once if one waits for a person. (``DBOS.cancel_workflow`` stops
     a workflow where it is instead: the run then has no result, and a call
     cut off has no answer.)
     """
@@ -58,31 +59,14 @@ def cancel_run(run_id: str, *, client: DBOSClient | None = None) -> None:
             "workflow_id": marker,
         }
         client.enqueue(options, run_id)
-    # A run waiting for a person, or before a retry, waits in recv, where no step reads the
-    # marker; so may its agent calls' child runs, which read its marker too: each is woken.
+    # A run waiting for a person waits in recv, where no step reads the marker; so may a run
+    # below it (an agent call's child), which reads the run's marker at its checkpoints. Each
+    # that began before the marker is found here; one begun after reads the marker first.
     via: Any = DBOS if client is None else client
-    for waiting in (run_id, *_running_descendants(via, run_id)):
+    woken = [run_id, *(below for _, below in runs_below(run_id, via))]
+    for waiting in woken:
         with contextlib.suppress(DBOSNonExistentWorkflowError):  # not started: the marker does
             via.send(waiting, {"cancel": True}, APPROVAL_TOPIC)
-
-
-def _running_descendants(via: Any, run_id: str) -> list[str]:
-    """The ids of the child runs (and theirs) of run ``run_id`` whose workflows have not ended.
-
-    A child's id is its parent's, ``':'`` and the escaped call id (no ``':'`` in it); a
-    conversation's turns (``f"{c}::{n}"``) share the prefix of the run ``c`` and are not its.
-    """
-    prefix = run_id + ":"
-    found = via.list_workflows(
-        workflow_id_prefix=prefix,
-        name="agentloop.run",
-        status="PENDING",
-        load_input=False,
-        load_output=False,
-    )
-    return [
-        status.workflow_id for status in found if not status.workflow_id.startswith(prefix + ":")
-    ]
 
 
 def cancel_requested(run_id: str, *, client: DBOSClient | None = None) -> bool:

@@ -13,12 +13,26 @@ from __future__ import annotations
 
 from agentloop._drivers.run_context import esc
 
-__all__ = ["child_run_id", "parse_turn", "turn_of", "turn_prefix", "turn_run_id"]
+__all__ = ["child_call_id", "child_run_id", "parse_turn", "turn_of", "turn_prefix", "turn_run_id"]
 
 
 def child_run_id(parent_run_id: str, call_id: str) -> str:
     """The run id of the child run that answers call ``call_id`` of run ``parent_run_id``."""
     return f"{parent_run_id}:{esc(call_id)}"
+
+
+def child_call_id(parent_run_id: str, run_id: str) -> str | None:
+    """The call of run ``parent_run_id`` whose child run is ``run_id``; ``None`` if none is.
+
+    The inverse of ``child_run_id``: ``run_id`` is the parent's id, one ``':'``
+    and an escaped call id (``%3A`` read back as ``:``, then ``%25`` as ``%``).
+    """
+    prefix = f"{parent_run_id}:"
+    escaped = run_id[len(prefix) :]
+    if not run_id.startswith(prefix) or not escaped or ":" in escaped:
+        return None
+    call_id = escaped.replace("%3A", ":").replace("%25", "%")
+    return call_id if esc(call_id) == escaped else None
 
 
 def turn_run_id(conversation_id: str, turn: int) -> str:

@@ -29,8 +29,8 @@ and a resume of the parent resumes it where it was (``child_runs.py``). A
 child Loop has no ledger of its own. A driver may run the child itself
 (``CallScope.run_child``): a ``DBOSLoop`` runs it as a DBOS child workflow
 (``agentloop._dbos.child_workflows``), and the call is answered here from its
-result (``_answer``); it refuses an agent tool whose Loop has policies, which
-may ask a person (``refuse_durable``).
+result (``_answer``): a child that waits for a person waits in its own
+workflow, and the parent's ``pending`` and ``decide`` reach it there.
 """
 
 from __future__ import annotations
@@ -62,7 +62,6 @@ from agentloop._loop.running import async_run, sync_run
 from agentloop._loop.settings import run_input
 from agentloop._review.runstory import reopen
 from agentloop._tools.output_type import output_schema
-from agentloop._tools.registry import ToolRegistry, reviewing
 from agentloop._tools.results import Answered, returned
 from agentloop._tools.tool import Tool
 
@@ -77,7 +76,7 @@ if TYPE_CHECKING:
     from agentloop._durable.protocol import Ledger
     from agentloop._loop.loop import Loop
 
-__all__ = ["AgentTool", "AsTool", "ChildRunEnded", "refuse_durable"]
+__all__ = ["AgentTool", "AsTool", "ChildRunEnded"]
 
 _NO_CHILDREN: Final[dict[str, Any]] = {}
 
@@ -402,22 +401,3 @@ def _forwarding(reporter: Reporter) -> Any:
         reporter.hand_on(item.under(call_id) if type(item) is Nested else Nested((call_id,), item))  # type: ignore[arg-type]
 
     return forward
-
-
-def refuse_durable(dispatcher: object, what: str) -> None:
-    """Refuse a ``DBOSLoop`` (``what``) of a Loop with an agent tool whose child may ask a person.
-
-    DBOS runs each agent call's child as a child workflow, but a child that
-    waits for a person would wait in its own workflow, which its parent's
-    ``pending`` and ``decide`` do not reach: any policy may ask.
-    """
-    if isinstance(dispatcher, ToolRegistry):
-        for tool in dispatcher:
-            if isinstance(tool, AgentTool) and reviewing(tool.loop.dispatcher) is not None:
-                raise ValueError(
-                    f"{what}: agent tool {tool.name!r} runs a Loop whose tools have policies, "
-                    "which may ask a person; a DBOS child run cannot wait for one yet (its "
-                    "parent's pending and decide would not reach it): give that Loop no "
-                    "policies, or run the parent with Loop(ledger=...), where approval inside "
-                    "a child is durable"
-                )

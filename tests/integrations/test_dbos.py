@@ -36,6 +36,7 @@ from agentloop.__main__ import main
 from agentloop.dbos import DBOSLoop
 from agentloop.models import RetryPolicy, fallback
 from agentloop.testing import assert_contract
+from tests.conftest import count
 from tests.drivers.test_handoffs import Team
 from tests.durable.test_kill import CHECKPOINT_SCRIPT, FINAL, batch, call
 from tests.support import dbos_worker
@@ -735,6 +736,31 @@ def test_dbos_threads_leave_the_global_random_alone(system_db: str) -> None:
 ANSWERS = st.sampled_from(["allow", "deny", "ask", "raise"])
 
 
+def said_batch(said: dict[str, str], ran: list[str], asked: list[str]) -> agentloop.Loop:
+    """A Loop whose one batch calls ``work`` once per id of ``said`` (in order, ``n`` its
+    index), then answers; its policy answers each call as ``said`` says ("allow", "deny",
+    "ask", or "raise": the policy fails), each id it is asked about appended to ``asked``;
+    ``ran`` gets each id whose handler ran."""
+    ids = list(said)
+
+    def policy(call: Message) -> agentloop.Decision:
+        asked.append(call["id"])
+        answer = said[call["id"]]
+        if answer == "raise":
+            raise RuntimeError("policy store down")
+        if answer == "ask":
+            return agentloop.ask("?")
+        return agentloop.allow() if answer == "allow" else agentloop.deny("policy")
+
+    def work(n: int) -> int:
+        ran.append(ids[n])
+        return n
+
+    tools = agentloop.ToolRegistry([agentloop.Tool(work)], policy=policy)
+    script = [batch(*(call(i, "work", n) for n, i in enumerate(ids))), FINAL]
+    return agentloop.Loop(scripted(script), tools=tools)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     answers=st.lists(ANSWERS, min_size=1, max_size=4),
@@ -754,22 +780,7 @@ def test_no_call_runs_before_it_is_approved_and_every_call_is_answered_once(
     }
 
     def looping(ran: list[str], asked: list[str]) -> agentloop.Loop:
-        def policy(call: Message) -> agentloop.Decision:
-            asked.append(call["id"])
-            answer = said[call["id"]]
-            if answer == "raise":
-                raise RuntimeError("policy store down")
-            if answer == "ask":
-                return agentloop.ask("?")
-            return agentloop.allow() if answer == "allow" else agentloop.deny("policy")
-
-        def work(n: int) -> int:
-            ran.append(f"c{n}")
-            return n
-
-        tools = agentloop.ToolRegistry([agentloop.Tool(work)], policy=policy)
-        script = [batch(*(call(i, "work", n) for n, i in enumerate(ids))), FINAL]
-        return agentloop.Loop(scripted(script), tools=tools)
+        return said_batch(said, ran, asked)
 
     plain_ran: list[str] = []
     plain = looping(plain_ran, []).start("go")
@@ -1200,7 +1211,7 @@ def names(steps: list[Any]) -> list[str]:
 
 
 def test_a_dbos_agent_call_runs_its_child_as_a_child_workflow(
-    make: Any, capsys: pytest.CaptureFixture[str]
+    system_db: str, make: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The parent's run and its child's equal the plain Loop's (status, counters, transcript,
     events, the child's usage rolled up); the child is the workflow f"{run_id}:c1", the
@@ -1251,6 +1262,8 @@ def test_a_dbos_agent_call_runs_its_child_as_a_child_workflow(
         run_id,
     )
     assert runs.run("go", run_id=run_id).children["c1"] == child  # the run's result, kept
+    if system_db != "sqlite":
+        return  # the command line takes a URL, not the module's Postgres schema
     capsys.readouterr()
     for flat in ([], ["--flat"]):
         assert main(["runs", SQLITE_URL[0], *flat]) == 0
@@ -1455,14 +1468,16 @@ def test_a_dbos_child_is_given_its_parents_deps_or_its_tools_mapping(system_db: 
         runs.close()
 
 
-def test_a_dbos_loop_makes_its_childrens_loops_and_refuses_a_child_that_may_ask(
+def test_a_dbos_loop_makes_its_childrens_loops_and_refuses_a_child_that_needs_asyncio(
     system_db: str,
 ) -> None:
     """A DBOSLoop makes one for each agent tool's Loop under f"{name}/{tool}" (and theirs
-    below), and close() forgets them all; a child whose tools have policies (which may ask
-    a person), or that needs the asyncio driver, is refused, with nothing made."""
+    below), and close() forgets them all, a child whose tools have policies (which may ask
+    a person) too; a child that needs the asyncio driver is refused, with nothing made."""
     loops = agentloop._dbos.dbos_loop._LOOPS
-    leaf = agentloop.Loop(scripted([FINAL]))
+    guarded = agentloop.ToolRegistry([agentloop.Tool(lambda n: n, name="work")])
+    guarded.policy = asks_over_4  # a leaf that may ask a person: made as any other
+    leaf = agentloop.Loop(scripted([FINAL]), tools=guarded)
     middle = agentloop.Loop(scripted([FINAL]), tools=[leaf.as_tool("leaf", "A leaf.")])
     top = agentloop.Loop(scripted([FINAL]), tools=[middle.as_tool("middle", "A middle.")])
     name = f"t-{uuid.uuid4().hex[:8]}"
@@ -1475,14 +1490,6 @@ def test_a_dbos_loop_makes_its_childrens_loops_and_refuses_a_child_that_may_ask(
     runs.close()
     assert not [known for known in loops if known.startswith(name)]
     DBOSLoop(top, name=name).close()  # its names are free again
-    guarded = agentloop.ToolRegistry([agentloop.Tool(lambda n: n, name="work")])
-    guarded.policy = asks_over_4
-    asking = agentloop.Loop(scripted([FINAL]), tools=guarded)
-    deep = agentloop.Loop(scripted([FINAL]), tools=[asking.as_tool("asking", "Asks.")])
-    parent = agentloop.Loop(scripted([FINAL]), tools=[deep.as_tool("deep", "Deep.")])
-    with pytest.raises(ValueError, match=r"agent tool 'asking' runs a Loop whose tools have"):
-        DBOSLoop(parent, name=name)
-    assert not [known for known in loops if known.startswith(name)]
 
     async def amodel(history: list[Message]) -> Message:
         return FINAL
@@ -1679,6 +1686,321 @@ def test_an_agent_tool_of_a_teams_specialist_runs_as_a_child_workflow(make: Any)
     assert [key for _, key in world.effects] == [f"{run_id}:c2:{k}" for k in ("k1", "k2", "k3")]
 
 
+# -- approval inside a child workflow: pending in its parent, under its path -----------------------
+
+ASKING_CHILD: list[Message] = [
+    batch(call("k1", "effect", 1), call("k2", "effect", 5), call("k3", "idem", 7)),
+    FINAL,
+]
+
+
+def asking_team(world: World, child: list[Message] = ASKING_CHILD) -> agentloop.Loop:
+    """``team``'s parent, whose child's tools ask a person about any call whose n is 5 or more."""
+    registry = world.registry()
+    registry.policy = asks_over_4
+    researcher = agentloop.Loop(scripted(child), tools=registry)
+    return agentloop.Loop(
+        scripted(PARENT_SCRIPT), tools=[researcher.as_tool("research", "Look it up.")]
+    )
+
+
+def plain_waiting(world: World, **options: Any) -> Any:
+    """The same tree without DBOS, run until its child waits for a person."""
+    run = asking_team(world).start("go", **options)
+    assert run.finish().status == "awaiting_approval"
+    return run
+
+
+def sent_from_another_thread(send: Any, *args: Any) -> None:
+    """``send(*args)`` from another thread, as from another process."""
+    thread = threading.Thread(target=send, args=args)
+    thread.start()
+    thread.join()
+
+
+def same_tree(result: agentloop.RunResult, plain: agentloop.RunResult) -> None:
+    """The parent's status, counters and transcript, and its child's, are the plain tree's."""
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
+    assert list(result.children) == list(plain.children) == ["c1"]
+    child, plain_child = result.children["c1"], plain.children["c1"]
+    assert dbos_worker.result_json(child) == dbos_worker.result_json(plain_child)
+    assert (result.usage, child.usage) == (plain.usage, plain_child.usage)
+
+
+def test_a_dbos_childs_call_waits_in_its_parent_under_its_path_and_is_decided_there(
+    make: Any,
+) -> None:
+    """The child workflow waits as any run does (its own event, its own topic) while the
+    parent's workflow waits on its result; pending(parent) lists the child's calls under
+    their paths, and decide(parent, {("c1", "k2"): ...}) reaches the child: it runs what
+    was approved, finishes, and the parent finishes with its output, as the plain tree
+    given the same decisions does."""
+    world = World()
+    runs = make(asking_team(world))
+    run_id = new_id()
+    child_id = f"{run_id}:c1"
+    handle = runs.start("go", run_id=run_id)
+    waiting = agentloop.dbos.pending(run_id, timeout_seconds=30)
+    assert [(p.key, p.path, p.call_id, p.arguments, p.reason) for p in waiting] == [
+        (("c1", "k2"), ("c1",), "k2", {"n": 5}, "a big one"),
+        (("c1", "k3"), ("c1",), "k3", {"n": 7}, "a big one"),
+    ]
+    # The child's own wait: its calls by their own ids.
+    assert agentloop.dbos.pending(child_id) == tuple(p._replace(path=()) for p in waiting)
+    assert world.effects == []  # nothing of the child's batch ran
+    assert names(DBOS.list_workflow_steps(run_id)) == ["agentloop.model", "agentloop.run"]
+    parent_status = DBOS.get_workflow_status(run_id)
+    assert parent_status is not None
+    assert parent_status.status == "PENDING"  # its workflow waits on the child's result
+    decisions = {("c1", "k2"): waiting[0].deny("too big"), ("c1", "k3"): waiting[1].approve()}
+    sent_from_another_thread(agentloop.dbos.decide, run_id, decisions)
+    result = handle.get_result()
+
+    plain_world = World()
+    plain = plain_waiting(plain_world)
+    plain.decide({("c1", "k2"): agentloop.deny("too big"), ("c1", "k3"): agentloop.approve()})
+    same_tree(result, plain.finish())
+    assert (result.status, result.output, result.children["c1"].output) == (
+        "finished",
+        "all done",
+        "done",
+    )
+    child = result.children["c1"]
+    assert [(m["id"], m["status"]) for m in child.transcript if "status" in m] == [
+        ("k1", "ok"),
+        ("k2", "denied"),
+        ("k3", "ok"),
+    ]
+    assert world.effects == [("effect", f"{child_id}:k1"), ("idem", f"{child_id}:k3")]
+    assert [kind for kind, _ in plain_world.effects] == ["effect", "idem"]
+    assert agentloop.dbos.pending(run_id) == agentloop.dbos.pending(child_id) == ()
+    child_steps = names(DBOS.list_workflow_steps(child_id))
+    assert (child_steps.count("agentloop.review"), child_steps.count("agentloop.tool_started")) == (
+        1,
+        1,
+    )
+
+
+def test_a_grandchilds_call_is_pending_at_the_top_under_two_calls(make: Any) -> None:
+    """Two generations down: listed under (c1, j1, k2), decided from the top; the tree
+    ends as the plain tree does."""
+
+    def office(world: World) -> agentloop.Loop:
+        registry = world.registry()
+        registry.policy = asks_over_4
+        clerk = agentloop.Loop(scripted([call("k2", "effect", 5), FINAL]), tools=registry)
+        middle_script: list[Message] = [
+            {"kind": "call", "id": "j1", "name": "clerk", "arguments": {"input": "do"}},
+            {"kind": "final", "text": "handed on"},
+        ]
+        middle = agentloop.Loop(scripted(middle_script), tools=[clerk.as_tool("clerk", "Do.")])
+        return agentloop.Loop(
+            scripted(PARENT_SCRIPT), tools=[middle.as_tool("research", "Look it up.")]
+        )
+
+    world = World()
+    runs = make(office(world))
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    (waiting,) = agentloop.dbos.pending(run_id, timeout_seconds=30)
+    assert (waiting.key, waiting.name) == (("c1", "j1", "k2"), "effect")
+    (middle,) = agentloop.dbos.pending(f"{run_id}:c1")
+    assert middle.key == ("j1", "k2")
+    sent_from_another_thread(agentloop.dbos.decide, run_id, {waiting.key: waiting.approve()})
+    result = handle.get_result()
+    plain = office(World()).start("go")
+    plain.finish()
+    plain.decide({("c1", "j1", "k2"): agentloop.approve()})
+    expected = plain.finish()
+    assert dbos_worker.result_json(result) == dbos_worker.result_json(expected)
+    grandchild = result.children["c1"].children["j1"]
+    assert dbos_worker.result_json(grandchild) == dbos_worker.result_json(
+        expected.children["c1"].children["j1"]
+    )
+    assert world.effects == [("effect", f"{run_id}:c1:j1:k2")]
+
+
+def test_decisions_for_a_dbos_child_are_checked_before_anything_is_sent(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key that is not a pending call's (the child's call id alone, another call's path),
+    a missing one, a decision bound to another call: refused with what was expected and
+    what was given, nothing sent; the child still waits, and goes on once decided (here
+    on the child itself, by its own call ids)."""
+    world = World()
+    runs = make(asking_team(world))
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    waiting = agentloop.dbos.pending(run_id, timeout_seconds=30)
+    sent: list[str] = []
+    send = DBOS.send
+    monkeypatch.setattr(DBOS, "send", lambda to, *more, **options: sent.append(to))
+    approve = agentloop.approve()
+    with pytest.raises(ValueError, match=r"missing: \[\('c1', 'k3'\)\]"):
+        agentloop.dbos.decide(run_id, {("c1", "k2"): approve})
+    with pytest.raises(ValueError, match=r"not pending: \['k2', 'k3'\]"):
+        agentloop.dbos.decide(run_id, {"k2": approve, "k3": approve})
+    with pytest.raises(ValueError, match=r"not pending: \[\('c2', 'k3'\)\]"):
+        agentloop.dbos.decide(run_id, {("c1", "k2"): approve, ("c2", "k3"): approve})
+    with pytest.raises(ValueError, match="is bound to fingerprint"):
+        agentloop.dbos.decide(
+            run_id, {("c1", "k2"): waiting[1].approve(), ("c1", "k3"): waiting[1].approve()}
+        )
+    with pytest.raises(TypeError, match=r"call \('c1', 'k3'\) to be approve\(\) or deny"):
+        agentloop.dbos.decide(run_id, {("c1", "k2"): approve, ("c1", "k3"): "yes"})  # type: ignore[dict-item]
+    assert sent == []
+    assert agentloop.dbos.pending(run_id) == waiting
+    monkeypatch.setattr(DBOS, "send", send)
+    # On the child itself, by its own call ids: the same wait.
+    agentloop.dbos.decide(f"{run_id}:c1", {p.call_id: p.approve() for p in waiting})
+    result = handle.get_result()
+    assert (result.status, result.children["c1"].status) == ("finished", "finished")
+    assert [kind for kind, _ in world.effects] == ["effect", "effect", "idem"]
+
+
+def test_cancel_run_of_the_parent_while_its_child_waits_ends_both_cancelled(make: Any) -> None:
+    """cancel_run(parent) wakes the waiting child too: it ends cancelled with every call
+    answered and none run (as the plain tree's child cancelled while it waits), the
+    parent's call is answered cancelled, and the parent ends cancelled with the plain
+    parent's status and counters. Its answer says the child was cancelled with it (the
+    parent's workflow waited on the child's result; in memory the parent waits itself)."""
+    world = World()
+    runs = make(asking_team(world))
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    assert agentloop.dbos.pending(run_id, timeout_seconds=30)
+    sent_from_another_thread(agentloop.dbos.cancel_run, run_id)
+    result = handle.get_result()
+
+    token = agentloop.CancelToken()
+    plain = plain_waiting(World(), cancel=token)
+    token.cancel()
+    ended = plain.finish()
+    child = result.children["c1"]
+    assert dbos_worker.result_json(child) == dbos_worker.result_json(ended.children["c1"])
+    assert (result.status, result.steps, result.calls, result.usage) == (
+        ended.status,
+        ended.steps,
+        ended.calls,
+        ended.usage,
+    )
+    assert (result.status, child.status, world.effects) == ("cancelled", "cancelled", [])
+    assert [(m["id"], m["status"]) for m in child.transcript if "status" in m] == [
+        ("k1", "cancelled"),
+        ("k2", "cancelled"),
+        ("k3", "cancelled"),
+    ]
+    assert child.events[-1].source == "awaiting_approval"
+    *before, answer = result.transcript
+    assert before == ended.transcript[:-1]
+    assert (answer["id"], answer["status"], answer["content"]["type"]) == (
+        "c1",
+        "cancelled",
+        "TokenCancelled",
+    )
+    assert agentloop.dbos.pending(run_id) == ()
+
+
+def test_the_command_line_lists_and_decides_a_dbos_childs_call_by_its_path(
+    system_db: str, make: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """agentloop pending DBOS_URL lists the child's calls under the top run by their path
+    keys (the child's workflow not apart); runs counts them on the top run's line;
+    decide DBOS_URL RUN c1/k2=... sends them, and the tree goes on."""
+    if system_db != "sqlite":
+        pytest.skip("the command line takes a URL, not the module's Postgres schema")
+    world = World()
+    runs = make(asking_team(world))
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    assert agentloop.dbos.pending(run_id, timeout_seconds=30)
+    capsys.readouterr()
+    assert main(["pending", SQLITE_URL[0]]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    mine = [line.split(maxsplit=4) for line in lines if line.startswith(run_id)]
+    assert mine == [
+        [run_id, "c1/k2", "effect", "a", 'big one  {"n":5}'],
+        [run_id, "c1/k3", "idem", "a", 'big one  {"n":7}'],
+    ]
+    assert main(["runs", SQLITE_URL[0]]) == 0
+    (row,) = [line.split() for line in capsys.readouterr().out.splitlines() if run_id in line]
+    assert (row[0], row[1], row[-2], row[-1]) == (run_id, "awaiting_approval", "2", "1")
+    assert main(["decide", SQLITE_URL[0], run_id, "c1/k2=approve"]) == 2
+    assert "missing: [('c1', 'k3')]" in capsys.readouterr().err
+    assert main(["decide", SQLITE_URL[0], run_id, "c1/k2=deny:too big", "c1/k3=approve"]) == 0
+    said = capsys.readouterr().out.splitlines()[0]
+    assert said == f"sent to run {run_id}: c1/k2 denied (too big), c1/k3 approved"
+    result = handle.get_result()
+    assert (result.status, result.children["c1"].status) == ("finished", "finished")
+    assert [kind for kind, _ in world.effects] == ["effect", "idem"]
+
+
+@settings(max_examples=count(6, 60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    answers=st.lists(ANSWERS, min_size=1, max_size=3),
+    approvals=st.lists(st.booleans(), min_size=3, max_size=3),
+    cancel=st.booleans(),
+)
+def test_a_dbos_childs_approval_ends_as_the_tree_without_dbos(
+    system_db: str, answers: list[str], approvals: list[bool], cancel: bool
+) -> None:
+    """Random policy answers in the child (a failing policy too), random decisions by path
+    from the parent, or cancel_run of the parent while the child waits: the parent and the
+    child end as the plain tree given the same does (but for the content of the parent's
+    cancelled call, see the cancel test above), and only the allowed and approved ran."""
+    ids = [f"k{n}" for n in range(len(answers))]
+    said = dict(zip(ids, answers, strict=True))
+    asks = [i for i in ids if said[i] == "ask"]
+    decisions = {
+        ("c1", i): agentloop.approve() if approvals[n] else agentloop.deny("person")
+        for n, i in enumerate(asks)
+    }
+
+    def tree(ran: list[str]) -> agentloop.Loop:
+        child = said_batch(said, ran, [])
+        return agentloop.Loop(
+            scripted(PARENT_SCRIPT), tools=[child.as_tool("research", "Look it up.")]
+        )
+
+    plain_ran: list[str] = []
+    token = agentloop.CancelToken()
+    plain = tree(plain_ran).start("go", cancel=token)
+    plain.finish()
+    if asks:
+        if cancel:
+            token.cancel()
+        else:
+            plain.decide(decisions)
+    expected = plain.finish()
+    ran: list[str] = []
+    runs = DBOSLoop(tree(ran), name=f"p-{uuid.uuid4().hex[:8]}")
+    try:
+        run_id = new_id()
+        handle = runs.start("go", run_id=run_id)
+        if asks:
+            waiting = agentloop.dbos.pending(run_id, timeout_seconds=30)
+            assert [p.key for p in waiting] == list(decisions)
+            assert ran == []  # nothing of the child's batch ran
+            if cancel:
+                sent_from_another_thread(agentloop.dbos.cancel_run, run_id)
+            else:
+                sent_from_another_thread(agentloop.dbos.decide, run_id, decisions)
+        result = handle.get_result()
+    finally:
+        runs.close()
+    child, plain_child = result.children["c1"], expected.children["c1"]
+    assert dbos_worker.result_json(child) == dbos_worker.result_json(plain_child)
+    if asks and cancel:
+        assert (result.status, result.steps, result.calls) == ("cancelled", 1, 1)
+        assert result.transcript[:-1] == expected.transcript[:-1]
+        assert result.transcript[-1]["status"] == expected.transcript[-1]["status"]
+    else:
+        assert dbos_worker.result_json(result) == dbos_worker.result_json(expected)
+    assert sorted(ran) == sorted(plain_ran)
+    answered = [m["id"] for m in child.transcript if m["kind"] == "tool_result"]
+    assert answered == ids
+
+
 def test_an_agent_tool_two_agents_share_has_one_child_loop_which_close_forgets(
     make: Any,
 ) -> None:
@@ -1722,10 +2044,12 @@ def test_an_agent_tool_two_agents_share_has_one_child_loop_which_close_forgets(
 
 
 def test_show_says_a_run_whose_workflow_failed_ended_with_no_result(
-    make: Any, capsys: pytest.CaptureFixture[str]
+    system_db: str, make: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A child whose deps raise fails its workflow (the call's error, as in memory): runs
     lists it as error, and show says it failed, with what it raised, not that it runs."""
+    if system_db != "sqlite":
+        pytest.skip("the command line takes a URL, not the module's Postgres schema")
 
     def no_shop(ctx: agentloop.RunContext[Any]) -> object:
         raise LookupError("no shop today")

@@ -613,6 +613,72 @@ def test_a_parents_cancellation_reaches_its_child_across_a_killed_worker(
     assert (tmp_path / "effects").read_text().splitlines() == ["effect doomed:c1:k1"]
 
 
+# -- approval inside a child workflow: the worker killed while the child waits ---------------------
+
+ASKING_CHILD: list[Message] = [
+    {"kind": "call", "id": "k1", "name": "effect", "arguments": {"n": 1}},
+    {"kind": "call", "id": "k2", "name": "effect", "arguments": {"n": 200}},  # asks a person
+    {"kind": "final", "text": "child done"},
+]
+ASKING_PARENT: list[Message] = [
+    {"kind": "call", "id": "c1", "name": "agent", "arguments": {"input": as_input(ASKING_CHILD)}},
+    {"kind": "final", "text": "done"},
+]
+
+
+@pytest.mark.slow
+def test_a_child_waiting_for_a_person_outlives_its_killed_worker(
+    server: Server, tmp_path: Path
+) -> None:
+    """A worker drives the parent, whose child's second call waits for a person; the worker
+    is killed while it waits. From this process (a client), the parent lists the child's
+    call under its path and takes the decision, sent while no worker is alive; the worker
+    restarted recovers the tree, the child runs the approved call and finishes, and the
+    parent finishes with the child's output. Each effect happened once."""
+    from dbos import DBOSClient
+
+    from agentloop.dbos import DBOSLoop, decide, pending
+
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    worker = {"db": url, "sink": {"file": str(tmp_path / "effects")}, "executor": "a"}
+    workers = {"a": server.ask({"serve": worker})["pid"]}
+    client = DBOSClient(system_database_url=url)
+    enqueuer = DBOSLoop(dbos_worker.parent(policy=True), name="asking_parent")
+    effects = tmp_path / "effects"
+    try:
+        enqueuer.client_enqueue(client, dbos_worker.QUEUE, as_input(ASKING_PARENT), run_id="boss")
+        (waiting,) = pending("boss", timeout_seconds=60, client=client)
+        assert (waiting.key, waiting.arguments) == (("c1", "k2"), {"n": 200})
+        os.kill(workers["a"], signal.SIGKILL)
+        server.ask({"reap": workers.pop("a")})
+        assert effects.read_text().splitlines() == ["effect boss:c1:k1"]
+        # Sent while no worker is alive: kept in the database for the child's wait.
+        decide("boss", {waiting.key: waiting.approve()}, client=client)
+        workers["a"] = server.ask({"serve": worker})["pid"]
+        got = dbos_worker.result_json(
+            DBOSLoop.result("boss", polling_interval_sec=0.05, client=client)
+        )
+        child: agentloop.RunResult = client.retrieve_workflow("boss:c1").get_result()
+        assert pending("boss", client=client) == ()
+    finally:
+        stop(server, workers, client, enqueuer)
+    plain = dbos_worker.parent(policy=True).start(as_input(ASKING_PARENT))
+    plain.finish()
+    plain.decide({("c1", "k2"): agentloop.approve()})
+    expected = plain.finish()
+    assert got == dbos_worker.result_json(expected)
+    assert (got["status"], got["steps"], got["calls"]) == ("finished", 2, 1)
+    assert [(m["id"], m["status"], m["content"]) for m in got["transcript"] if "status" in m] == [
+        ("c1", "ok", "child done")
+    ]
+    assert dbos_worker.result_json(child) == dbos_worker.result_json(expected.children["c1"])
+    assert [(m["id"], m["status"]) for m in child.transcript if "status" in m] == [
+        ("k1", "ok"),
+        ("k2", "ok"),
+    ]
+    assert effects.read_text().splitlines() == ["effect boss:c1:k1", "effect boss:c1:k2"]
+
+
 @pytest.mark.slow
 def test_a_specialists_child_workflow_killed_in_its_tool_recovers_with_the_agent_in_force(
     server: Server, tmp_path: Path

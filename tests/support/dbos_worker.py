@@ -19,7 +19,9 @@ a provider that writes each call of it as an effect (``"provided"``, with the
 process id and the run id); ``"team"``, whose "triage" agent may hand the
 run to "special" (``transfer_to_special``); ``"parent"``, whose agent tool
 ``agent`` runs the scripted loop as a child workflow (its input is the
-child's script); or ``"team_parent"``, a team whose "special" is a parent.
+child's script); ``"team_parent"``, a team whose "special" is a parent; or
+``"asking_parent"``, whose ``agent`` runs the approving loop (a person
+decides any call whose n is 100 or more).
 
 The model reads its script from the run's input (the first message's text
 is the script as JSON), so one ``DBOSLoop`` serves runs of any script. The
@@ -190,10 +192,11 @@ def team() -> agentloop.Loop:
     return loop(name="triage", handoffs=[agentloop.handoff(loop(name="special"))])
 
 
-def parent(**options: Any) -> agentloop.Loop:
+def parent(*, policy: bool = False, **options: Any) -> agentloop.Loop:
     """The "parent" loop: the scripted loop's tools and an agent tool, ``agent``, running it.
 
     The parent's script calls ``agent`` with a child's script as its input.
+    ``policy``: the "asking_parent" loop, whose child is the approving loop.
     ``options``: more of ``Loop``'s (a team's agent: ``name=``).
     """
     tools = agentloop.ToolRegistry(
@@ -201,7 +204,7 @@ def parent(**options: Any) -> agentloop.Loop:
             agentloop.Tool(effect, name="effect"),
             agentloop.Tool(idem, name="idem", idempotent=True),
             agentloop.Tool(fail, name="fail"),
-            loop().as_tool("agent", "A child run of the scripted loop."),
+            loop(policy=policy).as_tool("agent", "A child run of the scripted loop."),
         ]
     )
     return agentloop.Loop(
@@ -255,6 +258,7 @@ def _launch(job: dict[str, Any]) -> DBOSLoop:
         "team": DBOSLoop(team(), name="team"),
         "parent": DBOSLoop(parent(), name="parent"),
         "team_parent": DBOSLoop(team_parent(), name="team_parent"),
+        "asking_parent": DBOSLoop(parent(policy=True), name="asking_parent"),
     }
     DBOSLoop(loop(policy=True), name="approving")
     from dbos._dbos import _get_or_create_dbos_registry
