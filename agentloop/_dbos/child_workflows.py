@@ -103,6 +103,11 @@ class AgentCalls:
         finally:
             making.discard(id(loop.loop))
 
+    def fingerprints(self) -> dict[str, Any]:
+        """Each child DBOSLoop's fingerprint (its own children's within), by its name below."""
+        below = len(self._loop.name) + 1
+        return {child.name[below:]: child._fingerprint for child in self._children.values()}
+
     def close(self) -> None:
         """Forget the children's DBOSLoops (and theirs) in this process."""
         for child in self._children.values():

@@ -129,6 +129,9 @@ class DBOSLoop(Generic[OutputT]):
         self._team = team
         self._work = StepWork(loop, None if team is None else team[1])  # what each step does
         self._agents = AgentCalls(self, _run)  # its agent tools' DBOSLoops, made and named
+        children = self._agents.fingerprints()
+        if children:  # in the run's fingerprint: a worker whose child Loops differ refuses it
+            self._fingerprint["children"] = children
         _LOOPS[name] = self
 
     def __repr__(self) -> str:

@@ -373,6 +373,25 @@ def test_a_run_recorded_under_another_configuration_is_refused(make: Any) -> Non
     assert caught.value.differences == ["budget.max_steps: recorded 9, now 8"]
 
 
+def test_a_worker_whose_child_loop_differs_refuses_the_run(make: Any) -> None:
+    """The agent tools' Loops are in the run's fingerprint (each child DBOSLoop's, by its name
+    below): a worker whose child Loop differs from the run's refuses the parent, naming the
+    child's field, before anything runs, as a ledger's resume refuses a changed child."""
+    recorded = make(team(World(), CHILD_SCRIPT, max_steps=8))._fingerprint
+    assert set(recorded["children"]) == {"research"}
+    world = World()
+    runs = make(team(world, CHILD_SCRIPT, max_steps=9))
+    with SetWorkflowID(run_id := new_id()):
+        handle = DBOS.start_workflow(
+            agentloop._dbos.dbos_loop._run, runs.name, [{"kind": "user", "text": "go"}], recorded
+        )
+    with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
+        handle.get_result()
+    assert caught.value.differences == ["children.research.budget.max_steps: recorded 8, now 9"]
+    assert world.effects == []
+    assert DBOS.list_workflow_steps(run_id) == []
+
+
 def test_a_run_of_a_loop_this_process_lacks_fails_saying_so(system_db: str) -> None:
     run_id = new_id()
     with SetWorkflowID(run_id):
