@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 UV := $(BIN)/uv
+# uv itself, pinned: the lock is read by the uv that wrote it (pyproject's required-version).
+UV_VERSION := 0.13.9
 # uv installs into .venv from uv.lock: the versions every test ran against, so a fresh
 # clone tests what CI tested (`make lock` refreshes it; `make test-latest` tries the newest).
 # --inexact: each target adds its set and keeps the others (and uv itself, which the lock
@@ -23,10 +25,10 @@ $(UV):
 	@echo "creating $(VENV) with uv in it"
 	@if $(PYTHON) -m pip --version >/dev/null 2>&1; then \
 		$(PYTHON) -m venv --without-pip $(VENV) && \
-		$(PYTHON) -m pip --python $(BIN)/python install --quiet --disable-pip-version-check uv; \
+		$(PYTHON) -m pip --python $(BIN)/python install --quiet --disable-pip-version-check uv==$(UV_VERSION); \
 	else \
 		$(PYTHON) -m venv $(VENV) && \
-		$(BIN)/python -m pip install --quiet --disable-pip-version-check uv; \
+		$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION); \
 	fi
 
 # What the demo runs: agentloop and the svg extra (the report draws its diagram).

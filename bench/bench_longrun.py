@@ -32,8 +32,8 @@ Which S: the CPU at 100, 300 and 1,000 for every framework, and at 3,000 for
 agentloop and the peer fastest at 300 (LangGraph); memory at 100 and 300 for
 every framework, at 1,000 for those two, at 3,000 for agentloop; and for
 pydantic-ai, whose peak the target names, at every S (traced at 3,000 it
-takes about a quarter of an hour: an extrapolation understated it by a
-quarter). On a shared
+took 974 s of CPU, 23 minutes on the shared machine: an extrapolation
+understated its peak by a quarter). On a shared
 2-core machine the slow peers took 15 s (pydantic-ai) and 28 s (the Agents
 SDK) of CPU at 1,000 and would take about 219 s and 455 s at 3,000, traced 4
 to 8 times that: run there, they would make ``make bench`` a half-hour job.
