@@ -93,13 +93,19 @@ def _one_batch(n: int) -> RunResult:
 
 
 def _each_call_approved(n: int) -> RunResult:
-    """``n`` calls, one a step, each asked about and approved by a person."""
+    """``n`` calls, one a step, each asked about and approved by a person.
+
+    Decided on the live run: resuming from each paused result would replay the whole
+    history at each call (seconds at 200 calls), for the same result.
+    """
     replies = [call(f"c{i}", "echo", n=i) for i in range(n)] + [final("ok")]
     tools = ToolRegistry([Tool(_echo, name="echo", policy=lambda _: ask("every call"))])
     loop = Loop(agentloop.testing.ScriptedModel(replies), tools=tools, max_steps=n + 1, max_calls=n)
-    result = loop.run("go")
+    run = loop.start("go")
+    result = run.finish()
     while result.status == "awaiting_approval":
-        result = loop.resume(result, decisions={p.call_id: approve() for p in result.pending})
+        run.decide({p.call_id: approve() for p in result.pending})
+        result = run.finish()
     return result
 
 
