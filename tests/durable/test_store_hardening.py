@@ -417,9 +417,11 @@ def test_processes_opening_a_ledger_at_once_some_killed_are_never_refused(tmp_pa
     """No false alarm: five processes make one ledger at once, some killed mid-way; all open it.
 
     Fresh interpreters, not forks of this one: a fork would inherit this process's
-    threads' locks and open files (DBOS's, say), which a real process never has.
+    threads' locks and open files (DBOS's, say), which a real process never has. Two
+    trials in the fast tier (one with kills, one without; 25 interpreters less), six
+    in the long one.
     """
-    for trial in range(6):
+    for trial in range(count(2, 6)):
         db = tmp_path / f"t{trial}" / "runs.db"
         db.parent.mkdir()
         kill = [k in (1, 3) and trial % 2 == 1 for k in range(5)]
