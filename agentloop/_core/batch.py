@@ -59,8 +59,12 @@ class Batch:
 
     @property
     def underway(self) -> bool:
-        """Whether a call of the batch has started or been answered."""
-        return bool(self.results or self.running or self.waiting)
+        """Whether the record shows a call of the batch: started, answered, or held for a person.
+
+        Cut short, such a batch is answered whole and appended: a call the
+        events name is never missing from the transcript.
+        """
+        return bool(self.results or self.running or self.waiting or self.pending)
 
     @property
     def unstarted(self) -> int:
