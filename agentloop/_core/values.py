@@ -294,7 +294,9 @@ class Transition(NamedTuple):
 
 
 class RunResult(NamedTuple, Generic[OutputT]):
-    """How a run ended: an immutable record. Every collection it hands out is a fresh copy.
+    """How a run ended: an immutable record, whose collections are fresh copies but ``output``.
+
+    ``output`` is the answer itself, made once: copy it before changing it.
 
     Generic in its output: ``Loop(model, output=City).run(...)`` is a
     ``RunResult[City]``, whose ``output`` is a ``City | None`` (``None`` unless
