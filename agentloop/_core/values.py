@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Generic, NamedTuple
+from typing import Any, Final, Generic, Literal, NamedTuple, TypeAlias
 
 import attrs
 import orjson
@@ -90,7 +90,11 @@ def _identical(instance: object, attribute: attrs.Attribute[int | None], value: 
     _budget(instance, attribute, value)  # type: ignore[arg-type]
 
 
-def _on_exhausted(_: object, attribute: attrs.Attribute[str], value: object) -> None:
+#: What a run does when a budget runs out: stop there, or ask the model once more for an answer.
+OnExhausted: TypeAlias = Literal["stop", "answer"]
+
+
+def _on_exhausted(_: object, attribute: attrs.Attribute[OnExhausted], value: object) -> None:
     if value not in ("stop", "answer") or type(value) is not str:
         raise ValueError(f"{attribute.name} must be 'stop' or 'answer', got {describe(value)}")
 
@@ -120,7 +124,7 @@ class Budget:
     max_identical_calls: int | None = attrs.field(default=None, validator=_identical)
     #: What a run that would end ``exhausted`` does: ``'stop'``, or ``'answer'`` (one
     #: last model step, tools disabled, for a final answer).
-    on_exhausted: str = attrs.field(default="stop", validator=_on_exhausted)
+    on_exhausted: OnExhausted = attrs.field(default="stop", validator=_on_exhausted)
 
 
 class Usage(NamedTuple):

@@ -378,7 +378,7 @@ def test_by_default_an_exhausted_run_ends_with_no_answer(driver: Driver) -> None
 def test_on_exhausted_is_checked() -> None:
     """An unknown on_exhausted is refused, saying what is expected."""
     with pytest.raises(ValueError, match="on_exhausted must be 'stop' or 'answer', got str 'x'"):
-        Loop(ScriptedModel([]), on_exhausted="x")
+        Loop(ScriptedModel([]), on_exhausted="x")  # type: ignore[call-overload]  # checked too
 
 
 # -- the loop guard -------------------------------------------------------------------
