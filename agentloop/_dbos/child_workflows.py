@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 from dbos import DBOS, SetWorkflowID
-from dbos._error import DBOSException
+from dbos import error as dbos_error
 
 from agentloop._core.approval import Decision
 from agentloop._core.values import Budget, CancelToken, RunResult, Usage
@@ -208,9 +208,10 @@ class AgentCalls:
                 )
         except Exception as exc:
             raise _Unanswered(exc) from exc
+        # DBOS's own error raises past the registry; any other is the child's: the call's error.
         try:
             result: RunResult[Any] = handle.get_result()
-        except DBOSException as exc:  # DBOS's own; any other is the child's: the call's error
+        except dbos_error.DBOSException as exc:
             raise _Unanswered(exc) from exc
         return result
 

@@ -121,7 +121,10 @@ class DBOSLoop(Generic[OutputT]):
         team = team_of(loop)  # with handoffs: checked, each agent's Loop by name
         self._deps = deps_provider(loop, deps)
         if name in _LOOPS:
-            raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
+            raise ValueError(
+                f"a DBOSLoop named {name!r} exists in this process already"
+                + (_LOOPS[name]._whose())
+            )
         self.loop, self.name = loop, name
         self._fingerprint = fingerprint(
             loop.budget, loop.dispatcher, loop.context, loop.output, team_record(loop)
@@ -136,6 +139,20 @@ class DBOSLoop(Generic[OutputT]):
 
     def __repr__(self) -> str:
         return f"DBOSLoop({self.loop!r}, name={self.name!r})"
+
+    def _whose(self) -> str:
+        """What a refusal of another DBOSLoop named like this one says it is (a child's owner)."""
+        caller = self._agents.caller
+        if caller is None:
+            return ": give the new one another name"
+        owner, tool = caller
+        agent = self.name[len(owner.name) + 1 :].rpartition("/")[0]
+        of = f" of its agent {agent!r}" if agent else ""
+        return (
+            f": it is the child DBOSLoop that the DBOSLoop {owner.name!r} made for its agent "
+            f"tool {tool.name!r}{of}; expected a name no DBOSLoop of this process has, got "
+            f"{self.name!r}"
+        )
 
     def close(self) -> None:
         """Forget this loop (and its agent tools' children) in this process: its name is free."""

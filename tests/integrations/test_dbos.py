@@ -1519,6 +1519,48 @@ def test_a_dbos_loop_makes_its_childrens_loops_and_refuses_a_child_that_needs_as
     assert not [known for known in loops if known.startswith(name)]
 
 
+def test_a_dbos_loop_named_like_anothers_child_is_refused_naming_its_owner(
+    system_db: str,
+) -> None:
+    """A name taken by a child DBOSLoop is refused with a ValueError that says whose it is:
+    the child of which DBOSLoop's agent tool (and, in a team, of which agent); a name
+    taken by a top one says only that it exists. Nothing is made by a refused one."""
+    loops = agentloop._dbos.dbos_loop._LOOPS
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    researcher = agentloop.Loop(scripted([FINAL]))
+    writer = agentloop.Loop(scripted([FINAL]), tools=[researcher.as_tool("research", "Look.")])
+    special = agentloop.Loop(
+        scripted([FINAL]), tools=[researcher.as_tool("research", "Look.")], name="special"
+    )
+    desk = agentloop.Loop(scripted([FINAL]), name="desk", handoffs=[agentloop.handoff(special)])
+    made = [DBOSLoop(writer, name=name), DBOSLoop(desk, name=f"{name}-desk")]
+    try:
+        with pytest.raises(ValueError) as refused:
+            DBOSLoop(agentloop.Loop(scripted([FINAL])), name=f"{name}/research")
+        assert f"{name}/research" in str(refused.value)
+        assert f"the DBOSLoop {name!r} made for its agent tool 'research'" in str(refused.value)
+        with pytest.raises(ValueError) as refused:
+            DBOSLoop(agentloop.Loop(scripted([FINAL])), name=f"{name}-desk/special/research")
+        owned = (
+            f"the DBOSLoop '{name}-desk' made for its agent tool 'research' of its agent 'special'"
+        )
+        assert owned in str(refused.value)
+        with pytest.raises(ValueError) as refused:
+            DBOSLoop(agentloop.Loop(scripted([FINAL])), name=name)
+        assert "child" not in str(refused.value)
+        caller = loops[f"{name}/research"]._agents.caller
+        assert caller is not None and caller[0] is made[0]  # as the message says
+        assert sorted(known for known in loops if known.startswith(name)) == [
+            name,
+            f"{name}-desk",
+            f"{name}-desk/special/research",
+            f"{name}/research",
+        ]
+    finally:
+        for runs in made:
+            runs.close()
+
+
 def test_a_dbos_loop_refuses_an_agent_tool_that_calls_back_up(system_db: str) -> None:
     """A Loop that is its own agent tool, or whose agent tool's Loop hands back to it: its
     DBOSLoop would make child DBOSLoops without end; it is refused with a ValueError saying
