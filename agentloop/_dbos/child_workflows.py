@@ -113,6 +113,10 @@ class AgentCalls:
         for child in self._children.values():
             child.close()
 
+    def in_flight(self) -> list[str]:
+        """The ids of the children's (and their children's) runs driven in this process."""
+        return [run for child in self._children.values() for run in child._in_flight()]
+
     def answers(self, call: dict[str, Any], scope: CallScope) -> bool:
         """Whether ``call`` is an agent tool's (the agent in force's): its child is a workflow."""
         tool = _tool_of(self._in_force(scope).dispatcher, call["name"])

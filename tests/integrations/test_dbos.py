@@ -28,7 +28,7 @@ pytest.importorskip("dbos")
 from dbos import DBOS, SetWorkflowID
 
 import agentloop
-import agentloop._dbos.dbos_loop
+import agentloop._dbos.loops
 import agentloop._dbos.marker
 import agentloop._dbos.turns
 import agentloop.dbos
@@ -108,6 +108,10 @@ def make(system_db: str) -> Iterator[Any]:
     yield make_one
     for runs in made:
         runs.close()
+
+
+def user(text: str) -> Message:
+    return {"kind": "user", "text": text}
 
 
 def new_id() -> str:
@@ -366,7 +370,10 @@ def test_a_run_recorded_under_another_configuration_is_refused(make: Any) -> Non
     run_id = new_id()
     with SetWorkflowID(run_id):
         handle = DBOS.start_workflow(
-            agentloop._dbos.dbos_loop._run, runs.name, [{"kind": "user", "text": "go"}], recorded
+            agentloop._dbos.loops.run_workflow,
+            runs.name,
+            [{"kind": "user", "text": "go"}],
+            recorded,
         )
     with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
         handle.get_result()
@@ -383,7 +390,10 @@ def test_a_worker_whose_child_loop_differs_refuses_the_run(make: Any) -> None:
     runs = make(team(world, CHILD_SCRIPT, max_steps=9))
     with SetWorkflowID(run_id := new_id()):
         handle = DBOS.start_workflow(
-            agentloop._dbos.dbos_loop._run, runs.name, [{"kind": "user", "text": "go"}], recorded
+            agentloop._dbos.loops.run_workflow,
+            runs.name,
+            [{"kind": "user", "text": "go"}],
+            recorded,
         )
     with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
         handle.get_result()
@@ -395,7 +405,7 @@ def test_a_worker_whose_child_loop_differs_refuses_the_run(make: Any) -> None:
 def test_a_run_of_a_loop_this_process_lacks_fails_saying_so(system_db: str) -> None:
     run_id = new_id()
     with SetWorkflowID(run_id):
-        handle = DBOS.start_workflow(agentloop._dbos.dbos_loop._run, "missing", [], {})
+        handle = DBOS.start_workflow(agentloop._dbos.loops.run_workflow, "missing", [], {})
     with pytest.raises(agentloop.AgentloopError, match="none of that name"):
         handle.get_result()
 
@@ -1001,7 +1011,7 @@ def test_dbos_turns_and_race(
         assert isinstance(theirs, list), "turn 3 goes on from turn 2's transcript"
         with SetWorkflowID(turn_id):
             DBOS.start_workflow(
-                agentloop._dbos.dbos_loop._run, runs.name, theirs, runs._fingerprint
+                agentloop._dbos.loops.run_workflow, runs.name, theirs, runs._fingerprint
             ).get_result()
         return turn_id, history
 
@@ -1466,7 +1476,7 @@ def test_a_dbos_child_is_given_its_parents_deps_or_its_tools_mapping(system_db: 
     name = f"t-{uuid.uuid4().hex[:8]}"
     with pytest.raises(TypeError, match=r"^expected deps= \(a callable of the run id"):
         DBOSLoop(parent, name=name)
-    assert not [known for known in agentloop._dbos.dbos_loop._LOOPS if known.startswith(name)]
+    assert not [known for known in agentloop._dbos.loops.LOOPS if known.startswith(name)]
     runs = DBOSLoop(parent, name=name, deps=Shop)
     try:
         run_id = new_id()
@@ -1493,7 +1503,7 @@ def test_a_dbos_loop_makes_its_childrens_loops_and_refuses_a_child_that_needs_as
     """A DBOSLoop makes one for each agent tool's Loop under f"{name}/{tool}" (and theirs
     below), and close() forgets them all, a child whose tools have policies (which may ask
     a person) too; a child that needs the asyncio driver is refused, with nothing made."""
-    loops = agentloop._dbos.dbos_loop._LOOPS
+    loops = agentloop._dbos.loops.LOOPS
     guarded = agentloop.ToolRegistry([agentloop.Tool(lambda n: n, name="work")])
     guarded.policy = asks_over_4  # a leaf that may ask a person: made as any other
     leaf = agentloop.Loop(scripted([FINAL]), tools=guarded)
@@ -1525,7 +1535,7 @@ def test_a_dbos_loop_named_like_anothers_child_is_refused_naming_its_owner(
     """A name taken by a child DBOSLoop is refused with a ValueError that says whose it is:
     the child of which DBOSLoop's agent tool (and, in a team, of which agent); a name
     taken by a top one says only that it exists. Nothing is made by a refused one."""
-    loops = agentloop._dbos.dbos_loop._LOOPS
+    loops = agentloop._dbos.loops.LOOPS
     name = f"t-{uuid.uuid4().hex[:8]}"
     researcher = agentloop.Loop(scripted([FINAL]))
     writer = agentloop.Loop(scripted([FINAL]), tools=[researcher.as_tool("research", "Look.")])
@@ -1535,21 +1545,22 @@ def test_a_dbos_loop_named_like_anothers_child_is_refused_naming_its_owner(
     desk = agentloop.Loop(scripted([FINAL]), name="desk", handoffs=[agentloop.handoff(special)])
     made = [DBOSLoop(writer, name=name), DBOSLoop(desk, name=f"{name}-desk")]
     try:
-        with pytest.raises(ValueError) as refused:
+        with pytest.raises(ValueError, match="exists in this process already") as refused:
             DBOSLoop(agentloop.Loop(scripted([FINAL])), name=f"{name}/research")
         assert f"{name}/research" in str(refused.value)
         assert f"the DBOSLoop {name!r} made for its agent tool 'research'" in str(refused.value)
-        with pytest.raises(ValueError) as refused:
+        with pytest.raises(ValueError, match="exists in this process already") as refused:
             DBOSLoop(agentloop.Loop(scripted([FINAL])), name=f"{name}-desk/special/research")
         owned = (
             f"the DBOSLoop '{name}-desk' made for its agent tool 'research' of its agent 'special'"
         )
         assert owned in str(refused.value)
-        with pytest.raises(ValueError) as refused:
+        with pytest.raises(ValueError, match="exists in this process already") as refused:
             DBOSLoop(agentloop.Loop(scripted([FINAL])), name=name)
         assert "child" not in str(refused.value)
         caller = loops[f"{name}/research"]._agents.caller
-        assert caller is not None and caller[0] is made[0]  # as the message says
+        assert caller is not None
+        assert caller[0] is made[0]  # as the message says
         assert sorted(known for known in loops if known.startswith(name)) == [
             name,
             f"{name}-desk",
@@ -1561,12 +1572,48 @@ def test_a_dbos_loop_named_like_anothers_child_is_refused_naming_its_owner(
             runs.close()
 
 
+def test_a_dbos_loop_is_not_closed_while_a_run_of_it_is_driven(make: Any) -> None:
+    """close() while a run is driven in this process (here, in its first ask) is refused
+    with RunBusyError naming the run, and forgets nothing: the run's agent call then runs
+    its child as ever, never answered with an error of the close. Once the run ended,
+    close() forgets the DBOSLoop and its child's."""
+    entered, release = threading.Event(), threading.Event()
+    parent_model = scripted(PARENT_SCRIPT)
+
+    def model(history: list[Message]) -> Message:
+        entered.set()
+        assert release.wait(30)
+        reply: Message = parent_model(history)
+        return reply
+
+    researcher = agentloop.Loop(scripted([FINAL]))
+    runs = make(agentloop.Loop(model, tools=[researcher.as_tool("research", "Look it up.")]))
+    loops = agentloop._dbos.loops.LOOPS
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    try:
+        assert entered.wait(30)
+        with pytest.raises(agentloop.ledger.RunBusyError, match="cannot be closed") as refused:
+            runs.close()
+    finally:
+        release.set()
+    assert repr(run_id) in str(refused.value)
+    assert loops[runs.name] is runs
+    assert f"{runs.name}/research" in loops
+    result = handle.get_result()
+    assert (result.status, result.output) == ("finished", "all done")
+    assert (result.children["c1"].status, result.children["c1"].output) == ("finished", "done")
+    runs.close()
+    assert runs.name not in loops
+    assert f"{runs.name}/research" not in loops
+
+
 def test_a_dbos_loop_refuses_an_agent_tool_that_calls_back_up(system_db: str) -> None:
     """A Loop that is its own agent tool, or whose agent tool's Loop hands back to it: its
     DBOSLoop would make child DBOSLoops without end; it is refused with a ValueError saying
     so (not a RecursionError), with nothing made. The same Loop as a team's agent and an
     agent tool's, calling nothing back, is no recursion."""
-    loops = agentloop._dbos.dbos_loop._LOOPS
+    loops = agentloop._dbos.loops.LOOPS
     name = f"t-{uuid.uuid4().hex[:8]}"
     tools = agentloop.ToolRegistry()
     itself = agentloop.Loop(scripted([FINAL]), tools=tools)
@@ -1736,7 +1783,7 @@ def test_an_agent_tool_of_a_teams_specialist_runs_as_a_child_workflow(make: Any)
     plain = team(World()).run("go")
     world = World()
     runs = make(team(world))
-    assert f"{runs.name}/special/research" in agentloop._dbos.dbos_loop._LOOPS
+    assert f"{runs.name}/special/research" in agentloop._dbos.loops.LOOPS
     run_id = new_id()
     result = runs.run("go", run_id=run_id)
     assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
@@ -2068,7 +2115,7 @@ def test_an_agent_tool_two_agents_share_has_one_child_loop_which_close_forgets(
     """One agent tool in two agents' tools: one DBOSLoop for it, under the first agent's
     name, whose child workflows answer either agent's calls as in memory; close() forgets
     every name the DBOSLoop made, so it can be made again."""
-    loops = agentloop._dbos.dbos_loop._LOOPS
+    loops = agentloop._dbos.loops.LOOPS
 
     def team(world: World) -> agentloop.Loop:
         script: list[Message] = [
