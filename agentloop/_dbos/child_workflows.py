@@ -7,7 +7,8 @@ the parent's made with itself, named ``f"{name}/{tool}"`` (in a team,
 that makes the parent can drive the child, and recover it. The parent's
 workflow starts it (DBOS records it as the parent's child: a recovery of
 the parent gets the same handle back, and never starts it again) and awaits
-its result (which DBOS records in the parent too). The call is answered
+its result (which DBOS records in the parent too; a fork of the parent
+awaits a child of its own, ``forks.py``). The call is answered
 from that result as a run in memory answers it (the agent tool's own
 ``_answer``), in an ``agentloop.tool`` step that records the outcome, with
 the child's usage, and the cancel marker read after it.
@@ -15,7 +16,8 @@ the child's usage, and the cancel marker read after it.
 The child's hand-out is a workflow input, so it is recorded: the token
 limit it starts with (what the parent had left), and its lineage, the
 calls above it (each run's id, call id and counters at the hand-out). Its
-steps read its ancestors' cancel markers as well as its own, and its
+steps read its ancestors' cancel markers as well as its own (each
+ancestor's id as its own id names it), and its
 worker makes its deps again from the lineage: the top run's provider's, each
 agent tool's ``deps=`` applied on the way down (``child_deps``).
 
@@ -35,6 +37,7 @@ from dbos import error as dbos_error
 
 from agentloop._core.approval import Decision
 from agentloop._core.values import Budget, CancelToken, RunResult, Usage
+from agentloop._dbos.forks import forked_result
 from agentloop._dbos.marker import cancelled
 from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.run_context import CallScope, RunContext, in_context, key_of
@@ -214,7 +217,11 @@ class AgentCalls:
             raise _Unanswered(exc) from exc
         # DBOS's own error raises past the registry; any other is the child's: the call's error.
         try:
-            result: RunResult[Any] = handle.get_result()
+            if handle.workflow_id == child_id:
+                result: RunResult[Any] = handle.get_result()
+            else:  # a fork of the run from after the child started: DBOS gave the original's
+                watched = (run_id, *(handed["run"] for handed in reversed(lineage)))
+                result = forked_result(handle.workflow_id, child_id, watched)
         except dbos_error.DBOSException as exc:
             raise _Unanswered(exc) from exc
         return result
@@ -233,7 +240,13 @@ def driven_with(
     """
     if handout is None:
         return None if loop._deps is None else loop._deps(run_id), None, (run_id,), []
-    lineage: list[dict[str, Any]] = handout["lineage"]
+    # Each ancestor's id as the run's own id names it: a fork's child (``forks``), forked
+    # from a child of another run, was handed out by the fork.
+    lineage: list[dict[str, Any]] = []
+    above = run_id
+    for handed in reversed(handout["lineage"]):
+        above = above.rpartition(":")[0]
+        lineage.insert(0, {**handed, "run": above})
     budget = attrs.evolve(loop.loop.budget, max_total_tokens=handout["max_total_tokens"])
     watched = (run_id, *(handed["run"] for handed in reversed(lineage)))
     deps = child_deps(loop, run_id, lineage, token)

@@ -1306,13 +1306,14 @@ def test_a_dbos_agent_call_runs_its_child_as_a_child_workflow(
     assert [line.split() for line in indented] == [["output", "done"]]  # the child's, under c1
 
 
-def test_a_fork_after_the_child_started_answers_the_call_from_its_recorded_child(
+@pytest.mark.slow
+def test_a_fork_after_the_child_ended_reads_it_back_and_one_before_starts_its_own(
     make: Any,
 ) -> None:
-    """Forked (as a recovery replays) from the step that awaits the child's result, the
-    parent gets the recorded child's handle back: nothing of the child runs again, and the
-    call is answered from its result. Forked from the child's start, the fork starts a
-    child of its own, under its own id."""
+    """Forked (as a recovery replays) from the step that awaits the child's result, or from
+    the call's step after it, the child had ended: the fork reads its result back, nothing
+    of it runs again, and no child of the fork's is made. Forked from the child's start,
+    the fork starts a child of its own, under its own id."""
     world, asked = World(), list[int]()
     runs = make(team(world, CHILD_SCRIPT, asked=asked))
     run_id = new_id()
@@ -1321,13 +1322,14 @@ def test_a_fork_after_the_child_started_answers_the_call_from_its_recorded_child
     steps = {
         step["function_name"]: step["function_id"] for step in DBOS.list_workflow_steps(run_id)
     }
-    fork = DBOS.fork_workflow(run_id, steps["DBOS.getResult"])
-    again: agentloop.RunResult = fork.get_result()
-    assert dbos_worker.result_json(again) == dbos_worker.result_json(result)
-    assert again.children["c1"] == result.children["c1"]
-    assert again.children["c1"].run_id == f"{run_id}:c1"
-    assert DBOS.get_workflow_status(f"{fork.workflow_id}:c1") is None
-    assert (len(asked), len(world.effects)) == (3, 3)
+    for start in (steps["DBOS.getResult"], steps["agentloop.tool"]):
+        fork = DBOS.fork_workflow(run_id, start)
+        again: agentloop.RunResult = fork.get_result()
+        assert dbos_worker.result_json(again) == dbos_worker.result_json(result)
+        assert again.children["c1"] == result.children["c1"]
+        assert again.children["c1"].run_id == f"{run_id}:c1"
+        assert DBOS.get_workflow_status(f"{fork.workflow_id}:c1") is None
+        assert (len(asked), len(world.effects)) == (3, 3)
     fork = DBOS.fork_workflow(run_id, steps["agentloop.run"])
     again = fork.get_result()
     assert again.children["c1"].run_id == f"{fork.workflow_id}:c1"
@@ -1335,6 +1337,111 @@ def test_a_fork_after_the_child_started_answers_the_call_from_its_recorded_child
     assert [key for _, key in world.effects[3:]] == [
         f"{fork.workflow_id}:c1:{k}" for k in ("k1", "k2", "k3")
     ]
+
+
+@pytest.mark.slow
+def test_a_fork_while_its_child_waits_has_a_child_of_its_own_that_pending_decide_and_cancel_reach(
+    make: Any,
+) -> None:
+    """Forked after the child started, while the child waits for a person: the fork's
+    child is its own, f"{fork_id}:c1" (DBOS's fork of the waiting child, its recorded
+    steps copied), so pending(fork) lists its calls under their paths, decide(fork, ...)
+    reaches it and cancel_run(fork) ends it cancelled; the original run, and its child,
+    go on waiting untouched, and end as the plain tree given the same decisions."""
+    world = World()
+    runs = make(asking_team(world))
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    waiting = agentloop.dbos.pending(run_id, timeout_seconds=30)
+    started = DBOS.list_workflow_steps(run_id)
+    assert names(started) == ["agentloop.model", "agentloop.run"]
+    decided, cancelled = (DBOS.fork_workflow(run_id, started[-1]["function_id"] + 1) for _ in "ab")
+    agentloop.dbos.cancel_run(cancelled.workflow_id)
+    assert within(cancelled).status == "cancelled"
+    forked = agentloop.dbos.pending(decided.workflow_id, timeout_seconds=30)
+    assert forked == waiting  # the same calls, under the same paths
+    child_id = f"{decided.workflow_id}:c1"
+    assert agentloop.dbos.pending(child_id) == tuple(p._replace(path=()) for p in waiting)
+    approved = {p.key: p.approve() for p in forked}
+    sent_from_another_thread(agentloop.dbos.decide, decided.workflow_id, approved)
+    result = decided.get_result()
+    assert (result.status, result.children["c1"].run_id) == ("finished", child_id)
+    assert world.effects == [(kind, f"{child_id}:{k}") for kind, k in ASKED_EFFECTS]
+    assert agentloop.dbos.pending(run_id) == waiting  # the original waits on, untouched
+    sent_from_another_thread(agentloop.dbos.decide, run_id, approved)
+    original = handle.get_result()
+    plain = plain_waiting(World())
+    plain.decide({p.key: agentloop.approve() for p in waiting})
+    same_tree(original, plain.finish())
+    same_tree(result, plain.finish())
+    mine = f"{run_id}:c1"
+    assert world.effects[3:] == [(kind, f"{mine}:{k}") for kind, k in ASKED_EFFECTS]
+
+
+ASKED_EFFECTS = [("effect", "k1"), ("effect", "k2"), ("idem", "k3")]
+
+
+def within(handle: Any, seconds: float = 30) -> agentloop.RunResult:
+    """``handle``'s result once its workflow ended; AssertionError if it has not in ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while handle.get_status().status in ("PENDING", "ENQUEUED"):
+        assert time.monotonic() < deadline, f"{handle.workflow_id} has not ended"
+        time.sleep(0.05)
+    result: agentloop.RunResult = handle.get_result()
+    return result
+
+
+@pytest.mark.slow
+def test_a_fork_while_its_childs_call_runs_never_runs_that_call_again(make: Any) -> None:
+    """Forked while the child's first call (not idempotent) runs: the fork's child replays
+    the child's recorded steps, so the call, which may have started, is answered
+    OutcomeUnknown and its handler is not called again; the fork's child goes on (its
+    later calls run under its own keys). Another fork cancelled at once ends cancelled
+    after that answer, none of its later calls run: its child reads the fork's marker,
+    not the original's."""
+    entered, release = threading.Event(), threading.Event()
+
+    def blocking(n: int) -> None:
+        if n == 1:
+            entered.set()
+            assert release.wait(30)
+
+    world = World()
+    runs = make(team(world, CHILD_SCRIPT, hook=blocking))
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    try:
+        assert entered.wait(30)
+        start = 1 + DBOS.list_workflow_steps(run_id)[-1]["function_id"]
+        forked, cancelled = (DBOS.fork_workflow(run_id, start) for _ in "ab")
+        agentloop.dbos.cancel_run(cancelled.workflow_id)
+        stopped, result = within(cancelled), within(forked)
+    finally:
+        release.set()
+    original = handle.get_result()
+    child_id = f"{forked.workflow_id}:c1"
+    child = result.children["c1"]
+    assert (result.status, child.run_id, child.status) == ("finished", child_id, "finished")
+    answers = {m["id"]: m for m in child.transcript if m["kind"] == "tool_result"}
+    assert answers["k1"]["content"]["type"] == "OutcomeUnknown"
+    # The cancelled fork's child: k1 may have started (in the original), so it is answered
+    # OutcomeUnknown too; the fork's marker, read after it, ends the child there.
+    assert (stopped.status, stopped.children["c1"].status) == ("cancelled", "cancelled")
+    stopped_child = stopped.children["c1"].transcript
+    assert [m["content"]["type"] for m in stopped_child if m["kind"] == "tool_result"] == [
+        "OutcomeUnknown"
+    ]
+    assert (original.status, original.children["c1"].run_id) == ("finished", f"{run_id}:c1")
+    mine = f"{run_id}:c1"
+    assert sorted(world.effects) == sorted(
+        [
+            ("effect", f"{mine}:k1"),  # once: neither fork's child called it again
+            ("idem", f"{mine}:k2"),
+            ("fail", f"{mine}:k3"),
+            ("idem", f"{child_id}:k2"),
+            ("fail", f"{child_id}:k3"),
+        ]
+    )
 
 
 def test_cancel_run_of_the_parent_stops_its_child_at_its_next_checkpoint(make: Any) -> None:
