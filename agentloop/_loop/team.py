@@ -166,13 +166,13 @@ def team_of(loop: Loop[Any, Any]) -> tuple[Agents, dict[str, Loop[Any, Any]]] | 
         if loop.context is not None and any(given.filter for given in agent.handoffs):
             raise ValueError(
                 f"expected a team under a context policy to have no handoff filters, got one "
-                f"in {agent.name!r}'s handoffs: a filter's view and a context policy cannot be "
-                "combined yet"
+                f"in the handoffs of {agent.name!r}: a filter's view and a context policy "
+                "cannot be combined yet"
             )
         if reviewing(agent.dispatcher) is not None:
             raise ValueError(
                 f"expected the agents of a team to have tools without policies, got policies "
-                f"in {agent.name!r}'s tools: a team's approval is not supported yet"
+                f"in the tools of {agent.name!r}: a team's approval is not supported yet"
             )
     agents = Agents(
         loop.name,
