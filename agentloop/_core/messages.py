@@ -32,8 +32,8 @@ __all__ = [
     "tool_result_json",
 ]
 
-#: The statuses a dispatcher can give a call. A driver adds ``cancelled`` when
-#: the run is interrupted while the tool runs, so the call is still paired.
+#: The statuses a dispatcher can give a call. The engine adds ``cancelled`` for a call
+#: the run was cancelled or interrupted before it finished, so every call is paired.
 DISPATCH_STATUSES: Final = frozenset({"ok", "error", "denied", "invalid_arguments", "unknown_tool"})
 #: The statuses a tool result can have.
 RESULT_STATUSES: Final = DISPATCH_STATUSES | {"cancelled"}
@@ -51,8 +51,8 @@ _FINAL_FIELDS: Final = frozenset({"kind", "text"})
 
 #: The content of a result for a call that never started because the run was cancelled first.
 NOT_STARTED: Final = "never started: the run was cancelled before this call could run"
-#: The content of a result for a call still running when cancellation was seen at another
-#: call's checkpoint (the asyncio driver with ``max_concurrency`` > 1): its outcome is dropped.
+#: The content of a result for a call still out when cancellation was seen at a checkpoint
+#: (calls at once under asyncio, or an agent tool's waiting child): its outcome is dropped.
 CUT_OFF: Final = "cancelled while it ran: the run was cancelled, and its outcome was dropped"
 
 
