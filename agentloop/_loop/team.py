@@ -105,9 +105,14 @@ def checked_handoff(loop: Loop[Any, Any], given: object) -> Handoff[Any]:
             f"expected the agents of a team to share one deps_type: {loop.name!r} has "
             f"{loop.deps_type!r}, and {target.name!r}, which it hands to, {target.deps_type!r}"
         )
-    if given.tool_name in _tool_names(loop) or any(
-        h.tool_name == given.tool_name for h in loop.handoffs
-    ):
+    named = [h.target for h in loop.handoffs if h.tool_name == given.tool_name]
+    if named and named[0] is not target and named[0].name == target.name:
+        raise ValueError(
+            f"expected the agents {loop.name!r} hands to to have different names, got two "
+            f"named {target.name!r} (a Loop without name= takes its model's name): pass "
+            "name= to Loop(...)"
+        )
+    if named or given.tool_name in _tool_names(loop):
         raise ValueError(
             f"expected the handoff's tool name to be new to {loop.name!r}, got "
             f"{given.tool_name!r}, which it already has: pass tool_name= to handoff()"

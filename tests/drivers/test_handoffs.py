@@ -369,6 +369,23 @@ def add_one(n: int) -> int:
     return n + 1
 
 
+def test_two_unnamed_targets_on_one_model_are_refused_saying_to_name_them() -> None:
+    """A Loop without name= takes its model's; handing off to two such namesakes is refused
+    naming the name and the way out (name=), not tool_name=, which would not be enough."""
+
+    def helpdesk(history: list[Message]) -> Message:
+        return final("x")
+
+    one, two = Loop(helpdesk), Loop(helpdesk)
+    assert (one.name, agentloop.handoff(one).tool_name) == ("helpdesk", "transfer_to_helpdesk")
+    with pytest.raises(ValueError) as refused:
+        Loop(helpdesk, name="desk", handoffs=[agentloop.handoff(one), agentloop.handoff(two)])
+    assert str(refused.value) == (
+        "expected the agents 'desk' hands to to have different names, got two named "
+        "'helpdesk' (a Loop without name= takes its model's name): pass name= to Loop(...)"
+    )
+
+
 def test_the_engine_knows_the_agent_in_force_after_an_interruption() -> None:
     """settle() finds the agent in force from the events."""
     from agentloop._core.agents import Agents
