@@ -356,7 +356,7 @@ def test_an_agent_with_policies_in_its_tools_is_refused_naming_it() -> None:
     tools.add(add_one)
     guarded = Loop(lambda history: final("x"), name="b", tools=tools)
     first = Loop(lambda history: final("x"), name="a", handoffs=[agentloop.handoff(guarded)])
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(ValueError, match="without policies") as refused:
         first.run("go")
     assert str(refused.value) == (
         "expected the agents of a team to have tools without policies, got policies in the "
@@ -378,7 +378,7 @@ def test_two_unnamed_targets_on_one_model_are_refused_saying_to_name_them() -> N
 
     one, two = Loop(helpdesk), Loop(helpdesk)
     assert (one.name, agentloop.handoff(one).tool_name) == ("helpdesk", "transfer_to_helpdesk")
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(ValueError, match="different names") as refused:
         Loop(helpdesk, name="desk", handoffs=[agentloop.handoff(one), agentloop.handoff(two)])
     assert str(refused.value) == (
         "expected the agents 'desk' hands to to have different names, got two named "

@@ -477,7 +477,7 @@ def test_continue_run_of_another_end_names_the_ways_that_go_on() -> None:
     assert [run.status for run in ended] == ["cancelled", "malformed", "repeated_call"]
     for run in ended:
         loop = Loop(ScriptedModel([final("on"), final("on")]), tools=[add])
-        with pytest.raises(ValueError) as refused:
+        with pytest.raises(ValueError, match=r"^expected a failed or exhausted run") as refused:
             loop.continue_run(run)
         assert str(refused.value) == (
             f"expected a failed or exhausted run to continue, got one that is "
