@@ -240,7 +240,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "(and child runs, when any has some)",
         "  agentloop runs runs.db\n"
         "  agentloop runs runs.db --state awaiting_approval\n"
-        "  agentloop runs --state dispatching --state awaiting_model runs.db\n"
+        "  agentloop runs runs.db --state dispatching --state awaiting_model\n"
         "  agentloop runs runs.db --conversation user-42",
     )
     runs.add_argument("ledger", metavar="LEDGER", help=_LEDGER_HELP)

@@ -69,12 +69,28 @@ for _ in range(300):
             r"\{'kind': 'user', 'text': ...\}$",
         ),
         ([{"kind": 1}], TypeError, "expected a dict with a str 'kind'"),
-        ([{"kind": "user", "when": object()}], TypeError, r"messages\[0\]\.when: expected a JSON"),
-        ([{"kind": "user", "score": float("inf")}], TypeError, "expected a finite number"),
-        ([{"kind": "user", "tags": ("a",)}], TypeError, r"messages\[0\]\.tags: .*got tuple"),
-        ([{"kind": "user", "map": {1: "a"}}], TypeError, "keys to be str, got int 1"),
+        (
+            [{"kind": "user", "text": "hi", "when": object()}],
+            TypeError,
+            r"messages\[0\]\.when: expected a JSON",
+        ),
+        (
+            [{"kind": "user", "text": "hi", "score": float("inf")}],
+            TypeError,
+            "expected a finite number",
+        ),
+        (
+            [{"kind": "user", "text": "hi", "tags": ("a",)}],
+            TypeError,
+            r"messages\[0\]\.tags: .*got tuple",
+        ),
+        ([{"kind": "user", "text": "hi", "map": {1: "a"}}], TypeError, "keys to be str, got int 1"),
         ([call("c1")], ValueError, "got call 'c1' without one"),
-        ([{"kind": "user", "deep": DEEP}], TypeError, "nested at most 255 levels deep"),
+        (
+            [{"kind": "user", "text": "hi", "deep": DEEP}],
+            TypeError,
+            "nested at most 255 levels deep",
+        ),
         ([{"kind": "call", "id": 3}], ValueError, "a call's 'id' to be a non-empty str, got 3"),
     ],
 )
