@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from agentloop._dbos.steps import StepRunner
     from agentloop._loop.loop import Loop
 
-__all__ = ["AgentCalls", "Handout", "child_deps", "driven_with"]
+__all__ = ["AgentCalls", "Handout", "child_deps", "driven_with", "markers"]
 
 #: A child workflow's hand-out (a workflow input): ``lineage``, the calls above it (the top
 #: run's first), each ``{"run", "call", "steps", "calls", "usage", "budget"}``; and
@@ -220,8 +220,7 @@ class AgentCalls:
             if handle.workflow_id == child_id:
                 result: RunResult[Any] = handle.get_result()
             else:  # a fork of the run from after the child started: DBOS gave the original's
-                watched = (run_id, *(handed["run"] for handed in reversed(lineage)))
-                result = forked_result(handle.workflow_id, child_id, watched)
+                result = forked_result(handle.workflow_id, child_id, markers(run_id, lineage))
         except dbos_error.DBOSException as exc:
             raise _Unanswered(exc) from exc
         return result
@@ -248,10 +247,15 @@ def driven_with(
         above = above.rpartition(":")[0]
         lineage.insert(0, {**handed, "run": above})
     budget = attrs.evolve(loop.loop.budget, max_total_tokens=handout["max_total_tokens"])
-    watched = (run_id, *(handed["run"] for handed in reversed(lineage)))
+    watched = markers(run_id, lineage)
     deps = child_deps(loop, run_id, lineage, token)
     for_run(loop.loop, deps, token)
     return deps, budget, watched, lineage
+
+
+def markers(run_id: str, lineage: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The cancel markers run ``run_id`` reads: its own, then its ancestors', nearest first."""
+    return (run_id, *(handed["run"] for handed in reversed(lineage)))
 
 
 def child_deps(
