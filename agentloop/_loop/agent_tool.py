@@ -48,9 +48,10 @@ from agentloop._drivers.child_answers import ChildRunEnded, ended_content
 from agentloop._drivers.child_waits import Waiting
 from agentloop._drivers.delegation import Nested
 from agentloop._drivers.run_context import NO_RUN, RunContext, current_context
+from agentloop._durable.recording import DurableEngine
 from agentloop._loop.child_runs import (
+    child_result,
     durable_child,
-    read_child,
     recorded_in,
     under,
     waiting_child,
@@ -164,7 +165,7 @@ class AgentTool(Tool):
         with recorded_in(ctx):
             engine, cancel, deps, children, decisions = self._child(input, ctx)
             if engine.done:  # a durable child that had ended: its recorded result answers
-                return self._answer(_ended(engine, ctx), ctx)
+                return self._answer(_ended(self.loop, engine, ctx), ctx)
             with released_on_error(engine):  # its driver unwound: nothing holds the claim
                 run = sync_run(child, engine, registry, cancel, deps, children)
                 if reporter is not None:
@@ -195,7 +196,7 @@ class AgentTool(Tool):
         with recorded_in(ctx):
             engine, cancel, deps, children, decisions = self._child(input, ctx)
             if engine.done:
-                return self._answer(_ended(engine, ctx), ctx)
+                return self._answer(_ended(self.loop, engine, ctx), ctx)
             try:  # not ``released_on_error``, as ``Loop.arun``: a coroutine's frame holds it
                 run = async_run(self.loop, engine, cancel, deps, children)
                 reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # asyncio: one
@@ -376,14 +377,15 @@ def _kept(run: RunView[Any], ctx: RunContext[Any] | None) -> None:
             scope.waiting[ctx.call_id] = run
 
 
-def _ended(engine: Engine, ctx: RunContext[Any] | None) -> RunResult[Any]:
+def _ended(child: Loop[Any], engine: Engine, ctx: RunContext[Any] | None) -> RunResult[Any]:
     """The result of a child found ended, kept on the parent's as a child run's is."""
     result = engine.result()
     scope = None if ctx is None else ctx._scope
     if scope is not None and ctx is not None and ctx.call_id is not None:
-        ledger, caller = _ledger_of(ctx), (str(scope.run_id), ctx.call_id)
-        # Read from the ledger, where it holds its own children too (none live here).
-        scope.children[ctx.call_id] = result if ledger is None else read_child(ledger, caller)
+        # A durable child's own children are read from the ledger (none live here).
+        if isinstance(engine, DurableEngine):
+            result = child_result(child, engine)
+        scope.children[ctx.call_id] = result
     return result
 
 

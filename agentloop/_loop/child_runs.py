@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 import orjson
 
+from agentloop._core.children import Children
 from agentloop._core.table import State, Trigger
 from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.child_waits import WaitingChild, end_waiting
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RecordedChild",
+    "child_result",
     "durable_child",
     "read_child",
     "recorded_begun",
@@ -211,7 +213,7 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
             found[call_id] = read_child(ledger, caller)
             continue
         if ended.done or ended.state is State.AWAITING_APPROVAL:  # as the answering run kept it
-            found[call_id] = read_child(ledger, caller)
+            found[call_id] = child_result(child, ended)
     answered = {e.call_id for e in engine.events() if e.trigger is Trigger.TOOL_RETURNED}
     found.update(carried(ledger, engine.continues, [c for c in unfound if c in answered]))
     return found
@@ -220,6 +222,17 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
 def read_child(ledger: Ledger, caller: tuple[str, str]) -> RunResult[Any]:
     """A recorded child's result as its records stand, its own children read too."""
     return view_run(ledger, child_run_id(*caller)).result
+
+
+def child_result(child: Loop[Any], engine: DurableEngine) -> RunResult[Any]:
+    """The result of ``engine``, a recorded child resumed through its Loop ``child``.
+
+    As the live run returned it: its output typed by the child Loop's ``output=``
+    (``view_run``, which has no Loop, gives the JSON), its own children read so too.
+    """
+    result = engine.result()
+    children = recorded_children(child, engine)
+    return result._replace(children=Children(children)) if children else result
 
 
 def waiting_child(
