@@ -306,12 +306,20 @@ def _recorded(journal: Journal, outcome: object) -> object:
     return outcome
 
 
-def sync_dispatch(engine: DurableEngine, dispatch: Callable[..., object]) -> Callable[..., object]:
-    """``dispatch`` with ``tool_started`` recorded first."""
+def sync_dispatch(
+    engine: DurableEngine,
+    dispatch: Callable[..., object],
+    idempotent: Callable[[], frozenset[str]] | None = None,
+) -> Callable[..., object]:
+    """``dispatch`` with ``tool_started`` recorded first.
+
+    ``idempotent``: the idempotent tools of the agent in force (a team's run), else the
+    journal's, those of the Loop's own tools.
+    """
     journal = engine.journal
 
     def durable(call: dict[str, Any], **review: object) -> object:
-        settled = journal.before_call(call, engine.record_start)
+        settled = journal.before_call(call, engine.record_start, idempotent and idempotent())
         if settled is not None:
             return settled
         return _recorded(journal, dispatch(call, **review))
@@ -320,13 +328,15 @@ def sync_dispatch(engine: DurableEngine, dispatch: Callable[..., object]) -> Cal
 
 
 def async_dispatch(
-    engine: DurableEngine, dispatch: Callable[..., Awaitable[object]]
+    engine: DurableEngine,
+    dispatch: Callable[..., Awaitable[object]],
+    idempotent: Callable[[], frozenset[str]] | None = None,
 ) -> Callable[..., Awaitable[object]]:
     """The asyncio driver's dispatch, recorded as ``sync_dispatch`` records."""
     journal = engine.journal
 
     async def durable(call: dict[str, Any], **review: object) -> object:
-        settled = journal.before_call(call, engine.record_start)
+        settled = journal.before_call(call, engine.record_start, idempotent and idempotent())
         if settled is not None:
             return settled
         return _recorded(journal, await dispatch(call, **review))

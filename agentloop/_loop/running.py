@@ -26,6 +26,7 @@ from agentloop._drivers.child_waits import WaitingChild, end_waiting
 from agentloop._drivers.run_context import CallScope, ain_context_reviews, in_context_reviews
 from agentloop._drivers.sync import Run
 from agentloop._durable import recording
+from agentloop._durable.journal import idempotent_tools
 from agentloop._loop.child_runs import recorded_begun, recorded_children, recorded_waiting
 from agentloop._loop.fallback import per_run
 from agentloop._loop.output_checks import acheck, check
@@ -72,7 +73,7 @@ def sync_run(
             team[1], engine, lambda agent: _sync_dispatch(agent, awaiter, loop)
         )
     if isinstance(engine, recording.DurableEngine):
-        dispatch = recording.sync_dispatch(engine, dispatch)
+        dispatch = recording.sync_dispatch(engine, dispatch, _idempotent(team, engine))
     scope = call_scope(loop, engine, deps, cancel, children)
     if loop.output_validators:  # each final the schema accepts is checked by them first
         engine.output_check = check(loop.output_validators, scope, awaiter)
@@ -109,6 +110,20 @@ def _sync_dispatch(agent: Loop, awaiter: Awaiter, loop: Loop) -> Callable[..., o
     return dispatch
 
 
+def _idempotent(
+    team: tuple[object, dict[str, Loop]] | None, engine: Engine
+) -> Callable[[], frozenset[str]] | None:
+    """For a team's run, the idempotent tools of the agent in force, which runs each call.
+
+    A call a crash cut runs again if its own agent's tool is idempotent (an agent tool
+    resumes its child so), not by the starting agent's tools. ``None``: no team.
+    """
+    if team is None:
+        return None
+    tools = {name: idempotent_tools(agent.dispatcher) for name, agent in team[1].items()}
+    return lambda: tools[engine.agent or ""]
+
+
 def model_of(loop: Loop, engine: Engine) -> Model:
     """What the driver calls: the model, the fallback model the run has come to, or an agent's."""
     team = team_of(loop)
@@ -135,7 +150,7 @@ def async_run(
         dispatch = team_dispatch(team[1], engine, lambda agent: agent._adispatch)  # type: ignore[assignment]
     registry = reviewing(loop.dispatcher)
     if isinstance(engine, recording.DurableEngine):
-        dispatch = recording.async_dispatch(engine, dispatch)
+        dispatch = recording.async_dispatch(engine, dispatch, _idempotent(team, engine))
     scope = call_scope(loop, engine, deps, cancel, children)
     if loop.output_validators:  # each final the schema accepts is checked by them first
         engine.output_check = acheck(loop.output_validators, scope)
