@@ -48,6 +48,7 @@ __all__ = [
     "RecordedChild",
     "child_result",
     "durable_child",
+    "had_child",
     "read_child",
     "recorded_begun",
     "recorded_children",
@@ -217,6 +218,24 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
     answered = {e.call_id for e in engine.events() if e.trigger is Trigger.TOOL_RETURNED}
     found.update(carried(ledger, engine.continues, [c for c in unfound if c in answered]))
     return found
+
+
+def had_child(
+    child: Loop[Any], ledger: Ledger, caller: tuple[str, str]
+) -> tuple[DurableEngine | None, RunResult[Any] | None]:
+    """The child recorded under ``caller``, if any: its engine if it had ended, and its result.
+
+    Read only: an ended child is not claimed (``durable_child``), one that has not ended
+    is viewed as its records stand (``view_run``, no claim), for the tokens it spent.
+    """
+    try:
+        seen = view_run(ledger, child_run_id(*caller), children=False)
+    except RunNotFoundError:
+        return None, None
+    if not seen.done:
+        return None, seen.result
+    ended, _ = durable_child(child, ledger, caller, [], child.budget, None, read=True)
+    return ended, seen.result
 
 
 def read_child(ledger: Ledger, caller: tuple[str, str]) -> RunResult[Any]:
