@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
+from agentloop._core.approval import allow
 from agentloop._core.context_policy import Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.requests import AskModel, Need, Wait
@@ -325,6 +326,30 @@ def sync_dispatch(
         return _recorded(journal, dispatch(call, **review))
 
     return durable
+
+
+def sync_review(engine: DurableEngine, review: Callable[[dict[str, Any]], Any]) -> Any:
+    """``review``, but ``allow()`` for a call a crashed process had started, unasked.
+
+    Its policies let it start then, and it may have taken effect: it is neither denied
+    nor held for a person now, but answered as at most once says (``before_call``).
+    """
+
+    def reviewed(call: dict[str, Any]) -> Any:
+        return allow() if call["id"] in engine.journal.started else review(call)
+
+    return reviewed
+
+
+def async_review(
+    engine: DurableEngine, review: Callable[[dict[str, Any]], Awaitable[Any]]
+) -> Callable[[dict[str, Any]], Awaitable[Any]]:
+    """``sync_review`` for the asyncio driver's review."""
+
+    async def reviewed(call: dict[str, Any]) -> Any:
+        return allow() if call["id"] in engine.journal.started else await review(call)
+
+    return reviewed
 
 
 def async_dispatch(

@@ -86,6 +86,8 @@ def sync_run(
             else registry.review
         )
         review = in_context_reviews(review, scope)
+        if isinstance(engine, recording.DurableEngine):
+            review = recording.sync_review(engine, review)
     return Run(
         engine,
         model_of(loop, engine),
@@ -163,9 +165,17 @@ def async_run(
         to_thread=loop.to_thread,
         max_concurrency=loop.max_concurrency,
         listeners=loop.listeners,
-        review=None if registry is None else ain_context_reviews(registry.areview, scope),
+        review=None if registry is None else _areview(engine, registry, scope),
         scope=scope,
     )
+
+
+def _areview(engine: Engine, registry: ToolRegistry, scope: CallScope) -> Any:
+    """The asyncio driver's review: the policies, in each call's context (``async_review``)."""
+    review = ain_context_reviews(registry.areview, scope)
+    if isinstance(engine, recording.DurableEngine):
+        return recording.async_review(engine, review)
+    return review
 
 
 def call_scope(
