@@ -251,7 +251,8 @@ def test_show_names_the_top_run_and_path_keys_to_decide_a_waiting_tree(
     hint = f"decide {path} t c1/k1/c2=approve|deny:REASON"
     for run_id in ("t", "t:c1:k1"):
         code, lines = run_main(capsys, "show", path, run_id)
-        assert code == 0 and lines[-1].endswith(hint), (run_id, lines[-1])
+        assert code == 0
+        assert lines[-1].endswith(hint), (run_id, lines[-1])
     _, lines = run_main(capsys, "show", path, "t", "--depth", "0")
     assert [line for line in lines if line.startswith(("pending ", "held "))] == [
         'pending  post#c1 {"input":"p"}: its child run waits for a person: '
