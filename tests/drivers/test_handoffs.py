@@ -817,3 +817,61 @@ def test_last_turns_refuses_a_count_below_one() -> None:
     for wrong in (0, -1, 1.5, "2"):
         with pytest.raises(ValueError, match="n an int of 1 or more"):
             last_turns(wrong)  # type: ignore[arg-type]
+
+
+@BOTH
+def test_an_agent_handed_to_whose_tools_take_a_context_gets_the_runs_token_and_deps(
+    asynchronous: bool,
+) -> None:
+    """Only billing's tools take a RunContext: its ctx.cancel is the run's token (cancelling it
+    stops the run, the call after it answered cancelled), and a run without the deps its
+    RunContext[Bank] names is refused before anything runs, naming the tool."""
+
+    class Bank:
+        """What billing's refund needs."""
+
+    def stop(ctx: agentloop.RunContext[Bank]) -> str:
+        """Refund, then stop the run."""
+        assert isinstance(ctx.deps, Bank)
+        assert ctx.cancel is not None  # the run's, always there
+        ctx.cancel.cancel()
+        return "refunded"
+
+    def team() -> Loop[str]:
+        def model(*script: Message) -> Any:
+            replies = iter(script)
+            if not asynchronous:
+                return lambda history: next(replies)
+
+            async def amodel(history: list[Message]) -> Message:
+                return next(replies)
+
+            return amodel
+
+        billing = Loop(
+            model(batch(call("b1", "stop"), call("b2", "stop"))),
+            name="billing",
+            tools=[stop],
+            deps_type=Bank,
+        )
+        return Loop(
+            model(call("t1", "transfer_to_billing")),
+            name="triage",
+            handoffs=[agentloop.handoff(billing)],
+            deps_type=Bank,
+        )
+
+    def run(loop: Loop[str], **options: Any) -> agentloop.RunResult[str]:
+        if asynchronous:
+            return asyncio.run(loop.arun("refund me", **options))
+        return loop.run("refund me", **options)
+
+    result = run(team(), deps=Bank())
+    assert result.status == "cancelled"
+    assert [(m["id"], m["status"]) for m in result.transcript if m["kind"] == "tool_result"] == [
+        ("t1", "ok"),
+        ("b1", "ok"),
+        ("b2", "cancelled"),
+    ]
+    with pytest.raises(TypeError, match=r"expected deps= \(a [\w.<>]*Bank\)"):
+        run(team())
