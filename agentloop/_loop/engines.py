@@ -164,8 +164,10 @@ def check_ready(loop: Loop) -> None:
             f"this Loop owns {len(loop._owns)} thing(s) (owns=, an MCP server say) that "
             "only `with loop:` (or `async with loop:`) opens: run it inside that block"
         )
-    checked_tool_names(loop._name_rules, loop.dispatcher)
-    timeout_bites(loop.dispatcher, loop.tool_timeout, loop.to_thread)
+    team = team_of(loop)
+    for agent in [loop] if team is None else team[1].values():  # the run's timeout bites all
+        checked_tool_names(agent._name_rules, agent.dispatcher)
+        timeout_bites(agent.dispatcher, loop.tool_timeout, loop.to_thread)
 
 
 def plain_engine(

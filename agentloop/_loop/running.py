@@ -25,6 +25,7 @@ from agentloop._drivers.callbacks import TokenCancelled, is_async
 from agentloop._drivers.child_waits import WaitingChild, end_waiting
 from agentloop._drivers.run_context import CallScope, ain_context_reviews, in_context_reviews
 from agentloop._drivers.sync import Run
+from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._durable import recording
 from agentloop._durable.journal import idempotent_tools
 from agentloop._loop.child_runs import recorded_begun, recorded_children, recorded_waiting
@@ -36,7 +37,7 @@ from agentloop._review.runstory import reopen
 from agentloop._tools.registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from agentloop._core.engine import Engine
     from agentloop._drivers.callbacks import Model
@@ -112,6 +113,18 @@ def _sync_dispatch(agent: Loop, awaiter: Awaiter, loop: Loop) -> Callable[..., o
     return dispatch
 
 
+def _adispatch(agent: Loop, loop: Loop) -> Callable[..., Awaitable[object]]:
+    """``agent``'s tools as ``loop``'s asyncio run calls them, with ``loop``'s timeout and threads.
+
+    As the synchronous driver applies ``loop``'s ``tool_timeout`` to every agent's tools.
+    """
+    if agent is loop:
+        return loop._adispatch
+    return asyncio_dispatch(
+        agent.dispatcher, to_thread=loop.to_thread, tool_timeout=loop.tool_timeout
+    )
+
+
 def _idempotent(
     team: tuple[object, dict[str, Loop]] | None, engine: Engine
 ) -> Callable[[], frozenset[str]] | None:
@@ -149,7 +162,7 @@ def async_run(
     team = team_of(loop)
     if team is not None:  # each call goes to the tools of the agent in force
         with_filters(engine, filters_of(team[1]))
-        dispatch = team_dispatch(team[1], engine, lambda agent: agent._adispatch)  # type: ignore[assignment]
+        dispatch = team_dispatch(team[1], engine, lambda agent: _adispatch(agent, loop))  # type: ignore[assignment]
     registry = reviewing(loop.dispatcher)
     if isinstance(engine, recording.DurableEngine):
         dispatch = recording.async_dispatch(engine, dispatch, _idempotent(team, engine))

@@ -875,3 +875,52 @@ def test_an_agent_handed_to_whose_tools_take_a_context_gets_the_runs_token_and_d
     ]
     with pytest.raises(TypeError, match=r"expected deps= \(a [\w.<>]*Bank\)"):
         run(team())
+
+
+@BOTH
+def test_the_starting_loops_tool_timeout_bounds_every_agents_tools(asynchronous: bool) -> None:
+    """front's tool_timeout cuts billing's async tool on either driver (billing's own is not
+    used), and a plain tool of billing's it could not interrupt is refused when the run starts."""
+
+    async def wait() -> str:
+        """Take longer than the run allows."""
+        await asyncio.sleep(5)
+        return "too late"
+
+    def slow() -> str:
+        """A plain tool: it cannot be interrupted."""
+        return "never run"
+
+    def team(tool: Any) -> Loop[str]:
+        def model(*script: Message) -> Any:
+            replies = iter(script)
+            if not asynchronous:
+                return lambda history: next(replies)
+
+            async def amodel(history: list[Message]) -> Message:
+                return next(replies)
+
+            return amodel
+
+        name = tool.__name__
+        own = 9.0 if name == "wait" else None  # billing's own tool_timeout: not the run's
+        billing = Loop(
+            model(call("b1", name), final("sorry")), name="billing", tools=[tool], tool_timeout=own
+        )
+        return Loop(
+            model(call("t1", "transfer_to_billing")),
+            name="triage",
+            handoffs=[agentloop.handoff(billing)],
+            tool_timeout=0.02,
+        )
+
+    def run(loop: Loop[str]) -> agentloop.RunResult[str]:
+        return asyncio.run(loop.arun("hi")) if asynchronous else loop.run("hi")
+
+    result = run(team(wait))
+    assert (result.status, result.transcript[4]["status"]) == ("finished", "error")
+    assert result.transcript[4]["content"]["type"] == "TimeoutError"
+    with pytest.raises(
+        ValueError, match=r"tool_timeout=0.02 cannot interrupt the plain tool 'slow'"
+    ):
+        run(team(slow))
