@@ -37,6 +37,8 @@ from agentloop._loop.team import team_of, team_record
 from agentloop._tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from agentloop._core.approval import Decisions
     from agentloop._core.engine import Engine
     from agentloop._core.values import Budget, CancelToken, RunResult
@@ -54,6 +56,7 @@ __all__ = [
     "recorded_children",
     "recorded_in",
     "recorded_waiting",
+    "typed_carried",
     "waiting_child",
 ]
 
@@ -216,7 +219,33 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
         if ended.done or ended.state is State.AWAITING_APPROVAL:  # as the answering run kept it
             found[call_id] = child_result(child, ended)
     answered = {e.call_id for e in engine.events() if e.trigger is Trigger.TOOL_RETURNED}
-    found.update(carried(ledger, engine.continues, [c for c in unfound if c in answered]))
+    kept = carried(ledger, engine.continues, [c for c in unfound if c in answered])
+    found.update(typed_carried(loop, ledger, kept, calls))
+    return found
+
+
+def typed_carried(
+    loop: Loop[Any],
+    ledger: Ledger,
+    children: Mapping[str, RunResult[Any]],
+    tools: Mapping[str | None, str | None],
+) -> dict[str, RunResult[Any]]:
+    """A fork's carried ``children`` (``view_run``'s, by call id) read through their Loops.
+
+    Each is recorded under the run it was forked from, and is read again through the
+    Loop of its agent tool (``tools``: each call's tool name), so typed as the run that
+    answered it had it; one whose Loop changed since is kept as it was read.
+    """
+    agents, found = _agent_loops(loop), dict(children)
+    for call_id, kept in children.items():
+        child, suffix = agents.get(tools.get(call_id) or ""), child_run_id("", call_id)
+        if child is None or kept.run_id is None or not kept.run_id.endswith(suffix):
+            continue
+        caller = (kept.run_id[: -len(suffix)], call_id)
+        with contextlib.suppress(ConfigurationMismatchError, RunNotFoundError):
+            ended, _ = durable_child(child, ledger, caller, [], child.budget, None, read=True)
+            if ended.done:
+                found[call_id] = child_result(child, ended)
     return found
 
 

@@ -269,7 +269,13 @@ def forked_engine(
         agents=agents_of(loop),
         team=team_record(loop),
     )
-    return make_resilient(loop, engine), token, carried_children(source, engine)
+    children = carried_children(source, engine)
+    if isinstance(run, str) and children and loop.ledger is not None:
+        from agentloop._loop.child_runs import typed_carried  # it resumes children with these
+
+        tools = {m["id"]: m["name"] for m in engine.history() if m["kind"] == "tool_result"}
+        children = typed_carried(loop, loop.ledger, children, tools)
+    return make_resilient(loop, engine), token, children
 
 
 def carried_children(source: RunResult, engine: Engine) -> dict[str, RunResult[Any]]:

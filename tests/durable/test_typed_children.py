@@ -74,3 +74,16 @@ def test_a_resumed_parents_children_keep_their_child_loops_output_type() -> None
         with pytest.raises((Crash, LedgerError)):
             _family(CrashingLedger(crashed, at)).run("go", run_id="r1")
         assert _outputs(_family(crashed).resume("r1")) == TYPED, at
+
+
+def test_a_durable_forks_carried_children_keep_their_type() -> None:
+    """A fork of r1 by id, cut after c1 returned, carries c1's child (recorded under r1) as a
+    Found, as do a resume of the fork and a fork of the fork."""
+    memory = MemoryLedger()
+    whole = _family(memory).run("go", run_id="r1")
+    returned = next(i for i, e in enumerate(whole.events) if e.trigger == "tool_returned")
+    fork = _family(memory).fork("r1", at=returned + 1, run_id="f1").finish()
+    again = _family(memory).fork("f1", at=returned + 1, run_id="f2").finish()
+    for result in (fork, _family(memory).resume("f1"), again, _family(memory).resume("f2")):
+        assert result.children["c1"].run_id == "r1:c1"
+        assert _outputs(result) == TYPED
