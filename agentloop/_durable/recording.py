@@ -246,9 +246,12 @@ class DurableEngine(Engine):
         recorder = self._recorder
         recorder.replaying = False
         # Only the calls still running are handed out again (first, so that a check is
-        # taken here, not a call an earlier batch's replay handed out).
+        # taken here, not a call an earlier batch's replay handed out), each once: as the
+        # replay last handed it out (a call whose child waited was handed out again after
+        # the decisions).
         running = set(self.running)
-        self.handed = [need for need in self.handed if need.call["id"] in running]
+        last = {need.call["id"]: need for need in self.handed if need.call["id"] in running}
+        self.handed = list(last.values())
         if self.state is State.VALIDATING:
             recorder.holding = True  # the check goes in the next record (or record_end's)
             try:
