@@ -40,6 +40,9 @@ from agentloop._loop.output_checks import Retry
 from agentloop._names import publish as _publish
 from agentloop._tools.registry import Decision, Tool, ToolRegistry, allow, deny
 
+#: The installed version (pyproject.toml's, which a test holds it to).
+__version__ = "0.1.0"
+
 __all__ = [
     "AgentloopError",
     "AsyncRun",

@@ -112,7 +112,7 @@ def test_every_exported_error_is_raised_by_a_public_call(
     run.finish()
     raised[agentloop.InvalidStateError] = run.step
     raised[agentloop.JSONError] = lambda: agentloop.Loop(model).run(
-        [{"kind": "user", "text": float("nan")}]
+        [{"kind": "user", "text": "hi", "score": float("nan")}]
     )
     garbage = tmp_path / "garbage"
     garbage.write_bytes(b"not a ledger, not a run file" * 100)
@@ -240,3 +240,12 @@ def test_a_traceback_and_a_repr_name_the_public_exception() -> None:
         agentloop.review.run_from_json("{}")
     (line,) = traceback.format_exception_only(caught.value)
     assert line.startswith("agentloop.review.RunFileError: ")
+
+
+def test_the_version_is_the_packages() -> None:
+    """``agentloop.__version__`` is pyproject.toml's version, and the installed package's."""
+    import tomllib
+    from importlib.metadata import version
+
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert agentloop.__version__ == project["project"]["version"] == version("agentloop-fsm")

@@ -14,7 +14,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from agentloop._core.approval import Decision, DecisionKey, PendingCall, call_fingerprint
+from agentloop._core.approval import Decision, DecisionKey, PendingCall, call_fingerprint, key_text
 from agentloop._core.intake import Reply, not_json
 from agentloop._core.json import kept
 from agentloop._core.messages import CUT_OFF, NOT_STARTED, tool_result_json
@@ -59,8 +59,12 @@ class Batch:
 
     @property
     def underway(self) -> bool:
-        """Whether a call of the batch has started or been answered."""
-        return bool(self.results or self.running or self.waiting)
+        """Whether the record shows a call of the batch: started, answered, or held for a person.
+
+        Cut short, such a batch is answered whole and appended: a call the
+        events name is never missing from the transcript.
+        """
+        return bool(self.results or self.running or self.waiting or self.pending)
 
     @property
     def unstarted(self) -> int:
@@ -184,7 +188,9 @@ def check_decisions(
     """A person's decisions, one per pending call in its order; else what is wrong, raised.
 
     Each is keyed by its pending call's ``key``: its id, or, for a child run's
-    call, its path of call ids (a tuple).
+    call, its path of call ids (a tuple) or that path as ``pending`` and the
+    command line print it (``"c1/k1"``, ``key_text``). A run's own call id is
+    never read as a path.
     """
     ids = [call.key for call in pending]
     if not isinstance(decisions, dict):
@@ -193,6 +199,7 @@ def check_decisions(
             "PendingCall.key) -> approve() or deny(reason), "
             f"got {not_json(decisions).text:.80}"
         )
+    decisions = _keyed_by_path(ids, decisions)
     missing = [call_id for call_id in ids if call_id not in decisions]
     extra = [call_id for call_id in decisions if call_id not in ids]
     if missing or extra:
@@ -222,3 +229,24 @@ def check_decisions(
             )
         checked.append((call.key, decision))
     return tuple(checked)
+
+
+def _keyed_by_path(ids: list[DecisionKey], decisions: dict[Any, Any]) -> dict[Any, Any]:
+    """``decisions`` with each child's call given as text (``"c1/k1"``) keyed by its path.
+
+    Read once, into a plain dict: what is checked is what is kept. A call given
+    both ways is refused, as is any key that is no pending call's (later).
+    """
+    own = {key for key in ids if type(key) is str}
+    paths = {key_text(key): key for key in ids if type(key) is tuple}
+    paths = {text: key for text, key in paths.items() if text not in own}
+    keyed: dict[Any, Any] = {}
+    for given, decision in list(decisions.items()):
+        key = paths.get(given, given) if type(given) is str else given
+        if key in keyed:
+            raise ValueError(
+                f"expected one decision for each pending call, got two for call {key!r} "
+                f"(as {given!r} and as {key if type(given) is str else key_text(key)!r})"
+            )
+        keyed[key] = decision
+    return keyed

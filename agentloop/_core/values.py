@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Generic, NamedTuple
+from typing import Any, Final, Generic, Literal, NamedTuple, TypeAlias
 
 import attrs
 import orjson
@@ -49,7 +49,7 @@ __all__ = [
 #: What a run's output is: ``RunResult[OutputT]``, and ``Loop``'s, ``Run``'s and
 #: ``AsyncRun``'s parameter. Covariant: a ``RunResult[City]`` is a ``RunResult[object]``.
 #: ``Any`` by default: ``RunResult`` alone in an annotation (a loaded run's) is
-#: ``RunResult[Any]``, as it was before these classes took a parameter.
+#: ``RunResult[Any]``.
 OutputT = TypeVar("OutputT", covariant=True, default=Any)
 
 #: The largest budget a run file can record (JSON integers are kept within 64 bits).
@@ -90,7 +90,11 @@ def _identical(instance: object, attribute: attrs.Attribute[int | None], value: 
     _budget(instance, attribute, value)  # type: ignore[arg-type]
 
 
-def _on_exhausted(_: object, attribute: attrs.Attribute[str], value: object) -> None:
+#: At a budget's end: ``'stop'``, or ``'answer'`` (one last model step, tools disabled).
+OnExhausted: TypeAlias = Literal["stop", "answer"]
+
+
+def _on_exhausted(_: object, attribute: attrs.Attribute[OnExhausted], value: object) -> None:
     if value not in ("stop", "answer") or type(value) is not str:
         raise ValueError(f"{attribute.name} must be 'stop' or 'answer', got {describe(value)}")
 
@@ -118,9 +122,8 @@ class Budget:
     max_output_retries: int = attrs.field(default=1, validator=_budget)
     #: How many times the same tool with the same arguments may be accepted (None: any).
     max_identical_calls: int | None = attrs.field(default=None, validator=_identical)
-    #: What a run that would end ``exhausted`` does: ``'stop'``, or ``'answer'`` (one
-    #: last model step, tools disabled, for a final answer).
-    on_exhausted: str = attrs.field(default="stop", validator=_on_exhausted)
+    #: What a run that would end ``exhausted`` does (``OnExhausted``).
+    on_exhausted: OnExhausted = attrs.field(default="stop", validator=_on_exhausted)
 
 
 class Usage(NamedTuple):
@@ -294,15 +297,15 @@ class Transition(NamedTuple):
 
 
 class RunResult(NamedTuple, Generic[OutputT]):
-    """How a run ended: an immutable record. Every collection it hands out is a fresh copy.
+    """How a run ended: an immutable record, whose collections are fresh copies but ``output``.
 
+    ``output`` is the answer itself, made once: copy it before changing it.
     Generic in its output: ``Loop(model, output=City).run(...)`` is a
     ``RunResult[City]``, whose ``output`` is a ``City | None`` (``None`` unless
     the run finished) and whose ``require_output()`` is a ``City``. A run of a
     ``Loop`` without ``output=`` is a ``RunResult[str]``; a loaded run file's is
-    a ``RunResult[Any]`` (its output is the decoded JSON).
-    Save and open it with ``agentloop.review.save_run`` / ``agentloop.review.load_run``
-    (``run_to_json`` / ``run_from_json`` for text).
+    a ``RunResult[Any]`` (its output is the decoded JSON). Save and open it with
+    ``agentloop.review.save_run`` / ``load_run`` (``run_to_json`` / ``run_from_json``).
     """
 
     #: The terminal state (a ``str`` enum: ``result.status == 'finished'``), or

@@ -378,7 +378,7 @@ class AsTool:
         deps: Callable[[RunContext[Any]], object] | None = None,
         policy: Policy | None = None,
         max_result_chars: int | None = None,
-    ) -> AgentTool:
+    ) -> Tool:
         """A tool of another Loop that runs this one: the model's ``input`` in, its output out.
 
         The model sends ``{"input": str}``, or, with ``input=T``, a ``T``: the

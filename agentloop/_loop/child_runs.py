@@ -303,7 +303,7 @@ def waiting_child(
         ledger.read(run_id)
     except RunNotFoundError:
         raise LedgerError(
-            f"run {caller[0]!r} waits on its call {caller[1]!r}'s child run {run_id!r}, "
+            f"run {caller[0]!r} waits on the child run {run_id!r} of its call {caller[1]!r}, "
             "which the ledger does not hold"
         ) from None
     engine, token = durable_child(child, ledger, caller, [], child.budget, cancel)

@@ -17,7 +17,7 @@ prefix is recorded in it as it is fed, exactly as a live run records.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import orjson
@@ -270,6 +270,18 @@ def resumed(
     )
 
 
+#: What to do instead with a run ``continue_run`` refuses (a finished one has its answer).
+_INSTEAD: Final = {
+    State.AWAITING_APPROVAL: ": decide its pending calls and resume it instead",
+    **dict.fromkeys(
+        (State.CANCELLED, State.MALFORMED, State.REPEATED_CALL, State.INVALID_OUTPUT),
+        ": fork it at an event before its end instead (loop.fork(run, at=...)), or begin "
+        "a new run from its transcript (loop.run(text, after=run), or "
+        "loop.run([*run.transcript, message]) on a Loop with a ledger)",
+    ),
+}
+
+
 def continued(
     run: str | RunResult, continues: str | None, recorded: Callable[[str], LedgerRun]
 ) -> tuple[str | None, RunResult]:
@@ -305,8 +317,7 @@ def continued(
     if result.status not in (State.FAILED, State.EXHAUSTED):
         raise ValueError(
             f"expected a failed or exhausted run to continue, got one that is "
-            f"{result.status.value!r}"
-            + (": fork it or resume it instead" if result.status is not State.FINISHED else "")
+            f"{result.status.value!r}" + _INSTEAD.get(result.status, "")
         )
     return continues, result
 

@@ -17,7 +17,7 @@ from typing_extensions import TypeVar, Unpack
 from agentloop._core.approval import Decisions
 from agentloop._core.context_policy import ContextPolicy
 from agentloop._core.retry_policy import RetryPolicy
-from agentloop._core.values import Budget, CancelToken, OutputT, RunResult
+from agentloop._core.values import Budget, CancelToken, OnExhausted, OutputT, RunResult
 from agentloop._drivers.asyncio import AsyncRun
 from agentloop._drivers.callbacks import Dispatcher, Listener, Model, bind_model
 from agentloop._drivers.sync import Run
@@ -180,7 +180,7 @@ class Loop(Owner, Conversations[OutputT], AsTool, Handoffs, Generic[OutputT, Dep
         output: object = None,
         max_output_retries: int = 1,
         output_validators: Iterable[Callable[..., Any]] = (),
-        on_exhausted: str = "stop",
+        on_exhausted: OnExhausted = "stop",
         max_identical_calls: int | None = None,
         owns: Iterable[object] = (),
         deps_type: object = None,

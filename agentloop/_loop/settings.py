@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, TypedDict
 from agentloop._core.context_policy import ContextPolicy
 from agentloop._core.messages import check_new_input
 from agentloop._core.retry_policy import RetryPolicy, checked_retry
+from agentloop._core.values import OnExhausted
 from agentloop._drivers.callbacks import is_async
 from agentloop._durable.protocol import Ledger
 from agentloop._tools.registry import ToolRegistry, reviewing
@@ -89,7 +90,7 @@ class LoopOptions(TypedDict, total=False):
     retry: RetryPolicy | None
     max_output_retries: int
     output_validators: Iterable[Callable[..., Any]]
-    on_exhausted: str
+    on_exhausted: OnExhausted
     max_identical_calls: int | None
     owns: Iterable[object]
     name: str | None

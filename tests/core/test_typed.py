@@ -154,6 +154,12 @@ def test_an_output_type_that_is_not_json_is_refused_when_the_loop_is_made() -> N
     """A type with no JSON Schema fails at Loop(), naming what was expected and given."""
     with pytest.raises(TypeError, match=r"expected output to be a type .* got set\[int\]"):
         Loop(ScriptedModel([]), output=set[int])
+    with pytest.raises(TypeError) as refused:
+        Loop(ScriptedModel([]), output=set)
+    message = str(refused.value)
+    assert message.endswith("or a JSON Schema as a dict, got set")
+    for kind in ("attrs class", "dataclass", "TypedDict", "pydantic model"):
+        assert message.count(kind) == 1, kind  # each accepted kind named once
     with pytest.raises(TypeError, match="expected a valid Draft 2020-12 output schema"):
         Loop(ScriptedModel([]), output={"type": 12})
 
@@ -298,6 +304,30 @@ def test_a_wrap_up_reply_that_is_no_final_ends_exhausted(driver: Driver) -> None
     assert_contract(result, "go")
 
 
+@pytest.mark.row("validating --validate [output_invalid]--> invalid_output")
+def test_a_wrap_up_final_the_schema_refuses_ends_invalid_output_its_reason_the_budget(
+    driver: Driver,
+) -> None:
+    """No retry is left in the wrap-up step: the run ends invalid_output, and says which
+    budget ran out, as the step's other ends do."""
+    model = ScriptedModel([looking(1), final("not a point")])
+    loop = Loop(model, tools=[look], output=Point, max_steps=1, on_exhausted="answer")
+    result = driver.run(loop, "go")
+    assert (result.status, result.reason, result.steps, result.calls, result.output) == (
+        "invalid_output",
+        "max_steps",
+        2,
+        1,
+        None,
+    )
+    assert result.error is not None
+    assert "in the wrap-up step, max_steps spent" in result.error
+    assert result.rejected == final("not a point")
+    assert [m["kind"] for m in result.transcript] == ["user", "call", "tool_result", "user"]
+    assert_contract(result, "go")
+    assert run_from_json(run_to_json(result)) == result
+
+
 def test_the_wrap_up_step_answers_when_the_tokens_run_out() -> None:
     """max_total_tokens reached: the wrap-up step is the one model call past it."""
     from agentloop.testing import with_usage
@@ -354,7 +384,7 @@ def test_by_default_an_exhausted_run_ends_with_no_answer(driver: Driver) -> None
 def test_on_exhausted_is_checked() -> None:
     """An unknown on_exhausted is refused, saying what is expected."""
     with pytest.raises(ValueError, match="on_exhausted must be 'stop' or 'answer', got str 'x'"):
-        Loop(ScriptedModel([]), on_exhausted="x")
+        Loop(ScriptedModel([]), on_exhausted="x")  # type: ignore[call-overload]  # checked too
 
 
 # -- the loop guard -------------------------------------------------------------------

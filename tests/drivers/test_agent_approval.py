@@ -321,6 +321,21 @@ def test_decisions_are_keyed_by_path() -> None:
     assert (run.finish().status, sent) == ("finished", ["bob"])
 
 
+def test_a_childs_call_is_decided_by_its_path_as_pending_prints_it() -> None:
+    """``"c1/k1"`` (``key_text``, the command line's key) is the path ``("c1", "k1")``;
+    given both ways, the decision is refused with nothing decided."""
+    child, sent = mailer()
+    run = parent_of(child).start("write")
+    run.finish()
+    with pytest.raises(ValueError, match=r"got two for call \('c1', 'k1'\)"):
+        run.decide({"c1/k1": approve(), ("c1", "k1"): deny("no")})
+    assert (run.state, sent) == ("awaiting_approval", [])
+    run.decide({"c1/k1": approve()})
+    result = run.finish()
+    assert (result.status, sent) == ("finished", ["bob"])
+    assert [e.decisions for e in result.events if e.decisions] == [((("c1", "k1"), approve()),)]
+
+
 @pytest.mark.row("dispatching --call_waits [calls_running]--> dispatching")
 @pytest.mark.row("dispatching --tool_returned [waits_kept]--> awaiting_approval")
 def test_a_sibling_runs_on_while_a_child_waits() -> None:

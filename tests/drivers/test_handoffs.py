@@ -349,6 +349,43 @@ def test_two_agents_of_one_name_are_refused() -> None:
         first.run("go")
 
 
+def test_an_agent_with_policies_in_its_tools_is_refused_naming_it() -> None:
+    """A team's agent whose tools have policies is refused when the run starts, its name
+    quoted once."""
+    tools = agentloop.ToolRegistry(policy=lambda call: agentloop.allow())
+    tools.add(add_one)
+    guarded = Loop(lambda history: final("x"), name="b", tools=tools)
+    first = Loop(lambda history: final("x"), name="a", handoffs=[agentloop.handoff(guarded)])
+    with pytest.raises(ValueError, match="without policies") as refused:
+        first.run("go")
+    assert str(refused.value) == (
+        "expected the agents of a team to have tools without policies, got policies in the "
+        "tools of 'b': a team's approval is not supported yet"
+    )
+
+
+def add_one(n: int) -> int:
+    """Add one."""
+    return n + 1
+
+
+def test_two_unnamed_targets_on_one_model_are_refused_saying_to_name_them() -> None:
+    """A Loop without name= takes its model's; handing off to two such namesakes is refused
+    naming the name and the way out (name=), not tool_name=, which would not be enough."""
+
+    def helpdesk(history: list[Message]) -> Message:
+        return final("x")
+
+    one, two = Loop(helpdesk), Loop(helpdesk)
+    assert (one.name, agentloop.handoff(one).tool_name) == ("helpdesk", "transfer_to_helpdesk")
+    with pytest.raises(ValueError, match="different names") as refused:
+        Loop(helpdesk, name="desk", handoffs=[agentloop.handoff(one), agentloop.handoff(two)])
+    assert str(refused.value) == (
+        "expected the agents 'desk' hands to to have different names, got two named "
+        "'helpdesk' (a Loop without name= takes its model's name): pass name= to Loop(...)"
+    )
+
+
 def test_the_engine_knows_the_agent_in_force_after_an_interruption() -> None:
     """settle() finds the agent in force from the events."""
     from agentloop._core.agents import Agents

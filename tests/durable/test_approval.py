@@ -201,6 +201,47 @@ def test_cancelled_while_waiting_every_call_is_answered_and_none_runs(how: str) 
     assert result.transcript[1] == three()
 
 
+@pytest.mark.row(
+    "dispatching --start_tool [cancel_requested_mid_batch]--> cancelled",
+    "dispatching --interrupted [batch_underway]--> cancelled",
+)
+@pytest.mark.parametrize("how", ["cancel, then decide", "decide, then cancel", "interrupt"])
+def test_cancelled_after_the_decisions_every_held_call_is_answered_and_none_runs(
+    how: str,
+) -> None:
+    # The ask put the batch's calls in the record: cut short before any of them ran,
+    # the batch is appended with every call answered, as when cancelled while waiting.
+    desk = Desk()
+    token = CancelToken()
+    run = Loop(ScriptedModel([three()]), tools=desk.registry).start("go", cancel=token)
+    assert run.finish().status == "awaiting_approval"
+    if how == "cancel, then decide":
+        token.cancel()
+    run.decide({"b": approve(), "c": approve()})
+    if how == "decide, then cancel":
+        token.cancel()
+    if how == "interrupt":
+        assert run._engine.interrupted(KeyboardInterrupt()) is not None
+        result = run.result()
+        assert result.events[-1].trigger is Trigger.INTERRUPTED
+    else:
+        result = run.finish()
+        assert (result.events[-1].trigger, result.events[-1].guard) == (
+            Trigger.START_TOOL,
+            agentloop.engine.Guard.CANCEL_REQUESTED_MID_BATCH,
+        )
+    assert (result.status, result.steps, result.calls) == ("cancelled", 1, 3)
+    assert desk.ran == []
+    assert result.transcript[1] == three()
+    assert [(m["id"], m["status"]) for m in result.transcript[2:]] == [
+        ("a", "cancelled"),
+        ("b", "cancelled"),
+        ("c", "cancelled"),
+    ]
+    assert result.rejected is None
+    agentloop.testing.assert_contract(result, [{"kind": "user", "text": "go"}])
+
+
 async def test_async_policies_are_awaited_and_adecide_goes_on() -> None:
     ran: list[int] = []
 

@@ -80,13 +80,13 @@ def calls_exhausted(run: RunState) -> bool:
 
 @guard(G.CANCEL_REQUESTED_MID_BATCH)
 def cancel_requested_mid_batch(run: RunState) -> bool:
-    """The cancel token is set, and a call of the batch has started."""
+    """The cancel token is set, and the record shows a call of the batch (``batch_underway``)."""
     return batch_underway(run) and run.cancelled()
 
 
 @guard(G.BATCH_UNDERWAY)
 def batch_underway(run: RunState) -> bool:
-    """A call of the batch has started or been answered."""
+    """A call of the batch has started or been answered, or was held for a person."""
     return run.batch is not None and run.batch.underway
 
 
@@ -330,7 +330,8 @@ ROWS: Final[tuple[Entry, ...]] = (
     {"source": S.VALIDATING, "trigger": T.VALIDATE,
      "dest": S.DISPATCHING, "before": [name_call, reserve_calls]},
     # -- the last checkpoint before each tool runs; the calls stay counted. Once a call
-    #    of the batch has started, every call is answered, so the batch is appended.
+    #    of the batch has started (or the batch was held for a person: the record names its
+    #    calls), every call is answered, so the batch is appended.
     {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [cancel_requested_mid_batch],
      "dest": S.CANCELLED, "before": [name_call, answer_rest, append_batch]},
     {"source": S.DISPATCHING, "trigger": T.START_TOOL, "conditions": [cancel_requested],

@@ -83,14 +83,20 @@ def append_output_errors(run: RunState) -> None:
 
 @effect(E.NOTE_INVALID_OUTPUT)
 def note_invalid_output(run: RunState) -> None:
-    """``error`` lists what the schema found wrong, after how many retries."""
+    """``error`` lists what the schema found wrong, after how many retries.
+
+    In the wrap-up step (``on_exhausted='answer'``) there is no retry to give:
+    ``reason`` keeps the budget that ran out, as the step's other ends do.
+    """
     problems = final_problems(run)
     retries = run.output_retries
     what = "does not match the output schema" if kept_check(run) is None else "was refused"
-    run.draft.error = (
-        f"the final answer {what} (after {retries} output "
-        f"retr{'y' if retries == 1 else 'ies'}): " + "; ".join(problems)
-    )
+    if run.wrapping is None:
+        when = f"after {retries} output retr{'y' if retries == 1 else 'ies'}"
+    else:
+        run.draft.reason = run.wrapping
+        when = f"in the wrap-up step, {run.wrapping} spent: no retry left"
+    run.draft.error = f"the final answer {what} ({when}): " + "; ".join(problems)
 
 
 def final_problems(run: RunState) -> list[str]:
