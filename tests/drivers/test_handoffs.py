@@ -856,6 +856,18 @@ def test_last_turns_refuses_a_count_below_one() -> None:
             last_turns(wrong)  # type: ignore[arg-type]
 
 
+def replying(asynchronous: bool, *script: Message) -> Any:
+    """A model that answers ``script`` in turn, plain or ``async def``."""
+    replies = iter(script)
+    if not asynchronous:
+        return lambda history: next(replies)
+
+    async def amodel(history: list[Message]) -> Message:
+        return next(replies)
+
+    return amodel
+
+
 @BOTH
 def test_an_agent_handed_to_whose_tools_take_a_context_gets_the_runs_token_and_deps(
     asynchronous: bool,
@@ -875,24 +887,14 @@ def test_an_agent_handed_to_whose_tools_take_a_context_gets_the_runs_token_and_d
         return "refunded"
 
     def team() -> Loop[str]:
-        def model(*script: Message) -> Any:
-            replies = iter(script)
-            if not asynchronous:
-                return lambda history: next(replies)
-
-            async def amodel(history: list[Message]) -> Message:
-                return next(replies)
-
-            return amodel
-
         billing = Loop(
-            model(batch(call("b1", "stop"), call("b2", "stop"))),
+            replying(asynchronous, batch(call("b1", "stop"), call("b2", "stop"))),
             name="billing",
             tools=[stop],
             deps_type=Bank,
         )
         return Loop(
-            model(call("t1", "transfer_to_billing")),
+            replying(asynchronous, call("t1", "transfer_to_billing")),
             name="triage",
             handoffs=[agentloop.handoff(billing)],
             deps_type=Bank,
@@ -929,23 +931,16 @@ def test_the_starting_loops_tool_timeout_bounds_every_agents_tools(asynchronous:
         return "never run"
 
     def team(tool: Any) -> Loop[str]:
-        def model(*script: Message) -> Any:
-            replies = iter(script)
-            if not asynchronous:
-                return lambda history: next(replies)
-
-            async def amodel(history: list[Message]) -> Message:
-                return next(replies)
-
-            return amodel
-
         name = tool.__name__
         own = 9.0 if name == "wait" else None  # billing's own tool_timeout: not the run's
         billing = Loop(
-            model(call("b1", name), final("sorry")), name="billing", tools=[tool], tool_timeout=own
+            replying(asynchronous, call("b1", name), final("sorry")),
+            name="billing",
+            tools=[tool],
+            tool_timeout=own,
         )
         return Loop(
-            model(call("t1", "transfer_to_billing")),
+            replying(asynchronous, call("t1", "transfer_to_billing")),
             name="triage",
             handoffs=[agentloop.handoff(billing)],
             tool_timeout=0.02,
