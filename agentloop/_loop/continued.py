@@ -27,7 +27,7 @@ from agentloop._core.engine import Engine
 from agentloop._core.replay import Mismatch, models_named, replay
 from agentloop._core.rows.nested_approval import waiting_at
 from agentloop._core.table import State
-from agentloop._core.values import CancelToken, RunResult, require_result
+from agentloop._core.values import CancelToken, RunResult
 from agentloop._drivers.transition import RunView
 from agentloop._durable import recording, resume
 from agentloop._errors import ConfigurationMismatchError, InvalidStateError
@@ -45,6 +45,17 @@ if TYPE_CHECKING:
     from agentloop._loop.loop import Loop
 
 __all__ = ["continued", "forked", "read_ended", "release_claim", "released_on_error", "resumed"]
+
+
+def require_run(run: object, what: str) -> RunResult:
+    """``run``, a ``RunResult`` (a run id was ruled out); else a ``TypeError`` naming both."""
+    if type(run) is not RunResult:
+        live = "; call run.result() (or run.finish()) first" if isinstance(run, RunView) else ""
+        raise TypeError(
+            f"{what}() expected a run id (a str) or a RunResult (a finished run's result(), "
+            f"or load_run(path)), got {type(run).__name__}{live}"
+        )
+    return run
 
 
 def forked(
@@ -69,7 +80,7 @@ def forked(
     call of a batch is running (its outcome would be neither the old run's nor
     the new one's): fork before the batch's calls start, or after they return.
     """
-    require_result(run, "fork()")
+    require_run(run, "fork")
     events = run.events
     if type(at) is not int or not 0 <= at <= len(events):
         raise ValueError(
@@ -296,7 +307,7 @@ def continued(
             )
         continues, result = run, old.result
     else:
-        result = require_result(run, "continue_run()")
+        result = require_run(run, "continue_run")
         if continues is not None and type(continues) is not str:
             raise TypeError(
                 f"expected continues to be a str or None, got {type(continues).__name__}"

@@ -854,3 +854,105 @@ def test_last_turns_refuses_a_count_below_one() -> None:
     for wrong in (0, -1, 1.5, "2"):
         with pytest.raises(ValueError, match="n an int of 1 or more"):
             last_turns(wrong)  # type: ignore[arg-type]
+
+
+def replying(asynchronous: bool, *script: Message) -> Any:
+    """A model that answers ``script`` in turn, plain or ``async def``."""
+    replies = iter(script)
+    if not asynchronous:
+        return lambda history: next(replies)
+
+    async def amodel(history: list[Message]) -> Message:
+        return next(replies)
+
+    return amodel
+
+
+@BOTH
+def test_an_agent_handed_to_whose_tools_take_a_context_gets_the_runs_token_and_deps(
+    asynchronous: bool,
+) -> None:
+    """Only billing's tools take a RunContext: its ctx.cancel is the run's token (cancelling it
+    stops the run, the call after it answered cancelled), and a run without the deps its
+    RunContext[Bank] names is refused before anything runs, naming the tool."""
+
+    class Bank:
+        """What billing's refund needs."""
+
+    def stop(ctx: agentloop.RunContext[Bank]) -> str:
+        """Refund, then stop the run."""
+        assert isinstance(ctx.deps, Bank)
+        assert ctx.cancel is not None  # the run's, always there
+        ctx.cancel.cancel()
+        return "refunded"
+
+    def team() -> Loop[str]:
+        billing = Loop(
+            replying(asynchronous, batch(call("b1", "stop"), call("b2", "stop"))),
+            name="billing",
+            tools=[stop],
+            deps_type=Bank,
+        )
+        return Loop(
+            replying(asynchronous, call("t1", "transfer_to_billing")),
+            name="triage",
+            handoffs=[agentloop.handoff(billing)],
+            deps_type=Bank,
+        )
+
+    def run(loop: Loop[str], **options: Any) -> agentloop.RunResult[str]:
+        if asynchronous:
+            return asyncio.run(loop.arun("refund me", **options))
+        return loop.run("refund me", **options)
+
+    result = run(team(), deps=Bank())
+    assert result.status == "cancelled"
+    assert [(m["id"], m["status"]) for m in result.transcript if m["kind"] == "tool_result"] == [
+        ("t1", "ok"),
+        ("b1", "ok"),
+        ("b2", "cancelled"),
+    ]
+    with pytest.raises(TypeError, match=r"expected deps= \(a [\w.<>]*Bank\)"):
+        run(team())
+
+
+@BOTH
+def test_the_starting_loops_tool_timeout_bounds_every_agents_tools(asynchronous: bool) -> None:
+    """front's tool_timeout cuts billing's async tool on either driver (billing's own is not
+    used), and a plain tool of billing's it could not interrupt is refused when the run starts."""
+
+    async def wait() -> str:
+        """Take longer than the run allows."""
+        await asyncio.sleep(5)
+        return "too late"
+
+    def slow() -> str:
+        """A plain tool: it cannot be interrupted."""
+        return "never run"
+
+    def team(tool: Any) -> Loop[str]:
+        name = tool.__name__
+        own = 9.0 if name == "wait" else None  # billing's own tool_timeout: not the run's
+        billing = Loop(
+            replying(asynchronous, call("b1", name), final("sorry")),
+            name="billing",
+            tools=[tool],
+            tool_timeout=own,
+        )
+        return Loop(
+            replying(asynchronous, call("t1", "transfer_to_billing")),
+            name="triage",
+            handoffs=[agentloop.handoff(billing)],
+            tool_timeout=0.02,
+        )
+
+    def run(loop: Loop[str]) -> agentloop.RunResult[str]:
+        return asyncio.run(loop.arun("hi")) if asynchronous else loop.run("hi")
+
+    result = run(team(wait))
+    assert (result.status, result.transcript[4]["status"]) == ("finished", "error")
+    assert result.transcript[4]["content"]["type"] == "TimeoutError"
+    with pytest.raises(
+        ValueError, match=r"tool_timeout=0.02 cannot interrupt the plain tool 'slow'"
+    ):
+        run(team(slow))
