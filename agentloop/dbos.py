@@ -64,7 +64,9 @@ whose policy asks a person waits in its own workflow while its parent's
 waits for its result: ``pending(parent_id)`` lists its calls under their
 paths (the parent's call id, then the child's), ``decide(parent_id,
 {("c1", "k1"): ...})`` sends them to it, and ``cancel_run(parent_id)``
-wakes it.
+wakes it. A fork of the parent (``DBOS.fork_workflow``) from after the
+child started has a child of its own: the recorded child read back if it
+had ended, else forked too, under the fork's lineage.
 
 Needs the ``dbos`` extra; importing this module without it raises an
 ``ImportError`` that says so. Import it before ``DBOS.launch()``: it

@@ -112,7 +112,7 @@ def test_every_exported_error_is_raised_by_a_public_call(
     run.finish()
     raised[agentloop.InvalidStateError] = run.step
     raised[agentloop.JSONError] = lambda: agentloop.Loop(model).run(
-        [{"kind": "user", "text": float("nan")}]
+        [{"kind": "user", "text": "hi", "score": float("nan")}]
     )
     garbage = tmp_path / "garbage"
     garbage.write_bytes(b"not a ledger, not a run file" * 100)

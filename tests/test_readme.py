@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,14 @@ def test_the_readme_example_answers() -> None:
     run(README, examples(README)[0], namespace)
     result = namespace["result"]
     assert getattr(result, "output", None) == "2+2 is 4"
+
+
+def test_the_readme_lists_the_manual_in_the_sites_order() -> None:
+    """The README's list of manual pages is mkdocs.yml's nav, every page but the overview."""
+    nav = re.findall(r"^  - [^:\n]+: ([\w/]+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    listed = re.findall(r"^- \[[^\]]+\]\(docs/([\w/]+\.md)\):", README.read_text(), re.M)
+    assert nav[0] == "index.md"
+    assert listed == nav[1:]
 
 
 def run(page: Path, example: CodeExample, namespace: dict[str, object]) -> None:

@@ -63,9 +63,7 @@ def runs(
     with _client(url) as (client, dbos):
         found = client.list_workflows(name=RUN_WORKFLOW, load_input=False)
         ids = {status.workflow_id for status in found}
-        children = Counter(
-            status.parent_workflow_id for status in found if _child_of(status, ids) is not None
-        )
+        children = Counter(_child_of(status, ids) for status in found)
         for status in found:
             if not flat and _child_of(status, ids) is not None:
                 continue  # on its parent's line
@@ -86,9 +84,12 @@ def runs(
 
 
 def _child_of(status: Any, ids: set[str]) -> str | None:
-    """The run whose agent call ``status``'s run answers, if it is one listed in ``ids``."""
-    parent: str | None = status.parent_workflow_id
-    if parent is None or parent not in ids:
+    """The run whose agent call ``status``'s run answers, if it is one listed in ``ids``.
+
+    By the id it derives (a fork's child is DBOS's fork of another's, with no parent).
+    """
+    parent = status.workflow_id.rpartition(":")[0]
+    if parent not in ids:
         return None
     return parent if child_call_id(parent, status.workflow_id) is not None else None
 

@@ -179,8 +179,9 @@ def show(path: str, run_id: str, limit: int | None, depth: int | None) -> int:
     run = _view(path, run_id)
     lines = [f"started  {_call_text(call)}  ({_RUNNING})" for call in run.started]
     if run.pending:
-        decisions = " ".join(f"{shlex.quote(c.call_id)}=approve|deny:REASON" for c in run.pending)
-        lines.append(f"to decide: {_again(path, 'decide', run_id)} {decisions}")
+        top, keys = _decided_on(path, run)
+        decisions = " ".join(f"{shlex.quote(key)}=approve|deny:REASON" for key in keys)
+        lines.append(f"to decide: {_again(path, 'decide', top)} {decisions}")
     elif not run.done:
         said = "decided, waiting to be resumed" if run.decided else "not ended"
         lines.append(
@@ -390,6 +391,22 @@ def when(at: float | None) -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
     except (ValueError, OverflowError, OSError):  # no time a clock shows
         return "unknown"
+
+
+def _decided_on(path: str, run: LedgerRun) -> tuple[str, list[str]]:
+    """The run a paused run's calls are decided on (the top of a waiting tree), and their keys."""
+    at, above = run, [c.key if c.path else (c.call_id,) for c in run.pending]
+    with _open(path) as ledger:
+        while at.caller is not None:
+            parent_id, call_id = at.caller
+            try:
+                parent = view_run(ledger, parent_id, children=False)
+            except (LedgerError, RunNotFoundError):
+                break  # a parent that cannot be read waits on nothing here
+            if not any(p.path[:1] == (call_id,) for p in parent.pending):
+                break
+            at, above = parent, [(call_id, *key) for key in above]
+    return at.run_id, [key_text(key) for key in above]
 
 
 def _again(path: str, command: str, run_id: str | None = None) -> str:

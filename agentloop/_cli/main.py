@@ -6,7 +6,7 @@
   agentloop show RUN.json [--full | --width N] [--depth N]   a saved run as text
   agentloop show LEDGER RUN_ID [--depth N]   a ledger's run as text (nothing is run)
   agentloop report RUN.json|LEDGER RUN_ID [-o run.html]   one self-contained page
-  agentloop runs LEDGER [--state STATE ...]  a ledger's runs, a line each
+  agentloop runs LEDGER [--state STATE]...   a ledger's runs, a line each
   agentloop pending LEDGER                   every call waiting for a person
   agentloop decide LEDGER RUN_ID CALL_ID=approve|deny:REASON ...
   (LEDGER: a ledger file, or a DBOS system database URL: postgresql://..., sqlite:///...)
@@ -240,7 +240,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "(and child runs, when any has some)",
         "  agentloop runs runs.db\n"
         "  agentloop runs runs.db --state awaiting_approval\n"
-        "  agentloop runs runs.db --state dispatching awaiting_model\n"
+        "  agentloop runs runs.db --state dispatching --state awaiting_model\n"
         "  agentloop runs runs.db --conversation user-42",
     )
     runs.add_argument("ledger", metavar="LEDGER", help=_LEDGER_HELP)
@@ -257,8 +257,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     runs.add_argument(
         "--state",
         metavar="STATE",
-        nargs="+",
-        action="extend",
+        action="append",
         default=[],
         choices=[
             *(state.value for state in State),
@@ -266,7 +265,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
             "unreadable",
             *dbos_commands.STATES,
         ],
-        help="only runs in these states: "
+        help="only runs in this state (repeat it for several): "
         + ", ".join(state.value for state in State)
         + f", {ledger_commands.DECIDED} (a person decided; it waits to be resumed), or unreadable "
         "(damaged records); on DBOS also " + ", ".join(dbos_commands.STATES),

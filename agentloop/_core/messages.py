@@ -32,8 +32,8 @@ __all__ = [
     "tool_result_json",
 ]
 
-#: The statuses a dispatcher can give a call. A driver adds ``cancelled`` when
-#: the run is interrupted while the tool runs, so the call is still paired.
+#: The statuses a dispatcher can give a call. The engine adds ``cancelled`` for a call
+#: the run was cancelled or interrupted before it finished, so every call is paired.
 DISPATCH_STATUSES: Final = frozenset({"ok", "error", "denied", "invalid_arguments", "unknown_tool"})
 #: The statuses a tool result can have.
 RESULT_STATUSES: Final = DISPATCH_STATUSES | {"cancelled"}
@@ -51,8 +51,8 @@ _FINAL_FIELDS: Final = frozenset({"kind", "text"})
 
 #: The content of a result for a call that never started because the run was cancelled first.
 NOT_STARTED: Final = "never started: the run was cancelled before this call could run"
-#: The content of a result for a call still running when cancellation was seen at another
-#: call's checkpoint (the asyncio driver with ``max_concurrency`` > 1): its outcome is dropped.
+#: The content of a result for a call still out when cancellation was seen at a checkpoint
+#: (calls at once under asyncio, or an agent tool's waiting child): its outcome is dropped.
 CUT_OFF: Final = "cancelled while it ran: the run was cancelled, and its outcome was dropped"
 
 
@@ -163,8 +163,8 @@ def input_messages(messages: object, *, strict: bool = False) -> tuple[list[byte
     asks of a transcript: a call has a name and arguments, and is answered before
     any ``final``, by a result naming its tool, with a known status and a
     content; a result answers an earlier unanswered call; user, system and final
-    messages have text. Not strict, a run recorded before these checks reopens.
-    Raises ``TypeError``/``ValueError`` naming the message at fault.
+    messages have text. Not strict, only the call ids: a recorded history reopens as it
+    is. Raises ``TypeError``/``ValueError`` naming the message at fault.
     """
     if type(messages) is str:
         try:
@@ -196,10 +196,15 @@ def input_messages(messages: object, *, strict: bool = False) -> tuple[list[byte
                     )
                 )
             raise TypeError(f"{where}: expected a dict with a str 'kind', got {describe(message)}")
+        kind, text = message["kind"], message.get("text")  # a text not a str is named first
+        if strict and kind in ("user", "system", "final") and not isinstance(text, str):
+            raise ValueError(
+                f"{where}: expected a {kind!r} message's 'text' to be a str, got {describe(text)}"
+            )
         data = to_json(message, where)
         encoded.append(data)
         plain = orjson.loads(data)  # from here on, only our own copy is read
-        kind, call_id = plain["kind"], plain.get("id")
+        call_id = plain.get("id")
         if kind == "call":
             _open_call(plain, where, seen, open_calls, strict)
         elif kind == "calls":
@@ -301,14 +306,9 @@ def _check_result(
 def _check_other(
     message: dict[str, Any], where: str, open_calls: dict[str, tuple[str, str]]
 ) -> None:
-    """A new run's input user, system or final message has text; no final leaves a call open."""
-    kind = message["kind"]
-    text = message.get("text")
-    if kind in ("user", "system", "final") and type(text) is not str:
-        raise ValueError(
-            f"{where}: expected a {kind!r} message's 'text' to be a str, got {describe(text)}"
-        )
-    if kind == "user" and not text.strip():  # type: ignore[union-attr]  # a str: checked above
+    """A new run's input user message has more than white space; no final leaves a call open."""
+    kind, text = message["kind"], message.get("text")
+    if kind == "user" and not text.strip():  # type: ignore[union-attr]  # a str: checked first
         raise ValueError(
             f"{where}: expected a user message's 'text' to hold more than white space "
             f"(every provider refuses an empty one), got {text!r:.40}"

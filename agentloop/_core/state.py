@@ -280,8 +280,8 @@ class RunState:
         state = run.state
         if state not in TERMINAL and state is not State.AWAITING_APPROVAL:
             raise InvalidStateError(
-                f"result() needs a finished run, but the run is still in state "
-                f"{state.value!r}; step it until it is done",
+                f"result() needs a finished run or one awaiting approval, but the run is "
+                f"still in state {state.value!r}; step it until it ends or pauses",
                 state=state,
             )
         log, history = run.log, run.history

@@ -49,7 +49,7 @@ __all__ = [
 #: What a run's output is: ``RunResult[OutputT]``, and ``Loop``'s, ``Run``'s and
 #: ``AsyncRun``'s parameter. Covariant: a ``RunResult[City]`` is a ``RunResult[object]``.
 #: ``Any`` by default: ``RunResult`` alone in an annotation (a loaded run's) is
-#: ``RunResult[Any]``, as it was before these classes took a parameter.
+#: ``RunResult[Any]``.
 OutputT = TypeVar("OutputT", covariant=True, default=Any)
 
 #: The largest budget a run file can record (JSON integers are kept within 64 bits).

@@ -7,7 +7,8 @@ the parent's made with itself, named ``f"{name}/{tool}"`` (in a team,
 that makes the parent can drive the child, and recover it. The parent's
 workflow starts it (DBOS records it as the parent's child: a recovery of
 the parent gets the same handle back, and never starts it again) and awaits
-its result (which DBOS records in the parent too). The call is answered
+its result (which DBOS records in the parent too; a fork of the parent
+awaits a child of its own, ``forks.py``). The call is answered
 from that result as a run in memory answers it (the agent tool's own
 ``_answer``), in an ``agentloop.tool`` step that records the outcome, with
 the child's usage, and the cancel marker read after it.
@@ -15,7 +16,8 @@ the child's usage, and the cancel marker read after it.
 The child's hand-out is a workflow input, so it is recorded: the token
 limit it starts with (what the parent had left), and its lineage, the
 calls above it (each run's id, call id and counters at the hand-out). Its
-steps read its ancestors' cancel markers as well as its own, and its
+steps read its ancestors' cancel markers as well as its own (each
+ancestor's id as its own id names it), and its
 worker makes its deps again from the lineage: the top run's provider's, each
 agent tool's ``deps=`` applied on the way down (``child_deps``).
 
@@ -31,10 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 from dbos import DBOS, SetWorkflowID
-from dbos._error import DBOSException
+from dbos import error as dbos_error
 
 from agentloop._core.approval import Decision
 from agentloop._core.values import Budget, CancelToken, RunResult, Usage
+from agentloop._dbos.forks import forked_result
 from agentloop._dbos.marker import cancelled
 from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.run_context import CallScope, RunContext, in_context, key_of
@@ -52,7 +55,7 @@ if TYPE_CHECKING:
     from agentloop._dbos.steps import StepRunner
     from agentloop._loop.loop import Loop
 
-__all__ = ["AgentCalls", "Handout", "child_deps", "driven_with"]
+__all__ = ["AgentCalls", "Handout", "child_deps", "driven_with", "markers"]
 
 #: A child workflow's hand-out (a workflow input): ``lineage``, the calls above it (the top
 #: run's first), each ``{"run", "call", "steps", "calls", "usage", "budget"}``; and
@@ -112,6 +115,10 @@ class AgentCalls:
         """Forget the children's DBOSLoops (and theirs) in this process."""
         for child in self._children.values():
             child.close()
+
+    def in_flight(self) -> list[str]:
+        """The ids of the children's (and their children's) runs driven in this process."""
+        return [run for child in self._children.values() for run in child._in_flight()]
 
     def answers(self, call: dict[str, Any], scope: CallScope) -> bool:
         """Whether ``call`` is an agent tool's (the agent in force's): its child is a workflow."""
@@ -208,9 +215,13 @@ class AgentCalls:
                 )
         except Exception as exc:
             raise _Unanswered(exc) from exc
+        # DBOS's own error raises past the registry; any other is the child's: the call's error.
         try:
-            result: RunResult[Any] = handle.get_result()
-        except DBOSException as exc:  # DBOS's own; any other is the child's: the call's error
+            if handle.workflow_id == child_id:
+                result: RunResult[Any] = handle.get_result()
+            else:  # a fork of the run from after the child started: DBOS gave the original's
+                result = forked_result(handle.workflow_id, child_id, markers(run_id, lineage))
+        except dbos_error.DBOSException as exc:
             raise _Unanswered(exc) from exc
         return result
 
@@ -228,12 +239,23 @@ def driven_with(
     """
     if handout is None:
         return None if loop._deps is None else loop._deps(run_id), None, (run_id,), []
-    lineage: list[dict[str, Any]] = handout["lineage"]
+    # Each ancestor's id as the run's own id names it: a fork's child (``forks``), forked
+    # from a child of another run, was handed out by the fork.
+    lineage: list[dict[str, Any]] = []
+    above = run_id
+    for handed in reversed(handout["lineage"]):
+        above = above.rpartition(":")[0]
+        lineage.insert(0, {**handed, "run": above})
     budget = attrs.evolve(loop.loop.budget, max_total_tokens=handout["max_total_tokens"])
-    watched = (run_id, *(handed["run"] for handed in reversed(lineage)))
+    watched = markers(run_id, lineage)
     deps = child_deps(loop, run_id, lineage, token)
     for_run(loop.loop, deps, token)
     return deps, budget, watched, lineage
+
+
+def markers(run_id: str, lineage: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The cancel markers run ``run_id`` reads: its own, then its ancestors', nearest first."""
+    return (run_id, *(handed["run"] for handed in reversed(lineage)))
 
 
 def child_deps(

@@ -2,9 +2,10 @@
 
 The workflow is a driver like ``Run``: a short loop over the engine's
 protocol, where what comes from outside is a DBOS step, recorded before the
-engine takes it. ``agentloop.dbos`` says what it guarantees; ``steps.py``,
-``work.py``, ``marker.py``, ``decisions.py`` and ``child_workflows.py`` (agent
-calls) beside this module are its parts.
+engine takes it. ``agentloop.dbos`` says what it guarantees; ``loops.py``
+(the DBOSLoops by name, and the run workflow), ``steps.py``, ``work.py``,
+``marker.py``, ``decisions.py`` and ``child_workflows.py`` (agent calls)
+beside this module are its parts.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from agentloop._dbos.decisions import (
     APPROVAL_TOPIC,
     wait_for_decisions,
 )
+from agentloop._dbos.loops import LOOPS, forget, refuse_taken, run_workflow
 from agentloop._dbos.steps import StepRunner
 from agentloop._dbos.turns import busy, next_turn
 from agentloop._dbos.work import StepWork, batch_started, recorded_verdict
@@ -51,7 +53,6 @@ from agentloop._durable.bodies import recorded_answer, recorded_outcome
 from agentloop._durable.ids import parse_turn, turn_run_id
 from agentloop._durable.journal import fingerprint
 from agentloop._durable.resume import checked_run_id, differences, mismatch
-from agentloop._errors import AgentloopError
 from agentloop._loop.deps import deps_provider
 from agentloop._loop.engines import plain_engine
 from agentloop._loop.loop import Loop
@@ -77,8 +78,6 @@ _TOOL: Final[Any] = {"name": STEPS[2]}
 _REVIEW: Final[Any] = {"name": STEPS[3]}
 _CHECK: Final[Any] = {"name": STEPS[4]}
 _FILTER: Final[Any] = {"name": STEPS[5]}
-#: The DBOSLoops of this process, by name: what a run's workflow is driven with.
-_LOOPS: dict[str, DBOSLoop] = {}
 
 
 class DBOSLoop(Generic[OutputT]):
@@ -120,28 +119,36 @@ class DBOSLoop(Generic[OutputT]):
         loop._sync_driver("a DBOSLoop drives its runs synchronously, inside a DBOS workflow")
         team = team_of(loop)  # with handoffs: checked, each agent's Loop by name
         self._deps = deps_provider(loop, deps)
-        if name in _LOOPS:
-            raise ValueError(f"a DBOSLoop named {name!r} exists in this process already")
+        refuse_taken(name)
         self.loop, self.name = loop, name
         self._fingerprint = fingerprint(
             loop.budget, loop.dispatcher, loop.context, loop.output, team_record(loop)
         )
         self._team = team
+        self._driving: list[str] = []  # the ids of its runs driven in this process now
         self._work = StepWork(loop, None if team is None else team[1])  # what each step does
-        self._agents = AgentCalls(self, _run)  # its agent tools' DBOSLoops, made and named
+        self._agents = AgentCalls(self, run_workflow)  # its agent tools' DBOSLoops, made and named
         children = self._agents.fingerprints()
         if children:  # in the run's fingerprint: a worker whose child Loops differ refuses it
             self._fingerprint["children"] = children
-        _LOOPS[name] = self
+        LOOPS[name] = self
 
     def __repr__(self) -> str:
         return f"DBOSLoop({self.loop!r}, name={self.name!r})"
 
     def close(self) -> None:
-        """Forget this loop (and its agent tools' children) in this process: its name is free."""
-        if _LOOPS.get(self.name) is self:
-            del _LOOPS[self.name]
-            self._agents.close()
+        """Forget this loop (and its agent tools' children) in this process: its name is free.
+
+        ``RunBusyError`` while a run of it, or of a child of it, is driven in this
+        process (one waiting for a person too): its next agent call would find its
+        child DBOSLoop gone. Nothing is forgotten then; let the runs end (or
+        ``cancel_run`` them) first.
+        """
+        forget(self)
+
+    def _in_flight(self) -> list[str]:
+        """The ids of the runs of this DBOSLoop and of its children driven in this process."""
+        return sorted({*self._driving, *self._agents.in_flight()})
 
     # -- starting runs ------------------------------------------------------------------
 
@@ -168,7 +175,7 @@ class DBOSLoop(Generic[OutputT]):
             run_id, messages = next_turn(conversation, messages)
         run_id, history = self._checked(messages, run_id, derived=turn)
         with SetWorkflowID(run_id):
-            handle = DBOS.start_workflow(_run, self.name, history, self._fingerprint)
+            handle = DBOS.start_workflow(run_workflow, self.name, history, self._fingerprint)
         taken = busy(run_id, history) if turn else None
         if taken is not None:
             raise taken
@@ -190,7 +197,7 @@ class DBOSLoop(Generic[OutputT]):
         """Put a run on a DBOS ``Queue``: a worker process serving that queue drives it."""
         run_id, history = self._checked(messages, run_id)
         with SetWorkflowID(run_id):
-            return queue.enqueue(_run, self.name, history, self._fingerprint)
+            return queue.enqueue(run_workflow, self.name, history, self._fingerprint)
 
     def client_enqueue(
         self,
@@ -231,7 +238,7 @@ class DBOSLoop(Generic[OutputT]):
             raise TypeError(f"expected run_id to be a non-empty str, got {run_id!r:.80}")
         else:
             checked_run_id(run_id, new=True, derived=derived)  # no ':' unless agentloop's
-        if _LOOPS.get(self.name) is not self:
+        if LOOPS.get(self.name) is not self:
             raise ValueError(f"this DBOSLoop ({self.name!r}) was closed")
         same_team(self.loop, self._fingerprint)
         messages = run_input(self.loop.system, messages)  # as Loop.start takes a new run's input
@@ -410,27 +417,6 @@ def _tell(listeners: tuple[Listener, ...], transition: Transition) -> None:
 
 # What a model step gets if its recorded answer were not one (it always is: we wrote it).
 _MISSING: Final = RecordedException("Missing", "no answer was recorded for this step")
-
-
-@DBOS.workflow(name="agentloop.run")
-def _run(
-    name: str,
-    history: list[dict[str, Any]],
-    recorded: dict[str, Any],
-    handout: Handout | None = None,
-) -> RunResult:
-    """A run of the DBOSLoop ``name``: its workflow id is the run id.
-
-    ``handout``: a child run's, started by its parent's agent call (``child_workflows``).
-    """
-    loop = _LOOPS.get(name)
-    if loop is None:
-        raise AgentloopError(
-            f"run {DBOS.workflow_id!r} belongs to the DBOSLoop {name!r}, and this process has "
-            f"none of that name (it has {sorted(_LOOPS)}): make it before DBOS.launch() in "
-            "every worker process"
-        )
-    return loop._drive(history, recorded, handout)
 
 
 # pending, decide, cancel_run and cancel_requested are defined in agentloop._dbos: named as ours.

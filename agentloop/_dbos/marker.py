@@ -12,8 +12,8 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 from dbos import DBOS, DBOSClient, EnqueueOptions, SetWorkflowID
+from dbos import error as dbos_error
 from dbos._dbos import _get_dbos_instance
-from dbos._error import DBOSNonExistentWorkflowError
 from dbos._utils import INTERNAL_QUEUE_NAME
 
 from agentloop._dbos.decisions import APPROVAL_TOPIC
@@ -65,7 +65,8 @@ def cancel_run(run_id: str, *, client: DBOSClient | None = None) -> None:
     via: Any = DBOS if client is None else client
     woken = [run_id, *(below for _, below in runs_below(run_id, via))]
     for waiting in woken:
-        with contextlib.suppress(DBOSNonExistentWorkflowError):  # not started: the marker does
+        # One not started yet reads the marker when it starts.
+        with contextlib.suppress(dbos_error.DBOSNonExistentWorkflowError):
             via.send(waiting, {"cancel": True}, APPROVAL_TOPIC)
 
 
@@ -78,7 +79,7 @@ def cancel_requested(run_id: str, *, client: DBOSClient | None = None) -> bool:
         return workflow_exists(_CANCEL_PREFIX + run_id)
     try:
         client.retrieve_workflow(_CANCEL_PREFIX + run_id)
-    except DBOSNonExistentWorkflowError:
+    except dbos_error.DBOSNonExistentWorkflowError:
         return False
     return True
 

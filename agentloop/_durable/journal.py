@@ -399,16 +399,20 @@ class Journal:
             self.release()
 
     def before_call(
-        self, call: dict[str, Any], record_start: Callable[[str], object]
+        self,
+        call: dict[str, Any],
+        record_start: Callable[[str], object],
+        idempotent: frozenset[str] | None = None,
     ) -> dict[str, Any] | None:
         """Record ``tool_started`` (``record_start``), or the outcome the call gets unrun.
 
         ``None``: run the call (first time, or again for an idempotent tool).
-        ``record_start(call_id)`` commits the ``tool_started`` record.
+        ``record_start(call_id)`` commits the ``tool_started`` record. ``idempotent``:
+        the idempotent tools of the agent in force, when a team's agents have their own.
         """
         call_id = call["id"]
         if call_id in self.started:
-            if call["name"] in self._idempotent:
+            if call["name"] in (self._idempotent if idempotent is None else idempotent):
                 return None  # run again, under the same idempotency key
             return {"status": "error", "content": dict(OUTCOME_UNKNOWN)}
         record_start(call_id)

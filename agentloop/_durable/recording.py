@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
+from agentloop._core.approval import allow
 from agentloop._core.context_policy import Summarise
 from agentloop._core.engine import Engine
 from agentloop._core.requests import AskModel, Need, Wait
@@ -245,9 +246,12 @@ class DurableEngine(Engine):
         recorder = self._recorder
         recorder.replaying = False
         # Only the calls still running are handed out again (first, so that a check is
-        # taken here, not a call an earlier batch's replay handed out).
+        # taken here, not a call an earlier batch's replay handed out), each once: as the
+        # replay last handed it out (a call whose child waited was handed out again after
+        # the decisions).
         running = set(self.running)
-        self.handed = [need for need in self.handed if need.call["id"] in running]
+        last = {need.call["id"]: need for need in self.handed if need.call["id"] in running}
+        self.handed = list(last.values())
         if self.state is State.VALIDATING:
             recorder.holding = True  # the check goes in the next record (or record_end's)
             try:
@@ -306,12 +310,20 @@ def _recorded(journal: Journal, outcome: object) -> object:
     return outcome
 
 
-def sync_dispatch(engine: DurableEngine, dispatch: Callable[..., object]) -> Callable[..., object]:
-    """``dispatch`` with ``tool_started`` recorded first."""
+def sync_dispatch(
+    engine: DurableEngine,
+    dispatch: Callable[..., object],
+    idempotent: Callable[[], frozenset[str]] | None = None,
+) -> Callable[..., object]:
+    """``dispatch`` with ``tool_started`` recorded first.
+
+    ``idempotent``: the idempotent tools of the agent in force (a team's run), else the
+    journal's, those of the Loop's own tools.
+    """
     journal = engine.journal
 
     def durable(call: dict[str, Any], **review: object) -> object:
-        settled = journal.before_call(call, engine.record_start)
+        settled = journal.before_call(call, engine.record_start, idempotent and idempotent())
         if settled is not None:
             return settled
         return _recorded(journal, dispatch(call, **review))
@@ -319,14 +331,40 @@ def sync_dispatch(engine: DurableEngine, dispatch: Callable[..., object]) -> Cal
     return durable
 
 
+def sync_review(engine: DurableEngine, review: Callable[[dict[str, Any]], Any]) -> Any:
+    """``review``, but ``allow()`` for a call a crashed process had started, unasked.
+
+    Its policies let it start then, and it may have taken effect: it is neither denied
+    nor held for a person now, but answered as at most once says (``before_call``).
+    """
+
+    def reviewed(call: dict[str, Any]) -> Any:
+        return allow() if call["id"] in engine.journal.started else review(call)
+
+    return reviewed
+
+
+def async_review(
+    engine: DurableEngine, review: Callable[[dict[str, Any]], Awaitable[Any]]
+) -> Callable[[dict[str, Any]], Awaitable[Any]]:
+    """``sync_review`` for the asyncio driver's review."""
+
+    async def reviewed(call: dict[str, Any]) -> Any:
+        return allow() if call["id"] in engine.journal.started else await review(call)
+
+    return reviewed
+
+
 def async_dispatch(
-    engine: DurableEngine, dispatch: Callable[..., Awaitable[object]]
+    engine: DurableEngine,
+    dispatch: Callable[..., Awaitable[object]],
+    idempotent: Callable[[], frozenset[str]] | None = None,
 ) -> Callable[..., Awaitable[object]]:
     """The asyncio driver's dispatch, recorded as ``sync_dispatch`` records."""
     journal = engine.journal
 
     async def durable(call: dict[str, Any], **review: object) -> object:
-        settled = journal.before_call(call, engine.record_start)
+        settled = journal.before_call(call, engine.record_start, idempotent and idempotent())
         if settled is not None:
             return settled
         return _recorded(journal, await dispatch(call, **review))

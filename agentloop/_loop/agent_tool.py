@@ -48,9 +48,11 @@ from agentloop._drivers.child_answers import ChildRunEnded, ended_content
 from agentloop._drivers.child_waits import Waiting
 from agentloop._drivers.delegation import Nested
 from agentloop._drivers.run_context import NO_RUN, RunContext, current_context
+from agentloop._durable.recording import DurableEngine
 from agentloop._loop.child_runs import (
+    child_result,
     durable_child,
-    read_child,
+    had_child,
     recorded_in,
     under,
     waiting_child,
@@ -62,7 +64,7 @@ from agentloop._loop.running import async_run, sync_run
 from agentloop._loop.settings import run_input
 from agentloop._review.runstory import reopen
 from agentloop._tools.output_type import output_schema
-from agentloop._tools.results import Answered, returned
+from agentloop._tools.results import Answered, failed, returned
 from agentloop._tools.tool import Tool
 
 if TYPE_CHECKING:
@@ -149,22 +151,26 @@ class AgentTool(Tool):
 
     def _call(self, **arguments: Any) -> Answered | Awaitable[Answered]:
         """Run the child: under asyncio (its coroutine, awaited by the registry) or here."""
-        input = self._text(arguments)
         ctx = current_context()
         scope = None if ctx is None else ctx._scope
         if scope is not None and scope.run_child is not None and ctx is not None:
-            result = scope.run_child(self, input, ctx)  # the driver's own (a DBOS child workflow)
+            input = self._text(arguments)  # the driver's own child (a DBOS child workflow):
+            result = scope.run_child(self, input, ctx)
             scope.children[str(ctx.call_id)] = result
             return self._answer(result, ctx)
         reporter = None if ctx is None else ctx._reporter
         if reporter is not None and reporter.loop is not None:
-            return self._arun(input, ctx)  # type: ignore[arg-type]  # a run's, with a reporter
+            return self._arun(arguments, ctx)  # type: ignore[arg-type]  # a run's, with a reporter
         child = self.loop
         registry = child._sync_driver("an asyncio parent (loop.arun)", awaits=True)
+        try:
+            input, given = self._text(arguments), self._given(ctx)
+        except Exception as exc:  # noqa: BLE001 - the call's error, the child's tokens with it
+            return self._unbegun(exc, ctx)
         with recorded_in(ctx):
-            engine, cancel, deps, children, decisions = self._child(input, ctx)
+            engine, cancel, deps, children, decisions = self._child(input, ctx, given)
             if engine.done:  # a durable child that had ended: its recorded result answers
-                return self._answer(_ended(engine, ctx), ctx)
+                return self._answer(_ended(self.loop, engine, ctx), ctx)
             with released_on_error(engine):  # its driver unwound: nothing holds the claim
                 run = sync_run(child, engine, registry, cancel, deps, children)
                 if reporter is not None:
@@ -190,12 +196,16 @@ class AgentTool(Tool):
             raise TypeError(f"expected prompt= to return a str, got {type(text).__name__}")
         return text
 
-    async def _arun(self, input: str, ctx: RunContext[Any]) -> Answered:
+    async def _arun(self, arguments: dict[str, Any], ctx: RunContext[Any]) -> Answered:
         """The child, run under asyncio as its parent is."""
+        try:
+            input, given = self._text(arguments), self._given(ctx)
+        except Exception as exc:  # noqa: BLE001 - the call's error, the child's tokens with it
+            return self._unbegun(exc, ctx)
         with recorded_in(ctx):
-            engine, cancel, deps, children, decisions = self._child(input, ctx)
+            engine, cancel, deps, children, decisions = self._child(input, ctx, given)
             if engine.done:
-                return self._answer(_ended(engine, ctx), ctx)
+                return self._answer(_ended(self.loop, engine, ctx), ctx)
             try:  # not ``released_on_error``, as ``Loop.arun``: a coroutine's frame holds it
                 run = async_run(self.loop, engine, cancel, deps, children)
                 reporter: Reporter = ctx._reporter  # type: ignore[assignment]  # asyncio: one
@@ -211,23 +221,51 @@ class AgentTool(Tool):
                 release_claim(engine)  # its driver unwound: nothing holds the claim
                 raise
 
+    def _given(self, ctx: RunContext[Any] | None) -> tuple[object, CancelToken | None]:
+        """The child's deps (the parent's, or ``deps(ctx)``), checked for its tools; its token."""
+        deps, cancel = (None, None) if ctx is None else (ctx.deps, ctx.cancel)
+        if self._deps is not None:
+            deps = self._deps(NO_RUN if ctx is None else ctx)
+        return deps, for_run(self.loop, deps, cancel)
+
+    def _unbegun(self, exc: Exception, ctx: RunContext[Any] | None) -> Answered:
+        """The outcome of a call whose child could not go on: its input or its deps failed.
+
+        A child the call has already (one that waited for a person, or a durable one a
+        crash cut) is ended ``cancelled`` with its parent, as a waiting child is; its
+        tokens count, as any agent call's do, so the outcome reports them. One that had
+        ended answers from its record, as when its call runs again.
+        """
+        scope = None if ctx is None else ctx._scope
+        if scope is None or ctx is None or ctx.call_id is None:
+            raise exc
+        ledger = _ledger_of(ctx)
+        if ledger is not None:
+            ended, had = had_child(self.loop, ledger, (str(scope.run_id), ctx.call_id))
+            if ended is not None:
+                return self._answer(_ended(self.loop, ended, ctx), ctx)
+        elif scope.engine.delegated(ctx.call_id) is not None:  # its child waited, in memory
+            had = scope.children[ctx.call_id]
+        else:
+            had = None
+        if had is None:
+            raise exc
+        return Answered({**failed(exc), "usage": had.usage._asdict()})
+
     def _child(
-        self, input: str, ctx: RunContext[Any] | None
+        self, input: str, ctx: RunContext[Any] | None, given: tuple[object, CancelToken | None]
     ) -> tuple[Engine, CancelToken | None, object, Mapping[str, Any], Decisions | None]:
         """What the call's child run is driven from: a fresh engine, or the waiting child's.
 
-        With its token, deps, the results of its own children so far, and the
-        decisions to take first (``None``: a fresh child decides nothing). A
+        With its token, deps (``given``: ``_given``'s), the results of its own children so
+        far, and the decisions to take first (``None``: a fresh child decides nothing). A
         call handed out again after its child waited (``engine.delegated``
         holds the decisions a person took) goes on from that child
         (``_waiting_child``); any other starts one (``_engine``).
         """
         child = self.loop
         check_ready(child)
-        deps, cancel = (None, None) if ctx is None else (ctx.deps, ctx.cancel)
-        if self._deps is not None:
-            deps = self._deps(NO_RUN if ctx is None else ctx)
-        cancel = for_run(child, deps, cancel)
+        deps, cancel = given
         scope = None if ctx is None else ctx._scope
         if scope is not None and ctx is not None and ctx.call_id is not None:
             decisions = scope.engine.delegated(ctx.call_id)
@@ -376,14 +414,15 @@ def _kept(run: RunView[Any], ctx: RunContext[Any] | None) -> None:
             scope.waiting[ctx.call_id] = run
 
 
-def _ended(engine: Engine, ctx: RunContext[Any] | None) -> RunResult[Any]:
+def _ended(child: Loop[Any], engine: Engine, ctx: RunContext[Any] | None) -> RunResult[Any]:
     """The result of a child found ended, kept on the parent's as a child run's is."""
     result = engine.result()
     scope = None if ctx is None else ctx._scope
     if scope is not None and ctx is not None and ctx.call_id is not None:
-        ledger, caller = _ledger_of(ctx), (str(scope.run_id), ctx.call_id)
-        # Read from the ledger, where it holds its own children too (none live here).
-        scope.children[ctx.call_id] = result if ledger is None else read_child(ledger, caller)
+        # A durable child's own children are read from the ledger (none live here).
+        if isinstance(engine, DurableEngine):
+            result = child_result(child, engine)
+        scope.children[ctx.call_id] = result
     return result
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 import orjson
 
+from agentloop._core.children import Children
 from agentloop._core.table import State, Trigger
 from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.child_waits import WaitingChild, end_waiting
@@ -36,6 +37,8 @@ from agentloop._loop.team import team_of, team_record
 from agentloop._tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from agentloop._core.approval import Decisions
     from agentloop._core.engine import Engine
     from agentloop._core.values import Budget, CancelToken, RunResult
@@ -45,12 +48,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RecordedChild",
+    "child_result",
     "durable_child",
+    "had_child",
     "read_child",
     "recorded_begun",
     "recorded_children",
     "recorded_in",
     "recorded_waiting",
+    "typed_carried",
     "waiting_child",
 ]
 
@@ -211,15 +217,70 @@ def recorded_children(loop: Loop[Any], engine: DurableEngine) -> dict[str, RunRe
             found[call_id] = read_child(ledger, caller)
             continue
         if ended.done or ended.state is State.AWAITING_APPROVAL:  # as the answering run kept it
-            found[call_id] = read_child(ledger, caller)
+            found[call_id] = child_result(child, ended)
     answered = {e.call_id for e in engine.events() if e.trigger is Trigger.TOOL_RETURNED}
-    found.update(carried(ledger, engine.continues, [c for c in unfound if c in answered]))
+    kept = carried(ledger, engine.continues, [c for c in unfound if c in answered])
+    found.update(typed_carried(loop, ledger, kept, calls))
     return found
+
+
+def typed_carried(
+    loop: Loop[Any],
+    ledger: Ledger,
+    children: Mapping[str, RunResult[Any]],
+    tools: Mapping[str | None, str | None],
+) -> dict[str, RunResult[Any]]:
+    """A fork's carried ``children`` (``view_run``'s, by call id) read through their Loops.
+
+    Each is recorded under the run it was forked from, and is read again through the
+    Loop of its agent tool (``tools``: each call's tool name), so typed as the run that
+    answered it had it; one whose Loop changed since is kept as it was read.
+    """
+    agents, found = _agent_loops(loop), dict(children)
+    for call_id, kept in children.items():
+        child, suffix = agents.get(tools.get(call_id) or ""), child_run_id("", call_id)
+        if child is None or kept.run_id is None or not kept.run_id.endswith(suffix):
+            continue
+        caller = (kept.run_id[: -len(suffix)], call_id)
+        with contextlib.suppress(ConfigurationMismatchError, RunNotFoundError):
+            ended, _ = durable_child(child, ledger, caller, [], child.budget, None, read=True)
+            if ended.done:
+                found[call_id] = child_result(child, ended)
+    return found
+
+
+def had_child(
+    child: Loop[Any], ledger: Ledger, caller: tuple[str, str]
+) -> tuple[DurableEngine | None, RunResult[Any] | None]:
+    """The child recorded under ``caller``, if any: its engine if it had ended, and its result.
+
+    Read only: an ended child is not claimed (``durable_child``), one that has not ended
+    is viewed as its records stand (``view_run``, no claim), for the tokens it spent.
+    """
+    try:
+        seen = view_run(ledger, child_run_id(*caller), children=False)
+    except RunNotFoundError:
+        return None, None
+    if not seen.done:
+        return None, seen.result
+    ended, _ = durable_child(child, ledger, caller, [], child.budget, None, read=True)
+    return ended, seen.result
 
 
 def read_child(ledger: Ledger, caller: tuple[str, str]) -> RunResult[Any]:
     """A recorded child's result as its records stand, its own children read too."""
     return view_run(ledger, child_run_id(*caller)).result
+
+
+def child_result(child: Loop[Any], engine: DurableEngine) -> RunResult[Any]:
+    """The result of ``engine``, a recorded child resumed through its Loop ``child``.
+
+    As the live run returned it: its output typed by the child Loop's ``output=``
+    (``view_run``, which has no Loop, gives the JSON), its own children read so too.
+    """
+    result = engine.result()
+    children = recorded_children(child, engine)
+    return result._replace(children=Children(children)) if children else result
 
 
 def waiting_child(
@@ -242,7 +303,7 @@ def waiting_child(
         ledger.read(run_id)
     except RunNotFoundError:
         raise LedgerError(
-            f"run {caller[0]!r} waits on its call {caller[1]!r}'s child run {run_id!r}, "
+            f"run {caller[0]!r} waits on the child run {run_id!r} of its call {caller[1]!r}, "
             "which the ledger does not hold"
         ) from None
     engine, token = durable_child(child, ledger, caller, [], child.budget, cancel)

@@ -17,7 +17,7 @@ prefix is recorded in it as it is fed, exactly as a live run records.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import orjson
@@ -27,7 +27,7 @@ from agentloop._core.engine import Engine
 from agentloop._core.replay import Mismatch, models_named, replay
 from agentloop._core.rows.nested_approval import waiting_at
 from agentloop._core.table import State
-from agentloop._core.values import CancelToken, RunResult, require_result
+from agentloop._core.values import CancelToken, RunResult
 from agentloop._drivers.transition import RunView
 from agentloop._durable import recording, resume
 from agentloop._errors import ConfigurationMismatchError, InvalidStateError
@@ -45,6 +45,17 @@ if TYPE_CHECKING:
     from agentloop._loop.loop import Loop
 
 __all__ = ["continued", "forked", "read_ended", "release_claim", "released_on_error", "resumed"]
+
+
+def require_run(run: object, what: str) -> RunResult:
+    """``run``, a ``RunResult`` (a run id was ruled out); else a ``TypeError`` naming both."""
+    if type(run) is not RunResult:
+        live = "; call run.result() (or run.finish()) first" if isinstance(run, RunView) else ""
+        raise TypeError(
+            f"{what}() expected a run id (a str) or a RunResult (a finished run's result(), "
+            f"or load_run(path)), got {type(run).__name__}{live}"
+        )
+    return run
 
 
 def forked(
@@ -69,7 +80,7 @@ def forked(
     call of a batch is running (its outcome would be neither the old run's nor
     the new one's): fork before the batch's calls start, or after they return.
     """
-    require_result(run, "fork()")
+    require_run(run, "fork")
     events = run.events
     if type(at) is not int or not 0 <= at <= len(events):
         raise ValueError(
@@ -259,6 +270,18 @@ def resumed(
     )
 
 
+#: What to do instead with a run ``continue_run`` refuses (a finished one has its answer).
+_INSTEAD: Final = {
+    State.AWAITING_APPROVAL: ": decide its pending calls and resume it instead",
+    **dict.fromkeys(
+        (State.CANCELLED, State.MALFORMED, State.REPEATED_CALL, State.INVALID_OUTPUT),
+        ": fork it at an event before its end instead (loop.fork(run, at=...)), or begin "
+        "a new run from its transcript (loop.run(text, after=run), or "
+        "loop.run([*run.transcript, message]) on a Loop with a ledger)",
+    ),
+}
+
+
 def continued(
     run: str | RunResult, continues: str | None, recorded: Callable[[str], LedgerRun]
 ) -> tuple[str | None, RunResult]:
@@ -284,7 +307,7 @@ def continued(
             )
         continues, result = run, old.result
     else:
-        result = require_result(run, "continue_run()")
+        result = require_run(run, "continue_run")
         if continues is not None and type(continues) is not str:
             raise TypeError(
                 f"expected continues to be a str or None, got {type(continues).__name__}"
@@ -294,8 +317,7 @@ def continued(
     if result.status not in (State.FAILED, State.EXHAUSTED):
         raise ValueError(
             f"expected a failed or exhausted run to continue, got one that is "
-            f"{result.status.value!r}"
-            + (": fork it or resume it instead" if result.status is not State.FINISHED else "")
+            f"{result.status.value!r}" + _INSTEAD.get(result.status, "")
         )
     return continues, result
 

@@ -155,7 +155,10 @@ class Conversations(Generic[OutputT]):
             None if result.output_schema_json is None else orjson.loads(result.output_schema_json)
         )
         if differences({"output": recorded}, {"output": output and output.schema}):
-            found = [f"$.output_schema: run {result.run_id!r}'s is not this Loop's output="]
+            found = [
+                f"$.output_schema: run {result.run_id!r} has another schema than this "
+                "Loop's output="
+            ]
             raise ConfigurationMismatchError(
                 "a turn was made with another output than this Loop's: " + found[0], found
             )

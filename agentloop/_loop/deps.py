@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentloop._core.values import CancelToken
 from agentloop._loop.output_checks import NONE, Validators, name_of
+from agentloop._loop.team import team_of
 from agentloop._tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -66,6 +67,16 @@ def checked_deps_type(
     return deps_type
 
 
+def _members(loop: Loop) -> list[tuple[object, Validators]]:
+    """Each agent's tools a run of ``loop`` may use (its own first, with its validators).
+
+    The starting Loop's output validators check every agent's final.
+    """
+    team = team_of(loop)
+    others = [] if team is None else [agent for agent in team[1].values() if agent is not loop]
+    return [(loop.dispatcher, loop.output_validators), *((a.dispatcher, NONE) for a in others)]
+
+
 def _accepts(wanted: object, given: object) -> bool:
     if wanted is Any or isinstance(wanted, TypeVar):
         return True
@@ -88,10 +99,12 @@ def for_run(loop: Loop, deps: object, cancel: CancelToken | None) -> CancelToken
     a context and the caller gave no token, the run gets one of its own:
     ``ctx.cancel`` is always the run's.
     """
-    context = takes_context(loop.dispatcher, loop.output_validators)
+    members = _members(loop)
+    context = any(takes_context(*member) for member in members)
     wanted = loop.deps_type
     if wanted is not None:
-        checked_deps_type(wanted, loop.dispatcher, loop.output_validators)
+        for member in members:
+            checked_deps_type(wanted, *member)
         if deps is None and context:
             raise TypeError(
                 f"expected deps= (a {_shown(wanted)}): this Loop's tools take "
@@ -133,7 +146,7 @@ def _unfit(loop: Loop, deps: object) -> tuple[str, str] | None:
     ``Protocol`` that is not runtime-checkable, a ``TypedDict``) is left to
     the type checker.
     """
-    for who, wanted in _contexts(loop.dispatcher, loop.output_validators):
+    for who, wanted in (found for member in _members(loop) for found in _contexts(*member)):
         if not isinstance(wanted, type) or wanted is object:
             continue
         try:

@@ -164,8 +164,10 @@ def check_ready(loop: Loop) -> None:
             f"this Loop owns {len(loop._owns)} thing(s) (owns=, an MCP server say) that "
             "only `with loop:` (or `async with loop:`) opens: run it inside that block"
         )
-    checked_tool_names(loop._name_rules, loop.dispatcher)
-    timeout_bites(loop.dispatcher, loop.tool_timeout, loop.to_thread)
+    team = team_of(loop)
+    for agent in [loop] if team is None else team[1].values():  # the run's timeout bites all
+        checked_tool_names(agent._name_rules, agent.dispatcher)
+        timeout_bites(agent.dispatcher, loop.tool_timeout, loop.to_thread)
 
 
 def plain_engine(
@@ -267,7 +269,13 @@ def forked_engine(
         agents=agents_of(loop),
         team=team_record(loop),
     )
-    return make_resilient(loop, engine), token, carried_children(source, engine)
+    children = carried_children(source, engine)
+    if isinstance(run, str) and children and loop.ledger is not None:
+        from agentloop._loop.child_runs import typed_carried  # it resumes children with these
+
+        tools = {m["id"]: m["name"] for m in engine.history() if m["kind"] == "tool_result"}
+        children = typed_carried(loop, loop.ledger, children, tools)
+    return make_resilient(loop, engine), token, children
 
 
 def carried_children(source: RunResult, engine: Engine) -> dict[str, RunResult[Any]]:

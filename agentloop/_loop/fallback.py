@@ -61,11 +61,15 @@ def fallback(*models: Model, names: Sequence[str] | None = None) -> Fallback:
             raise TypeError(
                 f"expected models[{index}] to be a model callable, got {type(model).__name__}"
             )
-    kinds = {is_async(model) for model in models}
-    if len(kinds) > 1:
+    kinds = [is_async(model) for model in models]
+    if len(set(kinds)) > 1:
+        mix = ", ".join(
+            f"models[{index}] ({model_name(model)}) is {'async def' if kind else 'plain'}"
+            for index, (model, kind) in enumerate(zip(models, kinds, strict=True))
+        )
         raise TypeError(
             "expected every model to be plain or every one async def (one driver asks them "
-            "all), got a mix"
+            f"all), got a mix: {mix}"
         )
     if names is None:
         given = [model_name(model) for model in models]

@@ -25,7 +25,9 @@ from agentloop._drivers.callbacks import TokenCancelled, is_async
 from agentloop._drivers.child_waits import WaitingChild, end_waiting
 from agentloop._drivers.run_context import CallScope, ain_context_reviews, in_context_reviews
 from agentloop._drivers.sync import Run
+from agentloop._drivers.tool_calls import asyncio_dispatch
 from agentloop._durable import recording
+from agentloop._durable.journal import idempotent_tools
 from agentloop._loop.child_runs import recorded_begun, recorded_children, recorded_waiting
 from agentloop._loop.fallback import per_run
 from agentloop._loop.output_checks import acheck, check
@@ -35,7 +37,7 @@ from agentloop._review.runstory import reopen
 from agentloop._tools.registry import ToolRegistry, reviewing
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from agentloop._core.engine import Engine
     from agentloop._drivers.callbacks import Model
@@ -72,7 +74,7 @@ def sync_run(
             team[1], engine, lambda agent: _sync_dispatch(agent, awaiter, loop)
         )
     if isinstance(engine, recording.DurableEngine):
-        dispatch = recording.sync_dispatch(engine, dispatch)
+        dispatch = recording.sync_dispatch(engine, dispatch, _idempotent(team, engine))
     scope = call_scope(loop, engine, deps, cancel, children)
     if loop.output_validators:  # each final the schema accepts is checked by them first
         engine.output_check = check(loop.output_validators, scope, awaiter)
@@ -85,6 +87,8 @@ def sync_run(
             else registry.review
         )
         review = in_context_reviews(review, scope)
+        if isinstance(engine, recording.DurableEngine):
+            review = recording.sync_review(engine, review)
     return Run(
         engine,
         model_of(loop, engine),
@@ -107,6 +111,32 @@ def _sync_dispatch(agent: Loop, awaiter: Awaiter, loop: Loop) -> Callable[..., o
     else:  # a dispatcher of the user's may answer with an awaitable
         dispatch = awaiting(dispatch, awaiter, loop.tool_timeout)
     return dispatch
+
+
+def _adispatch(agent: Loop, loop: Loop) -> Callable[..., Awaitable[object]]:
+    """``agent``'s tools as ``loop``'s asyncio run calls them, with ``loop``'s timeout and threads.
+
+    As the synchronous driver applies ``loop``'s ``tool_timeout`` to every agent's tools.
+    """
+    if agent is loop:
+        return loop._adispatch
+    return asyncio_dispatch(
+        agent.dispatcher, to_thread=loop.to_thread, tool_timeout=loop.tool_timeout
+    )
+
+
+def _idempotent(
+    team: tuple[object, dict[str, Loop]] | None, engine: Engine
+) -> Callable[[], frozenset[str]] | None:
+    """For a team's run, the idempotent tools of the agent in force, which runs each call.
+
+    A call a crash cut runs again if its own agent's tool is idempotent (an agent tool
+    resumes its child so), not by the starting agent's tools. ``None``: no team.
+    """
+    if team is None:
+        return None
+    tools = {name: idempotent_tools(agent.dispatcher) for name, agent in team[1].items()}
+    return lambda: tools[engine.agent or ""]
 
 
 def model_of(loop: Loop, engine: Engine) -> Model:
@@ -132,10 +162,10 @@ def async_run(
     team = team_of(loop)
     if team is not None:  # each call goes to the tools of the agent in force
         with_filters(engine, filters_of(team[1]))
-        dispatch = team_dispatch(team[1], engine, lambda agent: agent._adispatch)  # type: ignore[assignment]
+        dispatch = team_dispatch(team[1], engine, lambda agent: _adispatch(agent, loop))  # type: ignore[assignment]
     registry = reviewing(loop.dispatcher)
     if isinstance(engine, recording.DurableEngine):
-        dispatch = recording.async_dispatch(engine, dispatch)
+        dispatch = recording.async_dispatch(engine, dispatch, _idempotent(team, engine))
     scope = call_scope(loop, engine, deps, cancel, children)
     if loop.output_validators:  # each final the schema accepts is checked by them first
         engine.output_check = acheck(loop.output_validators, scope)
@@ -148,9 +178,17 @@ def async_run(
         to_thread=loop.to_thread,
         max_concurrency=loop.max_concurrency,
         listeners=loop.listeners,
-        review=None if registry is None else ain_context_reviews(registry.areview, scope),
+        review=None if registry is None else _areview(engine, registry, scope),
         scope=scope,
     )
+
+
+def _areview(engine: Engine, registry: ToolRegistry, scope: CallScope) -> Any:
+    """The asyncio driver's review: the policies, in each call's context (``async_review``)."""
+    review = ain_context_reviews(registry.areview, scope)
+    if isinstance(engine, recording.DurableEngine):
+        return recording.async_review(engine, review)
+    return review
 
 
 def call_scope(

@@ -105,9 +105,14 @@ def checked_handoff(loop: Loop[Any, Any], given: object) -> Handoff[Any]:
             f"expected the agents of a team to share one deps_type: {loop.name!r} has "
             f"{loop.deps_type!r}, and {target.name!r}, which it hands to, {target.deps_type!r}"
         )
-    if given.tool_name in _tool_names(loop) or any(
-        h.tool_name == given.tool_name for h in loop.handoffs
-    ):
+    named = [h.target for h in loop.handoffs if h.tool_name == given.tool_name]
+    if named and named[0] is not target and named[0].name == target.name:
+        raise ValueError(
+            f"expected the agents {loop.name!r} hands to to have different names, got two "
+            f"named {target.name!r} (a Loop without name= takes its model's name): pass "
+            "name= to Loop(...)"
+        )
+    if named or given.tool_name in _tool_names(loop):
         raise ValueError(
             f"expected the handoff's tool name to be new to {loop.name!r}, got "
             f"{given.tool_name!r}, which it already has: pass tool_name= to handoff()"
@@ -166,13 +171,13 @@ def team_of(loop: Loop[Any, Any]) -> tuple[Agents, dict[str, Loop[Any, Any]]] | 
         if loop.context is not None and any(given.filter for given in agent.handoffs):
             raise ValueError(
                 f"expected a team under a context policy to have no handoff filters, got one "
-                f"in {agent.name!r}'s handoffs: a filter's view and a context policy cannot be "
-                "combined yet"
+                f"in the handoffs of {agent.name!r}: a filter's view and a context policy "
+                "cannot be combined yet"
             )
         if reviewing(agent.dispatcher) is not None:
             raise ValueError(
                 f"expected the agents of a team to have tools without policies, got policies "
-                f"in {agent.name!r}'s tools: a team's approval is not supported yet"
+                f"in the tools of {agent.name!r}: a team's approval is not supported yet"
             )
     agents = Agents(
         loop.name,

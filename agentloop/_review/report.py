@@ -21,6 +21,7 @@ import orjson
 from agentloop._core.values import RunResult, require_result
 from agentloop._errors import SVGUnavailableError
 from agentloop._review.diagram import path_svg, to_mermaid
+from agentloop._review.held import held_calls, waits_for
 from agentloop._review.runshape import FORMAT, VERSION
 from agentloop._review.text import (
     HEADERS,
@@ -31,7 +32,6 @@ from agentloop._review.text import (
     conversation_line,
     event_cells,
     groups,
-    held_calls,
     printable,
     rejected_text,
     tokens_line,
@@ -337,15 +337,17 @@ def _pending(result: RunResult, prefix: str) -> list[str]:
         "<th>fingerprint</th></tr></thead><tbody>",
     ]
     for call, pending in held_calls(result):
-        if pending is None:
-            arguments = orjson.dumps(call.get("arguments")).decode()
-            cells = (str(call.get("id")), str(call.get("name")), arguments)
-            waits, fingerprint = "no person needed", ""
-        else:
-            cells = (pending.call_id, pending.name, pending.arguments_json.decode())
-            waits, fingerprint = f"pending: {pending.reason}", f"{pending.fingerprint[:16]}…"
+        arguments = orjson.dumps(call.get("arguments")).decode()
+        cells = (str(call.get("id")), str(call.get("name")), arguments)
+        waits, fingerprint = "no person needed", ""
+        if len(pending) == 1 and not pending[0].path:  # the call's own: as a person sees it
+            own = pending[0]
+            cells = (own.call_id, own.name, own.arguments_json.decode())
+            fingerprint = f"{own.fingerprint[:16]}…"
+        if pending:
+            waits = f"pending: {waits_for(pending)}"
         parts.append(
-            f'<tr class="{"held" if pending is None else "pending"}">'
+            f'<tr class="{"pending" if pending else "held"}">'
             + "".join(f"<td>{_e(cell)}</td>" for cell in (*cells, waits))
             + f"<td><code>{_e(fingerprint)}</code></td></tr>"
         )

@@ -18,11 +18,11 @@ from agentloop._core.messages import NOT_STARTED
 from agentloop._core.table import State, Trigger
 from agentloop._review.answers import Answers
 from agentloop._review.eventrecord import rejected_record
+from agentloop._review.held import held_calls, waits_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from agentloop._core.approval import PendingCall
     from agentloop._core.values import RunResult, Transition, Usage
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
     "describe",
     "event_cells",
     "groups",
-    "held_calls",
     "input_messages",
     "printable",
     "rejected_text",
@@ -400,7 +399,7 @@ def run_lines(
         lines.append(f"rejected {shown}" + (f"  ({note})" if note else ""))
     for call, pending in held_calls(result):
         arguments = _short(orjson.dumps(call.get("arguments")).decode(), limit)
-        waits = f": {pending.reason}" if pending else "  (no person needed)"
+        waits = f": {waits_for(pending)}" if pending else "  (no person needed)"
         what = "pending " if pending else "held    "
         lines.append(f"{what} {call.get('name')}#{call.get('id')} {arguments}{waits}")
     return [printable(line) for line in lines]
@@ -439,11 +438,3 @@ def rejected_text(value: object, *, indent: bool = True) -> tuple[str, str]:
         option = orjson.OPT_INDENT_2 if indent else 0
         return orjson.dumps(record["json"], option=option).decode(), ""
     return record["repr"], "not JSON; shown by its repr"
-
-
-def held_calls(result: RunResult) -> list[tuple[dict[str, Any], PendingCall | None]]:
-    """Each call of the batch a paused run holds, with its pending entry if a person decides it."""
-    asked = {call.call_id: call for call in result.pending}
-    held = result.held or {}
-    calls = held.get("calls") or ([held] if held.get("kind") == "call" else [])
-    return [(call, asked.get(call.get("id"))) for call in calls]

@@ -54,9 +54,8 @@ def output_schema(output: object) -> OutputSchema:
     except Unsupported as exc:
         why = f": {exc}" if str(exc) else ""
         raise TypeError(
-            f"expected output to be a type whose values are JSON (an attrs class, a "
-            f"dataclass, a TypedDict, a pydantic model, or any of: {SUPPORTED}) or a JSON "
-            f"Schema as a dict, got {show(output)}{why}"
+            f"expected output to be a type whose values are JSON (any of: {SUPPORTED}) or "
+            f"a JSON Schema as a dict, got {show(output)}{why}"
         ) from None
     deriver.finish()
     if deriver.defs:

@@ -5,7 +5,7 @@ An adapter's conversion is a ``Fold``: it takes the messages in order
 passes as a list is converted whole, by a fresh fold. The record itself
 (``Messages``, what the drivers give the built-in adapters) keeps its fold in
 the run's cache, so a step converts only the messages recorded since the last
-one: the cost of a step no longer grows with the history. What a request
+one: the cost of a step does not grow with the history. What a request
 holds is never changed afterwards: ``made()`` gives each request its own
 lists, and a fold copies a turn a request holds before it grows it.
 

@@ -69,12 +69,28 @@ for _ in range(300):
             r"\{'kind': 'user', 'text': ...\}$",
         ),
         ([{"kind": 1}], TypeError, "expected a dict with a str 'kind'"),
-        ([{"kind": "user", "when": object()}], TypeError, r"messages\[0\]\.when: expected a JSON"),
-        ([{"kind": "user", "score": float("inf")}], TypeError, "expected a finite number"),
-        ([{"kind": "user", "tags": ("a",)}], TypeError, r"messages\[0\]\.tags: .*got tuple"),
-        ([{"kind": "user", "map": {1: "a"}}], TypeError, "keys to be str, got int 1"),
+        (
+            [{"kind": "user", "text": "hi", "when": object()}],
+            TypeError,
+            r"messages\[0\]\.when: expected a JSON",
+        ),
+        (
+            [{"kind": "user", "text": "hi", "score": float("inf")}],
+            TypeError,
+            "expected a finite number",
+        ),
+        (
+            [{"kind": "user", "text": "hi", "tags": ("a",)}],
+            TypeError,
+            r"messages\[0\]\.tags: .*got tuple",
+        ),
+        ([{"kind": "user", "text": "hi", "map": {1: "a"}}], TypeError, "keys to be str, got int 1"),
         ([call("c1")], ValueError, "got call 'c1' without one"),
-        ([{"kind": "user", "deep": DEEP}], TypeError, "nested at most 255 levels deep"),
+        (
+            [{"kind": "user", "text": "hi", "deep": DEEP}],
+            TypeError,
+            "nested at most 255 levels deep",
+        ),
         ([{"kind": "call", "id": 3}], ValueError, "a call's 'id' to be a non-empty str, got 3"),
     ],
 )
@@ -142,6 +158,10 @@ def _result(call_id: str = "c1", **fields: object) -> dict[str, object]:
             r"messages\[0\]: expected a 'calls' message's 'text', if any, to be a str, got int 5",
         ),
         ([{"kind": "system", "text": 5}], r"'system' message's 'text' to be a str, got int 5"),
+        (
+            [{"kind": "user", "text": float("nan")}],
+            r"^messages\[0\]: expected a 'user' message's 'text' to be a str, got float nan$",
+        ),
     ],
 )
 def test_input_is_refused_where_the_contract_would_call_it_broken(
@@ -273,10 +293,15 @@ def test_step_after_the_end_raises_naming_the_state(driver: Driver) -> None:
 
 
 def test_result_before_the_end_raises_naming_the_state(driver: Driver) -> None:
-    """result() on an unfinished run raises InvalidStateError naming the state."""
+    """result() on an unfinished run raises InvalidStateError naming what it takes (a
+    finished run or one awaiting approval) and the state."""
     run = driver.start(Loop(ScriptedModel([final()])), "go")
-    with pytest.raises(InvalidStateError, match="still in state 'awaiting_model'"):
+    with pytest.raises(InvalidStateError) as refused:
         run.result()
+    assert str(refused.value) == (
+        "result() needs a finished run or one awaiting approval, but the run is still in "
+        "state 'awaiting_model'; step it until it ends or pauses"
+    )
     run.step()
     with pytest.raises(InvalidStateError, match="still in state 'validating'"):
         run.result()

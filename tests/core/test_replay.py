@@ -155,7 +155,7 @@ def test_a_fork_refuses_a_cut_it_cannot_make() -> None:
         loop.fork(old, at=6)
     with pytest.raises(ValueError, match=r"do not replay under this Loop's budget \(max_steps=0"):
         Loop(ScriptedModel([]), tools=[add], max_steps=0).fork(old, at=2)
-    with pytest.raises(TypeError, match=r"fork\(\) expected a RunResult"):
+    with pytest.raises(TypeError, match=r"fork\(\) expected a run id \(a str\) or a RunResult"):
         loop.fork(3, at=1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"^fork\('old'\) names a run in a ledger, and this"):
         loop.fork("old", at=1)  # an id: read from a ledger, and this Loop has none

@@ -154,6 +154,12 @@ def test_an_output_type_that_is_not_json_is_refused_when_the_loop_is_made() -> N
     """A type with no JSON Schema fails at Loop(), naming what was expected and given."""
     with pytest.raises(TypeError, match=r"expected output to be a type .* got set\[int\]"):
         Loop(ScriptedModel([]), output=set[int])
+    with pytest.raises(TypeError) as refused:
+        Loop(ScriptedModel([]), output=set)
+    message = str(refused.value)
+    assert message.endswith("or a JSON Schema as a dict, got set")
+    for kind in ("attrs class", "dataclass", "TypedDict", "pydantic model"):
+        assert message.count(kind) == 1, kind  # each accepted kind named once
     with pytest.raises(TypeError, match="expected a valid Draft 2020-12 output schema"):
         Loop(ScriptedModel([]), output={"type": 12})
 

@@ -20,7 +20,15 @@ import agentloop
 from agentloop import CancelToken, Loop, PendingCall, approve, ask, deny
 from agentloop.__main__ import main
 from agentloop.review import load_run, save_run
-from agentloop.testing import ScriptedModel, assert_contract, assert_paired, batch, call, final
+from agentloop.testing import (
+    ScriptedModel,
+    assert_contract,
+    assert_paired,
+    batch,
+    call,
+    final,
+    with_usage,
+)
 from tests.conftest import capped, count
 from tests.support.helpers import DRIVERS, AsyncDriver, Driver, kinds
 
@@ -686,3 +694,49 @@ def test_a_cancel_inside_an_approved_agent_call_answers_it_and_keeps_its_child(
     assert list(result.children) == ["c1"]
     assert_paired(result)
     assert agentloop.review.run_from_json(agentloop.review.run_to_json(result)) == result
+
+
+@pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.name)
+def test_a_waiting_childs_call_whose_deps_fail_on_going_on_keeps_its_tokens(
+    driver: Driver, tmp_path: Any
+) -> None:
+    """``as_tool(deps=f)``'s f raises when the approved call is handed out again: the call is
+    answered with its error and the child ends cancelled, nothing sent; the tokens the child
+    spent before it waited are on the call's outcome and the parent's usage, and the result's
+    run file loads back equal."""
+    sent: list[str] = []
+
+    def send(to: str) -> str:
+        """Send a letter."""
+        sent.append(to)
+        return "sent"
+
+    made: list[str] = []
+
+    def connection(ctx: agentloop.RunContext[Any]) -> str:
+        made.append("a connection")
+        if len(made) > 1:
+            raise RuntimeError("the pool is exhausted")
+        return "a connection"
+
+    child = Loop(
+        ScriptedModel([with_usage(call("k1", "send", to="bob"), 30, 5), final("went")]),
+        tools=[agentloop.Tool(send, policy=lambda call: ask(ASKS))],
+    )
+    parent = Loop(
+        ScriptedModel([call("c1", "post", input="w"), final("I could not post it.")]),
+        tools=[child.as_tool("post", "Post a letter.", deps=connection)],
+    )
+    waiting = driver.run(parent, "write")
+    assert [p.key for p in waiting.pending] == [("c1", "k1")]
+    result = resume(driver, parent, waiting, decisions={("c1", "k1"): approve()})
+    assert (result.status, result.output, sent) == ("finished", "I could not post it.", [])
+    assert result.transcript[2]["content"] == {
+        "type": "RuntimeError",
+        "message": "the pool is exhausted",
+    }
+    assert result.children["c1"].status == "cancelled"
+    assert result.usage == result.children["c1"].usage == agentloop.Usage(30, 5, 0)
+    assert_contract(result, "write")
+    save_run(result, tmp_path / "run.json")
+    assert load_run(tmp_path / "run.json") == result

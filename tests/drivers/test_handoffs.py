@@ -349,6 +349,43 @@ def test_two_agents_of_one_name_are_refused() -> None:
         first.run("go")
 
 
+def test_an_agent_with_policies_in_its_tools_is_refused_naming_it() -> None:
+    """A team's agent whose tools have policies is refused when the run starts, its name
+    quoted once."""
+    tools = agentloop.ToolRegistry(policy=lambda call: agentloop.allow())
+    tools.add(add_one)
+    guarded = Loop(lambda history: final("x"), name="b", tools=tools)
+    first = Loop(lambda history: final("x"), name="a", handoffs=[agentloop.handoff(guarded)])
+    with pytest.raises(ValueError, match="without policies") as refused:
+        first.run("go")
+    assert str(refused.value) == (
+        "expected the agents of a team to have tools without policies, got policies in the "
+        "tools of 'b': a team's approval is not supported yet"
+    )
+
+
+def add_one(n: int) -> int:
+    """Add one."""
+    return n + 1
+
+
+def test_two_unnamed_targets_on_one_model_are_refused_saying_to_name_them() -> None:
+    """A Loop without name= takes its model's; handing off to two such namesakes is refused
+    naming the name and the way out (name=), not tool_name=, which would not be enough."""
+
+    def helpdesk(history: list[Message]) -> Message:
+        return final("x")
+
+    one, two = Loop(helpdesk), Loop(helpdesk)
+    assert (one.name, agentloop.handoff(one).tool_name) == ("helpdesk", "transfer_to_helpdesk")
+    with pytest.raises(ValueError, match="different names") as refused:
+        Loop(helpdesk, name="desk", handoffs=[agentloop.handoff(one), agentloop.handoff(two)])
+    assert str(refused.value) == (
+        "expected the agents 'desk' hands to to have different names, got two named "
+        "'helpdesk' (a Loop without name= takes its model's name): pass name= to Loop(...)"
+    )
+
+
 def test_the_engine_knows_the_agent_in_force_after_an_interruption() -> None:
     """settle() finds the agent in force from the events."""
     from agentloop._core.agents import Agents
@@ -817,3 +854,105 @@ def test_last_turns_refuses_a_count_below_one() -> None:
     for wrong in (0, -1, 1.5, "2"):
         with pytest.raises(ValueError, match="n an int of 1 or more"):
             last_turns(wrong)  # type: ignore[arg-type]
+
+
+def replying(asynchronous: bool, *script: Message) -> Any:
+    """A model that answers ``script`` in turn, plain or ``async def``."""
+    replies = iter(script)
+    if not asynchronous:
+        return lambda history: next(replies)
+
+    async def amodel(history: list[Message]) -> Message:
+        return next(replies)
+
+    return amodel
+
+
+@BOTH
+def test_an_agent_handed_to_whose_tools_take_a_context_gets_the_runs_token_and_deps(
+    asynchronous: bool,
+) -> None:
+    """Only billing's tools take a RunContext: its ctx.cancel is the run's token (cancelling it
+    stops the run, the call after it answered cancelled), and a run without the deps its
+    RunContext[Bank] names is refused before anything runs, naming the tool."""
+
+    class Bank:
+        """What billing's refund needs."""
+
+    def stop(ctx: agentloop.RunContext[Bank]) -> str:
+        """Refund, then stop the run."""
+        assert isinstance(ctx.deps, Bank)
+        assert ctx.cancel is not None  # the run's, always there
+        ctx.cancel.cancel()
+        return "refunded"
+
+    def team() -> Loop[str]:
+        billing = Loop(
+            replying(asynchronous, batch(call("b1", "stop"), call("b2", "stop"))),
+            name="billing",
+            tools=[stop],
+            deps_type=Bank,
+        )
+        return Loop(
+            replying(asynchronous, call("t1", "transfer_to_billing")),
+            name="triage",
+            handoffs=[agentloop.handoff(billing)],
+            deps_type=Bank,
+        )
+
+    def run(loop: Loop[str], **options: Any) -> agentloop.RunResult[str]:
+        if asynchronous:
+            return asyncio.run(loop.arun("refund me", **options))
+        return loop.run("refund me", **options)
+
+    result = run(team(), deps=Bank())
+    assert result.status == "cancelled"
+    assert [(m["id"], m["status"]) for m in result.transcript if m["kind"] == "tool_result"] == [
+        ("t1", "ok"),
+        ("b1", "ok"),
+        ("b2", "cancelled"),
+    ]
+    with pytest.raises(TypeError, match=r"expected deps= \(a [\w.<>]*Bank\)"):
+        run(team())
+
+
+@BOTH
+def test_the_starting_loops_tool_timeout_bounds_every_agents_tools(asynchronous: bool) -> None:
+    """front's tool_timeout cuts billing's async tool on either driver (billing's own is not
+    used), and a plain tool of billing's it could not interrupt is refused when the run starts."""
+
+    async def wait() -> str:
+        """Take longer than the run allows."""
+        await asyncio.sleep(5)
+        return "too late"
+
+    def slow() -> str:
+        """A plain tool: it cannot be interrupted."""
+        return "never run"
+
+    def team(tool: Any) -> Loop[str]:
+        name = tool.__name__
+        own = 9.0 if name == "wait" else None  # billing's own tool_timeout: not the run's
+        billing = Loop(
+            replying(asynchronous, call("b1", name), final("sorry")),
+            name="billing",
+            tools=[tool],
+            tool_timeout=own,
+        )
+        return Loop(
+            replying(asynchronous, call("t1", "transfer_to_billing")),
+            name="triage",
+            handoffs=[agentloop.handoff(billing)],
+            tool_timeout=0.02,
+        )
+
+    def run(loop: Loop[str]) -> agentloop.RunResult[str]:
+        return asyncio.run(loop.arun("hi")) if asynchronous else loop.run("hi")
+
+    result = run(team(wait))
+    assert (result.status, result.transcript[4]["status"]) == ("finished", "error")
+    assert result.transcript[4]["content"]["type"] == "TimeoutError"
+    with pytest.raises(
+        ValueError, match=r"tool_timeout=0.02 cannot interrupt the plain tool 'slow'"
+    ):
+        run(team(slow))

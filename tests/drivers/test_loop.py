@@ -904,3 +904,16 @@ def test_run_file_functions_name_what_they_expect(tmp_path: Path) -> None:
     text = agentloop.review.run_to_json(result).encode()
     assert agentloop.review.run_from_json(bytearray(text)) == result
     assert agentloop.review.run_from_json(memoryview(text)) == result  # type: ignore[arg-type]
+
+
+def test_fork_and_continue_run_name_both_forms_they_take() -> None:
+    """fork and continue_run take a run id or a RunResult, and say so when given neither."""
+    loop = Loop(ScriptedModel([final(), final()]))
+    run = loop.start("go")
+    either = r"expected a run id \(a str\) or a RunResult .*got "
+    with pytest.raises(TypeError, match=rf"^fork\(\) {either}int"):
+        loop.fork(3, at=0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=rf"^fork\(\) {either}Run; call run.result"):
+        loop.fork(run, at=0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=rf"^continue_run\(\) {either}NoneType"):
+        loop.continue_run(None)  # type: ignore[arg-type]

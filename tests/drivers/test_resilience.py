@@ -415,8 +415,13 @@ def test_fallback_refuses_what_it_cannot_ask() -> None:
     """One model, a mix of plain and async, or names that clash are refused, saying why."""
     with pytest.raises(ValueError, match="at least two models"):
         fallback(ScriptedModel([]))
-    with pytest.raises(TypeError, match="plain or every one async def"):
+    with pytest.raises(TypeError) as mixed:
         fallback(ScriptedModel([]), AsyncScriptedModel([]))
+    assert str(mixed.value) == (
+        "expected every model to be plain or every one async def (one driver asks them all), "
+        "got a mix: models[0] (ScriptedModel) is plain, models[1] (AsyncScriptedModel) is "
+        "async def"
+    )
     with pytest.raises(ValueError, match="names to differ"):
         fallback(ScriptedModel([]), ScriptedModel([]), names=["a", "a"])
     named = fallback(ScriptedModel([]), ScriptedModel([]))
@@ -456,6 +461,38 @@ def test_continue_run_takes_an_exhausted_run_and_refuses_a_finished_one() -> Non
         Loop(ScriptedModel([])).continue_run(finished)
     with pytest.raises(ValueError, match=r"^continue_run\('r-1'\) names a run in a ledger, and"):
         Loop(ScriptedModel([])).continue_run("r-1")
+
+
+def test_continue_run_of_another_end_names_the_ways_that_go_on() -> None:
+    """A cancelled, malformed or repeated_call run is refused naming its status and the ways
+    on (a fork at an event before its end, a new run after it), and both of those work;
+    resume() would only hand the ended run back."""
+    token = CancelToken()
+    token.cancel()
+    ended = [
+        Loop(ScriptedModel([final()])).run("hi", cancel=token),
+        Loop(ScriptedModel([{"kind": "bogus"}])).run("hi"),
+        Loop(ScriptedModel([call("c1"), call("c1")]), tools=[add]).run("hi"),
+    ]
+    assert [run.status for run in ended] == ["cancelled", "malformed", "repeated_call"]
+    for run in ended:
+        loop = Loop(ScriptedModel([final("on"), final("on")]), tools=[add])
+        with pytest.raises(ValueError, match=r"^expected a failed or exhausted run") as refused:
+            loop.continue_run(run)
+        assert str(refused.value) == (
+            f"expected a failed or exhausted run to continue, got one that is "
+            f"{run.status.value!r}: fork it at an event before its end instead "
+            "(loop.fork(run, at=...)), or begin a new run from its transcript "
+            "(loop.run(text, after=run), or loop.run([*run.transcript, message]) on a Loop "
+            "with a ledger)"
+        )
+        assert loop.resume(run) == run
+        assert loop.fork(run, at=0).finish().output == "on"
+        after = loop.run("again", after=run)
+        assert (after.status, after.transcript[: len(run.transcript)]) == (
+            "finished",
+            run.transcript,
+        )
 
 
 def test_continue_run_by_id_in_a_ledger_is_linked_in_the_record(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from agentloop.testing import assert_contract, call, final
 from tests.durable.test_agent_children import Family, OrderedLedger
 from tests.durable.test_durable import DRIVERS, Driver, World, by_history
 from tests.support.ledgers import Crash as _Cut
+from tests.support.ledgers import CrashingLedger as _Crashing
 from tests.support.ledgers import MemoryLedger
 
 
@@ -344,6 +345,57 @@ def test_two_children_waiting_at_once_under_a_durable_parent_are_decided_togethe
     )
     assert (decided.status, decided.calls, sent) == ("finished", 2, ["bob", "bob"])
     assert_contract(decided, "t")
+
+
+def test_two_children_decided_together_and_cut_by_a_crash_each_go_on_once() -> None:
+    """A crash at each append once both are decided: the resume runs each waiting call once
+    (it was handed out twice in the record, before its wait and after the decisions), each
+    child goes on from its records, and the run ends as the uncrashed one did."""
+    script = [agentloop.testing.batch(call("c1", "post", input="a"), call("c2", "post", input="b"))]
+    script.append(final("done"))
+    decisions = {("c1", "k1"): agentloop.deny("no"), ("c2", "k1"): agentloop.approve()}
+
+    def clerks(ledger: Any, sent: list[str]) -> agentloop.Loop:
+        """Each child sends (once a person approves) and looks in one batch, then answers."""
+
+        def send(to: str) -> str:
+            """Send."""
+            sent.append(to)
+            return "sent"
+
+        def look() -> str:
+            """Look."""
+            return "seen"
+
+        asks = agentloop.Tool(send, policy=lambda c: agentloop.ask("sends mail"))
+        both = agentloop.testing.batch(call("k1", "send", to="bob"), call("k2", "look"))
+        clerk = agentloop.Loop(
+            _answering([both, final("posted")]),
+            tools=[asks, look],
+        )
+        return agentloop.Loop(
+            _answering(script),
+            tools=[clerk.as_tool("post", "Post.")],
+            ledger=ledger,
+            max_concurrency=3,
+        )
+
+    whole, sent = MemoryLedger(), list[str]()
+    asyncio.run(clerks(whole, sent).arun("t", run_id="r"))
+    waited = whole.appends
+    uncrashed = asyncio.run(clerks(whole, sent).aresume("r", decisions=decisions))
+    assert (uncrashed.status, sent) == ("finished", ["bob"])
+    for at in range(1, whole.appends - waited + 1):
+        ledger, sent = MemoryLedger(), list[str]()
+        asyncio.run(clerks(ledger, sent).arun("t", run_id="r"))
+        with pytest.raises((_Cut, LedgerError)):
+            asyncio.run(clerks(_Crashing(ledger, at), sent).aresume("r", decisions=decisions))
+        resumed = asyncio.run(clerks(ledger, sent).aresume("r"))
+        if resumed.status == "awaiting_approval":  # cut before the decisions were recorded
+            resumed = asyncio.run(clerks(ledger, sent).aresume("r", decisions=decisions))
+        assert resumed.status == "finished", at
+        assert resumed.transcript == uncrashed.transcript, at
+        assert sent == ["bob"], at  # c2's child sent once, c1's never (denied)
 
 
 def test_a_run_call_whose_id_has_a_slash_is_not_a_childs_path() -> None:

@@ -371,3 +371,16 @@ def test_processes_share_one_ledger_file(server: Server, tmp_path: Path) -> None
     ledger = agentloop.ledger.SQLiteLedger(tmp_path / "runs.db")
     assert sorted(ledger.run_ids(finished=True)) == ["r0", "r1", "r2", "r3"]
     ledger.close()
+
+
+@pytest.mark.parametrize("refuse", ["deny", "ask"])
+def test_a_call_killed_after_its_effect_is_not_reviewed_again_on_resume(
+    server: Server, tmp_path: Path, refuse: str
+) -> None:
+    """Killed right after c1's effect; resumed in a process whose policy for effect now
+    denies, or asks a person: c1 is OutcomeUnknown (not denied, not held), its effect once."""
+    job = job_for(tmp_path, "sync", [call("c1", "effect", 1), FINAL], refuse=refuse)
+    got, killed = run_with_kills(server, job, [{"effect": 1}])
+    assert (killed, got["status"]) == (1, "finished")
+    assert got["transcript"][2]["content"]["type"] == "OutcomeUnknown"
+    assert Path(job["effects"]).read_text().splitlines() == ["effect r1:c1"]

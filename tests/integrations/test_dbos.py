@@ -28,7 +28,7 @@ pytest.importorskip("dbos")
 from dbos import DBOS, SetWorkflowID
 
 import agentloop
-import agentloop._dbos.dbos_loop
+import agentloop._dbos.loops
 import agentloop._dbos.marker
 import agentloop._dbos.turns
 import agentloop.dbos
@@ -109,6 +109,10 @@ def make(system_db: str) -> Iterator[Any]:
     yield make_one
     for runs in made:
         runs.close()
+
+
+def user(text: str) -> Message:
+    return {"kind": "user", "text": text}
 
 
 def new_id() -> str:
@@ -367,7 +371,10 @@ def test_a_run_recorded_under_another_configuration_is_refused(make: Any) -> Non
     run_id = new_id()
     with SetWorkflowID(run_id):
         handle = DBOS.start_workflow(
-            agentloop._dbos.dbos_loop._run, runs.name, [{"kind": "user", "text": "go"}], recorded
+            agentloop._dbos.loops.run_workflow,
+            runs.name,
+            [{"kind": "user", "text": "go"}],
+            recorded,
         )
     with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
         handle.get_result()
@@ -384,7 +391,10 @@ def test_a_worker_whose_child_loop_differs_refuses_the_run(make: Any) -> None:
     runs = make(team(world, CHILD_SCRIPT, max_steps=9))
     with SetWorkflowID(run_id := new_id()):
         handle = DBOS.start_workflow(
-            agentloop._dbos.dbos_loop._run, runs.name, [{"kind": "user", "text": "go"}], recorded
+            agentloop._dbos.loops.run_workflow,
+            runs.name,
+            [{"kind": "user", "text": "go"}],
+            recorded,
         )
     with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
         handle.get_result()
@@ -396,7 +406,7 @@ def test_a_worker_whose_child_loop_differs_refuses_the_run(make: Any) -> None:
 def test_a_run_of_a_loop_this_process_lacks_fails_saying_so(system_db: str) -> None:
     run_id = new_id()
     with SetWorkflowID(run_id):
-        handle = DBOS.start_workflow(agentloop._dbos.dbos_loop._run, "missing", [], {})
+        handle = DBOS.start_workflow(agentloop._dbos.loops.run_workflow, "missing", [], {})
     with pytest.raises(agentloop.AgentloopError, match="none of that name"):
         handle.get_result()
 
@@ -1002,7 +1012,7 @@ def test_dbos_turns_and_race(
         assert isinstance(theirs, list), "turn 3 goes on from turn 2's transcript"
         with SetWorkflowID(turn_id):
             DBOS.start_workflow(
-                agentloop._dbos.dbos_loop._run, runs.name, theirs, runs._fingerprint
+                agentloop._dbos.loops.run_workflow, runs.name, theirs, runs._fingerprint
             ).get_result()
         return turn_id, history
 
@@ -1297,13 +1307,14 @@ def test_a_dbos_agent_call_runs_its_child_as_a_child_workflow(
     assert [line.split() for line in indented] == [["output", "done"]]  # the child's, under c1
 
 
-def test_a_fork_after_the_child_started_answers_the_call_from_its_recorded_child(
+@pytest.mark.slow
+def test_a_fork_after_the_child_ended_reads_it_back_and_one_before_starts_its_own(
     make: Any,
 ) -> None:
-    """Forked (as a recovery replays) from the step that awaits the child's result, the
-    parent gets the recorded child's handle back: nothing of the child runs again, and the
-    call is answered from its result. Forked from the child's start, the fork starts a
-    child of its own, under its own id."""
+    """Forked (as a recovery replays) from the step that awaits the child's result, or from
+    the call's step after it, the child had ended: the fork reads its result back, nothing
+    of it runs again, and no child of the fork's is made. Forked from the child's start,
+    the fork starts a child of its own, under its own id."""
     world, asked = World(), list[int]()
     runs = make(team(world, CHILD_SCRIPT, asked=asked))
     run_id = new_id()
@@ -1312,13 +1323,14 @@ def test_a_fork_after_the_child_started_answers_the_call_from_its_recorded_child
     steps = {
         step["function_name"]: step["function_id"] for step in DBOS.list_workflow_steps(run_id)
     }
-    fork = DBOS.fork_workflow(run_id, steps["DBOS.getResult"])
-    again: agentloop.RunResult = fork.get_result(polling_interval_sec=0.02)
-    assert dbos_worker.result_json(again) == dbos_worker.result_json(result)
-    assert again.children["c1"] == result.children["c1"]
-    assert again.children["c1"].run_id == f"{run_id}:c1"
-    assert DBOS.get_workflow_status(f"{fork.workflow_id}:c1") is None
-    assert (len(asked), len(world.effects)) == (3, 3)
+    for start in (steps["DBOS.getResult"], steps["agentloop.tool"]):
+        fork = DBOS.fork_workflow(run_id, start)
+        again: agentloop.RunResult = fork.get_result(polling_interval_sec=0.02)
+        assert dbos_worker.result_json(again) == dbos_worker.result_json(result)
+        assert again.children["c1"] == result.children["c1"]
+        assert again.children["c1"].run_id == f"{run_id}:c1"
+        assert DBOS.get_workflow_status(f"{fork.workflow_id}:c1") is None
+        assert (len(asked), len(world.effects)) == (3, 3)
     fork = DBOS.fork_workflow(run_id, steps["agentloop.run"])
     again = fork.get_result(polling_interval_sec=0.02)
     assert again.children["c1"].run_id == f"{fork.workflow_id}:c1"
@@ -1326,6 +1338,111 @@ def test_a_fork_after_the_child_started_answers_the_call_from_its_recorded_child
     assert [key for _, key in world.effects[3:]] == [
         f"{fork.workflow_id}:c1:{k}" for k in ("k1", "k2", "k3")
     ]
+
+
+@pytest.mark.slow
+def test_a_fork_while_its_child_waits_has_a_child_of_its_own_that_pending_decide_and_cancel_reach(
+    make: Any,
+) -> None:
+    """Forked after the child started, while the child waits for a person: the fork's
+    child is its own, f"{fork_id}:c1" (DBOS's fork of the waiting child, its recorded
+    steps copied), so pending(fork) lists its calls under their paths, decide(fork, ...)
+    reaches it and cancel_run(fork) ends it cancelled; the original run, and its child,
+    go on waiting untouched, and end as the plain tree given the same decisions."""
+    world = World()
+    runs = make(asking_team(world))
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    waiting = agentloop.dbos.pending(run_id, timeout_seconds=30)
+    started = DBOS.list_workflow_steps(run_id)
+    assert names(started) == ["agentloop.model", "agentloop.run"]
+    decided, cancelled = (DBOS.fork_workflow(run_id, started[-1]["function_id"] + 1) for _ in "ab")
+    agentloop.dbos.cancel_run(cancelled.workflow_id)
+    assert within(cancelled).status == "cancelled"
+    forked = agentloop.dbos.pending(decided.workflow_id, timeout_seconds=30)
+    assert forked == waiting  # the same calls, under the same paths
+    child_id = f"{decided.workflow_id}:c1"
+    assert agentloop.dbos.pending(child_id) == tuple(p._replace(path=()) for p in waiting)
+    approved = {p.key: p.approve() for p in forked}
+    sent_from_another_thread(agentloop.dbos.decide, decided.workflow_id, approved)
+    result = decided.get_result()
+    assert (result.status, result.children["c1"].run_id) == ("finished", child_id)
+    assert world.effects == [(kind, f"{child_id}:{k}") for kind, k in ASKED_EFFECTS]
+    assert agentloop.dbos.pending(run_id) == waiting  # the original waits on, untouched
+    sent_from_another_thread(agentloop.dbos.decide, run_id, approved)
+    original = handle.get_result()
+    plain = plain_waiting(World())
+    plain.decide({p.key: agentloop.approve() for p in waiting})
+    same_tree(original, plain.finish())
+    same_tree(result, plain.finish())
+    mine = f"{run_id}:c1"
+    assert world.effects[3:] == [(kind, f"{mine}:{k}") for kind, k in ASKED_EFFECTS]
+
+
+ASKED_EFFECTS = [("effect", "k1"), ("effect", "k2"), ("idem", "k3")]
+
+
+def within(handle: Any, seconds: float = 30) -> agentloop.RunResult:
+    """``handle``'s result once its workflow ended; AssertionError if it has not in ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while handle.get_status().status in ("PENDING", "ENQUEUED"):
+        assert time.monotonic() < deadline, f"{handle.workflow_id} has not ended"
+        time.sleep(0.05)
+    result: agentloop.RunResult = handle.get_result()
+    return result
+
+
+@pytest.mark.slow
+def test_a_fork_while_its_childs_call_runs_never_runs_that_call_again(make: Any) -> None:
+    """Forked while the child's first call (not idempotent) runs: the fork's child replays
+    the child's recorded steps, so the call, which may have started, is answered
+    OutcomeUnknown and its handler is not called again; the fork's child goes on (its
+    later calls run under its own keys). Another fork cancelled at once ends cancelled
+    after that answer, none of its later calls run: its child reads the fork's marker,
+    not the original's."""
+    entered, release = threading.Event(), threading.Event()
+
+    def blocking(n: int) -> None:
+        if n == 1:
+            entered.set()
+            assert release.wait(30)
+
+    world = World()
+    runs = make(team(world, CHILD_SCRIPT, hook=blocking))
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    try:
+        assert entered.wait(30)
+        start = 1 + DBOS.list_workflow_steps(run_id)[-1]["function_id"]
+        forked, cancelled = (DBOS.fork_workflow(run_id, start) for _ in "ab")
+        agentloop.dbos.cancel_run(cancelled.workflow_id)
+        stopped, result = within(cancelled), within(forked)
+    finally:
+        release.set()
+    original = handle.get_result()
+    child_id = f"{forked.workflow_id}:c1"
+    child = result.children["c1"]
+    assert (result.status, child.run_id, child.status) == ("finished", child_id, "finished")
+    answers = {m["id"]: m for m in child.transcript if m["kind"] == "tool_result"}
+    assert answers["k1"]["content"]["type"] == "OutcomeUnknown"
+    # The cancelled fork's child: k1 may have started (in the original), so it is answered
+    # OutcomeUnknown too; the fork's marker, read after it, ends the child there.
+    assert (stopped.status, stopped.children["c1"].status) == ("cancelled", "cancelled")
+    stopped_child = stopped.children["c1"].transcript
+    assert [m["content"]["type"] for m in stopped_child if m["kind"] == "tool_result"] == [
+        "OutcomeUnknown"
+    ]
+    assert (original.status, original.children["c1"].run_id) == ("finished", f"{run_id}:c1")
+    mine = f"{run_id}:c1"
+    assert sorted(world.effects) == sorted(
+        [
+            ("effect", f"{mine}:k1"),  # once: neither fork's child called it again
+            ("idem", f"{mine}:k2"),
+            ("fail", f"{mine}:k3"),
+            ("idem", f"{child_id}:k2"),
+            ("fail", f"{child_id}:k3"),
+        ]
+    )
 
 
 def test_cancel_run_of_the_parent_stops_its_child_at_its_next_checkpoint(make: Any) -> None:
@@ -1467,7 +1584,7 @@ def test_a_dbos_child_is_given_its_parents_deps_or_its_tools_mapping(system_db: 
     name = f"t-{uuid.uuid4().hex[:8]}"
     with pytest.raises(TypeError, match=r"^expected deps= \(a callable of the run id"):
         DBOSLoop(parent, name=name)
-    assert not [known for known in agentloop._dbos.dbos_loop._LOOPS if known.startswith(name)]
+    assert not [known for known in agentloop._dbos.loops.LOOPS if known.startswith(name)]
     runs = DBOSLoop(parent, name=name, deps=Shop)
     try:
         run_id = new_id()
@@ -1494,7 +1611,7 @@ def test_a_dbos_loop_makes_its_childrens_loops_and_refuses_a_child_that_needs_as
     """A DBOSLoop makes one for each agent tool's Loop under f"{name}/{tool}" (and theirs
     below), and close() forgets them all, a child whose tools have policies (which may ask
     a person) too; a child that needs the asyncio driver is refused, with nothing made."""
-    loops = agentloop._dbos.dbos_loop._LOOPS
+    loops = agentloop._dbos.loops.LOOPS
     guarded = agentloop.ToolRegistry([agentloop.Tool(lambda n: n, name="work")])
     guarded.policy = asks_over_4  # a leaf that may ask a person: made as any other
     leaf = agentloop.Loop(scripted([FINAL]), tools=guarded)
@@ -1520,12 +1637,91 @@ def test_a_dbos_loop_makes_its_childrens_loops_and_refuses_a_child_that_needs_as
     assert not [known for known in loops if known.startswith(name)]
 
 
+def test_a_dbos_loop_named_like_anothers_child_is_refused_naming_its_owner(
+    system_db: str,
+) -> None:
+    """A name taken by a child DBOSLoop is refused with a ValueError that says whose it is:
+    the child of which DBOSLoop's agent tool (and, in a team, of which agent); a name
+    taken by a top one says only that it exists. Nothing is made by a refused one."""
+    loops = agentloop._dbos.loops.LOOPS
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    researcher = agentloop.Loop(scripted([FINAL]))
+    writer = agentloop.Loop(scripted([FINAL]), tools=[researcher.as_tool("research", "Look.")])
+    special = agentloop.Loop(
+        scripted([FINAL]), tools=[researcher.as_tool("research", "Look.")], name="special"
+    )
+    desk = agentloop.Loop(scripted([FINAL]), name="desk", handoffs=[agentloop.handoff(special)])
+    made = [DBOSLoop(writer, name=name), DBOSLoop(desk, name=f"{name}-desk")]
+    try:
+        with pytest.raises(ValueError, match="exists in this process already") as refused:
+            DBOSLoop(agentloop.Loop(scripted([FINAL])), name=f"{name}/research")
+        assert f"{name}/research" in str(refused.value)
+        assert f"the DBOSLoop {name!r} made for its agent tool 'research'" in str(refused.value)
+        with pytest.raises(ValueError, match="exists in this process already") as refused:
+            DBOSLoop(agentloop.Loop(scripted([FINAL])), name=f"{name}-desk/special/research")
+        owned = (
+            f"the DBOSLoop '{name}-desk' made for its agent tool 'research' of its agent 'special'"
+        )
+        assert owned in str(refused.value)
+        with pytest.raises(ValueError, match="exists in this process already") as refused:
+            DBOSLoop(agentloop.Loop(scripted([FINAL])), name=name)
+        assert "child" not in str(refused.value)
+        caller = loops[f"{name}/research"]._agents.caller
+        assert caller is not None
+        assert caller[0] is made[0]  # as the message says
+        assert sorted(known for known in loops if known.startswith(name)) == [
+            name,
+            f"{name}-desk",
+            f"{name}-desk/special/research",
+            f"{name}/research",
+        ]
+    finally:
+        for runs in made:
+            runs.close()
+
+
+def test_a_dbos_loop_is_not_closed_while_a_run_of_it_is_driven(make: Any) -> None:
+    """close() while a run is driven in this process (here, in its first ask) is refused
+    with RunBusyError naming the run, and forgets nothing: the run's agent call then runs
+    its child as ever, never answered with an error of the close. Once the run ended,
+    close() forgets the DBOSLoop and its child's."""
+    entered, release = threading.Event(), threading.Event()
+    parent_model = scripted(PARENT_SCRIPT)
+
+    def model(history: list[Message]) -> Message:
+        entered.set()
+        assert release.wait(30)
+        reply: Message = parent_model(history)
+        return reply
+
+    researcher = agentloop.Loop(scripted([FINAL]))
+    runs = make(agentloop.Loop(model, tools=[researcher.as_tool("research", "Look it up.")]))
+    loops = agentloop._dbos.loops.LOOPS
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    try:
+        assert entered.wait(30)
+        with pytest.raises(agentloop.ledger.RunBusyError, match="cannot be closed") as refused:
+            runs.close()
+    finally:
+        release.set()
+    assert repr(run_id) in str(refused.value)
+    assert loops[runs.name] is runs
+    assert f"{runs.name}/research" in loops
+    result = handle.get_result()
+    assert (result.status, result.output) == ("finished", "all done")
+    assert (result.children["c1"].status, result.children["c1"].output) == ("finished", "done")
+    runs.close()
+    assert runs.name not in loops
+    assert f"{runs.name}/research" not in loops
+
+
 def test_a_dbos_loop_refuses_an_agent_tool_that_calls_back_up(system_db: str) -> None:
     """A Loop that is its own agent tool, or whose agent tool's Loop hands back to it: its
     DBOSLoop would make child DBOSLoops without end; it is refused with a ValueError saying
     so (not a RecursionError), with nothing made. The same Loop as a team's agent and an
     agent tool's, calling nothing back, is no recursion."""
-    loops = agentloop._dbos.dbos_loop._LOOPS
+    loops = agentloop._dbos.loops.LOOPS
     name = f"t-{uuid.uuid4().hex[:8]}"
     tools = agentloop.ToolRegistry()
     itself = agentloop.Loop(scripted([FINAL]), tools=tools)
@@ -1697,7 +1893,7 @@ def test_an_agent_tool_of_a_teams_specialist_runs_as_a_child_workflow(make: Any)
     plain = team(World()).run("go")
     world = World()
     runs = make(team(world))
-    assert f"{runs.name}/special/research" in agentloop._dbos.dbos_loop._LOOPS
+    assert f"{runs.name}/special/research" in agentloop._dbos.loops.LOOPS
     run_id = new_id()
     result = runs.run("go", run_id=run_id)
     assert dbos_worker.result_json(result) == dbos_worker.result_json(plain)
@@ -2029,7 +2225,7 @@ def test_an_agent_tool_two_agents_share_has_one_child_loop_which_close_forgets(
     """One agent tool in two agents' tools: one DBOSLoop for it, under the first agent's
     name, whose child workflows answer either agent's calls as in memory; close() forgets
     every name the DBOSLoop made, so it can be made again."""
-    loops = agentloop._dbos.dbos_loop._LOOPS
+    loops = agentloop._dbos.loops.LOOPS
 
     def team(world: World) -> agentloop.Loop:
         script: list[Message] = [

@@ -219,6 +219,62 @@ def test_pending_and_decide_take_a_childs_call_by_its_path_on_the_top_run(
     assert result.children["c1"].run_id == "o:c1"
 
 
+def waiting_tree(ledger: agentloop.ledger.Ledger | None) -> agentloop.Loop:
+    """Run ``t``'s Loop: its batch holds agent call c1 and a plain call c2; c1's child calls
+    an agent k1 whose child's send, c2 too, asks a person."""
+    clerk = agentloop.Loop(
+        by_history([call("c2", "send", to="bob"), final("sent")]),
+        tools=[agentloop.Tool(send, policy=lambda call: agentloop.ask("a letter leaves"))],
+    )
+    child = agentloop.Loop(
+        by_history([call("k1", "mail", input="m"), final("mailed")]),
+        tools=[clerk.as_tool("mail", "Mail.")],
+    )
+    return agentloop.Loop(
+        by_history(
+            [batch(call("c1", "post", input="p"), call("c2", "lookup", q="x")), final("ok")]
+        ),
+        tools=[child.as_tool("post", "Post."), lookup],
+        ledger=ledger,
+    )
+
+
+def test_show_names_the_top_run_and_path_keys_to_decide_a_waiting_tree(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """show of the top run, and of its grandchild that asks, say to decide c1/k1/c2 on t (the
+    one run decide takes it on); the top's own c2 is held, its agent call c1 waits on its child
+    (not "no person needed"); the hint, followed, is recorded, and a resume goes on."""
+    path = tmp_path / "runs.db"
+    with agentloop.ledger.SQLiteLedger(path) as opened:
+        assert waiting_tree(opened).run("go", run_id="t").status == "awaiting_approval"
+    hint = f"decide {path} t c1/k1/c2=approve|deny:REASON"
+    for run_id in ("t", "t:c1:k1"):
+        code, lines = run_main(capsys, "show", path, run_id)
+        assert code == 0
+        assert lines[-1].endswith(hint), (run_id, lines[-1])
+    _, lines = run_main(capsys, "show", path, "t", "--depth", "0")
+    assert [line for line in lines if line.startswith(("pending ", "held "))] == [
+        'pending  post#c1 {"input":"p"}: its child run waits for a person: '
+        "send#c1/k1/c2 (a letter leaves)",
+        'held     lookup#c2 {"q":"x"}  (no person needed)',
+    ]
+    code, lines = run_main(capsys, "decide", path, "t", "c1/k1/c2=approve")
+    assert (code, lines[0]) == (0, "recorded for run t: c1/k1/c2 approved")
+    with agentloop.ledger.SQLiteLedger(path) as opened:
+        assert waiting_tree(opened).resume("t").output == "ok"
+
+
+def test_the_report_of_a_waiting_parent_lists_its_held_calls_by_their_own_ids() -> None:
+    """A parent's held plain call c2 is not taken for its child's pending call c2: the report's
+    pending table has c1 (waiting on its child, by path key) and c2 (held), one row each."""
+    waiting = waiting_tree(None).run("go")
+    page = agentloop.review.report_html(waiting, svg=False)
+    rows = re.findall(r'<tr class="(held|pending)"><td>([^<]*)</td><td>([^<]*)</td>', page)
+    assert rows[:2] == [("pending", "c1", "post"), ("held", "c2", "lookup")]
+    assert "send#c1/k1/c2 (a letter leaves)" in page
+
+
 @pytest.mark.parametrize("depth", [0, 1, 2])
 def test_show_depth_nests_that_many_generations_and_counts_the_rest(
     ledger: Path, capsys: pytest.CaptureFixture[str], depth: int

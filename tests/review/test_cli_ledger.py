@@ -237,10 +237,14 @@ def test_diagram_draws_a_ledger_runs_path_as_it_draws_a_run_files(
 
 
 def test_runs_filters_by_state(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """--state keeps the runs in those states; none left says so."""
-    code, out, _ = run_main(capsys, "runs", ledger, "--state", "finished", "dispatching")
+    """--state, once per state, keeps the runs in those states, before or after LEDGER (the
+    usage line's order); none left says so."""
+    code, out, _ = run_main(capsys, "runs", ledger, "--state", "finished", "--state", "dispatching")
     assert code == 0
     assert [line.split()[0] for line in out.splitlines()[1:]] == ["done", "cut"]
+    code, before, _ = run_main(capsys, "runs", "--state", "finished", ledger)
+    assert code == 0
+    assert [line.split()[0] for line in before.splitlines()[1:]] == ["done"]
 
     code, out, _ = run_main(capsys, "runs", ledger, "--state", "cancelled")
     assert (code, out) == (0, f"no run in state cancelled in {ledger}\n")

@@ -25,6 +25,7 @@ the script's entry for the number of replies appended so far. A job with
 the same ledger) runs that script: the appends counted are the parent's and
 the child's, in the order they are made. With ``"ask"``, the child's ``effect``
 asks a person; ``"decide"`` (a list of paths) resumes with each approved.
+With ``"refuse": "deny" | "ask"``, a resume's ``effect`` has a policy that answers so.
 """
 
 from __future__ import annotations
@@ -155,6 +156,9 @@ def loop(
     registry = tools(job["driver"])
     if script == "child" and job.get("ask"):
         registry["effect"].policy = lambda call: agentloop.ask("a person decides")
+    if script == "script" and job.get("refuse") and job.get("mode") == "resume":
+        refusal = {"deny": agentloop.deny("not any more"), "ask": agentloop.ask("a person now")}
+        registry["effect"].policy = lambda call: refusal[job["refuse"]]
     if script == "script" and job.get("child"):
         registry.add(loop(job, None, "child").as_tool("research", "Research one question."))
     return agentloop.Loop(
