@@ -9,7 +9,10 @@ UV_VERSION := 0.13.9
 # clone tests what CI tested (`make lock` refreshes it; `make test-latest` tries the newest).
 # --inexact: each target adds its set and keeps the others (and uv itself, which the lock
 # does not name). Several times faster than pip, so `make demo` takes seconds.
-SYNC := $(UV) sync --quiet --locked --inexact --python $(BIN)/python --no-default-groups
+# --compile-bytecode: compiled once at install, not by every interpreter that imports a
+# package (where PYTHONDONTWRITEBYTECODE is set, each one compiled DBOS and the SDKs again:
+# seconds for each test worker's collection and each process a test starts).
+SYNC := $(UV) sync --quiet --locked --inexact --compile-bytecode --python $(BIN)/python --no-default-groups
 # One stamp per install set, so that `make test` after `make demo` only adds the test tools.
 RUN := $(VENV)/.installed-run
 TEST := $(VENV)/.installed-test
@@ -31,8 +34,9 @@ $(UV):
 		$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION); \
 	fi
 
-# What the demo runs: agentloop and the svg extra (the report draws its diagram).
-$(RUN): pyproject.toml uv.lock | $(UV)
+# What the demo runs: agentloop and the svg extra (the report draws its diagram). The
+# Makefile too: a virtualenv made by an older install command is made again.
+$(RUN): pyproject.toml uv.lock Makefile | $(UV)
 	$(SYNC) --extra svg
 	touch $@
 

@@ -9,6 +9,7 @@ fast tier caps them at ``FAST_EXAMPLES``).
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 from typing import Final
@@ -88,7 +89,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Each ``@pytest.mark.row`` names a row of the table (``Row.name``): a typo stops the run."""
+    """Each ``@pytest.mark.row`` names a row of the table (``Row.name``): a typo stops the run.
+
+    Then what collection made is frozen out of the garbage collector (``gc.freeze``):
+    the test modules, the SDKs they import and the collected items, half a million
+    objects alive until the session ends. A test's ``gc.collect()`` (a dropped run giving
+    up its claim) then walks what the tests made, not them too: 0.3 s a collection less.
+    """
     names = {row.name for row in ROWS}
     for item in session.items:
         for mark in item.iter_markers("row"):
@@ -98,6 +105,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                     f"{item.nodeid}: @pytest.mark.row expected names of rows of the table, "
                     f"such as {ROWS[0].name!r}, got {unknown or 'none'}"
                 )
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(params=DRIVERS, ids=lambda d: d.name)

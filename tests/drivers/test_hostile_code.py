@@ -30,6 +30,7 @@ from agentloop.testing import (
     assert_transcript_is_input_plus_appended,
     assert_within_budget,
 )
+from tests.conftest import count
 from tests.support.helpers import DRIVERS, Driver, call, final, kinds
 
 SCALE = int(os.environ.get("AGENTLOOP_FUZZ", "1"))
@@ -397,9 +398,9 @@ def _alarm(signum: int, frame: object) -> None:
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs SIGALRM")
 def test_a_keyboard_interrupt_at_a_random_moment_never_half_records() -> None:
-    """SIGALRM raises KeyboardInterrupt at random moments in many runs: every run that was
-    stopped is cancelled or ended, its calls paired, its transcript the input plus every
-    event's appended, and it still saves and reloads."""
+    """SIGALRM raises KeyboardInterrupt at random moments in many runs (500, 1500 in the
+    long tier): every run that was stopped is cancelled or ended, its calls paired, its
+    transcript the input plus every event's appended, and it still saves and reloads."""
     import random
 
     rng = random.Random(7)
@@ -407,7 +408,7 @@ def test_a_keyboard_interrupt_at_a_random_moment_never_half_records() -> None:
     stopped = 0
     gc.disable()  # an alarm inside a gc callback is not the run's to handle
     try:
-        for _ in range(1500 * SCALE):
+        for _ in range(count(500, 1500) * SCALE):
             replies: list[object] = [*(call(f"c{i}", a=1, b=2) for i in range(3)), final()]
             loop = Loop(ScriptedModel(replies), tools={"add": lambda a, b: a + b}, max_calls=3)
             run = loop.start("go")

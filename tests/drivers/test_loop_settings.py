@@ -215,7 +215,15 @@ def test_a_dbos_run_starts_with_the_loops_system_prompt(tmp_path: Any) -> None:
     from agentloop.dbos import DBOSLoop
 
     url = f"sqlite:///{tmp_path / 'sys.sqlite'}"
-    dbos.DBOS(config={"name": "first-hour", "system_database_url": url, "log_level": "WARNING"})
+    # Its notification listener polls every 10 ms: DBOS.destroy() waits a poll for it.
+    dbos.DBOS(
+        config={
+            "name": "first-hour",
+            "system_database_url": url,
+            "log_level": "WARNING",
+            "notification_listener_polling_interval_sec": 0.01,
+        }
+    )
     dbos.DBOS.launch()
     try:
         runs = DBOSLoop(

@@ -27,6 +27,7 @@ from agentloop._durable.queries import KINDS
 from agentloop.ledger import LedgerError, SQLiteLedger
 from agentloop.providers import IncompleteReply
 from agentloop.testing import ScriptedModel, batch, call, final
+from tests.conftest import count
 from tests.support.ledgers import (
     Crash,
     CrashingLedger,
@@ -1345,11 +1346,11 @@ def _open_at_once(path: str, barrier: Any, answers: Any) -> None:
 
 
 def test_processes_opening_a_new_ledger_at_once_all_open_it(tmp_path: Path) -> None:
-    """Six processes open one new ledger file at the same moment, twenty times: each opens
-    it (SQLite refuses a switch to WAL mode at once while another makes it; it is retried
-    within the timeout, where it failed about one round in three)."""
+    """Six processes open one new ledger file at the same moment, ten times (twenty in the
+    long tier): each opens it (SQLite refuses a switch to WAL mode at once while another
+    makes it; it is retried within the timeout, where it failed about one round in three)."""
     context = multiprocessing.get_context("fork")
-    for round_ in range(20):
+    for round_ in range(count(10, 20)):
         path = str(tmp_path / f"runs-{round_}.db")
         barrier, answers = context.Barrier(6), context.Queue()
         workers = [

@@ -73,6 +73,7 @@ def system_db(
     with pytest.MonkeyPatch.context() as patch:
         _own_random_for_dbos(patch)
         DBOS(config=config)  # type: ignore[arg-type]
+        dbos_worker.poll_quickly()
         DBOS.launch()
         yield request.param
         DBOS.destroy(workflow_completion_timeout_sec=0)
@@ -266,7 +267,7 @@ def test_a_call_whose_previous_step_another_execution_recorded_may_have_started(
     for index, (call_id, kind, after) in zip(tools, cases, strict=False):
         world.effects.clear()
         fork = DBOS.fork_workflow(run_id, index)
-        result: agentloop.RunResult = fork.get_result()
+        result: agentloop.RunResult = fork.get_result(polling_interval_sec=0.02)
         results = {m["id"]: m for m in result.transcript if m["kind"] == "tool_result"}
         this = f"{fork.workflow_id}:{call_id}"
         ran = [name for name, key in world.effects if key == this]
@@ -1106,7 +1107,7 @@ def test_dbos_deps_provider_in_the_worker(make: Any) -> None:
         steps = DBOS.list_workflow_steps(run_id)
         tool = next(s["function_id"] for s in steps if s["function_name"] == "agentloop.tool")
         fork = DBOS.fork_workflow(run_id, tool)
-        assert fork.get_result().status == "finished"
+        assert fork.get_result(polling_interval_sec=0.02).status == "finished"
         assert [shop.run_id for shop in made] == [run_id, fork.workflow_id]
         assert made[1].sold == []  # the call's step may have run: not again (not idempotent)
     finally:
@@ -1155,7 +1156,7 @@ def test_output_validators_are_a_step_whose_problems_a_recovery_reads_back(make:
         assert [step["function_name"] for step in steps] == [model_step, check_step] * 2
         assert dict(steps[1]["output"] or {})["problems"] == ["Rome is not in France"]
         fork = DBOS.fork_workflow(run_id, steps[2]["function_id"])
-        again = fork.get_result()
+        again = fork.get_result(polling_interval_sec=0.02)
         assert dbos_worker.result_json(again) == dbos_worker.result_json(result)
         assert checked[2:] == [("Paris", fork.workflow_id, fork.workflow_id)]
     finally:
@@ -1324,14 +1325,14 @@ def test_a_fork_after_the_child_ended_reads_it_back_and_one_before_starts_its_ow
     }
     for start in (steps["DBOS.getResult"], steps["agentloop.tool"]):
         fork = DBOS.fork_workflow(run_id, start)
-        again: agentloop.RunResult = fork.get_result()
+        again: agentloop.RunResult = fork.get_result(polling_interval_sec=0.02)
         assert dbos_worker.result_json(again) == dbos_worker.result_json(result)
         assert again.children["c1"] == result.children["c1"]
         assert again.children["c1"].run_id == f"{run_id}:c1"
         assert DBOS.get_workflow_status(f"{fork.workflow_id}:c1") is None
         assert (len(asked), len(world.effects)) == (3, 3)
     fork = DBOS.fork_workflow(run_id, steps["agentloop.run"])
-    again = fork.get_result()
+    again = fork.get_result(polling_interval_sec=0.02)
     assert again.children["c1"].run_id == f"{fork.workflow_id}:c1"
     assert dbos_worker.result_json(again) == dbos_worker.result_json(result)
     assert [key for _, key in world.effects[3:]] == [
@@ -1797,7 +1798,7 @@ def test_a_team_under_dbos_is_the_team_without_dbos(make: Any) -> None:
     asked = len(team.asked)
     team.script[:] = TEAM_SCRIPT[3:]  # what billing answers, asked again
     fork = DBOS.fork_workflow(run_id, steps[5]["function_id"])
-    again = fork.get_result()
+    again = fork.get_result(polling_interval_sec=0.02)
     assert dbos_worker.result_json(again) == dbos_worker.result_json(result)
     assert again.agent == "billing"
     assert team.asked[asked:] == [plain_team.asked[-1]]  # billing's last ask alone
@@ -1847,7 +1848,9 @@ def test_a_handoff_filter_under_dbos_is_a_step_a_recovery_reads_back(make: Any) 
     ]
     team.script[:] = TEAM_SCRIPT[2:]
     fork = DBOS.fork_workflow(run_id, steps[4]["function_id"])
-    assert dbos_worker.result_json(fork.get_result()) == dbos_worker.result_json(result)
+    assert dbos_worker.result_json(
+        fork.get_result(polling_interval_sec=0.02)
+    ) == dbos_worker.result_json(result)
     assert filtered == ["billing", "billing"]  # read back: not called again
 
 

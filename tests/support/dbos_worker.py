@@ -248,6 +248,17 @@ def config(job: dict[str, Any]) -> Any:
     return found
 
 
+def poll_quickly() -> None:
+    """Poll DBOS's internal queue every 20 ms, not every second.
+
+    Recovered and forked workflows go on that queue: a test would mostly wait. Its
+    interval has no public setter (a test-only reach inside).
+    """
+    from dbos._dbos import _get_or_create_dbos_registry
+
+    _get_or_create_dbos_registry().get_internal_queue()._polling_interval_sec = 0.02
+
+
 def _launch(job: dict[str, Any]) -> DBOSLoop:
     from dbos import DBOS
 
@@ -261,12 +272,8 @@ def _launch(job: dict[str, Any]) -> DBOSLoop:
         "asking_parent": DBOSLoop(parent(policy=True), name="asking_parent"),
     }
     DBOSLoop(loop(policy=True), name="approving")
-    from dbos._dbos import _get_or_create_dbos_registry
-
     DBOS(config=config(job))
-    # Recovered workflows go on DBOS's internal queue, polled once a second: a test
-    # would mostly wait. Its interval has no public setter (a test-only reach inside).
-    _get_or_create_dbos_registry().get_internal_queue()._polling_interval_sec = 0.02
+    poll_quickly()
     DBOS.launch()
     DBOS.register_queue(
         QUEUE, worker_concurrency=job.get("concurrency", 8), polling_interval_sec=0.02

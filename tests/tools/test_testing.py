@@ -40,6 +40,7 @@ from agentloop.testing import (
     with_usage,
 )
 from agentloop.testing import strategies as als
+from tests.conftest import capped
 from tests.support import ROOT
 from tests.support.helpers import DRIVERS, Driver, import_error
 from tests.support.tool_types import Corner  # as decimal
@@ -102,7 +103,10 @@ def add(a: int, b: float, tags: list[str] | None = None) -> float:
     return a + b
 
 
-PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Capped in the fast tier, as a test's own settings are: these decorate inner functions.
+PROPERTY = capped(
+    settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+)
 # No shrinking, and the same examples every time: for tests that collect what is drawn.
 COVERAGE = settings(
     max_examples=300,
