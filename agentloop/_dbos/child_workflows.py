@@ -220,7 +220,7 @@ class AgentCalls:
             if handle.workflow_id == child_id:
                 result: RunResult[Any] = handle.get_result()
             else:  # a fork of the run from after the child started: DBOS gave the original's
-                result = forked_result(handle.workflow_id, child_id, markers(run_id, lineage))
+                result = forked_result(handle.workflow_id, call_id, markers(run_id, lineage))
         except dbos_error.DBOSException as exc:
             raise _Unanswered(exc) from exc
         return result

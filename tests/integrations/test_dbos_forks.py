@@ -1,0 +1,56 @@
+"""Forks of DBOS runs whose agent tools' children started: forks of forks, and their trees.
+
+The fixtures and helpers are ``test_dbos``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("dbos")
+
+from dbos import DBOS
+
+import agentloop.dbos
+from tests.integrations.test_dbos import (
+    ASKED_EFFECTS,
+    World,
+    asking_team,
+    make,
+    new_id,
+    sent_from_another_thread,
+    system_db,
+    within,
+)
+
+__all__ = ["make", "system_db"]
+
+
+@pytest.mark.slow
+def test_a_fork_of_a_fork_waits_for_its_sources_child_not_the_originals(make: Any) -> None:
+    """F1, a fork of R taken while R's child waits for a person, is decided and ends: its
+    child F1:c1 ran the calls. F2, a fork of F1 from its wait for that child, is a recovery
+    of F1 there: it gets F1's child back (ended: read back as recorded), never R's waiting
+    child, so nothing waits in F2 and no call runs again."""
+    world = World()
+    runs = make(asking_team(world))
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    waiting = agentloop.dbos.pending(run_id, timeout_seconds=30)
+    start = DBOS.list_workflow_steps(run_id)[-1]["function_id"] + 1
+    first = DBOS.fork_workflow(run_id, start)
+    decided = agentloop.dbos.pending(first.workflow_id, timeout_seconds=30)
+    approved = {p.key: p.approve() for p in decided}
+    sent_from_another_thread(agentloop.dbos.decide, first.workflow_id, approved)
+    done = within(first)
+    mine = f"{first.workflow_id}:c1"
+    assert world.effects == [(kind, f"{mine}:{k}") for kind, k in ASKED_EFFECTS]
+    second = DBOS.fork_workflow(first.workflow_id, start)
+    again = within(second, 10)
+    assert agentloop.dbos.pending(second.workflow_id) == ()
+    assert (again.status, again.children["c1"]) == (done.status, done.children["c1"])
+    assert world.effects == [(kind, f"{mine}:{k}") for kind, k in ASKED_EFFECTS]
+    sent_from_another_thread(agentloop.dbos.decide, run_id, {p.key: p.approve() for p in waiting})
+    assert within(handle).status == "finished"
