@@ -5,6 +5,7 @@ The fixtures and helpers are ``test_dbos``'s.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -13,13 +14,18 @@ pytest.importorskip("dbos")
 
 from dbos import DBOS
 
+import agentloop
+import agentloop._dbos.loops
 import agentloop.dbos
+from agentloop.ledger import RunBusyError
+from tests.durable.test_kill import CHECKPOINT_SCRIPT
 from tests.integrations.test_dbos import (
     ASKED_EFFECTS,
     World,
     asking_team,
     make,
     new_id,
+    scripted,
     sent_from_another_thread,
     system_db,
     within,
@@ -54,3 +60,28 @@ def test_a_fork_of_a_fork_waits_for_its_sources_child_not_the_originals(make: An
     assert world.effects == [(kind, f"{mine}:{k}") for kind, k in ASKED_EFFECTS]
     sent_from_another_thread(agentloop.dbos.decide, run_id, {p.key: p.approve() for p in waiting})
     assert within(handle).status == "finished"
+
+
+def test_a_close_right_after_a_start_is_refused_while_the_run_is_driven(make: Any) -> None:
+    """A close between start() and the moment the workflow's thread finds its DBOSLoop
+    (held back here) is refused with RunBusyError, as one while the run is driven: the
+    run is driven to its end, not failed for want of its DBOSLoop; then the close
+    forgets the DBOSLoop, and a start is refused."""
+    release = threading.Event()
+    world = World()
+    runs = make(
+        agentloop.Loop(
+            scripted(CHECKPOINT_SCRIPT), tools=world.registry(lambda n: release.wait(30))
+        )
+    )
+    with agentloop._dbos.loops._FOUND:  # the workflow's thread waits to find its DBOSLoop
+        handle = runs.start("go", run_id=new_id())
+        with pytest.raises(RunBusyError):
+            runs.close()
+    with pytest.raises(RunBusyError):
+        runs.close()
+    release.set()
+    assert within(handle).status == "finished"
+    runs.close()
+    with pytest.raises(ValueError, match="was closed"):
+        runs.start("go")
