@@ -59,10 +59,11 @@ def _own_child_result(recorded: str, call_id: str, watched: tuple[str, ...]) -> 
         except Exception:
             if not workflow_exists(child_id):  # not another execution's fork of it, first
                 raise
-        # Its recorded steps read no marker again, and a cancel_run of the fork that listed
-        # the runs below it before the child existed sent it nothing: this wakes it.
-        if cancelled(watched):
-            DBOS.send(child_id, {"cancel": True}, APPROVAL_TOPIC)
+    # Its recorded steps read no marker again, and a cancel_run of the fork that listed the
+    # runs below it before the child existed sent it nothing: this wakes it (also when an
+    # execution cut off after it forked the child, before this, had).
+    if cancelled(watched):
+        DBOS.send(child_id, {"cancel": True}, APPROVAL_TOPIC)
     return DBOS.retrieve_workflow(child_id).get_result()
 
 

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("dbos")
 
-from dbos import DBOS
+from dbos import DBOS, SetWorkflowID
 
 import agentloop
 import agentloop._dbos.loops
@@ -85,3 +85,31 @@ def test_a_close_right_after_a_start_is_refused_while_the_run_is_driven(make: An
     runs.close()
     with pytest.raises(ValueError, match="was closed"):
         runs.start("go")
+
+
+@pytest.mark.slow
+def test_a_fork_whose_child_was_forked_before_a_crash_wakes_it_when_cancelled(make: Any) -> None:
+    """The state a worker killed inside the fork's wait leaves: cancel_run(fork) found no
+    run below the fork, then the fork's child was forked (from the original's child, which
+    waits for a person), and the worker died before it woke it. The recovery finds its
+    child made, and wakes it too: the child ends cancelled, none of its calls run, and so
+    does the fork; the original waits on, untouched."""
+    world = World()
+    runs = make(asking_team(world))
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    waiting = agentloop.dbos.pending(run_id, timeout_seconds=30)
+    start = DBOS.list_workflow_steps(run_id)[-1]["function_id"] + 1
+    fork_id = new_id()
+    agentloop.dbos.cancel_run(fork_id)
+    theirs = f"{run_id}:c1"
+    with SetWorkflowID(f"{fork_id}:c1"):
+        DBOS.fork_workflow(theirs, 1 + DBOS.list_workflow_steps(theirs)[-1]["function_id"])
+    with SetWorkflowID(fork_id):
+        fork = DBOS.fork_workflow(run_id, start)
+    stopped = within(fork, 10)
+    assert (stopped.status, stopped.children["c1"].status) == ("cancelled", "cancelled")
+    assert world.effects == []
+    assert agentloop.dbos.pending(run_id) == waiting
+    sent_from_another_thread(agentloop.dbos.decide, run_id, {p.key: p.approve() for p in waiting})
+    assert within(handle).status == "finished"
