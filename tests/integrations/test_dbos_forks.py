@@ -6,6 +6,7 @@ The fixtures and helpers are ``test_dbos``'s.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -21,9 +22,12 @@ from agentloop.ledger import RunBusyError
 from tests.durable.test_kill import CHECKPOINT_SCRIPT
 from tests.integrations.test_dbos import (
     ASKED_EFFECTS,
+    CHILD_SCRIPT,
+    PARENT_SCRIPT,
     World,
     asking_team,
     make,
+    names,
     new_id,
     scripted,
     sent_from_another_thread,
@@ -113,3 +117,68 @@ def test_a_fork_whose_child_was_forked_before_a_crash_wakes_it_when_cancelled(ma
     assert agentloop.dbos.pending(run_id) == waiting
     sent_from_another_thread(agentloop.dbos.decide, run_id, {p.key: p.approve() for p in waiting})
     assert within(handle).status == "finished"
+
+
+def three_levels(world: World, hook: Any) -> agentloop.Loop:
+    """A parent whose agent tool's child has an agent tool too: the grandchild runs
+    ``CHILD_SCRIPT`` (its first call, k1, is not idempotent, and calls ``hook``)."""
+    grandchild = agentloop.Loop(scripted(CHILD_SCRIPT), tools=world.registry(hook))
+    middle = [
+        {"kind": "call", "id": "j1", "name": "deeper", "arguments": {"input": "dig"}},
+        {"kind": "final", "text": "dug"},
+    ]
+    child = agentloop.Loop(scripted(middle), tools=[grandchild.as_tool("deeper", "Dig.")])
+    return agentloop.Loop(scripted(PARENT_SCRIPT), tools=[child.as_tool("research", "Look it up.")])
+
+
+@pytest.mark.slow
+def test_a_fork_at_each_step_while_a_grandchilds_call_runs_never_runs_it_again(
+    make: Any,
+) -> None:
+    """Forked at each step of the parent while its grandchild's first call (not
+    idempotent) runs: a fork from before its child's start makes its own tree, whose
+    grandchild runs that call under the fork's key; one from after gets its child and
+    grandchild forked from the running ones, where that call is answered OutcomeUnknown
+    and never runs again. Every fork ends finished, as the original does."""
+    entered, release = threading.Event(), threading.Event()
+
+    def blocking(n: int) -> None:
+        if n == 1 and not entered.is_set():
+            entered.set()
+            assert release.wait(30)
+
+    world = World()
+    runs = make(three_levels(world, blocking))
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    try:
+        assert entered.wait(30)
+        steps = DBOS.list_workflow_steps(run_id)
+        assert names(steps) == ["agentloop.model", "agentloop.run"]
+        forks = [DBOS.fork_workflow(run_id, step) for step in (1, 2, 3)]
+        # Each fork from after the start has its grandchild forked before the call ends.
+        for fork in forks[2:]:
+            deadline = time.monotonic() + 30
+            while DBOS.get_workflow_status(f"{fork.workflow_id}:c1:j1") is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+    finally:
+        release.set()
+    assert within(handle).status == "finished"
+    for step, fork in zip((1, 2, 3), forks, strict=True):
+        result = within(fork)
+        grand = f"{fork.workflow_id}:c1:j1"
+        assert result.status == "finished"
+        assert result.children["c1"].children["j1"].run_id == grand
+        mine = [kind for kind, key in world.effects if key == f"{grand}:k1"]
+        answers = {
+            m["id"]: m
+            for m in result.children["c1"].children["j1"].transcript
+            if m["kind"] == "tool_result"
+        }
+        if step < 3:  # its own tree: the call is its own
+            assert mine == ["effect"]
+        else:
+            assert mine == []
+            assert answers["k1"]["content"]["type"] == "OutcomeUnknown"
+    assert [kind for kind, key in world.effects if key == f"{run_id}:c1:j1:k1"] == ["effect"]
