@@ -42,7 +42,7 @@ from agentloop._dbos.marker import cancelled
 from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.run_context import CallScope, RunContext, in_context, key_of
 from agentloop._durable.bodies import outcome_record, recorded_outcome
-from agentloop._durable.ids import child_run_id
+from agentloop._durable.ids import child_call_id, child_run_id
 from agentloop._errors import AgentloopError
 from agentloop._loop.agent_tool import AgentTool
 from agentloop._loop.deps import for_run
@@ -240,12 +240,15 @@ def driven_with(
     if handout is None:
         return None if loop._deps is None else loop._deps(run_id), None, (run_id,), []
     # Each ancestor's id as the run's own id names it: a fork's child (``forks``), forked
-    # from a child of another run, was handed out by the fork.
+    # from a child of another run, was handed out by the fork. Above an id that names none
+    # (DBOS's fork of a child, under an id of its own), as the hand-out recorded them.
     lineage: list[dict[str, Any]] = []
-    above = run_id
+    above: str | None = run_id
     for handed in reversed(handout["lineage"]):
-        above = above.rpartition(":")[0]
-        lineage.insert(0, {**handed, "run": above})
+        if above is not None:
+            parent = above.rpartition(":")[0]
+            above = parent if parent and child_call_id(parent, above) == handed["call"] else None
+        lineage.insert(0, handed if above is None else {**handed, "run": above})
     budget = attrs.evolve(loop.loop.budget, max_total_tokens=handout["max_total_tokens"])
     watched = markers(run_id, lineage)
     deps = child_deps(loop, run_id, lineage, token)

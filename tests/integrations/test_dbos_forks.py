@@ -18,6 +18,7 @@ from dbos import DBOS, SetWorkflowID
 import agentloop
 import agentloop._dbos.loops
 import agentloop.dbos
+from agentloop.dbos import DBOSLoop
 from agentloop.ledger import RunBusyError
 from tests.durable.test_kill import CHECKPOINT_SCRIPT
 from tests.integrations.test_dbos import (
@@ -32,6 +33,7 @@ from tests.integrations.test_dbos import (
     scripted,
     sent_from_another_thread,
     system_db,
+    team,
     within,
 )
 
@@ -123,7 +125,7 @@ def three_levels(world: World, hook: Any) -> agentloop.Loop:
     """A parent whose agent tool's child has an agent tool too: the grandchild runs
     ``CHILD_SCRIPT`` (its first call, k1, is not idempotent, and calls ``hook``)."""
     grandchild = agentloop.Loop(scripted(CHILD_SCRIPT), tools=world.registry(hook))
-    middle = [
+    middle: list[dict[str, Any]] = [
         {"kind": "call", "id": "j1", "name": "deeper", "arguments": {"input": "dig"}},
         {"kind": "final", "text": "dug"},
     ]
@@ -182,3 +184,28 @@ def test_a_fork_at_each_step_while_a_grandchilds_call_runs_never_runs_it_again(
             assert mine == []
             assert answers["k1"]["content"]["type"] == "OutcomeUnknown"
     assert [kind for kind, key in world.effects if key == f"{run_id}:c1:j1:k1"] == ["effect"]
+
+
+def test_a_fork_of_a_child_under_an_id_of_its_own_gets_its_deps_for_the_recorded_top_run(
+    system_db: str,
+) -> None:
+    """DBOS's fork of a child run (its id names no parent) is driven with its hand-out's
+    ancestors as recorded: the provider is called with the top run's id, as for the child."""
+    seen: list[str] = []
+
+    def provider(run_id: str) -> object:
+        seen.append(run_id)
+        return None
+
+    runs = DBOSLoop(team(World(), CHILD_SCRIPT), name=f"t-{new_id()[:8]}", deps=provider)
+    try:
+        run_id = new_id()
+        assert runs.run("go", run_id=run_id).status == "finished"
+        assert seen == [run_id, run_id]  # the parent's, then the child's
+        child_id = f"{run_id}:c1"
+        last = DBOS.list_workflow_steps(child_id)[-1]["function_id"]
+        fork = DBOS.fork_workflow(child_id, last)
+        assert within(fork).status == "finished"
+        assert seen == [run_id, run_id, run_id]
+    finally:
+        runs.close()
