@@ -868,6 +868,15 @@ def replying(asynchronous: bool, *script: Message) -> Any:
     return amodel
 
 
+def run_either(
+    asynchronous: bool, loop: Loop[str], text: str, **options: Any
+) -> agentloop.RunResult[str]:
+    """``loop.run(text, ...)``, or ``loop.arun(text, ...)`` under asyncio."""
+    if asynchronous:
+        return asyncio.run(loop.arun(text, **options))
+    return loop.run(text, **options)
+
+
 @BOTH
 def test_an_agent_handed_to_whose_tools_take_a_context_gets_the_runs_token_and_deps(
     asynchronous: bool,
@@ -900,12 +909,7 @@ def test_an_agent_handed_to_whose_tools_take_a_context_gets_the_runs_token_and_d
             deps_type=Bank,
         )
 
-    def run(loop: Loop[str], **options: Any) -> agentloop.RunResult[str]:
-        if asynchronous:
-            return asyncio.run(loop.arun("refund me", **options))
-        return loop.run("refund me", **options)
-
-    result = run(team(), deps=Bank())
+    result = run_either(asynchronous, team(), "refund me", deps=Bank())
     assert result.status == "cancelled"
     assert [(m["id"], m["status"]) for m in result.transcript if m["kind"] == "tool_result"] == [
         ("t1", "ok"),
@@ -913,7 +917,7 @@ def test_an_agent_handed_to_whose_tools_take_a_context_gets_the_runs_token_and_d
         ("b2", "cancelled"),
     ]
     with pytest.raises(TypeError, match=r"expected deps= \(a [\w.<>]*Bank\)"):
-        run(team())
+        run_either(asynchronous, team(), "refund me")
 
 
 @BOTH
@@ -946,13 +950,10 @@ def test_the_starting_loops_tool_timeout_bounds_every_agents_tools(asynchronous:
             tool_timeout=0.02,
         )
 
-    def run(loop: Loop[str]) -> agentloop.RunResult[str]:
-        return asyncio.run(loop.arun("hi")) if asynchronous else loop.run("hi")
-
-    result = run(team(wait))
+    result = run_either(asynchronous, team(wait), "hi")
     assert (result.status, result.transcript[4]["status"]) == ("finished", "error")
     assert result.transcript[4]["content"]["type"] == "TimeoutError"
     with pytest.raises(
         ValueError, match=r"tool_timeout=0.02 cannot interrupt the plain tool 'slow'"
     ):
-        run(team(slow))
+        run_either(asynchronous, team(slow), "hi")
