@@ -38,6 +38,7 @@ from dbos import error as dbos_error
 from agentloop._core.approval import Decision
 from agentloop._core.values import Budget, CancelToken, RunResult, Usage
 from agentloop._dbos.forks import forked_result
+from agentloop._dbos.loops import refuse_taken
 from agentloop._dbos.marker import cancelled
 from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.run_context import CallScope, RunContext, in_context, key_of
@@ -97,6 +98,7 @@ class AgentCalls:
                     # Given by the tool's deps=(ctx) when it has one: checked when it runs.
                     provider = loop._deps if tool._deps is None else _mapped
                     under = tool.name if agent is None else f"{agent}/{tool.name}"
+                    refuse_taken(f"{loop.name}/{under}", child_of=(loop.name, tool.name))
                     child = type(loop)(tool.loop, name=f"{loop.name}/{under}", deps=provider)
                     child._agents.caller = (loop, tool)
                     self._children[id(tool)] = child

@@ -35,13 +35,24 @@ LOOPS: dict[str, DBOSLoop[Any]] = {}
 _FOUND = threading.RLock()
 
 
-def refuse_taken(name: str) -> None:
-    """``ValueError`` if a DBOSLoop of this process is named ``name``, saying whose it is."""
+def refuse_taken(name: str, child_of: tuple[str, str] | None = None) -> None:
+    """``ValueError`` if a DBOSLoop of this process is named ``name``, saying whose it is.
+
+    ``child_of``: the names of the DBOSLoop being made and of its agent tool,
+    whose child DBOSLoop ``name`` would be.
+    """
     taken = LOOPS.get(name)
     if taken is None:
         return
     caller = taken._agents.caller
-    if caller is None:
+    if child_of is not None:
+        owner_name, tool_name = child_of
+        whose = (
+            f"the DBOSLoop {owner_name!r} names the child DBOSLoop of its agent tool "
+            f"{tool_name!r} so; expected a name for it whose children's names no DBOSLoop "
+            f"of this process has, got {owner_name!r}"
+        )
+    elif caller is None:
         whose = "give the new one another name"
     else:  # a child DBOSLoop: its owner made it under a name derived from its own
         owner, tool = caller

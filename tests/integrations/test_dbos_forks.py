@@ -20,7 +20,7 @@ import agentloop._dbos.loops
 import agentloop.dbos
 from agentloop.dbos import DBOSLoop
 from agentloop.ledger import RunBusyError
-from tests.durable.test_kill import CHECKPOINT_SCRIPT
+from tests.durable.test_kill import CHECKPOINT_SCRIPT, FINAL
 from tests.integrations.test_dbos import (
     ASKED_EFFECTS,
     CHILD_SCRIPT,
@@ -209,3 +209,26 @@ def test_a_fork_of_a_child_under_an_id_of_its_own_gets_its_deps_for_the_recorded
         assert seen == [run_id, run_id, run_id]
     finally:
         runs.close()
+
+
+def test_a_dbos_loop_whose_childs_name_is_taken_is_refused_naming_itself(
+    system_db: str,
+) -> None:
+    """A DBOSLoop whose agent tool's child DBOSLoop would take a name another DBOSLoop of
+    the process has is refused with a ValueError naming it (the one being made) and its
+    agent tool, not asking for another name for the child; nothing of it is made."""
+    loops = agentloop._dbos.loops.LOOPS
+    name = f"t-{new_id()[:8]}"
+    first = DBOSLoop(agentloop.Loop(scripted([FINAL])), name=f"{name}/research")
+    try:
+        researcher = agentloop.Loop(scripted([FINAL]))
+        writer = agentloop.Loop(scripted([FINAL]), tools=[researcher.as_tool("research", "L.")])
+        with pytest.raises(ValueError, match="exists in this process already") as refused:
+            DBOSLoop(writer, name=name)
+        said = str(refused.value)
+        assert f"the DBOSLoop {name!r} names the child DBOSLoop of its agent tool" in said
+        assert "give the new one another name" not in said
+        assert sorted(known for known in loops if known.startswith(name)) == [f"{name}/research"]
+        assert loops[f"{name}/research"] is first
+    finally:
+        first.close()
