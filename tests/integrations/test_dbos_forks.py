@@ -40,6 +40,15 @@ from tests.integrations.test_dbos import (
 __all__ = ["make", "system_db"]
 
 
+def waiting_tree(runs: DBOSLoop) -> tuple[Any, tuple[Any, ...], int]:
+    """A run of ``runs`` (an ``asking_team``) started, once its child waits for a person:
+    its handle, its pending calls, and the step a fork from after the child's start takes."""
+    run_id = new_id()
+    handle = runs.start("go", run_id=run_id)
+    waiting = agentloop.dbos.pending(run_id, timeout_seconds=30)
+    return handle, waiting, DBOS.list_workflow_steps(run_id)[-1]["function_id"] + 1
+
+
 @pytest.mark.slow
 def test_a_fork_of_a_fork_waits_for_its_sources_child_not_the_originals(make: Any) -> None:
     """F1, a fork of R taken while R's child waits for a person, is decided and ends: its
@@ -47,11 +56,8 @@ def test_a_fork_of_a_fork_waits_for_its_sources_child_not_the_originals(make: An
     of F1 there: it gets F1's child back (ended: read back as recorded), never R's waiting
     child, so nothing waits in F2 and no call runs again."""
     world = World()
-    runs = make(asking_team(world))
-    run_id = new_id()
-    handle = runs.start("go", run_id=run_id)
-    waiting = agentloop.dbos.pending(run_id, timeout_seconds=30)
-    start = DBOS.list_workflow_steps(run_id)[-1]["function_id"] + 1
+    handle, waiting, start = waiting_tree(make(asking_team(world)))
+    run_id = handle.workflow_id
     first = DBOS.fork_workflow(run_id, start)
     decided = agentloop.dbos.pending(first.workflow_id, timeout_seconds=30)
     approved = {p.key: p.approve() for p in decided}
@@ -101,11 +107,8 @@ def test_a_fork_whose_child_was_forked_before_a_crash_wakes_it_when_cancelled(ma
     child made, and wakes it too: the child ends cancelled, none of its calls run, and so
     does the fork; the original waits on, untouched."""
     world = World()
-    runs = make(asking_team(world))
-    run_id = new_id()
-    handle = runs.start("go", run_id=run_id)
-    waiting = agentloop.dbos.pending(run_id, timeout_seconds=30)
-    start = DBOS.list_workflow_steps(run_id)[-1]["function_id"] + 1
+    handle, waiting, start = waiting_tree(make(asking_team(world)))
+    run_id = handle.workflow_id
     fork_id = new_id()
     agentloop.dbos.cancel_run(fork_id)
     theirs = f"{run_id}:c1"
