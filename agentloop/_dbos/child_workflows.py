@@ -38,11 +38,12 @@ from dbos import error as dbos_error
 from agentloop._core.approval import Decision
 from agentloop._core.values import Budget, CancelToken, RunResult, Usage
 from agentloop._dbos.forks import forked_result
+from agentloop._dbos.loops import refuse_taken
 from agentloop._dbos.marker import cancelled
 from agentloop._drivers.callbacks import TokenCancelled
 from agentloop._drivers.run_context import CallScope, RunContext, in_context, key_of
 from agentloop._durable.bodies import outcome_record, recorded_outcome
-from agentloop._durable.ids import child_run_id
+from agentloop._durable.ids import child_call_id, child_run_id
 from agentloop._errors import AgentloopError
 from agentloop._loop.agent_tool import AgentTool
 from agentloop._loop.deps import for_run
@@ -97,6 +98,7 @@ class AgentCalls:
                     # Given by the tool's deps=(ctx) when it has one: checked when it runs.
                     provider = loop._deps if tool._deps is None else _mapped
                     under = tool.name if agent is None else f"{agent}/{tool.name}"
+                    refuse_taken(f"{loop.name}/{under}", child_of=(loop.name, tool.name))
                     child = type(loop)(tool.loop, name=f"{loop.name}/{under}", deps=provider)
                     child._agents.caller = (loop, tool)
                     self._children[id(tool)] = child
@@ -220,7 +222,7 @@ class AgentCalls:
             if handle.workflow_id == child_id:
                 result: RunResult[Any] = handle.get_result()
             else:  # a fork of the run from after the child started: DBOS gave the original's
-                result = forked_result(handle.workflow_id, child_id, markers(run_id, lineage))
+                result = forked_result(handle.workflow_id, call_id, markers(run_id, lineage))
         except dbos_error.DBOSException as exc:
             raise _Unanswered(exc) from exc
         return result
@@ -240,12 +242,15 @@ def driven_with(
     if handout is None:
         return None if loop._deps is None else loop._deps(run_id), None, (run_id,), []
     # Each ancestor's id as the run's own id names it: a fork's child (``forks``), forked
-    # from a child of another run, was handed out by the fork.
+    # from a child of another run, was handed out by the fork. Above an id that names none
+    # (DBOS's fork of a child, under an id of its own), as the hand-out recorded them.
     lineage: list[dict[str, Any]] = []
-    above = run_id
+    above: str | None = run_id
     for handed in reversed(handout["lineage"]):
-        above = above.rpartition(":")[0]
-        lineage.insert(0, {**handed, "run": above})
+        if above is not None:
+            parent = above.rpartition(":")[0]
+            above = parent if parent and child_call_id(parent, above) == handed["call"] else None
+        lineage.insert(0, handed if above is None else {**handed, "run": above})
     budget = attrs.evolve(loop.loop.budget, max_total_tokens=handout["max_total_tokens"])
     watched = markers(run_id, lineage)
     deps = child_deps(loop, run_id, lineage, token)

@@ -42,7 +42,7 @@ from agentloop._dbos.decisions import (
     APPROVAL_TOPIC,
     wait_for_decisions,
 )
-from agentloop._dbos.loops import LOOPS, forget, refuse_taken, run_workflow
+from agentloop._dbos.loops import LOOPS, forget, refuse_taken, run_workflow, started_here
 from agentloop._dbos.steps import StepRunner
 from agentloop._dbos.turns import busy, next_turn
 from agentloop._dbos.work import StepWork, batch_started, recorded_verdict
@@ -126,6 +126,7 @@ class DBOSLoop(Generic[OutputT]):
         )
         self._team = team
         self._driving: list[str] = []  # the ids of its runs driven in this process now
+        self._starting: list[str] = []  # and of those started here, not yet driven
         self._work = StepWork(loop, None if team is None else team[1])  # what each step does
         self._agents = AgentCalls(self, run_workflow)  # its agent tools' DBOSLoops, made and named
         children = self._agents.fingerprints()
@@ -140,15 +141,15 @@ class DBOSLoop(Generic[OutputT]):
         """Forget this loop (and its agent tools' children) in this process: its name is free.
 
         ``RunBusyError`` while a run of it, or of a child of it, is driven in this
-        process (one waiting for a person too): its next agent call would find its
-        child DBOSLoop gone. Nothing is forgotten then; let the runs end (or
-        ``cancel_run`` them) first.
+        process (from its ``start`` here; one waiting for a person too): it would find its
+        DBOSLoop (or its next agent call its child's) gone. Nothing is forgotten then;
+        let the runs end (or ``cancel_run`` them) first.
         """
         forget(self)
 
     def _in_flight(self) -> list[str]:
         """The ids of the runs of this DBOSLoop and of its children driven in this process."""
-        return sorted({*self._driving, *self._agents.in_flight()})
+        return sorted({*self._driving, *self._starting, *self._agents.in_flight()})
 
     # -- starting runs ------------------------------------------------------------------
 
@@ -174,8 +175,12 @@ class DBOSLoop(Generic[OutputT]):
                 raise ValueError(f"a turn's id is made for it: leave run_id= out, got {run_id!r}")
             run_id, messages = next_turn(conversation, messages)
         run_id, history = self._checked(messages, run_id, derived=turn)
-        with SetWorkflowID(run_id):
-            handle = DBOS.start_workflow(run_workflow, self.name, history, self._fingerprint)
+
+        def begin() -> WorkflowHandle[RunResult]:
+            with SetWorkflowID(run_id):
+                return DBOS.start_workflow(run_workflow, self.name, history, self._fingerprint)
+
+        handle = started_here(self, run_id, begin)
         taken = busy(run_id, history) if turn else None
         if taken is not None:
             raise taken

@@ -10,6 +10,7 @@ so the close is refused.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from dbos import DBOS
@@ -17,11 +18,15 @@ from dbos import DBOS
 from agentloop._errors import AgentloopError, RunBusyError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from dbos import WorkflowHandle
+
     from agentloop._core.values import RunResult
     from agentloop._dbos.child_workflows import Handout
     from agentloop._dbos.dbos_loop import DBOSLoop
 
-__all__ = ["LOOPS", "forget", "refuse_taken", "run_workflow"]
+__all__ = ["LOOPS", "forget", "refuse_taken", "run_workflow", "started_here"]
 
 #: The DBOSLoops of this process, by name: what a run's workflow is driven with.
 LOOPS: dict[str, DBOSLoop[Any]] = {}
@@ -30,13 +35,24 @@ LOOPS: dict[str, DBOSLoop[Any]] = {}
 _FOUND = threading.RLock()
 
 
-def refuse_taken(name: str) -> None:
-    """``ValueError`` if a DBOSLoop of this process is named ``name``, saying whose it is."""
+def refuse_taken(name: str, child_of: tuple[str, str] | None = None) -> None:
+    """``ValueError`` if a DBOSLoop of this process is named ``name``, saying whose it is.
+
+    ``child_of``: the names of the DBOSLoop being made and of its agent tool,
+    whose child DBOSLoop ``name`` would be.
+    """
     taken = LOOPS.get(name)
     if taken is None:
         return
     caller = taken._agents.caller
-    if caller is None:
+    if child_of is not None:
+        owner_name, tool_name = child_of
+        whose = (
+            f"the DBOSLoop {owner_name!r} names the child DBOSLoop of its agent tool "
+            f"{tool_name!r} so; expected a name for it whose children's names no DBOSLoop "
+            f"of this process has, got {owner_name!r}"
+        )
+    elif caller is None:
         whose = "give the new one another name"
     else:  # a child DBOSLoop: its owner made it under a name derived from its own
         owner, tool = caller
@@ -69,6 +85,40 @@ def forget(loop: DBOSLoop[Any]) -> None:
         loop._agents.close()
 
 
+def started_here(
+    loop: DBOSLoop[Any], run_id: str, start: Callable[[], WorkflowHandle[RunResult]]
+) -> WorkflowHandle[RunResult]:
+    """``start()``, the start of run ``run_id`` of ``loop``: its handle.
+
+    A close is refused from here until the workflow DBOS drives in this
+    process (in a thread of its own) has found its DBOSLoop, and then while
+    it is driven: a close in between would leave it none. ``ValueError`` if
+    ``loop`` was closed.
+    """
+    with _FOUND:
+        if LOOPS.get(loop.name) is not loop:
+            raise ValueError(f"this DBOSLoop ({loop.name!r}) was closed")
+        loop._starting.append(run_id)
+
+    def unclaimed(_: object = None) -> None:  # no workflow took it (run_workflow does)
+        with _FOUND:
+            if run_id in loop._starting:
+                loop._starting.remove(run_id)
+
+    try:
+        handle = start()
+    except BaseException:
+        unclaimed()
+        raise
+    # DBOS's handle of a workflow it drives here holds its future; another's, none.
+    future = getattr(handle, "future", None)
+    if isinstance(future, Future):
+        future.add_done_callback(unclaimed)
+    else:
+        unclaimed()
+    return handle
+
+
 @DBOS.workflow(name="agentloop.run")
 def run_workflow(
     name: str,
@@ -86,6 +136,8 @@ def run_workflow(
         loop = LOOPS.get(name)
         if loop is not None:
             loop._driving.append(run_id)  # a close sees it from here on
+            if run_id in loop._starting:  # the start's hold, taken over
+                loop._starting.remove(run_id)
     if loop is None:
         raise AgentloopError(
             f"run {run_id!r} belongs to the DBOSLoop {name!r}, and this process has "

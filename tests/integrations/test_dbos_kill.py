@@ -710,3 +710,53 @@ def test_a_specialists_child_workflow_killed_in_its_tool_recovers_with_the_agent
     ]
     lines = (tmp_path / "effects").read_text().splitlines()
     assert lines == ["effect desk:c2:k1", "idem desk:c2:k2"]  # each once
+
+
+@pytest.mark.slow
+def test_a_fork_killed_right_after_forking_its_child_wakes_it_when_recovered(
+    server: Server, tmp_path: Path
+) -> None:
+    """The parent's child waits for a person when its worker is killed. From this process
+    the fork "fk" of the parent (from after the child's start) is cancelled, then made;
+    a worker takes it and is killed right after its wait forked "fk:c1" from the waiting
+    child, before it woke it. The next worker recovers the fork: its wait finds its child
+    made and wakes it, so the child ends cancelled (its waiting call never run) and so
+    does the fork, while the original waits on, untouched."""
+    from dbos import DBOSClient, SetWorkflowID
+
+    from agentloop.dbos import DBOSLoop, cancel_run, pending
+
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    worker = {"db": url, "sink": {"file": str(tmp_path / "effects")}, "executor": "a"}
+    workers = {"a": server.ask({"serve": worker})["pid"]}
+    client = DBOSClient(system_database_url=url)
+    enqueuer = DBOSLoop(dbos_worker.parent(policy=True), name="asking_parent")
+    try:
+        enqueuer.client_enqueue(client, dbos_worker.QUEUE, as_input(ASKING_PARENT), run_id="boss")
+        (waiting,) = pending("boss", timeout_seconds=60, client=client)
+        os.kill(workers["a"], signal.SIGKILL)
+        server.ask({"reap": workers.pop("a")})
+        start = client.list_workflow_steps("boss")[-1]["function_id"] + 1
+        cancel_run("fk", client=client)  # nothing below the fork yet: nothing to wake
+        with SetWorkflowID("fk"):
+            client.fork_workflow("boss", start)
+        job = sqlite_job(tmp_path, "fk", ASKING_PARENT, loop="asking_parent", mode="recover")
+        ended = server.job(job | {"kill": {"forked": 1}})
+        assert ended.get("signal") == signal.SIGKILL, ended
+        assert client.retrieve_workflow("fk:c1").get_status().status in ("PENDING", "ENQUEUED")
+        ended = server.job(job | {"within": 30})
+        assert "result" in ended, ended
+        child: agentloop.RunResult = client.retrieve_workflow("fk:c1").get_result()
+        assert pending("boss", client=client) == (waiting,)
+    finally:
+        stop(server, workers, client, enqueuer)
+    got = ended["result"]
+    assert [(m["id"], m["status"]) for m in got["transcript"] if "status" in m] == [
+        ("c1", "cancelled")
+    ]
+    assert (got["status"], child.status) == ("cancelled", "cancelled")
+    assert [(m["id"], m["status"]) for m in child.transcript if "status" in m] == [
+        ("k1", "ok"),
+        ("k2", "cancelled"),
+    ]
+    assert (tmp_path / "effects").read_text().splitlines() == ["effect boss:c1:k1"]

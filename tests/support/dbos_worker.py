@@ -32,7 +32,9 @@ key) outside DBOS: a line in a file, or a row of a Postgres table.
 Kill points (``job["kill"]``, counted in the child): ``{"model": k}`` inside
 the k-th model call; ``{"handler": k}`` in the k-th handler before its
 effect; ``{"effect": k}`` right after it; ``{"transition": n}`` after the
-n-th transition (the step behind it recorded, the next one not yet).
+n-th transition (the step behind it recorded, the next one not yet); ``{"forked": k}``
+right after the k-th ``DBOS.fork_workflow`` (a fork's wait forking its child).
+``job["within"]``: in ``"recover"`` mode, the seconds the run has to end in.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -272,6 +275,8 @@ def _launch(job: dict[str, Any]) -> DBOSLoop:
         "asking_parent": DBOSLoop(parent(policy=True), name="asking_parent"),
     }
     DBOSLoop(loop(policy=True), name="approving")
+    if "forked" in (job.get("kill") or {}):  # a kill point right after a workflow is forked
+        _count_forks(DBOS)
     DBOS(config=config(job))
     poll_quickly()
     DBOS.launch()
@@ -281,6 +286,18 @@ def _launch(job: dict[str, Any]) -> DBOSLoop:
     return loops[job.get("loop", "scripted")]
 
 
+def _count_forks(dbos: Any) -> None:
+    """Make each ``DBOS.fork_workflow`` of this process reach the point ``"forked"`` after it."""
+    forked = dbos.fork_workflow
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        handle = forked(*args, **kwargs)
+        _reached("forked")
+        return handle
+
+    dbos.fork_workflow = staticmethod(counted)
+
+
 def _job(job: dict[str, Any]) -> None:
     code = 0
     try:
@@ -288,6 +305,8 @@ def _job(job: dict[str, Any]) -> None:
         if job["mode"] == "start":
             result = runs.run(job["input"], run_id=job["run_id"])
         else:
+            if "within" in job:  # seconds: a run that has not ended by then fails the job
+                _ended(job["run_id"], job["within"])
             result = runs.result(job["run_id"], polling_interval_sec=0.02)
         # How often this process asked the model: a recovery asks only for unrecorded replies.
         answer: dict[str, Any] = {
@@ -302,6 +321,17 @@ def _job(job: dict[str, Any]) -> None:
     with open(job["out"], "wb") as file:
         file.write(orjson.dumps(answer))
     os._exit(code)
+
+
+def _ended(run_id: str, seconds: float) -> None:
+    """Wait for run ``run_id`` to end; ``TimeoutError`` if it has not in ``seconds``."""
+    from dbos import DBOS
+
+    deadline = time.monotonic() + seconds
+    while DBOS.get_workflow_status(run_id).status in ("PENDING", "ENQUEUED"):  # type: ignore[union-attr]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id!r} has not ended in {seconds} s")
+        time.sleep(0.02)
 
 
 def _serve(job: dict[str, Any], ready: int) -> None:
