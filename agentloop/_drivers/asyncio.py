@@ -328,7 +328,8 @@ class AsyncRun(RunView[OutputT]):
             call = reply
         if seconds is None:
             return await call
-        return await within(seconds, f"no reply within model_timeout={seconds} s", call)
+        reply = await within(seconds, f"no reply within model_timeout={seconds} s", call)
+        return in_time(reply, seconds, self._asked_at)  # one that never suspended: read now
 
     # -- streaming (agentloop.streaming): deltas beside the transitions, never in the history
 

@@ -268,6 +268,10 @@ async def apull(
         elif hasattr(type(stream), "__anext__"):
             step = _anext_of(stream)
             while True:
+                # Read here too: a chunk that comes without the stream suspending gives the
+                # event loop's timer no turn, so the awaited deadline alone would never fire.
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(expired)
                 try:
                     item = await _chunk(step(), cancel, deadline, expired)
                 except StopAsyncIteration:

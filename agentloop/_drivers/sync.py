@@ -236,7 +236,7 @@ class Run(RunView[OutputT]):
         """The model's answer (a summary is asked of the context policy's own model callback).
 
         Within ``model_timeout``: an awaitable is interrupted at it; a reply
-        answered in place is read against it when it comes (``in_time``); a
+        is read against it when it comes (``in_time``); a
         stream is read within what is left of it.
         """
         if self._model_timeout is not None:
@@ -257,7 +257,9 @@ class Run(RunView[OutputT]):
     def _await_reply(self, reply: Awaitable[object]) -> object:
         """An async model's reply, awaited on the run's event loop within ``model_timeout``."""
         seconds = self._model_timeout
-        return self._awaiter(reply, seconds, f"no reply within model_timeout={seconds} s")
+        answer = self._awaiter(reply, seconds, f"no reply within model_timeout={seconds} s")
+        # Read again once it came: a model that never suspended gave the timer no turn.
+        return in_time(answer, seconds, self._asked_at)
 
     # -- streaming (agentloop.streaming): deltas beside the transitions, never in the history
 

@@ -828,6 +828,26 @@ def test_a_plain_models_reply_past_the_model_timeout_is_a_timeout(driver: str) -
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
+def test_an_async_models_late_reply_that_never_waited_is_a_timeout(driver: str) -> None:
+    """An ``async def`` model that answers without ever suspending gives the deadline's timer
+    no turn: its reply is read against model_timeout when it comes, as a plain model's is."""
+    import time
+
+    from agentloop.testing import with_usage
+
+    async def model(history: list[dict[str, Any]]) -> dict[str, Any]:
+        time.sleep(0.04)  # work that never awaits
+        return with_usage(final("4"), 10, 2)
+
+    loop = Loop(model, model_timeout=0.01)
+    result = loop.run("go") if driver == "sync" else asyncio.run(loop.arun("go"))
+    assert (result.status, result.steps) == ("failed", 1)
+    assert result.error == "the model raised TimeoutError: no reply within model_timeout=0.01 s"
+    assert result.usage == agentloop.Usage(10, 2, 0)  # the late reply was paid for
+    assert result.transcript == [{"kind": "user", "text": "go"}]
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
 def test_the_model_timeout_of_a_stream_runs_from_the_ask(driver: str) -> None:
     """A plain model that takes the whole model_timeout to hand back its stream (waiting for
     the response's headers, say) has no time left to read it: the step fails, and the stream

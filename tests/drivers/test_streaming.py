@@ -585,6 +585,26 @@ async def test_an_async_model_timeout_bounds_a_stream() -> None:
     assert stream.closed_at is not None
 
 
+async def test_an_async_model_timeout_bounds_a_stream_whose_chunks_never_wait() -> None:
+    """Chunks that come without the stream ever suspending are read past no deadline either.
+
+    The event loop's timer never runs while each ``__anext__`` completes at
+    once, so the deadline is read between chunks too, as the synchronous driver does.
+    """
+
+    async def model(history: list[Message]) -> AsyncIterator[object]:
+        yield TextDelta(text="Hel")
+        time.sleep(0.03)
+        yield TextDelta(text="lo")
+        raise AssertionError("read after the deadline")
+
+    result = await asyncio.wait_for(Loop(model, model_timeout=0.01).arun(USER), 1)
+    assert result.status == "failed"
+    assert result.error is not None
+    assert "model_timeout=0.01" in result.error
+    assert result.transcript == [{"kind": "user", "text": USER}]
+
+
 # -- the record: what had streamed before a cut, for review ---------------------------------------
 
 
