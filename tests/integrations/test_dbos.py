@@ -368,17 +368,22 @@ def test_a_run_recorded_under_another_configuration_is_refused(make: Any) -> Non
     recorded = agentloop._durable.journal.fingerprint(
         agentloop.engine.Budget(max_steps=9, max_calls=4), runs.loop.dispatcher
     )
-    run_id = new_id()
+    handle = started_as_recorded(runs, new_id(), recorded)
+    with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
+        handle.get_result()
+    assert caught.value.differences == ["budget.max_steps: recorded 9, now 8"]
+
+
+def started_as_recorded(runs: DBOSLoop[Any], run_id: str, recorded: dict[str, Any]) -> Any:
+    """A run of ``runs`` on "go", as a worker whose Loop had the fingerprint ``recorded``
+    started it: its workflow's handle."""
     with SetWorkflowID(run_id):
-        handle = DBOS.start_workflow(
+        return DBOS.start_workflow(
             agentloop._dbos.loops.run_workflow,
             runs.name,
             [{"kind": "user", "text": "go"}],
             recorded,
         )
-    with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
-        handle.get_result()
-    assert caught.value.differences == ["budget.max_steps: recorded 9, now 8"]
 
 
 def test_a_worker_whose_child_loop_differs_refuses_the_run(make: Any) -> None:
@@ -389,13 +394,7 @@ def test_a_worker_whose_child_loop_differs_refuses_the_run(make: Any) -> None:
     assert set(recorded["children"]) == {"research"}
     world = World()
     runs = make(team(world, CHILD_SCRIPT, max_steps=9))
-    with SetWorkflowID(run_id := new_id()):
-        handle = DBOS.start_workflow(
-            agentloop._dbos.loops.run_workflow,
-            runs.name,
-            [{"kind": "user", "text": "go"}],
-            recorded,
-        )
+    handle = started_as_recorded(runs, run_id := new_id(), recorded)
     with pytest.raises(agentloop.ConfigurationMismatchError) as caught:
         handle.get_result()
     assert caught.value.differences == ["children.research.budget.max_steps: recorded 8, now 9"]
